@@ -1,0 +1,263 @@
+/**
+ * The reference hosting platform: every App of a seed served through mcp-dispatch, built only
+ * on the public API, on in-memory stores.
+ *
+ * - `{slug}.{domain}` (default domain `localhost`) serves the App: MCP at `/`, `/v1`,
+ *   `/v1.2`, `/v1.2.3`, metadata at `/.well-known/oauth-protected-resource`.
+ * - `api.{domain}` serves the token-management API under `/api/tokens`, with a development
+ *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token).
+ */
+import { randomBytes, timingSafeEqual } from 'node:crypto'
+import {
+  type AccessTokenValidator,
+  type AppRecord,
+  type DispatchContext,
+  type RateLimitPolicy,
+  API_TOKEN_LENGTH,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenApi,
+  createTokenService,
+  displayPrefix,
+  generateApiToken,
+  hashApiToken,
+} from 'mcp-dispatch'
+import { mcpDispatch } from 'mcp-dispatch/web'
+import { z } from 'zod'
+import { type McpAppHandler, buildAppServer, createMcpAppHandler } from './mcp-app.js'
+
+const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: z.string().url() })])
+const seedSchema = z.object({
+  apps: z.array(
+    z.object({
+      id: z.string().min(1),
+      slug: z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be a DNS label in lower case'),
+      name: z.string().min(1),
+      versions: z.array(versionEntry).default([]),
+      rateLimitPerMinute: z.number().int().min(0).optional(),
+    }),
+  ),
+  users: z.array(z.object({ id: z.string().min(1) })).default([]),
+  subscriptions: z.array(z.object({ userId: z.string(), appId: z.string(), active: z.boolean() })).default([]),
+  tokens: z
+    .array(
+      z.object({
+        name: z.string().min(1),
+        userId: z.string(),
+        servers: z.array(z.string()).min(1),
+        expiresInDays: z.union([z.literal(7), z.literal(30), z.literal(90)]),
+        allowedIps: z.array(z.string()).nullable().optional(),
+      }),
+    )
+    .default([]),
+})
+
+/** The seed of {@link createPlatform} (see `seed.json`). */
+export type PlatformSeed = z.input<typeof seedSchema>
+
+/** Options of {@link createPlatform}. */
+export interface PlatformOptions {
+  seed: PlatformSeed
+  /** Clock, epoch milliseconds. Default `Date.now`. */
+  now?: () => number
+  /** Domain the Apps live under: `{slug}.{domain}`. Default `localhost`. */
+  domain?: string
+  /** Validate OAuth access tokens against this authorization server (issue: OAuth). */
+  authorizationServer?: { issuer: string }
+  /** An OAuth validator to use instead of the default one (tests, custom providers). */
+  oauth?: AccessTokenValidator
+  /** Trust `X-Forwarded-For` from these proxies (default: never). */
+  trustProxy?: false | number | string[]
+  /** Receives errors the clients only see as a status. Default: `console.error` without secrets. */
+  onError?: (error: unknown, context: string) => void
+}
+
+/** A running reference platform. */
+export interface Platform {
+  /** Serves one request. `info.clientAddress` is the socket peer address. */
+  fetch(request: Request, info?: { clientAddress?: string }): Promise<Response>
+  /** Seeded token name → full secret. */
+  readonly tokens: Readonly<Record<string, string>>
+  /** Makes a version live by the versions rule; throws `DeployRefusedError` when refused. */
+  deploy(appId: string, version: string): readonly string[]
+  /** The token service (create, rotate, revoke, revoke-all). */
+  readonly tokenService: ReturnType<typeof createTokenService>
+  /** Closes every open MCP session. */
+  close(): Promise<void>
+}
+
+const DAY_MS = 86_400_000
+
+/**
+ * Creates the reference platform from a seed. Synchronous: seeded tokens are minted at once.
+ *
+ * @example
+ * ```ts
+ * const platform = createPlatform({ seed })
+ * const res = await platform.fetch(new Request('http://weather.localhost/v1', { method: 'POST', … }))
+ * ```
+ */
+export function createPlatform(options: PlatformOptions): Platform {
+  const seed = seedSchema.parse(options.seed)
+  const now = options.now ?? Date.now
+  const domain = (options.domain ?? 'localhost').toLowerCase()
+  const onError =
+    options.onError ??
+    ((error: unknown, context: string) =>
+      console.error(`[platform] ${context}:`, error instanceof Error ? error.message : String(error)))
+
+  const userIds = new Set(seed.users.map((u) => u.id))
+  const apps = createMemoryAppStore()
+  const handlers = new Map<string, McpAppHandler>() // `${appId}@${version}`
+  const upstreams = new Map<string, string>()
+  const appSeeds = new Map(seed.apps.map((a) => [a.id, a]))
+
+  function ensureHandler(app: AppRecord, version: string): void {
+    const key = `${app.id}@${version}`
+    if (!handlers.has(key) && !upstreams.has(key)) {
+      handlers.set(key, createMcpAppHandler(() => buildAppServer(app, version)))
+    }
+  }
+
+  for (const app of seed.apps) {
+    apps.addApp({ id: app.id, slug: app.slug, name: app.name })
+    for (const entry of app.versions) {
+      const version = typeof entry === 'string' ? entry : entry.version
+      if (typeof entry !== 'string') upstreams.set(`${app.id}@${version}`, entry.upstream)
+      apps.deploy(app.id, version)
+      ensureHandler(app, version)
+    }
+  }
+  const subscriptions = createMemorySubscriptionStore(seed.subscriptions)
+  const tokenStore = createMemoryTokenStore()
+  const tokenService = createTokenService({ store: tokenStore, apps, subscriptions, now, onError })
+
+  // Seeded tokens are minted synchronously with the public primitives, so createPlatform
+  // stays synchronous; they follow the same rules as tokens created through the API.
+  const seededTokens: Record<string, string> = {}
+  for (const t of seed.tokens) {
+    if (!userIds.has(t.userId)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown user ${t.userId}`)
+    for (const s of t.servers) {
+      if (!appSeeds.has(s)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown App ${s}`)
+    }
+    const secret = generateApiToken()
+    const createdAt = now()
+    tokenStore.insert({
+      id: crypto.randomUUID(),
+      userId: t.userId,
+      name: t.name,
+      tokenHash: hashApiToken(secret),
+      displayPrefix: displayPrefix(secret),
+      servers: [...new Set(t.servers)],
+      allowedIps: t.allowedIps && t.allowedIps.length > 0 ? t.allowedIps : null,
+      expiresAt: createdAt + t.expiresInDays * DAY_MS,
+      createdAt,
+      lastUsedAt: null,
+      revokedAt: null,
+    })
+    seededTokens[t.name] = secret
+  }
+  if (Object.values(seededTokens).some((s) => s.length !== API_TOKEN_LENGTH)) throw new Error('token length')
+
+  const rateLimits = new Map<string, RateLimitPolicy>()
+  for (const app of seed.apps) {
+    if (app.rateLimitPerMinute !== undefined) rateLimits.set(app.id, { limit: app.rateLimitPerMinute, windowType: 'minute' })
+  }
+
+  const authorizationServers = options.authorizationServer ? [options.authorizationServer.issuer] : []
+  const dispatcher = createDispatcher({
+    apps,
+    subscriptions,
+    tokens: tokenService,
+    ...(options.oauth && { oauth: options.oauth }),
+    authorizationServers,
+    rateLimit: { policy: (_identity, app) => rateLimits.get(app.id) },
+    resolveApp: (request) => {
+      const host = (request.host ?? '').toLowerCase().replace(/:\d+$/, '')
+      if (!host.endsWith(`.${domain}`)) return undefined
+      const slug = host.slice(0, -domain.length - 1)
+      return slug.includes('.') ? undefined : apps.getAppBySlug(slug)
+    },
+    now,
+    onError,
+  })
+
+  const mcp = mcpDispatch({
+    dispatcher,
+    ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
+    onError,
+    handler: (request: Request, context: DispatchContext) => {
+      const handler = handlers.get(`${context.app.id}@${context.version}`)
+      if (!handler) {
+        return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Version not served' } }, { status: 404 })
+      }
+      return handler(request)
+    },
+  })
+
+  // Development dashboard sessions: cookie → user, with a double-submit CSRF token.
+  const dashboardSessions = new Map<string, { userId: string; csrf: string }>()
+  const readSession = (request: Request) => {
+    const cookie = request.headers.get('cookie') ?? ''
+    const match = /(?:^|;\s*)mcp_dev_session=([A-Za-z0-9_-]{20,100})/.exec(cookie)
+    return match ? dashboardSessions.get(match[1]!) : undefined
+  }
+  const tokenApi = createTokenApi({
+    tokens: tokenService,
+    authenticateSession: (request) => {
+      const s = readSession(request)
+      return s ? { userId: s.userId } : null
+    },
+    verifyCsrf: (request) => {
+      const s = readSession(request)
+      const header = request.headers.get('x-csrf-token') ?? ''
+      return !!s && header.length === s.csrf.length && timingSafeEqual(Buffer.from(header), Buffer.from(s.csrf))
+    },
+    onError,
+  })
+
+  async function api(request: Request): Promise<Response> {
+    const url = new URL(request.url)
+    if (url.pathname === '/dev/session' && request.method === 'POST') {
+      let userId: unknown
+      try {
+        userId = ((await request.json()) as { userId?: unknown }).userId
+      } catch {
+        userId = undefined
+      }
+      if (typeof userId !== 'string' || !userIds.has(userId)) {
+        return Response.json({ error: 'invalid_request', message: 'userId: is not a known user', field: 'userId' }, { status: 400 })
+      }
+      const id = randomBytes(24).toString('base64url')
+      const csrf = randomBytes(24).toString('base64url')
+      dashboardSessions.set(id, { userId, csrf })
+      return Response.json(
+        { userId, csrfToken: csrf },
+        { headers: { 'set-cookie': `mcp_dev_session=${id}; HttpOnly; SameSite=Strict; Path=/` } },
+      )
+    }
+    return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
+  }
+
+  return {
+    tokens: seededTokens,
+    tokenService,
+    async fetch(request, info) {
+      const host = (new URL(request.url).hostname || '').toLowerCase()
+      if (host === `api.${domain}`) return api(request)
+      return mcp(request, info)
+    },
+    deploy(appId, version) {
+      const live = apps.deploy(appId, version) as readonly string[]
+      const app = appSeeds.get(appId)!
+      ensureHandler({ id: app.id, slug: app.slug, name: app.name }, version)
+      return live
+    },
+    async close() {
+      await Promise.all([...handlers.values()].map((h) => h.close()))
+      await tokenService.close()
+    },
+  }
+}

@@ -1,0 +1,159 @@
+/**
+ * One App version as a real MCP server (the official SDK), served over the web-standard
+ * Streamable HTTP transport. Requests that open a session (`initialize`) get a stateful
+ * transport, kept until DELETE or idle expiry; other requests without a session are served
+ * statelessly with a JSON response, so `curl … tools/list` works in one request (spec 4.1).
+ *
+ * This is the platform's handler, not the library: it may read the body.
+ */
+import { randomUUID } from 'node:crypto'
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import { z } from 'zod'
+
+/** Builds the MCP server of one App version. */
+export function buildAppServer(app: { slug: string; name: string }, version: string): McpServer {
+  const server = new McpServer({ name: app.slug, version }, { capabilities: { logging: {} } })
+  server.registerTool(
+    'get_version',
+    {
+      title: `${app.name} version`,
+      description: `Returns the version of ${app.name} that serves this connection (${version}).`,
+      inputSchema: {},
+    },
+    async () => ({ content: [{ type: 'text', text: version }], structuredContent: { app: app.slug, version } }),
+  )
+  server.registerTool(
+    'echo',
+    {
+      title: 'Echo',
+      description: `Echoes its input (served by ${app.slug} ${version}).`,
+      inputSchema: { text: z.string().max(10_000) },
+    },
+    async ({ text }) => ({ content: [{ type: 'text', text: `${text} (from ${app.slug} ${version})` }] }),
+  )
+  server.registerTool(
+    'count',
+    {
+      title: 'Count with progress',
+      description: `Counts to n, sending a progress notification per step (${version}).`,
+      inputSchema: { n: z.number().int().min(1).max(100) },
+    },
+    async ({ n }, extra) => {
+      const token = extra._meta?.progressToken
+      for (let i = 1; i <= n; i++) {
+        if (token !== undefined) {
+          await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: n } })
+        }
+      }
+      return { content: [{ type: 'text', text: `counted to ${n} (${version})` }] }
+    },
+  )
+  return server
+}
+
+const ACCEPT = 'application/json, text/event-stream'
+
+function isInitialize(body: unknown): boolean {
+  const messages = Array.isArray(body) ? body : [body]
+  return messages.some((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'initialize')
+}
+
+/** Options of {@link createMcpAppHandler}. */
+export interface McpAppHandlerOptions {
+  /** Sessions idle longer than this are closed. Default 30 minutes. */
+  idleMs?: number
+  /** At most this many open sessions; the oldest idle one is closed first. Default 10,000. */
+  maxSessions?: number
+}
+
+/** A web handler for one App version, with its open sessions. */
+export interface McpAppHandler {
+  (request: Request): Promise<Response>
+  /** Number of open sessions. */
+  readonly sessionCount: () => number
+  /** Closes every session. */
+  close(): Promise<void>
+}
+
+/** Serves one App version: stateful sessions for `initialize`, stateless JSON otherwise. */
+export function createMcpAppHandler(build: () => McpServer, options: McpAppHandlerOptions = {}): McpAppHandler {
+  const idleMs = options.idleMs ?? 30 * 60_000
+  const maxSessions = options.maxSessions ?? 10_000
+  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number }>()
+
+  function sweep(): void {
+    const cutoff = Date.now() - idleMs
+    for (const [id, s] of sessions) {
+      if (s.lastSeen < cutoff || sessions.size > maxSessions) {
+        sessions.delete(id)
+        void s.transport.close()
+      }
+    }
+  }
+
+  const handle = async (request: Request): Promise<Response> => {
+    const sessionId = request.headers.get('mcp-session-id')
+    if (sessionId) {
+      const session = sessions.get(sessionId)
+      if (!session) {
+        return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } }, { status: 404 })
+      }
+      session.lastSeen = Date.now()
+      return session.transport.handleRequest(request)
+    }
+    if (request.method !== 'POST') {
+      return Response.json(
+        { jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Method not allowed without a session' } },
+        { status: 405, headers: { allow: 'POST' } },
+      )
+    }
+    let body: unknown
+    try {
+      body = await request.clone().json()
+    } catch {
+      body = undefined // the transport answers the parse error itself
+    }
+    if (isInitialize(body)) {
+      sweep()
+      const transport = new WebStandardStreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (id) => {
+          sessions.set(id, { transport, lastSeen: Date.now() })
+        },
+        onsessionclosed: (id) => {
+          sessions.delete(id)
+        },
+      })
+      transport.onclose = () => {
+        if (transport.sessionId) sessions.delete(transport.sessionId)
+      }
+      await build().connect(transport)
+      return transport.handleRequest(request, body === undefined ? undefined : { parsedBody: body })
+    }
+    // One-shot request without a session (spec 4.1 shows a bare tools/list): stateless, JSON.
+    const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+    const server = build()
+    await server.connect(transport)
+    const accept = request.headers.get('accept') ?? ''
+    let forwarded = request
+    if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
+      const headers = new Headers(request.headers)
+      headers.set('accept', ACCEPT)
+      const raw = body === undefined ? await request.text() : JSON.stringify(body)
+      forwarded = new Request(request.url, { method: 'POST', headers, body: raw })
+    }
+    try {
+      return await transport.handleRequest(forwarded, body === undefined ? undefined : { parsedBody: body })
+    } finally {
+      void server.close()
+    }
+  }
+  return Object.assign(handle, {
+    sessionCount: () => sessions.size,
+    async close() {
+      await Promise.all([...sessions.values()].map((s) => s.transport.close()))
+      sessions.clear()
+    },
+  })
+}

@@ -1,0 +1,65 @@
+/**
+ * Pieces every adapter shares: building the dispatcher from options, the neutral request,
+ * and the replies for handler failures. Adapters translate; no rule lives here.
+ * @internal
+ * @module
+ */
+import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
+import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
+import { ConfigurationError } from '../errors.js'
+import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
+
+/** Options every adapter accepts. */
+export interface AdapterOptions {
+  /** A dispatcher, or the options to create one. */
+  dispatcher: Dispatcher | DispatcherOptions
+  /**
+   * Which proxies may set `X-Forwarded-For` (default `false`: the header is ignored and the
+   * socket address is the client address).
+   */
+  trustProxy?: TrustProxy
+  /** Called with handler failures and other errors the client only sees as a status. */
+  onError?: (error: unknown, context: string) => void
+}
+
+/** @internal */
+export function setupAdapter(options: AdapterOptions): {
+  dispatcher: Dispatcher
+  trust: CompiledTrustProxy
+  onError: (error: unknown, context: string) => void
+} {
+  if (!options || !options.dispatcher) throw new ConfigurationError('dispatcher', 'is required')
+  const dispatcher =
+    'decide' in options.dispatcher ? options.dispatcher : createDispatcher(options.dispatcher as DispatcherOptions)
+  let trust: CompiledTrustProxy
+  try {
+    trust = compileTrustProxy(options.trustProxy)
+  } catch (error) {
+    throw new ConfigurationError('trustProxy', (error as Error).message)
+  }
+  return { dispatcher, trust, onError: options.onError ?? (() => {}) }
+}
+
+/**
+ * Answer when the App's handler throws or fails before sending a response: the dispatch
+ * layer is a gateway in front of the App, so 502, with no detail of the failure.
+ */
+export const HANDLER_FAILED: Reply = jsonRpcErrorReply(502, {
+  code: -32603,
+  message: 'App handler failed',
+  data: { error: 'handler_error' },
+})
+
+/** Splits an absolute URL into origin (`scheme://host`) and path (no query, no fragment). */
+export function splitUrl(url: string): { origin: string; path: string } {
+  const schemeEnd = url.indexOf('://')
+  const hostStart = schemeEnd === -1 ? 0 : schemeEnd + 3
+  let pathStart = url.indexOf('/', hostStart)
+  if (pathStart === -1) pathStart = url.length
+  let pathEnd = url.length
+  const query = url.indexOf('?', pathStart)
+  if (query !== -1) pathEnd = query
+  const hash = url.indexOf('#', pathStart)
+  if (hash !== -1 && hash < pathEnd) pathEnd = hash
+  return { origin: url.slice(0, pathStart), path: pathStart === pathEnd ? '/' : url.slice(pathStart, pathEnd) }
+}

@@ -1,0 +1,30 @@
+/**
+ * The seam for OAuth access tokens (spec 5.1). The dispatcher hands every bearer credential
+ * that does not carry the API-token prefix to an {@link AccessTokenValidator}.
+ * @module
+ */
+
+/** What a validator learned about an accepted access token. */
+export interface AccessTokenInfo {
+  /** The user the token belongs to (OIDC `sub`); the identity used for 402 and rate limits. */
+  readonly subject: string
+  /** OAuth client the token was issued to, when known. */
+  readonly clientId?: string
+  /** Scopes granted, when known. */
+  readonly scopes?: readonly string[]
+  /** Expiry, epoch ms, when known. */
+  readonly expiresAt?: number
+}
+
+/** Result of {@link AccessTokenValidator.validate}: refusals are values. */
+export type AccessTokenResult =
+  | { readonly active: true; readonly info: AccessTokenInfo }
+  | { readonly active: false; readonly reason: string }
+
+/**
+ * Validates OAuth access tokens. Throws `AuthorizationServerUnavailableError` (503) when it
+ * cannot decide because the authorization server is unhealthy; never throws for a bad token.
+ */
+export interface AccessTokenValidator {
+  validate(token: string): Promise<AccessTokenResult>
+}

@@ -1,0 +1,42 @@
+/**
+ * `Authorization: Bearer` parsing (RFC 6750 section 2.1).
+ * @module
+ */
+
+/** Result of {@link parseBearerToken}. */
+export type BearerParseResult =
+  | { readonly kind: 'missing' }
+  | { readonly kind: 'invalid' }
+  | { readonly kind: 'bearer'; readonly token: string }
+
+const MISSING: BearerParseResult = Object.freeze({ kind: 'missing' })
+const INVALID: BearerParseResult = Object.freeze({ kind: 'invalid' })
+/** RFC 6750 b64token: ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" followed by "="s. */
+const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
+/** Longest credential accepted; longer headers are refused before any work. */
+export const MAX_BEARER_LENGTH = 8192
+
+/**
+ * Parses an `Authorization` header value. The scheme is case-insensitive; the credential
+ * must be an RFC 6750 b64token of at most {@link MAX_BEARER_LENGTH} characters.
+ *
+ * @example
+ * ```ts
+ * parseBearerToken('Bearer svc_abc')   // { kind: 'bearer', token: 'svc_abc' }
+ * parseBearerToken('Basic dXNlcg==')   // { kind: 'invalid' }
+ * parseBearerToken(null)               // { kind: 'missing' }
+ * ```
+ */
+export function parseBearerToken(header: string | null | undefined): BearerParseResult {
+  if (header == null || header === '') return MISSING
+  if (header.length > MAX_BEARER_LENGTH + 7 || header.length < 8) return INVALID
+  const scheme = header.slice(0, 7)
+  if (scheme !== 'Bearer ' && scheme.toLowerCase() !== 'bearer ') return INVALID
+  let start = 7
+  while (header.charCodeAt(start) === 32) start++
+  let end = header.length
+  while (end > start && header.charCodeAt(end - 1) === 32) end--
+  const token = header.slice(start, end)
+  if (token.length === 0 || !B64TOKEN.test(token)) return INVALID
+  return { kind: 'bearer', token }
+}

@@ -1,0 +1,62 @@
+/**
+ * Client address resolution (DESIGN.md "Adapters"): the socket address unless the platform
+ * configures trusted proxies; `X-Forwarded-For` is never trusted by default.
+ * @module
+ */
+import { type IpRange, compileAllowlist, ipInRange, parseIp } from './ip.js'
+
+/**
+ * Which proxies may set `X-Forwarded-For`:
+ * - `false` (default): ignore the header, use the socket address.
+ * - a number `n`: trust the last `n` hops (the socket peer and the `n - 1` proxies before it).
+ * - a list of addresses / CIDR ranges: walk the chain from the right while the hop is trusted.
+ */
+export type TrustProxy = false | number | readonly string[]
+
+/** A compiled {@link TrustProxy}. */
+export type CompiledTrustProxy = false | number | readonly IpRange[]
+
+/** Compiles a {@link TrustProxy} setting, throwing a `TypeError` for a bad one. */
+export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustProxy {
+  if (trust === undefined || trust === false) return false
+  if (typeof trust === 'number') {
+    if (!Number.isSafeInteger(trust) || trust < 0) throw new TypeError('trustProxy must be a hop count >= 0')
+    return trust === 0 ? false : trust
+  }
+  try {
+    return compileAllowlist(trust) ?? false
+  } catch (error) {
+    throw new TypeError(`trustProxy: ${(error as Error).message}`)
+  }
+}
+
+/**
+ * The client address of a request.
+ *
+ * @example
+ * ```ts
+ * resolveClientAddress('10.0.0.2', '203.0.113.9, 10.0.0.1', compileTrustProxy(['10.0.0.0/8'])) // '203.0.113.9'
+ * resolveClientAddress('10.0.0.2', '203.0.113.9', false) // '10.0.0.2'
+ * ```
+ */
+export function resolveClientAddress(
+  socketAddress: string | undefined,
+  forwardedFor: string | null | undefined,
+  trust: CompiledTrustProxy,
+): string | undefined {
+  if (trust === false || !forwardedFor || socketAddress === undefined) return socketAddress
+  const hops = forwardedFor
+    .split(',')
+    .map((h) => h.trim())
+    .filter((h) => h.length > 0)
+  const chain = [...hops, socketAddress]
+  if (typeof trust === 'number') {
+    const index = Math.max(0, chain.length - 1 - trust)
+    return chain[index]
+  }
+  for (let i = chain.length - 1; i > 0; i--) {
+    const words = parseIp(chain[i]!)
+    if (!words || !trust.some((range) => ipInRange(words, range))) return chain[i]
+  }
+  return chain[0]
+}

@@ -1,0 +1,187 @@
+/**
+ * IP addresses, CIDR ranges and the API-token IP allowlist (spec 5.2, DESIGN.md).
+ *
+ * Every address is held as 128 bits (four 32-bit words). IPv4 addresses live in the
+ * IPv4-mapped range `::ffff:0:0/96`, so `10.0.0.1`, `::ffff:10.0.0.1` and `::ffff:a00:1` are
+ * the same address and an IPv4 range matches a client that a dual-stack socket reports as
+ * IPv4-mapped IPv6. No I/O, no `node:net`: it runs on every runtime.
+ * @module
+ */
+
+/** An address as four big-endian 32-bit words. */
+export type IpWords = readonly [number, number, number, number]
+
+/** A parsed CIDR range (a single address is a /32 or /128 range). */
+export interface IpRange {
+  /** Network address, host bits zero. */
+  readonly words: IpWords
+  /** Prefix length over the 128-bit space (IPv4 /24 is 120). */
+  readonly bits: number
+}
+
+function parseIpv4Word(text: string): number | null {
+  const parts = text.split('.')
+  if (parts.length !== 4) return null
+  let word = 0
+  for (const part of parts) {
+    if (!/^(0|[1-9]\d{0,2})$/.test(part)) return null
+    const n = Number(part)
+    if (n > 255) return null
+    word = word * 256 + n
+  }
+  return word >>> 0
+}
+
+/**
+ * Parses an IPv4 or IPv6 address (brackets and an IPv6 zone id are tolerated). IPv4 and
+ * IPv4-mapped IPv6 give the same words. `null` when the text is not an address.
+ *
+ * @example
+ * ```ts
+ * parseIp('::ffff:192.0.2.1') // same words as parseIp('192.0.2.1')
+ * ```
+ */
+export function parseIp(input: string): IpWords | null {
+  let text = input.trim()
+  if (text.length === 0 || text.length > 64) return null
+  if (text.startsWith('[') && text.endsWith(']')) text = text.slice(1, -1)
+  const zone = text.indexOf('%')
+  if (zone !== -1) text = text.slice(0, zone)
+  if (!text.includes(':')) {
+    const v4 = parseIpv4Word(text)
+    return v4 === null ? null : [0, 0, 0xffff, v4]
+  }
+  return parseIpv6(text)
+}
+
+function parseIpv6(text: string): IpWords | null {
+  const halves = text.split('::')
+  if (halves.length > 2) return null
+  const groups: number[] = []
+  const parseSide = (side: string, allowV4: boolean): number[] | null => {
+    if (side === '') return []
+    const out: number[] = []
+    const pieces = side.split(':')
+    for (let i = 0; i < pieces.length; i++) {
+      const piece = pieces[i]!
+      if (allowV4 && i === pieces.length - 1 && piece.includes('.')) {
+        const v4 = parseIpv4Word(piece)
+        if (v4 === null) return null
+        out.push(v4 >>> 16, v4 & 0xffff)
+      } else {
+        if (!/^[0-9a-fA-F]{1,4}$/.test(piece)) return null
+        out.push(parseInt(piece, 16))
+      }
+    }
+    return out
+  }
+  if (halves.length === 2) {
+    const head = parseSide(halves[0]!, false)
+    const tail = parseSide(halves[1]!, true)
+    if (!head || !tail || head.length + tail.length > 7) return null
+    groups.push(...head, ...new Array<number>(8 - head.length - tail.length).fill(0), ...tail)
+  } else {
+    const all = parseSide(text, true)
+    if (!all || all.length !== 8) return null
+    groups.push(...all)
+  }
+  const w = (i: number) => ((groups[i]! << 16) | groups[i + 1]!) >>> 0
+  return [w(0), w(2), w(4), w(6)]
+}
+
+function maskWord(bits: number, index: number): number {
+  const b = Math.max(0, Math.min(32, bits - index * 32))
+  return b === 0 ? 0 : (0xffffffff << (32 - b)) >>> 0
+}
+
+/** Why {@link parseCidr} refused an entry. */
+export type CidrError = 'address' | 'prefix' | 'host-bits'
+
+/**
+ * Parses an allowlist entry: an address or a CIDR range (`192.0.2.0/24`, `2001:db8::/32`).
+ * Host bits must be zero (`192.0.2.1/24` is refused, as Python's `ip_network` does), so a
+ * typo never silently widens or narrows the range.
+ */
+export function parseCidr(entry: string): IpRange | CidrError {
+  const slash = entry.indexOf('/')
+  const addressText = slash === -1 ? entry : entry.slice(0, slash)
+  const words = parseIp(addressText)
+  if (!words) return 'address'
+  const v4 = !addressText.includes(':')
+  const max = v4 ? 32 : 128
+  let bits = max
+  if (slash !== -1) {
+    const prefixText = entry.slice(slash + 1)
+    if (!/^(0|[1-9]\d{0,2})$/.test(prefixText)) return 'prefix'
+    bits = Number(prefixText)
+    if (bits > max) return 'prefix'
+  }
+  const total = v4 ? bits + 96 : bits
+  for (let i = 0; i < 4; i++) if ((words[i]! & ~maskWord(total, i)) !== 0) return 'host-bits'
+  return { words, bits: total }
+}
+
+/** True when `address` lies in `range`. */
+export function ipInRange(address: IpWords, range: IpRange): boolean {
+  for (let i = 0; i < 4; i++) {
+    const mask = maskWord(range.bits, i)
+    if (((address[i]! & mask) >>> 0) !== range.words[i]) return false
+  }
+  return true
+}
+
+/** A compiled allowlist; `null` means no allowlist (every address allowed). */
+export type CompiledAllowlist = readonly IpRange[] | null
+
+/**
+ * Compiles allowlist entries, throwing a `RangeError` naming the first bad entry and its
+ * index. Use {@link validateAllowlist} to get the error as a value.
+ */
+export function compileAllowlist(entries: readonly string[] | null | undefined): CompiledAllowlist {
+  if (entries == null) return null
+  return entries.map((entry, index) => {
+    const range = parseCidr(entry)
+    if (typeof range === 'string') throw new RangeError(describeCidrError(entry, index, range))
+    return range
+  })
+}
+
+/** Returns a message for the first invalid entry, or `null` when all are valid. */
+export function validateAllowlist(entries: readonly string[]): { index: number; message: string } | null {
+  for (let index = 0; index < entries.length; index++) {
+    const result = parseCidr(entries[index]!)
+    if (typeof result === 'string') return { index, message: describeCidrError(entries[index]!, index, result) }
+  }
+  return null
+}
+
+function describeCidrError(entry: string, index: number, error: CidrError): string {
+  const shown = JSON.stringify(entry.length > 60 ? `${entry.slice(0, 60)}…` : entry)
+  switch (error) {
+    case 'address':
+      return `entry ${index} (${shown}) is not an IPv4/IPv6 address or CIDR range`
+    case 'prefix':
+      return `entry ${index} (${shown}) has an invalid prefix length`
+    case 'host-bits':
+      return `entry ${index} (${shown}) has host bits set after the prefix`
+  }
+}
+
+/**
+ * The allowlist check of spec 5.2: `true` when there is no allowlist or `clientAddress` lies
+ * in one of its ranges; `false` when the address is outside, unknown or unparsable (fail
+ * closed).
+ *
+ * @example
+ * ```ts
+ * checkIpAllowlist('::ffff:10.1.2.3', compileAllowlist(['10.0.0.0/8'])) // true
+ * ```
+ */
+export function checkIpAllowlist(clientAddress: string | undefined, allowlist: CompiledAllowlist): boolean {
+  if (allowlist === null) return true
+  if (clientAddress === undefined) return false
+  const address = parseIp(clientAddress)
+  if (!address) return false
+  for (const range of allowlist) if (ipInRange(address, range)) return true
+  return false
+}

@@ -1,0 +1,52 @@
+/**
+ * OAuth 2.0 protected-resource metadata (RFC 9728; spec 2.2 and 4.2).
+ * @module
+ */
+
+/** The protected-resource metadata document (spec 2.2). */
+export interface ProtectedResourceMetadata {
+  resource: string
+  authorization_servers: string[]
+  bearer_methods_supported: string[]
+  scopes_supported: string[]
+  resource_name?: string
+}
+
+/** Options of {@link buildProtectedResourceMetadata}. */
+export interface ProtectedResourceMetadataOptions {
+  /** The App address, `{base_url}` (spec 2.2 `resource`). */
+  resource: string
+  /** Issuer URLs of the authorization servers for the App. */
+  authorizationServers: readonly string[]
+  /** Defaults to `['openid', 'profile', 'email']` (spec 2.2). */
+  scopesSupported?: readonly string[]
+  /** Human-readable name of the App (RFC 9728 `resource_name`). */
+  resourceName?: string
+}
+
+/** Scopes listed when the platform configures none (spec 2.2). */
+export const DEFAULT_SCOPES_SUPPORTED = Object.freeze(['openid', 'profile', 'email'])
+
+/**
+ * Builds the document served at `{base_url}/.well-known/oauth-protected-resource`.
+ *
+ * @example
+ * ```ts
+ * buildProtectedResourceMetadata({ resource: 'https://weather.example.com', authorizationServers: ['https://auth.example.com'] })
+ * // { resource: 'https://weather.example.com', authorization_servers: ['https://auth.example.com'],
+ * //   bearer_methods_supported: ['header'], scopes_supported: ['openid', 'profile', 'email'] }
+ * ```
+ */
+export function buildProtectedResourceMetadata(options: ProtectedResourceMetadataOptions): ProtectedResourceMetadata {
+  const doc: ProtectedResourceMetadata = {
+    resource: options.resource,
+    authorization_servers: [...options.authorizationServers],
+    bearer_methods_supported: ['header'],
+    scopes_supported: [...(options.scopesSupported ?? DEFAULT_SCOPES_SUPPORTED)],
+  }
+  if (options.resourceName !== undefined) doc.resource_name = options.resourceName
+  return doc
+}
+
+/** Path of the metadata document under an App (spec 4.2). */
+export const PROTECTED_RESOURCE_METADATA_PATH = '/.well-known/oauth-protected-resource'

@@ -1,0 +1,93 @@
+/**
+ * Fixed-window rate-limit math (spec section 7 429 body, section 8), as pure functions.
+ * A store counts; these functions decide. Time is always passed in, never read.
+ * @module
+ */
+
+/** Window names and their length in milliseconds. `minute` is the one the spec shows. */
+export const WINDOWS = {
+  second: 1_000,
+  minute: 60_000,
+  hour: 3_600_000,
+  day: 86_400_000,
+} as const
+
+/** A window name of {@link WINDOWS}. */
+export type WindowType = keyof typeof WINDOWS
+
+/** A limit: `limit` requests per `windowType` window. */
+export interface RateLimitPolicy {
+  readonly limit: number
+  readonly windowType: WindowType
+}
+
+/** Start (ms) of the fixed window that contains `now`. */
+export function windowStart(now: number, windowMs: number): number {
+  return now - (((now % windowMs) + windowMs) % windowMs)
+}
+
+/** Result of one rate-limit decision. A value, never an exception. */
+export interface RateLimitResult {
+  /** `true` when the request may proceed. */
+  readonly success: boolean
+  readonly limit: number
+  /** Requests left in the window after this one (never below 0). */
+  readonly remaining: number
+  /** End of the window, epoch milliseconds. */
+  readonly reset: number
+  /** `reset` as Unix seconds, rounded up: the 429 body's `resetAt`. */
+  readonly resetAt: number
+  /** Whole seconds until the window ends, at least 1: the 429 body's `retryAfter`. */
+  readonly retryAfter: number
+  readonly windowType: WindowType
+}
+
+/**
+ * Decides from the count of requests in the window, this one included.
+ *
+ * @example
+ * ```ts
+ * const start = windowStart(now, WINDOWS.minute)
+ * rateLimitDecision(61, { limit: 60, windowType: 'minute' }, start + 60_000, now)
+ * // { success: false, remaining: 0, retryAfter: …, … }
+ * ```
+ */
+export function rateLimitDecision(
+  count: number,
+  policy: RateLimitPolicy,
+  reset: number,
+  now: number,
+): RateLimitResult {
+  const msLeft = Math.max(0, reset - now)
+  return {
+    success: count <= policy.limit,
+    limit: policy.limit,
+    remaining: Math.max(0, policy.limit - count),
+    reset,
+    resetAt: Math.ceil(reset / 1000),
+    retryAfter: Math.max(1, Math.ceil(msLeft / 1000)),
+    windowType: policy.windowType,
+  }
+}
+
+/**
+ * IETF `RateLimit` and `RateLimit-Policy` header fields
+ * (draft-ietf-httpapi-ratelimit-headers): `"minute";q=60;w=60` and `"minute";r=12;t=31`.
+ */
+export function rateLimitHeaders(result: RateLimitResult): Record<string, string> {
+  const w = WINDOWS[result.windowType] / 1000
+  return {
+    'ratelimit-policy': `"${result.windowType}";q=${result.limit};w=${w}`,
+    ratelimit: `"${result.windowType}";r=${result.remaining};t=${result.retryAfter}`,
+  }
+}
+
+/** Throws a `TypeError` unless `policy` is a usable limit. */
+export function assertRateLimitPolicy(policy: RateLimitPolicy, where = 'rate limit'): void {
+  if (!Number.isSafeInteger(policy.limit) || policy.limit < 0) {
+    throw new TypeError(`mcp-dispatch: ${where} must have an integer limit >= 0, got ${policy.limit}`)
+  }
+  if (!Object.hasOwn(WINDOWS, policy.windowType)) {
+    throw new TypeError(`mcp-dispatch: ${where} windowType must be one of ${Object.keys(WINDOWS).join(', ')}`)
+  }
+}

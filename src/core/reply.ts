@@ -1,0 +1,242 @@
+/**
+ * Replies produced by the dispatch layer itself (rejections, metadata, preflight), as plain
+ * values. Adapters write them byte for byte; they never build a body of their own.
+ *
+ * Every error body is a JSON-RPC 2.0 object with `id: null` and
+ * `error: { code, message, data? }` (spec section 7, DESIGN.md error table).
+ * @module
+ */
+
+/** A complete HTTP answer decided by the dispatch layer. */
+export interface Reply {
+  readonly status: number
+  /** Header names in lower case. */
+  readonly headers: Readonly<Record<string, string>>
+  /** Serialized body (JSON), or `null` for an empty body. */
+  readonly body: string | null
+}
+
+/** JSON-RPC error object as it appears in an error body. */
+export interface JsonRpcErrorObject {
+  code: number
+  message: string
+  data?: Record<string, unknown>
+}
+
+/** JSON-RPC codes used by the dispatch layer (spec section 7, DESIGN.md). */
+export const RpcCode = {
+  /** Generic server error; used for 429 (spec section 7) and 405 (as the MCP SDK does). */
+  ServerError: -32000,
+  RateLimited: -32000,
+  Unauthorized: -32001,
+  PaymentRequired: -32002,
+  Forbidden: -32003,
+  NotFound: -32004,
+  Unavailable: -32005,
+} as const
+
+const JSON_HEADERS = { 'content-type': 'application/json' } as const
+
+/**
+ * Builds a JSON-RPC 2.0 error reply with `id: null`.
+ *
+ * @example
+ * ```ts
+ * jsonRpcErrorReply(403, { code: -32003, message: 'Forbidden' })
+ * // { status: 403, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32003,"message":"Forbidden"}}' }
+ * ```
+ */
+export function jsonRpcErrorReply(
+  status: number,
+  error: JsonRpcErrorObject,
+  headers?: Readonly<Record<string, string>>,
+): Reply {
+  return {
+    status,
+    headers: headers ? { ...JSON_HEADERS, ...headers } : JSON_HEADERS,
+    body: JSON.stringify({ jsonrpc: '2.0', id: null, error }),
+  }
+}
+
+/** Options of {@link unauthorizedReply}. */
+export interface UnauthorizedReplyOptions {
+  /** Full URL of the protected-resource metadata document (spec 5.1 step 1). */
+  resourceMetadataUrl: string
+  /**
+   * Set when a token was presented and rejected: adds `error="invalid_token"` to the
+   * challenge (RFC 6750 section 3.1) so clients know to refresh or re-authorize.
+   */
+  invalidToken?: boolean
+}
+
+/**
+ * 401 of spec section 7 with the `WWW-Authenticate` challenge of spec 5.1 step 1.
+ *
+ * @example
+ * ```ts
+ * unauthorizedReply({ resourceMetadataUrl: 'https://w.example/.well-known/oauth-protected-resource' })
+ * ```
+ */
+export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
+  return jsonRpcErrorReply(
+    401,
+    {
+      code: RpcCode.Unauthorized,
+      message: 'Unauthorized',
+      data: {
+        error: options.invalidToken ? 'invalid_token' : 'unauthorized',
+        description: options.invalidToken
+          ? 'Authentication required: the bearer token is invalid, expired or revoked'
+          : 'Authentication required: send Authorization: Bearer <token>',
+      },
+    },
+    { 'www-authenticate': buildWwwAuthenticate(options) },
+  )
+}
+
+/**
+ * The `WWW-Authenticate` header value of a 401 (spec 5.1; RFC 6750 section 3; RFC 9728
+ * section 5.1).
+ *
+ * @example
+ * ```ts
+ * buildWwwAuthenticate({ resourceMetadataUrl: 'https://w.example/.well-known/oauth-protected-resource', invalidToken: true })
+ * // 'Bearer resource_metadata="https://w.example/.well-known/oauth-protected-resource", error="invalid_token"'
+ * ```
+ */
+export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string {
+  const url = options.resourceMetadataUrl.replace(/["\\]/g, '')
+  const base = `Bearer resource_metadata="${url}"`
+  return options.invalidToken ? `${base}, error="invalid_token"` : base
+}
+
+/** 402 of spec section 7: identity verified, no active subscription. */
+export function paymentRequiredReply(): Reply {
+  return PAYMENT_REQUIRED
+}
+const PAYMENT_REQUIRED = jsonRpcErrorReply(402, {
+  code: RpcCode.PaymentRequired,
+  message: 'Payment Required',
+  data: { error: 'payment_required', description: 'An active subscription to this App is required' },
+})
+
+/** 403 of spec section 7: API token valid but not scoped to the App (no data). */
+export function forbiddenReply(): Reply {
+  return FORBIDDEN
+}
+const FORBIDDEN = jsonRpcErrorReply(403, { code: RpcCode.Forbidden, message: 'Forbidden' })
+
+/** 403 of DESIGN.md: request from an address outside the token's IP allowlist. */
+export function ipNotAllowedReply(): Reply {
+  return IP_NOT_ALLOWED
+}
+const IP_NOT_ALLOWED = jsonRpcErrorReply(403, {
+  code: RpcCode.Forbidden,
+  message: 'Forbidden',
+  data: { error: 'ip_not_allowed' },
+})
+
+/** 403: the request's `Origin` is not an allowed origin (MCP transport, DNS rebinding). */
+export function originNotAllowedReply(): Reply {
+  return ORIGIN_NOT_ALLOWED
+}
+const ORIGIN_NOT_ALLOWED = jsonRpcErrorReply(403, {
+  code: RpcCode.Forbidden,
+  message: 'Forbidden',
+  data: { error: 'origin_not_allowed' },
+})
+
+/** 404 of DESIGN.md: exact version requested is not live. */
+export function versionNotFoundReply(requested: string, latest: string | null): Reply {
+  return jsonRpcErrorReply(404, {
+    code: RpcCode.NotFound,
+    message: 'Version not found',
+    data: { error: 'version_not_found', requested, latest },
+  })
+}
+
+/** 404 of DESIGN.md: unknown App or path. */
+export function notFoundReply(): Reply {
+  return NOT_FOUND
+}
+const NOT_FOUND = jsonRpcErrorReply(404, { code: RpcCode.NotFound, message: 'Not found', data: { error: 'not_found' } })
+
+/**
+ * 404 for an `Mcp-Session-Id` that is unknown, expired, or pinned to another identity or App
+ * (MCP Streamable HTTP transport: the client must start a new session).
+ */
+export function sessionNotFoundReply(): Reply {
+  return SESSION_NOT_FOUND
+}
+const SESSION_NOT_FOUND = jsonRpcErrorReply(404, {
+  code: RpcCode.NotFound,
+  message: 'Session not found',
+  data: { error: 'session_not_found' },
+})
+
+/** 405 for methods the MCP endpoint does not serve; `Allow` lists the ones it does. */
+export function methodNotAllowedReply(allow: string): Reply {
+  return jsonRpcErrorReply(
+    405,
+    { code: RpcCode.ServerError, message: 'Method not allowed', data: { error: 'method_not_allowed' } },
+    { allow },
+  )
+}
+
+/** Fields of the 429 body (spec section 7). */
+export interface RateLimitedInfo {
+  /** Requests allowed per window. */
+  limit: number
+  /** End of the current window, Unix time in seconds. */
+  resetAt: number
+  /** Seconds until a request may succeed (at least 1). */
+  retryAfter: number
+  /** Window name; `minute` is the one the spec shows. */
+  windowType: string
+}
+
+/** 429 of spec section 7, with `Retry-After`. */
+export function rateLimitedReply(info: RateLimitedInfo, headers?: Readonly<Record<string, string>>): Reply {
+  return jsonRpcErrorReply(
+    429,
+    {
+      code: RpcCode.RateLimited,
+      message: 'Rate limit exceeded',
+      data: { limit: info.limit, resetAt: info.resetAt, retryAfter: info.retryAfter, windowType: info.windowType },
+    },
+    { ...headers, 'retry-after': String(info.retryAfter) },
+  )
+}
+
+/** 503 of DESIGN.md: authorization server unavailable (breaker open, retries spent). */
+export function authorizationServerUnavailableReply(retryAfter: number): Reply {
+  return jsonRpcErrorReply(
+    503,
+    {
+      code: RpcCode.Unavailable,
+      message: 'Authorization server unavailable',
+      data: { error: 'temporarily_unavailable', retryAfter },
+    },
+    { 'retry-after': String(retryAfter) },
+  )
+}
+
+/** 503 when a store the decision depends on cannot answer (never a silent allow). */
+export function serviceUnavailableReply(retryAfter = 1): Reply {
+  return jsonRpcErrorReply(
+    503,
+    {
+      code: RpcCode.Unavailable,
+      message: 'Service unavailable',
+      data: { error: 'temporarily_unavailable', retryAfter },
+    },
+    { 'retry-after': String(retryAfter) },
+  )
+}
+
+/** 500 used only when a platform callback throws unexpectedly; carries no detail. */
+export function internalErrorReply(): Reply {
+  return INTERNAL
+}
+const INTERNAL = jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' })

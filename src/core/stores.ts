@@ -1,0 +1,142 @@
+/**
+ * Store interfaces. The core depends on these only; implementations live in
+ * `src/stores/<name>/` and are loaded through their own subpath. Methods may answer
+ * synchronously or with a promise, so an in-memory store costs no extra microtask.
+ *
+ * Every implementation must pass the shared conformance suite in `test/stores/`.
+ * @module
+ */
+
+/** A value or a promise of it. */
+export type MaybePromise<T> = T | Promise<T>
+
+/** An App record: only what the spec shows (2.3). */
+export interface AppRecord {
+  /** Stable App identifier (`scopes[].server_id`). */
+  readonly id: string
+  /** Slug used in the App address (`scopes[].server_slug`). */
+  readonly slug: string
+  /** Display name (`scopes[].server_name`). */
+  readonly name: string
+}
+
+/**
+ * Apps and their live versions. `getLiveVersions` should return the same array instance
+ * while the live set is unchanged, so the compiled index is reused (it is cached by
+ * identity); return a new array after every deploy.
+ */
+export interface AppStore {
+  getApp(appId: string): MaybePromise<AppRecord | undefined>
+  getAppBySlug(slug: string): MaybePromise<AppRecord | undefined>
+  getLiveVersions(appId: string): MaybePromise<readonly string[]>
+  /**
+   * Makes `version` live by the versions rule (`applyDeploy`), atomically, and returns the
+   * new live set. Throws `DeployRefusedError` when the rule refuses it, `NotFoundError` for
+   * an unknown App.
+   */
+  deploy(appId: string, version: string): MaybePromise<readonly string[]>
+}
+
+/** Subscriptions: whether a user has an active subscription to an App (spec 2.3). */
+export interface SubscriptionStore {
+  isActive(userId: string, appId: string): MaybePromise<boolean>
+}
+
+/** An API token as stored. Holds the hash of the secret, never the secret. */
+export interface ApiTokenRecord {
+  readonly id: string
+  readonly userId: string
+  readonly name: string
+  /** SHA-256 (or HMAC-SHA-256) hex of the secret. */
+  readonly tokenHash: string
+  /** First 12 characters of the secret. */
+  readonly displayPrefix: string
+  /** App ids the token may reach; fixed at creation. */
+  readonly servers: readonly string[]
+  /** `null` when there is no allowlist. */
+  readonly allowedIps: readonly string[] | null
+  /** Epoch milliseconds. */
+  readonly expiresAt: number
+  readonly createdAt: number
+  readonly lastUsedAt: number | null
+  readonly revokedAt: number | null
+}
+
+/** The fields an edit may change (spec 2.1: name, expiration, IP allowlist). */
+export interface ApiTokenPatch {
+  name?: string
+  expiresAt?: number
+  allowedIps?: readonly string[] | null
+}
+
+/** Persistence of API tokens. Every method that changes a record is atomic. */
+export interface TokenStore {
+  insert(record: ApiTokenRecord): MaybePromise<void>
+  findByHash(tokenHash: string): MaybePromise<ApiTokenRecord | undefined>
+  get(id: string): MaybePromise<ApiTokenRecord | undefined>
+  listByUser(userId: string): MaybePromise<readonly ApiTokenRecord[]>
+  /** Applies `patch` unless the token is revoked; `undefined` when absent or revoked. */
+  update(id: string, patch: ApiTokenPatch): MaybePromise<ApiTokenRecord | undefined>
+  /**
+   * Replaces the secret's hash and display prefix, only if the token is not revoked and,
+   * when `expectedHash` is given, its current hash equals it (compare-and-swap, so two
+   * concurrent rotations by the same secret cannot both succeed).
+   */
+  rotate(
+    id: string,
+    next: { tokenHash: string; displayPrefix: string },
+    expectedHash?: string,
+  ): MaybePromise<ApiTokenRecord | undefined>
+  /** Marks one token revoked; `undefined` when absent (already revoked stays revoked). */
+  revoke(id: string, at: number): MaybePromise<ApiTokenRecord | undefined>
+  /** Revokes every active token of `userId`; returns the revoked records. */
+  revokeAllForUser(userId: string, at: number): MaybePromise<readonly ApiTokenRecord[]>
+  /** Records last-used times in one batch (coalesced by the token service). */
+  touch(lastUsed: ReadonlyMap<string, number>): MaybePromise<void>
+}
+
+/** What an MCP session is pinned to (DESIGN.md "Versions"). */
+export interface SessionPin {
+  readonly appId: string
+  readonly version: string
+  /** The identity (user id) that opened the session. */
+  readonly subject: string
+}
+
+/** `Mcp-Session-Id` → pin, with an idle TTL. */
+export interface SessionStore {
+  /** Returns the pin and restarts its idle TTL. */
+  get(sessionId: string, ttlMs: number): MaybePromise<SessionPin | undefined>
+  set(sessionId: string, pin: SessionPin, ttlMs: number): MaybePromise<void>
+  delete(sessionId: string): MaybePromise<void>
+}
+
+/** Fixed-window counters. One atomic round trip per request. */
+export interface RateLimitStore {
+  /**
+   * Adds one to the counter of `key` for the window that starts at `windowStart` and returns
+   * the new count; the counter expires when the window ends.
+   */
+  increment(key: string, windowStart: number, windowMs: number): MaybePromise<number>
+}
+
+/** A TTL cache for validation results (OAuth) and the like. Keys are hashes, never secrets. */
+export interface CacheStore<T> {
+  get(key: string): MaybePromise<T | undefined>
+  set(key: string, value: T, ttlMs: number): MaybePromise<void>
+  delete(key: string): MaybePromise<void>
+}
+
+/** An invalidation: a token's cached record must be dropped on every instance. */
+export interface InvalidationMessage {
+  readonly kind: 'token'
+  /** Hash of the secret that stopped working. */
+  readonly tokenHash: string
+}
+
+/** Broadcast of invalidations between instances (in-process by default, Redis pub/sub later). */
+export interface InvalidationBus {
+  publish(message: InvalidationMessage): MaybePromise<void>
+  /** Returns a function that unsubscribes. */
+  subscribe(listener: (message: InvalidationMessage) => void): () => void
+}

@@ -1,0 +1,199 @@
+/**
+ * Version paths, resolution and the deploy rule (spec section 9, DESIGN.md "Versions").
+ *
+ * Resolution runs on every request, so the live set is compiled once into a
+ * {@link VersionIndex} (highest version per major and per minor, the exact set) and each
+ * lookup is a constant number of map reads, whatever the number of live versions.
+ * @module
+ */
+import semver from 'semver'
+import { DeployRefusedError } from '../errors.js'
+
+/** What a request path asks for (spec 9.1). */
+export type VersionSelector =
+  | { readonly kind: 'latest' }
+  | { readonly kind: 'major'; readonly major: number }
+  | { readonly kind: 'minor'; readonly major: number; readonly minor: number }
+  | { readonly kind: 'exact'; readonly version: string }
+
+const LATEST: VersionSelector = Object.freeze({ kind: 'latest' })
+const NUM = '(0|[1-9]\\d{0,15})'
+const PRERELEASE_ID = '(?:0|[1-9]\\d*|\\d*[A-Za-z-][0-9A-Za-z-]*)'
+const VERSION_PATH = new RegExp(
+  `^/v${NUM}(?:\\.${NUM}(?:\\.${NUM}(-${PRERELEASE_ID}(?:\\.${PRERELEASE_ID})*)?)?)?/?$`,
+)
+
+/**
+ * Parses the App-relative path of an MCP request: `/` (or empty), `/v<major>`,
+ * `/v<major>.<minor>`, `/v<major>.<minor>.<patch>` and `/v<major>.<minor>.<patch>-<pre>`;
+ * a trailing slash is tolerated. Leading zeros, build metadata and anything else give
+ * `null` (404).
+ *
+ * @example
+ * ```ts
+ * parseVersionPath('/v1.2')  // { kind: 'minor', major: 1, minor: 2 }
+ * parseVersionPath('/v1.x')  // null
+ * ```
+ */
+export function parseVersionPath(path: string): VersionSelector | null {
+  if (path === '' || path === '/') return LATEST
+  if (path.length > 128 || path.charCodeAt(1) !== 118 /* v */) return null
+  const m = VERSION_PATH.exec(path)
+  if (!m) return null
+  const major = Number(m[1])
+  if (!Number.isSafeInteger(major)) return null
+  if (m[2] === undefined) return { kind: 'major', major }
+  const minor = Number(m[2])
+  if (!Number.isSafeInteger(minor)) return null
+  if (m[3] === undefined) return { kind: 'minor', major, minor }
+  if (!Number.isSafeInteger(Number(m[3]))) return null
+  return { kind: 'exact', version: `${m[1]}.${m[2]}.${m[3]}${m[4] ?? ''}` }
+}
+
+/** Text of a selector as it appeared in the URL, without the `v` (`'1.2'`, `'latest'`). */
+export function formatSelector(selector: VersionSelector): string {
+  switch (selector.kind) {
+    case 'latest':
+      return 'latest'
+    case 'major':
+      return String(selector.major)
+    case 'minor':
+      return `${selector.major}.${selector.minor}`
+    case 'exact':
+      return selector.version
+  }
+}
+
+interface MajorLine {
+  highest: string
+  minors: Map<number, string>
+}
+
+/** A live set compiled for constant-time resolution. Build with {@link compileVersions}. */
+export interface VersionIndex {
+  /** The live versions, sorted ascending by semver precedence. */
+  readonly live: readonly string[]
+  /**
+   * `X-MCP-Latest-Version`: the highest live release; when only pre-releases are live, the
+   * highest of those; `null` when nothing is live.
+   */
+  readonly latest: string | null
+  /** @internal */
+  readonly majors: ReadonlyMap<number, MajorLine>
+  /** @internal */
+  readonly exact: ReadonlySet<string>
+}
+
+/**
+ * Compiles a live set. Invalid entries throw a `RangeError` (a store must never hold one).
+ *
+ * @example
+ * ```ts
+ * const index = compileVersions(['1.0.3', '1.1.0', '2.0.0-rc.1'])
+ * resolveVersion(index, { kind: 'major', major: 1 }) // '1.1.0'
+ * index.latest                                       // '1.1.0'
+ * ```
+ */
+export function compileVersions(live: readonly string[]): VersionIndex {
+  const parsed = live.map((v) => {
+    const p = semver.parse(v)
+    if (!p || p.build.length > 0) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+    return p
+  })
+  parsed.sort(semver.compare)
+  const majors = new Map<number, MajorLine>()
+  let latestRelease: string | null = null
+  for (const p of parsed) {
+    if (p.prerelease.length > 0) continue
+    const v = p.version
+    latestRelease = v // ascending order: the last release wins
+    let line = majors.get(p.major)
+    if (!line) majors.set(p.major, (line = { highest: v, minors: new Map() }))
+    line.highest = v
+    line.minors.set(p.minor, v)
+  }
+  const sorted = parsed.map((p) => p.version)
+  return {
+    live: sorted,
+    latest: latestRelease ?? sorted[sorted.length - 1] ?? null,
+    majors,
+    exact: new Set(sorted),
+  }
+}
+
+/**
+ * Resolves a selector against a compiled live set (spec 9.1, 9.2): exact → that version only
+ * (never another); minor → highest live patch of the minor; major → highest live version of
+ * the major; latest → highest live version. Pre-releases are reached only by exact URL.
+ * `null` when nothing live matches (404).
+ */
+export function resolveVersion(index: VersionIndex, selector: VersionSelector): string | null {
+  switch (selector.kind) {
+    case 'latest': {
+      const latest = index.latest
+      return latest !== null && index.majors.size > 0 ? latest : null
+    }
+    case 'major':
+      return index.majors.get(selector.major)?.highest ?? null
+    case 'minor':
+      return index.majors.get(selector.major)?.minors.get(selector.minor) ?? null
+    case 'exact':
+      return index.exact.has(selector.version) ? selector.version : null
+  }
+}
+
+/**
+ * The deploy rule of DESIGN.md as one pure function: (live set, new version) → new live set.
+ *
+ * - A release `x.y.z` replaces the live release of `x.y`; a release lower than or equal to
+ *   it is refused. Live pre-releases of `x.y` at or below `x.y.z` are retired with it.
+ *   A live pre-release above `x.y.z` stays live beside it.
+ * - A pre-release `x.y.z-p` is live beside the release of its minor, replaces an older
+ *   pre-release of that minor, and is refused when it is not above both.
+ * - Build metadata is refused (`+build` has no precedence, so it cannot order deploys).
+ *
+ * @throws {DeployRefusedError} naming the rule that refused it.
+ * @example
+ * ```ts
+ * applyDeploy(['1.2.3'], '1.2.4') // ['1.2.4']
+ * applyDeploy(['1.2.3'], '1.3.0') // ['1.2.3', '1.3.0']
+ * applyDeploy(['1.2.3'], '1.2.2') // throws DeployRefusedError
+ * ```
+ */
+export function applyDeploy(live: readonly string[], version: string): string[] {
+  const next = semver.parse(version)
+  if (!next || next.build.length > 0 || next.version !== version) {
+    throw new DeployRefusedError(
+      version,
+      `${JSON.stringify(version)} is not a semantic version <major>.<minor>.<patch>[-prerelease] without build metadata`,
+    )
+  }
+  const isPre = next.prerelease.length > 0
+  const kept: string[] = []
+  for (const v of live) {
+    const p = semver.parse(v)
+    if (!p) throw new RangeError(`live set holds an invalid version: ${JSON.stringify(v)}`)
+    const sameMinor = p.major === next.major && p.minor === next.minor
+    if (!sameMinor) {
+      kept.push(v)
+      continue
+    }
+    const livePre = p.prerelease.length > 0
+    if (semver.gte(p, next)) {
+      // A hotfix release may land below a pre-release already live in its minor.
+      if (!isPre && livePre) {
+        kept.push(v)
+        continue
+      }
+      throw new DeployRefusedError(
+        version,
+        `cannot deploy ${version}: ${v} is live in ${next.major}.${next.minor} and a deploy must be higher than it`,
+      )
+    }
+    // Lower than the new version: a release is replaced by a release; a pre-release is
+    // replaced by anything newer in its minor. A live release survives a newer pre-release.
+    if (isPre && !livePre) kept.push(v)
+  }
+  kept.push(version)
+  return kept.sort(semver.compare)
+}

@@ -1,0 +1,150 @@
+/**
+ * Error classes of mcp-dispatch.
+ *
+ * Every error the library throws on purpose extends {@link DispatchError}, which carries a
+ * stable string `code`, the HTTP `status` an adapter should answer with, and the JSON-RPC
+ * `rpcCode` of the body. Adapters only serialize; they never decide.
+ *
+ * Misconfiguration (bad options at construction) throws {@link ConfigurationError}, a coded
+ * `TypeError`, when the middleware is created, never on the first request.
+ *
+ * @example
+ * ```ts
+ * try {
+ *   await tokens.update(id, { servers: ['x'] })
+ * } catch (err) {
+ *   if (err instanceof DispatchError && err.code === 'ERR_INVALID_INPUT') {
+ *     // err.status === 400, err.field === 'servers'
+ *   }
+ * }
+ * ```
+ * @module
+ */
+
+/** Stable codes of the errors thrown by mcp-dispatch. */
+export type DispatchErrorCode =
+  | 'ERR_INVALID_INPUT'
+  | 'ERR_NOT_FOUND'
+  | 'ERR_FORBIDDEN'
+  | 'ERR_UNAUTHORIZED'
+  | 'ERR_CSRF'
+  | 'ERR_TOKEN_INACTIVE'
+  | 'ERR_DEPLOY_REFUSED'
+  | 'ERR_STORE_UNAVAILABLE'
+  | 'ERR_AUTHORIZATION_SERVER_UNAVAILABLE'
+  | 'ERR_UPSTREAM'
+
+/** Base class of every error mcp-dispatch throws on purpose. */
+export class DispatchError extends Error {
+  /** Stable, machine-readable code. */
+  readonly code: DispatchErrorCode
+  /** HTTP status an adapter answers with. */
+  readonly status: number
+  /** JSON-RPC error code used where the error becomes a JSON-RPC body. */
+  readonly rpcCode: number
+
+  constructor(code: DispatchErrorCode, status: number, rpcCode: number, message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = new.target.name
+    this.code = code
+    this.status = status
+    this.rpcCode = rpcCode
+  }
+}
+
+/** Bad input to a library call or the token API: 400, names the offending field. */
+export class InvalidInputError extends DispatchError {
+  /** Dotted path of the offending field, e.g. `allowed_ips.1`. */
+  readonly field: string
+  constructor(field: string, message: string) {
+    super('ERR_INVALID_INPUT', 400, -32602, `${field}: ${message}`)
+    this.field = field
+  }
+}
+
+/** A record (token, App, session) does not exist or is not visible to the caller: 404. */
+export class NotFoundError extends DispatchError {
+  constructor(message = 'Not found') {
+    super('ERR_NOT_FOUND', 404, -32004, message)
+  }
+}
+
+/** The caller is authenticated but may not perform this operation: 403. */
+export class ForbiddenError extends DispatchError {
+  constructor(message = 'Forbidden') {
+    super('ERR_FORBIDDEN', 403, -32003, message)
+  }
+}
+
+/** The caller is not authenticated: 401. */
+export class UnauthorizedError extends DispatchError {
+  constructor(message = 'Unauthorized') {
+    super('ERR_UNAUTHORIZED', 401, -32001, message)
+  }
+}
+
+/** A cookie-authenticated write failed the platform's CSRF check: 403. */
+export class CsrfError extends DispatchError {
+  constructor() {
+    super('ERR_CSRF', 403, -32003, 'CSRF check failed')
+  }
+}
+
+/** The token is expired or revoked, so it cannot be changed any more: 409. */
+export class TokenInactiveError extends DispatchError {
+  constructor(state: 'expired' | 'revoked') {
+    super('ERR_TOKEN_INACTIVE', 409, -32600, `Token is ${state}`)
+  }
+}
+
+/** The versions rule refused a deploy (lower or equal patch, invalid version): 409. */
+export class DeployRefusedError extends DispatchError {
+  /** The version that was refused. */
+  readonly version: string
+  constructor(version: string, message: string) {
+    super('ERR_DEPLOY_REFUSED', 409, -32600, message)
+    this.version = version
+  }
+}
+
+/** A store needed to decide could not answer: 503, never a silent allow. */
+export class StoreUnavailableError extends DispatchError {
+  constructor(store: string, options?: { cause?: unknown }) {
+    super('ERR_STORE_UNAVAILABLE', 503, -32005, `${store} store unavailable`, options)
+  }
+}
+
+/** The authorization server is unhealthy (breaker open, retries spent): 503. */
+export class AuthorizationServerUnavailableError extends DispatchError {
+  /** Seconds after which a retry may succeed. */
+  readonly retryAfter: number
+  constructor(retryAfter: number, options?: { cause?: unknown }) {
+    super('ERR_AUTHORIZATION_SERVER_UNAVAILABLE', 503, -32005, 'Authorization server unavailable', options)
+    this.retryAfter = retryAfter
+  }
+}
+
+/** An upstream App (proxy handler) failed or timed out: 502 or 504. */
+export class UpstreamError extends DispatchError {
+  constructor(status: 502 | 504, message: string, options?: { cause?: unknown }) {
+    super('ERR_UPSTREAM', status, -32000, message, options)
+  }
+}
+
+/** Codes of {@link ConfigurationError}. */
+export type ConfigurationErrorCode = 'ERR_INVALID_OPTION'
+
+/**
+ * Thrown at construction time when options are missing or invalid. A `TypeError`, so it is
+ * a programming mistake, not a request failure.
+ */
+export class ConfigurationError extends TypeError {
+  readonly code: ConfigurationErrorCode = 'ERR_INVALID_OPTION'
+  /** The option at fault, dotted. */
+  readonly option: string
+  constructor(option: string, message: string) {
+    super(`mcp-dispatch: option "${option}" ${message}`)
+    this.name = 'ConfigurationError'
+    this.option = option
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * mcp-dispatch: the dispatch layer for hosted MCP servers.
+ *
+ * The root entry holds the framework-agnostic core (pure functions), the pipeline, the
+ * token service and the in-memory stores. Adapters live in `mcp-dispatch/web`,
+ * `mcp-dispatch/express` and `mcp-dispatch/fastify`; database-backed stores in their own
+ * subpaths. Nothing here imports a framework or a database client.
+ * @module
+ */
+
+// Errors
+export {
+  AuthorizationServerUnavailableError,
+  ConfigurationError,
+  CsrfError,
+  DeployRefusedError,
+  DispatchError,
+  ForbiddenError,
+  InvalidInputError,
+  NotFoundError,
+  StoreUnavailableError,
+  TokenInactiveError,
+  UnauthorizedError,
+  UpstreamError,
+} from './errors.js'
+export type { ConfigurationErrorCode, DispatchErrorCode } from './errors.js'
+
+// Core: pure functions
+export {
+  API_TOKEN_LENGTH,
+  DEFAULT_TOKEN_PREFIX,
+  DISPLAY_PREFIX_LENGTH,
+  checkApiTokenFormat,
+  displayPrefix,
+  generateApiToken,
+  hashApiToken,
+  hashesEqual,
+  parseApiToken,
+} from './core/api-token.js'
+export type { ApiTokenFormatError, ParsedApiToken, RandomBytes } from './core/api-token.js'
+export { MAX_BEARER_LENGTH, parseBearerToken } from './core/authorization-header.js'
+export type { BearerParseResult } from './core/authorization-header.js'
+export { compileTrustProxy, resolveClientAddress } from './core/client-address.js'
+export type { CompiledTrustProxy, TrustProxy } from './core/client-address.js'
+export { checkIpAllowlist, compileAllowlist, ipInRange, parseCidr, parseIp, validateAllowlist } from './core/ip.js'
+export type { CidrError, CompiledAllowlist, IpRange, IpWords } from './core/ip.js'
+export {
+  DEFAULT_SCOPES_SUPPORTED,
+  PROTECTED_RESOURCE_METADATA_PATH,
+  buildProtectedResourceMetadata,
+} from './core/metadata.js'
+export type { ProtectedResourceMetadata, ProtectedResourceMetadataOptions } from './core/metadata.js'
+export { WINDOWS, rateLimitDecision, rateLimitHeaders, windowStart } from './core/rate-limit.js'
+export type { RateLimitPolicy, RateLimitResult, WindowType } from './core/rate-limit.js'
+export {
+  RpcCode,
+  authorizationServerUnavailableReply,
+  buildWwwAuthenticate,
+  forbiddenReply,
+  ipNotAllowedReply,
+  jsonRpcErrorReply,
+  methodNotAllowedReply,
+  notFoundReply,
+  paymentRequiredReply,
+  rateLimitedReply,
+  serviceUnavailableReply,
+  sessionNotFoundReply,
+  unauthorizedReply,
+  versionNotFoundReply,
+} from './core/reply.js'
+export type { JsonRpcErrorObject, RateLimitedInfo, Reply, UnauthorizedReplyOptions } from './core/reply.js'
+export { applyDeploy, compileVersions, formatSelector, parseVersionPath, resolveVersion } from './core/versions.js'
+export type { VersionIndex, VersionSelector } from './core/versions.js'
+
+// Store interfaces and in-memory stores
+export type {
+  ApiTokenPatch,
+  ApiTokenRecord,
+  AppRecord,
+  AppStore,
+  CacheStore,
+  InvalidationBus,
+  InvalidationMessage,
+  MaybePromise,
+  RateLimitStore,
+  SessionPin,
+  SessionStore,
+  SubscriptionStore,
+  TokenStore,
+} from './core/stores.js'
+export {
+  createMemoryAppStore,
+  createMemoryCacheStore,
+  createMemoryInvalidationBus,
+  createMemoryRateLimitStore,
+  createMemorySessionStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+} from './stores/memory/index.js'
+export type {
+  Clock,
+  MemoryAppSeed,
+  MemoryAppStore,
+  MemorySubscriptionStore,
+  MemoryTtlStoreOptions,
+} from './stores/memory/index.js'
+
+// Tokens
+export { MAX_TOKEN_LIFETIME_MS, TOKEN_LIFETIMES_DAYS, createTokenService } from './tokens/token-service.js'
+export type {
+  ApiTokenSecretView,
+  ApiTokenStatus,
+  ApiTokenView,
+  CreateTokenInput,
+  RotateCaller,
+  TokenAuthResult,
+  TokenScopeView,
+  TokenService,
+  TokenServiceOptions,
+  UpdateTokenInput,
+} from './tokens/token-service.js'
+
+// OAuth seam
+export type { AccessTokenInfo, AccessTokenResult, AccessTokenValidator } from './auth/access-token-validator.js'
+
+// Pipeline
+export { createDispatcher } from './pipeline/dispatcher.js'
+export type {
+  Decision,
+  DispatchContext,
+  DispatchOutcome,
+  DispatchRequest,
+  Dispatcher,
+  DispatcherOptions,
+  Identity,
+} from './pipeline/dispatcher.js'
+
+// Token-management HTTP API (web-standard)
+export { createTokenApi } from './tokens/token-api.js'
+export type { TokenApiOptions, TokenApiSession } from './tokens/token-api.js'

@@ -1,0 +1,501 @@
+/**
+ * The dispatch pipeline (DESIGN.md "Request pipeline"; spec sections 4.1, 5, 7, 9).
+ *
+ * `decide` takes the method, path, headers and client address of a request (never the body)
+ * and returns a value: either a {@link Reply} to send as is, or the context to dispatch
+ * with, plus the headers to stamp on the handler's response. Adapters only translate.
+ * @module
+ */
+import type { AccessTokenValidator } from '../auth/access-token-validator.js'
+import { parseBearerToken } from '../core/authorization-header.js'
+import { checkIpAllowlist } from '../core/ip.js'
+import {
+  PROTECTED_RESOURCE_METADATA_PATH,
+  type ProtectedResourceMetadata,
+  buildProtectedResourceMetadata,
+} from '../core/metadata.js'
+import {
+  type RateLimitPolicy,
+  type RateLimitResult,
+  WINDOWS,
+  assertRateLimitPolicy,
+  rateLimitDecision,
+  rateLimitHeaders,
+  windowStart,
+} from '../core/rate-limit.js'
+import {
+  type Reply,
+  authorizationServerUnavailableReply,
+  forbiddenReply,
+  ipNotAllowedReply,
+  methodNotAllowedReply,
+  notFoundReply,
+  originNotAllowedReply,
+  paymentRequiredReply,
+  rateLimitedReply,
+  serviceUnavailableReply,
+  sessionNotFoundReply,
+  unauthorizedReply,
+  versionNotFoundReply,
+} from '../core/reply.js'
+import type {
+  AppRecord,
+  AppStore,
+  MaybePromise,
+  RateLimitStore,
+  SessionPin,
+  SessionStore,
+  SubscriptionStore,
+} from '../core/stores.js'
+import {
+  type VersionIndex,
+  type VersionSelector,
+  compileVersions,
+  formatSelector,
+  parseVersionPath,
+  resolveVersion,
+} from '../core/versions.js'
+import { AuthorizationServerUnavailableError, ConfigurationError } from '../errors.js'
+import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
+import type { TokenService } from '../tokens/token-service.js'
+
+/** A request as the dispatcher sees it: no body, ever. */
+export interface DispatchRequest {
+  /** HTTP method, upper case. */
+  readonly method: string
+  /** Path of the request URL (no query string), including any mount `basePath`. */
+  readonly path: string
+  /** `Host` of the request, with port (`weather.localhost:8787`). */
+  readonly host: string | undefined
+  /** Scheme and host as the client addressed them: `https://weather.example.com`. */
+  readonly origin: string
+  /** Header lookup by lower-case name (`Headers` fits). */
+  readonly headers: { get(name: string): string | null | undefined }
+  /** Address of the client, already resolved through trusted proxies by the adapter. */
+  readonly clientAddress: string | undefined
+}
+
+/** Who is calling, once authenticated. */
+export interface Identity {
+  /** User id: an API token's owner or the OAuth `sub`. Used for 402, rate limits, pins. */
+  readonly subject: string
+  /** How the caller authenticated. */
+  readonly method: 'api_token' | 'oauth'
+  /** API-token id, for `method: 'api_token'`. */
+  readonly tokenId?: string
+  /** OAuth client id, when known. */
+  readonly clientId?: string
+  /** OAuth scopes, when known. */
+  readonly scopes?: readonly string[]
+}
+
+/** What the handler of a dispatched request is told. */
+export interface DispatchContext {
+  readonly app: AppRecord
+  readonly identity: Identity
+  /** The version to serve (`X-MCP-Version`). */
+  readonly version: string
+  /** Latest deployed version of the App (`X-MCP-Latest-Version`). */
+  readonly latestVersion: string
+  /** `Mcp-Session-Id` of the request, when it belongs to a session. */
+  readonly sessionId: string | undefined
+  /** The App address (`{base_url}`), as used in the metadata `resource`. */
+  readonly baseUrl: string
+  /** The rate-limit decision, when a limit applies. */
+  readonly rateLimit: RateLimitResult | undefined
+}
+
+/** What happened to a dispatched request, reported by the adapter after the handler answered. */
+export interface DispatchOutcome {
+  /** Status of the handler's response. */
+  readonly status: number
+  /** `Mcp-Session-Id` header of the handler's response, if any. */
+  readonly sessionId: string | null | undefined
+}
+
+/** The decision for one request. */
+export type Decision =
+  | { readonly type: 'reply'; readonly reply: Reply }
+  | {
+      readonly type: 'dispatch'
+      readonly context: DispatchContext
+      /** Headers to add to the handler's response (version, rate limit, CORS). */
+      readonly headers: Readonly<Record<string, string>>
+      /**
+       * Must be called once the handler's response head is known: pins a new session to the
+       * version, ends the pin after DELETE. Await it before sending the response, so the next
+       * request of the session finds the pin on every instance.
+       */
+      complete(outcome: DispatchOutcome): Promise<void>
+    }
+
+/** Options of {@link createDispatcher}. */
+export interface DispatcherOptions {
+  /** Apps and live versions. */
+  apps: AppStore
+  /** Active subscriptions (402). */
+  subscriptions: SubscriptionStore
+  /** API tokens (`svc_…`). */
+  tokens: TokenService
+  /** OAuth access-token validation; without it, OAuth tokens are refused with 401. */
+  oauth?: AccessTokenValidator
+  /** Authorization servers named in the metadata (spec 2.2). */
+  authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
+  /** `scopes_supported` of the metadata; default `openid profile email`. */
+  scopesSupported?: readonly string[]
+  /**
+   * Finds the App of a request. Default: the first label of the host is the App slug
+   * (`weather.example.com` → `weather`).
+   */
+  resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
+  /** The App address for a request. Default: `origin + basePath`. */
+  baseUrl?: (request: DispatchRequest, app: AppRecord) => string
+  /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
+  basePath?: string
+  /** Session pins; default in memory. Use a shared store when instances share sessions. */
+  sessions?: SessionStore
+  /** Idle lifetime of a session pin; default 1 hour. */
+  sessionTtlMs?: number
+  /** Rate limiting; no limit when absent. */
+  rateLimit?: {
+    /** Counters; default in memory. */
+    store?: RateLimitStore
+    /** The limit for a caller on an App, or `undefined` for none. */
+    policy: (identity: Identity, app: AppRecord) => MaybePromise<RateLimitPolicy | undefined>
+    /** Serve when the counter store fails (default `true`, logged through `onError`). */
+    failOpen?: boolean
+  }
+  /**
+   * Allowed `Origin` values. When set, a request whose `Origin` is not listed gets 403
+   * (MCP transport, DNS rebinding). Requests without `Origin` are not browser requests and pass.
+   */
+  allowedOrigins?: readonly string[]
+  /** Send CORS headers so browser-based MCP clients can read responses. Default `true`. */
+  cors?: boolean
+  /** Clock, epoch ms. Default `Date.now`. */
+  now?: () => number
+  /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). */
+  onError?: (error: unknown, context: string) => void
+}
+
+/** The dispatch pipeline. Create with {@link createDispatcher}. */
+export interface Dispatcher {
+  /** Decides what to do with one request (DESIGN.md pipeline, steps 1 to 6). */
+  decide(request: DispatchRequest): Promise<Decision>
+  /** The protected-resource metadata of an App at a base URL (spec 2.2). */
+  metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata
+  /** The path the dispatcher is mounted under. */
+  readonly basePath: string
+}
+
+const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
+const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy'
+const ALLOW_HEADERS = 'Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID'
+const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
+
+class StoreFailure {
+  constructor(
+    readonly store: string,
+    readonly error: unknown,
+  ) {}
+}
+
+/**
+ * Creates the dispatch pipeline.
+ *
+ * @example
+ * ```ts
+ * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers: ['https://auth.example.com'] })
+ * const decision = await dispatcher.decide(request)
+ * if (decision.type === 'reply') return send(decision.reply)
+ * ```
+ */
+export function createDispatcher(options: DispatcherOptions): Dispatcher {
+  for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
+    if (!options[key]) throw new ConfigurationError(key, 'is required')
+  }
+  const { apps, subscriptions, tokens, oauth } = options
+  const now = options.now ?? Date.now
+  const onError = options.onError ?? (() => {})
+  const sessions = options.sessions ?? createMemorySessionStore({ now })
+  const sessionTtlMs = options.sessionTtlMs ?? 3_600_000
+  if (!(sessionTtlMs > 0)) throw new ConfigurationError('sessionTtlMs', 'must be a positive number of milliseconds')
+  const basePath = (options.basePath ?? '').replace(/\/+$/, '')
+  if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
+  const rateLimit = options.rateLimit
+  if (rateLimit && typeof rateLimit.policy !== 'function') {
+    throw new ConfigurationError('rateLimit.policy', 'must be a function')
+  }
+  const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore()) : undefined
+  const failOpen = rateLimit?.failOpen ?? true
+  const cors = options.cors ?? true
+  const allowedOrigins = options.allowedOrigins ? new Set(options.allowedOrigins) : undefined
+  const authServers = options.authorizationServers ?? []
+  if (typeof authServers !== 'function') {
+    for (const url of authServers) {
+      if (!URL.canParse(url)) throw new ConfigurationError('authorizationServers', `holds an invalid URL ${JSON.stringify(url)}`)
+    }
+  }
+  const resolveApp =
+    options.resolveApp ??
+    ((request: DispatchRequest) => {
+      const host = request.host
+      if (!host) return undefined
+      const dot = host.indexOf('.')
+      if (dot <= 0) return undefined
+      const slug = host.slice(0, dot).toLowerCase()
+      return SLUG.test(slug) ? apps.getAppBySlug(slug) : undefined
+    })
+  const baseUrlOf = options.baseUrl ?? ((request: DispatchRequest) => request.origin + basePath)
+  const indexes = new WeakMap<readonly string[], VersionIndex>()
+
+  function indexOf(live: readonly string[]): VersionIndex {
+    let index = indexes.get(live)
+    if (!index) indexes.set(live, (index = compileVersions(live)))
+    return index
+  }
+
+  function metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata {
+    return buildProtectedResourceMetadata({
+      resource: baseUrl,
+      authorizationServers: typeof authServers === 'function' ? authServers(app) : authServers,
+      resourceName: app.name,
+      ...(options.scopesSupported && { scopesSupported: options.scopesSupported }),
+    })
+  }
+
+  async function call<T>(store: string, fn: () => MaybePromise<T>): Promise<T> {
+    try {
+      return await fn()
+    } catch (error) {
+      throw new StoreFailure(store, error)
+    }
+  }
+
+  /** CORS headers for a request, or `undefined` when none are due. */
+  function corsHeaders(origin: string | null | undefined): Record<string, string> | undefined {
+    if (!cors || !origin) return undefined
+    return allowedOrigins
+      ? { 'access-control-allow-origin': origin, vary: 'Origin', 'access-control-expose-headers': EXPOSE_HEADERS }
+      : { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS }
+  }
+
+  function reply(reply: Reply, origin: string | null | undefined): Decision {
+    const extra = corsHeaders(origin)
+    return { type: 'reply', reply: extra ? { ...reply, headers: { ...reply.headers, ...extra } } : reply }
+  }
+
+  function metadataReply(request: DispatchRequest, app: AppRecord, suffix: string): Reply {
+    if (request.method === 'OPTIONS') return preflight('*')
+    if (request.method !== 'GET' && request.method !== 'HEAD') return methodNotAllowedReply('GET, HEAD, OPTIONS')
+    const doc = metadata(app, baseUrlOf(request, app) + suffix)
+    return {
+      status: 200,
+      headers: {
+        'content-type': 'application/json',
+        'cache-control': 'public, max-age=3600',
+        'access-control-allow-origin': '*',
+      },
+      body: request.method === 'HEAD' ? null : JSON.stringify(doc),
+    }
+  }
+
+  function preflight(origin: string): Reply {
+    return {
+      status: 204,
+      headers: {
+        'access-control-allow-origin': origin,
+        'access-control-allow-methods': ALLOWED_METHODS,
+        'access-control-allow-headers': ALLOW_HEADERS,
+        'access-control-expose-headers': EXPOSE_HEADERS,
+        'access-control-max-age': '86400',
+        ...(origin !== '*' && { vary: 'Origin' }),
+      },
+      body: null,
+    }
+  }
+
+  function pinMatches(pin: SessionPin, app: AppRecord, identity: Identity, selector: VersionSelector): boolean {
+    if (pin.appId !== app.id || pin.subject !== identity.subject) return false
+    switch (selector.kind) {
+      case 'latest':
+        return true
+      case 'exact':
+        return pin.version === selector.version
+      default: {
+        const [major, minor] = pin.version.split('.', 2).map(Number)
+        return major === selector.major && (selector.kind === 'major' || minor === selector.minor)
+      }
+    }
+  }
+
+  async function authenticate(
+    request: DispatchRequest,
+    app: AppRecord,
+  ): Promise<{ identity: Identity } | { reply: Reply }> {
+    const parsed = parseBearerToken(request.headers.get('authorization'))
+    const challenge = (invalidToken: boolean) =>
+      unauthorizedReply({
+        resourceMetadataUrl: baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH,
+        invalidToken,
+      })
+    if (parsed.kind === 'missing') return { reply: challenge(false) }
+    if (parsed.kind === 'invalid') return { reply: challenge(true) }
+    const token = parsed.token
+    if (token.startsWith(tokens.prefix)) {
+      const auth = await call('token', () => tokens.authenticate(token))
+      if (!auth.ok) return { reply: challenge(true) }
+      if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return { reply: ipNotAllowedReply() }
+      if (!auth.record.servers.includes(app.id)) return { reply: forbiddenReply() }
+      return { identity: { subject: auth.record.userId, method: 'api_token', tokenId: auth.record.id } }
+    }
+    if (!oauth) return { reply: challenge(true) }
+    let result
+    try {
+      result = await oauth.validate(token)
+    } catch (error) {
+      if (error instanceof AuthorizationServerUnavailableError) {
+        return { reply: authorizationServerUnavailableReply(error.retryAfter) }
+      }
+      throw new StoreFailure('oauth', error)
+    }
+    if (!result.active) return { reply: challenge(true) }
+    const info = result.info
+    return {
+      identity: {
+        subject: info.subject,
+        method: 'oauth',
+        ...(info.clientId !== undefined && { clientId: info.clientId }),
+        ...(info.scopes !== undefined && { scopes: info.scopes }),
+      },
+    }
+  }
+
+  async function applyRateLimit(identity: Identity, app: AppRecord): Promise<RateLimitResult | Reply | undefined> {
+    if (!rateLimit || !counters) return undefined
+    const policy = await rateLimit.policy(identity, app)
+    if (!policy) return undefined
+    assertRateLimitPolicy(policy, 'rateLimit.policy result')
+    const windowMs = WINDOWS[policy.windowType]
+    const at = now()
+    const start = windowStart(at, windowMs)
+    let count: number
+    try {
+      count = await counters.increment(`${app.id}\u0000${identity.subject}\u0000${policy.windowType}`, start, windowMs)
+    } catch (error) {
+      if (!failOpen) throw new StoreFailure('rate-limit', error)
+      onError(error, 'rate-limit store failed; serving (failOpen)')
+      return undefined
+    }
+    const result = rateLimitDecision(count, policy, start + windowMs, at)
+    return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
+  }
+
+  async function decide(request: DispatchRequest): Promise<Decision> {
+    const origin = request.headers.get('origin')
+    // Step 1: mount, App, path, method, origin.
+    let path = request.path
+    if (basePath !== '') {
+      if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
+        return reply(notFoundReply(), origin)
+      }
+      path = path.slice(basePath.length)
+    }
+    const app = await call('apps', () => resolveApp(request))
+    if (!app) return reply(notFoundReply(), origin)
+    if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
+      const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
+      // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
+      if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
+        return { type: 'reply', reply: metadataReply(request, app, suffix) }
+      }
+      return reply(notFoundReply(), origin)
+    }
+    const selector = parseVersionPath(path)
+    if (!selector) return reply(notFoundReply(), origin)
+    if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+    const method = request.method
+    if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*') }
+    if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
+      return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
+    }
+
+    // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
+    const auth = await authenticate(request, app)
+    if ('reply' in auth) return reply(auth.reply, origin)
+    const identity = auth.identity
+
+    // Step 4: subscription.
+    if (!(await call('subscriptions', () => subscriptions.isActive(identity.subject, app.id)))) {
+      return reply(paymentRequiredReply(), origin)
+    }
+
+    // Step 5: rate limit.
+    const limited = await applyRateLimit(identity, app)
+    if (limited !== undefined && 'status' in limited) return reply(limited, origin)
+
+    // Step 6: version, from the session pin or resolved anew.
+    const index = indexOf(await call('apps', () => apps.getLiveVersions(app.id)))
+    const sessionId = request.headers.get('mcp-session-id') ?? undefined
+    let version: string | null
+    if (sessionId !== undefined) {
+      if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), origin)
+      const pin = await call('sessions', () => sessions.get(sessionId, sessionTtlMs))
+      if (!pin || !pinMatches(pin, app, identity, selector)) return reply(sessionNotFoundReply(), origin)
+      version = pin.version
+    } else {
+      version = resolveVersion(index, selector)
+      if (version === null) return reply(versionNotFoundReply(formatSelector(selector), index.latest), origin)
+    }
+    const latestVersion = index.latest ?? version
+
+    const headers: Record<string, string> = { 'x-mcp-version': version, 'x-mcp-latest-version': latestVersion }
+    if (limited !== undefined) Object.assign(headers, rateLimitHeaders(limited))
+    const extra = corsHeaders(origin)
+    if (extra) Object.assign(headers, extra)
+    const pinnedVersion = version
+    return {
+      type: 'dispatch',
+      context: {
+        app,
+        identity,
+        version,
+        latestVersion,
+        sessionId,
+        baseUrl: baseUrlOf(request, app),
+        rateLimit: limited,
+      },
+      headers,
+      async complete(outcome) {
+        try {
+          if (sessionId === undefined) {
+            const assigned = outcome.sessionId
+            if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
+              await sessions.set(assigned, { appId: app.id, version: pinnedVersion, subject: identity.subject }, sessionTtlMs)
+            }
+          } else if ((method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
+            // DELETE ended the session, or the handler no longer knows it: end the pin too.
+            await sessions.delete(sessionId)
+          }
+        } catch (error) {
+          onError(error, 'session store')
+        }
+      },
+    }
+  }
+
+  return {
+    basePath,
+    metadata,
+    async decide(request) {
+      try {
+        return await decide(request)
+      } catch (error) {
+        const failure = error instanceof StoreFailure ? error : new StoreFailure('callback', error)
+        onError(failure.error, `${failure.store} failed`)
+        return reply(serviceUnavailableReply(), request.headers.get('origin'))
+      }
+    },
+  }
+}

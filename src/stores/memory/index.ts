@@ -1,0 +1,255 @@
+/**
+ * In-memory stores: the defaults, for one process. Bounded where growth is driven by
+ * callers (`lru-cache`), and driven by an injectable clock so expiry is testable without
+ * sleeping. State that must be shared between instances belongs in the Redis and
+ * PostgreSQL stores.
+ * @module
+ */
+import { LRUCache } from 'lru-cache'
+import { applyDeploy } from '../../core/versions.js'
+import { NotFoundError } from '../../errors.js'
+import type {
+  ApiTokenPatch,
+  ApiTokenRecord,
+  AppRecord,
+  AppStore,
+  CacheStore,
+  InvalidationBus,
+  InvalidationMessage,
+  RateLimitStore,
+  SessionPin,
+  SessionStore,
+  SubscriptionStore,
+  TokenStore,
+} from '../../core/stores.js'
+
+/** A clock in epoch milliseconds. */
+export type Clock = () => number
+
+/** An App with its initial live versions, for {@link createMemoryAppStore}. */
+export interface MemoryAppSeed extends AppRecord {
+  /** Versions deployed in this order through the versions rule. */
+  readonly versions?: readonly string[]
+}
+
+/** The in-memory App store, with `addApp` for platforms that seed it. */
+export interface MemoryAppStore extends AppStore {
+  addApp(app: MemoryAppSeed): void
+}
+
+/**
+ * In-memory apps and live versions. Seeded versions go through the same deploy rule as
+ * later deploys, so a seed cannot hold a state that a deploy could not reach.
+ *
+ * @example
+ * ```ts
+ * const apps = createMemoryAppStore([{ id: 'app_1', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+ * apps.deploy('app_1', '1.0.1') // ['1.0.1']
+ * ```
+ */
+export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): MemoryAppStore {
+  const byId = new Map<string, AppRecord>()
+  const bySlug = new Map<string, AppRecord>()
+  const live = new Map<string, readonly string[]>()
+  const EMPTY: readonly string[] = Object.freeze([])
+  const store: MemoryAppStore = {
+    addApp(app) {
+      if (byId.has(app.id)) throw new TypeError(`mcp-dispatch: duplicate App id ${JSON.stringify(app.id)}`)
+      if (bySlug.has(app.slug)) throw new TypeError(`mcp-dispatch: duplicate App slug ${JSON.stringify(app.slug)}`)
+      const record: AppRecord = Object.freeze({ id: app.id, slug: app.slug, name: app.name })
+      byId.set(app.id, record)
+      bySlug.set(app.slug, record)
+      live.set(app.id, EMPTY)
+      for (const v of app.versions ?? []) store.deploy(app.id, v)
+    },
+    getApp: (id) => byId.get(id),
+    getAppBySlug: (slug) => bySlug.get(slug),
+    getLiveVersions: (id) => live.get(id) ?? EMPTY,
+    deploy(appId, version) {
+      const current = live.get(appId)
+      if (!current) throw new NotFoundError(`Unknown App ${JSON.stringify(appId)}`)
+      const next = Object.freeze(applyDeploy(current, version))
+      live.set(appId, next)
+      return next
+    },
+  }
+  for (const app of seed) store.addApp(app)
+  return store
+}
+
+/** The in-memory subscription store, with `setActive` for platforms that seed it. */
+export interface MemorySubscriptionStore extends SubscriptionStore {
+  setActive(userId: string, appId: string, active: boolean): void
+}
+
+/** In-memory subscriptions. */
+export function createMemorySubscriptionStore(
+  seed: readonly { userId: string; appId: string; active: boolean }[] = [],
+): MemorySubscriptionStore {
+  const active = new Map<string, Set<string>>()
+  const store: MemorySubscriptionStore = {
+    setActive(userId, appId, isActive) {
+      let apps = active.get(userId)
+      if (isActive) {
+        if (!apps) active.set(userId, (apps = new Set()))
+        apps.add(appId)
+      } else apps?.delete(appId)
+    },
+    isActive: (userId, appId) => active.get(userId)?.has(appId) === true,
+  }
+  for (const s of seed) store.setActive(s.userId, s.appId, s.active)
+  return store
+}
+
+/** In-memory API-token store. Records are frozen copies; callers cannot mutate them. */
+export function createMemoryTokenStore(): TokenStore {
+  const byId = new Map<string, ApiTokenRecord>()
+  const idByHash = new Map<string, string>()
+  const idsByUser = new Map<string, Set<string>>()
+  const put = (record: ApiTokenRecord) => {
+    const frozen = Object.freeze({ ...record, servers: Object.freeze([...record.servers]) })
+    byId.set(record.id, frozen)
+    return frozen
+  }
+  return {
+    insert(record) {
+      if (byId.has(record.id)) throw new TypeError(`duplicate token id ${record.id}`)
+      if (idByHash.has(record.tokenHash)) throw new TypeError('duplicate token hash')
+      put(record)
+      idByHash.set(record.tokenHash, record.id)
+      let ids = idsByUser.get(record.userId)
+      if (!ids) idsByUser.set(record.userId, (ids = new Set()))
+      ids.add(record.id)
+    },
+    findByHash(hash) {
+      const id = idByHash.get(hash)
+      return id === undefined ? undefined : byId.get(id)
+    },
+    get: (id) => byId.get(id),
+    listByUser(userId) {
+      const ids = idsByUser.get(userId)
+      return ids ? [...ids].map((id) => byId.get(id)!) : []
+    },
+    update(id, patch: ApiTokenPatch) {
+      const current = byId.get(id)
+      if (!current || current.revokedAt !== null) return undefined
+      return put({
+        ...current,
+        ...(patch.name !== undefined && { name: patch.name }),
+        ...(patch.expiresAt !== undefined && { expiresAt: patch.expiresAt }),
+        ...(patch.allowedIps !== undefined && { allowedIps: patch.allowedIps && Object.freeze([...patch.allowedIps]) }),
+      })
+    },
+    rotate(id, next, expectedHash) {
+      const current = byId.get(id)
+      if (!current || current.revokedAt !== null) return undefined
+      if (expectedHash !== undefined && current.tokenHash !== expectedHash) return undefined
+      idByHash.delete(current.tokenHash)
+      idByHash.set(next.tokenHash, id)
+      return put({ ...current, tokenHash: next.tokenHash, displayPrefix: next.displayPrefix })
+    },
+    revoke(id, at) {
+      const current = byId.get(id)
+      if (!current) return undefined
+      if (current.revokedAt !== null) return current
+      return put({ ...current, revokedAt: at })
+    },
+    revokeAllForUser(userId, at) {
+      const out: ApiTokenRecord[] = []
+      for (const id of idsByUser.get(userId) ?? []) {
+        const current = byId.get(id)!
+        if (current.revokedAt === null) out.push(put({ ...current, revokedAt: at }))
+      }
+      return out
+    },
+    touch(lastUsed) {
+      for (const [id, at] of lastUsed) {
+        const current = byId.get(id)
+        if (current && (current.lastUsedAt === null || current.lastUsedAt < at)) put({ ...current, lastUsedAt: at })
+      }
+    },
+  }
+}
+
+/** Options of the in-memory TTL stores. */
+export interface MemoryTtlStoreOptions {
+  /** Most entries kept; the least recently used go first. Default 100,000. */
+  max?: number
+  /** Clock in epoch milliseconds. Default `Date.now`. */
+  now?: Clock
+}
+
+function lruPerf(now: Clock | undefined) {
+  return now ? { perf: { now } } : {}
+}
+
+/** In-memory session pins with an idle TTL (`lru-cache`). */
+export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): SessionStore {
+  const cache = new LRUCache<string, SessionPin>({
+    max: options.max ?? 100_000,
+    ttl: 1,
+    ttlAutopurge: false,
+    ...lruPerf(options.now),
+  })
+  return {
+    get(id, ttlMs) {
+      const pin = cache.get(id)
+      if (pin !== undefined) cache.set(id, pin, { ttl: ttlMs })
+      return pin
+    },
+    set(id, pin, ttlMs) {
+      cache.set(id, pin, { ttl: ttlMs })
+    },
+    delete(id) {
+      cache.delete(id)
+    },
+  }
+}
+
+/** In-memory fixed-window counters, bounded by `max` keys. */
+export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
+  const counters = new LRUCache<string, { windowStart: number; count: number }>({
+    max: options.max ?? 100_000,
+  })
+  return {
+    increment(key, windowStart) {
+      const entry = counters.get(key)
+      if (entry && entry.windowStart === windowStart) return ++entry.count
+      counters.set(key, { windowStart, count: 1 })
+      return 1
+    },
+  }
+}
+
+/** In-memory TTL cache (`lru-cache`). */
+export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
+  const cache = new LRUCache<string, T>({
+    max: options.max ?? 100_000,
+    ttl: 1,
+    ttlAutopurge: false,
+    ...lruPerf(options.now),
+  })
+  return {
+    get: (key) => cache.get(key),
+    set(key, value, ttlMs) {
+      if (ttlMs > 0) cache.set(key, value, { ttl: ttlMs })
+    },
+    delete(key) {
+      cache.delete(key)
+    },
+  }
+}
+
+/** In-process invalidation bus: delivers synchronously to the listeners of this process. */
+export function createMemoryInvalidationBus(): InvalidationBus {
+  const listeners = new Set<(message: InvalidationMessage) => void>()
+  return {
+    publish(message) {
+      for (const listener of listeners) listener(message)
+    },
+    subscribe(listener) {
+      listeners.add(listener)
+      return () => listeners.delete(listener)
+    },
+  }
+}

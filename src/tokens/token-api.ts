@@ -1,0 +1,227 @@
+/**
+ * The token-management HTTP API (spec 4.3, 4.4; DESIGN.md "API tokens"), web-standard and
+ * mountable in any framework:
+ *
+ * | method | path | caller | answer |
+ * |---|---|---|---|
+ * | POST | `/api/tokens` | session | 201, token with secret |
+ * | GET | `/api/tokens` | session | 200, `{ tokens: [...] }` |
+ * | GET | `/api/tokens/{id}` | session | 200, token |
+ * | PATCH | `/api/tokens/{id}` | session | 200, token |
+ * | POST | `/api/tokens/{id}/rotate` | the token itself (Bearer) or session | 200, token with new secret |
+ * | DELETE | `/api/tokens/{id}` | session | 200, revoked token |
+ *
+ * Errors are JSON `{ error, message, field? }`: 400 `invalid_request` (bad input, naming the
+ * field), 401 `unauthorized`, 403 `forbidden` / `csrf_failed`, 404 `not_found`, 409
+ * `token_inactive`, 503 `temporarily_unavailable`.
+ * @module
+ */
+import { z } from 'zod'
+import { parseBearerToken } from '../core/authorization-header.js'
+import type { MaybePromise } from '../core/stores.js'
+import { ConfigurationError, DispatchError, InvalidInputError } from '../errors.js'
+import { type TokenService, parseInput } from './token-service.js'
+
+/** The dashboard user of a request with a session cookie. */
+export interface TokenApiSession {
+  readonly userId: string
+}
+
+/** Options of {@link createTokenApi}. */
+export interface TokenApiOptions {
+  tokens: TokenService
+  /** Path prefix of the API; default `/api/tokens`. */
+  basePath?: string
+  /** Resolves the dashboard session of a request (from its cookie), or `null`. */
+  authenticateSession: (request: Request) => MaybePromise<TokenApiSession | null>
+  /**
+   * CSRF check for cookie-authenticated writes (POST, PATCH, DELETE). Required; pass `false`
+   * only when the session mechanism is immune by construction (e.g. not cookie-based).
+   * Bearer callers (rotate only) never need it.
+   */
+  verifyCsrf: ((request: Request, session: TokenApiSession) => MaybePromise<boolean>) | false
+  /** Client address of a request, for the allowlist of a Bearer rotation. */
+  clientAddress?: (request: Request) => string | undefined
+  /** Errors the caller sees only as a 503. */
+  onError?: (error: unknown, context: string) => void
+}
+
+const MAX_BODY_BYTES = 16_384
+const createBody = z
+  .object({
+    name: z.unknown(),
+    servers: z.unknown(),
+    expires_in_days: z.unknown(),
+    allowed_ips: z.unknown().optional(),
+  })
+  .strict()
+const updateBody = z
+  .object({
+    name: z.unknown().optional(),
+    expires_at: z.unknown().optional(),
+    allowed_ips: z.unknown().optional(),
+  })
+  .strict()
+const SNAKE: Record<string, string> = {
+  expiresInDays: 'expires_in_days',
+  allowedIps: 'allowed_ips',
+  expiresAt: 'expires_at',
+}
+
+function json(status: number, body: unknown, headers?: Record<string, string>): Response {
+  return new Response(JSON.stringify(body), {
+    status,
+    headers: { 'content-type': 'application/json', 'cache-control': 'no-store', ...headers },
+  })
+}
+
+function errorResponse(error: DispatchError): Response {
+  const kind: Record<number, string> = {
+    400: 'invalid_request',
+    401: 'unauthorized',
+    403: error.code === 'ERR_CSRF' ? 'csrf_failed' : 'forbidden',
+    404: 'not_found',
+    409: 'token_inactive',
+    503: 'temporarily_unavailable',
+  }
+  let field: string | undefined
+  let message = error.message
+  if (error instanceof InvalidInputError) {
+    field = error.field.split('.').map((p) => SNAKE[p] ?? p).join('.')
+    message = `${field}: ${error.message.slice(error.field.length + 2)}`
+  }
+  return json(
+    error.status,
+    { error: kind[error.status] ?? 'error', message, ...(field !== undefined && { field }) },
+    error.status === 401 ? { 'www-authenticate': 'Bearer' } : undefined,
+  )
+}
+
+async function readJson(request: Request): Promise<unknown> {
+  const type = request.headers.get('content-type') ?? ''
+  if (!/^application\/json\b/i.test(type)) throw new InvalidInputError('content-type', 'must be application/json')
+  const length = Number(request.headers.get('content-length') ?? 0)
+  if (length > MAX_BODY_BYTES) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
+  const text = await request.text()
+  if (text.length > MAX_BODY_BYTES) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new InvalidInputError('body', 'is not valid JSON')
+  }
+}
+
+/**
+ * Creates the token-management API handler. It answers only paths under `basePath` and
+ * returns `null` for anything else, so it composes with other routes.
+ *
+ * @example
+ * ```ts
+ * const api = createTokenApi({ tokens, authenticateSession: readCookie, verifyCsrf: checkHeader })
+ * const response = (await api(request)) ?? new Response('Not found', { status: 404 })
+ * ```
+ */
+export function createTokenApi(options: TokenApiOptions): (request: Request) => Promise<Response | null> {
+  const { tokens } = options
+  if (!tokens) throw new ConfigurationError('tokens', 'is required')
+  if (typeof options.authenticateSession !== 'function') {
+    throw new ConfigurationError('authenticateSession', 'must be a function')
+  }
+  if (options.verifyCsrf !== false && typeof options.verifyCsrf !== 'function') {
+    throw new ConfigurationError('verifyCsrf', 'must be a function, or false to disable CSRF checks explicitly')
+  }
+  const basePath = (options.basePath ?? '/api/tokens').replace(/\/+$/, '')
+  const onError = options.onError ?? (() => {})
+
+  async function session(request: Request, write: boolean): Promise<TokenApiSession> {
+    const s = await options.authenticateSession(request)
+    if (!s) throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'A dashboard session is required')
+    if (write && options.verifyCsrf && !(await options.verifyCsrf(request, s))) {
+      throw new DispatchError('ERR_CSRF', 403, -32003, 'CSRF check failed')
+    }
+    return s
+  }
+
+  async function route(request: Request, rest: string): Promise<Response> {
+    const method = request.method
+    const segments = rest === '' ? [] : rest.slice(1).split('/')
+    const bearer = parseBearerToken(request.headers.get('authorization'))
+    const [id, action] = segments
+    if (segments.length > 2 || (action !== undefined && action !== 'rotate') || id === '') {
+      return json(404, { error: 'not_found', message: 'Not found' })
+    }
+    if (id !== undefined && !/^[A-Za-z0-9-]{1,64}$/.test(id)) {
+      return json(404, { error: 'not_found', message: 'Token not found' })
+    }
+    // Rotation by the token itself: Bearer only, no cookie, no CSRF (spec 4.3).
+    if (action === 'rotate') {
+      if (method !== 'POST') return json(405, { error: 'method_not_allowed', message: 'Use POST' }, { allow: 'POST' })
+      if (bearer.kind === 'bearer') {
+        const clientAddress = options.clientAddress?.(request)
+        const result = await tokens.rotate(id!, {
+          kind: 'token',
+          token: bearer.token,
+          ...(clientAddress !== undefined && { clientAddress }),
+        })
+        return json(200, result)
+      }
+      if (bearer.kind === 'invalid') throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'Unauthorized')
+      const s = await session(request, true)
+      return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
+    }
+    if (bearer.kind !== 'missing') {
+      throw new DispatchError('ERR_FORBIDDEN', 403, -32003, 'API tokens may only rotate themselves')
+    }
+    if (id === undefined) {
+      if (method === 'GET') return json(200, { tokens: await tokens.list((await session(request, false)).userId) })
+      if (method === 'POST') {
+        const s = await session(request, true)
+        const body = parseInput(createBody, await readJson(request))
+        const created = await tokens.create({
+          userId: s.userId,
+          name: body.name as string,
+          servers: body.servers as string[],
+          expiresInDays: body.expires_in_days as 7,
+          ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
+        })
+        return json(201, created, { location: `${basePath}/${created.id}` })
+      }
+      return json(405, { error: 'method_not_allowed', message: 'Use GET or POST' }, { allow: 'GET, POST' })
+    }
+    if (method === 'GET') return json(200, await tokens.get((await session(request, false)).userId, id))
+    if (method === 'PATCH') {
+      const s = await session(request, true)
+      const raw = await readJson(request)
+      if (raw && typeof raw === 'object' && ('servers' in raw || 'scopes' in raw)) {
+        throw new InvalidInputError('servers' in raw ? 'servers' : 'scopes', 'cannot be changed after creation')
+      }
+      const body = parseInput(updateBody, raw)
+      return json(
+        200,
+        await tokens.update(s.userId, id, {
+          ...(body.name !== undefined && { name: body.name as string }),
+          ...(body.expires_at !== undefined && { expiresAt: body.expires_at as string }),
+          ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
+        }),
+      )
+    }
+    if (method === 'DELETE') {
+      const s = await session(request, true)
+      return json(200, await tokens.revoke(s.userId, id))
+    }
+    return json(405, { error: 'method_not_allowed', message: 'Use GET, PATCH or DELETE' }, { allow: 'GET, PATCH, DELETE' })
+  }
+
+  return async function tokenApi(request) {
+    const url = new URL(request.url)
+    const path = url.pathname
+    if (path !== basePath && !path.startsWith(`${basePath}/`)) return null
+    try {
+      return await route(request, path.slice(basePath.length).replace(/\/$/, ''))
+    } catch (error) {
+      if (error instanceof DispatchError && error.status < 500) return errorResponse(error)
+      onError(error, 'token api')
+      return json(503, { error: 'temporarily_unavailable', message: 'Service unavailable' }, { 'retry-after': '1' })
+    }
+  }
+}

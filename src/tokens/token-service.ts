@@ -1,0 +1,497 @@
+/**
+ * The API-token lifecycle (spec 2.1, 3, 4.3, 5.2; DESIGN.md "API tokens"): create, list,
+ * edit, rotate, revoke, revoke-all on password reset, and the per-request authentication.
+ * @module
+ */
+import { randomBytes, randomUUID } from 'node:crypto'
+import { LRUCache } from 'lru-cache'
+import { z } from 'zod'
+import {
+  type RandomBytes,
+  DEFAULT_TOKEN_PREFIX,
+  assertTokenPrefix,
+  displayPrefix,
+  generateApiToken,
+  hashApiToken,
+  hashesEqual,
+  parseApiToken,
+} from '../core/api-token.js'
+import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
+import type {
+  ApiTokenPatch,
+  ApiTokenRecord,
+  AppStore,
+  InvalidationBus,
+  MaybePromise,
+  SubscriptionStore,
+  TokenStore,
+} from '../core/stores.js'
+import {
+  ConfigurationError,
+  ForbiddenError,
+  InvalidInputError,
+  NotFoundError,
+  StoreUnavailableError,
+  TokenInactiveError,
+  UnauthorizedError,
+} from '../errors.js'
+import { createMemoryInvalidationBus } from '../stores/memory/index.js'
+
+const DAY_MS = 86_400_000
+/** Lifetimes a token may be created with, in days (spec 2.1, 8). */
+export const TOKEN_LIFETIMES_DAYS = [7, 30, 90] as const
+/** Longest lifetime of a token (spec 8). */
+export const MAX_TOKEN_LIFETIME_MS = 90 * DAY_MS
+/** Longest a cached token record may be trusted (spec 3: revocation within 10 minutes). */
+export const MAX_TOKEN_CACHE_TTL_MS = 600_000
+
+/** State of a token (spec 3). */
+export type ApiTokenStatus = 'active' | 'expired' | 'revoked'
+
+/** One server a token may reach, as the API shows it (spec 2.1 `scopes[]`). */
+export interface TokenScopeView {
+  server_id: string
+  server_name: string | null
+  server_slug: string | null
+}
+
+/** A token as the token API shows it, without its secret (spec 2.1 plus list fields). */
+export interface ApiTokenView {
+  id: string
+  name: string
+  prefix: string
+  expires_at: string
+  allowed_ips: string[] | null
+  scopes: TokenScopeView[]
+  created_at: string
+  last_used_at: string | null
+  status: ApiTokenStatus
+}
+
+/** The create and rotate result: the fields of spec 2.1, with the full secret, shown once. */
+export interface ApiTokenSecretView {
+  token: string
+  id: string
+  name: string
+  prefix: string
+  expires_at: string
+  allowed_ips: string[] | null
+  scopes: TokenScopeView[]
+  created_at: string
+}
+
+/** Input of {@link TokenService.create}. */
+export interface CreateTokenInput {
+  userId: string
+  name: string
+  /** App ids; one or more, each owned or subscribed by `userId`. */
+  servers: readonly string[]
+  expiresInDays: 7 | 30 | 90
+  allowedIps?: readonly string[] | null
+}
+
+/** Input of {@link TokenService.update} (spec 2.1: name, expiration, IP allowlist). */
+export interface UpdateTokenInput {
+  name?: string
+  /** New expiry (epoch ms or ISO 8601): in the future, at most 90 days after creation. */
+  expiresAt?: number | string
+  allowedIps?: readonly string[] | null
+}
+
+/** Who asks for a rotation (spec 4.3). */
+export type RotateCaller =
+  | { readonly kind: 'session'; readonly userId: string }
+  | { readonly kind: 'token'; readonly token: string; readonly clientAddress?: string }
+
+/** Result of {@link TokenService.authenticate}. A value, never an exception, for refusals. */
+export type TokenAuthResult =
+  | { readonly ok: true; readonly record: ApiTokenRecord; readonly allowlist: CompiledAllowlist }
+  | { readonly ok: false; readonly reason: 'malformed' | 'unknown' | 'expired' | 'revoked' }
+
+/** Options of {@link createTokenService}. */
+export interface TokenServiceOptions {
+  /** Where tokens are kept (hashes only). */
+  store: TokenStore
+  /** Apps, to validate servers at creation and to show `scopes`. */
+  apps: AppStore
+  /**
+   * Whether `userId` may put `appId` in a new token ("Apps the creator owns or subscribes
+   * to", spec 2.1). Default: an active subscription in `subscriptions`.
+   */
+  canUseServer?: (userId: string, appId: string) => MaybePromise<boolean>
+  /** Used by the default `canUseServer`. */
+  subscriptions?: SubscriptionStore
+  /** Token prefix; default `svc_`. Lowercase, ends in `_`, at most 16 characters. */
+  prefix?: string
+  /** Server-side secret: tokens are then stored as HMAC-SHA-256 instead of SHA-256. */
+  pepper?: string
+  /**
+   * Trust a looked-up token record for this long on this instance (0 = always ask the
+   * store, the default, right for in-memory stores). At most 10 minutes (spec 3); rotations
+   * and revocations drop it at once through `invalidations`.
+   */
+  cacheTtlMs?: number
+  /** Broadcast of rotations and revocations to other instances. Default in-process. */
+  invalidations?: InvalidationBus
+  /** How often coalesced `last_used_at` times are written. Default 60 s. */
+  lastUsedFlushMs?: number
+  /** Clock, epoch ms. Default `Date.now`. */
+  now?: () => number
+  /** Random source for secrets. Default `crypto.randomBytes`. */
+  random?: RandomBytes
+  /** Called with errors that must not fail a request (a failed `last_used_at` write). */
+  onError?: (error: unknown, context: string) => void
+}
+
+/** The API-token lifecycle. Create with {@link createTokenService}. */
+export interface TokenService {
+  /** The token prefix in use (`svc_` by default). */
+  readonly prefix: string
+  /** Creates a token; the result is the only place the full secret appears (spec 3). */
+  create(input: CreateTokenInput): Promise<ApiTokenSecretView>
+  /** Tokens of a user, newest first, without secrets (dashboard list, spec 2.1). */
+  list(userId: string): Promise<ApiTokenView[]>
+  /** One token of `userId`; `NotFoundError` when absent or owned by someone else. */
+  get(userId: string, id: string): Promise<ApiTokenView>
+  /** Edits name, expiration or allowlist; servers cannot change (spec 2.1, 3). */
+  update(userId: string, id: string, input: UpdateTokenInput): Promise<ApiTokenView>
+  /** Rotates a secret (spec 3, 4.3): same id, name, scopes, expiry, allowlist. */
+  rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
+  /** Revokes a token of `userId`, permanently (spec 3). Idempotent. */
+  revoke(userId: string, id: string): Promise<ApiTokenView>
+  /** Revokes every token of a user: call it on password reset (spec 3). Returns the count. */
+  revokeAllForUser(userId: string): Promise<number>
+  /** Authenticates a presented API token (format, hash lookup, state). */
+  authenticate(token: string): Promise<TokenAuthResult>
+  /** Writes pending `last_used_at` times now. */
+  flush(): Promise<void>
+  /** Flushes and stops listening for invalidations. */
+  close(): Promise<void>
+}
+
+const nameSchema = z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters')
+const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).max(100, 'at most 100 entries').nullable()
+const createSchema = z.object({
+  userId: z.string().min(1),
+  name: nameSchema,
+  servers: z.array(z.string().min(1).max(200)).min(1, 'must name at least one server').max(100),
+  expiresInDays: z.union(TOKEN_LIFETIMES_DAYS.map((d) => z.literal(d)) as [z.ZodLiteral<7>, z.ZodLiteral<30>, z.ZodLiteral<90>], {
+    error: 'must be 7, 30 or 90',
+  }),
+  allowedIps: allowedIpsSchema.optional(),
+})
+const updateSchema = z
+  .object({
+    name: nameSchema.optional(),
+    expiresAt: z.union([z.number().int(), z.string().max(40)]).optional(),
+    allowedIps: allowedIpsSchema.optional(),
+  })
+  .strict()
+
+/** Runs a zod schema and turns its first issue into an {@link InvalidInputError} naming the field. */
+export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: Record<string, string> = {}): T {
+  const result = schema.safeParse(input)
+  if (result.success) return result.data
+  const issue = result.error.issues[0]!
+  if (issue.code === 'unrecognized_keys') {
+    const key = issue.keys[0]!
+    throw new InvalidInputError(fieldNames[key] ?? key, 'is not a known field')
+  }
+  const path = issue.path.map((p) => (typeof p === 'string' ? (fieldNames[p] ?? p) : String(p))).join('.')
+  throw new InvalidInputError(path || 'body', issue.message)
+}
+
+function iso(ms: number): string {
+  return new Date(ms).toISOString()
+}
+
+/**
+ * Creates the token service.
+ *
+ * @example
+ * ```ts
+ * const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+ * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
+ * ```
+ */
+export function createTokenService(options: TokenServiceOptions): TokenService {
+  const { store, apps } = options
+  if (!store) throw new ConfigurationError('store', 'is required')
+  if (!apps) throw new ConfigurationError('apps', 'is required')
+  const prefix = options.prefix ?? DEFAULT_TOKEN_PREFIX
+  try {
+    assertTokenPrefix(prefix)
+  } catch (error) {
+    throw new ConfigurationError('prefix', (error as Error).message)
+  }
+  const cacheTtlMs = options.cacheTtlMs ?? 0
+  if (!(cacheTtlMs >= 0 && cacheTtlMs <= MAX_TOKEN_CACHE_TTL_MS)) {
+    throw new ConfigurationError('cacheTtlMs', `must be between 0 and ${MAX_TOKEN_CACHE_TTL_MS} (10 minutes)`)
+  }
+  if (!options.canUseServer && !options.subscriptions) {
+    throw new ConfigurationError('canUseServer', 'or "subscriptions" is required to check the servers of a new token')
+  }
+  const now = options.now ?? Date.now
+  const random = options.random ?? randomBytes
+  const pepper = options.pepper
+  const onError = options.onError ?? (() => {})
+  const flushEvery = options.lastUsedFlushMs ?? 60_000
+  const canUseServer =
+    options.canUseServer ?? ((userId: string, appId: string) => options.subscriptions!.isActive(userId, appId))
+  const invalidations = options.invalidations ?? createMemoryInvalidationBus()
+  const cache =
+    cacheTtlMs > 0
+      ? new LRUCache<string, ApiTokenRecord>({ max: 50_000, ttl: cacheTtlMs, perf: { now } })
+      : undefined
+  const unsubscribe = invalidations.subscribe((message) => {
+    if (message.kind === 'token') cache?.delete(message.tokenHash)
+  })
+  const allowlists = new WeakMap<ApiTokenRecord, CompiledAllowlist>()
+  const pendingLastUsed = new Map<string, number>()
+  let lastFlush = now()
+  let flushing: Promise<void> | undefined
+
+  const hash = (token: string) => hashApiToken(token, pepper)
+  const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
+    r.revokedAt !== null ? 'revoked' : at >= r.expiresAt ? 'expired' : 'active'
+
+  async function storeCall<T>(fn: () => MaybePromise<T>): Promise<T> {
+    try {
+      return await fn()
+    } catch (error) {
+      if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
+      throw new StoreUnavailableError('token', { cause: error })
+    }
+  }
+
+  async function scopesOf(record: ApiTokenRecord): Promise<TokenScopeView[]> {
+    return Promise.all(
+      record.servers.map(async (id) => {
+        const app = await apps.getApp(id)
+        return { server_id: id, server_name: app?.name ?? null, server_slug: app?.slug ?? null }
+      }),
+    )
+  }
+
+  async function view(record: ApiTokenRecord): Promise<ApiTokenView> {
+    return {
+      id: record.id,
+      name: record.name,
+      prefix: record.displayPrefix,
+      expires_at: iso(record.expiresAt),
+      allowed_ips: record.allowedIps ? [...record.allowedIps] : null,
+      scopes: await scopesOf(record),
+      created_at: iso(record.createdAt),
+      last_used_at: record.lastUsedAt === null ? null : iso(record.lastUsedAt),
+      status: statusOf(record),
+    }
+  }
+
+  async function secretView(record: ApiTokenRecord, token: string): Promise<ApiTokenSecretView> {
+    return {
+      token,
+      id: record.id,
+      name: record.name,
+      prefix: record.displayPrefix,
+      expires_at: iso(record.expiresAt),
+      allowed_ips: record.allowedIps ? [...record.allowedIps] : null,
+      scopes: await scopesOf(record),
+      created_at: iso(record.createdAt),
+    }
+  }
+
+  function checkAllowlist(entries: readonly string[] | null | undefined, field: string): void {
+    if (!entries) return
+    const bad = validateAllowlist(entries)
+    if (bad) throw new InvalidInputError(`${field}.${bad.index}`, bad.message)
+  }
+
+  async function ownedRecord(userId: string, id: string): Promise<ApiTokenRecord> {
+    const record = await storeCall(() => store.get(id))
+    // Someone else's token is reported exactly like a missing one: no existence oracle.
+    if (!record || record.userId !== userId) throw new NotFoundError('Token not found')
+    return record
+  }
+
+  function invalidate(tokenHash: string): Promise<void> {
+    cache?.delete(tokenHash)
+    return Promise.resolve(invalidations.publish({ kind: 'token', tokenHash })).catch((error) =>
+      onError(error, 'invalidation publish'),
+    )
+  }
+
+  async function newSecret(): Promise<{ token: string; tokenHash: string; displayPrefix: string }> {
+    const token = generateApiToken(prefix, random)
+    return { token, tokenHash: hash(token), displayPrefix: displayPrefix(token) }
+  }
+
+  function recordUse(id: string, at: number): void {
+    pendingLastUsed.set(id, at)
+    if (at - lastFlush >= flushEvery && !flushing) void service.flush()
+  }
+
+  async function lookup(tokenHash: string): Promise<ApiTokenRecord | undefined> {
+    const cached = cache?.get(tokenHash)
+    if (cached) return cached
+    const record = await storeCall(() => store.findByHash(tokenHash))
+    if (record && cache && record.revokedAt === null) cache.set(tokenHash, record)
+    return record
+  }
+
+  const service: TokenService = {
+    prefix,
+
+    async create(input) {
+      const data = parseInput(createSchema, input)
+      checkAllowlist(data.allowedIps, 'allowedIps')
+      const servers = [...new Set(data.servers)]
+      for (const [i, appId] of servers.entries()) {
+        const app = await apps.getApp(appId)
+        if (!app || !(await canUseServer(data.userId, appId))) {
+          throw new InvalidInputError(`servers.${i}`, 'is not an App you own or subscribe to')
+        }
+      }
+      const createdAt = now()
+      const secret = await newSecret()
+      const record: ApiTokenRecord = {
+        id: randomUUID(),
+        userId: data.userId,
+        name: data.name,
+        tokenHash: secret.tokenHash,
+        displayPrefix: secret.displayPrefix,
+        servers,
+        allowedIps: data.allowedIps && data.allowedIps.length > 0 ? [...data.allowedIps] : null,
+        expiresAt: createdAt + data.expiresInDays * DAY_MS,
+        createdAt,
+        lastUsedAt: null,
+        revokedAt: null,
+      }
+      await storeCall(() => store.insert(record))
+      return secretView(record, secret.token)
+    },
+
+    async list(userId) {
+      const records = await storeCall(() => store.listByUser(userId))
+      const sorted = [...records].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1))
+      return Promise.all(sorted.map(view))
+    },
+
+    async get(userId, id) {
+      return view(await ownedRecord(userId, id))
+    },
+
+    async update(userId, id, input) {
+      if (input && typeof input === 'object' && ('servers' in input || 'scopes' in input)) {
+        throw new InvalidInputError('servers' in input ? 'servers' : 'scopes', 'cannot be changed after creation')
+      }
+      const data = parseInput(updateSchema, input)
+      const record = await ownedRecord(userId, id)
+      const state = statusOf(record)
+      if (state !== 'active') throw new TokenInactiveError(state)
+      const patch: ApiTokenPatch = {}
+      if (data.name !== undefined) patch.name = data.name
+      if (data.allowedIps !== undefined) {
+        checkAllowlist(data.allowedIps, 'allowedIps')
+        patch.allowedIps = data.allowedIps && data.allowedIps.length > 0 ? [...data.allowedIps] : null
+      }
+      if (data.expiresAt !== undefined) {
+        const at = typeof data.expiresAt === 'number' ? data.expiresAt : Date.parse(data.expiresAt)
+        if (!Number.isFinite(at)) throw new InvalidInputError('expiresAt', 'is not a valid ISO 8601 timestamp')
+        if (at <= now()) throw new InvalidInputError('expiresAt', 'must be in the future')
+        if (at > record.createdAt + MAX_TOKEN_LIFETIME_MS) {
+          throw new InvalidInputError('expiresAt', 'must be at most 90 days after the token was created')
+        }
+        patch.expiresAt = at
+      }
+      const updated = await storeCall(() => store.update(id, patch))
+      if (!updated) throw new TokenInactiveError('revoked')
+      await invalidate(updated.tokenHash)
+      return view(updated)
+    },
+
+    async rotate(id, caller) {
+      let record: ApiTokenRecord | undefined
+      let expectedHash: string | undefined
+      if (caller.kind === 'token') {
+        const auth = await service.authenticate(caller.token)
+        if (!auth.ok) throw new UnauthorizedError()
+        if (caller.clientAddress !== undefined && !checkIpAllowlist(caller.clientAddress, auth.allowlist)) {
+          throw new ForbiddenError('Request from an address outside the token allowlist')
+        }
+        if (auth.record.id !== id) throw new ForbiddenError('An API token can rotate only itself')
+        record = auth.record
+        expectedHash = auth.record.tokenHash
+      } else {
+        record = await ownedRecord(caller.userId, id)
+        const state = statusOf(record)
+        if (state !== 'active') throw new TokenInactiveError(state)
+      }
+      const secret = await newSecret()
+      const rotated = await storeCall(() => store.rotate(id, secret, expectedHash))
+      // Lost a race with another rotation or a revocation: the presented secret is gone.
+      if (!rotated) throw caller.kind === 'token' ? new UnauthorizedError() : new TokenInactiveError('revoked')
+      await invalidate(record.tokenHash)
+      return secretView(rotated, secret.token)
+    },
+
+    async revoke(userId, id) {
+      const record = await ownedRecord(userId, id)
+      const revoked = await storeCall(() => store.revoke(id, now()))
+      if (!revoked) throw new NotFoundError('Token not found')
+      await invalidate(record.tokenHash)
+      return view(revoked)
+    },
+
+    async revokeAllForUser(userId) {
+      const revoked = await storeCall(() => store.revokeAllForUser(userId, now()))
+      await Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
+      return revoked.length
+    },
+
+    async authenticate(token) {
+      if (!parseApiToken(token, prefix)) return MALFORMED
+      const tokenHash = hash(token)
+      const record = await lookup(tokenHash)
+      if (!record || !hashesEqual(record.tokenHash, tokenHash)) return UNKNOWN
+      if (record.revokedAt !== null) return REVOKED
+      const at = now()
+      if (at >= record.expiresAt) return EXPIRED
+      recordUse(record.id, at)
+      let allowlist = allowlists.get(record)
+      if (allowlist === undefined) {
+        allowlist = compileAllowlist(record.allowedIps)
+        allowlists.set(record, allowlist)
+      }
+      return { ok: true, record, allowlist }
+    },
+
+    async flush() {
+      if (flushing) return flushing
+      if (pendingLastUsed.size === 0) return
+      const batch = new Map(pendingLastUsed)
+      pendingLastUsed.clear()
+      lastFlush = now()
+      flushing = (async () => {
+        try {
+          await store.touch(batch)
+        } catch (error) {
+          onError(error, 'last_used_at flush')
+        } finally {
+          flushing = undefined
+        }
+      })()
+      return flushing
+    },
+
+    async close() {
+      unsubscribe()
+      await service.flush()
+    },
+  }
+  return service
+}
+
+const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed' })
+const UNKNOWN: TokenAuthResult = Object.freeze({ ok: false, reason: 'unknown' })
+const REVOKED: TokenAuthResult = Object.freeze({ ok: false, reason: 'revoked' })
+const EXPIRED: TokenAuthResult = Object.freeze({ ok: false, reason: 'expired' })

@@ -1,0 +1,20 @@
+import { fileURLToPath } from 'node:url'
+import { defineConfig } from 'vitest/config'
+
+const src = (path: string) => fileURLToPath(new URL(`./src/${path}`, import.meta.url))
+
+export default defineConfig({
+  resolve: {
+    // Examples and tests import the package by its public name, as users do.
+    alias: [
+      { find: /^mcp-dispatch$/, replacement: src('index.ts') },
+      { find: /^mcp-dispatch\/(web|express|fastify|proxy)$/, replacement: src('adapters/$1/index.ts') },
+    ],
+  },
+  test: {
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'examples/**/*.test.ts'],
+    testTimeout: 30_000,
+    hookTimeout: 30_000,
+    pool: 'forks',
+  },
+})
