@@ -7,7 +7,8 @@
  * display prefix is the first 12 characters.
  * @module
  */
-import { createHash, createHmac, randomBytes, timingSafeEqual } from 'node:crypto'
+import * as nodeCrypto from 'node:crypto'
+import { createHash, createHmac, randomBytes } from 'node:crypto'
 
 /** Total length of an API token, prefix included (spec section 8). */
 export const API_TOKEN_LENGTH = 48
@@ -119,13 +120,21 @@ export function checkApiTokenFormat(token: string, prefix: string = DEFAULT_TOKE
   if (!token.startsWith(prefix)) return 'prefix'
   if (token.length !== API_TOKEN_LENGTH) return 'length'
   const end = API_TOKEN_LENGTH - CHECKSUM_LENGTH
-  for (let i = prefix.length; i < API_TOKEN_LENGTH; i++) {
+  // One pass over the random part: alphabet check and CRC32 together (hot path).
+  let crc = -1
+  for (let i = prefix.length; i < end; i++) {
     const c = token.charCodeAt(i)
     if (c > 127 || BASE62_VALUE[c] === -1) return 'charset'
+    crc = CRC_TABLE[(crc ^ c) & 0xff]! ^ (crc >>> 8)
   }
   let checksum = 0
-  for (let i = end; i < API_TOKEN_LENGTH; i++) checksum = checksum * 62 + BASE62_VALUE[token.charCodeAt(i)]!
-  return checksum === crc32(token, prefix.length, end) ? null : 'checksum'
+  for (let i = end; i < API_TOKEN_LENGTH; i++) {
+    const c = token.charCodeAt(i)
+    const digit = c > 127 ? -1 : BASE62_VALUE[c]!
+    if (digit === -1) return 'charset'
+    checksum = checksum * 62 + digit
+  }
+  return checksum === (crc ^ -1) >>> 0 ? null : 'checksum'
 }
 
 /**
@@ -159,16 +168,22 @@ export function displayPrefix(token: string): string {
  * ```
  */
 export function hashApiToken(token: string, pepper?: string | Uint8Array): string {
-  return pepper === undefined
-    ? createHash('sha256').update(token).digest('hex')
-    : createHmac('sha256', pepper).update(token).digest('hex')
+  if (pepper !== undefined) return createHmac('sha256', pepper).update(token).digest('hex')
+  return oneShotHash ? oneShotHash('sha256', token, 'hex') : createHash('sha256').update(token).digest('hex')
 }
 
+// `crypto.hash` (Node >= 20.12) is about three times faster than createHash for short input.
+const oneShotHash = (nodeCrypto as { hash?: (algorithm: string, data: string, encoding: 'hex') => string }).hash
+
 /**
- * Compares two hex digests in constant time (for equal lengths; different lengths are
- * unequal and return at once, which reveals only the length).
+ * Compares two digests in constant time: every UTF-16 code unit is compared whatever the
+ * first difference (different lengths are unequal at once, which reveals only the length).
+ * Full code units, not bytes: '\u0161' and 'a' differ. Allocates nothing, unlike
+ * `timingSafeEqual` on fresh buffers, because it runs on every authenticated request.
  */
 export function hashesEqual(a: string, b: string): boolean {
   if (a.length !== b.length) return false
-  return timingSafeEqual(Buffer.from(a, 'latin1'), Buffer.from(b, 'latin1'))
+  let diff = 0
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i)
+  return diff === 0
 }

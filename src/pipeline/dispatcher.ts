@@ -57,7 +57,7 @@ import {
 } from '../core/versions.js'
 import { AuthorizationServerUnavailableError, ConfigurationError } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
-import type { TokenService } from '../tokens/token-service.js'
+import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
 
 /** A request as the dispatcher sees it: no body, ever. */
 export interface DispatchRequest {
@@ -265,12 +265,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     })
   }
 
-  async function call<T>(store: string, fn: () => MaybePromise<T>): Promise<T> {
+  /**
+   * Runs a store call; a throw or a rejection becomes a StoreFailure naming the store. A
+   * synchronous answer stays synchronous, so in-memory stores cost no microtask.
+   */
+  function call<T>(store: string, fn: () => MaybePromise<T>): MaybePromise<T> {
+    let value: MaybePromise<T>
     try {
-      return await fn()
+      value = fn()
     } catch (error) {
       throw new StoreFailure(store, error)
     }
+    return value instanceof Promise
+      ? value.catch((error: unknown) => {
+          throw new StoreFailure(store, error)
+        })
+      : value
   }
 
   /** CORS headers for a request, or `undefined` when none are due. */
@@ -330,27 +340,38 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
-  async function authenticate(
-    request: DispatchRequest,
-    app: AppRecord,
-  ): Promise<{ identity: Identity } | { reply: Reply }> {
-    const parsed = parseBearerToken(request.headers.get('authorization'))
-    const challenge = (invalidToken: boolean) =>
-      unauthorizedReply({
+  type AuthOutcome = { identity: Identity } | { reply: Reply }
+
+  function challenge(request: DispatchRequest, app: AppRecord, invalidToken: boolean): AuthOutcome {
+    return {
+      reply: unauthorizedReply({
         resourceMetadataUrl: baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH,
         invalidToken,
-      })
-    if (parsed.kind === 'missing') return { reply: challenge(false) }
-    if (parsed.kind === 'invalid') return { reply: challenge(true) }
+      }),
+    }
+  }
+
+  /** Steps 2 and 3. Synchronous for API tokens on synchronous stores. */
+  function authenticate(request: DispatchRequest, app: AppRecord): MaybePromise<AuthOutcome> {
+    const header = request.headers.get('authorization')
+    const parsed = parseBearerToken(header)
+    if (parsed.kind === 'missing') return challenge(request, app, false)
+    // RFC 6750 section 3.1: another scheme (Basic, …) presented no bearer token, so no error code.
+    if (parsed.kind === 'invalid') return challenge(request, app, /^bearer(?:\s|$)/i.test(header ?? ''))
     const token = parsed.token
-    if (token.startsWith(tokens.prefix)) {
-      const auth = await call('token', () => tokens.authenticate(token))
-      if (!auth.ok) return { reply: challenge(true) }
+    if (!token.startsWith(tokens.prefix)) return authenticateOAuth(request, app, token)
+    const pending = call('token', () => tokens.authenticate(token))
+    const judge = (auth: TokenAuthResult): AuthOutcome => {
+      if (!auth.ok) return challenge(request, app, true)
       if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return { reply: ipNotAllowedReply() }
       if (!auth.record.servers.includes(app.id)) return { reply: forbiddenReply() }
       return { identity: { subject: auth.record.userId, method: 'api_token', tokenId: auth.record.id } }
     }
-    if (!oauth) return { reply: challenge(true) }
+    return pending instanceof Promise ? pending.then(judge) : judge(pending)
+  }
+
+  async function authenticateOAuth(request: DispatchRequest, app: AppRecord, token: string): Promise<AuthOutcome> {
+    if (!oauth) return challenge(request, app, true)
     let result
     try {
       result = await oauth.validate(token)
@@ -360,7 +381,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       }
       throw new StoreFailure('oauth', error)
     }
-    if (!result.active) return { reply: challenge(true) }
+    if (!result.active) return challenge(request, app, true)
     const info = result.info
     return {
       identity: {
@@ -372,27 +393,56 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
-  async function applyRateLimit(identity: Identity, app: AppRecord): Promise<RateLimitResult | Reply | undefined> {
+
+  function applyRateLimit(identity: Identity, app: AppRecord): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!rateLimit || !counters) return undefined
-    const policy = await rateLimit.policy(identity, app)
+    const policy = rateLimit.policy(identity, app)
+    return policy instanceof Promise
+      ? policy.then((p) => countRequest(identity, app, p))
+      : countRequest(identity, app, policy)
+  }
+
+  function countRequest(
+    identity: Identity,
+    app: AppRecord,
+    policy: RateLimitPolicy | undefined,
+  ): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!policy) return undefined
     assertRateLimitPolicy(policy, 'rateLimit.policy result')
     const windowMs = WINDOWS[policy.windowType]
     const at = now()
     const start = windowStart(at, windowMs)
-    let count: number
-    try {
-      count = await counters.increment(`${app.id}\u0000${identity.subject}\u0000${policy.windowType}`, start, windowMs)
-    } catch (error) {
+    const failed = (error: unknown): undefined => {
       if (!failOpen) throw new StoreFailure('rate-limit', error)
       onError(error, 'rate-limit store failed; serving (failOpen)')
       return undefined
     }
-    const result = rateLimitDecision(count, policy, start + windowMs, at)
-    return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
+    const judge = (count: number) => {
+      const result = rateLimitDecision(count, policy, start + windowMs, at)
+      return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
+    }
+    let count: MaybePromise<number>
+    try {
+      count = counters!.increment(`${app.id}\u0000${identity.subject}\u0000${policy.windowType}`, start, windowMs)
+    } catch (error) {
+      return failed(error)
+    }
+    return count instanceof Promise ? count.then(judge, failed) : judge(count)
   }
 
+
   async function decide(request: DispatchRequest): Promise<Decision> {
+    try {
+      // Most steps answer synchronously on in-memory stores; `step` stays in one async frame.
+      return await step(request)
+    } catch (error) {
+      const failure = error instanceof StoreFailure ? error : new StoreFailure('callback', error)
+      onError(failure.error, `${failure.store} failed`)
+      return reply(serviceUnavailableReply(), request.headers.get('origin'))
+    }
+  }
+
+  async function step(request: DispatchRequest): Promise<Decision> {
     const origin = request.headers.get('origin')
     // Step 1: mount, App, path, method, origin.
     let path = request.path
@@ -402,7 +452,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       }
       path = path.slice(basePath.length)
     }
-    const app = await call('apps', () => resolveApp(request))
+    const appPending = call('apps', () => resolveApp(request))
+    const app = appPending instanceof Promise ? await appPending : appPending
     if (!app) return reply(notFoundReply(), origin)
     if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
       const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
@@ -422,26 +473,31 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
 
     // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
-    const auth = await authenticate(request, app)
+    const authPending = authenticate(request, app)
+    const auth = authPending instanceof Promise ? await authPending : authPending
     if ('reply' in auth) return reply(auth.reply, origin)
     const identity = auth.identity
 
     // Step 4: subscription.
-    if (!(await call('subscriptions', () => subscriptions.isActive(identity.subject, app.id)))) {
+    const subscribed = call('subscriptions', () => subscriptions.isActive(identity.subject, app.id))
+    if (!(subscribed instanceof Promise ? await subscribed : subscribed)) {
       return reply(paymentRequiredReply(), origin)
     }
 
     // Step 5: rate limit.
-    const limited = await applyRateLimit(identity, app)
+    const limitPending = applyRateLimit(identity, app)
+    const limited = limitPending instanceof Promise ? await limitPending : limitPending
     if (limited !== undefined && 'status' in limited) return reply(limited, origin)
 
     // Step 6: version, from the session pin or resolved anew.
-    const index = indexOf(await call('apps', () => apps.getLiveVersions(app.id)))
+    const live = call('apps', () => apps.getLiveVersions(app.id))
+    const index = indexOf(live instanceof Promise ? await live : live)
     const sessionId = request.headers.get('mcp-session-id') ?? undefined
     let version: string | null
     if (sessionId !== undefined) {
       if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), origin)
-      const pin = await call('sessions', () => sessions.get(sessionId, sessionTtlMs))
+      const pinPending = call('sessions', () => sessions.get(sessionId, sessionTtlMs))
+      const pin = pinPending instanceof Promise ? await pinPending : pinPending
       if (!pin || !pinMatches(pin, app, identity, selector)) return reply(sessionNotFoundReply(), origin)
       version = pin.version
     } else {
@@ -488,14 +544,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   return {
     basePath,
     metadata,
-    async decide(request) {
-      try {
-        return await decide(request)
-      } catch (error) {
-        const failure = error instanceof StoreFailure ? error : new StoreFailure('callback', error)
-        onError(failure.error, `${failure.store} failed`)
-        return reply(serviceUnavailableReply(), request.headers.get('origin'))
-      }
-    },
+    decide,
   }
 }

@@ -1,0 +1,70 @@
+/**
+ * Imports the built package the way users do: ESM `import`, CJS `require`, by its public
+ * name, from a separate Node process. Needs `npm run build` first (CI builds before testing;
+ * on a developer machine without `dist/` the suite is skipped, saying so).
+ */
+import { execFileSync, spawnSync } from 'node:child_process'
+import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { isBuiltin } from 'node:module'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+
+const root = resolve(import.meta.dirname, '../..')
+const built = existsSync(join(root, 'dist/index.js'))
+if (!built && process.env.CI) throw new Error('dist/ is missing: CI must run `npm run build` before the tests')
+if (!built) console.warn('[exports.test] skipped: run `npm run build` first')
+
+describe.runIf(built)('built package', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-consumer-'))
+  mkdirSync(join(dir, 'node_modules'))
+  symlinkSync(root, join(dir, 'node_modules/mcp-dispatch'), 'dir')
+  afterAll(() => rmSync(dir, { recursive: true, force: true }))
+
+  const run = (file: string, source: string) => {
+    writeFileSync(join(dir, file), source)
+    return execFileSync(process.execPath, [join(dir, file)], { cwd: dir, encoding: 'utf8' }).trim()
+  }
+
+  it('imports the root and the web adapter as ESM', () => {
+    const out = run(
+      'esm.mjs',
+      `import { parseVersionPath, generateApiToken, createDispatcher } from 'mcp-dispatch'
+       import { mcpDispatch } from 'mcp-dispatch/web'
+       console.log(JSON.stringify([parseVersionPath('/v1.2'), generateApiToken().length, typeof createDispatcher, typeof mcpDispatch]))`,
+    )
+    expect(JSON.parse(out)).toEqual([{ kind: 'minor', major: 1, minor: 2 }, 48, 'function', 'function'])
+  })
+
+  it('requires the root and the web adapter as CommonJS', () => {
+    const out = run(
+      'cjs.cjs',
+      `const { parseApiToken, generateApiToken } = require('mcp-dispatch')
+       const { mcpDispatch } = require('mcp-dispatch/web')
+       const t = generateApiToken()
+       console.log(JSON.stringify([parseApiToken(t).displayPrefix === t.slice(0, 12), typeof mcpDispatch]))`,
+    )
+    expect(JSON.parse(out)).toEqual([true, 'function'])
+  })
+
+  it('keeps the root entry free of adapters and database clients', () => {
+    // A resolve hook records every bare specifier the root entry pulls in.
+    writeFileSync(
+      join(dir, 'hooks.mjs'),
+      `export async function resolve(specifier, context, next) {
+         if (!specifier.startsWith('.') && !specifier.startsWith('node:') && !specifier.startsWith('file:')) process.stderr.write('SPEC ' + specifier + '\\n')
+         return next(specifier, context)
+       }`,
+    )
+    writeFileSync(join(dir, 'register.mjs'), `import { register } from 'node:module'; register('./hooks.mjs', import.meta.url)`)
+    writeFileSync(join(dir, 'graph.mjs'), `await import('mcp-dispatch')`)
+    const result = spawnSync(process.execPath, ['--import', './register.mjs', 'graph.mjs'], { cwd: dir, encoding: 'utf8' })
+    expect(result.status).toBe(0)
+    const specifiers = [...result.stderr.matchAll(/^SPEC (\S+)$/gm)].map((m) => m[1])
+    expect(specifiers).toContain('mcp-dispatch')
+    const bare = new Set(specifiers.map((s) => s!.split('/')[0]!.startsWith('@') ? s!.split('/').slice(0, 2).join('/') : s!.split('/')[0]))
+    bare.delete('mcp-dispatch')
+    for (const name of bare) if (isBuiltin(name!)) bare.delete(name)
+    for (const name of bare) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+  })
+})
