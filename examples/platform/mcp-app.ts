@@ -53,6 +53,32 @@ export function buildAppServer(app: { slug: string; name: string }, version: str
 }
 
 const ACCEPT = 'application/json, text/event-stream'
+/** The SDK transport's own default body limit, which a `parsedBody` would otherwise bypass. */
+const MAX_BODY_BYTES = 4 * 1024 * 1024
+
+function rpcError(status: number, code: number, message: string): Response {
+  return Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status })
+}
+
+/** Reads a request body once, stopping past the limit: the text, or `null` when too large. */
+async function readBody(request: Request): Promise<string | null> {
+  if (Number(request.headers.get('content-length')) > MAX_BODY_BYTES) return null
+  if (!request.body) return ''
+  const reader = request.body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) break
+    size += value.byteLength
+    if (size > MAX_BODY_BYTES) {
+      void reader.cancel()
+      return null
+    }
+    chunks.push(value)
+  }
+  return Buffer.concat(chunks).toString('utf8')
+}
 
 function isInitialize(body: unknown): boolean {
   const messages = Array.isArray(body) ? body : [body]
@@ -93,26 +119,34 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
 
   const handle = async (request: Request): Promise<Response> => {
+    // A POST body is read here once, within the limit, and handed to the transport parsed;
+    // when it is not JSON the transport gets the text back and answers -32700 itself.
+    let body: unknown
+    if (request.method === 'POST') {
+      const text = await readBody(request)
+      if (text === null) return rpcError(413, -32000, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`)
+      try {
+        body = JSON.parse(text)
+      } catch {
+        body = undefined
+        request = new Request(request.url, { method: 'POST', headers: request.headers, body: text })
+      }
+      // JSON-RPC 2.0 section 6: an empty batch is one Invalid Request error (the SDK answers 202).
+      if (Array.isArray(body) && body.length === 0) return rpcError(400, -32600, 'Invalid Request: empty batch')
+    }
+    const parsed = body === undefined ? undefined : { parsedBody: body }
     const sessionId = request.headers.get('mcp-session-id')
     if (sessionId) {
       const session = sessions.get(sessionId)
-      if (!session) {
-        return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } }, { status: 404 })
-      }
+      if (!session) return rpcError(404, -32001, 'Session not found')
       session.lastSeen = Date.now()
-      return session.transport.handleRequest(request)
+      return session.transport.handleRequest(request, parsed)
     }
     if (request.method !== 'POST') {
       return Response.json(
         { jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Method not allowed without a session' } },
         { status: 405, headers: { allow: 'POST' } },
       )
-    }
-    let body: unknown
-    try {
-      body = await request.clone().json()
-    } catch {
-      body = undefined // the transport answers the parse error itself
     }
     if (isInitialize(body)) {
       sweep()
@@ -129,7 +163,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         if (transport.sessionId) sessions.delete(transport.sessionId)
       }
       await build().connect(transport)
-      return transport.handleRequest(request, body === undefined ? undefined : { parsedBody: body })
+      return transport.handleRequest(request, parsed)
     }
     // One-shot request without a session (spec 4.1 shows a bare tools/list): stateless, JSON.
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
@@ -140,11 +174,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
       const headers = new Headers(request.headers)
       headers.set('accept', ACCEPT)
-      const raw = body === undefined ? await request.text() : JSON.stringify(body)
-      forwarded = new Request(request.url, { method: 'POST', headers, body: raw })
+      forwarded = new Request(request.url, { method: 'POST', headers, body: body === undefined ? await request.text() : null })
     }
     try {
-      return await transport.handleRequest(forwarded, body === undefined ? undefined : { parsedBody: body })
+      return await transport.handleRequest(forwarded, parsed)
     } finally {
       void server.close()
     }

@@ -35,7 +35,15 @@ export const RpcCode = {
   Unavailable: -32005,
 } as const
 
-const JSON_HEADERS = { 'content-type': 'application/json' } as const
+const JSON_HEADERS: Readonly<Record<string, string>> = Object.freeze({ 'content-type': 'application/json' })
+
+/**
+ * Replies shared between requests are frozen: an adapter that wrote into one would otherwise
+ * change the answer to every later request.
+ */
+function shared(reply: Reply): Reply {
+  return Object.freeze({ ...reply, headers: Object.freeze({ ...reply.headers }) })
+}
 
 /**
  * Builds a JSON-RPC 2.0 error reply with `id: null`.
@@ -85,7 +93,9 @@ export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
       code: RpcCode.Unauthorized,
       message: 'Unauthorized',
       data: {
-        error: options.invalidToken ? 'invalid_token' : 'unauthorized',
+        // Spec section 7: data.error is always `unauthorized`; the RFC 6750 error code for a
+        // rejected token travels in the WWW-Authenticate challenge.
+        error: 'unauthorized',
         description: options.invalidToken
           ? 'Authentication required: the bearer token is invalid, expired or revoked'
           : 'Authentication required: send Authorization: Bearer <token>',
@@ -115,37 +125,37 @@ export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string 
 export function paymentRequiredReply(): Reply {
   return PAYMENT_REQUIRED
 }
-const PAYMENT_REQUIRED = jsonRpcErrorReply(402, {
+const PAYMENT_REQUIRED = shared(jsonRpcErrorReply(402, {
   code: RpcCode.PaymentRequired,
   message: 'Payment Required',
   data: { error: 'payment_required', description: 'An active subscription to this App is required' },
-})
+}))
 
 /** 403 of spec section 7: API token valid but not scoped to the App (no data). */
 export function forbiddenReply(): Reply {
   return FORBIDDEN
 }
-const FORBIDDEN = jsonRpcErrorReply(403, { code: RpcCode.Forbidden, message: 'Forbidden' })
+const FORBIDDEN = shared(jsonRpcErrorReply(403, { code: RpcCode.Forbidden, message: 'Forbidden' }))
 
 /** 403 of DESIGN.md: request from an address outside the token's IP allowlist. */
 export function ipNotAllowedReply(): Reply {
   return IP_NOT_ALLOWED
 }
-const IP_NOT_ALLOWED = jsonRpcErrorReply(403, {
+const IP_NOT_ALLOWED = shared(jsonRpcErrorReply(403, {
   code: RpcCode.Forbidden,
   message: 'Forbidden',
   data: { error: 'ip_not_allowed' },
-})
+}))
 
 /** 403: the request's `Origin` is not an allowed origin (MCP transport, DNS rebinding). */
 export function originNotAllowedReply(): Reply {
   return ORIGIN_NOT_ALLOWED
 }
-const ORIGIN_NOT_ALLOWED = jsonRpcErrorReply(403, {
+const ORIGIN_NOT_ALLOWED = shared(jsonRpcErrorReply(403, {
   code: RpcCode.Forbidden,
   message: 'Forbidden',
   data: { error: 'origin_not_allowed' },
-})
+}))
 
 /** 404 of DESIGN.md: exact version requested is not live. */
 export function versionNotFoundReply(requested: string, latest: string | null): Reply {
@@ -160,7 +170,7 @@ export function versionNotFoundReply(requested: string, latest: string | null): 
 export function notFoundReply(): Reply {
   return NOT_FOUND
 }
-const NOT_FOUND = jsonRpcErrorReply(404, { code: RpcCode.NotFound, message: 'Not found', data: { error: 'not_found' } })
+const NOT_FOUND = shared(jsonRpcErrorReply(404, { code: RpcCode.NotFound, message: 'Not found', data: { error: 'not_found' } }))
 
 /**
  * 404 for an `Mcp-Session-Id` that is unknown, expired, or pinned to another identity or App
@@ -169,11 +179,11 @@ const NOT_FOUND = jsonRpcErrorReply(404, { code: RpcCode.NotFound, message: 'Not
 export function sessionNotFoundReply(): Reply {
   return SESSION_NOT_FOUND
 }
-const SESSION_NOT_FOUND = jsonRpcErrorReply(404, {
+const SESSION_NOT_FOUND = shared(jsonRpcErrorReply(404, {
   code: RpcCode.NotFound,
   message: 'Session not found',
   data: { error: 'session_not_found' },
-})
+}))
 
 /** 405 for methods the MCP endpoint does not serve; `Allow` lists the ones it does. */
 export function methodNotAllowedReply(allow: string): Reply {
@@ -239,4 +249,4 @@ export function serviceUnavailableReply(retryAfter = 1): Reply {
 export function internalErrorReply(): Reply {
   return INTERNAL
 }
-const INTERNAL = jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' })
+const INTERNAL = shared(jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' }))

@@ -1,0 +1,302 @@
+/**
+ * Shared pieces of the end-to-end tests that drive the reference platform: a seed, an
+ * injectable clock, request builders, the exact error bodies of spec section 7, and a way to
+ * serve the platform over real HTTP on 127.0.0.1 for the MCP SDK client.
+ */
+import * as http from 'node:http'
+import type { AddressInfo, LookupFunction } from 'node:net'
+import { Readable } from 'node:stream'
+import { serve } from '@hono/node-server'
+import { type Platform, type PlatformOptions, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
+
+/** Start of the injected clock: 2030-01-01T00:00:30Z, half-way through a minute window. */
+export const T0 = Date.UTC(2030, 0, 1, 0, 0, 30)
+export const MINUTE = 60_000
+export const DAY = 86_400_000
+
+/** A clock the tests move by hand (no sleeps). */
+export interface TestClock {
+  now: () => number
+  advance(ms: number): void
+}
+
+export function createClock(start = T0): TestClock {
+  let at = start
+  return {
+    now: () => at,
+    advance(ms) {
+      at += ms
+    },
+  }
+}
+
+/**
+ * The seed of the end-to-end tests. Users: alice (subscribed to weather, notes, limited),
+ * bob (inactive subscription to weather), carol (subscribed to weather), dave (no
+ * subscriptions at all).
+ */
+export function testSeed(): PlatformSeed {
+  return {
+    apps: [
+      { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0', '1.1.1', '2.0.0'] },
+      { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['0.9.0', '1.0.0'] },
+      { id: 'app_limited', slug: 'limited', name: 'Limited', versions: ['1.0.0'], rateLimitPerMinute: 3 },
+    ],
+    users: [{ id: 'user_alice' }, { id: 'user_bob' }, { id: 'user_carol' }, { id: 'user_dave' }],
+    subscriptions: [
+      { userId: 'user_alice', appId: 'app_weather', active: true },
+      { userId: 'user_alice', appId: 'app_notes', active: true },
+      { userId: 'user_alice', appId: 'app_limited', active: true },
+      { userId: 'user_bob', appId: 'app_weather', active: false },
+      { userId: 'user_carol', appId: 'app_weather', active: true },
+    ],
+    tokens: [
+      { name: 'alice', userId: 'user_alice', servers: ['app_weather'], expiresInDays: 30 },
+      { name: 'alice-week', userId: 'user_alice', servers: ['app_weather'], expiresInDays: 7 },
+      { name: 'alice-notes', userId: 'user_alice', servers: ['app_notes'], expiresInDays: 7 },
+      { name: 'alice-limited', userId: 'user_alice', servers: ['app_limited'], expiresInDays: 30 },
+      { name: 'alice-all', userId: 'user_alice', servers: ['app_weather', 'app_notes', 'app_limited'], expiresInDays: 90 },
+      { name: 'ipv4', userId: 'user_alice', servers: ['app_weather'], expiresInDays: 30, allowedIps: ['203.0.113.7'] },
+      { name: 'cidr4', userId: 'user_alice', servers: ['app_weather'], expiresInDays: 30, allowedIps: ['198.51.100.0/24'] },
+      { name: 'ipv6', userId: 'user_alice', servers: ['app_weather'], expiresInDays: 30, allowedIps: ['2001:db8::/32'] },
+      { name: 'ipv6-exact', userId: 'user_alice', servers: ['app_weather'], expiresInDays: 30, allowedIps: ['2001:db8::1'] },
+      { name: 'ip-limited', userId: 'user_alice', servers: ['app_limited'], expiresInDays: 30, allowedIps: ['203.0.113.7'] },
+      { name: 'bob', userId: 'user_bob', servers: ['app_weather'], expiresInDays: 90 },
+      { name: 'carol', userId: 'user_carol', servers: ['app_weather'], expiresInDays: 90 },
+      { name: 'dave', userId: 'user_dave', servers: ['app_weather'], expiresInDays: 90 },
+    ],
+  }
+}
+
+/** Creates the platform on {@link testSeed} with an injected clock; errors are collected, not logged. */
+export function createTestPlatform(overrides: Partial<PlatformOptions> = {}): {
+  platform: Platform
+  clock: TestClock
+  errors: Array<{ error: unknown; context: string }>
+  token: (name: string) => string
+} {
+  const clock = createClock()
+  const errors: Array<{ error: unknown; context: string }> = []
+  const platform = createPlatform({
+    seed: testSeed(),
+    now: clock.now,
+    onError: (error, context) => errors.push({ error, context }),
+    ...overrides,
+  })
+  const token = (name: string) => {
+    const secret = platform.tokens[name]
+    if (!secret) throw new Error(`no seeded token named ${name}`)
+    return secret
+  }
+  return { platform, clock, errors, token }
+}
+
+/** A client address outside every allowlist of the seed. */
+export const CLIENT = '192.0.2.10'
+
+export const TOOLS_LIST = { jsonrpc: '2.0', id: 1, method: 'tools/list' } as const
+export const INITIALIZE = {
+  jsonrpc: '2.0',
+  id: 0,
+  method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'e2e', version: '0.0.0' } },
+} as const
+
+export interface McpRequestOptions {
+  token?: string
+  method?: string
+  body?: unknown
+  /** Raw body text; wins over `body`. */
+  rawBody?: string
+  headers?: Record<string, string>
+}
+
+/** A POST of a JSON-RPC message to an App, as an MCP client sends it. */
+export function mcpRequest(url: string, options: McpRequestOptions = {}): Request {
+  const method = options.method ?? 'POST'
+  const headers = new Headers({ accept: 'application/json, text/event-stream', 'content-type': 'application/json' })
+  if (options.token !== undefined) headers.set('authorization', `Bearer ${options.token}`)
+  for (const [name, value] of Object.entries(options.headers ?? {})) headers.set(name, value)
+  const hasBody = method !== 'GET' && method !== 'HEAD'
+  const body = options.rawBody ?? JSON.stringify(options.body ?? TOOLS_LIST)
+  return new Request(url, { method, headers, ...(hasBody && { body }) })
+}
+
+/** The URL of the metadata document of an App (spec 4.2). */
+export function metadataUrl(slug: string): string {
+  return `http://${slug}.localhost/.well-known/oauth-protected-resource`
+}
+
+/** The `WWW-Authenticate` header of a 401 (spec 5.1; RFC 6750 3.1). */
+export function challenge(slug: string, invalidToken: boolean): string {
+  const base = `Bearer resource_metadata="${metadataUrl(slug)}"`
+  return invalidToken ? `${base}, error="invalid_token"` : base
+}
+
+/** The JSON-RPC error bodies of spec section 7 and DESIGN.md, exactly. */
+export const bodies = {
+  unauthorized: (invalidToken: boolean) => ({
+    jsonrpc: '2.0',
+    id: null,
+    error: {
+      code: -32001,
+      message: 'Unauthorized',
+      data: invalidToken
+        ? { error: 'unauthorized', description: 'Authentication required: the bearer token is invalid, expired or revoked' }
+        : { error: 'unauthorized', description: 'Authentication required: send Authorization: Bearer <token>' },
+    },
+  }),
+  paymentRequired: {
+    jsonrpc: '2.0',
+    id: null,
+    error: {
+      code: -32002,
+      message: 'Payment Required',
+      data: { error: 'payment_required', description: 'An active subscription to this App is required' },
+    },
+  },
+  forbidden: { jsonrpc: '2.0', id: null, error: { code: -32003, message: 'Forbidden' } },
+  ipNotAllowed: { jsonrpc: '2.0', id: null, error: { code: -32003, message: 'Forbidden', data: { error: 'ip_not_allowed' } } },
+  notFound: { jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Not found', data: { error: 'not_found' } } },
+  versionNotFound: (requested: string, latest: string | null) => ({
+    jsonrpc: '2.0',
+    id: null,
+    error: { code: -32004, message: 'Version not found', data: { error: 'version_not_found', requested, latest } },
+  }),
+  sessionNotFound: {
+    jsonrpc: '2.0',
+    id: null,
+    error: { code: -32004, message: 'Session not found', data: { error: 'session_not_found' } },
+  },
+  methodNotAllowed: {
+    jsonrpc: '2.0',
+    id: null,
+    error: { code: -32000, message: 'Method not allowed', data: { error: 'method_not_allowed' } },
+  },
+  rateLimited: (limit: number, resetAt: number, retryAfter: number) => ({
+    jsonrpc: '2.0',
+    id: null,
+    error: { code: -32000, message: 'Rate limit exceeded', data: { limit, resetAt, retryAfter, windowType: 'minute' } },
+  }),
+}
+
+/** Reads a JSON response body (the body of every error and of JSON MCP responses). */
+export async function json(response: Response): Promise<any> {
+  return JSON.parse(await response.text())
+}
+
+/**
+ * Reads the JSON-RPC message of an MCP response, whether the SDK answered with JSON or with
+ * a one-message SSE stream.
+ */
+export async function rpcResult(response: Response): Promise<any> {
+  const text = await response.text()
+  if ((response.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+    const data = text
+      .split('\n')
+      .filter((line) => line.startsWith('data: '))
+      .map((line) => JSON.parse(line.slice(6)))
+    return data.at(-1)
+  }
+  return JSON.parse(text)
+}
+
+/** Asserts nothing; returns the version headers of a response, for `toEqual`. */
+export function versionHeaders(response: Response): { version: string | null; latest: string | null } {
+  return { version: response.headers.get('x-mcp-version'), latest: response.headers.get('x-mcp-latest-version') }
+}
+
+/**
+ * `fetch` for `http://*.localhost` URLs. Browsers and curl resolve every `*.localhost` name to
+ * the loopback address (RFC 6761 section 6.3), but Node's `fetch` asks the system resolver,
+ * which here answers ENOTFOUND, and Node's `fetch` drops a hand-set `Host` header. This one
+ * goes through `node:http` with a lookup that maps `*.localhost` to 127.0.0.1, so the request
+ * keeps its real `Host` (`weather.localhost:PORT`), which is how the platform routes Apps.
+ * Response bodies stream (SSE), and aborting the signal ends the request.
+ */
+export const localhostFetch = async (input: string | URL | Request, init: RequestInit = {}): Promise<Response> => {
+  const request = new Request(input, init)
+  const url = new URL(request.url)
+  const lookup: LookupFunction = (hostname, options, callback) => {
+    if (hostname === 'localhost' || hostname.endsWith('.localhost')) {
+      if ((options as { all?: boolean }).all) {
+        ;(callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [
+          { address: '127.0.0.1', family: 4 },
+        ])
+      } else callback(null, '127.0.0.1', 4)
+      return
+    }
+    callback(Object.assign(new Error(`localhostFetch resolves only *.localhost, not ${hostname}`), { code: 'ENOTFOUND' }), '', 4)
+  }
+  const body = request.body ? Buffer.from(await request.arrayBuffer()) : undefined
+  const headers: Record<string, string> = {}
+  request.headers.forEach((value, name) => {
+    headers[name] = value
+  })
+  if (body) headers['content-length'] = String(body.length)
+  return new Promise<Response>((resolve, reject) => {
+    const outgoing = http.request(url, { method: request.method, headers, lookup, agent: false }, (incoming) => {
+      const responseHeaders = new Headers()
+      for (const [name, value] of Object.entries(incoming.headers)) {
+        if (Array.isArray(value)) for (const v of value) responseHeaders.append(name, v)
+        else if (value !== undefined) responseHeaders.set(name, value)
+      }
+      const status = incoming.statusCode ?? 500
+      const nullBody = status === 204 || status === 304 || request.method === 'HEAD'
+      if (nullBody) incoming.resume()
+      resolve(
+        new Response(nullBody ? null : (Readable.toWeb(incoming) as ReadableStream<Uint8Array>), {
+          status,
+          statusText: incoming.statusMessage ?? '',
+          headers: responseHeaders,
+        }),
+      )
+    })
+    const signal = init.signal ?? request.signal
+    if (signal) {
+      if (signal.aborted) {
+        outgoing.destroy()
+        reject(signal.reason)
+        return
+      }
+      signal.addEventListener('abort', () => outgoing.destroy(signal.reason instanceof Error ? signal.reason : undefined), {
+        once: true,
+      })
+    }
+    outgoing.on('error', reject)
+    outgoing.end(body)
+  })
+}
+
+/** The platform served over real HTTP on 127.0.0.1 (ephemeral port). */
+export interface ServedPlatform {
+  port: number
+  /** `http://{slug}.localhost:{port}` */
+  origin(slug: string): string
+  close(): Promise<void>
+}
+
+export async function servePlatform(platform: Platform): Promise<ServedPlatform> {
+  let server: ReturnType<typeof serve> | undefined
+  const port = await new Promise<number>((resolve) => {
+    server = serve(
+      {
+        port: 0,
+        hostname: '127.0.0.1',
+        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
+          platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+      },
+      (info: AddressInfo) => resolve(info.port),
+    )
+  })
+  return {
+    port,
+    origin: (slug) => `http://${slug}.localhost:${port}`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        const s = server as unknown as http.Server
+        s.closeAllConnections?.()
+        s.close(() => resolve())
+      }),
+  }
+}

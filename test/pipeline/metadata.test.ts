@@ -1,0 +1,143 @@
+/**
+ * Protected-resource metadata (spec 2.2, 4.2; RFC 9728) and CORS, through the reference
+ * platform with real `Request` objects.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import type { Platform } from '../../examples/platform/index.js'
+import { CLIENT, bodies, createTestPlatform, json, mcpRequest, metadataUrl, versionHeaders } from '../helpers/platform.js'
+
+let platform: Platform
+let token: (name: string) => string
+let errors: Array<{ error: unknown; context: string }>
+
+beforeEach(() => {
+  ;({ platform, token, errors } = createTestPlatform({ authorizationServer: { issuer: 'https://auth.example.com' } }))
+})
+afterEach(async () => {
+  await platform.close()
+  expect(errors).toEqual([])
+})
+
+function get(url: string, init: RequestInit = {}) {
+  return platform.fetch(new Request(url, init), { clientAddress: CLIENT })
+}
+
+describe('GET /.well-known/oauth-protected-resource (spec 4.2)', () => {
+  it('answers without credentials with the fields of spec 2.2, cacheable and readable cross-origin', async () => {
+    const response = await get(metadataUrl('weather'))
+    expect(response.status).toBe(200)
+    expect(response.headers.get('content-type')).toBe('application/json')
+    expect(response.headers.get('cache-control')).toBe('public, max-age=3600')
+    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(versionHeaders(response)).toEqual({ version: null, latest: null })
+    expect(await json(response)).toEqual({
+      resource: 'http://weather.localhost',
+      authorization_servers: ['https://auth.example.com'],
+      bearer_methods_supported: ['header'],
+      scopes_supported: ['openid', 'profile', 'email'],
+      resource_name: 'Weather',
+    })
+  })
+
+  it('is the document the 401 challenge points to', async () => {
+    const unauthorized = await platform.fetch(mcpRequest('http://weather.localhost:8787/v1'), { clientAddress: CLIENT })
+    const header = unauthorized.headers.get('www-authenticate') ?? ''
+    const url = /resource_metadata="([^"]+)"/.exec(header)?.[1]
+    expect(url).toBe('http://weather.localhost:8787/.well-known/oauth-protected-resource')
+    const doc = await json(await get(url!))
+    expect(doc.resource).toBe('http://weather.localhost:8787')
+  })
+
+  it('is served per App, and ignores whatever credential comes with it', async () => {
+    const notes = await get(metadataUrl('notes'), { headers: { authorization: 'Bearer garbage' } })
+    expect(notes.status).toBe(200)
+    expect(await json(notes)).toMatchObject({ resource: 'http://notes.localhost', resource_name: 'Notes' })
+  })
+
+  it('has a path-suffixed variant per version path (RFC 9728 section 3.1)', async () => {
+    for (const suffix of ['/v1', '/v1.1', '/v1.1.1']) {
+      const response = await get(`${metadataUrl('weather')}${suffix}`)
+      expect(response.status).toBe(200)
+      expect((await json(response)).resource).toBe(`http://weather.localhost${suffix}`)
+    }
+    for (const suffix of ['/', '/foo', '/v1.x']) {
+      const response = await get(`${metadataUrl('weather')}${suffix}`)
+      expect(response.status).toBe(404)
+      expect(await json(response)).toEqual(bodies.notFound)
+    }
+  })
+
+  it('HEAD answers the headers without a body; other methods get 405 with Allow', async () => {
+    const head = await get(metadataUrl('weather'), { method: 'HEAD' })
+    expect(head.status).toBe(200)
+    expect(head.headers.get('cache-control')).toBe('public, max-age=3600')
+    expect(await head.text()).toBe('')
+    const post = await get(metadataUrl('weather'), { method: 'POST', body: '{}' })
+    expect(post.status).toBe(405)
+    expect(post.headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+    expect(post.headers.get('content-type')).toBe('application/json')
+    expect(await json(post)).toEqual(bodies.methodNotAllowed)
+  })
+
+  it('an unknown App has no metadata', async () => {
+    const response = await get(metadataUrl('nope'))
+    expect(response.status).toBe(404)
+    expect(await json(response)).toEqual(bodies.notFound)
+  })
+
+  it('without a configured authorization server the list is empty, not missing', async () => {
+    const bare = createTestPlatform()
+    try {
+      const doc = await json(await bare.platform.fetch(new Request(metadataUrl('weather'))))
+      expect(doc.authorization_servers).toEqual([])
+    } finally {
+      await bare.platform.close()
+    }
+  })
+})
+
+describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
+  const origin = 'https://inspector.example'
+
+  it('OPTIONS preflight on the metadata document', async () => {
+    const response = await get(metadataUrl('weather'), {
+      method: 'OPTIONS',
+      headers: { origin, 'access-control-request-method': 'GET' },
+    })
+    expect(response.status).toBe(204)
+    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(await response.text()).toBe('')
+  })
+
+  it('OPTIONS preflight on an MCP path needs no credential and allows the MCP headers', async () => {
+    const response = await get('http://weather.localhost/v1', {
+      method: 'OPTIONS',
+      headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, mcp-session-id' },
+    })
+    expect(response.status).toBe(204)
+    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(response.headers.get('access-control-allow-methods')).toBe('GET, POST, DELETE, OPTIONS')
+    const allowed = (response.headers.get('access-control-allow-headers') ?? '').toLowerCase()
+    for (const name of ['authorization', 'content-type', 'mcp-session-id', 'mcp-protocol-version']) expect(allowed).toContain(name)
+    expect(versionHeaders(response)).toEqual({ version: null, latest: null })
+  })
+
+  it('a 401 to a browser exposes WWW-Authenticate so the client can find the metadata', async () => {
+    const response = await platform.fetch(mcpRequest('http://weather.localhost/v1', { headers: { origin } }), {
+      clientAddress: CLIENT,
+    })
+    expect(response.status).toBe(401)
+    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(response.headers.get('access-control-expose-headers')).toContain('WWW-Authenticate')
+  })
+
+  it('a success to a browser exposes the session and version headers', async () => {
+    const response = await platform.fetch(mcpRequest('http://weather.localhost/v1', { token: token('alice'), headers: { origin } }), {
+      clientAddress: CLIENT,
+    })
+    expect(response.status).toBe(200)
+    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    const exposed = response.headers.get('access-control-expose-headers') ?? ''
+    for (const name of ['Mcp-Session-Id', 'X-MCP-Version', 'X-MCP-Latest-Version']) expect(exposed).toContain(name)
+  })
+})

@@ -1,0 +1,245 @@
+/**
+ * The official MCP SDK client (`Client` + `StreamableHTTPClientTransport` with an
+ * `Authorization` header) through the reference platform over real HTTP on 127.0.0.1
+ * (issue 2, "How we will check it"; spec 9.2: a version is fixed per connection).
+ *
+ * Node's `fetch` does not resolve `*.localhost` (it asks the system resolver) and drops a
+ * hand-set `Host` header, so the transport gets `localhostFetch` (test/helpers), which maps
+ * `*.localhost` to 127.0.0.1 the way browsers and curl do and keeps the real `Host`.
+ */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import type { Platform } from '../../examples/platform/index.js'
+import {
+  type ServedPlatform,
+  TOOLS_LIST,
+  bodies,
+  challenge,
+  createTestPlatform,
+  json,
+  localhostFetch,
+  servePlatform,
+} from '../helpers/platform.js'
+
+interface Seen {
+  method: string
+  status: number
+  version: string | null
+  latest: string | null
+}
+
+interface Connection {
+  client: Client
+  transport: StreamableHTTPClientTransport
+  /** Every HTTP exchange of this connection, in order. */
+  seen: Seen[]
+  /** What the `get_version` tool of the serving App says. */
+  toolVersion(): Promise<string>
+}
+
+let platform: Platform
+let served: ServedPlatform
+let token: (name: string) => string
+let errors: Array<{ error: unknown; context: string }>
+let open: Client[]
+
+beforeEach(async () => {
+  ;({ platform, token, errors } = createTestPlatform())
+  served = await servePlatform(platform)
+  open = []
+})
+afterEach(async () => {
+  await Promise.all(open.map((c) => c.close()))
+  await served.close()
+  await platform.close()
+  expect(errors).toEqual([])
+})
+
+function transportFor(path: string, tokenName: string | undefined, seen: Seen[]): StreamableHTTPClientTransport {
+  return new StreamableHTTPClientTransport(new URL(`${served.origin('weather')}${path}`), {
+    ...(tokenName !== undefined && { requestInit: { headers: { Authorization: `Bearer ${token(tokenName)}` } } }),
+    fetch: async (url, init) => {
+      const response = await localhostFetch(url, init)
+      seen.push({
+        method: init?.method ?? 'GET',
+        status: response.status,
+        version: response.headers.get('x-mcp-version'),
+        latest: response.headers.get('x-mcp-latest-version'),
+      })
+      return response
+    },
+  })
+}
+
+async function connect(path: string, tokenName = 'alice'): Promise<Connection> {
+  const seen: Seen[] = []
+  const transport = transportFor(path, tokenName, seen)
+  const client = new Client({ name: 'e2e-client', version: '1.0.0' })
+  await client.connect(transport)
+  open.push(client)
+  return {
+    client,
+    transport,
+    seen,
+    async toolVersion() {
+      const result = await client.callTool({ name: 'get_version', arguments: {} })
+      return (result.structuredContent as { version: string }).version
+    },
+  }
+}
+
+/** A raw MCP POST on an existing session (what a client that lost track would send). */
+function postOnSession(path: string, sessionId: string, tokenName: string, body: unknown = TOOLS_LIST) {
+  return localhostFetch(`${served.origin('weather')}${path}`, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${token(tokenName)}`,
+      accept: 'application/json, text/event-stream',
+      'content-type': 'application/json',
+      'mcp-session-id': sessionId,
+      'mcp-protocol-version': '2025-06-18',
+    },
+    body: JSON.stringify(body),
+  })
+}
+
+describe('connecting at every URL pattern (spec 9.1)', () => {
+  it.each([
+    ['/', '2.0.0'],
+    ['/v1', '1.1.1'],
+    ['/v1.1', '1.1.1'],
+    ['/v1.1.1', '1.1.1'],
+    ['/v1.0', '1.0.0'],
+    ['/v2', '2.0.0'],
+  ])('%s: lists tools, calls one, and sees %s everywhere', async (path, version) => {
+    const c = await connect(path)
+    expect(c.client.getServerVersion()).toMatchObject({ name: 'weather', version })
+    const { tools } = await c.client.listTools()
+    expect(tools.map((t) => t.name).sort()).toEqual(['count', 'echo', 'get_version'])
+    expect(tools.find((t) => t.name === 'get_version')?.description).toContain(`(${version})`)
+    expect(await c.toolVersion()).toBe(version)
+    const echo = await c.client.callTool({ name: 'echo', arguments: { text: 'hi' } })
+    expect(echo.content).toEqual([{ type: 'text', text: `hi (from weather ${version})` }])
+    // Every response of the connection (POSTs, the GET stream) carries both headers.
+    expect(c.seen.length).toBeGreaterThanOrEqual(5)
+    for (const exchange of c.seen) {
+      expect(exchange.status).toBeLessThan(300)
+      expect(exchange).toMatchObject({ version, latest: '2.0.0' })
+    }
+    expect(c.transport.sessionId).toEqual(expect.any(String))
+  })
+
+  it('progress notifications stream through the dispatch layer (SSE, unbuffered)', async () => {
+    const c = await connect('/v1')
+    const progress: number[] = []
+    const result = await c.client.callTool({ name: 'count', arguments: { n: 5 } }, undefined, {
+      onprogress: (p) => progress.push(p.progress),
+    })
+    expect(progress).toEqual([1, 2, 3, 4, 5])
+    expect(result.content).toEqual([{ type: 'text', text: 'counted to 5 (1.1.1)' }])
+  })
+
+  it('an exact version that is not live refuses the connection with 404', async () => {
+    const seen: Seen[] = []
+    const client = new Client({ name: 'e2e-client', version: '1.0.0' })
+    await expect(client.connect(transportFor('/v1.1.0', 'alice', seen))).rejects.toMatchObject({ code: 404 })
+    expect(seen[0]).toEqual({ method: 'POST', status: 404, version: null, latest: null })
+  })
+
+  it('without a token the connection is refused with 401 and the metadata challenge', async () => {
+    const client = new Client({ name: 'e2e-client', version: '1.0.0' })
+    const seen: Seen[] = []
+    const error = await client.connect(transportFor('/v1', undefined, seen)).catch((e: unknown) => e)
+    expect(error).toBeInstanceOf(StreamableHTTPError)
+    expect(error).toMatchObject({ code: 401 })
+    const raw = await localhostFetch(`${served.origin('weather')}/v1`, { method: 'POST', body: '{}' })
+    expect(raw.headers.get('www-authenticate')).toBe(
+      challenge('weather', false).replace('weather.localhost', `weather.localhost:${served.port}`),
+    )
+  })
+})
+
+describe('a deploy during a session (spec 9.2 rules 1 and 2)', () => {
+  it('does not change the version of an open session; a new session sees the new one', async () => {
+    const old = await connect('/v1')
+    expect(await old.toolVersion()).toBe('1.1.1')
+
+    platform.deploy('app_weather', '1.1.2') // replaces 1.1.1: it is no longer live
+    platform.deploy('app_weather', '2.1.0')
+
+    // The open session keeps 1.1.1, and is told that a newer version exists.
+    expect(await old.toolVersion()).toBe('1.1.1')
+    expect((await old.client.listTools()).tools.find((t) => t.name === 'echo')?.description).toContain('1.1.1')
+    expect(old.seen.at(-1)).toMatchObject({ status: 200, version: '1.1.1', latest: '2.1.0' })
+
+    const fresh = await connect('/v1')
+    expect(fresh.client.getServerVersion()?.version).toBe('1.1.2')
+    expect(await fresh.toolVersion()).toBe('1.1.2')
+    expect(fresh.seen.at(-1)).toMatchObject({ version: '1.1.2', latest: '2.1.0' })
+    expect(await (await connect('/')).toolVersion()).toBe('2.1.0')
+
+    // Both sessions keep answering side by side.
+    expect(await old.toolVersion()).toBe('1.1.1')
+    expect(await fresh.toolVersion()).toBe('1.1.2')
+  })
+
+  it('a session opened at an exact URL keeps it after that version stops being live; new sessions there get 404', async () => {
+    const exact = await connect('/v1.1.1')
+    platform.deploy('app_weather', '1.1.2')
+    expect(await exact.toolVersion()).toBe('1.1.1')
+    const client = new Client({ name: 'e2e-client', version: '1.0.0' })
+    await expect(client.connect(transportFor('/v1.1.1', 'alice', []))).rejects.toMatchObject({ code: 404 })
+  })
+})
+
+describe('session pins (DESIGN.md "Versions")', () => {
+  it('DELETE ends the session: its id is then unknown (404)', async () => {
+    const c = await connect('/v1')
+    const sessionId = c.transport.sessionId!
+    expect((await postOnSession('/v1', sessionId, 'alice')).status).toBe(200)
+    await c.transport.terminateSession()
+    expect(c.seen.at(-1)).toMatchObject({ method: 'DELETE', status: 200 })
+    const after = await postOnSession('/v1', sessionId, 'alice')
+    expect(after.status).toBe(404)
+    expect(await json(after)).toEqual(bodies.sessionNotFound)
+  })
+
+  it('a session id presented by another identity is 404, and the owner keeps the session', async () => {
+    const c = await connect('/v1')
+    const stolen = await postOnSession('/v1', c.transport.sessionId!, 'carol')
+    expect(stolen.status).toBe(404)
+    expect(stolen.headers.get('x-mcp-version')).toBeNull()
+    expect(await json(stolen)).toEqual(bodies.sessionNotFound)
+    expect(await c.toolVersion()).toBe('1.1.1')
+  })
+
+  it('another token of the same owner may continue the session (identity is the user)', async () => {
+    const c = await connect('/v1', 'alice')
+    const response = await postOnSession('/v1', c.transport.sessionId!, 'alice-all')
+    expect(response.status).toBe(200)
+    expect(response.headers.get('x-mcp-version')).toBe('1.1.1')
+  })
+
+  it('an unknown session id is 404', async () => {
+    const response = await postOnSession('/v1', '1f7c1a52-0000-4000-8000-000000000000', 'alice')
+    expect(response.status).toBe(404)
+    expect(await json(response)).toEqual(bodies.sessionNotFound)
+  })
+
+  it('a session is bound to the version line of its URL: a /v1 session used at /v2 is 404', async () => {
+    const c = await connect('/v1')
+    const response = await postOnSession('/v2', c.transport.sessionId!, 'alice')
+    expect(response.status).toBe(404)
+    expect(await json(response)).toEqual(bodies.sessionNotFound)
+  })
+
+  it('revoking the token ends access at once, even inside an open session', async () => {
+    const c = await connect('/v1', 'alice-week')
+    expect(await c.toolVersion()).toBe('1.1.1')
+    const id = (await platform.tokenService.list('user_alice')).find((t) => t.name === 'alice-week')!.id
+    await platform.tokenService.revoke('user_alice', id)
+    await expect(c.toolVersion()).rejects.toMatchObject({ code: 401 })
+    expect(c.seen.at(-1)).toEqual({ method: 'POST', status: 401, version: null, latest: null })
+  })
+})

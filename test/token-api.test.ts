@@ -1,0 +1,477 @@
+/**
+ * The token-management API (spec 2.1, 3, 4.3, 4.4, 5.2; DESIGN.md "API tokens") through the
+ * reference platform's `api.localhost` host, with a development dashboard session, and the
+ * effect of every lifecycle step on the Apps (real MCP SDK servers behind the Web adapter).
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import type { Platform } from '../examples/platform/index.js'
+import {
+  CLIENT,
+  DAY,
+  T0,
+  type TestClock,
+  bodies,
+  createTestPlatform,
+  json,
+  mcpRequest,
+} from './helpers/platform.js'
+
+const API = 'http://api.localhost/api/tokens'
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
+/** The fields of spec 2.1, and only those, in a create or rotate result. */
+const SECRET_FIELDS = ['allowed_ips', 'created_at', 'expires_at', 'id', 'name', 'prefix', 'scopes', 'token']
+const WEATHER_SCOPE = { server_id: 'app_weather', server_name: 'Weather', server_slug: 'weather' }
+
+let platform: Platform
+let clock: TestClock
+let token: (name: string) => string
+let errors: Array<{ error: unknown; context: string }>
+
+beforeEach(() => {
+  ;({ platform, clock, token, errors } = createTestPlatform())
+})
+afterEach(async () => {
+  await platform.close()
+  expect(errors).toEqual([])
+})
+
+interface Session {
+  cookie: string
+  csrfToken: string
+}
+
+async function signIn(userId: string): Promise<Session> {
+  const response = await platform.fetch(
+    new Request('http://api.localhost/dev/session', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ userId }),
+    }),
+  )
+  expect(response.status).toBe(200)
+  const setCookie = response.headers.get('set-cookie') ?? ''
+  expect(setCookie).toMatch(/HttpOnly/)
+  const body = await json(response)
+  expect(body).toEqual({ userId, csrfToken: expect.any(String) })
+  return { cookie: setCookie.split(';')[0]!, csrfToken: body.csrfToken }
+}
+
+interface CallOptions {
+  session?: Session
+  /** Send the session's CSRF token (default true when a session is given). */
+  csrf?: boolean
+  bearer?: string
+  body?: unknown
+  rawBody?: string
+  contentType?: string
+  clientAddress?: string
+}
+
+function call(method: string, path: string, options: CallOptions = {}): Promise<Response> {
+  const headers = new Headers()
+  if (options.session) {
+    headers.set('cookie', options.session.cookie)
+    if (options.csrf !== false) headers.set('x-csrf-token', options.session.csrfToken)
+  }
+  if (options.bearer !== undefined) headers.set('authorization', `Bearer ${options.bearer}`)
+  const raw = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body))
+  if (raw !== undefined) headers.set('content-type', options.contentType ?? 'application/json')
+  return platform.fetch(new Request(`${API}${path}`, { method, headers, ...(raw !== undefined && { body: raw }) }), {
+    clientAddress: options.clientAddress ?? CLIENT,
+  })
+}
+
+/** The status of a tools/list on the weather App with a secret. */
+async function appStatus(secret: string, clientAddress = CLIENT, slug = 'weather'): Promise<number> {
+  const response = await platform.fetch(mcpRequest(`http://${slug}.localhost/v1`, { token: secret }), { clientAddress })
+  return response.status
+}
+
+async function expectFieldError(response: Response, field: string, status = 400): Promise<void> {
+  expect(response.status).toBe(status)
+  expect(response.headers.get('content-type')).toBe('application/json')
+  const body = await json(response)
+  expect(body).toMatchObject({ error: 'invalid_request', field })
+  expect(body.message.startsWith(`${field}: `)).toBe(true)
+}
+
+async function seededId(userId: string, name: string): Promise<string> {
+  const found = (await platform.tokenService.list(userId)).find((t) => t.name === name)
+  if (!found) throw new Error(`no token ${name}`)
+  return found.id
+}
+
+async function createToken(session: Session, body: Record<string, unknown> = {}): Promise<any> {
+  const response = await call('POST', '', { session, body: { name: 'CI', servers: ['app_weather'], expires_in_days: 30, ...body } })
+  expect(response.status).toBe(201)
+  return json(response)
+}
+
+describe('dev session (reference platform)', () => {
+  it('an unknown user gets 400 naming userId', async () => {
+    const response = await platform.fetch(
+      new Request('http://api.localhost/dev/session', { method: 'POST', body: '{"userId":"user_mallory"}' }),
+    )
+    expect(response.status).toBe(400)
+    expect(await json(response)).toMatchObject({ field: 'userId' })
+  })
+
+  it('without a session the API answers 401', async () => {
+    const response = await call('GET', '')
+    expect(response.status).toBe(401)
+    expect(await json(response)).toMatchObject({ error: 'unauthorized' })
+  })
+})
+
+describe('create (spec 2.1, 3)', () => {
+  it('201 with the fields of spec 2.1 and the full secret, shown once; the token works at once', async () => {
+    const alice = await signIn('user_alice')
+    const response = await call('POST', '', {
+      session: alice,
+      body: { name: 'CI deploys', servers: ['app_weather'], expires_in_days: 30, allowed_ips: null },
+    })
+    expect(response.status).toBe(201)
+    expect(response.headers.get('cache-control')).toBe('no-store')
+    const created = await json(response)
+    expect(response.headers.get('location')).toBe(`/api/tokens/${created.id}`)
+    expect(Object.keys(created).sort()).toEqual(SECRET_FIELDS)
+    expect(created).toEqual({
+      token: expect.stringMatching(/^svc_[0-9A-Za-z]{44}$/),
+      id: expect.stringMatching(UUID),
+      name: 'CI deploys',
+      prefix: created.token.slice(0, 12),
+      expires_at: new Date(T0 + 30 * DAY).toISOString(),
+      allowed_ips: null,
+      scopes: [WEATHER_SCOPE],
+      created_at: new Date(T0).toISOString(),
+    })
+    expect(created.token).toHaveLength(48)
+    expect(created.expires_at).toMatch(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/)
+    expect(await appStatus(created.token)).toBe(200)
+    // Scope is fixed to the servers named: notes is out of reach although alice subscribes.
+    expect(await appStatus(created.token, CLIENT, 'notes')).toBe(403)
+  })
+
+  it('7, 30 and 90 days; several servers; an allowlist', async () => {
+    const alice = await signIn('user_alice')
+    for (const days of [7, 90]) {
+      expect((await createToken(alice, { expires_in_days: days })).expires_at).toBe(new Date(T0 + days * DAY).toISOString())
+    }
+    const multi = await createToken(alice, { servers: ['app_weather', 'app_notes'], allowed_ips: ['203.0.113.0/24', '2001:db8::1'] })
+    expect(multi.scopes).toEqual([WEATHER_SCOPE, { server_id: 'app_notes', server_name: 'Notes', server_slug: 'notes' }])
+    expect(multi.allowed_ips).toEqual(['203.0.113.0/24', '2001:db8::1'])
+    expect(await appStatus(multi.token, '203.0.113.50', 'notes')).toBe(200)
+    expect(await appStatus(multi.token, '2001:db8::1')).toBe(200)
+    expect(await appStatus(multi.token, CLIENT)).toBe(403)
+  })
+
+  it.each([
+    ['name', { name: '' }],
+    ['name', { name: '   ' }],
+    ['name', { name: 'x'.repeat(101) }],
+    ['name', { name: 42 }],
+    ['name', { name: undefined }],
+    ['servers', { servers: [] }],
+    ['servers', { servers: 'app_weather' }],
+    ['servers', { servers: undefined }],
+    ['servers.0', { servers: ['app_unknown'] }],
+    ['servers.1', { servers: ['app_weather', 'app_nope'] }],
+    ['expires_in_days', { expires_in_days: 1 }],
+    ['expires_in_days', { expires_in_days: 365 }],
+    ['expires_in_days', { expires_in_days: '30' }],
+    ['expires_in_days', { expires_in_days: null }],
+    ['expires_in_days', { expires_in_days: undefined }],
+    ['allowed_ips.0', { allowed_ips: ['not-an-ip'] }],
+    ['allowed_ips.0', { allowed_ips: ['10.0.0.0/33'] }],
+    ['allowed_ips.1', { allowed_ips: ['10.0.0.1', '999.1.1.1'] }],
+    ['allowed_ips', { allowed_ips: '10.0.0.1' }],
+    ['scopes', { scopes: ['app_weather'] }],
+  ])('bad input: 400 naming %s, and nothing is created', async (field, patch) => {
+    const alice = await signIn('user_alice')
+    const before = (await json(await call('GET', '', { session: alice }))).tokens.length
+    const body = { name: 'CI', servers: ['app_weather'], expires_in_days: 30, ...patch }
+    await expectFieldError(await call('POST', '', { session: alice, body }), field)
+    expect((await json(await call('GET', '', { session: alice }))).tokens).toHaveLength(before)
+  })
+
+  it('a server the creator neither owns nor subscribes to is refused (spec 2.1)', async () => {
+    const bob = await signIn('user_bob') // bob's subscription to weather is inactive
+    await expectFieldError(await call('POST', '', { session: bob, body: { name: 'x', servers: ['app_weather'], expires_in_days: 7 } }), 'servers.0')
+  })
+
+  it('a body that is not JSON, or not declared as JSON', async () => {
+    const alice = await signIn('user_alice')
+    await expectFieldError(await call('POST', '', { session: alice, rawBody: '{"name":' }), 'body')
+    await expectFieldError(await call('POST', '', { session: alice, rawBody: '[]' }), 'body')
+    await expectFieldError(await call('POST', '', { session: alice, rawBody: '{}', contentType: 'text/plain' }), 'content-type')
+    await expectFieldError(await call('POST', '', { session: alice, rawBody: JSON.stringify({ name: 'x'.repeat(20_000) }) }), 'body')
+  })
+
+  it('a cookie-authenticated write needs the CSRF token (403 without or with a wrong one)', async () => {
+    const alice = await signIn('user_alice')
+    const body = { name: 'CI', servers: ['app_weather'], expires_in_days: 30 }
+    const missing = await call('POST', '', { session: alice, csrf: false, body })
+    expect(missing.status).toBe(403)
+    expect(await json(missing)).toMatchObject({ error: 'csrf_failed' })
+    const wrong = await call('POST', '', { session: { ...alice, csrfToken: 'x'.repeat(alice.csrfToken.length) }, body })
+    expect(wrong.status).toBe(403)
+    expect((await json(await call('GET', '', { session: alice }))).tokens.map((t: { name: string }) => t.name)).not.toContain('CI')
+  })
+
+  it('an API token cannot manage tokens (only rotate itself): 403', async () => {
+    const response = await call('POST', '', { bearer: token('alice'), body: { name: 'x', servers: ['app_weather'], expires_in_days: 7 } })
+    expect(response.status).toBe(403)
+    expect((await call('GET', '', { bearer: token('alice') })).status).toBe(403)
+  })
+})
+
+describe('list (spec 2.1: name, prefix, servers, expiration, last use)', () => {
+  it("shows the session user's tokens without any secret", async () => {
+    const alice = await signIn('user_alice')
+    const created = await createToken(alice, { name: 'listed' })
+    const response = await call('GET', '', { session: alice })
+    expect(response.status).toBe(200)
+    const text = await response.text()
+    for (const secret of [created.token, ...Object.values(platform.tokens)]) expect(text).not.toContain(secret)
+    const { tokens } = JSON.parse(text)
+    expect(tokens.every((t: Record<string, unknown>) => !('token' in t))).toBe(true)
+    const listed = tokens.find((t: { id: string }) => t.id === created.id)
+    expect(listed).toEqual({
+      id: created.id,
+      name: 'listed',
+      prefix: created.prefix,
+      expires_at: created.expires_at,
+      allowed_ips: null,
+      scopes: [WEATHER_SCOPE],
+      created_at: created.created_at,
+      last_used_at: null,
+      status: 'active',
+    })
+    const names = tokens.map((t: { name: string }) => t.name)
+    expect(names).toContain('alice-notes')
+    expect(names).not.toContain('bob')
+    expect(names).not.toContain('carol')
+  })
+
+  it('last_used_at shows when a token was used (coalesced writes)', async () => {
+    const alice = await signIn('user_alice')
+    clock.advance(5_000)
+    expect(await appStatus(token('alice'))).toBe(200)
+    await platform.tokenService.flush()
+    const { tokens } = await json(await call('GET', '', { session: alice }))
+    expect(tokens.find((t: { name: string }) => t.name === 'alice').last_used_at).toBe(new Date(T0 + 5_000).toISOString())
+  })
+
+  it("another user's token is 404, exactly like a missing one", async () => {
+    const bob = await signIn('user_bob')
+    const id = await seededId('user_alice', 'alice')
+    const theirs = await call('GET', `/${id}`, { session: bob })
+    const missing = await call('GET', '/00000000-0000-4000-8000-000000000000', { session: bob })
+    expect(theirs.status).toBe(404)
+    expect(missing.status).toBe(404)
+    expect(await json(theirs)).toEqual(await json(missing))
+  })
+})
+
+describe('edit (spec 2.1, 3, 4.4)', () => {
+  it('name, expires_at and allowed_ips change, and the App sees the change at once', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const secret = token('alice')
+    const newExpiry = new Date(T0 + 10 * DAY).toISOString()
+    const response = await call('PATCH', `/${id}`, {
+      session: alice,
+      body: { name: 'renamed', expires_at: newExpiry, allowed_ips: ['203.0.113.7'] },
+    })
+    expect(response.status).toBe(200)
+    expect(await json(response)).toMatchObject({ id, name: 'renamed', expires_at: newExpiry, allowed_ips: ['203.0.113.7'] })
+    expect(await appStatus(secret, CLIENT)).toBe(403)
+    expect(await appStatus(secret, '203.0.113.7')).toBe(200)
+
+    expect((await call('PATCH', `/${id}`, { session: alice, body: { allowed_ips: null } })).status).toBe(200)
+    expect(await appStatus(secret, CLIENT)).toBe(200)
+
+    clock.advance(10 * DAY) // the new expiry, not the original 30 days
+    expect(await appStatus(secret)).toBe(401)
+  })
+
+  it('may move expires_at up to 90 days after creation, never past it nor into the past', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const limit = new Date(T0 + 90 * DAY).toISOString()
+    expect(await json(await call('PATCH', `/${id}`, { session: alice, body: { expires_at: limit } }))).toMatchObject({ expires_at: limit })
+    for (const bad of [new Date(T0 + 90 * DAY + 1).toISOString(), new Date(T0 - 1).toISOString(), 'tomorrow', 12]) {
+      await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { expires_at: bad } }), 'expires_at')
+    }
+  })
+
+  it.each([
+    ['servers', { servers: ['app_notes'] }],
+    ['scopes', { scopes: [] }],
+    ['name', { name: '' }],
+    ['allowed_ips.0', { allowed_ips: ['300.0.0.1'] }],
+    ['created_at', { created_at: '2020-01-01T00:00:00.000Z' }],
+  ])('refuses %s with 400 naming it, changing nothing', async (field, body) => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const before = await json(await call('GET', `/${id}`, { session: alice }))
+    await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body }), field)
+    expect(await json(await call('GET', `/${id}`, { session: alice }))).toEqual(before)
+    expect(await appStatus(token('alice'))).toBe(200)
+  })
+
+  it('needs the CSRF token, and the owner', async () => {
+    const alice = await signIn('user_alice')
+    const bob = await signIn('user_bob')
+    const id = await seededId('user_alice', 'alice')
+    expect((await call('PATCH', `/${id}`, { session: alice, csrf: false, body: { name: 'x' } })).status).toBe(403)
+    expect((await call('PATCH', `/${id}`, { session: bob, body: { name: 'x' } })).status).toBe(404)
+  })
+})
+
+describe('rotate (spec 3, 4.3)', () => {
+  it('by the token itself (Bearer, no cookie, no CSRF): new secret and prefix, everything else kept', async () => {
+    const id = await seededId('user_alice', 'alice')
+    const old = token('alice')
+    const alice = await signIn('user_alice')
+    const before = await json(await call('GET', `/${id}`, { session: alice }))
+    clock.advance(3 * DAY) // rotation never extends the expiry
+    const response = await call('POST', `/${id}/rotate`, { bearer: old })
+    expect(response.status).toBe(200)
+    const rotated = await json(response)
+    expect(Object.keys(rotated).sort()).toEqual(SECRET_FIELDS)
+    expect(rotated).toEqual({
+      token: expect.stringMatching(/^svc_[0-9A-Za-z]{44}$/),
+      id,
+      name: 'alice',
+      prefix: rotated.token.slice(0, 12),
+      expires_at: before.expires_at,
+      allowed_ips: null,
+      scopes: [WEATHER_SCOPE],
+      created_at: before.created_at,
+    })
+    expect(rotated.token).not.toBe(old)
+    expect(rotated.prefix).not.toBe(before.prefix)
+    // The old secret is invalid at once, on the App and for another rotation.
+    expect(await appStatus(old)).toBe(401)
+    expect(await appStatus(rotated.token)).toBe(200)
+    expect((await call('POST', `/${id}/rotate`, { bearer: old })).status).toBe(401)
+    expect((await json(await call('GET', `/${id}`, { session: alice }))).prefix).toBe(rotated.prefix)
+  })
+
+  it("a Bearer token cannot rotate another token, even one of the same owner: 403, nothing changes", async () => {
+    const other = await seededId('user_alice', 'alice-notes')
+    const response = await call('POST', `/${other}/rotate`, { bearer: token('alice') })
+    expect(response.status).toBe(403)
+    expect(await json(response)).toMatchObject({ error: 'forbidden' })
+    expect(await appStatus(token('alice-notes'), CLIENT, 'notes')).toBe(200)
+    expect(await appStatus(token('alice'))).toBe(200)
+  })
+
+  it('a Bearer rotation is held to the token allowlist (regression: the platform passed no client address)', async () => {
+    const id = await seededId('user_alice', 'ipv4') // allowlist 203.0.113.7
+    expect((await call('POST', `/${id}/rotate`, { bearer: token('ipv4'), clientAddress: CLIENT })).status).toBe(403)
+    expect(await appStatus(token('ipv4'), '203.0.113.7')).toBe(200)
+    const ok = await call('POST', `/${id}/rotate`, { bearer: token('ipv4'), clientAddress: '203.0.113.7' })
+    expect(ok.status).toBe(200)
+    expect((await json(ok)).allowed_ips).toEqual(['203.0.113.7'])
+  })
+
+  it('an unusable Bearer (garbage, unknown, expired) is 401', async () => {
+    const id = await seededId('user_alice', 'alice-week')
+    expect((await call('POST', `/${id}/rotate`, { bearer: 'svc_nope' })).status).toBe(401)
+    expect((await call('POST', `/${id}/rotate`, { bearer: `svc_${'A'.repeat(44)}` })).status).toBe(401)
+    clock.advance(7 * DAY)
+    expect((await call('POST', `/${id}/rotate`, { bearer: token('alice-week') })).status).toBe(401)
+  })
+
+  it('by the session owner: CSRF required; the old secret stops at once', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice-notes')
+    const withoutCsrf = await call('POST', `/${id}/rotate`, { session: alice, csrf: false })
+    expect(withoutCsrf.status).toBe(403)
+    expect(await appStatus(token('alice-notes'), CLIENT, 'notes')).toBe(200)
+    const response = await call('POST', `/${id}/rotate`, { session: alice })
+    expect(response.status).toBe(200)
+    const rotated = await json(response)
+    expect(rotated).toMatchObject({ id, name: 'alice-notes', prefix: rotated.token.slice(0, 12) })
+    expect(await appStatus(token('alice-notes'), CLIENT, 'notes')).toBe(401)
+    expect(await appStatus(rotated.token, CLIENT, 'notes')).toBe(200)
+  })
+
+  it("a session cannot rotate someone else's token (404), nor a revoked one (409)", async () => {
+    const bob = await signIn('user_bob')
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    expect((await call('POST', `/${id}/rotate`, { session: bob })).status).toBe(404)
+    expect(await appStatus(token('alice'))).toBe(200)
+    expect((await call('DELETE', `/${id}`, { session: alice })).status).toBe(200)
+    const revoked = await call('POST', `/${id}/rotate`, { session: alice })
+    expect(revoked.status).toBe(409)
+    expect(await json(revoked)).toMatchObject({ error: 'token_inactive' })
+  })
+
+  it('only POST rotates', async () => {
+    const id = await seededId('user_alice', 'alice')
+    const response = await call('GET', `/${id}/rotate`, { bearer: token('alice') })
+    expect(response.status).toBe(405)
+    expect(response.headers.get('allow')).toBe('POST')
+  })
+})
+
+describe('revoke (spec 3, 5.2)', () => {
+  it('DELETE revokes permanently: 401 on the App at once, and no way back', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const secret = token('alice')
+    const withoutCsrf = await call('DELETE', `/${id}`, { session: alice, csrf: false })
+    expect(withoutCsrf.status).toBe(403)
+    expect(await appStatus(secret)).toBe(200)
+
+    const response = await call('DELETE', `/${id}`, { session: alice })
+    expect(response.status).toBe(200)
+    expect(await json(response)).toMatchObject({ id, status: 'revoked' })
+    const app = await platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret }), { clientAddress: CLIENT })
+    expect(app.status).toBe(401)
+    expect(await json(app)).toEqual(bodies.unauthorized(true))
+
+    // Revoked stays revoked: editing it is refused, rotating it by itself is 401.
+    const patched = await call('PATCH', `/${id}`, { session: alice, body: { expires_at: new Date(T0 + 20 * DAY).toISOString() } })
+    expect(patched.status).toBe(409)
+    expect((await call('POST', `/${id}/rotate`, { bearer: secret })).status).toBe(401)
+    expect((await json(await call('GET', `/${id}`, { session: alice }))).status).toBe('revoked')
+    expect(await appStatus(secret)).toBe(401)
+  })
+
+  it("another user's token cannot be revoked (404), and keeps working", async () => {
+    const bob = await signIn('user_bob')
+    expect((await call('DELETE', `/${await seededId('user_alice', 'alice')}`, { session: bob })).status).toBe(404)
+    expect(await appStatus(token('alice'))).toBe(200)
+  })
+
+  it('an expired token shows as expired', async () => {
+    const alice = await signIn('user_alice')
+    clock.advance(7 * DAY)
+    const { tokens } = await json(await call('GET', '', { session: alice }))
+    expect(tokens.find((t: { name: string }) => t.name === 'alice-week').status).toBe('expired')
+    expect(tokens.find((t: { name: string }) => t.name === 'alice').status).toBe('active')
+  })
+})
+
+describe('password reset (spec 3: revokes all of the owner’s tokens)', () => {
+  it("revokeAllForUser makes every token of the owner 401, and no one else's", async () => {
+    const alice = await signIn('user_alice')
+    const created = await createToken(alice)
+    const aliceSecrets = [created.token, token('alice'), token('alice-week'), token('alice-all')]
+    for (const secret of aliceSecrets) expect(await appStatus(secret)).toBe(200)
+
+    const count = await platform.tokenService.revokeAllForUser('user_alice')
+    expect(count).toBe(11) // the ten seeded tokens and the one created here
+
+    for (const secret of aliceSecrets) expect(await appStatus(secret)).toBe(401)
+    expect(await appStatus(token('alice-notes'), CLIENT, 'notes')).toBe(401)
+    expect(await appStatus(token('carol'))).toBe(200)
+    const { tokens } = await json(await call('GET', '', { session: alice }))
+    expect(tokens.every((t: { status: string }) => t.status === 'revoked')).toBe(true)
+  })
+})
