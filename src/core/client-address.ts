@@ -47,7 +47,7 @@ export function resolveClientAddress(
   if (trust === false || !forwardedFor || socketAddress === undefined) return socketAddress
   const hops = forwardedFor
     .split(',')
-    .map((h) => h.trim())
+    .map(stripPort)
     .filter((h) => h.length > 0)
   const chain = [...hops, socketAddress]
   if (typeof trust === 'number') {
@@ -59,4 +59,12 @@ export function resolveClientAddress(
     if (!words || !trust.some((range) => ipInRange(words, range))) return chain[i]
   }
   return chain[0]
+}
+
+/** `v4:port` and `[v6]:port`, as some proxies write hops in `X-Forwarded-For`, lose the port. */
+function stripPort(hop: string): string {
+  const text = hop.trim()
+  const bracketed = /^\[([^\]]+)\](?::\d{1,5})?$/.exec(text)
+  if (bracketed) return bracketed[1]!
+  return /^[\d.]+:\d{1,5}$/.test(text) ? text.slice(0, text.indexOf(':')) : text
 }

@@ -38,6 +38,8 @@ import {
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
+/** `2026-01-31T12:00:00Z`, with optional fractional seconds and a `Z` or `±hh:mm` offset. */
+const ISO_8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2})$/
 /** Lifetimes a token may be created with, in days (spec 2.1, 8). */
 export const TOKEN_LIFETIMES_DAYS = [7, 30, 90] as const
 /** Longest lifetime of a token (spec 8). */
@@ -244,7 +246,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
   const cache =
     cacheTtlMs > 0
-      ? new LRUCache<string, ApiTokenRecord>({ max: 50_000, ttl: cacheTtlMs, perf: { now } })
+      ? // ttlResolution 0: lru-cache would otherwise reuse a clock reading for 1 ms of real
+        // time and miss an injected clock that jumps past the TTL. The 1 ms shift: lru-cache
+        // treats a start time of 0 as "no TTL", which a clock starting at 0 would hit.
+        new LRUCache<string, ApiTokenRecord>({
+          max: 50_000,
+          ttl: cacheTtlMs,
+          perf: { now: () => now() + 1 },
+          ttlResolution: 0,
+        })
       : undefined
   const unsubscribe = invalidations.subscribe((message) => {
     if (message.kind === 'token') cache?.delete(message.tokenHash)
@@ -374,10 +384,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const data = parseInput(createSchema, input)
       checkAllowlist(data.allowedIps, 'allowedIps')
       const servers = [...new Set(data.servers)]
-      for (const [i, appId] of servers.entries()) {
+      for (const appId of servers) {
         const app = await apps.getApp(appId)
         if (!app || !(await canUseServer(data.userId, appId))) {
-          throw new InvalidInputError(`servers.${i}`, 'is not an App you own or subscribe to')
+          // Name the position in the input, which is what the caller sees (duplicates included).
+          throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }
       }
       const createdAt = now()
@@ -424,7 +435,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         patch.allowedIps = data.allowedIps && data.allowedIps.length > 0 ? [...data.allowedIps] : null
       }
       if (data.expiresAt !== undefined) {
-        const at = typeof data.expiresAt === 'number' ? data.expiresAt : Date.parse(data.expiresAt)
+        const isoText = typeof data.expiresAt === 'string' && ISO_8601.test(data.expiresAt)
+        const at = typeof data.expiresAt === 'number' ? data.expiresAt : isoText ? Date.parse(data.expiresAt) : NaN
         if (!Number.isFinite(at)) throw new InvalidInputError('expiresAt', 'is not a valid ISO 8601 timestamp')
         if (at <= now()) throw new InvalidInputError('expiresAt', 'must be in the future')
         if (at > record.createdAt + MAX_TOKEN_LIFETIME_MS) {
@@ -467,7 +479,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const record = await ownedRecord(userId, id)
       const revoked = await storeCall(() => store.revoke(id, now()))
       if (!revoked) throw new NotFoundError('Token not found')
-      await invalidate(record.tokenHash)
+      // The revoked record's hash, not the one read before: a rotation may have landed between.
+      await invalidate(revoked.tokenHash)
+      if (revoked.tokenHash !== record.tokenHash) await invalidate(record.tokenHash)
       return view(revoked)
     },
 
@@ -485,20 +499,23 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async flush() {
-      if (flushing) return flushing
+      // A write in flight holds an older batch; wait for it, then write what came in meanwhile.
+      while (flushing) await flushing
       if (pendingLastUsed.size === 0) return
       const batch = new Map(pendingLastUsed)
       pendingLastUsed.clear()
       lastFlush = now()
-      flushing = (async () => {
+      const write = async () => {
         try {
           await store.touch(batch)
         } catch (error) {
           onError(error, 'last_used_at flush')
-        } finally {
-          flushing = undefined
         }
-      })()
+      }
+      // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
+      flushing = write().finally(() => {
+        flushing = undefined
+      })
       return flushing
     },
 

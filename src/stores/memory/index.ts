@@ -107,7 +107,11 @@ export function createMemoryTokenStore(): TokenStore {
   const idByHash = new Map<string, string>()
   const idsByUser = new Map<string, Set<string>>()
   const put = (record: ApiTokenRecord) => {
-    const frozen = Object.freeze({ ...record, servers: Object.freeze([...record.servers]) })
+    const frozen = Object.freeze({
+      ...record,
+      servers: Object.freeze([...record.servers]),
+      allowedIps: record.allowedIps && Object.freeze([...record.allowedIps]),
+    })
     byId.set(record.id, frozen)
     return frozen
   }
@@ -180,7 +184,11 @@ export interface MemoryTtlStoreOptions {
 }
 
 function lruPerf(now: Clock | undefined) {
-  return now ? { perf: { now } } : {}
+  // lru-cache reuses a clock reading for `ttlResolution` ms of real time (default 1), so an
+  // injected clock that jumps would not be seen: read it on every check instead. It also
+  // treats a start time of 0 as "no TTL", so a clock that starts at 0 is shifted by 1 ms
+  // (differences, and so TTLs, are unchanged).
+  return now ? { perf: { now: () => now() + 1 }, ttlResolution: 0 } : {}
 }
 
 /** In-memory session pins with an idle TTL (`lru-cache`). */
@@ -214,7 +222,9 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
   return {
     increment(key, windowStart) {
       const entry = counters.get(key)
-      if (entry && entry.windowStart === windowStart) return ++entry.count
+      // A request stamped with an older window (clock skew between instances) counts against
+      // the current one rather than resetting it.
+      if (entry && entry.windowStart >= windowStart) return ++entry.count
       counters.set(key, { windowStart, count: 1 })
       return 1
     },

@@ -1,0 +1,106 @@
+import { describe, expect, it } from 'vitest'
+import { compileTrustProxy, resolveClientAddress } from './client-address.js'
+
+describe('compileTrustProxy', () => {
+  it('false, undefined and 0 trust nobody', () => {
+    expect(compileTrustProxy(false)).toBe(false)
+    expect(compileTrustProxy(undefined)).toBe(false)
+    expect(compileTrustProxy(0)).toBe(false)
+  })
+
+  it('keeps a hop count', () => {
+    expect(compileTrustProxy(2)).toBe(2)
+  })
+
+  it('refuses bad hop counts with a TypeError', () => {
+    for (const n of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) expect(() => compileTrustProxy(n)).toThrow(TypeError)
+  })
+
+  it('compiles a list of addresses and ranges, refusing a bad entry with a TypeError', () => {
+    expect(compileTrustProxy(['10.0.0.0/8', '::1'])).toHaveLength(2)
+    expect(() => compileTrustProxy(['10.0.0.0/8', 'proxy.internal'])).toThrow(TypeError)
+    expect(() => compileTrustProxy(['10.0.0.0/8', 'proxy.internal'])).toThrow(/trustProxy: entry 1/)
+  })
+})
+
+describe('resolveClientAddress', () => {
+  const xff = '203.0.113.9, 198.51.100.7, 10.0.0.1'
+
+  it('trustProxy false ignores X-Forwarded-For (DESIGN.md)', () => {
+    expect(resolveClientAddress('10.0.0.2', xff, false)).toBe('10.0.0.2')
+    expect(resolveClientAddress('10.0.0.2', '1.2.3.4', compileTrustProxy(false))).toBe('10.0.0.2')
+  })
+
+  it('without X-Forwarded-For the socket address is the client', () => {
+    expect(resolveClientAddress('10.0.0.2', null, 1)).toBe('10.0.0.2')
+    expect(resolveClientAddress('10.0.0.2', undefined, compileTrustProxy(['10.0.0.0/8']))).toBe('10.0.0.2')
+    expect(resolveClientAddress('10.0.0.2', '', 1)).toBe('10.0.0.2')
+  })
+
+  it('an unknown socket address stays unknown', () => {
+    expect(resolveClientAddress(undefined, xff, 1)).toBeUndefined()
+    expect(resolveClientAddress(undefined, xff, false)).toBeUndefined()
+  })
+
+  describe('hop count', () => {
+    it('1 trusts the socket peer: the client is the last X-Forwarded-For entry', () => {
+      expect(resolveClientAddress('10.0.0.2', xff, 1)).toBe('10.0.0.1')
+    })
+
+    it('n trusts the socket peer and the n - 1 proxies before it', () => {
+      expect(resolveClientAddress('10.0.0.2', xff, 2)).toBe('198.51.100.7')
+      expect(resolveClientAddress('10.0.0.2', xff, 3)).toBe('203.0.113.9')
+    })
+
+    it('more hops than the chain gives the leftmost entry', () => {
+      expect(resolveClientAddress('10.0.0.2', xff, 10)).toBe('203.0.113.9')
+    })
+
+    it('a client cannot push itself in front of trusted hops by adding entries', () => {
+      // The client sent "X-Forwarded-For: 1.1.1.1"; the one trusted proxy appended the real peer.
+      expect(resolveClientAddress('10.0.0.2', '1.1.1.1, 203.0.113.9', 1)).toBe('203.0.113.9')
+    })
+
+    it('ignores empty entries and spaces', () => {
+      expect(resolveClientAddress('10.0.0.2', ' 203.0.113.9 ,, ', 1)).toBe('203.0.113.9')
+    })
+  })
+
+  describe('list of trusted proxies', () => {
+    const trusted = compileTrustProxy(['10.0.0.0/8', '2001:db8::/32'])
+
+    it('walks from the right while the hop is trusted', () => {
+      expect(resolveClientAddress('10.0.0.2', xff, trusted)).toBe('198.51.100.7')
+      expect(resolveClientAddress('10.0.0.2', '203.0.113.9, 10.9.9.9', trusted)).toBe('203.0.113.9')
+    })
+
+    it('an untrusted socket peer is the client, whatever the header says', () => {
+      expect(resolveClientAddress('198.51.100.1', xff, trusted)).toBe('198.51.100.1')
+    })
+
+    it('every hop trusted: the leftmost entry is the client', () => {
+      expect(resolveClientAddress('10.0.0.2', '10.1.1.1, 10.2.2.2', trusted)).toBe('10.1.1.1')
+    })
+
+    it('matches IPv6 and IPv4-mapped peers', () => {
+      expect(resolveClientAddress('2001:db8::5', '203.0.113.9', trusted)).toBe('203.0.113.9')
+      expect(resolveClientAddress('::ffff:10.0.0.2', '203.0.113.9', trusted)).toBe('203.0.113.9')
+    })
+
+    it('stops at a garbage hop and returns it, so an allowlist check fails closed', () => {
+      expect(resolveClientAddress('10.0.0.2', '203.0.113.9, unknown, 10.0.0.1', trusted)).toBe('unknown')
+    })
+
+    it('an empty list trusts nobody', () => {
+      expect(resolveClientAddress('10.0.0.2', xff, compileTrustProxy([]))).toBe('10.0.0.2')
+    })
+  })
+})
+
+describe('X-Forwarded-For hops written with a port', () => {
+  it('drops the port of v4:port and [v6]:port hops from a trusted proxy', () => {
+    const trust = compileTrustProxy(['10.0.0.0/8'])
+    expect(resolveClientAddress('10.0.0.2', '203.0.113.9:51000', trust)).toBe('203.0.113.9')
+    expect(resolveClientAddress('10.0.0.2', '[2001:db8::7]:443', trust)).toBe('2001:db8::7')
+  })
+})

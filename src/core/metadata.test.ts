@@ -1,0 +1,53 @@
+import { describe, expect, it } from 'vitest'
+import {
+  DEFAULT_SCOPES_SUPPORTED,
+  PROTECTED_RESOURCE_METADATA_PATH,
+  buildProtectedResourceMetadata,
+} from './metadata.js'
+
+describe('buildProtectedResourceMetadata (spec 2.2, RFC 9728)', () => {
+  it('has the fields of spec 2.2 with the defaults', () => {
+    expect(
+      buildProtectedResourceMetadata({
+        resource: 'https://weather.example.com',
+        authorizationServers: ['https://auth.example.com'],
+      }),
+    ).toEqual({
+      resource: 'https://weather.example.com',
+      authorization_servers: ['https://auth.example.com'],
+      bearer_methods_supported: ['header'],
+      scopes_supported: ['openid', 'profile', 'email'],
+    })
+  })
+
+  it('uses configured scopes and resource name', () => {
+    const doc = buildProtectedResourceMetadata({
+      resource: 'https://w.example',
+      authorizationServers: ['https://a.example', 'https://b.example'],
+      scopesSupported: ['openid', 'mcp'],
+      resourceName: 'Weather',
+    })
+    expect(doc.authorization_servers).toEqual(['https://a.example', 'https://b.example'])
+    expect(doc.scopes_supported).toEqual(['openid', 'mcp'])
+    expect(doc.resource_name).toBe('Weather')
+  })
+
+  it('omits resource_name when none is given', () => {
+    const doc = buildProtectedResourceMetadata({ resource: 'https://w.example', authorizationServers: [] })
+    expect('resource_name' in doc).toBe(false)
+    expect(JSON.parse(JSON.stringify(doc))).toEqual(doc)
+  })
+
+  it('copies its inputs: changing a document changes neither the options nor the defaults', () => {
+    const servers = ['https://a.example']
+    const doc = buildProtectedResourceMetadata({ resource: 'https://w.example', authorizationServers: servers })
+    doc.authorization_servers.push('https://evil.example')
+    doc.scopes_supported.push('admin')
+    expect(servers).toEqual(['https://a.example'])
+    expect(DEFAULT_SCOPES_SUPPORTED).toEqual(['openid', 'profile', 'email'])
+  })
+
+  it('is served at /.well-known/oauth-protected-resource (spec 4.2)', () => {
+    expect(PROTECTED_RESOURCE_METADATA_PATH).toBe('/.well-known/oauth-protected-resource')
+  })
+})

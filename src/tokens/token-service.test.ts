@@ -1,0 +1,881 @@
+import { describe, expect, it } from 'vitest'
+import { generateApiToken, hashApiToken } from '../core/api-token.js'
+import type { ApiTokenRecord, TokenStore } from '../core/stores.js'
+import {
+  ConfigurationError,
+  DispatchError,
+  ForbiddenError,
+  InvalidInputError,
+  NotFoundError,
+  StoreUnavailableError,
+  TokenInactiveError,
+  UnauthorizedError,
+} from '../errors.js'
+import {
+  createMemoryAppStore,
+  createMemoryInvalidationBus,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+} from '../stores/memory/index.js'
+import { type TokenService, type TokenServiceOptions, createTokenService } from './token-service.js'
+
+const DAY = 86_400_000
+const T0 = Date.UTC(2025, 0, 15, 12, 0, 0, 0)
+
+/** A store that counts its writes and can hold them back or run a hook before one. */
+function instrument(inner: TokenStore) {
+  const calls = { touch: [] as Map<string, number>[], findByHash: 0 }
+  const hooks: { beforeRevoke?: () => Promise<void> | void; holdTouch?: Promise<void> } = {}
+  const store: TokenStore = {
+    ...inner,
+    findByHash(hash) {
+      calls.findByHash++
+      return inner.findByHash(hash)
+    },
+    async touch(batch) {
+      calls.touch.push(new Map(batch))
+      if (hooks.holdTouch) await hooks.holdTouch
+      return inner.touch(batch)
+    },
+    async revoke(id, at) {
+      await hooks.beforeRevoke?.()
+      return inner.revoke(id, at)
+    },
+  }
+  return { store, calls, hooks }
+}
+
+function setup(overrides: Partial<TokenServiceOptions> = {}) {
+  let current = T0
+  const clock = {
+    now: () => current,
+    advance: (ms: number) => {
+      current += ms
+    },
+  }
+  const apps = createMemoryAppStore([
+    { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] },
+    { id: 'app_notes', slug: 'notes', name: 'Notes' },
+    { id: 'app_mine', slug: 'mine', name: 'Mine' },
+    { id: 'app_other', slug: 'other', name: 'Other' },
+  ])
+  const subscriptions = createMemorySubscriptionStore([
+    { userId: 'alice', appId: 'app_weather', active: true },
+    { userId: 'alice', appId: 'app_notes', active: true },
+    { userId: 'alice', appId: 'app_other', active: false },
+    { userId: 'bob', appId: 'app_weather', active: true },
+  ])
+  const instrumented = instrument(overrides.store ?? createMemoryTokenStore())
+  const service = createTokenService({ apps, subscriptions, now: clock.now, ...overrides, store: instrumented.store })
+  return { service, clock, apps, subscriptions, ...instrumented }
+}
+
+async function createToken(service: TokenService, overrides: Record<string, unknown> = {}) {
+  return service.create({
+    userId: 'alice',
+    name: 'CI',
+    servers: ['app_weather'],
+    expiresInDays: 30,
+    ...overrides,
+  } as Parameters<TokenService['create']>[0])
+}
+
+/** Awaits a promise that must reject with `type`, and returns the error. */
+async function refusal<E extends Error>(promise: Promise<unknown>, type: new (...args: never[]) => E): Promise<E> {
+  const error = await promise.then(
+    () => {
+      throw new Error('expected a rejection')
+    },
+    (e: unknown) => e,
+  )
+  expect(error).toBeInstanceOf(type)
+  return error as E
+}
+
+async function fieldOf(promise: Promise<unknown>): Promise<string> {
+  const error = await refusal(promise, InvalidInputError)
+  expect(error.status).toBe(400)
+  expect(error.code).toBe('ERR_INVALID_INPUT')
+  return error.field
+}
+
+describe('createTokenService: configuration', () => {
+  it('refuses a cache TTL over 10 minutes (spec 3), negative or NaN, with a ConfigurationError', () => {
+    for (const cacheTtlMs of [600_001, 3_600_000, -1, Number.NaN]) {
+      expect(() => setup({ cacheTtlMs })).toThrow(ConfigurationError)
+    }
+    try {
+      setup({ cacheTtlMs: 600_001 })
+    } catch (error) {
+      expect(error).toBeInstanceOf(TypeError)
+      expect((error as ConfigurationError).option).toBe('cacheTtlMs')
+      expect((error as ConfigurationError).code).toBe('ERR_INVALID_OPTION')
+    }
+    expect(() => setup({ cacheTtlMs: 600_000 })).not.toThrow()
+  })
+
+  it('refuses a bad prefix, a missing store or apps, and no way to check servers', () => {
+    expect(() => setup({ prefix: 'SVC-' })).toThrow(ConfigurationError)
+    const apps = createMemoryAppStore()
+    const store = createMemoryTokenStore()
+    expect(() => createTokenService({ apps, store } as TokenServiceOptions)).toThrow(/canUseServer/)
+    expect(() => createTokenService({ apps } as unknown as TokenServiceOptions)).toThrow(ConfigurationError)
+    expect(() => createTokenService({ store } as unknown as TokenServiceOptions)).toThrow(ConfigurationError)
+  })
+})
+
+describe('create (spec 2.1, 3)', () => {
+  it('returns the fields of spec 2.1 with the full secret, once', async () => {
+    const { service } = setup()
+    const created = await createToken(service, {
+      name: 'Deploy bot',
+      servers: ['app_weather', 'app_notes'],
+      expiresInDays: 7,
+      allowedIps: ['10.0.0.0/8', '2001:db8::/32'],
+    })
+    expect(Object.keys(created).sort()).toEqual(
+      ['allowed_ips', 'created_at', 'expires_at', 'id', 'name', 'prefix', 'scopes', 'token'].sort(),
+    )
+    expect(created.token).toMatch(/^svc_[0-9A-Za-z]{44}$/)
+    expect(created.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/)
+    expect(created.name).toBe('Deploy bot')
+    expect(created.prefix).toBe(created.token.slice(0, 12))
+    expect(created.created_at).toBe('2025-01-15T12:00:00.000Z')
+    expect(created.expires_at).toBe('2025-01-22T12:00:00.000Z')
+    expect(created.allowed_ips).toEqual(['10.0.0.0/8', '2001:db8::/32'])
+    expect(created.scopes).toEqual([
+      { server_id: 'app_weather', server_name: 'Weather', server_slug: 'weather' },
+      { server_id: 'app_notes', server_name: 'Notes', server_slug: 'notes' },
+    ])
+  })
+
+  it('each lifetime: 7, 30 or 90 days', async () => {
+    const { service } = setup()
+    for (const days of [7, 30, 90] as const) {
+      const created = await createToken(service, { expiresInDays: days })
+      expect(Date.parse(created.expires_at) - Date.parse(created.created_at)).toBe(days * DAY)
+    }
+  })
+
+  it('no allowlist, or an empty one, is null', async () => {
+    const { service } = setup()
+    expect((await createToken(service)).allowed_ips).toBeNull()
+    expect((await createToken(service, { allowedIps: null })).allowed_ips).toBeNull()
+    expect((await createToken(service, { allowedIps: [] })).allowed_ips).toBeNull()
+  })
+
+  it('stores only a hash of the secret', async () => {
+    const { service, store } = setup()
+    const created = await createToken(service)
+    const record = (await store.get(created.id))!
+    expect(record.tokenHash).toBe(hashApiToken(created.token))
+    expect(JSON.stringify(record)).not.toContain(created.token)
+  })
+
+  it('with a pepper, stores an HMAC that a plain hash does not find', async () => {
+    const { service, store } = setup({ pepper: 'server-side-secret' })
+    const created = await createToken(service)
+    expect(await store.findByHash(hashApiToken(created.token))).toBeUndefined()
+    expect(await store.findByHash(hashApiToken(created.token, 'server-side-secret'))).toBeDefined()
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+  })
+
+  it('uses a custom prefix', async () => {
+    const { service } = setup({ prefix: 'acme_' })
+    const created = await createToken(service)
+    expect(created.token.startsWith('acme_')).toBe(true)
+    expect(created.token).toHaveLength(48)
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+  })
+
+  it('name: required, not blank, at most 100 characters, trimmed', async () => {
+    const { service } = setup()
+    expect(await fieldOf(createToken(service, { name: '' }))).toBe('name')
+    expect(await fieldOf(createToken(service, { name: '   ' }))).toBe('name')
+    expect(await fieldOf(createToken(service, { name: 'x'.repeat(101) }))).toBe('name')
+    expect(await fieldOf(createToken(service, { name: undefined }))).toBe('name')
+    expect(await fieldOf(createToken(service, { name: 42 }))).toBe('name')
+    expect((await createToken(service, { name: '  CI  ' })).name).toBe('CI')
+  })
+
+  it('servers: one or more', async () => {
+    const { service } = setup()
+    expect(await fieldOf(createToken(service, { servers: [] }))).toBe('servers')
+    expect(await fieldOf(createToken(service, { servers: undefined }))).toBe('servers')
+    expect(await fieldOf(createToken(service, { servers: 'app_weather' }))).toBe('servers')
+    expect(await fieldOf(createToken(service, { servers: [''] }))).toBe('servers.0')
+  })
+
+  it('servers: each must be an App the creator subscribes to, named by its index', async () => {
+    const { service } = setup()
+    expect(await fieldOf(createToken(service, { servers: ['app_weather', 'app_unknown'] }))).toBe('servers.1')
+    // An inactive subscription is no subscription.
+    expect(await fieldOf(createToken(service, { servers: ['app_other'] }))).toBe('servers.0')
+    // Bob subscribes to weather only.
+    expect(await fieldOf(createToken(service, { userId: 'bob', servers: ['app_weather', 'app_notes'] }))).toBe(
+      'servers.1',
+    )
+  })
+
+  it('servers: the index named is the index in the input, duplicates included', async () => {
+    const { service } = setup()
+    expect(await fieldOf(createToken(service, { servers: ['app_weather', 'app_weather', 'app_unknown'] }))).toBe(
+      'servers.2',
+    )
+  })
+
+  it('servers: duplicates are stored once', async () => {
+    const { service } = setup()
+    const created = await createToken(service, { servers: ['app_weather', 'app_notes', 'app_weather'] })
+    expect(created.scopes.map((s) => s.server_id)).toEqual(['app_weather', 'app_notes'])
+  })
+
+  it('servers: an App the creator owns (canUseServer) is accepted', async () => {
+    const { service } = setup({ canUseServer: (userId, appId) => userId === 'alice' && appId === 'app_mine' })
+    const created = await createToken(service, { servers: ['app_mine'] })
+    expect(created.scopes).toEqual([{ server_id: 'app_mine', server_name: 'Mine', server_slug: 'mine' }])
+    expect(await fieldOf(createToken(service, { servers: ['app_weather'] }))).toBe('servers.0')
+  })
+
+  it('expiresInDays: 7, 30 or 90 only', async () => {
+    const { service } = setup()
+    for (const days of [0, 1, 14, 60, 91, 365, -7, 30.5, '30', null, undefined]) {
+      expect(await fieldOf(createToken(service, { expiresInDays: days })), String(days)).toBe('expiresInDays')
+    }
+  })
+
+  it('allowedIps: each entry validated, named by its index', async () => {
+    const { service } = setup()
+    expect(await fieldOf(createToken(service, { allowedIps: ['10.0.0.0/8', 'not-an-ip'] }))).toBe('allowedIps.1')
+    expect(await fieldOf(createToken(service, { allowedIps: ['10.0.0.1/8'] }))).toBe('allowedIps.0')
+    expect(await fieldOf(createToken(service, { allowedIps: ['::/129'] }))).toBe('allowedIps.0')
+    expect(await fieldOf(createToken(service, { allowedIps: ['10.0.0.0/8', 'x'.repeat(65)] }))).toBe('allowedIps.1')
+    expect(await fieldOf(createToken(service, { allowedIps: '10.0.0.0/8' }))).toBe('allowedIps')
+  })
+
+  it('a refused create stores nothing', async () => {
+    const { service } = setup()
+    await fieldOf(createToken(service, { allowedIps: ['bad'] }))
+    await fieldOf(createToken(service, { servers: ['app_unknown'] }))
+    expect(await service.list('alice')).toEqual([])
+  })
+
+  it('error messages never carry a secret', async () => {
+    const { service } = setup()
+    const secret = generateApiToken()
+    const error = await refusal(createToken(service, { name: secret.repeat(3) }), InvalidInputError)
+    expect(error.message).not.toContain(secret)
+  })
+})
+
+describe('list and get (spec 2.1)', () => {
+  it('lists the user’s tokens, newest first, with the dashboard fields', async () => {
+    const { service, clock } = setup()
+    const first = await createToken(service, { name: 'first' })
+    clock.advance(1000)
+    const second = await createToken(service, { name: 'second', allowedIps: ['192.0.2.1'] })
+    await createToken(service, { userId: 'bob', name: 'bob’s' })
+    const list = await service.list('alice')
+    expect(list.map((t) => t.name)).toEqual(['second', 'first'])
+    expect(list[0]).toEqual({
+      id: second.id,
+      name: 'second',
+      prefix: second.prefix,
+      expires_at: second.expires_at,
+      allowed_ips: ['192.0.2.1'],
+      scopes: second.scopes,
+      created_at: second.created_at,
+      last_used_at: null,
+      status: 'active',
+    })
+    expect(list[1]!.id).toBe(first.id)
+  })
+
+  it('no secret and no hash anywhere in list or get output', async () => {
+    const { service, store } = setup()
+    const created = await createToken(service)
+    const record = (await store.get(created.id))!
+    for (const output of [await service.list('alice'), await service.get('alice', created.id)]) {
+      const text = JSON.stringify(output)
+      expect(text).not.toContain(created.token)
+      expect(text).not.toContain(created.token.slice(12))
+      expect(text).not.toContain(record.tokenHash)
+      expect(text).toContain(created.prefix)
+    }
+  })
+
+  it('shows status: active, expired, revoked', async () => {
+    const { service, clock } = setup()
+    const a = await createToken(service, { expiresInDays: 7 })
+    const b = await createToken(service, { expiresInDays: 30 })
+    await service.revoke('alice', b.id)
+    clock.advance(7 * DAY)
+    expect((await service.get('alice', a.id)).status).toBe('expired')
+    expect((await service.get('alice', b.id)).status).toBe('revoked')
+  })
+
+  it('get: someone else’s token is not found, exactly like a missing one', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const foreign = await refusal(service.get('bob', created.id), NotFoundError)
+    const missing = await refusal(service.get('bob', '00000000-0000-4000-8000-000000000000'), NotFoundError)
+    expect(foreign.message).toBe(missing.message)
+    expect(foreign.status).toBe(404)
+  })
+
+  it('an App that no longer exists still shows its id', async () => {
+    const base = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+    const gone = new Set<string>()
+    const apps = { ...base, getApp: (id: string) => (gone.has(id) ? undefined : base.getApp(id)) }
+    const { service } = setup({ apps })
+    const created = await createToken(service)
+    gone.add('app_weather')
+    expect((await service.get('alice', created.id)).scopes).toEqual([
+      { server_id: 'app_weather', server_name: null, server_slug: null },
+    ])
+  })
+})
+
+describe('update (spec 2.1, 3)', () => {
+  it('changes name, expiry and allowlist', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { expiresInDays: 7 })
+    clock.advance(DAY)
+    const updated = await service.update('alice', created.id, {
+      name: 'renamed',
+      expiresAt: T0 + 60 * DAY,
+      allowedIps: ['192.0.2.0/24'],
+    })
+    expect(updated).toMatchObject({
+      id: created.id,
+      name: 'renamed',
+      prefix: created.prefix,
+      expires_at: new Date(T0 + 60 * DAY).toISOString(),
+      allowed_ips: ['192.0.2.0/24'],
+      scopes: created.scopes,
+      created_at: created.created_at,
+    })
+    expect(await service.get('alice', created.id)).toEqual(updated)
+  })
+
+  it('expiresAt accepts an ISO 8601 string', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const at = new Date(T0 + 45 * DAY).toISOString()
+    expect((await service.update('alice', created.id, { expiresAt: at })).expires_at).toBe(at)
+  })
+
+  it('expiresAt may move up to created + 90 days, not past it', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { expiresInDays: 7 })
+    clock.advance(5 * DAY)
+    expect((await service.update('alice', created.id, { expiresAt: T0 + 90 * DAY })).expires_at).toBe(
+      new Date(T0 + 90 * DAY).toISOString(),
+    )
+    expect(await fieldOf(service.update('alice', created.id, { expiresAt: T0 + 90 * DAY + 1 }))).toBe('expiresAt')
+  })
+
+  it('expiresAt must be in the future', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service)
+    clock.advance(DAY)
+    expect(await fieldOf(service.update('alice', created.id, { expiresAt: T0 + DAY }))).toBe('expiresAt')
+    expect(await fieldOf(service.update('alice', created.id, { expiresAt: T0 }))).toBe('expiresAt')
+    expect((await service.update('alice', created.id, { expiresAt: T0 + DAY + 1 })).status).toBe('active')
+  })
+
+  it('expiresAt must be a timestamp', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    for (const expiresAt of ['tomorrow', '', 1.5, Number.NaN, true, {}]) {
+      expect(await fieldOf(service.update('alice', created.id, { expiresAt } as never))).toBe('expiresAt')
+    }
+  })
+
+  it('an allowlist can be replaced, removed with null or [], and each entry is validated', async () => {
+    const { service } = setup()
+    const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
+    expect((await service.update('alice', created.id, { allowedIps: ['::1', '10.0.0.0/8'] })).allowed_ips).toEqual([
+      '::1',
+      '10.0.0.0/8',
+    ])
+    expect(await fieldOf(service.update('alice', created.id, { allowedIps: ['::1', '300.0.0.1'] }))).toBe(
+      'allowedIps.1',
+    )
+    expect((await service.update('alice', created.id, { allowedIps: null })).allowed_ips).toBeNull()
+    await service.update('alice', created.id, { allowedIps: ['::1'] })
+    expect((await service.update('alice', created.id, { allowedIps: [] })).allowed_ips).toBeNull()
+  })
+
+  it('servers and scopes cannot change (spec 2.1)', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    expect(await fieldOf(service.update('alice', created.id, { servers: ['app_notes'] } as never))).toBe('servers')
+    expect(await fieldOf(service.update('alice', created.id, { scopes: [] } as never))).toBe('scopes')
+    expect((await service.get('alice', created.id)).scopes).toEqual(created.scopes)
+  })
+
+  it('unknown fields are refused by name', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    expect(await fieldOf(service.update('alice', created.id, { color: 'red' } as never))).toBe('color')
+  })
+
+  it('a refused update changes nothing', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const before = await service.get('alice', created.id)
+    await fieldOf(service.update('alice', created.id, { name: 'new', allowedIps: ['bad'] }))
+    await fieldOf(service.update('alice', created.id, { name: 'new', expiresAt: T0 + 365 * DAY }))
+    expect(await service.get('alice', created.id)).toEqual(before)
+  })
+
+  it('an expired or revoked token cannot be edited: 409', async () => {
+    const { service, clock } = setup()
+    const expiring = await createToken(service, { expiresInDays: 7 })
+    const revoked = await createToken(service, { expiresInDays: 30 })
+    await service.revoke('alice', revoked.id)
+    const r = await refusal(service.update('alice', revoked.id, { name: 'x' }), TokenInactiveError)
+    expect(r.status).toBe(409)
+    expect(r.message).toContain('revoked')
+    clock.advance(7 * DAY)
+    const e = await refusal(service.update('alice', expiring.id, { expiresAt: T0 + 30 * DAY }), TokenInactiveError)
+    expect(e.status).toBe(409)
+    expect(e.message).toContain('expired')
+  })
+
+  it('someone else’s token: 404', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    await refusal(service.update('bob', created.id, { name: 'mine now' }), NotFoundError)
+    expect((await service.get('alice', created.id)).name).toBe('CI')
+  })
+})
+
+describe('rotate (spec 3, 4.3)', () => {
+  it('by the token itself: new secret and prefix; id, name, scopes, expiry, allowlist, created_at unchanged', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { allowedIps: ['10.0.0.0/8'], expiresInDays: 7 })
+    clock.advance(DAY)
+    const rotated = await service.rotate(created.id, { kind: 'token', token: created.token })
+    expect(rotated.token).not.toBe(created.token)
+    expect(rotated.token).toMatch(/^svc_[0-9A-Za-z]{44}$/)
+    expect(rotated.prefix).toBe(rotated.token.slice(0, 12))
+    expect(rotated.prefix).not.toBe(created.prefix)
+    const { token: _a, prefix: _b, ...same } = created
+    const { token: _c, prefix: _d, ...after } = rotated
+    expect(after).toEqual(same)
+  })
+
+  it('the old secret is refused at once, the new one works', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const rotated = await service.rotate(created.id, { kind: 'token', token: created.token })
+    expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'unknown' })
+    expect((await service.authenticate(rotated.token)).ok).toBe(true)
+    await refusal(service.rotate(created.id, { kind: 'token', token: created.token }), UnauthorizedError)
+  })
+
+  it('by the session owner', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const rotated = await service.rotate(created.id, { kind: 'session', userId: 'alice' })
+    expect(rotated.id).toBe(created.id)
+    expect((await service.authenticate(created.token)).ok).toBe(false)
+    expect((await service.authenticate(rotated.token)).ok).toBe(true)
+  })
+
+  it('a token can rotate only itself', async () => {
+    const { service } = setup()
+    const a = await createToken(service)
+    const b = await createToken(service)
+    const error = await refusal(service.rotate(b.id, { kind: 'token', token: a.token }), ForbiddenError)
+    expect(error.status).toBe(403)
+    expect((await service.authenticate(b.token)).ok).toBe(true)
+    expect((await service.authenticate(a.token)).ok).toBe(true)
+  })
+
+  it('a session can rotate only its own tokens', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    await refusal(service.rotate(created.id, { kind: 'session', userId: 'bob' }), NotFoundError)
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+  })
+
+  it('by token: malformed, unknown, expired or revoked tokens get 401', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { expiresInDays: 7 })
+    await refusal(service.rotate(created.id, { kind: 'token', token: 'svc_nope' }), UnauthorizedError)
+    await refusal(service.rotate(created.id, { kind: 'token', token: generateApiToken() }), UnauthorizedError)
+    const revoked = await createToken(service)
+    await service.revoke('alice', revoked.id)
+    await refusal(service.rotate(revoked.id, { kind: 'token', token: revoked.token }), UnauthorizedError)
+    clock.advance(7 * DAY)
+    await refusal(service.rotate(created.id, { kind: 'token', token: created.token }), UnauthorizedError)
+  })
+
+  it('by session: an expired or revoked token gets 409', async () => {
+    const { service, clock } = setup()
+    const expiring = await createToken(service, { expiresInDays: 7 })
+    const revoked = await createToken(service)
+    await service.revoke('alice', revoked.id)
+    await refusal(service.rotate(revoked.id, { kind: 'session', userId: 'alice' }), TokenInactiveError)
+    clock.advance(7 * DAY)
+    await refusal(service.rotate(expiring.id, { kind: 'session', userId: 'alice' }), TokenInactiveError)
+  })
+
+  it('by token from outside its allowlist: 403, and nothing changes', async () => {
+    const { service } = setup()
+    const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
+    await refusal(
+      service.rotate(created.id, { kind: 'token', token: created.token, clientAddress: '192.0.2.1' }),
+      ForbiddenError,
+    )
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+    const rotated = await service.rotate(created.id, {
+      kind: 'token',
+      token: created.token,
+      clientAddress: '::ffff:10.1.2.3',
+    })
+    expect(rotated.allowed_ips).toEqual(['10.0.0.0/8'])
+  })
+
+  it('the expiry is not extended (spec 3)', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { expiresInDays: 7 })
+    clock.advance(6 * DAY)
+    const rotated = await service.rotate(created.id, { kind: 'token', token: created.token })
+    expect(rotated.expires_at).toBe(created.expires_at)
+    clock.advance(DAY)
+    expect(await service.authenticate(rotated.token)).toEqual({ ok: false, reason: 'expired' })
+  })
+
+  it('two concurrent rotations by the same secret: exactly one succeeds, and its secret is the live one', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const results = await Promise.allSettled([
+      service.rotate(created.id, { kind: 'token', token: created.token }),
+      service.rotate(created.id, { kind: 'token', token: created.token }),
+      service.rotate(created.id, { kind: 'token', token: created.token }),
+    ])
+    const won = results.filter((r) => r.status === 'fulfilled')
+    const lost = results.filter((r) => r.status === 'rejected')
+    expect(won).toHaveLength(1)
+    expect(lost).toHaveLength(2)
+    for (const r of lost) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(UnauthorizedError)
+    const winner = (won[0] as PromiseFulfilledResult<{ token: string }>).value
+    expect((await service.authenticate(winner.token)).ok).toBe(true)
+    expect((await service.authenticate(created.token)).ok).toBe(false)
+  })
+})
+
+describe('revoke and revokeAllForUser (spec 3)', () => {
+  it('revoke: then authenticate answers revoked; it is permanent and idempotent', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service)
+    clock.advance(1000)
+    const revoked = await service.revoke('alice', created.id)
+    expect(revoked.status).toBe('revoked')
+    expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+    clock.advance(1000)
+    expect((await service.revoke('alice', created.id)).status).toBe('revoked')
+    expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('revoke: only the owner', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    await refusal(service.revoke('bob', created.id), NotFoundError)
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+  })
+
+  it('revokeAllForUser (password reset): every token of the owner, no one else’s', async () => {
+    const { service } = setup()
+    const a = await createToken(service)
+    const b = await createToken(service, { servers: ['app_notes'] })
+    const bobs = await createToken(service, { userId: 'bob' })
+    expect(await service.revokeAllForUser('alice')).toBe(2)
+    expect(await service.authenticate(a.token)).toEqual({ ok: false, reason: 'revoked' })
+    expect(await service.authenticate(b.token)).toEqual({ ok: false, reason: 'revoked' })
+    expect((await service.authenticate(bobs.token)).ok).toBe(true)
+    expect(await service.revokeAllForUser('alice')).toBe(0)
+    expect((await service.list('alice')).map((t) => t.status)).toEqual(['revoked', 'revoked'])
+  })
+})
+
+describe('authenticate (spec 5.2)', () => {
+  it('a valid token: the record and its compiled allowlist', async () => {
+    const { service } = setup()
+    const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
+    const result = await service.authenticate(created.token)
+    if (!result.ok) throw new Error('expected ok')
+    expect(result.record.id).toBe(created.id)
+    expect(result.record.userId).toBe('alice')
+    expect(result.record.servers).toEqual(['app_weather'])
+    expect(result.allowlist).toHaveLength(1)
+  })
+
+  it('malformed tokens are refused without a store lookup', async () => {
+    const { service, calls } = setup()
+    const created = await createToken(service)
+    const flipped = created.token.slice(0, 47) + (created.token[47] === 'A' ? 'B' : 'A')
+    for (const token of ['', 'svc_', 'svc_abc', 'Bearer x', created.token.slice(0, 47), flipped, 'acme_' + created.token.slice(5)]) {
+      expect(await service.authenticate(token), token.slice(0, 8)).toEqual({ ok: false, reason: 'malformed' })
+    }
+    expect(calls.findByHash).toBe(0)
+  })
+
+  it('a well-formed token that was never issued is unknown', async () => {
+    const { service } = setup()
+    expect(await service.authenticate(generateApiToken())).toEqual({ ok: false, reason: 'unknown' })
+  })
+
+  it('expired at expires_at (injected clock), not a millisecond before', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY - 1)
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+    clock.advance(1)
+    expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'expired' })
+  })
+
+  it('a token of another prefix is malformed for this service', async () => {
+    const { service } = setup({ prefix: 'acme_' })
+    expect(await service.authenticate(generateApiToken('svc_'))).toEqual({ ok: false, reason: 'malformed' })
+  })
+
+  it('a store failure is a 503, never an allow', async () => {
+    const failing: TokenStore = {
+      ...createMemoryTokenStore(),
+      findByHash() {
+        throw new Error('connection refused')
+      },
+    }
+    const { service } = setup({ store: failing })
+    await expect(Promise.resolve().then(() => service.authenticate(generateApiToken()))).rejects.toBeInstanceOf(
+      StoreUnavailableError,
+    )
+    const asyncFailing: TokenStore = {
+      ...createMemoryTokenStore(),
+      findByHash: () => Promise.reject(new Error('timeout')),
+    }
+    const { service: other } = setup({ store: asyncFailing })
+    const error = await refusal(Promise.resolve().then(() => other.authenticate(generateApiToken())), DispatchError)
+    expect(error.status).toBe(503)
+  })
+})
+
+describe('last_used_at, coalesced', () => {
+  it('no store write per request; flush writes one batch with the latest times', async () => {
+    const { service, calls, clock, store } = setup()
+    const a = await createToken(service)
+    const b = await createToken(service)
+    for (let i = 0; i < 50; i++) {
+      clock.advance(100)
+      await service.authenticate(i % 2 === 0 ? a.token : b.token)
+    }
+    expect(calls.touch).toHaveLength(0)
+    expect((await store.get(a.id))?.lastUsedAt).toBeNull()
+    await service.flush()
+    expect(calls.touch).toHaveLength(1)
+    expect(calls.touch[0]).toEqual(new Map([[a.id, T0 + 4900], [b.id, T0 + 5000]]))
+    expect((await service.get('alice', a.id)).last_used_at).toBe(new Date(T0 + 4900).toISOString())
+    expect((await service.get('alice', b.id)).last_used_at).toBe(new Date(T0 + 5000).toISOString())
+  })
+
+  it('nothing pending: flush writes nothing', async () => {
+    const { service, calls } = setup()
+    await service.flush()
+    await createToken(service)
+    await service.flush()
+    expect(calls.touch).toHaveLength(0)
+  })
+
+  it('writes by itself once per flush interval', async () => {
+    const { service, calls, clock } = setup({ lastUsedFlushMs: 60_000 })
+    const a = await createToken(service)
+    await service.authenticate(a.token)
+    clock.advance(30_000)
+    await service.authenticate(a.token)
+    expect(calls.touch).toHaveLength(0)
+    clock.advance(30_000)
+    await service.authenticate(a.token)
+    expect(calls.touch).toHaveLength(1)
+    for (let i = 0; i < 10; i++) await service.authenticate(a.token)
+    expect(calls.touch).toHaveLength(1)
+  })
+
+  it('refused tokens are not recorded', async () => {
+    const { service, calls, clock } = setup()
+    const a = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY)
+    await service.authenticate(a.token)
+    await service.flush()
+    expect(calls.touch).toHaveLength(0)
+  })
+
+  it('close flushes what is pending, even while an earlier flush is still writing', async () => {
+    const { service, calls, hooks, clock } = setup()
+    const a = await createToken(service)
+    const b = await createToken(service)
+    let release!: () => void
+    hooks.holdTouch = new Promise<void>((resolve) => (release = resolve))
+    await service.authenticate(a.token)
+    const first = service.flush()
+    clock.advance(10)
+    await service.authenticate(b.token)
+    const closing = service.close()
+    release()
+    await Promise.all([first, closing])
+    const written = new Map(calls.touch.flatMap((batch) => [...batch]))
+    expect(written).toEqual(new Map([[a.id, T0], [b.id, T0 + 10]]))
+  })
+
+  it('a failing write is reported to onError, not thrown', async () => {
+    const errors: string[] = []
+    const failing: TokenStore = {
+      ...createMemoryTokenStore(),
+      touch() {
+        throw new Error('disk full')
+      },
+    }
+    const { service, clock } = setup({ store: failing, onError: (_e, context) => errors.push(context) })
+    const a = await createToken(service)
+    await service.authenticate(a.token)
+    await service.flush()
+    expect(errors).toEqual(['last_used_at flush'])
+    // A failed write does not stop later ones.
+    clock.advance(1)
+    await service.authenticate(a.token)
+    await service.flush()
+    clock.advance(1)
+    await service.authenticate(a.token)
+    await service.close()
+    expect(errors).toEqual(['last_used_at flush', 'last_used_at flush', 'last_used_at flush'])
+  })
+})
+
+describe('cached records and invalidation between instances', () => {
+  /** Two instances (services) on one store, with their own caches; `sharedBus` links them. */
+  function instances(sharedBus: boolean) {
+    let current = T0
+    const clock = {
+      now: () => current,
+      advance: (ms: number) => {
+        current += ms
+      },
+    }
+    const { store, calls, hooks } = instrument(createMemoryTokenStore())
+    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+    const busA = createMemoryInvalidationBus()
+    const busB = sharedBus ? busA : createMemoryInvalidationBus()
+    const common = { store, apps, subscriptions, now: clock.now, cacheTtlMs: 600_000 }
+    const a = createTokenService({ ...common, invalidations: busA })
+    const b = createTokenService({ ...common, invalidations: busB })
+    return { a, b, clock, calls, hooks }
+  }
+
+  it('a cached record is served without a store read within the TTL', async () => {
+    const { a, calls } = instances(true)
+    const created = await createToken(a)
+    await a.authenticate(created.token)
+    const reads = calls.findByHash
+    for (let i = 0; i < 10; i++) expect((await a.authenticate(created.token)).ok).toBe(true)
+    expect(calls.findByHash).toBe(reads)
+  })
+
+  it('an expired token is refused even while its record is cached', async () => {
+    const { a, clock } = instances(true)
+    const created = await createToken(a, { expiresInDays: 7 })
+    await a.authenticate(created.token)
+    clock.advance(7 * DAY)
+    expect(await a.authenticate(created.token)).toEqual({ ok: false, reason: 'expired' })
+  })
+
+  it('revoke on one instance drops the cached record on the other at once', async () => {
+    const { a, b } = instances(true)
+    const created = await createToken(a)
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    await a.revoke('alice', created.id)
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('rotate on one instance: the old secret stops working on the other at once', async () => {
+    const { a, b } = instances(true)
+    const created = await createToken(a)
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    const rotated = await a.rotate(created.id, { kind: 'session', userId: 'alice' })
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'unknown' })
+    expect((await b.authenticate(rotated.token)).ok).toBe(true)
+  })
+
+  it('revokeAllForUser and edits reach the other instance too', async () => {
+    const { a, b } = instances(true)
+    const one = await createToken(a, { allowedIps: ['10.0.0.0/8'] })
+    const two = await createToken(a)
+    await b.authenticate(one.token)
+    await b.authenticate(two.token)
+    await a.update('alice', one.id, { allowedIps: ['192.0.2.0/24'] })
+    const edited = await b.authenticate(one.token)
+    expect(edited.ok && edited.record.allowedIps).toEqual(['192.0.2.0/24'])
+    await a.revokeAllForUser('alice')
+    expect(await b.authenticate(one.token)).toEqual({ ok: false, reason: 'revoked' })
+    expect(await b.authenticate(two.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('without a shared bus a revocation reaches the other instance when its cache TTL ends (spec 3: within 10 minutes)', async () => {
+    const { a, b, clock } = instances(false)
+    const created = await createToken(a)
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    await a.revoke('alice', created.id)
+    expect(await a.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+    clock.advance(599_000)
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    clock.advance(1_001)
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('regression: with a clock that starts at 0 the cache still ends after its TTL', async () => {
+    let current = 0
+    const store = createMemoryTokenStore()
+    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+    const common = { store, apps, subscriptions, now: () => current, cacheTtlMs: 600_000 }
+    const a = createTokenService({ ...common, invalidations: createMemoryInvalidationBus() })
+    const b = createTokenService({ ...common, invalidations: createMemoryInvalidationBus() })
+    const created = await createToken(a)
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    await a.revoke('alice', created.id)
+    current += 600_001
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('a rotation racing a revoke: the secret current at revoke time is dropped on every instance', async () => {
+    const { a, b, hooks } = instances(true)
+    const created = await createToken(a)
+    let rotated: { token: string } | undefined
+    // Between the revoke's read of the record and its write, instance b rotates the token and
+    // caches the new secret.
+    hooks.beforeRevoke = async () => {
+      rotated = await b.rotate(created.id, { kind: 'session', userId: 'alice' })
+      expect((await b.authenticate(rotated.token)).ok).toBe(true)
+    }
+    await a.revoke('alice', created.id)
+    expect(await b.authenticate(rotated!.token)).toEqual({ ok: false, reason: 'revoked' })
+    expect(await a.authenticate(rotated!.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+})
+
+describe('records handed out', () => {
+  it('authenticate gives the store’s record; views are copies a caller may change', async () => {
+    const { service } = setup()
+    const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
+    const view = await service.get('alice', created.id)
+    view.allowed_ips!.push('0.0.0.0/0')
+    view.scopes.push({ server_id: 'x', server_name: null, server_slug: null })
+    expect((await service.get('alice', created.id)).allowed_ips).toEqual(['10.0.0.0/8'])
+    const result = await service.authenticate(created.token)
+    expect(result.ok && (result.record as ApiTokenRecord).allowedIps).toEqual(['10.0.0.0/8'])
+  })
+})

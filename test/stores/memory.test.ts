@@ -1,0 +1,98 @@
+import { describe, expect, it } from 'vitest'
+import type { SessionPin } from '../../src/core/stores.js'
+import {
+  createMemoryAppStore,
+  createMemoryCacheStore,
+  createMemoryInvalidationBus,
+  createMemoryRateLimitStore,
+  createMemorySessionStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+} from '../../src/stores/memory/index.js'
+import {
+  createTestClock,
+  describeAppStoreConformance,
+  describeCacheStoreConformance,
+  describeInvalidationBusConformance,
+  describeRateLimitStoreConformance,
+  describeSessionStoreConformance,
+  describeSubscriptionStoreConformance,
+  describeTokenStoreConformance,
+} from './conformance.js'
+
+describeTokenStoreConformance('memory', () => createMemoryTokenStore())
+describeSessionStoreConformance('memory', ({ now }) => createMemorySessionStore({ now }))
+describeRateLimitStoreConformance('memory', () => createMemoryRateLimitStore())
+describeCacheStoreConformance('memory', ({ now }) => createMemoryCacheStore({ now }))
+describeAppStoreConformance('memory', ({ apps }) => createMemoryAppStore(apps))
+describeSubscriptionStoreConformance('memory', ({ subscriptions }) => createMemorySubscriptionStore(subscriptions))
+describeInvalidationBusConformance('memory', () => createMemoryInvalidationBus())
+
+describe('memory stores: what only they do', () => {
+  it('seeded App versions go through the versions rule', () => {
+    const apps = createMemoryAppStore([
+      { id: 'a1', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.0.1', '1.1.0', '2.0.0-rc.1'] },
+    ])
+    expect(apps.getLiveVersions('a1')).toEqual(['1.0.1', '1.1.0', '2.0.0-rc.1'])
+    expect(() =>
+      createMemoryAppStore([{ id: 'a1', slug: 'weather', name: 'Weather', versions: ['1.0.1', '1.0.0'] }]),
+    ).toThrow(/1\.0\.1/)
+  })
+
+  it('addApp refuses a duplicate id or slug', () => {
+    const apps = createMemoryAppStore([{ id: 'a1', slug: 'weather', name: 'Weather' }])
+    expect(() => apps.addApp({ id: 'a1', slug: 'other', name: 'Other' })).toThrow(TypeError)
+    expect(() => apps.addApp({ id: 'a2', slug: 'weather', name: 'Other' })).toThrow(TypeError)
+    apps.addApp({ id: 'a2', slug: 'notes', name: 'Notes' })
+    expect(apps.getAppBySlug('notes')).toEqual({ id: 'a2', slug: 'notes', name: 'Notes' })
+  })
+
+  it('setActive turns a subscription on and off', () => {
+    const subscriptions = createMemorySubscriptionStore()
+    subscriptions.setActive('u1', 'a1', true)
+    expect(subscriptions.isActive('u1', 'a1')).toBe(true)
+    subscriptions.setActive('u1', 'a1', false)
+    expect(subscriptions.isActive('u1', 'a1')).toBe(false)
+    subscriptions.setActive('u2', 'a1', false)
+    expect(subscriptions.isActive('u2', 'a1')).toBe(false)
+  })
+
+  it('the session store is bounded by max (least recently used go first)', () => {
+    const sessions = createMemorySessionStore({ max: 2, now: createTestClock().now })
+    const pin: SessionPin = { appId: 'a', version: '1.0.0', subject: 'u' }
+    sessions.set('s1', pin, 60_000)
+    sessions.set('s2', pin, 60_000)
+    sessions.get('s1', 60_000)
+    sessions.set('s3', pin, 60_000)
+    expect(sessions.get('s2', 60_000)).toBeUndefined()
+    expect(sessions.get('s1', 60_000)).toEqual(pin)
+    expect(sessions.get('s3', 60_000)).toEqual(pin)
+  })
+
+  it('the rate-limit store is bounded by max', () => {
+    const counters = createMemoryRateLimitStore({ max: 2 })
+    counters.increment('a', 0, 60_000)
+    counters.increment('b', 0, 60_000)
+    counters.increment('c', 0, 60_000)
+    // 'a' was evicted: it starts again (fails open for the evicted key, bounded memory).
+    expect(counters.increment('a', 0, 60_000)).toBe(1)
+  })
+
+  it('regression: a clock that starts at 0 still expires sessions and cache entries (lru-cache start time 0)', () => {
+    const clock = createTestClock(0)
+    const sessions = createMemorySessionStore({ now: clock.now })
+    const cache = createMemoryCacheStore<{ v: number }>({ now: clock.now })
+    sessions.set('s', { appId: 'a', version: '1.0.0', subject: 'u' }, 1_000)
+    cache.set('k', { v: 1 }, 1_000)
+    clock.advance(1_001)
+    expect(sessions.get('s', 1_000)).toBeUndefined()
+    expect(cache.get('k')).toBeUndefined()
+  })
+
+  it('TTL stores answer synchronously (no extra microtask on the hot path)', () => {
+    const sessions = createMemorySessionStore()
+    expect(sessions.get('x', 1000)).toBeUndefined()
+    expect(createMemoryRateLimitStore().increment('k', 0, 60_000)).toBe(1)
+    expect(createMemoryTokenStore().findByHash('h')).toBeUndefined()
+  })
+})
