@@ -387,7 +387,7 @@ describe('update (spec 2.1, 3)', () => {
   it('expiresAt must be a timestamp', async () => {
     const { service } = setup()
     const created = await createToken(service)
-    for (const expiresAt of ['tomorrow', '', 1.5, Number.NaN, true, {}]) {
+    for (const expiresAt of ['tomorrow', '', 'Dec 1 2099', '2099-12-01', 1.5, Number.NaN, true, {}]) {
       expect(await fieldOf(service.update('alice', created.id, { expiresAt } as never))).toBe('expiresAt')
     }
   })
