@@ -120,8 +120,37 @@ export type {
   UpdateTokenInput,
 } from './tokens/token-service.js'
 
-// OAuth seam
-export type { AccessTokenInfo, AccessTokenResult, AccessTokenValidator } from './auth/access-token-validator.js'
+// OAuth access tokens (spec 5.1)
+export type {
+  AccessTokenContext,
+  AccessTokenInfo,
+  AccessTokenResult,
+  AccessTokenValidator,
+} from './auth/access-token-validator.js'
+export {
+  DEFAULT_OAUTH_CACHE_TTL_MS,
+  DEFAULT_OAUTH_REJECTION_TTL_MS,
+  DEFAULT_OAUTH_TIMEOUT_MS,
+  createOAuthValidator,
+} from './auth/oauth-validator.js'
+export type {
+  CachedValidation,
+  OAuthTimers,
+  OAuthValidationMode,
+  OAuthValidator,
+  OAuthValidatorEvent,
+  OAuthValidatorOptions,
+  UpstreamEndpoint,
+} from './auth/oauth-validator.js'
+export { DEFAULT_COOL_DOWN_MS, DEFAULT_FAILURE_THRESHOLD, createCircuitBreaker } from './auth/circuit-breaker.js'
+export type {
+  BreakerPermit,
+  BreakerState,
+  BreakerStateChange,
+  CircuitBreaker,
+  CircuitBreakerOptions,
+} from './auth/circuit-breaker.js'
+export type { RetryOptions } from './auth/backoff.js'
 
 // Pipeline
 export { createDispatcher } from './pipeline/dispatcher.js'

@@ -12,9 +12,12 @@ import {
   type AccessTokenValidator,
   type AppRecord,
   type DispatchContext,
+  type OAuthValidatorOptions,
   type RateLimitPolicy,
   API_TOKEN_LENGTH,
+  compileTrustProxy,
   createDispatcher,
+  createOAuthValidator,
   createMemoryAppStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
@@ -23,6 +26,7 @@ import {
   displayPrefix,
   generateApiToken,
   hashApiToken,
+  resolveClientAddress,
 } from 'mcp-dispatch'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { z } from 'zod'
@@ -64,8 +68,12 @@ export interface PlatformOptions {
   now?: () => number
   /** Domain the Apps live under: `{slug}.{domain}`. Default `localhost`. */
   domain?: string
-  /** Validate OAuth access tokens against this authorization server (issue: OAuth). */
-  authorizationServer?: { issuer: string }
+  /**
+   * Validate OAuth access tokens against this authorization server: `sub` is the seed user's
+   * id. Any option of `createOAuthValidator` may be given (mode, audience, timeouts, breaker…);
+   * its clock is the platform's `now`. The issuer is listed in the protected-resource metadata.
+   */
+  authorizationServer?: Omit<OAuthValidatorOptions, 'now'>
   /** An OAuth validator to use instead of the default one (tests, custom providers). */
   oauth?: AccessTokenValidator
   /** Trust `X-Forwarded-For` from these proxies (default: never). */
@@ -167,11 +175,13 @@ export function createPlatform(options: PlatformOptions): Platform {
   }
 
   const authorizationServers = options.authorizationServer ? [options.authorizationServer.issuer] : []
+  const oauth =
+    options.oauth ?? (options.authorizationServer && createOAuthValidator({ ...options.authorizationServer, now }))
   const dispatcher = createDispatcher({
     apps,
     subscriptions,
     tokens: tokenService,
-    ...(options.oauth && { oauth: options.oauth }),
+    ...(oauth && { oauth }),
     authorizationServers,
     rateLimit: { policy: (_identity, app) => rateLimits.get(app.id) },
     resolveApp: (request) => {
@@ -215,8 +225,12 @@ export function createPlatform(options: PlatformOptions): Platform {
       const header = request.headers.get('x-csrf-token') ?? ''
       return !!s && header.length === s.csrf.length && timingSafeEqual(Buffer.from(header), Buffer.from(s.csrf))
     },
+    // A token rotating itself is held to its IP allowlist, like any other use of it.
+    clientAddress: (request) => apiClientAddresses.get(request),
     onError,
   })
+  const apiClientAddresses = new WeakMap<Request, string | undefined>()
+  const apiTrust = compileTrustProxy(options.trustProxy ?? false)
 
   async function api(request: Request): Promise<Response> {
     const url = new URL(request.url)
@@ -246,7 +260,11 @@ export function createPlatform(options: PlatformOptions): Platform {
     tokenService,
     async fetch(request, info) {
       const host = (new URL(request.url).hostname || '').toLowerCase()
-      if (host === `api.${domain}`) return api(request)
+      if (host === `api.${domain}`) {
+        const address = resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), apiTrust)
+        apiClientAddresses.set(request, address)
+        return api(request)
+      }
       return mcp(request, info)
     },
     deploy(appId, version) {

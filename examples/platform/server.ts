@@ -3,20 +3,59 @@
  *
  *   npm start                       # examples/platform/seed.json
  *   npm start -- --seed my-seed.json
+ *   AUTH_ISSUER=https://auth.example.com npm start   # a real OAuth provider (docs/oauth.md)
+ *
+ * Without AUTH_ISSUER a development authorization server (dev-auth-server.ts) listens on
+ * 127.0.0.1:AUTH_PORT (default PORT + 1), so MCP clients can sign in with no other setup.
  */
+import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { serve } from '@hono/node-server'
+import type { OAuthValidationMode } from 'mcp-dispatch'
+import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
 
 const { values } = parseArgs({ options: { seed: { type: 'string' }, port: { type: 'string' } } })
 const seedPath = values.seed ?? fileURLToPath(new URL('./seed.json', import.meta.url))
 const port = Number(values.port ?? process.env.PORT ?? 8787)
 const seed = JSON.parse(readFileSync(seedPath, 'utf8'))
+
+// OAuth (docs/oauth.md): an external authorization server when AUTH_ISSUER is set, else the
+// development one on loopback, which signs in seed users without a password.
+const authMode = (process.env.AUTH_MODE ?? 'userinfo') as OAuthValidationMode
+if (!['userinfo', 'jwt', 'introspection'].includes(authMode)) throw new TypeError('AUTH_MODE must be userinfo, jwt or introspection')
+const devIntrospectionClient = { clientId: 'mcp-dispatch-platform', clientSecret: randomBytes(24).toString('base64url') }
+const devAuth = process.env.AUTH_ISSUER
+  ? undefined
+  : await startDevAuthServer({
+      accounts: seed.users.map((u: { id: string }) => u.id),
+      port: Number(process.env.AUTH_PORT ?? port + 1),
+      ...(authMode !== 'userinfo' && { resourceIndicators: { accessTokenFormat: authMode === 'jwt' ? 'jwt' : 'opaque' } }),
+      ...(authMode === 'introspection' && { introspectionClient: devIntrospectionClient }),
+    })
+const audience = process.env.AUTH_AUDIENCE
 const platform = createPlatform({
   seed,
-  ...(process.env.AUTH_ISSUER && { authorizationServer: { issuer: process.env.AUTH_ISSUER } }),
+  authorizationServer: {
+    issuer: process.env.AUTH_ISSUER ?? devAuth!.issuer,
+    mode: authMode,
+    ...(process.env.AUTH_USERINFO_ENDPOINT && { userinfoEndpoint: process.env.AUTH_USERINFO_ENDPOINT }),
+    // `AUTH_AUDIENCE=app` (the default in jwt and introspection modes) binds each token to its App.
+    ...((audience ?? (authMode === 'userinfo' ? undefined : 'app')) !== undefined && {
+      audience: !audience || audience === 'app' ? ({ resource }: { resource: string }) => resource : audience.split(','),
+    }),
+    ...(authMode === 'introspection' && {
+      introspection: devAuth
+        ? devIntrospectionClient
+        : { clientId: process.env.AUTH_CLIENT_ID ?? '', clientSecret: process.env.AUTH_CLIENT_SECRET ?? '' },
+    }),
+    onEvent: (event) => {
+      if (event.type === 'breaker') console.warn(`[oauth] circuit breaker ${event.from} -> ${event.to}`)
+      if (event.type === 'unavailable') console.warn(`[oauth] authorization server unavailable: ${event.error}`)
+    },
+  },
 })
 
 const server = serve({
@@ -31,6 +70,11 @@ const app = seed.apps[0]
 console.log(`mcp-dispatch reference platform on http://127.0.0.1:${port} (seed: ${seedPath})`)
 for (const a of seed.apps) console.log(`  App ${a.slug}: http://${a.slug}.localhost:${port}/  (versions ${a.versions.map((v: string | { version: string }) => (typeof v === 'string' ? v : v.version)).join(', ')})`)
 console.log(`  Token API: http://api.localhost:${port}/api/tokens`)
+console.log(
+  devAuth
+    ? `  OAuth: development authorization server ${devAuth.issuer} (${authMode}; signs in as ${seed.users[0]?.id ?? '?'} or the login_hint user)`
+    : `  OAuth: ${process.env.AUTH_ISSUER} (${authMode})`,
+)
 if (token && app) {
   console.log(`\nTry it (token "${name}"):\n`)
   console.log(
@@ -40,7 +84,7 @@ if (token && app) {
 
 const stop = () => {
   server.close()
-  void platform.close().finally(() => process.exit(0))
+  void Promise.all([platform.close(), devAuth?.close()]).finally(() => process.exit(0))
 }
 process.on('SIGINT', stop)
 process.on('SIGTERM', stop)

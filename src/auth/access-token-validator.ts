@@ -22,9 +22,21 @@ export type AccessTokenResult =
   | { readonly active: false; readonly reason: string }
 
 /**
+ * Where a token is presented: what an audience / resource-indicator check (RFC 8707, MCP
+ * authorization) compares the token's audience with.
+ */
+export interface AccessTokenContext {
+  /** The App address the request went to (`{base_url}`, the metadata `resource`). */
+  readonly resource: string
+  /** The App's id. */
+  readonly appId: string
+}
+
+/**
  * Validates OAuth access tokens. Throws `AuthorizationServerUnavailableError` (503) when it
  * cannot decide because the authorization server is unhealthy; never throws for a bad token.
+ * `context` names the App the token is presented to; validators that check audiences use it.
  */
 export interface AccessTokenValidator {
-  validate(token: string): Promise<AccessTokenResult>
+  validate(token: string, context?: AccessTokenContext): Promise<AccessTokenResult>
 }

@@ -176,6 +176,13 @@ export interface DispatcherOptions {
   now?: () => number
   /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). */
   onError?: (error: unknown, context: string) => void
+  /**
+   * Longest wait for a store, the rate-limit policy or the OAuth validator when it answers
+   * with a promise. Past it the request is answered 503 (a hung store never hangs a request;
+   * the rate-limit counter follows `failOpen`), and the timeout goes to `onError`.
+   * Synchronous answers are not timed. Default 5 seconds.
+   */
+  storeTimeoutMs?: number
 }
 
 /** The dispatch pipeline. Create with {@link createDispatcher}. */
@@ -221,6 +228,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const sessions = options.sessions ?? createMemorySessionStore({ now })
   const sessionTtlMs = options.sessionTtlMs ?? 3_600_000
   if (!(sessionTtlMs > 0)) throw new ConfigurationError('sessionTtlMs', 'must be a positive number of milliseconds')
+  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
+  if (!(storeTimeoutMs > 0)) throw new ConfigurationError('storeTimeoutMs', 'must be a positive number of milliseconds')
   const basePath = (options.basePath ?? '').replace(/\/+$/, '')
   if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
   const rateLimit = options.rateLimit
@@ -277,10 +286,32 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       throw new StoreFailure(store, error)
     }
     return value instanceof Promise
-      ? value.catch((error: unknown) => {
+      ? bounded(value, store).catch((error: unknown) => {
           throw new StoreFailure(store, error)
         })
       : value
+  }
+
+  /** `pending`, or a rejection once `storeTimeoutMs` has passed without an answer. */
+  function bounded<T>(pending: Promise<T>, what: string): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error(`${what} did not answer within ${storeTimeoutMs} ms`)),
+        storeTimeoutMs,
+      )
+      // Never keeps a process alive on its own (Node; other runtimes return a number).
+      ;(timer as { unref?: () => void }).unref?.()
+      pending.then(
+        (value) => {
+          clearTimeout(timer)
+          resolve(value)
+        },
+        (error: unknown) => {
+          clearTimeout(timer)
+          reject(error)
+        },
+      )
+    })
   }
 
   /** CORS headers for a request, or `undefined` when none are due. */
@@ -374,7 +405,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!oauth) return challenge(request, app, true)
     let result
     try {
-      result = await oauth.validate(token)
+      result = await bounded(oauth.validate(token, { resource: baseUrlOf(request, app), appId: app.id }), 'oauth')
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
@@ -398,7 +429,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!rateLimit || !counters) return undefined
     const policy = rateLimit.policy(identity, app)
     return policy instanceof Promise
-      ? policy.then((p) => countRequest(identity, app, p))
+      ? bounded(policy, 'rate-limit policy').then((p) => countRequest(identity, app, p))
       : countRequest(identity, app, policy)
   }
 
@@ -427,7 +458,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     } catch (error) {
       return failed(error)
     }
-    return count instanceof Promise ? count.then(judge, failed) : judge(count)
+    return count instanceof Promise ? bounded(count, 'rate-limit').then(judge, failed) : judge(count)
   }
 
 
@@ -528,11 +559,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           if (sessionId === undefined) {
             const assigned = outcome.sessionId
             if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
-              await sessions.set(assigned, { appId: app.id, version: pinnedVersion, subject: identity.subject }, sessionTtlMs)
+              const stored = sessions.set(assigned, { appId: app.id, version: pinnedVersion, subject: identity.subject }, sessionTtlMs)
+              if (stored instanceof Promise) await bounded(stored, 'sessions')
             }
           } else if ((method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
             // DELETE ended the session, or the handler no longer knows it: end the pin too.
-            await sessions.delete(sessionId)
+            const deleted = sessions.delete(sessionId)
+            if (deleted instanceof Promise) await bounded(deleted, 'sessions')
           }
         } catch (error) {
           onError(error, 'session store')

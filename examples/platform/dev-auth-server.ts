@@ -1,0 +1,280 @@
+/**
+ * A development OAuth 2.0 / OpenID Connect authorization server for the reference platform
+ * (`oidc-provider`), so an MCP client can sign in with no other setup. Never for production:
+ * it signs everyone in without a password.
+ *
+ * - Listens on loopback only (`127.0.0.1`); the issuer is `http://127.0.0.1:{port}`.
+ * - Dynamic client registration (RFC 7591) is open; PKCE (S256) is required.
+ * - Sign-in is automatic: the authorization request's `login_hint` names the seed user to sign
+ *   in as (an unknown one is refused with `access_denied`); without it, the first account.
+ *   Consent is granted for whatever was asked.
+ * - Refresh tokens are issued to every client registered with the `refresh_token` grant.
+ * - Userinfo is at `/me` (oidc-provider's path, published in discovery).
+ * - `resourceIndicators` (RFC 8707) binds tokens to the App they were requested for
+ *   (`aud` = the `resource`): JWT access tokens (for `mode: 'jwt'`) or opaque ones (for
+ *   `mode: 'introspection'`). Such tokens are refused at userinfo by oidc-provider, so the
+ *   default (off) is what `mode: 'userinfo'` needs.
+ * - Token expiry follows the injected clock `now`, so tests make tokens expire without waiting.
+ */
+import { randomBytes } from 'node:crypto'
+import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { exportJWK, generateKeyPair } from 'jose'
+import Provider, { type Adapter, type AdapterPayload, type ClientRef } from 'oidc-provider'
+
+/** Options of {@link startDevAuthServer}. */
+export interface DevAuthServerOptions {
+  /** User ids that may sign in (the seed's users); the first one is the default. */
+  accounts: readonly string[]
+  /** Port; default 0 (an ephemeral one). */
+  port?: number
+  /** Loopback address to bind. Default `127.0.0.1`. */
+  host?: string
+  /** Lifetime of access tokens. Default 3600 s. */
+  accessTokenTtlSeconds?: number
+  /** Clock for token expiry, epoch ms. Default `Date.now`. */
+  now?: () => number
+  /** Bind tokens to the requested resource (RFC 8707), as JWTs or opaque tokens. Default off. */
+  resourceIndicators?: { accessTokenFormat: 'jwt' | 'opaque' }
+  /** A confidential client for the resource server, allowed to call the introspection endpoint. */
+  introspectionClient?: { clientId: string; clientSecret: string }
+  /** Sees every request (method and path), e.g. to count userinfo calls. */
+  onRequest?: (request: { method: string; path: string }) => void
+}
+
+/** A running development authorization server. */
+export interface DevAuthServer {
+  /** Issuer identifier, `http://127.0.0.1:{port}`. */
+  readonly issuer: string
+  readonly port: number
+  /** Userinfo endpoint (`{issuer}/me`). */
+  readonly userinfoEndpoint: string
+  /** Stops listening and closes open connections. */
+  close(): Promise<void>
+}
+
+/** oidc-provider storage on an injectable clock: entries past their expiry are not found. */
+function createAdapterFactory(now: () => number): (model: string) => Adapter {
+  const entries = new Map<string, { payload: AdapterPayload; expiresAt: number }>()
+  const byGrant = new Map<string, Set<string>>()
+  const byUid = new Map<string, string>()
+  const byUserCode = new Map<string, string>()
+  let writes = 0
+
+  const read = (key: string) => {
+    const entry = entries.get(key)
+    if (entry && entry.expiresAt <= now()) {
+      entries.delete(key)
+      return undefined
+    }
+    return entry?.payload
+  }
+  const sweep = () => {
+    const at = now()
+    for (const [key, entry] of entries) if (entry.expiresAt <= at) entries.delete(key)
+  }
+
+  return (model) => ({
+    async upsert(id, payload, expiresIn) {
+      const key = `${model}:${id}`
+      // `exp` as reported (introspection) follows the same clock as the expiry below.
+      if (typeof expiresIn === 'number' && typeof payload.exp === 'number') payload.exp = Math.floor(now() / 1000) + expiresIn
+      entries.set(key, { payload, expiresAt: typeof expiresIn === 'number' ? now() + expiresIn * 1000 : Infinity })
+      if (payload.grantId) {
+        let keys = byGrant.get(payload.grantId)
+        if (!keys) byGrant.set(payload.grantId, (keys = new Set()))
+        keys.add(key)
+      }
+      if (model === 'Session' && payload.uid) byUid.set(payload.uid, id)
+      if (payload.userCode) byUserCode.set(payload.userCode, id)
+      if (++writes % 500 === 0) sweep()
+    },
+    async find(id) {
+      return read(`${model}:${id}`)
+    },
+    async findByUid(uid) {
+      const id = byUid.get(uid)
+      return id === undefined ? undefined : read(`${model}:${id}`)
+    },
+    async findByUserCode(userCode) {
+      const id = byUserCode.get(userCode)
+      return id === undefined ? undefined : read(`${model}:${id}`)
+    },
+    async consume(id) {
+      const payload = read(`${model}:${id}`)
+      if (payload) payload.consumed = Math.floor(now() / 1000)
+    },
+    async destroy(id) {
+      entries.delete(`${model}:${id}`)
+    },
+    async revokeByGrantId(grantId) {
+      for (const key of byGrant.get(grantId) ?? []) entries.delete(key)
+      byGrant.delete(grantId)
+    },
+  })
+}
+
+/**
+ * Starts the development authorization server.
+ *
+ * @example
+ * ```ts
+ * const auth = await startDevAuthServer({ accounts: ['user_alice', 'user_bob'] })
+ * const platform = createPlatform({ seed, authorizationServer: { issuer: auth.issuer } })
+ * // … later
+ * await auth.close()
+ * ```
+ */
+export async function startDevAuthServer(options: DevAuthServerOptions): Promise<DevAuthServer> {
+  const accounts = [...options.accounts]
+  if (accounts.length === 0) throw new TypeError('startDevAuthServer: at least one account is needed')
+  const host = options.host ?? '127.0.0.1'
+  const now = options.now ?? Date.now
+  const ttl = options.accessTokenTtlSeconds ?? 3600
+  const resourceIndicators = options.resourceIndicators
+
+  // The issuer names the port, so listen first and attach the provider once it is known.
+  let handle: (req: IncomingMessage, res: ServerResponse) => void = (_req, res) => {
+    res.statusCode = 503
+    res.end()
+  }
+  const server = createServer((req, res) => handle(req, res))
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(options.port ?? 0, host, () => resolve())
+  })
+  const port = (server.address() as AddressInfo).port
+  const issuer = `http://${host}:${port}`
+
+  const { privateKey } = await generateKeyPair('RS256', { extractable: true })
+  const signingKey = { ...(await exportJWK(privateKey)), kid: randomBytes(8).toString('hex'), alg: 'RS256', use: 'sig' }
+
+  const provider = new Provider(issuer, {
+    adapter: createAdapterFactory(now),
+    clients: options.introspectionClient
+      ? [
+          {
+            client_id: options.introspectionClient.clientId,
+            client_secret: options.introspectionClient.clientSecret,
+            grant_types: [],
+            response_types: [],
+            redirect_uris: [],
+          },
+        ]
+      : [],
+    findAccount: async (_ctx: unknown, id: string) =>
+      accounts.includes(id)
+        ? { accountId: id, claims: async () => ({ sub: id, name: id, email: `${id}@example.test`, email_verified: true }) }
+        : undefined,
+    interactions: { url: (_ctx: unknown, interaction: { uid: string }) => `/interaction/${interaction.uid}` },
+    claims: { openid: ['sub'], profile: ['name'], email: ['email', 'email_verified'] },
+    scopes: ['openid', 'offline_access', 'profile', 'email'],
+    features: {
+      devInteractions: { enabled: false },
+      registration: { enabled: true },
+      introspection: { enabled: true },
+      revocation: { enabled: true },
+      resourceIndicators: resourceIndicators
+        ? {
+            enabled: true,
+            defaultResource: async (_ctx: unknown, _client: unknown, oneOf?: string | string[]) => oneOf,
+            useGrantedResource: async () => true,
+            getResourceServerInfo: async (_ctx: unknown, resource: string) => ({
+              scope: 'openid profile email',
+              audience: resource,
+              accessTokenTTL: ttl,
+              accessTokenFormat: resourceIndicators.accessTokenFormat,
+              ...(resourceIndicators.accessTokenFormat === 'jwt' && { jwt: { sign: { alg: 'RS256' } } }),
+            }),
+          }
+        : { enabled: false },
+    },
+    pkce: { required: () => true },
+    ttl: {
+      AccessToken: () => ttl,
+      AuthorizationCode: 60,
+      IdToken: 3600,
+      Interaction: 3600,
+      Grant: 14 * 86_400,
+      Session: 14 * 86_400,
+      RefreshToken: 14 * 86_400,
+    },
+    issueRefreshToken: async (_ctx: unknown, client: ClientRef) => client.grantTypeAllowed('refresh_token'),
+    clockTolerance: 0,
+    cookies: { keys: [randomBytes(32).toString('base64url')] },
+    jwks: { keys: [signingKey] },
+    formats: {
+      customizers: {
+        // JWT access tokens carry times from the injected clock, like the opaque ones' expiry.
+        jwt: async (_ctx: unknown, _token: unknown, jwt: { payload: Record<string, unknown> }) => {
+          const iat = Math.floor(now() / 1000)
+          jwt.payload.iat = iat
+          jwt.payload.exp = iat + ttl
+        },
+      },
+    },
+    renderError: async (ctx: { type: string; body: unknown }, out: Record<string, unknown>) => {
+      ctx.type = 'json'
+      ctx.body = out
+    },
+  })
+  const callback = provider.callback()
+
+  async function interact(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const details = await provider.interactionDetails(req, res)
+    const { prompt, params } = details
+    if (prompt.name === 'login') {
+      const hint = typeof params.login_hint === 'string' && params.login_hint !== '' ? params.login_hint : accounts[0]!
+      const result = accounts.includes(hint)
+        ? { login: { accountId: hint } }
+        : { error: 'access_denied', error_description: 'login_hint names no known user' }
+      return provider.interactionFinished(req, res, result, { mergeWithLastSubmission: false })
+    }
+    if (prompt.name === 'consent') {
+      const accountId = details.session?.accountId
+      if (!accountId) throw new Error('consent without a session')
+      const grant =
+        (details.grantId ? await provider.Grant.find(details.grantId) : undefined) ??
+        new provider.Grant({ accountId, clientId: String(params.client_id) })
+      const missing = prompt.details as {
+        missingOIDCScope?: string[]
+        missingOIDCClaims?: string[]
+        missingResourceScopes?: Record<string, string[]>
+      }
+      if (missing.missingOIDCScope) grant.addOIDCScope(missing.missingOIDCScope.join(' '))
+      if (missing.missingOIDCClaims) grant.addOIDCClaims(missing.missingOIDCClaims)
+      for (const [resource, scopes] of Object.entries(missing.missingResourceScopes ?? {})) {
+        grant.addResourceScope(resource, scopes.join(' '))
+      }
+      const grantId = await grant.save()
+      return provider.interactionFinished(req, res, { consent: { grantId } }, { mergeWithLastSubmission: true })
+    }
+    res.statusCode = 400
+    res.end(`unsupported prompt ${prompt.name}`)
+  }
+
+  handle = (req, res) => {
+    const path = (req.url ?? '/').split('?', 1)[0]!
+    options.onRequest?.({ method: req.method ?? 'GET', path })
+    if (req.method === 'GET' && path.startsWith('/interaction/')) {
+      interact(req, res).catch((error: unknown) => {
+        res.statusCode = 400
+        res.setHeader('content-type', 'application/json')
+        res.end(JSON.stringify({ error: 'invalid_request', error_description: error instanceof Error ? error.message : 'interaction failed' }))
+      })
+      return
+    }
+    callback(req, res)
+  }
+
+  return {
+    issuer,
+    port,
+    userinfoEndpoint: `${issuer}/me`,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve())
+        server.closeAllConnections()
+      }),
+  }
+}

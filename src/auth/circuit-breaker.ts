@@ -1,0 +1,144 @@
+/**
+ * A circuit breaker for calls to the authorization server (spec 5.1 step 8).
+ *
+ * `closed` lets every call through and counts consecutive failures; after `failureThreshold`
+ * of them it turns `open` and refuses calls for `coolDownMs`; then the next caller gets a
+ * single probe (`half-open`) while everyone else is still refused; the probe's success closes
+ * the breaker, its failure opens it for another cool-down. Time comes from an injected clock,
+ * so the breaker never owns a timer.
+ * @module
+ */
+import { ConfigurationError } from '../errors.js'
+
+/** State of a {@link CircuitBreaker}. */
+export type BreakerState = 'closed' | 'open' | 'half-open'
+
+/** A state change, as reported to `onStateChange`. */
+export interface BreakerStateChange {
+  readonly from: BreakerState
+  readonly to: BreakerState
+  /** When it happened, epoch ms (the injected clock). */
+  readonly at: number
+}
+
+/** Options of {@link createCircuitBreaker}. */
+export interface CircuitBreakerOptions {
+  /** Consecutive failures that open the breaker. Default 5. */
+  failureThreshold?: number
+  /** How long an open breaker refuses calls before it lets one probe through. Default 30 s. */
+  coolDownMs?: number
+  /** Clock, epoch ms. Default `Date.now`. */
+  now?: () => number
+  /** Called on every transition (metrics, logs). Exceptions it throws are ignored. */
+  onStateChange?: (change: BreakerStateChange) => void
+}
+
+/** The answer of {@link CircuitBreaker.acquire}. */
+export type BreakerPermit =
+  | { readonly allowed: true; /** `true` for the single half-open probe. */ readonly probe: boolean }
+  | { readonly allowed: false; /** Milliseconds until a call may be let through again. */ readonly retryAfterMs: number }
+
+/** A circuit breaker. Every allowed call must be followed by `success()` or `failure()`. */
+export interface CircuitBreaker {
+  /** Current state; an open breaker whose cool-down is over reads as `half-open`. */
+  readonly state: BreakerState
+  /** Asks to make one call. */
+  acquire(): BreakerPermit
+  /** The call got an answer that shows the server is healthy. */
+  success(): void
+  /** The call failed in a way that counts against the server (network, timeout, 5xx, 429). */
+  failure(): void
+  /** Milliseconds until an open breaker lets a probe through (0 when not open). */
+  retryAfterMs(): number
+}
+
+/** Default consecutive failures before the breaker opens. */
+export const DEFAULT_FAILURE_THRESHOLD = 5
+/** Default cool-down of an open breaker. */
+export const DEFAULT_COOL_DOWN_MS = 30_000
+/** What a caller is told to wait while the half-open probe is under way. */
+const PROBE_RETRY_AFTER_MS = 1_000
+
+/**
+ * Creates a circuit breaker on an injected clock.
+ *
+ * @example
+ * ```ts
+ * const breaker = createCircuitBreaker({ failureThreshold: 3, coolDownMs: 10_000, onStateChange: console.log })
+ * const permit = breaker.acquire()
+ * if (!permit.allowed) throw new AuthorizationServerUnavailableError(Math.ceil(permit.retryAfterMs / 1000))
+ * try { await call(); breaker.success() } catch (e) { breaker.failure(); throw e }
+ * ```
+ */
+export function createCircuitBreaker(options: CircuitBreakerOptions = {}): CircuitBreaker {
+  const threshold = options.failureThreshold ?? DEFAULT_FAILURE_THRESHOLD
+  const coolDownMs = options.coolDownMs ?? DEFAULT_COOL_DOWN_MS
+  if (!Number.isInteger(threshold) || threshold < 1) {
+    throw new ConfigurationError('breaker.failureThreshold', 'must be a positive integer')
+  }
+  if (!(coolDownMs >= 0) || !Number.isFinite(coolDownMs)) {
+    throw new ConfigurationError('breaker.coolDownMs', 'must be a non-negative number of milliseconds')
+  }
+  const now = options.now ?? Date.now
+  const onStateChange = options.onStateChange
+
+  let state: BreakerState = 'closed'
+  let failures = 0
+  let openedAt = 0
+  let probing = false
+
+  function move(to: BreakerState): void {
+    if (to === state) return
+    const from = state
+    state = to
+    try {
+      onStateChange?.({ from, to, at: now() })
+    } catch {
+      // Metrics must never break validation.
+    }
+  }
+
+  function open(): void {
+    openedAt = now()
+    probing = false
+    move('open')
+  }
+
+  function remaining(): number {
+    return Math.max(0, openedAt + coolDownMs - now())
+  }
+
+  return {
+    get state() {
+      return state === 'open' && remaining() === 0 ? 'half-open' : state
+    },
+    acquire() {
+      if (state === 'closed') return { allowed: true, probe: false }
+      if (state === 'open') {
+        const wait = remaining()
+        if (wait > 0) return { allowed: false, retryAfterMs: wait }
+        move('half-open')
+      }
+      if (probing) return { allowed: false, retryAfterMs: PROBE_RETRY_AFTER_MS }
+      probing = true
+      return { allowed: true, probe: true }
+    },
+    success() {
+      failures = 0
+      probing = false
+      move('closed')
+    },
+    failure() {
+      if (state === 'half-open') return open()
+      if (state === 'open') return
+      failures += 1
+      if (failures >= threshold) {
+        failures = 0
+        open()
+      }
+    },
+    retryAfterMs() {
+      return state === 'open' ? remaining() : 0
+    },
+  }
+}

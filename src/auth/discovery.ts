@@ -1,0 +1,75 @@
+/**
+ * Authorization-server discovery for the resource-server side: where the userinfo, JWKS and
+ * introspection endpoints of an issuer are (OpenID Connect Discovery 1.0, RFC 8414).
+ * @module
+ */
+
+/** The fields of an authorization server's metadata that validation uses. */
+export interface AuthorizationServerMetadata {
+  /** Must equal the configured issuer exactly (RFC 8414 section 3.3, OIDC Discovery 4.3). */
+  readonly issuer: string
+  readonly userinfo_endpoint?: string
+  readonly jwks_uri?: string
+  readonly introspection_endpoint?: string
+  readonly [field: string]: unknown
+}
+
+/**
+ * The discovery documents of an issuer, in the order they are tried: OpenID Connect
+ * (`{issuer}/.well-known/openid-configuration`), then RFC 8414
+ * (`/.well-known/oauth-authorization-server` inserted before the issuer's path).
+ *
+ * @example
+ * ```ts
+ * discoveryUrls('https://auth.example.com/tenant')
+ * // ['https://auth.example.com/tenant/.well-known/openid-configuration',
+ * //  'https://auth.example.com/.well-known/oauth-authorization-server/tenant']
+ * ```
+ */
+export function discoveryUrls(issuer: string): [string, string] {
+  const url = new URL(issuer)
+  const path = url.pathname.replace(/\/+$/, '')
+  return [
+    `${url.origin}${path}/.well-known/openid-configuration`,
+    `${url.origin}/.well-known/oauth-authorization-server${path}`,
+  ]
+}
+
+/**
+ * The userinfo endpoint to use when the issuer publishes no discovery document: `{issuer}/userinfo`.
+ *
+ * @example
+ * ```ts
+ * fallbackUserinfoEndpoint('https://auth.example.com/') // 'https://auth.example.com/userinfo'
+ * ```
+ */
+export function fallbackUserinfoEndpoint(issuer: string): string {
+  return `${issuer.replace(/\/+$/, '')}/userinfo`
+}
+
+/**
+ * Checks a parsed discovery document: a JSON object whose `issuer` is exactly the expected
+ * one and whose endpoint fields, when present, are absolute http(s) URLs. Returns the reason
+ * it is refused, or `undefined` when it is fine.
+ *
+ * @example
+ * ```ts
+ * checkAuthorizationServerMetadata({ issuer: 'https://a.example' }, 'https://a.example') // undefined
+ * checkAuthorizationServerMetadata({ issuer: 'https://b.example' }, 'https://a.example') // 'issuer mismatch…'
+ * ```
+ */
+export function checkAuthorizationServerMetadata(doc: unknown, issuer: string): string | undefined {
+  if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) return 'discovery document is not a JSON object'
+  const metadata = doc as Record<string, unknown>
+  if (metadata.issuer !== issuer) {
+    return `issuer mismatch: discovery names ${JSON.stringify(metadata.issuer)}, expected ${JSON.stringify(issuer)}`
+  }
+  for (const field of ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']) {
+    const value = metadata[field]
+    if (value === undefined) continue
+    if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
+      return `discovery field ${field} is not an http(s) URL`
+    }
+  }
+  return undefined
+}

@@ -1,0 +1,130 @@
+/**
+ * Claim checks for JWT access tokens (RFC 9068): issuer, expiry and audience / resource
+ * indicator (RFC 8707), as pure functions. Used on verified claims in JWT mode, and on the
+ * unverified claims of a JWT in the other modes, where they can only refuse a token early,
+ * never accept one.
+ * @module
+ */
+import { decodeJwt, type JWTPayload } from 'jose'
+
+const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/
+
+/**
+ * The claims of a compact JWS JWT, without verifying anything, or `undefined` when the token
+ * is not one (opaque tokens, JWE).
+ *
+ * @example
+ * ```ts
+ * peekJwtClaims('opaque-token') // undefined
+ * peekJwtClaims(jwt)?.iss       // 'https://auth.example.com'
+ * ```
+ */
+export function peekJwtClaims(token: string): JWTPayload | undefined {
+  if (!COMPACT_JWS.test(token)) return undefined
+  try {
+    return decodeJwt(token)
+  } catch {
+    return undefined
+  }
+}
+
+/**
+ * A resource indicator in comparable form: absolute http(s) URLs are normalized by the WHATWG
+ * URL parser (lower-case scheme and host, default port dropped, `/` for an empty path), so
+ * `https://App.example.com` and `https://app.example.com/` compare equal. Other strings are
+ * kept as they are.
+ *
+ * @example
+ * ```ts
+ * normalizeResource('https://App.example.com:443') // 'https://app.example.com/'
+ * normalizeResource('api://default')               // 'api://default'
+ * ```
+ */
+export function normalizeResource(value: string): string {
+  if (/^https?:\/\//i.test(value) && URL.canParse(value)) return new URL(value).href
+  return value
+}
+
+/**
+ * The audience of a token as a list (the `aud` claim may be a string or an array), or
+ * `undefined` when absent or malformed.
+ */
+export function audienceList(aud: unknown): string[] | undefined {
+  if (typeof aud === 'string') return [aud]
+  if (Array.isArray(aud) && aud.length > 0 && aud.every((a) => typeof a === 'string')) return [...aud]
+  return undefined
+}
+
+/**
+ * Whether the token's audience names one of the expected resources. Values are compared after
+ * {@link normalizeResource}; an expected http(s) URL also accepts an audience for a path inside
+ * it (same origin, whole path segments), since a resource indicator may name a part of the
+ * resource server: a token for `https://weather.example.com/v1` (from path-suffixed metadata,
+ * RFC 9728 section 3.1) is a token for the App `https://weather.example.com`.
+ *
+ * @example
+ * ```ts
+ * audienceMatches(['https://weather.example.com'], ['https://weather.example.com/'])    // true
+ * audienceMatches(['https://weather.example.com/v1'], ['https://weather.example.com'])  // true
+ * audienceMatches(['https://weather.example.com'], ['https://weather.example.com/v1'])  // false
+ * audienceMatches(['https://a.example.com/app-2'], ['https://a.example.com/app'])       // false
+ * ```
+ */
+export function audienceMatches(actual: readonly string[], expected: readonly string[]): boolean {
+  const wanted = expected.map(normalizeResource)
+  return actual.some((raw) => {
+    const a = normalizeResource(raw)
+    return wanted.some((w) => a === w || isPathInside(a, w))
+  })
+}
+
+function isPathInside(candidate: string, base: string): boolean {
+  if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate)) return false
+  const c = new URL(candidate)
+  const b = new URL(base)
+  if (c.origin !== b.origin || c.search || c.hash || b.search || b.hash) return false
+  const basePath = b.pathname.endsWith('/') ? b.pathname : `${b.pathname}/`
+  const path = c.pathname.endsWith('/') ? c.pathname : `${c.pathname}/`
+  return path.startsWith(basePath)
+}
+
+/** What {@link checkAccessTokenClaims} checks against. */
+export interface ClaimExpectations {
+  /** The configured issuer; `iss` must equal it when `requireIssuer` or when present. */
+  readonly issuer: string
+  /** Refuse a token that has no `iss` (JWT mode). */
+  readonly requireIssuer: boolean
+  /** Now, epoch ms. */
+  readonly now: number
+  /** Allowed clock skew for `exp` / `nbf`, ms. */
+  readonly clockToleranceMs: number
+  /** Expected audiences, when configured; the token must name one of them. */
+  readonly audience?: readonly string[] | undefined
+}
+
+/**
+ * Checks `iss`, `exp`, `nbf` and, when expected, `aud` of JWT claims. Returns the reason the
+ * token is refused, or `undefined` when the claims pass. The reason never contains the token.
+ *
+ * @example
+ * ```ts
+ * checkAccessTokenClaims({ iss: 'https://a.example', exp: 1 }, { issuer: 'https://a.example', requireIssuer: true, now: Date.now(), clockToleranceMs: 0 })
+ * // 'token expired'
+ * ```
+ */
+export function checkAccessTokenClaims(claims: JWTPayload, expect: ClaimExpectations): string | undefined {
+  if (claims.iss === undefined ? expect.requireIssuer : claims.iss !== expect.issuer) return 'issuer mismatch'
+  const nowSeconds = expect.now / 1000
+  const tolerance = expect.clockToleranceMs / 1000
+  if (claims.exp !== undefined && (typeof claims.exp !== 'number' || claims.exp <= nowSeconds - tolerance)) {
+    return 'token expired'
+  }
+  if (claims.nbf !== undefined && (typeof claims.nbf !== 'number' || claims.nbf > nowSeconds + tolerance)) {
+    return 'token not yet valid'
+  }
+  if (expect.audience) {
+    const aud = audienceList(claims.aud)
+    if (!aud || !audienceMatches(aud, expect.audience)) return 'audience mismatch'
+  }
+  return undefined
+}

@@ -1,0 +1,723 @@
+/**
+ * OAuth access-token validation against an authorization server (spec 4.5 and 5.1; DESIGN.md
+ * "OAuth access tokens").
+ *
+ * One validator, three pluggable modes that share the cache, the single flight, the retries
+ * and the circuit breaker:
+ *
+ * - `userinfo` (default, the spec's): the token is sent to the issuer's userinfo endpoint
+ *   (OpenID Connect Core 5.3); 2xx gives the identity (`sub`), 401 refuses the token.
+ * - `jwt`: the token is a JWT access token (RFC 9068) verified locally against the issuer's
+ *   JWKS with `jose`; no call per token at all.
+ * - `introspection`: the token is sent to the issuer's introspection endpoint (RFC 7662)
+ *   with the resource server's client credentials.
+ *
+ * @module
+ */
+import { createHash } from 'node:crypto'
+import {
+  type JSONWebKeySet,
+  type JWTPayload,
+  type JWTVerifyGetKey,
+  createLocalJWKSet,
+  decodeProtectedHeader,
+  errors as joseErrors,
+  jwtVerify,
+} from 'jose'
+import type { CacheStore } from '../core/stores.js'
+import { AuthorizationServerUnavailableError, ConfigurationError } from '../errors.js'
+import { createMemoryCacheStore } from '../stores/memory/index.js'
+import type {
+  AccessTokenContext,
+  AccessTokenInfo,
+  AccessTokenResult,
+  AccessTokenValidator,
+} from './access-token-validator.js'
+import { DEFAULT_RETRY, type RetryOptions, computeBackoff } from './backoff.js'
+import { type BreakerState, type CircuitBreakerOptions, createCircuitBreaker } from './circuit-breaker.js'
+import {
+  type AuthorizationServerMetadata,
+  checkAuthorizationServerMetadata,
+  discoveryUrls,
+  fallbackUserinfoEndpoint,
+} from './discovery.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, peekJwtClaims } from './jwt-claims.js'
+import { createSingleFlight } from './single-flight.js'
+
+/** How access tokens are validated. */
+export type OAuthValidationMode = 'userinfo' | 'jwt' | 'introspection'
+
+/** The upstream endpoints a validator calls. */
+export type UpstreamEndpoint = 'discovery' | 'userinfo' | 'introspection' | 'jwks'
+
+/** Timers the validator uses for per-call timeouts (injectable, so tests fire them by hand). */
+export interface OAuthTimers {
+  setTimeout(callback: () => void, ms: number): unknown
+  clearTimeout(handle: unknown): void
+}
+
+/** A validation result as cached. Plain JSON, so a shared store (Redis) can hold it. */
+export type CachedValidation =
+  | {
+      readonly active: true
+      readonly info: AccessTokenInfo
+      /** The token's audience, when known (JWT `aud`, introspection `aud`). */
+      readonly audience?: readonly string[]
+      /** Epoch ms after which the entry is not used, whatever the store's own TTL. */
+      readonly validUntil: number
+    }
+  | { readonly active: false; readonly reason: string; readonly validUntil: number }
+
+/** What the validator reports through `onEvent` (metrics, logs). Never carries a token. */
+export type OAuthValidatorEvent =
+  | { readonly type: 'cache-hit'; readonly active: boolean }
+  | { readonly type: 'cache-miss' }
+  /** A request joined a validation already in flight for the same token. */
+  | { readonly type: 'joined' }
+  /** Refused from the token's own claims, with no upstream call. */
+  | { readonly type: 'rejected-locally'; readonly reason: string }
+  | {
+      readonly type: 'upstream'
+      readonly endpoint: UpstreamEndpoint
+      readonly outcome: 'ok' | 'failure'
+      readonly status?: number
+      readonly durationMs: number
+      readonly error?: string
+    }
+  | { readonly type: 'retry'; readonly attempt: number; readonly delayMs: number; readonly error: string }
+  | { readonly type: 'breaker'; readonly from: BreakerState; readonly to: BreakerState; readonly at: number }
+  /** An uncached token was refused at once because the breaker is open. */
+  | { readonly type: 'fail-fast'; readonly retryAfter: number }
+  /** A validation ended in 503 (retries spent, breaker open, or the server misbehaved). */
+  | { readonly type: 'unavailable'; readonly retryAfter: number; readonly error: string }
+  | { readonly type: 'store-error'; readonly operation: 'get' | 'set'; readonly error: unknown }
+
+/** Options of {@link createOAuthValidator}. */
+export interface OAuthValidatorOptions {
+  /** The authorization server's issuer identifier, exactly as it publishes it. */
+  issuer: string
+  /** Validation mode. Default `userinfo` (spec 4.5). */
+  mode?: OAuthValidationMode
+  /**
+   * Expected audience (RFC 8707 resource indicator, RFC 9068 `aud`): a value, a list, or a
+   * function of the App the token is presented to (`({ resource }) => resource` binds each
+   * token to its App). Checked on every request. In `jwt` and `introspection` modes the token
+   * must name one of them; in `userinfo` mode it is checked when the token is a JWT.
+   */
+  audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined)
+  /** Userinfo endpoint; default from discovery, else `{issuer}/userinfo`. */
+  userinfoEndpoint?: string
+  /** `jwt` mode: a JWKS URL or a local key set; default the `jwks_uri` of discovery. */
+  jwks?: string | JSONWebKeySet
+  /** `jwt` mode: accepted signing algorithms. Default: whatever the keys allow. */
+  algorithms?: readonly string[]
+  /** `introspection` mode: the resource server's client credentials (`client_secret_basic`). */
+  introspection?: { clientId: string; clientSecret: string; endpoint?: string }
+  /** Allowed clock skew for `exp` / `nbf`. Default 0. */
+  clockToleranceMs?: number
+  /** Where results are cached; default in memory. Keys are hashes, never tokens. */
+  cache?: CacheStore<CachedValidation>
+  /** How long an accepted token is cached, never past its own expiry. Default 5 minutes (spec 8). */
+  cacheTtlMs?: number
+  /** How long a refused token is cached, to shield the upstream. Default 30 s; 0 disables. */
+  rejectionTtlMs?: number
+  /** Prefix of cache keys. Default `oauth:`. */
+  cacheKeyPrefix?: string
+  /** Timeout of one upstream call. Default 5 s. */
+  timeoutMs?: number
+  /** Retries of transient failures (network, timeout, 5xx, 429). */
+  retry?: RetryOptions
+  /** Circuit breaker (counts each failed upstream call). */
+  breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'>
+  /** `jwt` mode with a JWKS URL: keys are refetched after this age. Default 10 minutes. */
+  jwksMaxAgeMs?: number
+  /** `jwt` mode: at most one refetch for an unknown `kid` per this interval. Default 30 s. */
+  jwksRefetchIntervalMs?: number
+  /** `fetch` to call the authorization server with. Default the global one. */
+  fetch?: typeof fetch
+  /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
+  now?: () => number
+  /** Waits between retries. Default a timer. */
+  sleep?: (ms: number) => Promise<void>
+  /** Timers for per-call timeouts. Default the global ones. */
+  timers?: OAuthTimers
+  /** Randomness for jitter, in [0, 1). Default `Math.random`. */
+  random?: () => number
+  /** Observes the validator (metrics). Exceptions it throws are ignored. */
+  onEvent?: (event: OAuthValidatorEvent) => void
+}
+
+/** An OAuth access-token validator. */
+export interface OAuthValidator extends AccessTokenValidator {
+  /** The mode it validates with. */
+  readonly mode: OAuthValidationMode
+  /** The circuit breaker's state now. */
+  readonly breakerState: BreakerState
+  /** Drops a token's cached result (after the platform learns it was revoked). */
+  forget(token: string): Promise<void>
+}
+
+/** Default lifetime of a cached validation (spec 5.1 step 6, spec 8). */
+export const DEFAULT_OAUTH_CACHE_TTL_MS = 300_000
+/** Default lifetime of a cached rejection. */
+export const DEFAULT_OAUTH_REJECTION_TTL_MS = 30_000
+/** Default timeout of one upstream call. */
+export const DEFAULT_OAUTH_TIMEOUT_MS = 5_000
+
+const MODES: readonly OAuthValidationMode[] = ['userinfo', 'jwt', 'introspection']
+const REJECTED_UPSTREAM = 'rejected by the authorization server'
+
+/** Why an upstream exchange failed. Messages name the endpoint and status, never a token. */
+class UpstreamFailure extends Error {
+  constructor(
+    message: string,
+    /** Worth retrying (network, timeout, 5xx, 429). */
+    readonly transient: boolean,
+    /** Milliseconds the breaker asks to wait, when it refused the call. */
+    readonly breakerRetryAfterMs?: number,
+  ) {
+    super(message)
+    this.name = 'UpstreamFailure'
+  }
+}
+
+/** A judge turns a response into a value, or throws a failure that `counts` against the server. */
+class BadAnswer extends Error {
+  constructor(
+    message: string,
+    readonly counts: boolean,
+  ) {
+    super(message)
+  }
+}
+
+interface UpstreamResponse {
+  readonly status: number
+  readonly body: string
+}
+
+/** What one validation found, before it is cached. */
+type Outcome =
+  | {
+      readonly active: true
+      readonly info: AccessTokenInfo
+      readonly audience?: readonly string[]
+      readonly expiresAt?: number
+    }
+  | {
+      readonly active: false
+      readonly reason: string
+      /** Not worth remembering (the answer may change within the rejection TTL). */
+      readonly uncacheable?: boolean
+    }
+
+function positive(name: string, value: number | undefined, fallback: number, allowZero = false): number {
+  if (value === undefined) return fallback
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
+    throw new ConfigurationError(name, `must be a ${allowZero ? 'non-negative' : 'positive'} number`)
+  }
+  return value
+}
+
+function checkHttpUrl(name: string, value: string | undefined): void {
+  if (value === undefined) return
+  if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
+    throw new ConfigurationError(name, 'must be an absolute http(s) URL')
+  }
+}
+
+function parseJsonObject(body: string): Record<string, unknown> | undefined {
+  try {
+    const value: unknown = JSON.parse(body)
+    return value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined
+  } catch {
+    return undefined
+  }
+}
+
+function seconds(ms: number): number {
+  return Math.max(1, Math.ceil(ms / 1000))
+}
+
+function describe(error: unknown): string {
+  if (error instanceof Error) {
+    const code = (error.cause as { code?: unknown } | undefined)?.code
+    return typeof code === 'string' ? `${error.message} (${code})` : error.message
+  }
+  return String(error)
+}
+
+function formEncode(value: string): string {
+  return encodeURIComponent(value).replace(/%20/g, '+')
+}
+
+/**
+ * Creates an OAuth access-token validator for the dispatcher's `oauth` option.
+ *
+ * Accepted tokens are cached for `cacheTtlMs` (5 minutes), never past the token's own expiry
+ * when it is known (JWT `exp`, introspection `exp`); refused ones for `rejectionTtlMs`. Keys
+ * are SHA-256 hashes of the token. Concurrent first requests with one token share one
+ * upstream call. Transient failures are retried with exponential backoff and jitter inside
+ * a deadline; a circuit breaker opens after repeated failures, and while it is open uncached
+ * tokens fail fast with `AuthorizationServerUnavailableError` (503 + `Retry-After`) while
+ * cached ones keep working. Misconfiguration throws a `ConfigurationError` here, not on the
+ * first request.
+ *
+ * @example
+ * ```ts
+ * const oauth = createOAuthValidator({ issuer: 'https://auth.example.com' })                 // userinfo
+ * const jwt = createOAuthValidator({ issuer, mode: 'jwt', audience: ({ resource }) => resource })
+ * const rfc7662 = createOAuthValidator({ issuer, mode: 'introspection', introspection: { clientId, clientSecret } })
+ * const dispatcher = createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: [issuer] })
+ * ```
+ */
+export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValidator {
+  if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  const issuer = options.issuer
+  if (typeof issuer !== 'string' || !/^https?:\/\//i.test(issuer) || !URL.canParse(issuer)) {
+    throw new ConfigurationError('issuer', 'must be an absolute http(s) URL')
+  }
+  const issuerUrl = new URL(issuer)
+  if (issuerUrl.search || issuerUrl.hash) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
+  const mode = options.mode ?? 'userinfo'
+  if (!MODES.includes(mode)) throw new ConfigurationError('mode', `must be one of ${MODES.join(', ')}`)
+  checkHttpUrl('userinfoEndpoint', options.userinfoEndpoint)
+  const intro = options.introspection
+  if (mode === 'introspection') {
+    if (!intro || typeof intro.clientId !== 'string' || !intro.clientId || typeof intro.clientSecret !== 'string') {
+      throw new ConfigurationError('introspection', 'needs clientId and clientSecret in introspection mode')
+    }
+    checkHttpUrl('introspection.endpoint', intro.endpoint)
+  }
+  const jwksOption = options.jwks
+  let localKeys: JWTVerifyGetKey | undefined
+  if (typeof jwksOption === 'string') checkHttpUrl('jwks', jwksOption)
+  else if (jwksOption !== undefined) {
+    if (!jwksOption || !Array.isArray(jwksOption.keys)) throw new ConfigurationError('jwks', 'must be a URL or a JSON Web Key Set')
+    localKeys = createLocalJWKSet(jwksOption)
+  }
+  const audienceOption = options.audience
+  if (audienceOption !== undefined && typeof audienceOption !== 'function') {
+    const list = typeof audienceOption === 'string' ? [audienceOption] : audienceOption
+    if (!Array.isArray(list) || list.length === 0 || !list.every((a) => typeof a === 'string' && a !== '')) {
+      throw new ConfigurationError('audience', 'must be a non-empty string, a list of them, or a function')
+    }
+  }
+  const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true)
+  const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS)
+  const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, DEFAULT_OAUTH_REJECTION_TTL_MS, true)
+  const timeoutMs = positive('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
+  const jwksMaxAgeMs = positive('jwksMaxAgeMs', options.jwksMaxAgeMs, 600_000)
+  const jwksRefetchIntervalMs = positive('jwksRefetchIntervalMs', options.jwksRefetchIntervalMs, 30_000, true)
+  const retry = {
+    attempts: positive('retry.attempts', options.retry?.attempts, DEFAULT_RETRY.attempts),
+    baseDelayMs: positive('retry.baseDelayMs', options.retry?.baseDelayMs, DEFAULT_RETRY.baseDelayMs, true),
+    maxDelayMs: positive('retry.maxDelayMs', options.retry?.maxDelayMs, DEFAULT_RETRY.maxDelayMs, true),
+    deadlineMs: positive('retry.deadlineMs', options.retry?.deadlineMs, DEFAULT_RETRY.deadlineMs),
+  }
+  if (!Number.isInteger(retry.attempts)) throw new ConfigurationError('retry.attempts', 'must be a positive integer')
+  for (const fn of ['fetch', 'now', 'sleep', 'random', 'onEvent'] as const) {
+    if (options[fn] !== undefined && typeof options[fn] !== 'function') throw new ConfigurationError(fn, 'must be a function')
+  }
+
+  const now = options.now ?? Date.now
+  const fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
+  const timers: OAuthTimers = options.timers ?? {
+    setTimeout: (callback, ms) => setTimeout(callback, ms),
+    clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),
+  }
+  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)))
+  const random = options.random ?? Math.random
+  const onEvent = options.onEvent
+  const emit = (event: OAuthValidatorEvent) => {
+    if (!onEvent) return
+    try {
+      onEvent(event)
+    } catch {
+      // Metrics must never break validation.
+    }
+  }
+  const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now })
+  const breaker = createCircuitBreaker({ ...options.breaker, now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
+  const flights = createSingleFlight<CachedValidation>()
+  // Results depend on the issuer and the mode, so validators that share a store never read
+  // each other's entries.
+  const keyPrefix =
+    (options.cacheKeyPrefix ?? 'oauth:') +
+    createHash('sha256').update(`${mode}\n${issuer}`).digest('base64url').slice(0, 10) +
+    ':'
+  const audienceRequired = mode !== 'userinfo'
+
+  function expectedAudience(context: AccessTokenContext | undefined): readonly string[] | undefined {
+    if (audienceOption === undefined) return undefined
+    if (typeof audienceOption !== 'function') return typeof audienceOption === 'string' ? [audienceOption] : audienceOption
+    if (!context) return undefined
+    const value = audienceOption(context)
+    return value === undefined ? undefined : typeof value === 'string' ? [value] : value
+  }
+
+  /** One HTTP exchange with the authorization server: breaker permit, timeout, health report. */
+  async function call<T>(
+    endpoint: UpstreamEndpoint,
+    url: string,
+    init: RequestInit,
+    deadline: number,
+    judge: (response: UpstreamResponse) => T,
+  ): Promise<T> {
+    const permit = breaker.acquire()
+    if (!permit.allowed) {
+      throw new UpstreamFailure('circuit breaker open', false, permit.retryAfterMs)
+    }
+    const started = now()
+    const controller = new AbortController()
+    const budget = Math.max(1, Math.min(timeoutMs, deadline - started))
+    const timer = timers.setTimeout(() => controller.abort(), budget)
+    let response: UpstreamResponse
+    try {
+      const res = await fetchImpl(url, { ...init, signal: controller.signal, redirect: 'manual' })
+      response = { status: res.status, body: await res.text() }
+    } catch (error) {
+      const message = controller.signal.aborted ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
+      breaker.failure()
+      emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
+      throw new UpstreamFailure(message, true)
+    } finally {
+      timers.clearTimeout(timer)
+    }
+    const durationMs = now() - started
+    if (response.status === 429 || response.status >= 500) {
+      const message = `${endpoint}: HTTP ${response.status}`
+      breaker.failure()
+      emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })
+      throw new UpstreamFailure(message, true)
+    }
+    try {
+      const value = judge(response)
+      breaker.success()
+      emit({ type: 'upstream', endpoint, outcome: 'ok', status: response.status, durationMs })
+      return value
+    } catch (error) {
+      const bad = error instanceof BadAnswer ? error : new BadAnswer(describe(error), true)
+      const message = `${endpoint}: ${bad.message}`
+      // An answer that shows a healthy server (an unexpected 4xx for this token) does not count.
+      if (bad.counts) breaker.failure()
+      else breaker.success()
+      emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })
+      throw new UpstreamFailure(message, false)
+    }
+  }
+
+  // Discovery: fetched once, shared by concurrent validations; failures are not remembered.
+  let metadata: AuthorizationServerMetadata | null | undefined
+  let discovering: Promise<AuthorizationServerMetadata | null> | undefined
+
+  async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
+    if (metadata !== undefined) return metadata
+    discovering ??= (async () => {
+      try {
+        for (const url of discoveryUrls(issuer)) {
+          const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
+            if (res.status === 404 || res.status === 410) return null
+            if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
+            const parsed = parseJsonObject(res.body)
+            const problem = checkAuthorizationServerMetadata(parsed, issuer)
+            if (problem) throw new BadAnswer(problem, true)
+            return parsed as AuthorizationServerMetadata
+          })
+          if (doc) return (metadata = doc)
+        }
+        return (metadata = null)
+      } finally {
+        discovering = undefined
+      }
+    })()
+    return discovering
+  }
+
+  async function validateAtUserinfo(token: string, claims: JWTPayload | undefined, deadline: number): Promise<Outcome> {
+    const endpoint =
+      options.userinfoEndpoint ?? (await discover(deadline))?.userinfo_endpoint ?? fallbackUserinfoEndpoint(issuer)
+    const headers = { authorization: `Bearer ${token}`, accept: 'application/json' }
+    return call('userinfo', endpoint, { method: 'GET', headers }, deadline, (res): Outcome => {
+      if (res.status === 401) return { active: false, reason: REJECTED_UPSTREAM }
+      if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
+      const body = parseJsonObject(res.body)
+      const sub = body?.sub
+      if (typeof sub !== 'string' || sub === '') throw new BadAnswer('answer has no sub', true)
+      const expiresAt = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
+      const audience = audienceList(claims?.aud)
+      return {
+        active: true,
+        info: { subject: sub, ...(expiresAt !== undefined && { expiresAt }) },
+        ...(audience && { audience }),
+        ...(expiresAt !== undefined && { expiresAt }),
+      }
+    })
+  }
+
+  async function validateByIntrospection(token: string, deadline: number): Promise<Outcome> {
+    const client = intro!
+    const endpoint = client.endpoint ?? (await discover(deadline))?.introspection_endpoint
+    if (!endpoint) throw new UpstreamFailure('introspection: the issuer publishes no introspection_endpoint', false)
+    const credentials = Buffer.from(`${formEncode(client.clientId)}:${formEncode(client.clientSecret)}`).toString('base64')
+    const init: RequestInit = {
+      method: 'POST',
+      headers: {
+        authorization: `Basic ${credentials}`,
+        'content-type': 'application/x-www-form-urlencoded',
+        accept: 'application/json',
+      },
+      body: new URLSearchParams({ token, token_type_hint: 'access_token' }).toString(),
+    }
+    return call('introspection', endpoint, init, deadline, (res): Outcome => {
+      if (res.status === 401 || res.status === 403) {
+        throw new BadAnswer(`HTTP ${res.status}: the introspection endpoint refused the client credentials`, false)
+      }
+      if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
+      const body = parseJsonObject(res.body)
+      if (!body || typeof body.active !== 'boolean') throw new BadAnswer('answer has no boolean active', true)
+      if (!body.active) return { active: false, reason: 'inactive token' }
+      if (body.iss !== undefined && body.iss !== issuer) return { active: false, reason: 'issuer mismatch' }
+      const tokenType = body.token_type
+      if (tokenType !== undefined && (typeof tokenType !== 'string' || tokenType.toLowerCase() !== 'bearer')) {
+        return { active: false, reason: 'not a bearer access token' }
+      }
+      // Sender-constrained tokens (DPoP, mTLS) need a proof this layer does not check.
+      if (body.cnf !== undefined) return { active: false, reason: 'sender-constrained token' }
+      const sub = body.sub
+      if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
+      const expiresAt = typeof body.exp === 'number' ? body.exp * 1000 : undefined
+      const audience = audienceList(body.aud)
+      const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
+      return {
+        active: true,
+        info: {
+          subject: sub,
+          ...(typeof body.client_id === 'string' && { clientId: body.client_id }),
+          ...(scopes && { scopes }),
+          ...(expiresAt !== undefined && { expiresAt }),
+        },
+        ...(audience && { audience }),
+        ...(expiresAt !== undefined && { expiresAt }),
+      }
+    })
+  }
+
+  // JWKS for `jwt` mode: a local set, or fetched (and refetched) through the breaker.
+  let remoteKeys: { getKey: JWTVerifyGetKey; fetchedAt: number } | undefined
+  let fetchingKeys: Promise<JWTVerifyGetKey> | undefined
+
+  async function keys(deadline: number, refresh: boolean): Promise<JWTVerifyGetKey> {
+    if (localKeys) return localKeys
+    if (remoteKeys && !refresh && now() - remoteKeys.fetchedAt < jwksMaxAgeMs) return remoteKeys.getKey
+    fetchingKeys ??= (async () => {
+      try {
+        const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri
+        if (!url) throw new UpstreamFailure('jwks: the issuer publishes no jwks_uri', false)
+        const getKey = await call('jwks', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
+          if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
+          const set = parseJsonObject(res.body)
+          if (!set || !Array.isArray(set.keys)) throw new BadAnswer('answer is not a JSON Web Key Set', true)
+          return createLocalJWKSet(set as unknown as JSONWebKeySet)
+        })
+        remoteKeys = { getKey, fetchedAt: now() }
+        return getKey
+      } catch (error) {
+        // Stale keys beat no keys while the server is sick.
+        if (remoteKeys) return remoteKeys.getKey
+        throw error
+      } finally {
+        fetchingKeys = undefined
+      }
+    })()
+    return fetchingKeys
+  }
+
+  async function validateJwt(token: string, deadline: number): Promise<Outcome> {
+    let header
+    try {
+      if (!peekJwtClaims(token)) throw new Error('not a JWT')
+      header = decodeProtectedHeader(token)
+    } catch {
+      return { active: false, reason: 'not a JWT access token' }
+    }
+    const verifyOptions = {
+      issuer,
+      currentDate: new Date(now()),
+      clockTolerance: clockToleranceMs / 1000,
+      ...(options.algorithms && { algorithms: [...options.algorithms] }),
+    }
+    const verify = async (refresh: boolean) => (await jwtVerify(token, await keys(deadline, refresh), verifyOptions)).payload
+    let payload: JWTPayload
+    try {
+      try {
+        payload = await verify(false)
+      } catch (error) {
+        // A key rotated since the last fetch: refetch once per interval, so unknown `kid`s
+        // cannot make the validator hammer the JWKS endpoint.
+        const canRefetch =
+          !localKeys && remoteKeys !== undefined && header.kid !== undefined && now() - remoteKeys.fetchedAt >= jwksRefetchIntervalMs
+        if (!(error instanceof joseErrors.JWKSNoMatchingKey) || !canRefetch) throw error
+        payload = await verify(true)
+      }
+    } catch (error) {
+      if (error instanceof UpstreamFailure || !(error instanceof joseErrors.JOSEError)) throw error
+      if (error instanceof joseErrors.JWTExpired) return { active: false, reason: 'token expired' }
+      if (error instanceof joseErrors.JWTClaimValidationFailed) return { active: false, reason: `claim check failed: ${error.claim}` }
+      // Not cached: the key may appear at the next JWKS refetch.
+      if (error instanceof joseErrors.JWKSNoMatchingKey) return { active: false, reason: 'no matching key', uncacheable: true }
+      return { active: false, reason: 'invalid signature or token' }
+    }
+    const sub = payload.sub
+    if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
+    const expiresAt = typeof payload.exp === 'number' ? payload.exp * 1000 : undefined
+    const audience = audienceList(payload.aud)
+    const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined
+    const scopes = typeof payload.scope === 'string' ? payload.scope.split(' ').filter(Boolean) : undefined
+    return {
+      active: true,
+      info: {
+        subject: sub,
+        ...(clientId !== undefined && { clientId }),
+        ...(scopes && { scopes }),
+        ...(expiresAt !== undefined && { expiresAt }),
+      },
+      ...(audience && { audience }),
+      ...(expiresAt !== undefined && { expiresAt }),
+    }
+  }
+
+  async function remember(key: string, outcome: Outcome): Promise<CachedValidation> {
+    const at = now()
+    let entry: CachedValidation
+    if (outcome.active) {
+      const expiresAt = outcome.expiresAt
+      if (expiresAt !== undefined && expiresAt + clockToleranceMs <= at) {
+        entry = { active: false, reason: 'token expired', validUntil: at + rejectionTtlMs }
+      } else {
+        const validUntil = Math.min(at + cacheTtlMs, expiresAt === undefined ? Infinity : expiresAt + clockToleranceMs)
+        entry = { active: true, info: outcome.info, ...(outcome.audience && { audience: outcome.audience }), validUntil }
+      }
+    } else {
+      entry = { active: false, reason: outcome.reason, validUntil: at + (outcome.uncacheable ? 0 : rejectionTtlMs) }
+    }
+    const ttl = entry.validUntil - at
+    if (ttl > 0) {
+      try {
+        await cache.set(key, entry, ttl)
+      } catch (error) {
+        emit({ type: 'store-error', operation: 'set', error })
+      }
+    }
+    return entry
+  }
+
+  async function validateUpstream(token: string, key: string, claims: JWTPayload | undefined): Promise<CachedValidation> {
+    const deadline = now() + retry.deadlineMs
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const outcome =
+          mode === 'userinfo'
+            ? await validateAtUserinfo(token, claims, deadline)
+            : mode === 'introspection'
+              ? await validateByIntrospection(token, deadline)
+              : await validateJwt(token, deadline)
+        return await remember(key, outcome)
+      } catch (error) {
+        if (!(error instanceof UpstreamFailure)) throw error
+        if (error.breakerRetryAfterMs !== undefined) {
+          const retryAfter = seconds(error.breakerRetryAfterMs)
+          emit({ type: 'fail-fast', retryAfter })
+          throw new AuthorizationServerUnavailableError(retryAfter)
+        }
+        if (error.transient && attempt < retry.attempts && breaker.state === 'closed') {
+          const delayMs = computeBackoff(attempt, retry, random)
+          if (now() + delayMs < deadline) {
+            emit({ type: 'retry', attempt, delayMs, error: error.message })
+            await sleep(delayMs)
+            continue
+          }
+        }
+        const open = breaker.retryAfterMs()
+        const retryAfter = seconds(open > 0 ? open : 1000)
+        emit({ type: 'unavailable', retryAfter, error: error.message })
+        throw new AuthorizationServerUnavailableError(retryAfter, { cause: error })
+      }
+    }
+  }
+
+  function isCachedValidation(value: unknown): value is CachedValidation {
+    if (value === null || typeof value !== 'object') return false
+    const v = value as Record<string, unknown>
+    if (typeof v.validUntil !== 'number') return false
+    if (v.active === false) return typeof v.reason === 'string'
+    return v.active === true && typeof (v.info as { subject?: unknown } | undefined)?.subject === 'string'
+  }
+
+  async function readCache(key: string): Promise<CachedValidation | undefined> {
+    let value: unknown
+    try {
+      value = await cache.get(key)
+    } catch (error) {
+      emit({ type: 'store-error', operation: 'get', error })
+      return undefined
+    }
+    return isCachedValidation(value) && value.validUntil > now() ? value : undefined
+  }
+
+  function answer(entry: CachedValidation, audience: readonly string[] | undefined): AccessTokenResult {
+    if (!entry.active) return { active: false, reason: entry.reason }
+    const expiresAt = entry.info.expiresAt
+    if (expiresAt !== undefined && expiresAt + clockToleranceMs <= now()) return { active: false, reason: 'token expired' }
+    if (audience && audienceRequired && !(entry.audience && audienceMatches(entry.audience, audience))) {
+      return { active: false, reason: 'audience mismatch' }
+    }
+    return { active: true, info: entry.info }
+  }
+
+  function hashKey(token: string): string {
+    return keyPrefix + createHash('sha256').update(token).digest('base64url')
+  }
+
+  return {
+    mode,
+    get breakerState() {
+      return breaker.state
+    },
+    async forget(token) {
+      await cache.delete(hashKey(token))
+    },
+    async validate(token, context) {
+      if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
+      const audience = expectedAudience(context)
+      let claims: JWTPayload | undefined
+      if (mode !== 'jwt') {
+        // Unverified claims can only refuse a token early, never accept it.
+        claims = peekJwtClaims(token)
+        if (claims) {
+          const reason = checkAccessTokenClaims(claims, {
+            issuer,
+            requireIssuer: false,
+            now: now(),
+            clockToleranceMs,
+            audience,
+          })
+          if (reason) {
+            emit({ type: 'rejected-locally', reason })
+            return { active: false, reason }
+          }
+        }
+      }
+      const key = hashKey(token)
+      const cached = await readCache(key)
+      if (cached) {
+        emit({ type: 'cache-hit', active: cached.active })
+        return answer(cached, audience)
+      }
+      emit({ type: 'cache-miss' })
+      const flight = flights.run(key, () => validateUpstream(token, key, claims))
+      if (flight.joined) emit({ type: 'joined' })
+      return answer(await flight.promise, audience)
+    },
+  }
+}

@@ -1,0 +1,132 @@
+/** The circuit breaker, the backoff and the single flight on their own, on a manual clock. */
+import { type BreakerStateChange, ConfigurationError, createCircuitBreaker } from 'mcp-dispatch'
+import { computeBackoff } from '../../src/auth/backoff.js'
+import { createSingleFlight } from '../../src/auth/single-flight.js'
+import { describe, expect, it } from 'vitest'
+import { createManualClock } from './helpers/clock.js'
+
+describe('createCircuitBreaker', () => {
+  function setup(failureThreshold = 3, coolDownMs = 10_000) {
+    const clock = createManualClock(0)
+    const changes: BreakerStateChange[] = []
+    const breaker = createCircuitBreaker({ failureThreshold, coolDownMs, now: clock, onStateChange: (c) => changes.push(c) })
+    return { clock, changes, breaker }
+  }
+
+  it('opens after N consecutive failures and refuses calls for the cool-down', () => {
+    const { breaker, clock, changes } = setup()
+    for (let i = 0; i < 2; i++) {
+      expect(breaker.acquire()).toEqual({ allowed: true, probe: false })
+      breaker.failure()
+    }
+    expect(breaker.state).toBe('closed')
+    breaker.acquire()
+    breaker.failure()
+    expect(breaker.state).toBe('open')
+    clock.advance(4_000)
+    expect(breaker.acquire()).toEqual({ allowed: false, retryAfterMs: 6_000 })
+    expect(breaker.retryAfterMs()).toBe(6_000)
+    expect(changes).toEqual([{ from: 'closed', to: 'open', at: 0 }])
+  })
+
+  it('counts consecutive failures only: a success resets the count', () => {
+    const { breaker } = setup()
+    for (let i = 0; i < 10; i++) {
+      breaker.acquire()
+      if (i % 2 === 0) breaker.failure()
+      else breaker.success()
+    }
+    expect(breaker.state).toBe('closed')
+  })
+
+  it('lets one probe through after the cool-down; its success closes the breaker', () => {
+    const { breaker, clock, changes } = setup(1)
+    breaker.acquire()
+    breaker.failure()
+    clock.advance(10_000)
+    expect(breaker.state).toBe('half-open')
+    expect(breaker.acquire()).toEqual({ allowed: true, probe: true })
+    expect(breaker.acquire()).toMatchObject({ allowed: false })
+    expect(breaker.acquire()).toMatchObject({ allowed: false })
+    breaker.success()
+    expect(breaker.state).toBe('closed')
+    expect(breaker.acquire()).toEqual({ allowed: true, probe: false })
+    expect(changes.map((c) => `${c.from}->${c.to}@${c.at}`)).toEqual([
+      'closed->open@0',
+      'open->half-open@10000',
+      'half-open->closed@10000',
+    ])
+  })
+
+  it('opens again for a full cool-down when the probe fails', () => {
+    const { breaker, clock } = setup(1)
+    breaker.acquire()
+    breaker.failure()
+    clock.advance(10_000)
+    breaker.acquire()
+    breaker.failure()
+    expect(breaker.state).toBe('open')
+    expect(breaker.acquire()).toEqual({ allowed: false, retryAfterMs: 10_000 })
+  })
+
+  it('survives a throwing listener and refuses bad options', () => {
+    const breaker = createCircuitBreaker({
+      failureThreshold: 1,
+      onStateChange: () => {
+        throw new Error('metrics down')
+      },
+    })
+    breaker.acquire()
+    expect(() => breaker.failure()).not.toThrow()
+    expect(breaker.state).toBe('open')
+    expect(() => createCircuitBreaker({ failureThreshold: 1.5 })).toThrow(ConfigurationError)
+    expect(() => createCircuitBreaker({ coolDownMs: -1 })).toThrow(ConfigurationError)
+  })
+})
+
+describe('computeBackoff', () => {
+  const policy = { baseDelayMs: 100, maxDelayMs: 1_000 }
+
+  it('doubles per retry, capped, with half of each delay random', () => {
+    expect([1, 2, 3, 4, 5, 6].map((n) => computeBackoff(n, policy, () => 0))).toEqual([50, 100, 200, 400, 500, 500])
+    expect([1, 2, 3, 4, 5, 6].map((n) => computeBackoff(n, policy, () => 0.999999))).toEqual([100, 200, 400, 800, 1000, 1000])
+  })
+
+  it('stays within [ceiling / 2, ceiling] for any randomness', () => {
+    for (let i = 0; i < 200; i++) {
+      const d = computeBackoff(3, policy)
+      expect(d).toBeGreaterThanOrEqual(200)
+      expect(d).toBeLessThanOrEqual(400)
+    }
+  })
+})
+
+describe('createSingleFlight', () => {
+  it('shares the in-flight promise per key and forgets it once settled', async () => {
+    const flights = createSingleFlight<number>()
+    let runs = 0
+    const work = async () => {
+      runs++
+      await Promise.resolve()
+      return runs
+    }
+    const a = flights.run('k', work)
+    const b = flights.run('k', work)
+    const c = flights.run('other', work)
+    expect([a.joined, b.joined, c.joined]).toEqual([false, true, false])
+    expect(await a.promise).toBe(await b.promise)
+    await c.promise
+    expect(flights.size).toBe(0)
+    await flights.run('k', work).promise
+    expect(runs).toBe(3)
+  })
+
+  it('shares a rejection too, then lets the next call try again', async () => {
+    const flights = createSingleFlight<string>()
+    const failing = flights.run('k', () => Promise.reject(new Error('upstream down')))
+    const joined = flights.run('k', () => Promise.resolve('never'))
+    await expect(failing.promise).rejects.toThrow('upstream down')
+    await expect(joined.promise).rejects.toThrow('upstream down')
+    expect(await flights.run('k', () => Promise.resolve('ok')).promise).toBe('ok')
+  })
+})

@@ -1,0 +1,68 @@
+/** Claim checks and resource matching for JWT access tokens (RFC 9068, RFC 8707). */
+import { SignJWT, generateKeyPair } from 'jose'
+import { discoveryUrls } from '../../src/auth/discovery.js'
+import { audienceMatches, checkAccessTokenClaims, normalizeResource, peekJwtClaims } from '../../src/auth/jwt-claims.js'
+import { describe, expect, it } from 'vitest'
+
+describe('audienceMatches', () => {
+  it.each([
+    [['https://weather.example.com'], ['https://weather.example.com/'], true],
+    [['https://Weather.Example.com:443'], ['https://weather.example.com'], true],
+    [['https://weather.example.com/v1'], ['https://weather.example.com'], true],
+    [['https://weather.example.com/v1.2.3/'], ['https://weather.example.com/'], true],
+    [['https://weather.example.com'], ['https://weather.example.com/v1'], false],
+    [['https://platform.example.com/apps/weather-2'], ['https://platform.example.com/apps/weather'], false],
+    [['https://notes.example.com'], ['https://weather.example.com'], false],
+    [['http://weather.example.com'], ['https://weather.example.com'], false],
+    [['api://default', 'https://weather.example.com'], ['https://weather.example.com'], true],
+    [['api://default'], ['api://default'], true],
+    [['api://default/x'], ['api://default'], false],
+  ])('%j against %j: %s', (actual, expected, result) => {
+    expect(audienceMatches(actual, expected)).toBe(result)
+  })
+
+  it('normalizes only http(s) URLs', () => {
+    expect(normalizeResource('HTTPS://A.example.com')).toBe('https://a.example.com/')
+    expect(normalizeResource('urn:example:resource')).toBe('urn:example:resource')
+  })
+})
+
+describe('checkAccessTokenClaims', () => {
+  const now = Date.UTC(2030, 0, 1)
+  const base = { issuer: 'https://auth.example.com', requireIssuer: true, now, clockToleranceMs: 0 }
+  const exp = now / 1000 + 60
+
+  it('checks iss, exp, nbf and aud', () => {
+    expect(checkAccessTokenClaims({ iss: 'https://auth.example.com', exp }, base)).toBeUndefined()
+    expect(checkAccessTokenClaims({ exp }, base)).toBe('issuer mismatch')
+    expect(checkAccessTokenClaims({ exp }, { ...base, requireIssuer: false })).toBeUndefined()
+    expect(checkAccessTokenClaims({ iss: 'https://auth.example.com', exp: now / 1000 }, base)).toBe('token expired')
+    expect(checkAccessTokenClaims({ iss: 'https://auth.example.com', exp: now / 1000 }, { ...base, clockToleranceMs: 1000 })).toBeUndefined()
+    expect(checkAccessTokenClaims({ iss: 'https://auth.example.com', nbf: now / 1000 + 5 }, base)).toBe('token not yet valid')
+    const audience = ['https://weather.example.com']
+    expect(checkAccessTokenClaims({ iss: 'https://auth.example.com', aud: 'https://weather.example.com' }, { ...base, audience })).toBeUndefined()
+    expect(checkAccessTokenClaims({ iss: 'https://auth.example.com' }, { ...base, audience })).toBe('audience mismatch')
+  })
+})
+
+describe('peekJwtClaims and discoveryUrls', () => {
+  it('reads the claims of a JWS and nothing else', async () => {
+    const { privateKey } = await generateKeyPair('ES256')
+    const jwt = await new SignJWT({ sub: 'u' }).setProtectedHeader({ alg: 'ES256' }).setIssuer('https://a.example').sign(privateKey)
+    expect(peekJwtClaims(jwt)).toMatchObject({ sub: 'u', iss: 'https://a.example' })
+    expect(peekJwtClaims('svc_opaque-token')).toBeUndefined()
+    expect(peekJwtClaims('a.b.c')).toBeUndefined()
+    expect(peekJwtClaims('a.b.c.d.e')).toBeUndefined()
+  })
+
+  it('builds OpenID and RFC 8414 discovery URLs, path-aware', () => {
+    expect(discoveryUrls('https://auth.example.com')).toEqual([
+      'https://auth.example.com/.well-known/openid-configuration',
+      'https://auth.example.com/.well-known/oauth-authorization-server',
+    ])
+    expect(discoveryUrls('https://auth.example.com/realms/main/')).toEqual([
+      'https://auth.example.com/realms/main/.well-known/openid-configuration',
+      'https://auth.example.com/.well-known/oauth-authorization-server/realms/main',
+    ])
+  })
+})

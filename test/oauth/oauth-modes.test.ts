@@ -1,0 +1,160 @@
+/**
+ * The validation modes against a real authorization server that binds tokens to the App they
+ * were requested for (RFC 8707, as the MCP authorization spec asks): local JWT/JWKS
+ * verification with a per-App audience, RFC 7662 introspection, and the caveat that such
+ * tokens are refused at userinfo.
+ */
+import { decodeJwt } from 'jose'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
+import { type Platform, type PlatformOptions, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
+import { type ManualClock, createManualClock } from './helpers/clock.js'
+import {
+  TestOAuthClient,
+  connectWithOAuth,
+  inProcessFetch,
+  loopbackFetch,
+  obtainAccessToken,
+  recordingFetch,
+  servePlatform,
+} from './helpers/oauth-client.js'
+
+const seed: PlatformSeed = {
+  apps: [
+    { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] },
+    { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] },
+  ],
+  users: [{ id: 'user_alice' }],
+  subscriptions: [
+    { userId: 'user_alice', appId: 'app_weather', active: true },
+    { userId: 'user_alice', appId: 'app_notes', active: true },
+  ],
+}
+const TTL_S = 600
+const introspectionClient = { clientId: 'mcp-dispatch', clientSecret: 'dev-introspection-secret' }
+
+let clock: ManualClock
+let jwtServer: DevAuthServer
+let opaqueServer: DevAuthServer
+const jwtRequests: string[] = []
+const opaqueRequests: string[] = []
+const platforms: Platform[] = []
+
+beforeAll(async () => {
+  clock = createManualClock()
+  jwtServer = await startDevAuthServer({
+    accounts: ['user_alice'],
+    now: clock,
+    accessTokenTtlSeconds: TTL_S,
+    resourceIndicators: { accessTokenFormat: 'jwt' },
+    onRequest: (r) => jwtRequests.push(r.path),
+  })
+  opaqueServer = await startDevAuthServer({
+    accounts: ['user_alice'],
+    now: clock,
+    accessTokenTtlSeconds: TTL_S,
+    resourceIndicators: { accessTokenFormat: 'opaque' },
+    introspectionClient,
+    onRequest: (r) => opaqueRequests.push(r.path),
+  })
+})
+
+afterAll(async () => {
+  await Promise.all(platforms.map((p) => p.close()))
+  await jwtServer?.close()
+  await opaqueServer?.close()
+})
+
+function platformWith(authorizationServer: NonNullable<PlatformOptions['authorizationServer']>): Platform {
+  const platform = createPlatform({ seed, now: clock, authorizationServer })
+  platforms.push(platform)
+  return platform
+}
+
+function listTools(platform: Platform, app: string, bearer: string): Promise<Response> {
+  return platform.fetch(
+    new Request(`http://${app}.localhost/v1`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    }),
+  )
+}
+
+describe('jwt mode: local JWKS verification with the App as audience', () => {
+  it('runs the SDK flow with audience-bound JWTs, calls no userinfo, and refreshes after expiry', async () => {
+    const platform = platformWith({ issuer: jwtServer.issuer, mode: 'jwt', audience: ({ resource }) => resource })
+    const server = await servePlatform(platform.fetch)
+    try {
+      const url = `http://weather.localhost:${server.port}/v1`
+      const provider = new TestOAuthClient()
+      const fetchFn = recordingFetch(loopbackFetch)
+      const { client } = await connectWithOAuth(url, provider, fetchFn)
+      const token = provider.tokens()!.access_token
+      const claims = decodeJwt(token)
+      expect(claims).toMatchObject({ iss: jwtServer.issuer, sub: 'user_alice', aud: `http://weather.localhost:${server.port}` })
+
+      expect((await client.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual({ app: 'weather', version: '1.0.0' })
+      expect(jwtRequests.filter((p) => p === '/me')).toHaveLength(0)
+      expect(jwtRequests.filter((p) => p === '/jwks')).toHaveLength(1)
+
+      // Expiry by the token's own exp, then the client refreshes.
+      clock.advance(TTL_S * 1000)
+      await client.callTool({ name: 'echo', arguments: { text: 'again' } })
+      expect(provider.savedTokens).toHaveLength(2)
+      expect(fetchFn.log.some((r) => r.status === 401 && r.wwwAuthenticate?.includes('error="invalid_token"'))).toBe(true)
+      // Keys older than jwksMaxAgeMs (10 minutes by default) are fetched again, once.
+      expect(jwtRequests.filter((p) => p === '/jwks')).toHaveLength(2)
+      await client.close()
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('refuses a token issued for one App at another App of the same platform', async () => {
+    const platform = platformWith({ issuer: jwtServer.issuer, mode: 'jwt', audience: ({ resource }) => resource })
+    const { accessToken } = await obtainAccessToken('http://weather.localhost/v1', inProcessFetch(platform.fetch))
+    expect((await listTools(platform, 'weather', accessToken)).status).toBe(200)
+    const elsewhere = await listTools(platform, 'notes', accessToken)
+    expect(elsewhere.status).toBe(401)
+    expect(elsewhere.headers.get('www-authenticate')).toContain('error="invalid_token"')
+  })
+})
+
+describe('introspection mode (RFC 7662)', () => {
+  it('validates opaque audience-bound tokens by introspection, once per cache window, bounded by exp', async () => {
+    const platform = platformWith({
+      issuer: opaqueServer.issuer,
+      mode: 'introspection',
+      introspection: introspectionClient,
+      audience: ({ resource }) => resource,
+    })
+    const introspections = () => opaqueRequests.filter((p) => p === '/token/introspection').length
+    const { accessToken } = await obtainAccessToken('http://weather.localhost/v1', inProcessFetch(platform.fetch))
+    const before = introspections()
+    const replies = await Promise.all(Array.from({ length: 50 }, () => listTools(platform, 'weather', accessToken)))
+    expect(new Set(replies.map((r) => r.status))).toEqual(new Set([200]))
+    expect(introspections() - before).toBe(1)
+    // Bound to weather: notes refuses it (the audience came from the introspection answer).
+    expect((await listTools(platform, 'notes', accessToken)).status).toBe(401)
+    // The cache never outlives the token: at its exp the platform asks again and is told no.
+    // (exp has whole seconds: a second before the TTL ends is before it, the TTL's end after.)
+    clock.advance(TTL_S * 1000 - 1000)
+    expect((await listTools(platform, 'weather', accessToken)).status).toBe(200)
+    expect(introspections() - before).toBe(2)
+    clock.advance(1000)
+    expect((await listTools(platform, 'weather', accessToken)).status).toBe(401)
+  })
+})
+
+describe('userinfo mode and resource indicators (the caveat in docs/oauth.md)', () => {
+  it('gets 401 for audience-bound tokens (the provider refuses them at userinfo), 200 without a resource', async () => {
+    const platform = platformWith({ issuer: opaqueServer.issuer })
+    const fetchFn = inProcessFetch(platform.fetch)
+    const bound = await obtainAccessToken('http://weather.localhost/v1', fetchFn)
+    const reply = await listTools(platform, 'weather', bound.accessToken)
+    expect(reply.status).toBe(401)
+    const unbound = await obtainAccessToken('http://weather.localhost/v1', fetchFn, { omitResource: true })
+    expect((await listTools(platform, 'weather', unbound.accessToken)).status).toBe(200)
+  })
+})

@@ -1,0 +1,450 @@
+/**
+ * createOAuthValidator against a programmable authorization server on 127.0.0.1: discovery,
+ * the three modes, JWT claim checks, cache bounds, single flight, retries, and secrecy of
+ * the token. Time is a manual clock; nothing sleeps.
+ */
+import { type JWK, SignJWT, exportJWK, generateKeyPair } from 'jose'
+import {
+  AuthorizationServerUnavailableError,
+  type CacheStore,
+  type CachedValidation,
+  ConfigurationError,
+  type OAuthValidatorEvent,
+  type OAuthValidatorOptions,
+  createMemoryCacheStore,
+  createOAuthValidator,
+} from 'mcp-dispatch'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { type ManualClock, createManualClock, createRecordingSleep } from './helpers/clock.js'
+import { type FakeUpstream, startFakeUpstream } from './helpers/fake-upstream.js'
+
+let fake: FakeUpstream
+let clock: ManualClock
+let events: OAuthValidatorEvent[]
+
+beforeEach(async () => {
+  fake = await startFakeUpstream()
+  clock = createManualClock(Date.UTC(2030, 0, 1))
+  events = []
+  fake.route('/.well-known/openid-configuration', {
+    status: 200,
+    body: {
+      issuer: fake.url,
+      userinfo_endpoint: `${fake.url}/oidc/me`,
+      jwks_uri: `${fake.url}/jwks`,
+      introspection_endpoint: `${fake.url}/introspect`,
+    },
+  })
+  fake.route('/oidc/me', (req) =>
+    req.headers.authorization === 'Bearer good-token' || req.headers.authorization?.startsWith('Bearer ey')
+      ? { status: 200, body: { sub: 'user_alice', name: 'Alice' } }
+      : { status: 401, body: { error: 'invalid_token' } },
+  )
+})
+
+afterEach(async () => {
+  await fake.close()
+})
+
+function validator(options: Partial<OAuthValidatorOptions> = {}) {
+  return createOAuthValidator({
+    issuer: fake.url,
+    now: clock,
+    sleep: createRecordingSleep(),
+    random: () => 0.5,
+    onEvent: (e) => events.push(e),
+    ...options,
+  })
+}
+
+async function unavailable(promise: Promise<unknown>): Promise<AuthorizationServerUnavailableError> {
+  const error = await promise.then(
+    () => undefined,
+    (e: unknown) => e,
+  )
+  expect(error).toBeInstanceOf(AuthorizationServerUnavailableError)
+  return error as AuthorizationServerUnavailableError
+}
+
+describe('options', () => {
+  it.each([
+    [{ issuer: 'not a url' }, 'issuer'],
+    [{ issuer: 'https://auth.example.com/?tenant=1' }, 'issuer'],
+    [{ issuer: 'https://auth.example.com', mode: 'magic' as never }, 'mode'],
+    [{ issuer: 'https://auth.example.com', mode: 'introspection' as const }, 'introspection'],
+    [{ issuer: 'https://auth.example.com', audience: [] as string[] }, 'audience'],
+    [{ issuer: 'https://auth.example.com', timeoutMs: -1 }, 'timeoutMs'],
+    [{ issuer: 'https://auth.example.com', retry: { attempts: 0 } }, 'retry.attempts'],
+    [{ issuer: 'https://auth.example.com', breaker: { failureThreshold: 0 } }, 'breaker.failureThreshold'],
+    [{ issuer: 'https://auth.example.com', jwks: 'file:///keys.json' }, 'jwks'],
+  ])('refuses %j at construction (%s)', (options, option) => {
+    let error: unknown
+    try {
+      createOAuthValidator(options as OAuthValidatorOptions)
+    } catch (e) {
+      error = e
+    }
+    expect(error).toBeInstanceOf(ConfigurationError)
+    expect(error).toBeInstanceOf(TypeError)
+    expect((error as ConfigurationError).option).toBe(option)
+  })
+})
+
+describe('userinfo mode (the default)', () => {
+  it('finds userinfo through discovery and takes the identity from sub', async () => {
+    const v = validator()
+    expect(v.mode).toBe('userinfo')
+    expect(await v.validate('good-token')).toEqual({ active: true, info: { subject: 'user_alice' } })
+    expect(fake.count('/oidc/me')).toBe(1)
+    expect(fake.requests.find((r) => r.path === '/oidc/me')?.headers.authorization).toBe('Bearer good-token')
+  })
+
+  it('uses the RFC 8414 document when there is no OpenID configuration', async () => {
+    fake.route('/.well-known/openid-configuration', { status: 404 })
+    fake.route('/.well-known/oauth-authorization-server', {
+      status: 200,
+      body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/oidc/me` },
+    })
+    expect(await validator().validate('good-token')).toMatchObject({ active: true })
+    expect(fake.count('/oidc/me')).toBe(1)
+  })
+
+  it('falls back to {issuer}/userinfo when the issuer publishes no discovery document', async () => {
+    fake.route('/.well-known/openid-configuration', { status: 404 })
+    fake.route('/userinfo', { status: 200, body: { sub: 'user_bob' } })
+    expect(await validator().validate('good-token')).toEqual({ active: true, info: { subject: 'user_bob' } })
+    expect(fake.count('/.well-known/oauth-authorization-server')).toBe(1)
+  })
+
+  it('refuses a discovery document that names another issuer, without calling userinfo', async () => {
+    fake.route('/.well-known/openid-configuration', {
+      status: 200,
+      body: { issuer: 'https://evil.example', userinfo_endpoint: `${fake.url}/oidc/me` },
+    })
+    const error = await unavailable(validator().validate('good-token'))
+    expect(error.status).toBe(503)
+    expect(fake.count('/oidc/me')).toBe(0)
+  })
+
+  it('caches an accepted token for 5 minutes, then asks again', async () => {
+    const v = validator()
+    await v.validate('good-token')
+    clock.advance(299_999)
+    await v.validate('good-token')
+    expect(fake.count('/oidc/me')).toBe(1)
+    clock.advance(1)
+    await v.validate('good-token')
+    expect(fake.count('/oidc/me')).toBe(2)
+    expect(fake.count('/.well-known/openid-configuration')).toBe(1)
+  })
+
+  it('refuses on 401 and keeps the refusal for 30 s (configurable)', async () => {
+    const v = validator()
+    expect(await v.validate('bad-token')).toEqual({ active: false, reason: 'rejected by the authorization server' })
+    clock.advance(29_999)
+    expect(await v.validate('bad-token')).toMatchObject({ active: false })
+    expect(fake.count('/oidc/me')).toBe(1)
+    clock.advance(1)
+    await v.validate('bad-token')
+    expect(fake.count('/oidc/me')).toBe(2)
+
+    const uncached = validator({ rejectionTtlMs: 0 })
+    await uncached.validate('bad-token')
+    await uncached.validate('bad-token')
+    expect(fake.count('/oidc/me')).toBe(4)
+  })
+
+  it('answers 503 for any other status; a 4xx is neither retried nor counted against the server', async () => {
+    fake.route('/oidc/me', { status: 403, body: { error: 'insufficient_scope' } })
+    const v = validator({ breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 5; i++) await unavailable(v.validate(`token-${i}`))
+    expect(fake.count('/oidc/me')).toBe(5)
+    expect(v.breakerState).toBe('closed')
+  })
+
+  it('answers 503 when a 2xx carries no sub', async () => {
+    fake.route('/oidc/me', { status: 200, body: { name: 'no subject' } })
+    await unavailable(validator().validate('good-token'))
+  })
+
+  it.each([500, 502, 503, 429])('retries HTTP %i with growing, jittered delays, then answers 503', async (status) => {
+    fake.route('/oidc/me', { status })
+    const sleep = createRecordingSleep()
+    const v = validator({ sleep, retry: { attempts: 4, baseDelayMs: 100, maxDelayMs: 1_000 }, breaker: { failureThreshold: 10 } })
+    const error = await unavailable(v.validate('good-token'))
+    expect(fake.count('/oidc/me')).toBe(4)
+    expect(sleep.delays).toEqual([75, 150, 300]) // equal jitter at random() = 0.5
+    expect(error.retryAfter).toBe(1)
+    expect(events.filter((e) => e.type === 'retry')).toHaveLength(3)
+  })
+
+  it('recovers within the retries when the server answers again', async () => {
+    let calls = 0
+    fake.route('/oidc/me', () => (++calls < 3 ? { status: 503 } : { status: 200, body: { sub: 'user_alice' } }))
+    expect(await validator().validate('good-token')).toMatchObject({ active: true })
+    expect(calls).toBe(3)
+  })
+
+  it('stops retrying when the deadline would pass', async () => {
+    fake.route('/oidc/me', { status: 500 })
+    const sleep = createRecordingSleep(clock) // sleeping moves the clock
+    const v = validator({ sleep, retry: { attempts: 10, baseDelayMs: 100, deadlineMs: 150 } })
+    await unavailable(v.validate('good-token'))
+    expect(sleep.delays).toEqual([75])
+    expect(fake.count('/oidc/me')).toBe(2)
+  })
+
+  it('treats a timeout as transient (default timers) and leaves no timer behind', async () => {
+    fake.route('/oidc/me', 'hang')
+    const v = createOAuthValidator({ issuer: fake.url, userinfoEndpoint: `${fake.url}/oidc/me`, timeoutMs: 30, retry: { attempts: 2, baseDelayMs: 1 } })
+    const error = await unavailable(v.validate('good-token'))
+    expect((error.cause as Error).message).toMatch(/timed out/)
+    expect(fake.count('/oidc/me')).toBe(2)
+  })
+})
+
+describe('JWT access tokens in userinfo mode: claims checked before any upstream call', () => {
+  let key: CryptoKey
+  beforeEach(async () => {
+    key = (await generateKeyPair('ES256')).privateKey
+  })
+  const sign = (claims: Record<string, unknown>, expiresInS = 600) =>
+    new SignJWT({ sub: 'user_alice', ...claims })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt' })
+      .setIssuedAt(Math.floor(clock() / 1000))
+      .setExpirationTime(Math.floor(clock() / 1000) + expiresInS)
+      .sign(key)
+
+  it('refuses another issuer, an expired token and a wrong audience locally', async () => {
+    const v = validator({ audience: 'https://weather.example.com' })
+    expect(await v.validate(await sign({ iss: 'https://evil.example', aud: 'https://weather.example.com' }))).toEqual({
+      active: false,
+      reason: 'issuer mismatch',
+    })
+    expect(await v.validate(await sign({ iss: fake.url, aud: 'https://weather.example.com' }, -1))).toEqual({
+      active: false,
+      reason: 'token expired',
+    })
+    expect(await v.validate(await sign({ iss: fake.url, aud: 'https://notes.example.com' }))).toEqual({
+      active: false,
+      reason: 'audience mismatch',
+    })
+    expect(fake.requests).toHaveLength(0)
+    expect(events.filter((e) => e.type === 'rejected-locally')).toHaveLength(3)
+  })
+
+  it('validates a good one at userinfo and never serves it past its exp', async () => {
+    const v = validator({ audience: 'https://weather.example.com/' })
+    const token = await sign({ iss: fake.url, aud: 'https://weather.example.com' }, 60)
+    expect(await v.validate(token)).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    clock.advance(59_999)
+    expect(await v.validate(token)).toMatchObject({ active: true })
+    clock.advance(1)
+    expect(await v.validate(token)).toEqual({ active: false, reason: 'token expired' })
+    expect(fake.count('/oidc/me')).toBe(1)
+  })
+})
+
+describe('jwt mode (local verification)', () => {
+  let privateKey: CryptoKey
+  let publicJwk: JWK
+  beforeEach(async () => {
+    const pair = await generateKeyPair('ES256')
+    privateKey = pair.privateKey
+    publicJwk = { ...(await exportJWK(pair.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
+  })
+  const sign = (claims: Record<string, unknown>, options: { key?: CryptoKey; kid?: string; expiresInS?: number } = {}) =>
+    new SignJWT({ sub: 'user_alice', iss: fake.url, aud: 'http://weather.localhost', client_id: 'client-1', scope: 'openid mcp', ...claims })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: options.kid ?? 'k1' })
+      .setIssuedAt(Math.floor(clock() / 1000))
+      .setExpirationTime(Math.floor(clock() / 1000) + (options.expiresInS ?? 600))
+      .sign(options.key ?? privateKey)
+
+  it('verifies with a local key set and makes no upstream call at all', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: ({ resource }) => resource })
+    const token = await sign({})
+    const context = { resource: 'http://weather.localhost', appId: 'app_weather' }
+    expect(await v.validate(token, context)).toEqual({
+      active: true,
+      info: { subject: 'user_alice', clientId: 'client-1', scopes: ['openid', 'mcp'], expiresAt: (Math.floor(clock() / 1000) + 600) * 1000 },
+    })
+    // The same token presented to another App is refused: its audience is the first App.
+    expect(await v.validate(token, { resource: 'http://notes.localhost', appId: 'app_notes' })).toEqual({
+      active: false,
+      reason: 'audience mismatch',
+    })
+    expect(fake.requests).toHaveLength(0)
+  })
+
+  it('refuses a foreign signature, another issuer, an expired token and an opaque token', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    const other = (await generateKeyPair('ES256')).privateKey
+    expect(await v.validate(await sign({}, { key: other }))).toMatchObject({ active: false, reason: 'invalid signature or token' })
+    expect(await v.validate(await sign({ iss: 'https://evil.example' }))).toMatchObject({ active: false, reason: 'claim check failed: iss' })
+    expect(await v.validate(await sign({}, { expiresInS: -1 }))).toMatchObject({ active: false, reason: 'token expired' })
+    expect(await v.validate('opaque-token')).toMatchObject({ active: false, reason: 'not a JWT access token' })
+  })
+
+  it('never serves a cached token past its exp', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    const token = await sign({}, { expiresInS: 60 })
+    expect(await v.validate(token)).toMatchObject({ active: true })
+    clock.advance(60_000)
+    expect(await v.validate(token)).toMatchObject({ active: false, reason: 'token expired' })
+  })
+
+  it('fetches the JWKS named by discovery once, and again for a new kid at most once per interval', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    for (let i = 0; i < 10; i++) expect(await v.validate(await sign({ jti: `t${i}` }))).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(1)
+    expect(fake.count('/.well-known/openid-configuration')).toBe(1)
+
+    // Rotation: a token signed with a key the cached set does not hold.
+    const next = await generateKeyPair('ES256')
+    const nextJwk = { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk, nextJwk] } })
+    const rotated = await sign({}, { key: next.privateKey, kid: 'k2' })
+    expect(await v.validate(rotated)).toMatchObject({ active: false, reason: 'no matching key' })
+    expect(fake.count('/jwks')).toBe(1) // within the refetch interval: no call
+    clock.advance(30_000)
+    // The same token again: the refusal was not cached, and the refetched set holds its key.
+    expect(await v.validate(rotated)).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(2)
+  })
+
+  it('keeps verifying with the keys it has while the JWKS endpoint is down', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
+    expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    fake.route('/jwks', { status: 503 })
+    clock.advance(60_000)
+    expect(await v.validate(await sign({ jti: 'b' }))).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBeGreaterThan(1)
+  })
+})
+
+describe('introspection mode (RFC 7662)', () => {
+  const introspection = { clientId: 'resource-server', clientSecret: 's3cret value' }
+
+  it('introspects with client_secret_basic and caches no longer than the token lives', async () => {
+    const exp = Math.floor(clock() / 1000) + 120
+    fake.route('/introspect', (req) => {
+      const params = new URLSearchParams(req.body)
+      return params.get('token') === 'good-token'
+        ? { status: 200, body: { active: true, sub: 'user_alice', client_id: 'c1', scope: 'openid', exp, iss: fake.url, token_type: 'Bearer' } }
+        : { status: 200, body: { active: false } }
+    })
+    const v = validator({ mode: 'introspection', introspection })
+    expect(await v.validate('good-token')).toEqual({
+      active: true,
+      info: { subject: 'user_alice', clientId: 'c1', scopes: ['openid'], expiresAt: exp * 1000 },
+    })
+    const request = fake.requests.find((r) => r.path === '/introspect')!
+    expect(request.headers.authorization).toBe(`Basic ${Buffer.from('resource-server:s3cret+value').toString('base64')}`)
+    expect(new URLSearchParams(request.body).get('token_type_hint')).toBe('access_token')
+    expect(await v.validate('other')).toEqual({ active: false, reason: 'inactive token' })
+    clock.advance(119_999)
+    await v.validate('good-token')
+    expect(fake.count('/introspect')).toBe(2)
+    clock.advance(1)
+    expect(await v.validate('good-token')).toMatchObject({ active: false, reason: 'token expired' })
+  })
+
+  it('refuses refresh tokens, sender-constrained tokens and tokens for another audience', async () => {
+    const answers: Record<string, unknown> = {
+      refresh: { active: true, sub: 'u', token_type: 'refresh_token' },
+      dpop: { active: true, sub: 'u', token_type: 'Bearer', cnf: { jkt: 'x' } },
+      other: { active: true, sub: 'u', aud: 'https://notes.example.com' },
+      none: { active: true, sub: 'u' },
+      mine: { active: true, sub: 'u', aud: ['https://weather.example.com'] },
+    }
+    fake.route('/introspect', (req) => ({ status: 200, body: answers[new URLSearchParams(req.body).get('token')!] }))
+    const v = validator({ mode: 'introspection', introspection, audience: 'https://weather.example.com' })
+    expect(await v.validate('refresh')).toMatchObject({ active: false, reason: 'not a bearer access token' })
+    expect(await v.validate('dpop')).toMatchObject({ active: false, reason: 'sender-constrained token' })
+    expect(await v.validate('other')).toMatchObject({ active: false, reason: 'audience mismatch' })
+    expect(await v.validate('none')).toMatchObject({ active: false, reason: 'audience mismatch' })
+    expect(await v.validate('mine')).toMatchObject({ active: true })
+  })
+
+  it('answers 503 when the introspection endpoint refuses the resource server', async () => {
+    fake.route('/introspect', { status: 401, body: { error: 'invalid_client' } })
+    await unavailable(validator({ mode: 'introspection', introspection }).validate('good-token'))
+    expect(fake.count('/introspect')).toBe(1)
+  })
+})
+
+describe('single flight, cache store and secrecy', () => {
+  it('shares one upstream call among 50 concurrent first requests', async () => {
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    fake.route('/oidc/me', async () => {
+      await gate
+      return { status: 200, body: { sub: 'user_alice' } }
+    })
+    const v = validator()
+    const all = Promise.all(Array.from({ length: 50 }, () => v.validate('good-token')))
+    while (fake.count('/oidc/me') === 0) await new Promise((r) => setImmediate(r))
+    release()
+    const results = await all
+    expect(results.every((r) => r.active)).toBe(true)
+    expect(fake.count('/oidc/me')).toBe(1)
+    expect(events.filter((e) => e.type === 'joined')).toHaveLength(49)
+  })
+
+  it('keys the cache by a hash, so validators sharing a store (Redis) share results', async () => {
+    const inner = createMemoryCacheStore<CachedValidation>({ now: clock })
+    const keys: string[] = []
+    const values: unknown[] = []
+    const shared: CacheStore<CachedValidation> = {
+      get: (k) => inner.get(k),
+      set(k, v, ttl) {
+        keys.push(k)
+        values.push(JSON.parse(JSON.stringify(v)))
+        return inner.set(k, v, ttl)
+      },
+      delete: (k) => inner.delete(k),
+    }
+    await validator({ cache: shared }).validate('good-token')
+    await validator({ cache: shared }).validate('good-token')
+    expect(fake.count('/oidc/me')).toBe(1)
+    expect(keys).toHaveLength(1)
+    expect(keys[0]).toMatch(/^oauth:[A-Za-z0-9_-]{10}:[A-Za-z0-9_-]{43}$/)
+    expect(keys[0]).not.toContain('good-token')
+    expect(values[0]).toEqual({ active: true, info: { subject: 'user_alice' }, validUntil: clock() + 300_000 })
+  })
+
+  it('keeps validating when the cache store fails', async () => {
+    const broken: CacheStore<CachedValidation> = {
+      get: () => Promise.reject(new Error('redis down')),
+      set: () => Promise.reject(new Error('redis down')),
+      delete: () => undefined,
+    }
+    const v = validator({ cache: broken })
+    expect(await v.validate('good-token')).toMatchObject({ active: true })
+    expect(events.filter((e) => e.type === 'store-error').map((e) => (e as { operation: string }).operation)).toEqual(['get', 'set'])
+  })
+
+  it('forgets a token on demand', async () => {
+    const v = validator()
+    await v.validate('good-token')
+    await v.forget('good-token')
+    await v.validate('good-token')
+    expect(fake.count('/oidc/me')).toBe(2)
+  })
+
+  it('never puts the token in an event, an error or its cause', async () => {
+    const secret = 'very-secret-token-value-1234567890'
+    fake.route('/oidc/me', { status: 500 })
+    const v = validator({ breaker: { failureThreshold: 3 } })
+    const first = await unavailable(v.validate(secret))
+    const second = await unavailable(v.validate(secret))
+    for (const error of [first, second]) {
+      expect(error.message).not.toContain(secret)
+      expect(String((error.cause as Error | undefined)?.message)).not.toContain(secret)
+    }
+    expect(JSON.stringify(events)).not.toContain(secret)
+    expect(events.map((e) => e.type)).toContain('fail-fast')
+  })
+})
