@@ -4,6 +4,9 @@ export default defineConfig({
   entry: {
     index: 'src/index.ts',
     'adapters/web/index': 'src/adapters/web/index.ts',
+    'adapters/express/index': 'src/adapters/express/index.ts',
+    'adapters/fastify/index': 'src/adapters/fastify/index.ts',
+    'adapters/proxy/index': 'src/adapters/proxy/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

@@ -7,7 +7,7 @@
  * - `api.{domain}` serves the token-management API under `/api/tokens`, with a development
  *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token).
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto'
+import { generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto'
 import {
   type AccessTokenValidator,
   type AppRecord,
@@ -28,6 +28,7 @@ import {
   hashApiToken,
   resolveClientAddress,
 } from 'mcp-dispatch'
+import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from './mcp-app.js'
@@ -80,6 +81,11 @@ export interface PlatformOptions {
   trustProxy?: false | number | string[]
   /** Receives errors the clients only see as a status. Default: `console.error` without secrets. */
   onError?: (error: unknown, context: string) => void
+  /**
+   * Signs the identity sent to versions seeded as `{ version, upstream }` (proxied, see
+   * `mcp-dispatch/proxy`); issuer `http://api.{domain}`. Default: a P-256 key made at start.
+   */
+  identityKey?: IdentitySignerOptions['privateKey']
 }
 
 /** A running reference platform. */
@@ -88,8 +94,13 @@ export interface Platform {
   fetch(request: Request, info?: { clientAddress?: string }): Promise<Response>
   /** Seeded token name → full secret. */
   readonly tokens: Readonly<Record<string, string>>
-  /** Makes a version live by the versions rule; throws `DeployRefusedError` when refused. */
-  deploy(appId: string, version: string): readonly string[]
+  /**
+   * Makes a version live by the versions rule; throws `DeployRefusedError` when refused. With
+   * `upstream`, the version is served by proxying to that MCP endpoint.
+   */
+  deploy(appId: string, version: string, upstream?: string): readonly string[]
+  /** The JWKS proxied Apps verify identities against (also at `api.{domain}/.well-known/jwks.json`). */
+  jwks(): Promise<IdentityJwks>
   /** The token service (create, rotate, revoke, revoke-all). */
   readonly tokenService: ReturnType<typeof createTokenService>
   /** Closes every open MCP session. */
@@ -194,11 +205,25 @@ export function createPlatform(options: PlatformOptions): Platform {
     onError,
   })
 
+  // Versions seeded as `{ version, upstream }` run as their own services: proxied, with the
+  // caller's identity as a JWT signed by the platform (never the caller's token).
+  const signer = createIdentitySigner({
+    issuer: `http://api.${domain}`,
+    privateKey: options.identityKey ?? generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
+    now,
+  })
+  const proxy = createProxyHandler({
+    upstream: (context) => upstreams.get(`${context.app.id}@${context.version}`),
+    identity: signer,
+    onError,
+  })
+
   const mcp = mcpDispatch({
     dispatcher,
     ...(options.trustProxy !== undefined && { trustProxy: options.trustProxy }),
     onError,
     handler: (request: Request, context: DispatchContext) => {
+      if (upstreams.has(`${context.app.id}@${context.version}`)) return proxy(request, context)
       const handler = handlers.get(`${context.app.id}@${context.version}`)
       if (!handler) {
         return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Version not served' } }, { status: 404 })
@@ -234,6 +259,9 @@ export function createPlatform(options: PlatformOptions): Platform {
 
   async function api(request: Request): Promise<Response> {
     const url = new URL(request.url)
+    if (url.pathname === '/.well-known/jwks.json' && request.method === 'GET') {
+      return Response.json(await signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
+    }
     if (url.pathname === '/dev/session' && request.method === 'POST') {
       let userId: unknown
       try {
@@ -267,8 +295,10 @@ export function createPlatform(options: PlatformOptions): Platform {
       }
       return mcp(request, info)
     },
-    deploy(appId, version) {
+    jwks: () => signer.jwks(),
+    deploy(appId, version, upstream) {
       const live = apps.deploy(appId, version) as readonly string[]
+      if (upstream !== undefined) upstreams.set(`${appId}@${version}`, new URL(upstream).href)
       const app = appSeeds.get(appId)!
       ensureHandler({ id: app.id, slug: app.slug, name: app.name }, version)
       return live

@@ -18,6 +18,7 @@ import type { Reply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
+import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
 /** A web-standard MCP handler for one dispatched request. */
 export type WebMcpHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
@@ -63,6 +64,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       clientAddress: resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), trust),
     })
     if (decision.type === 'reply') return toResponse(decision.reply)
+    contexts.set(request, decision.context)
     let response: Response
     try {
       response = await handler(request, decision.context)
@@ -70,11 +72,72 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       onError(error, 'handler')
       return toResponse(HANDLER_FAILED)
     }
-    const headers = new Headers(response.headers)
-    for (const name in decision.headers) headers.set(name, decision.headers[name]!)
     await decision.complete({ status: response.status, sessionId: response.headers.get('mcp-session-id') })
-    return new Response(response.body, { status: response.status, statusText: response.statusText, headers })
+    return stampHeaders(response, decision.headers)
   }
 }
 
+/**
+ * Adds the dispatch headers to the handler's response. In place when its headers are
+ * mutable (a `Response` the handler built), as Hono middleware does: copying it into a new
+ * `Response` turns the body into a stream, which on `@hono/node-server` costs the fast path
+ * for string bodies (measured: half the throughput). A response with immutable headers
+ * (`fetch()`, `Response.error()`, `Response.redirect()`) is copied. So a handler must return
+ * a new `Response`, with headers of its own, for every request.
+ */
+function stampHeaders(response: Response, headers: Readonly<Record<string, string>>): Response {
+  try {
+    const target = response.headers
+    for (const name in headers) target.set(name, headers[name]!)
+    return response
+  } catch {
+    const copy = new Headers(response.headers)
+    for (const name in headers) copy.set(name, headers[name]!)
+    return new Response(response.body, { status: response.status, statusText: response.statusText, headers: copy })
+  }
+}
+
+const contexts = new WeakMap<Request, DispatchContext>()
+
+/**
+ * The dispatch context of a request that {@link mcpDispatch} dispatched (the handler also
+ * receives it as its second argument). Throws a `TypeError` for a request it did not see.
+ *
+ * @example
+ * ```ts
+ * const { app, version, identity } = getDispatchContext(request)
+ * ```
+ */
+export function getDispatchContext(request: Request): DispatchContext {
+  const context = contexts.get(request)
+  if (!context) {
+    throw new TypeError('mcp-dispatch: no dispatch context on this request; serve it through the web mcpDispatch handler')
+  }
+  return context
+}
+
+/**
+ * One MCP handler per live version, so the platform does not write the version switch: use
+ * the result as `handler`. A live version without a handler gets a JSON-RPC 404
+ * (`version_not_served`); a handler that throws gets the adapter's 502.
+ *
+ * @example
+ * ```ts
+ * mcpDispatch({
+ *   dispatcher,
+ *   // Created on the first request to each App version, then kept:
+ *   handler: routeByVersion((app, version) => createMcpAppHandler(app, version)),
+ * })
+ * mcpDispatch({ dispatcher, handler: routeByVersion({ '1.4.2': v1, '2.0.0': v2 }) })
+ * ```
+ */
+export function routeByVersion(routes: VersionRoutes<WebMcpHandler>): WebMcpHandler {
+  const route = createVersionRouter(routes)
+  return (request, context) => {
+    const handler = route(context)
+    return handler ? handler(request, context) : toResponse(versionNotServedReply(context.version))
+  }
+}
+
+export type { VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

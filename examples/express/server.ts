@@ -1,0 +1,19 @@
+/** `npx tsx examples/express/server.ts` (PORT, default 8788). */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { createDemo, printUsage } from '../shared/demo.js'
+import { createExpressExample } from './app.js'
+
+const demo = await createDemo()
+const example = createExpressExample(demo)
+const server = http.createServer(example.app)
+server.listen(Number(process.env.PORT ?? 8788), '127.0.0.1', () => {
+  printUsage('Express', (server.address() as AddressInfo).port, demo.token)
+})
+const stop = () => {
+  server.closeAllConnections()
+  server.close()
+  void example.close().finally(() => process.exit(0))
+}
+process.on('SIGINT', stop)
+process.on('SIGTERM', stop)

@@ -1,0 +1,52 @@
+/**
+ * A fetch-style handler, `(request: Request) => Promise<Response>`: what a Next.js route
+ * handler or a Cloudflare Worker exports. Such runtimes do not keep MCP sessions in memory
+ * between requests, so here every App version runs as its own service and the dispatch layer
+ * proxies to it (`mcp-dispatch/proxy`): the caller's token stays here; the App receives who is
+ * calling as a short-lived JWT signed by the platform, verifiable against the JWKS this handler
+ * publishes at `/.well-known/jwks.json`.
+ *
+ * Next.js (`app/[[...path]]/route.ts`):
+ * ```ts
+ * const handler = createFetchHandler({ dispatcher, signer, upstream })
+ * export { handler as GET, handler as POST, handler as DELETE, handler as OPTIONS }
+ * ```
+ * Cloudflare Workers (`CF-Connecting-IP` is set by Cloudflare, so it is the client address):
+ * ```ts
+ * export default {
+ *   fetch: createFetchHandler({ dispatcher, signer, upstream, clientAddress: (r) => r.headers.get('cf-connecting-ip') ?? undefined }),
+ * }
+ * ```
+ * Run locally: `npx tsx examples/fetch/server.ts`.
+ */
+import type { DispatchContext, Dispatcher } from 'mcp-dispatch'
+import { type IdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
+import { mcpDispatch } from 'mcp-dispatch/web'
+
+/** Options of {@link createFetchHandler}. */
+export interface FetchHandlerOptions {
+  dispatcher: Dispatcher
+  /** Signs the identity the upstream Apps receive. */
+  signer: IdentitySigner
+  /** The upstream MCP endpoint of a version. */
+  upstream: (context: DispatchContext) => string | undefined
+  /** The client address of a request, where the runtime knows it. */
+  clientAddress?: (request: Request) => string | undefined
+}
+
+/** A fetch handler; `info.clientAddress` is the socket address where the server knows it. */
+export type FetchHandler = (request: Request, info?: { clientAddress?: string }) => Promise<Response>
+
+/** Builds the handler: the JWKS document, and every MCP request through the dispatch layer to the proxy. */
+export function createFetchHandler(options: FetchHandlerOptions): FetchHandler {
+  const mcp = mcpDispatch({
+    dispatcher: options.dispatcher,
+    handler: createProxyHandler({ upstream: options.upstream, identity: options.signer, timeoutMs: 10_000 }),
+  })
+  return async (request, info) => {
+    if (new URL(request.url).pathname === '/.well-known/jwks.json') {
+      return Response.json(await options.signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
+    }
+    return mcp(request, { clientAddress: info?.clientAddress ?? options.clientAddress?.(request) })
+  }
+}

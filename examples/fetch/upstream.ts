@@ -1,0 +1,45 @@
+/**
+ * An App running as its own service behind the proxy: the MCP SDK's web-standard transport,
+ * one server per version at `/mcp/<version>`, and every request must carry the platform's
+ * identity token (`X-MCP-Identity`), verified against the platform's JWKS.
+ */
+import { UnauthorizedError } from 'mcp-dispatch'
+import { createIdentityVerifier } from 'mcp-dispatch/proxy'
+import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../platform/mcp-app.js'
+
+export interface UpstreamAppOptions {
+  /** Where the platform publishes its JWKS. */
+  jwks: string
+  /** The platform's `iss`. */
+  issuer: string
+  /** This service's origin, the `aud` the platform signs for. */
+  audience: string
+}
+
+export function createUpstreamApp(options: UpstreamAppOptions): {
+  fetch: (request: Request) => Promise<Response>
+  close(): Promise<void>
+} {
+  const verifyIdentity = createIdentityVerifier({ ...options, appId: 'app_weather' })
+  const versions = new Map<string, McpAppHandler>()
+  return {
+    async fetch(request) {
+      const match = /^\/mcp\/(\d+\.\d+\.\d+)$/.exec(new URL(request.url).pathname)
+      if (!match) return new Response('Not found', { status: 404 })
+      try {
+        await verifyIdentity(request) // { subject, appId, version, … }: who is calling
+      } catch (error) {
+        if (error instanceof UnauthorizedError) return new Response('Unauthorized', { status: 401 })
+        throw error
+      }
+      const version = match[1]!
+      let handler = versions.get(version)
+      if (!handler) {
+        handler = createMcpAppHandler(() => buildAppServer({ slug: 'weather', name: 'Weather' }, version))
+        versions.set(version, handler)
+      }
+      return handler(request)
+    },
+    close: async () => void (await Promise.all([...versions.values()].map((v) => v.close()))),
+  }
+}

@@ -1,0 +1,28 @@
+/**
+ * Hono example: the Web adapter is a `(request) => Response` function, so Hono mounts it as
+ * any fetch handler; the MCP SDK's web-standard transport serves each App version.
+ *
+ *   npx tsx examples/hono/server.ts
+ */
+import { getConnInfo } from '@hono/node-server/conninfo'
+import { Hono } from 'hono'
+import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
+import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../platform/mcp-app.js'
+import type { Demo } from '../shared/demo.js'
+
+/** Builds the Hono app; `close()` ends the open MCP sessions. */
+export function createHonoExample(demo: Demo): { app: Hono; close(): Promise<void> } {
+  const versions: McpAppHandler[] = []
+  const mcp = mcpDispatch({
+    dispatcher: demo.dispatcher,
+    handler: routeByVersion((appRecord, version) => {
+      const handler = createMcpAppHandler(() => buildAppServer(appRecord, version))
+      versions.push(handler)
+      return (request) => handler(request)
+    }),
+  })
+  const app = new Hono()
+  // The client address comes from the socket (`getConnInfo`), never from X-Forwarded-For.
+  app.all('*', (c) => mcp(c.req.raw, { clientAddress: getConnInfo(c).remote.address }))
+  return { app, close: async () => void (await Promise.all(versions.map((v) => v.close()))) }
+}

@@ -1,0 +1,98 @@
+/**
+ * The setup the adapter examples share, so each example shows only its framework: one App
+ * ("Weather", versions 1.0.0 and 2.0.0) on in-memory stores, one user with an active
+ * subscription, and one API token for that user. A real platform passes its own stores.
+ *
+ * The examples serve that one App at the root of their server (`resolveApp`), so
+ * `http://127.0.0.1:PORT/v1` reaches it; the reference platform (`examples/platform`) shows
+ * the `{slug}.{domain}` layout instead.
+ */
+import { randomUUID } from 'node:crypto'
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import {
+  type AppRecord,
+  type Dispatcher,
+  type MemoryAppStore,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+} from 'mcp-dispatch'
+
+/** What an example needs to serve the demo App. */
+export interface Demo {
+  dispatcher: Dispatcher
+  /** The demo App and its live versions (call `apps.deploy('app_weather', '2.1.0')` to deploy). */
+  apps: MemoryAppStore
+  app: AppRecord
+  /** A valid API token of the demo user: `Authorization: Bearer <token>`. */
+  token: string
+}
+
+/** Creates the demo stores, dispatcher and token. */
+export async function createDemo(): Promise<Demo> {
+  const app: AppRecord = { id: 'app_weather', slug: 'weather', name: 'Weather' }
+  const apps = createMemoryAppStore([{ ...app, versions: ['1.0.0', '2.0.0'] }])
+  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: app.id, active: true }])
+  const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+  const { token } = await tokens.create({ userId: 'alice', name: 'demo', servers: [app.id], expiresInDays: 7 })
+  const dispatcher = createDispatcher({
+    apps,
+    subscriptions,
+    tokens,
+    resolveApp: () => app,
+    rateLimit: { policy: () => ({ limit: 600, windowType: 'minute' }) },
+  })
+  return { dispatcher, apps, app, token }
+}
+
+/** Prints how to try an example. */
+export function printUsage(name: string, port: number, token: string): void {
+  console.log(`mcp-dispatch ${name} example listening on http://127.0.0.1:${port}`)
+  console.log(`\ncurl -s http://127.0.0.1:${port}/v1 -H 'Authorization: Bearer ${token}' \\`)
+  console.log(`  -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream' \\`)
+  console.log(`  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"0"}}}' -D -`)
+}
+
+/** MCP sessions of one App version on the SDK's Node transport (Express, Fastify). */
+export interface NodeSessions {
+  handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void>
+  close(): Promise<void>
+}
+
+/**
+ * Serves one App version with the SDK's `StreamableHTTPServerTransport`: a request without a
+ * session (`initialize`) opens one; the others find theirs by `Mcp-Session-Id`.
+ */
+export function createNodeSessions(build: () => McpServer): NodeSessions {
+  const sessions = new Map<string, StreamableHTTPServerTransport>()
+  const error = (res: ServerResponse, status: number, message: string): void =>
+    void res
+      .writeHead(status, { 'content-type': 'application/json' })
+      .end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }))
+  return {
+    async handle(req, res, parsedBody) {
+      const id = req.headers['mcp-session-id']
+      if (typeof id === 'string') {
+        const transport = sessions.get(id)
+        if (!transport) return error(res, 404, 'Session not found')
+        return transport.handleRequest(req, res, parsedBody)
+      }
+      if (req.method !== 'POST') return error(res, 405, 'Method not allowed without a session')
+      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
+        sessionIdGenerator: () => randomUUID(),
+        onsessioninitialized: (sid) => void sessions.set(sid, transport),
+        onsessionclosed: (sid) => void sessions.delete(sid),
+      })
+      await build().connect(transport)
+      await transport.handleRequest(req, res, parsedBody)
+    },
+    async close() {
+      await Promise.all([...sessions.values()].map((t) => t.close()))
+      sessions.clear()
+    },
+  }
+}

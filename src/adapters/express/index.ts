@@ -1,0 +1,213 @@
+/**
+ * Express adapter (`mcp-dispatch/express`): middleware that puts the whole dispatch pipeline
+ * in front of an existing MCP route. Works with Express 5 and 4; it imports nothing from
+ * Express at run time.
+ *
+ * Rejections (401, 402, 403, 404, 429, 503, metadata, preflight) are answered by the
+ * middleware itself, byte for byte as the Web adapter answers them. A dispatched request gets
+ * `req.dispatchContext` (identity, App, version, latest version), the `X-MCP-Version` /
+ * `X-MCP-Latest-Version` (and `RateLimit`, CORS) headers on its response, and goes on to the
+ * next handler, for example the MCP SDK's `StreamableHTTPServerTransport`, which writes the
+ * response itself (SSE streams included). The `Mcp-Session-Id` that handler assigns pins the
+ * session to its version.
+ *
+ * @example
+ * ```ts
+ * import express from 'express'
+ * import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
+ *
+ * const app = express()
+ * app.use(mcpDispatch({ dispatcher: { apps, subscriptions, tokens } }))
+ * app.use(routeByVersion((appRecord, version) => (req, res) => transports.handle(version, req, res)))
+ * ```
+ * @module
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http'
+import type { NextFunction, Request, RequestHandler, Response } from 'express'
+import { ConfigurationError } from '../../errors.js'
+import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import {
+  holdResponseHead,
+  requireContext,
+  responseStarted,
+  socketProtocol,
+  toDispatchRequest,
+  toWebRequest,
+  writeReply,
+  writeWebResponse,
+} from '../node-http.js'
+import { type AdapterOptions, HANDLER_FAILED, setupAdapter } from '../shared.js'
+import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
+
+declare global {
+  // Declaration merging is how Express types request properties added by middleware.
+  // eslint-disable-next-line @typescript-eslint/no-namespace
+  namespace Express {
+    interface Request {
+      /**
+       * Set by the `mcpDispatch` middleware of `mcp-dispatch/express` on every request it
+       * dispatched: who is calling, the App, and the version to serve. Absent on requests
+       * the middleware did not see. {@link getDispatchContext} returns it or throws.
+       */
+      dispatchContext?: DispatchContext
+    }
+  }
+}
+
+/** Options of {@link mcpDispatch} (Express). */
+export type ExpressDispatchOptions = AdapterOptions
+
+/** A version's MCP handler: any Express handler; `req.dispatchContext` is set. */
+export type ExpressMcpHandler = (req: Request, res: Response, next: NextFunction) => unknown
+
+/** A web-standard MCP handler (the proxy handler, `WebStandardStreamableHTTPServerTransport`). */
+export type ExpressWebHandler = (request: Request_, context: DispatchContext) => Response_ | Promise<Response_>
+type Request_ = globalThis.Request
+type Response_ = globalThis.Response
+
+const ON_ERROR = Symbol.for('mcp-dispatch.onError')
+type Reporting = { [ON_ERROR]?: (error: unknown, context: string) => void }
+
+function noop(): void {}
+
+/**
+ * Creates the dispatch middleware.
+ *
+ * Mount it before the MCP route, and before any body parser (rejected requests are answered
+ * without reading their body). Its mount path must be the dispatcher's `basePath`: the
+ * pipeline reads the full path (`req.originalUrl`), as the Web adapter reads the full URL.
+ * The client address is the socket peer, resolved through this adapter's `trustProxy`
+ * option, never through Express's own `trust proxy` setting.
+ *
+ * @example
+ * ```ts
+ * app.use(mcpDispatch({ dispatcher, trustProxy: ['10.0.0.0/8'] }))
+ * app.post('/{*path}', (req, res) => {
+ *   const { version, identity } = getDispatchContext(req)
+ *   // …
+ * })
+ * ```
+ */
+export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
+  const { dispatcher, trust, onError } = setupAdapter(options)
+
+  async function dispatch(req: Request, res: Response): Promise<boolean> {
+    const url = req.originalUrl ?? req.url
+    // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
+    // by default it is the socket's scheme.
+    const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
+    const decision = await dispatcher.decide(toDispatchRequest(req, url, protocol, trust))
+    if (decision.type === 'reply') {
+      writeReply(res, decision.reply)
+      return false
+    }
+    req.dispatchContext = decision.context
+    ;(req as Reporting)[ON_ERROR] = onError
+    holdResponseHead(res, decision, onError)
+    return true
+  }
+
+  return function mcpDispatchMiddleware(req, res, next) {
+    dispatch(req, res).then((proceed) => {
+      if (proceed) next()
+    }, next)
+  }
+}
+
+/**
+ * The dispatch context of a request the middleware dispatched.
+ * Throws a `TypeError` when the middleware did not run for it (a wiring mistake).
+ *
+ * @example
+ * ```ts
+ * app.post('/{*path}', (req, res) => {
+ *   const { app, version, identity } = getDispatchContext(req)
+ * })
+ * ```
+ */
+export function getDispatchContext(req: Request | IncomingMessage): DispatchContext {
+  return requireContext((req as Request).dispatchContext, 'express')
+}
+
+function fail(req: Request, res: ServerResponse, error: unknown): void {
+  ;((req as Reporting)[ON_ERROR] ?? noop)(error, 'handler')
+  if (!responseStarted(res) && !res.writableEnded) writeReply(res, HANDLER_FAILED)
+  else res.destroy()
+}
+
+/**
+ * One MCP handler per live version, so the platform does not write the version switch:
+ * the request goes to the handler of `req.dispatchContext.version`. A handler that throws
+ * or rejects gets the Web adapter's answer, a JSON-RPC 502, and the middleware's `onError`.
+ * A live version without a handler gets a JSON-RPC 404 (`version_not_served`).
+ *
+ * @example
+ * ```ts
+ * // A handler per version, created on first use and kept:
+ * app.use(routeByVersion((appRecord, version) => createVersionHandler(appRecord, version)))
+ * // Or a fixed table (keys: version, or `${appId}@${version}`):
+ * app.use(routeByVersion({ '1.4.2': v1, '2.0.0': v2 }))
+ * ```
+ */
+export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>): RequestHandler {
+  const route = createVersionRouter(routes)
+  return function routeByVersionHandler(req, res, next) {
+    let handler: ExpressMcpHandler | undefined
+    let context: DispatchContext
+    try {
+      context = getDispatchContext(req)
+      handler = route(context)
+    } catch (error) {
+      next(error)
+      return
+    }
+    if (!handler) {
+      writeReply(res, versionNotServedReply(context.version))
+      return
+    }
+    try {
+      const result = handler(req, res, next)
+      if (result instanceof Promise) result.catch((error: unknown) => fail(req, res, error))
+    } catch (error) {
+      fail(req, res, error)
+    }
+  }
+}
+
+/**
+ * Serves dispatched requests with a web-standard handler (the proxy handler of
+ * `mcp-dispatch/proxy`, or the SDK's `WebStandardStreamableHTTPServerTransport`): the body
+ * streams from the socket (or, after `express.json()`, is re-serialized from `req.body`),
+ * the response streams back unbuffered, and a client that goes away aborts `request.signal`.
+ *
+ * @example
+ * ```ts
+ * import { createProxyHandler } from 'mcp-dispatch/proxy'
+ * app.use(mcpDispatch({ dispatcher }))
+ * app.use(fromWebHandler(createProxyHandler({ upstream, identity })))
+ * ```
+ */
+export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
+  if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
+  return async function webHandler(req, res) {
+    const context = getDispatchContext(req)
+    const request = toWebRequest({
+      req,
+      res,
+      url: req.originalUrl ?? req.url,
+      protocol: typeof req.protocol === 'string' ? req.protocol : socketProtocol(req),
+      parsedBody: (req as { body?: unknown }).body,
+    })
+    let response: Response_
+    try {
+      response = await handler(request, context)
+    } catch (error) {
+      fail(req, res, error)
+      return
+    }
+    await writeWebResponse(res, response)
+  }
+}
+
+export type { VersionRoutes } from '../version-router.js'
+export type { DispatchContext } from '../../pipeline/dispatcher.js'

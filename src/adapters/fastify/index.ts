@@ -1,0 +1,219 @@
+/**
+ * Fastify adapter (`mcp-dispatch/fastify`): a plugin (Fastify 5, through `fastify-plugin`)
+ * that puts the whole dispatch pipeline in front of the MCP routes of the context it is
+ * registered in.
+ *
+ * Its `onRequest` hook answers rejections (401, 402, 403, 404, 429, 503, metadata, preflight)
+ * byte for byte as the Web adapter does, before any body is read. A dispatched request gets
+ * `request.dispatchContext`, and its response gets `X-MCP-Version` / `X-MCP-Latest-Version`
+ * (and `RateLimit`, CORS), whether the route answers through `reply.send` or hijacks the
+ * reply and lets the MCP SDK's `StreamableHTTPServerTransport` write to `reply.raw`; the
+ * `Mcp-Session-Id` it assigns pins the session to its version. Replies are never buffered.
+ *
+ * @example
+ * ```ts
+ * import Fastify from 'fastify'
+ * import { mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
+ *
+ * const app = Fastify()
+ * await app.register(mcpDispatch({ dispatcher: { apps, subscriptions, tokens } }))
+ * app.all('/*', routeByVersion((appRecord, version) => async (request, reply) => {
+ *   reply.hijack()
+ *   await transports.handle(version, request.raw, reply.raw, request.body)
+ * }))
+ * ```
+ * @module
+ */
+import type {
+  FastifyInstance,
+  FastifyPluginAsync,
+  FastifyReply,
+  FastifyRequest,
+  RawServerDefault,
+} from 'fastify'
+import fastifyPlugin from 'fastify-plugin'
+import type { Reply } from '../../core/reply.js'
+import { ConfigurationError } from '../../errors.js'
+import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import {
+  holdResponseHead,
+  requireContext,
+  responseStarted,
+  toDispatchRequest,
+  toWebRequest,
+  writeReply,
+  writeWebResponse,
+} from '../node-http.js'
+import { type AdapterOptions, HANDLER_FAILED, setupAdapter } from '../shared.js'
+import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    /**
+     * Set by the `mcpDispatch` plugin of `mcp-dispatch/fastify` on every request it
+     * dispatched: who is calling, the App, and the version to serve. `undefined` on requests
+     * it did not see. {@link getDispatchContext} returns it or throws.
+     */
+    dispatchContext?: DispatchContext
+  }
+}
+
+/** Options of {@link mcpDispatch} (Fastify). */
+export type FastifyDispatchOptions = AdapterOptions
+
+/** A version's MCP handler: a Fastify route handler; `request.dispatchContext` is set. */
+export type FastifyMcpHandler = (request: FastifyRequest, reply: FastifyReply) => unknown
+
+/** A web-standard MCP handler (the proxy handler, `WebStandardStreamableHTTPServerTransport`). */
+export type FastifyWebHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
+
+/** The route handler returned by {@link routeByVersion} and {@link fromWebHandler}. */
+export type FastifyRouteHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
+
+const ON_ERROR = Symbol.for('mcp-dispatch.onError')
+type Reporting = { [ON_ERROR]?: (error: unknown, context: string) => void }
+
+function noop(): void {}
+
+/** Sends a dispatch-layer {@link Reply} through Fastify, byte for byte. */
+function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
+  // A Buffer, so Fastify sends the body and the `Content-Type` exactly as given (a string
+  // body would get `; charset=utf-8` appended).
+  return reply
+    .code(answer.status)
+    .headers(answer.headers)
+    .send(answer.body === null ? undefined : Buffer.from(answer.body))
+}
+
+/**
+ * Creates the dispatch plugin. Register it in the context that holds the MCP routes (the
+ * root, or an encapsulated context with a prefix equal to the dispatcher's `basePath`); its
+ * hooks then run for every request of that context, unmatched ones included, so the
+ * metadata endpoint and the 404s need no route of their own.
+ *
+ * The client address is the socket peer, resolved through this adapter's `trustProxy`
+ * option, never through Fastify's own `trustProxy`.
+ *
+ * @example
+ * ```ts
+ * await app.register(mcpDispatch({ dispatcher, trustProxy: 1 }))
+ * app.post('/*', async (request, reply) => {
+ *   const { version } = getDispatchContext(request)
+ *   reply.hijack()
+ *   await transportFor(version).handleRequest(request.raw, reply.raw, request.body)
+ * })
+ * ```
+ */
+export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync {
+  const { dispatcher, trust, onError } = setupAdapter(options)
+
+  async function plugin(fastify: FastifyInstance<RawServerDefault>): Promise<void> {
+    if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
+    fastify.addHook('onRequest', async (request, reply) => {
+      const decision = await dispatcher.decide(toDispatchRequest(request.raw, request.raw.url ?? '/', request.protocol, trust))
+      if (decision.type === 'reply') return sendReply(reply, decision.reply)
+      request.dispatchContext = decision.context
+      ;(request as Reporting)[ON_ERROR] = onError
+      // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
+      holdResponseHead(reply.raw, decision, onError)
+      return undefined
+    })
+  }
+
+  return fastifyPlugin(plugin, { fastify: '5.x', name: 'mcp-dispatch' }) as FastifyPluginAsync
+}
+
+/**
+ * The dispatch context of a request the plugin dispatched.
+ * Throws a `TypeError` when the plugin did not run for it (a wiring mistake).
+ *
+ * @example
+ * ```ts
+ * app.post('/*', async (request) => {
+ *   const { app, version, identity } = getDispatchContext(request)
+ * })
+ * ```
+ */
+export function getDispatchContext(request: FastifyRequest): DispatchContext {
+  return requireContext(request.dispatchContext, 'fastify')
+}
+
+function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | undefined {
+  ;((request as Reporting)[ON_ERROR] ?? noop)(error, 'handler')
+  const raw = reply.raw
+  if (responseStarted(raw) || raw.writableEnded) {
+    raw.destroy()
+    return undefined
+  }
+  if (reply.sent) {
+    // Hijacked: Fastify no longer writes this reply.
+    writeReply(raw, HANDLER_FAILED)
+    return undefined
+  }
+  return sendReply(reply, HANDLER_FAILED)
+}
+
+/**
+ * One MCP handler per live version, so the platform does not write the version switch:
+ * the request goes to the handler of `request.dispatchContext.version`. A handler that throws
+ * gets the Web adapter's answer, a JSON-RPC 502, and the plugin's `onError`. A live version
+ * without a handler gets a JSON-RPC 404 (`version_not_served`).
+ *
+ * @example
+ * ```ts
+ * app.all('/*', routeByVersion((appRecord, version) => createVersionHandler(appRecord, version)))
+ * app.all('/*', routeByVersion({ '1.4.2': v1, '2.0.0': v2 }))
+ * ```
+ */
+export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>): FastifyRouteHandler {
+  const route = createVersionRouter(routes)
+  return async function routeByVersionHandler(request, reply) {
+    const context = getDispatchContext(request)
+    const handler = route(context)
+    if (!handler) return sendReply(reply, versionNotServedReply(context.version))
+    try {
+      return await handler(request, reply)
+    } catch (error) {
+      return fail(request, reply, error)
+    }
+  }
+}
+
+/**
+ * Serves dispatched requests with a web-standard handler (the proxy handler of
+ * `mcp-dispatch/proxy`, or the SDK's `WebStandardStreamableHTTPServerTransport`). The
+ * response streams back unbuffered, and a client that goes away aborts `request.signal`.
+ * For the request body to stream too, let Fastify leave it unread in that context:
+ * `app.removeAllContentTypeParsers(); app.addContentTypeParser('*', (_req, _payload, done) => done(null))`;
+ * otherwise the parsed body is re-serialized.
+ *
+ * @example
+ * ```ts
+ * app.all('/*', fromWebHandler(createProxyHandler({ upstream, identity })))
+ * ```
+ */
+export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler {
+  if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
+  return async function webHandler(request, reply) {
+    const context = getDispatchContext(request)
+    reply.hijack()
+    const webRequest = toWebRequest({
+      req: request.raw,
+      res: reply.raw,
+      url: request.raw.url ?? '/',
+      protocol: request.protocol,
+      parsedBody: request.body,
+    })
+    let response: Response
+    try {
+      response = await handler(webRequest, context)
+    } catch (error) {
+      return fail(request, reply, error)
+    }
+    await writeWebResponse(reply.raw, response)
+    return undefined
+  }
+}
+
+export type { VersionRoutes } from '../version-router.js'
+export type { DispatchContext } from '../../pipeline/dispatcher.js'

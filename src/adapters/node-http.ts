@@ -1,0 +1,306 @@
+/**
+ * Translation between Node's `http` objects and the dispatch pipeline, shared by the Express
+ * and Fastify adapters (both hand the MCP SDK's `StreamableHTTPServerTransport` the raw
+ * `ServerResponse`, so everything here works on the raw objects, never on a framework's
+ * wrapper). No rule lives here.
+ * @internal
+ * @module
+ */
+import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { Readable } from 'node:stream'
+import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
+import type { Reply } from '../core/reply.js'
+import type { Decision, DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
+
+type Dispatched = Extract<Decision, { type: 'dispatch' }>
+
+/** Header lookup over Node's lower-cased `IncomingHttpHeaders`. */
+function headerLookup(req: IncomingMessage): DispatchRequest['headers'] {
+  const headers = req.headers
+  return {
+    get(name) {
+      const value = headers[name]
+      return Array.isArray(value) ? value.join(', ') : value
+    },
+  }
+}
+
+/** `http` or `https` as the socket saw it, unless the framework (configured to) knows better. */
+export function socketProtocol(req: IncomingMessage): 'http' | 'https' {
+  return (req.socket as { encrypted?: boolean } | null)?.encrypted ? 'https' : 'http'
+}
+
+/**
+ * The neutral request of the pipeline. `url` is the full request target (Express:
+ * `originalUrl`, so a mount path stays part of the path, as in the Web adapter); the client
+ * address is the socket peer, through `trustProxy` only.
+ */
+export function toDispatchRequest(
+  req: IncomingMessage,
+  url: string,
+  protocol: string,
+  trust: CompiledTrustProxy,
+): DispatchRequest {
+  const host = req.headers.host
+  let end = url.length
+  const query = url.indexOf('?')
+  if (query !== -1) end = query
+  const hash = url.indexOf('#')
+  if (hash !== -1 && hash < end) end = hash
+  const path = url.slice(0, end) || '/'
+  const forwardedFor = req.headers['x-forwarded-for']
+  return {
+    method: (req.method ?? 'GET').toUpperCase(),
+    path,
+    host,
+    origin: `${protocol}://${host ?? ''}`,
+    headers: headerLookup(req),
+    clientAddress: resolveClientAddress(
+      req.socket?.remoteAddress,
+      Array.isArray(forwardedFor) ? forwardedFor.join(', ') : forwardedFor,
+      trust,
+    ),
+  }
+}
+
+/** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */
+export function writeReply(res: ServerResponse, reply: Reply): void {
+  const headers: OutgoingHttpHeaders = { ...reply.headers }
+  // An explicit length, as a web `Response` with a string body gets, never chunked encoding.
+  if (reply.body !== null) headers['content-length'] = Buffer.byteLength(reply.body)
+  res.writeHead(reply.status, headers)
+  res.end(reply.body ?? undefined)
+}
+
+/** Responses whose handler has begun to answer (their head may still be held). */
+const started = new WeakSet<ServerResponse>()
+
+/** Whether the handler has begun to answer: true as soon as it wrote a head, held or sent. */
+export function responseStarted(res: ServerResponse): boolean {
+  return res.headersSent || started.has(res)
+}
+
+type HeldMethod = 'writeHead' | 'write' | 'end' | 'flushHeaders'
+const HELD: readonly HeldMethod[] = ['writeHead', 'write', 'end', 'flushHeaders']
+
+function headerFromArgs(headers: unknown, name: string): string | undefined {
+  if (Array.isArray(headers)) {
+    for (let i = 0; i + 1 < headers.length; i += 2) {
+      if (String(headers[i]).toLowerCase() === name) return String(headers[i + 1])
+    }
+    return undefined
+  }
+  if (headers && typeof headers === 'object') {
+    for (const key of Object.keys(headers)) {
+      if (key.toLowerCase() === name) {
+        const value = (headers as Record<string, unknown>)[key]
+        return Array.isArray(value) ? value.join(', ') : value == null ? undefined : String(value)
+      }
+    }
+  }
+  return undefined
+}
+
+function withoutHeaders(headers: unknown, names: ReadonlySet<string>): unknown {
+  if (Array.isArray(headers)) {
+    const out: unknown[] = []
+    for (let i = 0; i + 1 < headers.length; i += 2) {
+      if (!names.has(String(headers[i]).toLowerCase())) out.push(headers[i], headers[i + 1])
+    }
+    return out
+  }
+  if (headers && typeof headers === 'object') {
+    const out: Record<string, unknown> = {}
+    for (const key of Object.keys(headers)) {
+      if (!names.has(key.toLowerCase())) out[key] = (headers as Record<string, unknown>)[key]
+    }
+    return out
+  }
+  return headers
+}
+
+/**
+ * Puts the dispatch headers on a raw response and holds its head until the dispatcher has
+ * recorded the outcome (`decision.complete`): the status and the `Mcp-Session-Id` the MCP
+ * handler assigns are read from the first `writeHead`, `write`, `end` or `flushHeaders`; the
+ * calls are queued, in order, until the session pin is stored, then replayed on the real
+ * methods. So the next request of a new session finds its pin on every instance, as with the
+ * Web adapter, which awaits `complete` before returning the response.
+ *
+ * The dispatch headers (version, rate limit, CORS) win over the handler's headers of the same
+ * name, as in the Web adapter.
+ */
+export function holdResponseHead(
+  res: ServerResponse,
+  decision: Dispatched,
+  onError: (error: unknown, context: string) => void,
+): void {
+  const stamped = decision.headers
+  const names = new Set(Object.keys(stamped))
+  for (const name of names) res.setHeader(name, stamped[name]!)
+
+  const target = res as unknown as Record<HeldMethod, (...args: unknown[]) => unknown>
+  const originals = new Map<HeldMethod, { value: (...args: unknown[]) => unknown; own: boolean }>()
+  for (const name of HELD) originals.set(name, { value: target[name], own: Object.hasOwn(res, name) })
+  const queue: Array<[HeldMethod, unknown[]]> = []
+  let held = false
+
+  function restore(): void {
+    for (const [name, original] of originals) {
+      if (original.own) target[name] = original.value
+      else delete (target as Partial<typeof target>)[name]
+    }
+  }
+
+  function begin(first: HeldMethod, args: unknown[]): void {
+    held = true
+    started.add(res)
+    let status = res.statusCode
+    let sessionId: string | undefined
+    if (first === 'writeHead') {
+      status = Number(args[0])
+      const headerIndex = typeof args[1] === 'string' ? 2 : 1
+      sessionId = headerFromArgs(args[headerIndex], 'mcp-session-id')
+      if (args[headerIndex] !== undefined) {
+        args = [...args]
+        args[headerIndex] = withoutHeaders(args[headerIndex], names)
+      }
+    }
+    for (const name of names) res.setHeader(name, stamped[name]!)
+    if (sessionId === undefined) {
+      const value = res.getHeader('mcp-session-id')
+      sessionId = Array.isArray(value) ? value.join(', ') : value === undefined ? undefined : String(value)
+    }
+    queue.push([first, args])
+    decision
+      .complete({ status, sessionId })
+      .catch((error: unknown) => onError(error, 'session store'))
+      .finally(() => {
+        restore()
+        try {
+          for (const [name, callArgs] of queue) originals.get(name)!.value.apply(res, callArgs)
+        } catch (error) {
+          // A call the real response refuses (a second head): the answer is broken; end it.
+          onError(error, 'handler')
+          res.destroy()
+        }
+        queue.length = 0
+      })
+  }
+
+  for (const name of HELD) {
+    target[name] = function held_(this: unknown, ...args: unknown[]) {
+      if (!held) begin(name, args)
+      else queue.push([name, args])
+      // What the real methods answer: `write` true (no back-pressure while held), others `res`.
+      return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
+    }
+  }
+}
+
+/** Options of {@link toWebRequest}. */
+export interface WebRequestSource {
+  req: IncomingMessage
+  res: ServerResponse
+  /** The request target including any mount path. */
+  url: string
+  protocol: string
+  /** A body the framework already parsed (the raw stream is then spent). */
+  parsedBody?: unknown
+}
+
+/**
+ * A web `Request` for a raw Node request, for web-standard handlers (the proxy): the body
+ * streams from the socket unless the framework already consumed it; the signal aborts when
+ * the client goes away before the response is finished.
+ */
+export function toWebRequest(source: WebRequestSource): Request {
+  const { req, res } = source
+  const controller = new AbortController()
+  const onClose = () => {
+    if (!res.writableFinished) controller.abort()
+  }
+  res.once('close', onClose)
+  const headers = new Headers()
+  const raw = req.rawHeaders
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!
+    if (name.charCodeAt(0) !== 58 /* ':' (HTTP/2 pseudo-header) */) headers.append(name, raw[i + 1]!)
+  }
+  const method = (req.method ?? 'GET').toUpperCase()
+  let body: BodyInit | null = null
+  if (method !== 'GET' && method !== 'HEAD') {
+    const consumed = req.readableEnded || (req as { readableDidRead?: boolean }).readableDidRead === true
+    if (!consumed) body = Readable.toWeb(req) as unknown as ReadableStream<Uint8Array>
+    else if (source.parsedBody !== undefined) body = serializeParsedBody(source.parsedBody, headers)
+  }
+  const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: controller.signal }
+  if (body !== null) init.duplex = 'half'
+  return new Request(`${source.protocol}://${req.headers.host ?? 'localhost'}${source.url}`, init)
+}
+
+function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {
+  headers.delete('content-length')
+  if (typeof parsed === 'string' || parsed instanceof Uint8Array) return parsed as BodyInit
+  return JSON.stringify(parsed)
+}
+
+/**
+ * Writes a web `Response` on a raw Node response, streaming its body with back-pressure
+ * (SSE included, no buffering); a client that goes away cancels the body, which cancels the
+ * upstream of a proxied response.
+ */
+export async function writeWebResponse(res: ServerResponse, response: Response): Promise<void> {
+  const headers: OutgoingHttpHeaders = {}
+  response.headers.forEach((value, name) => {
+    if (name !== 'set-cookie') headers[name] = value
+  })
+  const cookies = response.headers.getSetCookie()
+  if (cookies.length > 0) headers['set-cookie'] = cookies
+  if (response.statusText) res.writeHead(response.status, response.statusText, headers)
+  else res.writeHead(response.status, headers)
+  if (!response.body) {
+    res.end()
+    return
+  }
+  const reader = response.body.getReader()
+  let closed = false
+  let wake: (() => void) | undefined
+  const onClose = () => {
+    closed = true
+    wake?.()
+    reader.cancel().catch(() => {})
+  }
+  res.once('close', onClose)
+  res.flushHeaders()
+  try {
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (done || closed) break
+      if (!res.write(value) && !closed) {
+        await new Promise<void>((resolve) => {
+          wake = resolve
+          res.once('drain', resolve)
+        })
+        wake = undefined
+      }
+    }
+  } catch {
+    // The body failed mid-stream (upstream gone): end the response where it stands.
+    if (!closed) res.destroy()
+    return
+  } finally {
+    res.off('close', onClose)
+  }
+  if (!closed) res.end()
+}
+
+/** The context stored on a request by an adapter, or a clear error when the adapter did not run. */
+export function requireContext(context: DispatchContext | undefined, adapter: string): DispatchContext {
+  if (context === undefined) {
+    throw new TypeError(
+      `mcp-dispatch: no dispatch context on this request; register the ${adapter} mcpDispatch ${adapter === 'express' ? 'middleware' : 'plugin'} before this handler`,
+    )
+  }
+  return context
+}

@@ -1,0 +1,348 @@
+/**
+ * The identity a proxied App receives: a short-lived JWT signed by the platform (`jose`),
+ * in place of the caller's credential, which is never forwarded (MCP authorization spec,
+ * "Token Passthrough"). The platform publishes its public keys as a JWKS document (RFC 7517)
+ * and Apps verify the token against it.
+ * @module
+ */
+import {
+  type CryptoKey,
+  type JWK,
+  type JWTPayload,
+  type KeyObject,
+  SignJWT,
+  calculateJwkThumbprint,
+  createLocalJWKSet,
+  createRemoteJWKSet,
+  customFetch,
+  exportJWK,
+  importJWK,
+  jwtVerify,
+} from 'jose'
+import { ConfigurationError, UnauthorizedError } from '../../errors.js'
+import type { DispatchContext } from '../../pipeline/dispatcher.js'
+
+/** Default header carrying the identity JWT from the platform to a proxied App. */
+export const IDENTITY_HEADER = 'x-mcp-identity'
+
+/** JWT `typ` of identity tokens (RFC 8725 section 3.11: explicit typing). */
+export const IDENTITY_TOKEN_TYPE = 'mcp-identity+jwt'
+
+/** Default lifetime of an identity token, in seconds. */
+export const DEFAULT_IDENTITY_TTL_SECONDS = 60
+
+const ASYMMETRIC_ALGORITHMS = [
+  'ES256',
+  'ES384',
+  'ES512',
+  'EdDSA',
+  'Ed25519',
+  'RS256',
+  'RS384',
+  'RS512',
+  'PS256',
+  'PS384',
+  'PS512',
+] as const
+
+/** A signing key: a Web Crypto key, a Node `KeyObject`, or a private JWK. */
+export type IdentityKey = CryptoKey | KeyObject | JWK
+
+/** A JWKS document (RFC 7517 section 5) holding public keys only. */
+export interface IdentityJwks {
+  keys: JWK[]
+}
+
+/** Claims of an identity token. */
+export interface IdentityClaims extends JWTPayload {
+  /** The platform (`issuer` option). */
+  iss: string
+  /** The caller: an API token's owner or the OAuth `sub`. */
+  sub: string
+  /** The upstream App (default: the origin of its MCP endpoint URL). */
+  aud: string
+  iat: number
+  exp: number
+  /** Unique per token, for Apps that refuse replays. */
+  jti: string
+  /** App id. */
+  app: string
+  /** The version the request was dispatched to. */
+  ver: string
+  /** How the caller authenticated to the platform. */
+  method: 'api_token' | 'oauth'
+  /** OAuth client id, when known (RFC 9068 section 2.2). */
+  client_id?: string
+  /** OAuth scopes, space-separated, when known (RFC 9068 section 2.2.3). */
+  scope?: string
+}
+
+/** Options of {@link createIdentitySigner}. */
+export interface IdentitySignerOptions {
+  /** The platform's identifier, the `iss` of every token (a URL, e.g. `https://platform.example`). */
+  issuer: string
+  /** The private key that signs. Asymmetric only (EC, OKP or RSA). */
+  privateKey: IdentityKey
+  /**
+   * The matching public key, for the JWKS. Needed only when the private key cannot be
+   * exported (a non-extractable `CryptoKey`).
+   */
+  publicKey?: IdentityKey
+  /** JWS algorithm. Default: from the key (P-256 `ES256`, Ed25519 `EdDSA`, RSA `RS256`…). */
+  algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number]
+  /** `kid` of the key. Default: its JWK thumbprint (RFC 7638). */
+  keyId?: string
+  /** Token lifetime in seconds, 1 to 3600. Default 60. */
+  ttlSeconds?: number
+  /** Public keys still published after a rotation, so tokens signed before it still verify. */
+  previousKeys?: readonly JWK[]
+  /** Clock, epoch ms. Default `Date.now`. */
+  now?: () => number
+}
+
+/** Signs identity tokens and publishes their keys. Create with {@link createIdentitySigner}. */
+export interface IdentitySigner {
+  /** The `iss` of every token. */
+  readonly issuer: string
+  /** Signs the identity of a dispatched request for one upstream (`aud`). */
+  sign(context: DispatchContext, audience: string): Promise<string>
+  /**
+   * The JWKS document to publish (public keys only), e.g. at
+   * `https://platform.example/.well-known/jwks.json`.
+   */
+  jwks(): Promise<IdentityJwks>
+}
+
+const PRIVATE_MEMBERS = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth', 'k', 'priv'] as const
+
+function isJwk(key: unknown): key is JWK {
+  return typeof key === 'object' && key !== null && typeof (key as { kty?: unknown }).kty === 'string'
+}
+
+function publicPart(jwk: JWK): JWK {
+  const out: Record<string, unknown> = { ...jwk }
+  for (const name of PRIVATE_MEMBERS) delete out[name]
+  delete out.key_ops
+  delete out.ext
+  return out as JWK
+}
+
+function inferAlgorithm(jwk: JWK): string {
+  if (jwk.kty === 'EC') {
+    if (jwk.crv === 'P-256') return 'ES256'
+    if (jwk.crv === 'P-384') return 'ES384'
+    if (jwk.crv === 'P-521') return 'ES512'
+  }
+  if (jwk.kty === 'OKP' && jwk.crv === 'Ed25519') return 'EdDSA'
+  if (jwk.kty === 'RSA') return 'RS256'
+  throw new ConfigurationError('identity.privateKey', `has no signing algorithm this library knows (kty ${jwk.kty})`)
+}
+
+/**
+ * Creates the signer of identity tokens. The key is imported on first use; misconfiguration
+ * that can be seen without it (missing issuer, a symmetric or public-only JWK, a
+ * non-extractable key without `publicKey`) throws a `ConfigurationError` here.
+ *
+ * @example
+ * ```ts
+ * const { privateKey } = await generateKeyPair('ES256', { extractable: true }) // from jose
+ * const signer = createIdentitySigner({ issuer: 'https://platform.example', privateKey })
+ * // Publish: GET /.well-known/jwks.json → Response.json(await signer.jwks())
+ * ```
+ */
+export function createIdentitySigner(options: IdentitySignerOptions): IdentitySigner {
+  if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
+    throw new ConfigurationError('identity.issuer', 'must be a non-empty string')
+  }
+  const { issuer, privateKey } = options
+  if (!privateKey || typeof privateKey !== 'object') throw new ConfigurationError('identity.privateKey', 'is required')
+  if (isJwk(privateKey)) {
+    if (privateKey.kty === 'oct') throw new ConfigurationError('identity.privateKey', 'must be asymmetric (EC, OKP or RSA)')
+    if (typeof privateKey.d !== 'string') throw new ConfigurationError('identity.privateKey', 'must be a private JWK (with "d")')
+  } else if ((privateKey as { type?: unknown }).type === 'secret') {
+    throw new ConfigurationError('identity.privateKey', 'must be asymmetric (EC, OKP or RSA)')
+  }
+  if (!options.publicKey && (privateKey as { extractable?: unknown }).extractable === false) {
+    throw new ConfigurationError('identity.publicKey', 'is required when the private key is not extractable')
+  }
+  if (options.algorithm !== undefined && !ASYMMETRIC_ALGORITHMS.includes(options.algorithm)) {
+    throw new ConfigurationError('identity.algorithm', `must be one of ${ASYMMETRIC_ALGORITHMS.join(', ')}`)
+  }
+  const ttl = options.ttlSeconds ?? DEFAULT_IDENTITY_TTL_SECONDS
+  if (!Number.isSafeInteger(ttl) || ttl < 1 || ttl > 3600) {
+    throw new ConfigurationError('identity.ttlSeconds', 'must be an integer from 1 to 3600')
+  }
+  const previous = (options.previousKeys ?? []).map((key, i) => {
+    if (!isJwk(key)) throw new ConfigurationError(`identity.previousKeys.${i}`, 'must be a JWK')
+    return publicPart(key)
+  })
+  const now = options.now ?? Date.now
+
+  let loaded: Promise<{ key: CryptoKey | KeyObject; alg: string; kid: string; jwks: IdentityJwks }> | undefined
+  function load() {
+    loaded ??= (async () => {
+      const source = options.publicKey ?? privateKey
+      const exported = isJwk(source) ? source : await exportJWK(source as CryptoKey | KeyObject)
+      const publicJwk = publicPart(exported)
+      const alg = options.algorithm ?? (isJwk(privateKey) ? privateKey.alg : undefined) ?? inferAlgorithm(publicJwk)
+      const kid = options.keyId ?? (isJwk(privateKey) ? privateKey.kid : undefined) ?? (await calculateJwkThumbprint(publicJwk))
+      const key = isJwk(privateKey) ? ((await importJWK(privateKey, alg)) as CryptoKey) : (privateKey as CryptoKey | KeyObject)
+      return { key, alg, kid, jwks: { keys: [{ ...publicJwk, alg, kid, use: 'sig' }, ...previous] } }
+    })()
+    return loaded
+  }
+
+  return {
+    issuer,
+    async sign(context, audience) {
+      const { key, alg, kid } = await load()
+      const iat = Math.floor(now() / 1000)
+      const identity = context.identity
+      const claims: Record<string, unknown> = {
+        app: context.app.id,
+        ver: context.version,
+        method: identity.method,
+      }
+      if (identity.clientId !== undefined) claims.client_id = identity.clientId
+      if (identity.scopes !== undefined) claims.scope = identity.scopes.join(' ')
+      return new SignJWT(claims)
+        .setProtectedHeader({ alg, kid, typ: IDENTITY_TOKEN_TYPE })
+        .setIssuer(issuer)
+        .setSubject(identity.subject)
+        .setAudience(audience)
+        .setIssuedAt(iat)
+        .setExpirationTime(iat + ttl)
+        .setJti(crypto.randomUUID())
+        .sign(key)
+    },
+    async jwks() {
+      const { jwks } = await load()
+      return { keys: jwks.keys.map((k) => ({ ...k })) }
+    },
+  }
+}
+
+/** Options of {@link createIdentityVerifier}. */
+export interface IdentityVerifierOptions {
+  /** The platform's JWKS: its URL (fetched and cached by `jose`), or the document itself. */
+  jwks: string | URL | IdentityJwks
+  /** The platform's `iss`. */
+  issuer: string
+  /** What this App expects as `aud` (by default the platform uses the origin of the App's URL). */
+  audience: string | readonly string[]
+  /** When set, the token's `app` claim must equal it. */
+  appId?: string
+  /** Header to read from a `Request` or `Headers`. Default `x-mcp-identity`. */
+  header?: string
+  /** Clock skew tolerated, in seconds. Default 5. */
+  clockToleranceSeconds?: number
+  /** Clock, epoch ms. Default `Date.now`. */
+  now?: () => number
+  /** `fetch` used to get a remote JWKS. Default the global one. */
+  fetch?: typeof fetch
+}
+
+/** A verified identity, as an App sees the caller. */
+export interface VerifiedIdentity {
+  /** The caller (user id). */
+  readonly subject: string
+  /** The App id. */
+  readonly appId: string
+  /** The version the platform dispatched the request to. */
+  readonly version: string
+  /** How the caller authenticated to the platform. */
+  readonly method: 'api_token' | 'oauth'
+  /** OAuth client id, when known. */
+  readonly clientId?: string
+  /** OAuth scopes, when known. */
+  readonly scopes?: readonly string[]
+  /** Expiry of the token, epoch ms. */
+  readonly expiresAt: number
+  /** All claims, as verified. */
+  readonly claims: IdentityClaims
+}
+
+/** Verifies the identity of a request. Create with {@link createIdentityVerifier}. */
+export type IdentityVerifier = (input: Request | Headers | string | null | undefined) => Promise<VerifiedIdentity>
+
+/**
+ * Creates the verifier an App uses to read who is calling through the platform. It checks
+ * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, and (with `appId`)
+ * the `app` claim; a missing or invalid token throws an {@link UnauthorizedError} (answer 401).
+ *
+ * @example
+ * ```ts
+ * import { createIdentityVerifier } from 'mcp-dispatch/proxy'
+ * const verifyIdentity = createIdentityVerifier({
+ *   jwks: 'https://platform.example/.well-known/jwks.json',
+ *   issuer: 'https://platform.example',
+ *   audience: 'https://weather.internal:3000',
+ * })
+ * const { subject, version } = await verifyIdentity(request) // a web Request, Headers or the JWT
+ * ```
+ */
+export function createIdentityVerifier(options: IdentityVerifierOptions): IdentityVerifier {
+  if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
+    throw new ConfigurationError('issuer', 'must be a non-empty string')
+  }
+  const audience = typeof options.audience === 'string' ? [options.audience] : [...(options.audience ?? [])]
+  if (audience.length === 0 || audience.some((a) => typeof a !== 'string' || a === '')) {
+    throw new ConfigurationError('audience', 'must be a non-empty string or list of strings')
+  }
+  const header = (options.header ?? IDENTITY_HEADER).toLowerCase()
+  const now = options.now
+  const tolerance = options.clockToleranceSeconds ?? 5
+  let keys: ReturnType<typeof createLocalJWKSet> | ReturnType<typeof createRemoteJWKSet>
+  const source = options.jwks
+  if (typeof source === 'string' || source instanceof URL) {
+    if (!URL.canParse(String(source))) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
+    keys = createRemoteJWKSet(new URL(String(source)), options.fetch ? { [customFetch]: options.fetch } : {})
+  } else if (source && Array.isArray(source.keys)) {
+    keys = createLocalJWKSet({ keys: source.keys })
+  } else {
+    throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
+  }
+
+  return async function verifyIdentity(input) {
+    const token =
+      typeof input === 'string'
+        ? input
+        : input instanceof Headers
+          ? input.get(header)
+          : input
+            ? input.headers.get(header)
+            : null
+    if (!token) throw new UnauthorizedError('Missing identity token')
+    let payload: JWTPayload
+    try {
+      ;({ payload } = await jwtVerify(token, keys, {
+        issuer: options.issuer,
+        audience,
+        typ: IDENTITY_TOKEN_TYPE,
+        algorithms: [...ASYMMETRIC_ALGORITHMS],
+        clockTolerance: tolerance,
+        requiredClaims: ['sub', 'exp', 'iat', 'app', 'ver'],
+        ...(now && { currentDate: new Date(now()) }),
+      }))
+    } catch {
+      throw new UnauthorizedError('Invalid identity token')
+    }
+    const claims = payload as IdentityClaims
+    if (typeof claims.app !== 'string' || typeof claims.ver !== 'string' || typeof claims.sub !== 'string') {
+      throw new UnauthorizedError('Invalid identity token')
+    }
+    if (options.appId !== undefined && claims.app !== options.appId) {
+      throw new UnauthorizedError('Identity token is for another App')
+    }
+    return {
+      subject: claims.sub,
+      appId: claims.app,
+      version: claims.ver,
+      method: claims.method === 'oauth' ? 'oauth' : 'api_token',
+      ...(typeof claims.client_id === 'string' && { clientId: claims.client_id }),
+      ...(typeof claims.scope === 'string' && { scopes: claims.scope.split(' ').filter(Boolean) }),
+      expiresAt: claims.exp * 1000,
+      claims,
+    }
+  }
+}

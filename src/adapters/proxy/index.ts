@@ -1,0 +1,347 @@
+/**
+ * Proxy handler (`mcp-dispatch/proxy`): serves App versions that run as their own services.
+ * Each version maps to an upstream MCP endpoint URL; the request and the response stream
+ * through in both directions (SSE included, never buffered), and a client that goes away
+ * aborts the upstream request.
+ *
+ * What crosses to the upstream:
+ * - `Content-Type`, `Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Last-Event-ID`
+ *   (and the headers named in `forwardHeaders`), the method and the body;
+ * - the resolved identity as a short-lived JWT signed by the platform, in `X-MCP-Identity`
+ *   (see {@link createIdentitySigner}); Apps verify it with {@link createIdentityVerifier}
+ *   against the JWKS the platform publishes.
+ *
+ * What never crosses: the caller's `Authorization` header (the MCP authorization spec
+ * forbids token passthrough), cookies, and hop-by-hop headers (RFC 9110 section 7.6.1).
+ *
+ * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
+ * with a redirect, or refuses the platform's identity (401); 504 when its response head does
+ * not arrive within `timeoutMs`.
+ *
+ * It is a web-standard handler, so every adapter can use it: as the Web adapter's `handler`,
+ * or through `fromWebHandler` of the Express and Fastify adapters.
+ *
+ * @example
+ * ```ts
+ * import { mcpDispatch } from 'mcp-dispatch/web'
+ * import { createProxyHandler } from 'mcp-dispatch/proxy'
+ *
+ * const proxy = createProxyHandler({
+ *   upstream: { '1.4.2': 'http://weather-v1.internal:3000/mcp', '2.0.0': 'http://weather-v2.internal:3000/mcp' },
+ *   identity: { issuer: 'https://platform.example', privateKey },
+ * })
+ * export default { fetch: mcpDispatch({ dispatcher, handler: proxy }) }
+ * ```
+ * @module
+ */
+import { type Reply, jsonRpcErrorReply } from '../../core/reply.js'
+import { ConfigurationError, UpstreamError } from '../../errors.js'
+import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import { versionNotServedReply } from '../version-router.js'
+import {
+  IDENTITY_HEADER,
+  type IdentitySigner,
+  type IdentitySignerOptions,
+  createIdentitySigner,
+} from './identity.js'
+
+/** Request headers always forwarded to the upstream (MCP Streamable HTTP transport). */
+export const FORWARDED_REQUEST_HEADERS: readonly string[] = Object.freeze([
+  'content-type',
+  'accept',
+  'mcp-session-id',
+  'mcp-protocol-version',
+  'last-event-id',
+])
+
+/** Hop-by-hop headers (RFC 9110 section 7.6.1), never forwarded in either direction. */
+const HOP_BY_HOP = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+])
+
+/** Request headers that `forwardHeaders` may not name. */
+const NEVER_FORWARDED = new Set([...HOP_BY_HOP, 'authorization', 'cookie', 'host', 'content-length', 'accept-encoding'])
+
+/** Where each version lives: see {@link ProxyHandlerOptions.upstream}. */
+export type UpstreamMap =
+  | Readonly<Record<string, string | URL>>
+  | ((context: DispatchContext) => string | URL | undefined)
+
+/** Options of {@link createProxyHandler}. */
+export interface ProxyHandlerOptions {
+  /**
+   * The upstream MCP endpoint of each version: an object keyed by version (`'1.4.2'`) or by
+   * `'<appId>@<version>'` (which wins), or a function of the dispatch context. A version
+   * without an upstream gets a JSON-RPC 404 (`version_not_served`).
+   */
+  upstream: UpstreamMap
+  /** Signs the identity the upstream receives: a signer, or the options to create one. */
+  identity: IdentitySigner | IdentitySignerOptions
+  /** Header carrying the identity JWT. Default `x-mcp-identity`. */
+  identityHeader?: string
+  /** The `aud` of the identity JWT for an upstream. Default: the upstream URL's origin. */
+  audience?: (context: DispatchContext, upstream: URL) => string
+  /** How long to wait for the upstream's response head, in ms (504 after). Default 30 s. */
+  timeoutMs?: number
+  /** More request headers to forward (never credentials, cookies or hop-by-hop headers). */
+  forwardHeaders?: readonly string[]
+  /** `fetch` to reach upstreams. Default the global one. */
+  fetch?: (input: URL, init: RequestInit) => Promise<Response>
+  /** Upstream failures (the client only sees 502 / 504). */
+  onError?: (error: unknown, context: string) => void
+}
+
+/** A web-standard MCP handler that forwards to the upstream of the dispatched version. */
+export type ProxyHandler = (request: Request, context: DispatchContext) => Promise<Response>
+
+/**
+ * The JSON-RPC error answer for an {@link UpstreamError} (502 or 504), as the proxy sends it.
+ *
+ * @example
+ * ```ts
+ * upstreamErrorReply(new UpstreamError(504, 'Upstream App timed out'))
+ * // { status: 504, headers: { 'content-type': 'application/json' }, body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32000,…,"data":{"error":"upstream_timeout"}}}' }
+ * ```
+ */
+export function upstreamErrorReply(error: UpstreamError): Reply {
+  return jsonRpcErrorReply(error.status, {
+    code: error.rpcCode,
+    message: error.message,
+    data: { error: error.status === 504 ? 'upstream_timeout' : 'upstream_unavailable' },
+  })
+}
+
+const UNAVAILABLE = 'Upstream App unavailable'
+const TIMED_OUT = 'Upstream App timed out'
+
+function toResponse(reply: Reply): Response {
+  return new Response(reply.body, { status: reply.status, headers: reply.headers })
+}
+
+function parseUpstream(value: string | URL, option: string): URL {
+  let url: URL
+  try {
+    url = new URL(String(value))
+  } catch {
+    throw new ConfigurationError(option, `is not a URL: ${JSON.stringify(String(value))}`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError(option, 'must be an http(s) URL')
+  if (url.username || url.password) throw new ConfigurationError(option, 'must not carry credentials')
+  return url
+}
+
+/**
+ * The body to pass on, read on demand (no read-ahead, so the client's pace is the upstream's).
+ * `null` for an empty answer (a 202 to a notification, a 200 to DELETE), so no runtime labels
+ * it with a default `Content-Type`; only an answer with neither `Content-Type` nor length is
+ * peeked at for that, so a stream's head is never held back. When the client goes away
+ * (`gone` aborted), the upstream is aborted and the body ends quietly instead of failing, so
+ * runtimes do not log a disconnect as an error.
+ */
+async function relayBody(upstream: Response, method: string, gone: AbortSignal): Promise<ReadableStream<Uint8Array> | null> {
+  const body = upstream.body
+  if (!body) return null
+  const status = upstream.status
+  const length = upstream.headers.get('content-length')
+  if (status === 204 || status === 304 || method === 'HEAD' || length === '0') {
+    void body.cancel().catch(() => {})
+    return null
+  }
+  const reader = body.getReader()
+  let first: Uint8Array | undefined
+  if (!upstream.headers.has('content-type') && length === null) {
+    const peeked = await reader.read()
+    if (peeked.done) return null
+    first = peeked.value
+  }
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        if (first) controller.enqueue(first)
+      },
+      async pull(controller) {
+        try {
+          const next = await reader.read()
+          if (next.done) controller.close()
+          else controller.enqueue(next.value)
+        } catch (error) {
+          if (gone.aborted) controller.close()
+          else controller.error(error)
+        }
+      },
+      cancel(reason) {
+        return reader.cancel(reason)
+      },
+    },
+    { highWaterMark: 0 },
+  )
+}
+
+/**
+ * Creates the proxy handler.
+ *
+ * @example
+ * ```ts
+ * const proxy = createProxyHandler({
+ *   upstream: (context) => upstreams.get(`${context.app.id}@${context.version}`),
+ *   identity: signer,
+ *   timeoutMs: 10_000,
+ * })
+ * ```
+ */
+export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
+  if (!options) throw new ConfigurationError('upstream', 'is required')
+  const signer: IdentitySigner =
+    options.identity && typeof (options.identity as IdentitySigner).sign === 'function'
+      ? (options.identity as IdentitySigner)
+      : createIdentitySigner(options.identity as IdentitySignerOptions)
+  const identityHeader = (options.identityHeader ?? IDENTITY_HEADER).toLowerCase()
+  if (NEVER_FORWARDED.has(identityHeader) || FORWARDED_REQUEST_HEADERS.includes(identityHeader)) {
+    throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityHeader)}`)
+  }
+  const timeoutMs = options.timeoutMs ?? 30_000
+  if (!(timeoutMs > 0) || !Number.isFinite(timeoutMs)) throw new ConfigurationError('timeoutMs', 'must be a positive number')
+  const forwarded = [...FORWARDED_REQUEST_HEADERS]
+  for (const name of options.forwardHeaders ?? []) {
+    const lower = String(name).toLowerCase()
+    if (NEVER_FORWARDED.has(lower) || lower === identityHeader) {
+      throw new ConfigurationError('forwardHeaders', `must not name ${JSON.stringify(lower)}`)
+    }
+    if (!forwarded.includes(lower)) forwarded.push(lower)
+  }
+  const fetchUpstream = options.fetch ?? ((input: URL, init: RequestInit) => fetch(input, init))
+  const onError = options.onError ?? (() => {})
+  const audienceOf = options.audience ?? ((_context: DispatchContext, upstream: URL) => upstream.origin)
+
+  let upstreamOf: (context: DispatchContext) => URL | undefined
+  const source = options.upstream
+  if (typeof source === 'function') {
+    const parsed = new Map<string, URL>()
+    upstreamOf = (context) => {
+      const value = source(context)
+      if (value === undefined) return undefined
+      const key = String(value)
+      let url = parsed.get(key)
+      if (!url) parsed.set(key, (url = parseUpstream(value, 'upstream')))
+      return url
+    }
+  } else if (source && typeof source === 'object') {
+    const table = new Map<string, URL>()
+    for (const [key, value] of Object.entries(source)) table.set(key, parseUpstream(value, `upstream.${key}`))
+    upstreamOf = (context) => table.get(`${context.app.id}@${context.version}`) ?? table.get(context.version)
+  } else {
+    throw new ConfigurationError('upstream', 'must be an object of URLs keyed by version, or a function')
+  }
+
+  return async function proxy(request, context) {
+    let target: URL | undefined
+    try {
+      target = upstreamOf(context)
+    } catch (error) {
+      onError(error, 'proxy upstream')
+      return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
+    }
+    if (!target) return toResponse(versionNotServedReply(context.version))
+
+    const headers = new Headers()
+    for (const name of forwarded) {
+      const value = request.headers.get(name)
+      if (value !== null) headers.set(name, value)
+    }
+    // Compressed bodies would be decoded by `fetch` and re-labelled wrongly; ask for none.
+    headers.set('accept-encoding', 'identity')
+    headers.set(identityHeader, await signer.sign(context, audienceOf(context, target)))
+
+    const method = request.method
+    const hasBody = request.body !== null && method !== 'GET' && method !== 'HEAD'
+    const controller = new AbortController()
+    let timedOut = false
+    const timer = setTimeout(() => {
+      timedOut = true
+      controller.abort()
+    }, timeoutMs)
+    const clientGone = () => controller.abort()
+    if (request.signal.aborted) controller.abort()
+    else request.signal.addEventListener('abort', clientGone, { once: true })
+
+    let upstream: Response
+    try {
+      const init: RequestInit & { duplex?: 'half' } = {
+        method,
+        headers,
+        redirect: 'manual',
+        signal: controller.signal,
+        ...(hasBody && { body: request.body, duplex: 'half' as const }),
+      }
+      upstream = await fetchUpstream(target, init)
+    } catch (error) {
+      request.signal.removeEventListener('abort', clientGone)
+      const failure = timedOut
+        ? new UpstreamError(504, TIMED_OUT, { cause: error })
+        : new UpstreamError(502, UNAVAILABLE, { cause: error })
+      if (!request.signal.aborted) onError(failure, `proxy ${target.origin}`)
+      return toResponse(upstreamErrorReply(failure))
+    } finally {
+      clearTimeout(timer)
+    }
+
+    const status = upstream.status
+    if ((status >= 300 && status < 400) || status === 401 || status === 407) {
+      // A redirect could send the next request (and its identity) elsewhere; a 401 means the
+      // upstream refuses the platform's identity, which the caller can do nothing about.
+      void upstream.body?.cancel().catch(() => {})
+      onError(new UpstreamError(502, `Upstream answered ${status}`), `proxy ${target.origin}`)
+      return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
+    }
+
+    const out = new Headers()
+    const connectionTokens = new Set(
+      (upstream.headers.get('connection') ?? '')
+        .split(',')
+        .map((t) => t.trim().toLowerCase())
+        .filter(Boolean),
+    )
+    const decoded = upstream.headers.has('content-encoding')
+    upstream.headers.forEach((value, name) => {
+      if (HOP_BY_HOP.has(name) || connectionTokens.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
+      if (decoded && (name === 'content-encoding' || name === 'content-length')) return
+      out.set(name, value)
+    })
+    for (const cookie of upstream.headers.getSetCookie()) out.append('set-cookie', cookie)
+    let body: ReadableStream<Uint8Array> | null
+    try {
+      body = await relayBody(upstream, method, request.signal)
+    } catch (error) {
+      if (!request.signal.aborted) onError(new UpstreamError(502, UNAVAILABLE, { cause: error }), `proxy ${target.origin}`)
+      return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
+    }
+    return new Response(body, { status, statusText: upstream.statusText, headers: out })
+  }
+}
+
+export {
+  DEFAULT_IDENTITY_TTL_SECONDS,
+  IDENTITY_HEADER,
+  IDENTITY_TOKEN_TYPE,
+  createIdentitySigner,
+  createIdentityVerifier,
+} from './identity.js'
+export type {
+  IdentityClaims,
+  IdentityJwks,
+  IdentityKey,
+  IdentitySigner,
+  IdentitySignerOptions,
+  IdentityVerifier,
+  IdentityVerifierOptions,
+  VerifiedIdentity,
+} from './identity.js'
+export type { DispatchContext } from '../../pipeline/dispatcher.js'

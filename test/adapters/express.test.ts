@@ -1,0 +1,119 @@
+/**
+ * The Express adapter (`mcp-dispatch/express`) against the shared suite, over loopback HTTP
+ * (Express has no in-memory injection; node:http keeps the exact `Host`).
+ */
+import * as http from 'node:http'
+import express from 'express'
+import { ConfigurationError } from 'mcp-dispatch'
+import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
+import { afterAll, describe, expect, it } from 'vitest'
+import { close, createFixture, listen, rawRequest } from './helpers.js'
+import { describeAdapter } from './suite.js'
+import { startExpress } from './targets.js'
+
+describeAdapter('express', startExpress)
+
+describe('express adapter specifics', () => {
+  const servers: http.Server[] = []
+  afterAll(async () => {
+    for (const server of servers) await close(server)
+  })
+  async function serveApp(app: express.Express): Promise<number> {
+    app.disable('x-powered-by')
+    const server = http.createServer(app)
+    servers.push(server)
+    return listen(server)
+  }
+  const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+
+  it('refuses misconfiguration when the middleware is created', () => {
+    expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
+    expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: ['not an address'] })).toThrow(ConfigurationError)
+    expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
+  })
+
+  it('passes an async failure of the pipeline to next(err)', async () => {
+    const broken = { ...createFixture().dispatcher, decide: () => Promise.reject(new Error('pipeline broke')) }
+    const app = express()
+    const caught: unknown[] = []
+    app.use(mcpDispatch({ dispatcher: broken }))
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      caught.push(error)
+      res.status(500).end('caught')
+    })
+    const res = await rawRequest(await serveApp(app), { path: '/v1', body: tools })
+    expect(res).toMatchObject({ status: 500, body: 'caught' })
+    expect((caught[0] as Error).message).toBe('pipeline broke')
+  })
+
+  it('works mounted under a path equal to the dispatcher basePath, leaving other routes alone', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.get('/health', (_req, res) => res.json({ ok: true }))
+    app.use('/mcp', mcpDispatch({ dispatcher: { ...fixture.dispatcherOptions, basePath: '/mcp' } }))
+    app.use('/mcp', (req, res) => res.json({ version: getDispatchContext(req).version, url: req.originalUrl }))
+    const port = await serveApp(app)
+    expect(await rawRequest(port, { method: 'GET', path: '/health' })).toMatchObject({ status: 200, body: '{"ok":true}' })
+    const dispatched = await rawRequest(port, {
+      path: '/mcp/v1',
+      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      body: tools,
+    })
+    expect(dispatched.status).toBe(200)
+    expect(JSON.parse(dispatched.body)).toEqual({ version: '1.0.0', url: '/mcp/v1' })
+    const refused = await rawRequest(port, { path: '/mcp/v1', body: tools })
+    expect(refused.status).toBe(401)
+    expect(refused.headers['www-authenticate']).toBe(
+      'Bearer resource_metadata="http://weather.localhost/mcp/.well-known/oauth-protected-resource"',
+    )
+  })
+
+  it('a handler that fails after writing its head: the connection ends, onError hears it, the server keeps serving', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+    app.use(
+      routeByVersion({
+        '1.0.0': async (_req, res) => {
+          res.writeHead(200, { 'content-type': 'text/event-stream' })
+          throw new Error('failed mid-answer')
+        },
+        '2.0.0': (_req, res) => res.end('fine'),
+      }),
+    )
+    const port = await serveApp(app)
+    const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }
+    await expect(rawRequest(port, { path: '/v1', headers, body: tools })).rejects.toThrow()
+    expect((errors[0] as Error).message).toBe('failed mid-answer')
+    expect(await rawRequest(port, { path: '/v2', headers, body: tools })).toMatchObject({ status: 200, body: 'fine' })
+  })
+
+  it('getDispatchContext throws where the middleware did not run', async () => {
+    const app = express()
+    app.get('/', (req, res) => {
+      try {
+        getDispatchContext(req)
+        res.end('no error')
+      } catch (error) {
+        res.end((error as Error).constructor.name)
+      }
+    })
+    expect((await rawRequest(await serveApp(app), { method: 'GET', path: '/' })).body).toBe('TypeError')
+  })
+
+  it('fromWebHandler re-serializes a body that express.json() already read', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }), express.json())
+    app.use(fromWebHandler(async (request, context) => new Response(`${context.version} ${await request.text()}`)))
+    const res = await rawRequest(await serveApp(app), {
+      path: '/v2',
+      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      body: '{ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }',
+    })
+    expect(res.status).toBe(200)
+    expect(res.headers['x-mcp-version']).toBe('2.0.0')
+    expect(res.body).toBe(`2.0.0 ${tools}`)
+  })
+})

@@ -1,0 +1,83 @@
+/**
+ * The Fastify adapter (`mcp-dispatch/fastify`) against the shared suite: in memory with
+ * `fastify.inject`, over loopback HTTP for streaming.
+ */
+import Fastify from 'fastify'
+import { ConfigurationError } from 'mcp-dispatch'
+import { fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
+import { describe, expect, it } from 'vitest'
+import { HOST, createFixture } from './helpers.js'
+import { describeAdapter } from './suite.js'
+import { startFastify } from './targets.js'
+
+describeAdapter('fastify', startFastify)
+
+describe('fastify adapter specifics', () => {
+  const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+
+  it('refuses misconfiguration when the plugin is created', () => {
+    expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
+    expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(ConfigurationError)
+    expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
+  })
+
+  it('applies only to the encapsulated context it is registered in', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    app.get('/health', async () => ({ ok: true }))
+    await app.register(
+      async (scope) => {
+        await scope.register(mcpDispatch({ dispatcher: { ...fixture.dispatcherOptions, basePath: '/mcp' } }))
+        scope.all('/*', async (request) => ({ version: getDispatchContext(request).version }))
+      },
+      { prefix: '/mcp' },
+    )
+    try {
+      const health = await app.inject({ method: 'GET', url: '/health', headers: { host: HOST } })
+      expect(health.json()).toEqual({ ok: true })
+      const dispatched = await app.inject({
+        method: 'POST',
+        url: '/mcp/v1',
+        headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+        payload: tools,
+      })
+      expect(dispatched.json()).toEqual({ version: '1.0.0' })
+      expect(dispatched.headers['x-mcp-version']).toBe('1.0.0')
+      const refused = await app.inject({ method: 'POST', url: '/mcp/v1', headers: { host: HOST }, payload: tools })
+      expect(refused.statusCode).toBe(401)
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('getDispatchContext throws where the plugin did not run', async () => {
+    const app = Fastify()
+    app.get('/', async (request) => {
+      try {
+        getDispatchContext(request)
+        return 'no error'
+      } catch (error) {
+        return (error as Error).constructor.name
+      }
+    })
+    expect((await app.inject({ method: 'GET', url: '/' })).body).toBe('TypeError')
+    await app.close()
+  })
+
+  it('fromWebHandler re-serializes a body Fastify already parsed', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.all('/*', fromWebHandler(async (request, context) => new Response(`${context.version} ${await request.text()}`)))
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v2',
+      headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      payload: '{ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }',
+    })
+    expect(res.statusCode).toBe(200)
+    expect(res.headers['x-mcp-version']).toBe('2.0.0')
+    expect(res.body).toBe(`2.0.0 ${tools}`)
+    await app.close()
+  })
+})

@@ -1,0 +1,253 @@
+/**
+ * Pieces the adapter tests share: a dispatch fixture on in-memory stores with a fixed clock,
+ * an HTTP client for loopback servers that keeps the `Host` header (Apps are found by host),
+ * and small HTTP response records to compare byte for byte.
+ */
+import * as http from 'node:http'
+import type { AddressInfo, LookupFunction } from 'node:net'
+import { Readable } from 'node:stream'
+import {
+  type AppRecord,
+  type Dispatcher,
+  type DispatcherOptions,
+  type Identity,
+  type MemoryAppStore,
+  type RateLimitPolicy,
+  type SessionStore,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+  displayPrefix,
+  generateApiToken,
+  hashApiToken,
+} from 'mcp-dispatch'
+
+/** 2030-01-01T00:00:30Z: half-way through a minute window, so 429 bodies are fixed. */
+export const T0 = Date.UTC(2030, 0, 1, 0, 0, 30)
+const DAY = 86_400_000
+
+/** The Host every in-memory and raw request uses, so base URLs match across adapters. */
+export const HOST = 'weather.localhost'
+export const ALLOWED_ORIGIN = 'https://allowed.example'
+
+export type TokenName = 'alice' | 'aliceOther' | 'aliceBusy' | 'bob' | 'carol' | 'ipLimited'
+
+/** A dispatcher on in-memory stores, with seeded tokens. */
+export interface Fixture {
+  dispatcher: Dispatcher
+  /** The options the dispatcher was created with (to create variants, e.g. with a basePath). */
+  dispatcherOptions: DispatcherOptions
+  apps: MemoryAppStore
+  tokens: Record<TokenName, string>
+  errors: Array<{ error: unknown; context: string }>
+}
+
+/**
+ * Apps: weather (1.0.0, 2.0.0), notes (1.0.0; the session tests deploy to it), other (1.0.0),
+ * busy (1.0.0, one request per minute). Users: alice (subscribed to all), bob (no active
+ * subscription), carol (subscribed to notes).
+ */
+export function createFixture(options: { sessions?: SessionStore } = {}): Fixture {
+  const now = () => T0
+  const apps = createMemoryAppStore([
+    { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '2.0.0'] },
+    { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] },
+    { id: 'app_other', slug: 'other', name: 'Other', versions: ['1.0.0'] },
+    { id: 'app_busy', slug: 'busy', name: 'Busy', versions: ['1.0.0'] },
+  ])
+  const subscriptions = createMemorySubscriptionStore([
+    { userId: 'alice', appId: 'app_weather', active: true },
+    { userId: 'alice', appId: 'app_notes', active: true },
+    { userId: 'alice', appId: 'app_other', active: true },
+    { userId: 'alice', appId: 'app_busy', active: true },
+    { userId: 'bob', appId: 'app_weather', active: false },
+    { userId: 'carol', appId: 'app_notes', active: true },
+  ])
+  const store = createMemoryTokenStore()
+  const errors: Fixture['errors'] = []
+  const onError = (error: unknown, context: string) => errors.push({ error, context })
+  const tokenService = createTokenService({ store, apps, subscriptions, now, onError })
+  const mint = (userId: string, servers: string[], allowedIps: string[] | null = null) => {
+    const secret = generateApiToken()
+    store.insert({
+      id: crypto.randomUUID(),
+      userId,
+      name: `${userId} token`,
+      tokenHash: hashApiToken(secret),
+      displayPrefix: displayPrefix(secret),
+      servers,
+      allowedIps,
+      expiresAt: T0 + 30 * DAY,
+      createdAt: T0,
+      lastUsedAt: null,
+      revokedAt: null,
+    })
+    return secret
+  }
+  const tokens: Record<TokenName, string> = {
+    alice: mint('alice', ['app_weather', 'app_notes']),
+    aliceOther: mint('alice', ['app_other']),
+    aliceBusy: mint('alice', ['app_busy']),
+    bob: mint('bob', ['app_weather']),
+    carol: mint('carol', ['app_notes']),
+    ipLimited: mint('alice', ['app_weather'], ['203.0.113.0/24']),
+  }
+  const policy = (_identity: Identity, app: AppRecord): RateLimitPolicy | undefined =>
+    app.id === 'app_busy' ? { limit: 1, windowType: 'minute' } : undefined
+  const dispatcherOptions: DispatcherOptions = {
+    apps,
+    subscriptions,
+    tokens: tokenService,
+    authorizationServers: ['https://auth.example.com'],
+    allowedOrigins: [ALLOWED_ORIGIN],
+    rateLimit: { policy },
+    ...(options.sessions && { sessions: options.sessions }),
+    now,
+    onError,
+  }
+  return { dispatcher: createDispatcher(dispatcherOptions), dispatcherOptions, apps, tokens, errors }
+}
+
+/** An HTTP answer reduced to what the tests compare. Header names lower case. */
+export interface HttpRecord {
+  status: number
+  headers: Record<string, string>
+  body: string
+}
+
+/** A request of the tests, independent of the adapter. */
+export interface TestRequest {
+  method?: string
+  path?: string
+  /** Default {@link HOST}. */
+  host?: string
+  headers?: Record<string, string>
+  body?: string
+}
+
+/** Sends a request to a loopback server with node:http, keeping the exact `Host`. */
+export function rawRequest(port: number, request: TestRequest): Promise<HttpRecord> {
+  return new Promise((resolve, reject) => {
+    const headers: Record<string, string> = { host: request.host ?? HOST, ...request.headers }
+    if (request.body !== undefined) headers['content-length'] = String(Buffer.byteLength(request.body))
+    const outgoing = http.request(
+      { host: '127.0.0.1', port, method: request.method ?? 'POST', path: request.path ?? '/', headers, agent: false },
+      (incoming) => {
+        const chunks: Buffer[] = []
+        incoming.on('data', (c: Buffer) => chunks.push(c))
+        incoming.on('end', () => {
+          const out: Record<string, string> = {}
+          for (const [name, value] of Object.entries(incoming.headers)) {
+            if (value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : value
+          }
+          resolve({ status: incoming.statusCode ?? 0, headers: out, body: Buffer.concat(chunks).toString('utf8') })
+        })
+        incoming.on('error', reject)
+      },
+    )
+    outgoing.on('error', reject)
+    outgoing.end(request.body)
+  })
+}
+
+/** Reads a web `Response` into an {@link HttpRecord}. */
+export async function recordResponse(response: Response): Promise<HttpRecord> {
+  const headers: Record<string, string> = {}
+  response.headers.forEach((value, name) => {
+    headers[name] = value
+  })
+  return { status: response.status, headers, body: await response.text() }
+}
+
+/**
+ * `fetch` for loopback servers addressed by name (`http://weather.localhost:PORT/v1`): Node's
+ * `fetch` drops a hand-set `Host` and the system resolver does not know `*.localhost`, so this
+ * goes through node:http with a lookup that maps every name to 127.0.0.1. Response bodies
+ * stream (SSE); aborting the signal ends the request.
+ */
+export async function loopbackFetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
+  const request = new Request(input, init)
+  const url = new URL(request.url)
+  const lookup: LookupFunction = (_hostname, options, callback) => {
+    if ((options as { all?: boolean }).all) {
+      ;(callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [
+        { address: '127.0.0.1', family: 4 },
+      ])
+    } else callback(null, '127.0.0.1', 4)
+  }
+  const body = request.body ? Buffer.from(await request.arrayBuffer()) : undefined
+  const headers: Record<string, string> = {}
+  request.headers.forEach((value, name) => {
+    headers[name] = value
+  })
+  if (body) headers['content-length'] = String(body.length)
+  return new Promise<Response>((resolve, reject) => {
+    const outgoing = http.request(url, { method: request.method, headers, lookup, agent: false }, (incoming) => {
+      const responseHeaders = new Headers()
+      for (const [name, value] of Object.entries(incoming.headers)) {
+        if (Array.isArray(value)) for (const v of value) responseHeaders.append(name, v)
+        else if (value !== undefined) responseHeaders.set(name, value)
+      }
+      const status = incoming.statusCode ?? 500
+      const nullBody = status === 204 || status === 304 || request.method === 'HEAD'
+      if (nullBody) incoming.resume()
+      resolve(
+        new Response(nullBody ? null : (Readable.toWeb(incoming) as ReadableStream<Uint8Array>), {
+          status,
+          statusText: incoming.statusMessage ?? '',
+          headers: responseHeaders,
+        }),
+      )
+    })
+    const signal = init.signal ?? undefined
+    if (signal) {
+      if (signal.aborted) {
+        outgoing.destroy()
+        reject(signal.reason)
+        return
+      }
+      signal.addEventListener('abort', () => outgoing.destroy(), { once: true })
+    }
+    outgoing.on('error', reject)
+    outgoing.end(body)
+  })
+}
+
+/** Listens on 127.0.0.1, ephemeral port. */
+export function listen(server: http.Server): Promise<number> {
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port)))
+}
+
+/** Closes a server and every connection it holds (SSE streams included). */
+export function close(server: http.Server): Promise<void> {
+  return new Promise((resolve) => {
+    server.closeAllConnections()
+    server.close(() => resolve())
+  })
+}
+
+/** A gate a streaming handler waits on, opened by the test: proves a stream is not buffered. */
+export interface Gate {
+  wait(): Promise<void>
+  open(): void
+}
+
+export function createGate(): Gate {
+  let open!: () => void
+  const opened = new Promise<void>((resolve) => (open = resolve))
+  return { wait: () => opened, open: () => open() }
+}
+
+/** Reads from a byte stream until `text` has appeared; returns everything read so far. */
+export async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>, text: string): Promise<string> {
+  const decoder = new TextDecoder()
+  let seen = ''
+  while (!seen.includes(text)) {
+    const { done, value } = await reader.read()
+    if (done) throw new Error(`stream ended before ${JSON.stringify(text)}; got ${JSON.stringify(seen)}`)
+    seen += decoder.decode(value, { stream: true })
+  }
+  return seen
+}

@@ -1,0 +1,286 @@
+/**
+ * Nothing of MCP is lost on the way: the official SDK client runs a full session (initialize,
+ * tools/list, progress notifications over SSE, an elicitation answered by the client, the GET
+ * stream, DELETE) against SDK servers through each adapter, and through the proxy handler
+ * (served by each adapter) to SDK servers running as their own services. Every session sees
+ * exactly what a direct session sees, and a deploy during the session does not move it.
+ */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { serve } from '@hono/node-server'
+import express from 'express'
+import Fastify from 'fastify'
+import { generateKeyPair } from 'jose'
+import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
+import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
+import {
+  type IdentitySigner,
+  type VerifiedIdentity,
+  createIdentitySigner,
+  createIdentityVerifier,
+  createProxyHandler,
+} from 'mcp-dispatch/proxy'
+import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
+import { beforeAll, describe, expect, it } from 'vitest'
+import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
+import {
+  type ScenarioResult,
+  buildScenarioServer,
+  createNodeMcpHandler,
+  createWebMcpHandler,
+  readVersion,
+  runScenario,
+} from './mcp.js'
+
+type Kind = 'web' | 'express' | 'fastify'
+const KINDS: readonly Kind[] = ['web', 'express', 'fastify']
+const ISSUER = 'https://platform.test'
+
+interface Stack {
+  port: number
+  close(): Promise<void>
+}
+
+function withoutExchanges(result: ScenarioResult): Omit<ScenarioResult, 'exchanges'> {
+  const { exchanges: _exchanges, ...rest } = result
+  return rest
+}
+
+/** Serves a web handler (`@hono/node-server`), the client address from the socket. */
+async function serveWeb(handle: (request: Request, info: { clientAddress?: string }) => Promise<Response>): Promise<Stack> {
+  let server!: ReturnType<typeof serve>
+  const port = await new Promise<number>((resolve) => {
+    server = serve(
+      {
+        port: 0,
+        hostname: '127.0.0.1',
+        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
+          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+      },
+      (info: AddressInfo) => resolve(info.port),
+    )
+  })
+  return { port, close: () => close(server as unknown as http.Server) }
+}
+
+/** SDK servers, one per version, in front of which each adapter puts the dispatch layer. */
+async function startLocal(kind: Kind, fixture: Fixture): Promise<Stack> {
+  const closers: Array<() => Promise<void>> = []
+  const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
+  let stack: Stack
+  if (kind === 'web') {
+    const handle = webDispatch({
+      dispatcher: fixture.dispatcher,
+      onError,
+      handler: webRoutes((app, version) => {
+        const sessions = createWebMcpHandler(() => buildScenarioServer(app.slug, version))
+        closers.push(sessions.close)
+        return (request) => sessions.handle(request)
+      }),
+    })
+    stack = await serveWeb(handle)
+  } else if (kind === 'express') {
+    const app = express()
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.use(express.json())
+    app.use(
+      expressRoutes((appRecord, version) => {
+        const sessions = createNodeMcpHandler(() => buildScenarioServer(appRecord.slug, version))
+        closers.push(sessions.close)
+        return (req, res) => sessions.handle(req, res, req.body)
+      }),
+    )
+    const server = http.createServer(app)
+    stack = { port: await listen(server), close: () => close(server) }
+  } else {
+    const app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.all(
+      '/*',
+      fastifyRoutes((appRecord, version) => {
+        const sessions = createNodeMcpHandler(() => buildScenarioServer(appRecord.slug, version))
+        closers.push(sessions.close)
+        return async (request, reply) => {
+          reply.hijack()
+          await sessions.handle(request.raw, reply.raw, request.body)
+        }
+      }),
+    )
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    stack = { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  }
+  return {
+    port: stack.port,
+    async close() {
+      for (const c of closers) await c()
+      await stack.close()
+    },
+  }
+}
+
+/** Upstream App services: one SDK server per version at `/v/<version>/mcp`, behind identity checks. */
+interface Upstream extends Stack {
+  origin: string
+  identities: VerifiedIdentity[]
+  /** `Authorization` headers the upstream received (must stay empty). */
+  authorizations: Array<string | undefined>
+}
+
+async function startUpstream(signer: IdentitySigner): Promise<Upstream> {
+  const identities: VerifiedIdentity[] = []
+  const authorizations: Array<string | undefined> = []
+  const versions = new Map<string, ReturnType<typeof createNodeMcpHandler>>()
+  const app = express()
+  const server = http.createServer(app)
+  const port = await listen(server)
+  const origin = `http://127.0.0.1:${port}`
+  const verify = createIdentityVerifier({ jwks: await signer.jwks(), issuer: ISSUER, audience: origin, appId: 'app_weather' })
+  app.use(async (req, res, next) => {
+    authorizations.push(req.headers.authorization)
+    try {
+      identities.push(await verify(req.get('x-mcp-identity')))
+      next()
+    } catch {
+      res.status(401).json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Unauthorized' } })
+    }
+  })
+  app.use(express.json())
+  app.all('/v/:version/mcp', (req, res) => {
+    const version = String(req.params.version)
+    let sessions = versions.get(version)
+    if (!sessions) versions.set(version, (sessions = createNodeMcpHandler(() => buildScenarioServer('weather', version))))
+    void sessions.handle(req, res, req.body)
+  })
+  return {
+    port,
+    origin,
+    identities,
+    authorizations,
+    async close() {
+      for (const s of versions.values()) await s.close()
+      await close(server)
+    },
+  }
+}
+
+/** The dispatch layer of `kind` in front of the proxy handler. */
+async function startProxied(kind: Kind, fixture: Fixture, upstream: Upstream, signer: IdentitySigner): Promise<Stack> {
+  const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
+  const proxy = createProxyHandler({
+    upstream: (context) => `${upstream.origin}/v/${context.version}/mcp`,
+    identity: signer,
+    onError,
+  })
+  if (kind === 'web') return serveWeb(webDispatch({ dispatcher: fixture.dispatcher, onError, handler: proxy as WebMcpHandler }))
+  if (kind === 'express') {
+    const app = express()
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.use(expressFromWeb(proxy))
+    const server = http.createServer(app)
+    return { port: await listen(server), close: () => close(server) }
+  }
+  const app = Fastify({ forceCloseConnections: true })
+  await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
+  // Leave request bodies unread, so they stream to the upstream.
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+  app.all('/*', fastifyFromWeb(proxy))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+}
+
+describe('a full MCP session through every adapter and through the proxy handler', () => {
+  let direct: ScenarioResult
+  let signer: IdentitySigner
+
+  beforeAll(async () => {
+    // The baseline: the same SDK server, talked to directly, no dispatch layer.
+    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '2.0.0'))
+    const server = http.createServer((req, res) => void sessions.handle(req, res))
+    const port = await listen(server)
+    direct = await runScenario(`http://127.0.0.1:${port}/mcp`, { fetch: loopbackFetch })
+    await sessions.close()
+    await close(server)
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    signer = createIdentitySigner({ issuer: ISSUER, privateKey })
+  })
+
+  it('the direct session exercised every feature', () => {
+    expect(direct.tools).toEqual(['announce', 'ask', 'count', 'get_version'])
+    expect(direct.progress).toEqual([1, 2, 3])
+    expect(direct.elicitations).toEqual(['What is the answer?'])
+    expect(direct.asked).toEqual({ content: [{ type: 'text', text: 'accept: forty-two' }] })
+    expect(direct.version).toEqual({ content: [{ type: 'text', text: '2.0.0' }] })
+    expect(direct.exchanges.some((e) => e.method === 'GET' && e.status === 200 && e.contentType === 'text/event-stream')).toBe(true)
+    // tools/call answers stream (progress, the elicitation request) as SSE.
+    expect(direct.exchanges.filter((e) => e.contentType === 'text/event-stream').length).toBeGreaterThanOrEqual(4)
+    expect(direct.exchanges.some((e) => e.method === 'DELETE' && e.status === 200)).toBe(true)
+    expect(direct.afterDelete).toBe(404)
+  })
+
+  /** What every dispatched session must show besides the direct results. */
+  function expectPinned(result: ScenarioResult): void {
+    expect(withoutExchanges(result)).toEqual(withoutExchanges(direct))
+    // The same HTTP exchanges, with the same statuses and media types (SSE where the server streamed).
+    const shape = (r: ScenarioResult) => r.exchanges.map((e) => [e.method, e.status, e.contentType])
+    expect(shape(result)).toEqual(shape(direct))
+    for (const exchange of result.exchanges) expect(exchange.version).toBe('2.0.0')
+    expect(result.exchanges[0]!.latest).toBe('2.0.0')
+    expect(result.exchanges.at(-1)).toMatchObject({ method: 'DELETE', status: 200, version: '2.0.0', latest: '2.1.0' })
+    expect(result.exchanges.filter((e) => e.method === 'GET')).toHaveLength(1)
+  }
+
+  for (const kind of KINDS) {
+    it(`${kind} adapter: same results as a direct session; a deploy during it does not move it`, async () => {
+      const fixture = createFixture()
+      const stack = await startLocal(kind, fixture)
+      try {
+        const url = `http://weather.localhost:${stack.port}/`
+        const headers = { authorization: `Bearer ${fixture.tokens.alice}` }
+        const result = await runScenario(url, {
+          fetch: loopbackFetch,
+          headers,
+          afterInitialize: () => fixture.apps.deploy('app_weather', '2.1.0'),
+        })
+        expectPinned(result)
+        // A new session resolves again: the deployed version.
+        expect(await readVersion(url, { fetch: loopbackFetch, headers })).toEqual([{ type: 'text', text: '2.1.0' }])
+        expect(fixture.errors).toEqual([])
+      } finally {
+        await stack.close()
+      }
+    })
+
+    it(`${kind} adapter + proxy handler: same results, the identity as a signed JWT, never the caller's token`, async () => {
+      const fixture = createFixture()
+      const upstream = await startUpstream(signer)
+      const stack = await startProxied(kind, fixture, upstream, signer)
+      try {
+        const url = `http://weather.localhost:${stack.port}/v2`
+        const headers = { authorization: `Bearer ${fixture.tokens.alice}` }
+        const result = await runScenario(url, {
+          fetch: loopbackFetch,
+          headers,
+          afterInitialize: () => fixture.apps.deploy('app_weather', '2.1.0'),
+        })
+        expectPinned(result)
+        expect(await readVersion(url, { fetch: loopbackFetch, headers })).toEqual([{ type: 'text', text: '2.1.0' }])
+
+        expect(upstream.authorizations.length).toBeGreaterThan(5)
+        expect(upstream.authorizations.every((a) => a === undefined)).toBe(true)
+        const session = upstream.identities.slice(0, result.exchanges.length)
+        for (const identity of session) {
+          expect(identity).toMatchObject({ subject: 'alice', appId: 'app_weather', version: '2.0.0', method: 'api_token' })
+          expect(identity.claims.iss).toBe(ISSUER)
+          expect(identity.claims.aud).toBe(upstream.origin)
+          expect(identity.claims.exp - identity.claims.iat).toBe(60)
+        }
+        expect(upstream.identities.at(-1)!.version).toBe('2.1.0')
+        expect(fixture.errors).toEqual([])
+      } finally {
+        await stack.close()
+        await upstream.close()
+      }
+    })
+  }
+})

@@ -1,0 +1,452 @@
+/**
+ * The proxy handler (`mcp-dispatch/proxy`) on its own, against real upstream servers on
+ * loopback: which headers cross, streaming in both directions, client disconnects, upstream
+ * failures (502 / 504), and the identity token an App verifies.
+ */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import express from 'express'
+import Fastify from 'fastify'
+import { type JWK, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
+import { ConfigurationError, type DispatchContext, UnauthorizedError, UpstreamError } from 'mcp-dispatch'
+import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import {
+  type IdentitySigner,
+  type ProxyHandler,
+  createIdentitySigner,
+  createIdentityVerifier,
+  createProxyHandler,
+} from 'mcp-dispatch/proxy'
+import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { serve } from '@hono/node-server'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type Gate, close, createFixture, createGate, listen, loopbackFetch, readUntil } from './helpers.js'
+
+const ISSUER = 'https://platform.test'
+
+const context: DispatchContext = {
+  app: { id: 'app_weather', slug: 'weather', name: 'Weather' },
+  identity: { subject: 'alice', method: 'oauth', clientId: 'client-1', scopes: ['openid', 'email'] },
+  version: '2.0.0',
+  latestVersion: '2.1.0',
+  sessionId: undefined,
+  baseUrl: 'http://weather.localhost',
+  rateLimit: undefined,
+}
+
+/** An upstream App whose behaviour each test sets. */
+interface Upstream {
+  origin: string
+  server: http.Server
+  handle: (req: http.IncomingMessage, res: http.ServerResponse) => void
+}
+
+async function startUpstream(): Promise<Upstream> {
+  const upstream: Upstream = { origin: '', server: http.createServer((req, res) => upstream.handle(req, res)), handle: (_req, res) => void res.end() }
+  upstream.origin = `http://127.0.0.1:${await listen(upstream.server)}`
+  return upstream
+}
+
+async function readBody(req: http.IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = []
+  for await (const chunk of req) chunks.push(chunk as Buffer)
+  return Buffer.concat(chunks).toString('utf8')
+}
+
+const UNAVAILABLE = '{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Upstream App unavailable","data":{"error":"upstream_unavailable"}}}'
+const TIMED_OUT = '{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Upstream App timed out","data":{"error":"upstream_timeout"}}}'
+
+describe('proxy handler', () => {
+  let upstream: Upstream
+  let signer: IdentitySigner
+  let proxy: ProxyHandler
+  const errors: Array<{ error: unknown; context: string }> = []
+
+  beforeAll(async () => {
+    upstream = await startUpstream()
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    signer = createIdentitySigner({ issuer: ISSUER, privateKey })
+    proxy = createProxyHandler({
+      upstream: { '2.0.0': `${upstream.origin}/mcp` },
+      identity: signer,
+      onError: (error, where) => errors.push({ error, context: where }),
+    })
+  })
+  afterAll(() => close(upstream.server))
+
+  describe('what crosses to the upstream', () => {
+    it('forwards the MCP headers, the method and the body; never the credential, cookies or hop-by-hop headers', async () => {
+      let seen: { headers: http.IncomingHttpHeaders; method?: string; url?: string; body: string } | undefined
+      upstream.handle = async (req, res) => {
+        seen = { headers: req.headers, method: req.method, url: req.url, body: await readBody(req) }
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
+      }
+      const body = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+      const response = await proxy(
+        new Request('http://weather.localhost/v2?x=1', {
+          method: 'POST',
+          headers: {
+            authorization: 'Bearer svc_secret_never_forwarded',
+            cookie: 'session=abc',
+            connection: 'keep-alive, x-private',
+            'x-private': 'hop',
+            'keep-alive': 'timeout=5',
+            te: 'trailers',
+            'proxy-authorization': 'Basic eA==',
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            'mcp-session-id': 'session-1',
+            'mcp-protocol-version': '2025-06-18',
+            'last-event-id': 'event-7',
+            'x-unlisted': 'not forwarded either',
+          },
+          body,
+        }),
+        context,
+      )
+      expect(response.status).toBe(200)
+      expect(await response.text()).toBe('{"ok":true}')
+      expect(seen!.method).toBe('POST')
+      expect(seen!.url).toBe('/mcp')
+      expect(seen!.body).toBe(body)
+      const h = seen!.headers
+      expect(h).toMatchObject({
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-session-id': 'session-1',
+        'mcp-protocol-version': '2025-06-18',
+        'last-event-id': 'event-7',
+      })
+      for (const name of ['authorization', 'cookie', 'x-private', 'keep-alive', 'te', 'proxy-authorization', 'x-unlisted']) {
+        expect(h[name], name).toBeUndefined()
+      }
+      expect(typeof h['x-mcp-identity']).toBe('string')
+    })
+
+    it('sends the identity as a short-lived JWT the App verifies against the JWKS', async () => {
+      let token: string | undefined
+      upstream.handle = (req, res) => {
+        token = req.headers['x-mcp-identity'] as string
+        res.end()
+      }
+      await proxy(new Request('http://weather.localhost/v2', { method: 'DELETE' }), context)
+      const verify = createIdentityVerifier({ jwks: await signer.jwks(), issuer: ISSUER, audience: upstream.origin, appId: 'app_weather' })
+      const identity = await verify(token)
+      expect(identity).toMatchObject({
+        subject: 'alice',
+        appId: 'app_weather',
+        version: '2.0.0',
+        method: 'oauth',
+        clientId: 'client-1',
+        scopes: ['openid', 'email'],
+      })
+      expect(identity.claims).toMatchObject({ iss: ISSUER, aud: upstream.origin, sub: 'alice', app: 'app_weather', ver: '2.0.0' })
+      expect(identity.claims.exp - identity.claims.iat).toBe(60)
+      expect(typeof identity.claims.jti).toBe('string')
+    })
+
+    it('passes the answer back without hop-by-hop headers or the upstream challenge', async () => {
+      upstream.handle = (_req, res) => {
+        res.writeHead(404, {
+          'content-type': 'application/json',
+          'x-upstream': 'yes',
+          'www-authenticate': 'Bearer realm="app"',
+          'set-cookie': ['a=1', 'b=2'],
+          connection: 'x-private',
+          'x-private': 'hop',
+        })
+        res.end('{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}')
+      }
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+      expect(response.status).toBe(404)
+      expect(response.headers.get('x-upstream')).toBe('yes')
+      expect(response.headers.get('www-authenticate')).toBeNull()
+      expect(response.headers.get('x-private')).toBeNull()
+      expect(response.headers.getSetCookie()).toEqual(['a=1', 'b=2'])
+      expect(await response.text()).toContain('Session not found')
+    })
+  })
+
+  describe('streaming', () => {
+    it('streams an SSE answer through unbuffered, and the request body in', async () => {
+      const gate = createGate()
+      let received = ''
+      upstream.handle = async (req, res) => {
+        received = await readBody(req)
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: one\n\n')
+        await gate.wait()
+        res.end('data: two\n\n')
+      }
+      const encoder = new TextEncoder()
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(encoder.encode('{"jsonrpc":"2.0",'))
+          controller.enqueue(encoder.encode('"id":1,"method":"ping"}'))
+          controller.close()
+        },
+      })
+      const response = await proxy(
+        new Request('http://weather.localhost/v2', { method: 'POST', body, duplex: 'half' } as RequestInit),
+        context,
+      )
+      expect(received).toBe('{"jsonrpc":"2.0","id":1,"method":"ping"}')
+      expect(response.headers.get('content-type')).toBe('text/event-stream')
+      const reader = response.body!.getReader()
+      expect(await readUntil(reader, 'data: one')).toContain('data: one')
+      gate.open()
+      expect(await readUntil(reader, 'data: two')).toContain('data: two')
+      await reader.cancel()
+    })
+
+    it('ends the upstream request when the client cancels the answer', async () => {
+      const closed = createGate()
+      upstream.handle = (_req, res) => {
+        res.on('close', () => closed.open())
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: one\n\n')
+      }
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'GET' }), context)
+      const reader = response.body!.getReader()
+      await readUntil(reader, 'data: one')
+      await reader.cancel()
+      await closed.wait()
+    })
+
+    it('ends the upstream request when the client request is aborted', async () => {
+      const closed = createGate()
+      upstream.handle = (_req, res) => {
+        res.on('close', () => closed.open())
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: one\n\n')
+      }
+      const controller = new AbortController()
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'GET', signal: controller.signal }), context)
+      await readUntil(response.body!.getReader(), 'data: one')
+      controller.abort()
+      await closed.wait()
+    })
+  })
+
+  describe('upstream failures', () => {
+    it('answers 502 (JSON-RPC) when the upstream cannot be reached', async () => {
+      const gone = await startUpstream()
+      await close(gone.server)
+      const failing = createProxyHandler({
+        upstream: () => `${gone.origin}/mcp`,
+        identity: signer,
+        onError: (error, where) => errors.push({ error, context: where }),
+      })
+      const response = await failing(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+      expect(response.status).toBe(502)
+      expect(response.headers.get('content-type')).toBe('application/json')
+      expect(await response.text()).toBe(UNAVAILABLE)
+      const reported = errors.at(-1)!.error
+      expect(reported).toBeInstanceOf(UpstreamError)
+      expect((reported as UpstreamError).status).toBe(502)
+    })
+
+    it('answers 504 (JSON-RPC) when the upstream does not answer in time', async () => {
+      const aborted: Gate = createGate()
+      const stalled = createProxyHandler({
+        upstream: { '2.0.0': 'http://upstream.invalid/mcp' },
+        identity: signer,
+        timeoutMs: 1,
+        // Never answers; only the proxy's timeout ends it.
+        fetch: (_url, init) =>
+          new Promise<Response>((_resolve, reject) => {
+            init.signal!.addEventListener('abort', () => {
+              aborted.open()
+              reject(new DOMException('aborted', 'AbortError'))
+            })
+          }),
+      })
+      const response = await stalled(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+      await aborted.wait()
+      expect(response.status).toBe(504)
+      expect(await response.text()).toBe(TIMED_OUT)
+    })
+
+    it('answers 502 when the upstream refuses the identity (401) or redirects', async () => {
+      for (const answer of [
+        { status: 401, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } },
+        { status: 302, headers: { location: 'http://elsewhere.example/' } },
+      ]) {
+        upstream.handle = (_req, res) => res.writeHead(answer.status, answer.headers).end()
+        const response = await proxy(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+        expect(response.status).toBe(502)
+        expect(await response.text()).toBe(UNAVAILABLE)
+        expect(response.headers.get('www-authenticate')).toBeNull()
+        expect(response.headers.get('location')).toBeNull()
+      }
+    })
+
+    it('answers 404 version_not_served for a version without an upstream', async () => {
+      const response = await proxy(new Request('http://weather.localhost/v1', { method: 'POST', body: '{}' }), {
+        ...context,
+        version: '1.0.0',
+      })
+      expect(response.status).toBe(404)
+      expect(await response.json()).toEqual({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32004, message: 'Version not served', data: { error: 'version_not_served', version: '1.0.0' } },
+      })
+    })
+  })
+
+  describe('client disconnects propagate through every adapter', () => {
+    for (const kind of ['web', 'express', 'fastify'] as const) {
+      it(`${kind}: the upstream request ends when the client goes away`, async () => {
+        const fixture = createFixture()
+        const closed = createGate()
+        upstream.handle = (_req, res) => {
+          res.on('close', () => closed.open())
+          res.writeHead(200, { 'content-type': 'text/event-stream' })
+          res.write('data: one\n\n')
+        }
+        const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
+        let port: number
+        let stop: () => Promise<unknown>
+        if (kind === 'web') {
+          const handle = webDispatch({ dispatcher: fixture.dispatcher, handler })
+          let server!: ReturnType<typeof serve>
+          port = await new Promise<number>((resolve) => {
+            server = serve({ port: 0, hostname: '127.0.0.1', fetch: (r: Request) => handle(r, { clientAddress: '127.0.0.1' }) }, (info: AddressInfo) =>
+              resolve(info.port),
+            )
+          })
+          stop = () => close(server as unknown as http.Server)
+        } else if (kind === 'express') {
+          const app = express()
+          app.use(expressDispatch({ dispatcher: fixture.dispatcher }), expressFromWeb(handler))
+          const server = http.createServer(app)
+          port = await listen(server)
+          stop = () => close(server)
+        } else {
+          const app = Fastify({ forceCloseConnections: true })
+          await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+          app.all('/*', fastifyFromWeb(handler))
+          await app.listen({ port: 0, host: '127.0.0.1' })
+          port = (app.server.address() as AddressInfo).port
+          stop = () => app.close()
+        }
+        try {
+          const controller = new AbortController()
+          const response = await loopbackFetch(`http://weather.localhost:${port}/v2`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+            body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+            signal: controller.signal,
+          })
+          expect(response.headers.get('x-mcp-version')).toBe('2.0.0')
+          await readUntil(response.body!.getReader(), 'data: one')
+          controller.abort()
+          await closed.wait()
+        } finally {
+          await stop()
+        }
+      })
+    }
+  })
+})
+
+describe('identity tokens', () => {
+  let privateJwk: JWK
+  let signer: IdentitySigner
+  const at = Date.UTC(2030, 0, 1)
+
+  beforeAll(async () => {
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    privateJwk = await exportJWK(privateKey)
+    signer = createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk, now: () => at })
+  })
+
+  const verifier = (overrides: Partial<Parameters<typeof createIdentityVerifier>[0]> = {}) =>
+    signer.jwks().then((jwks) =>
+      createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'http://app.internal', now: () => at, ...overrides }),
+    )
+
+  it('publishes public keys only, with alg, kid (RFC 7638 thumbprint) and use', async () => {
+    const jwks = await signer.jwks()
+    expect(jwks.keys).toHaveLength(1)
+    const key = jwks.keys[0]!
+    expect(key).toMatchObject({ kty: 'EC', crv: 'P-256', alg: 'ES256', use: 'sig' })
+    expect(key.d).toBeUndefined()
+    expect(key.kid).toMatch(/^[A-Za-z0-9_-]{43}$/)
+  })
+
+  it('verifies against a JWKS published at a URL', async () => {
+    const jwks = await signer.jwks()
+    const server = http.createServer((_req, res) => res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(jwks)))
+    const port = await listen(server)
+    try {
+      const verify = createIdentityVerifier({
+        jwks: `http://127.0.0.1:${port}/.well-known/jwks.json`,
+        issuer: ISSUER,
+        audience: 'http://app.internal',
+        now: () => at,
+      })
+      const token = await signer.sign(context, 'http://app.internal')
+      expect((await verify(new Headers({ 'x-mcp-identity': token }))).subject).toBe('alice')
+    } finally {
+      await close(server)
+    }
+  })
+
+  it('refuses a missing, expired, tampered, mistyped, or misdirected token (401)', async () => {
+    const token = await signer.sign(context, 'http://app.internal')
+    const verify = await verifier()
+    await expect(verify(token)).resolves.toMatchObject({ subject: 'alice' })
+    const refusals: Array<() => Promise<unknown>> = [
+      async () => verify(null),
+      async () => verify(new Request('http://app.internal/mcp')),
+      async () => (await verifier({ now: () => at + 61_000 + 5_000 }))(token),
+      async () => verify(`${token.slice(0, -4)}AAAA`),
+      async () => (await verifier({ audience: 'http://other.internal' }))(token),
+      async () => (await verifier({ appId: 'app_other' }))(token),
+      async () => (await verifier({ issuer: 'https://impostor.test' }))(token),
+      // Signed by the same key but not an identity token (no `typ`): explicit typing refuses it.
+      async () => {
+        const untyped = await new SignJWT({ app: 'app_weather', ver: '2.0.0' })
+          .setProtectedHeader({ alg: 'ES256', kid: (await signer.jwks()).keys[0]!.kid! })
+          .setIssuer(ISSUER)
+          .setSubject('alice')
+          .setAudience('http://app.internal')
+          .setIssuedAt(at / 1000)
+          .setExpirationTime(at / 1000 + 60)
+          .sign(await importJWK(privateJwk, 'ES256'))
+        return verify(untyped)
+      },
+    ]
+    for (const refusal of refusals) await expect(refusal()).rejects.toBeInstanceOf(UnauthorizedError)
+  })
+
+  it('signs with Ed25519 keys and keeps publishing previous keys after a rotation', async () => {
+    const { privateKey } = await generateKeyPair('EdDSA', { extractable: true })
+    const previous = (await signer.jwks()).keys[0]!
+    const rotated = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [previous], now: () => at })
+    const jwks = await rotated.jwks()
+    expect(jwks.keys.map((k) => k.alg)).toEqual(['EdDSA', 'ES256'])
+    const verify = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', now: () => at })
+    expect((await verify(await rotated.sign(context, 'a'))).subject).toBe('alice')
+    expect((await verify(await signer.sign(context, 'a'))).subject).toBe('alice')
+  })
+
+  it('refuses misconfiguration when created', async () => {
+    const { privateKey: nonExtractable } = await generateKeyPair('ES256')
+    expect(() => createIdentitySigner({ issuer: '', privateKey: privateJwk })).toThrow(ConfigurationError)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { kty: 'oct', k: 'c2VjcmV0' } })).toThrow(ConfigurationError)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { ...privateJwk, d: undefined } })).toThrow(ConfigurationError)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: nonExtractable })).toThrow(ConfigurationError)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk, ttlSeconds: 0 })).toThrow(ConfigurationError)
+    const identity = { issuer: ISSUER, privateKey: privateJwk }
+    expect(() => createProxyHandler({ upstream: { '1.0.0': 'not a url' }, identity })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: { '1.0.0': 'ftp://x/' }, identity })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)
+    expect(() => createIdentityVerifier({ jwks: 'not a url', issuer: ISSUER, audience: 'a' })).toThrow(ConfigurationError)
+  })
+})

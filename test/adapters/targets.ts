@@ -1,0 +1,208 @@
+/**
+ * The three adapters around the suite's probe handler (see `suite.ts`), written natively for
+ * each framework: Web (`Request` in memory, `@hono/node-server` on loopback), Express (loopback
+ * only: Express has no in-memory injection) and Fastify (`fastify.inject`, and loopback).
+ */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { PassThrough } from 'node:stream'
+import { serve } from '@hono/node-server'
+import express from 'express'
+import Fastify from 'fastify'
+import { type ExpressMcpHandler, mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
+import { type FastifyMcpHandler, mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
+import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
+import { HOST, close, listen, rawRequest, recordResponse } from './helpers.js'
+import type { ProbeState, StartAdapter } from './suite.js'
+
+const encoder = new TextEncoder()
+
+/** The suite's probe handler, web-standard. */
+export function webProbe(probe: ProbeState): WebMcpHandler {
+  return async (request, context) => {
+    if (request.headers.get('x-test-throw')) throw new Error('probe failed')
+    const headers = new Headers({ 'x-probe': 'yes', 'x-mcp-version': '0.0.0-handler' })
+    const session = request.headers.get('x-test-session')
+    if (session) headers.set('mcp-session-id', session)
+    if (request.headers.get('x-test-stream')) {
+      headers.set('content-type', 'text/event-stream')
+      const gate = probe.gate
+      const stream = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(encoder.encode('data: one\n\n'))
+          void gate.wait().then(() => {
+            controller.enqueue(encoder.encode('data: two\n\n'))
+            controller.close()
+          })
+        },
+      })
+      return new Response(stream, { headers })
+    }
+    headers.set('content-type', 'application/json')
+    const body = await request.text()
+    return new Response(
+      JSON.stringify({
+        version: context.version,
+        latest: context.latestVersion,
+        app: context.app.id,
+        subject: context.identity.subject,
+        sessionId: context.sessionId ?? null,
+        method: request.method,
+        body,
+      }),
+      { headers },
+    )
+  }
+}
+
+export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => {
+  const handle = webDispatch({
+    dispatcher: fixture.dispatcher,
+    ...(trustProxy !== undefined && { trustProxy }),
+    onError: (error, context) => fixture.errors.push({ error, context }),
+    handler: webRoutes((app) => (app.id === 'app_other' ? undefined : webProbe(probe))),
+  })
+  let server!: ReturnType<typeof serve>
+  const port = await new Promise<number>((resolve) => {
+    server = serve(
+      {
+        port: 0,
+        hostname: '127.0.0.1',
+        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
+          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+      },
+      (info: AddressInfo) => resolve(info.port),
+    )
+  })
+  return {
+    port,
+    async request(r) {
+      const method = r.method ?? 'POST'
+      const request = new Request(`http://${r.host ?? HOST}${r.path ?? '/'}`, {
+        method,
+        headers: r.headers ?? {},
+        ...(r.body !== undefined && { body: r.body }),
+      })
+      return recordResponse(await handle(request, { clientAddress: r.clientAddress ?? '127.0.0.1' }))
+    },
+    close: () => close(server as unknown as http.Server),
+  }
+}
+
+async function readText(req: http.IncomingMessage): Promise<string> {
+  const chunks: Buffer[] = []
+  for await (const chunk of req) chunks.push(chunk as Buffer)
+  return Buffer.concat(chunks).toString('utf8')
+}
+
+/** The suite's probe handler, written the Express way. */
+export function expressProbe(probe: ProbeState): ExpressMcpHandler {
+  return async (req, res) => {
+    if (req.headers['x-test-throw']) throw new Error('probe failed')
+    res.setHeader('x-probe', 'yes')
+    const session = req.headers['x-test-session']
+    if (typeof session === 'string') res.setHeader('mcp-session-id', session)
+    if (req.headers['x-test-stream']) {
+      // Headers through writeHead's argument: the dispatch headers must still win.
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'x-mcp-version': '0.0.0-handler' })
+      res.write('data: one\n\n')
+      await probe.gate.wait()
+      res.end('data: two\n\n')
+      return
+    }
+    res.setHeader('x-mcp-version', '0.0.0-handler')
+    const body = await readText(req)
+    const context = req.dispatchContext!
+    res.json({
+      version: context.version,
+      latest: context.latestVersion,
+      app: context.app.id,
+      subject: context.identity.subject,
+      sessionId: context.sessionId ?? null,
+      method: req.method,
+      body,
+    })
+  }
+}
+
+export const startExpress: StartAdapter = async ({ fixture, probe, trustProxy }) => {
+  const app = express()
+  app.disable('x-powered-by')
+  app.use(
+    expressDispatch({
+      dispatcher: fixture.dispatcher,
+      ...(trustProxy !== undefined && { trustProxy }),
+      onError: (error, context) => fixture.errors.push({ error, context }),
+    }),
+  )
+  app.use(expressRoutes((appRecord) => (appRecord.id === 'app_other' ? undefined : expressProbe(probe))))
+  const server = http.createServer(app)
+  const port = await listen(server)
+  return {
+    port,
+    request: (r) => rawRequest(port, r),
+    close: () => close(server),
+  }
+}
+
+/** The suite's probe handler, written the Fastify way (`reply.send`, a stream for SSE). */
+export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {
+  return async (request, reply) => {
+    if (request.headers['x-test-throw']) throw new Error('probe failed')
+    reply.header('x-probe', 'yes').header('x-mcp-version', '0.0.0-handler')
+    const session = request.headers['x-test-session']
+    if (typeof session === 'string') reply.header('mcp-session-id', session)
+    if (request.headers['x-test-stream']) {
+      const out = new PassThrough()
+      out.write('data: one\n\n')
+      void probe.gate.wait().then(() => out.end('data: two\n\n'))
+      return reply.header('content-type', 'text/event-stream').send(out)
+    }
+    const context = request.dispatchContext!
+    const body = typeof request.body === 'string' ? request.body : request.body === undefined ? '' : JSON.stringify(request.body)
+    return reply.header('content-type', 'application/json').send(
+      JSON.stringify({
+        version: context.version,
+        latest: context.latestVersion,
+        app: context.app.id,
+        subject: context.identity.subject,
+        sessionId: context.sessionId ?? null,
+        method: request.method,
+        body,
+      }),
+    )
+  }
+}
+
+export const startFastify: StartAdapter = async ({ fixture, probe, trustProxy }) => {
+  const app = Fastify()
+  await app.register(
+    fastifyDispatch({
+      dispatcher: fixture.dispatcher,
+      ...(trustProxy !== undefined && { trustProxy }),
+      onError: (error, context) => fixture.errors.push({ error, context }),
+    }),
+  )
+  app.all('/*', fastifyRoutes((appRecord) => (appRecord.id === 'app_other' ? undefined : fastifyProbe(probe))))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  const address = app.server.address()
+  const port = typeof address === 'object' && address ? address.port : 0
+  return {
+    port,
+    async request(r) {
+      const res = await app.inject({
+        method: (r.method ?? 'POST') as 'POST',
+        url: r.path ?? '/',
+        headers: { host: r.host ?? HOST, ...r.headers },
+        remoteAddress: r.clientAddress ?? '127.0.0.1',
+        ...(r.body !== undefined && { payload: r.body }),
+      })
+      const headers: Record<string, string> = {}
+      for (const [name, value] of Object.entries(res.headers)) {
+        if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(', ') : String(value)
+      }
+      return { status: res.statusCode, headers, body: res.body }
+    },
+    close: () => app.close(),
+  }
+}

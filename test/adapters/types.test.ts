@@ -1,0 +1,67 @@
+/**
+ * Type test: the request decorations of the Express and Fastify adapters are typed, and the
+ * handler types of the three adapters and the proxy fit together. These assertions are checked
+ * by `tsc --noEmit` (the project's typecheck); at run time they are no-ops.
+ */
+import type { Request as ExpressRequest, RequestHandler } from 'express'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { DispatchContext, Identity } from 'mcp-dispatch'
+import * as expressAdapter from 'mcp-dispatch/express'
+import * as fastifyAdapter from 'mcp-dispatch/fastify'
+import { type ProxyHandler, createProxyHandler } from 'mcp-dispatch/proxy'
+import * as webAdapter from 'mcp-dispatch/web'
+import { describe, expectTypeOf, it } from 'vitest'
+
+describe('request decorations', () => {
+  it('Express: req.dispatchContext is a DispatchContext (absent where the middleware did not run)', () => {
+    expectTypeOf<ExpressRequest['dispatchContext']>().toEqualTypeOf<DispatchContext | undefined>()
+    expectTypeOf(expressAdapter.getDispatchContext).returns.toEqualTypeOf<DispatchContext>()
+    expressAdapter.routeByVersion((app, version) => {
+      expectTypeOf(app.id).toEqualTypeOf<string>()
+      expectTypeOf(version).toEqualTypeOf<string>()
+      return (req, res) => {
+        expectTypeOf(req.dispatchContext).toEqualTypeOf<DispatchContext | undefined>()
+        expectTypeOf(req.dispatchContext!.identity).toEqualTypeOf<Identity>()
+        expectTypeOf(req.dispatchContext!.version).toEqualTypeOf<string>()
+        // @ts-expect-error the context is read-only
+        req.dispatchContext!.version = '9.9.9'
+        // @ts-expect-error no such field
+        void req.dispatchContext!.token
+        res.end()
+      }
+    })
+  })
+
+  it('Fastify: request.dispatchContext is a DispatchContext (undefined where the plugin did not run)', () => {
+    expectTypeOf<FastifyRequest['dispatchContext']>().toEqualTypeOf<DispatchContext | undefined>()
+    expectTypeOf(fastifyAdapter.getDispatchContext).parameter(0).toEqualTypeOf<FastifyRequest>()
+    expectTypeOf(fastifyAdapter.getDispatchContext).returns.toEqualTypeOf<DispatchContext>()
+    fastifyAdapter.routeByVersion(() => async (request: FastifyRequest, reply: FastifyReply) => {
+      expectTypeOf(request.dispatchContext).toEqualTypeOf<DispatchContext | undefined>()
+      expectTypeOf(request.dispatchContext?.latestVersion).toEqualTypeOf<string | undefined>()
+      // @ts-expect-error the context is read-only
+      request.dispatchContext!.app = { id: 'x', slug: 'x', name: 'x' }
+      return reply.send()
+    })
+  })
+})
+
+describe('every adapter exports the same names', () => {
+  it('mcpDispatch, routeByVersion, getDispatchContext', () => {
+    expectTypeOf(webAdapter.mcpDispatch).toBeFunction()
+    expectTypeOf(expressAdapter.mcpDispatch).returns.toEqualTypeOf<RequestHandler>()
+    expectTypeOf(fastifyAdapter.mcpDispatch).returns.toEqualTypeOf<FastifyPluginAsync>()
+    expectTypeOf(webAdapter.routeByVersion).toBeFunction()
+    expectTypeOf(expressAdapter.routeByVersion).returns.toEqualTypeOf<RequestHandler>()
+    expectTypeOf(fastifyAdapter.routeByVersion).toBeFunction()
+    expectTypeOf(webAdapter.getDispatchContext).parameter(0).toEqualTypeOf<Request>()
+  })
+
+  it('the proxy handler is a handler of every adapter', () => {
+    const proxy = createProxyHandler({ upstream: {}, identity: { issuer: 'https://p.example', privateKey: { kty: 'EC', d: 'x' } } })
+    expectTypeOf(proxy).toEqualTypeOf<ProxyHandler>()
+    expectTypeOf(proxy).toMatchTypeOf<webAdapter.WebMcpHandler>()
+    expectTypeOf(proxy).toMatchTypeOf<expressAdapter.ExpressWebHandler>()
+    expectTypeOf(proxy).toMatchTypeOf<fastifyAdapter.FastifyWebHandler>()
+  })
+})
