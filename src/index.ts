@@ -2,9 +2,10 @@
  * mcp-dispatch: the dispatch layer for hosted MCP servers.
  *
  * The root entry holds the framework-agnostic core (pure functions), the pipeline, the
- * token service and the in-memory stores. Adapters live in `mcp-dispatch/web`,
- * `mcp-dispatch/express` and `mcp-dispatch/fastify`; database-backed stores in their own
- * subpaths. Nothing here imports a framework or a database client.
+ * token service, OAuth validation and the in-memory stores. Adapters live in
+ * `mcp-dispatch/web`, `mcp-dispatch/express` and `mcp-dispatch/fastify`, the streaming proxy
+ * handler in `mcp-dispatch/proxy`; database-backed stores will live in their own subpaths.
+ * Nothing here imports a framework or a database client.
  * @module
  */
 
