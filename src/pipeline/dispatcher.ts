@@ -177,10 +177,11 @@ export interface DispatcherOptions {
   /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). */
   onError?: (error: unknown, context: string) => void
   /**
-   * Longest wait for a store, the rate-limit policy or the OAuth validator when it answers
-   * with a promise. Past it the request is answered 503 (a hung store never hangs a request;
-   * the rate-limit counter follows `failOpen`), and the timeout goes to `onError`.
-   * Synchronous answers are not timed. Default 5 seconds.
+   * Longest wait for a store or the rate-limit policy when it answers with a promise. Past it
+   * the request is answered 503 (a hung store never hangs a request; the rate-limit counter
+   * follows `failOpen`), and the timeout goes to `onError`. Synchronous answers are not timed.
+   * The OAuth validator is not timed here: it keeps its own deadline (retries included) and
+   * answers 503 itself. Default 5 seconds.
    */
   storeTimeoutMs?: number
 }
@@ -405,7 +406,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!oauth) return challenge(request, app, true)
     let result
     try {
-      result = await bounded(oauth.validate(token, { resource: baseUrlOf(request, app), appId: app.id }), 'oauth')
+      result = await oauth.validate(token, { resource: baseUrlOf(request, app), appId: app.id })
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }

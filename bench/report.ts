@@ -1,0 +1,202 @@
+/** Renders benchmark results as Markdown, with the targets of issue 5 judged in one place. */
+import type { HttpRow } from './http.js'
+import type { MachineInfo } from './machine.js'
+import { MICRO, type MicroReport } from './micro.js'
+import { formatNs, formatRate, formatRatio } from './stats.js'
+
+/** Everything one run produced. */
+export interface BenchReport {
+  readonly date: string
+  readonly quick: boolean
+  readonly machine: MachineInfo
+  readonly settings: string
+  readonly store: string
+  readonly micro: MicroReport | undefined
+  readonly http: readonly HttpRow[] | undefined
+}
+
+/** One target of issue 5 and how the run did against it. */
+export interface TargetResult {
+  readonly name: string
+  readonly goal: string
+  readonly measured: string
+  readonly met: boolean | undefined
+}
+
+/** Version resolution counts as flat when 1,000 live versions keep this share of the 10-version rate. */
+export const FLAT_THRESHOLD = 0.75
+
+function httpRatio(rows: readonly HttpRow[] | undefined, id: string): number | undefined {
+  const row = rows?.find((r) => r.entry.id === id)
+  return row && !row.skipped && row.failures === 0 ? row.ratio : undefined
+}
+
+/** Judges the targets of issue 5 on a run. */
+export function judgeTargets(report: BenchReport): TargetResult[] {
+  const out: TargetResult[] = []
+  const ratioTarget = (name: string, id: string, goal: number) => {
+    const ratio = httpRatio(report.http, id)
+    const row = report.http?.find((r) => r.entry.id === id)
+    out.push({
+      name,
+      goal: `≥ ${goal.toFixed(2)}`,
+      measured: ratio !== undefined ? formatRatio(ratio) : (row?.skipped ?? (row ? 'failed requests' : 'not measured')),
+      met: ratio === undefined ? undefined : ratio >= goal,
+    })
+  }
+  ratioTarget('Fastify adapter, full pipeline ÷ bare Fastify', 'fastify-dispatch', 0.9)
+  ratioTarget('Web adapter on @hono/node-server ÷ bare Hono', 'hono-dispatch', 0.85)
+  ratioTarget('Express adapter, full pipeline ÷ bare Express', 'express-dispatch', 0.95)
+
+  const versions = report.micro?.versions
+  const at10 = versions?.find((v) => v.liveVersions === 10)
+  const at1000 = versions?.find((v) => v.liveVersions === 1000)
+  if (at10 && at1000) {
+    const flat = at1000.resolve.opsPerSec / at10.resolve.opsPerSec
+    out.push({
+      name: 'version resolution independent of the number of live versions (1,000 ÷ 10)',
+      goal: `≥ ${FLAT_THRESHOLD}`,
+      measured: formatRatio(flat),
+      met: flat >= FLAT_THRESHOLD,
+    })
+    out.push({
+      name: 'version resolution ÷ semver.maxSatisfying at 1,000 versions',
+      goal: '≥ 1,000×',
+      measured: `${formatRate(at1000.ratio)}×`,
+      met: at1000.ratio >= 1000,
+    })
+  } else {
+    out.push({ name: 'version resolution flat, ≥ 1,000× semver.maxSatisfying', goal: '', measured: 'not measured', met: undefined })
+  }
+  const decision = report.micro?.results.find((r) => r.name === MICRO.decision)
+  out.push({
+    name: 'core decision on one core',
+    goal: '≥ 500,000/s',
+    measured: decision ? `${formatRate(decision.opsPerSec)}/s` : 'not measured',
+    met: decision ? decision.opsPerSec >= 500_000 : undefined,
+  })
+  return out
+}
+
+const verdict = (met: boolean | undefined) => (met === undefined ? '—' : met ? 'met' : '**missed**')
+
+function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
+  const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`
+  return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n')
+}
+
+/** The Markdown of a run. */
+export function renderReport(report: BenchReport): string {
+  const m = report.machine
+  const parts: string[] = []
+  parts.push(`# mcp-dispatch benchmark, ${report.date}${report.quick ? ' (quick smoke run: not a measurement)' : ''}`)
+  parts.push(
+    [
+      `- Machine: ${m.cpuModel}, ${m.cores} cores available (nproc), ${m.memoryGiB} GiB, ${m.os}`,
+      `- Node ${m.node}; load average at start ${m.loadAverage.toFixed(2)}`,
+      `- Processes: ${m.pinned ? `HTTP servers and the micro suite pinned to core 0, autocannon to core${m.loadCores.includes('-') ? 's' : ''} ${m.loadCores} (taskset)` : 'not pinned (no taskset or a single core)'}`,
+      `- Store set: \`${report.store}\``,
+      `- Settings: ${report.settings}`,
+    ].join('\n'),
+  )
+
+  parts.push('## Targets (issue 5)')
+  parts.push(
+    table(
+      ['target', 'goal', 'measured', ''],
+      judgeTargets(report).map((t) => [t.name, t.goal, t.measured, verdict(t.met)]),
+    ),
+  )
+
+  if (report.http) {
+    parts.push('## HTTP over loopback: `POST /v1` `tools/list`, fixed result')
+    parts.push(
+      '"ratio to bare" is the throughput ratio the targets are about. "CPU ratio to bare" is the bare server\'s CPU time ' +
+        'per request divided by this server\'s: the throughput ratio a CPU-bound server would show, and the steadier ' +
+        'figure when the load generator is short of CPU. Every server answered every request with 200 and the fixed ' +
+        'result (checked before the load; the last column counts anything else during it).',
+    )
+    parts.push(
+      table(
+        [
+          'server',
+          'req/s (median)',
+          'spread (min–max)',
+          'p50 ms',
+          'p99 ms',
+          'ratio to bare',
+          'server CPU µs / request',
+          'CPU ratio to bare',
+          'store calls / request',
+          'non-2xx + errors',
+        ],
+        report.http.map((r) =>
+          r.skipped
+            ? [r.entry.label, `skipped: ${r.skipped}`, '', '', '', '', '', '', '', '']
+            : [
+                r.entry.label,
+                formatRate(r.requestsPerSec),
+                r.spread ? `±${(r.spread.percent / 2).toFixed(1)} % (${formatRate(r.spread.min)}–${formatRate(r.spread.max)})` : '',
+                r.latencyP50.toFixed(1),
+                r.latencyP99.toFixed(1),
+                r.ratio === undefined ? 'n/a' : formatRatio(r.ratio),
+                r.cpuMicrosPerRequest.toFixed(1),
+                r.cpuRatio === undefined ? 'n/a' : formatRatio(r.cpuRatio),
+                r.storeCallsPerRequest === undefined ? '' : r.storeCallsPerRequest.toFixed(2),
+                String(r.failures),
+              ],
+        ),
+      ),
+    )
+  }
+
+  if (report.micro) {
+    const micro = report.micro
+    parts.push('## Core decision and its pieces (in process, one core)')
+    parts.push(
+      table(
+        ['benchmark', 'ops/s (median)', 'time / op', 'spread'],
+        micro.results.map((r) => [r.name, formatRate(r.opsPerSec), formatNs(r.nsPerOp), `±${(r.spread.percent / 2).toFixed(1)} %`]),
+      ),
+    )
+    parts.push('## Version resolution against `semver.maxSatisfying` (same versions, same queries, same run)')
+    parts.push(
+      table(
+        ['live versions', 'resolveVersion(parseVersionPath) ops/s', 'semver.maxSatisfying ops/s', 'ratio', 'compileVersions (once per deploy)'],
+        micro.versions.map((v) => [
+          v.liveVersions.toLocaleString('en-US'),
+          formatRate(v.resolve.opsPerSec),
+          formatRate(v.semver.opsPerSec),
+          `${formatRate(v.ratio)}×`,
+          formatNs(v.compile.nsPerOp),
+        ]),
+      ),
+    )
+    parts.push(`## Store round trips per request (core decision, store set \`${micro.store}\`)`)
+    parts.push(
+      table(
+        ['store call', 'per request'],
+        [
+          ...Object.entries(micro.decisionRoundTrips.byMethod).map(([k, v]) => [`\`${k}\``, v.toFixed(2)]),
+          ['**total**', `**${micro.decisionRoundTrips.perRequest.toFixed(2)}**`],
+        ],
+      ),
+    )
+  }
+  return `${parts.join('\n\n')}\n`
+}
+
+const DOCS_START = '<!-- bench:latest:start -->'
+const DOCS_END = '<!-- bench:latest:end -->'
+
+/**
+ * `text` (docs/performance.md) with the report between its "latest" markers, the report's
+ * headings demoted under the page's; `undefined` when the markers are missing.
+ */
+export function replaceLatestSection(text: string, markdown: string): string | undefined {
+  const start = text.indexOf(DOCS_START)
+  const end = text.indexOf(DOCS_END)
+  if (start === -1 || end < start) return undefined
+  const body = markdown.replace(/^# (.*)$/m, '### $1').replace(/^## /gm, '#### ')
+  return `${text.slice(0, start + DOCS_START.length)}\n\n${body}\n${text.slice(end)}`
+}

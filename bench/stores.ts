@@ -1,0 +1,126 @@
+/**
+ * Store sets by name, so the same benchmark measures every store implementation:
+ * `npm run bench -- --store memory`. A later Redis or PostgreSQL store registers a factory
+ * here (`registerStoreSet('redis', …)`) and is measured by the same harness.
+ *
+ * Every store of a set can be wrapped in a counting proxy: the benchmark reports store
+ * round trips per request (for a remote store, one call is one network round trip).
+ */
+import type {
+  AppStore,
+  RateLimitStore,
+  SessionStore,
+  SubscriptionStore,
+  TokenStore,
+} from 'mcp-dispatch'
+import {
+  createMemoryAppStore,
+  createMemoryRateLimitStore,
+  createMemorySessionStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+} from 'mcp-dispatch'
+
+/** What a store set is seeded with before a benchmark. */
+export interface StoreSeed {
+  readonly apps: readonly { id: string; slug: string; name: string; versions: readonly string[] }[]
+  readonly subscriptions: readonly { userId: string; appId: string; active: boolean }[]
+}
+
+/** The stores the dispatcher reads on a request. */
+export interface StoreSet {
+  readonly apps: AppStore
+  readonly subscriptions: SubscriptionStore
+  readonly tokens: TokenStore
+  readonly sessions: SessionStore
+  readonly rateLimit: RateLimitStore
+  /** Releases connections (remote stores). */
+  close?(): Promise<void>
+}
+
+/** Makes a seeded store set. May be async (a remote store connects and migrates). */
+export type StoreSetFactory = (seed: StoreSeed) => StoreSet | Promise<StoreSet>
+
+const factories = new Map<string, StoreSetFactory>()
+
+/** Registers a store set under a name usable with `--store <name>`. */
+export function registerStoreSet(name: string, factory: StoreSetFactory): void {
+  factories.set(name, factory)
+}
+
+/** Names of the registered store sets. */
+export function storeSetNames(): string[] {
+  return [...factories.keys()]
+}
+
+/** Creates the store set registered as `name`; throws naming the known ones otherwise. */
+export async function createStoreSet(name: string, seed: StoreSeed): Promise<StoreSet> {
+  const factory = factories.get(name)
+  if (!factory) throw new Error(`unknown store set ${JSON.stringify(name)}; known: ${storeSetNames().join(', ')}`)
+  return factory(seed)
+}
+
+registerStoreSet('memory', (seed) => {
+  const apps = createMemoryAppStore(seed.apps)
+  return {
+    apps,
+    subscriptions: createMemorySubscriptionStore(seed.subscriptions),
+    tokens: createMemoryTokenStore(),
+    sessions: createMemorySessionStore(),
+    rateLimit: createMemoryRateLimitStore(),
+  }
+})
+
+/** Calls per store, counted by {@link countRoundTrips}. */
+export type RoundTripCounts = Record<string, number>
+
+/**
+ * Wraps every method of every store of a set so each call is counted under
+ * `<store>.<method>`. The wrappers are plain closures (no `Proxy`), so they cost a few
+ * nanoseconds per call.
+ */
+export function countRoundTrips(set: StoreSet): {
+  stores: StoreSet
+  counts: RoundTripCounts
+  total(): number
+  reset(): void
+} {
+  const counts: RoundTripCounts = {}
+  const wrap = <T extends object>(storeName: string, store: T): T => {
+    const wrapped: Record<string, unknown> = {}
+    let proto: object | null = store
+    const seen = new Set<string>()
+    while (proto && proto !== Object.prototype) {
+      for (const key of Object.getOwnPropertyNames(proto)) {
+        if (seen.has(key) || key === 'constructor') continue
+        seen.add(key)
+        const value = (store as Record<string, unknown>)[key]
+        if (typeof value !== 'function') continue
+        const label = `${storeName}.${key}`
+        counts[label] = 0
+        wrapped[key] = (...args: unknown[]) => {
+          counts[label]!++
+          return (value as (...a: unknown[]) => unknown).apply(store, args)
+        }
+      }
+      proto = Object.getPrototypeOf(proto) as object | null
+    }
+    return wrapped as T
+  }
+  const stores: StoreSet = {
+    apps: wrap('apps', set.apps),
+    subscriptions: wrap('subscriptions', set.subscriptions),
+    tokens: wrap('tokens', set.tokens),
+    sessions: wrap('sessions', set.sessions),
+    rateLimit: wrap('rateLimit', set.rateLimit),
+    ...(set.close && { close: () => set.close!() }),
+  }
+  return {
+    stores,
+    counts,
+    total: () => Object.values(counts).reduce((a, b) => a + b, 0),
+    reset() {
+      for (const key in counts) counts[key] = 0
+    },
+  }
+}
