@@ -101,18 +101,24 @@ function headerFromArgs(headers: unknown, name: string): string | undefined {
   return undefined
 }
 
-function withoutHeaders(headers: unknown, names: ReadonlySet<string>): unknown {
+function withoutHeaders(headers: unknown, names: Readonly<Record<string, string>>): unknown {
   if (Array.isArray(headers)) {
+    let found = false
+    for (let i = 0; i + 1 < headers.length && !found; i += 2) found = Object.hasOwn(names, String(headers[i]).toLowerCase())
+    if (!found) return headers
     const out: unknown[] = []
     for (let i = 0; i + 1 < headers.length; i += 2) {
-      if (!names.has(String(headers[i]).toLowerCase())) out.push(headers[i], headers[i + 1])
+      if (!Object.hasOwn(names, String(headers[i]).toLowerCase())) out.push(headers[i], headers[i + 1])
     }
     return out
   }
   if (headers && typeof headers === 'object') {
+    // Usually none of the handler's headers is one of ours: then pass its object on as it is.
+    const keys = Object.keys(headers)
+    if (!keys.some((key) => Object.hasOwn(names, key.toLowerCase()))) return headers
     const out: Record<string, unknown> = {}
-    for (const key of Object.keys(headers)) {
-      if (!names.has(key.toLowerCase())) out[key] = (headers as Record<string, unknown>)[key]
+    for (const key of keys) {
+      if (!Object.hasOwn(names, key.toLowerCase())) out[key] = (headers as Record<string, unknown>)[key]
     }
     return out
   }
@@ -120,12 +126,16 @@ function withoutHeaders(headers: unknown, names: ReadonlySet<string>): unknown {
 }
 
 /**
- * Puts the dispatch headers on a raw response and holds its head until the dispatcher has
- * recorded the outcome (`decision.complete`): the status and the `Mcp-Session-Id` the MCP
- * handler assigns are read from the first `writeHead`, `write`, `end` or `flushHeaders`; the
- * calls are queued, in order, until the session pin is stored, then replayed on the real
- * methods. So the next request of a new session finds its pin on every instance, as with the
- * Web adapter, which awaits `complete` before returning the response.
+ * Puts the dispatch headers on a raw response and makes sure the dispatcher records the
+ * outcome (`decision.complete`) before the client can see the answer: the status and the
+ * `Mcp-Session-Id` the MCP handler assigns are read from the first `writeHead`, `write`, `end`
+ * or `flushHeaders`. When the session store answers synchronously (in memory) the call goes
+ * straight through; when it answers with a promise (Redis), the calls are queued, in order,
+ * until the pin is stored, then replayed on the real methods. So the next request of a new
+ * session finds its pin on every instance, as with the Web adapter.
+ *
+ * A request that already belongs to a session can only end its pin (DELETE, or a handler that
+ * forgot the session); that is done once the answer is sent, with no hold at all.
  *
  * The dispatch headers (version, rate limit, CORS) win over the handler's headers of the same
  * name, as in the Web adapter.
@@ -136,63 +146,80 @@ export function holdResponseHead(
   onError: (error: unknown, context: string) => void,
 ): void {
   const stamped = decision.headers
-  const names = new Set(Object.keys(stamped))
-  for (const name of names) res.setHeader(name, stamped[name]!)
-
-  const target = res as unknown as Record<HeldMethod, (...args: unknown[]) => unknown>
-  const originals = new Map<HeldMethod, { value: (...args: unknown[]) => unknown; own: boolean }>()
-  for (const name of HELD) originals.set(name, { value: target[name], own: Object.hasOwn(res, name) })
-  const queue: Array<[HeldMethod, unknown[]]> = []
-  let held = false
-
-  function restore(): void {
-    for (const [name, original] of originals) {
-      if (original.own) target[name] = original.value
-      else delete (target as Partial<typeof target>)[name]
-    }
+  if (decision.context.sessionId !== undefined) {
+    // Nothing to hold; only keep the dispatch headers ahead of the handler's own.
+    const writeHead = res.writeHead
+    res.writeHead = function stampedWriteHead(this: ServerResponse, ...args: unknown[]) {
+      res.writeHead = writeHead
+      const headerIndex = typeof args[1] === 'string' ? 2 : 1
+      if (args[headerIndex] !== undefined) args[headerIndex] = withoutHeaders(args[headerIndex], stamped)
+      for (const name in stamped) res.setHeader(name, stamped[name]!)
+      return (writeHead as (...a: unknown[]) => ServerResponse).apply(res, args)
+    } as ServerResponse['writeHead']
+    res.once('finish', () => {
+      const pending = decision.complete({ status: res.statusCode, sessionId: undefined })
+      if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
+    })
+    return
   }
 
-  function begin(first: HeldMethod, args: unknown[]): void {
-    held = true
+  const target = res as unknown as Record<HeldMethod, (...args: unknown[]) => unknown>
+  // The methods as the response has them now (usually its prototype's). Restoring assigns them
+  // back rather than deleting the patches: a `delete` would turn the response object into a
+  // slow dictionary-mode object for the rest of its life.
+  const originals = HELD.map((name) => target[name])
+  let queue: Array<[HeldMethod, unknown[]]> | undefined
+
+  const restore = () => {
+    for (let i = 0; i < HELD.length; i++) target[HELD[i]!] = originals[i]!
+  }
+  const replay = (name: HeldMethod, args: unknown[]) => originals[HELD.indexOf(name)]!.apply(res, args)
+
+  function begin(first: HeldMethod, args: unknown[]): unknown {
     started.add(res)
     let status = res.statusCode
     let sessionId: string | undefined
     if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
-      sessionId = headerFromArgs(args[headerIndex], 'mcp-session-id')
-      if (args[headerIndex] !== undefined) {
+      const headers = args[headerIndex]
+      if (headers !== undefined) {
+        sessionId = headerFromArgs(headers, 'mcp-session-id')
         args = [...args]
-        args[headerIndex] = withoutHeaders(args[headerIndex], names)
+        args[headerIndex] = withoutHeaders(headers, stamped)
       }
     }
-    for (const name of names) res.setHeader(name, stamped[name]!)
+    // Again: the handler may have set a header of the same name since (dispatch headers win).
+    for (const name in stamped) res.setHeader(name, stamped[name]!)
     if (sessionId === undefined) {
       const value = res.getHeader('mcp-session-id')
       sessionId = Array.isArray(value) ? value.join(', ') : value === undefined ? undefined : String(value)
     }
-    queue.push([first, args])
-    decision
-      .complete({ status, sessionId })
-      .catch((error: unknown) => onError(error, 'session store'))
-      .finally(() => {
-        restore()
-        try {
-          for (const [name, callArgs] of queue) originals.get(name)!.value.apply(res, callArgs)
-        } catch (error) {
-          // A call the real response refuses (a second head): the answer is broken; end it.
-          onError(error, 'handler')
-          res.destroy()
-        }
-        queue.length = 0
-      })
+    const pending = decision.complete({ status, sessionId })
+    if (!pending) {
+      restore()
+      return replay(first, args)
+    }
+    queue = [[first, args]]
+    pending.finally(() => {
+      restore()
+      try {
+        for (const [name, callArgs] of queue!) replay(name, callArgs)
+      } catch (error) {
+        // A call the real response refuses (a second head): the answer is broken; end it.
+        onError(error, 'handler')
+        res.destroy()
+      }
+      queue = undefined
+    })
+    // What the real methods answer: `write` true (no back-pressure while held), others `res`.
+    return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
   }
 
   for (const name of HELD) {
     target[name] = function held_(this: unknown, ...args: unknown[]) {
-      if (!held) begin(name, args)
-      else queue.push([name, args])
-      // What the real methods answer: `write` true (no back-pressure while held), others `res`.
+      if (queue === undefined) return begin(name, args)
+      queue.push([name, args])
       return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
     }
   }

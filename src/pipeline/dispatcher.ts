@@ -123,10 +123,12 @@ export type Decision =
       readonly headers: Readonly<Record<string, string>>
       /**
        * Must be called once the handler's response head is known: pins a new session to the
-       * version, ends the pin after DELETE. Await it before sending the response, so the next
-       * request of the session finds the pin on every instance.
+       * version, ends the pin after DELETE. Returns `undefined` when the session store answered
+       * synchronously (or there was nothing to do); otherwise a promise to await before sending
+       * the response, so the next request of the session finds the pin on every instance.
+       * Never throws or rejects: store failures go to `onError`.
        */
-      complete(outcome: DispatchOutcome): Promise<void>
+      complete(outcome: DispatchOutcome): MaybePromise<void>
     }
 
 /** Options of {@link createDispatcher}. */
@@ -463,115 +465,115 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
 
+  // One async frame for the whole decision: most steps answer synchronously on in-memory stores.
   async function decide(request: DispatchRequest): Promise<Decision> {
     try {
-      // Most steps answer synchronously on in-memory stores; `step` stays in one async frame.
-      return await step(request)
+      const origin = request.headers.get('origin')
+      // Step 1: mount, App, path, method, origin.
+      let path = request.path
+      if (basePath !== '') {
+        if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
+          return reply(notFoundReply(), origin)
+        }
+        path = path.slice(basePath.length)
+      }
+      const appPending = call('apps', () => resolveApp(request))
+      const app = appPending instanceof Promise ? await appPending : appPending
+      if (!app) return reply(notFoundReply(), origin)
+      if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
+        const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
+        // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
+        if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
+          return { type: 'reply', reply: metadataReply(request, app, suffix) }
+        }
+        return reply(notFoundReply(), origin)
+      }
+      const selector = parseVersionPath(path)
+      if (!selector) return reply(notFoundReply(), origin)
+      if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+      const method = request.method
+      if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*') }
+      if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
+        return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
+      }
+
+      // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
+      const authPending = authenticate(request, app)
+      const auth = authPending instanceof Promise ? await authPending : authPending
+      if ('reply' in auth) return reply(auth.reply, origin)
+      const identity = auth.identity
+
+      // Step 4: subscription.
+      const subscribed = call('subscriptions', () => subscriptions.isActive(identity.subject, app.id))
+      if (!(subscribed instanceof Promise ? await subscribed : subscribed)) {
+        return reply(paymentRequiredReply(), origin)
+      }
+
+      // Step 5: rate limit.
+      const limitPending = applyRateLimit(identity, app)
+      const limited = limitPending instanceof Promise ? await limitPending : limitPending
+      if (limited !== undefined && 'status' in limited) return reply(limited, origin)
+
+      // Step 6: version, from the session pin or resolved anew.
+      const live = call('apps', () => apps.getLiveVersions(app.id))
+      const index = indexOf(live instanceof Promise ? await live : live)
+      const sessionId = request.headers.get('mcp-session-id') ?? undefined
+      let version: string | null
+      if (sessionId !== undefined) {
+        if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), origin)
+        const pinPending = call('sessions', () => sessions.get(sessionId, sessionTtlMs))
+        const pin = pinPending instanceof Promise ? await pinPending : pinPending
+        if (!pin || !pinMatches(pin, app, identity, selector)) return reply(sessionNotFoundReply(), origin)
+        version = pin.version
+      } else {
+        version = resolveVersion(index, selector)
+        if (version === null) return reply(versionNotFoundReply(formatSelector(selector), index.latest), origin)
+      }
+      const latestVersion = index.latest ?? version
+
+      const headers: Record<string, string> = { 'x-mcp-version': version, 'x-mcp-latest-version': latestVersion }
+      if (limited !== undefined) Object.assign(headers, rateLimitHeaders(limited))
+      const extra = corsHeaders(origin)
+      if (extra) Object.assign(headers, extra)
+      const pinnedVersion = version
+      return {
+        type: 'dispatch',
+        context: {
+          app,
+          identity,
+          version,
+          latestVersion,
+          sessionId,
+          baseUrl: baseUrlOf(request, app),
+          rateLimit: limited,
+        },
+        headers,
+        complete(outcome) {
+          const failed = (error: unknown) => onError(error, 'session store')
+          try {
+            let pending: MaybePromise<void> | undefined
+            if (sessionId === undefined) {
+              const assigned = outcome.sessionId
+              if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
+                pending = sessions.set(assigned, { appId: app.id, version: pinnedVersion, subject: identity.subject }, sessionTtlMs)
+              }
+            } else if ((method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
+              // DELETE ended the session, or the handler no longer knows it: end the pin too.
+              pending = sessions.delete(sessionId)
+            }
+            // Synchronous stores finish here: the adapter then writes the response at once.
+            if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, failed)
+          } catch (error) {
+            failed(error)
+          }
+          return undefined
+        },
+
+      }
     } catch (error) {
       const failure = error instanceof StoreFailure ? error : new StoreFailure('callback', error)
       onError(failure.error, `${failure.store} failed`)
       return reply(serviceUnavailableReply(), request.headers.get('origin'))
-    }
-  }
-
-  async function step(request: DispatchRequest): Promise<Decision> {
-    const origin = request.headers.get('origin')
-    // Step 1: mount, App, path, method, origin.
-    let path = request.path
-    if (basePath !== '') {
-      if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
-        return reply(notFoundReply(), origin)
-      }
-      path = path.slice(basePath.length)
-    }
-    const appPending = call('apps', () => resolveApp(request))
-    const app = appPending instanceof Promise ? await appPending : appPending
-    if (!app) return reply(notFoundReply(), origin)
-    if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
-      const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
-      // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
-      if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
-        return { type: 'reply', reply: metadataReply(request, app, suffix) }
-      }
-      return reply(notFoundReply(), origin)
-    }
-    const selector = parseVersionPath(path)
-    if (!selector) return reply(notFoundReply(), origin)
-    if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
-    const method = request.method
-    if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*') }
-    if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
-      return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
-    }
-
-    // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
-    const authPending = authenticate(request, app)
-    const auth = authPending instanceof Promise ? await authPending : authPending
-    if ('reply' in auth) return reply(auth.reply, origin)
-    const identity = auth.identity
-
-    // Step 4: subscription.
-    const subscribed = call('subscriptions', () => subscriptions.isActive(identity.subject, app.id))
-    if (!(subscribed instanceof Promise ? await subscribed : subscribed)) {
-      return reply(paymentRequiredReply(), origin)
-    }
-
-    // Step 5: rate limit.
-    const limitPending = applyRateLimit(identity, app)
-    const limited = limitPending instanceof Promise ? await limitPending : limitPending
-    if (limited !== undefined && 'status' in limited) return reply(limited, origin)
-
-    // Step 6: version, from the session pin or resolved anew.
-    const live = call('apps', () => apps.getLiveVersions(app.id))
-    const index = indexOf(live instanceof Promise ? await live : live)
-    const sessionId = request.headers.get('mcp-session-id') ?? undefined
-    let version: string | null
-    if (sessionId !== undefined) {
-      if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), origin)
-      const pinPending = call('sessions', () => sessions.get(sessionId, sessionTtlMs))
-      const pin = pinPending instanceof Promise ? await pinPending : pinPending
-      if (!pin || !pinMatches(pin, app, identity, selector)) return reply(sessionNotFoundReply(), origin)
-      version = pin.version
-    } else {
-      version = resolveVersion(index, selector)
-      if (version === null) return reply(versionNotFoundReply(formatSelector(selector), index.latest), origin)
-    }
-    const latestVersion = index.latest ?? version
-
-    const headers: Record<string, string> = { 'x-mcp-version': version, 'x-mcp-latest-version': latestVersion }
-    if (limited !== undefined) Object.assign(headers, rateLimitHeaders(limited))
-    const extra = corsHeaders(origin)
-    if (extra) Object.assign(headers, extra)
-    const pinnedVersion = version
-    return {
-      type: 'dispatch',
-      context: {
-        app,
-        identity,
-        version,
-        latestVersion,
-        sessionId,
-        baseUrl: baseUrlOf(request, app),
-        rateLimit: limited,
-      },
-      headers,
-      async complete(outcome) {
-        try {
-          if (sessionId === undefined) {
-            const assigned = outcome.sessionId
-            if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
-              const stored = sessions.set(assigned, { appId: app.id, version: pinnedVersion, subject: identity.subject }, sessionTtlMs)
-              if (stored instanceof Promise) await bounded(stored, 'sessions')
-            }
-          } else if ((method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
-            // DELETE ended the session, or the handler no longer knows it: end the pin too.
-            const deleted = sessions.delete(sessionId)
-            if (deleted instanceof Promise) await bounded(deleted, 'sessions')
-          }
-        } catch (error) {
-          onError(error, 'session store')
-        }
-      },
     }
   }
 

@@ -72,7 +72,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       onError(error, 'handler')
       return toResponse(HANDLER_FAILED)
     }
-    await decision.complete({ status: response.status, sessionId: response.headers.get('mcp-session-id') })
+    const pinned = decision.complete({ status: response.status, sessionId: response.headers.get('mcp-session-id') })
+    if (pinned) await pinned
     return stampHeaders(response, decision.headers)
   }
 }

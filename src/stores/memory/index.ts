@@ -214,18 +214,33 @@ export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): S
   }
 }
 
-/** In-memory fixed-window counters, bounded by `max` keys. */
+/**
+ * In-memory fixed-window counters, bounded by `max` keys. A plain `Map` (one lookup per
+ * request): once it holds `max` keys, counters of windows that have ended are swept, then
+ * the oldest keys go first.
+ */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
-  const counters = new LRUCache<string, { windowStart: number; count: number }>({
-    max: options.max ?? 100_000,
-  })
+  const max = options.max ?? 100_000
+  const counters = new Map<string, { windowStart: number; end: number; count: number }>()
+  function makeRoom(now: number): void {
+    for (const [key, entry] of counters) if (entry.end <= now) counters.delete(key)
+    for (const key of counters.keys()) {
+      if (counters.size < max) break
+      counters.delete(key)
+    }
+  }
   return {
-    increment(key, windowStart) {
+    increment(key, windowStart, windowMs) {
       const entry = counters.get(key)
       // A request stamped with an older window (clock skew between instances) counts against
       // the current one rather than resetting it.
       if (entry && entry.windowStart >= windowStart) return ++entry.count
-      counters.set(key, { windowStart, count: 1 })
+      if (entry) entry.windowStart = windowStart
+      else if (counters.size >= max) makeRoom(windowStart)
+      if (entry) {
+        entry.end = windowStart + windowMs
+        entry.count = 1
+      } else counters.set(key, { windowStart, end: windowStart + windowMs, count: 1 })
       return 1
     },
   }
