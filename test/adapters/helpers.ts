@@ -4,8 +4,7 @@
  * and small HTTP response records to compare byte for byte.
  */
 import * as http from 'node:http'
-import type { AddressInfo, LookupFunction } from 'node:net'
-import { Readable } from 'node:stream'
+import type { AddressInfo } from 'node:net'
 import {
   type AppRecord,
   type Dispatcher,
@@ -23,6 +22,7 @@ import {
   generateApiToken,
   hashApiToken,
 } from 'mcp-dispatch'
+import { localhostFetch } from '../helpers/platform.js'
 
 /** 2030-01-01T00:00:30Z: half-way through a minute window, so 429 bodies are fixed. */
 export const T0 = Date.UTC(2030, 0, 1, 0, 0, 30)
@@ -161,59 +161,8 @@ export async function recordResponse(response: Response): Promise<HttpRecord> {
   return { status: response.status, headers, body: await response.text() }
 }
 
-/**
- * `fetch` for loopback servers addressed by name (`http://weather.localhost:PORT/v1`): Node's
- * `fetch` drops a hand-set `Host` and the system resolver does not know `*.localhost`, so this
- * goes through node:http with a lookup that maps every name to 127.0.0.1. Response bodies
- * stream (SSE); aborting the signal ends the request.
- */
-export async function loopbackFetch(input: string | URL | Request, init: RequestInit = {}): Promise<Response> {
-  const request = new Request(input, init)
-  const url = new URL(request.url)
-  const lookup: LookupFunction = (_hostname, options, callback) => {
-    if ((options as { all?: boolean }).all) {
-      ;(callback as unknown as (e: null, a: Array<{ address: string; family: number }>) => void)(null, [
-        { address: '127.0.0.1', family: 4 },
-      ])
-    } else callback(null, '127.0.0.1', 4)
-  }
-  const body = request.body ? Buffer.from(await request.arrayBuffer()) : undefined
-  const headers: Record<string, string> = {}
-  request.headers.forEach((value, name) => {
-    headers[name] = value
-  })
-  if (body) headers['content-length'] = String(body.length)
-  return new Promise<Response>((resolve, reject) => {
-    const outgoing = http.request(url, { method: request.method, headers, lookup, agent: false }, (incoming) => {
-      const responseHeaders = new Headers()
-      for (const [name, value] of Object.entries(incoming.headers)) {
-        if (Array.isArray(value)) for (const v of value) responseHeaders.append(name, v)
-        else if (value !== undefined) responseHeaders.set(name, value)
-      }
-      const status = incoming.statusCode ?? 500
-      const nullBody = status === 204 || status === 304 || request.method === 'HEAD'
-      if (nullBody) incoming.resume()
-      resolve(
-        new Response(nullBody ? null : (Readable.toWeb(incoming) as ReadableStream<Uint8Array>), {
-          status,
-          statusText: incoming.statusMessage ?? '',
-          headers: responseHeaders,
-        }),
-      )
-    })
-    const signal = init.signal ?? undefined
-    if (signal) {
-      if (signal.aborted) {
-        outgoing.destroy()
-        reject(signal.reason)
-        return
-      }
-      signal.addEventListener('abort', () => outgoing.destroy(), { once: true })
-    }
-    outgoing.on('error', reject)
-    outgoing.end(body)
-  })
-}
+/** `fetch` for loopback servers addressed by name (`http://weather.localhost:PORT/v1`); see `localhostFetch`. */
+export const loopbackFetch = localhostFetch
 
 /** Listens on 127.0.0.1, ephemeral port. */
 export function listen(server: http.Server): Promise<number> {
