@@ -95,7 +95,11 @@ export function countRoundTrips(set: StoreSet): {
         if (seen.has(key) || key === 'constructor') continue
         seen.add(key)
         const value = (store as Record<string, unknown>)[key]
-        if (typeof value !== 'function') continue
+        if (typeof value !== 'function') {
+          // Flags such as `SessionStore.synchronous` stay as they are.
+          wrapped[key] = value
+          continue
+        }
         const label = `${storeName}.${key}`
         counts[label] = 0
         wrapped[key] = (...args: unknown[]) => {

@@ -101,6 +101,10 @@ function headerFromArgs(headers: unknown, name: string): string | undefined {
   return undefined
 }
 
+function headerValue(value: number | string | string[] | undefined): string | undefined {
+  return Array.isArray(value) ? value.join(', ') : value === undefined ? undefined : String(value)
+}
+
 function withoutHeaders(headers: unknown, names: Readonly<Record<string, string>>): unknown {
   if (Array.isArray(headers)) {
     let found = false
@@ -128,17 +132,21 @@ function withoutHeaders(headers: unknown, names: Readonly<Record<string, string>
 /**
  * Puts the dispatch headers on a raw response and makes sure the dispatcher records the
  * outcome (`decision.complete`) before the client can see the answer: the status and the
- * `Mcp-Session-Id` the MCP handler assigns are read from the first `writeHead`, `write`, `end`
- * or `flushHeaders`. When the session store answers synchronously (in memory) the call goes
- * straight through; when it answers with a promise (Redis), the calls are queued, in order,
- * until the pin is stored, then replayed on the real methods. So the next request of a new
- * session finds its pin on every instance, as with the Web adapter.
+ * `Mcp-Session-Id` the MCP handler assigns are read from the response head.
  *
- * A request that already belongs to a session can only end its pin (DELETE, or a handler that
- * forgot the session); that is done once the answer is sent, with no hold at all.
+ * - A request that already belongs to a session can only end its pin (DELETE, or a handler
+ *   that forgot the session): that is done once the answer is sent, with no hold.
+ * - With a synchronous session store (memory) the pin is stored in `writeHead`, which Node
+ *   calls for every head (`write`, `end` and `flushHeaders` call it implicitly): no hold.
+ * - With an asynchronous one (Redis), the first `writeHead`, `write`, `end` or `flushHeaders`
+ *   and every call after it are queued, in order, until the pin is stored, then replayed on
+ *   the real methods. So the next request of a new session finds its pin on every instance,
+ *   as with the Web adapter, which awaits `complete` before returning the response. (Corking
+ *   the socket cannot do this: Node fully uncorks it on `end()`.)
  *
  * The dispatch headers (version, rate limit, CORS) win over the handler's headers of the same
- * name, as in the Web adapter.
+ * name, as in the Web adapter. Patched methods are assigned back, never deleted: a `delete`
+ * would turn the response into a slow dictionary-mode object for the rest of its life.
  */
 export function holdResponseHead(
   res: ServerResponse,
@@ -146,6 +154,26 @@ export function holdResponseHead(
   onError: (error: unknown, context: string) => void,
 ): void {
   const stamped = decision.headers
+  if (decision.context.sessionId === undefined && decision.synchronousPins) {
+    const writeHead = res.writeHead
+    res.writeHead = function pinningWriteHead(this: ServerResponse, ...args: unknown[]) {
+      res.writeHead = writeHead
+      started.add(res)
+      const headerIndex = typeof args[1] === 'string' ? 2 : 1
+      const headers = args[headerIndex]
+      let sessionId: string | undefined
+      if (headers !== undefined) {
+        sessionId = headerFromArgs(headers, 'mcp-session-id')
+        args[headerIndex] = withoutHeaders(headers, stamped)
+      }
+      for (const name in stamped) res.setHeader(name, stamped[name]!)
+      if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
+      const pending = decision.complete({ status: Number(args[0]), sessionId })
+      if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
+      return (writeHead as (...a: unknown[]) => ServerResponse).apply(res, args)
+    } as ServerResponse['writeHead']
+    return
+  }
   if (decision.context.sessionId !== undefined) {
     // Nothing to hold; only keep the dispatch headers ahead of the handler's own.
     const writeHead = res.writeHead
@@ -191,10 +219,7 @@ export function holdResponseHead(
     }
     // Again: the handler may have set a header of the same name since (dispatch headers win).
     for (const name in stamped) res.setHeader(name, stamped[name]!)
-    if (sessionId === undefined) {
-      const value = res.getHeader('mcp-session-id')
-      sessionId = Array.isArray(value) ? value.join(', ') : value === undefined ? undefined : String(value)
-    }
+    if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete({ status, sessionId })
     if (!pending) {
       restore()

@@ -105,6 +105,12 @@ export interface SessionPin {
 
 /** `Mcp-Session-Id` → pin, with an idle TTL. */
 export interface SessionStore {
+  /**
+   * `true` when every method answers synchronously (in-memory stores). Adapters that cannot
+   * await before writing (Express, Fastify) then store the pin on the spot instead of holding
+   * the response until a promise settles.
+   */
+  readonly synchronous?: boolean
   /** Returns the pin and restarts its idle TTL. */
   get(sessionId: string, ttlMs: number): MaybePromise<SessionPin | undefined>
   set(sessionId: string, pin: SessionPin, ttlMs: number): MaybePromise<void>

@@ -129,6 +129,11 @@ export type Decision =
        * Never throws or rejects: store failures go to `onError`.
        */
       complete(outcome: DispatchOutcome): MaybePromise<void>
+      /**
+       * `true` when the session store is synchronous (`SessionStore.synchronous`): `complete`
+       * then never returns a promise, and adapters need not hold the response for it.
+       */
+      readonly synchronousPins: boolean
     }
 
 /** Options of {@link createDispatcher}. */
@@ -229,6 +234,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const now = options.now ?? Date.now
   const onError = options.onError ?? (() => {})
   const sessions = options.sessions ?? createMemorySessionStore({ now })
+  const synchronousPins = sessions.synchronous === true
   const sessionTtlMs = options.sessionTtlMs ?? 3_600_000
   if (!(sessionTtlMs > 0)) throw new ConfigurationError('sessionTtlMs', 'must be a positive number of milliseconds')
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
@@ -278,16 +284,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   /**
-   * Runs a store call; a throw or a rejection becomes a StoreFailure naming the store. A
-   * synchronous answer stays synchronous, so in-memory stores cost no microtask.
+   * A store's answer: a synchronous one as it is (in-memory stores cost no microtask); a
+   * promise bounded by `storeTimeoutMs`, its rejection becoming a StoreFailure naming the
+   * store. Synchronous throws reach the catch of `decide`, which names the current stage.
    */
-  function call<T>(store: string, fn: () => MaybePromise<T>): MaybePromise<T> {
-    let value: MaybePromise<T>
-    try {
-      value = fn()
-    } catch (error) {
-      throw new StoreFailure(store, error)
-    }
+  function settle<T>(value: MaybePromise<T>, store: string): MaybePromise<T> {
     return value instanceof Promise
       ? bounded(value, store).catch((error: unknown) => {
           throw new StoreFailure(store, error)
@@ -394,14 +395,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (parsed.kind === 'invalid') return challenge(request, app, /^bearer(?:\s|$)/i.test(header ?? ''))
     const token = parsed.token
     if (!token.startsWith(tokens.prefix)) return authenticateOAuth(request, app, token)
-    const pending = call('token', () => tokens.authenticate(token))
-    const judge = (auth: TokenAuthResult): AuthOutcome => {
-      if (!auth.ok) return challenge(request, app, true)
-      if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return { reply: ipNotAllowedReply() }
-      if (!auth.record.servers.includes(app.id)) return { reply: forbiddenReply() }
-      return { identity: { subject: auth.record.userId, method: 'api_token', tokenId: auth.record.id } }
-    }
-    return pending instanceof Promise ? pending.then(judge) : judge(pending)
+    const pending = settle(tokens.authenticate(token), 'token')
+    return pending instanceof Promise
+      ? pending.then((auth) => judgeApiToken(request, app, auth))
+      : judgeApiToken(request, app, pending)
+  }
+
+  /** Step 3 for API tokens: state, then IP allowlist, then scope. */
+  function judgeApiToken(request: DispatchRequest, app: AppRecord, auth: TokenAuthResult): AuthOutcome {
+    if (!auth.ok) return challenge(request, app, true)
+    if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return { reply: ipNotAllowedReply() }
+    if (!auth.record.servers.includes(app.id)) return { reply: forbiddenReply() }
+    return { identity: { subject: auth.record.userId, method: 'api_token', tokenId: auth.record.id } }
   }
 
   async function authenticateOAuth(request: DispatchRequest, app: AppRecord, token: string): Promise<AuthOutcome> {
@@ -446,27 +451,33 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const windowMs = WINDOWS[policy.windowType]
     const at = now()
     const start = windowStart(at, windowMs)
-    const failed = (error: unknown): undefined => {
-      if (!failOpen) throw new StoreFailure('rate-limit', error)
-      onError(error, 'rate-limit store failed; serving (failOpen)')
-      return undefined
-    }
-    const judge = (count: number) => {
-      const result = rateLimitDecision(count, policy, start + windowMs, at)
-      return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
-    }
     let count: MaybePromise<number>
     try {
       count = counters!.increment(`${app.id}\u0000${identity.subject}\u0000${policy.windowType}`, start, windowMs)
     } catch (error) {
-      return failed(error)
+      return rateLimitStoreFailed(error)
     }
-    return count instanceof Promise ? bounded(count, 'rate-limit').then(judge, failed) : judge(count)
+    return count instanceof Promise
+      ? bounded(count, 'rate-limit').then((c) => judgeCount(c, policy, start + windowMs, at), rateLimitStoreFailed)
+      : judgeCount(count, policy, start + windowMs, at)
+  }
+
+  function judgeCount(count: number, policy: RateLimitPolicy, reset: number, at: number): RateLimitResult | Reply {
+    const result = rateLimitDecision(count, policy, reset, at)
+    return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
+  }
+
+  function rateLimitStoreFailed(error: unknown): undefined {
+    if (!failOpen) throw new StoreFailure('rate-limit', error)
+    onError(error, 'rate-limit store failed; serving (failOpen)')
+    return undefined
   }
 
 
   // One async frame for the whole decision: most steps answer synchronously on in-memory stores.
   async function decide(request: DispatchRequest): Promise<Decision> {
+    // What a synchronous throw is blamed on: the store (or callback) being called.
+    let stage = 'callback'
     try {
       const origin = request.headers.get('origin')
       // Step 1: mount, App, path, method, origin.
@@ -477,7 +488,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         }
         path = path.slice(basePath.length)
       }
-      const appPending = call('apps', () => resolveApp(request))
+      stage = 'apps'
+      const appPending = settle(resolveApp(request), 'apps')
       const app = appPending instanceof Promise ? await appPending : appPending
       if (!app) return reply(notFoundReply(), origin)
       if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
@@ -498,30 +510,35 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       }
 
       // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
+      stage = 'token'
       const authPending = authenticate(request, app)
       const auth = authPending instanceof Promise ? await authPending : authPending
       if ('reply' in auth) return reply(auth.reply, origin)
       const identity = auth.identity
 
       // Step 4: subscription.
-      const subscribed = call('subscriptions', () => subscriptions.isActive(identity.subject, app.id))
+      stage = 'subscriptions'
+      const subscribed = settle(subscriptions.isActive(identity.subject, app.id), 'subscriptions')
       if (!(subscribed instanceof Promise ? await subscribed : subscribed)) {
         return reply(paymentRequiredReply(), origin)
       }
 
       // Step 5: rate limit.
+      stage = 'rate-limit policy'
       const limitPending = applyRateLimit(identity, app)
       const limited = limitPending instanceof Promise ? await limitPending : limitPending
       if (limited !== undefined && 'status' in limited) return reply(limited, origin)
 
       // Step 6: version, from the session pin or resolved anew.
-      const live = call('apps', () => apps.getLiveVersions(app.id))
+      stage = 'apps'
+      const live = settle(apps.getLiveVersions(app.id), 'apps')
       const index = indexOf(live instanceof Promise ? await live : live)
       const sessionId = request.headers.get('mcp-session-id') ?? undefined
       let version: string | null
       if (sessionId !== undefined) {
         if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), origin)
-        const pinPending = call('sessions', () => sessions.get(sessionId, sessionTtlMs))
+        stage = 'sessions'
+        const pinPending = settle(sessions.get(sessionId, sessionTtlMs), 'sessions')
         const pin = pinPending instanceof Promise ? await pinPending : pinPending
         if (!pin || !pinMatches(pin, app, identity, selector)) return reply(sessionNotFoundReply(), origin)
         version = pin.version
@@ -548,6 +565,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           rateLimit: limited,
         },
         headers,
+        synchronousPins,
         complete(outcome) {
           const failed = (error: unknown) => onError(error, 'session store')
           try {
@@ -571,7 +589,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
       }
     } catch (error) {
-      const failure = error instanceof StoreFailure ? error : new StoreFailure('callback', error)
+      const failure = error instanceof StoreFailure ? error : new StoreFailure(stage, error)
       onError(failure.error, `${failure.store} failed`)
       return reply(serviceUnavailableReply(), request.headers.get('origin'))
     }

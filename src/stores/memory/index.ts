@@ -200,6 +200,7 @@ export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): S
     ...lruPerf(options.now),
   })
   return {
+    synchronous: true,
     get(id, ttlMs) {
       const pin = cache.get(id)
       if (pin !== undefined) cache.set(id, pin, { ttl: ttlMs })
