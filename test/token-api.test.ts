@@ -474,4 +474,24 @@ describe('password reset (spec 3: revokes all of the owner’s tokens)', () => {
     const { tokens } = await json(await call('GET', '', { session: alice }))
     expect(tokens.every((t: { status: string }) => t.status === 'revoked')).toBe(true)
   })
+
+  it('the reference platform’s POST /dev/password-reset does the same for the signed-in user, with CSRF', async () => {
+    const bob = await signIn('user_bob')
+    const reset = (session: Session | undefined, csrf = true) =>
+      platform.fetch(
+        new Request('http://api.localhost/dev/password-reset', {
+          method: 'POST',
+          headers: session ? { cookie: session.cookie, ...(csrf && { 'x-csrf-token': session.csrfToken }) } : {},
+        }),
+      )
+    expect((await reset(undefined)).status).toBe(401)
+    expect((await reset(bob, false)).status).toBe(403)
+    expect(await appStatus(token('alice'))).toBe(200)
+    const answer = await reset(bob)
+    expect(answer.status).toBe(200)
+    expect((await json(answer)).revoked).toBeGreaterThan(0)
+    const { tokens } = await json(await call('GET', '', { session: bob }))
+    expect(tokens.every((t: { status: string }) => t.status === 'revoked')).toBe(true)
+    expect(await appStatus(token('alice'))).toBe(200)
+  })
 })

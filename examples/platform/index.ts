@@ -5,7 +5,8 @@
  * - `{slug}.{domain}` (default domain `localhost`) serves the App: MCP at `/`, `/v1`,
  *   `/v1.2`, `/v1.2.3`, metadata at `/.well-known/oauth-protected-resource`.
  * - `api.{domain}` serves the token-management API under `/api/tokens`, with a development
- *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token).
+ *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token), and
+ *   `POST /dev/password-reset` (session + `X-CSRF-Token`), which revokes every token of the user.
  */
 import { generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto'
 import {
@@ -27,6 +28,7 @@ import {
   generateApiToken,
   hashApiToken,
   resolveClientAddress,
+  validateAllowlist,
 } from 'mcp-dispatch'
 import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { mcpDispatch } from 'mcp-dispatch/web'
@@ -38,7 +40,10 @@ const seedSchema = z.object({
   apps: z.array(
     z.object({
       id: z.string().min(1),
-      slug: z.string().regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be a DNS label in lower case'),
+      slug: z
+        .string()
+        .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be a DNS label in lower case')
+        .refine((slug) => slug !== 'api', 'is reserved for the token API host'),
       name: z.string().min(1),
       versions: z.array(versionEntry).default([]),
       rateLimitPerMinute: z.number().int().min(0).optional(),
@@ -158,6 +163,8 @@ export function createPlatform(options: PlatformOptions): Platform {
   const seededTokens: Record<string, string> = {}
   for (const t of seed.tokens) {
     if (!userIds.has(t.userId)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown user ${t.userId}`)
+    const badEntry = t.allowedIps ? validateAllowlist(t.allowedIps) : null
+    if (badEntry) throw new TypeError(`seed token ${JSON.stringify(t.name)}: allowedIps ${badEntry.message}`)
     for (const s of t.servers) {
       if (!appSeeds.has(s)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown App ${s}`)
     }
@@ -279,6 +286,16 @@ export function createPlatform(options: PlatformOptions): Platform {
         { userId, csrfToken: csrf },
         { headers: { 'set-cookie': `mcp_dev_session=${id}; HttpOnly; SameSite=Strict; Path=/` } },
       )
+    }
+    if (url.pathname === '/dev/password-reset' && request.method === 'POST') {
+      // What the dashboard does after a password reset (spec 3): every token of the user is revoked.
+      const session = readSession(request)
+      if (!session) return Response.json({ error: 'unauthorized', message: 'A dashboard session is required' }, { status: 401 })
+      const header = request.headers.get('x-csrf-token') ?? ''
+      if (header.length !== session.csrf.length || !timingSafeEqual(Buffer.from(header), Buffer.from(session.csrf))) {
+        return Response.json({ error: 'csrf_failed', message: 'CSRF check failed' }, { status: 403 })
+      }
+      return Response.json({ revoked: await tokenService.revokeAllForUser(session.userId) })
     }
     return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
   }
