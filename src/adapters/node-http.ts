@@ -6,7 +6,7 @@
  * @internal
  * @module
  */
-import type { IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { type IncomingMessage, type OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
@@ -83,16 +83,21 @@ export function responseStarted(res: ServerResponse): boolean {
 type HeldMethod = 'writeHead' | 'write' | 'end' | 'flushHeaders'
 const HELD: readonly HeldMethod[] = ['writeHead', 'write', 'end', 'flushHeaders']
 
+/** `a` equals the lower-case name `lower`, ignoring case (the length is compared first: cheap). */
+function sameName(a: string, lower: string): boolean {
+  return a === lower || (a.length === lower.length && a.toLowerCase() === lower)
+}
+
 function headerFromArgs(headers: unknown, name: string): string | undefined {
   if (Array.isArray(headers)) {
     for (let i = 0; i + 1 < headers.length; i += 2) {
-      if (String(headers[i]).toLowerCase() === name) return String(headers[i + 1])
+      if (sameName(String(headers[i]), name)) return String(headers[i + 1])
     }
     return undefined
   }
   if (headers && typeof headers === 'object') {
-    for (const key of Object.keys(headers)) {
-      if (key.toLowerCase() === name) {
+    for (const key in headers) {
+      if (sameName(key, name)) {
         const value = (headers as Record<string, unknown>)[key]
         return Array.isArray(value) ? value.join(', ') : value == null ? undefined : String(value)
       }
@@ -101,28 +106,113 @@ function headerFromArgs(headers: unknown, name: string): string | undefined {
   return undefined
 }
 
+/**
+ * Sets the dispatch headers on a response about to write its head, and returns the handler's
+ * `writeHead` headers without any of the same name, so the dispatch headers win. The
+ * handler's header object is copied only when it does hold one of them (rarely).
+ */
+function stampHeaders(res: ServerResponse, headers: unknown, stamped: Readonly<Record<string, string>>): unknown {
+  for (const name in stamped) res.setHeader(name, stamped[name]!)
+  return headers === undefined ? undefined : withoutHeaders(headers, stamped)
+}
+
+/** Called with the status and headers of a response head; returns the headers to send. */
+type HeadHook = (status: number, headers: unknown) => unknown
+
+const headHooks = new WeakMap<ServerResponse, HeadHook>()
+let prototypeWrapped = false
+
+/**
+ * Runs `hook` when the head of `res` is written. Node sends every head through `writeHead`
+ * (`write`, `end` and `flushHeaders` call it implicitly), so one interception point suffices.
+ *
+ * For node:http responses the interception is a wrapper installed once on
+ * `ServerResponse.prototype.writeHead`, which looks the response up in a WeakMap: one lookup
+ * for responses the adapters did not dispatch, and no change to any response object.
+ * Patching `writeHead` on each response instead gave every response a hidden class of its own
+ * and slowed all of Node's HTTP code that touches it (measured: about 15 µs per request on
+ * Fastify). Other response classes (HTTP/2 compatibility) get a patch on the instance.
+ */
+function onHead(res: ServerResponse, hook: HeadHook): void {
+  if (prototypeWrapped && res instanceof ServerResponse && Object.getPrototypeOf(res).writeHead === ServerResponse.prototype.writeHead) {
+    headHooks.set(res, hook)
+    return
+  }
+  const writeHead = res.writeHead
+  res.writeHead = function hookedWriteHead(this: ServerResponse, statusCode: number, reason?: unknown, headers?: unknown) {
+    res.writeHead = writeHead
+    if (typeof reason !== 'string') return (writeHead as WriteHead).call(res, statusCode, hook(statusCode, reason ?? headers))
+    return (writeHead as WriteHead).call(res, statusCode, reason, hook(statusCode, headers))
+  } as ServerResponse['writeHead']
+}
+
+type WriteHead = (this: ServerResponse, statusCode: number, ...rest: unknown[]) => ServerResponse
+
+/**
+ * Installs the `writeHead` interception (see `onHead`). Adapters call it when they are created,
+ * before any request, so a per-request wrapper installed later by other middleware (for
+ * example `on-headers`) still ends in it.
+ */
+export function installHeadInterception(): void {
+  if (prototypeWrapped) return
+  prototypeWrapped = true
+  const original = ServerResponse.prototype.writeHead as WriteHead
+  ServerResponse.prototype.writeHead = function writeHead(
+    this: ServerResponse,
+    statusCode: number,
+    reason?: unknown,
+    headers?: unknown,
+  ): ServerResponse {
+    const hook = headHooks.get(this)
+    if (hook === undefined) {
+      return reason === undefined && headers === undefined
+        ? original.call(this, statusCode)
+        : original.call(this, statusCode, reason, headers)
+    }
+    headHooks.delete(this)
+    if (typeof reason !== 'string') return original.call(this, statusCode, hook(statusCode, reason ?? headers))
+    return original.call(this, statusCode, reason, hook(statusCode, headers))
+  } as ServerResponse['writeHead']
+}
+
 function headerValue(value: number | string | string[] | undefined): string | undefined {
   return Array.isArray(value) ? value.join(', ') : value === undefined ? undefined : String(value)
 }
 
+/** Whether the header `key` is one of `names` (lower-case), ignoring case. */
+function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean {
+  if (Object.hasOwn(names, key)) return true
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i)
+    if (c >= 65 && c <= 90) return Object.hasOwn(names, key.toLowerCase())
+  }
+  return false
+}
+
+/** `headers` without the ones named in `names`; the same object when none is there (usual). */
 function withoutHeaders(headers: unknown, names: Readonly<Record<string, string>>): unknown {
   if (Array.isArray(headers)) {
     let found = false
-    for (let i = 0; i + 1 < headers.length && !found; i += 2) found = Object.hasOwn(names, String(headers[i]).toLowerCase())
+    for (let i = 0; i + 1 < headers.length && !found; i += 2) found = isOneOf(String(headers[i]), names)
     if (!found) return headers
     const out: unknown[] = []
     for (let i = 0; i + 1 < headers.length; i += 2) {
-      if (!Object.hasOwn(names, String(headers[i]).toLowerCase())) out.push(headers[i], headers[i + 1])
+      if (!isOneOf(String(headers[i]), names)) out.push(headers[i], headers[i + 1])
     }
     return out
   }
   if (headers && typeof headers === 'object') {
-    // Usually none of the handler's headers is one of ours: then pass its object on as it is.
-    const keys = Object.keys(headers)
-    if (!keys.some((key) => Object.hasOwn(names, key.toLowerCase()))) return headers
+    let found = false
+    for (const key in headers) {
+      if (isOneOf(key, names)) {
+        found = true
+        break
+      }
+    }
+    if (!found) return headers
     const out: Record<string, unknown> = {}
-    for (const key of keys) {
-      if (!Object.hasOwn(names, key.toLowerCase())) out[key] = (headers as Record<string, unknown>)[key]
+    for (const key in headers) {
+      if (!isOneOf(key, names)) out[key] = (headers as Record<string, unknown>)[key]
     }
     return out
   }
@@ -154,39 +244,24 @@ export function holdResponseHead(
   onError: (error: unknown, context: string) => void,
 ): void {
   const stamped = decision.headers
-  if (decision.context.sessionId === undefined && decision.synchronousPins) {
-    const writeHead = res.writeHead
-    res.writeHead = function pinningWriteHead(this: ServerResponse, ...args: unknown[]) {
-      res.writeHead = writeHead
-      started.add(res)
-      const headerIndex = typeof args[1] === 'string' ? 2 : 1
-      const headers = args[headerIndex]
-      let sessionId: string | undefined
-      if (headers !== undefined) {
-        sessionId = headerFromArgs(headers, 'mcp-session-id')
-        args[headerIndex] = withoutHeaders(headers, stamped)
-      }
-      for (const name in stamped) res.setHeader(name, stamped[name]!)
-      if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
-      const pending = decision.complete({ status: Number(args[0]), sessionId })
-      if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
-      return (writeHead as (...a: unknown[]) => ServerResponse).apply(res, args)
-    } as ServerResponse['writeHead']
-    return
-  }
   if (decision.context.sessionId !== undefined) {
-    // Nothing to hold; only keep the dispatch headers ahead of the handler's own.
-    const writeHead = res.writeHead
-    res.writeHead = function stampedWriteHead(this: ServerResponse, ...args: unknown[]) {
-      res.writeHead = writeHead
-      const headerIndex = typeof args[1] === 'string' ? 2 : 1
-      if (args[headerIndex] !== undefined) args[headerIndex] = withoutHeaders(args[headerIndex], stamped)
-      for (const name in stamped) res.setHeader(name, stamped[name]!)
-      return (writeHead as (...a: unknown[]) => ServerResponse).apply(res, args)
-    } as ServerResponse['writeHead']
+    // Nothing to hold: only the dispatch headers, and the pin ended once the answer is sent.
+    onHead(res, (_status, headers) => stampHeaders(res, headers, stamped))
     res.once('finish', () => {
       const pending = decision.complete({ status: res.statusCode, sessionId: undefined })
       if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
+    })
+    return
+  }
+  if (decision.synchronousPins) {
+    onHead(res, (status, headers) => {
+      started.add(res)
+      let sessionId = headers === undefined ? undefined : headerFromArgs(headers, 'mcp-session-id')
+      const stampedHeaders = stampHeaders(res, headers, stamped)
+      if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
+      const pending = decision.complete({ status, sessionId })
+      if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
+      return stampedHeaders
     })
     return
   }
@@ -211,14 +286,13 @@ export function holdResponseHead(
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
       const headers = args[headerIndex]
-      if (headers !== undefined) {
-        sessionId = headerFromArgs(headers, 'mcp-session-id')
-        args = [...args]
-        args[headerIndex] = withoutHeaders(headers, stamped)
-      }
+      if (headers !== undefined) sessionId = headerFromArgs(headers, 'mcp-session-id')
+      args = [...args]
+      args[headerIndex] = stampHeaders(res, headers, stamped)
+    } else {
+      // The head is implicit (`write`, `end`, `flushHeaders`): set the headers it will carry.
+      for (const name in stamped) res.setHeader(name, stamped[name]!)
     }
-    // Again: the handler may have set a header of the same name since (dispatch headers win).
-    for (const name in stamped) res.setHeader(name, stamped[name]!)
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete({ status, sessionId })
     if (!pending) {

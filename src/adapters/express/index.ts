@@ -28,6 +28,7 @@ import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import {
   holdResponseHead,
+  installHeadInterception,
   requireContext,
   responseStarted,
   socketProtocol,
@@ -65,8 +66,9 @@ export type ExpressWebHandler = (request: Request_, context: DispatchContext) =>
 type Request_ = globalThis.Request
 type Response_ = globalThis.Response
 
-const ON_ERROR = Symbol.for('mcp-dispatch.onError')
-type Reporting = { [ON_ERROR]?: (error: unknown, context: string) => void }
+// Where a request's handler failures are reported. A WeakMap, not a property: adding an
+// undeclared property to every request would change its hidden class.
+const reporters = new WeakMap<object, (error: unknown, context: string) => void>()
 
 function noop(): void {}
 
@@ -90,6 +92,7 @@ function noop(): void {}
  */
 export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)
+  installHeadInterception()
 
   async function dispatch(req: Request, res: Response): Promise<boolean> {
     const url = req.originalUrl ?? req.url
@@ -102,7 +105,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       return false
     }
     req.dispatchContext = decision.context
-    ;(req as Reporting)[ON_ERROR] = onError
+    reporters.set(req, onError)
     holdResponseHead(res, decision, onError)
     return true
   }
@@ -130,7 +133,7 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 }
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
-  ;((req as Reporting)[ON_ERROR] ?? noop)(error, 'handler')
+  ;(reporters.get(req) ?? noop)(error, 'handler')
   if (!responseStarted(res) && !res.writableEnded) writeReply(res, HANDLER_FAILED)
   else res.destroy()
 }

@@ -37,6 +37,7 @@ import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import {
   holdResponseHead,
+  installHeadInterception,
   requireContext,
   responseStarted,
   toDispatchRequest,
@@ -70,8 +71,9 @@ export type FastifyWebHandler = (request: Request, context: DispatchContext) => 
 /** The route handler returned by {@link routeByVersion} and {@link fromWebHandler}. */
 export type FastifyRouteHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
 
-const ON_ERROR = Symbol.for('mcp-dispatch.onError')
-type Reporting = { [ON_ERROR]?: (error: unknown, context: string) => void }
+// Where a request's handler failures are reported. A WeakMap, not a property: adding an
+// undeclared property to every request would change its hidden class.
+const reporters = new WeakMap<object, (error: unknown, context: string) => void>()
 
 function noop(): void {}
 
@@ -106,6 +108,7 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  */
 export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync {
   const { dispatcher, trust, onError } = setupAdapter(options)
+  installHeadInterception()
 
   async function plugin(fastify: FastifyInstance<RawServerDefault>): Promise<void> {
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
@@ -113,7 +116,7 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
       const decision = await dispatcher.decide(toDispatchRequest(request.raw, request.raw.url ?? '/', request.protocol, trust))
       if (decision.type === 'reply') return sendReply(reply, decision.reply)
       request.dispatchContext = decision.context
-      ;(request as Reporting)[ON_ERROR] = onError
+      reporters.set(request, onError)
       // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
       holdResponseHead(reply.raw, decision, onError)
       return undefined
@@ -139,7 +142,7 @@ export function getDispatchContext(request: FastifyRequest): DispatchContext {
 }
 
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | undefined {
-  ;((request as Reporting)[ON_ERROR] ?? noop)(error, 'handler')
+  ;(reporters.get(request) ?? noop)(error, 'handler')
   const raw = reply.raw
   if (responseStarted(raw) || raw.writableEnded) {
     raw.destroy()
