@@ -267,6 +267,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     })
   const baseUrlOf = options.baseUrl ?? ((request: DispatchRequest) => request.origin + basePath)
   const indexes = new WeakMap<readonly string[], VersionIndex>()
+  const checkedPolicies = new WeakSet<RateLimitPolicy>()
 
   function indexOf(live: readonly string[]): VersionIndex {
     let index = indexes.get(live)
@@ -377,13 +378,21 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   type AuthOutcome = { identity: Identity } | { reply: Reply }
 
+  // 401 replies per (App address, refused or missing): built once, since refusals are the
+  // path an attacker can drive hardest. Bounded: the address comes from the request's host.
+  const challenges = new Map<string, AuthOutcome>()
   function challenge(request: DispatchRequest, app: AppRecord, invalidToken: boolean): AuthOutcome {
-    return {
-      reply: unauthorizedReply({
-        resourceMetadataUrl: baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH,
-        invalidToken,
-      }),
+    const resourceMetadataUrl = baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH
+    const key = invalidToken ? `1${resourceMetadataUrl}` : `0${resourceMetadataUrl}`
+    let outcome = challenges.get(key)
+    if (outcome === undefined) {
+      const built = unauthorizedReply({ resourceMetadataUrl, invalidToken })
+      // Shared between requests: frozen, so no adapter can write into it.
+      outcome = Object.freeze({ reply: Object.freeze({ ...built, headers: Object.freeze({ ...built.headers }) }) })
+      if (challenges.size >= 1000) challenges.clear()
+      challenges.set(key, outcome)
     }
+    return outcome
   }
 
   /** Steps 2 and 3. Synchronous for API tokens on synchronous stores. */
@@ -447,7 +456,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     policy: RateLimitPolicy | undefined,
   ): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!policy) return undefined
-    assertRateLimitPolicy(policy, 'rateLimit.policy result')
+    if (!checkedPolicies.has(policy)) {
+      assertRateLimitPolicy(policy, 'rateLimit.policy result')
+      // Policies are usually a few shared objects: check each once.
+      if (Object.isFrozen(policy)) checkedPolicies.add(policy)
+    }
     const windowMs = WINDOWS[policy.windowType]
     const at = now()
     const start = windowStart(at, windowMs)
