@@ -7,7 +7,6 @@
  */
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { serve } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
 import { generateKeyPair } from 'jose'
@@ -31,6 +30,7 @@ import {
   readVersion,
   runScenario,
 } from './mcp.js'
+import { serveFetch } from '../helpers/platform.js'
 
 type Kind = 'web' | 'express' | 'fastify'
 const KINDS: readonly Kind[] = ['web', 'express', 'fastify']
@@ -48,19 +48,8 @@ function withoutExchanges(result: ScenarioResult): Omit<ScenarioResult, 'exchang
 
 /** Serves a web handler (`@hono/node-server`), the client address from the socket. */
 async function serveWeb(handle: (request: Request, info: { clientAddress?: string }) => Promise<Response>): Promise<Stack> {
-  let server!: ReturnType<typeof serve>
-  const port = await new Promise<number>((resolve) => {
-    server = serve(
-      {
-        port: 0,
-        hostname: '127.0.0.1',
-        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
-      },
-      (info: AddressInfo) => resolve(info.port),
-    )
-  })
-  return { port, close: () => close(server as unknown as http.Server) }
+  const served = await serveFetch(handle)
+  return { port: served.port, close: served.close }
 }
 
 /** SDK servers, one per version, in front of which each adapter puts the dispatch layer. */

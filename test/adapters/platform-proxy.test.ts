@@ -4,8 +4,6 @@
  * platform's JWKS (published at `api.{domain}/.well-known/jwks.json`), never the caller's token.
  */
 import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
-import { serve } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import express from 'express'
@@ -15,6 +13,7 @@ import { type Platform, createPlatform } from '../../examples/platform/index.js'
 import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { close, listen, loopbackFetch } from './helpers.js'
 import { createNodeMcpHandler } from './mcp.js'
+import { serveFetch } from '../helpers/platform.js'
 
 describe('reference platform: versions served by an upstream', () => {
   let upstream: http.Server
@@ -69,19 +68,9 @@ describe('reference platform: versions served by an upstream', () => {
       onError: () => {},
     })
     token = platform.tokens.alice!
-    let server!: ReturnType<typeof serve>
-    port = await new Promise<number>((resolve) => {
-      server = serve(
-        {
-          port: 0,
-          hostname: '127.0.0.1',
-          fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-            platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
-        },
-        (info: AddressInfo) => resolve(info.port),
-      )
-    })
-    served = server as unknown as http.Server
+    const servedPlatform = await serveFetch((request, info) => platform.fetch(request, info))
+    port = servedPlatform.port
+    served = servedPlatform.server
     verifier.verify = createIdentityVerifier({
       jwks: `http://api.localhost:${port}/.well-known/jwks.json`,
       issuer: 'http://api.localhost',

@@ -4,9 +4,7 @@
  * only: Express has no in-memory injection) and Fastify (`fastify.inject`, and loopback).
  */
 import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { PassThrough } from 'node:stream'
-import { serve } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
 import { type ExpressMcpHandler, mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
@@ -14,6 +12,7 @@ import { type FastifyMcpHandler, mcpDispatch as fastifyDispatch, routeByVersion 
 import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { HOST, close, listen, rawRequest, recordResponse } from './helpers.js'
 import type { ProbeState, StartAdapter } from './suite.js'
+import { serveFetch } from '../helpers/platform.js'
 
 const encoder = new TextEncoder()
 
@@ -62,20 +61,9 @@ export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => 
     onError: (error, context) => fixture.errors.push({ error, context }),
     handler: webRoutes((app) => (app.id === 'app_other' ? undefined : webProbe(probe))),
   })
-  let server!: ReturnType<typeof serve>
-  const port = await new Promise<number>((resolve) => {
-    server = serve(
-      {
-        port: 0,
-        hostname: '127.0.0.1',
-        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
-      },
-      (info: AddressInfo) => resolve(info.port),
-    )
-  })
+  const served = await serveFetch(handle)
   return {
-    port,
+    port: served.port,
     async request(r) {
       const method = r.method ?? 'POST'
       const request = new Request(`http://${r.host ?? HOST}${r.path ?? '/'}`, {
@@ -85,7 +73,7 @@ export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => 
       })
       return recordResponse(await handle(request, { clientAddress: r.clientAddress ?? '127.0.0.1' }))
     },
-    close: () => close(server as unknown as http.Server),
+    close: served.close,
   }
 }
 

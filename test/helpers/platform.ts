@@ -276,27 +276,46 @@ export interface ServedPlatform {
   close(): Promise<void>
 }
 
-export async function servePlatform(platform: Platform): Promise<ServedPlatform> {
-  let server: ReturnType<typeof serve> | undefined
+/** A fetch-style handler served on 127.0.0.1 by `@hono/node-server`. */
+export interface ServedFetch {
+  readonly port: number
+  /** The node:http server, for tests that watch its connections. */
+  readonly server: http.Server
+  /** Ends open connections and stops the server. */
+  close(): Promise<void>
+}
+
+/**
+ * Serves `handle` on an ephemeral loopback port with `@hono/node-server`, passing the socket
+ * peer as `clientAddress`, as a platform does.
+ */
+export async function serveFetch(
+  handle: (request: Request, info: { clientAddress?: string }) => Response | Promise<Response>,
+): Promise<ServedFetch> {
+  let server!: http.Server
   const port = await new Promise<number>((resolve) => {
     server = serve(
       {
         port: 0,
         hostname: '127.0.0.1',
         fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-          platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
       },
       (info: AddressInfo) => resolve(info.port),
-    )
+    ) as unknown as http.Server
   })
   return {
     port,
-    origin: (slug) => `http://${slug}.localhost:${port}`,
+    server,
     close: () =>
       new Promise<void>((resolve) => {
-        const s = server as unknown as http.Server
-        s.closeAllConnections?.()
-        s.close(() => resolve())
+        server.closeAllConnections?.()
+        server.close(() => resolve())
       }),
   }
+}
+
+export async function servePlatform(platform: Platform): Promise<ServedPlatform> {
+  const served = await serveFetch((request, info) => platform.fetch(request, info))
+  return { port: served.port, origin: (slug) => `http://${slug}.localhost:${served.port}`, close: served.close }
 }

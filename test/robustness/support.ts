@@ -9,7 +9,6 @@ import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
-import { serve } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
 import {
@@ -33,6 +32,7 @@ import {
 } from 'mcp-dispatch'
 import { mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { loadAdapters } from '../../bench/adapters.js'
+import { serveFetch } from '../helpers/platform.js'
 
 /** 2030-01-01T00:00:30Z. */
 export const T0 = Date.UTC(2030, 0, 1, 0, 0, 30)
@@ -400,18 +400,7 @@ const webTarget: AdapterTarget = {
       ...(trustProxy !== undefined && { trustProxy }),
       handler: webRoutes(() => webProbe(state)),
     })
-    let server!: http.Server
-    const port = await new Promise<number>((resolve) => {
-      server = serve(
-        {
-          port: 0,
-          hostname: '127.0.0.1',
-          fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-            handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
-        },
-        (info: AddressInfo) => resolve(info.port),
-      ) as http.Server
-    })
+    const { port, server } = await serveFetch(handle)
     return { name: 'web', port, state, connections: countConnections(server), close: () => closeServer(server) }
   },
 }
