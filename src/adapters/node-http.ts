@@ -6,7 +6,7 @@
  * @internal
  * @module
  */
-import { type IncomingMessage, type OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse } from 'node:http'
 import { Readable } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
@@ -14,14 +14,27 @@ import type { Decision, DispatchContext, DispatchRequest } from '../pipeline/dis
 
 type Dispatched = Extract<Decision, { type: 'dispatch' }>
 
-/** Header lookup over Node's lower-cased `IncomingHttpHeaders`. */
-function headerLookup(req: IncomingMessage): DispatchRequest['headers'] {
-  const headers = req.headers
-  return {
-    get(name) {
-      const value = headers[name]
-      return Array.isArray(value) ? value.join(', ') : value
-    },
+/**
+ * The neutral request over a Node request: one object per request, which is also its own
+ * header lookup over Node's lower-cased `IncomingHttpHeaders` (no closure per request).
+ */
+class NodeDispatchRequest implements DispatchRequest {
+  constructor(
+    readonly method: string,
+    readonly path: string,
+    readonly host: string | undefined,
+    readonly origin: string,
+    readonly clientAddress: string | undefined,
+    private readonly raw: IncomingHttpHeaders,
+  ) {}
+
+  get headers(): DispatchRequest['headers'] {
+    return this
+  }
+
+  get(name: string): string | undefined {
+    const value = this.raw[name]
+    return typeof value === 'string' || value === undefined ? value : value.join(', ')
   }
 }
 
@@ -49,18 +62,20 @@ export function toDispatchRequest(
   if (hash !== -1 && hash < end) end = hash
   const path = url.slice(0, end) || '/'
   const forwardedFor = req.headers['x-forwarded-for']
-  return {
-    method: (req.method ?? 'GET').toUpperCase(),
+  const method = req.method ?? 'GET'
+  return new NodeDispatchRequest(
+    // HTTP/1 methods arrive upper case (llhttp accepts no other); HTTP/2 ones may not.
+    method === 'POST' || method === 'GET' ? method : method.toUpperCase(),
     path,
     host,
-    origin: `${protocol}://${host ?? ''}`,
-    headers: headerLookup(req),
-    clientAddress: resolveClientAddress(
+    `${protocol}://${host ?? ''}`,
+    resolveClientAddress(
       req.socket?.remoteAddress,
       Array.isArray(forwardedFor) ? forwardedFor.join(', ') : forwardedFor,
       trust,
     ),
-  }
+    req.headers,
+  )
 }
 
 /** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */
@@ -72,12 +87,21 @@ export function writeReply(res: ServerResponse, reply: Reply): void {
   res.end(reply.body ?? undefined)
 }
 
-/** Responses whose handler has begun to answer (their head may still be held). */
-const started = new WeakSet<ServerResponse>()
+/** Responses held for an asynchronous pin store whose handler has begun to answer. */
+const held = new WeakSet<ServerResponse>()
+
+/**
+ * Where the prototype-level `writeHead` finds the decision of a dispatched response: an own
+ * property of the response, declared `undefined` on `ServerResponse.prototype` so that the
+ * lookup on responses the adapters did not dispatch stops at the prototype. One property of
+ * one kind on every dispatched response: one hidden class for all of them.
+ */
+const kDispatch = Symbol('mcp-dispatch.decision')
+type WithDecision = ServerResponse & { [kDispatch]?: Dispatched | undefined }
 
 /** Whether the handler has begun to answer: true as soon as it wrote a head, held or sent. */
 export function responseStarted(res: ServerResponse): boolean {
-  return res.headersSent || started.has(res)
+  return res.headersSent || held.has(res)
 }
 
 type HeldMethod = 'writeHead' | 'write' | 'end' | 'flushHeaders'
@@ -88,95 +112,8 @@ function sameName(a: string, lower: string): boolean {
   return a === lower || (a.length === lower.length && a.toLowerCase() === lower)
 }
 
-function headerFromArgs(headers: unknown, name: string): string | undefined {
-  if (Array.isArray(headers)) {
-    for (let i = 0; i + 1 < headers.length; i += 2) {
-      if (sameName(String(headers[i]), name)) return String(headers[i + 1])
-    }
-    return undefined
-  }
-  if (headers && typeof headers === 'object') {
-    for (const key in headers) {
-      if (sameName(key, name)) {
-        const value = (headers as Record<string, unknown>)[key]
-        return Array.isArray(value) ? value.join(', ') : value == null ? undefined : String(value)
-      }
-    }
-  }
-  return undefined
-}
-
-/**
- * Sets the dispatch headers on a response about to write its head, and returns the handler's
- * `writeHead` headers without any of the same name, so the dispatch headers win. The
- * handler's header object is copied only when it does hold one of them (rarely).
- */
-function stampHeaders(res: ServerResponse, headers: unknown, stamped: Readonly<Record<string, string>>): unknown {
-  for (const name in stamped) res.setHeader(name, stamped[name]!)
-  return headers === undefined ? undefined : withoutHeaders(headers, stamped)
-}
-
-/** Called with the status and headers of a response head; returns the headers to send. */
-type HeadHook = (status: number, headers: unknown) => unknown
-
-const headHooks = new WeakMap<ServerResponse, HeadHook>()
-let prototypeWrapped = false
-
-/**
- * Runs `hook` when the head of `res` is written. Node sends every head through `writeHead`
- * (`write`, `end` and `flushHeaders` call it implicitly), so one interception point suffices.
- *
- * For node:http responses the interception is a wrapper installed once on
- * `ServerResponse.prototype.writeHead`, which looks the response up in a WeakMap: one lookup
- * for responses the adapters did not dispatch, and no change to any response object.
- * Patching `writeHead` on each response instead gave every response a hidden class of its own
- * and slowed all of Node's HTTP code that touches it (measured: about 15 µs per request on
- * Fastify). Other response classes (HTTP/2 compatibility) get a patch on the instance.
- */
-function onHead(res: ServerResponse, hook: HeadHook): void {
-  if (prototypeWrapped && res instanceof ServerResponse && Object.getPrototypeOf(res).writeHead === ServerResponse.prototype.writeHead) {
-    headHooks.set(res, hook)
-    return
-  }
-  const writeHead = res.writeHead
-  res.writeHead = function hookedWriteHead(this: ServerResponse, statusCode: number, reason?: unknown, headers?: unknown) {
-    res.writeHead = writeHead
-    if (typeof reason !== 'string') return (writeHead as WriteHead).call(res, statusCode, hook(statusCode, reason ?? headers))
-    return (writeHead as WriteHead).call(res, statusCode, reason, hook(statusCode, headers))
-  } as ServerResponse['writeHead']
-}
-
-type WriteHead = (this: ServerResponse, statusCode: number, ...rest: unknown[]) => ServerResponse
-
-/**
- * Installs the `writeHead` interception (see `onHead`). Adapters call it when they are created,
- * before any request, so a per-request wrapper installed later by other middleware (for
- * example `on-headers`) still ends in it.
- */
-export function installHeadInterception(): void {
-  if (prototypeWrapped) return
-  prototypeWrapped = true
-  const original = ServerResponse.prototype.writeHead as WriteHead
-  ServerResponse.prototype.writeHead = function writeHead(
-    this: ServerResponse,
-    statusCode: number,
-    reason?: unknown,
-    headers?: unknown,
-  ): ServerResponse {
-    const hook = headHooks.get(this)
-    if (hook === undefined) {
-      return reason === undefined && headers === undefined
-        ? original.call(this, statusCode)
-        : original.call(this, statusCode, reason, headers)
-    }
-    headHooks.delete(this)
-    if (typeof reason !== 'string') return original.call(this, statusCode, hook(statusCode, reason ?? headers))
-    return original.call(this, statusCode, reason, hook(statusCode, headers))
-  } as ServerResponse['writeHead']
-}
-
-function headerValue(value: number | string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value.join(', ') : value === undefined ? undefined : String(value)
+function headerValue(value: unknown): string | undefined {
+  return Array.isArray(value) ? value.join(', ') : value == null ? undefined : String(value)
 }
 
 /** Whether the header `key` is one of `names` (lower-case), ignoring case. */
@@ -189,34 +126,103 @@ function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean 
   return false
 }
 
-/** `headers` without the ones named in `names`; the same object when none is there (usual). */
-function withoutHeaders(headers: unknown, names: Readonly<Record<string, string>>): unknown {
+/** The head about to be written, with the dispatch headers in it. */
+interface StampedHead {
+  /** What to pass to the real `writeHead` as headers. */
+  headers: unknown
+  /** `Mcp-Session-Id` among the handler's `writeHead` headers, if any. */
+  sessionId: string | undefined
+}
+
+/**
+ * The `writeHead` headers of the handler with the dispatch headers added: a new object (never
+ * the handler's, which may be shared), in which the dispatch headers replace any of the same
+ * name, so they win, as in the Web adapter. With no handler headers, the dispatch headers
+ * alone: Node then merges them over those set with `setHeader`, and they win there too.
+ */
+function stampHead(headers: unknown, stamped: Readonly<Record<string, string>>): StampedHead {
+  if (headers === undefined || headers === null || typeof headers !== 'object') return { headers: stamped, sessionId: undefined }
+  let sessionId: string | undefined
   if (Array.isArray(headers)) {
-    let found = false
-    for (let i = 0; i + 1 < headers.length && !found; i += 2) found = isOneOf(String(headers[i]), names)
-    if (!found) return headers
+    // `[name, value, name, value]` or `[[name, value], …]`.
     const out: unknown[] = []
-    for (let i = 0; i + 1 < headers.length; i += 2) {
-      if (!isOneOf(String(headers[i]), names)) out.push(headers[i], headers[i + 1])
+    const pairs = headers.length > 0 && Array.isArray(headers[0])
+    const step = pairs ? 1 : 2
+    for (let i = 0; i < headers.length; i += step) {
+      const name = String(pairs ? (headers[i] as unknown[])[0] : headers[i])
+      const value = pairs ? (headers[i] as unknown[])[1] : headers[i + 1]
+      if (isOneOf(name, stamped)) continue
+      if (sessionId === undefined && sameName(name, 'mcp-session-id')) sessionId = headerValue(value)
+      out.push(name, value)
     }
-    return out
+    for (const name in stamped) out.push(name, stamped[name])
+    return { headers: out, sessionId }
   }
-  if (headers && typeof headers === 'object') {
-    let found = false
-    for (const key in headers) {
-      if (isOneOf(key, names)) {
-        found = true
-        break
-      }
-    }
-    if (!found) return headers
-    const out: Record<string, unknown> = {}
-    for (const key in headers) {
-      if (!isOneOf(key, names)) out[key] = (headers as Record<string, unknown>)[key]
-    }
-    return out
+  const source = headers as Record<string, unknown>
+  const out: Record<string, unknown> = {}
+  for (const key in source) {
+    if (isOneOf(key, stamped)) continue
+    const value = source[key]
+    if (sessionId === undefined && sameName(key, 'mcp-session-id')) sessionId = headerValue(value)
+    out[key] = value
   }
-  return headers
+  for (const name in stamped) out[name] = stamped[name]
+  return { headers: out, sessionId }
+}
+
+/**
+ * At the head of a dispatched response: the dispatch headers go in, and the dispatcher learns
+ * the outcome (the status, and the `Mcp-Session-Id` the MCP handler assigned, from the
+ * `writeHead` headers or those set before). Returns the headers to write.
+ */
+function atHead(res: ServerResponse, decision: Dispatched, status: number, headers: unknown): unknown {
+  const head = stampHead(headers, decision.headers)
+  let sessionId = head.sessionId
+  // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
+  // handler that forgot the session), which needs no answer before the response goes out.
+  if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
+  // Synchronous here, or a promise that never rejects, awaited by no one: only an
+  // asynchronous pin of a new session must be stored first, and that response is held.
+  decision.complete({ status, sessionId })
+  return head.headers
+}
+
+type WriteHead = (this: ServerResponse, statusCode: number, ...rest: unknown[]) => ServerResponse
+
+let prototypeWrapped = false
+
+/**
+ * Installs the `writeHead` interception: a wrapper, once, on `ServerResponse.prototype`,
+ * which acts on responses that carry a decision (see `holdResponseHead`). Node sends every
+ * head through `writeHead` (`write`, `end` and `flushHeaders` call it implicitly), so one
+ * interception point suffices. For a response the adapters did not dispatch it costs one
+ * property read.
+ *
+ * Patching `writeHead` on each response instead gave every response a hidden class of its
+ * own and slowed all of Node's HTTP code that touches it (measured: about 15 µs per request
+ * on Fastify). Adapters call this when they are created, before any request, so that a
+ * per-request wrapper installed later by other middleware (for example `on-headers`) still
+ * ends in it.
+ */
+export function installHeadInterception(): void {
+  if (prototypeWrapped) return
+  prototypeWrapped = true
+  const proto = ServerResponse.prototype as WithDecision
+  proto[kDispatch] = undefined
+  const original = proto.writeHead as WriteHead
+  proto.writeHead = function writeHead(this: WithDecision, statusCode: number, reason?: unknown, headers?: unknown) {
+    const decision = this[kDispatch]
+    if (decision === undefined) {
+      return reason === undefined && headers === undefined
+        ? original.call(this, statusCode)
+        : original.call(this, statusCode, reason, headers)
+    }
+    // Assigned back, never deleted: a `delete` would turn the response into a slow
+    // dictionary-mode object for the rest of its life.
+    this[kDispatch] = undefined
+    if (typeof reason === 'string') return original.call(this, statusCode, reason, atHead(this, decision, statusCode, headers))
+    return original.call(this, statusCode, atHead(this, decision, statusCode, reason ?? headers))
+  } as ServerResponse['writeHead']
 }
 
 /**
@@ -224,48 +230,45 @@ function withoutHeaders(headers: unknown, names: Readonly<Record<string, string>
  * outcome (`decision.complete`) before the client can see the answer: the status and the
  * `Mcp-Session-Id` the MCP handler assigns are read from the response head.
  *
- * - A request that already belongs to a session can only end its pin (DELETE, or a handler
- *   that forgot the session): that is done once the answer is sent, with no hold.
- * - With a synchronous session store (memory) the pin is stored in `writeHead`, which Node
- *   calls for every head (`write`, `end` and `flushHeaders` call it implicitly): no hold.
- * - With an asynchronous one (Redis), the first `writeHead`, `write`, `end` or `flushHeaders`
- *   and every call after it are queued, in order, until the pin is stored, then replayed on
- *   the real methods. So the next request of a new session finds its pin on every instance,
- *   as with the Web adapter, which awaits `complete` before returning the response. (Corking
- *   the socket cannot do this: Node fully uncorks it on `end()`.)
+ * - A request that already belongs to a session, or any request with a synchronous session
+ *   store (memory): the prototype-level `writeHead` (see `installHeadInterception`) stamps the
+ *   head and records the outcome, with no hold and no per-request closure.
+ * - A new session with an asynchronous store (Redis): the first `writeHead`, `write`, `end`
+ *   or `flushHeaders` and every call after it are queued, in order, until the pin is stored,
+ *   then replayed on the real methods. So the next request of a new session finds its pin on
+ *   every instance, as with the Web adapter, which awaits `complete` before returning the
+ *   response. (Corking the socket cannot do this: Node fully uncorks it on `end()`.)
  *
  * The dispatch headers (version, rate limit, CORS) win over the handler's headers of the same
- * name, as in the Web adapter. Patched methods are assigned back, never deleted: a `delete`
- * would turn the response into a slow dictionary-mode object for the rest of its life.
+ * name, as in the Web adapter.
  */
 export function holdResponseHead(
   res: ServerResponse,
   decision: Dispatched,
   onError: (error: unknown, context: string) => void,
 ): void {
-  const stamped = decision.headers
-  if (decision.context.sessionId !== undefined) {
-    // Nothing to hold: only the dispatch headers, and the pin ended once the answer is sent.
-    onHead(res, (_status, headers) => stampHeaders(res, headers, stamped))
-    res.once('finish', () => {
-      const pending = decision.complete({ status: res.statusCode, sessionId: undefined })
-      if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
-    })
+  if (
+    (decision.synchronousPins || decision.context.sessionId !== undefined) &&
+    prototypeWrapped &&
+    res instanceof ServerResponse &&
+    Object.getPrototypeOf(res).writeHead === ServerResponse.prototype.writeHead
+  ) {
+    ;(res as WithDecision)[kDispatch] = decision
     return
   }
-  if (decision.synchronousPins) {
-    onHead(res, (status, headers) => {
-      started.add(res)
-      let sessionId = headers === undefined ? undefined : headerFromArgs(headers, 'mcp-session-id')
-      const stampedHeaders = stampHeaders(res, headers, stamped)
-      if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
-      const pending = decision.complete({ status, sessionId })
-      if (pending) pending.catch((error: unknown) => onError(error, 'session store'))
-      return stampedHeaders
-    })
-    return
-  }
+  holdUntilPinned(res, decision, onError)
+}
 
+/**
+ * The hold of `holdResponseHead` for a new session on an asynchronous store; also the path
+ * of responses whose `writeHead` is not node:http's (HTTP/2 compatibility), where the calls
+ * are intercepted on the instance.
+ */
+function holdUntilPinned(
+  res: ServerResponse,
+  decision: Dispatched,
+  onError: (error: unknown, context: string) => void,
+): void {
   const target = res as unknown as Record<HeldMethod, (...args: unknown[]) => unknown>
   // The methods as the response has them now (usually its prototype's). Restoring assigns them
   // back rather than deleting the patches: a `delete` would turn the response object into a
@@ -279,19 +282,19 @@ export function holdResponseHead(
   const replay = (name: HeldMethod, args: unknown[]) => originals[HELD.indexOf(name)]!.apply(res, args)
 
   function begin(first: HeldMethod, args: unknown[]): unknown {
-    started.add(res)
+    held.add(res)
     let status = res.statusCode
     let sessionId: string | undefined
     if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
-      const headers = args[headerIndex]
-      if (headers !== undefined) sessionId = headerFromArgs(headers, 'mcp-session-id')
+      const head = stampHead(args[headerIndex], decision.headers)
+      sessionId = head.sessionId
       args = [...args]
-      args[headerIndex] = stampHeaders(res, headers, stamped)
+      args[headerIndex] = head.headers
     } else {
       // The head is implicit (`write`, `end`, `flushHeaders`): set the headers it will carry.
-      for (const name in stamped) res.setHeader(name, stamped[name]!)
+      for (const name in decision.headers) res.setHeader(name, decision.headers[name]!)
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete({ status, sessionId })
@@ -300,7 +303,7 @@ export function holdResponseHead(
       return replay(first, args)
     }
     queue = [[first, args]]
-    pending.finally(() => {
+    void pending.then(() => {
       restore()
       try {
         for (const [name, callArgs] of queue!) replay(name, callArgs)

@@ -183,6 +183,10 @@ function describeCidrError(entry: string, index: number, error: CidrError): stri
   }
 }
 
+// The last address parsed by checkIpAllowlist, and its words (parsing is pure).
+let lastAddress: string | undefined
+let lastWords: IpWords | null = null
+
 /**
  * The allowlist check of spec 5.2: `true` when there is no allowlist or `clientAddress` lies
  * in one of its ranges; `false` when the address is outside, unknown or unparsable (fail
@@ -196,7 +200,14 @@ function describeCidrError(entry: string, index: number, error: CidrError): stri
 export function checkIpAllowlist(clientAddress: string | undefined, allowlist: CompiledAllowlist): boolean {
   if (allowlist === null) return true
   if (clientAddress === undefined) return false
-  const address = parseIp(clientAddress)
+  // Requests of one connection carry the same address string: parsed once for them.
+  let address: IpWords | null
+  if (clientAddress === lastAddress) address = lastWords
+  else {
+    address = parseIp(clientAddress)
+    lastAddress = clientAddress
+    lastWords = address
+  }
   if (!address) return false
   for (const range of allowlist) if (ipInRange(address, range)) return true
   return false

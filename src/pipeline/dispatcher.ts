@@ -39,6 +39,7 @@ import {
   versionNotFoundReply,
 } from '../core/reply.js'
 import type {
+  ApiTokenRecord,
   AppRecord,
   AppStore,
   MaybePromise,
@@ -195,8 +196,15 @@ export interface DispatcherOptions {
 
 /** The dispatch pipeline. Create with {@link createDispatcher}. */
 export interface Dispatcher {
-  /** Decides what to do with one request (DESIGN.md pipeline, steps 1 to 6). */
-  decide(request: DispatchRequest): Promise<Decision>
+  /**
+   * Decides what to do with one request (DESIGN.md pipeline, steps 1 to 6). Never throws or
+   * rejects: a failing store or callback gives a 503 reply and goes to `onError`.
+   *
+   * When every store answers synchronously (the in-memory ones), the decision is returned
+   * at once, with no promise and no microtask; otherwise a promise of it. `await` takes
+   * both. Call `complete` as a method of the decision (`decision.complete(outcome)`).
+   */
+  decide(request: DispatchRequest): MaybePromise<Decision>
   /** The protected-resource metadata of an App at a base URL (spec 2.2). */
   metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata
   /** The path the dispatcher is mounted under. */
@@ -208,6 +216,16 @@ const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-L
 const ALLOW_HEADERS = 'Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
+
+// Refusals that carry nothing of the request: one frozen object each.
+const IP_NOT_ALLOWED = Object.freeze({ reply: Object.freeze(ipNotAllowedReply()) })
+const FORBIDDEN = Object.freeze({ reply: Object.freeze(forbiddenReply()) })
+
+/** `map.set(key, value)`, clearing the map first when it holds 1,000 entries. */
+function remember<V>(map: Map<string, V>, key: string, value: V): void {
+  if (map.size >= 1000) map.clear()
+  map.set(key, value)
+}
 
 class StoreFailure {
   constructor(
@@ -255,19 +273,28 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (!URL.canParse(url)) throw new ConfigurationError('authorizationServers', `holds an invalid URL ${JSON.stringify(url)}`)
     }
   }
+  // Per-request parsing that depends only on a short string repeats for every request of a
+  // host or a path: remembered, in maps bounded because hosts and paths come from requests.
+  const slugs = new Map<string, string | null>()
+  const selectors = new Map<string, VersionSelector | null>()
   const resolveApp =
     options.resolveApp ??
     ((request: DispatchRequest) => {
       const host = request.host
       if (!host) return undefined
-      const dot = host.indexOf('.')
-      if (dot <= 0) return undefined
-      const slug = host.slice(0, dot).toLowerCase()
-      return SLUG.test(slug) ? apps.getAppBySlug(slug) : undefined
+      let slug = slugs.get(host)
+      if (slug === undefined) {
+        const dot = host.indexOf('.')
+        const label = dot <= 0 ? '' : host.slice(0, dot).toLowerCase()
+        slug = SLUG.test(label) ? label : null
+        remember(slugs, host, slug)
+      }
+      return slug === null ? undefined : apps.getAppBySlug(slug)
     })
   const baseUrlOf = options.baseUrl ?? ((request: DispatchRequest) => request.origin + basePath)
   const indexes = new WeakMap<readonly string[], VersionIndex>()
-  const checkedPolicies = new WeakSet<RateLimitPolicy>()
+  // `RateLimit-Policy` value per policy object, once the policy was checked (frozen ones only).
+  const policyHeaders = new WeakMap<RateLimitPolicy, string>()
 
   function indexOf(live: readonly string[]): VersionIndex {
     let index = indexes.get(live)
@@ -376,9 +403,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
-  type AuthOutcome = { identity: Identity } | { reply: Reply }
+  type AuthOutcome = { readonly identity: Identity; readonly reply?: undefined } | { readonly reply: Reply; readonly identity?: undefined }
 
-  // 401 replies per (App address, refused or missing): built once, since refusals are the
+  // 401 decisions per (App address, refused or missing): built once, since refusals are the
   // path an attacker can drive hardest. Bounded: the address comes from the request's host.
   const challenges = new Map<string, AuthOutcome>()
   function challenge(request: DispatchRequest, app: AppRecord, invalidToken: boolean): AuthOutcome {
@@ -410,12 +437,32 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       : judgeApiToken(request, app, pending)
   }
 
+  /**
+   * An API token's identity, one per token record, shared by its requests (records are
+   * immutable); it also remembers the token's rate-limit counter key, so the key string (and
+   * its hash) is built once, not per request.
+   */
+  class Accepted {
+    readonly reply?: undefined
+    rateKey: string | undefined = undefined
+    rateKeyApp: string | undefined = undefined
+    rateKeyWindow: string | undefined = undefined
+    constructor(readonly identity: Identity) {}
+  }
+  const identities = new WeakMap<ApiTokenRecord, Accepted>()
+
   /** Step 3 for API tokens: state, then IP allowlist, then scope. */
   function judgeApiToken(request: DispatchRequest, app: AppRecord, auth: TokenAuthResult): AuthOutcome {
     if (!auth.ok) return challenge(request, app, true)
-    if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return { reply: ipNotAllowedReply() }
-    if (!auth.record.servers.includes(app.id)) return { reply: forbiddenReply() }
-    return { identity: { subject: auth.record.userId, method: 'api_token', tokenId: auth.record.id } }
+    const record = auth.record
+    if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return IP_NOT_ALLOWED
+    if (!record.servers.includes(app.id)) return FORBIDDEN
+    let outcome = identities.get(record)
+    if (outcome === undefined) {
+      outcome = new Accepted(Object.freeze({ subject: record.userId, method: 'api_token', tokenId: record.id }))
+      identities.set(record, outcome)
+    }
+    return outcome
   }
 
   async function authenticateOAuth(request: DispatchRequest, app: AppRecord, token: string): Promise<AuthOutcome> {
@@ -441,32 +488,46 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
-
-  function applyRateLimit(identity: Identity, app: AppRecord): MaybePromise<RateLimitResult | Reply | undefined> {
+  function applyRateLimit(flow: Flow): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!rateLimit || !counters) return undefined
-    const policy = rateLimit.policy(identity, app)
-    return policy instanceof Promise
-      ? bounded(policy, 'rate-limit policy').then((p) => countRequest(identity, app, p))
-      : countRequest(identity, app, policy)
+    const policy = rateLimit.policy(flow.identity, flow.app)
+    if (!(policy instanceof Promise)) return countRequest(flow, policy)
+    return bounded(policy, 'rate-limit policy')
+      .then((p) => countRequest(flow, p))
+      .catch((error: unknown) => {
+        throw error instanceof StoreFailure ? error : new StoreFailure('rate-limit policy', error)
+      })
   }
 
-  function countRequest(
-    identity: Identity,
-    app: AppRecord,
-    policy: RateLimitPolicy | undefined,
-  ): MaybePromise<RateLimitResult | Reply | undefined> {
-    if (!policy) return undefined
-    if (!checkedPolicies.has(policy)) {
-      assertRateLimitPolicy(policy, 'rateLimit.policy result')
-      // Policies are usually a few shared objects: check each once.
-      if (Object.isFrozen(policy)) checkedPolicies.add(policy)
+  /** The counter key of (App, user, window): remembered on an API token's identity. */
+  function rateKeyOf(flow: Flow, windowType: string): string {
+    const { app, auth } = flow
+    if (auth instanceof Accepted) {
+      if (auth.rateKeyApp === app.id && auth.rateKeyWindow === windowType) return auth.rateKey!
+      auth.rateKey = `${app.id}\u0000${auth.identity.subject}\u0000${windowType}`
+      auth.rateKeyApp = app.id
+      auth.rateKeyWindow = windowType
+      return auth.rateKey
     }
+    return `${app.id}\u0000${flow.identity.subject}\u0000${windowType}`
+  }
+
+  function countRequest(flow: Flow, policy: RateLimitPolicy | undefined): MaybePromise<RateLimitResult | Reply | undefined> {
+    if (!policy) return undefined
+    let policyHeader = policyHeaders.get(policy)
+    if (policyHeader === undefined) {
+      assertRateLimitPolicy(policy, 'rateLimit.policy result')
+      policyHeader = `"${policy.windowType}";q=${policy.limit};w=${WINDOWS[policy.windowType] / 1000}`
+      // Policies are usually a few shared objects: check each once.
+      if (Object.isFrozen(policy)) policyHeaders.set(policy, policyHeader)
+    }
+    flow.policyHeader = policyHeader
     const windowMs = WINDOWS[policy.windowType]
     const at = now()
     const start = windowStart(at, windowMs)
     let count: MaybePromise<number>
     try {
-      count = counters!.increment(`${app.id}\u0000${identity.subject}\u0000${policy.windowType}`, start, windowMs)
+      count = counters!.increment(rateKeyOf(flow, policy.windowType), start, windowMs)
     } catch (error) {
       return rateLimitStoreFailed(error)
     }
@@ -487,12 +548,107 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
 
-  // One async frame for the whole decision: most steps answer synchronously on in-memory stores.
-  async function decide(request: DispatchRequest): Promise<Decision> {
-    // What a synchronous throw is blamed on: the store (or callback) being called.
-    let stage = 'callback'
+  // ---------------------------------------------------------------------------------------
+  // The decision. Every step runs at once when its store answered synchronously (in-memory
+  // stores: the whole decision is one synchronous call, no promise, no microtask); the first
+  // store that answers with a promise turns the rest into a promise chain. So `decide`
+  // returns a Decision or a Promise of one.
+  //
+  // What a synchronous throw is blamed on: the store (or callback) being called. One variable
+  // serves every request: a synchronous stretch sets it before each call and reads it in its
+  // own catch, and nothing else runs in between.
+  let stage = 'callback'
+
+  /** The 503 for a failed store or callback (named in `onError`). */
+  function failed(error: unknown, origin: string | null | undefined, store: string): Decision {
+    const failure = error instanceof StoreFailure ? error : new StoreFailure(store, error)
+    onError(failure.error, `${failure.store} failed`)
+    return reply(serviceUnavailableReply(), origin)
+  }
+
+  /**
+   * Goes on with `next` once `value` is there: at once when it is not a promise. A rejection
+   * is a failure of `store`; a throw in a later synchronous stretch is caught here too.
+   */
+  function proceed<T>(
+    flow: Flow,
+    value: MaybePromise<T>,
+    store: string,
+    next: (flow: Flow, value: T) => MaybePromise<Decision>,
+  ): MaybePromise<Decision> {
+    if (!(value instanceof Promise)) return next(flow, value)
+    return value.then(
+      (settled) => {
+        stage = 'callback'
+        try {
+          return next(flow, settled)
+        } catch (error) {
+          return failed(error, flow.origin, stage)
+        }
+      },
+      (error: unknown) => failed(error, flow.origin, store),
+    )
+  }
+
+  /** What the steps learn about one request, as they go. */
+  class Flow {
+    app!: AppRecord
+    selector!: VersionSelector
+    identity!: Identity
+    auth!: AuthOutcome
+    limited: RateLimitResult | undefined = undefined
+    policyHeader = ''
+    index!: VersionIndex
+    sessionId: string | undefined = undefined
+    constructor(
+      readonly request: DispatchRequest,
+      readonly origin: string | null | undefined,
+      readonly path: string,
+    ) {}
+  }
+
+  /** A dispatched request: the decision the adapters act on. */
+  class Dispatch {
+    readonly type = 'dispatch' as const
+    constructor(
+      readonly context: DispatchContext,
+      readonly headers: Readonly<Record<string, string>>,
+      private readonly method: string,
+    ) {}
+
+    readonly synchronousPins = synchronousPins
+
+    complete(outcome: DispatchOutcome): MaybePromise<void> {
+      const { sessionId, app, identity, version } = this.context
+      try {
+        let pending: MaybePromise<void> | undefined
+        if (sessionId === undefined) {
+          const assigned = outcome.sessionId
+          if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
+            pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
+          }
+        } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
+          // DELETE ended the session, or the handler no longer knows it: end the pin too.
+          pending = sessions.delete(sessionId)
+        }
+        // Synchronous stores finish here: the adapter then writes the response at once.
+        if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
+      } catch (error) {
+        pinFailed(error)
+      }
+      return undefined
+    }
+  }
+
+  function pinFailed(error: unknown): void {
+    onError(error, 'session store')
+  }
+
+  function decide(request: DispatchRequest): MaybePromise<Decision> {
+    stage = 'callback'
+    let origin: string | null | undefined
     try {
-      const origin = request.headers.get('origin')
+      origin = request.headers.get('origin')
       // Step 1: mount, App, path, method, origin.
       let path = request.path
       if (basePath !== '') {
@@ -501,111 +657,115 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         }
         path = path.slice(basePath.length)
       }
+      const flow = new Flow(request, origin, path)
       stage = 'apps'
-      const appPending = settle(resolveApp(request), 'apps')
-      const app = appPending instanceof Promise ? await appPending : appPending
-      if (!app) return reply(notFoundReply(), origin)
-      if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
-        const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
-        // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
-        if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
-          return { type: 'reply', reply: metadataReply(request, app, suffix) }
-        }
-        return reply(notFoundReply(), origin)
-      }
-      const selector = parseVersionPath(path)
-      if (!selector) return reply(notFoundReply(), origin)
-      if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
-      const method = request.method
-      if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*') }
-      if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
-        return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
-      }
-
-      // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
-      stage = 'token'
-      const authPending = authenticate(request, app)
-      const auth = authPending instanceof Promise ? await authPending : authPending
-      if ('reply' in auth) return reply(auth.reply, origin)
-      const identity = auth.identity
-
-      // Step 4: subscription.
-      stage = 'subscriptions'
-      const subscribed = settle(subscriptions.isActive(identity.subject, app.id), 'subscriptions')
-      if (!(subscribed instanceof Promise ? await subscribed : subscribed)) {
-        return reply(paymentRequiredReply(), origin)
-      }
-
-      // Step 5: rate limit.
-      stage = 'rate-limit policy'
-      const limitPending = applyRateLimit(identity, app)
-      const limited = limitPending instanceof Promise ? await limitPending : limitPending
-      if (limited !== undefined && 'status' in limited) return reply(limited, origin)
-
-      // Step 6: version, from the session pin or resolved anew.
-      stage = 'apps'
-      const live = settle(apps.getLiveVersions(app.id), 'apps')
-      const index = indexOf(live instanceof Promise ? await live : live)
-      const sessionId = request.headers.get('mcp-session-id') ?? undefined
-      let version: string | null
-      if (sessionId !== undefined) {
-        if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), origin)
-        stage = 'sessions'
-        const pinPending = settle(sessions.get(sessionId, sessionTtlMs), 'sessions')
-        const pin = pinPending instanceof Promise ? await pinPending : pinPending
-        if (!pin || !pinMatches(pin, app, identity, selector)) return reply(sessionNotFoundReply(), origin)
-        version = pin.version
-      } else {
-        version = resolveVersion(index, selector)
-        if (version === null) return reply(versionNotFoundReply(formatSelector(selector), index.latest), origin)
-      }
-      const latestVersion = index.latest ?? version
-
-      const headers: Record<string, string> = { 'x-mcp-version': version, 'x-mcp-latest-version': latestVersion }
-      if (limited !== undefined) Object.assign(headers, rateLimitHeaders(limited))
-      const extra = corsHeaders(origin)
-      if (extra) Object.assign(headers, extra)
-      const pinnedVersion = version
-      return {
-        type: 'dispatch',
-        context: {
-          app,
-          identity,
-          version,
-          latestVersion,
-          sessionId,
-          baseUrl: baseUrlOf(request, app),
-          rateLimit: limited,
-        },
-        headers,
-        synchronousPins,
-        complete(outcome) {
-          const failed = (error: unknown) => onError(error, 'session store')
-          try {
-            let pending: MaybePromise<void> | undefined
-            if (sessionId === undefined) {
-              const assigned = outcome.sessionId
-              if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
-                pending = sessions.set(assigned, { appId: app.id, version: pinnedVersion, subject: identity.subject }, sessionTtlMs)
-              }
-            } else if ((method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
-              // DELETE ended the session, or the handler no longer knows it: end the pin too.
-              pending = sessions.delete(sessionId)
-            }
-            // Synchronous stores finish here: the adapter then writes the response at once.
-            if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, failed)
-          } catch (error) {
-            failed(error)
-          }
-          return undefined
-        },
-
-      }
+      return proceed(flow, settle(resolveApp(request), 'apps'), 'apps', withApp)
     } catch (error) {
-      const failure = error instanceof StoreFailure ? error : new StoreFailure(stage, error)
-      onError(failure.error, `${failure.store} failed`)
-      return reply(serviceUnavailableReply(), request.headers.get('origin'))
+      return failed(error, origin, stage)
     }
+  }
+
+  function withApp(flow: Flow, app: AppRecord | undefined): MaybePromise<Decision> {
+    const { request, origin, path } = flow
+    if (!app) return reply(notFoundReply(), origin)
+    if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
+      const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
+      // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
+      if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
+        return { type: 'reply', reply: metadataReply(request, app, suffix) }
+      }
+      return reply(notFoundReply(), origin)
+    }
+    let selector = selectors.get(path)
+    if (selector === undefined) remember(selectors, path, (selector = parseVersionPath(path)))
+    if (!selector) return reply(notFoundReply(), origin)
+    if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+    const method = request.method
+    if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*') }
+    if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
+      return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
+    }
+    flow.app = app
+    flow.selector = selector
+    // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
+    stage = 'token'
+    return proceed(flow, authenticate(request, app), 'token', withIdentity)
+  }
+
+  function withIdentity(flow: Flow, auth: AuthOutcome): MaybePromise<Decision> {
+    if (auth.identity === undefined) return reply(auth.reply, flow.origin)
+    flow.identity = auth.identity
+    flow.auth = auth
+    // Step 4: subscription.
+    stage = 'subscriptions'
+    return proceed(
+      flow,
+      settle(subscriptions.isActive(auth.identity.subject, flow.app.id), 'subscriptions'),
+      'subscriptions',
+      withSubscription,
+    )
+  }
+
+  function withSubscription(flow: Flow, active: boolean): MaybePromise<Decision> {
+    if (!active) return reply(paymentRequiredReply(), flow.origin)
+    // Step 5: rate limit.
+    stage = 'rate-limit policy'
+    return proceed(flow, applyRateLimit(flow), 'rate-limit policy', withRateLimit)
+  }
+
+  function withRateLimit(flow: Flow, limited: RateLimitResult | Reply | undefined): MaybePromise<Decision> {
+    if (limited !== undefined && 'status' in limited) return reply(limited, flow.origin)
+    flow.limited = limited
+    // Step 6: version, from the session pin or resolved anew.
+    stage = 'apps'
+    return proceed(flow, settle(apps.getLiveVersions(flow.app.id), 'apps'), 'apps', withLiveVersions)
+  }
+
+  function withLiveVersions(flow: Flow, live: readonly string[]): MaybePromise<Decision> {
+    const index = indexOf(live)
+    const sessionId = flow.request.headers.get('mcp-session-id') ?? undefined
+    if (sessionId === undefined) {
+      const version = resolveVersion(index, flow.selector)
+      if (version === null) return reply(versionNotFoundReply(formatSelector(flow.selector), index.latest), flow.origin)
+      return dispatch(flow, version, index)
+    }
+    if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), flow.origin)
+    flow.index = index
+    flow.sessionId = sessionId
+    stage = 'sessions'
+    return proceed(flow, settle(sessions.get(sessionId, sessionTtlMs), 'sessions'), 'sessions', withPin)
+  }
+
+  function withPin(flow: Flow, pin: SessionPin | undefined): MaybePromise<Decision> {
+    if (!pin || !pinMatches(pin, flow.app, flow.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
+    return dispatch(flow, pin.version, flow.index)
+  }
+
+  function dispatch(flow: Flow, version: string, index: VersionIndex): Decision {
+    const { request, app, limited, origin } = flow
+    const latestVersion = index.latest ?? version
+    let headers: Record<string, string>
+    if (limited === undefined) {
+      headers = { 'x-mcp-version': version, 'x-mcp-latest-version': latestVersion }
+    } else {
+      headers = {
+        'x-mcp-version': version,
+        'x-mcp-latest-version': latestVersion,
+        'ratelimit-policy': flow.policyHeader,
+        ratelimit: `"${limited.windowType}";r=${limited.remaining};t=${limited.retryAfter}`,
+      }
+    }
+    if (cors && origin) Object.assign(headers, corsHeaders(origin))
+    const context: DispatchContext = {
+      app,
+      identity: flow.identity,
+      version,
+      latestVersion,
+      sessionId: flow.sessionId,
+      baseUrl: baseUrlOf(request, app),
+      rateLimit: limited,
+    }
+    return new Dispatch(context, headers, request.method)
   }
 
   return {

@@ -8,6 +8,7 @@ import { LRUCache } from 'lru-cache'
 import { z } from 'zod'
 import {
   type RandomBytes,
+  API_TOKEN_LENGTH,
   DEFAULT_TOKEN_PREFIX,
   assertTokenPrefix,
   displayPrefix,
@@ -259,7 +260,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const unsubscribe = invalidations.subscribe((message) => {
     if (message.kind === 'token') cache?.delete(message.tokenHash)
   })
-  const allowlists = new WeakMap<ApiTokenRecord, CompiledAllowlist>()
+  // Hashes that matched a stored token: their tokens are well formed, so the checksum need
+  // not be computed again (hashes only, never a secret; bounded).
+  const wellFormed = new Set<string>()
+  // The accepted result per record (records are immutable): one object, not one per request.
+  const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
   const pendingLastUsed = new Map<string, number>()
   let lastFlush = now()
   let flushing: Promise<void> | undefined
@@ -343,9 +348,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (at - lastFlush >= flushEvery && !flushing) void service.flush()
   }
 
+  /** A record from the store for `tokenHash`, remembered in the cache when it is live. */
   function lookup(tokenHash: string): MaybePromise<ApiTokenRecord | undefined> {
-    const cached = cache?.get(tokenHash)
-    if (cached) return cached
     let found: MaybePromise<ApiTokenRecord | undefined>
     try {
       found = store.findByHash(tokenHash)
@@ -353,7 +357,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       throw new StoreUnavailableError('token', { cause: error })
     }
     const remember = (record: ApiTokenRecord | undefined) => {
-      if (record && cache && record.revokedAt === null) cache.set(tokenHash, record)
+      // A store is trusted with the lookup, not with the match: compared in constant time.
+      if (!record || !hashesEqual(record.tokenHash, tokenHash)) return undefined
+      if (wellFormed.size >= 10_000) wellFormed.clear()
+      wellFormed.add(tokenHash)
+      if (cache && record.revokedAt === null) cache.set(tokenHash, record)
       return record
     }
     return found instanceof Promise
@@ -363,18 +371,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       : remember(found)
   }
 
-  function judge(tokenHash: string, record: ApiTokenRecord | undefined): TokenAuthResult {
-    if (!record || !hashesEqual(record.tokenHash, tokenHash)) return UNKNOWN
+  function judge(record: ApiTokenRecord | undefined): TokenAuthResult {
+    if (!record) return UNKNOWN
     if (record.revokedAt !== null) return REVOKED
     const at = now()
     if (at >= record.expiresAt) return EXPIRED
     recordUse(record.id, at)
-    let allowlist = allowlists.get(record)
-    if (allowlist === undefined) {
-      allowlist = compileAllowlist(record.allowedIps)
-      allowlists.set(record, allowlist)
+    let result = accepted.get(record)
+    if (result === undefined) {
+      result = Object.freeze({ ok: true, record, allowlist: compileAllowlist(record.allowedIps) })
+      accepted.set(record, result)
     }
-    return { ok: true, record, allowlist }
+    return result
   }
 
   const service: TokenService = {
@@ -492,10 +500,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     authenticate(token) {
-      if (checkApiTokenFormat(token, prefix) !== null) return MALFORMED
+      // Cheap checks first; the checksum only for tokens whose hash is not known to belong to
+      // a stored token (such a token passed it when it was made), so a valid token costs one
+      // hash and one lookup, and garbage never reaches the store.
+      if (token.length !== API_TOKEN_LENGTH || !token.startsWith(prefix)) return MALFORMED
       const tokenHash = hash(token)
+      const cached = cache?.get(tokenHash)
+      if (cached !== undefined) return judge(cached)
+      if (!wellFormed.has(tokenHash) && checkApiTokenFormat(token, prefix) !== null) return MALFORMED
       const record = lookup(tokenHash)
-      return record instanceof Promise ? record.then((r) => judge(tokenHash, r)) : judge(tokenHash, record)
+      return record instanceof Promise ? record.then(judge) : judge(record)
     },
 
     async flush() {

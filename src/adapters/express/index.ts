@@ -25,7 +25,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { ConfigurationError } from '../../errors.js'
-import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import {
   holdResponseHead,
   installHeadInterception,
@@ -68,7 +68,10 @@ type Response_ = globalThis.Response
 
 // Where a request's handler failures are reported. A WeakMap, not a property: adding an
 // undeclared property to every request would change its hidden class.
-const reporters = new WeakMap<object, (error: unknown, context: string) => void>()
+// Where a request's handler failures are reported (a property under a symbol: a WeakMap
+// entry per request would cost GC work).
+const kReporter = Symbol('mcp-dispatch.onError')
+type ReportingRequest = Request & { [kReporter]?: (error: unknown, context: string) => void }
 
 function noop(): void {}
 
@@ -94,26 +97,32 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)
   installHeadInterception()
 
-  async function dispatch(req: Request, res: Response): Promise<boolean> {
-    const url = req.originalUrl ?? req.url
-    // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
-    // by default it is the socket's scheme.
-    const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
-    const decision = await dispatcher.decide(toDispatchRequest(req, url, protocol, trust))
+  /** Acts on a decision: answers a refusal, or lets the request through to the next handler. */
+  function act(req: Request, res: Response, next: NextFunction, decision: Decision): void {
     if (decision.type === 'reply') {
       writeReply(res, decision.reply)
-      return false
+      return
     }
     req.dispatchContext = decision.context
-    reporters.set(req, onError)
+    ;(req as ReportingRequest)[kReporter] = onError
     holdResponseHead(res, decision, onError)
-    return true
+    next()
   }
 
   return function mcpDispatchMiddleware(req, res, next) {
-    dispatch(req, res).then((proceed) => {
-      if (proceed) next()
-    }, next)
+    let decision: ReturnType<typeof dispatcher.decide>
+    try {
+      // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
+      // by default it is the socket's scheme.
+      const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
+      decision = dispatcher.decide(toDispatchRequest(req, req.originalUrl ?? req.url, protocol, trust))
+    } catch (error) {
+      next(error)
+      return
+    }
+    // With synchronous stores the decision is there at once: no promise, no microtask.
+    if (decision instanceof Promise) decision.then((d) => act(req, res, next, d)).catch(next)
+    else act(req, res, next, decision)
   }
 }
 
@@ -133,7 +142,7 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 }
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
-  ;(reporters.get(req) ?? noop)(error, 'handler')
+  ;((req as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
   if (!responseStarted(res) && !res.writableEnded) writeReply(res, HANDLER_FAILED)
   else res.destroy()
 }

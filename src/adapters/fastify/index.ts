@@ -34,7 +34,7 @@ import type {
 import fastifyPlugin from 'fastify-plugin'
 import type { Reply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
-import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import {
   holdResponseHead,
   installHeadInterception,
@@ -71,9 +71,12 @@ export type FastifyWebHandler = (request: Request, context: DispatchContext) => 
 /** The route handler returned by {@link routeByVersion} and {@link fromWebHandler}. */
 export type FastifyRouteHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
 
-// Where a request's handler failures are reported. A WeakMap, not a property: adding an
-// undeclared property to every request would change its hidden class.
-const reporters = new WeakMap<object, (error: unknown, context: string) => void>()
+// Where a request's handler failures are reported: a request decoration under a symbol,
+// declared with a `null` value so Fastify creates it with every request (a property added
+// later would change the request's hidden class; a WeakMap entry per request costs GC work).
+const kReporter = Symbol('mcp-dispatch.onError')
+type Reporter = (error: unknown, context: string) => void
+type ReportingRequest = FastifyRequest & { [kReporter]?: Reporter | null }
 
 function noop(): void {}
 
@@ -110,16 +113,30 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
   const { dispatcher, trust, onError } = setupAdapter(options)
   installHeadInterception()
 
+  /** Acts on a decision: answers a refusal, or lets the request through to its route. */
+  function act(request: FastifyRequest, reply: FastifyReply, decision: Decision, done: (error?: Error) => void): void {
+    if (decision.type === 'reply') {
+      // A callback hook that answers does not call `done`: Fastify stops the chain.
+      sendReply(reply, decision.reply)
+      return
+    }
+    request.dispatchContext = decision.context
+    ;(request as ReportingRequest)[kReporter] = onError
+    // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
+    holdResponseHead(reply.raw, decision, onError)
+    done()
+  }
+
   async function plugin(fastify: FastifyInstance<RawServerDefault>): Promise<void> {
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
-    fastify.addHook('onRequest', async (request, reply) => {
-      const decision = await dispatcher.decide(toDispatchRequest(request.raw, request.raw.url ?? '/', request.protocol, trust))
-      if (decision.type === 'reply') return sendReply(reply, decision.reply)
-      request.dispatchContext = decision.context
-      reporters.set(request, onError)
-      // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
-      holdResponseHead(reply.raw, decision, onError)
-      return undefined
+    if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
+    // A callback hook, not an async one: with synchronous stores the decision is made and
+    // the request goes on in the same call, with no promise and no microtask.
+    fastify.addHook('onRequest', function mcpDispatchHook(request, reply, done) {
+      const raw = request.raw
+      const decision = dispatcher.decide(toDispatchRequest(raw, raw.url ?? '/', request.protocol, trust))
+      if (decision instanceof Promise) decision.then((d) => act(request, reply, d, done)).catch(done)
+      else act(request, reply, decision, done)
     })
   }
 
@@ -142,7 +159,7 @@ export function getDispatchContext(request: FastifyRequest): DispatchContext {
 }
 
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | undefined {
-  ;(reporters.get(request) ?? noop)(error, 'handler')
+  ;((request as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
   const raw = reply.raw
   if (responseStarted(raw) || raw.writableEnded) {
     raw.destroy()

@@ -55,19 +55,25 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
   return async function dispatch(request, info) {
     const { origin, path } = splitUrl(request.url)
-    const decision = await dispatcher.decide({
+    const decided = dispatcher.decide({
       method: request.method,
       path,
       host: origin.slice(origin.indexOf('://') + 3),
       origin,
       headers: request.headers,
-      clientAddress: resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), trust),
+      clientAddress:
+        trust === false
+          ? info?.clientAddress
+          : resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), trust),
     })
+    // With synchronous stores the decision is there at once: no await, no microtask.
+    const decision = decided instanceof Promise ? await decided : decided
     if (decision.type === 'reply') return toResponse(decision.reply)
     contexts.set(request, decision.context)
     let response: Response
     try {
-      response = await handler(request, decision.context)
+      const answered = handler(request, decision.context)
+      response = answered instanceof Promise ? await answered : answered
     } catch (error) {
       onError(error, 'handler')
       return toResponse(HANDLER_FAILED)
