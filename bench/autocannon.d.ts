@@ -21,6 +21,10 @@ declare module 'autocannon' {
     headers?: Record<string, string>
     body?: string
     workers?: number
+    /** Total requests to send, instead of a duration. */
+    amount?: number
+    /** Seconds before a request counts as timed out. */
+    timeout?: number
   }
   interface Result {
     requests: Histogram

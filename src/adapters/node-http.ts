@@ -159,15 +159,16 @@ function stampHead(headers: unknown, stamped: Readonly<Record<string, string>>):
     return { headers: out, sessionId }
   }
   const source = headers as Record<string, unknown>
-  const out: Record<string, unknown> = {}
+  let clash = false
   for (const key in source) {
-    if (isOneOf(key, stamped)) continue
-    const value = source[key]
-    if (sessionId === undefined && sameName(key, 'mcp-session-id')) sessionId = headerValue(value)
-    out[key] = value
+    if (isOneOf(key, stamped)) clash = true
+    else if (sessionId === undefined && sameName(key, 'mcp-session-id')) sessionId = headerValue(source[key])
   }
-  for (const name in stamped) out[name] = stamped[name]
-  return { headers: out, sessionId }
+  // Usually no handler header has the name of a dispatch header: a plain copy (native).
+  if (!clash) return { headers: Object.assign({}, source, stamped), sessionId }
+  const out: Record<string, unknown> = {}
+  for (const key in source) if (!isOneOf(key, stamped)) out[key] = source[key]
+  return { headers: Object.assign(out, stamped), sessionId }
 }
 
 /**

@@ -1,0 +1,169 @@
+/**
+ * The decision's two speeds: on stores that answer synchronously it is returned at once
+ * (no promise); a store that answers with a promise turns it into a promise of the same
+ * decision. Failures, synchronous or not, are a 503 naming the store, never a throw.
+ */
+import {
+  type AppStore,
+  type DispatchRequest,
+  type SubscriptionStore,
+  type TokenStore,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemoryRateLimitStore,
+  createMemorySessionStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+} from 'mcp-dispatch'
+import { describe, expect, it } from 'vitest'
+
+const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.2.3', '2.0.0'] }
+const POLICY = Object.freeze({ limit: 100, windowType: 'minute' as const })
+
+async function setup(wrap: { apps?: (s: AppStore) => AppStore; subscriptions?: (s: SubscriptionStore) => SubscriptionStore; tokens?: (s: TokenStore) => TokenStore } = {}) {
+  const errors: Array<{ error: unknown; context: string }> = []
+  const rawApps = createMemoryAppStore([APP])
+  const rawSubscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
+  const rawTokens = createMemoryTokenStore()
+  const tokens = createTokenService({ store: wrap.tokens?.(rawTokens) ?? rawTokens, apps: rawApps, subscriptions: rawSubscriptions })
+  const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
+  const dispatcher = createDispatcher({
+    apps: wrap.apps?.(rawApps) ?? rawApps,
+    subscriptions: wrap.subscriptions?.(rawSubscriptions) ?? rawSubscriptions,
+    tokens,
+    sessions: createMemorySessionStore(),
+    rateLimit: { store: createMemoryRateLimitStore(), policy: () => POLICY },
+    onError: (error, context) => errors.push({ error, context }),
+  })
+  return { dispatcher, token, errors, tokens, rawTokens }
+}
+
+function request(token: string | undefined, path = '/v1'): DispatchRequest {
+  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
+  return {
+    method: 'POST',
+    path,
+    host: 'weather.example.com',
+    origin: 'https://weather.example.com',
+    headers: { get: (name) => headers[name] },
+    clientAddress: '203.0.113.7',
+  }
+}
+
+describe('decide on synchronous stores', () => {
+  it('returns the dispatch decision itself, not a promise, with the version and rate-limit headers', async () => {
+    const { dispatcher, token } = await setup()
+    const decision = dispatcher.decide(request(token))
+    expect(decision).not.toBeInstanceOf(Promise)
+    if (decision instanceof Promise || decision.type !== 'dispatch') throw new Error('expected a dispatch decision')
+    expect(decision.context.version).toBe('1.2.3')
+    expect(decision.context.latestVersion).toBe('2.0.0')
+    expect(decision.context.identity).toMatchObject({ subject: 'user_1', method: 'api_token' })
+    expect(decision.headers).toEqual({
+      'x-mcp-version': '1.2.3',
+      'x-mcp-latest-version': '2.0.0',
+      'ratelimit-policy': '"minute";q=100;w=60',
+      ratelimit: expect.stringMatching(/^"minute";r=99;t=\d+$/),
+    })
+    expect(decision.synchronousPins).toBe(true)
+    // complete() is a method of the decision and answers synchronously on a memory store.
+    expect(decision.complete({ status: 200, sessionId: 'session-1' })).toBeUndefined()
+  })
+
+  it('counts every request of a token against one budget, request after request', async () => {
+    const { dispatcher, token } = await setup()
+    const remaining: string[] = []
+    for (let i = 0; i < 3; i++) {
+      const decision = dispatcher.decide(request(token))
+      if (decision instanceof Promise || decision.type !== 'dispatch') throw new Error('expected a dispatch decision')
+      remaining.push(decision.headers.ratelimit!.split(';')[1]!)
+    }
+    expect(remaining).toEqual(['r=99', 'r=98', 'r=97'])
+  })
+
+  it('answers refusals at once too: 401 without a token, 404 for an unknown version line', async () => {
+    const { dispatcher, token } = await setup()
+    const missing = dispatcher.decide(request(undefined))
+    expect(missing).not.toBeInstanceOf(Promise)
+    expect(missing).toMatchObject({ type: 'reply', reply: { status: 401 } })
+    const unknown = dispatcher.decide(request(token, '/v7'))
+    expect(unknown).toMatchObject({ type: 'reply', reply: { status: 404 } })
+  })
+})
+
+describe('decide on asynchronous stores', () => {
+  it('returns a promise of the same decision when a store answers with a promise', async () => {
+    const { dispatcher, token } = await setup({
+      subscriptions: (s) => ({ ...s, isActive: async (userId, appId) => s.isActive(userId, appId) }),
+    })
+    const pending = dispatcher.decide(request(token))
+    expect(pending).toBeInstanceOf(Promise)
+    const decision = await pending
+    expect(decision).toMatchObject({ type: 'dispatch', context: { version: '1.2.3' } })
+  })
+
+  it('turns a rejecting store into a 503 that names it, never a rejection', async () => {
+    const { dispatcher, token, errors } = await setup({
+      apps: (s) => ({ ...s, getLiveVersions: () => Promise.reject(new Error('db down')) }),
+    })
+    const decision = await dispatcher.decide(request(token))
+    expect(decision).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect(errors.map((e) => e.context)).toEqual(['apps failed'])
+  })
+
+  it('names the store that threw synchronously after an asynchronous step', async () => {
+    const { dispatcher, token, errors } = await setup({
+      apps: (s) => ({
+        ...s,
+        getAppBySlug: async (slug) => s.getAppBySlug(slug),
+        getLiveVersions: () => {
+          throw new Error('boom')
+        },
+      }),
+    })
+    const decision = await dispatcher.decide(request(token))
+    expect(decision).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect(errors.map((e) => e.context)).toEqual(['apps failed'])
+  })
+
+  it('names the subscription store when it throws synchronously', async () => {
+    const { dispatcher, token, errors } = await setup({
+      subscriptions: (s) => ({
+        ...s,
+        isActive: () => {
+          throw new Error('boom')
+        },
+      }),
+    })
+    const decision = dispatcher.decide(request(token))
+    expect(decision).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect(errors.map((e) => e.context)).toEqual(['subscriptions failed'])
+  })
+})
+
+describe('token checksum', () => {
+  it('refuses a token with a wrong checksum without asking the store, and a known token is still checked by the store', async () => {
+    let lookups = 0
+    const { dispatcher, token, tokens } = await setup({
+      tokens: (s) => ({
+        ...s,
+        findByHash: (hash) => {
+          lookups++
+          return s.findByHash(hash)
+        },
+      }),
+    })
+    const last = token.at(-1)!
+    const corrupted = token.slice(0, -1) + (last === 'A' ? 'B' : 'A')
+    expect(dispatcher.decide(request(corrupted))).toMatchObject({ type: 'reply', reply: { status: 401 } })
+    expect(lookups).toBe(0)
+    expect(dispatcher.decide(request(token))).toMatchObject({ type: 'dispatch' })
+    expect(lookups).toBe(1)
+    // Revoked: the store answers, the known-good hash does not let it through.
+    const [listed] = await tokens.list('user_1')
+    await tokens.revoke('user_1', listed!.id)
+    expect(dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 401 } })
+    expect(lookups).toBe(2)
+  })
+})
