@@ -98,6 +98,9 @@ const held = new WeakSet<ServerResponse>()
  */
 const kDispatch = Symbol('mcp-dispatch.decision')
 type WithDecision = ServerResponse & { [kDispatch]?: Dispatched | undefined }
+/** Decisions of responses whose prototype is not `ServerResponse.prototype` itself. */
+const aside = new WeakMap<ServerResponse, Dispatched>()
+let asideUsed = false
 
 /** Whether the handler has begun to answer: true as soon as it wrote a head, held or sent. */
 export function responseStarted(res: ServerResponse): boolean {
@@ -212,15 +215,18 @@ export function installHeadInterception(): void {
   proto[kDispatch] = undefined
   const original = proto.writeHead as WriteHead
   proto.writeHead = function writeHead(this: WithDecision, statusCode: number, reason?: unknown, headers?: unknown) {
-    const decision = this[kDispatch]
-    if (decision === undefined) {
+    let decision = this[kDispatch]
+    if (decision !== undefined) {
+      // Assigned back, never deleted: a `delete` would turn the response into a slow
+      // dictionary-mode object for the rest of its life.
+      this[kDispatch] = undefined
+    } else if (asideUsed && (decision = aside.get(this)) !== undefined) {
+      aside.delete(this)
+    } else {
       return reason === undefined && headers === undefined
         ? original.call(this, statusCode)
         : original.call(this, statusCode, reason, headers)
     }
-    // Assigned back, never deleted: a `delete` would turn the response into a slow
-    // dictionary-mode object for the rest of its life.
-    this[kDispatch] = undefined
     if (typeof reason === 'string') return original.call(this, statusCode, reason, atHead(this, decision, statusCode, headers))
     return original.call(this, statusCode, atHead(this, decision, statusCode, reason ?? headers))
   } as ServerResponse['writeHead']
@@ -251,10 +257,16 @@ export function holdResponseHead(
   if (
     (decision.synchronousPins || decision.context.sessionId !== undefined) &&
     prototypeWrapped &&
-    res instanceof ServerResponse &&
-    Object.getPrototypeOf(res).writeHead === ServerResponse.prototype.writeHead
+    res.writeHead === ServerResponse.prototype.writeHead
   ) {
-    ;(res as WithDecision)[kDispatch] = decision
+    if (Object.getPrototypeOf(res) === ServerResponse.prototype) (res as WithDecision)[kDispatch] = decision
+    else {
+      // A response whose prototype was swapped (Express does it to every response): adding a
+      // property to such objects made V8 copy and migrate their hidden class on every
+      // request (measured: about 60,000 instructions); a WeakMap entry costs far less there.
+      aside.set(res, decision)
+      asideUsed = true
+    }
     return
   }
   holdUntilPinned(res, decision, onError)

@@ -68,10 +68,10 @@ type Response_ = globalThis.Response
 
 // Where a request's handler failures are reported. A WeakMap, not a property: adding an
 // undeclared property to every request would change its hidden class.
-// Where a request's handler failures are reported (a property under a symbol: a WeakMap
-// entry per request would cost GC work).
-const kReporter = Symbol('mcp-dispatch.onError')
-type ReportingRequest = Request & { [kReporter]?: (error: unknown, context: string) => void }
+// Where a request's handler failures are reported. A WeakMap, not a property: Express swaps
+// the prototype of every request, and adding a property to such objects made V8 copy and
+// migrate their hidden class on every request.
+const reporters = new WeakMap<object, (error: unknown, context: string) => void>()
 
 function noop(): void {}
 
@@ -104,7 +104,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       return
     }
     req.dispatchContext = decision.context
-    ;(req as ReportingRequest)[kReporter] = onError
+    reporters.set(req, onError)
     holdResponseHead(res, decision, onError)
     next()
   }
@@ -114,7 +114,8 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     try {
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
       // by default it is the socket's scheme.
-      const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
+      const expressProtocol: unknown = req.protocol
+      const protocol = typeof expressProtocol === 'string' ? expressProtocol : socketProtocol(req)
       decision = dispatcher.decide(toDispatchRequest(req, req.originalUrl ?? req.url, protocol, trust))
     } catch (error) {
       next(error)
@@ -142,7 +143,7 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 }
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
-  ;((req as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
+  ;(reporters.get(req) ?? noop)(error, 'handler')
   if (!responseStarted(res) && !res.writableEnded) writeReply(res, HANDLER_FAILED)
   else res.destroy()
 }
