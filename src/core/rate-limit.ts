@@ -75,11 +75,17 @@ export function rateLimitDecision(
  * (draft-ietf-httpapi-ratelimit-headers): `"minute";q=60;w=60` and `"minute";r=12;t=31`.
  */
 export function rateLimitHeaders(result: RateLimitResult): Record<string, string> {
-  const w = WINDOWS[result.windowType] / 1000
-  return {
-    'ratelimit-policy': `"${result.windowType}";q=${result.limit};w=${w}`,
-    ratelimit: `"${result.windowType}";r=${result.remaining};t=${result.retryAfter}`,
-  }
+  return { 'ratelimit-policy': rateLimitPolicyValue(result), ratelimit: rateLimitValue(result) }
+}
+
+/** The `RateLimit-Policy` value of a policy: the same for every request under it. */
+export function rateLimitPolicyValue(policy: RateLimitPolicy): string {
+  return `"${policy.windowType}";q=${policy.limit};w=${WINDOWS[policy.windowType] / 1000}`
+}
+
+/** The `RateLimit` value of one decision. */
+export function rateLimitValue(result: RateLimitResult): string {
+  return `"${result.windowType}";r=${result.remaining};t=${result.retryAfter}`
 }
 
 /** Throws a `TypeError` unless `policy` is a usable limit. */

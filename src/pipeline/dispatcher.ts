@@ -21,6 +21,8 @@ import {
   assertRateLimitPolicy,
   rateLimitDecision,
   rateLimitHeaders,
+  rateLimitPolicyValue,
+  rateLimitValue,
   windowStart,
 } from '../core/rate-limit.js'
 import {
@@ -416,8 +418,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const built = unauthorizedReply({ resourceMetadataUrl, invalidToken })
       // Shared between requests: frozen, so no adapter can write into it.
       outcome = Object.freeze({ reply: Object.freeze({ ...built, headers: Object.freeze({ ...built.headers }) }) })
-      if (challenges.size >= 1000) challenges.clear()
-      challenges.set(key, outcome)
+      remember(challenges, key, outcome)
     }
     return outcome
   }
@@ -490,7 +491,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function applyRateLimit(flow: Flow): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!rateLimit || !counters) return undefined
-    const policy = rateLimit.policy(flow.identity, flow.app)
+    const policy = rateLimit.policy(flow.auth.identity, flow.app)
     if (!(policy instanceof Promise)) return countRequest(flow, policy)
     return bounded(policy, 'rate-limit policy')
       .then((p) => countRequest(flow, p))
@@ -509,7 +510,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       auth.rateKeyWindow = windowType
       return auth.rateKey
     }
-    return `${app.id}\u0000${flow.identity.subject}\u0000${windowType}`
+    return `${app.id}\u0000${auth.identity.subject}\u0000${windowType}`
   }
 
   function countRequest(flow: Flow, policy: RateLimitPolicy | undefined): MaybePromise<RateLimitResult | Reply | undefined> {
@@ -517,7 +518,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     let policyHeader = policyHeaders.get(policy)
     if (policyHeader === undefined) {
       assertRateLimitPolicy(policy, 'rateLimit.policy result')
-      policyHeader = `"${policy.windowType}";q=${policy.limit};w=${WINDOWS[policy.windowType] / 1000}`
+      policyHeader = rateLimitPolicyValue(policy)
       // Policies are usually a few shared objects: check each once.
       if (Object.isFrozen(policy)) policyHeaders.set(policy, policyHeader)
     }
@@ -594,8 +595,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   class Flow {
     app!: AppRecord
     selector!: VersionSelector
-    identity!: Identity
-    auth!: AuthOutcome
+    /** Who is calling, once step 2 accepted them (an API token's is shared: `Accepted`). */
+    auth!: { readonly identity: Identity }
     limited: RateLimitResult | undefined = undefined
     policyHeader = ''
     index!: VersionIndex
@@ -694,7 +695,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function withIdentity(flow: Flow, auth: AuthOutcome): MaybePromise<Decision> {
     if (auth.identity === undefined) return reply(auth.reply, flow.origin)
-    flow.identity = auth.identity
     flow.auth = auth
     // Step 4: subscription.
     stage = 'subscriptions'
@@ -737,7 +737,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withPin(flow: Flow, pin: SessionPin | undefined): MaybePromise<Decision> {
-    if (!pin || !pinMatches(pin, flow.app, flow.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
+    if (!pin || !pinMatches(pin, flow.app, flow.auth.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
     return dispatch(flow, pin.version, flow.index)
   }
 
@@ -752,13 +752,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         'x-mcp-version': version,
         'x-mcp-latest-version': latestVersion,
         'ratelimit-policy': flow.policyHeader,
-        ratelimit: `"${limited.windowType}";r=${limited.remaining};t=${limited.retryAfter}`,
+        ratelimit: rateLimitValue(limited),
       }
     }
     if (cors && origin) Object.assign(headers, corsHeaders(origin))
     const context: DispatchContext = {
       app,
-      identity: flow.identity,
+      identity: flow.auth.identity,
       version,
       latestVersion,
       sessionId: flow.sessionId,

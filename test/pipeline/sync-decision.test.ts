@@ -112,33 +112,25 @@ describe('decide on asynchronous stores', () => {
     expect(errors.map((e) => e.context)).toEqual(['apps failed'])
   })
 
-  it('names the store that threw synchronously after an asynchronous step', async () => {
-    const { dispatcher, token, errors } = await setup({
-      apps: (s) => ({
-        ...s,
-        getAppBySlug: async (slug) => s.getAppBySlug(slug),
-        getLiveVersions: () => {
-          throw new Error('boom')
-        },
-      }),
-    })
+  const boom = () => {
+    throw new Error('boom')
+  }
+  it.each([
+    {
+      where: 'apps, in a synchronous stretch that follows an asynchronous step',
+      wrap: { apps: (s: AppStore): AppStore => ({ ...s, getAppBySlug: async (slug) => s.getAppBySlug(slug), getLiveVersions: boom }) },
+      context: 'apps failed',
+    },
+    {
+      where: 'subscriptions, in a wholly synchronous decision',
+      wrap: { subscriptions: (s: SubscriptionStore): SubscriptionStore => ({ ...s, isActive: boom }) },
+      context: 'subscriptions failed',
+    },
+  ])('names the store that threw synchronously: $where', async ({ wrap, context }) => {
+    const { dispatcher, token, errors } = await setup(wrap)
     const decision = await dispatcher.decide(request(token))
     expect(decision).toMatchObject({ type: 'reply', reply: { status: 503 } })
-    expect(errors.map((e) => e.context)).toEqual(['apps failed'])
-  })
-
-  it('names the subscription store when it throws synchronously', async () => {
-    const { dispatcher, token, errors } = await setup({
-      subscriptions: (s) => ({
-        ...s,
-        isActive: () => {
-          throw new Error('boom')
-        },
-      }),
-    })
-    const decision = dispatcher.decide(request(token))
-    expect(decision).toMatchObject({ type: 'reply', reply: { status: 503 } })
-    expect(errors.map((e) => e.context)).toEqual(['subscriptions failed'])
+    expect(errors.map((e) => e.context)).toEqual([context])
   })
 })
 

@@ -66,8 +66,6 @@ export type ExpressWebHandler = (request: Request_, context: DispatchContext) =>
 type Request_ = globalThis.Request
 type Response_ = globalThis.Response
 
-// Where a request's handler failures are reported. A WeakMap, not a property: adding an
-// undeclared property to every request would change its hidden class.
 // Where a request's handler failures are reported. A WeakMap, not a property: Express swaps
 // the prototype of every request, and adding a property to such objects made V8 copy and
 // migrate their hidden class on every request.
