@@ -5,6 +5,7 @@
  * machine, and its ratios (bare ÷ this) track the throughput ratios closely.
  *
  *   npm run bench:instructions [-- --frameworks fastify,express,hono --requests 10000]
+ *   npm run bench:instructions -- --servers express-bare,express-dispatch --keep /tmp/cg --no-write
  *
  * Each server runs under `valgrind --tool=callgrind --separate-threads=yes` (its main
  * thread is counted; V8's background compiler and GC threads are not). The server is loaded
@@ -14,7 +15,7 @@
  * Kernel work (socket writes) is not counted.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -51,7 +52,12 @@ function load(port: number, token: string, hostname: string, amount: number) {
   })
 }
 
-async function count(serverBundle: string, entry: ServerEntry, requests: number): Promise<Counted> {
+/**
+ * Counts one server. With `keep`, its callgrind dump of the measured requests is copied to
+ * `<keep>/<server id>.callgrind` (for `callgrind_annotate`; JIT-compiled JavaScript shows as
+ * unnamed addresses, V8 builtins and Node's C++ by name).
+ */
+async function count(serverBundle: string, entry: ServerEntry, requests: number, keep?: string): Promise<Counted> {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-callgrind-'))
   const child: ChildProcess = spawn(
     'valgrind',
@@ -76,6 +82,10 @@ async function count(serverBundle: string, entry: ServerEntry, requests: number)
     const file = readdirSync(dir).find((name) => /^out\.1-01$/.test(name))
     const total = file ? /^(?:summary|totals): (\d+)/m.exec(readFileSync(join(dir, file), 'utf8'))?.[1] : undefined
     if (total === undefined) return { entry, skipped: 'no callgrind dump was written' }
+    if (keep !== undefined) {
+      mkdirSync(keep, { recursive: true })
+      copyFileSync(join(dir, file!), join(keep, `${entry.id}.callgrind`))
+    }
     return {
       entry,
       instructions: Number(total) / result.requests.total,
@@ -118,6 +128,9 @@ async function main(): Promise<void> {
     options: {
       frameworks: { type: 'string', default: FRAMEWORKS.join(',') },
       requests: { type: 'string', default: '10000' },
+      servers: { type: 'string' },
+      keep: { type: 'string' },
+      'no-write': { type: 'boolean', default: false },
     },
   })
   if (spawnSync('valgrind', ['--version'], { stdio: 'ignore' }).status !== 0) {
@@ -127,18 +140,22 @@ async function main(): Promise<void> {
   const frameworks = values.frameworks!.split(',') as Framework[]
   const requests = Number(values.requests)
   if (!Number.isInteger(requests) || requests < 100) throw new Error('--requests must be an integer >= 100')
+  const only = values.servers?.split(',')
+  const unknown = only?.filter((id) => !SERVERS.some((s) => s.id === id))
+  if (unknown?.length) throw new Error(`unknown server ${unknown.join(', ')}; known: ${SERVERS.map((s) => s.id).join(', ')}`)
   const bundles = await buildBench()
   const rows: Counted[] = []
-  for (const entry of SERVERS.filter((s) => frameworks.includes(s.framework))) {
+  for (const entry of SERVERS.filter((s) => (only ? only.includes(s.id) : frameworks.includes(s.framework)))) {
     process.stdout.write(`counting ${entry.id} … `)
-    const row = await count(bundles.server, entry, requests)
+    const row = await count(bundles.server, entry, requests, values.keep)
     rows.push(row)
     console.log(row.instructions === undefined ? `skipped: ${row.skipped}` : `${Math.round(row.instructions)} instructions/request`)
   }
   const table = render(rows, requests)
+  console.log(`\n${table}`)
+  if (values['no-write']) return
   mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true })
   writeFileSync(join(ROOT, 'bench', 'results', 'instructions.md'), `# Instructions per request\n\n${table}`)
-  console.log(`\n${table}`)
 }
 
 main().catch((error: unknown) => {

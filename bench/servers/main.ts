@@ -149,7 +149,7 @@ async function startHono(stack: string, fixture: BenchFixture, dispatcher: Dispa
         return new Response(TOOLS_LIST_RESULT, { headers: JSON_HEADERS })
       },
     })
-    app.all('/*', (c) => mcp(c.req.raw, { clientAddress: c.env.incoming.socket.remoteAddress }))
+    app.all('/*', (c) => mcp(c.req.raw, { clientAddress: c.env.incoming.socket.remoteAddress, outgoing: c.env.outgoing }))
   } else {
     if (stack === 'anchor') {
       app.use(BENCH_PATH, bearerAuth({ token: fixture.token }))

@@ -4,6 +4,7 @@
  *
  *   npx tsx examples/hono/server.ts
  */
+import type { HttpBindings } from '@hono/node-server'
 import { getConnInfo } from '@hono/node-server/conninfo'
 import { Hono } from 'hono'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
@@ -11,7 +12,7 @@ import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../plat
 import type { Demo } from '../shared/demo.js'
 
 /** Builds the Hono app; `close()` ends the open MCP sessions. */
-export function createHonoExample(demo: Demo): { app: Hono; close(): Promise<void> } {
+export function createHonoExample(demo: Demo): { app: Hono<{ Bindings: HttpBindings }>; close(): Promise<void> } {
   const versions: McpAppHandler[] = []
   const mcp = mcpDispatch({
     dispatcher: demo.dispatcher,
@@ -21,8 +22,9 @@ export function createHonoExample(demo: Demo): { app: Hono; close(): Promise<voi
       return (request) => handler(request)
     }),
   })
-  const app = new Hono()
+  const app = new Hono<{ Bindings: HttpBindings }>()
   // The client address comes from the socket (`getConnInfo`), never from X-Forwarded-For.
-  app.all('*', (c) => mcp(c.req.raw, { clientAddress: getConnInfo(c).remote.address }))
+  // `outgoing`: the dispatch headers go into Node's response head (faster; optional).
+  app.all('*', (c) => mcp(c.req.raw, { clientAddress: getConnInfo(c).remote.address, outgoing: c.env.outgoing }))
   return { app, close: async () => void (await Promise.all(versions.map((v) => v.close()))) }
 }

@@ -31,7 +31,7 @@ import {
   validateAllowlist,
 } from 'mcp-dispatch'
 import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { mcpDispatch } from 'mcp-dispatch/web'
+import { type WebRequestInfo, mcpDispatch } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from './mcp-app.js'
 
@@ -95,8 +95,11 @@ export interface PlatformOptions {
 
 /** A running reference platform. */
 export interface Platform {
-  /** Serves one request. `info.clientAddress` is the socket peer address. */
-  fetch(request: Request, info?: { clientAddress?: string }): Promise<Response>
+  /**
+   * Serves one request. `info.clientAddress` is the socket peer address; `info.outgoing`, on
+   * Node, the response the answer is written to (see the Web adapter's `WebRequestInfo`).
+   */
+  fetch(request: Request, info?: WebRequestInfo): Promise<Response>
   /** Seeded token name → full secret. */
   readonly tokens: Readonly<Record<string, string>>
   /**

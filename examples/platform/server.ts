@@ -61,8 +61,8 @@ const platform = createPlatform({
 const server = serve({
   port,
   hostname: process.env.HOST ?? '127.0.0.1',
-  fetch: (request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-    platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+  fetch: (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
+    platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
 })
 
 const [name, token] = Object.entries(platform.tokens)[0] ?? []

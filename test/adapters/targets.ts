@@ -61,7 +61,8 @@ export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => 
     onError: (error, context) => fixture.errors.push({ error, context }),
     handler: webRoutes((app) => (app.id === 'app_other' ? undefined : webProbe(probe))),
   })
-  const served = await serveFetch(handle)
+  // Loopback without `outgoing`: the headers go on the `Response` (the path of other runtimes).
+  const served = await serveFetch((request, info) => handle(request, { clientAddress: info.clientAddress }))
   return {
     port: served.port,
     async request(r) {
@@ -75,6 +76,22 @@ export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => 
     },
     close: served.close,
   }
+}
+
+/**
+ * The Web adapter on `@hono/node-server` with `info.outgoing`: the dispatch headers go into
+ * Node's response head, and the handler's `Response` passes through untouched. Every request
+ * over loopback HTTP.
+ */
+export const startWebOnNode: StartAdapter = async ({ fixture, probe, trustProxy }) => {
+  const handle = webDispatch({
+    dispatcher: fixture.dispatcher,
+    ...(trustProxy !== undefined && { trustProxy }),
+    onError: (error, context) => fixture.errors.push({ error, context }),
+    handler: webRoutes((app) => (app.id === 'app_other' ? undefined : webProbe(probe))),
+  })
+  const served = await serveFetch(handle)
+  return { port: served.port, request: (r) => rawRequest(served.port, r), close: served.close }
 }
 
 async function readText(req: http.IncomingMessage): Promise<string> {

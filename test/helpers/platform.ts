@@ -290,7 +290,7 @@ export interface ServedFetch {
  * peer as `clientAddress`, as a platform does.
  */
 export async function serveFetch(
-  handle: (request: Request, info: { clientAddress?: string }) => Response | Promise<Response>,
+  handle: (request: Request, info: { clientAddress?: string; outgoing?: unknown }) => Response | Promise<Response>,
 ): Promise<ServedFetch> {
   let server!: http.Server
   const port = await new Promise<number>((resolve) => {
@@ -298,8 +298,10 @@ export async function serveFetch(
       {
         port: 0,
         hostname: '127.0.0.1',
-        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } } }) =>
-          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+        // `outgoing`: the Web adapter's Node path (headers at Node's `writeHead`), as in
+        // examples/platform/server.ts.
+        fetch: (request: Request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
+          handle(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
       },
       (info: AddressInfo) => resolve(info.port),
     ) as unknown as http.Server

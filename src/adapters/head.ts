@@ -1,0 +1,180 @@
+/**
+ * The dispatch headers and the dispatcher's `complete` at the head of a Node response, through
+ * one wrapper of `writeHead` on the response prototype. Shared by the Express and Fastify
+ * adapters and by the Web adapter on `@hono/node-server`. No static import of `node:http`:
+ * the Web adapter also runs where there is no Node, and takes the prototype from the response
+ * it is given.
+ * @internal
+ * @module
+ */
+import type { Decision } from '../pipeline/dispatcher.js'
+
+/** A dispatched decision. */
+export type Dispatched = Extract<Decision, { type: 'dispatch' }>
+
+/** What this module needs of a Node `ServerResponse`. */
+export interface NodeResponse {
+  writeHead(statusCode: number, ...rest: unknown[]): unknown
+  getHeader(name: string): unknown
+}
+
+/**
+ * Where the prototype-level `writeHead` finds the decision of a dispatched response: an own
+ * property of the response, declared `undefined` on the prototype so that the lookup on
+ * responses the adapters did not dispatch stops there. One property of one kind on every
+ * dispatched response: one hidden class for all of them.
+ */
+const kDispatch = Symbol('mcp-dispatch.decision')
+type WithDecision = NodeResponse & { [kDispatch]?: Dispatched | undefined }
+/** Decisions of responses whose prototype is not the wrapped prototype itself. */
+const aside = new WeakMap<object, Dispatched>()
+let asideUsed = false
+
+/** `a` equals the lower-case name `lower`, ignoring case (the length is compared first: cheap). */
+export function sameName(a: string, lower: string): boolean {
+  return a === lower || (a.length === lower.length && a.toLowerCase() === lower)
+}
+
+/** A header value as one string (`undefined` when absent). */
+export function headerValue(value: unknown): string | undefined {
+  return Array.isArray(value) ? value.join(', ') : value == null ? undefined : String(value)
+}
+
+/** Whether the header `key` is one of `names` (lower-case), ignoring case. */
+function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean {
+  if (Object.hasOwn(names, key)) return true
+  for (let i = 0; i < key.length; i++) {
+    const c = key.charCodeAt(i)
+    if (c >= 65 && c <= 90) return Object.hasOwn(names, key.toLowerCase())
+  }
+  return false
+}
+
+/** The head about to be written, with the dispatch headers in it. */
+export interface StampedHead {
+  /** What to pass to the real `writeHead` as headers. */
+  headers: unknown
+  /** `Mcp-Session-Id` among the handler's `writeHead` headers, if any. */
+  sessionId: string | undefined
+}
+
+/**
+ * The `writeHead` headers of the handler with the dispatch headers added: a new object (never
+ * the handler's, which may be shared), in which the dispatch headers replace any of the same
+ * name, so they win, as in the Web adapter. With no handler headers, the dispatch headers
+ * alone: Node then merges them over those set with `setHeader`, and they win there too.
+ */
+export function stampHead(headers: unknown, stamped: Readonly<Record<string, string>>): StampedHead {
+  if (headers === undefined || headers === null || typeof headers !== 'object') return { headers: stamped, sessionId: undefined }
+  let sessionId: string | undefined
+  if (Array.isArray(headers)) {
+    // `[name, value, name, value]` or `[[name, value], …]`.
+    const out: unknown[] = []
+    const pairs = headers.length > 0 && Array.isArray(headers[0])
+    const step = pairs ? 1 : 2
+    for (let i = 0; i < headers.length; i += step) {
+      const name = String(pairs ? (headers[i] as unknown[])[0] : headers[i])
+      const value = pairs ? (headers[i] as unknown[])[1] : headers[i + 1]
+      if (isOneOf(name, stamped)) continue
+      if (sessionId === undefined && sameName(name, 'mcp-session-id')) sessionId = headerValue(value)
+      out.push(name, value)
+    }
+    for (const name in stamped) out.push(name, stamped[name])
+    return { headers: out, sessionId }
+  }
+  const source = headers as Record<string, unknown>
+  let clash = false
+  for (const key in source) {
+    if (isOneOf(key, stamped)) clash = true
+    else if (sessionId === undefined && sameName(key, 'mcp-session-id')) sessionId = headerValue(source[key])
+  }
+  // Usually no handler header has the name of a dispatch header: a plain copy (native).
+  if (!clash) return { headers: Object.assign({}, source, stamped), sessionId }
+  const out: Record<string, unknown> = {}
+  for (const key in source) if (!isOneOf(key, stamped)) out[key] = source[key]
+  return { headers: Object.assign(out, stamped), sessionId }
+}
+
+/**
+ * At the head of a dispatched response: the dispatch headers go in, and the dispatcher learns
+ * the outcome (the status, and the `Mcp-Session-Id` the MCP handler assigned, from the
+ * `writeHead` headers or those set before). Returns the headers to write.
+ */
+function atHead(res: NodeResponse, decision: Dispatched, status: number, headers: unknown): unknown {
+  const head = stampHead(headers, decision.headers)
+  let sessionId = head.sessionId
+  // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
+  // handler that forgot the session), which needs no answer before the response goes out.
+  if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
+  // Synchronous here, or a promise that never rejects, awaited by no one: only an
+  // asynchronous pin of a new session must be stored first, and those responses take
+  // another path (node-http's hold, or the Web adapter's own await).
+  decision.complete({ status, sessionId })
+  return head.headers
+}
+
+type WriteHead = (this: NodeResponse, statusCode: number, ...rest: unknown[]) => unknown
+
+const wrapped = new WeakSet<object>()
+
+/**
+ * Installs the `writeHead` interception on a response prototype (`ServerResponse.prototype`):
+ * a wrapper, once, which acts on responses that carry a decision (see
+ * {@link attachToHead}). Node sends every head through `writeHead` (`write`, `end` and
+ * `flushHeaders` call it implicitly), so one interception point suffices. For a response no
+ * adapter dispatched it costs one property read.
+ *
+ * Patching `writeHead` on each response instead gave every response a hidden class of its
+ * own and slowed all of Node's HTTP code that touches it (measured: about 15 µs per request
+ * on Fastify). The Node adapters call this when they are created, before any request, so that
+ * a per-request wrapper installed later by other middleware (for example `on-headers`) still
+ * ends in it.
+ */
+export function installHeadInterception(proto: NodeResponse): void {
+  if (wrapped.has(proto)) return
+  const target = proto as WithDecision
+  const original = target.writeHead as WriteHead
+  target[kDispatch] = undefined
+  target.writeHead = function writeHead(this: WithDecision, statusCode: number, reason?: unknown, headers?: unknown) {
+    let decision = this[kDispatch]
+    if (decision !== undefined) {
+      // Assigned back, never deleted: a `delete` would turn the response into a slow
+      // dictionary-mode object for the rest of its life.
+      this[kDispatch] = undefined
+    } else if (asideUsed && (decision = aside.get(this)) !== undefined) {
+      aside.delete(this)
+    } else {
+      return reason === undefined && headers === undefined
+        ? original.call(this, statusCode)
+        : original.call(this, statusCode, reason, headers)
+    }
+    if (typeof reason === 'string') return original.call(this, statusCode, reason, atHead(this, decision, statusCode, headers))
+    return original.call(this, statusCode, atHead(this, decision, statusCode, reason ?? headers))
+  }
+  wrapped.add(proto)
+}
+
+/**
+ * Hands `decision` to the wrapped `writeHead` of `res`, whose prototype chain must hold
+ * `proto`, wrapped by {@link installHeadInterception}. Returns `false`, doing nothing, when
+ * the response's `writeHead` is not that wrapper (a per-response override, an HTTP/2
+ * response): the caller then takes its own path.
+ */
+export function attachToHead(res: NodeResponse, proto: NodeResponse, decision: Dispatched): boolean {
+  if (!wrapped.has(proto) || res.writeHead !== proto.writeHead) return false
+  if (Object.getPrototypeOf(res) === proto) (res as WithDecision)[kDispatch] = decision
+  else {
+    // A response whose prototype was swapped (Express does it to every response): adding a
+    // property to such objects made V8 copy and migrate their hidden class on every request
+    // (measured: about 60,000 instructions); a WeakMap entry costs far less there.
+    aside.set(res, decision)
+    asideUsed = true
+  }
+  return true
+}
+
+/** Takes back a decision handed over by {@link attachToHead} before the head was written. */
+export function detachFromHead(res: NodeResponse): void {
+  if ((res as WithDecision)[kDispatch] !== undefined) (res as WithDecision)[kDispatch] = undefined
+  else if (asideUsed) aside.delete(res)
+}
