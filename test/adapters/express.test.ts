@@ -68,6 +68,36 @@ describe('express adapter specifics', () => {
     )
   })
 
+  it('req.dispatchContext reaches a mounted sub-app and a router, is absent where the middleware did not run, and can be set', async () => {
+    const fixture = createFixture()
+    const app = express()
+    const seen: unknown[] = []
+    app.get('/health', (req, res) => {
+      seen.push(req.dispatchContext)
+      res.json({ ok: true })
+    })
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    const sub = express()
+    sub.post('/v1', (req, res) => res.json({ sub: req.dispatchContext?.version, own: Object.keys(req).includes('dispatchContext') }))
+    const router = express.Router()
+    router.post('/v2', (req, res) => res.json({ router: getDispatchContext(req).version }))
+    app.use(sub)
+    app.use(router)
+    const port = await serveApp(app)
+    const alice = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }
+    const viaSub = await rawRequest(port, { path: '/v1', headers: alice, body: tools })
+    expect(JSON.parse(viaSub.body)).toEqual({ sub: '1.0.0', own: false })
+    const viaRouter = await rawRequest(port, { path: '/v2', headers: alice, body: tools })
+    expect(JSON.parse(viaRouter.body)).toEqual({ router: '2.0.0' })
+    // /health is answered before the middleware: no context there.
+    expect((await rawRequest(port, { method: 'GET', path: '/health' })).status).toBe(200)
+    expect(seen).toEqual([undefined])
+    // Other code may still assign it, as before the accessor.
+    const plain = Object.create(express.request) as express.Request
+    plain.dispatchContext = { version: '9.9.9' } as never
+    expect(plain.dispatchContext?.version).toBe('9.9.9')
+  })
+
   it('a handler that fails after writing its head: the connection ends, onError hears it, the server keeps serving', async () => {
     const fixture = createFixture()
     const errors: unknown[] = []
