@@ -7,6 +7,8 @@ export default defineConfig({
     'adapters/express/index': 'src/adapters/express/index.ts',
     'adapters/fastify/index': 'src/adapters/fastify/index.ts',
     'adapters/proxy/index': 'src/adapters/proxy/index.ts',
+    'stores/redis/index': 'src/stores/redis/index.ts',
+    'stores/postgres/index': 'src/stores/postgres/index.ts',
   },
   format: ['esm', 'cjs'],
   dts: true,

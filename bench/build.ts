@@ -33,7 +33,8 @@ export const ENTRIES = {
 export function sourceOf(specifier: string): string | undefined {
   if (specifier === 'mcp-dispatch') return join(ROOT, 'src', 'index.ts')
   const sub = /^mcp-dispatch\/([a-z-]+)$/.exec(specifier)?.[1]
-  return sub ? join(ROOT, 'src', 'adapters', sub, 'index.ts') : undefined
+  if (!sub) return undefined
+  return join(ROOT, 'src', sub === 'redis' || sub === 'postgres' ? 'stores' : 'adapters', sub, 'index.ts')
 }
 
 const resolvePackage: Plugin = {
