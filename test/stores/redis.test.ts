@@ -20,7 +20,7 @@ import {
 } from 'mcp-dispatch/redis'
 import { describe, expect, it } from 'vitest'
 import { describeRedis } from '../helpers/redis.js'
-import { settles } from '../robustness/support.js'
+import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
   createTestClock,
   describeCacheStoreConformance,
@@ -29,6 +29,7 @@ import {
   describeSessionStoreConformance,
 } from './conformance.js'
 
+const baseline = activeResources()
 const PIN: SessionPin = { appId: 'app_1', version: '1.2.3', subject: 'user_1' }
 const W = 60_000
 const START = 1_700_000_040_000 - (1_700_000_040_000 % W)
@@ -359,7 +360,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
   describe('a Redis that does not answer', () => {
     it('every call rejects after timeoutMs (nothing listens on the port)', async () => {
-      const client = redis.connect({}, `redis://127.0.0.1:${await deadPort()}`)
+      const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${await deadPort()}`)
       client.on('error', () => {})
       const options = { client, prefix: redis.prefix(), timeoutMs: 50 }
       const started = Date.now()
@@ -409,5 +410,11 @@ describe('Redis stores: options', () => {
     }
     expect(thrown).toBeInstanceOf(ConfigurationError)
     expect((thrown as ConfigurationError).option).toBe(option)
+  })
+})
+
+describe('nothing leaks', () => {
+  it('leaves no socket or timer behind: every connection a store or bus opened is closed', async () => {
+    expect(await leakedHandles(baseline)).toEqual({})
   })
 })
