@@ -7,7 +7,8 @@
  *   a deploy (session pins in Redis);
  * - a token revoked or rotated through A's token service is refused by B as soon as the
  *   invalidation arrives, although B caches token records for a minute (Redis pub/sub);
- * - the rate-limit budget is one, whichever instance counts (counters in Redis).
+ * - the rate-limit budget is one, whichever instance counts (counters in Redis);
+ * - an OAuth token validated on one instance is a cache hit on the other (validation cache).
  *
  * What Redis does not hold is shared as the platform would share it: one App store (the
  * platform's database), one token store object (standing in for the shared PostgreSQL), and
@@ -16,8 +17,10 @@
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { Redis } from 'ioredis'
 import {
   type AppRecord,
+  type CachedValidation,
   type InvalidationMessage,
   type TokenService,
   type TokenStore,
@@ -25,10 +28,12 @@ import {
   createMemoryAppStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
+  createOAuthValidator,
   createTokenService,
 } from 'mcp-dispatch'
 import {
   type RedisInvalidationBus,
+  createRedisCacheStore,
   createRedisInvalidationBus,
   createRedisRateLimitStore,
   createRedisSessionStore,
@@ -37,6 +42,7 @@ import { mcpDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../../examples/platform/mcp-app.js'
 import { T0, localhostFetch, serveFetch } from '../helpers/platform.js'
+import { type FakeUpstream, startFakeUpstream } from '../oauth/helpers/fake-upstream.js'
 import { describeRedis } from '../helpers/redis.js'
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather' } as const
@@ -289,5 +295,50 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
       ['A', 200, '"minute";r=0;t=30'],
       ['B', 429, '"minute";r=0;t=30'],
     ])
+  })
+})
+
+describeRedis('the OAuth validation cache, shared by two instances through Redis', (redis) => {
+  let upstream: FakeUpstream
+  beforeAll(async () => {
+    upstream = await startFakeUpstream()
+    upstream.route('/.well-known/openid-configuration', {
+      status: 200,
+      body: { issuer: upstream.url, userinfo_endpoint: `${upstream.url}/oidc/me` },
+    })
+    upstream.route('/oidc/me', (request) =>
+      request.headers.authorization === 'Bearer good-token'
+        ? { status: 200, body: { sub: 'user_alice' } }
+        : { status: 401, body: { error: 'invalid_token' } },
+    )
+  })
+  afterAll(() => upstream?.close())
+
+  it('a token validated on A is a cache hit on B: one userinfo call for both, for accepted and refused tokens', async () => {
+    const prefix = redis.prefix()
+    const events: Record<'A' | 'B', string[]> = { A: [], B: [] }
+    const validator = (name: 'A' | 'B', client: Redis) =>
+      createOAuthValidator({
+        issuer: upstream.url,
+        cache: createRedisCacheStore<CachedValidation>({ client, prefix }),
+        onEvent: (event) => events[name].push(event.type),
+      })
+    const a = validator('A', redis.client)
+    const b = validator('B', redis.connect())
+    expect(await a.validate('good-token')).toEqual({ active: true, info: { subject: 'user_alice' } })
+    expect(await b.validate('good-token')).toEqual({ active: true, info: { subject: 'user_alice' } })
+    expect(await a.validate('bad-token')).toMatchObject({ active: false })
+    expect(await b.validate('bad-token')).toMatchObject({ active: false })
+    expect(upstream.count('/oidc/me')).toBe(2)
+    expect(events.B.filter((type) => type === 'cache-hit')).toHaveLength(2)
+    expect(events.B).not.toContain('cache-miss')
+    // Two entries, keyed by hashes: no token in a key or a value.
+    const keys = await redis.keys()
+    const entries = keys.filter((key) => key.startsWith(`${prefix}cache:oauth:`))
+    expect(entries).toHaveLength(2)
+    for (const key of entries) {
+      expect(key).not.toMatch(/good-token|bad-token/)
+      expect(await redis.client.get(key)).not.toMatch(/good-token|bad-token/)
+    }
   })
 })

@@ -95,8 +95,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   const onError = options.onError ?? (() => {})
   if (typeof onError !== 'function') throw new ConfigurationError('onError', 'must be a function')
   const given = options.subscriber
-  if (given !== undefined && (typeof given?.subscribe !== 'function' || typeof given.on !== 'function')) {
-    throw new ConfigurationError('subscriber', 'must be a Redis connection with subscribe() and on() (ioredis)')
+  const methods = ['subscribe', 'unsubscribe', 'on', 'removeListener'] as const
+  if (given !== undefined && !methods.every((name) => typeof given?.[name] === 'function')) {
+    throw new ConfigurationError('subscriber', `must be a Redis connection with ${methods.join('(), ')}() (ioredis)`)
   }
   if (given === undefined && typeof options.client.duplicate !== 'function') {
     throw new ConfigurationError('subscriber', 'is required when the client has no duplicate() method')
