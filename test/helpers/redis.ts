@@ -9,7 +9,10 @@
  * those prefixes is deleted and every client is disconnected, so the process exits on its own.
  */
 import { randomBytes } from 'node:crypto'
+import { createServer } from 'node:net'
 import { Redis, type RedisOptions } from 'ioredis'
+import type { InvalidationMessage } from 'mcp-dispatch'
+import type { RedisInvalidationBus } from 'mcp-dispatch/redis'
 import { afterAll, describe } from 'vitest'
 
 /** Where the tests find Redis. */
@@ -57,6 +60,11 @@ export interface RedisTestContext {
   readonly client: Redis
   /** Opens another client (of `url`, default `REDIS_URL`), disconnected after the suite. */
   connect(options?: RedisOptions, url?: string): Redis
+  /**
+   * A client of a loopback port where nothing listens, on ioredis' defaults (commands wait in
+   * the offline queue while it reconnects, without end); its error events are ignored.
+   */
+  connectUnreachable(): Promise<Redis>
   /** A fresh random key prefix (`mcp-dispatch-test:<hex>:`); its keys are deleted after the suite. */
   prefix(): string
   /** Keys under the prefixes handed out so far, sorted. */
@@ -94,6 +102,17 @@ export function describeRedis(name: string, body: (redis: RedisTestContext) => v
         return (main ??= connect())
       },
       connect,
+      async connectUnreachable() {
+        const server = createServer()
+        await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+        const { port } = server.address() as { port: number }
+        await new Promise<void>((resolve) => server.close(() => resolve()))
+        // `disconnectTimeout`: on disconnect, ioredis waits that long (2 s by default, with a
+        // timer of its own) for the socket to close, which one that never opened does not.
+        const client = connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${port}`)
+        client.on('error', () => {})
+        return client
+      },
       prefix() {
         const prefix = `mcp-dispatch-test:${randomBytes(8).toString('hex')}:`
         prefixes.push(prefix)
@@ -112,5 +131,15 @@ export function describeRedis(name: string, body: (redis: RedisTestContext) => v
       for (const client of clients) client.disconnect()
     })
     body(context)
+  })
+}
+
+/** The next message `bus` delivers to a listener (which then unsubscribes). */
+export function nextInvalidation(bus: RedisInvalidationBus): Promise<InvalidationMessage> {
+  return new Promise((resolve) => {
+    const stop = bus.subscribe((message) => {
+      stop()
+      resolve(message)
+    })
   })
 }

@@ -7,7 +7,6 @@
  * forever), and a Redis that stops answering (`CLIENT PAUSE`). Afterwards no socket or timer
  * of ours is left (the last test checks the handles of this process).
  */
-import { createServer } from 'node:net'
 import type { RateLimitStore, SessionStore } from 'mcp-dispatch'
 import { createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
@@ -18,15 +17,6 @@ import { type Fixture, HOSTNAME, TOOLS_LIST, activeResources, createFixture, jso
 const baseline = activeResources()
 /** The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. */
 const TIMEOUT_MS = 150
-
-/** A loopback port nothing listens on. */
-async function deadPort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
 
 /** The pipeline on the fixture's in-memory stores, with the given session and counter stores. */
 async function pipeline(sessions: SessionStore, counters: RateLimitStore) {
@@ -77,10 +67,7 @@ const reported = (fixture: Fixture) => fixture.errors.map((e) => [e.context, (e.
 describeRedis('Redis down or hung, through the real pipeline', (redis) => {
   it('nothing listens on the port: the rate limit fails open, sessions give 503, each within the timeout', async () => {
     // ioredis' defaults: commands wait in the offline queue while it reconnects, without end.
-    // (`disconnectTimeout`: on disconnect, ioredis waits that long for a socket that is already
-    // gone, 2 s by default, with a timer of its own.)
-    const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${await deadPort()}`)
-    client.on('error', () => {})
+    const client = await redis.connectUnreachable()
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
     const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
 

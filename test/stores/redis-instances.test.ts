@@ -21,7 +21,6 @@ import type { Redis } from 'ioredis'
 import {
   type AppRecord,
   type CachedValidation,
-  type InvalidationMessage,
   type TokenService,
   type TokenStore,
   createDispatcher,
@@ -43,7 +42,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../../examples/platform/mcp-app.js'
 import { T0, localhostFetch, serveFetch } from '../helpers/platform.js'
 import { type FakeUpstream, startFakeUpstream } from '../oauth/helpers/fake-upstream.js'
-import { describeRedis } from '../helpers/redis.js'
+import { describeRedis, nextInvalidation } from '../helpers/redis.js'
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather' } as const
 const LIMITED = { id: 'app_limited', slug: 'limited', name: 'Limited' } as const
@@ -57,16 +56,6 @@ interface Instance {
   /** Requests this instance dispatched to an App: method, session id, version served. */
   readonly served: Array<{ method: string; session: string | null; version: string }>
   close(): Promise<void>
-}
-
-/** The next invalidation a bus delivers. */
-function nextInvalidation(bus: RedisInvalidationBus): Promise<InvalidationMessage> {
-  return new Promise((resolve) => {
-    const stop = bus.subscribe((message) => {
-      stop()
-      resolve(message)
-    })
-  })
 }
 
 describeRedis('two instances sharing Redis, through the real pipeline and the MCP SDK client', (redis) => {

@@ -5,7 +5,6 @@
  * fallback, the local cache in front of the validation cache, pub/sub between buses, option
  * checks, and calls that give up on a Redis that does not answer.
  */
-import { createServer } from 'node:net'
 import type { Redis } from 'ioredis'
 import { ConfigurationError, type InvalidationMessage, type SessionPin } from 'mcp-dispatch'
 import {
@@ -19,7 +18,7 @@ import {
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
 import { describe, expect, it } from 'vitest'
-import { describeRedis } from '../helpers/redis.js'
+import { describeRedis, nextInvalidation } from '../helpers/redis.js'
 import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
   createTestClock,
@@ -44,25 +43,6 @@ function recording(client: Redis): RedisCommandClient & { commands: string[] } {
       return client.call(command, ...args)
     },
   }
-}
-
-/** A loopback port nothing listens on. */
-async function deadPort(): Promise<number> {
-  const server = createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as { port: number }
-  await new Promise<void>((resolve) => server.close(() => resolve()))
-  return port
-}
-
-/** The next message a bus delivers. */
-function nextMessage(bus: RedisInvalidationBus): Promise<InvalidationMessage> {
-  return new Promise((resolve) => {
-    const stop = bus.subscribe((message) => {
-      stop()
-      resolve(message)
-    })
-  })
 }
 
 describeRedis('Redis stores: conformance', (redis) => {
@@ -276,11 +256,11 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const seenByOther: InvalidationMessage[] = []
       a.subscribe((m) => seenByA.push(m))
       other.subscribe((m) => seenByOther.push(m))
-      const atB = nextMessage(b)
+      const atB = nextInvalidation(b)
       await a.publish({ kind: 'token', tokenHash: 'h1' })
       expect(await atB).toEqual({ kind: 'token', tokenHash: 'h1' })
       // A message from b, seen by a, shows that a's own message did not come back to it meanwhile.
-      const atA = nextMessage(a)
+      const atA = nextInvalidation(a)
       await b.publish({ kind: 'token', tokenHash: 'h2' })
       await atA
       expect(seenByA).toEqual([
@@ -299,7 +279,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       bus.subscribe(() => {
         throw new Error('listener bug')
       })
-      const delivered = nextMessage(bus)
+      const delivered = nextInvalidation(bus)
       await redis.client.publish(bus.channel, 'not json')
       await redis.client.publish(bus.channel, JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: 'h1' }))
       expect(await delivered).toEqual({ kind: 'token', tokenHash: 'h1' })
@@ -340,7 +320,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await bus.ready()
       await redis.client.client('KILL', 'ID', String(id))
       expect(await settles(async () => (await redis.client.pubsub('NUMSUB', bus.channel))[1] === 1)).toBe(true)
-      const received = nextMessage(bus)
+      const received = nextInvalidation(bus)
       await redis.client.publish(bus.channel, JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: 'after' }))
       expect(await received).toEqual({ kind: 'token', tokenHash: 'after' })
       await bus.close()
@@ -360,8 +340,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
   describe('a Redis that does not answer', () => {
     it('every call rejects after timeoutMs (nothing listens on the port)', async () => {
-      const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${await deadPort()}`)
-      client.on('error', () => {})
+      const client = await redis.connectUnreachable()
       const options = { client, prefix: redis.prefix(), timeoutMs: 50 }
       const started = Date.now()
       const calls: Array<Promise<unknown>> = [
