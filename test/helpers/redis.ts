@@ -27,7 +27,9 @@ async function probe(): Promise<string | undefined> {
     enableOfflineQueue: false,
     retryStrategy: () => null,
   })
-  client.on('error', () => {})
+  // The first connection error says why (ECONNREFUSED…); the rejection only "Connection is closed".
+  let cause: Error | undefined
+  client.on('error', (error: Error) => (cause ??= error))
   try {
     await client.connect()
     const info = await client.info('server')
@@ -37,7 +39,7 @@ async function probe(): Promise<string | undefined> {
     }
     return undefined
   } catch (error) {
-    return (error as Error).message || String(error)
+    return (cause ?? (error as Error)).message || String(error)
   } finally {
     client.disconnect()
   }
