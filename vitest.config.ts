@@ -9,6 +9,7 @@ export default defineConfig({
     alias: [
       { find: /^mcp-dispatch$/, replacement: src('index.ts') },
       { find: /^mcp-dispatch\/(web|express|fastify|proxy)$/, replacement: src('adapters/$1/index.ts') },
+      { find: /^mcp-dispatch\/(redis|postgres)$/, replacement: src('stores/$1/index.ts') },
     ],
   },
   test: {

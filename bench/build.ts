@@ -12,7 +12,7 @@
  * An adapter whose source does not exist yet (`src/adapters/<name>/index.ts`) resolves to a
  * stub that says so, and the benchmarks that need it are reported as not available.
  */
-import { existsSync, mkdirSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, realpathSync, rmSync } from 'node:fs'
 import { dirname, join, resolve } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { type Plugin, build } from 'esbuild'
@@ -33,7 +33,8 @@ export const ENTRIES = {
 export function sourceOf(specifier: string): string | undefined {
   if (specifier === 'mcp-dispatch') return join(ROOT, 'src', 'index.ts')
   const sub = /^mcp-dispatch\/([a-z-]+)$/.exec(specifier)?.[1]
-  return sub ? join(ROOT, 'src', 'adapters', sub, 'index.ts') : undefined
+  if (!sub) return undefined
+  return join(ROOT, 'src', sub === 'redis' || sub === 'postgres' ? 'stores' : 'adapters', sub, 'index.ts')
 }
 
 const resolvePackage: Plugin = {
@@ -71,7 +72,11 @@ export async function buildBench(): Promise<Record<keyof typeof ENTRIES, string>
     logLevel: 'warning',
     plugins: [resolvePackage],
   })
-  return Object.fromEntries(Object.keys(ENTRIES).map((name) => [name, join(OUT_DIR, `${name}.mjs`)])) as Record<
+  // By their real path: `node_modules` may be a symlink (a git worktree sharing another
+  // checkout's), and the micro entry knows it is the main module by comparing `argv[1]` with
+  // its `import.meta.url`, which Node resolves through symlinks.
+  const dir = realpathSync(OUT_DIR)
+  return Object.fromEntries(Object.keys(ENTRIES).map((name) => [name, join(dir, `${name}.mjs`)])) as Record<
     keyof typeof ENTRIES,
     string
   >

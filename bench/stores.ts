@@ -1,11 +1,13 @@
 /**
  * Store sets by name, so the same benchmark measures every store implementation:
- * `npm run bench -- --store memory`. A later Redis or PostgreSQL store registers a factory
- * here (`registerStoreSet('redis', …)`) and is measured by the same harness.
+ * `npm run bench -- --store memory`, `npm run bench -- --store redis` (Redis at `REDIS_URL`,
+ * default `redis://127.0.0.1:6379`). A store implementation registers a factory here
+ * (`registerStoreSet(name, …)`) and is measured by the same harness.
  *
  * Every store of a set can be wrapped in a counting proxy: the benchmark reports store
  * round trips per request (for a remote store, one call is one network round trip).
  */
+import { randomUUID } from 'node:crypto'
 import type {
   AppStore,
   RateLimitStore,
@@ -20,6 +22,7 @@ import {
   createMemorySubscriptionStore,
   createMemoryTokenStore,
 } from 'mcp-dispatch'
+import { createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 
 /** What a store set is seeded with before a benchmark. */
 export interface StoreSeed {
@@ -68,6 +71,31 @@ registerStoreSet('memory', (seed) => {
     tokens: createMemoryTokenStore(),
     sessions: createMemorySessionStore(),
     rateLimit: createMemoryRateLimitStore(),
+  }
+})
+
+// Redis for what instances share on the request path (session pins, rate-limit counters),
+// memory for the rest. ioredis is loaded only when this set is asked for.
+registerStoreSet('redis', async (seed) => {
+  const { Redis } = await import('ioredis')
+  const client = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+  await client.ping()
+  const prefix = `mcp-dispatch-bench:${randomUUID()}:`
+  return {
+    apps: createMemoryAppStore(seed.apps),
+    subscriptions: createMemorySubscriptionStore(seed.subscriptions),
+    tokens: createMemoryTokenStore(),
+    sessions: createRedisSessionStore({ client, prefix }),
+    rateLimit: createRedisRateLimitStore({ client, prefix }),
+    async close() {
+      let cursor = '0'
+      do {
+        const [next, keys] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 1000)
+        if (keys.length > 0) await client.del(...keys)
+        cursor = next
+      } while (cursor !== '0')
+      await client.quit()
+    },
   }
 })
 

@@ -4,7 +4,9 @@
  * The root entry holds the framework-agnostic core (pure functions), the pipeline, the
  * token service, OAuth validation and the in-memory stores. Adapters live in
  * `mcp-dispatch/web`, `mcp-dispatch/express` and `mcp-dispatch/fastify`, the streaming proxy
- * handler in `mcp-dispatch/proxy`; database-backed stores will live in their own subpaths.
+ * handler in `mcp-dispatch/proxy`; stores shared between instances live in their own subpaths,
+ * which take the application's client: `mcp-dispatch/redis` (session pins, rate-limit counters,
+ * validation cache, invalidations) and `mcp-dispatch/postgres` (API tokens).
  * Nothing here imports a framework or a database client.
  * @module
  */

@@ -60,6 +60,7 @@ import {
 } from '../core/versions.js'
 import { AuthorizationServerUnavailableError, ConfigurationError } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
+import { withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
 
 /** A request as the dispatcher sees it: no body, ever. */
@@ -328,24 +329,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /** `pending`, or a rejection once `storeTimeoutMs` has passed without an answer. */
   function bounded<T>(pending: Promise<T>, what: string): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(
-        () => reject(new Error(`${what} did not answer within ${storeTimeoutMs} ms`)),
-        storeTimeoutMs,
-      )
-      // Never keeps a process alive on its own (Node; other runtimes return a number).
-      ;(timer as { unref?: () => void }).unref?.()
-      pending.then(
-        (value) => {
-          clearTimeout(timer)
-          resolve(value)
-        },
-        (error: unknown) => {
-          clearTimeout(timer)
-          reject(error)
-        },
-      )
-    })
+    return withTimeout(pending, storeTimeoutMs, what)
   }
 
   /** CORS headers for a request, or `undefined` when none are due. */

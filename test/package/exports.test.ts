@@ -47,8 +47,9 @@ describe.runIf(built)('built package', () => {
     expect(JSON.parse(out)).toEqual([true, 'function'])
   })
 
-  it('keeps the root entry free of adapters and database clients', () => {
-    // A resolve hook records every bare specifier the root entry pulls in.
+  /** The packages (bare specifiers, builtins aside) that importing `specifier` loads, in a child process. */
+  const packagesImportedBy = (specifier: string) => {
+    // A resolve hook records every bare specifier the import pulls in.
     writeFileSync(
       join(dir, 'hooks.mjs'),
       `export async function resolve(specifier, context, next) {
@@ -57,14 +58,28 @@ describe.runIf(built)('built package', () => {
        }`,
     )
     writeFileSync(join(dir, 'register.mjs'), `import { register } from 'node:module'; register('./hooks.mjs', import.meta.url)`)
-    writeFileSync(join(dir, 'graph.mjs'), `await import('mcp-dispatch')`)
+    writeFileSync(join(dir, 'graph.mjs'), `await import(${JSON.stringify(specifier)})`)
     const result = spawnSync(process.execPath, ['--import', './register.mjs', 'graph.mjs'], { cwd: dir, encoding: 'utf8' })
     expect(result.status).toBe(0)
     const specifiers = [...result.stderr.matchAll(/^SPEC (\S+)$/gm)].map((m) => m[1])
-    expect(specifiers).toContain('mcp-dispatch')
+    expect(specifiers).toContain(specifier)
     const bare = new Set(specifiers.map((s) => s!.split('/')[0]!.startsWith('@') ? s!.split('/').slice(0, 2).join('/') : s!.split('/')[0]))
     bare.delete('mcp-dispatch')
     for (const name of bare) if (isBuiltin(name!)) bare.delete(name)
-    for (const name of bare) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+    return bare
+  }
+
+  it('keeps the root entry free of adapters and database clients', () => {
+    for (const name of packagesImportedBy('mcp-dispatch')) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+  })
+
+  it('loads mcp-dispatch/redis (ESM and CommonJS) without importing a Redis client', () => {
+    for (const name of packagesImportedBy('mcp-dispatch/redis')) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+    const out = run(
+      'redis.cjs',
+      `const { createRedisSessionStore, createRedisInvalidationBus } = require('mcp-dispatch/redis')
+       console.log(JSON.stringify([typeof createRedisSessionStore({ client: { call: async () => null } }).get, typeof createRedisInvalidationBus]))`,
+    )
+    expect(JSON.parse(out)).toEqual(['function', 'function'])
   })
 })

@@ -550,6 +550,13 @@ export function describeRateLimitStoreConformance(
       expect(await store.increment('k', start + 5 * W, W)).toBe(1)
     })
 
+    it('a request stamped with an older window counts against the current one (clock skew between instances)', async () => {
+      const { store } = await open()
+      expect(await store.increment('k', start + W, W)).toBe(1)
+      expect(await store.increment('k', start, W)).toBe(2)
+      expect(await store.increment('k', start + W, W)).toBe(3)
+    })
+
     it('is atomic: concurrent increments give every count exactly once', async () => {
       const { store } = await open()
       const counts = await Promise.all(Array.from({ length: 50 }, async () => store.increment('k', start, W)))

@@ -22,6 +22,7 @@ import type {
   SubscriptionStore,
   TokenStore,
 } from '../../core/stores.js'
+import { lruClock } from '../lru-clock.js'
 
 /** A clock in epoch milliseconds. */
 export type Clock = () => number
@@ -183,21 +184,13 @@ export interface MemoryTtlStoreOptions {
   now?: Clock
 }
 
-function lruPerf(now: Clock | undefined) {
-  // lru-cache reuses a clock reading for `ttlResolution` ms of real time (default 1), so an
-  // injected clock that jumps would not be seen: read it on every check instead. It also
-  // treats a start time of 0 as "no TTL", so a clock that starts at 0 is shifted by 1 ms
-  // (differences, and so TTLs, are unchanged).
-  return now ? { perf: { now: () => now() + 1 }, ttlResolution: 0 } : {}
-}
-
 /** In-memory session pins with an idle TTL (`lru-cache`). */
 export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): SessionStore {
   const cache = new LRUCache<string, SessionPin>({
     max: options.max ?? 100_000,
     ttl: 1,
     ttlAutopurge: false,
-    ...lruPerf(options.now),
+    ...lruClock(options.now),
   })
   return {
     synchronous: true,
@@ -253,7 +246,7 @@ export function createMemoryCacheStore<T extends object>(options: MemoryTtlStore
     max: options.max ?? 100_000,
     ttl: 1,
     ttlAutopurge: false,
-    ...lruPerf(options.now),
+    ...lruClock(options.now),
   })
   return {
     get: (key) => cache.get(key),

@@ -1,0 +1,117 @@
+/**
+ * The validation cache in Redis (OAuth results shared by every instance), with a small local
+ * cache in front (DESIGN.md "Stores").
+ * @module
+ */
+import { LRUCache } from 'lru-cache'
+import type { CacheStore } from '../../core/stores.js'
+import { ConfigurationError } from '../../errors.js'
+import { lruClock } from '../lru-clock.js'
+import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
+
+/** The value and its remaining TTL in one round trip, so the local copy never outlives it. */
+const READ = luaScript(
+  'cache read',
+  `local value = redis.call('GET', KEYS[1])
+if not value then return false end
+return { value, redis.call('PTTL', KEYS[1]) }`,
+)
+
+/** Options of {@link createRedisCacheStore}. */
+export interface RedisCacheStoreOptions extends RedisStoreOptions {
+  /**
+   * How long this instance keeps a value it read or wrote, in milliseconds, never past the
+   * value's own TTL: reads within it cost no round trip. A `delete` on another instance is
+   * seen here only once it runs out. Default 5,000; `0` turns the local cache off.
+   */
+  localTtlMs?: number
+  /** Most values kept locally; the least recently used go first. Default 10,000. */
+  localMax?: number
+  /** Clock of the local cache, epoch ms (tests). Default `Date.now`. */
+  now?: () => number
+}
+
+/** Default lifetime of a locally kept value of {@link createRedisCacheStore}. */
+export const DEFAULT_LOCAL_CACHE_TTL_MS = 5_000
+/** Default size of the local cache of {@link createRedisCacheStore}. */
+export const DEFAULT_LOCAL_CACHE_MAX = 10_000
+
+/**
+ * A TTL cache in Redis, for the OAuth validator's `cache` option (results keyed by hashes of
+ * tokens, never tokens). Values are stored as JSON (`SET … PX`) under `<prefix>cache:<key>`,
+ * so they must survive `JSON.stringify` (the validator's `CachedValidation` does); what is
+ * read back is not checked against `T` (the validator checks it). A TTL of 0 or less stores
+ * nothing.
+ *
+ * A small local cache (`lru-cache`, `localTtlMs`, `localMax`) sits in front: a value read or
+ * written here is served from memory until the shorter of `localTtlMs` and its Redis TTL, so a
+ * busy token costs one Redis read per `localTtlMs` per instance. The trade-off: `delete`
+ * (the validator's `forget`) reaches the other instances' local copies only when those run out,
+ * at most `localTtlMs` later. A miss costs one round trip (a script that reads the value and
+ * its TTL), `set` and `delete` one each, every one under the `timeoutMs` deadline; the
+ * validator treats a failing cache as a miss.
+ *
+ * @example
+ * ```ts
+ * import Redis from 'ioredis'
+ * import { createOAuthValidator, type CachedValidation } from 'mcp-dispatch'
+ * import { createRedisCacheStore } from 'mcp-dispatch/redis'
+ *
+ * const redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 1 })
+ * const oauth = createOAuthValidator({ issuer, cache: createRedisCacheStore<CachedValidation>({ client: redis }) })
+ * ```
+ */
+export function createRedisCacheStore<T extends object>(options: RedisCacheStoreOptions): CacheStore<T> {
+  const redis = connectRedis(options)
+  const localTtlMs = options.localTtlMs ?? DEFAULT_LOCAL_CACHE_TTL_MS
+  if (typeof localTtlMs !== 'number' || !(localTtlMs >= 0 && Number.isFinite(localTtlMs))) {
+    throw new ConfigurationError('localTtlMs', 'must be a non-negative number of milliseconds (0 turns the local cache off)')
+  }
+  const localMax = options.localMax ?? DEFAULT_LOCAL_CACHE_MAX
+  if (!Number.isSafeInteger(localMax) || localMax < 1) throw new ConfigurationError('localMax', 'must be a positive integer')
+  if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function')
+
+  const keyPrefix = `${redis.prefix}cache:`
+  const local =
+    localTtlMs > 0
+      ? new LRUCache<string, T>({ max: localMax, ttl: localTtlMs, ttlAutopurge: false, ...lruClock(options.now) })
+      : undefined
+  // Bumped by every write: a read or write that started before another write must not put
+  // its (older) value in the local cache when it lands after it.
+  let writes = 0
+  const keepLocally = (key: string, value: T, redisTtlMs: number, startedAt: number) => {
+    // PTTL -1: the key has no TTL (written by someone else); keep it for localTtlMs.
+    const ttl = redisTtlMs === -1 ? localTtlMs : Math.min(localTtlMs, redisTtlMs)
+    if (local && writes === startedAt && ttl > 0) local.set(key, value, { ttl })
+  }
+
+  return {
+    get(key) {
+      const held = local?.get(key)
+      if (held !== undefined) return held
+      const startedAt = writes
+      return redis.run(READ, keyPrefix + key).then((reply) => {
+        if (!Array.isArray(reply)) return undefined
+        const value = JSON.parse(String(reply[0])) as T
+        keepLocally(key, value, Number(reply[1]), startedAt)
+        return value
+      })
+    },
+    set(key, value, ttlMs) {
+      if (!(ttlMs > 0)) return
+      const json = JSON.stringify(value)
+      const startedAt = ++writes
+      local?.delete(key)
+      // The local copy is parsed from the JSON, as other instances see it, and is not the
+      // caller's object (which the caller may still change).
+      return redis.send('SET', keyPrefix + key, json, 'PX', px(ttlMs)).then(() => {
+        if (local) keepLocally(key, JSON.parse(json) as T, px(ttlMs), startedAt)
+      })
+    },
+    delete(key) {
+      writes++
+      local?.delete(key)
+      return redis.send('DEL', keyPrefix + key).then(() => {})
+    },
+  }
+}

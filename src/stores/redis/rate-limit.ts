@@ -1,0 +1,58 @@
+/**
+ * Fixed-window rate-limit counters in Redis: one key per counter, one script per request.
+ * @module
+ */
+import type { RateLimitStore } from '../../core/stores.js'
+import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
+
+/**
+ * One atomic step: the counter is a hash of the window it counts (`w`, epoch ms) and the
+ * count (`c`). A request stamped with the counter's window, or an older one (clock skew
+ * between instances), adds to it; a newer window starts it again at 1, with a TTL of one
+ * window from now (so it outlives the end of its window, never by more than one window).
+ */
+const INCREMENT = luaScript(
+  'rate-limit increment',
+  `local current = tonumber(redis.call('HGET', KEYS[1], 'w'))
+if current and current >= tonumber(ARGV[1]) then
+  return redis.call('HINCRBY', KEYS[1], 'c', 1)
+end
+redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+return 1`,
+)
+
+function toCount(reply: unknown): number {
+  const count = Number(reply)
+  if (!Number.isSafeInteger(count) || count < 1) throw new Error(`Redis rate-limit script answered ${String(reply)}`)
+  return count
+}
+
+/**
+ * Rate-limit counters in Redis, shared by every instance: `increment` is one `EVALSHA`
+ * round trip (an `EVAL` once more after the server lost its script cache), atomic, under the
+ * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` that
+ * expires one window after the window's first request. When Redis fails or times out the call
+ * rejects, and the dispatcher serves (fail open, `rateLimit.failOpen`) and reports it.
+ *
+ * @example
+ * ```ts
+ * import Redis from 'ioredis'
+ * import { createRedisRateLimitStore } from 'mcp-dispatch/redis'
+ *
+ * const redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 1 })
+ * const dispatcher = createDispatcher({
+ *   apps, subscriptions, tokens, authorizationServers,
+ *   rateLimit: { store: createRedisRateLimitStore({ client: redis }), policy: () => ({ limit: 60, windowType: 'minute' }) },
+ * })
+ * ```
+ */
+export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimitStore {
+  const redis = connectRedis(options)
+  const keyPrefix = `${redis.prefix}rl:`
+  return {
+    increment(key, windowStart, windowMs) {
+      return redis.run(INCREMENT, keyPrefix + key, windowStart, px(windowMs)).then(toCount)
+    },
+  }
+}

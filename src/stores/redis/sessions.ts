@@ -1,0 +1,54 @@
+/**
+ * Session pins in Redis, so every instance behind a load balancer serves a session the
+ * version it was opened with (DESIGN.md "Versions").
+ * @module
+ */
+import type { SessionPin, SessionStore } from '../../core/stores.js'
+import { type RedisStoreOptions, connectRedis, px } from './client.js'
+
+function toPin(reply: unknown): SessionPin | undefined {
+  if (reply === null || reply === undefined) return undefined
+  const pin = JSON.parse(String(reply)) as Partial<SessionPin> | null
+  if (typeof pin?.appId !== 'string' || typeof pin.version !== 'string' || typeof pin.subject !== 'string') {
+    // Something else writes under this prefix: say so rather than serve a guess.
+    throw new Error('Redis session store: the value stored for this session is not a session pin')
+  }
+  return { appId: pin.appId, version: pin.version, subject: pin.subject }
+}
+
+function done(): void {}
+
+/**
+ * `Mcp-Session-Id` → pin in Redis, with an idle TTL kept by Redis: `get` is one `GETEX … PX`
+ * round trip that reads the pin and restarts its TTL atomically (Redis 6.2 or later), `set`
+ * one `SET … PX`, `delete` one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
+ * (`{ appId, version, subject }`). Every call rejects after `timeoutMs`, so a Redis that is
+ * down gives 503 (the dispatcher's policy for sessions), never a hung request.
+ *
+ * Expiry follows the Redis server's clock, not the dispatcher's `now`.
+ *
+ * @example
+ * ```ts
+ * import Redis from 'ioredis'
+ * import { createRedisSessionStore } from 'mcp-dispatch/redis'
+ *
+ * const redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 1 })
+ * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers, sessions: createRedisSessionStore({ client: redis }) })
+ * ```
+ */
+export function createRedisSessionStore(options: RedisStoreOptions): SessionStore {
+  const redis = connectRedis(options)
+  const keyPrefix = `${redis.prefix}session:`
+  return {
+    get(sessionId, ttlMs) {
+      return redis.send('GETEX', keyPrefix + sessionId, 'PX', px(ttlMs)).then(toPin)
+    },
+    set(sessionId, pin, ttlMs) {
+      const value = JSON.stringify({ appId: pin.appId, version: pin.version, subject: pin.subject })
+      return redis.send('SET', keyPrefix + sessionId, value, 'PX', px(ttlMs)).then(done)
+    },
+    delete(sessionId) {
+      return redis.send('DEL', keyPrefix + sessionId).then(done)
+    },
+  }
+}

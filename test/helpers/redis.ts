@@ -1,0 +1,147 @@
+/**
+ * Real Redis for the tests of `mcp-dispatch/redis`, at `REDIS_URL` (default
+ * `redis://127.0.0.1:6379`). Importing this module checks, once per test file, that Redis
+ * answers. When it does not: under `CI` the importing test file fails (CI must provide Redis);
+ * elsewhere the suites declared with {@link describeRedis} are skipped, and the reason is
+ * printed.
+ *
+ * Every suite gets its own clients and random key prefixes; after the suite, every key under
+ * those prefixes is deleted and every client is disconnected, so the process exits on its own.
+ */
+import { randomBytes } from 'node:crypto'
+import { createServer } from 'node:net'
+import { Redis, type RedisOptions } from 'ioredis'
+import type { InvalidationMessage } from 'mcp-dispatch'
+import type { RedisInvalidationBus } from 'mcp-dispatch/redis'
+import { afterAll, describe } from 'vitest'
+
+/** Where the tests find Redis. */
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
+
+/** Why Redis cannot be used, or `undefined` when it answers (and has `GETEX`: Redis 6.2+). */
+async function probe(): Promise<string | undefined> {
+  const client = new Redis(REDIS_URL, {
+    lazyConnect: true,
+    connectTimeout: 1_000,
+    maxRetriesPerRequest: 0,
+    enableOfflineQueue: false,
+    retryStrategy: () => null,
+  })
+  // The first connection error says why (ECONNREFUSED…); the rejection only "Connection is closed".
+  let cause: Error | undefined
+  client.on('error', (error: Error) => (cause ??= error))
+  try {
+    await client.connect()
+    const info = await client.info('server')
+    const version = /redis_version:(\d+)\.(\d+)/.exec(info)
+    if (version && (Number(version[1]) < 6 || (Number(version[1]) === 6 && Number(version[2]) < 2))) {
+      return `Redis ${version[1]}.${version[2]} is too old: the session store needs GETEX (6.2+)`
+    }
+    return undefined
+  } catch (error) {
+    return (cause ?? (error as Error)).message || String(error)
+  } finally {
+    client.disconnect()
+  }
+}
+
+const unavailable = await probe()
+if (unavailable !== undefined && process.env.CI) {
+  throw new Error(`Redis at ${REDIS_URL} is required under CI: ${unavailable}`)
+}
+if (unavailable !== undefined) {
+  console.warn(`[redis tests] skipped: Redis at ${REDIS_URL} cannot be used (${unavailable}); start one or set REDIS_URL`)
+}
+
+/** `true` when Redis answered at `REDIS_URL`. */
+export const redisAvailable = unavailable === undefined
+
+/** What a Redis suite works with. */
+export interface RedisTestContext {
+  /** A client of `REDIS_URL`, opened on first use, disconnected after the suite. */
+  readonly client: Redis
+  /** Opens another client (of `url`, default `REDIS_URL`), disconnected after the suite. */
+  connect(options?: RedisOptions, url?: string): Redis
+  /**
+   * A client of a loopback port where nothing listens, on ioredis' defaults (commands wait in
+   * the offline queue while it reconnects, without end); its error events are ignored.
+   */
+  connectUnreachable(): Promise<Redis>
+  /** A fresh random key prefix (`mcp-dispatch-test:<hex>:`); its keys are deleted after the suite. */
+  prefix(): string
+  /** Keys under the prefixes handed out so far, sorted. */
+  keys(): Promise<string[]>
+}
+
+/** Every key matching `pattern`, by `SCAN` (never `KEYS`: others may share this Redis). */
+export async function scanKeys(client: Redis, pattern: string): Promise<string[]> {
+  const found: string[] = []
+  let cursor = '0'
+  do {
+    const [next, batch] = await client.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+    cursor = next
+    found.push(...batch)
+  } while (cursor !== '0')
+  return found
+}
+
+/**
+ * A `describe` that runs only when Redis is available, with a {@link RedisTestContext}; keys
+ * and clients are cleaned up after it.
+ */
+export function describeRedis(name: string, body: (redis: RedisTestContext) => void): void {
+  describe.runIf(redisAvailable)(name, () => {
+    const clients: Redis[] = []
+    const prefixes: string[] = []
+    let main: Redis | undefined
+    const connect = (options: RedisOptions = {}, url = REDIS_URL) => {
+      const client = new Redis(url, options)
+      clients.push(client)
+      return client
+    }
+    const context: RedisTestContext = {
+      get client() {
+        return (main ??= connect())
+      },
+      connect,
+      async connectUnreachable() {
+        const server = createServer()
+        await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+        const { port } = server.address() as { port: number }
+        await new Promise<void>((resolve) => server.close(() => resolve()))
+        // `disconnectTimeout`: on disconnect, ioredis waits that long (2 s by default, with a
+        // timer of its own) for the socket to close, which one that never opened does not.
+        const client = connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${port}`)
+        client.on('error', () => {})
+        return client
+      },
+      prefix() {
+        const prefix = `mcp-dispatch-test:${randomBytes(8).toString('hex')}:`
+        prefixes.push(prefix)
+        return prefix
+      },
+      async keys() {
+        const all = await Promise.all(prefixes.map((p) => scanKeys(context.client, `${p}*`)))
+        return all.flat().sort()
+      },
+    }
+    afterAll(async () => {
+      if (prefixes.length > 0) {
+        const keys = await context.keys()
+        for (let i = 0; i < keys.length; i += 500) await context.client.del(...keys.slice(i, i + 500))
+      }
+      for (const client of clients) client.disconnect()
+    })
+    body(context)
+  })
+}
+
+/** The next message `bus` delivers to a listener (which then unsubscribes). */
+export function nextInvalidation(bus: RedisInvalidationBus): Promise<InvalidationMessage> {
+  return new Promise((resolve) => {
+    const stop = bus.subscribe((message) => {
+      stop()
+      resolve(message)
+    })
+  })
+}

@@ -1,0 +1,142 @@
+/**
+ * A Redis that is down or hung never holds a request: the Redis stores give up after their
+ * `timeoutMs`, and the dispatcher applies its failure policy through the real pipeline (web
+ * adapter): the rate limit fails open (served, reported), the session store answers 503 with
+ * `Retry-After`, a pin that cannot be written is reported and the response still goes out.
+ * Two ways down: a port where nothing listens (ioredis' defaults queue the commands and retry
+ * forever), and a Redis that stops answering (`CLIENT PAUSE`). Afterwards no socket or timer
+ * of ours is left (the last test checks the handles of this process).
+ */
+import type { RateLimitStore, SessionStore } from 'mcp-dispatch'
+import { createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
+import { mcpDispatch } from 'mcp-dispatch/web'
+import { describe, expect, it } from 'vitest'
+import { describeRedis } from '../helpers/redis.js'
+import { type Fixture, HOSTNAME, TOOLS_LIST, activeResources, createFixture, jsonRpcError, leakedHandles, settles } from './support.js'
+
+const baseline = activeResources()
+/** The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. */
+const TIMEOUT_MS = 150
+
+/** The pipeline on the fixture's in-memory stores, with the given session and counter stores. */
+async function pipeline(sessions: SessionStore, counters: RateLimitStore) {
+  const fixture: Fixture = await createFixture({
+    dispatcher: { sessions, rateLimit: { store: counters, policy: () => ({ limit: 1_000, windowType: 'minute' }) } },
+  })
+  const handle = mcpDispatch({
+    dispatcher: fixture.dispatcher,
+    onError: fixture.onError,
+    // Opens a session when asked (as an MCP server answering `initialize` does).
+    handler: async (request) =>
+      new Response('{"jsonrpc":"2.0","id":1,"result":{}}', {
+        headers: {
+          'content-type': 'application/json',
+          ...(request.headers.get('x-open-session') && { 'mcp-session-id': request.headers.get('x-open-session')! }),
+        },
+      }),
+  })
+  const send = async (headers: Record<string, string> = {}) => {
+    const started = Date.now()
+    const response = await handle(
+      new Request(`http://${HOSTNAME}/v1`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          authorization: `Bearer ${fixture.tokens.valid}`,
+          ...headers,
+        },
+        body: TOOLS_LIST,
+      }),
+      { clientAddress: '127.0.0.1' },
+    )
+    return { response, body: await response.text(), ms: Date.now() - started }
+  }
+  return { fixture, send }
+}
+
+function expectUnavailable({ response, body }: { response: Response; body: string }) {
+  expect(response.status).toBe(503)
+  expect(response.headers.get('retry-after')).toMatch(/^\d+$/)
+  expect(response.headers.get('x-mcp-version')).toBeNull()
+  expect(jsonRpcError(body)).toMatchObject({ code: -32005, data: { error: 'temporarily_unavailable' } })
+}
+
+const reported = (fixture: Fixture) => fixture.errors.map((e) => [e.context, (e.error as Error).message])
+
+describeRedis('Redis down or hung, through the real pipeline', (redis) => {
+  it('nothing listens on the port: the rate limit fails open, sessions give 503, each within the timeout', async () => {
+    // ioredis' defaults: commands wait in the offline queue while it reconnects, without end.
+    const client = await redis.connectUnreachable()
+    const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
+    const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+
+    const served = await send()
+    expect(served.response.status).toBe(200)
+    expect(served.response.headers.get('x-mcp-version')).toBe('1.2.3')
+    expect(served.response.headers.get('ratelimit')).toBeNull()
+    expect(served.ms).toBeLessThan(2_000)
+    expect(reported(fixture)).toEqual([
+      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+    ])
+
+    fixture.errors.length = 0
+    const pinned = await send({ 'mcp-session-id': 'session-1' })
+    expectUnavailable(pinned)
+    expect(pinned.ms).toBeLessThan(2_000)
+    expect(reported(fixture)).toEqual([
+      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+      ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
+    ])
+
+    // A session that opens while the pin cannot be written: the answer goes out, the failure is reported.
+    fixture.errors.length = 0
+    const opened = await send({ 'x-open-session': 'session-2' })
+    expect(opened.response.status).toBe(200)
+    expect(opened.response.headers.get('mcp-session-id')).toBe('session-2')
+    expect(reported(fixture).map(([context]) => context)).toEqual(['rate-limit store failed; serving (failOpen)', 'session store'])
+    await fixture.close()
+    client.disconnect()
+  })
+
+  it('Redis stops answering (CLIENT PAUSE): the same, and all is well again once it answers', async () => {
+    const client = redis.connect()
+    const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
+    const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const opened = await send({ 'x-open-session': 'session-paused' })
+    expect(opened.response.status).toBe(200)
+    expect(opened.response.headers.get('ratelimit')).toBe('"minute";r=999;t=30')
+    expect((await send({ 'mcp-session-id': 'session-paused' })).response.status).toBe(200)
+    expect(fixture.errors).toEqual([])
+
+    // Short, and below the other Redis tests' 1 s deadline: CLIENT PAUSE holds every client of
+    // this Redis. Both requests go at once, so both land inside the pause.
+    const admin = redis.connect()
+    await admin.ping()
+    await admin.client('PAUSE', 600, 'ALL')
+    const [unlimited, pinned] = await Promise.all([send(), send({ 'mcp-session-id': 'session-paused' })])
+    expect(unlimited.response.status).toBe(200)
+    expect(unlimited.response.headers.get('ratelimit')).toBeNull()
+    expectUnavailable(pinned)
+    expect(pinned.ms).toBeLessThan(2_000)
+    expect(reported(fixture)).toEqual([
+      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+      ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
+    ])
+
+    // Answers again after the pause: the pin is still there, the counter counts on.
+    expect(await settles(async () => (await send({ 'mcp-session-id': 'session-paused' })).response.status === 200)).toBe(true)
+    const again = await send({ 'mcp-session-id': 'session-paused' })
+    expect(again.response.status).toBe(200)
+    expect(again.response.headers.get('x-mcp-version')).toBe('1.2.3')
+    expect(again.response.headers.get('ratelimit')).toMatch(/^"minute";r=99\d;t=30$/)
+    await fixture.close()
+  })
+})
+
+describe('nothing leaks', () => {
+  it('leaves no socket, server or timer of its own behind', async () => {
+    expect(await leakedHandles(baseline)).toEqual({})
+  })
+})

@@ -1,0 +1,399 @@
+/**
+ * The Redis stores against a real Redis (test/helpers/redis.ts): the shared conformance
+ * suites, then what only Redis does: key layout and TTLs (read back with PTTL, since expiry
+ * follows the server's clock and no test sleeps), round trips per call, the script-cache
+ * fallback, the local cache in front of the validation cache, pub/sub between buses, option
+ * checks, and calls that give up on a Redis that does not answer.
+ */
+import type { Redis } from 'ioredis'
+import { ConfigurationError, type InvalidationMessage, type SessionPin } from 'mcp-dispatch'
+import {
+  type RedisClient,
+  type RedisCommandClient,
+  type RedisInvalidationBus,
+  DEFAULT_REDIS_PREFIX,
+  createRedisCacheStore,
+  createRedisInvalidationBus,
+  createRedisRateLimitStore,
+  createRedisSessionStore,
+} from 'mcp-dispatch/redis'
+import { describe, expect, it } from 'vitest'
+import { describeRedis, nextInvalidation } from '../helpers/redis.js'
+import { activeResources, leakedHandles, settles } from '../robustness/support.js'
+import {
+  createTestClock,
+  describeCacheStoreConformance,
+  describeInvalidationBusConformance,
+  describeRateLimitStoreConformance,
+  describeSessionStoreConformance,
+} from './conformance.js'
+
+const baseline = activeResources()
+const PIN: SessionPin = { appId: 'app_1', version: '1.2.3', subject: 'user_1' }
+const W = 60_000
+const START = 1_700_000_040_000 - (1_700_000_040_000 % W)
+
+/** A client that records the commands it sends to the real one: round trips, counted. */
+function recording(client: Redis): RedisCommandClient & { commands: string[] } {
+  const commands: string[] = []
+  return {
+    commands,
+    call: (command, ...args) => {
+      commands.push(command)
+      return client.call(command, ...args)
+    },
+  }
+}
+
+describeRedis('Redis stores: conformance', (redis) => {
+  const closeBus = (bus: unknown) => (bus as RedisInvalidationBus).close()
+  describeSessionStoreConformance('redis', () => createRedisSessionStore({ client: redis.client, prefix: redis.prefix() }), {
+    injectableClock: false,
+  })
+  describeRateLimitStoreConformance('redis', () => createRedisRateLimitStore({ client: redis.client, prefix: redis.prefix() }))
+  describeCacheStoreConformance(
+    'redis (local cache in front)',
+    ({ now }) => createRedisCacheStore({ client: redis.client, prefix: redis.prefix(), now }),
+    { injectableClock: false },
+  )
+  describeCacheStoreConformance(
+    'redis (no local cache)',
+    () => createRedisCacheStore({ client: redis.client, prefix: redis.prefix(), localTtlMs: 0 }),
+    { injectableClock: false },
+  )
+  describeInvalidationBusConformance(
+    'redis',
+    async () => {
+      const bus = createRedisInvalidationBus({ client: redis.client, prefix: redis.prefix() })
+      await bus.ready()
+      return bus
+    },
+    { teardown: closeBus },
+  )
+})
+
+describeRedis('Redis stores: what only Redis does', (redis) => {
+  it('an ioredis instance is a RedisClient as it is (checked by tsc)', () => {
+    const client: RedisClient = redis.client
+    expect(typeof client.duplicate).toBe('function')
+  })
+
+  describe('session pins', () => {
+    it('live under <prefix>session:<id> as JSON, with the idle TTL in Redis', async () => {
+      const prefix = redis.prefix()
+      const sessions = createRedisSessionStore({ client: redis.client, prefix })
+      await sessions.set('s1', PIN, 1_000)
+      expect(JSON.parse((await redis.client.get(`${prefix}session:s1`))!)).toEqual(PIN)
+      const ttl = await redis.client.pttl(`${prefix}session:s1`)
+      expect(ttl).toBeGreaterThan(0)
+      expect(ttl).toBeLessThanOrEqual(1_000)
+      expect(await redis.keys()).toContain(`${prefix}session:s1`)
+    })
+
+    it('get restarts the idle TTL in the same round trip (GETEX)', async () => {
+      const prefix = redis.prefix()
+      const client = recording(redis.client)
+      const sessions = createRedisSessionStore({ client, prefix })
+      await sessions.set('s1', PIN, 1_000)
+      client.commands.length = 0
+      expect(await sessions.get('s1', 600_000)).toEqual(PIN)
+      expect(client.commands).toEqual(['GETEX'])
+      expect(await redis.client.pttl(`${prefix}session:s1`)).toBeGreaterThan(590_000)
+    })
+
+    it('get of an unknown session writes nothing; delete removes the key', async () => {
+      const prefix = redis.prefix()
+      const sessions = createRedisSessionStore({ client: redis.client, prefix })
+      expect(await sessions.get('nobody', 60_000)).toBeUndefined()
+      await sessions.set('s1', PIN, 60_000)
+      await sessions.delete('s1')
+      expect(await redis.client.exists(`${prefix}session:nobody`, `${prefix}session:s1`)).toBe(0)
+    })
+
+    it('a value that is not a pin is refused loudly (another writer under the prefix), not served', async () => {
+      const prefix = redis.prefix()
+      await redis.client.set(`${prefix}session:s1`, '{"appId":"app_1"}')
+      await redis.client.set(`${prefix}session:s2`, 'not json')
+      const sessions = createRedisSessionStore({ client: redis.client, prefix })
+      await expect(sessions.get('s1', 60_000)).rejects.toThrow(/not a session pin/)
+      await expect(sessions.get('s2', 60_000)).rejects.toThrow(SyntaxError)
+    })
+
+    it('keeps only the pin fields', async () => {
+      const prefix = redis.prefix()
+      const sessions = createRedisSessionStore({ client: redis.client, prefix })
+      await sessions.set('s1', { ...PIN, extra: 'dropped' } as SessionPin, 60_000)
+      expect(await sessions.get('s1', 60_000)).toEqual(PIN)
+    })
+
+    it('are not synchronous (adapters hold the response until the pin is written)', () => {
+      expect(createRedisSessionStore({ client: redis.client }).synchronous).toBeFalsy()
+    })
+  })
+
+  describe('rate-limit counters', () => {
+    it('one round trip per increment: EVALSHA, and EVAL once more when the server lost its scripts', async () => {
+      const client = recording(redis.client)
+      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix() })
+      await counters.increment('warm', START, W)
+      client.commands.length = 0
+      for (let i = 0; i < 5; i++) await counters.increment('k', START, W)
+      expect(client.commands).toEqual(['EVALSHA', 'EVALSHA', 'EVALSHA', 'EVALSHA', 'EVALSHA'])
+
+      await redis.client.script('FLUSH')
+      client.commands.length = 0
+      expect(await counters.increment('k', START, W)).toBe(6)
+      expect(await counters.increment('k', START, W)).toBe(7)
+      expect(client.commands).toEqual(['EVALSHA', 'EVAL', 'EVALSHA'])
+    })
+
+    it('a counter is one hash under <prefix>rl:<key>, expiring at most one window after its first request', async () => {
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: redis.client, prefix })
+      await counters.increment('user:app', START, W)
+      await counters.increment('user:app', START, W)
+      expect(await redis.client.hgetall(`${prefix}rl:user:app`)).toEqual({ w: String(START), c: '2' })
+      const ttl = await redis.client.pttl(`${prefix}rl:user:app`)
+      expect(ttl).toBeGreaterThan(W - 5_000)
+      expect(ttl).toBeLessThanOrEqual(W)
+      await counters.increment('user:app', START + W, W)
+      expect(await redis.client.hgetall(`${prefix}rl:user:app`)).toEqual({ w: String(START + W), c: '1' })
+    })
+
+    it('instances sharing a prefix share the budget; another prefix has its own', async () => {
+      const prefix = redis.prefix()
+      const a = createRedisRateLimitStore({ client: redis.client, prefix })
+      const b = createRedisRateLimitStore({ client: redis.connect(), prefix })
+      const elsewhere = createRedisRateLimitStore({ client: redis.client, prefix: redis.prefix() })
+      expect(await a.increment('k', START, W)).toBe(1)
+      expect(await b.increment('k', START, W)).toBe(2)
+      expect(await a.increment('k', START, W)).toBe(3)
+      expect(await elsewhere.increment('k', START, W)).toBe(1)
+    })
+  })
+
+  describe('validation cache', () => {
+    it('serves a value from the local cache without a round trip, until the local TTL runs out', async () => {
+      const clock = createTestClock()
+      const client = recording(redis.client)
+      const cache = createRedisCacheStore<{ n: number }>({ client, prefix: redis.prefix(), now: clock.now, localTtlMs: 5_000 })
+      await cache.get('warm') // the read script is known to the server from here on
+      await cache.set('k', { n: 1 }, 300_000)
+      client.commands.length = 0
+      for (let i = 0; i < 3; i++) expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(client.commands).toEqual([])
+      clock.advance(5_001)
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(client.commands).toEqual(['EVALSHA'])
+    })
+
+    it('the trade-off: a delete on one instance reaches the local copy of another when it runs out', async () => {
+      const prefix = redis.prefix()
+      const clock = createTestClock()
+      const a = createRedisCacheStore<{ n: number }>({ client: redis.client, prefix, now: clock.now })
+      const b = createRedisCacheStore<{ n: number }>({ client: redis.connect(), prefix, now: clock.now, localTtlMs: 2_000 })
+      await a.set('k', { n: 1 }, 300_000)
+      expect(await b.get('k')).toEqual({ n: 1 })
+      await a.delete('k')
+      expect(await a.get('k')).toBeUndefined()
+      expect(await b.get('k')).toEqual({ n: 1 })
+      clock.advance(2_001)
+      expect(await b.get('k')).toBeUndefined()
+    })
+
+    it('a local copy never outlives the value in Redis (its remaining TTL is read with it)', async () => {
+      const prefix = redis.prefix()
+      const clock = createTestClock()
+      const a = createRedisCacheStore<{ n: number }>({ client: redis.client, prefix })
+      const client = recording(redis.client)
+      const b = createRedisCacheStore<{ n: number }>({ client, prefix, now: clock.now, localTtlMs: 60_000 })
+      await b.get('warm')
+      client.commands.length = 0
+      await a.set('k', { n: 1 }, 3_000)
+      expect(await b.get('k')).toEqual({ n: 1 })
+      clock.advance(2_000)
+      expect(await b.get('k')).toEqual({ n: 1 })
+      expect(client.commands).toHaveLength(1)
+      clock.advance(1_001)
+      await b.get('k')
+      expect(client.commands).toHaveLength(2)
+    })
+
+    it('stores JSON under <prefix>cache:<key> with the TTL; later changes to the caller’s object change nothing', async () => {
+      const prefix = redis.prefix()
+      const cache = createRedisCacheStore<{ list: number[] }>({ client: redis.client, prefix })
+      const value = { list: [1] }
+      await cache.set('oauth:abc', value, 60_000)
+      value.list.push(2)
+      expect(await cache.get('oauth:abc')).toEqual({ list: [1] })
+      expect(await redis.client.get(`${prefix}cache:oauth:abc`)).toBe('{"list":[1]}')
+      const ttl = await redis.client.pttl(`${prefix}cache:oauth:abc`)
+      expect(ttl).toBeGreaterThan(50_000)
+      expect(ttl).toBeLessThanOrEqual(60_000)
+    })
+
+    it('a read that lands after a delete does not put the old value back in the local cache', async () => {
+      const prefix = redis.prefix()
+      const cache = createRedisCacheStore<{ n: number }>({ client: redis.client, prefix })
+      await cache.get('warm') // the script is known to the server: the read is one command, sent before the delete
+      await createRedisCacheStore<{ n: number }>({ client: redis.client, prefix, localTtlMs: 0 }).set('k', { n: 1 }, 60_000)
+      const reading = cache.get('k')
+      await cache.delete('k')
+      expect(await reading).toEqual({ n: 1 })
+      expect(await cache.get('k')).toBeUndefined()
+    })
+  })
+
+  describe('invalidation bus', () => {
+    it('carries a message from one instance to the others, and to the sender once', async () => {
+      const prefix = redis.prefix()
+      const a = createRedisInvalidationBus({ client: redis.client, prefix })
+      const b = createRedisInvalidationBus({ client: redis.connect(), prefix })
+      const other = createRedisInvalidationBus({ client: redis.client, prefix: redis.prefix() })
+      await Promise.all([a.ready(), b.ready(), other.ready()])
+      const seenByA: InvalidationMessage[] = []
+      const seenByOther: InvalidationMessage[] = []
+      a.subscribe((m) => seenByA.push(m))
+      other.subscribe((m) => seenByOther.push(m))
+      const atB = nextInvalidation(b)
+      await a.publish({ kind: 'token', tokenHash: 'h1' })
+      expect(await atB).toEqual({ kind: 'token', tokenHash: 'h1' })
+      // A message from b, seen by a, shows that a's own message did not come back to it meanwhile.
+      const atA = nextInvalidation(a)
+      await b.publish({ kind: 'token', tokenHash: 'h2' })
+      await atA
+      expect(seenByA).toEqual([
+        { kind: 'token', tokenHash: 'h1' },
+        { kind: 'token', tokenHash: 'h2' },
+      ])
+      expect(seenByOther).toEqual([])
+      await Promise.all([a.close(), b.close(), other.close()])
+    })
+
+    it('reports a malformed message and a listener that throws; delivery goes on', async () => {
+      const prefix = redis.prefix()
+      const errors: string[] = []
+      const bus = createRedisInvalidationBus({ client: redis.client, prefix, onError: (_e, context) => errors.push(context) })
+      await bus.ready()
+      bus.subscribe(() => {
+        throw new Error('listener bug')
+      })
+      const delivered = nextInvalidation(bus)
+      await redis.client.publish(bus.channel, 'not json')
+      await redis.client.publish(bus.channel, JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: 'h1' }))
+      expect(await delivered).toEqual({ kind: 'token', tokenHash: 'h1' })
+      expect(errors).toEqual(['invalidation message', 'invalidation listener'])
+      await bus.close()
+    })
+
+    it('close disconnects the connection it opened and stops delivery', async () => {
+      const prefix = redis.prefix()
+      const bus = createRedisInvalidationBus({ client: redis.client, prefix })
+      await bus.ready()
+      expect(await redis.client.pubsub('NUMSUB', bus.channel)).toEqual([bus.channel, 1])
+      const seen: InvalidationMessage[] = []
+      bus.subscribe((m) => seen.push(m))
+      await bus.close()
+      await bus.close()
+      expect(await settles(async () => (await redis.client.pubsub('NUMSUB', bus.channel))[1] === 0)).toBe(true)
+      await redis.client.publish(bus.channel, JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: 'h1' }))
+      await bus.publish({ kind: 'token', tokenHash: 'h2' })
+      expect(seen).toEqual([])
+    })
+
+    it('a subscriber connection of your own is unsubscribed on close, not closed', async () => {
+      const prefix = redis.prefix()
+      const subscriber = redis.connect()
+      const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix })
+      await bus.ready()
+      await bus.close()
+      expect(await redis.client.pubsub('NUMSUB', bus.channel)).toEqual([bus.channel, 0])
+      expect(subscriber.status).toBe('ready')
+    })
+
+    it('subscribes again after its connection was dropped, even without ioredis resubscribing', async () => {
+      const prefix = redis.prefix()
+      const subscriber = redis.connect({ autoResubscribe: false })
+      const id = await subscriber.client('ID')
+      const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix })
+      await bus.ready()
+      await redis.client.client('KILL', 'ID', String(id))
+      expect(await settles(async () => (await redis.client.pubsub('NUMSUB', bus.channel))[1] === 1)).toBe(true)
+      const received = nextInvalidation(bus)
+      await redis.client.publish(bus.channel, JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: 'after' }))
+      expect(await received).toEqual({ kind: 'token', tokenHash: 'after' })
+      await bus.close()
+    })
+  })
+
+  it('keys land under the default prefix when none is given', async () => {
+    const id = `default-prefix-${Date.now()}-${Math.random()}`
+    const sessions = createRedisSessionStore({ client: redis.client })
+    await sessions.set(id, PIN, 60_000)
+    try {
+      expect(await redis.client.exists(`${DEFAULT_REDIS_PREFIX}session:${id}`)).toBe(1)
+    } finally {
+      await sessions.delete(id)
+    }
+  })
+
+  describe('a Redis that does not answer', () => {
+    it('every call rejects after timeoutMs (nothing listens on the port)', async () => {
+      const client = await redis.connectUnreachable()
+      const options = { client, prefix: redis.prefix(), timeoutMs: 50 }
+      const started = Date.now()
+      const calls: Array<Promise<unknown>> = [
+        Promise.resolve(createRedisRateLimitStore(options).increment('k', START, W)),
+        Promise.resolve(createRedisSessionStore(options).get('s', 60_000)),
+        Promise.resolve(createRedisSessionStore(options).set('s', PIN, 60_000)),
+        Promise.resolve(createRedisCacheStore<{ n: number }>(options).get('k')),
+      ]
+      for (const call of calls) await expect(call).rejects.toThrow(/did not answer within 50 ms/)
+      expect(Date.now() - started).toBeLessThan(2_000)
+
+      const seen: InvalidationMessage[] = []
+      const bus = createRedisInvalidationBus(options)
+      bus.subscribe((m) => seen.push(m))
+      await expect(bus.ready()).rejects.toThrow(/SUBSCRIBE .* did not answer within 50 ms/)
+      // Local listeners still hear it; the other instances cannot, and the caller is told.
+      await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(/PUBLISH did not answer/)
+      expect(seen).toEqual([{ kind: 'token', tokenHash: 'h' }])
+      await bus.close()
+      client.disconnect()
+    })
+  })
+})
+
+describe('Redis stores: options', () => {
+  const client = { call: async () => null, duplicate: () => ({}) as never }
+  const cases: Array<[string, () => unknown]> = [
+    ['client', () => createRedisSessionStore({} as never)],
+    ['client', () => createRedisRateLimitStore({ client: {} as never })],
+    ['prefix', () => createRedisSessionStore({ client, prefix: '' })],
+    ['timeoutMs', () => createRedisRateLimitStore({ client, timeoutMs: 0 })],
+    ['timeoutMs', () => createRedisRateLimitStore({ client, timeoutMs: Number.POSITIVE_INFINITY })],
+    ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: -1 })],
+    ['localMax', () => createRedisCacheStore({ client, localMax: 0.5 })],
+    ['now', () => createRedisCacheStore({ client, now: 5 as never })],
+    ['subscriber', () => createRedisInvalidationBus({ client: { call: client.call } })],
+    ['subscriber', () => createRedisInvalidationBus({ client, subscriber: {} as never })],
+    ['onError', () => createRedisInvalidationBus({ client, onError: 'log' as never })],
+  ]
+  it.each(cases)('refuses a bad "%s" with a ConfigurationError naming it', (option, create) => {
+    let thrown: unknown
+    try {
+      create()
+    } catch (error) {
+      thrown = error
+    }
+    expect(thrown).toBeInstanceOf(ConfigurationError)
+    expect((thrown as ConfigurationError).option).toBe(option)
+  })
+})
+
+describe('nothing leaks', () => {
+  it('leaves no socket or timer behind: every connection a store or bus opened is closed', async () => {
+    expect(await leakedHandles(baseline)).toEqual({})
+  })
+})
