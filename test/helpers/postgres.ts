@@ -118,7 +118,7 @@ export function usePostgres(): TestPostgres {
       if (schemas.size > 0) for (const schema of schemas) await dropSchema(schema)
     } finally {
       schemas.clear()
-      await Promise.all(pools.splice(0).map((pool) => pool.end()))
+      await Promise.all(pools.splice(0).map((pool) => (pool.ended ? undefined : pool.end())))
     }
   })
   return context

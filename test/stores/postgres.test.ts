@@ -328,6 +328,34 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
     })
   })
 
+  it('at run time the store needs only SELECT, INSERT and UPDATE on its table (and USAGE on the schema)', async () => {
+    const owner = await postgres.tokenStore()
+    const role = randomSchemaName().replace('mcpd_test_', 'mcpd_role_')
+    await postgres.pool.query(`CREATE ROLE ${role} LOGIN`)
+    try {
+      await postgres.pool.query(`GRANT USAGE ON SCHEMA "${owner.schema}" TO ${role}`)
+      await postgres.pool.query(`GRANT SELECT, INSERT, UPDATE ON ${owner.table} TO ${role}`)
+      const url = new URL(POSTGRES_URL)
+      url.username = role
+      const pool = postgres.openPool({ connectionString: url.href, max: 2 })
+      const store = createPostgresTokenStore({ pool, schema: owner.schema })
+      const record = makeTokenRecord()
+      await store.insert(record)
+      await store.touch(new Map([[record.id, 1_700_000_000_100]]))
+      await store.update(record.id, { name: 'renamed' })
+      const next = { tokenHash: makeTokenRecord().tokenHash, displayPrefix: 'svc_rotated_' }
+      expect(await store.rotate(record.id, next, record.tokenHash)).toMatchObject(next)
+      expect(await store.revokeAllForUser(record.userId, 1_700_000_000_200)).toHaveLength(1)
+      expect(await store.revoke(record.id, 1_700_000_000_300)).toMatchObject({ revokedAt: 1_700_000_000_200 })
+      expect(await store.listByUser(record.userId)).toHaveLength(1)
+      await expect(store.migrate()).rejects.toMatchObject({ code: '42501' })
+      await pool.end()
+    } finally {
+      await postgres.pool.query(`DROP OWNED BY ${role}`)
+      await postgres.pool.query(`DROP ROLE ${role}`)
+    }
+  })
+
   describe('instances at once', () => {
     it('concurrent touch batches over the same tokens, in opposite orders, neither deadlock nor move times back', async () => {
       const base = await postgres.tokenStore()
