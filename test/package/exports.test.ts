@@ -47,8 +47,9 @@ describe.runIf(built)('built package', () => {
     expect(JSON.parse(out)).toEqual([true, 'function'])
   })
 
-  it('keeps the root entry free of adapters and database clients', () => {
-    // A resolve hook records every bare specifier the root entry pulls in.
+  /** The bare packages (not Node built-ins, not mcp-dispatch itself) that importing `entry` pulls in. */
+  const packagesImportedBy = (entry: string): Set<string> => {
+    // A resolve hook records every bare specifier the entry pulls in.
     writeFileSync(
       join(dir, 'hooks.mjs'),
       `export async function resolve(specifier, context, next) {
@@ -57,14 +58,35 @@ describe.runIf(built)('built package', () => {
        }`,
     )
     writeFileSync(join(dir, 'register.mjs'), `import { register } from 'node:module'; register('./hooks.mjs', import.meta.url)`)
-    writeFileSync(join(dir, 'graph.mjs'), `await import('mcp-dispatch')`)
+    writeFileSync(join(dir, 'graph.mjs'), `await import(${JSON.stringify(entry)})`)
     const result = spawnSync(process.execPath, ['--import', './register.mjs', 'graph.mjs'], { cwd: dir, encoding: 'utf8' })
     expect(result.status).toBe(0)
     const specifiers = [...result.stderr.matchAll(/^SPEC (\S+)$/gm)].map((m) => m[1])
-    expect(specifiers).toContain('mcp-dispatch')
+    expect(specifiers).toContain(entry)
     const bare = new Set(specifiers.map((s) => s!.split('/')[0]!.startsWith('@') ? s!.split('/').slice(0, 2).join('/') : s!.split('/')[0]))
     bare.delete('mcp-dispatch')
     for (const name of bare) if (isBuiltin(name!)) bare.delete(name)
-    for (const name of bare) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+    return bare as Set<string>
+  }
+
+  it('keeps the root entry free of adapters and database clients', () => {
+    for (const name of packagesImportedBy('mcp-dispatch')) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+  })
+
+  it('loads mcp-dispatch/postgres as ESM and CommonJS without importing pg', () => {
+    for (const name of packagesImportedBy('mcp-dispatch/postgres')) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+    const esm = run(
+      'postgres.mjs',
+      `import { createPostgresTokenStore, postgresTokenStoreMigration } from 'mcp-dispatch/postgres'
+       console.log(JSON.stringify([typeof createPostgresTokenStore, postgresTokenStoreMigration().includes('CREATE TABLE IF NOT EXISTS')]))`,
+    )
+    expect(JSON.parse(esm)).toEqual(['function', true])
+    const cjs = run(
+      'postgres.cjs',
+      `const { createPostgresTokenStore } = require('mcp-dispatch/postgres')
+       const store = createPostgresTokenStore({ pool: { query: async () => ({ rows: [] }) } })
+       console.log(JSON.stringify([store.table, typeof store.findByHash]))`,
+    )
+    expect(JSON.parse(cjs)).toEqual(['"public"."mcp_dispatch_api_tokens"', 'function'])
   })
 })
