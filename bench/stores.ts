@@ -1,13 +1,13 @@
 /**
  * Store sets by name, so the same benchmark measures every store implementation:
- * `npm run bench -- --store memory`, `npm run bench -- --store redis` (Redis at `REDIS_URL`,
- * default `redis://127.0.0.1:6379`). A store implementation registers a factory here
- * (`registerStoreSet(name, …)`) and is measured by the same harness.
+ * `npm run bench -- --store memory`, `--store redis` (Redis at `REDIS_URL`, default
+ * `redis://127.0.0.1:6379`), `--store postgres` (`POSTGRES_URL`). A store implementation
+ * registers a factory here (`registerStoreSet(name, …)`) and is measured by the same harness.
  *
  * Every store of a set can be wrapped in a counting proxy: the benchmark reports store
  * round trips per request (for a remote store, one call is one network round trip).
  */
-import { randomUUID } from 'node:crypto'
+import { randomBytes, randomUUID } from 'node:crypto'
 import type {
   AppStore,
   RateLimitStore,
@@ -22,6 +22,7 @@ import {
   createMemorySubscriptionStore,
   createMemoryTokenStore,
 } from 'mcp-dispatch'
+import { createPostgresTokenStore } from 'mcp-dispatch/postgres'
 import { createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 
 /** What a store set is seeded with before a benchmark. */
@@ -63,14 +64,49 @@ export async function createStoreSet(name: string, seed: StoreSeed): Promise<Sto
   return factory(seed)
 }
 
-registerStoreSet('memory', (seed) => {
-  const apps = createMemoryAppStore(seed.apps)
+function memoryStores(seed: StoreSeed): StoreSet {
   return {
-    apps,
+    apps: createMemoryAppStore(seed.apps),
     subscriptions: createMemorySubscriptionStore(seed.subscriptions),
     tokens: createMemoryTokenStore(),
     sessions: createMemorySessionStore(),
     rateLimit: createMemoryRateLimitStore(),
+  }
+}
+
+registerStoreSet('memory', memoryStores)
+
+/**
+ * PostgreSQL tokens, memory for the rest. The database is `POSTGRES_URL` (default the local
+ * test database); the table lives in a schema of its own for the run, dropped on close. `pg`
+ * is loaded only when this set is chosen.
+ */
+registerStoreSet('postgres', async (seed) => {
+  const { default: pg } = await import('pg')
+  const pool = new pg.Pool({
+    connectionString: process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test',
+    max: 10,
+    connectionTimeoutMillis: 5_000,
+  })
+  pool.on('error', (error) => console.error('[bench] idle PostgreSQL client failed:', error.message))
+  const schema = `mcpd_bench_${randomBytes(6).toString('hex')}`
+  const tokens = createPostgresTokenStore({ pool, schema })
+  try {
+    await tokens.migrate()
+  } catch (error) {
+    await pool.end()
+    throw error
+  }
+  return {
+    ...memoryStores(seed),
+    tokens,
+    async close() {
+      try {
+        await pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      } finally {
+        await pool.end()
+      }
+    },
   }
 })
 
@@ -82,9 +118,7 @@ registerStoreSet('redis', async (seed) => {
   await client.ping()
   const prefix = `mcp-dispatch-bench:${randomUUID()}:`
   return {
-    apps: createMemoryAppStore(seed.apps),
-    subscriptions: createMemorySubscriptionStore(seed.subscriptions),
-    tokens: createMemoryTokenStore(),
+    ...memoryStores(seed),
     sessions: createRedisSessionStore({ client, prefix }),
     rateLimit: createRedisRateLimitStore({ client, prefix }),
     async close() {

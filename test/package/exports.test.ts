@@ -82,4 +82,21 @@ describe.runIf(built)('built package', () => {
     )
     expect(JSON.parse(out)).toEqual(['function', 'function'])
   })
+
+  it('loads mcp-dispatch/postgres as ESM and CommonJS without importing pg', () => {
+    for (const name of packagesImportedBy('mcp-dispatch/postgres')) expect(['jose', 'lru-cache', 'semver', 'zod']).toContain(name)
+    const esm = run(
+      'postgres.mjs',
+      `import { createPostgresTokenStore, postgresTokenStoreMigration } from 'mcp-dispatch/postgres'
+       console.log(JSON.stringify([typeof createPostgresTokenStore, postgresTokenStoreMigration().includes('CREATE TABLE IF NOT EXISTS')]))`,
+    )
+    expect(JSON.parse(esm)).toEqual(['function', true])
+    const cjs = run(
+      'postgres.cjs',
+      `const { createPostgresTokenStore } = require('mcp-dispatch/postgres')
+       const store = createPostgresTokenStore({ pool: { query: async () => ({ rows: [] }) } })
+       console.log(JSON.stringify([store.table, typeof store.findByHash]))`,
+    )
+    expect(JSON.parse(cjs)).toEqual(['"public"."mcp_dispatch_api_tokens"', 'function'])
+  })
 })

@@ -1,0 +1,215 @@
+/**
+ * The token table: its names (validated, quoted), its migration and the statements the store
+ * runs. Text only: nothing here talks to a database.
+ * @module
+ */
+import { createHash } from 'node:crypto'
+import { ConfigurationError } from '../../errors.js'
+
+/** Default schema of the token table. */
+export const DEFAULT_POSTGRES_SCHEMA = 'public'
+/** Default name of the token table. */
+export const DEFAULT_POSTGRES_TOKEN_TABLE = 'mcp_dispatch_api_tokens'
+
+/** Where the token table lives. Both names are plain lower-case SQL identifiers. */
+export interface PostgresTableOptions {
+  /**
+   * Schema of the table; default `public`. Lower-case letters, digits and `_`, starting
+   * with a letter or `_`, at most 63 characters, not starting with `pg_`.
+   */
+  schema?: string
+  /**
+   * Table name; default `mcp_dispatch_api_tokens`. Same characters as `schema`, at most 48
+   * characters (its index names add up to 15 more, within PostgreSQL's 63).
+   */
+  table?: string
+}
+
+const IDENTIFIER = /^[a-z_][a-z0-9_]*$/
+
+function checkIdentifier(option: string, value: unknown, maxLength: number): string {
+  if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
+    throw new ConfigurationError(
+      option,
+      `must be a lower-case SQL identifier (letters a-z, digits, "_", not starting with a digit), got ${JSON.stringify(value)}`,
+    )
+  }
+  if (value.length > maxLength) throw new ConfigurationError(option, `must be at most ${maxLength} characters`)
+  return value
+}
+
+/** The validated, quoted names of one token table and of its indexes. @internal */
+export interface TokenTableNames {
+  readonly schema: string
+  readonly table: string
+  /** `"schema"."table"`, ready for SQL. */
+  readonly qualified: string
+  /** Unquoted index names, as PostgreSQL reports them in a unique violation. */
+  readonly primaryKey: string
+  readonly hashIndex: string
+  readonly userIndex: string
+}
+
+/**
+ * Validates `schema` and `table` and derives the names the migration and the statements use.
+ * Identifiers are validated against a strict pattern and always double-quoted, so no option
+ * can inject SQL. Throws {@link ConfigurationError}.
+ * @internal
+ */
+export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableNames {
+  const schema = checkIdentifier('schema', options.schema ?? DEFAULT_POSTGRES_SCHEMA, 63)
+  if (schema.startsWith('pg_')) throw new ConfigurationError('schema', 'must not start with "pg_" (reserved by PostgreSQL)')
+  const table = checkIdentifier('table', options.table ?? DEFAULT_POSTGRES_TOKEN_TABLE, 48)
+  return {
+    schema,
+    table,
+    qualified: `"${schema}"."${table}"`,
+    primaryKey: `${table}_pkey`,
+    hashIndex: `${table}_token_hash_key`,
+    userIndex: `${table}_user_id_idx`,
+  }
+}
+
+/**
+ * The SQL that creates the token table and its indexes: idempotent (`IF NOT EXISTS`
+ * throughout), one transaction when sent as one query, and serialized by an advisory lock so
+ * instances that start together do not race on the catalog. Creates the schema too, unless
+ * it is `public`. Times are `bigint` epoch milliseconds, exactly the numbers of
+ * `ApiTokenRecord`; the allowlist is `text[]`, `NULL` for none.
+ *
+ * `createPostgresTokenStore(...).migrate()` runs exactly this; use the text directly to put it
+ * in your own migration tool.
+ *
+ * @example
+ * ```ts
+ * import { writeFileSync } from 'node:fs'
+ * import { postgresTokenStoreMigration } from 'mcp-dispatch/postgres'
+ *
+ * writeFileSync('migrations/001_mcp_dispatch_tokens.sql', postgresTokenStoreMigration({ schema: 'mcp' }))
+ * ```
+ */
+export function postgresTokenStoreMigration(options: PostgresTableOptions = {}): string {
+  return migrationSql(tokenTableNames(options))
+}
+
+/** {@link postgresTokenStoreMigration} for names already validated. @internal */
+export function migrationSql(names: TokenTableNames): string {
+  const { schema, qualified } = names
+  return `-- mcp-dispatch API-token store (schema version 1). Idempotent.
+SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch:${qualified}'));
+${schema === 'public' ? '' : `CREATE SCHEMA IF NOT EXISTS "${schema}";\n`}CREATE TABLE IF NOT EXISTS ${qualified} (
+  id              text     NOT NULL,
+  user_id         text     NOT NULL,
+  name            text     NOT NULL,
+  token_hash      text     NOT NULL,  -- SHA-256 or HMAC-SHA-256 hex of the secret, never the secret
+  display_prefix  text     NOT NULL,  -- first 12 characters of the secret
+  servers         text[]   NOT NULL,  -- App ids, fixed at creation
+  allowed_ips     text[],             -- addresses and CIDR ranges as entered; NULL: no allowlist
+  expires_at      bigint   NOT NULL,  -- epoch milliseconds
+  created_at      bigint   NOT NULL,
+  last_used_at    bigint,
+  revoked_at      bigint,
+  CONSTRAINT "${names.primaryKey}" PRIMARY KEY (id)
+);
+CREATE UNIQUE INDEX IF NOT EXISTS "${names.hashIndex}" ON ${qualified} (token_hash);
+CREATE INDEX IF NOT EXISTS "${names.userIndex}" ON ${qualified} (user_id);
+`
+}
+
+const COLUMNS = [
+  'id',
+  'user_id',
+  'name',
+  'token_hash',
+  'display_prefix',
+  'servers',
+  'allowed_ips',
+  'expires_at',
+  'created_at',
+  'last_used_at',
+  'revoked_at',
+] as const
+
+/** A statement of the store: its text and the name it is prepared under. @internal */
+export interface Statement {
+  readonly name: string
+  readonly text: string
+}
+
+/** The statements of the token store, one per operation. @internal */
+export type TokenStatements = Record<
+  'insert' | 'findByHash' | 'get' | 'listByUser' | 'update' | 'rotate' | 'revoke' | 'revokeAllForUser' | 'touch',
+  Statement
+>
+
+/**
+ * Every statement the store runs, for one table. Statement names carry a digest of the table
+ * name, so stores on different tables can share a pool (a prepared statement is per
+ * connection and per name). Writes that lock several rows (`touch`, `revokeAllForUser`) lock
+ * them in id order, so two of them running at once on other instances cannot deadlock.
+ * @internal
+ */
+export function tokenStatements(names: TokenTableNames): TokenStatements {
+  const t = names.qualified
+  const columns = COLUMNS.join(', ')
+  const returning = COLUMNS.map((c) => `t.${c}`).join(', ')
+  const digest = createHash('sha256').update(t).digest('hex').slice(0, 12)
+  const statement = (operation: string, text: string): Statement => ({
+    name: `mcp_dispatch_${digest}_${operation}`,
+    text: text.replace(/\s+/g, ' ').trim(),
+  })
+  return {
+    insert: statement(
+      'insert',
+      `INSERT INTO ${t} (${columns})
+       VALUES ($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)`,
+    ),
+    findByHash: statement('find_by_hash', `SELECT ${columns} FROM ${t} WHERE token_hash = $1`),
+    get: statement('get', `SELECT ${columns} FROM ${t} WHERE id = $1`),
+    listByUser: statement('list_by_user', `SELECT ${columns} FROM ${t} WHERE user_id = $1 ORDER BY created_at, id`),
+    // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist").
+    update: statement(
+      'update',
+      `UPDATE ${t} AS t
+       SET name = COALESCE($2, t.name),
+           expires_at = COALESCE($3, t.expires_at),
+           allowed_ips = CASE WHEN $4::boolean THEN $5::text[] ELSE t.allowed_ips END
+       WHERE t.id = $1 AND t.revoked_at IS NULL
+       RETURNING ${returning}`,
+    ),
+    // Compare-and-swap in one statement: under READ COMMITTED a concurrent rotation waits for
+    // the row lock, then re-checks the WHERE clause against the committed row and finds the
+    // hash moved on.
+    rotate: statement(
+      'rotate',
+      `UPDATE ${t} AS t
+       SET token_hash = $2, display_prefix = $3
+       WHERE t.id = $1 AND t.revoked_at IS NULL AND ($4::text IS NULL OR t.token_hash = $4)
+       RETURNING ${returning}`,
+    ),
+    revoke: statement(
+      'revoke',
+      `UPDATE ${t} AS t SET revoked_at = COALESCE(t.revoked_at, $2) WHERE t.id = $1 RETURNING ${returning}`,
+    ),
+    revokeAllForUser: statement(
+      'revoke_all_for_user',
+      `WITH locked AS MATERIALIZED (
+         SELECT id FROM ${t} WHERE user_id = $1 AND revoked_at IS NULL ORDER BY id FOR UPDATE
+       )
+       UPDATE ${t} AS t SET revoked_at = $2
+       FROM locked WHERE t.id = locked.id AND t.revoked_at IS NULL
+       RETURNING ${returning}`,
+    ),
+    touch: statement(
+      'touch',
+      `WITH batch AS MATERIALIZED (
+         SELECT s.id, b.at FROM ${t} AS s
+         JOIN unnest($1::text[], $2::bigint[]) AS b(id, at) ON b.id = s.id
+         WHERE s.last_used_at IS NULL OR s.last_used_at < b.at
+         ORDER BY s.id FOR UPDATE OF s
+       )
+       UPDATE ${t} AS t SET last_used_at = batch.at
+       FROM batch WHERE t.id = batch.id AND (t.last_used_at IS NULL OR t.last_used_at < batch.at)`,
+    ),
+  }
+}

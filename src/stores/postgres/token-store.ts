@@ -1,0 +1,211 @@
+/**
+ * The PostgreSQL {@link TokenStore}: one table, one statement per operation.
+ * @module
+ */
+import type { ApiTokenRecord, TokenStore } from '../../core/stores.js'
+import { ConfigurationError } from '../../errors.js'
+import {
+  type PostgresTableOptions,
+  type Statement,
+  type TokenTableNames,
+  migrationSql,
+  tokenStatements,
+  tokenTableNames,
+} from './schema.js'
+
+/** A query as the store sends it: node-postgres' query config. */
+export interface PostgresQuery {
+  /** SQL with `$1`, `$2`… placeholders. */
+  readonly text: string
+  /** Values of the placeholders. */
+  readonly values?: unknown[]
+  /** When set, the statement is prepared once per connection under this name, then reused. */
+  readonly name?: string
+}
+
+/** What the store reads of a query result. */
+export interface PostgresQueryResult {
+  readonly rows: unknown[]
+}
+
+/**
+ * What the store needs of a database client: node-postgres' `query(config)`. A `pg.Pool`
+ * fits (recommended), as do `pg.Client` and clients that copy its API. Typed structurally,
+ * so `mcp-dispatch/postgres` loads without `pg` installed and never imports it.
+ *
+ * The store relies on node-postgres' default type parsing of `text[]` (to `string[]`);
+ * `bigint` columns may come back as strings, numbers or bigints.
+ */
+export interface PostgresQueryable {
+  query(query: PostgresQuery): Promise<PostgresQueryResult>
+}
+
+/** Options of {@link createPostgresTokenStore}. */
+export interface PostgresTokenStoreOptions extends PostgresTableOptions {
+  /** The client the store queries through, usually a `pg.Pool`. The store never ends it. */
+  pool: PostgresQueryable
+  /**
+   * Run every statement as a named prepared statement (default `true`): each connection
+   * parses and plans it once. Set `false` behind a pooler that does not carry prepared
+   * statements across server connections (PgBouncer in transaction mode before 1.21, or
+   * without `max_prepared_statements`).
+   */
+  preparedStatements?: boolean
+}
+
+/** The PostgreSQL token store: a {@link TokenStore} that can create its own table. */
+export interface PostgresTokenStore extends TokenStore {
+  /** The table, schema-qualified and quoted as in SQL (`"public"."mcp_dispatch_api_tokens"`). */
+  readonly table: string
+  /**
+   * Creates the schema (unless `public`), the table and its indexes where they do not exist:
+   * the SQL of `postgresTokenStoreMigration`. Idempotent, and safe to run on every start from
+   * every instance at once (serialized by an advisory lock).
+   */
+  migrate(): Promise<void>
+}
+
+/** A row as node-postgres returns it. */
+interface TokenRow {
+  id: string
+  user_id: string
+  name: string
+  token_hash: string
+  display_prefix: string
+  servers: string[]
+  allowed_ips: string[] | null
+  expires_at: BigintValue
+  created_at: BigintValue
+  last_used_at: BigintValue | null
+  revoked_at: BigintValue | null
+}
+
+/** A `bigint` column: a string by default in node-postgres, a number or bigint with a custom parser. */
+type BigintValue = string | number | bigint
+
+/** A frozen record from a row; each read builds its own, so callers get copies. */
+function toRecord(row: TokenRow): ApiTokenRecord {
+  return Object.freeze({
+    id: row.id,
+    userId: row.user_id,
+    name: row.name,
+    tokenHash: row.token_hash,
+    displayPrefix: row.display_prefix,
+    servers: Object.freeze(row.servers),
+    allowedIps: row.allowed_ips === null ? null : Object.freeze(row.allowed_ips),
+    expiresAt: Number(row.expires_at),
+    createdAt: Number(row.created_at),
+    lastUsedAt: row.last_used_at === null ? null : Number(row.last_used_at),
+    revokedAt: row.revoked_at === null ? null : Number(row.revoked_at),
+  })
+}
+
+/**
+ * A unique violation (SQLSTATE 23505) on the token table, as the `TypeError` the in-memory
+ * store throws for the same mistake (the PostgreSQL error as its `cause`); any other error
+ * as it is, so an unreachable database reaches the caller (the dispatcher answers 503).
+ */
+function duplicateError(error: unknown, names: TokenTableNames, id: string): unknown {
+  const pgError = error as { code?: unknown; constraint?: unknown } | null
+  if (typeof pgError !== 'object' || pgError === null || pgError.code !== '23505') return error
+  if (pgError.constraint === names.hashIndex) return new TypeError('duplicate token hash', { cause: error })
+  if (pgError.constraint === names.primaryKey) return new TypeError(`duplicate token id ${id}`, { cause: error })
+  return new TypeError(`duplicate token (${String(pgError.constraint)})`, { cause: error })
+}
+
+/**
+ * Creates the API-token store on PostgreSQL (DESIGN.md "Stores"). Construction checks the
+ * options and does not connect; run `migrate()` (or the SQL of `postgresTokenStoreMigration`
+ * in your own migration tool) before first use.
+ *
+ * Every operation is one statement, so each is atomic on its own: `findByHash` (the hot
+ * path) is one lookup on the unique hash index; `rotate` with `expectedHash` is a
+ * compare-and-swap (`UPDATE … WHERE token_hash = $expected RETURNING …`); `revoke` keeps the
+ * first revocation time; `touch` writes a whole batch in one statement and never moves
+ * `last_used_at` backwards. A duplicate id or hash throws a `TypeError`; database errors
+ * (unreachable, timeouts) reject as they are, which the token service turns into 503.
+ *
+ * @example
+ * ```ts
+ * import pg from 'pg'
+ * import { createTokenService } from 'mcp-dispatch'
+ * import { createPostgresTokenStore } from 'mcp-dispatch/postgres'
+ *
+ * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, connectionTimeoutMillis: 2_000 })
+ * const store = createPostgresTokenStore({ pool })
+ * await store.migrate()
+ * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000 })
+ * ```
+ */
+export function createPostgresTokenStore(options: PostgresTokenStoreOptions): PostgresTokenStore {
+  if (typeof options !== 'object' || options === null) throw new ConfigurationError('pool', 'is required')
+  const { pool } = options
+  if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function') {
+    throw new ConfigurationError('pool', 'must be a pg Pool, or another client with its query(config) method')
+  }
+  const prepared = options.preparedStatements ?? true
+  if (typeof prepared !== 'boolean') throw new ConfigurationError('preparedStatements', 'must be a boolean')
+  const names = tokenTableNames(options)
+  const statements = tokenStatements(names)
+  const migration = migrationSql(names)
+
+  const run = (statement: Statement, values: unknown[]) =>
+    pool.query(prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values })
+  const one = async (statement: Statement, values: unknown[]) => {
+    const { rows } = await run(statement, values)
+    return rows.length === 0 ? undefined : toRecord(rows[0] as TokenRow)
+  }
+  const all = async (statement: Statement, values: unknown[]) =>
+    (await run(statement, values)).rows.map((row) => toRecord(row as TokenRow))
+
+  return {
+    table: names.qualified,
+    async migrate() {
+      // No values: the simple query protocol, so the statements run as one transaction.
+      await pool.query({ text: migration })
+    },
+    async insert(record) {
+      try {
+        await run(statements.insert, [
+          record.id,
+          record.userId,
+          record.name,
+          record.tokenHash,
+          record.displayPrefix,
+          record.servers,
+          record.allowedIps,
+          record.expiresAt,
+          record.createdAt,
+          record.lastUsedAt,
+          record.revokedAt,
+        ])
+      } catch (error) {
+        throw duplicateError(error, names, record.id)
+      }
+    },
+    findByHash: (tokenHash) => one(statements.findByHash, [tokenHash]),
+    get: (id) => one(statements.get, [id]),
+    listByUser: (userId) => all(statements.listByUser, [userId]),
+    update: (id, patch) =>
+      one(statements.update, [
+        id,
+        patch.name ?? null,
+        patch.expiresAt ?? null,
+        patch.allowedIps !== undefined,
+        patch.allowedIps ?? null,
+      ]),
+    async rotate(id, next, expectedHash) {
+      try {
+        return await one(statements.rotate, [id, next.tokenHash, next.displayPrefix, expectedHash ?? null])
+      } catch (error) {
+        throw duplicateError(error, names, id)
+      }
+    },
+    revoke: (id, at) => one(statements.revoke, [id, at]),
+    revokeAllForUser: (userId, at) => all(statements.revokeAllForUser, [userId, at]),
+    async touch(lastUsed) {
+      if (lastUsed.size === 0) return
+      await run(statements.touch, [[...lastUsed.keys()], [...lastUsed.values()]])
+    },
+  }
+}

@@ -1,0 +1,309 @@
+/**
+ * The PostgreSQL token store under the real pipeline: the token API, the token service, the
+ * dispatcher and the Web adapter in front of MCP SDK servers, served on 127.0.0.1, driven by
+ * the official SDK client and plain HTTP. A token's whole life reaches the table; two
+ * instances on one database agree within their cache TTL; an unreachable or silent
+ * PostgreSQL gives 503, never a 200, and never a hung request.
+ */
+import * as net from 'node:net'
+import {
+  type TokenService,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createTokenApi,
+  createTokenService,
+  generateApiToken,
+  hashApiToken,
+} from 'mcp-dispatch'
+import { type PostgresQuery, type PostgresQueryable, createPostgresTokenStore } from 'mcp-dispatch/postgres'
+import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
+import { describe, expect, it } from 'vitest'
+import { buildScenarioServer, createWebMcpHandler, readVersion } from '../adapters/mcp.js'
+import { type TestClock, INITIALIZE, createClock, serveFetch } from '../helpers/platform.js'
+import { postgresUnavailable, unreachablePostgresUrl, usePostgres } from '../helpers/postgres.js'
+
+const unavailable = await postgresUnavailable()
+
+/** One platform instance: token API under `/api/tokens`, the weather App's MCP everywhere else. */
+interface Instance {
+  readonly origin: string
+  readonly tokens: TokenService
+  readonly clock: TestClock
+  readonly errors: Array<{ error: unknown; context: string }>
+  /** Every query the instance's token store sent to PostgreSQL. */
+  readonly queries: PostgresQuery[]
+  /** How many MCP requests (not token API calls) reached the instance. */
+  readonly mcpRequests: () => number
+  close(): Promise<void>
+}
+
+async function startInstance(options: {
+  pool: PostgresQueryable
+  schema?: string
+  cacheTtlMs?: number
+  storeTimeoutMs?: number
+}): Promise<Instance> {
+  const queries: PostgresQuery[] = []
+  const pool: PostgresQueryable = {
+    query(query) {
+      queries.push(query)
+      return options.pool.query(query)
+    },
+  }
+  const store = createPostgresTokenStore({ pool, ...(options.schema !== undefined && { schema: options.schema }) })
+  const clock = createClock()
+  const errors: Instance['errors'] = []
+  const onError = (error: unknown, context: string) => errors.push({ error, context })
+  const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0'] }])
+  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+  const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: options.cacheTtlMs ?? 0, now: clock.now, onError })
+  const dispatcher = createDispatcher({
+    apps,
+    subscriptions,
+    tokens,
+    resolveApp: () => apps.getApp('app_weather'),
+    ...(options.storeTimeoutMs !== undefined && { storeTimeoutMs: options.storeTimeoutMs }),
+    now: clock.now,
+    onError,
+  })
+  const sessions: Array<{ close(): Promise<void> }> = []
+  const mcp = mcpDispatch({
+    dispatcher,
+    onError,
+    handler: routeByVersion((app, version) => {
+      const handler = createWebMcpHandler(() => buildScenarioServer(app.slug, version))
+      sessions.push(handler)
+      return (request) => handler.handle(request)
+    }),
+  })
+  // The dashboard session: a cookie naming the user, and a CSRF header derived from it.
+  const user = (request: Request) => /(?:^|;\s*)session=(\w+)/.exec(request.headers.get('cookie') ?? '')?.[1]
+  const api = createTokenApi({
+    tokens,
+    authenticateSession: (request) => {
+      const userId = user(request)
+      return userId ? { userId } : null
+    },
+    verifyCsrf: (request, session) => request.headers.get('x-csrf-token') === `csrf-${session.userId}`,
+    onError,
+  })
+  let mcpRequests = 0
+  const served = await serveFetch(async (request, info) => {
+    if (new URL(request.url).pathname.startsWith('/api/tokens')) return (await api(request)) ?? new Response('not found', { status: 404 })
+    mcpRequests++
+    return mcp(request, info)
+  })
+  return {
+    origin: `http://127.0.0.1:${served.port}`,
+    tokens,
+    clock,
+    errors,
+    queries,
+    mcpRequests: () => mcpRequests,
+    async close() {
+      await Promise.all(sessions.map((s) => s.close()))
+      await tokens.close()
+      await served.close()
+    },
+  }
+}
+
+/** A dashboard call of alice's. */
+function asAlice(instance: Instance, method: string, path: string, body?: unknown): Promise<Response> {
+  return fetch(`${instance.origin}/api/tokens${path}`, {
+    method,
+    headers: { cookie: 'session=alice', 'x-csrf-token': 'csrf-alice', 'content-type': 'application/json' },
+    ...(body !== undefined && { body: JSON.stringify(body) }),
+  })
+}
+
+/** A plain MCP `initialize` with a bearer token; resolves to the response. */
+function initialize(instance: Instance, token: string): Promise<Response> {
+  return fetch(`${instance.origin}/v1`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, accept: 'application/json, text/event-stream', 'content-type': 'application/json' },
+    body: JSON.stringify(INITIALIZE),
+  })
+}
+
+async function status(instance: Instance, token: string): Promise<number> {
+  const response = await initialize(instance, token)
+  await response.body?.cancel()
+  return response.status
+}
+
+/** The version the SDK client is served with `token` (a whole session: initialize, tools/call, DELETE). */
+function sdkVersion(instance: Instance, token: string): Promise<unknown> {
+  return readVersion(`${instance.origin}/v1`, { fetch, headers: { authorization: `Bearer ${token}` } })
+}
+
+const operation = (query: PostgresQuery) => query.name?.replace(/^mcp_dispatch_[0-9a-f]+_/, '') ?? query.text
+
+describe.skipIf(unavailable !== undefined)('PostgreSQL token store through the pipeline', () => {
+  const postgres = usePostgres()
+
+  it('create, call with the SDK client, coalesced last-used, rotate, revoke: every step reaches the table', async () => {
+    const store = await postgres.tokenStore()
+    const instance = await startInstance({ pool: postgres.pool, schema: store.schema })
+    const row = async (id: string) =>
+      (await postgres.pool.query(`SELECT token_hash, last_used_at, revoked_at FROM ${store.table} WHERE id = $1`, [id])).rows[0]
+    try {
+      const created = await asAlice(instance, 'POST', '', { name: 'CI', servers: ['app_weather'], expires_in_days: 30 })
+      expect(created.status).toBe(201)
+      const { id, token } = await created.json()
+      expect(await row(id)).toEqual({ token_hash: hashApiToken(token), last_used_at: null, revoked_at: null })
+
+      instance.queries.length = 0
+      const before = instance.mcpRequests()
+      expect(await sdkVersion(instance, token)).toEqual([{ type: 'text', text: '1.1.0' }])
+      // One indexed lookup per request, and no write: last-used times wait for the flush.
+      expect(instance.mcpRequests() - before).toBeGreaterThanOrEqual(3)
+      expect(instance.queries.map(operation)).toEqual(Array(instance.mcpRequests() - before).fill('find_by_hash'))
+      expect((await row(id)).last_used_at).toBeNull()
+
+      instance.clock.advance(1_000)
+      expect(await status(instance, token)).toBe(200)
+      instance.queries.length = 0
+      await instance.tokens.flush()
+      expect(instance.queries.map(operation)).toEqual(['touch'])
+      expect(Number((await row(id)).last_used_at)).toBe(instance.clock.now())
+
+      // The token rotates itself (Bearer): the old secret stops at once, the new one works.
+      const rotated = await fetch(`${instance.origin}/api/tokens/${id}/rotate`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}` },
+      })
+      expect(rotated.status).toBe(200)
+      const next = (await rotated.json()).token as string
+      expect(next).not.toBe(token)
+      expect((await row(id)).token_hash).toBe(hashApiToken(next))
+      const refused = await initialize(instance, token)
+      expect(refused.status).toBe(401)
+      expect(refused.headers.get('www-authenticate')).toContain('error="invalid_token"')
+      await refused.body?.cancel()
+      expect(await sdkVersion(instance, next)).toEqual([{ type: 'text', text: '1.1.0' }])
+
+      instance.clock.advance(1_000)
+      const revoked = await asAlice(instance, 'DELETE', `/${id}`)
+      expect(revoked.status).toBe(200)
+      expect(await revoked.json()).toMatchObject({ id, status: 'revoked' })
+      expect(Number((await row(id)).revoked_at)).toBe(instance.clock.now())
+      expect(await status(instance, next)).toBe(401)
+
+      const listed = await (await asAlice(instance, 'GET', '')).json()
+      expect(listed.tokens).toEqual([expect.objectContaining({ id, status: 'revoked', last_used_at: expect.any(String) })])
+      expect(instance.errors).toEqual([])
+    } finally {
+      await instance.close()
+    }
+  })
+
+  it('two instances on one database: a rotation or revocation through one is refused by the other within its cache TTL', async () => {
+    const store = await postgres.tokenStore()
+    const a = await startInstance({ pool: postgres.openPool({ max: 2 }), schema: store.schema })
+    const b = await startInstance({ pool: postgres.openPool({ max: 2 }), schema: store.schema, cacheTtlMs: 1_000 })
+    try {
+      const created = await asAlice(a, 'POST', '', { name: 'shared', servers: ['app_weather'], expires_in_days: 7 })
+      const { id, token } = await created.json()
+      expect(await status(b, token)).toBe(200)
+
+      const rotated = await asAlice(a, 'POST', `/${id}/rotate`)
+      expect(rotated.status).toBe(200)
+      const next = (await rotated.json()).token as string
+      expect(await status(a, token)).toBe(401)
+      // No broadcast between these instances: b trusts its cached record, without asking
+      // PostgreSQL, for at most cacheTtlMs.
+      const lookups = b.queries.length
+      expect(await status(b, token)).toBe(200)
+      expect(b.queries.length).toBe(lookups)
+      b.clock.advance(1_001)
+      expect(await status(b, token)).toBe(401)
+      expect(await status(b, next)).toBe(200)
+
+      expect((await asAlice(a, 'DELETE', `/${id}`)).status).toBe(200)
+      expect(await status(a, next)).toBe(401)
+      b.clock.advance(1_001)
+      expect(await status(b, next)).toBe(401)
+      expect([...a.errors, ...b.errors]).toEqual([])
+    } finally {
+      await a.close()
+      await b.close()
+    }
+  })
+
+  describe('PostgreSQL unreachable: 503 with Retry-After, never a 200, never a hang', () => {
+    async function expectUnavailable(instance: Instance, withinMs: number): Promise<void> {
+      const started = Date.now()
+      const response = await initialize(instance, generateApiToken())
+      expect(response.status).toBe(503)
+      expect(response.headers.get('retry-after')).toMatch(/^\d+$/)
+      expect(response.headers.get('x-mcp-version')).toBeNull()
+      expect(await response.json()).toMatchObject({ error: { code: -32005, data: { error: 'temporarily_unavailable' } } })
+      expect(Date.now() - started).toBeLessThan(withinMs)
+      expect(instance.errors.map((e) => e.context)).toContain('token failed')
+      const create = await asAlice(instance, 'POST', '', { name: 'CI', servers: ['app_weather'], expires_in_days: 30 })
+      expect(create.status).toBe(503)
+      expect(await create.json()).toMatchObject({ error: 'temporarily_unavailable' })
+    }
+
+    it('connection refused (nothing listens on the port)', async () => {
+      const pool = postgres.openPool({ connectionString: await unreachablePostgresUrl(), connectionTimeoutMillis: 300 })
+      const instance = await startInstance({ pool })
+      try {
+        await expectUnavailable(instance, 2_000)
+      } finally {
+        await instance.close()
+      }
+    })
+
+    describe('a server that accepts connections and never answers', () => {
+      async function silentServer(): Promise<{ url: string; close(): Promise<void> }> {
+        const sockets = new Set<net.Socket>()
+        const server = net.createServer((socket) => {
+          sockets.add(socket)
+          socket.on('close', () => sockets.delete(socket))
+        })
+        await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+        const { port } = server.address() as net.AddressInfo
+        return {
+          url: `postgres://postgres@127.0.0.1:${port}/test`,
+          close: () =>
+            new Promise<void>((resolve) => {
+              for (const socket of sockets) socket.destroy()
+              server.close(() => resolve())
+            }),
+        }
+      }
+
+      it("the pool's connection timeout gives up first", async () => {
+        const silent = await silentServer()
+        const pool = postgres.openPool({ connectionString: silent.url, connectionTimeoutMillis: 300 })
+        const instance = await startInstance({ pool })
+        try {
+          await expectUnavailable(instance, 2_000)
+        } finally {
+          await instance.close()
+          await silent.close()
+        }
+      })
+
+      it("without a connection timeout, the dispatcher's store timeout answers", async () => {
+        const silent = await silentServer()
+        const pool = postgres.openPool({ connectionString: silent.url, connectionTimeoutMillis: 0 })
+        const instance = await startInstance({ pool, storeTimeoutMs: 300 })
+        try {
+          const started = Date.now()
+          const response = await initialize(instance, generateApiToken())
+          expect(response.status).toBe(503)
+          await response.body?.cancel()
+          expect(Date.now() - started).toBeLessThan(2_000)
+        } finally {
+          await instance.close()
+          // Ends the connection attempts still waiting, so the pool can end.
+          await silent.close()
+        }
+      })
+    })
+  })
+})

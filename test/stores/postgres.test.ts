@@ -1,0 +1,410 @@
+/**
+ * The PostgreSQL token store against a real PostgreSQL: the shared conformance suite (with
+ * named and with unnamed statements), the migration, option validation, what reaches the
+ * database per call, concurrency between instances, and failures.
+ */
+import { type ApiTokenRecord, ConfigurationError, type TokenStore } from 'mcp-dispatch'
+import {
+  DEFAULT_POSTGRES_TOKEN_TABLE,
+  type PostgresQuery,
+  type PostgresQueryable,
+  type PostgresTokenStore,
+  createPostgresTokenStore,
+  postgresTokenStoreMigration,
+} from 'mcp-dispatch/postgres'
+import pg from 'pg'
+import { describe, expect, it } from 'vitest'
+import { POSTGRES_URL, postgresUnavailable, randomSchemaName, unreachablePostgresUrl, usePostgres } from '../helpers/postgres.js'
+import { describeTokenStoreConformance, makeTokenRecord } from './conformance.js'
+
+const unavailable = await postgresUnavailable()
+
+/** Wraps a client so every query it is sent is recorded (the database still answers). */
+function recording(client: PostgresQueryable): { client: PostgresQueryable; queries: PostgresQuery[] } {
+  const queries: PostgresQuery[] = []
+  return {
+    queries,
+    client: {
+      query(query) {
+        queries.push(query)
+        return client.query(query)
+      },
+    },
+  }
+}
+
+/**
+ * Inserts records in one statement, in the order given, so they lie in the table in that
+ * order (what a scan by user meets first). The store inserts one record per statement.
+ */
+async function insertInOrder(pool: pg.Pool, store: PostgresTokenStore, records: readonly ApiTokenRecord[]): Promise<void> {
+  const rows = records.map((r) => ({
+    id: r.id,
+    user_id: r.userId,
+    name: r.name,
+    token_hash: r.tokenHash,
+    display_prefix: r.displayPrefix,
+    servers: r.servers,
+    allowed_ips: r.allowedIps,
+    expires_at: r.expiresAt,
+    created_at: r.createdAt,
+    last_used_at: r.lastUsedAt,
+    revoked_at: r.revokedAt,
+  }))
+  await pool.query(`INSERT INTO ${store.table} SELECT * FROM jsonb_populate_recordset(NULL::${store.table}, $1::jsonb)`, [
+    JSON.stringify(rows),
+  ])
+}
+
+describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
+  const postgres = usePostgres()
+  const teardown = (store: TokenStore) => postgres.drop(store as PostgresTokenStore)
+
+  describeTokenStoreConformance('postgres', () => postgres.tokenStore(), { teardown })
+  describeTokenStoreConformance(
+    'postgres, unnamed statements (PgBouncer transaction mode)',
+    () => postgres.tokenStore({ preparedStatements: false }),
+    { teardown },
+  )
+
+  describe('migration', () => {
+    it('creates the table, its unique hash index and its user index; a second run changes nothing', async () => {
+      const store = await postgres.tokenStore()
+      const record = makeTokenRecord()
+      await store.insert(record)
+      await store.migrate()
+      expect(await store.get(record.id)).toEqual(record)
+
+      const columns = await postgres.pool.query(
+        `SELECT column_name, data_type, is_nullable FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`,
+        [store.schema, DEFAULT_POSTGRES_TOKEN_TABLE],
+      )
+      expect(columns.rows.map((c) => `${c.column_name} ${c.data_type} ${c.is_nullable}`)).toEqual([
+        'id text NO',
+        'user_id text NO',
+        'name text NO',
+        'token_hash text NO',
+        'display_prefix text NO',
+        'servers ARRAY NO',
+        'allowed_ips ARRAY YES',
+        'expires_at bigint NO',
+        'created_at bigint NO',
+        'last_used_at bigint YES',
+        'revoked_at bigint YES',
+      ])
+      const indexes = await postgres.pool.query(
+        'SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = $1 ORDER BY indexname',
+        [store.schema],
+      )
+      expect(indexes.rows.map((i) => i.indexdef.replace(/ ON \S+ USING/, ' ON t USING'))).toEqual([
+        'CREATE UNIQUE INDEX mcp_dispatch_api_tokens_pkey ON t USING btree (id)',
+        'CREATE UNIQUE INDEX mcp_dispatch_api_tokens_token_hash_key ON t USING btree (token_hash)',
+        'CREATE INDEX mcp_dispatch_api_tokens_user_id_idx ON t USING btree (user_id)',
+      ])
+    })
+
+    it('instances that migrate at the same moment all succeed (advisory lock)', async () => {
+      const schema = randomSchemaName()
+      const pool = postgres.openPool({ max: 6 })
+      const stores = Array.from({ length: 6 }, () => createPostgresTokenStore({ pool, schema }))
+      try {
+        const results = await Promise.allSettled(stores.map((s) => s.migrate()))
+        expect(results.filter((r) => r.status === 'rejected')).toEqual([])
+        const record = makeTokenRecord()
+        await stores[0]!.insert(record)
+        expect(await stores[5]!.findByHash(record.tokenHash)).toEqual(record)
+      } finally {
+        await postgres.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      }
+    })
+
+    it('is exported as SQL text: the default names, no CREATE SCHEMA for public', () => {
+      const sql = postgresTokenStoreMigration()
+      expect(sql).toContain('CREATE TABLE IF NOT EXISTS "public"."mcp_dispatch_api_tokens"')
+      expect(sql).not.toContain('CREATE SCHEMA')
+      const custom = postgresTokenStoreMigration({ schema: 'mcp', table: 'api_tokens' })
+      expect(custom).toContain('CREATE SCHEMA IF NOT EXISTS "mcp";')
+      expect(custom).toContain('CREATE UNIQUE INDEX IF NOT EXISTS "api_tokens_token_hash_key" ON "mcp"."api_tokens" (token_hash);')
+    })
+
+    it('a custom table name in the same schema makes a second, separate store on the same pool', async () => {
+      const first = await postgres.tokenStore()
+      const second = createPostgresTokenStore({ pool: postgres.pool, schema: first.schema, table: 'other_tokens' })
+      await second.migrate()
+      const record = makeTokenRecord()
+      await first.insert(record)
+      await second.insert(record)
+      await second.revoke(record.id, 5)
+      expect((await first.findByHash(record.tokenHash))?.revokedAt).toBeNull()
+      expect((await second.findByHash(record.tokenHash))?.revokedAt).toBe(5)
+      expect(second.table).toBe(`"${first.schema}"."other_tokens"`)
+    })
+  })
+
+  describe('options', () => {
+    const pool = { query: async () => ({ rows: [] }) }
+
+    it.each([
+      ['schema', 'x"; DROP TABLE users; --'],
+      ['schema', 'Tokens'],
+      ['schema', '1tokens'],
+      ['schema', ''],
+      ['schema', 'pg_catalog'],
+      ['schema', 'a'.repeat(64)],
+      ['table', 'tokens; DROP TABLE users'],
+      ['table', 'my-tokens'],
+      ['table', 'a'.repeat(49)],
+      ['table', 42],
+    ])('refuses %s %j with a ConfigurationError naming it', (option, value) => {
+      let thrown: unknown
+      try {
+        createPostgresTokenStore({ pool, [option]: value })
+      } catch (error) {
+        thrown = error
+      }
+      expect(thrown).toBeInstanceOf(ConfigurationError)
+      expect(thrown).toMatchObject({ code: 'ERR_INVALID_OPTION', option })
+      expect(() => postgresTokenStoreMigration({ [option]: value })).toThrow(ConfigurationError)
+    })
+
+    it('refuses a missing pool, one without query, and a non-boolean preparedStatements', () => {
+      expect(() => createPostgresTokenStore(undefined as never)).toThrow(ConfigurationError)
+      expect(() => createPostgresTokenStore({} as never)).toThrow(/option "pool"/)
+      expect(() => createPostgresTokenStore({ pool: {} as never })).toThrow(/option "pool"/)
+      expect(() => createPostgresTokenStore({ pool, preparedStatements: 'no' as never })).toThrow(/option "preparedStatements"/)
+    })
+
+    it('accepts the longest names and underscores', async () => {
+      const schema = `mcpd_test_${'s'.repeat(53)}`
+      const store = createPostgresTokenStore({ pool: postgres.pool, schema, table: `_${'t'.repeat(47)}` })
+      try {
+        await store.migrate()
+        const record = makeTokenRecord()
+        await store.insert(record)
+        await expect(store.insert({ ...makeTokenRecord(), tokenHash: record.tokenHash })).rejects.toThrow('duplicate token hash')
+      } finally {
+        await postgres.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      }
+    })
+  })
+
+  describe('queries', () => {
+    it('findByHash is one named statement on the hash index, prepared once per connection', async () => {
+      const store = await postgres.tokenStore()
+      const record = makeTokenRecord()
+      await store.insert(record)
+      const client = new pg.Client({ connectionString: POSTGRES_URL })
+      await client.connect()
+      try {
+        const { client: counted, queries } = recording(client)
+        const onOneConnection = createPostgresTokenStore({ pool: counted, schema: store.schema })
+        expect(await onOneConnection.findByHash(record.tokenHash)).toEqual(record)
+        expect(await onOneConnection.findByHash(record.tokenHash)).toEqual(record)
+        expect(queries).toHaveLength(2)
+        expect(queries[0]).toMatchObject({ name: expect.stringMatching(/^mcp_dispatch_[0-9a-f]{12}_find_by_hash$/), values: [record.tokenHash] })
+        expect(queries[0]!.text).toMatch(/ WHERE token_hash = \$1$/)
+
+        const prepared = await client.query('SELECT name FROM pg_prepared_statements')
+        expect(prepared.rows).toEqual([{ name: queries[0]!.name }])
+        await client.query('SET enable_seqscan = off')
+        const plan = await client.query(`EXPLAIN (COSTS OFF) EXECUTE ${queries[0]!.name}('${record.tokenHash}')`)
+        expect(plan.rows[0]['QUERY PLAN']).toMatch(/Index Scan using mcp_dispatch_api_tokens_token_hash_key/)
+      } finally {
+        await client.end()
+      }
+    })
+
+    it('with preparedStatements false, no statement is named', async () => {
+      const base = await postgres.tokenStore()
+      const { client, queries } = recording(postgres.pool)
+      const store = createPostgresTokenStore({ pool: client, schema: base.schema, preparedStatements: false })
+      const record = makeTokenRecord()
+      await store.insert(record)
+      await store.findByHash(record.tokenHash)
+      await store.touch(new Map([[record.id, 1]]))
+      expect(queries).toHaveLength(3)
+      for (const query of queries) expect(query.name).toBeUndefined()
+    })
+
+    it('touch writes a whole batch in one statement, and an empty batch sends nothing', async () => {
+      const base = await postgres.tokenStore()
+      const records = Array.from({ length: 50 }, () => makeTokenRecord())
+      for (const r of records) await base.insert(r)
+      const { client, queries } = recording(postgres.pool)
+      const store = createPostgresTokenStore({ pool: client, schema: base.schema })
+      await store.touch(new Map())
+      expect(queries).toHaveLength(0)
+      await store.touch(new Map(records.map((r, i) => [r.id, 1_700_000_000_000 + i])))
+      expect(queries).toHaveLength(1)
+      const stored = await base.listByUser('user_1')
+      expect(stored.map((r) => r.lastUsedAt).sort()).toEqual(records.map((_, i) => 1_700_000_000_000 + i).sort())
+    })
+  })
+
+  describe('records', () => {
+    it('allowlists come back exactly as they went in (no normalisation of addresses or ranges)', async () => {
+      const store = await postgres.tokenStore()
+      const allowedIps = ['10.1.2.3/8', '2001:DB8::1', '::ffff:192.0.2.1', '192.0.2.7', '2001:db8:0:0::/64', 'x"y\\z, {}']
+      const record = makeTokenRecord({ allowedIps, servers: ['app "quoted"', 'app,comma', 'NULL'] })
+      await store.insert(record)
+      expect(await store.findByHash(record.tokenHash)).toEqual(record)
+      const empty = makeTokenRecord({ allowedIps: [], servers: [] })
+      await store.insert(empty)
+      expect(await store.get(empty.id)).toEqual(empty)
+    })
+
+    it('times are numbers whatever the pool parses bigint into', async () => {
+      const base = await postgres.tokenStore()
+      const pool = postgres.openPool({
+        max: 1,
+        types: { getTypeParser: ((oid: number, format?: string) => (oid === 20 ? BigInt : pg.types.getTypeParser(oid, format as never))) as never },
+      })
+      const store = createPostgresTokenStore({ pool, schema: base.schema })
+      const record = makeTokenRecord({ lastUsedAt: 1_700_000_000_001, revokedAt: 1_700_000_000_002 })
+      await store.insert(record)
+      const read = await store.get(record.id)
+      expect(read).toEqual(record)
+      expect(typeof read!.expiresAt).toBe('number')
+    })
+
+    it('records are frozen', async () => {
+      const store = await postgres.tokenStore()
+      const record = makeTokenRecord()
+      await store.insert(record)
+      const read = (await store.get(record.id))!
+      expect(Object.isFrozen(read) && Object.isFrozen(read.servers) && Object.isFrozen(read.allowedIps)).toBe(true)
+    })
+  })
+
+  describe('errors', () => {
+    it('a duplicate id or hash is a TypeError naming it, with the PostgreSQL error as its cause', async () => {
+      const store = await postgres.tokenStore()
+      const record = makeTokenRecord()
+      await store.insert(record)
+      const byId = await Promise.resolve(store.insert({ ...makeTokenRecord(), id: record.id })).catch((e: unknown) => e)
+      expect(byId).toBeInstanceOf(TypeError)
+      expect(byId).toMatchObject({ message: `duplicate token id ${record.id}`, cause: { code: '23505' } })
+      const byHash = await Promise.resolve(store.insert({ ...makeTokenRecord(), tokenHash: record.tokenHash })).catch((e: unknown) => e)
+      expect(byHash).toBeInstanceOf(TypeError)
+      expect(byHash).toMatchObject({ message: 'duplicate token hash', cause: { code: '23505' } })
+    })
+
+    it('a rotation onto a hash already in use is refused and changes nothing', async () => {
+      const store = await postgres.tokenStore()
+      const a = makeTokenRecord()
+      const b = makeTokenRecord()
+      await store.insert(a)
+      await store.insert(b)
+      await expect(store.rotate(a.id, { tokenHash: b.tokenHash, displayPrefix: 'svc_xxxxxxxx' })).rejects.toThrow(
+        'duplicate token hash',
+      )
+      expect(await store.get(a.id)).toEqual(a)
+    })
+
+    it('an unreachable database rejects every call with the connection error, never an empty answer', async () => {
+      const pool = postgres.openPool({ connectionString: await unreachablePostgresUrl(), connectionTimeoutMillis: 500 })
+      const store = createPostgresTokenStore({ pool })
+      const record = makeTokenRecord()
+      const calls: Array<() => Promise<unknown>> = [
+        () => store.migrate(),
+        () => Promise.resolve(store.insert(record)),
+        () => Promise.resolve(store.findByHash(record.tokenHash)),
+        () => Promise.resolve(store.get(record.id)),
+        () => Promise.resolve(store.listByUser('user_1')),
+        () => Promise.resolve(store.update(record.id, { name: 'x' })),
+        () => Promise.resolve(store.rotate(record.id, { tokenHash: 'h', displayPrefix: 'p' })),
+        () => Promise.resolve(store.revoke(record.id, 1)),
+        () => Promise.resolve(store.revokeAllForUser('user_1', 1)),
+        () => Promise.resolve(store.touch(new Map([[record.id, 1]]))),
+      ]
+      for (const call of calls) {
+        const error = await call().then(
+          () => undefined,
+          (e: unknown) => e,
+        )
+        expect(error).toMatchObject({ code: 'ECONNREFUSED' })
+      }
+    })
+  })
+
+  it('at run time the store needs only SELECT, INSERT and UPDATE on its table (and USAGE on the schema)', async () => {
+    const owner = await postgres.tokenStore()
+    const role = randomSchemaName().replace('mcpd_test_', 'mcpd_role_')
+    await postgres.pool.query(`CREATE ROLE ${role} LOGIN`)
+    try {
+      await postgres.pool.query(`GRANT USAGE ON SCHEMA "${owner.schema}" TO ${role}`)
+      await postgres.pool.query(`GRANT SELECT, INSERT, UPDATE ON ${owner.table} TO ${role}`)
+      const url = new URL(POSTGRES_URL)
+      url.username = role
+      const pool = postgres.openPool({ connectionString: url.href, max: 2 })
+      const store = createPostgresTokenStore({ pool, schema: owner.schema })
+      const record = makeTokenRecord()
+      await store.insert(record)
+      await store.touch(new Map([[record.id, 1_700_000_000_100]]))
+      await store.update(record.id, { name: 'renamed' })
+      const next = { tokenHash: makeTokenRecord().tokenHash, displayPrefix: 'svc_rotated_' }
+      expect(await store.rotate(record.id, next, record.tokenHash)).toMatchObject(next)
+      expect(await store.revokeAllForUser(record.userId, 1_700_000_000_200)).toHaveLength(1)
+      expect(await store.revoke(record.id, 1_700_000_000_300)).toMatchObject({ revokedAt: 1_700_000_000_200 })
+      expect(await store.listByUser(record.userId)).toHaveLength(1)
+      await expect(store.migrate()).rejects.toMatchObject({ code: '42501' })
+      await pool.end()
+    } finally {
+      await postgres.pool.query(`DROP OWNED BY ${role}`)
+      await postgres.pool.query(`DROP ROLE ${role}`)
+    }
+  })
+
+  describe('instances at once', () => {
+    it('concurrent touch batches over the same tokens, in opposite orders, neither deadlock nor move times back', async () => {
+      const base = await postgres.tokenStore()
+      const records = Array.from({ length: 200 }, () => makeTokenRecord())
+      for (const r of records) await base.insert(r)
+      // Two instances, each with its own connections.
+      const a = createPostgresTokenStore({ pool: postgres.openPool({ max: 3 }), schema: base.schema })
+      const b = createPostgresTokenStore({ pool: postgres.openPool({ max: 3 }), schema: base.schema })
+      const forward = records.map((r) => r.id)
+      const backward = [...forward].reverse()
+      const rounds = Array.from({ length: 10 }, (_, round) => [
+        a.touch(new Map(forward.map((id, i) => [id, 1_700_000_000_000 + round * 1000 + i]))),
+        b.touch(new Map(backward.map((id, i) => [id, 1_700_000_000_000 + round * 1000 + (999 - i)]))),
+      ])
+      const results = await Promise.allSettled(rounds.flat())
+      expect(results.filter((r) => r.status === 'rejected')).toEqual([])
+      const last = 1_700_000_000_000 + 9 * 1000
+      const stored = await base.listByUser('user_1')
+      for (const record of stored) {
+        const i = forward.indexOf(record.id)
+        const j = backward.indexOf(record.id)
+        expect(record.lastUsedAt).toBe(Math.max(last + i, last + 999 - j))
+      }
+    })
+
+    it('revokeAllForUser and touch on the same tokens at once: no deadlock, all revoked, every time recorded', async () => {
+      const base = await postgres.tokenStore()
+      const other = createPostgresTokenStore({ pool: postgres.openPool({ max: 4 }), schema: base.schema })
+      const users = Array.from({ length: 12 }, (_, n) => `u_busy_${n}`)
+      // Inserted in descending id order: a scan by user meets them in the opposite order of ids.
+      const records = users
+        .flatMap((userId) => Array.from({ length: 300 }, () => makeTokenRecord({ userId })))
+        .sort((a, b) => (a.id < b.id ? 1 : -1))
+      await insertInOrder(postgres.pool, base, records)
+      // Both pools connected beforehand, so the writes really overlap.
+      await Promise.all([base, base, base, base, other, other, other, other].map((s) => s.get('warm-up')))
+      const results = await Promise.allSettled(
+        users.flatMap((userId) => [
+          other.touch(new Map(records.filter((r) => r.userId === userId).map((r) => [r.id, 1_700_000_000_900]))),
+          base.revokeAllForUser(userId, 1_700_000_000_500),
+        ]),
+      )
+      expect(results.filter((r) => r.status === 'rejected')).toEqual([])
+      for (const result of results.filter((_, i) => i % 2 === 1)) expect(result).toMatchObject({ value: { length: 300 } })
+      for (const userId of users) {
+        for (const r of await base.listByUser(userId)) {
+          expect(r).toMatchObject({ revokedAt: 1_700_000_000_500, lastUsedAt: 1_700_000_000_900 })
+        }
+      }
+    })
+  })
+})
