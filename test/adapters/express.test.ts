@@ -94,8 +94,9 @@ describe('express adapter specifics', () => {
     expect(seen).toEqual([undefined])
     // Other code may still assign it, as before the accessor.
     const plain = Object.create(express.request) as express.Request
-    plain.dispatchContext = { version: '9.9.9' } as never
-    expect(plain.dispatchContext?.version).toBe('9.9.9')
+    const assigned = { version: '9.9.9' } as unknown as NonNullable<express.Request['dispatchContext']>
+    plain.dispatchContext = assigned
+    expect(getDispatchContext(plain)).toBe(assigned)
   })
 
   it('a handler that fails after writing its head: the connection ends, onError hears it, the server keeps serving', async () => {
