@@ -4,15 +4,18 @@
  * adapter): the rate limit fails open (served, reported), the session store answers 503 with
  * `Retry-After`, a pin that cannot be written is reported and the response still goes out.
  * Two ways down: a port where nothing listens (ioredis' defaults queue the commands and retry
- * forever), and a Redis that stops answering (`CLIENT PAUSE`). Afterwards no socket or timer
- * of ours is left (the last test checks the handles of this process).
+ * forever), and a Redis that stops answering (a loopback proxy in front of the real Redis that
+ * stops forwarding: only this test's connection hangs, never the other test files' clients of
+ * the same Redis, as `CLIENT PAUSE` would). Afterwards no socket or timer of ours is left (the
+ * last test checks the handles of this process).
  */
+import * as net from 'node:net'
 import type { RateLimitStore, SessionStore } from 'mcp-dispatch'
 import { createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
-import { describeRedis } from '../helpers/redis.js'
-import { type Fixture, HOSTNAME, TOOLS_LIST, activeResources, createFixture, jsonRpcError, leakedHandles, settles } from './support.js'
+import { REDIS_URL, describeRedis } from '../helpers/redis.js'
+import { type Fixture, HOSTNAME, TOOLS_LIST, activeResources, createFixture, jsonRpcError, leakedHandles } from './support.js'
 
 const baseline = activeResources()
 /** The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. */
@@ -62,6 +65,50 @@ function expectUnavailable({ response, body }: { response: Response; body: strin
   expect(jsonRpcError(body)).toMatchObject({ code: -32005, data: { error: 'temporarily_unavailable' } })
 }
 
+/**
+ * A TCP proxy on 127.0.0.1 in front of the real Redis. `hang()` stops forwarding in both
+ * directions (bytes are held, not lost); `answer()` delivers what was held and forwards again.
+ */
+async function hangingProxy(): Promise<{ port: number; hang(): void; answer(): void; close(): Promise<void> }> {
+  const target = new URL(REDIS_URL)
+  const sockets = new Set<net.Socket>()
+  let hung = false
+  const pipes: Array<{ flush(): void }> = []
+  const pipe = (from: net.Socket, to: net.Socket) => {
+    const held: Buffer[] = []
+    from.on('data', (chunk: Buffer) => (hung ? held.push(chunk) : to.write(chunk)))
+    pipes.push({ flush: () => held.splice(0).forEach((chunk) => to.write(chunk)) })
+  }
+  const server = net.createServer((client) => {
+    const upstream = net.connect(Number(target.port || 6379), target.hostname)
+    for (const socket of [client, upstream]) {
+      sockets.add(socket)
+      socket.on('error', () => {})
+      socket.on('close', () => {
+        sockets.delete(socket)
+        client.destroy()
+        upstream.destroy()
+      })
+    }
+    pipe(client, upstream)
+    pipe(upstream, client)
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    port: (server.address() as net.AddressInfo).port,
+    hang: () => void (hung = true),
+    answer() {
+      hung = false
+      for (const p of pipes) p.flush()
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy()
+        server.close(() => resolve())
+      }),
+  }
+}
+
 const reported = (fixture: Fixture) => fixture.errors.map((e) => [e.context, (e.error as Error).message])
 
 describeRedis('Redis down or hung, through the real pipeline', (redis) => {
@@ -99,39 +146,43 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     client.disconnect()
   })
 
-  it('Redis stops answering (CLIENT PAUSE): the same, and all is well again once it answers', async () => {
-    const client = redis.connect()
+  it('Redis stops answering: the same, and all is well again once it answers', async () => {
+    const proxy = await hangingProxy()
+    // `disconnectTimeout`: ioredis would otherwise keep a 2 s timer after disconnecting.
+    const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
     const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
-    const opened = await send({ 'x-open-session': 'session-paused' })
-    expect(opened.response.status).toBe(200)
-    expect(opened.response.headers.get('ratelimit')).toBe('"minute";r=999;t=30')
-    expect((await send({ 'mcp-session-id': 'session-paused' })).response.status).toBe(200)
-    expect(fixture.errors).toEqual([])
+    try {
+      const opened = await send({ 'x-open-session': 'session-hung' })
+      expect(opened.response.status).toBe(200)
+      expect(opened.response.headers.get('ratelimit')).toBe('"minute";r=999;t=30')
+      expect((await send({ 'mcp-session-id': 'session-hung' })).response.status).toBe(200)
+      expect(fixture.errors).toEqual([])
 
-    // Short, and below the other Redis tests' 1 s deadline: CLIENT PAUSE holds every client of
-    // this Redis. Both requests go at once, so both land inside the pause.
-    const admin = redis.connect()
-    await admin.ping()
-    await admin.client('PAUSE', 600, 'ALL')
-    const [unlimited, pinned] = await Promise.all([send(), send({ 'mcp-session-id': 'session-paused' })])
-    expect(unlimited.response.status).toBe(200)
-    expect(unlimited.response.headers.get('ratelimit')).toBeNull()
-    expectUnavailable(pinned)
-    expect(pinned.ms).toBeLessThan(2_000)
-    expect(reported(fixture)).toEqual([
-      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
-      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
-      ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
-    ])
+      proxy.hang()
+      const [unlimited, pinned] = await Promise.all([send(), send({ 'mcp-session-id': 'session-hung' })])
+      expect(unlimited.response.status).toBe(200)
+      expect(unlimited.response.headers.get('ratelimit')).toBeNull()
+      expectUnavailable(pinned)
+      expect(pinned.ms).toBeLessThan(2_000)
+      expect(reported(fixture)).toEqual([
+        ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+        ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+        ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
+      ])
 
-    // Answers again after the pause: the pin is still there, the counter counts on.
-    expect(await settles(async () => (await send({ 'mcp-session-id': 'session-paused' })).response.status === 200)).toBe(true)
-    const again = await send({ 'mcp-session-id': 'session-paused' })
-    expect(again.response.status).toBe(200)
-    expect(again.response.headers.get('x-mcp-version')).toBe('1.2.3')
-    expect(again.response.headers.get('ratelimit')).toMatch(/^"minute";r=99\d;t=30$/)
-    await fixture.close()
+      // Answers again: the pin is still there, the counter counts on (the late answers of the
+      // hung calls arrive too, and go nowhere).
+      proxy.answer()
+      const again = await send({ 'mcp-session-id': 'session-hung' })
+      expect(again.response.status).toBe(200)
+      expect(again.response.headers.get('x-mcp-version')).toBe('1.2.3')
+      expect(again.response.headers.get('ratelimit')).toMatch(/^"minute";r=99\d;t=30$/)
+    } finally {
+      await fixture.close()
+      client.disconnect()
+      await proxy.close()
+    }
   })
 })
 
