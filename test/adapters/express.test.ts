@@ -99,6 +99,28 @@ describe('express adapter specifics', () => {
     expect(getDispatchContext(plain)).toBe(assigned)
   })
 
+  it('works on a raw Node request too (no Express prototype): the context is a plain property there', async () => {
+    const fixture = createFixture()
+    const middleware = mcpDispatch({ dispatcher: fixture.dispatcher })
+    const server = http.createServer((req, res) => {
+      middleware(req as express.Request, res as express.Response, () => {
+        const own = Object.keys(req).includes('dispatchContext')
+        res.setHeader('content-type', 'application/json')
+        res.end(JSON.stringify({ version: getDispatchContext(req).version, own }))
+      })
+    })
+    servers.push(server)
+    const port = await listen(server)
+    const res = await rawRequest(port, {
+      path: '/v1',
+      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      body: tools,
+    })
+    expect(res.status).toBe(200)
+    expect(res.headers['x-mcp-version']).toBe('1.0.0')
+    expect(JSON.parse(res.body)).toEqual({ version: '1.0.0', own: true })
+  })
+
   it('a handler that fails after writing its head: the connection ends, onError hears it, the server keeps serving', async () => {
     const fixture = createFixture()
     const errors: unknown[] = []
