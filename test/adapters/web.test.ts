@@ -73,6 +73,42 @@ describe('web adapter specifics', () => {
       expect(next.headers['x-mcp-version']).toBe('1.0.0')
     })
 
+    it('a handler that throws or rejects gets the 502, without the dispatch headers, and the server serves on', async () => {
+      const fixture = createFixture()
+      const errors: unknown[] = []
+      const handle = mcpDispatch({
+        dispatcher: fixture.dispatcher,
+        onError: (error) => errors.push(error),
+        handler: (request) => {
+          const how = request.headers.get('x-fail')
+          if (how === 'throw') throw new Error('thrown')
+          if (how === 'reject') return Promise.reject(new Error('rejected'))
+          return new Response('{}', { headers: { 'content-type': 'application/json' } })
+        },
+      })
+      const served = await serveFetch(handle)
+      try {
+        const send = (how?: string) =>
+          rawRequest(served.port, {
+            path: '/v1',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(how && { 'x-fail': how }) },
+            body: '{}',
+          })
+        for (const how of ['throw', 'reject']) {
+          const res = await send(how)
+          expect(res.status).toBe(502)
+          expect(res.headers['x-mcp-version']).toBeUndefined()
+          expect(JSON.parse(res.body)).toMatchObject({ error: { data: { error: 'handler_error' } } })
+        }
+        expect(errors.map((e) => (e as Error).message)).toEqual(['thrown', 'rejected'])
+        const ok = await send()
+        expect(ok.status).toBe(200)
+        expect(ok.headers['x-mcp-version']).toBe('1.0.0')
+      } finally {
+        await served.close()
+      }
+    })
+
     it('ignores an outgoing that is not a node:http response, and stamps the Response instead', async () => {
       const { res, next, returned } = await probe(() => ({ writeHead() {}, getHeader() {}, headersSent: false }))
       const { res: atHead } = await probe((outgoing) => outgoing)
