@@ -107,8 +107,8 @@ function atHead(res: NodeResponse, decision: Dispatched, status: number, headers
   // handler that forgot the session), which needs no answer before the response goes out.
   if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
-  // asynchronous pin of a new session must be stored first, and those responses take
-  // another path (node-http's hold, or the Web adapter's own await).
+  // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
+  // responses to another path (node-http's hold, or the Web adapter's own await).
   decision.complete({ status, sessionId })
   return head.headers
 }
@@ -157,10 +157,12 @@ export function installHeadInterception(proto: NodeResponse): void {
 /**
  * Hands `decision` to the wrapped `writeHead` of `res`, whose prototype chain must hold
  * `proto`, wrapped by {@link installHeadInterception}. Returns `false`, doing nothing, when
- * the response's `writeHead` is not that wrapper (a per-response override, an HTTP/2
- * response): the caller then takes its own path.
+ * the head cannot record the outcome on its own: a new session whose pin an asynchronous
+ * store must hold before the answer goes out, or a response whose `writeHead` is not that
+ * wrapper (a per-response override, an HTTP/2 response). The caller then takes its own path.
  */
 export function attachToHead(res: NodeResponse, proto: NodeResponse, decision: Dispatched): boolean {
+  if (!decision.synchronousPins && decision.context.sessionId === undefined) return false
   if (!wrapped.has(proto) || res.writeHead !== proto.writeHead) return false
   if (Object.getPrototypeOf(res) === proto) (res as WithDecision)[kDispatch] = decision
   else {

@@ -119,13 +119,7 @@ export function holdResponseHead(
   decision: Dispatched,
   onError: (error: unknown, context: string) => void,
 ): void {
-  if (
-    (decision.synchronousPins || decision.context.sessionId !== undefined) &&
-    attachToHead(res, ServerResponse.prototype, decision)
-  ) {
-    return
-  }
-  holdUntilPinned(res, decision, onError)
+  if (!attachToHead(res, ServerResponse.prototype, decision)) holdUntilPinned(res, decision, onError)
 }
 
 /** Installs the `writeHead` interception on `ServerResponse.prototype` (see head.ts). */

@@ -17,7 +17,7 @@ import { resolveClientAddress } from '../../core/client-address.js'
 import type { Reply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
-import { type NodeResponse, attachToHead, detachFromHead, installHeadInterception } from '../head.js'
+import { type Dispatched, type NodeResponse, attachToHead, detachFromHead, installHeadInterception } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
@@ -85,10 +85,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // On Node, the head of `outgoing` takes the headers (and tells `complete` the outcome),
     // unless a new session's pin must be stored, asynchronously, before the answer goes out.
     const outgoing = info?.outgoing
-    const atHead =
-      outgoing !== undefined &&
-      (decision.synchronousPins || decision.context.sessionId !== undefined) &&
-      headOf(outgoing, decision)
+    const atHead = outgoing !== undefined && headOf(outgoing, decision)
     let response: Response
     try {
       const answered = handler(request, decision.context)
@@ -110,9 +107,10 @@ let nodeResponsePrototype: NodeResponse | null | undefined
 
 /**
  * Hands the decision to the head of a Node response (see `WebRequestInfo.outgoing`). `false`
- * when `outgoing` is not a `node:http` response whose `writeHead` is the prototype's.
+ * when `outgoing` is not an unsent `node:http` response, or when `attachToHead` declines (a
+ * new session on an asynchronous pin store: the adapter awaits the pin itself).
  */
-function headOf(outgoing: unknown, decision: Parameters<typeof attachToHead>[2]): boolean {
+function headOf(outgoing: unknown, decision: Dispatched): boolean {
   if (typeof outgoing !== 'object' || outgoing === null) return false
   if (nodeResponsePrototype === undefined) {
     // No static import of node:http: this adapter also runs on Workers, Deno and Bun.
