@@ -54,13 +54,18 @@ export function webProbe(probe: ProbeState): WebMcpHandler {
   }
 }
 
-export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => {
-  const handle = webDispatch({
+/** The Web adapter around the probe, as both Web targets serve it. */
+function webProbeHandle({ fixture, probe, trustProxy }: Parameters<StartAdapter>[0]) {
+  return webDispatch({
     dispatcher: fixture.dispatcher,
     ...(trustProxy !== undefined && { trustProxy }),
     onError: (error, context) => fixture.errors.push({ error, context }),
     handler: webRoutes((app) => (app.id === 'app_other' ? undefined : webProbe(probe))),
   })
+}
+
+export const startWeb: StartAdapter = async (options) => {
+  const handle = webProbeHandle(options)
   // Loopback without `outgoing`: the headers go on the `Response` (the path of other runtimes).
   const served = await serveFetch((request, info) => handle(request, { clientAddress: info.clientAddress }))
   return {
@@ -83,14 +88,8 @@ export const startWeb: StartAdapter = async ({ fixture, probe, trustProxy }) => 
  * Node's response head, and the handler's `Response` passes through untouched. Every request
  * over loopback HTTP.
  */
-export const startWebOnNode: StartAdapter = async ({ fixture, probe, trustProxy }) => {
-  const handle = webDispatch({
-    dispatcher: fixture.dispatcher,
-    ...(trustProxy !== undefined && { trustProxy }),
-    onError: (error, context) => fixture.errors.push({ error, context }),
-    handler: webRoutes((app) => (app.id === 'app_other' ? undefined : webProbe(probe))),
-  })
-  const served = await serveFetch(handle)
+export const startWebOnNode: StartAdapter = async (options) => {
+  const served = await serveFetch(webProbeHandle(options))
   return { port: served.port, request: (r) => rawRequest(served.port, r), close: served.close }
 }
 
