@@ -102,7 +102,9 @@ export async function createBenchFixture(options: BenchFixtureOptions): Promise<
     dispatcherOptions,
     token: created.token,
     hostname: `${BENCH_APP.slug}.localhost`,
-    counts: counting?.counts,
+    get counts() {
+      return counting?.counts
+    },
     totalStoreCalls: () => counting?.total() ?? 0,
     resetCounts: () => counting?.reset(),
     async close() {

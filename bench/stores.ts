@@ -136,10 +136,15 @@ registerStoreSet('redis', async (seed) => {
 /** Calls per store, counted by {@link countRoundTrips}. */
 export type RoundTripCounts = Record<string, number>
 
+type Method = (a?: unknown, b?: unknown, c?: unknown, d?: unknown) => unknown
+
 /**
  * Wraps every method of every store of a set so each call is counted under
- * `<store>.<method>`. The wrappers are plain closures (no `Proxy`), so they cost a few
- * nanoseconds per call.
+ * `<store>.<method>`. The wrappers must cost next to nothing, since only the dispatch rows of
+ * the HTTP table carry them: plain closures (no `Proxy`), a fixed arity (no rest array, no
+ * `apply`; store methods take at most four arguments) and one counter cell each (no keyed
+ * write into a dictionary per call). Measured: a few dozen instructions per call, where rest
+ * arguments, `apply` and a keyed counter had cost about 500 (2,500 per request).
  */
 export function countRoundTrips(set: StoreSet): {
   stores: StoreSet
@@ -147,7 +152,7 @@ export function countRoundTrips(set: StoreSet): {
   total(): number
   reset(): void
 } {
-  const counts: RoundTripCounts = {}
+  const cells = new Map<string, { calls: number }>()
   const wrap = <T extends object>(storeName: string, store: T): T => {
     const wrapped: Record<string, unknown> = {}
     let proto: object | null = store
@@ -162,11 +167,12 @@ export function countRoundTrips(set: StoreSet): {
           wrapped[key] = value
           continue
         }
-        const label = `${storeName}.${key}`
-        counts[label] = 0
-        wrapped[key] = (...args: unknown[]) => {
-          counts[label]!++
-          return (value as (...a: unknown[]) => unknown).apply(store, args)
+        const method = value as Method
+        const cell = { calls: 0 }
+        cells.set(`${storeName}.${key}`, cell)
+        wrapped[key] = (a?: unknown, b?: unknown, c?: unknown, d?: unknown) => {
+          cell.calls++
+          return method.call(store, a, b, c, d)
         }
       }
       proto = Object.getPrototypeOf(proto) as object | null
@@ -181,12 +187,16 @@ export function countRoundTrips(set: StoreSet): {
     rateLimit: wrap('rateLimit', set.rateLimit),
     ...(set.close && { close: () => set.close!() }),
   }
+  const counts: RoundTripCounts = {}
   return {
     stores,
-    counts,
-    total: () => Object.values(counts).reduce((a, b) => a + b, 0),
+    get counts() {
+      for (const [label, cell] of cells) counts[label] = cell.calls
+      return counts
+    },
+    total: () => [...cells.values()].reduce((sum, cell) => sum + cell.calls, 0),
     reset() {
-      for (const key in counts) counts[key] = 0
+      for (const cell of cells.values()) cell.calls = 0
     },
   }
 }
