@@ -2,7 +2,9 @@ import js from '@eslint/js'
 import tseslint from 'typescript-eslint'
 
 export default tseslint.config(
-  { ignores: ['dist/**', 'node_modules/**', 'bench/results/**', 'coverage/**', '.scratch/**'] },
+  {
+    ignores: ['dist/**', 'node_modules/**', 'test/conformance/node_modules/**', 'bench/results/**', 'coverage/**', '.scratch/**'],
+  },
   js.configs.recommended,
   ...tseslint.configs.recommended,
   {

@@ -10,8 +10,13 @@ import { randomUUID } from 'node:crypto'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { z } from 'zod'
+import { registerConformanceFeatures } from './conformance-features.js'
+import { createSessionEventStore } from './event-store.js'
 
-/** Builds the MCP server of one App version. */
+/**
+ * Builds the MCP server of one App version: its own tools (`get_version`, `echo`, `count`) and
+ * the features of the MCP conformance suite (conformance-features.ts).
+ */
 export function buildAppServer(app: { slug: string; name: string }, version: string): McpServer {
   const server = new McpServer({ name: app.slug, version }, { capabilities: { logging: {} } })
   server.registerTool(
@@ -49,10 +54,13 @@ export function buildAppServer(app: { slug: string; name: string }, version: str
       return { content: [{ type: 'text', text: `counted to ${n} (${version})` }] }
     },
   )
+  registerConformanceFeatures(server)
   return server
 }
 
 const ACCEPT = 'application/json, text/event-stream'
+/** How long a client waits before it resumes a stream the server closed (SSE `retry`, SEP-1699). */
+const RETRY_INTERVAL_MS = 1_000
 /** The SDK transport's own default body limit, which a `parsedBody` would otherwise bypass. */
 const MAX_BODY_BYTES = 4 * 1024 * 1024
 
@@ -152,6 +160,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       sweep()
       const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
+        // Resumable streams: a client reconnects with Last-Event-ID and gets what it missed.
+        eventStore: createSessionEventStore(),
+        retryInterval: RETRY_INTERVAL_MS,
         onsessioninitialized: (id) => {
           sessions.set(id, { transport, lastSeen: Date.now() })
         },

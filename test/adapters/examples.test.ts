@@ -19,6 +19,7 @@ import { createFetchHandler } from '../../examples/fetch/handler.js'
 import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
 import { type Demo, createDemo } from '../../examples/shared/demo.js'
+import { APP_TOOLS } from '../helpers/platform.js'
 import { close, listen } from './helpers.js'
 
 interface Running {
@@ -111,7 +112,7 @@ describe('adapter examples, in process', () => {
         expect(refused.headers.get('www-authenticate')).toContain('resource_metadata=')
 
         const latest = await session(`${base}/`, demo.token)
-        expect(latest.tools).toEqual(['count', 'echo', 'get_version'])
+        expect(latest.tools).toEqual(APP_TOOLS)
         expect(latest.progress).toEqual([1, 2])
         expect(latest.counted).toEqual([{ type: 'text', text: 'counted to 2 (2.0.0)' }])
         expect(latest.version).toEqual([{ type: 'text', text: '2.0.0' }])

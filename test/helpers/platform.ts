@@ -7,6 +7,7 @@ import * as http from 'node:http'
 import type { AddressInfo, LookupFunction } from 'node:net'
 import { Readable } from 'node:stream'
 import { serve } from '@hono/node-server'
+import { CONFORMANCE_TOOLS } from '../../examples/platform/conformance-features.js'
 import { type Platform, type PlatformOptions, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
 
 /** Start of the injected clock: 2030-01-01T00:00:30Z, half-way through a minute window. */
@@ -93,6 +94,9 @@ export function createTestPlatform(overrides: Partial<PlatformOptions> = {}): {
 
 /** A client address outside every allowlist of the seed. */
 export const CLIENT = '192.0.2.10'
+
+/** The tools of every App version, sorted: its own and those of the MCP conformance features. */
+export const APP_TOOLS = ['count', 'echo', 'get_version', ...CONFORMANCE_TOOLS].sort()
 
 export const TOOLS_LIST = { jsonrpc: '2.0', id: 1, method: 'tools/list' } as const
 export const INITIALIZE = {

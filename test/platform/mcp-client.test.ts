@@ -1,7 +1,11 @@
 /**
  * The official MCP SDK client (`Client` + `StreamableHTTPClientTransport` with an
  * `Authorization` header) through the reference platform over real HTTP on 127.0.0.1
- * (issue 2, "How we will check it"; spec 9.2: a version is fixed per connection).
+ * (issue 2, "How we will check it"; spec 9.2: a version is fixed per connection), and the MCP
+ * features every App serves for the conformance suite (examples/platform/conformance-features.ts):
+ * what the official runner (test/platform/conformance.test.ts) does not check itself (exact
+ * payloads, the log level, resource updates, refused answers) or cannot reach here (resuming a
+ * stream the server closed, which it only tries with protocol 2025-03-26).
  *
  * Node's `fetch` does not resolve `*.localhost` (it asks the system resolver) and drops a
  * hand-set `Host` header, so the transport gets `localhostFetch` (test/helpers), which maps
@@ -9,9 +13,17 @@
  */
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import {
+  type ClientCapabilities,
+  CreateMessageRequestSchema,
+  ElicitRequestSchema,
+  LoggingMessageNotificationSchema,
+  ResourceUpdatedNotificationSchema,
+} from '@modelcontextprotocol/sdk/types.js'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
 import {
+  APP_TOOLS,
   type ServedPlatform,
   TOOLS_LIST,
   bodies,
@@ -27,6 +39,8 @@ interface Seen {
   status: number
   version: string | null
   latest: string | null
+  /** The `Last-Event-ID` of a request that resumes a stream. */
+  lastEventId?: string
 }
 
 interface Connection {
@@ -61,21 +75,23 @@ function transportFor(path: string, tokenName: string | undefined, seen: Seen[])
     ...(tokenName !== undefined && { requestInit: { headers: { Authorization: `Bearer ${token(tokenName)}` } } }),
     fetch: async (url, init) => {
       const response = await localhostFetch(url, init)
+      const lastEventId = new Headers(init?.headers).get('last-event-id')
       seen.push({
         method: init?.method ?? 'GET',
         status: response.status,
         version: response.headers.get('x-mcp-version'),
         latest: response.headers.get('x-mcp-latest-version'),
+        ...(lastEventId !== null && { lastEventId }),
       })
       return response
     },
   })
 }
 
-async function connect(path: string, tokenName = 'alice'): Promise<Connection> {
+async function connect(path: string, tokenName = 'alice', capabilities: ClientCapabilities = {}): Promise<Connection> {
   const seen: Seen[] = []
   const transport = transportFor(path, tokenName, seen)
-  const client = new Client({ name: 'e2e-client', version: '1.0.0' })
+  const client = new Client({ name: 'e2e-client', version: '1.0.0' }, { capabilities })
   await client.connect(transport)
   open.push(client)
   return {
@@ -116,7 +132,7 @@ describe('connecting at every URL pattern (spec 9.1)', () => {
     const c = await connect(path)
     expect(c.client.getServerVersion()).toMatchObject({ name: 'weather', version })
     const { tools } = await c.client.listTools()
-    expect(tools.map((t) => t.name).sort()).toEqual(['count', 'echo', 'get_version'])
+    expect(tools.map((t) => t.name).sort()).toEqual(APP_TOOLS)
     expect(tools.find((t) => t.name === 'get_version')?.description).toContain(`(${version})`)
     expect(await c.toolVersion()).toBe(version)
     const echo = await c.client.callTool({ name: 'echo', arguments: { text: 'hi' } })
@@ -241,5 +257,106 @@ describe('session pins (DESIGN.md "Versions")', () => {
     await platform.tokenService.revoke('user_alice', id)
     await expect(c.toolVersion()).rejects.toMatchObject({ code: 401 })
     expect(c.seen.at(-1)).toEqual({ method: 'POST', status: 401, version: null, latest: null })
+  })
+})
+
+describe('the MCP features of the conformance suite', () => {
+  describe('content tools', () => {
+    it('answer with the documented content of each type', async () => {
+      const { client } = await connect('/v1')
+      expect((await client.callTool({ name: 'test_simple_text' })).content).toEqual([
+        { type: 'text', text: 'This is a simple text response for testing.' },
+      ])
+      const [image] = (await client.callTool({ name: 'test_image_content' })).content as Array<{ data: string; mimeType: string }>
+      expect(image!.mimeType).toBe('image/png')
+      expect(Buffer.from(image!.data, 'base64').subarray(0, 8)).toEqual(Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]))
+      const [audio] = (await client.callTool({ name: 'test_audio_content' })).content as Array<{ data: string; mimeType: string }>
+      expect(audio!.mimeType).toBe('audio/wav')
+      const wav = Buffer.from(audio!.data, 'base64')
+      expect([wav.toString('latin1', 0, 4), wav.toString('latin1', 8, 12), wav.readUInt32LE(4)]).toEqual(['RIFF', 'WAVE', wav.length - 8])
+      expect(await client.callTool({ name: 'test_error_handling' })).toMatchObject({
+        isError: true,
+        content: [{ type: 'text', text: expect.stringContaining('This tool intentionally returns an error for testing') }],
+      })
+    })
+  })
+
+  describe('a stream the server closes mid-call (SEP-1699)', () => {
+    it('is resumed with GET and Last-Event-ID through the dispatch layer, and the result is replayed', async () => {
+      const { client, seen } = await connect('/v1')
+      // Without the replay the result would never come: fail in seconds, not at the test timeout.
+      const result = await client.callTool({ name: 'test_reconnection' }, undefined, { timeout: 10_000 })
+      expect(result.content).toEqual([{ type: 'text', text: 'Reconnection test completed.' }])
+      const resumed = seen.find((e) => e.method === 'GET' && e.lastEventId !== undefined)
+      expect(resumed).toMatchObject({ status: 200, version: '1.1.1' })
+    })
+  })
+
+  describe('logging', () => {
+    it('sends the tool log messages at or above the level the client set', async () => {
+      const { client } = await connect('/v1')
+      const logged: string[] = []
+      client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => void logged.push(`${n.params.level}: ${n.params.data}`))
+      await client.callTool({ name: 'test_tool_with_logging' })
+      expect(logged).toEqual(['info: Tool execution started', 'info: Tool processing data', 'info: Tool execution completed'])
+      logged.length = 0
+      await client.setLoggingLevel('warning')
+      await client.callTool({ name: 'test_tool_with_logging' })
+      expect(logged).toEqual([])
+    })
+  })
+
+  describe('resource subscriptions', () => {
+    it('notify a subscriber of an update until it unsubscribes', async () => {
+      const { client } = await connect('/v1')
+      const updated: string[] = []
+      client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => void updated.push(n.params.uri))
+      await client.subscribeResource({ uri: 'test://watched-resource' })
+      await client.callTool({ name: 'update_watched_resource', arguments: { text: 'second' } })
+      expect(updated).toEqual(['test://watched-resource'])
+      expect((await client.readResource({ uri: 'test://watched-resource' })).contents).toEqual([
+        { uri: 'test://watched-resource', mimeType: 'text/plain', text: 'second' },
+      ])
+      await client.unsubscribeResource({ uri: 'test://watched-resource' })
+      await client.callTool({ name: 'update_watched_resource', arguments: { text: 'third' } })
+      expect(updated).toHaveLength(1)
+    })
+
+    it('refuse a resource that cannot be subscribed to', async () => {
+      const { client } = await connect('/v1')
+      await expect(client.subscribeResource({ uri: 'test://static-text' })).rejects.toMatchObject({ code: -32602 })
+    })
+  })
+
+  describe('requests to the client during a tool call', () => {
+    it('sampling: the client answer is used; a client without the capability gets a tool error', async () => {
+      const { client } = await connect('/v1', 'alice', { sampling: {} })
+      const prompts: unknown[] = []
+      client.setRequestHandler(CreateMessageRequestSchema, (request) => {
+        prompts.push(request.params.messages)
+        return { role: 'assistant', content: { type: 'text', text: 'sunny' }, model: 'test-model' }
+      })
+      expect((await client.callTool({ name: 'test_sampling', arguments: { prompt: 'Weather?' } })).content).toEqual([
+        { type: 'text', text: 'LLM response: sunny' },
+      ])
+      expect(prompts).toEqual([[{ role: 'user', content: { type: 'text', text: 'Weather?' } }]])
+
+      const { client: plain } = await connect('/v1')
+      expect(await plain.callTool({ name: 'test_sampling', arguments: { prompt: 'Weather?' } })).toMatchObject({ isError: true })
+    })
+
+    it('elicitation: an accepted answer is returned; one that does not match the schema is refused', async () => {
+      const { client } = await connect('/v1', 'alice', { elicitation: {} })
+      let answer: Record<string, string> = { username: 'alice', email: 'alice@example.com' }
+      client.setRequestHandler(ElicitRequestSchema, () => ({ action: 'accept', content: answer }))
+      expect((await client.callTool({ name: 'test_elicitation', arguments: { message: 'Who are you?' } })).content).toEqual([
+        { type: 'text', text: 'User response: action=accept, content={"username":"alice","email":"alice@example.com"}' },
+      ])
+      answer = { username: 'alice' }
+      expect(await client.callTool({ name: 'test_elicitation', arguments: { message: 'Who are you?' } })).toMatchObject({
+        isError: true,
+        content: [{ type: 'text', text: expect.stringContaining('does not match requested schema') }],
+      })
+    })
   })
 })

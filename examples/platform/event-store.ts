@@ -1,0 +1,43 @@
+/**
+ * The event store of one MCP session, in memory: what makes its SSE streams resumable. A client
+ * whose stream ended (the network, or the server closing it to make the client poll, SEP-1699)
+ * reconnects with `GET` and `Last-Event-ID`, and gets what was sent on that stream after it.
+ */
+import type { EventId, EventStore, StreamId } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
+
+/** Options of {@link createSessionEventStore}. */
+export interface SessionEventStoreOptions {
+  /** The session keeps its last this many events; older ones can no longer be resumed from. Default 1,000. */
+  maxEvents?: number
+}
+
+/** Creates the event store of one session (give each transport its own). */
+export function createSessionEventStore(options: SessionEventStoreOptions = {}): EventStore {
+  const maxEvents = options.maxEvents ?? 1_000
+  // Insertion order is the order events were sent in.
+  const events = new Map<EventId, { streamId: StreamId; message: JSONRPCMessage }>()
+  let sequence = 0
+  return {
+    async storeEvent(streamId, message) {
+      const id = String(++sequence)
+      events.set(id, { streamId, message })
+      if (events.size > maxEvents) events.delete(events.keys().next().value!)
+      return id
+    },
+    async getStreamIdForEventId(eventId) {
+      return events.get(eventId)?.streamId
+    },
+    async replayEventsAfter(lastEventId, { send }) {
+      const last = events.get(lastEventId)
+      if (!last) throw new Error(`Unknown event id ${lastEventId}`)
+      let after = false
+      for (const [id, event] of events) {
+        // A priming event (the first of a stream, with no data) carries no message to replay.
+        if (after && event.streamId === last.streamId && 'jsonrpc' in event.message) await send(id, event.message)
+        if (id === lastEventId) after = true
+      }
+      return last.streamId
+    },
+  }
+}
