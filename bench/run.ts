@@ -131,11 +131,13 @@ async function main(): Promise<void> {
   if (!values['no-write']) {
     const dir = join(ROOT, 'bench', 'results')
     mkdirSync(dir, { recursive: true })
-    const name = quick ? `${date}-quick` : only ? `${date}-${only}` : date
+    // Another store set is a side measurement: its own file, never the latest memory report.
+    const shared = store === 'memory' ? '' : `-${store}`
+    const name = quick ? `${date}${shared}-quick` : only ? `${date}${shared}-${only}` : `${date}${shared}`
     writeFileSync(join(dir, `${name}.md`), markdown)
     writeFileSync(join(dir, `${name}.json`), `${JSON.stringify(report, null, 2)}\n`)
     const written = [`bench/results/${name}.md`]
-    if (!quick && !only) {
+    if (!quick && !only && store === 'memory') {
       writeFileSync(join(dir, 'latest.md'), markdown)
       written.push('bench/results/latest.md')
       if (updateDocs(markdown)) written.push('docs/performance.md')

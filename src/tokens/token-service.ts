@@ -348,27 +348,36 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (at - lastFlush >= flushEvery && !flushing) void service.flush()
   }
 
-  /** A record from the store for `tokenHash`, remembered in the cache when it is live. */
-  function lookup(tokenHash: string): MaybePromise<ApiTokenRecord | undefined> {
+  /**
+   * A record from the store for `tokenHash`, remembered in the cache when it is live. `known`:
+   * the hash is already in `wellFormed` (the caller looked).
+   */
+  function lookup(tokenHash: string, known: boolean): MaybePromise<ApiTokenRecord | undefined> {
     let found: MaybePromise<ApiTokenRecord | undefined>
     try {
       found = store.findByHash(tokenHash)
     } catch (error) {
       throw new StoreUnavailableError('token', { cause: error })
     }
-    const remember = (record: ApiTokenRecord | undefined) => {
-      // A store is trusted with the lookup, not with the match: compared in constant time.
-      if (!record || !hashesEqual(record.tokenHash, tokenHash)) return undefined
+    if (!(found instanceof Promise)) return remember(found, tokenHash, known)
+    return found.then(
+      (record) => remember(record, tokenHash, known),
+      (error: unknown) => {
+        throw new StoreUnavailableError('token', { cause: error })
+      },
+    )
+  }
+
+  /** The record the store found for `tokenHash`, if it matches; remembered (see `lookup`). */
+  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean): ApiTokenRecord | undefined {
+    // A store is trusted with the lookup, not with the match: compared in constant time.
+    if (!record || !hashesEqual(record.tokenHash, tokenHash)) return undefined
+    if (!known) {
       if (wellFormed.size >= 10_000) wellFormed.clear()
       wellFormed.add(tokenHash)
-      if (cache && record.revokedAt === null) cache.set(tokenHash, record)
-      return record
     }
-    return found instanceof Promise
-      ? found.then(remember, (error: unknown) => {
-          throw new StoreUnavailableError('token', { cause: error })
-        })
-      : remember(found)
+    if (cache && record.revokedAt === null) cache.set(tokenHash, record)
+    return record
   }
 
   function judge(record: ApiTokenRecord | undefined): TokenAuthResult {
@@ -507,8 +516,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const tokenHash = hash(token)
       const cached = cache?.get(tokenHash)
       if (cached !== undefined) return judge(cached)
-      if (!wellFormed.has(tokenHash) && checkApiTokenFormat(token, prefix) !== null) return MALFORMED
-      const record = lookup(tokenHash)
+      const known = wellFormed.has(tokenHash)
+      if (!known && checkApiTokenFormat(token, prefix) !== null) return MALFORMED
+      const record = lookup(tokenHash, known)
       return record instanceof Promise ? record.then(judge) : judge(record)
     },
 
