@@ -195,7 +195,7 @@ function registerProgressTools(server: McpServer, log: Log): void {
 function registerClientRequestTools(server: McpServer): void {
   server.registerTool(
     'test_sampling',
-    { description: 'Asks the client to sample an LLM with the prompt and returns its answer.', inputSchema: { prompt: z.string() } },
+    { description: 'Asks the client to sample an LLM with the prompt and returns its answer.', inputSchema: { prompt: z.string().max(10_000) } },
     async ({ prompt }, extra) => {
       if (!server.server.getClientCapabilities()?.sampling) throw new Error('The client does not support sampling')
       const result = await server.server.createMessage(
@@ -214,7 +214,7 @@ function registerClientRequestTools(server: McpServer): void {
   const outcome = (r: { action: string; content?: unknown }) => `action=${r.action}, content=${JSON.stringify(r.content ?? {})}`
   server.registerTool(
     'test_elicitation',
-    { description: 'Asks the user (elicitation) for a user name and an email address.', inputSchema: { message: z.string() } },
+    { description: 'Asks the user (elicitation) for a user name and an email address.', inputSchema: { message: z.string().max(10_000) } },
     async ({ message }, extra) => {
       const result = await elicit(
         {
@@ -380,10 +380,10 @@ function registerPrompts(server: McpServer): void {
     {
       description: 'A prompt with two arguments; the first one completes (completion/complete).',
       argsSchema: {
-        arg1: completable(z.string().describe('First test argument'), (value) =>
+        arg1: completable(z.string().max(10_000).describe('First test argument'), (value) =>
           ARG1_SUGGESTIONS.filter((word) => word.startsWith(value.toLowerCase())),
         ),
-        arg2: z.string().describe('Second test argument'),
+        arg2: z.string().max(10_000).describe('Second test argument'),
       },
     },
     ({ arg1, arg2 }) => ({
@@ -394,7 +394,7 @@ function registerPrompts(server: McpServer): void {
     'test_prompt_with_embedded_resource',
     {
       description: 'A prompt that embeds the resource it is given.',
-      argsSchema: { resourceUri: z.string().describe('URI of the resource to embed') },
+      argsSchema: { resourceUri: z.string().max(2_048).describe('URI of the resource to embed') },
     },
     ({ resourceUri }) => ({
       messages: [
