@@ -334,7 +334,8 @@ function registerResources(server: McpServer): void {
   )
 
   let watchedText = 'Initial content of the watched resource.'
-  const subscribed = new Set<string>()
+  // Only the watched resource can be subscribed to: whether this session did.
+  let subscribed = false
   server.registerResource(
     'watched-resource',
     WATCHED_URI,
@@ -342,16 +343,14 @@ function registerResources(server: McpServer): void {
     async (uri) => ({ contents: [{ uri: uri.href, mimeType: 'text/plain', text: watchedText }] }),
   )
   server.server.registerCapabilities({ resources: { subscribe: true } })
-  const knownUri = (uri: string): string => {
-    if (uri !== WATCHED_URI) throw new McpError(ErrorCode.InvalidParams, `Resource ${uri} cannot be subscribed to`)
-    return uri
-  }
   server.server.setRequestHandler(SubscribeRequestSchema, (request) => {
-    subscribed.add(knownUri(request.params.uri))
+    const { uri } = request.params
+    if (uri !== WATCHED_URI) throw new McpError(ErrorCode.InvalidParams, `Resource ${uri} cannot be subscribed to`)
+    subscribed = true
     return {}
   })
   server.server.setRequestHandler(UnsubscribeRequestSchema, (request) => {
-    subscribed.delete(request.params.uri)
+    if (request.params.uri === WATCHED_URI) subscribed = false
     return {}
   })
   server.registerTool(
@@ -362,10 +361,9 @@ function registerResources(server: McpServer): void {
     },
     async (args, extra) => {
       watchedText = args.text
-      if (subscribed.has(WATCHED_URI)) {
-        await extra.sendNotification({ method: 'notifications/resources/updated', params: { uri: WATCHED_URI } })
-      }
-      return text(subscribed.has(WATCHED_URI) ? 'Updated; subscribers notified.' : 'Updated; no subscribers.')
+      if (!subscribed) return text('Updated; no subscribers.')
+      await extra.sendNotification({ method: 'notifications/resources/updated', params: { uri: WATCHED_URI } })
+      return text('Updated; subscribers notified.')
     },
   )
 }
