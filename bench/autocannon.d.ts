@@ -26,7 +26,7 @@ declare module 'autocannon' {
     /** Seconds before a request counts as timed out. */
     timeout?: number
   }
-  interface Result {
+  export interface Result {
     requests: Histogram
     latency: Histogram
     throughput: Histogram

@@ -19,9 +19,8 @@ import { copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import autocannon from 'autocannon'
 import { ROOT, buildBench } from './build.js'
-import { BENCH_PATH, TOOLS_LIST_REQUEST } from './fixture.js'
+import { loadFixed } from './fixed-load.js'
 import { exited, isMessage, nextMessage } from './processes.js'
 import { FRAMEWORKS, type Framework, SERVERS, type ServerEntry, type ServerMessage } from './servers/catalog.js'
 
@@ -36,20 +35,7 @@ interface Counted {
 }
 
 function load(port: number, token: string, hostname: string, amount: number) {
-  return autocannon({
-    url: `http://127.0.0.1:${port}${BENCH_PATH}`,
-    connections: 8,
-    amount,
-    timeout: 120,
-    method: 'POST',
-    headers: {
-      host: `${hostname}:${port}`,
-      authorization: `Bearer ${token}`,
-      'content-type': 'application/json',
-      accept: 'application/json, text/event-stream',
-    },
-    body: TOOLS_LIST_REQUEST,
-  })
+  return loadFixed(port, token, hostname, amount, 8)
 }
 
 /**
