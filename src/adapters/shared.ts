@@ -50,16 +50,20 @@ export const HANDLER_FAILED: Reply = jsonRpcErrorReply(502, {
   data: { error: 'handler_error' },
 })
 
-/** Splits an absolute URL into origin (`scheme://host`) and path (no query, no fragment). */
+/**
+ * Splits an absolute URL into origin (`scheme://host`) and path (no query, no fragment). The
+ * host ends at the first `/`, `?` or `#`; a URL without a path (`http://host?q`) has the path `/`.
+ */
 export function splitUrl(url: string): { origin: string; path: string } {
   const schemeEnd = url.indexOf('://')
   const hostStart = schemeEnd === -1 ? 0 : schemeEnd + 3
-  let pathStart = url.indexOf('/', hostStart)
-  if (pathStart === -1) pathStart = url.length
+  const slash = url.indexOf('/', hostStart)
+  const query = url.indexOf('?', hostStart)
+  const hash = url.indexOf('#', hostStart)
+  // The path ends at the query or the fragment, whichever comes first; the host at either or at the path.
   let pathEnd = url.length
-  const query = url.indexOf('?', pathStart)
   if (query !== -1) pathEnd = query
-  const hash = url.indexOf('#', pathStart)
   if (hash !== -1 && hash < pathEnd) pathEnd = hash
-  return { origin: url.slice(0, pathStart), path: pathStart === pathEnd ? '/' : url.slice(pathStart, pathEnd) }
+  const hostEnd = slash !== -1 && slash < pathEnd ? slash : pathEnd
+  return { origin: url.slice(0, hostEnd), path: hostEnd === pathEnd ? '/' : url.slice(hostEnd, pathEnd) }
 }
