@@ -8,15 +8,18 @@ import type { Platform } from '../examples/platform/index.js'
 import {
   CLIENT,
   DAY,
+  type DevSession,
   T0,
   type TestClock,
+  type TokenApiCallOptions,
   bodies,
   createTestPlatform,
+  devSignIn,
   json,
   mcpRequest,
+  tokenApiCall,
 } from './helpers/platform.js'
 
-const API = 'http://api.localhost/api/tokens'
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 /** The fields of spec 2.1, and only those, in a create or rotate result. */
 const SECRET_FIELDS = ['allowed_ips', 'created_at', 'expires_at', 'id', 'name', 'prefix', 'scopes', 'token']
@@ -35,50 +38,16 @@ afterEach(async () => {
   expect(errors).toEqual([])
 })
 
-interface Session {
-  cookie: string
-  csrfToken: string
-}
+type Session = DevSession
 
 async function signIn(userId: string): Promise<Session> {
-  const response = await platform.fetch(
-    new Request('http://api.localhost/dev/session', {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ userId }),
-    }),
-  )
-  expect(response.status).toBe(200)
-  const setCookie = response.headers.get('set-cookie') ?? ''
-  expect(setCookie).toMatch(/HttpOnly/)
-  const body = await json(response)
-  expect(body).toEqual({ userId, csrfToken: expect.any(String) })
-  return { cookie: setCookie.split(';')[0]!, csrfToken: body.csrfToken }
+  const session = await devSignIn(platform, userId)
+  expect(session.cookie).toMatch(/^mcp_dev_session=/)
+  return session
 }
 
-interface CallOptions {
-  session?: Session
-  /** Send the session's CSRF token (default true when a session is given). */
-  csrf?: boolean
-  bearer?: string
-  body?: unknown
-  rawBody?: string
-  contentType?: string
-  clientAddress?: string
-}
-
-function call(method: string, path: string, options: CallOptions = {}): Promise<Response> {
-  const headers = new Headers()
-  if (options.session) {
-    headers.set('cookie', options.session.cookie)
-    if (options.csrf !== false) headers.set('x-csrf-token', options.session.csrfToken)
-  }
-  if (options.bearer !== undefined) headers.set('authorization', `Bearer ${options.bearer}`)
-  const raw = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body))
-  if (raw !== undefined) headers.set('content-type', options.contentType ?? 'application/json')
-  return platform.fetch(new Request(`${API}${path}`, { method, headers, ...(raw !== undefined && { body: raw }) }), {
-    clientAddress: options.clientAddress ?? CLIENT,
-  })
+function call(method: string, path: string, options: TokenApiCallOptions = {}): Promise<Response> {
+  return tokenApiCall(platform, method, path, options)
 }
 
 /** The status of a tools/list on the weather App with a secret. */
@@ -108,6 +77,22 @@ async function createToken(session: Session, body: Record<string, unknown> = {})
 }
 
 describe('dev session (reference platform)', () => {
+  it('sets an HttpOnly, SameSite=Strict session cookie and answers the CSRF token', async () => {
+    const response = await platform.fetch(
+      new Request('http://api.localhost/dev/session', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ userId: 'user_alice' }),
+      }),
+    )
+    expect(response.status).toBe(200)
+    const setCookie = response.headers.get('set-cookie') ?? ''
+    expect(setCookie).toMatch(/^mcp_dev_session=[^;]+;/)
+    expect(setCookie).toMatch(/HttpOnly/)
+    expect(setCookie).toMatch(/SameSite=Strict/)
+    expect(await json(response)).toEqual({ userId: 'user_alice', csrfToken: expect.any(String) })
+  })
+
   it('an unknown user gets 400 naming userId', async () => {
     const response = await platform.fetch(
       new Request('http://api.localhost/dev/session', { method: 'POST', body: '{"userId":"user_mallory"}' }),

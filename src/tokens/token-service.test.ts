@@ -198,6 +198,20 @@ describe('create (spec 2.1, 3)', () => {
     expect((await createToken(service, { name: '  CI  ' })).name).toBe('CI')
   })
 
+  it('name: no control characters (a newline could forge a log line), and a visible character', async () => {
+    const { service } = setup()
+    for (const name of ['CI\nadmin logged in', 'a\u0000b', 'tab\there', 'esc\u001b[31m', 'c1\u0085']) {
+      await expect(createToken(service, { name })).rejects.toMatchObject({ field: 'name', message: 'name: must not contain control characters' })
+    }
+    expect(await fieldOf(createToken(service, { name: '\ufeff' }))).toBe('name') // trimmed away: empty
+    for (const name of ['\u200b', '\u00a0\u200b\u2060', '\u200b\u200d']) {
+      await expect(createToken(service, { name })).rejects.toMatchObject({ field: 'name', message: 'name: must hold a visible character' })
+    }
+    expect((await createToken(service, { name: 'Déploiement · 部署 🚀' })).name).toBe('Déploiement · 部署 🚀')
+    const created = await createToken(service)
+    expect(await fieldOf(service.update('alice', created.id, { name: 'x\ry' }))).toBe('name')
+  })
+
   it('servers: one or more', async () => {
     const { service } = setup()
     expect(await fieldOf(createToken(service, { servers: [] }))).toBe('servers')

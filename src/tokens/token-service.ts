@@ -175,7 +175,15 @@ export interface TokenService {
   close(): Promise<void>
 }
 
-const nameSchema = z.string().trim().min(1, 'must not be empty').max(100, 'must be at most 100 characters')
+// A label shown in dashboards and logs: no control characters (a newline could forge a log
+// line), and something visible besides spaces and invisible format characters (U+200B, …).
+const nameSchema = z
+  .string()
+  .trim()
+  .min(1, 'must not be empty')
+  .max(100, 'must be at most 100 characters')
+  .refine((name) => !/\p{Cc}/u.test(name), 'must not contain control characters')
+  .refine((name) => /[^\p{Z}\p{Cf}]/u.test(name), 'must hold a visible character')
 const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).max(100, 'at most 100 entries').nullable()
 const createSchema = z.object({
   userId: z.string().min(1),

@@ -184,6 +184,56 @@ export const bodies = {
   }),
 }
 
+/** A development dashboard session of the reference platform (`POST /dev/session`). */
+export interface DevSession {
+  /** `name=value` of the session cookie. */
+  cookie: string
+  csrfToken: string
+}
+
+/** Signs `userId` in on the platform's development dashboard. */
+export async function devSignIn(platform: Platform, userId: string): Promise<DevSession> {
+  const response = await platform.fetch(
+    new Request('http://api.localhost/dev/session', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ userId }),
+    }),
+  )
+  if (response.status !== 200) throw new Error(`dev session for ${userId}: ${response.status}`)
+  const setCookie = response.headers.get('set-cookie') ?? ''
+  const { csrfToken } = await json(response)
+  return { cookie: setCookie.split(';')[0]!, csrfToken }
+}
+
+/** Options of {@link tokenApiCall}. */
+export interface TokenApiCallOptions {
+  session?: DevSession
+  /** Send the session's CSRF token (default true when a session is given). */
+  csrf?: boolean
+  bearer?: string
+  body?: unknown
+  rawBody?: string
+  contentType?: string
+  clientAddress?: string
+}
+
+/** A request to the platform's token API (`http://api.localhost/api/tokens{path}`). */
+export function tokenApiCall(platform: Platform, method: string, path: string, options: TokenApiCallOptions = {}): Promise<Response> {
+  const headers = new Headers()
+  if (options.session) {
+    headers.set('cookie', options.session.cookie)
+    if (options.csrf !== false) headers.set('x-csrf-token', options.session.csrfToken)
+  }
+  if (options.bearer !== undefined) headers.set('authorization', `Bearer ${options.bearer}`)
+  const raw = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body))
+  if (raw !== undefined) headers.set('content-type', options.contentType ?? 'application/json')
+  return platform.fetch(
+    new Request(`http://api.localhost/api/tokens${path}`, { method, headers, ...(raw !== undefined && { body: raw }) }),
+    { clientAddress: options.clientAddress ?? CLIENT },
+  )
+}
+
 /** Reads a JSON response body (the body of every error and of JSON MCP responses). */
 export async function json(response: Response): Promise<any> {
   return JSON.parse(await response.text())
