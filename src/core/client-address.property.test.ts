@@ -6,20 +6,30 @@ import { ipInRange, parseIp } from './ip.js'
 const RUNS = { numRuns: 500 }
 
 const address = fc.oneof(fc.ipV4(), fc.ipV6())
-/** What proxies and clients put in `X-Forwarded-For`: addresses, ports, spaces, garbage. */
-const hop = fc.oneof(
-  { weight: 4, arbitrary: address },
-  fc.tuple(fc.ipV4(), fc.integer({ min: 0, max: 65535 })).map(([a, p]) => `${a}:${p}`),
-  fc.tuple(fc.ipV6(), fc.integer({ min: 0, max: 65535 })).map(([a, p]) => `[${a}]:${p}`),
-  address.map((a) => `  ${a} `),
-  fc.constant(''),
-  fc.constant('unknown'),
-  fc.string({ unit: 'binary', maxLength: 20 }),
+/**
+ * What proxies and clients put in `X-Forwarded-For`, each hop with the address the resolver
+ * must read from it (`null`: an empty entry, skipped). Known by construction, so the test does
+ * not parse the header itself.
+ */
+interface Hop {
+  readonly text: string
+  readonly reads: string | null
+}
+const hop: fc.Arbitrary<Hop> = fc.oneof(
+  { weight: 4, arbitrary: address.map((a) => ({ text: a, reads: a })) },
+  fc.tuple(fc.ipV4(), fc.integer({ min: 0, max: 65535 })).map(([a, p]) => ({ text: `${a}:${p}`, reads: a })),
+  fc.tuple(fc.ipV6(), fc.integer({ min: 0, max: 65535 })).map(([a, p]) => ({ text: `[${a}]:${p}`, reads: a })),
+  fc.ipV6().map((a) => ({ text: ` [${a}] `, reads: a })),
+  address.map((a) => ({ text: `  ${a} `, reads: a })),
+  fc.constantFrom({ text: '', reads: null }, { text: '  ', reads: null }),
+  // Garbage that is no address and has no port, bracket, comma or space: read as it is.
+  fc.string({ unit: fc.constantFrom('u', 'n', 'k', 'x', '-', '_', 'z'), minLength: 1, maxLength: 10 }).map((t) => ({ text: t, reads: t })),
 )
-const forwardedFor = fc.oneof(
-  fc.array(hop, { maxLength: 6 }).map((hops) => hops.join(',')),
-  fc.string({ unit: 'binary', maxLength: 80 }),
-)
+const hops = fc.array(hop, { maxLength: 6 })
+const headerOf = (list: readonly Hop[]) => list.map((h) => h.text).join(',')
+/** The chain the resolver walks: the hops it reads, then the socket peer. */
+const chainOf = (list: readonly Hop[], socket: string) => [...list.flatMap((h) => (h.reads === null ? [] : [h.reads])), socket]
+
 /** The network address of `address/bits` (a range whose host bits are set is refused). */
 function v4Network(address: string, bits: number): string {
   const n = address.split('.').reduce((acc, part) => acc * 256 + Number(part), 0)
@@ -43,31 +53,21 @@ const anyTrust: fc.Arbitrary<CompiledTrustProxy> = fc.oneof(
   trustList.map(compileTrustProxy),
 )
 
-/** The hops as the resolver reads them: trimmed, ports dropped, empty ones left out. */
-function hopsOf(header: string): string[] {
-  return header
-    .split(',')
-    .map((h) => {
-      const text = h.trim()
-      const bracketed = /^\[([^\]]+)\](?::\d{1,5})?$/.exec(text)
-      if (bracketed) return bracketed[1]!
-      return /^[\d.]+:\d{1,5}$/.test(text) ? text.slice(0, text.indexOf(':')) : text
-    })
-    .filter((h) => h.length > 0)
-}
-
 function trusted(hopAddress: string, ranges: Exclude<CompiledTrustProxy, false | number>): boolean {
   const words = parseIp(hopAddress)
   return words !== null && ranges.some((range) => ipInRange(words, range))
 }
 
+/** Any header at all: the hops above joined, or arbitrary text. */
+const anyHeader = fc.oneof(hops.map(headerOf), fc.string({ unit: 'binary', maxLength: 80 }))
+
 describe('client address, property-based', () => {
-  it('never throws, and answers the socket address or one of the hops', () => {
+  it('never throws, and answers the socket address or a piece of the header', () => {
     fc.assert(
-      fc.property(fc.option(address, { nil: undefined }), fc.option(forwardedFor, { nil: undefined }), anyTrust, (socket, header, trust) => {
+      fc.property(fc.option(address, { nil: undefined }), fc.option(anyHeader, { nil: undefined }), anyTrust, (socket, header, trust) => {
         const client = resolveClientAddress(socket, header, trust)
         if (socket === undefined) expect(client).toBeUndefined()
-        else expect([socket, ...hopsOf(header ?? '')]).toContain(client)
+        else if (client !== socket) expect((header ?? '').includes(client!)).toBe(true)
       }),
       RUNS,
     )
@@ -75,7 +75,7 @@ describe('client address, property-based', () => {
 
   it('X-Forwarded-For is ignored unless proxies are trusted (DESIGN.md): the socket address, whatever the header', () => {
     fc.assert(
-      fc.property(address, forwardedFor, (socket, header) => {
+      fc.property(address, anyHeader, (socket, header) => {
         expect(resolveClientAddress(socket, header, compileTrustProxy(undefined))).toBe(socket)
         expect(resolveClientAddress(socket, header, compileTrustProxy(false))).toBe(socket)
         expect(resolveClientAddress(socket, header, compileTrustProxy(0))).toBe(socket)
@@ -85,12 +85,11 @@ describe('client address, property-based', () => {
     )
   })
 
-  it('a hop count n picks the entry n places left of the socket peer, or the leftmost', () => {
+  it('a hop count n picks the entry n places left of the socket peer, or the leftmost (spaces, ports and empty entries dropped)', () => {
     fc.assert(
-      fc.property(address, fc.array(hop, { maxLength: 6 }), fc.integer({ min: 1, max: 8 }), (socket, hops, n) => {
-        const header = hops.join(',')
-        const chain = [...hopsOf(header), socket]
-        expect(resolveClientAddress(socket, header, compileTrustProxy(n))).toBe(chain[Math.max(0, chain.length - 1 - n)])
+      fc.property(address, hops, fc.integer({ min: 1, max: 8 }), (socket, list, n) => {
+        const chain = chainOf(list, socket)
+        expect(resolveClientAddress(socket, headerOf(list), compileTrustProxy(n))).toBe(chain[Math.max(0, chain.length - 1 - n)])
       }),
       RUNS,
     )
@@ -98,36 +97,36 @@ describe('client address, property-based', () => {
 
   it('a client cannot move the answer by prepending entries: with a hop count, only the rightmost n entries matter', () => {
     fc.assert(
-      fc.property(address, fc.array(address, { minLength: 3, maxLength: 6 }), fc.array(hop, { maxLength: 4 }), (socket, hops, forged) => {
-        const n = hops.length
-        const honest = resolveClientAddress(socket, hops.join(','), compileTrustProxy(n))
-        const withForged = resolveClientAddress(socket, [...forged, ...hops].join(','), compileTrustProxy(n))
-        expect(withForged).toBe(honest)
-        expect(honest).toBe(hops[0])
+      fc.property(address, fc.array(address, { minLength: 3, maxLength: 6 }), hops, (socket, honest, forged) => {
+        const n = honest.length
+        const answer = resolveClientAddress(socket, honest.join(','), compileTrustProxy(n))
+        expect(answer).toBe(honest[0])
+        expect(resolveClientAddress(socket, [headerOf(forged), ...honest].join(','), compileTrustProxy(n))).toBe(answer)
       }),
       RUNS,
     )
   })
 
-  it('with trusted proxies: an untrusted peer is the client; otherwise every hop right of the answer is trusted and the answer is not, unless it is the leftmost', () => {
+  it('with trusted proxies: an untrusted peer is the client; otherwise the answer is the rightmost untrusted hop, or the leftmost when all are trusted', () => {
     fc.assert(
-      fc.property(address, forwardedFor, trustList, (socket, header, list) => {
-        const trust = compileTrustProxy(list)
-        const client = resolveClientAddress(socket, header, trust)
+      fc.property(address, hops, trustList, (socket, list, entries) => {
+        const trust = compileTrustProxy(entries)
+        const client = resolveClientAddress(socket, headerOf(list), trust)
         if (trust === false) {
           expect(client).toBe(socket)
           return
         }
         const ranges = trust as Exclude<CompiledTrustProxy, false | number>
-        if (!trusted(socket, ranges)) {
-          expect(client).toBe(socket)
-          return
+        const chain = chainOf(list, socket)
+        let expected = chain[0]
+        for (let i = chain.length - 1; i >= 0; i--) {
+          if (!trusted(chain[i]!, ranges)) {
+            expected = chain[i]
+            break
+          }
         }
-        const chain = [...hopsOf(header), socket]
-        const index = chain.lastIndexOf(client!)
-        expect(index).toBeGreaterThanOrEqual(0)
-        for (const right of chain.slice(index + 1)) expect(trusted(right, ranges)).toBe(true)
-        if (index > 0) expect(trusted(client!, ranges)).toBe(false)
+        expect(client).toBe(expected)
+        if (!trusted(socket, ranges)) expect(client).toBe(socket)
       }),
       RUNS,
     )
