@@ -8,6 +8,7 @@
  */
 import type { AccessTokenValidator } from '../auth/access-token-validator.js'
 import { parseBearerToken } from '../core/authorization-header.js'
+import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkIpAllowlist } from '../core/ip.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
@@ -216,7 +217,6 @@ export interface Dispatcher {
 
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy'
-const ALLOW_HEADERS = 'Authorization, Content-Type, Accept, Mcp-Session-Id, Mcp-Protocol-Version, Last-Event-ID'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
@@ -346,7 +346,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function metadataReply(request: DispatchRequest, app: AppRecord, suffix: string): Reply {
-    if (request.method === 'OPTIONS') return preflight('*')
+    if (request.method === 'OPTIONS') return preflight('*', request)
     if (request.method !== 'GET' && request.method !== 'HEAD') return methodNotAllowedReply('GET, HEAD, OPTIONS')
     const doc = metadata(app, baseUrlOf(request, app) + suffix)
     return {
@@ -360,16 +360,24 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
-  function preflight(origin: string): Reply {
+  /**
+   * A CORS preflight. The allowed request headers are the MCP ones, plus the `Mcp-Param-*`
+   * headers asked for (their names come from the App's tools); when those are in the answer,
+   * it varies with `Access-Control-Request-Headers`.
+   */
+  function preflight(origin: string, request: DispatchRequest): Reply {
+    const allowHeaders = preflightAllowHeaders(request.headers.get('access-control-request-headers'))
+    const varies = allowHeaders !== ALLOW_HEADERS ? ['Access-Control-Request-Headers'] : []
+    if (origin !== '*') varies.unshift('Origin')
     return {
       status: 204,
       headers: {
         'access-control-allow-origin': origin,
         'access-control-allow-methods': ALLOWED_METHODS,
-        'access-control-allow-headers': ALLOW_HEADERS,
+        'access-control-allow-headers': allowHeaders,
         'access-control-expose-headers': EXPOSE_HEADERS,
         'access-control-max-age': '86400',
-        ...(origin !== '*' && { vary: 'Origin' }),
+        ...(varies.length > 0 && { vary: varies.join(', ') }),
       },
       body: null,
     }
@@ -666,7 +674,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!selector) return reply(notFoundReply(), origin)
     if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
     const method = request.method
-    if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*') }
+    if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*', request) }
     if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
       return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
     }

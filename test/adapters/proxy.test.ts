@@ -99,6 +99,10 @@ describe('proxy handler', () => {
             'mcp-session-id': 'session-1',
             'mcp-protocol-version': '2025-06-18',
             'last-event-id': 'event-7',
+            'mcp-method': 'tools/call',
+            'mcp-name': 'forecast',
+            'Mcp-Param-Region': 'eu-west-3',
+            'mcp-param-tenant_id': '=?base64?dMOpbmFudA==?=',
             'x-unlisted': 'not forwarded either',
           },
           body,
@@ -117,6 +121,11 @@ describe('proxy handler', () => {
         'mcp-session-id': 'session-1',
         'mcp-protocol-version': '2025-06-18',
         'last-event-id': 'event-7',
+        // MCP 2026-07-28 request metadata, which an intermediary must forward.
+        'mcp-method': 'tools/call',
+        'mcp-name': 'forecast',
+        'mcp-param-region': 'eu-west-3',
+        'mcp-param-tenant_id': '=?base64?dMOpbmFudA==?=',
       })
       for (const name of ['authorization', 'cookie', 'x-private', 'keep-alive', 'te', 'proxy-authorization', 'x-unlisted']) {
         expect(h[name], name).toBeUndefined()

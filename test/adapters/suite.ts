@@ -252,6 +252,24 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(res.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
         expect(res.headers['access-control-allow-methods']).toBe(ALLOWED_METHODS)
         expect(res.headers['access-control-allow-headers']).toContain('Mcp-Session-Id')
+        expect(res.headers.vary).toBe('Origin')
+      })
+
+      it('allows the MCP 2026-07-28 request headers in a preflight, and the Mcp-Param-* ones asked for', async () => {
+        const res = await target.request({
+          method: 'OPTIONS',
+          path: '/v1',
+          headers: {
+            origin: ALLOWED_ORIGIN,
+            'access-control-request-method': 'POST',
+            'access-control-request-headers': 'authorization, mcp-method, mcp-name, Mcp-Param-Region, x-other',
+          },
+        })
+        expect(res.status).toBe(204)
+        const allowed = res.headers['access-control-allow-headers']!.toLowerCase().split(', ')
+        for (const name of ['authorization', 'mcp-method', 'mcp-name', 'mcp-param-region']) expect(allowed).toContain(name)
+        expect(allowed).not.toContain('x-other')
+        expect(res.headers.vary).toBe('Origin, Access-Control-Request-Headers')
       })
     })
 

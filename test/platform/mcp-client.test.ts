@@ -7,10 +7,14 @@
  * payloads, the log level, resource updates, refused answers) or cannot reach here (resuming a
  * stream the server closed, which it only tries with protocol 2025-03-26).
  *
+ * The SDK v2 client (`@modelcontextprotocol/client`, MCP 2026-07-28) connects too: the Apps
+ * run SDK v1 servers, so it falls back to the 2025 handshake, through the dispatch layer.
+ *
  * Node's `fetch` does not resolve `*.localhost` (it asks the system resolver) and drops a
  * hand-set `Host` header, so the transport gets `localhostFetch` (test/helpers), which maps
  * `*.localhost` to 127.0.0.1 the way browsers and curl do and keeps the real `Host`.
  */
+import { Client as ClientV2, StreamableHTTPClientTransport as StreamableHTTPClientTransportV2 } from '@modelcontextprotocol/client'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport, StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import {
@@ -358,5 +362,44 @@ describe('the MCP features of the conformance suite', () => {
         content: [{ type: 'text', text: expect.stringContaining('does not match requested schema') }],
       })
     })
+  })
+})
+
+describe('the SDK v2 client (@modelcontextprotocol/client), which speaks MCP 2026-07-28 when the server does', () => {
+  it.each([
+    ['legacy (its default)', undefined],
+    ['auto: probes with server/discover, then falls back to the 2025 handshake', 'auto' as const],
+  ])('%s: connects at /v1, lists and calls tools, with the version headers on every answer', async (_label, mode) => {
+    const seen: Array<{ method: string | null; status: number; version: string | null; latest: string | null }> = []
+    const client = new ClientV2({ name: 'e2e-client-v2', version: '1.0.0' }, mode ? { versionNegotiation: { mode } } : undefined)
+    const transport = new StreamableHTTPClientTransportV2(new URL(`${served.origin('weather')}/v1`), {
+      requestInit: { headers: { Authorization: `Bearer ${token('alice')}` } },
+      fetch: async (url, init) => {
+        const response = await localhostFetch(url, init)
+        seen.push({
+          method: new Headers(init?.headers).get('mcp-method'),
+          status: response.status,
+          version: response.headers.get('x-mcp-version'),
+          latest: response.headers.get('x-mcp-latest-version'),
+        })
+        return response
+      },
+    })
+    await client.connect(transport)
+    try {
+      expect(client.getServerVersion()).toMatchObject({ name: 'weather', version: '1.1.1' })
+      const { tools } = await client.listTools()
+      expect(tools.map((t) => t.name).sort()).toEqual(APP_TOOLS)
+      const result = await client.callTool({ name: 'get_version', arguments: {} })
+      expect((result.structuredContent as { version: string }).version).toBe('1.1.1')
+    } finally {
+      await client.close()
+    }
+    // The App (SDK v1) answers the 2026-07-28 probe with 400; the dispatch layer passed it
+    // through as the App's answer, version headers included, and the client fell back.
+    if (mode === 'auto') expect(seen[0]).toEqual({ method: 'server/discover', status: 400, version: '1.1.1', latest: '2.0.0' })
+    expect(seen.length).toBeGreaterThanOrEqual(4)
+    for (const exchange of seen) expect(exchange).toMatchObject({ version: '1.1.1', latest: '2.0.0' })
+    expect(seen.filter((e) => e.status >= 300)).toHaveLength(mode === 'auto' ? 1 : 0)
   })
 })

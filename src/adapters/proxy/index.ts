@@ -5,8 +5,10 @@
  * aborts the upstream request.
  *
  * What crosses to the upstream:
- * - `Content-Type`, `Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Last-Event-ID`
- *   (and the headers named in `forwardHeaders`), the method and the body;
+ * - `Content-Type`, `Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Last-Event-ID`, the
+ *   request metadata headers of MCP 2026-07-28 (`Mcp-Method`, `Mcp-Name` and every
+ *   `Mcp-Param-{name}`, which that revision's servers check against the body and an
+ *   intermediary must forward), the headers named in `forwardHeaders`, the method and the body;
  * - the resolved identity as a short-lived JWT signed by the platform, in `X-MCP-Identity`
  *   (see {@link createIdentitySigner}); Apps verify it with {@link createIdentityVerifier}
  *   against the JWKS the platform publishes.
@@ -45,14 +47,26 @@ import {
   createIdentitySigner,
 } from './identity.js'
 
-/** Request headers always forwarded to the upstream (MCP Streamable HTTP transport). */
+/**
+ * Request headers always forwarded to the upstream (MCP Streamable HTTP transport, 2025-03-26
+ * to 2026-07-28). Every `Mcp-Param-{name}` header is forwarded too, whatever its name.
+ */
 export const FORWARDED_REQUEST_HEADERS: readonly string[] = Object.freeze([
   'content-type',
   'accept',
   'mcp-session-id',
   'mcp-protocol-version',
   'last-event-id',
+  'mcp-method',
+  'mcp-name',
 ])
+
+/**
+ * Prefix of the request headers a client mirrors from tool arguments (`x-mcp-header`, MCP
+ * 2026-07-28): all are forwarded, whatever the name, since the upstream rejects a call whose
+ * mirrored argument lacks its header.
+ */
+const FORWARDED_PARAM_PREFIX = 'mcp-param-'
 
 /** Hop-by-hop headers (RFC 9110 section 7.6.1), never forwarded in either direction. */
 const HOP_BY_HOP = new Set([
@@ -256,6 +270,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       const value = request.headers.get(name)
       if (value !== null) headers.set(name, value)
     }
+    // `Headers` iterates lower-case names.
+    request.headers.forEach((value, name) => {
+      if (name.startsWith(FORWARDED_PARAM_PREFIX)) headers.set(name, value)
+    })
     // Compressed bodies would be decoded by `fetch` and re-labelled wrongly; ask for none.
     headers.set('accept-encoding', 'identity')
     headers.set(identityHeader, await signer.sign(context, audienceOf(context, target)))
