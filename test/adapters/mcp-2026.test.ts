@@ -9,89 +9,22 @@
  * handler to upstream Apps on loopback. Every answer carries the version headers of the URL's
  * version; the proxied Apps get the request metadata headers and never the caller's token.
  */
-import type * as http from 'node:http'
 import { Client, StreamableHTTPClientTransport } from '@modelcontextprotocol/client'
-import { McpServer, createMcpHandler } from '@modelcontextprotocol/server'
-import express from 'express'
-import Fastify, { type FastifyInstance } from 'fastify'
 import { generateKeyPair } from 'jose'
-import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
-import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { type ProxyHandler, createProxyHandler } from 'mcp-dispatch/proxy'
-import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion } from 'mcp-dispatch/web'
+import { type WebMcpHandler, routeByVersion } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import * as z from 'zod'
 import { type ServedFetch, serveFetch } from '../helpers/platform.js'
-import { type Fixture, HOST, close, createFixture, loopbackFetch } from './helpers.js'
+import { type Fixture, HOST, createFixture, loopbackFetch } from './helpers.js'
+import { ADAPTERS, MODERN, createModernApp, serveWeb } from './mcp-2026.js'
 
-const MODERN = '2026-07-28'
 const VERSIONS = ['1.0.0', '2.0.0'] as const
-
-/** A strict 2026-07-28 App version: a tool whose `region` argument is mirrored into `Mcp-Param-Region`. */
-function modernApp(version: string) {
-  return createMcpHandler(
-    () => {
-      const server = new McpServer({ name: 'weather', version })
-      server.registerTool(
-        'forecast',
-        {
-          description: `Forecast (version ${version})`,
-          inputSchema: z.object({ region: z.string().meta({ 'x-mcp-header': 'Region' }), city: z.string() }),
-        },
-        async ({ region, city }) => ({ content: [{ type: 'text', text: `${version}:${city}@${region}` }] }),
-      )
-      return server
-    },
-    { legacy: 'reject' },
-  )
-}
 
 /** What a proxied upstream App saw of one request. */
 interface Seen {
   version: string
   headers: Record<string, string>
 }
-
-interface Target {
-  port: number
-  close(): Promise<void>
-}
-
-type Serve = (fixture: Fixture, handler: WebMcpHandler) => Promise<Target>
-
-async function serveWeb(fixture: Fixture, handler: WebMcpHandler): Promise<Target> {
-  const dispatch = webDispatch({ dispatcher: fixture.dispatcher, handler })
-  const served = await serveFetch((request, info) => dispatch(request, info))
-  return { port: served.port, close: served.close }
-}
-
-async function serveExpress(fixture: Fixture, handler: WebMcpHandler): Promise<Target> {
-  const app = express()
-  app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
-  app.all('/{*path}', expressFromWeb(handler))
-  const server: http.Server = app.listen(0, '127.0.0.1')
-  await new Promise((resolve) => server.once('listening', resolve))
-  const port = (server.address() as { port: number }).port
-  return { port, close: () => close(server) }
-}
-
-async function serveFastify(fixture: Fixture, handler: WebMcpHandler): Promise<Target> {
-  const app: FastifyInstance = Fastify()
-  await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
-  // The body streams through unread, as docs/adapters.md recommends for web handlers.
-  app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-  app.all('/*', fastifyFromWeb(handler))
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  const port = (app.server.address() as { port: number }).port
-  return { port, close: () => app.close() }
-}
-
-const ADAPTERS: Array<[string, Serve]> = [
-  ['web', serveWeb],
-  ['express', serveExpress],
-  ['fastify', serveFastify],
-]
 
 /** Connects an SDK v2 client pinned to 2026-07-28, recording the version headers of every answer. */
 async function connect(url: string, token: string) {
@@ -126,7 +59,7 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
     const { privateKey } = await generateKeyPair('ES256', { extractable: true })
     const upstreamUrls: Record<string, string> = {}
     for (const version of VERSIONS) {
-      const app = modernApp(version)
+      const app = createModernApp(version)
       const served = await serveFetch((request) => {
         const headers: Record<string, string> = {}
         request.headers.forEach((value, name) => {
@@ -139,7 +72,7 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
       upstreamUrls[version] = `http://127.0.0.1:${served.port}/mcp`
     }
     proxy = createProxyHandler({ upstream: upstreamUrls, identity: { issuer: 'https://platform.test', privateKey } })
-    const local = Object.fromEntries(VERSIONS.map((v) => [v, modernApp(v)]))
+    const local = Object.fromEntries(VERSIONS.map((v) => [v, createModernApp(v)]))
     inProcess = routeByVersion(Object.fromEntries(VERSIONS.map((v) => [v, (request: Request) => local[v]!.fetch(request)])))
   })
 
@@ -160,7 +93,7 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
             const { client, answers } = await connect(`http://${HOST}:${target.port}${path}`, fixture.tokens.alice)
             try {
               const { tools } = await client.listTools()
-              expect(tools.map((t) => t.name)).toEqual(['forecast'])
+              expect(tools.map((t) => t.name)).toEqual(['forecast', 'test_simple_text'])
               expect(tools[0]!.description).toBe(`Forecast (version ${version})`)
               const result = await client.callTool({ name: 'forecast', arguments: { region: 'eu-west-3', city: 'Paris' } })
               expect(result.content).toEqual([{ type: 'text', text: `${version}:Paris@eu-west-3` }])

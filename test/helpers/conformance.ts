@@ -17,11 +17,29 @@ const PREFIX = fileURLToPath(new URL('../conformance/', import.meta.url))
 /** The runner imports `fs.globSync`, which Node 20 lacks: it runs on the `node@22` package's binary. */
 export const NODE_22 = join(PREFIX, 'node_modules/node/bin/node')
 export const RUNNER = join(PREFIX, 'node_modules/@modelcontextprotocol/conformance/dist/index.js')
+/**
+ * The runner's pre-release line (0.2.0-alpha), which has the scenarios of MCP 2026-07-28;
+ * installed beside the stable one as `conformance-next`.
+ */
+export const RUNNER_NEXT = join(PREFIX, 'node_modules/@modelcontextprotocol/conformance-next/dist/index.js')
 export const INSTALL_COMMAND = 'npm ci --prefix test/conformance'
 
-/** `true` when the nested package of test/conformance is installed. */
+/** `true` when the nested package of test/conformance is installed (both runners and Node 22). */
 export function conformanceInstalled(): boolean {
-  return existsSync(NODE_22) && existsSync(RUNNER)
+  return existsSync(NODE_22) && existsSync(RUNNER) && existsSync(RUNNER_NEXT)
+}
+
+/**
+ * Whether a conformance suite can run: `true` when the runners are installed. Otherwise it
+ * throws under `CI=true` (the suite must fail there, not skip), or warns, naming `suite`, and
+ * returns `false` (the suite is skipped on a machine without them).
+ */
+export function conformanceAvailable(suite: string): boolean {
+  if (conformanceInstalled()) return true
+  const missing = `the MCP conformance runners are not installed: run \`${INSTALL_COMMAND}\``
+  if (process.env.CI === 'true') throw new Error(`${missing} (CI=true, so this suite fails instead of skipping)`)
+  console.warn(`[${suite}] ${missing}; suite skipped`)
+  return false
 }
 
 /** One check of a scenario, as the runner writes it in `checks.json`. */
@@ -29,7 +47,7 @@ export interface ConformanceCheck {
   id: string
   name: string
   description: string
-  status: 'SUCCESS' | 'FAILURE' | 'WARNING' | 'INFO'
+  status: 'SUCCESS' | 'FAILURE' | 'WARNING' | 'INFO' | 'SKIPPED'
   errorMessage?: string
 }
 
@@ -44,6 +62,10 @@ export interface ConformanceRun {
 
 export interface RunConformanceOptions {
   url: string
+  /** The runner to use: {@link RUNNER} (default) or {@link RUNNER_NEXT}. */
+  runner?: string
+  /** `--spec-version`: the scenarios of that MCP revision (and earlier ones still in force). */
+  specVersion?: string
   /** `--scenario`; without it `--suite`. */
   scenario?: string
   /** `--suite` (`active`, `all`, `pending`). Default `all`. */
@@ -57,7 +79,8 @@ export interface RunConformanceOptions {
 /** Runs the official runner's server scenarios against `url`; rejects when it overruns. */
 export async function runConformance(options: RunConformanceOptions): Promise<ConformanceRun> {
   const selection = options.scenario ? ['--scenario', options.scenario] : ['--suite', options.suite ?? 'all']
-  const args = [RUNNER, 'server', '--url', options.url, ...selection, '-o', options.outputDir]
+  const version = options.specVersion ? ['--spec-version', options.specVersion] : []
+  const args = [options.runner ?? RUNNER, 'server', '--url', options.url, ...selection, ...version, '-o', options.outputDir]
   // The runner starts no Node of its own, so nothing meant for the test's Node 20 reaches it.
   const { NODE_OPTIONS: _ignored, ...env } = process.env
   const child = spawn(NODE_22, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })

@@ -19,20 +19,14 @@ import type { Platform } from '../../examples/platform/index.js'
 import {
   type ConformanceRun,
   type Forwarder,
-  INSTALL_COMMAND,
-  conformanceInstalled,
+  conformanceAvailable,
   failures,
   runConformance,
   startForwarder,
 } from '../helpers/conformance.js'
 import { type ServedPlatform, createTestPlatform, servePlatform } from '../helpers/platform.js'
 
-const installed = conformanceInstalled()
-if (!installed) {
-  const missing = `the MCP conformance runner is not installed: run \`${INSTALL_COMMAND}\``
-  if (process.env.CI === 'true') throw new Error(`${missing} (CI=true, so this suite fails instead of skipping)`)
-  console.warn(`[conformance] ${missing}; suite skipped`)
-}
+const installed = conformanceAvailable('conformance')
 
 /** Every server scenario of runner 0.1.16 (`--suite all`: the active ones and the pending ones). */
 const SCENARIOS = [
