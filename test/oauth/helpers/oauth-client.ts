@@ -8,7 +8,7 @@ import { createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { type OAuthClientProvider, UnauthorizedError, auth } from '@modelcontextprotocol/sdk/client/auth.js'
+import { type OAuthClientProvider, type OAuthDiscoveryState, UnauthorizedError, auth } from '@modelcontextprotocol/sdk/client/auth.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type {
   OAuthClientInformationMixed,
@@ -115,6 +115,8 @@ export class TestOAuthClient implements OAuthClientProvider {
   readonly redirectUrl = 'http://127.0.0.1:9/oauth/callback'
   /** The authorization code of the last authorization, read from the redirect. */
   code: string | undefined
+  /** Every parameter of the last redirect back to the client (`code`, `iss`, `state`). */
+  callbackParams: URLSearchParams | undefined
   /** Every token set saved, in order (a refresh adds one). */
   readonly savedTokens: OAuthTokens[] = []
   validateResourceURL?: (serverUrl: string | URL, resource?: string) => Promise<URL | undefined>
@@ -151,6 +153,17 @@ export class TestOAuthClient implements OAuthClientProvider {
     this.#tokens = tokens
     this.savedTokens.push(tokens)
   }
+  /**
+   * Discovery results the client keeps between its calls; the SDK v2 client also checks with
+   * them that the code is redeemed at the authorization server that minted it (SEP-2352).
+   */
+  discoveryStateValue: OAuthDiscoveryState | undefined = undefined
+  saveDiscoveryState(state: OAuthDiscoveryState) {
+    this.discoveryStateValue = state
+  }
+  discoveryState() {
+    return this.discoveryStateValue
+  }
   saveCodeVerifier(verifier: string) {
     this.#verifier = verifier
   }
@@ -183,6 +196,7 @@ export class TestOAuthClient implements OAuthClientProvider {
         const error = target.searchParams.get('error')
         if (error) throw new Error(`authorization refused: ${error} ${target.searchParams.get('error_description') ?? ''}`)
         this.code = target.searchParams.get('code') ?? undefined
+        this.callbackParams = target.searchParams
         return
       }
       next = target.href
