@@ -2,14 +2,24 @@
  * Spec 5.1 steps 1 to 7 end to end: the official MCP SDK client signs in against a real
  * authorization server (oidc-provider on 127.0.0.1, dynamic registration, PKCE) and reaches an
  * App of the reference platform over real HTTP, at `/`, `/v1` and the exact path; its token
- * expires (injected clock) and is refreshed.
+ * expires (injected clock) and is refreshed. The same with the SDK v2 client
+ * (`@modelcontextprotocol/client`, the SDK's line since MCP 2026-07-28), which checks more: the
+ * issuer in the authorization response (RFC 9207), and that the code is redeemed at the
+ * authorization server that minted it (SEP-2352).
  */
+import {
+  Client as ClientV2,
+  type OAuthClientProvider as OAuthClientProviderV2,
+  StreamableHTTPClientTransport as StreamableHTTPClientTransportV2,
+  UnauthorizedError as UnauthorizedErrorV2,
+} from '@modelcontextprotocol/client'
 import { StreamableHTTPError } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
 import { type ManualClock, createManualClock } from './helpers/clock.js'
 import {
+  type RecordedRequest,
   TestOAuthClient,
   connectWithOAuth,
   inProcessFetch,
@@ -58,6 +68,31 @@ afterAll(async () => {
   await auth?.close()
 })
 
+/**
+ * Spec 5.1 step 7: `ms` later the token has expired at the authorization server and left the
+ * validation cache, so the App answers 401 invalid_token; the client refreshes it and retries
+ * on its own, with the new token.
+ */
+async function expectRefreshAfter(
+  ms: number,
+  callTool: (request: { name: string; arguments: Record<string, unknown> }) => Promise<unknown>,
+  log: RecordedRequest[],
+  provider: TestOAuthClient,
+  version: string,
+): Promise<void> {
+  clock.advance(ms)
+  const before = log.length
+  const echoed = (await callTool({ name: 'echo', arguments: { text: 'after refresh' } })) as { content?: unknown }
+  expect(echoed.content).toEqual([{ type: 'text', text: `after refresh (from weather ${version})` }])
+  const retried = log.slice(before)
+  expect(retried[0]).toMatchObject({ status: 401 })
+  expect(retried[0]!.wwwAuthenticate).toContain('error="invalid_token"')
+  expect(retried.some((r) => r.url.endsWith('/token') && /grant_type=refresh_token/.test(r.body ?? '') && r.status === 200)).toBe(true)
+  expect(provider.savedTokens).toHaveLength(2)
+  expect(provider.savedTokens[1]!.access_token).not.toBe(provider.savedTokens[0]!.access_token)
+  expect(retried.at(-1)).toMatchObject({ status: 200, authorization: `Bearer ${provider.savedTokens[1]!.access_token}` })
+}
+
 describe('spec 5.1 with the MCP SDK client', () => {
   it.each([
     ['/', '2.0.0'],
@@ -103,17 +138,7 @@ describe('spec 5.1 with the MCP SDK client', () => {
 
     // Step 7: the token expires at the authorization server; once the cache entry is gone the
     // App answers 401 invalid_token and the client refreshes and retries on its own.
-    clock.advance(ACCESS_TOKEN_TTL_S * 1000)
-    const before = log.length
-    const echoed = await client.callTool({ name: 'echo', arguments: { text: 'after refresh' } })
-    expect(echoed.content).toEqual([{ type: 'text', text: `after refresh (from weather ${version})` }])
-    const retried = log.slice(before)
-    expect(retried[0]).toMatchObject({ status: 401 })
-    expect(retried[0]!.wwwAuthenticate).toContain('error="invalid_token"')
-    expect(retried.some((r) => r.url.endsWith('/token') && /grant_type=refresh_token/.test(r.body ?? '') && r.status === 200)).toBe(true)
-    expect(provider.savedTokens).toHaveLength(2)
-    expect(provider.savedTokens[1]!.access_token).not.toBe(provider.savedTokens[0]!.access_token)
-    expect(retried.at(-1)).toMatchObject({ status: 200, authorization: `Bearer ${provider.savedTokens[1]!.access_token}` })
+    await expectRefreshAfter(ACCESS_TOKEN_TTL_S * 1000, (arg) => client.callTool(arg), log, provider, version)
     // One userinfo call refused the old token, one accepted the new one.
     expect(userinfoCalls() - userinfoBefore).toBe(3)
 
@@ -193,5 +218,46 @@ describe('the OAuth identity in subscription and rate limits', () => {
     )
     expect(res.status).toBe(402)
     expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32002, data: { error: 'payment_required' } } })
+  })
+})
+
+describe('spec 5.1 with the SDK v2 client', () => {
+  it.each([
+    ['/v1', '1.1.1', undefined],
+    ['/', '2.0.0', 'auto' as const],
+  ])('signs in at %s (%s, negotiation %s), calls a tool, then refreshes an expired token', async (path, version, mode) => {
+    const provider = new TestOAuthClient({ loginHint: 'user_alice' })
+    const fetchFn = recordingFetch(loopbackFetch)
+    const options = mode ? { versionNegotiation: { mode } } : undefined
+    const open = () =>
+      new StreamableHTTPClientTransportV2(new URL(appUrl + path), { authProvider: provider as unknown as OAuthClientProviderV2, fetch: fetchFn })
+
+    const first = open()
+    await expect(new ClientV2({ name: 'oauth-v2', version: '1.0.0' }, options).connect(first)).rejects.toBeInstanceOf(UnauthorizedErrorV2)
+    const log = fetchFn.log
+    expect(log[0]).toMatchObject({ status: 401, authorization: null })
+    expect(log[0]!.wwwAuthenticate).toBe(`Bearer resource_metadata="${appUrl}/.well-known/oauth-protected-resource"`)
+    expect(log.some((r) => r.url === `${appUrl}/.well-known/oauth-protected-resource` && r.status === 200)).toBe(true)
+    // RFC 9207: the redirect names the issuer, which the v2 client checks against the metadata.
+    expect(provider.callbackParams?.get('iss')).toBe(auth.issuer)
+    await first.finishAuth(provider.callbackParams!)
+    await first.close()
+
+    const transport = open()
+    const client = new ClientV2({ name: 'oauth-v2', version: '1.0.0' }, options)
+    await client.connect(transport)
+    try {
+      const result = await client.callTool({ name: 'get_version', arguments: {} })
+      expect(result.structuredContent).toEqual({ app: 'weather', version })
+      const token = provider.savedTokens[0]!.access_token
+      const toApp = log.slice(log.findIndex((r) => r.url.endsWith('/token')) + 1).filter((r) => r.url.startsWith(appUrl))
+      expect(toApp.length).toBeGreaterThan(0)
+      expect(toApp.every((r) => r.authorization === `Bearer ${token}`)).toBe(true)
+
+      // Past the token's lifetime and the validation cache.
+      await expectRefreshAfter(ACCESS_TOKEN_TTL_S * 1000 + CACHE_TTL_MS, (arg) => client.callTool(arg), log, provider, version)
+    } finally {
+      await client.close()
+    }
   })
 })
