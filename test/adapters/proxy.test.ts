@@ -456,6 +456,10 @@ describe('identity tokens', () => {
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)
+    // A header the client sends and the proxy forwards (MCP 2026-07-28) cannot carry the identity.
+    for (const name of ['mcp-method', 'Mcp-Name', 'mcp-param-region']) {
+      expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: name }), name).toThrow(ConfigurationError)
+    }
     expect(() => createIdentityVerifier({ jwks: 'not a url', issuer: ISSUER, audience: 'a' })).toThrow(ConfigurationError)
   })
 })

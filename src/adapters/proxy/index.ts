@@ -99,7 +99,10 @@ export interface ProxyHandlerOptions {
   upstream: UpstreamMap
   /** Signs the identity the upstream receives: a signer, or the options to create one. */
   identity: IdentitySigner | IdentitySignerOptions
-  /** Header carrying the identity JWT. Default `x-mcp-identity`. */
+  /**
+   * Header carrying the identity JWT. Default `x-mcp-identity`. Never a header the proxy
+   * forwards from the client (the MCP ones, `Mcp-Param-*`), a credential or a hop-by-hop header.
+   */
   identityHeader?: string
   /** The `aud` of the identity JWT for an upstream. Default: the upstream URL's origin. */
   audience?: (context: DispatchContext, upstream: URL) => string
@@ -218,7 +221,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       ? (options.identity as IdentitySigner)
       : createIdentitySigner(options.identity as IdentitySignerOptions)
   const identityHeader = (options.identityHeader ?? IDENTITY_HEADER).toLowerCase()
-  if (NEVER_FORWARDED.has(identityHeader) || FORWARDED_REQUEST_HEADERS.includes(identityHeader)) {
+  if (
+    NEVER_FORWARDED.has(identityHeader) ||
+    FORWARDED_REQUEST_HEADERS.includes(identityHeader) ||
+    identityHeader.startsWith(FORWARDED_PARAM_PREFIX)
+  ) {
     throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityHeader)}`)
   }
   const timeoutMs = options.timeoutMs ?? 30_000
