@@ -21,7 +21,7 @@ export const MAX_PARAM_HEADERS = 64
 /** Longest `Mcp-Param-*` name allowed (the prefix included). */
 const MAX_NAME_LENGTH = 128
 
-/** RFC 9110 `tchar`: `!#$%&'*+-.^_|~`, digits and letters. */
+/** RFC 9110 tchar: letters, digits, and ! # $ % & ' * + - . ^ _ ` | ~ */
 function isTchar(c: number): boolean {
   return (
     (c >= 0x61 && c <= 0x7a) || // a-z
