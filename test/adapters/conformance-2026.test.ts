@@ -26,8 +26,8 @@ import {
   startForwarder,
 } from '../helpers/conformance.js'
 import { type ServedFetch, serveFetch } from '../helpers/platform.js'
-import { HOST, createFixture } from './helpers.js'
-import { MODERN, type Target, createModernApp, serveFastify, serveWeb } from './mcp-2026.js'
+import { HOST, type Served, createFixture, serveWebHandler } from './helpers.js'
+import { MODERN, createModernApp } from './mcp-2026.js'
 
 const installed = conformanceAvailable('conformance 2026-07-28')
 
@@ -46,7 +46,7 @@ function verdicts(checks: ConformanceCheck[]): string[] {
 
 describe.skipIf(!installed)('the conformance runner’s MCP 2026-07-28 scenarios, directly and through the dispatch layer', () => {
   let app: ServedFetch
-  const targets: Target[] = []
+  const targets: Served[] = []
   const forwarders: Forwarder[] = []
   let outputRoot: string
   const results = new Map<string, Verdicts>()
@@ -79,8 +79,8 @@ describe.skipIf(!installed)('the conformance runner’s MCP 2026-07-28 scenarios
     const upstreamUrl = `http://127.0.0.1:${app.port}/mcp`
     const proxy = createProxyHandler({ upstream: { '1.0.0': upstreamUrl, '2.0.0': upstreamUrl }, identity: { issuer: 'https://platform.test', privateKey } })
     const inProcess = createModernApp('1.0.0')
-    const proxied = await serveWeb(fixture, proxy)
-    const fastify = await serveFastify(fixture, (request) => inProcess.fetch(request))
+    const proxied = await serveWebHandler('web', fixture, proxy)
+    const fastify = await serveWebHandler('fastify', fixture, (request) => inProcess.fetch(request))
     targets.push(proxied, fastify)
     for (const target of [proxied, fastify]) {
       forwarders.push(await startForwarder({ port: target.port, host: `${HOST}:${target.port}`, authorization: `Bearer ${fixture.tokens.alice}` }))

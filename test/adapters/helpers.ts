@@ -5,6 +5,8 @@
  */
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import express from 'express'
+import Fastify from 'fastify'
 import {
   type AppRecord,
   type Dispatcher,
@@ -22,7 +24,10 @@ import {
   generateApiToken,
   hashApiToken,
 } from 'mcp-dispatch'
-import { localhostFetch } from '../helpers/platform.js'
+import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { type WebMcpHandler, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { localhostFetch, serveFetch } from '../helpers/platform.js'
 
 /** 2030-01-01T00:00:30Z: half-way through a minute window, so 429 bodies are fixed. */
 export const T0 = Date.UTC(2030, 0, 1, 0, 0, 30)
@@ -199,4 +204,42 @@ export async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>,
     seen += decoder.decode(value, { stream: true })
   }
   return seen
+}
+
+/** The three adapters. */
+export type AdapterKind = 'web' | 'express' | 'fastify'
+export const ADAPTER_KINDS: readonly AdapterKind[] = ['web', 'express', 'fastify']
+
+/** A server on 127.0.0.1 and how to stop it. */
+export interface Served {
+  port: number
+  close(): Promise<void>
+}
+
+/**
+ * The dispatch layer of `kind` on 127.0.0.1 in front of a web-standard handler (the proxy
+ * handler, an SDK web transport): the Web adapter on `@hono/node-server` (with `outgoing`),
+ * or `fromWebHandler` behind the Express or Fastify adapter, request bodies left unread so they
+ * stream. The adapters' failures go to `fixture.errors`.
+ */
+export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handler: WebMcpHandler): Promise<Served> {
+  const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
+  if (kind === 'web') {
+    const served = await serveFetch(webDispatch({ dispatcher: fixture.dispatcher, onError, handler }))
+    return { port: served.port, close: served.close }
+  }
+  if (kind === 'express') {
+    const app = express()
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.use(expressFromWeb(handler))
+    const server = http.createServer(app)
+    return { port: await listen(server), close: () => close(server) }
+  }
+  const app = Fastify({ forceCloseConnections: true })
+  await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
+  app.removeAllContentTypeParsers()
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+  app.all('/*', fastifyFromWeb(handler))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
 }

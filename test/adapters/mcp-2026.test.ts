@@ -15,8 +15,8 @@ import { type ProxyHandler, createProxyHandler } from 'mcp-dispatch/proxy'
 import { type WebMcpHandler, routeByVersion } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type ServedFetch, serveFetch } from '../helpers/platform.js'
-import { type Fixture, HOST, createFixture, loopbackFetch } from './helpers.js'
-import { ADAPTERS, MODERN, createModernApp, serveWeb } from './mcp-2026.js'
+import { ADAPTER_KINDS, type Fixture, HOST, createFixture, loopbackFetch, serveWebHandler } from './helpers.js'
+import { MODERN, createModernApp } from './mcp-2026.js'
 
 const VERSIONS = ['1.0.0', '2.0.0'] as const
 
@@ -80,10 +80,10 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
     for (const served of upstreams.values()) await served.close()
   })
 
-  describe.each(ADAPTERS)('%s adapter', (_name, serve) => {
+  describe.each(ADAPTER_KINDS)('%s adapter', (kind) => {
     for (const mode of ['in process', 'proxied'] as const) {
       it(`${mode}: a pinned 2026-07-28 client lists and calls tools at /v1 and /, with the version headers on every answer`, async () => {
-        const target = await serve(fixture, mode === 'proxied' ? proxy : inProcess)
+        const target = await serveWebHandler(kind, fixture, mode === 'proxied' ? proxy : inProcess)
         const before = seen.length
         try {
           for (const [path, version] of [
@@ -134,7 +134,7 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
   })
 
   it('the proxied App still refuses a call whose mirrored argument lost its header (the check is the App’s, and it works)', async () => {
-    const target = await serveWeb(fixture, proxy)
+    const target = await serveWebHandler('web', fixture, proxy)
     try {
       const body = JSON.stringify({
         jsonrpc: '2.0',
@@ -171,7 +171,7 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
   })
 
   it('a browser preflight for a 2026-07-28 tool call is allowed every header the client sends', async () => {
-    const target = await serveWeb(fixture, proxy)
+    const target = await serveWebHandler('web', fixture, proxy)
     try {
       const response = await loopbackFetch(`http://${HOST}:${target.port}/v1`, {
         method: 'OPTIONS',

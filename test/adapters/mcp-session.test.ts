@@ -10,8 +10,8 @@ import type { AddressInfo } from 'node:net'
 import express from 'express'
 import Fastify from 'fastify'
 import { generateKeyPair } from 'jose'
-import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
-import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
+import { mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
+import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import {
   type IdentitySigner,
   type VerifiedIdentity,
@@ -19,9 +19,19 @@ import {
   createIdentityVerifier,
   createProxyHandler,
 } from 'mcp-dispatch/proxy'
-import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
+import { mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
+import {
+  ADAPTER_KINDS,
+  type AdapterKind,
+  type Fixture,
+  type Served,
+  close,
+  createFixture,
+  listen,
+  loopbackFetch,
+  serveWebHandler,
+} from './helpers.js'
 import {
   type ScenarioResult,
   buildScenarioServer,
@@ -32,14 +42,7 @@ import {
 } from './mcp.js'
 import { serveFetch } from '../helpers/platform.js'
 
-type Kind = 'web' | 'express' | 'fastify'
-const KINDS: readonly Kind[] = ['web', 'express', 'fastify']
 const ISSUER = 'https://platform.test'
-
-interface Stack {
-  port: number
-  close(): Promise<void>
-}
 
 function withoutExchanges(result: ScenarioResult): Omit<ScenarioResult, 'exchanges'> {
   const { exchanges: _exchanges, ...rest } = result
@@ -47,16 +50,16 @@ function withoutExchanges(result: ScenarioResult): Omit<ScenarioResult, 'exchang
 }
 
 /** Serves a web handler (`@hono/node-server`), the client address from the socket. */
-async function serveWeb(handle: (request: Request, info: { clientAddress?: string }) => Promise<Response>): Promise<Stack> {
+async function serveWeb(handle: (request: Request, info: { clientAddress?: string }) => Promise<Response>): Promise<Served> {
   const served = await serveFetch(handle)
   return { port: served.port, close: served.close }
 }
 
 /** SDK servers, one per version, in front of which each adapter puts the dispatch layer. */
-async function startLocal(kind: Kind, fixture: Fixture): Promise<Stack> {
+async function startLocal(kind: AdapterKind, fixture: Fixture): Promise<Served> {
   const closers: Array<() => Promise<void>> = []
   const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
-  let stack: Stack
+  let stack: Served
   if (kind === 'web') {
     const handle = webDispatch({
       dispatcher: fixture.dispatcher,
@@ -108,7 +111,7 @@ async function startLocal(kind: Kind, fixture: Fixture): Promise<Stack> {
 }
 
 /** Upstream App services: one SDK server per version at `/v/<version>/mcp`, behind identity checks. */
-interface Upstream extends Stack {
+interface Upstream extends Served {
   origin: string
   identities: VerifiedIdentity[]
   /** `Authorization` headers the upstream received (must stay empty). */
@@ -153,29 +156,14 @@ async function startUpstream(signer: IdentitySigner): Promise<Upstream> {
 }
 
 /** The dispatch layer of `kind` in front of the proxy handler. */
-async function startProxied(kind: Kind, fixture: Fixture, upstream: Upstream, signer: IdentitySigner): Promise<Stack> {
+async function startProxied(kind: AdapterKind, fixture: Fixture, upstream: Upstream, signer: IdentitySigner): Promise<Served> {
   const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
   const proxy = createProxyHandler({
     upstream: (context) => `${upstream.origin}/v/${context.version}/mcp`,
     identity: signer,
     onError,
   })
-  if (kind === 'web') return serveWeb(webDispatch({ dispatcher: fixture.dispatcher, onError, handler: proxy as WebMcpHandler }))
-  if (kind === 'express') {
-    const app = express()
-    app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
-    app.use(expressFromWeb(proxy))
-    const server = http.createServer(app)
-    return { port: await listen(server), close: () => close(server) }
-  }
-  const app = Fastify({ forceCloseConnections: true })
-  await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
-  // Leave request bodies unread, so they stream to the upstream.
-  app.removeAllContentTypeParsers()
-  app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-  app.all('/*', fastifyFromWeb(proxy))
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  return serveWebHandler(kind, fixture, proxy)
 }
 
 describe('a full MCP session through every adapter and through the proxy handler', () => {
@@ -219,7 +207,7 @@ describe('a full MCP session through every adapter and through the proxy handler
     expect(result.exchanges.filter((e) => e.method === 'GET')).toHaveLength(1)
   }
 
-  for (const kind of KINDS) {
+  for (const kind of ADAPTER_KINDS) {
     it(`${kind} adapter: same results as a direct session; a deploy during it does not move it`, async () => {
       const fixture = createFixture()
       const stack = await startLocal(kind, fixture)

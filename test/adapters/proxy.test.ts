@@ -4,13 +4,8 @@
  * failures (502 / 504), and the identity token an App verifies.
  */
 import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
-import express from 'express'
-import Fastify from 'fastify'
 import { type JWK, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
 import { ConfigurationError, type DispatchContext, UnauthorizedError, UpstreamError } from 'mcp-dispatch'
-import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
-import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import {
   type IdentitySigner,
   type ProxyHandler,
@@ -18,10 +13,8 @@ import {
   createIdentityVerifier,
   createProxyHandler,
 } from 'mcp-dispatch/proxy'
-import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
-import { serve } from '@hono/node-server'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Gate, close, createFixture, createGate, listen, loopbackFetch, readUntil } from './helpers.js'
+import { ADAPTER_KINDS, type Gate, close, createFixture, createGate, listen, loopbackFetch, readUntil, serveWebHandler } from './helpers.js'
 
 const ISSUER = 'https://platform.test'
 
@@ -306,7 +299,7 @@ describe('proxy handler', () => {
   })
 
   describe('client disconnects propagate through every adapter', () => {
-    for (const kind of ['web', 'express', 'fastify'] as const) {
+    for (const kind of ADAPTER_KINDS) {
       it(`${kind}: the upstream request ends when the client goes away`, async () => {
         const fixture = createFixture()
         const closed = createGate()
@@ -316,31 +309,7 @@ describe('proxy handler', () => {
           res.write('data: one\n\n')
         }
         const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
-        let port: number
-        let stop: () => Promise<unknown>
-        if (kind === 'web') {
-          const handle = webDispatch({ dispatcher: fixture.dispatcher, handler })
-          let server!: ReturnType<typeof serve>
-          port = await new Promise<number>((resolve) => {
-            server = serve({ port: 0, hostname: '127.0.0.1', fetch: (r: Request) => handle(r, { clientAddress: '127.0.0.1' }) }, (info: AddressInfo) =>
-              resolve(info.port),
-            )
-          })
-          stop = () => close(server as unknown as http.Server)
-        } else if (kind === 'express') {
-          const app = express()
-          app.use(expressDispatch({ dispatcher: fixture.dispatcher }), expressFromWeb(handler))
-          const server = http.createServer(app)
-          port = await listen(server)
-          stop = () => close(server)
-        } else {
-          const app = Fastify({ forceCloseConnections: true })
-          await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
-          app.all('/*', fastifyFromWeb(handler))
-          await app.listen({ port: 0, host: '127.0.0.1' })
-          port = (app.server.address() as AddressInfo).port
-          stop = () => app.close()
-        }
+        const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
         try {
           const controller = new AbortController()
           const response = await loopbackFetch(`http://weather.localhost:${port}/v2`, {

@@ -68,6 +68,11 @@ export const FORWARDED_REQUEST_HEADERS: readonly string[] = Object.freeze([
  */
 const FORWARDED_PARAM_PREFIX = 'mcp-param-'
 
+/** Whether the request header `name` (lower case) always crosses to the upstream. */
+function alwaysForwarded(name: string): boolean {
+  return FORWARDED_REQUEST_HEADERS.includes(name) || name.startsWith(FORWARDED_PARAM_PREFIX)
+}
+
 /** Hop-by-hop headers (RFC 9110 section 7.6.1), never forwarded in either direction. */
 const HOP_BY_HOP = new Set([
   'connection',
@@ -221,22 +226,18 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       ? (options.identity as IdentitySigner)
       : createIdentitySigner(options.identity as IdentitySignerOptions)
   const identityHeader = (options.identityHeader ?? IDENTITY_HEADER).toLowerCase()
-  if (
-    NEVER_FORWARDED.has(identityHeader) ||
-    FORWARDED_REQUEST_HEADERS.includes(identityHeader) ||
-    identityHeader.startsWith(FORWARDED_PARAM_PREFIX)
-  ) {
+  if (NEVER_FORWARDED.has(identityHeader) || alwaysForwarded(identityHeader)) {
     throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityHeader)}`)
   }
   const timeoutMs = options.timeoutMs ?? 30_000
   if (!(timeoutMs > 0) || !Number.isFinite(timeoutMs)) throw new ConfigurationError('timeoutMs', 'must be a positive number')
-  const forwarded = [...FORWARDED_REQUEST_HEADERS]
+  const forwarded = new Set(FORWARDED_REQUEST_HEADERS)
   for (const name of options.forwardHeaders ?? []) {
     const lower = String(name).toLowerCase()
     if (NEVER_FORWARDED.has(lower) || lower === identityHeader) {
       throw new ConfigurationError('forwardHeaders', `must not name ${JSON.stringify(lower)}`)
     }
-    if (!forwarded.includes(lower)) forwarded.push(lower)
+    forwarded.add(lower)
   }
   const fetchUpstream = options.fetch ?? ((input: URL, init: RequestInit) => fetch(input, init))
   const onError = options.onError ?? (() => {})
@@ -273,13 +274,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     if (!target) return toResponse(versionNotServedReply(context.version))
 
     const headers = new Headers()
-    for (const name of forwarded) {
-      const value = request.headers.get(name)
-      if (value !== null) headers.set(name, value)
-    }
-    // `Headers` iterates lower-case names.
+    // `Headers` iterates lower-case names, each once (repeated ones joined, as `get` gives them).
     request.headers.forEach((value, name) => {
-      if (name.startsWith(FORWARDED_PARAM_PREFIX)) headers.set(name, value)
+      if (forwarded.has(name) || name.startsWith(FORWARDED_PARAM_PREFIX)) headers.set(name, value)
     })
     // Compressed bodies would be decoded by `fetch` and re-labelled wrongly; ask for none.
     headers.set('accept-encoding', 'identity')
