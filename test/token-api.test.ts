@@ -3,7 +3,7 @@
  * reference platform's `api.localhost` host, with a development dashboard session, and the
  * effect of every lifecycle step on the Apps (real MCP SDK servers behind the Web adapter).
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import type { Platform } from '../examples/platform/index.js'
 import {
   CLIENT,
@@ -56,12 +56,14 @@ async function appStatus(secret: string, clientAddress = CLIENT, slug = 'weather
   return response.status
 }
 
-async function expectFieldError(response: Response, field: string, status = 400): Promise<void> {
+/** Checks a 400 naming `field`; returns the error body. */
+async function expectFieldError(response: Response, field: string, status = 400): Promise<{ message: string }> {
   expect(response.status).toBe(status)
   expect(response.headers.get('content-type')).toBe('application/json')
   const body = await json(response)
   expect(body).toMatchObject({ error: 'invalid_request', field })
   expect(body.message.startsWith(`${field}: `)).toBe(true)
+  return body
 }
 
 async function seededId(userId: string, name: string): Promise<string> {
@@ -192,6 +194,36 @@ describe('create (spec 2.1, 3)', () => {
     await expectFieldError(await call('POST', '', { session: alice, rawBody: JSON.stringify({ name: 'x'.repeat(20_000) }) }), 'body')
   })
 
+  it('a body past the limit is refused while it streams in, never read whole', async () => {
+    const alice = await signIn('user_alice')
+    let pulled = 0
+    let cancelled = false
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulled += 4096
+        controller.enqueue(new Uint8Array(4096).fill(0x20))
+      },
+      cancel() {
+        cancelled = true
+      },
+    })
+    const headers = { cookie: alice.cookie, 'x-csrf-token': alice.csrfToken, 'content-type': 'application/json' }
+    const request = new Request('http://api.localhost/api/tokens', { method: 'POST', headers, body: endless, duplex: 'half' } as RequestInit)
+    const response = await platform.fetch(request, { clientAddress: CLIENT })
+    await expectFieldError(response, 'body')
+    expect((await json(await call('GET', '', { session: alice }))).tokens.every((t: { name: string }) => t.name !== '')).toBe(true)
+    expect(pulled).toBeLessThan(64 * 1024)
+    await vi.waitFor(() => expect(cancelled).toBe(true))
+  })
+
+  it('a missing field is "required", by name', async () => {
+    const alice = await signIn('user_alice')
+    const noName = await call('POST', '', { session: alice, body: { servers: ['app_weather'], expires_in_days: 7 } })
+    expect((await expectFieldError(noName, 'name')).message).toBe('name: is required')
+    const noDays = await call('POST', '', { session: alice, body: { name: 'x', servers: ['app_weather'] } })
+    expect((await expectFieldError(noDays, 'expires_in_days')).message).toBe('expires_in_days: is required')
+  })
+
   it('a cookie-authenticated write needs the CSRF token (403 without or with a wrong one)', async () => {
     const alice = await signIn('user_alice')
     const body = { name: 'CI', servers: ['app_weather'], expires_in_days: 30 }
@@ -242,9 +274,12 @@ describe('list (spec 2.1: name, prefix, servers, expiration, last use)', () => {
     const alice = await signIn('user_alice')
     clock.advance(5_000)
     expect(await appStatus(token('alice'))).toBe(200)
+    const usedAt = async () => (await json(await call('GET', '', { session: alice }))).tokens.find((t: { name: string }) => t.name === 'alice').last_used_at
+    // Shown at once, before the coalesced write (regression: it stayed null until a later
+    // request of any token came a flush interval after the last write), and after it.
+    expect(await usedAt()).toBe(new Date(T0 + 5_000).toISOString())
     await platform.tokenService.flush()
-    const { tokens } = await json(await call('GET', '', { session: alice }))
-    expect(tokens.find((t: { name: string }) => t.name === 'alice').last_used_at).toBe(new Date(T0 + 5_000).toISOString())
+    expect(await usedAt()).toBe(new Date(T0 + 5_000).toISOString())
   })
 
   it("another user's token is 404, exactly like a missing one", async () => {
@@ -288,6 +323,19 @@ describe('edit (spec 2.1, 3, 4.4)', () => {
     for (const bad of [new Date(T0 + 90 * DAY + 1).toISOString(), new Date(T0 - 1).toISOString(), 'tomorrow', 12]) {
       await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { expires_at: bad } }), 'expires_at')
     }
+  })
+
+  it('expires_at is an ISO 8601 string of a real date: no epoch numbers, no calendar roll-over', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const before = await json(await call('GET', `/${id}`, { session: alice }))
+    const inRange = new Date(T0 + 10 * DAY)
+    const year = inRange.getUTCFullYear()
+    for (const bad of [inRange.getTime(), `${year}-02-30T00:00:00Z`, `${year}-11-31T00:00:00Z`, `${inRange.toISOString().slice(0, 10)}T24:00:00Z`]) {
+      const response = await call('PATCH', `/${id}`, { session: alice, body: { expires_at: bad } })
+      expect((await expectFieldError(response, 'expires_at')).message).toMatch(/ISO 8601/)
+    }
+    expect(await json(await call('GET', `/${id}`, { session: alice }))).toEqual(before)
   })
 
   it.each([
@@ -394,6 +442,22 @@ describe('rotate (spec 3, 4.3)', () => {
     const revoked = await call('POST', `/${id}/rotate`, { session: alice })
     expect(revoked.status).toBe(409)
     expect(await json(revoked)).toMatchObject({ error: 'token_inactive' })
+  })
+
+  it('takes no body (spec 4.3): none or {} rotates; anything else is 400 and rotates nothing', async () => {
+    const id = await seededId('user_alice', 'alice')
+    const alice = await signIn('user_alice')
+    const before = await json(await call('GET', `/${id}`, { session: alice }))
+    for (const rawBody of ['{"name":"renamed"}', '{bad json', '[]', '"x"']) {
+      await expectFieldError(await call('POST', `/${id}/rotate`, { bearer: token('alice'), rawBody }), 'body')
+      await expectFieldError(await call('POST', `/${id}/rotate`, { session: alice, rawBody }), 'body')
+    }
+    expect(await json(await call('GET', `/${id}`, { session: alice }))).toEqual(before)
+    expect(await appStatus(token('alice'))).toBe(200)
+    const bySession = await call('POST', `/${id}/rotate`, { session: alice, rawBody: '{}' })
+    expect(bySession.status).toBe(200)
+    const rotated = await json(bySession)
+    expect((await call('POST', `/${id}/rotate`, { bearer: rotated.token, rawBody: ' { } ' })).status).toBe(200)
   })
 
   it('only POST rotates', async () => {

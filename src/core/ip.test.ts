@@ -251,6 +251,14 @@ describe('compileAllowlist / validateAllowlist', () => {
     expect(validateAllowlist(['10.0.0.0/8', 'x', 'y'])).toEqual({ index: 1, message: expect.stringMatching(/^entry 1/) })
   })
 
+  it('validateAllowlist refuses what parseCidr would drop: spaces around an entry, a zone index', () => {
+    expect(validateAllowlist([' 127.0.0.1'])).toEqual({ index: 0, message: 'entry 0 (" 127.0.0.1") has spaces around it' })
+    expect(validateAllowlist(['::1', '10.0.0.0/8\t'])).toEqual({ index: 1, message: 'entry 1 ("10.0.0.0/8\\t") has spaces around it' })
+    expect(validateAllowlist(['fe80::1%eth0'])).toEqual({ index: 0, message: expect.stringContaining('zone index') })
+    // Client addresses keep both leniencies: a socket may report a zone.
+    expect(parseIp(' fe80::1%eth0 ')).toEqual(parseIp('fe80::1'))
+  })
+
   it('shortens a huge entry in the message', () => {
     const bad = validateAllowlist(['x'.repeat(1000)])
     expect(bad!.message.length).toBeLessThan(200)

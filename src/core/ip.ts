@@ -162,24 +162,36 @@ export function compileAllowlist(entries: readonly string[] | null | undefined):
   })
 }
 
-/** Returns a message for the first invalid entry, or `null` when all are valid. */
+/**
+ * Returns a message for the first invalid entry, or `null` when all are valid. Stricter than
+ * {@link parseCidr}, for entries a user types: spaces around an entry and IPv6 zone indexes
+ * (`fe80::1%eth0`) are refused, not dropped, so the entry stored is the entry matched.
+ */
 export function validateAllowlist(entries: readonly string[]): { index: number; message: string } | null {
   for (let index = 0; index < entries.length; index++) {
-    const result = parseCidr(entries[index]!)
-    if (typeof result === 'string') return { index, message: describeCidrError(entries[index]!, index, result) }
+    const entry = entries[index]!
+    if (entry.trim() !== entry) return { index, message: `entry ${index} (${shown(entry)}) has spaces around it` }
+    if (entry.includes('%')) {
+      return { index, message: `entry ${index} (${shown(entry)}) has a zone index (%…), which an allowlist cannot use` }
+    }
+    const result = parseCidr(entry)
+    if (typeof result === 'string') return { index, message: describeCidrError(entry, index, result) }
   }
   return null
 }
 
+function shown(entry: string): string {
+  return JSON.stringify(entry.length > 60 ? `${entry.slice(0, 60)}…` : entry)
+}
+
 function describeCidrError(entry: string, index: number, error: CidrError): string {
-  const shown = JSON.stringify(entry.length > 60 ? `${entry.slice(0, 60)}…` : entry)
   switch (error) {
     case 'address':
-      return `entry ${index} (${shown}) is not an IPv4/IPv6 address or CIDR range`
+      return `entry ${index} (${shown(entry)}) is not an IPv4/IPv6 address or CIDR range`
     case 'prefix':
-      return `entry ${index} (${shown}) has an invalid prefix length`
+      return `entry ${index} (${shown(entry)}) has an invalid prefix length`
     case 'host-bits':
-      return `entry ${index} (${shown}) has host bits set after the prefix`
+      return `entry ${index} (${shown(entry)}) has host bits set after the prefix`
   }
 }
 

@@ -88,7 +88,6 @@ describe('parseVersionPath (spec 4.1, 9.1)', () => {
       '/ v1',
       '/v1 ',
       '/v1?x=1',
-      '/v1%2e2',
       '/v１',
       '/latest',
       '/v' + '1'.repeat(200),
@@ -96,6 +95,19 @@ describe('parseVersionPath (spec 4.1, 9.1)', () => {
     ]) {
       expect(parseVersionPath(bad), JSON.stringify(bad)).toBeNull()
     }
+  })
+
+  it('decodes percent-encoded unreserved characters (RFC 3986 6.2.2.2), and no other escape', () => {
+    expect(parseVersionPath('/v%31')).toEqual(major(1))
+    expect(parseVersionPath('/%76%31%2E%32')).toEqual(minor(1, 2))
+    expect(parseVersionPath('/v1.2.3-rc%2e1')).toEqual(exact('1.2.3-rc.1'))
+    expect(parseVersionPath('/%2F')).toBeNull()
+    expect(parseVersionPath('/v1%2F')).toBeNull()
+    expect(parseVersionPath('/v1%2B')).toBeNull()
+    expect(parseVersionPath('/v1%')).toBeNull()
+    expect(parseVersionPath('/v1%3')).toBeNull()
+    expect(parseVersionPath('/v%30%31')).toBeNull()
+    expect(parseVersionPath(`/v1${'%20'.repeat(200)}`)).toBeNull()
   })
 
   it('formatSelector writes the selector as it appeared in the URL', () => {

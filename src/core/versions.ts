@@ -27,7 +27,8 @@ const VERSION_PATH = new RegExp(
  * Parses the App-relative path of an MCP request: `/` (or empty), `/v<major>`,
  * `/v<major>.<minor>`, `/v<major>.<minor>.<patch>` and `/v<major>.<minor>.<patch>-<pre>`;
  * a trailing slash is tolerated. Leading zeros, build metadata and anything else give
- * `null` (404).
+ * `null` (404). Percent-encoded unreserved characters are decoded first (`/v%31` is `/v1`,
+ * RFC 3986 section 6.2.2.2); any other escape, an encoded `/` among them, stays and gives `null`.
  *
  * @example
  * ```ts
@@ -36,6 +37,10 @@ const VERSION_PATH = new RegExp(
  * ```
  */
 export function parseVersionPath(path: string): VersionSelector | null {
+  if (path.includes('%')) {
+    if (path.length > 384) return null
+    path = decodeUnreserved(path)
+  }
   if (path === '' || path === '/') return LATEST
   if (path.length > 128 || path.charCodeAt(1) !== 118 /* v */) return null
   const m = VERSION_PATH.exec(path)
@@ -48,6 +53,17 @@ export function parseVersionPath(path: string): VersionSelector | null {
   if (m[3] === undefined) return { kind: 'minor', major, minor }
   if (!Number.isSafeInteger(Number(m[3]))) return null
   return { kind: 'exact', version: `${m[1]}.${m[2]}.${m[3]}${m[4] ?? ''}` }
+}
+
+/** RFC 3986 unreserved characters: ALPHA / DIGIT / "-" / "." / "_" / "~". */
+const UNRESERVED = /^[A-Za-z0-9._~-]$/
+
+/** Decodes the percent-escapes of unreserved characters, the equivalent spelling (RFC 3986 6.2.2.2). */
+function decodeUnreserved(path: string): string {
+  return path.replace(/%([0-9A-Fa-f]{2})/g, (escape: string, hex: string) => {
+    const char = String.fromCharCode(parseInt(hex, 16))
+    return UNRESERVED.test(char) ? char : escape
+  })
 }
 
 /** Text of a selector as it appeared in the URL, without the `v` (`'1.2'`, `'latest'`). */

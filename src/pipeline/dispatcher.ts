@@ -216,6 +216,8 @@ export interface Dispatcher {
 }
 
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
+/** What the protected-resource metadata answers (spec 4.2): read-only. */
+const METADATA_METHODS = 'GET, HEAD, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
@@ -346,8 +348,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function metadataReply(request: DispatchRequest, app: AppRecord, suffix: string): Reply {
-    if (request.method === 'OPTIONS') return preflight('*', request)
-    if (request.method !== 'GET' && request.method !== 'HEAD') return methodNotAllowedReply('GET, HEAD, OPTIONS')
+    if (request.method === 'OPTIONS') return preflight('*', request, METADATA_METHODS)
+    if (request.method !== 'GET' && request.method !== 'HEAD') return methodNotAllowedReply(METADATA_METHODS)
     const doc = metadata(app, baseUrlOf(request, app) + suffix)
     return {
       status: 200,
@@ -363,9 +365,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /**
    * A CORS preflight. The allowed request headers are the MCP ones, plus the `Mcp-Param-*`
    * headers asked for (their names come from the App's tools); when those are in the answer,
-   * it varies with `Access-Control-Request-Headers`.
+   * it varies with `Access-Control-Request-Headers`. `methods`: those of the path asked about.
    */
-  function preflight(origin: string, request: DispatchRequest): Reply {
+  function preflight(origin: string, request: DispatchRequest, methods = ALLOWED_METHODS): Reply {
     const allowHeaders = preflightAllowHeaders(request.headers.get('access-control-request-headers'))
     const varies = allowHeaders !== ALLOW_HEADERS ? ['Access-Control-Request-Headers'] : []
     if (origin !== '*') varies.unshift('Origin')
@@ -373,7 +375,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       status: 204,
       headers: {
         'access-control-allow-origin': origin,
-        'access-control-allow-methods': ALLOWED_METHODS,
+        'access-control-allow-methods': methods,
         'access-control-allow-headers': allowHeaders,
         'access-control-expose-headers': EXPOSE_HEADERS,
         'access-control-max-age': '86400',
@@ -421,6 +423,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const parsed = parseBearerToken(header)
     if (parsed.kind === 'missing') return challenge(request, app, false)
     // RFC 6750 section 3.1: another scheme (Basic, …) presented no bearer token, so no error code.
+    // `Bearer` with a malformed or empty credential is a refused token, as the MCP SDK's
+    // `requireBearerAuth` answers it.
     if (parsed.kind === 'invalid') return challenge(request, app, /^bearer(?:\s|$)/i.test(header ?? ''))
     const token = parsed.token
     if (!token.startsWith(tokens.prefix)) return authenticateOAuth(request, app, token)

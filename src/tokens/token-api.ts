@@ -97,18 +97,46 @@ function errorResponse(error: DispatchError): Response {
   )
 }
 
+/**
+ * The body as text, read only up to the limit: a larger one (chunked, or with a false
+ * `Content-Length`) is refused once the limit is passed, never held whole in memory.
+ */
+async function readText(request: Request): Promise<string> {
+  const tooLarge = () => new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
+  if (Number(request.headers.get('content-length') ?? 0) > MAX_BODY_BYTES) throw tooLarge()
+  if (!request.body) return ''
+  const reader = request.body.getReader()
+  const decoder = new TextDecoder()
+  let text = ''
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) return text + decoder.decode()
+    size += value.byteLength
+    if (size > MAX_BODY_BYTES) {
+      reader.cancel().catch(() => {})
+      throw tooLarge()
+    }
+    text += decoder.decode(value, { stream: true })
+  }
+}
+
 async function readJson(request: Request): Promise<unknown> {
   const type = request.headers.get('content-type') ?? ''
   if (!/^application\/json\b/i.test(type)) throw new InvalidInputError('content-type', 'must be application/json')
-  const length = Number(request.headers.get('content-length') ?? 0)
-  if (length > MAX_BODY_BYTES) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
-  const text = await request.text()
-  if (text.length > MAX_BODY_BYTES) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
+  const text = await readText(request)
   try {
     return JSON.parse(text)
   } catch {
     throw new InvalidInputError('body', 'is not valid JSON')
   }
+}
+
+/** Rotation takes no body (spec 4.3): none, or `{}`; anything else would be silently ignored. */
+async function readNoBody(request: Request): Promise<void> {
+  const text = (await readText(request)).trim()
+  if (text === '' || /^\{\s*\}$/.test(text)) return
+  throw new InvalidInputError('body', 'must be empty: a rotation takes no parameters')
 }
 
 /**
@@ -157,6 +185,7 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
     if (action === 'rotate') {
       if (method !== 'POST') return json(405, { error: 'method_not_allowed', message: 'Use POST' }, { allow: 'POST' })
       if (bearer.kind === 'bearer') {
+        await readNoBody(request)
         const clientAddress = options.clientAddress?.(request)
         const result = await tokens.rotate(id!, {
           kind: 'token',
@@ -167,6 +196,7 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
       }
       if (bearer.kind === 'invalid') throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'Unauthorized')
       const s = await session(request, true)
+      await readNoBody(request)
       return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
     }
     if (bearer.kind !== 'missing') {
@@ -196,6 +226,10 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
         throw new InvalidInputError('servers' in raw ? 'servers' : 'scopes', 'cannot be changed after creation')
       }
       const body = parseInput(updateBody, raw)
+      // The HTTP API takes the ISO 8601 string of spec 2.1 only (the service also takes epoch ms).
+      if (body.expires_at !== undefined && typeof body.expires_at !== 'string') {
+        throw new InvalidInputError('expires_at', 'must be an ISO 8601 timestamp string (e.g. 2026-01-31T12:00:00Z)')
+      }
       return json(
         200,
         await tokens.update(s.userId, id, {

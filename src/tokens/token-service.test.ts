@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { generateApiToken, hashApiToken } from '../core/api-token.js'
 import type { ApiTokenRecord, TokenStore } from '../core/stores.js'
 import {
@@ -207,7 +207,16 @@ describe('create (spec 2.1, 3)', () => {
     for (const name of ['\u200b', '\u00a0\u200b\u2060', '\u200b\u200d']) {
       await expect(createToken(service, { name })).rejects.toMatchObject({ field: 'name', message: 'name: must hold a visible character' })
     }
+    // Line separators end a line for JavaScript and log viewers; bidi overrides make text read
+    // otherwise than it is ("evil\u202Etxt.exe" shows as "evilexe.txt").
+    for (const name of ['CI\u2028admin', 'para\u2029graph']) {
+      await expect(createToken(service, { name })).rejects.toMatchObject({ message: 'name: must not contain line or paragraph separators' })
+    }
+    for (const name of ['evil\u202Etxt.exe', 'a\u202Ab', 'iso\u2066late\u2069']) {
+      await expect(createToken(service, { name })).rejects.toMatchObject({ message: 'name: must not contain bidirectional overrides or isolates' })
+    }
     expect((await createToken(service, { name: 'Déploiement · 部署 🚀' })).name).toBe('Déploiement · 部署 🚀')
+    expect((await createToken(service, { name: 'עברית and English' })).name).toBe('עברית and English')
     const created = await createToken(service)
     expect(await fieldOf(service.update('alice', created.id, { name: 'x\ry' }))).toBe('name')
   })
@@ -406,6 +415,29 @@ describe('update (spec 2.1, 3)', () => {
     }
   })
 
+  it('expiresAt must be a date of the calendar: no silent roll-over into another day', async () => {
+    const { service } = setup()
+    const created = await createToken(service, { expiresInDays: 90 })
+    // All within 90 days of T0 once Date.parse has rolled them over; each is refused as written.
+    for (const expiresAt of [
+      '2025-02-29T00:00:00Z',
+      '2025-02-30T00:00:00Z',
+      '2025-03-32T00:00:00Z',
+      '2025-01-31T24:00:00Z',
+      '2025-01-31T12:60:00Z',
+      '2025-01-31T12:00:60Z',
+      '2025-01-31T12:00:00+24:00',
+      '2025-01-31T12:00:00+01:60',
+    ]) {
+      await expect(service.update('alice', created.id, { expiresAt }), expiresAt).rejects.toMatchObject({
+        field: 'expiresAt',
+        message: expect.stringContaining('is not a valid ISO 8601 timestamp'),
+      })
+    }
+    expect((await service.update('alice', created.id, { expiresAt: '2025-02-28T23:59:59.999Z' })).expires_at).toBe('2025-02-28T23:59:59.999Z')
+    expect((await service.update('alice', created.id, { expiresAt: '2025-03-31T02:00:00+02:00' })).expires_at).toBe('2025-03-31T00:00:00.000Z')
+  })
+
   it('an allowlist can be replaced, removed with null or [], and each entry is validated', async () => {
     const { service } = setup()
     const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
@@ -416,6 +448,16 @@ describe('update (spec 2.1, 3)', () => {
     expect(await fieldOf(service.update('alice', created.id, { allowedIps: ['::1', '300.0.0.1'] }))).toBe(
       'allowedIps.1',
     )
+    // Stored as matched: no spaces around an entry, no zone index; each entry once.
+    expect(await fieldOf(service.update('alice', created.id, { allowedIps: [' 127.0.0.1'] }))).toBe('allowedIps.0')
+    expect(await fieldOf(service.update('alice', created.id, { allowedIps: ['::1', '1.2.3.0/24 '] }))).toBe('allowedIps.1')
+    await expect(service.update('alice', created.id, { allowedIps: ['fe80::1%eth0'] })).rejects.toMatchObject({
+      message: expect.stringContaining('zone index'),
+    })
+    expect((await service.update('alice', created.id, { allowedIps: ['::1', '10.0.0.0/8', '::1'] })).allowed_ips).toEqual([
+      '::1',
+      '10.0.0.0/8',
+    ])
     expect((await service.update('alice', created.id, { allowedIps: null })).allowed_ips).toBeNull()
     await service.update('alice', created.id, { allowedIps: ['::1'] })
     expect((await service.update('alice', created.id, { allowedIps: [] })).allowed_ips).toBeNull()
@@ -717,6 +759,29 @@ describe('last_used_at, coalesced', () => {
     expect(calls.touch).toHaveLength(1)
     for (let i = 0; i < 10; i++) await service.authenticate(a.token)
     expect(calls.touch).toHaveLength(1)
+  })
+
+  it('get and list show a use not yet written (no stale date between flushes)', async () => {
+    const { service, calls, clock } = setup()
+    const a = await createToken(service)
+    clock.advance(1_000)
+    await service.authenticate(a.token)
+    expect(calls.touch).toHaveLength(0)
+    const seen = new Date(T0 + 1_000).toISOString()
+    expect((await service.get('alice', a.id)).last_used_at).toBe(seen)
+    expect((await service.list('alice')).find((t) => t.id === a.id)?.last_used_at).toBe(seen)
+    await service.flush()
+    expect((await service.get('alice', a.id)).last_used_at).toBe(seen)
+  })
+
+  it('a use with no request after it is still written within the interval (a timer, not the next request)', async () => {
+    const { service, calls } = setup({ lastUsedFlushMs: 20 })
+    const a = await createToken(service)
+    await service.authenticate(a.token)
+    expect(calls.touch).toHaveLength(0)
+    await vi.waitFor(() => expect(calls.touch).toHaveLength(1), { timeout: 2_000, interval: 10 })
+    expect(calls.touch[0]).toEqual(new Map([[a.id, T0]]))
+    await service.close()
   })
 
   it('refused tokens are not recorded', async () => {

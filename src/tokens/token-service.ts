@@ -40,7 +40,7 @@ import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
 /** `2026-01-31T12:00:00Z`, with optional fractional seconds and a `Z` or `±hh:mm` offset. */
-const ISO_8601 = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:\d{2})$/
+const ISO_8601 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-](\d{2}):(\d{2}))$/
 /** Lifetimes a token may be created with, in days (spec 2.1, 8). */
 export const TOKEN_LIFETIMES_DAYS = [7, 30, 90] as const
 /** Longest lifetime of a token (spec 8). */
@@ -175,14 +175,19 @@ export interface TokenService {
   close(): Promise<void>
 }
 
-// A label shown in dashboards and logs: no control characters (a newline could forge a log
-// line), and something visible besides spaces and invisible format characters (U+200B, …).
+// A label shown in dashboards and logs: no control characters or line separators (a newline,
+// U+2028 or U+2029 could forge a log line or break a JavaScript consumer), no bidirectional
+// embeddings, overrides or isolates (U+202A–U+202E, U+2066–U+2069: text that reads
+// otherwise than it is), and something visible besides spaces and invisible format
+// characters (U+200B, …).
 const nameSchema = z
   .string()
   .trim()
   .min(1, 'must not be empty')
   .max(100, 'must be at most 100 characters')
   .refine((name) => !/\p{Cc}/u.test(name), 'must not contain control characters')
+  .refine((name) => !/[\p{Zl}\p{Zp}]/u.test(name), 'must not contain line or paragraph separators')
+  .refine((name) => !/[\u202A-\u202E\u2066-\u2069]/u.test(name), 'must not contain bidirectional overrides or isolates')
   .refine((name) => /[^\p{Z}\p{Cf}]/u.test(name), 'must hold a visible character')
 const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).max(100, 'at most 100 entries').nullable()
 const createSchema = z.object({
@@ -212,7 +217,38 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
     throw new InvalidInputError(fieldNames[key] ?? key, 'is not a known field')
   }
   const path = issue.path.map((p) => (typeof p === 'string' ? (fieldNames[p] ?? p) : String(p))).join('.')
-  throw new InvalidInputError(path || 'body', issue.message)
+  // A field that is not there at all: say so, not what type it should have had.
+  const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
+  throw new InvalidInputError(path || 'body', missing ? 'is required' : issue.message)
+}
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let value = input
+  for (const key of path) {
+    if (value === null || typeof value !== 'object' || !Object.hasOwn(value, key)) return undefined
+    value = (value as Record<PropertyKey, unknown>)[key]
+  }
+  return value
+}
+
+/**
+ * Epoch ms of an ISO 8601 timestamp (RFC 3339 profile), or `NaN`. Every field is checked
+ * against the calendar: `Date.parse` would roll `2026-11-31` over into December and take
+ * `24:00`, so an impossible date would become another one without a word.
+ */
+function parseTimestamp(text: string): number {
+  const m = ISO_8601.exec(text)
+  if (!m) return Number.NaN
+  const [year, month, day, hour, minute, second = 0, offsetHours = 0, offsetMinutes = 0] = m.slice(1).map((f) => Number(f ?? 0))
+  const daysInMonth = new Date(Date.UTC(year!, month!, 0)).getUTCDate()
+  if (month! < 1 || month! > 12 || day! < 1 || day! > daysInMonth) return Number.NaN
+  if (hour! > 23 || minute! > 59 || second > 59 || offsetHours > 23 || offsetMinutes > 59) return Number.NaN
+  return Date.parse(text)
+}
+
+/** The allowlist to store: each entry once, in the order given; `null` for none. */
+function allowlistOf(entries: readonly string[] | null | undefined): string[] | null {
+  return entries && entries.length > 0 ? [...new Set(entries)] : null
 }
 
 function iso(ms: number): string {
@@ -276,6 +312,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const pendingLastUsed = new Map<string, number>()
   let lastFlush = now()
   let flushing: Promise<void> | undefined
+  // Writes pending uses within `flushEvery` of the first one even when no request follows
+  // (unref'd: it never keeps a process alive).
+  let flushTimer: ReturnType<typeof setTimeout> | undefined
+  let writing: ReadonlyMap<string, number> | undefined
 
   const hash = (token: string) => hashApiToken(token, pepper)
   const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
@@ -308,9 +348,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       allowed_ips: record.allowedIps ? [...record.allowedIps] : null,
       scopes: await scopesOf(record),
       created_at: iso(record.createdAt),
-      last_used_at: record.lastUsedAt === null ? null : iso(record.lastUsedAt),
+      last_used_at: lastUsedAt(record),
       status: statusOf(record),
     }
+  }
+
+  /** `last_used_at` with the uses not yet written (or being written): never an older date. */
+  function lastUsedAt(record: ApiTokenRecord): string | null {
+    const at = Math.max(record.lastUsedAt ?? -1, pendingLastUsed.get(record.id) ?? -1, writing?.get(record.id) ?? -1)
+    return at === -1 ? null : iso(at)
   }
 
   async function secretView(record: ApiTokenRecord, token: string): Promise<ApiTokenSecretView> {
@@ -354,7 +400,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function recordUse(id: string, at: number): void {
     pendingLastUsed.set(id, at)
     if (at - lastFlush >= flushEvery && !flushing) void service.flush()
+    else if (flushTimer === undefined) {
+      flushTimer = setTimeout(() => void service.flush(), flushEvery)
+      flushTimer.unref?.()
+    }
   }
+
 
   /**
    * A record from the store for `tokenHash`, remembered in the cache when it is live. `known`:
@@ -425,7 +476,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         tokenHash: secret.tokenHash,
         displayPrefix: secret.displayPrefix,
         servers,
-        allowedIps: data.allowedIps && data.allowedIps.length > 0 ? [...data.allowedIps] : null,
+        allowedIps: allowlistOf(data.allowedIps),
         expiresAt: createdAt + data.expiresInDays * DAY_MS,
         createdAt,
         lastUsedAt: null,
@@ -457,12 +508,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (data.name !== undefined) patch.name = data.name
       if (data.allowedIps !== undefined) {
         checkAllowlist(data.allowedIps, 'allowedIps')
-        patch.allowedIps = data.allowedIps && data.allowedIps.length > 0 ? [...data.allowedIps] : null
+        patch.allowedIps = allowlistOf(data.allowedIps)
       }
       if (data.expiresAt !== undefined) {
-        const isoText = typeof data.expiresAt === 'string' && ISO_8601.test(data.expiresAt)
-        const at = typeof data.expiresAt === 'number' ? data.expiresAt : isoText ? Date.parse(data.expiresAt) : NaN
-        if (!Number.isFinite(at)) throw new InvalidInputError('expiresAt', 'is not a valid ISO 8601 timestamp')
+        const at = typeof data.expiresAt === 'number' ? data.expiresAt : parseTimestamp(data.expiresAt)
+        if (!Number.isFinite(at)) {
+          throw new InvalidInputError('expiresAt', 'is not a valid ISO 8601 timestamp (e.g. 2026-01-31T12:00:00Z)')
+        }
         if (at <= now()) throw new InvalidInputError('expiresAt', 'must be in the future')
         if (at > record.createdAt + MAX_TOKEN_LIFETIME_MS) {
           throw new InvalidInputError('expiresAt', 'must be at most 90 days after the token was created')
@@ -531,11 +583,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async flush() {
+      if (flushTimer !== undefined) {
+        clearTimeout(flushTimer)
+        flushTimer = undefined
+      }
       // A write in flight holds an older batch; wait for it, then write what came in meanwhile.
       while (flushing) await flushing
       if (pendingLastUsed.size === 0) return
       const batch = new Map(pendingLastUsed)
       pendingLastUsed.clear()
+      writing = batch
       lastFlush = now()
       const write = async () => {
         try {
@@ -547,6 +604,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
       flushing = write().finally(() => {
         flushing = undefined
+        writing = undefined
       })
       return flushing
     },

@@ -340,6 +340,9 @@ describe('success: version resolution and headers (spec 9)', () => {
     ['/v1.0', '1.0.0'],
     ['/v1.0.0', '1.0.0'],
     ['/v2', '2.0.0'],
+    // Percent-encoded unreserved characters are the same URL (RFC 3986 6.2.2.2).
+    ['/v%31', '1.1.1'],
+    ['/%76%31%2E%30', '1.0.0'],
   ])('%s serves %s, and the tool of that version answers', async (path, version) => {
     const { tool, headers } = await toolVersion(`http://weather.localhost${path}`)
     expect(tool).toBe(version)

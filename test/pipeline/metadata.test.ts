@@ -106,6 +106,8 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
     })
     expect(response.status).toBe(204)
     expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    // The methods of the document, not the MCP endpoint's: a POST there is 405.
+    expect(response.headers.get('access-control-allow-methods')).toBe('GET, HEAD, OPTIONS')
     expect(await response.text()).toBe('')
   })
 

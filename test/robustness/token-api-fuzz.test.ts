@@ -25,7 +25,7 @@ const name = fc.oneof(
   valid(visible),
   valid(fc.tuple(visible, fc.constantFrom(' ', '  ', '\u00a0')).map(([text, pad]) => `${pad}${text}${pad}`)),
   valid(fc.constant('x'.repeat(100))),
-  invalid(fc.constantFrom('', '   ', '\u200b', 'x'.repeat(101), 'a\nb', 'tab\there', 'nul\u0000')),
+  invalid(fc.constantFrom('', '   ', '\u200b', 'x'.repeat(101), 'a\nb', 'tab\there', 'nul\u0000', 'line\u2028sep', 'para\u2029sep', 'evil\u202Etxt.exe', 'iso\u2066late')),
   invalid(fc.oneof(fc.integer(), fc.constant(null), fc.boolean(), fc.array(fc.string(), { maxLength: 2 }), fc.object({ maxDepth: 1 }))),
 )
 const servers = fc.oneof(
@@ -43,6 +43,7 @@ const allowedIps = fc.oneof(
   { weight: 2, arbitrary: valid(fc.array(ipEntry, { maxLength: 3 })) },
   valid(fc.constant(null)),
   invalid(fc.constantFrom('10.0.0.1', ['not-an-ip'], ['10.0.0.1/33'], ['10.0.0.1/8'], [1], {}, ['1.2.3.4', 'x'.repeat(65)])),
+  invalid(fc.constantFrom([' 127.0.0.1'], ['1.2.3.0/24 '], ['fe80::1%eth0'], ['::1', '\t::2'])),
   invalid(fc.constant(Array.from({ length: 101 }, (_, i) => `10.0.${Math.floor(i / 256)}.${i % 256}`))),
 )
 /** A key the API does not know: the body is strict (a `userId` must never create a token for someone else). */
@@ -122,7 +123,7 @@ describe('token API, property-based', () => {
             expect(created.name).toBe(String(sent.name).trim())
             expect(created.scopes.map((scope: { server_id: string }) => scope.server_id).sort()).toEqual([...new Set(sent.servers as string[])].sort())
             const ips = sent.allowed_ips as string[] | null | undefined
-            expect(created.allowed_ips).toEqual(ips && ips.length > 0 ? ips : null)
+            expect(created.allowed_ips).toEqual(ips && ips.length > 0 ? [...new Set(ips)] : null)
             expect(await tokenCount('user_alice')).toBe(before.alice + 1)
           }
           expect(await tokenCount('user_bob')).toBe(before.bob)
@@ -142,6 +143,9 @@ describe('token API, property-based', () => {
       invalid(fc.integer({ min: 1, max: 1000 }).map((hours) => new Date(createdAt - hours * 3_600_000).toISOString())),
       invalid(fc.integer({ min: 1, max: 1000 }).map((hours) => new Date(createdAt + 90 * 86_400_000 + hours * 3_600_000).toISOString())),
       invalid(fc.constantFrom('tomorrow', '2030-13-01T00:00:00.000Z', '2030-01-05', '', null, true, [], {})),
+      // Impossible dates Date.parse would roll over; epoch numbers (the HTTP API takes ISO strings only).
+      invalid(fc.constantFrom('2030-02-30T00:00:00Z', '2030-11-31T00:00:00Z', '2030-01-01T24:00:00Z', '2030-01-01T12:60:00Z', '2030-01-01T12:00:00+24:00')),
+      invalid(fc.integer({ min: 1, max: 90 * 24 }).map((hours) => createdAt + hours * 3_600_000)),
     )
     await fc.assert(
       fc.asyncProperty(
@@ -165,7 +169,7 @@ describe('token API, property-based', () => {
           if ('expires_at' in sent) expected.expires_at = sent.expires_at
           if ('allowed_ips' in sent) {
             const list = sent.allowed_ips as string[] | null
-            expected.allowed_ips = list && list.length > 0 ? list : null
+            expected.allowed_ips = list && list.length > 0 ? [...new Set(list)] : null
           }
           expect(after).toEqual(expected)
           expect(await json(response)).toEqual(after)
