@@ -33,9 +33,9 @@ type Extra = RequestHandlerExtra<ServerRequest, ServerNotification>
 type Log = (extra: Extra, level: LoggingLevel, data: string) => Promise<void>
 
 /** A 1×1 red PNG (RGB, 8 bits). */
-const RED_PIXEL_PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mP4z8AAAAMBAQD3A0FDAAAAAElFTkSuQmCC'
+export const RED_PIXEL_PNG = 'iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR42mP4z8AAAAMBAQD3A0FDAAAAAElFTkSuQmCC'
 /** One millisecond of silence: a WAV of 8 unsigned 8-bit mono samples at 8 kHz. */
-const SILENT_WAV = 'UklGRiwAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQgAAACAgICAgICAgA=='
+export const SILENT_WAV = 'UklGRiwAAABXQVZFZm10IBAAAAABAAEAQB8AAEAfAAABAAgAZGF0YQgAAACAgICAgICAgA=='
 
 /** The tools this module adds to an App (the App's own are `get_version`, `echo`, `count`). */
 export const CONFORMANCE_TOOLS = [
@@ -58,14 +58,134 @@ export const CONFORMANCE_TOOLS = [
 
 const WATCHED_URI = 'test://watched-resource'
 /** Pause between the steps of the logging and progress tools, so the messages arrive apart. */
-const STEP_MS = 50
+export const STEP_MS = 50
 const JSON_SCHEMA_2020_12 = 'https://json-schema.org/draft/2020-12/schema'
 /** Words offered by completion (`completion/complete`) for the first argument of the prompt. */
-const ARG1_SUGGESTIONS = ['hello', 'help', 'test', 'testing', 'world']
+export const ARG1_SUGGESTIONS = ['hello', 'help', 'test', 'testing', 'world']
+/** Ids offered by completion for `{id}` of the template resource. */
+export const TEMPLATE_IDS = ['1', '42', '123']
 
-function text(value: string): CallToolResult {
+export function text(value: string): CallToolResult {
   return { content: [{ type: 'text', text: value }] }
 }
+
+/** The tools whose result is fixed content of each type: the same under both MCP revisions. */
+export const CONTENT_TOOLS: ReadonlyArray<{ name: string; description: string; result: () => CallToolResult }> = [
+  { name: 'test_simple_text', description: 'Returns one text block.', result: () => text('This is a simple text response for testing.') },
+  {
+    name: 'test_image_content',
+    description: 'Returns a PNG image (one red pixel).',
+    result: () => ({ content: [{ type: 'image', data: RED_PIXEL_PNG, mimeType: 'image/png' }] }),
+  },
+  {
+    name: 'test_audio_content',
+    description: 'Returns a WAV clip (1 ms of silence).',
+    result: () => ({ content: [{ type: 'audio', data: SILENT_WAV, mimeType: 'audio/wav' }] }),
+  },
+  {
+    name: 'test_embedded_resource',
+    description: 'Returns an embedded text resource.',
+    result: () => ({
+      content: [
+        {
+          type: 'resource',
+          resource: { uri: 'test://embedded-resource', mimeType: 'text/plain', text: 'This is an embedded resource content.' },
+        },
+      ],
+    }),
+  },
+  {
+    name: 'test_multiple_content_types',
+    description: 'Returns text, an image and an embedded JSON resource.',
+    result: () => ({
+      content: [
+        { type: 'text', text: 'Multiple content types test:' },
+        { type: 'image', data: RED_PIXEL_PNG, mimeType: 'image/png' },
+        {
+          type: 'resource',
+          resource: {
+            uri: 'test://mixed-content-resource',
+            mimeType: 'application/json',
+            text: JSON.stringify({ test: 'data', value: 123 }),
+          },
+        },
+      ],
+    }),
+  },
+]
+export const ERROR_TOOL = {
+  name: 'test_error_handling',
+  description: 'Always fails: the result is a tool error (isError).',
+  message: 'This tool intentionally returns an error for testing',
+}
+
+/** The fixed resources (name, URI, metadata, contents), and the template's contents. */
+export const STATIC_RESOURCES = [
+  {
+    name: 'static-text',
+    uri: 'test://static-text',
+    metadata: { description: 'A fixed text resource.', mimeType: 'text/plain' },
+    contents: (href: string) => [{ uri: href, mimeType: 'text/plain', text: 'This is the content of the static text resource.' }],
+  },
+  {
+    name: 'static-binary',
+    uri: 'test://static-binary',
+    metadata: { description: 'A fixed binary resource (a PNG of one red pixel).', mimeType: 'image/png' },
+    contents: (href: string) => [{ uri: href, mimeType: 'image/png', blob: RED_PIXEL_PNG }],
+  },
+] as const
+export const TEMPLATE_RESOURCE = {
+  name: 'template-data',
+  uriTemplate: 'test://template/{id}/data',
+  metadata: { description: 'JSON data for the id in the URI.', mimeType: 'application/json' },
+  contents: (href: string, id: unknown) => [
+    { uri: href, mimeType: 'application/json', text: JSON.stringify({ id, templateTest: true, data: `Data for ID: ${id}` }) },
+  ],
+}
+
+/** The prompts' messages, whatever the SDK line that serves them. */
+export const PROMPTS = {
+  simple: {
+    name: 'test_simple_prompt',
+    description: 'A prompt without arguments.',
+    messages: () => ({ messages: [{ role: 'user' as const, content: { type: 'text' as const, text: 'This is a simple prompt for testing.' } }] }),
+  },
+  withArguments: {
+    name: 'test_prompt_with_arguments',
+    description: 'A prompt with two arguments; the first one completes (completion/complete).',
+    messages: ({ arg1, arg2 }: { arg1: string; arg2: string }) => ({
+      messages: [{ role: 'user' as const, content: { type: 'text' as const, text: `Prompt with arguments: arg1='${arg1}', arg2='${arg2}'` } }],
+    }),
+  },
+  embeddedResource: {
+    name: 'test_prompt_with_embedded_resource',
+    description: 'A prompt that embeds the resource it is given.',
+    messages: ({ resourceUri }: { resourceUri: string }) => ({
+      messages: [
+        {
+          role: 'user' as const,
+          content: {
+            type: 'resource' as const,
+            resource: { uri: resourceUri, mimeType: 'text/plain', text: 'Embedded resource content for testing.' },
+          },
+        },
+        { role: 'user' as const, content: { type: 'text' as const, text: 'Please process the embedded resource above.' } },
+      ],
+    }),
+  },
+  image: {
+    name: 'test_prompt_with_image',
+    description: 'A prompt with an image (one red pixel).',
+    messages: () => ({
+      messages: [
+        { role: 'user' as const, content: { type: 'image' as const, data: RED_PIXEL_PNG, mimeType: 'image/png' } },
+        { role: 'user' as const, content: { type: 'text' as const, text: 'Please analyze the image above.' } },
+      ],
+    }),
+  },
+}
+/** Completions of the first argument of `test_prompt_with_arguments`. */
+export const completeArg1 = (value: string) => ARG1_SUGGESTIONS.filter((word) => word.startsWith(value.toLowerCase()))
 
 /**
  * Registers every conformance tool, resource and prompt on `server`, before it connects.
@@ -106,44 +226,10 @@ function registerLogLevel(server: McpServer): Log {
 
 /** Tools whose result is fixed content of each type, and one that fails. */
 function registerContentTools(server: McpServer): void {
-  const fixed = (name: string, description: string, result: () => CallToolResult) =>
-    server.registerTool(name, { description, inputSchema: {} }, async () => result())
-  fixed('test_simple_text', 'Returns one text block.', () => text('This is a simple text response for testing.'))
-  fixed('test_image_content', 'Returns a PNG image (one red pixel).', () => ({
-    content: [{ type: 'image', data: RED_PIXEL_PNG, mimeType: 'image/png' }],
-  }))
-  fixed('test_audio_content', 'Returns a WAV clip (1 ms of silence).', () => ({
-    content: [{ type: 'audio', data: SILENT_WAV, mimeType: 'audio/wav' }],
-  }))
-  fixed('test_embedded_resource', 'Returns an embedded text resource.', () => ({
-    content: [
-      {
-        type: 'resource',
-        resource: { uri: 'test://embedded-resource', mimeType: 'text/plain', text: 'This is an embedded resource content.' },
-      },
-    ],
-  }))
-  fixed('test_multiple_content_types', 'Returns text, an image and an embedded JSON resource.', () => ({
-    content: [
-      { type: 'text', text: 'Multiple content types test:' },
-      { type: 'image', data: RED_PIXEL_PNG, mimeType: 'image/png' },
-      {
-        type: 'resource',
-        resource: {
-          uri: 'test://mixed-content-resource',
-          mimeType: 'application/json',
-          text: JSON.stringify({ test: 'data', value: 123 }),
-        },
-      },
-    ],
-  }))
-  server.registerTool(
-    'test_error_handling',
-    { description: 'Always fails: the result is a tool error (isError).', inputSchema: {} },
-    async () => {
-      throw new Error('This tool intentionally returns an error for testing')
-    },
-  )
+  for (const tool of CONTENT_TOOLS) server.registerTool(tool.name, { description: tool.description, inputSchema: {} }, async () => tool.result())
+  server.registerTool(ERROR_TOOL.name, { description: ERROR_TOOL.description, inputSchema: {} }, async () => {
+    throw new Error(ERROR_TOOL.message)
+  })
 }
 
 /** Tools that send notifications while they run, and one that hands its stream back early. */
@@ -279,7 +365,7 @@ function registerClientRequestTools(server: McpServer): void {
  * verbatim; the address is still validated by zod on the way in. Built once: zod schemas are
  * immutable, and building this one costs more than the rest of an MCP server's features.
  */
-const JSON_SCHEMA_2020_12_INPUT = z
+export const JSON_SCHEMA_2020_12_INPUT = z
   .object({
     name: z.string().optional(),
     address: z
@@ -307,30 +393,17 @@ function registerSchemaTool(server: McpServer): void {
 
 /** Static text and binary resources, a template, and a resource clients may subscribe to. */
 function registerResources(server: McpServer): void {
+  for (const resource of STATIC_RESOURCES) {
+    server.registerResource(resource.name, resource.uri, resource.metadata, async (uri) => ({ contents: resource.contents(uri.href) }))
+  }
   server.registerResource(
-    'static-text',
-    'test://static-text',
-    { description: 'A fixed text resource.', mimeType: 'text/plain' },
-    async (uri) => ({ contents: [{ uri: uri.href, mimeType: 'text/plain', text: 'This is the content of the static text resource.' }] }),
-  )
-  server.registerResource(
-    'static-binary',
-    'test://static-binary',
-    { description: 'A fixed binary resource (a PNG of one red pixel).', mimeType: 'image/png' },
-    async (uri) => ({ contents: [{ uri: uri.href, mimeType: 'image/png', blob: RED_PIXEL_PNG }] }),
-  )
-  server.registerResource(
-    'template-data',
-    new ResourceTemplate('test://template/{id}/data', {
+    TEMPLATE_RESOURCE.name,
+    new ResourceTemplate(TEMPLATE_RESOURCE.uriTemplate, {
       list: undefined,
-      complete: { id: (value) => ['1', '42', '123'].filter((id) => id.startsWith(value)) },
+      complete: { id: (value) => TEMPLATE_IDS.filter((id) => id.startsWith(value)) },
     }),
-    { description: 'JSON data for the id in the URI.', mimeType: 'application/json' },
-    async (uri, { id }) => ({
-      contents: [
-        { uri: uri.href, mimeType: 'application/json', text: JSON.stringify({ id, templateTest: true, data: `Data for ID: ${id}` }) },
-      ],
-    }),
+    TEMPLATE_RESOURCE.metadata,
+    async (uri, { id }) => ({ contents: TEMPLATE_RESOURCE.contents(uri.href, id) }),
   )
 
   let watchedText = 'Initial content of the watched resource.'
@@ -370,47 +443,25 @@ function registerResources(server: McpServer): void {
 
 /** Prompts: plain, with (completable) arguments, with an embedded resource, with an image. */
 function registerPrompts(server: McpServer): void {
-  server.registerPrompt('test_simple_prompt', { description: 'A prompt without arguments.' }, () => ({
-    messages: [{ role: 'user', content: { type: 'text', text: 'This is a simple prompt for testing.' } }],
-  }))
+  server.registerPrompt(PROMPTS.simple.name, { description: PROMPTS.simple.description }, () => PROMPTS.simple.messages())
   server.registerPrompt(
-    'test_prompt_with_arguments',
+    PROMPTS.withArguments.name,
     {
-      description: 'A prompt with two arguments; the first one completes (completion/complete).',
+      description: PROMPTS.withArguments.description,
       argsSchema: {
-        arg1: completable(z.string().max(10_000).describe('First test argument'), (value) =>
-          ARG1_SUGGESTIONS.filter((word) => word.startsWith(value.toLowerCase())),
-        ),
+        arg1: completable(z.string().max(10_000).describe('First test argument'), completeArg1),
         arg2: z.string().max(10_000).describe('Second test argument'),
       },
     },
-    ({ arg1, arg2 }) => ({
-      messages: [{ role: 'user', content: { type: 'text', text: `Prompt with arguments: arg1='${arg1}', arg2='${arg2}'` } }],
-    }),
+    (args) => PROMPTS.withArguments.messages(args),
   )
   server.registerPrompt(
-    'test_prompt_with_embedded_resource',
+    PROMPTS.embeddedResource.name,
     {
-      description: 'A prompt that embeds the resource it is given.',
+      description: PROMPTS.embeddedResource.description,
       argsSchema: { resourceUri: z.string().max(2_048).describe('URI of the resource to embed') },
     },
-    ({ resourceUri }) => ({
-      messages: [
-        {
-          role: 'user',
-          content: {
-            type: 'resource',
-            resource: { uri: resourceUri, mimeType: 'text/plain', text: 'Embedded resource content for testing.' },
-          },
-        },
-        { role: 'user', content: { type: 'text', text: 'Please process the embedded resource above.' } },
-      ],
-    }),
+    (args) => PROMPTS.embeddedResource.messages(args),
   )
-  server.registerPrompt('test_prompt_with_image', { description: 'A prompt with an image (one red pixel).' }, () => ({
-    messages: [
-      { role: 'user', content: { type: 'image', data: RED_PIXEL_PNG, mimeType: 'image/png' } },
-      { role: 'user', content: { type: 'text', text: 'Please analyze the image above.' } },
-    ],
-  }))
+  server.registerPrompt(PROMPTS.image.name, { description: PROMPTS.image.description }, () => PROMPTS.image.messages())
 }

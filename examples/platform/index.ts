@@ -33,7 +33,7 @@ import {
 import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { type WebRequestInfo, mcpDispatch } from 'mcp-dispatch/web'
 import { z } from 'zod'
-import { type McpAppHandler, buildAppServer, createMcpAppHandler } from './mcp-app.js'
+import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler } from './mcp-app.js'
 
 const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: z.string().url() })])
 const seedSchema = z.object({
@@ -144,7 +144,10 @@ export function createPlatform(options: PlatformOptions): Platform {
   function ensureHandler(app: AppRecord, version: string): void {
     const key = `${app.id}@${version}`
     if (!handlers.has(key) && !upstreams.has(key)) {
-      handlers.set(key, createMcpAppHandler(() => buildAppServer(app, version)))
+      handlers.set(
+        key,
+        createMcpAppHandler(() => buildAppServer(app, version), { modern: () => buildModernAppServer(app, version) }),
+      )
     }
   }
 

@@ -4,58 +4,95 @@
  * transport, kept until DELETE or idle expiry; other requests without a session are served
  * statelessly with a JSON response, so `curl … tools/list` works in one request (spec 4.1).
  *
+ * Both revisions of the transport are served. MCP 2025-era requests go to the SDK v1 server
+ * above (sessions, SSE resumption, server-to-client requests: everything the conformance
+ * suite's 2025-11-25 scenarios exercise). Requests of MCP 2026-07-28 (no session; the method
+ * and the protocol version in every request) go to an SDK v2 `createMcpHandler` serving the
+ * App's own tools, routed by the SDK's own classifier (`isLegacyRequest`).
+ *
  * This is the platform's handler, not the library: it may read the body.
  */
 import { randomUUID } from 'node:crypto'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import {
+  type McpHttpHandler,
+  McpServer as ModernMcpServer,
+  createMcpHandler,
+  isLegacyRequest,
+} from '@modelcontextprotocol/server'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { z } from 'zod'
 import { registerConformanceFeatures } from './conformance-features.js'
+import { registerModernConformanceFeatures, requestStateCodec } from './conformance-features-modern.js'
 import { createSessionEventStore } from './event-store.js'
 
 /**
  * Builds the MCP server of one App version: its own tools (`get_version`, `echo`, `count`) and
  * the features of the MCP conformance suite (conformance-features.ts).
  */
-export function buildAppServer(app: { slug: string; name: string }, version: string): McpServer {
+export function buildAppServer(app: AppIdentity, version: string): McpServer {
   const server = new McpServer({ name: app.slug, version }, { capabilities: { logging: {} } })
-  server.registerTool(
-    'get_version',
-    {
-      title: `${app.name} version`,
-      description: `Returns the version of ${app.name} that serves this connection (${version}).`,
-      inputSchema: {},
-    },
-    async () => ({ content: [{ type: 'text', text: version }], structuredContent: { app: app.slug, version } }),
-  )
-  server.registerTool(
-    'echo',
-    {
-      title: 'Echo',
-      description: `Echoes its input (served by ${app.slug} ${version}).`,
-      inputSchema: { text: z.string().max(10_000) },
-    },
-    async ({ text }) => ({ content: [{ type: 'text', text: `${text} (from ${app.slug} ${version})` }] }),
-  )
-  server.registerTool(
-    'count',
-    {
-      title: 'Count with progress',
-      description: `Counts to n, sending a progress notification per step (${version}).`,
-      inputSchema: { n: z.number().int().min(1).max(100) },
-    },
-    async ({ n }, extra) => {
-      const token = extra._meta?.progressToken
-      for (let i = 1; i <= n; i++) {
-        if (token !== undefined) {
-          await extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: n } })
-        }
-      }
-      return { content: [{ type: 'text', text: `counted to ${n} (${version})` }] }
-    },
+  const tools = appTools(app, version)
+  server.registerTool('get_version', { ...tools.getVersion.config, inputSchema: {} }, async () => tools.getVersion.run())
+  server.registerTool('echo', { ...tools.echo.config, inputSchema: tools.echo.input.shape }, async (args) => tools.echo.run(args))
+  server.registerTool('count', { ...tools.count.config, inputSchema: tools.count.input.shape }, async (args, extra) =>
+    tools.count.run(args, extra._meta?.progressToken, (notification) => extra.sendNotification(notification)),
   )
   registerConformanceFeatures(server)
   return server
+}
+
+/**
+ * The same App version for MCP 2026-07-28 clients (SDK v2): the App's own tools, answered per
+ * request. Progress notifications ride on the answer, which the SDK then streams (SSE).
+ */
+export function buildModernAppServer(app: AppIdentity, version: string): ModernMcpServer {
+  const server = new ModernMcpServer({ name: app.slug, version }, { requestState: { verify: requestStateCodec.verify } })
+  const tools = appTools(app, version)
+  server.registerTool('get_version', tools.getVersion.config, async () => tools.getVersion.run())
+  server.registerTool('echo', { ...tools.echo.config, inputSchema: tools.echo.input }, async (args) => tools.echo.run(args))
+  server.registerTool('count', { ...tools.count.config, inputSchema: tools.count.input }, async (args, ctx) =>
+    tools.count.run(args, ctx.mcpReq._meta?.progressToken, (notification) => ctx.mcpReq.notify(notification)),
+  )
+  registerModernConformanceFeatures(server)
+  return server
+}
+
+/** What an App server is named by. */
+export interface AppIdentity {
+  slug: string
+  name: string
+}
+
+type Progress = { method: 'notifications/progress'; params: { progressToken: string | number; progress: number; total: number } }
+
+/** The App's own tools, once for both SDK lines: their descriptions, inputs and answers. */
+function appTools(app: AppIdentity, version: string) {
+  const text = (value: string) => ({ content: [{ type: 'text' as const, text: value }] })
+  return {
+    getVersion: {
+      config: {
+        title: `${app.name} version`,
+        description: `Returns the version of ${app.name} that serves this connection (${version}).`,
+      },
+      run: () => ({ ...text(version), structuredContent: { app: app.slug, version } }),
+    },
+    echo: {
+      config: { title: 'Echo', description: `Echoes its input (served by ${app.slug} ${version}).` },
+      input: z.object({ text: z.string().max(10_000) }),
+      run: ({ text: value }: { text: string }) => text(`${value} (from ${app.slug} ${version})`),
+    },
+    count: {
+      config: { title: 'Count with progress', description: `Counts to n, sending a progress notification per step (${version}).` },
+      input: z.object({ n: z.number().int().min(1).max(100) }),
+      async run({ n }: { n: number }, token: string | number | undefined, notify: (notification: Progress) => Promise<void>) {
+        for (let i = 1; i <= n; i++) {
+          if (token !== undefined) await notify({ method: 'notifications/progress', params: { progressToken: token, progress: i, total: n } })
+        }
+        return text(`counted to ${n} (${version})`)
+      },
+    },
+  }
 }
 
 const ACCEPT = 'application/json, text/event-stream'
@@ -95,6 +132,11 @@ function isInitialize(body: unknown): boolean {
 
 /** Options of {@link createMcpAppHandler}. */
 export interface McpAppHandlerOptions {
+  /**
+   * The App version's server for MCP 2026-07-28 requests (SDK v2), made per request. Without
+   * it such requests get the 2025-era server's answer (a 400 naming its protocol versions).
+   */
+  modern?: () => ModernMcpServer
   /** Sessions idle longer than this are closed. Default 30 minutes. */
   idleMs?: number
   /** At most this many open sessions; the oldest idle one is closed first. Default 10,000. */
@@ -115,6 +157,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const idleMs = options.idleMs ?? 30 * 60_000
   const maxSessions = options.maxSessions ?? 10_000
   const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number }>()
+  const buildModern = options.modern
+  const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(), { legacy: 'reject' })
 
   function sweep(): void {
     const cutoff = Date.now() - idleMs
@@ -141,6 +185,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       }
       // JSON-RPC 2.0 section 6: an empty batch is one Invalid Request error (the SDK answers 202).
       if (Array.isArray(body) && body.length === 0) return rpcError(400, -32600, 'Invalid Request: empty batch')
+      // MCP 2026-07-28: classified as the SDK's own handler would (headers and body).
+      if (modern && body !== undefined && !(await isLegacyRequest(request, body))) {
+        return modern.fetch(request, { parsedBody: body })
+      }
     }
     const parsed = body === undefined ? undefined : { parsedBody: body }
     const sessionId = request.headers.get('mcp-session-id')
@@ -198,6 +246,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     async close() {
       await Promise.all([...sessions.values()].map((s) => s.transport.close()))
       sessions.clear()
+      await modern?.close()
     },
   })
 }

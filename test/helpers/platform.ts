@@ -8,6 +8,7 @@ import type { AddressInfo, LookupFunction } from 'node:net'
 import { Readable } from 'node:stream'
 import { serve } from '@hono/node-server'
 import { CONFORMANCE_TOOLS } from '../../examples/platform/conformance-features.js'
+import { MODERN_CONFORMANCE_TOOLS } from '../../examples/platform/conformance-features-modern.js'
 import { type Platform, type PlatformOptions, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
 
 /** Start of the injected clock: 2030-01-01T00:00:30Z, half-way through a minute window. */
@@ -97,6 +98,8 @@ export const CLIENT = '192.0.2.10'
 
 /** The tools of every App version, sorted: its own and those of the MCP conformance features. */
 export const APP_TOOLS = ['count', 'echo', 'get_version', ...CONFORMANCE_TOOLS].sort()
+/** What a 2026-07-28 client is served: the App's tools and that revision's conformance tools. */
+export const MODERN_APP_TOOLS = ['count', 'echo', 'get_version', ...MODERN_CONFORMANCE_TOOLS].sort()
 
 export const TOOLS_LIST = { jsonrpc: '2.0', id: 1, method: 'tools/list' } as const
 export const INITIALIZE = {

@@ -28,6 +28,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
 import {
   APP_TOOLS,
+  MODERN_APP_TOOLS,
   type ServedPlatform,
   TOOLS_LIST,
   bodies,
@@ -365,19 +366,21 @@ describe('the MCP features of the conformance suite', () => {
   })
 })
 
-describe('the SDK v2 client (@modelcontextprotocol/client), which speaks MCP 2026-07-28 when the server does', () => {
-  it.each([
-    ['legacy (its default)', undefined],
-    ['auto: probes with server/discover, then falls back to the 2025 handshake', 'auto' as const],
-  ])('%s: connects at /v1, lists and calls tools, with the version headers on every answer', async (_label, mode) => {
-    const seen: Array<{ method: string | null; status: number; version: string | null; latest: string | null }> = []
+describe('the SDK v2 client (@modelcontextprotocol/client): MCP 2026-07-28 where it asks for it, 2025 otherwise', () => {
+  type Mode = 'auto' | { pin: string } | undefined
+
+  /** Connects a v2 client at `path`, recording every exchange's method, status and version headers. */
+  async function connectV2(path: string, mode: Mode) {
+    const seen: Array<{ method: string | null; protocol: string | null; status: number; version: string | null; latest: string | null }> = []
     const client = new ClientV2({ name: 'e2e-client-v2', version: '1.0.0' }, mode ? { versionNegotiation: { mode } } : undefined)
-    const transport = new StreamableHTTPClientTransportV2(new URL(`${served.origin('weather')}/v1`), {
+    const transport = new StreamableHTTPClientTransportV2(new URL(`${served.origin('weather')}${path}`), {
       requestInit: { headers: { Authorization: `Bearer ${token('alice')}` } },
       fetch: async (url, init) => {
         const response = await localhostFetch(url, init)
+        const headers = new Headers(init?.headers)
         seen.push({
-          method: new Headers(init?.headers).get('mcp-method'),
+          method: headers.get('mcp-method'),
+          protocol: headers.get('mcp-protocol-version'),
           status: response.status,
           version: response.headers.get('x-mcp-version'),
           latest: response.headers.get('x-mcp-latest-version'),
@@ -386,20 +389,69 @@ describe('the SDK v2 client (@modelcontextprotocol/client), which speaks MCP 202
       },
     })
     await client.connect(transport)
+    return { client, seen }
+  }
+
+  it('legacy (its default): the 2025 handshake, every tool, the version headers on every answer', async () => {
+    const { client, seen } = await connectV2('/v1', undefined)
     try {
       expect(client.getServerVersion()).toMatchObject({ name: 'weather', version: '1.1.1' })
-      const { tools } = await client.listTools()
-      expect(tools.map((t) => t.name).sort()).toEqual(APP_TOOLS)
+      expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual(APP_TOOLS)
       const result = await client.callTool({ name: 'get_version', arguments: {} })
       expect((result.structuredContent as { version: string }).version).toBe('1.1.1')
     } finally {
       await client.close()
     }
-    // The App (SDK v1) answers the 2026-07-28 probe with 400; the dispatch layer passed it
-    // through as the App's answer, version headers included, and the client fell back.
-    if (mode === 'auto') expect(seen[0]).toEqual({ method: 'server/discover', status: 400, version: '1.1.1', latest: '2.0.0' })
     expect(seen.length).toBeGreaterThanOrEqual(4)
     for (const exchange of seen) expect(exchange).toMatchObject({ version: '1.1.1', latest: '2.0.0' })
-    expect(seen.filter((e) => e.status >= 300)).toHaveLength(mode === 'auto' ? 1 : 0)
+    expect(seen.filter((e) => e.status >= 300)).toHaveLength(0)
+    expect(seen.some((e) => e.protocol === '2026-07-28')).toBe(false)
+  })
+
+  it.each([
+    ['auto: its server/discover probe is answered, so it speaks 2026-07-28', 'auto' as const, '/v1', '1.1.1'],
+    ['pinned to 2026-07-28, at /v1', { pin: '2026-07-28' }, '/v1', '1.1.1'],
+    ['pinned to 2026-07-28, at /', { pin: '2026-07-28' }, '/', '2.0.0'],
+    ['pinned to 2026-07-28, at an exact version', { pin: '2026-07-28' }, '/v1.0.0', '1.0.0'],
+  ])('%s: the App serves it per request, with the version headers on every answer', async (_label, mode, path, version) => {
+    const { client, seen } = await connectV2(path, mode)
+    try {
+      expect(client.getServerVersion()).toMatchObject({ name: 'weather', version })
+      expect((await client.listTools()).tools.map((t) => t.name).sort()).toEqual(MODERN_APP_TOOLS)
+      const result = await client.callTool({ name: 'get_version', arguments: {} })
+      expect(result.structuredContent).toEqual({ app: 'weather', version })
+      expect(await client.callTool({ name: 'echo', arguments: { text: 'hi' } })).toMatchObject({
+        content: [{ type: 'text', text: `hi (from weather ${version})` }],
+      })
+      // Progress notifications stream back on the answer of the call, through the dispatch layer.
+      const progress: number[] = []
+      const counted = await client.callTool({ name: 'count', arguments: { n: 3 } }, { onprogress: (p) => progress.push(p.progress) })
+      expect(counted).toMatchObject({ content: [{ type: 'text', text: `counted to 3 (${version})` }] })
+      expect(progress).toEqual([1, 2, 3])
+    } finally {
+      await client.close()
+    }
+    const calls = seen.filter((e) => e.method === 'tools/call')
+    expect(calls).toHaveLength(3)
+    for (const exchange of seen) expect(exchange).toMatchObject({ status: 200, version, latest: '2.0.0' })
+    for (const exchange of calls) expect(exchange.protocol).toBe('2026-07-28')
+  })
+
+  it('a 2026-07-28 request without a token is refused by the dispatch layer before the App (401 with the challenge)', async () => {
+    const response = await localhostFetch(`${served.origin('weather')}/v1`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+        'mcp-protocol-version': '2026-07-28',
+        'mcp-method': 'tools/list',
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: {} }),
+    })
+    expect(response.status).toBe(401)
+    expect(response.headers.get('www-authenticate')).toBe(
+      `Bearer resource_metadata="${served.origin('weather')}/.well-known/oauth-protected-resource"`,
+    )
+    expect(response.headers.get('x-mcp-version')).toBeNull()
   })
 })
