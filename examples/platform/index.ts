@@ -35,7 +35,9 @@ import { type WebRequestInfo, mcpDispatch } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler } from './mcp-app.js'
 
-const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: z.string().url() })])
+const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: z.string().url() }).strict()])
+// Strict objects: a misspelt key (`allowedIPs`, `rateLimit`) is an error, never a silently
+// missing allowlist or limit.
 const seedSchema = z.object({
   apps: z.array(
     z.object({
@@ -47,10 +49,10 @@ const seedSchema = z.object({
       name: z.string().min(1),
       versions: z.array(versionEntry).default([]),
       rateLimitPerMinute: z.number().int().min(0).optional(),
-    }),
+    }).strict(),
   ),
-  users: z.array(z.object({ id: z.string().min(1) })).default([]),
-  subscriptions: z.array(z.object({ userId: z.string(), appId: z.string(), active: z.boolean() })).default([]),
+  users: z.array(z.object({ id: z.string().min(1) }).strict()).default([]),
+  subscriptions: z.array(z.object({ userId: z.string(), appId: z.string(), active: z.boolean() }).strict()).default([]),
   tokens: z
     .array(
       z.object({
@@ -59,10 +61,10 @@ const seedSchema = z.object({
         servers: z.array(z.string()).min(1),
         expiresInDays: z.union([z.literal(7), z.literal(30), z.literal(90)]),
         allowedIps: z.array(z.string()).nullable().optional(),
-      }),
+      }).strict(),
     )
     .default([]),
-})
+}).strict()
 
 /** The seed of {@link createPlatform} (see `seed.json`). */
 export type PlatformSeed = z.input<typeof seedSchema>
@@ -151,14 +153,22 @@ export function createPlatform(options: PlatformOptions): Platform {
     }
   }
 
-  for (const app of seed.apps) {
+  for (const [a, app] of seed.apps.entries()) {
     apps.addApp({ id: app.id, slug: app.slug, name: app.name })
-    for (const entry of app.versions) {
+    for (const [v, entry] of app.versions.entries()) {
       const version = typeof entry === 'string' ? entry : entry.version
       if (typeof entry !== 'string') upstreams.set(`${app.id}@${version}`, entry.upstream)
-      apps.deploy(app.id, version)
+      try {
+        apps.deploy(app.id, version)
+      } catch (error) {
+        throw new TypeError(`seed apps.${a}.versions.${v} (${app.slug}): ${(error as Error).message}`, { cause: error })
+      }
       ensureHandler(app, version)
     }
+  }
+  for (const [i, s] of seed.subscriptions.entries()) {
+    if (!userIds.has(s.userId)) throw new TypeError(`seed subscriptions.${i}: unknown user ${s.userId}`)
+    if (!appSeeds.has(s.appId)) throw new TypeError(`seed subscriptions.${i}: unknown App ${s.appId}`)
   }
   const subscriptions = createMemorySubscriptionStore(seed.subscriptions)
   const tokenStore = createMemoryTokenStore()
@@ -169,6 +179,8 @@ export function createPlatform(options: PlatformOptions): Platform {
   const seededTokens: Record<string, string> = {}
   for (const t of seed.tokens) {
     if (!userIds.has(t.userId)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown user ${t.userId}`)
+    // Secrets are handed back by name: two tokens of one name would lose one.
+    if (t.name in seededTokens) throw new TypeError(`seed token ${JSON.stringify(t.name)}: the name is used twice`)
     const badEntry = t.allowedIps ? validateAllowlist(t.allowedIps) : null
     if (badEntry) throw new TypeError(`seed token ${JSON.stringify(t.name)}: allowedIps ${badEntry.message}`)
     for (const s of t.servers) {
@@ -183,7 +195,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       tokenHash: hashApiToken(secret),
       displayPrefix: displayPrefix(secret),
       servers: [...new Set(t.servers)],
-      allowedIps: t.allowedIps && t.allowedIps.length > 0 ? t.allowedIps : null,
+      allowedIps: t.allowedIps && t.allowedIps.length > 0 ? [...new Set(t.allowedIps)] : null,
       expiresAt: createdAt + t.expiresInDays * DAY_MS,
       createdAt,
       lastUsedAt: null,

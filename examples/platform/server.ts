@@ -13,7 +13,7 @@ import { readFileSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { serve } from '@hono/node-server'
-import type { OAuthValidationMode } from 'mcp-dispatch'
+import { type OAuthValidationMode, applyDeploy } from 'mcp-dispatch'
 import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
 
@@ -30,7 +30,7 @@ const devIntrospectionClient = { clientId: 'mcp-dispatch-platform', clientSecret
 const devAuth = process.env.AUTH_ISSUER
   ? undefined
   : await startDevAuthServer({
-      accounts: seed.users.map((u: { id: string }) => u.id),
+      accounts: (seed.users ?? []).map((u: { id: string }) => u.id),
       port: Number(process.env.AUTH_PORT ?? port + 1),
       ...(authMode !== 'userinfo' && { resourceIndicators: { accessTokenFormat: authMode === 'jwt' ? 'jwt' : 'opaque' } }),
       ...(authMode === 'introspection' && { introspectionClient: devIntrospectionClient }),
@@ -68,11 +68,16 @@ const server = serve({
 const [name, token] = Object.entries(platform.tokens)[0] ?? []
 const app = seed.apps[0]
 console.log(`mcp-dispatch reference platform on http://127.0.0.1:${port} (seed: ${seedPath})`)
-for (const a of seed.apps) console.log(`  App ${a.slug}: http://${a.slug}.localhost:${port}/  (versions ${a.versions.map((v: string | { version: string }) => (typeof v === 'string' ? v : v.version)).join(', ')})`)
+for (const a of seed.apps) {
+  // The live versions: a later patch of a minor replaced the earlier one (the deploy rule).
+  const seeded: string[] = (a.versions ?? []).map((v: string | { version: string }) => (typeof v === 'string' ? v : v.version))
+  const live = seeded.reduce<readonly string[]>((set, version) => applyDeploy(set, version), [])
+  console.log(`  App ${a.slug}: http://${a.slug}.localhost:${port}/  (live versions ${live.join(', ') || 'none'})`)
+}
 console.log(`  Token API: http://api.localhost:${port}/api/tokens`)
 console.log(
   devAuth
-    ? `  OAuth: development authorization server ${devAuth.issuer} (${authMode}; signs in as ${seed.users[0]?.id ?? '?'} or the login_hint user)`
+    ? `  OAuth: development authorization server ${devAuth.issuer} (${authMode}; signs in as ${seed.users?.[0]?.id ?? '?'} or the login_hint user)`
     : `  OAuth: ${process.env.AUTH_ISSUER} (${authMode})`,
 )
 if (token && app) {

@@ -175,8 +175,3 @@ export function attachToHead(res: NodeResponse, proto: NodeResponse, decision: D
   return true
 }
 
-/** Takes back a decision handed over by {@link attachToHead} before the head was written. */
-export function detachFromHead(res: NodeResponse): void {
-  if ((res as WithDecision)[kDispatch] !== undefined) (res as WithDecision)[kDispatch] = undefined
-  else if (asideUsed) aside.delete(res)
-}

@@ -29,15 +29,20 @@ export function setupAdapter(options: AdapterOptions): {
   onError: (error: unknown, context: string) => void
 } {
   if (!options || !options.dispatcher) throw new ConfigurationError('dispatcher', 'is required')
+  const onError = options.onError ?? (() => {})
+  // Built here from options: the dispatcher's own failures (stores, session pins) go to the
+  // adapter's `onError` too, unless the options name a reporter of their own.
   const dispatcher =
-    'decide' in options.dispatcher ? options.dispatcher : createDispatcher(options.dispatcher as DispatcherOptions)
+    'decide' in options.dispatcher
+      ? options.dispatcher
+      : createDispatcher({ ...(options.onError && { onError: options.onError }), ...(options.dispatcher as DispatcherOptions) })
   let trust: CompiledTrustProxy
   try {
     trust = compileTrustProxy(options.trustProxy)
   } catch (error) {
     throw new ConfigurationError('trustProxy', (error as Error).message)
   }
-  return { dispatcher, trust, onError: options.onError ?? (() => {}) }
+  return { dispatcher, trust, onError }
 }
 
 /**

@@ -16,6 +16,12 @@ describe('compileTrustProxy', () => {
     for (const n of [-1, 1.5, Number.NaN, Number.POSITIVE_INFINITY]) expect(() => compileTrustProxy(n)).toThrow(TypeError)
   })
 
+  it('refuses true (trust every proxy) and strings, saying what it takes', () => {
+    for (const bad of [true, '10.0.0.1', {}]) {
+      expect(() => compileTrustProxy(bad as never)).toThrow(/false, a hop count, or a list/)
+    }
+  })
+
   it('compiles a list of addresses and ranges, refusing a bad entry with a TypeError', () => {
     expect(compileTrustProxy(['10.0.0.0/8', '::1'])).toHaveLength(2)
     expect(() => compileTrustProxy(['10.0.0.0/8', 'proxy.internal'])).toThrow(TypeError)

@@ -23,6 +23,10 @@ export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustP
     if (!Number.isSafeInteger(trust) || trust < 0) throw new TypeError('trustProxy must be a hop count >= 0')
     return trust === 0 ? false : trust
   }
+  if (!Array.isArray(trust)) {
+    // `true` (Express's "trust every proxy") would let any client set its own address.
+    throw new TypeError('trustProxy must be false, a hop count, or a list of the proxies\' addresses or CIDR ranges')
+  }
   try {
     return compileAllowlist(trust) ?? false
   } catch (error) {

@@ -880,6 +880,34 @@ describe('cached records and invalidation between instances', () => {
     expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 
+  it('a lookup in flight when a revocation arrives does not cache the record it read before (regression)', async () => {
+    const store = createMemoryTokenStore()
+    let release!: () => void
+    let slow = false
+    const slowStore: TokenStore = {
+      ...store,
+      findByHash(hash) {
+        const found = store.findByHash(hash) as ApiTokenRecord | undefined // read now, answered later: a slow query
+        if (!slow) return found
+        slow = false
+        return new Promise<ApiTokenRecord | undefined>((resolve) => (release = () => resolve(found)))
+      },
+    }
+    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+    const bus = createMemoryInvalidationBus()
+    const common = { store: slowStore, apps, subscriptions, now: () => T0, cacheTtlMs: 600_000, invalidations: bus }
+    const a = createTokenService(common)
+    const b = createTokenService(common)
+    const created = await createToken(a)
+    slow = true
+    const inFlight = b.authenticate(created.token)
+    await a.revoke('alice', created.id)
+    release()
+    expect((await inFlight).ok).toBe(true) // it was read before the revocation
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
   it('rotate on one instance: the old secret stops working on the other at once', async () => {
     const { a, b } = instances(true)
     const created = await createToken(a)

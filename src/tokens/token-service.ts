@@ -301,8 +301,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           ttlResolution: 0,
         })
       : undefined
+  // Counts invalidations: a lookup that was in flight while one arrived does not cache what it
+  // read, since it may have read the record before the change (a revoked token would then be
+  // trusted for the rest of the cache TTL).
+  let invalidationCount = 0
   const unsubscribe = invalidations.subscribe((message) => {
-    if (message.kind === 'token') cache?.delete(message.tokenHash)
+    if (message.kind !== 'token') return
+    invalidationCount++
+    cache?.delete(message.tokenHash)
   })
   // Hashes that matched a stored token: their tokens are well formed, so the checksum need
   // not be computed again (hashes only, never a secret; bounded).
@@ -386,6 +392,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   function invalidate(tokenHash: string): Promise<void> {
+    invalidationCount++
     cache?.delete(tokenHash)
     return Promise.resolve(invalidations.publish({ kind: 'token', tokenHash })).catch((error) =>
       onError(error, 'invalidation publish'),
@@ -418,24 +425,28 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     } catch (error) {
       throw new StoreUnavailableError('token', { cause: error })
     }
-    if (!(found instanceof Promise)) return remember(found, tokenHash, known)
+    if (!(found instanceof Promise)) return remember(found, tokenHash, known, invalidationCount)
+    const before = invalidationCount
     return found.then(
-      (record) => remember(record, tokenHash, known),
+      (record) => remember(record, tokenHash, known, before),
       (error: unknown) => {
         throw new StoreUnavailableError('token', { cause: error })
       },
     )
   }
 
-  /** The record the store found for `tokenHash`, if it matches; remembered (see `lookup`). */
-  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean): ApiTokenRecord | undefined {
+  /**
+   * The record the store found for `tokenHash`, if it matches; remembered (see `lookup`), unless
+   * an invalidation came in since `asked` (the count when the lookup started).
+   */
+  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): ApiTokenRecord | undefined {
     // A store is trusted with the lookup, not with the match: compared in constant time.
     if (!record || !hashesEqual(record.tokenHash, tokenHash)) return undefined
     if (!known) {
       if (wellFormed.size >= 10_000) wellFormed.clear()
       wellFormed.add(tokenHash)
     }
-    if (cache && record.revokedAt === null) cache.set(tokenHash, record)
+    if (cache && record.revokedAt === null && asked === invalidationCount) cache.set(tokenHash, record)
     return record
   }
 

@@ -412,6 +412,17 @@ describe('identity tokens', () => {
     expect((await verify(await signer.sign(context, 'a'))).subject).toBe('alice')
   })
 
+  it('a previous key exported plainly (exportJWK: no kid, no alg) still verifies tokens signed before the switch', async () => {
+    const old = await generateKeyPair('ES256', { extractable: true })
+    const before = await createIdentitySigner({ issuer: ISSUER, privateKey: old.privateKey, now: () => at }).sign(context, 'a')
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    const rotated = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [await exportJWK(old.publicKey)], now: () => at })
+    const jwks = await rotated.jwks()
+    expect(jwks.keys[1]).toMatchObject({ alg: 'ES256', kid: expect.any(String), use: 'sig' })
+    const verify = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', now: () => at })
+    expect((await verify(before)).subject).toBe('alice')
+  })
+
   it('refuses misconfiguration when created', async () => {
     const { privateKey: nonExtractable } = await generateKeyPair('ES256')
     expect(() => createIdentitySigner({ issuer: '', privateKey: privateJwk })).toThrow(ConfigurationError)
@@ -422,6 +433,8 @@ describe('identity tokens', () => {
     const identity = { issuer: ISSUER, privateKey: privateJwk }
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'not a url' }, identity })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'ftp://x/' }, identity })).toThrow(ConfigurationError)
+    // Past Node's timer range a timeout would fire at once: every request a 504.
+    expect(() => createProxyHandler({ upstream: {}, identity, timeoutMs: 3_000_000_000 })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)

@@ -316,10 +316,15 @@ export function describeAdapter(name: string, start: StartAdapter): void {
       it('answers 502 (JSON-RPC) when the handler throws', async () => {
         const res = await target.request({
           path: '/v1',
-          headers: { ...json, ...bearer(fixture.tokens.alice), 'x-test-throw': '1' },
+          headers: { ...json, ...bearer(fixture.tokens.alice), 'x-test-throw': '1', origin: ALLOWED_ORIGIN },
           body: TOOLS_LIST,
         })
         expect(res.status).toBe(502)
+        // The same headers on every adapter: a browser client can read its 502 (regression:
+        // the Web adapter's had neither the version nor the CORS headers).
+        expect(res.headers['x-mcp-version']).toBe('1.0.0')
+        expect(res.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
+        expect(res.headers['access-control-expose-headers']).toBe(EXPOSE_HEADERS)
         expect(JSON.parse(res.body)).toEqual({
           jsonrpc: '2.0',
           id: null,

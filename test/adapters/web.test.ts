@@ -73,7 +73,7 @@ describe('web adapter specifics', () => {
       expect(next.headers['x-mcp-version']).toBe('1.0.0')
     })
 
-    it('a handler that throws or rejects gets the 502, without the dispatch headers, and the server serves on', async () => {
+    it('a handler that throws or rejects gets the 502, with the dispatch headers as on Express and Fastify, and the server serves on', async () => {
       const fixture = createFixture()
       const errors: unknown[] = []
       const handle = mcpDispatch({
@@ -97,7 +97,7 @@ describe('web adapter specifics', () => {
         for (const how of ['throw', 'reject']) {
           const res = await send(how)
           expect(res.status).toBe(502)
-          expect(res.headers['x-mcp-version']).toBeUndefined()
+          expect(res.headers['x-mcp-version']).toBe('1.0.0')
           expect(JSON.parse(res.body)).toMatchObject({ error: { data: { error: 'handler_error' } } })
         }
         expect(errors.map((e) => (e as Error).message)).toEqual(['thrown', 'rejected'])

@@ -23,6 +23,24 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed })).toThrow(/1\.0\.0/)
   })
 
+  it('names the App version a deploy refuses', () => {
+    const seed = { ...base, apps: [{ id: 'app_w', slug: 'weather', name: 'Weather', versions: ['1.0.0', 'banana'] }] }
+    expect(() => createPlatform({ seed })).toThrow(/apps\.0\.versions\.1 \(weather\)/)
+  })
+
+  it('refuses a misspelt key instead of dropping it (an allowlist or a limit must never go missing silently)', () => {
+    const token = { name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const }
+    expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIPs: ['10.0.0.0/8'] }] } as never })).toThrow(/allowedIPs/)
+    expect(() => createPlatform({ seed: { ...base, apps: [{ ...base.apps[0]!, rateLimit: 5 }] } as never })).toThrow(/rateLimit/)
+  })
+
+  it('refuses subscriptions of unknown users or Apps, and two tokens of one name', () => {
+    expect(() => createPlatform({ seed: { ...base, subscriptions: [{ userId: 'nobody', appId: 'app_w', active: true }] } })).toThrow(/subscriptions\.0: unknown user/)
+    expect(() => createPlatform({ seed: { ...base, subscriptions: [{ userId: 'u1', appId: 'app_x', active: true }] } })).toThrow(/subscriptions\.0: unknown App/)
+    const token = { name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const }
+    expect(() => createPlatform({ seed: { ...base, tokens: [token, token] } })).toThrow(/used twice/)
+  })
+
   it('refuses a token for an unknown user or App', () => {
     expect(() => createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'nobody', servers: ['app_w'], expiresInDays: 7 as const }] } })).toThrow(/unknown user/)
     expect(() => createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_x'], expiresInDays: 7 as const }] } })).toThrow(/unknown App/)

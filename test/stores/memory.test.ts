@@ -78,6 +78,17 @@ describe('memory stores: what only they do', () => {
     expect(counters.increment('a', 0, 60_000)).toBe(1)
   })
 
+  it('the rate-limit store evicts the least recently used counter, not a busy one (regression: a busy caller was reset)', () => {
+    const counters = createMemoryRateLimitStore({ max: 2 })
+    counters.increment('a', 0, 60_000)
+    counters.increment('b', 0, 60_000)
+    counters.increment('a', 0, 60_000)
+    expect(counters.increment('a', 0, 60_000)).toBe(3)
+    counters.increment('c', 0, 60_000) // full: 'b', used least recently, goes
+    expect(counters.increment('a', 0, 60_000)).toBe(4)
+    expect(counters.increment('b', 0, 60_000)).toBe(1)
+  })
+
   it('regression: a clock that starts at 0 still expires sessions and cache entries (lru-cache start time 0)', () => {
     const clock = createTestClock(0)
     const sessions = createMemorySessionStore({ now: clock.now })

@@ -187,7 +187,18 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
       const alg = options.algorithm ?? (isJwk(privateKey) ? privateKey.alg : undefined) ?? inferAlgorithm(publicJwk)
       const kid = options.keyId ?? (isJwk(privateKey) ? privateKey.kid : undefined) ?? (await calculateJwkThumbprint(publicJwk))
       const key = isJwk(privateKey) ? ((await importJWK(privateKey, alg)) as CryptoKey) : (privateKey as CryptoKey | KeyObject)
-      return { key, alg, kid, jwks: { keys: [{ ...publicJwk, alg, kid, use: 'sig' }, ...previous] } }
+      // A previous key exported without `kid` or `alg` (jose's `exportJWK` gives neither) gets the
+      // ones it signed with by default (the thumbprint, the algorithm of its curve), so tokens
+      // signed before the switch still find their key.
+      const published = await Promise.all(
+        previous.map(async (jwk) => ({
+          ...jwk,
+          alg: jwk.alg ?? inferAlgorithm(jwk),
+          kid: jwk.kid ?? (await calculateJwkThumbprint(jwk)),
+          use: jwk.use ?? 'sig',
+        })),
+      )
+      return { key, alg, kid, jwks: { keys: [{ ...publicJwk, alg, kid, use: 'sig' }, ...published] } }
     })()
     return loaded
   }

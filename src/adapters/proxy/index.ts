@@ -230,7 +230,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityHeader)}`)
   }
   const timeoutMs = options.timeoutMs ?? 30_000
-  if (!(timeoutMs > 0) || !Number.isFinite(timeoutMs)) throw new ConfigurationError('timeoutMs', 'must be a positive number')
+  // Node's timers hold at most 2^31 - 1 ms (about 24.8 days); a longer one fires at once.
+  if (!(timeoutMs > 0) || !(timeoutMs <= 2_147_483_647)) {
+    throw new ConfigurationError('timeoutMs', 'must be a positive number of milliseconds, at most 2147483647')
+  }
   const forwarded = new Set(FORWARDED_REQUEST_HEADERS)
   for (const name of options.forwardHeaders ?? []) {
     const lower = String(name).toLowerCase()

@@ -17,7 +17,7 @@ import { resolveClientAddress } from '../../core/client-address.js'
 import type { Reply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
-import { type Dispatched, type NodeResponse, attachToHead, detachFromHead, installHeadInterception } from '../head.js'
+import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
@@ -91,9 +91,10 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       const answered = handler(request, decision.context)
       response = answered instanceof Promise ? await answered : answered
     } catch (error) {
-      if (atHead) detachFromHead(outgoing as NodeResponse)
       onError(error, 'handler')
-      return toResponse(HANDLER_FAILED)
+      // The 502 carries the dispatch headers (version, rate limit, CORS) as on Express and
+      // Fastify: on Node the head, still holding the decision, stamps them.
+      return atHead ? toResponse(HANDLER_FAILED) : stampHeaders(toResponse(HANDLER_FAILED), decision.headers)
     }
     if (atHead) return response
     const pinned = decision.complete({ status: response.status, sessionId: response.headers.get('mcp-session-id') })

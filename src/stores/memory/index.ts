@@ -211,10 +211,13 @@ export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): S
 /**
  * In-memory fixed-window counters, bounded by `max` keys. A plain `Map` (one lookup per
  * request): once it holds `max` keys, counters of windows that have ended are swept, then
- * the oldest keys go first.
+ * the least recently used keys go first. Past half of `max`, a counter that is used moves to
+ * the end of the map's order, so a busy caller's counter is the last to go (dropping it would
+ * reset its count); below that, nothing is reordered and a request costs one lookup.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
   const max = options.max ?? 100_000
+  const reorderFrom = Math.floor(max / 2)
   const counters = new Map<string, { windowStart: number; end: number; count: number }>()
   function makeRoom(now: number): void {
     for (const [key, entry] of counters) if (entry.end <= now) counters.delete(key)
@@ -226,6 +229,10 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
   return {
     increment(key, windowStart, windowMs) {
       const entry = counters.get(key)
+      if (entry && counters.size >= reorderFrom) {
+        counters.delete(key)
+        counters.set(key, entry)
+      }
       // A request stamped with an older window (clock skew between instances) counts against
       // the current one rather than resetting it.
       if (entry && entry.windowStart >= windowStart) return ++entry.count
