@@ -125,6 +125,17 @@ async function readBody(request: Request): Promise<string | null> {
   return Buffer.concat(chunks).toString('utf8')
 }
 
+/** A single JSON-RPC 2.0 message with a method (a request or a notification). */
+function isMessage(body: unknown): boolean {
+  return (
+    body !== null &&
+    typeof body === 'object' &&
+    !Array.isArray(body) &&
+    (body as { jsonrpc?: unknown }).jsonrpc === '2.0' &&
+    typeof (body as { method?: unknown }).method === 'string'
+  )
+}
+
 function isInitialize(body: unknown): boolean {
   const messages = Array.isArray(body) ? body : [body]
   return messages.some((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'initialize')
@@ -185,8 +196,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       }
       // JSON-RPC 2.0 section 6: an empty batch is one Invalid Request error (the SDK answers 202).
       if (Array.isArray(body) && body.length === 0) return rpcError(400, -32600, 'Invalid Request: empty batch')
-      // MCP 2026-07-28: classified as the SDK's own handler would (headers and body).
-      if (modern && body !== undefined && !(await isLegacyRequest(request, body))) {
+      // MCP 2026-07-28: classified as the SDK's own handler would (headers and body). Only a
+      // single request or notification can be of that revision (it has no batches); anything
+      // else that is not JSON-RPC gets the 2025 server's JSON-RPC error, as before.
+      if (modern && isMessage(body) && !(await isLegacyRequest(request, body))) {
         return modern.fetch(request, { parsedBody: body })
       }
     }
