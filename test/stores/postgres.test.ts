@@ -119,12 +119,52 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       }
     })
 
+    it('tables of one new schema migrated at the same moment all succeed (the schema is created once)', async () => {
+      const schema = randomSchemaName()
+      const pool = postgres.openPool({ max: 8 })
+      try {
+        for (let round = 0; round < 3; round++) {
+          const stores = Array.from({ length: 8 }, (_, i) => createPostgresTokenStore({ pool, schema, table: `t${round}_${i % 2}` }))
+          const results = await Promise.allSettled(stores.map((s) => s.migrate()))
+          expect(results.filter((r) => r.status === 'rejected')).toEqual([])
+          await postgres.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+        }
+      } finally {
+        await postgres.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+      }
+    })
+
+    it('a role with CREATE on the existing schema, and none on the database, can migrate', async () => {
+      const schema = randomSchemaName()
+      const role = schema.replace('mcpd_test_', 'mcpd_role_')
+      await postgres.pool.query(`CREATE SCHEMA "${schema}"`)
+      await postgres.pool.query(`CREATE ROLE ${role} LOGIN`)
+      try {
+        await postgres.pool.query(`REVOKE CREATE ON DATABASE "${new URL(POSTGRES_URL).pathname.slice(1)}" FROM ${role}`)
+        await postgres.pool.query(`GRANT USAGE, CREATE ON SCHEMA "${schema}" TO ${role}`)
+        const url = new URL(POSTGRES_URL)
+        url.username = role
+        const pool = postgres.openPool({ connectionString: url.href, max: 1 })
+        const store = createPostgresTokenStore({ pool, schema })
+        await store.migrate()
+        await store.migrate()
+        const record = makeTokenRecord()
+        await store.insert(record)
+        expect(await store.findByHash(record.tokenHash)).toEqual(record)
+        await pool.end()
+      } finally {
+        await postgres.pool.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`)
+        await postgres.pool.query(`DROP OWNED BY ${role}`)
+        await postgres.pool.query(`DROP ROLE ${role}`)
+      }
+    })
+
     it('is exported as SQL text: the default names, no CREATE SCHEMA for public', () => {
       const sql = postgresTokenStoreMigration()
       expect(sql).toContain('CREATE TABLE IF NOT EXISTS "public"."mcp_dispatch_api_tokens"')
       expect(sql).not.toContain('CREATE SCHEMA')
       const custom = postgresTokenStoreMigration({ schema: 'mcp', table: 'api_tokens' })
-      expect(custom).toContain('CREATE SCHEMA IF NOT EXISTS "mcp";')
+      expect(custom).toContain(`IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'mcp') THEN CREATE SCHEMA "mcp"; END IF;`)
       expect(custom).toContain('CREATE UNIQUE INDEX IF NOT EXISTS "api_tokens_token_hash_key" ON "mcp"."api_tokens" (token_hash);')
     })
 

@@ -95,9 +95,20 @@ export function postgresTokenStoreMigration(options: PostgresTableOptions = {}):
 /** {@link postgresTokenStoreMigration} for names already validated. @internal */
 export function migrationSql(names: TokenTableNames): string {
   const { schema, qualified } = names
+  // The schema's lock first (tables of one new schema, migrated together, would both create
+  // it), then the table's; the schema is created only when missing, so a role with CREATE on
+  // an existing schema, and none on the database, can migrate.
+  const createSchema =
+    schema === 'public'
+      ? ''
+      : `SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch-schema:${schema}'));
+DO $$ BEGIN
+  IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '${schema}') THEN CREATE SCHEMA "${schema}"; END IF;
+END $$;
+`
   return `-- mcp-dispatch API-token store (schema version 1). Idempotent.
-SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch:${qualified}'));
-${schema === 'public' ? '' : `CREATE SCHEMA IF NOT EXISTS "${schema}";\n`}CREATE TABLE IF NOT EXISTS ${qualified} (
+${createSchema}SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch:${qualified}'));
+CREATE TABLE IF NOT EXISTS ${qualified} (
   id              text     NOT NULL,
   user_id         text     NOT NULL,
   name            text     NOT NULL,
