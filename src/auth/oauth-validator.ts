@@ -319,6 +319,22 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   for (const fn of ['fetch', 'now', 'sleep', 'random', 'onEvent'] as const) {
     if (options[fn] !== undefined && typeof options[fn] !== 'function') throw new ConfigurationError(fn, 'must be a function')
   }
+  // Checked here, not on the first request: a string would be spread into letters, an object
+  // without the methods would fail every validation.
+  if (options.algorithms !== undefined) {
+    const algorithms: unknown = options.algorithms
+    if (!Array.isArray(algorithms) || algorithms.length === 0 || !algorithms.every((a) => typeof a === 'string' && a !== '')) {
+      throw new ConfigurationError('algorithms', 'must be a non-empty list of JWS algorithm names, e.g. ["RS256"]')
+    }
+  }
+  const hasMethods = (value: unknown, names: readonly string[]) =>
+    value !== null && typeof value === 'object' && names.every((n) => typeof (value as Record<string, unknown>)[n] === 'function')
+  if (options.timers !== undefined && !hasMethods(options.timers, ['setTimeout', 'clearTimeout'])) {
+    throw new ConfigurationError('timers', 'must have setTimeout and clearTimeout functions')
+  }
+  if (options.cache !== undefined && !hasMethods(options.cache, ['get', 'set', 'delete'])) {
+    throw new ConfigurationError('cache', 'must be a CacheStore (get, set and delete functions)')
+  }
 
   const now = options.now ?? Date.now
   const fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
@@ -409,10 +425,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   // Discovery: fetched once, shared by concurrent validations; failures are not remembered.
   let metadata: AuthorizationServerMetadata | null | undefined
+  // "No document" (404 at both addresses) is believed for 5 minutes only: an authorization
+  // server that was not up yet behind its proxy publishes one later.
+  let noDocumentUntil = 0
   let discovering: Promise<AuthorizationServerMetadata | null> | undefined
 
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
-    if (metadata !== undefined) return metadata
+    if (metadata !== undefined && (metadata !== null || now() < noDocumentUntil)) return metadata
     discovering ??= (async () => {
       try {
         for (const url of discoveryUrls(issuer)) {
@@ -426,6 +445,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           })
           if (doc) return (metadata = doc)
         }
+        noDocumentUntil = now() + 300_000
         return (metadata = null)
       } finally {
         discovering = undefined
@@ -472,6 +492,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return call('introspection', endpoint, init, deadline, (res): Outcome => {
       if (res.status === 401 || res.status === 403) {
         throw new BadAnswer(`HTTP ${res.status}: the introspection endpoint refused the client credentials`, false)
+      }
+      // RFC 7009 section 2.2.1's error, which providers also give at introspection for a token
+      // of a kind they will not introspect (oidc-provider, for an ID token): the token is
+      // refused, the server is healthy.
+      if (res.status === 400 && parseJsonObject(res.body)?.error === 'unsupported_token_type') {
+        return { active: false, reason: 'unsupported token type' }
       }
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
       const body = parseJsonObject(res.body)
@@ -587,7 +613,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
   }
 
-  async function remember(key: string, outcome: Outcome): Promise<CachedValidation> {
+  /**
+   * Counts `forget` calls: a validation in flight when one came in does not cache its answer,
+   * which it may have got before the revocation the platform just learnt of.
+   */
+  let forgetCount = 0
+
+  async function remember(key: string, outcome: Outcome, asked: number): Promise<CachedValidation> {
     const at = now()
     let entry: CachedValidation
     if (outcome.active) {
@@ -602,7 +634,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       entry = { active: false, reason: outcome.reason, validUntil: at + (outcome.uncacheable ? 0 : rejectionTtlMs) }
     }
     const ttl = entry.validUntil - at
-    if (ttl > 0) {
+    if (ttl > 0 && asked === forgetCount) {
       try {
         await cache.set(key, entry, ttl)
       } catch (error) {
@@ -614,6 +646,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function validateUpstream(token: string, key: string, claims: JWTPayload | undefined): Promise<CachedValidation> {
     const deadline = now() + retry.deadlineMs
+    const asked = forgetCount
     for (let attempt = 1; ; attempt++) {
       try {
         const outcome =
@@ -622,7 +655,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             : mode === 'introspection'
               ? await validateByIntrospection(token, deadline)
               : await validateJwt(token, deadline)
-        return await remember(key, outcome)
+        return await remember(key, outcome, asked)
       } catch (error) {
         if (!(error instanceof UpstreamFailure)) throw error
         if (error.breakerRetryAfterMs !== undefined) {
@@ -685,6 +718,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       return breaker.state
     },
     async forget(token) {
+      forgetCount++
       await cache.delete(hashKey(token))
     },
     async validate(token, context) {

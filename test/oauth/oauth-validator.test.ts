@@ -77,6 +77,10 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', retry: { attempts: 0 } }, 'retry.attempts'],
     [{ issuer: 'https://auth.example.com', breaker: { failureThreshold: 0 } }, 'breaker.failureThreshold'],
     [{ issuer: 'https://auth.example.com', jwks: 'file:///keys.json' }, 'jwks'],
+    [{ issuer: 'https://auth.example.com', algorithms: 'RS256' as never }, 'algorithms'],
+    [{ issuer: 'https://auth.example.com', algorithms: [] }, 'algorithms'],
+    [{ issuer: 'https://auth.example.com', timers: {} as never }, 'timers'],
+    [{ issuer: 'https://auth.example.com', cache: {} as never }, 'cache'],
   ])('refuses %j at construction (%s)', (options, option) => {
     let error: unknown
     try {
@@ -114,6 +118,21 @@ describe('userinfo mode (the default)', () => {
     fake.route('/userinfo', { status: 200, body: { sub: 'user_bob' } })
     expect(await validator().validate('good-token')).toEqual({ active: true, info: { subject: 'user_bob' } })
     expect(fake.count('/.well-known/oauth-authorization-server')).toBe(1)
+  })
+
+  it('"no discovery document" is believed for 5 minutes, then asked again (an issuer that came up late)', async () => {
+    fake.route('/.well-known/openid-configuration', { status: 404 })
+    fake.route('/.well-known/oauth-authorization-server', { status: 404 })
+    fake.route('/userinfo', { status: 200, body: { sub: 'user_bob' } })
+    const v = validator({ cacheTtlMs: 1 })
+    expect(await v.validate('t1')).toMatchObject({ active: true, info: { subject: 'user_bob' } })
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/oidc/me` } })
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice' } })
+    clock.advance(299_000)
+    expect(await v.validate('t2')).toMatchObject({ info: { subject: 'user_bob' } })
+    clock.advance(1_000)
+    expect(await v.validate('t3')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
   })
 
   it('refuses a discovery document that names another issuer, without calling userinfo', async () => {
@@ -368,6 +387,15 @@ describe('introspection mode (RFC 7662)', () => {
     expect(await v.validate('mine')).toMatchObject({ active: true })
   })
 
+  it('a token the provider will not introspect (400 unsupported_token_type, e.g. an ID token) is refused, not a 503', async () => {
+    fake.route('/introspect', { status: 400, body: { error: 'unsupported_token_type' } })
+    const v = validator({ mode: 'introspection', introspection })
+    expect(await v.validate('an-id-token')).toEqual({ active: false, reason: 'unsupported token type' })
+    expect(v.breakerState).toBe('closed')
+    fake.route('/introspect', { status: 400, body: { error: 'invalid_request' } })
+    await unavailable(v.validate('other-token'))
+  })
+
   it('answers 503 when the introspection endpoint refuses the resource server', async () => {
     fake.route('/introspect', { status: 401, body: { error: 'invalid_client' } })
     await unavailable(validator({ mode: 'introspection', introspection }).validate('good-token'))
@@ -432,6 +460,27 @@ describe('single flight, cache store and secrecy', () => {
     await v.forget('good-token')
     await v.validate('good-token')
     expect(fake.count('/oidc/me')).toBe(2)
+  })
+
+  it('forget during a validation in flight: its answer, read before the revocation, is not cached (regression)', async () => {
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    let calls = 0
+    fake.route('/oidc/me', async () => {
+      calls++
+      if (calls > 1) return { status: 401 } // revoked upstream meanwhile
+      const answer = { status: 200, body: { sub: 'alice' } } // decided on arrival, answered late
+      await gate
+      return answer
+    })
+    const v = validator()
+    const inFlight = v.validate('good-token')
+    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    await v.forget('good-token')
+    release()
+    expect(await inFlight).toMatchObject({ active: true })
+    expect(await v.validate('good-token')).toMatchObject({ active: false })
+    expect(calls).toBe(2)
   })
 
   it('never puts the token in an event, an error or its cause', async () => {
