@@ -93,7 +93,7 @@ export function registerModernConformanceFeatures(server: McpServer): void {
   server.registerTool(
     'json_schema_2020_12_tool',
     {
-      description: 'Tool with JSON Schema 2020-12 features ($schema, $defs, additionalProperties).',
+      description: 'Tool with JSON Schema 2020-12 features ($schema, $defs with $anchor, additionalProperties, allOf/anyOf, if/then/else).',
       inputSchema: JSON_SCHEMA_2020_12_INPUT,
     },
     async ({ name, address }) => text(`Received ${JSON.stringify({ name, address })}`),

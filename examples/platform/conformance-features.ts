@@ -360,7 +360,8 @@ function registerClientRequestTools(server: McpServer): void {
 
 /**
  * The input of a tool that keeps the JSON Schema 2020-12 keywords `$schema`, `$defs` and
- * `additionalProperties` (SEP-1613). The SDK renders zod as draft-07, inlining or moving shared
+ * `additionalProperties` (SEP-1613), and those SEP-2106 adds (`$anchor` in `$defs`,
+ * `allOf`/`anyOf`, `if`/`then`/`else`). The SDK renders zod as draft-07, inlining or moving shared
  * definitions to `definitions`, so the 2020-12 parts are given as metadata, which zod copies
  * verbatim; the address is still validated by zod on the way in. Built once: zod schemas are
  * immutable, and building this one costs more than the rest of an MCP server's features.
@@ -373,18 +374,33 @@ export const JSON_SCHEMA_2020_12_INPUT = z
       .pipe(z.object({ street: z.string().optional(), city: z.string().optional() }))
       .optional()
       .meta({ $ref: '#/$defs/address' }),
+    contactMethod: z.enum(['phone', 'email']).optional(),
+    phone: z.string().optional(),
+    email: z.string().optional(),
   })
   .strict()
+  // The rule the 2020-12 keywords below state, checked by zod as well: a phone number when
+  // the contact method is the phone, else an email address.
+  .refine((input) => (input.contactMethod === 'phone' ? input.phone !== undefined : input.email !== undefined), {
+    message: 'phone is required when contactMethod is "phone", email otherwise',
+  })
   .meta({
     $schema: JSON_SCHEMA_2020_12,
-    $defs: { address: { type: 'object', properties: { street: { type: 'string' }, city: { type: 'string' } } } },
+    $defs: {
+      address: { $anchor: 'addressDef', type: 'object', properties: { street: { type: 'string' }, city: { type: 'string' } } },
+    },
+    // SEP-2106: composition and conditional keywords, which a server must pass on unchanged.
+    allOf: [{ anyOf: [{ required: ['phone'] }, { required: ['email'] }] }],
+    if: { properties: { contactMethod: { const: 'phone' } }, required: ['contactMethod'] },
+    then: { required: ['phone'] },
+    else: { required: ['email'] },
   })
 
 function registerSchemaTool(server: McpServer): void {
   server.registerTool(
     'json_schema_2020_12_tool',
     {
-      description: 'Tool with JSON Schema 2020-12 features ($schema, $defs, additionalProperties).',
+      description: 'Tool with JSON Schema 2020-12 features ($schema, $defs with $anchor, additionalProperties, allOf/anyOf, if/then/else).',
       inputSchema: JSON_SCHEMA_2020_12_INPUT,
     },
     async ({ name, address }) => text(`Received ${JSON.stringify({ name, address })}`),

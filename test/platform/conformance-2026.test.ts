@@ -7,7 +7,7 @@
  * beside their 2025-era SDK v1 server (test/platform/conformance.test.ts).
  *
  * As in that test, the runner reaches the platform through a forwarder that adds the API token
- * and the App's host. Three scenarios keep failing checks, each named below with the checks it
+ * and the App's host. Two scenarios keep failing checks, each named below with the checks it
  * may fail; any other failing check fails this test.
  */
 import { mkdtemp, rm } from 'node:fs/promises'
@@ -32,15 +32,11 @@ const installed = conformanceAvailable('conformance 2026-07-28 (platform)')
 /**
  * Checks that may fail, by scenario, and why:
  * - `dns-rebinding-protection`: the forwarder rewrites `Host` (the 2025 test runs it directly).
- * - `json-schema-2020-12`: the SEP-2106 keywords (`allOf`, `if`/`then`/`else`, `$anchor`) are
- *   not in the shared tool's schema, which the 2025-era server serves too.
  * - `server-stateless`: its diagnostic tools (`test_missing_capability`,
  *   `test_streaming_elicitation`) are not implemented, so those checks are "not testable".
  */
 const KNOWN: Record<string, (check: ConformanceCheck) => boolean> = {
   'dns-rebinding-protection': (c) => c.id.startsWith('localhost-host-'),
-  'json-schema-2020-12': (c) =>
-    ['sep-2106-composition-keywords-preserved', 'sep-2106-conditional-keywords-preserved', 'sep-2106-anchor-keyword-preserved'].includes(c.id),
   'server-stateless': (c) => (c.errorMessage ?? '').startsWith('Not testable: server does not list the diagnostic tool'),
 }
 const RUN_TIMEOUT_MS = 120_000
