@@ -12,6 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-ad
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import { type Dispatched, attachToHead, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
+import { splitUrl } from './shared.js'
 
 /**
  * The neutral request over a Node request: one object per request, which is also its own
@@ -53,7 +54,14 @@ export function toDispatchRequest(
   protocol: string,
   trust: CompiledTrustProxy,
 ): DispatchRequest {
-  const host = req.headers.host
+  let host = req.headers.host
+  // RFC 9112 section 3.2.2: an absolute-form target (`POST http://host/v1`, as a client
+  // talking to a proxy sends it) names the host, and the Host header is then ignored.
+  if (url.charCodeAt(0) !== 47 /* / */ && url.includes('://')) {
+    const target = splitUrl(url)
+    host = target.origin.slice(target.origin.indexOf('://') + 3)
+    url = target.path
+  }
   let end = url.length
   const query = url.indexOf('?')
   if (query !== -1) end = query

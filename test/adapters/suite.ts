@@ -34,6 +34,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { originNotAllowedReply } from '../../src/core/reply.js'
 import {
   ALLOWED_ORIGIN,
+  HOST,
   type Fixture,
   type Gate,
   type HttpRecord,
@@ -311,6 +312,19 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(res.status).toBe(200)
         expect(res.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
         expect(res.headers['access-control-expose-headers']).toBe(EXPOSE_HEADERS)
+      })
+
+      // Node adapters only: the Web adapter gets the URL its runtime built, and Fastify's router
+      // routes no absolute-form target by itself (docs/adapters.md: its rewriteUrl option).
+      it.runIf(name === 'express')('takes an absolute-form request target (RFC 9112 3.2.2): its host and path, not the Host header', async () => {
+        const res = await target.request({
+          path: `http://${HOST}/v1`,
+          host: 'elsewhere.example',
+          headers: { ...json, ...bearer(fixture.tokens.alice) },
+          body: TOOLS_LIST,
+        })
+        expect(res.status).toBe(200)
+        expect(res.headers['x-mcp-version']).toBe('1.0.0')
       })
 
       it('answers 502 (JSON-RPC) when the handler throws', async () => {
