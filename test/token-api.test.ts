@@ -97,10 +97,35 @@ describe('dev session (reference platform)', () => {
 
   it('an unknown user gets 400 naming userId', async () => {
     const response = await platform.fetch(
-      new Request('http://api.localhost/dev/session', { method: 'POST', body: '{"userId":"user_mallory"}' }),
+      new Request('http://api.localhost/dev/session', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: '{"userId":"user_mallory"}',
+      }),
     )
     expect(response.status).toBe(400)
     expect(await json(response)).toMatchObject({ field: 'userId' })
+  })
+
+  it('answers loopback clients only, and JSON only (no cross-site simple request can sign anyone in)', async () => {
+    const signIn = (clientAddress: string | undefined, contentType = 'application/json') =>
+      platform.fetch(
+        new Request('http://api.localhost/dev/session', {
+          method: 'POST',
+          headers: { 'content-type': contentType },
+          body: JSON.stringify({ userId: 'user_alice' }),
+        }),
+        clientAddress === undefined ? undefined : { clientAddress },
+      )
+    for (const address of ['127.0.0.1', '::1', '::ffff:127.0.0.1']) expect((await signIn(address)).status).toBe(200)
+    for (const address of [CLIENT, '10.0.0.1', '::ffff:192.0.2.1']) {
+      const refused = await signIn(address)
+      expect(refused.status).toBe(403)
+      expect(refused.headers.get('set-cookie')).toBeNull()
+    }
+    const plain = await signIn('127.0.0.1', 'text/plain')
+    expect(plain.status).toBe(400)
+    expect(await json(plain)).toMatchObject({ field: 'content-type' })
   })
 
   it('without a session the API answers 401', async () => {

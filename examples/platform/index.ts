@@ -66,6 +66,14 @@ const seedSchema = z.object({
     .default([]),
 }).strict()
 
+/** Development dashboard sessions kept at most. */
+const MAX_DEV_SESSIONS = 10_000
+
+/** Whether an address is this machine's (127.0.0.0/8, ::1, and their IPv4-mapped forms). */
+function isLoopback(address: string): boolean {
+  return address === '::1' || /^(?:::ffff:)?127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/i.test(address)
+}
+
 /** The seed of {@link createPlatform} (see `seed.json`). */
 export type PlatformSeed = z.input<typeof seedSchema>
 
@@ -288,6 +296,16 @@ export function createPlatform(options: PlatformOptions): Platform {
       return Response.json(await signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
     }
     if (url.pathname === '/dev/session' && request.method === 'POST') {
+      // A passwordless sign-in: for this machine only, whatever HOST the server listens on
+      // (an in-process call has no address), and JSON only, so no page of another site can
+      // send it as a simple cross-site request.
+      const address = apiClientAddresses.get(request)
+      if (address !== undefined && !isLoopback(address)) {
+        return Response.json({ error: 'forbidden', message: 'The development sign-in answers loopback clients only' }, { status: 403 })
+      }
+      if (!/^application\/json\b/i.test(request.headers.get('content-type') ?? '')) {
+        return Response.json({ error: 'invalid_request', message: 'content-type: must be application/json', field: 'content-type' }, { status: 400 })
+      }
       let userId: unknown
       try {
         userId = ((await request.json()) as { userId?: unknown }).userId
@@ -300,6 +318,8 @@ export function createPlatform(options: PlatformOptions): Platform {
       const id = randomBytes(24).toString('base64url')
       const csrf = randomBytes(24).toString('base64url')
       dashboardSessions.set(id, { userId, csrf })
+      // Bounded: the oldest session goes first.
+      if (dashboardSessions.size > MAX_DEV_SESSIONS) dashboardSessions.delete(dashboardSessions.keys().next().value!)
       return Response.json(
         { userId, csrfToken: csrf },
         { headers: { 'set-cookie': `mcp_dev_session=${id}; HttpOnly; SameSite=Strict; Path=/` } },

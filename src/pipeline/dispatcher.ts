@@ -322,11 +322,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * store. Synchronous throws reach the catch of `decide`, which names the current stage.
    */
   function settle<T>(value: MaybePromise<T>, store: string): MaybePromise<T> {
-    return value instanceof Promise
-      ? bounded(value, store).catch((error: unknown) => {
-          throw new StoreFailure(store, error)
-        })
-      : value
+    if (value instanceof Promise) {
+      return bounded(value, store).catch((error: unknown) => {
+        throw new StoreFailure(store, error)
+      })
+    }
+    // A promise of another realm or library (Bluebird, a lazy query, a test environment's
+    // Promise) is not `instanceof Promise`: adopted, never taken for the answer itself.
+    if (value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function') {
+      return settle(Promise.resolve(value as unknown as PromiseLike<T>), store)
+    }
+    return value
   }
 
   /** `pending`, or a rejection once `storeTimeoutMs` has passed without an answer. */
@@ -703,7 +709,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withSubscription(flow: Flow, active: boolean): MaybePromise<Decision> {
-    if (!active) return reply(paymentRequiredReply(), flow.origin)
+    // Only `true` is an active subscription: any other answer of a store refuses (402).
+    if (active !== true) return reply(paymentRequiredReply(), flow.origin)
     // Step 5: rate limit.
     stage = 'rate-limit policy'
     return proceed(flow, applyRateLimit(flow), 'rate-limit policy', withRateLimit)

@@ -40,7 +40,10 @@ export interface TokenApiOptions {
    * Bearer callers (rotate only) never need it.
    */
   verifyCsrf: ((request: Request, session: TokenApiSession) => MaybePromise<boolean>) | false
-  /** Client address of a request, for the allowlist of a Bearer rotation. */
+  /**
+   * Client address of a request, for the allowlist of a Bearer rotation. Without it (or when it
+   * answers `undefined`) a token with an allowlist cannot rotate itself: 403, as on the MCP path.
+   */
   clientAddress?: (request: Request) => string | undefined
   /** Errors the caller sees only as a 503. */
   onError?: (error: unknown, context: string) => void

@@ -513,7 +513,7 @@ describe('rotate (spec 3, 4.3)', () => {
     const { service, clock } = setup()
     const created = await createToken(service, { allowedIps: ['10.0.0.0/8'], expiresInDays: 7 })
     clock.advance(DAY)
-    const rotated = await service.rotate(created.id, { kind: 'token', token: created.token })
+    const rotated = await service.rotate(created.id, { kind: 'token', token: created.token, clientAddress: '10.0.0.7' })
     expect(rotated.token).not.toBe(created.token)
     expect(rotated.token).toMatch(/^svc_[0-9A-Za-z]{44}$/)
     expect(rotated.prefix).toBe(rotated.token.slice(0, 12))
@@ -587,6 +587,8 @@ describe('rotate (spec 3, 4.3)', () => {
       service.rotate(created.id, { kind: 'token', token: created.token, clientAddress: '192.0.2.1' }),
       ForbiddenError,
     )
+    // No known address: refused too (regression: the allowlist was skipped).
+    await refusal(service.rotate(created.id, { kind: 'token', token: created.token }), ForbiddenError)
     expect((await service.authenticate(created.token)).ok).toBe(true)
     const rotated = await service.rotate(created.id, {
       kind: 'token',
@@ -906,6 +908,36 @@ describe('cached records and invalidation between instances', () => {
     release()
     expect((await inFlight).ok).toBe(true) // it was read before the revocation
     expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('an owner rotation racing a Bearer rotation leaves no intermediate secret cached (regression)', async () => {
+    const inner = createMemoryTokenStore()
+    let release!: () => void
+    let holdNext = false
+    const store: TokenStore = {
+      ...inner,
+      async rotate(id, secret, expected) {
+        if (holdNext) {
+          holdNext = false
+          await new Promise<void>((resolve) => (release = resolve))
+        }
+        return inner.rotate(id, secret, expected)
+      },
+    }
+    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+    const service = createTokenService({ store, apps, subscriptions, now: () => T0, cacheTtlMs: 600_000 })
+    const t0 = await createToken(service)
+    holdNext = true
+    const byOwner = service.rotate(t0.id, { kind: 'session', userId: 'alice' }) // reads t0, then waits
+    await new Promise((resolve) => setTimeout(resolve, 10))
+    const t1 = await service.rotate(t0.id, { kind: 'token', token: t0.token })
+    expect((await service.authenticate(t1.token)).ok).toBe(true) // cached now
+    release()
+    const t2 = await byOwner
+    expect(await service.authenticate(t1.token)).toMatchObject({ ok: false })
+    expect(await service.authenticate(t0.token)).toMatchObject({ ok: false })
+    expect((await service.authenticate(t2.token)).ok).toBe(true)
   })
 
   it('rotate on one instance: the old secret stops working on the other at once', async () => {

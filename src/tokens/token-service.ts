@@ -104,7 +104,12 @@ export interface UpdateTokenInput {
 /** Who asks for a rotation (spec 4.3). */
 export type RotateCaller =
   | { readonly kind: 'session'; readonly userId: string }
-  | { readonly kind: 'token'; readonly token: string; readonly clientAddress?: string }
+  | {
+      readonly kind: 'token'
+      readonly token: string
+      /** The caller's address: a token with an allowlist is refused (403) without one. */
+      readonly clientAddress?: string
+    }
 
 /** Result of {@link TokenService.authenticate}. A value, never an exception, for refusals. */
 export type TokenAuthResult =
@@ -544,23 +549,36 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (caller.kind === 'token') {
         const auth = await service.authenticate(caller.token)
         if (!auth.ok) throw new UnauthorizedError()
-        if (caller.clientAddress !== undefined && !checkIpAllowlist(caller.clientAddress, auth.allowlist)) {
+        // An unknown address fails a token's allowlist, as on the MCP path (spec 5.2).
+        if (!checkIpAllowlist(caller.clientAddress, auth.allowlist)) {
           throw new ForbiddenError('Request from an address outside the token allowlist')
         }
         if (auth.record.id !== id) throw new ForbiddenError('An API token can rotate only itself')
         record = auth.record
         expectedHash = auth.record.tokenHash
-      } else {
+        const secret = await newSecret()
+        const rotated = await storeCall(() => store.rotate(id, secret, expectedHash))
+        // Lost a race with another rotation or a revocation: the presented secret is gone.
+        if (!rotated) throw new UnauthorizedError()
+        await invalidate(record.tokenHash)
+        return secretView(rotated, secret.token)
+      }
+      // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
+      // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
+      // another instance) is not left cached anywhere. It reads again when it lost the race.
+      for (let attempt = 1; ; attempt++) {
         record = await ownedRecord(caller.userId, id)
         const state = statusOf(record)
         if (state !== 'active') throw new TokenInactiveError(state)
+        const secret = await newSecret()
+        const current = record
+        const rotated = await storeCall(() => store.rotate(id, secret, current.tokenHash))
+        if (rotated) {
+          await invalidate(current.tokenHash)
+          return secretView(rotated, secret.token)
+        }
+        if (attempt === 3) throw new TokenInactiveError('revoked')
       }
-      const secret = await newSecret()
-      const rotated = await storeCall(() => store.rotate(id, secret, expectedHash))
-      // Lost a race with another rotation or a revocation: the presented secret is gone.
-      if (!rotated) throw caller.kind === 'token' ? new UnauthorizedError() : new TokenInactiveError('revoked')
-      await invalidate(record.tokenHash)
-      return secretView(rotated, secret.token)
     },
 
     async revoke(userId, id) {

@@ -103,6 +103,33 @@ describe('decide on asynchronous stores', () => {
     expect(decision).toMatchObject({ type: 'dispatch', context: { version: '1.2.3' } })
   })
 
+  it('a promise of another realm, or any thenable, is waited for, never taken for the answer (regression: a 402 was skipped)', async () => {
+    const { runInNewContext } = await import('node:vm')
+    const ForeignPromise = runInNewContext('Promise') as PromiseConstructor
+    const answers: Array<(active: boolean) => unknown> = [
+      (active) => ForeignPromise.resolve(active),
+      (active) => ({ then: (resolve: (v: boolean) => void) => resolve(active) }),
+    ]
+    for (const answer of answers) {
+      for (const active of [false, true]) {
+        const { dispatcher, token } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => answer(active) as never }) })
+        const decision = await dispatcher.decide(request(token))
+        expect(decision).toMatchObject(active ? { type: 'dispatch' } : { type: 'reply', reply: { status: 402 } })
+      }
+    }
+    // A rejecting thenable is a store failure (503), not an answer.
+    const rejecting = { then: (_: unknown, reject: (e: Error) => void) => reject(new Error('db down')) }
+    const { dispatcher, token } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => rejecting as never }) })
+    expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+  })
+
+  it('a subscription store answering anything but true refuses (402)', async () => {
+    for (const odd of [1, 'yes', {}, null, undefined]) {
+      const { dispatcher, token } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => odd as never }) })
+      expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 402 } })
+    }
+  })
+
   it('turns a rejecting store into a 503 that names it, never a rejection', async () => {
     const { dispatcher, token, errors } = await setup({
       apps: (s) => ({ ...s, getLiveVersions: () => Promise.reject(new Error('db down')) }),

@@ -223,7 +223,11 @@ describe('constant-time comparison of secrets', () => {
       onError: () => {},
     })
     const signIn = await platform.fetch(
-      new Request('http://api.localhost/dev/session', { method: 'POST', body: JSON.stringify({ userId: 'alice' }) }),
+      new Request('http://api.localhost/dev/session', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ userId: 'alice' }),
+      }),
     )
     const { csrfToken } = (await signIn.json()) as { csrfToken: string }
     const cookie = signIn.headers.get('set-cookie')!.split(';')[0]!
