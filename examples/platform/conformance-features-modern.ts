@@ -49,8 +49,11 @@ export const MODERN_CONFORMANCE_TOOLS = [
   'test_input_required_result_request_state',
   'test_input_required_result_sampling',
   'test_input_required_result_tampered_state',
+  'test_logging_tool',
+  'test_missing_capability',
   'test_multiple_content_types',
   'test_simple_text',
+  'test_streaming_elicitation',
   'test_tool_with_progress',
 ] as const
 
@@ -160,6 +163,11 @@ interface Step {
   step: string
   name?: string
 }
+/** The client capabilities a 2026-07-28 request declares in its `_meta`. */
+function declaredCapabilities(ctx: ServerContext): { elicitation?: object; sampling?: object } {
+  const envelope = ctx.mcpReq.envelope as { 'io.modelcontextprotocol/clientCapabilities'?: { elicitation?: object; sampling?: object } } | undefined
+  return envelope?.['io.modelcontextprotocol/clientCapabilities'] ?? {}
+}
 const stateOf = (ctx: ServerContext) => ctx.mcpReq.requestState<Step>()
 const seal = (step: Step, ctx: ServerContext) => requestStateCodec.mint(step, ctx)
 
@@ -236,9 +244,32 @@ function registerMultiRoundTrip(server: McpServer): void {
     if (stateOf(ctx)?.step === 'sealed' && confirmed !== undefined) return text('state verified')
     return inputRequired({ inputRequests: { confirm: ask('Please confirm', 'ok', 'boolean') }, requestState: await seal({ step: 'sealed' }, ctx) })
   })
+  // The diagnostic tools of SEP-2575 (stateless serving).
+  // It asks for sampling whatever the client declared: the SDK refuses to send an input request
+  // the request's capabilities do not allow (-32021 MissingRequiredClientCapabilityError, 400).
+  tool('test_missing_capability', 'Needs the sampling capability: without it in the request, -32021 (HTTP 400).', async (ctx) => {
+    const answer = sampledText(responses(ctx).sample)
+    if (answer !== undefined) return text(`LLM response: ${answer}`)
+    return inputRequired({
+      inputRequests: {
+        sample: inputRequired.createMessage({ messages: [{ role: 'user', content: { type: 'text', text: 'Say hello' } }], maxTokens: 20 }),
+      },
+    })
+  })
+  tool('test_streaming_elicitation', 'Reports progress, then asks for a name: the stream holds notifications and the result only.', async (ctx) => {
+    const token = ctx.mcpReq._meta?.progressToken
+    if (token !== undefined) await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2 } })
+    const answer = acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')
+    if (typeof answer?.name !== 'string') return inputRequired({ inputRequests: { user_name: askName('What is your name?') } })
+    return text(`Hello, ${answer.name}!`)
+  })
+  tool('test_logging_tool', 'Logs two messages, which reach the client only when its request set a log level.', async (ctx) => {
+    await ctx.mcpReq.log('info', 'Tool execution started', 'conformance')
+    await ctx.mcpReq.log('info', 'Tool execution completed', 'conformance')
+    return text('Logged two messages.')
+  })
   tool('test_input_required_result_capabilities', 'Asks only for the input the client said it can give.', async (ctx) => {
-    const envelope = ctx.mcpReq.envelope as { 'io.modelcontextprotocol/clientCapabilities'?: { elicitation?: object; sampling?: object } } | undefined
-    const declared = envelope?.['io.modelcontextprotocol/clientCapabilities'] ?? {}
+    const declared = declaredCapabilities(ctx)
     const got = responses(ctx)
     const requests: Record<string, ReturnType<typeof askName>> = {}
     if (declared.elicitation && got.user_name === undefined) requests.user_name = askName('What is your name?')

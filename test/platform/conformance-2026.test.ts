@@ -7,7 +7,7 @@
  * beside their 2025-era SDK v1 server (test/platform/conformance.test.ts).
  *
  * As in that test, the runner reaches the platform through a forwarder that adds the API token
- * and the App's host. Two scenarios keep failing checks, each named below with the checks it
+ * and the App's host. One scenario keeps failing checks, named below with the checks it
  * may fail; any other failing check fails this test.
  */
 import { mkdtemp, rm } from 'node:fs/promises'
@@ -29,15 +29,9 @@ import { type ServedPlatform, createTestPlatform, servePlatform } from '../helpe
 
 const installed = conformanceAvailable('conformance 2026-07-28 (platform)')
 
-/**
- * Checks that may fail, by scenario, and why:
- * - `dns-rebinding-protection`: the forwarder rewrites `Host` (the 2025 test runs it directly).
- * - `server-stateless`: its diagnostic tools (`test_missing_capability`,
- *   `test_streaming_elicitation`) are not implemented, so those checks are "not testable".
- */
+/** Checks that may fail, by scenario: `dns-rebinding-protection`, as the forwarder rewrites `Host` (the 2025 test runs it directly). */
 const KNOWN: Record<string, (check: ConformanceCheck) => boolean> = {
   'dns-rebinding-protection': (c) => c.id.startsWith('localhost-host-'),
-  'server-stateless': (c) => (c.errorMessage ?? '').startsWith('Not testable: server does not list the diagnostic tool'),
 }
 const RUN_TIMEOUT_MS = 120_000
 
