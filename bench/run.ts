@@ -32,10 +32,12 @@ const HELP = `usage: npm run bench -- [options]
   --no-write            print the report only
   --build-only          bundle the entries (for profiling) and print their paths`
 
-function positive(name: string, value: string | undefined, fallback: number): number {
+function positive(name: string, value: string | undefined, fallback: number, integer = false): number {
   if (value === undefined) return fallback
   const n = Number(value)
-  if (!(n > 0)) throw new Error(`--${name} must be a positive number, got ${JSON.stringify(value)}`)
+  if (!Number.isFinite(n) || n <= 0 || (integer && !Number.isInteger(n))) {
+    throw new TypeError(`--${name} must be a positive ${integer ? 'whole number' : 'finite number'}, not ${JSON.stringify(value)}`)
+  }
   return n
 }
 
@@ -89,9 +91,9 @@ async function main(): Promise<void> {
   const store = values.store!
   if (!storeSetNames().includes(store)) throw new Error(`unknown --store ${store}; known: ${storeSetNames().join(', ')}`)
   const duration = positive('duration', values.duration, quick ? 1 : 10)
-  const rounds = Math.round(positive('rounds', values.rounds, quick ? 2 : 5))
+  const rounds = positive('rounds', values.rounds, quick ? 2 : 5, true)
   const warmup = positive('warmup', values.warmup, quick ? 0.5 : 3)
-  const connections = Math.round(positive('connections', values.connections, 100))
+  const connections = positive('connections', values.connections, 100, true)
   const frameworks = (values.frameworks?.split(',').map((f) => f.trim()) ?? FRAMEWORKS) as Framework[]
   for (const f of frameworks) if (!FRAMEWORKS.includes(f)) throw new Error(`unknown framework ${f}`)
 

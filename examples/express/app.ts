@@ -25,5 +25,14 @@ export function createExpressExample(demo: Demo): { app: express.Express; close(
       return (req, res) => sessions.handle(req, res, req.body)
     }),
   )
+  // 3. A body the parser refused (bad JSON, too large) is a JSON-RPC error, not Express's HTML
+  //    page (which names files of the server).
+  app.use((error: { status?: number; type?: string }, _req: express.Request, res: express.Response, next: express.NextFunction) => {
+    if (res.headersSent) return next(error)
+    const tooLarge = error.type === 'entity.too.large'
+    const status = tooLarge ? 413 : error.status && error.status < 500 ? error.status : 500
+    const code = error.type === 'entity.parse.failed' ? -32700 : -32600
+    res.status(status).json({ jsonrpc: '2.0', id: null, error: { code, message: tooLarge ? 'Payload too large' : code === -32700 ? 'Parse error' : 'Invalid request' } })
+  })
   return { app, close: async () => void (await Promise.all(versions.map((v) => v.close()))) }
 }

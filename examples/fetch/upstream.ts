@@ -26,13 +26,17 @@ export function createUpstreamApp(options: UpstreamAppOptions): {
     async fetch(request) {
       const match = /^\/mcp\/(\d+\.\d+\.\d+)$/.exec(new URL(request.url).pathname)
       if (!match) return new Response('Not found', { status: 404 })
+      let identity
       try {
-        await verifyIdentity(request) // { subject, appId, version, … }: who is calling
+        identity = await verifyIdentity(request) // { subject, appId, version, … }: who is calling, at which version
       } catch (error) {
         if (error instanceof UnauthorizedError) return new Response('Unauthorized', { status: 401 })
         throw error
       }
       const version = match[1]!
+      // The platform decided the version: the path must name the one it signed (`ver`), so a
+      // token minted for 1.0.0 serves 1.0.0 only (and no path makes a server of its own).
+      if (identity.version !== version) return new Response('Version not signed for', { status: 403 })
       let handler = versions.get(version)
       if (!handler) {
         handler = createMcpAppHandler(() => buildAppServer({ slug: 'weather', name: 'Weather' }, version))

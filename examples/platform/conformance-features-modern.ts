@@ -63,7 +63,14 @@ export const MODERN_CONFORMANCE_TOOLS = [
  */
 export const requestStateCodec: RequestStateCodec = createRequestStateCodec({
   key: randomBytes(32),
-  bind: (ctx) => ctx.mcpReq.method,
+  // Bound to the caller, App and version the dispatch layer served the round to (the
+  // platform passes them as `authInfo`), and to the method: state minted for one cannot be
+  // replayed by another user, at another App or version. Signed, not encrypted: the client
+  // can read the payload, so it holds nothing secret.
+  bind: (ctx) => {
+    const who = (ctx.http?.authInfo?.extra ?? {}) as { subject?: unknown; appId?: unknown; version?: unknown }
+    return [ctx.mcpReq.method, who.subject, who.appId, who.version].map((part) => String(part ?? '')).join('\u0000')
+  },
 })
 
 /** Registers the request-scoped conformance features on a v2 server, before it serves. */
@@ -144,18 +151,29 @@ const ask = (message: string, key: string, type: 'string' | 'boolean') =>
     requestedSchema: { type: 'object', properties: { [key]: type === 'string' ? { type } : { type } }, required: [key] },
   })
 
-/** A sampling answer's text, or `undefined` when `value` is not one. */
+/** A sampling answer's text, or `undefined` when `value` is not one (answers come from the client). */
 function sampledText(value: unknown): string | undefined {
-  const content = (value as { content?: unknown } | undefined)?.content
+  const content = (value as { content?: unknown } | null | undefined)?.content
   const blocks = Array.isArray(content) ? content : [content]
-  const texts = blocks.filter((b): b is { type: 'text'; text: string } => (b as { type?: unknown })?.type === 'text')
-  return texts.length > 0 ? texts.map((b) => b.text).join('') : undefined
+  const texts = blocks.filter(
+    (b): b is { type: 'text'; text: string } => (b as { type?: unknown } | null)?.type === 'text' && typeof (b as { text?: unknown }).text === 'string',
+  )
+  return texts.length > 0 ? texts.map((b) => b.text).join('').slice(0, MAX_ANSWER) : undefined
 }
 
-/** A `roots/list` answer's URIs, or `undefined` when `value` is not one. */
+/** A `roots/list` answer's URIs, or `undefined` when `value` is not one (answers come from the client). */
 function rootUris(value: unknown): string[] | undefined {
-  const roots = (value as { roots?: unknown } | undefined)?.roots
-  return Array.isArray(roots) ? roots.map((r) => String((r as { uri?: unknown }).uri)) : undefined
+  const roots = (value as { roots?: unknown } | null | undefined)?.roots
+  if (!Array.isArray(roots) || roots.length > 100) return undefined
+  const uris = roots.map((r) => (r as { uri?: unknown } | null)?.uri)
+  return uris.every((u): u is string => typeof u === 'string' && u.length <= MAX_ANSWER) ? uris : undefined
+}
+
+/** Longest text taken from an answer the client gives (it may go back into sealed state). */
+const MAX_ANSWER = 1_000
+/** An elicited text field of an accepted answer, when it is a string of sensible length. */
+function field(value: unknown): string | undefined {
+  return typeof value === 'string' && value.length <= MAX_ANSWER ? value : undefined
 }
 
 /** Sealed state naming the step a call is at (and what it learnt so far). */
@@ -178,9 +196,9 @@ function registerMultiRoundTrip(server: McpServer): void {
   const responses = (ctx: ServerContext) => ctx.mcpReq.inputResponses ?? {}
 
   tool('test_input_required_result_elicitation', 'Asks for a name (elicitation), then greets.', async (ctx) => {
-    const answer = acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')
-    if (typeof answer?.name !== 'string') return inputRequired({ inputRequests: { user_name: askName('What is your name?') } })
-    return text(`Hello, ${answer.name}!`)
+    const name = field(acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')?.name)
+    if (name === undefined) return inputRequired({ inputRequests: { user_name: askName('What is your name?') } })
+    return text(`Hello, ${name}!`)
   })
   tool('test_input_required_result_sampling', 'Asks the client to sample an LLM, then returns its answer.', async (ctx) => {
     const answer = sampledText(responses(ctx).capital_question)
@@ -208,10 +226,10 @@ function registerMultiRoundTrip(server: McpServer): void {
   })
   tool('test_input_required_result_multiple_inputs', 'Asks for a name, a sampled greeting and the roots at once.', async (ctx) => {
     const got = responses(ctx)
-    const name = acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')?.name
+    const name = field(acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')?.name)
     const greeting = sampledText(got.greeting)
     const roots = rootUris(got.client_roots)
-    if (stateOf(ctx)?.step === 'all' && typeof name === 'string' && greeting !== undefined && roots !== undefined) {
+    if (stateOf(ctx)?.step === 'all' && name !== undefined && greeting !== undefined && roots !== undefined) {
       return text(`${greeting} ${name} (roots: ${roots.join(', ') || 'none'})`)
     }
     return inputRequired({
@@ -228,10 +246,10 @@ function registerMultiRoundTrip(server: McpServer): void {
   })
   tool('test_input_required_result_multi_round', 'Asks for a name, then a colour, carrying state between rounds.', async (ctx) => {
     const state = stateOf(ctx)
-    const name = acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'step1')?.name
-    const color = acceptedContent<{ color?: unknown }>(ctx.mcpReq.inputResponses, 'step2')?.color
-    if (state?.step === 'step2' && typeof color === 'string') return text(`${state.name} likes ${color}.`)
-    if (state?.step === 'step1' && typeof name === 'string') {
+    const name = field(acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'step1')?.name)
+    const color = field(acceptedContent<{ color?: unknown }>(ctx.mcpReq.inputResponses, 'step2')?.color)
+    if (state?.step === 'step2' && color !== undefined) return text(`${state.name} likes ${color}.`)
+    if (state?.step === 'step1' && name !== undefined) {
       return inputRequired({
         inputRequests: { step2: ask('Step 2: What is your favorite color?', 'color', 'string') },
         requestState: await seal({ step: 'step2', name }, ctx),
@@ -259,9 +277,9 @@ function registerMultiRoundTrip(server: McpServer): void {
   tool('test_streaming_elicitation', 'Reports progress, then asks for a name: the stream holds notifications and the result only.', async (ctx) => {
     const token = ctx.mcpReq._meta?.progressToken
     if (token !== undefined) await ctx.mcpReq.notify({ method: 'notifications/progress', params: { progressToken: token, progress: 1, total: 2 } })
-    const answer = acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')
-    if (typeof answer?.name !== 'string') return inputRequired({ inputRequests: { user_name: askName('What is your name?') } })
-    return text(`Hello, ${answer.name}!`)
+    const name = field(acceptedContent<{ name?: unknown }>(ctx.mcpReq.inputResponses, 'user_name')?.name)
+    if (name === undefined) return inputRequired({ inputRequests: { user_name: askName('What is your name?') } })
+    return text(`Hello, ${name}!`)
   })
   tool('test_logging_tool', 'Logs two messages, which reach the client only when its request set a log level.', async (ctx) => {
     await ctx.mcpReq.log('info', 'Tool execution started', 'conformance')
@@ -272,7 +290,10 @@ function registerMultiRoundTrip(server: McpServer): void {
     const declared = declaredCapabilities(ctx)
     const got = responses(ctx)
     const requests: Record<string, ReturnType<typeof askName>> = {}
-    if (declared.elicitation && got.user_name === undefined) requests.user_name = askName('What is your name?')
+    // A form elicitation needs `elicitation: {}` (form, by default) or `elicitation.form`.
+    const elicitation = declared.elicitation as Record<string, unknown> | undefined
+    const canForm = elicitation !== undefined && (Object.keys(elicitation).length === 0 || 'form' in elicitation)
+    if (canForm && got.user_name === undefined) requests.user_name = askName('What is your name?')
     if (declared.sampling && got.greeting === undefined) {
       requests.greeting = inputRequired.createMessage({ messages: [{ role: 'user', content: { type: 'text', text: 'Generate a greeting' } }], maxTokens: 50 })
     }
@@ -283,11 +304,11 @@ function registerMultiRoundTrip(server: McpServer): void {
     'test_input_required_result_prompt',
     { description: 'A prompt that first asks the user for its context (elicitation).' },
     async (ctx) => {
-      const answer = acceptedContent<{ context?: unknown }>(ctx.mcpReq.inputResponses, 'user_context')
-      if (typeof answer?.context !== 'string') {
+      const context = field(acceptedContent<{ context?: unknown }>(ctx.mcpReq.inputResponses, 'user_context')?.context)
+      if (context === undefined) {
         return inputRequired({ inputRequests: { user_context: ask('What context should the prompt use?', 'context', 'string') } })
       }
-      return { messages: [{ role: 'user', content: { type: 'text', text: `Use this context: ${answer.context}` } }] }
+      return { messages: [{ role: 'user', content: { type: 'text', text: `Use this context: ${context}` } }] }
     },
   )
 }

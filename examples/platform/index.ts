@@ -261,7 +261,12 @@ export function createPlatform(options: PlatformOptions): Platform {
       if (!handler) {
         return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Version not served' } }, { status: 404 })
       }
-      return handler(request)
+      return handler(request, {
+        subject: context.identity.subject,
+        ...(context.identity.clientId !== undefined && { clientId: context.identity.clientId }),
+        appId: context.app.id,
+        version: context.version,
+      })
     },
   })
 

@@ -47,7 +47,10 @@ export function buildAppServer(app: AppIdentity, version: string): McpServer {
  * request. Progress notifications ride on the answer, which the SDK then streams (SSE).
  */
 export function buildModernAppServer(app: AppIdentity, version: string): ModernMcpServer {
-  const server = new ModernMcpServer({ name: app.slug, version }, { requestState: { verify: requestStateCodec.verify } })
+  const server = new ModernMcpServer(
+    { name: app.slug, version },
+    { capabilities: { logging: {} }, requestState: { verify: requestStateCodec.verify } },
+  )
   const tools = appTools(app, version)
   server.registerTool('get_version', tools.getVersion.config, async () => tools.getVersion.run())
   server.registerTool('echo', { ...tools.echo.config, inputSchema: tools.echo.input }, async (args) => tools.echo.run(args))
@@ -125,6 +128,17 @@ async function readBody(request: Request): Promise<string | null> {
   return Buffer.concat(chunks).toString('utf8')
 }
 
+/** A batch with a message that carries the 2026-07-28 `_meta` envelope. */
+function holdsModernMessage(body: unknown): boolean {
+  return (
+    Array.isArray(body) &&
+    body.some((m) => {
+      const meta = (m as { params?: { _meta?: Record<string, unknown> } } | null)?.params?._meta
+      return meta !== null && typeof meta === 'object' && 'io.modelcontextprotocol/protocolVersion' in meta
+    })
+  )
+}
+
 /** A single JSON-RPC 2.0 message with a method (a request or a notification). */
 function isMessage(body: unknown): boolean {
   return (
@@ -155,8 +169,17 @@ export interface McpAppHandlerOptions {
 }
 
 /** A web handler for one App version, with its open sessions. */
+/** Who a dispatched request is for, as the dispatch layer decided (`DispatchContext`). */
+export interface CallerOf {
+  subject: string
+  clientId?: string
+  appId: string
+  version: string
+}
+
 export interface McpAppHandler {
-  (request: Request): Promise<Response>
+  /** `caller`, when given, reaches 2026-07-28 tools as `ctx.http.authInfo` (binding their state to it). */
+  (request: Request, caller?: CallerOf): Promise<Response>
   /** Number of open sessions. */
   readonly sessionCount: () => number
   /** Closes every session. */
@@ -181,7 +204,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     }
   }
 
-  const handle = async (request: Request): Promise<Response> => {
+  let closed = false
+  const handle = async (request: Request, caller?: CallerOf): Promise<Response> => {
+    if (closed) return rpcError(503, -32000, 'App version closed')
     // A POST body is read here once, within the limit, and handed to the transport parsed;
     // when it is not JSON the transport gets the text back and answers -32700 itself.
     let body: unknown
@@ -196,11 +221,22 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       }
       // JSON-RPC 2.0 section 6: an empty batch is one Invalid Request error (the SDK answers 202).
       if (Array.isArray(body) && body.length === 0) return rpcError(400, -32600, 'Invalid Request: empty batch')
-      // MCP 2026-07-28: classified as the SDK's own handler would (headers and body). Only a
-      // single request or notification can be of that revision (it has no batches); anything
-      // else that is not JSON-RPC gets the 2025 server's JSON-RPC error, as before.
-      if (modern && isMessage(body) && !(await isLegacyRequest(request, body))) {
-        return modern.fetch(request, { parsedBody: body })
+      // MCP 2026-07-28: classified as the SDK's own handler would (headers and body). A single
+      // request or notification, or a batch holding one of that revision (which the SDK then
+      // refuses: 2026-07-28 has no batches); anything else that is not JSON-RPC gets the 2025
+      // server's JSON-RPC error, as before.
+      if (modern && (isMessage(body) || holdsModernMessage(body)) && !(await isLegacyRequest(request, body))) {
+        return modern.fetch(request, {
+          parsedBody: body,
+          ...(caller && {
+            authInfo: {
+              token: '',
+              clientId: caller.clientId ?? '',
+              scopes: [],
+              extra: { subject: caller.subject, appId: caller.appId, version: caller.version },
+            },
+          }),
+        })
       }
     }
     const parsed = body === undefined ? undefined : { parsedBody: body }
@@ -257,6 +293,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   return Object.assign(handle, {
     sessionCount: () => sessions.size,
     async close() {
+      closed = true
       await Promise.all([...sessions.values()].map((s) => s.transport.close()))
       sessions.clear()
       await modern?.close()

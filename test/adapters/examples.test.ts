@@ -121,6 +121,18 @@ describe('adapter examples, in process', () => {
         const v1 = await session(`${base}/v1`, demo.token)
         expect(v1.version).toEqual([{ type: 'text', text: '1.0.0' }])
         expect(v1.headers).toEqual(['1.0.0'])
+
+        // A body that is not JSON: a JSON-RPC error, never an HTML page or a 5xx.
+        const garbled = await fetch(`${base}/v1`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${demo.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: '{"jsonrpc":',
+        })
+        expect(garbled.status).toBeLessThan(500)
+        if (name === 'express') {
+          expect(garbled.status).toBe(400)
+          expect(await garbled.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32700 } })
+        }
       } finally {
         await running.close()
       }

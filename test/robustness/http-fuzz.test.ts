@@ -11,6 +11,7 @@
  */
 import * as http from 'node:http'
 import fc from 'fast-check'
+import { compileVersions, parseVersionPath, resolveVersion } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   type AdapterTarget,
@@ -257,6 +258,8 @@ function randomRequestArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
 
 // --- the oracle -------------------------------------------------------------------------
 
+const LIVE_INDEX = compileVersions(LIVE)
+
 /** Why an answer is wrong, or `undefined` when it is one the design allows. */
 function judge(target: AdapterTarget, request: RawRequest, response: RawResponse): string | undefined {
   const { status, headers, body } = response
@@ -272,6 +275,14 @@ function judge(target: AdapterTarget, request: RawRequest, response: RawResponse
     if (status !== 200) return `handler answered ${status}`
     const version = headers['x-mcp-version']
     if (typeof version !== 'string' || !LIVE.includes(version as (typeof LIVE)[number])) return `X-MCP-Version ${String(version)}`
+    // The version the URL asks for (no session reaches the handler here: random ids are refused),
+    // as written, or as a WHATWG URL normalizes it (`/v1/../v2` is `/v2` to the Web adapter's runtime).
+    const normalized = URL.canParse(request.path, 'http://fuzz.localhost') ? new URL(request.path, 'http://fuzz.localhost').pathname : ''
+    const wanted = [request.path.split(/[?#]/, 1)[0]!, normalized].map((path) => {
+      const selector = parseVersionPath(path)
+      return selector && resolveVersion(LIVE_INDEX, selector)
+    })
+    if (!wanted.includes(version)) return `X-MCP-Version ${version} for ${request.path}, expected ${wanted.join(' or ')}`
     if (headers['x-mcp-latest-version'] !== LATEST) return `X-MCP-Latest-Version ${String(headers['x-mcp-latest-version'])}`
     if (headOnly) return undefined
     const parsed = JSON.parse(body.toString()) as { result?: { handled?: boolean; version?: string } }

@@ -134,7 +134,14 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     // A fixed, shuffled mix: 60 % valid tokens over every path, the rest refused for a reason each.
     const kinds: TokenKind[] = ['valid', 'valid', 'valid', 'valid', 'valid', 'rotated', 'otherApp', 'unsubscribed', 'malformed', 'unknown', 'revoked', 'rotatedOld', 'none', 'limited']
     const paths = Object.keys(PATHS)
-    const cases: Case[] = Array.from({ length: REQUESTS }, (_, i) => ({ kind: kinds[(i * 7) % kinds.length]!, path: paths[(i * 13) % paths.length]! }))
+    // Every kind in turn, and each kind over every path in turn (regression: a stride sharing a
+    // factor with the number of kinds sent 2 of them only).
+    const cases: Case[] = Array.from({ length: REQUESTS }, (_, i) => ({
+      kind: kinds[i % kinds.length]!,
+      path: paths[Math.floor(i / kinds.length) % paths.length]!,
+    }))
+    const combos = new Set(cases.map((c) => `${c.kind} ${c.path}`))
+    expect(combos.size, 'every kind over every path').toBe(new Set(kinds).size * paths.length)
 
     const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
     const wrong: string[] = []

@@ -1,0 +1,143 @@
+/**
+ * The reference platform's MCP 2026-07-28 leg (examples/platform/mcp-app.ts,
+ * conformance-features-modern.ts) in process, request by request: what its multi-round-trip
+ * state is bound to, logging on request, what reaches which leg, and the end of an App version.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import type { Platform } from '../../examples/platform/index.js'
+import { createTestPlatform, json, mcpRequest } from '../helpers/platform.js'
+
+const MODERN = '2026-07-28'
+
+let platform: Platform
+let token: (name: string) => string
+let errors: Array<{ error: unknown; context: string }>
+
+beforeEach(() => {
+  ;({ platform, token, errors } = createTestPlatform())
+})
+afterEach(async () => {
+  await platform.close()
+})
+
+/** A 2026-07-28 request: the envelope in `_meta`, and the headers mirroring the body. */
+function modern(url: string, secret: string, method: string, params: Record<string, unknown>, meta: Record<string, unknown> = {}): Request {
+  const name = typeof params.name === 'string' ? params.name : undefined
+  return mcpRequest(url, {
+    token: secret,
+    headers: { 'mcp-protocol-version': MODERN, 'mcp-method': method, ...(name !== undefined && { 'mcp-name': name }) },
+    body: {
+      jsonrpc: '2.0',
+      id: 1,
+      method,
+      params: {
+        ...params,
+        _meta: {
+          'io.modelcontextprotocol/protocolVersion': MODERN,
+          'io.modelcontextprotocol/clientInfo': { name: 'test', version: '1.0.0' },
+          'io.modelcontextprotocol/clientCapabilities': { elicitation: {} },
+          ...meta,
+        },
+      },
+    },
+  })
+}
+
+/** Reads a JSON or SSE answer: its JSON-RPC messages. */
+async function messages(response: Response): Promise<any[]> {
+  const text = await response.text()
+  if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) return [JSON.parse(text)]
+  return text
+    .split('\n')
+    .filter((line) => line.startsWith('data:'))
+    .map((line) => JSON.parse(line.slice(5)))
+}
+
+async function call(url: string, secret: string, name: string, extra: Record<string, unknown> = {}, meta?: Record<string, unknown>) {
+  const response = await platform.fetch(modern(url, secret, 'tools/call', { name, arguments: {}, ...extra }, meta))
+  const all = await messages(response)
+  return { status: response.status, version: response.headers.get('x-mcp-version'), final: all.at(-1), all }
+}
+
+const accept = (content: Record<string, unknown>) => ({ action: 'accept', content })
+
+describe('multi-round-trip state is bound to the caller, the App and the version', () => {
+  async function secondRound(url: string) {
+    const first = await call(url, token('alice-all'), 'test_input_required_result_multi_round')
+    expect(first.final.result).toMatchObject({ resultType: 'input_required', inputRequests: { step1: expect.any(Object) } })
+    const second = await call(url, token('alice-all'), 'test_input_required_result_multi_round', {
+      inputResponses: { step1: accept({ name: 'Alice' }) },
+      requestState: first.final.result.requestState,
+    })
+    expect(second.final.result).toMatchObject({ resultType: 'input_required', inputRequests: { step2: expect.any(Object) } })
+    return second.final.result.requestState as string
+  }
+  const finish = (url: string, secret: string, state: string) =>
+    call(url, secret, 'test_input_required_result_multi_round', { inputResponses: { step2: accept({ color: 'blue' }) }, requestState: state })
+
+  it('completes where it was minted', async () => {
+    const state = await secondRound('http://weather.localhost/v1.0.0')
+    expect((await finish('http://weather.localhost/v1.0.0', token('alice-all'), state)).final.result.content[0].text).toBe('Alice likes blue.')
+  })
+
+  it.each([
+    ['another user', 'http://weather.localhost/v1.0.0', 'carol'],
+    ['another App', 'http://notes.localhost/v1', 'alice-all'],
+    ['another version', 'http://weather.localhost/v2', 'alice-all'],
+  ])('replayed by %s: refused (-32602) before the tool runs (regression: it completed)', async (_label, url, who) => {
+    const state = await secondRound('http://weather.localhost/v1.0.0')
+    const replay = await finish(url, token(who), state)
+    expect(replay.final.error).toMatchObject({ code: -32602 })
+  })
+})
+
+describe('the 2026-07-28 tools', () => {
+  it('test_logging_tool logs only when the request sets a log level (regression: never, no logging capability)', async () => {
+    const quiet = await call('http://weather.localhost/v1', token('alice'), 'test_logging_tool')
+    expect(quiet.all.filter((m) => m.method === 'notifications/message')).toEqual([])
+    const loud = await call('http://weather.localhost/v1', token('alice'), 'test_logging_tool', {}, { 'io.modelcontextprotocol/logLevel': 'debug' })
+    expect(loud.all.filter((m) => m.method === 'notifications/message')).toHaveLength(2)
+    expect(loud.final.result.content[0].text).toBe('Logged two messages.')
+  })
+
+  it('test_input_required_result_capabilities asks no form elicitation of a client that can only do URL mode', async () => {
+    const urlOnly = await call('http://weather.localhost/v1', token('alice'), 'test_input_required_result_capabilities', {}, {
+      'io.modelcontextprotocol/clientCapabilities': { elicitation: { url: {} }, sampling: {} },
+    })
+    expect(urlOnly.status).toBe(200)
+    expect(Object.keys(urlOnly.final.result.inputRequests)).toEqual(['greeting'])
+  })
+
+  it('answers the client gives are checked: roots that are not roots, a sampling answer without text, are asked again', async () => {
+    const caps = { 'io.modelcontextprotocol/clientCapabilities': { roots: {}, sampling: {} } }
+    for (const roots of [[null], [5, { uri: { a: 1 } }]]) {
+      const again = await call('http://weather.localhost/v1', token('alice'), 'test_input_required_result_list_roots', {
+        inputResponses: { client_roots: { roots } },
+      }, caps)
+      expect(again.final.result).toMatchObject({ resultType: 'input_required' })
+    }
+    const noText = await call('http://weather.localhost/v1', token('alice'), 'test_input_required_result_sampling', {
+      inputResponses: { capital_question: { role: 'assistant', model: 'm', content: { type: 'text' } } },
+    }, caps)
+    expect(noText.final.result).toMatchObject({ resultType: 'input_required' })
+  })
+})
+
+describe('routing between the two legs', () => {
+  it('a batch holding a 2026-07-28 message goes to the 2026 server, which refuses it (no batches in that revision)', async () => {
+    const request = modern('http://weather.localhost/v1', token('alice'), 'tools/call', { name: 'echo', arguments: { text: 'hi' } })
+    const batch = [JSON.parse(await request.text())]
+    const response = await platform.fetch(mcpRequest('http://weather.localhost/v1', { token: token('alice'), body: batch }))
+    const answer = await json(response)
+    expect(JSON.stringify(answer)).not.toContain('hi (from weather')
+    expect(JSON.stringify(answer)).toContain('-32600')
+  })
+
+  it('after close, both legs answer 503', async () => {
+    await platform.close()
+    const legacy = await platform.fetch(mcpRequest('http://weather.localhost/v1', { token: token('alice') }))
+    const modernAnswer = await platform.fetch(modern('http://weather.localhost/v1', token('alice'), 'tools/list', {}))
+    expect([legacy.status, modernAnswer.status]).toEqual([503, 503])
+    expect(errors).toEqual([])
+  })
+})
