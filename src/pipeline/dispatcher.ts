@@ -215,6 +215,15 @@ export interface Dispatcher {
   readonly basePath: string
 }
 
+/**
+ * A promise that is not `instanceof Promise`: of another realm or library (Bluebird, a lazy
+ * query, a test environment's Promise), or any thenable. Store answers of that kind are
+ * adopted and awaited, never taken for the answer itself.
+ */
+function isForeignThenable(value: unknown): boolean {
+  return value !== null && typeof value === 'object' && !(value instanceof Promise) && typeof (value as { then?: unknown }).then === 'function'
+}
+
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 /** What the protected-resource metadata answers (spec 4.2): read-only. */
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
@@ -327,11 +336,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         throw new StoreFailure(store, error)
       })
     }
-    // A promise of another realm or library (Bluebird, a lazy query, a test environment's
-    // Promise) is not `instanceof Promise`: adopted, never taken for the answer itself.
-    if (value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function') {
-      return settle(Promise.resolve(value as unknown as PromiseLike<T>), store)
-    }
+    if (isForeignThenable(value)) return settle(Promise.resolve(value as PromiseLike<T>), store)
     return value
   }
 
@@ -493,7 +498,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function applyRateLimit(flow: Flow): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!rateLimit || !counters) return undefined
-    const policy = rateLimit.policy(flow.auth.identity, flow.app)
+    let policy = rateLimit.policy(flow.auth.identity, flow.app)
+    if (isForeignThenable(policy)) policy = Promise.resolve(policy as PromiseLike<RateLimitPolicy | undefined>)
     if (!(policy instanceof Promise)) return countRequest(flow, policy)
     return bounded(policy, 'rate-limit policy')
       .then((p) => countRequest(flow, p))
@@ -531,6 +537,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     let count: MaybePromise<number>
     try {
       count = counters!.increment(rateKeyOf(flow, policy.windowType), start, windowMs)
+      if (isForeignThenable(count)) count = Promise.resolve(count as PromiseLike<number>)
     } catch (error) {
       return rateLimitStoreFailed(error)
     }

@@ -114,6 +114,12 @@ describe('createTokenService: configuration', () => {
     expect(() => setup({ cacheTtlMs: 600_000 })).not.toThrow()
   })
 
+  it('refuses a flush interval that is not a positive timer delay', () => {
+    for (const lastUsedFlushMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 3_000_000_000]) {
+      expect(() => setup({ lastUsedFlushMs }), String(lastUsedFlushMs)).toThrow(ConfigurationError)
+    }
+  })
+
   it('refuses a bad prefix, a missing store or apps, and no way to check servers', () => {
     expect(() => setup({ prefix: 'SVC-' })).toThrow(ConfigurationError)
     const apps = createMemoryAppStore()

@@ -291,6 +291,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const pepper = options.pepper
   const onError = options.onError ?? (() => {})
   const flushEvery = options.lastUsedFlushMs ?? 60_000
+  // A timer holds at most 2^31 - 1 ms; past it Node fires at once, and every use would write.
+  if (!(flushEvery > 0 && flushEvery <= 2_147_483_647)) {
+    throw new ConfigurationError('lastUsedFlushMs', 'must be a positive number of milliseconds, at most 2147483647')
+  }
   const canUseServer =
     options.canUseServer ?? ((userId: string, appId: string) => options.subscriptions!.isActive(userId, appId))
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()

@@ -6,6 +6,7 @@
 import {
   type AppStore,
   type DispatchRequest,
+  type RateLimitStore,
   type SubscriptionStore,
   type TokenStore,
   createDispatcher,
@@ -21,7 +22,14 @@ import { describe, expect, it } from 'vitest'
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.2.3', '2.0.0'] }
 const POLICY = Object.freeze({ limit: 100, windowType: 'minute' as const })
 
-async function setup(wrap: { apps?: (s: AppStore) => AppStore; subscriptions?: (s: SubscriptionStore) => SubscriptionStore; tokens?: (s: TokenStore) => TokenStore } = {}) {
+async function setup(
+  wrap: {
+    apps?: (s: AppStore) => AppStore
+    subscriptions?: (s: SubscriptionStore) => SubscriptionStore
+    tokens?: (s: TokenStore) => TokenStore
+    rateLimit?: (s: RateLimitStore) => RateLimitStore
+  } = {},
+) {
   const errors: Array<{ error: unknown; context: string }> = []
   const rawApps = createMemoryAppStore([APP])
   const rawSubscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
@@ -33,7 +41,7 @@ async function setup(wrap: { apps?: (s: AppStore) => AppStore; subscriptions?: (
     subscriptions: wrap.subscriptions?.(rawSubscriptions) ?? rawSubscriptions,
     tokens,
     sessions: createMemorySessionStore(),
-    rateLimit: { store: createMemoryRateLimitStore(), policy: () => POLICY },
+    rateLimit: { store: wrap.rateLimit?.(createMemoryRateLimitStore()) ?? createMemoryRateLimitStore(), policy: () => POLICY },
     onError: (error, context) => errors.push({ error, context }),
   })
   return { dispatcher, token, errors, tokens, rawTokens }
@@ -121,6 +129,16 @@ describe('decide on asynchronous stores', () => {
     const rejecting = { then: (_: unknown, reject: (e: Error) => void) => reject(new Error('db down')) }
     const { dispatcher, token } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => rejecting as never }) })
     expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+  })
+
+  it('a rate-limit counter answered by a thenable is awaited: the headers carry its count', async () => {
+    const { dispatcher, token } = await setup({
+      rateLimit: (s) => ({ increment: (...args) => ({ then: (resolve: (n: number) => void) => resolve(s.increment(...args) as number) }) as never }),
+    })
+    const first = await dispatcher.decide(request(token))
+    const second = await dispatcher.decide(request(token))
+    expect(first).toMatchObject({ type: 'dispatch', headers: { ratelimit: expect.stringContaining('r=99;') } })
+    expect(second).toMatchObject({ type: 'dispatch', headers: { ratelimit: expect.stringContaining('r=98;') } })
   })
 
   it('a subscription store answering anything but true refuses (402)', async () => {
