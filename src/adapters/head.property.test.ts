@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { headerValue, stampHead } from './head.js'
+import { headerValue, mergeVary, stampHead } from './head.js'
 import { splitUrl } from './shared.js'
 
 const RUNS = { numRuns: 500 }
@@ -114,5 +114,28 @@ describe('splitUrl, property-based', () => {
       }),
       RUNS,
     )
+  })
+})
+
+describe('mergeVary', () => {
+  const token = fc.constantFrom('Origin', 'origin', 'Accept-Encoding', 'accept-encoding', 'Accept', 'Cookie', 'X-Custom')
+  const list = fc.array(token, { maxLength: 5 }).map((names) => names.join(', '))
+
+  it('joins every field name once, case-insensitively, in order of first appearance; * alone wins', () => {
+    fc.assert(
+      fc.property(fc.array(fc.option(list, { nil: undefined }), { maxLength: 4 }), (values) => {
+        const merged = mergeVary(...values)
+        const names = merged === '' ? [] : merged.split(', ')
+        const lower = names.map((n) => n.toLowerCase())
+        expect(new Set(lower).size).toBe(lower.length)
+        const wanted = [...new Set(values.flatMap((v) => (v ? v.split(', ') : [])).map((n) => n.toLowerCase()))]
+        expect(lower).toEqual(wanted)
+      }),
+      RUNS,
+    )
+    expect(mergeVary('Accept-Encoding', 'Origin')).toBe('Accept-Encoding, Origin')
+    expect(mergeVary(['Accept', 'Origin'], 'origin')).toBe('Accept, Origin')
+    expect(mergeVary('Accept', '*', 'Origin')).toBe('*')
+    expect(mergeVary(undefined, null, ' , ')).toBe('')
   })
 })

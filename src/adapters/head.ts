@@ -50,6 +50,54 @@ function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean 
   return false
 }
 
+/**
+ * `Vary` values joined: each field name once (case-insensitive, first spelling kept), `*`
+ * alone when any says `*`. The dispatch layer's `Vary: Origin` joins the handler's own (a
+ * cache must still tell `Accept-Encoding` variants apart) instead of replacing it.
+ */
+export function mergeVary(...values: ReadonlyArray<unknown>): string {
+  const seen = new Map<string, string>()
+  for (const value of values) {
+    const text = headerValue(value)
+    if (text === undefined) continue
+    for (const part of text.split(',')) {
+      const name = part.trim()
+      if (name === '*') return '*'
+      if (name !== '' && !seen.has(name.toLowerCase())) seen.set(name.toLowerCase(), name)
+    }
+  }
+  return [...seen.values()].join(', ')
+}
+
+/** The value of header `name` (lower-case) in `writeHead` headers, object or array form. */
+function findHeader(headers: unknown, name: string): unknown {
+  if (headers === undefined || headers === null || typeof headers !== 'object') return undefined
+  if (Array.isArray(headers)) {
+    const pairs = headers.length > 0 && Array.isArray(headers[0])
+    for (let i = 0; i < headers.length; i += pairs ? 1 : 2) {
+      const key = String(pairs ? (headers[i] as unknown[])[0] : headers[i])
+      if (key.toLowerCase() === name) return pairs ? (headers[i] as unknown[])[1] : headers[i + 1]
+    }
+    return undefined
+  }
+  for (const key in headers as Record<string, unknown>) if (key.toLowerCase() === name) return (headers as Record<string, unknown>)[key]
+  return undefined
+}
+
+/**
+ * The dispatch headers to write at the head of `res`: as decided, but for a `Vary` (only with
+ * `allowedOrigins`), which joins the handler's, set with `setHeader` or in `headers` (the
+ * `writeHead` argument).
+ */
+export function dispatchHeadersFor(
+  res: { getHeader(name: string): unknown },
+  stamped: Readonly<Record<string, string>>,
+  headers?: unknown,
+): Readonly<Record<string, string>> {
+  if (stamped.vary === undefined) return stamped
+  return { ...stamped, vary: mergeVary(res.getHeader('vary'), findHeader(headers, 'vary'), stamped.vary) }
+}
+
 /** The head about to be written, with the dispatch headers in it. */
 export interface StampedHead {
   /** What to pass to the real `writeHead` as headers. */
@@ -101,7 +149,7 @@ export function stampHead(headers: unknown, stamped: Readonly<Record<string, str
  * `writeHead` headers or those set before). Returns the headers to write.
  */
 function atHead(res: NodeResponse, decision: Dispatched, status: number, headers: unknown): unknown {
-  const head = stampHead(headers, decision.headers)
+  const head = stampHead(headers, dispatchHeadersFor(res, decision.headers, headers))
   let sessionId = head.sessionId
   // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
   // handler that forgot the session), which needs no answer before the response goes out.

@@ -11,7 +11,7 @@ import { Readable } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
-import { type Dispatched, attachToHead, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
+import { type Dispatched, attachToHead, dispatchHeadersFor, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
 import { splitUrl } from './shared.js'
 
 /**
@@ -164,13 +164,14 @@ function holdUntilPinned(
     if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
-      const head = stampHead(args[headerIndex], decision.headers)
+      const head = stampHead(args[headerIndex], dispatchHeadersFor(res, decision.headers, args[headerIndex]))
       sessionId = head.sessionId
       args = [...args]
       args[headerIndex] = head.headers
     } else {
       // The head is implicit (`write`, `end`, `flushHeaders`): set the headers it will carry.
-      for (const name in decision.headers) res.setHeader(name, decision.headers[name]!)
+      const headers = dispatchHeadersFor(res, decision.headers)
+      for (const name in headers) res.setHeader(name, headers[name]!)
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete({ status, sessionId })

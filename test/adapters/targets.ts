@@ -20,7 +20,7 @@ const encoder = new TextEncoder()
 export function webProbe(probe: ProbeState): WebMcpHandler {
   return async (request, context) => {
     if (request.headers.get('x-test-throw')) throw new Error('probe failed')
-    const headers = new Headers({ 'x-probe': 'yes', 'x-mcp-version': '0.0.0-handler' })
+    const headers = new Headers({ 'x-probe': 'yes', 'x-mcp-version': '0.0.0-handler', vary: 'Accept-Encoding' })
     const session = request.headers.get('x-test-session')
     if (session) headers.set('mcp-session-id', session)
     if (request.headers.get('x-test-stream')) {
@@ -104,6 +104,7 @@ export function expressProbe(probe: ProbeState): ExpressMcpHandler {
   return async (req, res) => {
     if (req.headers['x-test-throw']) throw new Error('probe failed')
     res.setHeader('x-probe', 'yes')
+    res.setHeader('vary', 'Accept-Encoding')
     const session = req.headers['x-test-session']
     if (typeof session === 'string') res.setHeader('mcp-session-id', session)
     if (req.headers['x-test-stream']) {
@@ -153,7 +154,7 @@ export const startExpress: StartAdapter = async ({ fixture, probe, trustProxy })
 export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {
   return async (request, reply) => {
     if (request.headers['x-test-throw']) throw new Error('probe failed')
-    reply.header('x-probe', 'yes').header('x-mcp-version', '0.0.0-handler')
+    reply.header('x-probe', 'yes').header('x-mcp-version', '0.0.0-handler').header('vary', 'Accept-Encoding')
     const session = request.headers['x-test-session']
     if (typeof session === 'string') reply.header('mcp-session-id', session)
     if (request.headers['x-test-stream']) {

@@ -17,7 +17,7 @@ import { resolveClientAddress } from '../../core/client-address.js'
 import type { Reply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
-import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception } from '../head.js'
+import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
@@ -135,13 +135,19 @@ function headOf(outgoing: unknown, decision: Dispatched): boolean {
  */
 function stampHeaders(response: Response, headers: Readonly<Record<string, string>>): Response {
   try {
-    const target = response.headers
-    for (const name in headers) target.set(name, headers[name]!)
+    stampOn(response.headers, headers)
     return response
   } catch {
     const copy = new Headers(response.headers)
-    for (const name in headers) copy.set(name, headers[name]!)
+    stampOn(copy, headers)
     return new Response(response.body, { status: response.status, statusText: response.statusText, headers: copy })
+  }
+}
+
+/** The dispatch headers onto `target`; a `Vary` joins the handler's (see `mergeVary`). */
+function stampOn(target: Headers, headers: Readonly<Record<string, string>>): void {
+  for (const name in headers) {
+    target.set(name, name === 'vary' ? mergeVary(target.get('vary'), headers[name]) : headers[name]!)
   }
 }
 
