@@ -65,33 +65,50 @@ export interface NodeSessions {
 
 /**
  * Serves one App version with the SDK's `StreamableHTTPServerTransport`: a request without a
- * session (`initialize`) opens one; the others find theirs by `Mcp-Session-Id`.
+ * session (`initialize`) opens one; the others find theirs by `Mcp-Session-Id`. A session idle
+ * for `idleMs` (default an hour, the dispatch layer's pin lifetime), or the least recently used
+ * past `maxSessions`, is closed when another opens.
  */
-export function createNodeSessions(build: () => McpServer): NodeSessions {
-  const sessions = new Map<string, StreamableHTTPServerTransport>()
-  const error = (res: ServerResponse, status: number, message: string): void =>
+export function createNodeSessions(build: () => McpServer, idleMs = 60 * 60_000, maxSessions = 10_000): NodeSessions {
+  const sessions = new Map<string, { transport: StreamableHTTPServerTransport; lastSeen: number }>()
+  const error = (res: ServerResponse, status: number, message: string, allow?: string): void =>
     void res
-      .writeHead(status, { 'content-type': 'application/json' })
+      .writeHead(status, { 'content-type': 'application/json', ...(allow && { allow }) })
       .end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }))
+  // Sessions idle past `idleMs` (the dispatch layer's pin lives an hour by default), and the
+  // oldest past `maxSessions`, are closed when a new one opens: nothing is kept for ever.
+  const sweep = () => {
+    const cutoff = Date.now() - idleMs
+    for (const [id, s] of sessions) {
+      if (s.lastSeen >= cutoff && sessions.size < maxSessions) break
+      sessions.delete(id)
+      void s.transport.close()
+    }
+  }
   return {
     async handle(req, res, parsedBody) {
       const id = req.headers['mcp-session-id']
       if (typeof id === 'string') {
-        const transport = sessions.get(id)
-        if (!transport) return error(res, 404, 'Session not found')
-        return transport.handleRequest(req, res, parsedBody)
+        const session = sessions.get(id)
+        if (!session) return error(res, 404, 'Session not found')
+        // Most recently used last: the sweep finds the idle ones first.
+        sessions.delete(id)
+        sessions.set(id, session)
+        session.lastSeen = Date.now()
+        return session.transport.handleRequest(req, res, parsedBody)
       }
-      if (req.method !== 'POST') return error(res, 405, 'Method not allowed without a session')
+      if (req.method !== 'POST') return error(res, 405, 'Method not allowed without a session', 'POST')
+      sweep()
       const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (sid) => void sessions.set(sid, transport),
+        onsessioninitialized: (sid) => void sessions.set(sid, { transport, lastSeen: Date.now() }),
         onsessionclosed: (sid) => void sessions.delete(sid),
       })
       await build().connect(transport)
       await transport.handleRequest(req, res, parsedBody)
     },
     async close() {
-      await Promise.all([...sessions.values()].map((t) => t.close()))
+      await Promise.all([...sessions.values()].map((s) => s.transport.close()))
       sessions.clear()
     },
   }
