@@ -27,7 +27,7 @@ import {
   PROMPTS,
   STATIC_RESOURCES,
   STEP_MS,
-  TEMPLATE_IDS,
+  SCHEMA_TOOL,
   TEMPLATE_RESOURCE,
   completeArg1,
   text,
@@ -100,13 +100,8 @@ export function registerModernConformanceFeatures(server: McpServer): void {
       return text('Progress reported: 0, 50, 100 of 100.')
     },
   )
-  server.registerTool(
-    'json_schema_2020_12_tool',
-    {
-      description: 'Tool with JSON Schema 2020-12 features ($schema, $defs with $anchor, additionalProperties, allOf/anyOf, if/then/else).',
-      inputSchema: JSON_SCHEMA_2020_12_INPUT,
-    },
-    async ({ name, address }) => text(`Received ${JSON.stringify({ name, address })}`),
+  server.registerTool(SCHEMA_TOOL.name, { description: SCHEMA_TOOL.description, inputSchema: JSON_SCHEMA_2020_12_INPUT }, async (args) =>
+    SCHEMA_TOOL.run(args),
   )
   for (const resource of STATIC_RESOURCES) {
     server.registerResource(resource.name, resource.uri, resource.metadata, async (uri) => ({ contents: resource.contents(uri.href) }))
@@ -115,7 +110,7 @@ export function registerModernConformanceFeatures(server: McpServer): void {
     TEMPLATE_RESOURCE.name,
     new ResourceTemplate(TEMPLATE_RESOURCE.uriTemplate, {
       list: undefined,
-      complete: { id: (value) => TEMPLATE_IDS.filter((id) => id.startsWith(value)) },
+      complete: { id: TEMPLATE_RESOURCE.completeId },
     }),
     TEMPLATE_RESOURCE.metadata,
     async (uri, { id }) => ({ contents: TEMPLATE_RESOURCE.contents(uri.href, id) }),

@@ -63,7 +63,7 @@ const JSON_SCHEMA_2020_12 = 'https://json-schema.org/draft/2020-12/schema'
 /** Words offered by completion (`completion/complete`) for the first argument of the prompt. */
 export const ARG1_SUGGESTIONS = ['hello', 'help', 'test', 'testing', 'world']
 /** Ids offered by completion for `{id}` of the template resource. */
-export const TEMPLATE_IDS = ['1', '42', '123']
+const TEMPLATE_IDS = ['1', '42', '123']
 
 export function text(value: string): CallToolResult {
   return { content: [{ type: 'text', text: value }] }
@@ -138,6 +138,8 @@ export const TEMPLATE_RESOURCE = {
   name: 'template-data',
   uriTemplate: 'test://template/{id}/data',
   metadata: { description: 'JSON data for the id in the URI.', mimeType: 'application/json' },
+  /** Completions of `{id}`. */
+  completeId: (value: string) => TEMPLATE_IDS.filter((id) => id.startsWith(value)),
   contents: (href: string, id: unknown) => [
     { uri: href, mimeType: 'application/json', text: JSON.stringify({ id, templateTest: true, data: `Data for ID: ${id}` }) },
   ],
@@ -396,14 +398,16 @@ export const JSON_SCHEMA_2020_12_INPUT = z
     else: { required: ['email'] },
   })
 
+/** The JSON Schema 2020-12 tool, whatever the SDK line that serves it. */
+export const SCHEMA_TOOL = {
+  name: 'json_schema_2020_12_tool',
+  description: 'Tool with JSON Schema 2020-12 features ($schema, $defs with $anchor, additionalProperties, allOf/anyOf, if/then/else).',
+  run: ({ name, address }: { name?: string; address?: unknown }) => text(`Received ${JSON.stringify({ name, address })}`),
+}
+
 function registerSchemaTool(server: McpServer): void {
-  server.registerTool(
-    'json_schema_2020_12_tool',
-    {
-      description: 'Tool with JSON Schema 2020-12 features ($schema, $defs with $anchor, additionalProperties, allOf/anyOf, if/then/else).',
-      inputSchema: JSON_SCHEMA_2020_12_INPUT,
-    },
-    async ({ name, address }) => text(`Received ${JSON.stringify({ name, address })}`),
+  server.registerTool(SCHEMA_TOOL.name, { description: SCHEMA_TOOL.description, inputSchema: JSON_SCHEMA_2020_12_INPUT }, async (args) =>
+    SCHEMA_TOOL.run(args),
   )
 }
 
@@ -416,7 +420,7 @@ function registerResources(server: McpServer): void {
     TEMPLATE_RESOURCE.name,
     new ResourceTemplate(TEMPLATE_RESOURCE.uriTemplate, {
       list: undefined,
-      complete: { id: (value) => TEMPLATE_IDS.filter((id) => id.startsWith(value)) },
+      complete: { id: TEMPLATE_RESOURCE.completeId },
     }),
     TEMPLATE_RESOURCE.metadata,
     async (uri, { id }) => ({ contents: TEMPLATE_RESOURCE.contents(uri.href, id) }),

@@ -843,8 +843,11 @@ describe('last_used_at, coalesced', () => {
 })
 
 describe('cached records and invalidation between instances', () => {
-  /** Two instances (services) on one store, with their own caches; `sharedBus` links them. */
-  function instances(sharedBus: boolean) {
+  /**
+   * Two instances (services) on one store, with their own caches; `sharedBus` links them.
+   * `wrap` puts a store of the test's in front of the shared one (a slow query, a held write).
+   */
+  function instances(sharedBus: boolean, wrap: (store: TokenStore) => TokenStore = (store) => store) {
     let current = T0
     const clock = {
       now: () => current,
@@ -857,7 +860,7 @@ describe('cached records and invalidation between instances', () => {
     const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
     const busA = createMemoryInvalidationBus()
     const busB = sharedBus ? busA : createMemoryInvalidationBus()
-    const common = { store, apps, subscriptions, now: clock.now, cacheTtlMs: 600_000 }
+    const common = { store: wrap(store), apps, subscriptions, now: clock.now, cacheTtlMs: 600_000 }
     const a = createTokenService({ ...common, invalidations: busA })
     const b = createTokenService({ ...common, invalidations: busB })
     return { a, b, clock, calls, hooks }
@@ -889,24 +892,17 @@ describe('cached records and invalidation between instances', () => {
   })
 
   it('a lookup in flight when a revocation arrives does not cache the record it read before (regression)', async () => {
-    const store = createMemoryTokenStore()
     let release!: () => void
     let slow = false
-    const slowStore: TokenStore = {
+    const { a, b } = instances(true, (store) => ({
       ...store,
       findByHash(hash) {
-        const found = store.findByHash(hash) as ApiTokenRecord | undefined // read now, answered later: a slow query
+        const found = store.findByHash(hash) // read now, answered later: a slow query
         if (!slow) return found
         slow = false
-        return new Promise<ApiTokenRecord | undefined>((resolve) => (release = () => resolve(found)))
+        return new Promise<ApiTokenRecord | undefined>((resolve) => (release = () => void Promise.resolve(found).then(resolve)))
       },
-    }
-    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
-    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-    const bus = createMemoryInvalidationBus()
-    const common = { store: slowStore, apps, subscriptions, now: () => T0, cacheTtlMs: 600_000, invalidations: bus }
-    const a = createTokenService(common)
-    const b = createTokenService(common)
+    }))
     const created = await createToken(a)
     slow = true
     const inFlight = b.authenticate(created.token)
@@ -917,10 +913,9 @@ describe('cached records and invalidation between instances', () => {
   })
 
   it('an owner rotation racing a Bearer rotation leaves no intermediate secret cached (regression)', async () => {
-    const inner = createMemoryTokenStore()
     let release!: () => void
     let holdNext = false
-    const store: TokenStore = {
+    const { a: service } = instances(true, (inner) => ({
       ...inner,
       async rotate(id, secret, expected) {
         if (holdNext) {
@@ -929,10 +924,7 @@ describe('cached records and invalidation between instances', () => {
         }
         return inner.rotate(id, secret, expected)
       },
-    }
-    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
-    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-    const service = createTokenService({ store, apps, subscriptions, now: () => T0, cacheTtlMs: 600_000 })
+    }))
     const t0 = await createToken(service)
     holdNext = true
     const byOwner = service.rotate(t0.id, { kind: 'session', userId: 'alice' }) // reads t0, then waits
