@@ -109,7 +109,7 @@ export type {
 } from './stores/memory/index.js'
 
 // Tokens
-export { MAX_TOKEN_LIFETIME_MS, TOKEN_LIFETIMES_DAYS, createTokenService } from './tokens/token-service.js'
+export { MAX_TOKEN_LIFETIME_MS, TOKEN_LIFETIMES_DAYS, createTokenService, validateTokenName } from './tokens/token-service.js'
 export type {
   ApiTokenSecretView,
   ApiTokenStatus,

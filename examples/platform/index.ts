@@ -29,6 +29,7 @@ import {
   hashApiToken,
   resolveClientAddress,
   validateAllowlist,
+  validateTokenName,
 } from 'mcp-dispatch'
 import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { type WebRequestInfo, mcpDispatch } from 'mcp-dispatch/web'
@@ -189,6 +190,11 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (!userIds.has(t.userId)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown user ${t.userId}`)
     // Secrets are handed back by name: two tokens of one name would lose one.
     if (t.name in seededTokens) throw new TypeError(`seed token ${JSON.stringify(t.name)}: the name is used twice`)
+    // The same rules as a name given through the token API, so the dashboard never shows
+    // a seeded name the API would have refused.
+    const badName = validateTokenName(t.name)
+    if (badName) throw new TypeError(`seed token ${JSON.stringify(t.name)}: name ${badName}`)
+    if (t.name.trim() !== t.name) throw new TypeError(`seed token ${JSON.stringify(t.name)}: name has spaces around it`)
     const badEntry = t.allowedIps ? validateAllowlist(t.allowedIps) : null
     if (badEntry) throw new TypeError(`seed token ${JSON.stringify(t.name)}: allowedIps ${badEntry.message}`)
     for (const s of t.servers) {

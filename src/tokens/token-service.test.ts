@@ -17,7 +17,7 @@ import {
   createMemorySubscriptionStore,
   createMemoryTokenStore,
 } from '../stores/memory/index.js'
-import { type TokenService, type TokenServiceOptions, createTokenService } from './token-service.js'
+import { type TokenService, type TokenServiceOptions, createTokenService, validateTokenName } from './token-service.js'
 
 const DAY = 86_400_000
 const T0 = Date.UTC(2025, 0, 15, 12, 0, 0, 0)
@@ -294,6 +294,18 @@ describe('create (spec 2.1, 3)', () => {
     const secret = generateApiToken()
     const error = await refusal(createToken(service, { name: secret.repeat(3) }), InvalidInputError)
     expect(error.message).not.toContain(secret)
+  })
+})
+
+describe('validateTokenName', () => {
+  it('answers null for a name create would take, and what is wrong otherwise, as create says it', async () => {
+    expect(validateTokenName('ci deploy')).toBeNull()
+    expect(validateTokenName(' padded ')).toBeNull() // create trims it
+    expect(validateTokenName('a\u2028b')).toMatch(/line or paragraph separators/)
+    expect(validateTokenName('\u200B')).toMatch(/visible/)
+    expect(validateTokenName(42)).toBeTypeOf('string')
+    const { service } = setup()
+    await expect(createToken(service, { name: 'a\u2028b' })).rejects.toThrow(validateTokenName('a\u2028b')!)
   })
 })
 

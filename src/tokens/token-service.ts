@@ -194,6 +194,17 @@ const nameSchema = z
   .refine((name) => !/[\p{Zl}\p{Zp}]/u.test(name), 'must not contain line or paragraph separators')
   .refine((name) => !/[\u202A-\u202E\u2066-\u2069]/u.test(name), 'must not contain bidirectional overrides or isolates')
   .refine((name) => /[^\p{Z}\p{Cf}]/u.test(name), 'must hold a visible character')
+/**
+ * Checks a token name against the rules `create` and `update` apply (after trimming: 1 to
+ * 100 characters, no control characters, line or paragraph separators, bidirectional
+ * overrides or isolates, and something visible). Returns what is wrong, or `null` when the
+ * name is acceptable. For names that reach a store without the token service (seeds,
+ * imports).
+ */
+export function validateTokenName(name: unknown): string | null {
+  const result = nameSchema.safeParse(name)
+  return result.success ? null : result.error.issues[0]!.message
+}
 const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).max(100, 'at most 100 entries').nullable()
 const createSchema = z.object({
   userId: z.string().min(1),

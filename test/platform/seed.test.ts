@@ -45,4 +45,13 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'nobody', servers: ['app_w'], expiresInDays: 7 as const }] } })).toThrow(/unknown user/)
     expect(() => createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_x'], expiresInDays: 7 as const }] } })).toThrow(/unknown App/)
   })
+
+  it('holds seeded token names to the token API\'s name rules', () => {
+    const token = (name: string) => ({ ...base, tokens: [{ name, userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const }] })
+    expect(() => createPlatform({ seed: token('ci\nfake log line') })).toThrow(/name must not contain control characters/)
+    expect(() => createPlatform({ seed: token('evil\u202Etxt.exe') })).toThrow(/bidirectional/)
+    expect(() => createPlatform({ seed: token('x'.repeat(101)) })).toThrow(/at most 100/)
+    expect(() => createPlatform({ seed: token(' ci ') })).toThrow(/spaces around it/)
+    expect(() => createPlatform({ seed: token('ci deploy') })).not.toThrow()
+  })
 })
