@@ -32,6 +32,7 @@ export type DispatchErrorCode =
   | 'ERR_DEPLOY_REFUSED'
   | 'ERR_STORE_UNAVAILABLE'
   | 'ERR_AUTHORIZATION_SERVER_UNAVAILABLE'
+  | 'ERR_TOO_MANY_VALIDATIONS'
   | 'ERR_UPSTREAM'
 
 /** Base class of every error mcp-dispatch throws on purpose. */
@@ -121,6 +122,30 @@ export class AuthorizationServerUnavailableError extends DispatchError {
   constructor(retryAfter: number, options?: { cause?: unknown }) {
     super('ERR_AUTHORIZATION_SERVER_UNAVAILABLE', 503, -32005, 'Authorization server unavailable', options)
     this.retryAfter = retryAfter
+  }
+}
+
+/**
+ * A client address has used up its budget of upstream token validations that did not end in
+ * an accepted token (`createOAuthValidator`'s `clientBudget`): 429 with the section 7 body.
+ * Shields the authorization server, and the circuit breaker every caller shares, from a flood
+ * of made-up bearer strings.
+ */
+export class TooManyValidationsError extends DispatchError {
+  /** Upstream validations allowed per window and client address. */
+  readonly limit: number
+  /** End of the window, Unix seconds. */
+  readonly resetAt: number
+  /** Seconds until the window ends, at least 1. */
+  readonly retryAfter: number
+  /** The window's name. */
+  readonly windowType: string
+  constructor(info: { limit: number; resetAt: number; retryAfter: number; windowType: string }) {
+    super('ERR_TOO_MANY_VALIDATIONS', 429, -32000, 'Too many unverified access tokens from this client address')
+    this.limit = info.limit
+    this.resetAt = info.resetAt
+    this.retryAfter = info.retryAfter
+    this.windowType = info.windowType
   }
 }
 

@@ -23,6 +23,7 @@ export {
   NotFoundError,
   StoreUnavailableError,
   TokenInactiveError,
+  TooManyValidationsError,
   UnauthorizedError,
   UpstreamError,
 } from './errors.js'
@@ -154,6 +155,7 @@ export type {
   CircuitBreakerOptions,
 } from './auth/circuit-breaker.js'
 export type { RetryOptions } from './auth/backoff.js'
+export type { ClientBudgetOptions } from './auth/client-budget.js'
 
 // Pipeline
 export { createDispatcher } from './pipeline/dispatcher.js'

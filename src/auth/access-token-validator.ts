@@ -30,11 +30,18 @@ export interface AccessTokenContext {
   readonly resource: string
   /** The App's id. */
   readonly appId: string
+  /**
+   * The client's address as the dispatcher resolved it (`trustProxy`), when known: what a
+   * per-client budget of upstream validations counts by.
+   */
+  readonly clientAddress?: string
 }
 
 /**
  * Validates OAuth access tokens. Throws `AuthorizationServerUnavailableError` (503) when it
- * cannot decide because the authorization server is unhealthy; never throws for a bad token.
+ * cannot decide because the authorization server is unhealthy, and
+ * `TooManyValidationsError` (429) when the client has spent its budget of upstream
+ * validations; never throws for a bad token.
  * `context` names the App the token is presented to; validators that check audiences use it.
  */
 export interface AccessTokenValidator {

@@ -25,7 +25,7 @@ import {
   jwtVerify,
 } from 'jose'
 import type { CacheStore } from '../core/stores.js'
-import { AuthorizationServerUnavailableError, ConfigurationError } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
 import type {
   AccessTokenContext,
@@ -35,6 +35,7 @@ import type {
 } from './access-token-validator.js'
 import { DEFAULT_RETRY, type RetryOptions, computeBackoff } from './backoff.js'
 import { type BreakerState, type CircuitBreakerOptions, createCircuitBreaker } from './circuit-breaker.js'
+import { type ClientBudgetOptions, createClientBudget } from './client-budget.js'
 import {
   type AuthorizationServerMetadata,
   checkAuthorizationServerMetadata,
@@ -86,6 +87,8 @@ export type OAuthValidatorEvent =
     }
   | { readonly type: 'retry'; readonly attempt: number; readonly delayMs: number; readonly error: string }
   | { readonly type: 'breaker'; readonly from: BreakerState; readonly to: BreakerState; readonly at: number }
+  /** An uncached token was refused with 429: its client address spent its `clientBudget`. */
+  | { readonly type: 'client-budget-spent'; readonly retryAfter: number }
   /** An uncached token was refused at once because the breaker is open. */
   | { readonly type: 'fail-fast'; readonly retryAfter: number }
   /** A validation ended in 503 (retries spent, breaker open, or the server misbehaved). */
@@ -127,6 +130,16 @@ export interface OAuthValidatorOptions {
   timeoutMs?: number
   /** Retries of transient failures (network, timeout, 5xx, 429). */
   retry?: RetryOptions
+  /**
+   * `userinfo` and `introspection` modes: per client address (IPv6 by its /64), at most
+   * `limit` upstream validations in flight or ended in a refusal per window; an accepted token
+   * gives its unit back. Past it, uncached tokens from that address get
+   * `TooManyValidationsError` (429) without an upstream call, while cached ones keep working,
+   * so a flood of made-up bearer strings can neither load the authorization server nor open
+   * the breaker for everyone. Needs the client address (the dispatcher passes it).
+   * Default `{ limit: 60, windowType: 'minute', maxClients: 10_000 }`; `false` turns it off.
+   */
+  clientBudget?: ClientBudgetOptions | false
   /** Circuit breaker (counts each failed upstream call). */
   breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'>
   /** `jwt` mode with a JWKS URL: keys are refetched after this age. Default 10 minutes. */
@@ -356,6 +369,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now })
   const breaker = createCircuitBreaker({ ...options.breaker, now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
   const flights = createSingleFlight<CachedValidation>()
+  // `jwt` mode calls nothing per token; the budget is checked at creation all the same.
+  const clientBudget = createClientBudget(options.clientBudget, now)
+  const budgeted = mode !== 'jwt'
   // Results depend on the issuer and the mode, so validators that share a store never read
   // each other's entries.
   const keyPrefix =
@@ -749,6 +765,26 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         return answer(cached, audience)
       }
       emit({ type: 'cache-miss' })
+      if (budgeted && !flights.has(key)) {
+        let charge
+        try {
+          charge = clientBudget.charge(context?.clientAddress)
+        } catch (error) {
+          if (error instanceof TooManyValidationsError) emit({ type: 'client-budget-spent', retryAfter: error.retryAfter })
+          throw error
+        }
+        const flight = flights.run(key, () => validateUpstream(token, key, claims))
+        let entry: CachedValidation
+        try {
+          entry = await flight.promise
+        } catch (error) {
+          // The server's failure, not the client's: the unit goes back.
+          charge.refund()
+          throw error
+        }
+        if (entry.active) charge.refund()
+        return answer(entry, audience)
+      }
       const flight = flights.run(key, () => validateUpstream(token, key, claims))
       if (flight.joined) emit({ type: 'joined' })
       return answer(await flight.promise, audience)

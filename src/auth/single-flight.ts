@@ -12,6 +12,8 @@ export interface SingleFlight<T> {
    * shared. `joined` tells the caller which happened.
    */
   run(key: string, work: () => Promise<T>): { promise: Promise<T>; joined: boolean }
+  /** Whether a call with this key is in flight. */
+  has(key: string): boolean
   /** Keys in flight now. */
   readonly size: number
 }
@@ -40,6 +42,9 @@ export function createSingleFlight<T>(): SingleFlight<T> {
       })()
       inFlight.set(key, promise)
       return { promise, joined: false }
+    },
+    has(key) {
+      return inFlight.has(key)
     },
     get size() {
       return inFlight.size

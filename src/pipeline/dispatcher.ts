@@ -59,7 +59,7 @@ import {
   parseVersionPath,
   resolveVersion,
 } from '../core/versions.js'
-import { AuthorizationServerUnavailableError, ConfigurationError } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
 import { withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
@@ -477,11 +477,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!oauth) return challenge(request, app, true)
     let result
     try {
-      result = await oauth.validate(token, { resource: baseUrlOf(request, app), appId: app.id })
+      const context =
+        request.clientAddress === undefined
+          ? { resource: baseUrlOf(request, app), appId: app.id }
+          : { resource: baseUrlOf(request, app), appId: app.id, clientAddress: request.clientAddress }
+      result = await oauth.validate(token, context)
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
       }
+      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error) }
       throw new StoreFailure('oauth', error)
     }
     if (!result.active) return challenge(request, app, true)

@@ -102,6 +102,39 @@ describe('cache and single flight against a real authorization server', () => {
   })
 })
 
+describe('a flood of made-up bearer strings from one address (clientBudget)', () => {
+  it('gets 429 with the section 7 body after 60 upstream refusals a minute; other addresses and known tokens are served', async () => {
+    const platform = platformWith()
+    const token = await newToken(platform)
+    const post = (bearer: string, clientAddress: string) =>
+      platform.fetch(
+        new Request('http://weather.localhost/v1', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+        }),
+        { clientAddress },
+      )
+    expect((await post(token, '203.0.113.7')).status).toBe(200)
+    const before = userinfoAtAs()
+    const replies = await Promise.all(Array.from({ length: 100 }, (_, i) => post(`made-up-${i}`, '203.0.113.7')))
+    const counts = replies.reduce<Record<number, number>>((c, r) => ({ ...c, [r.status]: (c[r.status] ?? 0) + 1 }), {})
+    expect(counts).toEqual({ 401: 60, 429: 40 })
+    expect(userinfoAtAs() - before).toBe(60)
+    const limited = replies.find((r) => r.status === 429)!
+    const body = await limited.json()
+    expect(body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Rate limit exceeded' } })
+    expect(body.error.data).toEqual({ limit: 60, resetAt: expect.any(Number), retryAfter: expect.any(Number), windowType: 'minute' })
+    expect(limited.headers.get('retry-after')).toBe(String(body.error.data.retryAfter))
+    expect(limited.headers.get('x-mcp-version')).toBeNull()
+    // The breaker stayed closed; the known token and another address are served as before.
+    expect((await post(token, '203.0.113.7')).status).toBe(200)
+    expect((await post('made-up-x', '198.51.100.1')).status).toBe(401)
+    clock.advance(body.error.data.retryAfter * 1000)
+    expect((await post('made-up-y', '203.0.113.7')).status).toBe(401)
+  })
+})
+
 describe('a sick authorization server', () => {
   type Fault = 'stopped' | 'slow (past the timeout)' | 'answering 500'
 

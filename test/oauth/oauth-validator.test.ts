@@ -10,6 +10,7 @@ import {
   type CachedValidation,
   ConfigurationError,
   type OAuthValidatorEvent,
+  TooManyValidationsError,
   type OAuthValidatorOptions,
   createMemoryCacheStore,
   createOAuthValidator,
@@ -57,14 +58,17 @@ function validator(options: Partial<OAuthValidatorOptions> = {}) {
   })
 }
 
-async function unavailable(promise: Promise<unknown>): Promise<AuthorizationServerUnavailableError> {
+/** Awaits a promise that must reject with `type`, and returns the error. */
+async function thrown<E>(promise: Promise<unknown>, type: new (...args: never[]) => E): Promise<E> {
   const error = await promise.then(
     () => undefined,
     (e: unknown) => e,
   )
-  expect(error).toBeInstanceOf(AuthorizationServerUnavailableError)
-  return error as AuthorizationServerUnavailableError
+  expect(error).toBeInstanceOf(type)
+  return error as E
 }
+
+const unavailable = (promise: Promise<unknown>) => thrown(promise, AuthorizationServerUnavailableError)
 
 describe('options', () => {
   it.each([
@@ -81,6 +85,9 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', algorithms: [] }, 'algorithms'],
     [{ issuer: 'https://auth.example.com', timers: {} as never }, 'timers'],
     [{ issuer: 'https://auth.example.com', cache: {} as never }, 'cache'],
+    [{ issuer: 'https://auth.example.com', clientBudget: { limit: 0 } }, 'clientBudget.limit'],
+    [{ issuer: 'https://auth.example.com', clientBudget: { windowType: 'week' as never } }, 'clientBudget.windowType'],
+    [{ issuer: 'https://auth.example.com', clientBudget: true as never }, 'clientBudget'],
   ])('refuses %j at construction (%s)', (options, option) => {
     let error: unknown
     try {
@@ -400,6 +407,79 @@ describe('introspection mode (RFC 7662)', () => {
     fake.route('/introspect', { status: 401, body: { error: 'invalid_client' } })
     await unavailable(validator({ mode: 'introspection', introspection }).validate('good-token'))
     expect(fake.count('/introspect')).toBe(1)
+  })
+})
+
+describe('client budget: a flood of made-up tokens from one address', () => {
+  const at = (clientAddress: string) => ({ resource: 'https://weather.example.com', appId: 'app_w', clientAddress })
+
+  const spent = (promise: Promise<unknown>) => thrown(promise, TooManyValidationsError)
+
+  it('stops calling upstream for one address after `limit` refusals in the window, while others and cached tokens go on', async () => {
+    const v = validator({ clientBudget: { limit: 5 } })
+    expect((await v.validate('good-token', at('203.0.113.7'))).active).toBe(true) // accepted: gives its unit back
+    for (let i = 0; i < 5; i++) expect((await v.validate(`junk-${i}`, at('203.0.113.7'))).active).toBe(false)
+    const error = await spent(v.validate('junk-5', at('203.0.113.7')))
+    expect(error.status).toBe(429)
+    expect(error).toMatchObject({ limit: 5, windowType: 'minute' })
+    expect(fake.count('/oidc/me')).toBe(6)
+    // A cached token of the same address, and another address, are not held up.
+    expect((await v.validate('good-token', at('203.0.113.7'))).active).toBe(true)
+    expect((await v.validate('junk-x', at('198.51.100.1'))).active).toBe(false)
+    expect(fake.count('/oidc/me')).toBe(7)
+    expect(events.filter((e) => e.type === 'client-budget-spent')).toHaveLength(1)
+    // The next window starts afresh; retryAfter said when.
+    clock.advance(error.retryAfter * 1000)
+    expect((await v.validate('junk-6', at('203.0.113.7'))).active).toBe(false)
+  })
+
+  it('counts validations in flight, so a burst cannot pass before the first refusal is known', async () => {
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    fake.route('/oidc/me', async () => {
+      await gate
+      return { status: 401, body: { error: 'invalid_token' } }
+    })
+    const v = validator({ clientBudget: { limit: 3 } })
+    const burst = Array.from({ length: 10 }, (_, i) => v.validate(`junk-${i}`, at('203.0.113.7')).then(
+      (r) => r.active,
+      (e: unknown) => e,
+    ))
+    while (fake.count('/oidc/me') < 3) await new Promise((r) => setImmediate(r))
+    release()
+    const results = await Promise.all(burst)
+    expect(results.filter((r) => r === false)).toHaveLength(3)
+    expect(results.filter((r) => r instanceof TooManyValidationsError)).toHaveLength(7)
+    expect(fake.count('/oidc/me')).toBe(3)
+  })
+
+  it('gives units back for accepted tokens and for the server\'s own failures', async () => {
+    const v = validator({ clientBudget: { limit: 2 }, retry: { attempts: 1 } })
+    for (let i = 0; i < 5; i++) expect((await v.validate(`ey.good-${i}`, at('203.0.113.7'))).active).toBe(true)
+    fake.route('/oidc/me', { status: 500 })
+    for (let i = 0; i < 3; i++) await unavailable(v.validate(`other-${i}`, at('203.0.113.7')))
+    fake.route('/oidc/me', { status: 401, body: {} })
+    expect((await v.validate('junk-1', at('203.0.113.7'))).active).toBe(false)
+    expect((await v.validate('junk-2', at('203.0.113.7'))).active).toBe(false)
+    await spent(v.validate('junk-3', at('203.0.113.7')))
+  })
+
+  it('counts IPv6 clients by their /64, IPv4-mapped ones as IPv4; without an address, or with false, nothing is counted', async () => {
+    const v = validator({ clientBudget: { limit: 1 } })
+    expect((await v.validate('junk-1', at('2001:db8:1:2::1'))).active).toBe(false)
+    await spent(v.validate('junk-2', at('2001:db8:1:2:ffff::9')))
+    expect((await v.validate('junk-3', at('2001:db8:1:3::1'))).active).toBe(false)
+    expect((await v.validate('junk-4', at('::ffff:192.0.2.1'))).active).toBe(false)
+    await spent(v.validate('junk-5', at('192.0.2.1')))
+    for (let i = 0; i < 5; i++) expect((await v.validate(`anon-${i}`)).active).toBe(false)
+    const off = validator({ clientBudget: false })
+    for (let i = 0; i < 5; i++) expect((await off.validate(`off-${i}`, at('192.0.2.9'))).active).toBe(false)
+  })
+
+  it('is on by default: 60 per minute', async () => {
+    const v = validator({ rejectionTtlMs: 0 })
+    for (let i = 0; i < 60; i++) await v.validate('junk', at('192.0.2.1'))
+    expect((await spent(v.validate('junk', at('192.0.2.1')))).limit).toBe(60)
   })
 })
 

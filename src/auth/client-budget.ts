@@ -1,0 +1,111 @@
+/**
+ * A per-client-address budget of upstream token validations (`createOAuthValidator`'s
+ * `clientBudget`).
+ *
+ * Every bearer string that is not an API token goes to the OAuth validator, and one that is
+ * not cached costs an upstream call. Random strings are never cached twice, so without a
+ * bound one client could drive the authorization server as hard as it can send requests,
+ * until the server throttles (429) or fails and the circuit breaker, which every caller
+ * shares, opens for all new tokens. The budget counts, per client address and fixed window,
+ * the upstream validations in flight or ended in a refusal; an accepted token (or a failure
+ * of the server's own) gives its unit back, so clients whose tokens are good are never held
+ * up. IPv6 addresses count by their /64, which one host usually holds whole.
+ * @module
+ */
+import { LRUCache } from 'lru-cache'
+import { type IpWords, parseIp } from '../core/ip.js'
+import { WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
+import { ConfigurationError, TooManyValidationsError } from '../errors.js'
+
+/** Options of the client budget. */
+export interface ClientBudgetOptions {
+  /** Upstream validations in flight or refused, per client address and window. Default 60. */
+  readonly limit?: number
+  /** The window. Default `minute`. */
+  readonly windowType?: WindowType
+  /** Client addresses remembered at most (least recently used forgotten first). Default 10,000. */
+  readonly maxClients?: number
+}
+
+/** A charge taken from a client's budget; `refund` gives it back (at most once). */
+export interface BudgetCharge {
+  refund(): void
+}
+
+/** The budget of one validator. */
+export interface ClientBudget {
+  /**
+   * Takes one unit from the client's budget, or throws {@link TooManyValidationsError} when
+   * the window's units are spent. A request without a known client address is not counted.
+   */
+  charge(clientAddress: string | undefined): BudgetCharge
+}
+
+interface Window {
+  start: number
+  used: number
+}
+
+const NO_CHARGE: BudgetCharge = Object.freeze({ refund() {} })
+
+/** The key a client address counts under: IPv4 whole, IPv6 by its /64. */
+export function budgetKey(address: string): string {
+  const words: IpWords | null = parseIp(address)
+  if (!words) return address
+  if (words[0] === 0 && words[1] === 0 && words[2] === 0xffff) return `4:${words[3]}`
+  return `6:${words[0]}:${words[1]}`
+}
+
+/** Creates a client budget; `false` creates one that never refuses. */
+export function createClientBudget(options: ClientBudgetOptions | false | undefined, now: () => number): ClientBudget {
+  if (options === false) return { charge: () => NO_CHARGE }
+  if (options !== undefined && (options === null || typeof options !== 'object')) {
+    throw new ConfigurationError('clientBudget', 'must be an object or false')
+  }
+  const limit = options?.limit ?? 60
+  if (!Number.isInteger(limit) || limit < 1) throw new ConfigurationError('clientBudget.limit', 'must be a positive integer')
+  const windowType = options?.windowType ?? 'minute'
+  if (!Object.hasOwn(WINDOWS, windowType)) {
+    throw new ConfigurationError('clientBudget.windowType', `must be one of ${Object.keys(WINDOWS).join(', ')}`)
+  }
+  const maxClients = options?.maxClients ?? 10_000
+  if (!Number.isInteger(maxClients) || maxClients < 1) {
+    throw new ConfigurationError('clientBudget.maxClients', 'must be a positive integer')
+  }
+  const windowMs = WINDOWS[windowType]
+  const windows = new LRUCache<string, Window>({ max: maxClients })
+
+  return {
+    charge(clientAddress) {
+      if (clientAddress === undefined || clientAddress === '') return NO_CHARGE
+      const key = budgetKey(clientAddress)
+      const at = now()
+      const start = windowStart(at, windowMs)
+      let window = windows.get(key)
+      if (window === undefined || window.start !== start) {
+        window = { start, used: 0 }
+        windows.set(key, window)
+      }
+      if (window.used >= limit) {
+        const reset = start + windowMs
+        throw new TooManyValidationsError({
+          limit,
+          resetAt: Math.ceil(reset / 1000),
+          retryAfter: Math.max(1, Math.ceil((reset - at) / 1000)),
+          windowType,
+        })
+      }
+      window.used++
+      const charged = window
+      let refunded = false
+      return {
+        refund() {
+          if (refunded) return
+          refunded = true
+          // A unit of a window that has ended is not given back to the next one.
+          if (charged.used > 0) charged.used--
+        },
+      }
+    },
+  }
+}
