@@ -551,7 +551,17 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function keys(deadline: number, refresh: boolean): Promise<JWTVerifyGetKey> {
     if (localKeys) return localKeys
-    if (remoteKeys && !refresh && now() - remoteKeys.fetchedAt < jwksMaxAgeMs) return remoteKeys.getKey
+    if (remoteKeys && !refresh) {
+      // Keys past their age are used while the refetch runs: a slow or hung JWKS endpoint
+      // must not make every new token wait for its timeout.
+      if (now() - remoteKeys.fetchedAt >= jwksMaxAgeMs) void fetchKeys(deadline)
+      return remoteKeys.getKey
+    }
+    return fetchKeys(deadline)
+  }
+
+  /** Fetches the JWKS once for all callers; on failure, the keys in hand (if any) stay. */
+  function fetchKeys(deadline: number): Promise<JWTVerifyGetKey> {
     fetchingKeys ??= (async () => {
       try {
         const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri

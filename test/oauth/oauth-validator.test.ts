@@ -16,7 +16,7 @@ import {
   createOAuthValidator,
 } from 'mcp-dispatch'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { type ManualClock, createManualClock, createRecordingSleep } from './helpers/clock.js'
+import { type ManualClock, createManualClock, createManualTimers, createRecordingSleep } from './helpers/clock.js'
 import { type FakeUpstream, startFakeUpstream } from './helpers/fake-upstream.js'
 
 let fake: FakeUpstream
@@ -347,6 +347,25 @@ describe('jwt mode (local verification)', () => {
     clock.advance(60_000)
     expect(await v.validate(await sign({ jti: 'b' }))).toMatchObject({ active: true })
     expect(fake.count('/jwks')).toBeGreaterThan(1)
+  })
+
+  it('keys past their age serve new tokens at once while the refetch hangs; the refetch is shared and its answer used', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const timers = createManualTimers()
+    const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000, timers })
+    expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    fake.route('/jwks', 'hang')
+    clock.advance(60_000)
+    // No timer fires here: a validation that waited for the hung endpoint would never end.
+    for (const jti of ['b', 'c', 'd']) expect(await v.validate(await sign({ jti }))).toMatchObject({ active: true })
+    while (fake.hanging === 0) await new Promise((r) => setImmediate(r))
+    expect(fake.count('/jwks')).toBe(2)
+    // The refetch times out; the stale keys stay, and the next token after the age starts one more.
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    expect(timers.fireAll()).toBe(1)
+    expect(await v.validate(await sign({ jti: 'e' }))).toMatchObject({ active: true })
+    while (fake.count('/jwks') < 3) await new Promise((r) => setImmediate(r))
+    expect(v.breakerState).toBe('closed')
   })
 })
 
