@@ -106,8 +106,14 @@ export interface OAuthValidatorOptions {
    * function of the App the token is presented to (`({ resource }) => resource` binds each
    * token to its App). Checked on every request. In `jwt` and `introspection` modes the token
    * must name one of them; in `userinfo` mode it is checked when the token is a JWT.
+   *
+   * Default in `jwt` and `introspection` modes: the App the token is presented to
+   * (`({ resource }) => resource`), as the MCP authorization spec requires (RFC 8707: a token
+   * must have been issued for this server); `false` accepts any audience (not recommended:
+   * a token issued for another service, or an ID token, is then taken). Default in
+   * `userinfo` mode: no check.
    */
-  audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined)
+  audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined) | false
   /** Userinfo endpoint; default from discovery, else `{issuer}/userinfo`. */
   userinfoEndpoint?: string
   /** `jwt` mode: a JWKS URL or a local key set; default the `jwks_uri` of discovery. */
@@ -309,7 +315,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (!jwksOption || !Array.isArray(jwksOption.keys)) throw new ConfigurationError('jwks', 'must be a URL or a JSON Web Key Set')
     localKeys = createLocalJWKSet(jwksOption)
   }
-  const audienceOption = options.audience
+  const audienceGiven = options.audience
+  const audienceOption =
+    audienceGiven === false
+      ? undefined
+      : (audienceGiven ?? (mode === 'userinfo' ? undefined : ({ resource }: AccessTokenContext) => resource))
   if (audienceOption !== undefined && typeof audienceOption !== 'function') {
     const list = typeof audienceOption === 'string' ? [audienceOption] : audienceOption
     if (!Array.isArray(list) || list.length === 0 || !list.every((a) => typeof a === 'string' && a !== '')) {

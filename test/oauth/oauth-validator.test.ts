@@ -302,6 +302,21 @@ describe('jwt mode (local verification)', () => {
     expect(fake.requests).toHaveLength(0)
   })
 
+  it('binds tokens to the App they are presented to by default (MCP authorization, RFC 8707); audience false opts out', async () => {
+    const weather = { resource: 'http://weather.localhost', appId: 'app_weather' }
+    const notes = { resource: 'http://notes.localhost', appId: 'app_notes' }
+    const token = await sign({})
+    // An ID token's audience is the client that asked for it, not the App.
+    const idToken = await sign({ aud: 'client-1' })
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    expect(await v.validate(token, weather)).toMatchObject({ active: true })
+    expect(await v.validate(token, notes)).toEqual({ active: false, reason: 'audience mismatch' })
+    expect(await v.validate(idToken, weather)).toEqual({ active: false, reason: 'audience mismatch' })
+    const any = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: false })
+    expect(await any.validate(token, notes)).toMatchObject({ active: true })
+    expect(await any.validate(idToken, weather)).toMatchObject({ active: true })
+  })
+
   it('refuses a foreign signature, another issuer, an expired token and an opaque token', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     const other = (await generateKeyPair('ES256')).privateKey
