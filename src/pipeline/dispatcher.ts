@@ -360,7 +360,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function metadataReply(request: DispatchRequest, app: AppRecord, suffix: string): Reply {
     if (request.method === 'OPTIONS') return preflight('*', request, METADATA_METHODS)
-    if (request.method !== 'GET' && request.method !== 'HEAD') return methodNotAllowedReply(METADATA_METHODS)
+    if (request.method !== 'GET' && request.method !== 'HEAD') {
+      // Readable by any origin, as the document itself is, so a browser client sees why.
+      const refused = methodNotAllowedReply(METADATA_METHODS)
+      return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*' } }
+    }
     const doc = metadata(app, baseUrlOf(request, app) + suffix)
     return {
       status: 200,

@@ -76,6 +76,8 @@ describe('GET /.well-known/oauth-protected-resource (spec 4.2)', () => {
     expect(post.status).toBe(405)
     expect(post.headers.get('allow')).toBe('GET, HEAD, OPTIONS')
     expect(post.headers.get('content-type')).toBe('application/json')
+    // A browser client may read why, as it may read the document.
+    expect(post.headers.get('access-control-allow-origin')).toBe('*')
     expect(await json(post)).toEqual(bodies.methodNotAllowed)
   })
 
