@@ -133,16 +133,29 @@ export interface CacheStore<T> {
   delete(key: string): MaybePromise<void>
 }
 
-/** An invalidation: a token's cached record must be dropped on every instance. */
-export interface InvalidationMessage {
-  readonly kind: 'token'
-  /** Hash of the secret that stopped working. */
-  readonly tokenHash: string
-}
+/**
+ * An invalidation: a token's cached record must be dropped on every instance (`token`), or,
+ * delivered by a bus to its own listeners only, every cached record (`all`: the bus lost its
+ * connection and may have missed messages).
+ */
+export type InvalidationMessage =
+  | {
+      readonly kind: 'token'
+      /** Hash of the secret that stopped working. */
+      readonly tokenHash: string
+    }
+  | { readonly kind: 'all' }
 
 /** Broadcast of invalidations between instances (in-process by default, Redis pub/sub later). */
 export interface InvalidationBus {
   publish(message: InvalidationMessage): MaybePromise<void>
   /** Returns a function that unsubscribes. */
   subscribe(listener: (message: InvalidationMessage) => void): () => void
+  /**
+   * `false` while messages published elsewhere cannot reach this bus (its connection is down
+   * or not yet subscribed): the token service then neither reads nor fills its cache, so a
+   * rotation or revocation it cannot hear of is seen in the store at once. Absent: always
+   * listening (an in-process bus).
+   */
+  readonly listening?: boolean
 }

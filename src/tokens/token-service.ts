@@ -326,9 +326,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // trusted for the rest of the cache TTL).
   let invalidationCount = 0
   const unsubscribe = invalidations.subscribe((message) => {
-    if (message.kind !== 'token') return
-    invalidationCount++
-    cache?.delete(message.tokenHash)
+    if (message.kind === 'token') {
+      invalidationCount++
+      cache?.delete(message.tokenHash)
+    } else if (message.kind === 'all') {
+      invalidationCount++
+      cache?.clear()
+    }
   })
   // Hashes that matched a stored token: their tokens are well formed, so the checksum need
   // not be computed again (hashes only, never a secret; bounded).
@@ -466,7 +470,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (wellFormed.size >= 10_000) wellFormed.clear()
       wellFormed.add(tokenHash)
     }
-    if (cache && record.revokedAt === null && asked === invalidationCount) cache.set(tokenHash, record)
+    if (cache && record.revokedAt === null && asked === invalidationCount && invalidations.listening !== false) {
+      cache.set(tokenHash, record)
+    }
     return record
   }
 
@@ -618,7 +624,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // hash and one lookup, and garbage never reaches the store.
       if (token.length !== API_TOKEN_LENGTH || !token.startsWith(prefix)) return MALFORMED
       const tokenHash = hash(token)
-      const cached = cache?.get(tokenHash)
+      // Not while the bus cannot hear other instances: a rotation there would go unnoticed.
+      const cached = cache !== undefined && invalidations.listening !== false ? cache.get(tokenHash) : undefined
       if (cached !== undefined) return judge(cached)
       const known = wellFormed.has(tokenHash)
       if (!known && checkApiTokenFormat(token, prefix) !== null) return MALFORMED

@@ -136,10 +136,14 @@ export function describeRedis(name: string, body: (redis: RedisTestContext) => v
   })
 }
 
-/** The next message `bus` delivers to a listener (which then unsubscribes). */
-export function nextInvalidation(bus: RedisInvalidationBus): Promise<InvalidationMessage> {
+/**
+ * The next message of `kind` (default `token`) `bus` delivers to a listener (which then
+ * unsubscribes).
+ */
+export function nextInvalidation(bus: RedisInvalidationBus, kind: InvalidationMessage['kind'] = 'token'): Promise<InvalidationMessage> {
   return new Promise((resolve) => {
     const stop = bus.subscribe((message) => {
+      if (message.kind !== kind) return
       stop()
       resolve(message)
     })

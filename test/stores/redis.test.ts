@@ -6,7 +6,16 @@
  * checks, and calls that give up on a Redis that does not answer.
  */
 import type { Redis } from 'ioredis'
-import { ConfigurationError, type InvalidationMessage, type SessionPin } from 'mcp-dispatch'
+import {
+  ConfigurationError,
+  type InvalidationMessage,
+  type SessionPin,
+  type TokenStore,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+} from 'mcp-dispatch'
 import {
   type RedisClient,
   type RedisCommandClient,
@@ -324,6 +333,82 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await redis.client.publish(bus.channel, JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: 'after' }))
       expect(await received).toEqual({ kind: 'token', tokenHash: 'after' })
       await bus.close()
+    })
+  })
+
+  describe('a bus that cannot hear the others', () => {
+    /** Two token services sharing one token database, each with its own bus and a minute of cache. */
+    async function twoInstances(prefix: string) {
+      const apps = createMemoryAppStore([{ id: 'app_w', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+      const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_w', active: true }])
+      const database = createMemoryTokenStore()
+      let lookups = 0
+      const store: TokenStore = {
+        ...database,
+        findByHash(hash) {
+          lookups++
+          return database.findByHash(hash)
+        },
+      }
+      const busA = createRedisInvalidationBus({ client: redis.client, prefix })
+      // B's subscriber is a connection of its own, so the test can drop it alone.
+      const subscriberB = redis.connect()
+      const subscriberId = await subscriberB.client('ID')
+      const busB = createRedisInvalidationBus({ client: redis.client, subscriber: subscriberB, prefix })
+      await Promise.all([busA.ready(), busB.ready()])
+      const service = (invalidations: RedisInvalidationBus) =>
+        createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations })
+      return {
+        a: service(busA),
+        b: service(busB),
+        busB,
+        lookups: () => lookups,
+        drop: () => redis.client.client('KILL', 'ID', String(subscriberId)),
+        close: () => Promise.all([busA.close(), busB.close()]),
+      }
+    }
+
+    it('while its connection is down, the token service reads the store: a rotation there is seen at once (regression)', async () => {
+      const { a, b, busB, lookups, drop, close } = await twoInstances(redis.prefix())
+      const created = await a.create({ userId: 'alice', name: 'ci', servers: ['app_w'], expiresInDays: 7 })
+      expect(await b.authenticate(created.token)).toMatchObject({ ok: true })
+      const before = lookups()
+      expect(await b.authenticate(created.token)).toMatchObject({ ok: true })
+      expect(lookups()).toBe(before) // from B's cache
+      expect(busB.listening).toBe(true)
+
+      // B's subscription is lost; A rotates and its PUBLISH reaches nobody.
+      await drop()
+      expect(await settles(async () => busB.listening === false)).toBe(true)
+      const rotated = await a.rotate(created.id, { kind: 'session', userId: 'alice' })
+      expect(await b.authenticate(created.token)).toMatchObject({ ok: false })
+      expect(await b.authenticate(rotated.token)).toMatchObject({ ok: true })
+
+      // Subscribed again (ioredis reconnects): B caches again, and hears A again.
+      expect(await settles(async () => busB.listening === true)).toBe(true)
+      await b.authenticate(rotated.token)
+      const cached = lookups()
+      expect(await b.authenticate(rotated.token)).toMatchObject({ ok: true })
+      expect(lookups()).toBe(cached)
+      const heard = nextInvalidation(busB)
+      await a.revoke('alice', created.id)
+      await heard
+      expect(await b.authenticate(rotated.token)).toMatchObject({ ok: false })
+      await close()
+    })
+
+    it('records cached before the connection was lost are dropped, not served again after it comes back', async () => {
+      const { a, b, busB, lookups, drop, close } = await twoInstances(redis.prefix())
+      const created = await a.create({ userId: 'alice', name: 'ci', servers: ['app_w'], expiresInDays: 7 })
+      await b.authenticate(created.token)
+      const dropped = nextInvalidation(busB, 'all')
+      await drop()
+      await dropped
+      expect(await settles(async () => busB.listening === true)).toBe(true)
+      const before = lookups()
+      await b.authenticate(created.token)
+      expect(lookups()).toBe(before + 1)
+      await close()
     })
   })
 

@@ -30,9 +30,10 @@ export interface RedisSubscriberClient {
   subscribe(channel: string): Promise<unknown>
   unsubscribe(channel: string): Promise<unknown>
   on(event: 'message', listener: (channel: string, message: string) => void): unknown
-  on(event: 'ready', listener: () => void): unknown
+  /** `ready`: connected (again); `close` / `end`: the connection is lost / given up. */
+  on(event: 'ready' | 'close' | 'end', listener: () => void): unknown
   on(event: 'error', listener: (error: Error) => void): unknown
-  removeListener(event: 'message' | 'ready' | 'error', listener: (...args: any[]) => void): unknown
+  removeListener(event: 'message' | 'ready' | 'close' | 'end' | 'error', listener: (...args: any[]) => void): unknown
   disconnect(): void
 }
 

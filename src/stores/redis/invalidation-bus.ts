@@ -128,16 +128,37 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   function onConnectionError(error: Error): void {
     if (!closed) onError(error, 'invalidation subscriber')
   }
+  // Whether messages from other instances can arrive now: false from creation until Redis
+  // confirms the subscription, and from a lost connection until it confirms it again. While
+  // false the token service serves nothing from its cache; each change of state also drops
+  // every cached record, since messages published meanwhile were lost.
+  let listening = false
+  function setListening(now: boolean): void {
+    if (listening === now || closed) return
+    listening = now
+    deliver({ kind: 'all' })
+  }
   // On creation, and again whenever the connection is ready (after a failed first attempt,
   // or a reconnect when the client does not resubscribe by itself); a repeat is harmless.
   function subscribe(): void {
     if (closed) return
     Promise.resolve()
       .then(() => subscriber.subscribe(channel))
-      .then(confirm, (error: unknown) => onConnectionError(error as Error))
+      .then(
+        () => {
+          setListening(true)
+          confirm()
+        },
+        (error: unknown) => onConnectionError(error as Error),
+      )
+  }
+  function lost(): void {
+    setListening(false)
   }
   subscriber.on('message', onMessage)
   subscriber.on('ready', subscribe)
+  subscriber.on('close', lost)
+  subscriber.on('end', lost)
   // Stays attached after close: a connection without an error listener logs every error.
   if (!given) subscriber.on('error', onConnectionError)
   subscribe()
@@ -146,12 +167,17 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     channel,
     publish(message) {
       deliver(message)
+      // `all` concerns this bus's own listeners; other instances judge their own connection.
+      if (message.kind !== 'token') return Promise.resolve()
       const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
       return redis.send('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
     },
     subscribe(listener) {
       if (!closed) listeners.add(listener)
       return () => listeners.delete(listener)
+    },
+    get listening() {
+      return listening && !closed
     },
     ready(timeoutMs = redis.timeoutMs) {
       return withTimeout(subscribed, timeoutMs, `Redis SUBSCRIBE ${channel}`)
@@ -162,6 +188,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       listeners.clear()
       subscriber.removeListener('message', onMessage)
       subscriber.removeListener('ready', subscribe)
+      subscriber.removeListener('close', lost)
+      subscriber.removeListener('end', lost)
       // The connection the bus opened is closed at once: it holds nothing worth waiting for.
       if (!given) return subscriber.disconnect()
       try {
