@@ -403,15 +403,25 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function pinMatches(pin: SessionPin, app: AppRecord, identity: Identity, selector: VersionSelector): boolean {
     if (pin.appId !== app.id || pin.subject !== identity.subject) return false
     switch (selector.kind) {
-      case 'latest':
-        return true
       case 'exact':
         return pin.version === selector.version
+      case 'latest':
+        // A pre-release is reached only by its exact URL, pinned or not.
+        return !isPreRelease(pin.version)
       default: {
+        if (isPreRelease(pin.version)) return false
         const [major, minor] = pin.version.split('.', 2).map(Number)
         return major === selector.major && (selector.kind === 'major' || minor === selector.minor)
       }
     }
+  }
+
+  /** A pre-release version: a `-` before any build metadata (SemVer 2.0.0 rule 9). */
+  function isPreRelease(version: string): boolean {
+    const dash = version.indexOf('-')
+    if (dash === -1) return false
+    const plus = version.indexOf('+')
+    return plus === -1 || dash < plus
   }
 
   type AuthOutcome = { readonly identity: Identity; readonly reply?: undefined } | { readonly reply: Reply; readonly identity?: undefined }

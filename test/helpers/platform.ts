@@ -309,18 +309,20 @@ export const localhostFetch = async (input: string | URL | Request, init: Reques
         }),
       )
     })
+    // Before anything can destroy the request: an 'error' event without a listener would
+    // bring the process down.
+    outgoing.on('error', reject)
     const signal = init.signal ?? request.signal
     if (signal) {
       if (signal.aborted) {
-        outgoing.destroy()
         reject(signal.reason)
+        outgoing.destroy()
         return
       }
       signal.addEventListener('abort', () => outgoing.destroy(signal.reason instanceof Error ? signal.reason : undefined), {
         once: true,
       })
     }
-    outgoing.on('error', reject)
     outgoing.end(body)
   })
 }

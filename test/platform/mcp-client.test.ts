@@ -255,6 +255,22 @@ describe('session pins (DESIGN.md "Versions")', () => {
     expect(await json(response)).toEqual(bodies.sessionNotFound)
   })
 
+  it('a session pinned to a pre-release is served only at its exact URL: /, /v2 and /v2.1 refuse it (404)', async () => {
+    platform.deploy('app_weather', '2.1.0-rc.1')
+    const rc = await connect('/v2.1.0-rc.1')
+    expect(await rc.toolVersion()).toBe('2.1.0-rc.1')
+    for (const path of ['/', '/v2', '/v2.1']) {
+      const response = await postOnSession(path, rc.transport.sessionId!, 'alice')
+      expect(response.status).toBe(404)
+      expect(await json(response)).toEqual(bodies.sessionNotFound)
+    }
+    expect((await postOnSession('/v2.1.0-rc.1', rc.transport.sessionId!, 'alice')).status).toBe(200)
+  })
+
+  it('localhostFetch, handed a signal already aborted, rejects as fetch does (it once crashed the process)', async () => {
+    await expect(localhostFetch(`${served.origin('weather')}/v1`, { signal: AbortSignal.abort() })).rejects.toMatchObject({ name: 'AbortError' })
+  })
+
   it('revoking the token ends access at once, even inside an open session', async () => {
     const c = await connect('/v1', 'alice-week')
     expect(await c.toolVersion()).toBe('1.1.1')
