@@ -173,3 +173,15 @@ export class ConfigurationError extends TypeError {
     this.option = option
   }
 }
+
+/**
+ * The default `onError` of the dispatcher, the adapters, the token service, the token API,
+ * the proxy and the Redis invalidation bus: one line on stderr, `[mcp-dispatch] <context>:
+ * <name>: <message>`, so a failure that clients see only as a status (a store outage, a rate
+ * limit served open, a failed broadcast) is never silent. The library never puts a secret in
+ * an error it makes; pass an `onError` of your own to send these to your logger instead.
+ */
+export function logError(error: unknown, context: string): void {
+  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error)
+  console.error(`[mcp-dispatch] ${context}: ${text}`)
+}

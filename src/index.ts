@@ -26,6 +26,7 @@ export {
   TooManyValidationsError,
   UnauthorizedError,
   UpstreamError,
+  logError,
 } from './errors.js'
 export type { ConfigurationErrorCode, DispatchErrorCode } from './errors.js'
 

@@ -6,7 +6,7 @@
  */
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
 import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
-import { ConfigurationError } from '../errors.js'
+import { ConfigurationError, logError } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
 
 /** Options every adapter accepts. */
@@ -18,7 +18,7 @@ export interface AdapterOptions {
    * socket address is the client address).
    */
   trustProxy?: TrustProxy
-  /** Called with handler failures and other errors the client only sees as a status. */
+  /** Called with handler failures and other errors the client only sees as a status. Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
 }
 
@@ -29,7 +29,7 @@ export function setupAdapter(options: AdapterOptions): {
   onError: (error: unknown, context: string) => void
 } {
   if (!options || !options.dispatcher) throw new ConfigurationError('dispatcher', 'is required')
-  const onError = options.onError ?? (() => {})
+  const onError = options.onError ?? logError
   // Built here from options: the dispatcher's own failures (stores, session pins) go to the
   // adapter's `onError` too, unless the options name a reporter of their own.
   const dispatcher =

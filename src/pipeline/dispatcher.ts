@@ -59,7 +59,7 @@ import {
   parseVersionPath,
   resolveVersion,
 } from '../core/versions.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, logError } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
 import { withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
@@ -186,7 +186,7 @@ export interface DispatcherOptions {
   cors?: boolean
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
-  /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). */
+  /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
   /**
    * Longest wait for a store or the rate-limit policy when it answers with a promise. Past it
@@ -264,7 +264,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
   const { apps, subscriptions, tokens, oauth } = options
   const now = options.now ?? Date.now
-  const onError = options.onError ?? (() => {})
+  const onError = options.onError ?? logError
   const sessions = options.sessions ?? createMemorySessionStore({ now })
   const synchronousPins = sessions.synchronous === true
   const sessionTtlMs = options.sessionTtlMs ?? 3_600_000

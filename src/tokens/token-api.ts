@@ -19,7 +19,7 @@
 import { z } from 'zod'
 import { parseBearerToken } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
-import { ConfigurationError, DispatchError, InvalidInputError } from '../errors.js'
+import { ConfigurationError, DispatchError, InvalidInputError, logError } from '../errors.js'
 import { type TokenService, parseInput } from './token-service.js'
 
 /** The dashboard user of a request with a session cookie. */
@@ -45,7 +45,7 @@ export interface TokenApiOptions {
    * answers `undefined`) a token with an allowlist cannot rotate itself: 403, as on the MCP path.
    */
   clientAddress?: (request: Request) => string | undefined
-  /** Errors the caller sees only as a 503. */
+  /** Errors the caller sees only as a 503. Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
 }
 
@@ -162,7 +162,7 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
     throw new ConfigurationError('verifyCsrf', 'must be a function, or false to disable CSRF checks explicitly')
   }
   const basePath = (options.basePath ?? '/api/tokens').replace(/\/+$/, '')
-  const onError = options.onError ?? (() => {})
+  const onError = options.onError ?? logError
 
   async function session(request: Request, write: boolean): Promise<TokenApiSession> {
     const s = await options.authenticateSession(request)

@@ -887,6 +887,29 @@ describe('cached records and invalidation between instances', () => {
     expect(calls.findByHash).toBe(reads)
   })
 
+  it('without an injected clock the cache TTL runs on the monotonic clock, which a wall clock stepped back cannot stretch (regression)', async () => {
+    const store = createMemoryTokenStore()
+    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+    // Two instances that cannot tell each other (no shared bus): only the TTL bounds B's cache.
+    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000 })
+    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000 })
+    const created = await createToken(a)
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    await a.revoke('alice', created.id)
+    expect((await b.authenticate(created.token)).ok).toBe(true) // cached, as documented
+    // Eleven minutes pass on the monotonic clock while the wall clock does not move (it was
+    // stepped back by as much): the TTL has run out all the same.
+    const real = performance.now.bind(performance)
+    const monotonic = vi.spyOn(performance, 'now').mockImplementation(() => real() + 11 * 60_000)
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 5))
+      expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+    } finally {
+      monotonic.mockRestore()
+    }
+  })
+
   it('an expired token is refused even while its record is cached', async () => {
     const { a, clock } = instances(true)
     const created = await createToken(a, { expiresInDays: 7 })

@@ -35,7 +35,9 @@ import {
   StoreUnavailableError,
   TokenInactiveError,
   UnauthorizedError,
+  logError,
 } from '../errors.js'
+import { lruClock } from '../stores/lru-clock.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
@@ -147,7 +149,7 @@ export interface TokenServiceOptions {
   now?: () => number
   /** Random source for secrets. Default `crypto.randomBytes`. */
   random?: RandomBytes
-  /** Called with errors that must not fail a request (a failed `last_used_at` write). */
+  /** Called with errors that must not fail a request (a failed `last_used_at` write). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
 }
 
@@ -300,7 +302,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const now = options.now ?? Date.now
   const random = options.random ?? randomBytes
   const pepper = options.pepper
-  const onError = options.onError ?? (() => {})
+  const onError = options.onError ?? logError
   const flushEvery = options.lastUsedFlushMs ?? 60_000
   // A timer holds at most 2^31 - 1 ms; past it Node fires at once, and every use would write.
   if (!(flushEvery > 0 && flushEvery <= 2_147_483_647)) {
@@ -309,18 +311,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const canUseServer =
     options.canUseServer ?? ((userId: string, appId: string) => options.subscriptions!.isActive(userId, appId))
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
+  // An injected clock drives the cache TTL; by default lru-cache's own monotonic clock does, so
+  // a wall clock stepped back (NTP, a resumed VM) cannot stretch it past `cacheTtlMs`.
   const cache =
-    cacheTtlMs > 0
-      ? // ttlResolution 0: lru-cache would otherwise reuse a clock reading for 1 ms of real
-        // time and miss an injected clock that jumps past the TTL. The 1 ms shift: lru-cache
-        // treats a start time of 0 as "no TTL", which a clock starting at 0 would hit.
-        new LRUCache<string, ApiTokenRecord>({
-          max: 50_000,
-          ttl: cacheTtlMs,
-          perf: { now: () => now() + 1 },
-          ttlResolution: 0,
-        })
-      : undefined
+    cacheTtlMs > 0 ? new LRUCache<string, ApiTokenRecord>({ max: 50_000, ttl: cacheTtlMs, ...lruClock(options.now) }) : undefined
   // Counts invalidations: a lookup that was in flight while one arrived does not cache what it
   // read, since it may have read the record before the change (a revoked token would then be
   // trusted for the rest of the cache TTL).

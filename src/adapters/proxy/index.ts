@@ -37,7 +37,7 @@
  * @module
  */
 import { type Reply, jsonRpcErrorReply } from '../../core/reply.js'
-import { ConfigurationError, UpstreamError } from '../../errors.js'
+import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { versionNotServedReply } from '../version-router.js'
 import {
@@ -117,7 +117,7 @@ export interface ProxyHandlerOptions {
   forwardHeaders?: readonly string[]
   /** `fetch` to reach upstreams. Default the global one. */
   fetch?: (input: URL, init: RequestInit) => Promise<Response>
-  /** Upstream failures (the client only sees 502 / 504). */
+  /** Upstream failures (the client only sees 502 / 504). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
 }
 
@@ -243,7 +243,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     forwarded.add(lower)
   }
   const fetchUpstream = options.fetch ?? ((input: URL, init: RequestInit) => fetch(input, init))
-  const onError = options.onError ?? (() => {})
+  const onError = options.onError ?? logError
   const audienceOf = options.audience ?? ((_context: DispatchContext, upstream: URL) => upstream.origin)
 
   let upstreamOf: (context: DispatchContext) => URL | undefined

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, logError } from '../../errors.js'
 import { withTimeout } from '../../timeout.js'
 import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis } from './client.js'
 
@@ -27,7 +27,7 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   /**
    * Errors that fail no call: the subscriber connection's errors, a failed subscription
    * (retried when the connection is ready again), a malformed message, a listener that threw.
-   * Default: ignored.
+   * Default: `logError` (one line on stderr).
    */
   onError?: (error: unknown, context: string) => void
 }
@@ -92,7 +92,7 @@ function parseWire(text: string): WireMessage | undefined {
  */
 export function createRedisInvalidationBus(options: RedisInvalidationBusOptions): RedisInvalidationBus {
   const redis = connectRedis(options)
-  const onError = options.onError ?? (() => {})
+  const onError = options.onError ?? logError
   if (typeof onError !== 'function') throw new ConfigurationError('onError', 'must be a function')
   const given = options.subscriber
   const methods = ['subscribe', 'unsubscribe', 'on', 'removeListener'] as const
