@@ -67,7 +67,16 @@ export type CachedValidation =
       /** Epoch ms after which the entry is not used, whatever the store's own TTL. */
       readonly validUntil: number
     }
-  | { readonly active: false; readonly reason: string; readonly validUntil: number }
+  | {
+      readonly active: false
+      readonly reason: string
+      readonly validUntil: number
+      /**
+       * Written by `forget`: not an answer (a read treats it as a miss), but a mark that
+       * keeps any instance's validation already in flight from caching what it read before.
+       */
+      readonly forgotten?: true
+    }
 
 /** What the validator reports through `onEvent` (metrics, logs). Never carries a token. */
 export type OAuthValidatorEvent =
@@ -670,7 +679,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       entry = { active: false, reason: outcome.reason, validUntil: at + (outcome.uncacheable ? 0 : rejectionTtlMs) }
     }
     const ttl = entry.validUntil - at
-    if (ttl > 0 && asked === forgetCount) {
+    if (ttl > 0 && asked === forgetCount && !(await forgottenMeanwhile(key))) {
       try {
         await cache.set(key, entry, ttl)
       } catch (error) {
@@ -678,6 +687,19 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       }
     }
     return entry
+  }
+
+  /**
+   * Whether `forget` marked the key (on any instance sharing the cache) since a validation
+   * started: the mark lives as long as a validation can. A cache that cannot answer says no.
+   */
+  async function forgottenMeanwhile(key: string): Promise<boolean> {
+    try {
+      const value = (await cache.get(key)) as Partial<CachedValidation> | undefined
+      return value?.active === false && value.forgotten === true && value.validUntil! > now()
+    } catch {
+      return false
+    }
   }
 
   async function validateUpstream(token: string, key: string, claims: JWTPayload | undefined): Promise<CachedValidation> {
@@ -731,7 +753,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       emit({ type: 'store-error', operation: 'get', error })
       return undefined
     }
-    return isCachedValidation(value) && value.validUntil > now() ? value : undefined
+    return isCachedValidation(value) && value.validUntil > now() && !(value.active === false && value.forgotten) ? value : undefined
   }
 
   function answer(entry: CachedValidation, audience: readonly string[] | undefined): AccessTokenResult {
@@ -755,7 +777,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     },
     async forget(token) {
       forgetCount++
-      await cache.delete(hashKey(token))
+      // A mark, not a delete: another instance sharing the cache may be validating this token
+      // now, and must not cache the answer it got before the revocation.
+      const markMs = retry.deadlineMs + timeoutMs
+      const mark: CachedValidation = { active: false, reason: 'forgotten', validUntil: now() + markMs, forgotten: true }
+      await cache.set(hashKey(token), mark, markMs)
     },
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }

@@ -597,6 +597,37 @@ describe('single flight, cache store and secrecy', () => {
     expect(calls).toBe(2)
   })
 
+  it('forget on one instance, while another sharing the cache (Redis) validates the token: nothing is cached (regression)', async () => {
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    let calls = 0
+    fake.route('/oidc/me', async () => {
+      calls++
+      if (calls > 1) return { status: 401 } // revoked upstream meanwhile
+      const answer = { status: 200, body: { sub: 'alice' } }
+      await gate
+      return answer
+    })
+    const shared = createMemoryCacheStore<CachedValidation>({ now: clock })
+    const a = validator({ cache: shared })
+    const b = validator({ cache: shared })
+    const inFlight = b.validate('good-token')
+    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    await a.forget('good-token')
+    release()
+    expect(await inFlight).toMatchObject({ active: true })
+    expect(await a.validate('good-token')).toMatchObject({ active: false })
+    expect(await b.validate('good-token')).toMatchObject({ active: false })
+    expect(calls).toBeGreaterThanOrEqual(2)
+    // The mark is no answer: past it, a token is validated and cached as usual.
+    clock.advance(20_000)
+    fake.route('/oidc/me', { status: 200, body: { sub: 'alice' } })
+    const before = fake.count('/oidc/me')
+    expect(await a.validate('good-token')).toMatchObject({ active: true })
+    expect(await b.validate('good-token')).toMatchObject({ active: true })
+    expect(fake.count('/oidc/me')).toBe(before + 1)
+  })
+
   it('never puts the token in an event, an error or its cause', async () => {
     const secret = 'very-secret-token-value-1234567890'
     fake.route('/oidc/me', { status: 500 })
