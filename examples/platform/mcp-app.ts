@@ -166,6 +166,18 @@ export interface McpAppHandlerOptions {
   idleMs?: number
   /** At most this many open sessions; the oldest idle one is closed first. Default 10,000. */
   maxSessions?: number
+  /**
+   * At most this many open sessions per caller (user); opening one more closes that caller's
+   * least recently used one, so one user cannot push everyone else's sessions out of
+   * `maxSessions`. Default 100.
+   */
+  maxSessionsPerCaller?: number
+  /**
+   * 2026-07-28: at most this many open `subscriptions/listen` streams per caller; one more is
+   * refused with the SDK's own answer to a full router (JSON-RPC -32603), so one user cannot
+   * hold every slot of the App version. Default 16.
+   */
+  maxListensPerCaller?: number
 }
 
 /** A web handler for one App version, with its open sessions. */
@@ -190,7 +202,69 @@ export interface McpAppHandler {
 export function createMcpAppHandler(build: () => McpServer, options: McpAppHandlerOptions = {}): McpAppHandler {
   const idleMs = options.idleMs ?? 30 * 60_000
   const maxSessions = options.maxSessions ?? 10_000
-  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number }>()
+  const maxSessionsPerCaller = options.maxSessionsPerCaller ?? 100
+  const maxListensPerCaller = options.maxListensPerCaller ?? 16
+  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; subject?: string }>()
+  // Open sessions and listen streams per caller.
+  const sessionsOf = new Map<string, Set<string>>()
+  const listensOf = new Map<string, number>()
+
+  function dropSession(id: string): void {
+    const subject = sessions.get(id)?.subject
+    sessions.delete(id)
+    if (subject === undefined) return
+    const own = sessionsOf.get(subject)
+    own?.delete(id)
+    if (own?.size === 0) sessionsOf.delete(subject)
+  }
+
+  /** Makes room for one more session of `subject`: closes its least recently used one when at the cap. */
+  function roomFor(subject: string): void {
+    const own = sessionsOf.get(subject)
+    if (!own || own.size < maxSessionsPerCaller) return
+    let oldest: string | undefined
+    for (const id of own) if (oldest === undefined || sessions.get(id)!.lastSeen < sessions.get(oldest)!.lastSeen) oldest = id
+    const session = sessions.get(oldest!)!
+    dropSession(oldest!)
+    void session.transport.close()
+  }
+
+  /**
+   * A `subscriptions/listen` answer, counted against its caller while its stream is open; the
+   * count goes back when the stream ends or the client leaves.
+   */
+  function countedListen(subject: string, response: Response): Response {
+    if (!response.body || !(response.headers.get('content-type') ?? '').includes('text/event-stream')) return response
+    listensOf.set(subject, (listensOf.get(subject) ?? 0) + 1)
+    let released = false
+    const release = () => {
+      if (released) return
+      released = true
+      const left = (listensOf.get(subject) ?? 1) - 1
+      if (left > 0) listensOf.set(subject, left)
+      else listensOf.delete(subject)
+    }
+    const reader = response.body.getReader()
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        try {
+          const { done, value } = await reader.read()
+          if (done) {
+            release()
+            controller.close()
+          } else controller.enqueue(value)
+        } catch (error) {
+          release()
+          controller.error(error)
+        }
+      },
+      cancel(reason) {
+        release()
+        return reader.cancel(reason)
+      },
+    })
+    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
+  }
   const buildModern = options.modern
   const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(), { legacy: 'reject' })
 
@@ -198,7 +272,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     const cutoff = Date.now() - idleMs
     for (const [id, s] of sessions) {
       if (s.lastSeen < cutoff || sessions.size > maxSessions) {
-        sessions.delete(id)
+        dropSession(id)
         void s.transport.close()
       }
     }
@@ -226,7 +300,15 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       // refuses: 2026-07-28 has no batches); anything else that is not JSON-RPC gets the 2025
       // server's JSON-RPC error, as before.
       if (modern && (isMessage(body) || holdsModernMessage(body)) && !(await isLegacyRequest(request, body))) {
-        return modern.fetch(request, {
+        const listen = caller !== undefined && (body as { method?: unknown }).method === 'subscriptions/listen'
+        if (listen && (listensOf.get(caller.subject) ?? 0) >= maxListensPerCaller) {
+          return Response.json({
+            jsonrpc: '2.0',
+            id: (body as { id?: unknown }).id ?? null,
+            error: { code: -32603, message: `Subscription limit reached for this caller (${maxListensPerCaller})` },
+          })
+        }
+        const answer = await modern.fetch(request, {
           parsedBody: body,
           ...(caller && {
             authInfo: {
@@ -237,6 +319,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
             },
           }),
         })
+        return listen ? countedListen(caller.subject, answer) : answer
       }
     }
     const parsed = body === undefined ? undefined : { parsedBody: body }
@@ -255,20 +338,24 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     }
     if (isInitialize(body)) {
       sweep()
+      if (caller) roomFor(caller.subject)
       const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         // Resumable streams: a client reconnects with Last-Event-ID and gets what it missed.
         eventStore: createSessionEventStore(),
         retryInterval: RETRY_INTERVAL_MS,
         onsessioninitialized: (id) => {
-          sessions.set(id, { transport, lastSeen: Date.now() })
+          sessions.set(id, { transport, lastSeen: Date.now(), ...(caller && { subject: caller.subject }) })
+          if (caller) {
+            let own = sessionsOf.get(caller.subject)
+            if (!own) sessionsOf.set(caller.subject, (own = new Set()))
+            own.add(id)
+          }
         },
-        onsessionclosed: (id) => {
-          sessions.delete(id)
-        },
+        onsessionclosed: (id) => dropSession(id),
       })
       transport.onclose = () => {
-        if (transport.sessionId) sessions.delete(transport.sessionId)
+        if (transport.sessionId) dropSession(transport.sessionId)
       }
       await build().connect(transport)
       return transport.handleRequest(request, parsed)

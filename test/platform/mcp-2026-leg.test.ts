@@ -123,6 +123,49 @@ describe('the 2026-07-28 tools', () => {
   })
 })
 
+describe('what one caller may hold of an App version', () => {
+  const listen = (secret: string, id: number) =>
+    platform
+      .fetch(modern('http://weather.localhost/v1', secret, 'subscriptions/listen', { notifications: { toolsListChanged: true } }))
+      .then((response) => ({ response, id }))
+
+  it('at most 16 open subscriptions/listen streams per caller; another caller is not held up; a closed stream frees its slot', async () => {
+    const open = await Promise.all(Array.from({ length: 16 }, (_, i) => listen(token('alice'), i)))
+    for (const { response } of open) expect(response.headers.get('content-type')).toContain('text/event-stream')
+    const refused = await platform.fetch(modern('http://weather.localhost/v1', token('alice'), 'subscriptions/listen', { notifications: { toolsListChanged: true } }))
+    expect(refused.status).toBe(200)
+    expect(await refused.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32603, message: expect.stringContaining('this caller') } })
+    const carol = (await listen(token('carol'), 0)).response
+    expect(carol.headers.get('content-type')).toContain('text/event-stream')
+    await open[0]!.response.body!.cancel()
+    const again = (await listen(token('alice'), 16)).response
+    expect(again.headers.get('content-type')).toContain('text/event-stream')
+    for (const response of [carol, again, ...open.slice(1).map((o) => o.response)]) await response.body!.cancel()
+  })
+
+  it('at most 100 open sessions per caller: one more closes that caller\'s least recently used, and no one else\'s', async () => {
+    const initialize = (secret: string) =>
+      platform.fetch(
+        mcpRequest('http://weather.localhost/v1', {
+          token: secret,
+          body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } },
+        }),
+      )
+    const carolSession = (await initialize(token('carol'))).headers.get('mcp-session-id')!
+    const alice: string[] = []
+    for (let i = 0; i < 100; i++) alice.push((await initialize(token('alice'))).headers.get('mcp-session-id')!)
+    const use = (secret: string, session: string) =>
+      platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret, headers: { 'mcp-session-id': session }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }))
+    await new Promise((resolve) => setTimeout(resolve, 2))
+    expect((await use(token('alice'), alice[0]!)).status).toBe(200) // the first, used again: no longer the least recent
+    expect((await initialize(token('alice'))).status).toBe(200) // the 101st closes alice's least recently used
+    expect((await use(token('alice'), alice[1]!)).status).toBe(404)
+    expect((await use(token('alice'), alice[0]!)).status).toBe(200)
+    expect((await use(token('alice'), alice[99]!)).status).toBe(200)
+    expect((await use(token('carol'), carolSession)).status).toBe(200)
+  })
+})
+
 describe('routing between the two legs', () => {
   it('a batch holding a 2026-07-28 message goes to the 2026 server, which refuses it (no batches in that revision)', async () => {
     const request = modern('http://weather.localhost/v1', token('alice'), 'tools/call', { name: 'echo', arguments: { text: 'hi' } })
