@@ -279,8 +279,11 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
 
   let closed = false
-  const handle = async (request: Request, caller?: CallerOf): Promise<Response> => {
+  const handle = async (request: Request, given?: CallerOf): Promise<Response> => {
     if (closed) return rpcError(503, -32000, 'App version closed')
+    // Handed something else as the second argument (a DispatchContext, by `routeByVersion`
+    // wiring): no caller, rather than one without a subject that every user would share.
+    const caller = given !== undefined && typeof given.subject === 'string' ? given : undefined
     // A POST body is read here once, within the limit, and handed to the transport parsed;
     // when it is not JSON the transport gets the text back and answers -32700 itself.
     let body: unknown

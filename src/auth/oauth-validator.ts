@@ -72,8 +72,9 @@ export type CachedValidation =
       readonly reason: string
       readonly validUntil: number
       /**
-       * Written by `forget`: not an answer (a read treats it as a miss), but a mark that
-       * keeps any instance's validation already in flight from caching what it read before.
+       * The mark `forget` writes beside a token's entry (under `<key>:forgotten`, never read
+       * as an answer): a validation that finds it after caching its answer deletes that
+       * answer, on any instance sharing the cache.
        */
       readonly forgotten?: true
     }
@@ -231,6 +232,8 @@ type Outcome =
       readonly info: AccessTokenInfo
       readonly audience?: readonly string[]
       readonly expiresAt?: number
+      /** Not worth remembering (verified with keys past their age: the key may be withdrawn). */
+      readonly uncacheable?: boolean
     }
   | {
       readonly active: false
@@ -618,7 +621,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       clockTolerance: clockToleranceMs / 1000,
       ...(options.algorithms && { algorithms: [...options.algorithms] }),
     }
-    const verify = async (refresh: boolean) => (await jwtVerify(token, await keys(deadline, refresh), verifyOptions)).payload
+    // Keys past their age still verify while the refetch runs, but what they accept is not
+    // cached: the refetch may show the key withdrawn.
+    let stale = false as boolean
+    const verify = async (refresh: boolean) => {
+      stale = !refresh && !localKeys && remoteKeys !== undefined && now() - remoteKeys.fetchedAt >= jwksMaxAgeMs
+      return (await jwtVerify(token, await keys(deadline, refresh), verifyOptions)).payload
+    }
     let payload: JWTPayload
     try {
       try {
@@ -655,6 +664,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       },
       ...(audience && { audience }),
       ...(expiresAt !== undefined && { expiresAt }),
+      ...(stale && { uncacheable: true }),
     }
   }
 
@@ -672,16 +682,21 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (expiresAt !== undefined && expiresAt + clockToleranceMs <= at) {
         entry = { active: false, reason: 'token expired', validUntil: at + rejectionTtlMs }
       } else {
-        const validUntil = Math.min(at + cacheTtlMs, expiresAt === undefined ? Infinity : expiresAt + clockToleranceMs)
+        const validUntil = outcome.uncacheable
+          ? at
+          : Math.min(at + cacheTtlMs, expiresAt === undefined ? Infinity : expiresAt + clockToleranceMs)
         entry = { active: true, info: outcome.info, ...(outcome.audience && { audience: outcome.audience }), validUntil }
       }
     } else {
       entry = { active: false, reason: outcome.reason, validUntil: at + (outcome.uncacheable ? 0 : rejectionTtlMs) }
     }
     const ttl = entry.validUntil - at
-    if (ttl > 0 && asked === forgetCount && !(await forgottenMeanwhile(key))) {
+    if (ttl > 0 && asked === forgetCount) {
       try {
         await cache.set(key, entry, ttl)
+        // Checked after the write: a `forget` that came before it (on any instance) left its
+        // mark first, and the entry goes again; one that comes after deletes it itself.
+        if (await forgottenMeanwhile(key)) await cache.delete(key)
       } catch (error) {
         emit({ type: 'store-error', operation: 'set', error })
       }
@@ -695,7 +710,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
    */
   async function forgottenMeanwhile(key: string): Promise<boolean> {
     try {
-      const value = (await cache.get(key)) as Partial<CachedValidation> | undefined
+      const value = (await cache.get(markKey(key))) as Partial<CachedValidation> | undefined
       return value?.active === false && value.forgotten === true && value.validUntil! > now()
     } catch {
       return false
@@ -719,7 +734,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         if (error.breakerRetryAfterMs !== undefined) {
           const retryAfter = seconds(error.breakerRetryAfterMs)
           emit({ type: 'fail-fast', retryAfter })
-          throw new AuthorizationServerUnavailableError(retryAfter)
+          throw new AuthorizationServerUnavailableError(retryAfter, { cause: error })
         }
         if (error.transient && attempt < retry.attempts && breaker.state === 'closed') {
           const delayMs = computeBackoff(attempt, retry, random)
@@ -753,7 +768,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       emit({ type: 'store-error', operation: 'get', error })
       return undefined
     }
-    return isCachedValidation(value) && value.validUntil > now() && !(value.active === false && value.forgotten) ? value : undefined
+    return isCachedValidation(value) && value.validUntil > now() ? value : undefined
   }
 
   function answer(entry: CachedValidation, audience: readonly string[] | undefined): AccessTokenResult {
@@ -764,6 +779,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       return { active: false, reason: 'audience mismatch' }
     }
     return { active: true, info: entry.info }
+  }
+
+  /** Where `forget` leaves its mark for a key: beside the entry, never in its place. */
+  function markKey(key: string): string {
+    return `${key}:forgotten`
   }
 
   function hashKey(token: string): string {
@@ -779,9 +799,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       forgetCount++
       // A mark, not a delete: another instance sharing the cache may be validating this token
       // now, and must not cache the answer it got before the revocation.
+      const key = hashKey(token)
       const markMs = retry.deadlineMs + timeoutMs
       const mark: CachedValidation = { active: false, reason: 'forgotten', validUntil: now() + markMs, forgotten: true }
-      await cache.set(hashKey(token), mark, markMs)
+      await cache.set(markKey(key), mark, markMs)
+      await cache.delete(key)
     },
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
@@ -824,8 +846,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         try {
           entry = await flight.promise
         } catch (error) {
-          // The server's failure, not the client's: the unit goes back.
-          charge.refund()
+          // The server's failure (network, timeout, 5xx, 429, breaker open) is not the client's:
+          // the unit goes back. An answer about this token (a 4xx other than 401, which a
+          // made-up string can provoke, e.g. with an oversized header) keeps it.
+          const cause = (error as { cause?: unknown }).cause
+          if (cause instanceof UpstreamFailure && (cause.transient || cause.breakerRetryAfterMs !== undefined)) charge.refund()
           throw error
         }
         if (entry.active) charge.refund()

@@ -432,6 +432,10 @@ describe('identity tokens', () => {
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk, ttlSeconds: 0 })).toThrow(ConfigurationError)
     const identity = { issuer: ISSUER, privateKey: privateJwk }
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'not a url' }, identity })).toThrow(ConfigurationError)
+    // Never the value itself: an address may carry a secret.
+    expect(() => createProxyHandler({ upstream: { '1.0.0': 'http://svc:S3CRET@127.0.0.1:99999/?key=K3Y' }, identity })).toThrow(
+      /^(?!.*(S3CRET|K3Y)).*upstream\.1\.0\.0.*not an absolute URL/,
+    )
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'ftp://x/' }, identity })).toThrow(ConfigurationError)
     // Past Node's timer range a timeout would fire at once: every request a 504.
     expect(() => createProxyHandler({ upstream: {}, identity, timeoutMs: 3_000_000_000 })).toThrow(ConfigurationError)

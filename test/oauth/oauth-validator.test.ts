@@ -364,6 +364,25 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBeGreaterThan(1)
   })
 
+  it('what keys past their age accepted is not cached: once the refetch shows the key withdrawn, the token is refused', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
+    expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    clock.advance(60_000)
+    const rotated = { ...(await exportJWK((await generateKeyPair('ES256')).publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
+    fake.route('/jwks', { status: 200, body: { keys: [rotated] } }) // k1 withdrawn
+    const token = await sign({ jti: 'b' })
+    expect(await v.validate(token)).toMatchObject({ active: true }) // stale k1 still verifies it, while the refetch runs
+    while (fake.count('/jwks') < 2) await new Promise((r) => setImmediate(r))
+    // Until the refetch's answer is in, the stale key answers again (uncached); then never.
+    let result = await v.validate(token)
+    for (let i = 0; i < 200 && result.active; i++) {
+      await new Promise((r) => setTimeout(r, 5))
+      result = await v.validate(token)
+    }
+    expect(result).toMatchObject({ active: false, reason: 'no matching key' })
+  })
+
   it('keys past their age serve new tokens at once while the refetch hangs; the refetch is shared and its answer used', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const timers = createManualTimers()
@@ -498,6 +517,15 @@ describe('client budget: a flood of made-up tokens from one address', () => {
     await spent(v.validate('junk-3', at('203.0.113.7')))
   })
 
+  it('keeps the unit when the server answers about the token itself (a 4xx other than 401: e.g. a header too large), though that is a 503', async () => {
+    fake.route('/oidc/me', { status: 431 })
+    const v = validator({ clientBudget: { limit: 2 } })
+    await unavailable(v.validate('x'.repeat(8000), at('203.0.113.7')))
+    await unavailable(v.validate('y'.repeat(8000), at('203.0.113.7')))
+    await spent(v.validate('z'.repeat(8000), at('203.0.113.7')))
+    expect(fake.count('/oidc/me')).toBe(2)
+  })
+
   it('counts IPv6 clients by their /64, IPv4-mapped ones as IPv4; without an address, or with false, nothing is counted', async () => {
     const v = validator({ clientBudget: { limit: 1 } })
     expect((await v.validate('junk-1', at('2001:db8:1:2::1'))).active).toBe(false)
@@ -626,6 +654,30 @@ describe('single flight, cache store and secrecy', () => {
     expect(await a.validate('good-token')).toMatchObject({ active: true })
     expect(await b.validate('good-token')).toMatchObject({ active: true })
     expect(fake.count('/oidc/me')).toBe(before + 1)
+  })
+
+  it('forget landing between another instance\'s decision and its cache write still leaves nothing cached (regression)', async () => {
+    const shared = createMemoryCacheStore<CachedValidation>({ now: clock })
+    const a = validator({ cache: shared })
+    let forgetNow = false
+    const racing: CacheStore<CachedValidation> = {
+      get: (k) => shared.get(k),
+      async set(k, v, ttl) {
+        if (forgetNow && v.active) {
+          forgetNow = false
+          await a.forget('good-token') // revoked upstream, learnt of on A, just before B writes
+          fake.route('/oidc/me', { status: 401 })
+        }
+        return shared.set(k, v, ttl)
+      },
+      delete: (k) => shared.delete(k),
+    }
+    const b = validator({ cache: racing })
+    forgetNow = true
+    expect(await b.validate('good-token')).toMatchObject({ active: true }) // its own answer, from before
+    const c = validator({ cache: shared })
+    expect(await c.validate('good-token')).toMatchObject({ active: false })
+    expect(await a.validate('good-token')).toMatchObject({ active: false })
   })
 
   it('never puts the token in an event, an error or its cause', async () => {

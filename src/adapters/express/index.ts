@@ -150,6 +150,9 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   }
 
   return function mcpDispatchMiddleware(req, res, next) {
+    // A client gone before this ran (after a slow middleware) is owed nothing, and a socket
+    // closed has no address: deciding would validate its token with no client budget.
+    if (req.socket?.destroyed) return
     let decision: ReturnType<typeof dispatcher.decide>
     try {
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;

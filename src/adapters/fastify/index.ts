@@ -134,6 +134,12 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
     // the request goes on in the same call, with no promise and no microtask.
     fastify.addHook('onRequest', function mcpDispatchHook(request, reply, done) {
       const raw = request.raw
+      // A client gone before this ran is owed nothing, and a socket closed has no address:
+      // deciding would validate its token with no client budget.
+      if (raw.socket?.destroyed) {
+        reply.hijack()
+        return
+      }
       const decision = dispatcher.decide(toDispatchRequest(raw, raw.url ?? '/', request.protocol, trust))
       if (decision instanceof Promise) decision.then((d) => act(request, reply, d, done)).catch(done)
       else act(request, reply, decision, done)

@@ -153,7 +153,9 @@ function parseUpstream(value: string | URL, option: string): URL {
   try {
     url = new URL(String(value))
   } catch {
-    throw new ConfigurationError(option, `is not a URL: ${JSON.stringify(String(value))}`)
+    // The value is not shown: an upstream address may carry credentials in its user info or
+    // query, and this message reaches `onError` (a log) when a function `upstream` answers it.
+    throw new ConfigurationError(option, 'is not an absolute URL')
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError(option, 'must be an http(s) URL')
   if (url.username || url.password) throw new ConfigurationError(option, 'must not carry credentials')
