@@ -3,12 +3,11 @@
  * (Express has no in-memory injection; node:http keeps the exact `Host`).
  */
 import * as http from 'node:http'
-import * as net from 'node:net'
 import express from 'express'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it } from 'vitest'
-import { close, createFixture, listen, rawRequest } from './helpers.js'
+import { close, createFixture, goneClientProbe, listen, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { startExpress } from './targets.js'
 
@@ -34,43 +33,20 @@ describe('express adapter specifics', () => {
   })
 
   it('a client gone before the middleware runs (after a slow middleware) is not decided for: no decision, no token validation', async () => {
-    const fixture = createFixture()
-    let decisions = 0
-    const counting = {
-      ...fixture.dispatcher,
-      decide(request: Parameters<typeof fixture.dispatcher.decide>[0]) {
-        decisions++
-        return fixture.dispatcher.decide(request)
-      },
-    }
-    let reached!: () => void
-    const slowReached = new Promise<void>((resolve) => (reached = resolve))
-    let release!: () => void
-    const slow = new Promise<void>((resolve) => (release = resolve))
+    const probe = goneClientProbe(createFixture())
     const app = express()
     app.use(async (_req, _res, next) => {
-      reached()
-      await slow // a session or tenant lookup before the MCP route
+      await probe.slow()
       next()
     })
-    app.use(mcpDispatch({ dispatcher: counting }))
+    app.use(mcpDispatch({ dispatcher: probe.dispatcher }))
     app.use((_req, res) => res.end('{}'))
     const port = await serveApp(app)
-    const socket = net.connect(port, '127.0.0.1')
-    socket.on('error', () => {})
-    socket.write(`POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nAuthorization: Bearer made-up\r\nContent-Length: 0\r\n\r\n`)
-    await slowReached
-    socket.resetAndDestroy()
-    // The server has seen the reset when it holds no connection any more.
-    const server = servers.at(-1)!
-    const connections = () => new Promise<number>((resolve) => server.getConnections((_e, n) => resolve(n)))
-    while ((await connections()) > 0) await new Promise((resolve) => setTimeout(resolve, 5))
-    release()
-    await new Promise((resolve) => setImmediate(resolve))
-    expect(decisions).toBe(0)
+    await probe.gone(servers.at(-1)!, port)
+    expect(probe.decisions()).toBe(0)
     // A client that stays is decided for as usual.
     expect((await rawRequest(port, { path: '/v1', body: tools })).status).toBe(401)
-    expect(decisions).toBe(1)
+    expect(probe.decisions()).toBe(1)
   })
 
   it('passes an async failure of the pipeline to next(err)', async () => {

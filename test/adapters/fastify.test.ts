@@ -2,12 +2,12 @@
  * The Fastify adapter (`mcp-dispatch/fastify`) against the shared suite: in memory with
  * `fastify.inject`, over loopback HTTP for streaming.
  */
-import * as net from 'node:net'
+import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
 import { describe, expect, it } from 'vitest'
-import { HOST, createFixture } from './helpers.js'
+import { HOST, createFixture, goneClientProbe } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { startFastify } from './targets.js'
 
@@ -23,42 +23,18 @@ describe('fastify adapter specifics', () => {
   })
 
   it('a client gone before its hook runs (after a slow hook of the platform) is not decided for', async () => {
-    const fixture = createFixture()
-    let decisions = 0
-    const counting = {
-      ...fixture.dispatcher,
-      decide(request: Parameters<typeof fixture.dispatcher.decide>[0]) {
-        decisions++
-        return fixture.dispatcher.decide(request)
-      },
-    }
-    let reached!: () => void
-    const slowReached = new Promise<void>((resolve) => (reached = resolve))
-    let release!: () => void
-    const slow = new Promise<void>((resolve) => (release = resolve))
+    const probe = goneClientProbe(createFixture())
     const app = Fastify({ forceCloseConnections: true })
-    app.addHook('onRequest', async () => {
-      reached()
-      await slow
-    })
-    await app.register(mcpDispatch({ dispatcher: counting }))
+    app.addHook('onRequest', () => probe.slow())
+    await app.register(mcpDispatch({ dispatcher: probe.dispatcher }))
     app.all('/*', async () => ({}))
     await app.listen({ port: 0, host: '127.0.0.1' })
     try {
-      const { port } = app.server.address() as net.AddressInfo
-      const socket = net.connect(port, '127.0.0.1')
-      socket.on('error', () => {})
-      socket.write(`POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nAuthorization: Bearer made-up\r\nContent-Length: 0\r\n\r\n`)
-      await slowReached
-      socket.resetAndDestroy()
-      const connections = () => new Promise<number>((resolve) => app.server.getConnections((_e, n) => resolve(n)))
-      while ((await connections()) > 0) await new Promise((resolve) => setTimeout(resolve, 5))
-      release()
-      await new Promise((resolve) => setTimeout(resolve, 20))
-      expect(decisions).toBe(0)
+      await probe.gone(app.server, (app.server.address() as AddressInfo).port)
+      expect(probe.decisions()).toBe(0)
       const stays = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST }, payload: tools })
       expect(stays.statusCode).toBe(401)
-      expect(decisions).toBe(1)
+      expect(probe.decisions()).toBe(1)
     } finally {
       await app.close()
     }

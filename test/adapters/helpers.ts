@@ -4,7 +4,7 @@
  * and small HTTP response records to compare byte for byte.
  */
 import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { type AddressInfo, type Server as NetServer, connect } from 'node:net'
 import express from 'express'
 import Fastify from 'fastify'
 import {
@@ -242,4 +242,46 @@ export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handl
   app.all('/*', fastifyFromWeb(handler))
   await app.listen({ port: 0, host: '127.0.0.1' })
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+}
+
+/**
+ * A client that sends a request, waits until the server is inside a slow step before the
+ * dispatch layer (`slow`: await it in that step), then resets its connection; `gone()`
+ * resolves when the server has seen the reset, and releases the slow step. `decisions` counts
+ * the dispatcher's decisions.
+ */
+export function goneClientProbe(fixture: Fixture) {
+  let decisions = 0
+  const dispatcher = {
+    ...fixture.dispatcher,
+    decide(request: Parameters<Fixture['dispatcher']['decide']>[0]) {
+      decisions++
+      return fixture.dispatcher.decide(request)
+    },
+  }
+  let reached!: () => void
+  const inSlowStep = new Promise<void>((resolve) => (reached = resolve))
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  return {
+    dispatcher,
+    decisions: () => decisions,
+    /** The platform's slow step before the dispatch layer (a session or tenant lookup). */
+    async slow() {
+      reached()
+      await released
+    },
+    /** Sends, resets once the server is in the slow step, waits for the server to see it, then releases. */
+    async gone(server: NetServer, port: number) {
+      const socket = connect(port, '127.0.0.1')
+      socket.on('error', () => {})
+      socket.write('POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nAuthorization: Bearer made-up\r\nContent-Length: 0\r\n\r\n')
+      await inSlowStep
+      socket.resetAndDestroy()
+      const connections = () => new Promise<number>((resolve) => server.getConnections((_e, n) => resolve(n)))
+      while ((await connections()) > 0) await new Promise((resolve) => setTimeout(resolve, 5))
+      release()
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    },
+  }
 }
