@@ -172,4 +172,4 @@ export type {
 
 // Token-management HTTP API (web-standard)
 export { createTokenApi } from './tokens/token-api.js'
-export type { TokenApiOptions, TokenApiSession } from './tokens/token-api.js'
+export type { TokenApi, TokenApiOptions, TokenApiRequestInfo, TokenApiSession } from './tokens/token-api.js'

@@ -11,6 +11,7 @@ import { Readable } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
+import type { TokenApi } from '../tokens/token-api.js'
 import { type Dispatched, attachToHead, dispatchHeadersFor, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
 import { splitUrl } from './shared.js'
 
@@ -26,6 +27,7 @@ class NodeDispatchRequest implements DispatchRequest {
     readonly origin: string,
     readonly clientAddress: string | undefined,
     private readonly raw: IncomingHttpHeaders,
+    private readonly rawHeaders: readonly string[],
   ) {}
 
   get headers(): DispatchRequest['headers'] {
@@ -33,9 +35,28 @@ class NodeDispatchRequest implements DispatchRequest {
   }
 
   get(name: string): string | undefined {
+    // Node keeps the first `Authorization` of a request and drops the others; a request with
+    // two is refused (as the Web adapter, which sees them joined, refuses it), never served
+    // with whichever came first.
+    if (name === 'authorization') return authorizationOf(this.raw, this.rawHeaders)
     const value = this.raw[name]
     return typeof value === 'string' || value === undefined ? value : value.join(', ')
   }
+}
+
+/** Every `Authorization` field of a request, joined as a `Headers` object joins them. */
+function authorizationOf(headers: IncomingHttpHeaders, rawHeaders: readonly string[]): string | undefined {
+  const first = headers.authorization
+  if (first === undefined) return undefined
+  let all: string | undefined
+  let seen = 0
+  for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
+    const name = rawHeaders[i]!
+    if (name.length !== 13 || name.toLowerCase() !== 'authorization') continue
+    all = seen === 0 ? rawHeaders[i + 1]! : `${all}, ${rawHeaders[i + 1]!}`
+    seen++
+  }
+  return seen > 1 ? all : first
 }
 
 /** `http` or `https` as the socket saw it, unless the framework (configured to) knows better. */
@@ -82,7 +103,40 @@ export function toDispatchRequest(
       trust,
     ),
     req.headers,
+    req.rawHeaders ?? [],
   )
+}
+
+/** Whether a request target is under the token API's `basePath` (no `Request` built for it). */
+export function isTokenApiPath(api: TokenApi, url: string): boolean {
+  let end = url.indexOf('?')
+  if (end === -1) end = url.length
+  const base = api.basePath
+  const path = url.slice(0, end)
+  return path === base || path.startsWith(`${base}/`)
+}
+
+/**
+ * Answers a request under the token API's `basePath` (see {@link isTokenApiPath}) and resolves
+ * `true`, or `false` when the API did not answer it. The client address is the socket peer,
+ * through `trust`.
+ */
+export async function answerTokenApi(
+  api: TokenApi,
+  source: WebRequestSource,
+  trust: CompiledTrustProxy,
+): Promise<boolean> {
+  const { req } = source
+  const forwardedFor = req.headers['x-forwarded-for']
+  const clientAddress = resolveClientAddress(
+    req.socket?.remoteAddress,
+    Array.isArray(forwardedFor) ? forwardedFor.join(', ') : forwardedFor,
+    trust,
+  )
+  const response = await api(toWebRequest(source), clientAddress === undefined ? {} : { clientAddress })
+  if (!response) return false
+  await writeWebResponse(source.res, response)
+  return true
 }
 
 /** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */

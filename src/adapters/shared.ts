@@ -5,6 +5,7 @@
  * @module
  */
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
+import type { TokenApi } from '../tokens/token-api.js'
 import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
 import { ConfigurationError, logError } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
@@ -71,4 +72,25 @@ export function splitUrl(url: string): { origin: string; path: string } {
   if (hash !== -1 && hash < pathEnd) pathEnd = hash
   const hostEnd = slash !== -1 && slash < pathEnd ? slash : pathEnd
   return { origin: url.slice(0, hostEnd), path: hostEnd === pathEnd ? '/' : url.slice(hostEnd, pathEnd) }
+}
+
+/** Options of the Express and Fastify `serveTokenApi`. */
+export interface ServeTokenApiOptions {
+  /**
+   * Which proxies may set `X-Forwarded-For` (default `false`: the socket address is the client
+   * address), for the allowlist of a Bearer rotation; as `mcpDispatch`'s `trustProxy`.
+   */
+  trustProxy?: TrustProxy
+}
+
+/** @internal Checks `serveTokenApi`'s arguments; returns the compiled proxy trust. */
+export function setupTokenApi(api: TokenApi, options: ServeTokenApiOptions | undefined): CompiledTrustProxy {
+  if (typeof api !== 'function' || typeof (api as { basePath?: unknown }).basePath !== 'string') {
+    throw new ConfigurationError('api', 'must be the handler createTokenApi returns')
+  }
+  try {
+    return compileTrustProxy(options?.trustProxy)
+  } catch (error) {
+    throw new ConfigurationError('trustProxy', (error as Error).message)
+  }
 }

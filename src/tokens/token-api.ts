@@ -41,8 +41,9 @@ export interface TokenApiOptions {
    */
   verifyCsrf: ((request: Request, session: TokenApiSession) => MaybePromise<boolean>) | false
   /**
-   * Client address of a request, for the allowlist of a Bearer rotation. Without it (or when it
-   * answers `undefined`) a token with an allowlist cannot rotate itself: 403, as on the MCP path.
+   * Client address of a request, for the allowlist of a Bearer rotation, when the caller does
+   * not pass it as `info.clientAddress` (the Express and Fastify `serveTokenApi` do). Without
+   * either a token with an allowlist cannot rotate itself: 403, as on the MCP path.
    */
   clientAddress?: (request: Request) => string | undefined
   /** Errors the caller sees only as a 503. Default `logError` (stderr). */
@@ -142,6 +143,23 @@ async function readNoBody(request: Request): Promise<void> {
   throw new InvalidInputError('body', 'must be empty: a rotation takes no parameters')
 }
 
+/** What a request carries besides the `Request` itself. */
+export interface TokenApiRequestInfo {
+  /** The client's address (the socket peer, through your proxy trust), for Bearer rotations. */
+  clientAddress?: string
+}
+
+/**
+ * The token-management API: answers a request under its `basePath`, and `null` for any other
+ * path, so it composes with other routes. Serve it from Node with `serveTokenApi` of
+ * `mcp-dispatch/express` or `mcp-dispatch/fastify`.
+ */
+export interface TokenApi {
+  (request: Request, info?: TokenApiRequestInfo): Promise<Response | null>
+  /** The path prefix it answers under (no trailing slash). */
+  readonly basePath: string
+}
+
 /**
  * Creates the token-management API handler. It answers only paths under `basePath` and
  * returns `null` for anything else, so it composes with other routes.
@@ -149,10 +167,10 @@ async function readNoBody(request: Request): Promise<void> {
  * @example
  * ```ts
  * const api = createTokenApi({ tokens, authenticateSession: readCookie, verifyCsrf: checkHeader })
- * const response = (await api(request)) ?? new Response('Not found', { status: 404 })
+ * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
  */
-export function createTokenApi(options: TokenApiOptions): (request: Request) => Promise<Response | null> {
+export function createTokenApi(options: TokenApiOptions): TokenApi {
   const { tokens } = options
   if (!tokens) throw new ConfigurationError('tokens', 'is required')
   if (typeof options.authenticateSession !== 'function') {
@@ -173,7 +191,7 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
     return s
   }
 
-  async function route(request: Request, rest: string): Promise<Response> {
+  async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
     const method = request.method
     const segments = rest === '' ? [] : rest.slice(1).split('/')
     const bearer = parseBearerToken(request.headers.get('authorization'))
@@ -189,7 +207,7 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
       if (method !== 'POST') return json(405, { error: 'method_not_allowed', message: 'Use POST' }, { allow: 'POST' })
       if (bearer.kind === 'bearer') {
         await readNoBody(request)
-        const clientAddress = options.clientAddress?.(request)
+        const clientAddress = info?.clientAddress ?? options.clientAddress?.(request)
         const result = await tokens.rotate(id!, {
           kind: 'token',
           token: bearer.token,
@@ -249,16 +267,17 @@ export function createTokenApi(options: TokenApiOptions): (request: Request) => 
     return json(405, { error: 'method_not_allowed', message: 'Use GET, PATCH or DELETE' }, { allow: 'GET, PATCH, DELETE' })
   }
 
-  return async function tokenApi(request) {
+  const api = async function tokenApi(request: Request, info?: TokenApiRequestInfo): Promise<Response | null> {
     const url = new URL(request.url)
     const path = url.pathname
     if (path !== basePath && !path.startsWith(`${basePath}/`)) return null
     try {
-      return await route(request, path.slice(basePath.length).replace(/\/$/, ''))
+      return await route(request, path.slice(basePath.length).replace(/\/$/, ''), info)
     } catch (error) {
       if (error instanceof DispatchError && error.status < 500) return errorResponse(error)
       onError(error, 'token api')
       return json(503, { error: 'temporarily_unavailable', message: 'Service unavailable' }, { 'retry-after': '1' })
     }
   }
+  return Object.assign(api, { basePath }) as TokenApi
 }

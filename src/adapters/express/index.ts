@@ -26,8 +26,11 @@ import { IncomingMessage, type ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { ConfigurationError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
+import type { TokenApi } from '../../tokens/token-api.js'
 import {
+  answerTokenApi,
   holdResponseHead,
+  isTokenApiPath,
   installHeadInterception,
   requireContext,
   responseStarted,
@@ -37,7 +40,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { type AdapterOptions, HANDLER_FAILED, setupAdapter } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
 declare global {
@@ -265,5 +268,38 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
   }
 }
 
+/**
+ * Serves the token-management API (`createTokenApi`) from Express: requests under its
+ * `basePath` are answered (the body streams from the socket, or is re-serialized after
+ * `express.json()`), with the socket address, through `trustProxy`, as the client address of
+ * Bearer rotations; any other request goes on to `next()`. Mount it where its paths are
+ * reached; it needs no dispatch context.
+ *
+ * @example
+ * ```ts
+ * const api = createTokenApi({ tokens, authenticateSession, verifyCsrf })
+ * app.use(serveTokenApi(api))            // /api/tokens…
+ * app.use(mcpDispatch({ dispatcher }))   // everything else
+ * ```
+ */
+export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): RequestHandler {
+  const trust = setupTokenApi(api, options)
+  return function tokenApiMiddleware(req, res, next) {
+    const url = req.originalUrl ?? req.url
+    if (!isTokenApiPath(api, url)) return next()
+    const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
+    answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust).then(
+      (answered) => {
+        if (!answered) next()
+      },
+      (error: unknown) => {
+        if (res.headersSent) res.destroy()
+        else next(error)
+      },
+    )
+  }
+}
+
+export type { ServeTokenApiOptions } from '../shared.js'
 export type { VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

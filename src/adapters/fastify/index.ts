@@ -35,9 +35,12 @@ import fastifyPlugin from 'fastify-plugin'
 import type { Reply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
+import type { TokenApi } from '../../tokens/token-api.js'
 import {
+  answerTokenApi,
   holdResponseHead,
   installHeadInterception,
+  isTokenApiPath,
   requireContext,
   responseStarted,
   toDispatchRequest,
@@ -45,7 +48,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { type AdapterOptions, HANDLER_FAILED, setupAdapter } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
 declare module 'fastify' {
@@ -241,5 +244,43 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
   }
 }
 
+/**
+ * Serves the token-management API (`createTokenApi`) from Fastify, as a plugin: an `onRequest`
+ * hook answers requests under its `basePath` before any route or body parser (the body
+ * streams from the socket), with the socket address, through `trustProxy`, as the client
+ * address of Bearer rotations; other requests go on untouched. It needs no dispatch context.
+ *
+ * @example
+ * ```ts
+ * const api = createTokenApi({ tokens, authenticateSession, verifyCsrf })
+ * await app.register(serveTokenApi(api))                 // /api/tokens…
+ * await app.register(mcpDispatch({ dispatcher }))        // the MCP routes
+ * ```
+ */
+export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): FastifyPluginAsync {
+  const trust = setupTokenApi(api, options)
+  const plugin: FastifyPluginAsync = async (fastify) => {
+    fastify.addHook('onRequest', function tokenApiHook(request, reply, done) {
+      const raw = request.raw
+      const url = raw.url ?? '/'
+      if (!isTokenApiPath(api, url)) return done()
+      reply.hijack()
+      answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: request.protocol }, trust).then(
+        (answered) => {
+          // Under basePath the API answers every path (404 for unknown ones): never reached.
+          if (!answered && !reply.raw.writableEnded) reply.raw.end()
+        },
+        () => {
+          // The API answers its own failures (503); this is the socket failing under the answer.
+          if (responseStarted(reply.raw)) reply.raw.destroy()
+          else writeReply(reply.raw, HANDLER_FAILED)
+        },
+      )
+    })
+  }
+  return fastifyPlugin(plugin, { fastify: '5.x', name: 'mcp-dispatch-token-api' }) as FastifyPluginAsync
+}
+
+export type { ServeTokenApiOptions } from '../shared.js'
 export type { VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

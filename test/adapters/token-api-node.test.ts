@@ -1,0 +1,161 @@
+/**
+ * The token API served from Node frameworks (`serveTokenApi` of `mcp-dispatch/express` and
+ * `mcp-dispatch/fastify`), beside the MCP dispatch layer, over loopback HTTP: a dashboard
+ * session creates and lists tokens, a token rotates itself under its IP allowlist with the
+ * socket address, other paths reach the MCP layer; and a request with two `Authorization`
+ * fields is refused by every adapter, never served with the first.
+ */
+import * as http from 'node:http'
+import { type AddressInfo, connect } from 'node:net'
+import express from 'express'
+import Fastify from 'fastify'
+import { ConfigurationError, type TokenApi, type TokenService, createTokenApi } from 'mcp-dispatch'
+import * as expressAdapter from 'mcp-dispatch/express'
+import * as fastifyAdapter from 'mcp-dispatch/fastify'
+import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { afterAll, describe, expect, it } from 'vitest'
+import { close, createFixture, listen, rawRequest } from './helpers.js'
+import { serveFetch } from '../helpers/platform.js'
+
+const COOKIE = 'dash=alice-session'
+const CSRF = 'csrf-123'
+
+function tokenApi(tokens: TokenService): TokenApi {
+  return createTokenApi({
+    tokens,
+    authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+    verifyCsrf: (request) => request.headers.get('x-csrf-token') === CSRF,
+  })
+}
+
+type Start = (api: TokenApi, fixture: ReturnType<typeof createFixture>) => Promise<{ port: number; close(): Promise<void> }>
+
+const targets: Record<'express' | 'express after express.json()' | 'fastify', Start> = {
+  async express(api, fixture) {
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(api))
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.use((_req, res) => res.json({ served: true }))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    return { port, close: () => close(server) }
+  },
+  async 'express after express.json()'(api, fixture) {
+    const app = express()
+    app.use(express.json())
+    app.use(expressAdapter.serveTokenApi(api))
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.use((_req, res) => res.json({ served: true }))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    return { port, close: () => close(server) }
+  },
+  async fastify(api, fixture) {
+    const app = Fastify()
+    await app.register(fastifyAdapter.serveTokenApi(api))
+    await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.all('/*', async () => ({ served: true }))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  },
+}
+
+for (const [name, start] of Object.entries(targets)) {
+  describe(`serveTokenApi: ${name}`, () => {
+    it('create and list with a dashboard session; a token rotates itself under its allowlist (socket address); other paths reach the MCP layer', async () => {
+      const fixture = createFixture()
+      const tokens = fixture.dispatcherOptions.tokens as TokenService
+      const server = await start(tokenApi(tokens), fixture)
+      try {
+        const session = { cookie: COOKIE, 'x-csrf-token': CSRF, 'content-type': 'application/json' }
+        const created = await rawRequest(server.port, {
+          path: '/api/tokens',
+          headers: session,
+          body: JSON.stringify({ name: 'CI', servers: ['app_weather'], expires_in_days: 7, allowed_ips: ['127.0.0.1'] }),
+        })
+        expect(created.status).toBe(201)
+        const secret = JSON.parse(created.body)
+        expect(secret.token).toMatch(/^svc_/)
+        const listed = await rawRequest(server.port, { method: 'GET', path: '/api/tokens?x=1', headers: { cookie: COOKIE } })
+        expect(JSON.parse(listed.body).tokens.map((t: { id: string }) => t.id)).toContain(secret.id)
+        // A write without the CSRF header is refused; without a session, 401.
+        expect((await rawRequest(server.port, { method: 'DELETE', path: `/api/tokens/${secret.id}`, headers: { cookie: COOKIE } })).status).toBe(403)
+        expect((await rawRequest(server.port, { method: 'GET', path: '/api/tokens' })).status).toBe(401)
+        // Bearer rotation: the socket is 127.0.0.1, inside the allowlist; X-Forwarded-For is not trusted.
+        const rotated = await rawRequest(server.port, {
+          path: `/api/tokens/${secret.id}/rotate`,
+          headers: { authorization: `Bearer ${secret.token}`, 'x-forwarded-for': '203.0.113.9' },
+        })
+        expect(rotated.status).toBe(200)
+        const fresh = JSON.parse(rotated.body).token as string
+        // The new secret works on the MCP path; the old one does not; a path outside the API reaches it.
+        const mcp = (bearer: string) =>
+          rawRequest(server.port, { path: '/v1', headers: { authorization: `Bearer ${bearer}`, 'content-type': 'application/json' }, body: '{}' })
+        expect((await mcp(fresh)).status).toBe(200)
+        expect((await mcp(secret.token)).status).toBe(401)
+      } finally {
+        await server.close()
+      }
+    })
+  })
+}
+
+describe('serveTokenApi: options', () => {
+  it('refuses what is not the token API, and a bad trustProxy, when created', () => {
+    const api = tokenApi(createFixture().dispatcherOptions.tokens as TokenService)
+    for (const adapter of [expressAdapter, fastifyAdapter]) {
+      expect(() => adapter.serveTokenApi((async () => null) as never)).toThrow(ConfigurationError)
+      expect(() => adapter.serveTokenApi(api, { trustProxy: ['not an address'] })).toThrow(ConfigurationError)
+    }
+  })
+})
+
+describe('two Authorization fields in one request', () => {
+  const servers: Array<{ close(): Promise<void> }> = []
+  afterAll(async () => {
+    for (const s of servers) await s.close()
+  })
+
+  /** Sends a raw request with two Authorization fields; answers the status. */
+  function twice(port: number, first: string, second: string): Promise<number> {
+    return new Promise((resolve, reject) => {
+      const socket = connect(port, '127.0.0.1')
+      let text = ''
+      socket.on('data', (chunk) => {
+        text += chunk.toString('latin1')
+        const match = /^HTTP\/1\.1 (\d{3})/.exec(text)
+        if (match) {
+          resolve(Number(match[1]))
+          socket.destroy()
+        }
+      })
+      socket.on('error', reject)
+      socket.write(
+        `POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nAuthorization: Bearer ${first}\r\nAuthorization: Bearer ${second}\r\n` +
+          'Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}',
+      )
+    })
+  }
+
+  it('is refused (401) by the Express, Fastify and Web adapters alike, never served with the first one', async () => {
+    const fixture = createFixture()
+    const good = fixture.tokens.alice
+    const expressApp = express()
+    expressApp.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    expressApp.use((_req, res) => res.json({ served: true }))
+    const expressServer = http.createServer(expressApp)
+    const expressPort = await listen(expressServer)
+    servers.push({ close: () => close(expressServer) })
+    const fastifyApp = Fastify()
+    await fastifyApp.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    fastifyApp.all('/*', async () => ({ served: true }))
+    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+    servers.push({ close: () => fastifyApp.close() })
+    const web = await serveFetch(webDispatch({ dispatcher: fixture.dispatcher, handler: () => Response.json({ served: true }) }))
+    servers.push(web)
+    for (const port of [expressPort, (fastifyApp.server.address() as AddressInfo).port, web.port]) {
+      expect(await twice(port, good, 'appended-by-a-proxy')).toBe(401)
+      expect(await twice(port, good, good)).toBe(401)
+    }
+  })
+})
