@@ -30,26 +30,23 @@ function tokenApi(tokens: TokenService): TokenApi {
 
 type Start = (api: TokenApi, fixture: ReturnType<typeof createFixture>) => Promise<{ port: number; close(): Promise<void> }>
 
+/** Express with the token API, then the dispatch layer; `json`: with express.json() in front. */
+function expressTarget(json: boolean): Start {
+  return async (api, fixture) => {
+    const app = express()
+    if (json) app.use(express.json())
+    app.use(expressAdapter.serveTokenApi(api))
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.use((_req, res) => res.json({ served: true }))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    return { port, close: () => close(server) }
+  }
+}
+
 const targets: Record<'express' | 'express after express.json()' | 'fastify', Start> = {
-  async express(api, fixture) {
-    const app = express()
-    app.use(expressAdapter.serveTokenApi(api))
-    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
-    app.use((_req, res) => res.json({ served: true }))
-    const server = http.createServer(app)
-    const port = await listen(server)
-    return { port, close: () => close(server) }
-  },
-  async 'express after express.json()'(api, fixture) {
-    const app = express()
-    app.use(express.json())
-    app.use(expressAdapter.serveTokenApi(api))
-    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
-    app.use((_req, res) => res.json({ served: true }))
-    const server = http.createServer(app)
-    const port = await listen(server)
-    return { port, close: () => close(server) }
-  },
+  express: expressTarget(false),
+  'express after express.json()': expressTarget(true),
   async fastify(api, fixture) {
     const app = Fastify()
     await app.register(fastifyAdapter.serveTokenApi(api))
