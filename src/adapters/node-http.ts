@@ -52,7 +52,8 @@ function authorizationOf(headers: IncomingHttpHeaders, rawHeaders: readonly stri
   let seen = 0
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!
-    if (name.length !== 13 || name.toLowerCase() !== 'authorization') continue
+    // Length and first letter first: no lower-cased copy of the other names.
+    if (name.length !== 13 || (name.charCodeAt(0) | 32) !== 97 /* a */ || name.toLowerCase() !== 'authorization') continue
     all = seen === 0 ? rawHeaders[i + 1]! : `${all}, ${rawHeaders[i + 1]!}`
     seen++
   }
