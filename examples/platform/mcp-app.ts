@@ -205,9 +205,17 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const maxSessionsPerCaller = options.maxSessionsPerCaller ?? 100
   const maxListensPerCaller = options.maxListensPerCaller ?? 16
   const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; subject?: string }>()
-  // Open sessions and listen streams per caller.
+  // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
+  // before the first await of the request that will fill it, so a burst cannot pass the cap.
   const sessionsOf = new Map<string, Set<string>>()
+  const openingOf = new Map<string, number>()
   const listensOf = new Map<string, number>()
+
+  function addTo(counts: Map<string, number>, subject: string, by: number): void {
+    const n = (counts.get(subject) ?? 0) + by
+    if (n > 0) counts.set(subject, n)
+    else counts.delete(subject)
+  }
 
   function dropSession(id: string): void {
     const subject = sessions.get(id)?.subject
@@ -218,15 +226,23 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     if (own?.size === 0) sessionsOf.delete(subject)
   }
 
-  /** Makes room for one more session of `subject`: closes its least recently used one when at the cap. */
-  function roomFor(subject: string): void {
+  /**
+   * Takes a slot for one more session of `subject`, closing its least recently used sessions
+   * while at the cap; `false` when its slots are all taken by sessions still being opened.
+   */
+  function reserveSession(subject: string): boolean {
     const own = sessionsOf.get(subject)
-    if (!own || own.size < maxSessionsPerCaller) return
-    let oldest: string | undefined
-    for (const id of own) if (oldest === undefined || sessions.get(id)!.lastSeen < sessions.get(oldest)!.lastSeen) oldest = id
-    const session = sessions.get(oldest!)!
-    dropSession(oldest!)
-    void session.transport.close()
+    const opening = openingOf.get(subject) ?? 0
+    while (own !== undefined && own.size > 0 && own.size + opening >= maxSessionsPerCaller) {
+      let oldest: string | undefined
+      for (const id of own) if (oldest === undefined || sessions.get(id)!.lastSeen < sessions.get(oldest)!.lastSeen) oldest = id
+      const session = sessions.get(oldest!)!
+      dropSession(oldest!)
+      void session.transport.close()
+    }
+    if ((own?.size ?? 0) + opening >= maxSessionsPerCaller) return false
+    addTo(openingOf, subject, 1)
+    return true
   }
 
   /**
@@ -234,15 +250,16 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
    * count goes back when the stream ends or the client leaves.
    */
   function countedListen(subject: string, response: Response): Response {
-    if (!response.body || !(response.headers.get('content-type') ?? '').includes('text/event-stream')) return response
-    listensOf.set(subject, (listensOf.get(subject) ?? 0) + 1)
     let released = false
     const release = () => {
       if (released) return
       released = true
-      const left = (listensOf.get(subject) ?? 1) - 1
-      if (left > 0) listensOf.set(subject, left)
-      else listensOf.delete(subject)
+      addTo(listensOf, subject, -1)
+    }
+    // The slot was taken before the request went to the SDK; an answer that is no stream gives it back.
+    if (!response.body || !(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
+      release()
+      return response
     }
     const reader = response.body.getReader()
     const body = new ReadableStream<Uint8Array>({
@@ -311,17 +328,24 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
             error: { code: -32603, message: `Subscription limit reached for this caller (${maxListensPerCaller})` },
           })
         }
-        const answer = await modern.fetch(request, {
-          parsedBody: body,
-          ...(caller && {
-            authInfo: {
-              token: '',
-              clientId: caller.clientId ?? '',
-              scopes: [],
-              extra: { subject: caller.subject, appId: caller.appId, version: caller.version },
-            },
-          }),
-        })
+        if (listen) addTo(listensOf, caller.subject, 1)
+        let answer: Response
+        try {
+          answer = await modern.fetch(request, {
+            parsedBody: body,
+            ...(caller && {
+              authInfo: {
+                token: '',
+                clientId: caller.clientId ?? '',
+                scopes: [],
+                extra: { subject: caller.subject, appId: caller.appId, version: caller.version },
+              },
+            }),
+          })
+        } catch (error) {
+          if (listen) addTo(listensOf, caller.subject, -1)
+          throw error
+        }
         return listen ? countedListen(caller.subject, answer) : answer
       }
     }
@@ -341,7 +365,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     }
     if (isInitialize(body)) {
       sweep()
-      if (caller) roomFor(caller.subject)
+      if (caller && !reserveSession(caller.subject)) {
+        return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`)
+      }
       const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         // Resumable streams: a client reconnects with Last-Event-ID and gets what it missed.
@@ -360,8 +386,13 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       transport.onclose = () => {
         if (transport.sessionId) dropSession(transport.sessionId)
       }
-      await build().connect(transport)
-      return transport.handleRequest(request, parsed)
+      try {
+        await build().connect(transport)
+        return await transport.handleRequest(request, parsed)
+      } finally {
+        // Opened (and counted in sessionsOf) or not, the slot taken for it is no longer pending.
+        if (caller) addTo(openingOf, caller.subject, -1)
+      }
     }
     // One-shot request without a session (spec 4.1 shows a bare tools/list): stateless, JSON.
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })

@@ -166,6 +166,38 @@ describe('what one caller may hold of an App version', () => {
   })
 })
 
+describe('the per-caller caps hold against a burst (slots are taken before the first await)', () => {
+  it('60 concurrent subscriptions/listen from one caller: 16 streams, 44 refused', async () => {
+    const all = await Promise.all(
+      Array.from({ length: 60 }, () =>
+        platform.fetch(modern('http://weather.localhost/v1', token('alice'), 'subscriptions/listen', { notifications: { toolsListChanged: true } })),
+      ),
+    )
+    const streams = all.filter((r) => (r.headers.get('content-type') ?? '').includes('text/event-stream'))
+    expect(streams).toHaveLength(16)
+    for (const r of all) await r.body?.cancel()
+  })
+
+  it('250 concurrent initialize from one caller: at most 100 of its sessions are open at once, and another caller\'s is untouched', async () => {
+    const initialize = (secret: string) =>
+      platform.fetch(
+        mcpRequest('http://weather.localhost/v1', {
+          token: secret,
+          body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } },
+        }),
+      )
+    const carol = (await initialize(token('carol'))).headers.get('mcp-session-id')!
+    const burst = await Promise.all(Array.from({ length: 250 }, () => initialize(token('alice'))))
+    const ids = burst.map((r) => r.headers.get('mcp-session-id')).filter((id): id is string => id !== null)
+    const ping = (secret: string, session: string) =>
+      platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret, headers: { 'mcp-session-id': session }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }))
+    const alive = (await Promise.all(ids.map(async (id) => (await ping(token('alice'), id)).status))).filter((status) => status === 200)
+    expect(alive.length).toBeLessThanOrEqual(100)
+    expect(alive.length).toBeGreaterThan(0)
+    expect((await ping(token('carol'), carol)).status).toBe(200)
+  })
+})
+
 describe('routing between the two legs', () => {
   it('a batch holding a 2026-07-28 message goes to the 2026 server, which refuses it (no batches in that revision)', async () => {
     const request = modern('http://weather.localhost/v1', token('alice'), 'tools/call', { name: 'echo', arguments: { text: 'hi' } })
