@@ -108,25 +108,48 @@ export function toDispatchRequest(
   )
 }
 
-/** Whether a request target is under the token API's `basePath` (no `Request` built for it). */
+/**
+ * Whether a request target is under the token API's `basePath`, as the API will see it: the
+ * raw target first (no allocation for other requests), then its normalized path (dot
+ * segments resolved, as `new URL` does for the API), so `/api/tokens/../x` is not the API's
+ * and goes on untouched.
+ */
 export function isTokenApiPath(api: TokenApi, url: string): boolean {
   let end = url.indexOf('?')
   if (end === -1) end = url.length
   const base = api.basePath
-  const path = url.slice(0, end)
-  return path === base || path.startsWith(`${base}/`)
+  const under = (path: string) => path === base || path.startsWith(`${base}/`)
+  if (!under(url.slice(0, end))) return false
+  if (url.charCodeAt(0) !== 47 /* / */) return false
+  let normalized: string
+  try {
+    normalized = new URL(url, 'http://token-api.invalid').pathname
+  } catch {
+    return false
+  }
+  return under(normalized)
 }
 
+const BAD_HOST = JSON.stringify({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
+const NOT_FOUND = JSON.stringify({ error: 'not_found', message: 'Not found' })
+const UNAVAILABLE = JSON.stringify({ error: 'temporarily_unavailable', message: 'Service unavailable' })
+
 /**
- * Answers a request under the token API's `basePath` (see {@link isTokenApiPath}) and resolves
- * `true`, or `false` when the API did not answer it. The client address is the socket peer,
- * through `trust`.
+ * Answers a request under the token API's `basePath` (see {@link isTokenApiPath}), always:
+ * the body may be spent. The client address is the socket peer, through `trust`. A failure
+ * under the answer (the socket) ends the response: 503 as the API answers its own failures,
+ * or the connection closed when the head is out.
  */
-export async function answerTokenApi(
-  api: TokenApi,
-  source: WebRequestSource,
-  trust: CompiledTrustProxy,
-): Promise<boolean> {
+export async function answerTokenApi(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy): Promise<void> {
+  try {
+    await answer(api, source, trust)
+  } catch {
+    if (responseStarted(source.res)) source.res.destroy()
+    else writeJson(source.res, 503, UNAVAILABLE)
+  }
+}
+
+async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy): Promise<void> {
   const { req } = source
   const forwardedFor = req.headers['x-forwarded-for']
   const clientAddress = resolveClientAddress(
@@ -134,10 +157,27 @@ export async function answerTokenApi(
     Array.isArray(forwardedFor) ? forwardedFor.join(', ') : forwardedFor,
     trust,
   )
-  const response = await api(toWebRequest(source), clientAddress === undefined ? {} : { clientAddress })
-  if (!response) return false
+  let request: Request
+  try {
+    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error.
+    request = toWebRequest(source)
+  } catch {
+    writeJson(source.res, 400, BAD_HOST)
+    return
+  }
+  const response = await api(request, clientAddress === undefined ? {} : { clientAddress })
+  // The path checked under basePath and the API saw it elsewhere (a Host that moved it):
+  // answered as the API answers an unknown path, since the body may be spent.
+  if (!response) {
+    writeJson(source.res, 404, NOT_FOUND)
+    return
+  }
   await writeWebResponse(source.res, response)
-  return true
+}
+
+function writeJson(res: ServerResponse, status: number, body: string): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body) })
+  res.end(body)
 }
 
 /** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */

@@ -275,7 +275,8 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       return await route(request, path.slice(basePath.length).replace(/\/$/, ''), info)
     } catch (error) {
       if (error instanceof DispatchError && error.status < 500) return errorResponse(error)
-      onError(error, 'token api')
+      // A client that left mid-body is no failure worth a log line (any client can cause one).
+      if (!request.signal?.aborted) onError(error, 'token api')
       return json(503, { error: 'temporarily_unavailable', message: 'Service unavailable' }, { 'retry-after': '1' })
     }
   }

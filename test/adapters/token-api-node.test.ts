@@ -97,6 +97,42 @@ for (const [name, start] of Object.entries(targets)) {
   })
 }
 
+describe('serveTokenApi: what is not the API\'s', () => {
+  it('a path that only looks under basePath (dot segments) goes on with its body untouched; a bad Host under it is a 400', async () => {
+    const fixture = createFixture()
+    const api = tokenApi(fixture.dispatcherOptions.tokens as TokenService)
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(api))
+    app.use(express.text({ type: '*/*', limit: '1mb' }))
+    app.use((req, res) => res.json({ path: req.path, length: String(req.body).length }))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    const fastifyApp = Fastify()
+    await fastifyApp.register(fastifyAdapter.serveTokenApi(api))
+    fastifyApp.all('/*', async (request) => ({ path: request.url }))
+    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const big = 'x'.repeat(90_000)
+      const moved = await rawRequest(port, { path: '/api/tokens/../x', headers: { 'content-type': 'text/plain' }, body: big })
+      expect(JSON.parse(moved.body)).toEqual({ path: '/api/tokens/../x', length: 90_000 })
+      const fastifyPort = (fastifyApp.server.address() as AddressInfo).port
+      for (const path of ['/api/tokens/../x', '/api/tokens/%2e%2e/x', '/api/tokens/..']) {
+        const answer = await rawRequest(fastifyPort, { method: 'GET', path })
+        expect(answer.status).toBe(200)
+        expect(JSON.parse(answer.body).path).toBe(path) // the route's answer, not an empty one
+      }
+      for (const target of [port, fastifyPort]) {
+        const badHost = await rawRequest(target, { method: 'GET', path: '/api/tokens', host: 'a b' })
+        expect(badHost.status).toBe(400)
+        expect(JSON.parse(badHost.body)).toMatchObject({ error: 'invalid_request', field: 'host' })
+      }
+    } finally {
+      await close(server)
+      await fastifyApp.close()
+    }
+  })
+})
+
 describe('serveTokenApi: options', () => {
   it('refuses what is not the token API, and a bad trustProxy, when created', () => {
     const api = tokenApi(createFixture().dispatcherOptions.tokens as TokenService)

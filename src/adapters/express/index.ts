@@ -288,15 +288,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
     const url = req.originalUrl ?? req.url
     if (!isTokenApiPath(api, url)) return next()
     const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
-    answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust).then(
-      (answered) => {
-        if (!answered) next()
-      },
-      (error: unknown) => {
-        if (res.headersSent) res.destroy()
-        else next(error)
-      },
-    )
+    void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust)
   }
 }
 

@@ -265,17 +265,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
       const url = raw.url ?? '/'
       if (!isTokenApiPath(api, url)) return done()
       reply.hijack()
-      answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: request.protocol }, trust).then(
-        (answered) => {
-          // Under basePath the API answers every path (404 for unknown ones): never reached.
-          if (!answered && !reply.raw.writableEnded) reply.raw.end()
-        },
-        () => {
-          // The API answers its own failures (503); this is the socket failing under the answer.
-          if (responseStarted(reply.raw)) reply.raw.destroy()
-          else writeReply(reply.raw, HANDLER_FAILED)
-        },
-      )
+      void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: request.protocol }, trust)
     })
   }
   return fastifyPlugin(plugin, { fastify: '5.x', name: 'mcp-dispatch-token-api' }) as FastifyPluginAsync
