@@ -8,6 +8,7 @@
 import * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
 import express from 'express'
+import fc from 'fast-check'
 import Fastify from 'fastify'
 import { ConfigurationError, type TokenApi, type TokenService, createTokenApi } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
@@ -131,6 +132,46 @@ describe('serveTokenApi: what is not the API\'s', () => {
       await fastifyApp.close()
     }
   })
+})
+
+describe('serveTokenApi under random requests', () => {
+  const ERRORS = new Set(['invalid_request', 'unauthorized', 'forbidden', 'csrf_failed', 'not_found', 'token_inactive', 'method_not_allowed'])
+  for (const [name, start] of Object.entries(targets)) {
+    it(`${name}: never a 5xx or a hang, every refusal a JSON error of the API, no secret outside creation`, async () => {
+      const fixture = createFixture()
+      const server = await start(tokenApi(fixture.dispatcherOptions.tokens as TokenService), fixture)
+      try {
+        await fc.assert(
+          fc.asyncProperty(
+            fc.constantFrom('GET', 'POST', 'PATCH', 'DELETE', 'PUT', 'OPTIONS'),
+            fc.oneof(
+              fc.constantFrom('/api/tokens', '/api/tokens/', '/api/tokens/x/rotate', '/api/tokens/%2e%2e', '/api/tokens//', '/api/tokens?q=1'),
+              fc.webSegment().map((segment) => `/api/tokens/${segment}`),
+            ),
+            fc.constantFrom('none', 'session', 'session-csrf', 'bearer'),
+            fc.oneof(fc.constant(undefined), fc.jsonValue({ maxDepth: 2 }).map((v) => JSON.stringify(v)), fc.string({ maxLength: 100 })),
+            async (method, path, who, body) => {
+              const headers: Record<string, string> = { 'content-type': 'application/json' }
+              if (who.startsWith('session')) headers.cookie = COOKIE
+              if (who === 'session-csrf') headers['x-csrf-token'] = CSRF
+              if (who === 'bearer') headers.authorization = `Bearer ${fixture.tokens.alice}`
+              const answer = await rawRequest(server.port, { method, path, headers, ...(body !== undefined && method !== 'GET' && { body }) })
+              expect(answer.status).toBeLessThan(500)
+              if (answer.status >= 400 && answer.headers['content-type']?.startsWith('application/json')) {
+                const parsed = JSON.parse(answer.body)
+                if (!('jsonrpc' in parsed)) expect(ERRORS).toContain(parsed.error)
+              }
+              const created = answer.status === 201
+              if (!created) expect(answer.body).not.toMatch(/svc_[A-Za-z0-9]{44}/)
+            },
+          ),
+          { numRuns: 120 },
+        )
+      } finally {
+        await server.close()
+      }
+    })
+  }
 })
 
 describe('serveTokenApi: options', () => {
