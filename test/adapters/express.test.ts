@@ -6,7 +6,7 @@ import * as http from 'node:http'
 import express from 'express'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
-import { afterAll, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it, vi } from 'vitest'
 import { close, createFixture, goneClientProbe, listen, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { startExpress } from './targets.js'
@@ -185,5 +185,19 @@ describe('express adapter specifics', () => {
     expect(res.status).toBe(200)
     expect(res.headers['x-mcp-version']).toBe('2.0.0')
     expect(res.body).toBe(`2.0.0 ${tools}`)
+  })
+
+  it('fromWebHandler on a route the dispatch layer never saw (a wiring mistake) answers the JSON-RPC 502, not an HTML 500', async () => {
+    const app = express()
+    app.use(fromWebHandler(() => new Response('never')))
+    const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const res = await rawRequest(await serveApp(app), { path: '/v1', body: tools })
+      expect(res.status).toBe(502)
+      expect(JSON.parse(res.body)).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'handler_error' } } })
+      expect(stderr.mock.calls.join(' ')).toMatch(/no dispatch context|dispatch/i)
+    } finally {
+      stderr.mockRestore()
+    }
   })
 })

@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { HOST, createFixture, goneClientProbe } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { startFastify } from './targets.js'
@@ -98,5 +98,20 @@ describe('fastify adapter specifics', () => {
     expect(res.headers['x-mcp-version']).toBe('2.0.0')
     expect(res.body).toBe(`2.0.0 ${tools}`)
     await app.close()
+  })
+
+  it('fromWebHandler on a route the dispatch layer never saw (a wiring mistake) answers the JSON-RPC 502', async () => {
+    const app = Fastify()
+    app.all('/*', fromWebHandler(() => new Response('never')))
+    const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const res = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST, 'content-type': 'application/json' }, payload: tools })
+      expect(res.statusCode).toBe(502)
+      expect(res.json()).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'handler_error' } } })
+      expect(stderr).toHaveBeenCalled()
+    } finally {
+      stderr.mockRestore()
+      await app.close()
+    }
   })
 })

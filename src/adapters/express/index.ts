@@ -24,7 +24,7 @@
  */
 import { IncomingMessage, type ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
@@ -249,7 +249,16 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>): Reques
 export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
   return async function webHandler(req, res) {
-    const context = getDispatchContext(req)
+    let context: DispatchContext
+    try {
+      context = getDispatchContext(req)
+    } catch (error) {
+      // A route the dispatch layer did not see (a wiring mistake): said on stderr, answered as
+      // a failed handler, never Express's HTML page.
+      logError(error, 'handler')
+      writeReply(res, HANDLER_FAILED)
+      return
+    }
     const request = toWebRequest({
       req,
       res,

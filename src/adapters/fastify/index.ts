@@ -33,7 +33,7 @@ import type {
 } from 'fastify'
 import fastifyPlugin from 'fastify-plugin'
 import type { Reply } from '../../core/reply.js'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
@@ -224,8 +224,17 @@ export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>): Fastif
 export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler {
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
   return async function webHandler(request, reply) {
-    const context = getDispatchContext(request)
     reply.hijack()
+    let context: DispatchContext
+    try {
+      context = getDispatchContext(request)
+    } catch (error) {
+      // A route the dispatch layer did not see (a wiring mistake): said on stderr, answered as
+      // a failed handler, never Fastify's own error object.
+      logError(error, 'handler')
+      writeReply(reply.raw, HANDLER_FAILED)
+      return undefined
+    }
     const webRequest = toWebRequest({
       req: request.raw,
       res: reply.raw,
