@@ -303,9 +303,21 @@ describe('validateTokenName', () => {
     expect(validateTokenName(' padded ')).toBeNull() // create trims it
     expect(validateTokenName('a\u2028b')).toMatch(/line or paragraph separators/)
     expect(validateTokenName('\u200B')).toMatch(/visible/)
+    // A lone surrogate: PostgreSQL (through pg) would store U+FFFD in its place.
+    expect(validateTokenName('a\uD800b')).toMatch(/well-formed/)
+    expect(validateTokenName('rocket \u{1F680}')).toBeNull()
     expect(validateTokenName(42)).toBeTypeOf('string')
     const { service } = setup()
     await expect(createToken(service, { name: 'a\u2028b' })).rejects.toThrow(validateTokenName('a\u2028b')!)
+  })
+})
+
+describe('clock', () => {
+  it('keeps whole milliseconds from an injected clock that has fractions (a store keeps bigint epoch ms)', async () => {
+    const { service, store } = setup({ now: () => T0 + 0.375 })
+    const created = await createToken(service)
+    const record = (await store.get(created.id))!
+    expect([record.createdAt, record.expiresAt]).toEqual([T0, T0 + 30 * DAY])
   })
 })
 

@@ -195,6 +195,8 @@ const nameSchema = z
   .refine((name) => !/\p{Cc}/u.test(name), 'must not contain control characters')
   .refine((name) => !/[\p{Zl}\p{Zp}]/u.test(name), 'must not contain line or paragraph separators')
   .refine((name) => !/[\u202A-\u202E\u2066-\u2069]/u.test(name), 'must not contain bidirectional overrides or isolates')
+  // A lone surrogate is no character: a database stores U+FFFD in its place (PostgreSQL via pg).
+  .refine((name) => !/\p{Cs}/u.test(name), 'must be well-formed Unicode (no lone surrogate)')
   .refine((name) => /[^\p{Z}\p{Cf}]/u.test(name), 'must hold a visible character')
 /**
  * Checks a token name against the rules `create` and `update` apply (after trimming: 1 to
@@ -299,7 +301,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   if (!options.canUseServer && !options.subscriptions) {
     throw new ConfigurationError('canUseServer', 'or "subscriptions" is required to check the servers of a new token')
   }
-  const now = options.now ?? Date.now
+  // Whole milliseconds, as stores keep them (PostgreSQL: bigint), whatever clock is injected.
+  const injectedNow = options.now
+  const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now
   const random = options.random ?? randomBytes
   const pepper = options.pepper
   const onError = options.onError ?? logError

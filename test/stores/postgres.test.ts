@@ -165,7 +165,33 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       expect(sql).not.toContain('CREATE SCHEMA')
       const custom = postgresTokenStoreMigration({ schema: 'mcp', table: 'api_tokens' })
       expect(custom).toContain(`IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'mcp') THEN CREATE SCHEMA "mcp"; END IF;`)
-      expect(custom).toContain('CREATE UNIQUE INDEX IF NOT EXISTS "api_tokens_token_hash_key" ON "mcp"."api_tokens" (token_hash);')
+      expect(custom).toContain('CREATE UNIQUE INDEX "api_tokens_token_hash_key" ON "mcp"."api_tokens" (token_hash);')
+    })
+
+    it('a relation that holds the name of the unique hash index makes migrate fail loudly, not leave hashes unchecked (regression)', async () => {
+      const squatter = await postgres.tokenStore({ table: 'tok_token_hash_key' })
+      const store = createPostgresTokenStore({ pool: postgres.pool, schema: squatter.schema, table: 'tok' })
+      await expect(store.migrate()).rejects.toThrow(/unique index on token_hash/)
+    })
+
+    it('a second run waits for no table lock: an open write elsewhere does not hold up a start (regression)', async () => {
+      const store = await postgres.tokenStore()
+      const writer = await postgres.pool.connect()
+      try {
+        await writer.query('BEGIN')
+        await writer.query(`INSERT INTO "${store.schema}"."${DEFAULT_POSTGRES_TOKEN_TABLE}" (id, user_id, name, token_hash, display_prefix, servers, expires_at, created_at)
+          VALUES ('w1', 'u', 'n', 'h-open-write', 'svc_', '{a}', 1, 1)`)
+        const other = postgres.openPool({ max: 1 })
+        const again = createPostgresTokenStore({ pool: other, schema: store.schema })
+        const client = await other.connect()
+        // A lock wait would end in this error; a migration that takes no table lock never meets it.
+        await client.query("SET lock_timeout = '1s'")
+        client.release()
+        await expect(again.migrate()).resolves.toBeUndefined()
+      } finally {
+        await writer.query('ROLLBACK')
+        writer.release()
+      }
     })
 
     it('a custom table name in the same schema makes a second, separate store on the same pool', async () => {

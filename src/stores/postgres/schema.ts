@@ -58,7 +58,9 @@ export interface TokenTableNames {
  */
 export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableNames {
   const schema = checkIdentifier('schema', options.schema ?? DEFAULT_POSTGRES_SCHEMA, 63)
-  if (schema.startsWith('pg_')) throw new ConfigurationError('schema', 'must not start with "pg_" (reserved by PostgreSQL)')
+  if (schema.startsWith('pg_') || schema === 'information_schema') {
+    throw new ConfigurationError('schema', 'must not be "information_schema" or start with "pg_" (reserved by PostgreSQL)')
+  }
   const table = checkIdentifier('table', options.table ?? DEFAULT_POSTGRES_TOKEN_TABLE, 48)
   return {
     schema,
@@ -71,8 +73,9 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
 }
 
 /**
- * The SQL that creates the token table and its indexes: idempotent (`IF NOT EXISTS`
- * throughout), one transaction when sent as one query, and serialized by an advisory lock so
+ * The SQL that creates the token table and its indexes: idempotent (each created only when
+ * missing, and the key and unique index the store relies on checked, failing loudly when
+ * another relation holds their name), one transaction when sent as one query, and serialized by an advisory lock so
  * instances that start together do not race on the catalog. Creates the schema too, unless
  * it is `public`. Times are `bigint` epoch milliseconds, exactly the numbers of
  * `ApiTokenRecord`; the allowlist is `text[]`, `NULL` for none.
@@ -122,8 +125,33 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   revoked_at      bigint,
   CONSTRAINT "${names.primaryKey}" PRIMARY KEY (id)
 );
-CREATE UNIQUE INDEX IF NOT EXISTS "${names.hashIndex}" ON ${qualified} (token_hash);
-CREATE INDEX IF NOT EXISTS "${names.userIndex}" ON ${qualified} (user_id);
+DO $$
+DECLARE
+  tbl oid := '${qualified}'::regclass;
+BEGIN
+  -- Only when missing: CREATE INDEX, even IF NOT EXISTS, takes a SHARE lock on the table, and
+  -- waiting for it behind an open write would queue every write of every instance on start.
+  IF to_regclass('"${schema}"."${names.hashIndex}"') IS NULL THEN
+    CREATE UNIQUE INDEX "${names.hashIndex}" ON ${qualified} (token_hash);
+  END IF;
+  IF to_regclass('"${schema}"."${names.userIndex}"') IS NULL THEN
+    CREATE INDEX "${names.userIndex}" ON ${qualified} (user_id);
+  END IF;
+  -- What the store relies on, checked whatever created it (a relation of the same name, a
+  -- table made by hand): a primary key on id and a unique index on token_hash alone.
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = i.indkey[0]
+    WHERE i.indrelid = tbl AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'id'
+  ) THEN
+    RAISE EXCEPTION 'mcp-dispatch: table % has no primary key on id', '${qualified}';
+  END IF;
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = i.indkey[0]
+    WHERE i.indrelid = tbl AND i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL AND a.attname = 'token_hash'
+  ) THEN
+    RAISE EXCEPTION 'mcp-dispatch: table % has no unique index on token_hash (is "%" taken by another relation?)', '${qualified}', '${names.hashIndex}';
+  END IF;
+END $$;
 `
 }
 
