@@ -227,7 +227,7 @@ function isForeignThenable(value: unknown): boolean {
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 /** What the protected-resource metadata answers (spec 4.2): read-only. */
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
-const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy'
+const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
@@ -363,7 +363,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       // Readable by any origin, as the document itself is, so a browser client sees why.
       const refused = methodNotAllowedReply(METADATA_METHODS)
-      return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*' } }
+      return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*', 'access-control-expose-headers': 'Allow' } }
     }
     const doc = metadata(app, baseUrlOf(request, app) + suffix)
     return {
@@ -682,7 +682,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       let path = request.path
       if (basePath !== '') {
         if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
-          return reply(notFoundReply(), origin)
+          return notFound(request, origin)
         }
         path = path.slice(basePath.length)
       }
@@ -694,20 +694,33 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
+  /**
+   * 404 `not_found`, or, for a CORS preflight, the preflight's answer: a browser sends the
+   * request itself only after a preflight that succeeds, and then reads the 404 (with its CORS
+   * headers) instead of an unreadable "failed to fetch". App slugs and paths are public.
+   */
+  function notFound(request: DispatchRequest, origin: string | null | undefined): Decision {
+    if (cors && origin && request.method === 'OPTIONS' && request.headers.get('access-control-request-method')) {
+      if (allowedOrigins && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+      return { type: 'reply', reply: preflight(allowedOrigins ? origin : '*', request) }
+    }
+    return reply(notFoundReply(), origin)
+  }
+
   function withApp(flow: Flow, app: AppRecord | undefined): MaybePromise<Decision> {
     const { request, origin, path } = flow
-    if (!app) return reply(notFoundReply(), origin)
+    if (!app) return notFound(request, origin)
     if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
       const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
       // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
       if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
         return { type: 'reply', reply: metadataReply(request, app, suffix) }
       }
-      return reply(notFoundReply(), origin)
+      return notFound(request, origin)
     }
     let selector = selectors.get(path)
     if (selector === undefined) remember(selectors, path, (selector = parseVersionPath(path)))
-    if (!selector) return reply(notFoundReply(), origin)
+    if (!selector) return notFound(request, origin)
     if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
     const method = request.method
     if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*', request) }

@@ -78,7 +78,7 @@ export const BASE_URL = 'http://weather.localhost'
 export const METADATA_URL = `${BASE_URL}/.well-known/oauth-protected-resource`
 export const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 export const EXPOSE_HEADERS =
-  'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy'
+  'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
 
 const TOOLS_LIST = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 const json = { 'content-type': 'application/json' }

@@ -126,6 +126,31 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
     expect(versionHeaders(response)).toEqual({ version: null, latest: null })
   })
 
+  it('a preflight to an unknown path or App succeeds, so the browser sends the request and can read its 404 (regression)', async () => {
+    for (const url of ['http://weather.localhost/foo', 'http://weather.localhost/v1.x', 'http://nope.localhost/v1']) {
+      const preflight = await get(url, {
+        method: 'OPTIONS',
+        headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
+      })
+      expect(preflight.status).toBe(204)
+      expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
+      const request = await platform.fetch(mcpRequest(url, { token: token('alice'), headers: { origin } }), { clientAddress: CLIENT })
+      expect(request.status).toBe(404)
+      expect(request.headers.get('access-control-allow-origin')).toBe('*')
+      expect(await json(request)).toEqual(bodies.notFound)
+    }
+    // A plain OPTIONS (no preflight) is still a 404 there.
+    expect((await get('http://weather.localhost/foo', { method: 'OPTIONS' })).status).toBe(404)
+  })
+
+  it('a 405 is readable by a browser: Allow is exposed', async () => {
+    const head = await platform.fetch(mcpRequest('http://weather.localhost/v1', { method: 'HEAD', token: token('alice'), headers: { origin } }), { clientAddress: CLIENT })
+    expect(head.status).toBe(405)
+    expect(head.headers.get('access-control-expose-headers')).toContain('Allow')
+    const metadata = await get(metadataUrl('weather'), { method: 'POST', headers: { origin }, body: '{}' })
+    expect(metadata.headers.get('access-control-expose-headers')).toBe('Allow')
+  })
+
   it('a 401 to a browser exposes WWW-Authenticate so the client can find the metadata', async () => {
     const response = await platform.fetch(mcpRequest('http://weather.localhost/v1', { headers: { origin } }), {
       clientAddress: CLIENT,
