@@ -157,6 +157,8 @@ describe('proxy handler', () => {
           'set-cookie': ['a=1', 'b=2'],
           connection: 'x-private',
           'x-private': 'hop',
+          'access-control-allow-credentials': 'true',
+          'access-control-allow-origin': 'https://evil.example',
         })
         res.end('{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}')
       }
@@ -165,6 +167,9 @@ describe('proxy handler', () => {
       expect(response.headers.get('x-upstream')).toBe('yes')
       expect(response.headers.get('www-authenticate')).toBeNull()
       expect(response.headers.get('x-private')).toBeNull()
+      // CORS belongs to the dispatch layer, never to the upstream.
+      expect(response.headers.get('access-control-allow-credentials')).toBeNull()
+      expect(response.headers.get('access-control-allow-origin')).toBeNull()
       expect(response.headers.getSetCookie()).toEqual(['a=1', 'b=2'])
       expect(await response.text()).toContain('Session not found')
     })

@@ -339,6 +339,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     const decoded = upstream.headers.has('content-encoding')
     upstream.headers.forEach((value, name) => {
       if (HOP_BY_HOP.has(name) || connectionTokens.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
+      // CORS is the dispatch layer's, for the App's address: an upstream's own fields (say
+      // `Access-Control-Allow-Credentials`) would join it, and could pair with an echoed origin.
+      if (name.startsWith('access-control-')) return
       if (decoded && (name === 'content-encoding' || name === 'content-length')) return
       out.set(name, value)
     })
