@@ -74,7 +74,7 @@ export {
   versionNotFoundReply,
 } from './core/reply.js'
 export type { JsonRpcErrorObject, RateLimitedInfo, Reply, UnauthorizedReplyOptions } from './core/reply.js'
-export { applyDeploy, compileVersions, formatSelector, parseVersionPath, resolveVersion } from './core/versions.js'
+export { MAX_VERSION_LENGTH, applyDeploy, compileVersions, formatSelector, parseVersionPath, resolveVersion } from './core/versions.js'
 export type { VersionIndex, VersionSelector } from './core/versions.js'
 
 // Store interfaces and in-memory stores

@@ -635,9 +635,20 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       } catch (error) {
         // A key rotated since the last fetch: refetch once per interval, so unknown `kid`s
         // cannot make the validator hammer the JWKS endpoint.
-        const canRefetch =
-          !localKeys && remoteKeys !== undefined && header.kid !== undefined && now() - remoteKeys.fetchedAt >= jwksRefetchIntervalMs
-        if (!(error instanceof joseErrors.JWKSNoMatchingKey) || !canRefetch) throw error
+        const remote = !localKeys && remoteKeys !== undefined && header.kid !== undefined
+        const sinceFetch = remote ? now() - remoteKeys!.fetchedAt : 0
+        if (!(error instanceof joseErrors.JWKSNoMatchingKey) || !remote) throw error
+        if (sinceFetch < jwksRefetchIntervalMs) {
+          // A token issued since the last fetch may be signed with a key the issuer rotated in
+          // meanwhile: not refused (a 401 would send the client to refresh, into a token signed
+          // the same way) but asked again once a refetch is allowed. One issued before the fetch
+          // names a key the set did not hold then: refused (not cached) as before.
+          const iat = peekJwtClaims(token)?.iat
+          if (typeof iat === 'number' && iat * 1000 + clockToleranceMs >= remoteKeys!.fetchedAt) {
+            throw new AuthorizationServerUnavailableError(seconds(jwksRefetchIntervalMs - sinceFetch))
+          }
+          throw error
+        }
         payload = await verify(true)
       }
     } catch (error) {
@@ -833,7 +844,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         return answer(cached, audience)
       }
       emit({ type: 'cache-miss' })
-      if (budgeted && !flights.has(key)) {
+      // A request after a `forget` never joins a validation that began before it (whose
+      // answer may predate the revocation): flights are per forget generation.
+      const flightKey = `${key}#${forgetCount}`
+      if (budgeted && !flights.has(flightKey)) {
         let charge
         try {
           charge = clientBudget.charge(context?.clientAddress)
@@ -841,7 +855,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           if (error instanceof TooManyValidationsError) emit({ type: 'client-budget-spent', retryAfter: error.retryAfter })
           throw error
         }
-        const flight = flights.run(key, () => validateUpstream(token, key, claims))
+        const flight = flights.run(flightKey, () => validateUpstream(token, key, claims))
         let entry: CachedValidation
         try {
           entry = await flight.promise
@@ -856,7 +870,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         if (entry.active) charge.refund()
         return answer(entry, audience)
       }
-      const flight = flights.run(key, () => validateUpstream(token, key, claims))
+      const flight = flights.run(flightKey, () => validateUpstream(token, key, claims))
       if (flight.joined) emit({ type: 'joined' })
       return answer(await flight.promise, audience)
     },

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { DeployRefusedError } from '../errors.js'
 import {
+  MAX_VERSION_LENGTH,
   type VersionSelector,
   applyDeploy,
   compileVersions,
@@ -134,6 +135,9 @@ describe('compileVersions', () => {
     expect(() => compileVersions(['1.2'])).toThrow(RangeError)
     expect(() => compileVersions(['1.2.3+build'])).toThrow(RangeError)
     expect(() => compileVersions(['x'])).toThrow(RangeError)
+    // semver.parse would clean these up into 1.2.3; no URL names them so.
+    expect(() => compileVersions([' v1.2.3'])).toThrow(RangeError)
+    expect(() => compileVersions(['v1.2.3'])).toThrow(RangeError)
   })
 })
 
@@ -248,6 +252,15 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
       expect(refused.status).toBe(409)
       expect(refused.message).toContain('1.2.3')
     }
+  })
+
+  it('refuses a version too long to reach at its exact URL, and pre-release numbers that would not order exactly (regression)', () => {
+    const longest = `1.1.0-${'a'.repeat(MAX_VERSION_LENGTH - 6)}`
+    expect(applyDeploy([], longest)).toEqual([longest])
+    expect(parseVersionPath(`/v${longest}/`)).toEqual({ kind: 'exact', version: longest })
+    expect(() => applyDeploy([], `${longest}a`)).toThrow(DeployRefusedError)
+    expect(() => applyDeploy(['1.2.0-9007199254740991'], '1.2.0-9007199254740992')).toThrow(/at most 9007199254740991/)
+    expect(applyDeploy(['1.2.0-9007199254740990'], '1.2.0-9007199254740991')).toEqual(['1.2.0-9007199254740991'])
   })
 
   it('a new minor or major coexists with the others', () => {

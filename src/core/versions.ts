@@ -113,7 +113,8 @@ export interface VersionIndex {
 export function compileVersions(live: readonly string[]): VersionIndex {
   const parsed = live.map((v) => {
     const p = semver.parse(v)
-    if (!p || p.build.length > 0) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+    // Exactly as written: semver.parse cleans up a leading `v` or spaces, which no URL names.
+    if (!p || p.build.length > 0 || p.version !== v) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
     return p
   })
   parsed.sort(semver.compare)
@@ -158,6 +159,9 @@ export function resolveVersion(index: VersionIndex, selector: VersionSelector): 
   }
 }
 
+/** The longest version a deploy takes: its exact URL (`/v` + version + `/`) fits the path limit. */
+export const MAX_VERSION_LENGTH = 125
+
 /**
  * The deploy rule of DESIGN.md as one pure function: (live set, new version) → new live set.
  *
@@ -166,7 +170,9 @@ export function resolveVersion(index: VersionIndex, selector: VersionSelector): 
  *   A live pre-release above `x.y.z` stays live beside it.
  * - A pre-release `x.y.z-p` is live beside the release of its minor, replaces an older
  *   pre-release of that minor, and is refused when it is not above both.
- * - Build metadata is refused (`+build` has no precedence, so it cannot order deploys).
+ * - Build metadata is refused (`+build` has no precedence, so it cannot order deploys), as
+ *   are versions longer than {@link MAX_VERSION_LENGTH} (unreachable by URL) and pre-release
+ *   numbers past `Number.MAX_SAFE_INTEGER` (they would not order exactly).
  *
  * @throws {DeployRefusedError} naming the rule that refused it.
  * @example
@@ -183,6 +189,14 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
       version,
       `${JSON.stringify(version)} is not a semantic version <major>.<minor>.<patch>[-prerelease] without build metadata`,
     )
+  }
+  // Reachable: a version path is at most 128 characters (`/v` and the version, maybe a `/`).
+  if (version.length > MAX_VERSION_LENGTH) {
+    throw new DeployRefusedError(version, `a version is at most ${MAX_VERSION_LENGTH} characters, to be reachable at its exact URL`)
+  }
+  // Ordered exactly: semver compares numeric identifiers as JavaScript numbers.
+  if (next.prerelease.some((id) => /^\d+$/.test(String(id)) && !Number.isSafeInteger(Number(id)))) {
+    throw new DeployRefusedError(version, `pre-release numbers must be at most ${Number.MAX_SAFE_INTEGER}`)
   }
   const isPre = next.prerelease.length > 0
   const kept: string[] = []

@@ -346,8 +346,18 @@ describe('jwt mode (local verification)', () => {
     const nextJwk = { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk, nextJwk] } })
     const rotated = await sign({}, { key: next.privateKey, kid: 'k2' })
-    expect(await v.validate(rotated)).toMatchObject({ active: false, reason: 'no matching key' })
-    expect(fake.count('/jwks')).toBe(1) // within the refetch interval: no call
+    // Issued since the last fetch, within the refetch interval: not refused (a rotation the set
+    // may not show yet) but 503, retry when a refetch is allowed; no call.
+    expect((await unavailable(v.validate(rotated))).retryAfter).toBe(30)
+    expect(fake.count('/jwks')).toBe(1)
+    // A token issued before that fetch, with a key the set did not hold then: refused, uncached.
+    const older = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: 'http://weather.localhost' })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: 'k2' })
+      .setIssuedAt(Math.floor(clock() / 1000) - 60)
+      .setExpirationTime(Math.floor(clock() / 1000) + 600)
+      .sign(next.privateKey)
+    expect(await v.validate(older)).toMatchObject({ active: false, reason: 'no matching key' })
+    expect(fake.count('/jwks')).toBe(1)
     clock.advance(30_000)
     // The same token again: the refusal was not cached, and the refetched set holds its key.
     expect(await v.validate(rotated)).toMatchObject({ active: true })
@@ -370,10 +380,10 @@ describe('jwt mode (local verification)', () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
     expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    const token = await sign({ jti: 'b' }) // issued before the refetch below
     clock.advance(60_000)
     const rotated = { ...(await exportJWK((await generateKeyPair('ES256')).publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
     fake.route('/jwks', { status: 200, body: { keys: [rotated] } }) // k1 withdrawn
-    const token = await sign({ jti: 'b' })
     expect(await v.validate(token)).toMatchObject({ active: true }) // stale k1 still verifies it, while the refetch runs
     while (fake.count('/jwks') < 2) await new Promise((r) => setImmediate(r))
     // Until the refetch's answer is in, the stale key answers again (uncached); then never.
@@ -625,6 +635,28 @@ describe('single flight, cache store and secrecy', () => {
     expect(await inFlight).toMatchObject({ active: true })
     expect(await v.validate('good-token')).toMatchObject({ active: false })
     expect(calls).toBe(2)
+  })
+
+  it('a request after forget does not join the validation in flight from before it (regression)', async () => {
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    let calls = 0
+    fake.route('/oidc/me', async () => {
+      calls++
+      if (calls > 1) return { status: 401 } // revoked upstream meanwhile
+      const answer = { status: 200, body: { sub: 'alice' } }
+      await gate
+      return answer
+    })
+    const v = validator()
+    const before = v.validate('good-token')
+    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    await v.forget('good-token')
+    const after = v.validate('good-token')
+    while (calls < 2) await new Promise((resolve) => setTimeout(resolve, 5))
+    release()
+    expect(await before).toMatchObject({ active: true }) // its own answer, from before
+    expect(await after).toMatchObject({ active: false })
   })
 
   it('forget on one instance, while another sharing the cache (Redis) validates the token: nothing is cached (regression)', async () => {
