@@ -557,6 +557,25 @@ describe('client budget: a flood of made-up tokens from one address', () => {
   })
 })
 
+/**
+ * A userinfo endpoint that decides the first call on arrival (accepted) but answers it only on
+ * `release()`, and refuses every later call: a token revoked while its first validation is in
+ * flight.
+ */
+function revokedAfterFirstCall() {
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => (release = resolve))
+  let calls = 0
+  fake.route('/oidc/me', async () => {
+    calls++
+    if (calls > 1) return { status: 401 } // revoked upstream meanwhile
+    const answer = { status: 200, body: { sub: 'alice' } } // decided on arrival, answered late
+    await gate
+    return answer
+  })
+  return { release: () => release(), calls: () => calls }
+}
+
 describe('single flight, cache store and secrecy', () => {
   it('shares one upstream call among 50 concurrent first requests', async () => {
     let release!: () => void
@@ -617,70 +636,43 @@ describe('single flight, cache store and secrecy', () => {
   })
 
   it('forget during a validation in flight: its answer, read before the revocation, is not cached (regression)', async () => {
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => (release = resolve))
-    let calls = 0
-    fake.route('/oidc/me', async () => {
-      calls++
-      if (calls > 1) return { status: 401 } // revoked upstream meanwhile
-      const answer = { status: 200, body: { sub: 'alice' } } // decided on arrival, answered late
-      await gate
-      return answer
-    })
+    const upstream = revokedAfterFirstCall()
     const v = validator()
     const inFlight = v.validate('good-token')
-    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    while (upstream.calls() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
     await v.forget('good-token')
-    release()
+    upstream.release()
     expect(await inFlight).toMatchObject({ active: true })
     expect(await v.validate('good-token')).toMatchObject({ active: false })
-    expect(calls).toBe(2)
+    expect(upstream.calls()).toBe(2)
   })
 
   it('a request after forget does not join the validation in flight from before it (regression)', async () => {
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => (release = resolve))
-    let calls = 0
-    fake.route('/oidc/me', async () => {
-      calls++
-      if (calls > 1) return { status: 401 } // revoked upstream meanwhile
-      const answer = { status: 200, body: { sub: 'alice' } }
-      await gate
-      return answer
-    })
+    const upstream = revokedAfterFirstCall()
     const v = validator()
     const before = v.validate('good-token')
-    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    while (upstream.calls() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
     await v.forget('good-token')
     const after = v.validate('good-token')
-    while (calls < 2) await new Promise((resolve) => setTimeout(resolve, 5))
-    release()
+    while (upstream.calls() < 2) await new Promise((resolve) => setTimeout(resolve, 5))
+    upstream.release()
     expect(await before).toMatchObject({ active: true }) // its own answer, from before
     expect(await after).toMatchObject({ active: false })
   })
 
   it('forget on one instance, while another sharing the cache (Redis) validates the token: nothing is cached (regression)', async () => {
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => (release = resolve))
-    let calls = 0
-    fake.route('/oidc/me', async () => {
-      calls++
-      if (calls > 1) return { status: 401 } // revoked upstream meanwhile
-      const answer = { status: 200, body: { sub: 'alice' } }
-      await gate
-      return answer
-    })
+    const upstream = revokedAfterFirstCall()
     const shared = createMemoryCacheStore<CachedValidation>({ now: clock })
     const a = validator({ cache: shared })
     const b = validator({ cache: shared })
     const inFlight = b.validate('good-token')
-    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    while (upstream.calls() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
     await a.forget('good-token')
-    release()
+    upstream.release()
     expect(await inFlight).toMatchObject({ active: true })
     expect(await a.validate('good-token')).toMatchObject({ active: false })
     expect(await b.validate('good-token')).toMatchObject({ active: false })
-    expect(calls).toBeGreaterThanOrEqual(2)
+    expect(upstream.calls()).toBeGreaterThanOrEqual(2)
     // The mark is no answer: past it, a token is validated and cached as usual.
     clock.advance(20_000)
     fake.route('/oidc/me', { status: 200, body: { sub: 'alice' } })
