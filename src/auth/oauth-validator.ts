@@ -35,7 +35,7 @@ import type {
 } from './access-token-validator.js'
 import { DEFAULT_RETRY, type RetryOptions, computeBackoff } from './backoff.js'
 import { type BreakerState, type CircuitBreakerOptions, createCircuitBreaker } from './circuit-breaker.js'
-import { type ClientBudgetOptions, createClientBudget } from './client-budget.js'
+import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from './client-budget.js'
 import {
   type AuthorizationServerMetadata,
   checkAuthorizationServerMetadata,
@@ -797,6 +797,16 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return `${key}:forgotten`
   }
 
+  /** A unit of the client's budget, or `TooManyValidationsError` (reported) when it is spent. */
+  function chargeBudget(clientAddress: string | undefined): BudgetCharge {
+    try {
+      return clientBudget.charge(clientAddress)
+    } catch (error) {
+      if (error instanceof TooManyValidationsError) emit({ type: 'client-budget-spent', retryAfter: error.retryAfter })
+      throw error
+    }
+  }
+
   function hashKey(token: string): string {
     return keyPrefix + createHash('sha256').update(token).digest('base64url')
   }
@@ -847,32 +857,23 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // A request after a `forget` never joins a validation that began before it (whose
       // answer may predate the revocation): flights are per forget generation.
       const flightKey = `${key}#${forgetCount}`
-      if (budgeted && !flights.has(flightKey)) {
-        let charge
-        try {
-          charge = clientBudget.charge(context?.clientAddress)
-        } catch (error) {
-          if (error instanceof TooManyValidationsError) emit({ type: 'client-budget-spent', retryAfter: error.retryAfter })
-          throw error
-        }
-        const flight = flights.run(flightKey, () => validateUpstream(token, key, claims))
-        let entry: CachedValidation
-        try {
-          entry = await flight.promise
-        } catch (error) {
-          // The server's failure (network, timeout, 5xx, 429, breaker open) is not the client's:
-          // the unit goes back. An answer about this token (a 4xx other than 401, which a
-          // made-up string can provoke, e.g. with an oversized header) keeps it.
-          const cause = (error as { cause?: unknown }).cause
-          if (cause instanceof UpstreamFailure && (cause.transient || cause.breakerRetryAfterMs !== undefined)) charge.refund()
-          throw error
-        }
-        if (entry.active) charge.refund()
-        return answer(entry, audience)
-      }
+      // The leader of a new validation pays a unit of its address's budget; joiners do not.
+      const charge = budgeted && !flights.has(flightKey) ? chargeBudget(context?.clientAddress) : undefined
       const flight = flights.run(flightKey, () => validateUpstream(token, key, claims))
       if (flight.joined) emit({ type: 'joined' })
-      return answer(await flight.promise, audience)
+      let entry: CachedValidation
+      try {
+        entry = await flight.promise
+      } catch (error) {
+        // The server's failure (network, timeout, 5xx, 429, breaker open) is not the client's:
+        // the unit goes back. An answer about this token (a 4xx other than 401, which a
+        // made-up string can provoke, e.g. with an oversized header) keeps it.
+        const cause = (error as { cause?: unknown }).cause
+        if (cause instanceof UpstreamFailure && (cause.transient || cause.breakerRetryAfterMs !== undefined)) charge?.refund()
+        throw error
+      }
+      if (entry.active) charge?.refund()
+      return answer(entry, audience)
     },
   }
 }

@@ -499,12 +499,7 @@ describe('client budget: a flood of made-up tokens from one address', () => {
   })
 
   it('counts validations in flight, so a burst cannot pass before the first refusal is known', async () => {
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => (release = resolve))
-    fake.route('/oidc/me', async () => {
-      await gate
-      return { status: 401, body: { error: 'invalid_token' } }
-    })
+    const release = holdUserinfo({ status: 401, body: { error: 'invalid_token' } })
     const v = validator({ clientBudget: { limit: 3 } })
     const burst = Array.from({ length: 10 }, (_, i) => v.validate(`junk-${i}`, at('203.0.113.7')).then(
       (r) => r.active,
@@ -557,6 +552,17 @@ describe('client budget: a flood of made-up tokens from one address', () => {
   })
 })
 
+/** Userinfo answers `answer` to every call, each held until the returned `release()`. */
+function holdUserinfo(answer: { status: number; body: unknown }): () => void {
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => (release = resolve))
+  fake.route('/oidc/me', async () => {
+    await gate
+    return answer
+  })
+  return () => release()
+}
+
 /**
  * A userinfo endpoint that decides the first call on arrival (accepted) but answers it only on
  * `release()`, and refuses every later call: a token revoked while its first validation is in
@@ -578,12 +584,7 @@ function revokedAfterFirstCall() {
 
 describe('single flight, cache store and secrecy', () => {
   it('shares one upstream call among 50 concurrent first requests', async () => {
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => (release = resolve))
-    fake.route('/oidc/me', async () => {
-      await gate
-      return { status: 200, body: { sub: 'user_alice' } }
-    })
+    const release = holdUserinfo({ status: 200, body: { sub: 'user_alice' } })
     const v = validator()
     const all = Promise.all(Array.from({ length: 50 }, () => v.validate('good-token')))
     while (fake.count('/oidc/me') === 0) await new Promise((r) => setImmediate(r))

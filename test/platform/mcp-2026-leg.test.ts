@@ -5,6 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
+import { type CallerOf, buildAppServer, createMcpAppHandler } from '../../examples/platform/mcp-app.js'
 import { createTestPlatform, json, mcpRequest } from '../helpers/platform.js'
 
 const MODERN = '2026-07-28'
@@ -123,55 +124,75 @@ describe('the 2026-07-28 tools', () => {
   })
 })
 
+/** A 2025 `initialize` at the weather App's /v1: its answer carries the new session's id. */
+const initialize = (secret: string) =>
+  platform.fetch(
+    mcpRequest('http://weather.localhost/v1', {
+      token: secret,
+      body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } },
+    }),
+  )
+/** A `ping` on a session. */
+const ping = (secret: string, session: string) =>
+  platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret, headers: { 'mcp-session-id': session }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }))
+/** A 2026-07-28 `subscriptions/listen`: an open SSE stream, or the refusal. */
+const listen = (secret: string) =>
+  platform.fetch(modern('http://weather.localhost/v1', secret, 'subscriptions/listen', { notifications: { toolsListChanged: true } }))
+
 describe('what one caller may hold of an App version', () => {
-  const listen = (secret: string, id: number) =>
-    platform
-      .fetch(modern('http://weather.localhost/v1', secret, 'subscriptions/listen', { notifications: { toolsListChanged: true } }))
-      .then((response) => ({ response, id }))
 
   it('at most 16 open subscriptions/listen streams per caller; another caller is not held up; a closed stream frees its slot', async () => {
-    const open = await Promise.all(Array.from({ length: 16 }, (_, i) => listen(token('alice'), i)))
-    for (const { response } of open) expect(response.headers.get('content-type')).toContain('text/event-stream')
-    const refused = await platform.fetch(modern('http://weather.localhost/v1', token('alice'), 'subscriptions/listen', { notifications: { toolsListChanged: true } }))
+    const open = await Promise.all(Array.from({ length: 16 }, () => listen(token('alice'))))
+    for (const response of open) expect(response.headers.get('content-type')).toContain('text/event-stream')
+    const refused = await listen(token('alice'))
     expect(refused.status).toBe(200)
     expect(await refused.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32603, message: expect.stringContaining('this caller') } })
-    const carol = (await listen(token('carol'), 0)).response
+    const carol = await listen(token('carol'))
     expect(carol.headers.get('content-type')).toContain('text/event-stream')
-    await open[0]!.response.body!.cancel()
-    const again = (await listen(token('alice'), 16)).response
+    await open[0]!.body!.cancel()
+    const again = await listen(token('alice'))
     expect(again.headers.get('content-type')).toContain('text/event-stream')
-    for (const response of [carol, again, ...open.slice(1).map((o) => o.response)]) await response.body!.cancel()
+    for (const response of [carol, again, ...open.slice(1)]) await response.body!.cancel()
   })
 
   it('at most 100 open sessions per caller: one more closes that caller\'s least recently used, and no one else\'s', async () => {
-    const initialize = (secret: string) =>
-      platform.fetch(
-        mcpRequest('http://weather.localhost/v1', {
-          token: secret,
-          body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } },
-        }),
-      )
     const carolSession = (await initialize(token('carol'))).headers.get('mcp-session-id')!
     const alice: string[] = []
     for (let i = 0; i < 100; i++) alice.push((await initialize(token('alice'))).headers.get('mcp-session-id')!)
-    const use = (secret: string, session: string) =>
-      platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret, headers: { 'mcp-session-id': session }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }))
     await new Promise((resolve) => setTimeout(resolve, 2))
-    expect((await use(token('alice'), alice[0]!)).status).toBe(200) // the first, used again: no longer the least recent
+    expect((await ping(token('alice'), alice[0]!)).status).toBe(200) // the first, used again: no longer the least recent
     expect((await initialize(token('alice'))).status).toBe(200) // the 101st closes alice's least recently used
-    expect((await use(token('alice'), alice[1]!)).status).toBe(404)
-    expect((await use(token('alice'), alice[0]!)).status).toBe(200)
-    expect((await use(token('alice'), alice[99]!)).status).toBe(200)
-    expect((await use(token('carol'), carolSession)).status).toBe(200)
+    expect((await ping(token('alice'), alice[1]!)).status).toBe(404)
+    expect((await ping(token('alice'), alice[0]!)).status).toBe(200)
+    expect((await ping(token('alice'), alice[99]!)).status).toBe(200)
+    expect((await ping(token('carol'), carolSession)).status).toBe(200)
+  })
+})
+
+describe('createMcpAppHandler wired as a plain handler', () => {
+  it('takes a DispatchContext second argument (routeByVersion wiring) as no caller, not as one subject every user shares', async () => {
+    const app = { id: 'app_w', slug: 'weather', name: 'Weather' }
+    const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { maxSessionsPerCaller: 1 })
+    try {
+      const context = (subject: string) => ({ identity: { subject, method: 'api_token' }, app, version: '1.0.0' }) as unknown as CallerOf
+      const open = async (subject: string) => {
+        const body = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }
+        return (await handler(mcpRequest('http://weather.localhost/v1', { body }), context(subject))).headers.get('mcp-session-id')!
+      }
+      const first = await open('alice')
+      await open('bob')
+      const pinged = await handler(mcpRequest('http://weather.localhost/v1', { headers: { 'mcp-session-id': first }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }))
+      expect(pinged.status).toBe(200) // bob's session did not close alice's
+    } finally {
+      await handler.close()
+    }
   })
 })
 
 describe('the per-caller caps hold against a burst (slots are taken before the first await)', () => {
   it('60 concurrent subscriptions/listen from one caller: 16 streams, 44 refused', async () => {
     const all = await Promise.all(
-      Array.from({ length: 60 }, () =>
-        platform.fetch(modern('http://weather.localhost/v1', token('alice'), 'subscriptions/listen', { notifications: { toolsListChanged: true } })),
-      ),
+      Array.from({ length: 60 }, () => listen(token('alice'))),
     )
     const streams = all.filter((r) => (r.headers.get('content-type') ?? '').includes('text/event-stream'))
     expect(streams).toHaveLength(16)
@@ -179,18 +200,9 @@ describe('the per-caller caps hold against a burst (slots are taken before the f
   })
 
   it('250 concurrent initialize from one caller: at most 100 of its sessions are open at once, and another caller\'s is untouched', async () => {
-    const initialize = (secret: string) =>
-      platform.fetch(
-        mcpRequest('http://weather.localhost/v1', {
-          token: secret,
-          body: { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } },
-        }),
-      )
     const carol = (await initialize(token('carol'))).headers.get('mcp-session-id')!
     const burst = await Promise.all(Array.from({ length: 250 }, () => initialize(token('alice'))))
     const ids = burst.map((r) => r.headers.get('mcp-session-id')).filter((id): id is string => id !== null)
-    const ping = (secret: string, session: string) =>
-      platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret, headers: { 'mcp-session-id': session }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }))
     const alive = (await Promise.all(ids.map(async (id) => (await ping(token('alice'), id)).status))).filter((status) => status === 200)
     expect(alive.length).toBeLessThanOrEqual(100)
     expect(alive.length).toBeGreaterThan(0)

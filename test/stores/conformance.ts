@@ -35,6 +35,22 @@ import type {
 } from '../../src/core/stores.js'
 import { DeployRefusedError, NotFoundError } from '../../src/errors.js'
 
+/**
+ * A token store in front of `inner` that counts `findByHash` calls: a lookup that does not
+ * happen was served from a token service's cache.
+ */
+export function countingTokenStore(inner: TokenStore): { store: TokenStore; lookups: () => number } {
+  let lookups = 0
+  const store: TokenStore = {
+    ...inner,
+    findByHash(hash) {
+      lookups++
+      return inner.findByHash(hash)
+    },
+  }
+  return { store, lookups: () => lookups }
+}
+
 /** A clock the test moves by hand. Epoch milliseconds. */
 export interface TestClock {
   readonly now: () => number

@@ -22,7 +22,6 @@ import {
   type AppRecord,
   type CachedValidation,
   type TokenService,
-  type TokenStore,
   createDispatcher,
   createMemoryAppStore,
   createMemorySubscriptionStore,
@@ -43,6 +42,7 @@ import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../../e
 import { T0, localhostFetch, serveFetch } from '../helpers/platform.js'
 import { type FakeUpstream, startFakeUpstream } from '../oauth/helpers/fake-upstream.js'
 import { describeRedis, nextInvalidation } from '../helpers/redis.js'
+import { countingTokenStore } from './conformance.js'
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather' } as const
 const LIMITED = { id: 'app_limited', slug: 'limited', name: 'Limited' } as const
@@ -71,15 +71,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
   ])
   // The shared token database, counting lookups: a lookup that does not happen was served from
   // an instance's token cache.
-  const tokenDatabase = createMemoryTokenStore()
-  let lookups = 0
-  const tokenStore: TokenStore = {
-    ...tokenDatabase,
-    findByHash(hash) {
-      lookups++
-      return tokenDatabase.findByHash(hash)
-    },
-  }
+  const { store: tokenStore, lookups } = countingTokenStore(createMemoryTokenStore())
   const appServers = new Map<string, McpAppHandler>()
   const appServer = (app: AppRecord, version: string) => {
     const key = `${app.id}@${version}`
@@ -240,9 +232,9 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
 
     target = b
     expect((await post('weather', created.token)).status).toBe(200)
-    const lookupsBefore = lookups
+    const lookupsBefore = lookups()
     expect((await post('weather', created.token)).status).toBe(200)
-    expect(lookups).toBe(lookupsBefore) // served from B's token cache
+    expect(lookups()).toBe(lookupsBefore) // served from B's token cache
 
     const arrived = nextInvalidation(b.invalidations)
     await a.tokens.revoke('alice', created.id)
@@ -250,7 +242,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
     const refused = await post('weather', created.token)
     expect(refused.status).toBe(401)
     expect(refused.headers.get('www-authenticate')).toContain('error="invalid_token"')
-    expect(lookups).toBe(lookupsBefore + 1)
+    expect(lookups()).toBe(lookupsBefore + 1)
     // Without the bus, the revoked token would still be accepted from the cache.
     expect((await isolated.authenticate(created.token)).ok).toBe(true)
     await isolated.close()

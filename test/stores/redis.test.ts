@@ -10,7 +10,6 @@ import {
   ConfigurationError,
   type InvalidationMessage,
   type SessionPin,
-  type TokenStore,
   createMemoryAppStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
@@ -30,6 +29,7 @@ import { describe, expect, it } from 'vitest'
 import { describeRedis, nextInvalidation } from '../helpers/redis.js'
 import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
+  countingTokenStore,
   createTestClock,
   describeCacheStoreConformance,
   describeInvalidationBusConformance,
@@ -341,15 +341,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     async function twoInstances(prefix: string) {
       const apps = createMemoryAppStore([{ id: 'app_w', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
       const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_w', active: true }])
-      const database = createMemoryTokenStore()
-      let lookups = 0
-      const store: TokenStore = {
-        ...database,
-        findByHash(hash) {
-          lookups++
-          return database.findByHash(hash)
-        },
-      }
+      const { store, lookups } = countingTokenStore(createMemoryTokenStore())
       const busA = createRedisInvalidationBus({ client: redis.client, prefix })
       // B's subscriber is a connection of its own, so the test can drop it alone.
       const subscriberB = redis.connect()
@@ -362,7 +354,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         a: service(busA),
         b: service(busB),
         busB,
-        lookups: () => lookups,
+        lookups,
         drop: () => redis.client.client('KILL', 'ID', String(subscriberId)),
         close: () => Promise.all([busA.close(), busB.close()]),
       }
