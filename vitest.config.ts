@@ -13,7 +13,7 @@ export default defineConfig({
     ],
   },
   test: {
-    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'examples/**/*.test.ts'],
+    include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'examples/**/*.test.ts', 'bench/**/*.test.ts'],
     // The conformance runner's own install (npm ci --prefix test/conformance) ships test files.
     exclude: [...configDefaults.exclude, 'test/conformance/node_modules/**'],
     testTimeout: 30_000,

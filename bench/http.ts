@@ -11,7 +11,7 @@ import { BENCH_PATH, BENCH_VERSION, TOOLS_LIST_REQUEST, TOOLS_LIST_RESULT } from
 import type { LoadResult, LoadSpec } from './load.js'
 import { exited, isMessage, loadCores, nextMessage, startNode } from './processes.js'
 import { type Framework, type ServerEntry, type ServerMessage, SERVERS } from './servers/catalog.js'
-import { type Spread, median, spreadOf } from './stats.js'
+import { type Spread, median, pairedRatios, spreadOf } from './stats.js'
 
 /** Options of {@link runHttp}. */
 export interface HttpOptions {
@@ -41,8 +41,14 @@ export interface HttpRow {
   /** Median over runs, ms. */
   readonly latencyP50: number
   readonly latencyP99: number
-  /** Requests per second ÷ the bare server's. */
+  /** Requests per second ÷ the bare server's (medians over the rounds). */
   readonly ratio: number | undefined
+  /**
+   * This server's requests per second ÷ the bare server's, round by round (both ran in the same
+   * round, seconds apart): the paired ratios. Their median is what the targets are judged on,
+   * and their spread tells whether the machine was quiet enough to judge at all.
+   */
+  readonly pairedRatios: readonly number[] | undefined
   /** Server CPU time per request, µs (median over runs): robust when the load generator is starved. */
   readonly cpuMicrosPerRequest: number
   /** The bare server's CPU per request ÷ this one's: the throughput ratio a CPU-bound server would show. */
@@ -173,6 +179,7 @@ function skippedRow(entry: ServerEntry, reason: string): HttpRow {
     latencyP50: Number.NaN,
     latencyP99: Number.NaN,
     ratio: undefined,
+    pairedRatios: undefined,
     cpuMicrosPerRequest: Number.NaN,
     cpuRatio: undefined,
     storeCallsPerRequest: undefined,
@@ -224,7 +231,8 @@ export async function runHttp(options: HttpOptions): Promise<HttpRow[]> {
     }
 
     const bare = running.find((s) => s.entry.stack === 'bare')
-    const bareRps = bare ? median(runs.get(bare.entry.id)!.map((r) => r.requestsPerSec)) : Number.NaN
+    const bareRounds = bare ? runs.get(bare.entry.id)!.map((r) => r.requestsPerSec) : []
+    const bareRps = bare ? median(bareRounds) : Number.NaN
     const bareCpu = bare ? median(runs.get(bare.entry.id)!.map((r) => r.cpuMicrosPerRequest)) : Number.NaN
     for (const entry of entries) {
       const reason = skipped.get(entry.id)
@@ -245,6 +253,7 @@ export async function runHttp(options: HttpOptions): Promise<HttpRow[]> {
         latencyP50: median(results.map((r) => r.latencyP50)),
         latencyP99: median(results.map((r) => r.latencyP99)),
         ratio: entry.stack === 'bare' ? 1 : bare ? requestsPerSec / bareRps : undefined,
+        pairedRatios: bare ? pairedRatios(rps, bareRounds) : undefined,
         cpuMicrosPerRequest,
         cpuRatio: entry.stack === 'bare' ? 1 : bare ? bareCpu / cpuMicrosPerRequest : undefined,
         storeCallsPerRequest: entry.stack === 'dispatch' && s && s.decisions > 0 ? s.storeCalls / s.decisions : undefined,

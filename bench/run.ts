@@ -16,7 +16,7 @@ import { runHttp } from './http.js'
 import { describeMachine } from './machine.js'
 import type { MicroReport } from './micro.js'
 import { exited, isMessage, nextMessage, startNode } from './processes.js'
-import { type BenchReport, renderReport, replaceLatestSection } from './report.js'
+import { type BenchReport, isNoisy, renderReport, replaceLatestSection } from './report.js'
 import { FRAMEWORKS, type Framework } from './servers/catalog.js'
 import { storeSetNames } from './stores.js'
 
@@ -140,9 +140,13 @@ async function main(): Promise<void> {
     writeFileSync(join(dir, `${name}.json`), `${JSON.stringify(report, null, 2)}\n`)
     const written = [`bench/results/${name}.md`]
     if (!quick && !only && store === 'memory') {
-      writeFileSync(join(dir, 'latest.md'), markdown)
-      written.push('bench/results/latest.md')
-      if (updateDocs(markdown)) written.push('docs/performance.md')
+      if (isNoisy(report)) {
+        log('noisy run: bench/results/latest.md and docs/performance.md keep the last quiet run')
+      } else {
+        writeFileSync(join(dir, 'latest.md'), markdown)
+        written.push('bench/results/latest.md')
+        if (updateDocs(markdown)) written.push('docs/performance.md')
+      }
     }
     log(`written: ${written.join(', ')}`)
   }

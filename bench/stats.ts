@@ -28,6 +28,17 @@ export function spreadOf(values: readonly number[]): Spread {
   return { min, max, percent: mid === 0 ? 0 : ((max - min) / mid) * 100 }
 }
 
+/**
+ * Ratios of two series measured in the same rounds, round by round (`a[i] / b[i]`): a paired
+ * comparison, so drift of a shared machine between rounds cancels out of each ratio.
+ */
+export function pairedRatios(a: readonly number[], b: readonly number[]): number[] {
+  const n = Math.min(a.length, b.length)
+  const out: number[] = []
+  for (let i = 0; i < n; i++) out.push(a[i]! / b[i]!)
+  return out
+}
+
 /** Formats an operations-per-second figure with thousands separators, 3 significant digits. */
 export function formatRate(value: number): string {
   if (!Number.isFinite(value)) return 'n/a'
