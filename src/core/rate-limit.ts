@@ -88,10 +88,16 @@ export function rateLimitValue(result: RateLimitResult): string {
   return `"${result.windowType}";r=${result.remaining};t=${result.retryAfter}`
 }
 
+/**
+ * The highest limit a policy may have: the largest integer a structured field carries
+ * (RFC 9651 section 3.3.1, 15 digits), so `q=` and `r=` stay valid header values.
+ */
+export const MAX_RATE_LIMIT = 999_999_999_999_999
+
 /** Throws a `TypeError` unless `policy` is a usable limit. */
 export function assertRateLimitPolicy(policy: RateLimitPolicy, where = 'rate limit'): void {
-  if (!Number.isSafeInteger(policy.limit) || policy.limit < 0) {
-    throw new TypeError(`mcp-dispatch: ${where} must have an integer limit >= 0, got ${policy.limit}`)
+  if (!Number.isSafeInteger(policy.limit) || policy.limit < 0 || policy.limit > MAX_RATE_LIMIT) {
+    throw new TypeError(`mcp-dispatch: ${where} must have an integer limit from 0 to ${MAX_RATE_LIMIT}, got ${policy.limit}`)
   }
   if (!Object.hasOwn(WINDOWS, policy.windowType)) {
     throw new TypeError(`mcp-dispatch: ${where} windowType must be one of ${Object.keys(WINDOWS).join(', ')}`)

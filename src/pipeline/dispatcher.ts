@@ -241,6 +241,22 @@ function remember<V>(map: Map<string, V>, key: string, value: V): void {
   map.set(key, value)
 }
 
+/** A policy as checked by the dispatcher, with its `RateLimit-Policy` value. */
+interface CheckedPolicy {
+  readonly policy: RateLimitPolicy
+  readonly header: string
+}
+
+function isDataProperty(object: object, key: string): boolean {
+  const descriptor = Object.getOwnPropertyDescriptor(object, key)
+  return descriptor !== undefined && 'value' in descriptor
+}
+
+/** A value named for an error message: numbers as they are, anything else by its type. */
+function describe(value: unknown): string {
+  return typeof value === 'number' ? String(value) : value === null ? 'null' : typeof value
+}
+
 class StoreFailure {
   constructor(
     readonly store: string,
@@ -277,7 +293,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   if (rateLimit && typeof rateLimit.policy !== 'function') {
     throw new ConfigurationError('rateLimit.policy', 'must be a function')
   }
-  const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore()) : undefined
+  const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore({ now })) : undefined
   const failOpen = rateLimit?.failOpen ?? true
   const cors = options.cors ?? true
   const allowedOrigins = options.allowedOrigins ? new Set(options.allowedOrigins) : undefined
@@ -307,8 +323,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     })
   const baseUrlOf = options.baseUrl ?? ((request: DispatchRequest) => request.origin + basePath)
   const indexes = new WeakMap<readonly string[], VersionIndex>()
-  // `RateLimit-Policy` value per policy object, once the policy was checked (frozen ones only).
-  const policyHeaders = new WeakMap<RateLimitPolicy, string>()
+  // A checked copy of each policy object and its `RateLimit-Policy` value (frozen ones only).
+  const checkedPolicies = new WeakMap<RateLimitPolicy, CheckedPolicy>()
 
   function indexOf(live: readonly string[]): VersionIndex {
     let index = indexes.get(live)
@@ -540,32 +556,49 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return `${app.id}\u0000${auth.identity.subject}\u0000${windowType}`
   }
 
+  /**
+   * The policy as checked: a copy, so an object the platform changes in place (or a getter)
+   * cannot change the limit between the check and the decision, which may be a store round
+   * trip later. Kept per policy object when it is frozen with plain data properties.
+   */
+  function checkPolicy(policy: RateLimitPolicy): CheckedPolicy {
+    let checked = checkedPolicies.get(policy)
+    if (checked !== undefined) return checked
+    const copy: RateLimitPolicy = Object.freeze({ limit: policy.limit, windowType: policy.windowType })
+    assertRateLimitPolicy(copy, 'rateLimit.policy result')
+    checked = { policy: copy, header: rateLimitPolicyValue(copy) }
+    // Policies are usually a few shared objects: check each once.
+    if (Object.isFrozen(policy) && isDataProperty(policy, 'limit') && isDataProperty(policy, 'windowType')) {
+      checkedPolicies.set(policy, checked)
+    }
+    return checked
+  }
+
   function countRequest(flow: Flow, policy: RateLimitPolicy | undefined): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!policy) return undefined
-    let policyHeader = policyHeaders.get(policy)
-    if (policyHeader === undefined) {
-      assertRateLimitPolicy(policy, 'rateLimit.policy result')
-      policyHeader = rateLimitPolicyValue(policy)
-      // Policies are usually a few shared objects: check each once.
-      if (Object.isFrozen(policy)) policyHeaders.set(policy, policyHeader)
-    }
-    flow.policyHeader = policyHeader
-    const windowMs = WINDOWS[policy.windowType]
+    const checked = checkPolicy(policy)
+    flow.policyHeader = checked.header
+    const windowMs = WINDOWS[checked.policy.windowType]
     const at = now()
     const start = windowStart(at, windowMs)
     let count: MaybePromise<number>
     try {
-      count = counters!.increment(rateKeyOf(flow, policy.windowType), start, windowMs)
+      count = counters!.increment(rateKeyOf(flow, checked.policy.windowType), start, windowMs)
       if (isForeignThenable(count)) count = Promise.resolve(count as PromiseLike<number>)
     } catch (error) {
       return rateLimitStoreFailed(error)
     }
     return count instanceof Promise
-      ? bounded(count, 'rate-limit').then((c) => judgeCount(c, policy, start + windowMs, at), rateLimitStoreFailed)
-      : judgeCount(count, policy, start + windowMs, at)
+      ? bounded(count, 'rate-limit').then((c) => judgeCount(c, checked.policy, start + windowMs, at), rateLimitStoreFailed)
+      : judgeCount(count, checked.policy, start + windowMs, at)
   }
 
-  function judgeCount(count: number, policy: RateLimitPolicy, reset: number, at: number): RateLimitResult | Reply {
+  function judgeCount(count: number, policy: RateLimitPolicy, reset: number, at: number): RateLimitResult | Reply | undefined {
+    // A count is a whole number from 1 (this request): anything else is a broken store,
+    // which fails open (or not) like a store that threw, never a 429 for everyone.
+    if (!Number.isSafeInteger(count) || count < 1) {
+      return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(count)}, not a count >= 1`))
+    }
     const result = rateLimitDecision(count, policy, reset, at)
     return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
   }

@@ -573,6 +573,18 @@ export function describeRateLimitStoreConformance(
       expect(await store.increment('k', start + W, W)).toBe(3)
     })
 
+    it('a counter more than one window ahead starts again (the clock stepped back): no lockout for the size of the step', async () => {
+      const { store, clock } = await open()
+      // The clock ran an hour fast for one request, then was corrected.
+      clock.set(start + 60 * W + 10)
+      for (let i = 0; i < 5; i++) await store.increment('k', start + 60 * W, W)
+      clock.set(start + 10)
+      expect(await store.increment('k', start, W)).toBe(1)
+      expect(await store.increment('k', start, W)).toBe(2)
+      // One window ahead is still clock skew between instances: counted against it.
+      expect(await store.increment('k', start - W, W)).toBe(3)
+    })
+
     it('is atomic: concurrent increments give every count exactly once', async () => {
       const { store } = await open()
       const counts = await Promise.all(Array.from({ length: 50 }, async () => store.increment('k', start, W)))

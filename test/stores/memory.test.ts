@@ -22,7 +22,7 @@ import {
 
 describeTokenStoreConformance('memory', () => createMemoryTokenStore())
 describeSessionStoreConformance('memory', ({ now }) => createMemorySessionStore({ now }))
-describeRateLimitStoreConformance('memory', () => createMemoryRateLimitStore())
+describeRateLimitStoreConformance('memory', ({ now }) => createMemoryRateLimitStore({ now }))
 describeCacheStoreConformance('memory', ({ now }) => createMemoryCacheStore({ now }))
 describeAppStoreConformance('memory', ({ apps }) => createMemoryAppStore(apps))
 describeSubscriptionStoreConformance('memory', ({ subscriptions }) => createMemorySubscriptionStore(subscriptions))
@@ -70,7 +70,7 @@ describe('memory stores: what only they do', () => {
   })
 
   it('the rate-limit store is bounded by max', () => {
-    const counters = createMemoryRateLimitStore({ max: 2 })
+    const counters = createMemoryRateLimitStore({ max: 2, now: () => 10 })
     counters.increment('a', 0, 60_000)
     counters.increment('b', 0, 60_000)
     counters.increment('c', 0, 60_000)
@@ -79,7 +79,7 @@ describe('memory stores: what only they do', () => {
   })
 
   it('the rate-limit store evicts the least recently used counter, not a busy one (regression: a busy caller was reset)', () => {
-    const counters = createMemoryRateLimitStore({ max: 2 })
+    const counters = createMemoryRateLimitStore({ max: 2, now: () => 10 })
     counters.increment('a', 0, 60_000)
     counters.increment('b', 0, 60_000)
     counters.increment('a', 0, 60_000)
@@ -87,6 +87,32 @@ describe('memory stores: what only they do', () => {
     counters.increment('c', 0, 60_000) // full: 'b', used least recently, goes
     expect(counters.increment('a', 0, 60_000)).toBe(4)
     expect(counters.increment('b', 0, 60_000)).toBe(1)
+  })
+
+  it('the rate-limit store sweeps ended windows by its clock, not by the window of the request that needs room (regression: a live day counter was reset)', () => {
+    const clock = createTestClock(Date.UTC(2026, 10, 22, 12))
+    const counters = createMemoryRateLimitStore({ max: 4, now: clock.now })
+    const day = 86_400_000
+    const midnight = Date.UTC(2026, 10, 22)
+    for (let i = 0; i < 1000; i++) counters.increment('heavy', midnight, day)
+    // Three per-second counters whose windows have ended.
+    for (const key of ['s1', 's2', 's3']) counters.increment(key, clock.now() - 5_000, 1_000)
+    // Full: a new day counter makes room. The ended ones go, the busy caller keeps its count.
+    expect(counters.increment('new', midnight, day)).toBe(1)
+    expect(counters.increment('heavy', midnight, day)).toBe(1001)
+  })
+
+  it('the rate-limit store makes room for a batch of new counters at once, least recently used first', () => {
+    const now = () => 10
+    const counters = createMemoryRateLimitStore({ max: 200, now }) // room is made for 2 at a time
+    for (let i = 0; i < 200; i++) counters.increment(`k${i}`, 0, 60_000)
+    for (let i = 2; i < 200; i++) counters.increment(`k${i}`, 0, 60_000) // k0 and k1 are the least recently used
+    counters.increment('new', 0, 60_000) // full: k0 and k1 go together (one sweep for both)
+    expect(counters.increment('k2', 0, 60_000)).toBe(3)
+    expect(counters.increment('k199', 0, 60_000)).toBe(3)
+    expect(counters.increment('new', 0, 60_000)).toBe(2)
+    expect(counters.increment('k1', 0, 60_000)).toBe(1) // gone, and back without evicting anyone
+    expect(counters.increment('k3', 0, 60_000)).toBe(3)
   })
 
   it('regression: a clock that starts at 0 still expires sessions and cache entries (lru-cache start time 0)', () => {

@@ -217,12 +217,20 @@ export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): S
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
   const max = options.max ?? 100_000
+  const now = options.now ?? Date.now
   const reorderFrom = Math.floor(max / 2)
+  // Room is made for a batch of new counters at once, so the sweep over every counter is paid
+  // once per `batch` new callers, not by each of them (at 100,000 counters a sweep takes
+  // milliseconds of event loop).
+  const batch = Math.max(1, Math.ceil(max / 100))
   const counters = new Map<string, { windowStart: number; end: number; count: number }>()
-  function makeRoom(now: number): void {
-    for (const [key, entry] of counters) if (entry.end <= now) counters.delete(key)
+  function makeRoom(): void {
+    // Ended windows by the store's clock: a request's own window start says nothing about
+    // the counters of other window types (a day window starts at midnight).
+    const at = now()
+    for (const [key, entry] of counters) if (entry.end <= at) counters.delete(key)
     for (const key of counters.keys()) {
-      if (counters.size < max) break
+      if (counters.size <= max - batch) break
       counters.delete(key)
     }
   }
@@ -234,10 +242,11 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
         counters.set(key, entry)
       }
       // A request stamped with an older window (clock skew between instances) counts against
-      // the current one rather than resetting it.
-      if (entry && entry.windowStart >= windowStart) return ++entry.count
+      // the current one rather than resetting it; a counter more than one window ahead is from
+      // a clock that has since stepped back, and starts again rather than refusing for hours.
+      if (entry && entry.windowStart >= windowStart && entry.windowStart - windowStart <= windowMs) return ++entry.count
       if (entry) entry.windowStart = windowStart
-      else if (counters.size >= max) makeRoom(windowStart)
+      else if (counters.size >= max) makeRoom()
       if (entry) {
         entry.end = windowStart + windowMs
         entry.count = 1

@@ -7,14 +7,16 @@ import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js
 
 /**
  * One atomic step: the counter is a hash of the window it counts (`w`, epoch ms) and the
- * count (`c`). A request stamped with the counter's window, or an older one (clock skew
- * between instances), adds to it; a newer window starts it again at 1, with a TTL of one
- * window from now (so it outlives the end of its window, never by more than one window).
+ * count (`c`). A request stamped with the counter's window, or an older one within one window
+ * (clock skew between instances), adds to it; a newer window, or a counter more than one window
+ * ahead (a clock that stepped back), starts it again at 1, with a TTL of one window from now
+ * (so it outlives the end of its window, never by more than one window).
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
   `local current = tonumber(redis.call('HGET', KEYS[1], 'w'))
-if current and current >= tonumber(ARGV[1]) then
+local requested = tonumber(ARGV[1])
+if current and current >= requested and current - requested <= tonumber(ARGV[2]) then
   return redis.call('HINCRBY', KEYS[1], 'c', 1)
 end
 redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)

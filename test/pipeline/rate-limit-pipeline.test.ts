@@ -1,0 +1,171 @@
+/**
+ * Step 5 against what a platform's own rate-limit store or policy may hand it: a count that
+ * is not a count, a policy object changed while the counter answers, a limit past what the
+ * `RateLimit` header fields can carry, a clock that steps back. Each is a served request
+ * (fail open, logged) or a 503, never a 429 for everyone or a header out of the policy.
+ */
+import {
+  type DispatchRequest,
+  type RateLimitPolicy,
+  type RateLimitStore,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+} from 'mcp-dispatch'
+import { describe, expect, it } from 'vitest'
+
+const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.2.3'] }
+
+async function setup(options: {
+  store?: RateLimitStore
+  policy: () => RateLimitPolicy | Promise<RateLimitPolicy>
+  failOpen?: boolean
+  now?: () => number
+}) {
+  const errors: Array<{ error: unknown; context: string }> = []
+  const apps = createMemoryAppStore([APP])
+  const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
+  const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+  const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
+  const dispatcher = createDispatcher({
+    apps,
+    subscriptions,
+    tokens,
+    ...(options.now && { now: options.now }),
+    rateLimit: {
+      ...(options.store && { store: options.store }),
+      policy: options.policy,
+      ...(options.failOpen !== undefined && { failOpen: options.failOpen }),
+    },
+    onError: (error, context) => errors.push({ error, context }),
+  })
+  const decide = async () => {
+    const headers: Record<string, string> = { authorization: `Bearer ${token}` }
+    const request: DispatchRequest = {
+      method: 'POST',
+      path: '/v1',
+      host: 'weather.example.com',
+      origin: 'https://weather.example.com',
+      headers: { get: (name) => headers[name] },
+      clientAddress: '203.0.113.7',
+    }
+    const decision = await dispatcher.decide(request)
+    return decision.type === 'dispatch'
+      ? { status: 200, headers: decision.headers as Record<string, string | undefined>, body: undefined }
+      : { status: decision.reply.status, headers: decision.reply.headers as Record<string, string | undefined>, body: decision.reply.body }
+  }
+  return { decide, errors }
+}
+
+const MINUTE = Object.freeze({ limit: 5, windowType: 'minute' as const })
+
+describe('rate limit: what the store answers', () => {
+  const broken: Array<[string, unknown]> = [
+    ['NaN', Number.NaN],
+    ['undefined', undefined],
+    ['null', null],
+    ['0', 0],
+    ['-3', -3],
+    ['1.5', 1.5],
+    ['a string', '2'],
+    ['Infinity', Number.POSITIVE_INFINITY],
+  ]
+
+  it.each(broken)('a count of %s is a failed store: served (fail open) and reported, not a 429 or a header out of the policy', async (_name, answer) => {
+    for (const asPromise of [false, true]) {
+      const store: RateLimitStore = { increment: () => (asPromise ? Promise.resolve(answer as number) : (answer as number)) }
+      const { decide, errors } = await setup({ store, policy: () => MINUTE })
+      const result = await decide()
+      expect(result.status).toBe(200)
+      expect(result.headers.ratelimit).toBeUndefined()
+      expect(result.headers['x-mcp-version']).toBe('1.2.3')
+      expect(errors).toHaveLength(1)
+      expect(errors[0]!.context).toBe('rate-limit store failed; serving (failOpen)')
+      expect(String(errors[0]!.error)).toMatch(/rate-limit store answered .*not a count >= 1/)
+    }
+  })
+
+  it('with failOpen: false a broken count is a 503, like a store that threw', async () => {
+    const store: RateLimitStore = { increment: () => Number.NaN }
+    const { decide, errors } = await setup({ store, policy: () => MINUTE, failOpen: false })
+    const result = await decide()
+    expect(result.status).toBe(503)
+    expect(result.headers['retry-after']).toMatch(/^\d+$/)
+    expect(errors.map((e) => e.context)).toEqual(['rate-limit failed'])
+  })
+})
+
+describe('rate limit: the policy', () => {
+  it('an unfrozen policy changed in place while the counter answers: the decision and the headers keep what was checked', async () => {
+    const plan = { limit: 2, windowType: 'minute' as RateLimitPolicy['windowType'] }
+    let release!: () => void
+    const counts = new Map<string, number>()
+    const store: RateLimitStore = {
+      increment: (key) =>
+        new Promise((resolve) => {
+          release = () => {
+            const count = (counts.get(key) ?? 0) + 1
+            counts.set(key, count)
+            resolve(count)
+          }
+        }),
+    }
+    const { decide, errors } = await setup({ store, policy: () => plan })
+    for (const [changed, expected] of [
+      [Number.POSITIVE_INFINITY, { status: 200, ratelimit: '"minute";r=1;t=' }],
+      [-1, { status: 200, ratelimit: '"minute";r=0;t=' }],
+      [10, { status: 429, ratelimit: '"minute";r=0;t=' }],
+    ] as const) {
+      const pending = decide()
+      await new Promise((r) => setImmediate(r))
+      plan.limit = changed // the platform edits its plan object while the count is in flight
+      release()
+      const result = await pending
+      expect(result.status).toBe(expected.status)
+      expect(result.headers.ratelimit).toMatch(new RegExp(`^${expected.ratelimit}\\d+$`))
+      expect(result.headers['ratelimit-policy']).toBe('"minute";q=2;w=60')
+      if (result.status === 429) expect(JSON.parse(result.body!).error.data.limit).toBe(2)
+      plan.limit = 2
+    }
+    expect(errors).toEqual([])
+  })
+
+  it('a frozen policy with a getter is read once per request, and checked', async () => {
+    let reads = 0
+    const policy = Object.freeze(
+      Object.defineProperty({ windowType: 'minute' }, 'limit', { get: () => (++reads > 1 ? Number.NaN : 3), enumerable: true }),
+    ) as RateLimitPolicy
+    const { decide, errors } = await setup({ policy: () => policy })
+    const first = await decide()
+    expect(first.status).toBe(200)
+    expect(first.headers['ratelimit-policy']).toBe('"minute";q=3;w=60')
+    // Not remembered as checked: the next request reads NaN, and that policy is refused (503).
+    const second = await decide()
+    expect(second.status).toBe(503)
+    expect(errors.map((e) => e.context)).toEqual(['rate-limit policy failed'])
+  })
+
+  it('a limit past 15 digits cannot be written as a structured-field integer: refused as a broken policy (503)', async () => {
+    const { decide, errors } = await setup({ policy: () => ({ limit: 1e15, windowType: 'minute' }) })
+    expect((await decide()).status).toBe(503)
+    expect(String(errors[0]!.error)).toMatch(/integer limit from 0 to 999999999999999/)
+    const { decide: atMost } = await setup({ policy: () => ({ limit: 999_999_999_999_999, windowType: 'minute' }) })
+    expect((await atMost()).headers['ratelimit-policy']).toBe('"minute";q=999999999999999;w=60')
+  })
+})
+
+describe('rate limit: the default store and the clock', () => {
+  it('a clock that ran an hour fast and was corrected does not lock the caller out for the hour', async () => {
+    let at = Date.UTC(2026, 10, 22, 12, 0, 30)
+    const { decide } = await setup({ policy: () => MINUTE, now: () => at })
+    at += 3_600_000
+    for (let i = 0; i < 5; i++) expect((await decide()).status).toBe(200)
+    expect((await decide()).status).toBe(429)
+    at -= 3_600_000 // corrected
+    const after = await decide()
+    expect(after.status).toBe(200)
+    expect(after.headers.ratelimit).toBe('"minute";r=4;t=30')
+  })
+})
