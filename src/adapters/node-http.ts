@@ -13,7 +13,7 @@ import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
 import { type Dispatched, attachToHead, dispatchHeadersFor, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
-import { splitUrl } from './shared.js'
+import { INVALID_HOST, splitUrl } from './shared.js'
 
 /**
  * The neutral request over a Node request: one object per request, which is also its own
@@ -337,7 +337,30 @@ export function toWebRequest(source: WebRequestSource): Request {
   }
   const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: controller.signal }
   if (body !== null) init.duplex = 'half'
-  return new Request(`${source.protocol}://${req.headers.host ?? 'localhost'}${source.url}`, init)
+  let url = source.url
+  let host = req.headers.host ?? 'localhost'
+  // An absolute-form target (`POST http://host/v1`) names the host itself, as the dispatcher
+  // read it (`toDispatchRequest`); the rest of it is the path and query.
+  if (url.charCodeAt(0) !== 47 /* / */ && url.includes('://')) {
+    const { origin } = splitUrl(url)
+    host = origin.slice(origin.indexOf('://') + 3)
+    url = url.slice(origin.length)
+    if (url[0] !== '/') url = `/${url}`
+  }
+  return new Request(`${source.protocol}://${host}${url}`, init)
+}
+
+/**
+ * {@link toWebRequest} for a handler (`fromWebHandler`), or `undefined` after answering 400
+ * (`INVALID_HOST`) when the target cannot be a URL: the client's error, never a framework 500.
+ */
+export function toHandlerRequest(source: WebRequestSource): Request | undefined {
+  try {
+    return toWebRequest(source)
+  } catch {
+    writeReply(source.res, INVALID_HOST)
+    return undefined
+  }
 }
 
 function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {

@@ -74,6 +74,16 @@ export function splitUrl(url: string): { origin: string; path: string } {
   return { origin: url.slice(0, hostEnd), path: hostEnd === pathEnd ? '/' : url.slice(hostEnd, pathEnd) }
 }
 
+/**
+ * 400 for a request whose `Host` (or absolute-form target) the URL parser refuses (`a b`, a
+ * port past 65535), met where a web `Request` must be built for a handler: the client's error.
+ */
+export const INVALID_HOST: Reply = jsonRpcErrorReply(400, {
+  code: -32600,
+  message: 'Invalid Host header',
+  data: { error: 'invalid_request', field: 'host' },
+})
+
 /** Options of the Express and Fastify `serveTokenApi`. */
 export interface ServeTokenApiOptions {
   /**

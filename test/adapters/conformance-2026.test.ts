@@ -77,7 +77,11 @@ describe.skipIf(!installed)('the conformance runner’s MCP 2026-07-28 scenarios
     fixtureErrors = fixture.errors
     const { privateKey } = await generateKeyPair('ES256', { extractable: true })
     const upstreamUrl = `http://127.0.0.1:${app.port}/mcp`
-    const proxy = createProxyHandler({ upstream: { '1.0.0': upstreamUrl, '2.0.0': upstreamUrl }, identity: { issuer: 'https://platform.test', privateKey } })
+    const proxy = createProxyHandler({
+      upstream: { '1.0.0': upstreamUrl, '2.0.0': upstreamUrl },
+      appId: 'app_weather',
+      identity: { issuer: 'https://platform.test', privateKey },
+    })
     const inProcess = createModernApp('1.0.0')
     const proxied = await serveWebHandler('web', fixture, proxy)
     const fastify = await serveWebHandler('fastify', fixture, (request) => inProcess.fetch(request))

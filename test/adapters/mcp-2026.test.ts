@@ -71,7 +71,7 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
       upstreams.set(version, served)
       upstreamUrls[version] = `http://127.0.0.1:${served.port}/mcp`
     }
-    proxy = createProxyHandler({ upstream: upstreamUrls, identity: { issuer: 'https://platform.test', privateKey } })
+    proxy = createProxyHandler({ upstream: upstreamUrls, appId: 'app_weather', identity: { issuer: 'https://platform.test', privateKey } })
     const local = Object.fromEntries(VERSIONS.map((v) => [v, createModernApp(v)]))
     inProcess = routeByVersion(Object.fromEntries(VERSIONS.map((v) => [v, (request: Request) => local[v]!.fetch(request)])))
   })

@@ -4,6 +4,7 @@
  * failures (502 / 504), and the identity token an App verifies.
  */
 import * as http from 'node:http'
+import * as net from 'node:net'
 import { type JWK, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
 import { ConfigurationError, type DispatchContext, UnauthorizedError, UpstreamError } from 'mcp-dispatch'
 import {
@@ -62,6 +63,7 @@ describe('proxy handler', () => {
     signer = createIdentitySigner({ issuer: ISSUER, privateKey })
     proxy = createProxyHandler({
       upstream: { '2.0.0': `${upstream.origin}/mcp` },
+      appId: 'app_weather',
       identity: signer,
       onError: (error, where) => errors.push({ error, context: where }),
     })
@@ -258,6 +260,7 @@ describe('proxy handler', () => {
       const aborted: Gate = createGate()
       const stalled = createProxyHandler({
         upstream: { '2.0.0': 'http://upstream.invalid/mcp' },
+        appId: 'app_weather',
         identity: signer,
         timeoutMs: 1,
         // Never answers; only the proxy's timeout ends it.
@@ -335,6 +338,188 @@ describe('proxy handler', () => {
   })
 })
 
+describe('proxy: upstreams and clients that misbehave', () => {
+  let upstream: Upstream
+  let signer: IdentitySigner
+  const errors: Array<{ error: unknown; context: string }> = []
+  const post = () =>
+    new Request('http://weather.localhost/v2', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+    })
+
+  beforeAll(async () => {
+    upstream = await startUpstream()
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    signer = createIdentitySigner({ issuer: ISSUER, privateKey })
+  })
+  afterAll(() => close(upstream.server))
+
+  it('a head with neither Content-Type nor length, then silence, is a 504 at timeoutMs, not a hang', async () => {
+    const upstreamClosed = createGate()
+    upstream.handle = (_req, res) => {
+      res.on('close', () => upstreamClosed.open())
+      res.writeHead(200) // chunked, unlabelled: the proxy must look at the body to know it is not empty
+      res.flushHeaders()
+    }
+    errors.length = 0
+    const proxy = createProxyHandler({
+      upstream: () => `${upstream.origin}/mcp`,
+      identity: signer,
+      timeoutMs: 300,
+      onError: (error, where) => errors.push({ error, context: where }),
+    })
+    const response = await proxy(post(), context)
+    expect(response.status).toBe(504)
+    expect(await response.text()).toBe(TIMED_OUT)
+    expect(errors).toHaveLength(1)
+    expect((errors[0]!.error as UpstreamError).status).toBe(504)
+    await upstreamClosed.wait() // and the upstream request is given up
+  })
+
+  it('a status outside 200 to 599, or a reason phrase no runtime can write, is a 502 upstream_unavailable, and the upstream is let go', async () => {
+    for (const statusLine of ['HTTP/1.1 600 Nonsense', 'HTTP/1.1 200 Caf\xe9 \xff\xfe']) {
+      const sockets: net.Socket[] = []
+      const socketClosed = createGate()
+      const raw = net.createServer((socket) => {
+        sockets.push(socket)
+        socket.on('close', () => socketClosed.open())
+        socket.once('data', () => {
+          socket.write(Buffer.from(`${statusLine}\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n5\r\n{"a":\r\n`, 'latin1'))
+        })
+      })
+      const port = await listen(raw as unknown as http.Server)
+      errors.length = 0
+      const proxy = createProxyHandler({
+        upstream: () => `http://127.0.0.1:${port}/mcp`,
+        identity: signer,
+        onError: (error, where) => errors.push({ error, context: where }),
+      })
+      try {
+        const response = await proxy(post(), context)
+        if (statusLine.includes('600')) {
+          expect(response.status).toBe(502)
+          expect(await response.text()).toBe(UNAVAILABLE)
+          expect(String((errors[0]!.error as Error).message)).toBe('Upstream answered 600')
+          await socketClosed.wait()
+        } else {
+          // The status passes; the reason phrase is not passed on (it is optional).
+          expect(response.status).toBe(200)
+          expect(response.statusText).toBe('')
+          for (const socket of sockets) socket.end('0\r\n\r\n')
+          expect(await response.text()).toBe('{"a":')
+        }
+      } finally {
+        for (const socket of sockets) socket.destroy()
+        await new Promise((resolve) => raw.close(resolve))
+      }
+    }
+  })
+
+  it('request headers the client names in Connection stay on this hop, MCP ones included', async () => {
+    let seen: http.IncomingHttpHeaders | undefined
+    upstream.handle = (req, res) => {
+      seen = req.headers
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+    }
+    const proxy = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, forwardHeaders: ['x-trace'] })
+    const request = post()
+    const headers = new Headers(request.headers)
+    for (const [name, value] of [
+      ['connection', 'x-trace, Mcp-Method, mcp-param-region'],
+      ['x-trace', 't1'],
+      ['mcp-method', 'tools/call'],
+      ['mcp-param-region', 'eu'],
+      ['mcp-name', 'forecast'],
+    ]) headers.set(name!, value!)
+    expect((await proxy(new Request(request, { headers }), context)).status).toBe(200)
+    expect(seen?.['x-trace']).toBeUndefined()
+    expect(seen?.['mcp-method']).toBeUndefined()
+    expect(seen?.['mcp-param-region']).toBeUndefined()
+    expect(seen?.['mcp-name']).toBe('forecast')
+  })
+
+  it('a content coding fetch does not decode keeps its label (the bytes are still encoded); one it decodes loses it', async () => {
+    for (const [coding, kept] of [['zstd', true], ['x-custom', true], ['gzip', false]] as const) {
+      const { gzipSync } = await import('node:zlib')
+      const payload = coding === 'gzip' ? gzipSync('{"ok":true}') : Buffer.from('ENCODED')
+      upstream.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': coding, 'content-length': payload.length }).end(payload)
+      }
+      const proxy = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
+      const response = await proxy(post(), context)
+      expect(response.headers.get('content-encoding')).toBe(kept ? coding : null)
+      expect(Buffer.from(await response.arrayBuffer())).toEqual(kept ? payload : Buffer.from('{"ok":true}'))
+    }
+  })
+
+  it('bare version keys belong to the App named by appId: another App with that version is not sent there', async () => {
+    const identity = signer
+    expect(() => createProxyHandler({ upstream: { '2.0.0': `${upstream.origin}/mcp` }, identity })).toThrow(
+      /upstream.*"2\.0\.0" name no App: give appId/,
+    )
+    expect(() => createProxyHandler({ upstream: { 'app_weather@2.0.0': `${upstream.origin}/mcp` }, identity })).not.toThrow()
+    let calls = 0
+    upstream.handle = (_req, res) => {
+      calls++
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+    }
+    const proxy = createProxyHandler({ upstream: { '2.0.0': `${upstream.origin}/mcp` }, appId: 'app_weather', identity })
+    expect((await proxy(post(), context)).status).toBe(200)
+    const notes = await proxy(post(), { ...context, app: { id: 'app_notes', slug: 'notes', name: 'Notes' } })
+    expect(notes.status).toBe(404)
+    expect(await notes.json()).toMatchObject({ error: { data: { error: 'version_not_served', version: '2.0.0' } } })
+    expect(calls).toBe(1)
+  })
+
+  it('absolute-form request targets reach a web handler through Express and Fastify (its host and path), never a 500 or silence', async () => {
+    for (const kind of ['express', 'fastify'] as const) {
+      const fixture = createFixture()
+      let seenUrl: string | undefined
+      const { port, close: stop } = await serveWebHandler(kind, fixture, (request) => {
+        seenUrl = request.url
+        return Response.json({ jsonrpc: '2.0', id: 1, result: {} })
+      })
+      try {
+        const answer = await rawExchange(
+          port,
+          `POST http://weather.localhost/v2?x=1 HTTP/1.1\r\nHost: weather.localhost:${port}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\n` +
+            'Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}',
+        )
+        expect(answer, kind).toMatch(/^HTTP\/1\.1 200 /)
+        expect(seenUrl, kind).toBe('http://weather.localhost/v2?x=1')
+        // A Host the URL parser refuses is the client's error: 400, JSON-RPC, naming the host.
+        const bad = await rawExchange(
+          port,
+          `POST /v2 HTTP/1.1\r\nHost: weather.localhost:99999\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\n` +
+            'Content-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}',
+        )
+        expect(bad, kind).toMatch(/^HTTP\/1\.1 400 /)
+        expect(bad, kind).toContain('"field":"host"')
+      } finally {
+        await stop()
+      }
+    }
+  })
+})
+
+/** Sends `request` as written on a fresh connection and reads until the server closes it. */
+function rawExchange(port: number, request: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = net.connect(port, '127.0.0.1', () => socket.write(request))
+    let answer = ''
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk: string) => (answer += chunk))
+    socket.on('end', () => resolve(answer))
+    socket.on('error', reject)
+    socket.setTimeout(5_000, () => {
+      socket.destroy()
+      resolve(answer)
+    })
+  })
+}
+
 describe('identity tokens', () => {
   let privateJwk: JWK
   let signer: IdentitySigner
@@ -348,7 +533,7 @@ describe('identity tokens', () => {
 
   const verifier = (overrides: Partial<Parameters<typeof createIdentityVerifier>[0]> = {}) =>
     signer.jwks().then((jwks) =>
-      createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'http://app.internal', now: () => at, ...overrides }),
+      createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'http://app.internal', appId: 'app_weather', now: () => at, ...overrides }),
     )
 
   it('publishes public keys only, with alg, kid (RFC 7638 thumbprint) and use', async () => {
@@ -369,6 +554,7 @@ describe('identity tokens', () => {
         jwks: `http://127.0.0.1:${port}/.well-known/jwks.json`,
         issuer: ISSUER,
         audience: 'http://app.internal',
+        appId: 'app_weather',
         now: () => at,
       })
       const token = await signer.sign(context, 'http://app.internal')
@@ -412,7 +598,7 @@ describe('identity tokens', () => {
     const rotated = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [previous], now: () => at })
     const jwks = await rotated.jwks()
     expect(jwks.keys.map((k) => k.alg)).toEqual(['EdDSA', 'ES256'])
-    const verify = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', now: () => at })
+    const verify = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', appId: 'app_weather', now: () => at })
     expect((await verify(await rotated.sign(context, 'a'))).subject).toBe('alice')
     expect((await verify(await signer.sign(context, 'a'))).subject).toBe('alice')
   })
@@ -424,7 +610,7 @@ describe('identity tokens', () => {
     const rotated = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [await exportJWK(old.publicKey)], now: () => at })
     const jwks = await rotated.jwks()
     expect(jwks.keys[1]).toMatchObject({ alg: 'ES256', kid: expect.any(String), use: 'sig' })
-    const verify = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', now: () => at })
+    const verify = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', appId: 'app_weather', now: () => at })
     expect((await verify(before)).subject).toBe('alice')
   })
 
@@ -451,6 +637,12 @@ describe('identity tokens', () => {
     for (const name of ['mcp-method', 'Mcp-Name', 'mcp-param-region']) {
       expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: name }), name).toThrow(ConfigurationError)
     }
-    expect(() => createIdentityVerifier({ jwks: 'not a url', issuer: ISSUER, audience: 'a' })).toThrow(ConfigurationError)
+    expect(() => createIdentityVerifier({ jwks: 'not a url', issuer: ISSUER, audience: 'a', appId: 'app_weather' })).toThrow(ConfigurationError)
+    // The App must name itself: the audience alone (the upstream's origin) is shared by Apps on one origin.
+    const jwks = await signer.jwks()
+    expect(() => createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a' } as never)).toThrow(/appId.*must name the App/)
+    expect(() => createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', appId: [] })).toThrow(ConfigurationError)
+    const either = createIdentityVerifier({ jwks, issuer: ISSUER, audience: 'a', appId: ['app_notes', 'app_weather'], now: () => at })
+    expect((await either(await signer.sign(context, 'a'))).appId).toBe('app_weather')
   })
 })

@@ -36,7 +36,7 @@ import {
   responseStarted,
   socketProtocol,
   toDispatchRequest,
-  toWebRequest,
+  toHandlerRequest,
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
@@ -259,13 +259,14 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
       writeReply(res, HANDLER_FAILED)
       return
     }
-    const request = toWebRequest({
+    const request = toHandlerRequest({
       req,
       res,
       url: req.originalUrl ?? req.url,
       protocol: typeof req.protocol === 'string' ? req.protocol : socketProtocol(req),
       parsedBody: (req as { body?: unknown }).body,
     })
+    if (!request) return
     let response: Response_
     try {
       response = await handler(request, context)

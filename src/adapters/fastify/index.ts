@@ -44,7 +44,7 @@ import {
   requireContext,
   responseStarted,
   toDispatchRequest,
-  toWebRequest,
+  toHandlerRequest,
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
@@ -235,13 +235,14 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
       writeReply(reply.raw, HANDLER_FAILED)
       return undefined
     }
-    const webRequest = toWebRequest({
+    const webRequest = toHandlerRequest({
       req: request.raw,
       res: reply.raw,
       url: request.raw.url ?? '/',
       protocol: request.protocol,
       parsedBody: request.body,
     })
+    if (!webRequest) return undefined
     let response: Response
     try {
       response = await handler(webRequest, context)

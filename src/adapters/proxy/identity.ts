@@ -241,8 +241,13 @@ export interface IdentityVerifierOptions {
   issuer: string
   /** What this App expects as `aud` (by default the platform uses the origin of the App's URL). */
   audience: string | readonly string[]
-  /** When set, the token's `app` claim must equal it. */
-  appId?: string
+  /**
+   * The App (or Apps) this service is: the token's `app` claim must be one of them. Required,
+   * since the audience alone is the upstream's origin: Apps served from one origin, or a
+   * platform that routes a version of another App here by mistake, would otherwise hand this
+   * App callers who were only admitted to another.
+   */
+  appId: string | readonly string[]
   /** Header to read from a `Request` or `Headers`. Default `x-mcp-identity`. */
   header?: string
   /** Clock skew tolerated, in seconds. Default 5. */
@@ -278,8 +283,8 @@ export type IdentityVerifier = (input: Request | Headers | string | null | undef
 
 /**
  * Creates the verifier an App uses to read who is calling through the platform. It checks
- * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, and (with `appId`)
- * the `app` claim; a missing or invalid token throws an {@link UnauthorizedError} (answer 401).
+ * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, and that the `app`
+ * claim names this App (`appId`); a missing or invalid token throws an {@link UnauthorizedError} (answer 401).
  *
  * @example
  * ```ts
@@ -288,6 +293,7 @@ export type IdentityVerifier = (input: Request | Headers | string | null | undef
  *   jwks: 'https://platform.example/.well-known/jwks.json',
  *   issuer: 'https://platform.example',
  *   audience: 'https://weather.internal:3000',
+ *   appId: 'app_weather',
  * })
  * const { subject, version } = await verifyIdentity(request) // a web Request, Headers or the JWT
  * ```
@@ -299,6 +305,10 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   const audience = typeof options.audience === 'string' ? [options.audience] : [...(options.audience ?? [])]
   if (audience.length === 0 || audience.some((a) => typeof a !== 'string' || a === '')) {
     throw new ConfigurationError('audience', 'must be a non-empty string or list of strings')
+  }
+  const appIds = new Set(typeof options.appId === 'string' ? [options.appId] : [...(options.appId ?? [])])
+  if (appIds.size === 0 || [...appIds].some((a) => typeof a !== 'string' || a === '')) {
+    throw new ConfigurationError('appId', 'must name the App (or Apps) this service is: a non-empty string or list of strings')
   }
   const header = (options.header ?? IDENTITY_HEADER).toLowerCase()
   const now = options.now
@@ -342,7 +352,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     if (typeof claims.app !== 'string' || typeof claims.ver !== 'string' || typeof claims.sub !== 'string') {
       throw new UnauthorizedError('Invalid identity token')
     }
-    if (options.appId !== undefined && claims.app !== options.appId) {
+    if (!appIds.has(claims.app)) {
       throw new UnauthorizedError('Identity token is for another App')
     }
     return {

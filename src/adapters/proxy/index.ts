@@ -14,7 +14,8 @@
  *   against the JWKS the platform publishes.
  *
  * What never crosses: the caller's `Authorization` header (the MCP authorization spec
- * forbids token passthrough), cookies, and hop-by-hop headers (RFC 9110 section 7.6.1).
+ * forbids token passthrough), cookies, and hop-by-hop headers (RFC 9110 section 7.6.1),
+ * including those the client names in `Connection`.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
  * with a redirect, or refuses the platform's identity (401); 504 when its response head does
@@ -30,6 +31,7 @@
  *
  * const proxy = createProxyHandler({
  *   upstream: { '1.4.2': 'http://weather-v1.internal:3000/mcp', '2.0.0': 'http://weather-v2.internal:3000/mcp' },
+ *   appId: 'app_weather',
  *   identity: { issuer: 'https://platform.example', privateKey },
  * })
  * export default { fetch: mcpDispatch({ dispatcher, handler: proxy }) }
@@ -97,11 +99,19 @@ export type UpstreamMap =
 /** Options of {@link createProxyHandler}. */
 export interface ProxyHandlerOptions {
   /**
-   * The upstream MCP endpoint of each version: an object keyed by version (`'1.4.2'`) or by
-   * `'<appId>@<version>'` (which wins), or a function of the dispatch context. A version
-   * without an upstream gets a JSON-RPC 404 (`version_not_served`).
+   * The upstream MCP endpoint of each version: an object keyed by `'<appId>@<version>'`, or
+   * by version (`'1.4.2'`) for the App named by `appId` (an App-qualified key wins), or a
+   * function of the dispatch context. A version without an upstream gets a JSON-RPC 404
+   * (`version_not_served`).
    */
   upstream: UpstreamMap
+  /**
+   * The App whose versions the table's bare version keys (`'1.4.2'`) name. Required when the
+   * table has such keys: without it, every App that has a version of that number would be
+   * sent to this upstream (a dispatcher serves every App of the platform). Keys of the form
+   * `'<appId>@<version>'` need no `appId`.
+   */
+  appId?: string
   /** Signs the identity the upstream receives: a signer, or the options to create one. */
   identity: IdentitySigner | IdentitySignerOptions
   /**
@@ -170,7 +180,12 @@ function parseUpstream(value: string | URL, option: string): URL {
  * (`gone` aborted), the upstream is aborted and the body ends quietly instead of failing, so
  * runtimes do not log a disconnect as an error.
  */
-async function relayBody(upstream: Response, method: string, gone: AbortSignal): Promise<ReadableStream<Uint8Array> | null> {
+async function relayBody(
+  upstream: Response,
+  method: string,
+  gone: AbortSignal,
+  deadline: AbortSignal,
+): Promise<ReadableStream<Uint8Array> | null> {
   const body = upstream.body
   if (!body) return null
   const status = upstream.status
@@ -182,7 +197,7 @@ async function relayBody(upstream: Response, method: string, gone: AbortSignal):
   const reader = body.getReader()
   let first: Uint8Array | undefined
   if (!upstream.headers.has('content-type') && length === null) {
-    const peeked = await reader.read()
+    const peeked = await readBefore(reader, deadline)
     if (peeked.done) return null
     first = peeked.value
   }
@@ -207,6 +222,34 @@ async function relayBody(upstream: Response, method: string, gone: AbortSignal):
     },
     { highWaterMark: 0 },
   )
+}
+
+/**
+ * `reader.read()`, rejected (and the body cancelled) once `deadline` aborts, whether or not
+ * the `fetch` in use ends its body on the abort signal.
+ */
+function readBefore(
+  reader: ReadableStreamDefaultReader<Uint8Array>,
+  deadline: AbortSignal,
+): Promise<ReadableStreamReadResult<Uint8Array>> {
+  if (deadline.aborted) return Promise.reject(deadline.reason)
+  return new Promise((resolve, reject) => {
+    const onAbort = () => {
+      reject(deadline.reason)
+      void reader.cancel().catch(() => {})
+    }
+    deadline.addEventListener('abort', onAbort, { once: true })
+    reader.read().then(
+      (result) => {
+        deadline.removeEventListener('abort', onAbort)
+        resolve(result)
+      },
+      (error: unknown) => {
+        deadline.removeEventListener('abort', onAbort)
+        reject(error)
+      },
+    )
+  })
 }
 
 /**
@@ -263,7 +306,19 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   } else if (source && typeof source === 'object') {
     const table = new Map<string, URL>()
     for (const [key, value] of Object.entries(source)) table.set(key, parseUpstream(value, `upstream.${key}`))
-    upstreamOf = (context) => table.get(`${context.app.id}@${context.version}`) ?? table.get(context.version)
+    const appId = options.appId
+    if (appId !== undefined && (typeof appId !== 'string' || appId === '')) {
+      throw new ConfigurationError('appId', 'must be a non-empty App id')
+    }
+    const bare = [...table.keys()].filter((key) => !key.includes('@'))
+    if (bare.length > 0 && appId === undefined) {
+      throw new ConfigurationError(
+        'upstream',
+        `keys ${bare.map((k) => JSON.stringify(k)).join(', ')} name no App: give appId (the App they belong to) or key them "<appId>@<version>", so callers of another App with the same version are never sent to this upstream`,
+      )
+    }
+    upstreamOf = (context) =>
+      table.get(`${context.app.id}@${context.version}`) ?? (context.app.id === appId ? table.get(context.version) : undefined)
   } else {
     throw new ConfigurationError('upstream', 'must be an object of URLs keyed by version, or a function')
   }
@@ -279,9 +334,12 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     if (!target) return toResponse(versionNotServedReply(context.version))
 
     const headers = new Headers()
+    // Headers the client named in `Connection` are hop-by-hop (RFC 9110 section 7.6.1), even
+    // MCP ones: they were meant for this hop only.
+    const hopOnly = connectionTokens(request.headers.get('connection'))
     // `Headers` iterates lower-case names, each once (repeated ones joined, as `get` gives them).
     request.headers.forEach((value, name) => {
-      if (forwarded.has(name) || name.startsWith(FORWARDED_PARAM_PREFIX)) headers.set(name, value)
+      if ((forwarded.has(name) || name.startsWith(FORWARDED_PARAM_PREFIX)) && !hopOnly?.has(name)) headers.set(name, value)
     })
     // Compressed bodies would be decoded by `fetch` and re-labelled wrongly; ask for none.
     headers.set('accept-encoding', 'identity')
@@ -310,35 +368,37 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       }
       upstream = await fetchUpstream(target, init)
     } catch (error) {
+      clearTimeout(timer)
       request.signal.removeEventListener('abort', clientGone)
+      return failed(error)
+    }
+
+    /** The 502 (or 504 past `timeoutMs`) for a failure before the answer's head went out. */
+    function failed(error: unknown, message = UNAVAILABLE): Response {
       const failure = timedOut
         ? new UpstreamError(504, TIMED_OUT, { cause: error })
-        : new UpstreamError(502, UNAVAILABLE, { cause: error })
-      if (!request.signal.aborted) onError(failure, `proxy ${target.origin}`)
-      return toResponse(upstreamErrorReply(failure))
-    } finally {
-      clearTimeout(timer)
+        : new UpstreamError(502, message, { cause: error })
+      if (!request.signal.aborted) onError(failure, `proxy ${target!.origin}`)
+      return toResponse(upstreamErrorReply(timedOut ? failure : new UpstreamError(502, UNAVAILABLE)))
     }
 
     const status = upstream.status
-    if ((status >= 300 && status < 400) || status === 401 || status === 407) {
-      // A redirect could send the next request (and its identity) elsewhere; a 401 means the
-      // upstream refuses the platform's identity, which the caller can do nothing about.
+    // A redirect could send the next request (and its identity) elsewhere; a 401 means the
+    // upstream refuses the platform's identity, which the caller can do nothing about; a
+    // status outside 200 to 599 is not HTTP the client could be given.
+    if ((status >= 300 && status < 400) || status === 401 || status === 407 || status < 200 || status > 599) {
+      clearTimeout(timer)
       void upstream.body?.cancel().catch(() => {})
-      onError(new UpstreamError(502, `Upstream answered ${status}`), `proxy ${target.origin}`)
-      return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
+      return failed(undefined, `Upstream answered ${status}`)
     }
 
     const out = new Headers()
-    const connectionTokens = new Set(
-      (upstream.headers.get('connection') ?? '')
-        .split(',')
-        .map((t) => t.trim().toLowerCase())
-        .filter(Boolean),
-    )
-    const decoded = upstream.headers.has('content-encoding')
+    const hopByHop = connectionTokens(upstream.headers.get('connection'))
+    // `fetch` decodes gzip, deflate and br (all of the listed codings or none): then the body
+    // is no longer what the labels say. Any other coding reaches the client as it came.
+    const decoded = decodedByFetch(upstream.headers.get('content-encoding'))
     upstream.headers.forEach((value, name) => {
-      if (HOP_BY_HOP.has(name) || connectionTokens.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
+      if (HOP_BY_HOP.has(name) || hopByHop?.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
       // CORS is the dispatch layer's, for the App's address: an upstream's own fields (say
       // `Access-Control-Allow-Credentials`) would join it, and could pair with an echoed origin.
       if (name.startsWith('access-control-')) return
@@ -348,13 +408,39 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     for (const cookie of upstream.headers.getSetCookie()) out.append('set-cookie', cookie)
     let body: ReadableStream<Uint8Array> | null
     try {
-      body = await relayBody(upstream, method, request.signal)
+      // Still under `timeoutMs`: an answer without `Content-Type` or length is peeked at, and an
+      // upstream that sends such a head and then nothing must not hold the client forever.
+      body = await relayBody(upstream, method, request.signal, controller.signal)
     } catch (error) {
-      if (!request.signal.aborted) onError(new UpstreamError(502, UNAVAILABLE, { cause: error }), `proxy ${target.origin}`)
-      return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
+      void upstream.body?.cancel().catch(() => {})
+      return failed(error)
+    } finally {
+      clearTimeout(timer)
     }
-    return new Response(body, { status, statusText: upstream.statusText, headers: out })
+    // The status line's reason phrase is not passed on: it is optional, and an upstream's may
+    // hold bytes no runtime can write.
+    return new Response(body, { status, headers: out })
   }
+}
+
+/** Lower-case field names listed in a `Connection` value, or `undefined` when there are none. */
+function connectionTokens(value: string | null): Set<string> | undefined {
+  if (!value) return undefined
+  const names = new Set<string>()
+  for (const token of value.split(',')) {
+    const name = token.trim().toLowerCase()
+    if (name) names.add(name)
+  }
+  return names
+}
+
+/** Content codings the `fetch` of Node (undici) decodes: it decodes every listed one, or none. */
+const FETCH_DECODES = new Set(['gzip', 'x-gzip', 'deflate', 'br'])
+
+function decodedByFetch(contentEncoding: string | null): boolean {
+  if (!contentEncoding) return false
+  const codings = contentEncoding.split(',').map((c) => c.trim().toLowerCase()).filter(Boolean)
+  return codings.length > 0 && codings.every((c) => FETCH_DECODES.has(c))
 }
 
 export {
