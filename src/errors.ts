@@ -29,6 +29,7 @@ export type DispatchErrorCode =
   | 'ERR_UNAUTHORIZED'
   | 'ERR_CSRF'
   | 'ERR_TOKEN_INACTIVE'
+  | 'ERR_CONFLICT'
   | 'ERR_DEPLOY_REFUSED'
   | 'ERR_STORE_UNAVAILABLE'
   | 'ERR_AUTHORIZATION_SERVER_UNAVAILABLE'
@@ -95,6 +96,16 @@ export class CsrfError extends DispatchError {
 export class TokenInactiveError extends DispatchError {
   constructor(state: 'expired' | 'revoked') {
     super('ERR_TOKEN_INACTIVE', 409, -32600, `Token is ${state}`)
+  }
+}
+
+/**
+ * A change lost to changes made at the same time often enough that the library gave up
+ * (many owner rotations of one token at once): 409, try again.
+ */
+export class ConflictError extends DispatchError {
+  constructor(message: string) {
+    super('ERR_CONFLICT', 409, -32600, message)
   }
 }
 

@@ -15,6 +15,7 @@
 export {
   AuthorizationServerUnavailableError,
   ConfigurationError,
+  ConflictError,
   CsrfError,
   DeployRefusedError,
   DispatchError,

@@ -89,7 +89,12 @@ export interface TokenStore {
   ): MaybePromise<ApiTokenRecord | undefined>
   /** Marks one token revoked; `undefined` when absent (already revoked stays revoked). */
   revoke(id: string, at: number): MaybePromise<ApiTokenRecord | undefined>
-  /** Revokes every active token of `userId`; returns the revoked records. */
+  /**
+   * Revokes every active token of `userId` (a password reset); returns the revoked records.
+   * It also records `at` as the user's reset, and from then on a token of `userId` created at
+   * or before `at` is revoked (at `at`) whenever it is read, updated or rotated, even one
+   * inserted after this call: a creation racing the reset cannot outlive it.
+   */
   revokeAllForUser(userId: string, at: number): MaybePromise<readonly ApiTokenRecord[]>
   /** Records last-used times in one batch (coalesced by the token service). */
   touch(lastUsed: ReadonlyMap<string, number>): MaybePromise<void>

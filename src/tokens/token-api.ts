@@ -13,7 +13,7 @@
  *
  * Errors are JSON `{ error, message, field? }`: 400 `invalid_request` (bad input, naming the
  * field), 401 `unauthorized`, 403 `forbidden` / `csrf_failed`, 404 `not_found`, 409
- * `token_inactive`, 503 `temporarily_unavailable`.
+ * `token_inactive` (or `conflict`: rotated by many at once, try again), 503 `temporarily_unavailable`.
  * @module
  */
 import { z } from 'zod'
@@ -85,7 +85,7 @@ function errorResponse(error: DispatchError): Response {
     401: 'unauthorized',
     403: error.code === 'ERR_CSRF' ? 'csrf_failed' : 'forbidden',
     404: 'not_found',
-    409: 'token_inactive',
+    409: error.code === 'ERR_CONFLICT' ? 'conflict' : 'token_inactive',
     503: 'temporarily_unavailable',
   }
   let field: string | undefined

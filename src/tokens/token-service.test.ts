@@ -655,6 +655,21 @@ describe('rotate (spec 3, 4.3)', () => {
     expect((await service.authenticate(winner.token)).ok).toBe(true)
     expect((await service.authenticate(created.token)).ok).toBe(false)
   })
+
+  it('many owner rotations at once all succeed, one after the other; an active token is never called revoked (regression)', async () => {
+    const { service } = setup()
+    const created = await createToken(service)
+    const results = await Promise.allSettled(
+      Array.from({ length: 8 }, () => service.rotate(created.id, { kind: 'session', userId: 'alice' })),
+    )
+    expect(results.map((r) => r.status)).toEqual(Array(8).fill('fulfilled'))
+    const secrets = results.map((r) => (r as PromiseFulfilledResult<{ token: string }>).value.token)
+    expect(new Set(secrets).size).toBe(8)
+    // Exactly one of them is live: the last swap.
+    const live = await Promise.all(secrets.map(async (secret) => (await service.authenticate(secret)).ok))
+    expect(live.filter(Boolean)).toHaveLength(1)
+    expect((await service.get('alice', created.id)).status).toBe('active')
+  })
 })
 
 describe('revoke and revokeAllForUser (spec 3)', () => {
@@ -688,6 +703,30 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     expect((await service.authenticate(bobs.token)).ok).toBe(true)
     expect(await service.revokeAllForUser('alice')).toBe(0)
     expect((await service.list('alice')).map((t) => t.status)).toEqual(['revoked', 'revoked'])
+  })
+
+  it('a token being created while the owner resets the password does not survive the reset (regression)', async () => {
+    const inner = createMemoryTokenStore()
+    let inserting: (() => void) | undefined
+    const slowInsert: TokenStore = {
+      ...inner,
+      // The INSERT reaches the store after the reset has run (a slow network, another instance).
+      insert: (record) => new Promise<void>((resolve) => (inserting = () => resolve(inner.insert(record)))),
+    }
+    const { service, clock } = setup({ store: slowInsert })
+    const creating = createToken(service)
+    await new Promise((r) => setImmediate(r))
+    clock.advance(10)
+    expect(await service.revokeAllForUser('alice')).toBe(0)
+    inserting!()
+    await expect(creating).rejects.toBeInstanceOf(TokenInactiveError)
+    expect((await service.list('alice')).map((t) => t.status)).toEqual(['revoked'])
+    // A token made after the reset is a token of the new password: it works.
+    clock.advance(10)
+    const after = createToken(service)
+    await new Promise((r) => setImmediate(r))
+    inserting!()
+    expect((await service.authenticate((await after).token)).ok).toBe(true)
   })
 })
 
@@ -769,6 +808,33 @@ describe('last_used_at, coalesced', () => {
     expect(calls.touch[0]).toEqual(new Map([[a.id, T0 + 4900], [b.id, T0 + 5000]]))
     expect((await service.get('alice', a.id)).last_used_at).toBe(new Date(T0 + 4900).toISOString())
     expect((await service.get('alice', b.id)).last_used_at).toBe(new Date(T0 + 5000).toISOString())
+  })
+
+  it('a flush the store refuses keeps its uses for the next one: the dashboard never goes back to an older date', async () => {
+    const errors: string[] = []
+    const inner = createMemoryTokenStore()
+    let down = true
+    const flaky: TokenStore = {
+      ...inner,
+      touch: (batch) => (down ? Promise.reject(new Error('database down')) : inner.touch(batch)),
+    }
+    const { service, clock } = setup({ store: flaky, onError: (_e, context) => errors.push(context) })
+    const a = await createToken(service)
+    const b = await createToken(service)
+    clock.advance(1_000)
+    await service.authenticate(a.token)
+    await service.flush()
+    expect(errors).toEqual(['last_used_at flush'])
+    expect((await service.get('alice', a.id)).last_used_at).toBe(new Date(T0 + 1_000).toISOString())
+    // A later use of a while the store is down wins over the kept one; b's first use joins.
+    clock.advance(1_000)
+    await service.authenticate(a.token)
+    await service.authenticate(b.token)
+    down = false
+    await service.flush()
+    expect((await inner.get(a.id))?.lastUsedAt).toBe(T0 + 2_000)
+    expect((await inner.get(b.id))?.lastUsedAt).toBe(T0 + 2_000)
+    await service.close()
   })
 
   it('nothing pending: flush writes nothing', async () => {

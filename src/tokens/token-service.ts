@@ -29,6 +29,7 @@ import type {
 } from '../core/stores.js'
 import {
   ConfigurationError,
+  ConflictError,
   ForbiddenError,
   InvalidInputError,
   NotFoundError,
@@ -518,6 +519,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         revokedAt: null,
       }
       await storeCall(() => store.insert(record))
+      // A password reset of the owner that ran while this token was being made revokes it
+      // (the store keeps the reset): the caller is told, rather than handed a dead secret.
+      const stored = await storeCall(() => store.get(record.id))
+      if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
       return secretView(record, secret.token)
     },
 
@@ -596,7 +601,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           await invalidate(current.tokenHash)
           return secretView(rotated, secret.token)
         }
-        if (attempt === 3) throw new TokenInactiveError('revoked')
+        // Lost to another rotation (each lost swap is someone else's success), or to a
+        // revocation, which the next read shows. Many rotations at once: a truthful 409.
+        if (attempt === MAX_ROTATE_ATTEMPTS) {
+          throw new ConflictError('Token is being rotated concurrently; try again')
+        }
       }
     },
 
@@ -648,6 +657,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           await store.touch(batch)
         } catch (error) {
           onError(error, 'last_used_at flush')
+          // Kept for the next flush (a later use of a token wins), so no use is lost and the
+          // dashboard never goes back to an older date while the store is away.
+          for (const [id, at] of batch) {
+            const pending = pendingLastUsed.get(id)
+            if (pending === undefined || pending < at) pendingLastUsed.set(id, at)
+          }
+          if (flushTimer === undefined) {
+            flushTimer = setTimeout(() => void service.flush(), flushEvery)
+            flushTimer.unref?.()
+          }
         }
       }
       // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
@@ -665,6 +684,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
   return service
 }
+
+/** Reads and swaps an owner's rotation tries before it answers 409 `conflict`. */
+const MAX_ROTATE_ATTEMPTS = 32
 
 const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed' })
 const UNKNOWN: TokenAuthResult = Object.freeze({ ok: false, reason: 'unknown' })

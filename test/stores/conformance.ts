@@ -411,6 +411,25 @@ export function describeTokenStoreConformance(
         expect(await store.rotate(record.id, newSecretHash(), record.tokenHash)).toBeUndefined()
         expect(await store.update(record.id, { name: 'x' })).toBeUndefined()
       })
+
+      it('a token created at or before the reset but inserted after it (a create racing a password reset) is revoked too', async () => {
+        const { store } = await open()
+        const at = 1_700_000_000_500
+        expect(await store.revokeAllForUser('u1', at)).toEqual([])
+        const raced = makeTokenRecord({ userId: 'u1', createdAt: at - 11 })
+        const after = makeTokenRecord({ userId: 'u1', createdAt: at + 1 })
+        const other = makeTokenRecord({ userId: 'u2', createdAt: at - 11 })
+        for (const r of [raced, after, other]) await store.insert(r)
+        expect((await store.findByHash(raced.tokenHash))?.revokedAt).toBe(at)
+        expect((await store.get(raced.id))?.revokedAt).toBe(at)
+        expect((await store.listByUser('u1')).find((r) => r.id === raced.id)?.revokedAt).toBe(at)
+        expect(await store.rotate(raced.id, newSecretHash(), raced.tokenHash)).toBeUndefined()
+        expect(await store.update(raced.id, { name: 'x' })).toBeUndefined()
+        // Created after the reset (a new password, a new token), or by another user: untouched.
+        expect((await store.get(after.id))?.revokedAt).toBeNull()
+        expect((await store.get(other.id))?.revokedAt).toBeNull()
+        expect(await store.update(after.id, { name: 'kept' })).toMatchObject({ name: 'kept', revokedAt: null })
+      })
     })
 
     describe('touch', () => {

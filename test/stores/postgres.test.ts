@@ -99,9 +99,17 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       )
       expect(indexes.rows.map((i) => i.indexdef.replace(/ ON \S+ USING/, ' ON t USING'))).toEqual([
         'CREATE UNIQUE INDEX mcp_dispatch_api_tokens_pkey ON t USING btree (id)',
+        'CREATE UNIQUE INDEX mcp_dispatch_api_tokens_resets_pkey ON t USING btree (user_id)',
         'CREATE UNIQUE INDEX mcp_dispatch_api_tokens_token_hash_key ON t USING btree (token_hash)',
         'CREATE INDEX mcp_dispatch_api_tokens_user_id_idx ON t USING btree (user_id)',
       ])
+      // Beside it, each user's last password reset.
+      const resets = await postgres.pool.query(
+        `SELECT column_name, data_type, is_nullable FROM information_schema.columns
+         WHERE table_schema = $1 AND table_name = $2 ORDER BY ordinal_position`,
+        [store.schema, `${DEFAULT_POSTGRES_TOKEN_TABLE}_resets`],
+      )
+      expect(resets.rows.map((c) => `${c.column_name} ${c.data_type} ${c.is_nullable}`)).toEqual(['user_id text NO', 'reset_at bigint NO'])
     })
 
     it('instances that migrate at the same moment all succeed (advisory lock)', async () => {
@@ -269,7 +277,7 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
         expect(await onOneConnection.findByHash(record.tokenHash)).toEqual(record)
         expect(queries).toHaveLength(2)
         expect(queries[0]).toMatchObject({ name: expect.stringMatching(/^mcp_dispatch_[0-9a-f]{12}_find_by_hash$/), values: [record.tokenHash] })
-        expect(queries[0]!.text).toMatch(/ WHERE token_hash = \$1$/)
+        expect(queries[0]!.text).toMatch(/ WHERE t\.token_hash = \$1$/)
 
         const prepared = await client.query('SELECT name FROM pg_prepared_statements')
         expect(prepared.rows).toEqual([{ name: queries[0]!.name }])
@@ -394,13 +402,13 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
     })
   })
 
-  it('at run time the store needs only SELECT, INSERT and UPDATE on its table (and USAGE on the schema)', async () => {
+  it('at run time the store needs only SELECT, INSERT and UPDATE on its two tables (and USAGE on the schema)', async () => {
     const owner = await postgres.tokenStore()
     const role = randomSchemaName().replace('mcpd_test_', 'mcpd_role_')
     await postgres.pool.query(`CREATE ROLE ${role} LOGIN`)
     try {
       await postgres.pool.query(`GRANT USAGE ON SCHEMA "${owner.schema}" TO ${role}`)
-      await postgres.pool.query(`GRANT SELECT, INSERT, UPDATE ON ${owner.table} TO ${role}`)
+      await postgres.pool.query(`GRANT SELECT, INSERT, UPDATE ON ${owner.table}, ${owner.table.replace(/"$/, '_resets"')} TO ${role}`)
       const url = new URL(POSTGRES_URL)
       url.username = role
       const pool = postgres.openPool({ connectionString: url.href, max: 2 })

@@ -107,6 +107,8 @@ export function createMemoryTokenStore(): TokenStore {
   const byId = new Map<string, ApiTokenRecord>()
   const idByHash = new Map<string, string>()
   const idsByUser = new Map<string, Set<string>>()
+  // Each user's last password reset: a token created at or before it is inserted revoked.
+  const resets = new Map<string, number>()
   const put = (record: ApiTokenRecord) => {
     const frozen = Object.freeze({
       ...record,
@@ -120,7 +122,8 @@ export function createMemoryTokenStore(): TokenStore {
     insert(record) {
       if (byId.has(record.id)) throw new TypeError(`duplicate token id ${record.id}`)
       if (idByHash.has(record.tokenHash)) throw new TypeError('duplicate token hash')
-      put(record)
+      const reset = resets.get(record.userId)
+      put(reset !== undefined && record.revokedAt === null && reset >= record.createdAt ? { ...record, revokedAt: reset } : record)
       idByHash.set(record.tokenHash, record.id)
       let ids = idsByUser.get(record.userId)
       if (!ids) idsByUser.set(record.userId, (ids = new Set()))
@@ -160,6 +163,7 @@ export function createMemoryTokenStore(): TokenStore {
       return put({ ...current, revokedAt: at })
     },
     revokeAllForUser(userId, at) {
+      resets.set(userId, Math.max(resets.get(userId) ?? at, at))
       const out: ApiTokenRecord[] = []
       for (const id of idsByUser.get(userId) ?? []) {
         const current = byId.get(id)!

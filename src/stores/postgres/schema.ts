@@ -48,6 +48,9 @@ export interface TokenTableNames {
   readonly primaryKey: string
   readonly hashIndex: string
   readonly userIndex: string
+  /** `"schema"."table_resets"`: each user's last password reset (`revokeAllForUser`). */
+  readonly resets: string
+  readonly resetsKey: string
 }
 
 /**
@@ -69,6 +72,8 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
     primaryKey: `${table}_pkey`,
     hashIndex: `${table}_token_hash_key`,
     userIndex: `${table}_user_id_idx`,
+    resets: `"${schema}"."${table}_resets"`,
+    resetsKey: `${table}_resets_pkey`,
   }
 }
 
@@ -109,7 +114,7 @@ DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = '${schema}') THEN CREATE SCHEMA "${schema}"; END IF;
 END $$;
 `
-  return `-- mcp-dispatch API-token store (schema version 1). Idempotent.
+  return `-- mcp-dispatch API-token store (schema version 2: the resets table). Idempotent.
 ${createSchema}SELECT pg_advisory_xact_lock(hashtext('mcp-dispatch:${qualified}'));
 CREATE TABLE IF NOT EXISTS ${qualified} (
   id              text     NOT NULL,
@@ -124,6 +129,13 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   last_used_at    bigint,
   revoked_at      bigint,
   CONSTRAINT "${names.primaryKey}" PRIMARY KEY (id)
+);
+-- The last password reset of each user (revokeAllForUser): a token created at or before it is
+-- revoked, even one whose INSERT landed after the reset's UPDATE.
+CREATE TABLE IF NOT EXISTS ${names.resets} (
+  user_id   text    NOT NULL,
+  reset_at  bigint  NOT NULL,  -- epoch milliseconds
+  CONSTRAINT "${names.resetsKey}" PRIMARY KEY (user_id)
 );
 DO $$
 DECLARE
@@ -192,6 +204,12 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   const t = names.qualified
   const columns = COLUMNS.join(', ')
   const returning = COLUMNS.map((c) => `t.${c}`).join(', ')
+  // A token is revoked by its own revocation or by a password reset of its user at or after
+  // its creation: read here, after both committed, so a create racing a reset cannot escape it
+  // (its INSERT may land after the reset's UPDATE, which then never saw it).
+  const resetAt = `(SELECT r.reset_at FROM ${names.resets} AS r WHERE r.user_id = t.user_id AND r.reset_at >= t.created_at)`
+  const read = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${resetAt}) AS revoked_at` : `t.${c}`)).join(', ')
+  const live = `t.revoked_at IS NULL AND ${resetAt} IS NULL`
   const digest = createHash('sha256').update(t).digest('hex').slice(0, 12)
   const statement = (operation: string, text: string): Statement => ({
     name: `mcp_dispatch_${digest}_${operation}`,
@@ -203,9 +221,9 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
       `INSERT INTO ${t} (${columns})
        VALUES ($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)`,
     ),
-    findByHash: statement('find_by_hash', `SELECT ${columns} FROM ${t} WHERE token_hash = $1`),
-    get: statement('get', `SELECT ${columns} FROM ${t} WHERE id = $1`),
-    listByUser: statement('list_by_user', `SELECT ${columns} FROM ${t} WHERE user_id = $1 ORDER BY created_at, id`),
+    findByHash: statement('find_by_hash', `SELECT ${read} FROM ${t} AS t WHERE t.token_hash = $1`),
+    get: statement('get', `SELECT ${read} FROM ${t} AS t WHERE t.id = $1`),
+    listByUser: statement('list_by_user', `SELECT ${read} FROM ${t} AS t WHERE t.user_id = $1 ORDER BY t.created_at, t.id`),
     // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist").
     update: statement(
       'update',
@@ -213,7 +231,7 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
        SET name = COALESCE($2, t.name),
            expires_at = COALESCE($3, t.expires_at),
            allowed_ips = CASE WHEN $4::boolean THEN $5::text[] ELSE t.allowed_ips END
-       WHERE t.id = $1 AND t.revoked_at IS NULL
+       WHERE t.id = $1 AND ${live}
        RETURNING ${returning}`,
     ),
     // Compare-and-swap in one statement: under READ COMMITTED a concurrent rotation waits for
@@ -223,16 +241,19 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
       'rotate',
       `UPDATE ${t} AS t
        SET token_hash = $2, display_prefix = $3
-       WHERE t.id = $1 AND t.revoked_at IS NULL AND ($4::text IS NULL OR t.token_hash = $4)
+       WHERE t.id = $1 AND ${live} AND ($4::text IS NULL OR t.token_hash = $4)
        RETURNING ${returning}`,
     ),
     revoke: statement(
       'revoke',
-      `UPDATE ${t} AS t SET revoked_at = COALESCE(t.revoked_at, $2) WHERE t.id = $1 RETURNING ${returning}`,
+      `UPDATE ${t} AS t SET revoked_at = COALESCE(t.revoked_at, ${resetAt}, $2) WHERE t.id = $1 RETURNING ${returning}`,
     ),
     revokeAllForUser: statement(
       'revoke_all_for_user',
-      `WITH locked AS MATERIALIZED (
+      `WITH reset AS (
+         INSERT INTO ${names.resets} AS r (user_id, reset_at) VALUES ($1, $2)
+         ON CONFLICT (user_id) DO UPDATE SET reset_at = GREATEST(r.reset_at, EXCLUDED.reset_at)
+       ), locked AS MATERIALIZED (
          SELECT id FROM ${t} WHERE user_id = $1 AND revoked_at IS NULL ORDER BY id FOR UPDATE
        )
        UPDATE ${t} AS t SET revoked_at = $2
