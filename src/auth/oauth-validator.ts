@@ -99,6 +99,8 @@ export type OAuthValidatorEvent =
   | { readonly type: 'breaker'; readonly from: BreakerState; readonly to: BreakerState; readonly at: number }
   /** An uncached token was refused with 429: its client address spent its `clientBudget`. */
   | { readonly type: 'client-budget-spent'; readonly retryAfter: number }
+  /** An uncached token was refused at once: `maxPendingValidations` were already waiting upstream. */
+  | { readonly type: 'pending-limit'; readonly pending: number }
   /** An uncached token was refused at once because the breaker is open. */
   | { readonly type: 'fail-fast'; readonly retryAfter: number }
   /** A validation ended in 503 (retries spent, breaker open, or the server misbehaved). */
@@ -156,6 +158,15 @@ export interface OAuthValidatorOptions {
    * Default `{ limit: 60, windowType: 'minute', maxClients: 10_000 }`; `false` turns it off.
    */
   clientBudget?: ClientBudgetOptions | false
+  /**
+   * At most this many validations waiting on the authorization server at once, for the whole
+   * process (every client address, and requests that have none). Past it, a token that would
+   * need one more is refused at once with 503 (`AuthorizationServerUnavailableError`,
+   * `Retry-After: 1`) and no upstream call, while cached tokens and validations already in
+   * flight (joined) go on. A server that hangs can then hold at most this many requests, their
+   * sockets and timers, for `timeoutMs`, whatever the rate of made-up tokens. Default 1,000.
+   */
+  maxPendingValidations?: number
   /** Circuit breaker (counts each failed upstream call). */
   breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'>
   /** `jwt` mode with a JWKS URL: keys are refetched after this age. Default 10 minutes. */
@@ -342,6 +353,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS)
   const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, DEFAULT_OAUTH_REJECTION_TTL_MS, true)
   const timeoutMs = positive('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
+  const maxPendingValidations = positive('maxPendingValidations', options.maxPendingValidations, 1_000)
   const jwksMaxAgeMs = positive('jwksMaxAgeMs', options.jwksMaxAgeMs, 600_000)
   const jwksRefetchIntervalMs = positive('jwksRefetchIntervalMs', options.jwksRefetchIntervalMs, 30_000, true)
   const retry = {
@@ -857,8 +869,14 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // A request after a `forget` never joins a validation that began before it (whose
       // answer may predate the revocation): flights are per forget generation.
       const flightKey = `${key}#${forgetCount}`
+      const leads = !flights.has(flightKey)
+      if (leads && flights.size >= maxPendingValidations) {
+        // The process's own bound: a hung authorization server holds at most this many.
+        emit({ type: 'pending-limit', pending: flights.size })
+        throw new AuthorizationServerUnavailableError(1)
+      }
       // The leader of a new validation pays a unit of its address's budget; joiners do not.
-      const charge = budgeted && !flights.has(flightKey) ? chargeBudget(context?.clientAddress) : undefined
+      const charge = budgeted && leads ? chargeBudget(context?.clientAddress) : undefined
       const flight = flights.run(flightKey, () => validateUpstream(token, key, claims))
       if (flight.joined) emit({ type: 'joined' })
       let entry: CachedValidation

@@ -78,6 +78,7 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', mode: 'introspection' as const }, 'introspection'],
     [{ issuer: 'https://auth.example.com', audience: [] as string[] }, 'audience'],
     [{ issuer: 'https://auth.example.com', timeoutMs: -1 }, 'timeoutMs'],
+    [{ issuer: 'https://auth.example.com', maxPendingValidations: 0 }, 'maxPendingValidations'],
     [{ issuer: 'https://auth.example.com', retry: { attempts: 0 } }, 'retry.attempts'],
     [{ issuer: 'https://auth.example.com', breaker: { failureThreshold: 0 } }, 'breaker.failureThreshold'],
     [{ issuer: 'https://auth.example.com', jwks: 'file:///keys.json' }, 'jwks'],
@@ -593,6 +594,26 @@ describe('single flight, cache store and secrecy', () => {
     expect(results.every((r) => r.active)).toBe(true)
     expect(fake.count('/oidc/me')).toBe(1)
     expect(events.filter((e) => e.type === 'joined')).toHaveLength(49)
+  })
+
+  it('maxPendingValidations bounds what a hung server can hold: one more is a 503 at once, with no upstream call; joiners and cached tokens go on', async () => {
+    const v = validator({ maxPendingValidations: 5, clientBudget: false })
+    expect((await v.validate('good-token')).active).toBe(true) // cached before the server hangs
+    const release = holdUserinfo({ status: 401, body: { error: 'invalid_token' } })
+    // Requests with no client address (a Web adapter given none) and from many addresses alike.
+    const pending = Array.from({ length: 5 }, (_, i) => v.validate(`made-up-${i}`, i % 2 ? undefined : { clientAddress: `2001:db8:${i}::1` }))
+    while (fake.count('/oidc/me') < 6) await new Promise((r) => setImmediate(r))
+    const refused = await unavailable(v.validate('made-up-5'))
+    expect(refused.retryAfter).toBe(1)
+    expect(fake.count('/oidc/me')).toBe(6) // no call for the refused one
+    expect(events.filter((e) => e.type === 'pending-limit')).toEqual([{ type: 'pending-limit', pending: 5 }])
+    const joined = v.validate('made-up-0') // the same token as a flight in progress: joins it
+    expect((await v.validate('good-token')).active).toBe(true)
+    release()
+    expect((await Promise.all([...pending, joined])).every((r) => !r.active)).toBe(true)
+    // Drained: new validations go upstream again.
+    expect((await v.validate('made-up-6')).active).toBe(false)
+    expect(fake.count('/oidc/me')).toBe(7)
   })
 
   it('keys the cache by a hash, so validators sharing a store (Redis) share results', async () => {
