@@ -601,7 +601,7 @@ describe('single flight, cache store and secrecy', () => {
     expect((await v.validate('good-token')).active).toBe(true) // cached before the server hangs
     const release = holdUserinfo({ status: 401, body: { error: 'invalid_token' } })
     // Requests with no client address (a Web adapter given none) and from many addresses alike.
-    const pending = Array.from({ length: 5 }, (_, i) => v.validate(`made-up-${i}`, i % 2 ? undefined : { clientAddress: `2001:db8:${i}::1` }))
+    const pending = Array.from({ length: 5 }, (_, i) => v.validate(`made-up-${i}`, i % 2 ? undefined : { resource: 'http://weather.localhost', appId: 'app_weather', clientAddress: `2001:db8:${i}::1` }))
     while (fake.count('/oidc/me') < 6) await new Promise((r) => setImmediate(r))
     const refused = await unavailable(v.validate('made-up-5'))
     expect(refused.retryAfter).toBe(1)
