@@ -54,11 +54,17 @@ export interface DevAuthServer {
 }
 
 /** oidc-provider storage on an injectable clock: entries past their expiry are not found. */
+/** Registered clients kept by the development server; the least recently registered go first. */
+const MAX_CLIENTS = 10_000
+
 function createAdapterFactory(now: () => number): (model: string) => Adapter {
   const entries = new Map<string, { payload: AdapterPayload; expiresAt: number }>()
   const byGrant = new Map<string, Set<string>>()
   const byUid = new Map<string, string>()
   const byUserCode = new Map<string, string>()
+  // Dynamic client registration is open to anyone and registrations never expire: the oldest
+  // go first past MAX_CLIENTS, so a flood of registrations cannot grow the process for ever.
+  const clients = new Set<string>()
   let writes = 0
 
   const read = (key: string) => {
@@ -87,6 +93,15 @@ function createAdapterFactory(now: () => number): (model: string) => Adapter {
       }
       if (model === 'Session' && payload.uid) byUid.set(payload.uid, id)
       if (payload.userCode) byUserCode.set(payload.userCode, id)
+      if (model === 'Client') {
+        clients.delete(key)
+        clients.add(key)
+        for (const oldest of clients) {
+          if (clients.size <= MAX_CLIENTS) break
+          clients.delete(oldest)
+          entries.delete(oldest)
+        }
+      }
       if (++writes % 500 === 0) sweep()
     },
     async find(id) {

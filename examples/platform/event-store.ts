@@ -10,19 +10,33 @@ import type { JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js'
 export interface SessionEventStoreOptions {
   /** The session keeps its last this many events; older ones can no longer be resumed from. Default 1,000. */
   maxEvents?: number
+  /**
+   * ...and at most this many characters of them (their JSON), oldest dropped first; the
+   * latest event is always kept. Default 1,000,000: without it, 1,000 answers of a tool that
+   * echoes 10,000 characters held about 21 MB per session.
+   */
+  maxChars?: number
 }
 
 /** Creates the event store of one session (give each transport its own). */
 export function createSessionEventStore(options: SessionEventStoreOptions = {}): EventStore {
   const maxEvents = options.maxEvents ?? 1_000
+  const maxChars = options.maxChars ?? 1_000_000
   // Insertion order is the order events were sent in.
-  const events = new Map<EventId, { streamId: StreamId; message: JSONRPCMessage }>()
+  const events = new Map<EventId, { streamId: StreamId; message: JSONRPCMessage; chars: number }>()
+  let chars = 0
   let sequence = 0
   return {
     async storeEvent(streamId, message) {
       const id = String(++sequence)
-      events.set(id, { streamId, message })
-      if (events.size > maxEvents) events.delete(events.keys().next().value!)
+      const size = JSON.stringify(message).length
+      events.set(id, { streamId, message, chars: size })
+      chars += size
+      while (events.size > 1 && (events.size > maxEvents || chars > maxChars)) {
+        const [oldest, event] = events.entries().next().value!
+        events.delete(oldest)
+        chars -= event.chars
+      }
       return id
     },
     async getStreamIdForEventId(eventId) {

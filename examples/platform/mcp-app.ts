@@ -103,27 +103,49 @@ const ACCEPT = 'application/json, text/event-stream'
 const RETRY_INTERVAL_MS = 1_000
 /** The SDK transport's own default body limit, which a `parsedBody` would otherwise bypass. */
 const MAX_BODY_BYTES = 4 * 1024 * 1024
+/** How long a POST body may take to arrive in full (408 after). */
+const BODY_DEADLINE_MS = 30_000
+const TOO_SLOW = Symbol('too slow')
 
 function rpcError(status: number, code: number, message: string): Response {
   return Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status })
 }
 
-/** Reads a request body once, stopping past the limit: the text, or `null` when too large. */
-async function readBody(request: Request): Promise<string | null> {
+/**
+ * Reads a request body once, stopping past the limit: the text, `null` when too large, or
+ * `TOO_SLOW` when it has not arrived within `timeoutMs`.
+ */
+async function readBody(request: Request, timeoutMs: number): Promise<string | null | typeof TOO_SLOW> {
   if (Number(request.headers.get('content-length')) > MAX_BODY_BYTES) return null
   if (!request.body) return ''
   const reader = request.body.getReader()
   const chunks: Uint8Array[] = []
   let size = 0
-  for (;;) {
-    const { done, value } = await reader.read()
-    if (done) break
-    size += value.byteLength
-    if (size > MAX_BODY_BYTES) {
-      void reader.cancel()
-      return null
+  // A body that trickles in holds its connection and the caller's session slot: it has
+  // `timeoutMs` to arrive in full.
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const deadline = new Promise<typeof TOO_SLOW>((resolve) => {
+    timer = setTimeout(() => resolve(TOO_SLOW), timeoutMs)
+    timer.unref?.()
+  })
+  try {
+    for (;;) {
+      const next = await Promise.race([reader.read(), deadline])
+      if (next === TOO_SLOW) {
+        void reader.cancel().catch(() => {})
+        return TOO_SLOW
+      }
+      const { done, value } = next
+      if (done) break
+      size += value.byteLength
+      if (size > MAX_BODY_BYTES) {
+        void reader.cancel()
+        return null
+      }
+      chunks.push(value)
     }
-    chunks.push(value)
+  } finally {
+    clearTimeout(timer)
   }
   return Buffer.concat(chunks).toString('utf8')
 }
@@ -178,6 +200,14 @@ export interface McpAppHandlerOptions {
    * hold every slot of the App version. Default 16.
    */
   maxListensPerCaller?: number
+  /** A POST body must arrive in full within this time, or the request gets 408. Default 30 s. */
+  bodyTimeoutMs?: number
+  /**
+   * Characters of events (their JSON) each session keeps for resuming its streams, oldest
+   * dropped first. Default 1,000,000; with the per-caller cap, one caller holds at most
+   * `maxSessionsPerCaller` times this per App version.
+   */
+  maxEventChars?: number
 }
 
 /** A web handler for one App version, with its open sessions. */
@@ -204,6 +234,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const maxSessions = options.maxSessions ?? 10_000
   const maxSessionsPerCaller = options.maxSessionsPerCaller ?? 100
   const maxListensPerCaller = options.maxListensPerCaller ?? 16
+  const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_DEADLINE_MS
+  const maxEventChars = options.maxEventChars
   const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; subject?: string }>()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
   // before the first await of the request that will fill it, so a burst cannot pass the cap.
@@ -305,8 +337,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     // when it is not JSON the transport gets the text back and answers -32700 itself.
     let body: unknown
     if (request.method === 'POST') {
-      const text = await readBody(request)
+      const text = await readBody(request, bodyTimeoutMs)
       if (text === null) return rpcError(413, -32000, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`)
+      if (text === TOO_SLOW) return rpcError(408, -32000, `Request Timeout: the body did not arrive within ${bodyTimeoutMs} ms`)
       try {
         body = JSON.parse(text)
       } catch {
@@ -371,7 +404,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         // Resumable streams: a client reconnects with Last-Event-ID and gets what it missed.
-        eventStore: createSessionEventStore(),
+        eventStore: createSessionEventStore(maxEventChars === undefined ? {} : { maxChars: maxEventChars }),
         retryInterval: RETRY_INTERVAL_MS,
         onsessioninitialized: (id) => {
           sessions.set(id, { transport, lastSeen: Date.now(), ...(caller && { subject: caller.subject }) })

@@ -64,6 +64,13 @@ const server = serve({
   fetch: (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
     platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
 })
+// A client has 20 s for its headers and 60 s for its whole request (Node: 60 s and 300 s), so
+// a trickle holds a connection for about a minute, not five (responses, SSE streams
+// included, are not limited by these).
+if ('requestTimeout' in server) {
+  server.requestTimeout = 60_000
+  server.headersTimeout = 20_000
+}
 
 const [name, token] = Object.entries(platform.tokens)[0] ?? []
 const app = seed.apps[0]

@@ -5,6 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
+import { createSessionEventStore } from '../../examples/platform/event-store.js'
 import { type CallerOf, buildAppServer, createMcpAppHandler } from '../../examples/platform/mcp-app.js'
 import { createTestPlatform, json, mcpRequest } from '../helpers/platform.js'
 
@@ -186,6 +187,56 @@ describe('createMcpAppHandler wired as a plain handler', () => {
     } finally {
       await handler.close()
     }
+  })
+})
+
+describe('what a session and a request may hold', () => {
+  const app = { id: 'app_w', slug: 'weather', name: 'Weather' }
+
+  it('a POST body that trickles in gets 408 at bodyTimeoutMs, and its stream is let go', async () => {
+    const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { bodyTimeoutMs: 200 })
+    try {
+      let cancelled = false
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode('{"jsonrpc":"2.0",')) // and then nothing
+        },
+        cancel() {
+          cancelled = true
+        },
+      })
+      const request = new Request('http://weather.localhost/v1', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body,
+        duplex: 'half',
+      } as RequestInit)
+      const response = await handler(request)
+      expect(response.status).toBe(408)
+      expect(await response.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } })
+      expect(cancelled).toBe(true)
+    } finally {
+      await handler.close()
+    }
+  })
+
+  it('a session keeps at most maxChars of events for resuming, the latest always', async () => {
+    const store = createSessionEventStore({ maxChars: 1_000 })
+    const streamOf = (id: string) => store.getStreamIdForEventId!(id)
+    const message = (i: number) => ({ jsonrpc: '2.0' as const, id: i, result: { text: 'x'.repeat(300) } })
+    const ids: string[] = []
+    for (let i = 0; i < 10; i++) ids.push(await store.storeEvent('stream-1', message(i)))
+    // About 340 characters each: the last two fit; older ones can no longer be resumed from.
+    expect(await streamOf(ids[9]!)).toBe('stream-1')
+    expect(await streamOf(ids[8]!)).toBe('stream-1')
+    expect(await streamOf(ids[6]!)).toBeUndefined()
+    const replayed: unknown[] = []
+    await store.replayEventsAfter(ids[8]!, { send: async (_id, m) => void replayed.push(m) })
+    expect(replayed).toEqual([message(9)])
+    // One event larger than the budget is still kept (alone), so its stream can resume.
+    const big = await store.storeEvent('stream-1', { jsonrpc: '2.0', id: 99, result: { text: 'y'.repeat(5_000) } })
+    expect(await streamOf(big)).toBe('stream-1')
+    expect(await streamOf(ids[9]!)).toBeUndefined()
   })
 })
 
