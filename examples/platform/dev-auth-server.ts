@@ -53,10 +53,10 @@ export interface DevAuthServer {
   close(): Promise<void>
 }
 
-/** oidc-provider storage on an injectable clock: entries past their expiry are not found. */
 /** Registered clients kept by the development server; the least recently registered go first. */
 const MAX_CLIENTS = 10_000
 
+/** oidc-provider storage on an injectable clock: entries past their expiry are not found. */
 function createAdapterFactory(now: () => number): (model: string) => Adapter {
   const entries = new Map<string, { payload: AdapterPayload; expiresAt: number }>()
   const byGrant = new Map<string, Set<string>>()

@@ -71,7 +71,11 @@ export interface ApiTokenPatch {
 
 /** Persistence of API tokens. Every method that changes a record is atomic. */
 export interface TokenStore {
-  insert(record: ApiTokenRecord): MaybePromise<void>
+  /**
+   * Stores a new token. May answer the record as stored: revoked when a password reset of its
+   * user (`revokeAllForUser`) after its `createdAt` is already recorded.
+   */
+  insert(record: ApiTokenRecord): MaybePromise<ApiTokenRecord | void>
   findByHash(tokenHash: string): MaybePromise<ApiTokenRecord | undefined>
   get(id: string): MaybePromise<ApiTokenRecord | undefined>
   listByUser(userId: string): MaybePromise<readonly ApiTokenRecord[]>
@@ -91,9 +95,10 @@ export interface TokenStore {
   revoke(id: string, at: number): MaybePromise<ApiTokenRecord | undefined>
   /**
    * Revokes every active token of `userId` (a password reset); returns the revoked records.
-   * It also records `at` as the user's reset, and from then on a token of `userId` created at
-   * or before `at` is revoked (at `at`) whenever it is read, updated or rotated, even one
-   * inserted after this call: a creation racing the reset cannot outlive it.
+   * It also records `at` as the user's reset, and from then on a token of `userId` created
+   * before `at` is revoked (at `at`) whenever it is inserted, read, updated or rotated, even one
+   * inserted after this call: a creation racing the reset cannot outlive it. A token created in
+   * the reset's millisecond or later is a token of the new password, and stays active.
    */
   revokeAllForUser(userId: string, at: number): MaybePromise<readonly ApiTokenRecord[]>
   /** Records last-used times in one batch (coalesced by the token service). */

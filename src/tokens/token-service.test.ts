@@ -711,7 +711,7 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     const slowInsert: TokenStore = {
       ...inner,
       // The INSERT reaches the store after the reset has run (a slow network, another instance).
-      insert: (record) => new Promise<void>((resolve) => (inserting = () => resolve(inner.insert(record)))),
+      insert: (record) => new Promise<ApiTokenRecord | void>((resolve) => (inserting = () => resolve(inner.insert(record)))),
     }
     const { service, clock } = setup({ store: slowInsert })
     const creating = createToken(service)
@@ -721,8 +721,8 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     inserting!()
     await expect(creating).rejects.toBeInstanceOf(TokenInactiveError)
     expect((await service.list('alice')).map((t) => t.status)).toEqual(['revoked'])
-    // A token made after the reset is a token of the new password: it works.
-    clock.advance(10)
+    // A token made after the reset, even in the same millisecond, is a token of the new
+    // password: it works.
     const after = createToken(service)
     await new Promise((r) => setImmediate(r))
     inserting!()
@@ -835,6 +835,27 @@ describe('last_used_at, coalesced', () => {
     expect((await inner.get(a.id))?.lastUsedAt).toBe(T0 + 2_000)
     expect((await inner.get(b.id))?.lastUsedAt).toBe(T0 + 2_000)
     await service.close()
+  })
+
+  it('after close, a flush that fails is reported once, not retried for ever', async () => {
+    const errors: string[] = []
+    let touches = 0
+    const inner = createMemoryTokenStore()
+    const failing: TokenStore = {
+      ...inner,
+      touch: () => {
+        touches++
+        return Promise.reject(new Error('pool ended'))
+      },
+    }
+    const { service } = setup({ store: failing, lastUsedFlushMs: 10, onError: (_e, context) => errors.push(context) })
+    const a = await createToken(service)
+    await service.authenticate(a.token)
+    await service.close()
+    const afterClose = touches
+    await new Promise((r) => setTimeout(r, 100))
+    expect(touches).toBe(afterClose)
+    expect(errors).toEqual(Array(afterClose).fill('last_used_at flush'))
   })
 
   it('nothing pending: flush writes nothing', async () => {

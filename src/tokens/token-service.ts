@@ -345,6 +345,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // (unref'd: it never keeps a process alive).
   let flushTimer: ReturnType<typeof setTimeout> | undefined
   let writing: ReadonlyMap<string, number> | undefined
+  let closed = false
 
   const hash = (token: string) => hashApiToken(token, pepper)
   const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
@@ -518,10 +519,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         lastUsedAt: null,
         revokedAt: null,
       }
-      await storeCall(() => store.insert(record))
+      const stored = await storeCall(() => store.insert(record))
       // A password reset of the owner that ran while this token was being made revokes it
       // (the store keeps the reset): the caller is told, rather than handed a dead secret.
-      const stored = await storeCall(() => store.get(record.id))
       if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
       return secretView(record, secret.token)
     },
@@ -663,7 +663,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
             const pending = pendingLastUsed.get(id)
             if (pending === undefined || pending < at) pendingLastUsed.set(id, at)
           }
-          if (flushTimer === undefined) {
+          if (flushTimer === undefined && !closed) {
             flushTimer = setTimeout(() => void service.flush(), flushEvery)
             flushTimer.unref?.()
           }
@@ -680,6 +680,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     async close() {
       unsubscribe()
       await service.flush()
+      // Nothing more is written: a flush that failed now is reported, not retried for ever.
+      closed = true
+      if (flushTimer !== undefined) clearTimeout(flushTimer)
+      flushTimer = undefined
     },
   }
   return service

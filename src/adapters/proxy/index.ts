@@ -392,11 +392,18 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return failed(undefined, `Upstream answered ${status}`)
     }
 
+    // The upstream was asked for no coding. `fetch` decodes gzip, deflate and br, and the
+    // labels are then dropped; what else it decodes depends on its version (zstd on newer
+    // Node), so any other coding is an answer this proxy cannot relay truthfully: 502.
+    const coding = codingOf(upstream.headers.get('content-encoding'))
+    if (coding === 'unknown') {
+      clearTimeout(timer)
+      void upstream.body?.cancel().catch(() => {})
+      return failed(undefined, `Upstream answered Content-Encoding ${JSON.stringify(upstream.headers.get('content-encoding'))}`)
+    }
+    const decoded = coding === 'decoded'
     const out = new Headers()
     const hopByHop = connectionTokens(upstream.headers.get('connection'))
-    // `fetch` decodes gzip, deflate and br (all of the listed codings or none): then the body
-    // is no longer what the labels say. Any other coding reaches the client as it came.
-    const decoded = decodedByFetch(upstream.headers.get('content-encoding'))
     upstream.headers.forEach((value, name) => {
       if (HOP_BY_HOP.has(name) || hopByHop?.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
       // CORS is the dispatch layer's, for the App's address: an upstream's own fields (say
@@ -434,13 +441,19 @@ function connectionTokens(value: string | null): Set<string> | undefined {
   return names
 }
 
-/** Content codings the `fetch` of Node (undici) decodes: it decodes every listed one, or none. */
+/** Content codings every `fetch` of Node (undici) since 20 decodes, when all the listed ones are. */
 const FETCH_DECODES = new Set(['gzip', 'x-gzip', 'deflate', 'br'])
 
-function decodedByFetch(contentEncoding: string | null): boolean {
-  if (!contentEncoding) return false
-  const codings = contentEncoding.split(',').map((c) => c.trim().toLowerCase()).filter(Boolean)
-  return codings.length > 0 && codings.every((c) => FETCH_DECODES.has(c))
+/**
+ * What `fetch` did with a `Content-Encoding`: nothing to do (`none`: absent, or `identity`),
+ * every coding decoded (`decoded`), or not known for sure (`unknown`: another coding, or an
+ * empty list entry, which makes undici decode nothing).
+ */
+function codingOf(contentEncoding: string | null): 'none' | 'decoded' | 'unknown' {
+  if (contentEncoding === null) return 'none'
+  const codings = contentEncoding.split(',').map((c) => c.trim().toLowerCase())
+  if (codings.every((c) => c === 'identity')) return 'none'
+  return codings.every((c) => FETCH_DECODES.has(c)) ? 'decoded' : 'unknown'
 }
 
 export {

@@ -122,12 +122,14 @@ export function createMemoryTokenStore(): TokenStore {
     insert(record) {
       if (byId.has(record.id)) throw new TypeError(`duplicate token id ${record.id}`)
       if (idByHash.has(record.tokenHash)) throw new TypeError('duplicate token hash')
+      // Created before the user's last password reset (the reset ran while it was being made).
       const reset = resets.get(record.userId)
-      put(reset !== undefined && record.revokedAt === null && reset >= record.createdAt ? { ...record, revokedAt: reset } : record)
+      const stored = put(reset !== undefined && record.revokedAt === null && reset > record.createdAt ? { ...record, revokedAt: reset } : record)
       idByHash.set(record.tokenHash, record.id)
       let ids = idsByUser.get(record.userId)
       if (!ids) idsByUser.set(record.userId, (ids = new Set()))
       ids.add(record.id)
+      return stored
     },
     findByHash(hash) {
       const id = idByHash.get(hash)

@@ -204,10 +204,10 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   const t = names.qualified
   const columns = COLUMNS.join(', ')
   const returning = COLUMNS.map((c) => `t.${c}`).join(', ')
-  // A token is revoked by its own revocation or by a password reset of its user at or after
-  // its creation: read here, after both committed, so a create racing a reset cannot escape it
+  // A token is revoked by its own revocation or by a password reset of its user after its
+  // creation: read here, after both committed, so a create racing a reset cannot escape it
   // (its INSERT may land after the reset's UPDATE, which then never saw it).
-  const resetAt = `(SELECT r.reset_at FROM ${names.resets} AS r WHERE r.user_id = t.user_id AND r.reset_at >= t.created_at)`
+  const resetAt = `(SELECT r.reset_at FROM ${names.resets} AS r WHERE r.user_id = t.user_id AND r.reset_at > t.created_at)`
   const read = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${resetAt}) AS revoked_at` : `t.${c}`)).join(', ')
   const live = `t.revoked_at IS NULL AND ${resetAt} IS NULL`
   const digest = createHash('sha256').update(t).digest('hex').slice(0, 12)
@@ -218,8 +218,9 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   return {
     insert: statement(
       'insert',
-      `INSERT INTO ${t} (${columns})
-       VALUES ($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)`,
+      `INSERT INTO ${t} AS t (${columns})
+       VALUES ($1, $2, $3, $4, $5, $6::text[], $7::text[], $8, $9, $10, $11)
+       RETURNING ${read}`,
     ),
     findByHash: statement('find_by_hash', `SELECT ${read} FROM ${t} AS t WHERE t.token_hash = $1`),
     get: statement('get', `SELECT ${read} FROM ${t} AS t WHERE t.id = $1`),

@@ -166,7 +166,7 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
     },
     async insert(record) {
       try {
-        await run(statements.insert, [
+        return await one(statements.insert, [
           record.id,
           record.userId,
           record.name,
