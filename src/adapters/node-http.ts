@@ -66,6 +66,18 @@ export function socketProtocol(req: IncomingMessage): 'http' | 'https' {
 }
 
 /**
+ * RFC 9112 section 3.2.2: an absolute-form target (`POST http://host/v1?x`, as a client talking
+ * to a proxy sends it) names the host, and the Host header is then ignored. Its host, and the
+ * rest as an origin-form target (`/v1?x`); `undefined` for an origin-form target.
+ */
+function absoluteForm(url: string): { host: string; target: string } | undefined {
+  if (url.charCodeAt(0) === 47 /* / */ || !url.includes('://')) return undefined
+  const { origin } = splitUrl(url)
+  const rest = url.slice(origin.length)
+  return { host: origin.slice(origin.indexOf('://') + 3), target: rest[0] === '/' ? rest : `/${rest}` }
+}
+
+/**
  * The neutral request of the pipeline. `url` is the full request target (Express:
  * `originalUrl`, so a mount path stays part of the path, as in the Web adapter); the client
  * address is the socket peer, through `trustProxy` only.
@@ -77,12 +89,10 @@ export function toDispatchRequest(
   trust: CompiledTrustProxy,
 ): DispatchRequest {
   let host = req.headers.host
-  // RFC 9112 section 3.2.2: an absolute-form target (`POST http://host/v1`, as a client
-  // talking to a proxy sends it) names the host, and the Host header is then ignored.
-  if (url.charCodeAt(0) !== 47 /* / */ && url.includes('://')) {
-    const target = splitUrl(url)
-    host = target.origin.slice(target.origin.indexOf('://') + 3)
-    url = target.path
+  const absolute = absoluteForm(url)
+  if (absolute) {
+    host = absolute.host
+    url = absolute.target
   }
   let end = url.length
   const query = url.indexOf('?')
@@ -337,17 +347,10 @@ export function toWebRequest(source: WebRequestSource): Request {
   }
   const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: controller.signal }
   if (body !== null) init.duplex = 'half'
-  let url = source.url
-  let host = req.headers.host ?? 'localhost'
-  // An absolute-form target (`POST http://host/v1`) names the host itself, as the dispatcher
-  // read it (`toDispatchRequest`); the rest of it is the path and query.
-  if (url.charCodeAt(0) !== 47 /* / */ && url.includes('://')) {
-    const { origin } = splitUrl(url)
-    host = origin.slice(origin.indexOf('://') + 3)
-    url = url.slice(origin.length)
-    if (url[0] !== '/') url = `/${url}`
-  }
-  return new Request(`${source.protocol}://${host}${url}`, init)
+  // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
+  const absolute = absoluteForm(source.url)
+  const host = absolute?.host ?? req.headers.host ?? 'localhost'
+  return new Request(`${source.protocol}://${host}${absolute?.target ?? source.url}`, init)
 }
 
 /**
