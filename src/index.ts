@@ -56,7 +56,7 @@ export {
   buildProtectedResourceMetadata,
 } from './core/metadata.js'
 export type { ProtectedResourceMetadata, ProtectedResourceMetadataOptions } from './core/metadata.js'
-export { WINDOWS, rateLimitDecision, rateLimitHeaders, windowStart } from './core/rate-limit.js'
+export { MAX_RATE_LIMIT, WINDOWS, rateLimitDecision, rateLimitHeaders, windowStart } from './core/rate-limit.js'
 export type { RateLimitPolicy, RateLimitResult, WindowType } from './core/rate-limit.js'
 export {
   RpcCode,
@@ -67,6 +67,7 @@ export {
   jsonRpcErrorReply,
   methodNotAllowedReply,
   notFoundReply,
+  originNotAllowedReply,
   paymentRequiredReply,
   rateLimitedReply,
   serviceUnavailableReply,
@@ -74,6 +75,7 @@ export {
   unauthorizedReply,
   versionNotFoundReply,
 } from './core/reply.js'
+export { versionNotServedReply } from './adapters/version-router.js'
 export type { JsonRpcErrorObject, RateLimitedInfo, Reply, UnauthorizedReplyOptions } from './core/reply.js'
 export { MAX_VERSION_LENGTH, applyDeploy, compileVersions, formatSelector, parseVersionPath, resolveVersion } from './core/versions.js'
 export type { VersionIndex, VersionSelector } from './core/versions.js'

@@ -78,28 +78,36 @@ function absoluteForm(url: string): { host: string; target: string } | undefined
 }
 
 /**
- * The neutral request of the pipeline. `url` is the full request target (Express:
- * `originalUrl`, so a mount path stays part of the path, as in the Web adapter); the client
- * address is the socket peer, through `trustProxy` only.
+ * The neutral request of the pipeline, or `undefined` when its `Host` (or the host of an
+ * absolute-form target) is not an authority a URL can hold: the adapter then answers 400
+ * (`INVALID_HOST`), as a Web runtime refuses such a request before any handler runs.
+ *
+ * `url` is the full request target (Express: `originalUrl`, so a mount path stays part of the
+ * path, as in the Web adapter); its path is read as a URL parser reads it, dot segments
+ * (`/x/../v1`, `%2e`) and backslashes included, so every adapter sees the path the Web
+ * adapter's `Request` has. The client address is the socket peer, through `trustProxy` only.
  */
 export function toDispatchRequest(
   req: IncomingMessage,
   url: string,
   protocol: string,
   trust: CompiledTrustProxy,
-): DispatchRequest {
+): DispatchRequest | undefined {
   let host = req.headers.host
   const absolute = absoluteForm(url)
   if (absolute) {
     host = absolute.host
     url = absolute.target
   }
+  if (host !== undefined && !isAuthority(host)) return undefined
   let end = url.length
   const query = url.indexOf('?')
   if (query !== -1) end = query
   const hash = url.indexOf('#')
   if (hash !== -1 && hash < end) end = hash
-  const path = url.slice(0, end) || '/'
+  let path = url.slice(0, end) || '/'
+  // Only a path that may hold a dot segment or a backslash pays for the parser.
+  if (path.includes('/.') || path.includes('%2') || path.includes('\\')) path = urlPath(path)
   const forwardedFor = req.headers['x-forwarded-for']
   const method = req.method ?? 'GET'
   return new NodeDispatchRequest(
@@ -116,6 +124,74 @@ export function toDispatchRequest(
     req.headers,
     req.rawHeaders ?? [],
   )
+}
+
+/**
+ * The path of an origin-form target as the WHATWG URL parser (a Web runtime's `Request`)
+ * has it: dot segments removed, a backslash read as `/`, other characters as they are or
+ * percent-encoded. Appended to an origin, not resolved against one, so `//x/../v1` stays a
+ * path (`//v1`).
+ */
+function urlPath(path: string): string {
+  try {
+    return new URL(`http://path.invalid${path.charCodeAt(0) === 47 /* / */ ? path : `/${path}`}`).pathname
+  } catch {
+    return path
+  }
+}
+
+/**
+ * Whether `host` is an authority a URL can hold and nothing more: a host name, an IPv4
+ * address or a bracketed IPv6 one, and a port of at most 65535. Not `a/b`, `user@host`,
+ * `host?x`, `host:99999` or `a b`, which would become part of the App address (the
+ * metadata `resource`, the `resource_metadata` URL). Letters, digits, dots and hyphens with
+ * an optional port are checked in one pass; anything else by the URL parser.
+ */
+export function isAuthority(host: string): boolean {
+  const n = host.length
+  let i = 0
+  // A last label that starts with a digit makes the name an IPv4 address to the URL parser
+  // (`1.2.3.999` is refused, `0x7f.1` rewritten): the parser judges those.
+  let numeric = false
+  for (; i < n; i++) {
+    const c = host.charCodeAt(i)
+    const letter = c | 32 // in a to z exactly when c is an ASCII letter of either case
+    if (letter >= 97 && letter <= 122) continue
+    if (c >= 48 && c <= 57) {
+      if (i === 0 || host.charCodeAt(i - 1) === 46) numeric = true
+      continue
+    }
+    if (c === 46 /* . */) {
+      if (i + 1 < n && host.charCodeAt(i + 1) !== 58) numeric = false
+      continue
+    }
+    if (c === 45 /* - */) continue
+    break
+  }
+  if (numeric) return parsesAsAuthority(host)
+  if (i === n) return n > 0
+  if (i > 0 && host.charCodeAt(i) === 58 /* : */ && n - i - 1 >= 1 && n - i - 1 <= 5) {
+    let port = 0
+    let j = i + 1
+    for (; j < n; j++) {
+      const d = host.charCodeAt(j) - 48
+      if (d < 0 || d > 9) break
+      port = port * 10 + d
+    }
+    if (j === n) return port <= 65535
+  }
+  return parsesAsAuthority(host)
+}
+
+/** {@link isAuthority} by the URL parser. */
+function parsesAsAuthority(host: string): boolean {
+  let url: URL
+  try {
+    url = new URL(`http://${host}/`)
+  } catch {
+    return false
+  }
+  return url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
 }
 
 /**

@@ -156,7 +156,11 @@ export type InvalidationMessage =
     }
   | { readonly kind: 'all' }
 
-/** Broadcast of invalidations between instances (in-process by default, Redis pub/sub later). */
+/**
+ * Broadcast of invalidations between instances: in-process by default
+ * (`createMemoryInvalidationBus`), Redis pub/sub across instances (`createRedisInvalidationBus`
+ * from `mcp-dispatch/redis`).
+ */
 export interface InvalidationBus {
   publish(message: InvalidationMessage): MaybePromise<void>
   /** Returns a function that unsubscribes. */

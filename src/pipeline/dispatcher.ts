@@ -229,6 +229,8 @@ const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+/** An `Authorization` value (or several joined by `, `) with a `Bearer` credential in it, even an empty one. */
+const PRESENTED_BEARER = /(?:^|,)\s*bearer(?:[\s,]|$)/i
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
 // Refusals that carry nothing of the request: one frozen object each.
@@ -364,6 +366,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /** CORS headers for a request, or `undefined` when none are due. */
   function corsHeaders(origin: string | null | undefined): Record<string, string> | undefined {
     if (!cors || !origin) return undefined
+    // A page of an origin that is not allowed reads nothing, not even a 404 (whether an App
+    // or path exists).
+    if (allowedOrigins && !allowedOrigins.has(origin)) return undefined
     return allowedOrigins
       ? { 'access-control-allow-origin': origin, vary: 'Origin', 'access-control-expose-headers': EXPOSE_HEADERS }
       : { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS }
@@ -466,7 +471,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // RFC 6750 section 3.1: another scheme (Basic, …) presented no bearer token, so no error code.
     // `Bearer` with a malformed or empty credential is a refused token, as the MCP SDK's
     // `requireBearerAuth` answers it.
-    if (parsed.kind === 'invalid') return challenge(request, app, /^bearer(?:\s|$)/i.test(header ?? ''))
+    // Fields joined (`Basic x, Bearer y`: two `Authorization` fields) count as presented when one is `Bearer`.
+    if (parsed.kind === 'invalid') return challenge(request, app, PRESENTED_BEARER.test(header ?? ''))
     const token = parsed.token
     if (!token.startsWith(tokens.prefix)) return authenticateOAuth(request, app, token)
     const pending = settle(tokens.authenticate(token), 'token')

@@ -20,7 +20,9 @@ import {
   createMemorySessionStore,
   forbiddenReply,
   ipNotAllowedReply,
+  jsonRpcErrorReply,
   methodNotAllowedReply,
+  originNotAllowedReply,
   notFoundReply,
   paymentRequiredReply,
   rateLimitDecision,
@@ -31,7 +33,6 @@ import {
   versionNotFoundReply,
 } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { originNotAllowedReply } from '../../src/core/reply.js'
 import {
   ALLOWED_ORIGIN,
   HOST,
@@ -109,6 +110,13 @@ export function expectReply(record: HttpRecord, reply: Reply): void {
   expect(record.headers['x-mcp-version']).toBeUndefined()
 }
 
+/** The Express and Fastify adapters' answer to a `Host` that is not just an authority (docs/adapters.md). */
+const INVALID_HOST_REPLY = jsonRpcErrorReply(400, {
+  code: -32600,
+  message: 'Invalid Host header',
+  data: { error: 'invalid_request', field: 'host' },
+})
+
 /** The rejection cases; each request gets exactly `reply` from every adapter. */
 export function rejectionCases(fixture: Fixture): Array<{ name: string; request: TestRequest; reply: Reply }> {
   const t = fixture.tokens
@@ -167,6 +175,16 @@ export function rejectionCases(fixture: Fixture): Array<{ name: string; request:
       name: '404 for an unknown session',
       request: { path: '/', headers: { ...json, ...bearer(t.alice), 'mcp-session-id': 'no-such-session' }, body: TOOLS_LIST },
       reply: sessionNotFoundReply(),
+    },
+    {
+      name: '401 at a path with dot segments, read as a URL parser reads it (/x/%2e%2e/v1/. is /v1/)',
+      request: { path: '/x/%2e%2e/v1/.', headers: json, body: TOOLS_LIST },
+      reply: unauthorizedReply({ resourceMetadataUrl: METADATA_URL }),
+    },
+    {
+      name: '404 without CORS headers for an unknown path asked from an Origin that is not allowed',
+      request: { path: '/zz', headers: { ...json, ...bearer(t.alice), origin: 'https://evil.example' }, body: TOOLS_LIST },
+      reply: notFoundReply(),
     },
     {
       name: '405 for a method the endpoint does not serve',
@@ -295,6 +313,39 @@ export function describeAdapter(name: string, start: StartAdapter): void {
           method: 'POST',
           body,
         })
+      })
+
+      it('resolves dot segments in the path as a URL parser does: /x/../v1 is /v1, /v1.1.0/.. is /', async () => {
+        const served = async (path: string) => {
+          const res = await target.request({ path, headers: { ...json, ...bearer(fixture.tokens.alice) }, body: TOOLS_LIST })
+          expect(res.status, path).toBe(200)
+          return res.headers['x-mcp-version']
+        }
+        for (const [dotted, plain] of [
+          ['/x/../v1', '/v1'],
+          ['/%2e/v1', '/v1'],
+          ['/v2.0.0/..', '/'],
+          ['/v1/./', '/v1'],
+        ]) {
+          expect(await served(dotted!), dotted).toBe(await served(plain!))
+        }
+        expect(await served('/v1.0.0/..')).toBe('2.0.0')
+      })
+
+      // A Web adapter gets a `Request` whose URL the runtime already parsed (or refused): only
+      // the Node adapters read a raw Host.
+      it.skipIf(name.startsWith('web'))('refuses a Host that is not just an authority (400), never building the App address from it', async () => {
+        for (const host of ['weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x']) {
+          const res = await target.request({ host, path: '/v1', headers: json, body: TOOLS_LIST })
+          expect(res.status, host).toBe(400)
+          expect(res.body, host).not.toContain('.well-known')
+          expectReply(res, INVALID_HOST_REPLY)
+        }
+        // Hosts a URL holds as they are still reach the App: a port, upper case, a trailing dot is another host.
+        for (const host of ['weather.localhost:80', 'WEATHER.localhost']) {
+          const res = await target.request({ host, path: '/v1', headers: json, body: TOOLS_LIST })
+          expect(res.status, host).toBe(401)
+        }
       })
 
       it('resolves the versionless path to the latest version', async () => {

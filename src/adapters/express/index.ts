@@ -3,7 +3,7 @@
  * in front of an existing MCP route. Works with Express 5 and 4; it imports nothing from
  * Express at run time.
  *
- * Rejections (401, 402, 403, 404, 429, 503, metadata, preflight) are answered by the
+ * Rejections (401, 402, 403, 404, 405, 429, 503, metadata, preflight) are answered by the
  * middleware itself, byte for byte as the Web adapter answers them. A dispatched request gets
  * `req.dispatchContext` (identity, App, version, latest version), the `X-MCP-Version` /
  * `X-MCP-Latest-Version` (and `RateLimit`, CORS) headers on its response, and goes on to the
@@ -40,7 +40,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { type AdapterOptions, HANDLER_FAILED, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
 declare global {
@@ -162,7 +162,12 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       // by default it is the socket's scheme.
       const expressProtocol: unknown = req.protocol
       const protocol = typeof expressProtocol === 'string' ? expressProtocol : socketProtocol(req)
-      decision = dispatcher.decide(toDispatchRequest(req, req.originalUrl ?? req.url, protocol, trust))
+      const request = toDispatchRequest(req, req.originalUrl ?? req.url, protocol, trust)
+      if (request === undefined) {
+        writeReply(res, INVALID_HOST)
+        return
+      }
+      decision = dispatcher.decide(request)
     } catch (error) {
       next(error)
       return

@@ -3,7 +3,7 @@
  * that puts the whole dispatch pipeline in front of the MCP routes of the context it is
  * registered in.
  *
- * Its `onRequest` hook answers rejections (401, 402, 403, 404, 429, 503, metadata, preflight)
+ * Its `onRequest` hook answers rejections (401, 402, 403, 404, 405, 429, 503, metadata, preflight)
  * byte for byte as the Web adapter does, before any body is read. A dispatched request gets
  * `request.dispatchContext`, and its response gets `X-MCP-Version` / `X-MCP-Latest-Version`
  * (and `RateLimit`, CORS), whether the route answers through `reply.send` or hijacks the
@@ -48,7 +48,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { type AdapterOptions, HANDLER_FAILED, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
 
 declare module 'fastify' {
@@ -143,7 +143,12 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
         reply.hijack()
         return
       }
-      const decision = dispatcher.decide(toDispatchRequest(raw, raw.url ?? '/', request.protocol, trust))
+      const dispatchRequest = toDispatchRequest(raw, raw.url ?? '/', request.protocol, trust)
+      if (dispatchRequest === undefined) {
+        sendReply(reply, INVALID_HOST)
+        return
+      }
+      const decision = dispatcher.decide(dispatchRequest)
       if (decision instanceof Promise) decision.then((d) => act(request, reply, d, done)).catch(done)
       else act(request, reply, decision, done)
     })

@@ -107,7 +107,7 @@ export function createMemoryTokenStore(): TokenStore {
   const byId = new Map<string, ApiTokenRecord>()
   const idByHash = new Map<string, string>()
   const idsByUser = new Map<string, Set<string>>()
-  // Each user's last password reset: a token created at or before it is inserted revoked.
+  // Each user's last password reset: a token created strictly before it is inserted revoked.
   const resets = new Map<string, number>()
   const put = (record: ApiTokenRecord) => {
     const frozen = Object.freeze({

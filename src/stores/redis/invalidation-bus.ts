@@ -80,10 +80,10 @@ function parseWire(text: string): WireMessage | undefined {
  *
  * @example
  * ```ts
- * import Redis from 'ioredis'
+ * import { Redis } from 'ioredis'
  * import { createRedisInvalidationBus } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
  * const invalidations = createRedisInvalidationBus({ client: redis })
  * await invalidations.ready()
  * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations })

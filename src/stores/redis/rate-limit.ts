@@ -39,10 +39,10 @@ function toCount(reply: unknown): number {
  *
  * @example
  * ```ts
- * import Redis from 'ioredis'
+ * import { Redis } from 'ioredis'
  * import { createRedisRateLimitStore } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
  * const dispatcher = createDispatcher({
  *   apps, subscriptions, tokens, authorizationServers,
  *   rateLimit: { store: createRedisRateLimitStore({ client: redis }), policy: () => ({ limit: 60, windowType: 'minute' }) },

@@ -29,10 +29,10 @@ function done(): void {}
  *
  * @example
  * ```ts
- * import Redis from 'ioredis'
+ * import { Redis } from 'ioredis'
  * import { createRedisSessionStore } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL, { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
  * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers, sessions: createRedisSessionStore({ client: redis }) })
  * ```
  */
