@@ -7,7 +7,10 @@
  * - Dynamic client registration (RFC 7591) is open; PKCE (S256) is required.
  * - Sign-in is automatic: the authorization request's `login_hint` names the seed user to sign
  *   in as (an unknown one is refused with `access_denied`); without it, the first account.
- *   Consent is granted for whatever was asked.
+ *   Consent is granted for whatever was asked. An authorization request without `scope` gets
+ *   the scopes the platform's metadata names (`openid profile email`): RFC 6749 section 3.3
+ *   lets a server use a default, and oidc-provider alone would refuse the request
+ *   (`access_denied`: no scope granted), which MCP clients that omit `scope` do.
  * - Refresh tokens are issued to every client registered with the `refresh_token` grant.
  * - Userinfo is at `/me` (oidc-provider's path, published in discovery).
  * - `resourceIndicators` (RFC 8707) binds tokens to the App they were requested for
@@ -20,6 +23,7 @@ import { randomBytes } from 'node:crypto'
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { exportJWK, generateKeyPair } from 'jose'
+import { DEFAULT_SCOPES_SUPPORTED } from 'mcp-dispatch'
 import Provider, { type Adapter, type AdapterPayload, type ClientRef } from 'oidc-provider'
 
 /** Options of {@link startDevAuthServer}. */
@@ -271,6 +275,7 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
   handle = (req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0]!
     options.onRequest?.({ method: req.method ?? 'GET', path })
+    if (req.method === 'GET' && path === '/auth') req.url = withDefaultScope(req.url ?? '/auth')
     if (req.method === 'GET' && path.startsWith('/interaction/')) {
       interact(req, res).catch((error: unknown) => {
         res.statusCode = 400
@@ -292,4 +297,16 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
         server.closeAllConnections()
       }),
   }
+}
+
+/**
+ * The authorization request `url` (`/auth?…`) with `scope` set to the default when it is
+ * missing or empty (RFC 6749 section 3.3: "a pre-defined default value").
+ */
+function withDefaultScope(url: string): string {
+  const query = url.indexOf('?')
+  const params = new URLSearchParams(query === -1 ? '' : url.slice(query + 1))
+  if (params.get('scope')?.trim()) return url
+  params.set('scope', DEFAULT_SCOPES_SUPPORTED.join(' '))
+  return `/auth?${params}`
 }

@@ -16,6 +16,7 @@ import {
   type OAuthValidatorOptions,
   type RateLimitPolicy,
   API_TOKEN_LENGTH,
+  MAX_RATE_LIMIT,
   compileTrustProxy,
   createDispatcher,
   createOAuthValidator,
@@ -30,13 +31,19 @@ import {
   resolveClientAddress,
   validateAllowlist,
   validateTokenName,
+  versionNotServedReply,
 } from 'mcp-dispatch'
 import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { type WebRequestInfo, mcpDispatch } from 'mcp-dispatch/web'
+import { type WebRequestInfo, mcpDispatch, toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler } from './mcp-app.js'
 
-const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: z.string().url() }).strict()])
+/** An upstream of a proxied version: an http(s) URL, as the proxy handler requires. */
+const upstreamUrl = z
+  .string()
+  .url()
+  .refine((url) => URL.canParse(url) && /^https?:$/.test(new URL(url).protocol), 'must be an http(s) URL')
+const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: upstreamUrl }).strict()])
 // Strict objects: a misspelt key (`allowedIPs`, `rateLimit`) is an error, never a silently
 // missing allowlist or limit.
 const seedSchema = z.object({
@@ -49,7 +56,7 @@ const seedSchema = z.object({
         .refine((slug) => slug !== 'api', 'is reserved for the token API host'),
       name: z.string().min(1),
       versions: z.array(versionEntry).default([]),
-      rateLimitPerMinute: z.number().int().min(0).optional(),
+      rateLimitPerMinute: z.number().int().min(0).max(MAX_RATE_LIMIT).optional(),
     }).strict(),
   ),
   users: z.array(z.object({ id: z.string().min(1) }).strict()).default([]),
@@ -162,7 +169,12 @@ export function createPlatform(options: PlatformOptions): Platform {
     }
   }
 
+  const slugs = new Set<string>()
   for (const [a, app] of seed.apps.entries()) {
+    // Named by their place in the seed, as zod names the other fields.
+    if (seed.apps.findIndex((other) => other.id === app.id) !== a) throw new TypeError(`seed apps.${a}.id: ${JSON.stringify(app.id)} is used twice`)
+    if (slugs.has(app.slug)) throw new TypeError(`seed apps.${a}.slug: ${JSON.stringify(app.slug)} is used twice`)
+    slugs.add(app.slug)
     apps.addApp({ id: app.id, slug: app.slug, name: app.name })
     for (const [v, entry] of app.versions.entries()) {
       const version = typeof entry === 'string' ? entry : entry.version
@@ -175,9 +187,16 @@ export function createPlatform(options: PlatformOptions): Platform {
       ensureHandler(app, version)
     }
   }
+  const subscribed = new Map<string, boolean>()
   for (const [i, s] of seed.subscriptions.entries()) {
     if (!userIds.has(s.userId)) throw new TypeError(`seed subscriptions.${i}: unknown user ${s.userId}`)
     if (!appSeeds.has(s.appId)) throw new TypeError(`seed subscriptions.${i}: unknown App ${s.appId}`)
+    // Two entries for one user and App that disagree: which one holds would be a guess.
+    const key = `${s.userId}\u0000${s.appId}`
+    if (subscribed.has(key) && subscribed.get(key) !== s.active) {
+      throw new TypeError(`seed subscriptions.${i}: ${s.userId} on ${s.appId} is already listed as ${subscribed.get(key) ? 'active' : 'inactive'}`)
+    }
+    subscribed.set(key, s.active)
   }
   const subscriptions = createMemorySubscriptionStore(seed.subscriptions)
   const tokenStore = createMemoryTokenStore()
@@ -264,9 +283,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     handler: (request: Request, context: DispatchContext) => {
       if (upstreams.has(`${context.app.id}@${context.version}`)) return proxy(request, context)
       const handler = handlers.get(`${context.app.id}@${context.version}`)
-      if (!handler) {
-        return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Version not served' } }, { status: 404 })
-      }
+      if (!handler) return toResponse(versionNotServedReply(context.version))
       return handler(request, {
         subject: context.identity.subject,
         ...(context.identity.clientId !== undefined && { clientId: context.identity.clientId }),
@@ -363,8 +380,13 @@ export function createPlatform(options: PlatformOptions): Platform {
     },
     jwks: () => signer.jwks(),
     deploy(appId, version, upstream) {
+      // Checked before the version goes live: a version refused here never serves anyone.
+      const target = upstream === undefined ? undefined : upstreamUrl.safeParse(upstream)
+      if (target !== undefined && !target.success) {
+        throw new TypeError(`deploy ${appId}@${version}: upstream ${target.error.issues[0]?.message ?? 'is not an http(s) URL'}`)
+      }
       const live = apps.deploy(appId, version) as readonly string[]
-      if (upstream !== undefined) upstreams.set(`${appId}@${version}`, new URL(upstream).href)
+      if (target !== undefined) upstreams.set(`${appId}@${version}`, new URL(target.data!).href)
       const app = appSeeds.get(appId)!
       ensureHandler({ id: app.id, slug: app.slug, name: app.name }, version)
       return live

@@ -21,6 +21,8 @@ import {
   isLegacyRequest,
 } from '@modelcontextprotocol/server'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import { sessionNotFoundReply } from 'mcp-dispatch'
+import { toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { registerConformanceFeatures } from './conformance-features.js'
 import { registerModernConformanceFeatures, requestStateCodec } from './conformance-features-modern.js'
@@ -107,9 +109,12 @@ const MAX_BODY_BYTES = 4 * 1024 * 1024
 const BODY_DEADLINE_MS = 30_000
 const TOO_SLOW = Symbol('too slow')
 
-function rpcError(status: number, code: number, message: string): Response {
-  return Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status })
+function rpcError(status: number, code: number, message: string, headers?: Record<string, string>): Response {
+  return Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status, ...(headers && { headers }) })
 }
+
+/** How often any request sweeps idle sessions (besides every `initialize`). */
+const SWEEP_EVERY_MS = 60_000
 
 /**
  * Reads a request body once, stopping past the limit: the text, `null` when too large, or
@@ -317,8 +322,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const buildModern = options.modern
   const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(), { legacy: 'reject' })
 
+  let lastSweep = Date.now()
   function sweep(): void {
-    const cutoff = Date.now() - idleMs
+    lastSweep = Date.now()
+    const cutoff = lastSweep - idleMs
     for (const [id, s] of sessions) {
       if (s.lastSeen < cutoff || sessions.size > maxSessions) {
         dropSession(id)
@@ -330,6 +337,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   let closed = false
   const handle = async (request: Request, given?: CallerOf): Promise<Response> => {
     if (closed) return rpcError(503, -32000, 'App version closed')
+    // Idle sessions go whatever requests come in, not only when another session opens.
+    if (Date.now() - lastSweep >= SWEEP_EVERY_MS) sweep()
     // Handed something else as the second argument (a DispatchContext, by `routeByVersion`
     // wiring): no caller, rather than one without a subject that every user would share.
     const caller = given !== undefined && typeof given.subject === 'string' ? given : undefined
@@ -386,8 +395,17 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     const sessionId = request.headers.get('mcp-session-id')
     if (sessionId) {
       const session = sessions.get(sessionId)
-      if (!session) return rpcError(404, -32001, 'Session not found')
-      session.lastSeen = Date.now()
+      const now = Date.now()
+      // Idle past `idleMs` is closed, even between sweeps.
+      if (session && now - session.lastSeen > idleMs) {
+        dropSession(sessionId)
+        void session.transport.close()
+      }
+      // Closed here (idle, or the caller's least recently used past its cap) or never opened:
+      // the dispatch layer's own answer for an unknown session (404 `session_not_found`), so a
+      // client sees one answer whichever layer found the session gone.
+      if (!session || !sessions.has(sessionId)) return toResponse(sessionNotFoundReply())
+      session.lastSeen = now
       return session.transport.handleRequest(request, parsed)
     }
     if (request.method !== 'POST') {
@@ -399,7 +417,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     if (isInitialize(body)) {
       sweep()
       if (caller && !reserveSession(caller.subject)) {
-        return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`)
+        return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`, { 'retry-after': '1' })
       }
       const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),

@@ -10,10 +10,12 @@
  */
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
+import { createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
-import { serve } from '@hono/node-server'
-import { type OAuthValidationMode, applyDeploy } from 'mcp-dispatch'
+import { RequestError, getRequestListener } from '@hono/node-server'
+import { type OAuthValidationMode, applyDeploy, jsonRpcErrorReply, serviceUnavailableReply } from 'mcp-dispatch'
+import { toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
 
@@ -58,19 +60,27 @@ const platform = createPlatform({
   },
 })
 
-const server = serve({
-  port,
-  hostname: process.env.HOST ?? '127.0.0.1',
-  fetch: (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
+const listener = getRequestListener(
+  (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
     platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
-})
+  {
+    // A request no `Request` can be built from (a Host such as `a@b`, `b:99999` or `b/x`): a
+    // JSON answer naming the Host, as the Express and Fastify adapters give, instead of
+    // @hono/node-server's empty 400. platform.fetch itself never throws.
+    errorHandler: (error) =>
+      toResponse(
+        error instanceof RequestError
+          ? jsonRpcErrorReply(400, { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } })
+          : serviceUnavailableReply(),
+      ),
+  },
+)
 // A client has 20 s for its headers and 60 s for its whole request (Node: 60 s and 300 s), so
 // a trickle holds a connection for about a minute, not five (responses, SSE streams
-// included, are not limited by these).
-if ('requestTimeout' in server) {
-  server.requestTimeout = 60_000
-  server.headersTimeout = 20_000
-}
+// included, are not limited by these). Node checks them every `connectionsCheckingInterval`
+// (default 30 s, which would let them run up to half a minute late): every 2 s here.
+const server = createServer({ requestTimeout: 60_000, headersTimeout: 20_000, connectionsCheckingInterval: 2_000 }, listener)
+server.listen(port, process.env.HOST ?? '127.0.0.1')
 
 const [name, token] = Object.entries(platform.tokens)[0] ?? []
 const app = seed.apps[0]

@@ -12,6 +12,7 @@ import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { underCI } from './ci.js'
 
 const PREFIX = fileURLToPath(new URL('../conformance/', import.meta.url))
 /** The runner imports `fs.globSync`, which Node 20 lacks: it runs on the `node@22` package's binary. */
@@ -37,7 +38,7 @@ export function conformanceInstalled(): boolean {
 export function conformanceAvailable(suite: string): boolean {
   if (conformanceInstalled()) return true
   const missing = `the MCP conformance runners are not installed: run \`${INSTALL_COMMAND}\``
-  if (process.env.CI === 'true') throw new Error(`${missing} (CI=true, so this suite fails instead of skipping)`)
+  if (underCI()) throw new Error(`${missing} (under CI, so this suite fails instead of skipping)`)
   console.warn(`[${suite}] ${missing}; suite skipped`)
   return false
 }
@@ -81,17 +82,29 @@ export async function runConformance(options: RunConformanceOptions): Promise<Co
   const selection = options.scenario ? ['--scenario', options.scenario] : ['--suite', options.suite ?? 'all']
   const version = options.specVersion ? ['--spec-version', options.specVersion] : []
   const args = [options.runner ?? RUNNER, 'server', '--url', options.url, ...selection, ...version, '-o', options.outputDir]
+  const output = await runRunner(args, options.timeoutMs, options.url)
+  return { scenarios: await readChecks(options.outputDir), output }
+}
+
+/**
+ * Runs a runner (`args[0]`) on Node 22 until it exits, and answers what it printed; kills it
+ * and rejects past `timeoutMs`. `watch` sees the output so far after each chunk of stdout.
+ */
+async function runRunner(args: string[], timeoutMs: number, target: string, watch?: (output: string) => void): Promise<string> {
   // The runner starts no Node of its own, so nothing meant for the test's Node 20 reaches it.
   const { NODE_OPTIONS: _ignored, ...env } = process.env
   const child = spawn(NODE_22, args, { env, stdio: ['ignore', 'pipe', 'pipe'] })
   let output = ''
-  child.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()))
+  child.stdout.on('data', (chunk: Buffer) => {
+    output += chunk.toString()
+    watch?.(output)
+  })
   child.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()))
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL')
-      reject(new Error(`the conformance runner overran ${options.timeoutMs} ms on ${options.url}:\n${output.slice(-4_000)}`))
-    }, options.timeoutMs)
+      reject(new Error(`the conformance runner overran ${timeoutMs} ms on ${target}:\n${output.slice(-4_000)}`))
+    }, timeoutMs)
     child.on('error', (error) => {
       clearTimeout(timer)
       reject(error)
@@ -101,18 +114,77 @@ export async function runConformance(options: RunConformanceOptions): Promise<Co
       resolve()
     })
   })
-  return { scenarios: await readChecks(options.outputDir), output }
+  return output
 }
 
-/** Reads `<dir>/server-<scenario>-<ISO time with - for : and .>/checks.json` of every scenario. */
-async function readChecks(dir: string): Promise<Map<string, ConformanceCheck[]>> {
+/**
+ * Reads `<dir>/<kind>-<scenario>-<ISO time with - for : and .>/checks.json` of every scenario
+ * (`kind`: `server` for the server command, `authorization-server` for the authorization one).
+ */
+async function readChecks(dir: string, kind = 'server'): Promise<Map<string, ConformanceCheck[]>> {
   const scenarios = new Map<string, ConformanceCheck[]>()
+  const pattern = new RegExp(`^${kind}-(.+)-\\d{4}-\\d{2}-\\d{2}T[\\d-]+Z$`)
   for (const entry of await readdir(dir)) {
-    const match = /^server-(.+)-\d{4}-\d{2}-\d{2}T[\d-]+Z$/.exec(entry)
+    const match = pattern.exec(entry)
     if (!match) continue
     scenarios.set(match[1]!, JSON.parse(await readFile(join(dir, entry, 'checks.json'), 'utf8')) as ConformanceCheck[])
   }
   return scenarios
+}
+
+/** Options of {@link runAuthorizationConformance}. */
+export interface RunAuthorizationConformanceOptions {
+  /** The authorization server's issuer. */
+  issuer: string
+  /** A client registered with the redirect URI `http://127.0.0.1:{callbackPort}/callback`. */
+  clientId: string
+  /** A free loopback port for the runner's callback server. */
+  callbackPort: number
+  /** `--resource` (RFC 8707), when the tokens are for an MCP server. */
+  resource?: string
+  /**
+   * Plays the browser: given the authorization URL the runner prints, signs in and answers
+   * the URL the server redirects back to (the runner's callback), which is then fetched.
+   */
+  signIn(authorizationUrl: string): Promise<URL>
+  outputDir: string
+  timeoutMs: number
+}
+
+/**
+ * Runs the pre-release runner's authorization-server scenarios (`conformance authorization`)
+ * against an issuer: its metadata, and an authorization code grant the runner starts and waits
+ * for (it prints the URL for a browser and listens for the callback on `callbackPort`).
+ */
+export async function runAuthorizationConformance(options: RunAuthorizationConformanceOptions): Promise<ConformanceRun> {
+  const args = [
+    RUNNER_NEXT,
+    'authorization',
+    '--url',
+    options.issuer,
+    '--client-id',
+    options.clientId,
+    '--port',
+    String(options.callbackPort),
+    ...(options.resource ? ['--resource', options.resource] : []),
+    '-o',
+    options.outputDir,
+  ]
+  let browser: Promise<void> | undefined
+  let browserError = ''
+  const authorizeAt = `${options.issuer}/auth?`
+  const output = await runRunner(args, options.timeoutMs, options.issuer, (sofar) => {
+    const line = sofar.split('\n').find((l) => l.startsWith(authorizeAt))
+    // Once the runner listens for the callback (it prints that after the URL).
+    if (browser === undefined && line !== undefined && sofar.includes('Callback server started')) {
+      browser = options.signIn(line.trim()).then(
+        async (callback) => void (await fetch(callback)).body?.cancel(),
+        (error: unknown) => void (browserError = `\n[browser] ${String(error)}\n`),
+      )
+    }
+  })
+  await browser
+  return { scenarios: await readChecks(options.outputDir, 'authorization-server'), output: output + browserError }
 }
 
 /** The checks of a scenario that failed, one line each: `id: message`. */

@@ -163,7 +163,10 @@ describe('what one caller may hold of an App version', () => {
     await new Promise((resolve) => setTimeout(resolve, 2))
     expect((await ping(token('alice'), alice[0]!)).status).toBe(200) // the first, used again: no longer the least recent
     expect((await initialize(token('alice'))).status).toBe(200) // the 101st closes alice's least recently used
-    expect((await ping(token('alice'), alice[1]!)).status).toBe(404)
+    // The session the App closed gets the dispatch layer's answer for an unknown session, at once.
+    const evicted = await ping(token('alice'), alice[1]!)
+    expect(evicted.status).toBe(404)
+    expect(await evicted.json()).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Session not found', data: { error: 'session_not_found' } } })
     expect((await ping(token('alice'), alice[0]!)).status).toBe(200)
     expect((await ping(token('alice'), alice[99]!)).status).toBe(200)
     expect((await ping(token('carol'), carolSession)).status).toBe(200)
@@ -192,6 +195,24 @@ describe('createMcpAppHandler wired as a plain handler', () => {
 
 describe('what a session and a request may hold', () => {
   const app = { id: 'app_w', slug: 'weather', name: 'Weather' }
+
+  it('a session idle past idleMs is closed even when no other session opens (404 session_not_found)', async () => {
+    const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { idleMs: 100 })
+    try {
+      const caller = { subject: 'alice', appId: app.id, version: '1.0.0' }
+      const body = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }
+      const id = (await handler(mcpRequest('http://weather.localhost/v1', { body }), caller)).headers.get('mcp-session-id')!
+      const ping = () => handler(mcpRequest('http://weather.localhost/v1', { headers: { 'mcp-session-id': id }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }), caller)
+      expect((await ping()).status).toBe(200)
+      await new Promise((resolve) => setTimeout(resolve, 250))
+      const late = await ping()
+      expect(late.status).toBe(404)
+      expect(((await late.json()) as { error: { data: unknown } }).error.data).toEqual({ error: 'session_not_found' })
+      expect(handler.sessionCount()).toBe(0)
+    } finally {
+      await handler.close()
+    }
+  })
 
   it('a POST body that trickles in gets 408 at bodyTimeoutMs, and its stream is let go', async () => {
     const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { bodyTimeoutMs: 200 })
@@ -257,6 +278,8 @@ describe('the per-caller caps hold against a burst (slots are taken before the f
     const alive = (await Promise.all(ids.map(async (id) => (await ping(token('alice'), id)).status))).filter((status) => status === 200)
     expect(alive.length).toBeLessThanOrEqual(100)
     expect(alive.length).toBeGreaterThan(0)
+    // Refused ones are told when to try again.
+    for (const refused of burst.filter((r) => r.status === 429)) expect(refused.headers.get('retry-after')).toBe('1')
     expect((await ping(token('carol'), carol)).status).toBe(200)
   })
 })

@@ -41,6 +41,33 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed: { ...base, tokens: [token, token] } })).toThrow(/used twice/)
   })
 
+  it('refuses a limit the rate limiter refuses, an upstream that is not http(s), two Apps of one id or slug, and subscriptions that disagree', () => {
+    const app = base.apps[0]!
+    expect(() => createPlatform({ seed: { ...base, apps: [{ ...app, rateLimitPerMinute: 1e15 }] } })).toThrow(/rateLimitPerMinute/)
+    expect(() => createPlatform({ seed: { ...base, apps: [{ ...app, rateLimitPerMinute: 999_999_999_999_999 }] } })).not.toThrow()
+    expect(() => createPlatform({ seed: { ...base, apps: [{ ...app, versions: [{ version: '1.0.0', upstream: 'ftp://files.example/mcp' }] }] } })).toThrow(
+      /http\(s\) URL/,
+    )
+    expect(() => createPlatform({ seed: { ...base, apps: [app, { ...app, slug: 'other' }] } })).toThrow(/apps\.1\.id: "app_w" is used twice/)
+    expect(() => createPlatform({ seed: { ...base, apps: [app, { ...app, id: 'app_o' }] } })).toThrow(/apps\.1\.slug: "weather" is used twice/)
+    const twice = [...base.subscriptions, { userId: 'u1', appId: 'app_w', active: false }]
+    expect(() => createPlatform({ seed: { ...base, subscriptions: twice } })).toThrow(/subscriptions\.1: u1 on app_w is already listed as active/)
+    expect(() => createPlatform({ seed: { ...base, subscriptions: [...base.subscriptions, ...base.subscriptions] } })).not.toThrow()
+  })
+
+  it('refuses a deploy whose upstream is not an http(s) URL before the version goes live', async () => {
+    const platform = createPlatform({ seed: base })
+    try {
+      for (const upstream of ['not a url', 'ftp://files.example/mcp']) {
+        expect(() => platform.deploy('app_w', '2.0.0', upstream)).toThrow(/upstream/)
+      }
+      // Not live: the versionless URL still serves 1.0.0.
+      expect(platform.deploy('app_w', '1.1.0')).toEqual(['1.0.0', '1.1.0'])
+    } finally {
+      await platform.close()
+    }
+  })
+
   it('refuses a token for an unknown user or App', () => {
     expect(() => createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'nobody', servers: ['app_w'], expiresInDays: 7 as const }] } })).toThrow(/unknown user/)
     expect(() => createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_x'], expiresInDays: 7 as const }] } })).toThrow(/unknown App/)

@@ -175,34 +175,41 @@ export class TestOAuthClient implements OAuthClientProvider {
   async redirectToAuthorization(authorizationUrl: URL): Promise<void> {
     const url = new URL(authorizationUrl)
     if (this.#loginHint) url.searchParams.set('login_hint', this.#loginHint)
-    const jar = new Map<string, string>()
-    let next = url.href
-    for (let hop = 0; hop < 12; hop++) {
-      const cookie = [...jar].map(([name, value]) => `${name}=${value}`).join('; ')
-      const res = await fetch(next, { redirect: 'manual', headers: cookie ? { cookie } : {} })
-      for (const line of res.headers.getSetCookie()) {
-        const pair = line.split(';', 1)[0]!
-        const eq = pair.indexOf('=')
-        const name = pair.slice(0, eq).trim()
-        const value = pair.slice(eq + 1)
-        if (value === '') jar.delete(name)
-        else jar.set(name, value)
-      }
-      const text = await res.text()
-      const location = res.headers.get('location')
-      if (!location) throw new Error(`authorization stopped with HTTP ${res.status}: ${text.slice(0, 200)}`)
-      const target = new URL(location, next)
-      if (target.href.startsWith(this.redirectUrl)) {
-        const error = target.searchParams.get('error')
-        if (error) throw new Error(`authorization refused: ${error} ${target.searchParams.get('error_description') ?? ''}`)
-        this.code = target.searchParams.get('code') ?? undefined
-        this.callbackParams = target.searchParams
-        return
-      }
-      next = target.href
-    }
-    throw new Error('authorization: too many redirects')
+    const target = await followSignIn(url.href, this.redirectUrl)
+    const error = target.searchParams.get('error')
+    if (error) throw new Error(`authorization refused: ${error} ${target.searchParams.get('error_description') ?? ''}`)
+    this.code = target.searchParams.get('code') ?? undefined
+    this.callbackParams = target.searchParams
   }
+}
+
+/**
+ * Plays the browser of an authorization request: follows its redirects (manual, with a cookie
+ * jar) through the development authorization server's automatic sign-in, and answers the URL
+ * it is sent back to, the first one under `redirectUri`, without fetching it.
+ */
+export async function followSignIn(authorizationUrl: string, redirectUri: string): Promise<URL> {
+  const jar = new Map<string, string>()
+  let next = authorizationUrl
+  for (let hop = 0; hop < 12; hop++) {
+    const cookie = [...jar].map(([name, value]) => `${name}=${value}`).join('; ')
+    const res = await fetch(next, { redirect: 'manual', headers: cookie ? { cookie } : {} })
+    for (const line of res.headers.getSetCookie()) {
+      const pair = line.split(';', 1)[0]!
+      const eq = pair.indexOf('=')
+      const name = pair.slice(0, eq).trim()
+      const value = pair.slice(eq + 1)
+      if (value === '') jar.delete(name)
+      else jar.set(name, value)
+    }
+    const text = await res.text()
+    const location = res.headers.get('location')
+    if (!location) throw new Error(`authorization stopped with HTTP ${res.status}: ${text.slice(0, 200)}`)
+    const target = new URL(location, next)
+    if (target.href.startsWith(redirectUri)) return target
+    next = target.href
+  }
+  throw new Error('authorization: too many redirects')
 }
 
 /**

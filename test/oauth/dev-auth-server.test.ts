@@ -1,0 +1,158 @@
+/**
+ * The reference platform's development authorization server, as an OAuth client that does not
+ * use the MCP SDK meets it: the official MCP conformance runner's authorization-server
+ * scenarios (metadata, and an authorization code grant with PKCE whose request carries no
+ * `scope`), and a client that omits `scope` (RFC 6749 section 3.3), which must get the default
+ * scopes and a token the platform accepts, not `access_denied`.
+ */
+import { createHash, randomBytes } from 'node:crypto'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
+import { type Platform, createPlatform } from '../../examples/platform/index.js'
+import { conformanceAvailable, failures, runAuthorizationConformance } from '../helpers/conformance.js'
+import { followSignIn, loopbackFetch, servePlatform } from './helpers/oauth-client.js'
+
+const installed = conformanceAvailable('dev-auth-server')
+
+let auth: DevAuthServer
+let platform: Platform
+let server: { port: number; close(): Promise<void> }
+
+beforeAll(async () => {
+  auth = await startDevAuthServer({ accounts: ['user_alice', 'user_bob'] })
+  platform = createPlatform({
+    seed: {
+      apps: [{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }],
+      users: [{ id: 'user_alice' }, { id: 'user_bob' }],
+      subscriptions: [{ userId: 'user_alice', appId: 'app_weather', active: true }],
+    },
+    authorizationServer: { issuer: auth.issuer },
+  })
+  server = await servePlatform(platform.fetch)
+})
+
+afterAll(async () => {
+  await server?.close()
+  await platform?.close()
+  await auth?.close()
+})
+
+/** A loopback port nothing listens on now (the runner's callback server takes it). */
+async function freePort(): Promise<number> {
+  const probe = createServer()
+  await new Promise<void>((resolve) => probe.listen(0, '127.0.0.1', resolve))
+  const port = (probe.address() as { port: number }).port
+  await new Promise<void>((resolve) => probe.close(() => resolve()))
+  return port
+}
+
+/** Registers a public client (RFC 7591) with one redirect URI. */
+async function register(redirectUri: string): Promise<string> {
+  const response = await fetch(`${auth.issuer}/reg`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      redirect_uris: [redirectUri],
+      token_endpoint_auth_method: 'none',
+      grant_types: ['authorization_code'],
+      response_types: ['code'],
+    }),
+  })
+  expect(response.status).toBe(201)
+  return ((await response.json()) as { client_id: string }).client_id
+}
+
+describe.skipIf(!installed)('the official conformance runner against the development authorization server', () => {
+  let outputDir: string
+  beforeAll(async () => {
+    outputDir = await mkdtemp(join(tmpdir(), 'mcp-dispatch-as-conformance-'))
+  })
+  afterAll(async () => {
+    if (outputDir) await rm(outputDir, { recursive: true, force: true })
+  })
+
+  it('passes the metadata and authorization code grant scenarios', async () => {
+    const callbackPort = await freePort()
+    const redirectUri = `http://127.0.0.1:${callbackPort}/callback`
+    const clientId = await register(redirectUri)
+    const run = await runAuthorizationConformance({
+      issuer: auth.issuer,
+      clientId,
+      callbackPort,
+      resource: `http://weather.localhost:${server.port}/`,
+      signIn: (url) => {
+        // The runner asks for no scope: the server's default applies.
+        expect(new URL(url).searchParams.has('scope')).toBe(false)
+        return followSignIn(url, redirectUri)
+      },
+      outputDir,
+      timeoutMs: 60_000,
+    })
+    expect([...run.scenarios.keys()].sort(), run.output.slice(-4_000)).toEqual([
+      'authorization-code-grant',
+      'authorization-server-metadata-endpoint',
+    ])
+    for (const [scenario, checks] of run.scenarios) {
+      expect(failures(checks), `${scenario}: ${run.output.slice(-2_000)}`).toEqual([])
+      expect(checks.some((c) => c.status === 'SUCCESS'), scenario).toBe(true)
+    }
+  }, 90_000)
+})
+
+/**
+ * Runs an authorization code grant with PKCE as a public client, the authorization request
+ * carrying `params` besides the required ones; the callback's parameters and the token answer.
+ */
+async function grant(params: Record<string, string>): Promise<{ callback: URLSearchParams; tokens: { access_token: string; scope: string } }> {
+  const redirectUri = 'http://127.0.0.1:9/callback'
+  const clientId = await register(redirectUri)
+  const verifier = randomBytes(32).toString('base64url')
+  const authorize = new URL(`${auth.issuer}/auth`)
+  authorize.search = new URLSearchParams({
+    response_type: 'code',
+    client_id: clientId,
+    redirect_uri: redirectUri,
+    code_challenge: createHash('sha256').update(verifier).digest('base64url'),
+    code_challenge_method: 'S256',
+    ...params,
+  }).toString()
+  const callback = (await followSignIn(authorize.href, redirectUri)).searchParams
+  expect(callback.get('error'), callback.get('error_description') ?? '').toBeNull()
+  const response = await fetch(`${auth.issuer}/token`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/x-www-form-urlencoded' },
+    body: new URLSearchParams({ grant_type: 'authorization_code', code: callback.get('code')!, redirect_uri: redirectUri, code_verifier: verifier, client_id: clientId }),
+  })
+  expect(response.status).toBe(200)
+  return { callback, tokens: (await response.json()) as { access_token: string; scope: string } }
+}
+
+describe('an authorization request without scope (RFC 6749 section 3.3)', () => {
+  it('gets the default scopes, and a token the platform accepts at userinfo', async () => {
+    const { callback, tokens } = await grant({ state: 'state-1', login_hint: 'user_alice' })
+    expect(callback.get('state')).toBe('state-1')
+    expect(tokens.scope.split(' ').sort()).toEqual(['email', 'openid', 'profile'])
+
+    const answer = await loopbackFetch(`http://weather.localhost:${server.port}/v1`, {
+      method: 'POST',
+      headers: {
+        authorization: `Bearer ${tokens.access_token}`,
+        'content-type': 'application/json',
+        accept: 'application/json, text/event-stream',
+      },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    })
+    expect(answer.status).toBe(200)
+    expect(answer.headers.get('x-mcp-version')).toBe('1.0.0')
+    const body = (await answer.json()) as { result: { tools: { name: string }[] } }
+    expect(body.result.tools.map((t) => t.name)).toContain('get_version')
+  })
+
+  it('keeps a scope the client asked for', async () => {
+    expect((await grant({ scope: 'openid' })).tokens.scope).toBe('openid')
+  })
+})
