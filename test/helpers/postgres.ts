@@ -24,6 +24,7 @@ import {
   type PostgresTokenStoreOptions,
   createPostgresTokenStore,
 } from 'mcp-dispatch/postgres'
+import { underCI } from './ci.js'
 
 /** Where the test database is. */
 export const POSTGRES_URL = process.env.POSTGRES_URL ?? 'postgres://postgres@127.0.0.1:5432/test'
@@ -41,7 +42,7 @@ export async function postgresUnavailable(): Promise<string | undefined> {
   } catch (error) {
     const where = new URL(POSTGRES_URL)
     const reason = `PostgreSQL at ${where.host}${where.pathname} is unreachable (${error instanceof Error ? error.message : String(error)})`
-    if (process.env.CI === 'true') throw new Error(`${reason}; CI=true, so the PostgreSQL tests fail instead of skipping`)
+    if (underCI()) throw new Error(`${reason}; under CI, so the PostgreSQL tests fail instead of skipping`)
     console.warn(`[postgres] ${reason}: PostgreSQL tests skipped (set POSTGRES_URL; under CI=true they fail)`)
     return reason
   } finally {

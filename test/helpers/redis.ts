@@ -14,6 +14,7 @@ import { Redis, type RedisOptions } from 'ioredis'
 import type { InvalidationMessage } from 'mcp-dispatch'
 import type { RedisInvalidationBus } from 'mcp-dispatch/redis'
 import { afterAll, describe } from 'vitest'
+import { underCI } from './ci.js'
 
 /** Where the tests find Redis. */
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -46,7 +47,7 @@ async function probe(): Promise<string | undefined> {
 }
 
 const unavailable = await probe()
-if (unavailable !== undefined && process.env.CI) {
+if (unavailable !== undefined && underCI()) {
   throw new Error(`Redis at ${REDIS_URL} is required under CI: ${unavailable}`)
 }
 if (unavailable !== undefined) {

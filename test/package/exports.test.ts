@@ -9,10 +9,11 @@ import { isBuiltin } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
+import { underCI } from '../helpers/ci.js'
 
 const root = resolve(import.meta.dirname, '../..')
 const built = existsSync(join(root, 'dist/index.js'))
-if (!built && process.env.CI) throw new Error('dist/ is missing: CI must run `npm run build` before the tests')
+if (!built && underCI()) throw new Error('dist/ is missing: CI must run `npm run build` before the tests')
 if (!built) console.warn('[exports.test] skipped: run `npm run build` first')
 
 describe.runIf(built)('built package', () => {
