@@ -19,15 +19,16 @@ import { underCI } from '../helpers/ci.js'
 import { loopbackFetch } from '../oauth/helpers/oauth-client.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
-const BIN = (name: string) => fileURLToPath(new URL(`./node_modules/.bin/${name}`, import.meta.url))
+const installed = (path: string) => fileURLToPath(new URL(`./node_modules/${path}`, import.meta.url))
 const SERVER = fileURLToPath(new URL('./server.ts', import.meta.url))
 const RUNTIMES = {
-  bun: [BIN('bun'), ['run', SERVER]],
-  deno: [BIN('deno'), ['run', '--allow-net', '--allow-read', '--allow-env', SERVER]],
+  bun: [installed('.bin/bun'), ['run', SERVER]],
+  // The Linux x64 build, installed as an optional dependency (test/runtimes/package.json).
+  deno: [installed('@deno/linux-x64-glibc/deno'), ['run', '--allow-net', '--allow-read', '--allow-env', SERVER]],
 } as const
 
 const missing = [
-  ...(existsSync(BIN('bun')) && existsSync(BIN('deno')) ? [] : ['the runtimes (npm ci --prefix test/runtimes)']),
+  ...(Object.values(RUNTIMES).every(([binary]) => existsSync(binary)) ? [] : ['the runtimes (npm ci --prefix test/runtimes)']),
   ...(existsSync(`${ROOT}dist/adapters/web/index.js`) ? [] : ['dist/ (npm run build)']),
 ]
 if (missing.length > 0) {
