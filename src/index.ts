@@ -74,8 +74,8 @@ export {
   sessionNotFoundReply,
   unauthorizedReply,
   versionNotFoundReply,
+  versionNotServedReply,
 } from './core/reply.js'
-export { versionNotServedReply } from './adapters/version-router.js'
 export type { JsonRpcErrorObject, RateLimitedInfo, Reply, UnauthorizedReplyOptions } from './core/reply.js'
 export { MAX_VERSION_LENGTH, applyDeploy, compileVersions, formatSelector, parseVersionPath, resolveVersion } from './core/versions.js'
 export type { VersionIndex, VersionSelector } from './core/versions.js'

@@ -164,7 +164,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (!handlers.has(key) && !upstreams.has(key)) {
       handlers.set(
         key,
-        createMcpAppHandler(() => buildAppServer(app, version), { modern: () => buildModernAppServer(app, version) }),
+        createMcpAppHandler(() => buildAppServer(app, version), { modern: () => buildModernAppServer(app, version), now }),
       )
     }
   }

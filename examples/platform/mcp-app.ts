@@ -113,6 +113,43 @@ function rpcError(status: number, code: number, message: string, headers?: Recor
   return Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status, ...(headers && { headers }) })
 }
 
+/**
+ * `response`, calling `done` once when its body has been read to the end, failed or been
+ * cancelled (at once for an answer without a body).
+ */
+function whenDone(response: Response, done: () => void): Response {
+  let called = false
+  const finish = () => {
+    if (called) return
+    called = true
+    done()
+  }
+  if (!response.body) {
+    finish()
+    return response
+  }
+  const reader = response.body.getReader()
+  const body = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const { done: ended, value } = await reader.read()
+        if (ended) {
+          finish()
+          controller.close()
+        } else controller.enqueue(value)
+      } catch (error) {
+        finish()
+        controller.error(error)
+      }
+    },
+    cancel(reason) {
+      finish()
+      return reader.cancel(reason)
+    },
+  })
+  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
+}
+
 /** How often any request sweeps idle sessions (besides every `initialize`). */
 const SWEEP_EVERY_MS = 60_000
 
@@ -189,8 +226,13 @@ export interface McpAppHandlerOptions {
    * it such requests get the 2025-era server's answer (a 400 naming its protocol versions).
    */
   modern?: () => ModernMcpServer
-  /** Sessions idle longer than this are closed. Default 30 minutes. */
+  /**
+   * Sessions idle longer than this are closed: no request for that long and no answer still
+   * streaming (an open GET stream or a long tool call keeps a session). Default 30 minutes.
+   */
   idleMs?: number
+  /** Clock, epoch ms, for idleness. Default `Date.now`. */
+  now?: () => number
   /** At most this many open sessions; the oldest idle one is closed first. Default 10,000. */
   maxSessions?: number
   /**
@@ -236,12 +278,14 @@ export interface McpAppHandler {
 /** Serves one App version: stateful sessions for `initialize`, stateless JSON otherwise. */
 export function createMcpAppHandler(build: () => McpServer, options: McpAppHandlerOptions = {}): McpAppHandler {
   const idleMs = options.idleMs ?? 30 * 60_000
+  const now = options.now ?? Date.now
   const maxSessions = options.maxSessions ?? 10_000
   const maxSessionsPerCaller = options.maxSessionsPerCaller ?? 100
   const maxListensPerCaller = options.maxListensPerCaller ?? 16
   const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_DEADLINE_MS
   const maxEventChars = options.maxEventChars
-  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; subject?: string }>()
+  /** `open`: answers of the session still streaming; a session with one is not idle. */
+  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }>()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
   // before the first await of the request that will fill it, so a burst cannot pass the cap.
   const sessionsOf = new Map<string, Set<string>>()
@@ -287,47 +331,23 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
    * count goes back when the stream ends or the client leaves.
    */
   function countedListen(subject: string, response: Response): Response {
-    let released = false
-    const release = () => {
-      if (released) return
-      released = true
-      addTo(listensOf, subject, -1)
-    }
+    const release = () => addTo(listensOf, subject, -1)
     // The slot was taken before the request went to the SDK; an answer that is no stream gives it back.
-    if (!response.body || !(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
+    if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
       release()
       return response
     }
-    const reader = response.body.getReader()
-    const body = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        try {
-          const { done, value } = await reader.read()
-          if (done) {
-            release()
-            controller.close()
-          } else controller.enqueue(value)
-        } catch (error) {
-          release()
-          controller.error(error)
-        }
-      },
-      cancel(reason) {
-        release()
-        return reader.cancel(reason)
-      },
-    })
-    return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
+    return whenDone(response, release)
   }
   const buildModern = options.modern
   const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(), { legacy: 'reject' })
 
-  let lastSweep = Date.now()
+  let lastSweep = now()
   function sweep(): void {
-    lastSweep = Date.now()
+    lastSweep = now()
     const cutoff = lastSweep - idleMs
     for (const [id, s] of sessions) {
-      if (s.lastSeen < cutoff || sessions.size > maxSessions) {
+      if ((s.open === 0 && s.lastSeen < cutoff) || sessions.size > maxSessions) {
         dropSession(id)
         void s.transport.close()
       }
@@ -338,7 +358,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const handle = async (request: Request, given?: CallerOf): Promise<Response> => {
     if (closed) return rpcError(503, -32000, 'App version closed')
     // Idle sessions go whatever requests come in, not only when another session opens.
-    if (Date.now() - lastSweep >= SWEEP_EVERY_MS) sweep()
+    if (now() - lastSweep >= SWEEP_EVERY_MS) sweep()
     // Handed something else as the second argument (a DispatchContext, by `routeByVersion`
     // wiring): no caller, rather than one without a subject that every user would share.
     const caller = given !== undefined && typeof given.subject === 'string' ? given : undefined
@@ -395,9 +415,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     const sessionId = request.headers.get('mcp-session-id')
     if (sessionId) {
       const session = sessions.get(sessionId)
-      const now = Date.now()
+      const at = now()
       // Idle past `idleMs` is closed, even between sweeps.
-      if (session && now - session.lastSeen > idleMs) {
+      if (session && session.open === 0 && at - session.lastSeen > idleMs) {
         dropSession(sessionId)
         void session.transport.close()
       }
@@ -405,8 +425,20 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       // the dispatch layer's own answer for an unknown session (404 `session_not_found`), so a
       // client sees one answer whichever layer found the session gone.
       if (!session || !sessions.has(sessionId)) return toResponse(sessionNotFoundReply())
-      session.lastSeen = now
-      return session.transport.handleRequest(request, parsed)
+      session.lastSeen = at
+      session.open++
+      const done = () => {
+        session.open--
+        session.lastSeen = now()
+      }
+      let answer: Response
+      try {
+        answer = await session.transport.handleRequest(request, parsed)
+      } catch (error) {
+        done()
+        throw error
+      }
+      return whenDone(answer, done)
     }
     if (request.method !== 'POST') {
       return Response.json(
@@ -425,7 +457,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         eventStore: createSessionEventStore(maxEventChars === undefined ? {} : { maxChars: maxEventChars }),
         retryInterval: RETRY_INTERVAL_MS,
         onsessioninitialized: (id) => {
-          sessions.set(id, { transport, lastSeen: Date.now(), ...(caller && { subject: caller.subject }) })
+          sessions.set(id, { transport, lastSeen: now(), open: 0, ...(caller && { subject: caller.subject }) })
           if (caller) {
             let own = sessionsOf.get(caller.subject)
             if (!own) sessionsOf.set(caller.subject, (own = new Set()))

@@ -33,7 +33,8 @@ const devAuth = process.env.AUTH_ISSUER
   ? undefined
   : await startDevAuthServer({
       accounts: (seed.users ?? []).map((u: { id: string }) => u.id),
-      port: Number(process.env.AUTH_PORT ?? port + 1),
+      // PORT=0 (any free port) gives the authorization server any free port too.
+      port: Number(process.env.AUTH_PORT ?? (port === 0 ? 0 : port + 1)),
       ...(authMode !== 'userinfo' && { resourceIndicators: { accessTokenFormat: authMode === 'jwt' ? 'jwt' : 'opaque' } }),
       ...(authMode === 'introspection' && { introspectionClient: devIntrospectionClient }),
     })
@@ -60,38 +61,55 @@ const platform = createPlatform({
   },
 })
 
+const hostname = process.env.HOST ?? '127.0.0.1'
 const listener = getRequestListener(
   (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
     platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
   {
-    // A request no `Request` can be built from (a Host such as `a@b`, `b:99999` or `b/x`): a
-    // JSON answer naming the Host, as the Express and Fastify adapters give, instead of
-    // @hono/node-server's empty 400. platform.fetch itself never throws.
-    errorHandler: (error) =>
-      toResponse(
-        error instanceof RequestError
-          ? jsonRpcErrorReply(400, { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } })
-          : serviceUnavailableReply(),
-      ),
+    // The host of a request without `Host` (HTTP/1.0): answered as any unknown host is (404).
+    hostname,
+    // A request no `Request` can be built from: a JSON answer naming what is wrong, the Host
+    // (`a@b`, `b:99999`, `b/x`) as the Express and Fastify adapters name it, or the request
+    // target (a backslash in the path), instead of @hono/node-server's empty 400.
+    // platform.fetch itself never throws.
+    errorHandler: (error) => toResponse(error instanceof RequestError ? badRequest(error) : serviceUnavailableReply()),
   },
 )
+
+/**
+ * The 400 for a request @hono/node-server could not build. Its target is to blame for a
+ * backslash in the path, or an "Invalid URL" it found itself (no cause: a target that is no
+ * path, `OPTIONS *`); otherwise the Host (an "Invalid URL" from the URL parser, with a cause,
+ * comes from a Host such as `b:99999`).
+ */
+function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
+  const target = error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
+  return !target
+    ? jsonRpcErrorReply(400, { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } })
+    : jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
+}
 // A client has 20 s for its headers and 60 s for its whole request (Node: 60 s and 300 s), so
 // a trickle holds a connection for about a minute, not five (responses, SSE streams
 // included, are not limited by these). Node checks them every `connectionsCheckingInterval`
 // (default 30 s, which would let them run up to half a minute late): every 2 s here.
 const server = createServer({ requestTimeout: 60_000, headersTimeout: 20_000, connectionsCheckingInterval: 2_000 }, listener)
-server.listen(port, process.env.HOST ?? '127.0.0.1')
+await new Promise<void>((resolve, reject) => {
+  server.once('error', reject)
+  server.listen(port, hostname, () => resolve())
+})
+// The port listened on (PORT=0: the one the system chose).
+const listening = (server.address() as { port: number }).port
 
 const [name, token] = Object.entries(platform.tokens)[0] ?? []
 const app = seed.apps[0]
-console.log(`mcp-dispatch reference platform on http://127.0.0.1:${port} (seed: ${seedPath})`)
+console.log(`mcp-dispatch reference platform on http://127.0.0.1:${listening} (seed: ${seedPath})`)
 for (const a of seed.apps) {
   // The live versions: a later patch of a minor replaced the earlier one (the deploy rule).
   const seeded: string[] = (a.versions ?? []).map((v: string | { version: string }) => (typeof v === 'string' ? v : v.version))
   const live = seeded.reduce<readonly string[]>((set, version) => applyDeploy(set, version), [])
-  console.log(`  App ${a.slug}: http://${a.slug}.localhost:${port}/  (live versions ${live.join(', ') || 'none'})`)
+  console.log(`  App ${a.slug}: http://${a.slug}.localhost:${listening}/  (live versions ${live.join(', ') || 'none'})`)
 }
-console.log(`  Token API: http://api.localhost:${port}/api/tokens`)
+console.log(`  Token API: http://api.localhost:${listening}/api/tokens`)
 console.log(
   devAuth
     ? `  OAuth: development authorization server ${devAuth.issuer} (${authMode}; signs in as ${seed.users?.[0]?.id ?? '?'} or the login_hint user)`
@@ -100,7 +118,7 @@ console.log(
 if (token && app) {
   console.log(`\nTry it (token "${name}"):\n`)
   console.log(
-    `curl -s http://${app.slug}.localhost:${port}/v1 -H 'Authorization: Bearer ${token}' -H 'Content-Type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' -D -`,
+    `curl -s http://${app.slug}.localhost:${listening}/v1 -H 'Authorization: Bearer ${token}' -H 'Content-Type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' -D -`,
   )
 }
 

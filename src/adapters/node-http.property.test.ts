@@ -1,27 +1,37 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { isAuthority } from './node-http.js'
+import { canonicalHost } from './node-http.js'
 
 const RUNS = { numRuns: 2_000 }
 
-/** What the WHATWG URL parser says: `host` parses as the authority of `http://host/` and nothing else. */
-function parserSays(host: string): boolean {
-  if (host === '') return false
+/**
+ * What a Web runtime on Node (@hono/node-server) makes of a Host: the host of
+ * `{protocol}://{host}/` by the WHATWG URL parser when that holds an authority and nothing
+ * else and the parser kept the name as written (but for its case), otherwise `undefined`.
+ */
+function parserHost(host: string, protocol = 'http'): string | undefined {
   try {
-    const url = new URL(`http://${host}/`)
-    return url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
+    const url = new URL(`${protocol}://${host}/`)
+    const authority = url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
+    // @hono/node-server's rule: the name must be what the client wrote, but for its case.
+    const written = host.replace(/:\d+$/, '').toLowerCase()
+    return authority && url.hostname !== '' && url.hostname === written ? url.host : undefined
   } catch {
-    return false
+    return undefined
   }
 }
 
-const hostChar = fc.constantFrom(...'abcXYZ019.-:_@/?#[]\\% \t~!$&\'()*+,;='.split(''))
+/** Characters of Hosts, valid and not; `xn--` as one piece, so punycode labels come up. */
+const hostPiece = fc.oneof(
+  { weight: 8, arbitrary: fc.constantFrom(...'abcnxXYZ019.-:_@/?#[]\\% \t~!$&\'()*+,;=\u00ad\u00e9'.split('')) },
+  { weight: 1, arbitrary: fc.constantFrom('xn--', 'XN--', 'xn--a', '0x', ':80', ':443', ':08') },
+)
 
-describe('isAuthority (the Host check of the Node adapters)', () => {
-  it('agrees with the URL parser on any string of host-like characters', () => {
+describe('canonicalHost (the Host check of the Node adapters)', () => {
+  it('agrees with the URL parser on any string of host-like pieces, under http and https', () => {
     fc.assert(
-      fc.property(fc.string({ unit: hostChar, maxLength: 24 }), (host) => {
-        expect(isAuthority(host)).toBe(parserSays(host))
+      fc.property(fc.array(hostPiece, { maxLength: 12 }).map((pieces) => pieces.join('')), fc.constantFrom('http', 'https'), (host, protocol) => {
+        expect(canonicalHost(host, protocol)).toBe(parserHost(host, protocol))
       }),
       RUNS,
     )
@@ -31,18 +41,24 @@ describe('isAuthority (the Host check of the Node adapters)', () => {
     fc.assert(
       fc.property(fc.stringMatching(/^[A-Za-z0-9.-]{0,20}$/), fc.option(fc.nat({ max: 200_000 })), (name, port) => {
         const host = port === null ? name : `${name}:${port}`
-        expect(isAuthority(host)).toBe(parserSays(host))
+        expect(canonicalHost(host, 'http')).toBe(parserHost(host))
       }),
       RUNS,
     )
   })
 
-  it('accepts what Hosts look like and refuses what would change the App address', () => {
-    for (const host of ['weather.localhost', 'weather.localhost:8787', 'WEATHER.example.com', '127.0.0.1:80', '[::1]:8787', 'a_b.example']) {
-      expect(isAuthority(host), host).toBe(true)
+  it('keeps what Hosts look like, reads the rest as the parser does, and refuses what would change the App address', () => {
+    for (const host of ['weather.localhost', 'weather.localhost:8787', 'a_b.example', 'weather.localhost.']) {
+      expect(canonicalHost(host, 'http'), host).toBe(host)
     }
-    for (const host of ['', 'weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost#x', 'a b', 'weather.localhost\\x', ':80']) {
-      expect(isAuthority(host), host).toBe(false)
+    expect(canonicalHost('WEATHER.localhost', 'http')).toBe('weather.localhost')
+    expect(canonicalHost('weather.localhost:80', 'http')).toBe('weather.localhost')
+    expect(canonicalHost('weather.localhost:443', 'https')).toBe('weather.localhost')
+    expect(canonicalHost('weather.localhost:443', 'http')).toBe('weather.localhost:443')
+    expect(canonicalHost('127.0.0.1:8787', 'http')).toBe('127.0.0.1:8787')
+    expect(canonicalHost('[::1]:8787', 'http')).toBe('[::1]:8787')
+    for (const host of ['', 'weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost#x', 'a b', 'weather.localhost\\x', ':80', 'weather.xn--a.com', 'xn--', '1.2.3.999', '0x7f.1', 'weather.ex%41mple.com', 'weather.\u00adlocalhost', 'weather.localhost:']) {
+      expect(canonicalHost(host, 'http'), host).toBeUndefined()
     }
   })
 })

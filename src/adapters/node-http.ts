@@ -80,12 +80,15 @@ function absoluteForm(url: string): { host: string; target: string } | undefined
 /**
  * The neutral request of the pipeline, or `undefined` when its `Host` (or the host of an
  * absolute-form target) is not an authority a URL can hold: the adapter then answers 400
- * (`INVALID_HOST`), as a Web runtime refuses such a request before any handler runs.
+ * (`INVALID_HOST`), as a Web runtime refuses such a request before any handler runs. An
+ * accepted host is read as the URL parser reads it (lower case, no default port), so the App
+ * address is the one the Web adapter's `Request` gives.
  *
  * `url` is the full request target (Express: `originalUrl`, so a mount path stays part of the
- * path, as in the Web adapter); its path is read as a URL parser reads it, dot segments
- * (`/x/../v1`, `%2e`) and backslashes included, so every adapter sees the path the Web
- * adapter's `Request` has. The client address is the socket peer, through `trustProxy` only.
+ * path, as in the Web adapter). Its path is taken as it is: the framework routes the raw path,
+ * so one with dot segments (`/v3/../v1`) is not a version path here (404), never approved as
+ * `/v1` and then routed elsewhere. The client address is the socket peer, through `trustProxy`
+ * only.
  */
 export function toDispatchRequest(
   req: IncomingMessage,
@@ -99,15 +102,16 @@ export function toDispatchRequest(
     host = absolute.host
     url = absolute.target
   }
-  if (host !== undefined && !isAuthority(host)) return undefined
+  if (host !== undefined) {
+    host = canonicalHost(host, protocol)
+    if (host === undefined) return undefined
+  }
   let end = url.length
   const query = url.indexOf('?')
   if (query !== -1) end = query
   const hash = url.indexOf('#')
   if (hash !== -1 && hash < end) end = hash
-  let path = url.slice(0, end) || '/'
-  // Only a path that may hold a dot segment or a backslash pays for the parser.
-  if (path.includes('/.') || path.includes('%2') || path.includes('\\')) path = urlPath(path)
+  const path = url.slice(0, end) || '/'
   const forwardedFor = req.headers['x-forwarded-for']
   const method = req.method ?? 'GET'
   return new NodeDispatchRequest(
@@ -127,50 +131,44 @@ export function toDispatchRequest(
 }
 
 /**
- * The path of an origin-form target as the WHATWG URL parser (a Web runtime's `Request`)
- * has it: dot segments removed, a backslash read as `/`, other characters as they are or
- * percent-encoded. Appended to an origin, not resolved against one, so `//x/../v1` stays a
- * path (`//v1`).
+ * `host` (a `Host` value) as the URL parser reads it under `protocol` (`http`, `https`): lower
+ * case, without the scheme's default port; `undefined` when it is not an authority and nothing
+ * more (`a/b`, `user@host`, `host?x`, `host:99999`, `a b`, bad punycode), which would
+ * otherwise become part of the App address (the metadata `resource`, the `resource_metadata`
+ * URL), or when the parser would rewrite the name itself (`0x7f.1`, `%41`), as
+ * @hono/node-server refuses those.
+ *
+ * What Hosts usually are, lower-case names of letters, digits, dots and hyphens with an
+ * optional port that is not the default one, is checked in one pass and kept as it is;
+ * anything else goes to the URL parser: upper case, a name whose last label starts with a
+ * digit (an IPv4 address to the parser: `1.2.3.999` is refused, `0x7f.1` rewritten), a label
+ * starting `xn--`, IPv6, other characters.
  */
-function urlPath(path: string): string {
-  try {
-    return new URL(`http://path.invalid${path.charCodeAt(0) === 47 /* / */ ? path : `/${path}`}`).pathname
-  } catch {
-    return path
-  }
-}
-
-/**
- * Whether `host` is an authority a URL can hold and nothing more: a host name, an IPv4
- * address or a bracketed IPv6 one, and a port of at most 65535. Not `a/b`, `user@host`,
- * `host?x`, `host:99999` or `a b`, which would become part of the App address (the
- * metadata `resource`, the `resource_metadata` URL). Letters, digits, dots and hyphens with
- * an optional port are checked in one pass; anything else by the URL parser.
- */
-export function isAuthority(host: string): boolean {
+export function canonicalHost(host: string, protocol: string): string | undefined {
   const n = host.length
   let i = 0
-  // A last label that starts with a digit makes the name an IPv4 address to the URL parser
-  // (`1.2.3.999` is refused, `0x7f.1` rewritten): the parser judges those.
-  let numeric = false
+  let plain = n > 0
   for (; i < n; i++) {
     const c = host.charCodeAt(i)
-    const letter = c | 32 // in a to z exactly when c is an ASCII letter of either case
-    if (letter >= 97 && letter <= 122) continue
+    if (c >= 97 && c <= 122) continue // a to z
+    const labelStart = i === 0 || host.charCodeAt(i - 1) === 46
     if (c >= 48 && c <= 57) {
-      if (i === 0 || host.charCodeAt(i - 1) === 46) numeric = true
+      // A label that starts with a digit, when it turns out to be the last one.
+      if (labelStart) plain = plain && !lastLabel(host, i)
       continue
     }
-    if (c === 46 /* . */) {
-      if (i + 1 < n && host.charCodeAt(i + 1) !== 58) numeric = false
+    if (c === 45 /* - */) {
+      // `xn--`: punycode, for the parser to check.
+      if (i >= 3 && host.charCodeAt(i - 1) === 45 && host.charCodeAt(i - 2) === 110 && host.charCodeAt(i - 3) === 120) {
+        if (i === 3 || host.charCodeAt(i - 4) === 46) plain = false
+      }
       continue
     }
-    if (c === 45 /* - */) continue
+    if (c === 46 /* . */) continue
     break
   }
-  if (numeric) return parsesAsAuthority(host)
-  if (i === n) return n > 0
-  if (i > 0 && host.charCodeAt(i) === 58 /* : */ && n - i - 1 >= 1 && n - i - 1 <= 5) {
+  if (plain && i === n) return host
+  if (plain && i > 0 && host.charCodeAt(i) === 58 /* : */ && n - i - 1 >= 1 && n - i - 1 <= 5 && host.charCodeAt(i + 1) !== 48) {
     let port = 0
     let j = i + 1
     for (; j < n; j++) {
@@ -178,20 +176,31 @@ export function isAuthority(host: string): boolean {
       if (d < 0 || d > 9) break
       port = port * 10 + d
     }
-    if (j === n) return port <= 65535
+    if (j === n && port <= 65535 && port !== (protocol === 'https' ? 443 : 80)) return host
   }
-  return parsesAsAuthority(host)
-}
-
-/** {@link isAuthority} by the URL parser. */
-function parsesAsAuthority(host: string): boolean {
   let url: URL
   try {
-    url = new URL(`http://${host}/`)
+    url = new URL(`${protocol}://${host}/`)
   } catch {
-    return false
+    return undefined
   }
-  return url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
+  const authority = url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
+  // A name the parser rewrites beyond its case (`0x7f.1`, `%41`, a soft hyphen, an empty port)
+  // is refused, as @hono/node-server refuses it: the App address is what the client wrote.
+  if (!authority || url.hostname === '' || url.hostname !== host.replace(PORT, '').toLowerCase()) return undefined
+  return url.host
+}
+
+const PORT = /:\d+$/
+
+/** Whether the label starting at `i` is the last of `host` (a trailing dot or a port ends it too). */
+function lastLabel(host: string, i: number): boolean {
+  for (let j = i; j < host.length; j++) {
+    const c = host.charCodeAt(j)
+    if (c === 58 /* : */) return true
+    if (c === 46 /* . */) return j === host.length - 1 || host.charCodeAt(j + 1) === 58
+  }
+  return true
 }
 
 /**

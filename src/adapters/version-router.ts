@@ -5,7 +5,6 @@
  * @internal
  * @module
  */
-import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
 import type { AppRecord } from '../core/stores.js'
 import { ConfigurationError } from '../errors.js'
 import type { DispatchContext } from '../pipeline/dispatcher.js'
@@ -49,14 +48,3 @@ export function createVersionRouter<H>(routes: VersionRoutes<H>): VersionRouter<
   return (context) => table.get(`${context.app.id}@${context.version}`) ?? table.get(context.version)
 }
 
-/**
- * 404 when the version is live but the platform gave `routeByVersion` no handler for it.
- * Carries the version headers, since the version was resolved.
- */
-export function versionNotServedReply(version: string): Reply {
-  return jsonRpcErrorReply(404, {
-    code: -32004,
-    message: 'Version not served',
-    data: { error: 'version_not_served', version },
-  })
-}

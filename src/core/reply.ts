@@ -250,3 +250,15 @@ export function internalErrorReply(): Reply {
   return INTERNAL
 }
 const INTERNAL = shared(jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' }))
+
+/**
+ * 404 when the version is live but the platform gave `routeByVersion` no handler for it.
+ * Carries the version headers, since the version was resolved.
+ */
+export function versionNotServedReply(version: string): Reply {
+  return jsonRpcErrorReply(404, {
+    code: -32004,
+    message: 'Version not served',
+    data: { error: 'version_not_served', version },
+  })
+}

@@ -229,6 +229,7 @@ const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
+const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
 /** An `Authorization` value (or several joined by `, `) with a `Bearer` credential in it, even an empty one. */
 const PRESENTED_BEARER = /(?:^|,)\s*bearer(?:[\s,]|$)/i
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
@@ -364,11 +365,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   /** CORS headers for a request, or `undefined` when none are due. */
-  function corsHeaders(origin: string | null | undefined): Record<string, string> | undefined {
+  function corsHeaders(origin: string | null | undefined): Readonly<Record<string, string>> | undefined {
     if (!cors || !origin) return undefined
     // A page of an origin that is not allowed reads nothing, not even a 404 (whether an App
-    // or path exists).
-    if (allowedOrigins && !allowedOrigins.has(origin)) return undefined
+    // or path exists); `Vary` still tells a cache the answer depends on the origin.
+    if (allowedOrigins && !allowedOrigins.has(origin)) return VARY_ORIGIN
     return allowedOrigins
       ? { 'access-control-allow-origin': origin, vary: 'Origin', 'access-control-expose-headers': EXPOSE_HEADERS }
       : { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS }

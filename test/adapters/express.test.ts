@@ -32,6 +32,22 @@ describe('express adapter specifics', () => {
     expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
   })
 
+  it('a router of its own behind the middleware (/v3, a retired version) is not reached through dot segments (/v3/../v1)', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    let retiredRan = 0
+    app.use('/v3', (_req, res) => void res.json({ retired: ++retiredRan }))
+    app.use((_req, res) => void res.json({ served: true }))
+    const port = await serveApp(app)
+    for (const path of ['/v3/../v1', '/v3/%2e%2e/v1', '/v3/x/../../v1']) {
+      const res = await rawRequest(port, { path, headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.alice}` }, body: tools })
+      expect(res.status, path).toBe(404)
+      expect(JSON.parse(res.body), path).toMatchObject({ error: { code: -32004, data: { error: 'not_found' } } })
+    }
+    expect(retiredRan).toBe(0)
+  })
+
   it('a client gone before the middleware runs (after a slow middleware) is not decided for: no decision, no token validation', async () => {
     const probe = goneClientProbe(createFixture())
     const app = express()

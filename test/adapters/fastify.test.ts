@@ -7,7 +7,7 @@ import Fastify from 'fastify'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
-import { HOST, createFixture, goneClientProbe } from './helpers.js'
+import { HOST, createFixture, goneClientProbe, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { startFastify } from './targets.js'
 
@@ -20,6 +20,27 @@ describe('fastify adapter specifics', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(ConfigurationError)
     expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
+  })
+
+  it('a route of its own behind the plugin (/v3/*, a retired version) is not reached through dot segments (/v3/../v1)', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    let retiredRan = 0
+    app.all('/v3/*', async () => ({ retired: ++retiredRan }))
+    app.all('/*', async () => ({ served: true }))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      for (const path of ['/v3/../v1', '/v3/%2e%2e/v1', '/v3/x/../../v1']) {
+        const res = await rawRequest(port, { path, headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.alice}` }, body: tools })
+        expect(res.status, path).toBe(404)
+        expect(JSON.parse(res.body), path).toMatchObject({ error: { code: -32004, data: { error: 'not_found' } } })
+      }
+      expect(retiredRan).toBe(0)
+    } finally {
+      await app.close()
+    }
   })
 
   it('a client gone before its hook runs (after a slow hook of the platform) is not decided for', async () => {

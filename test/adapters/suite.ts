@@ -44,6 +44,7 @@ import {
   createFixture,
   createGate,
   loopbackFetch,
+  rawRequest,
   readUntil,
 } from './helpers.js'
 
@@ -177,14 +178,9 @@ export function rejectionCases(fixture: Fixture): Array<{ name: string; request:
       reply: sessionNotFoundReply(),
     },
     {
-      name: '401 at a path with dot segments, read as a URL parser reads it (/x/%2e%2e/v1/. is /v1/)',
-      request: { path: '/x/%2e%2e/v1/.', headers: json, body: TOOLS_LIST },
-      reply: unauthorizedReply({ resourceMetadataUrl: METADATA_URL }),
-    },
-    {
-      name: '404 without CORS headers for an unknown path asked from an Origin that is not allowed',
+      name: '404 without CORS headers (but Vary: Origin) for an unknown path asked from an Origin that is not allowed',
       request: { path: '/zz', headers: { ...json, ...bearer(t.alice), origin: 'https://evil.example' }, body: TOOLS_LIST },
-      reply: notFoundReply(),
+      reply: { ...notFoundReply(), headers: { ...notFoundReply().headers, vary: 'Origin' } },
     },
     {
       name: '405 for a method the endpoint does not serve',
@@ -315,21 +311,18 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         })
       })
 
-      it('resolves dot segments in the path as a URL parser does: /x/../v1 is /v1, /v1.1.0/.. is /', async () => {
-        const served = async (path: string) => {
-          const res = await target.request({ path, headers: { ...json, ...bearer(fixture.tokens.alice) }, body: TOOLS_LIST })
-          expect(res.status, path).toBe(200)
-          return res.headers['x-mcp-version']
+      it('a path with dot segments is never approved as one path and routed as another', async () => {
+        // Sent raw over loopback (Fastify's inject would resolve the path before the adapter).
+        for (const path of ['/x/../v1', '/%2e/v1', '/v2.0.0/..', '/x/%2e%2e/v1', '/v1/.']) {
+          const res = await rawRequest(target.port, { path, headers: { ...json, ...bearer(fixture.tokens.alice) }, body: TOOLS_LIST })
+          if (name.startsWith('web')) {
+            // The runtime (@hono/node-server) resolves it before the adapter, and the handler sees that URL.
+            expect(res.status, path).toBe(200)
+          } else {
+            // Express and Fastify route the raw path: the dispatcher reads it raw too, and it is no version path.
+            expectReply(res, notFoundReply())
+          }
         }
-        for (const [dotted, plain] of [
-          ['/x/../v1', '/v1'],
-          ['/%2e/v1', '/v1'],
-          ['/v2.0.0/..', '/'],
-          ['/v1/./', '/v1'],
-        ]) {
-          expect(await served(dotted!), dotted).toBe(await served(plain!))
-        }
-        expect(await served('/v1.0.0/..')).toBe('2.0.0')
       })
 
       // A Web adapter gets a `Request` whose URL the runtime already parsed (or refused): only
@@ -341,10 +334,10 @@ export function describeAdapter(name: string, start: StartAdapter): void {
           expect(res.body, host).not.toContain('.well-known')
           expectReply(res, INVALID_HOST_REPLY)
         }
-        // Hosts a URL holds as they are still reach the App: a port, upper case, a trailing dot is another host.
+        // Hosts a URL holds reach the App, at the address the URL parser gives (as on the Web adapter).
         for (const host of ['weather.localhost:80', 'WEATHER.localhost']) {
           const res = await target.request({ host, path: '/v1', headers: json, body: TOOLS_LIST })
-          expect(res.status, host).toBe(401)
+          expectReply(res, unauthorizedReply({ resourceMetadataUrl: 'http://weather.localhost/.well-known/oauth-protected-resource' }))
         }
       })
 

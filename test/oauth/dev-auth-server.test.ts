@@ -79,19 +79,22 @@ describe.skipIf(!installed)('the official conformance runner against the develop
     const callbackPort = await freePort()
     const redirectUri = `http://127.0.0.1:${callbackPort}/callback`
     const clientId = await register(redirectUri)
+    const asked: string[] = []
     const run = await runAuthorizationConformance({
       issuer: auth.issuer,
       clientId,
       callbackPort,
       resource: `http://weather.localhost:${server.port}/`,
       signIn: (url) => {
-        // The runner asks for no scope: the server's default applies.
-        expect(new URL(url).searchParams.has('scope')).toBe(false)
+        asked.push(url)
         return followSignIn(url, redirectUri)
       },
       outputDir,
       timeoutMs: 60_000,
     })
+    // The runner asked once, and for no scope: the server's default applied.
+    expect(asked).toHaveLength(1)
+    expect(new URL(asked[0]!).searchParams.has('scope')).toBe(false)
     expect([...run.scenarios.keys()].sort(), run.output.slice(-4_000)).toEqual([
       'authorization-code-grant',
       'authorization-server-metadata-endpoint',

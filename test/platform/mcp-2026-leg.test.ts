@@ -7,16 +7,17 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
 import { createSessionEventStore } from '../../examples/platform/event-store.js'
 import { type CallerOf, buildAppServer, createMcpAppHandler } from '../../examples/platform/mcp-app.js'
-import { createTestPlatform, json, mcpRequest } from '../helpers/platform.js'
+import { type TestClock, createTestPlatform, json, mcpRequest } from '../helpers/platform.js'
 
 const MODERN = '2026-07-28'
 
 let platform: Platform
+let clock: TestClock
 let token: (name: string) => string
 let errors: Array<{ error: unknown; context: string }>
 
 beforeEach(() => {
-  ;({ platform, token, errors } = createTestPlatform())
+  ;({ platform, clock, token, errors } = createTestPlatform())
 })
 afterEach(async () => {
   await platform.close()
@@ -159,8 +160,10 @@ describe('what one caller may hold of an App version', () => {
   it('at most 100 open sessions per caller: one more closes that caller\'s least recently used, and no one else\'s', async () => {
     const carolSession = (await initialize(token('carol'))).headers.get('mcp-session-id')!
     const alice: string[] = []
-    for (let i = 0; i < 100; i++) alice.push((await initialize(token('alice'))).headers.get('mcp-session-id')!)
-    await new Promise((resolve) => setTimeout(resolve, 2))
+    for (let i = 0; i < 100; i++) {
+      alice.push((await initialize(token('alice'))).headers.get('mcp-session-id')!)
+      clock.advance(1) // the platform's clock: each session is used at a time of its own
+    }
     expect((await ping(token('alice'), alice[0]!)).status).toBe(200) // the first, used again: no longer the least recent
     expect((await initialize(token('alice'))).status).toBe(200) // the 101st closes alice's least recently used
     // The session the App closed gets the dispatch layer's answer for an unknown session, at once.
@@ -196,18 +199,38 @@ describe('createMcpAppHandler wired as a plain handler', () => {
 describe('what a session and a request may hold', () => {
   const app = { id: 'app_w', slug: 'weather', name: 'Weather' }
 
-  it('a session idle past idleMs is closed even when no other session opens (404 session_not_found)', async () => {
-    const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { idleMs: 100 })
+  it('a session idle past idleMs is closed even when no other session opens (404 session_not_found); one with an open stream is not idle', async () => {
+    let clock = Date.UTC(2030, 0, 1)
+    const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { idleMs: 30 * 60_000, now: () => clock })
     try {
       const caller = { subject: 'alice', appId: app.id, version: '1.0.0' }
       const body = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }
-      const id = (await handler(mcpRequest('http://weather.localhost/v1', { body }), caller)).headers.get('mcp-session-id')!
-      const ping = () => handler(mcpRequest('http://weather.localhost/v1', { headers: { 'mcp-session-id': id }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }), caller)
-      expect((await ping()).status).toBe(200)
-      await new Promise((resolve) => setTimeout(resolve, 250))
-      const late = await ping()
+      const open = async () => (await handler(mcpRequest('http://weather.localhost/v1', { body }), caller)).headers.get('mcp-session-id')!
+      // Read to the end, as a client reads an answer (an answer still streaming keeps its session).
+      const ping = async (id: string) => {
+        const answer = await handler(mcpRequest('http://weather.localhost/v1', { headers: { 'mcp-session-id': id }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }), caller)
+        return { status: answer.status, body: await answer.text() }
+      }
+      const idle = await open()
+      const streaming = await open()
+      expect((await ping(idle)).status).toBe(200)
+      // A GET stream held open on the second session.
+      const stream = await handler(
+        new Request('http://weather.localhost/v1', { headers: { accept: 'text/event-stream', 'mcp-session-id': streaming, 'mcp-protocol-version': '2025-06-18' } }),
+        caller,
+      )
+      expect(stream.status).toBe(200)
+
+      clock += 30 * 60_000 + 1
+      const late = await ping(idle)
       expect(late.status).toBe(404)
-      expect(((await late.json()) as { error: { data: unknown } }).error.data).toEqual({ error: 'session_not_found' })
+      expect(JSON.parse(late.body).error.data).toEqual({ error: 'session_not_found' })
+      expect((await ping(streaming)).status).toBe(200)
+
+      // Once its stream is gone and it is left alone for idleMs, the sweep of any request closes it.
+      await stream.body!.cancel()
+      clock += 30 * 60_000 + 1
+      await (await handler(mcpRequest('http://weather.localhost/v1', { body: { jsonrpc: '2.0', id: 3, method: 'tools/list' } }), caller)).text()
       expect(handler.sessionCount()).toBe(0)
     } finally {
       await handler.close()

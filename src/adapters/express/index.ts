@@ -41,7 +41,8 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
-import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
+import { versionNotServedReply } from '../../core/reply.js'
+import { type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare global {
   // Declaration merging is how Express types request properties added by middleware.

@@ -32,7 +32,7 @@ import type {
   RawServerDefault,
 } from 'fastify'
 import fastifyPlugin from 'fastify-plugin'
-import type { Reply } from '../../core/reply.js'
+import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
@@ -49,7 +49,7 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
-import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
+import { type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare module 'fastify' {
   interface FastifyRequest {

@@ -38,10 +38,9 @@
  * ```
  * @module
  */
-import { type Reply, jsonRpcErrorReply } from '../../core/reply.js'
+import { type Reply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
-import { versionNotServedReply } from '../version-router.js'
 import {
   IDENTITY_HEADER,
   type IdentitySigner,

@@ -14,12 +14,12 @@
  * @module
  */
 import { resolveClientAddress } from '../../core/client-address.js'
-import type { Reply } from '../../core/reply.js'
+import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
-import { type VersionRoutes, createVersionRouter, versionNotServedReply } from '../version-router.js'
+import { type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 /** A web-standard MCP handler for one dispatched request. */
 export type WebMcpHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
