@@ -792,6 +792,32 @@ describe('authenticate (spec 5.2)', () => {
   })
 })
 
+describe('a store that stops answering', () => {
+  it('fails a lifecycle call with StoreUnavailableError (503) after storeTimeoutMs, and close() does not wait for it', async () => {
+    const onError = vi.fn()
+    const { service, hooks, calls } = setup({ storeTimeoutMs: 50, onError })
+    const made = await createToken(service)
+    const hung = new Promise<never>(() => {})
+    hooks.beforeRevoke = () => hung
+    const error = await refusal(service.revoke('alice', made.id), StoreUnavailableError)
+    expect(error.status).toBe(503)
+    expect((error.cause as Error).message).toBe('token store did not answer within 50 ms')
+
+    // A use to write, and a write that never returns: close() reports it and ends.
+    expect((await service.authenticate(made.token)).ok).toBe(true)
+    hooks.holdTouch = hung
+    await service.close()
+    expect(calls.touch).toHaveLength(1)
+    expect(onError).toHaveBeenCalledWith(expect.objectContaining({ message: 'token store touch did not answer within 50 ms' }), 'last_used_at flush')
+  })
+
+  it('refuses a storeTimeoutMs that is not a positive timer delay', () => {
+    for (const storeTimeoutMs of [0, -1, Number.NaN, 3_000_000_000]) {
+      expect(() => setup({ storeTimeoutMs }), String(storeTimeoutMs)).toThrow(ConfigurationError)
+    }
+  })
+})
+
 describe('last_used_at, coalesced', () => {
   it('no store write per request; flush writes one batch with the latest times', async () => {
     const { service, calls, clock, store } = setup()

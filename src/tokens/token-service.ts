@@ -39,6 +39,7 @@ import {
   logError,
 } from '../errors.js'
 import { lruClock } from '../stores/lru-clock.js'
+import { withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
@@ -152,6 +153,14 @@ export interface TokenServiceOptions {
   random?: RandomBytes
   /** Called with errors that must not fail a request (a failed `last_used_at` write). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
+  /**
+   * Longest wait for the store in a lifecycle call (create, list, get, update, rotate, revoke,
+   * `revokeAllForUser`) and a `last_used_at` write, when it answers with a promise; past it
+   * the call fails with `StoreUnavailableError` (the token API answers 503), so a database
+   * that stopped answering never holds a dashboard request or `close()`. The write may still
+   * land later. `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
+   */
+  storeTimeoutMs?: number
 }
 
 /** The API-token lifecycle. Create with {@link createTokenService}. */
@@ -309,6 +318,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const pepper = options.pepper
   const onError = options.onError ?? logError
   const flushEvery = options.lastUsedFlushMs ?? 60_000
+  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
+  if (!(storeTimeoutMs > 0 && storeTimeoutMs <= 2_147_483_647)) {
+    throw new ConfigurationError('storeTimeoutMs', 'must be a positive number of milliseconds, at most 2147483647')
+  }
   // A timer holds at most 2^31 - 1 ms; past it Node fires at once, and every use would write.
   if (!(flushEvery > 0 && flushEvery <= 2_147_483_647)) {
     throw new ConfigurationError('lastUsedFlushMs', 'must be a positive number of milliseconds, at most 2147483647')
@@ -353,7 +366,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
   async function storeCall<T>(fn: () => MaybePromise<T>): Promise<T> {
     try {
-      return await fn()
+      const answer = fn()
+      return await (answer instanceof Promise ? withTimeout(answer, storeTimeoutMs, 'token store') : answer)
     } catch (error) {
       if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
       throw new StoreUnavailableError('token', { cause: error })
@@ -654,7 +668,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       lastFlush = now()
       const write = async () => {
         try {
-          await store.touch(batch)
+          const touched = store.touch(batch)
+          if (touched instanceof Promise) await withTimeout(touched, storeTimeoutMs, 'token store touch')
         } catch (error) {
           onError(error, 'last_used_at flush')
           // Kept for the next flush (a later use of a token wins), so no use is lost and the

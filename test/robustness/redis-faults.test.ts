@@ -66,11 +66,29 @@ function expectUnavailable({ response, body }: { response: Response; body: strin
 }
 
 /**
+ * A connection to the real Redis for a proxy's `client` socket; both are kept in `sockets`
+ * and end together.
+ */
+function toRedis(client: net.Socket, sockets: Set<net.Socket>): net.Socket {
+  const target = new URL(REDIS_URL)
+  const upstream = net.connect(Number(target.port || 6379), target.hostname)
+  for (const socket of [client, upstream]) {
+    sockets.add(socket)
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      sockets.delete(socket)
+      client.destroy()
+      upstream.destroy()
+    })
+  }
+  return upstream
+}
+
+/**
  * A TCP proxy on 127.0.0.1 in front of the real Redis. `hang()` stops forwarding in both
  * directions (bytes are held, not lost); `answer()` delivers what was held and forwards again.
  */
 async function hangingProxy(): Promise<{ port: number; hang(): void; answer(): void; close(): Promise<void> }> {
-  const target = new URL(REDIS_URL)
   const sockets = new Set<net.Socket>()
   let hung = false
   const pipes: Array<{ flush(): void }> = []
@@ -80,16 +98,7 @@ async function hangingProxy(): Promise<{ port: number; hang(): void; answer(): v
     pipes.push({ flush: () => held.splice(0).forEach((chunk) => to.write(chunk)) })
   }
   const server = net.createServer((client) => {
-    const upstream = net.connect(Number(target.port || 6379), target.hostname)
-    for (const socket of [client, upstream]) {
-      sockets.add(socket)
-      socket.on('error', () => {})
-      socket.on('close', () => {
-        sockets.delete(socket)
-        client.destroy()
-        upstream.destroy()
-      })
-    }
+    const upstream = toRedis(client, sockets)
     pipe(client, upstream)
     pipe(upstream, client)
   })
@@ -109,11 +118,51 @@ async function hangingProxy(): Promise<{ port: number; hang(): void; answer(): v
   }
 }
 
+/** How a counter call fails while nothing answers: its deadline, or at once while the client reconnects. */
+const NOT_COUNTED = expect.stringMatching(new RegExp(`^(Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms|Redis connection lost \\(reconnecting\\): not counted)$`))
+
+/**
+ * A TCP proxy on a fixed loopback port in front of the real Redis that can go away (`down()`:
+ * its listener and connections closed, so the client reconnects) and come back (`up()`).
+ */
+async function droppingProxy(): Promise<{ port: number; down(): Promise<void>; up(): Promise<void>; close(): Promise<void> }> {
+  const sockets = new Set<net.Socket>()
+  let server: net.Server | undefined
+  let port = 0
+  const up = async () => {
+    server = net.createServer((client) => {
+      const upstream = toRedis(client, sockets)
+      client.pipe(upstream)
+      upstream.pipe(client)
+    })
+    await new Promise<void>((resolve) => server!.listen(port, '127.0.0.1', resolve))
+    port = (server.address() as net.AddressInfo).port
+  }
+  const down = () =>
+    new Promise<void>((resolve) => {
+      for (const socket of sockets) socket.destroy()
+      if (!server) return resolve()
+      server.close(() => resolve())
+      server = undefined
+    })
+  await up()
+  return { port, down, up, close: down }
+}
+
+/** Waits (polling every 10 ms, at most 5 s) until `condition` holds. */
+async function until(condition: () => boolean, what: string): Promise<void> {
+  for (let waited = 0; !condition(); waited += 10) {
+    if (waited > 5_000) throw new Error(`waited 5 s for ${what}`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
+}
+
 const reported = (fixture: Fixture) => fixture.errors.map((e) => [e.context, (e.error as Error).message])
 
 describeRedis('Redis down or hung, through the real pipeline', (redis) => {
   it('nothing listens on the port: the rate limit fails open, sessions give 503, each within the timeout', async () => {
-    // ioredis' defaults: commands wait in the offline queue while it reconnects, without end.
+    // ioredis' defaults: commands wait in the offline queue while it reconnects, without end;
+    // the counter refuses at once while the client reconnects (it times out before that).
     const client = await redis.connectUnreachable()
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
     const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
@@ -124,7 +173,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     expect(served.response.headers.get('ratelimit')).toBeNull()
     expect(served.ms).toBeLessThan(2_000)
     expect(reported(fixture)).toEqual([
-      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+      ['rate-limit store failed; serving (failOpen)', NOT_COUNTED],
     ])
 
     fixture.errors.length = 0
@@ -132,7 +181,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     expectUnavailable(pinned)
     expect(pinned.ms).toBeLessThan(2_000)
     expect(reported(fixture)).toEqual([
-      ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
+      ['rate-limit store failed; serving (failOpen)', NOT_COUNTED],
       ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
     ])
 
@@ -178,6 +227,47 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
       expect(again.response.status).toBe(200)
       expect(again.response.headers.get('x-mcp-version')).toBe('1.2.3')
       expect(again.response.headers.get('ratelimit')).toMatch(/^"minute";r=99\d;t=30$/)
+    } finally {
+      await fixture.close()
+      client.disconnect()
+      await proxy.close()
+    }
+  })
+})
+
+describeRedis('Redis gone and back', (redis) => {
+  it('requests served while the connection was lost are not counted when it is back (no lockout by a replayed queue)', async () => {
+    const proxy = await droppingProxy()
+    // ioredis' defaults, but a quick reconnect; its offline queue would hold every command.
+    const client = redis.connect({ disconnectTimeout: 10, retryStrategy: () => 20 }, `redis://127.0.0.1:${proxy.port}`)
+    const counters = createRedisRateLimitStore({ client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS })
+    const fixture = await createFixture({ dispatcher: { rateLimit: { store: counters, policy: () => ({ limit: 5, windowType: 'hour' }) } } })
+    const handle = mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError, handler: async () => Response.json({ jsonrpc: '2.0', id: 1, result: {} }) })
+    const send = () =>
+      handle(
+        new Request(`http://${HOSTNAME}/v1`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.valid}` },
+          body: TOOLS_LIST,
+        }),
+        { clientAddress: '127.0.0.1' },
+      )
+    try {
+      await until(() => client.status === 'ready', 'the first connection')
+      expect((await send()).headers.get('ratelimit')).toMatch(/^"hour";r=4;/)
+
+      await proxy.down()
+      await until(() => client.status === 'reconnecting', 'the client to notice')
+      const during = await Promise.all(Array.from({ length: 20 }, () => send()))
+      expect(during.map((r) => r.status)).toEqual(Array(20).fill(200))
+      expect(during.every((r) => r.headers.get('ratelimit') === null)).toBe(true)
+
+      await proxy.up()
+      await until(() => client.status === 'ready', 'the reconnect')
+      // The second counted request of the hour: the 20 served meanwhile were never queued.
+      const after = await send()
+      expect(after.status).toBe(200)
+      expect(after.headers.get('ratelimit')).toMatch(/^"hour";r=3;/)
     } finally {
       await fixture.close()
       client.disconnect()

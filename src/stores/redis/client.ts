@@ -19,6 +19,24 @@ export type RedisArgument = string | number
  */
 export interface RedisCommandClient {
   call(command: string, ...args: RedisArgument[]): Promise<unknown>
+  /**
+   * The connection's state, where the client tells it (`ioredis`: `ready`, `reconnecting`,
+   * …). A store whose calls must not wait in an offline queue (the rate-limit counters) fails
+   * at once while it is `reconnecting`, `close` or `end`.
+   */
+  readonly status?: string
+}
+
+/** States of an `ioredis` connection that was lost: commands sent now would wait in its queue. */
+const LOST = new Set(['reconnecting', 'close', 'end'])
+
+/**
+ * Whether `client` says its connection is lost (`ioredis`' `status`). Commands sent meanwhile
+ * would wait in its offline queue and all run once it is back.
+ */
+export function connectionLost(client: RedisCommandClient): boolean {
+  const status = client.status
+  return typeof status === 'string' && LOST.has(status)
 }
 
 /**
