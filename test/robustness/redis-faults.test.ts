@@ -10,8 +10,15 @@
  * last test checks the handles of this process).
  */
 import * as net from 'node:net'
-import type { RateLimitStore, SessionStore } from 'mcp-dispatch'
-import { createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
+import {
+  type RateLimitStore,
+  type SessionStore,
+  createMemoryAppStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+} from 'mcp-dispatch'
+import { createRedisInvalidationBus, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { REDIS_URL, describeRedis } from '../helpers/redis.js'
@@ -271,6 +278,50 @@ describeRedis('Redis gone and back', (redis) => {
     } finally {
       await fixture.close()
       client.disconnect()
+      await proxy.close()
+    }
+  })
+})
+
+describeRedis('a Redis that hangs under the invalidation bus', (redis) => {
+  it('the silent channel turns the cache off (a token revoked elsewhere is refused), and on again once messages arrive', async () => {
+    for (const heartbeatMs of [0, -1, Number.NaN, 3_000_000_000, '1000']) {
+      expect(() => createRedisInvalidationBus({ client: redis.connect(), heartbeatMs: heartbeatMs as number }), String(heartbeatMs)).toThrow(
+        /heartbeatMs/,
+      )
+    }
+    const proxy = await hangingProxy()
+    const prefix = redis.prefix()
+    const errors: Array<[string, string]> = []
+    const onError = (error: unknown, context: string) => void errors.push([context, (error as Error).message])
+    // Two instances on one token store; B hears the channel through the proxy.
+    const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One', versions: ['1.0.0'] }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
+    const store = createMemoryTokenStore()
+    const busA = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50 })
+    const subscriberB = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
+    const busB = createRedisInvalidationBus({ client: redis.connect(), subscriber: subscriberB, prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50, onError })
+    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busA })
+    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busB })
+    try {
+      await Promise.all([busA.ready(), busB.ready()])
+      const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
+      expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
+
+      proxy.hang()
+      await until(() => busB.listening === false, 'B to notice the silence')
+      expect(errors).toEqual([['invalidation subscriber', `Nothing arrived on ${busB.channel} for ${2 * 50 + TIMEOUT_MS} ms: the cache is off until something does`]])
+      // Revoked on A: the message does not reach B, but B no longer trusts its cache.
+      await a.revoke('alice', made.id)
+      expect(await b.authenticate(made.token)).toEqual({ ok: false, reason: 'revoked' })
+
+      proxy.answer()
+      await until(() => busB.listening === true, 'B to hear the channel again')
+      expect(errors).toHaveLength(1)
+    } finally {
+      await Promise.all([a.close(), b.close()])
+      await Promise.all([busA.close(), busB.close()])
+      subscriberB.disconnect()
       await proxy.close()
     }
   })

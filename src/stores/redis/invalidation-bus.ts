@@ -30,7 +30,18 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * Default: `logError` (one line on stderr).
    */
   onError?: (error: unknown, context: string) => void
+  /**
+   * Every this many milliseconds the bus publishes a heartbeat on its channel; when nothing
+   * has arrived on the channel for twice that plus `timeoutMs` (a Redis that hangs without
+   * closing the connection: no `close` event ever comes), it stops `listening`, so the token
+   * service reads the store instead of trusting its cache, until a message arrives again.
+   * `false` turns it off (then only a lost connection is noticed). Default 1,000.
+   */
+  heartbeatMs?: number | false
 }
+
+/** Default interval of the bus's heartbeat, in milliseconds. */
+export const DEFAULT_HEARTBEAT_MS = 1_000
 
 /** The Redis invalidation bus: an {@link InvalidationBus} that can be awaited and closed. */
 export interface RedisInvalidationBus extends InvalidationBus {
@@ -45,19 +56,17 @@ export interface RedisInvalidationBus extends InvalidationBus {
   close(): Promise<void>
 }
 
-/** What goes over the channel: the message, and which bus sent it. */
-interface WireMessage {
-  readonly origin: string
-  readonly kind: 'token'
-  readonly tokenHash: string
-}
+/** What goes over the channel: the message (or a heartbeat), and which bus sent it. */
+type WireMessage =
+  | { readonly origin: string; readonly kind: 'token'; readonly tokenHash: string }
+  | { readonly origin: string; readonly kind: 'heartbeat' }
 
 function parseWire(text: string): WireMessage | undefined {
   try {
-    const value = JSON.parse(text) as Partial<WireMessage> | null
-    if (typeof value?.origin === 'string' && value.kind === 'token' && typeof value.tokenHash === 'string') {
-      return value as WireMessage
-    }
+    const value = JSON.parse(text) as { origin?: unknown; kind?: unknown; tokenHash?: unknown } | null
+    if (typeof value?.origin !== 'string') return undefined
+    if (value.kind === 'token' && typeof value.tokenHash === 'string') return value as WireMessage
+    if (value.kind === 'heartbeat') return { origin: value.origin, kind: 'heartbeat' }
   } catch {
     // reported by the caller
   }
@@ -102,6 +111,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   if (given === undefined && typeof options.client.duplicate !== 'function') {
     throw new ConfigurationError('subscriber', 'is required when the client has no duplicate() method')
   }
+  const heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS
+  if (heartbeatMs !== false && !(typeof heartbeatMs === 'number' && heartbeatMs > 0 && heartbeatMs <= 2_147_483_647)) {
+    throw new ConfigurationError('heartbeatMs', 'must be a positive number of milliseconds, or false')
+  }
   const subscriber = given ?? options.client.duplicate!()
   const channel = `${redis.prefix}invalidations`
   const origin = randomUUID()
@@ -123,21 +136,49 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed || from !== channel) return
     const wire = parseWire(text)
     if (!wire) return onError(new Error('Malformed invalidation message'), 'invalidation message')
-    if (wire.origin !== origin) deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
+    heard()
+    if (wire.kind === 'token' && wire.origin !== origin) deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
   }
   function onConnectionError(error: Error): void {
     if (!closed) onError(error, 'invalidation subscriber')
   }
   // Whether messages from other instances can arrive now: false from creation until Redis
-  // confirms the subscription, and from a lost connection until it confirms it again. While
-  // false the token service serves nothing from its cache; each change of state also drops
-  // every cached record, since messages published meanwhile were lost.
+  // confirms the subscription, from a lost connection until it confirms it again, and while
+  // the channel is silent past the heartbeat's bound (deaf). While false the token service
+  // serves nothing from its cache; each change of state also drops every cached record, since
+  // messages published meanwhile were lost.
   let listening = false
-  function setListening(now: boolean): void {
+  let subscribedNow = false
+  let deaf = false
+  function setListening(): void {
+    const now = subscribedNow && !deaf
     if (listening === now || closed) return
     listening = now
     deliver({ kind: 'all' })
   }
+  // The heartbeat: the last time anything arrived on the channel (monotonic clock).
+  let lastHeard = performance.now()
+  function heard(): void {
+    lastHeard = performance.now()
+    if (deaf) {
+      deaf = false
+      setListening()
+    }
+  }
+  const silentLimitMs = heartbeatMs === false ? 0 : 2 * heartbeatMs + redis.timeoutMs
+  const heartbeat = JSON.stringify({ origin, kind: 'heartbeat' })
+  function beat(): void {
+    if (closed || !subscribedNow) return
+    if (!deaf && performance.now() - lastHeard > silentLimitMs) {
+      deaf = true
+      setListening()
+      onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
+    }
+    // A heartbeat that fails is what the silence above notices; it is not reported each time.
+    redis.send('PUBLISH', channel, heartbeat).catch(() => {})
+  }
+  const timer = heartbeatMs === false ? undefined : setInterval(beat, heartbeatMs)
+  ;(timer as { unref?: () => void } | undefined)?.unref?.()
   // On creation, and again whenever the connection is ready (after a failed first attempt,
   // or a reconnect when the client does not resubscribe by itself); a repeat is harmless.
   function subscribe(): void {
@@ -146,14 +187,17 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       .then(() => subscriber.subscribe(channel))
       .then(
         () => {
-          setListening(true)
+          subscribedNow = true
+          heard()
+          setListening()
           confirm()
         },
         (error: unknown) => onConnectionError(error as Error),
       )
   }
   function lost(): void {
-    setListening(false)
+    subscribedNow = false
+    setListening()
   }
   subscriber.on('message', onMessage)
   subscriber.on('ready', subscribe)
@@ -185,6 +229,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     async close() {
       if (closed) return
       closed = true
+      if (timer !== undefined) clearInterval(timer)
       listeners.clear()
       subscriber.removeListener('message', onMessage)
       subscriber.removeListener('ready', subscribe)
