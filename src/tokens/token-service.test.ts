@@ -811,6 +811,55 @@ describe('a store that stops answering', () => {
     expect(onError).toHaveBeenCalledWith(expect.objectContaining({ message: 'token store touch did not answer within 50 ms' }), 'last_used_at flush')
   })
 
+  it('a write that lands after its 503 is still invalidated on every instance, and a token created late is revoked', async () => {
+    // One store, two instances on one bus; the store's writes answer when the test says.
+    const inner = createMemoryTokenStore()
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    let holding = false
+    const slow = <A extends unknown[], R>(write: (...args: A) => R) =>
+      (async (...args: A) => {
+        if (holding) await held
+        return await write(...args)
+      }) as unknown as (...args: A) => R
+    const store: TokenStore = {
+      ...inner,
+      insert: slow(inner.insert),
+      revokeAllForUser: slow(inner.revokeAllForUser),
+      rotate: slow(inner.rotate),
+    }
+    const bus = createMemoryInvalidationBus()
+    const a = setup({ store, storeTimeoutMs: 50, cacheTtlMs: 600_000, invalidations: bus }).service
+    const b = setup({ store, storeTimeoutMs: 50, cacheTtlMs: 600_000, invalidations: bus }).service
+    const rotated = await createToken(a)
+    const reset = await createToken(a)
+    for (const made of [rotated, reset]) expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
+
+    holding = true
+    await refusal(a.rotate(rotated.id, { kind: 'session', userId: 'alice' }), StoreUnavailableError)
+    await refusal(a.revokeAllForUser('alice'), StoreUnavailableError)
+    await refusal(createToken(a, { name: 'late' }), StoreUnavailableError)
+    holding = false
+    release()
+    await vi.waitFor(async () => expect((await inner.listByUser('alice')).every((r) => r.revokedAt !== null)).toBe(true))
+    await new Promise((resolve) => setImmediate(resolve)) // the invalidations that follow the late writes
+
+    // B dropped what it had cached: the replaced secret and the reset tokens are refused.
+    expect((await b.authenticate(rotated.token)).ok).toBe(false)
+    expect(await b.authenticate(reset.token)).toEqual({ ok: false, reason: 'revoked' })
+    // The token created after its caller got 503 holds a secret nobody has: revoked.
+    const late = (await inner.listByUser('alice')).find((r) => r.name === 'late')
+    expect(late?.revokedAt).not.toBeNull()
+  })
+
+  it('a rotation by Bearer token is bounded too (no dispatcher deadline on the token API path)', async () => {
+    const inner = createMemoryTokenStore()
+    const { service } = setup({ store: inner, storeTimeoutMs: 50 })
+    const made = await createToken(service)
+    const hung = setup({ store: { ...inner, findByHash: () => new Promise<never>(() => {}) }, storeTimeoutMs: 50 }).service
+    await refusal(hung.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
+  })
+
   it('refuses a storeTimeoutMs that is not a positive timer delay', () => {
     for (const storeTimeoutMs of [0, -1, Number.NaN, 3_000_000_000]) {
       expect(() => setup({ storeTimeoutMs }), String(storeTimeoutMs)).toThrow(ConfigurationError)

@@ -364,12 +364,30 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
     r.revokedAt !== null ? 'revoked' : at >= r.expiresAt ? 'expired' : 'active'
 
-  async function storeCall<T>(fn: () => MaybePromise<T>): Promise<T> {
+  /**
+   * A store call under `storeTimeoutMs`. A write that did not answer in time may still land:
+   * `late` is then called with the answer whenever it comes, so what it changed is still
+   * invalidated (or undone), as it would have been in time.
+   */
+  async function storeCall<T>(fn: () => MaybePromise<T>, late?: (value: T) => unknown): Promise<T> {
+    let answer: MaybePromise<T> | undefined
+    let settled = false
     try {
-      const answer = fn()
-      return await (answer instanceof Promise ? withTimeout(answer, storeTimeoutMs, 'token store') : answer)
+      answer = fn()
+      if (!(answer instanceof Promise)) return answer
+      return await withTimeout(
+        answer.finally(() => (settled = true)),
+        storeTimeoutMs,
+        'token store',
+      )
     } catch (error) {
-      if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
+      if (late && answer instanceof Promise && !settled) {
+        answer.then(
+          (value) => void Promise.resolve(late(value)).catch((e: unknown) => onError(e, 'token store write that landed late')),
+          () => {},
+        )
+      }
+      if (error instanceof InvalidInputError || error instanceof NotFoundError || error instanceof StoreUnavailableError) throw error
       throw new StoreUnavailableError('token', { cause: error })
     }
   }
@@ -533,7 +551,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         lastUsedAt: null,
         revokedAt: null,
       }
-      const stored = await storeCall(() => store.insert(record))
+      // Landed after the caller was told 503: nobody holds its secret, so it is revoked.
+      const stored = await storeCall(
+        () => store.insert(record),
+        () => store.revoke(record.id, now()),
+      )
       // A password reset of the owner that ran while this token was being made revokes it
       // (the store keeps the reset): the caller is told, rather than handed a dead secret.
       if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
@@ -575,7 +597,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
         patch.expiresAt = at
       }
-      const updated = await storeCall(() => store.update(id, patch))
+      const updated = await storeCall(
+        () => store.update(id, patch),
+        (late) => late && invalidate(late.tokenHash),
+      )
       if (!updated) throw new TokenInactiveError('revoked')
       await invalidate(updated.tokenHash)
       return view(updated)
@@ -585,7 +610,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       let record: ApiTokenRecord | undefined
       let expectedHash: string | undefined
       if (caller.kind === 'token') {
-        const auth = await service.authenticate(caller.token)
+        const checking = service.authenticate(caller.token)
+        // Its lookup is bounded here: on this path no dispatcher deadline applies.
+        const auth = checking instanceof Promise ? await storeCall(() => checking) : checking
         if (!auth.ok) throw new UnauthorizedError()
         // An unknown address fails a token's allowlist, as on the MCP path (spec 5.2).
         if (!checkIpAllowlist(caller.clientAddress, auth.allowlist)) {
@@ -595,7 +622,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         record = auth.record
         expectedHash = auth.record.tokenHash
         const secret = await newSecret()
-        const rotated = await storeCall(() => store.rotate(id, secret, expectedHash))
+        const replaced = record.tokenHash
+        const rotated = await storeCall(
+          () => store.rotate(id, secret, expectedHash),
+          (late) => late && invalidate(replaced),
+        )
         // Lost a race with another rotation or a revocation: the presented secret is gone.
         if (!rotated) throw new UnauthorizedError()
         await invalidate(record.tokenHash)
@@ -610,7 +641,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (state !== 'active') throw new TokenInactiveError(state)
         const secret = await newSecret()
         const current = record
-        const rotated = await storeCall(() => store.rotate(id, secret, current.tokenHash))
+        const rotated = await storeCall(
+          () => store.rotate(id, secret, current.tokenHash),
+          (late) => late && invalidate(current.tokenHash),
+        )
         if (rotated) {
           await invalidate(current.tokenHash)
           return secretView(rotated, secret.token)
@@ -625,7 +659,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
     async revoke(userId, id) {
       const record = await ownedRecord(userId, id)
-      const revoked = await storeCall(() => store.revoke(id, now()))
+      const revoked = await storeCall(
+        () => store.revoke(id, now()),
+        (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
+      )
       if (!revoked) throw new NotFoundError('Token not found')
       // The revoked record's hash, not the one read before: a rotation may have landed between.
       await invalidate(revoked.tokenHash)
@@ -634,7 +671,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async revokeAllForUser(userId) {
-      const revoked = await storeCall(() => store.revokeAllForUser(userId, now()))
+      const revoked = await storeCall(
+        () => store.revokeAllForUser(userId, now()),
+        (late) => Promise.all(late.map((r) => invalidate(r.tokenHash))),
+      )
       await Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
       return revoked.length
     },
@@ -694,7 +734,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
     async close() {
       unsubscribe()
-      await service.flush()
+      // The write deadlines do not keep a process alive; this one does, so a process that
+      // closes and ends still gets its last write done or reported (bounded: an in-flight
+      // flush, then this one).
+      const keepAlive = setTimeout(() => {}, 2 * storeTimeoutMs + 1_000)
+      try {
+        await service.flush()
+      } finally {
+        clearTimeout(keepAlive)
+      }
       // Nothing more is written: a flush that failed now is reported, not retried for ever.
       closed = true
       if (flushTimer !== undefined) clearTimeout(flushTimer)

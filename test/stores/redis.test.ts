@@ -316,8 +316,10 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const subscriber = redis.connect()
       const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix })
       await bus.ready()
+      expect(await redis.client.pubsub('NUMSUB', `${bus.channel}:heartbeat`)).toEqual([`${bus.channel}:heartbeat`, 1])
       await bus.close()
       expect(await redis.client.pubsub('NUMSUB', bus.channel)).toEqual([bus.channel, 0])
+      expect(await redis.client.pubsub('NUMSUB', `${bus.channel}:heartbeat`)).toEqual([`${bus.channel}:heartbeat`, 0])
       expect(subscriber.status).toBe('ready')
     })
 

@@ -22,21 +22,36 @@ export interface RedisCommandClient {
   /**
    * The connection's state, where the client tells it (`ioredis`: `ready`, `reconnecting`,
    * …). A store whose calls must not wait in an offline queue (the rate-limit counters) fails
-   * at once while it is `reconnecting`, `close` or `end`.
+   * at once once the connection was ready and no longer is (see {@link lostSinceReady}).
    */
   readonly status?: string
 }
 
-/** States of an `ioredis` connection that was lost: commands sent now would wait in its queue. */
-const LOST = new Set(['reconnecting', 'close', 'end'])
+/**
+ * Whether `client` says commands sent now would wait in its offline queue (`ioredis`'
+ * `status` other than `ready` or `wait`: connecting, reconnecting, loading after a restart,
+ * closed), to run all at once when it is back. A client that tells no status is taken as ready.
+ */
+export function notReady(client: RedisCommandClient): boolean {
+  const status = client.status
+  return typeof status === 'string' && status !== 'ready' && status !== 'wait'
+}
 
 /**
- * Whether `client` says its connection is lost (`ioredis`' `status`). Commands sent meanwhile
- * would wait in its offline queue and all run once it is back.
+ * A check for one store: `true` when `client` was seen `ready` and is not now (reconnecting,
+ * connecting again, a restarted Redis loading, closed), when commands would wait in its
+ * offline queue to run all at once later. Before the connection was first seen ready (the
+ * start, `lazyConnect`'s `wait`) they wait, as they are sent within moments.
  */
-export function connectionLost(client: RedisCommandClient): boolean {
-  const status = client.status
-  return typeof status === 'string' && LOST.has(status)
+export function lostSinceReady(client: RedisCommandClient): () => boolean {
+  let seenReady = false
+  return () => {
+    if (client.status === 'ready') {
+      seenReady = true
+      return false
+    }
+    return seenReady && notReady(client)
+  }
 }
 
 /**

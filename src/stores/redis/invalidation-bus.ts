@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
 import { ConfigurationError, logError } from '../../errors.js'
 import { withTimeout } from '../../timeout.js'
-import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis } from './client.js'
+import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady } from './client.js'
 
 /** Options of {@link createRedisInvalidationBus}. */
 export interface RedisInvalidationBusOptions extends RedisStoreOptions {
@@ -31,11 +31,15 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    */
   onError?: (error: unknown, context: string) => void
   /**
-   * Every this many milliseconds the bus publishes a heartbeat on its channel; when nothing
-   * has arrived on the channel for twice that plus `timeoutMs` (a Redis that hangs without
-   * closing the connection: no `close` event ever comes), it stops `listening`, so the token
-   * service reads the store instead of trusting its cache, until a message arrives again.
-   * `false` turns it off (then only a lost connection is noticed). Default 1,000.
+   * The bus's heartbeat, on a channel of its own (`<channel>:heartbeat`, on the same
+   * subscriber connection): every this many milliseconds a bus that heard nothing for that
+   * long publishes one, so a group of instances sends about one per interval. When nothing has
+   * arrived on either channel for twice that plus `timeoutMs` (a Redis that hangs without
+   * closing the connection: no `close` event ever comes), the bus stops `listening`, so the
+   * token service reads the store instead of trusting its cache, until a message arrives again.
+   * Checked once per interval, so a hang is noticed 2 to 3 intervals plus `timeoutMs` after it
+   * began (3 to 4 s by default); a cache may still serve in that window. `false` turns it off
+   * (then only a lost connection is noticed). Default 1,000.
    */
   heartbeatMs?: number | false
 }
@@ -56,17 +60,20 @@ export interface RedisInvalidationBus extends InvalidationBus {
   close(): Promise<void>
 }
 
-/** What goes over the channel: the message (or a heartbeat), and which bus sent it. */
+/**
+ * What goes over the channel: the message, and which bus sent it. A message of another kind
+ * (a later version's) is taken as a sign of life and otherwise ignored.
+ */
 type WireMessage =
   | { readonly origin: string; readonly kind: 'token'; readonly tokenHash: string }
-  | { readonly origin: string; readonly kind: 'heartbeat' }
+  | { readonly origin: string; readonly kind: 'other' }
 
 function parseWire(text: string): WireMessage | undefined {
   try {
     const value = JSON.parse(text) as { origin?: unknown; kind?: unknown; tokenHash?: unknown } | null
-    if (typeof value?.origin !== 'string') return undefined
-    if (value.kind === 'token' && typeof value.tokenHash === 'string') return value as WireMessage
-    if (value.kind === 'heartbeat') return { origin: value.origin, kind: 'heartbeat' }
+    if (typeof value?.origin !== 'string' || typeof value.kind !== 'string') return undefined
+    if (value.kind !== 'token') return { origin: value.origin, kind: 'other' }
+    if (typeof value.tokenHash === 'string') return value as WireMessage
   } catch {
     // reported by the caller
   }
@@ -117,6 +124,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   }
   const subscriber = given ?? options.client.duplicate!()
   const channel = `${redis.prefix}invalidations`
+  // Heartbeats go apart, so buses of an earlier version on the channel never see them.
+  const heartbeatChannel = `${channel}:heartbeat`
   const origin = randomUUID()
   const listeners = new Set<(message: InvalidationMessage) => void>()
   let closed = false
@@ -133,7 +142,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     }
   }
   function onMessage(from: string, text: string): void {
-    if (closed || from !== channel) return
+    if (closed) return
+    if (from === heartbeatChannel) return heard()
+    if (from !== channel) return
     const wire = parseWire(text)
     if (!wire) return onError(new Error('Malformed invalidation message'), 'invalidation message')
     heard()
@@ -166,16 +177,27 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     }
   }
   const silentLimitMs = heartbeatMs === false ? 0 : 2 * heartbeatMs + redis.timeoutMs
-  const heartbeat = JSON.stringify({ origin, kind: 'heartbeat' })
+  let lastTick = performance.now()
   function beat(): void {
-    if (closed || !subscribedNow) return
-    if (!deaf && performance.now() - lastHeard > silentLimitMs) {
-      deaf = true
-      setListening()
-      onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
+    if (closed || !subscribedNow || heartbeatMs === false) return
+    const at = performance.now()
+    const late = at - lastTick > 1.5 * heartbeatMs
+    lastTick = at
+    // After a stall of this process its timers run before its sockets are read: judge the
+    // silence once what arrived meanwhile has been read (setImmediate runs after that), and
+    // not at all on a tick that came late.
+    if (!late) setImmediate(judgeSilence)
+    // One heartbeat per interval for the whole group: only a bus that heard nothing sends one.
+    // A heartbeat that fails is what the silence check notices; it is not reported each time.
+    if (at - lastHeard >= heartbeatMs && !notReady(options.client)) {
+      redis.send('PUBLISH', heartbeatChannel, origin).catch(() => {})
     }
-    // A heartbeat that fails is what the silence above notices; it is not reported each time.
-    redis.send('PUBLISH', channel, heartbeat).catch(() => {})
+  }
+  function judgeSilence(): void {
+    if (closed || deaf || !subscribedNow || performance.now() - lastHeard <= silentLimitMs) return
+    deaf = true
+    setListening()
+    onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
   }
   const timer = heartbeatMs === false ? undefined : setInterval(beat, heartbeatMs)
   ;(timer as { unref?: () => void } | undefined)?.unref?.()
@@ -185,6 +207,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed) return
     Promise.resolve()
       .then(() => subscriber.subscribe(channel))
+      .then(() => (heartbeatMs === false ? undefined : subscriber.subscribe(heartbeatChannel)))
       .then(
         () => {
           subscribedNow = true
@@ -239,6 +262,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       if (!given) return subscriber.disconnect()
       try {
         await withTimeout(Promise.resolve(given.unsubscribe(channel)), redis.timeoutMs, 'Redis UNSUBSCRIBE')
+        if (heartbeatMs !== false) await withTimeout(Promise.resolve(given.unsubscribe(heartbeatChannel)), redis.timeoutMs, 'Redis UNSUBSCRIBE')
       } catch (error) {
         onError(error, 'invalidation unsubscribe')
       }

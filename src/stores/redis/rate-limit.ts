@@ -3,7 +3,7 @@
  * @module
  */
 import type { RateLimitStore } from '../../core/stores.js'
-import { type RedisStoreOptions, connectRedis, connectionLost, luaScript, px } from './client.js'
+import { type RedisStoreOptions, connectRedis, lostSinceReady, luaScript, px } from './client.js'
 
 /**
  * One atomic step: the counter is a hash of the window it counts (`w`, epoch ms) and the
@@ -35,10 +35,12 @@ function toCount(reply: unknown): number {
  * round trip (an `EVAL` once more after the server lost its script cache), atomic, under the
  * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` that
  * expires one window after the window's first request. When Redis fails or times out the call
- * rejects, and the dispatcher serves (fail open, `rateLimit.failOpen`) and reports it. While
- * the client says its connection is lost (`ioredis`: `status` `reconnecting`), the call rejects
- * at once instead of joining the client's offline queue: replayed when Redis is back, the
- * counts of a whole outage would land at once and lock callers out for the rest of the window.
+ * rejects, and the dispatcher serves (fail open, `rateLimit.failOpen`) and reports it. Once
+ * the client was ready and is not (`ioredis`: `status` other than `ready`: reconnecting,
+ * connecting again, a restarted Redis loading), the call rejects at once instead of joining
+ * the client's offline queue: replayed when Redis is back, the counts of a whole outage would land
+ * at once and lock callers out for the rest of the window. (On a Redis Cluster the status is
+ * the cluster's: the queue of one shard that fails is not covered.)
  *
  * @example
  * ```ts
@@ -56,9 +58,10 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
   const redis = connectRedis(options)
   const keyPrefix = `${redis.prefix}rl:`
   const client = options.client
+  const lost = lostSinceReady(client)
   return {
     increment(key, windowStart, windowMs) {
-      if (connectionLost(client)) return Promise.reject(new Error(`Redis connection lost (${client.status}): not counted`))
+      if (lost()) return Promise.reject(new Error(`Redis connection not ready (${client.status}): not counted`))
       return redis.run(INCREMENT, keyPrefix + key, windowStart, px(windowMs)).then(toCount)
     },
   }
