@@ -23,6 +23,7 @@ import {
   HOSTNAME,
   LATEST,
   LIVE,
+  OTHER_APP,
   activeResources,
   adapterTargets,
   collectGarbage,
@@ -259,6 +260,18 @@ function randomRequestArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
 // --- the oracle -------------------------------------------------------------------------
 
 const LIVE_INDEX = compileVersions(LIVE)
+/** The other App of the fixture (`other.localhost`), reachable with the token scoped to it. */
+const OTHER_LIVE = ['1.0.0'] as const
+const OTHER_INDEX = compileVersions(OTHER_LIVE)
+
+/** The App a request was dispatched to, by its `Host`: the other App's, or the fuzz App's. */
+function appOf(request: RawRequest): { live: readonly string[]; index: typeof LIVE_INDEX; latest: string } {
+  const entries = Array.isArray(request.headers) ? request.headers : Object.entries(request.headers)
+  const host = entries.find(([name]) => name.toLowerCase() === 'host')?.[1]?.toLowerCase() ?? ''
+  return host.startsWith(`${OTHER_APP.slug}.localhost`)
+    ? { live: OTHER_LIVE, index: OTHER_INDEX, latest: '1.0.0' }
+    : { live: LIVE, index: LIVE_INDEX, latest: LATEST }
+}
 
 /** Why an answer is wrong, or `undefined` when it is one the design allows. */
 function judge(target: AdapterTarget, request: RawRequest, response: RawResponse): string | undefined {
@@ -274,16 +287,17 @@ function judge(target: AdapterTarget, request: RawRequest, response: RawResponse
     // The handler's own answer: must carry the versions the pipeline resolved.
     if (status !== 200) return `handler answered ${status}`
     const version = headers['x-mcp-version']
-    if (typeof version !== 'string' || !LIVE.includes(version as (typeof LIVE)[number])) return `X-MCP-Version ${String(version)}`
+    const app = appOf(request)
+    if (typeof version !== 'string' || !app.live.includes(version)) return `X-MCP-Version ${String(version)}`
     // The version the URL asks for (no session reaches the handler here: random ids are refused),
     // as written, or as a WHATWG URL normalizes it (`/v1/../v2` is `/v2` to the Web adapter's runtime).
     const normalized = URL.canParse(request.path, 'http://fuzz.localhost') ? new URL(request.path, 'http://fuzz.localhost').pathname : ''
     const wanted = [request.path.split(/[?#]/, 1)[0]!, normalized].map((path) => {
       const selector = parseVersionPath(path)
-      return selector && resolveVersion(LIVE_INDEX, selector)
+      return selector && resolveVersion(app.index, selector)
     })
     if (!wanted.includes(version)) return `X-MCP-Version ${version} for ${request.path}, expected ${wanted.join(' or ')}`
-    if (headers['x-mcp-latest-version'] !== LATEST) return `X-MCP-Latest-Version ${String(headers['x-mcp-latest-version'])}`
+    if (headers['x-mcp-latest-version'] !== app.latest) return `X-MCP-Latest-Version ${String(headers['x-mcp-latest-version'])}`
     if (headOnly) return undefined
     const parsed = JSON.parse(body.toString()) as { result?: { handled?: boolean; version?: string } }
     if (parsed.result?.handled !== true || parsed.result.version !== version) return 'handler body differs from the version header'
