@@ -554,7 +554,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // Landed after the caller was told 503: nobody holds its secret, so it is revoked.
       const stored = await storeCall(
         () => store.insert(record),
-        () => store.revoke(record.id, now()),
+        () =>
+          Promise.resolve(store.revoke(record.id, now())).catch((error: unknown) => {
+            throw new Error(`token ${record.id} was created after its caller got 503 and could not be revoked: revoke it`, { cause: error })
+          }),
       )
       // A password reset of the owner that ran while this token was being made revokes it
       // (the store keeps the reset): the caller is told, rather than handed a dead secret.
@@ -737,7 +740,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // The write deadlines do not keep a process alive; this one does, so a process that
       // closes and ends still gets its last write done or reported (bounded: an in-flight
       // flush, then this one).
-      const keepAlive = setTimeout(() => {}, 2 * storeTimeoutMs + 1_000)
+      const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, 2_147_483_647))
       try {
         await service.flush()
       } finally {

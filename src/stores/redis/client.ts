@@ -44,7 +44,11 @@ export function notReady(client: RedisCommandClient): boolean {
  * start, `lazyConnect`'s `wait`) they wait, as they are sent within moments.
  */
 export function lostSinceReady(client: RedisCommandClient): () => boolean {
-  let seenReady = false
+  let seenReady = client.status === 'ready'
+  // Told by the client itself where it can (ioredis emits `ready`), so an outage before the
+  // store's first call is covered too.
+  const events = client as { on?: (event: 'ready', listener: () => void) => unknown }
+  if (!seenReady && typeof events.on === 'function') events.on('ready', () => void (seenReady = true))
   return () => {
     if (client.status === 'ready') {
       seenReady = true

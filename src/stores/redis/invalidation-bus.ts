@@ -20,8 +20,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   client: RedisCommandClient & { duplicate?(): RedisSubscriberClient }
   /**
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
-   * listens on its channel only and, on close, unsubscribes from it and leaves the connection
-   * open.
+   * listens on its channel and its heartbeat channel only and, on close, unsubscribes from
+   * them and leaves the connection open.
    */
   subscriber?: RedisSubscriberClient
   /**
@@ -32,14 +32,14 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   onError?: (error: unknown, context: string) => void
   /**
    * The bus's heartbeat, on a channel of its own (`<channel>:heartbeat`, on the same
-   * subscriber connection): every this many milliseconds a bus that heard nothing for that
-   * long publishes one, so a group of instances sends about one per interval. When nothing has
-   * arrived on either channel for twice that plus `timeoutMs` (a Redis that hangs without
-   * closing the connection: no `close` event ever comes), the bus stops `listening`, so the
-   * token service reads the store instead of trusting its cache, until a message arrives again.
-   * Checked once per interval, so a hang is noticed 2 to 3 intervals plus `timeoutMs` after it
-   * began (3 to 4 s by default); a cache may still serve in that window. `false` turns it off
-   * (then only a lost connection is noticed). Default 1,000.
+   * subscriber connection), checked every this many milliseconds: a bus that heard nothing on
+   * either channel for half of it publishes one, so a group of instances sends about one per
+   * interval. When nothing at all has arrived for this plus `timeoutMs` after its own heartbeat
+   * went out (a Redis that hangs without closing the connection: no `close` event ever comes),
+   * the bus stops `listening`, so the token service reads the store instead of trusting its
+   * cache, until a message arrives again. A hang is so noticed about 2 to 4 intervals plus
+   * `timeoutMs` after it began (2.5 to 4.5 s by default); a cache may still serve in that
+   * window. `false` turns it off (then only a lost connection is noticed). Default 1,000.
    */
   heartbeatMs?: number | false
 }
@@ -171,30 +171,35 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   let lastHeard = performance.now()
   function heard(): void {
     lastHeard = performance.now()
+    pendingSince = undefined
     if (deaf) {
       deaf = false
       setListening()
     }
   }
-  const silentLimitMs = heartbeatMs === false ? 0 : 2 * heartbeatMs + redis.timeoutMs
-  let lastTick = performance.now()
+  // Silence is judged against the bus's own heartbeat: sent, and nothing at all heard since,
+  // for `heartbeatMs` + `timeoutMs`. Judged after this process has read its sockets
+  // (setImmediate runs after that), so a stall of the process, whatever its length, is no
+  // silence: what Redis sent meanwhile is read first.
+  const silentLimitMs = heartbeatMs === false ? 0 : heartbeatMs + redis.timeoutMs
+  let pendingSince: number | undefined
+  let lastSent = -Infinity
   function beat(): void {
     if (closed || !subscribedNow || heartbeatMs === false) return
     const at = performance.now()
-    const late = at - lastTick > 1.5 * heartbeatMs
-    lastTick = at
-    // After a stall of this process its timers run before its sockets are read: judge the
-    // silence once what arrived meanwhile has been read (setImmediate runs after that), and
-    // not at all on a tick that came late.
-    if (!late) setImmediate(judgeSilence)
-    // One heartbeat per interval for the whole group: only a bus that heard nothing sends one.
-    // A heartbeat that fails is what the silence check notices; it is not reported each time.
-    if (at - lastHeard >= heartbeatMs && !notReady(options.client)) {
+    if (pendingSince !== undefined) setImmediate(judgeSilence)
+    // About one heartbeat per interval for the group: a bus sends one when it heard nothing
+    // for half an interval, and again each interval while it waits for an answer. One that
+    // fails is what the silence check notices; it is not reported each time.
+    const silent = pendingSince === undefined ? at - lastHeard >= heartbeatMs / 2 : at - lastSent >= heartbeatMs
+    if (silent && !notReady(options.client)) {
+      pendingSince ??= at
+      lastSent = at
       redis.send('PUBLISH', heartbeatChannel, origin).catch(() => {})
     }
   }
   function judgeSilence(): void {
-    if (closed || deaf || !subscribedNow || performance.now() - lastHeard <= silentLimitMs) return
+    if (closed || deaf || !subscribedNow || pendingSince === undefined || performance.now() - pendingSince <= silentLimitMs) return
     deaf = true
     setListening()
     onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
@@ -261,8 +266,11 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // The connection the bus opened is closed at once: it holds nothing worth waiting for.
       if (!given) return subscriber.disconnect()
       try {
-        await withTimeout(Promise.resolve(given.unsubscribe(channel)), redis.timeoutMs, 'Redis UNSUBSCRIBE')
-        if (heartbeatMs !== false) await withTimeout(Promise.resolve(given.unsubscribe(heartbeatChannel)), redis.timeoutMs, 'Redis UNSUBSCRIBE')
+        const channels = heartbeatMs === false ? [channel] : [channel, heartbeatChannel]
+        const results = await Promise.allSettled(
+          channels.map((name) => withTimeout(Promise.resolve(given.unsubscribe(name)), redis.timeoutMs, 'Redis UNSUBSCRIBE')),
+        )
+        for (const result of results) if (result.status === 'rejected') throw result.reason
       } catch (error) {
         onError(error, 'invalidation unsubscribe')
       }
