@@ -63,6 +63,7 @@ export {
   authorizationServerUnavailableReply,
   buildWwwAuthenticate,
   forbiddenReply,
+  invalidHostReply,
   ipNotAllowedReply,
   jsonRpcErrorReply,
   methodNotAllowedReply,

@@ -14,7 +14,7 @@ import { createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { RequestError, getRequestListener } from '@hono/node-server'
-import { type OAuthValidationMode, applyDeploy, jsonRpcErrorReply, serviceUnavailableReply } from 'mcp-dispatch'
+import { type OAuthValidationMode, applyDeploy, invalidHostReply, jsonRpcErrorReply, serviceUnavailableReply } from 'mcp-dispatch'
 import { toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
@@ -85,7 +85,7 @@ const listener = getRequestListener(
 function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
   const target = error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
   return !target
-    ? jsonRpcErrorReply(400, { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } })
+    ? invalidHostReply()
     : jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
 }
 // A client has 20 s for its headers and 60 s for its whole request (Node: 60 s and 300 s), so

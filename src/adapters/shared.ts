@@ -6,7 +6,7 @@
  */
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
+import { type Reply, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
 import { ConfigurationError, logError } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
 
@@ -78,11 +78,7 @@ export function splitUrl(url: string): { origin: string; path: string } {
  * 400 for a request whose `Host` (or absolute-form target) the URL parser refuses (`a b`, a
  * port past 65535), met where a web `Request` must be built for a handler: the client's error.
  */
-export const INVALID_HOST: Reply = jsonRpcErrorReply(400, {
-  code: -32600,
-  message: 'Invalid Host header',
-  data: { error: 'invalid_request', field: 'host' },
-})
+export const INVALID_HOST: Reply = invalidHostReply()
 
 /** Options of the Express and Fastify `serveTokenApi`. */
 export interface ServeTokenApiOptions {

@@ -262,3 +262,16 @@ export function versionNotServedReply(version: string): Reply {
     data: { error: 'version_not_served', version },
   })
 }
+
+/**
+ * 400: the request's `Host` (or the host of an absolute-form target) is not an authority a URL
+ * can hold, so no App address can be built from it (the Express and Fastify adapters; a Web
+ * server's own error handler may answer the same).
+ */
+export function invalidHostReply(): Reply {
+  return jsonRpcErrorReply(400, {
+    code: -32600,
+    message: 'Invalid Host header',
+    data: { error: 'invalid_request', field: 'host' },
+  })
+}

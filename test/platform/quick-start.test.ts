@@ -4,10 +4,10 @@
  * App's tools with the version headers. PORT=0 lets the system choose the ports.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
-import { request } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { rawRequest } from '../adapters/helpers.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -43,19 +43,6 @@ afterAll(async () => {
   await exited
 })
 
-/** A request over node:http, keeping the exact `Host`. */
-function raw(host: string, path: string, body: string): Promise<{ status: number; body: string }> {
-  return new Promise((resolve, reject) => {
-    const outgoing = request({ host: '127.0.0.1', port, method: 'POST', path, headers: { host, 'content-type': 'application/json' }, agent: false }, (incoming) => {
-      let text = ''
-      incoming.on('data', (chunk: Buffer) => (text += chunk.toString()))
-      incoming.on('end', () => resolve({ status: incoming.statusCode ?? 0, body: text }))
-    })
-    outgoing.on('error', reject)
-    outgoing.end(body)
-  })
-}
-
 describe('npm start (README quick start)', () => {
   it('prints a curl command that gets the tools of the App, with the version headers', async () => {
     const command = /^curl .*$/m.exec(output)![0]
@@ -77,10 +64,10 @@ describe('npm start (README quick start)', () => {
 
   it('answers a request it cannot build a URL from with JSON-RPC 400 naming what is wrong', async () => {
     const tools = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
-    const host = await raw('a@weather.localhost', '/v1', tools)
+    const host = await rawRequest(port, { host: 'a@weather.localhost', path: '/v1', headers: { 'content-type': 'application/json' }, body: tools })
     expect(host.status).toBe(400)
     expect(JSON.parse(host.body)).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } } })
-    const target = await raw('weather.localhost', '/x\\..\\v1', tools)
+    const target = await rawRequest(port, { host: 'weather.localhost', path: '/x\\..\\v1', headers: { 'content-type': 'application/json' }, body: tools })
     expect(target.status).toBe(400)
     expect(JSON.parse(target.body).error.data).toEqual({ error: 'invalid_request', field: 'path' })
   })
