@@ -600,11 +600,24 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
         patch.expiresAt = at
       }
+      // A new expiry that lands once the old one has passed would bring an expired token back
+      // (spec 2.2: it never returns to active): the old expiry is put back, late or not.
+      const expiredMeanwhile = (landed: ApiTokenRecord) =>
+        landed.expiresAt !== record.expiresAt && now() >= record.expiresAt
+      const putBack = () => storeCall(() => store.update(id, { expiresAt: record.expiresAt }), (late) => late && invalidate(late.tokenHash))
       const updated = await storeCall(
         () => store.update(id, patch),
-        (late) => late && invalidate(late.tokenHash),
+        async (late) => {
+          if (late && expiredMeanwhile(late)) await putBack()
+          if (late) await invalidate(late.tokenHash)
+        },
       )
       if (!updated) throw new TokenInactiveError('revoked')
+      if (expiredMeanwhile(updated)) {
+        await putBack()
+        await invalidate(updated.tokenHash)
+        throw new TokenInactiveError('expired')
+      }
       await invalidate(updated.tokenHash)
       return view(updated)
     },

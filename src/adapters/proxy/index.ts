@@ -14,8 +14,8 @@
  *   against the JWKS the platform publishes.
  *
  * What never crosses: the caller's `Authorization` header (the MCP authorization spec
- * forbids token passthrough), cookies, and hop-by-hop headers (RFC 9110 section 7.6.1),
- * including those the client names in `Connection`.
+ * forbids token passthrough), cookies in either direction (`Cookie` up, `Set-Cookie` back), and
+ * hop-by-hop headers (RFC 9110 section 7.6.1), including those the client names in `Connection`.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
  * with a redirect, or refuses the platform's identity (401); 504 when its response head does
@@ -404,6 +404,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     const out = new Headers()
     const hopByHop = connectionTokens(upstream.headers.get('connection'))
     upstream.headers.forEach((value, name) => {
+      // `Set-Cookie` too: cookies never travel to the upstream, so one it sets could only land
+      // on the platform's own hosts (with `Domain`, on its dashboard: cookie tossing).
       if (HOP_BY_HOP.has(name) || hopByHop?.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
       // CORS is the dispatch layer's, for the App's address: an upstream's own fields (say
       // `Access-Control-Allow-Credentials`) would join it, and could pair with an echoed origin.
@@ -411,7 +413,6 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       if (decoded && (name === 'content-encoding' || name === 'content-length')) return
       out.set(name, value)
     })
-    for (const cookie of upstream.headers.getSetCookie()) out.append('set-cookie', cookie)
     let body: ReadableStream<Uint8Array> | null
     try {
       // Still under `timeoutMs`: an answer without `Content-Type` or length is peeked at, and an
