@@ -16,6 +16,7 @@ export type Dispatched = Extract<Decision, { type: 'dispatch' }>
 export interface NodeResponse {
   writeHead(statusCode: number, ...rest: unknown[]): unknown
   getHeader(name: string): unknown
+  once(event: 'close', listener: () => void): unknown
 }
 
 /**
@@ -157,7 +158,8 @@ function atHead(res: NodeResponse, decision: Dispatched, status: number, headers
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
   // responses to another path (node-http's hold, or the Web adapter's own await).
-  decision.complete({ status, sessionId })
+  // With the response, so that a session whose answer stays open (an SSE stream) keeps its pin.
+  decision.complete({ status, sessionId, response: res })
   return head.headers
 }
 

@@ -364,7 +364,7 @@ function holdUntilPinned(
       for (const name in headers) res.setHeader(name, headers[name]!)
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
-    const pending = decision.complete({ status, sessionId })
+    const pending = decision.complete({ status, sessionId, response: res })
     if (!pending) {
       restore()
       return replay(first, args)

@@ -59,8 +59,8 @@ export function audienceList(aud: unknown): string[] | undefined {
  * Whether the token's audience names one of the expected resources. Values are compared after
  * {@link normalizeResource}; an expected http(s) URL also accepts an audience for a path inside
  * it (same origin, whole path segments), since a resource indicator may name a part of the
- * resource server: a token for `https://weather.example.com/v1` (from path-suffixed metadata,
- * RFC 9728 section 3.1) is a token for the App `https://weather.example.com`.
+ * resource server: a token for `https://weather.example.com/v1` (asked for by a client that
+ * names the URL it calls, as RFC 8707 allows) is a token for the App `https://weather.example.com`.
  *
  * @example
  * ```ts

@@ -116,6 +116,19 @@ export interface DispatchOutcome {
   readonly status: number
   /** `Mcp-Session-Id` header of the handler's response, if any. */
   readonly sessionId: string | null | undefined
+  /**
+   * Where the end of the response can be heard: anything with `once('close', listener)`, such
+   * as a Node `ServerResponse`. With it, a session whose response stays open (a GET stream, a
+   * long tool call) is not idle: its pin's idle TTL is restarted every half `sessionTtlMs`
+   * while the response is open, and once more when it closes after a while, so the pin lasts
+   * as long as the App's session does. Without it, only requests restart the TTL.
+   */
+  readonly response?: ClosingResponse
+}
+
+/** A response whose end can be heard (`node:http`'s `ServerResponse` is one). */
+export interface ClosingResponse {
+  once(event: 'close', listener: () => void): unknown
 }
 
 /** The decision for one request. */
@@ -380,14 +393,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return { type: 'reply', reply: extra ? { ...reply, headers: { ...reply.headers, ...extra } } : reply }
   }
 
-  function metadataReply(request: DispatchRequest, app: AppRecord, suffix: string): Reply {
+  function metadataReply(request: DispatchRequest, app: AppRecord): Reply {
     if (request.method === 'OPTIONS') return preflight('*', request, METADATA_METHODS)
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       // Readable by any origin, as the document itself is, so a browser client sees why.
       const refused = methodNotAllowedReply(METADATA_METHODS)
       return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*', 'access-control-expose-headers': 'Allow' } }
     }
-    const doc = metadata(app, baseUrlOf(request, app) + suffix)
+    const doc = metadata(app, baseUrlOf(request, app))
     return {
       status: 200,
       headers: {
@@ -695,10 +708,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           const assigned = outcome.sessionId
           if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
             pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
+            if (outcome.response) keepWhileOpen(assigned, outcome.response)
           }
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = sessions.delete(sessionId)
+        } else if (outcome.response && outcome.status < 300) {
+          keepWhileOpen(sessionId, outcome.response)
         }
         // Synchronous stores finish here: the adapter then writes the response at once.
         if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
@@ -711,6 +727,51 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function pinFailed(error: unknown): void {
     onError(error, 'session store')
+  }
+
+  // Sessions with a response open on this instance, by id: how many, and when their pin's idle
+  // TTL was last restarted. One timer for all of them, every half TTL, only while there are any.
+  const open = new Map<string, { count: number; restarted: number }>()
+  const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 2), 1), 2_147_483_647)
+  // A response that closes within this of the last restart (every short POST) costs no store call.
+  const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
+  let keeper: ReturnType<typeof setInterval> | undefined
+
+  /** Restarts the idle TTL of a pin (a `get` does); a pin already gone stays gone. */
+  function restartTtl(sessionId: string, entry: { restarted: number }): void {
+    entry.restarted = now()
+    try {
+      const pending = sessions.get(sessionId, sessionTtlMs)
+      if (pending instanceof Promise) void bounded(pending, 'sessions').then(undefined, pinFailed)
+    } catch (error) {
+      pinFailed(error)
+    }
+  }
+
+  function keepWhileOpen(sessionId: string, response: ClosingResponse): void {
+    let entry = open.get(sessionId)
+    if (entry === undefined) open.set(sessionId, (entry = { count: 0, restarted: now() }))
+    entry.count++
+    if (keeper === undefined) {
+      keeper = setInterval(() => {
+        for (const [id, kept] of open) restartTtl(id, kept)
+      }, keepEveryMs)
+      // Never what keeps a process alive: the open responses' sockets are.
+      ;(keeper as { unref?: () => void }).unref?.()
+    }
+    const held = entry
+    let closed = false
+    response.once('close', () => {
+      if (closed) return
+      closed = true
+      if (--held.count > 0) return
+      if (open.get(sessionId) === held) open.delete(sessionId)
+      if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held)
+      if (open.size === 0 && keeper !== undefined) {
+        clearInterval(keeper)
+        keeper = undefined
+      }
+    })
   }
 
   function decide(request: DispatchRequest): MaybePromise<Decision> {
@@ -751,11 +812,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const { request, origin, path } = flow
     if (!app) return notFound(request, origin)
     if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
-      const suffix = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length)
-      // RFC 9728 section 3.1: a resource with a path has its metadata at the suffixed URL.
-      if (suffix === '' || (suffix !== '/' && parseVersionPath(suffix))) {
-        return { type: 'reply', reply: metadataReply(request, app, suffix) }
-      }
+      // One protected resource per App, its address (spec 2.2), at every version path. No
+      // path-suffixed document (RFC 9728 section 3.1) for `/v1`: one naming `{base_url}/v1`
+      // would give a client that discovers it (rather than following the 401's
+      // `resource_metadata`) another resource indicator for the same server, which the
+      // authorization server did not grant with the code. The 404 sends it to the root document.
+      if (path.length === PROTECTED_RESOURCE_METADATA_PATH.length) return { type: 'reply', reply: metadataReply(request, app) }
       return notFound(request, origin)
     }
     let selector = selectors.get(path)

@@ -4,6 +4,9 @@
  * verification with a per-App audience, RFC 7662 introspection, and the caveat that such
  * tokens are refused at userinfo.
  */
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { decodeJwt } from 'jose'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
@@ -82,13 +85,17 @@ function listTools(platform: Platform, app: string, bearer: string): Promise<Res
 }
 
 describe('jwt mode: local JWKS verification with the App as audience', () => {
-  it('runs the SDK flow with audience-bound JWTs, calls no userinfo, and refreshes after expiry', async () => {
+  /** A platform in jwt mode over loopback, the weather App's `/v1`, and a new client. */
+  async function serveJwtPlatform() {
     const platform = platformWith({ issuer: jwtServer.issuer, mode: 'jwt', audience: ({ resource }) => resource })
     const server = await servePlatform(platform.fetch)
+    const url = `http://weather.localhost:${server.port}/v1`
+    return { server, url, provider: new TestOAuthClient(), fetchFn: recordingFetch(loopbackFetch) }
+  }
+
+  it('runs the SDK flow with audience-bound JWTs, calls no userinfo, and refreshes after expiry', async () => {
+    const { server, url, provider, fetchFn } = await serveJwtPlatform()
     try {
-      const url = `http://weather.localhost:${server.port}/v1`
-      const provider = new TestOAuthClient()
-      const fetchFn = recordingFetch(loopbackFetch)
       const { client } = await connectWithOAuth(url, provider, fetchFn)
       const token = provider.tokens()!.access_token
       const claims = decodeJwt(token)
@@ -105,6 +112,35 @@ describe('jwt mode: local JWKS verification with the App as audience', () => {
       expect(fetchFn.log.some((r) => r.status === 401 && r.wwwAuthenticate?.includes('error="invalid_token"'))).toBe(true)
       // Keys older than jwksMaxAgeMs (10 minutes by default) are fetched again, once.
       expect(jwtRequests.filter((p) => p === '/jwks')).toHaveLength(2)
+      await client.close()
+    } finally {
+      await server.close()
+    }
+  })
+
+  it('a client that redeems the code on a fresh transport (no 401 seen) asks for the same resource: one App, one resource', async () => {
+    // A web client signs in on one transport and redeems the code on another (its callback
+    // page): that one discovers the metadata from /v1 itself. Both must name the same resource,
+    // or the authorization server refuses the code (invalid_target).
+    const { server, url, provider, fetchFn } = await serveJwtPlatform()
+    try {
+      const first = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider, fetch: fetchFn })
+      await expect(new Client({ name: 'web', version: '1.0.0' }).connect(first)).rejects.toBeInstanceOf(UnauthorizedError)
+      await first.close()
+      expect(provider.code).toBeDefined()
+
+      // The callback keeps the client registration and the PKCE verifier, not the discovery.
+      provider.discoveryStateValue = undefined
+      const seen = fetchFn.log.length
+      const callback = new StreamableHTTPClientTransport(new URL(url), { authProvider: provider, fetch: fetchFn })
+      await callback.finishAuth(provider.code!)
+      expect(decodeJwt(provider.tokens()!.access_token).aud).toBe(`http://weather.localhost:${server.port}`)
+      // It found the App's one metadata document after the 404 of the path-suffixed one.
+      const discovery = fetchFn.log.slice(seen).filter((r) => r.url.includes('/.well-known/oauth-protected-resource'))
+      expect(discovery.map((r) => [new URL(r.url).pathname, r.status])).toContainEqual(['/.well-known/oauth-protected-resource/v1', 404])
+      const client = new Client({ name: 'web', version: '1.0.0' })
+      await client.connect(new StreamableHTTPClientTransport(new URL(url), { authProvider: provider, fetch: fetchFn }))
+      expect((await client.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual({ app: 'weather', version: '1.0.0' })
       await client.close()
     } finally {
       await server.close()

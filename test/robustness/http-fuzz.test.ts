@@ -310,7 +310,11 @@ function judge(target: AdapterTarget, request: RawRequest, response: RawResponse
   if (!String(headers['content-type']).startsWith('application/json')) return `content-type ${String(headers['content-type'])}`
   if (status === 200) {
     const doc = JSON.parse(body.toString()) as { resource?: unknown }
-    return typeof doc.resource === 'string' && request.path.includes('/.well-known/') ? undefined : '200 that is neither handler nor metadata'
+    // The App's one metadata document, at its one path (as written, or as a WHATWG URL
+    // normalizes it on the Web adapter's runtime); never a path-suffixed variant.
+    const paths = [request.path.split(/[?#]/, 1)[0], URL.canParse(request.path, 'http://fuzz.localhost') && new URL(request.path, 'http://fuzz.localhost').pathname]
+    if (!paths.includes('/.well-known/oauth-protected-resource')) return `200 at ${request.path}, neither handler nor metadata`
+    return typeof doc.resource === 'string' && !new URL(doc.resource).pathname.slice(1) ? undefined : `metadata resource ${String(doc.resource)}`
   }
   const error = jsonRpcError(body)
   if (!error) return `not a JSON-RPC error body: ${body.toString().slice(0, 120)}`

@@ -16,7 +16,7 @@
 import { resolveClientAddress } from '../../core/client-address.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
-import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import type { DispatchContext, DispatchOutcome } from '../../pipeline/dispatcher.js'
 import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
 import { type VersionRoutes, createVersionRouter } from '../version-router.js'
@@ -97,10 +97,58 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       return atHead ? toResponse(HANDLER_FAILED) : stampHeaders(toResponse(HANDLER_FAILED), decision.headers)
     }
     if (atHead) return response
-    const pinned = decision.complete({ status: response.status, sessionId: response.headers.get('mcp-session-id') })
+    const sessionId = response.headers.get('mcp-session-id')
+    // A response of a session tells the dispatcher when it ends (an SSE stream keeps the pin).
+    let ended: (() => void) | undefined
+    const outcome: DispatchOutcome =
+      sessionId === null && decision.context.sessionId === undefined
+        ? { status: response.status, sessionId }
+        : { status: response.status, sessionId, response: { once: (_event, listener) => void (ended = listener) } }
+    const pinned = decision.complete(outcome)
     if (pinned) await pinned
-    return stampHeaders(response, decision.headers)
+    const stamped = stampHeaders(response, decision.headers)
+    return ended === undefined ? stamped : untilBodyEnds(stamped, ended)
   }
+}
+
+/**
+ * `response`, with `onEnd` called once when its body is done: read to the end, cancelled by
+ * the client, or failed. Only an event stream is relayed for that; any other answer ends as it
+ * is written, so `onEnd` runs at once and the response is left as it is (a string body keeps
+ * the runtime's fast path).
+ */
+function untilBodyEnds(response: Response, onEnd: () => void): Response {
+  const body = response.body
+  if (body === null || !response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream')) {
+    onEnd()
+    return response
+  }
+  const reader = body.getReader()
+  let done = false
+  const end = () => {
+    if (done) return
+    done = true
+    onEnd()
+  }
+  const relayed = new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      try {
+        const chunk = await reader.read()
+        if (chunk.done) {
+          end()
+          controller.close()
+        } else controller.enqueue(chunk.value)
+      } catch (error) {
+        end()
+        controller.error(error)
+      }
+    },
+    cancel(reason) {
+      end()
+      return reader.cancel(reason)
+    },
+  })
+  return new Response(relayed, { status: response.status, statusText: response.statusText, headers: response.headers })
 }
 
 /** `node:http`'s `ServerResponse.prototype`, where there is Node (`null` elsewhere); read once. */
