@@ -530,43 +530,30 @@ describe('update (spec 2.1, 3)', () => {
     expect(e.message).toContain('expired')
   })
 
-  it('an edit of the expiry that lands after the token expired does not bring it back: 409, still expired', async () => {
-    // The store answers the edit once the old expiry has passed (a slow database).
+  it('an edit of the expiry that lands late, after its 503 and after the old expiry, does not bring the token back', async () => {
     const inner = createMemoryTokenStore()
-    let passExpiry: (() => void) | undefined
-    const store: TokenStore = {
-      ...inner,
-      update: async (id, patch) => {
-        passExpiry?.()
-        return inner.update(id, patch)
-      },
-    }
-    const { service, clock } = setup({ store })
-    const expiring = await createToken(service, { expiresInDays: 7 })
-    clock.advance(7 * DAY - 1)
-    passExpiry = () => clock.advance(1)
-    const e = await refusal(service.update('alice', expiring.id, { expiresAt: T0 + 30 * DAY, name: 'renamed' }), TokenInactiveError)
-    expect(e.status).toBe(409)
-    expect(e.message).toContain('expired')
-    passExpiry = undefined
-    expect(await service.get('alice', expiring.id)).toMatchObject({ status: 'expired', expires_at: new Date(T0 + 7 * DAY).toISOString() })
-    expect(await service.authenticate(expiring.token)).toEqual({ ok: false, reason: 'expired' })
-
-    // The same edit landing late, after its caller got 503: put back as well.
-    const late = await createToken(service, { expiresInDays: 7 })
     let release!: () => void
     const held = new Promise<void>((resolve) => (release = resolve))
+    const { service, clock } = setup({ store: inner })
     const slow = setup({
       store: { ...inner, update: async (id, patch) => (patch.name === 'held' ? held.then(() => inner.update(id, patch)) : inner.update(id, patch)) },
       storeTimeoutMs: 50,
       now: clock.now,
     }).service
+    const late = await createToken(service, { expiresInDays: 7 })
+    const renamed = await createToken(service, { expiresInDays: 7 })
     await refusal(slow.update('alice', late.id, { expiresAt: T0 + 60 * DAY, name: 'held' }), StoreUnavailableError)
+    // A rename that lands late moves no expiry: nothing to undo (a token extended meanwhile stays so).
+    await refusal(slow.update('alice', renamed.id, { name: 'held' }), StoreUnavailableError)
+    await service.update('alice', renamed.id, { expiresAt: T0 + 30 * DAY })
     clock.advance(7 * DAY)
     release()
     await vi.waitFor(async () => expect((await inner.get(late.id))?.name).toBe('held'))
     await vi.waitFor(async () => expect((await inner.get(late.id))?.expiresAt).toBe(Date.parse(late.expires_at)))
     expect(await service.authenticate(late.token)).toEqual({ ok: false, reason: 'expired' })
+    expect((await service.get('alice', late.id)).status).toBe('expired')
+    await vi.waitFor(async () => expect((await inner.get(renamed.id))?.name).toBe('held'))
+    expect(await service.get('alice', renamed.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
   })
 
   it('someone else’s token: 404', async () => {

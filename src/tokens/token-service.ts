@@ -600,24 +600,25 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
         patch.expiresAt = at
       }
-      // A new expiry that lands once the old one has passed would bring an expired token back
-      // (spec 2.2: it never returns to active): the old expiry is put back, late or not.
-      const expiredMeanwhile = (landed: ApiTokenRecord) =>
-        landed.expiresAt !== record.expiresAt && now() >= record.expiresAt
-      const putBack = () => storeCall(() => store.update(id, { expiresAt: record.expiresAt }), (late) => late && invalidate(late.tokenHash))
       const updated = await storeCall(
         () => store.update(id, patch),
         async (late) => {
-          if (late && expiredMeanwhile(late)) await putBack()
-          if (late) await invalidate(late.tokenHash)
+          if (!late) return
+          try {
+            // Its caller was told 503, so nobody expects this edit any more. A new expiry that
+            // lands once the old one has passed would bring an expired token back (spec 2.2: it
+            // never returns to active): the old one is put back, if the expiry is still this edit's.
+            if (patch.expiresAt !== undefined && late.expiresAt === patch.expiresAt && now() >= record.expiresAt) {
+              await Promise.resolve(store.update(id, { expiresAt: record.expiresAt })).catch((error: unknown) => {
+                throw new Error(`token ${id}: an edit of its expiry landed after the old expiry and could not be undone`, { cause: error })
+              })
+            }
+          } finally {
+            await invalidate(late.tokenHash)
+          }
         },
       )
       if (!updated) throw new TokenInactiveError('revoked')
-      if (expiredMeanwhile(updated)) {
-        await putBack()
-        await invalidate(updated.tokenHash)
-        throw new TokenInactiveError('expired')
-      }
       await invalidate(updated.tokenHash)
       return view(updated)
     },
