@@ -165,7 +165,6 @@ export type { ClientBudgetOptions } from './auth/client-budget.js'
 // Pipeline
 export { createDispatcher } from './pipeline/dispatcher.js'
 export type {
-  ClosingResponse,
   Decision,
   DispatchContext,
   DispatchOutcome,

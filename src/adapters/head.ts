@@ -7,7 +7,7 @@
  * @internal
  * @module
  */
-import type { Decision } from '../pipeline/dispatcher.js'
+import type { Decision, DispatchOutcome } from '../pipeline/dispatcher.js'
 
 /** A dispatched decision. */
 export type Dispatched = Extract<Decision, { type: 'dispatch' }>
@@ -17,6 +17,31 @@ export interface NodeResponse {
   writeHead(statusCode: number, ...rest: unknown[]): unknown
   getHeader(name: string): unknown
   once(event: 'close', listener: () => void): unknown
+  readonly closed?: boolean
+  readonly destroyed?: boolean
+}
+
+/**
+ * The outcome of a response's head for `complete`. For a response of an MCP session it says how
+ * to learn the response's end (`whenClosed`: its `close` event, or at once when it has already
+ * closed, as it has when the client left before the head), so that an open stream keeps the
+ * session's pin; a response without a session needs none, and allocates nothing for it.
+ */
+export function headOutcome(
+  res: NodeResponse,
+  decision: Dispatched,
+  status: number,
+  sessionId: string | undefined,
+): DispatchOutcome {
+  if (sessionId === undefined && decision.context.sessionId === undefined) return { status, sessionId }
+  return { status, sessionId, whenClosed: (listener) => whenClosed(res, listener) }
+}
+
+function whenClosed(res: NodeResponse, listener: () => void): void {
+  // `close` is emitted once: a listener added later would never run. HTTP/2's compatibility
+  // response tells it by its stream.
+  if (res.closed === true || res.destroyed === true || (res as { stream?: { destroyed?: boolean } }).stream?.destroyed === true) listener()
+  else res.once('close', listener)
 }
 
 /**
@@ -158,8 +183,7 @@ function atHead(res: NodeResponse, decision: Dispatched, status: number, headers
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
   // responses to another path (node-http's hold, or the Web adapter's own await).
-  // With the response, so that a session whose answer stays open (an SSE stream) keeps its pin.
-  decision.complete({ status, sessionId, response: res })
+  decision.complete(headOutcome(res, decision, status, sessionId))
   return head.headers
 }
 

@@ -12,7 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-ad
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Dispatched, attachToHead, dispatchHeadersFor, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
+import { type Dispatched, attachToHead, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
 import { INVALID_HOST, splitUrl } from './shared.js'
 
 /**
@@ -364,7 +364,7 @@ function holdUntilPinned(
       for (const name in headers) res.setHeader(name, headers[name]!)
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
-    const pending = decision.complete({ status, sessionId, response: res })
+    const pending = decision.complete(headOutcome(res, decision, status, sessionId))
     if (!pending) {
       restore()
       return replay(first, args)

@@ -117,18 +117,21 @@ export interface DispatchOutcome {
   /** `Mcp-Session-Id` header of the handler's response, if any. */
   readonly sessionId: string | null | undefined
   /**
-   * Where the end of the response can be heard: anything with `once('close', listener)`, such
-   * as a Node `ServerResponse`. With it, a session whose response stays open (a GET stream, a
-   * long tool call) is not idle: its pin's idle TTL is restarted every half `sessionTtlMs`
-   * while the response is open, and once more when it closes after a while, so the pin lasts
-   * as long as the App's session does. Without it, only requests restart the TTL.
+   * How to learn that the response has ended, for a response that may stay open (an event
+   * stream): registers `listener`, to be called exactly once when the response ends (written
+   * to the end, or its client gone), or at once when it already has. The adapters pass it for
+   * responses of MCP sessions. With it, a session whose answer stays open (a GET stream, a long
+   * tool call) is not idle: its pin's idle TTL is restarted every third of `sessionTtlMs` while
+   * the answer is open, and once more when it ends after a while, so the pin lasts as long as the
+   * App's session does. Without it, only requests restart the TTL.
    */
-  readonly response?: ClosingResponse
+  readonly whenClosed?: (listener: () => void) => void
 }
 
-/** A response whose end can be heard (`node:http`'s `ServerResponse` is one). */
-export interface ClosingResponse {
-  once(event: 'close', listener: () => void): unknown
+/** A session with responses open on this instance (the dispatcher's keep-alive). */
+interface KeptSession {
+  count: number
+  restarted: number
 }
 
 /** The decision for one request. */
@@ -708,13 +711,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           const assigned = outcome.sessionId
           if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
             pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
-            if (outcome.response) keepWhileOpen(assigned, outcome.response)
+            if (outcome.whenClosed) keepWhileOpen(assigned, outcome.whenClosed)
           }
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = sessions.delete(sessionId)
-        } else if (outcome.response && outcome.status < 300) {
-          keepWhileOpen(sessionId, outcome.response)
+        } else if (outcome.whenClosed && outcome.status < 300) {
+          keepWhileOpen(sessionId, outcome.whenClosed)
         }
         // Synchronous stores finish here: the adapter then writes the response at once.
         if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
@@ -730,47 +733,65 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   // Sessions with a response open on this instance, by id: how many, and when their pin's idle
-  // TTL was last restarted. One timer for all of them, every half TTL, only while there are any.
-  const open = new Map<string, { count: number; restarted: number }>()
-  const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 2), 1), 2_147_483_647)
-  // A response that closes within this of the last restart (every short POST) costs no store call.
+  // TTL was last restarted. One timer for all of them, every third of the TTL (a restart that
+  // fails is retried at the next tick, still in time), stopped by the first tick that finds none.
+  const open = new Map<string, KeptSession>()
+  const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 3), 1), 2_147_483_647)
+  // A response that ends within this of the last restart (every short POST) costs no store call.
   const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
   let keeper: ReturnType<typeof setInterval> | undefined
+  let failedInTick = false
 
-  /** Restarts the idle TTL of a pin (a `get` does); a pin already gone stays gone. */
-  function restartTtl(sessionId: string, entry: { restarted: number }): void {
-    entry.restarted = now()
+  function keepTick(): void {
+    if (open.size === 0) {
+      clearInterval(keeper)
+      keeper = undefined
+      return
+    }
+    failedInTick = false
+    for (const [id, kept] of open) restartTtl(id, kept)
+  }
+
+  /** Restarts the idle TTL of a pin (a `get` does); a pin already gone is not kept any more. */
+  function restartTtl(sessionId: string, kept: KeptSession): void {
+    const at = now()
+    const done = (pin: SessionPin | undefined) => {
+      if (pin === undefined) {
+        if (open.get(sessionId) === kept) open.delete(sessionId)
+      } else if (at > kept.restarted) kept.restarted = at
+    }
+    // One report per tick: a store that is down fails every open session's restart at once.
+    const failed = (error: unknown) => {
+      if (failedInTick) return
+      failedInTick = true
+      onError(error, 'session store (keeping the pins of open responses)')
+    }
     try {
-      const pending = sessions.get(sessionId, sessionTtlMs)
-      if (pending instanceof Promise) void bounded(pending, 'sessions').then(undefined, pinFailed)
+      const pin = sessions.get(sessionId, sessionTtlMs)
+      if (pin instanceof Promise) bounded(pin, 'sessions').then(done, failed)
+      else done(pin)
     } catch (error) {
-      pinFailed(error)
+      failed(error)
     }
   }
 
-  function keepWhileOpen(sessionId: string, response: ClosingResponse): void {
-    let entry = open.get(sessionId)
-    if (entry === undefined) open.set(sessionId, (entry = { count: 0, restarted: now() }))
-    entry.count++
+  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void): void {
+    let kept = open.get(sessionId)
+    if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now() }))
+    kept.count++
     if (keeper === undefined) {
-      keeper = setInterval(() => {
-        for (const [id, kept] of open) restartTtl(id, kept)
-      }, keepEveryMs)
+      keeper = setInterval(keepTick, keepEveryMs)
       // Never what keeps a process alive: the open responses' sockets are.
       ;(keeper as { unref?: () => void }).unref?.()
     }
-    const held = entry
-    let closed = false
-    response.once('close', () => {
-      if (closed) return
-      closed = true
+    const held = kept
+    let ended = false
+    whenClosed(() => {
+      if (ended) return
+      ended = true
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
       if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held)
-      if (open.size === 0 && keeper !== undefined) {
-        clearInterval(keeper)
-        keeper = undefined
-      }
     })
   }
 

@@ -10,9 +10,8 @@
  * timer); sockets run on real time.
  */
 import { randomUUID } from 'node:crypto'
-import { EventEmitter } from 'node:events'
 import * as http from 'node:http'
-import { type Decision, type DispatchRequest, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
+import { type Decision, type DispatchRequest, type SessionStore, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
@@ -28,8 +27,16 @@ const encoder = new TextEncoder()
  */
 function sessionHandler() {
   const streams = new Set<ReadableStreamDefaultController<Uint8Array>>()
+  let lateArrived!: () => void
+  const late = new Promise<void>((resolve) => (lateArrived = resolve))
   const handler = async (request: Request, context: { version: string; sessionId: string | undefined }) => {
     if (request.method === 'GET') {
+      // `?late`: the head is written only once the client has gone (a slow handler).
+      if (new URL(request.url).search === '?late') {
+        const gone = new Promise((resolve) => request.signal.addEventListener('abort', resolve, { once: true }))
+        lateArrived()
+        await gone
+      }
       let controller!: ReadableStreamDefaultController<Uint8Array>
       const body = new ReadableStream<Uint8Array>({
         start(c) {
@@ -52,10 +59,10 @@ function sessionHandler() {
     for (const c of streams) c.close()
     streams.clear()
   }
-  return { handler, closeStreams }
+  return { handler, closeStreams, late }
 }
 
-function send(port: number, token: string, method: 'GET' | 'POST', sessionId?: string) {
+function send(port: number, token: string, method: 'GET' | 'POST', sessionId?: string, path = '/') {
   return new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string; response: http.IncomingMessage }>(
     (resolve, reject) => {
       const request = http.request(
@@ -63,7 +70,7 @@ function send(port: number, token: string, method: 'GET' | 'POST', sessionId?: s
           host: '127.0.0.1',
           port,
           method,
-          path: '/',
+          path,
           headers: {
             host: 'weather.localhost',
             authorization: `Bearer ${token}`,
@@ -102,15 +109,31 @@ const VARIANTS = [...ADAPTER_KINDS, 'web (no outgoing)'] as const
 /** The stand-in handler behind one variant, pins on the faked clock. */
 async function serveVariant(variant: (typeof VARIANTS)[number]) {
   const fixture = createFixture({ sessions: createMemorySessionStore({ now: () => Date.now() }) })
-  const { handler, closeStreams } = sessionHandler()
+  const { handler, closeStreams, late } = sessionHandler()
   const served =
     variant === 'web (no outgoing)' ? await serveWebWithoutOutgoing(fixture, handler) : await serveWebHandler(variant, fixture, handler)
-  return { fixture, closeStreams, served }
+  return { fixture, closeStreams, served, late }
 }
 
 beforeEach(() => {
   vi.useFakeTimers({ toFake: ['Date', 'setInterval', 'clearInterval'] })
 })
+
+/** The keep-alive's timer stops at its first tick that finds no open response. */
+async function keepAliveStops() {
+  await vi.waitFor(async () => {
+    await vi.advanceTimersByTimeAsync(HOUR / 3)
+    expect(vi.getTimerCount()).toBe(0)
+  })
+}
+
+/** The session's pin is gone once the idle TTL has passed with nothing open. */
+async function expectGoneAfterIdle(port: number, token: string, sessionId: string) {
+  await vi.advanceTimersByTimeAsync(HOUR + 1)
+  const gone = await send(port, token, 'POST', sessionId)
+  expect(gone.status).toBe(404)
+  expect(JSON.parse(gone.body).error.data).toEqual({ error: 'session_not_found' })
+}
 afterEach(() => {
   vi.useRealTimers()
 })
@@ -139,13 +162,8 @@ describe('a session with an open stream keeps its pin past the idle TTL', () => 
         // The stream ends: the pin is idle from then on, and goes after the idle TTL.
         closeStreams()
         await new Promise<void>((resolve) => stream.response.on('end', resolve).resume())
-        await vi.waitFor(() => expect(vi.getTimerCount()).toBe(0))
-        await vi.advanceTimersByTimeAsync(HOUR - 60_000)
-        expect((await send(served.port, token, 'POST', sessionId)).status).toBe(200)
-        await vi.advanceTimersByTimeAsync(HOUR + 1)
-        const gone = await send(served.port, token, 'POST', sessionId)
-        expect(gone.status).toBe(404)
-        expect(JSON.parse(gone.body).error.data).toEqual({ error: 'session_not_found' })
+        await keepAliveStops()
+        await expectGoneAfterIdle(served.port, token, sessionId)
         expect(fixture.errors).toEqual([])
       } finally {
         closeStreams()
@@ -157,14 +175,43 @@ describe('a session with an open stream keeps its pin past the idle TTL', () => 
 
 describe('a client that leaves its stream', () => {
   for (const variant of VARIANTS) {
-    it(`${variant}: the keep-alive ends with the stream`, async () => {
+    it(`${variant}: the keep-alive ends with the stream, and the pin goes after the idle TTL`, async () => {
       const { fixture, closeStreams, served } = await serveVariant(variant)
       try {
-        const opened = await send(served.port, fixture.tokens.alice, 'POST')
-        const stream = await send(served.port, fixture.tokens.alice, 'GET', opened.headers['mcp-session-id'] as string)
+        const token = fixture.tokens.alice
+        const opened = await send(served.port, token, 'POST')
+        const sessionId = opened.headers['mcp-session-id'] as string
+        const stream = await send(served.port, token, 'GET', sessionId)
         expect(vi.getTimerCount()).toBe(1)
         stream.response.destroy()
-        await vi.waitFor(() => expect(vi.getTimerCount()).toBe(0))
+        await keepAliveStops()
+        await expectGoneAfterIdle(served.port, token, sessionId)
+      } finally {
+        closeStreams()
+        await served.close()
+      }
+    })
+
+    it(`${variant}: a stream whose client left before its head keeps nothing`, async () => {
+      const { fixture, closeStreams, served, late } = await serveVariant(variant)
+      try {
+        const token = fixture.tokens.alice
+        const opened = await send(served.port, token, 'POST')
+        const sessionId = opened.headers['mcp-session-id'] as string
+        // The client gives up before the handler answers; the handler answers a stream anyway.
+        const request = http.request({
+          host: '127.0.0.1',
+          port: served.port,
+          method: 'GET',
+          path: '/?late',
+          headers: { host: 'weather.localhost', authorization: `Bearer ${token}`, accept: 'text/event-stream', 'mcp-session-id': sessionId },
+        })
+        request.on('error', () => {})
+        request.end()
+        await late
+        request.destroy()
+        await keepAliveStops()
+        await expectGoneAfterIdle(served.port, token, sessionId)
       } finally {
         closeStreams()
         await served.close()
@@ -174,13 +221,31 @@ describe('a client that leaves its stream', () => {
 })
 
 describe('the keep-alive, in the dispatcher', () => {
-  function setup() {
+  /** A response that ends when the test says (`end()`); `whenClosed` as an adapter gives it. */
+  function response() {
+    const listeners: Array<() => void> = []
+    let ended = false
+    return {
+      whenClosed: (listener: () => void) => (ended ? listener() : void listeners.push(listener)),
+      end() {
+        ended = true
+        for (const listener of listeners.splice(0)) listener()
+      },
+    }
+  }
+
+  function setup(wrap: (store: SessionStore) => SessionStore = (store) => store) {
     const fixture = createFixture()
-    const dispatcher = createDispatcher({
-      ...fixture.dispatcherOptions,
-      now: () => Date.now(),
-      sessions: createMemorySessionStore({ now: () => Date.now() }),
-    })
+    const store = createMemorySessionStore({ now: () => Date.now() })
+    const calls = { get: 0 }
+    const counted: SessionStore = {
+      ...store,
+      get: (id, ttl) => {
+        calls.get++
+        return store.get(id, ttl)
+      },
+    }
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, now: () => Date.now(), sessions: wrap(counted) })
     const request = (sessionId?: string, method = 'POST'): DispatchRequest => ({
       method,
       path: '/',
@@ -195,49 +260,84 @@ describe('the keep-alive, in the dispatcher', () => {
       if (decision.type !== 'dispatch') throw new Error(`not dispatched: ${decision.reply.status}`)
       return decision
     }
-    /** Opens session `id`, and a GET stream of it that stays open until its `close`. */
+    /** Opens session `id`, and a GET stream of it that stays open until its `end()`. */
     const openWithStream = async (id: string) => {
       ;(await dispatched()).complete({ status: 200, sessionId: id })
-      const stream = new EventEmitter()
-      ;(await dispatched(id, 'GET')).complete({ status: 200, sessionId: undefined, response: stream })
+      const stream = response()
+      ;(await dispatched(id, 'GET')).complete({ status: 200, sessionId: undefined, whenClosed: stream.whenClosed })
       return stream
     }
-    return { fixture, decide, dispatched, openWithStream }
+    return { fixture, calls, decide, dispatched, openWithStream }
   }
 
-  it('restarts the idle TTL when a long stream closes, so the pin lasts the TTL after it', async () => {
+  it('restarts the idle TTL when a long stream ends, so the pin lasts the TTL after it', async () => {
     const { decide, openWithStream } = setup()
     const stream = await openWithStream('s-1')
-    // Open 50 minutes (one restart at 30), then closed: idle from the close.
+    // Open 50 minutes (restarts at 20 and 40), then ended: idle from the end.
     await vi.advanceTimersByTimeAsync(50 * 60_000)
-    stream.emit('close')
-    stream.emit('close') // a second close changes nothing
-    expect(vi.getTimerCount()).toBe(0)
+    stream.end()
     await vi.advanceTimersByTimeAsync(59 * 60_000)
+    expect(vi.getTimerCount()).toBe(0)
     expect((await decide('s-1')).type).toBe('dispatch')
+    await vi.advanceTimersByTimeAsync(HOUR + 1)
+    expect((await decide('s-1')).type).toBe('reply')
   })
 
-  it('keeps the pin while any of several responses of the session is open; a short one costs no store call', async () => {
-    const { decide, dispatched, openWithStream } = setup()
+  it('keeps the pin while any response of the session is open; a short one costs no store call', async () => {
+    const { calls, decide, dispatched, openWithStream } = setup()
     const long = await openWithStream('s-2')
-    const short = new EventEmitter()
-    ;(await dispatched('s-2')).complete({ status: 200, sessionId: undefined, response: short })
-    short.emit('close')
-    expect(vi.getTimerCount()).toBe(1)
+    const before = calls.get
+    const short = response()
+    ;(await dispatched('s-2')).complete({ status: 200, sessionId: undefined, whenClosed: short.whenClosed })
+    short.end()
+    expect(calls.get).toBe(before + 1) // the request's own lookup, nothing at its end
     await vi.advanceTimersByTimeAsync(2 * HOUR)
     expect((await decide('s-2')).type).toBe('dispatch')
-    long.emit('close')
+    long.end()
+    await vi.advanceTimersByTimeAsync(HOUR / 3)
     expect(vi.getTimerCount()).toBe(0)
+  })
+
+  it('a response already ended when it is reported keeps nothing', async () => {
+    const { decide, dispatched } = setup()
+    ;(await dispatched()).complete({ status: 200, sessionId: 's-4' })
+    const gone = response()
+    gone.end()
+    ;(await dispatched('s-4', 'GET')).complete({ status: 200, sessionId: undefined, whenClosed: gone.whenClosed })
+    await vi.advanceTimersByTimeAsync(HOUR + 1)
+    expect((await decide('s-4')).type).toBe('reply')
+    expect(vi.getTimerCount()).toBe(0)
+  })
+
+  it('a restart that fails is retried at the next tick, in time; one report per tick', async () => {
+    let failing = 0
+    const { fixture, decide, openWithStream } = setup((store) => ({
+      ...store,
+      get: (id, ttl) => {
+        if (failing > 0) {
+          failing--
+          throw new Error('session store down')
+        }
+        return store.get(id, ttl)
+      },
+    }))
+    const stream = await openWithStream('s-5')
+    await openWithStream('s-6')
+    failing = 2 // the first tick: both restarts fail
+    await vi.advanceTimersByTimeAsync(2 * HOUR)
+    expect((await decide('s-5')).type).toBe('dispatch')
+    expect(fixture.errors.map((e) => e.context)).toEqual(['session store (keeping the pins of open responses)'])
+    stream.end()
   })
 
   it('a DELETE or a refused request keeps nothing; a session ended while its stream is open stays ended', async () => {
     const { decide, dispatched, openWithStream } = setup()
     const stream = await openWithStream('s-3')
-    ;(await dispatched('s-3', 'DELETE')).complete({ status: 200, sessionId: undefined, response: new EventEmitter() })
+    ;(await dispatched('s-3', 'DELETE')).complete({ status: 200, sessionId: undefined, whenClosed: response().whenClosed })
     await vi.advanceTimersByTimeAsync(HOUR)
-    const after = await decide('s-3')
-    expect(after.type).toBe('reply')
-    stream.emit('close')
+    expect((await decide('s-3')).type).toBe('reply')
+    stream.end()
+    await vi.advanceTimersByTimeAsync(HOUR / 3)
     expect(vi.getTimerCount()).toBe(0)
   })
 })

@@ -103,7 +103,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const outcome: DispatchOutcome =
       sessionId === null && decision.context.sessionId === undefined
         ? { status: response.status, sessionId }
-        : { status: response.status, sessionId, response: { once: (_event, listener) => void (ended = listener) } }
+        : { status: response.status, sessionId, whenClosed: (listener) => void (ended = listener) }
     const pinned = decision.complete(outcome)
     if (pinned) await pinned
     const stamped = stampHeaders(response, decision.headers)
