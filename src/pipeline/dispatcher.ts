@@ -132,6 +132,8 @@ export interface DispatchOutcome {
 interface KeptSession {
   count: number
   restarted: number
+  /** A restart sent and not yet answered. */
+  pending: boolean
 }
 
 /** The decision for one request. */
@@ -749,35 +751,49 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       return
     }
     failedInTick = false
-    for (const [id, kept] of open) restartTtl(id, kept)
+    for (const [id, kept] of open) restartTtl(id, kept, failedTick)
   }
 
-  /** Restarts the idle TTL of a pin (a `get` does); a pin already gone is not kept any more. */
-  function restartTtl(sessionId: string, kept: KeptSession): void {
+  /**
+   * Restarts the idle TTL of a pin (a `get` does); a pin already gone is not kept any more. A
+   * restart still pending (a slow store) is not sent again. `report` tells of a failure.
+   */
+  function restartTtl(sessionId: string, kept: KeptSession, report: (error: unknown) => void): void {
+    if (kept.pending) return
     const at = now()
     const done = (pin: SessionPin | undefined) => {
       if (pin === undefined) {
         if (open.get(sessionId) === kept) open.delete(sessionId)
       } else if (at > kept.restarted) kept.restarted = at
     }
-    // One report per tick: a store that is down fails every open session's restart at once.
-    const failed = (error: unknown) => {
-      if (failedInTick) return
-      failedInTick = true
-      onError(error, 'session store (keeping the pins of open responses)')
-    }
     try {
-      const pin = sessions.get(sessionId, sessionTtlMs)
-      if (pin instanceof Promise) bounded(pin, 'sessions').then(done, failed)
-      else done(pin)
+      let pin = sessions.get(sessionId, sessionTtlMs) as MaybePromise<SessionPin | undefined>
+      // A store's own promise or thenable (a lazy query) is adopted, as on the request path.
+      if (isForeignThenable(pin)) pin = Promise.resolve(pin as unknown as PromiseLike<SessionPin | undefined>)
+      if (!(pin instanceof Promise)) return done(pin)
+      kept.pending = true
+      bounded(pin, 'sessions')
+        .then(done, report)
+        .finally(() => (kept.pending = false))
     } catch (error) {
-      failed(error)
+      report(error)
     }
+  }
+
+  /** One report per tick: a store that is down fails every open session's restart at once. */
+  function failedTick(error: unknown): void {
+    if (failedInTick) return
+    failedInTick = true
+    onError(error, 'session store (keeping the pins of open responses)')
+  }
+
+  function failedAtEnd(error: unknown): void {
+    onError(error, 'session store (keeping the pin of a response that ended)')
   }
 
   function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void): void {
     let kept = open.get(sessionId)
-    if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now() }))
+    if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now(), pending: false }))
     kept.count++
     if (keeper === undefined) {
       keeper = setInterval(keepTick, keepEveryMs)
@@ -791,7 +807,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       ended = true
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
-      if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held)
+      if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held, failedAtEnd)
     })
   }
 

@@ -556,6 +556,34 @@ describe('update (spec 2.1, 3)', () => {
     expect(await service.get('alice', renamed.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
   })
 
+  it('a late edit whose expiry another edit has replaced since is not undone', async () => {
+    // The write lands at once; only its answer is late (after the 503, and after the old expiry).
+    const inner = createMemoryTokenStore()
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    const { service, clock } = setup({ store: inner })
+    const slow = setup({
+      store: {
+        ...inner,
+        update: async (id, patch) => {
+          const written = inner.update(id, patch)
+          if (patch.name === 'answered late') await held
+          return written
+        },
+      },
+      storeTimeoutMs: 50,
+      now: clock.now,
+    }).service
+    const token = await createToken(service, { expiresInDays: 7 })
+    await refusal(slow.update('alice', token.id, { expiresAt: T0 + 60 * DAY, name: 'answered late' }), StoreUnavailableError)
+    // The owner sees the token active and extends it again: 200.
+    await service.update('alice', token.id, { expiresAt: T0 + 30 * DAY })
+    clock.advance(7 * DAY)
+    release()
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
+  })
+
   it('someone else’s token: 404', async () => {
     const { service } = setup()
     const created = await createToken(service)

@@ -607,9 +607,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           try {
             // Its caller was told 503, so nobody expects this edit any more. A new expiry that
             // lands once the old one has passed would bring an expired token back (spec 2.2: it
-            // never returns to active): the old one is put back, if the expiry is still this edit's.
-            if (patch.expiresAt !== undefined && late.expiresAt === patch.expiresAt && now() >= record.expiresAt) {
-              await Promise.resolve(store.update(id, { expiresAt: record.expiresAt })).catch((error: unknown) => {
+            // never returns to active): the old one is put back, if the expiry is still this
+            // edit's (read again: another edit since, told 200, keeps its own).
+            if (patch.expiresAt !== undefined && now() >= record.expiresAt) {
+              const undo = async () => {
+                const current = await store.get(id)
+                if (current?.expiresAt === patch.expiresAt) await store.update(id, { expiresAt: record.expiresAt })
+              }
+              await undo().catch((error: unknown) => {
                 throw new Error(`token ${id}: an edit of its expiry landed after the old expiry and could not be undone`, { cause: error })
               })
             }

@@ -220,6 +220,27 @@ describe('a client that leaves its stream', () => {
   }
 })
 
+describe('the Web adapter, a handler that answers a body it locked', () => {
+  it('gets 502 and keeps no session open', async () => {
+    const fixture = createFixture({ sessions: createMemorySessionStore({ now: () => Date.now() }) })
+    const handler = async (request: Request) => {
+      await request.text()
+      const body = new ReadableStream<Uint8Array>({ start: (c) => c.enqueue(encoder.encode(': x\n\n')) })
+      body.getReader() // locked: nobody can read it any more
+      return new Response(body, { headers: { 'content-type': 'text/event-stream', 'mcp-session-id': randomUUID() } })
+    }
+    const served = await serveWebWithoutOutgoing(fixture, handler)
+    try {
+      const answer = await send(served.port, fixture.tokens.alice, 'POST')
+      expect(answer.status).toBe(502)
+      expect(fixture.errors.map((e) => e.context)).toEqual(['handler'])
+      await keepAliveStops()
+    } finally {
+      await served.close()
+    }
+  })
+})
+
 describe('the keep-alive, in the dispatcher', () => {
   /** A response that ends when the test says (`end()`); `whenClosed` as an adapter gives it. */
   function response() {
@@ -328,6 +349,43 @@ describe('the keep-alive, in the dispatcher', () => {
     expect((await decide('s-5')).type).toBe('dispatch')
     expect(fixture.errors.map((e) => e.context)).toEqual(['session store (keeping the pins of open responses)'])
     stream.end()
+  })
+
+  it('a store that answers with its own thenable (a lazy query) is kept alive too', async () => {
+    let queries = 0
+    const { decide, openWithStream } = setup((store) => ({
+      ...store,
+      get: (id, ttl) => {
+        // Runs only when someone calls `then`, like a query builder.
+        const lazy = { then: (resolve: (pin: unknown) => unknown) => (queries++, resolve(store.get(id, ttl))) }
+        return lazy as unknown as ReturnType<SessionStore['get']>
+      },
+    }))
+    const stream = await openWithStream('s-7')
+    const before = queries
+    await vi.advanceTimersByTimeAsync(2 * HOUR)
+    expect(queries).toBeGreaterThan(before)
+    expect((await decide('s-7')).type).toBe('dispatch')
+    stream.end()
+  })
+
+  it('a restart at the end of a response that fails is reported, even right after a failed tick', async () => {
+    let failing = false
+    const { fixture, openWithStream } = setup((store) => ({
+      ...store,
+      get: (id, ttl) => {
+        if (failing) throw new Error('session store down')
+        return store.get(id, ttl)
+      },
+    }))
+    const stream = await openWithStream('s-8')
+    failing = true
+    await vi.advanceTimersByTimeAsync(HOUR / 3)
+    stream.end()
+    expect(fixture.errors.map((e) => e.context)).toEqual([
+      'session store (keeping the pins of open responses)',
+      'session store (keeping the pin of a response that ended)',
+    ])
   })
 
   it('a DELETE or a refused request keeps nothing; a session ended while its stream is open stays ended', async () => {

@@ -107,7 +107,16 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const pinned = decision.complete(outcome)
     if (pinned) await pinned
     const stamped = stampHeaders(response, decision.headers)
-    return ended === undefined ? stamped : untilBodyEnds(stamped, ended)
+    if (ended === undefined) return stamped
+    try {
+      return untilBodyEnds(stamped, ended)
+    } catch (error) {
+      // A body that cannot be read (locked by the handler): the handler's failure, and no
+      // session kept open for it.
+      ended()
+      onError(error, 'handler')
+      return stampHeaders(toResponse(HANDLER_FAILED), decision.headers)
+    }
   }
 }
 
