@@ -150,6 +150,17 @@ function whenDone(response: Response, done: () => void): Response {
   return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
 }
 
+/**
+ * `request` with `Accept` naming both MCP media types, for the SDK transport. Its body is
+ * passed on unread when the handler has it parsed (`body`), else as text.
+ */
+async function withMcpAccept(request: Request, body: unknown): Promise<Request> {
+  const headers = new Headers(request.headers)
+  headers.set('accept', ACCEPT)
+  const text = request.method === 'POST' && body === undefined ? await request.text() : null
+  return new Request(request.url, { method: request.method, headers, body: text, signal: request.signal })
+}
+
 /** How often any request sweeps idle sessions (besides every `initialize`). */
 const SWEEP_EVERY_MS = 60_000
 
@@ -412,6 +423,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       }
     }
     const parsed = body === undefined ? undefined : { parsedBody: body }
+    // Spec 4.1 lists no `Accept`, and `*/*` accepts both of MCP's media types (RFC 9110 section
+    // 12.5.1); the SDK transport checks their names literally and answers 406 otherwise.
+    const accept = request.headers.get('accept')
+    if (accept === null || accept.includes('*/*')) request = await withMcpAccept(request, body)
     const sessionId = request.headers.get('mcp-session-id')
     if (sessionId) {
       const session = sessions.get(sessionId)
@@ -481,13 +496,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
     const server = build()
     await server.connect(transport)
-    const accept = request.headers.get('accept') ?? ''
-    let forwarded = request
-    if (!accept.includes('application/json') || !accept.includes('text/event-stream')) {
-      const headers = new Headers(request.headers)
-      headers.set('accept', ACCEPT)
-      forwarded = new Request(request.url, { method: 'POST', headers, body: body === undefined ? await request.text() : null })
-    }
+    // Answered in JSON whatever the client accepts.
+    const accepts = request.headers.get('accept') ?? ''
+    const forwarded =
+      accepts.includes('application/json') && accepts.includes('text/event-stream') ? request : await withMcpAccept(request, body)
     try {
       return await transport.handleRequest(forwarded, parsed)
     } finally {

@@ -214,6 +214,52 @@ describe('a deploy during a session (spec 9.2 rules 1 and 2)', () => {
   })
 })
 
+describe('clients that send no Accept, or */* (spec 4.1 lists no Accept; curl sends */*)', () => {
+  for (const accept of [undefined, '*/*']) {
+    it(`${accept ?? 'no Accept'}: initialize opens a session, whose requests and GET stream are served`, async () => {
+      const post = (body: unknown, sessionId?: string) =>
+        localhostFetch(`${served.origin('weather')}/v1`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${token('alice')}`,
+            'content-type': 'application/json',
+            ...(accept && { accept }),
+            ...(sessionId && { 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-06-18' }),
+          },
+          body: JSON.stringify(body),
+        })
+      const opened = await post({
+        jsonrpc: '2.0',
+        id: 0,
+        method: 'initialize',
+        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '0' } },
+      })
+      expect(opened.status).toBe(200)
+      expect(opened.headers.get('x-mcp-version')).toBe('1.1.1')
+      const sessionId = opened.headers.get('mcp-session-id')!
+      expect(sessionId).toBeTruthy()
+      await opened.text()
+      const listed = await post(TOOLS_LIST, sessionId)
+      expect(listed.status).toBe(200)
+      expect(await listed.text()).toContain('get_version')
+      const controller = new AbortController()
+      const stream = await localhostFetch(`${served.origin('weather')}/v1`, {
+        headers: {
+          authorization: `Bearer ${token('alice')}`,
+          'mcp-session-id': sessionId,
+          'mcp-protocol-version': '2025-06-18',
+          ...(accept && { accept }),
+        },
+        signal: controller.signal,
+      })
+      expect(stream.status).toBe(200)
+      expect(stream.headers.get('content-type')).toContain('text/event-stream')
+      controller.abort()
+      await stream.body?.cancel().catch(() => {})
+    })
+  }
+})
+
 describe('session pins (DESIGN.md "Versions")', () => {
   it('DELETE ends the session: its id is then unknown (404)', async () => {
     const c = await connect('/v1')
