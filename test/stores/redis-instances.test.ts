@@ -4,7 +4,8 @@
  * driven with the official MCP SDK client:
  *
  * - a session opened on instance A and continued on instance B keeps its pinned version after
- *   a deploy (session pins in Redis);
+ *   a deploy (session pins in Redis), and the instance holding its GET stream keeps the pin
+ *   alive for the others past the idle TTL (on real time: Redis expires keys on its own clock);
  * - a token revoked or rotated through A's token service is refused by B as soon as the
  *   invalidation arrives, although B caches token records for a minute (Redis pub/sub);
  * - the rate-limit budget is one, whichever instance counts (counters in Redis);
@@ -37,7 +38,7 @@ import {
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { afterAll, beforeAll, expect, it, vi } from 'vitest'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../../examples/platform/mcp-app.js'
 import { T0, localhostFetch, serveFetch } from '../helpers/platform.js'
 import { type FakeUpstream, startFakeUpstream } from '../oauth/helpers/fake-upstream.js'
@@ -49,7 +50,7 @@ const LIMITED = { id: 'app_limited', slug: 'limited', name: 'Limited' } as const
 const now = () => T0
 
 interface Instance {
-  readonly name: 'A' | 'B'
+  readonly name: string
   readonly port: number
   readonly tokens: TokenService
   readonly invalidations: RedisInvalidationBus
@@ -80,7 +81,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
     return handler
   }
 
-  async function startInstance(name: 'A' | 'B'): Promise<Instance> {
+  async function startInstance(name: string, sessionTtlMs?: number): Promise<Instance> {
     const client = redis.connect({ maxRetriesPerRequest: 1 })
     const onError = (error: unknown, context: string) => errors.push({ instance: name, context, error })
     const invalidations = createRedisInvalidationBus({ client, prefix, onError })
@@ -92,6 +93,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
       tokens,
       authorizationServers: ['https://auth.example.com'],
       sessions: createRedisSessionStore({ client, prefix }),
+      ...(sessionTtlMs !== undefined && { sessionTtlMs }),
       rateLimit: {
         store: createRedisRateLimitStore({ client, prefix }),
         policy: (_identity, app) => (app.id === LIMITED.id ? { limit: 3, windowType: 'minute' } : undefined),
@@ -222,6 +224,40 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
     expect(posts[0]).toEqual({ instance: 'A', method: 'POST', status: 200, version: '1.1.0', latest: '1.1.0' })
     expect(posts.filter((s) => s.instance === 'B')).toContainEqual({ instance: 'B', method: 'POST', status: 200, version: '1.1.0', latest: '1.2.0' })
     expect(posts.every((s) => s.version === '1.1.0')).toBe(true)
+  })
+
+  it('the instance holding a session\'s GET stream keeps its pin in Redis for the others, past the idle TTL', async () => {
+    // Two more instances with a pin TTL of 1.5 s, on real time (Redis expires keys on its own
+    // clock): the SDK client's GET stream stays open on C while nothing else is sent.
+    const ttl = 1500
+    const c = await startInstance('C', ttl)
+    const d = await startInstance('D', ttl)
+    try {
+      target = c
+      const transport = new StreamableHTTPClientTransport(new URL('http://weather.localhost/v1'), {
+        fetch: balanced,
+        requestInit: { headers: { authorization: `Bearer ${alice.token}` } },
+      })
+      const client = new Client({ name: 'redis-keepalive', version: '1.0.0' })
+      await client.connect(transport)
+      const sessionId = transport.sessionId!
+      const pinned = (await client.callTool({ name: 'get_version', arguments: {} })).structuredContent as { version: string }
+      await vi.waitFor(() => expect(c.served.some((s) => s.method === 'GET' && s.session === sessionId)).toBe(true))
+
+      apps.deploy(WEATHER.id, '1.3.0')
+      target = d
+      await new Promise((resolve) => setTimeout(resolve, 3 * ttl))
+      expect(await redis.client.pttl(`${prefix}session:${sessionId}`)).toBeGreaterThan(0)
+      expect((await client.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual(pinned)
+      expect(d.served.filter((s) => s.session === sessionId).map((s) => s.version)).toEqual([pinned.version])
+
+      // The stream goes (the client closes, sending no DELETE): the pin expires after its TTL.
+      await client.close()
+      await vi.waitFor(() => expect(redis.client.exists(`${prefix}session:${sessionId}`)).resolves.toBe(0), { timeout: 3 * ttl, interval: 100 })
+    } finally {
+      await c.close()
+      await d.close()
+    }
   })
 
   it('a token revoked through A is refused by B as soon as the invalidation arrives, though B caches tokens for a minute', async () => {
