@@ -22,7 +22,7 @@ import {
 } from '@modelcontextprotocol/server'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { sessionNotFoundReply } from 'mcp-dispatch'
-import { toResponse } from 'mcp-dispatch/web'
+import { toResponse, whenBodyEnds } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { registerConformanceFeatures } from './conformance-features.js'
 import { registerModernConformanceFeatures, requestStateCodec } from './conformance-features-modern.js'
@@ -111,43 +111,6 @@ const TOO_SLOW = Symbol('too slow')
 
 function rpcError(status: number, code: number, message: string, headers?: Record<string, string>): Response {
   return Response.json({ jsonrpc: '2.0', id: null, error: { code, message } }, { status, ...(headers && { headers }) })
-}
-
-/**
- * `response`, calling `done` once when its body has been read to the end, failed or been
- * cancelled (at once for an answer without a body).
- */
-function whenDone(response: Response, done: () => void): Response {
-  let called = false
-  const finish = () => {
-    if (called) return
-    called = true
-    done()
-  }
-  if (!response.body) {
-    finish()
-    return response
-  }
-  const reader = response.body.getReader()
-  const body = new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      try {
-        const { done: ended, value } = await reader.read()
-        if (ended) {
-          finish()
-          controller.close()
-        } else controller.enqueue(value)
-      } catch (error) {
-        finish()
-        controller.error(error)
-      }
-    },
-    cancel(reason) {
-      finish()
-      return reader.cancel(reason)
-    },
-  })
-  return new Response(body, { status: response.status, statusText: response.statusText, headers: response.headers })
 }
 
 /**
@@ -348,7 +311,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       release()
       return response
     }
-    return whenDone(response, release)
+    return whenBodyEnds(response, release)
   }
   const buildModern = options.modern
   const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(), { legacy: 'reject' })
@@ -453,7 +416,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         done()
         throw error
       }
-      return whenDone(answer, done)
+      return whenBodyEnds(answer, done)
     }
     if (request.method !== 'POST') {
       return Response.json(

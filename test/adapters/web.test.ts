@@ -2,7 +2,7 @@
  * The Web adapter (`mcp-dispatch/web`) against the shared suite: in memory with `Request`
  * objects, over loopback HTTP (`@hono/node-server`) for streaming.
  */
-import { getDispatchContext, mcpDispatch } from 'mcp-dispatch/web'
+import { getDispatchContext, mcpDispatch, whenBodyEnds } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
 import { HOST, createFixture, rawRequest } from './helpers.js'
@@ -119,5 +119,50 @@ describe('web adapter specifics', () => {
       expect(returned.headers.get('x-mcp-version')).toBe('1.0.0')
       expect(next.status).toBe(200)
     })
+  })
+})
+
+describe('whenBodyEnds', () => {
+  const encoder = new TextEncoder()
+  const streamOf = (chunks: string[], fail?: Error) =>
+    new ReadableStream<Uint8Array>({
+      start(controller) {
+        for (const chunk of chunks) controller.enqueue(encoder.encode(chunk))
+        if (fail) controller.error(fail)
+        else controller.close()
+      },
+    })
+
+  it('calls back once the body is read to the end, and passes status, headers and bytes through', async () => {
+    let ended = 0
+    const response = whenBodyEnds(new Response(streamOf(['a', 'b']), { status: 201, headers: { 'x-kept': 'yes' } }), () => ended++)
+    expect(ended).toBe(0)
+    expect(response.status).toBe(201)
+    expect(response.headers.get('x-kept')).toBe('yes')
+    expect(await response.text()).toBe('ab')
+    expect(ended).toBe(1)
+  })
+
+  it('calls back once when the reader cancels, or the source fails; at once without a body', async () => {
+    let cancelledSource = false
+    const source = new ReadableStream<Uint8Array>({
+      pull: (controller) => controller.enqueue(encoder.encode('tick')),
+      cancel: () => void (cancelledSource = true),
+    })
+    let ended = 0
+    const open = whenBodyEnds(new Response(source), () => ended++)
+    const reader = open.body!.getReader()
+    await reader.read()
+    await reader.cancel('client gone')
+    expect(cancelledSource).toBe(true)
+    expect(ended).toBe(1)
+
+    let failed = 0
+    await expect(whenBodyEnds(new Response(streamOf(['x'], new Error('upstream broke'))), () => failed++).text()).rejects.toThrow('upstream broke')
+    expect(failed).toBe(1)
+
+    let empty = 0
+    whenBodyEnds(new Response(null, { status: 204 }), () => empty++)
+    expect(empty).toBe(1)
   })
 })

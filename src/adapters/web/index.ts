@@ -109,7 +109,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const stamped = stampHeaders(response, decision.headers)
     if (ended === undefined) return stamped
     try {
-      return untilBodyEnds(stamped, ended)
+      return untilStreamEnds(stamped, ended)
     } catch (error) {
       // A body that cannot be read (locked by the handler): the handler's failure, and no
       // session kept open for it.
@@ -122,13 +122,21 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
 
 /**
  * `response`, with `onEnd` called once when its body is done: read to the end, cancelled by
- * the client, or failed. Only an event stream is relayed for that; any other answer ends as it
- * is written, so `onEnd` runs at once and the response is left as it is (a string body keeps
- * the runtime's fast path).
+ * the client, or failed; at once for a response without a body. The body is relayed through a
+ * new stream, pulled chunk for chunk (back-pressure holds), the client's cancel and the
+ * source's errors passed on. For keeping track of open answers, such as an MCP session's
+ * streams (the adapter keeps a session's pin alive with it; the reference platform's Apps
+ * keep a session from going idle).
+ *
+ * @example
+ * ```ts
+ * open++
+ * return whenBodyEnds(await transport.handleRequest(request), () => open--)
+ * ```
  */
-function untilBodyEnds(response: Response, onEnd: () => void): Response {
+export function whenBodyEnds(response: Response, onEnd: () => void): Response {
   const body = response.body
-  if (body === null || !response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream')) {
+  if (body === null) {
     onEnd()
     return response
   }
@@ -158,6 +166,19 @@ function untilBodyEnds(response: Response, onEnd: () => void): Response {
     },
   })
   return new Response(relayed, { status: response.status, statusText: response.statusText, headers: response.headers })
+}
+
+/**
+ * {@link whenBodyEnds} for an event stream only: any other answer ends as it is written, so
+ * `onEnd` runs at once and the response is left as it is (a string body keeps the runtime's
+ * fast path).
+ */
+function untilStreamEnds(response: Response, onEnd: () => void): Response {
+  if (!response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream')) {
+    onEnd()
+    return response
+  }
+  return whenBodyEnds(response, onEnd)
 }
 
 /** `node:http`'s `ServerResponse.prototype`, where there is Node (`null` elsewhere); read once. */
