@@ -530,16 +530,40 @@ describe('update (spec 2.1, 3)', () => {
     expect(e.message).toContain('expired')
   })
 
-  it('an edit of the expiry that lands late, after its 503 and after the old expiry, does not bring the token back', async () => {
+  /**
+   * Two services on one store and one bus: `service`, and `slow`, whose edits naming `held`
+   * overrun its 50 ms store deadline until `release()`: the write itself waits (`'write'`), or
+   * it lands at once and only its answer waits (`'answer'`). `landed(hash)` resolves when the
+   * late edit's invalidation goes out, the last thing its late handling does.
+   */
+  function lateEdits(hold: 'write' | 'answer') {
     const inner = createMemoryTokenStore()
+    const bus = createMemoryInvalidationBus()
     let release!: () => void
     const held = new Promise<void>((resolve) => (release = resolve))
-    const { service, clock } = setup({ store: inner })
-    const slow = setup({
-      store: { ...inner, update: async (id, patch) => (patch.name === 'held' ? held.then(() => inner.update(id, patch)) : inner.update(id, patch)) },
-      storeTimeoutMs: 50,
-      now: clock.now,
-    }).service
+    const { service, clock } = setup({ store: inner, invalidations: bus })
+    const update: TokenStore['update'] = async (id, patch) => {
+      if (patch.name !== 'held') return inner.update(id, patch)
+      if (hold === 'write') return held.then(() => inner.update(id, patch))
+      const written = inner.update(id, patch)
+      await held
+      return written
+    }
+    const slow = setup({ store: { ...inner, update }, storeTimeoutMs: 50, now: clock.now, invalidations: bus }).service
+    const landed = (tokenHash: string) =>
+      new Promise<void>((resolve) => {
+        const stop = bus.subscribe((message) => {
+          if (message.kind === 'token' && message.tokenHash === tokenHash) {
+            stop()
+            resolve()
+          }
+        })
+      })
+    return { inner, service, slow, clock, release, landed }
+  }
+
+  it('an edit of the expiry that lands late, after its 503 and after the old expiry, does not bring the token back', async () => {
+    const { inner, service, slow, clock, release, landed } = lateEdits('write')
     const late = await createToken(service, { expiresInDays: 7 })
     const renamed = await createToken(service, { expiresInDays: 7 })
     await refusal(slow.update('alice', late.id, { expiresAt: T0 + 60 * DAY, name: 'held' }), StoreUnavailableError)
@@ -547,40 +571,26 @@ describe('update (spec 2.1, 3)', () => {
     await refusal(slow.update('alice', renamed.id, { name: 'held' }), StoreUnavailableError)
     await service.update('alice', renamed.id, { expiresAt: T0 + 30 * DAY })
     clock.advance(7 * DAY)
+    const handled = Promise.all([landed(hashApiToken(late.token)), landed(hashApiToken(renamed.token))])
     release()
-    await vi.waitFor(async () => expect((await inner.get(late.id))?.name).toBe('held'))
-    await vi.waitFor(async () => expect((await inner.get(late.id))?.expiresAt).toBe(Date.parse(late.expires_at)))
+    await handled
+    expect(await inner.get(late.id)).toMatchObject({ name: 'held', expiresAt: Date.parse(late.expires_at) })
     expect(await service.authenticate(late.token)).toEqual({ ok: false, reason: 'expired' })
     expect((await service.get('alice', late.id)).status).toBe('expired')
-    await vi.waitFor(async () => expect((await inner.get(renamed.id))?.name).toBe('held'))
-    expect(await service.get('alice', renamed.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
+    expect(await service.get('alice', renamed.id)).toMatchObject({ name: 'held', status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
   })
 
   it('a late edit whose expiry another edit has replaced since is not undone', async () => {
     // The write lands at once; only its answer is late (after the 503, and after the old expiry).
-    const inner = createMemoryTokenStore()
-    let release!: () => void
-    const held = new Promise<void>((resolve) => (release = resolve))
-    const { service, clock } = setup({ store: inner })
-    const slow = setup({
-      store: {
-        ...inner,
-        update: async (id, patch) => {
-          const written = inner.update(id, patch)
-          if (patch.name === 'answered late') await held
-          return written
-        },
-      },
-      storeTimeoutMs: 50,
-      now: clock.now,
-    }).service
+    const { service, slow, clock, release, landed } = lateEdits('answer')
     const token = await createToken(service, { expiresInDays: 7 })
-    await refusal(slow.update('alice', token.id, { expiresAt: T0 + 60 * DAY, name: 'answered late' }), StoreUnavailableError)
+    await refusal(slow.update('alice', token.id, { expiresAt: T0 + 60 * DAY, name: 'held' }), StoreUnavailableError)
     // The owner sees the token active and extends it again: 200.
     await service.update('alice', token.id, { expiresAt: T0 + 30 * DAY })
     clock.advance(7 * DAY)
+    const handled = landed(hashApiToken(token.token))
     release()
-    await new Promise((resolve) => setTimeout(resolve, 20))
+    await handled
     expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
   })
 
