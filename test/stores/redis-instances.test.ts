@@ -143,6 +143,17 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
       body: JSON.stringify(body),
     })
 
+  /** An MCP SDK client of alice's on the weather App's `/v1`, through `fetch` (default: the balancer). */
+  async function connectAlice(name: string, fetch: typeof balanced = balanced) {
+    const transport = new StreamableHTTPClientTransport(new URL('http://weather.localhost/v1'), {
+      fetch,
+      requestInit: { headers: { authorization: `Bearer ${alice.token}` } },
+    })
+    const client = new Client({ name, version: '1.0.0' })
+    await client.connect(transport)
+    return { client, transport }
+  }
+
   beforeAll(async () => {
     a = await startInstance('A')
     b = await startInstance('B')
@@ -171,12 +182,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
       })
       return response
     }
-    const transport = new StreamableHTTPClientTransport(new URL('http://weather.localhost/v1'), {
-      fetch: recording,
-      requestInit: { headers: { authorization: `Bearer ${alice.token}` } },
-    })
-    const client = new Client({ name: 'redis-instances', version: '1.0.0' })
-    await client.connect(transport)
+    const { client, transport } = await connectAlice('redis-instances', recording)
     const sessionId = transport.sessionId!
     expect(sessionId).toBeTruthy()
     expect(await redis.client.exists(`${prefix}session:${sessionId}`)).toBe(1)
@@ -189,12 +195,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
     expect(b.served.filter((s) => s.session === sessionId && s.method === 'POST').map((s) => s.version)).toEqual(['1.1.0'])
 
     // A new connection on B gets the new deploy; the old session still does not move.
-    const fresh = new StreamableHTTPClientTransport(new URL('http://weather.localhost/v1'), {
-      fetch: balanced,
-      requestInit: { headers: { authorization: `Bearer ${alice.token}` } },
-    })
-    const other = new Client({ name: 'redis-instances-fresh', version: '1.0.0' })
-    await other.connect(fresh)
+    const { client: other, transport: fresh } = await connectAlice('redis-instances-fresh')
     expect((await other.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual({ app: 'weather', version: '1.2.0' })
     await fresh.terminateSession()
     await other.close()
@@ -234,12 +235,7 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
     const d = await startInstance('D', ttl)
     try {
       target = c
-      const transport = new StreamableHTTPClientTransport(new URL('http://weather.localhost/v1'), {
-        fetch: balanced,
-        requestInit: { headers: { authorization: `Bearer ${alice.token}` } },
-      })
-      const client = new Client({ name: 'redis-keepalive', version: '1.0.0' })
-      await client.connect(transport)
+      const { client, transport } = await connectAlice('redis-keepalive')
       const sessionId = transport.sessionId!
       const pinned = (await client.callTool({ name: 'get_version', arguments: {} })).structuredContent as { version: string }
       await vi.waitFor(() => expect(c.served.some((s) => s.method === 'GET' && s.session === sessionId)).toBe(true))
