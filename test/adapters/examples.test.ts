@@ -19,7 +19,7 @@ import { createFetchHandler } from '../../examples/fetch/handler.js'
 import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
 import { type Demo, createDemo } from '../../examples/shared/demo.js'
-import { APP_TOOLS } from '../helpers/platform.js'
+import { APP_TOOLS, INITIALIZE } from '../helpers/platform.js'
 import { close, listen } from './helpers.js'
 
 interface Running {
@@ -185,12 +185,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
           'content-type': 'application/json',
           accept: 'application/json, text/event-stream',
         },
-        body: JSON.stringify({
-          jsonrpc: '2.0',
-          id: 1,
-          method: 'initialize',
-          params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '0' } },
-        }),
+        body: JSON.stringify(INITIALIZE),
       })
       expect(response.status).toBe(200)
       expect(response.headers.get('x-mcp-version')).toBe('1.0.0')

@@ -28,6 +28,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
 import {
   APP_TOOLS,
+  INITIALIZE,
   MODERN_APP_TOOLS,
   type ServedPlatform,
   TOOLS_LIST,
@@ -228,12 +229,7 @@ describe('clients that send no Accept, or */* (spec 4.1 lists no Accept; curl se
           },
           body: JSON.stringify(body),
         })
-      const opened = await post({
-        jsonrpc: '2.0',
-        id: 0,
-        method: 'initialize',
-        params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '0' } },
-      })
+      const opened = await post(INITIALIZE)
       expect(opened.status).toBe(200)
       expect(opened.headers.get('x-mcp-version')).toBe('1.1.1')
       const sessionId = opened.headers.get('mcp-session-id')!
