@@ -79,8 +79,14 @@ export interface TokenStore {
   findByHash(tokenHash: string): MaybePromise<ApiTokenRecord | undefined>
   get(id: string): MaybePromise<ApiTokenRecord | undefined>
   listByUser(userId: string): MaybePromise<readonly ApiTokenRecord[]>
-  /** Applies `patch` unless the token is revoked; `undefined` when absent or revoked. */
-  update(id: string, patch: ApiTokenPatch): MaybePromise<ApiTokenRecord | undefined>
+  /**
+   * Applies `patch` unless the token is revoked; `undefined` when absent or revoked. When
+   * `expectedExpiresAt` is given, applies it only if the token's current `expiresAt` equals it
+   * (compare-and-swap, as `rotate` with `expectedHash`), and answers `undefined` otherwise.
+   * The token service passes it only when it undoes an edit that landed late; a store that
+   * ignores it works, with a window in which an edit landing during the undo is overwritten.
+   */
+  update(id: string, patch: ApiTokenPatch, expectedExpiresAt?: number): MaybePromise<ApiTokenRecord | undefined>
   /**
    * Replaces the secret's hash and display prefix, only if the token is not revoked and,
    * when `expectedHash` is given, its current hash equals it (compare-and-swap, so two

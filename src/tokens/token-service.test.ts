@@ -534,7 +534,9 @@ describe('update (spec 2.1, 3)', () => {
    * Two services on one store and one bus: `service`, and `slow`, whose edits naming `held`
    * overrun its 50 ms store deadline until `release()`: the write itself waits (`'write'`), or
    * it lands at once and only its answer waits (`'answer'`). `landed(hash)` resolves when the
-   * late edit's invalidation goes out, the last thing its late handling does.
+   * late edit's invalidation goes out, the last thing its late handling does (`landed(hash, n)`:
+   * the n-th invalidation of the token from now, for a test that edits it meanwhile). `afterNextRead(fn)`
+   * runs `fn` once, between `slow`'s next read of a token and the answer of that read.
    */
   function lateEdits(hold: 'write' | 'answer') {
     const inner = createMemoryTokenStore()
@@ -542,24 +544,33 @@ describe('update (spec 2.1, 3)', () => {
     let release!: () => void
     const held = new Promise<void>((resolve) => (release = resolve))
     const { service, clock } = setup({ store: inner, invalidations: bus })
-    const update: TokenStore['update'] = async (id, patch) => {
-      if (patch.name !== 'held') return inner.update(id, patch)
+    const update: TokenStore['update'] = async (id, patch, expectedExpiresAt) => {
+      if (patch.name !== 'held') return inner.update(id, patch, expectedExpiresAt)
       if (hold === 'write') return held.then(() => inner.update(id, patch))
       const written = inner.update(id, patch)
       await held
       return written
     }
-    const slow = setup({ store: { ...inner, update }, storeTimeoutMs: 50, now: clock.now, invalidations: bus }).service
-    const landed = (tokenHash: string) =>
+    let betweenReads: (() => Promise<unknown>) | undefined
+    const get: TokenStore['get'] = async (id) => {
+      const record = await inner.get(id)
+      const between = betweenReads
+      betweenReads = undefined
+      await between?.()
+      return record
+    }
+    const afterNextRead = (fn: () => Promise<unknown>) => (betweenReads = fn)
+    const slow = setup({ store: { ...inner, get, update }, storeTimeoutMs: 50, now: clock.now, invalidations: bus }).service
+    const landed = (tokenHash: string, invalidations = 1) =>
       new Promise<void>((resolve) => {
         const stop = bus.subscribe((message) => {
-          if (message.kind === 'token' && message.tokenHash === tokenHash) {
+          if (message.kind === 'token' && message.tokenHash === tokenHash && --invalidations === 0) {
             stop()
             resolve()
           }
         })
       })
-    return { inner, service, slow, clock, release, landed }
+    return { inner, service, slow, clock, release, landed, afterNextRead }
   }
 
   it('an edit of the expiry that lands late, after its 503 and after the old expiry, does not bring the token back', async () => {
@@ -589,6 +600,20 @@ describe('update (spec 2.1, 3)', () => {
     await service.update('alice', token.id, { expiresAt: T0 + 30 * DAY })
     clock.advance(7 * DAY)
     const handled = landed(hashApiToken(token.token))
+    release()
+    await handled
+    expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
+  })
+
+  it('an edit that lands between the undo’s read and its write keeps its expiry (the undo is a compare-and-swap)', async () => {
+    const { service, slow, clock, release, landed, afterNextRead } = lateEdits('answer')
+    const token = await createToken(service, { expiresInDays: 7 })
+    await refusal(slow.update('alice', token.id, { expiresAt: T0 + 60 * DAY, name: 'held' }), StoreUnavailableError)
+    clock.advance(7 * DAY)
+    // The owner sees the token active (the late write has landed) and moves its expiry, told
+    // 200, just after the undo read the late edit's expiry and before it writes.
+    afterNextRead(() => service.update('alice', token.id, { expiresAt: T0 + 30 * DAY }))
+    const handled = landed(hashApiToken(token.token), 2) // the owner's edit's, then the late one's
     release()
     await handled
     expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })

@@ -608,11 +608,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
             // Its caller was told 503, so nobody expects this edit any more. A new expiry that
             // lands once the old one has passed would bring an expired token back (spec 2.2: it
             // never returns to active): the old one is put back, if the expiry is still this
-            // edit's (read again: another edit since, told 200, keeps its own).
+            // edit's. Another edit since, told 200, keeps its own: the read skips the write when
+            // one landed before it, and the write is a compare-and-swap on this edit's expiry
+            // for one that lands between the two.
             if (patch.expiresAt !== undefined && now() >= record.expiresAt) {
               const undo = async () => {
                 const current = await store.get(id)
-                if (current?.expiresAt === patch.expiresAt) await store.update(id, { expiresAt: record.expiresAt })
+                if (current?.expiresAt === patch.expiresAt) {
+                  await store.update(id, { expiresAt: record.expiresAt }, patch.expiresAt)
+                }
               }
               await undo().catch((error: unknown) => {
                 throw new Error(`token ${id}: an edit of its expiry landed after the old expiry and could not be undone`, { cause: error })

@@ -273,6 +273,24 @@ export function describeTokenStoreConformance(
         expect(await store.update(record.id, { name: 'after revoke', expiresAt: record.expiresAt + DAY })).toBeUndefined()
         expect(await store.get(record.id)).toEqual(revoked)
       })
+
+      it('with expectedExpiresAt: applies the patch when it matches the current expiry (compare-and-swap)', async () => {
+        const { store } = await open()
+        const record = makeTokenRecord()
+        await store.insert(record)
+        const expected = { ...record, expiresAt: record.expiresAt - DAY }
+        expect(await store.update(record.id, { expiresAt: expected.expiresAt }, record.expiresAt)).toEqual(expected)
+        expect(await store.get(record.id)).toEqual(expected)
+      })
+
+      it('with expectedExpiresAt: refuses when the expiry has moved on, and changes nothing', async () => {
+        const { store } = await open()
+        const record = makeTokenRecord()
+        await store.insert(record)
+        const moved = await store.update(record.id, { expiresAt: record.expiresAt + DAY })
+        expect(await store.update(record.id, { expiresAt: record.expiresAt - DAY, name: 'undo' }, record.expiresAt)).toBeUndefined()
+        expect(await store.get(record.id)).toEqual(moved)
+      })
     })
 
     describe('rotate', () => {

@@ -140,9 +140,10 @@ export function createMemoryTokenStore(): TokenStore {
       const ids = idsByUser.get(userId)
       return ids ? [...ids].map((id) => byId.get(id)!) : []
     },
-    update(id, patch: ApiTokenPatch) {
+    update(id, patch: ApiTokenPatch, expectedExpiresAt?: number) {
       const current = byId.get(id)
       if (!current || current.revokedAt !== null) return undefined
+      if (expectedExpiresAt !== undefined && current.expiresAt !== expectedExpiresAt) return undefined
       return put({
         ...current,
         ...(patch.name !== undefined && { name: patch.name }),

@@ -225,14 +225,15 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
     findByHash: statement('find_by_hash', `SELECT ${read} FROM ${t} AS t WHERE t.token_hash = $1`),
     get: statement('get', `SELECT ${read} FROM ${t} AS t WHERE t.id = $1`),
     listByUser: statement('list_by_user', `SELECT ${read} FROM ${t} AS t WHERE t.user_id = $1 ORDER BY t.created_at, t.id`),
-    // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist").
+    // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist"). $6, when
+    // set, is the expiry the row must still have (compare-and-swap, as `rotate`).
     update: statement(
       'update',
       `UPDATE ${t} AS t
        SET name = COALESCE($2, t.name),
            expires_at = COALESCE($3, t.expires_at),
            allowed_ips = CASE WHEN $4::boolean THEN $5::text[] ELSE t.allowed_ips END
-       WHERE t.id = $1 AND ${live}
+       WHERE t.id = $1 AND ${live} AND ($6::bigint IS NULL OR t.expires_at = $6)
        RETURNING ${returning}`,
     ),
     // Compare-and-swap in one statement: under READ COMMITTED a concurrent rotation waits for

@@ -120,7 +120,8 @@ function duplicateError(error: unknown, names: TokenTableNames, id: string): unk
  *
  * Every operation is one statement, so each is atomic on its own: `findByHash` (the hot
  * path) is one lookup on the unique hash index; `rotate` with `expectedHash` is a
- * compare-and-swap (`UPDATE … WHERE token_hash = $expected RETURNING …`); `revoke` keeps the
+ * compare-and-swap (`UPDATE … WHERE token_hash = $expected RETURNING …`), and so is `update`
+ * with `expectedExpiresAt` (on `expires_at`); `revoke` keeps the
  * first revocation time; `touch` writes a whole batch in one statement and never moves
  * `last_used_at` backwards. A duplicate id or hash throws a `TypeError`; database errors
  * (unreachable, timeouts) reject as they are, which the token service turns into 503.
@@ -186,13 +187,14 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
     findByHash: (tokenHash) => one(statements.findByHash, [tokenHash]),
     get: (id) => one(statements.get, [id]),
     listByUser: (userId) => all(statements.listByUser, [userId]),
-    update: (id, patch) =>
+    update: (id, patch, expectedExpiresAt) =>
       one(statements.update, [
         id,
         patch.name ?? null,
         patch.expiresAt ?? null,
         patch.allowedIps !== undefined,
         patch.allowedIps ?? null,
+        expectedExpiresAt ?? null,
       ]),
     async rotate(id, next, expectedHash) {
       try {
