@@ -206,6 +206,22 @@ describe('create (spec 2.1, 3)', () => {
     expect((await json(await call('GET', '', { session: alice }))).tokens).toHaveLength(before)
   })
 
+  it.each(['__proto__', 'constructor', 'toString', 'hasOwnProperty', 'valueOf'])(
+    'an unknown field named like a property of every object (%s): 400 naming it, on create and edit, nothing changed',
+    async (key) => {
+      const alice = await signIn('user_alice')
+      const before = await json(await call('GET', '', { session: alice }))
+      // As raw JSON: in an object literal `__proto__` would set the prototype, not a key.
+      const create = `{"name":"CI","servers":["app_weather"],"expires_in_days":30,${JSON.stringify(key)}:{}}`
+      expect((await expectFieldError(await call('POST', '', { session: alice, rawBody: create }), key)).message).toBe(
+        `${key}: is not a known field`,
+      )
+      const id = await seededId('user_alice', 'alice')
+      await expectFieldError(await call('PATCH', `/${id}`, { session: alice, rawBody: `{${JSON.stringify(key)}:1}` }), key)
+      expect(await json(await call('GET', '', { session: alice }))).toEqual(before)
+    },
+  )
+
   it('a server the creator neither owns nor subscribes to is refused (spec 2.1)', async () => {
     const bob = await signIn('user_bob') // bob's subscription to weather is inactive
     await expectFieldError(await call('POST', '', { session: bob, body: { name: 'x', servers: ['app_weather'], expires_in_days: 7 } }), 'servers.0')
@@ -216,6 +232,11 @@ describe('create (spec 2.1, 3)', () => {
     await expectFieldError(await call('POST', '', { session: alice, rawBody: '{"name":' }), 'body')
     await expectFieldError(await call('POST', '', { session: alice, rawBody: '[]' }), 'body')
     await expectFieldError(await call('POST', '', { session: alice, rawBody: '{}', contentType: 'text/plain' }), 'content-type')
+    for (const contentType of ['application/json-seq', 'application/json-patch+json', 'application/jsonx']) {
+      await expectFieldError(await call('POST', '', { session: alice, rawBody: '{}', contentType }), 'content-type')
+    }
+    // Parameters are fine.
+    await expectFieldError(await call('POST', '', { session: alice, rawBody: '{}', contentType: 'application/json ; charset=utf-8' }), 'name')
     await expectFieldError(await call('POST', '', { session: alice, rawBody: JSON.stringify({ name: 'x'.repeat(20_000) }) }), 'body')
   })
 

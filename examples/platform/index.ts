@@ -331,7 +331,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       if (address !== undefined && !isLoopback(address)) {
         return Response.json({ error: 'forbidden', message: 'The development sign-in answers loopback clients only' }, { status: 403 })
       }
-      if (!/^application\/json\b/i.test(request.headers.get('content-type') ?? '')) {
+      if (!/^application\/json[ \t]*(;|$)/i.test(request.headers.get('content-type') ?? '')) {
         return Response.json({ error: 'invalid_request', message: 'content-type: must be application/json', field: 'content-type' }, { status: 400 })
       }
       let userId: unknown

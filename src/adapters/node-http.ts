@@ -240,7 +240,7 @@ export async function answerTokenApi(api: TokenApi, source: WebRequestSource, tr
     await answer(api, source, trust)
   } catch {
     if (responseStarted(source.res)) source.res.destroy()
-    else writeJson(source.res, 503, UNAVAILABLE)
+    else writeJson(source.res, 503, UNAVAILABLE, { 'retry-after': '1' })
   }
 }
 
@@ -270,8 +270,8 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
   await writeWebResponse(source.res, response)
 }
 
-function writeJson(res: ServerResponse, status: number, body: string): void {
-  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body) })
+function writeJson(res: ServerResponse, status: number, body: string, headers?: OutgoingHttpHeaders): void {
+  res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body), ...headers })
   res.end(body)
 }
 

@@ -20,7 +20,7 @@ import { z } from 'zod'
 import { parseBearerToken } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
 import { ConfigurationError, DispatchError, InvalidInputError, logError } from '../errors.js'
-import { type TokenService, parseInput } from './token-service.js'
+import { type TokenService, parseInput, renamed } from './token-service.js'
 
 /** The dashboard user of a request with a session cookie. */
 export interface TokenApiSession {
@@ -91,7 +91,10 @@ function errorResponse(error: DispatchError): Response {
   let field: string | undefined
   let message = error.message
   if (error instanceof InvalidInputError) {
-    field = error.field.split('.').map((p) => SNAKE[p] ?? p).join('.')
+    field = String(error.field)
+      .split('.')
+      .map((p) => renamed(SNAKE, p))
+      .join('.')
     message = `${field}: ${error.message.slice(error.field.length + 2)}`
   }
   return json(
@@ -127,7 +130,8 @@ async function readText(request: Request): Promise<string> {
 
 async function readJson(request: Request): Promise<unknown> {
   const type = request.headers.get('content-type') ?? ''
-  if (!/^application\/json\b/i.test(type)) throw new InvalidInputError('content-type', 'must be application/json')
+  // `application/json`, with parameters or none: not `application/json-seq` and the like.
+  if (!/^application\/json[ \t]*(;|$)/i.test(type)) throw new InvalidInputError('content-type', 'must be application/json')
   const text = await readText(request)
   try {
     return JSON.parse(text)

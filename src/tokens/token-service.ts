@@ -244,12 +244,21 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   const issue = result.error.issues[0]!
   if (issue.code === 'unrecognized_keys') {
     const key = issue.keys[0]!
-    throw new InvalidInputError(fieldNames[key] ?? key, 'is not a known field')
+    throw new InvalidInputError(renamed(fieldNames, key), 'is not a known field')
   }
-  const path = issue.path.map((p) => (typeof p === 'string' ? (fieldNames[p] ?? p) : String(p))).join('.')
+  const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
   // A field that is not there at all: say so, not what type it should have had.
   const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
   throw new InvalidInputError(path || 'body', missing ? 'is required' : issue.message)
+}
+
+/**
+ * `key` as `names` renames it: an own entry only, so a key of the input such as `constructor`
+ * or `__proto__` stays itself rather than becoming what `Object.prototype` holds under it.
+ * @internal
+ */
+export function renamed(names: Readonly<Record<string, string>>, key: string): string {
+  return Object.hasOwn(names, key) ? names[key]! : key
 }
 
 function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
