@@ -47,7 +47,10 @@ const allowedIps = fc.oneof(
   invalid(fc.constant(Array.from({ length: 101 }, (_, i) => `10.0.${Math.floor(i / 256)}.${i % 256}`))),
 )
 /** A key the API does not know: the body is strict (a `userId` must never create a token for someone else). */
-const extraKey = fc.option(fc.constantFrom('userId', 'user_id', 'token', 'id', 'scopes', 'prefix', 'created_at', 'servers_extra'), { nil: undefined })
+const extraKey = fc.option(
+  fc.constantFrom('userId', 'user_id', 'token', 'id', 'scopes', 'prefix', 'created_at', 'servers_extra', '__proto__', 'constructor', 'toString'),
+  { nil: undefined },
+)
 
 /** Builds a body from fields (absent ones are invalid when required); returns it with the names of its bad fields. */
 function body(fields: Record<string, Field | undefined>, required: readonly string[], extra: string | undefined): { body: Record<string, unknown>; bad: Set<string> } {
@@ -62,7 +65,8 @@ function body(fields: Record<string, Field | undefined>, required: readonly stri
     if (!field[1]) bad.add(key)
   }
   if (extra !== undefined) {
-    out[extra] = 'user_bob'
+    // An own key even when it is `__proto__` (an assignment would set the prototype instead).
+    Object.defineProperty(out, extra, { value: 'user_bob', enumerable: true, writable: true, configurable: true })
     bad.add(extra)
   }
   return { body: out, bad }
@@ -152,7 +156,7 @@ describe('token API, property-based', () => {
         fc.option(name, { nil: undefined }),
         fc.option(expiresAt, { nil: undefined }),
         fc.option(allowedIps, { nil: undefined }),
-        fc.option(fc.constantFrom('servers', 'scopes', 'token', 'userId'), { nil: undefined }),
+        fc.option(fc.constantFrom('servers', 'scopes', 'token', 'userId', '__proto__', 'constructor', 'valueOf'), { nil: undefined }),
         async (n, e, ips, extra) => {
           const { body: sent, bad } = body({ name: n, expires_at: e, allowed_ips: ips }, [], extra)
           const before = await json(await tokenApiCall(platform, 'GET', `/${created.id}`, { session: alice }))
