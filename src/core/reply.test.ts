@@ -121,6 +121,8 @@ describe('403 Forbidden', () => {
 
   it('origin not allowed: -32003 with error origin_not_allowed', () => {
     expectEnvelope(originNotAllowedReply(), 403, -32003, 'Forbidden', { error: 'origin_not_allowed' })
+    // The answer depends on `Origin`: a cache must not hand it to another origin.
+    expect(originNotAllowedReply().headers.vary).toBe('Origin')
   })
 })
 

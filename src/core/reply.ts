@@ -151,11 +151,12 @@ const IP_NOT_ALLOWED = shared(jsonRpcErrorReply(403, {
 export function originNotAllowedReply(): Reply {
   return ORIGIN_NOT_ALLOWED
 }
+// `Vary: Origin`: the refusal depends on the `Origin` header (another origin gets another answer).
 const ORIGIN_NOT_ALLOWED = shared(jsonRpcErrorReply(403, {
   code: RpcCode.Forbidden,
   message: 'Forbidden',
   data: { error: 'origin_not_allowed' },
-}))
+}, { vary: 'Origin' }))
 
 /** 404 of DESIGN.md: exact version requested is not live. */
 export function versionNotFoundReply(requested: string, latest: string | null): Reply {
