@@ -5,6 +5,7 @@
  */
 import * as http from 'node:http'
 import * as net from 'node:net'
+import { gunzipSync, gzipSync } from 'node:zlib'
 import { type JWK, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
 import { ConfigurationError, type DispatchContext, UnauthorizedError, UpstreamError } from 'mcp-dispatch'
 import {
@@ -126,6 +127,32 @@ describe('proxy handler', () => {
         expect(h[name], name).toBeUndefined()
       }
       expect(typeof h['x-mcp-identity']).toBe('string')
+      // A gateway adds itself to Via (RFC 9110 section 7.6.3).
+      expect(h.via).toBe('1.1 mcp-dispatch')
+    })
+
+    it('a coded request body goes with its Content-Encoding (the bytes are passed on as they came); Via keeps the client’s entries', async () => {
+      let seen: { encoding?: string; via?: string; body: Buffer } | undefined
+      upstream.handle = async (req, res) => {
+        const chunks: Buffer[] = []
+        for await (const chunk of req) chunks.push(chunk as Buffer)
+        seen = { encoding: req.headers['content-encoding'], via: req.headers.via, body: Buffer.concat(chunks) }
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+      }
+      const json = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+      const gzipped = gzipSync(json)
+      const response = await proxy(
+        new Request('http://weather.localhost/v2', {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'content-encoding': 'gzip', via: '1.1 edge-7' },
+          body: gzipped,
+        }),
+        context,
+      )
+      expect(response.status).toBe(200)
+      expect(seen!.encoding).toBe('gzip')
+      expect(gunzipSync(seen!.body).toString('utf8')).toBe(json)
+      expect(seen!.via).toBe('1.1 edge-7, 1.1 mcp-dispatch')
     })
 
     it('sends the identity as a short-lived JWT the App verifies against the JWKS', async () => {
@@ -161,6 +188,12 @@ describe('proxy handler', () => {
           'x-private': 'hop',
           'access-control-allow-credentials': 'true',
           'access-control-allow-origin': 'https://evil.example',
+          // Policies for the platform's whole site, and the dispatch layer's own fields.
+          'clear-site-data': '"cookies"',
+          'strict-transport-security': 'max-age=31536000; includeSubDomains; preload',
+          'alt-svc': 'h3=":443"; ma=86400',
+          ratelimit: '"app";r=0;t=60',
+          'ratelimit-policy': '"app";q=0;w=60',
         })
         res.end('{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}')
       }
@@ -174,6 +207,9 @@ describe('proxy handler', () => {
       expect(response.headers.get('access-control-allow-origin')).toBeNull()
       // Cookies never reach the upstream, so the ones it sets could only land on the platform's hosts.
       expect(response.headers.getSetCookie()).toEqual([])
+      for (const name of ['clear-site-data', 'strict-transport-security', 'alt-svc', 'ratelimit', 'ratelimit-policy']) {
+        expect(response.headers.get(name), name).toBeNull()
+      }
       expect(await response.text()).toContain('Session not found')
     })
   })
@@ -208,6 +244,77 @@ describe('proxy handler', () => {
       gate.open()
       expect(await readUntil(reader, 'data: two')).toContain('data: two')
       await reader.cancel()
+    })
+
+    it('timeoutMs counts no progress, not the upload: a slow body that keeps moving is served, one that stops is a 504', async () => {
+      upstream.handle = async (req, res) => {
+        // The stalled upload is aborted by the proxy: its body never ends.
+        const body = await readBody(req).catch(() => undefined)
+        if (body !== undefined) res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ length: body.length }))
+      }
+      const reported: unknown[] = []
+      const quick = createProxyHandler({
+        upstream: () => `${upstream.origin}/mcp`,
+        identity: signer,
+        timeoutMs: 300,
+        onError: (error) => reported.push(error),
+      })
+      const encoder = new TextEncoder()
+      /** A body of `chunks` chunks, `gapMs` apart, then (unless `stall`) its end. */
+      const trickle = (chunks: number, gapMs: number, stall = false) => {
+        let sent = 0
+        return new ReadableStream<Uint8Array>({
+          async pull(controller) {
+            if (sent > 0) await new Promise((resolve) => setTimeout(resolve, gapMs))
+            if (sent === chunks) {
+              if (stall) return new Promise<void>(() => {}) // the client never sends the rest
+              controller.close()
+              return
+            }
+            sent++
+            controller.enqueue(encoder.encode('x'.repeat(1000)))
+          },
+        })
+      }
+      const post = (body: ReadableStream<Uint8Array>) =>
+        quick(new Request('http://weather.localhost/v2', { method: 'POST', body, duplex: 'half' } as RequestInit), context)
+      // Ten chunks 100 ms apart: a second in all, past timeoutMs, but never 300 ms without one.
+      const slow = await post(trickle(10, 100))
+      expect(slow.status).toBe(200)
+      expect(await slow.json()).toEqual({ length: 10_000 })
+      // Two chunks, then nothing: the deadline counts from the last one.
+      const stalled = await post(trickle(2, 50, true))
+      expect(stalled.status).toBe(504)
+      expect(await stalled.text()).toBe(TIMED_OUT)
+      expect(reported).toEqual([expect.objectContaining({ status: 504 })])
+    })
+
+    it('an upstream that fails after its head: the client sees the stream cut, and onError hears it', async () => {
+      upstream.handle = (req, res) => {
+        req.on('error', () => {}) // the upstream's own side of the reset
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: one\n\n', () => setTimeout(() => res.socket!.destroy(), 20))
+      }
+      const before = errors.length
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'GET' }), context)
+      const reader = response.body!.getReader()
+      await readUntil(reader, 'data: one')
+      await expect(readUntil(reader, 'never')).rejects.toThrow()
+      const reported = errors.slice(before).map((e) => e.error)
+      expect(reported).toHaveLength(1)
+      expect(reported[0]).toBeInstanceOf(UpstreamError)
+      expect((reported[0] as UpstreamError).message).toBe('Upstream App failed after its response head')
+    })
+
+    it('a 204 goes back without the Content-Length an upstream put on it (RFC 9110 section 8.6)', async () => {
+      upstream.handle = (_req, res) => {
+        // Node will not write a Content-Length on a 204 itself: the head is written raw.
+        res.socket!.end('HTTP/1.1 204 No Content\r\ncontent-length: 7\r\nx-upstream: yes\r\n\r\n')
+      }
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'DELETE' }), context)
+      expect(response.status).toBe(204)
+      expect(response.headers.get('x-upstream')).toBe('yes')
+      expect(response.headers.get('content-length')).toBeNull()
     })
 
     it('ends the upstream request when the client cancels the answer', async () => {
@@ -650,6 +757,10 @@ describe('identity tokens', () => {
     expect(() => createProxyHandler({ upstream: {}, identity, timeoutMs: 3_000_000_000 })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
+    // Client-address claims from the caller prove nothing; Via is the proxy's own.
+    for (const name of ['X-Forwarded-For', 'x-forwarded-host', 'Forwarded', 'X-Real-IP', 'via']) {
+      expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: [name] }), name).toThrow(ConfigurationError)
+    }
     expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)
     // A header the client sends and the proxy forwards (MCP 2026-07-28) cannot carry the identity.
     for (const name of ['mcp-method', 'Mcp-Name', 'mcp-param-region']) {

@@ -5,21 +5,28 @@
  * aborts the upstream request.
  *
  * What crosses to the upstream:
- * - `Content-Type`, `Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Last-Event-ID`, the
+ * - `Content-Type`, `Content-Encoding` (the body is passed on as it came), `Accept`, `Mcp-Session-Id`, `Mcp-Protocol-Version`, `Last-Event-ID`, the
  *   request metadata headers of MCP 2026-07-28 (`Mcp-Method`, `Mcp-Name` and every
  *   `Mcp-Param-{name}`, which that revision's servers check against the body and an
  *   intermediary must forward), the headers named in `forwardHeaders`, the method and the body;
+ * - `Via`: the client's, with this gateway's entry (`1.1 mcp-dispatch`) appended (RFC 9110
+ *   section 7.6.3);
  * - the resolved identity as a short-lived JWT signed by the platform, in `X-MCP-Identity`
  *   (see {@link createIdentitySigner}); Apps verify it with {@link createIdentityVerifier}
  *   against the JWKS the platform publishes.
  *
  * What never crosses: the caller's `Authorization` header (the MCP authorization spec
- * forbids token passthrough), cookies in either direction (`Cookie` up, `Set-Cookie` back), and
- * hop-by-hop headers (RFC 9110 section 7.6.1), including those the client names in `Connection`.
+ * forbids token passthrough), cookies in either direction (`Cookie` up, `Set-Cookie` back),
+ * hop-by-hop headers (RFC 9110 section 7.6.1), including those the client names in `Connection`,
+ * and, back from the upstream, the fields that are the dispatch layer's or act on the platform's
+ * whole site rather than the App: `WWW-Authenticate`, `Access-Control-*`, `RateLimit`,
+ * `RateLimit-Policy`, `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
- * with a redirect, or refuses the platform's identity (401); 504 when its response head does
- * not arrive within `timeoutMs`.
+ * with a redirect, or refuses the platform's identity (401); 504 when it makes no progress for
+ * `timeoutMs` before its response head (between the request body's chunks, or from the body's
+ * end to the head). A failure after the head ends the response's body with an error (the
+ * client sees a cut stream) and is reported to `onError`.
  *
  * It is a web-standard handler, so every adapter can use it: as the Web adapter's `handler`,
  * or through `fromWebHandler` of the Express and Fastify adapters.
@@ -54,6 +61,7 @@ import {
  */
 export const FORWARDED_REQUEST_HEADERS: readonly string[] = Object.freeze([
   'content-type',
+  'content-encoding',
   'accept',
   'mcp-session-id',
   'mcp-protocol-version',
@@ -87,8 +95,43 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ])
 
-/** Request headers that `forwardHeaders` may not name. */
-const NEVER_FORWARDED = new Set([...HOP_BY_HOP, 'authorization', 'cookie', 'host', 'content-length', 'accept-encoding'])
+/**
+ * Request headers that `forwardHeaders` may not name: credentials, hop-by-hop headers, those
+ * the proxy sets itself, and the client-address claims (`X-Forwarded-*`, `Forwarded`,
+ * `X-Real-IP`), which from the caller are only the caller's say-so.
+ */
+const NEVER_FORWARDED = new Set([
+  ...HOP_BY_HOP,
+  'authorization',
+  'cookie',
+  'host',
+  'content-length',
+  'accept-encoding',
+  'via',
+  'forwarded',
+  'x-real-ip',
+])
+const NEVER_FORWARDED_PREFIX = 'x-forwarded-'
+
+/**
+ * Response headers never passed back to the caller: the dispatch layer's own (its challenge,
+ * CORS and rate-limit fields) and those that act on the platform's whole site, not the App
+ * (`Clear-Site-Data` would clear the dashboard's cookies, HSTS and `Alt-Svc` set policy for
+ * the host). `Set-Cookie` too: cookies never travel to the upstream, so one it sets could only
+ * land on the platform's own hosts (with `Domain`, on its dashboard: cookie tossing).
+ */
+const NEVER_RELAYED = new Set([
+  'www-authenticate',
+  'set-cookie',
+  'ratelimit',
+  'ratelimit-policy',
+  'clear-site-data',
+  'strict-transport-security',
+  'alt-svc',
+])
+
+/** This gateway's `Via` entry (RFC 9110 section 7.6.3: a pseudonym for the host). */
+const VIA = '1.1 mcp-dispatch'
 
 /** Where each version lives: see {@link ProxyHandlerOptions.upstream}. */
 export type UpstreamMap =
@@ -120,9 +163,23 @@ export interface ProxyHandlerOptions {
   identityHeader?: string
   /** The `aud` of the identity JWT for an upstream. Default: the upstream URL's origin. */
   audience?: (context: DispatchContext, upstream: URL) => string
-  /** How long to wait for the upstream's response head, in ms (504 after). Default 30 s. */
+  /**
+   * How long the upstream may make no progress before its response head, in ms (504 after):
+   * the time between two chunks of the request body it takes, and from the body's end (or the
+   * request's start, without a body) to the head. A slow upload that keeps moving is no
+   * timeout. The response may then stream for as long as it lasts. An App that answers in
+   * JSON (`enableJsonResponse` of the SDK's transport) sends its head only with the result,
+   * so there this must cover its longest tool call; an App that answers with SSE sends the
+   * head at once. Default 30 s.
+   */
   timeoutMs?: number
-  /** More request headers to forward (never credentials, cookies or hop-by-hop headers). */
+  /**
+   * More request headers to forward. Never credentials the proxy knows (`Authorization`,
+   * `Cookie`, `Proxy-Authorization`), hop-by-hop headers, the ones it sets (`Host`, `Via`,
+   * `Content-Length`, `Accept-Encoding`) or the client-address claims (`X-Forwarded-*`,
+   * `Forwarded`, `X-Real-IP`: from the caller they prove nothing); other credential headers of
+   * your own (an `X-Api-Key`) it cannot recognise: do not list them.
+   */
   forwardHeaders?: readonly string[]
   /** `fetch` to reach upstreams. Default the global one. */
   fetch?: (input: URL, init: RequestInit) => Promise<Response>
@@ -184,6 +241,7 @@ async function relayBody(
   method: string,
   gone: AbortSignal,
   deadline: AbortSignal,
+  onFailure: (error: unknown) => void,
 ): Promise<ReadableStream<Uint8Array> | null> {
   const body = upstream.body
   if (!body) return null
@@ -212,7 +270,11 @@ async function relayBody(
           else controller.enqueue(next.value)
         } catch (error) {
           if (gone.aborted) controller.close()
-          else controller.error(error)
+          else {
+            // The head is out: the client can only see the stream cut; the platform hears why.
+            onFailure(error)
+            controller.error(error)
+          }
         }
       },
       cancel(reason) {
@@ -281,7 +343,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   const forwarded = new Set(FORWARDED_REQUEST_HEADERS)
   for (const name of options.forwardHeaders ?? []) {
     const lower = String(name).toLowerCase()
-    if (NEVER_FORWARDED.has(lower) || lower === identityHeader) {
+    if (NEVER_FORWARDED.has(lower) || lower.startsWith(NEVER_FORWARDED_PREFIX) || lower === identityHeader) {
       throw new ConfigurationError('forwardHeaders', `must not name ${JSON.stringify(lower)}`)
     }
     forwarded.add(lower)
@@ -342,16 +404,26 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     })
     // Compressed bodies would be decoded by `fetch` and re-labelled wrongly; ask for none.
     headers.set('accept-encoding', 'identity')
+    const via = request.headers.get('via')
+    headers.set('via', via ? `${via}, ${VIA}` : VIA)
     headers.set(identityHeader, await signer.sign(context, audienceOf(context, target)))
 
     const method = request.method
     const hasBody = request.body !== null && method !== 'GET' && method !== 'HEAD'
     const controller = new AbortController()
     let timedOut = false
-    const timer = setTimeout(() => {
-      timedOut = true
-      controller.abort()
-    }, timeoutMs)
+    let timer: ReturnType<typeof setTimeout> | undefined
+    let headArrived = false
+    /** (Re)starts the no-progress deadline, until the response head has arrived. */
+    const arm = () => {
+      if (headArrived) return
+      clearTimeout(timer)
+      timer = setTimeout(() => {
+        timedOut = true
+        controller.abort()
+      }, timeoutMs)
+    }
+    arm()
     const clientGone = () => controller.abort()
     if (request.signal.aborted) controller.abort()
     else request.signal.addEventListener('abort', clientGone, { once: true })
@@ -363,9 +435,12 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         headers,
         redirect: 'manual',
         signal: controller.signal,
-        ...(hasBody && { body: request.body, duplex: 'half' as const }),
+        ...(hasBody && { body: progressOf(request.body!, arm), duplex: 'half' as const }),
       }
       upstream = await fetchUpstream(target, init)
+      // The body may still be taken after the head (an upstream that answers first): that no
+      // longer restarts the deadline, which now covers only what `relayBody` peeks at.
+      headArrived = true
     } catch (error) {
       clearTimeout(timer)
       request.signal.removeEventListener('abort', clientGone)
@@ -404,20 +479,22 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     const out = new Headers()
     const hopByHop = connectionTokens(upstream.headers.get('connection'))
     upstream.headers.forEach((value, name) => {
-      // `Set-Cookie` too: cookies never travel to the upstream, so one it sets could only land
-      // on the platform's own hosts (with `Domain`, on its dashboard: cookie tossing).
-      if (HOP_BY_HOP.has(name) || hopByHop?.has(name) || name === 'www-authenticate' || name === 'set-cookie') return
+      if (HOP_BY_HOP.has(name) || hopByHop?.has(name) || NEVER_RELAYED.has(name)) return
       // CORS is the dispatch layer's, for the App's address: an upstream's own fields (say
       // `Access-Control-Allow-Credentials`) would join it, and could pair with an echoed origin.
       if (name.startsWith('access-control-')) return
       if (decoded && (name === 'content-encoding' || name === 'content-length')) return
+      // A 204 has no content, and no `Content-Length` may say otherwise (RFC 9110 section 8.6).
+      if (status === 204 && name === 'content-length') return
       out.set(name, value)
     })
     let body: ReadableStream<Uint8Array> | null
     try {
       // Still under `timeoutMs`: an answer without `Content-Type` or length is peeked at, and an
       // upstream that sends such a head and then nothing must not hold the client forever.
-      body = await relayBody(upstream, method, request.signal, controller.signal)
+      body = await relayBody(upstream, method, request.signal, controller.signal, (error) =>
+        onError(new UpstreamError(502, 'Upstream App failed after its response head', { cause: error }), `proxy ${target!.origin}`),
+      )
     } catch (error) {
       void upstream.body?.cancel().catch(() => {})
       return failed(error)
@@ -428,6 +505,28 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     // hold bytes no runtime can write.
     return new Response(body, { status, headers: out })
   }
+}
+
+/**
+ * The request body, passed on as the upstream pulls it (no read-ahead), with `progress()` called
+ * for each chunk taken and at its end: the no-progress deadline then counts from there.
+ */
+function progressOf(body: ReadableStream<Uint8Array>, progress: () => void): ReadableStream<Uint8Array> {
+  const reader = body.getReader()
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const next = await reader.read()
+        progress()
+        if (next.done) controller.close()
+        else controller.enqueue(next.value)
+      },
+      cancel(reason) {
+        return reader.cancel(reason)
+      },
+    },
+    { highWaterMark: 0 },
+  )
 }
 
 /** Lower-case field names listed in a `Connection` value, or `undefined` when there are none. */
