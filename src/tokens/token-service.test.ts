@@ -122,6 +122,8 @@ describe('createTokenService: configuration', () => {
 
   it('refuses a bad prefix, a missing store or apps, and no way to check servers', () => {
     expect(() => setup({ prefix: 'SVC-' })).toThrow(ConfigurationError)
+    // One prefix on the message, naming the option.
+    expect(() => setup({ prefix: 'SVC-' })).toThrow(/^mcp-dispatch: option "prefix" must match \/.+, got "SVC-"$/)
     const apps = createMemoryAppStore()
     const store = createMemoryTokenStore()
     expect(() => createTokenService({ apps, store } as TokenServiceOptions)).toThrow(/canUseServer/)

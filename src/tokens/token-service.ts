@@ -311,7 +311,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   try {
     assertTokenPrefix(prefix)
   } catch (error) {
-    throw new ConfigurationError('prefix', (error as Error).message)
+    throw new ConfigurationError('prefix', (error as Error).message.replace(/^mcp-dispatch: token prefix /, ''))
   }
   const cacheTtlMs = options.cacheTtlMs ?? 0
   if (!(cacheTtlMs >= 0 && cacheTtlMs <= MAX_TOKEN_CACHE_TTL_MS)) {

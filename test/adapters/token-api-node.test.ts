@@ -134,6 +134,41 @@ describe('serveTokenApi: what is not the API\'s', () => {
   })
 })
 
+describe('serveTokenApi on Express under a mount path', () => {
+  it('answers under the mount when basePath includes it; a basePath outside it is a ConfigurationError at the first request, not an API never reached', async () => {
+    const fixture = createFixture()
+    const tokens = fixture.dispatcherOptions.tokens as TokenService
+    const auth = {
+      authenticateSession: (request: Request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: () => true,
+    }
+    const errors: unknown[] = []
+    const app = express()
+    app.use('/dash', expressAdapter.serveTokenApi(createTokenApi({ tokens, ...auth, basePath: '/dash/api/tokens' })))
+    app.use('/wrong', expressAdapter.serveTokenApi(createTokenApi({ tokens, ...auth })))
+    app.use((_req, res) => res.status(404).json({ fell: 'through' }))
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      errors.push(error)
+      res.status(500).json({ configuration: true })
+    })
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const listed = await rawRequest(port, { method: 'GET', path: '/dash/api/tokens', headers: { cookie: COOKIE } })
+      expect(listed.status).toBe(200)
+      expect(JSON.parse(listed.body).tokens.length).toBeGreaterThan(0) // the fixture's tokens of alice
+      const wrong = await rawRequest(port, { method: 'GET', path: '/wrong/api/tokens', headers: { cookie: COOKIE } })
+      expect(wrong.status).toBe(500)
+      expect(errors).toHaveLength(1)
+      expect(errors[0]).toBeInstanceOf(ConfigurationError)
+      expect((errors[0] as ConfigurationError).option).toBe('basePath')
+      expect((errors[0] as Error).message).toContain('"/wrong/api/tokens"')
+    } finally {
+      await close(server)
+    }
+  })
+})
+
 describe('serveTokenApi under random requests', () => {
   const ERRORS = new Set(['invalid_request', 'unauthorized', 'forbidden', 'csrf_failed', 'not_found', 'token_inactive', 'method_not_allowed'])
   for (const [name, start] of Object.entries(targets)) {

@@ -289,7 +289,11 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
  * `basePath` are answered (the body streams from the socket, or is re-serialized after
  * `express.json()`), with the socket address, through `trustProxy`, as the client address of
  * Bearer rotations; any other request goes on to `next()`. Mount it where its paths are
- * reached; it needs no dispatch context.
+ * reached; it needs no dispatch context. It matches the full path (`req.originalUrl`), so under
+ * a mount path (`app.use('/dash', …)`) the API's `basePath` must include it
+ * (`createTokenApi({ basePath: '/dash/api/tokens' })`); one that does not is a
+ * `ConfigurationError`, passed to `next(error)` on the first request, rather than an API that is
+ * silently never reached.
  *
  * @example
  * ```ts
@@ -301,6 +305,16 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): RequestHandler {
   const trust = setupTokenApi(api, options)
   return function tokenApiMiddleware(req, res, next) {
+    const mount = req.baseUrl
+    if (mount && api.basePath !== mount && !api.basePath.startsWith(`${mount}/`)) {
+      next(
+        new ConfigurationError(
+          'basePath',
+          `is ${JSON.stringify(api.basePath)}, outside the Express mount path ${JSON.stringify(mount)}: the token API matches the full path, so give createTokenApi({ basePath: ${JSON.stringify(`${mount}/api/tokens`)} })`,
+        ),
+      )
+      return
+    }
     const url = req.originalUrl ?? req.url
     if (!isTokenApiPath(api, url)) return next()
     const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
