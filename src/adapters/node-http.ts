@@ -453,6 +453,8 @@ export function toHandlerRequest(source: WebRequestSource): Request | undefined 
 
 function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {
   headers.delete('content-length')
+  // A body parser decoded the body (`express.json()` inflates gzip): what goes on is not coded.
+  headers.delete('content-encoding')
   if (typeof parsed === 'string' || parsed instanceof Uint8Array) return parsed as BodyInit
   return JSON.stringify(parsed)
 }

@@ -129,7 +129,8 @@ export interface TestRequest {
   /** Default {@link HOST}. */
   host?: string
   headers?: Record<string, string>
-  body?: string
+  /** Text, or bytes (a coded body). */
+  body?: string | Uint8Array
 }
 
 /** Sends a request to a loopback server with node:http, keeping the exact `Host`. */

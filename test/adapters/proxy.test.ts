@@ -15,8 +15,21 @@ import {
   createIdentityVerifier,
   createProxyHandler,
 } from 'mcp-dispatch/proxy'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ADAPTER_KINDS, type Gate, close, createFixture, createGate, listen, loopbackFetch, readUntil, serveWebHandler } from './helpers.js'
+import express from 'express'
+import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
+import {
+  ADAPTER_KINDS,
+  type Gate,
+  close,
+  createFixture,
+  createGate,
+  listen,
+  loopbackFetch,
+  rawRequest,
+  readUntil,
+  serveWebHandler,
+} from './helpers.js'
 
 const ISSUER = 'https://platform.test'
 
@@ -287,6 +300,21 @@ describe('proxy handler', () => {
       expect(stalled.status).toBe(504)
       expect(await stalled.text()).toBe(TIMED_OUT)
       expect(reported).toEqual([expect.objectContaining({ status: 504 })])
+      // After the 504, a chunk the client sends late starts no timer of the proxy's.
+      let late!: ReadableStreamDefaultController<Uint8Array>
+      const lateBody = new ReadableStream<Uint8Array>({ start: (controller) => void (late = controller) })
+      const armed = vi.spyOn(globalThis, 'setTimeout')
+      try {
+        const gaveUp = await post(lateBody)
+        expect(gaveUp.status).toBe(504)
+        const before = armed.mock.calls.filter(([, ms]) => ms === 300).length
+        late.enqueue(encoder.encode('x'))
+        late.close()
+        await new Promise((resolve) => setImmediate(resolve))
+        expect(armed.mock.calls.filter(([, ms]) => ms === 300).length).toBe(before)
+      } finally {
+        armed.mockRestore()
+      }
     })
 
     it('an upstream that fails after its head: the client sees the stream cut, and onError hears it', async () => {
@@ -412,6 +440,33 @@ describe('proxy handler', () => {
         error: { code: -32004, message: 'Version not served', data: { error: 'version_not_served', version: '1.0.0' } },
       })
     })
+  })
+
+  it('Express behind express.json(): the body it inflated goes on without the Content-Encoding it no longer has', async () => {
+    const fixture = createFixture()
+    let seen: { encoding?: string; body: string } | undefined
+    upstream.handle = async (req, res) => {
+      seen = { encoding: req.headers['content-encoding'], body: await readBody(req) }
+      res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+    }
+    const app = express()
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(express.json())
+    app.use(expressFromWeb(createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const json = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+      const response = await rawRequest(port, {
+        path: '/v2',
+        headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', 'content-encoding': 'gzip' },
+        body: gzipSync(json),
+      })
+      expect(response.status).toBe(200)
+      expect(seen).toEqual({ encoding: undefined, body: json })
+    } finally {
+      await close(server)
+    }
   })
 
   describe('client disconnects propagate through every adapter', () => {

@@ -75,7 +75,7 @@ export const startWeb: StartAdapter = async (options) => {
       const request = new Request(`http://${r.host ?? HOST}${r.path ?? '/'}`, {
         method,
         headers: r.headers ?? {},
-        ...(r.body !== undefined && { body: r.body }),
+        ...(r.body !== undefined && { body: r.body as BodyInit }),
       })
       return recordResponse(await handle(request, { clientAddress: r.clientAddress ?? '127.0.0.1' }))
     },

@@ -135,7 +135,7 @@ describe('serveTokenApi: what is not the API\'s', () => {
 })
 
 describe('serveTokenApi on Express under a mount path', () => {
-  it('answers under the mount when basePath includes it; a basePath outside it is a ConfigurationError at the first request, not an API never reached', async () => {
+  it('answers under the mount when basePath includes it; with a basePath that does not, the request meant for it is a ConfigurationError, not an API never reached', async () => {
     const fixture = createFixture()
     const tokens = fixture.dispatcherOptions.tokens as TokenService
     const auth = {
@@ -163,6 +163,14 @@ describe('serveTokenApi on Express under a mount path', () => {
       expect(errors[0]).toBeInstanceOf(ConfigurationError)
       expect((errors[0] as ConfigurationError).option).toBe('basePath')
       expect((errors[0] as Error).message).toContain('"/wrong/api/tokens"')
+      // Other paths under either mount go on as before, whatever their case (Express routes
+      // case-insensitively; the API's paths are case-sensitive): never a client-made 500.
+      for (const path of ['/wrong/other', '/DASH/other', '/Dash/api/tokens', '/dash/API/tokens', '/dash/dash/api/tokens', '/DASH/dash/api/tokens']) {
+        const other = await rawRequest(port, { method: 'GET', path, headers: { cookie: COOKIE } })
+        expect(other.status, path).toBe(404)
+        expect(JSON.parse(other.body), path).toEqual({ fell: 'through' })
+      }
+      expect(errors).toHaveLength(1)
     } finally {
       await close(server)
     }

@@ -291,9 +291,9 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
  * Bearer rotations; any other request goes on to `next()`. Mount it where its paths are
  * reached; it needs no dispatch context. It matches the full path (`req.originalUrl`), so under
  * a mount path (`app.use('/dash', …)`) the API's `basePath` must include it
- * (`createTokenApi({ basePath: '/dash/api/tokens' })`); one that does not is a
- * `ConfigurationError`, passed to `next(error)` on the first request, rather than an API that is
- * silently never reached.
+ * (`createTokenApi({ basePath: '/dash/api/tokens' })`). With one that does not, a request to
+ * the mount path followed by `basePath` (`/dash/api/tokens`) is passed to `next(error)` with a
+ * `ConfigurationError` saying so, rather than falling through to an API never reached.
  *
  * @example
  * ```ts
@@ -305,18 +305,21 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): RequestHandler {
   const trust = setupTokenApi(api, options)
   return function tokenApiMiddleware(req, res, next) {
-    const mount = req.baseUrl
-    if (mount && api.basePath !== mount && !api.basePath.startsWith(`${mount}/`)) {
-      next(
-        new ConfigurationError(
-          'basePath',
-          `is ${JSON.stringify(api.basePath)}, outside the Express mount path ${JSON.stringify(mount)}: the token API matches the full path, so give createTokenApi({ basePath: ${JSON.stringify(`${mount}/api/tokens`)} })`,
-        ),
-      )
-      return
-    }
     const url = req.originalUrl ?? req.url
-    if (!isTokenApiPath(api, url)) return next()
+    if (!isTokenApiPath(api, url)) {
+      // Under a mount path the API was meant to answer (its basePath follows the mount) but,
+      // matching the full path, never will: say so rather than fall through unnoticed.
+      const mount = req.baseUrl
+      if (mount && req.url !== url && isTokenApiPath(api, req.url) && !api.basePath.toLowerCase().startsWith(`${mount.toLowerCase()}/`)) {
+        return next(
+          new ConfigurationError(
+            'basePath',
+            `is ${JSON.stringify(api.basePath)}, and the token API matches the full path: under the Express mount path ${JSON.stringify(req.baseUrl)} give createTokenApi({ basePath: ${JSON.stringify(`${req.baseUrl}${api.basePath}`)} })`,
+          ),
+        )
+      }
+      return next()
+    }
     const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
     void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust)
   }

@@ -413,10 +413,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     const controller = new AbortController()
     let timedOut = false
     let timer: ReturnType<typeof setTimeout> | undefined
-    let headArrived = false
-    /** (Re)starts the no-progress deadline, until the response head has arrived. */
+    let settled = false
+    /** (Re)starts the no-progress deadline, until `fetch` has answered or failed. */
     const arm = () => {
-      if (headArrived) return
+      if (settled || controller.signal.aborted) return
       clearTimeout(timer)
       timer = setTimeout(() => {
         timedOut = true
@@ -440,8 +440,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       upstream = await fetchUpstream(target, init)
       // The body may still be taken after the head (an upstream that answers first): that no
       // longer restarts the deadline, which now covers only what `relayBody` peeks at.
-      headArrived = true
+      settled = true
     } catch (error) {
+      // Nor after a failure: a body chunk the client sends late must not start a timer.
+      settled = true
       clearTimeout(timer)
       request.signal.removeEventListener('abort', clientGone)
       return failed(error)
