@@ -26,6 +26,7 @@ import {
 } from 'jose'
 import type { CacheStore } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
+import { readTextUpTo } from '../read-text.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
 import type {
   AccessTokenContext,
@@ -215,6 +216,8 @@ class UpstreamFailure extends Error {
     readonly transient: boolean,
     /** Milliseconds the breaker asks to wait, when it refused the call. */
     readonly breakerRetryAfterMs?: number,
+    /** Milliseconds the server asked to wait (`Retry-After` of a 429 or 503), when it said. */
+    readonly serverRetryAfterMs?: number,
   ) {
     super(message)
     this.name = 'UpstreamFailure'
@@ -234,7 +237,36 @@ class BadAnswer extends Error {
 interface UpstreamResponse {
   readonly status: number
   readonly body: string
+  /** `Content-Type`, lower case, without parameters (`''` when absent). */
+  readonly contentType: string
 }
+
+/**
+ * Most bytes read of one answer: userinfo and introspection answers are a few hundred bytes,
+ * discovery documents and key sets a few kilobytes. A larger one is refused unread, rather
+ * than held in memory whole (an answer a user can grow, a profile claim, must not cost the
+ * process its memory).
+ */
+const MAX_ANSWER_BYTES: Readonly<Record<UpstreamEndpoint, number>> = {
+  userinfo: 256 * 1024,
+  introspection: 256 * 1024,
+  discovery: 1024 * 1024,
+  jwks: 1024 * 1024,
+}
+
+/**
+ * Milliseconds of a `Retry-After` value (delta-seconds or an HTTP date, RFC 9110 section
+ * 10.2.3), at most an hour; `undefined` when absent or not one of those.
+ */
+function retryAfterMs(value: string | null, at: number): number | undefined {
+  if (value === null) return undefined
+  const text = value.trim()
+  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - at
+  return Number.isFinite(ms) ? Math.min(Math.max(ms, 0), 3_600_000) : undefined
+}
+
+/** RFC 6750 section 2.1 `b64token`: what a token sent as `Bearer <token>` can be. */
+const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
 
 /** What one validation found, before it is cached. */
 type Outcome =
@@ -439,10 +471,23 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const budget = Math.max(1, Math.min(timeoutMs, deadline - started))
     const timer = timers.setTimeout(() => controller.abort(), budget)
     let response: UpstreamResponse
+    let waitMs: number | undefined
     try {
       const res = await fetchImpl(url, { ...init, signal: controller.signal, redirect: 'manual' })
-      response = { status: res.status, body: await res.text() }
+      waitMs = res.status === 429 || res.status === 503 ? retryAfterMs(res.headers.get('retry-after'), now()) : undefined
+      const body = await readTextUpTo(res, MAX_ANSWER_BYTES[endpoint])
+      if (body === null) {
+        // The server answered: it is up. Too large is this answer's fault (a user's profile can
+        // grow it), so it does not count against the server, and is not worth retrying.
+        const message = `${endpoint}: answer over ${MAX_ANSWER_BYTES[endpoint]} bytes`
+        breaker.success()
+        emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: now() - started, error: message })
+        throw new UpstreamFailure(message, false)
+      }
+      const contentType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase()
+      response = { status: res.status, body, contentType }
     } catch (error) {
+      if (error instanceof UpstreamFailure) throw error
       const message = controller.signal.aborted ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
       breaker.failure()
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
@@ -451,11 +496,20 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       timers.clearTimeout(timer)
     }
     const durationMs = now() - started
-    if (response.status === 429 || response.status >= 500) {
+    if (response.status === 429) {
+      // Slow down, from a server that is up: often a limit per user or per client (Auth0's
+      // userinfo limit is per user), so it does not count against the server, or one user's
+      // limit would open the breaker for everyone. Retried only as soon as it says.
+      const message = `${endpoint}: HTTP 429`
+      breaker.success()
+      emit({ type: 'upstream', endpoint, outcome: 'failure', status: 429, durationMs, error: message })
+      throw new UpstreamFailure(message, waitMs === undefined, undefined, waitMs)
+    }
+    if (response.status >= 500) {
       const message = `${endpoint}: HTTP ${response.status}`
       breaker.failure()
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })
-      throw new UpstreamFailure(message, true)
+      throw new UpstreamFailure(message, true, undefined, waitMs)
     }
     try {
       const value = judge(response)
@@ -510,10 +564,20 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const headers = { authorization: `Bearer ${token}`, accept: 'application/json' }
     return call('userinfo', endpoint, { method: 'GET', headers }, deadline, (res): Outcome => {
       if (res.status === 401) return { active: false, reason: REJECTED_UPSTREAM }
+      // An answer about this token (RFC 6750 section 3.1: 400 invalid_request, 403
+      // insufficient_scope, for a token granted without `openid`): refused, and remembered
+      // as a refusal; the server is healthy.
+      if (res.status === 400 || res.status === 403) return { active: false, reason: `${REJECTED_UPSTREAM} (HTTP ${res.status})` }
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
-      const body = parseJsonObject(res.body)
+      // OIDC Core section 5.3.2: the claims as JSON, or as a signed JWT (`application/jwt`) when
+      // the client registered `userinfo_signed_response_alg`. The answer comes straight from the
+      // endpoint this validator called, so its claims are read as a JSON answer's are.
+      const body = res.contentType === 'application/jwt' ? (peekJwtClaims(res.body.trim()) as Record<string, unknown> | undefined) : parseJsonObject(res.body)
       const sub = body?.sub
-      if (typeof sub !== 'string' || sub === '') throw new BadAnswer('answer has no sub', true)
+      // A healthy server's answer this validator cannot use (an encrypted userinfo JWT, a body
+      // without `sub`): 503 for this token, not counted against the server, since one user's
+      // client registration can cause it and must not open the breaker for everyone.
+      if (typeof sub !== 'string' || sub === '') throw new BadAnswer('answer has no sub', false)
       const expiresAt = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
       const audience = audienceList(claims?.aud)
       return {
@@ -560,6 +624,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       }
       // Sender-constrained tokens (DPoP, mTLS) need a proof this layer does not check.
       if (body.cnf !== undefined) return { active: false, reason: 'sender-constrained token' }
+      if (typeof body.nbf === 'number' && body.nbf * 1000 > now() + clockToleranceMs) return { active: false, reason: 'token not yet valid', uncacheable: true }
       const sub = body.sub
       if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
       const expiresAt = typeof body.exp === 'number' ? body.exp * 1000 : undefined
@@ -627,8 +692,16 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     } catch {
       return { active: false, reason: 'not a JWT access token' }
     }
+    // RFC 9068 section 4: a JWT typed as another kind (an ID token typed `id_token+jwt`, a
+    // logout token, a `secevent+jwt`) is no access token. `at+jwt` is the profile's; untyped
+    // and plain `JWT` are taken, since common providers issue their access tokens so.
+    const typ = typeof header.typ === 'string' ? header.typ.toLowerCase().replace(/^application\//, '') : undefined
+    if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
     const verifyOptions = {
       issuer,
+      // RFC 9068 section 2.2: an access token expires; one without `exp` would be taken until
+      // its key is withdrawn.
+      requiredClaims: ['exp'],
       currentDate: new Date(now()),
       clockTolerance: clockToleranceMs / 1000,
       ...(options.algorithms && { algorithms: [...options.algorithms] }),
@@ -692,10 +765,27 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   /**
-   * Counts `forget` calls: a validation in flight when one came in does not cache its answer,
-   * which it may have got before the revocation the platform just learnt of.
+   * `forget` calls per cache key, for as long as a validation may last (a validation in
+   * flight when one came in for its token does not cache its answer, which it may have got
+   * before the revocation the platform just learnt of). Per key, so that forgetting one token
+   * leaves every other token's caching and single flight alone. Oldest first: pruned as they
+   * expire. Past its bound the `<key>:forgotten` mark in the cache still guards the write.
    */
-  let forgetCount = 0
+  const forgets = new Map<string, { count: number; until: number }>()
+  const MAX_FORGETS = 100_000
+  function generation(key: string): number {
+    return forgets.get(key)?.count ?? 0
+  }
+  function noteForget(key: string, forMs: number): void {
+    const at = now()
+    const count = generation(key) + 1
+    forgets.delete(key)
+    forgets.set(key, { count, until: at + forMs })
+    for (const [k, entry] of forgets) {
+      if (entry.until > at && forgets.size <= MAX_FORGETS) break
+      forgets.delete(k)
+    }
+  }
 
   async function remember(key: string, outcome: Outcome, asked: number): Promise<CachedValidation> {
     const at = now()
@@ -714,7 +804,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       entry = { active: false, reason: outcome.reason, validUntil: at + (outcome.uncacheable ? 0 : rejectionTtlMs) }
     }
     const ttl = entry.validUntil - at
-    if (ttl > 0 && asked === forgetCount) {
+    if (ttl > 0 && asked === generation(key)) {
       try {
         await cache.set(key, entry, ttl)
         // Checked after the write: a `forget` that came before it (on any instance) left its
@@ -742,7 +832,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function validateUpstream(token: string, key: string, claims: JWTPayload | undefined): Promise<CachedValidation> {
     const deadline = now() + retry.deadlineMs
-    const asked = forgetCount
+    const asked = generation(key)
     for (let attempt = 1; ; attempt++) {
       try {
         const outcome =
@@ -759,8 +849,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           emit({ type: 'fail-fast', retryAfter })
           throw new AuthorizationServerUnavailableError(retryAfter, { cause: error })
         }
-        if (error.transient && attempt < retry.attempts && breaker.state === 'closed') {
-          const delayMs = computeBackoff(attempt, retry, random)
+        // A server that said how long to wait (`Retry-After` of a 429 or 503) is asked again no
+        // sooner, and only if that fits in the deadline; otherwise the client is told its wait.
+        const serverWait = error.serverRetryAfterMs
+        if ((error.transient || serverWait !== undefined) && attempt < retry.attempts && breaker.state === 'closed') {
+          const delayMs = serverWait ?? computeBackoff(attempt, retry, random)
           if (now() + delayMs < deadline) {
             emit({ type: 'retry', attempt, delayMs, error: error.message })
             await sleep(delayMs)
@@ -768,7 +861,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           }
         }
         const open = breaker.retryAfterMs()
-        const retryAfter = seconds(open > 0 ? open : 1000)
+        const retryAfter = seconds(open > 0 ? open : Math.max(serverWait ?? 0, 1000))
         emit({ type: 'unavailable', retryAfter, error: error.message })
         throw new AuthorizationServerUnavailableError(retryAfter, { cause: error })
       }
@@ -825,21 +918,25 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   return {
     mode,
+    checksAppAddress: audienceGiven === undefined && audienceRequired,
     get breakerState() {
       return breaker.state
     },
     async forget(token) {
-      forgetCount++
       // A mark, not a delete: another instance sharing the cache may be validating this token
       // now, and must not cache the answer it got before the revocation.
       const key = hashKey(token)
       const markMs = retry.deadlineMs + timeoutMs
+      noteForget(key, markMs)
       const mark: CachedValidation = { active: false, reason: 'forgotten', validUntil: now() + markMs, forgotten: true }
       await cache.set(markKey(key), mark, markMs)
       await cache.delete(key)
     },
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
+      // Nothing else can be sent as `Bearer <token>`: refused before any request is built (a
+      // header value with a newline would fail in `fetch`, whose message repeats the value).
+      if (!B64TOKEN.test(token)) return { active: false, reason: 'not an RFC 6750 bearer token' }
       const audience = expectedAudience(context)
       let claims: JWTPayload | undefined
       if (mode !== 'jwt') {
@@ -868,7 +965,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       emit({ type: 'cache-miss' })
       // A request after a `forget` never joins a validation that began before it (whose
       // answer may predate the revocation): flights are per forget generation.
-      const flightKey = `${key}#${forgetCount}`
+      const flightKey = `${key}#${generation(key)}`
       const leads = !flights.has(flightKey)
       if (leads && flights.size >= maxPendingValidations) {
         // The process's own bound: a hung authorization server holds at most this many.

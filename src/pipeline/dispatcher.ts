@@ -300,6 +300,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!options[key]) throw new ConfigurationError(key, 'is required')
   }
   const { apps, subscriptions, tokens, oauth } = options
+  if (oauth?.checksAppAddress === true && options.resolveApp === undefined && options.baseUrl === undefined) {
+    // The default resolveApp takes the first label of any Host, and the App address is then
+    // the request's origin: an audience check against it would accept a token issued to a
+    // look-alike host (`weather.evil.example`) sent with that Host.
+    throw new ConfigurationError(
+      'baseUrl',
+      'is required when the OAuth validator checks token audiences against the App address (jwt and introspection modes): give baseUrl (your domain), or a resolveApp that refuses hosts outside it, so the address a token must name is not the Host a caller sends',
+    )
+  }
   const now = options.now ?? Date.now
   const onError = options.onError ?? logError
   const sessions = options.sessions ?? createMemorySessionStore({ now })

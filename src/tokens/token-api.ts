@@ -20,6 +20,7 @@ import { z } from 'zod'
 import { parseBearerToken } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
 import { ConfigurationError, DispatchError, InvalidInputError, logError } from '../errors.js'
+import { readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 
 /** The dashboard user of a request with a session cookie. */
@@ -109,23 +110,9 @@ function errorResponse(error: DispatchError): Response {
  * `Content-Length`) is refused once the limit is passed, never held whole in memory.
  */
 async function readText(request: Request): Promise<string> {
-  const tooLarge = () => new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
-  if (Number(request.headers.get('content-length') ?? 0) > MAX_BODY_BYTES) throw tooLarge()
-  if (!request.body) return ''
-  const reader = request.body.getReader()
-  const decoder = new TextDecoder()
-  let text = ''
-  let size = 0
-  for (;;) {
-    const { done, value } = await reader.read()
-    if (done) return text + decoder.decode()
-    size += value.byteLength
-    if (size > MAX_BODY_BYTES) {
-      reader.cancel().catch(() => {})
-      throw tooLarge()
-    }
-    text += decoder.decode(value, { stream: true })
-  }
+  const text = await readTextUpTo(request, MAX_BODY_BYTES)
+  if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
+  return text
 }
 
 async function readJson(request: Request): Promise<unknown> {

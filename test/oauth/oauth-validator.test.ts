@@ -181,17 +181,79 @@ describe('userinfo mode (the default)', () => {
     expect(fake.count('/oidc/me')).toBe(4)
   })
 
-  it('answers 503 for any other status; a 4xx is neither retried nor counted against the server', async () => {
-    fake.route('/oidc/me', { status: 403, body: { error: 'insufficient_scope' } })
+  it('answers 503 for any other status (an endpoint that is not there); a 4xx is neither retried nor counted against the server', async () => {
+    fake.route('/oidc/me', { status: 404, body: { error: 'not_found' } })
     const v = validator({ breaker: { failureThreshold: 2 } })
     for (let i = 0; i < 5; i++) await unavailable(v.validate(`token-${i}`))
     expect(fake.count('/oidc/me')).toBe(5)
     expect(v.breakerState).toBe('closed')
   })
 
-  it('answers 503 when a 2xx carries no sub', async () => {
-    fake.route('/oidc/me', { status: 200, body: { name: 'no subject' } })
-    await unavailable(validator().validate('good-token'))
+  it.each([
+    [403, { 'www-authenticate': 'Bearer error="insufficient_scope", scope="openid"' }],
+    [400, { 'www-authenticate': 'Bearer error="invalid_request"' }],
+  ])('a %i about the token (RFC 6750 section 3.1: a token granted without openid) refuses it, remembered as a refusal, not a 503 for ever', async (status, headers) => {
+    fake.route('/oidc/me', { status, headers, body: { error: 'insufficient_scope' } })
+    const v = validator({ breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 3; i++) expect(await v.validate('scopeless-token')).toEqual({ active: false, reason: `rejected by the authorization server (HTTP ${status})` })
+    expect(fake.count('/oidc/me')).toBe(1)
+    expect(v.breakerState).toBe('closed')
+  })
+
+  it('answers 503 when a 2xx carries no sub, and does not count it: one user’s answer must not open the breaker for everyone', async () => {
+    fake.route('/oidc/me', (req) =>
+      req.headers.authorization === 'Bearer odd-token' ? { status: 200, body: { name: 'no subject' } } : { status: 200, body: { sub: 'user_alice' } },
+    )
+    const v = validator({ breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 5; i++) await unavailable(v.validate('odd-token'))
+    expect(v.breakerState).toBe('closed')
+    expect(await v.validate('good-token')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+  })
+
+  it('reads a signed userinfo answer (application/jwt, OIDC Core section 5.3.2)', async () => {
+    const { privateKey } = await generateKeyPair('RS256')
+    const signed = await new SignJWT({ sub: 'user_bob', name: 'Bob' }).setProtectedHeader({ alg: 'RS256' }).setIssuer(fake.url).sign(privateKey)
+    fake.route('/oidc/me', { status: 200, headers: { 'content-type': 'application/jwt' }, body: signed })
+    expect(await validator().validate('good-token')).toEqual({ active: true, info: { subject: 'user_bob' } })
+  })
+
+  it('a 429 does not count against the server (limits are often per user), and its Retry-After is honoured: waited for within the deadline, else passed on', async () => {
+    let calls = 0
+    fake.route('/oidc/me', (req) =>
+      req.headers.authorization === 'Bearer soon-token'
+        ? ++calls === 1
+          ? { status: 429, headers: { 'retry-after': '2' } }
+          : { status: 200, body: { sub: 'user_alice' } }
+        : { status: 429, headers: { 'retry-after': '120' } },
+    )
+    const sleep = createRecordingSleep()
+    const v = validator({ sleep, breaker: { failureThreshold: 2 } })
+    // Asked again once, two seconds later (not at the backoff's 75 ms).
+    expect(await v.validate('soon-token')).toMatchObject({ active: true })
+    expect(sleep.delays).toEqual([2000])
+    // Two minutes is past the deadline: not retried; the client is told to wait that long.
+    for (let i = 0; i < 3; i++) expect((await unavailable(v.validate(`later-token-${i}`))).retryAfter).toBe(120)
+    expect(sleep.delays).toEqual([2000])
+    expect(v.breakerState).toBe('closed')
+  })
+
+  it('an answer past 256 KiB is not read whole: 503, not counted against the server', async () => {
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice', picture: 'x'.repeat(300 * 1024) } })
+    const v = validator({ breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 3; i++) await unavailable(v.validate('good-token'))
+    expect(v.breakerState).toBe('closed')
+    const failure = events.find((e) => e.type === 'upstream' && e.outcome === 'failure')
+    expect(failure).toMatchObject({ endpoint: 'userinfo', error: expect.stringContaining('over 262144') })
+  })
+
+  it('a string no Bearer header can carry (RFC 6750 b64token) is refused with no request, and nothing repeats it', async () => {
+    const v = validator()
+    for (const token of ['SECRET-VALUE\n-tail', 'SECRET VALUE', 'SECRET\u0100VALUE', 'SECRET"VALUE']) {
+      expect(await v.validate(token)).toEqual({ active: false, reason: 'not an RFC 6750 bearer token' })
+    }
+    expect(fake.count('/oidc/me')).toBe(0)
+    expect(JSON.stringify(events)).not.toContain('SECRET')
+    expect(v.breakerState).toBe('closed')
   })
 
   it.each([500, 502, 503, 429])('retries HTTP %i with growing, jittered delays, then answers 503', async (status) => {
@@ -286,6 +348,24 @@ describe('jwt mode (local verification)', () => {
       .setIssuedAt(Math.floor(clock() / 1000))
       .setExpirationTime(Math.floor(clock() / 1000) + (options.expiresInS ?? 600))
       .sign(options.key ?? privateKey)
+
+  it('RFC 9068: a JWT typed as another kind, or without exp, is no access token; at+jwt, untyped and JWT are taken', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    const context = { resource: 'http://weather.localhost', appId: 'app_weather' }
+    const typed = (typ: string | undefined, exp = true) => {
+      const jwt = new SignJWT({ sub: 'user_alice', iss: fake.url, aud: 'http://weather.localhost' })
+        .setProtectedHeader({ alg: 'ES256', kid: 'k1', ...(typ !== undefined && { typ }) })
+        .setIssuedAt(Math.floor(clock() / 1000))
+      return (exp ? jwt.setExpirationTime(Math.floor(clock() / 1000) + 600) : jwt).sign(privateKey)
+    }
+    for (const typ of ['at+jwt', 'application/at+jwt', 'AT+JWT', 'JWT', undefined]) {
+      expect(await v.validate(await typed(typ), context), String(typ)).toMatchObject({ active: true })
+    }
+    for (const typ of ['id_token+jwt', 'logout+jwt', 'secevent+jwt', 'application/jwt-something']) {
+      expect(await v.validate(await typed(typ), context), typ).toEqual({ active: false, reason: 'not an access token (typ)' })
+    }
+    expect(await v.validate(await typed('at+jwt', false), context)).toEqual({ active: false, reason: 'claim check failed: exp' })
+  })
 
   it('verifies with a local key set and makes no upstream call at all', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: ({ resource }) => resource })
@@ -450,6 +530,7 @@ describe('introspection mode (RFC 7662)', () => {
       other: { active: true, sub: 'u', aud: 'https://notes.example.com' },
       none: { active: true, sub: 'u' },
       mine: { active: true, sub: 'u', aud: ['https://weather.example.com'] },
+      early: { active: true, sub: 'u', aud: 'https://weather.example.com', nbf: Math.floor(clock() / 1000) + 3600 },
     }
     fake.route('/introspect', (req) => ({ status: 200, body: answers[new URLSearchParams(req.body).get('token')!] }))
     const v = validator({ mode: 'introspection', introspection, audience: 'https://weather.example.com' })
@@ -458,6 +539,10 @@ describe('introspection mode (RFC 7662)', () => {
     expect(await v.validate('other')).toMatchObject({ active: false, reason: 'audience mismatch' })
     expect(await v.validate('none')).toMatchObject({ active: false, reason: 'audience mismatch' })
     expect(await v.validate('mine')).toMatchObject({ active: true })
+    // Not before its `nbf` (RFC 7662 section 2.2), and not remembered as refused past it.
+    expect(await v.validate('early')).toMatchObject({ active: false, reason: 'token not yet valid' })
+    clock.advance(3_600_000)
+    expect(await v.validate('early')).toMatchObject({ active: true })
   })
 
   it('a token the provider will not introspect (400 unsupported_token_type, e.g. an ID token) is refused, not a 503', async () => {
@@ -655,6 +740,27 @@ describe('single flight, cache store and secrecy', () => {
     await v.forget('good-token')
     await v.validate('good-token')
     expect(fake.count('/oidc/me')).toBe(2)
+  })
+
+  it('forgetting one token leaves the others alone: their validations in flight still cache their answers and are still joined', async () => {
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    let calls = 0
+    fake.route('/oidc/me', async () => {
+      calls++
+      await held
+      return { status: 200, body: { sub: 'user_alice' } }
+    })
+    const v = validator()
+    const first = v.validate('good-token')
+    while (calls === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    await v.forget('another-token')
+    const joined = v.validate('good-token') // joins the flight in progress
+    release()
+    expect(await first).toMatchObject({ active: true })
+    expect(await joined).toMatchObject({ active: true })
+    expect(await v.validate('good-token')).toMatchObject({ active: true }) // from the cache
+    expect(calls).toBe(1)
   })
 
   it('forget during a validation in flight: its answer, read before the revocation, is not cached (regression)', async () => {
