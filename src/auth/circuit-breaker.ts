@@ -46,7 +46,7 @@ export interface CircuitBreaker {
   acquire(): BreakerPermit
   /** The call got an answer that shows the server is healthy. */
   success(): void
-  /** The call failed in a way that counts against the server (network, timeout, 5xx, 429). */
+  /** The call failed in a way that counts against the server (network, timeout, 5xx). */
   failure(): void
   /** Milliseconds until an open breaker lets a probe through (0 when not open). */
   retryAfterMs(): number

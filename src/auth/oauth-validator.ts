@@ -212,7 +212,7 @@ const REJECTED_UPSTREAM = 'rejected by the authorization server'
 class UpstreamFailure extends Error {
   constructor(
     message: string,
-    /** Worth retrying (network, timeout, 5xx, 429). */
+    /** Worth retrying after a backoff (network, timeout, 5xx, a 429 that names no wait). */
     readonly transient: boolean,
     /** Milliseconds the breaker asks to wait, when it refused the call. */
     readonly breakerRetryAfterMs?: number,
@@ -475,12 +475,17 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     try {
       const res = await fetchImpl(url, { ...init, signal: controller.signal, redirect: 'manual' })
       waitMs = res.status === 429 || res.status === 503 ? retryAfterMs(res.headers.get('retry-after'), now()) : undefined
-      const body = await readTextUpTo(res, MAX_ANSWER_BYTES[endpoint])
+      // The status of these says all; their bodies (an HTML error page) are not read.
+      const judged = res.status !== 429 && res.status < 500
+      if (!judged) void res.body?.cancel().catch(() => {})
+      const body = judged ? await readTextUpTo(res, MAX_ANSWER_BYTES[endpoint]) : ''
       if (body === null) {
-        // The server answered: it is up. Too large is this answer's fault (a user's profile can
-        // grow it), so it does not count against the server, and is not worth retrying.
+        // Not worth retrying. From userinfo or introspection the server is up and the answer is
+        // this token's (a user's profile can grow it): not counted. A discovery document or key
+        // set that large is the server's own failure, as any other bad answer of those.
         const message = `${endpoint}: answer over ${MAX_ANSWER_BYTES[endpoint]} bytes`
-        breaker.success()
+        if (endpoint === 'userinfo' || endpoint === 'introspection') breaker.success()
+        else breaker.failure()
         emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: now() - started, error: message })
         throw new UpstreamFailure(message, false)
       }
@@ -499,9 +504,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (response.status === 429) {
       // Slow down, from a server that is up: often a limit per user or per client (Auth0's
       // userinfo limit is per user), so it does not count against the server, or one user's
-      // limit would open the breaker for everyone. Retried only as soon as it says.
+      // limit would open the breaker for everyone; nor for it (a server shedding load may mix
+      // 429s with 503s). A half-open probe that gets one has not shown the server ready: the
+      // breaker opens again. Retried only as soon as it says.
       const message = `${endpoint}: HTTP 429`
-      breaker.success()
+      if (permit.probe) breaker.failure()
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: 429, durationMs, error: message })
       throw new UpstreamFailure(message, waitMs === undefined, undefined, waitMs)
     }
@@ -765,22 +772,24 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   /**
-   * `forget` calls per cache key, for as long as a validation may last (a validation in
-   * flight when one came in for its token does not cache its answer, which it may have got
+   * The last `forget` of each cache key, for as long as a validation may last (a validation
+   * in flight when one came in for its token does not cache its answer, which it may have got
    * before the revocation the platform just learnt of). Per key, so that forgetting one token
    * leaves every other token's caching and single flight alone. Oldest first: pruned as they
-   * expire. Past its bound the `<key>:forgotten` mark in the cache still guards the write.
+   * expire. Generations come from one counter that only grows, so a key pruned and forgotten
+   * again never gets a number an older validation still holds. Past the map's bound the
+   * `<key>:forgotten` mark in the cache still guards the write.
    */
-  const forgets = new Map<string, { count: number; until: number }>()
+  const forgets = new Map<string, { generation: number; until: number }>()
   const MAX_FORGETS = 100_000
+  let forgetSequence = 0
   function generation(key: string): number {
-    return forgets.get(key)?.count ?? 0
+    return forgets.get(key)?.generation ?? 0
   }
   function noteForget(key: string, forMs: number): void {
     const at = now()
-    const count = generation(key) + 1
     forgets.delete(key)
-    forgets.set(key, { count, until: at + forMs })
+    forgets.set(key, { generation: ++forgetSequence, until: at + forMs })
     for (const [k, entry] of forgets) {
       if (entry.until > at && forgets.size <= MAX_FORGETS) break
       forgets.delete(k)
@@ -853,8 +862,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // sooner, and only if that fits in the deadline; otherwise the client is told its wait.
         const serverWait = error.serverRetryAfterMs
         if ((error.transient || serverWait !== undefined) && attempt < retry.attempts && breaker.state === 'closed') {
-          const delayMs = serverWait ?? computeBackoff(attempt, retry, random)
-          if (now() + delayMs < deadline) {
+          // Never sooner than the backoff (a `Retry-After: 0` must not mean back-to-back calls),
+          // and, after a server's wait, with time left for the call itself.
+          const backoff = computeBackoff(attempt, retry, random)
+          const delayMs = serverWait === undefined ? backoff : Math.max(serverWait, backoff)
+          const callRoom = serverWait === undefined ? 0 : Math.min(timeoutMs, 1000)
+          if (now() + delayMs + callRoom < deadline) {
             emit({ type: 'retry', attempt, delayMs, error: error.message })
             await sleep(delayMs)
             continue
@@ -984,7 +997,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // the unit goes back. An answer about this token (a 4xx other than 401, which a
         // made-up string can provoke, e.g. with an oversized header) keeps it.
         const cause = (error as { cause?: unknown }).cause
-        if (cause instanceof UpstreamFailure && (cause.transient || cause.breakerRetryAfterMs !== undefined)) charge?.refund()
+        if (
+          cause instanceof UpstreamFailure &&
+          (cause.transient || cause.breakerRetryAfterMs !== undefined || cause.serverRetryAfterMs !== undefined)
+        ) {
+          charge?.refund()
+        }
         throw error
       }
       if (entry.active) charge?.refund()

@@ -237,6 +237,36 @@ describe('userinfo mode (the default)', () => {
     expect(v.breakerState).toBe('closed')
   })
 
+  it('429s neither count against the server nor for it: mixed with 5xx the breaker still opens; a probe that gets one opens it again', async () => {
+    let n = 0
+    fake.route('/oidc/me', () => (n++ % 2 === 0 ? { status: 500 } : { status: 429 }))
+    const v = validator({ retry: { attempts: 1 }, breaker: { failureThreshold: 2, coolDownMs: 1_000 } })
+    for (let i = 0; i < 4; i++) await unavailable(v.validate(`token-${i}`))
+    expect(v.breakerState).toBe('open')
+    clock.advance(1_000)
+    fake.route('/oidc/me', { status: 429 })
+    await unavailable(v.validate('probe-token'))
+    expect(v.breakerState).toBe('open')
+  })
+
+  it('a Retry-After of 0 still waits the backoff; a 429 that names its wait gives the client’s budget unit back', async () => {
+    fake.route('/oidc/me', { status: 429, headers: { 'retry-after': '0' } })
+    const sleep = createRecordingSleep()
+    await unavailable(validator({ sleep, retry: { attempts: 3, baseDelayMs: 100, maxDelayMs: 1_000 } }).validate('good-token'))
+    expect(sleep.delays).toEqual([75, 150])
+    fake.route('/oidc/me', { status: 429, headers: { 'retry-after': '120' } })
+    const v = validator({ clientBudget: { limit: 2, windowType: 'minute' } })
+    const context = { resource: 'https://weather.example.com', appId: 'app_1', clientAddress: '192.0.2.7' }
+    for (let i = 0; i < 4; i++) expect((await unavailable(v.validate(`token-${i}`, context))).retryAfter).toBe(120)
+  })
+
+  it('a 5xx with a large error page counts against the server (its body is not read)', async () => {
+    fake.route('/oidc/me', { status: 502, headers: { 'content-type': 'text/html' }, body: 'x'.repeat(300 * 1024) })
+    const v = validator({ retry: { attempts: 1 }, breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 2; i++) await unavailable(v.validate(`token-${i}`))
+    expect(v.breakerState).toBe('open')
+  })
+
   it('an answer past 256 KiB is not read whole: 503, not counted against the server', async () => {
     fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice', picture: 'x'.repeat(300 * 1024) } })
     const v = validator({ breaker: { failureThreshold: 2 } })
@@ -761,6 +791,22 @@ describe('single flight, cache store and secrecy', () => {
     expect(await joined).toMatchObject({ active: true })
     expect(await v.validate('good-token')).toMatchObject({ active: true }) // from the cache
     expect(calls).toBe(1)
+  })
+
+  it('a token forgotten again after its first forget was pruned still gets a new flight, never the one from before (regression)', async () => {
+    const v = validator()
+    await v.forget('good-token')
+    clock.advance(20_000) // past the first forget's life: pruned at the next forget
+    const upstream = revokedAfterFirstCall()
+    const before = v.validate('good-token')
+    while (upstream.calls() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    await v.forget('another-token')
+    await v.forget('good-token') // the revocation
+    const after = v.validate('good-token')
+    while (upstream.calls() < 2) await new Promise((resolve) => setTimeout(resolve, 5))
+    upstream.release()
+    expect(await before).toMatchObject({ active: true })
+    expect(await after).toMatchObject({ active: false })
   })
 
   it('forget during a validation in flight: its answer, read before the revocation, is not cached (regression)', async () => {
