@@ -91,6 +91,7 @@ export type {
   InvalidationBus,
   InvalidationMessage,
   MaybePromise,
+  RateLimitCount,
   RateLimitStore,
   SessionPin,
   SessionStore,

@@ -138,8 +138,23 @@ export interface RateLimitStore {
   /**
    * Adds one to the counter of `key` for the window that starts at `windowStart` and returns
    * the new count; the counter expires when the window ends.
+   *
+   * Shared by instances whose clocks disagree, a store never moves a counter back to an older
+   * window: a request stamped with an older window than the counter's (its instance's clock
+   * is behind) counts against the counter's window, and the store then answers
+   * `{ count, windowStart }` with the window it counted, so the caller's reset time is that
+   * window's end. (Moving back would let two skewed instances reset each other's counter, and
+   * the limit would hold for neither.) A counter never lives more than one window of the
+   * store's own time, so one started by a clock that ran fast ends within a window.
    */
-  increment(key: string, windowStart: number, windowMs: number): MaybePromise<number>
+  increment(key: string, windowStart: number, windowMs: number): MaybePromise<number | RateLimitCount>
+}
+
+/** A count in another window than the one asked for: see {@link RateLimitStore.increment}. */
+export interface RateLimitCount {
+  readonly count: number
+  /** Start of the window counted, epoch ms. */
+  readonly windowStart: number
 }
 
 /** A TTL cache for validation results (OAuth) and the like. Keys are hashes, never secrets. */

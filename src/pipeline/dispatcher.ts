@@ -46,6 +46,7 @@ import type {
   AppRecord,
   AppStore,
   MaybePromise,
+  RateLimitCount,
   RateLimitStore,
   SessionPin,
   SessionStore,
@@ -615,24 +616,38 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const windowMs = WINDOWS[checked.policy.windowType]
     const at = now()
     const start = windowStart(at, windowMs)
-    let count: MaybePromise<number>
+    let count: MaybePromise<number | RateLimitCount>
     try {
       count = counters!.increment(rateKeyOf(flow, checked.policy.windowType), start, windowMs)
-      if (isForeignThenable(count)) count = Promise.resolve(count as PromiseLike<number>)
+      if (isForeignThenable(count)) count = Promise.resolve(count as PromiseLike<number | RateLimitCount>)
     } catch (error) {
       return rateLimitStoreFailed(error)
     }
     return count instanceof Promise
-      ? bounded(count, 'rate-limit').then((c) => judgeCount(c, checked.policy, start + windowMs, at), rateLimitStoreFailed)
-      : judgeCount(count, checked.policy, start + windowMs, at)
+      ? bounded(count, 'rate-limit').then((c) => judgeCount(c, checked.policy, start, windowMs, at), rateLimitStoreFailed)
+      : judgeCount(count, checked.policy, start, windowMs, at)
   }
 
-  function judgeCount(count: number, policy: RateLimitPolicy, reset: number, at: number): RateLimitResult | Reply | undefined {
+  function judgeCount(
+    answer: number | RateLimitCount,
+    policy: RateLimitPolicy,
+    start: number,
+    windowMs: number,
+    at: number,
+  ): RateLimitResult | Reply | undefined {
+    let count = answer as number
+    // Counted in another instance's (later) window: the reset is that window's end.
+    if (typeof answer === 'object' && answer !== null) {
+      count = answer.count
+      start = answer.windowStart
+      if (!Number.isSafeInteger(start)) count = Number.NaN
+    }
     // A count is a whole number from 1 (this request): anything else is a broken store,
     // which fails open (or not) like a store that threw, never a 429 for everyone.
     if (!Number.isSafeInteger(count) || count < 1) {
-      return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(count)}, not a count >= 1`))
+      return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(answer)}, not a count >= 1`))
     }
+    const reset = start + windowMs
     const result = rateLimitDecision(count, policy, reset, at)
     return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
   }

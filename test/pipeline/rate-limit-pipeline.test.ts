@@ -10,6 +10,7 @@ import {
   type RateLimitStore,
   createDispatcher,
   createMemoryAppStore,
+  createMemoryRateLimitStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createTokenService,
@@ -60,6 +61,7 @@ async function setup(options: {
 }
 
 const MINUTE = Object.freeze({ limit: 5, windowType: 'minute' as const })
+const MINUTE_3 = Object.freeze({ limit: 3, windowType: 'minute' as const })
 
 describe('rate limit: what the store answers', () => {
   const broken: Array<[string, unknown]> = [
@@ -167,5 +169,54 @@ describe('rate limit: the default store and the clock', () => {
     const after = await decide()
     expect(after.status).toBe(200)
     expect(after.headers.ratelimit).toBe('"minute";r=4;t=30')
+  })
+})
+
+describe('rate limit: instances whose clocks disagree, sharing one store', () => {
+  /** Two dispatchers on one counter store; `b` runs `skewMs` behind `a`. */
+  async function instances(policy: RateLimitPolicy, skewMs: number, at: () => number) {
+    const apps = createMemoryAppStore([APP])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+    const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
+    const store = createMemoryRateLimitStore({ now: at })
+    const make = (now: () => number) =>
+      createDispatcher({ apps, subscriptions, tokens, now, rateLimit: { store, policy: () => policy } })
+    const request: DispatchRequest = {
+      method: 'POST',
+      path: '/v1',
+      host: 'weather.example.com',
+      origin: 'https://weather.example.com',
+      headers: { get: (name) => (name === 'authorization' ? `Bearer ${token}` : undefined) },
+      clientAddress: '203.0.113.7',
+    }
+    const decideOn = (dispatcher: ReturnType<typeof make>) => async () => {
+      const decision = await dispatcher.decide(request)
+      return decision.type === 'dispatch'
+        ? { status: 200, headers: decision.headers as Record<string, string | undefined> }
+        : { status: decision.reply.status, headers: decision.reply.headers as Record<string, string | undefined>, body: JSON.parse(decision.reply.body!) }
+    }
+    return { a: decideOn(make(at)), b: decideOn(make(() => at() - skewMs)) }
+  }
+
+  it('the instance behind is told when the shared window really ends, not a second after its own window ended', async () => {
+    const now = Date.UTC(2030, 0, 1, 0, 1, 0) + 300
+    const { a, b } = await instances(MINUTE_3, 1_000, () => now)
+    for (let i = 0; i < 3; i++) expect((await a()).status).toBe(200)
+    const refusedA = await a()
+    const refusedB = await b()
+    expect(refusedB.status).toBe(429)
+    expect(refusedB.body.error.data.resetAt).toBe(refusedA.body.error.data.resetAt)
+    // b's clock is a second behind: it waits a second longer, never a second in all.
+    expect(Number(refusedB.headers['retry-after'])).toBe(Number(refusedA.headers['retry-after']) + 1)
+    expect(refusedB.headers.ratelimit).toBe(`"minute";r=0;t=${Number(refusedA.headers['retry-after']) + 1}`)
+  })
+
+  it('instances skewed by more than a window share one budget instead of resetting each other’s counter', async () => {
+    const now = Date.UTC(2030, 0, 1, 0, 1, 0) + 300
+    const { a, b } = await instances({ limit: 5, windowType: 'second' }, 2_500, () => now)
+    const statuses = []
+    for (let i = 0; i < 20; i++) statuses.push((await (i % 2 === 0 ? a : b)()).status)
+    expect(statuses.filter((s) => s === 200)).toHaveLength(5)
   })
 })

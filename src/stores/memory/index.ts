@@ -230,7 +230,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
   // once per `batch` new callers, not by each of them (at 100,000 counters a sweep takes
   // milliseconds of event loop).
   const batch = Math.max(1, Math.ceil(max / 100))
-  const counters = new Map<string, { windowStart: number; end: number; count: number }>()
+  const counters = new Map<string, { windowStart: number; end: number; count: number; started: number }>()
   function makeRoom(): void {
     // Ended windows by the store's clock: a request's own window start says nothing about
     // the counters of other window types (a day window starts at midnight).
@@ -248,16 +248,23 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
         counters.delete(key)
         counters.set(key, entry)
       }
-      // A request stamped with an older window (clock skew between instances) counts against
-      // the current one rather than resetting it; a counter more than one window ahead is from
-      // a clock that has since stepped back, and starts again rather than refusing for hours.
-      if (entry && entry.windowStart >= windowStart && entry.windowStart - windowStart <= windowMs) return ++entry.count
+      if (entry && entry.windowStart >= windowStart) {
+        if (entry.windowStart === windowStart) return ++entry.count
+        // A request stamped with an older window (an instance whose clock is behind, sharing
+        // this store) counts against the counter's window, which is named in the answer;
+        // unless this store's clock is now before the counter's start: the counter was started
+        // by a clock that has since stepped back, and starts again rather than refusing for
+        // the size of the step.
+        const at = now()
+        if (at >= entry.started) return { count: ++entry.count, windowStart: entry.windowStart }
+      }
       if (entry) entry.windowStart = windowStart
       else if (counters.size >= max) makeRoom()
       if (entry) {
         entry.end = windowStart + windowMs
         entry.count = 1
-      } else counters.set(key, { windowStart, end: windowStart + windowMs, count: 1 })
+        entry.started = now()
+      } else counters.set(key, { windowStart, end: windowStart + windowMs, count: 1, started: now() })
       return 1
     },
   }

@@ -2,29 +2,38 @@
  * Fixed-window rate-limit counters in Redis: one key per counter, one script per request.
  * @module
  */
-import type { RateLimitStore } from '../../core/stores.js'
+import type { RateLimitCount, RateLimitStore } from '../../core/stores.js'
 import { type RedisStoreOptions, connectRedis, lostSinceReady, luaScript, px } from './client.js'
 
 /**
  * One atomic step: the counter is a hash of the window it counts (`w`, epoch ms) and the
- * count (`c`). A request stamped with the counter's window, or an older one within one window
- * (clock skew between instances), adds to it; a newer window, or a counter more than one window
- * ahead (a clock that stepped back), starts it again at 1, with a TTL of one window from now
- * (so it outlives the end of its window, never by more than one window).
+ * count (`c`). A request stamped with the counter's window adds to it and gets the count; one
+ * stamped with an older window (its instance's clock is behind) adds to it too, never moving
+ * it back, and gets `{count, w}`, the window it counted in. A newer window starts the counter
+ * again at 1, with a TTL of one window of Redis's time, so a counter started by a clock that
+ * ran fast lives no longer than one window.
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
   `local current = tonumber(redis.call('HGET', KEYS[1], 'w'))
 local requested = tonumber(ARGV[1])
-if current and current >= requested and current - requested <= tonumber(ARGV[2]) then
-  return redis.call('HINCRBY', KEYS[1], 'c', 1)
+if current and current >= requested then
+  local count = redis.call('HINCRBY', KEYS[1], 'c', 1)
+  if current == requested then return count end
+  return {count, redis.call('HGET', KEYS[1], 'w')}
 end
 redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`,
 )
 
-function toCount(reply: unknown): number {
+function toCount(reply: unknown): number | RateLimitCount {
+  if (Array.isArray(reply)) {
+    const windowStart = Number(reply[1])
+    const count = toCount(reply[0]) as number
+    if (!Number.isSafeInteger(windowStart)) throw new Error(`Redis rate-limit script answered window ${String(reply[1])}`)
+    return { count, windowStart }
+  }
   const count = Number(reply)
   if (!Number.isSafeInteger(count) || count < 1) throw new Error(`Redis rate-limit script answered ${String(reply)}`)
   return count
