@@ -129,7 +129,14 @@ export interface SessionStore {
   readonly synchronous?: boolean
   /** Returns the pin and restarts its idle TTL. */
   get(sessionId: string, ttlMs: number): MaybePromise<SessionPin | undefined>
-  set(sessionId: string, pin: SessionPin, ttlMs: number): MaybePromise<void>
+  /**
+   * Stores the pin of a new session, only if no pin is stored under `sessionId`: answers
+   * `false`, changing nothing, when one is (a handler that assigned an id already in use, by
+   * a bug or by an App behind the proxy choosing its own ids): the session already pinned
+   * keeps its version and its owner (spec 9.2.1). `true` or nothing: stored. A store that
+   * cannot tell (an older implementation) may answer nothing, and overwrites.
+   */
+  set(sessionId: string, pin: SessionPin, ttlMs: number): MaybePromise<void | boolean>
   delete(sessionId: string): MaybePromise<void>
 }
 

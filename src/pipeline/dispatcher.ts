@@ -732,12 +732,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     complete(outcome: DispatchOutcome): MaybePromise<void> {
       const { sessionId, app, identity, version } = this.context
       try {
-        let pending: MaybePromise<void> | undefined
+        let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
           const assigned = outcome.sessionId
           if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
             pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
-            if (outcome.whenClosed) keepWhileOpen(assigned, outcome.whenClosed)
+            if (pending === false) pinTaken()
+            else if (outcome.whenClosed) keepWhileOpen(assigned, outcome.whenClosed)
+            if (pending instanceof Promise) return bounded(pending, 'sessions').then((stored) => (stored === false ? pinTaken() : undefined), pinFailed)
           }
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
@@ -756,6 +758,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function pinFailed(error: unknown): void {
     onError(error, 'session store')
+  }
+
+  /** The handler assigned a session id that a live pin already holds: that pin is kept. */
+  function pinTaken(): void {
+    onError(
+      new Error(
+        'mcp-dispatch: the MCP handler assigned a session id that is already pinned to a live session; that session keeps its version and owner, and the new one has no pin (its next request gets 404 session_not_found)',
+      ),
+      'session store',
+    )
   }
 
   // Sessions with a response open on this instance, by id: how many, and when their pin's idle

@@ -512,15 +512,28 @@ export function describeSessionStoreConformance(
       expect(await store.get('unknown', 60_000)).toBeUndefined()
     })
 
-    it('keeps sessions apart, and a second set replaces the pin', async () => {
+    it('keeps sessions apart; a second set of a live id changes nothing and answers false (the session keeps its version and owner)', async () => {
       const { store } = await open()
       const other: SessionPin = { appId: 'app_2', version: '2.0.0-rc.1', subject: 'user_2' }
-      await store.set('s1', PIN, 60_000)
-      await store.set('s2', other, 60_000)
+      expect(await store.set('s1', PIN, 60_000)).toBe(true)
+      expect(await store.set('s2', other, 60_000)).toBe(true)
       expect(await store.get('s1', 60_000)).toEqual(PIN)
       expect(await store.get('s2', 60_000)).toEqual(other)
-      await store.set('s1', other, 60_000)
+      expect(await store.set('s1', other, 60_000)).toBe(false)
+      expect(await store.get('s1', 60_000)).toEqual(PIN)
+      // Once it has ended, the id may pin a new session.
+      await store.delete('s1')
+      expect(await store.set('s1', other, 60_000)).toBe(true)
       expect(await store.get('s1', 60_000)).toEqual(other)
+    })
+
+    it.skipIf(!clockTests)('an expired pin does not keep its id: a new session may take it', async () => {
+      const { store, clock } = await open()
+      await store.set('s1', PIN, 1_000)
+      clock.advance(1_001)
+      const other: SessionPin = { appId: 'app_2', version: '2.0.0', subject: 'user_2' }
+      expect(await store.set('s1', other, 1_000)).toBe(true)
+      expect(await store.get('s1', 1_000)).toEqual(other)
     })
 
     it('delete ends the session; deleting an unknown id is fine', async () => {

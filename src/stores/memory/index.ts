@@ -207,7 +207,10 @@ export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): S
       return pin
     },
     set(id, pin, ttlMs) {
+      // Only a new session: a live pin under the same id keeps its version and owner.
+      if (cache.has(id)) return false
       cache.set(id, pin, { ttl: ttlMs })
+      return true
     },
     delete(id) {
       cache.delete(id)

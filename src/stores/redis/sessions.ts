@@ -21,7 +21,8 @@ function done(): void {}
 /**
  * `Mcp-Session-Id` → pin in Redis, with an idle TTL kept by Redis: `get` is one `GETEX … PX`
  * round trip that reads the pin and restarts its TTL atomically (Redis 6.2 or later), `set`
- * one `SET … PX`, `delete` one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
+ * one `SET … PX … NX` (a new session only: a live pin under the same id is kept), `delete`
+ * one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
  * (`{ appId, version, subject }`). Every call rejects after `timeoutMs`, so a Redis that is
  * down gives 503 (the dispatcher's policy for sessions), never a hung request.
  *
@@ -45,7 +46,8 @@ export function createRedisSessionStore(options: RedisStoreOptions): SessionStor
     },
     set(sessionId, pin, ttlMs) {
       const value = JSON.stringify({ appId: pin.appId, version: pin.version, subject: pin.subject })
-      return redis.send('SET', keyPrefix + sessionId, value, 'PX', px(ttlMs)).then(done)
+      // NX: only a new session; a live pin under the same id is kept (answer null: false).
+      return redis.send('SET', keyPrefix + sessionId, value, 'PX', px(ttlMs), 'NX').then((reply) => reply !== null)
     },
     delete(sessionId) {
       return redis.send('DEL', keyPrefix + sessionId).then(done)

@@ -1,0 +1,63 @@
+/**
+ * A handler that assigns a session id a live pin already holds (a bug, or an App behind the
+ * proxy that chooses its own ids) must not move that session: spec 9.2.1, the version is fixed
+ * for the whole connection, and the pin binds its owner. The existing pin is kept, the new
+ * session gets none (its next request is 404 `session_not_found`), and `onError` says why.
+ */
+import { mcpDispatch } from 'mcp-dispatch/web'
+import { describe, expect, it } from 'vitest'
+import { createFixture } from '../adapters/helpers.js'
+
+describe('a session id assigned twice', () => {
+  function serve() {
+    const fixture = createFixture()
+    let assign = ''
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: (request, context) => {
+        const headers: Record<string, string> = { 'content-type': 'application/json' }
+        // A request without a session is an initialize: the handler assigns the id set for it.
+        if (!request.headers.get('mcp-session-id')) headers['mcp-session-id'] = assign
+        return new Response(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { version: context.version, app: context.app.id } }), { headers })
+      },
+    })
+    const call = async (host: string, path: string, token: string, sessionId?: string) => {
+      const response = await handle(
+        new Request(`http://${host}${path}`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${token}`,
+            'content-type': 'application/json',
+            ...(sessionId && { 'mcp-session-id': sessionId }),
+          },
+          body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+        }),
+        { clientAddress: '127.0.0.1' },
+      )
+      return { status: response.status, version: response.headers.get('x-mcp-version'), body: await response.json() }
+    }
+    return { fixture, call, assign: (id: string) => (assign = id) }
+  }
+
+  it('by another App to another user: the first session keeps its App, version and owner; the second gets no pin', async () => {
+    const { fixture, call, assign } = serve()
+    assign('shared-id')
+    expect((await call('weather.localhost', '/v1', fixture.tokens.alice)).version).toBe('1.0.0')
+    expect((await call('notes.localhost', '/', fixture.tokens.carol)).status).toBe(200)
+    expect(fixture.errors.map((e) => String(e.error))).toEqual([expect.stringContaining('already pinned to a live session')])
+    expect(await call('weather.localhost', '/v1', fixture.tokens.alice, 'shared-id')).toMatchObject({ status: 200, version: '1.0.0' })
+    expect(await call('notes.localhost', '/', fixture.tokens.carol, 'shared-id')).toMatchObject({
+      status: 404,
+      body: { error: { data: { error: 'session_not_found' } } },
+    })
+  })
+
+  it('to the same user at another version line: the open session does not move to it', async () => {
+    const { fixture, call, assign } = serve()
+    assign('same-id')
+    expect((await call('weather.localhost', '/v1', fixture.tokens.alice)).version).toBe('1.0.0')
+    expect((await call('weather.localhost', '/v2', fixture.tokens.alice)).version).toBe('2.0.0')
+    expect(await call('weather.localhost', '/', fixture.tokens.alice, 'same-id')).toMatchObject({ status: 200, version: '1.0.0' })
+    expect((await call('weather.localhost', '/v2', fixture.tokens.alice, 'same-id')).status).toBe(404)
+  })
+})
