@@ -636,18 +636,20 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     at: number,
   ): RateLimitResult | Reply | undefined {
     let count = answer as number
-    // Counted in another instance's (later) window: the reset is that window's end.
+    let reset = start + windowMs
+    // Counted in another instance's (later) window: the reset is that window's end, which is
+    // on that instance's clock: never told as more than one window from now (a counter lives
+    // no longer than that), nor as past.
     if (typeof answer === 'object' && answer !== null) {
       count = answer.count
-      start = answer.windowStart
-      if (!Number.isSafeInteger(start)) count = Number.NaN
+      if (!Number.isSafeInteger(answer.windowStart)) count = Number.NaN
+      reset = Math.min(Math.max(answer.windowStart + windowMs, at), at + windowMs)
     }
     // A count is a whole number from 1 (this request): anything else is a broken store,
     // which fails open (or not) like a store that threw, never a 429 for everyone.
     if (!Number.isSafeInteger(count) || count < 1) {
       return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(answer)}, not a count >= 1`))
     }
-    const reset = start + windowMs
     const result = rateLimitDecision(count, policy, reset, at)
     return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
   }
@@ -737,9 +739,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           const assigned = outcome.sessionId
           if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
             pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
-            if (pending === false) pinTaken()
-            else if (outcome.whenClosed) keepWhileOpen(assigned, outcome.whenClosed)
-            if (pending instanceof Promise) return bounded(pending, 'sessions').then((stored) => (stored === false ? pinTaken() : undefined), pinFailed)
+            const whenClosed = outcome.whenClosed
+            // Kept alive only once the pin is this session's: a live pin of another session
+            // under the id must not be kept by this one's stream.
+            const stored = (answer: void | boolean) => {
+              if (answer === false) pinTaken()
+              else if (whenClosed) keepWhileOpen(assigned, whenClosed)
+            }
+            if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
+            stored(pending)
           }
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
@@ -764,7 +772,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function pinTaken(): void {
     onError(
       new Error(
-        'mcp-dispatch: the MCP handler assigned a session id that is already pinned to a live session; that session keeps its version and owner, and the new one has no pin (its next request gets 404 session_not_found)',
+        'mcp-dispatch: the MCP handler assigned a session id that is already pinned to a live session; that session keeps its App, version and owner, and the new one gets no pin of its own (its requests are 404 session_not_found, unless they match the kept pin: same App, user and version line, then served at the kept version)',
       ),
       'session store',
     )

@@ -206,10 +206,26 @@ describe('rate limit: instances whose clocks disagree, sharing one store', () =>
     const refusedA = await a()
     const refusedB = await b()
     expect(refusedB.status).toBe(429)
-    expect(refusedB.body.error.data.resetAt).toBe(refusedA.body.error.data.resetAt)
-    // b's clock is a second behind: it waits a second longer, never a second in all.
-    expect(Number(refusedB.headers['retry-after'])).toBe(Number(refusedA.headers['retry-after']) + 1)
-    expect(refusedB.headers.ratelimit).toBe(`"minute";r=0;t=${Number(refusedA.headers['retry-after']) + 1}`)
+    // b learns the shared window's end, not its own window's (a second after it began, by its
+    // clock): about a minute, as a, never more than one window.
+    const waitA = Number(refusedA.headers['retry-after'])
+    const waitB = Number(refusedB.headers['retry-after'])
+    expect(waitA).toBe(60)
+    expect(waitB).toBeGreaterThanOrEqual(waitA)
+    expect(waitB).toBeLessThanOrEqual(60)
+    expect(refusedB.body.error.data.retryAfter).toBe(waitB)
+    expect(refusedB.headers.ratelimit).toBe(`"minute";r=0;t=${waitB}`)
+    expect(Math.abs(refusedB.body.error.data.resetAt - refusedA.body.error.data.resetAt)).toBeLessThanOrEqual(1)
+  })
+
+  it('an instance an hour fast: the others are told to wait at most one window, not the hour', async () => {
+    const now = Date.UTC(2030, 0, 1, 0, 1, 0) + 300
+    const { a, b } = await instances(MINUTE_3, -3_600_000, () => now) // b is an hour ahead
+    for (let i = 0; i < 3; i++) expect((await b()).status).toBe(200)
+    const refused = await a()
+    expect(refused.status).toBe(429)
+    expect(Number(refused.headers['retry-after'])).toBeLessThanOrEqual(60)
+    expect(refused.body.error.data.resetAt).toBeLessThanOrEqual(Math.ceil((now + 60_000) / 1000))
   })
 
   it('instances skewed by more than a window share one budget instead of resetting each other’s counter', async () => {

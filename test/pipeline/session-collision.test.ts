@@ -4,6 +4,7 @@
  * for the whole connection, and the pin binds its owner. The existing pin is kept, the new
  * session gets none (its next request is 404 `session_not_found`), and `onError` says why.
  */
+import { type SessionStore, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { createFixture } from '../adapters/helpers.js'
@@ -59,5 +60,44 @@ describe('a session id assigned twice', () => {
     expect((await call('weather.localhost', '/v2', fixture.tokens.alice)).version).toBe('2.0.0')
     expect(await call('weather.localhost', '/', fixture.tokens.alice, 'same-id')).toMatchObject({ status: 200, version: '1.0.0' })
     expect((await call('weather.localhost', '/v2', fixture.tokens.alice, 'same-id')).status).toBe(404)
+  })
+})
+
+describe('a session id assigned twice, on an asynchronous session store', () => {
+  it('the new session’s open stream does not keep the other session’s pin alive', async () => {
+    const fixture = createFixture()
+    const memory = createMemorySessionStore()
+    const reads: string[] = []
+    const sessions: SessionStore = {
+      get: async (id, ttl) => (reads.push(id), memory.get(id, ttl)),
+      set: async (id, pin, ttl) => memory.set(id, pin, ttl),
+      delete: async (id) => memory.delete(id),
+    }
+    await sessions.set('dup', { appId: 'app_notes', version: '1.0.0', subject: 'carol' }, 60_000)
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions, sessionTtlMs: 300 })
+    let stream!: ReadableStreamDefaultController<Uint8Array>
+    const handle = mcpDispatch({
+      dispatcher,
+      handler: () =>
+        new Response(new ReadableStream<Uint8Array>({ start: (controller) => void (stream = controller) }), {
+          headers: { 'content-type': 'text/event-stream', 'mcp-session-id': 'dup' },
+        }),
+    })
+    const response = await handle(
+      new Request('http://weather.localhost/v1', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'text/event-stream' },
+        body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}',
+      }),
+      { clientAddress: '127.0.0.1' },
+    )
+    expect(response.status).toBe(200)
+    expect(fixture.errors.map((e) => String(e.error))).toEqual([expect.stringContaining('already pinned')])
+    // Three keep-alive ticks (every 100 ms) while the stream is open: none touches carol's pin.
+    await new Promise((resolve) => setTimeout(resolve, 350))
+    expect(reads).toEqual([])
+    stream.close()
+    await response.body!.cancel()
+    expect(await memory.get('dup', 60_000)).toEqual({ appId: 'app_notes', version: '1.0.0', subject: 'carol' })
   })
 })

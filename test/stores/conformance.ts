@@ -644,6 +644,16 @@ export function describeRateLimitStoreConformance(
     })
 
     if (options.injectableClock !== false) {
+      it('a counter ahead of the requests lives one window of the store’s time, then starts again', async () => {
+        const { store, clock } = await open()
+        clock.set(start + 10)
+        expect(await store.increment('k', start + 20 * W, W)).toBe(1)
+        clock.advance(W - 20)
+        expect(await store.increment('k', start, W)).toEqual({ count: 2, windowStart: start + 20 * W })
+        clock.advance(20)
+        expect(await store.increment('k', start, W)).toBe(1)
+      })
+
       it('a counter started by a clock that has since stepped back starts again: no lockout for the size of the step', async () => {
         const { store, clock } = await open()
         // The clock ran an hour fast for one request, then was corrected.

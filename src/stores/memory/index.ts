@@ -254,12 +254,12 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
       if (entry && entry.windowStart >= windowStart) {
         if (entry.windowStart === windowStart) return ++entry.count
         // A request stamped with an older window (an instance whose clock is behind, sharing
-        // this store) counts against the counter's window, which is named in the answer;
-        // unless this store's clock is now before the counter's start: the counter was started
-        // by a clock that has since stepped back, and starts again rather than refusing for
-        // the size of the step.
+        // this store) counts against the counter's window, which is named in the answer, for
+        // one window of this store's time since the counter started (as Redis's PEXPIRE);
+        // a clock now before the counter's start (it was started by a clock that has since
+        // stepped back) starts it again rather than refusing for the size of the step.
         const at = now()
-        if (at >= entry.started) return { count: ++entry.count, windowStart: entry.windowStart }
+        if (at >= entry.started && at - entry.started < windowMs) return { count: ++entry.count, windowStart: entry.windowStart }
       }
       if (entry) entry.windowStart = windowStart
       else if (counters.size >= max) makeRoom()
