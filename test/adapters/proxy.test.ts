@@ -5,6 +5,7 @@
  */
 import * as http from 'node:http'
 import * as net from 'node:net'
+import { generateKeyPairSync } from 'node:crypto'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { type JWK, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
 import { ConfigurationError, type DispatchContext, UnauthorizedError, UpstreamError } from 'mcp-dispatch'
@@ -801,6 +802,24 @@ describe('identity tokens', () => {
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { ...privateJwk, d: undefined } })).toThrow(ConfigurationError)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: nonExtractable })).toThrow(ConfigurationError)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk, ttlSeconds: 0 })).toThrow(ConfigurationError)
+    // A key no algorithm here signs with, or an algorithm that does not fit the key: at
+    // creation, not as a 502 on every request.
+    const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: rsa, algorithm: 'ES256' })).toThrow(/identity\.algorithm.*ES256 does not fit/)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: rsa, algorithm: 'PS256' })).not.toThrow()
+    for (const [type, options] of [
+      ['ec', { namedCurve: 'secp256k1' }],
+      ['ed448', {}],
+      ['x25519', {}],
+    ] as const) {
+      const odd = generateKeyPairSync(type as 'ec', options as { namedCurve: string }).privateKey
+      expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: odd }), type).toThrow(/identity\.privateKey/)
+      expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { ...odd.export({ format: 'jwk' }) } as JWK }), `${type} JWK`).toThrow(
+        /identity\.privateKey/,
+      )
+    }
+    const { privateKey: webEc } = await generateKeyPair('ES384', { extractable: true })
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: webEc, algorithm: 'ES256' })).toThrow(/does not fit/)
     const identity = { issuer: ISSUER, privateKey: privateJwk }
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'not a url' }, identity })).toThrow(ConfigurationError)
     // Never the value itself: an address may carry a secret.

@@ -127,6 +127,43 @@ function publicPart(jwk: JWK): JWK {
   return out as JWK
 }
 
+/** What this module reads of a `node:crypto` `KeyObject`. */
+interface NodeKeyObject {
+  readonly asymmetricKeyType?: string
+  readonly asymmetricKeyDetails?: { readonly namedCurve?: string }
+}
+
+/**
+ * The signing algorithms a key can sign with, as far as can be seen without importing it
+ * (a JWK's `kty` and `crv`, a `KeyObject`'s type and curve, a `CryptoKey`'s algorithm):
+ * `undefined` when its kind cannot be seen, `[]` for a key no algorithm here signs with
+ * (secp256k1, Ed448, X25519, an ECDH key).
+ */
+function algorithmsOf(key: IdentityKey): readonly string[] | undefined {
+  let kty: string | undefined
+  let crv: string | undefined
+  if (isJwk(key)) {
+    kty = key.kty
+    crv = key.crv
+  } else if (typeof (key as NodeKeyObject).asymmetricKeyType === 'string') {
+    const object = key as NodeKeyObject
+    const type = object.asymmetricKeyType
+    const curve = object.asymmetricKeyDetails?.namedCurve
+    kty = type === 'ec' ? 'EC' : type === 'rsa' || type === 'rsa-pss' ? 'RSA' : type === 'ed25519' ? 'OKP' : type
+    crv = type === 'ed25519' ? 'Ed25519' : ({ prime256v1: 'P-256', secp384r1: 'P-384', secp521r1: 'P-521' } as Record<string, string>)[curve ?? ''] ?? curve
+  } else {
+    const algorithm = (key as { algorithm?: { name?: unknown; namedCurve?: unknown } }).algorithm
+    const name = typeof algorithm?.name === 'string' ? algorithm.name : undefined
+    if (name === undefined) return undefined
+    kty = name === 'ECDSA' ? 'EC' : name === 'Ed25519' ? 'OKP' : name === 'RSASSA-PKCS1-v1_5' || name === 'RSA-PSS' ? 'RSA' : name
+    crv = name === 'Ed25519' ? 'Ed25519' : typeof algorithm?.namedCurve === 'string' ? algorithm.namedCurve : undefined
+  }
+  if (kty === 'EC') return crv === 'P-256' ? ['ES256'] : crv === 'P-384' ? ['ES384'] : crv === 'P-521' ? ['ES512'] : []
+  if (kty === 'OKP') return crv === 'Ed25519' ? ['EdDSA', 'Ed25519'] : []
+  if (kty === 'RSA') return ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512']
+  return []
+}
+
 function inferAlgorithm(jwk: JWK): string {
   if (jwk.kty === 'EC') {
     if (jwk.crv === 'P-256') return 'ES256'
@@ -167,6 +204,14 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
   }
   if (options.algorithm !== undefined && !ASYMMETRIC_ALGORITHMS.includes(options.algorithm)) {
     throw new ConfigurationError('identity.algorithm', `must be one of ${ASYMMETRIC_ALGORITHMS.join(', ')}`)
+  }
+  // Seen now rather than at the first request (where every request would be a 502).
+  const allowed = algorithmsOf(privateKey)
+  if (allowed?.length === 0) {
+    throw new ConfigurationError('identity.privateKey', 'must be an EC key on P-256, P-384 or P-521, an Ed25519 key, or an RSA key')
+  }
+  if (allowed && options.algorithm !== undefined && !allowed.includes(options.algorithm)) {
+    throw new ConfigurationError('identity.algorithm', `${options.algorithm} does not fit the key (it signs with ${allowed.join(', ')})`)
   }
   const ttl = options.ttlSeconds ?? DEFAULT_IDENTITY_TTL_SECONDS
   if (!Number.isSafeInteger(ttl) || ttl < 1 || ttl > 3600) {
