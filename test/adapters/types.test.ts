@@ -58,7 +58,7 @@ describe('every adapter exports the same names', () => {
   })
 
   it('the proxy handler is a handler of every adapter', () => {
-    const proxy = createProxyHandler({ upstream: {}, identity: { issuer: 'https://p.example', privateKey: { kty: 'EC', d: 'x' } } })
+    const proxy = createProxyHandler({ upstream: {}, identity: { issuer: 'https://p.example', privateKey: { kty: 'EC', crv: 'P-256', d: 'x' } } })
     expectTypeOf(proxy).toEqualTypeOf<ProxyHandler>()
     expectTypeOf(proxy).toMatchTypeOf<webAdapter.WebMcpHandler>()
     expectTypeOf(proxy).toMatchTypeOf<expressAdapter.ExpressWebHandler>()
