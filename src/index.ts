@@ -112,6 +112,7 @@ export type {
   MemoryAppSeed,
   MemoryAppStore,
   MemorySubscriptionStore,
+  MemorySessionStoreOptions,
   MemoryTtlStoreOptions,
 } from './stores/memory/index.js'
 

@@ -69,6 +69,28 @@ describe('memory stores: what only they do', () => {
     expect(sessions.get('s3', 60_000)).toEqual(pin)
   })
 
+  it('the session store holds at most maxPerSubject pins per user: a new one ends that user’s oldest, never another user’s', () => {
+    const clock = createTestClock()
+    const sessions = createMemorySessionStore({ max: 4, maxPerSubject: 3, now: clock.now })
+    const of = (subject: string): SessionPin => ({ appId: 'a', version: '1.0.0', subject })
+    sessions.set('bob-1', of('bob'), 60_000)
+    for (let i = 1; i <= 12; i++) {
+      sessions.set(`alice-${i}`, of('alice'), 60_000)
+      sessions.get(`alice-${i}`, 60_000) // used: the LRU order alone would now drop bob's pin
+    }
+    expect(sessions.get('bob-1', 60_000)).toEqual(of('bob'))
+    expect(['alice-9', 'alice-10', 'alice-11', 'alice-12'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([false, true, true, true])
+    // A deleted pin and an expired one free their slots.
+    sessions.delete('alice-10')
+    sessions.set('alice-13', of('alice'), 1_000)
+    expect(sessions.get('alice-11', 60_000)).toEqual(of('alice'))
+    clock.advance(1_001)
+    sessions.set('alice-13', of('alice'), 60_000) // the expired pin's id, taken again
+    sessions.set('alice-14', of('alice'), 60_000)
+    expect(['alice-11', 'alice-12', 'alice-13', 'alice-14'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([false, true, true, true])
+    expect(() => createMemorySessionStore({ maxPerSubject: 0 })).toThrow(/maxPerSubject/)
+  })
+
   it('the rate-limit store is bounded by max', () => {
     const counters = createMemoryRateLimitStore({ max: 2, now: () => 10 })
     counters.increment('a', 0, 60_000)

@@ -7,7 +7,7 @@
  */
 import { LRUCache } from 'lru-cache'
 import { applyDeploy } from '../../core/versions.js'
-import { NotFoundError } from '../../errors.js'
+import { ConfigurationError, NotFoundError } from '../../errors.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
@@ -191,13 +191,39 @@ export interface MemoryTtlStoreOptions {
   now?: Clock
 }
 
-/** In-memory session pins with an idle TTL (`lru-cache`). */
-export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): SessionStore {
+/** Options of {@link createMemorySessionStore}. */
+export interface MemorySessionStoreOptions extends MemoryTtlStoreOptions {
+  /**
+   * Most pins one user (`subject`) holds; a new session past it ends that user's oldest pin,
+   * never another user's. Without it, one caller opening `max` sessions would push every
+   * other user's pin out of the store (their next request: 404 `session_not_found`, and a
+   * new session at the newest version). Default 1,000.
+   */
+  maxPerSubject?: number
+}
+
+/**
+ * In-memory session pins with an idle TTL (`lru-cache`), at most `max` in all (the least
+ * recently used go first) and `maxPerSubject` per user (that user's oldest go first).
+ */
+export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
+  const maxPerSubject = options.maxPerSubject ?? 1_000
+  if (!Number.isSafeInteger(maxPerSubject) || maxPerSubject < 1) {
+    throw new ConfigurationError('maxPerSubject', 'must be a positive integer')
+  }
+  // Each user's pins, oldest first; kept in step with the cache by its dispose hook (a pin
+  // deleted, evicted, or found expired).
+  const bySubject = new Map<string, Set<string>>()
   const cache = new LRUCache<string, SessionPin>({
     max: options.max ?? 100_000,
     ttl: 1,
     ttlAutopurge: false,
     ...lruClock(options.now),
+    dispose: (pin, id) => {
+      const own = bySubject.get(pin.subject)
+      own?.delete(id)
+      if (own?.size === 0) bySubject.delete(pin.subject)
+    },
   })
   return {
     synchronous: true,
@@ -209,7 +235,19 @@ export function createMemorySessionStore(options: MemoryTtlStoreOptions = {}): S
     set(id, pin, ttlMs) {
       // Only a new session: a live pin under the same id keeps its version and owner.
       if (cache.has(id)) return false
+      let own = bySubject.get(pin.subject)
+      while (own !== undefined && own.size >= maxPerSubject) {
+        const oldest = own.values().next().value!
+        own.delete(oldest)
+        cache.delete(oldest)
+        own = bySubject.get(pin.subject)
+      }
+      // Read again after the write: it may replace an expired pin under this id, whose
+      // dispose hook then runs.
       cache.set(id, pin, { ttl: ttlMs })
+      own = bySubject.get(pin.subject)
+      if (!own) bySubject.set(pin.subject, (own = new Set()))
+      own.add(id)
       return true
     },
     delete(id) {
