@@ -339,6 +339,32 @@ describe('list (spec 2.1: name, prefix, servers, expiration, last use)', () => {
   })
 })
 
+describe('HEAD and encoded ids', () => {
+  it('HEAD is GET without the body (RFC 9110 section 9.3.2): the same status and headers, refusals included', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    for (const path of ['', `/${id}`]) {
+      const got = await call('GET', path, { session: alice })
+      const head = await call('HEAD', path, { session: alice })
+      expect(head.status).toBe(200)
+      expect(head.headers.get('content-type')).toBe(got.headers.get('content-type'))
+      expect(await head.text()).toBe('')
+    }
+    const refused = await call('HEAD', '')
+    expect(refused.status).toBe(401)
+    expect(await refused.text()).toBe('')
+    const wrongMethod = await call('PUT', '', { session: alice })
+    expect(wrongMethod.headers.get('allow')).toBe('GET, HEAD, POST')
+  })
+
+  it('an id with percent-encoded characters is the id itself (RFC 3986 section 6.2.2.2)', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const encoded = [...id].map((c, i) => (i === 0 ? `%${c.charCodeAt(0).toString(16)}` : c)).join('')
+    expect(await json(await call('GET', `/${encoded}`, { session: alice }))).toMatchObject({ id })
+  })
+})
+
 describe('edit (spec 2.1, 3, 4.4)', () => {
   it('name, expires_at and allowed_ips change, and the App sees the change at once', async () => {
     const alice = await signIn('user_alice')

@@ -73,6 +73,15 @@ const SNAKE: Record<string, string> = {
   expiresAt: 'expires_at',
 }
 
+/** A path segment with its percent-encoding undone; as it is when that is not valid. */
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment)
+  } catch {
+    return segment
+  }
+}
+
 function json(status: number, body: unknown, headers?: Record<string, string>): Response {
   return new Response(JSON.stringify(body), {
     status,
@@ -184,7 +193,8 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
 
   async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
     const method = request.method
-    const segments = rest === '' ? [] : rest.slice(1).split('/')
+    // Percent-encoded unreserved characters are the characters themselves (RFC 3986 section 6.2.2.2).
+    const segments = rest === '' ? [] : rest.slice(1).split('/').map(decodeSegment)
     const bearer = parseBearerToken(request.headers.get('authorization'))
     const [id, action] = segments
     if (segments.length > 2 || (action !== undefined && action !== 'rotate') || id === '') {
@@ -228,7 +238,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
         })
         return json(201, created, { location: `${basePath}/${created.id}` })
       }
-      return json(405, { error: 'method_not_allowed', message: 'Use GET or POST' }, { allow: 'GET, POST' })
+      return json(405, { error: 'method_not_allowed', message: 'Use GET or POST' }, { allow: 'GET, HEAD, POST' })
     }
     if (method === 'GET') return json(200, await tokens.get((await session(request, false)).userId, id))
     if (method === 'PATCH') {
@@ -255,21 +265,30 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       const s = await session(request, true)
       return json(200, await tokens.revoke(s.userId, id))
     }
-    return json(405, { error: 'method_not_allowed', message: 'Use GET, PATCH or DELETE' }, { allow: 'GET, PATCH, DELETE' })
+    return json(405, { error: 'method_not_allowed', message: 'Use GET, PATCH or DELETE' }, { allow: 'GET, HEAD, PATCH, DELETE' })
   }
 
-  const api = async function tokenApi(request: Request, info?: TokenApiRequestInfo): Promise<Response | null> {
-    const url = new URL(request.url)
-    const path = url.pathname
-    if (path !== basePath && !path.startsWith(`${basePath}/`)) return null
+  async function answer(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
     try {
-      return await route(request, path.slice(basePath.length).replace(/\/$/, ''), info)
+      return await route(request, rest, info)
     } catch (error) {
       if (error instanceof DispatchError && error.status < 500) return errorResponse(error)
       // A client that left mid-body is no failure worth a log line (any client can cause one).
       if (!request.signal?.aborted) onError(error, 'token api')
       return json(503, { error: 'temporarily_unavailable', message: 'Service unavailable' }, { 'retry-after': '1' })
     }
+  }
+
+  const api = async function tokenApi(request: Request, info?: TokenApiRequestInfo): Promise<Response | null> {
+    const url = new URL(request.url)
+    const path = url.pathname
+    if (path !== basePath && !path.startsWith(`${basePath}/`)) return null
+    const rest = path.slice(basePath.length).replace(/\/$/, '')
+    if (request.method !== 'HEAD') return answer(request, rest, info)
+    // HEAD is GET without the body (RFC 9110 section 9.3.2).
+    const got = await answer(new Request(request, { method: 'GET' }), rest, info)
+    void got.body?.cancel().catch(() => {})
+    return new Response(null, { status: got.status, statusText: got.statusText, headers: got.headers })
   }
   return Object.assign(api, { basePath }) as TokenApi
 }

@@ -165,11 +165,11 @@ describe('create (spec 2.1, 3)', () => {
     }
   })
 
-  it('no allowlist, or an empty one, is null', async () => {
+  it('no allowlist is null; an empty one is refused (spec 2.1: one or more), never taken as "any address"', async () => {
     const { service } = setup()
     expect((await createToken(service)).allowed_ips).toBeNull()
     expect((await createToken(service, { allowedIps: null })).allowed_ips).toBeNull()
-    expect((await createToken(service, { allowedIps: [] })).allowed_ips).toBeNull()
+    expect(await fieldOf(createToken(service, { allowedIps: [] }))).toBe('allowedIps')
   })
 
   it('stores only a hash of the secret', async () => {
@@ -181,6 +181,8 @@ describe('create (spec 2.1, 3)', () => {
   })
 
   it('with a pepper, stores an HMAC that a plain hash does not find', async () => {
+    expect(() => setup({ pepper: '' })).toThrow(/pepper/)
+    expect(() => setup({ pepper: 'short' })).toThrow(/at least 16/)
     const { service, store } = setup({ pepper: 'server-side-secret' })
     const created = await createToken(service)
     expect(await store.findByHash(hashApiToken(created.token))).toBeUndefined()
@@ -470,7 +472,7 @@ describe('update (spec 2.1, 3)', () => {
     expect((await service.update('alice', created.id, { expiresAt: '2025-03-31T02:00:00+02:00' })).expires_at).toBe('2025-03-31T00:00:00.000Z')
   })
 
-  it('an allowlist can be replaced, removed with null or [], and each entry is validated', async () => {
+  it('an allowlist can be replaced, removed with null (not []), and each entry is validated', async () => {
     const { service } = setup()
     const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
     expect((await service.update('alice', created.id, { allowedIps: ['::1', '10.0.0.0/8'] })).allowed_ips).toEqual([
@@ -492,7 +494,9 @@ describe('update (spec 2.1, 3)', () => {
     ])
     expect((await service.update('alice', created.id, { allowedIps: null })).allowed_ips).toBeNull()
     await service.update('alice', created.id, { allowedIps: ['::1'] })
-    expect((await service.update('alice', created.id, { allowedIps: [] })).allowed_ips).toBeNull()
+    // A dashboard that sends [] after removing the last entry must not open the token to every address.
+    expect(await fieldOf(service.update('alice', created.id, { allowedIps: [] }))).toBe('allowedIps')
+    expect((await service.get('alice', created.id)).allowed_ips).toEqual(['::1'])
   })
 
   it('servers and scopes cannot change (spec 2.1)', async () => {
@@ -619,6 +623,28 @@ describe('update (spec 2.1, 3)', () => {
     release()
     await handled
     expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
+  })
+
+  it('an edit of the expiry answered in time, but after the old expiry passed during its write, is undone: the token stays expired (409)', async () => {
+    const inner = createMemoryTokenStore()
+    const { service, clock } = setup({ store: inner })
+    const token = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY - 1)
+    // The write lands while the old expiry passes (a slow store, in time for its deadline).
+    const update: TokenStore['update'] = async (id, patch, expected) => {
+      const written = inner.update(id, patch, expected)
+      if (patch.name === 'slow') clock.advance(2)
+      return written
+    }
+    const editing = setup({ store: { ...inner, update }, now: clock.now }).service
+    const refused = await refusal(editing.update('alice', token.id, { expiresAt: T0 + 30 * DAY, name: 'slow' }), TokenInactiveError)
+    expect(refused.status).toBe(409)
+    expect(refused.message).toContain('expired')
+    expect((await service.get('alice', token.id)).status).toBe('expired')
+    expect(await service.authenticate(token.token)).toEqual({ ok: false, reason: 'expired' })
+    // Answered before the old expiry, the same edit holds.
+    const other = await createToken(service, { expiresInDays: 30 })
+    expect((await editing.update('alice', other.id, { expiresAt: T0 + 60 * DAY })).expires_at).toBe(new Date(T0 + 60 * DAY).toISOString())
   })
 
   it('someone else’s token: 404', async () => {
@@ -1261,15 +1287,70 @@ describe('cached records and invalidation between instances', () => {
     expect(await b.authenticate(two.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 
+  it('a password reset drops, on every instance, a token its own statement missed (created while it ran: READ COMMITTED)', async () => {
+    let missed: string | undefined
+    const { a, b } = instances(true, (store) => ({
+      ...store,
+      // As PostgreSQL may: the reset is recorded, but a row whose insert committed while the
+      // statement ran is not in its snapshot, so it is not among those it returns.
+      revokeAllForUser: async (userId, at) => (await store.revokeAllForUser(userId, at)).filter((r) => r.id !== missed),
+    }))
+    const racing = await createToken(b)
+    missed = racing.id
+    expect((await b.authenticate(racing.token)).ok).toBe(true) // cached on b
+    await a.revokeAllForUser('alice')
+    expect(await b.authenticate(racing.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('a rotation that lands after its caller was told 503 is undone: the old secret, the one its caller holds, works again', async () => {
+    for (const caller of ['token', 'session'] as const) {
+      let release!: () => void
+      const held = new Promise<void>((resolve) => (release = resolve))
+      let undo!: () => void
+      const undone = new Promise<void>((resolve) => (undo = resolve))
+      let rotations = 0
+      const base = createMemoryTokenStore()
+      const store: TokenStore = {
+        ...base,
+        rotate: async (id, next, expected) => {
+          // The rotation is held past the deadline; the next call is its undo.
+          if (++rotations === 1) await held
+          const rotated = base.rotate(id, next, expected)
+          if (rotations === 2) undo()
+          return rotated
+        },
+      }
+      const slow = setup({ store, storeTimeoutMs: 50 }).service
+      const created = await createToken(slow)
+      const by = caller === 'token' ? ({ kind: 'token', token: created.token } as const) : ({ kind: 'session', userId: 'alice' } as const)
+      await refusal(slow.rotate(created.id, by), StoreUnavailableError)
+      release()
+      await undone
+      expect((await slow.authenticate(created.token)).ok, caller).toBe(true)
+      expect((await slow.get('alice', created.id)).prefix, caller).toBe(created.prefix)
+    }
+  })
+
   it('without a shared bus a revocation reaches the other instance when its cache TTL ends (spec 3: within 10 minutes)', async () => {
     const { a, b, clock } = instances(false)
     const created = await createToken(a)
     expect((await b.authenticate(created.token)).ok).toBe(true)
     await a.revoke('alice', created.id)
     expect(await a.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
-    clock.advance(599_000)
+    clock.advance(599_999)
     expect((await b.authenticate(created.token)).ok).toBe(true)
-    clock.advance(1_001)
+    // Within 10 minutes: at 600,000 ms it is refused already.
+    clock.advance(1)
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  it('after close() the service no longer caches: it hears no invalidation any more, so a revocation elsewhere holds at once', async () => {
+    const { a, b } = instances(true)
+    const created = await createToken(a)
+    expect((await b.authenticate(created.token)).ok).toBe(true) // cached on b
+    await b.close()
+    expect((await b.authenticate(created.token)).ok).toBe(true) // still served while draining, from the store
+    await a.revoke('alice', created.id)
     expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 

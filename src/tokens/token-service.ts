@@ -135,7 +135,13 @@ export interface TokenServiceOptions {
   subscriptions?: SubscriptionStore
   /** Token prefix; default `svc_`. Lowercase, ends in `_`, at most 16 characters. */
   prefix?: string
-  /** Server-side secret: tokens are then stored as HMAC-SHA-256 instead of SHA-256. */
+  /**
+   * Server-side secret, at least 16 characters: tokens are then stored as HMAC-SHA-256
+   * instead of SHA-256. Set it from the start, the same on every instance: a token is found
+   * only under the hash it was stored with, so tokens made without it (or with another) stop
+   * authenticating (401) when it is turned on or changed, while the dashboard still lists them
+   * as active; their owners rotate them (by session) to get working secrets.
+   */
   pepper?: string
   /**
    * Trust a looked-up token record for this long on this instance (0 = always ask the
@@ -219,7 +225,7 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).max(100, 'at most 100 entries').nullable()
+const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).min(1, 'must name at least one address or CIDR range (null removes the allowlist)').max(100, 'at most 100 entries').nullable()
 const createSchema = z.object({
   userId: z.string().min(1),
   name: nameSchema,
@@ -287,7 +293,7 @@ function parseTimestamp(text: string): number {
 
 /** The allowlist to store: each entry once, in the order given; `null` for none. */
 function allowlistOf(entries: readonly string[] | null | undefined): string[] | null {
-  return entries && entries.length > 0 ? [...new Set(entries)] : null
+  return entries ? [...new Set(entries)] : null
 }
 
 function iso(ms: number): string {
@@ -325,6 +331,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now
   const random = options.random ?? randomBytes
   const pepper = options.pepper
+  // An empty variable of the environment would quietly switch the hash scheme (and lock every
+  // token out): a pepper is a secret of at least 16 characters, or absent.
+  if (pepper !== undefined && (typeof pepper !== 'string' || pepper.length < 16)) {
+    throw new ConfigurationError('pepper', 'must be a secret of at least 16 characters, or absent')
+  }
   const onError = options.onError ?? logError
   const flushEvery = options.lastUsedFlushMs ?? 60_000
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
@@ -340,8 +351,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
   // An injected clock drives the cache TTL; by default lru-cache's own monotonic clock does, so
   // a wall clock stepped back (NTP, a resumed VM) cannot stretch it past `cacheTtlMs`.
+  // lru-cache keeps an entry for `ttl` inclusive: one millisecond less, so a revocation takes
+  // effect within `cacheTtlMs`, never at `cacheTtlMs` and a millisecond.
   const cache =
-    cacheTtlMs > 0 ? new LRUCache<string, ApiTokenRecord>({ max: 50_000, ttl: cacheTtlMs, ...lruClock(options.now) }) : undefined
+    cacheTtlMs > 0
+      ? new LRUCache<string, ApiTokenRecord>({ max: 50_000, ttl: Math.max(1, cacheTtlMs - 1), ...lruClock(options.now) })
+      : undefined
+  /** `false` once closed: the service no longer hears invalidations, so it no longer caches. */
+  let hearing = true
   // Counts invalidations: a lookup that was in flight while one arrived does not cache what it
   // read, since it may have read the record before the change (a revoked token would then be
   // trusted for the rest of the cache TTL).
@@ -378,6 +395,27 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * `late` is then called with the answer whenever it comes, so what it changed is still
    * invalidated (or undone), as it would have been in time.
    */
+  /**
+   * A rotation whose caller was told 503 landed later: nobody holds its secret, so the old
+   * one is put back (compare-and-swap on the new hash: a rotation or revocation since keeps
+   * its own), as the caller believes; a headless client would otherwise be locked out with an
+   * active token. Either way, both secrets' cached records are dropped.
+   */
+  async function undoRotation(
+    id: string,
+    previous: { tokenHash: string; displayPrefix: string },
+    landedHash: string,
+    replacedHash: string,
+  ): Promise<void> {
+    try {
+      await store.rotate(id, previous, landedHash)
+    } catch (error) {
+      onError(new Error(`token ${id}: a rotation that landed after its caller was told 503 could not be undone`, { cause: error }), 'token store')
+    } finally {
+      await Promise.all([invalidate(landedHash), invalidate(replacedHash)])
+    }
+  }
+
   async function storeCall<T>(fn: () => MaybePromise<T>, late?: (value: T) => unknown): Promise<T> {
     let answer: MaybePromise<T> | undefined
     let settled = false
@@ -511,7 +549,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (wellFormed.size >= 10_000) wellFormed.clear()
       wellFormed.add(tokenHash)
     }
-    if (cache && record.revokedAt === null && asked === invalidationCount && invalidations.listening !== false) {
+    if (cache && hearing && record.revokedAt === null && asked === invalidationCount && invalidations.listening !== false) {
       cache.set(tokenHash, record)
     }
     return record
@@ -609,35 +647,48 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
         patch.expiresAt = at
       }
+      /**
+       * A new expiry must not land once the old one has passed: it would bring an expired
+       * token back (spec 3: it never returns to active). The old one is put back, if the
+       * expiry is still this edit's; another edit since keeps its own (the read skips the write
+       * when one landed before it, and the write is a compare-and-swap on this edit's expiry
+       * for one that lands between the two).
+       */
+      const undoIfExpired = async (): Promise<boolean> => {
+        if (patch.expiresAt === undefined || now() < record.expiresAt) return false
+        try {
+          const current = await store.get(id)
+          if (current?.expiresAt === patch.expiresAt) await store.update(id, { expiresAt: record.expiresAt }, patch.expiresAt)
+        } catch (error) {
+          throw new Error(`token ${id}: an edit of its expiry landed after the old expiry and could not be undone`, { cause: error })
+        }
+        return true
+      }
       const updated = await storeCall(
         () => store.update(id, patch),
         async (late) => {
           if (!late) return
+          // Its caller was told 503, so nobody expects this edit any more.
           try {
-            // Its caller was told 503, so nobody expects this edit any more. A new expiry that
-            // lands once the old one has passed would bring an expired token back (spec 2.2: it
-            // never returns to active): the old one is put back, if the expiry is still this
-            // edit's. Another edit since, told 200, keeps its own: the read skips the write when
-            // one landed before it, and the write is a compare-and-swap on this edit's expiry
-            // for one that lands between the two.
-            if (patch.expiresAt !== undefined && now() >= record.expiresAt) {
-              const undo = async () => {
-                const current = await store.get(id)
-                if (current?.expiresAt === patch.expiresAt) {
-                  await store.update(id, { expiresAt: record.expiresAt }, patch.expiresAt)
-                }
-              }
-              await undo().catch((error: unknown) => {
-                throw new Error(`token ${id}: an edit of its expiry landed after the old expiry and could not be undone`, { cause: error })
-              })
-            }
+            await undoIfExpired()
           } finally {
             await invalidate(late.tokenHash)
           }
         },
       )
       if (!updated) throw new TokenInactiveError('revoked')
+      // Answered in time, but the old expiry passed while the write was on its way: requests
+      // in between were refused as expired, so the token stays so, and the caller is told
+      // (409), as for an edit made after the expiry.
+      let undone: boolean
+      try {
+        undone = await undoIfExpired()
+      } catch (error) {
+        onError(error, 'token store')
+        undone = true
+      }
       await invalidate(updated.tokenHash)
+      if (undone) throw new TokenInactiveError('expired')
       return view(updated)
     },
 
@@ -658,9 +709,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         expectedHash = auth.record.tokenHash
         const secret = await newSecret()
         const replaced = record.tokenHash
+        const previous = { tokenHash: record.tokenHash, displayPrefix: record.displayPrefix }
         const rotated = await storeCall(
           () => store.rotate(id, secret, expectedHash),
-          (late) => late && invalidate(replaced),
+          (late) => late && undoRotation(id, previous, secret.tokenHash, replaced),
         )
         // Lost a race with another rotation or a revocation: the presented secret is gone.
         if (!rotated) throw new UnauthorizedError()
@@ -678,7 +730,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         const current = record
         const rotated = await storeCall(
           () => store.rotate(id, secret, current.tokenHash),
-          (late) => late && invalidate(current.tokenHash),
+          (late) =>
+            late &&
+            undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.tokenHash, current.tokenHash),
         )
         if (rotated) {
           await invalidate(current.tokenHash)
@@ -711,6 +765,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         (late) => Promise.all(late.map((r) => invalidate(r.tokenHash))),
       )
       await Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
+      // Every token of the user, not only those the reset's own statement revoked: one whose
+      // creation committed while that statement ran (READ COMMITTED: not in its snapshot) is
+      // revoked by the recorded reset when read, but may already sit in another instance's
+      // cache, where only an invalidation reaches it.
+      const done = new Set(revoked.map((r) => r.tokenHash))
+      const all = await storeCall(() => store.listByUser(userId)).catch((error: unknown) => {
+        onError(error, 'password reset: listing the tokens to invalidate')
+        return [] as readonly ApiTokenRecord[]
+      })
+      await Promise.all(all.filter((r) => !done.has(r.tokenHash)).map((r) => invalidate(r.tokenHash)))
       return revoked.length
     },
 
@@ -721,7 +785,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (token.length !== API_TOKEN_LENGTH || !token.startsWith(prefix)) return MALFORMED
       const tokenHash = hash(token)
       // Not while the bus cannot hear other instances: a rotation there would go unnoticed.
-      const cached = cache !== undefined && invalidations.listening !== false ? cache.get(tokenHash) : undefined
+      const cached = cache !== undefined && hearing && invalidations.listening !== false ? cache.get(tokenHash) : undefined
       if (cached !== undefined) return judge(cached)
       const known = wellFormed.has(tokenHash)
       if (!known && checkApiTokenFormat(token, prefix) !== null) return MALFORMED
@@ -769,6 +833,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
     async close() {
       unsubscribe()
+      // Deaf to other instances from here on: requests still served while the platform drains
+      // read the store, rather than a cache no revocation reaches any more.
+      hearing = false
+      cache?.clear()
       // The write deadlines do not keep a process alive; this one does, so a process that
       // closes and ends still gets its last write done or reported (bounded: an in-flight
       // flush, then this one).

@@ -40,8 +40,10 @@ const expiresInDays = fc.oneof(
 )
 const ipEntry = fc.oneof(fc.ipV4(), fc.ipV6(), fc.constantFrom('10.0.0.0/8', '192.0.2.0/24', '2001:db8::/32', '::1'))
 const allowedIps = fc.oneof(
-  { weight: 2, arbitrary: valid(fc.array(ipEntry, { maxLength: 3 })) },
+  { weight: 2, arbitrary: valid(fc.array(ipEntry, { minLength: 1, maxLength: 3 })) },
   valid(fc.constant(null)),
+  // Spec 2.1: one or more; null is how an allowlist is removed.
+  invalid(fc.constant([])),
   invalid(fc.constantFrom('10.0.0.1', ['not-an-ip'], ['10.0.0.1/33'], ['10.0.0.1/8'], [1], {}, ['1.2.3.4', 'x'.repeat(65)])),
   invalid(fc.constantFrom([' 127.0.0.1'], ['1.2.3.0/24 '], ['fe80::1%eth0'], ['::1', '\t::2'])),
   invalid(fc.constant(Array.from({ length: 101 }, (_, i) => `10.0.${Math.floor(i / 256)}.${i % 256}`))),
@@ -127,7 +129,7 @@ describe('token API, property-based', () => {
             expect(created.name).toBe(String(sent.name).trim())
             expect(created.scopes.map((scope: { server_id: string }) => scope.server_id).sort()).toEqual([...new Set(sent.servers as string[])].sort())
             const ips = sent.allowed_ips as string[] | null | undefined
-            expect(created.allowed_ips).toEqual(ips && ips.length > 0 ? [...new Set(ips)] : null)
+            expect(created.allowed_ips).toEqual(ips ? [...new Set(ips)] : null)
             expect(await tokenCount('user_alice')).toBe(before.alice + 1)
           }
           expect(await tokenCount('user_bob')).toBe(before.bob)
@@ -173,7 +175,7 @@ describe('token API, property-based', () => {
           if ('expires_at' in sent) expected.expires_at = sent.expires_at
           if ('allowed_ips' in sent) {
             const list = sent.allowed_ips as string[] | null
-            expected.allowed_ips = list && list.length > 0 ? [...new Set(list)] : null
+            expected.allowed_ips = list ? [...new Set(list)] : null
           }
           expect(after).toEqual(expected)
           expect(await json(response)).toEqual(after)
