@@ -136,7 +136,7 @@ export interface TokenServiceOptions {
   /** Token prefix; default `svc_`. Lowercase, ends in `_`, at most 16 characters. */
   prefix?: string
   /**
-   * Server-side secret, at least 16 characters: tokens are then stored as HMAC-SHA-256
+   * Server-side secret (a long random string; not empty): tokens are then stored as HMAC-SHA-256
    * instead of SHA-256. Set it from the start, the same on every instance: a token is found
    * only under the hash it was stored with, so tokens made without it (or with another) stop
    * authenticating (401) when it is turned on or changed, while the dashboard still lists them
@@ -331,10 +331,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now
   const random = options.random ?? randomBytes
   const pepper = options.pepper
-  // An empty variable of the environment would quietly switch the hash scheme (and lock every
-  // token out): a pepper is a secret of at least 16 characters, or absent.
-  if (pepper !== undefined && (typeof pepper !== 'string' || pepper.length < 16)) {
-    throw new ConfigurationError('pepper', 'must be a secret of at least 16 characters, or absent')
+  // An empty variable of the environment (`PEPPER=`) must not quietly switch the hash scheme
+  // (an unset one gives none): a pepper is a non-empty string, or absent.
+  if (pepper !== undefined && (typeof pepper !== 'string' || pepper === '')) {
+    throw new ConfigurationError('pepper', 'must be a non-empty secret string (a long random one), or absent')
   }
   const onError = options.onError ?? logError
   const flushEvery = options.lastUsedFlushMs ?? 60_000
@@ -649,46 +649,59 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       /**
        * A new expiry must not land once the old one has passed: it would bring an expired
-       * token back (spec 3: it never returns to active). The old one is put back, if the
-       * expiry is still this edit's; another edit since keeps its own (the read skips the write
-       * when one landed before it, and the write is a compare-and-swap on this edit's expiry
-       * for one that lands between the two).
+       * token back (spec 3: it never returns to active). What `fields` names is put back as it
+       * was, if the expiry is still this edit's; another edit since keeps its own (the read
+       * skips the write when one landed before it, and the write is a compare-and-swap on this
+       * edit's expiry for one that lands between the two). Answers whether it was put back.
        */
-      const undoIfExpired = async (): Promise<boolean> => {
-        if (patch.expiresAt === undefined || now() < record.expiresAt) return false
+      const undoIfExpired = async (fields: ApiTokenPatch): Promise<boolean> => {
         try {
-          const current = await store.get(id)
-          if (current?.expiresAt === patch.expiresAt) await store.update(id, { expiresAt: record.expiresAt }, patch.expiresAt)
+          const current = await storeCall(() => store.get(id))
+          if (current?.expiresAt !== patch.expiresAt) return false
+          return (await storeCall(() => store.update(id, fields, patch.expiresAt))) !== undefined
         } catch (error) {
           throw new Error(`token ${id}: an edit of its expiry landed after the old expiry and could not be undone`, { cause: error })
         }
-        return true
       }
+      const expiryPassed = () => patch.expiresAt !== undefined && now() >= record.expiresAt
       const updated = await storeCall(
         () => store.update(id, patch),
         async (late) => {
           if (!late) return
-          // Its caller was told 503, so nobody expects this edit any more.
+          // Its caller was told 503, so nobody expects this edit any more: only what would
+          // break spec 3, the expiry, is put back.
           try {
-            await undoIfExpired()
+            if (expiryPassed()) await undoIfExpired({ expiresAt: record.expiresAt })
           } finally {
             await invalidate(late.tokenHash)
           }
         },
       )
       if (!updated) throw new TokenInactiveError('revoked')
-      // Answered in time, but the old expiry passed while the write was on its way: requests
-      // in between were refused as expired, so the token stays so, and the caller is told
-      // (409), as for an edit made after the expiry.
-      let undone: boolean
-      try {
-        undone = await undoIfExpired()
-      } catch (error) {
-        onError(error, 'token store')
-        undone = true
+      if (expiryPassed()) {
+        // Answered in time, but the old expiry passed while the write was on its way: requests
+        // in between may have been refused as expired, so the token stays so, and the caller
+        // is told (409), as for an edit made after the expiry. The whole edit is put back, so
+        // a 409 means nothing changed.
+        const before: ApiTokenPatch = { expiresAt: record.expiresAt }
+        if (patch.name !== undefined) before.name = record.name
+        if (patch.allowedIps !== undefined) before.allowedIps = record.allowedIps
+        let undone: boolean
+        try {
+          undone = await undoIfExpired(before)
+        } catch (error) {
+          // Nothing is known for sure: the caller is told the store failed, and the platform
+          // hears which token may have come back.
+          onError(error, 'token store')
+          await invalidate(updated.tokenHash)
+          throw new StoreUnavailableError('token', { cause: error })
+        }
+        await invalidate(updated.tokenHash)
+        if (undone) throw new TokenInactiveError('expired')
+        // Another edit's expiry landed since: the token is as that edit left it.
+        return view((await storeCall(() => store.get(id))) ?? updated)
       }
       await invalidate(updated.tokenHash)
-      if (undone) throw new TokenInactiveError('expired')
       return view(updated)
     },
 
@@ -770,11 +783,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // revoked by the recorded reset when read, but may already sit in another instance's
       // cache, where only an invalidation reaches it.
       const done = new Set(revoked.map((r) => r.tokenHash))
-      const all = await storeCall(() => store.listByUser(userId)).catch((error: unknown) => {
+      const invalidateOthers = (records: readonly ApiTokenRecord[]) =>
+        Promise.all(records.filter((r) => !done.has(r.tokenHash)).map((r) => invalidate(r.tokenHash)))
+      // A listing that answers late still invalidates what it lists.
+      const all = await storeCall(() => store.listByUser(userId), invalidateOthers).catch((error: unknown) => {
         onError(error, 'password reset: listing the tokens to invalidate')
         return [] as readonly ApiTokenRecord[]
       })
-      await Promise.all(all.filter((r) => !done.has(r.tokenHash)).map((r) => invalidate(r.tokenHash)))
+      await invalidateOthers(all)
       return revoked.length
     },
 

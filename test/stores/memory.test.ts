@@ -69,7 +69,7 @@ describe('memory stores: what only they do', () => {
     expect(sessions.get('s3', 60_000)).toEqual(pin)
   })
 
-  it('the session store holds at most maxPerSubject pins per user: a new one ends that user’s oldest, never another user’s', () => {
+  it('the session store holds at most maxPerSubject pins per user: a new one ends one of that user’s, never another user’s', () => {
     const clock = createTestClock()
     const sessions = createMemorySessionStore({ max: 4, maxPerSubject: 3, now: clock.now })
     const of = (subject: string): SessionPin => ({ appId: 'a', version: '1.0.0', subject })
@@ -87,8 +87,25 @@ describe('memory stores: what only they do', () => {
     clock.advance(1_001)
     sessions.set('alice-13', of('alice'), 60_000) // the expired pin's id, taken again
     sessions.set('alice-14', of('alice'), 60_000)
-    expect(['alice-11', 'alice-12', 'alice-13', 'alice-14'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([false, true, true, true])
+    // alice-11 was used after alice-12: alice-12 was the least recently used.
+    expect(['alice-11', 'alice-12', 'alice-13', 'alice-14'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([true, false, true, true])
     expect(() => createMemorySessionStore({ maxPerSubject: 0 })).toThrow(/maxPerSubject/)
+  })
+
+  it('past maxPerSubject, a user’s expired pins go before its live ones, then its least recently used', () => {
+    const clock = createTestClock()
+    const sessions = createMemorySessionStore({ maxPerSubject: 3, now: clock.now })
+    const pin: SessionPin = { appId: 'a', version: '1.0.0', subject: 'alice' }
+    sessions.set('live', pin, 60_000)
+    sessions.set('short-1', pin, 1_000)
+    sessions.set('short-2', pin, 1_000)
+    clock.advance(2_000)
+    expect(sessions.get('live', 60_000)).toEqual(pin)
+    sessions.set('new-1', pin, 60_000)
+    sessions.set('new-2', pin, 60_000)
+    expect(sessions.get('live', 60_000)).toEqual(pin) // used last: new-1 is now the least recent
+    sessions.set('new-3', pin, 60_000)
+    expect(['live', 'new-1', 'new-2', 'new-3'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([true, false, true, true])
   })
 
   it('the rate-limit store is bounded by max', () => {

@@ -194,8 +194,8 @@ export interface MemoryTtlStoreOptions {
 /** Options of {@link createMemorySessionStore}. */
 export interface MemorySessionStoreOptions extends MemoryTtlStoreOptions {
   /**
-   * Most pins one user (`subject`) holds; a new session past it ends that user's oldest pin,
-   * never another user's. Without it, one caller opening `max` sessions would push every
+   * Most pins one user (`subject`) holds; a new session past it ends that user's expired pins,
+   * then its least recently used one, never another user's. Without it, one caller opening `max` sessions would push every
    * other user's pin out of the store (their next request: 404 `session_not_found`, and a
    * new session at the newest version). Default 1,000.
    */
@@ -204,7 +204,8 @@ export interface MemorySessionStoreOptions extends MemoryTtlStoreOptions {
 
 /**
  * In-memory session pins with an idle TTL (`lru-cache`), at most `max` in all (the least
- * recently used go first) and `maxPerSubject` per user (that user's oldest go first).
+ * recently used go first) and `maxPerSubject` per user (that user's expired, then least
+ * recently used, go first).
  */
 export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
   const maxPerSubject = options.maxPerSubject ?? 1_000
@@ -229,13 +230,32 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
     synchronous: true,
     get(id, ttlMs) {
       const pin = cache.get(id)
-      if (pin !== undefined) cache.set(id, pin, { ttl: ttlMs })
+      if (pin !== undefined) {
+        cache.set(id, pin, { ttl: ttlMs })
+        // Most recently used last, among its user's pins.
+        const own = bySubject.get(pin.subject)
+        if (own !== undefined) {
+          own.delete(id)
+          own.add(id)
+        }
+      }
       return pin
     },
     set(id, pin, ttlMs) {
       // Only a new session: a live pin under the same id keeps its version and owner.
       if (cache.has(id)) return false
       let own = bySubject.get(pin.subject)
+      if (own !== undefined && own.size >= maxPerSubject) {
+        // Its expired pins go first (they stay in the cache until something touches them)…
+        for (const old of [...own]) {
+          if (cache.has(old)) continue
+          own.delete(old)
+          cache.delete(old)
+        }
+        if (own.size === 0) bySubject.delete(pin.subject)
+        own = bySubject.get(pin.subject)
+      }
+      // …then its least recently used.
       while (own !== undefined && own.size >= maxPerSubject) {
         const oldest = own.values().next().value!
         own.delete(oldest)
