@@ -1313,15 +1313,15 @@ describe('cached records and invalidation between instances', () => {
   })
 
   it('a password reset drops, on every instance, a token its own statement missed (created while it ran: READ COMMITTED)', async () => {
-    let missed: string | undefined
+    const race: { missed?: string } = {}
     const { a, b } = instances(true, (store) => ({
       ...store,
       // As PostgreSQL may: the reset is recorded, but a row whose insert committed while the
       // statement ran is not in its snapshot, so it is not among those it returns.
-      revokeAllForUser: async (userId, at) => (await store.revokeAllForUser(userId, at)).filter((r) => r.id !== missed),
+      revokeAllForUser: async (userId, at) => (await store.revokeAllForUser(userId, at)).filter((r) => r.id !== race.missed),
     }))
     const racing = await createToken(b)
-    missed = racing.id
+    race.missed = racing.id
     expect((await b.authenticate(racing.token)).ok).toBe(true) // cached on b
     await a.revokeAllForUser('alice')
     expect(await b.authenticate(racing.token)).toEqual({ ok: false, reason: 'revoked' })
