@@ -24,6 +24,7 @@ import {
   errors as joseErrors,
   jwtVerify,
 } from 'jose'
+import { B64TOKEN } from '../core/authorization-header.js'
 import type { CacheStore } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
@@ -264,9 +265,6 @@ function retryAfterMs(value: string | null, at: number): number | undefined {
   const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - at
   return Number.isFinite(ms) ? Math.min(Math.max(ms, 0), 3_600_000) : undefined
 }
-
-/** RFC 6750 section 2.1 `b64token`: what a token sent as `Bearer <token>` can be. */
-const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
 
 /** What one validation found, before it is cached. */
 type Outcome =
@@ -947,9 +945,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     },
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
-      // Nothing else can be sent as `Bearer <token>`: refused before any request is built (a
-      // header value with a newline would fail in `fetch`, whose message repeats the value).
-      if (!B64TOKEN.test(token)) return { active: false, reason: 'not an RFC 6750 bearer token' }
       const audience = expectedAudience(context)
       let claims: JWTPayload | undefined
       if (mode !== 'jwt') {
@@ -975,6 +970,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         emit({ type: 'cache-hit', active: cached.active })
         return answer(cached, audience)
       }
+      // Nothing else can be sent as `Bearer <token>`: refused before any request is built (a
+      // header value with a newline would fail in `fetch`, whose message repeats the value).
+      // Checked here, on the way upstream only: the dispatcher's bearer parser has already
+      // checked what it passes, and a cached answer needs no check.
+      if (!B64TOKEN.test(token)) return { active: false, reason: 'not an RFC 6750 bearer token' }
       emit({ type: 'cache-miss' })
       // A request after a `forget` never joins a validation that began before it (whose
       // answer may predate the revocation): flights are per forget generation.

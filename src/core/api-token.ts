@@ -58,13 +58,21 @@ export function toBase62(value: number, width: number): string {
   return out
 }
 
+/**
+ * What is wrong with `prefix` as a token prefix (lowercase letters/digits ending in `_`), or
+ * `null` when it is valid.
+ * @internal
+ */
+export function tokenPrefixProblem(prefix: string): string | null {
+  return PREFIX_PATTERN.test(prefix)
+    ? null
+    : `must match ${PREFIX_PATTERN} (lowercase, at most 16 characters, ending in "_"), got ${JSON.stringify(prefix)}`
+}
+
 /** Throws unless `prefix` is a valid token prefix (lowercase letters/digits ending in `_`). */
 export function assertTokenPrefix(prefix: string): void {
-  if (!PREFIX_PATTERN.test(prefix)) {
-    throw new TypeError(
-      `mcp-dispatch: token prefix must match ${PREFIX_PATTERN} (lowercase, at most 16 characters, ending in "_"), got ${JSON.stringify(prefix)}`,
-    )
-  }
+  const problem = tokenPrefixProblem(prefix)
+  if (problem !== null) throw new TypeError(`mcp-dispatch: token prefix ${problem}`)
 }
 
 /** Source of random bytes; injectable for tests. */

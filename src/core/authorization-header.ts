@@ -11,8 +11,12 @@ export type BearerParseResult =
 
 const MISSING: BearerParseResult = Object.freeze({ kind: 'missing' })
 const INVALID: BearerParseResult = Object.freeze({ kind: 'invalid' })
-/** RFC 6750 b64token: ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" followed by "="s. */
-const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
+/**
+ * RFC 6750 b64token: ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" followed by "="s; what
+ * a token sent as `Bearer <token>` can be.
+ * @internal
+ */
+export const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
 /** Longest credential accepted; longer headers are refused before any work. */
 export const MAX_BEARER_LENGTH = 8192
 

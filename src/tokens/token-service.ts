@@ -10,7 +10,7 @@ import {
   type RandomBytes,
   API_TOKEN_LENGTH,
   DEFAULT_TOKEN_PREFIX,
-  assertTokenPrefix,
+  tokenPrefixProblem,
   displayPrefix,
   generateApiToken,
   hashApiToken,
@@ -314,11 +314,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   if (!store) throw new ConfigurationError('store', 'is required')
   if (!apps) throw new ConfigurationError('apps', 'is required')
   const prefix = options.prefix ?? DEFAULT_TOKEN_PREFIX
-  try {
-    assertTokenPrefix(prefix)
-  } catch (error) {
-    throw new ConfigurationError('prefix', (error as Error).message.replace(/^mcp-dispatch: token prefix /, ''))
-  }
+  const prefixProblem = tokenPrefixProblem(prefix)
+  if (prefixProblem !== null) throw new ConfigurationError('prefix', prefixProblem)
   const cacheTtlMs = options.cacheTtlMs ?? 0
   if (!(cacheTtlMs >= 0 && cacheTtlMs <= MAX_TOKEN_CACHE_TTL_MS)) {
     throw new ConfigurationError('cacheTtlMs', `must be between 0 and ${MAX_TOKEN_CACHE_TTL_MS} (10 minutes)`)

@@ -212,8 +212,8 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
   if (!Number.isSafeInteger(maxPerSubject) || maxPerSubject < 1) {
     throw new ConfigurationError('maxPerSubject', 'must be a positive integer')
   }
-  // Each user's pins, oldest first; kept in step with the cache by its dispose hook (a pin
-  // deleted, evicted, or found expired).
+  // Each user's pins, least recently used first; kept in step with the cache by its dispose
+  // hook (a pin deleted, evicted, or found expired).
   const bySubject = new Map<string, Set<string>>()
   const cache = new LRUCache<string, SessionPin>({
     max: options.max ?? 100_000,

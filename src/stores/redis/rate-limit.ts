@@ -15,12 +15,13 @@ import { type RedisStoreOptions, connectRedis, lostSinceReady, luaScript, px } f
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
-  `local current = tonumber(redis.call('HGET', KEYS[1], 'w'))
+  `local w = redis.call('HGET', KEYS[1], 'w')
+local current = tonumber(w)
 local requested = tonumber(ARGV[1])
 if current and current >= requested then
   local count = redis.call('HINCRBY', KEYS[1], 'c', 1)
   if current == requested then return count end
-  return {count, redis.call('HGET', KEYS[1], 'w')}
+  return {count, w}
 end
 redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
