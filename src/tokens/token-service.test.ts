@@ -189,6 +189,117 @@ describe('create (spec 2.1, 3)', () => {
     expect((await service.authenticate(created.token)).ok).toBe(true)
   })
 
+  describe('previousPeppers: turning a pepper on or changing it locks no one out', () => {
+    /** A token stored under `before`, then a service on the same store configured with `after`. */
+    async function storedUnder(before: Partial<TokenServiceOptions>, after: Partial<TokenServiceOptions>) {
+      const store = createMemoryTokenStore()
+      const old = setup({ ...before, store })
+      const created = await createToken(old.service)
+      return { created, ...setup({ ...after, store }) }
+    }
+
+    it('finds a token stored without a pepper once one is turned on, and stores new secrets under the new one', async () => {
+      const locked = await storedUnder({}, { pepper: 'new-pepper' })
+      expect(await locked.service.authenticate(locked.created.token)).toEqual({ ok: false, reason: 'unknown' })
+
+      const { service, store, created } = await storedUnder({}, { pepper: 'new-pepper', previousPeppers: [null] })
+      const auth = await service.authenticate(created.token)
+      expect(auth.ok && auth.record.id).toBe(created.id)
+      // Nothing is rewritten on the way: the record keeps the hash it was stored with.
+      expect((await store.get(created.id))!.tokenHash).toBe(hashApiToken(created.token))
+      const fresh = await createToken(service)
+      expect((await store.get(fresh.id))!.tokenHash).toBe(hashApiToken(fresh.token, 'new-pepper'))
+      expect((await service.authenticate(fresh.token)).ok).toBe(true)
+    })
+
+    it('a rotation moves a token to the current pepper, and its old secret stops working', async () => {
+      const { service, store, created } = await storedUnder({ pepper: 'old' }, { pepper: 'new', previousPeppers: ['old'] })
+      const rotated = await service.rotate(created.id, { kind: 'token', token: created.token })
+      expect((await store.get(created.id))!.tokenHash).toBe(hashApiToken(rotated.token, 'new'))
+      expect((await service.authenticate(rotated.token)).ok).toBe(true)
+      expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'unknown' })
+    })
+
+    it('a token found under a previous pepper is refused as it is stored: revoked, expired, out of its servers', async () => {
+      const { service, clock, created } = await storedUnder({ pepper: 'old' }, { pepper: 'new', previousPeppers: ['old'] })
+      const other = await storedUnder({ pepper: 'old' }, { pepper: 'new', previousPeppers: ['old'] })
+      await service.revoke('alice', created.id)
+      expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+      other.clock.advance(31 * DAY)
+      expect(await other.service.authenticate(other.created.token)).toEqual({ ok: false, reason: 'expired' })
+      expect(clock.now()).toBe(T0)
+    })
+
+    it('with the cache on, a revocation drops the record cached under the previous pepper at once', async () => {
+      const { service, calls, created } = await storedUnder({}, { pepper: 'new', previousPeppers: [null], cacheTtlMs: 600_000 })
+      expect((await service.authenticate(created.token)).ok).toBe(true)
+      const lookups = calls.findByHash
+      expect((await service.authenticate(created.token)).ok).toBe(true)
+      expect(calls.findByHash).toBe(lookups) // served from the cache, under the hash it is stored with
+      await service.revoke('alice', created.id)
+      expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+    })
+
+    it('an unknown token costs one lookup per scheme, in order; a malformed one none', async () => {
+      const { service, store, calls } = setup({ pepper: 'c', previousPeppers: ['b', null, 'a'] })
+      const unknown = generateApiToken()
+      expect(await service.authenticate(unknown)).toEqual({ ok: false, reason: 'unknown' })
+      expect(calls.findByHash).toBe(4)
+      expect(await service.authenticate(`${unknown.slice(0, -1)}${unknown.endsWith('A') ? 'B' : 'A'}`)).toEqual({ ok: false, reason: 'malformed' })
+      expect(calls.findByHash).toBe(4)
+      // Found under the last one, after the others.
+      const created = await createToken(setup({ pepper: 'a', store }).service)
+      const before = calls.findByHash
+      expect((await service.authenticate(created.token)).ok).toBe(true)
+      expect(calls.findByHash - before).toBe(4)
+    })
+
+    it('works the same on a store that answers with promises', async () => {
+      const inner = createMemoryTokenStore()
+      const asynchronous: TokenStore = {
+        ...inner,
+        findByHash: async (hash) => inner.findByHash(hash),
+      }
+      const created = await createToken(setup({ store: inner }).service)
+      const { service } = setup({ store: asynchronous, pepper: 'new', previousPeppers: ['other', null] })
+      const checking = service.authenticate(created.token)
+      expect(checking).toBeInstanceOf(Promise)
+      expect((await checking).ok).toBe(true)
+      expect(await service.authenticate(generateApiToken())).toEqual({ ok: false, reason: 'unknown' })
+    })
+
+    it('refuses a list that is not one, empty or repeated entries, the current scheme, or more than 4', () => {
+      const option = (previousPeppers: unknown, pepper?: string) => {
+        try {
+          setup({ previousPeppers: previousPeppers as TokenServiceOptions['previousPeppers'], pepper })
+          return undefined
+        } catch (error) {
+          expect(error).toBeInstanceOf(ConfigurationError)
+          return (error as ConfigurationError).option
+        }
+      }
+      expect(option('old')).toBe('previousPeppers')
+      expect(option([''], 'new')).toBe('previousPeppers.0')
+      expect(option([null, 42], 'new')).toBe('previousPeppers.1')
+      expect(option(['a', 'a'], 'new')).toBe('previousPeppers.1')
+      expect(option(['new'], 'new')).toBe('previousPeppers.0')
+      expect(option([null])).toBe('previousPeppers.0')
+      expect(option(['a', 'b', 'c', 'd', null], 'new')).toBe('previousPeppers')
+      expect(option(['a', 'b', 'c', null], 'new')).toBeUndefined()
+      expect(option([])).toBeUndefined()
+    })
+
+    it('never names a pepper in its errors', () => {
+      for (const previousPeppers of [['secret-pepper', 'secret-pepper'], ['new-secret']]) {
+        try {
+          setup({ pepper: 'new-secret', previousPeppers })
+        } catch (error) {
+          expect(String((error as Error).message)).not.toMatch(/secret/)
+        }
+      }
+    })
+  })
+
   it('uses a custom prefix', async () => {
     const { service } = setup({ prefix: 'acme_' })
     const created = await createToken(service)

@@ -144,6 +144,17 @@ export interface TokenServiceOptions {
    */
   pepper?: string
   /**
+   * Peppers that tokens may still be stored under, tried in order after `pepper` when a token
+   * is not found under it (`null`: plain SHA-256, the scheme without a pepper), so that turning
+   * a pepper on or changing it locks no one out. New and rotated secrets are always stored under
+   * `pepper`. Each entry costs every request with an unknown token one more hash and store
+   * lookup (and a token stored under it one more of each, until its owner rotates it); tokens
+   * live at most 90 days, so 90 days after the change no active token is stored under an old
+   * pepper and it can be removed. At most 4 entries, none the scheme of `pepper` itself.
+   * Default: none.
+   */
+  previousPeppers?: readonly (string | null)[]
+  /**
    * Trust a looked-up token record for this long on this instance (0 = always ask the
    * store, the default, right for in-memory stores). At most 10 minutes (spec 3); rotations
    * and revocations drop it at once through `invalidations`.
@@ -333,6 +344,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   if (pepper !== undefined && (typeof pepper !== 'string' || pepper === '')) {
     throw new ConfigurationError('pepper', 'must be a non-empty secret string (a long random one), or absent')
   }
+  const previousPeppers = checkPreviousPeppers(options.previousPeppers, pepper)
   const onError = options.onError ?? logError
   const flushEvery = options.lastUsedFlushMs ?? 60_000
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
@@ -550,6 +562,36 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       cache.set(tokenHash, record)
     }
     return record
+  }
+
+  /** A cached record; none while the bus cannot hear other instances (a rotation there would go unnoticed). */
+  function fromCache(tokenHash: string): ApiTokenRecord | undefined {
+    return cache !== undefined && hearing && invalidations.listening !== false ? cache.get(tokenHash) : undefined
+  }
+
+  /**
+   * The record cached for `token` under one of `previousPeppers` (where `lookup` left it: under
+   * the hash it is stored with, which its rotation or revocation invalidates), so a token not
+   * yet rotated since a pepper change is served from the cache without a store lookup.
+   */
+  function cachedUnderPreviousPepper(token: string): ApiTokenRecord | undefined {
+    if (cache === undefined) return undefined
+    for (const previous of previousPeppers) {
+      const cached = fromCache(hashApiToken(token, previous ?? undefined))
+      if (cached !== undefined) return cached
+    }
+    return undefined
+  }
+
+  /**
+   * A well-formed token not found under `pepper`, looked up under `previousPeppers[i]` and the
+   * ones after it. Found, it is judged as stored; nothing is written.
+   */
+  function underPreviousPepper(token: string, i: number): MaybePromise<TokenAuthResult> {
+    if (i === previousPeppers.length) return UNKNOWN
+    const record = lookup(hashApiToken(token, previousPeppers[i] ?? undefined), true)
+    const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, i + 1) : judge(found))
+    return record instanceof Promise ? record.then(next) : next(record)
   }
 
   function judge(record: ApiTokenRecord | undefined): TokenAuthResult {
@@ -797,13 +839,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // hash and one lookup, and garbage never reaches the store.
       if (token.length !== API_TOKEN_LENGTH || !token.startsWith(prefix)) return MALFORMED
       const tokenHash = hash(token)
-      // Not while the bus cannot hear other instances: a rotation there would go unnoticed.
-      const cached = cache !== undefined && hearing && invalidations.listening !== false ? cache.get(tokenHash) : undefined
+      const cached = fromCache(tokenHash)
       if (cached !== undefined) return judge(cached)
       const known = wellFormed.has(tokenHash)
       if (!known && checkApiTokenFormat(token, prefix) !== null) return MALFORMED
+      if (previousPeppers.length === 0) {
+        const record = lookup(tokenHash, known)
+        return record instanceof Promise ? record.then(judge) : judge(record)
+      }
+      const older = cachedUnderPreviousPepper(token)
+      if (older !== undefined) return judge(older)
       const record = lookup(tokenHash, known)
-      return record instanceof Promise ? record.then(judge) : judge(record)
+      const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, 0) : judge(found))
+      return record instanceof Promise ? record.then(next) : next(record)
     },
 
     async flush() {
@@ -867,6 +915,30 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
   return service
 }
+
+/** `previousPeppers`, checked: non-empty strings or `null`, each once, none `pepper`'s own scheme. */
+function checkPreviousPeppers(value: unknown, pepper: string | undefined): readonly (string | null)[] {
+  if (value === undefined) return []
+  if (!Array.isArray(value)) {
+    throw new ConfigurationError('previousPeppers', 'must be an array of peppers (non-empty strings, or null for none)')
+  }
+  if (value.length > MAX_PREVIOUS_PEPPERS) {
+    throw new ConfigurationError('previousPeppers', `holds at most ${MAX_PREVIOUS_PEPPERS} entries (each costs a lookup per unknown token)`)
+  }
+  const seen = new Set<string | null>([pepper ?? null])
+  value.forEach((entry: unknown, i) => {
+    if (entry !== null && (typeof entry !== 'string' || entry === '')) {
+      throw new ConfigurationError(`previousPeppers.${i}`, 'must be a non-empty string, or null for the scheme without a pepper')
+    }
+    if (seen.has(entry)) {
+      throw new ConfigurationError(`previousPeppers.${i}`, entry === (pepper ?? null) ? 'is the scheme of "pepper" itself' : 'is listed twice')
+    }
+    seen.add(entry)
+  })
+  return Object.freeze([...(value as (string | null)[])])
+}
+
+const MAX_PREVIOUS_PEPPERS = 4
 
 /** Reads and swaps an owner's rotation tries before it answers 409 `conflict`. */
 const MAX_ROTATE_ATTEMPTS = 32

@@ -43,6 +43,8 @@ async function startInstance(options: {
   schema?: string
   cacheTtlMs?: number
   storeTimeoutMs?: number
+  pepper?: string
+  previousPeppers?: readonly (string | null)[]
 }): Promise<Instance> {
   const queries: PostgresQuery[] = []
   const pool: PostgresQueryable = {
@@ -57,7 +59,16 @@ async function startInstance(options: {
   const onError = (error: unknown, context: string) => errors.push({ error, context })
   const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0'] }])
   const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-  const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: options.cacheTtlMs ?? 0, now: clock.now, onError })
+  const tokens = createTokenService({
+    store,
+    apps,
+    subscriptions,
+    cacheTtlMs: options.cacheTtlMs ?? 0,
+    now: clock.now,
+    onError,
+    ...(options.pepper !== undefined && { pepper: options.pepper }),
+    ...(options.previousPeppers !== undefined && { previousPeppers: options.previousPeppers }),
+  })
   const dispatcher = createDispatcher({
     apps,
     subscriptions,
@@ -229,6 +240,46 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store through the p
     } finally {
       await a.close()
       await b.close()
+    }
+  })
+
+  it('a pepper turned on with the old scheme in previousPeppers: existing tokens keep working until rotated onto it', async () => {
+    const store = await postgres.tokenStore()
+    const hashOf = async (id: string) =>
+      (await postgres.pool.query(`SELECT token_hash FROM ${store.table} WHERE id = $1`, [id])).rows[0].token_hash as string
+    const before = await startInstance({ pool: postgres.pool, schema: store.schema })
+    const { id, token } = await (await asAlice(before, 'POST', '', { name: 'CI', servers: ['app_weather'], expires_in_days: 30 })).json()
+    await before.close()
+
+    const locked = await startInstance({ pool: postgres.pool, schema: store.schema, pepper: 'a-long-random-pepper' })
+    const after = await startInstance({
+      pool: postgres.pool,
+      schema: store.schema,
+      pepper: 'a-long-random-pepper',
+      previousPeppers: [null],
+      cacheTtlMs: 60_000,
+    })
+    try {
+      expect(await status(locked, token)).toBe(401)
+      expect(await sdkVersion(after, token)).toEqual([{ type: 'text', text: '1.1.0' }])
+      expect(await hashOf(id)).toBe(hashApiToken(token))
+      // Cached under the hash it is stored with: no more queries while it is served.
+      after.queries.length = 0
+      expect(await status(after, token)).toBe(200)
+      expect(after.queries).toEqual([])
+
+      // Its owner's rotation stores the new secret under the pepper; the old secret is refused at once.
+      const rotated = await asAlice(after, 'POST', `/${id}/rotate`)
+      expect(rotated.status).toBe(200)
+      const next = (await rotated.json()).token as string
+      expect(await hashOf(id)).toBe(hashApiToken(next, 'a-long-random-pepper'))
+      expect(await status(after, token)).toBe(401)
+      expect(await status(after, next)).toBe(200)
+      expect(await status(locked, next)).toBe(200)
+      expect([...locked.errors, ...after.errors]).toEqual([])
+    } finally {
+      await locked.close()
+      await after.close()
     }
   })
 
