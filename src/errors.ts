@@ -11,10 +11,10 @@
  * @example
  * ```ts
  * try {
- *   await tokens.update(id, { servers: ['x'] })
+ *   await tokens.update(userId, id, { allowedIps: ['10.0.0.0/33'] })
  * } catch (err) {
- *   if (err instanceof DispatchError && err.code === 'ERR_INVALID_INPUT') {
- *     // err.status === 400, err.field === 'servers'
+ *   if (err instanceof InvalidInputError) {
+ *     // err.code === 'ERR_INVALID_INPUT', err.status === 400, err.field === 'allowedIps.0'
  *   }
  * }
  * ```
@@ -56,7 +56,10 @@ export class DispatchError extends Error {
 
 /** Bad input to a library call or the token API: 400, names the offending field. */
 export class InvalidInputError extends DispatchError {
-  /** Dotted path of the offending field, e.g. `allowed_ips.1`. */
+  /**
+   * Dotted path of the offending field, as the caller named it: `allowedIps.1` from the token
+   * service, `allowed_ips.1` from the token API (JSON in snake_case).
+   */
   readonly field: string
   constructor(field: string, message: string) {
     super('ERR_INVALID_INPUT', 400, -32602, `${field}: ${message}`)

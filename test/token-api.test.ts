@@ -288,6 +288,35 @@ describe('create (spec 2.1, 3)', () => {
   })
 })
 
+describe('another Authorization scheme', () => {
+  it('HTTP Basic (a staging dashboard behind a password) is not an API token: the session decides', async () => {
+    const alice = await signIn('user_alice')
+    const basic = 'Basic c3RhZ2luZzpwYXNzd29yZA=='
+    expect((await call('GET', '', { session: alice, authorization: basic })).status).toBe(200)
+    const created = await call('POST', '', {
+      session: alice,
+      authorization: basic,
+      body: { name: 'behind basic', servers: ['app_weather'], expires_in_days: 7 },
+    })
+    expect(created.status).toBe(201)
+    const { id } = await json(created)
+    expect((await call('POST', `/${id}/rotate`, { session: alice, authorization: basic })).status).toBe(200)
+    expect((await call('PATCH', `/${id}`, { session: alice, authorization: basic, body: { name: 'renamed' } })).status).toBe(200)
+    expect((await call('DELETE', `/${id}`, { session: alice, authorization: basic })).status).toBe(200)
+    // Without a session, the scheme alone authenticates no one.
+    expect((await call('GET', '', { authorization: basic })).status).toBe(401)
+  })
+
+  it('a Bearer credential that is not well formed is still one: 403 beside a session, 401 on a rotation', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice-notes')
+    for (const authorization of ['Bearer', 'Bearer ', 'bearer %%%', 'BEARER a b']) {
+      expect((await call('GET', '', { session: alice, authorization })).status).toBe(403)
+      expect((await call('POST', `/${id}/rotate`, { session: alice, authorization })).status).toBe(401)
+    }
+  })
+})
+
 describe('list (spec 2.1: name, prefix, servers, expiration, last use)', () => {
   it("shows the session user's tokens without any secret", async () => {
     const alice = await signIn('user_alice')

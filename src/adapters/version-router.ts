@@ -11,8 +11,8 @@ import type { DispatchContext } from '../pipeline/dispatcher.js'
 
 /**
  * The handlers of the live versions:
- * - an object keyed by exact version (`'1.2.3'`), or by `'<appId>@<version>'` when the
- *   platform serves several Apps (the App-qualified key wins);
+ * - an object keyed by `'<appId>@<version>'`, or by exact version (`'1.2.3'`) for the App
+ *   named by the `appId` option (an App-qualified key wins);
  * - or a function `(app, version) => handler`, called once per App version, on the first
  *   request dispatched to it; its result is kept for later requests (`undefined` is not
  *   kept, so a handler may appear after a deploy).
@@ -21,11 +21,22 @@ export type VersionRoutes<H> =
   | Readonly<Record<string, H>>
   | ((app: AppRecord, version: string) => H | undefined)
 
+/** Options of every adapter's `routeByVersion`. */
+export interface RouteByVersionOptions {
+  /**
+   * The App whose versions a table's bare version keys (`'1.4.2'`) name. Required when the
+   * table has such keys: a dispatcher serves every App of the platform, and without it the
+   * callers of every App that has a version of that number would reach this handler. Keys of
+   * the form `'<appId>@<version>'`, and a function, need none.
+   */
+  appId?: string
+}
+
 /** Finds the handler of a dispatched request, or `undefined` when the version has none. */
 export type VersionRouter<H> = (context: DispatchContext) => H | undefined
 
 /** @internal */
-export function createVersionRouter<H>(routes: VersionRoutes<H>): VersionRouter<H> {
+export function createVersionRouter<H>(routes: VersionRoutes<H>, options: RouteByVersionOptions = {}): VersionRouter<H> {
   if (typeof routes === 'function') {
     const handlers = new Map<string, H>()
     return (context) => {
@@ -45,6 +56,26 @@ export function createVersionRouter<H>(routes: VersionRoutes<H>): VersionRouter<
   for (const [key, handler] of table) {
     if (typeof handler !== 'function') throw new ConfigurationError(`routes.${key}`, 'must be a handler function')
   }
-  return (context) => table.get(`${context.app.id}@${context.version}`) ?? table.get(context.version)
+  return versionTable(table, options.appId, 'routes', 'handler')
 }
 
+/**
+ * Looks a dispatched request up in a table keyed by `'<appId>@<version>'`, or by bare version
+ * for the App `appId` (the App-qualified key wins). Bare keys without `appId` are a
+ * `ConfigurationError` on `option`: they would serve every App that has such a version.
+ * @internal
+ */
+export function versionTable<V>(table: ReadonlyMap<string, V>, appId: string | undefined, option: string, what: string): VersionRouter<V> {
+  if (appId !== undefined && (typeof appId !== 'string' || appId === '')) {
+    throw new ConfigurationError('appId', 'must be a non-empty App id')
+  }
+  const bare = [...table.keys()].filter((key) => !key.includes('@'))
+  if (bare.length > 0 && appId === undefined) {
+    throw new ConfigurationError(
+      option,
+      `keys ${bare.map((k) => JSON.stringify(k)).join(', ')} name no App: give appId (the App they belong to) or key them "<appId>@<version>", so callers of another App with the same version are never sent to this ${what}`,
+    )
+  }
+  return (context) =>
+    table.get(`${context.app.id}@${context.version}`) ?? (context.app.id === appId ? table.get(context.version) : undefined)
+}

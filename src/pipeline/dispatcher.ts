@@ -295,6 +295,8 @@ class StoreFailure {
  * const decision = await dispatcher.decide(request)
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
+ *
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `allowedOrigins` that is not an array, a validator whose audience follows the `Host` without `baseUrl`, a `storeTimeoutMs` out of range…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -328,6 +330,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const failOpen = rateLimit?.failOpen ?? true
   const cors = options.cors ?? true
   const allowedOrigins = options.allowedOrigins ? new Set(options.allowedOrigins) : undefined
+  // A string would be a set of its characters, and every Origin refused.
+  if (options.allowedOrigins && (!Array.isArray(options.allowedOrigins) || [...allowedOrigins!].some((o) => typeof o !== 'string'))) {
+    throw new ConfigurationError('allowedOrigins', 'must be an array of origins ("https://app.example")')
+  }
   const authServers = options.authorizationServers ?? []
   if (typeof authServers !== 'function') {
     for (const url of authServers) {

@@ -17,9 +17,9 @@
  * @module
  */
 import { z } from 'zod'
-import { parseBearerToken } from '../core/authorization-header.js'
+import { type BearerParseResult, parseBearerToken } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
-import { ConfigurationError, DispatchError, InvalidInputError, logError } from '../errors.js'
+import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, logError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 
@@ -146,7 +146,7 @@ async function readNoBody(request: Request): Promise<void> {
 /** What a request carries besides the `Request` itself. */
 export interface TokenApiRequestInfo {
   /** The client's address (the socket peer, through your proxy trust), for Bearer rotations. */
-  clientAddress?: string
+  clientAddress?: string | undefined
 }
 
 /**
@@ -169,6 +169,8 @@ export interface TokenApi {
  * const api = createTokenApi({ tokens, authenticateSession: readCookie, verifyCsrf: checkHeader })
  * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
+ *
+ * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, or a `basePath` that does not start with `/`.
  */
 export function createTokenApi(options: TokenApiOptions): TokenApi {
   const { tokens } = options
@@ -179,6 +181,9 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   if (options.verifyCsrf !== false && typeof options.verifyCsrf !== 'function') {
     throw new ConfigurationError('verifyCsrf', 'must be a function, or false to disable CSRF checks explicitly')
   }
+  if (options.basePath !== undefined && (typeof options.basePath !== 'string' || !options.basePath.startsWith('/'))) {
+    throw new ConfigurationError('basePath', 'must be a path starting with "/"')
+  }
   const basePath = (options.basePath ?? '/api/tokens').replace(/\/+$/, '')
   const onError = options.onError ?? logError
 
@@ -186,16 +191,25 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     const s = await options.authenticateSession(request)
     if (!s) throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'A dashboard session is required')
     if (write && options.verifyCsrf && !(await options.verifyCsrf(request, s))) {
-      throw new DispatchError('ERR_CSRF', 403, -32003, 'CSRF check failed')
+      throw new CsrfError()
     }
     return s
+  }
+
+  /**
+   * The API token a request presents. Only the Bearer scheme presents one: another scheme
+   * (HTTP Basic in front of a staging dashboard) is the platform's, and the session decides.
+   */
+  function apiTokenOf(authorization: string | null): BearerParseResult {
+    const bearer = parseBearerToken(authorization)
+    return bearer.kind === 'invalid' && !BEARER_SCHEME.test(authorization!) ? NO_BEARER : bearer
   }
 
   async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
     const method = request.method
     // Percent-encoded unreserved characters are the characters themselves (RFC 3986 section 6.2.2.2).
     const segments = rest === '' ? [] : rest.slice(1).split('/').map(decodeSegment)
-    const bearer = parseBearerToken(request.headers.get('authorization'))
+    const bearer = apiTokenOf(request.headers.get('authorization'))
     const [id, action] = segments
     if (segments.length > 2 || (action !== undefined && action !== 'rotate') || id === '') {
       return json(404, { error: 'not_found', message: 'Not found' })
@@ -292,3 +306,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   }
   return Object.assign(api, { basePath }) as TokenApi
 }
+
+/** An `Authorization` value in the Bearer scheme (RFC 9110 section 11.1: case-insensitive), well formed or not. */
+const BEARER_SCHEME = /^bearer(?:[ \t]|$)/i
+const NO_BEARER: BearerParseResult = Object.freeze({ kind: 'missing' })

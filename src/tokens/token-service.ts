@@ -112,7 +112,7 @@ export type RotateCaller =
       readonly kind: 'token'
       readonly token: string
       /** The caller's address: a token with an allowlist is refused (403) without one. */
-      readonly clientAddress?: string
+      readonly clientAddress?: string | undefined
     }
 
 /** Result of {@link TokenService.authenticate}. A value, never an exception, for refusals. */
@@ -319,6 +319,8 @@ function iso(ms: number): string {
  * const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
+ *
+ * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs` or `lastUsedFlushMs` out of range. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const { store, apps } = options

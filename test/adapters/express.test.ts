@@ -166,7 +166,7 @@ describe('express adapter specifics', () => {
           throw new Error('failed mid-answer')
         },
         '2.0.0': (_req, res) => res.end('fine'),
-      }),
+      }, { appId: 'app_weather' }),
     )
     const port = await serveApp(app)
     const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }

@@ -73,7 +73,9 @@ describe('MCP 2026-07-28 clients and Apps through the dispatch layer (SDK v2)', 
     }
     proxy = createProxyHandler({ upstream: upstreamUrls, appId: 'app_weather', identity: { issuer: 'https://platform.test', privateKey } })
     const local = Object.fromEntries(VERSIONS.map((v) => [v, createModernApp(v)]))
-    inProcess = routeByVersion(Object.fromEntries(VERSIONS.map((v) => [v, (request: Request) => local[v]!.fetch(request)])))
+    inProcess = routeByVersion(Object.fromEntries(VERSIONS.map((v) => [v, (request: Request) => local[v]!.fetch(request)])), {
+      appId: 'app_weather',
+    })
   })
 
   afterAll(async () => {

@@ -215,6 +215,8 @@ export interface TokenApiCallOptions {
   /** Send the session's CSRF token (default true when a session is given). */
   csrf?: boolean
   bearer?: string
+  /** A whole `Authorization` value of another kind (wins over `bearer`). */
+  authorization?: string
   body?: unknown
   rawBody?: string
   contentType?: string
@@ -229,6 +231,7 @@ export function tokenApiCall(platform: Platform, method: string, path: string, o
     if (options.csrf !== false) headers.set('x-csrf-token', options.session.csrfToken)
   }
   if (options.bearer !== undefined) headers.set('authorization', `Bearer ${options.bearer}`)
+  if (options.authorization !== undefined) headers.set('authorization', options.authorization)
   const raw = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body))
   if (raw !== undefined) headers.set('content-type', options.contentType ?? 'application/json')
   return platform.fetch(

@@ -18,7 +18,13 @@
  *
  * const app = express()
  * app.use(mcpDispatch({ dispatcher: { apps, subscriptions, tokens } }))
- * app.use(routeByVersion((appRecord, version) => (req, res) => transports.handle(version, req, res)))
+ * app.use(
+ *   routeByVersion((appRecord, version) => {
+ *     // nodeSessions (docs/adapters.md): one MCP SDK transport per session of this App version.
+ *     const serve = nodeSessions(() => buildServer(appRecord, version))
+ *     return (req, res) => serve(req, res, req.body)
+ *   }),
+ * )
  * ```
  * @module
  */
@@ -42,7 +48,7 @@ import {
 } from '../node-http.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { versionNotServedReply } from '../../core/reply.js'
-import { type VersionRoutes, createVersionRouter } from '../version-router.js'
+import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare global {
   // Declaration merging is how Express types request properties added by middleware.
@@ -136,6 +142,8 @@ function exposeContext(req: object): boolean {
  *   // …
  * })
  * ```
+ *
+ * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
 export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)
@@ -210,12 +218,12 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
  * ```ts
  * // A handler per version, created on first use and kept:
  * app.use(routeByVersion((appRecord, version) => createVersionHandler(appRecord, version)))
- * // Or a fixed table (keys: version, or `${appId}@${version}`):
- * app.use(routeByVersion({ '1.4.2': v1, '2.0.0': v2 }))
+ * // Or a fixed table: keys `${appId}@${version}`, or versions of the App `appId`:
+ * app.use(routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }))
  * ```
  */
-export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>): RequestHandler {
-  const route = createVersionRouter(routes)
+export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options?: RouteByVersionOptions): RequestHandler {
+  const route = createVersionRouter(routes, options)
   return function routeByVersionHandler(req, res, next) {
     let handler: ExpressMcpHandler | undefined
     let context: DispatchContext
@@ -251,6 +259,8 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>): Reques
  * app.use(mcpDispatch({ dispatcher }))
  * app.use(fromWebHandler(createProxyHandler({ upstream, identity })))
  * ```
+ *
+ * @throws {ConfigurationError} when `handler` is not a function.
  */
 export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
@@ -326,5 +336,5 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
 }
 
 export type { ServeTokenApiOptions } from '../shared.js'
-export type { VersionRoutes } from '../version-router.js'
+export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

@@ -17,9 +17,13 @@
  *
  * const app = Fastify()
  * await app.register(mcpDispatch({ dispatcher: { apps, subscriptions, tokens } }))
- * app.all('/*', routeByVersion((appRecord, version) => async (request, reply) => {
- *   reply.hijack()
- *   await transports.handle(version, request.raw, reply.raw, request.body)
+ * app.all('/*', routeByVersion((appRecord, version) => {
+ *   // nodeSessions (docs/adapters.md): one MCP SDK transport per session of this App version.
+ *   const serve = nodeSessions(() => buildServer(appRecord, version))
+ *   return async (request, reply) => {
+ *     reply.hijack() // the SDK transport writes to reply.raw, SSE included
+ *     await serve(request.raw, reply.raw, request.body)
+ *   }
  * }))
  * ```
  * @module
@@ -49,7 +53,7 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
-import { type VersionRoutes, createVersionRouter } from '../version-router.js'
+import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare module 'fastify' {
   interface FastifyRequest {
@@ -106,11 +110,13 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  * ```ts
  * await app.register(mcpDispatch({ dispatcher, trustProxy: 1 }))
  * app.post('/*', async (request, reply) => {
- *   const { version } = getDispatchContext(request)
+ *   const { app: appRecord, version } = getDispatchContext(request)
  *   reply.hijack()
- *   await transportFor(version).handleRequest(request.raw, reply.raw, request.body)
+ *   await sessionsOf(appRecord.id, version)(request.raw, reply.raw, request.body) // one SDK transport per session
  * })
  * ```
+ *
+ * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
 export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync {
   const { dispatcher, trust, onError } = setupAdapter(options)
@@ -196,11 +202,11 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
  * @example
  * ```ts
  * app.all('/*', routeByVersion((appRecord, version) => createVersionHandler(appRecord, version)))
- * app.all('/*', routeByVersion({ '1.4.2': v1, '2.0.0': v2 }))
+ * app.all('/*', routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }))
  * ```
  */
-export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>): FastifyRouteHandler {
-  const route = createVersionRouter(routes)
+export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>, options?: RouteByVersionOptions): FastifyRouteHandler {
+  const route = createVersionRouter(routes, options)
   return async function routeByVersionHandler(request, reply) {
     const context = getDispatchContext(request)
     const handler = route(context)
@@ -225,6 +231,8 @@ export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>): Fastif
  * ```ts
  * app.all('/*', fromWebHandler(createProxyHandler({ upstream, identity })))
  * ```
+ *
+ * @throws {ConfigurationError} when `handler` is not a function.
  */
 export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler {
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
@@ -287,5 +295,5 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
 }
 
 export type { ServeTokenApiOptions } from '../shared.js'
-export type { VersionRoutes } from '../version-router.js'
+export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

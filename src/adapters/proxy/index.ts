@@ -48,6 +48,7 @@
 import { type Reply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import { versionTable } from '../version-router.js'
 import {
   IDENTITY_HEADER,
   type IdentitySigner,
@@ -324,6 +325,8 @@ function readBefore(
  *   timeoutMs: 10_000,
  * })
  * ```
+ *
+ * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), a `forwardHeaders` entry naming a hop-by-hop, credential or client-address header, or a `timeoutMs` out of range.
  */
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (!options) throw new ConfigurationError('upstream', 'is required')
@@ -367,19 +370,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   } else if (source && typeof source === 'object') {
     const table = new Map<string, URL>()
     for (const [key, value] of Object.entries(source)) table.set(key, parseUpstream(value, `upstream.${key}`))
-    const appId = options.appId
-    if (appId !== undefined && (typeof appId !== 'string' || appId === '')) {
-      throw new ConfigurationError('appId', 'must be a non-empty App id')
-    }
-    const bare = [...table.keys()].filter((key) => !key.includes('@'))
-    if (bare.length > 0 && appId === undefined) {
-      throw new ConfigurationError(
-        'upstream',
-        `keys ${bare.map((k) => JSON.stringify(k)).join(', ')} name no App: give appId (the App they belong to) or key them "<appId>@<version>", so callers of another App with the same version are never sent to this upstream`,
-      )
-    }
-    upstreamOf = (context) =>
-      table.get(`${context.app.id}@${context.version}`) ?? (context.app.id === appId ? table.get(context.version) : undefined)
+    upstreamOf = versionTable(table, options.appId, 'upstream', 'upstream')
   } else {
     throw new ConfigurationError('upstream', 'must be an object of URLs keyed by version, or a function')
   }

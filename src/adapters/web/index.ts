@@ -4,10 +4,12 @@
  *
  * @example
  * ```ts
- * import { mcpDispatch } from 'mcp-dispatch/web'
+ * import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
  * const handle = mcpDispatch({
  *   dispatcher: { apps, subscriptions, tokens, authorizationServers: ['https://auth.example.com'] },
- *   handler: (request, context) => servers.get(context.version)!.handleRequest(request),
+ *   // One handler per App version, created on first use; webSessions (docs/adapters.md) keeps
+ *   // one MCP SDK transport per session.
+ *   handler: routeByVersion((app, version) => webSessions(() => buildServer(app, version))),
  * })
  * export default { fetch: handle }
  * ```
@@ -19,7 +21,7 @@ import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext, DispatchOutcome } from '../../pipeline/dispatcher.js'
 import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
-import { type VersionRoutes, createVersionRouter } from '../version-router.js'
+import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 /** A web-standard MCP handler for one dispatched request. */
 export type WebMcpHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
@@ -33,7 +35,7 @@ export interface WebDispatchOptions extends AdapterOptions {
 /** Per-request information the runtime knows and the `Request` does not. */
 export interface WebRequestInfo {
   /** The socket peer address (`@hono/node-server`: `c.env.incoming.socket.remoteAddress`). */
-  clientAddress?: string
+  clientAddress?: string | undefined
   /**
    * On Node, the `http.ServerResponse` that the returned `Response` will be written to
    * (`@hono/node-server`: `c.env.outgoing`). Optional, and only for speed: with it, the
@@ -72,6 +74,8 @@ export function toResponse(reply: Reply): Response {
  * here; dispatched requests reach `handler` with their body untouched, and its response
  * (SSE streams included) passes through unbuffered with `X-MCP-Version` and
  * `X-MCP-Latest-Version` stamped on it.
+ *
+ * @throws {ConfigurationError} without a `handler` function, or with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
 export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)
@@ -270,18 +274,18 @@ export function getDispatchContext(request: Request): DispatchContext {
  * mcpDispatch({
  *   dispatcher,
  *   // Created on the first request to each App version, then kept:
- *   handler: routeByVersion((app, version) => createMcpAppHandler(app, version)),
+ *   handler: routeByVersion((app, version) => handlerFor(app, version)),
  * })
- * mcpDispatch({ dispatcher, handler: routeByVersion({ '1.4.2': v1, '2.0.0': v2 }) })
+ * mcpDispatch({ dispatcher, handler: routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }) })
  * ```
  */
-export function routeByVersion(routes: VersionRoutes<WebMcpHandler>): WebMcpHandler {
-  const route = createVersionRouter(routes)
+export function routeByVersion(routes: VersionRoutes<WebMcpHandler>, options?: RouteByVersionOptions): WebMcpHandler {
+  const route = createVersionRouter(routes, options)
   return (request, context) => {
     const handler = route(context)
     return handler ? handler(request, context) : toResponse(versionNotServedReply(context.version))
   }
 }
 
-export type { VersionRoutes } from '../version-router.js'
+export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

@@ -47,6 +47,8 @@ export interface MemoryAppStore extends AppStore {
  * const apps = createMemoryAppStore([{ id: 'app_1', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
  * apps.deploy('app_1', '1.0.1') // ['1.0.1']
  * ```
+ *
+ * @throws {TypeError} when two seeded Apps share an id or a slug; {@link DeployRefusedError} when a seeded App's versions break the versions rule.
  */
 export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): MemoryAppStore {
   const byId = new Map<string, AppRecord>()
@@ -185,7 +187,7 @@ export function createMemoryTokenStore(): TokenStore {
 
 /** Options of the in-memory TTL stores. */
 export interface MemoryTtlStoreOptions {
-  /** Most entries kept; the least recently used go first. Default 100,000. */
+  /** Most entries kept (a positive integer); the least recently used go first. Default 100,000. */
   max?: number
   /** Clock in epoch milliseconds. Default `Date.now`. */
   now?: Clock
@@ -206,17 +208,17 @@ export interface MemorySessionStoreOptions extends MemoryTtlStoreOptions {
  * In-memory session pins with an idle TTL (`lru-cache`), at most `max` in all (the least
  * recently used go first) and `maxPerSubject` per user (that user's expired, then least
  * recently used, go first).
+ *
+ * @throws {ConfigurationError} when `max` or `maxPerSubject` is not a positive integer.
  */
 export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
-  const maxPerSubject = options.maxPerSubject ?? 1_000
-  if (!Number.isSafeInteger(maxPerSubject) || maxPerSubject < 1) {
-    throw new ConfigurationError('maxPerSubject', 'must be a positive integer')
-  }
+  const maxPerSubject = positiveInteger(options.maxPerSubject, 1_000, 'maxPerSubject')
+  const max = positiveInteger(options.max, 100_000, 'max')
   // Each user's pins, least recently used first; kept in step with the cache by its dispose
   // hook (a pin deleted, evicted, or found expired).
   const bySubject = new Map<string, Set<string>>()
   const cache = new LRUCache<string, SessionPin>({
-    max: options.max ?? 100_000,
+    max,
     ttl: 1,
     ttlAutopurge: false,
     ...lruClock(options.now),
@@ -284,7 +286,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * reset its count); below that, nothing is reordered and a request costs one lookup.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
-  const max = options.max ?? 100_000
+  const max = positiveInteger(options.max, 100_000, 'max')
   const now = options.now ?? Date.now
   const reorderFrom = Math.floor(max / 2)
   // Room is made for a batch of new counters at once, so the sweep over every counter is paid
@@ -334,7 +336,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
 /** In-memory TTL cache (`lru-cache`). */
 export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
   const cache = new LRUCache<string, T>({
-    max: options.max ?? 100_000,
+    max: positiveInteger(options.max, 100_000, 'max'),
     ttl: 1,
     ttlAutopurge: false,
     ...lruClock(options.now),
@@ -362,4 +364,11 @@ export function createMemoryInvalidationBus(): InvalidationBus {
       return () => listeners.delete(listener)
     },
   }
+}
+
+/** A bound of a store, checked: a positive integer (0 would mean unbounded to `lru-cache`). */
+function positiveInteger(value: number | undefined, fallback: number, option: string): number {
+  if (value === undefined) return fallback
+  if (!Number.isSafeInteger(value) || value < 1) throw new ConfigurationError(option, 'must be a positive integer')
+  return value
 }

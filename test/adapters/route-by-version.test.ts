@@ -1,0 +1,118 @@
+/**
+ * `routeByVersion` through each adapter: a table's bare version keys belong to one App
+ * (`appId`), so the callers of another App with the same version never reach its handler;
+ * App-qualified keys and the factory form serve every App; a table of bare keys without
+ * `appId` is refused when the handler is created.
+ */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import express from 'express'
+import Fastify from 'fastify'
+import { ConfigurationError } from 'mcp-dispatch'
+import * as expressAdapter from 'mcp-dispatch/express'
+import * as fastifyAdapter from 'mcp-dispatch/fastify'
+import * as webAdapter from 'mcp-dispatch/web'
+import { describe, expect, it } from 'vitest'
+import { serveFetch } from '../helpers/platform.js'
+import { ADAPTER_KINDS, type AdapterKind, type Fixture, type Served, close, createFixture, listen, rawRequest } from './helpers.js'
+
+/** Routes of every adapter, answering with the name given to each handler. */
+type Routes = Record<string, string>
+
+async function serveRoutes(kind: AdapterKind, fixture: Fixture, routes: Routes, options?: { appId?: string }): Promise<Served> {
+  const named = <H>(handler: (name: string) => H) => Object.fromEntries(Object.entries(routes).map(([key, name]) => [key, handler(name)]))
+  if (kind === 'web') {
+    const handler = webAdapter.routeByVersion(
+      named((name) => () => new Response(name)),
+      options,
+    )
+    const served = await serveFetch(webAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, handler }))
+    return { port: served.port, close: served.close }
+  }
+  if (kind === 'express') {
+    const app = express()
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(
+      expressAdapter.routeByVersion(
+        named((name) => (_req: http.IncomingMessage, res: http.ServerResponse) => res.end(name)),
+        options,
+      ),
+    )
+    const server = http.createServer(app)
+    return { port: await listen(server), close: () => close(server) }
+  }
+  const app = Fastify({ forceCloseConnections: true })
+  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+  app.all(
+    '/*',
+    fastifyAdapter.routeByVersion(
+      named((name) => async () => name),
+      options,
+    ),
+  )
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+}
+
+const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+
+describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => {
+  const call = (served: Served, fixture: Fixture, host: string) =>
+    rawRequest(served.port, {
+      host,
+      path: '/v1',
+      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      body: tools,
+    })
+
+  it("bare version keys serve only the App named by appId: another App's caller gets 404 version_not_served", async () => {
+    const fixture = createFixture()
+    const served = await serveRoutes(kind, fixture, { '1.0.0': 'weather 1.0.0' }, { appId: 'app_weather' })
+    try {
+      expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'weather 1.0.0' })
+      // alice is subscribed to notes and her token is scoped to it; notes has a 1.0.0 too.
+      const notes = await call(served, fixture, 'notes.localhost')
+      expect(notes.status).toBe(404)
+      expect(notes.headers['x-mcp-version']).toBe('1.0.0')
+      expect(JSON.parse(notes.body)).toEqual({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32004, message: 'Version not served', data: { error: 'version_not_served', version: '1.0.0' } },
+      })
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('App-qualified keys serve their own Apps, and win over a bare key', async () => {
+    const fixture = createFixture()
+    const served = await serveRoutes(
+      kind,
+      fixture,
+      { 'app_notes@1.0.0': 'notes 1.0.0', 'app_weather@1.0.0': 'weather, qualified', '1.0.0': 'weather, bare' },
+      { appId: 'app_weather' },
+    )
+    try {
+      expect(await call(served, fixture, 'notes.localhost')).toMatchObject({ status: 200, body: 'notes 1.0.0' })
+      expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'weather, qualified' })
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('a table with bare version keys and no appId is refused when the handler is created', async () => {
+    const fixture = createFixture()
+    const refused = await serveRoutes(kind, fixture, { '1.0.0': 'any App' }).then(
+      async (served) => {
+        await served.close()
+        return undefined
+      },
+      (error: unknown) => error,
+    )
+    expect(refused).toBeInstanceOf(ConfigurationError)
+    expect((refused as ConfigurationError).option).toBe('routes')
+    expect((refused as Error).message).toMatch(/"1\.0\.0" name no App: give appId/)
+    const emptyAppId = await serveRoutes(kind, fixture, { '1.0.0': 'x' }, { appId: '' }).catch((error: unknown) => error)
+    expect((emptyAppId as ConfigurationError).option).toBe('appId')
+  })
+})
