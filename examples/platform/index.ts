@@ -102,6 +102,14 @@ export interface PlatformOptions {
   oauth?: AccessTokenValidator
   /** Trust `X-Forwarded-For` from these proxies (default: never). */
   trustProxy?: false | number | string[]
+  /**
+   * Browser origins allowed to call the Apps (the MCP transport's DNS-rebinding rule: any other
+   * `Origin` gets 403). Default: `https` pages, and `http` pages on a loopback host
+   * (`localhost`, `127.0.0.1`, `[::1]`, such as the MCP Inspector's) or on the platform's own
+   * domain (`*.{domain}`), any port. Requests without `Origin` (every non-browser client) are
+   * not affected.
+   */
+  allowedOrigins?: readonly string[] | ((origin: string) => boolean)
   /** Receives errors the clients only see as a status. Default: `console.error` without secrets. */
   onError?: (error: unknown, context: string) => void
   /**
@@ -253,6 +261,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     ...(oauth && { oauth }),
     authorizationServers,
     rateLimit: { policy: (_identity, app) => rateLimits.get(app.id) },
+    allowedOrigins: options.allowedOrigins ?? ((origin) => isLocalOrigin(origin, domain)),
     resolveApp: (request) => {
       const host = (request.host ?? '').toLowerCase().replace(/:\d+$/, '')
       if (!host.endsWith(`.${domain}`)) return undefined
@@ -396,4 +405,25 @@ export function createPlatform(options: PlatformOptions): Platform {
       await tokenService.close()
     },
   }
+}
+
+/**
+ * The platform's default `allowedOrigins`: any `https` page, and `http` pages on a loopback
+ * host or under `domain`. DNS rebinding, which the MCP transport's Origin check is for, needs a
+ * page that reaches this plain-HTTP server as its own origin: a page served over `http` from
+ * another name (`http://evil.example.com`, its name rebound to 127.0.0.1). An `https` page
+ * rebound here would fail its TLS handshake, so hosted browser clients keep working.
+ */
+function isLocalOrigin(origin: string, domain: string): boolean {
+  if (!URL.canParse(origin)) return false
+  const { protocol, hostname } = new URL(origin)
+  if (protocol === 'https:') return true
+  if (protocol !== 'http:') return false
+  return (
+    hostname === 'localhost' ||
+    hostname === '127.0.0.1' ||
+    hostname === '[::1]' ||
+    hostname === domain ||
+    hostname.endsWith(`.${domain}`)
+  )
 }

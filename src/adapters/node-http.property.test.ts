@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { canonicalHost } from './node-http.js'
+import { canonicalHost } from './shared.js'
 
 const RUNS = { numRuns: 2_000 }
 
@@ -27,7 +27,7 @@ const hostPiece = fc.oneof(
   { weight: 1, arbitrary: fc.constantFrom('xn--', 'XN--', 'xn--a', '0x', ':80', ':443', ':08') },
 )
 
-describe('canonicalHost (the Host check of the Node adapters)', () => {
+describe('canonicalHost (the Host check of every adapter)', () => {
   it('agrees with the URL parser on any string of host-like pieces, under http and https', () => {
     fc.assert(
       fc.property(fc.array(hostPiece, { maxLength: 12 }).map((pieces) => pieces.join('')), fc.constantFrom('http', 'https'), (host, protocol) => {

@@ -13,7 +13,7 @@ import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
 import { type Dispatched, attachToHead, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
-import { INVALID_HOST, splitUrl } from './shared.js'
+import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
  * The neutral request over a Node request: one object per request, which is also its own
@@ -130,78 +130,6 @@ export function toDispatchRequest(
   )
 }
 
-/**
- * `host` (a `Host` value) as the URL parser reads it under `protocol` (`http`, `https`): lower
- * case, without the scheme's default port; `undefined` when it is not an authority and nothing
- * more (`a/b`, `user@host`, `host?x`, `host:99999`, `a b`, bad punycode), which would
- * otherwise become part of the App address (the metadata `resource`, the `resource_metadata`
- * URL), or when the parser would rewrite the name itself (`0x7f.1`, `%41`), as
- * @hono/node-server refuses those.
- *
- * What Hosts usually are, lower-case names of letters, digits, dots and hyphens with an
- * optional port that is not the default one, is checked in one pass and kept as it is;
- * anything else goes to the URL parser: upper case, a name whose last label starts with a
- * digit (an IPv4 address to the parser: `1.2.3.999` is refused, `0x7f.1` rewritten), a label
- * starting `xn--`, IPv6, other characters.
- */
-export function canonicalHost(host: string, protocol: string): string | undefined {
-  const n = host.length
-  let i = 0
-  let plain = n > 0
-  for (; i < n; i++) {
-    const c = host.charCodeAt(i)
-    if (c >= 97 && c <= 122) continue // a to z
-    const labelStart = i === 0 || host.charCodeAt(i - 1) === 46
-    if (c >= 48 && c <= 57) {
-      // A label that starts with a digit, when it turns out to be the last one.
-      if (labelStart) plain = plain && !lastLabel(host, i)
-      continue
-    }
-    if (c === 45 /* - */) {
-      // `xn--`: punycode, for the parser to check.
-      if (i >= 3 && host.charCodeAt(i - 1) === 45 && host.charCodeAt(i - 2) === 110 && host.charCodeAt(i - 3) === 120) {
-        if (i === 3 || host.charCodeAt(i - 4) === 46) plain = false
-      }
-      continue
-    }
-    if (c === 46 /* . */) continue
-    break
-  }
-  if (plain && i === n) return host
-  if (plain && i > 0 && host.charCodeAt(i) === 58 /* : */ && n - i - 1 >= 1 && n - i - 1 <= 5 && host.charCodeAt(i + 1) !== 48) {
-    let port = 0
-    let j = i + 1
-    for (; j < n; j++) {
-      const d = host.charCodeAt(j) - 48
-      if (d < 0 || d > 9) break
-      port = port * 10 + d
-    }
-    if (j === n && port <= 65535 && port !== (protocol === 'https' ? 443 : 80)) return host
-  }
-  let url: URL
-  try {
-    url = new URL(`${protocol}://${host}/`)
-  } catch {
-    return undefined
-  }
-  const authority = url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
-  // A name the parser rewrites beyond its case (`0x7f.1`, `%41`, a soft hyphen, an empty port)
-  // is refused, as @hono/node-server refuses it: the App address is what the client wrote.
-  if (!authority || url.hostname === '' || url.hostname !== host.replace(PORT, '').toLowerCase()) return undefined
-  return url.host
-}
-
-const PORT = /:\d+$/
-
-/** Whether the label starting at `i` is the last of `host` (a trailing dot or a port ends it too). */
-function lastLabel(host: string, i: number): boolean {
-  for (let j = i; j < host.length; j++) {
-    const c = host.charCodeAt(j)
-    if (c === 58 /* : */) return true
-    if (c === 46 /* . */) return j === host.length - 1 || host.charCodeAt(j + 1) === 58
-  }
-  return true
-}
 
 /**
  * Whether a request target is under the token API's `basePath`, as the API will see it: the

@@ -197,10 +197,13 @@ export interface DispatcherOptions {
     failOpen?: boolean
   }
   /**
-   * Allowed `Origin` values. When set, a request whose `Origin` is not listed gets 403
-   * (MCP transport, DNS rebinding). Requests without `Origin` are not browser requests and pass.
+   * Allowed `Origin` values: a list (`['https://app.example']`), or a function that answers
+   * `true` for an allowed one (`(origin) => origin.endsWith('.app.example')`: parse it with
+   * `URL` rather than matching text; a function that throws refuses, and is reported). When
+   * set, a request whose `Origin` is not allowed gets 403 (MCP transport, DNS rebinding).
+   * Requests without `Origin` are not browser requests and pass.
    */
-  allowedOrigins?: readonly string[]
+  allowedOrigins?: readonly string[] | ((origin: string) => boolean)
   /** Send CORS headers so browser-based MCP clients can read responses. Default `true`. */
   cors?: boolean
   /** Clock, epoch ms. Default `Date.now`. */
@@ -244,6 +247,32 @@ function isForeignThenable(value: unknown): boolean {
 }
 
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
+/**
+ * `allowedOrigins` as one function, or `undefined` when every origin is allowed. A string would
+ * be taken as a set of its characters, and every Origin refused: refused here instead.
+ */
+function originCheck(
+  allowed: DispatcherOptions['allowedOrigins'],
+  report: (error: unknown) => void,
+): ((origin: string) => boolean) | undefined {
+  if (allowed === undefined) return undefined
+  if (typeof allowed === 'function') {
+    return (origin) => {
+      try {
+        return allowed(origin) === true
+      } catch (error) {
+        report(error)
+        return false
+      }
+    }
+  }
+  if (!Array.isArray(allowed) || allowed.some((o) => typeof o !== 'string')) {
+    throw new ConfigurationError('allowedOrigins', 'must be an array of origins ("https://app.example"), or a function of one')
+  }
+  const set = new Set(allowed)
+  return (origin) => set.has(origin)
+}
+
 /** What the protected-resource metadata answers (spec 4.2): read-only. */
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
@@ -296,7 +325,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `allowedOrigins` that is not an array, a validator whose audience follows the `Host` without `baseUrl`, a `storeTimeoutMs` out of range…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `allowedOrigins` that is neither an array nor a function, a validator whose audience follows the `Host` without `baseUrl`, a `storeTimeoutMs` out of range…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -329,11 +358,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore({ now })) : undefined
   const failOpen = rateLimit?.failOpen ?? true
   const cors = options.cors ?? true
-  const allowedOrigins = options.allowedOrigins ? new Set(options.allowedOrigins) : undefined
-  // A string would be a set of its characters, and every Origin refused.
-  if (options.allowedOrigins && (!Array.isArray(options.allowedOrigins) || [...allowedOrigins!].some((o) => typeof o !== 'string'))) {
-    throw new ConfigurationError('allowedOrigins', 'must be an array of origins ("https://app.example")')
-  }
+  const allowedOrigins = originCheck(options.allowedOrigins, (error) => onError(error, 'allowedOrigins'))
   const authServers = options.authorizationServers ?? []
   if (typeof authServers !== 'function') {
     for (const url of authServers) {
@@ -403,7 +428,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!cors || !origin) return undefined
     // A page of an origin that is not allowed reads nothing, not even a 404 (whether an App
     // or path exists); `Vary` still tells a cache the answer depends on the origin.
-    if (allowedOrigins && !allowedOrigins.has(origin)) return VARY_ORIGIN
+    if (allowedOrigins && !allowedOrigins(origin)) return VARY_ORIGIN
     return allowedOrigins
       ? { 'access-control-allow-origin': origin, vary: 'Origin', 'access-control-expose-headers': EXPOSE_HEADERS }
       : { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS }
@@ -889,7 +914,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    */
   function notFound(request: DispatchRequest, origin: string | null | undefined): Decision {
     if (cors && origin && request.method === 'OPTIONS' && request.headers.get('access-control-request-method')) {
-      if (allowedOrigins && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+      if (allowedOrigins && !allowedOrigins(origin)) return { type: 'reply', reply: originNotAllowedReply() }
       return { type: 'reply', reply: preflight(allowedOrigins ? origin : '*', request) }
     }
     return reply(notFoundReply(), origin)
@@ -910,7 +935,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     let selector = selectors.get(path)
     if (selector === undefined) remember(selectors, path, (selector = parseVersionPath(path)))
     if (!selector) return notFound(request, origin)
-    if (allowedOrigins && origin && !allowedOrigins.has(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+    if (allowedOrigins && origin && !allowedOrigins(origin)) return { type: 'reply', reply: originNotAllowedReply() }
     const method = request.method
     if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*', request) }
     if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {

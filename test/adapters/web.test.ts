@@ -2,6 +2,7 @@
  * The Web adapter (`mcp-dispatch/web`) against the shared suite: in memory with `Request`
  * objects, over loopback HTTP (`@hono/node-server`) for streaming.
  */
+import * as vm from 'node:vm'
 import { getDispatchContext, mcpDispatch, whenBodyEnds } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
@@ -119,6 +120,97 @@ describe('web adapter specifics', () => {
       expect(returned.headers.get('x-mcp-version')).toBe('1.0.0')
       expect(next.status).toBe(200)
     })
+  })
+})
+
+describe('web adapter: answers no runtime can send, and hosts no URL parser read', () => {
+  /** The handler's answer for each `x-answer`, as a handler with a bug might give it. */
+  const answers: Record<string, () => unknown> = {
+    nothing: () => undefined,
+    object: () => ({ status: 200, body: '{}' }),
+    'Response.error()': () => Response.error(),
+    'foreign promise of nothing': () => vm.runInNewContext('Promise.resolve(undefined)'),
+    'foreign promise of a Response': () => vm.runInNewContext('Promise.resolve(r)', { r: Response.json({ ok: true }) }),
+  }
+
+  it.each(['@hono/node-server with outgoing', '@hono/node-server without outgoing', 'in process'])(
+    '%s: a 502 with the dispatch headers, reported to onError; a promise of another realm is awaited',
+    async (mode) => {
+      const fixture = createFixture()
+      const errors: unknown[] = []
+      const handle = mcpDispatch({
+        dispatcher: fixture.dispatcher,
+        onError: (error) => errors.push(error),
+        handler: (request) => answers[request.headers.get('x-answer')!]!() as Response,
+      })
+      const served =
+        mode === 'in process'
+          ? undefined
+          : await serveFetch((request, info) =>
+              handle(request, mode.includes('without') ? { clientAddress: info.clientAddress } : info),
+            )
+      const send = async (answer: string) => {
+        const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', 'x-answer': answer }
+        if (served) return rawRequest(served.port, { path: '/v1', headers, body: '{}' })
+        const response = await handle(new Request(`http://${HOST}/v1`, { method: 'POST', headers, body: '{}' }))
+        return { status: response.status, headers: Object.fromEntries(response.headers), body: await response.text() }
+      }
+      try {
+        for (const answer of ['nothing', 'object', 'Response.error()', 'foreign promise of nothing']) {
+          const res = await send(answer)
+          expect(res.status, answer).toBe(502)
+          expect(res.headers['x-mcp-version'], answer).toBe('1.0.0')
+          expect(JSON.parse(res.body), answer).toMatchObject({ id: null, error: { data: { error: 'handler_error' } } })
+        }
+        expect(errors).toHaveLength(4)
+        for (const error of errors) expect((error as Error).message).toMatch(/^mcp-dispatch: the handler answered with/)
+        const foreign = await send('foreign promise of a Response')
+        expect(foreign.status).toBe(200)
+        expect(foreign.headers['x-mcp-version']).toBe('1.0.0')
+        expect(JSON.parse(foreign.body)).toEqual({ ok: true })
+      } finally {
+        await served?.close()
+      }
+    },
+  )
+
+  it('on @hono/node-server, a lower-case Host that is no host (weather.1, 1.2.3.999, 0x7f.1) is the JSON-RPC 400, not an App address', async () => {
+    const fixture = createFixture()
+    let handled = 0
+    const served = await serveFetch(
+      mcpDispatch({
+        dispatcher: fixture.dispatcher,
+        handler: () => {
+          handled++
+          return new Response('{}')
+        },
+      }),
+    )
+    try {
+      for (const host of ['weather.1', '1.2.3.999', '0x7f.1', 'weather.1:8080']) {
+        for (const path of ['/v1', '/.well-known/oauth-protected-resource']) {
+          const res = await rawRequest(served.port, {
+            host,
+            path,
+            method: path === '/v1' ? 'POST' : 'GET',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+            ...(path === '/v1' && { body: '{}' }),
+          })
+          expect(res.status, `${host}${path}`).toBe(400)
+          expect(JSON.parse(res.body)).toEqual({
+            jsonrpc: '2.0',
+            id: null,
+            error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } },
+          })
+        }
+      }
+      expect(handled).toBe(0)
+      // Hosts the parser reads are served as before.
+      const metadata = await rawRequest(served.port, { host: 'weather.localhost:8080', method: 'GET', path: '/.well-known/oauth-protected-resource' })
+      expect(JSON.parse(metadata.body).resource).toBe('http://weather.localhost:8080')
+    } finally {
+      await served.close()
+    }
   })
 })
 

@@ -97,6 +97,7 @@ describe('GET /.well-known/oauth-protected-resource (spec 4.2)', () => {
 })
 
 describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
+  // An https page: allowed by the platform's default allowedOrigins, and echoed (docs/platform.md).
   const origin = 'https://inspector.example'
 
   it('OPTIONS preflight on the metadata document', async () => {
@@ -117,7 +118,7 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
       headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, mcp-session-id' },
     })
     expect(response.status).toBe(204)
-    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(response.headers.get('access-control-allow-origin')).toBe(origin)
     expect(response.headers.get('access-control-allow-methods')).toBe('GET, POST, DELETE, OPTIONS')
     const allowed = (response.headers.get('access-control-allow-headers') ?? '').toLowerCase()
     for (const name of ['authorization', 'content-type', 'mcp-session-id', 'mcp-protocol-version']) expect(allowed).toContain(name)
@@ -131,10 +132,10 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
         headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'authorization, content-type' },
       })
       expect(preflight.status).toBe(204)
-      expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
+      expect(preflight.headers.get('access-control-allow-origin')).toBe(origin)
       const request = await platform.fetch(mcpRequest(url, { token: token('alice'), headers: { origin } }), { clientAddress: CLIENT })
       expect(request.status).toBe(404)
-      expect(request.headers.get('access-control-allow-origin')).toBe('*')
+      expect(request.headers.get('access-control-allow-origin')).toBe(origin)
       expect(await json(request)).toEqual(bodies.notFound)
     }
     // A plain OPTIONS (no preflight) is still a 404 there.
@@ -154,7 +155,7 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
       clientAddress: CLIENT,
     })
     expect(response.status).toBe(401)
-    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(response.headers.get('access-control-allow-origin')).toBe(origin)
     expect(response.headers.get('access-control-expose-headers')).toContain('WWW-Authenticate')
   })
 
@@ -163,7 +164,7 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
       clientAddress: CLIENT,
     })
     expect(response.status).toBe(200)
-    expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    expect(response.headers.get('access-control-allow-origin')).toBe(origin)
     const exposed = response.headers.get('access-control-expose-headers') ?? ''
     for (const name of ['Mcp-Session-Id', 'X-MCP-Version', 'X-MCP-Latest-Version']) expect(exposed).toContain(name)
   })

@@ -15,7 +15,10 @@ import {
   createTokenApi,
   createTokenService,
 } from 'mcp-dispatch'
+import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
+import { HOST, createFixture } from '../adapters/helpers.js'
+import { createTestPlatform, mcpRequest } from '../helpers/platform.js'
 
 /** The option a ConfigurationError names, or `undefined` when `create` succeeds. */
 function refusedOption(create: () => unknown): string | undefined {
@@ -57,5 +60,57 @@ describe('options checked at creation', () => {
     expect(refusedOption(dispatcher('https://app.example'))).toBe('allowedOrigins')
     expect(refusedOption(dispatcher([42]))).toBe('allowedOrigins')
     expect(refusedOption(dispatcher(['https://app.example']))).toBeUndefined()
+  })
+})
+
+describe('allowedOrigins as a function', () => {
+  it('allows what it answers true for; refuses (403) the rest, and what it throws on (reported)', async () => {
+    const fixture = createFixture()
+    const errors: Array<{ error: unknown; context: string }> = []
+    const handle = mcpDispatch({
+      dispatcher: createDispatcher({
+        ...fixture.dispatcherOptions,
+        onError: (error, context) => errors.push({ error, context }),
+        allowedOrigins: (origin) => {
+          if (origin === 'https://throws.example') throw new Error('bad predicate')
+          return new URL(origin).hostname.endsWith('.app.example')
+        },
+      }),
+      handler: () => new Response('{}', { headers: { 'content-type': 'application/json' } }),
+    })
+    const call = async (origin?: string) => {
+      const response = await handle(
+        new Request(`http://${HOST}/v1`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(origin && { origin }) },
+          body: '{}',
+        }),
+      )
+      return { status: response.status, allowOrigin: response.headers.get('access-control-allow-origin'), body: await response.text() }
+    }
+    expect(await call('https://dash.app.example')).toMatchObject({ status: 200, allowOrigin: 'https://dash.app.example' })
+    expect(await call()).toMatchObject({ status: 200 })
+    const refused = await call('https://evil.example')
+    expect(refused.status).toBe(403)
+    expect(JSON.parse(refused.body)).toMatchObject({ error: { data: { error: 'origin_not_allowed' } } })
+    expect((await call('https://throws.example')).status).toBe(403)
+    expect(errors.map((e) => [(e.error as Error).message, e.context])).toEqual([['bad predicate', 'allowedOrigins']])
+  })
+
+  it("the reference platform's default allows https pages, and http pages on loopback or its own domain; refuses other pages", async () => {
+    const { platform, token } = createTestPlatform()
+    try {
+      const status = async (origin?: string) =>
+        (await platform.fetch(mcpRequest('http://weather.localhost/v1', { token: token('alice'), ...(origin && { headers: { origin } }) }), { clientAddress: '127.0.0.1' })).status
+      expect(await status()).toBe(200)
+      for (const origin of ['http://localhost:6274', 'http://127.0.0.1:3000', 'http://[::1]:8080', 'http://dashboard.localhost:8787', 'https://inspector.example']) {
+        expect(await status(origin), origin).toBe(200)
+      }
+      for (const origin of ['http://evil.example.com', 'http://localhost.evil.example', 'null', 'file://', 'chrome-extension://abc']) {
+        expect(await status(origin), origin).toBe(403)
+      }
+    } finally {
+      await platform.close()
+    }
   })
 })

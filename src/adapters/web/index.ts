@@ -20,10 +20,15 @@ import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import type { DispatchContext, DispatchOutcome } from '../../pipeline/dispatcher.js'
 import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, setupAdapter, splitUrl } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
-/** A web-standard MCP handler for one dispatched request. */
+/**
+ * A web-standard MCP handler for one dispatched request. It returns a new `Response` for every
+ * request: the dispatch headers may be set on it in place, so a `Response` shared between
+ * requests would carry another request's version. An answer that is not a sendable
+ * `Response` (nothing, `Response.error()`) is a handler failure (502).
+ */
 export type WebMcpHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
 
 /** Options of {@link mcpDispatch} (web). */
@@ -82,11 +87,17 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
   const handler = options.handler
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
   return async function dispatch(request, info) {
-    const { origin, path } = splitUrl(request.url)
+    const url = splitUrl(request.url)
+    const schemeEnd = url.origin.indexOf('://')
+    // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
+    // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
+    const host = schemeEnd === -1 ? undefined : canonicalHost(url.origin.slice(schemeEnd + 3), url.origin.slice(0, schemeEnd))
+    if (host === undefined) return toResponse(INVALID_HOST)
+    const origin = host.length === url.origin.length - schemeEnd - 3 ? url.origin : `${url.origin.slice(0, schemeEnd)}://${host}`
     const decided = dispatcher.decide({
       method: request.method,
-      path,
-      host: origin.slice(origin.indexOf('://') + 3),
+      path: url.path,
+      host,
       origin,
       headers: request.headers,
       clientAddress:
@@ -104,8 +115,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const atHead = outgoing !== undefined && headOf(outgoing, decision)
     let response: Response
     try {
-      const answered = handler(request, decision.context)
-      response = answered instanceof Promise ? await answered : answered
+      const answered: unknown = handler(request, decision.context)
+      response = usableResponse(answered instanceof Promise || isThenable(answered) ? await answered : answered)
     } catch (error) {
       onError(error, 'handler')
       // The 502 carries the dispatch headers (version, rate limit, CORS) as on Express and
@@ -134,6 +145,28 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       return stampHeaders(toResponse(HANDLER_FAILED), decision.headers)
     }
   }
+}
+
+/**
+ * What a handler answered, if a runtime can send it: a `Response` (of this realm or, by its
+ * shape, another), not `Response.error()` (status 0, which no runtime sends). Otherwise (a
+ * forgotten `return`, a plain object) a `TypeError`, which the adapter answers as a handler
+ * failure: a JSON-RPC 502 with the dispatch headers, reported to `onError`, instead of a
+ * runtime's bare 500 (or a 200 with an empty body) that no browser client can read. Only the
+ * status is read: the body and headers of `@hono/node-server`'s light `Response` stay unbuilt.
+ */
+function usableResponse(answered: unknown): Response {
+  if (answered instanceof Response || (answered !== null && typeof answered === 'object' && typeof (answered as Response).headers?.get === 'function')) {
+    const status = (answered as Response).status
+    if (typeof status === 'number' && status >= 200 && status <= 599) return answered as Response
+    throw new TypeError(`mcp-dispatch: the handler answered with a Response of status ${String(status)}, which cannot be sent`)
+  }
+  throw new TypeError(`mcp-dispatch: the handler answered with ${answered === null ? 'null' : typeof answered}, not a Response`)
+}
+
+/** A promise of another realm (or any thenable), as a handler may return one. */
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function'
 }
 
 /**
