@@ -275,6 +275,11 @@ function writeJson(res: ServerResponse, status: number, body: string, headers?: 
   res.end(body)
 }
 
+/** Removes every header set on a raw response whose head is not written yet. */
+export function clearHeaders(res: ServerResponse): void {
+  for (const name of res.getHeaderNames()) res.removeHeader(name)
+}
+
 /** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */
 export function writeReply(res: ServerResponse, reply: Reply): void {
   const headers: OutgoingHttpHeaders = { ...reply.headers }
