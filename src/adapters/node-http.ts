@@ -6,7 +6,7 @@
  * @internal
  * @module
  */
-import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
 import { Readable } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
@@ -343,6 +343,31 @@ export function installHeadInterception(): void {
   installOn(ServerResponse.prototype)
 }
 
+/**
+ * Throws what Node's `writeHead` throws for a status out of range, a reason phrase or a header
+ * it cannot write (the validators are Node's own), before a held head is taken.
+ */
+function checkHead(status: number, reason: unknown, headers: unknown): void {
+  if ((status | 0) < 100 || (status | 0) > 999) {
+    throw Object.assign(new RangeError(`Invalid status code: ${status}`), { code: 'ERR_HTTP_INVALID_STATUS_CODE' })
+  }
+  if (typeof reason === 'string') validateHeaderValue('statusMessage', reason)
+  if (headers === undefined || headers === null || typeof headers !== 'object') return
+  const check = (name: unknown, value: unknown) => {
+    // An empty name is skipped where setHeader headers are merged (Node's slow path).
+    if (name === '' || name === undefined || name === null) return
+    validateHeaderName(String(name))
+    validateHeaderValue(String(name), value as string)
+  }
+  if (!Array.isArray(headers)) {
+    for (const name in headers) check(name, (headers as Record<string, unknown>)[name])
+  } else if (headers.length > 0 && Array.isArray(headers[0])) {
+    for (const pair of headers as unknown[][]) check(pair[0], pair[1])
+  } else {
+    for (let i = 0; i < headers.length; i += 2) check(headers[i], headers[i + 1])
+  }
+}
+
 /** The states of a held response: not begun, head held until the pin is stored, passed through. */
 const IDLE = 0
 const HOLDING = 1
@@ -418,12 +443,17 @@ function holdUntilPinned(
     if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
+      // What Node would refuse is refused before the pin is stored, as the pin of a head
+      // written at once is stored only once Node has taken it (see head.ts).
+      checkHead(status, headerIndex === 2 ? args[1] : undefined, args[headerIndex])
       const head = stampHead(args[headerIndex], dispatchHeadersFor(res, decision.headers, args[headerIndex]))
       sessionId = head.sessionId
       args = [...args]
       args[headerIndex] = head.headers
     } else {
-      // The head is implicit (`write`, `end`, `flushHeaders`): set the headers it will carry.
+      // The head is implicit (`write`, `end`, `flushHeaders`): Node writes it as
+      // `writeHead(res.statusCode)`; set the headers it will carry.
+      checkHead(status, res.statusMessage, undefined)
       const headers = dispatchHeadersFor(res, decision.headers)
       for (const name in headers) res.setHeader(name, headers[name]!)
     }

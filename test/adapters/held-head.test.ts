@@ -9,7 +9,10 @@
  *   and with `on-headers` before `mcpDispatch` (morgan, response-time, express-session) the
  *   memory store threw "Cannot set headers after they are sent" out of the gzip stream;
  * - a handler failing after its held head (`next(err)`): Express's final handler wrote its own
- *   error page into the same response.
+ *   error page into the same response;
+ * - a head Node refuses (a header value outside Latin-1, a status out of range): the error
+ *   answer that followed had no dispatch headers, and the session id of the refused head was
+ *   pinned although the client never got it.
  */
 import * as http from 'node:http'
 import { createRequire } from 'node:module'
@@ -22,7 +25,7 @@ import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import { afterAll, describe, expect, it } from 'vitest'
-import { type Fixture, HOST, close, createFixture, listen, loopbackFetch, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, type Fixture, HOST, close, createFixture, listen, loopbackFetch, rawRequest } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
 
 /** `on-headers` (installed with `compression`; it has no types of its own). */
@@ -272,6 +275,93 @@ describe('a handler that fails after its head: the framework never answers into 
         expect(answer.headers['x-mcp-version']).toBe('1.0.0')
         await new Promise((resolve) => setTimeout(resolve, 20))
         expect(errorsOf(fixture)).toEqual([])
+      } finally {
+        await app.close()
+      }
+    })
+  }
+})
+
+describe('a head Node refuses: the answer that follows carries the dispatch headers, and its session id is not pinned', () => {
+  const browser = (fixture: Fixture) => ({ ...json, ...bearer(fixture), origin: ALLOWED_ORIGIN })
+
+  function expectDispatchHeaders(answer: { headers: Record<string, string> }) {
+    expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+    expect(answer.headers['x-mcp-latest-version']).toBe('2.0.0')
+    expect(answer.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
+    expect(answer.headers['mcp-session-id']).toBeUndefined()
+  }
+
+  async function expectNotPinned(port: number, fixture: Fixture, sessionId: string) {
+    const next = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'mcp-session-id': sessionId }, body: tools })
+    expect(next.status).toBe(404)
+    expect(JSON.parse(next.body).error.data).toEqual({ error: 'session_not_found' })
+  }
+
+  const refused = {
+    'a header value outside Latin-1': (res: http.ServerResponse, sessionId: string) =>
+      res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': sessionId, 'x-tool-name': '天気' }),
+    'a status out of range': (res: http.ServerResponse, sessionId: string) =>
+      res.writeHead(1000, { 'content-type': 'application/json', 'mcp-session-id': sessionId }),
+  }
+
+  for (const [store, fixtureFor] of Object.entries(STORES)) {
+    for (const [what, writeRefusedHead] of Object.entries(refused)) {
+      it(`${store} store, Express, ${what}: routeByVersion's 502, and the handler's own fallback`, async () => {
+        const fixture = fixtureFor()
+        const app = express()
+        app.use(dispatchOf(fixture))
+        app.use(
+          routeByVersion(() => (req, res) => {
+            const sessionId = String(req.headers['x-test-session'])
+            if (!req.headers['x-test-fallback']) {
+              writeRefusedHead(res, sessionId).end('{}')
+              return
+            }
+            try {
+              writeRefusedHead(res, sessionId)
+            } catch {
+              res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"fallback"}')
+            }
+          }),
+        )
+        const port = await serve(app)
+        const failed = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'x-test-session': `502-${store}` }, body: tools })
+        expect(failed.status).toBe(502)
+        expect(JSON.parse(failed.body).error.message).toBe('App handler failed')
+        expectDispatchHeaders(failed)
+        await expectNotPinned(port, fixture, `502-${store}`)
+
+        const fallback = await rawRequest(port, {
+          path: '/v1',
+          headers: { ...browser(fixture), 'x-test-session': `fallback-${store}`, 'x-test-fallback': '1' },
+          body: tools,
+        })
+        expect(fallback).toMatchObject({ status: 500, body: '{"error":"fallback"}' })
+        expectDispatchHeaders(fallback)
+        await expectNotPinned(port, fixture, `fallback-${store}`)
+      })
+    }
+
+    it(`${store} store, Fastify, a header value outside Latin-1 through reply.send: routeByVersion's 502`, async () => {
+      const fixture = fixtureFor()
+      const app = Fastify({ forceCloseConnections: true })
+      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) }))
+      app.all(
+        '/*',
+        fastifyRoutes(() => async (request, reply) =>
+          reply.header('x-tool-name', '天気').header('mcp-session-id', String(request.headers['x-test-session'])).send({ ok: true }),
+        ),
+      )
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      try {
+        const port = (app.server.address() as { port: number }).port
+        const failed = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'x-test-session': `f502-${store}` }, body: tools })
+        expect(failed.status).toBe(502)
+        expect(JSON.parse(failed.body)).toMatchObject({ jsonrpc: '2.0', error: { message: 'App handler failed' } })
+        expectDispatchHeaders(failed)
+        expect(failed.headers['x-tool-name']).toBeUndefined()
+        await expectNotPinned(port, fixture, `f502-${store}`)
       } finally {
         await app.close()
       }
