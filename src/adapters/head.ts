@@ -170,13 +170,12 @@ export function stampHead(headers: unknown, stamped: Readonly<Record<string, str
 }
 
 /**
- * At the head of a dispatched response: the dispatch headers go in, and the dispatcher learns
- * the outcome (the status, and the `Mcp-Session-Id` the MCP handler assigned, from the
- * `writeHead` headers or those set before). Returns the headers to write.
+ * Tells the dispatcher the outcome of a head Node has taken (the status, and the
+ * `Mcp-Session-Id` the MCP handler assigned, from the `writeHead` headers or those set before).
+ * Called once the real `writeHead` has returned: Node has then only buffered the head, so the
+ * pin is stored before any byte of it leaves, and a head Node refused pins nothing.
  */
-function atHead(res: NodeResponse, decision: Dispatched, status: number, headers: unknown): unknown {
-  const head = stampHead(headers, dispatchHeadersFor(res, decision.headers, headers))
-  let sessionId = head.sessionId
+function recordHead(res: NodeResponse, decision: Dispatched, status: number, sessionId: string | undefined): void {
   // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
   // handler that forgot the session), which needs no answer before the response goes out.
   if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
@@ -184,7 +183,6 @@ function atHead(res: NodeResponse, decision: Dispatched, status: number, headers
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
   // responses to another path (node-http's hold, or the Web adapter's own await).
   decision.complete(headOutcome(res, decision, status, sessionId))
-  return head.headers
 }
 
 type WriteHead = (this: NodeResponse, statusCode: number, ...rest: unknown[]) => unknown
@@ -211,19 +209,35 @@ export function installHeadInterception(proto: NodeResponse): void {
   target[kDispatch] = undefined
   target.writeHead = function writeHead(this: WithDecision, statusCode: number, reason?: unknown, headers?: unknown) {
     let decision = this[kDispatch]
+    let own = true
     if (decision !== undefined) {
       // Assigned back, never deleted: a `delete` would turn the response into a slow
       // dictionary-mode object for the rest of its life.
       this[kDispatch] = undefined
     } else if (asideUsed && (decision = aside.get(this)) !== undefined) {
       aside.delete(this)
+      own = false
     } else {
       return reason === undefined && headers === undefined
         ? original.call(this, statusCode)
         : original.call(this, statusCode, reason, headers)
     }
-    if (typeof reason === 'string') return original.call(this, statusCode, reason, atHead(this, decision, statusCode, headers))
-    return original.call(this, statusCode, atHead(this, decision, statusCode, reason ?? headers))
+    const named = typeof reason === 'string'
+    const given = named ? headers : (reason ?? headers)
+    const head = stampHead(given, dispatchHeadersFor(this, decision.headers, given))
+    let written: unknown
+    try {
+      written = named ? original.call(this, statusCode, reason, head.headers) : original.call(this, statusCode, head.headers)
+    } catch (error) {
+      // Node refused the head (a status out of range, a header value it cannot write) and
+      // wrote nothing: the answer that follows (the framework's error, the 502) still takes
+      // the dispatch headers, and no session is pinned to an id the client never got.
+      if (own) this[kDispatch] = decision
+      else aside.set(this, decision)
+      throw error
+    }
+    recordHead(this, decision, statusCode, head.sessionId)
+    return written
   }
   wrapped.add(proto)
 }

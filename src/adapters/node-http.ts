@@ -6,7 +6,7 @@
  * @internal
  * @module
  */
-import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse } from 'node:http'
+import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
 import { Readable } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
@@ -203,6 +203,11 @@ function writeJson(res: ServerResponse, status: number, body: string, headers?: 
   res.end(body)
 }
 
+/** Removes every header set on a raw response whose head is not written yet. */
+export function clearHeaders(res: ServerResponse): void {
+  for (const name of res.getHeaderNames()) res.removeHeader(name)
+}
+
 /** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */
 export function writeReply(res: ServerResponse, reply: Reply): void {
   const headers: OutgoingHttpHeaders = { ...reply.headers }
@@ -212,16 +217,29 @@ export function writeReply(res: ServerResponse, reply: Reply): void {
   res.end(reply.body ?? undefined)
 }
 
-/** Responses held for an asynchronous pin store whose handler has begun to answer. */
-const held = new WeakSet<ServerResponse>()
-
-/** Whether the handler has begun to answer: true as soon as it wrote a head, held or sent. */
+/**
+ * Whether the handler has begun to answer: true as soon as it wrote a head, held or sent (a
+ * held response reports `headersSent`, see `holdUntilPinned`).
+ */
 export function responseStarted(res: ServerResponse): boolean {
-  return res.headersSent || held.has(res)
+  return res.headersSent
 }
 
 type HeldMethod = 'writeHead' | 'write' | 'end' | 'flushHeaders'
 const HELD: readonly HeldMethod[] = ['writeHead', 'write', 'end', 'flushHeaders']
+/** What Node refuses once the head is out; refused the same way while it is held. */
+type GuardedMethod = 'setHeader' | 'appendHeader' | 'removeHeader'
+const GUARDED: readonly [GuardedMethod, string][] = [
+  ['setHeader', 'set'],
+  ['appendHeader', 'append'],
+  ['removeHeader', 'remove'],
+]
+type Method = (...args: unknown[]) => unknown
+
+/** Node's `ERR_HTTP_HEADERS_SENT`, for a call Node would refuse were the held head out. */
+function headersSentError(action: string): Error {
+  return Object.assign(new Error(`Cannot ${action} headers after they are sent to the client`), { code: 'ERR_HTTP_HEADERS_SENT' })
+}
 
 /**
  * Puts the dispatch headers on a raw response and makes sure the dispatcher records the
@@ -254,56 +272,133 @@ export function installHeadInterception(): void {
 }
 
 /**
+ * Throws what Node's `writeHead` throws for a status out of range, a reason phrase or a header
+ * it cannot write (the validators are Node's own), before a held head is taken.
+ */
+function checkHead(status: number, reason: unknown, headers: unknown): void {
+  if ((status | 0) < 100 || (status | 0) > 999) {
+    throw Object.assign(new RangeError(`Invalid status code: ${status}`), { code: 'ERR_HTTP_INVALID_STATUS_CODE' })
+  }
+  if (typeof reason === 'string') validateHeaderValue('statusMessage', reason)
+  if (headers === undefined || headers === null || typeof headers !== 'object') return
+  const check = (name: unknown, value: unknown) => {
+    // An empty name is skipped where setHeader headers are merged (Node's slow path).
+    if (name === '' || name === undefined || name === null) return
+    validateHeaderName(String(name))
+    validateHeaderValue(String(name), value as string)
+  }
+  if (!Array.isArray(headers)) {
+    for (const name in headers) check(name, (headers as Record<string, unknown>)[name])
+  } else if (headers.length > 0 && Array.isArray(headers[0])) {
+    for (const pair of headers as unknown[][]) check(pair[0], pair[1])
+  } else {
+    for (let i = 0; i < headers.length; i += 2) check(headers[i], headers[i + 1])
+  }
+}
+
+/** The states of a held response: not begun, head held until the pin is stored, passed through. */
+const IDLE = 0
+const HOLDING = 1
+const DONE = 2
+
+/**
  * The hold of `holdResponseHead` for a new session on an asynchronous store; also the path
- * of responses whose `writeHead` is not node:http's (HTTP/2 compatibility), where the calls
- * are intercepted on the instance.
+ * of responses whose `writeHead` another middleware replaced on the instance before
+ * `mcpDispatch` ran (`on-headers`, as morgan, response-time or express-session use it) or that
+ * is not node:http's (HTTP/2 compatibility), where the calls are intercepted on the instance.
+ *
+ * Middleware after `mcpDispatch` may wrap the same methods (`compression` wraps `write`,
+ * `end` and `writeHead`, keeps references to the ones it found, here the wrappers, and calls
+ * them after the head). So:
+ * - once the head is replayed (`DONE`), a wrapper only forwards to the method it replaced,
+ *   and only a slot that still holds one of these wrappers gets its method back, never one a
+ *   later middleware installed;
+ * - while the head is held, the response is what it would be were the head out: it reports
+ *   `headersSent` (so no one writes a head again, Express's final handler does not answer over
+ *   it, and Fastify does not send over it), and a second `writeHead`, `setHeader`,
+ *   `appendHeader` or `removeHeader` throws `ERR_HTTP_HEADERS_SENT` at once, as Node does.
+ * None of this exists for a response that never reaches this path.
  */
 function holdUntilPinned(
   res: ServerResponse,
   decision: Dispatched,
   onError: (error: unknown, context: string) => void,
 ): void {
-  const target = res as unknown as Record<HeldMethod, (...args: unknown[]) => unknown>
+  const target = res as unknown as Record<HeldMethod | GuardedMethod, Method>
   // The methods as the response has them now (usually its prototype's). Restoring assigns them
   // back rather than deleting the patches: a `delete` would turn the response object into a
   // slow dictionary-mode object for the rest of its life.
   const originals = HELD.map((name) => target[name])
+  const wrappers: Method[] = []
+  let guarded: Method[] | undefined
+  let guards: Method[] | undefined
+  let state = IDLE
   let queue: Array<[HeldMethod, unknown[]]> | undefined
 
-  const restore = () => {
-    for (let i = 0; i < HELD.length; i++) target[HELD[i]!] = originals[i]!
-  }
   const replay = (name: HeldMethod, args: unknown[]) => originals[HELD.indexOf(name)]!.apply(res, args)
 
+  /** Passes every call through from now on; gives back the slots no one wrapped since. */
+  function finish(): void {
+    state = DONE
+    for (let i = 0; i < HELD.length; i++) if (target[HELD[i]!] === wrappers[i]) target[HELD[i]!] = originals[i]!
+    if (guards === undefined) return
+    for (let i = 0; i < GUARDED.length; i++) if (target[GUARDED[i]![0]] === guards[i]) target[GUARDED[i]![0]] = guarded![i]!
+  }
+
+  /** From the held head on, the response behaves as one whose head is out. */
+  function hold(): void {
+    state = HOLDING
+    // An own accessor, left in place when done (a `delete` would cost what it costs above): it
+    // then reads the response's own `headersSent`.
+    Object.defineProperty(res, 'headersSent', {
+      configurable: true,
+      get: () => state === HOLDING || (Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) as boolean),
+    })
+    guarded = GUARDED.map(([name]) => target[name])
+    guards = GUARDED.map(([name, action], i) => {
+      const guard = function guard(this: unknown, ...args: unknown[]) {
+        if (state === HOLDING) throw headersSentError(action)
+        return guarded![i]!.apply(this, args)
+      }
+      target[name] = guard
+      return guard
+    })
+  }
+
   function begin(first: HeldMethod, args: unknown[]): unknown {
-    held.add(res)
     let status = res.statusCode
     let sessionId: string | undefined
     if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
+      // What Node would refuse is refused before the pin is stored, as the pin of a head
+      // written at once is stored only once Node has taken it (see head.ts).
+      checkHead(status, headerIndex === 2 ? args[1] : undefined, args[headerIndex])
       const head = stampHead(args[headerIndex], dispatchHeadersFor(res, decision.headers, args[headerIndex]))
       sessionId = head.sessionId
       args = [...args]
       args[headerIndex] = head.headers
     } else {
-      // The head is implicit (`write`, `end`, `flushHeaders`): set the headers it will carry.
+      // The head is implicit (`write`, `end`, `flushHeaders`): Node writes it as
+      // `writeHead(res.statusCode)`; set the headers it will carry.
+      checkHead(status, res.statusMessage, undefined)
       const headers = dispatchHeadersFor(res, decision.headers)
       for (const name in headers) res.setHeader(name, headers[name]!)
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete(headOutcome(res, decision, status, sessionId))
     if (!pending) {
-      restore()
+      finish()
       return replay(first, args)
     }
+    hold()
     queue = [[first, args]]
     void pending.then(() => {
-      restore()
+      finish()
       try {
         for (const [name, callArgs] of queue!) replay(name, callArgs)
       } catch (error) {
-        // A call the real response refuses (a second head): the answer is broken; end it.
+        // A call the real response refuses (a head Node cannot write): the answer is broken; end it.
         onError(error, 'handler')
         res.destroy()
       }
@@ -313,12 +408,17 @@ function holdUntilPinned(
     return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
   }
 
-  for (const name of HELD) {
-    target[name] = function held_(this: unknown, ...args: unknown[]) {
-      if (queue === undefined) return begin(name, args)
-      queue.push([name, args])
+  for (let i = 0; i < HELD.length; i++) {
+    const name = HELD[i]!
+    const wrapper = function held(this: unknown, ...args: unknown[]) {
+      if (state === DONE) return originals[i]!.apply(this, args)
+      if (state === IDLE) return begin(name, args)
+      if (name === 'writeHead') throw headersSentError('write')
+      queue!.push([name, args])
       return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
     }
+    wrappers.push(wrapper)
+    target[name] = wrapper
   }
 }
 

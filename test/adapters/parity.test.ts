@@ -78,6 +78,20 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
     expect(all.web.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
   })
 
+  it('502 of a handler that set headers of its own (Content-Encoding, Mcp-Session-Id) and threw: none of them', async () => {
+    const all = await sendToAll((fixture) => ({
+      path: '/v1',
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.alice}`, origin: ALLOWED_ORIGIN, 'x-test-throw': '1', 'x-test-session': 'never-pinned' },
+      body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+    }))
+    expect(all.express).toEqual(all.web)
+    expect(all.fastify).toEqual(all.web)
+    expect(all.web.status).toBe(502)
+    expect(all.web.headers['x-mcp-version']).toBe('1.0.0')
+    expect(all.web.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
+    expect(all.web.headers['mcp-session-id']).toBeUndefined()
+  })
+
   it('the protected-resource metadata and the CORS preflight', async () => {
     for (const request of [
       { method: 'GET', path: '/.well-known/oauth-protected-resource' },

@@ -9,7 +9,8 @@
  * - by default 200 `application/json` `{ version, latest, app, subject, sessionId, method, body }`
  *   with `x-probe: yes` and its own `x-mcp-version: 0.0.0-handler` (the dispatch header must win);
  * - `x-test-session: <id>`: also `Mcp-Session-Id: <id>` (a new session, as the SDK assigns it);
- * - `x-test-throw: 1`: throws;
+ * - `x-test-throw: 1`: throws (on Express and Fastify after setting its headers, and
+ *   `Content-Encoding: gzip`, none of which the 502 may carry);
  * - `x-test-stream: 1`: `text/event-stream`, `data: one`, then waits for the gate, `data: two`.
  * It is routed with `routeByVersion`, with no handler for the App `other`.
  */

@@ -102,11 +102,14 @@ async function readText(req: http.IncomingMessage): Promise<string> {
 /** The suite's probe handler, written the Express way. */
 export function expressProbe(probe: ProbeState): ExpressMcpHandler {
   return async (req, res) => {
-    if (req.headers['x-test-throw']) throw new Error('probe failed')
     res.setHeader('x-probe', 'yes')
     res.setHeader('vary', 'Accept-Encoding')
     const session = req.headers['x-test-session']
     if (typeof session === 'string') res.setHeader('mcp-session-id', session)
+    if (req.headers['x-test-throw']) {
+      res.setHeader('content-encoding', 'gzip') // about to stream a gzip body
+      throw new Error('probe failed')
+    }
     if (req.headers['x-test-stream']) {
       // Headers through writeHead's argument: the dispatch headers must still win.
       res.writeHead(200, { 'content-type': 'text/event-stream', 'x-mcp-version': '0.0.0-handler' })
@@ -153,10 +156,13 @@ export const startExpress: StartAdapter = async ({ fixture, probe, trustProxy })
 /** The suite's probe handler, written the Fastify way (`reply.send`, a stream for SSE). */
 export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {
   return async (request, reply) => {
-    if (request.headers['x-test-throw']) throw new Error('probe failed')
     reply.header('x-probe', 'yes').header('x-mcp-version', '0.0.0-handler').header('vary', 'Accept-Encoding')
     const session = request.headers['x-test-session']
     if (typeof session === 'string') reply.header('mcp-session-id', session)
+    if (request.headers['x-test-throw']) {
+      reply.raw.setHeader('content-encoding', 'gzip') // on the raw response too
+      throw new Error('probe failed')
+    }
     if (request.headers['x-test-stream']) {
       const out = new PassThrough()
       out.write('data: one\n\n')

@@ -35,6 +35,7 @@ import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
   answerTokenApi,
+  clearHeaders,
   holdResponseHead,
   isTokenApiPath,
   installHeadInterception,
@@ -204,8 +205,15 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
   ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
-  if (!responseStarted(res) && !res.writableEnded) writeReply(res, HANDLER_FAILED)
-  else res.destroy()
+  if (responseStarted(res) || res.writableEnded) {
+    res.destroy()
+    return
+  }
+  // The 502 is the Web adapter's, byte for byte: none of the headers the handler set before
+  // it failed (a `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned).
+  // The head still takes the dispatch headers.
+  clearHeaders(res)
+  writeReply(res, HANDLER_FAILED)
 }
 
 /**

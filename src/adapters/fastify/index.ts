@@ -42,6 +42,7 @@ import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
   answerTokenApi,
+  clearHeaders,
   holdResponseHead,
   installHeadInterception,
   isTokenApiPath,
@@ -185,6 +186,11 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
     raw.destroy()
     return undefined
   }
+  // The 502 is the Web adapter's, byte for byte: none of the headers the handler set before
+  // it failed (a `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), on
+  // the reply or on `reply.raw`. The head still takes the dispatch headers.
+  for (const name in reply.getHeaders()) reply.removeHeader(name)
+  clearHeaders(raw)
   if (reply.sent) {
     // Hijacked: Fastify no longer writes this reply.
     writeReply(raw, HANDLER_FAILED)

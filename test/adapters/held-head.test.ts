@@ -1,0 +1,370 @@
+/**
+ * The response head through the Node adapters when something other than the MCP handler works
+ * on the response too, on the synchronous memory store and on an asynchronous one (the memory
+ * store answering with promises, as Redis does), where a new session's head is held until its
+ * pin is stored. Found by an audit of the adapters' response handling:
+ *
+ * - `compression()` after `mcpDispatch` (it wraps `write`, `end` and `writeHead` and keeps the
+ *   ones it found): the held head was written twice (the MCP SDK client could not connect),
+ *   and with `on-headers` before `mcpDispatch` (morgan, response-time, express-session) the
+ *   memory store threw "Cannot set headers after they are sent" out of the gzip stream;
+ * - a handler failing after its held head (`next(err)`): Express's final handler wrote its own
+ *   error page into the same response;
+ * - a head Node refuses (a header value outside Latin-1, a status out of range): the error
+ *   answer that followed had no dispatch headers, and the session id of the refused head was
+ *   pinned although the client never got it.
+ */
+import * as http from 'node:http'
+import { createRequire } from 'node:module'
+import { connect } from 'node:net'
+import { gunzipSync } from 'node:zlib'
+import compression from 'compression'
+import express from 'express'
+import Fastify from 'fastify'
+import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
+import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
+import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
+import { afterAll, describe, expect, it } from 'vitest'
+import { ALLOWED_ORIGIN, type Fixture, HOST, close, createFixture, listen, loopbackFetch, rawRequest } from './helpers.js'
+import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
+
+/** `on-headers` (installed with `compression`; it has no types of its own). */
+const onHeaders = createRequire(import.meta.url)('on-headers') as (res: http.ServerResponse, listener: () => void) => void
+
+/** The memory store answering with promises after a few milliseconds, as a Redis round trip. */
+function promisedSessions(): SessionStore {
+  const memory = createMemorySessionStore()
+  const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 5))
+  return {
+    get: (id, ttl) => later(memory.get(id, ttl) as never),
+    set: (id, pin, ttl) => later(memory.set(id, pin, ttl) as never),
+    delete: (id) => later(memory.delete(id) as never),
+  }
+}
+
+/** The memory store as it is, and answering with promises (where new sessions are held). */
+const STORES = {
+  memory: () => createFixture(),
+  promised: () => createFixture({ sessions: promisedSessions() }),
+} as const
+
+const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+const json = { 'content-type': 'application/json' }
+const bearer = (fixture: Fixture) => ({ authorization: `Bearer ${fixture.tokens.alice}` })
+const errorsOf = (fixture: Fixture) => fixture.errors.map((e) => `${e.context}: ${(e.error as Error).message}`)
+
+const servers: http.Server[] = []
+afterAll(async () => {
+  for (const server of servers) await close(server)
+})
+
+async function serve(app: express.Express): Promise<number> {
+  app.disable('x-powered-by')
+  const server = http.createServer(app)
+  servers.push(server)
+  return listen(server)
+}
+
+/** `mcpDispatch` reporting to `fixture.errors`. */
+const dispatchOf = (fixture: Fixture) => mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) })
+
+/** A POST asking for gzip, its body gunzipped; rejects when no complete answer came within 3 s. */
+function gzipRequest(port: number, fixture: Fixture): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('no complete answer in 3 s')), 3000)
+    const request = http.request(
+      { host: '127.0.0.1', port, method: 'POST', path: '/v1', agent: false, headers: { host: HOST, ...json, ...bearer(fixture), 'accept-encoding': 'gzip' } },
+      (response) => {
+        const chunks: Buffer[] = []
+        response.on('data', (chunk: Buffer) => chunks.push(chunk))
+        response.on('end', () => {
+          clearTimeout(timer)
+          try {
+            resolve({ status: response.statusCode!, headers: response.headers, body: gunzipSync(Buffer.concat(chunks)).toString('utf8') })
+          } catch (error) {
+            reject(error as Error)
+          }
+        })
+        response.on('error', reject)
+      },
+    )
+    request.on('error', reject)
+    request.end(tools)
+  })
+}
+
+/** The bytes a client gets for one request on its own connection, until the server closes it. */
+function rawExchange(port: number, fixture: Fixture): Promise<string> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let received = ''
+    socket.on('data', (chunk) => (received += chunk.toString('latin1')))
+    socket.on('close', () => resolve(received))
+    socket.on('error', () => {})
+    socket.write(
+      `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\n` +
+        `Content-Length: ${tools.length}\r\nConnection: close\r\n\r\n${tools}`,
+    )
+  })
+}
+
+describe('compression() and on-headers around mcpDispatch: the held head is written once, wrappers installed later stay', () => {
+  for (const [store, fixtureFor] of Object.entries(STORES)) {
+    it(`${store} store: the MCP SDK client connects through mcpDispatch, express.json() and compression(), and reads its version`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use(express.json())
+      app.use(compression())
+      const handlers: Array<ReturnType<typeof createNodeMcpHandler>> = []
+      app.use(
+        routeByVersion((appRecord, version) => {
+          const handler = createNodeMcpHandler(() => buildScenarioServer(appRecord.slug, version))
+          handlers.push(handler)
+          return (req, res) => handler.handle(req, res, req.body)
+        }),
+      )
+      const port = await serve(app)
+      try {
+        const content = await readVersion(`http://${HOST}:${port}/`, { fetch: loopbackFetch, headers: bearer(fixture) })
+        expect(content).toEqual([{ type: 'text', text: '2.0.0' }])
+        expect(errorsOf(fixture)).toEqual([])
+      } finally {
+        for (const handler of handlers) await handler.close()
+      }
+    })
+
+    it(`${store} store: on-headers before mcpDispatch and compression() after it: a gzip body, nothing thrown`, async () => {
+      const fixture = fixtureFor()
+      const thrown: unknown[] = []
+      const onThrown = (error: unknown) => thrown.push(error)
+      process.on('uncaughtException', onThrown)
+      try {
+        const app = express()
+        app.use((_req, res, next) => {
+          onHeaders(res, () => {}) // what morgan, response-time and express-session do
+          next()
+        })
+        app.use(dispatchOf(fixture))
+        app.use(compression())
+        const result = { tools: Array.from({ length: 100 }, (_, i) => ({ name: `tool${i}` })) }
+        app.use(routeByVersion(() => (_req, res) => void res.json({ jsonrpc: '2.0', id: 1, result })))
+        const answer = await gzipRequest(await serve(app), fixture)
+        expect(answer.status).toBe(200)
+        expect(answer.headers['content-encoding']).toBe('gzip')
+        expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+        expect(JSON.parse(answer.body)).toEqual({ jsonrpc: '2.0', id: 1, result })
+        await new Promise((resolve) => setTimeout(resolve, 20))
+        expect(thrown).toEqual([])
+        expect(errorsOf(fixture)).toEqual([])
+      } finally {
+        process.off('uncaughtException', onThrown)
+      }
+    })
+
+    it(`${store} store: a write and end wrapper installed after mcpDispatch sees every call (on-headers before it)`, async () => {
+      const fixture = fixtureFor()
+      const seen: string[] = []
+      const app = express()
+      app.use((_req, res, next) => {
+        onHeaders(res, () => {})
+        next()
+      })
+      app.use(dispatchOf(fixture))
+      app.use((_req, res, next) => {
+        const { write, end } = res
+        res.write = function (this: unknown, chunk: unknown, ...rest: unknown[]) {
+          seen.push(`write ${String(chunk)}`)
+          return (write as (...args: unknown[]) => boolean).call(this, chunk, ...rest)
+        } as typeof res.write
+        res.end = function (this: unknown, chunk?: unknown, ...rest: unknown[]) {
+          seen.push(`end ${String(chunk)}`)
+          return (end as (...args: unknown[]) => unknown).call(this, chunk, ...rest)
+        } as typeof res.end
+        next()
+      })
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', `wrapped-${store}`)
+          res.write('{"ok":')
+          res.end('true}')
+        }),
+      )
+      const answer = await rawRequest(await serve(app), { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers['mcp-session-id']).toBe(`wrapped-${store}`)
+      expect(seen).toEqual(['write {"ok":', 'end true}'])
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
+    it(`${store} store: after its head, a response reports headersSent and refuses a second writeHead and setHeader, as Node does`, async () => {
+      const fixture = fixtureFor()
+      const seen: unknown[] = []
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `twice-${store}` })
+          seen.push(res.headersSent)
+          for (const again of [() => res.writeHead(500), () => res.setHeader('x-late', '1')]) {
+            try {
+              again()
+              seen.push('accepted')
+            } catch (error) {
+              seen.push((error as { code?: string }).code)
+            }
+          }
+          res.end('{"ok":true}')
+        }),
+      )
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers['x-late']).toBeUndefined()
+      expect(seen).toEqual([true, 'ERR_HTTP_HEADERS_SENT', 'ERR_HTTP_HEADERS_SENT'])
+      expect(errorsOf(fixture)).toEqual([])
+      // The session was pinned, and its next request is served.
+      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': `twice-${store}` }, body: tools })
+      expect(next.body).toBe('{"ok":true}')
+    })
+  }
+})
+
+describe('a handler that fails after its head: the framework never answers into the held response', () => {
+  for (const [store, fixtureFor] of Object.entries(STORES)) {
+    for (const [how, fail] of [
+      ['next', (next: express.NextFunction) => next(new Error('after head'))],
+      ['rejected', () => Promise.reject(new Error('after head'))],
+    ] as const) {
+      const what = how === 'next' ? 'next(err)' : 'a rejected async handler'
+      it(`${store} store, ${what}: Express's final handler closes the connection, with no error page of its own`, async () => {
+        const fixture = fixtureFor()
+        const app = express()
+        app.set('env', 'test') // the final handler logs nothing
+        app.use(dispatchOf(fixture))
+        app.use((_req, res, next) => {
+          res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `failed-${store}-${how}` })
+          res.write('{"partial":')
+          return fail(next)
+        })
+        const received = await rawExchange(await serve(app), fixture)
+        expect(received).not.toContain('Internal Server Error')
+        expect(received).not.toContain('<!DOCTYPE html>')
+        expect(received.match(/HTTP\/1\.1 /g)?.length ?? 0).toBeLessThanOrEqual(1)
+      })
+    }
+
+    it(`${store} store: a Fastify route that writes reply.raw without hijacking is answered once, with no failure`, async () => {
+      const fixture = fixtureFor()
+      const app = Fastify({ forceCloseConnections: true })
+      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) }))
+      app.all(
+        '/*',
+        fastifyRoutes(() => async (_request, reply) => {
+          reply.raw.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `raw-${store}` })
+          reply.raw.end('{"ok":true}')
+        }),
+      )
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      try {
+        const port = (app.server.address() as { port: number }).port
+        const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+        expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+        expect(answer.headers['mcp-session-id']).toBe(`raw-${store}`)
+        expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+        await new Promise((resolve) => setTimeout(resolve, 20))
+        expect(errorsOf(fixture)).toEqual([])
+      } finally {
+        await app.close()
+      }
+    })
+  }
+})
+
+describe('a head Node refuses: the answer that follows carries the dispatch headers, and its session id is not pinned', () => {
+  const browser = (fixture: Fixture) => ({ ...json, ...bearer(fixture), origin: ALLOWED_ORIGIN })
+
+  function expectDispatchHeaders(answer: { headers: Record<string, string> }) {
+    expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+    expect(answer.headers['x-mcp-latest-version']).toBe('2.0.0')
+    expect(answer.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
+    expect(answer.headers['mcp-session-id']).toBeUndefined()
+  }
+
+  async function expectNotPinned(port: number, fixture: Fixture, sessionId: string) {
+    const next = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'mcp-session-id': sessionId }, body: tools })
+    expect(next.status).toBe(404)
+    expect(JSON.parse(next.body).error.data).toEqual({ error: 'session_not_found' })
+  }
+
+  const refused = {
+    'a header value outside Latin-1': (res: http.ServerResponse, sessionId: string) =>
+      res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': sessionId, 'x-tool-name': '天気' }),
+    'a status out of range': (res: http.ServerResponse, sessionId: string) =>
+      res.writeHead(1000, { 'content-type': 'application/json', 'mcp-session-id': sessionId }),
+  }
+
+  for (const [store, fixtureFor] of Object.entries(STORES)) {
+    for (const [what, writeRefusedHead] of Object.entries(refused)) {
+      it(`${store} store, Express, ${what}: routeByVersion's 502, and the handler's own fallback`, async () => {
+        const fixture = fixtureFor()
+        const app = express()
+        app.use(dispatchOf(fixture))
+        app.use(
+          routeByVersion(() => (req, res) => {
+            const sessionId = String(req.headers['x-test-session'])
+            if (!req.headers['x-test-fallback']) {
+              writeRefusedHead(res, sessionId).end('{}')
+              return
+            }
+            try {
+              writeRefusedHead(res, sessionId)
+            } catch {
+              res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":"fallback"}')
+            }
+          }),
+        )
+        const port = await serve(app)
+        const failed = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'x-test-session': `502-${store}` }, body: tools })
+        expect(failed.status).toBe(502)
+        expect(JSON.parse(failed.body).error.message).toBe('App handler failed')
+        expectDispatchHeaders(failed)
+        await expectNotPinned(port, fixture, `502-${store}`)
+
+        const fallback = await rawRequest(port, {
+          path: '/v1',
+          headers: { ...browser(fixture), 'x-test-session': `fallback-${store}`, 'x-test-fallback': '1' },
+          body: tools,
+        })
+        expect(fallback).toMatchObject({ status: 500, body: '{"error":"fallback"}' })
+        expectDispatchHeaders(fallback)
+        await expectNotPinned(port, fixture, `fallback-${store}`)
+      })
+    }
+
+    it(`${store} store, Fastify, a header value outside Latin-1 through reply.send: routeByVersion's 502`, async () => {
+      const fixture = fixtureFor()
+      const app = Fastify({ forceCloseConnections: true })
+      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) }))
+      app.all(
+        '/*',
+        fastifyRoutes(() => async (request, reply) =>
+          reply.header('x-tool-name', '天気').header('mcp-session-id', String(request.headers['x-test-session'])).send({ ok: true }),
+        ),
+      )
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      try {
+        const port = (app.server.address() as { port: number }).port
+        const failed = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'x-test-session': `f502-${store}` }, body: tools })
+        expect(failed.status).toBe(502)
+        expect(JSON.parse(failed.body)).toMatchObject({ jsonrpc: '2.0', error: { message: 'App handler failed' } })
+        expectDispatchHeaders(failed)
+        expect(failed.headers['x-tool-name']).toBeUndefined()
+        await expectNotPinned(port, fixture, `f502-${store}`)
+      } finally {
+        await app.close()
+      }
+    })
+  }
+})
