@@ -167,7 +167,7 @@ export async function answerTokenApi(api: TokenApi, source: WebRequestSource, tr
   try {
     await answer(api, source, trust)
   } catch {
-    if (responseStarted(source.res)) source.res.destroy()
+    if (source.res.headersSent) source.res.destroy()
     else writeJson(source.res, 503, UNAVAILABLE, { 'retry-after': '1' })
   }
 }
@@ -215,14 +215,6 @@ export function writeReply(res: ServerResponse, reply: Reply): void {
   if (reply.body !== null) headers['content-length'] = Buffer.byteLength(reply.body)
   res.writeHead(reply.status, headers)
   res.end(reply.body ?? undefined)
-}
-
-/**
- * Whether the handler has begun to answer: true as soon as it wrote a head, held or sent (a
- * held response reports `headersSent`, see `holdUntilPinned`).
- */
-export function responseStarted(res: ServerResponse): boolean {
-  return res.headersSent
 }
 
 type HeldMethod = 'writeHead' | 'write' | 'end' | 'flushHeaders'

@@ -44,3 +44,15 @@ export function parseBearerToken(header: string | null | undefined): BearerParse
   if (token.length === 0 || !B64TOKEN.test(token)) return INVALID
   return { kind: 'bearer', token }
 }
+
+/**
+ * Whether an `Authorization` value (or several fields joined by `, `) presents a `Bearer`
+ * credential, well formed or not, even an empty one: what tells a refused bearer token
+ * (RFC 6750 `invalid_token`) from another scheme, which presented none.
+ * @internal
+ */
+export function presentsBearer(header: string | null | undefined): boolean {
+  return header != null && PRESENTED_BEARER.test(header)
+}
+
+const PRESENTED_BEARER = /(?:^|,)\s*bearer(?:[\s,]|$)/i

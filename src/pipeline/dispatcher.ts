@@ -7,7 +7,7 @@
  * @module
  */
 import type { AccessTokenValidator } from '../auth/access-token-validator.js'
-import { parseBearerToken } from '../core/authorization-header.js'
+import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkIpAllowlist } from '../core/ip.js'
 import {
@@ -239,10 +239,11 @@ export interface Dispatcher {
 
 /**
  * A promise that is not `instanceof Promise`: of another realm or library (Bluebird, a lazy
- * query, a test environment's Promise), or any thenable. Store answers of that kind are
- * adopted and awaited, never taken for the answer itself.
+ * query, a test environment's Promise), or any thenable. Store answers (and the Web adapter's
+ * handler answers) of that kind are adopted and awaited, never taken for the answer itself.
+ * @internal
  */
-function isForeignThenable(value: unknown): boolean {
+export function isForeignThenable(value: unknown): boolean {
   return value !== null && typeof value === 'object' && !(value instanceof Promise) && typeof (value as { then?: unknown }).then === 'function'
 }
 
@@ -278,8 +279,6 @@ const METADATA_METHODS = 'GET, HEAD, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
-/** An `Authorization` value (or several joined by `, `) with a `Bearer` credential in it, even an empty one. */
-const PRESENTED_BEARER = /(?:^|,)\s*bearer(?:[\s,]|$)/i
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
 // Refusals that carry nothing of the request: one frozen object each.
@@ -532,7 +531,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // `Bearer` with a malformed or empty credential is a refused token, as the MCP SDK's
     // `requireBearerAuth` answers it.
     // Fields joined (`Basic x, Bearer y`: two `Authorization` fields) count as presented when one is `Bearer`.
-    if (parsed.kind === 'invalid') return challenge(request, app, PRESENTED_BEARER.test(header ?? ''))
+    if (parsed.kind === 'invalid') return challenge(request, app, presentsBearer(header))
     const token = parsed.token
     if (!token.startsWith(tokens.prefix)) return authenticateOAuth(request, app, token)
     const pending = settle(tokens.authenticate(token), 'token')

@@ -17,7 +17,7 @@
  * @module
  */
 import { z } from 'zod'
-import { type BearerParseResult, parseBearerToken } from '../core/authorization-header.js'
+import { type BearerParseResult, parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, logError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
@@ -202,7 +202,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
    */
   function apiTokenOf(authorization: string | null): BearerParseResult {
     const bearer = parseBearerToken(authorization)
-    return bearer.kind === 'invalid' && !BEARER_SCHEME.test(authorization!) ? NO_BEARER : bearer
+    return bearer.kind === 'invalid' && !presentsBearer(authorization) ? NO_BEARER : bearer
   }
 
   async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
@@ -306,7 +306,4 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   }
   return Object.assign(api, { basePath }) as TokenApi
 }
-
-/** An `Authorization` value in the Bearer scheme (RFC 9110 section 11.1: case-insensitive), well formed or not. */
-const BEARER_SCHEME = /^bearer(?:[ \t]|$)/i
 const NO_BEARER: BearerParseResult = Object.freeze({ kind: 'missing' })

@@ -290,12 +290,15 @@ describe('create (spec 2.1, 3)', () => {
     })
 
     it('never names a pepper in its errors', () => {
-      for (const previousPeppers of [['secret-pepper', 'secret-pepper'], ['new-secret']]) {
+      for (const previousPeppers of [['secret-pepper', 'secret-pepper'], ['new-secret'], ['']]) {
+        let message: string | undefined
         try {
           setup({ pepper: 'new-secret', previousPeppers })
         } catch (error) {
-          expect(String((error as Error).message)).not.toMatch(/secret/)
+          message = (error as Error).message
         }
+        expect(message).toMatch(/^mcp-dispatch: option "previousPeppers\.\d"/)
+        expect(message).not.toMatch(/secret/)
       }
     })
   })

@@ -7,23 +7,15 @@ import express from 'express'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
-import { close, createFixture, goneClientProbe, listen, rawRequest } from './helpers.js'
+import { createFixture, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { startExpress } from './targets.js'
 
 describeAdapter('express', startExpress)
 
 describe('express adapter specifics', () => {
-  const servers: http.Server[] = []
-  afterAll(async () => {
-    for (const server of servers) await close(server)
-  })
-  async function serveApp(app: express.Express): Promise<number> {
-    app.disable('x-powered-by')
-    const server = http.createServer(app)
-    servers.push(server)
-    return listen(server)
-  }
+  const { serve: serveApp, closeAll, servers } = expressServers()
+  afterAll(closeAll)
   const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
   it('refuses misconfiguration when the middleware is created', () => {

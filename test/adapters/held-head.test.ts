@@ -25,7 +25,7 @@ import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import { afterAll, describe, expect, it } from 'vitest'
-import { ALLOWED_ORIGIN, type Fixture, HOST, close, createFixture, listen, loopbackFetch, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, type Fixture, HOST, createFixture, expressServers, loopbackFetch, rawRequest } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
 
 /** `on-headers` (installed with `compression`; it has no types of its own). */
@@ -53,17 +53,8 @@ const json = { 'content-type': 'application/json' }
 const bearer = (fixture: Fixture) => ({ authorization: `Bearer ${fixture.tokens.alice}` })
 const errorsOf = (fixture: Fixture) => fixture.errors.map((e) => `${e.context}: ${(e.error as Error).message}`)
 
-const servers: http.Server[] = []
-afterAll(async () => {
-  for (const server of servers) await close(server)
-})
-
-async function serve(app: express.Express): Promise<number> {
-  app.disable('x-powered-by')
-  const server = http.createServer(app)
-  servers.push(server)
-  return listen(server)
-}
+const { serve, closeAll } = expressServers()
+afterAll(closeAll)
 
 /** `mcpDispatch` reporting to `fixture.errors`. */
 const dispatchOf = (fixture: Fixture) => mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) })

@@ -115,6 +115,27 @@ export function createFixture(options: { sessions?: SessionStore } = {}): Fixtur
   return { dispatcher: createDispatcher(dispatcherOptions), dispatcherOptions, apps, tokens, errors }
 }
 
+/**
+ * Express apps served on 127.0.0.1 for one test file (`x-powered-by` off): `serve` starts one
+ * and answers its port; `closeAll` (in `afterAll`) stops every server in `servers` (those it
+ * started, and any a test adds).
+ */
+export function expressServers() {
+  const servers: http.Server[] = []
+  return {
+    servers,
+    async serve(app: express.Express): Promise<number> {
+      app.disable('x-powered-by')
+      const server = http.createServer(app)
+      servers.push(server)
+      return listen(server)
+    },
+    async closeAll(): Promise<void> {
+      for (const server of servers.splice(0)) await close(server)
+    },
+  }
+}
+
 /** An HTTP answer reduced to what the tests compare. Header names lower case. */
 export interface HttpRecord {
   status: number

@@ -40,7 +40,6 @@ import {
   isTokenApiPath,
   installHeadInterception,
   requireContext,
-  responseStarted,
   socketProtocol,
   toDispatchRequest,
   toHandlerRequest,
@@ -205,7 +204,8 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
   ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
-  if (responseStarted(res) || res.writableEnded) {
+  // A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
+  if (res.headersSent || res.writableEnded) {
     res.destroy()
     return
   }

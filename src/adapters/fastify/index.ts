@@ -47,7 +47,6 @@ import {
   installHeadInterception,
   isTokenApiPath,
   requireContext,
-  responseStarted,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
@@ -182,7 +181,8 @@ export function getDispatchContext(request: FastifyRequest): DispatchContext {
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | undefined {
   ;((request as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
   const raw = reply.raw
-  if (responseStarted(raw) || raw.writableEnded) {
+  // A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
+  if (raw.headersSent || raw.writableEnded) {
     raw.destroy()
     return undefined
   }

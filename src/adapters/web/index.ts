@@ -18,7 +18,7 @@
 import { resolveClientAddress } from '../../core/client-address.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
-import type { DispatchContext, DispatchOutcome } from '../../pipeline/dispatcher.js'
+import { type DispatchContext, type DispatchOutcome, isForeignThenable } from '../../pipeline/dispatcher.js'
 import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
@@ -116,7 +116,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     let response: Response
     try {
       const answered: unknown = handler(request, decision.context)
-      response = usableResponse(answered instanceof Promise || isThenable(answered) ? await answered : answered)
+      response = usableResponse(answered instanceof Promise || isForeignThenable(answered) ? await answered : answered)
     } catch (error) {
       onError(error, 'handler')
       // The 502 carries the dispatch headers (version, rate limit, CORS) as on Express and
@@ -162,11 +162,6 @@ function usableResponse(answered: unknown): Response {
     throw new TypeError(`mcp-dispatch: the handler answered with a Response of status ${String(status)}, which cannot be sent`)
   }
   throw new TypeError(`mcp-dispatch: the handler answered with ${answered === null ? 'null' : typeof answered}, not a Response`)
-}
-
-/** A promise of another realm (or any thenable), as a handler may return one. */
-function isThenable(value: unknown): value is PromiseLike<unknown> {
-  return value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function'
 }
 
 /**
