@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { headerValue, mergeVary, stampHead } from './head.js'
+import { headerValue, mergeExposeHeaders, mergeVary, stampHead } from './head.js'
 import { splitUrl } from './shared.js'
 
 const RUNS = { numRuns: 500 }
@@ -137,5 +137,25 @@ describe('mergeVary', () => {
     expect(mergeVary(['Accept', 'Origin'], 'origin')).toBe('Accept, Origin')
     expect(mergeVary('Accept', '*', 'Origin')).toBe('*')
     expect(mergeVary(undefined, null, ' , ')).toBe('')
+  })
+})
+
+describe('mergeExposeHeaders', () => {
+  const token = fc.constantFrom('X-Request-Id', 'x-request-id', 'Mcp-Session-Id', 'WWW-Authenticate', '*', 'X-Custom')
+  const list = fc.array(token, { maxLength: 5 }).map((names) => names.join(', '))
+
+  it('joins every field name once, case-insensitively, in order of first appearance; * stays one name', () => {
+    fc.assert(
+      fc.property(fc.array(fc.option(list, { nil: undefined }), { maxLength: 4 }), (values) => {
+        const merged = mergeExposeHeaders(...values)
+        const lower = (merged === '' ? [] : merged.split(', ')).map((n) => n.toLowerCase())
+        const wanted = [...new Set(values.flatMap((v) => (v ? v.split(', ') : [])).map((n) => n.toLowerCase()))]
+        expect(lower).toEqual(wanted)
+      }),
+      RUNS,
+    )
+    // A wildcard covers requests without credentials only: the names stay for the others.
+    expect(mergeExposeHeaders('*', 'Mcp-Session-Id, X-MCP-Version')).toBe('*, Mcp-Session-Id, X-MCP-Version')
+    expect(mergeExposeHeaders(['X-Request-Id', 'mcp-session-id'], 'Mcp-Session-Id')).toBe('X-Request-Id, mcp-session-id')
   })
 })

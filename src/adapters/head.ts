@@ -52,6 +52,8 @@ function whenClosed(res: NodeResponse, listener: () => void): void {
  */
 const kDispatch = Symbol('mcp-dispatch.decision')
 type WithDecision = NodeResponse & { [kDispatch]?: Dispatched | undefined }
+const EXPOSE = 'access-control-expose-headers'
+
 /** Decisions of responses whose prototype is not the wrapped prototype itself. */
 const aside = new WeakMap<object, Dispatched>()
 let asideUsed = false
@@ -82,13 +84,28 @@ function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean 
  * cache must still tell `Accept-Encoding` variants apart) instead of replacing it.
  */
 export function mergeVary(...values: ReadonlyArray<unknown>): string {
+  return joinFieldNames(values, true)
+}
+
+/**
+ * `Access-Control-Expose-Headers` values joined: each field name once (case-insensitive, first
+ * spelling kept). The dispatch layer's list joins the handler's own (a platform's
+ * `X-Request-Id` stays readable by browser clients) instead of replacing it. A `*` stays one
+ * name among the others: it is a wildcard only for requests without credentials, and the
+ * names keep working for the others.
+ */
+export function mergeExposeHeaders(...values: ReadonlyArray<unknown>): string {
+  return joinFieldNames(values, false)
+}
+
+function joinFieldNames(values: ReadonlyArray<unknown>, starAlone: boolean): string {
   const seen = new Map<string, string>()
   for (const value of values) {
     const text = headerValue(value)
     if (text === undefined) continue
     for (const part of text.split(',')) {
       const name = part.trim()
-      if (name === '*') return '*'
+      if (name === '*' && starAlone) return '*'
       if (name !== '' && !seen.has(name.toLowerCase())) seen.set(name.toLowerCase(), name)
     }
   }
@@ -111,18 +128,28 @@ function findHeader(headers: unknown, name: string): unknown {
 }
 
 /**
- * The dispatch headers to write at the head of `res`: as decided, but for a `Vary` (only with
- * `allowedOrigins`), which joins the handler's, set with `setHeader` or in `headers` (the
- * `writeHead` argument).
+ * The dispatch headers to write at the head of `res`: as decided, but for `Vary` (only with
+ * `allowedOrigins`) and `Access-Control-Expose-Headers` (on requests with an `Origin`), which
+ * join the handler's, set with `setHeader` or in `headers` (the `writeHead` argument).
  */
 export function dispatchHeadersFor(
   res: { getHeader(name: string): unknown },
   stamped: Readonly<Record<string, string>>,
   headers?: unknown,
 ): Readonly<Record<string, string>> {
-  if (stamped.vary === undefined) return stamped
-  return { ...stamped, vary: mergeVary(res.getHeader('vary'), findHeader(headers, 'vary'), stamped.vary) }
+  const vary = stamped.vary
+  const expose = stamped[EXPOSE]
+  if (vary === undefined && expose === undefined) return stamped
+  const out = { ...stamped }
+  if (vary !== undefined) out.vary = mergeVary(res.getHeader('vary'), findHeader(headers, 'vary'), vary)
+  if (expose !== undefined) {
+    const own = res.getHeader(EXPOSE)
+    const given = findHeader(headers, EXPOSE)
+    if (own !== undefined || given !== undefined) out[EXPOSE] = mergeExposeHeaders(own, given, expose)
+  }
+  return out
 }
+
 
 /** The head about to be written, with the dispatch headers in it. */
 export interface StampedHead {

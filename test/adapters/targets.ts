@@ -20,7 +20,12 @@ const encoder = new TextEncoder()
 export function webProbe(probe: ProbeState): WebMcpHandler {
   return async (request, context) => {
     if (request.headers.get('x-test-throw')) throw new Error('probe failed')
-    const headers = new Headers({ 'x-probe': 'yes', 'x-mcp-version': '0.0.0-handler', vary: 'Accept-Encoding' })
+    const headers = new Headers({
+      'x-probe': 'yes',
+      'x-mcp-version': '0.0.0-handler',
+      vary: 'Accept-Encoding',
+      'access-control-expose-headers': 'X-Probe',
+    })
     const session = request.headers.get('x-test-session')
     if (session) headers.set('mcp-session-id', session)
     if (request.headers.get('x-test-stream')) {
@@ -104,6 +109,7 @@ export function expressProbe(probe: ProbeState): ExpressMcpHandler {
   return async (req, res) => {
     res.setHeader('x-probe', 'yes')
     res.setHeader('vary', 'Accept-Encoding')
+    res.setHeader('access-control-expose-headers', 'X-Probe')
     const session = req.headers['x-test-session']
     if (typeof session === 'string') res.setHeader('mcp-session-id', session)
     if (req.headers['x-test-throw']) {
@@ -157,6 +163,7 @@ export const startExpress: StartAdapter = async ({ fixture, probe, trustProxy })
 export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {
   return async (request, reply) => {
     reply.header('x-probe', 'yes').header('x-mcp-version', '0.0.0-handler').header('vary', 'Accept-Encoding')
+    reply.header('access-control-expose-headers', 'x-probe')
     const session = request.headers['x-test-session']
     if (typeof session === 'string') reply.header('mcp-session-id', session)
     if (request.headers['x-test-throw']) {

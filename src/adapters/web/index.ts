@@ -19,7 +19,7 @@ import { resolveClientAddress } from '../../core/client-address.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome, isForeignThenable } from '../../pipeline/dispatcher.js'
-import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeVary } from '../head.js'
+import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeExposeHeaders, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -266,10 +266,16 @@ function stampHeaders(response: Response, headers: Readonly<Record<string, strin
   }
 }
 
-/** The dispatch headers onto `target`; a `Vary` joins the handler's (see `mergeVary`). */
+/**
+ * The dispatch headers onto `target`; `Vary` and `Access-Control-Expose-Headers` join the
+ * handler's (see `mergeVary`, `mergeExposeHeaders`).
+ */
 function stampOn(target: Headers, headers: Readonly<Record<string, string>>): void {
   for (const name in headers) {
-    target.set(name, name === 'vary' ? mergeVary(target.get('vary'), headers[name]) : headers[name]!)
+    const value = headers[name]!
+    if (name === 'vary') target.set(name, mergeVary(target.get(name), value))
+    else if (name === 'access-control-expose-headers' && target.has(name)) target.set(name, mergeExposeHeaders(target.get(name), value))
+    else target.set(name, value)
   }
 }
 
