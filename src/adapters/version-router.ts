@@ -6,6 +6,7 @@
  * @module
  */
 import type { AppRecord } from '../core/stores.js'
+import { isExactVersion } from '../core/versions.js'
 import { ConfigurationError } from '../errors.js'
 import type { DispatchContext } from '../pipeline/dispatcher.js'
 
@@ -68,6 +69,17 @@ export function createVersionRouter<H>(routes: VersionRoutes<H>, options: RouteB
 export function versionTable<V>(table: ReadonlyMap<string, V>, appId: string | undefined, option: string, what: string): VersionRouter<V> {
   if (appId !== undefined && (typeof appId !== 'string' || appId === '')) {
     throw new ConfigurationError('appId', 'must be a non-empty App id')
+  }
+  for (const key of table.keys()) {
+    // A key no dispatched request can match would answer version_not_served for ever.
+    const at = key.lastIndexOf('@')
+    const app = key.slice(0, at)
+    if ((at !== -1 && (app === '' || app.trim() !== app)) || !isExactVersion(key.slice(at + 1))) {
+      throw new ConfigurationError(
+        option,
+        `key ${JSON.stringify(key)} is neither "<appId>@<version>" nor an exact version ("1.4.2", as deployed: no "v", no spaces)`,
+      )
+    }
   }
   const bare = [...table.keys()].filter((key) => !key.includes('@'))
   if (bare.length > 0 && appId === undefined) {

@@ -101,6 +101,16 @@ export interface VersionIndex {
 }
 
 /**
+ * Whether `value` is a version as the live sets hold them: `<major>.<minor>.<patch>`, maybe
+ * with a pre-release, no build metadata, written exactly (no `v`, no spaces).
+ * @internal
+ */
+export function isExactVersion(value: string): boolean {
+  const p = semver.parse(value)
+  return p !== null && p.build.length === 0 && p.version === value
+}
+
+/**
  * Compiles a live set. Invalid entries throw a `RangeError` (a store must never hold one).
  *
  * @example

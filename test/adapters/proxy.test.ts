@@ -683,6 +683,89 @@ describe('proxy: upstreams and clients that misbehave', () => {
       }
     }
   })
+
+  it("undici's own deadlines (300 s for the head, 300 s between body chunks) do not cut what timeoutMs allows", async () => {
+    // Node's global dispatcher, with its deadlines lowered from 300 s to 300 ms for the test.
+    const key = Symbol.for('undici.globalDispatcher.1')
+    const global = globalThis as unknown as Record<symbol, { constructor: new (options: object) => { close(): Promise<void> } }>
+    await fetch(`${upstream.origin}/warm`).then((r) => r.arrayBuffer()) // loads undici's global dispatcher
+    const original = global[key]!
+    const short = new original.constructor({ headersTimeout: 300, bodyTimeout: 300 })
+    global[key] = short as never
+    try {
+      upstream.handle = (req, res) => {
+        if (req.headers.accept === 'text/event-stream') {
+          res.writeHead(200, { 'content-type': 'text/event-stream' })
+          res.write('data: first\n\n')
+          setTimeout(() => res.end('data: second\n\n'), 2_000) // a quiet stream
+        } else setTimeout(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"late":true}'), 2_000) // a long tool call
+      }
+      const proxy = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, timeoutMs: 10_000 })
+      const json = await proxy(post(), context)
+      expect(json.status).toBe(200)
+      expect(await json.text()).toBe('{"late":true}')
+      const sse = await proxy(new Request('http://weather.localhost/v2', { headers: { accept: 'text/event-stream' } }), context)
+      expect(sse.status).toBe(200)
+      expect(await sse.text()).toBe('data: first\n\ndata: second\n\n')
+      // The deadlines are in force: a plain fetch hits them (so the answers above are the fix's).
+      const plain = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, timeoutMs: 10_000, fetch: (u, i) => fetch(u, i), onError: () => {} })
+      expect((await plain(post(), context)).status).toBe(502)
+    } finally {
+      global[key] = original
+      await short.close()
+    }
+  })
+
+  it('a signer or audience that fails is a 502 reported to onError, and nothing goes upstream', async () => {
+    let reached = 0
+    upstream.handle = (_req, res) => {
+      reached++
+      res.end()
+    }
+    for (const [name, options] of [
+      ['signer', { identity: { issuer: ISSUER, sign: () => Promise.reject(new Error('key gone')), jwks: () => signer.jwks() } as IdentitySigner }],
+      [
+        'audience',
+        {
+          identity: signer,
+          audience: () => {
+            throw new Error('no audience')
+          },
+        },
+      ],
+    ] as const) {
+      errors.length = 0
+      const proxy = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, ...options, onError: (error, where) => errors.push({ error, context: where }) })
+      const response = await proxy(post(), context)
+      expect(response.status, name).toBe(502)
+      expect(await response.text(), name).toBe(UNAVAILABLE)
+      expect(errors, name).toHaveLength(1)
+      expect((errors[0]!.error as UpstreamError).message, name).toBe('Identity token could not be signed')
+      expect(((errors[0]!.error as Error).cause as Error).message, name).toMatch(/key gone|no audience/)
+    }
+    expect(reached).toBe(0)
+  })
+
+  it('refuses options it cannot use when created, never at each request', () => {
+    const upstreamOf = () => `${upstream.origin}/mcp`
+    const refused = (options: Record<string, unknown>, option: string) => {
+      let error: unknown
+      try {
+        createProxyHandler({ upstream: upstreamOf, identity: signer, ...options } as never)
+      } catch (caught) {
+        error = caught
+      }
+      expect(error, JSON.stringify(options)).toBeInstanceOf(ConfigurationError)
+      expect((error as ConfigurationError).option, JSON.stringify(options)).toBe(option)
+    }
+    for (const identityHeader of ['', 'bad header', 'x-identity:', 42]) refused({ identityHeader }, 'identityHeader')
+    // A string would be taken letter by letter: 'x-trace' forwarding a header named `x`.
+    for (const forwardHeaders of ['x-trace', ['bad header'], [''], [7]]) refused({ forwardHeaders }, 'forwardHeaders')
+    for (const name of ['fetch', 'onError', 'audience']) refused({ [name]: 'not a function' }, name)
+    refused({ timeoutMs: '30' }, 'timeoutMs')
+    for (const key of ['v2.0.0', '2.0', ' app_weather@2.0.0', '@2.0.0']) refused({ upstream: { [key]: `${upstream.origin}/mcp` }, appId: 'app_weather' }, 'upstream')
+    expect(() => createProxyHandler({ upstream: { 'app_weather@2.0.0-rc.1': `${upstream.origin}/mcp` }, identity: signer, forwardHeaders: ['X-Trace-Id'] })).not.toThrow()
+  })
 })
 
 /** Sends `request` as written on a fresh connection and reads until the server closes it. */

@@ -115,4 +115,20 @@ describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => 
     const emptyAppId = await serveRoutes(kind, fixture, { '1.0.0': 'x' }, { appId: '' }).catch((error: unknown) => error)
     expect((emptyAppId as ConfigurationError).option).toBe('appId')
   })
+
+  it('a key no dispatched request can match is refused when the handler is created, never a 404 for ever', async () => {
+    const fixture = createFixture()
+    for (const key of ['v1.0.0', '1.0', ' app_weather@1.0.0', 'app_weather@v1.0.0', '@1.0.0', '1.0.0+build', '']) {
+      const refused = await serveRoutes(kind, fixture, { [key]: 'x' }, { appId: 'app_weather' }).then(
+        async (served) => served.close(),
+        (error: unknown) => error,
+      )
+      expect(refused, JSON.stringify(key)).toBeInstanceOf(ConfigurationError)
+      expect((refused as ConfigurationError).option).toBe('routes')
+      expect((refused as Error).message).toContain(`key ${JSON.stringify(key)} is neither`)
+    }
+    // Pre-releases are versions too.
+    const served = await serveRoutes(kind, fixture, { 'app_weather@1.0.0': 'weather', 'app_weather@2.0.0-rc.1': 'rc' })
+    await served.close()
+  })
 })

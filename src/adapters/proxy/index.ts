@@ -23,7 +23,8 @@
  * `RateLimit-Policy`, `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
- * with a redirect, or refuses the platform's identity (401); 504 when it makes no progress for
+ * with a redirect, refuses the platform's identity (401), or the identity cannot be signed (the
+ * platform's key or `audience` failed; reported to `onError`); 504 when it makes no progress for
  * `timeoutMs` before its response head (between the request body's chunks, or from the body's
  * end to the head). A failure after the head ends the response's body with an error (the
  * client sees a cut stream) and is reported to `onError`.
@@ -171,7 +172,9 @@ export interface ProxyHandlerOptions {
    * timeout. The response may then stream for as long as it lasts. An App that answers in
    * JSON (`enableJsonResponse` of the SDK's transport) sends its head only with the result,
    * so there this must cover its longest tool call; an App that answers with SSE sends the
-   * head at once. Default 30 s.
+   * head at once. Default 30 s. With the default `fetch` on Node, undici's own limits (300 s
+   * for the head, 300 s between two body chunks) are off, so this is the only deadline and a
+   * quiet SSE stream is never cut; a `fetch` of your own keeps whatever limits it has.
    */
   timeoutMs?: number
   /**
@@ -182,7 +185,10 @@ export interface ProxyHandlerOptions {
    * your own (an `X-Api-Key`) it cannot recognise: do not list them.
    */
   forwardHeaders?: readonly string[]
-  /** `fetch` to reach upstreams. Default the global one. */
+  /**
+   * `fetch` to reach upstreams. Default the global one (on Node, through the global
+   * dispatcher, a platform's own included, without undici's 300 s deadlines: see `timeoutMs`).
+   */
   fetch?: (input: URL, init: RequestInit) => Promise<Response>
   /** Upstream failures (the client only sees 502 / 504). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
@@ -210,6 +216,49 @@ export function upstreamErrorReply(error: UpstreamError): Reply {
 
 const UNAVAILABLE = 'Upstream App unavailable'
 const TIMED_OUT = 'Upstream App timed out'
+
+/** Where Node's `fetch` (undici) keeps its global dispatcher, the platform's own if it set one. */
+const GLOBAL_DISPATCHER = Symbol.for('undici.globalDispatcher.1')
+type Dispatcher = { dispatch(options: object, handler: unknown): boolean }
+
+/**
+ * Node's global dispatcher with undici's own deadlines turned off for this request: 300 s for
+ * the response head and 300 s between two body chunks. The first would turn a tool call longer
+ * than that into a 502 whatever `timeoutMs` says; the second cuts an SSE stream (a GET stream
+ * of notifications) that is quiet for 5 minutes. The proxy's `timeoutMs` governs the head, and
+ * a stream lasts as long as both ends keep it. Any other setting of the platform's dispatcher
+ * (a proxy agent, TLS options, connection limits) stays.
+ */
+const withoutUndiciDeadlines: Dispatcher = {
+  dispatch(options, handler) {
+    const global = (globalThis as Record<symbol, Dispatcher | undefined>)[GLOBAL_DISPATCHER]!
+    return global.dispatch({ ...options, headersTimeout: 0, bodyTimeout: 0 }, handler)
+  },
+}
+
+/** Node (not Bun or Deno, whose `fetch` is their own): `fetch` is undici's. */
+const nodeFetch =
+  typeof process === 'object' &&
+  typeof process.versions?.node === 'string' &&
+  process.versions.bun === undefined &&
+  (globalThis as { Deno?: unknown }).Deno === undefined
+
+/** The default `fetch`: the global one, on Node without undici's deadlines. */
+function defaultFetch(input: URL, init: RequestInit): Promise<Response> {
+  return nodeFetch ? fetch(input, { ...init, dispatcher: withoutUndiciDeadlines } as RequestInit) : fetch(input, init)
+}
+
+/** `option`, when given, is a function. */
+function optionalFunction<F>(value: F | undefined, option: string): F | undefined {
+  if (value !== undefined && typeof value !== 'function') throw new ConfigurationError(option, 'must be a function')
+  return value
+}
+
+/** A header field name (RFC 9110 section 5.1: a token). */
+const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+
+/** At most this many upstream URLs of a function `upstream` are kept parsed. */
+const MAX_PARSED_UPSTREAMS = 1_000
 
 function toResponse(reply: Reply): Response {
   return new Response(reply.body, { status: reply.status, headers: reply.headers })
@@ -248,7 +297,7 @@ async function relayBody(
   if (!body) return null
   const status = upstream.status
   const length = upstream.headers.get('content-length')
-  if (status === 204 || status === 304 || method === 'HEAD' || length === '0') {
+  if (status === 204 || method === 'HEAD' || length === '0') {
     void body.cancel().catch(() => {})
     return null
   }
@@ -326,7 +375,7 @@ function readBefore(
  * })
  * ```
  *
- * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), a `forwardHeaders` entry naming a hop-by-hop, credential or client-address header, or a `timeoutMs` out of range.
+ * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function, a table key that is neither `'<appId>@<version>'` nor an exact version, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), an `identityHeader` that is not a header name or is one the proxy forwards or refuses, a `forwardHeaders` that is not an array of header names or names a hop-by-hop, credential or client-address header, a `timeoutMs` out of range, or an `audience`, `fetch` or `onError` that is not a function.
  */
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (!options) throw new ConfigurationError('upstream', 'is required')
@@ -334,37 +383,52 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     options.identity && typeof (options.identity as IdentitySigner).sign === 'function'
       ? (options.identity as IdentitySigner)
       : createIdentitySigner(options.identity as IdentitySignerOptions)
-  const identityHeader = (options.identityHeader ?? IDENTITY_HEADER).toLowerCase()
-  if (NEVER_FORWARDED.has(identityHeader) || alwaysForwarded(identityHeader)) {
-    throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityHeader)}`)
+  const identityHeader = options.identityHeader ?? IDENTITY_HEADER
+  if (typeof identityHeader !== 'string' || !FIELD_NAME.test(identityHeader)) {
+    throw new ConfigurationError('identityHeader', 'must be a header field name')
+  }
+  const identityName = identityHeader.toLowerCase()
+  if (NEVER_FORWARDED.has(identityName) || alwaysForwarded(identityName)) {
+    throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityName)}`)
   }
   const timeoutMs = options.timeoutMs ?? 30_000
   // Node's timers hold at most 2^31 - 1 ms (about 24.8 days); a longer one fires at once.
-  if (!(timeoutMs > 0) || !(timeoutMs <= 2_147_483_647)) {
+  if (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !(timeoutMs <= 2_147_483_647)) {
     throw new ConfigurationError('timeoutMs', 'must be a positive number of milliseconds, at most 2147483647')
   }
   const forwarded = new Set(FORWARDED_REQUEST_HEADERS)
-  for (const name of options.forwardHeaders ?? []) {
-    const lower = String(name).toLowerCase()
-    if (NEVER_FORWARDED.has(lower) || lower.startsWith(NEVER_FORWARDED_PREFIX) || lower === identityHeader) {
+  const extra: unknown = options.forwardHeaders ?? []
+  // A string would be taken character by character: `'x-trace'` would forward a header `x`.
+  if (!Array.isArray(extra)) throw new ConfigurationError('forwardHeaders', 'must be an array of header names')
+  for (const name of extra) {
+    if (typeof name !== 'string' || !FIELD_NAME.test(name)) {
+      throw new ConfigurationError('forwardHeaders', `${JSON.stringify(name)} is not a header field name`)
+    }
+    const lower = name.toLowerCase()
+    if (NEVER_FORWARDED.has(lower) || lower.startsWith(NEVER_FORWARDED_PREFIX) || lower === identityName) {
       throw new ConfigurationError('forwardHeaders', `must not name ${JSON.stringify(lower)}`)
     }
     forwarded.add(lower)
   }
-  const fetchUpstream = options.fetch ?? ((input: URL, init: RequestInit) => fetch(input, init))
-  const onError = options.onError ?? logError
-  const audienceOf = options.audience ?? ((_context: DispatchContext, upstream: URL) => upstream.origin)
+  const fetchUpstream = optionalFunction(options.fetch, 'fetch') ?? defaultFetch
+  const onError = optionalFunction(options.onError, 'onError') ?? logError
+  const audienceOf = optionalFunction(options.audience, 'audience') ?? ((_context: DispatchContext, upstream: URL) => upstream.origin)
 
   let upstreamOf: (context: DispatchContext) => URL | undefined
   const source = options.upstream
   if (typeof source === 'function') {
+    // Bounded: a function may answer a URL per request (a query naming the caller).
     const parsed = new Map<string, URL>()
     upstreamOf = (context) => {
       const value = source(context)
       if (value === undefined) return undefined
       const key = String(value)
       let url = parsed.get(key)
-      if (!url) parsed.set(key, (url = parseUpstream(value, 'upstream')))
+      if (!url) {
+        url = parseUpstream(value, 'upstream')
+        if (parsed.size >= MAX_PARSED_UPSTREAMS) parsed.delete(parsed.keys().next().value!)
+        parsed.set(key, url)
+      }
       return url
     }
   } else if (source && typeof source === 'object') {
@@ -397,7 +461,14 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     headers.set('accept-encoding', 'identity')
     const via = request.headers.get('via')
     headers.set('via', via ? `${via}, ${VIA}` : VIA)
-    headers.set(identityHeader, await signer.sign(context, audienceOf(context, target)))
+    try {
+      headers.set(identityName, await signer.sign(context, audienceOf(context, target)))
+    } catch (error) {
+      // The platform's failure (its key, its audience function), not the App's: nothing goes
+      // upstream without the identity; the client gets the 502, the platform hears why.
+      onError(new UpstreamError(502, 'Identity token could not be signed', { cause: error }), `proxy ${target.origin}`)
+      return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
+    }
 
     const method = request.method
     const hasBody = request.body !== null && method !== 'GET' && method !== 'HEAD'
