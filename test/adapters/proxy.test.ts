@@ -915,7 +915,7 @@ describe('identity tokens', () => {
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
     // Client-address claims from the caller prove nothing; Via is the proxy's own.
-    for (const name of ['X-Forwarded-For', 'x-forwarded-host', 'Forwarded', 'X-Real-IP', 'via']) {
+    for (const name of ['X-Forwarded-For', 'x-forwarded-host', 'Forwarded', 'X-Real-IP', 'True-Client-IP', 'CF-Connecting-IP', 'X-Client-IP', 'via']) {
       expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: [name] }), name).toThrow(ConfigurationError)
     }
     expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)

@@ -100,7 +100,8 @@ const HOP_BY_HOP = new Set([
 /**
  * Request headers that `forwardHeaders` may not name: credentials, hop-by-hop headers, those
  * the proxy sets itself, and the client-address claims (`X-Forwarded-*`, `Forwarded`,
- * `X-Real-IP`), which from the caller are only the caller's say-so.
+ * `X-Real-IP`, `X-Client-IP`, `True-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP`), which
+ * from the caller are only the caller's say-so.
  */
 const NEVER_FORWARDED = new Set([
   ...HOP_BY_HOP,
@@ -112,6 +113,10 @@ const NEVER_FORWARDED = new Set([
   'via',
   'forwarded',
   'x-real-ip',
+  'x-client-ip',
+  'true-client-ip',
+  'cf-connecting-ip',
+  'fastly-client-ip',
 ])
 const NEVER_FORWARDED_PREFIX = 'x-forwarded-'
 
@@ -181,7 +186,7 @@ export interface ProxyHandlerOptions {
    * More request headers to forward. Never credentials the proxy knows (`Authorization`,
    * `Cookie`, `Proxy-Authorization`), hop-by-hop headers, the ones it sets (`Host`, `Via`,
    * `Content-Length`, `Accept-Encoding`) or the client-address claims (`X-Forwarded-*`,
-   * `Forwarded`, `X-Real-IP`: from the caller they prove nothing); other credential headers of
+   * `Forwarded`, `X-Real-IP`, `True-Client-IP` and the like: from the caller they prove nothing); other credential headers of
    * your own (an `X-Api-Key`) it cannot recognise: do not list them.
    */
   forwardHeaders?: readonly string[]
