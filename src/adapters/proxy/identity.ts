@@ -9,17 +9,19 @@ import {
   type CryptoKey,
   type JWK,
   type JWTPayload,
+  type JWTVerifyGetKey,
   type KeyObject,
   SignJWT,
   calculateJwkThumbprint,
   createLocalJWKSet,
   createRemoteJWKSet,
   customFetch,
+  errors,
   exportJWK,
   importJWK,
   jwtVerify,
 } from 'jose'
-import { ConfigurationError, UnauthorizedError } from '../../errors.js'
+import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
 /** Default header carrying the identity JWT from the platform to a proxied App. */
@@ -280,7 +282,11 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
 
 /** Options of {@link createIdentityVerifier}. */
 export interface IdentityVerifierOptions {
-  /** The platform's JWKS: its URL (fetched and cached by `jose`), or the document itself. */
+  /**
+   * The platform's JWKS: its http(s) URL (fetched and cached by `jose`), or the document
+   * itself. When the URL cannot be fetched, verification throws a {@link JwksUnavailableError}
+   * (answer 503), not an `UnauthorizedError`.
+   */
   jwks: string | URL | IdentityJwks
   /** The platform's `iss`. */
   issuer: string
@@ -293,10 +299,20 @@ export interface IdentityVerifierOptions {
    * App callers who were only admitted to another.
    */
   appId: string | readonly string[]
-  /** Header to read from a `Request` or `Headers`. Default `x-mcp-identity`. */
+  /**
+   * Header to read from a `Request`, `Headers` or a Node request (an HTTP field name, RFC 9110
+   * section 5.1). Default `x-mcp-identity`.
+   */
   header?: string
-  /** Clock skew tolerated, in seconds. Default 5. */
+  /** Clock skew tolerated, in seconds: a finite number, 0 or more. Default 5. */
   clockToleranceSeconds?: number
+  /**
+   * The longest lifetime accepted, in seconds: a token whose `exp` is more than this after its
+   * `iat`, that was issued more than this (plus the tolerance) ago, or whose `iat` is in the
+   * future beyond the tolerance, is refused. Default 3600, the longest `ttlSeconds` a signer
+   * issues; an App whose platform signs with the default 60 may set 60.
+   */
+  maxTokenAgeSeconds?: number
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
   /** `fetch` used to get a remote JWKS. Default the global one. */
@@ -323,16 +339,69 @@ export interface VerifiedIdentity {
   readonly claims: IdentityClaims
 }
 
-/** Verifies the identity of a request. Create with {@link createIdentityVerifier}. */
-export type IdentityVerifier = (input: Request | Headers | string | null | undefined) => Promise<VerifiedIdentity>
+/**
+ * A Node request (`http.IncomingMessage`, and so Express's `req` and Fastify's `request.raw`
+ * or `request`): its headers as a plain object, names in lower case.
+ */
+export interface NodeRequestLike {
+  readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>
+}
+
+/**
+ * Verifies the identity of a request: a web `Request`, `Headers`, a Node request (Express,
+ * Fastify, `node:http`) or the JWT itself. Create with {@link createIdentityVerifier}.
+ */
+export type IdentityVerifier = (input: Request | Headers | NodeRequestLike | string | null | undefined) => Promise<VerifiedIdentity>
+
+/** The longest lifetime the verifier accepts by default: the longest `ttlSeconds` a signer issues. */
+const DEFAULT_MAX_TOKEN_AGE_SECONDS = 3600
+
+/** An HTTP field name (RFC 9110 section 5.1): one or more `tchar`. */
+const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+
+/** The identity token of `input`, `null` when it carries none. */
+function tokenOf(input: unknown, header: string): string | null {
+  if (typeof input === 'string') return input
+  if (input === null || input === undefined) return null
+  if (input instanceof Headers) return input.get(header)
+  const headers = typeof input === 'object' ? (input as { headers?: unknown }).headers : undefined
+  if (headers instanceof Headers || typeof (headers as Headers | undefined)?.get === 'function') {
+    return (headers as Headers).get(header)
+  }
+  if (typeof headers === 'object' && headers !== null) {
+    // Node joins repeated custom headers with ", " (as `Headers.get` does); a list is joined the same way.
+    const value = (headers as Record<string, unknown>)[header]
+    if (typeof value === 'string') return value
+    if (Array.isArray(value)) return value.join(', ')
+    return null
+  }
+  throw new TypeError('mcp-dispatch: verifyIdentity expects a Request, Headers, a Node request (with headers) or the JWT')
+}
+
+/**
+ * Whether an error of the remote JWKS is about getting it (network, timeout, not 200, not a
+ * JWKS, keys that do not import) rather than about the token (no key of its `kid` and `alg`,
+ * an algorithm the set has no key for).
+ */
+function isRetrievalFailure(error: unknown): boolean {
+  return !(
+    error instanceof errors.JWKSNoMatchingKey ||
+    error instanceof errors.JWKSMultipleMatchingKeys ||
+    error instanceof errors.JOSENotSupported
+  )
+}
 
 /**
  * Creates the verifier an App uses to read who is calling through the platform. It checks
- * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, and that the `app`
- * claim names this App (`appId`); a missing or invalid token throws an {@link UnauthorizedError} (answer 401).
+ * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, the token's age and
+ * lifetime (`maxTokenAgeSeconds`), the claims every identity token has (`jti`, non-empty
+ * `sub` and `ver`, `method` one of `api_token` and `oauth`), and that the `app` claim names
+ * this App (`appId`). A missing or invalid token throws an {@link UnauthorizedError} (answer
+ * 401); a JWKS URL that cannot be fetched throws a {@link JwksUnavailableError} (answer 503).
  *
  * @example
  * ```ts
+ * import { JwksUnavailableError, UnauthorizedError } from 'mcp-dispatch'
  * import { createIdentityVerifier } from 'mcp-dispatch/proxy'
  * const verifyIdentity = createIdentityVerifier({
  *   jwks: 'https://platform.example/.well-known/jwks.json',
@@ -340,8 +409,14 @@ export type IdentityVerifier = (input: Request | Headers | string | null | undef
  *   audience: 'https://weather.internal:3000',
  *   appId: 'app_weather',
  * })
- * const { subject, version } = await verifyIdentity(request) // a web Request, Headers or the JWT
+ * // a web Request, Headers, a Node/Express request, or the JWT
+ * const { subject, version } = await verifyIdentity(request)
+ * // UnauthorizedError → 401; JwksUnavailableError → 503
  * ```
+ * @throws {ConfigurationError} with a missing `issuer`, `audience` or `appId`, a `jwks` that is
+ * neither an http(s) URL nor a JWKS document, a `header` that is not an HTTP field name, or a
+ * `clockToleranceSeconds` / `maxTokenAgeSeconds` that is not a finite number (0 or more / more
+ * than 0).
  */
 export function createIdentityVerifier(options: IdentityVerifierOptions): IdentityVerifier {
   if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
@@ -355,14 +430,34 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   if (appIds.size === 0 || [...appIds].some((a) => typeof a !== 'string' || a === '')) {
     throw new ConfigurationError('appId', 'must name the App (or Apps) this service is: a non-empty string or list of strings')
   }
+  if (options.header !== undefined && (typeof options.header !== 'string' || !FIELD_NAME.test(options.header))) {
+    throw new ConfigurationError('header', 'must be an HTTP header name')
+  }
   const header = (options.header ?? IDENTITY_HEADER).toLowerCase()
   const now = options.now
   const tolerance = options.clockToleranceSeconds ?? 5
-  let keys: ReturnType<typeof createLocalJWKSet> | ReturnType<typeof createRemoteJWKSet>
+  if (typeof tolerance !== 'number' || !Number.isFinite(tolerance) || tolerance < 0) {
+    throw new ConfigurationError('clockToleranceSeconds', 'must be a finite number of seconds, 0 or more')
+  }
+  const maxTokenAge = options.maxTokenAgeSeconds ?? DEFAULT_MAX_TOKEN_AGE_SECONDS
+  if (typeof maxTokenAge !== 'number' || !Number.isFinite(maxTokenAge) || maxTokenAge <= 0) {
+    throw new ConfigurationError('maxTokenAgeSeconds', 'must be a finite number of seconds, more than 0')
+  }
+  let keys: JWTVerifyGetKey
   const source = options.jwks
   if (typeof source === 'string' || source instanceof URL) {
     if (!URL.canParse(String(source))) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
-    keys = createRemoteJWKSet(new URL(String(source)), options.fetch ? { [customFetch]: options.fetch } : {})
+    const url = new URL(String(source))
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError('jwks', 'must be an http(s) URL')
+    const remote = createRemoteJWKSet(url, options.fetch ? { [customFetch]: options.fetch } : {})
+    // An outage must not look like a forgery: the App answers 503 to the one, 401 to the other.
+    keys = async (protectedHeader, token) => {
+      try {
+        return await remote(protectedHeader, token)
+      } catch (error) {
+        throw isRetrievalFailure(error) ? new JwksUnavailableError({ cause: error }) : error
+      }
+    }
   } else if (source && Array.isArray(source.keys)) {
     keys = createLocalJWKSet({ keys: source.keys })
   } else {
@@ -370,14 +465,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   }
 
   return async function verifyIdentity(input) {
-    const token =
-      typeof input === 'string'
-        ? input
-        : input instanceof Headers
-          ? input.get(header)
-          : input
-            ? input.headers.get(header)
-            : null
+    const token = tokenOf(input, header)
     if (!token) throw new UnauthorizedError('Missing identity token')
     let payload: JWTPayload
     try {
@@ -387,14 +475,24 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
         typ: IDENTITY_TOKEN_TYPE,
         algorithms: [...ASYMMETRIC_ALGORITHMS],
         clockTolerance: tolerance,
-        requiredClaims: ['sub', 'exp', 'iat', 'app', 'ver'],
+        maxTokenAge,
+        requiredClaims: ['sub', 'exp', 'iat', 'jti', 'app', 'ver', 'method'],
         ...(now && { currentDate: new Date(now()) }),
       }))
-    } catch {
+    } catch (error) {
+      if (error instanceof JwksUnavailableError) throw error
       throw new UnauthorizedError('Invalid identity token')
     }
     const claims = payload as IdentityClaims
-    if (typeof claims.app !== 'string' || typeof claims.ver !== 'string' || typeof claims.sub !== 'string') {
+    if (
+      !isNonEmptyString(claims.sub) ||
+      !isNonEmptyString(claims.ver) ||
+      !isNonEmptyString(claims.jti) ||
+      typeof claims.app !== 'string' ||
+      (claims.method !== 'api_token' && claims.method !== 'oauth') ||
+      // `maxTokenAge` bounds the age; this bounds the lifetime a token claims for itself.
+      claims.exp - claims.iat > maxTokenAge
+    ) {
       throw new UnauthorizedError('Invalid identity token')
     }
     if (!appIds.has(claims.app)) {
@@ -404,11 +502,15 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
       subject: claims.sub,
       appId: claims.app,
       version: claims.ver,
-      method: claims.method === 'oauth' ? 'oauth' : 'api_token',
+      method: claims.method,
       ...(typeof claims.client_id === 'string' && { clientId: claims.client_id }),
       ...(typeof claims.scope === 'string' && { scopes: claims.scope.split(' ').filter(Boolean) }),
       expiresAt: claims.exp * 1000,
       claims,
     }
   }
+}
+
+function isNonEmptyString(value: unknown): value is string {
+  return typeof value === 'string' && value !== ''
 }
