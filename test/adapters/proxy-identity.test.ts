@@ -4,11 +4,20 @@
  * token has, Node requests), how it tells a JWKS outage from a forged token, and which signer
  * and verifier options are refused when created rather than failing every request.
  */
+import { type KeyObject, generateKeyPairSync, webcrypto } from 'node:crypto'
 import { IncomingMessage } from 'node:http'
 import { Socket } from 'node:net'
-import { type JWK, type JWTPayload, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
+import { type JWK, type JWTPayload, SignJWT, calculateJwkThumbprint, decodeProtectedHeader, exportJWK, generateKeyPair, importJWK } from 'jose'
 import { ConfigurationError, type DispatchContext, JwksUnavailableError, UnauthorizedError } from 'mcp-dispatch'
-import { type IdentityJwks, type IdentityVerifierOptions, createIdentitySigner, createIdentityVerifier } from 'mcp-dispatch/proxy'
+import {
+  type IdentityJwks,
+  type IdentitySigner,
+  type IdentitySignerOptions,
+  type IdentityVerifierOptions,
+  createIdentitySigner,
+  createIdentityVerifier,
+  createProxyHandler,
+} from 'mcp-dispatch/proxy'
 import { beforeAll, describe, expect, it } from 'vitest'
 
 const ISSUER = 'https://platform.test'
@@ -191,4 +200,262 @@ describe('identity verifier', () => {
   })
 })
 
-void context
+/** Verifies `token` against what `signer` publishes. */
+async function verifyWith(signer: IdentitySigner, token: string) {
+  return createIdentityVerifier({ jwks: await signer.jwks(), issuer: ISSUER, audience: 'a', appId: 'app_weather', now: () => at })(token)
+}
+
+/** An RSA key of `modulusLength` bits in Web Crypto, for `name` and `hash`. */
+async function webRsa(name: 'RSA-PSS' | 'RSASSA-PKCS1-v1_5', hash: string, modulusLength = 2048) {
+  return webcrypto.subtle.generateKey({ name, modulusLength, publicExponent: new Uint8Array([1, 0, 1]), hash }, true, ['sign', 'verify'])
+}
+
+describe('identity signer: keys that cannot sign are refused when created, not a 502 at every request', () => {
+  const create = (options: Partial<IdentitySignerOptions>) =>
+    createIdentitySigner({ issuer: ISSUER, now: () => at, ...options } as IdentitySignerOptions)
+  let ecJwk: JWK
+
+  beforeAll(async () => {
+    ecJwk = await exportJWK((await generateKeyPair('ES256', { extractable: true })).privateKey)
+  })
+
+  it('a private JWK whose alg does not fit it, or whose key_ops leave out sign (regression: imported as HS256 / ES384 at every request)', () => {
+    expect(() => create({ privateKey: { ...ecJwk, alg: 'HS256' } })).toThrow(/identity\.privateKey.*"alg" "HS256".*does not fit/)
+    expect(() => create({ privateKey: { ...ecJwk, alg: 'ES384' } })).toThrow(/identity\.privateKey.*"alg" "ES384".*does not fit/)
+    expect(() => create({ privateKey: { ...ecJwk, key_ops: ['verify'] } })).toThrow(/identity\.privateKey.*key_ops/)
+  })
+
+  it('a private JWK of its own alg, kid and key_ops signs with them', async () => {
+    const signer = create({ privateKey: { ...ecJwk, alg: 'ES256', kid: 'platform-1', key_ops: ['sign', 'verify'] } })
+    const token = await signer.sign(context, 'a')
+    expect(decodeProtectedHeader(token)).toMatchObject({ alg: 'ES256', kid: 'platform-1' })
+    await expect(verifyWith(signer, token)).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('an RSA key under 2048 bits: KeyObject, CryptoKey or JWK (regression: jose refused it at every request)', async () => {
+    const small = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey
+    expect(() => create({ privateKey: small })).toThrow(/identity\.privateKey.*1024-bit RSA key/)
+    expect(() => create({ privateKey: small.export({ format: 'jwk' }) as JWK })).toThrow(/1024-bit RSA key/)
+    const smallWeb = (await webRsa('RSASSA-PKCS1-v1_5', 'SHA-256', 1024)).privateKey
+    expect(() => create({ privateKey: smallWeb })).toThrow(/1024-bit RSA key/)
+    expect(() => create({ privateKey: generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey })).not.toThrow()
+  })
+
+  it('a public KeyObject or CryptoKey given as the private key, or an object that is no key', async () => {
+    const ec = await generateKeyPair('ES256', { extractable: true })
+    expect(() => create({ privateKey: ec.publicKey })).toThrow(/identity\.privateKey.*is a public key/)
+    expect(() => create({ privateKey: generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey })).toThrow(/is a public key/)
+    expect(() => create({ privateKey: {} as never })).toThrow(/identity\.privateKey.*must be a CryptoKey, a KeyObject or a private JWK/)
+  })
+
+  it('an RSA-PSS key signs with PS* by default, a Web Crypto RSA key with the hash it is bound to (regression: RS256 picked)', async () => {
+    const cases: Array<[string, Promise<CryptoKeyPair>, string]> = [
+      ['RSA-PSS SHA-256', webRsa('RSA-PSS', 'SHA-256'), 'PS256'],
+      ['RSA-PSS SHA-384', webRsa('RSA-PSS', 'SHA-384'), 'PS384'],
+      ['RSASSA-PKCS1-v1_5 SHA-512', webRsa('RSASSA-PKCS1-v1_5', 'SHA-512'), 'RS512'],
+    ]
+    for (const [label, pair, alg] of cases) {
+      const signer = create({ privateKey: (await pair).privateKey })
+      const token = await signer.sign(context, 'a')
+      expect(decodeProtectedHeader(token).alg, label).toBe(alg)
+      expect((await signer.jwks()).keys[0]!.alg, label).toBe(alg)
+      await expect(verifyWith(signer, token), label).resolves.toMatchObject({ subject: 'alice' })
+    }
+    // An algorithm of another hash or scheme does not fit such a key.
+    const rs512 = (await webRsa('RSASSA-PKCS1-v1_5', 'SHA-512')).privateKey
+    expect(() => create({ privateKey: rs512, algorithm: 'RS256' })).toThrow(/identity\.algorithm.*RS256 does not fit the key \(it signs with RS512\)/)
+    const pssWeb = (await webRsa('RSA-PSS', 'SHA-256')).privateKey
+    expect(() => create({ privateKey: pssWeb, algorithm: 'RS256' })).toThrow(/does not fit/)
+    // A node:crypto rsa-pss key signs with PS* only, with the hash it may be bound to.
+    const pss = generateKeyPairSync('rsa-pss', { modulusLength: 2048 }).privateKey
+    expect(() => create({ privateKey: pss, algorithm: 'RS256' })).toThrow(/RS256 does not fit the key \(it signs with PS256, PS384, PS512\)/)
+    const bound = generateKeyPairSync('rsa-pss', { modulusLength: 2048, hashAlgorithm: 'sha384', mgf1HashAlgorithm: 'sha384', saltLength: 48 } as never) as unknown as {
+      privateKey: KeyObject
+    }
+    expect(() => create({ privateKey: bound.privateKey, algorithm: 'PS256' })).toThrow(/it signs with PS384\)/)
+  })
+
+  it.runIf(typeof (generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey as KeyObject & { toCryptoKey?: unknown }).toCryptoKey !== 'function')(
+    'an rsa-pss KeyObject, where jose cannot sign with one (no KeyObject.toCryptoKey before Node 22.10), is refused when created',
+    () => {
+      const pss = generateKeyPairSync('rsa-pss', { modulusLength: 2048 }).privateKey
+      expect(() => create({ privateKey: pss })).toThrow(/identity\.privateKey.*rsa-pss KeyObject/)
+    },
+  )
+
+  it('a publicKey that is not the private key’s pair: when created where it can be seen, else at the first sign (regression: published, verifying nothing)', async () => {
+    const a = await generateKeyPair('ES256', { extractable: true })
+    const b = await generateKeyPair('ES256', { extractable: true })
+    const aJwk = await exportJWK(a.privateKey)
+    // JWKs and KeyObjects: seen now.
+    const bJwk = await exportJWK(b.publicKey)
+    expect(() => create({ privateKey: aJwk, publicKey: bJwk })).toThrow(/identity\.publicKey.*not the public key of privateKey/)
+    const nodeA = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const nodeB = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    expect(() => create({ privateKey: nodeA.privateKey, publicKey: nodeB.publicKey })).toThrow(/identity\.publicKey/)
+    // Another key type: seen now whatever the key.
+    const p384 = (await generateKeyPair('ES384')).publicKey
+    expect(() => create({ privateKey: a.privateKey, publicKey: p384 })).toThrow(/identity\.publicKey/)
+    // CryptoKeys of one type: the first use signs a probe and verifies it with the published key.
+    const signer = create({ privateKey: a.privateKey, publicKey: b.publicKey })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(ConfigurationError)
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.publicKey.*not the public key of privateKey/)
+    await expect(signer.jwks()).rejects.toThrow(/identity\.publicKey/)
+    // The pair itself, a non-extractable private key with its public key, is what publicKey is for.
+    const sealed = await generateKeyPair('ES256')
+    const ok = create({ privateKey: sealed.privateKey, publicKey: sealed.publicKey })
+    await expect(verifyWith(ok, await ok.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('a failed first use is not kept for ever: a later call tries again (regression: the rejected load was cached)', async () => {
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    const other = await exportJWK((await generateKeyPair('ES256', { extractable: true })).publicKey)
+    const publicKey: JWK = { ...other }
+    // A CryptoKey's public members cannot be read without waiting: checked on first use.
+    const signer = create({ privateKey, publicKey })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.publicKey/)
+    Object.assign(publicKey, await exportJWK(privateKey), { d: undefined })
+    delete publicKey.d
+    const token = await signer.sign(context, 'a')
+    await expect(verifyWith(signer, token)).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('keys that fail on first use reach the proxy handler as that ConfigurationError, before any upstream request; the next request tries again', async () => {
+    const a = await generateKeyPair('ES256', { extractable: true })
+    const b = await generateKeyPair('ES256', { extractable: true })
+    const fetches: string[] = []
+    const proxy = createProxyHandler({
+      upstream: { 'app_weather@2.0.0': 'http://127.0.0.1:47201/mcp' },
+      identity: { issuer: ISSUER, privateKey: a.privateKey, publicKey: b.publicKey },
+      fetch: async (input) => {
+        fetches.push(String(input))
+        return new Response(null, { status: 204 })
+      },
+    })
+    const request = () => new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' })
+    for (let i = 0; i < 2; i++) {
+      const error = await proxy(request(), context).then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      expect(error).toBeInstanceOf(ConfigurationError)
+      expect(error).toMatchObject({ option: 'identity.publicKey' })
+    }
+    expect(fetches).toEqual([])
+  })
+
+  it('a previous key that is a secret, a key type no algorithm here signs with, or lacks its members (regression: oct accepted)', () => {
+    const previous = (previousKeys: IdentitySignerOptions['previousKeys']) => () => create({ privateKey: ecJwk, previousKeys })
+    expect(previous([{ kty: 'oct', k: 'c2VjcmV0' }])).toThrow(/identity\.previousKeys\.0.*not a secret/)
+    expect(previous([{ jwk: { kty: 'oct', k: 'c2VjcmV0' } }])).toThrow(/identity\.previousKeys\.0\.jwk/)
+    const ed448 = generateKeyPairSync('ed448').publicKey.export({ format: 'jwk' }) as JWK
+    expect(previous([ed448])).toThrow(/identity\.previousKeys\.0" must be an EC key/)
+    expect(previous([{ kty: 'EC', crv: 'P-256', x: ecJwk.x! }])).toThrow(/identity\.previousKeys\.0.*lacks a member/)
+    expect(previous([generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey.export({ format: 'jwk' }) as JWK])).toThrow(/1024-bit/)
+    expect(previous(['not a key' as never])).toThrow(/identity\.previousKeys\.0.*must be a public JWK/)
+  })
+})
+
+describe('identity signer: one kid, one key (regression: a duplicate kid made jose refuse every token, ERR_JWKS_MULTIPLE_MATCHING_KEYS)', () => {
+  it('a rotation that keeps a fixed keyId: refused when created where the keys can be compared, else at the first sign', async () => {
+    const old = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const fresh = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const oldJwk = old.publicKey.export({ format: 'jwk' }) as JWK
+    for (const previousKeys of [[{ ...oldJwk, kid: 'identity-key' }], [{ jwk: oldJwk, keyId: 'identity-key' }]]) {
+      expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: fresh.privateKey, keyId: 'identity-key', previousKeys })).toThrow(
+        /identity\.previousKeys\.0.*has kid "identity-key", as the signing key \(identity\.keyId\) does/,
+      )
+    }
+    // A CryptoKey's members are known once exported: on first use, sign and jwks reject.
+    const web = await generateKeyPair('ES256', { extractable: true })
+    const signer = createIdentitySigner({ issuer: ISSUER, privateKey: web.privateKey, keyId: 'identity-key', previousKeys: [{ ...oldJwk, kid: 'identity-key' }] })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.previousKeys\.0.*has kid "identity-key"/)
+    await expect(signer.jwks()).rejects.toThrow(ConfigurationError)
+  })
+
+  it('two previous keys of one kid are refused; the current key listed again is published once', async () => {
+    const a = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' }) as JWK
+    const b = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' }) as JWK
+    const current = await generateKeyPair('ES256', { extractable: true })
+    const privateKey = await exportJWK(current.privateKey)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ ...a, kid: 'k' }, { ...b, kid: 'k' }] })).toThrow(
+      /identity\.previousKeys\.1.*has kid "k", as identity\.previousKeys\.0 does/,
+    )
+    const currentPublic = await exportJWK(current.publicKey)
+    const thumbprint = await calculateJwkThumbprint(currentPublic)
+    for (const previousKeys of [[currentPublic], [{ ...currentPublic, kid: thumbprint }], [a, { ...a }]]) {
+      const signer = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys, now: () => at })
+      const kids = (await signer.jwks()).keys.map((k) => k.kid)
+      expect(new Set(kids).size, JSON.stringify(kids)).toBe(kids.length)
+      await expect(verifyWith(signer, await signer.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
+    }
+    // Through a CryptoKey, known on first use: the same.
+    const web = createIdentitySigner({ issuer: ISSUER, privateKey: current.privateKey, previousKeys: [currentPublic] })
+    expect((await web.jwks()).keys).toHaveLength(1)
+  })
+
+  it('one kid on keys a token tells apart (another key type, or both with their own alg) is not a clash', async () => {
+    const rsaOld = generateKeyPairSync('rsa', { modulusLength: 2048 })
+    const before = await createIdentitySigner({ issuer: ISSUER, privateKey: rsaOld.privateKey, keyId: 'identity-key', now: () => at }).sign(context, 'a')
+    const signer = createIdentitySigner({
+      issuer: ISSUER,
+      privateKey: generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
+      keyId: 'identity-key',
+      previousKeys: [{ jwk: rsaOld.publicKey.export({ format: 'jwk' }) as JWK, keyId: 'identity-key', algorithm: 'RS256' }],
+      now: () => at,
+    })
+    await expect(verifyWith(signer, before)).resolves.toMatchObject({ subject: 'alice' })
+    await expect(verifyWith(signer, await signer.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
+  })
+})
+
+describe('identity signer: rotation keeps verifying tokens signed before it, whatever kid and alg they carry', () => {
+  /** A token of an old signer, and the new signer with `previous` made from the old public key. */
+  async function rotate(
+    pair: { privateKey: unknown; publicKey: unknown },
+    old: Partial<IdentitySignerOptions>,
+    previous: (jwk: JWK) => NonNullable<IdentitySignerOptions['previousKeys']>[number],
+  ) {
+    const before = await createIdentitySigner({ issuer: ISSUER, privateKey: pair.privateKey as KeyObject, now: () => at, ...old }).sign(context, 'a')
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    const oldJwk = await exportJWK(pair.publicKey as KeyObject)
+    const rotated = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [previous(oldJwk)], now: () => at })
+    return { before, rotated }
+  }
+
+  it('a custom keyId: given as the JWK’s kid or as { jwk, keyId } (regression: the thumbprint was published instead)', async () => {
+    for (const previous of [(jwk: JWK) => ({ ...jwk, kid: '2024-key' }), (jwk: JWK) => ({ jwk, keyId: '2024-key' })]) {
+      const { before, rotated } = await rotate(generateKeyPairSync('ec', { namedCurve: 'P-256' }), { keyId: '2024-key' }, previous)
+      expect((await rotated.jwks()).keys[1]).toMatchObject({ kid: '2024-key', alg: 'ES256', use: 'sig' })
+      await expect(verifyWith(rotated, before)).resolves.toMatchObject({ subject: 'alice' })
+    }
+  })
+
+  it('PS256 and Ed25519 signers: a plain exportJWK gets no made-up alg (regression: RS256 / EdDSA published, the old tokens refused)', async () => {
+    const cases: Array<[string, { privateKey: unknown; publicKey: unknown }, Partial<IdentitySignerOptions>]> = [
+      ['PS256', generateKeyPairSync('rsa', { modulusLength: 2048 }), { algorithm: 'PS256' }],
+      ['Ed25519', generateKeyPairSync('ed25519'), { algorithm: 'Ed25519' }],
+      ['EdDSA', generateKeyPairSync('ed25519'), {}],
+      ['RS256', generateKeyPairSync('rsa', { modulusLength: 2048 }), {}],
+    ]
+    for (const [label, pair, old] of cases) {
+      const { before, rotated } = await rotate(pair, old, (jwk) => jwk)
+      expect((await rotated.jwks()).keys[1]!.alg, label).toBeUndefined()
+      await expect(verifyWith(rotated, before), label).resolves.toMatchObject({ subject: 'alice' })
+    }
+  })
+
+  it('{ jwk, algorithm } publishes the alg the old signer used; one that does not fit the key is refused', async () => {
+    const pair = generateKeyPairSync('rsa', { modulusLength: 2048 })
+    const { before, rotated } = await rotate(pair, { algorithm: 'PS256' }, (jwk) => ({ jwk, algorithm: 'PS256' }))
+    expect((await rotated.jwks()).keys[1]).toMatchObject({ kty: 'RSA', alg: 'PS256', kid: expect.any(String) })
+    await expect(verifyWith(rotated, before)).resolves.toMatchObject({ subject: 'alice' })
+    const jwk = pair.publicKey.export({ format: 'jwk' }) as JWK
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ jwk, algorithm: 'ES256' }] })).toThrow(
+      /identity\.previousKeys\.0\.algorithm.*ES256 does not fit/,
+    )
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ ...jwk, alg: 'HS256' }] })).toThrow(/identity\.previousKeys\.0\.alg/)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ jwk, keyId: '' }] })).toThrow(/identity\.previousKeys\.0\.keyId/)
+  })
+})
