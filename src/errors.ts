@@ -188,7 +188,9 @@ export type ConfigurationErrorCode = 'ERR_INVALID_OPTION'
 
 /**
  * Thrown at construction time when options are missing or invalid. A `TypeError`, so it is
- * a programming mistake, not a request failure.
+ * a programming mistake, not a request failure. The identity signer (`mcp-dispatch/proxy`)
+ * also rejects its first `sign` or `jwks` with one when its keys turn out unusable, which only
+ * importing them can tell.
  */
 export class ConfigurationError extends TypeError {
   readonly code: ConfigurationErrorCode = 'ERR_INVALID_OPTION'

@@ -253,7 +253,9 @@ function factsOf(key: unknown): KeyFacts | undefined {
   const tag = (key as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
   if (tag === 'KeyObject') {
     const object = key as NodeKeyObject
-    if (object.type === 'secret') return { type: 'secret', kty: 'oct', crv: undefined, algorithms: [], modulusLength: undefined, publicJwk: undefined, rsaPssKeyObject: false }
+    if (object.type === 'secret') {
+      return { type: 'secret', kty: 'oct', crv: undefined, algorithms: [], modulusLength: undefined, publicJwk: undefined, rsaPssKeyObject: false }
+    }
     const type = object.asymmetricKeyType ?? ''
     const details = object.asymmetricKeyDetails ?? {}
     const kty = type === 'ec' ? 'EC' : type === 'rsa' || type === 'rsa-pss' ? 'RSA' : type === 'ed25519' ? 'OKP' : type
@@ -669,7 +671,7 @@ export interface VerifiedIdentity {
  * A Node request (`http.IncomingMessage`, and so Express's `req` and Fastify's `request.raw`
  * or `request`): its headers as a plain object, names in lower case.
  */
-export interface NodeRequestLike {
+export interface IdentityNodeRequest {
   readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>
 }
 
@@ -677,7 +679,7 @@ export interface NodeRequestLike {
  * Verifies the identity of a request: a web `Request`, `Headers`, a Node request (Express,
  * Fastify, `node:http`) or the JWT itself. Create with {@link createIdentityVerifier}.
  */
-export type IdentityVerifier = (input: Request | Headers | NodeRequestLike | string | null | undefined) => Promise<VerifiedIdentity>
+export type IdentityVerifier = (input: Request | Headers | IdentityNodeRequest | string | null | undefined) => Promise<VerifiedIdentity>
 
 /** The longest lifetime the verifier accepts by default: the longest `ttlSeconds` a signer issues. */
 const DEFAULT_MAX_TOKEN_AGE_SECONDS = 3600
