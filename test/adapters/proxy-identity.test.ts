@@ -269,6 +269,10 @@ describe('identity signer: keys that cannot sign are refused when created, not a
     // A node:crypto rsa-pss key signs with PS* only, with the hash it may be bound to.
     const pss = generateKeyPairSync('rsa-pss', { modulusLength: 2048 }).privateKey
     expect(() => create({ privateKey: pss, algorithm: 'RS256' })).toThrow(/RS256 does not fit the key \(it signs with PS256, PS384, PS512\)/)
+    // Node exports no JWK of an rsa-pss KeyObject: it cannot be the published key.
+    const pssPair = await webRsa('RSA-PSS', 'SHA-256')
+    expect(() => create({ privateKey: pssPair.privateKey, publicKey: pss })).toThrow(/identity\.publicKey.*exports no JWK/)
+    expect(() => create({ privateKey: pssPair.privateKey, publicKey: pssPair.publicKey })).not.toThrow()
     const bound = generateKeyPairSync('rsa-pss', { modulusLength: 2048, hashAlgorithm: 'sha384', mgf1HashAlgorithm: 'sha384', saltLength: 48 } as never) as unknown as {
       privateKey: KeyObject
     }
@@ -357,19 +361,30 @@ describe('identity signer: keys that cannot sign are refused when created, not a
 })
 
 describe('identity signer: one kid, one key (regression: a duplicate kid made jose refuse every token, ERR_JWKS_MULTIPLE_MATCHING_KEYS)', () => {
-  it('a rotation that keeps a fixed keyId: refused when created where the keys can be compared, else at the first sign', async () => {
+  it('a rotation that keeps a fixed keyId, or the signing key listed again under its keyId: refused when created, whatever the key', async () => {
     const old = generateKeyPairSync('ec', { namedCurve: 'P-256' })
-    const fresh = generateKeyPairSync('ec', { namedCurve: 'P-256' })
     const oldJwk = old.publicKey.export({ format: 'jwk' }) as JWK
-    for (const previousKeys of [[{ ...oldJwk, kid: 'identity-key' }], [{ jwk: oldJwk, keyId: 'identity-key' }]]) {
-      expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: fresh.privateKey, keyId: 'identity-key', previousKeys })).toThrow(
-        /identity\.previousKeys\.0.*has kid "identity-key", as the signing key \(identity\.keyId\) does/,
-      )
-    }
-    // A CryptoKey's members are known once exported: on first use, sign and jwks reject.
     const web = await generateKeyPair('ES256', { extractable: true })
-    const signer = createIdentitySigner({ issuer: ISSUER, privateKey: web.privateKey, keyId: 'identity-key', previousKeys: [{ ...oldJwk, kid: 'identity-key' }] })
-    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.previousKeys\.0.*has kid "identity-key"/)
+    const keys: unknown[] = [generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey, web.privateKey, await exportJWK(web.privateKey)]
+    for (const privateKey of keys) {
+      for (const previousKeys of [[{ ...oldJwk, kid: 'identity-key' }], [{ jwk: oldJwk, keyId: 'identity-key' }]]) {
+        expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateKey as JWK, keyId: 'identity-key', previousKeys })).toThrow(
+          /identity\.previousKeys\.0.*has kid "identity-key", as the signing key \(identity\.keyId\) does/,
+        )
+      }
+    }
+    const webPublic = await exportJWK(web.publicKey)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: web.privateKey, keyId: 'k', previousKeys: [{ jwk: webPublic, keyId: 'k' }] })).toThrow(
+      /needs no previousKeys entry/,
+    )
+  })
+
+  it('a thumbprint kid, known on first use, that another key has: sign and jwks reject', async () => {
+    const current = await generateKeyPair('ES256', { extractable: true })
+    const thumbprint = await calculateJwkThumbprint(await exportJWK(current.publicKey))
+    const other = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' }) as JWK
+    const signer = createIdentitySigner({ issuer: ISSUER, privateKey: current.privateKey, previousKeys: [{ ...other, kid: thumbprint }] })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.previousKeys\.0.*has kid/)
     await expect(signer.jwks()).rejects.toThrow(ConfigurationError)
   })
 

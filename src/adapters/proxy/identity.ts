@@ -129,8 +129,9 @@ export interface IdentitySignerOptions {
    * Public keys still published after a rotation, so tokens signed before it still verify: a
    * JWK (its `kid` and `alg` members, when present, are those its tokens carry), or
    * `{ jwk, keyId, algorithm }` naming them (see {@link IdentityPreviousKey}). Each `kid` may
-   * name one key: a previous key with the `kid` of another of the same type is refused. The
-   * current key listed again is left out.
+   * name one key: a previous key with the `kid` of another of the same type, or the signing
+   * key's own `keyId`, is refused. The signing key listed again without its `keyId` (plainly,
+   * or under its thumbprint) is published once.
    */
   previousKeys?: readonly (JWK | IdentityPreviousKey)[]
   /** Clock, epoch ms. Default `Date.now`. */
@@ -218,6 +219,8 @@ interface KeyFacts {
   readonly publicJwk: JWK | undefined
   /** An `rsa-pss` `KeyObject`. */
   readonly rsaPssKeyObject: boolean
+  /** A `KeyObject` Node exports no JWK of (rsa-pss): its public key cannot be published. */
+  readonly noJwkExport: boolean
 }
 
 const NIST_CURVES: Readonly<Record<string, string>> = { prime256v1: 'P-256', secp384r1: 'P-384', secp521r1: 'P-521' }
@@ -247,6 +250,7 @@ function factsOf(key: unknown): KeyFacts | undefined {
       modulusLength: kty === 'RSA' && typeof key.n === 'string' ? Math.floor((key.n.length * 6) / 8) * 8 : undefined,
       publicJwk: kty === 'oct' ? undefined : publicPart(key),
       rsaPssKeyObject: false,
+      noJwkExport: false,
     }
   }
   if (typeof key !== 'object' || key === null) return undefined
@@ -254,7 +258,7 @@ function factsOf(key: unknown): KeyFacts | undefined {
   if (tag === 'KeyObject') {
     const object = key as NodeKeyObject
     if (object.type === 'secret') {
-      return { type: 'secret', kty: 'oct', crv: undefined, algorithms: [], modulusLength: undefined, publicJwk: undefined, rsaPssKeyObject: false }
+      return { type: 'secret', kty: 'oct', crv: undefined, algorithms: [], modulusLength: undefined, publicJwk: undefined, rsaPssKeyObject: false, noJwkExport: false }
     }
     const type = object.asymmetricKeyType ?? ''
     const details = object.asymmetricKeyDetails ?? {}
@@ -275,7 +279,7 @@ function factsOf(key: unknown): KeyFacts | undefined {
     try {
       publicJwk = publicPart(object.export({ format: 'jwk' }))
     } catch {
-      // Node exports no JWK of some key types (rsa-pss): seen when loaded.
+      // Node exports no JWK of some key types (rsa-pss); jose's exportJWK would fail the same way.
     }
     return {
       type: object.type === 'public' ? 'public' : 'private',
@@ -285,6 +289,7 @@ function factsOf(key: unknown): KeyFacts | undefined {
       modulusLength: details.modulusLength,
       publicJwk,
       rsaPssKeyObject: type === 'rsa-pss',
+      noJwkExport: publicJwk === undefined,
     }
   }
   const algorithm = (key as { algorithm?: { name?: unknown; namedCurve?: unknown; hash?: unknown; modulusLength?: unknown } }).algorithm
@@ -305,6 +310,7 @@ function factsOf(key: unknown): KeyFacts | undefined {
     modulusLength: typeof algorithm!.modulusLength === 'number' ? algorithm!.modulusLength : undefined,
     publicJwk: undefined,
     rsaPssKeyObject: false,
+    noJwkExport: false,
   }
 }
 
@@ -370,17 +376,18 @@ function previousKeyOf(entry: unknown, option: string): PublishedKey {
 }
 
 /**
- * The keys to publish, the current one first. A previous key that is the current one (same
- * thumbprint, no other `kid`) is left out, as is one listed twice. Two keys a token cannot tell
- * apart (one `kid`, one key type and curve, the same or no `alg`) are refused: `jose` would
- * refuse every token of that `kid` (`ERR_JWKS_MULTIPLE_MATCHING_KEYS`). What is not known yet
- * (a thumbprint, the members of a `CryptoKey`) is decided when loaded.
+ * The keys to publish, the current one first. Two keys a token cannot tell apart (one `kid`,
+ * one key type and curve, the same or no `alg`) are refused: `jose` would refuse every token
+ * of that `kid` (`ERR_JWKS_MULTIPLE_MATCHING_KEYS`). A previous key given the `kid` the
+ * signing key is given is refused whatever it is (a rotation that kept a fixed `keyId`, or the
+ * signing key listed again), so it is seen when created even for a `CryptoKey`. The signing
+ * key listed again under its thumbprint, and a previous key listed twice, are published once.
+ * What is not known yet (a thumbprint, the members of a `CryptoKey`) is decided when loaded.
  */
 function publishable(current: PublishedKey, previous: readonly PublishedKey[]): PublishedKey[] {
   const kept = [current]
   for (const entry of previous) {
     const same = (other: PublishedKey) => entry.members !== undefined && entry.members === other.members
-    if (same(current) && (!entry.kidGiven || entry.kid === current.kid)) continue
     const clash =
       entry.kid === undefined
         ? undefined
@@ -391,12 +398,15 @@ function publishable(current: PublishedKey, previous: readonly PublishedKey[]): 
               other.crv === entry.crv &&
               (other.alg === undefined || entry.alg === undefined || other.alg === entry.alg),
           )
-    if (clash && same(clash)) continue
-    if (clash && clash.members !== undefined && entry.members !== undefined) {
-      const holder = clash === current ? `the signing key (${clash.option})` : clash.option
+    const named = clash === current && current.kidGiven && entry.kidGiven
+    if (!named && same(current) && (!entry.kidGiven || entry.kid === current.kid)) continue
+    if (!named && clash && same(clash)) continue
+    if (named || (clash && clash.members !== undefined && entry.members !== undefined)) {
+      const holder = clash === current ? `the signing key (${clash.option})` : clash!.option
       throw new ConfigurationError(
         entry.option,
-        `has kid ${JSON.stringify(entry.kid)}, as ${holder} does: jose would refuse every token of that kid; give each key its own kid (a new keyId for a new key)`,
+        `has kid ${JSON.stringify(entry.kid)}, as ${holder} does: jose would refuse every token of that kid. ` +
+          'Give a new key a new keyId; the signing key itself needs no previousKeys entry',
       )
     }
     kept.push(entry)
@@ -415,13 +425,15 @@ const PROBE = new TextEncoder().encode('mcp-dispatch identity key check')
  * the key throws a `ConfigurationError` here: a missing issuer; a symmetric key, a public key
  * given as `privateKey`, a JWK whose `key_ops` leave out `sign`; a key no algorithm here signs
  * with (secp256k1, Ed448, X25519), an `algorithm` (or a private JWK's `alg`) that does not fit
- * it, an RSA key under 2048 bits; a `publicKey` of another key type, or not the pair of a
- * private key whose public part can be read; a non-extractable key without `publicKey`; a
- * `previousKeys` entry that is not a public EC, Ed25519 or RSA key, or that shares its `kid`
- * with another key. The rest is checked on first use (the first `sign` or `jwks`), by signing
- * a probe and verifying it with the published key: a key that does not sign, a `publicKey`
- * that is not its pair, or a thumbprint `kid` shared with a previous key rejects with a
- * `ConfigurationError`, and the next call tries again. Await `jwks()` at start to see it then.
+ * it, an RSA key under 2048 bits, an rsa-pss `KeyObject` where `jose` cannot sign with one
+ * or as the key to publish (Node exports no JWK of it); a `publicKey` of another key type, or
+ * not the pair of a private key whose public part can be read; a non-extractable key without
+ * `publicKey`; a `previousKeys` entry that is not a public EC, Ed25519 or RSA key, or that has
+ * the `kid` of another key (the signing key's `keyId` included). The rest is checked on first
+ * use (the first `sign` or `jwks`), by signing a probe and verifying it with the published key:
+ * a key that does not sign, a `publicKey` that is not its pair, or a thumbprint `kid` shared
+ * with another key rejects with a `ConfigurationError`, and the next call tries again. Await
+ * `jwks()` at start to see it then.
  *
  * @example
  * ```ts
@@ -489,6 +501,10 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
       (publicFacts.publicJwk !== undefined && facts.publicJwk !== undefined && membersOf(publicFacts.publicJwk) !== membersOf(facts.publicJwk))
     if (mismatch) throw new ConfigurationError('identity.publicKey', 'is not the public key of privateKey: the JWKS would verify none of its tokens')
   }
+  const publicOption = options.publicKey ? 'identity.publicKey' : 'identity.privateKey'
+  if ((publicFacts ?? facts).noJwkExport) {
+    throw new ConfigurationError(publicOption, 'is a KeyObject of which Node exports no JWK (rsa-pss), so the JWKS cannot hold it: give publicKey as a JWK or a CryptoKey')
+  }
   const keyId: unknown = options.keyId ?? (isJwk(privateKey) ? privateKey.kid : undefined)
   if (keyId !== undefined && (typeof keyId !== 'string' || keyId === '')) {
     throw new ConfigurationError(options.keyId !== undefined ? 'identity.keyId' : 'identity.privateKey.kid', 'must be a non-empty string')
@@ -501,7 +517,6 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
     throw new ConfigurationError('identity.previousKeys', 'must be an array')
   }
   const previous = (options.previousKeys ?? []).map((key, i) => previousKeyOf(key, `identity.previousKeys.${i}`))
-  const publicOption = options.publicKey ? 'identity.publicKey' : 'identity.privateKey'
   const knownPublic = (publicFacts ?? facts).publicJwk
   const current: PublishedKey = {
     jwk: undefined,
