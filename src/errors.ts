@@ -33,6 +33,7 @@ export type DispatchErrorCode =
   | 'ERR_DEPLOY_REFUSED'
   | 'ERR_STORE_UNAVAILABLE'
   | 'ERR_AUTHORIZATION_SERVER_UNAVAILABLE'
+  | 'ERR_JWKS_UNAVAILABLE'
   | 'ERR_TOO_MANY_VALIDATIONS'
   | 'ERR_UPSTREAM'
 
@@ -140,6 +141,18 @@ export class AuthorizationServerUnavailableError extends DispatchError {
 }
 
 /**
+ * The platform's JWKS could not be had (`createIdentityVerifier` with a JWKS URL): the fetch
+ * failed or timed out, the answer was not 200, or not a JWKS. The App cannot tell a genuine
+ * identity token from a forged one until it can: answer 503 (try again), not the 401 of an
+ * invalid token. `cause` holds the error.
+ */
+export class JwksUnavailableError extends DispatchError {
+  constructor(options?: { cause?: unknown }) {
+    super('ERR_JWKS_UNAVAILABLE', 503, -32005, 'Identity keys (JWKS) unavailable', options)
+  }
+}
+
+/**
  * A client address has used up its budget of upstream token validations that did not end in
  * an accepted token (`createOAuthValidator`'s `clientBudget`): 429 with the section 7 body.
  * Shields the authorization server, and the circuit breaker every caller shares, from a flood
@@ -175,14 +188,16 @@ export type ConfigurationErrorCode = 'ERR_INVALID_OPTION'
 
 /**
  * Thrown at construction time when options are missing or invalid. A `TypeError`, so it is
- * a programming mistake, not a request failure.
+ * a programming mistake, not a request failure. The identity signer (`mcp-dispatch/proxy`)
+ * also rejects its first `sign` or `jwks` with one when its keys turn out unusable, which only
+ * importing them can tell.
  */
 export class ConfigurationError extends TypeError {
   readonly code: ConfigurationErrorCode = 'ERR_INVALID_OPTION'
   /** The option at fault, dotted. */
   readonly option: string
-  constructor(option: string, message: string) {
-    super(`mcp-dispatch: option "${option}" ${message}`)
+  constructor(option: string, message: string, options?: { cause?: unknown }) {
+    super(`mcp-dispatch: option "${option}" ${message}`, options)
     this.name = 'ConfigurationError'
     this.option = option
   }

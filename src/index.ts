@@ -21,6 +21,7 @@ export {
   DispatchError,
   ForbiddenError,
   InvalidInputError,
+  JwksUnavailableError,
   NotFoundError,
   StoreUnavailableError,
   TokenInactiveError,

@@ -3,7 +3,7 @@
  * one server per version at `/mcp/<version>`, and every request must carry the platform's
  * identity token (`X-MCP-Identity`), verified against the platform's JWKS.
  */
-import { UnauthorizedError } from 'mcp-dispatch'
+import { JwksUnavailableError, UnauthorizedError } from 'mcp-dispatch'
 import { createIdentityVerifier } from 'mcp-dispatch/proxy'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../platform/mcp-app.js'
 
@@ -31,6 +31,8 @@ export function createUpstreamApp(options: UpstreamAppOptions): {
         identity = await verifyIdentity(request) // { subject, appId, version, … }: who is calling, at which version
       } catch (error) {
         if (error instanceof UnauthorizedError) return new Response('Unauthorized', { status: 401 })
+        // The platform's JWKS could not be fetched: not the caller's fault, try again.
+        if (error instanceof JwksUnavailableError) return new Response('Service unavailable', { status: 503 })
         throw error
       }
       const version = match[1]!

@@ -9,17 +9,21 @@ import {
   type CryptoKey,
   type JWK,
   type JWTPayload,
+  type JWTVerifyGetKey,
   type KeyObject,
+  CompactSign,
   SignJWT,
   calculateJwkThumbprint,
+  compactVerify,
   createLocalJWKSet,
   createRemoteJWKSet,
   customFetch,
+  errors,
   exportJWK,
   importJWK,
   jwtVerify,
 } from 'jose'
-import { ConfigurationError, UnauthorizedError } from '../../errors.js'
+import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
 /** Default header carrying the identity JWT from the platform to a proxied App. */
@@ -77,25 +81,59 @@ export interface IdentityClaims extends JWTPayload {
   scope?: string
 }
 
+/**
+ * A public key still published after a rotation, with the `kid` and `alg` its tokens carry
+ * when the JWK does not hold them.
+ */
+export interface IdentityPreviousKey {
+  /** The public JWK (private members, if any, are not published). */
+  jwk: JWK
+  /**
+   * The `kid` the old signer put in its tokens: its `keyId` option. Default: the JWK's `kid`,
+   * else its RFC 7638 thumbprint (the signer's own default).
+   */
+  keyId?: string
+  /**
+   * The `alg` the old signer put in its tokens: its `algorithm` option. Default: the JWK's
+   * `alg`; else, for an EC key, the one of its curve; an RSA or Ed25519 key is published
+   * without `alg` and verifies the tokens of any algorithm of its type.
+   */
+  algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number]
+}
+
 /** Options of {@link createIdentitySigner}. */
 export interface IdentitySignerOptions {
   /** The platform's identifier, the `iss` of every token (a URL, e.g. `https://platform.example`). */
   issuer: string
-  /** The private key that signs. Asymmetric only (EC, OKP or RSA). */
+  /**
+   * The private key that signs. Asymmetric only: EC (P-256, P-384, P-521), Ed25519, or RSA of
+   * 2048 bits or more.
+   */
   privateKey: IdentityKey
   /**
    * The matching public key, for the JWKS. Needed only when the private key cannot be
-   * exported (a non-extractable `CryptoKey`).
+   * exported (a non-extractable `CryptoKey`). It must be the private key's pair: the first
+   * signature checks it.
    */
   publicKey?: IdentityKey
-  /** JWS algorithm. Default: from the key (P-256 `ES256`, Ed25519 `EdDSA`, RSA `RS256`…). */
+  /**
+   * JWS algorithm. Default: a private JWK's `alg`, else from the key (P-256 `ES256`, Ed25519
+   * `EdDSA`, RSA `RS256`, an RSA-PSS key `PS256`, a Web Crypto RSA key the one of its hash).
+   */
   algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number]
-  /** `kid` of the key. Default: its JWK thumbprint (RFC 7638). */
+  /** `kid` of the key. Default: a private JWK's `kid`, else its JWK thumbprint (RFC 7638). */
   keyId?: string
   /** Token lifetime in seconds, 1 to 3600. Default 60. */
   ttlSeconds?: number
-  /** Public keys still published after a rotation, so tokens signed before it still verify. */
-  previousKeys?: readonly JWK[]
+  /**
+   * Public keys still published after a rotation, so tokens signed before it still verify: a
+   * JWK (its `kid` and `alg` members, when present, are those its tokens carry), or
+   * `{ jwk, keyId, algorithm }` naming them (see {@link IdentityPreviousKey}). Each `kid` may
+   * name one key: a previous key with the `kid` of another of the same type, or the signing
+   * key's own `keyId`, is refused. The signing key listed again without its `keyId` (plainly,
+   * or under its thumbprint) is published once.
+   */
+  previousKeys?: readonly (JWK | IdentityPreviousKey)[]
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
 }
@@ -104,16 +142,33 @@ export interface IdentitySignerOptions {
 export interface IdentitySigner {
   /** The `iss` of every token. */
   readonly issuer: string
-  /** Signs the identity of a dispatched request for one upstream (`aud`). */
+  /**
+   * Signs the identity of a dispatched request for one upstream (`aud`). Rejects with a
+   * `ConfigurationError` when the keys turn out unusable on first use (see
+   * {@link createIdentitySigner}); the next call tries again.
+   */
   sign(context: DispatchContext, audience: string): Promise<string>
   /**
    * The JWKS document to publish (public keys only), e.g. at
-   * `https://platform.example/.well-known/jwks.json`.
+   * `https://platform.example/.well-known/jwks.json`. Awaiting it at start checks the keys as
+   * the first `sign` would.
    */
   jwks(): Promise<IdentityJwks>
 }
 
 const PRIVATE_MEMBERS = ['d', 'p', 'q', 'dp', 'dq', 'qi', 'oth', 'k', 'priv'] as const
+
+/** The members of the RFC 7638 thumbprint, per key type: two keys with equal ones are one key. */
+const THUMBPRINT_MEMBERS: Readonly<Record<string, readonly string[]>> = {
+  EC: ['crv', 'kty', 'x', 'y'],
+  OKP: ['crv', 'kty', 'x'],
+  RSA: ['e', 'kty', 'n'],
+}
+
+const RSA_ALGORITHMS = ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512'] as const
+
+/** The shortest RSA modulus `jose` signs or verifies with (RFC 7518 section 3.3). */
+const MIN_RSA_BITS = 2048
 
 function isJwk(key: unknown): key is JWK {
   return typeof key === 'object' && key !== null && typeof (key as { kty?: unknown }).kty === 'string'
@@ -127,63 +182,264 @@ function publicPart(jwk: JWK): JWK {
   return out as JWK
 }
 
-/** What this module reads of a `node:crypto` `KeyObject`. */
-interface NodeKeyObject {
-  readonly asymmetricKeyType?: string
-  readonly asymmetricKeyDetails?: { readonly namedCurve?: string }
+/** The thumbprint members of `jwk`, as one string; `undefined` when one is missing. */
+function membersOf(jwk: JWK): string | undefined {
+  const names = THUMBPRINT_MEMBERS[jwk.kty ?? '']
+  const values = names?.map((name) => (jwk as Record<string, unknown>)[name])
+  return values?.every((value) => typeof value === 'string') ? JSON.stringify(values) : undefined
 }
 
-/**
- * The signing algorithms a key can sign with, as far as can be seen without importing it
- * (a JWK's `kty` and `crv`, a `KeyObject`'s type and curve, a `CryptoKey`'s algorithm):
- * `undefined` when its kind cannot be seen, `[]` for a key no algorithm here signs with
- * (secp256k1, Ed448, X25519, an ECDH key).
- */
-function algorithmsOf(key: IdentityKey): readonly string[] | undefined {
-  let kty: string | undefined
-  let crv: string | undefined
-  if (isJwk(key)) {
-    kty = key.kty
-    crv = key.crv
-  } else if (typeof (key as NodeKeyObject).asymmetricKeyType === 'string') {
-    const object = key as NodeKeyObject
-    const type = object.asymmetricKeyType
-    const curve = object.asymmetricKeyDetails?.namedCurve
-    kty = type === 'ec' ? 'EC' : type === 'rsa' || type === 'rsa-pss' ? 'RSA' : type === 'ed25519' ? 'OKP' : type
-    crv = type === 'ed25519' ? 'Ed25519' : ({ prime256v1: 'P-256', secp384r1: 'P-384', secp521r1: 'P-521' } as Record<string, string>)[curve ?? ''] ?? curve
-  } else {
-    const algorithm = (key as { algorithm?: { name?: unknown; namedCurve?: unknown } }).algorithm
-    const name = typeof algorithm?.name === 'string' ? algorithm.name : undefined
-    if (name === undefined) return undefined
-    kty = name === 'ECDSA' ? 'EC' : name === 'Ed25519' ? 'OKP' : name === 'RSASSA-PKCS1-v1_5' || name === 'RSA-PSS' ? 'RSA' : name
-    crv = name === 'Ed25519' ? 'Ed25519' : typeof algorithm?.namedCurve === 'string' ? algorithm.namedCurve : undefined
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error)
+}
+
+/** What this module reads of a `node:crypto` `KeyObject`. */
+interface NodeKeyObject {
+  readonly type: string
+  readonly asymmetricKeyType?: string
+  readonly asymmetricKeyDetails?: {
+    readonly namedCurve?: string
+    readonly modulusLength?: number
+    readonly hashAlgorithm?: string
   }
+  export(options: { format: 'jwk' }): JWK
+  readonly toCryptoKey?: unknown
+}
+
+/** What can be seen of a key without importing it. */
+interface KeyFacts {
+  readonly type: 'private' | 'public' | 'secret'
+  readonly kty: string
+  readonly crv: string | undefined
+  /** The algorithms it signs with, the default first; `[]` when none here does (secp256k1, Ed448, X25519, ECDH, RSA-OAEP). */
+  readonly algorithms: readonly string[]
+  /** Of an RSA key, in bits. */
+  readonly modulusLength: number | undefined
+  /** Its public members, when they can be had without waiting (a JWK, a `KeyObject`). */
+  readonly publicJwk: JWK | undefined
+  /** An `rsa-pss` `KeyObject`. */
+  readonly rsaPssKeyObject: boolean
+  /** A `KeyObject` Node exports no JWK of (rsa-pss): its public key cannot be published. */
+  readonly noJwkExport: boolean
+}
+
+const NIST_CURVES: Readonly<Record<string, string>> = { prime256v1: 'P-256', secp384r1: 'P-384', secp521r1: 'P-521' }
+const HASH_SIZES: Readonly<Record<string, string>> = { 'sha-256': '256', sha256: '256', 'sha-384': '384', sha384: '384', 'sha-512': '512', sha512: '512' }
+
+function algorithmsOf(kty: string, crv: string | undefined): readonly string[] {
   if (kty === 'EC') return crv === 'P-256' ? ['ES256'] : crv === 'P-384' ? ['ES384'] : crv === 'P-521' ? ['ES512'] : []
   if (kty === 'OKP') return crv === 'Ed25519' ? ['EdDSA', 'Ed25519'] : []
-  if (kty === 'RSA') return ['RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512']
+  if (kty === 'RSA') return RSA_ALGORITHMS
   return []
 }
 
-function inferAlgorithm(jwk: JWK): string {
-  if (jwk.kty === 'EC') {
-    if (jwk.crv === 'P-256') return 'ES256'
-    if (jwk.crv === 'P-384') return 'ES384'
-    if (jwk.crv === 'P-521') return 'ES512'
+/**
+ * The facts of a JWK, a `KeyObject` (type, curve, modulus, the hash an RSA-PSS key is bound
+ * to) or a `CryptoKey` (its algorithm: an RSA `CryptoKey` signs with one hash only);
+ * `undefined` for anything else.
+ */
+function factsOf(key: unknown): KeyFacts | undefined {
+  if (isJwk(key)) {
+    const kty = key.kty!
+    return {
+      type: kty === 'oct' ? 'secret' : typeof key.d === 'string' ? 'private' : 'public',
+      kty,
+      crv: key.crv,
+      algorithms: algorithmsOf(kty, key.crv),
+      // Unpadded base64url: 6 bits a character, rounded down to whole bytes.
+      modulusLength: kty === 'RSA' && typeof key.n === 'string' ? Math.floor((key.n.length * 6) / 8) * 8 : undefined,
+      publicJwk: kty === 'oct' ? undefined : publicPart(key),
+      rsaPssKeyObject: false,
+      noJwkExport: false,
+    }
   }
-  if (jwk.kty === 'OKP' && jwk.crv === 'Ed25519') return 'EdDSA'
-  if (jwk.kty === 'RSA') return 'RS256'
-  throw new ConfigurationError('identity.privateKey', `has no signing algorithm this library knows (kty ${jwk.kty})`)
+  if (typeof key !== 'object' || key === null) return undefined
+  const tag = (key as { [Symbol.toStringTag]?: unknown })[Symbol.toStringTag]
+  if (tag === 'KeyObject') {
+    const object = key as NodeKeyObject
+    if (object.type === 'secret') {
+      return { type: 'secret', kty: 'oct', crv: undefined, algorithms: [], modulusLength: undefined, publicJwk: undefined, rsaPssKeyObject: false, noJwkExport: false }
+    }
+    const type = object.asymmetricKeyType ?? ''
+    const details = object.asymmetricKeyDetails ?? {}
+    const kty = type === 'ec' ? 'EC' : type === 'rsa' || type === 'rsa-pss' ? 'RSA' : type === 'ed25519' ? 'OKP' : type
+    const curve = details.namedCurve
+    const crv = type === 'ed25519' ? 'Ed25519' : curve === undefined ? undefined : (NIST_CURVES[curve] ?? curve)
+    // An RSA-PSS key signs with PS* only, and with the one hash it may be bound to.
+    const hash = details.hashAlgorithm === undefined ? undefined : HASH_SIZES[details.hashAlgorithm]
+    const algorithms =
+      type === 'rsa-pss'
+        ? details.hashAlgorithm === undefined
+          ? ['PS256', 'PS384', 'PS512']
+          : hash
+            ? [`PS${hash}`]
+            : []
+        : algorithmsOf(kty, crv)
+    let publicJwk: JWK | undefined
+    try {
+      publicJwk = publicPart(object.export({ format: 'jwk' }))
+    } catch {
+      // Node exports no JWK of some key types (rsa-pss); jose's exportJWK would fail the same way.
+    }
+    return {
+      type: object.type === 'public' ? 'public' : 'private',
+      kty,
+      crv,
+      algorithms,
+      modulusLength: details.modulusLength,
+      publicJwk,
+      rsaPssKeyObject: type === 'rsa-pss',
+      noJwkExport: publicJwk === undefined,
+    }
+  }
+  const algorithm = (key as { algorithm?: { name?: unknown; namedCurve?: unknown; hash?: unknown; modulusLength?: unknown } }).algorithm
+  const name = typeof algorithm?.name === 'string' ? algorithm.name : undefined
+  if (name === undefined) return undefined
+  const type = (key as { type?: unknown }).type
+  const hashName = typeof algorithm!.hash === 'string' ? algorithm!.hash : (algorithm!.hash as { name?: unknown } | undefined)?.name
+  const hash = typeof hashName === 'string' ? HASH_SIZES[hashName.toLowerCase()] : undefined
+  const kty = name === 'ECDSA' ? 'EC' : name === 'Ed25519' ? 'OKP' : name === 'RSASSA-PKCS1-v1_5' || name === 'RSA-PSS' ? 'RSA' : name
+  const crv = name === 'Ed25519' ? 'Ed25519' : typeof algorithm!.namedCurve === 'string' ? algorithm!.namedCurve : undefined
+  return {
+    type: type === 'secret' ? 'secret' : type === 'public' ? 'public' : 'private',
+    kty,
+    crv,
+    // A Web Crypto RSA key is bound to its scheme and hash: one algorithm.
+    algorithms:
+      name === 'RSASSA-PKCS1-v1_5' ? (hash ? [`RS${hash}`] : []) : name === 'RSA-PSS' ? (hash ? [`PS${hash}`] : []) : algorithmsOf(kty, crv),
+    modulusLength: typeof algorithm!.modulusLength === 'number' ? algorithm!.modulusLength : undefined,
+    publicJwk: undefined,
+    rsaPssKeyObject: false,
+    noJwkExport: false,
+  }
+}
+
+const KEY_KINDS = 'an EC key on P-256, P-384 or P-521, an Ed25519 key, or an RSA key'
+
+/** One key of the JWKS, as far as it is known. */
+interface PublishedKey {
+  /** Public members, without `kid` and `alg` (`undefined` for the current key until loaded). */
+  readonly jwk: JWK | undefined
+  readonly kty: string
+  readonly crv: string | undefined
+  /** `undefined` until known (a thumbprint, computed when loaded). */
+  readonly kid: string | undefined
+  /** Whether `kid` was given rather than the thumbprint. */
+  readonly kidGiven: boolean
+  readonly alg: string | undefined
+  /** {@link membersOf} the key, when known. */
+  readonly members: string | undefined
+  readonly use: string | undefined
+  /** The option that gave it, for errors. */
+  readonly option: string
+}
+
+/** A previous key as the signer publishes it, checked. */
+function previousKeyOf(entry: unknown, option: string): PublishedKey {
+  const wrapper = isJwk(entry) ? undefined : (entry as IdentityPreviousKey | undefined)
+  const jwk = wrapper === undefined ? entry : typeof wrapper === 'object' && wrapper !== null ? wrapper.jwk : undefined
+  const jwkOption = wrapper === undefined ? option : `${option}.jwk`
+  if (!isJwk(jwk)) throw new ConfigurationError(option, 'must be a public JWK, or { jwk, keyId, algorithm }')
+  const facts = factsOf(jwk)!
+  if (facts.type === 'secret') throw new ConfigurationError(jwkOption, `must be a public key (${KEY_KINDS}), not a secret`)
+  if (facts.algorithms.length === 0) throw new ConfigurationError(jwkOption, `must be ${KEY_KINDS}`)
+  const members = membersOf(jwk)
+  if (members === undefined) throw new ConfigurationError(jwkOption, `lacks a member of its key type (${THUMBPRINT_MEMBERS[facts.kty]!.join(', ')})`)
+  if (facts.modulusLength !== undefined && facts.modulusLength < MIN_RSA_BITS) {
+    throw new ConfigurationError(jwkOption, `is a ${facts.modulusLength}-bit RSA key: at least ${MIN_RSA_BITS} bits (RFC 7518 section 3.3)`)
+  }
+  const kidOption = wrapper?.keyId !== undefined ? `${option}.keyId` : `${jwkOption}.kid`
+  const kid: unknown = wrapper?.keyId ?? jwk.kid
+  if (kid !== undefined && (typeof kid !== 'string' || kid === '')) throw new ConfigurationError(kidOption, 'must be a non-empty string')
+  const algOption = wrapper?.algorithm !== undefined ? `${option}.algorithm` : `${jwkOption}.alg`
+  const alg: unknown = wrapper?.algorithm ?? jwk.alg
+  if (alg !== undefined && (typeof alg !== 'string' || !facts.algorithms.includes(alg))) {
+    throw new ConfigurationError(algOption, `${String(alg)} does not fit the key (it signs with ${facts.algorithms.join(', ')})`)
+  }
+  const published = publicPart(jwk)
+  delete published.kid
+  delete published.alg
+  delete published.use
+  return {
+    jwk: published,
+    kty: facts.kty,
+    crv: facts.crv,
+    kid: kid as string | undefined,
+    kidGiven: kid !== undefined,
+    // The curve says an EC key's algorithm. An RSA or Ed25519 key's is not known: a made-up one
+    // would refuse the tokens it signed (RS256 for PS256 ones), so none is published.
+    alg: (alg as string | undefined) ?? (facts.kty === 'EC' ? facts.algorithms[0] : undefined),
+    members,
+    use: jwk.use,
+    option,
+  }
 }
 
 /**
- * Creates the signer of identity tokens. The key is imported on first use; misconfiguration
- * that can be seen without it (missing issuer, a symmetric or public-only JWK, a
- * non-extractable key without `publicKey`) throws a `ConfigurationError` here.
+ * The keys to publish, the current one first. Two keys a token cannot tell apart (one `kid`,
+ * one key type and curve, the same or no `alg`) are refused: `jose` would refuse every token
+ * of that `kid` (`ERR_JWKS_MULTIPLE_MATCHING_KEYS`). A previous key given the `kid` the
+ * signing key is given is refused whatever it is (a rotation that kept a fixed `keyId`, or the
+ * signing key listed again), so it is seen when created even for a `CryptoKey`. The signing
+ * key listed again under its thumbprint, and a previous key listed twice, are published once.
+ * What is not known yet (a thumbprint, the members of a `CryptoKey`) is decided when loaded.
+ */
+function publishable(current: PublishedKey, previous: readonly PublishedKey[]): PublishedKey[] {
+  const kept = [current]
+  for (const entry of previous) {
+    const same = (other: PublishedKey) => entry.members !== undefined && entry.members === other.members
+    const clash =
+      entry.kid === undefined
+        ? undefined
+        : kept.find(
+            (other) =>
+              other.kid === entry.kid &&
+              other.kty === entry.kty &&
+              other.crv === entry.crv &&
+              (other.alg === undefined || entry.alg === undefined || other.alg === entry.alg),
+          )
+    const named = clash === current && current.kidGiven && entry.kidGiven
+    if (!named && same(current) && (!entry.kidGiven || entry.kid === current.kid)) continue
+    if (!named && clash && same(clash)) continue
+    if (named || (clash && clash.members !== undefined && entry.members !== undefined)) {
+      const holder = clash === current ? `the signing key (${clash.option})` : clash!.option
+      throw new ConfigurationError(
+        entry.option,
+        `has kid ${JSON.stringify(entry.kid)}, as ${holder} does: jose would refuse every token of that kid. ` +
+          'Give a new key a new keyId; the signing key itself needs no previousKeys entry',
+      )
+    }
+    kept.push(entry)
+  }
+  return kept
+}
+
+function toJwk(key: PublishedKey): JWK {
+  return { ...key.jwk, ...(key.alg !== undefined && { alg: key.alg }), kid: key.kid!, use: key.use ?? 'sig' }
+}
+
+const PROBE = new TextEncoder().encode('mcp-dispatch identity key check')
+
+/**
+ * Creates the signer of identity tokens. Misconfiguration that can be seen without importing
+ * the key throws a `ConfigurationError` here: a missing issuer; a symmetric key, a public key
+ * given as `privateKey`, a JWK whose `key_ops` leave out `sign`; a key no algorithm here signs
+ * with (secp256k1, Ed448, X25519), an `algorithm` (or a private JWK's `alg`) that does not fit
+ * it, an RSA key under 2048 bits, an rsa-pss `KeyObject` where `jose` cannot sign with one
+ * or as the key to publish (Node exports no JWK of it); a `publicKey` of another key type, or
+ * not the pair of a private key whose public part can be read; a non-extractable key without
+ * `publicKey`; a `previousKeys` entry that is not a public EC, Ed25519 or RSA key, or that has
+ * the `kid` of another key (the signing key's `keyId` included). The rest is checked on first
+ * use (the first `sign` or `jwks`), by signing a probe and verifying it with the published key:
+ * a key that does not sign, a `publicKey` that is not its pair, or a thumbprint `kid` shared
+ * with another key rejects with a `ConfigurationError`, and the next call tries again. Await
+ * `jwks()` at start to see it then.
  *
  * @example
  * ```ts
  * const { privateKey } = await generateKeyPair('ES256', { extractable: true }) // from jose
  * const signer = createIdentitySigner({ issuer: 'https://platform.example', privateKey })
+ * await signer.jwks() // checks the key now rather than at the first request
  * // Publish: GET /.well-known/jwks.json → Response.json(await signer.jwks())
  * ```
  */
@@ -193,11 +449,17 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
   }
   const { issuer, privateKey } = options
   if (!privateKey || typeof privateKey !== 'object') throw new ConfigurationError('identity.privateKey', 'is required')
-  if (isJwk(privateKey)) {
-    if (privateKey.kty === 'oct') throw new ConfigurationError('identity.privateKey', 'must be asymmetric (EC, OKP or RSA)')
-    if (typeof privateKey.d !== 'string') throw new ConfigurationError('identity.privateKey', 'must be a private JWK (with "d")')
-  } else if ((privateKey as { type?: unknown }).type === 'secret') {
-    throw new ConfigurationError('identity.privateKey', 'must be asymmetric (EC, OKP or RSA)')
+  const facts = factsOf(privateKey)
+  if (facts === undefined) throw new ConfigurationError('identity.privateKey', 'must be a CryptoKey, a KeyObject or a private JWK')
+  if (facts.type === 'secret') throw new ConfigurationError('identity.privateKey', 'must be asymmetric (EC, OKP or RSA)')
+  if (facts.type === 'public') {
+    throw new ConfigurationError(
+      'identity.privateKey',
+      isJwk(privateKey) ? 'must be a private JWK (with "d")' : 'is a public key: give the private key (and, when it cannot be exported, publicKey)',
+    )
+  }
+  if (isJwk(privateKey) && privateKey.key_ops !== undefined && !(Array.isArray(privateKey.key_ops) && privateKey.key_ops.includes('sign'))) {
+    throw new ConfigurationError('identity.privateKey', 'has "key_ops" without "sign"')
   }
   if (!options.publicKey && (privateKey as { extractable?: unknown }).extractable === false) {
     throw new ConfigurationError('identity.publicKey', 'is required when the private key is not extractable')
@@ -206,52 +468,135 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
     throw new ConfigurationError('identity.algorithm', `must be one of ${ASYMMETRIC_ALGORITHMS.join(', ')}`)
   }
   // Seen now rather than at the first request (where every request would be a 502).
-  const allowed = algorithmsOf(privateKey)
-  if (allowed?.length === 0) {
-    throw new ConfigurationError('identity.privateKey', 'must be an EC key on P-256, P-384 or P-521, an Ed25519 key, or an RSA key')
-  }
-  if (allowed && options.algorithm !== undefined && !allowed.includes(options.algorithm)) {
+  const allowed = facts.algorithms
+  if (allowed.length === 0) throw new ConfigurationError('identity.privateKey', `must be ${KEY_KINDS}`)
+  if (options.algorithm !== undefined && !allowed.includes(options.algorithm)) {
     throw new ConfigurationError('identity.algorithm', `${options.algorithm} does not fit the key (it signs with ${allowed.join(', ')})`)
+  }
+  const jwkAlg: unknown = isJwk(privateKey) ? privateKey.alg : undefined
+  if (options.algorithm === undefined && jwkAlg !== undefined && (typeof jwkAlg !== 'string' || !allowed.includes(jwkAlg))) {
+    throw new ConfigurationError('identity.privateKey', `has "alg" ${JSON.stringify(jwkAlg)}, which does not fit the key (it signs with ${allowed.join(', ')})`)
+  }
+  const alg = options.algorithm ?? (jwkAlg as string | undefined) ?? allowed[0]!
+  if (facts.modulusLength !== undefined && facts.modulusLength < MIN_RSA_BITS) {
+    throw new ConfigurationError('identity.privateKey', `is a ${facts.modulusLength}-bit RSA key: at least ${MIN_RSA_BITS} bits (RFC 7518 section 3.3)`)
+  }
+  if (facts.rsaPssKeyObject && typeof (privateKey as NodeKeyObject).toCryptoKey !== 'function') {
+    // jose signs with a KeyObject through KeyObject.toCryptoKey, or else through its JWK, which
+    // Node does not export for rsa-pss keys.
+    throw new ConfigurationError(
+      'identity.privateKey',
+      'is an rsa-pss KeyObject, which jose signs with only on runtimes with KeyObject.toCryptoKey (Node 22.10 or later): give a Web Crypto RSA-PSS CryptoKey, or an rsa KeyObject with algorithm PS256',
+    )
+  }
+  let publicFacts: KeyFacts | undefined
+  if (options.publicKey !== undefined) {
+    publicFacts = factsOf(options.publicKey)
+    if (publicFacts === undefined || publicFacts.type === 'secret') {
+      throw new ConfigurationError('identity.publicKey', 'must be a CryptoKey, a KeyObject or a JWK: the public key of privateKey')
+    }
+    const mismatch =
+      publicFacts.kty !== facts.kty ||
+      publicFacts.crv !== facts.crv ||
+      (publicFacts.publicJwk !== undefined && facts.publicJwk !== undefined && membersOf(publicFacts.publicJwk) !== membersOf(facts.publicJwk))
+    if (mismatch) throw new ConfigurationError('identity.publicKey', 'is not the public key of privateKey: the JWKS would verify none of its tokens')
+  }
+  const publicOption = options.publicKey ? 'identity.publicKey' : 'identity.privateKey'
+  if ((publicFacts ?? facts).noJwkExport) {
+    throw new ConfigurationError(publicOption, 'is a KeyObject of which Node exports no JWK (rsa-pss), so the JWKS cannot hold it: give publicKey as a JWK or a CryptoKey')
+  }
+  const keyId: unknown = options.keyId ?? (isJwk(privateKey) ? privateKey.kid : undefined)
+  if (keyId !== undefined && (typeof keyId !== 'string' || keyId === '')) {
+    throw new ConfigurationError(options.keyId !== undefined ? 'identity.keyId' : 'identity.privateKey.kid', 'must be a non-empty string')
   }
   const ttl = options.ttlSeconds ?? DEFAULT_IDENTITY_TTL_SECONDS
   if (!Number.isSafeInteger(ttl) || ttl < 1 || ttl > 3600) {
     throw new ConfigurationError('identity.ttlSeconds', 'must be an integer from 1 to 3600')
   }
-  const previous = (options.previousKeys ?? []).map((key, i) => {
-    if (!isJwk(key)) throw new ConfigurationError(`identity.previousKeys.${i}`, 'must be a JWK')
-    return publicPart(key)
-  })
+  if (options.previousKeys !== undefined && !Array.isArray(options.previousKeys)) {
+    throw new ConfigurationError('identity.previousKeys', 'must be an array')
+  }
+  const previous = (options.previousKeys ?? []).map((key, i) => previousKeyOf(key, `identity.previousKeys.${i}`))
+  const knownPublic = (publicFacts ?? facts).publicJwk
+  const current: PublishedKey = {
+    jwk: undefined,
+    kty: facts.kty,
+    crv: facts.crv,
+    kid: keyId as string | undefined,
+    kidGiven: keyId !== undefined,
+    alg,
+    members: knownPublic && membersOf(knownPublic),
+    use: 'sig',
+    option: options.keyId !== undefined ? 'identity.keyId' : 'identity.privateKey',
+  }
+  // What can be told of the kids now (those given, of keys whose members are known).
+  publishable(current, previous)
   const now = options.now ?? Date.now
 
-  let loaded: Promise<{ key: CryptoKey | KeyObject; alg: string; kid: string; jwks: IdentityJwks }> | undefined
-  function load() {
-    loaded ??= (async () => {
-      const source = options.publicKey ?? privateKey
-      const exported = isJwk(source) ? source : await exportJWK(source as CryptoKey | KeyObject)
-      const publicJwk = publicPart(exported)
-      const alg = options.algorithm ?? (isJwk(privateKey) ? privateKey.alg : undefined) ?? inferAlgorithm(publicJwk)
-      const kid = options.keyId ?? (isJwk(privateKey) ? privateKey.kid : undefined) ?? (await calculateJwkThumbprint(publicJwk))
-      const key = isJwk(privateKey) ? ((await importJWK(privateKey, alg)) as CryptoKey) : (privateKey as CryptoKey | KeyObject)
-      // A previous key exported without `kid` or `alg` (jose's `exportJWK` gives neither) gets the
-      // ones it signed with by default (the thumbprint, the algorithm of its curve), so tokens
-      // signed before the switch still find their key.
-      const published = await Promise.all(
-        previous.map(async (jwk) => ({
-          ...jwk,
-          alg: jwk.alg ?? inferAlgorithm(jwk),
-          kid: jwk.kid ?? (await calculateJwkThumbprint(jwk)),
-          use: jwk.use ?? 'sig',
-        })),
+  type Loaded = { key: CryptoKey | KeyObject; kid: string; jwks: IdentityJwks }
+  async function prepare(): Promise<Loaded> {
+    const source = options.publicKey ?? privateKey
+    let publicJwk: JWK
+    try {
+      publicJwk = publicPart(isJwk(source) ? source : await exportJWK(source as CryptoKey | KeyObject))
+    } catch (cause) {
+      throw new ConfigurationError(publicOption, `cannot be exported as a JWK for the JWKS (${messageOf(cause)}): give publicKey as a JWK or an extractable CryptoKey`, { cause })
+    }
+    let key: CryptoKey | KeyObject
+    let probe: string
+    try {
+      if (isJwk(privateKey)) {
+        // `key_ops` has "sign" (checked); Web Crypto refuses a private key imported for more.
+        const { key_ops: _ops, ...jwk } = privateKey
+        key = (await importJWK(jwk, alg)) as CryptoKey
+      } else {
+        key = privateKey as CryptoKey | KeyObject
+      }
+      probe = await new CompactSign(PROBE).setProtectedHeader({ alg }).sign(key)
+    } catch (cause) {
+      throw new ConfigurationError('identity.privateKey', `cannot sign with ${alg}: ${messageOf(cause)}`, { cause })
+    }
+    try {
+      await compactVerify(probe, await importJWK(publicJwk, alg))
+    } catch (cause) {
+      throw new ConfigurationError(
+        publicOption,
+        options.publicKey
+          ? 'is not the public key of privateKey: the JWKS would verify none of its tokens'
+          : `gives a public key that verifies none of its signatures (${messageOf(cause)})`,
+        { cause },
       )
-      return { key, alg, kid, jwks: { keys: [{ ...publicJwk, alg, kid, use: 'sig' }, ...published] } }
-    })()
-    return loaded
+    }
+    const kid = current.kid ?? (await calculateJwkThumbprint(publicJwk))
+    const published = publicPart(publicJwk)
+    delete published.kid
+    delete published.alg
+    delete published.use
+    const loadedCurrent: PublishedKey = { ...current, jwk: published, kid, members: membersOf(publicJwk) }
+    const loadedPrevious = await Promise.all(
+      previous.map(async (entry) => (entry.kid !== undefined ? entry : { ...entry, kid: await calculateJwkThumbprint(entry.jwk!) })),
+    )
+    return { key, kid, jwks: { keys: publishable(loadedCurrent, loadedPrevious).map(toJwk) } }
+  }
+
+  let loading: Promise<Loaded> | undefined
+  function load(): Promise<Loaded> {
+    if (!loading) {
+      const attempt = prepare()
+      loading = attempt
+      // A failure is not kept: the next call tries again (and, when the keys are at fault,
+      // rejects again with the same ConfigurationError).
+      attempt.catch(() => {
+        if (loading === attempt) loading = undefined
+      })
+    }
+    return loading
   }
 
   return {
     issuer,
     async sign(context, audience) {
-      const { key, alg, kid } = await load()
+      const { key, kid } = await load()
       const iat = Math.floor(now() / 1000)
       const identity = context.identity
       const claims: Record<string, unknown> = {
@@ -280,7 +625,11 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
 
 /** Options of {@link createIdentityVerifier}. */
 export interface IdentityVerifierOptions {
-  /** The platform's JWKS: its URL (fetched and cached by `jose`), or the document itself. */
+  /**
+   * The platform's JWKS: its http(s) URL (fetched and cached by `jose`), or the document
+   * itself. When the URL cannot be fetched, verification throws a {@link JwksUnavailableError}
+   * (answer 503), not an `UnauthorizedError`.
+   */
   jwks: string | URL | IdentityJwks
   /** The platform's `iss`. */
   issuer: string
@@ -293,10 +642,20 @@ export interface IdentityVerifierOptions {
    * App callers who were only admitted to another.
    */
   appId: string | readonly string[]
-  /** Header to read from a `Request` or `Headers`. Default `x-mcp-identity`. */
+  /**
+   * Header to read from a `Request`, `Headers` or a Node request (an HTTP field name, RFC 9110
+   * section 5.1). Default `x-mcp-identity`.
+   */
   header?: string
-  /** Clock skew tolerated, in seconds. Default 5. */
+  /** Clock skew tolerated, in seconds: a finite number, 0 or more. Default 5. */
   clockToleranceSeconds?: number
+  /**
+   * The longest lifetime accepted, in seconds: a token whose `exp` is more than this after its
+   * `iat`, that was issued more than this (plus the tolerance) ago, or whose `iat` is in the
+   * future beyond the tolerance, is refused. Default 3600, the longest `ttlSeconds` a signer
+   * issues; an App whose platform signs with the default 60 may set 60.
+   */
+  maxTokenAgeSeconds?: number
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
   /** `fetch` used to get a remote JWKS. Default the global one. */
@@ -323,16 +682,69 @@ export interface VerifiedIdentity {
   readonly claims: IdentityClaims
 }
 
-/** Verifies the identity of a request. Create with {@link createIdentityVerifier}. */
-export type IdentityVerifier = (input: Request | Headers | string | null | undefined) => Promise<VerifiedIdentity>
+/**
+ * A Node request (`http.IncomingMessage`, and so Express's `req` and Fastify's `request.raw`
+ * or `request`): its headers as a plain object, names in lower case.
+ */
+export interface IdentityNodeRequest {
+  readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>
+}
+
+/**
+ * Verifies the identity of a request: a web `Request`, `Headers`, a Node request (Express,
+ * Fastify, `node:http`) or the JWT itself. Create with {@link createIdentityVerifier}.
+ */
+export type IdentityVerifier = (input: Request | Headers | IdentityNodeRequest | string | null | undefined) => Promise<VerifiedIdentity>
+
+/** The longest lifetime the verifier accepts by default: the longest `ttlSeconds` a signer issues. */
+const DEFAULT_MAX_TOKEN_AGE_SECONDS = 3600
+
+/** An HTTP field name (RFC 9110 section 5.1): one or more `tchar`. */
+const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+
+/** The identity token of `input`, `null` when it carries none. */
+function tokenOf(input: unknown, header: string): string | null {
+  if (typeof input === 'string') return input
+  if (input === null || input === undefined) return null
+  if (input instanceof Headers) return input.get(header)
+  const headers = typeof input === 'object' ? (input as { headers?: unknown }).headers : undefined
+  if (headers instanceof Headers || typeof (headers as Headers | undefined)?.get === 'function') {
+    return (headers as Headers).get(header)
+  }
+  if (typeof headers === 'object' && headers !== null) {
+    // Node joins repeated custom headers with ", " (as `Headers.get` does); a list is joined the same way.
+    const value = (headers as Record<string, unknown>)[header]
+    if (typeof value === 'string') return value
+    if (Array.isArray(value)) return value.join(', ')
+    return null
+  }
+  throw new TypeError('mcp-dispatch: verifyIdentity expects a Request, Headers, a Node request (with headers) or the JWT')
+}
+
+/**
+ * Whether an error of the remote JWKS is about getting it (network, timeout, not 200, not a
+ * JWKS, keys that do not import) rather than about the token (no key of its `kid` and `alg`,
+ * an algorithm the set has no key for).
+ */
+function isRetrievalFailure(error: unknown): boolean {
+  return !(
+    error instanceof errors.JWKSNoMatchingKey ||
+    error instanceof errors.JWKSMultipleMatchingKeys ||
+    error instanceof errors.JOSENotSupported
+  )
+}
 
 /**
  * Creates the verifier an App uses to read who is calling through the platform. It checks
- * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, and that the `app`
- * claim names this App (`appId`); a missing or invalid token throws an {@link UnauthorizedError} (answer 401).
+ * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, the token's age and
+ * lifetime (`maxTokenAgeSeconds`), the claims every identity token has (`jti`, non-empty
+ * `sub` and `ver`, `method` one of `api_token` and `oauth`), and that the `app` claim names
+ * this App (`appId`). A missing or invalid token throws an {@link UnauthorizedError} (answer
+ * 401); a JWKS URL that cannot be fetched throws a {@link JwksUnavailableError} (answer 503).
  *
  * @example
  * ```ts
+ * import { JwksUnavailableError, UnauthorizedError } from 'mcp-dispatch'
  * import { createIdentityVerifier } from 'mcp-dispatch/proxy'
  * const verifyIdentity = createIdentityVerifier({
  *   jwks: 'https://platform.example/.well-known/jwks.json',
@@ -340,8 +752,14 @@ export type IdentityVerifier = (input: Request | Headers | string | null | undef
  *   audience: 'https://weather.internal:3000',
  *   appId: 'app_weather',
  * })
- * const { subject, version } = await verifyIdentity(request) // a web Request, Headers or the JWT
+ * // a web Request, Headers, a Node/Express request, or the JWT
+ * const { subject, version } = await verifyIdentity(request)
+ * // UnauthorizedError → 401; JwksUnavailableError → 503
  * ```
+ * @throws {ConfigurationError} with a missing `issuer`, `audience` or `appId`, a `jwks` that is
+ * neither an http(s) URL nor a JWKS document, a `header` that is not an HTTP field name, or a
+ * `clockToleranceSeconds` / `maxTokenAgeSeconds` that is not a finite number (0 or more / more
+ * than 0).
  */
 export function createIdentityVerifier(options: IdentityVerifierOptions): IdentityVerifier {
   if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
@@ -355,14 +773,34 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   if (appIds.size === 0 || [...appIds].some((a) => typeof a !== 'string' || a === '')) {
     throw new ConfigurationError('appId', 'must name the App (or Apps) this service is: a non-empty string or list of strings')
   }
+  if (options.header !== undefined && (typeof options.header !== 'string' || !FIELD_NAME.test(options.header))) {
+    throw new ConfigurationError('header', 'must be an HTTP header name')
+  }
   const header = (options.header ?? IDENTITY_HEADER).toLowerCase()
   const now = options.now
   const tolerance = options.clockToleranceSeconds ?? 5
-  let keys: ReturnType<typeof createLocalJWKSet> | ReturnType<typeof createRemoteJWKSet>
+  if (typeof tolerance !== 'number' || !Number.isFinite(tolerance) || tolerance < 0) {
+    throw new ConfigurationError('clockToleranceSeconds', 'must be a finite number of seconds, 0 or more')
+  }
+  const maxTokenAge = options.maxTokenAgeSeconds ?? DEFAULT_MAX_TOKEN_AGE_SECONDS
+  if (typeof maxTokenAge !== 'number' || !Number.isFinite(maxTokenAge) || maxTokenAge <= 0) {
+    throw new ConfigurationError('maxTokenAgeSeconds', 'must be a finite number of seconds, more than 0')
+  }
+  let keys: JWTVerifyGetKey
   const source = options.jwks
   if (typeof source === 'string' || source instanceof URL) {
     if (!URL.canParse(String(source))) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
-    keys = createRemoteJWKSet(new URL(String(source)), options.fetch ? { [customFetch]: options.fetch } : {})
+    const url = new URL(String(source))
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError('jwks', 'must be an http(s) URL')
+    const remote = createRemoteJWKSet(url, options.fetch ? { [customFetch]: options.fetch } : {})
+    // An outage must not look like a forgery: the App answers 503 to the one, 401 to the other.
+    keys = async (protectedHeader, token) => {
+      try {
+        return await remote(protectedHeader, token)
+      } catch (error) {
+        throw isRetrievalFailure(error) ? new JwksUnavailableError({ cause: error }) : error
+      }
+    }
   } else if (source && Array.isArray(source.keys)) {
     keys = createLocalJWKSet({ keys: source.keys })
   } else {
@@ -370,14 +808,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   }
 
   return async function verifyIdentity(input) {
-    const token =
-      typeof input === 'string'
-        ? input
-        : input instanceof Headers
-          ? input.get(header)
-          : input
-            ? input.headers.get(header)
-            : null
+    const token = tokenOf(input, header)
     if (!token) throw new UnauthorizedError('Missing identity token')
     let payload: JWTPayload
     try {
@@ -387,14 +818,24 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
         typ: IDENTITY_TOKEN_TYPE,
         algorithms: [...ASYMMETRIC_ALGORITHMS],
         clockTolerance: tolerance,
-        requiredClaims: ['sub', 'exp', 'iat', 'app', 'ver'],
+        maxTokenAge,
+        requiredClaims: ['sub', 'exp', 'iat', 'jti', 'app', 'ver', 'method'],
         ...(now && { currentDate: new Date(now()) }),
       }))
-    } catch {
+    } catch (error) {
+      if (error instanceof JwksUnavailableError) throw error
       throw new UnauthorizedError('Invalid identity token')
     }
     const claims = payload as IdentityClaims
-    if (typeof claims.app !== 'string' || typeof claims.ver !== 'string' || typeof claims.sub !== 'string') {
+    if (
+      !isNonEmptyString(claims.sub) ||
+      !isNonEmptyString(claims.ver) ||
+      !isNonEmptyString(claims.jti) ||
+      typeof claims.app !== 'string' ||
+      (claims.method !== 'api_token' && claims.method !== 'oauth') ||
+      // `maxTokenAge` bounds the age; this bounds the lifetime a token claims for itself.
+      claims.exp - claims.iat > maxTokenAge
+    ) {
       throw new UnauthorizedError('Invalid identity token')
     }
     if (!appIds.has(claims.app)) {
@@ -404,11 +845,15 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
       subject: claims.sub,
       appId: claims.app,
       version: claims.ver,
-      method: claims.method === 'oauth' ? 'oauth' : 'api_token',
+      method: claims.method,
       ...(typeof claims.client_id === 'string' && { clientId: claims.client_id }),
       ...(typeof claims.scope === 'string' && { scopes: claims.scope.split(' ').filter(Boolean) }),
       expiresAt: claims.exp * 1000,
       claims,
     }
   }
+}
+
+function isNonEmptyString(value: unknown): value is string {
+  return typeof value === 'string' && value !== ''
 }

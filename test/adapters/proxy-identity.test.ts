@@ -1,0 +1,476 @@
+/**
+ * The identity signer and verifier of the proxy handler (`mcp-dispatch/proxy`) on their own,
+ * with no servers: what the verifier accepts (token age and lifetime, the claims every identity
+ * token has, Node requests), how it tells a JWKS outage from a forged token, and which signer
+ * and verifier options are refused when created rather than failing every request.
+ */
+import { type KeyObject, generateKeyPairSync, webcrypto } from 'node:crypto'
+import { IncomingMessage } from 'node:http'
+import { Socket } from 'node:net'
+import { type JWK, type JWTPayload, SignJWT, calculateJwkThumbprint, decodeProtectedHeader, exportJWK, generateKeyPair, importJWK } from 'jose'
+import { ConfigurationError, type DispatchContext, JwksUnavailableError, UnauthorizedError } from 'mcp-dispatch'
+import {
+  type IdentityJwks,
+  type IdentitySigner,
+  type IdentitySignerOptions,
+  type IdentityVerifierOptions,
+  createIdentitySigner,
+  createIdentityVerifier,
+  createProxyHandler,
+} from 'mcp-dispatch/proxy'
+import { beforeAll, describe, expect, it } from 'vitest'
+
+const ISSUER = 'https://platform.test'
+const AUDIENCE = 'http://app.internal'
+const at = Date.UTC(2030, 0, 1)
+const seconds = at / 1000
+
+const context: DispatchContext = {
+  app: { id: 'app_weather', slug: 'weather', name: 'Weather' },
+  identity: { subject: 'alice', method: 'api_token' },
+  version: '2.0.0',
+  latestVersion: '2.0.0',
+  sessionId: undefined,
+  baseUrl: 'http://weather.localhost',
+  rateLimit: undefined,
+}
+
+describe('identity verifier', () => {
+  let privateJwk: JWK
+  let jwks: IdentityJwks
+
+  beforeAll(async () => {
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    privateJwk = await exportJWK(privateKey)
+    jwks = await createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk }).jwks()
+  })
+
+  const verifier = (overrides: Partial<IdentityVerifierOptions> = {}) =>
+    createIdentityVerifier({ jwks, issuer: ISSUER, audience: AUDIENCE, appId: 'app_weather', now: () => at, ...overrides })
+
+  /** A token signed with the platform's key, with the claims the signer gives unless changed. */
+  async function craft(claims: JWTPayload = {}): Promise<string> {
+    const payload: JWTPayload = {
+      iss: ISSUER,
+      sub: 'alice',
+      aud: AUDIENCE,
+      iat: seconds,
+      exp: seconds + 60,
+      jti: 'c0ffee',
+      app: 'app_weather',
+      ver: '2.0.0',
+      method: 'api_token',
+      ...claims,
+    }
+    for (const [name, value] of Object.entries(payload)) if (value === undefined) delete payload[name]
+    return new SignJWT(payload)
+      .setProtectedHeader({ alg: 'ES256', kid: jwks.keys[0]!.kid!, typ: 'mcp-identity+jwt' })
+      .sign(await importJWK(privateJwk, 'ES256'))
+  }
+
+  it('accepts what the signer issues, at any ttlSeconds it allows', async () => {
+    const verify = verifier()
+    await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice', method: 'api_token', version: '2.0.0' })
+    await expect(verify(await craft({ exp: seconds + 3600 }))).resolves.toMatchObject({ subject: 'alice' })
+    await expect(verify(await craft({ method: 'oauth' }))).resolves.toMatchObject({ method: 'oauth' })
+    // Issued a little ahead of this clock: within the tolerance.
+    await expect(verify(await craft({ iat: seconds + 4, exp: seconds + 64 }))).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('refuses a token of the platform key that lives too long or comes from the future (regression: a 10-year exp was accepted)', async () => {
+    const verify = verifier()
+    const refused = [
+      craft({ exp: seconds + 10 * 365 * 86_400 }), // ten years
+      craft({ exp: seconds + 3601 }), // past maxTokenAgeSeconds (default 3600)
+      craft({ iat: seconds + 365 * 86_400, exp: seconds + 365 * 86_400 + 60 }), // issued a year ahead
+      craft({ iat: seconds + 6, exp: seconds + 66 }), // ahead by more than the tolerance
+      craft({ iat: seconds - 7200, exp: seconds + 60 }), // issued two hours ago, still unexpired
+    ]
+    for (const [i, token] of refused.entries()) {
+      await expect(verify(await token), `token ${i}`).rejects.toBeInstanceOf(UnauthorizedError)
+    }
+    // An App whose platform signs for 60 s can say so.
+    const strict = verifier({ maxTokenAgeSeconds: 60 })
+    await expect(strict(await craft())).resolves.toMatchObject({ subject: 'alice' })
+    await expect(strict(await craft({ exp: seconds + 61 }))).rejects.toBeInstanceOf(UnauthorizedError)
+    await expect(strict(await craft({ iat: seconds - 70, exp: seconds + 1 }))).rejects.toBeInstanceOf(UnauthorizedError)
+  })
+
+  it('refuses a token without jti, with an empty sub or ver, or a method it does not know (regression: mapped to api_token)', async () => {
+    const verify = verifier()
+    for (const claims of [
+      { jti: undefined },
+      { jti: '' },
+      { sub: '' },
+      { ver: '' },
+      { ver: 2 },
+      { method: 'root' },
+      { method: undefined },
+      { method: 'OAUTH' },
+    ]) {
+      await expect(verify(await craft(claims)), JSON.stringify(claims)).rejects.toBeInstanceOf(UnauthorizedError)
+    }
+  })
+
+  it('reads the token from a Node request (Express, Fastify, node:http): headers as a plain object (regression: input.headers.get is not a function)', async () => {
+    const verify = verifier()
+    const token = await craft()
+    const req = new IncomingMessage(new Socket())
+    req.headers['x-mcp-identity'] = token
+    await expect(verify(req)).resolves.toMatchObject({ subject: 'alice' })
+    await expect(verify({ headers: { 'x-mcp-identity': token } })).resolves.toMatchObject({ subject: 'alice' })
+    await expect(verify(new IncomingMessage(new Socket()))).rejects.toThrow(/Missing identity token/)
+    // Two values are one invalid token, as `Headers.get` joins them.
+    await expect(verify({ headers: { 'x-mcp-identity': [token, token] } })).rejects.toThrow(/Invalid identity token/)
+    // The header option is a name, matched in any case, on every kind of input.
+    const custom = verifier({ header: 'X-Platform-Identity' })
+    await expect(custom({ headers: { 'x-platform-identity': token } })).resolves.toMatchObject({ subject: 'alice' })
+    await expect(custom(new Headers({ 'X-Platform-Identity': token }))).resolves.toMatchObject({ subject: 'alice' })
+    await expect(custom(new Request('http://app.internal/mcp', { headers: { 'x-platform-identity': token } }))).resolves.toMatchObject({
+      subject: 'alice',
+    })
+    // Anything else is a programming mistake, said as such.
+    await expect(verify(42 as never)).rejects.toThrow(TypeError)
+    await expect(verify({} as never)).rejects.toThrow(/expects a Request, Headers, a Node request/)
+  })
+
+  describe('a JWKS URL that cannot be fetched is a JwksUnavailableError (503), never the 401 of a forged token', () => {
+    const url = 'https://platform.test/.well-known/jwks.json'
+    const remote = (fetch: typeof globalThis.fetch) => verifier({ jwks: url, fetch })
+
+    it('network failure, an answer other than 200, an answer that is not JSON or not a JWKS', async () => {
+      const token = await craft()
+      const failures: Array<[string, typeof fetch]> = [
+        ['network', async () => Promise.reject(new TypeError('fetch failed'))],
+        ['503', async () => new Response('down', { status: 503 })],
+        ['not JSON', async () => new Response('<html>', { status: 200 })],
+        ['not a JWKS', async () => Response.json({ keys: 'none' })],
+      ]
+      for (const [label, fetch] of failures) {
+        const error = await remote(fetch)(token).then(
+          () => undefined,
+          (e: unknown) => e,
+        )
+        expect(error, label).toBeInstanceOf(JwksUnavailableError)
+        expect(error, label).toMatchObject({ code: 'ERR_JWKS_UNAVAILABLE', status: 503 })
+        expect((error as Error).cause, label).toBeDefined()
+      }
+    })
+
+    it('with the JWKS fetched, a token it has no key for, or a tampered one, is still a 401', async () => {
+      const verify = remote(async () => Response.json(jwks))
+      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      const { privateKey: stranger } = await generateKeyPair('ES256')
+      const foreign = await new SignJWT({ app: 'app_weather', ver: '2.0.0', method: 'api_token', jti: 'x' })
+        .setProtectedHeader({ alg: 'ES256', kid: 'unknown-kid', typ: 'mcp-identity+jwt' })
+        .setIssuer(ISSUER)
+        .setSubject('alice')
+        .setAudience(AUDIENCE)
+        .setIssuedAt(seconds)
+        .setExpirationTime(seconds + 60)
+        .sign(stranger)
+      const token = await craft()
+      for (const refused of [foreign, `${token.slice(0, -4)}AAAA`, 'not.a.jwt']) {
+        await expect(verify(refused)).rejects.toBeInstanceOf(UnauthorizedError)
+      }
+    })
+  })
+
+  it('refuses options no value of which can work when created (regression: accepted, then every call refused or threw)', () => {
+    const base = { jwks, issuer: ISSUER, audience: AUDIENCE, appId: 'app_weather' }
+    const bad: Array<[string, Partial<IdentityVerifierOptions>]> = [
+      ['clockToleranceSeconds', { clockToleranceSeconds: Number.NaN }],
+      ['clockToleranceSeconds', { clockToleranceSeconds: -1 }],
+      ['clockToleranceSeconds', { clockToleranceSeconds: Number.POSITIVE_INFINITY }],
+      ['clockToleranceSeconds', { clockToleranceSeconds: '5' as never }],
+      ['maxTokenAgeSeconds', { maxTokenAgeSeconds: 0 }],
+      ['maxTokenAgeSeconds', { maxTokenAgeSeconds: Number.NaN }],
+      ['maxTokenAgeSeconds', { maxTokenAgeSeconds: '60' as never }],
+      ['jwks', { jwks: 'ftp://platform.test/jwks.json' }],
+      ['jwks', { jwks: new URL('file:///etc/jwks.json') }],
+      ['header', { header: '' }],
+      ['header', { header: 'bad header' }],
+      ['header', { header: 'x-identity:' }],
+    ]
+    for (const [option, overrides] of bad) {
+      expect(() => createIdentityVerifier({ ...base, ...overrides }), JSON.stringify(overrides)).toThrow(ConfigurationError)
+      expect(() => createIdentityVerifier({ ...base, ...overrides }), JSON.stringify(overrides)).toThrow(`option "${option}"`)
+    }
+    expect(() => createIdentityVerifier({ ...base, clockToleranceSeconds: 0, maxTokenAgeSeconds: 60, header: 'X-Identity' })).not.toThrow()
+  })
+})
+
+/** Verifies `token` against what `signer` publishes. */
+async function verifyWith(signer: IdentitySigner, token: string) {
+  return createIdentityVerifier({ jwks: await signer.jwks(), issuer: ISSUER, audience: 'a', appId: 'app_weather', now: () => at })(token)
+}
+
+/** An RSA key of `modulusLength` bits in Web Crypto, for `name` and `hash`. */
+async function webRsa(name: 'RSA-PSS' | 'RSASSA-PKCS1-v1_5', hash: string, modulusLength = 2048) {
+  return webcrypto.subtle.generateKey({ name, modulusLength, publicExponent: new Uint8Array([1, 0, 1]), hash }, true, ['sign', 'verify'])
+}
+
+describe('identity signer: keys that cannot sign are refused when created, not a 502 at every request', () => {
+  const create = (options: Partial<IdentitySignerOptions>) =>
+    createIdentitySigner({ issuer: ISSUER, now: () => at, ...options } as IdentitySignerOptions)
+  let ecJwk: JWK
+
+  beforeAll(async () => {
+    ecJwk = await exportJWK((await generateKeyPair('ES256', { extractable: true })).privateKey)
+  })
+
+  it('a private JWK whose alg does not fit it, or whose key_ops leave out sign (regression: imported as HS256 / ES384 at every request)', () => {
+    expect(() => create({ privateKey: { ...ecJwk, alg: 'HS256' } })).toThrow(/identity\.privateKey.*"alg" "HS256".*does not fit/)
+    expect(() => create({ privateKey: { ...ecJwk, alg: 'ES384' } })).toThrow(/identity\.privateKey.*"alg" "ES384".*does not fit/)
+    expect(() => create({ privateKey: { ...ecJwk, key_ops: ['verify'] } })).toThrow(/identity\.privateKey.*key_ops/)
+  })
+
+  it('a private JWK of its own alg, kid and key_ops signs with them', async () => {
+    const signer = create({ privateKey: { ...ecJwk, alg: 'ES256', kid: 'platform-1', key_ops: ['sign', 'verify'] } })
+    const token = await signer.sign(context, 'a')
+    expect(decodeProtectedHeader(token)).toMatchObject({ alg: 'ES256', kid: 'platform-1' })
+    await expect(verifyWith(signer, token)).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('an RSA key under 2048 bits: KeyObject, CryptoKey or JWK (regression: jose refused it at every request)', async () => {
+    const small = generateKeyPairSync('rsa', { modulusLength: 1024 }).privateKey
+    expect(() => create({ privateKey: small })).toThrow(/identity\.privateKey.*1024-bit RSA key/)
+    expect(() => create({ privateKey: small.export({ format: 'jwk' }) as JWK })).toThrow(/1024-bit RSA key/)
+    const smallWeb = (await webRsa('RSASSA-PKCS1-v1_5', 'SHA-256', 1024)).privateKey
+    expect(() => create({ privateKey: smallWeb })).toThrow(/1024-bit RSA key/)
+    expect(() => create({ privateKey: generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey })).not.toThrow()
+  })
+
+  it('a public KeyObject or CryptoKey given as the private key, or an object that is no key', async () => {
+    const ec = await generateKeyPair('ES256', { extractable: true })
+    expect(() => create({ privateKey: ec.publicKey })).toThrow(/identity\.privateKey.*is a public key/)
+    expect(() => create({ privateKey: generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey })).toThrow(/is a public key/)
+    expect(() => create({ privateKey: {} as never })).toThrow(/identity\.privateKey.*must be a CryptoKey, a KeyObject or a private JWK/)
+  })
+
+  it('an RSA-PSS key signs with PS* by default, a Web Crypto RSA key with the hash it is bound to (regression: RS256 picked)', async () => {
+    const cases: Array<[string, Promise<CryptoKeyPair>, string]> = [
+      ['RSA-PSS SHA-256', webRsa('RSA-PSS', 'SHA-256'), 'PS256'],
+      ['RSA-PSS SHA-384', webRsa('RSA-PSS', 'SHA-384'), 'PS384'],
+      ['RSASSA-PKCS1-v1_5 SHA-512', webRsa('RSASSA-PKCS1-v1_5', 'SHA-512'), 'RS512'],
+    ]
+    for (const [label, pair, alg] of cases) {
+      const signer = create({ privateKey: (await pair).privateKey })
+      const token = await signer.sign(context, 'a')
+      expect(decodeProtectedHeader(token).alg, label).toBe(alg)
+      expect((await signer.jwks()).keys[0]!.alg, label).toBe(alg)
+      await expect(verifyWith(signer, token), label).resolves.toMatchObject({ subject: 'alice' })
+    }
+    // An algorithm of another hash or scheme does not fit such a key.
+    const rs512 = (await webRsa('RSASSA-PKCS1-v1_5', 'SHA-512')).privateKey
+    expect(() => create({ privateKey: rs512, algorithm: 'RS256' })).toThrow(/identity\.algorithm.*RS256 does not fit the key \(it signs with RS512\)/)
+    const pssWeb = (await webRsa('RSA-PSS', 'SHA-256')).privateKey
+    expect(() => create({ privateKey: pssWeb, algorithm: 'RS256' })).toThrow(/does not fit/)
+    // A node:crypto rsa-pss key signs with PS* only, with the hash it may be bound to.
+    const pss = generateKeyPairSync('rsa-pss', { modulusLength: 2048 }).privateKey
+    expect(() => create({ privateKey: pss, algorithm: 'RS256' })).toThrow(/RS256 does not fit the key \(it signs with PS256, PS384, PS512\)/)
+    // Node exports no JWK of an rsa-pss KeyObject: it cannot be the published key.
+    const pssPair = await webRsa('RSA-PSS', 'SHA-256')
+    expect(() => create({ privateKey: pssPair.privateKey, publicKey: pss })).toThrow(/identity\.publicKey.*exports no JWK/)
+    expect(() => create({ privateKey: pssPair.privateKey, publicKey: pssPair.publicKey })).not.toThrow()
+    const bound = generateKeyPairSync('rsa-pss', { modulusLength: 2048, hashAlgorithm: 'sha384', mgf1HashAlgorithm: 'sha384', saltLength: 48 } as never) as unknown as {
+      privateKey: KeyObject
+    }
+    expect(() => create({ privateKey: bound.privateKey, algorithm: 'PS256' })).toThrow(/it signs with PS384\)/)
+  })
+
+  it.runIf(typeof (generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey as KeyObject & { toCryptoKey?: unknown }).toCryptoKey !== 'function')(
+    'an rsa-pss KeyObject, where jose cannot sign with one (no KeyObject.toCryptoKey before Node 22.10), is refused when created',
+    () => {
+      const pss = generateKeyPairSync('rsa-pss', { modulusLength: 2048 }).privateKey
+      expect(() => create({ privateKey: pss })).toThrow(/identity\.privateKey.*rsa-pss KeyObject/)
+    },
+  )
+
+  it('a publicKey that is not the private key’s pair: when created where it can be seen, else at the first sign (regression: published, verifying nothing)', async () => {
+    const a = await generateKeyPair('ES256', { extractable: true })
+    const b = await generateKeyPair('ES256', { extractable: true })
+    const aJwk = await exportJWK(a.privateKey)
+    // JWKs and KeyObjects: seen now.
+    const bJwk = await exportJWK(b.publicKey)
+    expect(() => create({ privateKey: aJwk, publicKey: bJwk })).toThrow(/identity\.publicKey.*not the public key of privateKey/)
+    const nodeA = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const nodeB = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    expect(() => create({ privateKey: nodeA.privateKey, publicKey: nodeB.publicKey })).toThrow(/identity\.publicKey/)
+    // Another key type: seen now whatever the key.
+    const p384 = (await generateKeyPair('ES384')).publicKey
+    expect(() => create({ privateKey: a.privateKey, publicKey: p384 })).toThrow(/identity\.publicKey/)
+    // CryptoKeys of one type: the first use signs a probe and verifies it with the published key.
+    const signer = create({ privateKey: a.privateKey, publicKey: b.publicKey })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(ConfigurationError)
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.publicKey.*not the public key of privateKey/)
+    await expect(signer.jwks()).rejects.toThrow(/identity\.publicKey/)
+    // The pair itself, a non-extractable private key with its public key, is what publicKey is for.
+    const sealed = await generateKeyPair('ES256')
+    const ok = create({ privateKey: sealed.privateKey, publicKey: sealed.publicKey })
+    await expect(verifyWith(ok, await ok.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('a failed first use is not kept for ever: a later call tries again (regression: the rejected load was cached)', async () => {
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    const other = await exportJWK((await generateKeyPair('ES256', { extractable: true })).publicKey)
+    const publicKey: JWK = { ...other }
+    // A CryptoKey's public members cannot be read without waiting: checked on first use.
+    const signer = create({ privateKey, publicKey })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.publicKey/)
+    Object.assign(publicKey, await exportJWK(privateKey), { d: undefined })
+    delete publicKey.d
+    const token = await signer.sign(context, 'a')
+    await expect(verifyWith(signer, token)).resolves.toMatchObject({ subject: 'alice' })
+  })
+
+  it('keys that fail on first use reach the proxy handler as that ConfigurationError, before any upstream request; the next request tries again', async () => {
+    const a = await generateKeyPair('ES256', { extractable: true })
+    const b = await generateKeyPair('ES256', { extractable: true })
+    const fetches: string[] = []
+    const proxy = createProxyHandler({
+      upstream: { 'app_weather@2.0.0': 'http://127.0.0.1:47201/mcp' },
+      identity: { issuer: ISSUER, privateKey: a.privateKey, publicKey: b.publicKey },
+      fetch: async (input) => {
+        fetches.push(String(input))
+        return new Response(null, { status: 204 })
+      },
+    })
+    const request = () => new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' })
+    for (let i = 0; i < 2; i++) {
+      const error = await proxy(request(), context).then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      expect(error).toBeInstanceOf(ConfigurationError)
+      expect(error).toMatchObject({ option: 'identity.publicKey' })
+    }
+    expect(fetches).toEqual([])
+  })
+
+  it('a previous key that is a secret, a key type no algorithm here signs with, or lacks its members (regression: oct accepted)', () => {
+    const previous = (previousKeys: IdentitySignerOptions['previousKeys']) => () => create({ privateKey: ecJwk, previousKeys })
+    expect(previous([{ kty: 'oct', k: 'c2VjcmV0' }])).toThrow(/identity\.previousKeys\.0.*not a secret/)
+    expect(previous([{ jwk: { kty: 'oct', k: 'c2VjcmV0' } }])).toThrow(/identity\.previousKeys\.0\.jwk/)
+    const ed448 = generateKeyPairSync('ed448').publicKey.export({ format: 'jwk' }) as JWK
+    expect(previous([ed448])).toThrow(/identity\.previousKeys\.0" must be an EC key/)
+    expect(previous([{ kty: 'EC', crv: 'P-256', x: ecJwk.x! }])).toThrow(/identity\.previousKeys\.0.*lacks a member/)
+    expect(previous([generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey.export({ format: 'jwk' }) as JWK])).toThrow(/1024-bit/)
+    expect(previous(['not a key' as never])).toThrow(/identity\.previousKeys\.0.*must be a public JWK/)
+  })
+})
+
+describe('identity signer: one kid, one key (regression: a duplicate kid made jose refuse every token, ERR_JWKS_MULTIPLE_MATCHING_KEYS)', () => {
+  it('a rotation that keeps a fixed keyId, or the signing key listed again under its keyId: refused when created, whatever the key', async () => {
+    const old = generateKeyPairSync('ec', { namedCurve: 'P-256' })
+    const oldJwk = old.publicKey.export({ format: 'jwk' }) as JWK
+    const web = await generateKeyPair('ES256', { extractable: true })
+    const keys: unknown[] = [generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey, web.privateKey, await exportJWK(web.privateKey)]
+    for (const privateKey of keys) {
+      for (const previousKeys of [[{ ...oldJwk, kid: 'identity-key' }], [{ jwk: oldJwk, keyId: 'identity-key' }]]) {
+        expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateKey as JWK, keyId: 'identity-key', previousKeys })).toThrow(
+          /identity\.previousKeys\.0.*has kid "identity-key", as the signing key \(identity\.keyId\) does/,
+        )
+      }
+    }
+    const webPublic = await exportJWK(web.publicKey)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: web.privateKey, keyId: 'k', previousKeys: [{ jwk: webPublic, keyId: 'k' }] })).toThrow(
+      /needs no previousKeys entry/,
+    )
+  })
+
+  it('a thumbprint kid, known on first use, that another key has: sign and jwks reject', async () => {
+    const current = await generateKeyPair('ES256', { extractable: true })
+    const thumbprint = await calculateJwkThumbprint(await exportJWK(current.publicKey))
+    const other = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' }) as JWK
+    const signer = createIdentitySigner({ issuer: ISSUER, privateKey: current.privateKey, previousKeys: [{ ...other, kid: thumbprint }] })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(/identity\.previousKeys\.0.*has kid/)
+    await expect(signer.jwks()).rejects.toThrow(ConfigurationError)
+  })
+
+  it('two previous keys of one kid are refused; the current key listed again is published once', async () => {
+    const a = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' }) as JWK
+    const b = generateKeyPairSync('ec', { namedCurve: 'P-256' }).publicKey.export({ format: 'jwk' }) as JWK
+    const current = await generateKeyPair('ES256', { extractable: true })
+    const privateKey = await exportJWK(current.privateKey)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ ...a, kid: 'k' }, { ...b, kid: 'k' }] })).toThrow(
+      /identity\.previousKeys\.1.*has kid "k", as identity\.previousKeys\.0 does/,
+    )
+    const currentPublic = await exportJWK(current.publicKey)
+    const thumbprint = await calculateJwkThumbprint(currentPublic)
+    for (const previousKeys of [[currentPublic], [{ ...currentPublic, kid: thumbprint }], [a, { ...a }]]) {
+      const signer = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys, now: () => at })
+      const kids = (await signer.jwks()).keys.map((k) => k.kid)
+      expect(new Set(kids).size, JSON.stringify(kids)).toBe(kids.length)
+      await expect(verifyWith(signer, await signer.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
+    }
+    // Through a CryptoKey, known on first use: the same.
+    const web = createIdentitySigner({ issuer: ISSUER, privateKey: current.privateKey, previousKeys: [currentPublic] })
+    expect((await web.jwks()).keys).toHaveLength(1)
+  })
+
+  it('one kid on keys a token tells apart (another key type, or both with their own alg) is not a clash', async () => {
+    const rsaOld = generateKeyPairSync('rsa', { modulusLength: 2048 })
+    const before = await createIdentitySigner({ issuer: ISSUER, privateKey: rsaOld.privateKey, keyId: 'identity-key', now: () => at }).sign(context, 'a')
+    const signer = createIdentitySigner({
+      issuer: ISSUER,
+      privateKey: generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
+      keyId: 'identity-key',
+      previousKeys: [{ jwk: rsaOld.publicKey.export({ format: 'jwk' }) as JWK, keyId: 'identity-key', algorithm: 'RS256' }],
+      now: () => at,
+    })
+    await expect(verifyWith(signer, before)).resolves.toMatchObject({ subject: 'alice' })
+    await expect(verifyWith(signer, await signer.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
+  })
+})
+
+describe('identity signer: rotation keeps verifying tokens signed before it, whatever kid and alg they carry', () => {
+  /** A token of an old signer, and the new signer with `previous` made from the old public key. */
+  async function rotate(
+    pair: { privateKey: unknown; publicKey: unknown },
+    old: Partial<IdentitySignerOptions>,
+    previous: (jwk: JWK) => NonNullable<IdentitySignerOptions['previousKeys']>[number],
+  ) {
+    const before = await createIdentitySigner({ issuer: ISSUER, privateKey: pair.privateKey as KeyObject, now: () => at, ...old }).sign(context, 'a')
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    const oldJwk = await exportJWK(pair.publicKey as KeyObject)
+    const rotated = createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [previous(oldJwk)], now: () => at })
+    return { before, rotated }
+  }
+
+  it('a custom keyId: given as the JWK’s kid or as { jwk, keyId } (regression: the thumbprint was published instead)', async () => {
+    for (const previous of [(jwk: JWK) => ({ ...jwk, kid: '2024-key' }), (jwk: JWK) => ({ jwk, keyId: '2024-key' })]) {
+      const { before, rotated } = await rotate(generateKeyPairSync('ec', { namedCurve: 'P-256' }), { keyId: '2024-key' }, previous)
+      expect((await rotated.jwks()).keys[1]).toMatchObject({ kid: '2024-key', alg: 'ES256', use: 'sig' })
+      await expect(verifyWith(rotated, before)).resolves.toMatchObject({ subject: 'alice' })
+    }
+  })
+
+  it('PS256 and Ed25519 signers: a plain exportJWK gets no made-up alg (regression: RS256 / EdDSA published, the old tokens refused)', async () => {
+    const cases: Array<[string, { privateKey: unknown; publicKey: unknown }, Partial<IdentitySignerOptions>]> = [
+      ['PS256', generateKeyPairSync('rsa', { modulusLength: 2048 }), { algorithm: 'PS256' }],
+      ['Ed25519', generateKeyPairSync('ed25519'), { algorithm: 'Ed25519' }],
+      ['EdDSA', generateKeyPairSync('ed25519'), {}],
+      ['RS256', generateKeyPairSync('rsa', { modulusLength: 2048 }), {}],
+    ]
+    for (const [label, pair, old] of cases) {
+      const { before, rotated } = await rotate(pair, old, (jwk) => jwk)
+      expect((await rotated.jwks()).keys[1]!.alg, label).toBeUndefined()
+      await expect(verifyWith(rotated, before), label).resolves.toMatchObject({ subject: 'alice' })
+    }
+  })
+
+  it('{ jwk, algorithm } publishes the alg the old signer used; one that does not fit the key is refused', async () => {
+    const pair = generateKeyPairSync('rsa', { modulusLength: 2048 })
+    const { before, rotated } = await rotate(pair, { algorithm: 'PS256' }, (jwk) => ({ jwk, algorithm: 'PS256' }))
+    expect((await rotated.jwks()).keys[1]).toMatchObject({ kty: 'RSA', alg: 'PS256', kid: expect.any(String) })
+    await expect(verifyWith(rotated, before)).resolves.toMatchObject({ subject: 'alice' })
+    const jwk = pair.publicKey.export({ format: 'jwk' }) as JWK
+    const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ jwk, algorithm: 'ES256' }] })).toThrow(
+      /identity\.previousKeys\.0\.algorithm.*ES256 does not fit/,
+    )
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ ...jwk, alg: 'HS256' }] })).toThrow(/identity\.previousKeys\.0\.alg/)
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey, previousKeys: [{ jwk, keyId: '' }] })).toThrow(/identity\.previousKeys\.0\.keyId/)
+  })
+})
