@@ -324,10 +324,11 @@ describe('identity signer: keys that cannot sign are refused when created, not a
     await expect(verifyWith(signer, token)).resolves.toMatchObject({ subject: 'alice' })
   })
 
-  it('keys that fail on first use reach the proxy handler as that ConfigurationError, before any upstream request; the next request tries again', async () => {
+  it('keys that fail on first use are a 502 of the proxy handler, that ConfigurationError reported to onError, before any upstream request; the next request tries again', async () => {
     const a = await generateKeyPair('ES256', { extractable: true })
     const b = await generateKeyPair('ES256', { extractable: true })
     const fetches: string[] = []
+    const reported: unknown[] = []
     const proxy = createProxyHandler({
       upstream: { 'app_weather@2.0.0': 'http://127.0.0.1:47201/mcp' },
       identity: { issuer: ISSUER, privateKey: a.privateKey, publicKey: b.publicKey },
@@ -335,15 +336,16 @@ describe('identity signer: keys that cannot sign are refused when created, not a
         fetches.push(String(input))
         return new Response(null, { status: 204 })
       },
+      onError: (error) => reported.push(error),
     })
     const request = () => new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' })
     for (let i = 0; i < 2; i++) {
-      const error = await proxy(request(), context).then(
-        () => undefined,
-        (e: unknown) => e,
-      )
-      expect(error).toBeInstanceOf(ConfigurationError)
-      expect(error).toMatchObject({ option: 'identity.publicKey' })
+      const response = await proxy(request(), context)
+      expect(response.status).toBe(502)
+      expect(reported[i]).toMatchObject({ message: 'Identity token could not be signed' })
+      const cause = (reported[i] as Error).cause
+      expect(cause).toBeInstanceOf(ConfigurationError)
+      expect(cause).toMatchObject({ option: 'identity.publicKey' })
     }
     expect(fetches).toEqual([])
   })

@@ -635,6 +635,8 @@ export type {
   IdentityClaims,
   IdentityJwks,
   IdentityKey,
+  IdentityNodeRequest,
+  IdentityPreviousKey,
   IdentitySigner,
   IdentitySignerOptions,
   IdentityVerifier,
