@@ -27,6 +27,7 @@ export const ENTRIES = {
   server: 'bench/servers/main.ts',
   load: 'bench/load.ts',
   profile: 'bench/profile-decision.ts',
+  paths: 'bench/paths.ts',
 } as const
 
 /** Source file of a public `mcp-dispatch` specifier. */

@@ -20,7 +20,8 @@ const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/
  * ```
  */
 export function peekJwtClaims(token: string): JWTPayload | undefined {
-  if (!COMPACT_JWS.test(token)) return undefined
+  // An opaque token (no `.`) is refused before the pattern, which backtracks over all of it.
+  if (token.indexOf('.') === -1 || !COMPACT_JWS.test(token)) return undefined
   try {
     return decodeJwt(token)
   } catch {

@@ -14,6 +14,7 @@
  *
  * @module
  */
+import * as nodeCrypto from 'node:crypto'
 import { createHash } from 'node:crypto'
 import {
   type JSONWebKeySet,
@@ -25,7 +26,7 @@ import {
   jwtVerify,
 } from 'jose'
 import { B64TOKEN } from '../core/authorization-header.js'
-import type { CacheStore } from '../core/stores.js'
+import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
@@ -317,6 +318,15 @@ function describe(error: unknown): string {
     return typeof code === 'string' ? `${error.message} (${code})` : error.message
   }
   return String(error)
+}
+
+// `crypto.hash` (Node >= 20.12): the same digest as `createHash`, without the Hash object. It
+// runs on every request with an OAuth token, cached or not.
+const oneShotHash = (nodeCrypto as { hash?: (algorithm: string, data: string, encoding: 'base64url') => string }).hash
+
+/** SHA-256 of a string (UTF-8), base64url. */
+function sha256Base64url(text: string): string {
+  return oneShotHash ? oneShotHash('sha256', text, 'base64url') : createHash('sha256').update(text).digest('base64url')
 }
 
 function formEncode(value: string): string {
@@ -887,15 +897,31 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return v.active === true && typeof (v.info as { subject?: unknown } | undefined)?.subject === 'string'
   }
 
-  async function readCache(key: string): Promise<CachedValidation | undefined> {
+  /**
+   * The cached validation of a key, if usable. A cache that answers synchronously (the
+   * in-memory one) is read at once, with no promise: a cached token then costs `validate` no
+   * `await`. A promise (or thenable) is awaited. A cache that fails is a miss (reported).
+   */
+  function readCache(key: string): MaybePromise<CachedValidation | undefined> {
     let value: unknown
     try {
-      value = await cache.get(key)
+      value = cache.get(key)
     } catch (error) {
-      emit({ type: 'store-error', operation: 'get', error })
-      return undefined
+      return cacheReadFailed(error)
     }
+    if (value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function') {
+      return Promise.resolve(value as PromiseLike<unknown>).then(usable, cacheReadFailed)
+    }
+    return usable(value)
+  }
+
+  function usable(value: unknown): CachedValidation | undefined {
     return isCachedValidation(value) && value.validUntil > now() ? value : undefined
+  }
+
+  function cacheReadFailed(error: unknown): undefined {
+    emit({ type: 'store-error', operation: 'get', error })
+    return undefined
   }
 
   function answer(entry: CachedValidation, audience: readonly string[] | undefined): AccessTokenResult {
@@ -924,7 +950,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   function hashKey(token: string): string {
-    return keyPrefix + createHash('sha256').update(token).digest('base64url')
+    return keyPrefix + sha256Base64url(token)
   }
 
   return {
@@ -965,7 +991,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         }
       }
       const key = hashKey(token)
-      const cached = await readCache(key)
+      let cached = readCache(key)
+      if (cached instanceof Promise) cached = await cached
       if (cached) {
         emit({ type: 'cache-hit', active: cached.active })
         return answer(cached, audience)

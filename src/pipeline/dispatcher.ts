@@ -489,9 +489,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         // A pre-release is reached only by its exact URL, pinned or not.
         return !isPreRelease(pin.version)
       default: {
-        if (isPreRelease(pin.version)) return false
-        const [major, minor] = pin.version.split('.', 2).map(Number)
-        return major === selector.major && (selector.kind === 'major' || minor === selector.minor)
+        const version = pin.version
+        if (isPreRelease(version)) return false
+        // The first two dot-separated fields as numbers (`split('.', 2).map(Number)`), without
+        // the arrays and the callback: this runs on every request of a session.
+        const dot = version.indexOf('.')
+        if (Number(dot === -1 ? version : version.slice(0, dot)) !== selector.major) return false
+        if (selector.kind === 'major') return true
+        if (dot === -1) return false
+        const next = version.indexOf('.', dot + 1)
+        return Number(next === -1 ? version.slice(dot + 1) : version.slice(dot + 1, next)) === selector.minor
       }
     }
   }

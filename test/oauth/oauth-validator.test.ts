@@ -3,6 +3,7 @@
  * the three modes, JWT claim checks, cache bounds, single flight, retries, and secrecy of
  * the token. Time is a manual clock; nothing sleeps.
  */
+import { createHash } from 'node:crypto'
 import { type JWK, SignJWT, exportJWK, generateKeyPair } from 'jose'
 import {
   AuthorizationServerUnavailableError,
@@ -762,6 +763,42 @@ describe('single flight, cache store and secrecy', () => {
     const v = validator({ cache: broken })
     expect(await v.validate('good-token')).toMatchObject({ active: true })
     expect(events.filter((e) => e.type === 'store-error').map((e) => (e as { operation: string }).operation)).toEqual(['get', 'set'])
+  })
+
+  it('keys a token by the SHA-256 of its UTF-8 bytes, base64url: the key other instances and versions share', async () => {
+    const keys: string[] = []
+    const inner = createMemoryCacheStore<CachedValidation>({ now: clock })
+    const cache: CacheStore<CachedValidation> = { ...inner, set: (k, v, ttl) => (keys.push(k), inner.set(k, v, ttl)) }
+    await validator({ cache }).validate('good-token')
+    expect(keys).toHaveLength(1)
+    expect(keys[0]!.split(':')[2]).toBe(createHash('sha256').update('good-token').digest('base64url'))
+  })
+
+  it('reads a cache that answers synchronously, with a promise or with a thenable, and takes one that throws as a miss', async () => {
+    const inner = createMemoryCacheStore<CachedValidation>({ now: clock })
+    await validator({ cache: inner }).validate('good-token')
+    expect(fake.count('/oidc/me')).toBe(1)
+    const answers: Array<(k: string) => ReturnType<CacheStore<CachedValidation>['get']>> = [
+      (k) => inner.get(k),
+      (k) => Promise.resolve(inner.get(k)),
+      (k) => ({ then: (resolve: (v: unknown) => void) => resolve(inner.get(k)) }) as never,
+    ]
+    for (const get of answers) {
+      events = []
+      expect(await validator({ cache: { ...inner, get } }).validate('good-token')).toEqual({ active: true, info: { subject: 'user_alice' } })
+      expect(events).toEqual([{ type: 'cache-hit', active: true }])
+    }
+    expect(fake.count('/oidc/me')).toBe(1)
+    events = []
+    const throwing: CacheStore<CachedValidation> = {
+      ...inner,
+      get: () => {
+        throw new Error('cache down')
+      },
+    }
+    expect(await validator({ cache: throwing }).validate('good-token')).toMatchObject({ active: true })
+    expect(fake.count('/oidc/me')).toBe(2)
+    expect(events.filter((e) => e.type === 'store-error').map((e) => (e as { operation: string }).operation)).toEqual(['get'])
   })
 
   it('forgets a token on demand', async () => {

@@ -205,6 +205,33 @@ export interface MemorySessionStoreOptions extends MemoryTtlStoreOptions {
 }
 
 /**
+ * One user's pin ids, least recently used first, knowing which id is last, so that a request
+ * of the session its user used last (a client's every request but the first) reorders nothing:
+ * a delete and an add per request cost more than the rest of the lookup (the set's table is
+ * rebuilt every few deletes). The order is the same as with a delete and an add every time.
+ */
+class PinIds extends Set<string> {
+  /** The last id of the order, or `undefined` when not known. */
+  last: string | undefined = undefined
+  override add(id: string): this {
+    // An id already held keeps its place.
+    if (!this.has(id)) this.last = id
+    return super.add(id)
+  }
+  override delete(id: string): boolean {
+    if (id === this.last) this.last = undefined
+    return super.delete(id)
+  }
+  /** Makes `id` the most recently used. */
+  touch(id: string): void {
+    if (id === this.last) return
+    super.delete(id)
+    super.add(id)
+    this.last = id
+  }
+}
+
+/**
  * In-memory session pins with an idle TTL (`lru-cache`), at most `max` in all (the least
  * recently used go first) and `maxPerSubject` per user (that user's expired, then least
  * recently used, go first).
@@ -216,7 +243,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
   const max = positiveInteger(options.max, 100_000, 'max')
   // Each user's pins, least recently used first; kept in step with the cache by its dispose
   // hook (a pin deleted, evicted, or found expired).
-  const bySubject = new Map<string, Set<string>>()
+  const bySubject = new Map<string, PinIds>()
   const cache = new LRUCache<string, SessionPin>({
     max,
     ttl: 1,
@@ -235,11 +262,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
       if (pin !== undefined) {
         cache.set(id, pin, { ttl: ttlMs })
         // Most recently used last, among its user's pins.
-        const own = bySubject.get(pin.subject)
-        if (own !== undefined) {
-          own.delete(id)
-          own.add(id)
-        }
+        bySubject.get(pin.subject)?.touch(id)
       }
       return pin
     },
@@ -268,7 +291,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
       // dispose hook then runs.
       cache.set(id, pin, { ttl: ttlMs })
       own = bySubject.get(pin.subject)
-      if (!own) bySubject.set(pin.subject, (own = new Set()))
+      if (!own) bySubject.set(pin.subject, (own = new PinIds()))
       own.add(id)
       return true
     },
