@@ -18,7 +18,12 @@
  *
  * Instructions: the path runs under `valgrind --tool=callgrind --separate-threads=yes`, warms
  * up, the counters are zeroed (`callgrind_control -z`), a fixed number of decisions run, and
- * the main thread's count is dumped (`callgrind_control -d`), as `bench/instructions.ts` does.
+ * the main thread's count is dumped (`callgrind_control -d`), as `bench/instructions.ts` does;
+ * the median of `--repeat` runs (3). The counted process runs with V8's `--single-threaded`:
+ * compilation and garbage collection then happen on the main thread, so their work is counted
+ * and no longer depends on how valgrind schedules V8's helper threads (with them, the count of
+ * the same path moved by up to 60 % from one run to the next). Node flags given to this script
+ * are passed on to its children.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs'
@@ -35,6 +40,7 @@ import {
 } from 'mcp-dispatch'
 import { BENCH_APP, BENCH_USER, BENCH_VERSION, benchRequest, createBenchFixture } from './fixture.js'
 import { consume, measure } from './harness.js'
+import { median } from './stats.js'
 
 export const PATHS = ['api', 'session', 'oauth', 'origin', 'refused401', 'refused402'] as const
 type PathName = (typeof PATHS)[number]
@@ -223,7 +229,7 @@ async function countPath(self: string, path: PathName, warm: number, n: number):
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-paths-'))
   const child = spawn(
     'valgrind',
-    ['--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${join(dir, 'out')}`, process.execPath, ...process.execArgv, self, 'count-child', path, String(warm), String(n)],
+    ['--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${join(dir, 'out')}`, process.execPath, '--single-threaded', ...process.execArgv, self, 'count-child', path, String(warm), String(n)],
     { stdio: ['ignore', 'ignore', 'inherit', 'ipc'] },
   )
   try {
@@ -267,14 +273,21 @@ async function main(): Promise<void> {
       'no-time': { type: 'boolean', default: false },
       warm: { type: 'string', default: '100000' },
       n: { type: 'string', default: '50000' },
+      // JIT timing under valgrind makes a count an outlier now and then: the median of several.
+      repeat: { type: 'string', default: '3' },
     },
   })
   const paths = values.paths!.split(',') as PathName[]
-  const rows: { path: PathName; ns?: number; spread?: number; async?: boolean; instructions?: number }[] = []
+  const rows: { path: PathName; ns?: number; spread?: number; async?: boolean; instructions?: number; counts?: number[] }[] = []
   for (const path of paths) {
     const row: (typeof rows)[number] = { path }
     if (!values['no-time']) Object.assign(row, await timePath(self, path).then((t) => ({ ns: t.nsPerOp, spread: t.spread, async: t.async })))
-    if (!values['no-count']) row.instructions = await countPath(self, path, Number(values.warm), Number(values.n))
+    if (!values['no-count']) {
+      const counts: number[] = []
+      for (let r = 0; r < Number(values.repeat); r++) counts.push(await countPath(self, path, Number(values.warm), Number(values.n)))
+      row.counts = counts.map(Math.round)
+      row.instructions = median(counts)
+    }
     console.log(JSON.stringify(row))
     rows.push(row)
   }
