@@ -14,8 +14,6 @@
  *
  * @module
  */
-import * as nodeCrypto from 'node:crypto'
-import { createHash } from 'node:crypto'
 import {
   type JSONWebKeySet,
   type JWTPayload,
@@ -26,6 +24,7 @@ import {
   jwtVerify,
 } from 'jose'
 import { B64TOKEN } from '../core/authorization-header.js'
+import { sha256 } from '../core/sha256.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
@@ -320,15 +319,6 @@ function describe(error: unknown): string {
   return String(error)
 }
 
-// `crypto.hash` (Node >= 20.12): the same digest as `createHash`, without the Hash object. It
-// runs on every request with an OAuth token, cached or not.
-const oneShotHash = (nodeCrypto as { hash?: (algorithm: string, data: string, encoding: 'base64url') => string }).hash
-
-/** SHA-256 of a string (UTF-8), base64url. */
-function sha256Base64url(text: string): string {
-  return oneShotHash ? oneShotHash('sha256', text, 'base64url') : createHash('sha256').update(text).digest('base64url')
-}
-
 function formEncode(value: string): string {
   return encodeURIComponent(value).replace(/%20/g, '+')
 }
@@ -450,7 +440,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   // each other's entries.
   const keyPrefix =
     (options.cacheKeyPrefix ?? 'oauth:') +
-    createHash('sha256').update(`${mode}\n${issuer}`).digest('base64url').slice(0, 10) +
+    sha256(`${mode}\n${issuer}`, 'base64url').slice(0, 10) +
     ':'
   const audienceRequired = mode !== 'userinfo'
 
@@ -950,7 +940,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   function hashKey(token: string): string {
-    return keyPrefix + sha256Base64url(token)
+    return keyPrefix + sha256(token, 'base64url')
   }
 
   return {

@@ -41,6 +41,16 @@ function isTchar(c: number): boolean {
   )
 }
 
+/**
+ * Whether `name` is an HTTP field name (RFC 9110 section 5.1): one or more `tchar`.
+ * @internal
+ */
+export function isFieldName(name: string): boolean {
+  if (name.length === 0) return false
+  for (let i = 0; i < name.length; i++) if (!isTchar(name.charCodeAt(i))) return false
+  return true
+}
+
 /** Whether `name` (lower case) is an `Mcp-Param-{name}` header name: the prefix, then one or more `tchar`. */
 function isParamHeader(name: string): boolean {
   if (name.length <= PARAM_PREFIX.length || name.length > MAX_NAME_LENGTH || !name.startsWith(PARAM_PREFIX)) return false

@@ -101,6 +101,18 @@ export interface VersionIndex {
 }
 
 /**
+ * Whether a version is a pre-release: a `-` before any build metadata (SemVer 2.0.0 rule 9).
+ * Read without parsing, as it runs on every request of a session.
+ * @internal
+ */
+export function isPreRelease(version: string): boolean {
+  const dash = version.indexOf('-')
+  if (dash === -1) return false
+  const plus = version.indexOf('+')
+  return plus === -1 || dash < plus
+}
+
+/**
  * Whether `value` is a version as the live sets hold them: `<major>.<minor>.<patch>`, maybe
  * with a pre-release, no build metadata, written exactly (no `v`, no spaces).
  * @internal

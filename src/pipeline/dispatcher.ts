@@ -57,6 +57,7 @@ import {
   type VersionSelector,
   compileVersions,
   formatSelector,
+  isPreRelease,
   parseVersionPath,
   resolveVersion,
 } from '../core/versions.js'
@@ -501,14 +502,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         return Number(next === -1 ? version.slice(dot + 1) : version.slice(dot + 1, next)) === selector.minor
       }
     }
-  }
-
-  /** A pre-release version: a `-` before any build metadata (SemVer 2.0.0 rule 9). */
-  function isPreRelease(version: string): boolean {
-    const dash = version.indexOf('-')
-    if (dash === -1) return false
-    const plus = version.indexOf('+')
-    return plus === -1 || dash < plus
   }
 
   type AuthOutcome = { readonly identity: Identity; readonly reply?: undefined } | { readonly reply: Reply; readonly identity?: undefined }

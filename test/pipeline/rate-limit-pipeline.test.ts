@@ -5,7 +5,6 @@
  * (fail open, logged) or a 503, never a 429 for everyone or a header out of the policy.
  */
 import {
-  type DispatchRequest,
   type RateLimitPolicy,
   type RateLimitStore,
   createDispatcher,
@@ -16,6 +15,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.2.3'] }
 
@@ -43,16 +43,7 @@ async function setup(options: {
     onError: (error, context) => errors.push({ error, context }),
   })
   const decide = async () => {
-    const headers: Record<string, string> = { authorization: `Bearer ${token}` }
-    const request: DispatchRequest = {
-      method: 'POST',
-      path: '/v1',
-      host: 'weather.example.com',
-      origin: 'https://weather.example.com',
-      headers: { get: (name) => headers[name] },
-      clientAddress: '203.0.113.7',
-    }
-    const decision = await dispatcher.decide(request)
+    const decision = await dispatcher.decide(dispatchRequest('/v1', { authorization: `Bearer ${token}` }))
     return decision.type === 'dispatch'
       ? { status: 200, headers: decision.headers as Record<string, string | undefined>, body: undefined }
       : { status: decision.reply.status, headers: decision.reply.headers as Record<string, string | undefined>, body: decision.reply.body }
@@ -182,14 +173,7 @@ describe('rate limit: instances whose clocks disagree, sharing one store', () =>
     const store = createMemoryRateLimitStore({ now: at })
     const make = (now: () => number) =>
       createDispatcher({ apps, subscriptions, tokens, now, rateLimit: { store, policy: () => policy } })
-    const request: DispatchRequest = {
-      method: 'POST',
-      path: '/v1',
-      host: 'weather.example.com',
-      origin: 'https://weather.example.com',
-      headers: { get: (name) => (name === 'authorization' ? `Bearer ${token}` : undefined) },
-      clientAddress: '203.0.113.7',
-    }
+    const request = dispatchRequest('/v1', { authorization: `Bearer ${token}` })
     const decideOn = (dispatcher: ReturnType<typeof make>) => async () => {
       const decision = await dispatcher.decide(request)
       return decision.type === 'dispatch'

@@ -6,7 +6,6 @@
  */
 import fc from 'fast-check'
 import {
-  type DispatchRequest,
   type SessionPin,
   type SessionStore,
   createDispatcher,
@@ -17,16 +16,11 @@ import {
   parseVersionPath,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { isPreRelease } from '../../src/core/versions.js'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.2.3', '2.0.0'] }
 const USER = 'user_1'
-
-function isPreRelease(version: string): boolean {
-  const dash = version.indexOf('-')
-  if (dash === -1) return false
-  const plus = version.indexOf('+')
-  return plus === -1 || dash < plus
-}
 
 /** The reference: the rule as it was written before the allocation-free one. */
 function referenceMatches(version: string, path: string): boolean {
@@ -58,17 +52,7 @@ describe('a session pin against the version path of a request', () => {
       delete: () => undefined,
     }
     const dispatcher = createDispatcher({ apps, subscriptions, tokens, sessions })
-    const request = (path: string): DispatchRequest => {
-      const headers: Record<string, string> = { authorization: `Bearer ${token}`, 'mcp-session-id': 'session-1' }
-      return {
-        method: 'POST',
-        path,
-        host: 'weather.example.com',
-        origin: 'https://weather.example.com',
-        headers: { get: (name) => headers[name] },
-        clientAddress: '203.0.113.7',
-      }
-    }
+    const request = (path: string) => dispatchRequest(path, { authorization: `Bearer ${token}`, 'mcp-session-id': 'session-1' })
     const part = fc.oneof(fc.nat({ max: 12 }).map(String), fc.constantFrom('', '0', '01', '1e0', '0x1', ' 1', '1 ', 'x', '-rc.1', '+b', '-', '+'))
     const version = fc.oneof(
       fc.array(part, { minLength: 1, maxLength: 4 }).map((parts) => parts.join('.')),

@@ -18,6 +18,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.2.3', '2.0.0'] }
 const POLICY = Object.freeze({ limit: 100, windowType: 'minute' as const })
@@ -48,15 +49,7 @@ async function setup(
 }
 
 function request(token: string | undefined, path = '/v1'): DispatchRequest {
-  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
-  return {
-    method: 'POST',
-    path,
-    host: 'weather.example.com',
-    origin: 'https://weather.example.com',
-    headers: { get: (name) => headers[name] },
-    clientAddress: '203.0.113.7',
-  }
+  return dispatchRequest(path, token ? { authorization: `Bearer ${token}` } : {})
 }
 
 describe('decide on synchronous stores', () => {

@@ -23,6 +23,7 @@ import {
   importJWK,
   jwtVerify,
 } from 'jose'
+import { isFieldName } from '../../core/cors.js'
 import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
@@ -699,9 +700,6 @@ export type IdentityVerifier = (input: Request | Headers | IdentityNodeRequest |
 /** The longest lifetime the verifier accepts by default: the longest `ttlSeconds` a signer issues. */
 const DEFAULT_MAX_TOKEN_AGE_SECONDS = 3600
 
-/** An HTTP field name (RFC 9110 section 5.1): one or more `tchar`. */
-const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-
 /** The identity token of `input`, `null` when it carries none. */
 function tokenOf(input: unknown, header: string): string | null {
   if (typeof input === 'string') return input
@@ -773,7 +771,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   if (appIds.size === 0 || [...appIds].some((a) => typeof a !== 'string' || a === '')) {
     throw new ConfigurationError('appId', 'must name the App (or Apps) this service is: a non-empty string or list of strings')
   }
-  if (options.header !== undefined && (typeof options.header !== 'string' || !FIELD_NAME.test(options.header))) {
+  if (options.header !== undefined && (typeof options.header !== 'string' || !isFieldName(options.header))) {
     throw new ConfigurationError('header', 'must be an HTTP header name')
   }
   const header = (options.header ?? IDENTITY_HEADER).toLowerCase()

@@ -46,6 +46,7 @@
  * ```
  * @module
  */
+import { isFieldName } from '../../core/cors.js'
 import { type Reply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
@@ -259,9 +260,6 @@ function optionalFunction<F>(value: F | undefined, option: string): F | undefine
   return value
 }
 
-/** A header field name (RFC 9110 section 5.1: a token). */
-const FIELD_NAME = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-
 /** At most this many upstream URLs of a function `upstream` are kept parsed. */
 const MAX_PARSED_UPSTREAMS = 1_000
 
@@ -389,7 +387,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       ? (options.identity as IdentitySigner)
       : createIdentitySigner(options.identity as IdentitySignerOptions)
   const identityHeader = options.identityHeader ?? IDENTITY_HEADER
-  if (typeof identityHeader !== 'string' || !FIELD_NAME.test(identityHeader)) {
+  if (typeof identityHeader !== 'string' || !isFieldName(identityHeader)) {
     throw new ConfigurationError('identityHeader', 'must be a header field name')
   }
   const identityName = identityHeader.toLowerCase()
@@ -406,7 +404,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   // A string would be taken character by character: `'x-trace'` would forward a header `x`.
   if (!Array.isArray(extra)) throw new ConfigurationError('forwardHeaders', 'must be an array of header names')
   for (const name of extra) {
-    if (typeof name !== 'string' || !FIELD_NAME.test(name)) {
+    if (typeof name !== 'string' || !isFieldName(name)) {
       throw new ConfigurationError('forwardHeaders', `${JSON.stringify(name)} is not a header field name`)
     }
     const lower = name.toLowerCase()
