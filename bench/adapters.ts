@@ -26,6 +26,7 @@ export interface ExpressAdapter {
 export interface FastifyAdapter {
   mcpDispatch(options: AnyAdapterOptions): any
   routeByVersion?: (routes: any) => (request: any, reply: any) => Promise<unknown>
+  frameworkErrors?: (error: any, request: any, reply: any) => void
 }
 
 /** Adapters loaded from the source tree; `undefined` for one that is not there. */

@@ -4,8 +4,8 @@
  */
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import { ConfigurationError } from 'mcp-dispatch'
-import { fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
+import { ConfigurationError, notFoundReply } from 'mcp-dispatch'
+import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
 import { HOST, createFixture, goneClientProbe, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
@@ -39,6 +39,40 @@ describe('fastify adapter specifics', () => {
       }
       expect(retiredRan).toBe(0)
     } finally {
+      await app.close()
+    }
+  })
+
+  it('frameworkErrors answers a target Fastify cannot decode as the other adapters do (JSON-RPC 404), and leaves other errors to Fastify', async () => {
+    const fixture = createFixture()
+    const plain = Fastify()
+    const app = Fastify({ frameworkErrors, maxParamLength: 10 })
+    for (const instance of [plain, app]) {
+      await instance.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+      instance.all('/*', async () => ({ served: true }))
+      instance.get('/p/:name', async () => ({ param: true }))
+      await instance.listen({ port: 0, host: '127.0.0.1' })
+    }
+    try {
+      const port = (instance: typeof app) => (instance.server.address() as AddressInfo).port
+      const expected = notFoundReply()
+      for (const path of ['/v1%zz', '/%', '/v1%C0']) {
+        const request = { path, headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.alice}` }, body: tools }
+        const before = await rawRequest(port(plain), request)
+        expect(before.status, path).toBe(400)
+        expect(JSON.parse(before.body).code, path).toBe('FST_ERR_BAD_URL')
+        const res = await rawRequest(port(app), request)
+        expect(res.status, path).toBe(expected.status)
+        expect(res.headers['content-type'], path).toBe('application/json')
+        expect(res.body, path).toBe(expected.body)
+        expect(res.headers['x-mcp-version'], path).toBeUndefined()
+      }
+      // A path parameter over the router's limit: Fastify's 404 would be its own object.
+      const long = await rawRequest(port(app), { method: 'GET', path: `/p/${'x'.repeat(20)}` })
+      expect(long.status).toBe(404)
+      expect(long.body).toBe(expected.body)
+    } finally {
+      await plain.close()
       await app.close()
     }
   })

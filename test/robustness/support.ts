@@ -358,13 +358,12 @@ function expressAnswer(response: RawResponse): string | undefined {
 }
 
 /**
- * Fastify answers some malformed requests itself, outside any plugin hook: a URL with a bad
- * percent-escape (400 `FST_ERR_BAD_URL`, before `onRequest`) and a `Content-Type` it cannot
- * parse (415 `FST_ERR_CTP_INVALID_MEDIA_TYPE`, after it: so that answer carries the version
- * headers). Their bodies are Fastify's, not JSON-RPC; a platform that wants JSON-RPC there
- * sets Fastify's `frameworkErrors` option.
+ * Fastify answers a `Content-Type` it cannot parse itself (415 `FST_ERR_CTP_INVALID_MEDIA_TYPE`,
+ * after `onRequest`: so that answer carries the version headers), with its own body, not
+ * JSON-RPC. A URL with a bad percent-escape (`FST_ERR_BAD_URL`, before any hook) is answered by
+ * the adapter's `frameworkErrors`, which the target passes to Fastify, as a JSON-RPC 404.
  */
-const FASTIFY_OWN_ANSWERS: Record<string, number> = { FST_ERR_BAD_URL: 400, FST_ERR_CTP_INVALID_MEDIA_TYPE: 415 }
+const FASTIFY_OWN_ANSWERS: Record<string, number> = { FST_ERR_CTP_INVALID_MEDIA_TYPE: 415 }
 function fastifyAnswer(response: RawResponse): string | undefined {
   try {
     const code = (JSON.parse(response.body.toString()) as { code?: unknown }).code
@@ -434,7 +433,7 @@ export async function adapterTargets(): Promise<AdapterTarget[]> {
       frameworkAnswer: fastifyAnswer,
       async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy }) {
         const state: ProbeState = { handled: 0, streamsOpen: 0, streamsClosed: 0 }
-        const app = Fastify({ logger: false, trustProxy: frameworkTrustsProxy === true })
+        const app = Fastify({ logger: false, trustProxy: frameworkTrustsProxy === true, frameworkErrors: fastifyAdapter.frameworkErrors })
         await app.register(fastifyAdapter.mcpDispatch({ dispatcher, onError, ...(trustProxy !== undefined && { trustProxy }) }))
         // The body reaches the handler unread, as the MCP SDK's transport wants it.
         app.removeAllContentTypeParsers()

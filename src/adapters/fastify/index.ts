@@ -29,6 +29,7 @@
  * @module
  */
 import type {
+  FastifyError,
   FastifyInstance,
   FastifyPluginAsync,
   FastifyReply,
@@ -36,7 +37,7 @@ import type {
   RawServerDefault,
 } from 'fastify'
 import fastifyPlugin from 'fastify-plugin'
-import { type Reply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, notFoundReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
@@ -161,6 +162,31 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
   }
 
   return fastifyPlugin(plugin, { fastify: '5.x', name: 'mcp-dispatch' }) as FastifyPluginAsync
+}
+
+/**
+ * Fastify's `frameworkErrors` option, for what Fastify refuses before any hook runs: a request
+ * target with a bad percent-escape (`/v1%zz`, `FST_ERR_BAD_URL`) or a path parameter longer than
+ * the router allows (`FST_ERR_MAX_PARAM_LENGTH`) is answered as the Express and Web adapters
+ * answer such a path, the JSON-RPC 404 `not_found`, instead of Fastify's own 400 error object.
+ * No dispatch decision was made for it, so the answer carries no CORS headers. Any other
+ * error goes on to Fastify's error handling as before.
+ *
+ * @example
+ * ```ts
+ * import Fastify from 'fastify'
+ * import { frameworkErrors, mcpDispatch } from 'mcp-dispatch/fastify'
+ *
+ * const app = Fastify({ frameworkErrors })
+ * await app.register(mcpDispatch({ dispatcher }))
+ * ```
+ */
+export function frameworkErrors(error: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+  if (error.code === 'FST_ERR_BAD_URL' || error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+    sendReply(reply, notFoundReply())
+    return
+  }
+  reply.send(error)
 }
 
 /**
