@@ -154,12 +154,13 @@ export class JwksUnavailableError extends DispatchError {
 
 /**
  * A client address has used up its budget of upstream token validations that did not end in
- * an accepted token (`createOAuthValidator`'s `clientBudget`): 429 with the section 7 body.
- * Shields the authorization server, and the circuit breaker every caller shares, from a flood
- * of made-up bearer strings.
+ * an accepted token (`createOAuthValidator`'s `clientBudget`), or of store lookups of API
+ * tokens that are not stored (`createTokenService`'s `unknownTokenBudget`): 429 with the
+ * section 7 body. Shields the authorization server, the circuit breaker every caller shares,
+ * and the token store from a flood of made-up bearer strings.
  */
 export class TooManyValidationsError extends DispatchError {
-  /** Upstream validations allowed per window and client address. */
+  /** Validations (or lookups) allowed per window and client address. */
   readonly limit: number
   /** End of the window, Unix seconds. */
   readonly resetAt: number

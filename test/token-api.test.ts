@@ -3,6 +3,7 @@
  * reference platform's `api.localhost` host, with a development dashboard session, and the
  * effect of every lifecycle step on the Apps (real MCP SDK servers behind the Web adapter).
  */
+import { generateApiToken } from 'mcp-dispatch'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import type { Platform } from '../examples/platform/index.js'
 import {
@@ -491,6 +492,18 @@ describe('rotate (spec 3, 4.3)', () => {
     expect(await appStatus(rotated.token)).toBe(200)
     expect((await call('POST', `/${id}/rotate`, { bearer: old })).status).toBe(401)
     expect((await json(await call('GET', `/${id}`, { session: alice }))).prefix).toBe(rotated.prefix)
+  })
+
+  it('rotations by made-up tokens share the address budget of the MCP path: 401 each, then 429 rate_limited with Retry-After', async () => {
+    const id = await seededId('user_alice', 'alice')
+    for (let i = 0; i < 60; i++) expect((await call('POST', `/${id}/rotate`, { bearer: generateApiToken() })).status).toBe(401)
+    const spent = await call('POST', `/${id}/rotate`, { bearer: generateApiToken() })
+    expect(spent.status).toBe(429)
+    expect(spent.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/)
+    expect(await json(spent)).toEqual({ error: 'rate_limited', message: 'Too many unverified access tokens from this client address' })
+    // The MCP path from that address is spent too; another address is not.
+    expect(await appStatus(generateApiToken())).toBe(429)
+    expect(await appStatus(generateApiToken(), '198.51.100.30')).toBe(401)
   })
 
   it("a Bearer token cannot rotate another token, even one of the same owner: 403, nothing changes", async () => {

@@ -1,6 +1,7 @@
 /**
  * A per-client-address budget of upstream token validations (`createOAuthValidator`'s
- * `clientBudget`).
+ * `clientBudget`), and of store lookups of unknown API tokens (`createTokenService`'s
+ * `unknownTokenBudget`).
  *
  * Every bearer string that is not an API token goes to the OAuth validator, and one that is
  * not cached costs an upstream call. Random strings are never cached twice, so without a
@@ -56,21 +57,25 @@ export function budgetKey(address: string): string {
   return `6:${words[0]}:${words[1]}`
 }
 
-/** Creates a client budget; `false` creates one that never refuses. */
-export function createClientBudget(options: ClientBudgetOptions | false | undefined, now: () => number): ClientBudget {
+/** Creates a client budget; `false` creates one that never refuses. `name`: the option, for errors. */
+export function createClientBudget(
+  options: ClientBudgetOptions | false | undefined,
+  now: () => number,
+  name = 'clientBudget',
+): ClientBudget {
   if (options === false) return { charge: () => NO_CHARGE }
   if (options !== undefined && (options === null || typeof options !== 'object')) {
-    throw new ConfigurationError('clientBudget', 'must be an object or false')
+    throw new ConfigurationError(name, 'must be an object or false')
   }
   const limit = options?.limit ?? 60
-  if (!Number.isInteger(limit) || limit < 1) throw new ConfigurationError('clientBudget.limit', 'must be a positive integer')
+  if (!Number.isInteger(limit) || limit < 1) throw new ConfigurationError(`${name}.limit`, 'must be a positive integer')
   const windowType = options?.windowType ?? 'minute'
   if (!Object.hasOwn(WINDOWS, windowType)) {
-    throw new ConfigurationError('clientBudget.windowType', `must be one of ${Object.keys(WINDOWS).join(', ')}`)
+    throw new ConfigurationError(`${name}.windowType`, `must be one of ${Object.keys(WINDOWS).join(', ')}`)
   }
   const maxClients = options?.maxClients ?? 10_000
   if (!Number.isInteger(maxClients) || maxClients < 1) {
-    throw new ConfigurationError('clientBudget.maxClients', 'must be a positive integer')
+    throw new ConfigurationError(`${name}.maxClients`, 'must be a positive integer')
   }
   const windowMs = WINDOWS[windowType]
   const windows = new LRUCache<string, Window>({ max: maxClients })

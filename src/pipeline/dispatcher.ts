@@ -534,7 +534,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (parsed.kind === 'invalid') return challenge(request, app, presentsBearer(header))
     const token = parsed.token
     if (!token.startsWith(tokens.prefix)) return authenticateOAuth(request, app, token)
-    const pending = settle(tokens.authenticate(token), 'token')
+    let pending: MaybePromise<TokenAuthResult>
+    try {
+      pending = settle(tokens.authenticate(token, request.clientAddress), 'token')
+    } catch (error) {
+      // The client's lookups of tokens that are not stored are spent (`unknownTokenBudget`).
+      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error) }
+      throw error
+    }
     return pending instanceof Promise
       ? pending.then((auth) => judgeApiToken(request, app, auth))
       : judgeApiToken(request, app, pending)

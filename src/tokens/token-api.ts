@@ -19,7 +19,7 @@
 import { z } from 'zod'
 import { type BearerParseResult, parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
-import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, logError } from '../errors.js'
+import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, logError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 
@@ -96,6 +96,8 @@ function errorResponse(error: DispatchError): Response {
     403: error.code === 'ERR_CSRF' ? 'csrf_failed' : 'forbidden',
     404: 'not_found',
     409: error.code === 'ERR_CONFLICT' ? 'conflict' : 'token_inactive',
+    // A rotation by an unknown token from an address that spent its `unknownTokenBudget`.
+    429: 'rate_limited',
     503: 'temporarily_unavailable',
   }
   let field: string | undefined
@@ -110,7 +112,11 @@ function errorResponse(error: DispatchError): Response {
   return json(
     error.status,
     { error: kind[error.status] ?? 'error', message, ...(field !== undefined && { field }) },
-    error.status === 401 ? { 'www-authenticate': 'Bearer' } : undefined,
+    error.status === 401
+      ? { 'www-authenticate': 'Bearer' }
+      : error instanceof TooManyValidationsError
+        ? { 'retry-after': String(error.retryAfter) }
+        : undefined,
   )
 }
 

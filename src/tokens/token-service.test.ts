@@ -9,6 +9,7 @@ import {
   NotFoundError,
   StoreUnavailableError,
   TokenInactiveError,
+  TooManyValidationsError,
   UnauthorizedError,
 } from '../errors.js'
 import {
@@ -1045,6 +1046,101 @@ describe('authenticate (spec 5.2)', () => {
     const { service: other } = setup({ store: asyncFailing })
     const error = await refusal(Promise.resolve().then(() => other.authenticate(generateApiToken())), DispatchError)
     expect(error.status).toBe(503)
+  })
+})
+
+describe('made-up tokens: the client budget of store lookups (unknownTokenBudget)', () => {
+  const CLIENT = '203.0.113.7'
+
+  it('a client address gets `limit` lookups of distinct unknown tokens per window, then 429 without a lookup', async () => {
+    const { service, calls, clock } = setup({ unknownTokenBudget: { limit: 5 } })
+    for (let i = 0; i < 5; i++) expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    expect(calls.findByHash).toBe(5)
+    const spent = await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    expect(spent.status).toBe(429)
+    expect(spent.limit).toBe(5)
+    expect(spent.retryAfter).toBeGreaterThanOrEqual(1)
+    expect(spent.retryAfter).toBeLessThanOrEqual(60)
+    expect(spent.message).not.toContain('svc_')
+    expect(calls.findByHash).toBe(5)
+    // Another address, and a call without one, are not held up.
+    expect(await service.authenticate(generateApiToken(), '198.51.100.1')).toEqual({ ok: false, reason: 'unknown' })
+    expect(await service.authenticate(generateApiToken())).toEqual({ ok: false, reason: 'unknown' })
+    // The next window gives the address its lookups back.
+    clock.advance(60_000)
+    expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+  })
+
+  it('real tokens are never held up: a token found (active, revoked or expired) gives its unit back, a known one is not counted', async () => {
+    const { service } = setup({ unknownTokenBudget: { limit: 2 } })
+    const tokens = await Promise.all([0, 1, 2, 3].map((i) => createToken(service, { name: `t${i}` })))
+    const revoked = await createToken(service, { name: 'revoked' })
+    await service.revoke('alice', revoked.id)
+    // No hash is known yet (creating a token does not make it known), so each first use is
+    // looked up and charged: each found token must give its unit back.
+    for (const created of tokens) expect((await service.authenticate(created.token, CLIENT)).ok, created.name).toBe(true)
+    expect(await service.authenticate(revoked.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
+    // Two unknown tokens spend the budget; the real tokens still authenticate after it.
+    await service.authenticate(generateApiToken(), CLIENT)
+    await service.authenticate(generateApiToken(), CLIENT)
+    await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    for (const created of tokens) expect((await service.authenticate(created.token, CLIENT)).ok).toBe(true)
+  })
+
+  it('the same unknown token again is 401 from memory for a while: no lookup, no unit (a client retrying a secret rotated away)', async () => {
+    const { service, calls, clock } = setup({ unknownTokenBudget: { limit: 3 } })
+    const created = await createToken(service)
+    const rotated = await service.rotate(created.id, { kind: 'session', userId: 'alice' })
+    for (let i = 0; i < 50; i++) expect(await service.authenticate(created.token, CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    expect(calls.findByHash).toBe(1)
+    // It took one unit: the new secret and distinct unknown tokens still get their lookups.
+    expect((await service.authenticate(rotated.token, CLIENT)).ok).toBe(true)
+    expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    // Held 10 s, then asked again.
+    clock.advance(10_001)
+    const before = calls.findByHash
+    await service.authenticate(created.token)
+    expect(calls.findByHash).toBe(before + 1)
+  })
+
+  it('an invalidation of a hash held as unknown drops it (a rotation undone brings the old secret back)', async () => {
+    const bus = createMemoryInvalidationBus()
+    const store = createMemoryTokenStore()
+    const a = setup({ store, invalidations: bus })
+    const b = setup({ store, invalidations: bus })
+    const created = await createToken(a.service)
+    const old = { tokenHash: hashApiToken(created.token), displayPrefix: created.prefix }
+    const rotated = await a.service.rotate(created.id, { kind: 'session', userId: 'alice' })
+    expect(await b.service.authenticate(created.token, CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    // The old secret is put back (as `undoRotation` does) and its hash invalidated everywhere.
+    await store.rotate(created.id, old, hashApiToken(rotated.token))
+    await bus.publish({ kind: 'token', tokenHash: old.tokenHash })
+    expect((await b.service.authenticate(created.token, CLIENT)).ok).toBe(true)
+  })
+
+  it('a store failure gives the unit back (the client is not at fault)', async () => {
+    const asyncFailing: TokenStore = { ...createMemoryTokenStore(), findByHash: () => Promise.reject(new Error('timeout')) }
+    const { service } = setup({ store: asyncFailing, unknownTokenBudget: { limit: 1 } })
+    for (let i = 0; i < 3; i++) {
+      await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), StoreUnavailableError)
+    }
+  })
+
+  it('with previousPeppers, one unit covers the lookups under every pepper', async () => {
+    const { service, calls } = setup({ pepper: 'new-pepper', previousPeppers: [null], unknownTokenBudget: { limit: 2 } })
+    await service.authenticate(generateApiToken(), CLIENT)
+    await service.authenticate(generateApiToken(), CLIENT)
+    expect(calls.findByHash).toBe(4)
+    await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+  })
+
+  it('false turns it off; a bad budget is a ConfigurationError naming the option', async () => {
+    const { service } = setup({ unknownTokenBudget: false })
+    for (let i = 0; i < 100; i++) expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    expect(() => setup({ unknownTokenBudget: { limit: 0 } })).toThrow(/unknownTokenBudget\.limit/)
+    expect(() => setup({ unknownTokenBudget: { windowType: 'week' as never } })).toThrow(/unknownTokenBudget\.windowType/)
+    expect(() => setup({ unknownTokenBudget: 5 as never })).toThrow(ConfigurationError)
   })
 })
 

@@ -38,6 +38,7 @@ import {
   UnauthorizedError,
   logError,
 } from '../errors.js'
+import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { lruClock } from '../stores/lru-clock.js'
 import { withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
@@ -160,6 +161,20 @@ export interface TokenServiceOptions {
    * and revocations drop it at once through `invalidations`.
    */
   cacheTtlMs?: number
+  /**
+   * Store lookups of well-formed tokens that are not stored, per client address and window.
+   * The checksum is public (anyone can make a token that passes it), so a made-up token costs
+   * one store lookup (one per `previousPeppers` entry more); without a bound one client could
+   * send the shared database as many as it can send requests, before any rate limit (which
+   * counts authenticated callers). Counted like the OAuth validator's `clientBudget`: a lookup
+   * in flight or that found nothing takes a unit, one that found the token gives it back, and
+   * a hash already seen to belong to a stored token is never counted, so callers with real
+   * tokens are not held up. Past the limit, `authenticate` throws
+   * {@link TooManyValidationsError} (the dispatcher answers 429 with `Retry-After`) without a
+   * lookup. A call without a client address is not counted. IPv6 addresses count by their /64.
+   * Default `{ limit: 60, windowType: 'minute', maxClients: 10_000 }`; `false` turns it off.
+   */
+  unknownTokenBudget?: ClientBudgetOptions | false
   /** Broadcast of rotations and revocations to other instances. Default in-process. */
   invalidations?: InvalidationBus
   /** How often coalesced `last_used_at` times are written. Default 60 s. */
@@ -201,8 +216,13 @@ export interface TokenService {
   /**
    * Authenticates a presented API token (format, hash lookup, state). Answers synchronously
    * when the store does (in memory), so the hot path costs no extra microtask; `await` it.
+   * `clientAddress` (the caller's, as the dispatcher resolved it) is charged for the lookup of
+   * a well-formed token not known to be stored (`unknownTokenBudget`).
+   *
+   * @throws {TooManyValidationsError} (429), synchronously, when `clientAddress` has spent its
+   * `unknownTokenBudget` and the token would need a store lookup.
    */
-  authenticate(token: string): MaybePromise<TokenAuthResult>
+  authenticate(token: string, clientAddress?: string): MaybePromise<TokenAuthResult>
   /** Writes pending `last_used_at` times now. */
   flush(): Promise<void>
   /** Flushes and stops listening for invalidations. */
@@ -348,6 +368,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
   const previousPeppers = checkPreviousPeppers(options.previousPeppers, pepper)
   const onError = options.onError ?? logError
+  const unknownTokenBudget = createClientBudget(
+    options.unknownTokenBudget,
+    injectedNow ?? Date.now,
+    'unknownTokenBudget',
+  )
   const flushEvery = options.lastUsedFlushMs ?? 60_000
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
   if (!(storeTimeoutMs > 0 && storeTimeoutMs <= 2_147_483_647)) {
@@ -378,14 +403,22 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (message.kind === 'token') {
       invalidationCount++
       cache?.delete(message.tokenHash)
+      unknownHashes.delete(message.tokenHash)
     } else if (message.kind === 'all') {
       invalidationCount++
       cache?.clear()
+      unknownHashes.clear()
     }
   })
   // Hashes that matched a stored token: their tokens are well formed, so the checksum need
   // not be computed again (hashes only, never a secret; bounded).
   const wellFormed = new Set<string>()
+  // Hashes of well-formed tokens the store did not hold, answered 401 again for a while without
+  // a lookup or a charge to the client's budget (a client retrying a secret rotated away). A
+  // hash becomes known only when that very secret is issued, and new secrets are random, so
+  // holding the answer is safe; it is held briefly anyway, for a store whose reads lag its
+  // writes (a replica), and dropped by any invalidation of the hash.
+  const unknownHashes = new LRUCache<string, true>({ max: 10_000, ttl: UNKNOWN_HASH_TTL_MS, ...lruClock(options.now) })
   // The accepted result per record (records are immutable): one object, not one per request.
   const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
   const pendingLastUsed = new Map<string, number>()
@@ -508,6 +541,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function invalidate(tokenHash: string): Promise<void> {
     invalidationCount++
     cache?.delete(tokenHash)
+    unknownHashes.delete(tokenHash)
     return Promise.resolve(invalidations.publish({ kind: 'token', tokenHash })).catch((error) =>
       onError(error, 'invalidation publish'),
     )
@@ -515,7 +549,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
   async function newSecret(): Promise<{ token: string; tokenHash: string; displayPrefix: string }> {
     const token = generateApiToken(prefix, random)
-    return { token, tokenHash: hash(token), displayPrefix: displayPrefix(token) }
+    const tokenHash = hash(token)
+    // Issued here, so known here: its first use on this instance needs no checksum and is not
+    // charged to its client's `unknownTokenBudget`.
+    knowWellFormed(tokenHash)
+    return { token, tokenHash, displayPrefix: displayPrefix(token) }
+  }
+
+  function knowWellFormed(tokenHash: string): void {
+    if (wellFormed.size >= 10_000) wellFormed.clear()
+    wellFormed.add(tokenHash)
   }
 
   function recordUse(id: string, at: number): void {
@@ -556,10 +599,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): ApiTokenRecord | undefined {
     // A store is trusted with the lookup, not with the match: compared in constant time.
     if (!record || !hashesEqual(record.tokenHash, tokenHash)) return undefined
-    if (!known) {
-      if (wellFormed.size >= 10_000) wellFormed.clear()
-      wellFormed.add(tokenHash)
-    }
+    if (!known) knowWellFormed(tokenHash)
     if (cache && hearing && record.revokedAt === null && asked === invalidationCount && invalidations.listening !== false) {
       cache.set(tokenHash, record)
     }
@@ -594,6 +634,39 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const record = lookup(hashApiToken(token, previousPeppers[i] ?? undefined), true)
     const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, i + 1) : judge(found))
     return record instanceof Promise ? record.then(next) : next(record)
+  }
+
+  /** The record stored for `token` under `pepper`, else under each of `previousPeppers`, judged. */
+  function lookUnderEveryPepper(token: string, tokenHash: string, known: boolean): MaybePromise<TokenAuthResult> {
+    if (previousPeppers.length === 0) {
+      const record = lookup(tokenHash, known)
+      return record instanceof Promise ? record.then(judge) : judge(record)
+    }
+    const older = cachedUnderPreviousPepper(token)
+    if (older !== undefined) return judge(older)
+    const record = lookup(tokenHash, known)
+    const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, 0) : judge(found))
+    return record instanceof Promise ? record.then(next) : next(record)
+  }
+
+  /**
+   * A hash known to be stored that no longer is (its secret was rotated away): no longer known,
+   * and held as unknown like any other.
+   */
+  function forget(tokenHash: string): TokenAuthResult {
+    wellFormed.delete(tokenHash)
+    unknownHashes.set(tokenHash, true)
+    return UNKNOWN
+  }
+
+  /**
+   * A lookup that found the token (in any state) gives its unit back; an unknown one keeps it,
+   * and its hash is remembered as unknown.
+   */
+  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, tokenHash: string): TokenAuthResult {
+    if (auth === UNKNOWN) unknownHashes.set(tokenHash, true)
+    else charge.refund()
+    return auth
   }
 
   function judge(record: ApiTokenRecord | undefined): TokenAuthResult {
@@ -750,7 +823,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       let record: ApiTokenRecord | undefined
       let expectedHash: string | undefined
       if (caller.kind === 'token') {
-        const checking = service.authenticate(caller.token)
+        const checking = service.authenticate(caller.token, caller.clientAddress)
         // Its lookup is bounded here: on this path no dispatcher deadline applies.
         const auth = checking instanceof Promise ? await storeCall(() => checking) : checking
         if (!auth.ok) throw new UnauthorizedError()
@@ -835,7 +908,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       return revoked.length
     },
 
-    authenticate(token) {
+    authenticate(token, clientAddress) {
       // Cheap checks first; the checksum only for tokens whose hash is not known to belong to
       // a stored token (such a token passed it when it was made), so a valid token costs one
       // hash and one lookup, and garbage never reaches the store.
@@ -844,16 +917,30 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const cached = fromCache(tokenHash)
       if (cached !== undefined) return judge(cached)
       const known = wellFormed.has(tokenHash)
-      if (!known && checkApiTokenFormat(token, prefix) !== null) return MALFORMED
-      if (previousPeppers.length === 0) {
-        const record = lookup(tokenHash, known)
-        return record instanceof Promise ? record.then(judge) : judge(record)
+      if (known) {
+        const result = lookUnderEveryPepper(token, tokenHash, true)
+        if (!(result instanceof Promise)) return result === UNKNOWN ? forget(tokenHash) : result
+        return result.then((auth) => (auth === UNKNOWN ? forget(tokenHash) : auth))
       }
-      const older = cachedUnderPreviousPepper(token)
-      if (older !== undefined) return judge(older)
-      const record = lookup(tokenHash, known)
-      const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, 0) : judge(found))
-      return record instanceof Promise ? record.then(next) : next(record)
+      if (checkApiTokenFormat(token, prefix) !== null) return MALFORMED
+      if (unknownHashes.has(tokenHash)) return UNKNOWN
+      // A well-formed token not known to be stored: its lookups are charged to the client.
+      const charge = unknownTokenBudget.charge(clientAddress)
+      let result: MaybePromise<TokenAuthResult>
+      try {
+        result = lookUnderEveryPepper(token, tokenHash, false)
+      } catch (error) {
+        charge.refund()
+        throw error
+      }
+      if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash)
+      return result.then(
+        (auth) => settleCharge(auth, charge, tokenHash),
+        (error: unknown) => {
+          charge.refund()
+          throw error
+        },
+      )
     },
 
     async flush() {
@@ -941,6 +1028,9 @@ function checkPreviousPeppers(value: unknown, pepper: string | undefined): reado
 }
 
 const MAX_PREVIOUS_PEPPERS = 4
+
+/** How long a hash the store did not hold is answered 401 without asking the store again. */
+const UNKNOWN_HASH_TTL_MS = 10_000
 
 /** Reads and swaps an owner's rotation tries before it answers 409 `conflict`. */
 const MAX_ROTATE_ATTEMPTS = 32
