@@ -9,6 +9,11 @@
  *   request metadata headers of MCP 2026-07-28 (`Mcp-Method`, `Mcp-Name` and every
  *   `Mcp-Param-{name}`, which that revision's servers check against the body and an
  *   intermediary must forward), the headers named in `forwardHeaders`, the method and the body;
+ * - the body's `Content-Length`, when the client declared a valid one: the body is still
+ *   streamed, but as a body of that length rather than chunked, so an upstream that requires a
+ *   length (411 to a chunked request) is served. A body that runs past it or ends short of it
+ *   goes no further: 400 (`contentLengthMismatchReply`), reported to `onError`. Without a
+ *   `Content-Length` (or with an invalid one) the body goes chunked;
  * - `Via`: the client's, with this gateway's entry (`1.1 mcp-dispatch`) appended (RFC 9110
  *   section 7.6.3);
  * - the resolved identity as a short-lived JWT signed by the platform, in `X-MCP-Identity`
@@ -47,7 +52,7 @@
  * @module
  */
 import { isFieldName } from '../../core/cors.js'
-import { type Reply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { versionTable } from '../version-router.js'
@@ -474,7 +479,26 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     }
 
     const method = request.method
-    const hasBody = request.body !== null && method !== 'GET' && method !== 'HEAD'
+    const mayHaveBody = method !== 'GET' && method !== 'HEAD'
+    const hasBody = request.body !== null && mayHaveBody
+    /** Set when the body did not match `declared`: the request went no further (400, not 502). */
+    let lengthMismatch = false
+    const onMismatch = (error: RangeError) => {
+      lengthMismatch = true
+      // On the wire, the runtime frames a body by its `Content-Length`, so a mismatch is most
+      // likely the platform's own doing (a middleware that rewrote the body and kept the header).
+      onError(error, `proxy ${target!.origin}`)
+    }
+    // The client's length goes on, so an upstream that requires one (411 to a chunked request)
+    // is served; the body is still streamed, and `progressOf` holds it to that length.
+    const declared = mayHaveBody ? declaredLength(request.headers) : undefined
+    if (declared !== undefined) {
+      if (!hasBody && declared > 0) {
+        onMismatch(new RangeError(`Request has no body, but a Content-Length of ${declared}`))
+        return toResponse(contentLengthMismatchReply())
+      }
+      headers.set('content-length', String(declared))
+    }
     const controller = new AbortController()
     let timedOut = false
     let timer: ReturnType<typeof setTimeout> | undefined
@@ -500,7 +524,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         headers,
         redirect: 'manual',
         signal: controller.signal,
-        ...(hasBody && { body: progressOf(request.body!, arm), duplex: 'half' as const }),
+        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch), duplex: 'half' as const }),
       }
       upstream = await fetchUpstream(target, init)
       // The body may still be taken after the head (an upstream that answers first): that no
@@ -511,6 +535,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       settled = true
       clearTimeout(timer)
       request.signal.removeEventListener('abort', clientGone)
+      if (lengthMismatch) return toResponse(contentLengthMismatchReply())
       return failed(error)
     }
 
@@ -575,18 +600,52 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
 }
 
 /**
- * The request body, passed on as the upstream pulls it (no read-ahead), with `progress()` called
- * for each chunk taken and at its end: the no-progress deadline then counts from there.
+ * The request's `Content-Length`, when it is one non-negative decimal integer (RFC 9110 section
+ * 8.6) and no `Transfer-Encoding` overrides it (RFC 9112 section 6.3); `undefined` otherwise, and
+ * the body then goes on chunked, as the runtime delivered it.
  */
-function progressOf(body: ReadableStream<Uint8Array>, progress: () => void): ReadableStream<Uint8Array> {
+function declaredLength(headers: Headers): number | undefined {
+  const value = headers.get('content-length')
+  if (value === null || headers.has('transfer-encoding') || !/^\d{1,16}$/.test(value)) return undefined
+  const length = Number(value)
+  return Number.isSafeInteger(length) ? length : undefined
+}
+
+/**
+ * The request body, passed on as the upstream pulls it (no read-ahead), with `progress()` called
+ * for each chunk taken and at its end: the no-progress deadline then counts from there. With a
+ * `declared` length (the `Content-Length` sent on), a chunk that would run past it, or an end
+ * short of it, is not passed on: `mismatch` hears why and the stream fails, so the upstream never
+ * sees a complete request of the wrong length (Node's `fetch` aborts the one it was sending).
+ */
+function progressOf(
+  body: ReadableStream<Uint8Array>,
+  progress: () => void,
+  declared: number | undefined,
+  mismatch: (error: RangeError) => void,
+): ReadableStream<Uint8Array> {
   const reader = body.getReader()
+  let received = 0
+  const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: RangeError) => {
+    mismatch(error)
+    controller.error(error)
+    void reader.cancel(error).catch(() => {})
+  }
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
         const next = await reader.read()
         progress()
-        if (next.done) controller.close()
-        else controller.enqueue(next.value)
+        if (next.done) {
+          if (declared !== undefined && received < declared) {
+            fail(controller, new RangeError(`Request body ended after ${received} bytes, short of its Content-Length ${declared}`))
+          } else controller.close()
+          return
+        }
+        received += next.value.byteLength
+        if (declared !== undefined && received > declared) {
+          fail(controller, new RangeError(`Request body ran past its Content-Length ${declared}`))
+        } else controller.enqueue(next.value)
       },
       cancel(reason) {
         return reader.cancel(reason)
