@@ -803,6 +803,43 @@ describe('proxy: upstreams and clients that misbehave', () => {
     }
   })
 
+  it('a fetch of your own that decodes as documented (labels kept, as Node’s does, or both removed) reaches the client unlabelled', async () => {
+    const gzipped = gzipSync('{"ok":true}')
+    upstream.handle = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': gzipped.length }).end(gzipped)
+    }
+    for (const keepsLabel of [true, false]) {
+      // A fetch on node:http: raw bytes, decoded here as the `fetch` option's doc asks.
+      const decodingFetch = (input: URL, init: RequestInit) =>
+        new Promise<Response>((resolve, reject) => {
+          const headers: Record<string, string> = {}
+          new Headers(init.headers).forEach((value, name) => void (headers[name] = value))
+          http
+            .request(input, { method: init.method, headers, signal: init.signal ?? undefined }, (res) => {
+              const chunks: Buffer[] = []
+              res.on('data', (chunk: Buffer) => chunks.push(chunk))
+              res.on('end', () => {
+                const out = new Headers()
+                for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') out.set(name, value)
+                if (!keepsLabel) {
+                  out.delete('content-encoding')
+                  out.delete('content-length') // the length of the coded bytes: it goes with the label
+                }
+                resolve(new Response(gunzipSync(Buffer.concat(chunks)), { status: res.statusCode, headers: out }))
+              })
+            })
+            .on('error', reject)
+            .end()
+        })
+      const proxy = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, fetch: decodingFetch })
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'GET' }), context)
+      expect(response.status, String(keepsLabel)).toBe(200)
+      expect(response.headers.get('content-encoding'), String(keepsLabel)).toBeNull()
+      expect(response.headers.get('content-length'), String(keepsLabel)).toBeNull()
+      expect(await response.text(), String(keepsLabel)).toBe('{"ok":true}')
+    }
+  })
+
   it('bare version keys belong to the App named by appId: another App with that version is not sent there', async () => {
     const identity = signer
     expect(() => createProxyHandler({ upstream: { '2.0.0': `${upstream.origin}/mcp` }, identity })).toThrow(

@@ -199,6 +199,25 @@ export interface ProxyHandlerOptions {
   /**
    * `fetch` to reach upstreams. Default the global one (on Node, through the global
    * dispatcher, a platform's own included, without undici's 300 s deadlines: see `timeoutMs`).
+   *
+   * One of your own (a dispatcher for mTLS, a connection pool) is called with the upstream URL
+   * and an `init` of `method`, `headers` (a `Headers`), `redirect: 'manual'`, `signal` and, for
+   * a request with a body, a `ReadableStream` `body` with `duplex: 'half'`. It must do what the
+   * platform's `fetch` does:
+   * - send `init.headers` as given: `Accept-Encoding: identity`, and a `Content-Length`, which
+   *   then frames the stream (Node's `fetch` sends it so, not chunked; the proxy fails a body of
+   *   another length before your `fetch` sees the excess or the early end);
+   * - hand back a redirect as it is (not follow it), and abort on `init.signal`;
+   * - decode a response body whose `Content-Encoding` lists only `gzip`, `x-gzip`, `deflate` and
+   *   `br`, and keep both `Content-Encoding` and `Content-Length` as the upstream sent them, as
+   *   Node's `fetch` does: the proxy reads such a label as "decoded", drops both fields from the
+   *   answer and relays the bytes as they are. Bytes left encoded (a `fetch` built on
+   *   `node:http` or undici's `request`, which decode nothing) would reach the client unlabelled
+   *   and unreadable; the proxy cannot tell decoded bytes from encoded ones (a Brotli stream has
+   *   no signature), so it relies on this. A `fetch` that decodes and removes both fields works
+   *   too; one that removes `Content-Encoding` alone leaves the coded length on decoded bytes.
+   *   Any other coding is a 502 whatever your `fetch` did with it. An upstream that honours
+   *   `Accept-Encoding: identity` encodes nothing.
    */
   fetch?: (input: URL, init: RequestInit) => Promise<Response>
   /** Upstream failures (the client only sees 502 / 504). Default `logError` (stderr). */
@@ -558,9 +577,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return failed(undefined, `Upstream answered ${status}`)
     }
 
-    // The upstream was asked for no coding. `fetch` decodes gzip, deflate and br, and the
-    // labels are then dropped; what else it decodes depends on its version (zstd on newer
-    // Node), so any other coding is an answer this proxy cannot relay truthfully: 502.
+    // The upstream was asked for no coding. `fetch` decodes gzip, deflate and br (a `fetch`
+    // option must too: see its doc), and the labels are then dropped; what else it decodes
+    // depends on its version (zstd on newer Node), so any other coding is an answer this proxy
+    // cannot relay truthfully: 502.
     const coding = codingOf(upstream.headers.get('content-encoding'))
     if (coding === 'unknown') {
       clearTimeout(timer)
