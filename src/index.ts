@@ -63,6 +63,7 @@ export {
   RpcCode,
   authorizationServerUnavailableReply,
   buildWwwAuthenticate,
+  contentLengthMismatchReply,
   forbiddenReply,
   invalidHostReply,
   ipNotAllowedReply,

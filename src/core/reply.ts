@@ -276,3 +276,24 @@ export function invalidHostReply(): Reply {
     data: { error: 'invalid_request', field: 'host' },
   })
 }
+
+/**
+ * 400 from the proxy handler (`mcp-dispatch/proxy`): the request body ran past, or ended short
+ * of, the length its `Content-Length` declares, so it was not passed on as that length (RFC
+ * 9112 section 6.3: a message whose framing cannot be trusted is refused with 400).
+ *
+ * @example
+ * ```ts
+ * contentLengthMismatchReply()
+ * // { status: 400, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Request body does not match its Content-Length","data":{"error":"invalid_request","field":"content-length"}}}' }
+ * ```
+ */
+export function contentLengthMismatchReply(): Reply {
+  return CONTENT_LENGTH_MISMATCH
+}
+const CONTENT_LENGTH_MISMATCH = shared(jsonRpcErrorReply(400, {
+  code: -32600,
+  message: 'Request body does not match its Content-Length',
+  data: { error: 'invalid_request', field: 'content-length' },
+}))

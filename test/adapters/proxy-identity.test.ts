@@ -198,6 +198,73 @@ describe('identity verifier', () => {
     }
     expect(() => createIdentityVerifier({ ...base, clockToleranceSeconds: 0, maxTokenAgeSeconds: 60, header: 'X-Identity' })).not.toThrow()
   })
+
+  /** The `ConfigurationError` `create` throws. */
+  const refusal = (create: () => unknown): ConfigurationError => {
+    try {
+      create()
+    } catch (error) {
+      expect(error).toBeInstanceOf(ConfigurationError)
+      return error as ConfigurationError
+    }
+    return expect.fail('not refused')
+  }
+
+  it('a JWKS document with no keys, a private key or a symmetric key is refused when created, naming the entry, never its values (regression: accepted)', async () => {
+    const base = { issuer: ISSUER, audience: AUDIENCE, appId: 'app_weather' }
+    const withKeys = (keys: unknown[]) => () => createIdentityVerifier({ ...base, jwks: { keys: keys as JWK[] } })
+
+    const empty = refusal(withKeys([]))
+    expect(empty.option).toBe('jwks')
+    expect(empty.message).toMatch(/has no keys/)
+
+    // The platform's private key, copied to the App beside the public one.
+    const ec = refusal(withKeys([jwks.keys[0], privateJwk]))
+    expect(ec.option).toBe('jwks.keys.1')
+    expect(ec.message).toMatch(/is a private key \(it has "d"\)/)
+    const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey.export({ format: 'jwk' }) as JWK
+    const rsaRefusal = refusal(withKeys([rsa]))
+    expect(rsaRefusal.option).toBe('jwks.keys.0')
+    expect(rsaRefusal.message).toMatch(/it has "d", "p", "q", "dp", "dq", "qi"/)
+
+    const oct = { kty: 'oct', k: 'c2VjcmV0LXNoYXJlZC13aXRoLWFwcHM', kid: 'shared' }
+    const octRefusal = refusal(withKeys([oct]))
+    expect(octRefusal.option).toBe('jwks.keys.0')
+    expect(octRefusal.message).toMatch(/symmetric \("oct"\) key/)
+
+    // No key material in any message (it may reach a log).
+    for (const [error, key] of [[ec, privateJwk], [rsaRefusal, rsa], [octRefusal, oct]] as const) {
+      for (const value of Object.values(key)) if (typeof value === 'string' && value.length > 8) expect(error.message).not.toContain(value)
+    }
+
+    // An entry that is no JWK: our error, not jose's JWKSInvalid.
+    expect(refusal(withKeys(['not a key'])).option).toBe('jwks.keys.0')
+    // The published document is accepted, as before.
+    expect(() => createIdentityVerifier({ ...base, jwks })).not.toThrow()
+  })
+
+  it('clockToleranceSeconds is at most 300 (regression: a tolerance of hours accepted tokens hours past their exp)', async () => {
+    const base = { jwks, issuer: ISSUER, audience: AUDIENCE, appId: 'app_weather' }
+    for (const tolerance of [301, 86_400, Number.MAX_SAFE_INTEGER]) {
+      const error = refusal(() => createIdentityVerifier({ ...base, clockToleranceSeconds: tolerance }))
+      expect(error.option, String(tolerance)).toBe('clockToleranceSeconds')
+      expect(error.message).toMatch(/from 0 to 300/)
+    }
+    const verify = verifier({ clockToleranceSeconds: 300 })
+    await expect(verify(await craft({ iat: seconds - 60 - 299, exp: seconds - 299 }))).resolves.toMatchObject({ subject: 'alice' })
+    await expect(verify(await craft({ iat: seconds - 60 - 301, exp: seconds - 301 }))).rejects.toThrow(UnauthorizedError)
+  })
+
+  it('a now that is not a function is refused when created; one that returns no finite number throws a ConfigurationError, not a 401 (regression: every token refused as invalid)', async () => {
+    const error = refusal(() => verifier({ now: Date.now() as never }))
+    expect(error.option).toBe('now')
+    const token = await craft()
+    for (const [value, said] of [[Number.NaN, 'NaN'], [Number.POSITIVE_INFINITY, 'Infinity'], [String(at), 'a value of type string'], [new Date(at), 'a value of type object']] as const) {
+      const verify = verifier({ now: () => value as never })
+      await expect(verify(token), said).rejects.toThrow(ConfigurationError)
+      await expect(verify(token), said).rejects.toThrow(`option "now" must return a finite number of epoch milliseconds; it returned ${said}`)
+    }
+  })
 })
 
 /** Verifies `token` against what `signer` publishes. */
@@ -348,6 +415,22 @@ describe('identity signer: keys that cannot sign are refused when created, not a
       expect(cause).toMatchObject({ option: 'identity.publicKey' })
     }
     expect(fetches).toEqual([])
+  })
+
+  it('a now that is not a function is refused when created; one that returns no finite number makes sign reject, never a token of made-up iat (regression: a string clock signed iat 0)', async () => {
+    expect(() => create({ privateKey: ecJwk, now: at as never })).toThrow(ConfigurationError)
+    expect(() => create({ privateKey: ecJwk, now: at as never })).toThrow('option "identity.now" must be a function')
+    for (const [value, said] of [[Number.NaN, 'NaN'], [Number.NEGATIVE_INFINITY, '-Infinity'], [String(at), 'a value of type string'], [undefined, 'a value of type undefined']] as const) {
+      const signer = create({ privateKey: ecJwk, now: () => value as never })
+      await expect(signer.sign(context, 'a'), said).rejects.toThrow(ConfigurationError)
+      await expect(signer.sign(context, 'a'), said).rejects.toThrow(`option "identity.now" must return a finite number of epoch milliseconds; it returned ${said}`)
+    }
+    // A clock that recovers signs again: the reading is checked each time, nothing is kept.
+    let clock: unknown = Number.NaN
+    const signer = create({ privateKey: ecJwk, now: () => clock as number })
+    await expect(signer.sign(context, 'a')).rejects.toThrow(ConfigurationError)
+    clock = at
+    await expect(verifyWith(signer, await signer.sign(context, 'a'))).resolves.toMatchObject({ subject: 'alice' })
   })
 
   it('a previous key that is a secret, a key type no algorithm here signs with, or lacks its members (regression: oct accepted)', () => {

@@ -375,6 +375,174 @@ describe('proxy handler', () => {
     })
   })
 
+  describe('request body length (Content-Length)', () => {
+    const encoder = new TextEncoder()
+    const BODY = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+    const MISMATCH =
+      '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Request body does not match its Content-Length","data":{"error":"invalid_request","field":"content-length"}}}'
+
+    /** What the upstream received: its framing headers and the body, or that the request was cut. */
+    interface Received {
+      contentLength?: string
+      transferEncoding?: string
+      body?: string
+      aborted: boolean
+    }
+    /** An upstream that, like many behind strict proxies, answers 411 to a body without a length. */
+    const strictUpstream = (onRequest: (received: Received) => void) => {
+      upstream.handle = (req, res) => {
+        const received: Received = { contentLength: req.headers['content-length'], transferEncoding: req.headers['transfer-encoding'], aborted: false }
+        onRequest(received)
+        readBody(req).then(
+          (body) => {
+            received.body = body
+            if (received.contentLength === undefined) res.writeHead(411, { 'content-type': 'text/plain' }).end('Length Required')
+            else res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
+          },
+          () => void (received.aborted = true),
+        )
+      }
+    }
+    /** A body of `parts`, each given only when pulled (nothing is queued ahead of the reader). */
+    const bodyOf = (parts: readonly string[], beforePart?: (index: number) => Promise<void>) => {
+      let next = 0
+      return new ReadableStream<Uint8Array>(
+        {
+          async pull(controller) {
+            if (next === parts.length) return controller.close()
+            await beforePart?.(next)
+            controller.enqueue(encoder.encode(parts[next++]!))
+          },
+        },
+        { highWaterMark: 0 },
+      )
+    }
+    const postWith = (handler: ProxyHandler, body: ReadableStream<Uint8Array> | string | null, headers: Record<string, string>) =>
+      handler(new Request('http://weather.localhost/v2', { method: 'POST', headers, body, duplex: 'half' } as RequestInit), context)
+
+    it('the client’s Content-Length goes on, not chunked, and the body still streams (regression: always chunked, a strict upstream answered 411)', async () => {
+      let received: Received | undefined
+      const firstChunkSeen = createGate()
+      upstream.handle = (req, res) => {
+        received = { contentLength: req.headers['content-length'], transferEncoding: req.headers['transfer-encoding'], aborted: false }
+        const chunks: Buffer[] = []
+        req.on('data', (chunk: Buffer) => {
+          chunks.push(chunk)
+          firstChunkSeen.open()
+        })
+        req.on('end', () => {
+          received!.body = Buffer.concat(chunks).toString('utf8')
+          res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}')
+        })
+      }
+      // The second half is given only once the upstream holds the first: a proxy that read the
+      // body whole before sending would wait here for ever.
+      const half = BODY.length / 2
+      const body = bodyOf([BODY.slice(0, half), BODY.slice(half)], (index) => (index === 1 ? firstChunkSeen.wait() : Promise.resolve()))
+      const response = await postWith(proxy, body, { 'content-type': 'application/json', 'content-length': String(BODY.length) })
+      expect(response.status).toBe(200)
+      expect(received).toEqual({ contentLength: String(BODY.length), transferEncoding: undefined, body: BODY, aborted: false })
+    })
+
+    it('a request without Content-Length still goes chunked, streamed as it comes', async () => {
+      let received: Received | undefined
+      strictUpstream((r) => (received = r))
+      const response = await postWith(proxy, bodyOf([BODY.slice(0, 5), BODY.slice(5)]), { 'content-type': 'application/json' })
+      expect(response.status).toBe(411) // the strict upstream's answer, passed through
+      expect(received).toMatchObject({ contentLength: undefined, transferEncoding: 'chunked', body: BODY })
+    })
+
+    it('a Content-Length that is not one decimal integer, or that a Transfer-Encoding overrides, is not sent: the body goes chunked', async () => {
+      for (const [value, extra] of [['6, 6', {}], ['+6', {}], ['0x6', {}], ['99999999999999999', {}], ['6', { 'transfer-encoding': 'chunked' }]] as const) {
+        let received: Received | undefined
+        strictUpstream((r) => (received = r))
+        const response = await postWith(proxy, bodyOf(['abc', 'def']), { 'content-length': value, ...extra })
+        expect(response.status, value).toBe(411)
+        expect(received, value).toMatchObject({ contentLength: undefined, transferEncoding: 'chunked', body: 'abcdef' })
+      }
+    })
+
+    it('a body longer or shorter than its Content-Length is a 400, never passed on as a complete request, and onError hears it', async () => {
+      const reported: Array<{ error: unknown; context: string }> = []
+      const handler = createProxyHandler({
+        upstream: () => `${upstream.origin}/mcp`,
+        identity: signer,
+        onError: (error, where) => reported.push({ error, context: where }),
+      })
+      for (const [name, parts, declared] of [
+        ['longer', ['abc', 'defgh'], 6],
+        ['longer in its first chunk', ['abcdefgh'], 6],
+        ['shorter', ['abc'], 6],
+        ['empty', [], 2],
+      ] as const) {
+        const seen: Received[] = []
+        strictUpstream((r) => seen.push(r))
+        reported.length = 0
+        const response = await postWith(handler, bodyOf(parts), { 'content-length': String(declared) })
+        expect(response.status, name).toBe(400)
+        expect(await response.text(), name).toBe(MISMATCH)
+        expect(reported, name).toEqual([{ error: expect.any(RangeError), context: `proxy ${upstream.origin}` }])
+        expect(String((reported[0]!.error as Error).message), name).toContain(`Content-Length ${declared}`)
+        // What reached the upstream (if anything did) was cut, never a whole request of that length.
+        await new Promise((resolve) => setTimeout(resolve, 20))
+        for (const r of seen) expect([r.aborted, r.body], name).toEqual([true, undefined])
+      }
+      // A request with a Content-Length but no body at all.
+      strictUpstream(() => expect.fail('nothing goes upstream'))
+      reported.length = 0
+      const none = await handler(new Request('http://weather.localhost/v2', { method: 'DELETE', headers: { 'content-length': '5' } }), context)
+      expect(none.status).toBe(400)
+      expect(await none.text()).toBe(MISMATCH)
+      expect(reported).toHaveLength(1)
+    })
+
+    it('a fetch of your own gets the Content-Length in init.headers, beside the streamed body', async () => {
+      let received: Received | undefined
+      strictUpstream((r) => (received = r))
+      const inits: RequestInit[] = []
+      const reported: unknown[] = []
+      const handler = createProxyHandler({
+        upstream: () => `${upstream.origin}/mcp`,
+        identity: signer,
+        onError: (error) => reported.push(error),
+        fetch: (input, init) => {
+          inits.push(init)
+          return fetch(input, init)
+        },
+      })
+      const response = await postWith(handler, bodyOf(['abc', 'def']), { 'content-length': '6' })
+      expect(response.status).toBe(200)
+      expect(new Headers(inits[0]!.headers).get('content-length')).toBe('6')
+      expect(inits[0]!.body).toBeInstanceOf(ReadableStream)
+      expect(received).toMatchObject({ contentLength: '6', transferEncoding: undefined, body: 'abcdef' })
+      // Its length check is the proxy's, not only the fetch's.
+      const longer = await postWith(handler, bodyOf(['abc', 'defgh']), { 'content-length': '6' })
+      expect(longer.status).toBe(400)
+      expect(reported).toEqual([expect.any(RangeError)])
+    })
+
+    for (const kind of ADAPTER_KINDS) {
+      it(`${kind}: the length a client sends over the wire reaches the upstream`, async () => {
+        const fixture = createFixture()
+        let received: Received | undefined
+        strictUpstream((r) => (received = r))
+        const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
+        const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
+        try {
+          const response = await rawRequest(port, {
+            path: '/v2',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+            body: BODY,
+          })
+          expect(response.status).toBe(200)
+          expect(received).toMatchObject({ contentLength: String(BODY.length), transferEncoding: undefined, body: BODY })
+        } finally {
+          await stop()
+        }
+      })
+    }
+  })
+
   describe('upstream failures', () => {
     it('answers 502 (JSON-RPC) when the upstream cannot be reached', async () => {
       const gone = await startUpstream()
@@ -632,6 +800,43 @@ describe('proxy: upstreams and clients that misbehave', () => {
         expect(await response.text()).toBe(UNAVAILABLE)
         expect(String((errors[0]!.error as Error).message)).toContain('Content-Encoding')
       }
+    }
+  })
+
+  it('a fetch of your own that decodes as documented (labels kept, as Node’s does, or both removed) reaches the client unlabelled', async () => {
+    const gzipped = gzipSync('{"ok":true}')
+    upstream.handle = (_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip', 'content-length': gzipped.length }).end(gzipped)
+    }
+    for (const keepsLabel of [true, false]) {
+      // A fetch on node:http: raw bytes, decoded here as the `fetch` option's doc asks.
+      const decodingFetch = (input: URL, init: RequestInit) =>
+        new Promise<Response>((resolve, reject) => {
+          const headers: Record<string, string> = {}
+          new Headers(init.headers).forEach((value, name) => void (headers[name] = value))
+          http
+            .request(input, { method: init.method, headers, signal: init.signal ?? undefined }, (res) => {
+              const chunks: Buffer[] = []
+              res.on('data', (chunk: Buffer) => chunks.push(chunk))
+              res.on('end', () => {
+                const out = new Headers()
+                for (const [name, value] of Object.entries(res.headers)) if (typeof value === 'string') out.set(name, value)
+                if (!keepsLabel) {
+                  out.delete('content-encoding')
+                  out.delete('content-length') // the length of the coded bytes: it goes with the label
+                }
+                resolve(new Response(gunzipSync(Buffer.concat(chunks)), { status: res.statusCode, headers: out }))
+              })
+            })
+            .on('error', reject)
+            .end()
+        })
+      const proxy = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, fetch: decodingFetch })
+      const response = await proxy(new Request('http://weather.localhost/v2', { method: 'GET' }), context)
+      expect(response.status, String(keepsLabel)).toBe(200)
+      expect(response.headers.get('content-encoding'), String(keepsLabel)).toBeNull()
+      expect(response.headers.get('content-length'), String(keepsLabel)).toBeNull()
+      expect(await response.text(), String(keepsLabel)).toBe('{"ok":true}')
     }
   })
 

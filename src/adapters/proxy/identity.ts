@@ -135,7 +135,11 @@ export interface IdentitySignerOptions {
    * or under its thumbprint) is published once.
    */
   previousKeys?: readonly (JWK | IdentityPreviousKey)[]
-  /** Clock, epoch ms. Default `Date.now`. */
+  /**
+   * Clock, epoch ms: a function returning a finite number. Default `Date.now`. A value that is
+   * not one (`NaN`, a string, a `Date`) makes `sign` reject with a `ConfigurationError`
+   * rather than sign a token with no valid `iat` and `exp`.
+   */
   now?: () => number
 }
 
@@ -422,6 +426,25 @@ function toJwk(key: PublishedKey): JWK {
 const PROBE = new TextEncoder().encode('mcp-dispatch identity key check')
 
 /**
+ * The clock of `option`: `Date.now` when not given; else the function, checked to be one now and
+ * to give a finite number at each reading. A clock that answers `NaN` or a string would make
+ * `jose` refuse with an obscure error, or sign a token issued at 1970 (a string read as 0 s), or
+ * make a verifier compare `exp` with `NaN`: a misconfiguration, said as one.
+ */
+function clockOf(now: unknown, option: string): () => number {
+  if (now === undefined) return Date.now
+  if (typeof now !== 'function') throw new ConfigurationError(option, 'must be a function returning epoch milliseconds')
+  return () => {
+    const value: unknown = now()
+    if (typeof value !== 'number' || !Number.isFinite(value)) {
+      const said = typeof value === 'number' ? String(value) : `a value of type ${typeof value}`
+      throw new ConfigurationError(option, `must return a finite number of epoch milliseconds; it returned ${said}`)
+    }
+    return value
+  }
+}
+
+/**
  * Creates the signer of identity tokens. Misconfiguration that can be seen without importing
  * the key throws a `ConfigurationError` here: a missing issuer; a symmetric key, a public key
  * given as `privateKey`, a JWK whose `key_ops` leave out `sign`; a key no algorithm here signs
@@ -430,11 +453,12 @@ const PROBE = new TextEncoder().encode('mcp-dispatch identity key check')
  * or as the key to publish (Node exports no JWK of it); a `publicKey` of another key type, or
  * not the pair of a private key whose public part can be read; a non-extractable key without
  * `publicKey`; a `previousKeys` entry that is not a public EC, Ed25519 or RSA key, or that has
- * the `kid` of another key (the signing key's `keyId` included). The rest is checked on first
- * use (the first `sign` or `jwks`), by signing a probe and verifying it with the published key:
- * a key that does not sign, a `publicKey` that is not its pair, or a thumbprint `kid` shared
- * with another key rejects with a `ConfigurationError`, and the next call tries again. Await
- * `jwks()` at start to see it then.
+ * the `kid` of another key (the signing key's `keyId` included); a `now` that is not a function
+ * (one that returns anything but a finite number makes that `sign` reject with a
+ * `ConfigurationError`). The rest is checked on first use (the first `sign` or `jwks`), by
+ * signing a probe and verifying it with the published key: a key that does not sign, a
+ * `publicKey` that is not its pair, or a thumbprint `kid` shared with another key rejects with
+ * a `ConfigurationError`, and the next call tries again. Await `jwks()` at start to see it then.
  *
  * @example
  * ```ts
@@ -532,7 +556,7 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
   }
   // What can be told of the kids now (those given, of keys whose members are known).
   publishable(current, previous)
-  const now = options.now ?? Date.now
+  const now = clockOf(options.now, 'identity.now')
 
   type Loaded = { key: CryptoKey | KeyObject; kid: string; jwks: IdentityJwks }
   async function prepare(): Promise<Loaded> {
@@ -629,7 +653,10 @@ export interface IdentityVerifierOptions {
   /**
    * The platform's JWKS: its http(s) URL (fetched and cached by `jose`), or the document
    * itself. When the URL cannot be fetched, verification throws a {@link JwksUnavailableError}
-   * (answer 503), not an `UnauthorizedError`.
+   * (answer 503), not an `UnauthorizedError`. A document must hold at least one key, and public
+   * keys only: an entry with a private member (`d`, or RSA's `p`, `q`…) or a symmetric (`oct`)
+   * key is refused when the verifier is created (that key would be a secret of the platform's,
+   * copied to an App).
    */
   jwks: string | URL | IdentityJwks
   /** The platform's `iss`. */
@@ -648,7 +675,11 @@ export interface IdentityVerifierOptions {
    * section 5.1). Default `x-mcp-identity`.
    */
   header?: string
-  /** Clock skew tolerated, in seconds: a finite number, 0 or more. Default 5. */
+  /**
+   * Clock skew tolerated, in seconds: a number from 0 to 300. Default 5. It lengthens the life
+   * of every token (a 60 s token is accepted up to this long after its `exp`), so it is bounded:
+   * a skew of more than five minutes is a clock to fix (NTP), not one to tolerate.
+   */
   clockToleranceSeconds?: number
   /**
    * The longest lifetime accepted, in seconds: a token whose `exp` is more than this after its
@@ -657,7 +688,10 @@ export interface IdentityVerifierOptions {
    * issues; an App whose platform signs with the default 60 may set 60.
    */
   maxTokenAgeSeconds?: number
-  /** Clock, epoch ms. Default `Date.now`. */
+  /**
+   * Clock, epoch ms: a function returning a finite number. Default `Date.now`. A value that is
+   * not one makes verification throw a `ConfigurationError` (not the 401 of a bad token).
+   */
   now?: () => number
   /** `fetch` used to get a remote JWKS. Default the global one. */
   fetch?: typeof fetch
@@ -699,6 +733,33 @@ export type IdentityVerifier = (input: Request | Headers | IdentityNodeRequest |
 
 /** The longest lifetime the verifier accepts by default: the longest `ttlSeconds` a signer issues. */
 const DEFAULT_MAX_TOKEN_AGE_SECONDS = 3600
+
+/** The most clock skew the verifier tolerates, in seconds (`clockToleranceSeconds`). */
+const MAX_CLOCK_TOLERANCE_SECONDS = 300
+
+/**
+ * The keys of a JWKS document given to the verifier, checked: at least one, each a JWK, and
+ * public (RFC 7517 section 5). Errors name the entry and the member, never a value: a private
+ * key's members are secrets, and this message may reach a log.
+ */
+function publicKeysOf(keys: readonly unknown[]): JWK[] {
+  if (keys.length === 0) throw new ConfigurationError('jwks', "has no keys: give the platform's JWKS (signer.jwks()) or its URL")
+  return keys.map((key, i) => {
+    const option = `jwks.keys.${i}`
+    if (!isJwk(key)) throw new ConfigurationError(option, 'must be a JWK (an object with "kty")')
+    if (key.kty === 'oct') {
+      throw new ConfigurationError(option, 'is a symmetric ("oct") key: identity tokens are signed with asymmetric keys, and a JWKS holds public keys only')
+    }
+    const secret = PRIVATE_MEMBERS.filter((name) => (key as Record<string, unknown>)[name] !== undefined)
+    if (secret.length > 0) {
+      throw new ConfigurationError(
+        option,
+        `is a private key (it has ${secret.map((name) => JSON.stringify(name)).join(', ')}): a JWKS holds public keys only; give the platform's published JWKS (signer.jwks())`,
+      )
+    }
+    return key
+  })
+}
 
 /** The identity token of `input`, `null` when it carries none. */
 function tokenOf(input: unknown, header: string): string | null {
@@ -755,9 +816,12 @@ function isRetrievalFailure(error: unknown): boolean {
  * // UnauthorizedError → 401; JwksUnavailableError → 503
  * ```
  * @throws {ConfigurationError} with a missing `issuer`, `audience` or `appId`, a `jwks` that is
- * neither an http(s) URL nor a JWKS document, a `header` that is not an HTTP field name, or a
- * `clockToleranceSeconds` / `maxTokenAgeSeconds` that is not a finite number (0 or more / more
- * than 0).
+ * neither an http(s) URL nor a JWKS document, a JWKS document with no keys, an entry that is
+ * not a JWK, a private key (`d`, …) or a symmetric (`oct`) key, a `header` that is not an HTTP
+ * field name, a `clockToleranceSeconds` that is not a number from 0 to 300, a
+ * `maxTokenAgeSeconds` that is not a finite number more than 0, or a `now` that is not a
+ * function. Verification throws one (rather than the 401 of a bad token) when `now` returns
+ * anything but a finite number.
  */
 export function createIdentityVerifier(options: IdentityVerifierOptions): IdentityVerifier {
   if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
@@ -775,10 +839,11 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     throw new ConfigurationError('header', 'must be an HTTP header name')
   }
   const header = (options.header ?? IDENTITY_HEADER).toLowerCase()
-  const now = options.now
+  const now = clockOf(options.now, 'now')
   const tolerance = options.clockToleranceSeconds ?? 5
-  if (typeof tolerance !== 'number' || !Number.isFinite(tolerance) || tolerance < 0) {
-    throw new ConfigurationError('clockToleranceSeconds', 'must be a finite number of seconds, 0 or more')
+  // NaN and the infinities fail the comparisons.
+  if (typeof tolerance !== 'number' || !(tolerance >= 0 && tolerance <= MAX_CLOCK_TOLERANCE_SECONDS)) {
+    throw new ConfigurationError('clockToleranceSeconds', `must be a number of seconds from 0 to ${MAX_CLOCK_TOLERANCE_SECONDS}`)
   }
   const maxTokenAge = options.maxTokenAgeSeconds ?? DEFAULT_MAX_TOKEN_AGE_SECONDS
   if (typeof maxTokenAge !== 'number' || !Number.isFinite(maxTokenAge) || maxTokenAge <= 0) {
@@ -800,7 +865,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
       }
     }
   } else if (source && Array.isArray(source.keys)) {
-    keys = createLocalJWKSet({ keys: source.keys })
+    keys = createLocalJWKSet({ keys: publicKeysOf(source.keys) })
   } else {
     throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
   }
@@ -808,6 +873,8 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   return async function verifyIdentity(input) {
     const token = tokenOf(input, header)
     if (!token) throw new UnauthorizedError('Missing identity token')
+    // Read before `jwtVerify`, so a broken clock is its ConfigurationError, not a 401.
+    const currentDate = new Date(now())
     let payload: JWTPayload
     try {
       ;({ payload } = await jwtVerify(token, keys, {
@@ -818,7 +885,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
         clockTolerance: tolerance,
         maxTokenAge,
         requiredClaims: ['sub', 'exp', 'iat', 'jti', 'app', 'ver', 'method'],
-        ...(now && { currentDate: new Date(now()) }),
+        currentDate,
       }))
     } catch (error) {
       if (error instanceof JwksUnavailableError) throw error

@@ -9,6 +9,11 @@
  *   request metadata headers of MCP 2026-07-28 (`Mcp-Method`, `Mcp-Name` and every
  *   `Mcp-Param-{name}`, which that revision's servers check against the body and an
  *   intermediary must forward), the headers named in `forwardHeaders`, the method and the body;
+ * - the body's `Content-Length`, when the client declared a valid one: the body is still
+ *   streamed, but as a body of that length rather than chunked, so an upstream that requires a
+ *   length (411 to a chunked request) is served. A body that runs past it or ends short of it
+ *   goes no further: 400 (`contentLengthMismatchReply`), reported to `onError`. Without a
+ *   `Content-Length` (or with an invalid one) the body goes chunked;
  * - `Via`: the client's, with this gateway's entry (`1.1 mcp-dispatch`) appended (RFC 9110
  *   section 7.6.3);
  * - the resolved identity as a short-lived JWT signed by the platform, in `X-MCP-Identity`
@@ -47,7 +52,7 @@
  * @module
  */
 import { isFieldName } from '../../core/cors.js'
-import { type Reply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { versionTable } from '../version-router.js'
@@ -194,6 +199,25 @@ export interface ProxyHandlerOptions {
   /**
    * `fetch` to reach upstreams. Default the global one (on Node, through the global
    * dispatcher, a platform's own included, without undici's 300 s deadlines: see `timeoutMs`).
+   *
+   * One of your own (a dispatcher for mTLS, a connection pool) is called with the upstream URL
+   * and an `init` of `method`, `headers` (a `Headers`), `redirect: 'manual'`, `signal` and, for
+   * a request with a body, a `ReadableStream` `body` with `duplex: 'half'`. It must do what the
+   * platform's `fetch` does:
+   * - send `init.headers` as given: `Accept-Encoding: identity`, and a `Content-Length`, which
+   *   then frames the stream (Node's `fetch` sends it so, not chunked; the proxy fails a body of
+   *   another length before your `fetch` sees the excess or the early end);
+   * - hand back a redirect as it is (not follow it), and abort on `init.signal`;
+   * - decode a response body whose `Content-Encoding` lists only `gzip`, `x-gzip`, `deflate` and
+   *   `br`, and keep both `Content-Encoding` and `Content-Length` as the upstream sent them, as
+   *   Node's `fetch` does: the proxy reads such a label as "decoded", drops both fields from the
+   *   answer and relays the bytes as they are. Bytes left encoded (a `fetch` built on
+   *   `node:http` or undici's `request`, which decode nothing) would reach the client unlabelled
+   *   and unreadable; the proxy cannot tell decoded bytes from encoded ones (a Brotli stream has
+   *   no signature), so it relies on this. A `fetch` that decodes and removes both fields works
+   *   too; one that removes `Content-Encoding` alone leaves the coded length on decoded bytes.
+   *   Any other coding is a 502 whatever your `fetch` did with it. An upstream that honours
+   *   `Accept-Encoding: identity` encodes nothing.
    */
   fetch?: (input: URL, init: RequestInit) => Promise<Response>
   /** Upstream failures (the client only sees 502 / 504). Default `logError` (stderr). */
@@ -474,7 +498,26 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     }
 
     const method = request.method
-    const hasBody = request.body !== null && method !== 'GET' && method !== 'HEAD'
+    const mayHaveBody = method !== 'GET' && method !== 'HEAD'
+    const hasBody = request.body !== null && mayHaveBody
+    /** Set when the body did not match `declared`: the request went no further (400, not 502). */
+    let lengthMismatch = false
+    const onMismatch = (error: RangeError) => {
+      lengthMismatch = true
+      // On the wire, the runtime frames a body by its `Content-Length`, so a mismatch is most
+      // likely the platform's own doing (a middleware that rewrote the body and kept the header).
+      onError(error, `proxy ${target!.origin}`)
+    }
+    // The client's length goes on, so an upstream that requires one (411 to a chunked request)
+    // is served; the body is still streamed, and `progressOf` holds it to that length.
+    const declared = mayHaveBody ? declaredLength(request.headers) : undefined
+    if (declared !== undefined) {
+      if (!hasBody && declared > 0) {
+        onMismatch(new RangeError(`Request has no body, but a Content-Length of ${declared}`))
+        return toResponse(contentLengthMismatchReply())
+      }
+      headers.set('content-length', String(declared))
+    }
     const controller = new AbortController()
     let timedOut = false
     let timer: ReturnType<typeof setTimeout> | undefined
@@ -500,7 +543,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         headers,
         redirect: 'manual',
         signal: controller.signal,
-        ...(hasBody && { body: progressOf(request.body!, arm), duplex: 'half' as const }),
+        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch), duplex: 'half' as const }),
       }
       upstream = await fetchUpstream(target, init)
       // The body may still be taken after the head (an upstream that answers first): that no
@@ -511,6 +554,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       settled = true
       clearTimeout(timer)
       request.signal.removeEventListener('abort', clientGone)
+      if (lengthMismatch) return toResponse(contentLengthMismatchReply())
       return failed(error)
     }
 
@@ -533,9 +577,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return failed(undefined, `Upstream answered ${status}`)
     }
 
-    // The upstream was asked for no coding. `fetch` decodes gzip, deflate and br, and the
-    // labels are then dropped; what else it decodes depends on its version (zstd on newer
-    // Node), so any other coding is an answer this proxy cannot relay truthfully: 502.
+    // The upstream was asked for no coding. `fetch` decodes gzip, deflate and br (a `fetch`
+    // option must too: see its doc), and the labels are then dropped; what else it decodes
+    // depends on its version (zstd on newer Node), so any other coding is an answer this proxy
+    // cannot relay truthfully: 502.
     const coding = codingOf(upstream.headers.get('content-encoding'))
     if (coding === 'unknown') {
       clearTimeout(timer)
@@ -575,18 +620,52 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
 }
 
 /**
- * The request body, passed on as the upstream pulls it (no read-ahead), with `progress()` called
- * for each chunk taken and at its end: the no-progress deadline then counts from there.
+ * The request's `Content-Length`, when it is one non-negative decimal integer (RFC 9110 section
+ * 8.6) and no `Transfer-Encoding` overrides it (RFC 9112 section 6.3); `undefined` otherwise, and
+ * the body then goes on chunked, as the runtime delivered it.
  */
-function progressOf(body: ReadableStream<Uint8Array>, progress: () => void): ReadableStream<Uint8Array> {
+function declaredLength(headers: Headers): number | undefined {
+  const value = headers.get('content-length')
+  if (value === null || headers.has('transfer-encoding') || !/^\d{1,16}$/.test(value)) return undefined
+  const length = Number(value)
+  return Number.isSafeInteger(length) ? length : undefined
+}
+
+/**
+ * The request body, passed on as the upstream pulls it (no read-ahead), with `progress()` called
+ * for each chunk taken and at its end: the no-progress deadline then counts from there. With a
+ * `declared` length (the `Content-Length` sent on), a chunk that would run past it, or an end
+ * short of it, is not passed on: `mismatch` hears why and the stream fails, so the upstream never
+ * sees a complete request of the wrong length (Node's `fetch` aborts the one it was sending).
+ */
+function progressOf(
+  body: ReadableStream<Uint8Array>,
+  progress: () => void,
+  declared: number | undefined,
+  mismatch: (error: RangeError) => void,
+): ReadableStream<Uint8Array> {
   const reader = body.getReader()
+  let received = 0
+  const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: RangeError) => {
+    mismatch(error)
+    controller.error(error)
+    void reader.cancel(error).catch(() => {})
+  }
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
         const next = await reader.read()
         progress()
-        if (next.done) controller.close()
-        else controller.enqueue(next.value)
+        if (next.done) {
+          if (declared !== undefined && received < declared) {
+            fail(controller, new RangeError(`Request body ended after ${received} bytes, short of its Content-Length ${declared}`))
+          } else controller.close()
+          return
+        }
+        received += next.value.byteLength
+        if (declared !== undefined && received > declared) {
+          fail(controller, new RangeError(`Request body ran past its Content-Length ${declared}`))
+        } else controller.enqueue(next.value)
       },
       cancel(reason) {
         return reader.cancel(reason)
