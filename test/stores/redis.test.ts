@@ -431,6 +431,26 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     }
   })
 
+  describe('TTLs that cannot be sent as PX', () => {
+    it('Infinity, NaN or past 2^53 - 1: the call rejects with a RangeError and sends nothing (Redis would refuse PX Infinity on every call)', async () => {
+      const client = recording(redis.client)
+      const options = { client, prefix: redis.prefix() }
+      const sessions = createRedisSessionStore(options)
+      const counters = createRedisRateLimitStore(options)
+      const cache = createRedisCacheStore<{ n: number }>(options)
+      for (const ttl of [Number.POSITIVE_INFINITY, Number.NaN, 2 ** 53]) {
+        const calls = [sessions.get('s', ttl), sessions.set('s', PIN, ttl), counters.increment('k', START, ttl)]
+        if (!Number.isNaN(ttl)) calls.push(cache.set('k', { n: 1 }, ttl) as Promise<void>)
+        for (const call of calls) await expect(call, String(ttl)).rejects.toThrow(RangeError)
+        await expect(sessions.set('s', PIN, ttl)).rejects.toThrow(/finite number of milliseconds/)
+      }
+      expect(client.commands).toEqual([])
+      // The largest whole number Redis is given is taken as it is.
+      expect(await sessions.set('s', PIN, Number.MAX_SAFE_INTEGER)).toBe(true)
+      expect(await redis.client.pttl(`${options.prefix}session:s`)).toBeGreaterThan(2 ** 52)
+    })
+  })
+
   describe('a Redis that does not answer', () => {
     it('every call rejects after timeoutMs (nothing listens on the port)', async () => {
       const client = await redis.connectUnreachable()
@@ -467,6 +487,9 @@ describe('Redis stores: options', () => {
     ['timeoutMs', () => createRedisRateLimitStore({ client, timeoutMs: 0 })],
     ['timeoutMs', () => createRedisRateLimitStore({ client, timeoutMs: Number.POSITIVE_INFINITY })],
     ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: -1 })],
+    ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: Number.POSITIVE_INFINITY })],
+    // lru-cache would refuse it with a TypeError of its own, naming no option.
+    ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: 2.5 })],
     ['localMax', () => createRedisCacheStore({ client, localMax: 0.5 })],
     ['now', () => createRedisCacheStore({ client, now: 5 as never })],
     ['subscriber', () => createRedisInvalidationBus({ client: { call: client.call } })],

@@ -168,7 +168,19 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   }
 }
 
-/** A TTL for `PX`: whole milliseconds, at least 1 (Redis refuses 0 and fractions). */
+/**
+ * A TTL for `PX`: whole milliseconds, at least 1 (Redis refuses 0 and fractions, so a fraction
+ * is rounded up and 0 or less becomes 1).
+ *
+ * @throws {RangeError} when `ttlMs` is not a finite number, or is above 2^53 - 1: Redis refuses
+ * `PX Infinity` (and `1e+21`), so the command would fail on every call (a session store handed
+ * `Infinity` would never write a pin). The stores turn it into a rejection of the call.
+ */
 export function px(ttlMs: number): number {
+  if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs) || ttlMs > Number.MAX_SAFE_INTEGER) {
+    throw new RangeError(
+      `Redis stores take a TTL as a finite number of milliseconds, at most ${Number.MAX_SAFE_INTEGER} (PX), not ${String(ttlMs)}`,
+    )
+  }
   return Math.max(1, Math.ceil(ttlMs))
 }

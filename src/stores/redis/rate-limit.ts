@@ -70,8 +70,9 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
   const client = options.client
   const lost = lostSinceReady(client)
   return {
-    increment(key, windowStart, windowMs) {
-      if (lost()) return Promise.reject(new Error(`Redis connection not ready (${client.status}): not counted`))
+    // Async: a window `px` refuses rejects the call, as a failing Redis does.
+    async increment(key, windowStart, windowMs) {
+      if (lost()) throw new Error(`Redis connection not ready (${client.status}): not counted`)
       return redis.run(INCREMENT, keyPrefix + key, windowStart, px(windowMs)).then(toCount)
     },
   }
