@@ -49,7 +49,8 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  * busy token costs one Redis read per `localTtlMs` per instance. The trade-off: `delete`
  * (the validator's `forget`) reaches the other instances' local copies only when those run out,
  * at most `localTtlMs` later. A miss costs one round trip (a script that reads the value and
- * its TTL), `set` and `delete` one each, every one under the `timeoutMs` deadline; the
+ * its TTL), `set` and `delete` one each, every one under the `timeoutMs` deadline (and
+ * rejected at once, unsent, while a hung Redis has the client's stall breaker open); the
  * validator treats a failing cache as a miss.
  *
  * @example
