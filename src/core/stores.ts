@@ -90,7 +90,9 @@ export interface TokenStore {
   /**
    * Replaces the secret's hash and display prefix, only if the token is not revoked and,
    * when `expectedHash` is given, its current hash equals it (compare-and-swap, so two
-   * concurrent rotations by the same secret cannot both succeed).
+   * concurrent rotations by the same secret cannot both succeed). A `next.tokenHash` that
+   * another token holds (revoked or not) is refused with a `TypeError` and changes nothing, as
+   * a duplicate hash on `insert` is: the hash must keep finding the token it belongs to.
    */
   rotate(
     id: string,

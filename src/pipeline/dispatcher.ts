@@ -186,7 +186,12 @@ export interface DispatcherOptions {
   basePath?: string
   /** Session pins; default in memory. Use a shared store when instances share sessions. */
   sessions?: SessionStore
-  /** Idle lifetime of a session pin; default 1 hour. */
+  /**
+   * Idle lifetime of a session pin, in whole milliseconds from 1 to 2^53 - 1
+   * (`Number.MAX_SAFE_INTEGER`): the session store sends it as it is (Redis: `PX`, which takes
+   * whole milliseconds only), so `Infinity`, a fraction or a string is refused when the
+   * dispatcher is created. Default 1 hour.
+   */
   sessionTtlMs?: number
   /** Rate limiting; no limit when absent. */
   rateLimit?: {
@@ -216,7 +221,9 @@ export interface DispatcherOptions {
    * the request is answered 503 (a hung store never hangs a request; the rate-limit counter
    * follows `failOpen`), and the timeout goes to `onError`. Synchronous answers are not timed.
    * The OAuth validator is not timed here: it keeps its own deadline (retries included) and
-   * answers 503 itself. Default 5 seconds.
+   * answers 503 itself. A positive number of milliseconds, at most 2^31 - 1 (about 24.8 days,
+   * the longest delay a timer takes: past it Node fires at once, and every store call would
+   * time out). Default 5 seconds.
    */
   storeTimeoutMs?: number
 }
@@ -281,6 +288,8 @@ const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-L
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
+/** Longest delay a timer takes (2^31 - 1 ms); a longer one fires at once. */
+const MAX_TIMER_MS = 2_147_483_647
 
 // Refusals that carry nothing of the request: one frozen object each.
 const IP_NOT_ALLOWED = Object.freeze({ reply: Object.freeze(ipNotAllowedReply()) })
@@ -325,7 +334,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `allowedOrigins` that is neither an array nor a function, a validator whose audience follows the `Host` without `baseUrl`, a `storeTimeoutMs` out of range…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `allowedOrigins` that is neither an array nor a function, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -346,9 +355,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const sessions = options.sessions ?? createMemorySessionStore({ now })
   const synchronousPins = sessions.synchronous === true
   const sessionTtlMs = options.sessionTtlMs ?? 3_600_000
-  if (!(sessionTtlMs > 0)) throw new ConfigurationError('sessionTtlMs', 'must be a positive number of milliseconds')
+  // Stores send it as it is: Redis refuses `PX Infinity` or a fraction, and no pin would be
+  // written (every session's next request: 404), where memory would keep pins for ever.
+  if (!Number.isSafeInteger(sessionTtlMs) || sessionTtlMs < 1) {
+    throw new ConfigurationError('sessionTtlMs', `must be a whole number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`)
+  }
   const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
-  if (!(storeTimeoutMs > 0)) throw new ConfigurationError('storeTimeoutMs', 'must be a positive number of milliseconds')
+  // A timer holds at most 2^31 - 1 ms; past it (Infinity too) Node fires at once.
+  if (typeof storeTimeoutMs !== 'number' || !(storeTimeoutMs > 0 && storeTimeoutMs <= MAX_TIMER_MS)) {
+    throw new ConfigurationError('storeTimeoutMs', `must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`)
+  }
   const basePath = (options.basePath ?? '').replace(/\/+$/, '')
   if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
   const rateLimit = options.rateLimit
@@ -819,7 +835,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // TTL was last restarted. One timer for all of them, every third of the TTL (a restart that
   // fails is retried at the next tick, still in time), stopped by the first tick that finds none.
   const open = new Map<string, KeptSession>()
-  const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 3), 1), 2_147_483_647)
+  const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 3), 1), MAX_TIMER_MS)
   // A response that ends within this of the last restart (every short POST) costs no store call.
   const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
   let keeper: ReturnType<typeof setInterval> | undefined

@@ -150,3 +150,19 @@ export function nextInvalidation(bus: RedisInvalidationBus, kind: InvalidationMe
     })
   })
 }
+
+/**
+ * Holds `client`'s connection as a hung Redis would: a `BLPOP` on the empty list `key` blocks
+ * it, and Redis answers nothing sent after it on that connection (the socket stays up, the
+ * status `ready`) until `release` pushes to the list from `other`. Only this connection is
+ * held, never the other clients of a shared Redis, as `CLIENT PAUSE` would hold them.
+ */
+export function holdConnection(client: Redis, other: Redis, key: string): { release(): Promise<void> } {
+  const blocked = client.blpop(key, 0).catch(() => null)
+  return {
+    async release() {
+      await other.lpush(key, 'go')
+      await blocked
+    },
+  }
+}

@@ -54,6 +54,24 @@ describe('options checked at creation', () => {
     expect(refusedOption(api('/'))).toBeUndefined()
   })
 
+  it("the dispatcher's sessionTtlMs is a whole number of milliseconds: Infinity would be sent to Redis as PX Infinity, and no pin written (regression)", () => {
+    const dispatcher = (sessionTtlMs: unknown) => () => createDispatcher({ apps, subscriptions, tokens, sessionTtlMs: sessionTtlMs as number })
+    for (const bad of [Number.POSITIVE_INFINITY, Number.NaN, 0, -1, 1.5, 2 ** 53, '3600000']) {
+      expect(refusedOption(dispatcher(bad)), String(bad)).toBe('sessionTtlMs')
+    }
+    for (const good of [1, 3_600_000, 30 * 86_400_000, Number.MAX_SAFE_INTEGER, undefined]) {
+      expect(refusedOption(dispatcher(good)), String(good)).toBeUndefined()
+    }
+  })
+
+  it("the dispatcher's storeTimeoutMs is a timer's delay: at most 2^31 - 1 ms (past it, Infinity too, Node fires at once)", () => {
+    const dispatcher = (storeTimeoutMs: unknown) => () => createDispatcher({ apps, subscriptions, tokens, storeTimeoutMs: storeTimeoutMs as number })
+    for (const bad of [Number.POSITIVE_INFINITY, Number.NaN, 0, -1, 2 ** 31, '5000']) {
+      expect(refusedOption(dispatcher(bad)), String(bad)).toBe('storeTimeoutMs')
+    }
+    for (const good of [1, 2.5, 5_000, 2 ** 31 - 1, undefined]) expect(refusedOption(dispatcher(good)), String(good)).toBeUndefined()
+  })
+
   it("the dispatcher's allowedOrigins is an array of origins, never a string taken as a set of characters", () => {
     const dispatcher = (allowedOrigins: unknown) => () =>
       createDispatcher({ apps, subscriptions, tokens, allowedOrigins: allowedOrigins as string[] })

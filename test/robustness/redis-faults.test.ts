@@ -5,9 +5,11 @@
  * `Retry-After`, a pin that cannot be written is reported and the response still goes out.
  * Two ways down: a port where nothing listens (ioredis' defaults queue the commands and retry
  * forever), and a Redis that stops answering (a loopback proxy in front of the real Redis that
- * stops forwarding: only this test's connection hangs, never the other test files' clients of
- * the same Redis, as `CLIENT PAUSE` would). Afterwards no socket or timer of ours is left (the
- * last test checks the handles of this process).
+ * stops forwarding, or a connection held by a `BLPOP`: only this test's connection hangs,
+ * never the other test files' clients of the same Redis, as `CLIENT PAUSE` would). Once one
+ * call has passed its deadline, the stores' calls fail at once until Redis answers again (the
+ * stall breaker). Afterwards no socket or timer of ours is left (the last test checks the
+ * handles of this process).
  */
 import * as net from 'node:net'
 import {
@@ -22,7 +24,7 @@ import {
 import { createRedisInvalidationBus, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it, vi } from 'vitest'
-import { REDIS_URL, describeRedis } from '../helpers/redis.js'
+import { REDIS_URL, describeRedis, holdConnection } from '../helpers/redis.js'
 import { type Fixture, HOSTNAME, TOOLS_LIST, activeResources, createFixture, jsonRpcError, leakedHandles } from './support.js'
 
 const baseline = activeResources()
@@ -130,6 +132,14 @@ async function hangingProxy(): Promise<{ port: number; hang(): void; answer(): v
 const NOT_COUNTED = `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`
 
 /**
+ * How a call of `what` fails once an earlier call passed its deadline: at once, unsent (the
+ * stall breaker), or at its own deadline when it was sent as the breaker's probe, or before
+ * the stall showed.
+ */
+const timedOutOrStalled = (what: string) =>
+  expect.stringMatching(new RegExp(`^${what} (did not answer within ${TIMEOUT_MS} ms|not sent: Redis is stalled)`))
+
+/**
  * A TCP proxy on a fixed loopback port in front of the real Redis that can go away (`down()`:
  * its listener and connections closed, so the client reconnects) and come back (`up()`).
  */
@@ -185,8 +195,8 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     expectUnavailable(pinned)
     expect(pinned.ms).toBeLessThan(2_000)
     expect(reported(fixture)).toEqual([
-      ['rate-limit store failed; serving (failOpen)', NOT_COUNTED],
-      ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
+      ['rate-limit store failed; serving (failOpen)', timedOutOrStalled('Redis script rate-limit increment')],
+      ['sessions failed', timedOutOrStalled('Redis GETEX')],
     ])
 
     // A session that opens while the pin cannot be written: the answer goes out, the failure is reported.
@@ -218,16 +228,24 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
       expect(unlimited.response.headers.get('ratelimit')).toBeNull()
       expectUnavailable(pinned)
       expect(pinned.ms).toBeLessThan(2_000)
+      // The session lookup follows the counters' deadline: by then the stall showed.
       expect(reported(fixture)).toEqual([
-        ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
-        ['rate-limit store failed; serving (failOpen)', `Redis script rate-limit increment did not answer within ${TIMEOUT_MS} ms`],
-        ['sessions failed', `Redis GETEX did not answer within ${TIMEOUT_MS} ms`],
+        ['rate-limit store failed; serving (failOpen)', NOT_COUNTED],
+        ['rate-limit store failed; serving (failOpen)', NOT_COUNTED],
+        ['sessions failed', timedOutOrStalled('Redis GETEX')],
       ])
 
-      // Answers again: the pin is still there, the counter counts on (the late answers of the
-      // hung calls arrive too, and go nowhere).
+      // Answers again: the late answers of the hung calls close the breaker (and go nowhere
+      // else); the pin is still there, the counter counts on.
       proxy.answer()
-      const again = await send({ 'mcp-session-id': 'session-hung' })
+      const again = await vi.waitFor(
+        async () => {
+          const answered = await send({ 'mcp-session-id': 'session-hung' })
+          expect(answered.response.headers.get('ratelimit')).not.toBeNull()
+          return answered
+        },
+        { timeout: 5_000, interval: 10 },
+      )
       expect(again.response.status).toBe(200)
       expect(again.response.headers.get('x-mcp-version')).toBe('1.2.3')
       expect(again.response.headers.get('ratelimit')).toMatch(/^"minute";r=99\d;t=30$/)
@@ -235,6 +253,54 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
       await fixture.close()
       client.disconnect()
       await proxy.close()
+    }
+  })
+})
+
+describeRedis('a Redis that hangs costs one deadline, not one per request (regression: counts of a hang landing at once)', (redis) => {
+  it('after the first call passes its deadline, requests are answered at once (served, or 503 for a session) and counted nowhere; once Redis answers, the counter goes on from where it was', async () => {
+    const timeoutMs = 400
+    const client = redis.connect()
+    const prefix = redis.prefix()
+    const options = { client, prefix, timeoutMs }
+    const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    try {
+      const opened = await send({ 'x-open-session': 'session-held' })
+      expect(opened.response.headers.get('ratelimit')).toBe('"minute";r=999;t=30')
+
+      const stall = holdConnection(client, redis.client, `${prefix}hold`)
+      const first = await send()
+      expect(first.response.status).toBe(200)
+      expect(first.response.headers.get('ratelimit')).toBeNull()
+      expect(first.ms).toBeGreaterThanOrEqual(timeoutMs - 1)
+      fixture.errors.length = 0
+
+      await new Promise((resolve) => setImmediate(resolve))
+      const started = Date.now()
+      const during: Array<Awaited<ReturnType<typeof send>>> = []
+      for (let i = 0; i < 20; i++) during.push(await send(i % 2 === 0 ? {} : { 'mcp-session-id': 'session-held' }))
+      expect(Date.now() - started).toBeLessThan(timeoutMs / 2)
+      expect(during.map((d) => d.response.status)).toEqual(Array.from({ length: 20 }, (_, i) => (i % 2 === 0 ? 200 : 503)))
+      for (const d of during.filter((_, i) => i % 2 === 1)) expectUnavailable(d)
+      expect(new Set(reported(fixture).map(([, message]) => String(message).replace(/^Redis (script rate-limit increment|GETEX) /, '')))).toEqual(
+        new Set([`not sent: Redis is stalled (a command got no answer within ${timeoutMs} ms, and nothing has answered since)`]),
+      )
+
+      await stall.release()
+      const after = await vi.waitFor(
+        async () => {
+          const answered = await send({ 'mcp-session-id': 'session-held' })
+          expect(answered.response.headers.get('ratelimit')).not.toBeNull()
+          return answered
+        },
+        { timeout: 5_000, interval: 10 },
+      )
+      // 1 (the session opened), 2 (the first request of the hang, sent before it showed,
+      // counted when Redis answered), 3: this one. None of the 20.
+      expect(after.response.status).toBe(200)
+      expect(after.response.headers.get('ratelimit')).toBe('"minute";r=997;t=30')
+    } finally {
+      await fixture.close()
     }
   })
 })

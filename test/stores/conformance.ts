@@ -353,6 +353,28 @@ export function describeTokenStoreConformance(
         }
       })
 
+      it('refuses a hash another token holds (revoked or not) with a TypeError, and changes neither token', async () => {
+        const { store } = await open()
+        const record = makeTokenRecord()
+        const other = makeTokenRecord({ userId: 'someone-else' })
+        const revoked = makeTokenRecord({ userId: 'someone-else' })
+        for (const r of [record, other, revoked]) await store.insert(r)
+        await store.revoke(revoked.id, 1_700_000_000_500)
+        const revokedRecord = await store.get(revoked.id)
+        for (const taken of [other, revoked]) {
+          const next = { tokenHash: taken.tokenHash, displayPrefix: 'svc_taken000' }
+          await expect(async () => store.rotate(record.id, next)).rejects.toThrow(TypeError)
+          await expect(async () => store.rotate(record.id, next, record.tokenHash)).rejects.toThrow(/duplicate token hash/)
+        }
+        expect(await store.get(record.id)).toEqual(record)
+        expect(await store.findByHash(record.tokenHash)).toEqual(record)
+        expect(await store.findByHash(other.tokenHash)).toEqual(other)
+        expect(await store.findByHash(revoked.tokenHash)).toEqual(revokedRecord)
+        // Its own current hash is no collision.
+        const same = { tokenHash: record.tokenHash, displayPrefix: 'svc_same0000' }
+        expect(await store.rotate(record.id, same)).toEqual({ ...record, ...same })
+      })
+
       it('answers undefined for an unknown or revoked token', async () => {
         const { store } = await open()
         expect(await store.rotate(randomUUID(), newSecretHash())).toBeUndefined()

@@ -5,6 +5,7 @@
  * fallback, the local cache in front of the validation cache, pub/sub between buses, option
  * checks, and calls that give up on a Redis that does not answer.
  */
+import { once } from 'node:events'
 import type { Redis } from 'ioredis'
 import {
   ConfigurationError,
@@ -25,8 +26,8 @@ import {
   createRedisRateLimitStore,
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
-import { describe, expect, it } from 'vitest'
-import { describeRedis, nextInvalidation } from '../helpers/redis.js'
+import { describe, expect, it, vi } from 'vitest'
+import { describeRedis, holdConnection, nextInvalidation } from '../helpers/redis.js'
 import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
   countingTokenStore,
@@ -52,6 +53,15 @@ function recording(client: Redis): RedisCommandClient & { commands: string[] } {
       return client.call(command, ...args)
     },
   }
+}
+
+/** The next turn of the event loop, once this process has read what waits on its sockets. */
+const nextTurn = () => new Promise<void>((resolve) => setImmediate(resolve))
+
+/** Every promise, settled: the message of each rejection, or `fulfilled`. */
+async function outcomes(calls: readonly unknown[]): Promise<string[]> {
+  const settled = await Promise.allSettled(calls)
+  return settled.map((r) => (r.status === 'rejected' ? String((r.reason as Error).message) : 'fulfilled'))
 }
 
 describeRedis('Redis stores: conformance', (redis) => {
@@ -431,6 +441,155 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     }
   })
 
+  describe('TTLs that cannot be sent as PX', () => {
+    it('Infinity, NaN or past 2^53 - 1: the call rejects with a RangeError and sends nothing (Redis would refuse PX Infinity on every call)', async () => {
+      const client = recording(redis.client)
+      const options = { client, prefix: redis.prefix() }
+      const sessions = createRedisSessionStore(options)
+      const counters = createRedisRateLimitStore(options)
+      const cache = createRedisCacheStore<{ n: number }>(options)
+      for (const ttl of [Number.POSITIVE_INFINITY, Number.NaN, 2 ** 53]) {
+        const calls = [sessions.get('s', ttl), sessions.set('s', PIN, ttl), counters.increment('k', START, ttl)]
+        if (!Number.isNaN(ttl)) calls.push(cache.set('k', { n: 1 }, ttl) as Promise<void>)
+        for (const call of calls) await expect(call, String(ttl)).rejects.toThrow(RangeError)
+        await expect(sessions.set('s', PIN, ttl)).rejects.toThrow(/finite number of milliseconds/)
+      }
+      expect(client.commands).toEqual([])
+      // The largest whole number Redis is given is taken as it is.
+      expect(await sessions.set('s', PIN, Number.MAX_SAFE_INTEGER)).toBe(true)
+      expect(await redis.client.pttl(`${options.prefix}session:s`)).toBeGreaterThan(2 ** 52)
+    })
+  })
+
+  describe('a Redis that stalls: the stall breaker shared by the stores of a client (regression: counts of a hang landing at once)', () => {
+    const T = 200
+    const STALLED = new RegExp(`not sent: Redis is stalled \\(a command got no answer within ${T} ms`)
+
+    it('once a call passes its deadline unanswered, the calls of every store on the client fail at once, unsent; the counter is not inflated, and all works once Redis answers', async () => {
+      const client = redis.connect()
+      const sent = recording(client)
+      const prefix = redis.prefix()
+      const options = { client: sent, prefix, timeoutMs: T }
+      const counters = createRedisRateLimitStore(options)
+      const sessions = createRedisSessionStore(options)
+      const cache = createRedisCacheStore<{ n: number }>({ ...options, localTtlMs: 0 })
+      expect(await counters.increment('k', START, W)).toBe(1)
+      expect(await sessions.set('s', PIN, 60_000)).toBe(true)
+
+      const stall = holdConnection(client, redis.client, `${prefix}hold`)
+      const started = performance.now()
+      await expect(counters.increment('k', START, W)).rejects.toThrow(`Redis script rate-limit increment did not answer within ${T} ms`)
+      expect(performance.now() - started).toBeGreaterThanOrEqual(T - 1)
+
+      await nextTurn()
+      sent.commands.length = 0
+      const burst = performance.now()
+      const failures: string[] = []
+      for (let i = 0; i < 20; i++) {
+        const call = [() => counters.increment('k', START, W), () => sessions.get('s', 60_000), () => cache.get('c')][i % 3]!
+        failures.push(...(await outcomes([call()])))
+      }
+      expect(performance.now() - burst).toBeLessThan(T / 2)
+      expect(failures).toEqual(Array(20).fill(expect.stringMatching(STALLED)))
+      expect(sent.commands).toEqual([])
+
+      await stall.release()
+      await client.ping() // answered after every answer before it on this connection
+      // 1, the call that timed out (sent before the stall showed; its answer closed the
+      // breaker), then this one: none of the 20.
+      expect(await counters.increment('k', START, W)).toBe(3)
+      expect(await sessions.get('s', 60_000)).toEqual(PIN)
+    })
+
+    it('one probe at a time, timeoutMs after the stall showed: a PING, never the store command, and nothing more once it gave up', async () => {
+      const client = redis.connect()
+      const sent = recording(client)
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: sent, prefix, timeoutMs: T })
+      expect(await counters.increment('k', START, W)).toBe(1)
+      const stall = holdConnection(client, redis.client, `${prefix}hold`)
+      await expect(counters.increment('k', START, W)).rejects.toThrow(/did not answer within/)
+      await nextTurn()
+      await expect(counters.increment('k', START, W)).rejects.toThrow(STALLED)
+
+      await new Promise((resolve) => setTimeout(resolve, T)) // a probe is due
+      sent.commands.length = 0
+      const started = performance.now()
+      const probe = counters.increment('k', START, W)
+      // While the probe waits, the others still fail at once.
+      expect(await outcomes(Array.from({ length: 10 }, () => counters.increment('k', START, W)))).toEqual(Array(10).fill(expect.stringMatching(STALLED)))
+      await expect(probe).rejects.toThrow(`Redis script rate-limit increment did not answer within ${T} ms`)
+      expect(performance.now() - started).toBeGreaterThanOrEqual(T - 1)
+      expect(sent.commands).toEqual(['PING'])
+      // The next probe is not due before another timeoutMs.
+      await expect(counters.increment('k', START, W)).rejects.toThrow(STALLED)
+
+      await stall.release()
+      await client.ping()
+      // The PING answered late sent no increment: 1, the call that timed out, this one.
+      expect(await counters.increment('k', START, W)).toBe(3)
+      expect(sent.commands).toEqual(['PING', 'EVALSHA'])
+    })
+
+    it.each([true, false])(
+      'a stall that ends with the connection reset (autoResendUnfulfilledCommands: %s): only a call sent before the stall showed can be replayed, and the breaker closes',
+      async (resend) => {
+        const client = redis.connect({ autoResendUnfulfilledCommands: resend, retryStrategy: () => 10 })
+        const prefix = redis.prefix()
+        const counters = createRedisRateLimitStore({ client, prefix, timeoutMs: T })
+        const id = (await client.client('ID')) as number
+        expect(await counters.increment('k', START, W)).toBe(1)
+        holdConnection(client, redis.client, `${prefix}hold`)
+        await expect(counters.increment('k', START, W)).rejects.toThrow(/did not answer within/)
+        await nextTurn()
+        const failed = await outcomes(Array.from({ length: 20 }, () => counters.increment('k', START, W)))
+        expect(failed).toEqual(Array(20).fill(expect.stringMatching(STALLED)))
+
+        const back = once(client, 'ready')
+        await redis.client.client('KILL', 'ID', id)
+        await back
+        // Re-sent first, the BLPOP holds the new connection too, until something is pushed.
+        if (resend) await redis.client.lpush(`${prefix}hold`, 'go')
+        // Closed by the replayed call's answer, or else by the next probe (a PING, then this call).
+        const count = await vi.waitFor(() => counters.increment('k', START, W), { timeout: 5_000, interval: 10 })
+        expect(count).toBe(resend ? 3 : 2)
+      },
+    )
+
+    it('a Redis error reply closes it as a reply does (no probe needed)', async () => {
+      const client = redis.connect()
+      const sent = recording(client)
+      const prefix = redis.prefix()
+      const sessions = createRedisSessionStore({ client: sent, prefix, timeoutMs: T })
+      await redis.client.rpush(`${prefix}session:list`, 'x') // GETEX on a list: WRONGTYPE
+      const stall = holdConnection(client, redis.client, `${prefix}hold`)
+      await expect(sessions.get('list', 60_000)).rejects.toThrow(/did not answer within/)
+      await nextTurn()
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(STALLED)
+      await stall.release()
+      await client.ping() // the late answer, WRONGTYPE, is in
+      sent.commands.length = 0
+      expect(await sessions.get('s', 60_000)).toBeUndefined()
+      expect(sent.commands).toEqual(['GETEX'])
+    })
+
+    it('a stall of this process is no stall of Redis: an answer left unread while the event loop was held past the deadline opens nothing', async () => {
+      const client = redis.connect()
+      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix(), timeoutMs: 50 })
+      expect(await counters.increment('k', START, W)).toBe(1)
+      // Out of the socket's read callback, so the answer cannot be read before the timers run.
+      await nextTurn()
+      const late = counters.increment('k', START, W)
+      const end = performance.now() + 200
+      while (performance.now() < end) {
+        // busy: Redis answers meanwhile, and the answer waits on the socket
+      }
+      await expect(late).rejects.toThrow('did not answer within 50 ms')
+      // Sent and answered at once, with no probe: Redis never stalled.
+      expect(await counters.increment('k', START, W)).toBe(3)
+    })
+  })
+
   describe('a Redis that does not answer', () => {
     it('every call rejects after timeoutMs (nothing listens on the port)', async () => {
       const client = await redis.connectUnreachable()
@@ -450,7 +609,10 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       bus.subscribe((m) => seen.push(m))
       await expect(bus.ready()).rejects.toThrow(/SUBSCRIBE .* did not answer within 50 ms/)
       // Local listeners still hear it; the other instances cannot, and the caller is told.
-      await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(/PUBLISH did not answer/)
+      // The calls above showed the stall: PUBLISH fails at once, or as the probe at its deadline.
+      await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(
+        /PUBLISH (did not answer within 50 ms|not sent: Redis is stalled)/,
+      )
       expect(seen).toEqual([{ kind: 'token', tokenHash: 'h' }])
       await bus.close()
       client.disconnect()
@@ -467,6 +629,9 @@ describe('Redis stores: options', () => {
     ['timeoutMs', () => createRedisRateLimitStore({ client, timeoutMs: 0 })],
     ['timeoutMs', () => createRedisRateLimitStore({ client, timeoutMs: Number.POSITIVE_INFINITY })],
     ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: -1 })],
+    ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: Number.POSITIVE_INFINITY })],
+    // lru-cache would refuse it with a TypeError of its own, naming no option.
+    ['localTtlMs', () => createRedisCacheStore({ client, localTtlMs: 2.5 })],
     ['localMax', () => createRedisCacheStore({ client, localMax: 0.5 })],
     ['now', () => createRedisCacheStore({ client, now: 5 as never })],
     ['subscriber', () => createRedisInvalidationBus({ client: { call: client.call } })],

@@ -104,7 +104,11 @@ export function createMemorySubscriptionStore(
   return store
 }
 
-/** In-memory API-token store. Records are frozen copies; callers cannot mutate them. */
+/**
+ * In-memory API-token store. Records are frozen copies; callers cannot mutate them. A
+ * duplicate id or hash (`insert`, or `rotate` onto a hash another token holds, revoked or not)
+ * throws `TypeError`, as the PostgreSQL store does, and changes nothing.
+ */
 export function createMemoryTokenStore(): TokenStore {
   const byId = new Map<string, ApiTokenRecord>()
   const idByHash = new Map<string, string>()
@@ -157,6 +161,10 @@ export function createMemoryTokenStore(): TokenStore {
       const current = byId.get(id)
       if (!current || current.revokedAt !== null) return undefined
       if (expectedHash !== undefined && current.tokenHash !== expectedHash) return undefined
+      // A hash another token holds (revoked ones too) is refused, as PostgreSQL's unique index
+      // refuses it: re-pointing it would hand that token's secret this token's record.
+      const holder = idByHash.get(next.tokenHash)
+      if (holder !== undefined && holder !== id) throw new TypeError('duplicate token hash')
       idByHash.delete(current.tokenHash)
       idByHash.set(next.tokenHash, id)
       return put({ ...current, tokenHash: next.tokenHash, displayPrefix: next.displayPrefix })

@@ -20,8 +20,8 @@ return { value, redis.call('PTTL', KEYS[1]) }`,
 /** Options of {@link createRedisCacheStore}. */
 export interface RedisCacheStoreOptions extends RedisStoreOptions {
   /**
-   * How long this instance keeps a value it read or wrote, in milliseconds, never past the
-   * value's own TTL: reads within it cost no round trip. A `delete` on another instance is
+   * How long this instance keeps a value it read or wrote, in whole milliseconds, never past
+   * the value's own TTL: reads within it cost no round trip. A `delete` on another instance is
    * seen here only once it runs out. Default 5,000; `0` turns the local cache off.
    */
   localTtlMs?: number
@@ -41,14 +41,16 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  * tokens, never tokens). Values are stored as JSON (`SET … PX`) under `<prefix>cache:<key>`,
  * so they must survive `JSON.stringify` (the validator's `CachedValidation` does); what is
  * read back is not checked against `T` (the validator checks it). A TTL of 0 or less stores
- * nothing.
+ * nothing; one that cannot be sent as `PX` (`Infinity`, above 2^53 - 1) rejects with a
+ * `RangeError`.
  *
  * A small local cache (`lru-cache`, `localTtlMs`, `localMax`) sits in front: a value read or
  * written here is served from memory until the shorter of `localTtlMs` and its Redis TTL, so a
  * busy token costs one Redis read per `localTtlMs` per instance. The trade-off: `delete`
  * (the validator's `forget`) reaches the other instances' local copies only when those run out,
  * at most `localTtlMs` later. A miss costs one round trip (a script that reads the value and
- * its TTL), `set` and `delete` one each, every one under the `timeoutMs` deadline; the
+ * its TTL), `set` and `delete` one each, every one under the `timeoutMs` deadline (and
+ * rejected at once, unsent, while a hung Redis has the client's stall breaker open); the
  * validator treats a failing cache as a miss.
  *
  * @example
@@ -64,8 +66,9 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
 export function createRedisCacheStore<T extends object>(options: RedisCacheStoreOptions): CacheStore<T> {
   const redis = connectRedis(options)
   const localTtlMs = options.localTtlMs ?? DEFAULT_LOCAL_CACHE_TTL_MS
-  if (typeof localTtlMs !== 'number' || !(localTtlMs >= 0 && Number.isFinite(localTtlMs))) {
-    throw new ConfigurationError('localTtlMs', 'must be a non-negative number of milliseconds (0 turns the local cache off)')
+  // Whole milliseconds: lru-cache refuses a fractional TTL with an error of its own.
+  if (!Number.isSafeInteger(localTtlMs) || localTtlMs < 0) {
+    throw new ConfigurationError('localTtlMs', 'must be a whole number of milliseconds, 0 or more (0 turns the local cache off)')
   }
   const localMax = options.localMax ?? DEFAULT_LOCAL_CACHE_MAX
   if (!Number.isSafeInteger(localMax) || localMax < 1) throw new ConfigurationError('localMax', 'must be a positive integer')
@@ -99,13 +102,20 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
     },
     set(key, value, ttlMs) {
       if (!(ttlMs > 0)) return
+      let ttl: number
+      try {
+        ttl = px(ttlMs)
+      } catch (error) {
+        // Infinity: refused as a rejection, as a failing Redis is (the validator reports it).
+        return Promise.reject(error)
+      }
       const json = JSON.stringify(value)
       const startedAt = ++writes
       local?.delete(key)
       // The local copy is parsed from the JSON, as other instances see it, and is not the
       // caller's object (which the caller may still change).
-      return redis.send('SET', keyPrefix + key, json, 'PX', px(ttlMs)).then(() => {
-        if (local) keepLocally(key, JSON.parse(json) as T, px(ttlMs), startedAt)
+      return redis.send('SET', keyPrefix + key, json, 'PX', ttl).then(() => {
+        if (local) keepLocally(key, JSON.parse(json) as T, ttl, startedAt)
       })
     },
     delete(key) {

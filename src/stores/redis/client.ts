@@ -2,7 +2,8 @@
  * What the Redis stores need of a client, typed structurally so this module loads without
  * any Redis package installed: an `ioredis` instance fits as it is, and any other client fits
  * behind a few lines of adapter. Also the options every Redis store shares, and the one place
- * commands are sent (each under a deadline, scripts by SHA with a fallback to the source).
+ * commands are sent (each under a deadline, scripts by SHA with a fallback to the source,
+ * none at all while the client's Redis is stalled: see {@link connectRedis}).
  * @module
  */
 import { createHash } from 'node:crypto'
@@ -16,6 +17,11 @@ export type RedisArgument = string | number
  * Sends one Redis command and answers with its reply, as `ioredis`' `call` does: bulk
  * strings as strings, integers as numbers, nil as `null`, arrays as arrays, errors as a
  * rejection. For node-redis: `{ call: (...args) => client.sendCommand(args.map(String)) }`.
+ *
+ * The stores keep one stall breaker per client object (see {@link connectRedis}): give every
+ * store the same object (not a new adapter each) so that they share it. An error reply is
+ * told from a client's own failure by its class name: `ReplyError` (ioredis), `ErrorReply`
+ * and its subclasses (node-redis).
  */
 export interface RedisCommandClient {
   call(command: string, ...args: RedisArgument[]): Promise<unknown>
@@ -95,7 +101,10 @@ export interface RedisStoreOptions {
   /**
    * Longest wait for one store call, in milliseconds; past it the call rejects, so a Redis
    * that is down or hung never holds a request (the dispatcher then applies its failure
-   * policy: the rate limit fails open, sessions answer 503). Default 1,000.
+   * policy: the rate limit fails open, sessions answer 503, the OAuth cache misses). A call
+   * that passes it unanswered also marks the client's Redis stalled: until Redis answers
+   * anything again, the calls of every store on that client reject at once, unsent, but for
+   * one probe per `timeoutMs` (see {@link connectRedis}). Default 1,000.
    */
   timeoutMs?: number
 }
@@ -121,16 +130,94 @@ export function luaScript(name: string, source: string): LuaScript {
 export interface RedisConnection {
   readonly prefix: string
   readonly timeoutMs: number
-  /** One command, under the deadline. */
+  /** One command, under the deadline; rejected unsent while the client's Redis is stalled. */
   send(command: string, ...args: RedisArgument[]): Promise<unknown>
-  /** One script on one key (`EVALSHA`, then `EVAL` on `NOSCRIPT`), under one deadline. */
+  /**
+   * One script on one key (`EVALSHA`, then `EVAL` on `NOSCRIPT`), under one deadline;
+   * rejected unsent while the client's Redis is stalled.
+   */
   run(script: LuaScript, key: string, ...args: RedisArgument[]): Promise<unknown>
 }
 
 /** Largest delay `setTimeout` takes. */
 const MAX_TIMEOUT_MS = 2_147_483_647
 
-/** Checks the shared options (throwing `ConfigurationError`) and returns the command paths. */
+/**
+ * What the commands sent through one client have shown of its Redis, shared by every store
+ * on that client.
+ */
+interface StallBreaker {
+  /** A command passed its deadline unanswered, and nothing has answered since. */
+  stalled: boolean
+  /** While stalled: when (`performance.now()`) the next probe may go. */
+  probeAt: number
+  /** While stalled: the deadline the call that opened it passed, in ms (for messages). */
+  missedMs: number
+  /** Answers seen, counted: a deadline tells by it whether one arrived as it passed. */
+  answers: number
+}
+
+/**
+ * How late past its deadline a call's timer may fire and still count as noticed on time (the
+ * event loop was free): later, this process was busy, and an answer may be waiting unread.
+ */
+const NOTICED_LATE_MS = 20
+
+/** The breaker of each client object (so several stores on one client share it). */
+const breakers = new WeakMap<object, StallBreaker>()
+
+function breakerOf(client: RedisCommandClient): StallBreaker {
+  let breaker = breakers.get(client)
+  if (!breaker) breakers.set(client, (breaker = { stalled: false, probeAt: 0, missedMs: 0, answers: 0 }))
+  return breaker
+}
+
+/** Class names of Redis error replies: ioredis' `ReplyError`, node-redis' `ErrorReply` and its subclasses. */
+const ERROR_REPLIES = new Set(['ReplyError', 'ErrorReply', 'SimpleError', 'BlobError', 'MultiErrorReply'])
+
+/**
+ * Whether a rejection is Redis's own answer (an error reply such as `NOSCRIPT` or `LOADING`),
+ * not the client giving up on a connection (closed, retries exhausted, offline queue off).
+ */
+function isErrorReply(error: unknown): boolean {
+  if (typeof error !== 'object' || error === null) return false
+  return ERROR_REPLIES.has((error as Error).name) || ERROR_REPLIES.has((error as object).constructor?.name)
+}
+
+/**
+ * Checks the shared options (throwing `ConfigurationError`) and returns the command paths.
+ *
+ * Every call runs under `timeoutMs`. A Redis that hangs (the connection stays up, nothing is
+ * answered: a stopped or overloaded server, a network that holds packets) would otherwise make
+ * every call wait the whole deadline and stay queued on the socket, to run all at once when
+ * Redis answers again (or when ioredis re-sends them on a new connection): counters of a whole
+ * hang landing together would lock callers out for the rest of their window. So the client
+ * gets a stall breaker, shared by every store on that client object (a `WeakMap` entry):
+ *
+ * - A call that passes its deadline unanswered opens it. When this process noticed the
+ *   deadline late (its event loop was held, more than 20 ms past it), the answer may be
+ *   waiting unread: it is judged once what was waiting has been read, and opens it only if
+ *   still unanswered and no other answer arrived (a stall of this process is no stall of Redis).
+ * - While open, calls reject at once and are not sent: the dispatcher applies its failure
+ *   policy at once (the rate limit fails open, sessions 503, the OAuth cache misses), and no
+ *   count waits on the socket to land later.
+ * - One call at a time is the probe, the first `timeoutMs` after the breaker opened or the
+ *   last probe gave up: it sends `PING` and, once that is answered, its own command, both
+ *   under its deadline. A probe of a Redis still hung costs one queued `PING` and that call's
+ *   wait, never a store command (a `PING` answered after the deadline sends nothing more).
+ * - Any answer from Redis closes it: a reply or an error reply to any command of that client
+ *   (a late answer to a call that timed out too, or the probe's `PING`).
+ *
+ * A client whose Redis answers within `timeoutMs` never sees it. On a Redis Cluster client the
+ * breaker is the cluster's: a hung shard opens it for every shard, and an answer from any
+ * shard closes it.
+ *
+ * @example
+ * ```ts
+ * const redis = connectRedis({ client, prefix: 'app:', timeoutMs: 500 })
+ * const pin = await redis.send('GET', `${redis.prefix}session:abc`)
+ * ```
+ */
 export function connectRedis(options: RedisStoreOptions): RedisConnection {
   if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
   const { client } = options
@@ -144,12 +231,20 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     throw new ConfigurationError('timeoutMs', `must be a positive number of milliseconds, at most ${MAX_TIMEOUT_MS}`)
   }
 
+  const breaker = breakerOf(client)
+  const answered = () => {
+    breaker.answers++
+    breaker.stalled = false
+  }
   const call = (command: string, args: RedisArgument[]): Promise<unknown> => {
+    let reply: Promise<unknown>
     try {
-      return Promise.resolve(client.call(command, ...args))
+      reply = Promise.resolve(client.call(command, ...args))
     } catch (error) {
       return Promise.reject(error)
     }
+    reply.then(answered, (error: unknown) => isErrorReply(error) && answered())
+    return reply
   }
   const evaluate = async (script: LuaScript, args: RedisArgument[]): Promise<unknown> => {
     try {
@@ -160,15 +255,76 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
       return call('EVAL', [script.source, ...args])
     }
   }
+  const open = () => {
+    breaker.stalled = true
+    breaker.probeAt = performance.now() + timeoutMs
+    breaker.missedMs = timeoutMs
+  }
+  /** `attempt` under the deadline, through the breaker (see above). */
+  const guarded = (what: string, attempt: () => Promise<unknown>): Promise<unknown> => {
+    let settled = false
+    let expired = false
+    let probe = false
+    let pending: Promise<unknown>
+    if (!breaker.stalled) pending = attempt()
+    else if (performance.now() < breaker.probeAt) {
+      return Promise.reject(
+        new Error(`${what} not sent: Redis is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`),
+      )
+    } else {
+      // One probe at a time; the next no sooner than timeoutMs after this one gave up.
+      probe = true
+      breaker.probeAt = Number.POSITIVE_INFINITY
+      pending = call('PING', []).then(() => {
+        // Answered after this call gave up: its command would only run late, for no one.
+        if (expired) throw new Error(`${what} not sent: Redis answered the probe after the deadline`)
+        return attempt()
+      })
+    }
+    const sentAt = performance.now()
+    const settle = () => void (settled = true)
+    pending.then(settle, settle)
+    return withTimeout(pending, timeoutMs, what).catch((error: unknown) => {
+      if (!settled) {
+        expired = true
+        // A deadline noticed late means this process was busy (its event loop held): the
+        // answer may be waiting, unread, on the socket. Judged once what was waiting has been
+        // read then (setImmediate runs after that), so a stall of this process is no stall of
+        // Redis; on time, at once.
+        if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) {
+          if (!breaker.stalled) open()
+        } else {
+          const seen = breaker.answers
+          setImmediate(() => {
+            if (!settled && !breaker.stalled && breaker.answers === seen) open()
+          })
+        }
+      }
+      if (probe && breaker.stalled) breaker.probeAt = performance.now() + timeoutMs
+      throw error
+    })
+  }
   return {
     prefix,
     timeoutMs,
-    send: (command, ...args) => withTimeout(call(command, args), timeoutMs, `Redis ${command}`),
-    run: (script, key, ...args) => withTimeout(evaluate(script, [1, key, ...args]), timeoutMs, `Redis script ${script.name}`),
+    send: (command, ...args) => guarded(`Redis ${command}`, () => call(command, args)),
+    run: (script, key, ...args) => guarded(`Redis script ${script.name}`, () => evaluate(script, [1, key, ...args])),
   }
 }
 
-/** A TTL for `PX`: whole milliseconds, at least 1 (Redis refuses 0 and fractions). */
+/**
+ * A TTL for `PX`: whole milliseconds, at least 1 (Redis refuses 0 and fractions, so a fraction
+ * is rounded up and 0 or less becomes 1).
+ *
+ * @throws {RangeError} when `ttlMs` is not a finite number, or is above 2^53 - 1: Redis refuses
+ * `PX Infinity` (and `1e+21`), so the command would fail on every call (a session store handed
+ * `Infinity` would never write a pin). The stores turn it into a rejection of the call.
+ */
 export function px(ttlMs: number): number {
+  if (typeof ttlMs !== 'number' || !Number.isFinite(ttlMs) || ttlMs > Number.MAX_SAFE_INTEGER) {
+    throw new RangeError(
+      `Redis stores take a TTL as a finite number of milliseconds, at most ${Number.MAX_SAFE_INTEGER} (PX), not ${String(ttlMs)}`,
+    )
+  }
   return Math.max(1, Math.ceil(ttlMs))
 }

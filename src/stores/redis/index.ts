@@ -4,7 +4,9 @@
  * invalidation bus of the token caches. Each is a factory that takes your Redis client (an
  * `ioredis` instance, typed structurally, so this module imports no Redis package) and an
  * optional key prefix; each call is one round trip under a deadline (`timeoutMs`), so a Redis
- * that is down or hung never holds a request. See docs/stores.md, "Redis".
+ * that is down or hung never holds a request, and once one call passed it unanswered, the
+ * calls of every store on that client fail at once until Redis answers again (a stall
+ * breaker, with one probe at a time). See docs/stores.md, "Redis".
  *
  * @example
  * ```ts

@@ -50,14 +50,22 @@ function toCount(reply: unknown): number | RateLimitCount {
  * connecting again, a restarted Redis loading), the call rejects at once instead of joining
  * the client's offline queue: replayed when Redis is back, the counts of a whole outage would land
  * at once and lock callers out for the rest of the window. (On a Redis Cluster the status is
- * the cluster's: the queue of one shard that fails is not covered.)
+ * the cluster's: the queue of one shard that fails is not covered.) A Redis that hangs with the
+ * connection up is met by the stall breaker every store on the client shares: after one call
+ * passes `timeoutMs` unanswered, the calls fail at once and are not sent (but for one `PING`
+ * probe at a time) until Redis answers again, so a hang costs one deadline and its counts do
+ * not pile up on the socket. The increments sent before the stall showed can still land late,
+ * and ioredis re-sends them after a connection reset unless the client is made with
+ * `autoResendUnfulfilledCommands: false`, advisable for the client the counters use
+ * (docs/stores.md, "Client setup").
  *
  * @example
  * ```ts
  * import { Redis } from 'ioredis'
  * import { createRedisRateLimitStore } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+ * // Commands a reset connection leaves unanswered are dropped, not counted late.
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
  * const dispatcher = createDispatcher({
  *   apps, subscriptions, tokens, authorizationServers,
  *   rateLimit: { store: createRedisRateLimitStore({ client: redis }), policy: () => ({ limit: 60, windowType: 'minute' }) },
@@ -70,8 +78,9 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
   const client = options.client
   const lost = lostSinceReady(client)
   return {
-    increment(key, windowStart, windowMs) {
-      if (lost()) return Promise.reject(new Error(`Redis connection not ready (${client.status}): not counted`))
+    // Async: a window `px` refuses rejects the call, as a failing Redis does.
+    async increment(key, windowStart, windowMs) {
+      if (lost()) throw new Error(`Redis connection not ready (${client.status}): not counted`)
       return redis.run(INCREMENT, keyPrefix + key, windowStart, px(windowMs)).then(toCount)
     },
   }

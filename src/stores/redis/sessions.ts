@@ -24,7 +24,11 @@ function done(): void {}
  * one `SET … PX … NX` (a new session only: a live pin under the same id is kept), `delete`
  * one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
  * (`{ appId, version, subject }`). Every call rejects after `timeoutMs`, so a Redis that is
- * down gives 503 (the dispatcher's policy for sessions), never a hung request.
+ * down gives 503 (the dispatcher's policy for sessions), never a hung request; once one call
+ * of any store on the client passed its deadline unanswered (a hung Redis), calls reject at
+ * once, unsent, until Redis answers again (the stall breaker of `timeoutMs`). A TTL that
+ * cannot be sent as `PX` (`Infinity`, `NaN`, above 2^53 - 1) rejects the call with a
+ * `RangeError` (the dispatcher's `sessionTtlMs` is checked when it is created).
  *
  * Expiry follows the Redis server's clock, not the dispatcher's `now`.
  *
@@ -41,10 +45,11 @@ export function createRedisSessionStore(options: RedisStoreOptions): SessionStor
   const redis = connectRedis(options)
   const keyPrefix = `${redis.prefix}session:`
   return {
-    get(sessionId, ttlMs) {
+    // Async, so a TTL `px` refuses (Infinity) rejects the call like any other failure.
+    async get(sessionId, ttlMs) {
       return redis.send('GETEX', keyPrefix + sessionId, 'PX', px(ttlMs)).then(toPin)
     },
-    set(sessionId, pin, ttlMs) {
+    async set(sessionId, pin, ttlMs) {
       const value = JSON.stringify({ appId: pin.appId, version: pin.version, subject: pin.subject })
       // NX: only a new session; a live pin under the same id is kept (answer null: false).
       return redis.send('SET', keyPrefix + sessionId, value, 'PX', px(ttlMs), 'NX').then((reply) => reply !== null)
