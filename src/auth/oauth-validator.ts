@@ -283,12 +283,21 @@ type Outcome =
       readonly uncacheable?: boolean
     }
 
-function positive(name: string, value: number | undefined, fallback: number, allowZero = false): number {
+/** Longest delay a timer takes (2^31 - 1 ms); a longer one fires at once. */
+const MAX_TIMER_MS = 2_147_483_647
+
+function positive(name: string, value: number | undefined, fallback: number, allowZero = false, max = Number.MAX_VALUE): number {
   if (value === undefined) return fallback
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
     throw new ConfigurationError(name, `must be a ${allowZero ? 'non-negative' : 'positive'} number`)
   }
+  if (value > max) throw new ConfigurationError(name, `must be at most ${max} (the longest delay a timer takes)`)
   return value
+}
+
+/** A delay that goes to a timer: past 2^31 - 1 ms Node fires it at once (every call would time out). */
+function timerDelay(name: string, value: number | undefined, fallback: number, allowZero = false): number {
+  return positive(name, value, fallback, allowZero, MAX_TIMER_MS)
 }
 
 function checkHttpUrl(name: string, value: string | undefined): void {
@@ -382,15 +391,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true)
   const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS)
   const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, DEFAULT_OAUTH_REJECTION_TTL_MS, true)
-  const timeoutMs = positive('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
+  const timeoutMs = timerDelay('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
   const maxPendingValidations = positive('maxPendingValidations', options.maxPendingValidations, 1_000)
   const jwksMaxAgeMs = positive('jwksMaxAgeMs', options.jwksMaxAgeMs, 600_000)
   const jwksRefetchIntervalMs = positive('jwksRefetchIntervalMs', options.jwksRefetchIntervalMs, 30_000, true)
   const retry = {
     attempts: positive('retry.attempts', options.retry?.attempts, DEFAULT_RETRY.attempts),
-    baseDelayMs: positive('retry.baseDelayMs', options.retry?.baseDelayMs, DEFAULT_RETRY.baseDelayMs, true),
-    maxDelayMs: positive('retry.maxDelayMs', options.retry?.maxDelayMs, DEFAULT_RETRY.maxDelayMs, true),
-    deadlineMs: positive('retry.deadlineMs', options.retry?.deadlineMs, DEFAULT_RETRY.deadlineMs),
+    baseDelayMs: timerDelay('retry.baseDelayMs', options.retry?.baseDelayMs, DEFAULT_RETRY.baseDelayMs, true),
+    maxDelayMs: timerDelay('retry.maxDelayMs', options.retry?.maxDelayMs, DEFAULT_RETRY.maxDelayMs, true),
+    deadlineMs: timerDelay('retry.deadlineMs', options.retry?.deadlineMs, DEFAULT_RETRY.deadlineMs),
   }
   if (!Number.isInteger(retry.attempts)) throw new ConfigurationError('retry.attempts', 'must be a positive integer')
   for (const fn of ['fetch', 'now', 'sleep', 'random', 'onEvent'] as const) {

@@ -79,6 +79,10 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', mode: 'introspection' as const }, 'introspection'],
     [{ issuer: 'https://auth.example.com', audience: [] as string[] }, 'audience'],
     [{ issuer: 'https://auth.example.com', timeoutMs: -1 }, 'timeoutMs'],
+    // Past 2^31 - 1 ms a timer fires at once: every validation would time out.
+    [{ issuer: 'https://auth.example.com', timeoutMs: 2 ** 31 }, 'timeoutMs'],
+    [{ issuer: 'https://auth.example.com', retry: { deadlineMs: 2 ** 31 } }, 'retry.deadlineMs'],
+    [{ issuer: 'https://auth.example.com', retry: { maxDelayMs: 2 ** 40 } }, 'retry.maxDelayMs'],
     [{ issuer: 'https://auth.example.com', maxPendingValidations: 0 }, 'maxPendingValidations'],
     [{ issuer: 'https://auth.example.com', retry: { attempts: 0 } }, 'retry.attempts'],
     [{ issuer: 'https://auth.example.com', breaker: { failureThreshold: 0 } }, 'breaker.failureThreshold'],
