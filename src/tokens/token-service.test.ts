@@ -1071,20 +1071,30 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
   })
 
-  it('real tokens are never held up: a token found (active, revoked or expired) gives its unit back, a known one is not counted', async () => {
-    const { service } = setup({ unknownTokenBudget: { limit: 2 } })
-    const tokens = await Promise.all([0, 1, 2, 3].map((i) => createToken(service, { name: `t${i}` })))
-    const revoked = await createToken(service, { name: 'revoked' })
-    await service.revoke('alice', revoked.id)
-    // No hash is known yet (creating a token does not make it known), so each first use is
-    // looked up and charged: each found token must give its unit back.
+  it('real tokens are not held up: a token found (active or revoked) gives its unit back; one known here is not counted', async () => {
+    // Issued by one instance, presented to another over the same store, which has seen none of
+    // them: each first use is looked up and charged, and each found token must give its unit back.
+    const store = createMemoryTokenStore()
+    const { service: issuer } = setup({ store, unknownTokenBudget: { limit: 2 } })
+    const tokens = await Promise.all([0, 1, 2, 3].map((i) => createToken(issuer, { name: `t${i}` })))
+    const revoked = await createToken(issuer, { name: 'revoked' })
+    await issuer.revoke('alice', revoked.id)
+    const { service, calls } = setup({ store, unknownTokenBudget: { limit: 2 } })
     for (const created of tokens) expect((await service.authenticate(created.token, CLIENT)).ok, created.name).toBe(true)
     expect(await service.authenticate(revoked.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
-    // Two unknown tokens spend the budget; the real tokens still authenticate after it.
+    // Two unknown tokens spend the budget; the tokens seen stored still authenticate after it.
     await service.authenticate(generateApiToken(), CLIENT)
     await service.authenticate(generateApiToken(), CLIENT)
     await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    const before = calls.findByHash
     for (const created of tokens) expect((await service.authenticate(created.token, CLIENT)).ok).toBe(true)
+    expect(calls.findByHash).toBe(before + tokens.length)
+    // The issuing instance knows its own tokens from the start: with its budget spent, their
+    // first use there is served all the same.
+    await issuer.authenticate(generateApiToken(), CLIENT)
+    await issuer.authenticate(generateApiToken(), CLIENT)
+    await refusal(Promise.resolve().then(() => issuer.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    for (const created of tokens) expect((await issuer.authenticate(created.token, CLIENT)).ok).toBe(true)
   })
 
   it('the same unknown token again is 401 from memory for a while: no lookup, no unit (a client retrying a secret rotated away)', async () => {

@@ -598,7 +598,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    */
   function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): ApiTokenRecord | undefined {
     // A store is trusted with the lookup, not with the match: compared in constant time.
-    if (!record || !hashesEqual(record.tokenHash, tokenHash)) return undefined
+    if (!record || !hashesEqual(record.tokenHash, tokenHash)) {
+      // A hash seen stored that no longer is (its secret was rotated away): no longer known, and
+      // held as unknown like any other. (Hashes under a previous pepper are never in `wellFormed`.)
+      if (known && wellFormed.delete(tokenHash)) unknownHashes.set(tokenHash, true)
+      return undefined
+    }
     if (!known) knowWellFormed(tokenHash)
     if (cache && hearing && record.revokedAt === null && asked === invalidationCount && invalidations.listening !== false) {
       cache.set(tokenHash, record)
@@ -647,16 +652,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const record = lookup(tokenHash, known)
     const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, 0) : judge(found))
     return record instanceof Promise ? record.then(next) : next(record)
-  }
-
-  /**
-   * A hash known to be stored that no longer is (its secret was rotated away): no longer known,
-   * and held as unknown like any other.
-   */
-  function forget(tokenHash: string): TokenAuthResult {
-    wellFormed.delete(tokenHash)
-    unknownHashes.set(tokenHash, true)
-    return UNKNOWN
   }
 
   /**
@@ -917,11 +912,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const cached = fromCache(tokenHash)
       if (cached !== undefined) return judge(cached)
       const known = wellFormed.has(tokenHash)
-      if (known) {
-        const result = lookUnderEveryPepper(token, tokenHash, true)
-        if (!(result instanceof Promise)) return result === UNKNOWN ? forget(tokenHash) : result
-        return result.then((auth) => (auth === UNKNOWN ? forget(tokenHash) : auth))
-      }
+      if (known) return lookUnderEveryPepper(token, tokenHash, true)
       if (checkApiTokenFormat(token, prefix) !== null) return MALFORMED
       if (unknownHashes.has(tokenHash)) return UNKNOWN
       // A well-formed token not known to be stored: its lookups are charged to the client.
