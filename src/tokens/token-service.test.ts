@@ -1071,17 +1071,14 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
   })
 
-  it('real tokens are not held up: a token found (active or revoked) gives its unit back; one known here is not counted', async () => {
+  it('real tokens are not held up: a live token found gives its unit back; one known here is not counted', async () => {
     // Issued by one instance, presented to another over the same store, which has seen none of
     // them: each first use is looked up and charged, and each found token must give its unit back.
     const store = createMemoryTokenStore()
     const { service: issuer } = setup({ store, unknownTokenBudget: { limit: 2 } })
     const tokens = await Promise.all([0, 1, 2, 3].map((i) => createToken(issuer, { name: `t${i}` })))
-    const revoked = await createToken(issuer, { name: 'revoked' })
-    await issuer.revoke('alice', revoked.id)
     const { service, calls } = setup({ store, unknownTokenBudget: { limit: 2 } })
     for (const created of tokens) expect((await service.authenticate(created.token, CLIENT)).ok, created.name).toBe(true)
-    expect(await service.authenticate(revoked.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
     // Two unknown tokens spend the budget; the tokens seen stored still authenticate after it.
     await service.authenticate(generateApiToken(), CLIENT)
     await service.authenticate(generateApiToken(), CLIENT)
@@ -1095,6 +1092,116 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     await issuer.authenticate(generateApiToken(), CLIENT)
     await refusal(Promise.resolve().then(() => issuer.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
     for (const created of tokens) expect((await issuer.authenticate(created.token, CLIENT)).ok).toBe(true)
+  })
+
+  it('a burst of requests with one token the instance has not seen shares one lookup and one unit', async () => {
+    // A client opening many requests at once after a restart, on a store that answers later.
+    const inner = createMemoryTokenStore()
+    const { service: issuer } = setup({ store: inner })
+    const created = await createToken(issuer)
+    let lookups = 0
+    const slow: TokenStore = {
+      ...inner,
+      findByHash: (tokenHash) => {
+        lookups++
+        return new Promise((resolve) => setTimeout(() => resolve(inner.findByHash(tokenHash) as ApiTokenRecord | undefined), 20))
+      },
+    }
+    const { service } = setup({ store: slow, unknownTokenBudget: { limit: 2 } })
+    const results = await Promise.all(Array.from({ length: 80 }, () => Promise.resolve().then(() => service.authenticate(created.token, CLIENT))))
+    expect(results.every((auth) => auth.ok)).toBe(true)
+    expect(lookups).toBe(1)
+    // A burst of one made-up token: one lookup, one unit; the budget still has one left.
+    const madeUp = generateApiToken()
+    const refused = await Promise.all(Array.from({ length: 80 }, () => Promise.resolve().then(() => service.authenticate(madeUp, CLIENT))))
+    expect(refused.every((auth) => !auth.ok && auth.reason === 'unknown')).toBe(true)
+    expect(lookups).toBe(2)
+    expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+  })
+
+  it('a revoked or expired token keeps its unit and is refused from memory for a while: no lookup per presentation', async () => {
+    const store = createMemoryTokenStore()
+    const { service: issuer, clock } = setup({ store })
+    const revoked = await createToken(issuer, { name: 'revoked' })
+    const expired = await createToken(issuer, { name: 'expired', expiresInDays: 7 })
+    const live = await createToken(issuer, { name: 'live', expiresInDays: 90 })
+    await issuer.revoke('alice', revoked.id)
+    clock.advance(8 * DAY)
+    // Another instance (its clock past the 7 days too), which has seen none of them.
+    const other = setup({ store, cacheTtlMs: 60_000, unknownTokenBudget: { limit: 3 } })
+    other.clock.advance(8 * DAY)
+    for (let i = 0; i < 500; i++) {
+      expect(await other.service.authenticate(revoked.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
+      expect(await other.service.authenticate(expired.token, CLIENT)).toEqual({ ok: false, reason: 'expired' })
+    }
+    expect(other.calls.findByHash).toBe(2)
+    // Each took a unit: one made-up token spends the last, and then the client is refused.
+    expect(await other.service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    await refusal(Promise.resolve().then(() => other.service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    // A live token of the same client still passes once it is known (from another address here).
+    expect((await other.service.authenticate(live.token, '198.51.100.1')).ok).toBe(true)
+    // Held 10 s, then looked up again, and charged again: past its budget, the client gets 429.
+    other.clock.advance(10_001)
+    await refusal(Promise.resolve().then(() => other.service.authenticate(revoked.token, CLIENT)), TooManyValidationsError)
+  })
+
+  it('a token known here that is revoked elsewhere is looked up once, then refused from memory, and no longer free', async () => {
+    const bus = createMemoryInvalidationBus()
+    const store = createMemoryTokenStore()
+    const a = setup({ store, invalidations: bus, unknownTokenBudget: { limit: 1 } })
+    const created = await createToken(a.service)
+    expect((await a.service.authenticate(created.token, CLIENT)).ok).toBe(true)
+    // Revoked in the store by another instance whose invalidation this one did not hear.
+    await store.revoke(created.id, a.clock.now())
+    const before = a.calls.findByHash
+    for (let i = 0; i < 100; i++) expect(await a.service.authenticate(created.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
+    expect(a.calls.findByHash).toBe(before + 1)
+    // After the hold it is charged like any token not known: the one unit, then 429.
+    a.clock.advance(10_001)
+    expect(await a.service.authenticate(created.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
+    a.clock.advance(10_001)
+    await refusal(Promise.resolve().then(() => a.service.authenticate(created.token, CLIENT)), TooManyValidationsError)
+  })
+
+  it('a lookup overtaken by an invalidation holds no refusal, and requests after the invalidation do not share it', async () => {
+    // Instance B reads the old secret's hash as gone; before that read answers, A undoes its
+    // rotation (the old secret is back, as `undoRotation` does) and invalidates the hash.
+    const bus = createMemoryInvalidationBus()
+    const inner = createMemoryTokenStore()
+    const a = setup({ store: inner, invalidations: bus })
+    let hold = true
+    const held: Array<() => void> = []
+    const slow: TokenStore = {
+      ...inner,
+      findByHash: (tokenHash) => {
+        const read = inner.findByHash(tokenHash) as ApiTokenRecord | undefined
+        if (!hold) return Promise.resolve(read)
+        return new Promise((resolve) => held.push(() => resolve(read)))
+      },
+    }
+    const b = setup({ store: slow, invalidations: bus })
+    const rotateAndUndo = async (created: { id: string; token: string; prefix: string }, during: () => void) => {
+      const old = { tokenHash: hashApiToken(created.token), displayPrefix: created.prefix }
+      const rotated = await a.service.rotate(created.id, { kind: 'session', userId: 'alice' })
+      hold = true
+      const stale = b.service.authenticate(created.token, CLIENT)
+      await inner.rotate(created.id, old, hashApiToken(rotated.token))
+      await bus.publish({ kind: 'token', tokenHash: old.tokenHash })
+      hold = false
+      during()
+      for (const release of held.splice(0)) release()
+      expect(await stale).toEqual({ ok: false, reason: 'unknown' })
+    }
+    // The overtaken read answers "unknown" to its own request, and holds nothing after it.
+    const first = await createToken(a.service, { name: 'first' })
+    await rotateAndUndo(first, () => {})
+    expect((await b.service.authenticate(first.token, CLIENT)).ok).toBe(true)
+    // A request that came after the invalidation reads the store again.
+    const second = await createToken(a.service, { name: 'second' })
+    let fresh: ReturnType<TokenService['authenticate']> | undefined
+    await rotateAndUndo(second, () => (fresh = b.service.authenticate(second.token, CLIENT)))
+    expect((await fresh!).ok).toBe(true)
   })
 
   it('the same unknown token again is 401 from memory for a while: no lookup, no unit (a client retrying a secret rotated away)', async () => {

@@ -167,11 +167,13 @@ export interface TokenServiceOptions {
    * one store lookup (one per `previousPeppers` entry more); without a bound one client could
    * send the shared database as many as it can send requests, before any rate limit (which
    * counts authenticated callers). Counted like the OAuth validator's `clientBudget`: a lookup
-   * in flight or that found nothing takes a unit, one that found the token gives it back, and
-   * a hash already seen to belong to a stored token is never counted, so callers with real
-   * tokens are not held up. Past the limit, `authenticate` throws
-   * {@link TooManyValidationsError} (the dispatcher answers 429 with `Retry-After`) without a
-   * lookup. A call without a client address is not counted. IPv6 addresses count by their /64.
+   * in flight, or that found nothing or a revoked or expired token, takes a unit; one that
+   * found a live token gives it back; requests with a token whose lookup is in flight share it
+   * (and its unit); a hash already seen to belong to a live stored token is never counted, so
+   * callers with real tokens are not held up. A refusal found is given again for 10 s without
+   * a lookup. Past the limit, `authenticate` throws {@link TooManyValidationsError} (the
+   * dispatcher answers 429 with `Retry-After`) without a lookup. A call without a client
+   * address is not counted. IPv6 addresses count by their /64. Each instance counts on its own.
    * Default `{ limit: 60, windowType: 'minute', maxClients: 10_000 }`; `false` turns it off.
    */
   unknownTokenBudget?: ClientBudgetOptions | false
@@ -403,22 +405,32 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (message.kind === 'token') {
       invalidationCount++
       cache?.delete(message.tokenHash)
-      unknownHashes.delete(message.tokenHash)
+      refusedHashes.delete(message.tokenHash)
+      charged.delete(message.tokenHash)
     } else if (message.kind === 'all') {
       invalidationCount++
       cache?.clear()
-      unknownHashes.clear()
+      refusedHashes.clear()
+      charged.clear()
     }
   })
-  // Hashes that matched a stored token: their tokens are well formed, so the checksum need
-  // not be computed again (hashes only, never a secret; bounded).
+  // Hashes that matched a live stored token: their tokens are well formed, so the checksum
+  // need not be computed again, and their lookups are not charged to `unknownTokenBudget`
+  // (hashes only, never a secret; bounded, the oldest first out).
   const wellFormed = new Set<string>()
-  // Hashes of well-formed tokens the store did not hold, answered 401 again for a while without
-  // a lookup or a charge to the client's budget (a client retrying a secret rotated away). A
-  // hash becomes known only when that very secret is issued, and new secrets are random, so
-  // holding the answer is safe; it is held briefly anyway, for a store whose reads lag its
-  // writes (a replica), and dropped by any invalidation of the hash.
-  const unknownHashes = new LRUCache<string, true>({ max: 10_000, ttl: UNKNOWN_HASH_TTL_MS, ...lruClock(options.now) })
+  // Hashes of well-formed tokens the store did not hold, or holds revoked or expired, answered
+  // with the same refusal again for a while without a lookup or a charge to the client's budget
+  // (a client retrying a secret rotated away, or a token it no longer has the right to use).
+  // An unknown hash becomes known only when that very secret is issued, and new secrets are
+  // random; revoked and expired are end states. So holding the answer is safe; it is held
+  // briefly anyway, for a store whose reads lag its writes (a replica), and dropped by any
+  // invalidation of the hash.
+  const refusedHashes = new LRUCache<string, TokenAuthResult>({ max: 10_000, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
+  // The charged lookups in flight, by hash: more requests with the same token meanwhile (a
+  // client opening many requests at once on an instance that has not seen its token yet)
+  // share the lookup and its one unit instead of spending the budget. Dropped by any
+  // invalidation of the hash, so no request after it gets what was read before it.
+  const charged = new Map<string, Promise<TokenAuthResult>>()
   // The accepted result per record (records are immutable): one object, not one per request.
   const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
   const pendingLastUsed = new Map<string, number>()
@@ -541,7 +553,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function invalidate(tokenHash: string): Promise<void> {
     invalidationCount++
     cache?.delete(tokenHash)
-    unknownHashes.delete(tokenHash)
+    refusedHashes.delete(tokenHash)
+    charged.delete(tokenHash)
     return Promise.resolve(invalidations.publish({ kind: 'token', tokenHash })).catch((error) =>
       onError(error, 'invalidation publish'),
     )
@@ -557,7 +570,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   function knowWellFormed(tokenHash: string): void {
-    if (wellFormed.size >= 10_000) wellFormed.clear()
+    // The oldest out (a `Set` iterates in insertion order), never the whole set: a busy
+    // platform's tokens would all be charged again at once.
+    if (wellFormed.size >= MAX_KNOWN_HASHES) wellFormed.delete(wellFormed.values().next().value!)
     wellFormed.add(tokenHash)
   }
 
@@ -572,10 +587,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
 
   /**
-   * A record from the store for `tokenHash`, remembered in the cache when it is live. `known`:
-   * the hash is already in `wellFormed` (the caller looked).
+   * The store's record for `tokenHash`, judged (`undefined`: not stored under that hash), and
+   * remembered: in the cache when live, as refused when revoked or expired (see `remember`).
+   * `known`: the hash is already in `wellFormed` (the caller looked).
    */
-  function lookup(tokenHash: string, known: boolean): MaybePromise<ApiTokenRecord | undefined> {
+  function lookup(tokenHash: string, known: boolean): MaybePromise<TokenAuthResult | undefined> {
     let found: MaybePromise<ApiTokenRecord | undefined>
     try {
       found = store.findByHash(tokenHash)
@@ -593,22 +609,28 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
-   * The record the store found for `tokenHash`, if it matches; remembered (see `lookup`), unless
-   * an invalidation came in since `asked` (the count when the lookup started).
+   * The record the store found for `tokenHash`, judged if it matches. Nothing is remembered from
+   * a read an invalidation may have overtaken (one came in since `asked`, the count when the
+   * lookup started): a rotation undone or an edit would otherwise be missed.
    */
-  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): ApiTokenRecord | undefined {
+  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): TokenAuthResult | undefined {
     // A store is trusted with the lookup, not with the match: compared in constant time.
     if (!record || !hashesEqual(record.tokenHash, tokenHash)) {
       // A hash seen stored that no longer is (its secret was rotated away): no longer known, and
       // held as unknown like any other. (Hashes under a previous pepper are never in `wellFormed`.)
-      if (known && wellFormed.delete(tokenHash)) unknownHashes.set(tokenHash, true)
+      if (known && wellFormed.delete(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, UNKNOWN)
       return undefined
     }
-    if (!known) knowWellFormed(tokenHash)
-    if (cache && hearing && record.revokedAt === null && asked === invalidationCount && invalidations.listening !== false) {
-      cache.set(tokenHash, record)
+    const auth = judge(record)
+    if (!auth.ok) {
+      // Revoked or expired, for good: refused from memory for a while rather than looked up on
+      // every presentation, and no longer known, so its next lookup is charged to its client.
+      if (known && wellFormed.delete(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, auth)
+      return auth
     }
-    return record
+    if (!known) knowWellFormed(tokenHash)
+    if (cache && hearing && asked === invalidationCount && invalidations.listening !== false) cache.set(tokenHash, record)
+    return auth
   }
 
   /** A cached record; none while the bus cannot hear other instances (a rotation there would go unnoticed). */
@@ -636,31 +658,33 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    */
   function underPreviousPepper(token: string, i: number): MaybePromise<TokenAuthResult> {
     if (i === previousPeppers.length) return UNKNOWN
-    const record = lookup(hashApiToken(token, previousPeppers[i] ?? undefined), true)
-    const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, i + 1) : judge(found))
-    return record instanceof Promise ? record.then(next) : next(record)
+    const judged = lookup(hashApiToken(token, previousPeppers[i] ?? undefined), true)
+    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, i + 1)
+    return judged instanceof Promise ? judged.then(next) : next(judged)
   }
 
   /** The record stored for `token` under `pepper`, else under each of `previousPeppers`, judged. */
   function lookUnderEveryPepper(token: string, tokenHash: string, known: boolean): MaybePromise<TokenAuthResult> {
     if (previousPeppers.length === 0) {
-      const record = lookup(tokenHash, known)
-      return record instanceof Promise ? record.then(judge) : judge(record)
+      const judged = lookup(tokenHash, known)
+      return judged instanceof Promise ? judged.then(orUnknown) : (judged ?? UNKNOWN)
     }
     const older = cachedUnderPreviousPepper(token)
     if (older !== undefined) return judge(older)
-    const record = lookup(tokenHash, known)
-    const next = (found: ApiTokenRecord | undefined) => (found === undefined ? underPreviousPepper(token, 0) : judge(found))
-    return record instanceof Promise ? record.then(next) : next(record)
+    const judged = lookup(tokenHash, known)
+    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, 0)
+    return judged instanceof Promise ? judged.then(next) : next(judged)
   }
 
   /**
-   * A lookup that found the token (in any state) gives its unit back; an unknown one keeps it,
-   * and its hash is remembered as unknown.
+   * The charged lookup of a hash not known here, settled: a token found live gives its unit
+   * back; one unknown, revoked or expired keeps it (refusals are what the budget bounds: a
+   * revoked token would otherwise be a free lookup on every presentation), and the refusal is
+   * held (`refusedHashes`) unless an invalidation may have overtaken the read.
    */
-  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, tokenHash: string): TokenAuthResult {
-    if (auth === UNKNOWN) unknownHashes.set(tokenHash, true)
-    else charge.refund()
+  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, tokenHash: string, asked: number): TokenAuthResult {
+    if (auth.ok) charge.refund()
+    else if (asked === invalidationCount) refusedHashes.set(tokenHash, auth)
     return auth
   }
 
@@ -911,12 +935,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const tokenHash = hash(token)
       const cached = fromCache(tokenHash)
       if (cached !== undefined) return judge(cached)
-      const known = wellFormed.has(tokenHash)
-      if (known) return lookUnderEveryPepper(token, tokenHash, true)
+      if (wellFormed.has(tokenHash)) return lookUnderEveryPepper(token, tokenHash, true)
       if (checkApiTokenFormat(token, prefix) !== null) return MALFORMED
-      if (unknownHashes.has(tokenHash)) return UNKNOWN
+      const refused = refusedHashes.get(tokenHash)
+      if (refused !== undefined) return refused
+      const sharing = charged.get(tokenHash)
+      if (sharing !== undefined) return sharing
       // A well-formed token not known to be stored: its lookups are charged to the client.
       const charge = unknownTokenBudget.charge(clientAddress)
+      const asked = invalidationCount
       let result: MaybePromise<TokenAuthResult>
       try {
         result = lookUnderEveryPepper(token, tokenHash, false)
@@ -924,14 +951,23 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         charge.refund()
         throw error
       }
-      if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash)
-      return result.then(
-        (auth) => settleCharge(auth, charge, tokenHash),
+      if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash, asked)
+      const done = () => {
+        if (charged.get(tokenHash) === shared) charged.delete(tokenHash)
+      }
+      const shared: Promise<TokenAuthResult> = result.then(
+        (auth) => {
+          done()
+          return settleCharge(auth, charge, tokenHash, asked)
+        },
         (error: unknown) => {
+          done()
           charge.refund()
           throw error
         },
       )
+      charged.set(tokenHash, shared)
+      return shared
     },
 
     async flush() {
@@ -1020,8 +1056,16 @@ function checkPreviousPeppers(value: unknown, pepper: string | undefined): reado
 
 const MAX_PREVIOUS_PEPPERS = 4
 
-/** How long a hash the store did not hold is answered 401 without asking the store again. */
-const UNKNOWN_HASH_TTL_MS = 10_000
+/**
+ * How long a hash the store did not hold, or holds revoked or expired, is answered 401 without
+ * asking the store again.
+ */
+const REFUSED_HASH_TTL_MS = 10_000
+
+/** How many hashes of live stored tokens an instance remembers as known (about 100 bytes each). */
+const MAX_KNOWN_HASHES = 50_000
+
+const orUnknown = (found: TokenAuthResult | undefined): TokenAuthResult => found ?? UNKNOWN
 
 /** Reads and swaps an owner's rotation tries before it answers 409 `conflict`. */
 const MAX_ROTATE_ATTEMPTS = 32
