@@ -588,6 +588,89 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       // Sent and answered at once, with no probe: Redis never stalled.
       expect(await counters.increment('k', START, W)).toBe(3)
     })
+
+    it('an invalidation PUBLISH is sent even while it is open, and lands once Redis answers: a token revoked during a stall is refused by the other instances (regression)', async () => {
+      const prefix = redis.prefix()
+      const apps = createMemoryAppStore([{ id: 'app_w', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+      const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_w', active: true }])
+      const store = createMemoryTokenStore()
+      const errors: string[] = []
+      const onError = (error: unknown, context: string) => errors.push(`${context}: ${(error as Error).message}`)
+      // A's commands go through a connection the test holds; B's through another, never held.
+      const client = redis.connect()
+      const sent = recording(client)
+      const busA = createRedisInvalidationBus({ client: sent, subscriber: redis.connect(), prefix, timeoutMs: T, heartbeatMs: false, onError })
+      const busB = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, heartbeatMs: false, onError })
+      await Promise.all([busA.ready(), busB.ready()])
+      const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: busA, onError })
+      const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: busB, onError })
+      const created = await a.create({ userId: 'alice', name: 'ci', servers: ['app_w'], expiresInDays: 7 })
+      expect(await b.authenticate(created.token)).toMatchObject({ ok: true }) // now in B's cache
+
+      // A's Redis stalls, and a session lookup on A's client opens the breaker.
+      const sessions = createRedisSessionStore({ client: sent, prefix, timeoutMs: T })
+      const stall = holdConnection(client, redis.client, `${prefix}hold`)
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(/did not answer within/)
+      await nextTurn()
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(STALLED)
+
+      // Revoked on A meanwhile: the PUBLISH is sent anyway, waits on the held connection, and
+      // its deadline goes to onError. It is no probe, and closes nothing: the store calls
+      // made while it waits still fail at once, unsent.
+      sent.commands.length = 0
+      const heard = nextInvalidation(busB)
+      const revoking = a.revoke('alice', created.id) // waits for its PUBLISH
+      await vi.waitFor(() => expect(sent.commands).toEqual(['PUBLISH']), { timeout: 1_000, interval: 1 })
+      expect(await outcomes(Array.from({ length: 5 }, () => sessions.get('s', 60_000)))).toEqual(Array(5).fill(expect.stringMatching(STALLED)))
+      expect(sent.commands).toEqual(['PUBLISH'])
+      await revoking
+      expect(errors).toEqual([`invalidation publish: Redis PUBLISH did not answer within ${T} ms`])
+
+      // Redis answers: the invalidation lands late, as a late one should, and B refuses the token.
+      await stall.release()
+      expect(await Promise.race([heard, new Promise((resolve) => setTimeout(resolve, 2_000, 'never heard'))])).toEqual({
+        kind: 'token',
+        tokenHash: expect.any(String),
+      })
+      expect(await b.authenticate(created.token)).toMatchObject({ ok: false })
+      // The late answers (the lookup's, then the PUBLISH's) closed the breaker: sent at once, no probe.
+      sent.commands.length = 0
+      expect(await sessions.get('s', 60_000)).toBeUndefined()
+      expect(sent.commands).toEqual(['GETEX'])
+      await Promise.all([a.close(), b.close()])
+      await Promise.all([busA.close(), busB.close()])
+    })
+
+    it('a slow Redis is no hung one: a call that passes its deadline while other calls are answered opens nothing, so a store with a longer deadline on the same client is served (regression)', async () => {
+      // Every command is answered, 300 ms after it is called.
+      const slow: RedisCommandClient = {
+        status: 'ready',
+        call: (command, ...args) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => redis.client.call(command, ...args)),
+      }
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: slow, prefix, timeoutMs: 200 })
+      const sessions = createRedisSessionStore({ client: slow, prefix, timeoutMs: 2_000 })
+      // A lookup answered at about 300 ms, inside the window of the increment sent at 150 ms,
+      // whose own deadline passes at 350 ms and whose answer comes at 450 ms.
+      const first = sessions.get('s1', 60_000)
+      await new Promise((resolve) => setTimeout(resolve, 150))
+      await expect(counters.increment('k', START, W)).rejects.toThrow('Redis script rate-limit increment did not answer within 200 ms')
+      // Before that late answer: sent, not refused as stalled.
+      expect(await outcomes([first, sessions.get('s2', 60_000)])).toEqual(['fulfilled', 'fulfilled'])
+
+      // And a steady stream, where every increment times out: once the lookups are answered
+      // (the first after 300 ms, before the first increment's deadline), none is refused.
+      const message = (call: unknown) => Promise.resolve(call).then(() => 'fulfilled', (error: Error) => error.message)
+      const lookups: Array<Promise<string>> = []
+      const increments: Array<Promise<string>> = []
+      for (let i = 0; i < 30; i++) {
+        lookups.push(message(sessions.get(`s${i}`, 60_000)))
+        if (i >= 8) increments.push(message(counters.increment('k', START, W)))
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      expect(await Promise.all(lookups)).toEqual(Array(30).fill('fulfilled'))
+      expect(await Promise.all(increments)).toEqual(Array(22).fill('Redis script rate-limit increment did not answer within 200 ms'))
+    })
   })
 
   describe('a Redis that does not answer', () => {
@@ -609,10 +692,9 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       bus.subscribe((m) => seen.push(m))
       await expect(bus.ready()).rejects.toThrow(/SUBSCRIBE .* did not answer within 50 ms/)
       // Local listeners still hear it; the other instances cannot, and the caller is told.
-      // The calls above showed the stall: PUBLISH fails at once, or as the probe at its deadline.
-      await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(
-        /PUBLISH (did not answer within 50 ms|not sent: Redis is stalled)/,
-      )
+      // The calls above showed the stall, but an invalidation is sent all the same (it would
+      // land late, which is harmless): it fails at its deadline, never unsent.
+      await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(/PUBLISH did not answer within 50 ms/)
       expect(seen).toEqual([{ kind: 'token', tokenHash: 'h' }])
       await bus.close()
       client.disconnect()

@@ -3,7 +3,8 @@
  * any Redis package installed: an `ioredis` instance fits as it is, and any other client fits
  * behind a few lines of adapter. Also the options every Redis store shares, and the one place
  * commands are sent (each under a deadline, scripts by SHA with a fallback to the source,
- * none at all while the client's Redis is stalled: see {@link connectRedis}).
+ * none while the client's Redis is stalled but an invalidation's `PUBLISH`: see
+ * {@link connectRedis}).
  * @module
  */
 import { createHash } from 'node:crypto'
@@ -102,9 +103,10 @@ export interface RedisStoreOptions {
    * Longest wait for one store call, in milliseconds; past it the call rejects, so a Redis
    * that is down or hung never holds a request (the dispatcher then applies its failure
    * policy: the rate limit fails open, sessions answer 503, the OAuth cache misses). A call
-   * that passes it unanswered also marks the client's Redis stalled: until Redis answers
-   * anything again, the calls of every store on that client reject at once, unsent, but for
-   * one probe per `timeoutMs` (see {@link connectRedis}). Default 1,000.
+   * that passes it unanswered, with nothing else answered on that client since it was sent,
+   * also marks the client's Redis stalled: until Redis answers anything again, the calls of
+   * every store on that client reject at once, unsent, but for one probe per `timeoutMs` (see
+   * {@link connectRedis}). Default 1,000.
    */
   timeoutMs?: number
 }
@@ -133,6 +135,16 @@ export interface RedisConnection {
   /** One command, under the deadline; rejected unsent while the client's Redis is stalled. */
   send(command: string, ...args: RedisArgument[]): Promise<unknown>
   /**
+   * One command, under the deadline, sent even while the client's Redis is stalled: for a
+   * command that must reach Redis however late, because its landing late harms nothing and its
+   * not landing does (an invalidation `PUBLISH`: refused, a revoked token would stay in the
+   * other instances' caches for their whole TTL; late, it only ends them late). Its caller is
+   * still told at the deadline. It counts for the breaker as any other call (its deadline
+   * passing with nothing answered since it was sent opens it, an answer to it closes it), but
+   * it is never the probe and leaves the probe's schedule alone.
+   */
+  sendAnyway(command: string, ...args: RedisArgument[]): Promise<unknown>
+  /**
    * One script on one key (`EVALSHA`, then `EVAL` on `NOSCRIPT`), under one deadline;
    * rejected unsent while the client's Redis is stalled.
    */
@@ -147,13 +159,16 @@ const MAX_TIMEOUT_MS = 2_147_483_647
  * on that client.
  */
 interface StallBreaker {
-  /** A command passed its deadline unanswered, and nothing has answered since. */
+  /** A command passed its deadline with nothing answered since it was sent, and nothing has answered since. */
   stalled: boolean
   /** While stalled: when (`performance.now()`) the next probe may go. */
   probeAt: number
   /** While stalled: the deadline the call that opened it passed, in ms (for messages). */
   missedMs: number
-  /** Answers seen, counted: a deadline tells by it whether one arrived as it passed. */
+  /**
+   * Answers seen, counted: a call notes it when its command is sent, and tells by it at its
+   * deadline whether any answer arrived meanwhile (then Redis is slow, not hung).
+   */
   answers: number
 }
 
@@ -194,10 +209,15 @@ function isErrorReply(error: unknown): boolean {
  * hang landing together would lock callers out for the rest of their window. So the client
  * gets a stall breaker, shared by every store on that client object (a `WeakMap` entry):
  *
- * - A call that passes its deadline unanswered opens it. When this process noticed the
- *   deadline late (its event loop was held, more than 20 ms past it), the answer may be
- *   waiting unread: it is judged once what was waiting has been read, and opens it only if
- *   still unanswered and no other answer arrived (a stall of this process is no stall of Redis).
+ * - A call that passes its deadline unanswered opens it, if no answer to any command of that
+ *   client (a reply or an error reply) has arrived since the call's command was sent. An
+ *   answer meanwhile shows a Redis that is slow, not hung: a store's tight deadline then fails
+ *   only its own call, and never refuses the calls of stores with longer deadlines on the same
+ *   client. (When nothing at all answered within a whole deadline, a slow Redis looks hung:
+ *   the breaker opens until the first late answer closes it.) When this process noticed the
+ *   deadline late (its event loop was held, more than 20 ms past it), answers may be waiting
+ *   unread: it is judged once what was waiting has been read (a stall of this process is no
+ *   stall of Redis).
  * - While open, calls reject at once and are not sent: the dispatcher applies its failure
  *   policy at once (the rate limit fails open, sessions 503, the OAuth cache misses), and no
  *   count waits on the socket to land later.
@@ -206,11 +226,20 @@ function isErrorReply(error: unknown): boolean {
  *   under its deadline. A probe of a Redis still hung costs one queued `PING` and that call's
  *   wait, never a store command (a `PING` answered after the deadline sends nothing more).
  * - Any answer from Redis closes it: a reply or an error reply to any command of that client
- *   (a late answer to a call that timed out too, or the probe's `PING`).
+ *   (a late answer to a call that timed out too, or the probe's `PING`). A client's own
+ *   failure (a connection closed, retries exhausted) is no answer.
+ * - A command sent by {@link RedisConnection.sendAnyway} (the invalidation bus's `PUBLISH`)
+ *   is never refused: it is sent while open too, to land when Redis answers, and its caller
+ *   is told at its deadline. It is no probe; its answer closes the breaker as any answer does.
  *
- * A client whose Redis answers within `timeoutMs` never sees it. On a Redis Cluster client the
- * breaker is the cluster's: a hung shard opens it for every shard, and an answer from any
- * shard closes it.
+ * A client whose Redis answers within `timeoutMs`, or keeps answering something within it,
+ * never sees it. On a Redis Cluster client the breaker is the cluster's, as the client object
+ * is: it cannot tell a hung shard from the others. While the healthy shards answer, a call to
+ * the hung one that passes its deadline opens nothing, so calls to that shard keep being sent,
+ * each waiting its whole deadline and left queued to run when the shard answers; when the
+ * breaker does open (nothing else answered within that deadline), the calls to the healthy
+ * shards are refused too, until an answer from any shard closes it, which leaves the hung
+ * shard unprotected again. Give such a deployment a deadline it can afford per call.
  *
  * @example
  * ```ts
@@ -260,13 +289,19 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     breaker.probeAt = performance.now() + timeoutMs
     breaker.missedMs = timeoutMs
   }
-  /** `attempt` under the deadline, through the breaker (see above). */
-  const guarded = (what: string, attempt: () => Promise<unknown>): Promise<unknown> => {
+  /**
+   * `attempt` under the deadline, through the breaker (see above); `anyway`: sent even while
+   * it is open, and never as the probe.
+   */
+  const guarded = (what: string, attempt: () => Promise<unknown>, anyway = false): Promise<unknown> => {
     let settled = false
     let expired = false
     let probe = false
+    // The answers counted when the command was sent: any more by the deadline, and Redis is
+    // answering, if slowly (or another store's deadline is the tighter one): no stall.
+    let seen = breaker.answers
     let pending: Promise<unknown>
-    if (!breaker.stalled) pending = attempt()
+    if (!breaker.stalled || anyway) pending = attempt()
     else if (performance.now() < breaker.probeAt) {
       return Promise.reject(
         new Error(`${what} not sent: Redis is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`),
@@ -278,6 +313,8 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
       pending = call('PING', []).then(() => {
         // Answered after this call gave up: its command would only run late, for no one.
         if (expired) throw new Error(`${what} not sent: Redis answered the probe after the deadline`)
+        // Counted from the command, not the PING: the PING's answer says nothing of it.
+        seen = breaker.answers
         return attempt()
       })
     }
@@ -292,9 +329,8 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
         // read then (setImmediate runs after that), so a stall of this process is no stall of
         // Redis; on time, at once.
         if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) {
-          if (!breaker.stalled) open()
+          if (!breaker.stalled && breaker.answers === seen) open()
         } else {
-          const seen = breaker.answers
           setImmediate(() => {
             if (!settled && !breaker.stalled && breaker.answers === seen) open()
           })
@@ -308,6 +344,7 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     prefix,
     timeoutMs,
     send: (command, ...args) => guarded(`Redis ${command}`, () => call(command, args)),
+    sendAnyway: (command, ...args) => guarded(`Redis ${command}`, () => call(command, args), true),
     run: (script, key, ...args) => guarded(`Redis script ${script.name}`, () => evaluate(script, [1, key, ...args])),
   }
 }

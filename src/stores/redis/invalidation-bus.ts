@@ -83,7 +83,8 @@ function parseWire(text: string): WireMessage | undefined {
 /**
  * An invalidation bus over Redis pub/sub, one per token service. `publish` delivers to this
  * bus's own listeners at once (as the in-process bus does) and sends one `PUBLISH` to
- * `<prefix>invalidations` (under the `timeoutMs` deadline); every other bus on that channel
+ * `<prefix>invalidations` (under the `timeoutMs` deadline, and even while the client's Redis is
+ * stalled: see `connectRedis`); every other bus on that channel
  * delivers it to its listeners when it arrives (its own messages coming back are skipped).
  * Pass it as the token service's `invalidations`, with a `cacheTtlMs` above 0: a revoked or
  * rotated token is then refused by every instance as soon as the message lands, well inside
@@ -195,6 +196,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (silent && !notReady(options.client)) {
       pendingSince ??= at
       lastSent = at
+      // Through the breaker, unlike an invalidation: one refused while Redis is stalled only
+      // lets the silence show sooner, which turns the cache off (the safe side).
       redis.send('PUBLISH', heartbeatChannel, origin).catch(() => {})
     }
   }
@@ -242,7 +245,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // `all` concerns this bus's own listeners; other instances judge their own connection.
       if (message.kind !== 'token') return Promise.resolve()
       const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
-      return redis.send('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
+      // Sent even while the client's Redis is stalled (the breaker would refuse it unsent): a
+      // revocation landing late is harmless, one never sent leaves the token in the other
+      // instances' caches for their whole TTL. Its deadline still fails this call.
+      return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
     },
     subscribe(listener) {
       if (!closed) listeners.add(listener)
