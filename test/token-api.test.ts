@@ -621,6 +621,59 @@ describe('revoke (spec 3, 5.2)', () => {
   })
 })
 
+describe('an expired token stays expired (spec 3: expired is an end state)', () => {
+  const passwordReset = (session: Session) =>
+    platform.fetch(
+      new Request('http://api.localhost/dev/password-reset', {
+        method: 'POST',
+        headers: { cookie: session.cookie, 'x-csrf-token': session.csrfToken },
+      }),
+    )
+  const statuses = async (session: Session): Promise<Record<string, string>> => {
+    const { tokens } = await json(await call('GET', '', { session }))
+    return Object.fromEntries(tokens.map((t: { name: string; status: string }) => [t.name, t.status]))
+  }
+
+  it('DELETE of an expired token answers 200 with it unchanged, still expired', async () => {
+    const id = await seededId('user_alice', 'alice-week')
+    // Its expiry to the millisecond: expired from expires_at on.
+    clock.advance(7 * DAY)
+    const alice = await signIn('user_alice')
+    const response = await call('DELETE', `/${id}`, { session: alice })
+    expect(response.status).toBe(200)
+    expect(await json(response)).toMatchObject({ id, name: 'alice-week', status: 'expired' })
+    expect((await json(await call('GET', `/${id}`, { session: alice }))).status).toBe('expired')
+    expect((await statuses(alice))['alice-week']).toBe('expired')
+    expect(await appStatus(token('alice-week'))).toBe(401)
+    // Nothing was written: the store holds it unrevoked.
+    expect((await platform.tokenService.list('user_alice')).find((t) => t.id === id)?.status).toBe('expired')
+  })
+
+  it('a millisecond before its expiry, DELETE revokes it', async () => {
+    const id = await seededId('user_alice', 'alice-week')
+    clock.advance(7 * DAY - 1)
+    const alice = await signIn('user_alice')
+    expect(await json(await call('DELETE', `/${id}`, { session: alice }))).toMatchObject({ id, status: 'revoked' })
+    clock.advance(1)
+    expect((await statuses(alice))['alice-week']).toBe('revoked')
+  })
+
+  it('POST /dev/password-reset revokes only the active tokens, counts only those, and leaves expired ones expired', async () => {
+    clock.advance(7 * DAY)
+    const alice = await signIn('user_alice')
+    const answer = await passwordReset(alice)
+    expect(answer.status).toBe(200)
+    // Ten seeded tokens, two of them (7 days) expired.
+    expect(await json(answer)).toEqual({ revoked: 8 })
+    const after = await statuses(alice)
+    expect(after).toMatchObject({ 'alice-week': 'expired', 'alice-notes': 'expired', alice: 'revoked', 'alice-all': 'revoked' })
+    expect(Object.values(after).filter((s) => s === 'revoked')).toHaveLength(8)
+    // A second reset revokes nothing more, and the expired tokens are still expired.
+    expect(await json(await passwordReset(alice))).toEqual({ revoked: 0 })
+    expect(await statuses(alice)).toEqual(after)
+  })
+})
+
 describe('password reset (spec 3: revokes all of the owner’s tokens)', () => {
   it("revokeAllForUser makes every token of the owner 401, and no one else's", async () => {
     const alice = await signIn('user_alice')

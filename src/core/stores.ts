@@ -73,7 +73,8 @@ export interface ApiTokenPatch {
 export interface TokenStore {
   /**
    * Stores a new token. May answer the record as stored: revoked when a password reset of its
-   * user (`revokeAllForUser`) after its `createdAt` is already recorded.
+   * user (`revokeAllForUser`) after its `createdAt` and before its `expiresAt` is already
+   * recorded.
    */
   insert(record: ApiTokenRecord): MaybePromise<ApiTokenRecord | void>
   findByHash(tokenHash: string): MaybePromise<ApiTokenRecord | undefined>
@@ -99,14 +100,21 @@ export interface TokenStore {
     next: { tokenHash: string; displayPrefix: string },
     expectedHash?: string,
   ): MaybePromise<ApiTokenRecord | undefined>
-  /** Marks one token revoked; `undefined` when absent (already revoked stays revoked). */
+  /**
+   * Marks one token revoked at `at` and answers it; `undefined` when absent. Revoked and expired
+   * are end states (spec 3), so a token already revoked keeps its first revocation, and one
+   * expired at `at` (`at >= expiresAt`, the token service's boundary) is left as it is: both
+   * are answered unchanged.
+   */
   revoke(id: string, at: number): MaybePromise<ApiTokenRecord | undefined>
   /**
-   * Revokes every active token of `userId` (a password reset); returns the revoked records.
-   * It also records `at` as the user's reset, and from then on a token of `userId` created
-   * before `at` is revoked (at `at`) whenever it is inserted, read, updated or rotated, even one
-   * inserted after this call: a creation racing the reset cannot outlive it. A token created in
-   * the reset's millisecond or later is a token of the new password, and stays active.
+   * Revokes every active token of `userId` (a password reset): not revoked, and not expired at
+   * `at` (`expiresAt > at`); returns those it revoked, and only those. Expired tokens are left as
+   * they are. It also records `at` as the user's reset, and from then on a token of `userId`
+   * created before `at` and expiring after it is revoked (at `at`) whenever it is inserted,
+   * read, updated or rotated, even one inserted after this call: a creation racing the reset
+   * cannot outlive it. A token created in the reset's millisecond or later is a token of the new
+   * password, and stays active; one that expired by the reset stays expired.
    */
   revokeAllForUser(userId: string, at: number): MaybePromise<readonly ApiTokenRecord[]>
   /** Records last-used times in one batch (coalesced by the token service). */

@@ -942,6 +942,45 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 
+  it('revoke of an expired token leaves it expired and answers it (spec 3: expired is an end state)', async () => {
+    const { service, clock } = setup()
+    const created = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY) // its expiry, to the millisecond
+    expect(await service.revoke('alice', created.id)).toMatchObject({ id: created.id, status: 'expired' })
+    expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'expired' })
+    expect((await service.get('alice', created.id)).status).toBe('expired')
+  })
+
+  it('revoke of an expired token writes nothing, even to a store that would revoke it (one written before the rule)', async () => {
+    const inner = createMemoryTokenStore()
+    const revokes: string[] = []
+    const { service, clock } = setup({
+      store: {
+        ...inner,
+        revoke(id, at) {
+          revokes.push(id)
+          const current = inner.get(id) as ApiTokenRecord | undefined
+          return current && (current.revokedAt !== null ? current : { ...current, revokedAt: at })
+        },
+      },
+    })
+    const created = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY)
+    expect((await service.revoke('alice', created.id)).status).toBe('expired')
+    expect(revokes).toEqual([])
+  })
+
+  it('revokeAllForUser counts only the tokens it revoked: expired ones stay expired', async () => {
+    const { service, clock } = setup()
+    const week = await createToken(service, { expiresInDays: 7 })
+    const month = await createToken(service)
+    clock.advance(7 * DAY)
+    expect(await service.revokeAllForUser('alice')).toBe(1)
+    expect((await service.get('alice', week.id)).status).toBe('expired')
+    expect((await service.get('alice', month.id)).status).toBe('revoked')
+    expect(await service.authenticate(week.token)).toEqual({ ok: false, reason: 'expired' })
+  })
+
   it('revoke: only the owner', async () => {
     const { service } = setup()
     const created = await createToken(service)

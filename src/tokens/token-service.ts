@@ -211,9 +211,15 @@ export interface TokenService {
   update(userId: string, id: string, input: UpdateTokenInput): Promise<ApiTokenView>
   /** Rotates a secret (spec 3, 4.3): same id, name, scopes, expiry, allowlist. */
   rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
-  /** Revokes a token of `userId`, permanently (spec 3). Idempotent. */
+  /**
+   * Revokes a token of `userId`, permanently (spec 3). Idempotent. An expired token is left as
+   * it is (spec 3: only an active token can be revoked) and answered with `status: 'expired'`.
+   */
   revoke(userId: string, id: string): Promise<ApiTokenView>
-  /** Revokes every token of a user: call it on password reset (spec 3). Returns the count. */
+  /**
+   * Revokes every active token of a user: call it on password reset (spec 3). Expired tokens
+   * are left as they are. Returns the count of tokens it revoked.
+   */
   revokeAllForUser(userId: string): Promise<number>
   /**
    * Authenticates a presented API token (format, hash lookup, state). Answers synchronously
@@ -894,8 +900,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
     async revoke(userId, id) {
       const record = await ownedRecord(userId, id)
+      const at = now()
+      // Expired is an end state (spec 3): answered as it is, and nothing is written. The store
+      // leaves it too (`TokenStore.revoke`); checked here as well so that a custom store written
+      // before that rule cannot move it to revoked.
+      if (statusOf(record, at) === 'expired') return view(record)
       const revoked = await storeCall(
-        () => store.revoke(id, now()),
+        () => store.revoke(id, at),
         (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
       )
       if (!revoked) throw new NotFoundError('Token not found')

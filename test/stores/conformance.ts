@@ -414,6 +414,21 @@ export function describeTokenStoreConformance(
         const { store } = await open()
         expect(await store.revoke(randomUUID(), 1)).toBeUndefined()
       })
+
+      it('leaves a token expired at the given time as it is, and answers it (spec 3: expired is an end state)', async () => {
+        const { store } = await open()
+        const record = makeTokenRecord()
+        await store.insert(record)
+        // Expired from its expiresAt on (at >= expiresAt), the token service's boundary.
+        expect(await store.revoke(record.id, record.expiresAt)).toEqual(record)
+        expect(await store.revoke(record.id, record.expiresAt + DAY)).toEqual(record)
+        expect(await store.get(record.id)).toEqual(record)
+        expect(await store.findByHash(record.tokenHash)).toEqual(record)
+        // A millisecond before it, the token is active and is revoked.
+        const active = makeTokenRecord()
+        await store.insert(active)
+        expect((await store.revoke(active.id, active.expiresAt - 1))?.revokedAt).toBe(active.expiresAt - 1)
+      })
     })
 
     describe('revokeAllForUser', () => {
@@ -476,6 +491,68 @@ export function describeTokenStoreConformance(
         expect((await store.get(after.id))?.revokedAt).toBeNull()
         expect((await store.get(other.id))?.revokedAt).toBeNull()
         expect(await store.update(after.id, { name: 'kept' })).toMatchObject({ name: 'kept', revokedAt: null })
+      })
+    })
+
+    describe('revokeAllForUser and expired tokens (spec 3: expired is an end state)', () => {
+      it('skips tokens expired at the reset, and does not return or count them', async () => {
+        const { store } = await open()
+        const at = 1_700_000_000_000 + 30 * DAY
+        const active = makeTokenRecord({ userId: 'u1', expiresAt: at + 1 })
+        const expiredNow = makeTokenRecord({ userId: 'u1', expiresAt: at })
+        const expiredBefore = makeTokenRecord({ userId: 'u1', expiresAt: at - DAY })
+        for (const r of [active, expiredNow, expiredBefore]) await store.insert(r)
+
+        const revoked = await store.revokeAllForUser('u1', at)
+        expect(revoked.map((r) => r.id)).toEqual([active.id])
+        expect((await store.get(active.id))?.revokedAt).toBe(at)
+        for (const r of [expiredNow, expiredBefore]) {
+          expect(await store.get(r.id)).toEqual(r)
+          expect(await store.findByHash(r.tokenHash)).toEqual(r)
+        }
+        expect((await store.listByUser('u1')).filter((r) => r.revokedAt === null).map((r) => r.id).sort()).toEqual(
+          [expiredNow.id, expiredBefore.id].sort(),
+        )
+      })
+
+      it('a token created before a recorded reset reads as revoked only if it had not expired by the reset', async () => {
+        const { store } = await open()
+        const at = 1_700_000_000_000 + 30 * DAY
+        expect(await store.revokeAllForUser('u1', at)).toEqual([])
+        // Both created before the reset, inserted after it (a create racing a password reset).
+        const expiredBefore = makeTokenRecord({ userId: 'u1', expiresAt: at })
+        const expiredAfter = makeTokenRecord({ userId: 'u1', expiresAt: at + 1 })
+        const storedExpired = await store.insert(expiredBefore)
+        if (storedExpired) expect(storedExpired.revokedAt).toBeNull()
+        const storedRevoked = await store.insert(expiredAfter)
+        if (storedRevoked) expect(storedRevoked.revokedAt).toBe(at)
+
+        expect(await store.get(expiredBefore.id)).toEqual(expiredBefore)
+        expect(await store.findByHash(expiredBefore.tokenHash)).toEqual(expiredBefore)
+        expect((await store.listByUser('u1')).find((r) => r.id === expiredBefore.id)).toEqual(expiredBefore)
+        // A revoke after the reset leaves the expired one expired too.
+        expect(await store.revoke(expiredBefore.id, at + 5)).toEqual(expiredBefore)
+
+        expect((await store.get(expiredAfter.id))?.revokedAt).toBe(at)
+        expect((await store.findByHash(expiredAfter.tokenHash))?.revokedAt).toBe(at)
+        expect((await store.listByUser('u1')).find((r) => r.id === expiredAfter.id)?.revokedAt).toBe(at)
+        // Revoked by the reset: a later revoke keeps the reset's time.
+        expect((await store.revoke(expiredAfter.id, at + 5))?.revokedAt).toBe(at)
+      })
+
+      it('a later reset, after the token expired, keeps the revocation an earlier reset made and does not count it', async () => {
+        const { store } = await open()
+        const first = 1_700_000_000_500
+        expect(await store.revokeAllForUser('u1', first)).toEqual([])
+        // Created before the first reset and inserted after it: revoked by that reset.
+        const raced = makeTokenRecord({ userId: 'u1', createdAt: first - 11, expiresAt: first + 1_000 })
+        await store.insert(raced)
+        expect((await store.get(raced.id))?.revokedAt).toBe(first)
+        // The second reset comes once the token's expiry has passed: revoked stays revoked.
+        expect(await store.revokeAllForUser('u1', first + 2_000)).toEqual([])
+        expect((await store.get(raced.id))?.revokedAt).toBe(first)
+        expect((await store.findByHash(raced.tokenHash))?.revokedAt).toBe(first)
+        expect((await store.listByUser('u1')).find((r) => r.id === raced.id)?.revokedAt).toBe(first)
       })
     })
 

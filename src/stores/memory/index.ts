@@ -113,7 +113,8 @@ export function createMemoryTokenStore(): TokenStore {
   const byId = new Map<string, ApiTokenRecord>()
   const idByHash = new Map<string, string>()
   const idsByUser = new Map<string, Set<string>>()
-  // Each user's last password reset: a token created strictly before it is inserted revoked.
+  // Each user's last password reset: a token created strictly before it, and not yet expired
+  // at it, is inserted revoked.
   const resets = new Map<string, number>()
   const put = (record: ApiTokenRecord) => {
     const frozen = Object.freeze({
@@ -128,9 +129,11 @@ export function createMemoryTokenStore(): TokenStore {
     insert(record) {
       if (byId.has(record.id)) throw new TypeError(`duplicate token id ${record.id}`)
       if (idByHash.has(record.tokenHash)) throw new TypeError('duplicate token hash')
-      // Created before the user's last password reset (the reset ran while it was being made).
+      // Created before the user's last password reset (the reset ran while it was being made),
+      // unless it had expired by then: expired is an end state (spec 3).
       const reset = resets.get(record.userId)
-      const stored = put(reset !== undefined && record.revokedAt === null && reset > record.createdAt ? { ...record, revokedAt: reset } : record)
+      const revokedByReset = reset !== undefined && record.revokedAt === null && reset > record.createdAt && reset < record.expiresAt
+      const stored = put(revokedByReset ? { ...record, revokedAt: reset } : record)
       idByHash.set(record.tokenHash, record.id)
       let ids = idsByUser.get(record.userId)
       if (!ids) idsByUser.set(record.userId, (ids = new Set()))
@@ -172,7 +175,9 @@ export function createMemoryTokenStore(): TokenStore {
     revoke(id, at) {
       const current = byId.get(id)
       if (!current) return undefined
-      if (current.revokedAt !== null) return current
+      // Revoked stays as first revoked; expired at `at` stays expired (spec 3: both are end
+      // states). Either way the record is answered as it is.
+      if (current.revokedAt !== null || at >= current.expiresAt) return current
       return put({ ...current, revokedAt: at })
     },
     revokeAllForUser(userId, at) {
@@ -180,7 +185,8 @@ export function createMemoryTokenStore(): TokenStore {
       const out: ApiTokenRecord[] = []
       for (const id of idsByUser.get(userId) ?? []) {
         const current = byId.get(id)!
-        if (current.revokedAt === null) out.push(put({ ...current, revokedAt: at }))
+        // Only active tokens: one expired at `at` stays expired, and is not counted.
+        if (current.revokedAt === null && at < current.expiresAt) out.push(put({ ...current, revokedAt: at }))
       }
       return out
     },

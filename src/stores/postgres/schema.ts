@@ -206,8 +206,10 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   const returning = COLUMNS.map((c) => `t.${c}`).join(', ')
   // A token is revoked by its own revocation or by a password reset of its user after its
   // creation: read here, after both committed, so a create racing a reset cannot escape it
-  // (its INSERT may land after the reset's UPDATE, which then never saw it).
-  const resetAt = `(SELECT r.reset_at FROM ${names.resets} AS r WHERE r.user_id = t.user_id AND r.reset_at > t.created_at)`
+  // (its INSERT may land after the reset's UPDATE, which then never saw it). Not one that had
+  // expired by the reset (`reset_at >= expires_at`): expired is an end state (spec 3).
+  const resetAt = `(SELECT r.reset_at FROM ${names.resets} AS r
+    WHERE r.user_id = t.user_id AND r.reset_at > t.created_at AND r.reset_at < t.expires_at)`
   const read = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${resetAt}) AS revoked_at` : `t.${c}`)).join(', ')
   const live = `t.revoked_at IS NULL AND ${resetAt} IS NULL`
   const digest = createHash('sha256').update(t).digest('hex').slice(0, 12)
@@ -246,21 +248,35 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
        WHERE t.id = $1 AND ${live} AND ($4::text IS NULL OR t.token_hash = $4)
        RETURNING ${returning}`,
     ),
+    // A token expired at $2 (`expires_at <= $2`) is answered as it is, unrevoked: expired is an
+    // end state (spec 3). One a recorded reset revokes keeps that reset's time.
     revoke: statement(
       'revoke',
-      `UPDATE ${t} AS t SET revoked_at = COALESCE(t.revoked_at, ${resetAt}, $2) WHERE t.id = $1 RETURNING ${returning}`,
+      `UPDATE ${t} AS t
+       SET revoked_at = COALESCE(t.revoked_at, ${resetAt}, CASE WHEN t.expires_at > $2 THEN $2 END)
+       WHERE t.id = $1
+       RETURNING ${returning}`,
     ),
+    // Revokes the tokens active at $2 and returns them. Only the user's last reset is recorded,
+    // so a token that the previous one revokes on read (its INSERT landed after that reset's
+    // UPDATE) gets that reset's time written now, expired by $2 or not: once the reset moves on
+    // it would read as not revoked. It was revoked already, so it is not returned. The reset's
+    // own write is not seen by the rest of the statement: `prior` is the previous reset.
     revokeAllForUser: statement(
       'revoke_all_for_user',
       `WITH reset AS (
          INSERT INTO ${names.resets} AS r (user_id, reset_at) VALUES ($1, $2)
          ON CONFLICT (user_id) DO UPDATE SET reset_at = GREATEST(r.reset_at, EXCLUDED.reset_at)
        ), locked AS MATERIALIZED (
-         SELECT id FROM ${t} WHERE user_id = $1 AND revoked_at IS NULL ORDER BY id FOR UPDATE
+         SELECT t.id, ${resetAt} AS prior FROM ${t} AS t
+         WHERE t.user_id = $1 AND t.revoked_at IS NULL AND (t.expires_at > $2 OR ${resetAt} IS NOT NULL)
+         ORDER BY t.id FOR UPDATE
+       ), revoked AS (
+         UPDATE ${t} AS t SET revoked_at = COALESCE(locked.prior, $2)
+         FROM locked WHERE t.id = locked.id AND t.revoked_at IS NULL
+         RETURNING ${returning}, locked.prior
        )
-       UPDATE ${t} AS t SET revoked_at = $2
-       FROM locked WHERE t.id = locked.id AND t.revoked_at IS NULL
-       RETURNING ${returning}`,
+       SELECT ${COLUMNS.join(', ')} FROM revoked WHERE prior IS NULL`,
     ),
     touch: statement(
       'touch',
