@@ -580,6 +580,18 @@ describe('rotate (spec 3, 4.3)', () => {
     expect(response.status).toBe(405)
     expect(response.headers.get('allow')).toBe('POST')
   })
+
+  it('a 405 message names the methods of its Allow header (HEAD included)', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    for (const path of ['', `/${id}`, `/${id}/rotate`]) {
+      const response = await call('PUT', path, { session: alice })
+      expect(response.status).toBe(405)
+      const allowed = response.headers.get('allow')!.split(', ')
+      const { message } = (await json(response)) as { message: string }
+      expect(message.replace(/^Use /, '').split(/, | or /)).toEqual(allowed)
+    }
+  })
 })
 
 describe('revoke (spec 3, 5.2)', () => {

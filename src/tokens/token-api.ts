@@ -258,7 +258,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
         })
         return json(201, created, { location: `${basePath}/${created.id}` })
       }
-      return json(405, { error: 'method_not_allowed', message: 'Use GET or POST' }, { allow: 'GET, HEAD, POST' })
+      return json(405, { error: 'method_not_allowed', message: 'Use GET, HEAD or POST' }, { allow: 'GET, HEAD, POST' })
     }
     if (method === 'GET') return json(200, await tokens.get((await session(request, false)).userId, id))
     if (method === 'PATCH') {
@@ -285,7 +285,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       const s = await session(request, true)
       return json(200, await tokens.revoke(s.userId, id))
     }
-    return json(405, { error: 'method_not_allowed', message: 'Use GET, PATCH or DELETE' }, { allow: 'GET, HEAD, PATCH, DELETE' })
+    return json(405, { error: 'method_not_allowed', message: 'Use GET, HEAD, PATCH or DELETE' }, { allow: 'GET, HEAD, PATCH, DELETE' })
   }
 
   async function answer(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {

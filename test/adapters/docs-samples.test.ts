@@ -3,6 +3,9 @@
  * session") work as printed: the two code blocks are taken from the page, written to a module
  * and run, on the Web adapter (`webSessions`) and on Express (`nodeSessions`), with two MCP SDK
  * clients each (a single transport per version would refuse the second) and an unknown session.
+ * The Express wiring is the Express section's (no body parser: a malformed body is JSON-RPC
+ * -32700, not Express's HTML error page). The `errorHandler` for `@hono/node-server` is taken
+ * from the page too (regression: it answered a backslash path "Invalid Host header").
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import * as http from 'node:http'
@@ -73,12 +76,12 @@ describe('docs/adapters.md: the MCP handler samples, as printed', () => {
     })
     const web = http.createServer(getRequestListener((request) => handle(request, { clientAddress: '127.0.0.1' })))
     const app = express()
+    // As the Express section prints it: no body parser, the SDK transport reads the body.
     app.use(expressAdapter.mcpDispatch({ dispatcher: demo.dispatcher }))
-    app.use(express.json())
     app.use(
       expressAdapter.routeByVersion((appRecord, version) => {
         const serve = nodeSessions(() => buildAppServer(appRecord, version))
-        return (req, res) => serve(req, res, req.body)
+        return (req, res) => serve(req, res)
       }),
     )
     const node = http.createServer(app)
@@ -87,6 +90,24 @@ describe('docs/adapters.md: the MCP handler samples, as printed', () => {
       for (const port of Object.values(ports)) {
         expect(await twoSessions(`http://127.0.0.1:${port}/v1`, demo.token)).toEqual(['1.0.0', '1.0.0'])
         expect(await twoSessions(`http://127.0.0.1:${port}/`, demo.token)).toEqual(['2.0.0', '2.0.0'])
+        // A body that is not JSON: JSON-RPC -32700 from the transport, never Express's HTML
+        // page with a stack trace (what `express.json()` in front of it would give).
+        const garbled = await fetch(`http://127.0.0.1:${port}/v1`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${demo.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: '{"jsonrpc":',
+        })
+        expect(garbled.status).toBe(400)
+        expect(garbled.headers.get('content-type')).toContain('application/json')
+        expect(await garbled.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32700 } })
+        // Sessions only: a bare tools/list (spec 4.1) is the SDK's 400, as the page says.
+        const bare = await fetch(`http://127.0.0.1:${port}/v1`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${demo.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+        })
+        expect(bare.status).toBe(400)
+        expect(await bare.json()).toMatchObject({ error: { message: 'Bad Request: Server not initialized' } })
       }
       // A session the handler does not know (it restarted, say): the dispatch layer's own 404.
       const expected = { jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Session not found', data: { error: 'session_not_found' } } }
@@ -105,6 +126,53 @@ describe('docs/adapters.md: the MCP handler samples, as printed', () => {
     } finally {
       await close(web)
       await close(node)
+    }
+  })
+})
+
+/** The `errorHandler` for `@hono/node-server` that docs/adapters.md prints, as one module. */
+async function loadErrorHandlerSample(): Promise<{ listener: http.RequestListener }> {
+  const page = readFileSync(new URL('docs/adapters.md', root), 'utf8')
+  const block = [...page.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!.replace(/^ {2}/gm, '')).find((b) => b.includes('errorHandler'))
+  expect(block).toBeDefined()
+  const source = `${block}\nexport { listener }\n`.replace('getRequestListener(app.fetch', 'getRequestListener((globalThis as unknown as { docsApp: { fetch: (r: Request) => Promise<Response> } }).docsApp.fetch')
+  const dir = fileURLToPath(new URL('test/.generated/', root))
+  mkdirSync(dir, { recursive: true })
+  const file = `${dir}adapters-error-handler.ts`
+  writeFileSync(file, source)
+  return (await import(/* @vite-ignore */ file)) as { listener: http.RequestListener }
+}
+
+describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () => {
+  it('a backslash path is 404 not_found (as on the Node adapters), not "Invalid Host header"; a bad Host is 400 host; an upper-case Host is served', async () => {
+    const demo = await createDemo()
+    const handle = mcpDispatch({ dispatcher: demo.dispatcher, handler: () => new Response('served') })
+    ;(globalThis as unknown as { docsApp: unknown }).docsApp = { fetch: (request: Request) => handle(request, { clientAddress: '127.0.0.1' }) }
+    const { listener } = await loadErrorHandlerSample()
+    const server = http.createServer(listener)
+    const port = await listen(server)
+    const send = (host: string, path: string, method = 'POST') =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const request = http.request({ host: '127.0.0.1', port, method, path, headers: { host, authorization: `Bearer ${demo.token}` }, agent: false }, (res) => {
+          let body = ''
+          res.setEncoding('utf8').on('data', (c: string) => (body += c)).on('end', () => resolve({ status: res.statusCode!, body }))
+        })
+        request.on('error', reject).end()
+      })
+    const notFound = { jsonrpc: '2.0', id: null, error: { code: -32004, message: 'Not found', data: { error: 'not_found' } } }
+    const badHost = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } } }
+    try {
+      const backslash = await send('weather.localhost', '/v1\\x')
+      expect([backslash.status, JSON.parse(backslash.body)]).toEqual([404, notFound])
+      const star = await send('weather.localhost', '*', 'OPTIONS')
+      expect([star.status, JSON.parse(star.body)]).toEqual([404, notFound])
+      for (const host of ['weather.localhost:99999', 'a@weather.localhost']) {
+        const answer = await send(host, '/v1')
+        expect([answer.status, JSON.parse(answer.body)]).toEqual([400, badHost])
+      }
+      expect(await send('WEATHER.localhost', '/v1')).toEqual({ status: 200, body: 'served' })
+    } finally {
+      await close(server)
     }
   })
 })
