@@ -177,7 +177,9 @@ export interface DispatcherOptions {
   scopesSupported?: readonly string[]
   /**
    * Finds the App of a request. Default: the first label of the host is the App slug
-   * (`weather.example.com` → `weather`).
+   * (`weather.example.com` → `weather`). A name ending in a dot (`weather.example.com.`, the
+   * same name as DNS reads it) is no App: it would be a second address of the App, with a
+   * metadata `resource` of its own, which a token bound to the first does not name.
    */
   resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
   /** The App address for a request. Default: `origin + basePath`. */
@@ -393,7 +395,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       let slug = slugs.get(host)
       if (slug === undefined) {
         const dot = host.indexOf('.')
-        const label = dot <= 0 ? '' : host.slice(0, dot).toLowerCase()
+        const label = dot <= 0 || endsWithDot(host) ? '' : host.slice(0, dot).toLowerCase()
         slug = SLUG.test(label) ? label : null
         remember(slugs, host, slug)
       }
@@ -1051,4 +1053,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     metadata,
     decide,
   }
+}
+
+/** `host` (a `Host` value, port included) names its host with a trailing dot (`a.example.`, `a.example.:8080`). */
+function endsWithDot(host: string): boolean {
+  const colon = host.lastIndexOf(':')
+  const end = colon === -1 || host.endsWith(']') ? host.length : colon
+  return host.charCodeAt(end - 1) === 46
 }
