@@ -1159,6 +1159,46 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
   })
 
+  it('a lookup that hangs is shared for storeTimeoutMs at most: once the store answers again, the token passes (regression)', async () => {
+    const inner = createMemoryTokenStore()
+    const { service: issuer } = setup({ store: inner })
+    const created = await createToken(issuer)
+    let first = true
+    const hangsOnce: TokenStore = {
+      ...inner,
+      findByHash: (tokenHash) => {
+        if (first) {
+          first = false
+          return new Promise<never>(() => {})
+        }
+        return Promise.resolve(inner.findByHash(tokenHash) as ApiTokenRecord | undefined)
+      },
+    }
+    const { service, clock } = setup({ store: hangsOnce, storeTimeoutMs: 100 })
+    const hung = service.authenticate(created.token, CLIENT)
+    // Within the deadline a second request shares the hung lookup (the dispatcher answers both 503).
+    clock.advance(50)
+    expect(service.authenticate(created.token, CLIENT)).toBe(hung)
+    // Past it, a request reads the store again.
+    clock.advance(50)
+    const settled = await Promise.race([service.authenticate(created.token, CLIENT), new Promise((resolve) => setTimeout(() => resolve('still waiting'), 500))])
+    expect(settled).toMatchObject({ ok: true })
+  })
+
+  it('a token in use stays known however many other tokens the instance sees (least recently used out, not first seen)', async () => {
+    const { service } = setup({ unknownTokenBudget: { limit: 1 } })
+    const hot = await createToken(service, { name: 'hot' })
+    // Used every 10,000 tokens; the last use 5,000 before the end, so that what is known at the
+    // end is what the uses kept known (a hash no longer known is looked up and known again).
+    for (let i = 0; i < 50_500; i++) {
+      await createToken(service, { name: 'other' })
+      if (i % 10_000 === 5_000) expect((await service.authenticate(hot.token, CLIENT)).ok).toBe(true)
+    }
+    // The address spends its one unit; the hot token is still known, so it is not charged.
+    expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
+    expect((await service.authenticate(hot.token, CLIENT)).ok).toBe(true)
+  })
+
   it('a revoked or expired token keeps its unit and is refused from memory for a while: no lookup per presentation', async () => {
     const store = createMemoryTokenStore()
     const { service: issuer, clock } = setup({ store })

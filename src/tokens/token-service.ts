@@ -422,8 +422,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   })
   // Hashes that matched a live stored token: their tokens are well formed, so the checksum
   // need not be computed again, and their lookups are not charged to `unknownTokenBudget`
-  // (hashes only, never a secret; bounded, the oldest first out).
-  const wellFormed = new Set<string>()
+  // (hashes only, never a secret). Bounded in two generations: when `wellFormed` holds half
+  // of `MAX_KNOWN_HASHES` it becomes `knownBefore` and a new one starts; a hash used from
+  // `knownBefore` moves back to `wellFormed`. So a token in use stays known however many others
+  // come and go, and the hot path costs one `Set` lookup.
+  let wellFormed = new Set<string>()
+  let knownBefore = new Set<string>()
   // Hashes of well-formed tokens the store did not hold, or holds revoked or expired, answered
   // with the same refusal again for a while without a lookup or a charge to the client's budget
   // (a client retrying a secret rotated away, or a token it no longer has the right to use).
@@ -436,7 +440,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // client opening many requests at once on an instance that has not seen its token yet)
   // share the lookup and its one unit instead of spending the budget. Dropped by any
   // invalidation of the hash, so no request after it gets what was read before it.
-  const charged = new Map<string, Promise<TokenAuthResult>>()
+  const charged = new Map<string, { readonly auth: Promise<TokenAuthResult>; readonly since: number }>()
+  const monotonic = options.now ?? (() => performance.now())
   // The accepted result per record (records are immutable): one object, not one per request.
   const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
   const pendingLastUsed = new Map<string, number>()
@@ -576,10 +581,26 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   function knowWellFormed(tokenHash: string): void {
-    // The oldest out (a `Set` iterates in insertion order), never the whole set: a busy
-    // platform's tokens would all be charged again at once.
-    if (wellFormed.size >= MAX_KNOWN_HASHES) wellFormed.delete(wellFormed.values().next().value!)
+    if (wellFormed.size >= MAX_KNOWN_HASHES / 2) {
+      knownBefore = wellFormed
+      wellFormed = new Set()
+    }
     wellFormed.add(tokenHash)
+  }
+
+  /** Whether `tokenHash` is known; one known from the previous generation moves to the current one. */
+  function isKnown(tokenHash: string): boolean {
+    if (wellFormed.has(tokenHash)) return true
+    if (!knownBefore.has(tokenHash)) return false
+    knownBefore.delete(tokenHash)
+    knowWellFormed(tokenHash)
+    return true
+  }
+
+  /** Forgets `tokenHash`; whether it was known. */
+  function forget(tokenHash: string): boolean {
+    const current = wellFormed.delete(tokenHash)
+    return knownBefore.delete(tokenHash) || current
   }
 
   function recordUse(id: string, at: number): void {
@@ -624,14 +645,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (!record || !hashesEqual(record.tokenHash, tokenHash)) {
       // A hash seen stored that no longer is (its secret was rotated away): no longer known, and
       // held as unknown like any other. (Hashes under a previous pepper are never in `wellFormed`.)
-      if (known && wellFormed.delete(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, UNKNOWN)
+      if (known && forget(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, UNKNOWN)
       return undefined
     }
     const auth = judge(record)
     if (!auth.ok) {
       // Revoked or expired, for good: refused from memory for a while rather than looked up on
       // every presentation, and no longer known, so its next lookup is charged to its client.
-      if (known && wellFormed.delete(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, auth)
+      if (known && forget(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, auth)
       return auth
     }
     if (!known) knowWellFormed(tokenHash)
@@ -946,12 +967,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const tokenHash = hash(token)
       const cached = fromCache(tokenHash)
       if (cached !== undefined) return judge(cached)
-      if (wellFormed.has(tokenHash)) return lookUnderEveryPepper(token, tokenHash, true)
+      if (isKnown(tokenHash)) return lookUnderEveryPepper(token, tokenHash, true)
       if (checkApiTokenFormat(token, prefix) !== null) return MALFORMED
       const refused = refusedHashes.get(tokenHash)
       if (refused !== undefined) return refused
+      // A lookup older than `storeTimeoutMs` is not joined: its requests have been answered 503
+      // by now, and a store that hangs on one query must not hold the token back once it answers.
       const sharing = charged.get(tokenHash)
-      if (sharing !== undefined) return sharing
+      if (sharing !== undefined && monotonic() - sharing.since < storeTimeoutMs) return sharing.auth
       // A well-formed token not known to be stored: its lookups are charged to the client.
       const charge = unknownTokenBudget.charge(clientAddress)
       const asked = invalidationCount
@@ -966,7 +989,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const done = () => {
         if (charged.get(tokenHash) === shared) charged.delete(tokenHash)
       }
-      const shared: Promise<TokenAuthResult> = result.then(
+      const auth: Promise<TokenAuthResult> = result.then(
         (auth) => {
           done()
           return settleCharge(auth, charge, tokenHash, asked)
@@ -977,8 +1000,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           throw error
         },
       )
+      const shared = { auth, since: monotonic() }
       charged.set(tokenHash, shared)
-      return shared
+      return auth
     },
 
     async flush() {
@@ -1073,7 +1097,10 @@ const MAX_PREVIOUS_PEPPERS = 4
  */
 const REFUSED_HASH_TTL_MS = 10_000
 
-/** How many hashes of live stored tokens an instance remembers as known (about 100 bytes each). */
+/**
+ * How many hashes of live stored tokens an instance remembers as known, at most (about 100 bytes
+ * each; at least half of it, the most recently used).
+ */
 const MAX_KNOWN_HASHES = 50_000
 
 const orUnknown = (found: TokenAuthResult | undefined): TokenAuthResult => found ?? UNKNOWN
