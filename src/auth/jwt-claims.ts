@@ -69,6 +69,7 @@ export function audienceList(aud: unknown): string[] | undefined {
  * audienceMatches(['https://weather.example.com/v1'], ['https://weather.example.com'])  // true
  * audienceMatches(['https://weather.example.com'], ['https://weather.example.com/v1'])  // false
  * audienceMatches(['https://a.example.com/app-2'], ['https://a.example.com/app'])       // false
+ * audienceMatches(['https://u@weather.example.com'], ['https://weather.example.com'])   // false
  * ```
  */
 export function audienceMatches(actual: readonly string[], expected: readonly string[]): boolean {
@@ -83,6 +84,9 @@ function isPathInside(candidate: string, base: string): boolean {
   if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate)) return false
   const c = new URL(candidate)
   const b = new URL(base)
+  // An origin leaves out userinfo: `https://u@app.example.com` has the App's origin, but it is
+  // no address of the App (a resource indicator has none), so it names something else.
+  if (c.username || c.password) return false
   if (c.origin !== b.origin || c.search || c.hash || b.search || b.hash) return false
   const basePath = b.pathname.endsWith('/') ? b.pathname : `${b.pathname}/`
   const path = c.pathname.endsWith('/') ? c.pathname : `${c.pathname}/`

@@ -16,6 +16,7 @@
  */
 import {
   type JSONWebKeySet,
+  type JWK,
   type JWTPayload,
   type JWTVerifyGetKey,
   createLocalJWKSet,
@@ -23,6 +24,7 @@ import {
   errors as joseErrors,
   jwtVerify,
 } from 'jose'
+import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
 import { B64TOKEN } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
@@ -125,7 +127,9 @@ export interface OAuthValidatorOptions {
    * (`({ resource }) => resource`), as the MCP authorization spec requires (RFC 8707: a token
    * must have been issued for this server); `false` accepts any audience (not recommended:
    * a token issued for another service, or an ID token, is then taken). Default in
-   * `userinfo` mode: no check.
+   * `userinfo` mode: no check. In `jwt` and `introspection` modes a token is refused when the
+   * audience cannot be computed (the function called without a context, or returning
+   * `undefined`): never taken unchecked.
    */
   audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined) | false
   /** Userinfo endpoint; default from discovery, else `{issuer}/userinfo`. */
@@ -173,7 +177,10 @@ export interface OAuthValidatorOptions {
   breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'>
   /** `jwt` mode with a JWKS URL: keys are refetched after this age. Default 10 minutes. */
   jwksMaxAgeMs?: number
-  /** `jwt` mode: at most one refetch for an unknown `kid` per this interval. Default 30 s. */
+  /**
+   * `jwt` mode: at most one JWKS refetch (for an unknown `kid`, or of keys past their age) per
+   * this interval, counted from the last attempt, successful or not. Default 30 s.
+   */
   jwksRefetchIntervalMs?: number
   /** `fetch` to call the authorization server with. Default the global one. */
   fetch?: typeof fetch
@@ -219,17 +226,28 @@ class UpstreamFailure extends Error {
     readonly breakerRetryAfterMs?: number,
     /** Milliseconds the server asked to wait (`Retry-After` of a 429 or 503), when it said. */
     readonly serverRetryAfterMs?: number,
+    /**
+     * The server answered about this token (a 4xx a made-up string can provoke, an answer a
+     * user's profile grew too large): the client keeps the unit of its budget it spent. Every
+     * other failure is the server's own, or its setup's, and gives the unit back.
+     */
+    readonly aboutToken = false,
   ) {
     super(message)
     this.name = 'UpstreamFailure'
   }
 }
 
-/** A judge turns a response into a value, or throws a failure that `counts` against the server. */
+/**
+ * A judge turns a response into a value, or throws a failure that `counts` against the server.
+ * One that does not count is an answer of a healthy server, by default about this token
+ * (`aboutToken`); a refusal of the resource server's own credentials is not.
+ */
 class BadAnswer extends Error {
   constructor(
     message: string,
     readonly counts: boolean,
+    readonly aboutToken = !counts,
   ) {
     super(message)
   }
@@ -283,6 +301,72 @@ type Outcome =
       readonly uncacheable?: boolean
     }
 
+/** A JSON Web Key Set as loaded for verification. */
+interface KeySet {
+  readonly getKey: JWTVerifyGetKey
+  /** The `kid`s of the keys verification uses. */
+  readonly kids: ReadonlySet<string>
+  /** The `kid`s of keys left out as unusable (and of no usable key). */
+  readonly unusableKids: ReadonlySet<string>
+}
+
+/**
+ * Loads the members of a JSON Web Key Set, leaving out those no signature can be verified
+ * with: an RSA, EC or OKP key that does not import (a modulus of one byte, a point off its
+ * curve), an RSA key under 2048 bits (which `jose` refuses at verification) and a private key.
+ * Kept, each would fail with a `TypeError` every token naming it, and one bad key must not cost
+ * the tokens of the good ones. Keys of other types are left to `jose`. `undefined` when the
+ * set has members and none is usable.
+ */
+function loadKeySet(members: readonly unknown[]): KeySet | undefined {
+  const usable: JWK[] = []
+  const kids = new Set<string>()
+  const unusableKids = new Set<string>()
+  for (const member of members) {
+    if (member === null || typeof member !== 'object' || Array.isArray(member)) continue
+    const jwk = member as JWK
+    if (usableKey(jwk)) {
+      usable.push(jwk)
+      if (typeof jwk.kid === 'string') kids.add(jwk.kid)
+    } else if (typeof jwk.kid === 'string') unusableKids.add(jwk.kid)
+  }
+  if (usable.length === 0 && members.length > 0) return undefined
+  for (const kid of kids) unusableKids.delete(kid)
+  return { getKey: createLocalJWKSet({ keys: usable }), kids, unusableKids }
+}
+
+function usableKey(jwk: JWK): boolean {
+  if (jwk.kty !== 'RSA' && jwk.kty !== 'EC' && jwk.kty !== 'OKP') return true
+  if (jwk.d !== undefined) return false
+  try {
+    const key = createPublicKey({ key: jwk, format: 'jwk' } as JsonWebKeyInput)
+    return jwk.kty !== 'RSA' || (key.asymmetricKeyDetails?.modulusLength ?? 0) >= 2048
+  } catch {
+    return false
+  }
+}
+
+/** Signature bytes of the JWS algorithms whose size is fixed (RFC 7518 section 3.4, RFC 8037). */
+const SIGNATURE_BYTES: Readonly<Record<string, readonly number[]>> = {
+  ES256: [64],
+  ES384: [96],
+  ES512: [132],
+  Ed25519: [64],
+  EdDSA: [64, 114],
+}
+
+/**
+ * Whether a base64url signature has a size its algorithm's signatures have: RSA ones are as
+ * long as the modulus (2048 to 16384 bits), ECDSA and EdDSA ones fixed. Algorithms this does
+ * not know are left to the key.
+ */
+function signatureFits(alg: unknown, signature: string): boolean {
+  if (typeof alg !== 'string') return false
+  const bytes = Math.floor((signature.length * 3) / 4)
+  if (/^(?:RS|PS)(?:256|384|512)$/.test(alg)) return bytes >= 256 && bytes <= 2048
+  return Object.hasOwn(SIGNATURE_BYTES, alg) ? SIGNATURE_BYTES[alg]!.includes(bytes) : true
+}
+
 /** Longest delay a timer takes (2^31 - 1 ms); a longer one fires at once. */
 const MAX_TIMER_MS = 2_147_483_647
 
@@ -314,6 +398,11 @@ function parseJsonObject(body: string): Record<string, unknown> | undefined {
   } catch {
     return undefined
   }
+}
+
+/** RFC 7662 section 2.2 (and RFC 6839 for the `+json` suffix): a JSON media type. */
+function isJsonType(contentType: string): boolean {
+  return contentType === 'application/json' || /^application\/[!#$&^_.+\w-]+\+json$/.test(contentType)
 }
 
 function seconds(ms: number): number {
@@ -371,11 +460,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     checkHttpUrl('introspection.endpoint', intro.endpoint)
   }
   const jwksOption = options.jwks
-  let localKeys: JWTVerifyGetKey | undefined
+  let localKeys: KeySet | undefined
   if (typeof jwksOption === 'string') checkHttpUrl('jwks', jwksOption)
   else if (jwksOption !== undefined) {
     if (!jwksOption || !Array.isArray(jwksOption.keys)) throw new ConfigurationError('jwks', 'must be a URL or a JSON Web Key Set')
-    localKeys = createLocalJWKSet(jwksOption)
+    localKeys = loadKeySet(jwksOption.keys)
+    if (!localKeys) throw new ConfigurationError('jwks', 'holds no key that can verify a signature')
   }
   const audienceGiven = options.audience
   const audienceOption =
@@ -491,10 +581,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // this token's (a user's profile can grow it): not counted. A discovery document or key
         // set that large is the server's own failure, as any other bad answer of those.
         const message = `${endpoint}: answer over ${MAX_ANSWER_BYTES[endpoint]} bytes`
-        if (endpoint === 'userinfo' || endpoint === 'introspection') breaker.success()
+        const aboutToken = endpoint === 'userinfo' || endpoint === 'introspection'
+        if (aboutToken) breaker.success()
         else breaker.failure()
         emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: now() - started, error: message })
-        throw new UpstreamFailure(message, false)
+        throw new UpstreamFailure(message, false, undefined, undefined, aboutToken)
       }
       const contentType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase()
       response = { status: res.status, body, contentType }
@@ -537,7 +628,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (bad.counts) breaker.failure()
       else breaker.success()
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })
-      throw new UpstreamFailure(message, false)
+      throw new UpstreamFailure(message, false, undefined, undefined, bad.aboutToken)
     }
   }
 
@@ -618,8 +709,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       body: new URLSearchParams({ token, token_type_hint: 'access_token' }).toString(),
     }
     return call('introspection', endpoint, init, deadline, (res): Outcome => {
+      // The server is up (not counted) but refused the resource server, whatever the token:
+      // not an answer about the token, so the client's budget unit goes back.
       if (res.status === 401 || res.status === 403) {
-        throw new BadAnswer(`HTTP ${res.status}: the introspection endpoint refused the client credentials`, false)
+        throw new BadAnswer(`HTTP ${res.status}: the introspection endpoint refused the client credentials`, false, false)
       }
       // RFC 7009 section 2.2.1's error, which providers also give at introspection for a token
       // of a kind they will not introspect (oidc-provider, for an ID token): the token is
@@ -628,9 +721,18 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         return { active: false, reason: 'unsupported token type' }
       }
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
+      // RFC 7662 section 2.2: the answer is `application/json`. Anything else (an HTML page a
+      // proxy or login front end put there, whatever it holds) is no introspection answer.
+      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${res.contentType || 'untyped'}, not JSON`, true)
       const body = parseJsonObject(res.body)
       if (!body || typeof body.active !== 'boolean') throw new BadAnswer('answer has no boolean active', true)
       if (!body.active) return { active: false, reason: 'inactive token' }
+      // Times are NumericDates (RFC 7662 section 2.2, RFC 7519 section 2): one present in
+      // another form cannot be checked, so the token is refused, as `jwt` mode refuses such a
+      // claim; an `exp` that is not read would keep a token cached past its end.
+      for (const claim of ['exp', 'nbf', 'iat'] as const) {
+        if (body[claim] !== undefined && typeof body[claim] !== 'number') return { active: false, reason: `malformed ${claim}` }
+      }
       if (body.iss !== undefined && body.iss !== issuer) return { active: false, reason: 'issuer mismatch' }
       const tokenType = body.token_type
       if (tokenType !== undefined && (typeof tokenType !== 'string' || tokenType.toLowerCase() !== 'bearer')) {
@@ -659,37 +761,51 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   // JWKS for `jwt` mode: a local set, or fetched (and refetched) through the breaker.
-  let remoteKeys: { getKey: JWTVerifyGetKey; fetchedAt: number } | undefined
-  let fetchingKeys: Promise<JWTVerifyGetKey> | undefined
+  let remoteKeys: (KeySet & { readonly fetchedAt: number; suspect?: boolean }) | undefined
+  let fetchingKeys: Promise<KeySet> | undefined
+  // When the JWKS was last asked for, whatever came of it: a refetch (for an unknown `kid`, or
+  // of keys past their age) is bounded by attempts, not by successes, so a JWKS endpoint that
+  // fails is not asked again for every token.
+  let jwksAskedAt = -Infinity
 
-  async function keys(deadline: number, refresh: boolean): Promise<JWTVerifyGetKey> {
+  async function keys(deadline: number, refresh: boolean): Promise<KeySet> {
     if (localKeys) return localKeys
     if (remoteKeys && !refresh) {
       // Keys past their age are used while the refetch runs: a slow or hung JWKS endpoint
       // must not make every new token wait for its timeout.
-      if (now() - remoteKeys.fetchedAt >= jwksMaxAgeMs) void fetchKeys(deadline)
-      return remoteKeys.getKey
+      if (keysStale(remoteKeys) && now() - jwksAskedAt >= jwksRefetchIntervalMs) void fetchKeys(deadline)
+      return remoteKeys
     }
     return fetchKeys(deadline)
   }
 
+  function keysStale(set: { readonly fetchedAt: number; suspect?: boolean }): boolean {
+    return set.suspect === true || now() - set.fetchedAt >= jwksMaxAgeMs
+  }
+
   /** Fetches the JWKS once for all callers; on failure, the keys in hand (if any) stay. */
-  function fetchKeys(deadline: number): Promise<JWTVerifyGetKey> {
+  function fetchKeys(deadline: number): Promise<KeySet> {
     fetchingKeys ??= (async () => {
+      jwksAskedAt = now()
       try {
         const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri
         if (!url) throw new UpstreamFailure('jwks: the issuer publishes no jwks_uri', false)
-        const getKey = await call('jwks', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
+        const loaded = await call('jwks', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
           if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
           const set = parseJsonObject(res.body)
           if (!set || !Array.isArray(set.keys)) throw new BadAnswer('answer is not a JSON Web Key Set', true)
-          return createLocalJWKSet(set as unknown as JSONWebKeySet)
+          // A set whose every key is unusable is a bad answer like any other: counted, and not
+          // kept, so the next token asks again (bounded by the breaker) rather than the set
+          // failing every token until it is past its age.
+          const keySet = loadKeySet(set.keys)
+          if (!keySet) throw new BadAnswer('no key of the set can verify a signature', true)
+          return keySet
         })
-        remoteKeys = { getKey, fetchedAt: now() }
-        return getKey
+        remoteKeys = { ...loaded, fetchedAt: now() }
+        return remoteKeys
       } catch (error) {
         // Stale keys beat no keys while the server is sick.
-        if (remoteKeys) return remoteKeys.getKey
+        if (remoteKeys) return remoteKeys
         throw error
       } finally {
         fetchingKeys = undefined
@@ -698,10 +814,39 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return fetchingKeys
   }
 
-  async function validateJwt(token: string, deadline: number): Promise<Outcome> {
+  /**
+   * Why a token naming a `kid` the keys in hand lack is refused before any thought of a key
+   * rotation, from what it says of itself (unverified): it would be refused once its key was
+   * known (another issuer, expired, not yet valid, for another audience, no subject), its
+   * signature cannot be one of its algorithm's (a few bytes of junk), or it claims to be issued
+   * later than now (no key could have been rotated in for it yet). Such a token must get 401,
+   * not the 503 and the JWKS refetch a rotated key is worth.
+   */
+  function unknownKeyRefusal(
+    claims: JWTPayload,
+    alg: unknown,
+    token: string,
+    audience: readonly string[] | undefined,
+  ): Outcome | undefined {
+    const reason =
+      checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience }) ??
+      (typeof claims.exp !== 'number' ? 'claim check failed: exp' : undefined) ??
+      (typeof claims.sub !== 'string' || claims.sub === '' ? 'token has no subject' : undefined) ??
+      (signatureFits(alg, token.slice(token.lastIndexOf('.') + 1)) ? undefined : 'invalid signature or token') ??
+      (typeof claims.iat === 'number' && claims.iat * 1000 > now() + clockToleranceMs ? 'no matching key' : undefined)
+    if (reason === undefined) return undefined
+    emit({ type: 'rejected-locally', reason })
+    // The audience depends on the App it was presented to, `nbf` and `iat` pass: not remembered.
+    const uncacheable = reason === 'audience mismatch' || reason === 'token not yet valid' || reason === 'no matching key'
+    return { active: false, reason, ...(uncacheable && { uncacheable }) }
+  }
+
+  async function validateJwt(token: string, deadline: number, audience: readonly string[] | undefined): Promise<Outcome> {
     let header
+    let claims: JWTPayload | undefined
     try {
-      if (!peekJwtClaims(token)) throw new Error('not a JWT')
+      claims = peekJwtClaims(token)
+      if (!claims) throw new Error('not a JWT')
       header = decodeProtectedHeader(token)
     } catch {
       return { active: false, reason: 'not a JWT access token' }
@@ -724,8 +869,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // cached: the refetch may show the key withdrawn.
     let stale = false as boolean
     const verify = async (refresh: boolean) => {
-      stale = !refresh && !localKeys && remoteKeys !== undefined && now() - remoteKeys.fetchedAt >= jwksMaxAgeMs
-      return (await jwtVerify(token, await keys(deadline, refresh), verifyOptions)).payload
+      stale = !refresh && !localKeys && remoteKeys !== undefined && keysStale(remoteKeys)
+      return (await jwtVerify(token, (await keys(deadline, refresh)).getKey, verifyOptions)).payload
     }
     let payload: JWTPayload
     try {
@@ -733,27 +878,51 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         payload = await verify(false)
       } catch (error) {
         // A key rotated since the last fetch: refetch once per interval, so unknown `kid`s
-        // cannot make the validator hammer the JWKS endpoint.
-        const remote = !localKeys && remoteKeys !== undefined && header.kid !== undefined
-        const sinceFetch = remote ? now() - remoteKeys!.fetchedAt : 0
-        if (!(error instanceof joseErrors.JWKSNoMatchingKey) || !remote) throw error
-        if (sinceFetch < jwksRefetchIntervalMs) {
+        // cannot make the validator hammer the JWKS endpoint. Only for a `kid` no key of the
+        // set has: one the set holds for another algorithm (an ES256 token naming an RSA key)
+        // is refused as it is.
+        const kid = header.kid
+        if (!(error instanceof joseErrors.JWKSNoMatchingKey) || localKeys || !remoteKeys || typeof kid !== 'string') throw error
+        if (remoteKeys.kids.has(kid)) throw error
+        const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
+        if (refusal) return refusal
+        const sinceAsked = now() - jwksAskedAt
+        if (sinceAsked < jwksRefetchIntervalMs) {
           // A token issued since the last fetch may be signed with a key the issuer rotated in
           // meanwhile: not refused (a 401 would send the client to refresh, into a token signed
           // the same way) but asked again once a refetch is allowed. One issued before the fetch
-          // names a key the set did not hold then: refused (not cached) as before.
-          const iat = peekJwtClaims(token)?.iat
-          if (typeof iat === 'number' && iat * 1000 + clockToleranceMs >= remoteKeys!.fetchedAt) {
-            throw new AuthorizationServerUnavailableError(seconds(jwksRefetchIntervalMs - sinceFetch))
+          // names a key the set did not hold then: refused (not cached) as before. A key the set
+          // published unusable is the server's failure whatever the `iat`.
+          const iat = typeof claims.iat === 'number' ? claims.iat * 1000 : undefined
+          const issuedSinceFetch = iat !== undefined && iat + clockToleranceMs >= remoteKeys.fetchedAt
+          if (issuedSinceFetch || remoteKeys.unusableKids.has(kid)) {
+            throw new AuthorizationServerUnavailableError(seconds(jwksRefetchIntervalMs - sinceAsked))
           }
           throw error
         }
         payload = await verify(true)
       }
     } catch (error) {
-      if (error instanceof UpstreamFailure || !(error instanceof joseErrors.JOSEError)) throw error
+      if (error instanceof UpstreamFailure || error instanceof AuthorizationServerUnavailableError) throw error
+      if (!(error instanceof joseErrors.JOSEError)) {
+        // `jose` refuses whatever a token can be wrong with as a JOSE error; anything else
+        // comes from a key that would not import or verify (one `loadKeySet` did not catch).
+        // A local set is the platform's configuration: the error goes as it is. A fetched one
+        // is a bad answer of the authorization server: 503, counted by the breaker, and the
+        // set refetched as soon as a refetch is allowed rather than trusted for its age.
+        if (localKeys || !remoteKeys) throw error
+        remoteKeys.suspect = true
+        breaker.failure()
+        const message = `jwks: a key of the set cannot be used (${describe(error)})`
+        emit({ type: 'upstream', endpoint: 'jwks', outcome: 'failure', durationMs: 0, error: message })
+        throw new UpstreamFailure(message, false)
+      }
       if (error instanceof joseErrors.JWTExpired) return { active: false, reason: 'token expired' }
-      if (error instanceof joseErrors.JWTClaimValidationFailed) return { active: false, reason: `claim check failed: ${error.claim}` }
+      if (error instanceof joseErrors.JWTClaimValidationFailed) {
+        // A token refused for its `nbf` becomes good when that passes: not remembered, as in
+        // introspection mode.
+        return { active: false, reason: `claim check failed: ${error.claim}`, ...(error.claim === 'nbf' && { uncacheable: true }) }
+      }
       // Not cached: the key may appear at the next JWKS refetch.
       if (error instanceof joseErrors.JWKSNoMatchingKey) return { active: false, reason: 'no matching key', uncacheable: true }
       return { active: false, reason: 'invalid signature or token' }
@@ -761,7 +930,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const sub = payload.sub
     if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
     const expiresAt = typeof payload.exp === 'number' ? payload.exp * 1000 : undefined
-    const audience = audienceList(payload.aud)
+    const tokenAudience = audienceList(payload.aud)
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined
     const scopes = typeof payload.scope === 'string' ? payload.scope.split(' ').filter(Boolean) : undefined
     return {
@@ -772,7 +941,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         ...(scopes && { scopes }),
         ...(expiresAt !== undefined && { expiresAt }),
       },
-      ...(audience && { audience }),
+      ...(tokenAudience && { audience: tokenAudience }),
       ...(expiresAt !== undefined && { expiresAt }),
       ...(stale && { uncacheable: true }),
     }
@@ -846,7 +1015,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
   }
 
-  async function validateUpstream(token: string, key: string, claims: JWTPayload | undefined): Promise<CachedValidation> {
+  async function validateUpstream(
+    token: string,
+    key: string,
+    claims: JWTPayload | undefined,
+    audience: readonly string[] | undefined,
+  ): Promise<CachedValidation> {
     const deadline = now() + retry.deadlineMs
     const asked = generation(key)
     for (let attempt = 1; ; attempt++) {
@@ -856,7 +1030,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             ? await validateAtUserinfo(token, claims, deadline)
             : mode === 'introspection'
               ? await validateByIntrospection(token, deadline)
-              : await validateJwt(token, deadline)
+              : await validateJwt(token, deadline, audience)
         return await remember(key, outcome, asked)
       } catch (error) {
         if (!(error instanceof UpstreamFailure)) throw error
@@ -971,6 +1145,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
       const audience = expectedAudience(context)
+      if (audience === undefined && audienceRequired && audienceOption !== undefined) {
+        // A token must name the audience, and there is none to compare it with (no context for
+        // the App function, or the function gave nothing): refused, never taken unchecked.
+        const reason = 'no expected audience'
+        emit({ type: 'rejected-locally', reason })
+        return { active: false, reason }
+      }
       let claims: JWTPayload | undefined
       if (mode !== 'jwt') {
         // Unverified claims can only refuse a token early, never accept it.
@@ -1013,22 +1194,18 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       }
       // The leader of a new validation pays a unit of its address's budget; joiners do not.
       const charge = budgeted && leads ? chargeBudget(context?.clientAddress) : undefined
-      const flight = flights.run(flightKey, () => validateUpstream(token, key, claims))
+      const flight = flights.run(flightKey, () => validateUpstream(token, key, claims, audience))
       if (flight.joined) emit({ type: 'joined' })
       let entry: CachedValidation
       try {
         entry = await flight.promise
       } catch (error) {
-        // The server's failure (network, timeout, 5xx, 429, breaker open) is not the client's:
-        // the unit goes back. An answer about this token (a 4xx other than 401, which a
-        // made-up string can provoke, e.g. with an oversized header) keeps it.
+        // Only an answer about this token (a 4xx other than 401, which a made-up string can
+        // provoke, e.g. with an oversized header) keeps the unit. Every other failure is the
+        // server's (network, timeout, 5xx, 429, breaker open, a garbage answer) or its setup's
+        // (introspection refusing the resource server's credentials): not the client's.
         const cause = (error as { cause?: unknown }).cause
-        if (
-          cause instanceof UpstreamFailure &&
-          (cause.transient || cause.breakerRetryAfterMs !== undefined || cause.serverRetryAfterMs !== undefined)
-        ) {
-          charge?.refund()
-        }
+        if (!(cause instanceof UpstreamFailure && cause.aboutToken)) charge?.refund()
         throw error
       }
       if (entry.active) charge?.refund()

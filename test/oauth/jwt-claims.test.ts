@@ -17,6 +17,9 @@ describe('audienceMatches', () => {
     [['api://default', 'https://weather.example.com'], ['https://weather.example.com'], true],
     [['api://default'], ['api://default'], true],
     [['api://default/x'], ['api://default'], false],
+    // Userinfo: the App's origin, but no address of the App (regression).
+    [['https://u@weather.example.com'], ['https://weather.example.com'], false],
+    [['https://u:p@weather.example.com/v1'], ['https://weather.example.com'], false],
   ])('%j against %j: %s', (actual, expected, result) => {
     expect(audienceMatches(actual, expected)).toBe(result)
   })

@@ -370,6 +370,8 @@ describe('JWT access tokens in userinfo mode: claims checked before any upstream
 })
 
 describe('jwt mode (local verification)', () => {
+  // The App a token is presented to: its audience by default (a token must name it).
+  const weather = { resource: 'http://weather.localhost', appId: 'app_weather' }
   let privateKey: CryptoKey
   let publicJwk: JWK
   beforeEach(async () => {
@@ -436,24 +438,24 @@ describe('jwt mode (local verification)', () => {
   it('refuses a foreign signature, another issuer, an expired token and an opaque token', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     const other = (await generateKeyPair('ES256')).privateKey
-    expect(await v.validate(await sign({}, { key: other }))).toMatchObject({ active: false, reason: 'invalid signature or token' })
-    expect(await v.validate(await sign({ iss: 'https://evil.example' }))).toMatchObject({ active: false, reason: 'claim check failed: iss' })
-    expect(await v.validate(await sign({}, { expiresInS: -1 }))).toMatchObject({ active: false, reason: 'token expired' })
-    expect(await v.validate('opaque-token')).toMatchObject({ active: false, reason: 'not a JWT access token' })
+    expect(await v.validate(await sign({}, { key: other }), weather)).toMatchObject({ active: false, reason: 'invalid signature or token' })
+    expect(await v.validate(await sign({ iss: 'https://evil.example' }), weather)).toMatchObject({ active: false, reason: 'claim check failed: iss' })
+    expect(await v.validate(await sign({}, { expiresInS: -1 }), weather)).toMatchObject({ active: false, reason: 'token expired' })
+    expect(await v.validate('opaque-token', weather)).toMatchObject({ active: false, reason: 'not a JWT access token' })
   })
 
   it('never serves a cached token past its exp', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     const token = await sign({}, { expiresInS: 60 })
-    expect(await v.validate(token)).toMatchObject({ active: true })
+    expect(await v.validate(token, weather)).toMatchObject({ active: true })
     clock.advance(60_000)
-    expect(await v.validate(token)).toMatchObject({ active: false, reason: 'token expired' })
+    expect(await v.validate(token, weather)).toMatchObject({ active: false, reason: 'token expired' })
   })
 
   it('fetches the JWKS named by discovery once, and again for a new kid at most once per interval', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt' })
-    for (let i = 0; i < 10; i++) expect(await v.validate(await sign({ jti: `t${i}` }))).toMatchObject({ active: true })
+    for (let i = 0; i < 10; i++) expect(await v.validate(await sign({ jti: `t${i}` }), weather)).toMatchObject({ active: true })
     expect(fake.count('/jwks')).toBe(1)
     expect(fake.count('/.well-known/openid-configuration')).toBe(1)
 
@@ -464,7 +466,7 @@ describe('jwt mode (local verification)', () => {
     const rotated = await sign({}, { key: next.privateKey, kid: 'k2' })
     // Issued since the last fetch, within the refetch interval: not refused (a rotation the set
     // may not show yet) but 503, retry when a refetch is allowed; no call.
-    expect((await unavailable(v.validate(rotated))).retryAfter).toBe(30)
+    expect((await unavailable(v.validate(rotated, weather))).retryAfter).toBe(30)
     expect(fake.count('/jwks')).toBe(1)
     // A token issued before that fetch, with a key the set did not hold then: refused, uncached.
     const older = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: 'http://weather.localhost' })
@@ -472,41 +474,41 @@ describe('jwt mode (local verification)', () => {
       .setIssuedAt(Math.floor(clock() / 1000) - 60)
       .setExpirationTime(Math.floor(clock() / 1000) + 600)
       .sign(next.privateKey)
-    expect(await v.validate(older)).toMatchObject({ active: false, reason: 'no matching key' })
+    expect(await v.validate(older, weather)).toMatchObject({ active: false, reason: 'no matching key' })
     expect(fake.count('/jwks')).toBe(1)
     clock.advance(30_000)
     // The same token again: the refusal was not cached, and the refetched set holds its key.
-    expect(await v.validate(rotated)).toMatchObject({ active: true })
+    expect(await v.validate(rotated, weather)).toMatchObject({ active: true })
     expect(fake.count('/jwks')).toBe(2)
   })
 
   it('keeps verifying with the keys it has while the JWKS endpoint is down', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
-    expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    expect(await v.validate(await sign({ jti: 'a' }), weather)).toMatchObject({ active: true })
     fake.route('/jwks', { status: 503 })
     clock.advance(60_000)
-    expect(await v.validate(await sign({ jti: 'b' }))).toMatchObject({ active: true })
+    expect(await v.validate(await sign({ jti: 'b' }), weather)).toMatchObject({ active: true })
     // The refetch runs beside the validation (which did not wait for it): it is asked for.
     while (fake.count('/jwks') < 2) await new Promise((r) => setImmediate(r))
-    expect(await v.validate(await sign({ jti: 'c' }))).toMatchObject({ active: true })
+    expect(await v.validate(await sign({ jti: 'c' }), weather)).toMatchObject({ active: true })
   })
 
   it('what keys past their age accepted is not cached: once the refetch shows the key withdrawn, the token is refused', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
-    expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    expect(await v.validate(await sign({ jti: 'a' }), weather)).toMatchObject({ active: true })
     const token = await sign({ jti: 'b' }) // issued before the refetch below
     clock.advance(60_000)
     const rotated = { ...(await exportJWK((await generateKeyPair('ES256')).publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
     fake.route('/jwks', { status: 200, body: { keys: [rotated] } }) // k1 withdrawn
-    expect(await v.validate(token)).toMatchObject({ active: true }) // stale k1 still verifies it, while the refetch runs
+    expect(await v.validate(token, weather)).toMatchObject({ active: true }) // stale k1 still verifies it, while the refetch runs
     while (fake.count('/jwks') < 2) await new Promise((r) => setImmediate(r))
     // Until the refetch's answer is in, the stale key answers again (uncached); then never.
-    let result = await v.validate(token)
+    let result = await v.validate(token, weather)
     for (let i = 0; i < 200 && result.active; i++) {
       await new Promise((r) => setTimeout(r, 5))
-      result = await v.validate(token)
+      result = await v.validate(token, weather)
     }
     expect(result).toMatchObject({ active: false, reason: 'no matching key' })
   })
@@ -515,19 +517,155 @@ describe('jwt mode (local verification)', () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const timers = createManualTimers()
     const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000, timers })
-    expect(await v.validate(await sign({ jti: 'a' }))).toMatchObject({ active: true })
+    expect(await v.validate(await sign({ jti: 'a' }), weather)).toMatchObject({ active: true })
     fake.route('/jwks', 'hang')
     clock.advance(60_000)
     // No timer fires here: a validation that waited for the hung endpoint would never end.
-    for (const jti of ['b', 'c', 'd']) expect(await v.validate(await sign({ jti }))).toMatchObject({ active: true })
+    for (const jti of ['b', 'c', 'd']) expect(await v.validate(await sign({ jti }), weather)).toMatchObject({ active: true })
     while (fake.hanging === 0) await new Promise((r) => setImmediate(r))
     expect(fake.count('/jwks')).toBe(2)
-    // The refetch times out; the stale keys stay, and the next token after the age starts one more.
+    // The refetch times out; the stale keys stay, and the next token after the age starts one
+    // more once the refetch interval since that attempt has passed (attempts are bounded, not
+    // only successes).
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     expect(timers.fireAll()).toBe(1)
-    expect(await v.validate(await sign({ jti: 'e' }))).toMatchObject({ active: true })
+    clock.advance(30_000)
+    expect(await v.validate(await sign({ jti: 'e' }), weather)).toMatchObject({ active: true })
     while (fake.count('/jwks') < 3) await new Promise((r) => setImmediate(r))
     expect(v.breakerState).toBe('closed')
+  })
+
+  it('a token naming a kid the set lacks is refused (401), with no refetch, when it would be refused anyway: claims, a junk signature, an iat to come; a kid the set holds for another algorithm too (regression)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    const foreign = (await generateKeyPair('ES256')).privateKey
+    const unknown = (claims: Record<string, unknown>, expiresInS?: number) =>
+      sign(claims, { key: foreign, kid: 'kf', ...(expiresInS !== undefined && { expiresInS }) })
+    const forged = (header: Record<string, unknown>, signature: string) =>
+      `${Buffer.from(JSON.stringify({ typ: 'at+jwt', ...header })).toString('base64url')}.${Buffer.from(
+        JSON.stringify({ sub: 'user_alice', iss: fake.url, aud: weather.resource, iat: Math.floor(clock() / 1000), exp: Math.floor(clock() / 1000) + 600 }),
+      ).toString('base64url')}.${signature}`
+    // Each was issued now, after the last fetch: before, every one got 503 (Retry-After 30).
+    for (let round = 0; round < 2; round++) {
+      expect(await v.validate(await unknown({ iss: 'https://evil.example' }), weather)).toEqual({ active: false, reason: 'issuer mismatch' })
+      expect(await v.validate(await unknown({}, -120), weather)).toEqual({ active: false, reason: 'token expired' })
+      expect(await v.validate(await unknown({ aud: 'https://other.example' }), weather)).toEqual({ active: false, reason: 'audience mismatch' })
+      expect(await v.validate(await unknown({ sub: '' }), weather)).toEqual({ active: false, reason: 'token has no subject' })
+      const fromTheFuture = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
+        .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: 'kf' })
+        .setIssuedAt(Math.floor(clock() / 1000) + 31_536_000)
+        .setExpirationTime(Math.floor(clock() / 1000) + 600)
+        .sign(foreign)
+      expect(await v.validate(fromTheFuture, weather)).toEqual({ active: false, reason: 'no matching key' })
+      const good = await unknown({})
+      expect(await v.validate(`${good.slice(0, good.lastIndexOf('.'))}.AAAA`, weather)).toEqual({ active: false, reason: 'invalid signature or token' })
+      expect(await v.validate(forged({ alg: 'ES256', kid: 'kz' }, 'A'.repeat(40)), weather)).toEqual({ active: false, reason: 'invalid signature or token' })
+      // `k1` is an ES256 key: an RS256 token naming it is no rotation, whatever its iat.
+      expect(await v.validate(forged({ alg: 'RS256', kid: 'k1' }, 'A'.repeat(342)), weather)).toEqual({ active: false, reason: 'no matching key' })
+      expect(fake.count('/jwks')).toBe(1)
+      // Past the refetch interval none of them makes the validator fetch the set either.
+      clock.advance(30_000)
+    }
+    // A token that could be good still takes the rotation path: the refetch, then the wait.
+    expect(await v.validate(await unknown({}), weather)).toEqual({ active: false, reason: 'no matching key' })
+    expect(fake.count('/jwks')).toBe(2)
+    expect((await unavailable(v.validate(await unknown({ jti: 'again' }), weather))).retryAfter).toBe(30)
+  })
+
+  it('a JWKS key that cannot be used is left out at load: the other keys verify, its tokens get 503 as the server’s failure (regression)', async () => {
+    const rsa = await generateKeyPair('RS256')
+    const broken = { kty: 'RSA', kid: 'rk', n: 'AA', e: 'AQAB' } // a modulus of one byte
+    const rsaToken = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
+      .setProtectedHeader({ alg: 'RS256', typ: 'at+jwt', kid: 'rk' })
+      .setIssuedAt(Math.floor(clock() / 1000) - 60)
+      .setExpirationTime(Math.floor(clock() / 1000) + 600)
+      .sign(rsa.privateKey)
+    fake.route('/jwks', { status: 200, body: { keys: [broken, publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    // Before: a TypeError out of `jose` (a generic 503, counted by nothing).
+    await unavailable(v.validate(rsaToken, weather))
+    expect(fake.count('/jwks')).toBe(1)
+    // Once the refetch interval allows, the set is asked again, and the repaired key verifies.
+    fake.route('/jwks', { status: 200, body: { keys: [{ ...(await exportJWK(rsa.publicKey)), kid: 'rk', alg: 'RS256' }, publicJwk] } })
+    clock.advance(30_000)
+    expect(await v.validate(rsaToken, weather)).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(2)
+  })
+
+  it('a JWKS with no usable key is a bad answer: 503, counted by the breaker, and not kept (the repaired set is used at once) (regression)', async () => {
+    const rsa = await generateKeyPair('RS256')
+    const rsaToken = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
+      .setProtectedHeader({ alg: 'RS256', typ: 'at+jwt', kid: 'rk' })
+      .setIssuedAt(Math.floor(clock() / 1000))
+      .setExpirationTime(Math.floor(clock() / 1000) + 600)
+      .sign(rsa.privateKey)
+    fake.route('/jwks', { status: 200, body: { keys: [{ kty: 'RSA', kid: 'rk', n: 'AA', e: 'AQAB' }] } })
+    const v = validator({ mode: 'jwt', breaker: { failureThreshold: 2 } })
+    await unavailable(v.validate(rsaToken, weather))
+    await unavailable(v.validate(rsaToken, weather))
+    expect(v.breakerState).toBe('open')
+    expect(events).toContainEqual(expect.objectContaining({ type: 'upstream', endpoint: 'jwks', outcome: 'failure' }))
+    fake.route('/jwks', { status: 200, body: { keys: [{ ...(await exportJWK(rsa.publicKey)), kid: 'rk', alg: 'RS256' }] } })
+    clock.advance(30_000) // the breaker's cool-down; nothing of the bad set was kept
+    expect(await v.validate(rsaToken, weather)).toMatchObject({ active: true })
+  })
+
+  it('JWKS refetches are bounded by attempts, not successes: a failing endpoint is asked at most once per interval (regression)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt', jwksMaxAgeMs: 120_000 })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    fake.route('/jwks', { status: 500 })
+    clock.advance(31_000)
+    // Unknown kids, issued before the last fetch: each may ask for a refetch.
+    const other = (await generateKeyPair('ES256')).privateKey
+    const old = (i: number) =>
+      new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource, jti: `o${i}` })
+        .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: `kx${i}` })
+        .setIssuedAt(Math.floor(clock() / 1000) - 3600)
+        .setExpirationTime(Math.floor(clock() / 1000) + 600)
+        .sign(other)
+    for (let i = 0; i < 20; i++) expect(await v.validate(await old(i), weather)).toMatchObject({ active: false, reason: 'no matching key' })
+    expect(fake.count('/jwks')).toBe(2)
+    clock.advance(30_000)
+    expect(await v.validate(await old(20), weather)).toMatchObject({ active: false })
+    expect(fake.count('/jwks')).toBe(3)
+    // Keys past their age: one background refetch, then none until the interval has passed.
+    clock.advance(120_000)
+    for (let i = 0; i < 5; i++) {
+      expect(await v.validate(await sign({ jti: `s${i}` }), weather)).toMatchObject({ active: true })
+      await new Promise((r) => setTimeout(r, 20))
+    }
+    expect(fake.count('/jwks')).toBe(4)
+  })
+
+  it('a token refused for its nbf is not remembered: taken once nbf has passed (regression)', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    const token = await sign({ nbf: Math.floor(clock() / 1000) + 5 })
+    expect(await v.validate(token, weather)).toEqual({ active: false, reason: 'claim check failed: nbf' })
+    clock.advance(6_000)
+    expect(await v.validate(token, weather)).toMatchObject({ active: true })
+  })
+
+  it('with no audience to compare (no context for the App function, or it gives nothing), a token is refused, never taken unchecked (regression)', async () => {
+    const foreign = await sign({ aud: 'https://some-other-service.example' })
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    expect(await v.validate(foreign)).toEqual({ active: false, reason: 'no expected audience' })
+    expect(await v.validate(await sign({}))).toEqual({ active: false, reason: 'no expected audience' })
+    const fn = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: () => undefined })
+    expect(await fn.validate(foreign, weather)).toEqual({ active: false, reason: 'no expected audience' })
+    // A fixed audience needs no context; `false` checks none.
+    expect(await validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: weather.resource }).validate(await sign({}))).toMatchObject({
+      active: true,
+    })
+    expect(await validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: false }).validate(foreign)).toMatchObject({ active: true })
+  })
+
+  it('an audience with userinfo is not the App, though it has the App’s origin (regression)', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    expect(await v.validate(await sign({ aud: 'http://u@weather.localhost' }), weather)).toEqual({ active: false, reason: 'audience mismatch' })
+    expect(await v.validate(await sign({ aud: 'http://u:p@weather.localhost/v1' }), weather)).toEqual({ active: false, reason: 'audience mismatch' })
   })
 })
 
@@ -542,7 +680,7 @@ describe('introspection mode (RFC 7662)', () => {
         ? { status: 200, body: { active: true, sub: 'user_alice', client_id: 'c1', scope: 'openid', exp, iss: fake.url, token_type: 'Bearer' } }
         : { status: 200, body: { active: false } }
     })
-    const v = validator({ mode: 'introspection', introspection })
+    const v = validator({ mode: 'introspection', introspection, audience: false })
     expect(await v.validate('good-token')).toEqual({
       active: true,
       info: { subject: 'user_alice', clientId: 'c1', scopes: ['openid'], expiresAt: exp * 1000 },
@@ -582,16 +720,41 @@ describe('introspection mode (RFC 7662)', () => {
 
   it('a token the provider will not introspect (400 unsupported_token_type, e.g. an ID token) is refused, not a 503', async () => {
     fake.route('/introspect', { status: 400, body: { error: 'unsupported_token_type' } })
-    const v = validator({ mode: 'introspection', introspection })
+    const v = validator({ mode: 'introspection', introspection, audience: false })
     expect(await v.validate('an-id-token')).toEqual({ active: false, reason: 'unsupported token type' })
     expect(v.breakerState).toBe('closed')
     fake.route('/introspect', { status: 400, body: { error: 'invalid_request' } })
     await unavailable(v.validate('other-token'))
   })
 
+  it('an answer that is not JSON (RFC 7662 section 2.2) is a bad answer, whatever it holds; JSON types with parameters are taken (regression)', async () => {
+    const answer = { active: true, sub: 'u', exp: Math.floor(clock() / 1000) + 600 }
+    const v = validator({ mode: 'introspection', introspection, audience: false, breaker: { failureThreshold: 1 } })
+    fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'application/json; charset=utf-8' } })
+    expect(await v.validate('json')).toMatchObject({ active: true })
+    fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'application/token-introspection+json' } })
+    expect(await v.validate('plus-json')).toMatchObject({ active: true })
+    fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'text/html' } })
+    await unavailable(v.validate('html'))
+    expect(v.breakerState).toBe('open') // the server's failure, counted as other bad answers
+  })
+
+  it('a present but malformed exp, nbf or iat refuses the token, rather than leaving it unchecked and cached (regression)', async () => {
+    const later = String(Math.floor(clock() / 1000) + 600)
+    const answers: Record<string, unknown> = {
+      exp: { active: true, sub: 'u', exp: String(Math.floor(clock() / 1000) - 10) },
+      nbf: { active: true, sub: 'u', exp: Math.floor(clock() / 1000) + 600, nbf: later },
+      iat: { active: true, sub: 'u', exp: Math.floor(clock() / 1000) + 600, iat: later },
+    }
+    fake.route('/introspect', (req) => ({ status: 200, body: answers[new URLSearchParams(req.body).get('token')!] }))
+    const v = validator({ mode: 'introspection', introspection, audience: false })
+    for (const claim of ['exp', 'nbf', 'iat']) expect(await v.validate(claim)).toEqual({ active: false, reason: `malformed ${claim}` })
+    expect(v.breakerState).toBe('closed')
+  })
+
   it('answers 503 when the introspection endpoint refuses the resource server', async () => {
     fake.route('/introspect', { status: 401, body: { error: 'invalid_client' } })
-    await unavailable(validator({ mode: 'introspection', introspection }).validate('good-token'))
+    await unavailable(validator({ mode: 'introspection', introspection, audience: false }).validate('good-token'))
     expect(fake.count('/introspect')).toBe(1)
   })
 })
@@ -643,6 +806,28 @@ describe('client budget: a flood of made-up tokens from one address', () => {
     expect((await v.validate('junk-1', at('203.0.113.7'))).active).toBe(false)
     expect((await v.validate('junk-2', at('203.0.113.7'))).active).toBe(false)
     await spent(v.validate('junk-3', at('203.0.113.7')))
+  })
+
+  it('gives units back when introspection refuses the resource server\'s credentials or answers garbage: no answer about the token (regression)', async () => {
+    for (const answer of [
+      { status: 401, body: { error: 'invalid_client' } },
+      { status: 403, body: {} },
+      { status: 200, body: '{"active":tr' },
+      { status: 200, body: [1] },
+    ]) {
+      fake.route('/introspect', answer)
+      const v = validator({
+        mode: 'introspection',
+        introspection: { clientId: 'rs', clientSecret: 'wrong' },
+        audience: false,
+        clientBudget: { limit: 3 },
+        retry: { attempts: 1 },
+        breaker: { failureThreshold: 1000 },
+      })
+      for (let i = 0; i < 5; i++) await unavailable(v.validate(`t-${i}`, at('203.0.113.7')))
+      fake.route('/introspect', { status: 200, body: { active: true, sub: 'u' } })
+      expect(await v.validate('good', at('203.0.113.7')), JSON.stringify(answer)).toMatchObject({ active: true })
+    }
   })
 
   it('keeps the unit when the server answers about the token itself (a 4xx other than 401: e.g. a header too large), though that is a 503', async () => {
