@@ -1,8 +1,25 @@
 /**
  * A deadline for a promise, shared by the dispatcher (its `storeTimeoutMs`) and the Redis
- * stores (their per-command `timeoutMs`).
+ * stores (their per-command `timeoutMs`), and the check of every option that becomes a timer's
+ * delay.
  * @module
  */
+import { ConfigurationError } from './errors.js'
+
+/** Longest delay a timer takes (2^31 - 1 ms, about 24.8 days); past it Node fires at once. */
+export const MAX_TIMER_MS = 2_147_483_647
+
+/**
+ * `value`, an option that becomes a timer's delay, checked: a positive number of milliseconds,
+ * at most {@link MAX_TIMER_MS} (a longer one, `Infinity` included, would fire at once, so every
+ * deadline would pass at once). Otherwise a `ConfigurationError` naming `option`.
+ */
+export function timerOption(option: string, value: unknown): number {
+  if (typeof value !== 'number' || !(value > 0 && value <= MAX_TIMER_MS)) {
+    throw new ConfigurationError(option, `must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`)
+  }
+  return value
+}
 
 /**
  * Settles as `pending` does, or rejects with `Error("<what> did not answer within <ms> ms")`

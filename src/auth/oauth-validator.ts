@@ -48,6 +48,7 @@ import {
 } from './discovery.js'
 import { audienceList, audienceMatches, checkAccessTokenClaims, peekJwtClaims } from './jwt-claims.js'
 import { createSingleFlight } from './single-flight.js'
+import { MAX_TIMER_MS } from '../timeout.js'
 
 /** How access tokens are validated. */
 export type OAuthValidationMode = 'userinfo' | 'jwt' | 'introspection'
@@ -367,8 +368,6 @@ function signatureFits(alg: unknown, signature: string): boolean {
   return Object.hasOwn(SIGNATURE_BYTES, alg) ? SIGNATURE_BYTES[alg]!.includes(bytes) : true
 }
 
-/** Longest delay a timer takes (2^31 - 1 ms); a longer one fires at once. */
-const MAX_TIMER_MS = 2_147_483_647
 
 function positive(name: string, value: number | undefined, fallback: number, allowZero = false, max = Number.MAX_VALUE): number {
   if (value === undefined) return fallback

@@ -63,7 +63,7 @@ import {
 } from '../core/versions.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, logError } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
-import { withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, timerOption, withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
 
 /** A request as the dispatcher sees it: no body, ever. */
@@ -290,8 +290,6 @@ const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-L
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
-/** Longest delay a timer takes (2^31 - 1 ms); a longer one fires at once. */
-const MAX_TIMER_MS = 2_147_483_647
 
 // Refusals that carry nothing of the request: one frozen object each.
 const IP_NOT_ALLOWED = Object.freeze({ reply: Object.freeze(ipNotAllowedReply()) })
@@ -362,11 +360,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   if (!Number.isSafeInteger(sessionTtlMs) || sessionTtlMs < 1) {
     throw new ConfigurationError('sessionTtlMs', `must be a whole number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`)
   }
-  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
-  // A timer holds at most 2^31 - 1 ms; past it (Infinity too) Node fires at once.
-  if (typeof storeTimeoutMs !== 'number' || !(storeTimeoutMs > 0 && storeTimeoutMs <= MAX_TIMER_MS)) {
-    throw new ConfigurationError('storeTimeoutMs', `must be a positive number of milliseconds, at most ${MAX_TIMER_MS}`)
-  }
+  const storeTimeoutMs = timerOption('storeTimeoutMs', options.storeTimeoutMs ?? 5_000)
   const basePath = (options.basePath ?? '').replace(/\/+$/, '')
   if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
   const rateLimit = options.rateLimit

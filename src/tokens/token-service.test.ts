@@ -115,10 +115,12 @@ describe('createTokenService: configuration', () => {
     expect(() => setup({ cacheTtlMs: 600_000 })).not.toThrow()
   })
 
-  it('refuses a flush interval that is not a positive timer delay', () => {
-    for (const lastUsedFlushMs of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 3_000_000_000]) {
-      expect(() => setup({ lastUsedFlushMs }), String(lastUsedFlushMs)).toThrow(ConfigurationError)
+  it('refuses a flush interval or a store deadline that is not a positive timer delay (a string of digits included)', () => {
+    for (const bad of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 3_000_000_000, '5000']) {
+      expect(() => setup({ lastUsedFlushMs: bad as number }), String(bad)).toThrow(/lastUsedFlushMs/)
+      expect(() => setup({ storeTimeoutMs: bad as number }), String(bad)).toThrow(/storeTimeoutMs/)
     }
+    expect(() => setup({ lastUsedFlushMs: 2_147_483_647, storeTimeoutMs: 1 })).not.toThrow()
   })
 
   it('refuses a bad prefix, a missing store or apps, and no way to check servers', () => {

@@ -40,7 +40,7 @@ import {
 } from '../errors.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { lruClock } from '../stores/lru-clock.js'
-import { withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, timerOption, withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
@@ -381,15 +381,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     injectedNow ?? Date.now,
     'unknownTokenBudget',
   )
-  const flushEvery = options.lastUsedFlushMs ?? 60_000
-  const storeTimeoutMs = options.storeTimeoutMs ?? 5_000
-  if (!(storeTimeoutMs > 0 && storeTimeoutMs <= 2_147_483_647)) {
-    throw new ConfigurationError('storeTimeoutMs', 'must be a positive number of milliseconds, at most 2147483647')
-  }
-  // A timer holds at most 2^31 - 1 ms; past it Node fires at once, and every use would write.
-  if (!(flushEvery > 0 && flushEvery <= 2_147_483_647)) {
-    throw new ConfigurationError('lastUsedFlushMs', 'must be a positive number of milliseconds, at most 2147483647')
-  }
+  // Both become timers' delays (past 2^31 - 1 ms one fires at once: every use would write).
+  const flushEvery = timerOption('lastUsedFlushMs', options.lastUsedFlushMs ?? 60_000)
+  const storeTimeoutMs = timerOption('storeTimeoutMs', options.storeTimeoutMs ?? 5_000)
   const canUseServer =
     options.canUseServer ?? ((userId: string, appId: string) => options.subscriptions!.isActive(userId, appId))
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
@@ -642,17 +636,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    */
   function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): TokenAuthResult | undefined {
     // A store is trusted with the lookup, not with the match: compared in constant time.
-    if (!record || !hashesEqual(record.tokenHash, tokenHash)) {
-      // A hash seen stored that no longer is (its secret was rotated away): no longer known, and
-      // held as unknown like any other. (Hashes under a previous pepper are never in `wellFormed`.)
-      if (known && forget(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, UNKNOWN)
-      return undefined
-    }
-    const auth = judge(record)
-    if (!auth.ok) {
-      // Revoked or expired, for good: refused from memory for a while rather than looked up on
-      // every presentation, and no longer known, so its next lookup is charged to its client.
-      if (known && forget(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, auth)
+    const auth = record && hashesEqual(record.tokenHash, tokenHash) ? judge(record) : undefined
+    if (auth === undefined || !auth.ok) {
+      // A hash seen live that no longer is (its secret rotated away, or the token revoked or
+      // expired, for good): no longer known, so its next lookup is charged to its client, and
+      // its refusal held like any other rather than looked up on every presentation. (Hashes
+      // under a previous pepper are never in `wellFormed`.)
+      if (known && forget(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, auth ?? UNKNOWN)
       return auth
     }
     if (!known) knowWellFormed(tokenHash)
@@ -1052,7 +1042,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // The write deadlines do not keep a process alive; this one does, so a process that
       // closes and ends still gets its last write done or reported (bounded: an in-flight
       // flush, then this one).
-      const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, 2_147_483_647))
+      const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, MAX_TIMER_MS))
       try {
         await service.flush()
       } finally {

@@ -12,6 +12,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }
 
@@ -24,8 +25,8 @@ async function setup() {
 }
 
 function request(host: string, path: string, token?: string): DispatchRequest {
-  const headers: Record<string, string> = token ? { authorization: `Bearer ${token}` } : {}
-  return { method: path.startsWith('/.well-known') ? 'GET' : 'POST', path, host, origin: `https://${host}`, headers: { get: (name) => headers[name] }, clientAddress: '203.0.113.7' }
+  const method = path.startsWith('/.well-known') ? 'GET' : 'POST'
+  return { ...dispatchRequest(path, token ? { authorization: `Bearer ${token}` } : {}), method, host, origin: `https://${host}` }
 }
 
 async function outcome(decision: ReturnType<ReturnType<typeof createDispatcher>['decide']>) {

@@ -55,6 +55,7 @@ import { isFieldName } from '../../core/cors.js'
 import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import { timerOption } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
 import {
   IDENTITY_HEADER,
@@ -418,11 +419,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (NEVER_FORWARDED.has(identityName) || alwaysForwarded(identityName)) {
     throw new ConfigurationError('identityHeader', `must not be ${JSON.stringify(identityName)}`)
   }
-  const timeoutMs = options.timeoutMs ?? 30_000
-  // Node's timers hold at most 2^31 - 1 ms (about 24.8 days); a longer one fires at once.
-  if (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !(timeoutMs <= 2_147_483_647)) {
-    throw new ConfigurationError('timeoutMs', 'must be a positive number of milliseconds, at most 2147483647')
-  }
+  const timeoutMs = timerOption('timeoutMs', options.timeoutMs ?? 30_000)
   const forwarded = new Set(FORWARDED_REQUEST_HEADERS)
   const extra: unknown = options.forwardHeaders ?? []
   // A string would be taken character by character: `'x-trace'` would forward a header `x`.

@@ -9,7 +9,7 @@
  */
 import { createHash } from 'node:crypto'
 import { ConfigurationError } from '../../errors.js'
-import { withTimeout } from '../../timeout.js'
+import { timerOption, withTimeout } from '../../timeout.js'
 
 /** An argument of a Redis command. */
 export type RedisArgument = string | number
@@ -151,9 +151,6 @@ export interface RedisConnection {
   run(script: LuaScript, key: string, ...args: RedisArgument[]): Promise<unknown>
 }
 
-/** Largest delay `setTimeout` takes. */
-const MAX_TIMEOUT_MS = 2_147_483_647
-
 /**
  * What the commands sent through one client have shown of its Redis, shared by every store
  * on that client.
@@ -255,10 +252,7 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   }
   const prefix = options.prefix ?? DEFAULT_REDIS_PREFIX
   if (typeof prefix !== 'string' || prefix === '') throw new ConfigurationError('prefix', 'must be a non-empty string')
-  const timeoutMs = options.timeoutMs ?? DEFAULT_REDIS_TIMEOUT_MS
-  if (typeof timeoutMs !== 'number' || !(timeoutMs > 0 && timeoutMs <= MAX_TIMEOUT_MS)) {
-    throw new ConfigurationError('timeoutMs', `must be a positive number of milliseconds, at most ${MAX_TIMEOUT_MS}`)
-  }
+  const timeoutMs = timerOption('timeoutMs', options.timeoutMs ?? DEFAULT_REDIS_TIMEOUT_MS)
 
   const breaker = breakerOf(client)
   const answered = () => {

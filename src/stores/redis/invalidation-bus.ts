@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
 import { ConfigurationError, logError } from '../../errors.js'
-import { withTimeout } from '../../timeout.js'
+import { MAX_TIMER_MS, withTimeout } from '../../timeout.js'
 import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady } from './client.js'
 
 /** Options of {@link createRedisInvalidationBus}. */
@@ -120,7 +120,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     throw new ConfigurationError('subscriber', 'is required when the client has no duplicate() method')
   }
   const heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS
-  if (heartbeatMs !== false && !(typeof heartbeatMs === 'number' && heartbeatMs > 0 && heartbeatMs <= 2_147_483_647)) {
+  if (heartbeatMs !== false && !(typeof heartbeatMs === 'number' && heartbeatMs > 0 && heartbeatMs <= MAX_TIMER_MS)) {
     throw new ConfigurationError('heartbeatMs', 'must be a positive number of milliseconds, or false')
   }
   const subscriber = given ?? options.client.duplicate!()
