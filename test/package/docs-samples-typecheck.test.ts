@@ -28,7 +28,7 @@ import { underCI } from '../helpers/ci.js'
 const root = resolve(import.meta.dirname, '../..')
 const built = existsSync(join(root, 'dist/index.d.ts'))
 if (!built && underCI()) throw new Error('dist/ is missing: CI must run `npm run build` before the tests')
-if (!built) console.warn('[docs-samples.test] skipped: run `npm run build` first')
+if (!built) console.warn('[docs-samples-typecheck.test] skipped: run `npm run build` first')
 
 /** Fence tags of blocks checked, and the extension their module gets. */
 const CHECKED_LANGUAGES: Readonly<Record<string, 'ts' | 'js'>> = { ts: 'ts', typescript: 'ts', js: 'js' }
@@ -374,7 +374,7 @@ describe.runIf(built)('README and docs samples', () => {
       const { line } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start)
       if (!module) return `${diagnostic.file.fileName}:${line + 1}`
       const { sample, preludeLines } = module
-      if (line < preludeLines) return `${sample.file}:${sample.line} (its context in docs-samples.test.ts, line ${line + 1})`
+      if (line < preludeLines) return `${sample.file}:${sample.line} (its context in docs-samples-typecheck.test.ts, line ${line + 1})`
       return `${sample.file}:${sample.line + line - preludeLines}`
     }
     const diagnostics = [
