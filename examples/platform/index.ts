@@ -28,6 +28,7 @@ import {
   displayPrefix,
   generateApiToken,
   hashApiToken,
+  invalidHostReply,
   resolveClientAddress,
   validateAllowlist,
   validateTokenName,
@@ -379,7 +380,15 @@ export function createPlatform(options: PlatformOptions): Platform {
     tokens: seededTokens,
     tokenService,
     async fetch(request, info) {
-      const host = (new URL(request.url).hostname || '').toLowerCase()
+      let host: string
+      try {
+        host = new URL(request.url).hostname.toLowerCase()
+      } catch {
+        // A Host @hono/node-server put in the URL without the URL parser (`weather.1`,
+        // `xn--a.localhost`, `1.2.3.999`): the client's error, answered as the Web adapter answers
+        // it (regression: the TypeError made @hono/node-server answer 500).
+        return toResponse(invalidHostReply())
+      }
       if (host === `api.${domain}`) {
         const address = resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), apiTrust)
         apiClientAddresses.set(request, address)

@@ -78,6 +78,31 @@ function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean 
   return false
 }
 
+/** What {@link continueIfExpected} needs of a Node response (HTTP/1 or HTTP/2 compatibility). */
+interface ContinuableResponse {
+  readonly req?: { readonly headers?: { readonly expect?: string | undefined } } | undefined
+  writeContinue?: () => void
+}
+
+const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i
+
+/**
+ * RFC 9110 section 10.1.1: a client that sent `Expect: 100-continue` waits for `100 Continue`
+ * before it sends the body. Where the server hands Node's `checkContinue` event to the adapters
+ * (docs/adapters.md, "Expect: 100-continue"), nothing has been sent yet: the adapters send it
+ * once the dispatch layer has let the request through, so a refusal (401, 402, 403, 429…) is
+ * answered before any body is sent, and Node closes that connection rather than read a body it
+ * never invited. Where Node answered `100 Continue` itself (no `checkContinue` listener, its
+ * default) nothing is sent again (`_sent100`, Node's own mark). A request without `Expect` costs
+ * one property read.
+ */
+export function continueIfExpected(res: unknown): void {
+  const response = res as ContinuableResponse & { _sent100?: boolean }
+  const expect = response.req?.headers?.expect
+  if (expect === undefined || response._sent100 === true || typeof response.writeContinue !== 'function') return
+  if (CONTINUE.test(expect)) response.writeContinue()
+}
+
 /**
  * `Vary` values joined: each field name once (case-insensitive, first spelling kept), `*`
  * alone when any says `*`. The dispatch layer's `Vary: Origin` joins the handler's own (a

@@ -12,7 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-ad
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Dispatched, attachToHead, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
+import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
@@ -27,7 +27,8 @@ class NodeDispatchRequest implements DispatchRequest {
     readonly origin: string,
     readonly clientAddress: string | undefined,
     private readonly raw: IncomingHttpHeaders,
-    private readonly rawHeaders: readonly string[],
+    /** Every `Authorization` field, joined (see {@link readRawHeaders}). */
+    private readonly authorization: string | undefined,
   ) {}
 
   get headers(): DispatchRequest['headers'] {
@@ -38,26 +39,36 @@ class NodeDispatchRequest implements DispatchRequest {
     // Node keeps the first `Authorization` of a request and drops the others; a request with
     // two is refused (as the Web adapter, which sees them joined, refuses it), never served
     // with whichever came first.
-    if (name === 'authorization') return authorizationOf(this.raw, this.rawHeaders)
+    if (name === 'authorization') return this.authorization
     const value = this.raw[name]
     return typeof value === 'string' || value === undefined ? value : value.join(', ')
   }
 }
 
-/** Every `Authorization` field of a request, joined as a `Headers` object joins them. */
-function authorizationOf(headers: IncomingHttpHeaders, rawHeaders: readonly string[]): string | undefined {
-  const first = headers.authorization
-  if (first === undefined) return undefined
-  let all: string | undefined
+/**
+ * What Node's `headers` object cannot tell, read in one pass over `rawHeaders`: Node keeps the
+ * first `Host` and the first `Authorization` of a request and drops the others. Returns every
+ * `Authorization` field joined, as a `Headers` object joins them (so a request with two is
+ * refused), or `null` for a request with more than one `Host` (RFC 9112 section 3.2: a server
+ * MUST answer it 400; a proxy in front that routed by the last one must not see the dispatch
+ * layer decide on the first).
+ */
+function readRawHeaders(headers: IncomingHttpHeaders, rawHeaders: readonly string[]): string | undefined | null {
+  let hosts = 0
+  let authorization: string | undefined
   let seen = 0
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!
     // Length and first letter first: no lower-cased copy of the other names.
-    if (name.length !== 13 || (name.charCodeAt(0) | 32) !== 97 /* a */ || name.toLowerCase() !== 'authorization') continue
-    all = seen === 0 ? rawHeaders[i + 1]! : `${all}, ${rawHeaders[i + 1]!}`
-    seen++
+    const length = name.length
+    if (length === 4) {
+      if ((name.charCodeAt(0) | 32) === 104 /* h */ && name.toLowerCase() === 'host' && ++hosts > 1) return null
+    } else if (length === 13 && (name.charCodeAt(0) | 32) === 97 /* a */ && name.toLowerCase() === 'authorization') {
+      authorization = seen === 0 ? rawHeaders[i + 1]! : `${authorization}, ${rawHeaders[i + 1]!}`
+      seen++
+    }
   }
-  return seen > 1 ? all : first
+  return seen > 1 ? authorization : headers.authorization
 }
 
 /** `http` or `https` as the socket saw it, unless the framework (configured to) knows better. */
@@ -67,20 +78,28 @@ export function socketProtocol(req: IncomingMessage): 'http' | 'https' {
 
 /**
  * RFC 9112 section 3.2.2: an absolute-form target (`POST http://host/v1?x`, as a client talking
- * to a proxy sends it) names the host, and the Host header is then ignored. Its host, and the
- * rest as an origin-form target (`/v1?x`); `undefined` for an origin-form target.
+ * to a proxy sends it) names the host, and the Host header is then ignored; the target URI is
+ * the target itself (section 3.3), its scheme included. Its scheme (lower case), its host, and
+ * the rest as an origin-form target (`/v1?x`); `undefined` for an origin-form target, and for a
+ * target of another scheme (`ftp://host/v1`), which is no path of an App (404), as Web runtimes
+ * build no `Request` of it.
  */
-function absoluteForm(url: string): { host: string; target: string } | undefined {
-  if (url.charCodeAt(0) === 47 /* / */ || !url.includes('://')) return undefined
+function absoluteForm(url: string): { scheme: string; host: string; target: string } | undefined {
+  if (url.charCodeAt(0) === 47 /* / */) return undefined
+  const scheme = ABSOLUTE_FORM.exec(url)?.[1]?.toLowerCase()
+  if (scheme === undefined) return undefined
   const { origin } = splitUrl(url)
   const rest = url.slice(origin.length)
-  return { host: origin.slice(origin.indexOf('://') + 3), target: rest[0] === '/' ? rest : `/${rest}` }
+  return { scheme, host: origin.slice(scheme.length + 3), target: rest[0] === '/' ? rest : `/${rest}` }
 }
+
+const ABSOLUTE_FORM = /^(https?):\/\//i
 
 /**
  * The neutral request of the pipeline, or `undefined` when its `Host` (or the host of an
- * absolute-form target) is not an authority a URL can hold: the adapter then answers 400
- * (`INVALID_HOST`), as a Web runtime refuses such a request before any handler runs. An
+ * absolute-form target) is not an authority a URL can hold, or when it has two `Host` fields:
+ * the adapter then answers 400 (`INVALID_HOST`), as a Web runtime refuses such a request
+ * before any handler runs. An
  * accepted host is read as the URL parser reads it (lower case, no default port), so the App
  * address is the one the Web adapter's `Request` gives.
  *
@@ -96,11 +115,15 @@ export function toDispatchRequest(
   protocol: string,
   trust: CompiledTrustProxy,
 ): DispatchRequest | undefined {
-  let host = req.headers.host
+  const authorization = readRawHeaders(req.headers, req.rawHeaders ?? [])
+  if (authorization === null) return undefined
+  // An empty Host names no authority (RFC 9112 section 3.2): as a request without one.
+  let host = req.headers.host || undefined
   const absolute = absoluteForm(url)
   if (absolute) {
     host = absolute.host
     url = absolute.target
+    protocol = absolute.scheme
   }
   if (host !== undefined) {
     host = canonicalHost(host, protocol)
@@ -126,7 +149,7 @@ export function toDispatchRequest(
       trust,
     ),
     req.headers,
-    req.rawHeaders ?? [],
+    authorization,
   )
 }
 
@@ -174,6 +197,8 @@ export async function answerTokenApi(api: TokenApi, source: WebRequestSource, tr
 
 async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy): Promise<void> {
   const { req } = source
+  // The API reads every body it is sent: `100 Continue` at once, where `checkContinue` was handed here.
+  continueIfExpected(source.res)
   const forwardedFor = req.headers['x-forwarded-for']
   const clientAddress = resolveClientAddress(
     req.socket?.remoteAddress,
@@ -454,8 +479,8 @@ export function toWebRequest(source: WebRequestSource): Request {
   if (body !== null) init.duplex = 'half'
   // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
   const absolute = absoluteForm(source.url)
-  const host = absolute?.host ?? req.headers.host ?? 'localhost'
-  return new Request(`${source.protocol}://${host}${absolute?.target ?? source.url}`, init)
+  const host = absolute?.host ?? (req.headers.host || 'localhost')
+  return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
 }
 
 /**

@@ -4,6 +4,7 @@
  * App's tools with the version headers. PORT=0 lets the system choose the ports.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -70,5 +71,28 @@ describe('npm start (README quick start)', () => {
     const target = await rawRequest(port, { host: 'weather.localhost', path: '/x\\..\\v1', headers: { 'content-type': 'application/json' }, body: tools })
     expect(target.status).toBe(400)
     expect(JSON.parse(target.body).error.data).toEqual({ error: 'invalid_request', field: 'path' })
+  })
+
+  it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {
+    /** Writes a request head that waits for 100 Continue; answers what came within 1.5 s. */
+    const waitingHead = (head: string) =>
+      new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1')
+        let seen = ''
+        const done = () => {
+          clearTimeout(timer)
+          socket.destroy()
+          resolve(seen)
+        }
+        const timer = setTimeout(done, 1_500)
+        socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+        socket.on('error', () => {})
+        socket.on('close', done)
+        socket.write(`${head}Expect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n`)
+      })
+    const refused = await waitingHead(`POST /v1 HTTP/1.1\r\nHost: weather.localhost:${port}\r\nAuthorization: Bearer svc_nope\r\n`)
+    expect(refused).toMatch(/^HTTP\/1\.1 401 /)
+    const api = await waitingHead(`POST /api/tokens HTTP/1.1\r\nHost: api.localhost:${port}\r\n`)
+    expect(api).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\n/)
   })
 })

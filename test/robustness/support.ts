@@ -335,6 +335,16 @@ export interface TargetOptions {
   trustProxy?: TrustProxy
   /** Turn on the framework's own proxy trust (Express `trust proxy`, Fastify `trustProxy`). */
   frameworkTrustsProxy?: boolean
+  /**
+   * Hand Node's `checkContinue` event to the adapter, as docs/adapters.md ("Expect:
+   * 100-continue") wires it: `100 Continue` comes from the adapter, once a request is let through.
+   */
+  checkContinue?: boolean
+}
+
+/** `checkContinue` handed to the server's own request handler (docs/adapters.md). */
+function handCheckContinue(server: http.Server): void {
+  server.on('checkContinue', (req: http.IncomingMessage, res: http.ServerResponse) => server.emit('request', req, res))
 }
 
 /** An adapter the tests can serve. */
@@ -391,7 +401,7 @@ function listening(server: http.Server): Promise<number> {
 
 const webTarget: AdapterTarget = {
   name: 'web',
-  async start({ dispatcher, onError, trustProxy }) {
+  async start({ dispatcher, onError, trustProxy, checkContinue }) {
     const state: ProbeState = { handled: 0, streamsOpen: 0, streamsClosed: 0 }
     const handle = webDispatch({
       dispatcher,
@@ -400,6 +410,7 @@ const webTarget: AdapterTarget = {
       handler: webRoutes(() => webProbe(state)),
     })
     const { port, server } = await serveFetch(handle)
+    if (checkContinue) handCheckContinue(server)
     return { name: 'web', port, state, connections: countConnections(server), close: () => closeServer(server) }
   },
 }
@@ -413,7 +424,7 @@ export async function adapterTargets(): Promise<AdapterTarget[]> {
     targets.push({
       name: 'express',
       frameworkAnswer: expressAnswer,
-      async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy }) {
+      async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy, checkContinue }) {
         const state: ProbeState = { handled: 0, streamsOpen: 0, streamsClosed: 0 }
         const app = express()
         app.disable('x-powered-by')
@@ -421,6 +432,7 @@ export async function adapterTargets(): Promise<AdapterTarget[]> {
         app.use(expressAdapter.mcpDispatch({ dispatcher, onError, ...(trustProxy !== undefined && { trustProxy }) }))
         app.use(routeByVersion(() => expressProbe(state)))
         const server = http.createServer(app)
+        if (checkContinue) handCheckContinue(server)
         const port = await listening(server)
         return { name: 'express', port, state, connections: countConnections(server), close: () => closeServer(server) }
       },
@@ -431,7 +443,7 @@ export async function adapterTargets(): Promise<AdapterTarget[]> {
     targets.push({
       name: 'fastify',
       frameworkAnswer: fastifyAnswer,
-      async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy }) {
+      async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy, checkContinue }) {
         const state: ProbeState = { handled: 0, streamsOpen: 0, streamsClosed: 0 }
         const app = Fastify({ logger: false, trustProxy: frameworkTrustsProxy === true, frameworkErrors: fastifyAdapter.frameworkErrors })
         await app.register(fastifyAdapter.mcpDispatch({ dispatcher, onError, ...(trustProxy !== undefined && { trustProxy }) }))
@@ -439,6 +451,7 @@ export async function adapterTargets(): Promise<AdapterTarget[]> {
         app.removeAllContentTypeParsers()
         app.addContentTypeParser('*', (_request, _payload, done) => done(null))
         app.all('/*', routeByVersion(() => fastifyProbe(state)))
+        if (checkContinue) handCheckContinue(app.server)
         await app.listen({ port: 0, host: '127.0.0.1' })
         const port = (app.server.address() as AddressInfo).port
         return {

@@ -46,6 +46,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
+import { continueIfExpected } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { versionNotServedReply } from '../../core/reply.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
@@ -158,6 +159,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     dispatchedRequests.set(req, { context: decision.context, onError })
     if (!exposeContext(req)) req.dispatchContext = decision.context
     holdResponseHead(res, decision, onError)
+    continueIfExpected(res)
     next()
   }
 

@@ -53,6 +53,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
+import { continueIfExpected } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -134,6 +135,7 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
     ;(request as ReportingRequest)[kReporter] = onError
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
     holdResponseHead(reply.raw, decision, onError)
+    continueIfExpected(reply.raw)
     done()
   }
 

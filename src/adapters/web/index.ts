@@ -19,7 +19,7 @@ import { resolveClientAddress } from '../../core/client-address.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome, isForeignThenable } from '../../pipeline/dispatcher.js'
-import { type Dispatched, type NodeResponse, attachToHead, installHeadInterception, mergeExposeHeaders, mergeVary } from '../head.js'
+import { type Dispatched, type NodeResponse, attachToHead, continueIfExpected, installHeadInterception, mergeExposeHeaders, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -93,6 +93,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
     const host = schemeEnd === -1 ? undefined : canonicalHost(url.origin.slice(schemeEnd + 3), url.origin.slice(0, schemeEnd))
     if (host === undefined) return toResponse(INVALID_HOST)
+    // Two `Host` fields (RFC 9112 section 3.2: 400, as on the Node adapters): @hono/node-server
+    // builds the URL of the first one and joins them all in `headers`.
+    if (request.headers.get('host')?.includes(', ')) return toResponse(INVALID_HOST)
     const origin = host.length === url.origin.length - schemeEnd - 3 ? url.origin : `${url.origin.slice(0, schemeEnd)}://${host}`
     const decided = dispatcher.decide({
       method: request.method,
@@ -113,6 +116,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // unless a new session's pin must be stored, asynchronously, before the answer goes out.
     const outgoing = info?.outgoing
     const atHead = outgoing !== undefined && headOf(outgoing, decision)
+    // `100 Continue` once the request is let through, where the server handed `checkContinue` here.
+    if (outgoing !== undefined) continueIfExpected(outgoing)
     let response: Response
     try {
       const answered: unknown = handler(request, decision.context)
