@@ -132,6 +132,19 @@ declare const handle: WebDispatchHandler
 declare const Bun: { serve(options: { fetch(request: Request, server: { requestIP(request: Request): { address: string } | null }): Promise<Response> }): unknown }
 declare const Deno: { serve(handler: (request: Request, info: { remoteAddr: { hostname: string } }) => Promise<Response>): unknown }`,
   },
+  {
+    // The Expect: 100-continue wiring, one server per framework.
+    file: 'docs/adapters.md',
+    marker: "server.on('checkContinue'",
+    prelude: `import * as http from 'node:http'
+import { serve } from '@hono/node-server'
+import type { Express } from 'express'
+import type { FastifyInstance } from 'fastify'
+import type { WebDispatchHandler } from 'mcp-dispatch/web'
+declare const app: Express
+declare const fastify: FastifyInstance
+declare const handle: WebDispatchHandler`,
+  },
   { file: 'docs/adapters.md', marker: "app.disable('x-powered-by')", prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
   { file: 'docs/adapters.md', marker: 'await app.register(mcpDispatch({ dispatcher }))', prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
   {
