@@ -295,7 +295,24 @@ const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 const IP_NOT_ALLOWED = Object.freeze({ reply: Object.freeze(ipNotAllowedReply()) })
 const FORBIDDEN = Object.freeze({ reply: Object.freeze(forbiddenReply()) })
 
-/** `map.set(key, value)`, clearing the map first when it holds 1,000 entries. */
+/**
+ * Longest key the maps of request-derived strings (hosts, paths, App addresses) keep: a name of
+ * DNS (253 characters), its port and a `basePath` fit. A longer one is worked out again on every
+ * request: 1,000 keys of a whole request line's length each (16 kB in Node) would hold tens of
+ * megabytes.
+ */
+const MAX_KEY_LENGTH = 512
+
+/**
+ * A copy of `text`, to keep as a key across requests, or `undefined` when it is too long to
+ * keep. A copy, because a string cut from a request (a path sliced out of the URL) can hold its
+ * whole source in memory (V8 slices share it): a short key would keep a long query string.
+ */
+function keyOf(text: string): string | undefined {
+  return text.length > MAX_KEY_LENGTH ? undefined : (JSON.parse(JSON.stringify(text)) as string)
+}
+
+/** `map.set(key, value)`, clearing the map first when it holds 1,000 entries. `key` comes from {@link keyOf}. */
 function remember<V>(map: Map<string, V>, key: string, value: V): void {
   if (map.size >= 1000) map.clear()
   map.set(key, value)
@@ -388,10 +405,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (!host) return undefined
       let slug = slugs.get(host)
       if (slug === undefined) {
-        const dot = host.indexOf('.')
-        const label = dot <= 0 || endsWithDot(host) ? '' : host.slice(0, dot).toLowerCase()
+        // Worked out from the copy, so the slug (a slice of it) holds nothing of the request.
+        const key = keyOf(host)
+        const name = key ?? host
+        const dot = name.indexOf('.')
+        const label = dot <= 0 || endsWithDot(name) ? '' : name.slice(0, dot).toLowerCase()
         slug = SLUG.test(label) ? label : null
-        remember(slugs, host, slug)
+        if (key !== undefined) remember(slugs, key, slug)
       }
       return slug === null ? undefined : apps.getAppBySlug(slug)
     })
@@ -523,13 +543,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const challenges = new Map<string, AuthOutcome>()
   function challenge(request: DispatchRequest, app: AppRecord, invalidToken: boolean): AuthOutcome {
     const resourceMetadataUrl = baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH
-    const key = invalidToken ? `1${resourceMetadataUrl}` : `0${resourceMetadataUrl}`
-    let outcome = challenges.get(key)
+    let outcome = challenges.get(invalidToken ? `1${resourceMetadataUrl}` : `0${resourceMetadataUrl}`)
     if (outcome === undefined) {
-      const built = unauthorizedReply({ resourceMetadataUrl, invalidToken })
+      // Built from the copy, so the reply kept (its header holds the URL) holds nothing of the request.
+      const url = keyOf(resourceMetadataUrl)
+      const built = unauthorizedReply({ resourceMetadataUrl: url ?? resourceMetadataUrl, invalidToken })
       // Shared between requests: frozen, so no adapter can write into it.
       outcome = Object.freeze({ reply: Object.freeze({ ...built, headers: Object.freeze({ ...built.headers }) }) })
-      remember(challenges, key, outcome)
+      if (url !== undefined) remember(challenges, invalidToken ? `1${url}` : `0${url}`, outcome)
     }
     return outcome
   }
@@ -951,7 +972,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       return notFound(request, origin)
     }
     let selector = selectors.get(path)
-    if (selector === undefined) remember(selectors, path, (selector = parseVersionPath(path)))
+    if (selector === undefined) {
+      const key = keyOf(path)
+      selector = parseVersionPath(key ?? path)
+      if (key !== undefined) remember(selectors, key, selector)
+    }
     if (!selector) return notFound(request, origin)
     if (allowedOrigins && origin && !allowedOrigins(origin)) return { type: 'reply', reply: originNotAllowedReply() }
     const method = request.method

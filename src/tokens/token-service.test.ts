@@ -1410,6 +1410,50 @@ describe('a store that stops answering', () => {
     await refusal(hung.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
   })
 
+  it('holds at most maxPendingLookups lookups of made-up tokens, from any address or none: past it, 503 without a lookup (regression)', async () => {
+    // A store that never answers for a hash it does not hold (a database behind a dead
+    // connection, as seen by a lookup of a made-up token) until the test releases it. Without
+    // the bound every made-up token from another address held a lookup and 1.3 kB for ever.
+    const inner = createMemoryTokenStore()
+    let lookups = 0
+    const waiting: Array<() => void> = []
+    const store: TokenStore = {
+      ...inner,
+      findByHash(tokenHash) {
+        lookups++
+        const found = inner.findByHash(tokenHash) as ApiTokenRecord | undefined
+        return found ? Promise.resolve(found) : new Promise((resolve) => waiting.push(() => resolve(undefined)))
+      },
+    }
+    const { service, clock } = setup({ store, maxPendingLookups: 3, storeTimeoutMs: 100 })
+    const made = await createToken(service)
+    const first = generateApiToken()
+    const held = [service.authenticate(first, '203.0.113.1'), service.authenticate(generateApiToken(), '2001:db8:1::1'), service.authenticate(generateApiToken())]
+    expect(lookups).toBe(3)
+    for (const clientAddress of ['198.51.100.1', undefined]) {
+      expect(() => service.authenticate(generateApiToken(), clientAddress)).toThrow(StoreUnavailableError)
+    }
+    expect(lookups).toBe(3)
+    // A request with a token whose lookup is in flight joins it; a token known to be stored is not held back.
+    expect(service.authenticate(first, '198.51.100.2')).toBe(held[0])
+    expect(await service.authenticate(made.token, '198.51.100.3')).toMatchObject({ ok: true })
+    // A lookup no longer shared (past storeTimeoutMs) still counts until the store answers it.
+    clock.advance(100)
+    expect(() => service.authenticate(first, '198.51.100.4')).toThrow(StoreUnavailableError)
+    // Once the store answers one, there is room for one more.
+    waiting.shift()!()
+    expect(await held[0]).toEqual({ ok: false, reason: 'unknown' })
+    void service.authenticate(generateApiToken(), '198.51.100.5')
+    expect(lookups).toBe(5)
+    expect(() => service.authenticate(generateApiToken(), '198.51.100.6')).toThrow(StoreUnavailableError)
+  })
+
+  it('refuses a maxPendingLookups that is not a positive integer', () => {
+    for (const maxPendingLookups of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '5' as never]) {
+      expect(() => setup({ maxPendingLookups }), String(maxPendingLookups)).toThrow(/maxPendingLookups/)
+    }
+  })
+
   it('refuses a storeTimeoutMs that is not a positive timer delay', () => {
     for (const storeTimeoutMs of [0, -1, Number.NaN, 3_000_000_000]) {
       expect(() => setup({ storeTimeoutMs }), String(storeTimeoutMs)).toThrow(ConfigurationError)
