@@ -5,6 +5,9 @@
  *
  * - Listens on loopback only (`127.0.0.1`); the issuer is `http://127.0.0.1:{port}`.
  * - Dynamic client registration (RFC 7591) is open; PKCE (S256) is required.
+ * - Browser-based clients (a page, such as the MCP Inspector's) can sign in: registration
+ *   answers pages of any origin (CORS), and the token endpoint those of the origin of one of the
+ *   client's redirect URIs.
  * - Sign-in is automatic: the authorization request's `login_hint` names the seed user to sign
  *   in as (an unknown one is refused with `access_denied`); without it, the first account.
  *   Consent is granted for whatever was asked. An authorization request without `scope` gets
@@ -56,6 +59,9 @@ export interface DevAuthServer {
   /** Stops listening and closes open connections. */
   close(): Promise<void>
 }
+
+/** oidc-provider's dynamic client registration endpoint (RFC 7591). */
+const REGISTRATION_PATH = '/reg'
 
 /** Registered clients kept by the development server; the least recently registered go first. */
 const MAX_CLIENTS = 10_000
@@ -219,6 +225,14 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
       RefreshToken: 14 * 86_400,
     },
     issueRefreshToken: async (_ctx: unknown, client: ClientRef) => client.grantTypeAllowed('refresh_token'),
+    // A page may call the token, revocation and introspection endpoints for a client that
+    // authenticates with nothing (`none`: a browser-based one), and userinfo for any client,
+    // from the origin of one of the client's redirect URIs: oidc-provider's default, stated so
+    // that it does not warn at each call.
+    clientBasedCORS: (ctx: { oidc: { route: string } }, origin: string, client: ClientRef) =>
+      origin !== 'null' &&
+      (ctx.oidc.route === 'userinfo' || client.clientAuthMethod === 'none') &&
+      client.redirectUris.some((uri) => URL.canParse(uri) && new URL(uri).origin === origin),
     clockTolerance: 0,
     cookies: { keys: [randomBytes(32).toString('base64url')] },
     jwks: { keys: [signingKey] },
@@ -275,6 +289,21 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
   handle = (req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0]!
     options.onRequest?.({ method: req.method ?? 'GET', path })
+    if (path === REGISTRATION_PATH && req.headers.origin !== undefined) {
+      // oidc-provider sends no CORS headers at the registration endpoint, so a browser-based
+      // MCP client (a page, such as the MCP Inspector's) could not register. Registration is
+      // open to anyone and needs no credentials: any page may, as any other client may.
+      res.setHeader('access-control-allow-origin', '*')
+      if (req.method === 'OPTIONS') {
+        res.writeHead(204, {
+          'access-control-allow-methods': 'POST',
+          'access-control-allow-headers': 'Content-Type, Accept',
+          'access-control-max-age': '600',
+        })
+        res.end()
+        return
+      }
+    }
     if (req.method === 'GET' && path === '/auth') req.url = withDefaultScope(req.url ?? '/auth')
     if (req.method === 'GET' && path.startsWith('/interaction/')) {
       interact(req, res).catch((error: unknown) => {

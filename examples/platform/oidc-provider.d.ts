@@ -42,6 +42,8 @@ declare module 'oidc-provider' {
 
   export interface ClientRef {
     grantTypeAllowed(grantType: string): boolean
+    readonly clientAuthMethod: string
+    readonly redirectUris: readonly string[]
   }
 
   export default class Provider {

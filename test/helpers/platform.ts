@@ -348,17 +348,19 @@ export interface ServedFetch {
 }
 
 /**
- * Serves `handle` on an ephemeral loopback port with `@hono/node-server`, passing the socket
- * peer as `clientAddress`, as a platform does.
+ * Serves `handle` on a loopback port (default: an ephemeral one) with `@hono/node-server`,
+ * passing the socket peer as `clientAddress`, as a platform does. Rejects when the port cannot
+ * be listened on (`EADDRINUSE`).
  */
 export async function serveFetch(
   handle: (request: Request, info: { clientAddress?: string; outgoing?: unknown }) => Response | Promise<Response>,
+  port = 0,
 ): Promise<ServedFetch> {
   let server!: http.Server
-  const port = await new Promise<number>((resolve) => {
+  const listening = await new Promise<number>((resolve, reject) => {
     server = serve(
       {
-        port: 0,
+        port,
         hostname: '127.0.0.1',
         // `outgoing`: the Web adapter's Node path (headers at Node's `writeHead`), as in
         // examples/platform/server.ts.
@@ -367,9 +369,10 @@ export async function serveFetch(
       },
       (info: AddressInfo) => resolve(info.port),
     ) as unknown as http.Server
+    server.once('error', reject)
   })
   return {
-    port,
+    port: listening,
     server,
     close: () =>
       new Promise<void>((resolve) => {

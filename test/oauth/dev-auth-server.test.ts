@@ -159,3 +159,55 @@ describe('an authorization request without scope (RFC 6749 section 3.3)', () => 
     expect((await grant({ scope: 'openid' })).tokens.scope).toBe('openid')
   })
 })
+
+/**
+ * Regression: a browser-based MCP client (a page, such as the MCP Inspector's) registers and
+ * redeems its code cross-origin. oidc-provider answers the registration endpoint without CORS
+ * headers, so the page's registration failed ("Failed to fetch"); test/platform/browser-client.test.ts
+ * runs the whole sign-in in Chromium.
+ */
+describe('a page registering and redeeming its code (CORS)', () => {
+  const page = 'http://localhost:6274'
+
+  it('registration answers the preflight and the POST of a page of any origin', async () => {
+    const preflight = await fetch(`${auth.issuer}/reg`, {
+      method: 'OPTIONS',
+      headers: { origin: page, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+    })
+    expect(preflight.status).toBe(204)
+    expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
+    expect(preflight.headers.get('access-control-allow-methods')).toBe('POST')
+    expect(preflight.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('content-type')
+
+    const registered = await fetch(`${auth.issuer}/reg`, {
+      method: 'POST',
+      headers: { origin: page, 'content-type': 'application/json' },
+      body: JSON.stringify({ redirect_uris: [`${page}/oauth/callback`], token_endpoint_auth_method: 'none' }),
+    })
+    expect(registered.status).toBe(201)
+    expect(registered.headers.get('access-control-allow-origin')).toBe('*')
+    // A refusal is readable too: the page sees why.
+    const refused = await fetch(`${auth.issuer}/reg`, {
+      method: 'POST',
+      headers: { origin: page, 'content-type': 'application/json' },
+      body: JSON.stringify({ redirect_uris: 'not a list' }),
+    })
+    expect(refused.status).toBe(400)
+    expect(refused.headers.get('access-control-allow-origin')).toBe('*')
+  })
+
+  it("the token endpoint answers the page of a public client's redirect URI, and no other", async () => {
+    const clientId = await register(`${page}/oauth/callback`)
+    const ask = (origin: string) =>
+      fetch(`${auth.issuer}/token`, {
+        method: 'POST',
+        headers: { origin, 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams({ grant_type: 'authorization_code', code: 'unknown', redirect_uri: `${page}/oauth/callback`, code_verifier: 'x'.repeat(43), client_id: clientId }),
+      })
+    const own = await ask(page)
+    expect(own.status).toBe(400)
+    expect(own.headers.get('access-control-allow-origin')).toBe(page)
+    const other = await ask('http://localhost:9999')
+    expect(other.headers.get('access-control-allow-origin')).toBeNull()
+  })
+})
