@@ -6,8 +6,9 @@
  * - Listens on loopback only (`127.0.0.1`); the issuer is `http://127.0.0.1:{port}`.
  * - Dynamic client registration (RFC 7591) is open; PKCE (S256) is required.
  * - Browser-based clients (a page, such as the MCP Inspector's) can sign in: registration
- *   answers pages of any origin (CORS), and the token endpoint those of the origin of one of the
- *   client's redirect URIs.
+ *   answers pages served from this machine (CORS; a website's page could otherwise get a code of
+ *   the automatic sign-in), and the token endpoint those of the origin of one of the client's
+ *   redirect URIs.
  * - Sign-in is automatic: the authorization request's `login_hint` names the seed user to sign
  *   in as (an unknown one is refused with `access_denied`); without it, the first account.
  *   Consent is granted for whatever was asked. An authorization request without `scope` gets
@@ -289,11 +290,15 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
   handle = (req, res) => {
     const path = (req.url ?? '/').split('?', 1)[0]!
     options.onRequest?.({ method: req.method ?? 'GET', path })
-    if (path === REGISTRATION_PATH && req.headers.origin !== undefined) {
+    const origin = req.headers.origin
+    if (path === REGISTRATION_PATH && origin !== undefined && isLoopbackOrigin(origin)) {
       // oidc-provider sends no CORS headers at the registration endpoint, so a browser-based
-      // MCP client (a page, such as the MCP Inspector's) could not register. Registration is
-      // open to anyone and needs no credentials: any page may, as any other client may.
-      res.setHeader('access-control-allow-origin', '*')
+      // MCP client (a page, such as the MCP Inspector's) could not register. Pages served from
+      // this machine only: sign-in is automatic here, so a page of any website that could
+      // register would get a code for its own redirect URI, and with it a token of the
+      // developer's seed user (regression: `*` let https://evil.example do it).
+      res.setHeader('access-control-allow-origin', origin)
+      res.setHeader('vary', 'Origin')
       if (req.method === 'OPTIONS') {
         res.writeHead(204, {
           'access-control-allow-methods': 'POST',
@@ -326,6 +331,14 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
         server.closeAllConnections()
       }),
   }
+}
+
+/** A page served from this machine: `localhost`, `*.localhost`, `127.0.0.1` or `[::1]`, any port. */
+function isLoopbackOrigin(origin: string): boolean {
+  if (!URL.canParse(origin)) return false
+  const { protocol, hostname } = new URL(origin)
+  if (protocol !== 'http:' && protocol !== 'https:') return false
+  return hostname === 'localhost' || hostname.endsWith('.localhost') || hostname === '127.0.0.1' || hostname === '[::1]'
 }
 
 /**

@@ -389,7 +389,14 @@ export function createPlatform(options: PlatformOptions): Platform {
         // it (regression: the TypeError made @hono/node-server answer 500).
         return toResponse(invalidHostReply())
       }
+      // Two `Host` fields (RFC 9112 section 3.2: 400): @hono/node-server joins them here and built
+      // the URL of the first one, so one naming `api.` must not reach the API either.
+      if (request.headers.get('host')?.includes(',')) return toResponse(invalidHostReply())
       if (host === `api.${domain}`) {
+        // The API reads every body it is sent: `100 Continue` at once where the server left the
+        // client waiting for it (`checkContinue`, as `npm start` wires it), decided by the host
+        // routed by here (an absolute-form target's, not the `Host` header's).
+        continueNow(info?.outgoing)
         const address = resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), apiTrust)
         apiClientAddresses.set(request, address)
         return api(request)
@@ -414,6 +421,16 @@ export function createPlatform(options: PlatformOptions): Platform {
       await tokenService.close()
     },
   }
+}
+
+/**
+ * `100 Continue` on a Node response whose HTTP/1.1 request expects it and has not had it: Node's
+ * own marks, as the dispatch layer's adapters read them (docs/adapters.md, "Expect:
+ * 100-continue").
+ */
+function continueNow(outgoing: unknown): void {
+  const res = outgoing as { _expect_continue?: boolean; _sent100?: boolean; writeContinue?: () => void } | undefined
+  if (res?._expect_continue === true && res._sent100 !== true) res.writeContinue?.()
 }
 
 /**

@@ -94,12 +94,10 @@ function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
 // (default 30 s, which would let them run up to half a minute late): every 2 s here.
 const server = createServer({ requestTimeout: 60_000, headersTimeout: 20_000, connectionsCheckingInterval: 2_000 }, listener)
 // `Expect: 100-continue` (docs/adapters.md): the dispatch layer sends `100 Continue` once it let
-// the request through, so a refused upload is answered before its body is sent. The token API
-// and the development endpoints (`api.` host) read every body they get: continued at once.
-server.on('checkContinue', (req, res) => {
-  if ((req.headers.host ?? '').toLowerCase().startsWith('api.')) res.writeContinue()
-  listener(req, res)
-})
+// the request through, so a refused upload is answered before its body is sent; the platform
+// sends it at once to the token API and the development endpoints (`api.` host), which read
+// every body they get.
+server.on('checkContinue', listener)
 await new Promise<void>((resolve, reject) => {
   server.once('error', reject)
   server.listen(port, hostname, () => resolve())

@@ -78,13 +78,16 @@ function isOneOf(key: string, names: Readonly<Record<string, string>>): boolean 
   return false
 }
 
-/** What {@link continueIfExpected} needs of a Node response (HTTP/1 or HTTP/2 compatibility). */
+/**
+ * Node's own marks on an HTTP/1 response: `_expect_continue` is set when Node found
+ * `Expect: 100-continue` on an HTTP/1.1 request (it ignores the expectation on HTTP/1.0, as RFC
+ * 9110 says a server must), and `_sent100` once `100 Continue` went out.
+ */
 interface ContinuableResponse {
-  readonly req?: { readonly headers?: { readonly expect?: string | undefined } } | undefined
+  readonly _expect_continue?: boolean
+  readonly _sent100?: boolean
   writeContinue?: () => void
 }
-
-const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i
 
 /**
  * RFC 9110 section 10.1.1: a client that sent `Expect: 100-continue` waits for `100 Continue`
@@ -92,15 +95,15 @@ const CONTINUE = /(?:^|\W)100-continue(?:$|\W)/i
  * (docs/adapters.md, "Expect: 100-continue"), nothing has been sent yet: the adapters send it
  * once the dispatch layer has let the request through, so a refusal (401, 402, 403, 429…) is
  * answered before any body is sent, and Node closes that connection rather than read a body it
- * never invited. Where Node answered `100 Continue` itself (no `checkContinue` listener, its
- * default) nothing is sent again (`_sent100`, Node's own mark). A request without `Expect` costs
- * one property read.
+ * never invited. Sent only where Node itself would have sent it, on HTTP/1.1, and only if Node
+ * has not (no `checkContinue` listener, its default): never on HTTP/1.0, whose client may take a
+ * 100 for the final answer, nor on HTTP/2's compatibility API, which leaves no mark of a 100
+ * already sent (there Node answers it itself; docs/adapters.md). A request without `Expect`
+ * costs one property read.
  */
 export function continueIfExpected(res: unknown): void {
-  const response = res as ContinuableResponse & { _sent100?: boolean }
-  const expect = response.req?.headers?.expect
-  if (expect === undefined || response._sent100 === true || typeof response.writeContinue !== 'function') return
-  if (CONTINUE.test(expect)) response.writeContinue()
+  const response = res as ContinuableResponse
+  if (response._expect_continue === true && response._sent100 !== true && typeof response.writeContinue === 'function') response.writeContinue()
 }
 
 /**

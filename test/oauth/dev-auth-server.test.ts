@@ -169,13 +169,13 @@ describe('an authorization request without scope (RFC 6749 section 3.3)', () => 
 describe('a page registering and redeeming its code (CORS)', () => {
   const page = 'http://localhost:6274'
 
-  it('registration answers the preflight and the POST of a page of any origin', async () => {
+  it('registration answers the preflight and the POST of a page served from this machine', async () => {
     const preflight = await fetch(`${auth.issuer}/reg`, {
       method: 'OPTIONS',
       headers: { origin: page, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
     })
     expect(preflight.status).toBe(204)
-    expect(preflight.headers.get('access-control-allow-origin')).toBe('*')
+    expect(preflight.headers.get('access-control-allow-origin')).toBe(page)
     expect(preflight.headers.get('access-control-allow-methods')).toBe('POST')
     expect(preflight.headers.get('access-control-allow-headers')?.toLowerCase()).toContain('content-type')
 
@@ -185,7 +185,7 @@ describe('a page registering and redeeming its code (CORS)', () => {
       body: JSON.stringify({ redirect_uris: [`${page}/oauth/callback`], token_endpoint_auth_method: 'none' }),
     })
     expect(registered.status).toBe(201)
-    expect(registered.headers.get('access-control-allow-origin')).toBe('*')
+    expect(registered.headers.get('access-control-allow-origin')).toBe(page)
     // A refusal is readable too: the page sees why.
     const refused = await fetch(`${auth.issuer}/reg`, {
       method: 'POST',
@@ -193,7 +193,32 @@ describe('a page registering and redeeming its code (CORS)', () => {
       body: JSON.stringify({ redirect_uris: 'not a list' }),
     })
     expect(refused.status).toBe(400)
-    expect(refused.headers.get('access-control-allow-origin')).toBe('*')
+    expect(refused.headers.get('access-control-allow-origin')).toBe(page)
+  })
+
+  it('a page of a website cannot register: sign-in is automatic, its code would be a token of the seed user (regression)', async () => {
+    for (const origin of ['https://evil.example', 'http://evil.localhost.example', 'null']) {
+      const preflight = await fetch(`${auth.issuer}/reg`, {
+        method: 'OPTIONS',
+        headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+      })
+      // No CORS headers: the browser never sends the POST.
+      expect(preflight.status, origin).not.toBe(204)
+      expect(preflight.headers.get('access-control-allow-origin'), origin).toBeNull()
+      const registered = await fetch(`${auth.issuer}/reg`, {
+        method: 'POST',
+        headers: { origin, 'content-type': 'application/json' },
+        body: JSON.stringify({ redirect_uris: [`${origin === 'null' ? 'https://evil.example' : origin}/cb`], token_endpoint_auth_method: 'none' }),
+      })
+      expect(registered.headers.get('access-control-allow-origin'), origin).toBeNull()
+    }
+    for (const origin of ['http://127.0.0.1:6274', 'http://[::1]:6274', 'https://inspector.localhost']) {
+      const preflight = await fetch(`${auth.issuer}/reg`, {
+        method: 'OPTIONS',
+        headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': 'content-type' },
+      })
+      expect(preflight.headers.get('access-control-allow-origin'), origin).toBe(origin)
+    }
   })
 
   it("the token endpoint answers the page of a public client's redirect URI, and no other", async () => {

@@ -311,6 +311,11 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
       // Unauthenticated too: the answer does not depend on the credential.
       const { answers } = await exchange(edge.port, request(edge, { authorization: null, fields: [['Host', `other.localhost:${edge.port}`]] }))
       expectRefused(answers[0], 400, INVALID_HOST)
+      if (name === 'platform') {
+        // The first naming the platform's API: refused too (regression: its dev sign-in answered 200).
+        const api = await exchange(edge.port, request(edge, { target: '/dev/session', host: `api.localhost:${edge.port}`, authorization: null, body: '{}', fields: [['Host', `${edge.app}:${edge.port}`]] }))
+        expectRefused(api.answers[0], 400, INVALID_HOST)
+      }
     })
 
     it('answers an empty Host as no Host: 404 not_found (regression: 400 on Express and Fastify, 404 on Web)', async () => {
@@ -472,6 +477,27 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
       const accepted = await exchange(edge.port, [expecting({}, TOOLS_LIST.length), 150, TOOLS_LIST], { answers: 2 })
       expect(accepted.answers[0]?.status).toBe(100)
       expectServed(accepted.answers[1], edge.v1)
+      // HTTP/1.0: the expectation is ignored (RFC 9110 section 10.1.1), as Node ignores it: no 100,
+      // whose client may take it for the answer (regression: the adapters sent one).
+      const old = await exchange(edge.port, [expecting({ version: '1.0' }, TOOLS_LIST.length), 150, TOOLS_LIST])
+      expect(old.raw).not.toMatch(/^HTTP\/1\.1 100/)
+      expectServed(old.answers[0], edge.v1)
+    })
+
+    it.runIf(name === 'platform')('Expect: 100-continue to the platform API: invited at once, by the host the platform routes by (regression: an absolute-form target naming api. waited for ever)', async () => {
+      const edge = edgeOf(name)
+      const api = `api.localhost:${edge.port}`
+      const session = (target: string, host: string) =>
+        `POST ${target} HTTP/1.1\r\nHost: ${host}\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n`
+      for (const [target, host] of [['/dev/session', api], [`http://${api}/dev/session`, `${edge.app}:${edge.port}`]] as const) {
+        const answered = await exchange(edge.port, [session(target, host), 300, '{}'], { answers: 2, timeoutMs: 3_000 })
+        expect(answered.answers[0]?.status, `${target} Host: ${host}`).toBe(100)
+        expect(answered.answers[1]?.status, `${target} Host: ${host}`).toBeLessThan(500)
+      }
+      // An App's refusal behind an absolute-form target whose Host names the API: no 100 first.
+      const refused = await exchange(edge.port, request(edge, { target: `http://${edge.app}:${edge.port}/v1`, host: api, authorization: 'Bearer nope', body: null, fields: [['Expect', '100-continue'], ['Content-Length', '10']] }), { untilClosed: true, timeoutMs: 3_000 })
+      expect(refused.raw).not.toMatch(/^HTTP\/1\.1 100/)
+      expectChallenge(edge, refused.answers[0], true)
     })
   })
 
