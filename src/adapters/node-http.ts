@@ -97,7 +97,8 @@ const ABSOLUTE_FORM = /^(https?):\/\//i
 
 /**
  * The neutral request of the pipeline, or `undefined` when its `Host` (or the host of an
- * absolute-form target) is not an authority a URL can hold, or when it has two `Host` fields:
+ * absolute-form target, or the `:authority` of an HTTP/2 request) is not an authority a URL can
+ * hold, or when it has two `Host` fields, or a `Host` and an `:authority` that differ:
  * the adapter then answers 400 (`INVALID_HOST`), as a Web runtime refuses such a request
  * before any handler runs. An
  * accepted host is read as the URL parser reads it (lower case, no default port), so the App
@@ -119,6 +120,13 @@ export function toDispatchRequest(
   if (authorization === null) return undefined
   // An empty Host names no authority (RFC 9112 section 3.2): as a request without one.
   let host = req.headers.host || undefined
+  const authority = req.headers[':authority']
+  if (typeof authority === 'string' && authority !== '') {
+    // HTTP/2 clients name the authority in `:authority`, most with no `Host` at all; a `Host`
+    // beside it must name the same (RFC 9113 section 8.3.1: otherwise malformed, 400).
+    if (host !== undefined && canonicalHost(host, protocol) !== canonicalHost(authority, protocol)) return undefined
+    host = authority
+  }
   const absolute = absoluteForm(url)
   if (absolute) {
     host = absolute.host
@@ -479,7 +487,8 @@ export function toWebRequest(source: WebRequestSource): Request {
   if (body !== null) init.duplex = 'half'
   // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
   const absolute = absoluteForm(source.url)
-  const host = absolute?.host ?? (req.headers.host || 'localhost')
+  const authority = req.headers[':authority']
+  const host = absolute?.host ?? (req.headers.host || (typeof authority === 'string' && authority) || 'localhost')
   return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
 }
 

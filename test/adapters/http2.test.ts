@@ -1,0 +1,129 @@
+/**
+ * HTTP/2 (cleartext, prior knowledge) through Fastify (`http2: true`, Node's compatibility API)
+ * and the Web adapter on `@hono/node-server` over `http2.createServer`. HTTP/2 clients (browsers,
+ * curl, Node's `http2`) name the authority in the `:authority` pseudo-header and send no `Host`:
+ * the App must be found by it (regression: every such request got 404 `not_found` on the Node
+ * adapters, which read `Host` only).
+ */
+import * as http2 from 'node:http2'
+import type { AddressInfo } from 'node:net'
+import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
+import Fastify from 'fastify'
+import { fromWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type Fixture, HOST, createFixture } from './helpers.js'
+
+const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+const INVALID_HOST = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } } }
+
+interface H2Answer {
+  status: number
+  headers: http2.IncomingHttpHeaders
+  body: string
+}
+
+/** One request on its own HTTP/2 session (`headers` may hold `:authority`, `host`, …). */
+function ask(port: number, headers: http2.OutgoingHttpHeaders, body?: string): Promise<H2Answer> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`http://127.0.0.1:${port}`)
+    session.on('error', reject)
+    const stream = session.request({ ':method': body === undefined ? 'GET' : 'POST', ...headers })
+    let received = ''
+    let head: http2.IncomingHttpHeaders = {}
+    stream.setEncoding('utf8')
+    stream.on('response', (h) => (head = h))
+    stream.on('data', (chunk: string) => (received += chunk))
+    stream.on('error', reject)
+    stream.on('end', () => {
+      session.close()
+      resolve({ status: Number(head[':status']), headers: head, body: received })
+    })
+    stream.end(body)
+  })
+}
+
+interface Server {
+  name: 'fastify' | 'web'
+  port: number
+  close(): Promise<void>
+}
+
+let fixture: Fixture
+const servers: Server[] = []
+
+/** The handler's answer: the URL it was given, so the App address it saw is checked too. */
+const answer = (url: string) => ({ jsonrpc: '2.0', id: 1, result: { tools: [], url } })
+
+beforeAll(async () => {
+  fixture = createFixture()
+  const fastify = Fastify({ http2: true })
+  await fastify.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+  // The adapter's handler types name an HTTP/1 Fastify (docs/adapters.md): at run time it serves
+  // HTTP/2's compatibility requests as well, which is what this file checks.
+  fastify.all('/*', fromWebHandler((request) => Response.json(answer(request.url))) as never)
+  await fastify.listen({ port: 0, host: '127.0.0.1' })
+  servers.push({ name: 'fastify', port: (fastify.server.address() as AddressInfo).port, close: () => fastify.close() })
+
+  const handle = webDispatch({ dispatcher: fixture.dispatcher, handler: (request) => Response.json(answer(request.url)) })
+  const web = serve({
+    fetch: (request, env: HttpBindings | Http2Bindings) => handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
+    createServer: http2.createServer,
+    port: 0,
+    hostname: '127.0.0.1',
+  }) as unknown as http2.Http2Server
+  await new Promise<void>((resolve) => (web.listening ? resolve() : web.once('listening', () => resolve())))
+  servers.push({
+    name: 'web',
+    port: (web.address() as AddressInfo).port,
+    close: () => new Promise<void>((resolve) => web.close(() => resolve())),
+  })
+})
+
+afterAll(async () => {
+  await Promise.all(servers.map((s) => s.close()))
+})
+
+const post = (token: string | undefined, extra: http2.OutgoingHttpHeaders = {}): http2.OutgoingHttpHeaders => ({
+  ':path': '/v1',
+  'content-type': 'application/json',
+  accept: 'application/json, text/event-stream',
+  ...(token === undefined ? {} : { authorization: `Bearer ${token}` }),
+  ...extra,
+})
+
+describe.each(['fastify', 'web'] as const)('HTTP/2 through the %s adapter', (name) => {
+  const server = () => servers.find((s) => s.name === name)!
+
+  it('finds the App by :authority, with no Host (regression: 404 not_found on Fastify)', async () => {
+    const { port } = server()
+    const served = await ask(port, post(fixture.tokens.alice, { ':authority': `${HOST}:${port}` }), TOOLS_LIST)
+    expect(served.status, served.body).toBe(200)
+    expect(served.headers['x-mcp-version']).toBe('1.0.0')
+    expect(JSON.parse(served.body)).toEqual(answer(`http://${HOST}:${port}/v1`))
+  })
+
+  it('challenges a request without a token with the metadata of the :authority address, and serves that metadata', async () => {
+    const { port } = server()
+    const refused = await ask(port, post(undefined, { ':authority': `${HOST}:${port}` }), TOOLS_LIST)
+    expect(refused.status).toBe(401)
+    expect(refused.headers['www-authenticate']).toBe(`Bearer resource_metadata="http://${HOST}:${port}/.well-known/oauth-protected-resource"`)
+    const metadata = await ask(port, { ':path': '/.well-known/oauth-protected-resource', ':authority': `${HOST}:${port}` })
+    expect(metadata.status).toBe(200)
+    expect(JSON.parse(metadata.body)).toMatchObject({ resource: `http://${HOST}:${port}` })
+  })
+
+  it('serves a Host beside :authority that names the same, in any case', async () => {
+    const { port } = server()
+    const served = await ask(port, post(fixture.tokens.alice, { ':authority': `${HOST}:${port}`, host: `${HOST.toUpperCase()}:${port}` }), TOOLS_LIST)
+    expect(served.status, served.body).toBe(200)
+    expect(served.headers['x-mcp-version']).toBe('1.0.0')
+  })
+})
+
+it('refuses a Host beside :authority that names another host, 400 (RFC 9113 section 8.3.1: malformed) on Fastify', async () => {
+  const { port } = servers.find((s) => s.name === 'fastify')!
+  const refused = await ask(port, post(fixture.tokens.alice, { ':authority': `${HOST}:${port}`, host: `other.localhost:${port}` }), TOOLS_LIST)
+  expect(refused.status).toBe(400)
+  expect(JSON.parse(refused.body)).toEqual(INVALID_HOST)
+})
