@@ -4,7 +4,8 @@
  * by `tsc --noEmit` (the project's typecheck); at run time they are no-ops.
  */
 import type { Request as ExpressRequest, RequestHandler } from 'express'
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
+import type { Http2Server, Http2ServerRequest } from 'node:http2'
+import type { FastifyPluginAsync, FastifyReply, FastifyRequest, RouteGenericInterface } from 'fastify'
 import type { DispatchContext, Identity } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
@@ -34,7 +35,9 @@ describe('request decorations', () => {
 
   it('Fastify: request.dispatchContext is a DispatchContext (undefined where the plugin did not run)', () => {
     expectTypeOf<FastifyRequest['dispatchContext']>().toEqualTypeOf<DispatchContext | undefined>()
-    expectTypeOf(fastifyAdapter.getDispatchContext).parameter(0).toEqualTypeOf<FastifyRequest>()
+    // A request of any Fastify server: HTTP/1, and HTTP/2 through `http2: true`.
+    expectTypeOf<FastifyRequest>().toMatchTypeOf<Parameters<typeof fastifyAdapter.getDispatchContext>[0]>()
+    expectTypeOf<FastifyRequest<RouteGenericInterface, Http2Server, Http2ServerRequest>>().toMatchTypeOf<Parameters<typeof fastifyAdapter.getDispatchContext>[0]>()
     expectTypeOf(fastifyAdapter.getDispatchContext).returns.toEqualTypeOf<DispatchContext>()
     fastifyAdapter.routeByVersion(() => async (request: FastifyRequest, reply: FastifyReply) => {
       expectTypeOf(request.dispatchContext).toEqualTypeOf<DispatchContext | undefined>()

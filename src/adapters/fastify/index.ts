@@ -77,8 +77,16 @@ export type FastifyMcpHandler = (request: FastifyRequest, reply: FastifyReply) =
 /** A web-standard MCP handler (the proxy handler, `WebStandardStreamableHTTPServerTransport`). */
 export type FastifyWebHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
 
-/** The route handler returned by {@link routeByVersion} and {@link fromWebHandler}. */
-export type FastifyRouteHandler = (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>
+/**
+ * A request or reply of a Fastify server of any kind (HTTP/1, HTTPS, or HTTP/2 through Node's
+ * compatibility API: `http2: true`), whatever its type provider and logger: the adapter reads
+ * only what all of them have.
+ */
+type AnyFastifyRequest = FastifyRequest<any, any, any, any, any, any, any>
+type AnyFastifyReply = FastifyReply<any, any, any, any, any, any, any>
+
+/** The route handler returned by {@link routeByVersion} and {@link fromWebHandler}, for a Fastify server of any kind. */
+export type FastifyRouteHandler = (request: AnyFastifyRequest, reply: AnyFastifyReply) => Promise<unknown>
 
 // Where a request's handler failures are reported: a request decoration under a symbol,
 // declared with a `null` value so Fastify creates it with every request (a property added
@@ -202,7 +210,7 @@ export function frameworkErrors(error: FastifyError, _request: FastifyRequest, r
  * })
  * ```
  */
-export function getDispatchContext(request: FastifyRequest): DispatchContext {
+export function getDispatchContext(request: AnyFastifyRequest): DispatchContext {
   return requireContext(request.dispatchContext, 'fastify')
 }
 
