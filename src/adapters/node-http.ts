@@ -71,6 +71,16 @@ function readRawHeaders(headers: IncomingHttpHeaders, rawHeaders: readonly strin
   return seen > 1 ? authorization : headers.authorization
 }
 
+/**
+ * The authority a request names: HTTP/2's `:authority`, which HTTP/2 clients send instead of
+ * `Host` (RFC 9113 section 8.3.1), else `Host`; an empty one names none (RFC 9112 section 3.2:
+ * as a request without one).
+ */
+function authorityOf(headers: IncomingHttpHeaders): string | undefined {
+  const authority = headers[':authority']
+  return (typeof authority === 'string' && authority) || headers.host || undefined
+}
+
 /** `http` or `https` as the socket saw it, unless the framework (configured to) knows better. */
 export function socketProtocol(req: IncomingMessage): 'http' | 'https' {
   return (req.socket as { encrypted?: boolean } | null)?.encrypted ? 'https' : 'http'
@@ -118,15 +128,11 @@ export function toDispatchRequest(
 ): DispatchRequest | undefined {
   const authorization = readRawHeaders(req.headers, req.rawHeaders ?? [])
   if (authorization === null) return undefined
-  // An empty Host names no authority (RFC 9112 section 3.2): as a request without one.
-  let host = req.headers.host || undefined
-  const authority = req.headers[':authority']
-  if (typeof authority === 'string' && authority !== '') {
-    // HTTP/2 clients name the authority in `:authority`, most with no `Host` at all; a `Host`
-    // beside it must name the same (RFC 9113 section 8.3.1: otherwise malformed, 400).
-    if (host !== undefined && canonicalHost(host, protocol) !== canonicalHost(authority, protocol)) return undefined
-    host = authority
-  }
+  let host = authorityOf(req.headers)
+  // A `Host` beside HTTP/2's `:authority` must name the same (RFC 9113 section 8.3.1: otherwise
+  // malformed, 400). Without `:authority` the host is the `Host` itself: one comparison.
+  const hostField = req.headers.host
+  if (hostField && hostField !== host && canonicalHost(hostField, protocol) !== canonicalHost(host!, protocol)) return undefined
   const absolute = absoluteForm(url)
   if (absolute) {
     host = absolute.host
@@ -487,8 +493,7 @@ export function toWebRequest(source: WebRequestSource): Request {
   if (body !== null) init.duplex = 'half'
   // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
   const absolute = absoluteForm(source.url)
-  const authority = req.headers[':authority']
-  const host = absolute?.host ?? (req.headers.host || (typeof authority === 'string' && authority) || 'localhost')
+  const host = absolute?.host ?? authorityOf(req.headers) ?? 'localhost'
   return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
 }
 

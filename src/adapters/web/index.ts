@@ -95,7 +95,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     if (host === undefined) return toResponse(INVALID_HOST)
     // Two `Host` fields (RFC 9112 section 3.2: 400, as on the Node adapters): @hono/node-server
     // builds the URL of the first one and joins them all in `headers`.
-    if (request.headers.get('host')?.includes(', ')) return toResponse(INVALID_HOST)
+    // A comma is in no host name: the test holds whatever separator a runtime joins them with.
+    if (request.headers.get('host')?.includes(',')) return toResponse(INVALID_HOST)
     const origin = host.length === url.origin.length - schemeEnd - 3 ? url.origin : `${url.origin.slice(0, schemeEnd)}://${host}`
     const decided = dispatcher.decide({
       method: request.method,
