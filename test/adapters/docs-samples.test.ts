@@ -1,7 +1,7 @@
 /**
  * The MCP handler samples of docs/adapters.md ("Your MCP handler: one SDK transport per
  * session") work as printed: the two code blocks are taken from the page, written to a module
- * and run, on the Web adapter (`webSessions`) and on Express (`nodeSessions`), with two MCP SDK
+ * and run, on the Web adapter (`webSessions`) and on Express 5 and 4 (`nodeSessions`), with two MCP SDK
  * clients each (a single transport per version would refuse the second) and an unknown session.
  * The Express wiring is the Express section's (no body parser: a malformed body is JSON-RPC
  * -32700, not Express's HTML error page). The `errorHandler` for `@hono/node-server` is taken
@@ -15,13 +15,13 @@ import { getRequestListener } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
-import express from 'express'
 import * as expressAdapter from 'mcp-dispatch/express'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { createDemo } from '../../examples/shared/demo.js'
 import { close, listen } from './helpers.js'
+import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 
 interface Samples {
   webSessions(build: () => McpServer): (request: Request) => Promise<Response>
@@ -75,19 +75,21 @@ describe('docs/adapters.md: the MCP handler samples, as printed', () => {
       handler: routeByVersion((app, version) => webSessions(() => buildAppServer(app, version))),
     })
     const web = http.createServer(getRequestListener((request) => handle(request, { clientAddress: '127.0.0.1' })))
-    const app = express()
-    // As the Express section prints it: no body parser, the SDK transport reads the body.
-    app.use(expressAdapter.mcpDispatch({ dispatcher: demo.dispatcher }))
-    app.use(
-      expressAdapter.routeByVersion((appRecord, version) => {
-        const serve = nodeSessions(() => buildAppServer(appRecord, version))
-        return (req, res) => serve(req, res)
-      }),
-    )
-    const node = http.createServer(app)
-    const ports = { web: await listen(web), express: await listen(node) }
+    // As the Express section prints it, on Express 5 and 4: no body parser, the SDK transport reads the body.
+    const nodes = EXPRESS_KINDS.map((kind) => {
+      const app = EXPRESS[kind]()
+      app.use(expressAdapter.mcpDispatch({ dispatcher: demo.dispatcher }))
+      app.use(
+        expressAdapter.routeByVersion((appRecord, version) => {
+          const serve = nodeSessions(() => buildAppServer(appRecord, version))
+          return (req, res) => serve(req, res)
+        }),
+      )
+      return http.createServer(app)
+    })
+    const ports = [await listen(web), ...(await Promise.all(nodes.map((node) => listen(node))))]
     try {
-      for (const port of Object.values(ports)) {
+      for (const port of ports) {
         expect(await twoSessions(`http://127.0.0.1:${port}/v1`, demo.token)).toEqual(['1.0.0', '1.0.0'])
         expect(await twoSessions(`http://127.0.0.1:${port}/`, demo.token)).toEqual(['2.0.0', '2.0.0'])
         // A body that is not JSON: JSON-RPC -32700 from the transport, never Express's HTML
@@ -125,7 +127,7 @@ describe('docs/adapters.md: the MCP handler samples, as printed', () => {
       }
     } finally {
       await close(web)
-      await close(node)
+      for (const node of nodes) await close(node)
     }
   })
 })

@@ -1,19 +1,22 @@
 /**
  * The Express adapter (`mcp-dispatch/express`) against the shared suite, over loopback HTTP
- * (Express has no in-memory injection; node:http keeps the exact `Host`).
+ * (Express has no in-memory injection; node:http keeps the exact `Host`), on Express 5 and 4.
  */
 import * as http from 'node:http'
-import express from 'express'
+import type express from 'express'
 import { ConfigurationError } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
 import { createFixture, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
-import { startExpress } from './targets.js'
+import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
+import { startExpress, startExpress4 } from './targets.js'
 
 describeAdapter('express', startExpress)
+describeAdapter('express4', startExpress4)
 
-describe('express adapter specifics', () => {
+describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
+  const express = EXPRESS[kind]
   const { serve: serveApp, closeAll, servers } = expressServers()
   afterAll(closeAll)
   const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'

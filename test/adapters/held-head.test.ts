@@ -19,7 +19,7 @@ import { createRequire } from 'node:module'
 import { connect } from 'node:net'
 import { gunzipSync } from 'node:zlib'
 import compression from 'compression'
-import express from 'express'
+import type express from 'express'
 import Fastify from 'fastify'
 import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
@@ -27,6 +27,7 @@ import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 
 import { afterAll, describe, expect, it } from 'vitest'
 import { ALLOWED_ORIGIN, type Fixture, HOST, createFixture, expressServers, loopbackFetch, rawRequest } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
+import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 
 /** `on-headers` (installed with `compression`; it has no types of its own). */
 const onHeaders = createRequire(import.meta.url)('on-headers') as (res: http.ServerResponse, listener: () => void) => void
@@ -99,7 +100,8 @@ function rawExchange(port: number, fixture: Fixture): Promise<string> {
   })
 }
 
-describe('compression() and on-headers around mcpDispatch: the held head is written once, wrappers installed later stay', () => {
+describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatch: the held head is written once, wrappers installed later stay', (kind) => {
+  const express = EXPRESS[kind]
   for (const [store, fixtureFor] of Object.entries(STORES)) {
     it(`${store} store: the MCP SDK client connects through mcpDispatch, express.json() and compression(), and reads its version`, async () => {
       const fixture = fixtureFor()
@@ -224,14 +226,15 @@ describe('compression() and on-headers around mcpDispatch: the held head is writ
 
 describe('a handler that fails after its head: the framework never answers into the held response', () => {
   for (const [store, fixtureFor] of Object.entries(STORES)) {
-    for (const [how, fail] of [
-      ['next', (next: express.NextFunction) => next(new Error('after head'))],
-      ['rejected', () => Promise.reject(new Error('after head'))],
-    ] as const) {
+    for (const [kind, how, fail] of [
+      ...EXPRESS_KINDS.map((kind) => [kind, 'next', (next: express.NextFunction) => next(new Error('after head'))] as const),
+      // Express 4 does not catch the rejection of an async handler (no answer at all: Express's own behaviour).
+      ['express', 'rejected', () => Promise.reject(new Error('after head'))] as const,
+    ]) {
       const what = how === 'next' ? 'next(err)' : 'a rejected async handler'
-      it(`${store} store, ${what}: Express's final handler closes the connection, with no error page of its own`, async () => {
+      it(`${store} store, ${kind}, ${what}: Express's final handler closes the connection, with no error page of its own`, async () => {
         const fixture = fixtureFor()
-        const app = express()
+        const app = EXPRESS[kind]()
         app.set('env', 'test') // the final handler logs nothing
         app.use(dispatchOf(fixture))
         app.use((_req, res, next) => {
@@ -298,9 +301,9 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
 
   for (const [store, fixtureFor] of Object.entries(STORES)) {
     for (const [what, writeRefusedHead] of Object.entries(refused)) {
-      it(`${store} store, Express, ${what}: routeByVersion's 502, and the handler's own fallback`, async () => {
+      it.each(EXPRESS_KINDS)(`${store} store, %s, ${what}: routeByVersion's 502, and the handler's own fallback`, async (kind) => {
         const fixture = fixtureFor()
-        const app = express()
+        const app = EXPRESS[kind]()
         app.use(dispatchOf(fixture))
         app.use(
           routeByVersion(() => (req, res) => {

@@ -5,7 +5,7 @@
  */
 import * as http from 'node:http'
 import { type AddressInfo, type Server as NetServer, connect } from 'node:net'
-import express from 'express'
+import type express from 'express'
 import Fastify from 'fastify'
 import {
   type AppRecord,
@@ -27,6 +27,7 @@ import {
 import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { type WebMcpHandler, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { EXPRESS, type ExpressKind } from '../helpers/express.js'
 import { localhostFetch, serveFetch } from '../helpers/platform.js'
 
 /** 2030-01-01T00:00:30Z: half-way through a minute window, so 429 bodies are fixed. */
@@ -228,9 +229,14 @@ export async function readUntil(reader: ReadableStreamDefaultReader<Uint8Array>,
   return seen
 }
 
-/** The three adapters. */
-export type AdapterKind = 'web' | 'express' | 'fastify'
-export const ADAPTER_KINDS: readonly AdapterKind[] = ['web', 'express', 'fastify']
+/** The three adapters, the Express one on Express 5 (`express`) and Express 4 (`express4`). */
+export type AdapterKind = 'web' | ExpressKind | 'fastify'
+export const ADAPTER_KINDS: readonly AdapterKind[] = ['web', 'express', 'express4', 'fastify']
+
+/** Whether `kind` is the Express adapter (on Express 5 or 4). */
+export function isExpress(kind: AdapterKind): kind is ExpressKind {
+  return kind === 'express' || kind === 'express4'
+}
 
 /** A server on 127.0.0.1 and how to stop it. */
 export interface Served {
@@ -241,7 +247,7 @@ export interface Served {
 /**
  * The dispatch layer of `kind` on 127.0.0.1 in front of a web-standard handler (the proxy
  * handler, an SDK web transport): the Web adapter on `@hono/node-server` (with `outgoing`),
- * or `fromWebHandler` behind the Express or Fastify adapter, request bodies left unread so they
+ * or `fromWebHandler` behind the Express (5 or 4) or Fastify adapter, request bodies left unread so they
  * stream. The adapters' failures go to `fixture.errors`.
  */
 export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handler: WebMcpHandler): Promise<Served> {
@@ -250,8 +256,8 @@ export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handl
     const served = await serveFetch(webDispatch({ dispatcher: fixture.dispatcher, onError, handler }))
     return { port: served.port, close: served.close }
   }
-  if (kind === 'express') {
-    const app = express()
+  if (isExpress(kind)) {
+    const app = EXPRESS[kind]()
     app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
     app.use(expressFromWeb(handler))
     const server = http.createServer(app)

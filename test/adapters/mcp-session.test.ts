@@ -28,6 +28,7 @@ import {
   type Served,
   close,
   createFixture,
+  isExpress,
   listen,
   loopbackFetch,
   serveWebHandler,
@@ -40,6 +41,7 @@ import {
   readVersion,
   runScenario,
 } from './mcp.js'
+import { EXPRESS } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
 
 const ISSUER = 'https://platform.test'
@@ -71,10 +73,11 @@ async function startLocal(kind: AdapterKind, fixture: Fixture): Promise<Served> 
       }),
     })
     stack = await serveWeb(handle)
-  } else if (kind === 'express') {
-    const app = express()
+  } else if (isExpress(kind)) {
+    const framework = EXPRESS[kind]
+    const app = framework()
     app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
-    app.use(express.json())
+    app.use(framework.json())
     app.use(
       expressRoutes((appRecord, version) => {
         const sessions = createNodeMcpHandler(() => buildScenarioServer(appRecord.slug, version))

@@ -1,16 +1,16 @@
 /**
  * Rejections are byte for byte the same through the three adapters: the same raw HTTP
- * request, sent over loopback to Web (`@hono/node-server`), Express and Fastify, gets the
+ * request, sent over loopback to Web (`@hono/node-server`), Express (5 and 4) and Fastify, gets the
  * same status, the same body bytes and the same header fields (all of them, except `Date`
  * and the connection management fields HTTP adds).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ALLOWED_ORIGIN, type Fixture, type HttpRecord, type TestRequest, createFixture, createGate, rawRequest } from './helpers.js'
 import { type AdapterTarget, busyRateLimited, expectReply, rejectionCases } from './suite.js'
-import { startExpress, startFastify, startWeb } from './targets.js'
+import { startExpress, startExpress4, startFastify, startWeb } from './targets.js'
 
-const NAMES = ['web', 'express', 'fastify'] as const
-const STARTS = { web: startWeb, express: startExpress, fastify: startFastify }
+const NAMES = ['web', 'express', 'express4', 'fastify'] as const
+const STARTS = { web: startWeb, express: startExpress, express4: startExpress4, fastify: startFastify }
 
 /** Everything on the wire but the fields that differ by time or connection. */
 function wire(record: HttpRecord): HttpRecord {
@@ -22,7 +22,7 @@ function wire(record: HttpRecord): HttpRecord {
   return { status: record.status, headers, body: record.body }
 }
 
-describe('rejections are byte for byte identical across the Web, Express and Fastify adapters', () => {
+describe('rejections are byte for byte identical across the Web, Express (5 and 4) and Fastify adapters', () => {
   const running = new Map<(typeof NAMES)[number], { fixture: Fixture; target: AdapterTarget }>()
 
   beforeAll(async () => {
@@ -35,7 +35,7 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
     for (const { target } of running.values()) await target.close()
   })
 
-  /** Sends the request (built per adapter, since tokens differ per fixture) to all three. */
+  /** Sends the request (built per adapter, since tokens differ per fixture) to all of them. */
   async function sendToAll(build: (fixture: Fixture) => TestRequest): Promise<Record<(typeof NAMES)[number], HttpRecord>> {
     const out = {} as Record<(typeof NAMES)[number], HttpRecord>
     for (const name of NAMES) {
@@ -50,6 +50,8 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
     it(name, async () => {
       const all = await sendToAll((fixture) => rejectionCases(fixture)[i]!.request)
       expect(all.express).toEqual(all.web)
+    expect(all.express4).toEqual(all.web)
+      expect(all.express4).toEqual(all.web)
       expect(all.fastify).toEqual(all.web)
       expectReply(all.web, rejectionCases(createFixture())[i]!.reply)
       expect(all.web.headers['content-length']).toBe(String(Buffer.byteLength(all.web.body)))
@@ -66,6 +68,7 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
     await sendToAll(request)
     const all = await sendToAll(request)
     expect(all.express).toEqual(all.web)
+    expect(all.express4).toEqual(all.web)
     expect(all.fastify).toEqual(all.web)
     expectReply(all.web, busyRateLimited())
   })
@@ -73,6 +76,7 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
   it('401 of a browser request, with its CORS headers', async () => {
     const all = await sendToAll(() => ({ path: '/v1', headers: { origin: ALLOWED_ORIGIN }, body: '{}' }))
     expect(all.express).toEqual(all.web)
+    expect(all.express4).toEqual(all.web)
     expect(all.fastify).toEqual(all.web)
     expect(all.web.status).toBe(401)
     expect(all.web.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
@@ -85,6 +89,7 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
       body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
     }))
     expect(all.express).toEqual(all.web)
+    expect(all.express4).toEqual(all.web)
     expect(all.fastify).toEqual(all.web)
     expect(all.web.status).toBe(502)
     expect(all.web.headers['x-mcp-version']).toBe('1.0.0')
@@ -99,6 +104,8 @@ describe('rejections are byte for byte identical across the Web, Express and Fas
     ]) {
       const all = await sendToAll(() => request)
       expect(all.express).toEqual(all.web)
+    expect(all.express4).toEqual(all.web)
+      expect(all.express4).toEqual(all.web)
       expect(all.fastify).toEqual(all.web)
     }
   })

@@ -860,7 +860,7 @@ describe('proxy: upstreams and clients that misbehave', () => {
   })
 
   it('absolute-form request targets reach a web handler through Express and Fastify (its host and path), never a 500 or silence', async () => {
-    for (const kind of ['express', 'fastify'] as const) {
+    for (const kind of ['express', 'express4', 'fastify'] as const) {
       const fixture = createFixture()
       let seenUrl: string | undefined
       const { port, close: stop } = await serveWebHandler(kind, fixture, (request) => {

@@ -6,7 +6,6 @@
  */
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
-import express from 'express'
 import Fastify from 'fastify'
 import { ConfigurationError } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
@@ -14,7 +13,8 @@ import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import * as webAdapter from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
-import { ADAPTER_KINDS, type AdapterKind, type Fixture, type Served, close, createFixture, listen, rawRequest } from './helpers.js'
+import { ADAPTER_KINDS, type AdapterKind, type Fixture, type Served, close, createFixture, isExpress, listen, rawRequest } from './helpers.js'
+import { EXPRESS } from '../helpers/express.js'
 
 /** Routes of every adapter, answering with the name given to each handler. */
 type Routes = Record<string, string>
@@ -29,8 +29,8 @@ async function serveRoutes(kind: AdapterKind, fixture: Fixture, routes: Routes, 
     const served = await serveFetch(webAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, handler }))
     return { port: served.port, close: served.close }
   }
-  if (kind === 'express') {
-    const app = express()
+  if (isExpress(kind)) {
+    const app = EXPRESS[kind]()
     app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
     app.use(
       expressAdapter.routeByVersion(

@@ -1,17 +1,17 @@
 /**
  * The three adapters around the suite's probe handler (see `suite.ts`), written natively for
- * each framework: Web (`Request` in memory, `@hono/node-server` on loopback), Express (loopback
- * only: Express has no in-memory injection) and Fastify (`fastify.inject`, and loopback).
+ * each framework: Web (`Request` in memory, `@hono/node-server` on loopback), Express 5 and 4
+ * (loopback only: Express has no in-memory injection) and Fastify (`fastify.inject`, and loopback).
  */
 import * as http from 'node:http'
 import { PassThrough } from 'node:stream'
-import express from 'express'
 import Fastify from 'fastify'
 import { type ExpressMcpHandler, mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
 import { type FastifyMcpHandler, mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { HOST, close, listen, rawRequest, recordResponse } from './helpers.js'
 import type { ProbeState, StartAdapter } from './suite.js'
+import { EXPRESS, type ExpressModule } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
 
 const encoder = new TextEncoder()
@@ -139,25 +139,31 @@ export function expressProbe(probe: ProbeState): ExpressMcpHandler {
   }
 }
 
-export const startExpress: StartAdapter = async ({ fixture, probe, trustProxy }) => {
-  const app = express()
-  app.disable('x-powered-by')
-  app.use(
-    expressDispatch({
-      dispatcher: fixture.dispatcher,
-      ...(trustProxy !== undefined && { trustProxy }),
-      onError: (error, context) => fixture.errors.push({ error, context }),
-    }),
-  )
-  app.use(expressRoutes((appRecord) => (appRecord.id === 'app_other' ? undefined : expressProbe(probe))))
-  const server = http.createServer(app)
-  const port = await listen(server)
-  return {
-    port,
-    request: (r) => rawRequest(port, r),
-    close: () => close(server),
+/** The Express adapter around the probe, on the Express module given (5 or 4). */
+function expressTarget(express: ExpressModule): StartAdapter {
+  return async ({ fixture, probe, trustProxy }) => {
+    const app = express()
+    app.disable('x-powered-by')
+    app.use(
+      expressDispatch({
+        dispatcher: fixture.dispatcher,
+        ...(trustProxy !== undefined && { trustProxy }),
+        onError: (error, context) => fixture.errors.push({ error, context }),
+      }),
+    )
+    app.use(expressRoutes((appRecord) => (appRecord.id === 'app_other' ? undefined : expressProbe(probe))))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    return {
+      port,
+      request: (r) => rawRequest(port, r),
+      close: () => close(server),
+    }
   }
 }
+
+export const startExpress: StartAdapter = expressTarget(EXPRESS.express)
+export const startExpress4: StartAdapter = expressTarget(EXPRESS.express4)
 
 /** The suite's probe handler, written the Fastify way (`reply.send`, a stream for SSE). */
 export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {

@@ -1,6 +1,6 @@
 /**
- * The token API served from Node frameworks (`serveTokenApi` of `mcp-dispatch/express` and
- * `mcp-dispatch/fastify`), beside the MCP dispatch layer, over loopback HTTP: a dashboard
+ * The token API served from Node frameworks (`serveTokenApi` of `mcp-dispatch/express`, on
+ * Express 5 and 4, and `mcp-dispatch/fastify`), beside the MCP dispatch layer, over loopback HTTP: a dashboard
  * session creates and lists tokens, a token rotates itself under its IP allowlist with the
  * socket address, other paths reach the MCP layer; and a request with two `Authorization`
  * fields is refused by every adapter, never served with the first.
@@ -16,6 +16,7 @@ import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, describe, expect, it } from 'vitest'
 import { close, createFixture, listen, rawRequest } from './helpers.js'
+import { EXPRESS, EXPRESS_KINDS, type ExpressModule } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
 
 const COOKIE = 'dash=alice-session'
@@ -31,8 +32,8 @@ function tokenApi(tokens: TokenService): TokenApi {
 
 type Start = (api: TokenApi, fixture: ReturnType<typeof createFixture>) => Promise<{ port: number; close(): Promise<void> }>
 
-/** Express with the token API, then the dispatch layer; `json`: with express.json() in front. */
-function expressTarget(json: boolean): Start {
+/** Express (5 or 4) with the token API, then the dispatch layer; `json`: with express.json() in front. */
+function expressTarget(express: ExpressModule, json: boolean): Start {
   return async (api, fixture) => {
     const app = express()
     if (json) app.use(express.json())
@@ -45,9 +46,11 @@ function expressTarget(json: boolean): Start {
   }
 }
 
-const targets: Record<'express' | 'express after express.json()' | 'fastify', Start> = {
-  express: expressTarget(false),
-  'express after express.json()': expressTarget(true),
+const targets: Record<string, Start> = {
+  express: expressTarget(EXPRESS.express, false),
+  'express after express.json()': expressTarget(EXPRESS.express, true),
+  express4: expressTarget(EXPRESS.express4, false),
+  'express4 after express.json()': expressTarget(EXPRESS.express4, true),
   async fastify(api, fixture) {
     const app = Fastify()
     await app.register(fastifyAdapter.serveTokenApi(api))
@@ -134,7 +137,8 @@ describe('serveTokenApi: what is not the API\'s', () => {
   })
 })
 
-describe('serveTokenApi on Express under a mount path', () => {
+describe.each(EXPRESS_KINDS)('serveTokenApi on %s under a mount path', (kind) => {
+  const express = EXPRESS[kind]
   it('answers under the mount when basePath includes it; with a basePath that does not, the request meant for it is a ConfigurationError, not an API never reached', async () => {
     const fixture = createFixture()
     const tokens = fixture.dispatcherOptions.tokens as TokenService

@@ -1,6 +1,6 @@
 /**
  * HTTP protocol edge cases, written byte for byte on raw sockets (node:net), against the
- * reference platform (@hono/node-server) and the three adapters around the robustness probe
+ * reference platform (@hono/node-server) and the three adapters (Express on 5 and 4) around the robustness probe
  * handler: what a hostile or odd client sends on purpose, where http-fuzz.test.ts sends it at
  * random. Duplicate and malformed `Authorization` and `Host` fields, absolute-form targets,
  * spellings of version and metadata paths, limits, pipelining, HTTP/1.0 keep-alive,
@@ -17,7 +17,7 @@ import { adapterTargets, createFixture } from './support.js'
 
 /** A server under test, with what its requests need. */
 interface Edge {
-  readonly name: 'platform' | 'web' | 'express' | 'fastify'
+  readonly name: 'platform' | 'web' | 'express' | 'express4' | 'fastify'
   readonly port: number
   /** Host of its App, without the port. */
   readonly app: string
@@ -264,7 +264,7 @@ afterAll(async () => {
   process.off('unhandledRejection', onUnhandled)
 })
 
-const NAMES = ['platform', 'web', 'express', 'fastify'] as const
+const NAMES = ['platform', 'web', 'express', 'express4', 'fastify'] as const
 const edgeOf = (name: (typeof NAMES)[number]): Edge => {
   const edge = edges.find((e) => e.name === name)
   if (!edge) throw new Error(`no server ${name}`)

@@ -9,7 +9,7 @@ import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
-import express from 'express'
+import type express from 'express'
 import Fastify from 'fastify'
 import {
   type AccessTokenValidator,
@@ -32,6 +32,7 @@ import {
 } from 'mcp-dispatch'
 import { mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { loadAdapters } from '../../bench/adapters.js'
+import { EXPRESS, EXPRESS_KINDS, type ExpressKind } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
 
 /** 2030-01-01T00:00:30Z. */
@@ -349,7 +350,7 @@ function handCheckContinue(server: http.Server): void {
 
 /** An adapter the tests can serve. */
 export interface AdapterTarget {
-  readonly name: 'web' | 'express' | 'fastify'
+  readonly name: 'web' | ExpressKind | 'fastify'
   start(options: TargetOptions): Promise<RunningTarget>
   /**
    * Names an answer the framework itself gives before or around the adapter (a 4xx the
@@ -415,28 +416,31 @@ const webTarget: AdapterTarget = {
   },
 }
 
-/** The adapters of the source tree: Web always, Express and Fastify when they exist. */
+/** The adapters of the source tree: Web always, Express (on Express 5 and 4) and Fastify when they exist. */
 export async function adapterTargets(): Promise<AdapterTarget[]> {
   const { express: expressAdapter, fastify: fastifyAdapter } = await loadAdapters()
   const targets: AdapterTarget[] = [webTarget]
   if (expressAdapter?.routeByVersion) {
     const routeByVersion = expressAdapter.routeByVersion
-    targets.push({
-      name: 'express',
-      frameworkAnswer: expressAnswer,
-      async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy, checkContinue }) {
-        const state: ProbeState = { handled: 0, streamsOpen: 0, streamsClosed: 0 }
-        const app = express()
-        app.disable('x-powered-by')
-        if (frameworkTrustsProxy) app.set('trust proxy', true)
-        app.use(expressAdapter.mcpDispatch({ dispatcher, onError, ...(trustProxy !== undefined && { trustProxy }) }))
-        app.use(routeByVersion(() => expressProbe(state)))
-        const server = http.createServer(app)
-        if (checkContinue) handCheckContinue(server)
-        const port = await listening(server)
-        return { name: 'express', port, state, connections: countConnections(server), close: () => closeServer(server) }
-      },
-    })
+    // On Express 5 (`express`) and Express 4 (`express4`).
+    for (const name of EXPRESS_KINDS) {
+      targets.push({
+        name,
+        frameworkAnswer: expressAnswer,
+        async start({ dispatcher, onError, trustProxy, frameworkTrustsProxy, checkContinue }) {
+          const state: ProbeState = { handled: 0, streamsOpen: 0, streamsClosed: 0 }
+          const app = EXPRESS[name]()
+          app.disable('x-powered-by')
+          if (frameworkTrustsProxy) app.set('trust proxy', true)
+          app.use(expressAdapter.mcpDispatch({ dispatcher, onError, ...(trustProxy !== undefined && { trustProxy }) }))
+          app.use(routeByVersion(() => expressProbe(state)))
+          const server = http.createServer(app)
+          if (checkContinue) handCheckContinue(server)
+          const port = await listening(server)
+          return { name, port, state, connections: countConnections(server), close: () => closeServer(server) }
+        },
+      })
+    }
   }
   if (fastifyAdapter?.routeByVersion) {
     const routeByVersion = fastifyAdapter.routeByVersion
