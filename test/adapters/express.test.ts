@@ -4,13 +4,16 @@
  */
 import * as http from 'node:http'
 import type express from 'express'
-import { ConfigurationError } from 'mcp-dispatch'
+import { ConfigurationError, jsonRpcErrorReply } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
-import { createFixture, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, createFixture, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 import { startExpress, startExpress4 } from './targets.js'
+
+/** The Web adapter's answer to a failed handler. */
+const HANDLER_FAILED = jsonRpcErrorReply(502, { code: -32603, message: 'App handler failed', data: { error: 'handler_error' } })
 
 describeAdapter('express', startExpress)
 describeAdapter('express4', startExpress4)
@@ -181,6 +184,34 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
       }
     })
     expect((await rawRequest(await serveApp(app), { method: 'GET', path: '/' })).body).toBe('TypeError')
+  })
+
+  it('fromWebHandler mounted with app.use, a Response it cannot write (a header value Node refuses, Response.error(), no Response): the JSON-RPC 502 and onError (regression: Express 5 answered its HTML 500, Express 4 never answered)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const app = express()
+    app.set('env', 'test') // Express's final handler logs nothing
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+    const answers: Record<string, () => Response> = {
+      header: () => new Response('{}', { headers: { 'x-tool': 'a\x01b' } }),
+      error: () => Response.error(),
+      none: () => undefined as unknown as Response,
+    }
+    app.use(fromWebHandler((request) => answers[request.headers.get('x-answer')!]!()))
+    const port = await serveApp(app)
+    const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', origin: ALLOWED_ORIGIN }
+    for (const path of Object.keys(answers)) {
+      const res = await Promise.race([
+        rawRequest(port, { path: '/v1', headers: { ...headers, 'x-answer': path }, body: tools }),
+        new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error(`${path}: no answer in 2 s`)), 2000)),
+      ])
+      expect(res.status, path).toBe(502)
+      expect(res.body, path).toBe(HANDLER_FAILED.body)
+      expect(res.headers['content-type'], path).toBe('application/json')
+      expect(res.headers['x-mcp-version'], path).toBe('1.0.0')
+      expect(res.headers['access-control-allow-origin'], path).toBe(ALLOWED_ORIGIN)
+    }
+    expect(errors).toHaveLength(3)
   })
 
   it('fromWebHandler re-serializes a body that express.json() already read', async () => {

@@ -262,6 +262,9 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
  * `mcp-dispatch/proxy`, or the SDK's `WebStandardStreamableHTTPServerTransport`): the body
  * streams from the socket (or, after `express.json()`, is re-serialized from `req.body`),
  * the response streams back unbuffered, and a client that goes away aborts `request.signal`.
+ * A handler that throws or rejects, or answers what Node cannot write (a header value Node
+ * refuses, `Response.error()`), gets the JSON-RPC 502 and the middleware's `onError`, mounted
+ * with `app.use` or through `routeByVersion`, on Express 5 and 4 alike.
  *
  * @example
  * ```ts
@@ -293,14 +296,15 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
       parsedBody: (req as { body?: unknown }).body,
     })
     if (!request) return
-    let response: Response_
+    // Never rejects: mounted with `app.use`, a rejection would be Express 5's HTML 500 and, on
+    // Express 4, which does not catch rejected handlers, no answer at all. A response Node
+    // cannot write (a header value it refuses, `Response.error()`'s status 0, no `Response`)
+    // fails before any byte of it goes out: the handler failed.
     try {
-      response = await handler(request, context)
+      await writeWebResponse(res, await handler(request, context))
     } catch (error) {
       fail(req, res, error)
-      return
     }
-    await writeWebResponse(res, response)
   }
 }
 
