@@ -130,6 +130,26 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(getDispatchContext(plain)).toBe(assigned)
   })
 
+  it('an Express app of another copy of Express, called as a handler rather than mounted (the MCP SDK builds its apps on its own Express 5): getDispatchContext and routeByVersion still find the context', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    // The other major, with a request prototype of its own, as another copy of Express has.
+    const other = EXPRESS[kind === 'express' ? 'express4' : 'express']()
+    const own = Object.create(http.IncomingMessage.prototype) as object
+    for (const [name, descriptor] of Object.entries(Object.getOwnPropertyDescriptors(Object.getPrototypeOf(other.request)))) {
+      if (name !== 'dispatchContext') Object.defineProperty(own, name, descriptor)
+    }
+    other.request = Object.create(own, { app: { configurable: true, enumerable: true, writable: true, value: other } })
+    other.post('/v1', (req, res) => res.json({ version: getDispatchContext(req).version }))
+    other.use(routeByVersion(() => (req, res) => res.json({ routed: getDispatchContext(req).version })))
+    app.use((req, res, next) => other(req, res, next))
+    const port = await serveApp(app)
+    const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }
+    expect(await rawRequest(port, { path: '/v1', headers, body: tools })).toMatchObject({ status: 200, body: '{"version":"1.0.0"}' })
+    expect(await rawRequest(port, { path: '/v2', headers, body: tools })).toMatchObject({ status: 200, body: '{"routed":"2.0.0"}' })
+  })
+
   it('works on a raw Node request too (no Express prototype): the context is a plain property there', async () => {
     const fixture = createFixture()
     const middleware = mcpDispatch({ dispatcher: fixture.dispatcher })

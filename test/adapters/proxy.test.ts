@@ -16,7 +16,6 @@ import {
   createIdentityVerifier,
   createProxyHandler,
 } from 'mcp-dispatch/proxy'
-import express from 'express'
 import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import {
@@ -31,6 +30,7 @@ import {
   readUntil,
   serveWebHandler,
 } from './helpers.js'
+import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 
 const ISSUER = 'https://platform.test'
 
@@ -611,7 +611,8 @@ describe('proxy handler', () => {
     })
   })
 
-  it('Express behind express.json(): the body it inflated goes on without the Content-Encoding it no longer has', async () => {
+  it.each(EXPRESS_KINDS)('%s behind express.json(): the body it inflated goes on without the Content-Encoding it no longer has', async (kind) => {
+    const express = EXPRESS[kind]
     const fixture = createFixture()
     let seen: { encoding?: string; body: string } | undefined
     upstream.handle = async (req, res) => {

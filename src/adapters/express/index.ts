@@ -99,7 +99,9 @@ function noop(): void {}
 /**
  * Makes `req.dispatchContext` read `dispatchedRequests`: an accessor, defined once, on the
  * prototype every Express request shares (Express's `request` object, the one just above
- * `http.IncomingMessage.prototype`, so sub-apps see it too), as Express defines `req.query`.
+ * `http.IncomingMessage.prototype`, so mounted sub-apps see it too), as Express 4 and 5 define
+ * `req.path`. An app of another copy of Express called as a handler (not mounted) has a
+ * prototype of its own, without it: {@link getDispatchContext} reads the map itself.
  * Returns `false` for a request whose chain has no such object (a raw Node request): the
  * context then goes on the request itself.
  */
@@ -190,7 +192,8 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
 }
 
 /**
- * The dispatch context of a request the middleware dispatched.
+ * The dispatch context of a request the middleware dispatched, also where `req.dispatchContext`
+ * is not (in an app of another copy of Express called as a handler, see docs/adapters.md).
  * Throws a `TypeError` when the middleware did not run for it (a wiring mistake).
  *
  * @example
@@ -201,7 +204,10 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
  * ```
  */
 export function getDispatchContext(req: Request | IncomingMessage): DispatchContext {
-  return requireContext((req as Request).dispatchContext, 'express')
+  // The map first: `req.dispatchContext` is an accessor on the request prototype of the Express
+  // that `mcpDispatch` ran in, which an app of another copy of Express (another major, the MCP
+  // SDK's own) swaps out when called as a handler rather than mounted.
+  return requireContext(dispatchedRequests.get(req)?.context ?? (req as Request).dispatchContext, 'express')
 }
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
