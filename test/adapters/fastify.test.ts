@@ -155,6 +155,36 @@ describe('fastify adapter specifics', () => {
     await app.close()
   })
 
+  it('fromWebHandler, a Response it cannot write (a header value Node refuses, Response.error(), no Response): the JSON-RPC 502 and onError (regression: the hijacked reply was never answered)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+    const answers: Record<string, () => Response> = {
+      header: () => new Response('{}', { headers: { 'x-tool': 'a\x01b' } }),
+      error: () => Response.error(),
+      none: () => undefined as unknown as Response,
+    }
+    app.all('/*', fromWebHandler((request) => answers[request.headers.get('x-answer')!]!()))
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      for (const answer of Object.keys(answers)) {
+        const res = await Promise.race([
+          rawRequest(port, { path: '/v1', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', 'x-answer': answer }, body: tools }),
+          new Promise<never>((_resolve, reject) => setTimeout(() => reject(new Error(`${answer}: no answer in 2 s`)), 2000)),
+        ])
+        expect(res.status, answer).toBe(502)
+        expect(JSON.parse(res.body), answer).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32603, data: { error: 'handler_error' } } })
+        expect(res.headers['content-type'], answer).toBe('application/json')
+        expect(res.headers['x-mcp-version'], answer).toBe('1.0.0')
+      }
+      expect(errors).toHaveLength(3)
+    } finally {
+      await app.close()
+    }
+  })
+
   it('fromWebHandler on a route the dispatch layer never saw (a wiring mistake) answers the JSON-RPC 502', async () => {
     const app = Fastify()
     app.all('/*', fromWebHandler(() => new Response('never')))

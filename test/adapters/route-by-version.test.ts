@@ -56,6 +56,31 @@ async function serveRoutes(kind: AdapterKind, fixture: Fixture, routes: Routes, 
 
 const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
+/** A factory that fails for the App `app_notes` and serves the others. */
+async function serveFailingFactory(kind: AdapterKind, fixture: Fixture, onError: (error: unknown) => void): Promise<Served> {
+  const factory = <H>(handler: H) => (app: { id: string }) => {
+    if (app.id === 'app_notes') throw new Error('cannot build the notes handler')
+    return handler
+  }
+  if (kind === 'web') {
+    const handler = webAdapter.routeByVersion(factory(() => new Response('built')))
+    const served = await serveFetch(webAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, handler, onError }))
+    return { port: served.port, close: served.close }
+  }
+  if (isExpress(kind)) {
+    const app = EXPRESS[kind]()
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.use(expressAdapter.routeByVersion(factory((_req: http.IncomingMessage, res: http.ServerResponse) => res.end('built'))))
+    const server = http.createServer(app)
+    return { port: await listen(server), close: () => close(server) }
+  }
+  const app = Fastify({ forceCloseConnections: true })
+  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+  app.all('/*', fastifyAdapter.routeByVersion(factory(async () => 'built')))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+}
+
 describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => {
   const call = (served: Served, fixture: Fixture, host: string) =>
     rawRequest(served.port, {
@@ -95,6 +120,25 @@ describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => 
     try {
       expect(await call(served, fixture, 'notes.localhost')).toMatchObject({ status: 200, body: 'notes 1.0.0' })
       expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'weather, qualified' })
+    } finally {
+      await served.close()
+    }
+  })
+
+  it("a factory that throws is a failed handler: the JSON-RPC 502 with the version headers and onError, tried again on the next request (regression: Express's HTML 500, Fastify's own 500)", async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const served = await serveFailingFactory(kind, fixture, (error) => errors.push(error))
+    try {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const failed = await call(served, fixture, 'notes.localhost')
+        expect(failed.status).toBe(502)
+        expect(failed.headers['content-type']).toBe('application/json')
+        expect(failed.headers['x-mcp-version']).toBe('1.0.0')
+        expect(JSON.parse(failed.body)).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'App handler failed', data: { error: 'handler_error' } } })
+      }
+      expect(errors.map((error) => (error as Error).message)).toEqual(['cannot build the notes handler', 'cannot build the notes handler'])
+      expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'built' })
     } finally {
       await served.close()
     }

@@ -241,20 +241,20 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
 export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options?: RouteByVersionOptions): RequestHandler {
   const route = createVersionRouter(routes, options)
   return function routeByVersionHandler(req, res, next) {
-    let handler: ExpressMcpHandler | undefined
     let context: DispatchContext
     try {
       context = getDispatchContext(req)
-      handler = route(context)
     } catch (error) {
       next(error)
       return
     }
-    if (!handler) {
-      writeReply(res, versionNotServedReply(context.version))
-      return
-    }
     try {
+      // A factory that throws is a failed handler too, as on the Web adapter.
+      const handler = route(context)
+      if (!handler) {
+        writeReply(res, versionNotServedReply(context.version))
+        return
+      }
       const result = handler(req, res, next)
       if (result instanceof Promise) result.catch((error: unknown) => fail(req, res, error))
     } catch (error) {

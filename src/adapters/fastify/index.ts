@@ -251,9 +251,10 @@ export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>, options
   const route = createVersionRouter(routes, options)
   return async function routeByVersionHandler(request, reply) {
     const context = getDispatchContext(request)
-    const handler = route(context)
-    if (!handler) return sendReply(reply, versionNotServedReply(context.version))
     try {
+      // A factory that throws is a failed handler too, as on the Web adapter.
+      const handler = route(context)
+      if (!handler) return sendReply(reply, versionNotServedReply(context.version))
       return await handler(request, reply)
     } catch (error) {
       return fail(request, reply, error)
@@ -267,7 +268,9 @@ export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>, options
  * response streams back unbuffered, and a client that goes away aborts `request.signal`.
  * For the request body to stream too, let Fastify leave it unread in that context:
  * `app.removeAllContentTypeParsers(); app.addContentTypeParser('*', (_req, _payload, done) => done(null))`;
- * otherwise the parsed body is re-serialized.
+ * otherwise the parsed body is re-serialized. A handler that throws or rejects, or answers what
+ * Node cannot write (a header value Node refuses, `Response.error()`), gets the JSON-RPC 502
+ * and the plugin's `onError`.
  *
  * @example
  * ```ts
@@ -298,13 +301,14 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
       parsedBody: request.body,
     })
     if (!webRequest) return undefined
-    let response: Response
+    // A response Node cannot write (a header value it refuses, `Response.error()`'s status 0,
+    // no `Response`) fails before any byte of it goes out: the handler failed. Hijacked, the
+    // reply is no longer Fastify's to answer, so a rejection here would leave the client waiting.
     try {
-      response = await handler(webRequest, context)
+      await writeWebResponse(reply.raw, await handler(webRequest, context))
     } catch (error) {
       return fail(request, reply, error)
     }
-    await writeWebResponse(reply.raw, response)
     return undefined
   }
 }
