@@ -14,8 +14,9 @@ export default defineConfig({
   },
   test: {
     include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'examples/**/*.test.ts', 'bench/**/*.test.ts'],
-    // The conformance runner's own install (npm ci --prefix test/conformance) ships test files.
-    exclude: [...configDefaults.exclude, 'test/conformance/node_modules/**', 'test/runtimes/node_modules/**'],
+    // The conformance runner's own install (npm ci --prefix test/conformance) ships test files;
+    // Next.js's build output is no test.
+    exclude: [...configDefaults.exclude, 'test/conformance/node_modules/**', 'test/runtimes/node_modules/**', 'test/nextjs/node_modules/**', 'test/nextjs/.next/**'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',

@@ -1,15 +1,18 @@
 /**
  * A fetch-style handler, `(request: Request) => Promise<Response>`: what a Next.js route
- * handler or a Cloudflare Worker exports. Such runtimes do not keep MCP sessions in memory
- * between requests, so here every App version runs as its own service and the dispatch layer
- * proxies to it (`mcp-dispatch/proxy`): the caller's token stays here; the App receives who is
- * calling as a short-lived JWT signed by the platform, verifiable against the JWKS this handler
- * publishes at `/.well-known/jwks.json`.
+ * handler or a Cloudflare Worker exports. Deployed serverless, such runtimes do not keep MCP
+ * sessions in memory between requests, so here every App version runs as its own service and
+ * the dispatch layer proxies to it (`mcp-dispatch/proxy`): the caller's token stays here; the
+ * App receives who is calling as a short-lived JWT signed by the platform, verifiable against
+ * the JWKS this handler publishes at `/.well-known/jwks.json`.
  *
- * Next.js (`app/[[...path]]/route.ts`):
+ * Next.js (`app/[[...path]]/route.ts`), which gives a route handler a `request.url` of its own
+ * address, so the App's host comes from the `Host` header (the client address: docs/adapters.md,
+ * "Next.js"):
  * ```ts
- * const handler = createFetchHandler({ dispatcher, signer, upstream })
- * export { handler as GET, handler as POST, handler as DELETE, handler as OPTIONS }
+ * const handler = createFetchHandler({ dispatcher, signer, upstream, host: (r) => r.headers.get('host') })
+ * const route = (request: Request) => handler(request)
+ * export { route as GET, route as POST, route as DELETE, route as OPTIONS }
  * ```
  * Cloudflare Workers (`CF-Connecting-IP` is set by Cloudflare, so it is the client address):
  * ```ts
@@ -32,6 +35,8 @@ export interface FetchHandlerOptions {
   upstream: (context: DispatchContext) => string | undefined
   /** The client address of a request, where the runtime knows it. */
   clientAddress?: (request: Request) => string | undefined
+  /** The host the client addressed, where `request.url` does not carry it (Next.js): `info.host` of `mcp-dispatch/web`. */
+  host?: (request: Request) => string | null | undefined
 }
 
 /** A fetch handler; `info.clientAddress` is the socket address where the server knows it. */
@@ -47,6 +52,6 @@ export function createFetchHandler(options: FetchHandlerOptions): FetchHandler {
     if (new URL(request.url).pathname === '/.well-known/jwks.json') {
       return Response.json(await options.signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
     }
-    return mcp(request, { clientAddress: info?.clientAddress ?? options.clientAddress?.(request) })
+    return mcp(request, { clientAddress: info?.clientAddress ?? options.clientAddress?.(request), host: options.host?.(request) })
   }
 }

@@ -214,6 +214,67 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
   })
 })
 
+describe('web adapter: info.host, for runtimes whose request.url does not carry the Host (Next.js)', () => {
+  // `next start` builds a route handler's URL of its own address (http://localhost:3000/v1),
+  // whatever Host the client sent: test/nextjs/nextjs.test.ts runs it.
+  const NEXT_URL = 'http://localhost:3000'
+  const setup = () => {
+    const fixture = createFixture()
+    const seen: string[] = []
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: (request, context) => {
+        seen.push(`${context.app.slug} ${context.baseUrl} ${request.url}`)
+        return Response.json({ ok: true })
+      },
+    })
+    const post = (host: string | null | undefined, path = '/v1', token = fixture.tokens.alice) =>
+      handle(new Request(`${NEXT_URL}${path}`, { method: 'POST', headers: { authorization: `Bearer ${token}` }, body: '{}' }), { host })
+    return { fixture, seen, handle, post }
+  }
+
+  it('finds the App by the host given, and makes the App address of it; the handler gets the request as it came', async () => {
+    const { seen, handle, post } = setup()
+    const served = await post('weather.localhost:8080')
+    expect(served.status).toBe(200)
+    expect(served.headers.get('x-mcp-version')).toBe('1.0.0')
+    expect(seen).toEqual([`weather http://weather.localhost:8080 ${NEXT_URL}/v1`])
+    // Read as the URL parser reads it: lower case, no default port.
+    expect((await post('NOTES.localhost:80')).status).toBe(200)
+    expect(seen[1]).toBe(`notes http://notes.localhost ${NEXT_URL}/v1`)
+
+    const refused = await handle(new Request(`${NEXT_URL}/v1`, { method: 'POST', body: '{}' }), { host: 'weather.localhost:8080' })
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('www-authenticate')).toBe('Bearer resource_metadata="http://weather.localhost:8080/.well-known/oauth-protected-resource"')
+    const metadata = await handle(new Request(`${NEXT_URL}/.well-known/oauth-protected-resource`), { host: 'weather.localhost:8080' })
+    expect(((await metadata.json()) as { resource: string }).resource).toBe('http://weather.localhost:8080')
+    // The scheme stays the URL's.
+    const https = await handle(new Request('https://localhost:3000/.well-known/oauth-protected-resource'), { host: 'weather.localhost:443' })
+    expect(((await https.json()) as { resource: string }).resource).toBe('https://weather.localhost')
+  })
+
+  it('a host no URL can hold, or a list of them, is the JSON-RPC 400; none (null, empty) is no App, 404; undefined is the URL\'s host', async () => {
+    const { seen, post } = setup()
+    for (const host of ['weather.localhost:99999', 'a@weather.localhost', 'weather.localhost/x', 'weather.1', 'weather.localhost, notes.localhost', 'weather localhost']) {
+      const res = await post(host)
+      expect(res.status, host).toBe(400)
+      expect(await res.json()).toEqual({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } },
+      })
+    }
+    for (const host of [null, '']) {
+      const res = await post(host)
+      expect(res.status, String(host)).toBe(404)
+      expect(((await res.json()) as { error: { data: unknown } }).error.data).toEqual({ error: 'not_found' })
+    }
+    // Without it, the URL's host (here Next's own, no App).
+    expect((await post(undefined)).status).toBe(404)
+    expect(seen).toEqual([])
+  })
+})
+
 describe('whenBodyEnds', () => {
   const encoder = new TextEncoder()
   const streamOf = (chunks: string[], fail?: Error) =>

@@ -124,6 +124,14 @@ ${BUILD_SERVER}
 declare function webSessions(build: () => McpServer): (request: Request) => Promise<Response>`,
   },
   {
+    // A Next.js route handler (app/[[...path]]/route.ts).
+    file: 'docs/adapters.md',
+    marker: 'kept.mcpDispatch ??= mcpDispatch(',
+    prelude: `${STORES}
+${BUILD_SERVER}
+declare function webSessions(build: () => McpServer): (request: Request) => Promise<Response>`,
+  },
+  {
     // Bun's and Deno's globals, as far as the sample uses them.
     file: 'docs/adapters.md',
     marker: 'Bun.serve',

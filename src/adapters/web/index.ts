@@ -42,6 +42,17 @@ export interface WebRequestInfo {
   /** The socket peer address (`@hono/node-server`: `c.env.incoming.socket.remoteAddress`). */
   clientAddress?: string | undefined
   /**
+   * The authority the client addressed, for a runtime whose `request.url` does not carry it:
+   * Next.js (`next start`) builds a route handler's URL of its own address
+   * (`http://localhost:3000/v1`) whatever `Host` the client sent, so there pass
+   * `request.headers.get('host')` (docs/adapters.md, "Next.js"). Given, it replaces the URL's
+   * host in finding the App and in the App address; it is checked as the Node adapters check
+   * `Host`: one no URL can hold, or a list (`a, b`), is answered 400 `Invalid Host header`, and
+   * `null` or `''` names no host (404 `not_found`). The URL's scheme and path are kept, and the
+   * handler gets `request` as it came. Omitted (`undefined`), the URL's host, as elsewhere.
+   */
+  host?: string | null | undefined
+  /**
    * On Node, the `http.ServerResponse` that the returned `Response` will be written to
    * (`@hono/node-server`: `c.env.outgoing`). Optional, and only for speed: with it, the
    * dispatch headers are added to the head as Node writes it, and the handler's `Response`
@@ -89,15 +100,29 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
   return async function dispatch(request, info) {
     const url = splitUrl(request.url)
     const schemeEnd = url.origin.indexOf('://')
-    // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
-    // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
-    const host = schemeEnd === -1 ? undefined : canonicalHost(url.origin.slice(schemeEnd + 3), url.origin.slice(0, schemeEnd))
-    if (host === undefined) return toResponse(INVALID_HOST)
-    // Two `Host` fields (RFC 9112 section 3.2: 400, as on the Node adapters): @hono/node-server
-    // builds the URL of the first one and joins them all in `headers`.
-    // A comma is in no host name: the test holds whatever separator a runtime joins them with.
-    if (request.headers.get('host')?.includes(',')) return toResponse(INVALID_HOST)
-    const origin = host.length === url.origin.length - schemeEnd - 3 ? url.origin : `${url.origin.slice(0, schemeEnd)}://${host}`
+    const given = info?.host
+    let host: string | undefined
+    let origin: string
+    if (given === undefined) {
+      // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
+      // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
+      host = schemeEnd === -1 ? undefined : canonicalHost(url.origin.slice(schemeEnd + 3), url.origin.slice(0, schemeEnd))
+      if (host === undefined) return toResponse(INVALID_HOST)
+      // Two `Host` fields (RFC 9112 section 3.2: 400, as on the Node adapters): @hono/node-server
+      // builds the URL of the first one and joins them all in `headers`.
+      // A comma is in no host name: the test holds whatever separator a runtime joins them with.
+      if (request.headers.get('host')?.includes(',')) return toResponse(INVALID_HOST)
+      origin = host.length === url.origin.length - schemeEnd - 3 ? url.origin : `${url.origin.slice(0, schemeEnd)}://${host}`
+    } else {
+      const scheme = schemeEnd === -1 ? 'http' : url.origin.slice(0, schemeEnd)
+      if (given === null || given === '') host = undefined
+      else {
+        // The URL parser accepts a comma in a host name; a list is no authority (two fields, proxies').
+        host = given.includes(',') ? undefined : canonicalHost(given, scheme)
+        if (host === undefined) return toResponse(INVALID_HOST)
+      }
+      origin = `${scheme}://${host ?? ''}`
+    }
     const decided = dispatcher.decide({
       method: request.method,
       path: url.path,
