@@ -385,7 +385,7 @@ export function createPlatform(options: PlatformOptions): Platform {
         host = new URL(request.url).hostname.toLowerCase()
       } catch {
         // A Host @hono/node-server put in the URL without the URL parser (`weather.1`,
-        // `xn--a.localhost`, `1.2.3.999`): the client's error, answered as the Web adapter answers
+        // `1.2.3.999`, `xn--a.localhost` before Node 24): the client's error, answered as the Web adapter answers
         // it (regression: the TypeError made @hono/node-server answer 500).
         return toResponse(invalidHostReply())
       }

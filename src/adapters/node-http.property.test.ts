@@ -57,8 +57,24 @@ describe('canonicalHost (the Host check of every adapter)', () => {
     expect(canonicalHost('weather.localhost:443', 'http')).toBe('weather.localhost:443')
     expect(canonicalHost('127.0.0.1:8787', 'http')).toBe('127.0.0.1:8787')
     expect(canonicalHost('[::1]:8787', 'http')).toBe('[::1]:8787')
-    for (const host of ['', 'weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost#x', 'a b', 'weather.localhost\\x', ':80', 'weather.xn--a.com', 'xn--', '1.2.3.999', '0x7f.1', 'weather.ex%41mple.com', 'weather.\u00adlocalhost', 'weather.localhost:']) {
+    for (const host of ['', 'weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost#x', 'a b', 'weather.localhost\\x', ':80', '1.2.3.999', '0x7f.1', 'weather.ex%41mple.com', 'weather.\u00adlocalhost', 'weather.localhost:']) {
       expect(canonicalHost(host, 'http'), host).toBeUndefined()
     }
+  })
+
+  it('reads an xn-- label as the runtime’s URL parser does: one that is no punycode is refused on Node 20 and 22, kept on Node 24', () => {
+    // Valid punycode is kept on every runtime (`β`).
+    expect(canonicalHost('weather.xn--nxa.com', 'http')).toBe('weather.xn--nxa.com')
+    expect(canonicalHost('XN--NXA.localhost:8787', 'http')).toBe('xn--nxa.localhost:8787')
+    // A label that is no punycode: Node 20 and 22 (ada 2) refuse it; Node 24 (ada 4) follows the
+    // URL Standard's ASCII fast path (whatwg/url#914, as browsers), which keeps an ASCII name
+    // without decoding it. The Web adapter sees what the parser made of it, so the Node
+    // adapters must too: refused (400) on the one, a name like any other (no such App: 404) on the other.
+    const keepsAsciiLabels = URL.canParse('http://xn--a.com/')
+    for (const host of ['weather.xn--a.com', 'xn--', 'xn--a-ecp.ru']) {
+      expect(canonicalHost(host, 'http'), host).toBe(keepsAsciiLabels ? host : undefined)
+      expect(canonicalHost(host, 'http'), host).toBe(parserHost(host))
+    }
+    expect(canonicalHost('XN--A.localhost', 'http')).toBe(keepsAsciiLabels ? 'xn--a.localhost' : undefined)
   })
 })

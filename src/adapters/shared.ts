@@ -104,7 +104,7 @@ export function setupTokenApi(api: TokenApi, options: ServeTokenApiOptions | und
 /**
  * `host` (a `Host` value) as the URL parser reads it under `protocol` (`http`, `https`): lower
  * case, without the scheme's default port; `undefined` when it is not an authority and nothing
- * more (`a/b`, `user@host`, `host?x`, `host:99999`, `a b`, bad punycode), which would
+ * more (`a/b`, `user@host`, `host?x`, `host:99999`, `a b`, punycode the parser refuses), which would
  * otherwise become part of the App address (the metadata `resource`, the `resource_metadata`
  * URL), or when the parser would rewrite the name itself (`0x7f.1`, `%41`). Every adapter
  * checks the Host with it: the Node ones read it from the request head, and the Web adapter

@@ -331,10 +331,16 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
 
     it('answers a host no URL holds 400 JSON-RPC, never 500 (regression: the platform answered 500 for weather.1)', async () => {
       const edge = edgeOf(name)
-      for (const host of [`${edge.app.split('.')[0]}.1`, 'xn--a.localhost', '1.2.3.999']) {
+      for (const host of [`${edge.app.split('.')[0]}.1`, '1.2.3.999']) {
         const { answers } = await exchange(edge.port, request(edge, { host }))
         expectRefused(answers[0], 400, INVALID_HOST)
       }
+      // A label that is no punycode: no URL holds it on Node 20 and 22; Node 24's parser keeps an
+      // ASCII name as it is (the URL Standard's ASCII fast path), and it is then a host like any
+      // other, of no App. Never a 500, on either.
+      const { answers } = await exchange(edge.port, request(edge, { host: 'xn--a.localhost' }))
+      if (URL.canParse('http://xn--a.localhost/')) expectRefused(answers[0], 404, NOT_FOUND)
+      else expectRefused(answers[0], 400, INVALID_HOST)
       for (const host of [`a@${edge.app}`, `${edge.app}:99999`]) {
         const { answers } = await exchange(edge.port, request(edge, { host }))
         // @hono/node-server refuses these itself, with an empty 400 (docs/adapters.md: give it an errorHandler).

@@ -321,6 +321,25 @@ function factsOf(key: unknown): KeyFacts | undefined {
 
 const KEY_KINDS = 'an EC key on P-256, P-384 or P-521, an Ed25519 key, or an RSA key'
 
+/**
+ * Why `jose` cannot sign with `key`, an rsa-pss `KeyObject`, under `alg` (`PS256`…), or
+ * `undefined` when it can. `jose` signs with a `KeyObject` through `KeyObject.toCryptoKey`
+ * (Node 22.10 or later), else through its JWK, which Node does not export for rsa-pss keys; and
+ * Node's Web Crypto takes no rsa-pss `KeyObject` either (22 and 24: `DataError: Invalid key
+ * type`), so the conversion `jose` will make is tried here, as it makes it, rather than assumed
+ * from the method's presence.
+ */
+function rsaPssKeyObjectUnusable(key: NodeKeyObject, alg: string): string | undefined {
+  const toCryptoKey = key.toCryptoKey as ((algorithm: object, extractable: boolean, usages: string[]) => unknown) | undefined
+  if (typeof toCryptoKey !== 'function') return 'no KeyObject.toCryptoKey, before Node 22.10'
+  try {
+    toCryptoKey.call(key, { name: 'RSA-PSS', hash: `SHA-${alg.slice(2)}` }, false, ['sign'])
+    return undefined
+  } catch (error) {
+    return `Node's Web Crypto does not take it: ${messageOf(error)}`
+  }
+}
+
 /** One key of the JWKS, as far as it is known. */
 interface PublishedKey {
   /** Public members, without `kid` and `alg` (`undefined` for the current key until loaded). */
@@ -506,13 +525,14 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
   if (facts.modulusLength !== undefined && facts.modulusLength < MIN_RSA_BITS) {
     throw new ConfigurationError('identity.privateKey', `is a ${facts.modulusLength}-bit RSA key: at least ${MIN_RSA_BITS} bits (RFC 7518 section 3.3)`)
   }
-  if (facts.rsaPssKeyObject && typeof (privateKey as NodeKeyObject).toCryptoKey !== 'function') {
-    // jose signs with a KeyObject through KeyObject.toCryptoKey, or else through its JWK, which
-    // Node does not export for rsa-pss keys.
-    throw new ConfigurationError(
-      'identity.privateKey',
-      'is an rsa-pss KeyObject, which jose signs with only on runtimes with KeyObject.toCryptoKey (Node 22.10 or later): give a Web Crypto RSA-PSS CryptoKey, or an rsa KeyObject with algorithm PS256',
-    )
+  if (facts.rsaPssKeyObject) {
+    const unusable = rsaPssKeyObjectUnusable(privateKey as NodeKeyObject, alg)
+    if (unusable !== undefined) {
+      throw new ConfigurationError(
+        'identity.privateKey',
+        `is an rsa-pss KeyObject, which jose cannot sign with on this runtime (${unusable}): give a Web Crypto RSA-PSS CryptoKey, or an rsa KeyObject with algorithm PS256`,
+      )
+    }
   }
   let publicFacts: KeyFacts | undefined
   if (options.publicKey !== undefined) {
