@@ -16,7 +16,7 @@ export default defineConfig({
     include: ['src/**/*.test.ts', 'test/**/*.test.ts', 'examples/**/*.test.ts', 'bench/**/*.test.ts'],
     // The conformance runner's own install (npm ci --prefix test/conformance) ships test files;
     // Next.js's build output is no test.
-    exclude: [...configDefaults.exclude, 'test/conformance/node_modules/**', 'test/runtimes/node_modules/**', 'test/nextjs/node_modules/**', 'test/nextjs/.next/**'],
+    exclude: [...configDefaults.exclude, 'test/conformance/node_modules/**', 'test/runtimes/node_modules/**', 'test/nextjs/node_modules/**', 'test/node24/node_modules/**', 'test/nextjs/.next/**'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
