@@ -28,8 +28,12 @@ export interface RuntimeAppOptions {
   userinfoEndpoint?: string
   /** Serve `<app>.jwt.localhost` in `jwt` mode, with the keys of this issuer. */
   jwtIssuer?: string
+  /** The key set of the `jwt` validator, where it is not the issuer's (a proxy the test slows down). */
+  jwksUrl?: string
   /** `jwksMaxAgeMs` and `jwksRefetchIntervalMs` of the `jwt` validator. */
   jwksMaxAgeMs?: number
+  /** `timeoutMs` of the userinfo validator, whose retries then end within twice that. */
+  oauthTimeoutMs?: number
   /** `lastUsedFlushMs` of the token service. */
   lastUsedFlushMs?: number
   /** `sessionTtlMs` of the dispatcher. */
@@ -80,6 +84,7 @@ export function createRuntimeApp(lib: Package, web: WebAdapter, options: Runtime
     canUseServer: (userId, appId) => (userId === 'bob' ? appId === 'app_weather' : subscriptions.isActive(userId, appId)),
     pepper: 'runtime-test-pepper',
     ...(options.lastUsedFlushMs !== undefined && { lastUsedFlushMs: options.lastUsedFlushMs }),
+    ...(options.waitUntil && { waitUntil: options.waitUntil }),
   })
   const events: OAuthValidatorEvent[] = []
   const onEvent = (event: OAuthValidatorEvent) => void events.push(event)
@@ -99,6 +104,8 @@ export function createRuntimeApp(lib: Package, web: WebAdapter, options: Runtime
       oauth: createOAuthValidator({
         issuer: options.issuer,
         ...(options.userinfoEndpoint !== undefined && { userinfoEndpoint: options.userinfoEndpoint }),
+        ...(options.oauthTimeoutMs !== undefined && { timeoutMs: options.oauthTimeoutMs, retry: { deadlineMs: 2 * options.oauthTimeoutMs } }),
+        ...(options.waitUntil && { waitUntil: options.waitUntil }),
             onEvent,
       }),
     }),
@@ -112,7 +119,11 @@ export function createRuntimeApp(lib: Package, web: WebAdapter, options: Runtime
           oauth: createOAuthValidator({
             issuer: options.jwtIssuer,
             mode: 'jwt',
+            // The App the token is presented to, named (the test's hosts are its own).
+            audience: ({ resource }) => resource,
+            ...(options.jwksUrl !== undefined && { jwks: options.jwksUrl }),
             ...(options.jwksMaxAgeMs !== undefined && { jwksMaxAgeMs: options.jwksMaxAgeMs, jwksRefetchIntervalMs: options.jwksMaxAgeMs }),
+            ...(options.waitUntil && { waitUntil: options.waitUntil }),
                     onEvent,
           }),
         })
@@ -179,14 +190,6 @@ export function createRuntimeApp(lib: Package, web: WebAdapter, options: Runtime
 
   return {
     async serve(request: Request, clientAddress: string | undefined): Promise<Response> {
-      const testHost = request.headers.get('x-test-host')
-      if (testHost !== null) {
-        const url = new URL(request.url)
-        url.host = testHost
-        // Not `new Request(url, request)`: that copies (reads) `request.signal`, which Deno warns of.
-        const body = request.method === 'GET' || request.method === 'HEAD' ? null : request.body
-        request = new Request(url, { method: request.method, headers: request.headers, body, ...(body && { duplex: 'half' }) } as RequestInit)
-      }
       const url = new URL(request.url)
       if (url.hostname === 'control.localhost') return control(request, url.pathname)
       const answering = (url.hostname.endsWith('.jwt.localhost') && dispatchJwt ? dispatchJwt : dispatch)(request, { clientAddress })
@@ -196,4 +199,15 @@ export function createRuntimeApp(lib: Package, web: WebAdapter, options: Runtime
       return Promise.race([answering, new Promise<Response>((resolve) => setTimeout(() => resolve(new Response('abandoned', { status: 504 })), Number(within)))])
     },
   }
+}
+
+/** `request` with the host its `X-Test-Host` names, if it names one. */
+export function withTestHost(request: Request): Request {
+  const testHost = request.headers.get('x-test-host')
+  if (testHost === null) return request
+  const url = new URL(request.url)
+  url.host = testHost
+  // Not `new Request(url, request)`: that copies (reads) `request.signal`, which Deno warns of.
+  const body = request.method === 'GET' || request.method === 'HEAD' ? null : request.body
+  return new Request(url, { method: request.method, headers: request.headers, body, ...(body && { duplex: 'half' }) } as RequestInit)
 }

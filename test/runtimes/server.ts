@@ -4,7 +4,7 @@
  * `test/runtimes/web-runtimes.test.ts` runs it under. It prints one JSON line (`{ port }`) once
  * it listens, and serves until it is killed.
  */
-import { createRuntimeApp } from './app.js'
+import { createRuntimeApp, withTestHost } from './app.js'
 
 // The built package, as users import it; typed by the source (tsconfig paths), which tsc can
 // check before anything is built.
@@ -35,13 +35,13 @@ if (runtime.Bun) {
   const server = runtime.Bun.serve({
     port: 0,
     hostname: '127.0.0.1',
-    fetch: (request, bun) => serve(request, bun.requestIP(request)?.address),
+    fetch: (request, bun) => serve(withTestHost(request), bun.requestIP(request)?.address),
   })
   announce(server.port)
 } else if (runtime.Deno) {
   runtime.Deno.serve(
     { port: 0, hostname: '127.0.0.1', onListen: ({ port }) => announce(port) },
-    (request, info) => serve(request, info.remoteAddr.hostname),
+    (request, info) => serve(withTestHost(request), info.remoteAddr.hostname),
   )
 } else {
   throw new Error('test/runtimes/server.ts runs under Bun or Deno')

@@ -48,12 +48,16 @@ const builtPackage: Plugin = {
 }
 
 /**
- * Bundles `entry` (a module of test/runtimes) as a Worker: ESM, the `workerd` and `worker` export
- * conditions, Node's built-ins and `cloudflare:` modules left to the runtime. Returns the code.
+ * Bundles `entry` (a module of test/runtimes, or the source of one) as a Worker: ESM, the
+ * `workerd` and `worker` export conditions, Node's built-ins and `cloudflare:` modules left to the
+ * runtime. Returns the code.
  */
-export async function bundleWorker(entry: string): Promise<string> {
+export async function bundleWorker(entry: string | { source: string }): Promise<string> {
+  const here = fileURLToPath(new URL('.', import.meta.url))
   const result = await build({
-    entryPoints: [fileURLToPath(new URL(entry, import.meta.url))],
+    ...(typeof entry === 'string'
+      ? { entryPoints: [fileURLToPath(new URL(entry, import.meta.url))] }
+      : { stdin: { contents: entry.source, resolveDir: here, sourcefile: 'worker.js' } }),
     bundle: true,
     write: false,
     format: 'esm',
