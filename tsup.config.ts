@@ -17,4 +17,7 @@ export default defineConfig({
   target: 'node20',
   splitting: true,
   treeshake: true,
+  // Built-ins keep their `node:` prefix: Workers (nodejs_compat) and Deno resolve `node:crypto`,
+  // and bundlers for them leave it to the runtime, where a bare `crypto` is looked up as a package.
+  removeNodeProtocol: false,
 })

@@ -22,6 +22,15 @@ export function timerOption(option: string, value: unknown): number {
 }
 
 /**
+ * Whether this runtime runs a request's timers only while the request lives: Cloudflare Workers
+ * (their `navigator.userAgent`), where a timer set while one request is served never fires once
+ * that request has ended. A timer that must outlive requests is then set per request.
+ */
+export function timersEndWithRequest(): boolean {
+  return (globalThis as { navigator?: { userAgent?: unknown } }).navigator?.userAgent === 'Cloudflare-Workers'
+}
+
+/**
  * Settles as `pending` does, or rejects with `Error("<what> did not answer within <ms> ms")`
  * once `ms` have passed, whichever comes first. The timer is cleared as soon as `pending`
  * settles and never keeps a process alive on its own; a late answer after the deadline goes

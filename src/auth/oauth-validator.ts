@@ -195,6 +195,17 @@ export interface OAuthValidatorOptions {
   random?: () => number
   /** Observes the validator (metrics). Exceptions it throws are ignored. */
   onEvent?: (event: OAuthValidatorEvent) => void
+  /**
+   * Keeps the request that starts upstream work alive until that work ends, on runtimes that end
+   * a request's I/O with it: on Cloudflare Workers, `waitUntil` of `cloudflare:workers` (or a
+   * request's `ctx.waitUntil`). It is handed the refetch of a key set past its age (`jwt` mode),
+   * which runs in the background, and each validation that requests may share, so that one whose
+   * first request ends (its client left) still answers the others. Without it, on Workers, such
+   * work ends with its request: keys past their age are refetched only for a token naming a key
+   * the set lacks, and a request that shared a validation cut short validates again. Default:
+   * none (Node, Bun and Deno need none).
+   */
+  waitUntil?: (promise: Promise<unknown>) => void
 }
 
 /** An OAuth access-token validator. */
@@ -491,7 +502,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     deadlineMs: timerDelay('retry.deadlineMs', options.retry?.deadlineMs, DEFAULT_RETRY.deadlineMs),
   }
   if (!Number.isInteger(retry.attempts)) throw new ConfigurationError('retry.attempts', 'must be a positive integer')
-  for (const fn of ['fetch', 'now', 'sleep', 'random', 'onEvent'] as const) {
+  for (const fn of ['fetch', 'now', 'sleep', 'random', 'onEvent', 'waitUntil'] as const) {
     if (options[fn] !== undefined && typeof options[fn] !== 'function') throw new ConfigurationError(fn, 'must be a function')
   }
   // Checked here, not on the first request: a string would be spread into letters, an object
@@ -530,7 +541,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
   const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now })
   const breaker = createCircuitBreaker({ ...options.breaker, now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
-  const flights = createSingleFlight<CachedValidation>()
+  const waitUntil = options.waitUntil
+  // The longest a validation lasts: calls within the deadline, each bounded by the timeout. One
+  // older was cut short with the request that started it (Workers) and is not waited for.
+  const flightOptions = { now, maxAgeMs: retry.deadlineMs + timeoutMs }
+  const flights = createSingleFlight<CachedValidation>(flightOptions)
   // `jwt` mode calls nothing per token; the budget is checked at creation all the same.
   const clientBudget = createClientBudget(options.clientBudget, now)
   const budgeted = mode !== 'jwt'
@@ -636,30 +651,25 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   // "No document" (404 at both addresses) is believed for 5 minutes only: an authorization
   // server that was not up yet behind its proxy publishes one later.
   let noDocumentUntil = 0
-  let discovering: Promise<AuthorizationServerMetadata | null> | undefined
+  const discovering = createSingleFlight<AuthorizationServerMetadata | null>(flightOptions)
 
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
     if (metadata !== undefined && (metadata !== null || now() < noDocumentUntil)) return metadata
-    discovering ??= (async () => {
-      try {
-        for (const url of discoveryUrls(issuer)) {
-          const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
-            if (res.status === 404 || res.status === 410) return null
-            if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
-            const parsed = parseJsonObject(res.body)
-            const problem = checkAuthorizationServerMetadata(parsed, issuer)
-            if (problem) throw new BadAnswer(problem, true)
-            return parsed as AuthorizationServerMetadata
-          })
-          if (doc) return (metadata = doc)
-        }
-        noDocumentUntil = now() + 300_000
-        return (metadata = null)
-      } finally {
-        discovering = undefined
+    return discovering.run('discovery', async () => {
+      for (const url of discoveryUrls(issuer)) {
+        const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
+          if (res.status === 404 || res.status === 410) return null
+          if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
+          const parsed = parseJsonObject(res.body)
+          const problem = checkAuthorizationServerMetadata(parsed, issuer)
+          if (problem) throw new BadAnswer(problem, true)
+          return parsed as AuthorizationServerMetadata
+        })
+        if (doc) return (metadata = doc)
       }
-    })()
-    return discovering
+      noDocumentUntil = now() + 300_000
+      return (metadata = null)
+    }).promise
   }
 
   async function validateAtUserinfo(token: string, claims: JWTPayload | undefined, deadline: number): Promise<Outcome> {
@@ -761,7 +771,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   // JWKS for `jwt` mode: a local set, or fetched (and refetched) through the breaker.
   let remoteKeys: (KeySet & { readonly fetchedAt: number; suspect?: boolean }) | undefined
-  let fetchingKeys: Promise<KeySet> | undefined
+  const fetchingKeys = createSingleFlight<KeySet>(flightOptions)
   // When the JWKS was last asked for, whatever came of it: a refetch (for an unknown `kid`, or
   // of keys past their age) is bounded by attempts, not by successes, so a JWKS endpoint that
   // fails is not asked again for every token.
@@ -772,7 +782,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (remoteKeys && !refresh) {
       // Keys past their age are used while the refetch runs: a slow or hung JWKS endpoint
       // must not make every new token wait for its timeout.
-      if (keysStale(remoteKeys) && now() - jwksAskedAt >= jwksRefetchIntervalMs) void fetchKeys(deadline)
+      if (keysStale(remoteKeys) && now() - jwksAskedAt >= jwksRefetchIntervalMs) {
+        // Never rejects (the keys in hand stay), unless the runtime cut it short.
+        const refetch = fetchKeys(deadline).catch(() => {})
+        waitUntil?.(refetch)
+      }
       return remoteKeys
     }
     return fetchKeys(deadline)
@@ -784,7 +798,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   /** Fetches the JWKS once for all callers; on failure, the keys in hand (if any) stay. */
   function fetchKeys(deadline: number): Promise<KeySet> {
-    fetchingKeys ??= (async () => {
+    return fetchingKeys.run('jwks', async () => {
       jwksAskedAt = now()
       try {
         const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri
@@ -806,11 +820,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // Stale keys beat no keys while the server is sick.
         if (remoteKeys) return remoteKeys
         throw error
-      } finally {
-        fetchingKeys = undefined
       }
-    })()
-    return fetchingKeys
+    }).promise
   }
 
   /**
@@ -886,7 +897,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
         if (refusal) return refusal
         const sinceAsked = now() - jwksAskedAt
-        if (sinceAsked < jwksRefetchIntervalMs) {
+        // A refetch in flight (of keys past their age, maybe started by this very request) is
+        // waited for rather than refused: it may bring the key. Where a refetch in the background
+        // ends with the request that started it (Workers without `waitUntil`), the refetch a
+        // request waits for is the only one that gets an answer.
+        if (sinceAsked < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
           // A token issued since the last fetch may be signed with a key the issuer rotated in
           // meanwhile: not refused (a 401 would send the client to refresh, into a token signed
           // the same way) but asked again once a refetch is allowed. One issued before the fetch
@@ -1187,14 +1202,19 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       const flightKey = `${key}#${generation(key)}`
       const leads = !flights.has(flightKey)
       if (leads && flights.size >= maxPendingValidations) {
-        // The process's own bound: a hung authorization server holds at most this many.
-        emit({ type: 'pending-limit', pending: flights.size })
-        throw new AuthorizationServerUnavailableError(1)
+        // Validations cut short with their requests (Workers) are not waiting on anything.
+        flights.prune()
+        if (flights.size >= maxPendingValidations) {
+          // The process's own bound: a hung authorization server holds at most this many.
+          emit({ type: 'pending-limit', pending: flights.size })
+          throw new AuthorizationServerUnavailableError(1)
+        }
       }
       // The leader of a new validation pays a unit of its address's budget; joiners do not.
       const charge = budgeted && leads ? chargeBudget(context?.clientAddress) : undefined
       const flight = flights.run(flightKey, () => validateUpstream(token, key, claims, audience))
       if (flight.joined) emit({ type: 'joined' })
+      else waitUntil?.(flight.promise.catch(() => {}))
       let entry: CachedValidation
       try {
         entry = await flight.promise

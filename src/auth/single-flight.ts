@@ -12,42 +12,97 @@ export interface SingleFlight<T> {
    * shared. `joined` tells the caller which happened.
    */
   run(key: string, work: () => Promise<T>): { promise: Promise<T>; joined: boolean }
-  /** Whether a call with this key is in flight. */
+  /** Whether a call with this key is in flight (and younger than `maxAgeMs`). */
   has(key: string): boolean
-  /** Keys in flight now. */
+  /** Keys in flight now, those past `maxAgeMs` included until {@link SingleFlight.prune}. */
   readonly size: number
+  /** Forgets the calls older than `maxAgeMs`. */
+  prune(): void
+}
+
+/** Options of {@link createSingleFlight}. */
+export interface SingleFlightOptions {
+  /** Clock, epoch ms. Default `Date.now`. */
+  now?: () => number
+  /**
+   * The longest a call can last. One older is taken for lost (below): not joined, not counted
+   * once pruned. Default: no limit.
+   */
+  maxAgeMs?: number
+}
+
+type Outcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown }
+
+interface Flight<T> {
+  /** Settles as the work did, and never rejects: a rejection comes from the runtime alone. */
+  readonly outcome: Promise<Outcome<T>>
+  readonly since: number
+}
+
+const unwrap = <T>(outcome: Outcome<T>): T => {
+  if (outcome.ok) return outcome.value
+  throw outcome.error
 }
 
 /**
  * Creates a single-flight group. Keys must not be secrets (use a hash).
  *
+ * A call can be lost where a runtime ties work to the request that started it: Cloudflare
+ * Workers cancel a request's I/O when it ends, and the promise of its work then never settles
+ * (workerd rejects it in the requests that wait on it, from compatibility date 2024-10-14; before,
+ * they wait for ever). A caller that joined such a call runs the work itself (later callers join
+ * it), and a call older than `maxAgeMs` is not joined.
+ *
  * @example
  * ```ts
- * const flights = createSingleFlight<Result>()
+ * const flights = createSingleFlight<Result>({ maxAgeMs: 15_000 })
  * const { promise } = flights.run(tokenHash, () => callUserinfo(token))
  * ```
  */
-export function createSingleFlight<T>(): SingleFlight<T> {
-  const inFlight = new Map<string, Promise<T>>()
-  return {
+export function createSingleFlight<T>(options: SingleFlightOptions = {}): SingleFlight<T> {
+  const now = options.now ?? Date.now
+  const maxAgeMs = options.maxAgeMs ?? Infinity
+  const inFlight = new Map<string, Flight<T>>()
+
+  function lead(key: string, work: () => Promise<T>): Promise<T> {
+    const flight: { outcome: Promise<Outcome<T>>; since: number } = { outcome: undefined!, since: now() }
+    flight.outcome = (async (): Promise<Outcome<T>> => {
+      try {
+        return { ok: true, value: await work() }
+      } catch (error) {
+        return { ok: false, error }
+      } finally {
+        // A call taken for lost may still end (a slow one): the one that replaced it stays.
+        if (inFlight.get(key) === flight) inFlight.delete(key)
+      }
+    })()
+    inFlight.set(key, flight)
+    return flight.outcome.then(unwrap)
+  }
+
+  const group: SingleFlight<T> = {
     run(key, work) {
       const current = inFlight.get(key)
-      if (current) return { promise: current, joined: true }
-      const promise = (async () => {
-        try {
-          return await work()
-        } finally {
-          inFlight.delete(key)
-        }
-      })()
-      inFlight.set(key, promise)
-      return { promise, joined: false }
+      if (current === undefined || now() - current.since > maxAgeMs) return { promise: lead(key, work), joined: false }
+      const promise = current.outcome.then(unwrap, () => {
+        // The runtime, not the work, rejected it: the request that started it has ended, and
+        // the work with it. This caller does it now.
+        if (inFlight.get(key) === current) inFlight.delete(key)
+        return group.run(key, work).promise
+      })
+      return { promise, joined: true }
     },
     has(key) {
-      return inFlight.has(key)
+      const current = inFlight.get(key)
+      return current !== undefined && now() - current.since <= maxAgeMs
     },
     get size() {
       return inFlight.size
     },
+    prune() {
+      const at = now()
+      for (const [key, flight] of inFlight) if (at - flight.since > maxAgeMs) inFlight.delete(key)
+    },
   }
+  return group
 }

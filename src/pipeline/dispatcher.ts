@@ -63,7 +63,7 @@ import {
 } from '../core/versions.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, logError } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
-import { MAX_TIMER_MS, timerOption, withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
 
 /** A request as the dispatcher sees it: no body, ever. */
@@ -857,6 +857,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
   let keeper: ReturnType<typeof setInterval> | undefined
   let failedInTick = false
+  // Where a timer ends with the request that set it (Workers), one for all would stop with the
+  // first response that ends (often a short POST's event stream): each open response keeps its
+  // session from its own request instead, for as long as that response is open.
+  const keepPerResponse = timersEndWithRequest()
 
   function keepTick(): void {
     if (open.size === 0) {
@@ -901,6 +905,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     onError(error, 'session store (keeping the pins of open responses)')
   }
 
+  function failedAtTick(error: unknown): void {
+    onError(error, 'session store (keeping the pins of open responses)')
+  }
+
   function failedAtEnd(error: unknown): void {
     onError(error, 'session store (keeping the pin of a response that ended)')
   }
@@ -909,16 +917,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     let kept = open.get(sessionId)
     if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now(), pending: false }))
     kept.count++
-    if (keeper === undefined) {
+    const held = kept
+    let own: ReturnType<typeof setInterval> | undefined
+    if (keepPerResponse) own = setInterval(() => restartTtl(sessionId, held, failedAtTick), keepEveryMs)
+    else if (keeper === undefined) {
       keeper = setInterval(keepTick, keepEveryMs)
       // Never what keeps a process alive: the open responses' sockets are.
       ;(keeper as { unref?: () => void }).unref?.()
     }
-    const held = kept
     let ended = false
     whenClosed(() => {
       if (ended) return
       ended = true
+      if (own !== undefined) clearInterval(own)
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
       if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held, failedAtEnd)

@@ -1572,6 +1572,38 @@ describe('last_used_at, coalesced', () => {
     await service.close()
   })
 
+  it('with waitUntil (Workers), the request that sets the timer is kept until the write it leads to has ended', async () => {
+    const handed: Promise<unknown>[] = []
+    const { service, calls, hooks } = setup({ lastUsedFlushMs: 20, waitUntil: (promise) => void handed.push(promise) })
+    const a = await createToken(service)
+    let release!: () => void
+    hooks.holdTouch = new Promise<void>((resolve) => (release = resolve))
+    let kept = false
+    await service.authenticate(a.token)
+    expect(handed).toHaveLength(1)
+    void handed[0]!.then(() => (kept = true))
+    await vi.waitFor(() => expect(calls.touch).toHaveLength(1), { timeout: 2_000, interval: 10 })
+    // The write is handed over too; the timer's request is kept while it runs.
+    expect(handed).toHaveLength(2)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(kept).toBe(false)
+    release()
+    await Promise.all(handed)
+    expect(kept).toBe(true)
+    expect((await service.get('alice', a.id)).last_used_at).toBe(new Date(T0).toISOString())
+    await service.close()
+  })
+
+  it('close releases the request kept for a timer that has nothing left to write', async () => {
+    const handed: Promise<unknown>[] = []
+    const { service } = setup({ lastUsedFlushMs: 60_000, waitUntil: (promise) => void handed.push(promise) })
+    const a = await createToken(service)
+    await service.authenticate(a.token)
+    await service.close()
+    await Promise.all(handed)
+    expect(() => setup({ waitUntil: 'ctx.waitUntil' as never })).toThrow(/waitUntil/)
+  })
+
   it('refused tokens are not recorded', async () => {
     const { service, calls, clock } = setup()
     const a = await createToken(service, { expiresInDays: 7 })

@@ -207,6 +207,16 @@ export interface TokenServiceOptions {
    * land later. `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
    */
   storeTimeoutMs?: number
+  /**
+   * Keeps the request that starts store work alive until that work ends, on runtimes that end a
+   * request's timers and I/O with it: on Cloudflare Workers, `waitUntil` of `cloudflare:workers`
+   * (or a request's `ctx.waitUntil`). It is handed the `last_used_at` write and its
+   * `lastUsedFlushMs` wait, and the store lookups requests share. Without it, on Workers, pending
+   * uses are written by the first request that comes `lastUsedFlushMs` after the last write,
+   * not before (none comes: not at all), and a lookup whose first request ended is done again.
+   * Default: none (Node, Bun and Deno need none).
+   */
+  waitUntil?: (promise: Promise<unknown>) => void
 }
 
 /** The API-token lifecycle. Create with {@link createTokenService}. */
@@ -390,6 +400,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
   const previousPeppers = checkPreviousPeppers(options.previousPeppers, pepper)
   const onError = options.onError ?? logError
+  const waitUntil = options.waitUntil
+  if (waitUntil !== undefined && typeof waitUntil !== 'function') throw new ConfigurationError('waitUntil', 'must be a function')
   const maxPendingLookups = options.maxPendingLookups ?? 1_000
   if (!Number.isSafeInteger(maxPendingLookups) || maxPendingLookups < 1) {
     throw new ConfigurationError('maxPendingLookups', 'must be a positive integer')
@@ -463,8 +475,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   let lastFlush = now()
   let flushing: Promise<void> | undefined
   // Writes pending uses within `flushEvery` of the first one even when no request follows
-  // (unref'd: it never keeps a process alive).
+  // (unref'd: it never keeps a process alive). With `waitUntil`, the request that set it is kept
+  // until it fires or is cleared (`releaseFlushTimer`).
   let flushTimer: ReturnType<typeof setTimeout> | undefined
+  let releaseFlushTimer: (() => void) | undefined
   let writing: ReadonlyMap<string, number> | undefined
   let closed = false
 
@@ -621,12 +635,50 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function recordUse(id: string, at: number): void {
     pendingLastUsed.set(id, at)
     if (at - lastFlush >= flushEvery && !flushing) void service.flush()
-    else if (flushTimer === undefined) {
-      flushTimer = setTimeout(() => void service.flush(), flushEvery)
-      flushTimer.unref?.()
+    else if (flushTimer === undefined) armFlush()
+  }
+
+  function armFlush(): void {
+    flushTimer = setTimeout(() => void service.flush(), flushEvery)
+    flushTimer.unref?.()
+    if (waitUntil) waitUntil(new Promise<void>((resolve) => (releaseFlushTimer = resolve)))
+  }
+
+  /** `batch` pending again, where no later use of its tokens is: none is lost. */
+  function keepPending(batch: ReadonlyMap<string, number>): void {
+    for (const [id, at] of batch) {
+      const pending = pendingLastUsed.get(id)
+      if (pending === undefined || pending < at) pendingLastUsed.set(id, at)
     }
   }
 
+  /** Writes the pending uses: one `touch` of the store; on failure they stay pending. */
+  function writePending(): Promise<void> {
+    if (pendingLastUsed.size === 0) return Promise.resolve()
+    const batch = new Map(pendingLastUsed)
+    pendingLastUsed.clear()
+    writing = batch
+    lastFlush = now()
+    const write = async () => {
+      try {
+        const touched = store.touch(batch)
+        if (touched instanceof Promise) await withTimeout(touched, storeTimeoutMs, 'token store touch')
+      } catch (error) {
+        onError(error, 'last_used_at flush')
+        // Kept for the next flush, so the dashboard never goes back to an older date while the
+        // store is away.
+        keepPending(batch)
+        if (flushTimer === undefined && !closed) armFlush()
+      }
+    }
+    // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
+    flushing = write().finally(() => {
+      flushing = undefined
+      writing = undefined
+    })
+    waitUntil?.(flushing)
+    return flushing
+  }
 
   /**
    * The store's record for `tokenHash`, judged (`undefined`: not stored under that hash), and
@@ -1020,45 +1072,40 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       )
       const shared = { auth, since: monotonic() }
       charged.set(tokenHash, shared)
+      // Shared by the requests with this token meanwhile: it must not end with the first one.
+      if (waitUntil) waitUntil(auth.then(undefined, () => {}))
       return auth
     },
 
     async flush() {
-      if (flushTimer !== undefined) {
-        clearTimeout(flushTimer)
-        flushTimer = undefined
-      }
-      // A write in flight holds an older batch; wait for it, then write what came in meanwhile.
-      while (flushing) await flushing
-      if (pendingLastUsed.size === 0) return
-      const batch = new Map(pendingLastUsed)
-      pendingLastUsed.clear()
-      writing = batch
-      lastFlush = now()
-      const write = async () => {
-        try {
-          const touched = store.touch(batch)
-          if (touched instanceof Promise) await withTimeout(touched, storeTimeoutMs, 'token store touch')
-        } catch (error) {
-          onError(error, 'last_used_at flush')
-          // Kept for the next flush (a later use of a token wins), so no use is lost and the
-          // dashboard never goes back to an older date while the store is away.
-          for (const [id, at] of batch) {
-            const pending = pendingLastUsed.get(id)
-            if (pending === undefined || pending < at) pendingLastUsed.set(id, at)
-          }
-          if (flushTimer === undefined && !closed) {
-            flushTimer = setTimeout(() => void service.flush(), flushEvery)
-            flushTimer.unref?.()
+      // Released once the write is handed to `waitUntil` (below), so the request the timer
+      // belongs to lives on until the write ends.
+      const release = releaseFlushTimer
+      releaseFlushTimer = undefined
+      try {
+        if (flushTimer !== undefined) {
+          clearTimeout(flushTimer)
+          flushTimer = undefined
+        }
+        // A write in flight holds an older batch; wait for it, then write what came in meanwhile.
+        while (flushing) {
+          const current = flushing
+          try {
+            await current
+          } catch {
+            // `write` never rejects: the runtime did, as the request that began it ended, and
+            // its write with it (Workers, without `waitUntil`). Its batch is written again.
+            if (flushing === current) {
+              if (writing) keepPending(writing)
+              flushing = undefined
+              writing = undefined
+            }
           }
         }
+        await writePending()
+      } finally {
+        release?.()
       }
-      // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
-      flushing = write().finally(() => {
-        flushing = undefined
-        writing = undefined
-      })
-      return flushing
     },
 
     async close() {
@@ -1080,6 +1127,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       closed = true
       if (flushTimer !== undefined) clearTimeout(flushTimer)
       flushTimer = undefined
+      releaseFlushTimer?.()
+      releaseFlushTimer = undefined
     },
   }
   return service

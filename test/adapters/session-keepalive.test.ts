@@ -319,6 +319,28 @@ describe('the keep-alive, in the dispatcher', () => {
     expect(vi.getTimerCount()).toBe(0)
   })
 
+  it('where timers end with their request (Workers), each open response keeps its pin with a timer of its own', async () => {
+    // Workers' timers of a request never fire once it has ended: one timer for all, set by a
+    // short response's request, would stop with it and leave a long stream's pin to expire.
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    try {
+      const { decide, dispatched, openWithStream } = setup()
+      const long = await openWithStream('s-6')
+      expect(vi.getTimerCount()).toBe(1)
+      const short = response()
+      ;(await dispatched('s-6')).complete({ status: 200, sessionId: undefined, whenClosed: short.whenClosed })
+      expect(vi.getTimerCount()).toBe(2)
+      short.end()
+      expect(vi.getTimerCount()).toBe(1)
+      await vi.advanceTimersByTimeAsync(2 * HOUR)
+      expect((await decide('s-6')).type).toBe('dispatch')
+      long.end()
+      expect(vi.getTimerCount()).toBe(0)
+    } finally {
+      vi.unstubAllGlobals()
+    }
+  })
+
   it('a response already ended when it is reported keeps nothing', async () => {
     const { decide, dispatched } = setup()
     ;(await dispatched()).complete({ status: 200, sessionId: 's-4' })

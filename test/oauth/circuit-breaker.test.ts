@@ -121,6 +121,24 @@ describe('createSingleFlight', () => {
     expect(runs).toBe(3)
   })
 
+  it('takes a call older than maxAgeMs for lost (its request ended first, on Workers): not joined, and pruned', async () => {
+    let at = 0
+    const flights = createSingleFlight<string>({ now: () => at, maxAgeMs: 1_000 })
+    const lost = flights.run('k', () => new Promise<string>(() => {}))
+    expect(flights.run('k', () => Promise.resolve('joined')).joined).toBe(true)
+    at = 1_001
+    expect(flights.has('k')).toBe(false)
+    const next = flights.run('k', () => Promise.resolve('done again'))
+    expect(next.joined).toBe(false)
+    expect(await next.promise).toBe('done again')
+    void lost.promise
+    flights.run('other', () => new Promise<string>(() => {}))
+    at = 2_002
+    expect(flights.size).toBe(1)
+    flights.prune()
+    expect(flights.size).toBe(0)
+  })
+
   it('shares a rejection too, then lets the next call try again', async () => {
     const flights = createSingleFlight<string>()
     const failing = flights.run('k', () => Promise.reject(new Error('upstream down')))

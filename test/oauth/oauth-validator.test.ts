@@ -482,6 +482,28 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBe(2)
   })
 
+  it('a token naming a key the set lacks waits for a refetch in flight, and is served when it brings the key (on Workers, the only refetch that can end)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
+    expect(await v.validate(await sign({ jti: 'a' }), weather)).toMatchObject({ active: true })
+    clock.advance(60_000)
+    const next = await generateKeyPair('ES256')
+    const nextJwk = { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => (release = resolve))
+    fake.route('/jwks', async () => {
+      await gate
+      return { status: 200, body: { keys: [publicJwk, nextJwk] } }
+    })
+    // Keys past their age: served at once, the refetch runs beside.
+    expect(await v.validate(await sign({ jti: 'b' }), weather)).toMatchObject({ active: true })
+    while (fake.count('/jwks') < 2) await new Promise((r) => setImmediate(r))
+    const rotated = v.validate(await sign({}, { key: next.privateKey, kid: 'k2' }), weather)
+    release()
+    expect(await rotated).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(2)
+  })
+
   it('keeps verifying with the keys it has while the JWKS endpoint is down', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
@@ -899,6 +921,33 @@ describe('single flight, cache store and secrecy', () => {
     expect(results.every((r) => r.active)).toBe(true)
     expect(fake.count('/oidc/me')).toBe(1)
     expect(events.filter((e) => e.type === 'joined')).toHaveLength(49)
+  })
+
+  it('hands waitUntil (Workers) each validation it leads, not the joined ones, so one outlives the request that started it', async () => {
+    const release = holdUserinfo({ status: 200, body: { sub: 'user_alice' } })
+    const handed: Promise<unknown>[] = []
+    const v = validator({ waitUntil: (promise) => void handed.push(promise) })
+    const all = Promise.all(Array.from({ length: 3 }, () => v.validate('good-token')))
+    expect(handed).toHaveLength(1)
+    while (fake.count('/oidc/me') === 0) await new Promise((r) => setImmediate(r))
+    release()
+    expect((await all).every((r) => r.active)).toBe(true)
+    await handed[0]
+    expect(() => validator({ waitUntil: 'ctx.waitUntil' as never })).toThrow(/waitUntil/)
+  })
+
+  it('takes a validation older than the deadline and a timeout for lost (cut short with its request, on Workers): not joined, and not counted against maxPendingValidations', async () => {
+    const v = validator({ maxPendingValidations: 2, clientBudget: false, timeoutMs: 1_000, retry: { deadlineMs: 2_000 } })
+    const release = holdUserinfo({ status: 401, body: { error: 'invalid_token' } })
+    const lost = [v.validate('made-up-0'), v.validate('made-up-1')]
+    while (fake.count('/oidc/me') < 2) await new Promise((r) => setImmediate(r))
+    await unavailable(v.validate('made-up-2'))
+    clock.advance(3_001)
+    const again = [v.validate('made-up-0'), v.validate('made-up-2')]
+    while (fake.count('/oidc/me') < 4) await new Promise((r) => setImmediate(r))
+    expect(events.filter((e) => e.type === 'joined')).toEqual([])
+    release()
+    expect((await Promise.all([...lost, ...again])).map((r) => r.active)).toEqual([false, false, false, false])
   })
 
   it('maxPendingValidations bounds what a hung server can hold: one more is a 503 at once, with no upstream call; joiners and cached tokens go on', async () => {

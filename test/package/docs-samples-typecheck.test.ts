@@ -153,6 +153,16 @@ declare const app: Express
 declare const fastify: FastifyInstance
 declare const handle: WebDispatchHandler`,
   },
+  {
+    file: 'docs/adapters.md',
+    marker: "from 'cloudflare:workers'",
+    prelude: `import type { AppStore, SubscriptionStore, TokenStore } from 'mcp-dispatch'
+import type { WebMcpHandler } from 'mcp-dispatch/web'
+declare const tokenStore: TokenStore
+declare const apps: AppStore
+declare const subscriptions: SubscriptionStore
+declare const mcpHandlers: Record<string, WebMcpHandler>`,
+  },
   { file: 'docs/adapters.md', marker: "app.disable('x-powered-by')", prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
   { file: 'docs/adapters.md', marker: 'await app.register(mcpDispatch({ dispatcher }))', prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
   {
@@ -383,7 +393,9 @@ describe.runIf(built)('README and docs samples', () => {
     }
     host.fileExists = (fileName) => modules.has(fileName) || fileExists.call(host, fileName)
     host.readFile = (fileName) => modules.get(fileName)?.text ?? readFile.call(host, fileName)
-    const program = ts.createProgram([...modules.keys()], options, host)
+    // The Workers sample imports workerd's `cloudflare:workers` (users get its types from
+    // @cloudflare/workers-types): the names it uses, as the runtime suites declare them.
+    const program = ts.createProgram([...modules.keys(), join(root, 'test/runtimes/cloudflare-workers.d.ts')], options, host)
 
     // The package resolved as a user's project resolves it: to the built declarations.
     expect(program.getSourceFile(join(root, 'dist/index.d.ts')), 'mcp-dispatch must resolve to dist/index.d.ts').toBeDefined()

@@ -4,7 +4,7 @@
  * on a developer machine without `dist/` the suite is skipped, saying so).
  */
 import { execFileSync, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { isBuiltin } from 'node:module'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
@@ -46,6 +46,20 @@ describe.runIf(built)('built package', () => {
        console.log(JSON.stringify([parseApiToken(t).displayPrefix === t.slice(0, 12), typeof mcpDispatch]))`,
     )
     expect(JSON.parse(out)).toEqual([true, 'function'])
+  })
+
+  // tsup strips `node:` by default (`removeNodeProtocol`): a bare `crypto` is a package to a bundler
+  // for Workers (esbuild: "Could not resolve"), where `node:crypto` is left to the runtime.
+  it('names Node\'s built-ins with the node: prefix in every built file', () => {
+    const bare: string[] = []
+    for (const file of readdirSync(join(root, 'dist'), { recursive: true, encoding: 'utf8' })) {
+      if (!/\.c?js$/.test(file)) continue
+      const code = readFileSync(join(root, 'dist', file), 'utf8')
+      for (const [, name] of code.matchAll(/(?:\bfrom\s*|\bimport\s*\(\s*|\brequire\s*\(\s*)['"]([^'"]+)['"]/g)) {
+        if (isBuiltin(name!) && !name!.startsWith('node:')) bare.push(`${file}: ${name}`)
+      }
+    }
+    expect(bare).toEqual([])
   })
 
   /** The packages (bare specifiers, builtins aside) that importing `specifier` loads, in a child process. */

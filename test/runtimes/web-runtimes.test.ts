@@ -1,49 +1,107 @@
 /**
- * The Web adapter under the runtimes docs/adapters.md names besides Node: Bun and Deno, each
- * serving `test/runtimes/server.ts` (the built package, dist/, in front of the MCP SDK's
- * web-standard transport) on its own HTTP server, driven over loopback by raw requests and by
- * the official MCP SDK client.
+ * The Web adapter under the runtimes docs/adapters.md names besides Node: Bun, Deno and workerd
+ * (Cloudflare Workers' runtime), each serving the platform of `test/runtimes/app.ts` (the built
+ * package, dist/, in front of the MCP SDK's web-standard transport): Bun and Deno on their own
+ * HTTP server (`server.ts`), workerd as a bundled Worker (`worker.ts`, `workerd.ts`), driven over
+ * loopback by raw requests and by the official MCP SDK client. The same checks run on each;
+ * `workerd.test.ts` adds what is particular to Workers.
  *
- * The binaries come from the npm packages `bun` and `deno`, installed in a package of their own
- * (`npm ci --prefix test/runtimes`, which `.ci/run` does); the server imports dist/, so
- * `npm run build` comes first. Without either, the suite is skipped, saying so; under CI it fails.
+ * The binaries come from the npm packages `bun`, `deno` and `workerd`, installed in a package of
+ * their own (`npm ci --prefix test/runtimes`, which `.ci/run` does); the servers import dist/, so
+ * `npm run build` comes first. Where a runtime is missing, its suite is skipped, saying so; under
+ * CI it fails.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { paymentRequiredReply, rateLimitedReply, unauthorizedReply, versionNotFoundReply } from 'mcp-dispatch'
+import { forbiddenReply, paymentRequiredReply, rateLimitedReply, unauthorizedReply, versionNotFoundReply } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { underCI } from '../helpers/ci.js'
 import { loopbackFetch } from '../oauth/helpers/oauth-client.js'
+import type { RuntimeTokens } from './app.js'
+import { bundleWorker, startWorkerd, workerdBinary } from './workerd.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const installed = (path: string) => fileURLToPath(new URL(`./node_modules/${path}`, import.meta.url))
 const SERVER = fileURLToPath(new URL('./server.ts', import.meta.url))
-const RUNTIMES = {
-  bun: [installed('.bin/bun'), ['run', SERVER]],
-  // The Linux x64 build, installed as an optional dependency (test/runtimes/package.json).
-  deno: [installed('@deno/linux-x64-glibc/deno'), ['run', '--allow-net', '--allow-read', '--allow-env', SERVER]],
-} as const
 
-const missing = [
-  ...(Object.values(RUNTIMES).every(([binary]) => existsSync(binary)) ? [] : ['the runtimes (npm ci --prefix test/runtimes)']),
-  ...(existsSync(`${ROOT}dist/adapters/web/index.js`) ? [] : ['dist/ (npm run build)']),
-]
-if (missing.length > 0) {
+/** A runtime serving the platform on 127.0.0.1. */
+interface Served {
+  readonly port: number
+  /** What the runtime wrote on stderr (and, for workerd, stdout) so far. */
+  output(): string
+  stop(): Promise<void>
+}
+
+/** Bun or Deno running `server.ts`, which prints `{ port }` once it listens. */
+async function serveWith(command: string, args: readonly string[]): Promise<Served> {
+  const child: ChildProcess = spawn(command, [...args, SERVER], { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] })
+  let errors = ''
+  child.stderr!.on('data', (chunk: Buffer) => (errors += chunk.toString()))
+  const stop = async () => {
+    if (child.exitCode !== null || child.signalCode !== null) return
+    const exited = new Promise((resolve) => child.once('exit', resolve))
+    child.kill('SIGKILL')
+    await exited
+  }
+  const port = await new Promise<number>((resolve, reject) => {
+    let out = ''
+    const timer = setTimeout(() => reject(new Error(`${command} did not start within 20 s: ${errors}`)), 20_000)
+    child.stdout!.on('data', (chunk: Buffer) => {
+      out += chunk.toString()
+      const line = out.split('\n').find((l) => l.startsWith('{'))
+      if (line === undefined) return
+      clearTimeout(timer)
+      resolve((JSON.parse(line) as { port: number }).port)
+    })
+    child.on('exit', (code) => {
+      clearTimeout(timer)
+      reject(new Error(`${command} exited (${code}): ${errors}`))
+    })
+  }).catch(async (error: unknown) => {
+    await stop()
+    throw error
+  })
+  return { port, output: () => errors, stop }
+}
+
+const RUNTIMES = {
+  bun: { binary: installed('.bin/bun'), start: () => serveWith(installed('.bin/bun'), ['run']) },
+  // The Linux x64 build, installed as an optional dependency (test/runtimes/package.json).
+  deno: {
+    binary: installed('@deno/linux-x64-glibc/deno'),
+    start: () => serveWith(installed('@deno/linux-x64-glibc/deno'), ['run', '--sloppy-imports', '--allow-net', '--allow-read', '--allow-env']),
+  },
+  // The platform's binary of the `workerd` package (Linux, macOS, Windows on x64 and arm64).
+  workerd: { binary: workerdBinary(), start: async () => startWorkerd({ code: await bundleWorker('./worker.ts') }) },
+} as const satisfies Record<string, { binary: string | undefined; start(): Promise<Served> }>
+
+const dist = existsSync(`${ROOT}dist/adapters/web/index.js`)
+const missingFor = (runtime: keyof typeof RUNTIMES) => {
+  const binary = RUNTIMES[runtime].binary
+  return [
+    ...(binary !== undefined && existsSync(binary) ? [] : [`${runtime} (npm ci --prefix test/runtimes)`]),
+    ...(dist ? [] : ['dist/ (npm run build)']),
+  ]
+}
+for (const runtime of Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>) {
+  const missing = missingFor(runtime)
+  if (missing.length === 0) continue
   const message = `[web-runtimes] ${missing.join(' and ')} missing`
   if (underCI()) throw new Error(`${message}: under CI this suite fails instead of skipping`)
-  console.warn(`${message}; suite skipped`)
+  console.warn(`${message}; the suite on ${runtime} skipped`)
 }
 
 const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
 
-describe.skipIf(missing.length > 0).each(Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>)('the Web adapter on %s', (runtime) => {
-  let child: ChildProcess
+describe.each(Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>)('the Web adapter on %s', (runtime) => {
+  let served: Served | undefined
   let port: number
-  let tokens: { alice: string; bob: string }
-  let errors = ''
+  let tokens: RuntimeTokens
+  const skipped = missingFor(runtime).length > 0
+  const test = it.skipIf(skipped)
   const app = (path: string, slug = 'weather') => `http://${slug}.localhost:${port}${path}`
   const post = (url: string, token?: string) =>
     loopbackFetch(url, {
@@ -57,36 +115,17 @@ describe.skipIf(missing.length > 0).each(Object.keys(RUNTIMES) as Array<keyof ty
     })
 
   beforeAll(async () => {
-    const [command, args] = RUNTIMES[runtime]
-    child = spawn(command, [...args], { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] })
-    child.stderr!.on('data', (chunk: Buffer) => (errors += chunk.toString()))
-    const announced = await new Promise<{ port: number; tokens: { alice: string; bob: string } }>((resolve, reject) => {
-      let out = ''
-      const timer = setTimeout(() => reject(new Error(`${runtime} did not start within 20 s: ${errors}`)), 20_000)
-      child.stdout!.on('data', (chunk: Buffer) => {
-        out += chunk.toString()
-        const line = out.split('\n').find((l) => l.startsWith('{'))
-        if (line === undefined) return
-        clearTimeout(timer)
-        resolve(JSON.parse(line))
-      })
-      child.on('exit', (code) => {
-        clearTimeout(timer)
-        reject(new Error(`${runtime} exited (${code}): ${errors}`))
-      })
-    })
-    port = announced.port
-    tokens = announced.tokens
+    if (skipped) return
+    served = await RUNTIMES[runtime].start()
+    port = served.port
+    tokens = (await (await loopbackFetch(`http://control.localhost:${port}/tokens`)).json()) as RuntimeTokens
   }, 30_000)
 
   afterAll(async () => {
-    if (!child || child.exitCode !== null) return
-    const exited = new Promise((resolve) => child.once('exit', resolve))
-    child.kill('SIGKILL')
-    await exited
+    await served?.stop()
   })
 
-  it('answers refusals with the dispatch layer\'s bytes: 401, 402, 404 version_not_found, 429', async () => {
+  test('answers refusals with the dispatch layer\'s bytes: 401, 402, 403, 404 version_not_found, 429', async () => {
     const expectReply = async (response: Response, reply: { status: number; headers: Record<string, string>; body: string | null }) => {
       expect(response.status).toBe(reply.status)
       expect(await response.text()).toBe(reply.body)
@@ -95,6 +134,8 @@ describe.skipIf(missing.length > 0).each(Object.keys(RUNTIMES) as Array<keyof ty
     }
     await expectReply(await post(app('/v1')), unauthorizedReply({ resourceMetadataUrl: `${app('')}/.well-known/oauth-protected-resource` }))
     await expectReply(await post(app('/v1'), tokens.bob), paymentRequiredReply())
+    // Alice subscribes to notes, but her token is not scoped to it.
+    await expectReply(await post(app('/v1', 'notes'), tokens.alice), forbiddenReply())
     await expectReply(await post(app('/v3.0.0'), tokens.alice), versionNotFoundReply('3.0.0', '1.1.0'))
 
     expect((await post(app('/', 'busy'), tokens.alice)).status).toBe(200)
@@ -109,7 +150,7 @@ describe.skipIf(missing.length > 0).each(Object.keys(RUNTIMES) as Array<keyof ty
     )
   })
 
-  it('serves the protected-resource metadata and stamps the version headers on the App\'s answer', async () => {
+  test('serves the protected-resource metadata and stamps the version headers on the App\'s answer', async () => {
     const metadata = await loopbackFetch(app('/.well-known/oauth-protected-resource'))
     expect(metadata.status).toBe(200)
     expect(await metadata.json()).toEqual({
@@ -127,7 +168,7 @@ describe.skipIf(missing.length > 0).each(Object.keys(RUNTIMES) as Array<keyof ty
     expect(((await served.json()) as { result: { tools: Array<{ name: string }> } }).result.tools.map((t) => t.name)).toEqual(['get_version'])
   })
 
-  it('pins an MCP SDK client\'s session to its version across a deploy; new connections resolve anew; DELETE ends the pin', async () => {
+  test('pins an MCP SDK client\'s session to its version across a deploy; new connections resolve anew; DELETE ends the pin', async () => {
     const seen: Array<{ version: string | null; latest: string | null }> = []
     const recording = async (input: string | URL, init?: RequestInit) => {
       const response = await loopbackFetch(input, init)
@@ -173,6 +214,6 @@ describe.skipIf(missing.length > 0).each(Object.keys(RUNTIMES) as Array<keyof ty
     expect(((await after.json()) as { error: { data: unknown } }).error.data).toEqual({ error: 'session_not_found' })
     await first.client.close()
     await second.client.close()
-    expect(errors).toBe('')
+    expect(served!.output()).toBe('')
   })
 })
