@@ -49,9 +49,10 @@ const unwrap = <T>(outcome: Outcome<T>): T => {
  *
  * A call can be lost where a runtime ties work to the request that started it: Cloudflare
  * Workers cancel a request's I/O when it ends, and the promise of its work then never settles
- * (workerd rejects it in the requests that wait on it, from compatibility date 2024-10-14; before,
- * they wait for ever). A caller that joined such a call runs the work itself (later callers join
- * it), and a call older than `maxAgeMs` is not joined.
+ * (workerd rejects it in the requests that wait on it; older workerd builds, and compatibility dates
+ * before 2024-10-14, leave them waiting for ever). A caller that joined such a call runs the work
+ * itself (later callers join it) when it is rejected or has not settled `maxAgeMs` after it
+ * began, and a call older than `maxAgeMs` is not joined.
  *
  * @example
  * ```ts
@@ -66,6 +67,8 @@ export function createSingleFlight<T>(options: SingleFlightOptions = {}): Single
 
   function lead(key: string, work: () => Promise<T>): Promise<T> {
     const flight: { outcome: Promise<Outcome<T>>; since: number } = { outcome: undefined!, since: now() }
+    // In the map before the work starts: work that fails at once must find itself there to leave.
+    inFlight.set(key, flight)
     flight.outcome = (async (): Promise<Outcome<T>> => {
       try {
         return { ok: true, value: await work() }
@@ -76,21 +79,46 @@ export function createSingleFlight<T>(options: SingleFlightOptions = {}): Single
         if (inFlight.get(key) === flight) inFlight.delete(key)
       }
     })()
-    inFlight.set(key, flight)
     return flight.outcome.then(unwrap)
+  }
+
+  /**
+   * Waits for `current`, a call another caller leads, and does the work itself where that call
+   * was lost: rejected by the runtime (its request ended), or not settled within `maxAgeMs` of
+   * its start (a runtime that leaves it pending for ever). The wait is timed on this caller's own
+   * timer, which lives as long as this caller's request does.
+   */
+  function join(key: string, work: () => Promise<T>, current: Flight<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined
+      let done = false
+      const settle = (outcome: Outcome<T>) => {
+        if (done) return
+        done = true
+        if (timer !== undefined) clearTimeout(timer)
+        if (outcome.ok) resolve(outcome.value)
+        else reject(outcome.error)
+      }
+      const takeOver = () => {
+        if (done) return
+        done = true
+        if (timer !== undefined) clearTimeout(timer)
+        if (inFlight.get(key) === current) inFlight.delete(key)
+        group.run(key, work).promise.then(resolve, reject)
+      }
+      if (maxAgeMs !== Infinity) {
+        timer = setTimeout(takeOver, Math.max(0, current.since + maxAgeMs - now()) + 1)
+        ;(timer as { unref?: () => void }).unref?.()
+      }
+      current.outcome.then(settle, takeOver)
+    })
   }
 
   const group: SingleFlight<T> = {
     run(key, work) {
       const current = inFlight.get(key)
       if (current === undefined || now() - current.since > maxAgeMs) return { promise: lead(key, work), joined: false }
-      const promise = current.outcome.then(unwrap, () => {
-        // The runtime, not the work, rejected it: the request that started it has ended, and
-        // the work with it. This caller does it now.
-        if (inFlight.get(key) === current) inFlight.delete(key)
-        return group.run(key, work).promise
-      })
-      return { promise, joined: true }
+      return { promise: join(key, work, current), joined: true }
     },
     has(key) {
       const current = inFlight.get(key)

@@ -139,6 +139,26 @@ describe('createSingleFlight', () => {
     expect(flights.size).toBe(0)
   })
 
+  it('a caller that joined a call left pending for ever (its request ended, on a runtime that never settles it) does the work itself once maxAgeMs have passed, on its own timer', async () => {
+    const flights = createSingleFlight<string>({ maxAgeMs: 50 })
+    const lost = flights.run('k', () => new Promise<string>(() => {}))
+    const joined = flights.run('k', () => Promise.resolve('done by the joiner'))
+    expect(joined.joined).toBe(true)
+    expect(await joined.promise).toBe('done by the joiner')
+    expect(flights.size).toBe(0)
+    void lost.promise
+  })
+
+  it('work that fails at once leaves no call in flight behind', async () => {
+    const flights = createSingleFlight<string>()
+    const failing = flights.run('k', () => {
+      throw new Error('at once')
+    })
+    await expect(failing.promise).rejects.toThrow('at once')
+    expect(flights.size).toBe(0)
+    expect(flights.has('k')).toBe(false)
+  })
+
   it('shares a rejection too, then lets the next call try again', async () => {
     const flights = createSingleFlight<string>()
     const failing = flights.run('k', () => Promise.reject(new Error('upstream down')))

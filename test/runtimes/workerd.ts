@@ -5,8 +5,7 @@
  * back from workerd's control channel. It listens on 127.0.0.1 only, and reaches loopback only.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Readable } from 'node:stream'
@@ -23,16 +22,13 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 export const COMPATIBILITY_DATE = '2026-11-01'
 
 /**
- * The workerd binary of this platform, through the `workerd` package's own lookup (it names the
- * `@cloudflare/workerd-<platform>` package that holds it), or `undefined` where none is installed.
+ * The workerd binary (the npm package `@cloudflare/workerd-linux-64`, installed in test/runtimes:
+ * the registry this project installs from serves no other platform's build of this version), or
+ * `undefined` where none is installed.
  */
 export function workerdBinary(): string | undefined {
-  try {
-    const resolved = createRequire(new URL('./package.json', import.meta.url))('workerd') as { default: string }
-    return resolved.default
-  } catch {
-    return undefined
-  }
+  const binary = fileURLToPath(new URL('./node_modules/@cloudflare/workerd-linux-64/bin/workerd', import.meta.url))
+  return existsSync(binary) ? binary : undefined
 }
 
 /** `mcp-dispatch` and its subpaths, resolved to the built package, as a user's bundler does. */
