@@ -6,7 +6,8 @@
  * checks, and calls that give up on a Redis that does not answer.
  */
 import { once } from 'node:events'
-import type { Redis } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
+import type { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5'
 import {
   ConfigurationError,
   type InvalidationMessage,
@@ -26,7 +27,7 @@ import {
   createRedisRateLimitStore,
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
-import { describe, expect, it, vi } from 'vitest'
+import { describe, expect, expectTypeOf, it, vi } from 'vitest'
 import { describeRedis, holdConnection, nextInvalidation } from '../helpers/redis.js'
 import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
@@ -94,8 +95,17 @@ describeRedis('Redis stores: conformance', (redis) => {
   )
 })
 
+describe('ioredis clients as the stores take them', () => {
+  it('an ioredis 6 or ioredis 5 instance, or a Cluster of either, is a RedisClient as it is (checked by tsc)', () => {
+    expectTypeOf<Redis>().toExtend<RedisClient>()
+    expectTypeOf<Cluster>().toExtend<RedisClient>()
+    expectTypeOf<Redis5>().toExtend<RedisClient>()
+    expectTypeOf<Cluster5>().toExtend<RedisClient>()
+  })
+})
+
 describeRedis('Redis stores: what only Redis does', (redis) => {
-  it('an ioredis instance is a RedisClient as it is (checked by tsc)', () => {
+  it('an ioredis instance is a RedisClient as it is', () => {
     const client: RedisClient = redis.client
     expect(typeof client.duplicate).toBe('function')
   })
