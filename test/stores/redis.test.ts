@@ -357,6 +357,18 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(subscriber.status).toBe('ready')
     })
 
+    it('refuses its own client as its subscriber: a subscribed connection cannot send the stores\' commands (ioredis 5; RESP2), so every store on it would fail (regression)', () => {
+      const client = redis.connect({ lazyConnect: true })
+      let thrown: unknown
+      try {
+        createRedisInvalidationBus({ client, subscriber: client, prefix: redis.prefix() })
+      } catch (error) {
+        thrown = error
+      }
+      expect(thrown).toBeInstanceOf(ConfigurationError)
+      expect((thrown as ConfigurationError).option).toBe('subscriber')
+    })
+
     it('subscribes again after its connection was dropped, even without ioredis resubscribing', async () => {
       const prefix = redis.prefix()
       const subscriber = redis.connect({ autoResubscribe: false })
