@@ -357,6 +357,24 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(subscriber.status).toBe('ready')
     })
 
+    it('a subscriber connection of your own, handed over during its handshake, is subscribed once ready, not thrown out of it (regression: ioredis 5)', async () => {
+      // ioredis 5 writes a SUBSCRIBE at once while the connection is in its handshake
+      // (`connect`); the connection, then in subscriber mode, has its ready check (INFO)
+      // refused and is dropped: here, with no retry, for good.
+      const subscriber = redis.connect({ retryStrategy: () => null })
+      const events: string[] = []
+      subscriber.on('error', (error: Error) => events.push(`error: ${error.message}`))
+      subscriber.on('close', () => events.push('close'))
+      await once(subscriber, 'connect')
+      expect(subscriber.status).toBe('connect')
+      const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix: redis.prefix() })
+      await bus.ready()
+      expect(bus.listening).toBe(true)
+      expect(subscriber.status).toBe('ready')
+      expect(events).toEqual([])
+      await bus.close()
+    })
+
     it('refuses its own client as its subscriber: a subscribed connection cannot send the stores\' commands (ioredis 5; RESP2), so every store on it would fail (regression)', () => {
       const client = redis.connect({ lazyConnect: true })
       let thrown: unknown

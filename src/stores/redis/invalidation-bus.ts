@@ -218,7 +218,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // On creation, and again whenever the connection is ready (after a failed first attempt,
   // or a reconnect when the client does not resubscribe by itself); a repeat is harmless.
   function subscribe(): void {
-    if (closed) return
+    // A connection in its handshake (ioredis `connect`) is subscribed on its `ready`: ioredis 5
+    // would write the SUBSCRIBE at once, and the connection, then subscribed, would have its
+    // ready check refused and be dropped.
+    if (closed || subscriber.status === 'connect') return
     Promise.resolve()
       .then(() => subscriber.subscribe(channel))
       .then(() => (heartbeatMs === false ? undefined : subscriber.subscribe(heartbeatChannel)))
