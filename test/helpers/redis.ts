@@ -5,16 +5,31 @@
  * elsewhere the suites declared with {@link describeRedis} are skipped, and the reason is
  * printed.
  *
- * Every suite gets its own clients and random key prefixes; after the suite, every key under
- * those prefixes is deleted and every client is disconnected, so the process exits on its own.
+ * Every suite runs once per ioredis major ({@link IOREDIS_KINDS}), with its own clients and
+ * random key prefixes; after the suite, every key under those prefixes is deleted and every
+ * client is disconnected, so the process exits on its own.
  */
 import { randomBytes } from 'node:crypto'
 import { createServer } from 'node:net'
 import { Redis, type RedisOptions } from 'ioredis'
+import { Redis as Redis5 } from 'ioredis5'
 import type { InvalidationMessage } from 'mcp-dispatch'
 import type { RedisInvalidationBus } from 'mcp-dispatch/redis'
 import { afterAll, describe } from 'vitest'
 import { underCI } from './ci.js'
+
+/**
+ * The ioredis majors the Redis stores are tested on: the peer dependency takes
+ * `^5.4.0 || ^6.0.0`. `ioredis` is ioredis 6; `ioredis5` is ioredis 5, installed as the dev
+ * dependency `ioredis5` (`npm:ioredis@^5`). ioredis 5 is typed here as ioredis 6: the surface
+ * the tests use (commands, `duplicate`, `status`, events, `disconnect`) is the same on both;
+ * that ioredis 5's own types fit the stores is checked in test/stores/redis.test.ts.
+ */
+export const IOREDIS = { ioredis: Redis, ioredis5: Redis5 as unknown as typeof Redis } as const
+
+/** `ioredis` (ioredis 6) or `ioredis5`. */
+export type IoredisKind = keyof typeof IOREDIS
+export const IOREDIS_KINDS: readonly IoredisKind[] = ['ioredis', 'ioredis5']
 
 /** Where the tests find Redis. */
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379'
@@ -59,6 +74,8 @@ export const redisAvailable = unavailable === undefined
 
 /** What a Redis suite works with. */
 export interface RedisTestContext {
+  /** The ioredis major this run of the suite opens its clients with. */
+  readonly kind: IoredisKind
   /** A client of `REDIS_URL`, opened on first use, disconnected after the suite. */
   readonly client: Redis
   /** Opens another client (of `url`, default `REDIS_URL`), disconnected after the suite. */
@@ -87,20 +104,27 @@ export async function scanKeys(client: Redis, pattern: string): Promise<string[]
 }
 
 /**
- * A `describe` that runs only when Redis is available, with a {@link RedisTestContext}; keys
- * and clients are cleaned up after it.
+ * A `describe` that runs only when Redis is available, once per ioredis major (`name (ioredis
+ * 6)`, `name (ioredis 5)`), each with a {@link RedisTestContext} whose clients are of that
+ * major; keys and clients are cleaned up after it.
  */
 export function describeRedis(name: string, body: (redis: RedisTestContext) => void): void {
-  describe.runIf(redisAvailable)(name, () => {
+  for (const kind of IOREDIS_KINDS) describeRedisOn(kind, name, body)
+}
+
+function describeRedisOn(kind: IoredisKind, name: string, body: (redis: RedisTestContext) => void): void {
+  const RedisClient = IOREDIS[kind]
+  describe.runIf(redisAvailable)(`${name} (ioredis ${kind === 'ioredis5' ? 5 : 6})`, () => {
     const clients: Redis[] = []
     const prefixes: string[] = []
     let main: Redis | undefined
     const connect = (options: RedisOptions = {}, url = REDIS_URL) => {
-      const client = new Redis(url, options)
+      const client = new RedisClient(url, options)
       clients.push(client)
       return client
     }
     const context: RedisTestContext = {
+      kind,
       get client() {
         return (main ??= connect())
       },

@@ -4,7 +4,8 @@
  * package.json to the declarations in `dist/` (a package may import itself by its name), not
  * to `src/` as the repository's own `paths` would have it. Every ```ts, ```typescript and
  * ```js block is one module of a single TypeScript program, under the compiler options of
- * tsconfig.json.
+ * tsconfig.json. The samples that import `ioredis` (ioredis 6) are checked once more against
+ * ioredis 5 (the dev dependency `ioredis5`), the other major the peer dependency takes.
  *
  * A sample that is a fragment uses names declared elsewhere (`app`, `dispatcher`, `tokens`…):
  * its context below declares them, with their real types, before the sample (and may close a
@@ -350,6 +351,62 @@ function compilerOptions(): ts.CompilerOptions {
   return { ...options, noEmit: true, allowJs: true, checkJs: true }
 }
 
+/**
+ * The errors of one TypeScript program made of `selected` (each with its context), the
+ * package resolved through its exports to `dist/`; `rewrite` changes a sample's code first.
+ */
+function typecheck(selected: readonly Sample[], rewrite: (code: string) => string = (code) => code): string[] {
+  const options = compilerOptions()
+  const modules = new Map<string, { sample: Sample; text: string; preludeLines: number }>()
+  for (const sample of selected) {
+    const extension = CHECKED_LANGUAGES[sample.language]
+    if (extension === undefined) continue
+    const context = contexts.find((c) => c.file === sample.file && sample.code.includes(c.marker))
+    if (context?.skip !== undefined) continue
+    const prelude = context?.prelude === undefined ? '' : `${context.prelude}\n`
+    const postlude = context?.postlude === undefined ? '' : `\n${context.postlude}`
+    // At the repository root, so a sample of the reference platform imports './examples/…';
+    // `export {}` makes each sample a module of its own.
+    const name = join(root, `docs-sample-${sample.file.replace(/[/.]/g, '-')}-${sample.line}.${extension}`)
+    modules.set(name, { sample, text: `${prelude}${rewrite(sample.code)}${postlude}\nexport {}\n`, preludeLines: prelude.split('\n').length - 1 })
+  }
+
+  const host = ts.createCompilerHost(options)
+  const { getSourceFile, fileExists, readFile } = host
+  host.getSourceFile = (fileName, languageVersion, ...rest) => {
+    const module = modules.get(fileName)
+    return module ? ts.createSourceFile(fileName, module.text, languageVersion, true) : getSourceFile.call(host, fileName, languageVersion, ...rest)
+  }
+  host.fileExists = (fileName) => modules.has(fileName) || fileExists.call(host, fileName)
+  host.readFile = (fileName) => modules.get(fileName)?.text ?? readFile.call(host, fileName)
+  // The Workers sample imports workerd's `cloudflare:workers` (users get its types from
+  // @cloudflare/workers-types): the names it uses, as the runtime suites declare them.
+  const program = ts.createProgram([...modules.keys(), join(root, 'test/runtimes/cloudflare-workers.d.ts')], options, host)
+
+  // The package resolved as a user's project resolves it: to the built declarations.
+  expect(program.getSourceFile(join(root, 'dist/index.d.ts')), 'mcp-dispatch must resolve to dist/index.d.ts').toBeDefined()
+  expect(program.getSourceFile(join(root, 'src/index.ts'))).toBeUndefined()
+
+  const where = (diagnostic: ts.Diagnostic): string => {
+    const module = diagnostic.file && modules.get(diagnostic.file.fileName)
+    if (!diagnostic.file || diagnostic.start === undefined) return diagnostic.file?.fileName ?? '(program)'
+    const { line } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start)
+    if (!module) return `${diagnostic.file.fileName}:${line + 1}`
+    const { sample, preludeLines } = module
+    if (line < preludeLines) return `${sample.file}:${sample.line} (its context in docs-samples-typecheck.test.ts, line ${line + 1})`
+    return `${sample.file}:${sample.line + line - preludeLines}`
+  }
+  const diagnostics = [
+    ...program.getOptionsDiagnostics(),
+    ...program.getGlobalDiagnostics(),
+    ...[...modules.keys()].flatMap((name) => {
+      const file = program.getSourceFile(name)!
+      return [...program.getSyntacticDiagnostics(file), ...program.getSemanticDiagnostics(file)]
+    }),
+  ]
+  return diagnostics.map((d) => `${where(d)}: TS${d.code} ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`)
+}
+
 describe.runIf(built)('README and docs samples', () => {
   it('tags every fenced block with a language this test knows', () => {
     const unknown = samples
@@ -370,55 +427,13 @@ describe.runIf(built)('README and docs samples', () => {
   })
 
   it('typechecks every TypeScript sample against the built package', { timeout: 60_000 }, () => {
-    const options = compilerOptions()
-    const modules = new Map<string, { sample: Sample; text: string; preludeLines: number }>()
-    for (const sample of samples) {
-      const extension = CHECKED_LANGUAGES[sample.language]
-      if (extension === undefined) continue
-      const context = contexts.find((c) => c.file === sample.file && sample.code.includes(c.marker))
-      if (context?.skip !== undefined) continue
-      const prelude = context?.prelude === undefined ? '' : `${context.prelude}\n`
-      const postlude = context?.postlude === undefined ? '' : `\n${context.postlude}`
-      // At the repository root, so a sample of the reference platform imports './examples/…';
-      // `export {}` makes each sample a module of its own.
-      const name = join(root, `docs-sample-${sample.file.replace(/[/.]/g, '-')}-${sample.line}.${extension}`)
-      modules.set(name, { sample, text: `${prelude}${sample.code}${postlude}\nexport {}\n`, preludeLines: prelude.split('\n').length - 1 })
-    }
+    expect(typecheck(samples), 'a sample that does not typecheck: fix the sample (or the context it needs, above); dist/ must be built from the current src/').toEqual([])
+  })
 
-    const host = ts.createCompilerHost(options)
-    const { getSourceFile, fileExists, readFile } = host
-    host.getSourceFile = (fileName, languageVersion, ...rest) => {
-      const module = modules.get(fileName)
-      return module ? ts.createSourceFile(fileName, module.text, languageVersion, true) : getSourceFile.call(host, fileName, languageVersion, ...rest)
-    }
-    host.fileExists = (fileName) => modules.has(fileName) || fileExists.call(host, fileName)
-    host.readFile = (fileName) => modules.get(fileName)?.text ?? readFile.call(host, fileName)
-    // The Workers sample imports workerd's `cloudflare:workers` (users get its types from
-    // @cloudflare/workers-types): the names it uses, as the runtime suites declare them.
-    const program = ts.createProgram([...modules.keys(), join(root, 'test/runtimes/cloudflare-workers.d.ts')], options, host)
-
-    // The package resolved as a user's project resolves it: to the built declarations.
-    expect(program.getSourceFile(join(root, 'dist/index.d.ts')), 'mcp-dispatch must resolve to dist/index.d.ts').toBeDefined()
-    expect(program.getSourceFile(join(root, 'src/index.ts'))).toBeUndefined()
-
-    const where = (diagnostic: ts.Diagnostic): string => {
-      const module = diagnostic.file && modules.get(diagnostic.file.fileName)
-      if (!diagnostic.file || diagnostic.start === undefined) return diagnostic.file?.fileName ?? '(program)'
-      const { line } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start)
-      if (!module) return `${diagnostic.file.fileName}:${line + 1}`
-      const { sample, preludeLines } = module
-      if (line < preludeLines) return `${sample.file}:${sample.line} (its context in docs-samples-typecheck.test.ts, line ${line + 1})`
-      return `${sample.file}:${sample.line + line - preludeLines}`
-    }
-    const diagnostics = [
-      ...program.getOptionsDiagnostics(),
-      ...program.getGlobalDiagnostics(),
-      ...[...modules.keys()].flatMap((name) => {
-        const file = program.getSourceFile(name)!
-        return [...program.getSyntacticDiagnostics(file), ...program.getSemanticDiagnostics(file)]
-      }),
-    ]
-    const errors = diagnostics.map((d) => `${where(d)}: TS${d.code} ${ts.flattenDiagnosticMessageText(d.messageText, '\n')}`)
-    expect(errors, 'a sample that does not typecheck: fix the sample (or the context it needs, above); dist/ must be built from the current src/').toEqual([])
+  it('typechecks the samples that import ioredis against ioredis 5 too (the dev dependency ioredis5)', { timeout: 60_000 }, () => {
+    const onIoredis = samples.filter((sample) => sample.code.includes("from 'ioredis'"))
+    expect(onIoredis.length).toBeGreaterThan(0)
+    const errors = typecheck(onIoredis, (code) => code.replaceAll("from 'ioredis'", "from 'ioredis5'"))
+    expect(errors, 'a sample that does not typecheck with ioredis 5: the stores must take its client as they take ioredis 6').toEqual([])
   })
 })

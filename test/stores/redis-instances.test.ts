@@ -227,7 +227,9 @@ describeRedis('two instances sharing Redis, through the real pipeline and the MC
     expect(posts.every((s) => s.version === '1.1.0')).toBe(true)
   })
 
-  it('the instance holding a session\'s GET stream keeps its pin in Redis for the others, past the idle TTL', async () => {
+  // 6 s of real time, on one ioredis major: what it adds to the rest (a GETEX every third of the
+  // TTL, from the dispatcher's timer) goes through the client as every other GETEX here does.
+  it.runIf(redis.kind === 'ioredis')('the instance holding a session\'s GET stream keeps its pin in Redis for the others, past the idle TTL', async () => {
     // Two more instances with a pin TTL of 1.5 s, on real time (Redis expires keys on its own
     // clock): the SDK client's GET stream stays open on C while nothing else is sent.
     const ttl = 1500

@@ -6,7 +6,8 @@
  * checks, and calls that give up on a Redis that does not answer.
  */
 import { once } from 'node:events'
-import type { Redis } from 'ioredis'
+import type { Cluster, Redis } from 'ioredis'
+import type { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5'
 import {
   ConfigurationError,
   type InvalidationMessage,
@@ -26,7 +27,7 @@ import {
   createRedisRateLimitStore,
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
-import { describe, expect, it, vi } from 'vitest'
+import { describe, expect, expectTypeOf, it, vi } from 'vitest'
 import { describeRedis, holdConnection, nextInvalidation } from '../helpers/redis.js'
 import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
@@ -94,8 +95,17 @@ describeRedis('Redis stores: conformance', (redis) => {
   )
 })
 
+describe('ioredis clients as the stores take them', () => {
+  it('an ioredis 6 or ioredis 5 instance, or a Cluster of either, is a RedisClient as it is (checked by tsc)', () => {
+    expectTypeOf<Redis>().toExtend<RedisClient>()
+    expectTypeOf<Cluster>().toExtend<RedisClient>()
+    expectTypeOf<Redis5>().toExtend<RedisClient>()
+    expectTypeOf<Cluster5>().toExtend<RedisClient>()
+  })
+})
+
 describeRedis('Redis stores: what only Redis does', (redis) => {
-  it('an ioredis instance is a RedisClient as it is (checked by tsc)', () => {
+  it('an ioredis instance is a RedisClient as it is', () => {
     const client: RedisClient = redis.client
     expect(typeof client.duplicate).toBe('function')
   })
@@ -345,6 +355,36 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(await redis.client.pubsub('NUMSUB', bus.channel)).toEqual([bus.channel, 0])
       expect(await redis.client.pubsub('NUMSUB', `${bus.channel}:heartbeat`)).toEqual([`${bus.channel}:heartbeat`, 0])
       expect(subscriber.status).toBe('ready')
+    })
+
+    it('a subscriber connection of your own, handed over during its handshake, is subscribed once ready, not thrown out of it (regression: ioredis 5)', async () => {
+      // ioredis 5 writes a SUBSCRIBE at once while the connection is in its handshake
+      // (`connect`); the connection, then in subscriber mode, has its ready check (INFO)
+      // refused and is dropped: here, with no retry, for good.
+      const subscriber = redis.connect({ retryStrategy: () => null })
+      const events: string[] = []
+      subscriber.on('error', (error: Error) => events.push(`error: ${error.message}`))
+      subscriber.on('close', () => events.push('close'))
+      await once(subscriber, 'connect')
+      expect(subscriber.status).toBe('connect')
+      const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix: redis.prefix() })
+      await bus.ready()
+      expect(bus.listening).toBe(true)
+      expect(subscriber.status).toBe('ready')
+      expect(events).toEqual([])
+      await bus.close()
+    })
+
+    it('refuses its own client as its subscriber: a subscribed connection cannot send the stores\' commands (ioredis 5; RESP2), so every store on it would fail (regression)', () => {
+      const client = redis.connect({ lazyConnect: true })
+      let thrown: unknown
+      try {
+        createRedisInvalidationBus({ client, subscriber: client, prefix: redis.prefix() })
+      } catch (error) {
+        thrown = error
+      }
+      expect(thrown).toBeInstanceOf(ConfigurationError)
+      expect((thrown as ConfigurationError).option).toBe('subscriber')
     })
 
     it('subscribes again after its connection was dropped, even without ioredis resubscribing', async () => {

@@ -71,6 +71,11 @@ export function lostSinceReady(client: RedisCommandClient): () => boolean {
  * `error` events, and `disconnect` to close it.
  */
 export interface RedisSubscriberClient {
+  /**
+   * The connection's state, where the client tells it (`ioredis`): one in its handshake
+   * (`connect`) is subscribed once it is `ready`.
+   */
+  readonly status?: string
   subscribe(channel: string): Promise<unknown>
   unsubscribe(channel: string): Promise<unknown>
   on(event: 'message', listener: (channel: string, message: string) => void): unknown

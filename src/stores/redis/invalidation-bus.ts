@@ -21,7 +21,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   /**
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
    * listens on its channel and its heartbeat channel only and, on close, unsubscribes from
-   * them and leaves the connection open.
+   * them and leaves the connection open. Not `client` itself (a `ConfigurationError`): on
+   * RESP2, the only protocol of ioredis 5, a subscribed connection refuses every other command.
    */
   subscriber?: RedisSubscriberClient
   /**
@@ -115,6 +116,11 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   const methods = ['subscribe', 'unsubscribe', 'on', 'removeListener'] as const
   if (given !== undefined && !methods.every((name) => typeof given?.[name] === 'function')) {
     throw new ConfigurationError('subscriber', `must be a Redis connection with ${methods.join('(), ')}() (ioredis)`)
+  }
+  // A subscribed connection (RESP2, ioredis 5's only protocol) refuses every other command:
+  // every store on the client would fail. One connection of its own, whatever the protocol.
+  if (given !== undefined && given === (options.client as unknown)) {
+    throw new ConfigurationError('subscriber', 'must be a connection of its own, not the client: a subscribed connection cannot send the other commands')
   }
   if (given === undefined && typeof options.client.duplicate !== 'function') {
     throw new ConfigurationError('subscriber', 'is required when the client has no duplicate() method')
@@ -212,7 +218,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // On creation, and again whenever the connection is ready (after a failed first attempt,
   // or a reconnect when the client does not resubscribe by itself); a repeat is harmless.
   function subscribe(): void {
-    if (closed) return
+    // A connection in its handshake (ioredis `connect`) is subscribed on its `ready`: ioredis 5
+    // would write the SUBSCRIBE at once, and the connection, then subscribed, would have its
+    // ready check refused and be dropped.
+    if (closed || subscriber.status === 'connect') return
     Promise.resolve()
       .then(() => subscriber.subscribe(channel))
       .then(() => (heartbeatMs === false ? undefined : subscriber.subscribe(heartbeatChannel)))
