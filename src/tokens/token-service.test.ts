@@ -1594,6 +1594,24 @@ describe('last_used_at, coalesced', () => {
     await service.close()
   })
 
+  it('a write cut short by the runtime (Workers without waitUntil: it never settles) stops no later write: the next request past lastUsedFlushMs writes its batch again', async () => {
+    // storeTimeoutMs of real time never passes here: the write's own timeout never fires, as on
+    // Workers, where its timer ended with its request.
+    const { service, calls, clock, hooks, store } = setup({ lastUsedFlushMs: 30_000, storeTimeoutMs: 60_000 })
+    const a = await createToken(service)
+    hooks.holdTouch = new Promise<void>(() => {})
+    clock.advance(30_000)
+    await service.authenticate(a.token)
+    await vi.waitFor(() => expect(calls.touch).toHaveLength(1), { timeout: 2_000, interval: 10 })
+    hooks.holdTouch = undefined
+    clock.advance(62_000)
+    await service.authenticate(a.token)
+    await vi.waitFor(() => expect(calls.touch).toHaveLength(2), { timeout: 2_000, interval: 10 })
+    expect(calls.touch[1]).toEqual(new Map([[a.id, T0 + 92_000]]))
+    await vi.waitFor(async () => expect((await store.get(a.id))?.lastUsedAt).toBe(T0 + 92_000), { timeout: 2_000, interval: 10 })
+    await service.close()
+  })
+
   it('close releases the request kept for a timer that has nothing left to write', async () => {
     const handed: Promise<unknown>[] = []
     const { service } = setup({ lastUsedFlushMs: 60_000, waitUntil: (promise) => void handed.push(promise) })

@@ -474,6 +474,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const pendingLastUsed = new Map<string, number>()
   let lastFlush = now()
   let flushing: Promise<void> | undefined
+  // When `flushing` began (`monotonic`). A write lasts `storeTimeoutMs` at most (its timeout); one
+  // unsettled well past that was cut short with the request that began it (Workers, without
+  // `waitUntil`: its promise never settles there, or rejects only in a request that awaits it).
+  let flushingSince = 0
   // Writes pending uses within `flushEvery` of the first one even when no request follows
   // (unref'd: it never keeps a process alive). With `waitUntil`, the request that set it is kept
   // until it fires or is cleared (`releaseFlushTimer`).
@@ -634,8 +638,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
   function recordUse(id: string, at: number): void {
     pendingLastUsed.set(id, at)
-    if (at - lastFlush >= flushEvery && !flushing) void service.flush()
+    if (at - lastFlush >= flushEvery && (!flushing || writeLost())) void service.flush()
     else if (flushTimer === undefined) armFlush()
+  }
+
+  /** How long after its start a write is still waited for: its timeout, and some slack. */
+  function writeLeftMs(): number {
+    return flushingSince + storeTimeoutMs + WRITE_SLACK_MS - monotonic()
+  }
+
+  /** Whether the write in flight was cut short by the runtime (see `flushingSince`). */
+  function writeLost(): boolean {
+    return writeLeftMs() < 0
   }
 
   function armFlush(): void {
@@ -671,13 +685,17 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (flushTimer === undefined && !closed) armFlush()
       }
     }
-    // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
-    flushing = write().finally(() => {
+    // Cleared in a reaction, so always after the assignment, even when `touch` throws at once;
+    // and only if still the write in flight (one taken for lost may end late).
+    const current: Promise<void> = write().finally(() => {
+      if (flushing !== current) return
       flushing = undefined
       writing = undefined
     })
-    waitUntil?.(flushing)
-    return flushing
+    flushing = current
+    flushingSince = monotonic()
+    waitUntil?.(current)
+    return current
   }
 
   /**
@@ -1090,16 +1108,20 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         // A write in flight holds an older batch; wait for it, then write what came in meanwhile.
         while (flushing) {
           const current = flushing
+          // `write` never rejects, and settles within `storeTimeoutMs`: a rejection (the runtime
+          // ended the request that began it, and its write with it: Workers, without
+          // `waitUntil`) or no answer well past that (a runtime that leaves it pending for
+          // ever) is a write cut short. Its batch is written again.
+          let lost = true
           try {
-            await current
+            lost = !(await settlesWithin(current, writeLeftMs()))
           } catch {
-            // `write` never rejects: the runtime did, as the request that began it ended, and
-            // its write with it (Workers, without `waitUntil`). Its batch is written again.
-            if (flushing === current) {
-              if (writing) keepPending(writing)
-              flushing = undefined
-              writing = undefined
-            }
+            // lost
+          }
+          if (lost && flushing === current) {
+            if (writing) keepPending(writing)
+            flushing = undefined
+            writing = undefined
           }
         }
         await writePending()
@@ -1163,6 +1185,36 @@ const MAX_PREVIOUS_PEPPERS = 4
  * asking the store again.
  */
 const REFUSED_HASH_TTL_MS = 10_000
+
+/**
+ * How long past its `storeTimeoutMs` a `last_used_at` write is still waited for before it is
+ * taken for cut short by the runtime (its timeout's timer fires late on a loaded event loop). One
+ * taken for lost that still lands is harmless: `touch` never moves a date back.
+ */
+const WRITE_SLACK_MS = 1_000
+
+/**
+ * Whether `pending` settles within `ms` (rejects as it does), on a timer of the caller's own:
+ * on Workers, one that lives as long as the caller's request. The timer never keeps a process
+ * alive and is cleared as soon as `pending` settles.
+ */
+function settlesWithin(pending: Promise<unknown>, ms: number): Promise<boolean> {
+  if (ms < 0) return Promise.resolve(false)
+  return new Promise<boolean>((resolve, reject) => {
+    const timer = setTimeout(() => resolve(false), Math.min(ms + 1, MAX_TIMER_MS))
+    ;(timer as { unref?: () => void }).unref?.()
+    pending.then(
+      () => {
+        clearTimeout(timer)
+        resolve(true)
+      },
+      (error: unknown) => {
+        clearTimeout(timer)
+        reject(error)
+      },
+    )
+  })
+}
 
 /**
  * How many hashes of live stored tokens an instance remembers as known, at most (about 100 bytes
