@@ -1448,6 +1448,35 @@ describe('a store that stops answering', () => {
     expect(() => service.authenticate(generateApiToken(), '198.51.100.6')).toThrow(StoreUnavailableError)
   })
 
+  it('on Workers, a lookup whose request ended first (it never settles there) stops counting against maxPendingLookups once older than storeTimeoutMs', async () => {
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    try {
+      const inner = createMemoryTokenStore()
+      let lookups = 0
+      const store: TokenStore = {
+        ...inner,
+        findByHash() {
+          lookups++
+          return new Promise<never>(() => {})
+        },
+      }
+      const { service, clock } = setup({ store, maxPendingLookups: 2, storeTimeoutMs: 100 })
+      void service.authenticate(generateApiToken(), '203.0.113.1')
+      void service.authenticate(generateApiToken(), '203.0.113.2')
+      expect(() => service.authenticate(generateApiToken(), '203.0.113.3')).toThrow(StoreUnavailableError)
+      // Within storeTimeoutMs and its slack they may still answer: still counted.
+      clock.advance(1_100)
+      expect(() => service.authenticate(generateApiToken(), '203.0.113.3')).toThrow(StoreUnavailableError)
+      clock.advance(1)
+      void service.authenticate(generateApiToken(), '203.0.113.3')
+      void service.authenticate(generateApiToken(), '203.0.113.4')
+      expect(lookups).toBe(4)
+      expect(() => service.authenticate(generateApiToken(), '203.0.113.5')).toThrow(StoreUnavailableError)
+    } finally {
+      vi.unstubAllGlobals()
+    }
+  })
+
   it('refuses a maxPendingLookups that is not a positive integer', () => {
     for (const maxPendingLookups of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '5' as never]) {
       expect(() => setup({ maxPendingLookups }), String(maxPendingLookups)).toThrow(/maxPendingLookups/)

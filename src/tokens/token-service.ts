@@ -40,7 +40,7 @@ import {
 } from '../errors.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { lruClock } from '../stores/lru-clock.js'
-import { MAX_TIMER_MS, timerOption, withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
@@ -468,6 +468,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // Those lookups still waiting on the store, hung ones included (`maxPendingLookups`): a lookup
   // `charged` no longer shares is still counted until the store answers it.
   let pendingLookups = 0
+  // Where a request's I/O ends with it (Workers), a lookup whose request ended first (its client
+  // left, or the dispatcher answered 503 past `storeTimeoutMs`) never settles: its count would
+  // stay for good, and `maxPendingLookups` such lookups would refuse every unknown token of the
+  // isolate. There, lookups are counted by when they began, and one older than `storeTimeoutMs`
+  // (and some slack) is forgotten when the bound is reached. On Node, Bun and Deno a lookup on a
+  // hung store is still pending, and counts until the store answers it.
+  const lookupsEndWithRequest = timersEndWithRequest()
+  const lookupsSince = new Set<{ readonly since: number }>()
   const monotonic = options.now ?? (() => performance.now())
   // The accepted result per record (records are immutable): one object, not one per request.
   const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
@@ -1056,6 +1064,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // by now, and a store that hangs on one query must not hold the token back once it answers.
       const sharing = charged.get(tokenHash)
       if (sharing !== undefined && monotonic() - sharing.since < storeTimeoutMs) return sharing.auth
+      if (pendingLookups >= maxPendingLookups && lookupsEndWithRequest) {
+        const at = monotonic()
+        for (const lookup of lookupsSince) {
+          if (at - lookup.since <= storeTimeoutMs + WRITE_SLACK_MS) break
+          lookupsSince.delete(lookup)
+          pendingLookups--
+        }
+      }
       if (pendingLookups >= maxPendingLookups) {
         throw new StoreUnavailableError('token', {
           cause: new Error(`${pendingLookups} lookups of tokens not known to be stored are waiting on the store (maxPendingLookups)`),
@@ -1074,7 +1090,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash, asked)
       pendingLookups++
       const done = () => {
-        pendingLookups--
+        // One forgotten as lost (above) is counted down already.
+        if (!lookupsEndWithRequest || lookupsSince.delete(shared)) pendingLookups--
         if (charged.get(tokenHash) === shared) charged.delete(tokenHash)
       }
       const auth: Promise<TokenAuthResult> = result.then(
@@ -1090,6 +1107,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       )
       const shared = { auth, since: monotonic() }
       charged.set(tokenHash, shared)
+      if (lookupsEndWithRequest) lookupsSince.add(shared)
       // Shared by the requests with this token meanwhile: it must not end with the first one.
       if (waitUntil) waitUntil(auth.then(undefined, () => {}))
       return auth
