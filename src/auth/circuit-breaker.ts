@@ -27,6 +27,14 @@ export interface CircuitBreakerOptions {
   failureThreshold?: number
   /** How long an open breaker refuses calls before it lets one probe through. Default 30 s. */
   coolDownMs?: number
+  /**
+   * The longest a half-open probe can last before another is let through: one older is taken
+   * for lost, as on runtimes that end a request's I/O with it (Cloudflare Workers), where a
+   * probe whose request ended first never reports, and would leave the breaker refusing every
+   * call for good. Default: no limit. The OAuth validator sets its `retry.deadlineMs` plus
+   * `timeoutMs`, which no probe outlasts elsewhere.
+   */
+  probeMaxAgeMs?: number
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
   /** Called on every transition (metrics, logs). Exceptions it throws are ignored. */
@@ -86,6 +94,9 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
   let failures = 0
   let openedAt = 0
   let probing = false
+  let probeAt = 0
+  const probeMaxAgeMs = options.probeMaxAgeMs ?? Infinity
+  if (!(probeMaxAgeMs > 0)) throw new ConfigurationError('breaker.probeMaxAgeMs', 'must be a positive number of milliseconds')
 
   function move(to: BreakerState): void {
     if (to === state) return
@@ -119,8 +130,9 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
         if (wait > 0) return { allowed: false, retryAfterMs: wait }
         move('half-open')
       }
-      if (probing) return { allowed: false, retryAfterMs: PROBE_RETRY_AFTER_MS }
+      if (probing && !(now() - probeAt > probeMaxAgeMs)) return { allowed: false, retryAfterMs: PROBE_RETRY_AFTER_MS }
       probing = true
+      probeAt = now()
       return { allowed: true, probe: true }
     },
     success() {

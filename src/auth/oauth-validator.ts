@@ -540,7 +540,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
   }
   const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now })
-  const breaker = createCircuitBreaker({ ...options.breaker, now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
+  // A probe lasts at most a validation (a call within the deadline, bounded by the timeout); one
+  // older was cut short with its request (Workers) and would never report.
+  const breaker = createCircuitBreaker({ probeMaxAgeMs: retry.deadlineMs + timeoutMs, ...options.breaker, now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
   const waitUntil = options.waitUntil
   // The longest a validation lasts: calls within the deadline, each bounded by the timeout. One
   // older was cut short with the request that started it (Workers) and is not waited for.

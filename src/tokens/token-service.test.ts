@@ -1448,6 +1448,35 @@ describe('a store that stops answering', () => {
     expect(() => service.authenticate(generateApiToken(), '198.51.100.6')).toThrow(StoreUnavailableError)
   })
 
+  it('on Workers, a lookup whose request ended first (it never settles there) stops counting against maxPendingLookups once older than storeTimeoutMs', async () => {
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    try {
+      const inner = createMemoryTokenStore()
+      let lookups = 0
+      const store: TokenStore = {
+        ...inner,
+        findByHash() {
+          lookups++
+          return new Promise<never>(() => {})
+        },
+      }
+      const { service, clock } = setup({ store, maxPendingLookups: 2, storeTimeoutMs: 100 })
+      void service.authenticate(generateApiToken(), '203.0.113.1')
+      void service.authenticate(generateApiToken(), '203.0.113.2')
+      expect(() => service.authenticate(generateApiToken(), '203.0.113.3')).toThrow(StoreUnavailableError)
+      // Within storeTimeoutMs and its slack they may still answer: still counted.
+      clock.advance(1_100)
+      expect(() => service.authenticate(generateApiToken(), '203.0.113.3')).toThrow(StoreUnavailableError)
+      clock.advance(1)
+      void service.authenticate(generateApiToken(), '203.0.113.3')
+      void service.authenticate(generateApiToken(), '203.0.113.4')
+      expect(lookups).toBe(4)
+      expect(() => service.authenticate(generateApiToken(), '203.0.113.5')).toThrow(StoreUnavailableError)
+    } finally {
+      vi.unstubAllGlobals()
+    }
+  })
+
   it('refuses a maxPendingLookups that is not a positive integer', () => {
     for (const maxPendingLookups of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '5' as never]) {
       expect(() => setup({ maxPendingLookups }), String(maxPendingLookups)).toThrow(/maxPendingLookups/)
@@ -1591,6 +1620,24 @@ describe('last_used_at, coalesced', () => {
     await Promise.all(handed)
     expect(kept).toBe(true)
     expect((await service.get('alice', a.id)).last_used_at).toBe(new Date(T0).toISOString())
+    await service.close()
+  })
+
+  it('a write cut short by the runtime (Workers without waitUntil: it never settles) stops no later write: the next request past lastUsedFlushMs writes its batch again', async () => {
+    // storeTimeoutMs of real time never passes here: the write's own timeout never fires, as on
+    // Workers, where its timer ended with its request.
+    const { service, calls, clock, hooks, store } = setup({ lastUsedFlushMs: 30_000, storeTimeoutMs: 60_000 })
+    const a = await createToken(service)
+    hooks.holdTouch = new Promise<void>(() => {})
+    clock.advance(30_000)
+    await service.authenticate(a.token)
+    await vi.waitFor(() => expect(calls.touch).toHaveLength(1), { timeout: 2_000, interval: 10 })
+    hooks.holdTouch = undefined
+    clock.advance(62_000)
+    await service.authenticate(a.token)
+    await vi.waitFor(() => expect(calls.touch).toHaveLength(2), { timeout: 2_000, interval: 10 })
+    expect(calls.touch[1]).toEqual(new Map([[a.id, T0 + 92_000]]))
+    await vi.waitFor(async () => expect((await store.get(a.id))?.lastUsedAt).toBe(T0 + 92_000), { timeout: 2_000, interval: 10 })
     await service.close()
   })
 

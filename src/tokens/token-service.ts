@@ -40,7 +40,7 @@ import {
 } from '../errors.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { lruClock } from '../stores/lru-clock.js'
-import { MAX_TIMER_MS, timerOption, withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 
 const DAY_MS = 86_400_000
@@ -468,12 +468,24 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // Those lookups still waiting on the store, hung ones included (`maxPendingLookups`): a lookup
   // `charged` no longer shares is still counted until the store answers it.
   let pendingLookups = 0
+  // Where a request's I/O ends with it (Workers), a lookup whose request ended first (its client
+  // left, or the dispatcher answered 503 past `storeTimeoutMs`) never settles: its count would
+  // stay for good, and `maxPendingLookups` such lookups would refuse every unknown token of the
+  // isolate. There, lookups are counted by when they began, and one older than `storeTimeoutMs`
+  // (and some slack) is forgotten when the bound is reached. On Node, Bun and Deno a lookup on a
+  // hung store is still pending, and counts until the store answers it.
+  const lookupsEndWithRequest = timersEndWithRequest()
+  const lookupsSince = new Set<{ readonly since: number }>()
   const monotonic = options.now ?? (() => performance.now())
   // The accepted result per record (records are immutable): one object, not one per request.
   const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
   const pendingLastUsed = new Map<string, number>()
   let lastFlush = now()
   let flushing: Promise<void> | undefined
+  // When `flushing` began (`monotonic`). A write lasts `storeTimeoutMs` at most (its timeout); one
+  // unsettled well past that was cut short with the request that began it (Workers, without
+  // `waitUntil`: its promise never settles there, or rejects only in a request that awaits it).
+  let flushingSince = 0
   // Writes pending uses within `flushEvery` of the first one even when no request follows
   // (unref'd: it never keeps a process alive). With `waitUntil`, the request that set it is kept
   // until it fires or is cleared (`releaseFlushTimer`).
@@ -634,8 +646,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
   function recordUse(id: string, at: number): void {
     pendingLastUsed.set(id, at)
-    if (at - lastFlush >= flushEvery && !flushing) void service.flush()
+    if (at - lastFlush >= flushEvery && (!flushing || writeLost())) void service.flush()
     else if (flushTimer === undefined) armFlush()
+  }
+
+  /** How long after its start a write is still waited for: its timeout, and some slack. */
+  function writeLeftMs(): number {
+    return flushingSince + storeTimeoutMs + WRITE_SLACK_MS - monotonic()
+  }
+
+  /** Whether the write in flight was cut short by the runtime (see `flushingSince`). */
+  function writeLost(): boolean {
+    return writeLeftMs() < 0
   }
 
   function armFlush(): void {
@@ -671,13 +693,17 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (flushTimer === undefined && !closed) armFlush()
       }
     }
-    // Cleared in a reaction, so always after the assignment, even when `touch` throws at once.
-    flushing = write().finally(() => {
+    // Cleared in a reaction, so always after the assignment, even when `touch` throws at once;
+    // and only if still the write in flight (one taken for lost may end late).
+    const current: Promise<void> = write().finally(() => {
+      if (flushing !== current) return
       flushing = undefined
       writing = undefined
     })
-    waitUntil?.(flushing)
-    return flushing
+    flushing = current
+    flushingSince = monotonic()
+    waitUntil?.(current)
+    return current
   }
 
   /**
@@ -1038,6 +1064,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // by now, and a store that hangs on one query must not hold the token back once it answers.
       const sharing = charged.get(tokenHash)
       if (sharing !== undefined && monotonic() - sharing.since < storeTimeoutMs) return sharing.auth
+      if (pendingLookups >= maxPendingLookups && lookupsEndWithRequest) {
+        const at = monotonic()
+        for (const lookup of lookupsSince) {
+          if (at - lookup.since <= storeTimeoutMs + WRITE_SLACK_MS) break
+          lookupsSince.delete(lookup)
+          pendingLookups--
+        }
+      }
       if (pendingLookups >= maxPendingLookups) {
         throw new StoreUnavailableError('token', {
           cause: new Error(`${pendingLookups} lookups of tokens not known to be stored are waiting on the store (maxPendingLookups)`),
@@ -1056,7 +1090,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash, asked)
       pendingLookups++
       const done = () => {
-        pendingLookups--
+        // One forgotten as lost (above) is counted down already.
+        if (!lookupsEndWithRequest || lookupsSince.delete(shared)) pendingLookups--
         if (charged.get(tokenHash) === shared) charged.delete(tokenHash)
       }
       const auth: Promise<TokenAuthResult> = result.then(
@@ -1072,6 +1107,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       )
       const shared = { auth, since: monotonic() }
       charged.set(tokenHash, shared)
+      if (lookupsEndWithRequest) lookupsSince.add(shared)
       // Shared by the requests with this token meanwhile: it must not end with the first one.
       if (waitUntil) waitUntil(auth.then(undefined, () => {}))
       return auth
@@ -1090,16 +1126,20 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         // A write in flight holds an older batch; wait for it, then write what came in meanwhile.
         while (flushing) {
           const current = flushing
+          // `write` never rejects, and settles within `storeTimeoutMs`: a rejection (the runtime
+          // ended the request that began it, and its write with it: Workers, without
+          // `waitUntil`) or no answer well past that (a runtime that leaves it pending for
+          // ever) is a write cut short. Its batch is written again.
+          let lost = true
           try {
-            await current
+            lost = !(await settlesWithin(current, writeLeftMs()))
           } catch {
-            // `write` never rejects: the runtime did, as the request that began it ended, and
-            // its write with it (Workers, without `waitUntil`). Its batch is written again.
-            if (flushing === current) {
-              if (writing) keepPending(writing)
-              flushing = undefined
-              writing = undefined
-            }
+            // lost
+          }
+          if (lost && flushing === current) {
+            if (writing) keepPending(writing)
+            flushing = undefined
+            writing = undefined
           }
         }
         await writePending()
@@ -1163,6 +1203,36 @@ const MAX_PREVIOUS_PEPPERS = 4
  * asking the store again.
  */
 const REFUSED_HASH_TTL_MS = 10_000
+
+/**
+ * How long past its `storeTimeoutMs` a `last_used_at` write is still waited for before it is
+ * taken for cut short by the runtime (its timeout's timer fires late on a loaded event loop). One
+ * taken for lost that still lands is harmless: `touch` never moves a date back.
+ */
+const WRITE_SLACK_MS = 1_000
+
+/**
+ * Whether `pending` settles within `ms` (rejects as it does), on a timer of the caller's own:
+ * on Workers, one that lives as long as the caller's request. The timer never keeps a process
+ * alive and is cleared as soon as `pending` settles.
+ */
+function settlesWithin(pending: Promise<unknown>, ms: number): Promise<boolean> {
+  if (ms < 0) return Promise.resolve(false)
+  return new Promise<boolean>((resolve, reject) => {
+    const timer = setTimeout(() => resolve(false), Math.min(ms + 1, MAX_TIMER_MS))
+    ;(timer as { unref?: () => void }).unref?.()
+    pending.then(
+      () => {
+        clearTimeout(timer)
+        resolve(true)
+      },
+      (error: unknown) => {
+        clearTimeout(timer)
+        reject(error)
+      },
+    )
+  })
+}
 
 /**
  * How many hashes of live stored tokens an instance remembers as known, at most (about 100 bytes

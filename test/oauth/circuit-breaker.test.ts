@@ -29,6 +29,25 @@ describe('createCircuitBreaker', () => {
     expect(changes).toEqual([{ from: 'closed', to: 'open', at: 0 }])
   })
 
+  it('takes a probe older than probeMaxAgeMs for lost (its request ended first, on Workers: it never reports) and lets another through', () => {
+    const clock = createManualClock(0)
+    const breaker = createCircuitBreaker({ failureThreshold: 1, coolDownMs: 1_000, probeMaxAgeMs: 500, now: clock })
+    breaker.acquire()
+    breaker.failure()
+    clock.advance(1_000)
+    expect(breaker.acquire()).toEqual({ allowed: true, probe: true })
+    clock.advance(500)
+    expect(breaker.acquire()).toMatchObject({ allowed: false })
+    clock.advance(1)
+    expect(breaker.acquire()).toEqual({ allowed: true, probe: true })
+    expect(breaker.acquire()).toMatchObject({ allowed: false })
+    breaker.success()
+    expect(breaker.state).toBe('closed')
+    for (const probeMaxAgeMs of [0, -1, Number.NaN]) {
+      expect(() => createCircuitBreaker({ probeMaxAgeMs }), String(probeMaxAgeMs)).toThrow(/probeMaxAgeMs/)
+    }
+  })
+
   it('counts consecutive failures only: a success resets the count', () => {
     const { breaker } = setup()
     for (let i = 0; i < 10; i++) {

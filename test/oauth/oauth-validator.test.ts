@@ -254,6 +254,30 @@ describe('userinfo mode (the default)', () => {
     expect(v.breakerState).toBe('open')
   })
 
+  it('a half-open probe cut short with its request (Workers: its fetch and timers end, it never reports) does not keep the breaker refusing for good', async () => {
+    // Timers that never fire: the probe's own timeout dies with its request, as on Workers.
+    const v = validator({
+      timers: createManualTimers(),
+      timeoutMs: 1_000,
+      retry: { attempts: 1, deadlineMs: 2_000 },
+      breaker: { failureThreshold: 1, coolDownMs: 1_000 },
+    })
+    fake.route('/oidc/me', { status: 500 })
+    await unavailable(v.validate('token-0'))
+    expect(v.breakerState).toBe('open')
+    clock.advance(1_000)
+    const release = holdUserinfo({ status: 401, body: { error: 'invalid_token' } })
+    const lost = v.validate('probe-token')
+    while (fake.count('/oidc/me') < 2) await new Promise((r) => setImmediate(r))
+    await unavailable(v.validate('token-1'))
+    clock.advance(3_001)
+    fake.route('/oidc/me', { status: 401, body: { error: 'invalid_token' } })
+    expect(await v.validate('token-2')).toMatchObject({ active: false })
+    expect(v.breakerState).toBe('closed')
+    release()
+    await lost
+  })
+
   it('a Retry-After of 0 still waits the backoff; a 429 that names its wait gives the client’s budget unit back', async () => {
     fake.route('/oidc/me', { status: 429, headers: { 'retry-after': '0' } })
     const sleep = createRecordingSleep()
