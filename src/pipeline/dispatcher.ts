@@ -136,6 +136,8 @@ interface KeptSession {
   restarted: number
   /** A restart sent and not yet answered. */
   pending: boolean
+  /** When that restart was sent (`now()`). */
+  pendingSince: number
 }
 
 /** The decision for one request. */
@@ -874,11 +876,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /**
    * Restarts the idle TTL of a pin (a `get` does); a pin already gone is not kept any more. A
-   * restart still pending (a slow store) is not sent again. `report` tells of a failure.
+   * restart still pending (a slow store) is not sent again within a keep-alive interval. `report` tells of a failure.
    */
   function restartTtl(sessionId: string, kept: KeptSession, report: (error: unknown) => void): void {
-    if (kept.pending) return
     const at = now()
+    // One still unanswered a whole keep-alive interval later was lost with the request that sent
+    // it (Workers: its timeout's timer never fires once that request has ended, so it never
+    // settles); sent again, or the session's other open responses would never restart it.
+    if (kept.pending && at - kept.pendingSince < keepEveryMs) return
     const done = (pin: SessionPin | undefined) => {
       if (pin === undefined) {
         if (open.get(sessionId) === kept) open.delete(sessionId)
@@ -890,9 +895,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (isForeignThenable(pin)) pin = Promise.resolve(pin as unknown as PromiseLike<SessionPin | undefined>)
       if (!(pin instanceof Promise)) return done(pin)
       kept.pending = true
+      kept.pendingSince = at
       bounded(pin, 'sessions')
         .then(done, report)
-        .finally(() => (kept.pending = false))
+        .finally(() => {
+          // A restart taken for lost that ends late leaves the one sent after it pending.
+          if (kept.pendingSince === at) kept.pending = false
+        })
     } catch (error) {
       report(error)
     }
@@ -915,7 +924,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void): void {
     let kept = open.get(sessionId)
-    if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now(), pending: false }))
+    if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now(), pending: false, pendingSince: 0 }))
     kept.count++
     const held = kept
     let own: ReturnType<typeof setInterval> | undefined

@@ -255,7 +255,7 @@ describe('the keep-alive, in the dispatcher', () => {
     }
   }
 
-  function setup(wrap: (store: SessionStore) => SessionStore = (store) => store) {
+  function setup(wrap: (store: SessionStore) => SessionStore = (store) => store, options: { storeTimeoutMs?: number } = {}) {
     const fixture = createFixture()
     const store = createMemorySessionStore({ now: () => Date.now() })
     const calls = { get: 0 }
@@ -266,7 +266,7 @@ describe('the keep-alive, in the dispatcher', () => {
         return store.get(id, ttl)
       },
     }
-    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, now: () => Date.now(), sessions: wrap(counted) })
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, ...options, now: () => Date.now(), sessions: wrap(counted) })
     const request = (sessionId?: string, method = 'POST'): DispatchRequest => ({
       method,
       path: '/',
@@ -336,6 +336,36 @@ describe('the keep-alive, in the dispatcher', () => {
       expect((await decide('s-6')).type).toBe('dispatch')
       long.end()
       expect(vi.getTimerCount()).toBe(0)
+    } finally {
+      vi.unstubAllGlobals()
+    }
+  })
+
+  it('where timers end with their request (Workers), a TTL restart lost with its request is sent again at the next tick, and the pin kept (regression: the session\'s other responses never restarted it)', async () => {
+    // On Workers a restart sent from a request that then ends never settles: its timeout's timer
+    // never fires. Here the store does not answer one restart, and its timeout is far away.
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    try {
+      let hangNext = false
+      const { decide, calls, openWithStream } = setup(
+        (store) => ({
+          ...store,
+          get: (id, ttl) => {
+            if (!hangNext) return store.get(id, ttl)
+            hangNext = false
+            return new Promise<never>(() => {})
+          },
+        }),
+        { storeTimeoutMs: 24 * HOUR },
+      )
+      const long = await openWithStream('s-7')
+      const before = calls.get
+      hangNext = true
+      // The first restart (at a third of the hour-long TTL) is lost; the next ones must go out.
+      await vi.advanceTimersByTimeAsync(2 * HOUR)
+      expect(calls.get - before).toBeGreaterThan(2)
+      expect((await decide('s-7')).type).toBe('dispatch')
+      long.end()
     } finally {
       vi.unstubAllGlobals()
     }
