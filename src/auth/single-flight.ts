@@ -4,6 +4,7 @@
  * together).
  * @module
  */
+import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
 
 /** Shares in-flight work by key. */
 export interface SingleFlight<T> {
@@ -89,29 +90,17 @@ export function createSingleFlight<T>(options: SingleFlightOptions = {}): Single
    * timer, which lives as long as this caller's request does.
    */
   function join(key: string, work: () => Promise<T>, current: Flight<T>): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      let timer: ReturnType<typeof setTimeout> | undefined
-      let done = false
-      const settle = (outcome: Outcome<T>) => {
-        if (done) return
-        done = true
-        if (timer !== undefined) clearTimeout(timer)
-        if (outcome.ok) resolve(outcome.value)
-        else reject(outcome.error)
-      }
-      const takeOver = () => {
-        if (done) return
-        done = true
-        if (timer !== undefined) clearTimeout(timer)
-        if (inFlight.get(key) === current) inFlight.delete(key)
-        group.run(key, work).promise.then(resolve, reject)
-      }
-      if (maxAgeMs !== Infinity) {
-        timer = setTimeout(takeOver, Math.max(0, current.since + maxAgeMs - now()) + 1)
-        ;(timer as { unref?: () => void }).unref?.()
-      }
-      current.outcome.then(settle, takeOver)
-    })
+    const takeOver = () => {
+      if (inFlight.get(key) === current) inFlight.delete(key)
+      return group.run(key, work).promise
+    }
+    const waited =
+      maxAgeMs === Infinity
+        ? current.outcome
+        : withTimeout(current.outcome, Math.min(Math.max(0, current.since + maxAgeMs - now()) + 1, MAX_TIMER_MS), 'a shared call')
+    // The work's own failure is `unwrap`'s to throw, to every caller alike; only the runtime's
+    // rejection, or the wait running out, makes this caller do the work.
+    return waited.then(unwrap, takeOver)
   }
 
   const group: SingleFlight<T> = {

@@ -1130,12 +1130,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           // ended the request that began it, and its write with it: Workers, without
           // `waitUntil`) or no answer well past that (a runtime that leaves it pending for
           // ever) is a write cut short. Its batch is written again.
-          let lost = true
-          try {
-            lost = !(await settlesWithin(current, writeLeftMs()))
-          } catch {
-            // lost
-          }
+          const left = writeLeftMs()
+          const lost =
+            left < 0 ||
+            !(await withTimeout(current, Math.min(left + 1, MAX_TIMER_MS), 'last_used_at write').then(
+              () => true,
+              () => false,
+            ))
           if (lost && flushing === current) {
             if (writing) keepPending(writing)
             flushing = undefined
@@ -1210,29 +1211,6 @@ const REFUSED_HASH_TTL_MS = 10_000
  * taken for lost that still lands is harmless: `touch` never moves a date back.
  */
 const WRITE_SLACK_MS = 1_000
-
-/**
- * Whether `pending` settles within `ms` (rejects as it does), on a timer of the caller's own:
- * on Workers, one that lives as long as the caller's request. The timer never keeps a process
- * alive and is cleared as soon as `pending` settles.
- */
-function settlesWithin(pending: Promise<unknown>, ms: number): Promise<boolean> {
-  if (ms < 0) return Promise.resolve(false)
-  return new Promise<boolean>((resolve, reject) => {
-    const timer = setTimeout(() => resolve(false), Math.min(ms + 1, MAX_TIMER_MS))
-    ;(timer as { unref?: () => void }).unref?.()
-    pending.then(
-      () => {
-        clearTimeout(timer)
-        resolve(true)
-      },
-      (error: unknown) => {
-        clearTimeout(timer)
-        reject(error)
-      },
-    )
-  })
-}
 
 /**
  * How many hashes of live stored tokens an instance remembers as known, at most (about 100 bytes
