@@ -180,14 +180,71 @@ interface StallBreaker {
  */
 const NOTICED_LATE_MS = 20
 
-/** The breaker of each client object (so several stores on one client share it). */
-const breakers = new WeakMap<object, StallBreaker>()
+/**
+ * The breakers of each client object (so several stores on one client share them): one for a
+ * single Redis, one per master for a Redis Cluster client (keyed `host:port`; `''` for the
+ * whole client: a single Redis, a command on no key, a cluster whose slots are not known yet).
+ */
+const breakers = new WeakMap<object, Map<string, StallBreaker>>()
 
-function breakerOf(client: RedisCommandClient): StallBreaker {
-  let breaker = breakers.get(client)
-  if (!breaker) breakers.set(client, (breaker = { stalled: false, probeAt: 0, missedMs: 0, answers: 0 }))
+function breakerOf(client: RedisCommandClient, node: string): StallBreaker {
+  let byNode = breakers.get(client)
+  if (!byNode) breakers.set(client, (byNode = new Map()))
+  let breaker = byNode.get(node)
+  if (!breaker) byNode.set(node, (breaker = { stalled: false, probeAt: 0, missedMs: 0, answers: 0 }))
   return breaker
 }
+
+/**
+ * What the stores read of a Redis Cluster client to tell its masters apart: ioredis' `Cluster`
+ * says `isCluster: true` and keeps `slots`, for each hash slot the `host:port` of the nodes
+ * serving it, master first.
+ */
+interface ClusterSlotMap {
+  readonly isCluster?: unknown
+  readonly slots?: unknown
+}
+
+/** Redis Cluster's hash slots. */
+const HASH_SLOTS = 16_384
+const utf8 = new TextEncoder()
+
+/**
+ * The hash slot of `key` (Redis Cluster specification, "Key distribution model"): CRC16
+ * (XMODEM) of the key's bytes, or of its hash tag (what lies between its first `{` and the
+ * first `}` after it, when not empty), modulo 16,384.
+ * @internal
+ */
+export function hashSlot(key: string): number {
+  const bytes = utf8.encode(key)
+  let start = 0
+  let end = bytes.length
+  const open = bytes.indexOf(0x7b)
+  if (open !== -1) {
+    const close = bytes.indexOf(0x7d, open + 1)
+    if (close > open + 1) [start, end] = [open + 1, close]
+  }
+  let crc = 0
+  for (let i = start; i < end; i++) {
+    crc ^= bytes[i]! << 8
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff
+  }
+  return crc % HASH_SLOTS
+}
+
+/**
+ * The master that serves `key` on a Redis Cluster client, as the client's slot map has it
+ * (`host:port`); `''` for a single Redis, a command on no key, or a slot not mapped yet.
+ */
+function masterOf(client: RedisCommandClient, key: string | undefined): string {
+  const cluster = client as ClusterSlotMap
+  if (key === undefined || cluster.isCluster !== true || !Array.isArray(cluster.slots)) return ''
+  const nodes: unknown = cluster.slots[hashSlot(key)]
+  return Array.isArray(nodes) && typeof nodes[0] === 'string' ? nodes[0] : ''
+}
+
+/** Commands the stores send on no key (a channel instead), which a cluster client sends to any node. */
+const KEYLESS = new Set(['PUBLISH', 'PING'])
 
 /** Class names of Redis error replies: ioredis' `ReplyError`, node-redis' `ErrorReply` and its subclasses. */
 const ERROR_REPLIES = new Set(['ReplyError', 'ErrorReply', 'SimpleError', 'BlobError', 'MultiErrorReply'])
@@ -235,13 +292,13 @@ function isErrorReply(error: unknown): boolean {
  *   is told at its deadline. It is no probe; its answer closes the breaker as any answer does.
  *
  * A client whose Redis answers within `timeoutMs`, or keeps answering something within it,
- * never sees it. On a Redis Cluster client the breaker is the cluster's, as the client object
- * is: it cannot tell a hung shard from the others. While the healthy shards answer, a call to
- * the hung one that passes its deadline opens nothing, so calls to that shard keep being sent,
- * each waiting its whole deadline and left queued to run when the shard answers; when the
- * breaker does open (nothing else answered within that deadline), the calls to the healthy
- * shards are refused too, until an answer from any shard closes it, which leaves the hung
- * shard unprotected again. Give such a deployment a deadline it can afford per call.
+ * never sees it. On a Redis Cluster client (ioredis' `Cluster`: `isCluster`, with its slot map
+ * `slots`) there is one breaker per master, found from the key of each command by its hash
+ * slot: a master that hangs or went down opens its own, so its calls fail at once after the
+ * first deadline while the calls to the other masters are sent and answered as before; only
+ * that master's answers close it, and its probe is an `EXISTS` of the call's key (which reaches
+ * that master, where a `PING` would go to any node). Commands on no key (`PUBLISH`) and a
+ * cluster whose slots are not known yet share one breaker for the whole client.
  *
  * @example
  * ```ts
@@ -259,40 +316,42 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   if (typeof prefix !== 'string' || prefix === '') throw new ConfigurationError('prefix', 'must be a non-empty string')
   const timeoutMs = timerOption('timeoutMs', options.timeoutMs ?? DEFAULT_REDIS_TIMEOUT_MS)
 
-  const breaker = breakerOf(client)
-  const answered = () => {
-    breaker.answers++
-    breaker.stalled = false
-  }
-  const call = (command: string, args: RedisArgument[]): Promise<unknown> => {
+  const call = (breaker: StallBreaker, command: string, args: RedisArgument[]): Promise<unknown> => {
     let reply: Promise<unknown>
     try {
       reply = Promise.resolve(client.call(command, ...args))
     } catch (error) {
       return Promise.reject(error)
     }
+    const answered = () => {
+      breaker.answers++
+      breaker.stalled = false
+    }
     reply.then(answered, (error: unknown) => isErrorReply(error) && answered())
     return reply
   }
-  const evaluate = async (script: LuaScript, args: RedisArgument[]): Promise<unknown> => {
+  const evaluate = async (breaker: StallBreaker, script: LuaScript, args: RedisArgument[]): Promise<unknown> => {
     try {
-      return await call('EVALSHA', [script.sha, ...args])
+      return await call(breaker, 'EVALSHA', [script.sha, ...args])
     } catch (error) {
-      // A server that restarted, or a replica promoted since, has an empty script cache.
+      // A server that restarted, or a replica promoted since, has an empty script cache (on a
+      // cluster: a master that never ran it, or the target of a slot being migrated).
       if (!String((error as Error | undefined)?.message).startsWith('NOSCRIPT')) throw error
-      return call('EVAL', [script.source, ...args])
+      return call(breaker, 'EVAL', [script.source, ...args])
     }
   }
-  const open = () => {
-    breaker.stalled = true
-    breaker.probeAt = performance.now() + timeoutMs
-    breaker.missedMs = timeoutMs
-  }
   /**
-   * `attempt` under the deadline, through the breaker (see above); `anyway`: sent even while
-   * it is open, and never as the probe.
+   * `attempt` on `key` under the deadline, through the breaker of the master serving `key`
+   * (see above); `anyway`: sent even while it is open, and never as the probe.
    */
-  const guarded = (what: string, attempt: () => Promise<unknown>, anyway = false): Promise<unknown> => {
+  const guarded = (
+    what: string,
+    key: string | undefined,
+    attempt: (breaker: StallBreaker) => Promise<unknown>,
+    anyway = false,
+  ): Promise<unknown> => {
+    const master = masterOf(client, key)
+    const breaker = breakerOf(client, master)
     let settled = false
     let expired = false
     let probe = false
@@ -300,21 +359,26 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     // answering, if slowly (or another store's deadline is the tighter one): no stall.
     let seen = breaker.answers
     let pending: Promise<unknown>
-    if (!breaker.stalled || anyway) pending = attempt()
+    if (!breaker.stalled || anyway) pending = attempt(breaker)
     else if (performance.now() < breaker.probeAt) {
       return Promise.reject(
-        new Error(`${what} not sent: Redis is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`),
+        new Error(
+          `${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`,
+        ),
       )
     } else {
-      // One probe at a time; the next no sooner than timeoutMs after this one gave up.
+      // One probe at a time; the next no sooner than timeoutMs after this one gave up. On a
+      // cluster, a read of the key, so that it reaches the master in question (a PING goes to
+      // any node).
       probe = true
       breaker.probeAt = Number.POSITIVE_INFINITY
-      pending = call('PING', []).then(() => {
+      const ping = master === '' ? call(breaker, 'PING', []) : call(breaker, 'EXISTS', [key!])
+      pending = ping.then(() => {
         // Answered after this call gave up: its command would only run late, for no one.
         if (expired) throw new Error(`${what} not sent: Redis answered the probe after the deadline`)
         // Counted from the command, not the PING: the PING's answer says nothing of it.
         seen = breaker.answers
-        return attempt()
+        return attempt(breaker)
       })
     }
     const sentAt = performance.now()
@@ -328,10 +392,10 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
         // read then (setImmediate runs after that), so a stall of this process is no stall of
         // Redis; on time, at once.
         if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) {
-          if (!breaker.stalled && breaker.answers === seen) open()
+          if (!breaker.stalled && breaker.answers === seen) open(breaker)
         } else {
           setImmediate(() => {
-            if (!settled && !breaker.stalled && breaker.answers === seen) open()
+            if (!settled && !breaker.stalled && breaker.answers === seen) open(breaker)
           })
         }
       }
@@ -339,12 +403,19 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
       throw error
     })
   }
+  const open = (breaker: StallBreaker) => {
+    breaker.stalled = true
+    breaker.probeAt = performance.now() + timeoutMs
+    breaker.missedMs = timeoutMs
+  }
+  const keyOf = (command: string, args: RedisArgument[]) => (KEYLESS.has(command) ? undefined : String(args[0]))
   return {
     prefix,
     timeoutMs,
-    send: (command, ...args) => guarded(`Redis ${command}`, () => call(command, args)),
-    sendAnyway: (command, ...args) => guarded(`Redis ${command}`, () => call(command, args), true),
-    run: (script, key, ...args) => guarded(`Redis script ${script.name}`, () => evaluate(script, [1, key, ...args])),
+    send: (command, ...args) => guarded(`Redis ${command}`, keyOf(command, args), (breaker) => call(breaker, command, args)),
+    sendAnyway: (command, ...args) =>
+      guarded(`Redis ${command}`, keyOf(command, args), (breaker) => call(breaker, command, args), true),
+    run: (script, key, ...args) => guarded(`Redis script ${script.name}`, key, (breaker) => evaluate(breaker, script, [1, key, ...args])),
   }
 }
 

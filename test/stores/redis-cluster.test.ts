@@ -1,0 +1,406 @@
+/**
+ * The Redis stores on a real Redis Cluster (three masters on loopback, started by this file:
+ * test/helpers/redis-cluster.ts), through ioredis `Cluster` clients of ioredis 6 and 5: the
+ * shared conformance suites, what a cluster changes (keys on every master, scripts by SHA on
+ * nodes that never saw them, pub/sub across nodes, a slot that migrates under the counters),
+ * the two-instances pipeline of test/stores/redis-instances.test.ts; and a master that goes
+ * down (killed, on clusters of their own, one per ioredis major): the stores on the other
+ * masters keep serving, the calls of the dead one fail within one deadline and then at once
+ * (the stall breaker is per master), through the pipeline the rate limit fails open with a
+ * report and the sessions of the dead master answer 503; and a bus whose subscription was on
+ * the dead master hears the others again. Each of those tests starts the killed master again
+ * (empty) after it.
+ */
+import type { RateLimitStore, SessionPin, SessionStore } from 'mcp-dispatch'
+import {
+  type RedisInvalidationBus,
+  createRedisCacheStore,
+  createRedisInvalidationBus,
+  createRedisRateLimitStore,
+  createRedisSessionStore,
+} from 'mcp-dispatch/redis'
+import { mcpDispatch } from 'mcp-dispatch/web'
+import { describe, expect, it, vi } from 'vitest'
+import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, startRedisClusters } from '../helpers/redis-cluster.js'
+import { nextInvalidation } from '../helpers/redis.js'
+import { type Fixture, HOSTNAME, TOOLS_LIST, createFixture } from '../robustness/support.js'
+import {
+  describeCacheStoreConformance,
+  describeInvalidationBusConformance,
+  describeRateLimitStoreConformance,
+  describeSessionStoreConformance,
+} from './conformance.js'
+import { hashSlot } from '../../src/stores/redis/client.js'
+import { sharedValidationCacheSuite, twoInstancesSuite } from './redis-instances-suite.js'
+
+// Every cluster of the file, started at once before any test opens a connection: a cluster
+// shared by the suites that leave it whole, and one per ioredis major for the tests that end a
+// master (each starts it again after).
+const [shared, downOn6, downOn5] = (await startRedisClusters([
+  [47201, 47202, 47203],
+  [47204, 47205, 47206],
+  [47207, 47208, 47209],
+])) ?? []
+
+const PIN: SessionPin = { appId: 'app_1', version: '1.2.3', subject: 'user_1' }
+const W = 60_000
+const START = 1_700_000_040_000 - (1_700_000_040_000 % W)
+
+/** Every `cmdstat_<name>` call count of `INFO commandstats` of the node on `port`. */
+async function commandCalls(redis: RedisClusterTestContext, port: number): Promise<Record<string, number>> {
+  const info = String(await redis.cluster.node(port).call('INFO', 'commandstats'))
+  return Object.fromEntries([...info.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].map(([, name, calls]) => [name!, Number(calls)]))
+}
+
+/** A key prefix whose keys all land on the master on `port` (a hash tag: `…:{t3}:`). */
+async function prefixOn(redis: RedisClusterTestContext, port: number): Promise<string> {
+  return `${redis.prefix()}${await redis.cluster.hashTagOn(port)}:`
+}
+
+describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
+  describe('conformance', () => {
+    const closeBus = (bus: unknown) => (bus as RedisInvalidationBus).close()
+    describeSessionStoreConformance('redis cluster', () => createRedisSessionStore({ client: redis.clusterClient, prefix: redis.prefix() }), {
+      injectableClock: false,
+    })
+    describeRateLimitStoreConformance('redis cluster', () => createRedisRateLimitStore({ client: redis.clusterClient, prefix: redis.prefix() }), {
+      injectableClock: false,
+    })
+    describeCacheStoreConformance('redis cluster', () => createRedisCacheStore({ client: redis.clusterClient, prefix: redis.prefix(), localTtlMs: 0 }), {
+      injectableClock: false,
+    })
+    describeInvalidationBusConformance(
+      'redis cluster',
+      async () => {
+        const bus = createRedisInvalidationBus({ client: redis.clusterClient, prefix: redis.prefix() })
+        await bus.ready()
+        return bus
+      },
+      { teardown: closeBus },
+    )
+  })
+
+  describe('what a cluster changes', () => {
+    it('keys spread over every master; each store call is on one key, so no CROSSSLOT', async () => {
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: redis.clusterClient, prefix })
+      const sessions = createRedisSessionStore({ client: redis.clusterClient, prefix })
+      const cache = createRedisCacheStore<{ n: number }>({ client: redis.clusterClient, prefix, localTtlMs: 0 })
+      for (let i = 0; i < 30; i++) {
+        expect(await counters.increment(`k${i}`, START, W)).toBe(1)
+        expect(await sessions.set(`s${i}`, PIN, 60_000)).toBe(true)
+        await cache.set(`c${i}`, { n: i }, 60_000)
+      }
+      for (let i = 0; i < 30; i++) {
+        expect(await counters.increment(`k${i}`, START, W)).toBe(2)
+        expect(await sessions.get(`s${i}`, 60_000)).toEqual(PIN)
+        expect(await cache.get(`c${i}`)).toEqual({ n: i })
+      }
+      const perMaster = await Promise.all(
+        redis.cluster.ports.map(async (port) => (await redis.cluster.node(port).keys(`${prefix}*`)).length),
+      )
+      expect(perMaster.every((count) => count > 0)).toBe(true)
+      expect(perMaster.reduce((a, b) => a + b)).toBe(90)
+    })
+
+    it('the stores find the master of a key as Redis does (hash slots, hash tags, UTF-8)', async () => {
+      const keys = ['', 'a', 'mcp-dispatch:rl:user_1:app_1', '{user1}:a', 'x{user1}y', '{}{a}', 'a{}b', 'a{b', 'a}b{c}', '{a}{b}', 'ü:键', '\u0000k']
+      const node = redis.cluster.node(redis.cluster.ports[0]!)
+      for (const key of keys) expect(hashSlot(key), JSON.stringify(key)).toBe(Number(await node.call('CLUSTER', 'KEYSLOT', key)))
+    })
+
+    it('scripts by SHA on a master that never saw them: NOSCRIPT there, one EVAL, then EVALSHA', async () => {
+      const prefix = redis.prefix()
+      for (const port of redis.cluster.ports) {
+        await redis.cluster.node(port).call('SCRIPT', 'FLUSH')
+        await redis.cluster.node(port).call('CONFIG', 'RESETSTAT')
+      }
+      const counters = createRedisRateLimitStore({ client: redis.clusterClient, prefix })
+      const cache = createRedisCacheStore<{ n: number }>({ client: redis.clusterClient, prefix, localTtlMs: 0 })
+      for (let round = 1; round <= 3; round++) {
+        for (let i = 0; i < 20; i++) {
+          expect(await counters.increment(`k${i}`, START, W)).toBe(round)
+          expect(await cache.get(`c${i}`)).toBeUndefined()
+        }
+      }
+      for (const port of redis.cluster.ports) {
+        const calls = await commandCalls(redis, port)
+        // Two scripts (the counter's and the cache read), each loaded once on each master.
+        expect(calls.eval, `EVAL on ${port}`).toBe(2)
+        expect(calls.evalsha, `EVALSHA on ${port}`).toBeGreaterThan(2)
+      }
+    })
+
+    it('pub/sub crosses nodes: a PUBLISH on any master reaches a bus, whichever node it subscribed on', async () => {
+      const prefix = redis.prefix()
+      const bus = createRedisInvalidationBus({ client: redis.clusterClient, prefix })
+      await bus.ready()
+      expect(bus.listening).toBe(true)
+      try {
+        for (const [i, port] of redis.cluster.ports.entries()) {
+          const arrived = nextInvalidation(bus)
+          const wire = JSON.stringify({ origin: 'elsewhere', kind: 'token', tokenHash: `hash_${port}` })
+          expect(await redis.cluster.node(port).publish(bus.channel, wire)).toBeGreaterThanOrEqual(i === 0 ? 0 : 0)
+          expect(await arrived).toEqual({ kind: 'token', tokenHash: `hash_${port}` })
+        }
+      } finally {
+        await bus.close()
+      }
+    })
+
+    it('buses on two Cluster clients hear each other, and the heartbeat keeps them listening', async () => {
+      const prefix = redis.prefix()
+      const errors: unknown[] = []
+      const onError = (error: unknown) => errors.push(error)
+      const a = createRedisInvalidationBus({ client: redis.connectCluster(), prefix, heartbeatMs: 50, onError })
+      const b = createRedisInvalidationBus({ client: redis.connectCluster(), prefix, heartbeatMs: 50, onError })
+      try {
+        await Promise.all([a.ready(2_000), b.ready(2_000)])
+        const arrived = nextInvalidation(b)
+        await a.publish({ kind: 'token', tokenHash: 'from-a' })
+        expect(await arrived).toEqual({ kind: 'token', tokenHash: 'from-a' })
+        // Ten heartbeat intervals: heartbeats (through any master) keep both listening.
+        await new Promise((resolve) => setTimeout(resolve, 500))
+        expect([a.listening, b.listening]).toEqual([true, true])
+        expect(errors).toEqual([])
+      } finally {
+        await a.close()
+        await b.close()
+      }
+    })
+
+    it('a Cluster client is `ready` as a whole: the counters count (not taken for an offline queue)', async () => {
+      const client = redis.connectCluster()
+      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix() })
+      // Before the first `ready` calls wait for the slots, then count.
+      expect(await counters.increment('k', START, W)).toBe(1)
+      expect(client.status).toBe('ready')
+      expect(await counters.increment('k', START, W)).toBe(2)
+    })
+
+    it('a slot that migrates under a counter and a session (ASK, then MOVED): counts go on, the pin is found', async () => {
+      const [fromPort, toPort] = redis.cluster.ports as [number, number, number]
+      const from = redis.cluster.node(fromPort)
+      const to = redis.cluster.node(toPort)
+      const prefix = await prefixOn(redis, fromPort)
+      const counterKey = `${prefix}rl:k`
+      const slot = Number(await from.call('CLUSTER', 'KEYSLOT', counterKey))
+      const [fromId, toId] = [String(await from.call('CLUSTER', 'MYID')), String(await to.call('CLUSTER', 'MYID'))]
+      const counters = createRedisRateLimitStore({ client: redis.clusterClient, prefix })
+      const sessions = createRedisSessionStore({ client: redis.clusterClient, prefix })
+      // The target master never ran the counter's script: the ASK path meets NOSCRIPT there.
+      await to.call('SCRIPT', 'FLUSH')
+      expect(await counters.increment('k', START, W)).toBe(1)
+      expect(await sessions.set('s1', PIN, 60_000)).toBe(true)
+
+      await to.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', fromId)
+      await from.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', toId)
+      // Still on the source: served there; a new key of the slot is created on the target (ASK).
+      expect(await counters.increment('k', START, W)).toBe(2)
+      expect(await counters.increment('fresh', START, W)).toBe(1)
+      // (Asked of the nodes themselves: a key command there would answer MOVED or ASK.)
+      const keysIn = async (node: typeof from) => ((await node.call('CLUSTER', 'GETKEYSINSLOT', slot, 10)) as string[]).sort()
+      expect(await keysIn(to)).toEqual([`${prefix}rl:fresh`])
+
+      await from.call('MIGRATE', '127.0.0.1', toPort, '', 0, 5_000, 'KEYS', counterKey, `${prefix}session:s1`)
+      // Moved, the slot not yet handed over: the source answers ASK for both.
+      expect(await counters.increment('k', START, W)).toBe(3)
+      expect(await sessions.get('s1', 60_000)).toEqual(PIN)
+
+      for (const node of [to, from, redis.cluster.node(redis.cluster.ports[2]!)]) await node.call('CLUSTER', 'SETSLOT', slot, 'NODE', toId)
+      // Handed over: MOVED, and the client's slot map follows.
+      expect(await counters.increment('k', START, W)).toBe(4)
+      expect(await counters.increment('fresh', START, W)).toBe(2)
+      expect(await sessions.get('s1', 60_000)).toEqual(PIN)
+      expect(await redis.clusterClient.hgetall(counterKey)).toEqual({ w: String(START), c: '4' })
+      expect(await keysIn(to)).toEqual([counterKey, `${prefix}rl:fresh`, `${prefix}session:s1`].sort())
+      expect(await keysIn(from)).toEqual([])
+    })
+  })
+
+  describe('two instances sharing the cluster, through the real pipeline and the MCP SDK client', () => {
+    twoInstancesSuite(redis, { keepAlive: false })
+  })
+  describe('the OAuth validation cache, shared by two instances through the cluster', () => {
+    sharedValidationCacheSuite(redis)
+  })
+})
+
+/** The pipeline (web adapter) on the robustness fixture, with the given session and counter stores. */
+async function pipeline(sessions: SessionStore, counters: RateLimitStore) {
+  const fixture: Fixture = await createFixture({
+    dispatcher: { sessions, rateLimit: { store: counters, policy: () => ({ limit: 1_000, windowType: 'minute' }) } },
+  })
+  const handle = mcpDispatch({
+    dispatcher: fixture.dispatcher,
+    onError: fixture.onError,
+    handler: async (request) =>
+      new Response('{"jsonrpc":"2.0","id":1,"result":{}}', {
+        headers: {
+          'content-type': 'application/json',
+          ...(request.headers.get('x-open-session') && { 'mcp-session-id': request.headers.get('x-open-session')! }),
+        },
+      }),
+  })
+  const send = async (headers: Record<string, string> = {}) => {
+    const started = performance.now()
+    const response = await handle(
+      new Request(`http://${HOSTNAME}/v1`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          authorization: `Bearer ${fixture.tokens.valid}`,
+          ...headers,
+        },
+        body: TOOLS_LIST,
+      }),
+      { clientAddress: '127.0.0.1' },
+    )
+    await response.body?.cancel()
+    return { status: response.status, ratelimit: response.headers.get('ratelimit'), ms: performance.now() - started }
+  }
+  const reported = () => fixture.errors.splice(0).map((e) => [e.context, (e.error as Error).message])
+  return { fixture, send, reported }
+}
+
+/** The deadline of the stores in the tests of a master going down. */
+const TIMEOUT_MS = 200
+
+/**
+ * One master killed, on a cluster of its own per ioredis major (the killed master does not
+ * come back): no replica takes its slots, and the others mark it failed only after
+ * `cluster-node-timeout` (15 s, the default), so for the length of the test the other two
+ * serve their slots.
+ */
+function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluster | undefined) {
+  describeRedisCluster(
+    'a master of the Redis Cluster goes down',
+    cluster,
+    (redis) => {
+      it('the stores on the other masters keep serving; the dead master\'s calls fail, the first at its deadline, the next at once (regression: one dead shard refused them all)', async () => {
+        const [healthy, other, dead] = redis.cluster.ports as [number, number, number]
+        const client = redis.connectCluster({ maxRetriesPerRequest: 1 })
+        const on = async (port: number) => {
+          const prefix = await prefixOn(redis, port)
+          return {
+            counters: createRedisRateLimitStore({ client, prefix, timeoutMs: TIMEOUT_MS }),
+            sessions: createRedisSessionStore({ client, prefix, timeoutMs: TIMEOUT_MS }),
+          }
+        }
+        const stores = { [healthy]: await on(healthy), [other]: await on(other), [dead]: await on(dead) }
+        for (const port of redis.cluster.ports) {
+          expect(await stores[port]!.counters.increment('k', START, W)).toBe(1)
+          expect(await stores[port]!.sessions.set('s', PIN, 60_000)).toBe(true)
+        }
+
+        await redis.cluster.kill(dead)
+        try {
+          const outcomes: Array<{ port: number; outcome: string; ms: number }> = []
+          for (let round = 2; round <= 6; round++) {
+            for (const port of redis.cluster.ports) {
+              const started = performance.now()
+              const outcome = await Promise.all([stores[port]!.counters.increment('k', START, W), stores[port]!.sessions.get('s', 60_000)]).then(
+                ([count, pin]) => `${String(count)} ${pin?.version ?? 'no pin'}`,
+                (error: Error) => error.message,
+              )
+              outcomes.push({ port, outcome, ms: performance.now() - started })
+            }
+          }
+          for (const port of [healthy, other]) {
+            expect(outcomes.filter((o) => o.port === port).map((o) => o.outcome)).toEqual(['2 1.2.3', '3 1.2.3', '4 1.2.3', '5 1.2.3', '6 1.2.3'])
+          }
+          const deadOutcomes = outcomes.filter((o) => o.port === dead)
+          expect(deadOutcomes.every((o) => /did not answer|not sent/.test(o.outcome))).toBe(true)
+          // Never a hang: one deadline at most, and at once once the node's stall showed (but
+          // for a probe, one deadline after it).
+          expect(Math.max(...deadOutcomes.map((o) => o.ms))).toBeLessThan(TIMEOUT_MS + 150)
+          expect(deadOutcomes.filter((o) => o.ms < 20).length).toBeGreaterThanOrEqual(3)
+          expect(deadOutcomes.slice(1).some((o) => o.outcome.includes(`127.0.0.1:${dead} is stalled`))).toBe(true)
+        } finally {
+          await redis.cluster.restart(dead)
+        }
+      })
+
+      it('through the pipeline: counters on the dead master fail open, reported; sessions on a live one are served; sessions on the dead one 503', async () => {
+        const [healthy, , dead] = redis.cluster.ports as [number, number, number]
+        const client = redis.connectCluster({ maxRetriesPerRequest: 1 })
+        const onDead = await prefixOn(redis, dead)
+        const onHealthy = await prefixOn(redis, healthy)
+        // A session on the live master, counters on the dead one.
+        const a = await pipeline(
+          createRedisSessionStore({ client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }),
+          createRedisRateLimitStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
+        )
+        // The other way round.
+        const b = await pipeline(
+          createRedisSessionStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
+          createRedisRateLimitStore({ client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }),
+        )
+        try {
+          expect(await a.send({ 'x-open-session': 'on-live' })).toMatchObject({ status: 200, ratelimit: '"minute";r=999;t=30' })
+          expect(await b.send({ 'x-open-session': 'on-dead' })).toMatchObject({ status: 200, ratelimit: '"minute";r=999;t=30' })
+          expect([...a.reported(), ...b.reported()]).toEqual([])
+
+          await redis.cluster.kill(dead)
+          for (let i = 0; i < 4; i++) {
+            const served = await a.send({ 'mcp-session-id': 'on-live' })
+            expect(served).toMatchObject({ status: 200, ratelimit: null })
+            expect(served.ms).toBeLessThan(TIMEOUT_MS + 150)
+            const refused = await b.send({ 'mcp-session-id': 'on-dead' })
+            expect(refused.status).toBe(503)
+            expect(refused.ms).toBeLessThan(TIMEOUT_MS + 150)
+          }
+          const counted = await b.send()
+          expect(counted).toMatchObject({ status: 200, ratelimit: '"minute";r=994;t=30' })
+          const failedOpen = a.reported()
+          expect(failedOpen.map(([context]) => context)).toEqual(Array(4).fill('rate-limit store failed; serving (failOpen)'))
+          expect(failedOpen.every(([, message]) => /^Redis script rate-limit increment (did not answer|not sent)/.test(message!))).toBe(true)
+          expect(b.reported().map(([context]) => context)).toEqual(Array(4).fill('sessions failed'))
+        } finally {
+          await a.fixture.close()
+          await b.fixture.close()
+          await redis.cluster.restart(dead)
+        }
+      })
+
+      it('the bus whose subscriber\'s master dies hears the others again (ioredis moves the subscription)', async () => {
+        const prefix = redis.prefix()
+        const [first, second] = [redis.connectCluster({ connectionName: 'listener' }), redis.connectCluster()]
+        const listener = createRedisInvalidationBus({ client: first, prefix, timeoutMs: TIMEOUT_MS, onError: () => {} })
+        const sender = createRedisInvalidationBus({ client: second, prefix, timeoutMs: TIMEOUT_MS, onError: () => {} })
+        try {
+          await Promise.all([listener.ready(), sender.ready()])
+          // The master the listener's subscription is on (its connection is named for it).
+          let subscribedOn: number | undefined
+          for (const port of redis.cluster.ports) {
+            const clients = String(await redis.cluster.node(port).call('CLIENT', 'LIST'))
+            if (/name=ioredis-cluster\(subscriber\):listener .* sub=[1-9]/.test(clients)) subscribedOn = port
+          }
+          expect(subscribedOn).toBeDefined()
+          await redis.cluster.kill(subscribedOn!)
+          await vi.waitFor(
+            async () => {
+              const arrived = nextInvalidation(listener)
+              await Promise.resolve(sender.publish({ kind: 'token', tokenHash: 'after' })).catch(() => {})
+              await expect(Promise.race([arrived, new Promise((resolve) => setTimeout(resolve, 100, 'nothing'))])).resolves.toEqual({
+                kind: 'token',
+                tokenHash: 'after',
+              })
+            },
+            { timeout: 5_000, interval: 50 },
+          )
+        } finally {
+          await listener.close()
+          await sender.close()
+          for (const port of redis.cluster.ports) await redis.cluster.restart(port)
+        }
+      })
+    },
+    { kinds: [kind] },
+  )
+}
+
+// Each on a cluster of its own: every test ends a master.
+describeMasterDown('ioredis', downOn6)
+describeMasterDown('ioredis5', downOn5)
