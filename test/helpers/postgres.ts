@@ -78,9 +78,10 @@ export interface TestPostgres {
 
 /**
  * Opens PostgreSQL for a test file (or a `describe` block) and registers an `afterAll` that
- * drops every schema still there and ends every pool.
+ * drops every schema still there and ends every pool. `url`: where, default `POSTGRES_URL`
+ * (PgBouncer in front of it, in test/stores/pgbouncer.test.ts).
  */
-export function usePostgres(): TestPostgres {
+export function usePostgres(url = POSTGRES_URL): TestPostgres {
   const pools: pg.Pool[] = []
   const schemas = new Set<string>()
   const schemaOf = new WeakMap<PostgresTokenStore, string>()
@@ -92,7 +93,7 @@ export function usePostgres(): TestPostgres {
       return (shared ??= context.openPool({ max: 4 }))
     },
     openPool(config = {}) {
-      const pool = new pg.Pool({ connectionString: POSTGRES_URL, connectionTimeoutMillis: 5_000, ...config })
+      const pool = new pg.Pool({ connectionString: url, connectionTimeoutMillis: 5_000, ...config })
       // An idle client that fails (a test ends its backend) must not crash the test process.
       pool.on('error', () => {})
       pools.push(pool)

@@ -48,7 +48,9 @@ export interface PostgresTokenStoreOptions extends PostgresTableOptions {
    * Run every statement as a named prepared statement (default `true`): each connection
    * parses and plans it once. Set `false` behind a pooler that does not carry prepared
    * statements across server connections (PgBouncer in transaction mode before 1.21, or
-   * without `max_prepared_statements`).
+   * without `max_prepared_statements`): there the named statements fail, "prepared statement
+   * … already exists" or "… does not exist", which the store rejects with a
+   * `ConfigurationError` naming this option.
    */
   preparedStatements?: boolean
 }
@@ -114,6 +116,25 @@ function duplicateError(error: unknown, names: TokenTableNames, id: string): unk
 }
 
 /**
+ * PostgreSQL's answer to a named statement on a connection it does not belong to: "prepared
+ * statement … already exists" (42P05: another client prepared it on this server connection)
+ * or "… does not exist" (26000: it was prepared on another). Either means the connection is
+ * shared between clients, as PgBouncer in transaction mode shares it, and is told as the
+ * option to change, the PostgreSQL error as its `cause`; any other error as it is.
+ */
+function sharedConnectionError(error: unknown, statement: Statement): unknown {
+  const code = (error as { code?: unknown } | null)?.code
+  if (code !== '42P05' && code !== '26000') return error
+  return new ConfigurationError(
+    'preparedStatements',
+    `is true, but PostgreSQL answered "${(error as Error).message}" (${code}) for the store's named statement ${statement.name}: ` +
+      'the connection is shared with other clients, as behind PgBouncer in transaction mode (before 1.21, or without ' +
+      'max_prepared_statements); set preparedStatements: false',
+    { cause: error },
+  )
+}
+
+/**
  * Creates the API-token store on PostgreSQL (DESIGN.md "Stores"). Construction checks the
  * options and does not connect; run `migrate()` (or the SQL of `postgresTokenStoreMigration`
  * in your own migration tool) before first use.
@@ -150,8 +171,14 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
   const statements = tokenStatements(names)
   const migration = migrationSql(names)
 
-  const run = (statement: Statement, values: unknown[]) =>
-    pool.query(prepared ? { name: statement.name, text: statement.text, values } : { text: statement.text, values })
+  const run = async (statement: Statement, values: unknown[]) => {
+    if (!prepared) return pool.query({ text: statement.text, values })
+    try {
+      return await pool.query({ name: statement.name, text: statement.text, values })
+    } catch (error) {
+      throw sharedConnectionError(error, statement)
+    }
+  }
   const one = async (statement: Statement, values: unknown[]) => {
     const { rows } = await run(statement, values)
     return rows.length === 0 ? undefined : toRecord(rows[0] as TokenRow)
