@@ -135,10 +135,10 @@ export async function startRedisCluster(ports: readonly [number, number, number]
     return child
   }
   /**
-   * Starts the node of `port` and waits until it answers. The port may be held for a while by a
-   * client socket of this machine (47201–47209 and their cluster bus ports, 10,000 above, lie in
-   * Linux's ephemeral range, 32768–60999): a node that could not listen is started again, every
-   * 250 ms for up to 15 s.
+   * Starts the node of `port` and waits until it answers. The tests' ports (17201–17209) and their
+   * cluster bus ports (10,000 above) lie below Linux's ephemeral range (32768–60999), so no client
+   * socket of this machine takes them; a node that could not listen all the same (another program
+   * on the port, one of a previous run still closing) is started again, every 250 ms for up to 15 s.
    */
   const running = async (port: number) => {
     for (let attempt = 1; ; attempt++) {

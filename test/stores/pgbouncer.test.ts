@@ -1,6 +1,6 @@
 /**
  * The PostgreSQL token store behind a real PgBouncer in transaction mode (started by this
- * file on 127.0.0.1:47210 in front of the test PostgreSQL: test/helpers/pgbouncer.ts), where
+ * file on 127.0.0.1:17210 in front of the test PostgreSQL: test/helpers/pgbouncer.ts), where
  * consecutive statements of one client may run on different server connections: the shared
  * conformance suite and the pipeline suite with `preparedStatements: false`; the default
  * named statements, which fail there, told as the option to change; the migration's
@@ -17,7 +17,7 @@ import { postgresPipelineSuite } from './postgres-pipeline-suite.js'
 
 const unavailable = await postgresUnavailable()
 // Four server connections: fewer than the clients of a pool, as a pooler has it.
-const bouncer = unavailable === undefined ? await startPgBouncer(47210, 4) : undefined
+const bouncer = unavailable === undefined ? await startPgBouncer(17210, 4) : undefined
 
 describe.runIf(bouncer !== undefined)('PostgreSQL token store behind PgBouncer in transaction mode', () => {
   const postgres = usePostgres(bouncer?.url)

@@ -37,9 +37,9 @@ import { sharedValidationCacheSuite, twoInstancesSuite } from './redis-instances
 // shared by the suites that leave it whole, and one per ioredis major for the tests that end a
 // master (each starts it again after).
 const [shared, downOn6, downOn5] = (await startRedisClusters([
-  [47201, 47202, 47203],
-  [47204, 47205, 47206],
-  [47207, 47208, 47209],
+  [17201, 17202, 17203],
+  [17204, 17205, 17206],
+  [17207, 17208, 17209],
 ])) ?? []
 
 const PIN: SessionPin = { appId: 'app_1', version: '1.2.3', subject: 'user_1' }
