@@ -8,8 +8,9 @@
  *   with an API token in a header, and signed in through its own OAuth `authProvider`.
  * - the MCP Inspector's CLI mode (`@modelcontextprotocol/inspector` 1.x `--cli`), one process
  *   per call, as scripts and CI jobs use it.
- * - `mcp-remote`, the stdio-to-HTTP bridge desktop hosts run, with `--header`, driven here by
- *   the SDK's stdio client as a host would.
+ * - `mcp-remote`, the stdio-to-HTTP bridge desktop hosts run, with `--header`, and signing in
+ *   with OAuth through a headless browser (`test/helpers/headless-browser.mjs` as `BROWSER`),
+ *   driven here by the SDK's stdio client as a host would.
  *
  * What is checked is what a user of each would notice: the tool result, the version the
  * connection is pinned to across a deploy, and a refusal surfaced with its JSON-RPC code. The
@@ -44,6 +45,9 @@ import {
 const RESOLVE_LOCALHOST = fileURLToPath(new URL('../helpers/resolve-localhost.mjs', import.meta.url))
 const INSPECTOR_CLI = fileURLToPath(new URL('../../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url))
 const MCP_REMOTE = fileURLToPath(new URL('../../node_modules/mcp-remote/dist/proxy.js', import.meta.url))
+const HEADLESS_BROWSER = fileURLToPath(new URL('../helpers/headless-browser.mjs', import.meta.url))
+/** mcp-remote's OAuth callback port in the OAuth test (the tests' fixed ports are 47300-47399). */
+const OAUTH_CALLBACK_PORT = 47391
 
 /** One request as the platform saw it. */
 interface Served {
@@ -399,5 +403,93 @@ describe('mcp-remote (stdio bridge) with --header, driven by the SDK stdio clien
       error: { code: -32000, message: 'Rate limit exceeded', data: { limit: LIMIT, windowType: 'minute' } },
     })
     await client.close()
+  })
+})
+
+/**
+ * mcp-remote without `--header` signs in with OAuth: it finds the authorization server from
+ * the 401's `resource_metadata`, registers (RFC 7591), and opens the authorization URL in a
+ * browser with the `open` package, whose bundled `xdg-open` runs `$BROWSER <url>` outside a
+ * desktop session. `BROWSER` here is `test/helpers/headless-browser.mjs`, which follows the
+ * development authorization server's automatic sign-in to mcp-remote's callback on loopback;
+ * mcp-remote then redeems the code and connects with the access token.
+ */
+// `$BROWSER` is how `xdg-open` is steered; on macOS and Windows `open` would start a real browser.
+describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing in with OAuth, driven by the SDK stdio client', () => {
+  let authServer: DevAuthServer
+  let authRequests: string[]
+
+  beforeAll(async () => {
+    authServer = await startDevAuthServer({
+      accounts: ['user_alice'],
+      onRequest: ({ method, path }) => authRequests.push(`${method} ${path.replace(/^\/(interaction|auth)\/.+/, '/$1/…')}`),
+    })
+  })
+  afterAll(async () => {
+    await authServer?.close()
+  })
+
+  it('registers, signs in through the browser, calls tools and stays pinned across a deploy', async () => {
+    errors = []
+    authRequests = []
+    log = []
+    platform = createPlatform({
+      seed: testSeed(),
+      authorizationServer: { issuer: authServer.issuer },
+      onError: (error, context) => errors.push({ error, context }),
+    })
+    server = await serveFetch(async (request, info) => {
+      const response = await platform.fetch(request, { clientAddress: info.clientAddress })
+      const url = new URL(request.url)
+      log.push({
+        method: request.method,
+        host: url.hostname,
+        path: url.pathname,
+        session: request.headers.get('mcp-session-id'),
+        protocol: request.headers.get('mcp-protocol-version'),
+        accept: request.headers.get('accept'),
+        status: response.status,
+        contentType: response.headers.get('content-type'),
+        version: response.headers.get('x-mcp-version'),
+      })
+      return response
+    })
+    const oauthConfigDir = await mkdtemp(join(tmpdir(), 'mcp-remote-oauth-'))
+    // No desktop session, so the bundled `xdg-open` turns to `$BROWSER`.
+    const { DISPLAY: _d, WAYLAND_DISPLAY: _w, XDG_CURRENT_DESKTOP: _x, ...env } = process.env as Record<string, string>
+    const transport = new StdioClientTransport({
+      command: process.execPath,
+      // The callback port (mcp-remote's second argument), fixed in the tests' range.
+      args: [MCP_REMOTE, `${origin()}/v1`, String(OAUTH_CALLBACK_PORT), '--transport', 'http-only', '--allow-http'],
+      env: { ...env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, MCP_REMOTE_CONFIG_DIR: oauthConfigDir, BROWSER: HEADLESS_BROWSER },
+      stderr: 'pipe',
+    })
+    let stderr = ''
+    transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
+    const client = new Client({ name: 'stdio-host', version: '1.0.0' })
+    try {
+      await client.connect(transport)
+      expect(stderr).toContain('Browser opened automatically')
+      expect(authRequests).toEqual(
+        expect.arrayContaining(['POST /reg', 'GET /auth', 'GET /interaction/…', 'POST /token', 'GET /me']),
+      )
+      expect(client.getServerVersion()).toMatchObject({ name: 'weather', version: '1.1.1' })
+      const echoed = await client.callTool({ name: 'echo', arguments: { text: 'signed in' } })
+      expect(echoed.content).toEqual([{ type: 'text', text: 'signed in (from weather 1.1.1)' }])
+
+      platform.deploy('app_weather', '1.1.2') // replaces 1.1.1
+      const pinned = await client.callTool({ name: 'get_version', arguments: {} })
+      expect(pinned.structuredContent).toEqual({ app: 'weather', version: '1.1.1' })
+      // Before signing in, its probe met the 401 challenge; afterwards every request went through.
+      const requests = mcpRequests()
+      expect(requests[0]).toMatchObject({ status: 401 })
+      const last = requests.at(-1)!
+      expect(last).toMatchObject({ method: 'POST', session: expect.any(String), status: 200, version: '1.1.1' })
+      expect(requests.filter((r) => r.session === last.session).every((r) => r.status < 300)).toBe(true)
+    } finally {
+      await client.close()
+      await rm(oauthConfigDir, { recursive: true, force: true })
+      await stop()
+    }
   })
 })
