@@ -21,6 +21,7 @@
  * (preloaded with `--import`); `@ai-sdk/mcp` runs in this process with `localhostFetch`.
  */
 import { spawn } from 'node:child_process'
+import { createServer } from 'node:net'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -46,8 +47,17 @@ const RESOLVE_LOCALHOST = fileURLToPath(new URL('../helpers/resolve-localhost.mj
 const INSPECTOR_CLI = fileURLToPath(new URL('../../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url))
 const MCP_REMOTE = fileURLToPath(new URL('../../node_modules/mcp-remote/dist/proxy.js', import.meta.url))
 const HEADLESS_BROWSER = fileURLToPath(new URL('../helpers/headless-browser.mjs', import.meta.url))
-/** mcp-remote's OAuth callback port in the OAuth test (the tests' fixed ports are 47300-47399). */
-const OAUTH_CALLBACK_PORT = 47391
+/**
+ * A port free on 127.0.0.1 now, for mcp-remote's OAuth callback server (it takes a port number,
+ * not 0): the system's choice, released at once for mcp-remote to listen on.
+ */
+async function freePort(): Promise<number> {
+  const server = createServer()
+  await new Promise<void>((resolve, reject) => server.once('error', reject).listen(0, '127.0.0.1', resolve))
+  const { port } = server.address() as { port: number }
+  await new Promise<void>((resolve) => server.close(() => resolve()))
+  return port
+}
 
 /** One request as the platform saw it. */
 interface Served {
@@ -459,8 +469,8 @@ describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing
     const { DISPLAY: _d, WAYLAND_DISPLAY: _w, XDG_CURRENT_DESKTOP: _x, ...env } = process.env as Record<string, string>
     const transport = new StdioClientTransport({
       command: process.execPath,
-      // The callback port (mcp-remote's second argument), fixed in the tests' range.
-      args: [MCP_REMOTE, `${origin()}/v1`, String(OAUTH_CALLBACK_PORT), '--transport', 'http-only', '--allow-http'],
+      // The callback port (mcp-remote's second argument).
+      args: [MCP_REMOTE, `${origin()}/v1`, String(await freePort()), '--transport', 'http-only', '--allow-http'],
       env: { ...env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, MCP_REMOTE_CONFIG_DIR: oauthConfigDir, BROWSER: HEADLESS_BROWSER },
       stderr: 'pipe',
     })
