@@ -100,7 +100,12 @@ const LIMIT = 10
 async function start(): Promise<void> {
   ;({ platform, token, errors } = createTestPlatform({ seed: seed() }))
   log = []
-  server = await serveFetch(async (request, info) => {
+  server = await serveLogged()
+}
+
+/** Serves `platform` on 127.0.0.1, each request and its answer recorded in `log`. */
+function serveLogged(): Promise<ServedFetch> {
+  return serveFetch(async (request, info) => {
     const response = await platform.fetch(request, { clientAddress: info.clientAddress })
     const url = new URL(request.url)
     log.push({
@@ -448,22 +453,7 @@ describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing
       authorizationServer: { issuer: authServer.issuer },
       onError: (error, context) => errors.push({ error, context }),
     })
-    server = await serveFetch(async (request, info) => {
-      const response = await platform.fetch(request, { clientAddress: info.clientAddress })
-      const url = new URL(request.url)
-      log.push({
-        method: request.method,
-        host: url.hostname,
-        path: url.pathname,
-        session: request.headers.get('mcp-session-id'),
-        protocol: request.headers.get('mcp-protocol-version'),
-        accept: request.headers.get('accept'),
-        status: response.status,
-        contentType: response.headers.get('content-type'),
-        version: response.headers.get('x-mcp-version'),
-      })
-      return response
-    })
+    server = await serveLogged()
     const oauthConfigDir = await mkdtemp(join(tmpdir(), 'mcp-remote-oauth-'))
     // No desktop session, so the bundled `xdg-open` turns to `$BROWSER`.
     const { DISPLAY: _d, WAYLAND_DISPLAY: _w, XDG_CURRENT_DESKTOP: _x, ...env } = process.env as Record<string, string>

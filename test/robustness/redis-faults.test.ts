@@ -13,8 +13,6 @@
  */
 import * as net from 'node:net'
 import {
-  type RateLimitStore,
-  type SessionStore,
   createMemoryAppStore,
   createMemorySessionStore,
   createMemorySubscriptionStore,
@@ -22,51 +20,14 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { createRedisInvalidationBus, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
-import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it, vi } from 'vitest'
 import { REDIS_URL, describeRedis, holdConnection } from '../helpers/redis.js'
-import { type Fixture, HOSTNAME, TOOLS_LIST, activeResources, createFixture, jsonRpcError, leakedHandles } from './support.js'
+import { type Fixture, activeResources, createStorePipeline, jsonRpcError, leakedHandles } from './support.js'
 
 const baseline = activeResources()
 /** The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. */
 const TIMEOUT_MS = 150
 
-/** The pipeline on the fixture's in-memory stores, with the given session and counter stores. */
-async function pipeline(sessions: SessionStore, counters: RateLimitStore) {
-  const fixture: Fixture = await createFixture({
-    dispatcher: { sessions, rateLimit: { store: counters, policy: () => ({ limit: 1_000, windowType: 'minute' }) } },
-  })
-  const handle = mcpDispatch({
-    dispatcher: fixture.dispatcher,
-    onError: fixture.onError,
-    // Opens a session when asked (as an MCP server answering `initialize` does).
-    handler: async (request) =>
-      new Response('{"jsonrpc":"2.0","id":1,"result":{}}', {
-        headers: {
-          'content-type': 'application/json',
-          ...(request.headers.get('x-open-session') && { 'mcp-session-id': request.headers.get('x-open-session')! }),
-        },
-      }),
-  })
-  const send = async (headers: Record<string, string> = {}) => {
-    const started = Date.now()
-    const response = await handle(
-      new Request(`http://${HOSTNAME}/v1`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          authorization: `Bearer ${fixture.tokens.valid}`,
-          ...headers,
-        },
-        body: TOOLS_LIST,
-      }),
-      { clientAddress: '127.0.0.1' },
-    )
-    return { response, body: await response.text(), ms: Date.now() - started }
-  }
-  return { fixture, send }
-}
 
 function expectUnavailable({ response, body }: { response: Response; body: string }) {
   expect(response.status).toBe(503)
@@ -179,7 +140,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     // (never ready, so the counter's calls wait there too, until their deadline).
     const client = await redis.connectUnreachable()
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
-    const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const { fixture, send } = await createStorePipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
 
     const served = await send()
     expect(served.response.status).toBe(200)
@@ -214,7 +175,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     // `disconnectTimeout`: ioredis would otherwise keep a 2 s timer after disconnecting.
     const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
-    const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const { fixture, send } = await createStorePipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
     try {
       const opened = await send({ 'x-open-session': 'session-hung' })
       expect(opened.response.status).toBe(200)
@@ -263,7 +224,7 @@ describeRedis('a Redis that hangs costs one deadline, not one per request (regre
     const client = redis.connect()
     const prefix = redis.prefix()
     const options = { client, prefix, timeoutMs }
-    const { fixture, send } = await pipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const { fixture, send } = await createStorePipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
     try {
       const opened = await send({ 'x-open-session': 'session-held' })
       expect(opened.response.headers.get('ratelimit')).toBe('"minute";r=999;t=30')
@@ -313,7 +274,7 @@ describeRedis('Redis gone and back', (redis) => {
     await until(() => client.status === 'ready', 'the first connection')
     // Made on a client that is already ready, and never called before the outage.
     const counters = createRedisRateLimitStore({ client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS })
-    const { fixture, send } = await pipeline(createMemorySessionStore(), counters)
+    const { fixture, send } = await createStorePipeline(createMemorySessionStore(), counters)
     try {
       await proxy.down()
       await until(() => client.status === 'reconnecting', 'the client to notice')

@@ -645,3 +645,47 @@ export function textsOf(value: unknown, depth = 0, seen = new Set<unknown>()): s
   }
   return out
 }
+
+/**
+ * The Web adapter over the fixture's in-memory stores, with the given session and counter stores
+ * (the Redis tests' stores under test). Its handler opens a session when asked
+ * (`x-open-session`), as an MCP server answering `initialize` does; `send` posts `tools/list`
+ * with the fixture's valid token and reads the answer whole.
+ */
+export async function createStorePipeline(sessions: SessionStore, counters: RateLimitStore) {
+  const fixture = await createFixture({
+    dispatcher: { sessions, rateLimit: { store: counters, policy: () => ({ limit: 1_000, windowType: 'minute' }) } },
+  })
+  const handle = webDispatch({
+    dispatcher: fixture.dispatcher,
+    onError: fixture.onError,
+    handler: async (request) =>
+      new Response('{"jsonrpc":"2.0","id":1,"result":{}}', {
+        headers: {
+          'content-type': 'application/json',
+          ...(request.headers.get('x-open-session') && { 'mcp-session-id': request.headers.get('x-open-session')! }),
+        },
+      }),
+  })
+  const send = async (headers: Record<string, string> = {}) => {
+    const started = performance.now()
+    const response = await handle(
+      new Request(`http://${HOSTNAME}/v1`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/json, text/event-stream',
+          authorization: `Bearer ${fixture.tokens.valid}`,
+          ...headers,
+        },
+        body: TOOLS_LIST,
+      }),
+      { clientAddress: '127.0.0.1' },
+    )
+    const body = await response.text()
+    return { response, body, status: response.status, ratelimit: response.headers.get('ratelimit'), ms: performance.now() - started }
+  }
+  /** What `onError` got since the last call, as `[context, message]`. */
+  const reported = () => fixture.errors.splice(0).map((e) => [e.context, (e.error as Error).message])
+  return { fixture, send, reported }
+}

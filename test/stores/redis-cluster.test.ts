@@ -11,7 +11,7 @@
  * the dead master hears the others again. Each of those tests starts the killed master again
  * (empty) after it.
  */
-import type { RateLimitStore, SessionPin, SessionStore } from 'mcp-dispatch'
+import type { SessionPin } from 'mcp-dispatch'
 import {
   type RedisInvalidationBus,
   createRedisCacheStore,
@@ -19,11 +19,10 @@ import {
   createRedisRateLimitStore,
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
-import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it, vi } from 'vitest'
 import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, startRedisClusters } from '../helpers/redis-cluster.js'
 import { nextInvalidation } from '../helpers/redis.js'
-import { type Fixture, HOSTNAME, TOOLS_LIST, createFixture } from '../robustness/support.js'
+import { createStorePipeline } from '../robustness/support.js'
 import {
   describeCacheStoreConformance,
   describeInvalidationBusConformance,
@@ -226,43 +225,6 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
   })
 })
 
-/** The pipeline (web adapter) on the robustness fixture, with the given session and counter stores. */
-async function pipeline(sessions: SessionStore, counters: RateLimitStore) {
-  const fixture: Fixture = await createFixture({
-    dispatcher: { sessions, rateLimit: { store: counters, policy: () => ({ limit: 1_000, windowType: 'minute' }) } },
-  })
-  const handle = mcpDispatch({
-    dispatcher: fixture.dispatcher,
-    onError: fixture.onError,
-    handler: async (request) =>
-      new Response('{"jsonrpc":"2.0","id":1,"result":{}}', {
-        headers: {
-          'content-type': 'application/json',
-          ...(request.headers.get('x-open-session') && { 'mcp-session-id': request.headers.get('x-open-session')! }),
-        },
-      }),
-  })
-  const send = async (headers: Record<string, string> = {}) => {
-    const started = performance.now()
-    const response = await handle(
-      new Request(`http://${HOSTNAME}/v1`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/json, text/event-stream',
-          authorization: `Bearer ${fixture.tokens.valid}`,
-          ...headers,
-        },
-        body: TOOLS_LIST,
-      }),
-      { clientAddress: '127.0.0.1' },
-    )
-    await response.body?.cancel()
-    return { status: response.status, ratelimit: response.headers.get('ratelimit'), ms: performance.now() - started }
-  }
-  const reported = () => fixture.errors.splice(0).map((e) => [e.context, (e.error as Error).message])
-  return { fixture, send, reported }
-}
 
 /** The deadline of the stores in the tests of a master going down. */
 const TIMEOUT_MS = 200
@@ -328,12 +290,12 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
         const onDead = await prefixOn(redis, dead)
         const onHealthy = await prefixOn(redis, healthy)
         // A session on the live master, counters on the dead one.
-        const a = await pipeline(
+        const a = await createStorePipeline(
           createRedisSessionStore({ client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }),
           createRedisRateLimitStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
         )
         // The other way round.
-        const b = await pipeline(
+        const b = await createStorePipeline(
           createRedisSessionStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
           createRedisRateLimitStore({ client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }),
         )
