@@ -172,6 +172,8 @@ interface StallBreaker {
    * deadline whether any answer arrived meanwhile (then Redis is slow, not hung).
    */
   answers: number
+  /** Notes an answer: counts it and closes the breaker (one function per breaker, not per call). */
+  readonly answered: () => void
 }
 
 /**
@@ -191,7 +193,19 @@ function breakerOf(client: RedisCommandClient, node: string): StallBreaker {
   let byNode = breakers.get(client)
   if (!byNode) breakers.set(client, (byNode = new Map()))
   let breaker = byNode.get(node)
-  if (!breaker) byNode.set(node, (breaker = { stalled: false, probeAt: 0, missedMs: 0, answers: 0 }))
+  if (!breaker) {
+    const created: StallBreaker = {
+      stalled: false,
+      probeAt: 0,
+      missedMs: 0,
+      answers: 0,
+      answered: () => {
+        created.answers++
+        created.stalled = false
+      },
+    }
+    byNode.set(node, (breaker = created))
+  }
   return breaker
 }
 
@@ -234,11 +248,10 @@ export function hashSlot(key: string): number {
 
 /**
  * The master that serves `key` on a Redis Cluster client, as the client's slot map has it
- * (`host:port`); `''` for a single Redis, a command on no key, or a slot not mapped yet.
+ * (`host:port`); `''` for a command on no key, or a slot not mapped yet.
  */
-function masterOf(client: RedisCommandClient, key: string | undefined): string {
-  const cluster = client as ClusterSlotMap
-  if (key === undefined || cluster.isCluster !== true || !Array.isArray(cluster.slots)) return ''
+function masterOf(cluster: ClusterSlotMap, key: string | undefined): string {
+  if (key === undefined || !Array.isArray(cluster.slots)) return ''
   const nodes: unknown = cluster.slots[hashSlot(key)]
   return Array.isArray(nodes) && typeof nodes[0] === 'string' ? nodes[0] : ''
 }
@@ -315,6 +328,10 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   const prefix = options.prefix ?? DEFAULT_REDIS_PREFIX
   if (typeof prefix !== 'string' || prefix === '') throw new ConfigurationError('prefix', 'must be a non-empty string')
   const timeoutMs = timerOption('timeoutMs', options.timeoutMs ?? DEFAULT_REDIS_TIMEOUT_MS)
+  // The client's own breaker, found once: a single Redis has no other, so only a cluster
+  // client looks up the master of each call.
+  const whole = breakerOf(client, '')
+  const clustered = (client as ClusterSlotMap).isCluster === true
 
   const call = (breaker: StallBreaker, command: string, args: RedisArgument[]): Promise<unknown> => {
     let reply: Promise<unknown>
@@ -323,11 +340,7 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     } catch (error) {
       return Promise.reject(error)
     }
-    const answered = () => {
-      breaker.answers++
-      breaker.stalled = false
-    }
-    reply.then(answered, (error: unknown) => isErrorReply(error) && answered())
+    reply.then(breaker.answered, (error: unknown) => isErrorReply(error) && breaker.answered())
     return reply
   }
   const evaluate = async (breaker: StallBreaker, script: LuaScript, args: RedisArgument[]): Promise<unknown> => {
@@ -350,8 +363,8 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     attempt: (breaker: StallBreaker) => Promise<unknown>,
     anyway = false,
   ): Promise<unknown> => {
-    const master = masterOf(client, key)
-    const breaker = breakerOf(client, master)
+    const master = clustered ? masterOf(client as ClusterSlotMap, key) : ''
+    const breaker = master === '' ? whole : breakerOf(client, master)
     let settled = false
     let expired = false
     let probe = false
