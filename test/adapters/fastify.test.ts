@@ -4,8 +4,8 @@
  */
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import { ConfigurationError, notFoundReply } from 'mcp-dispatch'
-import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch } from 'mcp-dispatch/fastify'
+import { ConfigurationError, createTokenApi, notFoundReply } from 'mcp-dispatch'
+import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
 import { HOST, createFixture, goneClientProbe, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
@@ -120,6 +120,25 @@ describe('fastify adapter specifics', () => {
       const refused = await app.inject({ method: 'POST', url: '/mcp/v1', headers: { host: HOST }, payload: tools })
       expect(refused.statusCode).toBe(401)
     } finally {
+      await app.close()
+    }
+  })
+
+  it('both plugins are Fastify 5 plugins by name: another major refuses them (FST_ERR_PLUGIN_VERSION_MISMATCH), and the platform can depend on them', async () => {
+    const fixture = createFixture()
+    for (const [name, plugin] of [
+      ['mcp-dispatch', mcpDispatch({ dispatcher: fixture.dispatcher })],
+      ['mcp-dispatch-token-api', serveTokenApi(createTokenApi({ tokens: fixture.dispatcherOptions.tokens, authenticateSession: () => null, verifyCsrf: () => true }))],
+    ] as const) {
+      const older = Fastify()
+      Object.defineProperty(older, 'version', { value: '4.29.1' })
+      await expect(older.register(plugin).ready(), name).rejects.toMatchObject({ code: 'FST_ERR_PLUGIN_VERSION_MISMATCH', message: expect.stringContaining(name) })
+      await older.close()
+      // Registered under its name, a platform plugin can declare it as a dependency.
+      const app = Fastify()
+      await app.register(plugin)
+      const dependent = Object.assign(async () => {}, { [Symbol.for('plugin-meta')]: { name: 'platform', dependencies: [name] } })
+      await expect(app.register(dependent).ready(), name).resolves.toBeDefined()
       await app.close()
     }
   })

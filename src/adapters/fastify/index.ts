@@ -1,5 +1,5 @@
 /**
- * Fastify adapter (`mcp-dispatch/fastify`): a plugin (Fastify 5, through `fastify-plugin`)
+ * Fastify adapter (`mcp-dispatch/fastify`): a plugin (Fastify 5, not encapsulated)
  * that puts the whole dispatch pipeline in front of the MCP routes of the context it is
  * registered in.
  *
@@ -36,7 +36,6 @@ import type {
   FastifyRequest,
   RawServerDefault,
 } from 'fastify'
-import fastifyPlugin from 'fastify-plugin'
 import { type Reply, notFoundReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
@@ -171,7 +170,7 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
     })
   }
 
-  return fastifyPlugin(plugin, { fastify: '5.x', name: 'mcp-dispatch' }) as FastifyPluginAsync
+  return unencapsulated(plugin, 'mcp-dispatch')
 }
 
 /**
@@ -337,7 +336,23 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
       void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: request.protocol }, trust)
     })
   }
-  return fastifyPlugin(plugin, { fastify: '5.x', name: 'mcp-dispatch-token-api' }) as FastifyPluginAsync
+  return unencapsulated(plugin, 'mcp-dispatch-token-api')
+}
+
+/**
+ * `plugin`, marked as `fastify-plugin` marks a plugin, with the three properties Fastify itself
+ * reads: `skip-override` (not encapsulated: its hooks reach the routes registered beside it),
+ * its name, and its metadata, so Fastify refuses to register it on any Fastify but 5
+ * (`FST_ERR_PLUGIN_VERSION_MISMATCH`). Set here rather than through `fastify-plugin`: one
+ * optional peer dependency fewer, and none whose major version can conflict with the
+ * platform's own (`fastify-plugin` 6 beside a peer range of 5 stopped `npm install`).
+ */
+function unencapsulated(plugin: FastifyPluginAsync, name: string): FastifyPluginAsync {
+  const marked = plugin as typeof plugin & Record<symbol, unknown>
+  marked[Symbol.for('skip-override')] = true
+  marked[Symbol.for('fastify.display-name')] = name
+  marked[Symbol.for('plugin-meta')] = { fastify: '5.x', name }
+  return marked as unknown as FastifyPluginAsync
 }
 
 export type { ServeTokenApiOptions } from '../shared.js'
