@@ -1,15 +1,24 @@
 /**
- * A real Redis Cluster for the tests of `mcp-dispatch/redis`: three masters (no replicas) on
- * loopback, started by the test file itself from `redis-server` (7.0 or later, for
- * `CLUSTER ADDSLOTSRANGE`), each a child process of the test process with its config file in a
- * temporary directory, and stopped (the directory removed) after the file, so the process
- * exits on its own. Without `redis-server` on the `PATH`: under `CI` the importing test file
- * fails (CI must provide it: `.ci/run` runs on a machine with Redis installed); elsewhere the
- * suites declared with {@link describeRedisCluster} are skipped, and the reason is printed.
+ * A real Redis Cluster for the tests of `mcp-dispatch/redis`: three masters on loopback, with
+ * or without one replica each, started by the test file itself from `redis-server` (7.0 or
+ * later, for `CLUSTER ADDSLOTSRANGE`), each a child process of the test process with its
+ * config file in a temporary directory, and stopped (the directory removed) after the file,
+ * so the process exits on its own. Without `redis-server` on the `PATH`: under `CI` the
+ * importing test file fails (CI must provide it: `.ci/run` runs on a machine with Redis
+ * installed); elsewhere the suites declared with {@link describeRedisCluster} are skipped, and
+ * the reason is printed.
  *
- * The cluster is formed with `CLUSTER ADDSLOTSRANGE` and `CLUSTER MEET` (what
- * `redis-cli --cluster create` sends), then awaited until every node reports
- * `cluster_state:ok` and knows the other two.
+ * The cluster is formed with `CLUSTER ADDSLOTSRANGE`, `CLUSTER MEET` and, for replicas,
+ * `CLUSTER REPLICATE` (what `redis-cli --cluster create --cluster-replicas 1` sends), then
+ * awaited until every node reports `cluster_state:ok`, knows every other, flags none failed
+ * and lists every slot range with its replica (what ioredis reads, `CLUSTER SLOTS`), and every
+ * replica's link to its master is up.
+ *
+ * With replicas, a master can fail over as in production: by hand ({@link
+ * TestRedisCluster.failover}, `CLUSTER FAILOVER` on its replica, which loses nothing), or by
+ * itself once a killed master has been unreachable for `cluster-node-timeout`
+ * ({@link TestRedisCluster.awaitMaster}); {@link TestRedisCluster.restore} then puts every
+ * node back in its first role, so the next test starts from the same layout.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
@@ -40,11 +49,30 @@ export const redisClusterAvailable = missing === undefined
 
 const HASH_SLOTS = 16_384
 
-/** A Redis Cluster of three masters, started by {@link startRedisCluster}. */
+/** Options of {@link startRedisCluster}. */
+export interface TestRedisClusterOptions {
+  /**
+   * The servers' `cluster-node-timeout`: how long a node may be unreachable before the others
+   * mark it failed; then a master's replica is promoted (after an election of about half a
+   * second more) or, with no replica, every master answers `CLUSTERDOWN` (every slot is
+   * required). Default 15,000, Redis's own.
+   */
+  nodeTimeoutMs?: number
+  /** One replica per master, on these ports: the replica on `replicaPorts[i]` copies the master on `ports[i]`. */
+  replicaPorts?: readonly [number, number, number]
+}
+
+/** A Redis Cluster of three masters, with or without a replica each, started by {@link startRedisCluster}. */
 export interface TestRedisCluster {
-  /** The masters' ports, in the order of their slot ranges (0–5460, 5461–10922, 10923–16383). */
+  /**
+   * The first masters' ports, in the order of their slot ranges (0–5461, 5462–10923,
+   * 10924–16383); after a failover (until {@link restore}), {@link masters} tells which
+   * node serves each range.
+   */
   readonly ports: readonly number[]
-  /** The startup nodes for an ioredis `Cluster`. */
+  /** The replicas' ports (`replicaPorts[i]` copies `ports[i]`); empty without replicas. */
+  readonly replicaPorts: readonly number[]
+  /** The startup nodes for an ioredis `Cluster`: the first masters (ioredis finds the replicas by itself). */
   readonly nodes: ReadonlyArray<{ host: string; port: number }>
   /** A plain connection to one node (not cluster-aware), disconnected on {@link stop}. */
   node(port: number): Redis
@@ -53,13 +81,55 @@ export interface TestRedisCluster {
    * on that master (a store given a prefix with it keeps all its keys there).
    */
   hashTagOn(port: number): Promise<string>
+  /** The port of the master serving each slot range now, in the order of {@link ports}, as a running node tells (`CLUSTER SLOTS`). */
+  masters(): Promise<number[]>
+  /**
+   * Waits until the replica of the master on `port` has every write the master has
+   * (`INFO replication`: its offset at the master's): what a master killed then has written is
+   * not lost with it (Redis replicates asynchronously).
+   */
+  replicated(port: number): Promise<void>
   /** Ends the node on `port` at once (`SIGKILL`), as a crashed server ends. */
   kill(port: number): Promise<void>
   /**
+   * Stops the node on `port` (`SIGSTOP`) as a hung server or a network partition holds it: its
+   * connections stay open and nothing is answered, to clients or to the other nodes, until
+   * {@link resume} (or {@link kill}, {@link stop}).
+   */
+  hang(port: number): void
+  /** Lets the node on `port` run again after {@link hang} (`SIGCONT`). */
+  resume(port: number): void
+  /**
    * Starts the node on `port` again after {@link kill}, empty (no persistence) but with its node
-   * id and slots, and waits until every node reports `cluster_state:ok` again.
+   * id and slots (a master whose replica was promoted meanwhile comes back as that one's
+   * replica), and waits until the cluster is whole again (see the module's comment).
    */
   restart(port: number): Promise<void>
+  /**
+   * A manual failover: `CLUSTER FAILOVER` on the replica on `replicaPort`, which waits until it
+   * has every write of its master, then takes its slots (the master becomes its replica). Waits
+   * until every running node names it as the master of the range, and answers how long that
+   * took, in ms.
+   */
+  failover(replicaPort: number): Promise<number>
+  /**
+   * Waits (up to `ms`) until every running node names the node on `port` as the master of a
+   * slot range and reports `cluster_state:ok`: a replica promoted by the cluster itself after
+   * its master was killed. Answers how long it waited, in ms.
+   */
+  awaitMaster(port: number, ms?: number): Promise<number>
+  /**
+   * Waits (up to `ms`) until the node on `port` itself reports the master role (`ROLE`): the
+   * moment a replica won its election and took its master's slots, which the other nodes hear
+   * of only later ({@link awaitMaster}). Answers how long it waited, in ms.
+   */
+  awaitSelfPromoted(port: number, ms?: number): Promise<number>
+  /**
+   * Puts the cluster back as it was started: every killed node started again, and every first
+   * master that is now a replica made master again by a manual failover; then waits until the
+   * cluster is whole.
+   */
+  restore(): Promise<void>
   /** Ends every node still running and removes the directory of their config files. */
   stop(): Promise<void>
 }
@@ -74,15 +144,25 @@ async function until(what: string | (() => string), ms: number, check: () => Pro
   }
 }
 
+/** The master of each slot range, as `CLUSTER SLOTS` answers: `[[from, to, [host, port, id], …replicas], …]`. */
+type SlotRanges = Array<[number, number, ...Array<[string, number, string]>]>
+
 /**
- * Starts three `redis-server` processes in cluster mode on `ports` (127.0.0.1, no persistence)
- * and forms a cluster of three masters with the hash slots split evenly. `nodeTimeoutMs` is the
- * servers' `cluster-node-timeout`: how long a master may be unreachable before the others
- * mark it failed (and, with every slot required, stop serving: `CLUSTERDOWN`).
+ * Starts `redis-server` processes in cluster mode on `ports`, and on `replicaPorts` when given
+ * (127.0.0.1, no persistence), and forms a cluster of three masters with the hash slots split
+ * evenly, each with its replica when there are replicas.
  */
-export async function startRedisCluster(ports: readonly [number, number, number], nodeTimeoutMs = 15_000): Promise<TestRedisCluster> {
+export async function startRedisCluster(
+  ports: readonly [number, number, number],
+  { nodeTimeoutMs = 15_000, replicaPorts }: TestRedisClusterOptions = {},
+): Promise<TestRedisCluster> {
+  const replicas = replicaPorts ?? []
+  const everyPort = [...ports, ...replicas]
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-cluster-'))
   const processes = new Map<number, ChildProcess>()
+  // Nodes stopped by `hang`: running, but they answer nothing, so none is asked anything.
+  const hung = new Set<number>()
+  const answering = (port: number) => processes.has(port) && !hung.has(port)
   const output = new Map<number, string>()
   const connections = new Map<number, Redis>()
   // One plain connection per node, reconnecting every 50 ms (a restarted node is found again);
@@ -123,6 +203,9 @@ export async function startRedisCluster(ports: readonly [number, number, number]
         '--dir', dir,
         '--save', '',
         '--appendonly', 'no',
+        // A replica (re)joining is sent the master's data at once, not after Redis's default 5 s
+        // wait for more replicas to join the same transfer.
+        '--repl-diskless-sync-delay', '0',
         '--daemonize', 'no',
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
@@ -135,7 +218,7 @@ export async function startRedisCluster(ports: readonly [number, number, number]
     return child
   }
   /**
-   * Starts the node of `port` and waits until it answers. The tests' ports (17201–17209) and their
+   * Starts the node of `port` and waits until it answers. The tests' ports (17201–17229) and their
    * cluster bus ports (10,000 above) lie below Linux's ephemeral range (32768–60999), so no client
    * socket of this machine takes them; a node that could not listen all the same (another program
    * on the port, one of a previous run still closing) is started again, every 250 ms for up to 15 s.
@@ -156,21 +239,83 @@ export async function startRedisCluster(ports: readonly [number, number, number]
     }
   }
   const lastLine = (port: number) => output.get(port)?.trim().split('\n').pop() ?? 'no output'
-  /** Waits until every node reports the cluster ok, with all nodes known. */
+  /** Waits until every node knows every other. */
+  const met = async () => {
+    for (const port of everyPort) {
+      await until('the nodes did not meet', 10_000, async () =>
+        String(await node(port).call('CLUSTER', 'INFO')).includes(`cluster_known_nodes:${everyPort.length}`),
+      )
+    }
+  }
+  /**
+   * Waits until the cluster is whole: on every node, the cluster ok with all nodes known and
+   * none flagged failed, and three slot ranges each with its replica; every replica's link to
+   * its master up.
+   */
   const formed = async () => {
-    for (const port of ports) {
-      await until('the nodes did not form a cluster', 10_000, async () => {
-        const info = String(await node(port).call('CLUSTER', 'INFO'))
-        return info.includes('cluster_state:ok') && info.includes(`cluster_known_nodes:${ports.length}`)
+    for (const port of everyPort) {
+      let seen = ''
+      await until(() => `the cluster did not form (node ${port}: ${seen})`, 15_000, async () => {
+        const admin = node(port)
+        const info = String(await admin.call('CLUSTER', 'INFO'))
+        // <id> <ip:port@bus> <flags> …, flags such as `slave,fail` or `master,fail?`
+        const failed = String(await admin.call('CLUSTER', 'NODES'))
+          .split('\n')
+          .filter((line) => line.split(' ')[2]?.split(',').some((flag) => flag === 'fail' || flag === 'fail?'))
+        const ranges = (await admin.call('CLUSTER', 'SLOTS')) as SlotRanges
+        const replication = String(await admin.call('INFO', 'replication'))
+        seen = `${/cluster_state:\w+/.exec(info)?.[0]}, ${failed.length} failed, ranges ${ranges.map((range) => range.length - 2).join('/')}`
+        return (
+          info.includes('cluster_state:ok') &&
+          info.includes(`cluster_known_nodes:${everyPort.length}`) &&
+          failed.length === 0 &&
+          ranges.length === 3 &&
+          ranges.every((range) => range.length === 3 + (replicas.length > 0 ? 1 : 0)) &&
+          (!replication.includes('role:slave') || replication.includes('master_link_status:up'))
+        )
       })
     }
+  }
+  /** A running node to ask about the cluster. */
+  const anyRunningPort = () => {
+    const port = everyPort.find(answering)
+    if (port === undefined) throw new Error('Redis Cluster: no node is running')
+    return port
+  }
+  const anyRunning = () => node(anyRunningPort())
+  /** The port of the master of each slot range, in slot order, as the node on `port` has it. */
+  const mastersAsSeenBy = async (port: number) => {
+    const ranges = (await node(port).call('CLUSTER', 'SLOTS')) as SlotRanges
+    return ranges.sort(([a], [b]) => a - b).map(([, , master]) => master![1])
+  }
+  // When the masters last voted in an election (a failover by hand or by the cluster): a master
+  // votes for no other replica of the same master within twice `cluster-node-timeout` of it
+  // (Redis's "can't vote about this master before …"), and a manual failover not voted for
+  // times out after 5 s without a retry.
+  let votedAt = Number.NEGATIVE_INFINITY
+  /** Waits until every running node names `port` as a master, and the cluster ok. */
+  const awaitMaster = async (port: number, ms = 15_000) => {
+    const started = performance.now()
+    for (const other of everyPort.filter(answering)) {
+      await until(`node ${port} did not become a master`, Math.max(1, ms - (performance.now() - started)), async () => {
+        const info = String(await node(other).call('CLUSTER', 'INFO'))
+        return info.includes('cluster_state:ok') && (await mastersAsSeenBy(other)).includes(port)
+      })
+    }
+    votedAt = performance.now()
+    return performance.now() - started
+  }
+  const awaitSelfPromoted = async (port: number, ms = 15_000) => {
+    const started = performance.now()
+    await until(`node ${port} did not take the master role`, ms, async () => ((await node(port).call('ROLE')) as [string])[0] === 'master')
+    return performance.now() - started
   }
   // A test process that ends without its afterAll (a crash) does not leave servers behind.
   const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
   process.once('exit', killOnExit)
 
   try {
-    await Promise.all(ports.map((port) => running(port)))
+    await Promise.all(everyPort.map((port) => running(port)))
     const admins = ports.map((port) => node(port))
     const third = Math.floor(HASH_SLOTS / 3)
     const ranges = [
@@ -179,7 +324,14 @@ export async function startRedisCluster(ports: readonly [number, number, number]
       [2 * third + 2, HASH_SLOTS - 1],
     ] as const
     for (const [i, admin] of admins.entries()) await admin.call('CLUSTER', 'ADDSLOTSRANGE', ranges[i]![0], ranges[i]![1])
-    for (const port of ports.slice(1)) await admins[0]!.call('CLUSTER', 'MEET', '127.0.0.1', port)
+    for (const port of everyPort.slice(1)) await admins[0]!.call('CLUSTER', 'MEET', '127.0.0.1', port)
+    if (replicas.length > 0) {
+      await met()
+      for (const [i, port] of replicas.entries()) {
+        const masterId = String(await admins[i]!.call('CLUSTER', 'MYID'))
+        await node(port).call('CLUSTER', 'REPLICATE', masterId)
+      }
+    }
     await formed()
   } catch (error) {
     await stopAll()
@@ -187,18 +339,28 @@ export async function startRedisCluster(ports: readonly [number, number, number]
     throw error
   }
 
-  const admin = node(ports[0]!)
   return {
     ports,
+    replicaPorts: replicas,
     nodes: ports.map((port) => ({ host: '127.0.0.1', port })),
     node,
     async hashTagOn(port) {
-      // [[from, to, [host, port, id], …replicas], …]
-      const ranges = (await admin.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, string]]>
+      const admin = anyRunning()
+      const ranges = (await admin.call('CLUSTER', 'SLOTS')) as SlotRanges
       for (let i = 0; ; i++) {
         const slot = Number(await admin.call('CLUSTER', 'KEYSLOT', `t${i}`))
-        if (ranges.some(([from, to, [, owner]]) => owner === port && slot >= from && slot <= to)) return `{t${i}}`
+        if (ranges.some(([from, to, master]) => master![1] === port && slot >= from && slot <= to)) return `{t${i}}`
       }
+    },
+    masters: () => mastersAsSeenBy(anyRunningPort()),
+    async replicated(port) {
+      let seen = ''
+      await until(() => `the replica of ${port} did not catch up (${seen})`, 5_000, async () => {
+        seen = String(await node(port).call('INFO', 'replication'))
+        const offset = Number(/master_repl_offset:(\d+)/.exec(seen)?.[1])
+        const replicas = [...seen.matchAll(/^slave\d+:.*offset=(\d+)/gm)].map(([, at]) => Number(at))
+        return replicas.length > 0 && replicas.every((at) => at >= offset)
+      })
     },
     async kill(port) {
       const child = processes.get(port)
@@ -206,10 +368,45 @@ export async function startRedisCluster(ports: readonly [number, number, number]
       child.kill('SIGKILL')
       await exited(child)
       processes.delete(port)
+      hung.delete(port)
+    },
+    hang(port) {
+      if (processes.get(port)?.kill('SIGSTOP')) hung.add(port)
+    },
+    resume(port) {
+      processes.get(port)?.kill('SIGCONT')
+      hung.delete(port)
     },
     async restart(port) {
       if (processes.has(port)) return
       await running(port)
+      await formed()
+    },
+    async failover(replicaPort) {
+      const lockedFor = votedAt + 2 * nodeTimeoutMs + 100 - performance.now()
+      if (lockedFor > 0) await new Promise((resolve) => setTimeout(resolve, lockedFor))
+      const started = performance.now()
+      await node(replicaPort).call('CLUSTER', 'FAILOVER')
+      await awaitMaster(replicaPort)
+      return performance.now() - started
+    },
+    awaitMaster,
+    awaitSelfPromoted,
+    async restore() {
+      for (const port of hung) processes.get(port)?.kill('SIGCONT')
+      hung.clear()
+      for (const port of everyPort) if (!processes.has(port)) await running(port)
+      await formed()
+      const now = await mastersAsSeenBy(ports[0]!)
+      for (const [i, port] of ports.entries()) {
+        if (now[i] === port) continue
+        // TAKEOVER: no election, so no wait for the masters' votes (nothing is written meanwhile,
+        // and the replica's link is up: it has every write).
+        await node(port).call('CLUSTER', 'FAILOVER', 'TAKEOVER')
+        const votes = votedAt
+        await awaitMaster(port)
+        votedAt = votes
+      }
       await formed()
     },
     async stop() {
@@ -242,22 +439,24 @@ export interface RedisClusterTestContext extends RedisTestContext {
   readonly cluster: TestRedisCluster
   /** A `Cluster` client of this run's ioredis major, typed as a `Cluster`. */
   readonly clusterClient: Cluster
-  /** Opens another `Cluster` client (ioredis `redisOptions`: `options`), disconnected after the suite. */
-  connectCluster(options?: RedisOptions): Cluster
+  /**
+   * Opens another `Cluster` client (ioredis `redisOptions`: `options`; startup nodes: `nodes`,
+   * default the cluster's), disconnected after the suite.
+   */
+  connectCluster(options?: RedisOptions, nodes?: ReadonlyArray<{ host: string; port: number }>): Cluster
 }
 
 /**
- * Starts a Redis Cluster on each set of ports, all at once, and stops them after the test file
+ * Starts a Redis Cluster on each set of ports (or of ports and options), all at once, and stops them after the test file
  * (an `afterAll` of the file): call it at the top level of the file, before its tests open
  * connections, whose local ports, drawn from the same ephemeral range, could otherwise take a
  * node's port. `undefined` when `redis-server` is missing (the suites skip, see above).
  */
 export async function startRedisClusters(
-  portSets: ReadonlyArray<readonly [number, number, number]>,
-  nodeTimeoutMs?: number,
+  specs: ReadonlyArray<readonly [number, number, number] | ({ ports: readonly [number, number, number] } & TestRedisClusterOptions)>,
 ): Promise<TestRedisCluster[] | undefined> {
   if (!redisClusterAvailable) return undefined
-  const started = await Promise.allSettled(portSets.map((ports) => startRedisCluster(ports, nodeTimeoutMs)))
+  const started = await Promise.allSettled(specs.map((spec) => ('ports' in spec ? startRedisCluster(spec.ports, spec) : startRedisCluster(spec))))
   const clusters = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []))
   afterAll(() => Promise.all(clusters.map((cluster) => cluster.stop())))
   const failed = started.find((result) => result.status === 'rejected')
@@ -287,8 +486,8 @@ export function describeRedisCluster(
         const prefixes: string[] = []
         let main: Cluster | undefined
         const cluster = () => started!
-        const connectCluster = (redisOptions: RedisOptions = {}) => {
-          const client = new ClusterClient([...cluster().nodes], { redisOptions })
+        const connectCluster = (redisOptions: RedisOptions = {}, nodes = cluster().nodes) => {
+          const client = new ClusterClient([...nodes], { redisOptions })
           clients.push(client)
           return client
         }

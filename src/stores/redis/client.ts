@@ -212,11 +212,12 @@ function breakerOf(client: RedisCommandClient, node: string): StallBreaker {
 /**
  * What the stores read of a Redis Cluster client to tell its masters apart: ioredis' `Cluster`
  * says `isCluster: true` and keeps `slots`, for each hash slot the `host:port` of the nodes
- * serving it, master first.
+ * serving it, master first; `refreshSlotsCache()` reads them again from a node.
  */
 interface ClusterSlotMap {
   readonly isCluster?: unknown
   readonly slots?: unknown
+  readonly refreshSlotsCache?: unknown
 }
 
 /** Redis Cluster's hash slots. */
@@ -254,6 +255,17 @@ function masterOf(cluster: ClusterSlotMap, key: string | undefined): string {
   if (key === undefined || !Array.isArray(cluster.slots)) return ''
   const nodes: unknown = cluster.slots[hashSlot(key)]
   return Array.isArray(nodes) && typeof nodes[0] === 'string' ? nodes[0] : ''
+}
+
+/**
+ * Has a Redis Cluster client read its slot map again (ioredis' `refreshSlotsCache()`; one read
+ * at a time, since ioredis skips a request while one runs, and its failures are the client's
+ * events); nothing for any other client. For a master that may have been replaced while it
+ * answers nothing: ioredis otherwise learns of a new master only from a node's `MOVED`.
+ */
+export function rereadSlots(client: unknown): void {
+  const refresh = (client as ClusterSlotMap | null | undefined)?.refreshSlotsCache
+  if (typeof refresh === 'function') refresh.call(client)
 }
 
 /** Commands the stores send on no key (a channel instead), which a cluster client sends to any node. */
@@ -311,7 +323,13 @@ function isErrorReply(error: unknown): boolean {
  * first deadline while the calls to the other masters are sent and answered as before; only
  * that master's answers close it, and its probe is an `EXISTS` of the call's key (which reaches
  * that master, where a `PING` would go to any node). Commands on no key (`PUBLISH`) and a
- * cluster whose slots are not known yet share one breaker for the whole client.
+ * cluster whose slots are not known yet share one breaker for the whole client. When a
+ * master's breaker opens, and again each time its probe gets no answer, the client is asked to
+ * read the slot map again (`refreshSlotsCache()`): ioredis learns that a replica took a
+ * master's slots only from a node's answer (`MOVED`) or such a read, and a master that hangs
+ * (or is cut off with its connections up) answers nothing, so without it the calls of its slots
+ * would stay on its breaker, refused, for as long as it hangs, while its promoted replica
+ * serves them.
  *
  * @example
  * ```ts
@@ -412,7 +430,11 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
           })
         }
       }
-      if (probe && breaker.stalled) breaker.probeAt = performance.now() + timeoutMs
+      if (probe && breaker.stalled) {
+        breaker.probeAt = performance.now() + timeoutMs
+        // A master that stalls may have been replaced (see above).
+        if (breaker !== whole) rereadSlots(client)
+      }
       throw error
     })
   }
@@ -420,6 +442,7 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     breaker.stalled = true
     breaker.probeAt = performance.now() + timeoutMs
     breaker.missedMs = timeoutMs
+    if (breaker !== whole) rereadSlots(client)
   }
   const keyOf = (command: string, args: RedisArgument[]) => (KEYLESS.has(command) ? undefined : String(args[0]))
   return {

@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
 import { ConfigurationError, logError } from '../../errors.js'
 import { MAX_TIMER_MS, withTimeout } from '../../timeout.js'
-import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady } from './client.js'
+import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots } from './client.js'
 
 /** Options of {@link createRedisInvalidationBus}. */
 export interface RedisInvalidationBusOptions extends RedisStoreOptions {
@@ -61,6 +61,38 @@ export interface RedisInvalidationBus extends InvalidationBus {
   close(): Promise<void>
 }
 
+/** An emitter of events without arguments (a `Cluster`'s `+node`). */
+interface EventSource {
+  on(event: string, listener: () => void): unknown
+  removeListener(event: string, listener: () => void): unknown
+}
+
+/** A connection whose end the bus can hear (`ioredis`' `Redis`). */
+interface EndingConnection {
+  readonly status?: unknown
+  on(event: 'ready' | 'end', listener: () => void): unknown
+  removeListener(event: 'ready' | 'end', listener: () => void): unknown
+}
+
+/**
+ * What the bus reads of an ioredis `Cluster` subscriber: it subscribes through its
+ * `ClusterSubscriber` (the field `subscriber`, private in ioredis' typings), on one connection
+ * of its own to one node (`getInstance()`), which it replaces by one to another node when that
+ * one ends, telling no one: the `Cluster` emits no `close`, and its `-node` comes only for a
+ * node the `Cluster` itself had connected to, often not the subscriber's.
+ */
+interface ClusterSubscription {
+  readonly isCluster?: unknown
+  readonly subscriber?: { readonly getInstance?: unknown } | null
+}
+
+/** The connection a Cluster subscribes on now, or `undefined` (none, or not an ioredis Cluster). */
+function subscribedConnection(cluster: ClusterSubscription): EndingConnection | undefined {
+  const connection: unknown = (cluster.subscriber?.getInstance as (() => unknown) | undefined)?.call(cluster.subscriber)
+  const events = connection as Partial<EndingConnection> | null | undefined
+  return typeof events?.on === 'function' && typeof events.removeListener === 'function' ? (connection as EndingConnection) : undefined
+}
+
 /**
  * What goes over the channel: the message, and which bus sent it. A message of another kind
  * (a later version's) is taken as a sign of life and otherwise ignored.
@@ -94,7 +126,9 @@ function parseWire(text: string): WireMessage | undefined {
  * Pub/sub delivers to whoever is subscribed at that moment: a bus whose subscriber
  * connection is down misses what was published meanwhile (it resubscribes when the
  * connection is ready again), and for those tokens the cache TTL bounds how long a stale
- * record may be trusted (DESIGN.md: within the cache TTL, at most 10 minutes).
+ * record may be trusted (DESIGN.md: within the cache TTL, at most 10 minutes). On an ioredis
+ * `Cluster`, the connection the cluster subscribes on is followed too: a subscription ioredis
+ * moves to another node is a reconnect (docs/stores.md, "Redis Cluster").
  *
  * @example
  * ```ts
@@ -152,6 +186,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed) return
     if (from === heartbeatChannel) return heard()
     if (from !== channel) return
+    if (!subscribedNow) resubscribe()
     const wire = parseWire(text)
     if (!wire) return onError(new Error('Malformed invalidation message'), 'invalidation message')
     heard()
@@ -192,7 +227,13 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   let pendingSince: number | undefined
   let lastSent = -Infinity
   function beat(): void {
-    if (closed || !subscribedNow || heartbeatMs === false) return
+    if (closed || heartbeatMs === false) return
+    if (!subscribedNow) return resubscribe()
+    // A Cluster's subscription stays on a node that hangs (its connection up, nothing
+    // arriving): read again, the slot map leaves out a node the cluster has marked failed, and
+    // ioredis then drops its connections to it, moving the subscription (followed below).
+    // Asked when the channel goes silent, and each interval while it stays so.
+    if (deaf) rereadSlots(subscriber)
     const at = performance.now()
     if (pendingSince !== undefined) setImmediate(judgeSilence)
     // About one heartbeat per interval for the group: a bus sends one when it heard nothing
@@ -211,25 +252,31 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed || deaf || !subscribedNow || pendingSince === undefined || performance.now() - pendingSince <= silentLimitMs) return
     deaf = true
     setListening()
+    rereadSlots(subscriber)
     onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
   }
   const timer = heartbeatMs === false ? undefined : setInterval(beat, heartbeatMs)
   ;(timer as { unref?: () => void } | undefined)?.unref?.()
   // On creation, and again whenever the connection is ready (after a failed first attempt,
   // or a reconnect when the client does not resubscribe by itself); a repeat is harmless.
-  function subscribe(): void {
+  function subscribe(): Promise<void> {
     // A connection in its handshake (ioredis `connect`) is subscribed on its `ready`: ioredis 5
     // would write the SUBSCRIBE at once, and the connection, then subscribed, would have its
     // ready check refused and be dropped.
-    if (closed || subscriber.status === 'connect') return
-    Promise.resolve()
+    if (closed || subscriber.status === 'connect') return Promise.resolve()
+    const movesBefore = moves
+    return Promise.resolve()
       .then(() => subscriber.subscribe(channel))
       .then(() => (heartbeatMs === false ? undefined : subscriber.subscribe(heartbeatChannel)))
       .then(
         () => {
+          // Confirmed on a Cluster connection that has ended since: the next one's `ready`
+          // subscribes again.
+          if (moves !== movesBefore) return
           subscribedNow = true
           heard()
           setListening()
+          follow()
           confirm()
         },
         (error: unknown) => onConnectionError(error as Error),
@@ -239,10 +286,58 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     subscribedNow = false
     setListening()
   }
+  // An ioredis Cluster moves its subscription to another node, unsaid, when the connection it
+  // subscribed on ends (its node died or left): what was published in between is lost. So the
+  // bus follows that connection itself, as it follows a single Redis's: its end is a lost
+  // connection (listening off, the caches dropped), and the next one's `ready` a reconnect
+  // (subscribed again, confirmed, listening). It is found through ioredis' internals (see
+  // ClusterSubscription); a Cluster without them is reported, and then only the heartbeat
+  // notices a subscription that moved, when the move takes long enough.
+  const cluster = (subscriber as ClusterSubscription).isCluster === true ? (subscriber as ClusterSubscription) : undefined
+  const followable = typeof cluster?.subscriber?.getInstance === 'function'
+  let followed: EndingConnection | undefined
+  let moves = 0
+  function follow(): void {
+    if (!cluster || closed) return
+    const connection = subscribedConnection(cluster)
+    if (connection === followed) return
+    followed?.removeListener('end', moved)
+    followed?.removeListener('ready', subscribe)
+    followed = connection
+    followed?.on('end', moved)
+    followed?.on('ready', subscribe)
+  }
+  function moved(): void {
+    moves++
+    lost()
+    // ioredis has picked the next connection by now (its own listener ran first); when it found
+    // no node to pick, it picks one with the next node it finds (`+node`).
+    follow()
+  }
+  // Should its `ready` go unseen all the same, a Cluster connection that is ready while the bus
+  // is not subscribed is subscribed on at the next heartbeat, or at the first message it brings
+  // (ioredis subscribes it on the bus's channels by itself): one attempt at a time.
+  let retrying = false
+  function resubscribe(): void {
+    if (!cluster || closed || subscribedNow || retrying) return
+    follow()
+    if (followed?.status !== 'ready') return
+    retrying = true
+    void subscribe().finally(() => (retrying = false))
+  }
+  // `+node` is emitted before ioredis picks a connection with it: looked at just after.
+  const nodeAdded = () => void queueMicrotask(follow)
   subscriber.on('message', onMessage)
   subscriber.on('ready', subscribe)
   subscriber.on('close', lost)
   subscriber.on('end', lost)
+  if (cluster && followable) (subscriber as unknown as EventSource).on('+node', nodeAdded)
+  if (cluster && !followable) {
+    onError(
+      new Error('This Redis Cluster client does not show which connection it subscribes on: a subscription it moves to another node goes unnoticed, and messages published meanwhile are lost with the cache kept'),
+      'invalidation subscriber',
+    )
+  }
   // Stays attached after close: a connection without an error listener logs every error.
   if (!given) subscriber.on('error', onConnectionError)
   subscribe()
@@ -278,6 +373,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       subscriber.removeListener('ready', subscribe)
       subscriber.removeListener('close', lost)
       subscriber.removeListener('end', lost)
+      if (cluster && followable) (subscriber as unknown as EventSource).removeListener('+node', nodeAdded)
+      followed?.removeListener('end', moved)
+      followed?.removeListener('ready', subscribe)
+      followed = undefined
       // The connection the bus opened is closed at once: it holds nothing worth waiting for.
       if (!given) return subscriber.disconnect()
       try {
