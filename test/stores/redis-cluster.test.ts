@@ -312,7 +312,7 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           expect(deadOutcomes.every((o) => /did not answer|not sent/.test(o.outcome))).toBe(true)
           // Never a hang: one deadline at most, and at once once the node's stall showed (but
           // for a probe, one deadline after it).
-          expect(Math.max(...deadOutcomes.map((o) => o.ms))).toBeLessThan(TIMEOUT_MS + 150)
+          expect(Math.max(...deadOutcomes.map((o) => o.ms))).toBeLessThan(TIMEOUT_MS + 400)
           expect(deadOutcomes.filter((o) => o.ms < 20).length).toBeGreaterThanOrEqual(3)
           expect(deadOutcomes.slice(1).some((o) => o.outcome.includes(`127.0.0.1:${dead} is stalled`))).toBe(true)
         } finally {
@@ -344,10 +344,10 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           for (let i = 0; i < 4; i++) {
             const served = await a.send({ 'mcp-session-id': 'on-live' })
             expect(served).toMatchObject({ status: 200, ratelimit: null })
-            expect(served.ms).toBeLessThan(TIMEOUT_MS + 150)
+            expect(served.ms).toBeLessThan(TIMEOUT_MS + 400)
             const refused = await b.send({ 'mcp-session-id': 'on-dead' })
             expect(refused.status).toBe(503)
-            expect(refused.ms).toBeLessThan(TIMEOUT_MS + 150)
+            expect(refused.ms).toBeLessThan(TIMEOUT_MS + 400)
           }
           const counted = await b.send()
           expect(counted).toMatchObject({ status: 200, ratelimit: '"minute";r=994;t=30' })
