@@ -110,6 +110,22 @@ function lostUnnoticed(delivered: ReturnType<typeof recordDeliveries>, sentAt: n
   return sentAt.flatMap((at, n) => (tokens.has(n) || delivered.some((d) => d.all && d.at >= at && d.at < at + 1_000) ? [] : [n]))
 }
 
+/**
+ * Watches the cluster promote `replica` after its master failed at `since`, in ms after it:
+ * `tookOver`, when the replica itself reports the master role (it takes its master's slots the
+ * moment it wins the election, and a client that reads the slot map from it is served from
+ * then on), and `agreed`, when every node names it and reports the cluster ok, which under
+ * load comes hundreds of ms later. `agreedSoFar()` is infinite until then.
+ */
+function watchPromotion(redis: RedisClusterTestContext, replica: number, since: number) {
+  let agreedAt = Number.POSITIVE_INFINITY
+  const agreed = redis.cluster.awaitMaster(replica, 10_000).then(() => (agreedAt = performance.now()) - since)
+  const tookOver = redis.cluster.awaitSelfPromoted(replica, 10_000).then(() => performance.now() - since)
+  agreed.catch(() => {})
+  tookOver.catch(() => {})
+  return { agreedSoFar: () => agreedAt - since, done: async () => ({ tookOver: await tookOver, agreed: await agreed }) }
+}
+
 function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluster | undefined) {
   describeRedisCluster(
     'a Redis Cluster with a replica per master, when a node fails',
@@ -202,14 +218,7 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
 
           await redis.cluster.kill(dead)
           const killedAt = performance.now()
-          let promotedAt = Number.POSITIVE_INFINITY
-          const promotion = redis.cluster.awaitMaster(replica, 10_000).then(() => void (promotedAt = performance.now()))
-          promotion.catch(() => {})
-          // The replica takes its master's slots the moment it wins the election, before every
-          // node has heard of it (what awaitMaster waits for, under load hundreds of ms later);
-          // a client that reads the slot map from the replica is served from then on.
-          const tookOver = redis.cluster.awaitSelfPromoted(replica, 10_000).then(() => performance.now() - killedAt)
-          tookOver.catch(() => {})
+          const promotion = watchPromotion(redis, replica, killedAt)
           const log: Array<{ at: number; pinned: number; sessionless: string | null; sessionlessStatus: number; live: number; ms: number }> = []
           // Until the dead master's pin and counters have been served ten times in a row.
           while (log.length < 10 || !log.slice(-10).every((round) => round.pinned === 200 && round.sessionless !== null)) {
@@ -226,9 +235,7 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
             if (performance.now() - killedAt > 10_000) break
             await sleep(25)
           }
-          await promotion
-          const promoted = promotedAt - killedAt
-          const selfPromoted = await tookOver
+          const { tookOver: selfPromoted, agreed: promoted } = await promotion.done()
           const recovered = log.find((round) => round.pinned === 200)!
           console.info(
             `[${kind}] killed master ${dead}: replica ${replica} took over after ${selfPromoted.toFixed(0)} ms, promoted (every node agreeing) after ${promoted.toFixed(0)} ms; its slots served again ${(recovered.at - selfPromoted).toFixed(0)} ms after it took over; ` +
@@ -275,13 +282,9 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
 
         redis.cluster.hang(hung)
         const hungAt = performance.now()
-        let promotedAt = Number.POSITIVE_INFINITY
-        const promotion = redis.cluster.awaitMaster(replica, 10_000).then(() => void (promotedAt = performance.now()))
-        promotion.catch(() => {})
-        const tookOver = redis.cluster.awaitSelfPromoted(replica, 10_000).then(() => performance.now() - hungAt)
-        tookOver.catch(() => {})
+        const promotion = watchPromotion(redis, replica, hungAt)
         const log: Array<{ at: number; outcome: string; ms: number }> = []
-        while (performance.now() - Math.min(promotedAt, hungAt + 10_000) < 4_000) {
+        while (performance.now() - hungAt - Math.min(promotion.agreedSoFar(), 10_000) < 4_000) {
           const started = performance.now()
           const outcome = await Promise.all([counters.increment('k', START, W), sessions.get('s', 60_000)]).then(
             ([count, pin]) => `${String(count)} ${pin?.version}`,
@@ -291,9 +294,7 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
           if (log.length >= 5 && log.slice(-5).every((round) => !/not|did/.test(round.outcome))) break
           await sleep(25)
         }
-        await promotion
-        const promoted = promotedAt - hungAt
-        const selfPromoted = await tookOver
+        const { tookOver: selfPromoted, agreed: promoted } = await promotion.done()
         const recovered = log.find((round) => !/not|did/.test(round.outcome))
         console.info(`[${kind}] hung master ${hung}: replica ${replica} took over after ${selfPromoted.toFixed(0)} ms, promoted (every node agreeing) after ${promoted.toFixed(0)} ms; its slots served again ${recovered ? `${(recovered.at - selfPromoted).toFixed(0)} ms after it took over` : 'never'}`)
 
