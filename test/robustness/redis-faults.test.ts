@@ -19,10 +19,10 @@ import {
   createMemoryTokenStore,
   createTokenService,
 } from 'mcp-dispatch'
-import { createRedisInvalidationBus, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
+import { createRedisInvalidationBus, createRedisRateLimitStore } from 'mcp-dispatch/redis'
 import { describe, expect, it, vi } from 'vitest'
 import { REDIS_URL, describeRedis, holdConnection } from '../helpers/redis.js'
-import { type Fixture, activeResources, createStorePipeline, jsonRpcError, leakedHandles } from './support.js'
+import { type Fixture, activeResources, createRedisStorePipeline, createStorePipeline, jsonRpcError, leakedHandles } from './support.js'
 
 const baseline = activeResources()
 /** The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. */
@@ -140,7 +140,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     // (never ready, so the counter's calls wait there too, until their deadline).
     const client = await redis.connectUnreachable()
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
-    const { fixture, send } = await createStorePipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const { fixture, send } = await createRedisStorePipeline(options)
 
     const served = await send()
     expect(served.response.status).toBe(200)
@@ -175,7 +175,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     // `disconnectTimeout`: ioredis would otherwise keep a 2 s timer after disconnecting.
     const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
-    const { fixture, send } = await createStorePipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const { fixture, send } = await createRedisStorePipeline(options)
     try {
       const opened = await send({ 'x-open-session': 'session-hung' })
       expect(opened.response.status).toBe(200)
@@ -224,7 +224,7 @@ describeRedis('a Redis that hangs costs one deadline, not one per request (regre
     const client = redis.connect()
     const prefix = redis.prefix()
     const options = { client, prefix, timeoutMs }
-    const { fixture, send } = await createStorePipeline(createRedisSessionStore(options), createRedisRateLimitStore(options))
+    const { fixture, send } = await createRedisStorePipeline(options)
     try {
       const opened = await send({ 'x-open-session': 'session-held' })
       expect(opened.response.headers.get('ratelimit')).toBe('"minute";r=999;t=30')

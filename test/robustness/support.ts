@@ -30,6 +30,7 @@ import {
   createMemoryTokenStore,
   createTokenService,
 } from 'mcp-dispatch'
+import { type RedisStoreOptions, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 import { mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { loadAdapters } from '../../bench/adapters.js'
 import { EXPRESS, EXPRESS_KINDS, type ExpressKind } from '../helpers/express.js'
@@ -688,4 +689,13 @@ export async function createStorePipeline(sessions: SessionStore, counters: Rate
   /** What `onError` got since the last call, as `[context, message]`. */
   const reported = () => fixture.errors.splice(0).map((e) => [e.context, (e.error as Error).message])
   return { fixture, send, reported }
+}
+
+/**
+ * {@link createStorePipeline} with the Redis stores: its session pins through `sessions`' client
+ * and prefix, its rate-limit counters through `counters`' (the same unless given: on a Redis
+ * Cluster, another prefix puts them on another master).
+ */
+export function createRedisStorePipeline(sessions: RedisStoreOptions, counters: RedisStoreOptions = sessions) {
+  return createStorePipeline(createRedisSessionStore(sessions), createRedisRateLimitStore(counters))
 }

@@ -28,7 +28,7 @@ import {
 import { afterEach, expect, it, vi } from 'vitest'
 import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, startRedisClusters } from '../helpers/redis-cluster.js'
 import { nextInvalidation } from '../helpers/redis.js'
-import { createStorePipeline } from '../robustness/support.js'
+import { createRedisStorePipeline } from '../robustness/support.js'
 
 /** The servers' `cluster-node-timeout`: a master unreachable this long is failed over. */
 const NODE_TIMEOUT_MS = 1_000
@@ -203,14 +203,8 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
         const client = redis.connectCluster({ maxRetriesPerRequest: 1 })
         const onDead = await prefixOn(redis, dead)
         const onLive = await prefixOn(redis, live)
-        const dying = await createStorePipeline(
-          createRedisSessionStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
-          createRedisRateLimitStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
-        )
-        const living = await createStorePipeline(
-          createRedisSessionStore({ client, prefix: onLive, timeoutMs: TIMEOUT_MS }),
-          createRedisRateLimitStore({ client, prefix: onLive, timeoutMs: TIMEOUT_MS }),
-        )
+        const dying = await createRedisStorePipeline({ client, prefix: onDead, timeoutMs: TIMEOUT_MS })
+        const living = await createRedisStorePipeline({ client, prefix: onLive, timeoutMs: TIMEOUT_MS })
         try {
           expect(await dying.send({ 'x-open-session': 'pinned' })).toMatchObject({ status: 200, ratelimit: '"minute";r=999;t=30' })
           expect(await living.send({ 'x-open-session': 'pinned' })).toMatchObject({ status: 200, ratelimit: '"minute";r=999;t=30' })

@@ -23,7 +23,7 @@ import {
 import { describe, expect, it, vi } from 'vitest'
 import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, startRedisClusters } from '../helpers/redis-cluster.js'
 import { nextInvalidation } from '../helpers/redis.js'
-import { createStorePipeline } from '../robustness/support.js'
+import { createRedisStorePipeline } from '../robustness/support.js'
 import {
   describeCacheStoreConformance,
   describeInvalidationBusConformance,
@@ -326,15 +326,11 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
         const onDead = await prefixOn(redis, dead)
         const onHealthy = await prefixOn(redis, healthy)
         // A session on the live master, counters on the dead one.
-        const a = await createStorePipeline(
-          createRedisSessionStore({ client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }),
-          createRedisRateLimitStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
-        )
+        const live = { client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }
+        const deadMaster = { client, prefix: onDead, timeoutMs: TIMEOUT_MS }
+        const a = await createRedisStorePipeline(live, deadMaster)
         // The other way round.
-        const b = await createStorePipeline(
-          createRedisSessionStore({ client, prefix: onDead, timeoutMs: TIMEOUT_MS }),
-          createRedisRateLimitStore({ client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }),
-        )
+        const b = await createRedisStorePipeline(deadMaster, live)
         try {
           expect(await a.send({ 'x-open-session': 'on-live' })).toMatchObject({ status: 200, ratelimit: '"minute";r=999;t=30' })
           expect(await b.send({ 'x-open-session': 'on-dead' })).toMatchObject({ status: 200, ratelimit: '"minute";r=999;t=30' })

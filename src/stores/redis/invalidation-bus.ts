@@ -294,6 +294,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // ClusterSubscription); a Cluster without them is reported, and then only the heartbeat
   // notices a subscription that moved, when the move takes long enough.
   const cluster = (subscriber as ClusterSubscription).isCluster === true ? (subscriber as ClusterSubscription) : undefined
+  // Only a Cluster is followable.
   const followable = typeof cluster?.subscriber?.getInstance === 'function'
   let followed: EndingConnection | undefined
   let moves = 0
@@ -331,7 +332,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   subscriber.on('ready', subscribe)
   subscriber.on('close', lost)
   subscriber.on('end', lost)
-  if (cluster && followable) (subscriber as unknown as EventSource).on('+node', nodeAdded)
+  if (followable) (subscriber as unknown as EventSource).on('+node', nodeAdded)
   if (cluster && !followable) {
     onError(
       new Error('This Redis Cluster client does not show which connection it subscribes on: a subscription it moves to another node goes unnoticed, and messages published meanwhile are lost with the cache kept'),
@@ -373,7 +374,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       subscriber.removeListener('ready', subscribe)
       subscriber.removeListener('close', lost)
       subscriber.removeListener('end', lost)
-      if (cluster && followable) (subscriber as unknown as EventSource).removeListener('+node', nodeAdded)
+      if (followable) (subscriber as unknown as EventSource).removeListener('+node', nodeAdded)
       followed?.removeListener('end', moved)
       followed?.removeListener('ready', subscribe)
       followed = undefined
