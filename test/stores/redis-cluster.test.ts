@@ -234,10 +234,15 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
       expect(await counters.increment('k', START, W)).toBe(2)
       expect(await counters.increment('fresh', START, W)).toBe(1)
       // (Asked of the nodes themselves: a key command there would answer MOVED or ASK.)
-      const keysIn = async (node: typeof from) => ((await node.call('CLUSTER', 'GETKEYSINSLOT', slot, 10)) as string[]).sort()
+      // Keys of earlier tests on the shared cluster may hash to the slot too (regression: one did,
+      // and the source refused to hand the slot over): only this test's are compared, and all
+      // move, since a master gives a slot away only once it holds none of its keys.
+      const slotKeys = async (node: typeof from) => (await node.call('CLUSTER', 'GETKEYSINSLOT', slot, 10_000)) as string[]
+      const keysIn = async (node: typeof from) => (await slotKeys(node)).filter((key) => key.startsWith(prefix)).sort()
       expect(await keysIn(to)).toEqual([`${prefix}rl:fresh`])
 
-      await from.call('MIGRATE', '127.0.0.1', toPort, '', 0, 5_000, 'KEYS', counterKey, `${prefix}session:s1`)
+      const others = (await slotKeys(from)).filter((key) => !key.startsWith(prefix))
+      await from.call('MIGRATE', '127.0.0.1', toPort, '', 0, 5_000, 'KEYS', counterKey, `${prefix}session:s1`, ...others)
       // Moved, the slot not yet handed over: the source answers ASK for both.
       expect(await counters.increment('k', START, W)).toBe(3)
       expect(await sessions.get('s1', 60_000)).toEqual(PIN)
@@ -249,7 +254,7 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
       expect(await sessions.get('s1', 60_000)).toEqual(PIN)
       expect(await redis.clusterClient.hgetall(counterKey)).toEqual({ w: String(START), c: '4' })
       expect(await keysIn(to)).toEqual([counterKey, `${prefix}rl:fresh`, `${prefix}session:s1`].sort())
-      expect(await keysIn(from)).toEqual([])
+      expect(await slotKeys(from)).toEqual([])
     })
   })
 
