@@ -259,6 +259,7 @@ export function isForeignThenable(value: unknown): boolean {
   return value !== null && typeof value === 'object' && !(value instanceof Promise) && typeof (value as { then?: unknown }).then === 'function'
 }
 
+/** The MCP path's methods (`HEAD` is not one: see `withApp`). */
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 /**
  * `allowedOrigins` as one function, or `undefined` when every origin is allowed. A string would
@@ -1002,13 +1003,24 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const method = request.method
     if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*', request) }
     if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
-      return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
+      if (method !== 'HEAD') return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
+      // HEAD is GET's head (RFC 9110 section 9.3.2), and clients probe the MCP URL with it for
+      // `WWW-Authenticate` (Gemini CLI after a 401): it gets GET's challenge. Past the
+      // credential it is 405, as the MCP SDK's transport answers it, and never reaches the
+      // handler (one written for POST, GET and DELETE alone may leave it unanswered).
+      flow.app = app
+      stage = 'token'
+      return proceed(flow, authenticate(request, app), 'token', headAfterIdentity)
     }
     flow.app = app
     flow.selector = selector
     // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
     stage = 'token'
     return proceed(flow, authenticate(request, app), 'token', withIdentity)
+  }
+
+  function headAfterIdentity(flow: Flow, auth: AuthOutcome): Decision {
+    return reply(auth.identity === undefined ? auth.reply : methodNotAllowedReply(ALLOWED_METHODS), flow.origin)
   }
 
   function withIdentity(flow: Flow, auth: AuthOutcome): MaybePromise<Decision> {

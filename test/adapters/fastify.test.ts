@@ -46,7 +46,7 @@ describe('fastify adapter specifics', () => {
   it('frameworkErrors answers a target Fastify cannot decode as the other adapters do (JSON-RPC 404), and leaves other errors to Fastify', async () => {
     const fixture = createFixture()
     const plain = Fastify()
-    const app = Fastify({ frameworkErrors, maxParamLength: 10 })
+    const app = Fastify({ frameworkErrors, routerOptions: { maxParamLength: 10 } })
     for (const instance of [plain, app]) {
       await instance.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
       instance.all('/*', async () => ({ served: true }))

@@ -312,6 +312,28 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         })
       })
 
+      it('answers HEAD with GET\'s challenge without a credential, 405 past it, never a body and never the handler', async () => {
+        const challenge = unauthorizedReply({ resourceMetadataUrl: METADATA_URL })
+        const bare = await target.request({ method: 'HEAD', path: '/v1', headers: { accept: 'text/event-stream' } })
+        expect(bare.status).toBe(401)
+        expect(bare.headers['www-authenticate']).toBe(challenge.headers['www-authenticate'])
+        expect(bare.headers['x-mcp-version']).toBeUndefined()
+        expect(bare.body).toBe('')
+        const refused = await target.request({ method: 'HEAD', path: '/v1', headers: bearer(`svc_${'A'.repeat(44)}`) })
+        expect(refused.status).toBe(401)
+        expect(refused.headers['www-authenticate']).toContain('error="invalid_token"')
+        expect(refused.body).toBe('')
+        // Past the credential (allowlist and scope included): 405, from the dispatch layer.
+        const outside = await target.request({ method: 'HEAD', path: '/v1', headers: bearer(fixture.tokens.aliceOther) })
+        expect(outside.status).toBe(403)
+        const allowed = await target.request({ method: 'HEAD', path: '/v1', headers: bearer(fixture.tokens.alice) })
+        expect(allowed.status).toBe(405)
+        expect(allowed.headers.allow).toBe(ALLOWED_METHODS)
+        expect(allowed.headers['x-probe']).toBeUndefined()
+        expect(allowed.headers['x-mcp-version']).toBeUndefined()
+        expect(allowed.body).toBe('')
+      })
+
       it('a path with dot segments is never approved as one path and routed as another', async () => {
         // Sent raw over loopback (Fastify's inject would resolve the path before the adapter).
         for (const path of ['/x/../v1', '/%2e/v1', '/v2.0.0/..', '/x/%2e%2e/v1', '/v1/.']) {

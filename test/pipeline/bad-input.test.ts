@@ -176,17 +176,33 @@ describe('through the platform in memory', () => {
     }
   })
 
-  it.each(['PUT', 'PATCH', 'HEAD', 'PROPFIND'])('method %s: 405 with Allow, before authentication', async (method) => {
+  it.each(['PUT', 'PATCH', 'PROPFIND'])('method %s: 405 with Allow, before authentication', async (method) => {
     for (const options of [{}, { token: token('alice') }]) {
       const request = new Request('http://weather.localhost/v1', {
         method,
         headers: options.token ? { authorization: `Bearer ${options.token}` } : {},
-        ...(method !== 'HEAD' && { body: '{}' }),
+        body: '{}',
       })
       const response = await platform.fetch(request, { clientAddress: CLIENT })
       expect(response.headers.get('allow')).toBe('GET, POST, DELETE, OPTIONS')
       expect(await expectRpcError(response, 405, -32000)).toEqual(bodies.methodNotAllowed)
     }
+  })
+
+  it('HEAD gets GET\'s challenge without a credential (clients probe for WWW-Authenticate), and 405 past it, before the handler', async () => {
+    // Clients probe the MCP URL with HEAD for WWW-Authenticate (Gemini CLI does, after a 401).
+    const bare = await send('http://weather.localhost/v1', { method: 'HEAD' })
+    expect(bare.status).toBe(401)
+    expect(bare.headers.get('www-authenticate')).toBe('Bearer resource_metadata="http://weather.localhost/.well-known/oauth-protected-resource"')
+    expect(await bare.text()).toBe('')
+    const refused = await send('http://weather.localhost/v1', { method: 'HEAD', token: `svc_${'A'.repeat(44)}` })
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('www-authenticate')).toContain('error="invalid_token"')
+    const served = await send('http://weather.localhost/v1', { method: 'HEAD', token: token('alice') })
+    expect(served.status).toBe(405)
+    expect(served.headers.get('allow')).toBe('GET, POST, DELETE, OPTIONS')
+    expect(versionHeaders(served)).toEqual({ version: null, latest: null })
+    expect(await served.text()).toBe('')
   })
 
   it('GET and DELETE without a session reach the handler, which refuses them as JSON-RPC errors', async () => {

@@ -220,3 +220,31 @@ describe('rate limit: instances whose clocks disagree, sharing one store', () =>
     expect(statuses.filter((s) => s === 200)).toHaveLength(5)
   })
 })
+
+describe('HEAD on an MCP path', () => {
+  it('is answered after authentication (405), spending no rate-limit unit and asking no subscription', async () => {
+    let increments = 0
+    let asked = 0
+    const apps = createMemoryAppStore([APP])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+    const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
+    const dispatcher = createDispatcher({
+      apps,
+      subscriptions: { isActive: (userId, appId) => (asked++, subscriptions.isActive(userId, appId)) },
+      tokens,
+      rateLimit: { store: { increment: () => ++increments }, policy: () => MINUTE },
+    })
+    const head = (headers: Record<string, string>) => dispatcher.decide({ ...dispatchRequest('/v1', headers), method: 'HEAD' })
+    const bare = await head({})
+    expect(bare.type === 'reply' && bare.reply.status).toBe(401)
+    expect(bare.type === 'reply' && bare.reply.headers['www-authenticate']).toBe('Bearer resource_metadata="https://weather.example.com/.well-known/oauth-protected-resource"')
+    const past = await head({ authorization: `Bearer ${token}` })
+    expect(past.type === 'reply' && past.reply.status).toBe(405)
+    expect(past.type === 'reply' && past.reply.headers.allow).toBe('GET, POST, DELETE, OPTIONS')
+    expect({ increments, asked }).toEqual({ increments: 0, asked: 0 })
+    // The same token on POST: the subscription is asked and the request counted.
+    expect((await dispatcher.decide(dispatchRequest('/v1', { authorization: `Bearer ${token}` }))).type).toBe('dispatch')
+    expect({ increments, asked }).toEqual({ increments: 1, asked: 1 })
+  })
+})

@@ -508,15 +508,23 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
   })
 
   describe('methods', () => {
-    it('answers HEAD 405 with Allow and no body, and keeps the connection framed', async () => {
+    it('answers HEAD with GET\'s challenge without a credential and 405 past it, without a body, and keeps the connection framed; other methods 405 with Allow', async () => {
       const edge = edgeOf(name)
-      const { answers } = await exchange(edge.port, request(edge, { method: 'HEAD', body: null }) + request(edge), { answers: 2, head: [0] })
-      expectRefused(answers[0], 405)
-      expect(answers[0]!.headers.allow).toBe('GET, POST, DELETE, OPTIONS')
-      expectServed(answers[1], edge.v1)
+      const challenge = `Bearer resource_metadata="http://${edge.app}:${edge.port}/.well-known/oauth-protected-resource"`
+      const bare = await exchange(edge.port, request(edge, { method: 'HEAD', authorization: null, body: null }) + request(edge), { answers: 2, head: [0] })
+      expectRefused(bare.answers[0], 401)
+      expect(bare.answers[0]!.headers['www-authenticate']).toBe(challenge)
+      expect(bare.answers[0]!.body).toBe('')
+      expectServed(bare.answers[1], edge.v1)
+      const served = await exchange(edge.port, request(edge, { method: 'HEAD', body: null }) + request(edge), { answers: 2, head: [0] })
+      expectRefused(served.answers[0], 405)
+      expect(served.answers[0]!.headers.allow).toBe('GET, POST, DELETE, OPTIONS')
+      expect(served.answers[0]!.body).toBe('')
+      expectServed(served.answers[1], edge.v1)
       for (const method of ['PUT', 'PATCH', 'TRACE']) {
         const other = await exchange(edge.port, request(edge, { method, authorization: null }))
         expectRefused(other.answers[0], 405)
+        expect(other.answers[0]!.headers.allow).toBe('GET, POST, DELETE, OPTIONS')
       }
     })
 

@@ -136,7 +136,11 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     })
     // With synchronous stores the decision is there at once: no await, no microtask.
     const decision = decided instanceof Promise ? await decided : decided
-    if (decision.type === 'reply') return toResponse(decision.reply)
+    if (decision.type === 'reply') {
+      // HEAD is GET without content (RFC 9110 section 9.3.2): the reply's status and fields alone.
+      const { reply } = decision
+      return request.method === 'HEAD' ? new Response(null, { status: reply.status, headers: reply.headers }) : toResponse(reply)
+    }
     contexts.set(request, decision.context)
     // On Node, the head of `outgoing` takes the headers (and tells `complete` the outcome),
     // unless a new session's pin must be stored, asynchronously, before the answer goes out.
