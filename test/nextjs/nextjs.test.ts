@@ -289,6 +289,10 @@ describe.skipIf(missing.length > 0)('the Web adapter in a Next.js app (next buil
     await expectReply(await post(app('/v3.0.0'), tokens.alice), versionNotFoundReply('3.0.0', '1.1.0'))
     await expectReply(await post(app('/v1', 'nowhere'), tokens.alice), notFoundReply())
     await expectReply(await localhostFetch(app('/v1'), { method: 'PUT', headers: mcpHeaders(tokens.alice), body: TOOLS_LIST }), methodNotAllowedReply('GET, POST, DELETE, OPTIONS'))
+    // HEAD (Next.js answers it with the GET export): GET's challenge, then 405, without bodies.
+    const headOf = (reply: { status: number; headers: Record<string, string> }) => ({ ...reply, body: '' })
+    await expectReply(await localhostFetch(app('/v1'), { method: 'HEAD' }), headOf(unauthorizedReply({ resourceMetadataUrl: `${app('')}/.well-known/oauth-protected-resource` })))
+    await expectReply(await localhostFetch(app('/v1'), { method: 'HEAD', headers: { authorization: `Bearer ${tokens.alice}` } }), headOf(methodNotAllowedReply('GET, POST, DELETE, OPTIONS')))
 
     expect((await post(app('/', 'busy'), tokens.alice)).status).toBe(200)
     const limited = await post(app('/', 'busy'), tokens.alice)

@@ -16,7 +16,7 @@ import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
-import { forbiddenReply, paymentRequiredReply, rateLimitedReply, unauthorizedReply, versionNotFoundReply } from 'mcp-dispatch'
+import { forbiddenReply, methodNotAllowedReply, paymentRequiredReply, rateLimitedReply, unauthorizedReply, versionNotFoundReply } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { underCI } from '../helpers/ci.js'
 import { loopbackFetch } from '../oauth/helpers/oauth-client.js'
@@ -125,7 +125,7 @@ describe.each(Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>)('the Web ad
     await served?.stop()
   })
 
-  test('answers refusals with the dispatch layer\'s bytes: 401, 402, 403, 404 version_not_found, 429', async () => {
+  test('answers refusals with the dispatch layer\'s bytes: 401, 402, 403, 404 version_not_found, HEAD, 429', async () => {
     const expectReply = async (response: Response, reply: { status: number; headers: Record<string, string>; body: string | null }) => {
       expect(response.status).toBe(reply.status)
       expect(await response.text()).toBe(reply.body)
@@ -137,6 +137,10 @@ describe.each(Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>)('the Web ad
     // Alice subscribes to notes, but her token is not scoped to it.
     await expectReply(await post(app('/v1', 'notes'), tokens.alice), forbiddenReply())
     await expectReply(await post(app('/v3.0.0'), tokens.alice), versionNotFoundReply('3.0.0', '1.1.0'))
+    // HEAD: GET's challenge, then 405 past the credential, without bodies.
+    const head = (token?: string) => loopbackFetch(app('/v1'), { method: 'HEAD', ...(token !== undefined && { headers: { authorization: `Bearer ${token}` } }) })
+    await expectReply(await head(), { ...unauthorizedReply({ resourceMetadataUrl: `${app('')}/.well-known/oauth-protected-resource` }), body: '' })
+    await expectReply(await head(tokens.alice), { ...methodNotAllowedReply('GET, POST, DELETE, OPTIONS'), body: '' })
 
     expect((await post(app('/', 'busy'), tokens.alice)).status).toBe(200)
     const limited = await post(app('/', 'busy'), tokens.alice)
