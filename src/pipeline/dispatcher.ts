@@ -259,7 +259,7 @@ export function isForeignThenable(value: unknown): boolean {
   return value !== null && typeof value === 'object' && !(value instanceof Promise) && typeof (value as { then?: unknown }).then === 'function'
 }
 
-/** The MCP path's methods (`HEAD` is not one: see `withApp`). */
+/** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 /**
  * `allowedOrigins` as one function, or `undefined` when every origin is allowed. A string would
@@ -1002,23 +1002,21 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (allowedOrigins && origin && !allowedOrigins(origin)) return { type: 'reply', reply: originNotAllowedReply() }
     const method = request.method
     if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*', request) }
-    if (method !== 'POST' && method !== 'GET' && method !== 'DELETE') {
-      if (method !== 'HEAD') return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
-      // HEAD is GET's head (RFC 9110 section 9.3.2), and clients probe the MCP URL with it for
-      // `WWW-Authenticate` (Gemini CLI after a 401): it gets GET's challenge. Past the
-      // credential it is 405, as the MCP SDK's transport answers it, and never reaches the
-      // handler (one written for POST, GET and DELETE alone may leave it unanswered).
-      flow.app = app
-      stage = 'token'
-      return proceed(flow, authenticate(request, app), 'token', headAfterIdentity)
+    if (method !== 'POST' && method !== 'GET' && method !== 'DELETE' && method !== 'HEAD') {
+      return reply(methodNotAllowedReply(ALLOWED_METHODS), origin)
     }
     flow.app = app
     flow.selector = selector
-    // Steps 2 and 3: authenticate; API tokens: allowlist, then scope.
+    // Steps 2 and 3: authenticate; API tokens: allowlist, then scope. HEAD is GET's head (RFC
+    // 9110 section 9.3.2), and clients probe the MCP URL with it for `WWW-Authenticate` (Gemini
+    // CLI after a 401): it gets GET's refusal, and past the credential 405, as the MCP SDK's
+    // transport answers it; it never reaches the handler (one written for POST, GET and DELETE
+    // alone may leave it unanswered).
     stage = 'token'
-    return proceed(flow, authenticate(request, app), 'token', withIdentity)
+    return proceed(flow, authenticate(request, app), 'token', method === 'HEAD' ? headAfterIdentity : withIdentity)
   }
 
+  /** Step 2 and 3 for HEAD: the refusal, or 405 (see `withApp`). */
   function headAfterIdentity(flow: Flow, auth: AuthOutcome): Decision {
     return reply(auth.identity === undefined ? auth.reply : methodNotAllowedReply(ALLOWED_METHODS), flow.origin)
   }

@@ -446,6 +446,11 @@ export interface RedisClusterTestContext extends RedisTestContext {
   connectCluster(options?: RedisOptions, nodes?: ReadonlyArray<{ host: string; port: number }>): Cluster
 }
 
+/** A key prefix of this run whose keys all land on the master on `port` (a hash tag: `…:{t3}:`). */
+export async function prefixOn(redis: RedisClusterTestContext, port: number): Promise<string> {
+  return `${redis.prefix()}${await redis.cluster.hashTagOn(port)}:`
+}
+
 /**
  * Starts a Redis Cluster on each set of ports (or of ports and options), all at once, and stops them after the test file
  * (an `afterAll` of the file): call it at the top level of the file, before its tests open

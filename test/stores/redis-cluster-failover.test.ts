@@ -26,7 +26,7 @@ import {
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
 import { afterEach, expect, it, vi } from 'vitest'
-import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, startRedisClusters } from '../helpers/redis-cluster.js'
+import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, prefixOn, startRedisClusters } from '../helpers/redis-cluster.js'
 import { nextInvalidation } from '../helpers/redis.js'
 import { createRedisStorePipeline } from '../robustness/support.js'
 
@@ -47,11 +47,6 @@ const TIMEOUT_MS = 200
 const AT_MOST_MS = TIMEOUT_MS + 400
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** A key prefix whose keys all land on the master on `port` (a hash tag: `…:{t3}:`). */
-async function prefixOn(redis: RedisClusterTestContext, port: number): Promise<string> {
-  return `${redis.prefix()}${await redis.cluster.hashTagOn(port)}:`
-}
 
 /**
  * A bus whose subscription is on the node on `port`: ioredis subscribes on a node of those it

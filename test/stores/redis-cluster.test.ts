@@ -21,7 +21,7 @@ import {
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
 import { describe, expect, it, vi } from 'vitest'
-import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, startRedisClusters } from '../helpers/redis-cluster.js'
+import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, prefixOn, startRedisClusters } from '../helpers/redis-cluster.js'
 import { nextInvalidation } from '../helpers/redis.js'
 import { createRedisStorePipeline } from '../robustness/support.js'
 import {
@@ -50,11 +50,6 @@ const START = 1_700_000_040_000 - (1_700_000_040_000 % W)
 async function commandCalls(redis: RedisClusterTestContext, port: number): Promise<Record<string, number>> {
   const info = String(await redis.cluster.node(port).call('INFO', 'commandstats'))
   return Object.fromEntries([...info.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].map(([, name, calls]) => [name!, Number(calls)]))
-}
-
-/** A key prefix whose keys all land on the master on `port` (a hash tag: `…:{t3}:`). */
-async function prefixOn(redis: RedisClusterTestContext, port: number): Promise<string> {
-  return `${redis.prefix()}${await redis.cluster.hashTagOn(port)}:`
 }
 
 describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
