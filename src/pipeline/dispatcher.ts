@@ -57,6 +57,7 @@ import {
   type VersionSelector,
   compileVersions,
   formatSelector,
+  isExactVersion,
   isPreRelease,
   parseVersionPath,
   resolveVersion,
@@ -1067,6 +1068,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function withPin(flow: Flow, pin: SessionPin | undefined): MaybePromise<Decision> {
     if (!pin || !pinMatches(pin, flow.app, flow.auth.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
+    // The pinned version goes into `X-MCP-Version` and to the handler. A version no longer
+    // live (replaced since the pin) is checked here; one that is not a version at all (a
+    // platform's store answering what something else wrote) ends the session, and is reported.
+    if (!flow.index.exact.has(pin.version) && !isExactVersion(pin.version)) {
+      onError(new Error(`mcp-dispatch: the session store answered a pin whose version is not a semantic version (${JSON.stringify(pin.version.slice(0, 64))}); answered 404 session_not_found`), 'session store')
+      return reply(sessionNotFoundReply(), flow.origin)
+    }
     return dispatch(flow, pin.version, flow.index)
   }
 
