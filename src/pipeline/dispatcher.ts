@@ -1072,7 +1072,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // live (replaced since the pin) is checked here; one that is not a version at all (a
     // platform's store answering what something else wrote) ends the session, and is reported.
     if (!flow.index.exact.has(pin.version) && !isExactVersion(pin.version)) {
-      onError(new Error(`mcp-dispatch: the session store answered a pin whose version is not a semantic version (${JSON.stringify(pin.version.slice(0, 64))}); answered 404 session_not_found`), 'session store')
+      onError(new Error(`mcp-dispatch: the session store answered a pin whose version is not a semantic version (${JSON.stringify(String(pin.version).slice(0, 64))}); answered 404 session_not_found`), 'session store')
       return reply(sessionNotFoundReply(), flow.origin)
     }
     return dispatch(flow, pin.version, flow.index)
