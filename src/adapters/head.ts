@@ -212,15 +212,15 @@ export function stampHead(headers: unknown, stamped: Readonly<Record<string, str
     return { headers: out, sessionId }
   }
   const source = headers as Record<string, unknown>
-  let clash = false
-  for (const key in source) {
-    if (isOneOf(key, stamped)) clash = true
-    else if (sessionId === undefined && sameName(key, 'mcp-session-id')) sessionId = headerValue(source[key])
-  }
+  const found = scanGiven(source, stamped)
   // Usually no handler header has the name of a dispatch header: a plain copy (native).
-  if (!clash) return { headers: Object.assign({}, source, stamped), sessionId }
+  if (found !== CLASH) return { headers: Object.assign({}, source, stamped), sessionId: found }
   const out: Record<string, unknown> = {}
-  for (const key in source) if (!isOneOf(key, stamped)) out[key] = source[key]
+  for (const key in source) {
+    if (isOneOf(key, stamped)) continue
+    out[key] = source[key]
+    if (sessionId === undefined && sameName(key, 'mcp-session-id')) sessionId = headerValue(source[key])
+  }
   return { headers: Object.assign(out, stamped), sessionId }
 }
 
@@ -239,6 +239,9 @@ function recordHead(res: NodeResponse, decision: Dispatched, status: number, ses
   // responses to another path (node-http's hold, or the Web adapter's own await).
   decision.complete(headOutcome(res, decision, status, sessionId))
 }
+
+/** A Node HTTP/1 response, the only kind that takes head lines. */
+type RemovableHeaders = WithDecision & { hasHeader(name: string): boolean; removeHeader(name: string): void }
 
 type WriteHead = (this: NodeResponse, statusCode: number, ...rest: unknown[]) => unknown
 
@@ -279,16 +282,38 @@ export function installHeadInterception(proto: NodeResponse): void {
     }
     const named = typeof reason === 'string'
     const given = named ? headers : (reason ?? headers)
-    const lines = writesLines ? headLines(decision.headers) : undefined
-    if (lines !== undefined) {
-      const sessionId = givenSessionId(given, decision.headers)
-      if (sessionId !== CLASH) return writeWithLines(this, decision, own, lines, sessionId, statusCode, reason, headers)
+    // The dispatch headers as head lines, where they can be (see `headLines`): Node's
+    // writeHead passes the status line to `_storeHeader`, which starts the head with it and
+    // adds the header fields after. Handed over so, Node writes them as they are, without
+    // checking, lower-casing and concatenating each field again, and the handler's own headers
+    // pass untouched, not copied into a new object: about 6,300 instructions less per request
+    // on Fastify, a sixth of the adapter's cost (docs/performance.md). Elsewhere, the merge.
+    let lines = writesLines ? headLines(decision.headers) : undefined
+    let sessionId = lines === undefined ? CLASH : scanGiven(given, decision.headers)
+    let out = headers
+    if (sessionId === CLASH) {
+      lines = undefined
+      const head = stampHead(given, dispatchHeadersFor(this, decision.headers, given))
+      sessionId = head.sessionId
+      out = head.headers
     }
-    const head = stampHead(given, dispatchHeadersFor(this, decision.headers, given))
+    // Saved and put back: a `writeHead` of another response inside this one (a wrapper of the
+    // platform's) must neither take these lines nor lose its own.
+    const outerResponse = linesFor
+    const outerLines = pendingLines
     let written: unknown
     try {
-      written = named ? original.call(this, statusCode, reason, head.headers) : original.call(this, statusCode, head.headers)
+      if (lines !== undefined) {
+        // Those set with `setHeader` give way, as they do in Node's own merge.
+        for (const name in decision.headers) if ((this as RemovableHeaders).hasHeader(name)) (this as RemovableHeaders).removeHeader(name)
+        handLines(this, lines)
+        written = reason === undefined && headers === undefined ? original.call(this, statusCode) : original.call(this, statusCode, reason, headers)
+      } else {
+        written = named ? original.call(this, statusCode, reason, out) : original.call(this, statusCode, out)
+      }
     } catch (error) {
+      linesFor = outerResponse
+      pendingLines = outerLines
       // Node refused the head (a status out of range, a header value it cannot write) and
       // wrote nothing: the answer that follows (the framework's error, the 502) still takes
       // the dispatch headers, and no session is pinned to an id the client never got.
@@ -296,57 +321,11 @@ export function installHeadInterception(proto: NodeResponse): void {
       else aside.set(this, decision)
       throw error
     }
-    recordHead(this, decision, statusCode, head.sessionId)
-    return written
-  }
-
-  /**
-   * The dispatch headers go into the head as lines after the status line: Node's writeHead
-   * passes the status line to `_storeHeader`, which starts the head with it and adds the
-   * header fields after. Handed over so, Node writes them as they are, without checking,
-   * lower-casing and concatenating each field again, and the handler's own headers pass
-   * untouched, not copied into a new object: about 6,300 instructions less per request on
-   * Fastify, a sixth of the adapter's cost (docs/performance.md). `headLines` has checked the
-   * values as Node would have.
-   */
-  function writeWithLines(
-    res: WithDecision,
-    decision: Dispatched,
-    own: boolean,
-    lines: string,
-    sessionId: string | undefined,
-    statusCode: number,
-    reason: unknown,
-    headers: unknown,
-  ): unknown {
-    const response = res as WithDecision & { hasHeader(name: string): boolean; removeHeader(name: string): void }
-    // Saved and put back: a `writeHead` of another response inside this one (a wrapper of the
-    // platform's) must neither take these lines nor lose its own.
-    const outerResponse = linesFor
-    const outerLines = pendingLines
-    linesFor = res
-    pendingLines = lines
-    let written: unknown
-    try {
-      // Those set with `setHeader` give way, as they do in Node's own merge.
-      for (const name in decision.headers) if (response.hasHeader(name)) response.removeHeader(name)
-      written = reason === undefined && headers === undefined
-        ? original.call(res, statusCode)
-        : original.call(res, statusCode, reason, headers)
-    } catch (error) {
-      linesFor = outerResponse
-      pendingLines = outerLines
-      // As on the other path: Node refused the head and wrote nothing.
-      if (own) res[kDispatch] = decision
-      else aside.set(res, decision)
-      throw error
-    }
-    const taken = linesFor !== res
+    // A Node whose writeHead stored a head without `_storeHeader`: the merge from now on.
+    if (lines !== undefined && linesFor === this) writesLines = false
     linesFor = outerResponse
     pendingLines = outerLines
-    // A Node whose writeHead stored a head without `_storeHeader`: the other path from now on.
-    if (!taken) writesLines = false
-    recordHead(res, decision, statusCode, sessionId)
+    recordHead(this, decision, statusCode, sessionId)
     return written
   }
 
@@ -370,6 +349,12 @@ export function installHeadInterception(proto: NodeResponse): void {
 /** The response whose head is being written with the dispatch headers as lines, and those lines. */
 let linesFor: object | undefined
 let pendingLines = ''
+
+/** Makes the next `_storeHeader` of `res` append `lines` to its status line. */
+function handLines(res: object, lines: string): void {
+  linesFor = res
+  pendingLines = lines
+}
 
 /** What Node refuses in a header value (its `checkInvalidHeaderChar`). */
 const INVALID_VALUE = /[^\t\x20-\x7e\x80-\xff]/
@@ -401,15 +386,16 @@ function headLines(stamped: Readonly<Record<string, string>>): string | undefine
 /** The values `headLines` last found valid, by position: the versions and the policy repeat request after request. */
 const checked: string[] = []
 
+/** Where the handler's `writeHead` headers hold a dispatch header's name, or come as an array. */
 const CLASH = Symbol('clash')
 
 /**
- * `Mcp-Session-Id` among the handler's `writeHead` headers (an object), or `CLASH` when they
- * hold a dispatch header's name or come as an array: then the merge of `stampHead` decides.
+ * `Mcp-Session-Id` among the handler's `writeHead` headers (`undefined` when absent), or
+ * `CLASH` when they hold a dispatch header's name or come as an array: those need a merge.
  */
-function givenSessionId(given: unknown, stamped: Readonly<Record<string, string>>): string | undefined | typeof CLASH {
-  if (given === undefined || given === null) return undefined
-  if (typeof given !== 'object' || Array.isArray(given)) return CLASH
+function scanGiven(given: unknown, stamped: Readonly<Record<string, string>>): string | undefined | typeof CLASH {
+  if (given === undefined || given === null || typeof given !== 'object') return undefined
+  if (Array.isArray(given)) return CLASH
   let sessionId: string | undefined
   for (const key in given) {
     if (isOneOf(key, stamped)) return CLASH
