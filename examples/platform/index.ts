@@ -101,7 +101,7 @@ export interface PlatformOptions {
   authorizationServer?: Omit<OAuthValidatorOptions, 'now'>
   /** An OAuth validator to use instead of the default one (tests, custom providers). */
   oauth?: AccessTokenValidator
-  /** Trust `X-Forwarded-For` from these proxies (default: never). */
+  /** Trust `X-Forwarded-For`, and `X-Forwarded-Proto` for the scheme of App addresses, from these proxies (default: never). */
   trustProxy?: false | number | string[]
   /**
    * Browser origins allowed to call the Apps (the MCP transport's DNS-rebinding rule: any other

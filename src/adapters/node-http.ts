@@ -8,7 +8,7 @@
  */
 import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
 import { Readable } from 'node:stream'
-import { type CompiledTrustProxy, resolveClientAddress } from '../core/client-address.js'
+import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
@@ -128,6 +128,9 @@ export function toDispatchRequest(
 ): DispatchRequest | undefined {
   const authorization = readRawHeaders(req.headers, req.rawHeaders ?? [])
   if (authorization === null) return undefined
+  // A framework's `protocol` behind a trusted proxy is the proxy's `X-Forwarded-Proto` as sent
+  // (`HTTPS`, ` https`, `ws`): the App address takes only `http` or `https`, else the socket's.
+  if (protocol !== 'http' && protocol !== 'https') protocol = schemeOf(protocol) ?? socketProtocol(req)
   let host = authorityOf(req.headers)
   // A `Host` beside HTTP/2's `:authority` must name the same (RFC 9113 section 8.3.1: otherwise
   // malformed, 400). Without `:authority` the host is the `Host` itself: one comparison.
@@ -494,7 +497,7 @@ export function toWebRequest(source: WebRequestSource): Request {
   // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
   const absolute = absoluteForm(source.url)
   const host = absolute?.host ?? authorityOf(req.headers) ?? 'localhost'
-  return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
+  return new Request(`${absolute?.scheme ?? schemeOf(source.protocol) ?? socketProtocol(req)}://${host}${absolute?.target ?? source.url}`, init)
 }
 
 /**

@@ -16,7 +16,10 @@ export interface AdapterOptions {
   dispatcher: Dispatcher | DispatcherOptions
   /**
    * Which proxies may set `X-Forwarded-For` (default `false`: the header is ignored and the
-   * socket address is the client address).
+   * socket address is the client address). On the Web adapter, a request whose socket peer
+   * (`info.clientAddress`) is trusted so may also set the scheme of the App address with
+   * `X-Forwarded-Proto` (`http` or `https`); Express and Fastify take the scheme from
+   * `req.protocol`, which follows their own `trust proxy` and `trustProxy` settings.
    */
   trustProxy?: TrustProxy
   /** Called with handler failures and other errors the client only sees as a status. Default `logError` (stderr). */

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { compileTrustProxy, resolveClientAddress } from './client-address.js'
+import { compileTrustProxy, forwardedProtocol, resolveClientAddress, schemeOf } from './client-address.js'
 
 describe('compileTrustProxy', () => {
   it('false, undefined and 0 trust nobody', () => {
@@ -108,5 +108,39 @@ describe('X-Forwarded-For hops written with a port', () => {
     const trust = compileTrustProxy(['10.0.0.0/8'])
     expect(resolveClientAddress('10.0.0.2', '203.0.113.9:51000', trust)).toBe('203.0.113.9')
     expect(resolveClientAddress('10.0.0.2', '[2001:db8::7]:443', trust)).toBe('2001:db8::7')
+  })
+})
+
+describe('forwardedProtocol', () => {
+  const proxies = compileTrustProxy(['10.0.0.0/8', '::1'])
+
+  it('ignores X-Forwarded-Proto unless the socket peer is a trusted proxy', () => {
+    expect(forwardedProtocol('10.0.0.2', 'https', false)).toBeUndefined()
+    expect(forwardedProtocol('203.0.113.9', 'https', proxies)).toBeUndefined()
+    expect(forwardedProtocol(undefined, 'https', proxies)).toBeUndefined()
+    expect(forwardedProtocol(undefined, 'https', 1)).toBeUndefined()
+    expect(forwardedProtocol('not an address', 'https', proxies)).toBeUndefined()
+  })
+
+  it('a trusted peer (in the list, or any peer under a hop count) sets the scheme: the first value', () => {
+    expect(forwardedProtocol('10.0.0.2', 'https', proxies)).toBe('https')
+    expect(forwardedProtocol('::1', 'http', proxies)).toBe('http')
+    expect(forwardedProtocol('203.0.113.9', 'https', 1)).toBe('https')
+    expect(forwardedProtocol('10.0.0.2', 'https, http', proxies)).toBe('https')
+    expect(forwardedProtocol('10.0.0.2', ' HTTPS ', proxies)).toBe('https')
+  })
+
+  it('a value that names no App scheme, or none, keeps the request\'s own', () => {
+    for (const value of ['ws', 'wss', 'ftp', 'https:', 'http s', '', null, undefined, ', https']) {
+      expect(forwardedProtocol('10.0.0.2', value, proxies), String(value)).toBeUndefined()
+    }
+  })
+})
+
+describe('schemeOf', () => {
+  it('reads http and https in any case, around whitespace; nothing else', () => {
+    expect(schemeOf('HTTPS')).toBe('https')
+    expect(schemeOf(' http\t')).toBe('http')
+    for (const value of ['javascript', 'https://', 'ws', '']) expect(schemeOf(value), value).toBeUndefined()
   })
 })

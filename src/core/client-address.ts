@@ -72,3 +72,36 @@ function stripPort(hop: string): string {
   if (bracketed) return bracketed[1]!
   return /^[\d.]+:\d{1,5}$/.test(text) ? text.slice(0, text.indexOf(':')) : text
 }
+
+/**
+ * The scheme a trusted proxy says the client used: the first value of `X-Forwarded-Proto`, as
+ * Express and Fastify read it, or `undefined` to keep the request's own. The header counts only
+ * when the socket peer is a trusted proxy (`trust` a hop count, or a list holding the peer's
+ * address; never without a known peer), and only `http` or `https` (any case) is taken: another
+ * value names no scheme an App address can have, and is ignored.
+ *
+ * @example
+ * ```ts
+ * forwardedProtocol('10.0.0.2', 'https', compileTrustProxy(['10.0.0.0/8'])) // 'https'
+ * forwardedProtocol('203.0.113.9', 'https', compileTrustProxy(['10.0.0.0/8'])) // undefined
+ * ```
+ */
+export function forwardedProtocol(
+  socketAddress: string | undefined,
+  forwardedProto: string | null | undefined,
+  trust: CompiledTrustProxy,
+): 'http' | 'https' | undefined {
+  if (trust === false || !forwardedProto || socketAddress === undefined) return undefined
+  if (typeof trust !== 'number') {
+    const words = parseIp(socketAddress)
+    if (!words || !trust.some((range) => ipInRange(words, range))) return undefined
+  }
+  const comma = forwardedProto.indexOf(',')
+  return schemeOf(comma === -1 ? forwardedProto : forwardedProto.slice(0, comma))
+}
+
+/** `http` or `https` for those names in any case, around optional whitespace; else `undefined`. */
+export function schemeOf(value: string): 'http' | 'https' | undefined {
+  const name = value.trim().toLowerCase()
+  return name === 'http' || name === 'https' ? name : undefined
+}

@@ -30,6 +30,24 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
   })
 
+  it('behind a proxy Express trusts, the App address takes the scheme of X-Forwarded-Proto, read as a scheme (HTTPS, not ws)', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.set('trust proxy', 'loopback')
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    const port = await serveApp(app)
+    const resourceOf = async (proto: string) => {
+      const res = await rawRequest(port, { method: 'GET', path: '/.well-known/oauth-protected-resource', headers: { 'x-forwarded-proto': proto } })
+      return (JSON.parse(res.body) as { resource: string }).resource
+    }
+    expect(await resourceOf('https')).toBe('https://weather.localhost')
+    expect(await resourceOf('HTTPS')).toBe('https://weather.localhost')
+    expect(await resourceOf('https, http')).toBe('https://weather.localhost')
+    // Express hands these on as they came; the App address keeps the socket's scheme.
+    expect(await resourceOf('ws')).toBe('http://weather.localhost')
+    expect(await resourceOf('javascript')).toBe('http://weather.localhost')
+  })
+
   it('a router of its own behind the middleware (/v3, a retired version) is not reached through dot segments (/v3/../v1)', async () => {
     const fixture = createFixture()
     const app = express()

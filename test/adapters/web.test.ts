@@ -3,6 +3,7 @@
  * objects, over loopback HTTP (`@hono/node-server`) for streaming.
  */
 import * as vm from 'node:vm'
+import type { TrustProxy } from 'mcp-dispatch'
 import { getDispatchContext, mcpDispatch, whenBodyEnds } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
@@ -272,6 +273,57 @@ describe('web adapter: info.host, for runtimes whose request.url does not carry 
     // Without it, the URL's host (here Next's own, no App).
     expect((await post(undefined)).status).toBe(404)
     expect(seen).toEqual([])
+  })
+})
+
+describe('web adapter: X-Forwarded-Proto, behind a trusted TLS-terminating proxy', () => {
+  const setup = (trustProxy?: TrustProxy) => {
+    const fixture = createFixture()
+    const seen: string[] = []
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      ...(trustProxy !== undefined && { trustProxy }),
+      handler: (_request, context) => {
+        seen.push(context.baseUrl)
+        return Response.json({ ok: true })
+      },
+    })
+    const ask = async (url: string, proto: string | undefined, clientAddress: string | undefined, token?: string) => {
+      const headers: Record<string, string> = {}
+      if (proto !== undefined) headers['x-forwarded-proto'] = proto
+      if (token !== undefined) headers.authorization = `Bearer ${token}`
+      return handle(new Request(url, token === undefined ? { headers } : { method: 'POST', headers, body: '{}' }), { clientAddress })
+    }
+    const resourceOf = async (url: string, proto: string | undefined, clientAddress: string | undefined) =>
+      ((await (await ask(`${url}/.well-known/oauth-protected-resource`, proto, clientAddress)).json()) as { resource: string }).resource
+    return { fixture, seen, ask, resourceOf }
+  }
+
+  it('a trusted peer sets the scheme of the App address: the metadata, the 401 and the handler\'s baseUrl', async () => {
+    const { fixture, seen, ask, resourceOf } = setup(['10.0.0.0/8'])
+    expect(await resourceOf(`http://${HOST}`, 'https', '10.0.0.2')).toBe(`https://${HOST}`)
+    // The client's port stays; a default port of the client's scheme goes, as a URL parser reads it.
+    expect(await resourceOf(`http://${HOST}:8443`, 'https', '10.0.0.2')).toBe(`https://${HOST}:8443`)
+    expect(await resourceOf(`http://${HOST}:443`, 'https', '10.0.0.2')).toBe(`https://${HOST}`)
+    expect(await resourceOf(`https://${HOST}`, 'HTTP', '10.0.0.2')).toBe(`http://${HOST}`)
+    const refused = await ask(`http://${HOST}/v1`, 'https', '10.0.0.2', 'svc_not_a_token')
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('www-authenticate')).toContain(`resource_metadata="https://${HOST}/.well-known/oauth-protected-resource"`)
+    const served = await ask(`http://${HOST}/v1`, 'https, http', '10.0.0.2', fixture.tokens.alice)
+    expect(served.status).toBe(200)
+    expect(seen).toEqual([`https://${HOST}`])
+  })
+
+  it('is ignored from an untrusted peer, without trustProxy, without a peer address, and for a value that is no scheme', async () => {
+    const trusting = setup(['10.0.0.0/8'])
+    expect(await trusting.resourceOf(`http://${HOST}`, 'https', '203.0.113.9')).toBe(`http://${HOST}`)
+    expect(await trusting.resourceOf(`http://${HOST}`, 'https', undefined)).toBe(`http://${HOST}`)
+    for (const value of ['ws', 'javascript', 'https:', '']) {
+      expect(await trusting.resourceOf(`http://${HOST}`, value, '10.0.0.2'), value).toBe(`http://${HOST}`)
+    }
+    expect(await setup().resourceOf(`http://${HOST}`, 'https', '10.0.0.2')).toBe(`http://${HOST}`)
+    // A hop count trusts whichever peer is next to the server.
+    expect(await setup(1).resourceOf(`http://${HOST}`, 'https', '203.0.113.9')).toBe(`https://${HOST}`)
   })
 })
 

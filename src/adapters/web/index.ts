@@ -15,7 +15,7 @@
  * ```
  * @module
  */
-import { resolveClientAddress } from '../../core/client-address.js'
+import { forwardedProtocol, resolveClientAddress } from '../../core/client-address.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome, isForeignThenable } from '../../pipeline/dispatcher.js'
@@ -123,16 +123,27 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       }
       origin = `${scheme}://${host ?? ''}`
     }
+    let clientAddress = info?.clientAddress
+    if (trust !== false) {
+      // Behind a trusted TLS-terminating proxy the App address takes the client's scheme (as
+      // Express's and Fastify's `protocol` do there), and the host its default port for it.
+      const scheme = forwardedProtocol(clientAddress, request.headers.get('x-forwarded-proto'), trust)
+      if (scheme !== undefined && !origin.startsWith(`${scheme}:`)) {
+        if (host !== undefined) {
+          host = canonicalHost(host, scheme)
+          if (host === undefined) return toResponse(INVALID_HOST)
+        }
+        origin = `${scheme}://${host ?? ''}`
+      }
+      clientAddress = resolveClientAddress(clientAddress, request.headers.get('x-forwarded-for'), trust)
+    }
     const decided = dispatcher.decide({
       method: request.method,
       path: url.path,
       host,
       origin,
       headers: request.headers,
-      clientAddress:
-        trust === false
-          ? info?.clientAddress
-          : resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), trust),
+      clientAddress,
     })
     // With synchronous stores the decision is there at once: no await, no microtask.
     const decision = decided instanceof Promise ? await decided : decided
