@@ -4,7 +4,7 @@
  * by `tsc --noEmit` (the project's typecheck); at run time they are no-ops.
  */
 import type { Request as ExpressRequest, RequestHandler } from 'express'
-import type { Http2Server, Http2ServerRequest } from 'node:http2'
+import type { Http2Server, Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type { FastifyPluginAsync, FastifyReply, FastifyRequest, RouteGenericInterface } from 'fastify'
 import type { DispatchContext, Identity } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
@@ -46,6 +46,32 @@ describe('request decorations', () => {
       request.dispatchContext!.app = { id: 'x', slug: 'x', name: 'x' }
       return reply.send()
     })
+    // Unannotated, a handler is typed for an HTTP/1 server.
+    fastifyAdapter.routeByVersion((app, version) => {
+      expectTypeOf(app.id).toEqualTypeOf<string>()
+      expectTypeOf(version).toEqualTypeOf<string>()
+      return (request, reply) => {
+        expectTypeOf(request).toEqualTypeOf<FastifyRequest>()
+        expectTypeOf(reply).toEqualTypeOf<FastifyReply>()
+        return reply.send()
+      }
+    })
+  })
+
+  it('Fastify over HTTP/2 (`http2: true`): routeByVersion takes handlers typed for that server', () => {
+    type H2Request = FastifyRequest<RouteGenericInterface, Http2Server, Http2ServerRequest>
+    type H2Reply = FastifyReply<RouteGenericInterface, Http2Server, Http2ServerRequest, Http2ServerResponse>
+    const h2: fastifyAdapter.FastifyMcpHandler<H2Request, H2Reply> = async (request, reply) => {
+      expectTypeOf(request.raw).toEqualTypeOf<Http2ServerRequest>()
+      expectTypeOf(request.dispatchContext).toEqualTypeOf<DispatchContext | undefined>()
+      return reply.send()
+    }
+    expectTypeOf(fastifyAdapter.routeByVersion(() => h2)).toEqualTypeOf<fastifyAdapter.FastifyRouteHandler>()
+    fastifyAdapter.routeByVersion({ 'app_weather@1.0.0': h2 })
+    fastifyAdapter.routeByVersion(() => async (request: H2Request, reply: H2Reply) => reply.code(200).send(request.raw.authority))
+    // A handler of something else is still refused.
+    // @ts-expect-error not a route handler
+    fastifyAdapter.routeByVersion(() => 'not a handler')
   })
 })
 

@@ -70,8 +70,15 @@ declare module 'fastify' {
 /** Options of {@link mcpDispatch} (Fastify). */
 export type FastifyDispatchOptions = AdapterOptions
 
-/** A version's MCP handler: a Fastify route handler; `request.dispatchContext` is set. */
-export type FastifyMcpHandler = (request: FastifyRequest, reply: FastifyReply) => unknown
+/**
+ * A version's MCP handler: a Fastify route handler; `request.dispatchContext` is set. Typed for
+ * an HTTP/1 server by default; for another (`Fastify({ http2: true })`), name its request and
+ * reply: `FastifyMcpHandler<FastifyRequest<RouteGenericInterface, Http2Server, Http2ServerRequest>, …>`.
+ */
+export type FastifyMcpHandler<Req extends AnyFastifyRequest = FastifyRequest, Rep extends AnyFastifyReply = FastifyReply> = (
+  request: Req,
+  reply: Rep,
+) => unknown
 
 /** A web-standard MCP handler (the proxy handler, `WebStandardStreamableHTTPServerTransport`). */
 export type FastifyWebHandler = (request: Request, context: DispatchContext) => Response | Promise<Response>
@@ -246,7 +253,10 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
  * app.all('/*', routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }))
  * ```
  */
-export function routeByVersion(routes: VersionRoutes<FastifyMcpHandler>, options?: RouteByVersionOptions): FastifyRouteHandler {
+export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = FastifyMcpHandler>(
+  routes: VersionRoutes<Handler>,
+  options?: RouteByVersionOptions,
+): FastifyRouteHandler {
   const route = createVersionRouter(routes, options)
   return async function routeByVersionHandler(request, reply) {
     const context = getDispatchContext(request)
