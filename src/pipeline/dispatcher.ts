@@ -497,7 +497,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /**
    * A CORS preflight. The allowed request headers are the MCP ones, plus the `Mcp-Param-*`
    * headers asked for (their names come from the App's tools); when those are in the answer,
-   * it varies with `Access-Control-Request-Headers`. `methods`: those of the path asked about.
+   * it varies with `Access-Control-Request-Headers`. `methods`: those of the path asked about,
+   * also in `Allow`, for an `OPTIONS` that is no preflight (RFC 9110 section 9.3.7).
    */
   function preflight(origin: string, request: DispatchRequest, methods = ALLOWED_METHODS): Reply {
     const allowHeaders = preflightAllowHeaders(request.headers.get('access-control-request-headers'))
@@ -511,6 +512,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         'access-control-allow-headers': allowHeaders,
         'access-control-expose-headers': EXPOSE_HEADERS,
         'access-control-max-age': '86400',
+        allow: methods,
         ...(varies.length > 0 && { vary: varies.join(', ') }),
       },
       body: null,

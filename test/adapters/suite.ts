@@ -267,6 +267,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(res.body).toBe('')
         expect(res.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
         expect(res.headers['access-control-allow-methods']).toBe(ALLOWED_METHODS)
+        expect(res.headers.allow).toBe(ALLOWED_METHODS)
         expect(res.headers['access-control-allow-headers']).toContain('Mcp-Session-Id')
         expect(res.headers.vary).toBe('Origin')
       })

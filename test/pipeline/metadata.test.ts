@@ -109,6 +109,14 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
     expect(response.headers.get('access-control-allow-origin')).toBe('*')
     // The methods of the document, not the MCP endpoint's: a POST there is 405.
     expect(response.headers.get('access-control-allow-methods')).toBe('GET, HEAD, OPTIONS')
+    expect(response.headers.get('allow')).toBe('GET, HEAD, OPTIONS')
+    expect(await response.text()).toBe('')
+  })
+
+  it('a plain OPTIONS (no preflight) on an MCP path: 204 with Allow naming its methods, no credential needed', async () => {
+    const response = await get('http://weather.localhost/v1', { method: 'OPTIONS' })
+    expect(response.status).toBe(204)
+    expect(response.headers.get('allow')).toBe('GET, POST, DELETE, OPTIONS')
     expect(await response.text()).toBe('')
   })
 
@@ -120,6 +128,7 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
     expect(response.status).toBe(204)
     expect(response.headers.get('access-control-allow-origin')).toBe(origin)
     expect(response.headers.get('access-control-allow-methods')).toBe('GET, POST, DELETE, OPTIONS')
+    expect(response.headers.get('allow')).toBe('GET, POST, DELETE, OPTIONS')
     const allowed = (response.headers.get('access-control-allow-headers') ?? '').toLowerCase()
     for (const name of ['authorization', 'content-type', 'mcp-session-id', 'mcp-protocol-version']) expect(allowed).toContain(name)
     expect(versionHeaders(response)).toEqual({ version: null, latest: null })
