@@ -34,6 +34,26 @@ describe('web adapter specifics', () => {
     expect(() => getDispatchContext(new Request('http://weather.localhost/'))).toThrow(TypeError)
   })
 
+  it('getDispatchContext finds the context of a request that takes no property (frozen) too, and leaves a request\'s own keys alone', async () => {
+    const fixture = createFixture()
+    const seen: string[] = []
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: (request, context) => {
+        seen.push(`${getDispatchContext(request).version} ${getDispatchContext(request) === context}`)
+        return new Response('ok')
+      },
+    })
+    const post = () => new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
+    const open = post()
+    const keys = Object.keys(open)
+    expect((await handle(open)).status).toBe(200)
+    expect((await handle(Object.freeze(post()))).status).toBe(200)
+    expect(seen).toEqual(['1.0.0 true', '1.0.0 true'])
+    expect(Object.keys(open)).toEqual(keys)
+    expect(JSON.stringify(open)).toBe(JSON.stringify(post()))
+  })
+
   describe('info.outgoing (@hono/node-server)', () => {
     const probe = async (outgoing: (env: unknown) => unknown) => {
       const fixture = createFixture()

@@ -152,7 +152,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       const { reply } = decision
       return request.method === 'HEAD' ? new Response(null, { status: reply.status, headers: reply.headers }) : toResponse(reply)
     }
-    contexts.set(request, decision.context)
+    setContext(request, decision.context)
     // On Node, the head of `outgoing` takes the headers (and tells `complete` the outcome),
     // unless a new session's pin must be stored, asynchronously, before the answer goes out.
     const outgoing = info?.outgoing
@@ -325,7 +325,20 @@ function stampOn(target: Headers, headers: Readonly<Record<string, string>>): vo
   }
 }
 
+// The context rides on the request under a symbol: a WeakMap entry per request is work for
+// every garbage collection (V8 treats such entries specially in each scavenge). A request
+// that takes no property (frozen) is kept in the WeakMap instead.
+const kContext = Symbol('mcp-dispatch.context')
+type CarryingRequest = Request & { [kContext]?: DispatchContext }
 const contexts = new WeakMap<Request, DispatchContext>()
+
+function setContext(request: Request, context: DispatchContext): void {
+  try {
+    ;(request as CarryingRequest)[kContext] = context
+  } catch {
+    contexts.set(request, context)
+  }
+}
 
 /**
  * The dispatch context of a request that {@link mcpDispatch} dispatched (the handler also
@@ -337,7 +350,7 @@ const contexts = new WeakMap<Request, DispatchContext>()
  * ```
  */
 export function getDispatchContext(request: Request): DispatchContext {
-  const context = contexts.get(request)
+  const context = (request as CarryingRequest | undefined)?.[kContext] ?? contexts.get(request)
   if (!context) {
     throw new TypeError('mcp-dispatch: no dispatch context on this request; serve it through the web mcpDispatch handler')
   }
