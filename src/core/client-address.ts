@@ -59,10 +59,15 @@ export function resolveClientAddress(
     return chain[index]
   }
   for (let i = chain.length - 1; i > 0; i--) {
-    const words = parseIp(chain[i]!)
-    if (!words || !trust.some((range) => ipInRange(words, range))) return chain[i]
+    if (!isTrusted(chain[i]!, trust)) return chain[i]
   }
   return chain[0]
+}
+
+/** Whether `address` is in one of the trusted proxies' ranges. */
+function isTrusted(address: string, trust: readonly IpRange[]): boolean {
+  const words = parseIp(address)
+  return words !== null && trust.some((range) => ipInRange(words, range))
 }
 
 /** `v4:port` and `[v6]:port`, as some proxies write hops in `X-Forwarded-For`, lose the port. */
@@ -92,10 +97,7 @@ export function forwardedProtocol(
   trust: CompiledTrustProxy,
 ): 'http' | 'https' | undefined {
   if (trust === false || !forwardedProto || socketAddress === undefined) return undefined
-  if (typeof trust !== 'number') {
-    const words = parseIp(socketAddress)
-    if (!words || !trust.some((range) => ipInRange(words, range))) return undefined
-  }
+  if (typeof trust !== 'number' && !isTrusted(socketAddress, trust)) return undefined
   const comma = forwardedProto.indexOf(',')
   return schemeOf(comma === -1 ? forwardedProto : forwardedProto.slice(0, comma))
 }
