@@ -81,9 +81,15 @@ function authorityOf(headers: IncomingHttpHeaders): string | undefined {
   return (typeof authority === 'string' && authority) || headers.host || undefined
 }
 
-/** `http` or `https` as the socket saw it, unless the framework (configured to) knows better. */
-export function socketProtocol(req: IncomingMessage): 'http' | 'https' {
-  return (req.socket as { encrypted?: boolean } | null)?.encrypted ? 'https' : 'http'
+/**
+ * The scheme of a request: the framework's `protocol` (Express's `req.protocol`, Fastify's
+ * `request.protocol`, which follow their own trust-proxy settings), read as a scheme, else the
+ * socket's. Behind a trusted proxy a framework hands on `X-Forwarded-Proto` as it came
+ * (`HTTPS`, `ws`): `http` or `https` in any case is taken, anything else gives the socket's.
+ */
+export function requestProtocol(req: IncomingMessage, framework: unknown): 'http' | 'https' {
+  if (framework === 'http' || framework === 'https') return framework
+  return (typeof framework === 'string' ? schemeOf(framework) : undefined) ?? ((req.socket as { encrypted?: boolean } | null)?.encrypted ? 'https' : 'http')
 }
 
 /**
@@ -94,9 +100,10 @@ export function socketProtocol(req: IncomingMessage): 'http' | 'https' {
  * target of another scheme (`ftp://host/v1`), which is no path of an App (404), as Web runtimes
  * build no `Request` of it.
  */
-function absoluteForm(url: string): { scheme: string; host: string; target: string } | undefined {
+function absoluteForm(url: string): { scheme: 'http' | 'https'; host: string; target: string } | undefined {
   if (url.charCodeAt(0) === 47 /* / */) return undefined
-  const scheme = ABSOLUTE_FORM.exec(url)?.[1]?.toLowerCase()
+  // The pattern matches `http` or `https` alone, in any case.
+  const scheme = ABSOLUTE_FORM.exec(url)?.[1]?.toLowerCase() as 'http' | 'https' | undefined
   if (scheme === undefined) return undefined
   const { origin } = splitUrl(url)
   const rest = url.slice(origin.length)
@@ -123,14 +130,11 @@ const ABSOLUTE_FORM = /^(https?):\/\//i
 export function toDispatchRequest(
   req: IncomingMessage,
   url: string,
-  protocol: string,
+  protocol: 'http' | 'https',
   trust: CompiledTrustProxy,
 ): DispatchRequest | undefined {
   const authorization = readRawHeaders(req.headers, req.rawHeaders ?? [])
   if (authorization === null) return undefined
-  // A framework's `protocol` behind a trusted proxy is the proxy's `X-Forwarded-Proto` as sent
-  // (`HTTPS`, ` https`, `ws`): the App address takes only `http` or `https`, else the socket's.
-  if (protocol !== 'http' && protocol !== 'https') protocol = schemeOf(protocol) ?? socketProtocol(req)
   let host = authorityOf(req.headers)
   // A `Host` beside HTTP/2's `:authority` must name the same (RFC 9113 section 8.3.1: otherwise
   // malformed, 400). Without `:authority` the host is the `Host` itself: one comparison.
@@ -462,7 +466,8 @@ export interface WebRequestSource {
   res: ServerResponse
   /** The request target including any mount path. */
   url: string
-  protocol: string
+  /** `http` or `https`: see {@link requestProtocol}. */
+  protocol: 'http' | 'https'
   /** A body the framework already parsed (the raw stream is then spent). */
   parsedBody?: unknown
 }
@@ -497,7 +502,7 @@ export function toWebRequest(source: WebRequestSource): Request {
   // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
   const absolute = absoluteForm(source.url)
   const host = absolute?.host ?? authorityOf(req.headers) ?? 'localhost'
-  return new Request(`${absolute?.scheme ?? schemeOf(source.protocol) ?? socketProtocol(req)}://${host}${absolute?.target ?? source.url}`, init)
+  return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
 }
 
 /**

@@ -157,6 +157,21 @@ describe('fastify adapter specifics', () => {
     await app.close()
   })
 
+  it('behind a proxy Fastify trusts, the App address and the handler\'s Request take the scheme of X-Forwarded-Proto, read as a scheme (HTTPS, not ws)', async () => {
+    const fixture = createFixture()
+    const app = Fastify({ trustProxy: true })
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.all('/*', fromWebHandler((request, context) => new Response(`${context.baseUrl} ${request.url}`)))
+    const ask = (url: string, proto: string) =>
+      app.inject({ method: url === '/v1' ? 'POST' : 'GET', url, headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', 'x-forwarded-proto': proto }, payload: url === '/v1' ? tools : undefined })
+    const resourceOf = async (proto: string) => (JSON.parse((await ask('/.well-known/oauth-protected-resource', proto)).body) as { resource: string }).resource
+    expect(await resourceOf('HTTPS')).toBe(`https://${HOST}`)
+    expect(await resourceOf('ws')).toBe(`http://${HOST}`)
+    expect((await ask('/v1', 'HTTPS')).body).toBe(`https://${HOST} https://${HOST}/v1`)
+    expect((await ask('/v1', 'javascript')).body).toBe(`http://${HOST} http://${HOST}/v1`)
+    await app.close()
+  })
+
   it('fromWebHandler re-serializes a body Fastify already parsed', async () => {
     const fixture = createFixture()
     const app = Fastify()

@@ -40,7 +40,7 @@ import {
   isTokenApiPath,
   installHeadInterception,
   requireContext,
-  socketProtocol,
+  requestProtocol,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
@@ -173,9 +173,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     try {
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
       // by default it is the socket's scheme.
-      const expressProtocol: unknown = req.protocol
-      const protocol = typeof expressProtocol === 'string' ? expressProtocol : socketProtocol(req)
-      const request = toDispatchRequest(req, req.originalUrl ?? req.url, protocol, trust)
+      const request = toDispatchRequest(req, req.originalUrl ?? req.url, requestProtocol(req, req.protocol), trust)
       if (request === undefined) {
         writeReply(res, INVALID_HOST)
         return
@@ -298,7 +296,7 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
       req,
       res,
       url: req.originalUrl ?? req.url,
-      protocol: typeof req.protocol === 'string' ? req.protocol : socketProtocol(req),
+      protocol: requestProtocol(req, req.protocol),
       parsedBody: (req as { body?: unknown }).body,
     })
     if (!request) return
@@ -350,7 +348,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
       }
       return next()
     }
-    const protocol = typeof req.protocol === 'string' ? req.protocol : socketProtocol(req)
+    const protocol = requestProtocol(req, req.protocol)
     void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust)
   }
 }

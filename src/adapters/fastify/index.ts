@@ -46,6 +46,7 @@ import {
   holdResponseHead,
   installHeadInterception,
   isTokenApiPath,
+  requestProtocol,
   requireContext,
   toDispatchRequest,
   toHandlerRequest,
@@ -166,7 +167,7 @@ export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
         reply.hijack()
         return
       }
-      const dispatchRequest = toDispatchRequest(raw, raw.url ?? '/', request.protocol, trust)
+      const dispatchRequest = toDispatchRequest(raw, raw.url ?? '/', requestProtocol(raw, request.protocol), trust)
       if (dispatchRequest === undefined) {
         sendReply(reply, INVALID_HOST)
         return
@@ -306,7 +307,7 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
       req: request.raw,
       res: reply.raw,
       url: request.raw.url ?? '/',
-      protocol: request.protocol,
+      protocol: requestProtocol(request.raw, request.protocol),
       parsedBody: request.body,
     })
     if (!webRequest) return undefined
@@ -343,7 +344,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
       const url = raw.url ?? '/'
       if (!isTokenApiPath(api, url)) return done()
       reply.hijack()
-      void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: request.protocol }, trust)
+      void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: requestProtocol(raw, request.protocol) }, trust)
     })
   }
   return unencapsulated(plugin, 'mcp-dispatch-token-api')
