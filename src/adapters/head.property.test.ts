@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { headerValue, mergeExposeHeaders, mergeVary, stampHead } from './head.js'
+import { headerValue, mergeExposeHeaders, mergeVary, sameName, stampHead } from './head.js'
 import { splitUrl } from './shared.js'
 
 const RUNS = { numRuns: 500 }
@@ -157,5 +157,31 @@ describe('mergeExposeHeaders', () => {
     // A wildcard covers requests without credentials only: the names stay for the others.
     expect(mergeExposeHeaders('*', 'Mcp-Session-Id, X-MCP-Version')).toBe('*, Mcp-Session-Id, X-MCP-Version')
     expect(mergeExposeHeaders(['X-Request-Id', 'mcp-session-id'], 'Mcp-Session-Id')).toBe('X-Request-Id, mcp-session-id')
+  })
+})
+
+describe('sameName', () => {
+  const NAMES = ['mcp-session-id', 'content-length', 'host', 'authorization']
+
+  it('is lower-casing and comparing, for every field name (ASCII)', () => {
+    const name = fc.oneof(fc.constantFrom(...NAMES).chain(recased), fc.stringMatching(/^[!#$%&'*+.^_`|~0-9A-Za-z-]{0,16}$/))
+    fc.assert(
+      fc.property(name, fc.constantFrom(...NAMES), (a, wanted) => {
+        expect(sameName(a, wanted)).toBe(a.toLowerCase() === wanted)
+      }),
+      RUNS,
+    )
+  })
+
+  it('folds ASCII letters only: no other character is taken for one of a name', () => {
+    // U+212A KELVIN SIGN lower-cases to "k", but is no character of a field name (RFC 9110
+    // section 5.1): a name holding it names no field.
+    expect('\u212Aeep-alive'.toLowerCase()).toBe('keep-alive')
+    expect(sameName('\u212Aeep-alive', 'keep-alive')).toBe(false)
+    expect(sameName('HOST', 'host')).toBe(true)
+    expect(sameName('h0st', 'host')).toBe(false)
+    // "@" (64) and "[" (91) sit beside the capitals: no case of a letter.
+    expect(sameName('@', '`')).toBe(false)
+    expect(sameName('[', '{')).toBe(false)
   })
 })

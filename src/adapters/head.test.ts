@@ -99,4 +99,61 @@ describe('the dispatch headers as head lines', () => {
     expect(second.head).toContain('ratelimit: "minute";r=59;t=30\r\n')
     expect(second.head).toContain('content-type: text/plain\r\n')
   })
+  it('are built anew where a value or a name changed since the last head, and reused where none did', () => {
+    const proto = NodeLikeResponse.prototype as unknown as NodeResponse
+    const heads = [
+      STAMPED,
+      { ...STAMPED, ratelimit: '"minute";r=58;t=29' },
+      { 'x-mcp-version': '1.2.3', 'x-mcp-latest-version': '2.0.0' },
+      { 'x-mcp-version': '1.2.4', 'x-mcp-latest-version': '2.0.0', ratelimit: '"minute";r=57;t=28', 'ratelimit-policy': '"minute";q=60;w=60' },
+      { 'x-mcp-latest-version': '2.0.0', 'x-mcp-version': '1.2.3' },
+    ]
+    for (const stamped of heads) {
+      const res = new NodeLikeResponse()
+      attachToHead(res as unknown as NodeResponse, proto, decisionWith(stamped, []))
+      res.writeHead(200)
+      const lines = Object.entries(stamped).map(([name, value]) => `${name}: ${value}\r\n`).join('')
+      expect(res.head).toBe(`HTTP/1.1 200 OK\r\n${lines}\r\n`)
+    }
+  })
+})
+
+describe('the decision of a response whose prototype changes', () => {
+  class WrappedResponse extends NodeLikeResponse {}
+  const proto = WrappedResponse.prototype as unknown as NodeResponse
+  installHeadInterception(proto)
+  /** A prototype as Express makes one for each app: the wrapped prototype beneath it. */
+  const appResponse = Object.create(WrappedResponse.prototype) as object
+
+  it('is found when the prototype was swapped after the decision was attached (a framework mounted under another)', () => {
+    const res = new WrappedResponse()
+    const outcomes: DispatchOutcome[] = []
+    expect(attachToHead(res as unknown as NodeResponse, proto, decisionWith(STAMPED, outcomes))).toBe(true)
+    Object.setPrototypeOf(res, appResponse)
+    res.writeHead(200)
+    expect(res.head).toContain('x-mcp-version: 1.2.3\r\n')
+    expect(outcomes).toHaveLength(1)
+  })
+
+  it('is found when it was set aside under a swapped prototype and the prototype was put back', () => {
+    const res = new WrappedResponse()
+    Object.setPrototypeOf(res, appResponse)
+    const outcomes: DispatchOutcome[] = []
+    expect(attachToHead(res as unknown as NodeResponse, proto, decisionWith(STAMPED, outcomes))).toBe(true)
+    Object.setPrototypeOf(res, WrappedResponse.prototype)
+    res.writeHead(200)
+    expect(res.head).toContain('x-mcp-version: 1.2.3\r\n')
+    expect(outcomes).toHaveLength(1)
+  })
+
+  it('is used once: a second head of the same response (after a refused one) is not stamped twice', () => {
+    const res = new WrappedResponse()
+    Object.setPrototypeOf(res, appResponse)
+    const outcomes: DispatchOutcome[] = []
+    attachToHead(res as unknown as NodeResponse, proto, decisionWith(STAMPED, outcomes))
+    res.writeHead(200)
+    res.writeHead(200, { a: 'b' })
+    expect(res.head).toBe('HTTP/1.1 200 OK\r\na: b\r\n\r\n')
+    expect(outcomes).toHaveLength(1)
+  })
 })

@@ -58,9 +58,19 @@ const EXPOSE = 'access-control-expose-headers'
 const aside = new WeakMap<object, Dispatched>()
 let asideUsed = false
 
-/** `a` equals the lower-case name `lower`, ignoring case (the length is compared first: cheap). */
+/**
+ * `a` equals the lower-case name `lower`, ignoring ASCII case, as field names compare (RFC 9110
+ * section 5.1), character by character: no lower-cased copy of `a` is made.
+ */
 export function sameName(a: string, lower: string): boolean {
-  return a === lower || (a.length === lower.length && a.toLowerCase() === lower)
+  if (a === lower) return true
+  const length = a.length
+  if (length !== lower.length) return false
+  for (let i = 0; i < length; i++) {
+    const c = a.charCodeAt(i)
+    if (c !== lower.charCodeAt(i) && (c < 65 || c > 90 || (c | 32) !== lower.charCodeAt(i))) return false
+  }
+  return true
 }
 
 /** A header value as one string (`undefined` when absent). */
@@ -230,10 +240,16 @@ export function stampHead(headers: unknown, stamped: Readonly<Record<string, str
  * Called once the real `writeHead` has returned: Node has then only buffered the head, so the
  * pin is stored before any byte of it leaves, and a head Node refused pins nothing.
  */
-function recordHead(res: NodeResponse, decision: Dispatched, status: number, sessionId: string | undefined): void {
+function recordHead(
+  res: NodeResponse,
+  getHeader: NodeResponse['getHeader'],
+  decision: Dispatched,
+  status: number,
+  sessionId: string | undefined,
+): void {
   // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
   // handler that forgot the session), which needs no answer before the response goes out.
-  if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
+  if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(getHeader.call(res, 'mcp-session-id'))
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
   // responses to another path (node-http's hold, or the Web adapter's own await).
@@ -264,22 +280,27 @@ export function installHeadInterception(proto: NodeResponse): void {
   if (wrapped.has(proto)) return
   const target = proto as WithDecision
   const original = target.writeHead as WriteHead
+  // The prototype's own header methods, as Node's `writeHead` reads its headers itself: not
+  // looked up on each response (see `aside` above for what a lookup costs on Express's).
+  const getHeader = target.getHeader
+  const { hasHeader, removeHeader } = target as unknown as RemovableHeaders
   target[kDispatch] = undefined
   target.writeHead = function writeHead(this: WithDecision, statusCode: number, reason?: unknown, headers?: unknown) {
-    let decision = this[kDispatch]
-    let own = true
-    if (decision !== undefined) {
-      // Assigned back, never deleted: a `delete` would turn the response into a slow
-      // dictionary-mode object for the rest of its life.
-      this[kDispatch] = undefined
-    } else if (asideUsed && (decision = aside.get(this)) !== undefined) {
-      aside.delete(this)
-      own = false
-    } else {
-      return reason === undefined && headers === undefined
-        ? original.call(this, statusCode)
-        : original.call(this, statusCode, reason, headers)
+    // A response of another prototype (Express swaps it on every response) looks in `aside`
+    // first: such a response has a hidden class of its own, and each property read on it that
+    // the framework has not made costs V8 a cache miss (about 2,000 instructions).
+    const swapped = asideUsed && Object.getPrototypeOf(this) !== target
+    let decision = swapped ? aside.get(this) : undefined
+    const own = decision === undefined && (decision = this[kDispatch]) !== undefined
+    // A response whose prototype was put back after its decision was set aside.
+    if (decision === undefined && asideUsed && !swapped) decision = aside.get(this)
+    if (decision === undefined) {
+      return reason === undefined && headers === undefined ? original.call(this, statusCode) : original.call(this, statusCode, reason, headers)
     }
+    // Assigned back, never deleted: a `delete` would turn the response into a slow
+    // dictionary-mode object for the rest of its life.
+    if (own) this[kDispatch] = undefined
+    else aside.delete(this)
     const named = typeof reason === 'string'
     const given = named ? headers : (reason ?? headers)
     // The dispatch headers as head lines, where they can be (see `headLines`): Node's
@@ -305,7 +326,7 @@ export function installHeadInterception(proto: NodeResponse): void {
     try {
       if (lines !== undefined) {
         // Those set with `setHeader` give way, as they do in Node's own merge.
-        for (const name in decision.headers) if ((this as RemovableHeaders).hasHeader(name)) (this as RemovableHeaders).removeHeader(name)
+        for (const name in decision.headers) if (hasHeader.call(this, name)) removeHeader.call(this, name)
         handLines(this, lines)
         written = reason === undefined && headers === undefined ? original.call(this, statusCode) : original.call(this, statusCode, reason, headers)
       } else {
@@ -325,7 +346,7 @@ export function installHeadInterception(proto: NodeResponse): void {
     if (lines !== undefined && linesFor === this) writesLines = false
     linesFor = outerResponse
     pendingLines = outerLines
-    recordHead(this, decision, statusCode, sessionId)
+    recordHead(this, getHeader, decision, statusCode, sessionId)
     return written
   }
 
@@ -373,18 +394,23 @@ function headLines(stamped: Readonly<Record<string, string>>): string | undefine
   let i = 0
   for (const name in stamped) {
     const value = stamped[name]!
-    if (value !== checked[i]) {
+    let line = lineCache[i]
+    if (line === undefined || line.value !== value || line.name !== name) {
       if (INVALID_VALUE.test(value)) return undefined
-      checked[i] = value
+      line = { name, value, text: `${name}: ${value}\r\n` }
+      lineCache[i] = line
     }
     i++
-    lines += name + ': ' + value + '\r\n'
+    lines += line.text
   }
   return lines
 }
 
-/** The values `headLines` last found valid, by position: the versions and the policy repeat request after request. */
-const checked: string[] = []
+/**
+ * The lines `headLines` last wrote, by position, their values found valid: the versions and the
+ * policy repeat request after request, so only the rate-limit line is built (and checked) anew.
+ */
+const lineCache: Array<{ readonly name: string; readonly value: string; readonly text: string } | undefined> = []
 
 /** Where the handler's `writeHead` headers hold a dispatch header's name, or come as an array. */
 const CLASH = Symbol('clash')

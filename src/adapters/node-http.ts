@@ -12,7 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, stampHead } from './head.js'
+import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, sameName, stampHead } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
@@ -59,11 +59,11 @@ function readRawHeaders(headers: IncomingHttpHeaders, rawHeaders: readonly strin
   let seen = 0
   for (let i = 0; i + 1 < rawHeaders.length; i += 2) {
     const name = rawHeaders[i]!
-    // Length and first letter first: no lower-cased copy of the other names.
+    // Length first: no comparison of the other names, and no lower-cased copy of any.
     const length = name.length
     if (length === 4) {
-      if ((name.charCodeAt(0) | 32) === 104 /* h */ && name.toLowerCase() === 'host' && ++hosts > 1) return null
-    } else if (length === 13 && (name.charCodeAt(0) | 32) === 97 /* a */ && name.toLowerCase() === 'authorization') {
+      if (sameName(name, 'host') && ++hosts > 1) return null
+    } else if (length === 13 && sameName(name, 'authorization')) {
       authorization = seen === 0 ? rawHeaders[i + 1]! : `${authorization}, ${rawHeaders[i + 1]!}`
       seen++
     }
