@@ -133,12 +133,14 @@ export function toDispatchRequest(
   protocol: 'http' | 'https',
   trust: CompiledTrustProxy,
 ): DispatchRequest | undefined {
-  const authorization = readRawHeaders(req.headers, req.rawHeaders ?? [])
+  // Node's `headers` is a getter: read once.
+  const headers = req.headers
+  const authorization = readRawHeaders(headers, req.rawHeaders ?? [])
   if (authorization === null) return undefined
-  let host = authorityOf(req.headers)
+  let host = authorityOf(headers)
   // A `Host` beside HTTP/2's `:authority` must name the same (RFC 9113 section 8.3.1: otherwise
   // malformed, 400). Without `:authority` the host is the `Host` itself: one comparison.
-  const hostField = req.headers.host
+  const hostField = headers.host
   if (hostField && hostField !== host && canonicalHost(hostField, protocol) !== canonicalHost(host!, protocol)) return undefined
   const absolute = absoluteForm(url)
   if (absolute) {
@@ -156,7 +158,7 @@ export function toDispatchRequest(
   const hash = url.indexOf('#')
   if (hash !== -1 && hash < end) end = hash
   const path = url.slice(0, end) || '/'
-  const forwardedFor = req.headers['x-forwarded-for']
+  const forwardedFor = headers['x-forwarded-for']
   const method = req.method ?? 'GET'
   return new NodeDispatchRequest(
     // HTTP/1 methods arrive upper case (llhttp accepts no other); HTTP/2 ones may not.
@@ -169,7 +171,7 @@ export function toDispatchRequest(
       Array.isArray(forwardedFor) ? forwardedFor.join(', ') : forwardedFor,
       trust,
     ),
-    req.headers,
+    headers,
     authorization,
   )
 }
