@@ -7,32 +7,37 @@ import { type Dispatched, type NodeResponse, attachToHead, installHeadIntercepti
  * status line and the headers to `_storeHeader(firstLine, headers)`, which starts the head with
  * the status line and refuses a value with a control character.
  */
-class NodeLikeResponse {
-  head = ''
-  readonly closed = false
-  writeHead(statusCode: number, reason?: unknown, headers?: unknown): this {
-    this._storeHeader(`HTTP/1.1 ${statusCode} ${typeof reason === 'string' ? reason : 'OK'}\r\n`, typeof reason === 'string' ? headers : reason)
-    return this
-  }
-  _storeHeader(firstLine: string, headers: unknown): void {
-    let head = firstLine
-    for (const [name, value] of Object.entries((headers ?? {}) as Record<string, string>)) {
-      if (/[\r\n]/.test(value)) throw Object.assign(new TypeError(`Invalid character in header content ["${name}"]`), { code: 'ERR_INVALID_CHAR' })
-      head += `${name}: ${value}\r\n`
+function nodeLikeResponseClass() {
+  return class NodeLikeResponse {
+    head = ''
+    readonly closed = false
+    writeHead(statusCode: number, reason?: unknown, headers?: unknown): this {
+      this._storeHeader(`HTTP/1.1 ${statusCode} ${typeof reason === 'string' ? reason : 'OK'}\r\n`, typeof reason === 'string' ? headers : reason)
+      return this
     }
-    this.head = head + '\r\n'
-  }
-  getHeader(): undefined {
-    return undefined
-  }
-  hasHeader(): boolean {
-    return false
-  }
-  removeHeader(): void {}
-  once(): this {
-    return this
+    _storeHeader(firstLine: string, headers: unknown): void {
+      let head = firstLine
+      for (const [name, value] of Object.entries((headers ?? {}) as Record<string, string>)) {
+        if (/[\r\n]/.test(value)) throw Object.assign(new TypeError(`Invalid character in header content ["${name}"]`), { code: 'ERR_INVALID_CHAR' })
+        head += `${name}: ${value}\r\n`
+      }
+      this.head = head + '\r\n'
+    }
+    getHeader(): undefined {
+      return undefined
+    }
+    hasHeader(): boolean {
+      return false
+    }
+    removeHeader(): void {}
+    once(): this {
+      return this
+    }
   }
 }
+
+const NodeLikeResponse = nodeLikeResponseClass()
+type NodeLikeResponse = InstanceType<typeof NodeLikeResponse>
 
 /** A response whose `writeHead` stores its head without `_storeHeader` (a Node that changed). */
 class OtherHeadResponse extends NodeLikeResponse {
@@ -99,6 +104,7 @@ describe('the dispatch headers as head lines', () => {
     expect(second.head).toContain('ratelimit: "minute";r=59;t=30\r\n')
     expect(second.head).toContain('content-type: text/plain\r\n')
   })
+
   it('are built anew where a value or a name changed since the last head, and reused where none did', () => {
     const proto = NodeLikeResponse.prototype as unknown as NodeResponse
     const heads = [
@@ -119,21 +125,13 @@ describe('the dispatch headers as head lines', () => {
 })
 
 describe('the decision of a response whose prototype changes', () => {
-  class WrappedResponse extends NodeLikeResponse {}
+  // A class of its own: beneath another wrapped prototype, that one's `writeHead` would find the
+  // decision where this one's did not.
+  const WrappedResponse = nodeLikeResponseClass()
   const proto = WrappedResponse.prototype as unknown as NodeResponse
   installHeadInterception(proto)
   /** A prototype as Express makes one for each app: the wrapped prototype beneath it. */
   const appResponse = Object.create(WrappedResponse.prototype) as object
-
-  it('is found when the prototype was swapped after the decision was attached (a framework mounted under another)', () => {
-    const res = new WrappedResponse()
-    const outcomes: DispatchOutcome[] = []
-    expect(attachToHead(res as unknown as NodeResponse, proto, decisionWith(STAMPED, outcomes))).toBe(true)
-    Object.setPrototypeOf(res, appResponse)
-    res.writeHead(200)
-    expect(res.head).toContain('x-mcp-version: 1.2.3\r\n')
-    expect(outcomes).toHaveLength(1)
-  })
 
   it('is found when it was set aside under a swapped prototype and the prototype was put back', () => {
     const res = new WrappedResponse()
@@ -154,6 +152,16 @@ describe('the decision of a response whose prototype changes', () => {
     res.writeHead(200)
     res.writeHead(200, { a: 'b' })
     expect(res.head).toBe('HTTP/1.1 200 OK\r\na: b\r\n\r\n')
+    expect(outcomes).toHaveLength(1)
+  })
+
+  it('is found when the prototype was swapped after the decision was attached (a framework mounted under another), also once responses were set aside', () => {
+    const res = new WrappedResponse()
+    const outcomes: DispatchOutcome[] = []
+    expect(attachToHead(res as unknown as NodeResponse, proto, decisionWith(STAMPED, outcomes))).toBe(true)
+    Object.setPrototypeOf(res, appResponse)
+    res.writeHead(200)
+    expect(res.head).toContain('x-mcp-version: 1.2.3\r\n')
     expect(outcomes).toHaveLength(1)
   })
 })

@@ -131,9 +131,9 @@ function exposeContext(req: object): boolean {
 /**
  * The scheme of a request as Express's `req.protocol` gives it, which is the socket's for a
  * request without `X-Forwarded-Proto` whatever `trust proxy` says: the getter runs only for a
- * request with the header. Express gives every request and response a hidden class of its own
- * (its prototype swap, on V8 11), so each property read on them that Express has not made
- * misses V8's caches (about 2,000 instructions): the getter and its `this.app` cost two.
+ * request with the header. On Node 20, Express leaves every request and response with a hidden
+ * class of its own, so each property read on them that Express has not made misses V8's caches
+ * (about 2,000 instructions): the getter and its `this.app` cost two (docs/performance.md).
  */
 function expressProtocol(req: Request): 'http' | 'https' {
   return requestProtocol(req, req.headers['x-forwarded-proto'] === undefined ? undefined : req.protocol)
