@@ -113,6 +113,8 @@ describe('the dispatch headers as head lines', () => {
       { 'x-mcp-version': '1.2.3', 'x-mcp-latest-version': '2.0.0' },
       { 'x-mcp-version': '1.2.4', 'x-mcp-latest-version': '2.0.0', ratelimit: '"minute";r=57;t=28', 'ratelimit-policy': '"minute";q=60;w=60' },
       { 'x-mcp-latest-version': '2.0.0', 'x-mcp-version': '1.2.3' },
+      // The same value at the same position under another name.
+      { 'x-mcp-version': '2.0.0', 'x-mcp-latest-version': '2.0.0' },
     ]
     for (const stamped of heads) {
       const res = new NodeLikeResponse()

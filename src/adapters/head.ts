@@ -394,14 +394,14 @@ function headLines(stamped: Readonly<Record<string, string>>): string | undefine
   let i = 0
   for (const name in stamped) {
     const value = stamped[name]!
-    let line = lineCache[i]
-    if (line === undefined || line.value !== value || line.name !== name) {
+    if (lineValues[i] !== value || lineNames[i] !== name) {
       if (INVALID_VALUE.test(value)) return undefined
-      line = { name, value, text: `${name}: ${value}\r\n` }
-      lineCache[i] = line
+      lineNames[i] = name
+      lineValues[i] = value
+      lineTexts[i] = `${name}: ${value}\r\n`
     }
+    lines += lineTexts[i]!
     i++
-    lines += line.text
   }
   return lines
 }
@@ -410,7 +410,9 @@ function headLines(stamped: Readonly<Record<string, string>>): string | undefine
  * The lines `headLines` last wrote, by position, their values found valid: the versions and the
  * policy repeat request after request, so only the rate-limit line is built (and checked) anew.
  */
-const lineCache: Array<{ readonly name: string; readonly value: string; readonly text: string } | undefined> = []
+const lineNames: string[] = []
+const lineValues: string[] = []
+const lineTexts: string[] = []
 
 /** Where the handler's `writeHead` headers hold a dispatch header's name, or come as an array. */
 const CLASH = Symbol('clash')

@@ -309,7 +309,7 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
       req,
       res,
       url: req.originalUrl ?? req.url,
-      protocol: requestProtocol(req, req.protocol),
+      protocol: expressProtocol(req),
       parsedBody: (req as { body?: unknown }).body,
     })
     if (!request) return
@@ -361,7 +361,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
       }
       return next()
     }
-    const protocol = requestProtocol(req, req.protocol)
+    const protocol = expressProtocol(req)
     void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust)
   }
 }
