@@ -8,11 +8,11 @@
  *
  *   npm run bench:profile -- --servers fastify-bare,fastify-dispatch [--requests 50000] [--top 40]
  *
- * Unlike `bench:instructions` (callgrind), this names JavaScript functions and counts kernel
- * time (socket writes, wake-ups) where `perf_event_paranoid` allows it; unlike `npm run bench`,
- * sampling costs the server time (a few percent at the default 999 Hz, more with deep
- * stacks), so use its figures to find where time goes, not as throughput. Needs Linux
- * `perf` (Debian: `apt-get install linux-perf`).
+ * Unlike `bench:instructions` (callgrind; with `--by-function` it names functions too, and
+ * exactly), this counts kernel time (socket writes, wake-ups) where `perf_event_paranoid`
+ * allows it; unlike `npm run bench`, sampling costs the server time (a few percent at the
+ * default 999 Hz, more with deep stacks), so use its figures to find where time goes, not as
+ * throughput. Needs Linux `perf` (Debian: `apt-get install linux-perf`).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
@@ -21,6 +21,7 @@ import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { buildBench } from './build.js'
 import { loadFixed } from './fixed-load.js'
+import { frameName, growth } from './functions.js'
 import { exited, isMessage, nextMessage } from './processes.js'
 import { SERVERS, type ServerEntry, type ServerMessage } from './servers/catalog.js'
 
@@ -38,15 +39,6 @@ interface Profile {
 
 function load(port: number, token: string, hostname: string, amount: number) {
   return loadFixed(port, token, hostname, amount, 50)
-}
-
-/** `JS:*name file:///…/bundle.mjs:12:3` → `name bundle.mjs:12:3`: tier marks and long paths dropped. */
-function frameName(symbol: string): string {
-  return symbol
-    .replace(/^JS:[*^~+]?/, '')
-    .replace(/file:\/\/\/\S*\/mcp-dispatch-bench\//, '')
-    .replace(/\S*\/node_modules\//, '')
-    .replace(/\s+\(\S+\)$/, '')
 }
 
 /**
@@ -142,13 +134,10 @@ function render(profiles: readonly Profile[], hz: number, top: number): string {
     for (const kind of ['inclusive', 'self'] as const) {
       // Inclusive: the frames under which nearly everything runs (the event loop, the HTTP
       // parser) grow with any change and name none; leave out those above half of either row.
-      const names = [...new Set([...base![kind].keys(), ...p[kind].keys()])].filter(
-        (name) => kind === 'self' || ((base!.inclusive.get(name) ?? 0) <= base!.samples / 2 && (p.inclusive.get(name) ?? 0) <= p.samples / 2),
-      )
-      const rows = names
-        .map((name) => ({ name, a: micros(base![kind].get(name), base!, hz), b: micros(p[kind].get(name), p, hz) }))
-        .sort((x, y) => y.b - y.a - (x.b - x.a))
-        .slice(0, top)
+      const kept = (name: string) =>
+        kind === 'self' || ((base!.inclusive.get(name) ?? 0) <= base!.samples / 2 && (p.inclusive.get(name) ?? 0) <= p.samples / 2)
+      const perRequest = (of: Profile) => new Map([...of[kind]].filter(([name]) => kept(name)).map(([name, n]) => [name, micros(n, of, hz)]))
+      const rows = growth(perRequest(base!), perRequest(p), top)
       lines.push(
         '',
         `${p.entry.label} against ${base!.entry.label}, ${kind} time, largest increase first` +
@@ -157,7 +146,7 @@ function render(profiles: readonly Profile[], hz: number, top: number): string {
         `| + µs | ${base!.entry.id} | ${p.entry.id} | function |`,
         '| --- | --- | --- | --- |',
       )
-      for (const row of rows) lines.push(`| ${(row.b - row.a).toFixed(2)} | ${row.a.toFixed(2)} | ${row.b.toFixed(2)} | \`${row.name.slice(0, 110)}\` |`)
+      for (const row of rows) lines.push(`| ${(row.other - row.base).toFixed(2)} | ${row.base.toFixed(2)} | ${row.other.toFixed(2)} | \`${row.name.slice(0, 110)}\` |`)
     }
   }
   return `${lines.join('\n')}\n`
