@@ -7,23 +7,25 @@ describe('perfMapLookup', () => {
       '1000 100 JS:*decide file:///tmp/x/node_modules/.cache/mcp-dispatch-bench/server.mjs:10:3',
       '2000 40 Builtins_StringAdd_CheckNone',
       'not a line of the map',
-      // V8 reused the memory of collected code: the later line names what runs there now.
+      // V8 reused the memory of collected code: the later lines name what runs there now.
       '1020 10 JS:~recompiled node:internal/x:1:1',
+      '2000 20 JS:*reused node:internal/y:1:1',
       '',
     ].join('\n'),
   )
 
   it('names the code object holding an address, its end excluded', () => {
     expect(lookup(0x1000)).toMatch(/decide/)
-    expect(lookup(0x10ff)).toMatch(/decide/)
+    expect(lookup(0x101f)).toMatch(/decide/)
     expect(lookup(0x1100)).toBeUndefined()
-    expect(lookup(0x2027)).toBe('Builtins_StringAdd_CheckNone')
     expect(lookup(0xfff)).toBeUndefined()
   })
 
-  it('takes the later line where code objects overlap', () => {
+  it('takes the newer code object where the memory was reused', () => {
     expect(lookup(0x1025)).toMatch(/recompiled/)
-    expect(lookup(0x1030)).toMatch(/decide/)
+    expect(lookup(0x2010)).toMatch(/reused/)
+    // Past the newer object's end, the collected one no longer answers.
+    expect(lookup(0x2027)).toBeUndefined()
   })
 })
 

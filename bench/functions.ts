@@ -15,23 +15,22 @@ export function frameName(symbol: string): string {
 
 /**
  * The name lookup of a V8 `/tmp/perf-<pid>.map` (`--perf-basic-prof`): one line per code
- * object, `<start hex> <size hex> <name>`. Answers the name of the code object holding
- * `address`, or `undefined`. Later lines win where code objects overlap (V8 reuses the memory
- * of collected code, and the map is only ever appended to).
+ * object, `<start hex> <size hex> <name>`. Answers the name of the code object that starts
+ * last at or before `address` and holds it, or `undefined`. Where V8 reused the memory of
+ * collected code the map holds both; the later line wins for the same start (the map is only
+ * ever appended to), and a newer object inside an older one's range is the one found there.
  */
 export function perfMapLookup(text: string): (address: number) => string | undefined {
-  const entries: { start: number; end: number; name: string; line: number }[] = []
-  let line = 0
+  const entries: { start: number; end: number; name: string }[] = []
   for (const row of text.split('\n')) {
-    line++
     const match = /^([0-9a-fA-F]+) ([0-9a-fA-F]+) (.+)$/.exec(row)
     if (!match) continue
     const start = Number.parseInt(match[1]!, 16)
-    entries.push({ start, end: start + Number.parseInt(match[2]!, 16), name: match[3]!, line })
+    entries.push({ start, end: start + Number.parseInt(match[2]!, 16), name: match[3]! })
   }
-  entries.sort((a, b) => a.start - b.start || a.line - b.line)
+  // Stable: lines of the same start keep their order, so the later one sorts last.
+  entries.sort((a, b) => a.start - b.start)
   return (address) => {
-    // The last entry starting at or before `address`, then back while they still might cover it.
     let lo = 0
     let hi = entries.length
     while (lo < hi) {
@@ -39,12 +38,8 @@ export function perfMapLookup(text: string): (address: number) => string | undef
       if (entries[mid]!.start <= address) lo = mid + 1
       else hi = mid
     }
-    let found: (typeof entries)[number] | undefined
-    for (let i = lo - 1; i >= 0 && i >= lo - 64; i--) {
-      const entry = entries[i]!
-      if (address < entry.end && (found === undefined || entry.line > found.line)) found = entry
-    }
-    return found?.name
+    const entry = entries[lo - 1]
+    return entry !== undefined && address < entry.end ? entry.name : undefined
   }
 }
 
