@@ -136,6 +136,64 @@ describe('dev session (reference platform)', () => {
   })
 })
 
+describe('dev deploy (reference platform)', () => {
+  const deploy = (body: unknown, clientAddress?: string, contentType = 'application/json') =>
+    platform.fetch(
+      new Request('http://api.localhost/dev/deploy', {
+        method: 'POST',
+        headers: { 'content-type': contentType },
+        body: typeof body === 'string' ? body : JSON.stringify(body),
+      }),
+      clientAddress === undefined ? undefined : { clientAddress },
+    )
+  const servedVersion = async (path: string) => {
+    const response = await platform.fetch(mcpRequest(`http://weather.localhost${path}`, { token: token('alice') }), { clientAddress: CLIENT })
+    expect(response.status).toBe(200)
+    return [response.headers.get('x-mcp-version'), response.headers.get('x-mcp-latest-version')]
+  }
+
+  it('makes a version live by the versions rule, by slug or id, and new connections resolve to it', async () => {
+    expect(await servedVersion('/v1')).toEqual(['1.1.1', '2.0.0'])
+    const minor = await deploy({ app: 'weather', version: '1.2.0' }, '127.0.0.1')
+    expect(minor.status).toBe(200)
+    expect(await json(minor)).toEqual({ app: 'weather', version: '1.2.0', live: expect.arrayContaining(['1.0.0', '1.1.1', '1.2.0', '2.0.0']) })
+    expect(await servedVersion('/v1')).toEqual(['1.2.0', '2.0.0'])
+    // A patch replaces the live patch of its minor: the replaced one's exact URL is gone.
+    const patch = await deploy({ app: 'app_weather', version: '2.0.1' })
+    expect(patch.status).toBe(200)
+    expect((await json(patch)).live).not.toContain('2.0.0')
+    expect(await servedVersion('/')).toEqual(['2.0.1', '2.0.1'])
+    const gone = await platform.fetch(mcpRequest('http://weather.localhost/v2.0.0', { token: token('alice') }), { clientAddress: CLIENT })
+    expect(gone.status).toBe(404)
+    expect((await json(gone)).error.data).toEqual({ error: 'version_not_found', requested: '2.0.0', latest: '2.0.1' })
+  })
+
+  it('refuses what the versions rule refuses with 409, and names the wrong field with 400', async () => {
+    for (const version of ['1.1.0', '1.1.1', 'one']) {
+      const refused = await deploy({ app: 'weather', version })
+      expect(refused.status, version).toBe(409)
+      expect(await json(refused)).toMatchObject({ error: 'deploy_refused', field: 'version' })
+    }
+    await expectFieldError(await deploy({ app: 'nope', version: '9.0.0' }), 'app')
+    await expectFieldError(await deploy({ app: 'weather', version: 9 }), 'version')
+    await expectFieldError(await deploy({ app: 'weather', version: '9.0.0', upstream: 'ftp://x.example' }), 'upstream')
+    await expectFieldError(await deploy('{"app":'), 'body')
+    await expectFieldError(await deploy('["weather"]'), 'body')
+    await expectFieldError(await deploy({ app: 'weather', version: '9.0.0' }, '127.0.0.1', 'text/plain'), 'content-type')
+    // Nothing of those went live.
+    expect(await servedVersion('/')).toEqual(['2.0.0', '2.0.0'])
+  })
+
+  it('answers loopback clients only', async () => {
+    for (const address of [CLIENT, '10.0.0.1', '::ffff:192.0.2.1']) {
+      const refused = await deploy({ app: 'weather', version: '3.0.0' }, address)
+      expect(refused.status).toBe(403)
+      expect(await json(refused)).toMatchObject({ error: 'forbidden' })
+    }
+    expect(await servedVersion('/')).toEqual(['2.0.0', '2.0.0'])
+  })
+})
+
 describe('create (spec 2.1, 3)', () => {
   it('201 with the fields of spec 2.1 and the full secret, shown once; the token works at once', async () => {
     const alice = await signIn('user_alice')

@@ -5,7 +5,7 @@
  *   npx tsx examples/fastify/server.ts
  */
 import Fastify, { type FastifyInstance } from 'fastify'
-import { frameworkErrors, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
+import { answerClientError, frameworkErrors, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
 import { buildAppServer } from '../platform/mcp-app.js'
 import { type Demo, type NodeSessions, createNodeSessions } from '../shared/demo.js'
 
@@ -13,8 +13,9 @@ import { type Demo, type NodeSessions, createNodeSessions } from '../shared/demo
 export async function createFastifyExample(demo: Demo): Promise<FastifyInstance> {
   const versions: NodeSessions[] = []
   // `frameworkErrors`: a target Fastify cannot decode (`/v1%zz`) is the JSON-RPC 404 the other
-  // adapters give, not Fastify's own 400 error object.
-  const app = Fastify({ forceCloseConnections: true, bodyLimit: 4 * 1024 * 1024, frameworkErrors })
+  // adapters give, not Fastify's own 400 error object; `answerClientError`: what Node's parser
+  // refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body too.
+  const app = Fastify({ forceCloseConnections: true, bodyLimit: 4 * 1024 * 1024, frameworkErrors, clientErrorHandler: answerClientError })
   await app.register(mcpDispatch({ dispatcher: demo.dispatcher }))
   // Fastify's JSON parser, but an empty body (a DELETE that names a JSON content type) is no
   // body, for the MCP transport to judge; and a body it refuses (bad JSON, too large) is a

@@ -5,8 +5,10 @@
  * - `{slug}.{domain}` (default domain `localhost`) serves the App: MCP at `/`, `/v1`,
  *   `/v1.2`, `/v1.2.3`, metadata at `/.well-known/oauth-protected-resource`.
  * - `api.{domain}` serves the token-management API under `/api/tokens`, with a development
- *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token), and
+ *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token),
+ *   `POST /dev/deploy` (`{ "app": "weather", "version": "1.2.0" }`: a version goes live), and
  *   `POST /dev/password-reset` (session + `X-CSRF-Token`), which revokes every token of the user.
+ *   The development endpoints answer loopback clients only.
  */
 import { generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto'
 import {
@@ -16,6 +18,7 @@ import {
   type OAuthValidatorOptions,
   type RateLimitPolicy,
   API_TOKEN_LENGTH,
+  DeployRefusedError,
   MAX_RATE_LIMIT,
   compileTrustProxy,
   createDispatcher,
@@ -167,6 +170,7 @@ export function createPlatform(options: PlatformOptions): Platform {
   const handlers = new Map<string, McpAppHandler>() // `${appId}@${version}`
   const upstreams = new Map<string, string>()
   const appSeeds = new Map(seed.apps.map((a) => [a.id, a]))
+  const appsBySlug = new Map(seed.apps.map((a) => [a.slug, a]))
 
   function ensureHandler(app: AppRecord, version: string): void {
     const key = `${app.id}@${version}`
@@ -334,25 +338,10 @@ export function createPlatform(options: PlatformOptions): Platform {
       return Response.json(await signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
     }
     if (url.pathname === '/dev/session' && request.method === 'POST') {
-      // A passwordless sign-in: for this machine only, whatever HOST the server listens on
-      // (an in-process call has no address), and JSON only, so no page of another site can
-      // send it as a simple cross-site request.
-      const address = apiClientAddresses.get(request)
-      if (address !== undefined && !isLoopback(address)) {
-        return Response.json({ error: 'forbidden', message: 'The development sign-in answers loopback clients only' }, { status: 403 })
-      }
-      if (!/^application\/json[ \t]*(;|$)/i.test(request.headers.get('content-type') ?? '')) {
-        return Response.json({ error: 'invalid_request', message: 'content-type: must be application/json', field: 'content-type' }, { status: 400 })
-      }
-      let userId: unknown
-      try {
-        userId = ((await request.json()) as { userId?: unknown }).userId
-      } catch {
-        userId = undefined
-      }
-      if (typeof userId !== 'string' || !userIds.has(userId)) {
-        return Response.json({ error: 'invalid_request', message: 'userId: is not a known user', field: 'userId' }, { status: 400 })
-      }
+      const body = await devRequestBody(request)
+      if (body instanceof Response) return body
+      const userId = body.userId
+      if (typeof userId !== 'string' || !userIds.has(userId)) return devFieldError('userId', 'is not a known user')
       const id = randomBytes(24).toString('base64url')
       const csrf = randomBytes(24).toString('base64url')
       dashboardSessions.set(id, { userId, csrf })
@@ -362,6 +351,26 @@ export function createPlatform(options: PlatformOptions): Platform {
         { userId, csrfToken: csrf },
         { headers: { 'set-cookie': `mcp_dev_session=${id}; HttpOnly; SameSite=Strict; Path=/` } },
       )
+    }
+    if (url.pathname === '/dev/deploy' && request.method === 'POST') {
+      // What the platform's deploy pipeline does: a version goes live by the versions rule, so
+      // the pinning of spec 9.2 can be watched from outside the process (loopback clients only).
+      const body = await devRequestBody(request)
+      if (body instanceof Response) return body
+      const app = typeof body.app === 'string' ? (appSeeds.get(body.app) ?? appsBySlug.get(body.app)) : undefined
+      if (app === undefined) return devFieldError('app', 'is not the id or slug of a seeded App')
+      if (typeof body.version !== 'string') return devFieldError('version', 'must be a string <major>.<minor>.<patch>')
+      if (body.upstream !== undefined && typeof body.upstream !== 'string') return devFieldError('upstream', 'must be an http(s) URL')
+      try {
+        const live = platform.deploy(app.id, body.version, body.upstream)
+        return Response.json({ app: app.slug, version: body.version, live })
+      } catch (error) {
+        if (error instanceof DeployRefusedError) {
+          return Response.json({ error: 'deploy_refused', message: error.message, field: 'version' }, { status: 409 })
+        }
+        if (error instanceof TypeError) return devFieldError('upstream', 'must be an http(s) URL')
+        throw error
+      }
     }
     if (url.pathname === '/dev/password-reset' && request.method === 'POST') {
       // What the dashboard does after a password reset (spec 3): every token of the user is revoked.
@@ -376,7 +385,31 @@ export function createPlatform(options: PlatformOptions): Platform {
     return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
   }
 
-  return {
+  /**
+   * The JSON object a development endpoint was sent, or the answer refusing it: such an
+   * endpoint answers this machine only, whatever HOST the server listens on (an in-process call
+   * has no address), and JSON only, so no page of another site can send it as a simple
+   * cross-site request.
+   */
+  async function devRequestBody(request: Request): Promise<Record<string, unknown> | Response> {
+    const address = apiClientAddresses.get(request)
+    if (address !== undefined && !isLoopback(address)) {
+      return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
+    }
+    if (!/^application\/json[ \t]*(;|$)/i.test(request.headers.get('content-type') ?? '')) {
+      return devFieldError('content-type', 'must be application/json')
+    }
+    let body: unknown
+    try {
+      body = await request.json()
+    } catch {
+      return devFieldError('body', 'is not JSON')
+    }
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) return devFieldError('body', 'must be a JSON object')
+    return body as Record<string, unknown>
+  }
+
+  const platform: Platform = {
     tokens: seededTokens,
     tokenService,
     async fetch(request, info) {
@@ -421,6 +454,12 @@ export function createPlatform(options: PlatformOptions): Platform {
       await tokenService.close()
     },
   }
+  return platform
+}
+
+/** 400 naming the field of a development endpoint's request that is wrong. */
+function devFieldError(field: string, problem: string): Response {
+  return Response.json({ error: 'invalid_request', message: `${field}: ${problem}`, field }, { status: 400 })
 }
 
 /**

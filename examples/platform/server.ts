@@ -10,12 +10,12 @@
  */
 import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
-import { createServer } from 'node:http'
+import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { RequestError, getRequestListener } from '@hono/node-server'
 import { type OAuthValidationMode, applyDeploy, invalidHostReply, jsonRpcErrorReply, serviceUnavailableReply } from 'mcp-dispatch'
-import { toResponse } from 'mcp-dispatch/web'
+import { answerClientError, toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
 
@@ -92,12 +92,30 @@ function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
 // a trickle holds a connection for about a minute, not five (responses, SSE streams
 // included, are not limited by these). Node checks them every `connectionsCheckingInterval`
 // (default 30 s, which would let them run up to half a minute late): every 2 s here.
-const server = createServer({ requestTimeout: 60_000, headersTimeout: 20_000, connectionsCheckingInterval: 2_000 }, listener)
+//
+// An HTTP/1.1 request without `Host` is refused here rather than by Node (`requireHostHeader`,
+// whose 400 has no body): RFC 9112 section 3.2 asks for 400, and it gets the JSON-RPC body of
+// every other refusal. What Node's parser refuses before any handler (a malformed request line,
+// an unknown method, a head past 16 KiB, a head or request past its time) gets the same kind of
+// body from `answerClientError`.
+const serve = (req: IncomingMessage, res: ServerResponse) => {
+  if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
+    const reply = invalidHostReply()
+    res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
+    return
+  }
+  return listener(req, res)
+}
+const server = createServer(
+  { requestTimeout: 60_000, headersTimeout: 20_000, connectionsCheckingInterval: 2_000, requireHostHeader: false },
+  serve,
+)
+server.on('clientError', answerClientError)
 // `Expect: 100-continue` (docs/adapters.md): the dispatch layer sends `100 Continue` once it let
 // the request through, so a refused upload is answered before its body is sent; the platform
 // sends it at once to the token API and the development endpoints (`api.` host), which read
 // every body they get.
-server.on('checkContinue', listener)
+server.on('checkContinue', serve)
 await new Promise<void>((resolve, reject) => {
   server.once('error', reject)
   server.listen(port, hostname, () => resolve())
@@ -107,6 +125,9 @@ const listening = (server.address() as { port: number }).port
 
 const [name, token] = Object.entries(platform.tokens)[0] ?? []
 const app = seed.apps[0]
+const owners = new Map<string, { userId: string; servers: string[] }>(
+  (seed.tokens ?? []).map((t: { name: string; userId: string; servers: string[] }) => [t.name, t]),
+)
 console.log(`mcp-dispatch reference platform on http://127.0.0.1:${listening} (seed: ${seedPath})`)
 for (const a of seed.apps) {
   // The live versions: a later patch of a minor replaced the earlier one (the deploy rule).
@@ -114,12 +135,19 @@ for (const a of seed.apps) {
   const live = seeded.reduce<readonly string[]>((set, version) => applyDeploy(set, version), [])
   console.log(`  App ${a.slug}: http://${a.slug}.localhost:${listening}/  (live versions ${live.join(', ') || 'none'})`)
 }
-console.log(`  Token API: http://api.localhost:${listening}/api/tokens`)
+console.log(`  Token API: http://api.localhost:${listening}/api/tokens  (dev: POST /dev/session, /dev/deploy, /dev/password-reset)`)
 console.log(
   devAuth
     ? `  OAuth: development authorization server ${devAuth.issuer} (${authMode}; signs in as ${seed.users?.[0]?.id ?? '?'} or the login_hint user)`
     : `  OAuth: ${process.env.AUTH_ISSUER} (${authMode})`,
 )
+// Every seeded token, shown once as the dashboard would at creation: the secrets live in this
+// process's memory only, and a restart mints new ones.
+if (Object.keys(platform.tokens).length > 0) console.log('  Seeded API tokens:')
+for (const [tokenName, secret] of Object.entries(platform.tokens)) {
+  const owner = owners.get(tokenName)
+  console.log(`    ${tokenName} (${owner?.userId ?? '?'}; ${owner?.servers.join(', ') ?? '?'}): ${secret}`)
+}
 if (token && app) {
   console.log(`\nTry it (token "${name}"):\n`)
   console.log(

@@ -73,6 +73,76 @@ describe('npm start (README quick start)', () => {
     expect(JSON.parse(target.body).error.data).toEqual({ error: 'invalid_request', field: 'path' })
   })
 
+  it('prints every seeded token, each with its owner and servers, each usable on its App', async () => {
+    const printed = [...output.matchAll(/^ {4}(\S+) \((user_\w+); ([\w, ]+)\): (svc_\w{44})$/gm)]
+    expect(printed.map((m) => [m[1], m[2], m[3]])).toEqual([
+      ['demo', 'user_alice', 'app_weather'],
+      ['notes-only', 'user_alice', 'app_notes'],
+      ['bob', 'user_bob', 'app_weather'],
+    ])
+    const tools = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+    const call = (slug: string, token: string) =>
+      rawRequest(port, { host: `${slug}.localhost`, path: '/v1', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: tools })
+    const [demo, notes, bob] = printed.map((m) => m[4]!)
+    expect((await call('weather', demo!)).status).toBe(200)
+    expect((await call('notes', notes!)).status).toBe(200)
+    // Bob's subscription to weather is not active (spec 7: 402).
+    expect((await call('weather', bob!)).status).toBe(402)
+  })
+
+  it('answers what Node\'s HTTP parser refuses, and an HTTP/1.1 request without Host, with JSON-RPC bodies', async () => {
+    /** Writes `head` on a fresh connection; answers what came before the server closed it. */
+    const raw = (head: string) =>
+      new Promise<string>((resolve) => {
+        const socket = connect(port, '127.0.0.1')
+        let seen = ''
+        const timer = setTimeout(() => socket.destroy(), 3_000)
+        socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+        socket.on('error', () => {})
+        socket.on('close', () => {
+          clearTimeout(timer)
+          resolve(seen)
+        })
+        socket.write(head)
+      })
+    const body = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))
+    const method = await raw('FOO /v1 HTTP/1.1\r\nHost: weather.localhost\r\n\r\n')
+    expect(method).toMatch(/^HTTP\/1\.1 400 /)
+    expect(method).toMatch(/^content-type: application\/json\r$/m)
+    expect(body(method)).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Malformed HTTP request', data: { error: 'invalid_request' } } })
+    const big = await raw(`POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nX-Big: ${'a'.repeat(17_000)}\r\n\r\n`)
+    expect(big).toMatch(/^HTTP\/1\.1 431 /)
+    expect(body(big).error.data).toEqual({ error: 'invalid_request', field: 'headers' })
+    // RFC 9112 section 3.2: 400 for an HTTP/1.1 request without Host; HTTP/1.0 may omit it (an unknown App: 404).
+    const hostless = await raw('POST /v1 HTTP/1.1\r\nContent-Length: 0\r\n\r\n')
+    expect(hostless).toMatch(/^HTTP\/1\.1 400 /)
+    expect(body(hostless).error).toEqual({ code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } })
+    const old = await raw('POST /v1 HTTP/1.0\r\nContent-Length: 0\r\n\r\n')
+    expect(old).toMatch(/^HTTP\/1\.1 404 /)
+    expect(body(old).error.data).toEqual({ error: 'not_found' })
+  })
+
+  it('deploys through POST /dev/deploy: a connection opened before keeps its version, a new one gets the new one', async () => {
+    const notesToken = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(output)![1]!
+    const post = (host: string, path: string, payload: unknown, headers: Record<string, string> = {}) =>
+      rawRequest(port, { host, path, headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers }, body: JSON.stringify(payload) })
+    const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'quick-start', version: '1' } } }
+    const opened = await post('notes.localhost', '/v1', init, { authorization: `Bearer ${notesToken}` })
+    expect(opened.status).toBe(200)
+    expect(opened.headers['x-mcp-version']).toBe('1.0.0')
+    const session = opened.headers['mcp-session-id']!
+    const deployed = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '1.1.0' })
+    expect(deployed.status).toBe(200)
+    expect(JSON.parse(deployed.body)).toEqual({ app: 'notes', version: '1.1.0', live: ['0.9.0', '1.0.0', '1.1.0'] })
+    const pinned = await post('notes.localhost', '/v1', { jsonrpc: '2.0', id: 2, method: 'tools/list' }, { authorization: `Bearer ${notesToken}`, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' })
+    expect(pinned.status).toBe(200)
+    expect([pinned.headers['x-mcp-version'], pinned.headers['x-mcp-latest-version']]).toEqual(['1.0.0', '1.1.0'])
+    const fresh = await post('notes.localhost', '/v1', { jsonrpc: '2.0', id: 3, method: 'tools/list' }, { authorization: `Bearer ${notesToken}` })
+    expect(fresh.headers['x-mcp-version']).toBe('1.1.0')
+    const refused = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '1.1.0' })
+    expect(refused.status).toBe(409)
+  })
+
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {
     /** Writes a request head that waits for 100 Continue; answers what came within 1.5 s. */
     const waitingHead = (head: string) =>

@@ -1,0 +1,106 @@
+/**
+ * JSON-RPC answers to what Node's HTTP parser refuses before any handler runs (`clientError`).
+ * No Node import: the socket is typed by what is used of it, so the Web adapter's subpath
+ * (which also runs on Workers, Bun and Deno) can export it for `@hono/node-server`.
+ * @internal
+ * @module
+ */
+import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
+
+/** The part of a `net.Socket` that {@link answerClientError} uses. */
+export interface ClientErrorSocket {
+  readonly writable: boolean
+  readonly destroyed?: boolean
+  write(data: string): unknown
+  destroy(): unknown
+}
+
+/** Node's `clientError` error: a parser error (`HPE_*`), a request timeout, or a socket error. */
+export type ClientError = Error & { code?: string }
+
+// By Node's own choice of status (lib/_http_server.js, `socketOnError`), with the body every
+// other refusal of the dispatch layer has. Built once: the answers never change.
+const HEADERS_TOO_LARGE = rawReply(
+  jsonRpcErrorReply(431, {
+    code: -32600,
+    message: 'Request header fields too large',
+    data: { error: 'invalid_request', field: 'headers' },
+  }),
+  'Request Header Fields Too Large',
+)
+const CHUNK_EXTENSIONS_TOO_LARGE = rawReply(
+  jsonRpcErrorReply(413, {
+    code: -32600,
+    message: 'Chunk extensions too large',
+    data: { error: 'invalid_request', field: 'body' },
+  }),
+  'Content Too Large',
+)
+const REQUEST_TIMEOUT = rawReply(
+  jsonRpcErrorReply(408, { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } }),
+  'Request Timeout',
+)
+const BAD_REQUEST = rawReply(
+  jsonRpcErrorReply(400, {
+    code: -32600,
+    message: 'Malformed HTTP request',
+    data: { error: 'invalid_request' },
+  }),
+  'Bad Request',
+)
+
+/** A whole HTTP/1.1 message of `reply`; the connection closes after it. */
+function rawReply(reply: Reply, reason: string): string {
+  const body = reply.body ?? ''
+  let head = `HTTP/1.1 ${reply.status} ${reason}\r\n`
+  for (const [name, value] of Object.entries(reply.headers)) head += `${name}: ${value}\r\n`
+  return `${head}content-length: ${new TextEncoder().encode(body).byteLength}\r\nconnection: close\r\n\r\n${body}`
+}
+
+/**
+ * A listener for a Node HTTP server's `clientError` event: what Node's parser refuses before
+ * any handler sees the request (a malformed request line or header, an unknown method, a head
+ * past `maxHeaderSize`, a request that outlived `requestTimeout` or `headersTimeout`) gets the
+ * status Node itself would send (400, 431, 413, 408), with a JSON-RPC error body (`id: null`,
+ * `Content-Type: application/json`) as every other refusal of the dispatch layer, instead of
+ * Node's bare status line with no body. The connection is then closed, as Node does.
+ *
+ * Nothing is written where a response of the connection has already started (a pipelined
+ * request after it), nor to a socket reset or no longer writable; the socket is destroyed
+ * either way. Nothing of the request is echoed.
+ *
+ * @example
+ * ```ts
+ * // Node (Express, @hono/node-server, node:http)
+ * const server = app.listen(3000)
+ * server.on('clientError', answerClientError)
+ * // Fastify: its own option, which replaces Fastify's non-JSON-RPC answer
+ * const app = Fastify({ clientErrorHandler: answerClientError })
+ * ```
+ */
+export function answerClientError(error: ClientError, socket: ClientErrorSocket): void {
+  // A reset connection has no one left to answer; a response already started on it (a pipelined
+  // request behind it) would be corrupted by another head.
+  const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage
+  if (error?.code !== 'ECONNRESET' && !socket.destroyed && socket.writable && !inFlight?.headersSent) {
+    try {
+      socket.write(answerFor(error?.code))
+    } catch {
+      // A socket that refuses the write is destroyed below all the same.
+    }
+  }
+  socket.destroy()
+}
+
+function answerFor(code: string | undefined): string {
+  switch (code) {
+    case 'HPE_HEADER_OVERFLOW':
+      return HEADERS_TOO_LARGE
+    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
+      return CHUNK_EXTENSIONS_TOO_LARGE
+    case 'ERR_HTTP_REQUEST_TIMEOUT':
+      return REQUEST_TIMEOUT
+    default:
+      return BAD_REQUEST
+  }
+}

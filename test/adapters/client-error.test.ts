@@ -1,0 +1,257 @@
+/**
+ * `answerClientError`: what Node's HTTP parser refuses before any handler runs gets Node's own
+ * status with a JSON-RPC error body, on each adapter's server as docs/adapters.md wires it
+ * (`server.on('clientError', …)` for Express and `@hono/node-server`, Fastify's
+ * `clientErrorHandler` option), written byte for byte on raw sockets.
+ */
+import * as http from 'node:http'
+import { type AddressInfo, connect } from 'node:net'
+import { getRequestListener } from '@hono/node-server'
+import Fastify from 'fastify'
+import { answerClientError as expressAnswer, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { answerClientError as fastifyAnswer, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { answerClientError, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { EXPRESS } from '../helpers/express.js'
+import { type Fixture, type Gate, HOST, close, createFixture, createGate, listen } from './helpers.js'
+
+const BAD_REQUEST = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Malformed HTTP request', data: { error: 'invalid_request' } } }
+const TOO_LARGE = {
+  jsonrpc: '2.0',
+  id: null,
+  error: { code: -32600, message: 'Request header fields too large', data: { error: 'invalid_request', field: 'headers' } },
+}
+const TIMEOUT = { jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } } }
+
+/** Writes `data` (pieces `ms` apart where a number stands between them) and reads until the server closes or `timeoutMs`. */
+function exchange(port: number, data: Array<string | number>, timeoutMs = 3_000): Promise<{ raw: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let raw = ''
+    let closed = false
+    const done = () => {
+      clearTimeout(timer)
+      socket.destroy()
+      resolve({ raw, closed })
+    }
+    const timer = setTimeout(done, timeoutMs)
+    socket.on('data', (chunk: Buffer) => (raw += chunk.toString('latin1')))
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      closed = true
+      done()
+    })
+    void (async () => {
+      for (const piece of data) {
+        if (typeof piece === 'number') await new Promise((r) => setTimeout(r, piece))
+        else if (!socket.destroyed) socket.write(piece)
+      }
+    })()
+  })
+}
+
+/** The status, headers (lower case) and JSON body of the one answer in `raw`. */
+function answer(raw: string): { status: number; headers: Record<string, string>; body: unknown } {
+  const end = raw.indexOf('\r\n\r\n')
+  const [statusLine, ...lines] = raw.slice(0, end).split('\r\n')
+  const headers = Object.fromEntries(lines.map((l) => [l.slice(0, l.indexOf(':')).toLowerCase(), l.slice(l.indexOf(':') + 1).trim()]))
+  const body = raw.slice(end + 4)
+  expect(Number(headers['content-length'])).toBe(Buffer.byteLength(body))
+  return { status: Number(/^HTTP\/1\.1 (\d{3}) /.exec(statusLine!)?.[1]), headers, body: JSON.parse(body) }
+}
+
+interface Target {
+  port: number
+  close(): Promise<void>
+}
+
+// Each server times a head out after 300 ms, checked every 50 ms, so the 408 comes quickly.
+const TIMEOUTS = { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 }
+
+// Each route starts its answer at once and ends it when `streaming` opens: a response in flight.
+const targets: Record<'web' | 'express' | 'express4' | 'fastify', (fixture: Fixture, streaming: Gate) => Promise<Target>> = {
+  async web(fixture, streaming) {
+    // As examples/platform/server.ts serves it: @hono/node-server's listener on a Node server.
+    const listener = getRequestListener(
+      webDispatch({
+        dispatcher: fixture.dispatcher,
+        handler: () =>
+          new Response(
+            new ReadableStream({
+              start(controller) {
+                controller.enqueue(new TextEncoder().encode('data: one\n\n'))
+                void streaming.wait().then(() => {
+                  try {
+                    controller.close()
+                  } catch {
+                    // Cancelled by now where the connection was closed under it.
+                  }
+                })
+              },
+            }),
+            { headers: { 'content-type': 'text/event-stream' } },
+          ),
+      }),
+      { hostname: '127.0.0.1' },
+    )
+    const server = http.createServer(TIMEOUTS, listener)
+    server.on('clientError', answerClientError)
+    return { port: await listen(server), close: () => close(server) }
+  },
+  express: (fixture, streaming) => serveExpress('express', fixture, streaming),
+  express4: (fixture, streaming) => serveExpress('express4', fixture, streaming),
+  async fastify(fixture, streaming) {
+    const app = Fastify({ forceCloseConnections: true, clientErrorHandler: fastifyAnswer, ...TIMEOUTS_FASTIFY })
+    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+    app.post('/*', async (_request, reply) => {
+      reply.hijack()
+      reply.raw.writeHead(200, { 'content-type': 'text/event-stream' })
+      reply.raw.write('data: one\n\n')
+      await streaming.wait()
+      reply.raw.end()
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  },
+}
+// Fastify takes the head and request timeouts as options of its own server.
+const TIMEOUTS_FASTIFY = { http: { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 } } as const
+
+async function serveExpress(kind: 'express' | 'express4', fixture: Fixture, streaming: Gate): Promise<Target> {
+  const app = EXPRESS[kind]()
+  app.disable('x-powered-by')
+  app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
+  app.post('/v1', (_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' })
+    res.write('data: one\n\n')
+    void streaming.wait().then(() => res.end())
+  })
+  const server = http.createServer(TIMEOUTS, app)
+  server.on('clientError', expressAnswer)
+  return { port: await listen(server), close: () => close(server) }
+}
+
+for (const [name, start] of Object.entries(targets)) {
+  describe(`answerClientError on ${name}`, () => {
+    let fixture: Fixture
+    let target: Target
+    const streaming = createGate()
+    beforeAll(async () => {
+      fixture = createFixture()
+      target = await start(fixture, streaming)
+    })
+    afterAll(async () => {
+      streaming.open()
+      await target.close()
+    })
+
+    it('answers a request Node cannot parse with 400 and a JSON-RPC body, and closes', async () => {
+      const requests = [
+        `FOO /v1 HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`, // no such method
+        'GARBAGE\r\n\r\n', // no request line
+        `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nBad Header\r\n\r\n`, // a field without a colon
+        // Both framings: a smuggling attempt (RFC 9112 section 6.3).
+        `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`,
+      ]
+      for (const request of requests) {
+        const { raw, closed } = await exchange(target.port, [request])
+        const refused = answer(raw)
+        expect(refused.status, request).toBe(400)
+        expect(refused.headers['content-type']).toBe('application/json')
+        expect(refused.headers.connection).toBe('close')
+        expect(refused.body).toEqual(BAD_REQUEST)
+        expect(closed).toBe(true)
+      }
+    })
+
+    it('answers a head past Node’s 16 KiB limit with 431 and a JSON-RPC body', async () => {
+      for (const request of [`POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nX-Big: ${'a'.repeat(17_000)}\r\n\r\n`, `GET /${'a'.repeat(70_000)} HTTP/1.1\r\n`]) {
+        const { raw, closed } = await exchange(target.port, [request])
+        const refused = answer(raw)
+        expect(refused.status).toBe(431)
+        expect(refused.body).toEqual(TOO_LARGE)
+        expect(closed).toBe(true)
+      }
+    })
+
+    it('answers a head that never ends with 408 and a JSON-RPC body, never echoing what came', async () => {
+      const { raw, closed } = await exchange(target.port, [`POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer svc_secret`], 3_000)
+      const refused = answer(raw)
+      expect(refused.status).toBe(408)
+      expect(refused.body).toEqual(TIMEOUT)
+      expect(raw).not.toContain('svc_secret')
+      expect(closed).toBe(true)
+    })
+
+    it('writes no head into a response already under way: a malformed request pipelined behind it closes the connection', async () => {
+      const good = `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`
+      const { raw, closed } = await exchange(target.port, [good, 300, 'GARBAGE\r\n\r\n'])
+      expect(raw).toMatch(/^HTTP\/1\.1 200 /)
+      expect(raw).toContain('data: one')
+      expect(raw.match(/HTTP\/1\.1 /g)).toHaveLength(1)
+      expect(closed).toBe(true)
+      // The server served on.
+      const next = await exchange(target.port, [`FOO / HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`])
+      expect(answer(next.raw).status).toBe(400)
+    })
+  })
+}
+
+describe('answerClientError on a socket', () => {
+  /** A socket's record of what was done to it. */
+  const socket = (state: { writable?: boolean; destroyed?: boolean; headersSent?: boolean; throws?: boolean } = {}) => {
+    const done = { written: [] as string[], destroyed: 0 }
+    return {
+      done,
+      socket: {
+        writable: state.writable ?? true,
+        destroyed: state.destroyed ?? false,
+        ...(state.headersSent !== undefined && { _httpMessage: { headersSent: state.headersSent } }),
+        write(data: string) {
+          if (state.throws) throw new Error('EPIPE')
+          done.written.push(data)
+        },
+        destroy() {
+          done.destroyed++
+        },
+      },
+    }
+  }
+  const error = (code?: string) => Object.assign(new Error('parse error'), code === undefined ? {} : { code })
+
+  it('writes nothing to a reset, destroyed or unwritable socket, or behind a response under way, and destroys it', () => {
+    for (const [state, code] of [
+      [{}, 'ECONNRESET'],
+      [{ destroyed: true }, 'HPE_INVALID_METHOD'],
+      [{ writable: false }, 'HPE_INVALID_METHOD'],
+      [{ headersSent: true }, 'HPE_INVALID_METHOD'],
+      [{ throws: true }, 'HPE_INVALID_METHOD'],
+    ] as const) {
+      const { socket: s, done } = socket(state)
+      answerClientError(error(code), s)
+      expect(done.written, JSON.stringify(state)).toEqual([])
+      expect(done.destroyed).toBe(1)
+    }
+  })
+
+  it('answers a response not yet started, and an error without a code, with 400', () => {
+    for (const [state, e] of [[{ headersSent: false }, error('HPE_INVALID_METHOD')], [{}, error()], [{}, undefined]] as const) {
+      const { socket: s, done } = socket(state)
+      answerClientError(e as Error, s)
+      expect(done.written).toHaveLength(1)
+      expect(answer(done.written[0]!).body).toEqual(BAD_REQUEST)
+      expect(done.destroyed).toBe(1)
+    }
+  })
+
+  it('the chunk-extension limit answers 413', () => {
+    const { socket: s, done } = socket()
+    answerClientError(error('HPE_CHUNK_EXTENSIONS_OVERFLOW'), s)
+    expect(answer(done.written[0]!).status).toBe(413)
+  })
+
+  it('is the same function on every adapter subpath', () => {
+    expect(expressAnswer).toBe(answerClientError)
+    expect(fastifyAnswer).toBe(answerClientError)
+  })
+})
