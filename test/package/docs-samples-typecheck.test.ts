@@ -109,15 +109,6 @@ declare const mcpHandlers: Record<string, WebMcpHandler>`,
 declare const app: Hono`,
   },
   {
-    // "the same with StreamableHTTPServerTransport": the imports are those of webSessions before it.
-    file: 'docs/adapters.md',
-    marker: 'export function nodeSessions',
-    prelude: `import { randomUUID } from 'node:crypto'
-import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
-import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import { sessionNotFoundReply } from 'mcp-dispatch'`,
-  },
-  {
     file: 'docs/adapters.md',
     marker: 'webSessions(() => buildServer(app, version))',
     prelude: `${STORES}
