@@ -184,6 +184,17 @@ describe('dev deploy (reference platform)', () => {
     expect(await servedVersion('/')).toEqual(['2.0.0', '2.0.0'])
   })
 
+  it('every development endpoint takes POST only: 405 with Allow for another method', async () => {
+    for (const path of ['/dev/session', '/dev/deploy', '/dev/password-reset']) {
+      for (const method of ['GET', 'PUT', 'DELETE']) {
+        const response = await platform.fetch(new Request(`http://api.localhost${path}`, { method }))
+        expect(response.status, `${method} ${path}`).toBe(405)
+        expect(response.headers.get('allow')).toBe('POST')
+        expect(await json(response)).toMatchObject({ error: 'method_not_allowed' })
+      }
+    }
+  })
+
   it('answers loopback clients only', async () => {
     for (const address of [CLIENT, '10.0.0.1', '::ffff:192.0.2.1']) {
       const refused = await deploy({ app: 'weather', version: '3.0.0' }, address)

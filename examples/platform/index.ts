@@ -78,6 +78,9 @@ const seedSchema = z.object({
     .default([]),
 }).strict()
 
+/** The development endpoints of the `api.` host, each answering POST only. */
+const DEV_ENDPOINTS: ReadonlySet<string> = new Set(['/dev/session', '/dev/deploy', '/dev/password-reset'])
+
 /** Development dashboard sessions kept at most. */
 const MAX_DEV_SESSIONS = 10_000
 
@@ -381,6 +384,9 @@ export function createPlatform(options: PlatformOptions): Platform {
         return Response.json({ error: 'csrf_failed', message: 'CSRF check failed' }, { status: 403 })
       }
       return Response.json({ revoked: await tokenService.revokeAllForUser(session.userId) })
+    }
+    if (DEV_ENDPOINTS.has(url.pathname)) {
+      return Response.json({ error: 'method_not_allowed', message: `${url.pathname} takes POST` }, { status: 405, headers: { allow: 'POST' } })
     }
     return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
   }
