@@ -38,17 +38,17 @@ async function loadSamples(): Promise<Samples> {
   expect(blocks).toHaveLength(2)
   expect(blocks[0]).toContain('export function webSessions')
   expect(blocks[1]).toContain('export function nodeSessions')
-  // The second block says in prose where `StreamableHTTPServerTransport` comes from.
-  const source = [
-    blocks[0],
-    "import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'",
-    blocks[1],
-  ].join('\n')
+  // Each block is a module of its own, with its imports, as a reader copies it.
   const dir = fileURLToPath(new URL('test/.generated/', root))
   mkdirSync(dir, { recursive: true })
-  const file = `${dir}adapters-sessions.ts`
-  writeFileSync(file, source)
-  return (await import(/* @vite-ignore */ file)) as Samples
+  const modules = await Promise.all(
+    blocks.map((block, i) => {
+      const file = `${dir}adapters-sessions-${i}.ts`
+      writeFileSync(file, block)
+      return import(/* @vite-ignore */ file) as Promise<Partial<Samples>>
+    }),
+  )
+  return Object.assign({}, ...modules) as Samples
 }
 
 /** Two sessions in a row at `url`, each with its own SDK client; the version each saw. */
