@@ -565,7 +565,8 @@ describe('rotate (spec 3, 4.3)', () => {
 
   it('rotations by made-up tokens share the address budget of the MCP path: 401 each, then 429 rate_limited with Retry-After', async () => {
     const id = await seededId('user_alice', 'alice')
-    for (let i = 0; i < 60; i++) expect((await call('POST', `/${id}/rotate`, { bearer: generateApiToken() })).status).toBe(401)
+    // The default budget: 600 lookups of made-up tokens per address and minute.
+    for (let i = 0; i < 600; i++) expect((await call('POST', `/${id}/rotate`, { bearer: generateApiToken() })).status).toBe(401)
     const spent = await call('POST', `/${id}/rotate`, { bearer: generateApiToken() })
     expect(spent.status).toBe(429)
     expect(spent.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/)

@@ -20,7 +20,10 @@ import { ConfigurationError, TooManyValidationsError } from '../errors.js'
 
 /** Options of the client budget. */
 export interface ClientBudgetOptions {
-  /** Upstream validations in flight or refused, per client address and window. Default 60. */
+  /**
+   * Units per client address and window: upstream validations in flight or refused (OAuth,
+   * default 60), or store lookups of tokens not known to be stored (API tokens, default 600).
+   */
   readonly limit?: number
   /** The window. Default `minute`. */
   readonly windowType?: WindowType
@@ -57,17 +60,21 @@ export function budgetKey(address: string): string {
   return `6:${words[0]}:${words[1]}`
 }
 
-/** Creates a client budget; `false` creates one that never refuses. `name`: the option, for errors. */
+/**
+ * Creates a client budget; `false` creates one that never refuses. `name`: the option, for
+ * errors; `defaultLimit`: the limit when the options name none.
+ */
 export function createClientBudget(
   options: ClientBudgetOptions | false | undefined,
   now: () => number,
   name = 'clientBudget',
+  defaultLimit = 60,
 ): ClientBudget {
   if (options === false) return { charge: () => NO_CHARGE }
   if (options !== undefined && (options === null || typeof options !== 'object')) {
     throw new ConfigurationError(name, 'must be an object or false')
   }
-  const limit = options?.limit ?? 60
+  const limit = options?.limit ?? defaultLimit
   if (!Number.isInteger(limit) || limit < 1) throw new ConfigurationError(`${name}.limit`, 'must be a positive integer')
   const windowType = options?.windowType ?? 'minute'
   if (!Object.hasOwn(WINDOWS, windowType)) {

@@ -174,7 +174,9 @@ export interface TokenServiceOptions {
    * a lookup. Past the limit, `authenticate` throws {@link TooManyValidationsError} (the
    * dispatcher answers 429 with `Retry-After`) without a lookup. A call without a client
    * address is not counted. IPv6 addresses count by their /64. Each instance counts on its own.
-   * Default `{ limit: 60, windowType: 'minute', maxClients: 10_000 }`; `false` turns it off.
+   * Default `{ limit: 600, windowType: 'minute', maxClients: 10_000 }`: ten lookups a second
+   * on a unique index is no load for a database, and far more than a client with real tokens
+   * makes up, while a client spraying made-up tokens is held to it; `false` turns it off.
    */
   unknownTokenBudget?: ClientBudgetOptions | false
   /**
@@ -410,6 +412,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     options.unknownTokenBudget,
     injectedNow ?? Date.now,
     'unknownTokenBudget',
+    DEFAULT_UNKNOWN_TOKEN_LOOKUPS,
   )
   // Both become timers' delays (past 2^31 - 1 ms one fires at once: every use would write).
   const flushEvery = timerOption('lastUsedFlushMs', options.lastUsedFlushMs ?? 60_000)
@@ -1204,6 +1207,8 @@ const MAX_PREVIOUS_PEPPERS = 4
  * asking the store again.
  */
 const REFUSED_HASH_TTL_MS = 10_000
+/** Store lookups of tokens not known to be stored, per client address and minute, by default. */
+const DEFAULT_UNKNOWN_TOKEN_LOOKUPS = 600
 
 /**
  * How long past its `storeTimeoutMs` a `last_used_at` write is still waited for before it is

@@ -292,14 +292,14 @@ describe('404 Not Found (spec 7, 9.2; DESIGN.md)', () => {
 describe('made-up API tokens: 401 each, then 429 once the client address has spent its lookups', () => {
   const resetAt = Math.ceil((T0 - (T0 % MINUTE) + MINUTE) / 1000)
 
-  it('60 distinct well-formed tokens a minute per address reach the store; the next is 429 with Retry-After, real tokens still served', async () => {
+  it('600 distinct well-formed tokens a minute per address reach the store (the default budget); the next is 429 with Retry-After, real tokens still served', async () => {
     const url = 'http://weather.localhost/v1'
     // A real token this instance has served before the budget is spent.
     expect((await send(url, { token: token('alice') })).status).toBe(200)
-    for (let i = 0; i < 60; i++) await expectUnauthorized(await send(url, { token: generateApiToken() }), true)
+    for (let i = 0; i < 600; i++) await expectUnauthorized(await send(url, { token: generateApiToken() }), true)
     const spent = await send(url, { token: generateApiToken() })
     expect(spent.headers.get('retry-after')).toBe('30')
-    await expectReply(spent, 429, bodies.rateLimited(60, resetAt, 30))
+    await expectReply(spent, 429, bodies.rateLimited(600, resetAt, 30))
     // The same made-up token again is a 401 (held as unknown), not a 429 nor a lookup.
     const repeated = generateApiToken()
     await expectUnauthorized(await send(url, { token: repeated }, '198.51.100.20'), true)
