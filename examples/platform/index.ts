@@ -173,7 +173,6 @@ export function createPlatform(options: PlatformOptions): Platform {
   const handlers = new Map<string, McpAppHandler>() // `${appId}@${version}`
   const upstreams = new Map<string, string>()
   const appSeeds = new Map(seed.apps.map((a) => [a.id, a]))
-  const appsBySlug = new Map(seed.apps.map((a) => [a.slug, a]))
 
   function ensureHandler(app: AppRecord, version: string): void {
     const key = `${app.id}@${version}`
@@ -360,19 +359,17 @@ export function createPlatform(options: PlatformOptions): Platform {
       // the pinning of spec 9.2 can be watched from outside the process (loopback clients only).
       const body = await devRequestBody(request)
       if (body instanceof Response) return body
-      const app = typeof body.app === 'string' ? (appSeeds.get(body.app) ?? appsBySlug.get(body.app)) : undefined
+      const app = typeof body.app === 'string' ? ((await apps.getApp(body.app)) ?? (await apps.getAppBySlug(body.app))) : undefined
       if (app === undefined) return devFieldError('app', 'is not the id or slug of a seeded App')
       if (typeof body.version !== 'string') return devFieldError('version', 'must be a string <major>.<minor>.<patch>')
-      if (body.upstream !== undefined && typeof body.upstream !== 'string') return devFieldError('upstream', 'must be an http(s) URL')
+      // The check `deploy` makes, made first so that its TypeError is never taken for another.
+      if (body.upstream !== undefined && !upstreamUrl.safeParse(body.upstream).success) return devFieldError('upstream', 'must be an http(s) URL')
       try {
-        const live = platform.deploy(app.id, body.version, body.upstream)
+        const live = platform.deploy(app.id, body.version, body.upstream as string | undefined)
         return Response.json({ app: app.slug, version: body.version, live })
       } catch (error) {
-        if (error instanceof DeployRefusedError) {
-          return Response.json({ error: 'deploy_refused', message: error.message, field: 'version' }, { status: 409 })
-        }
-        if (error instanceof TypeError) return devFieldError('upstream', 'must be an http(s) URL')
-        throw error
+        if (!(error instanceof DeployRefusedError)) throw error
+        return Response.json({ error: 'deploy_refused', message: error.message, field: 'version' }, { status: 409 })
       }
     }
     if (url.pathname === '/dev/password-reset' && request.method === 'POST') {

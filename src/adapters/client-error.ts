@@ -5,7 +5,7 @@
  * @internal
  * @module
  */
-import { type Reply, jsonRpcErrorReply } from '../core/reply.js'
+import { type JsonRpcErrorObject, jsonRpcErrorReply } from '../core/reply.js'
 
 /** The part of a `net.Socket` that {@link answerClientError} uses. */
 export interface ClientErrorSocket {
@@ -20,37 +20,26 @@ export type ClientError = Error & { code?: string }
 
 // By Node's own choice of status (lib/_http_server.js, `socketOnError`), with the body every
 // other refusal of the dispatch layer has. Built once: the answers never change.
-const HEADERS_TOO_LARGE = rawReply(
-  jsonRpcErrorReply(431, {
-    code: -32600,
-    message: 'Request header fields too large',
-    data: { error: 'invalid_request', field: 'headers' },
-  }),
-  'Request Header Fields Too Large',
-)
-const CHUNK_EXTENSIONS_TOO_LARGE = rawReply(
-  jsonRpcErrorReply(413, {
-    code: -32600,
-    message: 'Chunk extensions too large',
-    data: { error: 'invalid_request', field: 'body' },
-  }),
-  'Content Too Large',
-)
-const REQUEST_TIMEOUT = rawReply(
-  jsonRpcErrorReply(408, { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } }),
-  'Request Timeout',
-)
-const BAD_REQUEST = rawReply(
-  jsonRpcErrorReply(400, {
-    code: -32600,
-    message: 'Malformed HTTP request',
-    data: { error: 'invalid_request' },
-  }),
-  'Bad Request',
-)
+const BAD_REQUEST = rawReply(400, 'Bad Request', { code: -32600, message: 'Malformed HTTP request', data: { error: 'invalid_request' } })
+const ANSWERS: ReadonlyMap<string, string> = new Map([
+  [
+    'HPE_HEADER_OVERFLOW',
+    rawReply(431, 'Request Header Fields Too Large', {
+      code: -32600,
+      message: 'Request header fields too large',
+      data: { error: 'invalid_request', field: 'headers' },
+    }),
+  ],
+  [
+    'HPE_CHUNK_EXTENSIONS_OVERFLOW',
+    rawReply(413, 'Content Too Large', { code: -32600, message: 'Chunk extensions too large', data: { error: 'invalid_request', field: 'body' } }),
+  ],
+  ['ERR_HTTP_REQUEST_TIMEOUT', rawReply(408, 'Request Timeout', { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } })],
+])
 
-/** A whole HTTP/1.1 message of `reply`; the connection closes after it. */
-function rawReply(reply: Reply, reason: string): string {
+/** A whole HTTP/1.1 message of the JSON-RPC error reply; the connection closes after it. */
+function rawReply(status: number, reason: string, error: JsonRpcErrorObject): string {
+  const reply = jsonRpcErrorReply(status, error)
   const body = reply.body ?? ''
   let head = `HTTP/1.1 ${reply.status} ${reason}\r\n`
   for (const [name, value] of Object.entries(reply.headers)) head += `${name}: ${value}\r\n`
@@ -84,23 +73,10 @@ export function answerClientError(error: ClientError, socket: ClientErrorSocket)
   const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage
   if (error?.code !== 'ECONNRESET' && !socket.destroyed && socket.writable && !inFlight?.headersSent) {
     try {
-      socket.write(answerFor(error?.code))
+      socket.write(ANSWERS.get(error?.code ?? '') ?? BAD_REQUEST)
     } catch {
       // A socket that refuses the write is destroyed below all the same.
     }
   }
   socket.destroy()
-}
-
-function answerFor(code: string | undefined): string {
-  switch (code) {
-    case 'HPE_HEADER_OVERFLOW':
-      return HEADERS_TOO_LARGE
-    case 'HPE_CHUNK_EXTENSIONS_OVERFLOW':
-      return CHUNK_EXTENSIONS_TOO_LARGE
-    case 'ERR_HTTP_REQUEST_TIMEOUT':
-      return REQUEST_TIMEOUT
-    default:
-      return BAD_REQUEST
-  }
 }

@@ -101,7 +101,7 @@ const targets: Record<'web' | 'express' | 'express4' | 'fastify', (fixture: Fixt
   express: (fixture, streaming) => serveExpress('express', fixture, streaming),
   express4: (fixture, streaming) => serveExpress('express4', fixture, streaming),
   async fastify(fixture, streaming) {
-    const app = Fastify({ forceCloseConnections: true, clientErrorHandler: fastifyAnswer, ...TIMEOUTS_FASTIFY })
+    const app = Fastify({ forceCloseConnections: true, clientErrorHandler: fastifyAnswer, http: TIMEOUTS })
     await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
     app.post('/*', async (_request, reply) => {
       reply.hijack()
@@ -114,8 +114,6 @@ const targets: Record<'web' | 'express' | 'express4' | 'fastify', (fixture: Fixt
     return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
   },
 }
-// Fastify takes the head and request timeouts as options of its own server.
-const TIMEOUTS_FASTIFY = { http: { headersTimeout: 300, requestTimeout: 600, connectionsCheckingInterval: 50 } } as const
 
 async function serveExpress(kind: 'express' | 'express4', fixture: Fixture, streaming: Gate): Promise<Target> {
   const app = EXPRESS[kind]()

@@ -37,6 +37,22 @@ beforeAll(async () => {
   })
 }, 40_000)
 
+/** Writes `data` on a fresh connection; answers what came before the server closed it, or `timeoutMs` passed. */
+function rawExchange(data: string, timeoutMs: number): Promise<string> {
+  return new Promise<string>((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    let seen = ''
+    const timer = setTimeout(() => socket.destroy(), timeoutMs)
+    socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+    socket.on('error', () => {})
+    socket.on('close', () => {
+      clearTimeout(timer)
+      resolve(seen)
+    })
+    socket.write(data)
+  })
+}
+
 afterAll(async () => {
   if (!child?.pid || child.exitCode !== null) return
   const exited = new Promise((resolve) => child.once('exit', resolve))
@@ -91,20 +107,7 @@ describe('npm start (README quick start)', () => {
   })
 
   it('answers what Node\'s HTTP parser refuses, and an HTTP/1.1 request without Host, with JSON-RPC bodies', async () => {
-    /** Writes `head` on a fresh connection; answers what came before the server closed it. */
-    const raw = (head: string) =>
-      new Promise<string>((resolve) => {
-        const socket = connect(port, '127.0.0.1')
-        let seen = ''
-        const timer = setTimeout(() => socket.destroy(), 3_000)
-        socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
-        socket.on('error', () => {})
-        socket.on('close', () => {
-          clearTimeout(timer)
-          resolve(seen)
-        })
-        socket.write(head)
-      })
+    const raw = (head: string) => rawExchange(head, 3_000)
     const body = (answer: string) => JSON.parse(answer.slice(answer.indexOf('\r\n\r\n') + 4))
     const method = await raw('FOO /v1 HTTP/1.1\r\nHost: weather.localhost\r\n\r\n')
     expect(method).toMatch(/^HTTP\/1\.1 400 /)
@@ -146,20 +149,7 @@ describe('npm start (README quick start)', () => {
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {
     /** Writes a request head that waits for 100 Continue; answers what came within 1.5 s. */
     const waitingHead = (head: string) =>
-      new Promise<string>((resolve) => {
-        const socket = connect(port, '127.0.0.1')
-        let seen = ''
-        const done = () => {
-          clearTimeout(timer)
-          socket.destroy()
-          resolve(seen)
-        }
-        const timer = setTimeout(done, 1_500)
-        socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
-        socket.on('error', () => {})
-        socket.on('close', done)
-        socket.write(`${head}Expect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n`)
-      })
+      rawExchange(`${head}Expect: 100-continue\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n`, 1_500)
     const refused = await waitingHead(`POST /v1 HTTP/1.1\r\nHost: weather.localhost:${port}\r\nAuthorization: Bearer svc_nope\r\n`)
     expect(refused).toMatch(/^HTTP\/1\.1 401 /)
     const api = await waitingHead(`POST /api/tokens HTTP/1.1\r\nHost: api.localhost:${port}\r\n`)
