@@ -7,7 +7,7 @@
  * @module
  */
 import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
-import { Readable } from 'node:stream'
+import { finished } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
@@ -496,7 +496,7 @@ export function toWebRequest(source: WebRequestSource): Request {
   let body: BodyInit | null = null
   if (method !== 'GET' && method !== 'HEAD') {
     const consumed = req.readableEnded || (req as { readableDidRead?: boolean }).readableDidRead === true
-    if (!consumed) body = Readable.toWeb(req) as unknown as ReadableStream<Uint8Array>
+    if (!consumed) body = bodyStream(req)
     else if (source.parsedBody !== undefined) body = serializeParsedBody(source.parsedBody, headers)
   }
   const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: controller.signal }
@@ -505,6 +505,56 @@ export function toWebRequest(source: WebRequestSource): Request {
   const absolute = absoluteForm(source.url)
   const host = absolute?.host ?? authorityOf(req.headers) ?? 'localhost'
   return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
+}
+
+/** Bytes of a request body queued in {@link bodyStream} before the socket is paused. */
+const BODY_HIGH_WATER_MARK = 65_536
+
+/**
+ * The body of a raw Node request as a web stream, which pauses the request while its reader is
+ * behind. Not `Readable.toWeb`: on Node 20 its stream, cancelled before the body has arrived (the
+ * token API refusing a `Content-Length` over its limit), still hands it the next chunk, and its
+ * `data` listener throws "Controller is already closed" where nothing can catch it: the process
+ * ended. Cancelled, this one lets go of the request and drains the rest of the body unread, so
+ * the answer is written on a connection that stays usable. A request that ends early (the
+ * client went away) errors the stream.
+ */
+function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
+  let open = true
+  let release = (): void => {}
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        const onData = (chunk: Buffer | string) => {
+          if (!open) return
+          const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
+          controller.enqueue(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength))
+          if ((controller.desiredSize ?? 1) <= 0) req.pause()
+        }
+        const stopWatching = finished(req, (error) => {
+          if (!open) return
+          release()
+          if (error) controller.error(error)
+          else controller.close()
+        })
+        release = () => {
+          open = false
+          req.off('data', onData)
+          stopWatching()
+        }
+        req.on('data', onData)
+      },
+      pull() {
+        if (open) req.resume()
+      },
+      cancel() {
+        if (!open) return
+        release()
+        req.resume()
+      },
+    },
+    new ByteLengthQueuingStrategy({ highWaterMark: BODY_HIGH_WATER_MARK }),
+  )
 }
 
 /**

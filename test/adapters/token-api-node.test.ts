@@ -98,6 +98,43 @@ for (const [name, start] of Object.entries(targets)) {
         await server.close()
       }
     })
+
+    it('a body over 16 KiB, announced by Content-Length or chunked, is a 400 naming the body, and the server serves on (regression: on Node 20 it ended the process)', async () => {
+      const fixture = createFixture()
+      const server = await start(tokenApi(fixture.dispatcherOptions.tokens as TokenService), fixture)
+      const session = { cookie: COOKIE, 'x-csrf-token': CSRF, 'content-type': 'application/json' }
+      const create = (name: string) => JSON.stringify({ name, servers: ['app_weather'], expires_in_days: 7 })
+      try {
+        for (const size of [16_385, 20_000, 100_000]) {
+          const refused = await rawRequest(server.port, { path: '/api/tokens', headers: session, body: create('x'.repeat(size)) })
+          expect(refused.status, `${size} bytes`).toBe(400)
+          expect(JSON.parse(refused.body)).toMatchObject({ error: 'invalid_request', field: 'body' })
+        }
+        const chunked = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const outgoing = http.request(
+            { host: '127.0.0.1', port: server.port, method: 'POST', path: '/api/tokens', headers: session, agent: false },
+            (incoming) => {
+              let body = ''
+              incoming.setEncoding('utf8')
+              incoming.on('data', (chunk: string) => (body += chunk))
+              incoming.on('end', () => resolve({ status: incoming.statusCode ?? 0, body }))
+              incoming.on('error', reject)
+            },
+          )
+          outgoing.on('error', reject)
+          const body = create('y'.repeat(40_000))
+          for (let at = 0; at < body.length; at += 4_096) outgoing.write(body.slice(at, at + 4_096))
+          outgoing.end()
+        })
+        expect(chunked.status).toBe(400)
+        expect(JSON.parse(chunked.body)).toMatchObject({ field: 'body' })
+        // Still serving.
+        const created = await rawRequest(server.port, { path: '/api/tokens', headers: session, body: create('after') })
+        expect(created.status).toBe(201)
+      } finally {
+        await server.close()
+      }
+    })
   })
 }
 
