@@ -292,6 +292,38 @@ describe('create (spec 2.1, 3)', () => {
     },
   )
 
+  it('a camelCase key (as the TypeScript service spells it) is refused under the name it was sent with, not blamed on the API\'s own name', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    for (const [key, value] of [['expiresAt', '2030-01-01T00:00:00Z'], ['allowedIps', ['10.0.0.1']]] as const) {
+      const edited = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { [key]: value } }), key)
+      expect(edited.message).toBe(`${key}: is not a known field`)
+    }
+    // On create, the field it takes the place of is missing: that is said first, by its name.
+    const created = await expectFieldError(
+      await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expiresInDays: 30 } }),
+      'expires_in_days',
+    )
+    expect(created.message).toBe('expires_in_days: is required')
+    const extra = { name: 'CI', servers: ['app_weather'], expires_in_days: 30, allowedIps: ['10.0.0.1'] }
+    expect((await expectFieldError(await call('POST', '', { session: alice, body: extra }), 'allowedIps')).message).toBe(
+      'allowedIps: is not a known field',
+    )
+    // A field the service refuses is still named as the API spells it.
+    await expectFieldError(await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expires_in_days: 8 } }), 'expires_in_days')
+  })
+
+  it.each([
+    ['name', { name: 5 }, 'name: must be a string'],
+    ['servers', { servers: 'app_weather' }, 'servers: must be an array'],
+    ['allowed_ips', { allowed_ips: 5 }, 'allowed_ips: must be an array of IP addresses or CIDR ranges, or null'],
+    ['allowed_ips.0', { allowed_ips: [5] }, 'allowed_ips.0: must be a string (an IP address or CIDR range)'],
+  ])('a value of the wrong type (%s) is told in words, not in the validator\'s', async (field, patch, message) => {
+    const alice = await signIn('user_alice')
+    const body = { name: 'CI', servers: ['app_weather'], expires_in_days: 30, ...patch }
+    expect((await expectFieldError(await call('POST', '', { session: alice, body }), field)).message).toBe(message)
+  })
+
   it('a server the creator neither owns nor subscribes to is refused (spec 2.1)', async () => {
     const bob = await signIn('user_bob') // bob's subscription to weather is inactive
     await expectFieldError(await call('POST', '', { session: bob, body: { name: 'x', servers: ['app_weather'], expires_in_days: 7 } }), 'servers.0')

@@ -89,6 +89,22 @@ function json(status: number, body: unknown, headers?: Record<string, string>): 
   })
 }
 
+/**
+ * Errors about the body as sent: their field is the caller's own key (an unknown `expiresAt`
+ * is reported as `expiresAt`, not as the `expires_at` the API does know).
+ */
+const asSent = new WeakSet<DispatchError>()
+
+/** {@link parseInput} on the body as sent: a field it names keeps the caller's spelling. */
+function parseBody<T>(schema: z.ZodType<T>, input: unknown): T {
+  try {
+    return parseInput(schema, input)
+  } catch (error) {
+    if (error instanceof InvalidInputError) asSent.add(error)
+    throw error
+  }
+}
+
 function errorResponse(error: DispatchError): Response {
   const kind: Record<number, string> = {
     400: 'invalid_request',
@@ -103,10 +119,13 @@ function errorResponse(error: DispatchError): Response {
   let field: string | undefined
   let message = error.message
   if (error instanceof InvalidInputError) {
-    field = String(error.field)
-      .split('.')
-      .map((p) => renamed(SNAKE, p))
-      .join('.')
+    // The service names its input in camelCase; the API's callers wrote snake_case.
+    field = asSent.has(error)
+      ? error.field
+      : String(error.field)
+          .split('.')
+          .map((p) => renamed(SNAKE, p))
+          .join('.')
     message = `${field}: ${error.message.slice(error.field.length + 2)}`
   }
   return json(
@@ -248,7 +267,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       if (method === 'GET') return json(200, { tokens: await tokens.list((await session(request, false)).userId) })
       if (method === 'POST') {
         const s = await session(request, true)
-        const body = parseInput(createBody, await readJson(request))
+        const body = parseBody(createBody, await readJson(request))
         const created = await tokens.create({
           userId: s.userId,
           name: body.name as string,
@@ -267,7 +286,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       if (raw && typeof raw === 'object' && ('servers' in raw || 'scopes' in raw)) {
         throw new InvalidInputError('servers' in raw ? 'servers' : 'scopes', 'cannot be changed after creation')
       }
-      const body = parseInput(updateBody, raw)
+      const body = parseBody(updateBody, raw)
       // The HTTP API takes the ISO 8601 string of spec 2.1 only (the service also takes epoch ms).
       if (body.expires_at !== undefined && typeof body.expires_at !== 'string') {
         throw new InvalidInputError('expires_at', 'must be an ISO 8601 timestamp string (e.g. 2026-01-31T12:00:00Z)')

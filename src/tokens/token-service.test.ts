@@ -67,7 +67,15 @@ function setup(overrides: Partial<TokenServiceOptions> = {}) {
     { userId: 'bob', appId: 'app_weather', active: true },
   ])
   const instrumented = instrument(overrides.store ?? createMemoryTokenStore())
-  const service = createTokenService({ apps, subscriptions, now: clock.now, ...overrides, store: instrumented.store })
+  // One instance: its own bus (a cache needs one named: `cacheTtlMs`).
+  const service = createTokenService({
+    apps,
+    subscriptions,
+    now: clock.now,
+    invalidations: createMemoryInvalidationBus(),
+    ...overrides,
+    store: instrumented.store,
+  })
   return { service, clock, apps, subscriptions, ...instrumented }
 }
 
@@ -113,6 +121,25 @@ describe('createTokenService: configuration', () => {
       expect((error as ConfigurationError).code).toBe('ERR_INVALID_OPTION')
     }
     expect(() => setup({ cacheTtlMs: 600_000 })).not.toThrow()
+  })
+
+  it('refuses cacheTtlMs without a bus named for it: a secret rotated through another instance would live on here for the TTL', () => {
+    const store = createMemoryTokenStore()
+    const apps = createMemoryAppStore([])
+    const subscriptions = createMemorySubscriptionStore([])
+    let thrown: unknown
+    try {
+      createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000 })
+    } catch (error) {
+      thrown = error
+    }
+    expect(thrown).toBeInstanceOf(ConfigurationError)
+    expect((thrown as ConfigurationError).option).toBe('invalidations')
+    expect((thrown as Error).message).toMatch(/createRedisInvalidationBus.*createMemoryInvalidationBus/)
+    // Without the cache every request reads the store: nothing to invalidate, no bus needed.
+    expect(() => createTokenService({ store, apps, subscriptions })).not.toThrow()
+    expect(() => createTokenService({ store, apps, subscriptions, cacheTtlMs: 0 })).not.toThrow()
+    expect(() => createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: createMemoryInvalidationBus() })).not.toThrow()
   })
 
   it('refuses a flush interval or a store deadline that is not a positive timer delay (a string of digits included)', () => {
@@ -1738,9 +1765,9 @@ describe('cached records and invalidation between instances', () => {
     const store = createMemoryTokenStore()
     const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
     const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-    // Two instances that cannot tell each other (no shared bus): only the TTL bounds B's cache.
-    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000 })
-    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000 })
+    // Two instances that cannot tell each other (a bus each): only the TTL bounds B's cache.
+    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: createMemoryInvalidationBus() })
+    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: createMemoryInvalidationBus() })
     const created = await createToken(a)
     expect((await b.authenticate(created.token)).ok).toBe(true)
     await a.revoke('alice', created.id)

@@ -158,7 +158,11 @@ export interface TokenServiceOptions {
   /**
    * Trust a looked-up token record for this long on this instance (0 = always ask the
    * store, the default, right for in-memory stores). At most 10 minutes (spec 3); rotations
-   * and revocations drop it at once through `invalidations`.
+   * and revocations drop it at once through `invalidations`, which must then be given: a bus
+   * that reaches every instance sharing the store (`createRedisInvalidationBus` of
+   * `mcp-dispatch/redis`), or `createMemoryInvalidationBus()` where this process is the only
+   * one. Otherwise a secret rotated through another instance would still be accepted here
+   * until its record left the cache, where spec section 3 has it invalid at once.
    */
   cacheTtlMs?: number
   /**
@@ -191,7 +195,10 @@ export interface TokenServiceOptions {
    * memory) never has one waiting. A positive integer; default 1,000.
    */
   maxPendingLookups?: number
-  /** Broadcast of rotations and revocations to other instances. Default in-process. */
+  /**
+   * Broadcast of rotations and revocations to other instances. Default in-process (this
+   * service's own changes only). Required with `cacheTtlMs` (see there).
+   */
   invalidations?: InvalidationBus
   /** How often coalesced `last_used_at` times are written. Default 60 s. */
   lastUsedFlushMs?: number
@@ -290,7 +297,7 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-const allowedIpsSchema = z.array(z.string().max(64, 'entry too long')).min(1, 'must name at least one address or CIDR range (null removes the allowlist)').max(100, 'at most 100 entries').nullable()
+const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CIDR range)').max(64, 'entry too long'), 'must be an array of IP addresses or CIDR ranges, or null').min(1, 'must name at least one address or CIDR range (null removes the allowlist)').max(100, 'at most 100 entries').nullable()
 const createSchema = z.object({
   userId: z.string().min(1),
   name: nameSchema,
@@ -320,7 +327,36 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
   // A field that is not there at all: say so, not what type it should have had.
   const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
-  throw new InvalidInputError(path || 'body', missing ? 'is required' : issue.message)
+  throw new InvalidInputError(path || 'body', missing ? 'is required' : describeIssue(issue))
+}
+
+/** What zod calls a type, as a caller reads it. */
+const TYPE_NAMES: Readonly<Record<string, string>> = {
+  string: 'a string',
+  number: 'a number',
+  int: 'an integer',
+  boolean: 'true or false',
+  array: 'an array',
+  object: 'a JSON object',
+}
+
+/**
+ * A zod issue as a sentence about the field ("must be a string"), not zod's own text ("Invalid
+ * input: expected string, received number"); messages the schemas set themselves are kept.
+ */
+function describeIssue(issue: z.core.$ZodIssue): string {
+  // zod's own messages all begin so; one a schema sets does not.
+  if (!issue.message.startsWith('Invalid input')) return issue.message
+  if (issue.code === 'invalid_type' && Object.hasOwn(TYPE_NAMES, issue.expected)) return `must be ${TYPE_NAMES[issue.expected]}`
+  if (issue.code === 'invalid_union') {
+    const expected = issue.errors.flatMap((branch) =>
+      branch.length === 1 && branch[0]!.code === 'invalid_type' && branch[0]!.path.length === 0 && Object.hasOwn(TYPE_NAMES, branch[0]!.expected)
+        ? [TYPE_NAMES[branch[0]!.expected]!]
+        : [],
+    )
+    if (expected.length === issue.errors.length && expected.length > 0) return `must be ${expected.join(' or ')}`
+  }
+  return issue.message
 }
 
 /**
@@ -374,7 +410,7 @@ function iso(ms: number): string {
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
  *
- * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs` or `maxPendingLookups` out of range. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
+ * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs` or `maxPendingLookups` out of range; with `cacheTtlMs` and no `invalidations`. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const { store, apps } = options
@@ -419,6 +455,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const storeTimeoutMs = timerOption('storeTimeoutMs', options.storeTimeoutMs ?? 5_000)
   const canUseServer =
     options.canUseServer ?? ((userId: string, appId: string) => options.subscriptions!.isActive(userId, appId))
+  // A cache without a bus shared by the instances would keep a secret rotated elsewhere alive
+  // for the cache's TTL: the platform says which bus, even when it is the in-process one.
+  if (cacheTtlMs > 0 && options.invalidations === undefined) {
+    throw new ConfigurationError(
+      'invalidations',
+      'is required with cacheTtlMs: give the bus every instance sharing the token store hears (createRedisInvalidationBus), or createMemoryInvalidationBus() when this process is the only one',
+    )
+  }
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
   // An injected clock drives the cache TTL; by default lru-cache's own monotonic clock does, so
   // a wall clock stepped back (NTP, a resumed VM) cannot stretch it past `cacheTtlMs`.

@@ -11,8 +11,10 @@
  */
 import {
   type TokenService,
+  type InvalidationBus,
   createDispatcher,
   createMemoryAppStore,
+  createMemoryInvalidationBus,
   createMemorySubscriptionStore,
   createTokenApi,
   createTokenService,
@@ -48,6 +50,8 @@ export async function startInstance(options: {
   /** The store's `preparedStatements` (default `true`). */
   preparedStatements?: boolean
   cacheTtlMs?: number
+  /** The token service's bus; default one of its own (it hears only itself). */
+  invalidations?: InvalidationBus
   storeTimeoutMs?: number
   pepper?: string
   previousPeppers?: readonly (string | null)[]
@@ -76,6 +80,7 @@ export async function startInstance(options: {
     apps,
     subscriptions,
     cacheTtlMs: options.cacheTtlMs ?? 0,
+    invalidations: options.invalidations ?? createMemoryInvalidationBus(),
     now: clock.now,
     onError,
     ...(options.pepper !== undefined && { pepper: options.pepper }),
@@ -224,7 +229,35 @@ export function postgresPipelineSuite(postgres: TestPostgres, { preparedStatemen
     }
   })
 
-  it('two instances on one database: a rotation or revocation through one is refused by the other within its cache TTL', async () => {
+  it('two instances on one database hearing one bus: a rotation or revocation through one is refused by the other at once, though it caches', async () => {
+    const store = await postgres.tokenStore({ preparedStatements })
+    // What a Redis bus gives instances in several processes (test/stores/redis-instances-suite.ts).
+    const invalidations = createMemoryInvalidationBus()
+    const a = await startInstance({ pool: postgres.openPool({ max: 2 }), schema: store.schema, preparedStatements, invalidations })
+    const b = await startInstance({ pool: postgres.openPool({ max: 2 }), schema: store.schema, cacheTtlMs: 600_000, preparedStatements, invalidations })
+    try {
+      const created = await asAlice(a, 'POST', '', { name: 'shared', servers: ['app_weather'], expires_in_days: 7 })
+      const { id, token } = await created.json()
+      expect(await status(b, token)).toBe(200)
+      const lookups = b.queries.length
+      expect(await status(b, token)).toBe(200)
+      expect(b.queries.length).toBe(lookups) // served from b's cache
+
+      const rotated = await asAlice(a, 'POST', `/${id}/rotate`)
+      expect(rotated.status).toBe(200)
+      const next = (await rotated.json()).token as string
+      expect(await status(b, token)).toBe(401)
+      expect(await status(b, next)).toBe(200)
+      expect((await asAlice(a, 'DELETE', `/${id}`)).status).toBe(200)
+      expect(await status(b, next)).toBe(401)
+      expect([...a.errors, ...b.errors]).toEqual([])
+    } finally {
+      await a.close()
+      await b.close()
+    }
+  })
+
+  it('two instances on one database, each told it is alone (a bus of its own): a rotation or revocation through one is refused by the other within its cache TTL', async () => {
     const store = await postgres.tokenStore({ preparedStatements })
     const a = await startInstance({ pool: postgres.openPool({ max: 2 }), schema: store.schema, preparedStatements })
     const b = await startInstance({ pool: postgres.openPool({ max: 2 }), schema: store.schema, cacheTtlMs: 1_000, preparedStatements })

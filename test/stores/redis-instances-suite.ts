@@ -28,6 +28,7 @@ import {
   type TokenService,
   createDispatcher,
   createMemoryAppStore,
+  createMemoryInvalidationBus,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createOAuthValidator,
@@ -268,7 +269,14 @@ export function twoInstancesSuite(redis: RedisTestContext, options: { keepAlive:
   it('a token revoked through A is refused by B as soon as the invalidation arrives, though B caches tokens for a minute', async () => {
     const created = await a.tokens.create({ userId: 'alice', name: 'to revoke', servers: [WEATHER.id], expiresInDays: 7 })
     // An instance with the same cache but no Redis bus: what B would do without the broadcast.
-    const isolated = createTokenService({ store: tokenStore, apps, subscriptions, cacheTtlMs: 60_000, now })
+    const isolated = createTokenService({
+      store: tokenStore,
+      apps,
+      subscriptions,
+      cacheTtlMs: 60_000,
+      invalidations: createMemoryInvalidationBus(),
+      now,
+    })
     expect((await isolated.authenticate(created.token)).ok).toBe(true)
 
     target = b

@@ -22,7 +22,9 @@
  * pool.on('error', (error) => console.error('idle PostgreSQL client failed', error))
  * const store = createPostgresTokenStore({ pool, schema: 'mcp' })
  * await store.migrate()
- * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000 })
+ * // Every request reads the table; to cache records (`cacheTtlMs`), also give `invalidations`:
+ * // the Redis bus every instance hears (`createRedisInvalidationBus` of mcp-dispatch/redis).
+ * const tokens = createTokenService({ store, apps, subscriptions })
  * ```
  * @module
  */

@@ -156,7 +156,9 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, connectionTimeoutMillis: 2_000 })
  * const store = createPostgresTokenStore({ pool })
  * await store.migrate()
- * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000 })
+ * // Every request reads the table; to cache records (`cacheTtlMs`), also give `invalidations`:
+ * // the Redis bus every instance hears (`createRedisInvalidationBus` of mcp-dispatch/redis).
+ * const tokens = createTokenService({ store, apps, subscriptions })
  * ```
  */
 export function createPostgresTokenStore(options: PostgresTokenStoreOptions): PostgresTokenStore {
