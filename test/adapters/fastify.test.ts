@@ -14,6 +14,32 @@ import { startFastify } from './targets.js'
 describeAdapter('fastify', startFastify)
 
 describe('fastify adapter specifics', () => {
+  it('in an encapsulated context without a prefix (App at the root), the platform\'s own routes are left alone while every other path is dispatched (docs/adapters.md)', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    app.get('/admin/stats', async () => ({ admin: true }))
+    await app.register(async (mcp) => {
+      await mcp.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+      const handler = async () => ({ served: true })
+      mcp.all('/', handler)
+      mcp.all('/*', handler)
+    })
+    try {
+      const get = (url: string) => app.inject({ method: 'GET', url, headers: { host: HOST } })
+      const admin = await get('/admin/stats')
+      expect([admin.statusCode, admin.json()]).toEqual([200, { admin: true }])
+      expect(admin.headers['x-mcp-version']).toBeUndefined()
+      expect((await get('/.well-known/oauth-protected-resource')).json()).toMatchObject({ resource: `http://${HOST}` })
+      expect((await get('/nope')).json()).toMatchObject({ error: { data: { error: 'not_found' } } })
+      const unauthenticated = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST }, payload: {} })
+      expect(unauthenticated.statusCode).toBe(401)
+      const served = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}` }, payload: {} })
+      expect([served.statusCode, served.json(), served.headers['x-mcp-version']]).toEqual([200, { served: true }, '1.0.0'])
+    } finally {
+      await app.close()
+    }
+  })
+
   const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
   it('refuses misconfiguration when the plugin is created', () => {
