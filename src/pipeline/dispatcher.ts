@@ -284,8 +284,31 @@ function originCheck(
   if (!Array.isArray(allowed) || allowed.some((o) => typeof o !== 'string')) {
     throw new ConfigurationError('allowedOrigins', 'must be an array of origins ("https://app.example"), or a function of one')
   }
-  const set = new Set(allowed)
+  const set = new Set(allowed.map((entry: string, i) => originEntry(entry, `allowedOrigins.${i}`)))
   return (origin) => set.has(origin)
+}
+
+/**
+ * An `allowedOrigins` entry as a browser serializes the origin in `Origin` (compared as a
+ * string): an http(s) entry loses its case, a default port and a lone `/`
+ * (`https://App.Example:443/` is `https://app.example`); one with a path, query, fragment or
+ * credentials, or `*`, could never match and is refused. Other schemes
+ * (`chrome-extension://…`) and `null` are kept as written.
+ */
+function originEntry(entry: string, option: string): string {
+  if (entry === '*') throw new ConfigurationError(option, 'cannot be "*": leave allowedOrigins out to allow every origin')
+  if (entry === 'null') return entry
+  let url: URL
+  try {
+    url = new URL(entry)
+  } catch {
+    throw new ConfigurationError(option, `must be an origin such as "https://app.example" (got ${JSON.stringify(entry.slice(0, 100))})`)
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') return entry
+  if (url.pathname !== '/' || url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '' || entry.endsWith('?') || entry.endsWith('#')) {
+    throw new ConfigurationError(option, `must be an origin, scheme, host and port only: ${JSON.stringify(url.origin)}, not ${JSON.stringify(entry.slice(0, 100))}`)
+  }
+  return url.origin
 }
 
 /** What the protected-resource metadata answers (spec 4.2): read-only. */
@@ -813,7 +836,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
           const assigned = outcome.sessionId
-          if (assigned && outcome.status < 300 && SESSION_ID.test(assigned)) {
+          if (assigned && outcome.status < 300 && !SESSION_ID.test(assigned)) unpinnable(assigned)
+          else if (assigned && outcome.status < 300) {
             pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
             const whenClosed = outcome.whenClosed
             // Kept alive only once the pin is this session's: a live pin of another session
@@ -842,6 +866,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function pinFailed(error: unknown): void {
     onError(error, 'session store')
+  }
+
+  /**
+   * The handler assigned a session id no request may carry here (not visible ASCII, or past 256
+   * characters): nothing is pinned, and every request of the session will be 404.
+   */
+  function unpinnable(assigned: string): void {
+    onError(
+      new Error(
+        `mcp-dispatch: the MCP handler assigned a session id that is not 1 to 256 visible ASCII characters (${assigned.length} characters); it is not pinned, and requests that carry it are 404 session_not_found: have the App assign shorter ids (a UUID, as the MCP SDK does)`,
+      ),
+      'session store',
+    )
   }
 
   /** The handler assigned a session id that a live pin already holds: that pin is kept. */

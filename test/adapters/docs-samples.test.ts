@@ -9,6 +9,7 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import * as http from 'node:http'
+import { connect } from 'node:net'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { getRequestListener } from '@hono/node-server'
@@ -146,7 +147,7 @@ async function loadErrorHandlerSample(): Promise<{ listener: http.RequestListene
 }
 
 describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () => {
-  it('a backslash path is 404 not_found (as on the Node adapters), not "Invalid Host header"; a bad Host is 400 host; an upper-case Host is served', async () => {
+  it('a backslash path is 404 not_found (as on the Node adapters), not "Invalid Host header"; a bad Host is 400 host; an upper-case Host is served; an empty one is 404', async () => {
     const demo = await createDemo()
     const handle = mcpDispatch({ dispatcher: demo.dispatcher, handler: () => new Response('served') })
     ;(globalThis as unknown as { docsApp: unknown }).docsApp = { fetch: (request: Request) => handle(request, { clientAddress: '127.0.0.1' }) }
@@ -173,6 +174,15 @@ describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () 
         expect([answer.status, JSON.parse(answer.body)]).toEqual([400, badHost])
       }
       expect(await send('WEATHER.localhost', '/v1')).toEqual({ status: 200, body: 'served' })
+      // An empty Host names no App: 404, as the page says of the Web adapter, not a bad Host.
+      // (Raw: Node's client would send its own Host for an empty one.)
+      const empty = await new Promise<string>((resolve, reject) => {
+        let answer = ''
+        const socket = connect(port, '127.0.0.1', () => socket.end('GET /.well-known/oauth-protected-resource HTTP/1.1\r\nHost:\r\nConnection: close\r\n\r\n'))
+        socket.setEncoding('utf8').on('data', (chunk: string) => (answer += chunk)).on('end', () => resolve(answer)).on('error', reject)
+      })
+      expect(empty.split('\r\n')[0]).toBe('HTTP/1.1 404 Not Found')
+      expect(JSON.parse(empty.slice(empty.indexOf('\r\n\r\n') + 4))).toEqual(notFound)
     } finally {
       await close(server)
     }

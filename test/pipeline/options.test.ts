@@ -79,6 +79,16 @@ describe('options checked at creation', () => {
     expect(refusedOption(dispatcher([42]))).toBe('allowedOrigins')
     expect(refusedOption(dispatcher(['https://app.example']))).toBeUndefined()
   })
+
+  it("the dispatcher's allowedOrigins entries are origins: ones that could never match are refused, naming the entry", () => {
+    const dispatcher = (allowedOrigins: string[]) => () => createDispatcher({ apps, subscriptions, tokens, allowedOrigins })
+    for (const bad of ['*', 'app.example', 'https://app.example/mcp', 'https://app.example?x=1', 'https://app.example#top', 'https://user@app.example', '']) {
+      expect(refusedOption(dispatcher(['https://ok.example', bad])), bad).toBe('allowedOrigins.1')
+    }
+    for (const good of ['https://app.example', 'http://localhost:5173', 'https://app.example/', 'null', 'chrome-extension://abcdefghijklmnop']) {
+      expect(refusedOption(dispatcher([good])), good).toBeUndefined()
+    }
+  })
 })
 
 describe('allowedOrigins as a function', () => {
@@ -113,6 +123,28 @@ describe('allowedOrigins as a function', () => {
     expect(JSON.parse(refused.body)).toMatchObject({ error: { data: { error: 'origin_not_allowed' } } })
     expect((await call('https://throws.example')).status).toBe(403)
     expect(errors.map((e) => [(e.error as Error).message, e.context])).toEqual([['bad predicate', 'allowedOrigins']])
+  })
+
+  it('an array entry written with capitals, the default port or a trailing slash allows the origin as a browser sends it', async () => {
+    const fixture = createFixture()
+    const handle = mcpDispatch({
+      dispatcher: createDispatcher({ ...fixture.dispatcherOptions, allowedOrigins: ['https://Dash.App.Example:443/', 'http://localhost:5173'] }),
+      handler: () => new Response('{}', { headers: { 'content-type': 'application/json' } }),
+    })
+    const status = async (origin: string) =>
+      (
+        await handle(
+          new Request(`http://${HOST}/v1`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', origin },
+            body: '{}',
+          }),
+        )
+      ).status
+    expect(await status('https://dash.app.example')).toBe(200)
+    expect(await status('http://localhost:5173')).toBe(200)
+    expect(await status('https://dash.app.example:8443')).toBe(403)
+    expect(await status('http://dash.app.example')).toBe(403)
   })
 
   it("the reference platform's default allows https pages, and http pages on loopback or its own domain; refuses other pages", async () => {

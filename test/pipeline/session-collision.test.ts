@@ -61,6 +61,23 @@ describe('a session id assigned twice', () => {
     expect(await call('weather.localhost', '/', fixture.tokens.alice, 'same-id')).toMatchObject({ status: 200, version: '1.0.0' })
     expect((await call('weather.localhost', '/v2', fixture.tokens.alice, 'same-id')).status).toBe(404)
   })
+
+  it('an id no request may carry (past 256 characters, or with a space): not pinned, and onError says so rather than leaving its 404s unexplained', async () => {
+    for (const id of ['s'.repeat(257), 'a b']) {
+      const { fixture, call, assign } = serve()
+      assign(id)
+      expect((await call('weather.localhost', '/v1', fixture.tokens.alice)).status).toBe(200)
+      expect(fixture.errors).toEqual([{ error: expect.any(Error), context: 'session store' }])
+      expect(String(fixture.errors[0]!.error)).toContain('not 1 to 256 visible ASCII characters')
+      expect(String(fixture.errors[0]!.error)).not.toContain(id)
+    }
+    // 256 visible characters are pinned as any other id.
+    const { fixture, call, assign } = serve()
+    assign('s'.repeat(256))
+    expect((await call('weather.localhost', '/v1', fixture.tokens.alice)).status).toBe(200)
+    expect(await call('weather.localhost', '/v1', fixture.tokens.alice, 's'.repeat(256))).toMatchObject({ status: 200, version: '1.0.0' })
+    expect(fixture.errors).toEqual([])
+  })
 })
 
 describe('a session id assigned twice, on an asynchronous session store', () => {
@@ -100,4 +117,5 @@ describe('a session id assigned twice, on an asynchronous session store', () => 
     await response.body!.cancel()
     expect(await memory.get('dup', 60_000)).toEqual({ appId: 'app_notes', version: '1.0.0', subject: 'carol' })
   })
+
 })
