@@ -208,10 +208,26 @@ export class ConfigurationError extends TypeError {
  * The default `onError` of the dispatcher, the adapters, the token service, the token API,
  * the proxy and the Redis invalidation bus: one line on stderr, `[mcp-dispatch] <context>:
  * <name>: <message>`, so a failure that clients see only as a status (a store outage, a rate
- * limit served open, a failed broadcast) is never silent. The library never puts a secret in
- * an error it makes; pass an `onError` of your own to send these to your logger instead.
+ * limit served open, a failed broadcast) is never silent. The causes it wraps are named by
+ * their class and code (`(cause: error 42P01)`: a PostgreSQL table that was never migrated;
+ * `(cause: Error ECONNREFUSED)`), never by their message, which a database driver or a
+ * parser may fill with what it read. The library never puts a secret in an error it makes;
+ * pass an `onError` of your own to send these, causes whole, to your logger instead.
  */
 export function logError(error: unknown, context: string): void {
-  const text = error instanceof Error ? `${error.name}: ${error.message}` : String(error)
+  const text = error instanceof Error ? `${error.name}: ${error.message}${causes(error)}` : String(error)
   console.error(`[mcp-dispatch] ${context}: ${text}`)
+}
+
+/** ` (cause: <name> <code>)` for each cause down the chain, at most three. */
+function causes(error: Error): string {
+  let text = ''
+  let cause: unknown = error.cause
+  for (let depth = 0; depth < 3 && cause instanceof Error; depth++) {
+    const code = (cause as { code?: unknown }).code
+    const shown = typeof code === 'string' || typeof code === 'number' ? ` ${String(code).slice(0, 40)}` : ''
+    text += ` (cause: ${cause.name.slice(0, 60)}${shown})`
+    cause = cause.cause
+  }
+  return text
 }

@@ -55,4 +55,10 @@ export interface AccessTokenValidator {
    * the weather App when sent with that `Host`).
    */
   readonly checksAppAddress?: boolean
+  /**
+   * The authorization server whose tokens it accepts (`createOAuthValidator`'s `issuer`):
+   * what the dispatcher names in the metadata's `authorization_servers` when given no
+   * `authorizationServers` of its own.
+   */
+  readonly issuer?: string
 }

@@ -1144,6 +1144,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   return {
     mode,
+    issuer,
     checksAppAddress: audienceGiven === undefined && audienceRequired,
     get breakerState() {
       return breaker.state

@@ -174,7 +174,11 @@ export interface DispatcherOptions {
   tokens: TokenService
   /** OAuth access-token validation; without it, OAuth tokens are refused with 401. */
   oauth?: AccessTokenValidator
-  /** Authorization servers named in the metadata (spec 2.2). */
+  /**
+   * Authorization servers named in the metadata (spec 2.2). Default: the `issuer` of `oauth`
+   * (as `createOAuthValidator` sets it), else none. With `oauth`, at least one is required
+   * (`ConfigurationError`): MCP clients sign in where the metadata sends them.
+   */
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
   /** `scopes_supported` of the metadata; default `openid profile email`. */
   scopesSupported?: readonly string[]
@@ -415,7 +419,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const failOpen = rateLimit?.failOpen ?? true
   const cors = options.cors ?? true
   const allowedOrigins = originCheck(options.allowedOrigins, (error) => onError(error, 'allowedOrigins'))
-  const authServers = options.authorizationServers ?? []
+  // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
+  // metadata must name a server, by default the validator's issuer. Without one a client takes
+  // the App's own origin for the authorization server and fails there, with no hint why.
+  const authServers = options.authorizationServers ?? (oauth?.issuer !== undefined ? [oauth.issuer] : [])
+  if (oauth && Array.isArray(authServers) && authServers.length === 0) {
+    throw new ConfigurationError(
+      'authorizationServers',
+      'must name the authorization server(s) MCP clients sign in at when oauth is given (spec 2.2), e.g. [issuer]; a validator with an issuer of its own names it by default',
+    )
+  }
   if (typeof authServers !== 'function') {
     for (const url of authServers) {
       if (!URL.canParse(url)) throw new ConfigurationError('authorizationServers', `holds an invalid URL ${JSON.stringify(url)}`)

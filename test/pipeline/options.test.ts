@@ -12,6 +12,7 @@ import {
   createMemorySessionStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
+  createOAuthValidator,
   createTokenApi,
   createTokenService,
 } from 'mcp-dispatch'
@@ -78,6 +79,27 @@ describe('options checked at creation', () => {
     expect(refusedOption(dispatcher('https://app.example'))).toBe('allowedOrigins')
     expect(refusedOption(dispatcher([42]))).toBe('allowedOrigins')
     expect(refusedOption(dispatcher(['https://app.example']))).toBeUndefined()
+  })
+
+  it("with oauth, the metadata names the validator's issuer by default, and a validator without one needs authorizationServers", async () => {
+    const issuer = 'https://auth.example.com'
+    const oauth = createOAuthValidator({ issuer })
+    const metadata = async (dispatcher: ReturnType<typeof createDispatcher>) => {
+      const answer = await mcpDispatch({ dispatcher, handler: () => new Response('{}') })(
+        new Request(`http://${HOST}/.well-known/oauth-protected-resource`),
+      )
+      return (await answer.json()).authorization_servers
+    }
+    expect(await metadata(createDispatcher({ apps, subscriptions, tokens, oauth }))).toEqual([issuer])
+    expect(await metadata(createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['https://other.example.com'] }))).toEqual([
+      'https://other.example.com',
+    ])
+    // Without oauth, API tokens only: nothing to name.
+    expect(await metadata(createDispatcher({ apps, subscriptions, tokens }))).toEqual([])
+    const custom = { validate: async () => ({ active: false as const, reason: 'refused' }) }
+    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom }))).toBe('authorizationServers')
+    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: [] }))).toBe('authorizationServers')
+    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom, authorizationServers: [issuer] }))).toBeUndefined()
   })
 
   it("the dispatcher's allowedOrigins entries are origins: ones that could never match are refused, naming the entry", () => {

@@ -1,0 +1,32 @@
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { StoreUnavailableError, logError } from './errors.js'
+
+describe('logError, the default onError', () => {
+  afterEach(() => vi.restoreAllMocks())
+
+  function logged(error: unknown, context: string): string {
+    const lines: string[] = []
+    vi.spyOn(console, 'error').mockImplementation((line: string) => void lines.push(line))
+    logError(error, context)
+    expect(lines).toHaveLength(1)
+    return lines[0]!
+  }
+
+  it('names the error and the class and code of its causes, so an operator tells a missing migration from an outage', () => {
+    const pg = Object.assign(new Error('relation "public.mcp_dispatch_api_tokens" does not exist'), { name: 'error', code: '42P01' })
+    expect(logged(new StoreUnavailableError('token', { cause: pg }), 'token')).toBe(
+      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01)',
+    )
+    const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' })
+    const chain = new Error('fetch failed', { cause: new TypeError('wrapped', { cause: refused }) })
+    expect(logged(chain, 'userinfo')).toBe('[mcp-dispatch] userinfo: Error: fetch failed (cause: TypeError) (cause: Error ECONNREFUSED)')
+  })
+
+  it("never prints a cause's message, which a driver or a parser may fill with what it read", () => {
+    const parse = new SyntaxError('Unexpected token \'a\', "alice@example.com" is not valid JSON')
+    const line = logged(new Error('userinfo: answer is not JSON', { cause: parse }), 'oauth')
+    expect(line).toBe('[mcp-dispatch] oauth: Error: userinfo: answer is not JSON (cause: SyntaxError)')
+    expect(line).not.toContain('alice')
+    expect(logged('a string', 'x')).toBe('[mcp-dispatch] x: a string')
+  })
+})
