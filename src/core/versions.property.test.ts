@@ -149,6 +149,9 @@ describe('the versions rule, property-based (DESIGN.md "Versions")', () => {
         const everLive = new Set<string>()
         const replaced = new Set<string>()
         const bestOfMinor = new Map<string, string>()
+        // The live set as docs/versions.md states the rule, kept apart from applyDeploy: per
+        // minor, its release, and a pre-release above it.
+        const model = new Map<string, { release?: string; pre?: string }>()
         for (const v of sequence) {
           const refuse = expectedRefusal(live, v)
           let next: string[]
@@ -164,6 +167,17 @@ describe('the versions rule, property-based (DESIGN.md "Versions")', () => {
           for (const old of live) if (!next.includes(old)) replaced.add(old)
           live = next
           everLive.add(v)
+
+          const minor = model.get(minorKey(v)) ?? {}
+          if (isPre(v)) minor.pre = v
+          else {
+            minor.release = v
+            // A pre-release at or below the new release is retired with the old release.
+            if (minor.pre !== undefined && semver.lte(minor.pre, v)) delete minor.pre
+          }
+          model.set(minorKey(v), minor)
+          const modelled = [...model.values()].flatMap((m) => [m.release, m.pre].filter((x): x is string => x !== undefined))
+          expect(live, `after ${v}`).toEqual(modelled.sort(semver.compare))
 
           // The live set: sorted, unique, at most one release and one pre-release per minor.
           expect(live).toContain(v)

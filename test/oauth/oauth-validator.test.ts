@@ -344,10 +344,16 @@ describe('userinfo mode (the default)', () => {
 
   it('treats a timeout as transient (default timers) and leaves no timer behind', async () => {
     fake.route('/oidc/me', 'hang')
+    const timers = () => process.getActiveResourcesInfo().filter((type) => type === 'Timeout').length
+    const before = timers()
     const v = createOAuthValidator({ issuer: fake.url, userinfoEndpoint: `${fake.url}/oidc/me`, timeoutMs: 30, retry: { attempts: 2, baseDelayMs: 1 } })
     const error = await unavailable(v.validate('good-token'))
     expect((error.cause as Error).message).toMatch(/timed out/)
     expect(fake.count('/oidc/me')).toBe(2)
+    // Answered: its deadline and backoff timers are gone (a turn of the loop for clearTimeout
+    // to land); a timer of an earlier test may have ended meanwhile, none may be added.
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(timers()).toBeLessThanOrEqual(before)
   })
 })
 

@@ -355,16 +355,19 @@ export interface AdapterTarget {
   start(options: TargetOptions): Promise<RunningTarget>
   /**
    * Names an answer the framework itself gives before or around the adapter (a 4xx the
-   * adapter cannot see or shape), or `undefined` for any other answer.
+   * adapter cannot see or shape) to `request`, or `undefined` for any other answer.
    */
-  frameworkAnswer?(response: RawResponse): string | undefined
+  frameworkAnswer?(response: RawResponse, request: RawRequest): string | undefined
 }
 
 /**
  * Express routes nothing, no middleware at all, for a request target its URL parser gives no
  * path for (`//G@#`: an authority without a path); its final handler answers an HTML 404.
+ * Only such a target: the same page for another would be a request the middleware let by
+ * without a decision.
  */
-function expressAnswer(response: RawResponse): string | undefined {
+function expressAnswer(response: RawResponse, request: RawRequest): string | undefined {
+  if (!request.path.startsWith('//')) return undefined
   const html = String(response.headers['content-type']).startsWith('text/html')
   return response.status === 404 && html && response.body.includes('<pre>Cannot ') ? 'express-final-handler-404' : undefined
 }
