@@ -7,10 +7,11 @@
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { serve } from '@hono/node-server'
-import { AuthorizationServerUnavailableError, type AccessTokenResult, type AccessTokenValidator } from 'mcp-dispatch'
+import { AuthorizationServerUnavailableError, type AccessTokenResult, type AccessTokenValidator, createOAuthValidator } from 'mcp-dispatch'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPlatform } from '../../examples/platform/index.js'
+import { startFakeUpstream } from '../oauth/helpers/fake-upstream.js'
 import {
   type AdapterTarget,
   type Fixture,
@@ -173,6 +174,53 @@ describe.each(targets.map((t) => [t.name, t] as const))('faults through the %s a
     } finally {
       await server.close()
       await local.close()
+    }
+  })
+})
+
+describe.each(targets.map((t) => [t.name, t] as const))('an authorization server on loopback through the %s adapter (real timers, real sockets)', (_name, target: AdapterTarget) => {
+  it('answering 500, hanging, or down: 503 with Retry-After each time, never 500 or a silent allow; served once it answers again; nothing left behind (checked at the end of the file)', async () => {
+    const server = await startFakeUpstream()
+    const oauth = createOAuthValidator({
+      issuer: server.url,
+      userinfoEndpoint: `${server.url}/userinfo`,
+      timeoutMs: 150,
+      retry: { attempts: 2, baseDelayMs: 5, deadlineMs: 1_000 },
+      // Every fault here is met by the retries, not by a breaker already open.
+      breaker: { failureThreshold: 100 },
+      rejectionTtlMs: 0,
+    })
+    const local = await createFixture({ oauth })
+    const running = await target.start({ dispatcher: local.dispatcher, onError: local.onError })
+    const call = (token: string) => send(running.port, { method: 'POST', path: '/v1', headers: mcpHeaders(running.port, token), body: TOOLS_LIST })
+    try {
+      server.route('/userinfo', { status: 500 })
+      expectUnavailable(await call('token-500'))
+      expect(server.count('/userinfo')).toBe(2) // retried once
+
+      server.route('/userinfo', 'hang')
+      expectUnavailable(await call('token-slow'))
+      expect(server.count('/userinfo')).toBe(4)
+      // The validator gave up on its requests: none is still held open upstream.
+      expect(await settles(() => server.hanging === 0)).toBe(true)
+
+      await server.stop()
+      expectUnavailable(await call('token-down'))
+      await server.start()
+
+      server.route('/userinfo', (request) =>
+        request.headers.authorization === 'Bearer token-good' ? { status: 200, body: { sub: 'alice' } } : { status: 401 },
+      )
+      const served = await call('token-good')
+      expect(served.status).toBe(200)
+      expect(served.headers['x-mcp-version']).toBe('1.2.3')
+      const refused = await call('token-bad')
+      expect(refused.status).toBe(401)
+      expect(refused.headers['www-authenticate']).toContain('error="invalid_token"')
+    } finally {
+      await running.close()
+      await local.close()
+      await server.close()
     }
   })
 })
