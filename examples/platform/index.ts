@@ -258,15 +258,16 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (app.rateLimitPerMinute !== undefined) rateLimits.set(app.id, { limit: app.rateLimitPerMinute, windowType: 'minute' })
   }
 
-  const authorizationServers = options.authorizationServer ? [options.authorizationServer.issuer] : []
   const oauth =
     options.oauth ?? (options.authorizationServer && createOAuthValidator({ ...options.authorizationServer, now }))
   const dispatcher = createDispatcher({
     apps,
     subscriptions,
     tokens: tokenService,
+    // The metadata names the authorization server of `oauth` (its issuer, by default); without
+    // one, none: API tokens only.
     ...(oauth && { oauth }),
-    authorizationServers,
+    ...(options.authorizationServer && { authorizationServers: [options.authorizationServer.issuer] }),
     rateLimit: { policy: (_identity, app) => rateLimits.get(app.id) },
     allowedOrigins: options.allowedOrigins ?? ((origin) => isLocalOrigin(origin, domain)),
     resolveApp: (request) => {

@@ -17,7 +17,9 @@ export type WindowType = keyof typeof WINDOWS
 
 /** A limit: `limit` requests per `windowType` window. */
 export interface RateLimitPolicy {
+  /** Requests allowed per window: a whole number from 0 (every request refused) to {@link MAX_RATE_LIMIT}. */
   readonly limit: number
+  /** The window: `second`, `minute` (the spec's), `hour` or `day`. */
   readonly windowType: WindowType
 }
 

@@ -26,8 +26,14 @@ export interface AppRecord {
  * identity); return a new array after every deploy.
  */
 export interface AppStore {
+  /** The App of this id, or `undefined` (the token service checks the servers of a new token with it). */
   getApp(appId: string): MaybePromise<AppRecord | undefined>
+  /** The App of this slug (the first label of its address), or `undefined`: 404 `not_found`. */
   getAppBySlug(slug: string): MaybePromise<AppRecord | undefined>
+  /**
+   * The App's live versions (releases and pre-releases, as `applyDeploy` leaves them), on every
+   * request: the same array instance until the next deploy. An unknown App: `[]`.
+   */
   getLiveVersions(appId: string): MaybePromise<readonly string[]>
   /**
    * Makes `version` live by the versions rule (`applyDeploy`), atomically, and returns the
@@ -39,6 +45,7 @@ export interface AppStore {
 
 /** Subscriptions: whether a user has an active subscription to an App (spec 2.3). */
 export interface SubscriptionStore {
+  /** `true` when the user has an active subscription to the App; anything else is 402. */
   isActive(userId: string, appId: string): MaybePromise<boolean>
 }
 
@@ -77,8 +84,14 @@ export interface TokenStore {
    * recorded.
    */
   insert(record: ApiTokenRecord): MaybePromise<ApiTokenRecord | void>
+  /**
+   * The token stored under this hash of its secret, revoked and expired ones included (their
+   * refusal says why), or `undefined`. On the request path: one indexed read.
+   */
   findByHash(tokenHash: string): MaybePromise<ApiTokenRecord | undefined>
+  /** The token of this id, in any state, or `undefined`. */
   get(id: string): MaybePromise<ApiTokenRecord | undefined>
+  /** Every token of the user, in any state (the dashboard lists revoked and expired ones too). */
   listByUser(userId: string): MaybePromise<readonly ApiTokenRecord[]>
   /**
    * Applies `patch` unless the token is revoked; `undefined` when absent or revoked. When
@@ -123,7 +136,9 @@ export interface TokenStore {
 
 /** What an MCP session is pinned to (DESIGN.md "Versions"). */
 export interface SessionPin {
+  /** The App the session was opened at. */
   readonly appId: string
+  /** The version it was resolved to, exact (`1.2.3`): every request of the session gets it. */
   readonly version: string
   /** The identity (user id) that opened the session. */
   readonly subject: string
@@ -147,6 +162,7 @@ export interface SessionStore {
    * cannot tell (an older implementation) may answer nothing, and overwrites.
    */
   set(sessionId: string, pin: SessionPin, ttlMs: number): MaybePromise<void | boolean>
+  /** Ends the pin (the session's `DELETE`, or the App no longer knows it); none there: nothing. */
   delete(sessionId: string): MaybePromise<void>
 }
 
@@ -176,8 +192,11 @@ export interface RateLimitCount {
 
 /** A TTL cache for validation results (OAuth) and the like. Keys are hashes, never secrets. */
 export interface CacheStore<T> {
+  /** The value under `key` while its TTL runs, else `undefined`. */
   get(key: string): MaybePromise<T | undefined>
+  /** Stores `value` for `ttlMs`; a TTL of 0 or less stores nothing. */
   set(key: string, value: T, ttlMs: number): MaybePromise<void>
+  /** Drops the value under `key`, if any. */
   delete(key: string): MaybePromise<void>
 }
 
@@ -200,6 +219,7 @@ export type InvalidationMessage =
  * from `mcp-dispatch/redis`).
  */
 export interface InvalidationBus {
+  /** Delivers `message` to this bus's listeners at once, and to every other bus on the channel. */
   publish(message: InvalidationMessage): MaybePromise<void>
   /** Returns a function that unsubscribes. */
   subscribe(listener: (message: InvalidationMessage) => void): () => void

@@ -99,7 +99,9 @@ export interface Identity {
 
 /** What the handler of a dispatched request is told. */
 export interface DispatchContext {
+  /** The App the request is for (from its `Host`, by `resolveApp`). */
   readonly app: AppRecord
+  /** Who is calling: an API token's owner or an OAuth token's subject (`subject`, `method`, …). */
   readonly identity: Identity
   /** The version to serve (`X-MCP-Version`). */
   readonly version: string
@@ -216,7 +218,9 @@ export interface DispatcherOptions {
    * `true` for an allowed one (`(origin) => origin.endsWith('.app.example')`: parse it with
    * `URL` rather than matching text; a function that throws refuses, and is reported). When
    * set, a request whose `Origin` is not allowed gets 403 (MCP transport, DNS rebinding).
-   * Requests without `Origin` are not browser requests and pass.
+   * Requests without `Origin` are not browser requests and pass. List entries are compared as
+   * browsers send `Origin`: an http(s) entry without case, default port or a lone trailing `/`;
+   * `*`, a path, query, fragment or credentials, or what is no URL, is a `ConfigurationError`.
    */
   allowedOrigins?: readonly string[] | ((origin: string) => boolean)
   /** Send CORS headers so browser-based MCP clients can read responses. Default `true`. */
@@ -382,7 +386,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `allowedOrigins` that is neither an array nor a function, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {

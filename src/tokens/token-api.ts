@@ -30,6 +30,7 @@ export interface TokenApiSession {
 
 /** Options of {@link createTokenApi}. */
 export interface TokenApiOptions {
+  /** The token service whose tokens the API manages. */
   tokens: TokenService
   /** Path prefix of the API; default `/api/tokens`. */
   basePath?: string

@@ -90,11 +90,15 @@ export interface ApiTokenSecretView {
 
 /** Input of {@link TokenService.create}. */
 export interface CreateTokenInput {
+  /** The owner (the dashboard session's user). */
   userId: string
+  /** A label: 1 to 100 characters after trimming, a visible one among them (`validateTokenName`). */
   name: string
   /** App ids; one or more, each owned or subscribed by `userId`. */
   servers: readonly string[]
+  /** Lifetime: 7, 30 or 90 days (spec 2.1); no token lives longer. */
   expiresInDays: 7 | 30 | 90
+  /** IP addresses or CIDR ranges allowed to use the token (one or more), or `null` / absent for any. */
   allowedIps?: readonly string[] | null
 }
 

@@ -8,6 +8,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { decodeJwt } from 'jose'
+import { createOAuthValidator } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, type PlatformOptions, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
@@ -192,5 +193,18 @@ describe('userinfo mode and resource indicators (the caveat in docs/oauth.md)', 
     expect(reply.status).toBe(401)
     const unbound = await obtainAccessToken('http://weather.localhost/v1', fetchFn, { omitResource: true })
     expect((await listTools(platform, 'weather', unbound.accessToken)).status).toBe(200)
+  })
+})
+
+describe('the reference platform given a validator of its own (`oauth`)', () => {
+  it("names the validator's issuer in the metadata; a validator that names none needs authorizationServer beside it", async () => {
+    const issuer = 'https://auth.example.com'
+    const platform = createPlatform({ seed, now: clock, oauth: createOAuthValidator({ issuer }) })
+    platforms.push(platform)
+    const metadata = await platform.fetch(new Request('http://weather.localhost/.well-known/oauth-protected-resource'), { clientAddress: '127.0.0.1' })
+    expect(metadata.status).toBe(200)
+    expect((await metadata.json()).authorization_servers).toEqual([issuer])
+    const nameless = { validate: async () => ({ active: false as const, reason: 'refused' }) }
+    expect(() => createPlatform({ seed, now: clock, oauth: nameless })).toThrow(/authorizationServers/)
   })
 })

@@ -274,7 +274,7 @@ declare const tokens: TokenService
 declare function authenticateSession(request: Request): Promise<TokenApiSession | null>
 declare function verifyCsrf(request: Request, session: TokenApiSession): boolean`,
   },
-  { file: 'docs/oauth.md', marker: 'createOAuthValidator({ issuer }),', prelude: STORES },
+  { file: 'docs/oauth.md', marker: "oauth: createOAuthValidator({ issuer: 'https://auth.example.com' }),", prelude: STORES },
   {
     file: 'docs/oauth.md',
     marker: "mode: 'jwt', audience",

@@ -35,6 +35,10 @@ export interface MemoryAppSeed extends AppRecord {
 
 /** The in-memory App store, with `addApp` for platforms that seed it. */
 export interface MemoryAppStore extends AppStore {
+  /**
+   * Adds an App, deploying its `versions` in order by the versions rule (a refused one throws
+   * `DeployRefusedError`); a duplicate id or slug is a `TypeError`.
+   */
   addApp(app: MemoryAppSeed): void
 }
 
@@ -82,6 +86,7 @@ export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): Memor
 
 /** The in-memory subscription store, with `setActive` for platforms that seed it. */
 export interface MemorySubscriptionStore extends SubscriptionStore {
+  /** Sets whether the user's subscription to the App is active (402 when not). */
   setActive(userId: string, appId: string, active: boolean): void
 }
 
