@@ -853,18 +853,20 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
           const assigned = outcome.sessionId
-          if (assigned && outcome.status < 300 && !SESSION_ID.test(assigned)) unpinnable(assigned)
-          else if (assigned && outcome.status < 300) {
-            pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
-            const whenClosed = outcome.whenClosed
-            // Kept alive only once the pin is this session's: a live pin of another session
-            // under the id must not be kept by this one's stream.
-            const stored = (answer: void | boolean) => {
-              if (answer === false) pinTaken()
-              else if (whenClosed) keepWhileOpen(assigned, whenClosed)
+          if (assigned && outcome.status < 300) {
+            if (!SESSION_ID.test(assigned)) unpinnable(assigned)
+            else {
+              pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
+              const whenClosed = outcome.whenClosed
+              // Kept alive only once the pin is this session's: a live pin of another session
+              // under the id must not be kept by this one's stream.
+              const stored = (answer: void | boolean) => {
+                if (answer === false) pinTaken()
+                else if (whenClosed) keepWhileOpen(assigned, whenClosed)
+              }
+              if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
+              stored(pending)
             }
-            if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
-            stored(pending)
           }
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.

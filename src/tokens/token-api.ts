@@ -91,18 +91,21 @@ function json(status: number, body: unknown, headers?: Record<string, string>): 
 }
 
 /**
- * Errors about the body as sent: their field is the caller's own key (an unknown `expiresAt`
- * is reported as `expiresAt`, not as the `expires_at` the API does know).
+ * `call` of the token service, whose bad-input errors name its camelCase fields, with those
+ * fields in the API's snake_case (`allowedIps.1` is `allowed_ips.1`). Errors about the body as
+ * sent are raised by the API itself and name the caller's own keys (an unknown `expiresAt`
+ * stays `expiresAt`).
  */
-const asSent = new WeakSet<DispatchError>()
-
-/** {@link parseInput} on the body as sent: a field it names keeps the caller's spelling. */
-function parseBody<T>(schema: z.ZodType<T>, input: unknown): T {
+async function inApiNames<T>(call: Promise<T>): Promise<T> {
   try {
-    return parseInput(schema, input)
+    return await call
   } catch (error) {
-    if (error instanceof InvalidInputError) asSent.add(error)
-    throw error
+    if (!(error instanceof InvalidInputError)) throw error
+    const field = error.field
+      .split('.')
+      .map((p) => renamed(SNAKE, p))
+      .join('.')
+    throw new InvalidInputError(field, error.message.slice(error.field.length + 2))
   }
 }
 
@@ -117,21 +120,10 @@ function errorResponse(error: DispatchError): Response {
     429: 'rate_limited',
     503: 'temporarily_unavailable',
   }
-  let field: string | undefined
-  let message = error.message
-  if (error instanceof InvalidInputError) {
-    // The service names its input in camelCase; the API's callers wrote snake_case.
-    field = asSent.has(error)
-      ? error.field
-      : String(error.field)
-          .split('.')
-          .map((p) => renamed(SNAKE, p))
-          .join('.')
-    message = `${field}: ${error.message.slice(error.field.length + 2)}`
-  }
+  const field = error instanceof InvalidInputError ? error.field : undefined
   return json(
     error.status,
-    { error: kind[error.status] ?? 'error', message, ...(field !== undefined && { field }) },
+    { error: kind[error.status] ?? 'error', message: error.message, ...(field !== undefined && { field }) },
     error.status === 401
       ? { 'www-authenticate': 'Bearer' }
       : error instanceof TooManyValidationsError
@@ -268,14 +260,14 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       if (method === 'GET') return json(200, { tokens: await tokens.list((await session(request, false)).userId) })
       if (method === 'POST') {
         const s = await session(request, true)
-        const body = parseBody(createBody, await readJson(request))
-        const created = await tokens.create({
+        const body = parseInput(createBody, await readJson(request))
+        const created = await inApiNames(tokens.create({
           userId: s.userId,
           name: body.name as string,
           servers: body.servers as string[],
           expiresInDays: body.expires_in_days as 7,
           ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
-        })
+        }))
         return json(201, created, { location: `${basePath}/${created.id}` })
       }
       return json(405, { error: 'method_not_allowed', message: 'Use GET, HEAD or POST' }, { allow: 'GET, HEAD, POST' })
@@ -287,18 +279,20 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       if (raw && typeof raw === 'object' && ('servers' in raw || 'scopes' in raw)) {
         throw new InvalidInputError('servers' in raw ? 'servers' : 'scopes', 'cannot be changed after creation')
       }
-      const body = parseBody(updateBody, raw)
+      const body = parseInput(updateBody, raw)
       // The HTTP API takes the ISO 8601 string of spec 2.1 only (the service also takes epoch ms).
       if (body.expires_at !== undefined && typeof body.expires_at !== 'string') {
         throw new InvalidInputError('expires_at', 'must be an ISO 8601 timestamp string (e.g. 2026-01-31T12:00:00Z)')
       }
       return json(
         200,
-        await tokens.update(s.userId, id, {
-          ...(body.name !== undefined && { name: body.name as string }),
-          ...(body.expires_at !== undefined && { expiresAt: body.expires_at as string }),
-          ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
-        }),
+        await inApiNames(
+          tokens.update(s.userId, id, {
+            ...(body.name !== undefined && { name: body.name as string }),
+            ...(body.expires_at !== undefined && { expiresAt: body.expires_at as string }),
+            ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
+          }),
+        ),
       )
     }
     if (method === 'DELETE') {

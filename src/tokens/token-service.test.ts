@@ -18,7 +18,7 @@ import {
   createMemorySubscriptionStore,
   createMemoryTokenStore,
 } from '../stores/memory/index.js'
-import { type TokenService, type TokenServiceOptions, createTokenService, validateTokenName } from './token-service.js'
+import { type CreateTokenInput, type TokenService, type TokenServiceOptions, createTokenService, validateTokenName } from './token-service.js'
 
 const DAY = 86_400_000
 const T0 = Date.UTC(2025, 0, 15, 12, 0, 0, 0)
@@ -1978,5 +1978,17 @@ describe('records handed out', () => {
     expect((await service.get('alice', created.id)).allowed_ips).toEqual(['10.0.0.0/8'])
     const result = await service.authenticate(created.token)
     expect(result.ok && (result.record as ApiTokenRecord).allowedIps).toEqual(['10.0.0.0/8'])
+  })
+})
+
+describe('bad input is told in words', () => {
+  it("a value of the wrong type says what it must be, not zod's text; a message of the schema's own is kept", async () => {
+    const { service } = setup()
+    const message = async (call: Promise<unknown>) => ((await call.then(() => undefined, (error: unknown) => error)) as Error).message
+    expect(await message(service.create({ userId: 'alice', name: 5 as unknown as string, servers: ['app_weather'], expiresInDays: 7 }))).toBe('name: must be a string')
+    expect(await message(service.create(null as unknown as CreateTokenInput))).toBe('body: must be a JSON object')
+    expect(await message(service.create({ userId: 'alice', name: 'CI', servers: ['app_weather'], expiresInDays: 8 as 7 }))).toBe('expiresInDays: must be 7, 30 or 90')
+    const created = await createToken(service)
+    expect(await message(service.update('alice', created.id, { expiresAt: true as unknown as string }))).toBe('expiresAt: must be a number or a string')
   })
 })

@@ -321,7 +321,7 @@ const updateSchema = z
 
 /** Runs a zod schema and turns its first issue into an {@link InvalidInputError} naming the field. */
 export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: Record<string, string> = {}): T {
-  const result = schema.safeParse(input)
+  const result = schema.safeParse(input, { error: typeSentences })
   if (result.success) return result.data
   const issue = result.error.issues[0]!
   if (issue.code === 'unrecognized_keys') {
@@ -331,7 +331,7 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
   // A field that is not there at all: say so, not what type it should have had.
   const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
-  throw new InvalidInputError(path || 'body', missing ? 'is required' : describeIssue(issue))
+  throw new InvalidInputError(path || 'body', missing ? 'is required' : issue.message)
 }
 
 /** What zod calls a type, as a caller reads it. */
@@ -345,12 +345,11 @@ const TYPE_NAMES: Readonly<Record<string, string>> = {
 }
 
 /**
- * A zod issue as a sentence about the field ("must be a string"), not zod's own text ("Invalid
- * input: expected string, received number"); messages the schemas set themselves are kept.
+ * zod's error map for a wrong type: a sentence about the field ("must be a string"), not zod's
+ * own text ("Invalid input: expected string, received number"). zod asks it only about issues
+ * whose schema set no message of its own; `undefined` leaves zod's.
  */
-function describeIssue(issue: z.core.$ZodIssue): string {
-  // zod's own messages all begin so; one a schema sets does not.
-  if (!issue.message.startsWith('Invalid input')) return issue.message
+const typeSentences: z.core.$ZodErrorMap = (issue) => {
   if (issue.code === 'invalid_type' && Object.hasOwn(TYPE_NAMES, issue.expected)) return `must be ${TYPE_NAMES[issue.expected]}`
   if (issue.code === 'invalid_union') {
     const expected = issue.errors.flatMap((branch) =>
@@ -360,7 +359,7 @@ function describeIssue(issue: z.core.$ZodIssue): string {
     )
     if (expected.length === issue.errors.length && expected.length > 0) return `must be ${expected.join(' or ')}`
   }
-  return issue.message
+  return undefined
 }
 
 /**
