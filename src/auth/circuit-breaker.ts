@@ -6,6 +6,11 @@
  * single probe (`half-open`) while everyone else is still refused; the probe's success closes
  * the breaker, its failure opens it for another cool-down. Time comes from an injected clock,
  * so the breaker never owns a timer.
+ *
+ * A call reports with the permit it was given, so an answer that arrives after the breaker
+ * changed state (a slow call let through before it opened) is not taken for news of the
+ * server's health now: its success does not close an open breaker without the cool-down and
+ * the probe, and its failure does not reopen a half-open one while the probe is out.
  * @module
  */
 import { ConfigurationError } from '../errors.js'
@@ -46,16 +51,26 @@ export type BreakerPermit =
   | { readonly allowed: true; /** `true` for the single half-open probe. */ readonly probe: boolean }
   | { readonly allowed: false; /** Milliseconds until a call may be let through again. */ readonly retryAfterMs: number }
 
-/** A circuit breaker. Every allowed call must be followed by `success()` or `failure()`. */
+/**
+ * A circuit breaker. Every allowed call must be followed by `success(permit)` or
+ * `failure(permit)`, with the permit `acquire()` gave it.
+ */
 export interface CircuitBreaker {
   /** Current state; an open breaker whose cool-down is over reads as `half-open`. */
   readonly state: BreakerState
   /** Asks to make one call. */
   acquire(): BreakerPermit
-  /** The call got an answer that shows the server is healthy. */
-  success(): void
-  /** The call failed in a way that counts against the server (network, timeout, 5xx). */
-  failure(): void
+  /**
+   * The call got an answer that shows the server is healthy. With its `permit`, the report is
+   * ignored if the breaker changed state since the permit was given (a call that was under way
+   * when it opened, or closed); without one, it is taken as current.
+   */
+  success(permit?: BreakerPermit): void
+  /**
+   * The call failed in a way that counts against the server (network, timeout, 5xx). With its
+   * `permit`, ignored if the breaker changed state since the permit was given.
+   */
+  failure(permit?: BreakerPermit): void
   /** Milliseconds until an open breaker lets a probe through (0 when not open). */
   retryAfterMs(): number
 }
@@ -75,7 +90,7 @@ const PROBE_RETRY_AFTER_MS = 1_000
  * const breaker = createCircuitBreaker({ failureThreshold: 3, coolDownMs: 10_000, onStateChange: console.log })
  * const permit = breaker.acquire()
  * if (!permit.allowed) throw new AuthorizationServerUnavailableError(Math.ceil(permit.retryAfterMs / 1000))
- * try { await call(); breaker.success() } catch (e) { breaker.failure(); throw e }
+ * try { await call(); breaker.success(permit) } catch (e) { breaker.failure(permit); throw e }
  * ```
  */
 export function createCircuitBreaker(options: CircuitBreakerOptions = {}): CircuitBreaker {
@@ -98,8 +113,20 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
   const probeMaxAgeMs = options.probeMaxAgeMs ?? Infinity
   if (!(probeMaxAgeMs > 0)) throw new ConfigurationError('breaker.probeMaxAgeMs', 'must be a positive number of milliseconds')
 
+  // Counts the state changes: a permit carries the count at which it was given (`issued`).
+  let generation = 0
+  const issued = new WeakMap<BreakerPermit, number>()
+  const permit = (probe: boolean): BreakerPermit => {
+    const given = { allowed: true, probe } as const
+    issued.set(given, generation)
+    return given
+  }
+  /** A report of a call given its permit before the last state change. */
+  const stale = (given: BreakerPermit | undefined) => given !== undefined && issued.get(given) !== generation
+
   function move(to: BreakerState): void {
     if (to === state) return
+    generation++
     const from = state
     state = to
     try {
@@ -124,7 +151,7 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
       return state === 'open' && remaining() === 0 ? 'half-open' : state
     },
     acquire() {
-      if (state === 'closed') return { allowed: true, probe: false }
+      if (state === 'closed') return permit(false)
       if (state === 'open') {
         const wait = remaining()
         if (wait > 0) return { allowed: false, retryAfterMs: wait }
@@ -133,14 +160,16 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
       if (probing && !(now() - probeAt > probeMaxAgeMs)) return { allowed: false, retryAfterMs: PROBE_RETRY_AFTER_MS }
       probing = true
       probeAt = now()
-      return { allowed: true, probe: true }
+      return permit(true)
     },
-    success() {
+    success(given) {
+      if (stale(given)) return
       failures = 0
       probing = false
       move('closed')
     },
-    failure() {
+    failure(given) {
+      if (stale(given)) return
       if (state === 'half-open') return open()
       if (state === 'open') return
       failures += 1

@@ -598,8 +598,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // set that large is the server's own failure, as any other bad answer of those.
         const message = `${endpoint}: answer over ${MAX_ANSWER_BYTES[endpoint]} bytes`
         const aboutToken = endpoint === 'userinfo' || endpoint === 'introspection'
-        if (aboutToken) breaker.success()
-        else breaker.failure()
+        if (aboutToken) breaker.success(permit)
+        else breaker.failure(permit)
         emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: now() - started, error: message })
         throw new UpstreamFailure(message, false, undefined, undefined, aboutToken)
       }
@@ -608,7 +608,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
       const message = controller.signal.aborted ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
-      breaker.failure()
+      breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
       throw new UpstreamFailure(message, true)
     } finally {
@@ -622,27 +622,27 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // 429s with 503s). A half-open probe that gets one has not shown the server ready: the
       // breaker opens again. Retried only as soon as it says.
       const message = `${endpoint}: HTTP 429`
-      if (permit.probe) breaker.failure()
+      if (permit.probe) breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: 429, durationMs, error: message })
       throw new UpstreamFailure(message, waitMs === undefined, undefined, waitMs)
     }
     if (response.status >= 500) {
       const message = `${endpoint}: HTTP ${response.status}`
-      breaker.failure()
+      breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })
       throw new UpstreamFailure(message, true, undefined, waitMs)
     }
     try {
       const value = judge(response)
-      breaker.success()
+      breaker.success(permit)
       emit({ type: 'upstream', endpoint, outcome: 'ok', status: response.status, durationMs })
       return value
     } catch (error) {
       const bad = error instanceof BadAnswer ? error : new BadAnswer(describe(error), true)
       const message = `${endpoint}: ${bad.message}`
       // An answer that shows a healthy server (an unexpected 4xx for this token) does not count.
-      if (bad.counts) breaker.failure()
-      else breaker.success()
+      if (bad.counts) breaker.failure(permit)
+      else breaker.success(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })
       throw new UpstreamFailure(message, false, undefined, undefined, bad.aboutToken)
     }

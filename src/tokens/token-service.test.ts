@@ -1429,6 +1429,99 @@ describe('a store that stops answering', () => {
     expect(late?.revokedAt).not.toBeNull()
   })
 
+  it('a write whose store fails after it may have landed (a connection lost after the commit) is put right as a late one: the rotation undone, the revocation and the edit invalidated everywhere, the created token revoked', async () => {
+    // One store, two instances on one bus, both caching. Once `cut` is set, the next write
+    // lands and then its answer is lost, as when the connection drops between COMMIT and the
+    // reply; the writes after it (on a new connection) answer.
+    const inner = createMemoryTokenStore()
+    let cut = false
+    const lost = <A extends unknown[], R>(write: (...args: A) => R) =>
+      (async (...args: A) => {
+        const answer = await write(...args)
+        if (cut) {
+          cut = false
+          throw new Error('Connection terminated unexpectedly')
+        }
+        return answer
+      }) as unknown as (...args: A) => R
+    const store: TokenStore = {
+      ...inner,
+      insert: lost(inner.insert),
+      update: lost(inner.update),
+      rotate: lost(inner.rotate),
+      revoke: lost(inner.revoke),
+      revokeAllForUser: lost(inner.revokeAllForUser),
+    }
+    const bus = createMemoryInvalidationBus()
+    const onError = vi.fn()
+    const a = setup({ store, storeTimeoutMs: 1_000, cacheTtlMs: 600_000, invalidations: bus, onError }).service
+    const b = setup({ store, storeTimeoutMs: 1_000, cacheTtlMs: 600_000, invalidations: bus }).service
+    const byToken = await createToken(a)
+    const byOwner = await createToken(a)
+    const revoked = await createToken(a)
+    const edited = await createToken(a)
+    const reset = await createToken(a, { userId: 'bob', name: 'bob', servers: ['app_weather'] })
+    for (const made of [byToken, byOwner, revoked, edited, reset]) expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
+
+    const cutting = (call: () => Promise<unknown>) => {
+      cut = true
+      return refusal(call(), StoreUnavailableError)
+    }
+    await cutting(() => a.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined }))
+    await cutting(() => a.rotate(byOwner.id, { kind: 'session', userId: 'alice' }))
+    await cutting(() => a.revoke('alice', revoked.id))
+    await cutting(() => a.update('alice', edited.id, { allowedIps: ['192.0.2.0/24'] }))
+    await cutting(() => a.revokeAllForUser('bob'))
+    await cutting(() => createToken(a, { name: 'lost' }))
+
+    // The rotations were undone: the secrets their callers still hold work, on both instances,
+    // and the token can rotate itself again.
+    for (const made of [byToken, byOwner]) {
+      expect((await inner.get(made.id))?.tokenHash).toBe(hashApiToken(made.token))
+      for (const service of [a, b]) expect((await service.authenticate(made.token)).ok).toBe(true)
+    }
+    expect((await a.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined })).id).toBe(byToken.id)
+    // The revocations and the edit reached B's cache at once, not after cacheTtlMs.
+    expect(await b.authenticate(revoked.token)).toEqual({ ok: false, reason: 'revoked' })
+    expect(await b.authenticate(reset.token)).toEqual({ ok: false, reason: 'revoked' })
+    expect(await b.authenticate(edited.token)).toMatchObject({ ok: true, allowlist: expect.anything() })
+    // The token created though its caller got 503 holds a secret nobody has: revoked.
+    expect((await inner.listByUser('alice')).find((r) => r.name === 'lost')?.revokedAt).not.toBeNull()
+    expect(onError).not.toHaveBeenCalled()
+  })
+
+  it('a write that failed without landing is put right as a no-op; one that cannot be put right, the store being down, is reported naming the token', async () => {
+    const inner = createMemoryTokenStore()
+    let refusals = 0
+    const refused = <A extends unknown[], R>(write: (...args: A) => R) =>
+      ((...args: A) => {
+        if (refusals === 0) return write(...args)
+        refusals--
+        return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+      }) as unknown as (...args: A) => R
+    const store: TokenStore = { ...inner, rotate: refused(inner.rotate), insert: refused(inner.insert), revoke: refused(inner.revoke) }
+    const onError = vi.fn()
+    const { service } = setup({ store, cacheTtlMs: 600_000, onError })
+    const made = await createToken(service)
+    // Refused once (the store was not reached): the undo that follows finds nothing to undo.
+    refusals = 1
+    await refusal(service.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
+    refusals = 1
+    await refusal(createToken(service, { name: 'never' }), StoreUnavailableError)
+    expect((await inner.get(made.id))?.tokenHash).toBe(hashApiToken(made.token))
+    expect((await service.authenticate(made.token)).ok).toBe(true)
+    expect((await inner.listByUser('alice')).map((r) => r.name)).toEqual(['CI'])
+    expect(onError).not.toHaveBeenCalled()
+
+    // Down for the undo too: whether the rotation landed is unknown, and the platform is told which token.
+    refusals = 2
+    await refusal(service.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
+    expect(onError).toHaveBeenCalledTimes(1)
+    expect(onError.mock.calls[0]![0].message).toBe(`token ${made.id}: a rotation whose caller was told 503 (it may have landed) could not be undone`)
+    expect(JSON.stringify(onError.mock.calls, (_k, v: unknown) => (v instanceof Error ? `${v.message} ${String(v.cause)}` : v))).not.toContain(made.token)
+    expect((await service.authenticate(made.token)).ok).toBe(true)
+  })
+
   it('a rotation by Bearer token is bounded too (no dispatcher deadline on the token API path)', async () => {
     const inner = createMemoryTokenStore()
     const { service } = setup({ store: inner, storeTimeoutMs: 50 })

@@ -549,15 +549,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     r.revokedAt !== null ? 'revoked' : at >= r.expiresAt ? 'expired' : 'active'
 
   /**
-   * A store call under `storeTimeoutMs`. A write that did not answer in time may still land:
-   * `late` is then called with the answer whenever it comes, so what it changed is still
-   * invalidated (or undone), as it would have been in time.
-   */
-  /**
-   * A rotation whose caller was told 503 landed later: nobody holds its secret, so the old
-   * one is put back (compare-and-swap on the new hash: a rotation or revocation since keeps
-   * its own), as the caller believes; a headless client would otherwise be locked out with an
-   * active token. Either way, both secrets' cached records are dropped.
+   * A rotation whose caller was told 503 may have landed (it answered after the deadline, or
+   * the store failed once the statement may have been sent): nobody holds its secret, so the
+   * old one is put back (compare-and-swap on the new hash: nothing happens if it never landed,
+   * and a rotation or revocation since keeps its own), as the caller believes; a headless
+   * client would otherwise be locked out with an active token. Either way, both secrets'
+   * cached records are dropped.
    */
   async function undoRotation(
     id: string,
@@ -566,15 +563,27 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     replacedHash: string,
   ): Promise<void> {
     try {
-      await store.rotate(id, previous, landedHash)
+      await storeCall(() => store.rotate(id, previous, landedHash))
     } catch (error) {
-      onError(new Error(`token ${id}: a rotation that landed after its caller was told 503 could not be undone`, { cause: error }), 'token store')
+      onError(new Error(`token ${id}: a rotation whose caller was told 503 (it may have landed) could not be undone`, { cause: error }), 'token store')
     } finally {
       await Promise.all([invalidate(landedHash), invalidate(replacedHash)])
     }
   }
 
-  async function storeCall<T>(fn: () => MaybePromise<T>, late?: (value: T) => unknown): Promise<T> {
+  /**
+   * A store call under `storeTimeoutMs`. A write whose caller is told 503 may still have
+   * landed, and `reconcile` puts that right (invalidates, or undoes, what it changed, as it
+   * would have been in time):
+   * - `landed`, with the store's answer, when the write answers after the deadline;
+   * - `unknown` when the store failed (a connection lost after the statement was sent may
+   *   have committed it: spec 3's "old secret is invalid immediately" holds only if the
+   *   change is treated as possible), or answered a failure after the deadline. It must do no
+   *   harm when nothing landed. The caller's 503 waits for it (under the deadline), so a
+   *   client that retries at once finds the store as it believes it to be.
+   * A refusal of the input (`InvalidInputError`, `NotFoundError`) changed nothing.
+   */
+  async function storeCall<T>(fn: () => MaybePromise<T>, reconcile?: Reconcile<T>): Promise<T> {
     let answer: MaybePromise<T> | undefined
     let settled = false
     try {
@@ -586,13 +595,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         'token store',
       )
     } catch (error) {
-      if (late && answer instanceof Promise && !settled) {
-        answer.then(
-          (value) => void Promise.resolve(late(value)).catch((e: unknown) => onError(e, 'token store write that landed late')),
-          () => {},
-        )
+      if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
+      if (reconcile && answer instanceof Promise) {
+        const report = (e: unknown) => onError(e, 'token store write whose caller was told 503')
+        if (!settled) {
+          answer.then(
+            (value) => void Promise.resolve(reconcile.landed(value)).catch(report),
+            () => void Promise.resolve(reconcile.unknown()).catch(report),
+          )
+        } else {
+          await withTimeout(Promise.resolve().then(reconcile.unknown), storeTimeoutMs, 'token store').catch(report)
+        }
       }
-      if (error instanceof InvalidInputError || error instanceof NotFoundError || error instanceof StoreUnavailableError) throw error
+      if (error instanceof StoreUnavailableError) throw error
       throw new StoreUnavailableError('token', { cause: error })
     }
   }
@@ -897,14 +912,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         lastUsedAt: null,
         revokedAt: null,
       }
-      // Landed after the caller was told 503: nobody holds its secret, so it is revoked.
-      const stored = await storeCall(
-        () => store.insert(record),
-        () =>
-          Promise.resolve(store.revoke(record.id, now())).catch((error: unknown) => {
-            throw new Error(`token ${record.id} was created after its caller got 503 and could not be revoked: revoke it`, { cause: error })
-          }),
-      )
+      // Landed (or may have) though the caller was told 503: nobody holds its secret, so it
+      // is revoked (by id: nothing happens if it was never stored).
+      const revokeUnheld = () =>
+        storeCall(() => store.revoke(record.id, now())).catch((error: unknown) => {
+          throw new Error(`token ${record.id} may have been created though its caller got 503, and could not be revoked: revoke it`, { cause: error })
+        })
+      const stored = await storeCall(() => store.insert(record), { landed: revokeUnheld, unknown: revokeUnheld })
       // A password reset of the owner that ran while this token was being made revokes it
       // (the store keeps the reset): the caller is told, rather than handed a dead secret.
       if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
@@ -963,19 +977,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
       }
       const expiryPassed = () => patch.expiresAt !== undefined && now() >= record.expiresAt
-      const updated = await storeCall(
-        () => store.update(id, patch),
-        async (late) => {
-          if (!late) return
-          // Its caller was told 503, so nobody expects this edit any more: only what would
-          // break spec 3, the expiry, is put back.
-          try {
-            if (expiryPassed()) await undoIfExpired({ expiresAt: record.expiresAt })
-          } finally {
-            await invalidate(late.tokenHash)
-          }
-        },
-      )
+      // Its caller was told 503, so nobody expects this edit any more: only what would break
+      // spec 3, the expiry, is put back (compare-and-swap: nothing happens if it never landed).
+      const reconcileEdit = async (tokenHash: string) => {
+        try {
+          if (expiryPassed()) await undoIfExpired({ expiresAt: record.expiresAt })
+        } finally {
+          await invalidate(tokenHash)
+        }
+      }
+      const updated = await storeCall(() => store.update(id, patch), {
+        landed: (late) => late && reconcileEdit(late.tokenHash),
+        unknown: () => reconcileEdit(record.tokenHash),
+      })
       if (!updated) throw new TokenInactiveError('revoked')
       if (expiryPassed()) {
         // Answered in time, but the old expiry passed while the write was on its way: requests
@@ -1022,10 +1036,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         const secret = await newSecret()
         const replaced = record.tokenHash
         const previous = { tokenHash: record.tokenHash, displayPrefix: record.displayPrefix }
-        const rotated = await storeCall(
-          () => store.rotate(id, secret, expectedHash),
-          (late) => late && undoRotation(id, previous, secret.tokenHash, replaced),
-        )
+        const undo = () => undoRotation(id, previous, secret.tokenHash, replaced)
+        const rotated = await storeCall(() => store.rotate(id, secret, expectedHash), {
+          landed: (late) => late && undo(),
+          unknown: undo,
+        })
         // Lost a race with another rotation or a revocation: the presented secret is gone.
         if (!rotated) throw new UnauthorizedError()
         await invalidate(record.tokenHash)
@@ -1040,12 +1055,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (state !== 'active') throw new TokenInactiveError(state)
         const secret = await newSecret()
         const current = record
-        const rotated = await storeCall(
-          () => store.rotate(id, secret, current.tokenHash),
-          (late) =>
-            late &&
-            undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.tokenHash, current.tokenHash),
-        )
+        const undo = () =>
+          undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.tokenHash, current.tokenHash)
+        const rotated = await storeCall(() => store.rotate(id, secret, current.tokenHash), {
+          landed: (late) => late && undo(),
+          unknown: undo,
+        })
         if (rotated) {
           await invalidate(current.tokenHash)
           return secretView(rotated, secret.token)
@@ -1065,10 +1080,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // leaves it too (`TokenStore.revoke`); checked here as well so that a custom store written
       // before that rule cannot move it to revoked.
       if (statusOf(record, at) === 'expired') return view(record)
-      const revoked = await storeCall(
-        () => store.revoke(id, at),
-        (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
-      )
+      const revoked = await storeCall(() => store.revoke(id, at), {
+        landed: (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
+        unknown: () => invalidate(record.tokenHash),
+      })
       if (!revoked) throw new NotFoundError('Token not found')
       // The revoked record's hash, not the one read before: a rotation may have landed between.
       await invalidate(revoked.tokenHash)
@@ -1077,10 +1092,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async revokeAllForUser(userId) {
-      const revoked = await storeCall(
-        () => store.revokeAllForUser(userId, now()),
-        (late) => Promise.all(late.map((r) => invalidate(r.tokenHash))),
-      )
+      const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
+      const revoked = await storeCall(() => store.revokeAllForUser(userId, now()), {
+        landed: invalidateAll,
+        // Which tokens it revoked is not known: every token of the user is invalidated.
+        unknown: async () => invalidateAll(await storeCall(() => store.listByUser(userId))),
+      })
       await Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
       // Every token of the user, not only those the reset's own statement revoked: one whose
       // creation committed while that statement ran (READ COMMITTED: not in its snapshot) is
@@ -1090,7 +1107,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const invalidateOthers = (records: readonly ApiTokenRecord[]) =>
         Promise.all(records.filter((r) => !done.has(r.tokenHash)).map((r) => invalidate(r.tokenHash)))
       // A listing that answers late still invalidates what it lists.
-      const all = await storeCall(() => store.listByUser(userId), invalidateOthers).catch((error: unknown) => {
+      const all = await storeCall(() => store.listByUser(userId), { landed: invalidateOthers, unknown: () => undefined }).catch((error: unknown) => {
         onError(error, 'password reset: listing the tokens to invalidate')
         return [] as readonly ApiTokenRecord[]
       })
@@ -1245,6 +1262,16 @@ function checkPreviousPeppers(value: unknown, pepper: string | undefined): reado
     seen.add(entry)
   })
   return Object.freeze([...(value as (string | null)[])])
+}
+
+/**
+ * What a store write whose caller was told 503 does to put right what it may have changed
+ * (`storeCall`): `landed` with the write's late answer, `unknown` when whether it landed is
+ * not known. `unknown` must do no harm when nothing landed.
+ */
+interface Reconcile<T> {
+  landed(value: T): unknown
+  unknown(): unknown
 }
 
 const MAX_PREVIOUS_PEPPERS = 4

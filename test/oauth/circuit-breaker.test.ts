@@ -29,6 +29,38 @@ describe('createCircuitBreaker', () => {
     expect(changes).toEqual([{ from: 'closed', to: 'open', at: 0 }])
   })
 
+  it('a call let through before the breaker opened does not close it by its late success, nor reopen it by a late failure while the probe is out (regression: one slow call closed an open breaker)', () => {
+    const { breaker, clock, changes } = setup(2, 10_000)
+    const slow = breaker.acquire() // under way when the breaker opens
+    const slowToo = breaker.acquire()
+    for (let i = 0; i < 2; i++) breaker.failure(breaker.acquire())
+    expect(breaker.state).toBe('open')
+    breaker.success(slow)
+    expect(breaker.state).toBe('open')
+    expect(breaker.acquire()).toEqual({ allowed: false, retryAfterMs: 10_000 })
+    // Half-open: the probe is out, and the other old call fails late.
+    clock.advance(10_000)
+    const probe = breaker.acquire()
+    expect(probe).toEqual({ allowed: true, probe: true })
+    breaker.failure(slowToo)
+    expect(breaker.state).toBe('half-open')
+    expect(breaker.acquire()).toMatchObject({ allowed: false })
+    // The probe's own answer decides.
+    breaker.success(probe)
+    expect(breaker.state).toBe('closed')
+    // A permit of a state gone by counts for nothing in the next one either.
+    const beforeClose = slowToo
+    for (let i = 0; i < 5; i++) breaker.failure(beforeClose)
+    expect(breaker.state).toBe('closed')
+    expect(changes.map((c) => c.to)).toEqual(['open', 'half-open', 'closed'])
+    // A report without its permit is taken as current (what callers of the earlier API do).
+    breaker.failure()
+    breaker.failure()
+    expect(breaker.state).toBe('open')
+    breaker.success()
+    expect(breaker.state).toBe('closed')
+  })
+
   it('takes a probe older than probeMaxAgeMs for lost (its request ended first, on Workers: it never reports) and lets another through', () => {
     const clock = createManualClock(0)
     const breaker = createCircuitBreaker({ failureThreshold: 1, coolDownMs: 1_000, probeMaxAgeMs: 500, now: clock })

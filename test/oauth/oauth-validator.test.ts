@@ -16,7 +16,7 @@ import {
   createMemoryCacheStore,
   createOAuthValidator,
 } from 'mcp-dispatch'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { type ManualClock, createManualClock, createManualTimers, createRecordingSleep } from './helpers/clock.js'
 import { type FakeUpstream, startFakeUpstream } from './helpers/fake-upstream.js'
 
@@ -252,6 +252,31 @@ describe('userinfo mode (the default)', () => {
     fake.route('/oidc/me', { status: 429 })
     await unavailable(v.validate('probe-token'))
     expect(v.breakerState).toBe('open')
+  })
+
+  it('a call under way when the breaker opens does not close it by its late 200: uncached tokens still fail fast until the cool-down and probe (regression)', async () => {
+    let release!: () => void
+    const held = new Promise<void>((resolve) => (release = resolve))
+    fake.route('/oidc/me', async (req) => {
+      if (req.headers.authorization !== 'Bearer slow-token') return { status: 500 }
+      await held
+      return { status: 200, body: { sub: 'user_alice' } }
+    })
+    const v = validator({ retry: { attempts: 1 }, breaker: { failureThreshold: 2, coolDownMs: 1_000 } })
+    const slow = v.validate('slow-token')
+    await vi.waitFor(() => expect(fake.count('/oidc/me')).toBe(1))
+    for (let i = 0; i < 2; i++) await unavailable(v.validate(`token-${i}`))
+    expect(v.breakerState).toBe('open')
+    release()
+    expect(await slow).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    expect(v.breakerState).toBe('open')
+    await unavailable(v.validate('token-2'))
+    expect(fake.count('/oidc/me')).toBe(3)
+    // The cool-down over, a probe's answer closes it.
+    clock.advance(1_000)
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user_bob' } })
+    expect(await v.validate('token-3')).toMatchObject({ active: true })
+    expect(v.breakerState).toBe('closed')
   })
 
   it('a half-open probe cut short with its request (Workers: its fetch and timers end, it never reports) does not keep the breaker refusing for good', async () => {

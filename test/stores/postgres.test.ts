@@ -3,7 +3,17 @@
  * named and with unnamed statements), the migration, option validation, what reaches the
  * database per call, concurrency between instances, and failures.
  */
-import { type ApiTokenRecord, ConfigurationError, type TokenStore } from 'mcp-dispatch'
+import * as net from 'node:net'
+import {
+  type ApiTokenRecord,
+  ConfigurationError,
+  StoreUnavailableError,
+  type TokenStore,
+  createMemoryAppStore,
+  createMemoryInvalidationBus,
+  createTokenService,
+  hashApiToken,
+} from 'mcp-dispatch'
 import {
   DEFAULT_POSTGRES_TOKEN_TABLE,
   type PostgresQuery,
@@ -13,7 +23,7 @@ import {
   postgresTokenStoreMigration,
 } from 'mcp-dispatch/postgres'
 import pg from 'pg'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { POSTGRES_URL, postgresUnavailable, randomSchemaName, unreachablePostgresUrl, usePostgres } from '../helpers/postgres.js'
 import { describeTokenStoreConformance, makeTokenRecord } from './conformance.js'
 
@@ -297,7 +307,8 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       await store.insert(record)
       await store.findByHash(record.tokenHash)
       await store.touch(new Map([[record.id, 1]]))
-      expect(queries).toHaveLength(3)
+      expect(queries).toHaveLength(4) // insert reads the record again
+      expect(queries.map((q) => q.text.split(' ')[0])).toEqual(['INSERT', 'SELECT', 'SELECT', 'WITH'])
       for (const query of queries) expect(query.name).toBeUndefined()
     })
 
@@ -452,6 +463,100 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
         const i = forward.indexOf(record.id)
         const j = backward.indexOf(record.id)
         expect(record.lastUsedAt).toBe(Math.max(last + i, last + 999 - j))
+      }
+    })
+
+    it('a password reset that commits while an INSERT runs (not in its snapshot) is seen by the insert: the record comes back revoked (regression: it came back active)', async () => {
+      const base = await postgres.tokenStore()
+      const other = createPostgresTokenStore({ pool: postgres.openPool({ max: 1 }), schema: base.schema })
+      const record = makeTokenRecord({ userId: 'u_racing' })
+      // The reset commits after the INSERT's statement (and its RETURNING) ran, before the
+      // store answers: under READ COMMITTED, as a reset on another instance may.
+      const racing = createPostgresTokenStore({
+        schema: base.schema,
+        pool: {
+          async query(query) {
+            const result = await postgres.pool.query(query)
+            if (/_insert$/.test(query.name ?? '')) await other.revokeAllForUser('u_racing', record.createdAt + 1)
+            return result
+          },
+        },
+      })
+      expect(await racing.insert(record)).toMatchObject({ id: record.id, revokedAt: record.createdAt + 1 })
+      expect(await base.get(record.id)).toMatchObject({ revokedAt: record.createdAt + 1 })
+    })
+
+    it('a connection lost after a rotation or revocation committed (the reply never arrives): 503, the rotation is undone and the revocation reaches the other instance at once', async () => {
+      const base = await postgres.tokenStore()
+      // A TCP proxy to PostgreSQL that, once armed, lets the next statement through and drops
+      // the connection instead of its reply (a failover or a pooler restart after COMMIT).
+      const where = new URL(POSTGRES_URL)
+      let armed = false
+      const sockets = new Set<net.Socket>()
+      const proxy = net.createServer((client) => {
+        const server = net.connect(Number(where.port || 5432), where.hostname)
+        sockets.add(client).add(server)
+        let cut = false
+        const end = () => {
+          client.destroy()
+          server.destroy()
+        }
+        client.on('data', (chunk) => {
+          // The extended protocol's Execute ('E') of a named write statement.
+          if (armed && /_(rotate|revoke)\b/.test(chunk.toString('latin1'))) {
+            armed = false
+            cut = true
+          }
+          server.write(chunk)
+        })
+        server.on('data', (chunk) => (cut ? end() : client.write(chunk)))
+        for (const socket of [client, server]) socket.on('error', end).on('close', end)
+      })
+      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+      try {
+        const proxied = postgres.openPool({
+          connectionString: `postgres://${where.username}@127.0.0.1:${(proxy.address() as net.AddressInfo).port}${where.pathname}`,
+          max: 2,
+        })
+        const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
+        const invalidations = createMemoryInvalidationBus()
+        const onError = vi.fn()
+        const options = { apps, canUseServer: () => true, cacheTtlMs: 600_000, invalidations }
+        const a = createTokenService({ ...options, store: createPostgresTokenStore({ pool: proxied, schema: base.schema }), onError })
+        const b = createTokenService({ ...options, store: base })
+        try {
+          const made = () => a.create({ userId: 'u_cut', name: 'cut', servers: ['app_1'], expiresInDays: 7 })
+          const byToken = await made()
+          const byOwner = await made()
+          const revoked = await made()
+          for (const t of [byToken, byOwner, revoked]) expect((await b.authenticate(t.token)).ok).toBe(true) // cached on B
+
+          const cut = (call: Promise<unknown>) => {
+            armed = true
+            return expect(call).rejects.toBeInstanceOf(StoreUnavailableError)
+          }
+          await cut(a.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined }))
+          await cut(a.rotate(byOwner.id, { kind: 'session', userId: 'u_cut' }))
+          await cut(a.revoke('u_cut', revoked.id))
+
+          // The callers still hold the old secrets, and those work on both instances (a
+          // headless client that retries is not locked out); the rotation can be done again.
+          for (const t of [byToken, byOwner]) {
+            expect((await base.get(t.id))?.tokenHash).toBe(hashApiToken(t.token))
+            for (const service of [a, b]) expect((await service.authenticate(t.token)).ok).toBe(true)
+          }
+          const again = await a.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined })
+          expect((await b.authenticate(again.token)).ok).toBe(true)
+          expect((await b.authenticate(byToken.token)).ok).toBe(false)
+          // The revocation committed: B refuses the token now, not after cacheTtlMs.
+          expect(await b.authenticate(revoked.token)).toEqual({ ok: false, reason: 'revoked' })
+          expect(onError).not.toHaveBeenCalled()
+        } finally {
+          await Promise.all([a.close(), b.close()])
+        }
+      } finally {
+        for (const socket of sockets) socket.destroy()
+        await new Promise((resolve) => proxy.close(resolve))
       }
     })
 

@@ -195,8 +195,9 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
       await pool.query({ text: migration })
     },
     async insert(record) {
+      let inserted: ApiTokenRecord | undefined
       try {
-        return await one(statements.insert, [
+        inserted = await one(statements.insert, [
           record.id,
           record.userId,
           record.name,
@@ -212,6 +213,11 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
       } catch (error) {
         throw duplicateError(error, names, record.id)
       }
+      // RETURNING reads with the INSERT's snapshot (READ COMMITTED), which misses a password
+      // reset of the user that committed while the INSERT ran; a second statement sees it, so
+      // such a create is told its token is revoked rather than handed a dead secret.
+      if (inserted === undefined || inserted.revokedAt !== null) return inserted
+      return (await one(statements.get, [record.id])) ?? inserted
     },
     findByHash: (tokenHash) => one(statements.findByHash, [tokenHash]),
     get: (id) => one(statements.get, [id]),
