@@ -602,6 +602,8 @@ describe('rotate (spec 3, 4.3)', () => {
     const spent = await call('POST', `/${id}/rotate`, { bearer: generateApiToken() })
     expect(spent.status).toBe(429)
     expect(spent.headers.get('retry-after')).toMatch(/^[1-9][0-9]*$/)
+    expect(spent.headers.get('ratelimit-policy')).toBe('"unverified";q=600;w=60')
+    expect(spent.headers.get('ratelimit')).toBe(`"unverified";r=0;t=${spent.headers.get('retry-after')}`)
     expect(await json(spent)).toEqual({ error: 'rate_limited', message: 'Too many unverified access tokens from this client address' })
     // The MCP path from that address is spent too; another address is not.
     expect(await appStatus(generateApiToken())).toBe(429)

@@ -42,11 +42,15 @@ import { type WebRequestInfo, mcpDispatch, toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler } from './mcp-app.js'
 
-/** An upstream of a proxied version: an http(s) URL, as the proxy handler requires. */
+/**
+ * An upstream of a proxied version: an http(s) URL without user info, as the proxy handler
+ * requires (it refuses one with credentials on every request: 502).
+ */
 const upstreamUrl = z
   .string()
   .url()
   .refine((url) => URL.canParse(url) && /^https?:$/.test(new URL(url).protocol), 'must be an http(s) URL')
+  .refine((url) => !URL.canParse(url) || (!new URL(url).username && !new URL(url).password), 'must not carry credentials (user info)')
 const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: upstreamUrl }).strict()])
 // Strict objects: a misspelt key (`allowedIPs`, `rateLimit`) is an error, never a silently
 // missing allowlist or limit.
@@ -364,7 +368,10 @@ export function createPlatform(options: PlatformOptions): Platform {
       if (app === undefined) return devFieldError('app', 'is not the id or slug of a seeded App')
       if (typeof body.version !== 'string') return devFieldError('version', 'must be a string <major>.<minor>.<patch>')
       // The check `deploy` makes, made first so that its TypeError is never taken for another.
-      if (body.upstream !== undefined && !upstreamUrl.safeParse(body.upstream).success) return devFieldError('upstream', 'must be an http(s) URL')
+      if (body.upstream !== undefined) {
+        const target = upstreamUrl.safeParse(body.upstream)
+        if (!target.success) return devFieldError('upstream', target.error.issues[0]?.message ?? 'must be an http(s) URL')
+      }
       try {
         const live = platform.deploy(app.id, body.version, body.upstream as string | undefined)
         return Response.json({ app: app.slug, version: body.version, live })
@@ -485,7 +492,10 @@ function continueNow(outgoing: unknown): void {
  */
 function isLocalOrigin(origin: string, domain: string): boolean {
   if (!URL.canParse(origin)) return false
-  const { protocol, hostname } = new URL(origin)
+  const url = new URL(origin)
+  // An origin as browsers serialize it (RFC 6454): no path, user info, or non-ASCII name.
+  if (url.origin !== origin.toLowerCase()) return false
+  const { protocol, hostname } = url
   if (protocol === 'https:') return true
   if (protocol !== 'http:') return false
   return (

@@ -12,9 +12,10 @@ import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
+import type { Duplex } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { RequestError, getRequestListener } from '@hono/node-server'
-import { type OAuthValidationMode, applyDeploy, invalidHostReply, jsonRpcErrorReply, serviceUnavailableReply } from 'mcp-dispatch'
+import { type OAuthValidationMode, applyDeploy, invalidHostReply, jsonRpcErrorReply, methodNotAllowedReply, serviceUnavailableReply } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
@@ -111,6 +112,14 @@ const server = createServer(
   serve,
 )
 server.on('clientError', answerClientError)
+// `CONNECT` (a proxy's method) reaches no request handler in Node: without a listener Node
+// closes the socket with no answer. This server is no proxy: 405, with the methods it serves.
+server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+  const reply = methodNotAllowedReply('GET, POST, DELETE, OPTIONS')
+  const head = Object.entries({ ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body!)), connection: 'close' })
+  socket.on('error', () => {})
+  socket.end(`HTTP/1.1 ${reply.status} Method Not Allowed\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${reply.body}`)
+})
 // `Expect: 100-continue` (docs/adapters.md): the dispatch layer sends `100 Continue` once it let
 // the request through, so a refused upload is answered before its body is sent; the platform
 // sends it at once to the token API and the development endpoints (`api.` host), which read

@@ -91,6 +91,19 @@ export function rateLimitValue(result: RateLimitResult): string {
 }
 
 /**
+ * The `RateLimit` fields of a 429 for a client address that spent its budget of tokens that
+ * could not be verified (`unknownTokenBudget`, `clientBudget`): a policy named `"unverified"`,
+ * so a client can tell it from the App's own limit, whose body it shares.
+ */
+export function unverifiedBudgetHeaders(spent: { limit: number; retryAfter: number; windowType: string }): Record<string, string> {
+  const windowMs = Object.hasOwn(WINDOWS, spent.windowType) ? WINDOWS[spent.windowType as WindowType] : undefined
+  return {
+    'ratelimit-policy': `"unverified";q=${spent.limit}${windowMs === undefined ? '' : `;w=${windowMs / 1000}`}`,
+    ratelimit: `"unverified";r=0;t=${spent.retryAfter}`,
+  }
+}
+
+/**
  * The highest limit a policy may have: the largest integer a structured field carries
  * (RFC 9651 section 3.3.1, 15 digits), so `q=` and `r=` stay valid header values.
  */

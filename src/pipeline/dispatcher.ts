@@ -24,6 +24,7 @@ import {
   rateLimitHeaders,
   rateLimitPolicyValue,
   rateLimitValue,
+  unverifiedBudgetHeaders,
   windowStart,
 } from '../core/rate-limit.js'
 import {
@@ -529,6 +530,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         'content-type': 'application/json',
         'cache-control': 'public, max-age=3600',
         'access-control-allow-origin': '*',
+        // As on every answer of the dispatcher a page may read (DESIGN.md, Adapters): none of
+        // these is on this answer, but a client that reads its headers finds the same list.
+        'access-control-expose-headers': EXPOSE_HEADERS,
       },
       body: request.method === 'HEAD' ? null : JSON.stringify(doc),
     }
@@ -618,7 +622,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       pending = settle(tokens.authenticate(token, request.clientAddress), 'token')
     } catch (error) {
       // The client's lookups of tokens that are not stored are spent (`unknownTokenBudget`).
-      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error) }
+      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
       throw error
     }
     return pending instanceof Promise
@@ -667,7 +671,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
       }
-      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error) }
+      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
       throw new StoreFailure('oauth', error)
     }
     if (!result.active) return challenge(request, app, true)

@@ -19,6 +19,7 @@
 import { z } from 'zod'
 import { type BearerParseResult, parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
+import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, logError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
@@ -127,7 +128,7 @@ function errorResponse(error: DispatchError): Response {
     error.status === 401
       ? { 'www-authenticate': 'Bearer' }
       : error instanceof TooManyValidationsError
-        ? { 'retry-after': String(error.retryAfter) }
+        ? { 'retry-after': String(error.retryAfter), ...unverifiedBudgetHeaders(error) }
         : undefined,
   )
 }

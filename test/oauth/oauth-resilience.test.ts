@@ -126,6 +126,8 @@ describe('a flood of made-up bearer strings from one address (clientBudget)', ()
     expect(body).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Rate limit exceeded' } })
     expect(body.error.data).toEqual({ limit: 60, resetAt: expect.any(Number), retryAfter: expect.any(Number), windowType: 'minute' })
     expect(limited.headers.get('retry-after')).toBe(String(body.error.data.retryAfter))
+    expect(limited.headers.get('ratelimit-policy')).toBe('"unverified";q=60;w=60')
+    expect(limited.headers.get('ratelimit')).toBe(`"unverified";r=0;t=${body.error.data.retryAfter}`)
     expect(limited.headers.get('x-mcp-version')).toBeNull()
     // The breaker stayed closed; the known token and another address are served as before.
     expect((await post(token, '203.0.113.7')).status).toBe(200)

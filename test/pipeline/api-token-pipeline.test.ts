@@ -299,6 +299,9 @@ describe('made-up API tokens: 401 each, then 429 once the client address has spe
     for (let i = 0; i < 600; i++) await expectUnauthorized(await send(url, { token: generateApiToken() }), true)
     const spent = await send(url, { token: generateApiToken() })
     expect(spent.headers.get('retry-after')).toBe('30')
+    // The RateLimit fields name a policy of their own: the App's limit ("minute") is not spent.
+    expect(spent.headers.get('ratelimit-policy')).toBe('"unverified";q=600;w=60')
+    expect(spent.headers.get('ratelimit')).toBe('"unverified";r=0;t=30')
     await expectReply(spent, 429, bodies.rateLimited(600, resetAt, 30))
     // The same made-up token again is a 401 (held as unknown), not a 429 nor a lookup.
     const repeated = generateApiToken()

@@ -29,6 +29,8 @@ describe('GET /.well-known/oauth-protected-resource (spec 4.2)', () => {
     expect(response.headers.get('content-type')).toBe('application/json')
     expect(response.headers.get('cache-control')).toBe('public, max-age=3600')
     expect(response.headers.get('access-control-allow-origin')).toBe('*')
+    // DESIGN.md: the metadata endpoint carries the exposed headers' list too.
+    expect(response.headers.get('access-control-expose-headers')).toBe('WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow')
     expect(versionHeaders(response)).toEqual({ version: null, latest: null })
     expect(await json(response)).toEqual({
       resource: 'http://weather.localhost',

@@ -123,6 +123,32 @@ describe('npm start (README quick start)', () => {
     const old = await raw('POST /v1 HTTP/1.0\r\nContent-Length: 0\r\n\r\n')
     expect(old).toMatch(/^HTTP\/1\.1 404 /)
     expect(body(old).error.data).toEqual({ error: 'not_found' })
+    // CONNECT reaches no request handler in Node, which closed the socket with no answer.
+    const tunnel = await raw('CONNECT weather.localhost:443 HTTP/1.1\r\nHost: weather.localhost:443\r\n\r\n')
+    expect(tunnel).toMatch(/^HTTP\/1\.1 405 /)
+    expect(tunnel).toMatch(/^allow: GET, POST, DELETE, OPTIONS\r$/m)
+    expect(body(tunnel).error).toEqual({ code: -32000, message: 'Method not allowed', data: { error: 'method_not_allowed' } })
+  })
+
+  it('refuses an Origin that is not one as browsers send it (a path, user info, a name not in ASCII) under its default allowedOrigins', async () => {
+    const demo = /^ {4}demo \(.*\): (svc_\w{44})$/m.exec(output)![1]!
+    const tools = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+    const from = (origin: string) =>
+      rawRequest(port, {
+        host: 'weather.localhost',
+        path: '/v1',
+        headers: { origin, authorization: `Bearer ${demo}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: tools,
+      })
+    for (const origin of ['http://localhost:3000/path', 'http://evil.test:1@localhost', 'http://xn--tda.localhost/', 'http://\u00fc.localhost']) {
+      const answer = await from(origin)
+      expect(answer.status, origin).toBe(403)
+      expect(JSON.parse(answer.body).error.data, origin).toEqual({ error: 'origin_not_allowed' })
+      expect(answer.headers['access-control-allow-origin'], origin).toBeUndefined()
+    }
+    for (const origin of ['http://localhost:3000', 'http://LOCALHOST:3000', 'https://app.example', `http://weather.localhost:${port}`]) {
+      expect((await from(origin)).status, origin).toBe(200)
+    }
   })
 
   it('deploys through POST /dev/deploy: a connection opened before keeps its version, a new one gets the new one', async () => {
@@ -144,6 +170,13 @@ describe('npm start (README quick start)', () => {
     expect(fresh.headers['x-mcp-version']).toBe('1.1.0')
     const refused = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '1.1.0' })
     expect(refused.status).toBe(409)
+    // An upstream the proxy would refuse on every request (502) is refused before it goes live.
+    const credentials = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '1.2.0', upstream: 'http://user:pw@127.0.0.1:9/mcp' })
+    expect(credentials.status).toBe(400)
+    expect(JSON.parse(credentials.body)).toMatchObject({ field: 'upstream', message: 'upstream: must not carry credentials (user info)' })
+    expect(credentials.body).not.toContain('pw')
+    const still = await post('notes.localhost', '/v1', { jsonrpc: '2.0', id: 4, method: 'tools/list' }, { authorization: `Bearer ${notesToken}` })
+    expect([still.status, still.headers['x-mcp-version']]).toEqual([200, '1.1.0'])
   })
 
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {

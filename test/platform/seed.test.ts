@@ -48,6 +48,9 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed: { ...base, apps: [{ ...app, versions: [{ version: '1.0.0', upstream: 'ftp://files.example/mcp' }] }] } })).toThrow(
       /http\(s\) URL/,
     )
+    expect(() => createPlatform({ seed: { ...base, apps: [{ ...app, versions: [{ version: '1.0.0', upstream: 'http://u:p@127.0.0.1:9/mcp' }] }] } })).toThrow(
+      /must not carry credentials/,
+    )
     expect(() => createPlatform({ seed: { ...base, apps: [app, { ...app, slug: 'other' }] } })).toThrow(/apps\.1\.id: "app_w" is used twice/)
     expect(() => createPlatform({ seed: { ...base, apps: [app, { ...app, id: 'app_o' }] } })).toThrow(/apps\.1\.slug: "weather" is used twice/)
     const twice = [...base.subscriptions, { userId: 'u1', appId: 'app_w', active: false }]
@@ -58,7 +61,7 @@ describe('reference platform seed validation', () => {
   it('refuses a deploy whose upstream is not an http(s) URL before the version goes live', async () => {
     const platform = createPlatform({ seed: base })
     try {
-      for (const upstream of ['not a url', 'ftp://files.example/mcp']) {
+      for (const upstream of ['not a url', 'ftp://files.example/mcp', 'http://user:secret@127.0.0.1:9/mcp']) {
         expect(() => platform.deploy('app_w', '2.0.0', upstream)).toThrow(/upstream/)
       }
       // Not live: the versionless URL still serves 1.0.0.
