@@ -17,6 +17,8 @@ export default defineConfig({
     // The conformance runner's own install (npm ci --prefix test/conformance) ships test files;
     // Next.js's build output is no test.
     exclude: [...configDefaults.exclude, 'test/conformance/node_modules/**', 'test/runtimes/node_modules/**', 'test/nextjs/node_modules/**', 'test/node24/node_modules/**', 'test/nextjs/.next/**'],
+    // Builds dist/ when it is missing (a clean clone): the package suites check what is published.
+    globalSetup: ['test/global-setup.ts'],
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',

@@ -50,6 +50,7 @@ export type { BearerParseResult } from './core/authorization-header.js'
 export { compileTrustProxy, resolveClientAddress } from './core/client-address.js'
 export type { CompiledTrustProxy, TrustProxy } from './core/client-address.js'
 export { checkIpAllowlist, compileAllowlist, ipInRange, parseCidr, parseIp, validateAllowlist } from './core/ip.js'
+export { checkScope } from './core/scope.js'
 export type { CidrError, CompiledAllowlist, IpRange, IpWords } from './core/ip.js'
 export {
   DEFAULT_SCOPES_SUPPORTED,
@@ -175,6 +176,7 @@ export type {
   DispatchRequest,
   Dispatcher,
   DispatcherOptions,
+  DispatcherTimers,
   Identity,
 } from './pipeline/dispatcher.js'
 

@@ -164,7 +164,14 @@ const DAY_MS = 86_400_000
  * ```
  */
 export function createPlatform(options: PlatformOptions): Platform {
-  const seed = seedSchema.parse(options.seed)
+  const parsed = seedSchema.safeParse(options.seed)
+  if (!parsed.success) {
+    // Named by the field, as the checks below name theirs (`seed apps.1.slug: …`), not zod's dump.
+    const issue = parsed.error.issues[0]!
+    const path = issue.path.map(String).join('.')
+    throw new TypeError(`seed${path ? ` ${path}` : ''}: ${issue.message}${parsed.error.issues.length > 1 ? ` (and ${parsed.error.issues.length - 1} more)` : ''}`)
+  }
+  const seed = parsed.data
   const now = options.now ?? Date.now
   const domain = (options.domain ?? 'localhost').toLowerCase()
   const onError =

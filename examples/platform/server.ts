@@ -9,13 +9,24 @@
  * 127.0.0.1:AUTH_PORT (default PORT + 1), so MCP clients can sign in with no other setup.
  */
 import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { lookup } from 'node:dns/promises'
 import { readFileSync } from 'node:fs'
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import type { Duplex } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { RequestError, getRequestListener } from '@hono/node-server'
-import { type OAuthValidationMode, applyDeploy, invalidHostReply, jsonRpcErrorReply, methodNotAllowedReply, serviceUnavailableReply } from 'mcp-dispatch'
+import {
+  type OAuthValidationMode,
+  applyDeploy,
+  checkIpAllowlist,
+  compileAllowlist,
+  invalidHostReply,
+  jsonRpcErrorReply,
+  methodNotAllowedReply,
+  serviceUnavailableReply,
+} from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
 import { createPlatform } from './index.js'
@@ -99,7 +110,14 @@ function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
 // every other refusal. What Node's parser refuses before any handler (a malformed request line,
 // an unknown method, a head past 16 KiB, a head or request past its time) gets the same kind of
 // body from `answerClientError`.
+// The answers still being written on each connection: a CONNECT pipelined behind a request
+// waits for them, so its 405 is never read as that request's answer.
+const answering = new WeakMap<Duplex, Set<ServerResponse>>()
 const serve = (req: IncomingMessage, res: ServerResponse) => {
+  let open = answering.get(req.socket)
+  if (open === undefined) answering.set(req.socket, (open = new Set()))
+  open.add(res)
+  res.once('close', () => open.delete(res))
   if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
     const reply = invalidHostReply()
     res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
@@ -114,10 +132,12 @@ const server = createServer(
 server.on('clientError', answerClientError)
 // `CONNECT` (a proxy's method) reaches no request handler in Node: without a listener Node
 // closes the socket with no answer. This server is no proxy: 405, with the methods it serves.
-server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+server.on('connect', async (_req: IncomingMessage, socket: Duplex) => {
   const reply = methodNotAllowedReply('GET, POST, DELETE, OPTIONS')
   const head = Object.entries({ ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body!)), connection: 'close' })
   socket.on('error', () => {})
+  await Promise.all([...(answering.get(socket) ?? [])].map((res) => once(res, 'close')))
+  if (socket.destroyed) return
   socket.end(`HTTP/1.1 ${reply.status} Method Not Allowed\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${reply.body}`)
 })
 // `Expect: 100-continue` (docs/adapters.md): the dispatch layer sends `100 Continue` once it let
@@ -132,16 +152,37 @@ await new Promise<void>((resolve, reject) => {
 // The port listened on (PORT=0: the one the system chose).
 const listening = (server.address() as { port: number }).port
 
-const [name, token] = Object.entries(platform.tokens)[0] ?? []
-const app = seed.apps[0]
+/** The live versions of a seeded App: a later patch of a minor replaced the earlier one (the deploy rule). */
+const liveOf = (a: { versions?: Array<string | { version: string }> }): readonly string[] =>
+  (a.versions ?? []).map((v) => (typeof v === 'string' ? v : v.version)).reduce<readonly string[]>((set, version) => applyDeploy(set, version), [])
+
+/**
+ * The `curl` to print: the first seeded token that gets 200 from this machine, on the first
+ * App of its scope its owner subscribes to and that has a live release; `/v1` where that App
+ * has a 1.x release (the README's), else `/`. None when no token can (a seed of its own).
+ */
+function demoCall(): { name: string; token: string; slug: string; path: string } | undefined {
+  type SeedToken = { name: string; userId: string; servers: string[]; allowedIps?: string[] | null }
+  for (const t of (seed.tokens ?? []) as SeedToken[]) {
+    const token = platform.tokens[t.name]
+    if (token === undefined || (t.allowedIps && !checkIpAllowlist('127.0.0.1', compileAllowlist(t.allowedIps)))) continue
+    for (const appId of t.servers) {
+      const a = seed.apps.find((x: { id: string }) => x.id === appId)
+      const subscribed = (seed.subscriptions ?? []).some((s: { userId: string; appId: string; active: boolean }) => s.userId === t.userId && s.appId === appId && s.active)
+      const releases = a ? liveOf(a).filter((v) => !v.includes('-')) : []
+      if (!subscribed || releases.length === 0) continue
+      return { name: t.name, token, slug: a.slug, path: releases.some((v) => v.startsWith('1.')) ? '/v1' : '/' }
+    }
+  }
+  return undefined
+}
+const demo = demoCall()
 const owners = new Map<string, { userId: string; servers: string[] }>(
   (seed.tokens ?? []).map((t: { name: string; userId: string; servers: string[] }) => [t.name, t]),
 )
 console.log(`mcp-dispatch reference platform on http://127.0.0.1:${listening} (seed: ${seedPath})`)
 for (const a of seed.apps) {
-  // The live versions: a later patch of a minor replaced the earlier one (the deploy rule).
-  const seeded: string[] = (a.versions ?? []).map((v: string | { version: string }) => (typeof v === 'string' ? v : v.version))
-  const live = seeded.reduce<readonly string[]>((set, version) => applyDeploy(set, version), [])
+  const live = liveOf(a)
   console.log(`  App ${a.slug}: http://${a.slug}.localhost:${listening}/  (live versions ${live.join(', ') || 'none'})`)
 }
 console.log(`  Token API: http://api.localhost:${listening}/api/tokens  (dev: POST /dev/session, /dev/deploy, /dev/password-reset)`)
@@ -157,11 +198,24 @@ for (const [tokenName, secret] of Object.entries(platform.tokens)) {
   const owner = owners.get(tokenName)
   console.log(`    ${tokenName} (${owner?.userId ?? '?'}; ${owner?.servers.join(', ') ?? '?'}): ${secret}`)
 }
-if (token && app) {
-  console.log(`\nTry it (token "${name}"):\n`)
+if (demo) {
+  console.log(`\nTry it (token "${demo.name}"):\n`)
   console.log(
-    `curl -s http://${app.slug}.localhost:${listening}/v1 -H 'Authorization: Bearer ${token}' -H 'Content-Type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' -D -`,
+    `curl -s http://${demo.slug}.localhost:${listening}${demo.path} -H 'Authorization: Bearer ${demo.token}' -H 'Content-Type: application/json' -d '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' -D -`,
   )
+}
+
+// curl and browsers resolve `*.localhost` themselves; Node's resolver (MCP clients on Node)
+// does so only where the system's does. Said once at start, where it cannot.
+if (seed.apps.length > 0) {
+  const names = seed.apps.map((a: { slug: string }) => `${a.slug}.localhost`)
+  lookup(names[0]).catch(() => {
+    console.log(
+      `\nNote: this machine does not resolve ${names[0]} (Node's resolver: MCP clients on Node get ENOTFOUND).` +
+        `\n  Add to /etc/hosts: 127.0.0.1 ${[...names, 'api.localhost'].join(' ')}` +
+        `\n  or preload the resolver of the repository in the client: NODE_OPTIONS="--import ${fileURLToPath(new URL('../../test/helpers/resolve-localhost.mjs', import.meta.url))}"`,
+    )
+  })
 }
 
 const stop = () => {

@@ -61,9 +61,10 @@ export interface CircuitBreaker {
   /** Asks to make one call. */
   acquire(): BreakerPermit
   /**
-   * The call got an answer that shows the server is healthy. With its `permit`, the report is
-   * ignored if the breaker changed state since the permit was given (a call that was under way
-   * when it opened, or closed); without one, it is taken as current.
+   * The call got an answer that shows the server is healthy. With its `permit` (the object
+   * `acquire()` returned, not a copy), the report is ignored if the breaker changed state since
+   * the permit was given (a call that was under way when it opened, or closed); without one,
+   * it is taken as current.
    */
   success(permit?: BreakerPermit): void
   /**
@@ -121,8 +122,14 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
     issued.set(given, generation)
     return given
   }
-  /** A report of a call given its permit before the last state change. */
-  const stale = (given: BreakerPermit | undefined) => given !== undefined && issued.get(given) !== generation
+  /**
+   * A report of a call given its permit before the last state change. A permit this breaker
+   * did not give (a copy) counts as no permit: taken as current, never silently ignored.
+   */
+  const stale = (given: BreakerPermit | undefined) => {
+    const at = given === undefined ? undefined : issued.get(given)
+    return at !== undefined && at !== generation
+  }
 
   function move(to: BreakerState): void {
     if (to === state) return

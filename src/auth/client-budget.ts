@@ -15,7 +15,7 @@
  */
 import { LRUCache } from 'lru-cache'
 import { type IpWords, parseIp } from '../core/ip.js'
-import { WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
+import { MAX_RATE_LIMIT, WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
 import { ConfigurationError, TooManyValidationsError } from '../errors.js'
 
 /** Options of the client budget. */
@@ -75,7 +75,10 @@ export function createClientBudget(
     throw new ConfigurationError(name, 'must be an object or false')
   }
   const limit = options?.limit ?? defaultLimit
-  if (!Number.isInteger(limit) || limit < 1) throw new ConfigurationError(`${name}.limit`, 'must be a positive integer')
+  // At most what a structured-field integer carries: the limit goes into the 429's RateLimit fields.
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_RATE_LIMIT) {
+    throw new ConfigurationError(`${name}.limit`, `must be an integer from 1 to ${MAX_RATE_LIMIT}`)
+  }
   const windowType = options?.windowType ?? 'minute'
   if (!Object.hasOwn(WINDOWS, windowType)) {
     throw new ConfigurationError(`${name}.windowType`, `must be one of ${Object.keys(WINDOWS).join(', ')}`)

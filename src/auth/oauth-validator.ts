@@ -270,7 +270,15 @@ interface UpstreamResponse {
   readonly body: string
   /** `Content-Type`, lower case, without parameters (`''` when absent). */
   readonly contentType: string
+  /** `WWW-Authenticate`, where the answer has one (`null` otherwise). */
+  readonly challenge: string | null
 }
+
+/**
+ * An RFC 6750 section 3.1 error about the token in a `WWW-Authenticate` challenge:
+ * `Bearer error="invalid_request"`, `"invalid_token"` or `"insufficient_scope"`.
+ */
+const BEARER_TOKEN_ERROR = /^\s*Bearer\b[^]*\berror\s*=\s*"?(?:invalid_request|invalid_token|insufficient_scope)\b/i
 
 /**
  * Most bytes read of one answer: userinfo and introspection answers are a few hundred bytes,
@@ -604,7 +612,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         throw new UpstreamFailure(message, false, undefined, undefined, aboutToken)
       }
       const contentType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase()
-      response = { status: res.status, body, contentType }
+      response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
       const message = controller.signal.aborted ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
@@ -681,9 +689,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return call('userinfo', endpoint, { method: 'GET', headers }, deadline, (res): Outcome => {
       if (res.status === 401) return { active: false, reason: REJECTED_UPSTREAM }
       // An answer about this token (RFC 6750 section 3.1: 400 invalid_request, 403
-      // insufficient_scope, for a token granted without `openid`): refused, and remembered
-      // as a refusal; the server is healthy.
-      if (res.status === 400 || res.status === 403) return { active: false, reason: `${REJECTED_UPSTREAM} (HTTP ${res.status})` }
+      // insufficient_scope, for a token granted without `openid`), which says so in its Bearer
+      // challenge: refused, and remembered as a refusal; the server is healthy. A 400 or 403
+      // without one (a gateway's, a firewall's) is not about the token: an upstream failure.
+      if ((res.status === 400 || res.status === 403) && res.challenge !== null && BEARER_TOKEN_ERROR.test(res.challenge)) {
+        return { active: false, reason: `${REJECTED_UPSTREAM} (HTTP ${res.status})` }
+      }
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
       // OIDC Core section 5.3.2: the claims as JSON, or as a signed JWT (`application/jwt`) when
       // the client registered `userinfo_signed_response_alg`. The answer comes straight from the

@@ -9,6 +9,7 @@
 import type { AccessTokenValidator } from '../auth/access-token-validator.js'
 import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
+import { checkScope } from '../core/scope.js'
 import { checkIpAllowlist } from '../core/ip.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
@@ -167,6 +168,12 @@ export type Decision =
       readonly synchronousPins: boolean
     }
 
+/** The interval timer of the dispatcher's session keep-alive (`DispatcherOptions.timers`). */
+export interface DispatcherTimers {
+  setInterval(callback: () => void, ms: number): unknown
+  clearInterval(handle: unknown): void
+}
+
 /** Options of {@link createDispatcher}. */
 export interface DispatcherOptions {
   /** Apps and live versions. */
@@ -228,6 +235,12 @@ export interface DispatcherOptions {
   cors?: boolean
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
+  /**
+   * The interval timer that keeps the pins of sessions with a response open (it restarts their
+   * idle TTL every third of `sessionTtlMs`). Default the global `setInterval` / `clearInterval`;
+   * inject one to drive it from a test, as `now` drives the clock.
+   */
+  timers?: DispatcherTimers
   /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
   /**
@@ -404,6 +417,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
   const now = options.now ?? Date.now
+  if (options.timers !== undefined) {
+    const given = options.timers as Partial<DispatcherTimers> | null
+    if (typeof given !== 'object' || given === null || typeof given.setInterval !== 'function' || typeof given.clearInterval !== 'function') {
+      throw new ConfigurationError('timers', 'must have setInterval and clearInterval functions')
+    }
+  }
+  const timers: DispatcherTimers = options.timers ?? { setInterval: (callback, ms) => setInterval(callback, ms), clearInterval: (handle) => clearInterval(handle as ReturnType<typeof setInterval>) }
   const onError = options.onError ?? logError
   const sessions = options.sessions ?? createMemorySessionStore({ now })
   const synchronousPins = sessions.synchronous === true
@@ -649,7 +669,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!auth.ok) return challenge(request, app, true)
     const record = auth.record
     if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return IP_NOT_ALLOWED
-    if (!record.servers.includes(app.id)) return FORBIDDEN
+    if (!checkScope(record.servers, app.id)) return FORBIDDEN
     let outcome = identities.get(record)
     if (outcome === undefined) {
       outcome = new Accepted(Object.freeze({ subject: record.userId, method: 'api_token', tokenId: record.id }))
@@ -921,7 +941,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 3), 1), MAX_TIMER_MS)
   // A response that ends within this of the last restart (every short POST) costs no store call.
   const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
-  let keeper: ReturnType<typeof setInterval> | undefined
+  let keeper: unknown
   let failedInTick = false
   // Where a timer ends with the request that set it (Workers), one for all would stop with the
   // first response that ends (often a short POST's event stream): each open response keeps its
@@ -930,7 +950,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function keepTick(): void {
     if (open.size === 0) {
-      clearInterval(keeper)
+      timers.clearInterval(keeper)
       keeper = undefined
       return
     }
@@ -991,10 +1011,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now(), pending: false, pendingSince: 0 }))
     kept.count++
     const held = kept
-    let own: ReturnType<typeof setInterval> | undefined
-    if (keepPerResponse) own = setInterval(() => restartTtl(sessionId, held, failedAtTick), keepEveryMs)
+    let own: unknown
+    if (keepPerResponse) own = timers.setInterval(() => restartTtl(sessionId, held, failedAtTick), keepEveryMs)
     else if (keeper === undefined) {
-      keeper = setInterval(keepTick, keepEveryMs)
+      keeper = timers.setInterval(keepTick, keepEveryMs)
       // Never what keeps a process alive: the open responses' sockets are.
       ;(keeper as { unref?: () => void }).unref?.()
     }
@@ -1002,7 +1022,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     whenClosed(() => {
       if (ended) return
       ended = true
-      if (own !== undefined) clearInterval(own)
+      if (own !== undefined) timers.clearInterval(own)
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
       if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held, failedAtEnd)

@@ -101,6 +101,33 @@ async function refusal<E extends Error>(promise: Promise<unknown>, type: new (..
   return error as E
 }
 
+/**
+ * Store writes whose answer can be lost once they have landed, as when a connection drops
+ * between COMMIT and its reply: `cutNext()` loses the next write's answer (the writes after it,
+ * on a new connection, answer); `beforeNext(f)` runs `f` before the next write reaches the store.
+ */
+function losingAnswers() {
+  let cut = false
+  let before: (() => Promise<unknown>) | undefined
+  const lost = <A extends unknown[], R>(write: (...args: A) => R) =>
+    (async (...args: A) => {
+      const first = before
+      before = undefined
+      await first?.()
+      const answer = await write(...args)
+      if (cut) {
+        cut = false
+        throw new Error('Connection terminated unexpectedly')
+      }
+      return answer
+    }) as unknown as (...args: A) => R
+  return {
+    lost,
+    cutNext: () => void (cut = true),
+    beforeNext: (f: () => Promise<unknown>) => void (before = f),
+  }
+}
+
 async function fieldOf(promise: Promise<unknown>): Promise<string> {
   const error = await refusal(promise, InvalidInputError)
   expect(error.status).toBe(400)
@@ -1364,6 +1391,9 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     const { service } = setup({ unknownTokenBudget: false })
     for (let i = 0; i < 100; i++) expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
     expect(() => setup({ unknownTokenBudget: { limit: 0 } })).toThrow(/unknownTokenBudget\.limit/)
+    // Past what a structured-field integer carries, the 429's RateLimit fields would be invalid.
+    expect(() => setup({ unknownTokenBudget: { limit: 1e15 } })).toThrow('option "unknownTokenBudget.limit" must be an integer from 1 to 999999999999999')
+    expect(() => setup({ unknownTokenBudget: { limit: 999_999_999_999_999 } })).not.toThrow()
     expect(() => setup({ unknownTokenBudget: { windowType: 'week' as never } })).toThrow(/unknownTokenBudget\.windowType/)
     expect(() => setup({ unknownTokenBudget: 5 as never })).toThrow(ConfigurationError)
   })
@@ -1430,20 +1460,9 @@ describe('a store that stops answering', () => {
   })
 
   it('a write whose store fails after it may have landed (a connection lost after the commit) is put right as a late one: the rotation undone, the revocation and the edit invalidated everywhere, the created token revoked', async () => {
-    // One store, two instances on one bus, both caching. Once `cut` is set, the next write
-    // lands and then its answer is lost, as when the connection drops between COMMIT and the
-    // reply; the writes after it (on a new connection) answer.
+    // One store, two instances on one bus, both caching.
     const inner = createMemoryTokenStore()
-    let cut = false
-    const lost = <A extends unknown[], R>(write: (...args: A) => R) =>
-      (async (...args: A) => {
-        const answer = await write(...args)
-        if (cut) {
-          cut = false
-          throw new Error('Connection terminated unexpectedly')
-        }
-        return answer
-      }) as unknown as (...args: A) => R
+    const { lost, cutNext } = losingAnswers()
     const store: TokenStore = {
       ...inner,
       insert: lost(inner.insert),
@@ -1464,7 +1483,7 @@ describe('a store that stops answering', () => {
     for (const made of [byToken, byOwner, revoked, edited, reset]) expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
 
     const cutting = (call: () => Promise<unknown>) => {
-      cut = true
+      cutNext()
       return refusal(call(), StoreUnavailableError)
     }
     await cutting(() => a.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined }))
@@ -1520,6 +1539,76 @@ describe('a store that stops answering', () => {
     expect(onError.mock.calls[0]![0].message).toBe(`token ${made.id}: a rotation whose caller was told 503 (it may have landed) could not be undone`)
     expect(JSON.stringify(onError.mock.calls, (_k, v: unknown) => (v instanceof Error ? `${v.message} ${String(v.cause)}` : v))).not.toContain(made.token)
     expect((await service.authenticate(made.token)).ok).toBe(true)
+  })
+
+  it('a lost revocation or edit reaches the cache of a secret rotated in to it since it was read, on another instance', async () => {
+    const inner = createMemoryTokenStore()
+    const { lost, cutNext, beforeNext } = losingAnswers()
+    const store: TokenStore = { ...inner, revoke: lost(inner.revoke), update: lost(inner.update) }
+    const bus = createMemoryInvalidationBus()
+    const a = setup({ store, cacheTtlMs: 600_000, invalidations: bus }).service
+    const b = setup({ store, cacheTtlMs: 600_000, invalidations: bus }).service
+    for (const change of ['revoke', 'edit'] as const) {
+      const made = await createToken(a)
+      let rotated: Awaited<ReturnType<TokenService['rotate']>> | undefined
+      // Another instance rotates between this one's read and its write.
+      beforeNext(async () => {
+        rotated = await b.rotate(made.id, { kind: 'session', userId: 'alice' })
+        expect((await b.authenticate(rotated.token)).ok).toBe(true) // cached on B
+      })
+      cutNext()
+      const call = change === 'revoke' ? a.revoke('alice', made.id) : a.update('alice', made.id, { allowedIps: ['192.0.2.0/24'] })
+      await refusal(call, StoreUnavailableError)
+      const now = await b.authenticate(rotated!.token)
+      if (change === 'revoke') expect(now, change).toEqual({ ok: false, reason: 'revoked' })
+      else expect(now, change).toMatchObject({ ok: true, record: { allowedIps: ['192.0.2.0/24'] } })
+    }
+  })
+
+  it('putting right a write that failed is waited for only within the call\'s deadline, and what a reconciler or a bus throws is reported, never unhandled', async () => {
+    const inner = createMemoryTokenStore()
+    const onError = vi.fn()
+    const clockOf: { current?: { advance(ms: number): void } } = {}
+    const hung = new Promise<never>(() => {})
+    let failures = 0
+    const store: TokenStore = {
+      ...inner,
+      // The write fails as the deadline ends; what would put it right never answers.
+      rotate: (...args: Parameters<TokenStore['rotate']>) => {
+        if (failures === 0) return inner.rotate(...args)
+        failures--
+        clockOf.current!.advance(60_000)
+        return Promise.reject(new Error('Connection terminated unexpectedly'))
+      },
+      insert: (record) => (failures > 0 ? (failures--, Promise.reject(new Error('Connection terminated unexpectedly'))) : inner.insert(record)),
+      revoke: () => hung,
+    }
+    const throwingBus = { ...createMemoryInvalidationBus(), publish: () => { throw new Error('bus closed') } }
+    const { service, clock } = setup({ store, storeTimeoutMs: 60_000, cacheTtlMs: 600_000, invalidations: throwingBus, onError })
+    clockOf.current = clock
+    const made = await createToken(service)
+    failures = 1
+    const answered = await Promise.race([
+      refusal(service.rotate(made.id, { kind: 'session', userId: 'alice' }), StoreUnavailableError).then(() => 'at the deadline'),
+      new Promise((resolve) => setTimeout(() => resolve('held past it'), 1_000)),
+    ])
+    expect(answered).toBe('at the deadline')
+    // The bus that throws was reported (the undo's invalidations), not left unhandled.
+    await vi.waitFor(() => expect(onError).toHaveBeenCalledWith(expect.objectContaining({ message: 'bus closed' }), 'invalidation publish'))
+  })
+
+  it('a create whose store failed and whose revocation cannot be made is reported naming the token to revoke', async () => {
+    const inner = createMemoryTokenStore()
+    const onError = vi.fn()
+    const store: TokenStore = {
+      ...inner,
+      insert: () => Promise.reject(new Error('Connection terminated unexpectedly')),
+      revoke: () => new Promise<never>(() => {}),
+    }
+    const { service } = setup({ store, storeTimeoutMs: 50, onError })
+    await refusal(createToken(service, { name: 'lost' }), StoreUnavailableError)
+    await vi.waitFor(() => expect(onError).toHaveBeenCalledTimes(1))
+    expect(onError.mock.calls[0]![0].message).toMatch(/^token [0-9a-f-]{36} may have been created though its caller got 503, and could not be revoked: revoke it$/)
   })
 
   it('a rotation by Bearer token is bounded too (no dispatcher deadline on the token API path)', async () => {

@@ -572,6 +572,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
+   * After a write whose outcome is unknown: the token's secret now, if a rotation since the
+   * record was read (`readHash`) replaced it, is invalidated too, as the write's own answer
+   * would have named it.
+   */
+  async function invalidateCurrent(id: string, readHash: string): Promise<void> {
+    const current = await storeCall(() => store.get(id))
+    if (current !== undefined && current.tokenHash !== readHash) await invalidate(current.tokenHash)
+  }
+
+  /**
    * A store call under `storeTimeoutMs`. A write whose caller is told 503 may still have
    * landed, and `reconcile` puts that right (invalidates, or undoes, what it changed, as it
    * would have been in time):
@@ -586,6 +596,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   async function storeCall<T>(fn: () => MaybePromise<T>, reconcile?: Reconcile<T>): Promise<T> {
     let answer: MaybePromise<T> | undefined
     let settled = false
+    const started = monotonic()
     try {
       answer = fn()
       if (!(answer instanceof Promise)) return answer
@@ -597,14 +608,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     } catch (error) {
       if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
       if (reconcile && answer instanceof Promise) {
+        // Run as promise reactions, so nothing a reconciler throws escapes unreported.
         const report = (e: unknown) => onError(e, 'token store write whose caller was told 503')
         if (!settled) {
           answer.then(
-            (value) => void Promise.resolve(reconcile.landed(value)).catch(report),
-            () => void Promise.resolve(reconcile.unknown()).catch(report),
+            (value) => void Promise.resolve(value).then(reconcile.landed).catch(report),
+            () => void Promise.resolve().then(reconcile.unknown).catch(report),
           )
         } else {
-          await withTimeout(Promise.resolve().then(reconcile.unknown), storeTimeoutMs, 'token store').catch(report)
+          // Waited for within what is left of the call's own deadline (it goes on, and reports,
+          // past it), so the 503 never comes later than `storeTimeoutMs` after the call began.
+          const running = Promise.resolve().then(reconcile.unknown).catch(report)
+          const left = storeTimeoutMs - (monotonic() - started)
+          if (left > 0) await withTimeout(running, left, 'token store').catch(() => {})
         }
       }
       if (error instanceof StoreUnavailableError) throw error
@@ -672,9 +688,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     cache?.delete(tokenHash)
     refusedHashes.delete(tokenHash)
     charged.delete(tokenHash)
-    return Promise.resolve(invalidations.publish({ kind: 'token', tokenHash })).catch((error) =>
-      onError(error, 'invalidation publish'),
-    )
+    // A bus that throws instead of rejecting is reported the same way: never thrown to a caller
+    // whose write is done, nor left unhandled behind a 503.
+    return Promise.resolve()
+      .then(() => invalidations.publish({ kind: 'token', tokenHash }))
+      .catch((error: unknown) => onError(error, 'invalidation publish'))
   }
 
   async function newSecret(): Promise<{ token: string; tokenHash: string; displayPrefix: string }> {
@@ -988,7 +1006,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       const updated = await storeCall(() => store.update(id, patch), {
         landed: (late) => late && reconcileEdit(late.tokenHash),
-        unknown: () => reconcileEdit(record.tokenHash),
+        unknown: () => Promise.all([reconcileEdit(record.tokenHash), invalidateCurrent(id, record.tokenHash)]),
       })
       if (!updated) throw new TokenInactiveError('revoked')
       if (expiryPassed()) {
@@ -1082,7 +1100,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (statusOf(record, at) === 'expired') return view(record)
       const revoked = await storeCall(() => store.revoke(id, at), {
         landed: (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
-        unknown: () => invalidate(record.tokenHash),
+        unknown: () => Promise.all([invalidate(record.tokenHash), invalidateCurrent(id, record.tokenHash)]),
       })
       if (!revoked) throw new NotFoundError('Token not found')
       // The revoked record's hash, not the one read before: a rotation may have landed between.

@@ -23,6 +23,7 @@ import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { createDemo } from '../../examples/shared/demo.js'
 import { close, listen } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
+import { localhostFetch } from '../helpers/platform.js'
 
 interface Samples {
   webSessions(build: () => McpServer): (request: Request) => Promise<Response>
@@ -183,6 +184,44 @@ describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () 
       })
       expect(empty.split('\r\n')[0]).toBe('HTTP/1.1 404 Not Found')
       expect(JSON.parse(empty.slice(empty.indexOf('\r\n\r\n') + 4))).toEqual(notFound)
+    } finally {
+      await close(server)
+    }
+  })
+})
+
+describe("README's integration sample, as printed", () => {
+  it('runs: an MCP SDK client with an API token reaches each version through it, and a version not live is 404', async () => {
+    const readme = readFileSync(new URL('README.md', root), 'utf8')
+    const section = readme.slice(readme.indexOf('## Integration in 20 lines'))
+    const block = /```ts\n([\s\S]*?)```/.exec(section)![1]!
+    const dir = fileURLToPath(new URL('test/.generated/', root))
+    mkdirSync(dir, { recursive: true })
+    // The block as a module, plus what a reader's server adds: a token to call it with.
+    const file = `${dir}readme-integration.ts`
+    writeFileSync(file, `${block}\nexport { tokens }\n`)
+    const sample = (await import(/* @vite-ignore */ file)) as { fetch: (request: Request) => Promise<Response>; tokens: import('mcp-dispatch').TokenService }
+    const made = await sample.tokens.create({ userId: 'u1', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
+    const server = http.createServer(getRequestListener((request) => sample.fetch(request)))
+    const port = await listen(server)
+    try {
+      const seen: Record<string, string> = {}
+      for (const path of ['/', '/v1.0', '/v1.0.0']) {
+        // `weather.localhost` on loopback, as the README's quick start reaches it from Node.
+        const transport = new StreamableHTTPClientTransport(new URL(`http://weather.localhost:${port}${path}`), {
+          requestInit: { headers: { authorization: `Bearer ${made.token}` } },
+          fetch: localhostFetch,
+        })
+        const client = new Client({ name: 'readme', version: '1.0.0' })
+        await client.connect(transport)
+        const result = await client.callTool({ name: 'get_version', arguments: {} })
+        seen[path] = (result.content as Array<{ text: string }>)[0]!.text
+        await client.close()
+      }
+      expect(seen).toEqual({ '/': '1.1.0', '/v1.0': '1.0.0', '/v1.0.0': '1.0.0' })
+      const gone = await sample.fetch(new Request('http://weather.localhost/v1.0.1', { method: 'POST', headers: { authorization: `Bearer ${made.token}` }, body: '{}' }))
+      expect(gone.status).toBe(404)
+      expect((await gone.json()).error.data).toMatchObject({ error: 'version_not_found' })
     } finally {
       await close(server)
     }

@@ -42,6 +42,32 @@ describe('fastify adapter specifics', () => {
 
   const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
+  it('registers as Fastify plugins usually are, app.register(mcpDispatch, options): the same hooks for the routes beside it; a bad option fails register, not the process', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    await app.register(mcpDispatch, { dispatcher: fixture.dispatcher })
+    app.all('/*', async () => ({ served: true }))
+    try {
+      const refused = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST }, payload: tools })
+      expect(refused.statusCode).toBe(401)
+      expect(refused.json().error.data).toMatchObject({ error: 'unauthorized' })
+      const served = await app.inject({
+        method: 'POST',
+        url: '/v1',
+        headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+        payload: tools,
+      })
+      expect([served.statusCode, served.json(), served.headers['x-mcp-version']]).toEqual([200, { served: true }, '1.0.0'])
+    } finally {
+      await app.close()
+    }
+    for (const options of [{}, { dispatcher: fixture.dispatcher, trustProxy: -1 }]) {
+      const bad = Fastify()
+      await expect(bad.register(mcpDispatch, options as never)).rejects.toBeInstanceOf(ConfigurationError)
+      await bad.close().catch(() => {})
+    }
+  })
+
   it('refuses misconfiguration when the plugin is created', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(ConfigurationError)

@@ -142,8 +142,8 @@ export function expressProbe(probe: ProbeState): ExpressMcpHandler {
 /** The Express adapter around the probe, on the Express module given (5 or 4). */
 function expressTarget(express: ExpressModule): StartAdapter {
   return async ({ fixture, probe, trustProxy }) => {
+    // Express's defaults, X-Powered-By included: the rejections must still be the Web adapter's bytes.
     const app = express()
-    app.disable('x-powered-by')
     app.use(
       expressDispatch({
         dispatcher: fixture.dispatcher,

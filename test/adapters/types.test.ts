@@ -5,7 +5,7 @@
  */
 import type { Request as ExpressRequest, RequestHandler } from 'express'
 import type { Http2Server, Http2ServerRequest, Http2ServerResponse } from 'node:http2'
-import type { FastifyPluginAsync, FastifyReply, FastifyRequest, RouteGenericInterface } from 'fastify'
+import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteGenericInterface } from 'fastify'
 import type { DispatchContext, Identity } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
@@ -79,7 +79,16 @@ describe('every adapter exports the same names', () => {
   it('mcpDispatch, routeByVersion, getDispatchContext', () => {
     expectTypeOf(webAdapter.mcpDispatch).toBeFunction()
     expectTypeOf(expressAdapter.mcpDispatch).returns.toEqualTypeOf<RequestHandler>()
-    expectTypeOf(fastifyAdapter.mcpDispatch).returns.toEqualTypeOf<FastifyPluginAsync>()
+    // Fastify's: a factory of the plugin, and the plugin itself (`app.register(mcpDispatch, options)`).
+    const factory: (options: fastifyAdapter.FastifyDispatchOptions) => FastifyPluginAsync = fastifyAdapter.mcpDispatch
+    expectTypeOf(factory).toBeFunction()
+    // Checked by the compiler only (never called).
+    const registered = (app: FastifyInstance, dispatcher: webAdapter.WebDispatchOptions['dispatcher']) => {
+      void app.register(fastifyAdapter.mcpDispatch, { dispatcher, trustProxy: 1 })
+      // @ts-expect-error the dispatcher is required
+      void app.register(fastifyAdapter.mcpDispatch, { trustProxy: 1 })
+    }
+    expectTypeOf(registered).toBeFunction()
     expectTypeOf(webAdapter.routeByVersion).toBeFunction()
     expectTypeOf(expressAdapter.routeByVersion).returns.toEqualTypeOf<RequestHandler>()
     expectTypeOf(fastifyAdapter.routeByVersion).toBeFunction()

@@ -12,7 +12,7 @@ import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { underCI } from './ci.js'
+import { underProjectCI } from './ci.js'
 
 const PREFIX = fileURLToPath(new URL('../conformance/', import.meta.url))
 /** The runner imports `fs.globSync`, which Node 20 lacks: it runs on the `node@22` package's binary. */
@@ -32,13 +32,13 @@ export function conformanceInstalled(): boolean {
 
 /**
  * Whether a conformance suite can run: `true` when the runners are installed. Otherwise it
- * throws under `CI=true` (the suite must fail there, not skip), or warns, naming `suite`, and
+ * throws under `.ci/run` (`MCP_DISPATCH_CI=1`) (the suite must fail there, not skip), or warns, naming `suite`, and
  * returns `false` (the suite is skipped on a machine without them).
  */
 export function conformanceAvailable(suite: string): boolean {
   if (conformanceInstalled()) return true
   const missing = `the MCP conformance runners are not installed: run \`${INSTALL_COMMAND}\``
-  if (underCI()) throw new Error(`${missing} (under CI, so this suite fails instead of skipping)`)
+  if (underProjectCI()) throw new Error(`${missing} (under .ci/run, MCP_DISPATCH_CI, so this suite fails instead of skipping)`)
   console.warn(`[${suite}] ${missing}; suite skipped`)
   return false
 }

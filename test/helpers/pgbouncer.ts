@@ -5,7 +5,7 @@
  * auth file in a temporary directory (trust auth, the URL's database and user), as the
  * `postgres` user when the tests run as root (PgBouncer refuses root), and stopped after the
  * file, so the process exits on its own. Without `pgbouncer` on the `PATH` (or in
- * `/usr/sbin`): under `CI` the importing test file fails (`.ci/run` installs it); elsewhere
+ * `/usr/sbin`): under `.ci/run` (`MCP_DISPATCH_CI=1`) the importing test file fails (`.ci/run` installs it); elsewhere
  * {@link startPgBouncer} answers `undefined`, the suites skip, and the reason is printed.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
@@ -14,7 +14,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import { afterAll } from 'vitest'
-import { underCI } from './ci.js'
+import { underProjectCI } from './ci.js'
 import { POSTGRES_URL } from './postgres.js'
 
 /** The `pgbouncer` binary: on the `PATH`, or where Debian puts it (`/usr/sbin`, not on every user's `PATH`). */
@@ -43,7 +43,7 @@ export interface TestPgBouncer {
 export async function startPgBouncer(port: number, poolSize = 4): Promise<TestPgBouncer | undefined> {
   const found = findPgBouncer()
   if ('missing' in found) {
-    if (underCI()) throw new Error(`PgBouncer is required under CI: ${found.missing} (apt-get install -y pgbouncer)`)
+    if (underProjectCI()) throw new Error(`PgBouncer is required under .ci/run (MCP_DISPATCH_CI): ${found.missing} (apt-get install -y pgbouncer)`)
     console.warn(`[pgbouncer tests] skipped: ${found.missing}; install it (apt-get install pgbouncer)`)
     return undefined
   }

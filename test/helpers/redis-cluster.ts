@@ -3,7 +3,7 @@
  * or without one replica each, started by the test file itself from `redis-server` (7.0 or
  * later, for `CLUSTER ADDSLOTSRANGE`), each a child process of the test process with its
  * config file in a temporary directory, and stopped (the directory removed) after the file,
- * so the process exits on its own. Without `redis-server` on the `PATH`: under `CI` the
+ * so the process exits on its own. Without `redis-server` on the `PATH`: under `.ci/run` (`MCP_DISPATCH_CI=1`) the
  * importing test file fails (CI must provide it: `.ci/run` runs on a machine with Redis
  * installed); elsewhere the suites declared with {@link describeRedisCluster} are skipped, and
  * the reason is printed.
@@ -28,7 +28,7 @@ import { join } from 'node:path'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
 import { Cluster as Cluster5 } from 'ioredis5'
 import { afterAll, describe } from 'vitest'
-import { underCI } from './ci.js'
+import { underProjectCI } from './ci.js'
 import { IOREDIS_KINDS, type IoredisKind, type RedisTestContext } from './redis.js'
 
 /** Why `redis-server` cannot start a cluster here, or `undefined` when it can. */
@@ -41,7 +41,7 @@ function redisServerMissing(): string | undefined {
 }
 
 const missing = redisServerMissing()
-if (missing !== undefined && underCI()) throw new Error(`A Redis Cluster is required under CI: ${missing}`)
+if (missing !== undefined && underProjectCI()) throw new Error(`A Redis Cluster is required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
 if (missing !== undefined) console.warn(`[redis cluster tests] skipped: ${missing}; install Redis 7 (apt-get install redis-server)`)
 
 /** `true` when this machine can start a Redis Cluster. */

@@ -7,7 +7,7 @@
  *
  * Next.js is installed in a package of its own (`npm ci --prefix test/nextjs`, which `.ci/run`
  * does), and the app imports dist/, so `npm run build` comes first. Without either, the suite
- * is skipped, saying so; under CI it fails. `next build` runs once, in `beforeAll` (about 25 s
+ * is skipped, saying so; under .ci/run (MCP_DISPATCH_CI=1) it fails. `next build` runs once, in `beforeAll` (about 25 s
  * from clean on 2 cores, 6 to 10 s with its cache in .next/), and typechecks the app against
  * dist/'s types under test/nextjs/tsconfig.json; the root tsconfig.json leaves app/ and lib/ to
  * it (their extensionless imports are the bundler's, not NodeNext's).
@@ -34,7 +34,7 @@ import {
   versionNotFoundReply,
 } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { underCI } from '../helpers/ci.js'
+import { underProjectCI } from '../helpers/ci.js'
 import { localhostFetch } from '../helpers/platform.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -47,7 +47,7 @@ const missing = [
 ]
 if (missing.length > 0) {
   const message = `[nextjs] ${missing.join(' and ')} missing`
-  if (underCI()) throw new Error(`${message}: under CI this suite fails instead of skipping`)
+  if (underProjectCI()) throw new Error(`${message}: under .ci/run (MCP_DISPATCH_CI) this suite fails instead of skipping`)
   console.warn(`${message}; suite skipped`)
 }
 

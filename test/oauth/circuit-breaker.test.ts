@@ -53,8 +53,9 @@ describe('createCircuitBreaker', () => {
     for (let i = 0; i < 5; i++) breaker.failure(beforeClose)
     expect(breaker.state).toBe('closed')
     expect(changes.map((c) => c.to)).toEqual(['open', 'half-open', 'closed'])
-    // A report without its permit is taken as current (what callers of the earlier API do).
-    breaker.failure()
+    // A report without its permit, or with a copy of one, is taken as current (what callers
+    // of the earlier API do), never silently dropped.
+    breaker.failure({ ...breaker.acquire() })
     breaker.failure()
     expect(breaker.state).toBe('open')
     breaker.success()

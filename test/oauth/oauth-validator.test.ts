@@ -205,6 +205,15 @@ describe('userinfo mode (the default)', () => {
     expect(v.breakerState).toBe('closed')
   })
 
+  it.each([400, 403])('a %i without a Bearer error in its challenge (a gateway, a firewall) is not about the token: 503, not a refusal, not counted against the server', async (status) => {
+    fake.route('/oidc/me', { status, headers: { 'content-type': 'text/html' }, body: '<h1>Forbidden</h1>' })
+    const v = validator({ breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 3; i++) await unavailable(v.validate('some-token'))
+    // Asked every time: not remembered as a refusal.
+    expect(fake.count('/oidc/me')).toBe(3)
+    expect(v.breakerState).toBe('closed')
+  })
+
   it('answers 503 when a 2xx carries no sub, and does not count it: one user’s answer must not open the breaker for everyone', async () => {
     fake.route('/oidc/me', (req) =>
       req.headers.authorization === 'Bearer odd-token' ? { status: 200, body: { name: 'no subject' } } : { status: 200, body: { sub: 'user_alice' } },

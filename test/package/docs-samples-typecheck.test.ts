@@ -97,12 +97,6 @@ declare function nodeSessions(build: () => McpServer): (req: IncomingMessage, re
 
 const contexts: readonly SampleContext[] = [
   {
-    file: 'README.md',
-    marker: 'routeByVersion(mcpHandlers)',
-    prelude: `import type { WebMcpHandler } from 'mcp-dispatch/web'
-declare const mcpHandlers: Record<string, WebMcpHandler>`,
-  },
-  {
     file: 'docs/adapters.md',
     marker: 'getRequestListener(app.fetch',
     prelude: `import type { Hono } from 'hono'

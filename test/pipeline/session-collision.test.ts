@@ -91,7 +91,10 @@ describe('a session id assigned twice, on an asynchronous session store', () => 
       delete: async (id) => memory.delete(id),
     }
     await sessions.set('dup', { appId: 'app_notes', version: '1.0.0', subject: 'carol' }, 60_000)
-    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions, sessionTtlMs: 300 })
+    // The keep-alive's interval, driven by the test (no sleeping).
+    const ticks: Array<() => void> = []
+    const timers = { setInterval: (tick: () => void) => (ticks.push(tick), tick), clearInterval: (tick: unknown) => void ticks.splice(ticks.indexOf(tick as () => void), 1) }
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions, sessionTtlMs: 300, timers })
     let stream!: ReadableStreamDefaultController<Uint8Array>
     const handle = mcpDispatch({
       dispatcher,
@@ -110,8 +113,9 @@ describe('a session id assigned twice, on an asynchronous session store', () => 
     )
     expect(response.status).toBe(200)
     expect(fixture.errors.map((e) => String(e.error))).toEqual([expect.stringContaining('already pinned')])
-    // Three keep-alive ticks (every 100 ms) while the stream is open: none touches carol's pin.
-    await new Promise((resolve) => setTimeout(resolve, 350))
+    // Three keep-alive ticks while the stream is open: none touches carol's pin.
+    for (let i = 0; i < 3; i++) for (const tick of [...ticks]) tick()
+    await new Promise((resolve) => setImmediate(resolve))
     expect(reads).toEqual([])
     stream.close()
     await response.body!.cancel()

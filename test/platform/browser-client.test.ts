@@ -19,7 +19,7 @@
  *
  * Needs `chromium` on PATH (Debian's `apt-get install chromium`, /usr/bin/chromium; never
  * `npx playwright install`). Without it the suite is skipped with a warning, except under
- * `CI=true`, where it fails. Binds 127.0.0.1 only, on ports 47400-47499.
+ * `.ci/run` (`MCP_DISPATCH_CI=1`), where it fails. Binds 127.0.0.1 only, on ports 47400-47499.
  */
 import { accessSync, constants } from 'node:fs'
 import * as http from 'node:http'
@@ -31,7 +31,7 @@ import { type Browser, type BrowserContext, type JSHandle, type Page, chromium }
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import type { Platform } from '../../examples/platform/index.js'
-import { underCI } from '../helpers/ci.js'
+import { underProjectCI } from '../helpers/ci.js'
 import { APP_TOOLS, INITIALIZE, MODERN_APP_TOOLS, type ServedFetch, TOOLS_LIST, bodies, createTestPlatform, serveFetch } from '../helpers/platform.js'
 import type { ConnectOptions, McpPage, PageRead } from './browser-page.js'
 
@@ -73,7 +73,7 @@ const CHROMIUM = findChromium()
 function chromiumAvailable(): boolean {
   if (CHROMIUM !== undefined) return true
   const missing = 'Chromium is not installed (no `chromium` on PATH): run `apt-get install -y chromium`'
-  if (underCI()) throw new Error(`${missing} (under CI, so this suite fails instead of skipping)`)
+  if (underProjectCI()) throw new Error(`${missing} (under .ci/run, MCP_DISPATCH_CI, so this suite fails instead of skipping)`)
   console.warn(`[browser-client] ${missing}; suite skipped`)
   return false
 }

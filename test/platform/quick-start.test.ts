@@ -4,6 +4,9 @@
  * App's tools with the version headers. PORT=0 lets the system choose the ports.
  */
 import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
@@ -188,4 +191,56 @@ describe('npm start (README quick start)', () => {
     const api = await waitingHead(`POST /api/tokens HTTP/1.1\r\nHost: api.localhost:${port}\r\n`)
     expect(api).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\n/)
   })
+})
+
+describe('npm start -- --seed FILE', () => {
+  it('prints a curl command that gets 200 with a seed whose first App and first token do not go together', async () => {
+    // The first App (maps) has no 1.x and its owner's token is scoped elsewhere; the first
+    // token has an allowlist that keeps this machine out; the second reaches cal at /.
+    const seed = {
+      apps: [
+        { id: 'app_maps', slug: 'maps', name: 'Maps', versions: ['2.0.0'] },
+        { id: 'app_cal', slug: 'cal', name: 'Calendar', versions: ['3.1.0', '3.2.0-beta.1'] },
+      ],
+      users: [{ id: 'u1' }],
+      subscriptions: [{ userId: 'u1', appId: 'app_cal', active: true }],
+      tokens: [
+        { name: 'fenced', userId: 'u1', servers: ['app_cal'], expiresInDays: 7, allowedIps: ['192.0.2.0/24'] },
+        { name: 'cal', userId: 'u1', servers: ['app_maps', 'app_cal'], expiresInDays: 7 },
+      ],
+    }
+    const file = join(mkdtempSync(join(tmpdir(), 'mcpd-seed-')), 'seed.json')
+    writeFileSync(file, JSON.stringify(seed))
+    const started = spawn('npm', ['start', '--', '--seed', file], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+    let printed = ''
+    started.stderr!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+    try {
+      const command = await new Promise<string>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`no curl command within 30 s:\n${printed}`)), 30_000)
+        started.stdout!.on('data', (chunk: Buffer) => {
+          printed += chunk.toString()
+          const curl = /^curl .*$/m.exec(printed)
+          if (curl) {
+            clearTimeout(timer)
+            resolve(curl[0])
+          }
+        })
+        started.once('exit', (code) => {
+          clearTimeout(timer)
+          reject(new Error(`npm start exited (${code}):\n${printed}`))
+        })
+      })
+      expect(printed).toContain('Try it (token "cal")')
+      expect(command).toMatch(/^curl -s http:\/\/cal\.localhost:\d+\/ /)
+      const { stdout } = await promisify(execFile)('sh', ['-c', command], { timeout: 20_000 })
+      expect(stdout).toMatch(/^HTTP\/1\.1 200/)
+      expect(stdout).toMatch(/^x-mcp-version: 3\.1\.0\r?$/im)
+    } finally {
+      if (started.pid && started.exitCode === null) {
+        const exited = new Promise((resolve) => started.once('exit', resolve))
+        process.kill(-started.pid, 'SIGTERM')
+        await exited
+      }
+    }
+  }, 60_000)
 })

@@ -13,6 +13,12 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed })).toThrow(/allowedIps entry 0 .*prefix length/)
   })
 
+  it('names the field of a seed the schema refuses, in one line (not zod\'s dump)', () => {
+    const seed = { ...base, apps: [{ id: 'app_w', slug: 'Bad Slug', name: 'Weather', versions: ['1.0.0'] }] }
+    expect(() => createPlatform({ seed })).toThrow(new TypeError('seed apps.0.slug: must be a DNS label in lower case'))
+    expect(() => createPlatform({ seed: { ...base, apps: 5 } as never })).toThrow(/^seed apps: /)
+  })
+
   it('refuses the slug reserved for the token API host', () => {
     const seed = { ...base, apps: [{ id: 'app_a', slug: 'api', name: 'API', versions: ['1.0.0'] }] }
     expect(() => createPlatform({ seed })).toThrow(/reserved/)

@@ -9,7 +9,7 @@
  * The binaries come from the npm packages `bun`, `deno` and `workerd`, installed in a package of
  * their own (`npm ci --prefix test/runtimes`, which `.ci/run` does); the servers import dist/, so
  * `npm run build` comes first. Where a runtime is missing, its suite is skipped, saying so; under
- * CI it fails.
+ * .ci/run (MCP_DISPATCH_CI=1) it fails.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
@@ -18,7 +18,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { forbiddenReply, methodNotAllowedReply, paymentRequiredReply, rateLimitedReply, unauthorizedReply, versionNotFoundReply } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { underCI } from '../helpers/ci.js'
+import { underProjectCI } from '../helpers/ci.js'
 import { loopbackFetch } from '../oauth/helpers/oauth-client.js'
 import type { RuntimeTokens } from './app.js'
 import { bundleWorker, startWorkerd, workerdBinary } from './workerd.js'
@@ -90,7 +90,7 @@ for (const runtime of Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>) {
   const missing = missingFor(runtime)
   if (missing.length === 0) continue
   const message = `[web-runtimes] ${missing.join(' and ')} missing`
-  if (underCI()) throw new Error(`${message}: under CI this suite fails instead of skipping`)
+  if (underProjectCI()) throw new Error(`${message}: under .ci/run (MCP_DISPATCH_CI) this suite fails instead of skipping`)
   console.warn(`${message}; the suite on ${runtime} skipped`)
 }
 

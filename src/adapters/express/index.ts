@@ -48,7 +48,7 @@ import {
 } from '../node-http.js'
 import { continueIfExpected } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
-import { versionNotServedReply } from '../../core/reply.js'
+import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare global {
@@ -159,6 +159,15 @@ function expressProtocol(req: Request): 'http' | 'https' {
  *
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
+/**
+ * A refusal of the dispatcher, byte for byte the other adapters' answer: without the
+ * `X-Powered-By: Express` that Express's own first middleware set (a platform's headers stay).
+ */
+function writeRejection(res: Response, reply: Reply): void {
+  res.removeHeader('x-powered-by')
+  writeReply(res, reply)
+}
+
 export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)
   installHeadInterception()
@@ -166,7 +175,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   /** Acts on a decision: answers a refusal, or lets the request through to the next handler. */
   function act(req: Request, res: Response, next: NextFunction, decision: Decision): void {
     if (decision.type === 'reply') {
-      writeReply(res, decision.reply)
+      writeRejection(res, decision.reply)
       return
     }
     dispatchedRequests.set(req, { context: decision.context, onError })
@@ -188,7 +197,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       // by default it is the socket's scheme.
       const request = toDispatchRequest(req, req.originalUrl ?? req.url, expressProtocol(req), trust)
       if (request === undefined) {
-        writeReply(res, INVALID_HOST)
+        writeRejection(res, INVALID_HOST)
         return
       }
       decision = dispatcher.decide(request)

@@ -115,17 +115,22 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
 }
 
 /**
- * Creates the dispatch plugin. Register it in the context that holds the MCP routes (the
- * root, or an encapsulated context with a prefix equal to the dispatcher's `basePath`); its
- * hooks then run for every request of that context, unmatched ones included, so the
- * metadata endpoint and the 404s need no route of their own.
+ * The dispatch plugin. Register it in the context that holds the MCP routes (the root, or an
+ * encapsulated context with a prefix equal to the dispatcher's `basePath`); its hooks then run
+ * for every request of that context, unmatched ones included, so the metadata endpoint and the
+ * 404s need no route of their own.
+ *
+ * Two forms, the same plugin: `app.register(mcpDispatch({ dispatcher }))` (the options
+ * checked at once, where the call is) and `app.register(mcpDispatch, { dispatcher })`, as
+ * Fastify plugins are usually registered (a bad option then fails `register`, and `ready()`).
+ * Either way it is marked as `fastify-plugin` marks a plugin: not encapsulated, Fastify 5.
  *
  * The client address is the socket peer, resolved through this adapter's `trustProxy`
  * option, never through Fastify's own `trustProxy`.
  *
  * @example
  * ```ts
- * await app.register(mcpDispatch({ dispatcher, trustProxy: 1 }))
+ * await app.register(mcpDispatch({ dispatcher, trustProxy: 1 })) // or: app.register(mcpDispatch, { dispatcher, trustProxy: 1 })
  * app.post('/*', async (request, reply) => {
  *   const { app: appRecord, version } = getDispatchContext(request)
  *   reply.hijack()
@@ -135,7 +140,26 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  *
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
-export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync {
+export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
+export function mcpDispatch(fastify: FastifyInstance<RawServerDefault>, options: FastifyDispatchOptions): Promise<void>
+export function mcpDispatch(
+  first: FastifyDispatchOptions | FastifyInstance<RawServerDefault>,
+  options?: FastifyDispatchOptions,
+): FastifyPluginAsync | Promise<void> {
+  if (!isFastifyInstance(first)) return dispatchPlugin(first)
+  // Registered itself (`app.register(mcpDispatch, options)`): Fastify passes its instance and
+  // the options; a bad option rejects, so `register` fails rather than the process.
+  return Promise.resolve().then(() => dispatchPlugin(options as FastifyDispatchOptions)(first, {}))
+}
+unencapsulated(mcpDispatch as unknown as FastifyPluginAsync, 'mcp-dispatch')
+
+/** Whether `value` is a Fastify instance (what Fastify passes a plugin it registers). */
+function isFastifyInstance(value: unknown): value is FastifyInstance<RawServerDefault> {
+  const candidate = value as Partial<FastifyInstance> | null
+  return typeof candidate === 'object' && candidate !== null && typeof candidate.addHook === 'function' && typeof candidate.register === 'function'
+}
+
+function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
   const { dispatcher, trust, onError } = setupAdapter(options)
   installHeadInterception()
 

@@ -1,5 +1,6 @@
 /**
- * The PostgreSQL {@link TokenStore}: one table, one statement per operation.
+ * The PostgreSQL {@link TokenStore}: one table (and its resets), one statement per operation
+ * but `insert`, which reads its record again.
  * @module
  */
 import type { ApiTokenRecord, TokenStore } from '../../core/stores.js'
@@ -139,7 +140,9 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
  * options and does not connect; run `migrate()` (or the SQL of `postgresTokenStoreMigration`
  * in your own migration tool) before first use.
  *
- * Every operation is one statement, so each is atomic on its own: `findByHash` (the hot
+ * Every operation is one statement, so each is atomic on its own, but `insert`, which reads
+ * the record again in a second (a password reset that committed while the INSERT ran is not
+ * in its snapshot, and must not be answered as active): `findByHash` (the hot
  * path) is one lookup on the unique hash index; `rotate` with `expectedHash` is a
  * compare-and-swap (`UPDATE … WHERE token_hash = $expected RETURNING …`), and so is `update`
  * with `expectedExpiresAt` (on `expires_at`); `revoke` keeps the
