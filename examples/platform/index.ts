@@ -500,8 +500,9 @@ function continueNow(outgoing: unknown): void {
 function isLocalOrigin(origin: string, domain: string): boolean {
   if (!URL.canParse(origin)) return false
   const url = new URL(origin)
-  // An origin as browsers serialize it (RFC 6454): no path, user info, or non-ASCII name.
-  if (url.origin !== origin.toLowerCase()) return false
+  // An origin exactly as browsers serialize it (RFC 6454): lower case, no default port, path,
+  // user info, or non-ASCII name.
+  if (url.origin !== origin) return false
   const { protocol, hostname } = url
   if (protocol === 'https:') return true
   if (protocol !== 'http:') return false

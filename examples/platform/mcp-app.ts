@@ -385,13 +385,14 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         return listen ? countedListen(caller.subject, answer) : answer
       }
     }
-    // JSON-RPC batches left MCP in 2025-06-18: a batch that names a later revision in
-    // `MCP-Protocol-Version` (which such clients send on every request after initialize) is
-    // refused; without the header the transport takes 2025-03-26, which requires batches to be
-    // received, and serves it.
+    // JSON-RPC batches left MCP in 2025-06-18: a batch is served only without
+    // `MCP-Protocol-Version` (the transport then takes 2025-03-26, which requires batches to be
+    // received) or with exactly one revision older than 2025-06-18; any other value (a later
+    // revision, which such clients send on every request after initialize; two of them) is
+    // refused.
     const revision = request.headers.get('mcp-protocol-version')
-    if (Array.isArray(body) && revision !== null && /^\d{4}-\d{2}-\d{2}$/.test(revision) && revision >= '2025-06-18') {
-      return rpcError(400, -32600, `Invalid Request: JSON-RPC batches are not part of MCP ${revision}`)
+    if (Array.isArray(body) && revision !== null && !(/^\d{4}-\d{2}-\d{2}$/.test(revision) && revision < '2025-06-18')) {
+      return rpcError(400, -32600, 'Invalid Request: JSON-RPC batches are not part of MCP 2025-06-18 and later')
     }
     const parsed = body === undefined ? undefined : { parsedBody: body }
     // Spec 4.1 lists no `Accept`, and `*/*` accepts both of MCP's media types (RFC 9110 section

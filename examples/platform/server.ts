@@ -163,18 +163,32 @@ const liveOf = (a: { versions?: Array<string | { version: string }> }): readonly
  */
 function demoCall(): { name: string; token: string; slug: string; path: string } | undefined {
   type SeedToken = { name: string; userId: string; servers: string[]; allowedIps?: string[] | null }
+  type SeedApp = { id: string; slug: string; rateLimitPerMinute?: number; versions?: Array<string | { version: string }> }
   for (const t of (seed.tokens ?? []) as SeedToken[]) {
     const token = platform.tokens[t.name]
     if (token === undefined || (t.allowedIps && !checkIpAllowlist('127.0.0.1', compileAllowlist(t.allowedIps)))) continue
     for (const appId of t.servers) {
-      const a = seed.apps.find((x: { id: string }) => x.id === appId)
+      const a = (seed.apps as SeedApp[]).find((x) => x.id === appId)
       const subscribed = (seed.subscriptions ?? []).some((s: { userId: string; appId: string; active: boolean }) => s.userId === t.userId && s.appId === appId && s.active)
-      const releases = a ? liveOf(a).filter((v) => !v.includes('-')) : []
-      if (!subscribed || releases.length === 0) continue
-      return { name: t.name, token, slug: a.slug, path: releases.some((v) => v.startsWith('1.')) ? '/v1' : '/' }
+      if (a === undefined || !subscribed || a.rateLimitPerMinute === 0) continue
+      // What `/` and `/v1` serve (the highest live release of all, of 1.x), if served in process.
+      const proxied = new Set((a.versions ?? []).flatMap((v) => (typeof v === 'string' ? [] : [v.version])))
+      const releases = liveOf(a).filter((v) => !v.includes('-'))
+      const highest = (of: readonly string[]) => of.reduce<string | undefined>((best, v) => (best === undefined || semverGreater(v, best) ? v : best), undefined)
+      const v1 = highest(releases.filter((v) => v.startsWith('1.')))
+      const latest = highest(releases)
+      const path = v1 !== undefined && !proxied.has(v1) ? '/v1' : latest !== undefined && !proxied.has(latest) ? '/' : undefined
+      if (path !== undefined) return { name: t.name, token, slug: a.slug, path }
     }
   }
   return undefined
+}
+
+/** `a` > `b`, both `<major>.<minor>.<patch>`. */
+function semverGreater(a: string, b: string): boolean {
+  const [x, y] = [a, b].map((v) => v.split('.').map(Number)) as [number[], number[]]
+  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i]! > y[i]!
+  return false
 }
 const demo = demoCall()
 const owners = new Map<string, { userId: string; servers: string[] }>(

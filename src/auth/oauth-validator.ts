@@ -274,11 +274,58 @@ interface UpstreamResponse {
   readonly challenge: string | null
 }
 
+/** RFC 6750 section 3.1's errors about the token. */
+const TOKEN_ERRORS: ReadonlySet<string> = new Set(['invalid_request', 'invalid_token', 'insufficient_scope'])
+// One element of a `WWW-Authenticate` list (RFC 9110 section 11.6.1): `scheme`, `scheme param…`,
+// `scheme token68`, or a further `param=value` of the challenge before it.
+const CHALLENGE_START = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]+(.*))?$/s
+const AUTH_PARAM = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*=[ \t]*(?:"((?:[^"\\]|\\.)*)"|([!#$%&'*+.^_`|~0-9A-Za-z-]*))[ \t]*$/s
+
 /**
- * An RFC 6750 section 3.1 error about the token in a `WWW-Authenticate` challenge:
- * `Bearer error="invalid_request"`, `"invalid_token"` or `"insufficient_scope"`.
+ * Whether a `WWW-Authenticate` value (one field, or several joined with `, `) holds a Bearer
+ * challenge whose own `error` parameter is an RFC 6750 error about the token, wherever that
+ * challenge stands among others (`DPoP …, Bearer error="insufficient_scope"`). Commas inside
+ * quoted strings do not split; an `error` of another challenge, or inside a quoted value,
+ * does not count.
  */
-const BEARER_TOKEN_ERROR = /^\s*Bearer\b[^]*\berror\s*=\s*"?(?:invalid_request|invalid_token|insufficient_scope)\b/i
+export function bearerTokenError(header: string): boolean {
+  const elements: string[] = []
+  let current = ''
+  let quoted = false
+  for (let i = 0; i < header.length; i++) {
+    const c = header[i]!
+    if (quoted && c === '\\') {
+      current += c + (header[++i] ?? '')
+      continue
+    }
+    if (c === '"') quoted = !quoted
+    if (c === ',' && !quoted) {
+      elements.push(current.trim())
+      current = ''
+    } else current += c
+  }
+  elements.push(current.trim())
+  let bearer = false
+  for (const element of elements) {
+    if (element === '') continue
+    const param = AUTH_PARAM.exec(element)
+    // A `name=value` element continues the challenge before it; anything else starts one.
+    const start = param === null ? CHALLENGE_START.exec(element) : null
+    if (start !== null) {
+      bearer = start[1]!.toLowerCase() === 'bearer'
+      const first = start[2] === undefined ? null : AUTH_PARAM.exec(start[2])
+      if (bearer && first !== null && isTokenError(first)) return true
+    } else if (param !== null && bearer && isTokenError(param)) return true
+    else if (param === null) bearer = false
+  }
+  return false
+}
+
+function isTokenError(param: RegExpExecArray): boolean {
+  if (param[1]!.toLowerCase() !== 'error') return false
+  const value = param[2] !== undefined ? param[2].replace(/\\(.)/gs, '$1') : param[3]!
+  return TOKEN_ERRORS.has(value)
+}
 
 /**
  * Most bytes read of one answer: userinfo and introspection answers are a few hundred bytes,
@@ -692,7 +739,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // insufficient_scope, for a token granted without `openid`), which says so in its Bearer
       // challenge: refused, and remembered as a refusal; the server is healthy. A 400 or 403
       // without one (a gateway's, a firewall's) is not about the token: an upstream failure.
-      if ((res.status === 400 || res.status === 403) && res.challenge !== null && BEARER_TOKEN_ERROR.test(res.challenge)) {
+      if ((res.status === 400 || res.status === 403) && res.challenge !== null && bearerTokenError(res.challenge)) {
         return { active: false, reason: `${REJECTED_UPSTREAM} (HTTP ${res.status})` }
       }
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)

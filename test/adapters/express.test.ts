@@ -30,6 +30,27 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
   })
 
+  it("a refusal drops Express's own X-Powered-By (the other adapters' bytes), and keeps the platform's headers, an X-Powered-By of its own included", async () => {
+    const fixture = createFixture()
+    const defaults = express()
+    defaults.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    const own = express()
+    own.disable('x-powered-by')
+    own.use((_req, res, next) => {
+      res.setHeader('X-Powered-By', 'AcmeHost')
+      res.setHeader('X-Request-Id', 'r-1')
+      next()
+    })
+    own.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    const refused = (port: number) => rawRequest(port, { path: '/v1', headers: { 'content-type': 'application/json' }, body: tools })
+    const plain = await refused(await serveApp(defaults))
+    expect(plain.status).toBe(401)
+    expect(plain.headers['x-powered-by']).toBeUndefined()
+    const kept = await refused(await serveApp(own))
+    expect(kept.status).toBe(401)
+    expect([kept.headers['x-powered-by'], kept.headers['x-request-id']]).toEqual(['AcmeHost', 'r-1'])
+  })
+
   it('behind a proxy Express trusts, the App address takes the scheme of X-Forwarded-Proto, read as a scheme (HTTPS, not ws)', async () => {
     const fixture = createFixture()
     const app = express()

@@ -1,11 +1,11 @@
 /**
- * Whether the tests run under CI: `CI` set to anything but empty, `0` or `false` (`CI=true`
- * in this project's `.ci/run`, `CI=1` elsewhere). Under CI a suite whose Redis or PostgreSQL
- * is unreachable fails instead of skipping.
+ * Whether the tests run under CI: `CI` set to anything but empty, `0` or `false` (`CI=1`
+ * elsewhere), or this project's `.ci/run` (`MCP_DISPATCH_CI=1`, whatever `CI` says). Under CI a
+ * suite whose Redis or PostgreSQL is unreachable fails instead of skipping.
  */
 export function underCI(): boolean {
   const value = (process.env.CI ?? '').trim().toLowerCase()
-  return value !== '' && value !== '0' && value !== 'false'
+  return (value !== '' && value !== '0' && value !== 'false') || underProjectCI()
 }
 
 /**

@@ -197,6 +197,8 @@ describe('userinfo mode (the default)', () => {
   it.each([
     [403, { 'www-authenticate': 'Bearer error="insufficient_scope", scope="openid"' }],
     [400, { 'www-authenticate': 'Bearer error="invalid_request"' }],
+    // Another challenge first (two fields, as fetch joins them).
+    [403, { 'www-authenticate': 'DPoP algs="ES256", Bearer realm="as", error="insufficient_scope"' }],
   ])('a %i about the token (RFC 6750 section 3.1: a token granted without openid) refuses it, remembered as a refusal, not a 503 for ever', async (status, headers) => {
     fake.route('/oidc/me', { status, headers, body: { error: 'insufficient_scope' } })
     const v = validator({ breaker: { failureThreshold: 2 } })

@@ -16,9 +16,8 @@
  * for want of a tag. A TypeScript block that cannot be checked would need a context with
  * `skip` and its reason; none does.
  *
- * Needs `npm run build` first, as test/package/exports.test.ts does (CI builds before testing;
- * on a developer machine without `dist/` it is skipped, saying so). After a change to `src/`,
- * build again: `dist/` is what is checked.
+ * Checks `dist/`, as test/package/exports.test.ts does (test/global-setup.ts builds it when it is
+ * missing). After a change to `src/`, build again: `dist/` is what is checked.
  */
 import { existsSync, readFileSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'

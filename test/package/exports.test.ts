@@ -1,7 +1,7 @@
 /**
  * Imports the built package the way users do: ESM `import`, CJS `require`, by its public
- * name, from a separate Node process. Needs `npm run build` first (CI builds before testing;
- * on a developer machine without `dist/` the suite is skipped, saying so).
+ * name, from a separate Node process. Checks `dist/`, which test/global-setup.ts builds when it
+ * is missing; after a change to `src/`, build again (`.ci/run` always does).
  */
 import { execFileSync, spawnSync } from 'node:child_process'
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'

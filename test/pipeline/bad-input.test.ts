@@ -120,7 +120,7 @@ describe('through the platform in memory', () => {
   })
 
   it('a batch that names a protocol revision without batches (2025-06-18 and later) is a JSON-RPC 400 -32600 from the App', async () => {
-    for (const revision of ['2025-06-18', '2025-11-25']) {
+    for (const revision of ['2025-06-18', '2025-11-25', '2025-06-18, 2025-06-18']) {
       const response = await send('http://weather.localhost/v1', { token: token('alice'), body: [TOOLS_LIST], headers: { 'mcp-protocol-version': revision } })
       expect(versionHeaders(response).version).not.toBeNull()
       await expectRpcError(response, 400, -32600)

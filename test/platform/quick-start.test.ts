@@ -133,7 +133,7 @@ describe('npm start (README quick start)', () => {
     expect(body(tunnel).error).toEqual({ code: -32000, message: 'Method not allowed', data: { error: 'method_not_allowed' } })
   })
 
-  it('refuses an Origin that is not one as browsers send it (a path, user info, a name not in ASCII) under its default allowedOrigins', async () => {
+  it('refuses an Origin that is not one as browsers send it (a path, user info, a name not in ASCII, upper case, a default port) under its default allowedOrigins', async () => {
     const demo = /^ {4}demo \(.*\): (svc_\w{44})$/m.exec(output)![1]!
     const tools = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
     const from = (origin: string) =>
@@ -143,13 +143,13 @@ describe('npm start (README quick start)', () => {
         headers: { origin, authorization: `Bearer ${demo}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
         body: tools,
       })
-    for (const origin of ['http://localhost:3000/path', 'http://evil.test:1@localhost', 'http://xn--tda.localhost/', 'http://\u00fc.localhost']) {
+    for (const origin of ['http://localhost:3000/path', 'http://evil.test:1@localhost', 'http://xn--tda.localhost/', 'http://\u00fc.localhost', 'http://LOCALHOST:3000', 'http://localhost:80']) {
       const answer = await from(origin)
       expect(answer.status, origin).toBe(403)
       expect(JSON.parse(answer.body).error.data, origin).toEqual({ error: 'origin_not_allowed' })
       expect(answer.headers['access-control-allow-origin'], origin).toBeUndefined()
     }
-    for (const origin of ['http://localhost:3000', 'http://LOCALHOST:3000', 'https://app.example', `http://weather.localhost:${port}`]) {
+    for (const origin of ['http://localhost:3000', 'http://[::1]:3000', 'https://app.example', `http://weather.localhost:${port}`]) {
       expect((await from(origin)).status, origin).toBe(200)
     }
   })

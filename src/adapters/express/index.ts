@@ -140,6 +140,16 @@ function expressProtocol(req: Request): 'http' | 'https' {
 }
 
 /**
+ * A refusal of the dispatcher, byte for byte the other adapters' answer: without the
+ * `X-Powered-By: Express` that Express's own first middleware set (a platform's headers stay,
+ * an `X-Powered-By` of its own included).
+ */
+function writeRejection(res: Response, reply: Reply): void {
+  if (res.getHeader('x-powered-by') === 'Express') res.removeHeader('x-powered-by')
+  writeReply(res, reply)
+}
+
+/**
  * Creates the dispatch middleware.
  *
  * Mount it before the MCP route, and before any body parser (rejected requests are answered
@@ -159,15 +169,6 @@ function expressProtocol(req: Request): 'http' | 'https' {
  *
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
-/**
- * A refusal of the dispatcher, byte for byte the other adapters' answer: without the
- * `X-Powered-By: Express` that Express's own first middleware set (a platform's headers stay).
- */
-function writeRejection(res: Response, reply: Reply): void {
-  res.removeHeader('x-powered-by')
-  writeReply(res, reply)
-}
-
 export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)
   installHeadInterception()

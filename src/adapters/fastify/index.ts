@@ -141,6 +141,12 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
  */
 export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
+/**
+ * The dispatch plugin itself, as Fastify calls it when registered as
+ * `app.register(mcpDispatch, { dispatcher })`: the same hooks as `mcpDispatch(options)`'s
+ * plugin. Options it cannot use reject (a `ConfigurationError`), failing that `register` and
+ * `ready()`.
+ */
 export function mcpDispatch(fastify: FastifyInstance<RawServerDefault>, options: FastifyDispatchOptions): Promise<void>
 export function mcpDispatch(
   first: FastifyDispatchOptions | FastifyInstance<RawServerDefault>,
