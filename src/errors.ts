@@ -20,6 +20,7 @@
  * ```
  * @module
  */
+import type { WindowType } from './core/rate-limit.js'
 
 /** Stable codes of the errors thrown by mcp-dispatch. */
 export type DispatchErrorCode =
@@ -167,8 +168,8 @@ export class TooManyValidationsError extends DispatchError {
   /** Seconds until the window ends, at least 1. */
   readonly retryAfter: number
   /** The window's name. */
-  readonly windowType: string
-  constructor(info: { limit: number; resetAt: number; retryAfter: number; windowType: string }) {
+  readonly windowType: WindowType
+  constructor(info: { limit: number; resetAt: number; retryAfter: number; windowType: WindowType }) {
     super('ERR_TOO_MANY_VALIDATIONS', 429, -32000, 'Too many unverified access tokens from this client address')
     this.limit = info.limit
     this.resetAt = info.resetAt

@@ -22,9 +22,12 @@ import {
   applyDeploy,
   checkIpAllowlist,
   compileAllowlist,
+  compileVersions,
   invalidHostReply,
   jsonRpcErrorReply,
   methodNotAllowedReply,
+  parseVersionPath,
+  resolveVersion,
   serviceUnavailableReply,
 } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
@@ -171,25 +174,19 @@ function demoCall(): { name: string; token: string; slug: string; path: string }
       const a = (seed.apps as SeedApp[]).find((x) => x.id === appId)
       const subscribed = (seed.subscriptions ?? []).some((s: { userId: string; appId: string; active: boolean }) => s.userId === t.userId && s.appId === appId && s.active)
       if (a === undefined || !subscribed || a.rateLimitPerMinute === 0) continue
-      // What `/` and `/v1` serve (the highest live release of all, of 1.x), if served in process.
+      // What `/v1`, else `/`, serves (the library's own resolution), if served in process.
       const proxied = new Set((a.versions ?? []).flatMap((v) => (typeof v === 'string' ? [] : [v.version])))
-      const releases = liveOf(a).filter((v) => !v.includes('-'))
-      const highest = (of: readonly string[]) => of.reduce<string | undefined>((best, v) => (best === undefined || semverGreater(v, best) ? v : best), undefined)
-      const v1 = highest(releases.filter((v) => v.startsWith('1.')))
-      const latest = highest(releases)
-      const path = v1 !== undefined && !proxied.has(v1) ? '/v1' : latest !== undefined && !proxied.has(latest) ? '/' : undefined
+      const index = compileVersions(liveOf(a))
+      const path = ['/v1', '/'].find((p) => {
+        const version = resolveVersion(index, parseVersionPath(p)!)
+        return version !== null && !proxied.has(version)
+      })
       if (path !== undefined) return { name: t.name, token, slug: a.slug, path }
     }
   }
   return undefined
 }
 
-/** `a` > `b`, both `<major>.<minor>.<patch>`. */
-function semverGreater(a: string, b: string): boolean {
-  const [x, y] = [a, b].map((v) => v.split('.').map(Number)) as [number[], number[]]
-  for (let i = 0; i < 3; i++) if (x[i] !== y[i]) return x[i]! > y[i]!
-  return false
-}
 const demo = demoCall()
 const owners = new Map<string, { userId: string; servers: string[] }>(
   (seed.tokens ?? []).map((t: { name: string; userId: string; servers: string[] }) => [t.name, t]),

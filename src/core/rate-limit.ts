@@ -95,10 +95,9 @@ export function rateLimitValue(result: RateLimitResult): string {
  * could not be verified (`unknownTokenBudget`, `clientBudget`): a policy named `"unverified"`,
  * so a client can tell it from the App's own limit, whose body it shares.
  */
-export function unverifiedBudgetHeaders(spent: { limit: number; retryAfter: number; windowType: string }): Record<string, string> {
-  const windowMs = Object.hasOwn(WINDOWS, spent.windowType) ? WINDOWS[spent.windowType as WindowType] : undefined
+export function unverifiedBudgetHeaders(spent: { limit: number; retryAfter: number; windowType: WindowType }): Record<string, string> {
   return {
-    'ratelimit-policy': `"unverified";q=${spent.limit}${windowMs === undefined ? '' : `;w=${windowMs / 1000}`}`,
+    'ratelimit-policy': `"unverified";q=${spent.limit};w=${WINDOWS[spent.windowType] / 1000}`,
     ratelimit: `"unverified";r=0;t=${spent.retryAfter}`,
   }
 }

@@ -572,11 +572,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
-   * After a write whose outcome is unknown: the token's secret now, if a rotation since the
-   * record was read (`readHash`) replaced it, is invalidated too, as the write's own answer
-   * would have named it.
+   * After a write whose outcome is unknown: the secret the record held when read (`readHash`)
+   * and, if a rotation since replaced it, the token's secret now (the write's own answer would
+   * have named it) are invalidated.
    */
-  async function invalidateCurrent(id: string, readHash: string): Promise<void> {
+  async function invalidateReadAndCurrent(id: string, readHash: string): Promise<void> {
+    await invalidate(readHash)
     const current = await storeCall(() => store.get(id))
     if (current !== undefined && current.tokenHash !== readHash) await invalidate(current.tokenHash)
   }
@@ -608,17 +609,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     } catch (error) {
       if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
       if (reconcile && answer instanceof Promise) {
+        const unknown = reconcile.unknown ?? (() => undefined)
         // Run as promise reactions, so nothing a reconciler throws escapes unreported.
         const report = (e: unknown) => onError(e, 'token store write whose caller was told 503')
         if (!settled) {
           answer.then(
             (value) => void Promise.resolve(value).then(reconcile.landed).catch(report),
-            () => void Promise.resolve().then(reconcile.unknown).catch(report),
+            () => void Promise.resolve().then(unknown).catch(report),
           )
         } else {
           // Waited for within what is left of the call's own deadline (it goes on, and reports,
           // past it), so the 503 never comes later than `storeTimeoutMs` after the call began.
-          const running = Promise.resolve().then(reconcile.unknown).catch(report)
+          const running = Promise.resolve().then(unknown).catch(report)
           const left = storeTimeoutMs - (monotonic() - started)
           if (left > 0) await withTimeout(running, left, 'token store').catch(() => {})
         }
@@ -1006,7 +1008,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       const updated = await storeCall(() => store.update(id, patch), {
         landed: (late) => late && reconcileEdit(late.tokenHash),
-        unknown: () => Promise.all([reconcileEdit(record.tokenHash), invalidateCurrent(id, record.tokenHash)]),
+        unknown: () => Promise.all([reconcileEdit(record.tokenHash), invalidateReadAndCurrent(id, record.tokenHash)]),
       })
       if (!updated) throw new TokenInactiveError('revoked')
       if (expiryPassed()) {
@@ -1100,7 +1102,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (statusOf(record, at) === 'expired') return view(record)
       const revoked = await storeCall(() => store.revoke(id, at), {
         landed: (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
-        unknown: () => Promise.all([invalidate(record.tokenHash), invalidateCurrent(id, record.tokenHash)]),
+        unknown: () => invalidateReadAndCurrent(id, record.tokenHash),
       })
       if (!revoked) throw new NotFoundError('Token not found')
       // The revoked record's hash, not the one read before: a rotation may have landed between.
@@ -1125,7 +1127,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const invalidateOthers = (records: readonly ApiTokenRecord[]) =>
         Promise.all(records.filter((r) => !done.has(r.tokenHash)).map((r) => invalidate(r.tokenHash)))
       // A listing that answers late still invalidates what it lists.
-      const all = await storeCall(() => store.listByUser(userId), { landed: invalidateOthers, unknown: () => undefined }).catch((error: unknown) => {
+      const all = await storeCall(() => store.listByUser(userId), { landed: invalidateOthers }).catch((error: unknown) => {
         onError(error, 'password reset: listing the tokens to invalidate')
         return [] as readonly ApiTokenRecord[]
       })
@@ -1283,13 +1285,13 @@ function checkPreviousPeppers(value: unknown, pepper: string | undefined): reado
 }
 
 /**
- * What a store write whose caller was told 503 does to put right what it may have changed
- * (`storeCall`): `landed` with the write's late answer, `unknown` when whether it landed is
- * not known. `unknown` must do no harm when nothing landed.
+ * What a store call whose caller was told 503 does to put right what it may have changed
+ * (`storeCall`): `landed` with the late answer, `unknown` when whether a write landed is not
+ * known (none for a read). `unknown` must do no harm when nothing landed.
  */
 interface Reconcile<T> {
   landed(value: T): unknown
-  unknown(): unknown
+  unknown?(): unknown
 }
 
 const MAX_PREVIOUS_PEPPERS = 4

@@ -140,11 +140,12 @@ function expressProtocol(req: Request): 'http' | 'https' {
 }
 
 /**
- * A refusal of the dispatcher, byte for byte the other adapters' answer: without the
+ * An answer the adapter writes itself (a refusal of the dispatcher, a failed handler's 502, a
+ * version no handler serves), byte for byte the other adapters': without the
  * `X-Powered-By: Express` that Express's own first middleware set (a platform's headers stay,
  * an `X-Powered-By` of its own included).
  */
-function writeRejection(res: Response, reply: Reply): void {
+function writeOwn(res: ServerResponse, reply: Reply): void {
   if (res.getHeader('x-powered-by') === 'Express') res.removeHeader('x-powered-by')
   writeReply(res, reply)
 }
@@ -176,7 +177,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   /** Acts on a decision: answers a refusal, or lets the request through to the next handler. */
   function act(req: Request, res: Response, next: NextFunction, decision: Decision): void {
     if (decision.type === 'reply') {
-      writeRejection(res, decision.reply)
+      writeOwn(res, decision.reply)
       return
     }
     dispatchedRequests.set(req, { context: decision.context, onError })
@@ -198,7 +199,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       // by default it is the socket's scheme.
       const request = toDispatchRequest(req, req.originalUrl ?? req.url, expressProtocol(req), trust)
       if (request === undefined) {
-        writeRejection(res, INVALID_HOST)
+        writeOwn(res, INVALID_HOST)
         return
       }
       decision = dispatcher.decide(request)
@@ -242,7 +243,7 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
   // it failed (a `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned).
   // The head still takes the dispatch headers.
   clearHeaders(res)
-  writeReply(res, HANDLER_FAILED)
+  writeOwn(res, HANDLER_FAILED)
 }
 
 /**
@@ -273,7 +274,7 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
       if (!handler) {
-        writeReply(res, versionNotServedReply(context.version))
+        writeOwn(res, versionNotServedReply(context.version))
         return
       }
       const result = handler(req, res, next)
@@ -312,7 +313,7 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
       // A route the dispatch layer did not see (a wiring mistake): said on stderr, answered as
       // a failed handler, never Express's HTML page.
       logError(error, 'handler')
-      writeReply(res, HANDLER_FAILED)
+      writeOwn(res, HANDLER_FAILED)
       return
     }
     const request = toHandlerRequest({
