@@ -6,7 +6,9 @@
  * `rpcCode` of the body. Adapters only serialize; they never decide.
  *
  * Misconfiguration (bad options at construction) throws {@link ConfigurationError}, a coded
- * `TypeError`, when the middleware is created, never on the first request.
+ * `TypeError`, when the middleware is created. What only a running system can tell (an
+ * unusable signing key, a pooler sharing PostgreSQL connections, an Express mount path the
+ * token API's `basePath` misses) is told by the first call that meets it, with the same class.
  *
  * @example
  * ```ts
@@ -190,9 +192,12 @@ export type ConfigurationErrorCode = 'ERR_INVALID_OPTION'
 
 /**
  * Thrown at construction time when options are missing or invalid. A `TypeError`, so it is
- * a programming mistake, not a request failure. The identity signer (`mcp-dispatch/proxy`)
- * also rejects its first `sign` or `jwks` with one when its keys turn out unusable, which only
- * importing them can tell.
+ * a programming mistake, not a request failure. What only a running system can tell comes
+ * with the first call that meets it: the identity signer (`mcp-dispatch/proxy`) rejects its
+ * first `sign` or `jwks` when its keys turn out unusable, and the signer or verifier a call
+ * whose `now` returned no finite number; the PostgreSQL token store with `preparedStatements`
+ * behind a pooler that shares connections rejects the refused query; the Express
+ * `serveTokenApi` under a mount path its `basePath` misses passes one to `next`.
  */
 export class ConfigurationError extends TypeError {
   readonly code: ConfigurationErrorCode = 'ERR_INVALID_OPTION'

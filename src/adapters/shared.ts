@@ -44,7 +44,7 @@ export function setupAdapter(options: AdapterOptions): {
   try {
     trust = compileTrustProxy(options.trustProxy)
   } catch (error) {
-    throw new ConfigurationError('trustProxy', (error as Error).message)
+    throw trustProxyError(error)
   }
   return { dispatcher, trust, onError }
 }
@@ -100,7 +100,7 @@ export function setupTokenApi(api: TokenApi, options: ServeTokenApiOptions | und
   try {
     return compileTrustProxy(options?.trustProxy)
   } catch (error) {
-    throw new ConfigurationError('trustProxy', (error as Error).message)
+    throw trustProxyError(error)
   }
 }
 
@@ -177,4 +177,9 @@ function lastLabel(host: string, i: number): boolean {
     if (c === 46 /* . */) return j === host.length - 1 || host.charCodeAt(j + 1) === 58
   }
   return true
+}
+
+/** `compileTrustProxy`'s `TypeError` as the option's `ConfigurationError` (its message names the option already). */
+function trustProxyError(error: unknown): ConfigurationError {
+  return new ConfigurationError('trustProxy', (error as Error).message.replace(/^trustProxy:? /, ''))
 }

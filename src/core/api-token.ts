@@ -66,7 +66,7 @@ export function toBase62(value: number, width: number): string {
 export function tokenPrefixProblem(prefix: string): string | null {
   return PREFIX_PATTERN.test(prefix)
     ? null
-    : `must match ${PREFIX_PATTERN} (lowercase, at most 16 characters, ending in "_"), got ${JSON.stringify(prefix)}`
+    : `must match ${PREFIX_PATTERN} (a lowercase letter, up to 14 lowercase letters or digits, then "_"), got ${JSON.stringify(prefix)}`
 }
 
 /** Throws unless `prefix` is a valid token prefix (lowercase letters/digits ending in `_`). */
@@ -87,6 +87,9 @@ export type RandomBytes = (size: number) => Uint8Array
  * const token = generateApiToken()          // 'svc_3xK…' (48 characters)
  * parseApiToken(token)?.displayPrefix        // first 12 characters
  * ```
+ *
+ * @throws TypeError when `prefix` is not a lowercase letter, up to 14 lowercase letters or
+ *   digits, then `_` (as `svc_`).
  */
 export function generateApiToken(prefix: string = DEFAULT_TOKEN_PREFIX, random: RandomBytes = randomBytes): string {
   assertTokenPrefix(prefix)

@@ -138,7 +138,10 @@ export interface TokenServiceOptions {
   canUseServer?: (userId: string, appId: string) => MaybePromise<boolean>
   /** Used by the default `canUseServer`. */
   subscriptions?: SubscriptionStore
-  /** Token prefix; default `svc_`. Lowercase, ends in `_`, at most 16 characters. */
+  /**
+   * Token prefix; default `svc_`. A lowercase letter, up to 14 lowercase letters or digits, then
+   * `_` (at most 16 characters, no other `_`). Another throws `ConfigurationError` `prefix`.
+   */
   prefix?: string
   /**
    * Server-side secret (a long random string; not empty): tokens are then stored as HMAC-SHA-256

@@ -71,6 +71,9 @@ describe('fastify adapter specifics', () => {
   it('refuses misconfiguration when the plugin is created', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(ConfigurationError)
+    // The option is named once (regression: 'option "trustProxy" trustProxy must be …').
+    expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(/^mcp-dispatch: option "trustProxy" must be a hop count >= 0$/)
+    expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: ['10.0.0.0/33'] })).toThrow(/^mcp-dispatch: option "trustProxy" entry 0/)
     expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
   })
 

@@ -3,8 +3,8 @@
  * any Redis package installed: an `ioredis` instance fits as it is, and any other client fits
  * behind a few lines of adapter. Also the options every Redis store shares, and the one place
  * commands are sent (each under a deadline, scripts by SHA with a fallback to the source,
- * none while the client's Redis is stalled but an invalidation's `PUBLISH`: see
- * {@link connectRedis}).
+ * none while the client's Redis is stalled but an invalidation's `PUBLISH`: see docs/stores.md,
+ * the Redis section's failure behaviour).
  * @module
  */
 import { createHash } from 'node:crypto'
@@ -19,7 +19,7 @@ export type RedisArgument = string | number
  * strings as strings, integers as numbers, nil as `null`, arrays as arrays, errors as a
  * rejection. For node-redis: `{ call: (...args) => client.sendCommand(args.map(String)) }`.
  *
- * The stores keep one stall breaker per client object (see {@link connectRedis}): give every
+ * The stores keep one stall breaker per client object (docs/stores.md, Redis): give every
  * store the same object (not a new adapter each) so that they share it. An error reply is
  * told from a client's own failure by its class name: `ReplyError` (ioredis), `ErrorReply`
  * and its subclasses (node-redis).
@@ -29,7 +29,7 @@ export interface RedisCommandClient {
   /**
    * The connection's state, where the client tells it (`ioredis`: `ready`, `reconnecting`,
    * …). A store whose calls must not wait in an offline queue (the rate-limit counters) fails
-   * at once once the connection was ready and no longer is (see {@link lostSinceReady}).
+   * at once once the connection was ready and no longer is (docs/stores.md, Redis).
    */
   readonly status?: string
 }
@@ -110,8 +110,8 @@ export interface RedisStoreOptions {
    * policy: the rate limit fails open, sessions answer 503, the OAuth cache misses). A call
    * that passes it unanswered, with nothing else answered on that client since it was sent,
    * also marks the client's Redis stalled: until Redis answers anything again, the calls of
-   * every store on that client reject at once, unsent, but for one probe per `timeoutMs` (see
-   * {@link connectRedis}). Default 1,000.
+   * every store on that client reject at once, unsent, but for one probe per `timeoutMs`
+   * (docs/stores.md, Redis). Default 1,000.
    */
   timeoutMs?: number
 }
