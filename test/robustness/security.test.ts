@@ -81,32 +81,7 @@ describe('no secret in logs, errors or answers', () => {
       reports.push(context, ...textsOf(error), inspect(error, { depth: 6 }))
     }
 
-    for (const target of targets) {
-      const running = await target.start({ dispatcher: fixture.dispatcher, onError })
-      try {
-        const faultModes = ['ok', 'throw', 'reject'] as const
-        for (const fault of faultModes) {
-          fixture.faults.modes.tokens = fault
-          fixture.faults.modes.subscriptions = fault === 'ok' ? 'ok' : 'throw'
-          for (const token of secrets) {
-            const extras: Array<Record<string, string>> = [{}, { 'x-robustness-throw': '1' }, { 'mcp-session-id': 'unknown-session' }]
-            for (const extra of extras) {
-              const response = await send(running.port, {
-                method: 'POST',
-                path: '/v1',
-                headers: mcpHeaders(running.port, token, extra),
-                body: TOOLS_LIST,
-              })
-              seen.push(response.body.toString(), ...Object.values(response.headers).map(String))
-            }
-          }
-        }
-        fixture.faults.modes.tokens = 'ok'
-        fixture.faults.modes.subscriptions = 'ok'
-      } finally {
-        await running.close()
-      }
-    }
+    seen.push(...(await driveAdapters(fixture, secrets, onError)))
 
     // The token service's own refusals, as thrown errors.
     for (const token of apiTokens) {
@@ -147,13 +122,78 @@ describe('no secret in logs, errors or answers', () => {
     }
     await platform.close()
 
-    const texts = [...captured, ...reports, ...seen]
+    // What the dispatcher and the token service reported (store outages, the validator's
+    // failures), as handed to their onError: errors whole, causes and all.
+    const serviceReports = fixture.errors.flatMap((e) => [e.context, ...textsOf(e.error), inspect(e.error, { depth: 6 })])
+    expect(fixture.errors.length).toBeGreaterThan(100)
+    const texts = [...captured, ...reports, ...serviceReports, ...seen]
     expect(texts.length).toBeGreaterThan(1000)
     expect(reports.length).toBeGreaterThan(0) // the failure paths did report
-    const leaks = texts.filter((text) => API_TOKEN_PATTERN.test(text) || secrets.some((secret) => text.includes(secret)))
-    expect(leaks.slice(0, 5)).toEqual([])
+    expect(leaksOf(texts, secrets)).toEqual([])
+  })
+
+  it('with no onError anywhere, the default logger prints no secret to stderr', async () => {
+    const oauthTokens = Array.from({ length: 4 }, (_, i) => `oauth.${crypto.randomBytes(24).toString('base64url')}.${i}`)
+    const oauth: AccessTokenValidator = {
+      async validate(token) {
+        if (oauthTokens.indexOf(token) < 2) throw new AuthorizationServerUnavailableError(5)
+        throw new Error('unexpected answer from the authorization server')
+      },
+    }
+    const fixture = await createFixture({ faults: true, oauth, defaultLogger: true })
+    const secrets = [...Object.values(fixture.tokens), generateApiToken(), ...oauthTokens]
+    const seen = await driveAdapters(fixture, secrets, undefined)
+    await fixture.close()
+    expect(fixture.errors).toEqual([]) // everything went to the default logger
+    const logged = captured.filter((line) => line.startsWith('[mcp-dispatch] '))
+    expect(logged.length).toBeGreaterThan(100)
+    expect(leaksOf([...captured, ...seen], secrets)).toEqual([])
   })
 })
+
+/** Texts naming any of `secrets`, or any API token: the first five. */
+function leaksOf(texts: string[], secrets: string[]): string[] {
+  return texts.filter((text) => API_TOKEN_PATTERN.test(text) || secrets.some((secret) => text.includes(secret))).slice(0, 5)
+}
+
+/**
+ * Every adapter in turn, with its stores healthy, throwing and rejecting: each secret presented
+ * plain, to a handler that throws, and with an unknown session. Answers' bodies and headers.
+ */
+async function driveAdapters(
+  fixture: Awaited<ReturnType<typeof createFixture>>,
+  secrets: string[],
+  onError: ((error: unknown, context: string) => void) | undefined,
+): Promise<string[]> {
+  const seen: string[] = []
+  for (const target of targets) {
+    const running = await target.start({ dispatcher: fixture.dispatcher, onError })
+    try {
+      const faultModes = ['ok', 'throw', 'reject'] as const
+      for (const fault of faultModes) {
+        fixture.faults.modes.tokens = fault
+        fixture.faults.modes.subscriptions = fault === 'ok' ? 'ok' : 'throw'
+        for (const token of secrets) {
+          const extras: Array<Record<string, string>> = [{}, { 'x-robustness-throw': '1' }, { 'mcp-session-id': 'unknown-session' }]
+          for (const extra of extras) {
+            const response = await send(running.port, {
+              method: 'POST',
+              path: '/v1',
+              headers: mcpHeaders(running.port, token, extra),
+              body: TOOLS_LIST,
+            })
+            seen.push(response.body.toString(), ...Object.values(response.headers).map(String))
+          }
+        }
+      }
+      fixture.faults.modes.tokens = 'ok'
+      fixture.faults.modes.subscriptions = 'ok'
+    } finally {
+      await running.close()
+    }
+  }
+  return seen
+}
 
 describe('constant-time comparison of secrets', () => {
   const spiedHashesEqual = vi.mocked(apiTokenModule.hashesEqual)

@@ -93,6 +93,11 @@ export interface FixtureOptions {
   oauth?: AccessTokenValidator
   /** Give the dispatcher stores behind a fault switch. */
   faults?: boolean
+  /**
+   * Give the dispatcher and the token service no `onError`, so their reports go to the
+   * library's default logger (`logError`, stderr) instead of `errors`.
+   */
+  defaultLogger?: boolean
 }
 
 export interface Fixture {
@@ -188,7 +193,7 @@ export async function createFixture(options: FixtureOptions = {}): Promise<Fixtu
     apps,
     subscriptions,
     now,
-    onError,
+    ...(!options.defaultLogger && { onError }),
   })
   const limit = options.limitPerMinute
   const dispatcher = createDispatcher({
@@ -203,7 +208,7 @@ export async function createFixture(options: FixtureOptions = {}): Promise<Fixtu
     authorizationServers: ['https://auth.example.com'],
     ...(options.oauth && { oauth: options.oauth }),
     now,
-    onError,
+    ...(!options.defaultLogger && { onError }),
     ...options.dispatcher,
   })
   return {
@@ -333,7 +338,8 @@ export interface RunningTarget {
 
 export interface TargetOptions {
   dispatcher: Dispatcher
-  onError: (error: unknown, context: string) => void
+  /** The adapter's `onError`; `undefined`: the library's default logger. */
+  onError: ((error: unknown, context: string) => void) | undefined
   trustProxy?: TrustProxy
   /** Turn on the framework's own proxy trust (Express `trust proxy`, Fastify `trustProxy`). */
   frameworkTrustsProxy?: boolean
