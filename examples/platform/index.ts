@@ -33,6 +33,7 @@ import {
   hashApiToken,
   invalidHostReply,
   resolveClientAddress,
+  sessionNotFoundReply,
   validateAllowlist,
   validateTokenName,
   versionNotServedReply,
@@ -128,6 +129,12 @@ export interface PlatformOptions {
    * `mcp-dispatch/proxy`); issuer `http://api.{domain}`. Default: a P-256 key made at start.
    */
   identityKey?: IdentitySignerOptions['privateKey']
+  /**
+   * How often (by the clock `now`) idle MCP sessions are closed, and the handler of a version a
+   * deploy replaced is dropped once nothing uses it: no session, no stream, no request for the
+   * sessions' idle time (30 minutes). Runs on a timer that keeps no process alive. Default 60 s.
+   */
+  sweepEveryMs?: number
 }
 
 /** A running reference platform. */
@@ -146,6 +153,11 @@ export interface Platform {
   deploy(appId: string, version: string, upstream?: string): readonly string[]
   /** The JWKS proxied Apps verify identities against (also at `api.{domain}/.well-known/jwks.json`). */
   jwks(): Promise<IdentityJwks>
+  /**
+   * The versions of an App this process holds a handler for, sorted as strings: the live ones
+   * it serves itself (not proxied), and replaced ones still in use (see `sweepEveryMs`).
+   */
+  servedVersions(appId: string): string[]
   /** The token service (create, rotate, revoke, revoke-all). */
   readonly tokenService: ReturnType<typeof createTokenService>
   /** Closes every open MCP session. */
@@ -185,15 +197,33 @@ export function createPlatform(options: PlatformOptions): Platform {
   const upstreams = new Map<string, string>()
   const appSeeds = new Map(seed.apps.map((a) => [a.id, a]))
 
+  const sweepEveryMs = options.sweepEveryMs ?? 60_000
+  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1) throw new TypeError(`sweepEveryMs must be a whole number of milliseconds >= 1, got ${String(sweepEveryMs)}`)
   function ensureHandler(app: AppRecord, version: string): void {
     const key = `${app.id}@${version}`
     if (!handlers.has(key) && !upstreams.has(key)) {
       handlers.set(
         key,
-        createMcpAppHandler(() => buildAppServer(app, version), { modern: () => buildModernAppServer(app, version), now }),
+        createMcpAppHandler(() => buildAppServer(app, version), { modern: () => buildModernAppServer(app, version), now, sweepEveryMs }),
       )
     }
   }
+  /**
+   * A version a deploy replaced keeps its handler while its pinned sessions last; once nothing
+   * uses it, it goes (kept for ever, each held about 8 kB and its abandoned sessions more).
+   * A session request for it after that gets the same 404 as one its handler had closed.
+   */
+  function dropReplacedHandlers(): void {
+    for (const [key, handler] of handlers) {
+      const at = key.lastIndexOf('@')
+      const live = apps.getLiveVersions(key.slice(0, at)) as readonly string[]
+      if (live.includes(key.slice(at + 1)) || !handler.idle()) continue
+      handlers.delete(key)
+      void handler.close()
+    }
+  }
+  const pruner = setInterval(dropReplacedHandlers, sweepEveryMs)
+  pruner.unref?.()
 
   const slugs = new Set<string>()
   for (const [a, app] of seed.apps.entries()) {
@@ -210,8 +240,10 @@ export function createPlatform(options: PlatformOptions): Platform {
       } catch (error) {
         throw new TypeError(`seed apps.${a}.versions.${v} (${app.slug}): ${(error as Error).message}`, { cause: error })
       }
-      ensureHandler(app, version)
     }
+    // Handlers for what the versions rule left live; a seeded version a later one replaced
+    // (1.1.0 before 1.1.1) never served anyone.
+    for (const version of apps.getLiveVersions(app.id) as readonly string[]) ensureHandler(app, version)
   }
   const subscribed = new Map<string, boolean>()
   for (const [i, s] of seed.subscriptions.entries()) {
@@ -311,7 +343,11 @@ export function createPlatform(options: PlatformOptions): Platform {
     handler: (request: Request, context: DispatchContext) => {
       if (upstreams.has(`${context.app.id}@${context.version}`)) return proxy(request, context)
       const handler = handlers.get(`${context.app.id}@${context.version}`)
-      if (!handler) return toResponse(versionNotServedReply(context.version))
+      if (!handler) {
+        // A session pinned to a version whose handler went once unused (dropReplacedHandlers).
+        if (request.headers.has('mcp-session-id')) return toResponse(sessionNotFoundReply())
+        return toResponse(versionNotServedReply(context.version))
+      }
       return handler(request, {
         subject: context.identity.subject,
         ...(context.identity.clientId !== undefined && { clientId: context.identity.clientId }),
@@ -455,6 +491,11 @@ export function createPlatform(options: PlatformOptions): Platform {
       return mcp(request, info)
     },
     jwks: () => signer.jwks(),
+    servedVersions: (appId) =>
+      [...handlers.keys()]
+        .filter((key) => key.slice(0, key.lastIndexOf('@')) === appId)
+        .map((key) => key.slice(key.lastIndexOf('@') + 1))
+        .sort(),
     deploy(appId, version, upstream) {
       // Checked before the version goes live: a version refused here never serves anyone.
       const target = upstream === undefined ? undefined : upstreamUrl.safeParse(upstream)
@@ -468,6 +509,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       return live
     },
     async close() {
+      clearInterval(pruner)
       await Promise.all([...handlers.values()].map((h) => h.close()))
       await tokenService.close()
     },

@@ -124,7 +124,7 @@ async function withMcpAccept(request: Request, body: unknown): Promise<Request> 
   return new Request(request.url, { method: request.method, headers, body: text, signal: request.signal })
 }
 
-/** How often any request sweeps idle sessions (besides every `initialize`). */
+/** How often idle sessions are swept by default (besides every `initialize`). */
 const SWEEP_EVERY_MS = 60_000
 
 /**
@@ -229,9 +229,14 @@ export interface McpAppHandlerOptions {
    * `maxSessionsPerCaller` times this per App version.
    */
   maxEventChars?: number
+  /**
+   * Idle sessions are closed this often (by the clock `now`): by a timer, which keeps no
+   * process alive, so that a version no request reaches any more (one a deploy replaced)
+   * still lets its abandoned sessions go, and by the requests that come. Default 60 s.
+   */
+  sweepEveryMs?: number
 }
 
-/** A web handler for one App version, with its open sessions. */
 /** Who a dispatched request is for, as the dispatch layer decided (`DispatchContext`). */
 export interface CallerOf {
   subject: string
@@ -240,11 +245,17 @@ export interface CallerOf {
   version: string
 }
 
+/** A web handler for one App version, with its open sessions. */
 export interface McpAppHandler {
   /** `caller`, when given, reaches 2026-07-28 tools as `ctx.http.authInfo` (binding their state to it). */
   (request: Request, caller?: CallerOf): Promise<Response>
   /** Number of open sessions. */
   readonly sessionCount: () => number
+  /**
+   * No session open or being opened, no `subscriptions/listen` stream, and no request for
+   * `idleMs`: closing the handler now would cut nothing a client still holds.
+   */
+  readonly idle: () => boolean
   /** Closes every session. */
   close(): Promise<void>
 }
@@ -258,6 +269,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const maxListensPerCaller = options.maxListensPerCaller ?? 16
   const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_DEADLINE_MS
   const maxEventChars = options.maxEventChars
+  const sweepEveryMs = options.sweepEveryMs ?? SWEEP_EVERY_MS
+  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1) throw new TypeError(`sweepEveryMs must be a whole number of milliseconds >= 1, got ${String(sweepEveryMs)}`)
   /** `open`: answers of the session still streaming; a session with one is not idle. */
   const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }>()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
@@ -329,10 +342,17 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
 
   let closed = false
+  let lastRequest = now()
+  // Idle sessions go whatever requests come in, and when none come (an App version a deploy
+  // replaced keeps its abandoned sessions otherwise: about 100 kB each, for ever).
+  const sweeper = setInterval(() => {
+    if (!closed && now() - lastSweep >= sweepEveryMs) sweep()
+  }, sweepEveryMs)
+  sweeper.unref?.()
   const handle = async (request: Request, given?: CallerOf): Promise<Response> => {
     if (closed) return rpcError(503, -32000, 'App version closed')
-    // Idle sessions go whatever requests come in, not only when another session opens.
-    if (now() - lastSweep >= SWEEP_EVERY_MS) sweep()
+    lastRequest = now()
+    if (lastRequest - lastSweep >= sweepEveryMs) sweep()
     // Handed something else as the second argument (a DispatchContext, by `routeByVersion`
     // wiring): no caller, rather than one without a subject that every user would share.
     const caller = given !== undefined && typeof given.subject === 'string' ? given : undefined
@@ -480,8 +500,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
   return Object.assign(handle, {
     sessionCount: () => sessions.size,
+    idle: () => sessions.size === 0 && openingOf.size === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
     async close() {
       closed = true
+      clearInterval(sweeper)
       await Promise.all([...sessions.values()].map((s) => s.transport.close()))
       sessions.clear()
       await modern?.close()
