@@ -262,11 +262,12 @@ export function createPlatform(options: PlatformOptions): Platform {
 
   // Seeded tokens are minted synchronously with the public primitives, so createPlatform
   // stays synchronous; they follow the same rules as tokens created through the API.
-  const seededTokens: Record<string, string> = {}
+  // No prototype: a token may be named `constructor` or `__proto__` like any other.
+  const seededTokens: Record<string, string> = Object.create(null) as Record<string, string>
   for (const t of seed.tokens) {
     if (!userIds.has(t.userId)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown user ${t.userId}`)
     // Secrets are handed back by name: two tokens of one name would lose one.
-    if (t.name in seededTokens) throw new TypeError(`seed token ${JSON.stringify(t.name)}: the name is used twice`)
+    if (Object.hasOwn(seededTokens, t.name)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: the name is used twice`)
     // The same rules as a name given through the token API, so the dashboard never shows
     // a seeded name the API would have refused.
     const badName = validateTokenName(t.name)

@@ -124,6 +124,14 @@ async function withMcpAccept(request: Request, body: unknown): Promise<Request> 
   return new Request(request.url, { method: request.method, headers, body: text, signal: request.signal })
 }
 
+/** Longest string `_meta.progressToken` a request may carry (a number is at most a double). */
+const MAX_PROGRESS_TOKEN_CHARS = 256
+
+function hasLongProgressToken(message: unknown): boolean {
+  const token = (message as { params?: { _meta?: { progressToken?: unknown } } } | null)?.params?._meta?.progressToken
+  return typeof token === 'string' && token.length > MAX_PROGRESS_TOKEN_CHARS
+}
+
 /** How often idle sessions are swept by default (besides every `initialize`). */
 const SWEEP_EVERY_MS = 60_000
 
@@ -371,6 +379,12 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       }
       // JSON-RPC 2.0 section 6: an empty batch is one Invalid Request error (the SDK answers 202).
       if (Array.isArray(body) && body.length === 0) return rpcError(400, -32600, 'Invalid Request: empty batch')
+      // Every progress notification repeats the request's progress token: `count` sends 100, so
+      // a token of 3 MB made one request of 3 MB stream 300 MB, held in memory while the client
+      // did not read. A token is an identifier; a long one is refused.
+      if ((Array.isArray(body) ? body : [body]).some(hasLongProgressToken)) {
+        return rpcError(400, -32602, `Invalid params: _meta.progressToken is longer than ${MAX_PROGRESS_TOKEN_CHARS} characters`)
+      }
       // MCP 2026-07-28: classified as the SDK's own handler would (headers and body). A single
       // request or notification, or a batch holding one of that revision (which the SDK then
       // refuses: 2026-07-28 has no batches); anything else that is not JSON-RPC gets the 2025

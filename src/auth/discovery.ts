@@ -4,6 +4,8 @@
  * @module
  */
 
+import { withoutTrailingSlashes } from '../core/trailing-slash.js'
+
 /** The fields of an authorization server's metadata that validation uses. */
 export interface AuthorizationServerMetadata {
   /** Must equal the configured issuer exactly (RFC 8414 section 3.3, OIDC Discovery 4.3). */
@@ -28,7 +30,7 @@ export interface AuthorizationServerMetadata {
  */
 export function discoveryUrls(issuer: string): [string, string] {
   const url = new URL(issuer)
-  const path = url.pathname.replace(/\/+$/, '')
+  const path = withoutTrailingSlashes(url.pathname)
   return [
     `${url.origin}${path}/.well-known/openid-configuration`,
     `${url.origin}/.well-known/oauth-authorization-server${path}`,
@@ -44,7 +46,7 @@ export function discoveryUrls(issuer: string): [string, string] {
  * ```
  */
 export function fallbackUserinfoEndpoint(issuer: string): string {
-  return `${issuer.replace(/\/+$/, '')}/userinfo`
+  return `${withoutTrailingSlashes(issuer)}/userinfo`
 }
 
 /**

@@ -68,6 +68,7 @@ import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidat
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
+import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 
 /** A request as the dispatcher sees it: no body, ever. */
 export interface DispatchRequest {
@@ -434,7 +435,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     throw new ConfigurationError('sessionTtlMs', `must be a whole number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`)
   }
   const storeTimeoutMs = timerOption('storeTimeoutMs', options.storeTimeoutMs ?? 5_000)
-  const basePath = (options.basePath ?? '').replace(/\/+$/, '')
+  const basePath = withoutTrailingSlashes(options.basePath ?? '')
   if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
   const rateLimit = options.rateLimit
   if (rateLimit && typeof rateLimit.policy !== 'function') {

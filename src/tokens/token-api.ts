@@ -23,6 +23,7 @@ import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, logError } from '../errors.js'
 import { readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
+import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 
 /** The dashboard user of a request with a session cookie. */
 export interface TokenApiSession {
@@ -203,7 +204,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   if (options.basePath !== undefined && (typeof options.basePath !== 'string' || !options.basePath.startsWith('/'))) {
     throw new ConfigurationError('basePath', 'must be a path starting with "/"')
   }
-  const basePath = (options.basePath ?? '/api/tokens').replace(/\/+$/, '')
+  const basePath = withoutTrailingSlashes(options.basePath ?? '/api/tokens')
   const onError = options.onError ?? logError
 
   async function session(request: Request, write: boolean): Promise<TokenApiSession> {

@@ -47,6 +47,19 @@ const BAD_BODIES: Array<[string, string, number, number]> = [
   ['a batch with two initialize requests', JSON.stringify([INITIALIZE, { ...INITIALIZE, id: 9 }]), 400, -32600],
   ['a batch mixing initialize and a request', JSON.stringify([INITIALIZE, TOOLS_LIST]), 400, -32600],
   ['deeply nested arrays', '['.repeat(100_000), 400, -32700],
+  // Every progress notification repeats it: 3 MB made one request stream 300 MB.
+  [
+    'a progress token longer than 256 characters',
+    JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'count', arguments: { n: 100 }, _meta: { progressToken: 'p'.repeat(257) } } }),
+    400,
+    -32602,
+  ],
+  [
+    'a batch with one such progress token',
+    JSON.stringify([TOOLS_LIST, { jsonrpc: '2.0', id: 2, method: 'tools/call', params: { name: 'count', _meta: { progressToken: 'p'.repeat(5_000) } } }]),
+    400,
+    -32602,
+  ],
   ['lone surrogates (sent as U+FFFD)', '\udcff\udcfe', 400, -32700],
 ]
 
@@ -107,6 +120,16 @@ describe('through the platform in memory', () => {
   it('a body beyond the 4 MB limit is refused with 413 (regression: the platform parsed bodies itself, past the SDK limit)', async () => {
     const huge = JSON.stringify({ ...TOOLS_LIST, params: { pad: 'x'.repeat(5 * 1024 * 1024) } })
     await expectRpcError(await send('http://weather.localhost/v1', { token: token('alice'), rawBody: huge }), 413, -32000)
+  })
+
+  it('a progress token of 256 characters is served', async () => {
+    const progressToken = 'p'.repeat(256)
+    const response = await send('http://weather.localhost/v1', {
+      token: token('alice'),
+      body: { jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'count', arguments: { n: 3 }, _meta: { progressToken } } },
+    })
+    expect(response.status).toBe(200)
+    expect(await response.text()).toContain('counted to 3')
   })
 
   it('a batch of valid requests is served (JSON-RPC 2.0 batches), one answer per request', async () => {

@@ -264,7 +264,7 @@ describe('what a session and a request may hold', () => {
     }
   })
 
-  it('a session keeps at most maxChars of events for resuming, the latest always', async () => {
+  it('a session keeps at most maxChars of events for resuming; one larger alone is kept as a place only', async () => {
     const store = createSessionEventStore({ maxChars: 1_000 })
     const streamOf = (id: string) => store.getStreamIdForEventId!(id)
     const message = (i: number) => ({ jsonrpc: '2.0' as const, id: i, result: { text: 'x'.repeat(300) } })
@@ -277,10 +277,23 @@ describe('what a session and a request may hold', () => {
     const replayed: unknown[] = []
     await store.replayEventsAfter(ids[8]!, { send: async (_id, m) => void replayed.push(m) })
     expect(replayed).toEqual([message(9)])
-    // One event larger than the budget is still kept (alone), so its stream can resume.
+    // One event larger than the budget is not kept, only its place: its stream resumes after
+    // it, and nothing before it can be resumed from (that could not give the large one back).
     const big = await store.storeEvent('stream-1', { jsonrpc: '2.0', id: 99, result: { text: 'y'.repeat(5_000) } })
     expect(await streamOf(big)).toBe('stream-1')
     expect(await streamOf(ids[9]!)).toBeUndefined()
+    await expect(store.replayEventsAfter(ids[9]!, { send: async () => {} })).rejects.toThrow(/Unknown event id/)
+    const after = await store.storeEvent('stream-1', message(100))
+    const resumed: unknown[] = []
+    await store.replayEventsAfter(big, { send: async (_id, m) => void resumed.push(m) })
+    expect(resumed).toEqual([message(100)])
+    expect(await streamOf(after)).toBe('stream-1')
+    // The place holds none of the large event's characters: two events of 340 fit beside it,
+    // a third pushes out the oldest entry, the place.
+    await store.storeEvent('stream-1', message(101))
+    expect(await streamOf(big)).toBe('stream-1')
+    await store.storeEvent('stream-1', message(102))
+    expect(await streamOf(big)).toBeUndefined()
   })
 })
 

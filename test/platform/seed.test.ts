@@ -47,6 +47,18 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed: { ...base, tokens: [token, token] } })).toThrow(/used twice/)
   })
 
+  it('names tokens as the token API would, Object.prototype names included (regression: refused as used twice)', async () => {
+    const names = ['toString', 'constructor', 'hasOwnProperty', '__proto__']
+    const platform = createPlatform({ seed: { ...base, tokens: names.map((name) => ({ name, userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const })) } })
+    try {
+      expect(Object.keys(platform.tokens).sort()).toEqual([...names].sort())
+      for (const name of names) expect(platform.tokens[name]).toMatch(/^svc_[A-Za-z0-9]{44}$/)
+      expect(Object.getPrototypeOf(platform.tokens)).toBeNull()
+    } finally {
+      await platform.close()
+    }
+  })
+
   it('refuses a limit the rate limiter refuses, an upstream that is not http(s), two Apps of one id or slug, and subscriptions that disagree', () => {
     const app = base.apps[0]!
     expect(() => createPlatform({ seed: { ...base, apps: [{ ...app, rateLimitPerMinute: 1e15 }] } })).toThrow(/rateLimitPerMinute/)
