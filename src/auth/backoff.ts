@@ -33,7 +33,8 @@ export const DEFAULT_RETRY: ResolvedRetryOptions = Object.freeze({
 /**
  * The delay before retry number `retry` (1 for the first retry): exponential growth capped at
  * `maxDelayMs`, with "equal jitter" (half fixed, half random), so delays grow for sure and
- * concurrent callers still spread out.
+ * concurrent callers still spread out. Whole milliseconds, never above `maxDelayMs`, finite for
+ * any retry number; a draw of `random` outside [0, 1] (or NaN) counts as its nearer end (0).
  *
  * @example
  * ```ts
@@ -46,6 +47,11 @@ export function computeBackoff(
   options: { baseDelayMs: number; maxDelayMs: number },
   random: () => number = Math.random,
 ): number {
-  const ceiling = Math.min(options.maxDelayMs, options.baseDelayMs * 2 ** Math.max(0, retry - 1))
-  return Math.round(ceiling / 2 + (ceiling / 2) * Math.min(1, Math.max(0, random())))
+  const { baseDelayMs: base, maxDelayMs: max } = options
+  // A zero base stays zero (`0 * 2 ** 1024` is NaN); a huge retry number reaches the cap.
+  const ceiling = base > 0 ? Math.min(max, base * 2 ** Math.max(0, retry - 1)) : 0
+  const draw = random()
+  const jitter = draw > 0 ? Math.min(1, draw) : 0 // NaN too
+  // Rounded, and still within a cap that is not a whole number of milliseconds.
+  return Math.min(Math.round(ceiling / 2 + (ceiling / 2) * jitter), Math.floor(max))
 }

@@ -512,8 +512,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (typeof issuer !== 'string' || !/^https?:\/\//i.test(issuer) || !URL.canParse(issuer)) {
     throw new ConfigurationError('issuer', 'must be an absolute http(s) URL')
   }
-  const issuerUrl = new URL(issuer)
-  if (issuerUrl.search || issuerUrl.hash) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
+  // Read in the string: an empty query or fragment (`…/t#`) parses to none, and the URL parser
+  // drops spaces and control characters an `iss` compared exactly would keep.
+  if (issuer.includes('?') || issuer.includes('#')) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
+  for (let i = 0; i < issuer.length; i++) {
+    const c = issuer.charCodeAt(i)
+    if (c <= 0x20 || c === 0x7f) throw new ConfigurationError('issuer', 'must not contain spaces or control characters')
+  }
   const mode = options.mode ?? 'userinfo'
   if (!MODES.includes(mode)) throw new ConfigurationError('mode', `must be one of ${MODES.join(', ')}`)
   checkHttpUrl('userinfoEndpoint', options.userinfoEndpoint)

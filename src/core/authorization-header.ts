@@ -48,11 +48,28 @@ export function parseBearerToken(header: string | null | undefined): BearerParse
 /**
  * Whether an `Authorization` value (or several fields joined by `, `) presents a `Bearer`
  * credential, well formed or not, even an empty one: what tells a refused bearer token
- * (RFC 6750 `invalid_token`) from another scheme, which presented none.
+ * (RFC 6750 `invalid_token`) from another scheme, which presented none. The value is split at
+ * commas outside quoted strings (RFC 9110 section 11.2: `Digest username="a, Bearer b"`
+ * presents none); a piece presents one when, after whitespace, it is `bearer` in any case,
+ * then whitespace or its end. Refusals only: not on the path of an accepted request.
  * @internal
  */
 export function presentsBearer(header: string | null | undefined): boolean {
-  return header != null && PRESENTED_BEARER.test(header)
+  if (header == null) return false
+  let start = 0
+  let quoted = false
+  for (let i = 0; i < header.length; i++) {
+    const c = header.charCodeAt(i)
+    if (quoted) {
+      if (c === 0x5c) i++ // a quoted-pair: the next character is taken as it is
+      else if (c === 0x22) quoted = false
+    } else if (c === 0x22) quoted = true
+    else if (c === 0x2c) {
+      if (BEARER_PIECE.test(header.slice(start, i))) return true
+      start = i + 1
+    }
+  }
+  return BEARER_PIECE.test(header.slice(start))
 }
 
-const PRESENTED_BEARER = /(?:^|,)\s*bearer(?:[\s,]|$)/i
+const BEARER_PIECE = /^\s*bearer(?:\s|$)/i

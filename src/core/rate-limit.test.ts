@@ -119,4 +119,13 @@ describe('assertRateLimitPolicy', () => {
     expect(() => assertRateLimitPolicy({ limit: 1, windowType: 'week' as never })).toThrow(/windowType/)
     expect(() => assertRateLimitPolicy({ limit: 1, windowType: 'toString' as never })).toThrow(/windowType/)
   })
+
+  it.each([
+    ['a Symbol', Symbol('limit'), 'symbol'],
+    ['a null-prototype object', Object.create(null) as unknown, 'object'],
+  ])('names the type of a limit that cannot be printed (%s), in its own message (regression: the message threw)', (_name, limit, type) => {
+    expect(() => assertRateLimitPolicy({ limit, windowType: 'minute' } as never, 'rateLimit.policy result')).toThrow(
+      `mcp-dispatch: rateLimit.policy result must have an integer limit from 0 to 999999999999999, got a value of type ${type}`,
+    )
+  })
 })

@@ -111,7 +111,7 @@ export const MAX_RATE_LIMIT = 999_999_999_999_999
 /** Throws a `TypeError` unless `policy` is a usable limit. */
 export function assertRateLimitPolicy(policy: RateLimitPolicy, where = 'rate limit'): void {
   if (!Number.isSafeInteger(policy.limit) || policy.limit < 0 || policy.limit > MAX_RATE_LIMIT) {
-    throw new TypeError(`mcp-dispatch: ${where} must have an integer limit from 0 to ${MAX_RATE_LIMIT}, got ${policy.limit}`)
+    throw new TypeError(`mcp-dispatch: ${where} must have an integer limit from 0 to ${MAX_RATE_LIMIT}, got ${typeof policy.limit === 'number' ? policy.limit : `a value of type ${typeof policy.limit}`}`)
   }
   if (!Object.hasOwn(WINDOWS, policy.windowType)) {
     throw new TypeError(`mcp-dispatch: ${where} windowType must be one of ${Object.keys(WINDOWS).join(', ')}`)

@@ -107,7 +107,10 @@ export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
 
 /**
  * The `WWW-Authenticate` header value of a 401 (spec 5.1; RFC 6750 section 3; RFC 9728
- * section 5.1).
+ * section 5.1). The URL goes into a quoted string: `"` and `\` are dropped, and anything but
+ * HTAB and printable ASCII (controls, a name not yet in Punycode from a platform's `baseUrl`) is
+ * percent-encoded as UTF-8, so the value is always one a runtime writes (Node's `setHeader`
+ * throws on characters past U+00FF, on every 401).
  *
  * @example
  * ```ts
@@ -116,9 +119,18 @@ export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
  * ```
  */
 export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string {
-  const url = options.resourceMetadataUrl.replace(/["\\]/g, '')
+  const url = options.resourceMetadataUrl.replace(/["\\]/g, '').replace(/[^\t\x20-\x7e]/gu, percentEncoded)
   const base = `Bearer resource_metadata="${url}"`
   return options.invalidToken ? `${base}, error="invalid_token"` : base
+}
+
+/** One character as UTF-8 percent-escapes; a lone surrogate as U+FFFD's. */
+function percentEncoded(character: string): string {
+  try {
+    return encodeURIComponent(character)
+  } catch {
+    return '%EF%BF%BD'
+  }
 }
 
 /** 402 of spec section 7: identity verified, no active subscription. */
