@@ -234,6 +234,18 @@ describe('create (spec 2.1, 3)', () => {
     expect(await appStatus(created.token, CLIENT, 'notes')).toBe(403)
   })
 
+  it('409 conflict past 1,000 active tokens of one user, until one is revoked', async () => {
+    const carol = await signIn('user_carol')
+    // carol holds her seeded token; 999 more through the service, then the API refuses.
+    for (let i = 0; i < 999; i++) await platform.tokenService.create({ userId: 'user_carol', name: `t${i}`, servers: ['app_weather'], expiresInDays: 7 })
+    const refused = await call('POST', '', { session: carol, body: { name: 'one more', servers: ['app_weather'], expires_in_days: 7 } })
+    expect(refused.status).toBe(409)
+    expect(await json(refused)).toEqual({ error: 'conflict', message: 'At most 1000 active tokens per user: revoke one before creating another' })
+    expect((await platform.tokenService.list('user_carol')).length).toBe(1_000)
+    await platform.tokenService.revoke('user_carol', await seededId('user_carol', 'carol'))
+    expect((await call('POST', '', { session: carol, body: { name: 'one more', servers: ['app_weather'], expires_in_days: 7 } })).status).toBe(201)
+  })
+
   it('7, 30 and 90 days; several servers; an allowlist', async () => {
     const alice = await signIn('user_alice')
     for (const days of [7, 90]) {

@@ -3,6 +3,7 @@ import { generateApiToken, hashApiToken } from '../core/api-token.js'
 import type { ApiTokenRecord, TokenStore } from '../core/stores.js'
 import {
   ConfigurationError,
+  ConflictError,
   DispatchError,
   ForbiddenError,
   InvalidInputError,
@@ -187,6 +188,12 @@ describe('createTokenService: configuration', () => {
     expect(() => createTokenService({ apps } as unknown as TokenServiceOptions)).toThrow(ConfigurationError)
     expect(() => createTokenService({ store } as unknown as TokenServiceOptions)).toThrow(ConfigurationError)
   })
+
+  it('refuses a maxActiveTokensPerUser that is not a positive integer', () => {
+    for (const max of [0, -1, 1.5, Number.NaN, Number.POSITIVE_INFINITY, '10']) {
+      expect(() => setup({ maxActiveTokensPerUser: max as number }), String(max)).toThrow(/option "maxActiveTokensPerUser" must be a positive integer/)
+    }
+  })
 })
 
 describe('create (spec 2.1, 3)', () => {
@@ -212,6 +219,30 @@ describe('create (spec 2.1, 3)', () => {
       { server_id: 'app_weather', server_name: 'Weather', server_slug: 'weather' },
       { server_id: 'app_notes', server_name: 'Notes', server_slug: 'notes' },
     ])
+  })
+
+  it('at most maxActiveTokensPerUser active tokens per user (default 1,000): 409, until one is revoked or expires', async () => {
+    const { service, clock } = setup({ maxActiveTokensPerUser: 3 })
+    const week = await createToken(service, { expiresInDays: 7 })
+    const kept = await createToken(service)
+    await createToken(service)
+    const refused = await refusal(createToken(service), ConflictError)
+    expect(refused.status).toBe(409)
+    expect(refused.message).toBe('At most 3 active tokens per user: revoke one before creating another')
+    // Another user is not counted against alice.
+    await createToken(service, { userId: 'bob' })
+    // A revoked token frees its place, an expired one too.
+    await service.revoke('alice', kept.id)
+    await createToken(service)
+    await refusal(createToken(service), ConflictError)
+    clock.advance(7 * DAY)
+    expect(Date.parse(week.expires_at)).toBe(clock.now())
+    await createToken(service)
+    expect((await service.list('alice')).length).toBe(5)
+    // The default holds 1,000.
+    const defaults = setup()
+    for (let i = 0; i < 1_000; i++) await createToken(defaults.service)
+    await refusal(createToken(defaults.service), ConflictError)
   })
 
   it('each lifetime: 7, 30 or 90 days', async () => {
@@ -1242,12 +1273,13 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
   })
 
   it('a token in use stays known however many other tokens the instance sees (least recently used out, not first seen)', async () => {
-    const { service } = setup({ unknownTokenBudget: { limit: 1 } })
+    // The other tokens belong to 1,000 users (a user holds at most maxActiveTokensPerUser).
+    const { service } = setup({ unknownTokenBudget: { limit: 1 }, canUseServer: () => true })
     const hot = await createToken(service, { name: 'hot' })
     // Used every 10,000 tokens; the last use 5,000 before the end, so that what is known at the
     // end is what the uses kept known (a hash no longer known is looked up and known again).
     for (let i = 0; i < 50_500; i++) {
-      await createToken(service, { name: 'other' })
+      await createToken(service, { name: 'other', userId: `user-${i % 1_000}` })
       if (i % 10_000 === 5_000) expect((await service.authenticate(hot.token, CLIENT)).ok).toBe(true)
     }
     // The address spends its one unit; the hot token is still known, so it is not charged.

@@ -203,6 +203,15 @@ export interface TokenServiceOptions {
    */
   maxPendingLookups?: number
   /**
+   * Most tokens one user may hold that are neither revoked nor expired: `create` past it fails
+   * with {@link ConflictError} (the token API answers 409 `conflict`), until one is revoked or
+   * expires. Without a bound, one signed-in user could make tokens until the store, and the
+   * dashboard's list, gave out (2,000 in two seconds through the reference platform). Counted
+   * from the store before the insert, so creations of one user at the same moment may each pass
+   * it. A positive integer; default 1,000.
+   */
+  maxActiveTokensPerUser?: number
+  /**
    * Broadcast of rotations and revocations to other instances. Default in-process (this
    * service's own changes only). Required with `cacheTtlMs` (see there).
    */
@@ -239,7 +248,11 @@ export interface TokenServiceOptions {
 export interface TokenService {
   /** The token prefix in use (`svc_` by default). */
   readonly prefix: string
-  /** Creates a token; the result is the only place the full secret appears (spec 3). */
+  /**
+   * Creates a token; the result is the only place the full secret appears (spec 3). Fails with
+   * {@link InvalidInputError} naming a bad field, and {@link ConflictError} when the user holds
+   * `maxActiveTokensPerUser` active tokens already.
+   */
   create(input: CreateTokenInput): Promise<ApiTokenSecretView>
   /** Tokens of a user, newest first, without secrets (dashboard list, spec 2.1). */
   list(userId: string): Promise<ApiTokenView[]>
@@ -416,7 +429,7 @@ function iso(ms: number): string {
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
  *
- * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs` or `maxPendingLookups` out of range; with `cacheTtlMs` and no `invalidations`. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
+ * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const { store, apps } = options
@@ -449,6 +462,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const maxPendingLookups = options.maxPendingLookups ?? 1_000
   if (!Number.isSafeInteger(maxPendingLookups) || maxPendingLookups < 1) {
     throw new ConfigurationError('maxPendingLookups', 'must be a positive integer')
+  }
+  const maxActiveTokens = options.maxActiveTokensPerUser ?? 1_000
+  if (!Number.isSafeInteger(maxActiveTokens) || maxActiveTokens < 1) {
+    throw new ConfigurationError('maxActiveTokensPerUser', 'must be a positive integer')
   }
   const unknownTokenBudget = createClientBudget(
     options.unknownTokenBudget,
@@ -919,6 +936,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           // Name the position in the input, which is what the caller sees (duplicates included).
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }
+      }
+      const owned = await storeCall(() => store.listByUser(data.userId))
+      const at = now()
+      let active = 0
+      for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
+      if (active >= maxActiveTokens) {
+        throw new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
       }
       const createdAt = now()
       const secret = await newSecret()
