@@ -198,7 +198,10 @@ export function createPlatform(options: PlatformOptions): Platform {
   const appSeeds = new Map(seed.apps.map((a) => [a.id, a]))
 
   const sweepEveryMs = options.sweepEveryMs ?? 60_000
-  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1) throw new TypeError(`sweepEveryMs must be a whole number of milliseconds >= 1, got ${String(sweepEveryMs)}`)
+  // A timer's delay: past 2^31 - 1 ms Node fires it every millisecond.
+  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1 || sweepEveryMs > 2_147_483_647) {
+    throw new TypeError(`sweepEveryMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(sweepEveryMs)}`)
+  }
   function ensureHandler(app: AppRecord, version: string): void {
     const key = `${app.id}@${version}`
     if (!handlers.has(key) && !upstreams.has(key)) {

@@ -260,8 +260,9 @@ export interface McpAppHandler {
   /** Number of open sessions. */
   readonly sessionCount: () => number
   /**
-   * No session open or being opened, no `subscriptions/listen` stream, and no request for
-   * `idleMs`: closing the handler now would cut nothing a client still holds.
+   * No session open or being opened, no `subscriptions/listen` stream, no answer still
+   * streaming, and no request for `idleMs`: closing the handler now would cut nothing a client
+   * still holds.
    */
   readonly idle: () => boolean
   /** Closes every session. */
@@ -278,7 +279,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_DEADLINE_MS
   const maxEventChars = options.maxEventChars
   const sweepEveryMs = options.sweepEveryMs ?? SWEEP_EVERY_MS
-  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1) throw new TypeError(`sweepEveryMs must be a whole number of milliseconds >= 1, got ${String(sweepEveryMs)}`)
+  // A timer's delay: past 2^31 - 1 ms Node fires it every millisecond.
+  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1 || sweepEveryMs > 2_147_483_647) {
+    throw new TypeError(`sweepEveryMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(sweepEveryMs)}`)
+  }
   /** `open`: answers of the session still streaming; a session with one is not idle. */
   const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }>()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
@@ -357,7 +361,25 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     if (!closed && now() - lastSweep >= sweepEveryMs) sweep()
   }, sweepEveryMs)
   sweeper.unref?.()
+  /** Requests not answered in full: an event stream still running keeps the handler in use. */
+  let inFlight = 0
   const handle = async (request: Request, given?: CallerOf): Promise<Response> => {
+    inFlight++
+    let response: Response
+    try {
+      response = await serve(request, given)
+    } catch (error) {
+      inFlight--
+      throw error
+    }
+    // Any other answer is complete as it stands (and a string body keeps the runtime's fast path).
+    if (!response.headers.get('content-type')?.startsWith('text/event-stream')) {
+      inFlight--
+      return response
+    }
+    return whenBodyEnds(response, () => inFlight--)
+  }
+  const serve = async (request: Request, given?: CallerOf): Promise<Response> => {
     if (closed) return rpcError(503, -32000, 'App version closed')
     lastRequest = now()
     if (lastRequest - lastSweep >= sweepEveryMs) sweep()
@@ -514,7 +536,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
   return Object.assign(handle, {
     sessionCount: () => sessions.size,
-    idle: () => sessions.size === 0 && openingOf.size === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
+    idle: () => inFlight === 0 && sessions.size === 0 && openingOf.size === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
     async close() {
       closed = true
       clearInterval(sweeper)

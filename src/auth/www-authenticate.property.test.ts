@@ -201,8 +201,9 @@ describe('bearerTokenError, property-based', () => {
       RUNS,
     )
     // Each branch that matters is reached a fair number of times, so the property cannot go vacuous
-    // (a token error read only past a malformed element is rarer: about 15 in 1,000).
-    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'tokenErrorAfterJunk' ? 4 : 50)
+    // (a token error read only past a malformed element is rarer: 5 to 27 in 1,000 over 23 runs,
+    // so once is asked of it: none at all has a chance below one in a million).
+    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'tokenErrorAfterJunk' ? 1 : 50)
   })
 
   it('a Bearer token error stays found when other challenges are put before or after it; one of another scheme never is', () => {

@@ -443,7 +443,8 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     // Then small bytes kept per request: 600 requests without the huge bodies, six passes.
     // The heap after each moves by a few hundred KiB either way; compared as the mean of the
     // first two samples and of the last two, four passes (2,400 requests) apart, anything
-    // kept per request over about 220 bytes fails this (a copy of the URL and headers did).
+    // kept per request over about 330 bytes fails this (a copy of the URL and headers, about
+    // 600 bytes, did: 1.4 MiB).
     const small = cases.filter((c) => c.body == null || c.body.length < 64 * 1024).slice(0, 600)
     expect(await runCases(fixture, target, running.port, small, agent)).toEqual([])
     const samples = [measure()]
@@ -454,7 +455,7 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / xs.length
     const kept = mean(samples.slice(-2)) - mean(samples.slice(0, 2))
     const shown = samples.map((x) => ((x - samples[0]!) / 2 ** 10).toFixed(0)).join(' ')
-    expect(kept, `heap grew by ${(kept / 2 ** 20).toFixed(2)} MiB over four passes (KiB after each: ${shown})`).toBeLessThan(2 ** 19)
+    expect(kept, `heap grew by ${(kept / 2 ** 20).toFixed(2)} MiB over four passes (KiB after each: ${shown})`).toBeLessThan(0.75 * 2 ** 20)
   })
 })
 
