@@ -41,7 +41,7 @@ import {
 import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { type WebRequestInfo, mcpDispatch, toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
-import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler } from './mcp-app.js'
+import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler, sweepPeriod } from './mcp-app.js'
 
 /**
  * An upstream of a proxied version: an http(s) URL without user info, as the proxy handler
@@ -197,11 +197,7 @@ export function createPlatform(options: PlatformOptions): Platform {
   const upstreams = new Map<string, string>()
   const appSeeds = new Map(seed.apps.map((a) => [a.id, a]))
 
-  const sweepEveryMs = options.sweepEveryMs ?? 60_000
-  // A timer's delay: past 2^31 - 1 ms Node fires it every millisecond.
-  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1 || sweepEveryMs > 2_147_483_647) {
-    throw new TypeError(`sweepEveryMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(sweepEveryMs)}`)
-  }
+  const sweepEveryMs = sweepPeriod(options.sweepEveryMs)
   function ensureHandler(app: AppRecord, version: string): void {
     const key = `${app.id}@${version}`
     if (!handlers.has(key) && !upstreams.has(key)) {
@@ -218,9 +214,8 @@ export function createPlatform(options: PlatformOptions): Platform {
    */
   function dropReplacedHandlers(): void {
     for (const [key, handler] of handlers) {
-      const at = key.lastIndexOf('@')
-      const live = apps.getLiveVersions(key.slice(0, at)) as readonly string[]
-      if (live.includes(key.slice(at + 1)) || !handler.idle()) continue
+      const [appId, version] = keyParts(key)
+      if ((apps.getLiveVersions(appId) as readonly string[]).includes(version) || !handler.idle()) continue
       handlers.delete(key)
       void handler.close()
     }
@@ -497,8 +492,9 @@ export function createPlatform(options: PlatformOptions): Platform {
     jwks: () => signer.jwks(),
     servedVersions: (appId) =>
       [...handlers.keys()]
-        .filter((key) => key.slice(0, key.lastIndexOf('@')) === appId)
-        .map((key) => key.slice(key.lastIndexOf('@') + 1))
+        .map(keyParts)
+        .filter(([app]) => app === appId)
+        .map(([, version]) => version)
         .sort(),
     deploy(appId, version, upstream) {
       // Checked before the version goes live: a version refused here never serves anyone.
@@ -519,6 +515,12 @@ export function createPlatform(options: PlatformOptions): Platform {
     },
   }
   return platform
+}
+
+/** The App id and the version of a handler key, `${appId}@${version}` (a version holds no `@`). */
+function keyParts(key: string): [appId: string, version: string] {
+  const at = key.lastIndexOf('@')
+  return [key.slice(0, at), key.slice(at + 1)]
 }
 
 /** 400 naming the field of a development endpoint's request that is wrong. */

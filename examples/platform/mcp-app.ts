@@ -132,8 +132,17 @@ function hasLongProgressToken(message: unknown): boolean {
   return typeof token === 'string' && token.length > MAX_PROGRESS_TOKEN_CHARS
 }
 
-/** How often idle sessions are swept by default (besides every `initialize`). */
-const SWEEP_EVERY_MS = 60_000
+/**
+ * The `sweepEveryMs` option checked, default 60 s (besides every `initialize`): a timer's
+ * delay, since past 2^31 - 1 ms Node fires a timer every millisecond.
+ */
+export function sweepPeriod(value: number | undefined): number {
+  const ms = value ?? 60_000
+  if (!Number.isSafeInteger(ms) || ms < 1 || ms > 2_147_483_647) {
+    throw new TypeError(`sweepEveryMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(ms)}`)
+  }
+  return ms
+}
 
 /**
  * Reads a request body once, stopping past the limit: the text, `null` when too large, or
@@ -278,11 +287,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const maxListensPerCaller = options.maxListensPerCaller ?? 16
   const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_DEADLINE_MS
   const maxEventChars = options.maxEventChars
-  const sweepEveryMs = options.sweepEveryMs ?? SWEEP_EVERY_MS
-  // A timer's delay: past 2^31 - 1 ms Node fires it every millisecond.
-  if (!Number.isSafeInteger(sweepEveryMs) || sweepEveryMs < 1 || sweepEveryMs > 2_147_483_647) {
-    throw new TypeError(`sweepEveryMs must be a whole number of milliseconds from 1 to 2147483647, got ${String(sweepEveryMs)}`)
-  }
+  const sweepEveryMs = sweepPeriod(options.sweepEveryMs)
   /** `open`: answers of the session still streaming; a session with one is not idle. */
   const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }>()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken

@@ -25,7 +25,7 @@ import {
   jwtVerify,
 } from 'jose'
 import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
-import { B64TOKEN } from '../core/authorization-header.js'
+import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
@@ -289,24 +289,8 @@ const AUTH_PARAM = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*=[ \t]*(?:"((?:[^"\\]|\\
  * does not count.
  */
 export function bearerTokenError(header: string): boolean {
-  const elements: string[] = []
-  let current = ''
-  let quoted = false
-  for (let i = 0; i < header.length; i++) {
-    const c = header[i]!
-    if (quoted && c === '\\') {
-      current += c + (header[++i] ?? '')
-      continue
-    }
-    if (c === '"') quoted = !quoted
-    if (c === ',' && !quoted) {
-      elements.push(current.trim())
-      current = ''
-    } else current += c
-  }
-  elements.push(current.trim())
   let bearer = false
-  for (const element of elements) {
+  for (const element of headerListElements(header)) {
     if (element === '') continue
     const param = AUTH_PARAM.exec(element)
     // A `name=value` element continues the challenge before it; anything else starts one.

@@ -55,21 +55,33 @@ export function parseBearerToken(header: string | null | undefined): BearerParse
  * @internal
  */
 export function presentsBearer(header: string | null | undefined): boolean {
-  if (header == null) return false
+  return header != null && headerListElements(header).some((element) => BEARER_ELEMENT.test(element))
+}
+
+const BEARER_ELEMENT = /^bearer(?:\s|$)/i
+
+/**
+ * The elements of a header's comma-separated list (RFC 9110 section 5.6.1), trimmed: split at
+ * commas outside quoted strings, a backslash inside one taking the next character as it is; a
+ * quoted string never closed runs to the end. Empty elements are kept (as `''`).
+ * @internal
+ */
+export function headerListElements(header: string): string[] {
+  const elements: string[] = []
   let start = 0
   let quoted = false
   for (let i = 0; i < header.length; i++) {
     const c = header.charCodeAt(i)
     if (quoted) {
-      if (c === 0x5c) i++ // a quoted-pair: the next character is taken as it is
+      if (c === 0x5c) i++ // a quoted-pair
       else if (c === 0x22) quoted = false
     } else if (c === 0x22) quoted = true
     else if (c === 0x2c) {
-      if (BEARER_PIECE.test(header.slice(start, i))) return true
+      elements.push(header.slice(start, i).trim())
       start = i + 1
     }
   }
-  return BEARER_PIECE.test(header.slice(start))
+  elements.push(header.slice(start).trim())
+  return elements
 }
 
-const BEARER_PIECE = /^\s*bearer(?:\s|$)/i
