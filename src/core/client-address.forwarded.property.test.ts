@@ -141,7 +141,9 @@ describe('forwardedProtocol, property-based', () => {
     )
     // About 400 untrusted peers, 180 without trust, 100 without a peer, 150 trusted by a list (30 of
     // them IPv4-mapped), 170 by a hop count; of the trusted, 140 first values good, 70 bad before a good one.
-    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'mappedPeerTrusted' || name === 'noPeer' ? 15 : 40)
+    // (IPv4-mapped and trusted: 29 on average over 300 seeds, 16 to 42; below 15 about once in 700
+    // runs, so 8 is asked of it.)
+    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'mappedPeerTrusted' ? 8 : name === 'noPeer' ? 15 : 40)
   })
 
   it('an absent or empty header keeps the request\'s own scheme, whoever the peer', () => {

@@ -99,8 +99,9 @@ describe('token prefix rule, property-based', () => {
       }),
       RUNS,
     )
-    // About 330 accepted, 670 refused, 30 of 2 characters, 20 of 16, 30 of 17, 60 with a newline, 55 with a folding letter.
-    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(['accepted', 'refused', 'foldsToAscii'].includes(name) ? 40 : 5)
+    // About 330 accepted, 670 refused, 30 of 2 characters, 20 of 16, 30 of 17, 60 with a newline, 55 with a folding letter
+    // (59 on average over 200 seeds, 38 to 76: below 40 about once in 250 runs, so 15 is asked of it).
+    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(['accepted', 'refused'].includes(name) ? 40 : name === 'foldsToAscii' ? 15 : 5)
   })
 
   it('assertTokenPrefix and generateApiToken throw a TypeError exactly for the refused prefixes', () => {

@@ -269,10 +269,13 @@ describe('proxy handler', () => {
         if (body !== undefined) res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ length: body.length }))
       }
       const reported: unknown[] = []
+      // 600 ms without progress: a gap of the slow body below (100 ms) stays under it with room
+      // for a stalled event loop; the whole body (a second) does not.
+      const TIMEOUT_MS = 600
       const quick = createProxyHandler({
         upstream: () => `${upstream.origin}/mcp`,
         identity: signer,
-        timeoutMs: 300,
+        timeoutMs: TIMEOUT_MS,
         onError: (error) => reported.push(error),
       })
       const encoder = new TextEncoder()
@@ -294,7 +297,7 @@ describe('proxy handler', () => {
       }
       const post = (body: ReadableStream<Uint8Array>) =>
         quick(new Request('http://weather.localhost/v2', { method: 'POST', body, duplex: 'half' } as RequestInit), context)
-      // Ten chunks 100 ms apart: a second in all, past timeoutMs, but never 300 ms without one.
+      // Ten chunks 100 ms apart: a second in all, past timeoutMs, but never TIMEOUT_MS without one.
       const slow = await post(trickle(10, 100))
       expect(slow.status).toBe(200)
       expect(await slow.json()).toEqual({ length: 10_000 })
@@ -310,11 +313,11 @@ describe('proxy handler', () => {
       try {
         const gaveUp = await post(lateBody)
         expect(gaveUp.status).toBe(504)
-        const before = armed.mock.calls.filter(([, ms]) => ms === 300).length
+        const before = armed.mock.calls.filter(([, ms]) => ms === TIMEOUT_MS).length
         late.enqueue(encoder.encode('x'))
         late.close()
         await new Promise((resolve) => setImmediate(resolve))
-        expect(armed.mock.calls.filter(([, ms]) => ms === 300).length).toBe(before)
+        expect(armed.mock.calls.filter(([, ms]) => ms === TIMEOUT_MS).length).toBe(before)
       } finally {
         armed.mockRestore()
       }
@@ -485,9 +488,12 @@ describe('proxy handler', () => {
         expect(await response.text(), name).toBe(MISMATCH)
         expect(reported, name).toEqual([{ error: expect.any(RangeError), context: `proxy ${upstream.origin}` }])
         expect(String((reported[0]!.error as Error).message), name).toContain(`Content-Length ${declared}`)
-        // What reached the upstream (if anything did) was cut, never a whole request of that length.
+        // What reached the upstream (if anything did) was cut, never a whole request of that length
+        // (the upstream hears of the cut a turn or more later: waited for).
         await new Promise((resolve) => setTimeout(resolve, 20))
-        for (const r of seen) expect([r.aborted, r.body], name).toEqual([true, undefined])
+        await vi.waitFor(() => {
+          for (const r of seen) expect([r.aborted, r.body], name).toEqual([true, undefined])
+        }, { timeout: 2_000, interval: 10 })
       }
       // A request with a Content-Length but no body at all.
       strictUpstream(() => expect.fail('nothing goes upstream'))

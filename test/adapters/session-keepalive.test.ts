@@ -119,12 +119,18 @@ beforeEach(() => {
   vi.useFakeTimers({ toFake: ['Date', 'setInterval', 'clearInterval'] })
 })
 
-/** The keep-alive's timer stops at its first tick that finds no open response. */
+/**
+ * The keep-alive's timer stops at its first tick that finds no open response (once the server
+ * has seen the stream end: up to 5 s on a loaded machine, not vi.waitFor's default 1 s).
+ */
 async function keepAliveStops() {
-  await vi.waitFor(async () => {
-    await vi.advanceTimersByTimeAsync(HOUR / 3)
-    expect(vi.getTimerCount()).toBe(0)
-  })
+  await vi.waitFor(
+    async () => {
+      await vi.advanceTimersByTimeAsync(HOUR / 3)
+      expect(vi.getTimerCount()).toBe(0)
+    },
+    { timeout: 5_000 },
+  )
 }
 
 /** The session's pin is gone once the idle TTL has passed with nothing open. */

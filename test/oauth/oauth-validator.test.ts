@@ -382,7 +382,9 @@ describe('userinfo mode (the default)', () => {
     fake.route('/oidc/me', 'hang')
     const timers = () => process.getActiveResourcesInfo().filter((type) => type === 'Timeout').length
     const before = timers()
-    const v = createOAuthValidator({ issuer: fake.url, userinfoEndpoint: `${fake.url}/oidc/me`, timeoutMs: 30, retry: { attempts: 2, baseDelayMs: 1 } })
+    // A deadline that outlasts the connection and the request's arrival (counted below) on a
+    // loaded machine: 30 ms could pass before the request was even written.
+    const v = createOAuthValidator({ issuer: fake.url, userinfoEndpoint: `${fake.url}/oidc/me`, timeoutMs: 250, retry: { attempts: 2, baseDelayMs: 1 } })
     const error = await unavailable(v.validate('good-token'))
     expect((error.cause as Error).message).toMatch(/timed out/)
     expect(fake.count('/oidc/me')).toBe(2)
@@ -725,7 +727,8 @@ describe('jwt mode (local verification)', () => {
       expect(await v.validate(await sign({ jti: `s${i}` }), weather)).toMatchObject({ active: true })
       await new Promise((r) => setTimeout(r, 20))
     }
-    expect(fake.count('/jwks')).toBe(4)
+    // The background refetch reaches the server in its own time: waited for.
+    await vi.waitFor(() => expect(fake.count('/jwks')).toBe(4), { timeout: 2_000, interval: 10 })
   })
 
   it('a token refused for its nbf is not remembered: taken once nbf has passed (regression)', async () => {

@@ -174,6 +174,8 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     const proxy = await hangingProxy()
     // `disconnectTimeout`: ioredis would otherwise keep a 2 s timer after disconnecting.
     const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
+    // Connected (through the proxy, with ioredis' ready check) before the first call's 150 ms run.
+    await client.ping()
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
     const { fixture, send } = await createRedisStorePipeline(options)
     try {
@@ -220,7 +222,9 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
 
 describeRedis('a Redis that hangs costs one deadline, not one per request (regression: counts of a hang landing at once)', (redis) => {
   it('after the first call passes its deadline, requests are answered at once (served, or 503 for a session) and counted nowhere; once Redis answers, the counter goes on from where it was', async () => {
-    const timeoutMs = 400
+    // The 20 requests below must all come before the probe is due, timeoutMs after the stall
+    // showed: a second leaves room for a loaded machine (400 ms could be used up).
+    const timeoutMs = 1_000
     const client = redis.connect()
     const prefix = redis.prefix()
     const options = { client, prefix, timeoutMs }
@@ -325,7 +329,8 @@ describeRedis('a Redis that hangs under the invalidation bus', (redis) => {
     const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busA })
     const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busB })
     try {
-      await Promise.all([busA.ready(), busB.ready()])
+      // Subscribed on new connections: not within the 150 ms deadline on a loaded machine.
+      await Promise.all([busA.ready(5_000), busB.ready(5_000)])
       const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
       expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
 
@@ -356,7 +361,7 @@ describeRedis('the invalidation bus heartbeat, when nothing is wrong', (redis) =
     const onChannel: string[] = []
     const watcher = redis.connect()
     try {
-      await bus.ready()
+      await bus.ready(5_000)
       await watcher.subscribe(bus.channel)
       watcher.on('message', (_channel: string, text: string) => void onChannel.push(text))
       const changes: string[] = []
@@ -384,7 +389,8 @@ describeRedis('a lone bus under event-loop lag', (redis) => {
     const errors: unknown[] = []
     const bus = createRedisInvalidationBus({ client: redis.connect(), prefix: redis.prefix(), timeoutMs: 20, heartbeatMs: 100, onError: (e) => void errors.push(e) })
     try {
-      await bus.ready()
+      // ready() waits timeoutMs by default: 20 ms for a new connection and two SUBSCRIBEs.
+      await bus.ready(5_000)
       const end = Date.now() + 1_500
       while (Date.now() < end) {
         const block = Date.now() + 40

@@ -365,7 +365,8 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
         const sender = createRedisInvalidationBus({ client: second, prefix, timeoutMs: TIMEOUT_MS, onError: () => {} })
         const drops: boolean[] = []
         try {
-          await Promise.all([listener.ready(), sender.ready()])
+          // New Cluster connections subscribing: more than the 200 ms deadline on a loaded machine.
+          await Promise.all([listener.ready(5_000), sender.ready(5_000)])
           listener.subscribe((message) => void (message.kind === 'all' && drops.push(listener.listening === true)))
           // The master the listener's subscription is on (its connection is named for it).
           let subscribedOn: number | undefined
