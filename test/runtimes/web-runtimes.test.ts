@@ -19,6 +19,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { forbiddenReply, methodNotAllowedReply, paymentRequiredReply, rateLimitedReply, unauthorizedReply, versionNotFoundReply } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { underProjectCI } from '../helpers/ci.js'
+import { awayFromMinuteEnd } from '../helpers/clock.js'
 import { loopbackFetch } from '../oauth/helpers/oauth-client.js'
 import type { RuntimeTokens } from './app.js'
 import { bundleWorker, startWorkerd, workerdBinary } from './workerd.js'
@@ -142,6 +143,8 @@ describe.each(Object.keys(RUNTIMES) as Array<keyof typeof RUNTIMES>)('the Web ad
     await expectReply(await head(), { ...unauthorizedReply({ resourceMetadataUrl: `${app('')}/.well-known/oauth-protected-resource` }), body: '' })
     await expectReply(await head(tokens.alice), { ...methodNotAllowedReply('GET, POST, DELETE, OPTIONS'), body: '' })
 
+    // Both in one minute of the fixed window.
+    await awayFromMinuteEnd()
     expect((await post(app('/', 'busy'), tokens.alice)).status).toBe(200)
     const limited = await post(app('/', 'busy'), tokens.alice)
     expect(limited.status).toBe(429)

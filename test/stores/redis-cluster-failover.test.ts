@@ -250,7 +250,9 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
           expect(Math.max(...log.map((round) => round.ms))).toBeLessThan(AT_MOST_MS)
           // Before the promotion: the pinned session 503, the counter failing open (served, no header).
           const gap = log.filter((round) => round.at + AT_MOST_MS < selfPromoted)
-          expect(gap.length).toBeGreaterThan(10)
+          // Some rounds fell in it (over ten on a quiet machine; five with the CPU oversubscribed
+          // fivefold, each round then slower: at least three are asked).
+          expect(gap.length).toBeGreaterThanOrEqual(3)
           expect(gap.filter((round) => !(round.pinned === 503 && round.sessionless === null && round.sessionlessStatus === 200))).toEqual([])
           // The other masters serve until the cluster marks the dead one failed (which takes
           // the node timeout), when every master answers CLUSTERDOWN until the promotion.
