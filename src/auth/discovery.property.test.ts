@@ -56,7 +56,10 @@ interface UrlParts {
   readonly text: string
 }
 const DEFAULT_PORT = { http: 80, https: 443 } as const
-const label = fc.stringMatching(/^[a-z0-9](?:[a-z0-9-]{0,8}[a-z0-9])?$/)
+// No xn-- label: that is punycode, and one that decodes to nothing (xn--a, xn--0) is no host for
+// Node 20's and 22's URL parser (Node 24 keeps it as written), so the URLs of a known validity
+// would not all be URLs (about one run of this file in ten failed on Node 20).
+const label = fc.stringMatching(/^[a-z0-9](?:[a-z0-9-]{0,8}[a-z0-9])?$/).filter((l) => !l.startsWith('xn--'))
 const dnsName = fc.tuple(fc.array(label, { minLength: 1, maxLength: 3 }), fc.constantFrom('example', 'com', 'test')).map(([ls, tld]) => [...ls, tld].join('.'))
 const host = fc.oneof({ weight: 4, arbitrary: dnsName }, { weight: 1, arbitrary: fc.ipV4() }, { weight: 1, arbitrary: fc.constant('localhost') })
 const segment = fc.oneof({ weight: 6, arbitrary: fc.stringMatching(/^[a-z0-9._~-]{1,8}$/).filter((s) => s !== '.' && s !== '..') }, { weight: 1, arbitrary: fc.constant('') })

@@ -62,7 +62,9 @@ const windowType = fc.constantFrom('second', 'minute', 'hour', 'day')
  * An http(s) origin: DNS names (any case, IDN labels), IPv4 and IPv6 literals, any port. Built by
  * hand: fast-check's `webUrl` takes half a second to build.
  */
-const label = fc.stringMatching(/^[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,10}[a-zA-Z0-9])?$/)
+// No xn-- label, in any case: punycode that decodes to nothing (XN--0) is no host for Node 20's
+// and 22's URL parser (Node 24 keeps it), and metadataUrl below parses the origin.
+const label = fc.stringMatching(/^[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,10}[a-zA-Z0-9])?$/).filter((l) => !/^xn--/i.test(l))
 const host = fc.oneof(
   { weight: 4, arbitrary: fc.tuple(fc.array(label, { minLength: 1, maxLength: 3 }), fc.constantFrom('example', 'EXAMPLE', 'com', 'b\u00fccher', '\u4f8b\u3048')).map(([ls, tld]) => [...ls, tld].join('.')) },
   fc.ipV4(),

@@ -80,9 +80,10 @@ describe('hashSlot, property-based', () => {
       }),
       RUNS,
     )
-    // About 330 tagged, 50 with an empty tag first, 25 with a } before the first {, 80 with a { alone,
+    // About 330 tagged, 50 with an empty tag first, 25 with a } before the first { (11 to 37 over 85
+    // runs: a bound of 8 failed about one run in 5,000; 3, one in ten million), 80 with a { alone,
     // 500 without one; 470 with multi-byte characters, 280 with lone surrogates.
-    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'closeBeforeOpen' ? 8 : name === 'emptyTag' ? 15 : 40)
+    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'closeBeforeOpen' ? 3 : name === 'emptyTag' ? 15 : 40)
   })
 
   it('a key with a hash tag has the slot of the tag alone, whatever surrounds it', () => {
