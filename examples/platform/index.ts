@@ -387,7 +387,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       return Response.json(await signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
     }
     if (url.pathname === '/dev/session' && request.method === 'POST') {
-      const body = await devRequestBody(request)
+      const body = await devRequestBody(request, ['userId'])
       if (body instanceof Response) return body
       const userId = body.userId
       if (typeof userId !== 'string' || !userIds.has(userId)) return devFieldError('userId', 'is not a known user')
@@ -404,7 +404,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (url.pathname === '/dev/deploy' && request.method === 'POST') {
       // What the platform's deploy pipeline does: a version goes live by the versions rule, so
       // the pinning of spec 9.2 can be watched from outside the process (loopback clients only).
-      const body = await devRequestBody(request)
+      const body = await devRequestBody(request, ['app', 'version', 'upstream'])
       if (body instanceof Response) return body
       const app = typeof body.app === 'string' ? ((await apps.getApp(body.app)) ?? (await apps.getAppBySlug(body.app))) : undefined
       if (app === undefined) return devFieldError('app', 'is not the id or slug of a seeded App')
@@ -442,9 +442,10 @@ export function createPlatform(options: PlatformOptions): Platform {
    * The JSON object a development endpoint was sent, or the answer refusing it: such an
    * endpoint answers this machine only, whatever HOST the server listens on (an in-process call
    * has no address), and JSON only, so no page of another site can send it as a simple
-   * cross-site request.
+   * cross-site request. A key not in `fields` is refused with a 400 naming it, as the token API
+   * refuses one: a misspelled `upstream` would otherwise deploy the version in process.
    */
-  async function devRequestBody(request: Request): Promise<Record<string, unknown> | Response> {
+  async function devRequestBody(request: Request, fields: readonly string[]): Promise<Record<string, unknown> | Response> {
     const address = apiClientAddresses.get(request)
     if (address !== undefined && !isLoopback(address)) {
       return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
@@ -459,6 +460,8 @@ export function createPlatform(options: PlatformOptions): Platform {
       return devFieldError('body', 'is not JSON')
     }
     if (typeof body !== 'object' || body === null || Array.isArray(body)) return devFieldError('body', 'must be a JSON object')
+    const unknown = Object.keys(body).find((key) => !fields.includes(key))
+    if (unknown !== undefined) return devFieldError(unknown.slice(0, 64), `is not a field of ${new URL(request.url).pathname} (${fields.join(', ')})`)
     return body as Record<string, unknown>
   }
 

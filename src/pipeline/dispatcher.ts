@@ -540,9 +540,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function metadataReply(request: DispatchRequest, app: AppRecord): Reply {
     if (request.method === 'OPTIONS') return preflight('*', request, METADATA_METHODS)
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      // Readable by any origin, as the document itself is, so a browser client sees why.
+      // Readable by any origin, as the document itself is, so a browser client sees why; the
+      // exposed headers are those of every other answer of the metadata path and error answer.
       const refused = methodNotAllowedReply(METADATA_METHODS)
-      return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*', 'access-control-expose-headers': 'Allow' } }
+      return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS } }
     }
     const doc = metadata(app, baseUrlOf(request, app))
     return {

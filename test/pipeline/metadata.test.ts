@@ -153,12 +153,14 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
     expect((await get('http://weather.localhost/foo', { method: 'OPTIONS' })).status).toBe(404)
   })
 
-  it('a 405 is readable by a browser: Allow is exposed', async () => {
+  it('a 405 is readable by a browser: Allow is exposed, with the headers every other error answer exposes', async () => {
     const head = await platform.fetch(mcpRequest('http://weather.localhost/v1', { method: 'HEAD', token: token('alice'), headers: { origin } }), { clientAddress: CLIENT })
     expect(head.status).toBe(405)
     expect(head.headers.get('access-control-expose-headers')).toContain('Allow')
     const metadata = await get(metadataUrl('weather'), { method: 'POST', headers: { origin }, body: '{}' })
-    expect(metadata.headers.get('access-control-expose-headers')).toBe('Allow')
+    expect(metadata.status).toBe(405)
+    expect(metadata.headers.get('access-control-allow-origin')).toBe('*')
+    expect(metadata.headers.get('access-control-expose-headers')).toBe(head.headers.get('access-control-expose-headers'))
   })
 
   it('a 401 to a browser exposes WWW-Authenticate so the client can find the metadata', async () => {

@@ -178,6 +178,10 @@ describe('npm start (README quick start)', () => {
     expect(credentials.status).toBe(400)
     expect(JSON.parse(credentials.body)).toMatchObject({ field: 'upstream', message: 'upstream: must not carry credentials (user info)' })
     expect(credentials.body).not.toContain('pw')
+    // A misspelled key is refused by name, not taken for an in-process deploy without it.
+    const misspelled = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '1.2.0', upsteam: 'http://127.0.0.1:9/mcp' })
+    expect(misspelled.status).toBe(400)
+    expect(JSON.parse(misspelled.body)).toMatchObject({ error: 'invalid_request', field: 'upsteam' })
     const still = await post('notes.localhost', '/v1', { jsonrpc: '2.0', id: 4, method: 'tools/list' }, { authorization: `Bearer ${notesToken}` })
     expect([still.status, still.headers['x-mcp-version']]).toEqual([200, '1.1.0'])
   })
