@@ -24,7 +24,6 @@ import {
   buildWwwAuthenticate,
   contentLengthMismatchReply,
   forbiddenReply,
-  internalErrorReply,
   invalidHostReply,
   ipNotAllowedReply,
   jsonRpcErrorReply,
@@ -133,8 +132,7 @@ const builtReply: fc.Arbitrary<{ name: string; reply: Reply; strings: Record<str
       originNotAllowedReply,
       notFoundReply,
       sessionNotFoundReply,
-      internalErrorReply,
-      invalidHostReply,
+          invalidHostReply,
       contentLengthMismatchReply,
     )
     .map((build) => ({ name: build.name, reply: build(), strings: {} })),
@@ -164,7 +162,7 @@ describe('reply builders, property-based', () => {
   })
 
   it('the constant replies, each once: the same envelope, and frozen (shared between requests)', () => {
-    const constants = [paymentRequiredReply, forbiddenReply, ipNotAllowedReply, originNotAllowedReply, notFoundReply, sessionNotFoundReply, internalErrorReply, contentLengthMismatchReply]
+    const constants = [paymentRequiredReply, forbiddenReply, ipNotAllowedReply, originNotAllowedReply, notFoundReply, sessionNotFoundReply, contentLengthMismatchReply]
     for (const build of [...constants, invalidHostReply]) expectReservedCode(envelope(build()))
     for (const build of constants) {
       expect(Object.isFrozen(build()), build.name).toBe(true)

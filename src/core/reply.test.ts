@@ -5,7 +5,6 @@ import {
   authorizationServerUnavailableReply,
   buildWwwAuthenticate,
   forbiddenReply,
-  internalErrorReply,
   ipNotAllowedReply,
   jsonRpcErrorReply,
   methodNotAllowedReply,
@@ -208,12 +207,6 @@ describe('503 (DESIGN.md)', () => {
     expectEnvelope(reply, 503, -32005, 'Service unavailable', { error: 'temporarily_unavailable', retryAfter: 1 })
     expect(reply.headers['retry-after']).toBe('1')
     expect(serviceUnavailableReply(5).headers['retry-after']).toBe('5')
-  })
-})
-
-describe('500', () => {
-  it('carries no detail', () => {
-    expectEnvelope(internalErrorReply(), 500, -32603, 'Internal error')
   })
 })
 

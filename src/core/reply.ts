@@ -258,12 +258,6 @@ export function serviceUnavailableReply(retryAfter = 1): Reply {
   )
 }
 
-/** 500 used only when a platform callback throws unexpectedly; carries no detail. */
-export function internalErrorReply(): Reply {
-  return INTERNAL
-}
-const INTERNAL = shared(jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' }))
-
 /**
  * 404 when the version is live but the platform gave `routeByVersion` no handler for it.
  * Carries the version headers, since the version was resolved.
