@@ -8,8 +8,6 @@
 import { spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { readFile, readdir } from 'node:fs/promises'
-import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { underProjectCI } from './ci.js'
@@ -192,40 +190,5 @@ export function failures(checks: readonly ConformanceCheck[]): string[] {
   return checks.filter((c) => c.status === 'FAILURE').map((c) => `${c.id}: ${c.errorMessage ?? c.description}`)
 }
 
-/** A running forwarder. */
-export interface Forwarder {
-  readonly port: number
-  close(): Promise<void>
-}
-
-/**
- * Serves on 127.0.0.1 and forwards every request to `127.0.0.1:{port}` with `Host` and
- * `Authorization` replaced, streaming both ways (SSE included); when the client goes away the
- * request to the platform is ended too, so the platform sees the stream cancelled.
- */
-export async function startForwarder(target: { port: number; host: string; authorization: string }): Promise<Forwarder> {
-  const server = http.createServer((incoming, outgoing) => {
-    const headers = { ...incoming.headers, host: target.host, authorization: target.authorization }
-    const upstream = http.request(
-      { host: '127.0.0.1', port: target.port, method: incoming.method, path: incoming.url, headers, agent: false },
-      (response) => {
-        outgoing.writeHead(response.statusCode ?? 502, response.headers)
-        // An SSE stream may stay silent for a while: the client needs the head now.
-        outgoing.flushHeaders()
-        response.pipe(outgoing)
-      },
-    )
-    upstream.on('error', () => outgoing.destroy())
-    outgoing.on('close', () => upstream.destroy())
-    incoming.pipe(upstream)
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    port: (server.address() as AddressInfo).port,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.closeAllConnections()
-        server.close(() => resolve())
-      }),
-  }
-}
+// The forwarder is the reference platform's (`npm run forward`), so the tests run the code users run.
+export { type Forwarder, startForwarder } from '../../examples/platform/forwarder.js'

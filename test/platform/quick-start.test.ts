@@ -186,6 +186,54 @@ describe('npm start (README quick start)', () => {
     expect([still.status, still.headers['x-mcp-version']]).toEqual([200, '1.1.0'])
   })
 
+  it('npm run forward: serves an App through a forwarder that adds its token and Host (for the conformance runner), and names a bad option', async () => {
+    const token = /Bearer (svc_\w{44})/.exec(/^curl .*$/m.exec(output)![0])![1]!
+    // The token in the environment: npm echoes a script's arguments.
+    const forward = spawn('npm', ['run', 'forward', '--', '--port', String(port), '--listen', '0'], {
+      cwd: ROOT,
+      env: { ...process.env, TOKEN: token },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
+    })
+    let printed = ''
+    forward.stdout!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+    forward.stderr!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+    try {
+      const listening = await new Promise<number>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`npm run forward printed no address within 30 s:\n${printed}`)), 30_000)
+        forward.stdout!.on('data', () => {
+          const found = /^Forwarding http:\/\/127\.0\.0\.1:(\d+) to weather\.localhost:(\d+)/m.exec(printed)
+          if (found && /--suite all/.test(printed)) {
+            clearTimeout(timer)
+            resolve(Number(found[1]))
+          }
+        })
+      })
+      expect(printed).toContain(`server --url http://127.0.0.1:${listening}/v1 --suite all`)
+      expect(printed).not.toContain(token)
+      const answer = await fetch(`http://127.0.0.1:${listening}/v1`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      })
+      expect([answer.status, answer.headers.get('x-mcp-version')]).toEqual([200, '1.1.1'])
+      expect(((await answer.json()) as { result: { tools: Array<{ name: string }> } }).result.tools.map((t) => t.name)).toContain('get_version')
+    } finally {
+      const exited = new Promise((resolve) => forward.once('exit', resolve))
+      if (forward.exitCode === null) process.kill(-forward.pid!, 'SIGTERM')
+      await exited
+    }
+    const { TOKEN: _, ...withoutToken } = process.env
+    const refused = await promisify(execFile)('npm', ['run', '--silent', 'forward', '--', '--app', 'Weather', '--listen', '70000'], { cwd: ROOT, env: withoutToken }).then(
+      () => undefined,
+      (error: { code?: number; stderr?: string }) => error,
+    )
+    expect(refused?.code).toBe(2)
+    expect(refused?.stderr).toContain('--token (or TOKEN): required')
+    expect(refused?.stderr).toContain(`--app: must be an App's slug (a DNS label in lower case), got "Weather"`)
+    expect(refused?.stderr).toContain('--listen: must be a port number (0: any free port), got "70000"')
+  })
+
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {
     /** Writes a request head that waits for 100 Continue; answers what came within 1.5 s. */
     const waitingHead = (head: string) =>

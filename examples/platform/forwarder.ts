@@ -1,0 +1,109 @@
+/**
+ * `npm run forward`: a forwarder on 127.0.0.1 in front of the reference platform that adds
+ * what the official MCP conformance runner's client cannot send, an `Authorization` header and
+ * an App's `Host`, so the runner can be pointed at an App of `npm start` (docs/platform.md,
+ * "The MCP conformance suite"):
+ *
+ *   npm start                                            # prints the seeded tokens
+ *   TOKEN=svc_… npm run forward                          # weather on :8787, listens on :8790
+ *   TOKEN=svc_… npm run forward -- --app notes --port 8787 --listen 8791
+ *
+ * `TOKEN` (or `--token`, which npm echoes with the command line) is the credential every
+ * forwarded request carries; `--port` (default `PORT`, else 8787) the platform's port,
+ * `--listen` (default `FORWARD_PORT`, else 8790; 0 for any free port) the forwarder's, `--app`
+ * the App's slug (default `weather`). It listens on loopback only: whoever reaches it is served
+ * as the token's user. The token is never printed.
+ * @module
+ */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { fileURLToPath } from 'node:url'
+import { parseArgs } from 'node:util'
+
+/** A running forwarder. */
+export interface Forwarder {
+  readonly port: number
+  close(): Promise<void>
+}
+
+/**
+ * Serves on 127.0.0.1 (on `listen`, default any free port) and forwards every request to
+ * `127.0.0.1:{port}` with `Host` and `Authorization` replaced, streaming both ways (SSE
+ * included); when the client goes away the request to the platform is ended too, so the
+ * platform sees the stream cancelled.
+ */
+export async function startForwarder(target: { port: number; host: string; authorization: string; listen?: number }): Promise<Forwarder> {
+  const server = http.createServer((incoming, outgoing) => {
+    const headers = { ...incoming.headers, host: target.host, authorization: target.authorization }
+    const upstream = http.request(
+      { host: '127.0.0.1', port: target.port, method: incoming.method, path: incoming.url, headers, agent: false },
+      (response) => {
+        outgoing.writeHead(response.statusCode ?? 502, response.headers)
+        // An SSE stream may stay silent for a while: the client needs the head now.
+        outgoing.flushHeaders()
+        response.pipe(outgoing)
+      },
+    )
+    upstream.on('error', () => outgoing.destroy())
+    outgoing.on('close', () => upstream.destroy())
+    incoming.pipe(upstream)
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(target.listen ?? 0, '127.0.0.1', resolve)
+  })
+  return {
+    port: (server.address() as AddressInfo).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.closeAllConnections()
+        server.close(() => resolve())
+      }),
+  }
+}
+
+/** A TCP port from an option, or a message naming the option. */
+function portOption(name: string, raw: string, allowZero: boolean): number | string {
+  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN
+  return port <= 65_535 && (allowZero || port > 0) ? port : `${name}: must be a port number${allowZero ? ' (0: any free port)' : ''}, got ${JSON.stringify(raw)}`
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { token: { type: 'string' }, app: { type: 'string' }, port: { type: 'string' }, listen: { type: 'string' } },
+  })
+  const token = values.token ?? process.env.TOKEN
+  const app = values.app ?? 'weather'
+  const port = portOption('--port', values.port ?? process.env.PORT ?? '8787', false)
+  const listen = portOption('--listen', values.listen ?? process.env.FORWARD_PORT ?? '8790', true)
+  const problems = [
+    ...(token === undefined || token === '' ? ['--token (or TOKEN): required, a token `npm start` printed (TOKEN=svc_… npm run forward)'] : []),
+    // What an Authorization header can carry (RFC 6750 b64token), so nothing else reaches the header.
+    ...(token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token) ? ['--token: not a Bearer token (RFC 6750 b64token)'] : []),
+    ...(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(app) ? [] : [`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`]),
+    ...[port, listen].filter((p): p is string => typeof p === 'string'),
+  ]
+  if (problems.length > 0) {
+    for (const problem of problems) console.error(problem)
+    process.exitCode = 2
+    return
+  }
+  let forwarder: Forwarder
+  try {
+    forwarder = await startForwarder({ port: port as number, host: `${app}.localhost:${port}`, authorization: `Bearer ${token}`, listen: listen as number })
+  } catch (error) {
+    console.error(`--listen: cannot listen on 127.0.0.1:${listen}: ${(error as Error).message}`)
+    process.exitCode = 1
+    return
+  }
+  console.log(`Forwarding http://127.0.0.1:${forwarder.port} to ${app}.localhost:${port} with the token (loopback only).`)
+  console.log('The official MCP conformance runner against it (after npm ci --prefix test/conformance):')
+  console.log('  test/conformance/node_modules/node/bin/node \\')
+  console.log('    test/conformance/node_modules/@modelcontextprotocol/conformance/dist/index.js \\')
+  console.log(`    server --url http://127.0.0.1:${forwarder.port}/v1 --suite all -o /tmp/conformance`)
+  const stop = () => void forwarder.close().then(() => process.exit(0))
+  process.once('SIGINT', stop)
+  process.once('SIGTERM', stop)
+}
+
+if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === process.argv[1]) await main()
