@@ -62,27 +62,26 @@ export async function startForwarder(target: { port: number; host: string; autho
   }
 }
 
-/** A TCP port from an option, or a message naming the option. */
-function portOption(name: string, raw: string, allowZero: boolean): number | string {
+/** A TCP port from an option; a bad one adds a message naming the option to `problems`. */
+function portOption(name: string, raw: string, allowZero: boolean, problems: string[]): number {
   const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN
-  return port <= 65_535 && (allowZero || port > 0) ? port : `${name}: must be a port number${allowZero ? ' (0: any free port)' : ''}, got ${JSON.stringify(raw)}`
+  if (!(port <= 65_535 && (allowZero || port > 0))) problems.push(`${name}: must be a port number${allowZero ? ' (0: any free port)' : ''}, got ${JSON.stringify(raw)}`)
+  return port
 }
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
     options: { token: { type: 'string' }, app: { type: 'string' }, port: { type: 'string' }, listen: { type: 'string' } },
   })
-  const token = values.token ?? process.env.TOKEN
+  const token = values.token ?? process.env.TOKEN ?? ''
   const app = values.app ?? 'weather'
-  const port = portOption('--port', values.port ?? process.env.PORT ?? '8787', false)
-  const listen = portOption('--listen', values.listen ?? process.env.FORWARD_PORT ?? '8790', true)
-  const problems = [
-    ...(token === undefined || token === '' ? ['--token (or TOKEN): required, a token `npm start` printed (TOKEN=svc_… npm run forward)'] : []),
-    // What an Authorization header can carry (RFC 6750 b64token), so nothing else reaches the header.
-    ...(token && !/^[A-Za-z0-9\-._~+/]+=*$/.test(token) ? ['--token: not a Bearer token (RFC 6750 b64token)'] : []),
-    ...(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(app) ? [] : [`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`]),
-    ...[port, listen].filter((p): p is string => typeof p === 'string'),
-  ]
+  const problems: string[] = []
+  if (token === '') problems.push('--token (or TOKEN): required, a token `npm start` printed (TOKEN=svc_… npm run forward)')
+  // What an Authorization header can carry (RFC 6750 b64token), so nothing else reaches the header.
+  else if (!/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) problems.push('--token: not a Bearer token (RFC 6750 b64token)')
+  if (!/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(app)) problems.push(`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`)
+  const port = portOption('--port', values.port ?? process.env.PORT ?? '8787', false, problems)
+  const listen = portOption('--listen', values.listen ?? process.env.FORWARD_PORT ?? '8790', true, problems)
   if (problems.length > 0) {
     for (const problem of problems) console.error(problem)
     process.exitCode = 2
@@ -90,7 +89,7 @@ async function main(): Promise<void> {
   }
   let forwarder: Forwarder
   try {
-    forwarder = await startForwarder({ port: port as number, host: `${app}.localhost:${port}`, authorization: `Bearer ${token}`, listen: listen as number })
+    forwarder = await startForwarder({ port, host: `${app}.localhost:${port}`, authorization: `Bearer ${token}`, listen })
   } catch (error) {
     console.error(`--listen: cannot listen on 127.0.0.1:${listen}: ${(error as Error).message}`)
     process.exitCode = 1

@@ -132,7 +132,7 @@ const builtReply: fc.Arbitrary<{ name: string; reply: Reply; strings: Record<str
       originNotAllowedReply,
       notFoundReply,
       sessionNotFoundReply,
-          invalidHostReply,
+      invalidHostReply,
       contentLengthMismatchReply,
     )
     .map((build) => ({ name: build.name, reply: build(), strings: {} })),

@@ -337,6 +337,12 @@ function originEntry(entry: string, option: string): string {
 /** What the protected-resource metadata answers (spec 4.2): read-only. */
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
+/**
+ * The metadata path's answers (the document and its 405): readable by any origin, with the
+ * exposed headers of every answer of the dispatcher a page may read (DESIGN.md, Adapters),
+ * though none of them is on these answers, so a client that reads its headers finds one list.
+ */
+const METADATA_CORS = { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS } as const
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
 const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
@@ -540,10 +546,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function metadataReply(request: DispatchRequest, app: AppRecord): Reply {
     if (request.method === 'OPTIONS') return preflight('*', request, METADATA_METHODS)
     if (request.method !== 'GET' && request.method !== 'HEAD') {
-      // Readable by any origin, as the document itself is, so a browser client sees why; the
-      // exposed headers are those of every other answer of the metadata path and error answer.
+      // Readable by any origin, as the document itself is, so a browser client sees why.
       const refused = methodNotAllowedReply(METADATA_METHODS)
-      return { ...refused, headers: { ...refused.headers, 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS } }
+      return { ...refused, headers: { ...refused.headers, ...METADATA_CORS } }
     }
     const doc = metadata(app, baseUrlOf(request, app))
     return {
@@ -551,10 +556,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       headers: {
         'content-type': 'application/json',
         'cache-control': 'public, max-age=3600',
-        'access-control-allow-origin': '*',
-        // As on every answer of the dispatcher a page may read (DESIGN.md, Adapters): none of
-        // these is on this answer, but a client that reads its headers finds the same list.
-        'access-control-expose-headers': EXPOSE_HEADERS,
+        ...METADATA_CORS,
       },
       body: request.method === 'HEAD' ? null : JSON.stringify(doc),
     }

@@ -3,7 +3,8 @@
  * `curl` command, and that command (run by curl, which resolves `*.localhost` itself) gets the
  * App's tools with the version headers. PORT=0 lets the system choose the ports.
  */
-import { type ChildProcess, execFile, spawn } from 'node:child_process'
+import { execFile, spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -15,29 +16,66 @@ import { rawRequest } from '../adapters/helpers.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
-let child: ChildProcess
-let output = ''
-let port: number
+/** An npm script running in a process group of its own, so stopping it stops npm, tsx and the server alike. */
+interface Script {
+  /** What it printed so far, stdout and stderr. */
+  readonly output: string
+  /** Stops it (at once if it has already exited). */
+  stop(): Promise<void>
+}
 
-beforeAll(async () => {
-  // Its own process group, so stopping it stops npm, tsx and the server alike.
-  child = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()))
-  port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`npm start printed no curl command within 30 s:\n${output}`)), 30_000)
-    child.stdout!.on('data', (chunk: Buffer) => {
+/**
+ * Runs `npm <args>` with `env` added to this process's, and resolves once `ready` finds in its
+ * output what it waits for, with that; rejects, saying what it printed, when the script exits
+ * first or 30 s pass.
+ */
+function startScript<T>(args: readonly string[], env: NodeJS.ProcessEnv, ready: (output: string) => T | undefined): Promise<{ script: Script; found: T }> {
+  const child = spawn('npm', args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  let output = ''
+  const script: Script = {
+    get output() {
+      return output
+    },
+    async stop() {
+      if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return
+      const exited = once(child, 'exit')
+      process.kill(-child.pid, 'SIGTERM')
+      await exited
+    },
+  }
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      reject(new Error(`npm ${args.join(' ')}: not ready within 30 s:\n${output}`))
+      void script.stop()
+    }, 30_000)
+    const read = (chunk: Buffer) => {
       output += chunk.toString()
-      const listening = /reference platform on http:\/\/127\.0\.0\.1:(\d+)/.exec(output)
-      if (listening && /^curl .*$/m.test(output)) {
-        clearTimeout(timer)
-        resolve(Number(listening[1]))
-      }
-    })
+      const found = ready(output)
+      if (found === undefined) return
+      clearTimeout(timer)
+      resolve({ script, found })
+    }
+    child.stdout!.on('data', read)
+    child.stderr!.on('data', read)
     child.once('exit', (code) => {
       clearTimeout(timer)
-      reject(new Error(`npm start exited (${code}):\n${output}`))
+      reject(new Error(`npm ${args.join(' ')} exited (${code}):\n${output}`))
     })
   })
+}
+
+let platform: Script
+let port: number
+/** What `npm start` printed. */
+const output = () => platform.output
+
+beforeAll(async () => {
+  const started = await startScript(['start'], { PORT: '0' }, (printed) => {
+    const listening = /reference platform on http:\/\/127\.0\.0\.1:(\d+)/.exec(printed)
+    return listening && /^curl .*$/m.test(printed) ? Number(listening[1]) : undefined
+  })
+  platform = started.script
+  port = started.found
 }, 40_000)
 
 /** Writes `data` on a fresh connection; answers what came before the server closed it, or `timeoutMs` passed. */
@@ -57,15 +95,12 @@ function rawExchange(data: string, timeoutMs: number): Promise<string> {
 }
 
 afterAll(async () => {
-  if (!child?.pid || child.exitCode !== null) return
-  const exited = new Promise((resolve) => child.once('exit', resolve))
-  process.kill(-child.pid, 'SIGTERM')
-  await exited
+  await platform?.stop()
 })
 
 describe('npm start (README quick start)', () => {
   it('prints a curl command that gets the tools of the App, with the version headers', async () => {
-    const command = /^curl .*$/m.exec(output)![0]
+    const command = /^curl .*$/m.exec(output())![0]
     expect(command).toContain(`http://weather.localhost:${port}/v1`)
     const { stdout } = await promisify(execFile)('sh', ['-c', command], { timeout: 20_000 })
     expect(stdout).toMatch(/^HTTP\/1\.1 200/)
@@ -76,7 +111,7 @@ describe('npm start (README quick start)', () => {
   })
 
   it('starts the development authorization server it names', async () => {
-    const issuer = /development authorization server (http:\/\/127\.0\.0\.1:\d+)/.exec(output)![1]!
+    const issuer = /development authorization server (http:\/\/127\.0\.0\.1:\d+)/.exec(output())![1]!
     const discovery = await fetch(`${issuer}/.well-known/openid-configuration`)
     expect(discovery.status).toBe(200)
     expect(((await discovery.json()) as { issuer: string }).issuer).toBe(issuer)
@@ -93,7 +128,7 @@ describe('npm start (README quick start)', () => {
   })
 
   it('prints every seeded token, each with its owner and servers, each usable on its App', async () => {
-    const printed = [...output.matchAll(/^ {4}(\S+) \((user_\w+); ([\w, ]+)\): (svc_\w{44})$/gm)]
+    const printed = [...output().matchAll(/^ {4}(\S+) \((user_\w+); ([\w, ]+)\): (svc_\w{44})$/gm)]
     expect(printed.map((m) => [m[1], m[2], m[3]])).toEqual([
       ['demo', 'user_alice', 'app_weather'],
       ['notes-only', 'user_alice', 'app_notes'],
@@ -134,7 +169,7 @@ describe('npm start (README quick start)', () => {
   })
 
   it('refuses an Origin that is not one as browsers send it (a path, user info, a name not in ASCII, upper case, a default port) under its default allowedOrigins', async () => {
-    const demo = /^ {4}demo \(.*\): (svc_\w{44})$/m.exec(output)![1]!
+    const demo = /^ {4}demo \(.*\): (svc_\w{44})$/m.exec(output())![1]!
     const tools = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
     const from = (origin: string) =>
       rawRequest(port, {
@@ -155,7 +190,7 @@ describe('npm start (README quick start)', () => {
   })
 
   it('deploys through POST /dev/deploy: a connection opened before keeps its version, a new one gets the new one', async () => {
-    const notesToken = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(output)![1]!
+    const notesToken = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(output())![1]!
     const post = (host: string, path: string, payload: unknown, headers: Record<string, string> = {}) =>
       rawRequest(port, { host, path, headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers }, body: JSON.stringify(payload) })
     const init = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'quick-start', version: '1' } } }
@@ -187,30 +222,15 @@ describe('npm start (README quick start)', () => {
   })
 
   it('npm run forward: serves an App through a forwarder that adds its token and Host (for the conformance runner), and names a bad option', async () => {
-    const token = /Bearer (svc_\w{44})/.exec(/^curl .*$/m.exec(output)![0])![1]!
+    const token = /Bearer (svc_\w{44})/.exec(/^curl .*$/m.exec(output())![0])![1]!
     // The token in the environment: npm echoes a script's arguments.
-    const forward = spawn('npm', ['run', 'forward', '--', '--port', String(port), '--listen', '0'], {
-      cwd: ROOT,
-      env: { ...process.env, TOKEN: token },
-      stdio: ['ignore', 'pipe', 'pipe'],
-      detached: true,
+    const { script: forward, found: listening } = await startScript(['run', 'forward', '--', '--port', String(port), '--listen', '0'], { TOKEN: token }, (printed) => {
+      const found = /^Forwarding http:\/\/127\.0\.0\.1:(\d+) to weather\.localhost:(\d+)/m.exec(printed)
+      return found && /--suite all/.test(printed) ? Number(found[1]) : undefined
     })
-    let printed = ''
-    forward.stdout!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
-    forward.stderr!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
     try {
-      const listening = await new Promise<number>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`npm run forward printed no address within 30 s:\n${printed}`)), 30_000)
-        forward.stdout!.on('data', () => {
-          const found = /^Forwarding http:\/\/127\.0\.0\.1:(\d+) to weather\.localhost:(\d+)/m.exec(printed)
-          if (found && /--suite all/.test(printed)) {
-            clearTimeout(timer)
-            resolve(Number(found[1]))
-          }
-        })
-      })
-      expect(printed).toContain(`server --url http://127.0.0.1:${listening}/v1 --suite all`)
-      expect(printed).not.toContain(token)
+      expect(forward.output).toContain(`server --url http://127.0.0.1:${listening}/v1 --suite all`)
+      expect(forward.output).not.toContain(token)
       const answer = await fetch(`http://127.0.0.1:${listening}/v1`, {
         method: 'POST',
         headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
@@ -219,9 +239,7 @@ describe('npm start (README quick start)', () => {
       expect([answer.status, answer.headers.get('x-mcp-version')]).toEqual([200, '1.1.1'])
       expect(((await answer.json()) as { result: { tools: Array<{ name: string }> } }).result.tools.map((t) => t.name)).toContain('get_version')
     } finally {
-      const exited = new Promise((resolve) => forward.once('exit', resolve))
-      if (forward.exitCode === null) process.kill(-forward.pid!, 'SIGTERM')
-      await exited
+      await forward.stop()
     }
     const { TOKEN: _, ...withoutToken } = process.env
     const refused = await promisify(execFile)('npm', ['run', '--silent', 'forward', '--', '--app', 'Weather', '--listen', '70000'], { cwd: ROOT, env: withoutToken }).then(
@@ -263,36 +281,15 @@ describe('npm start -- --seed FILE', () => {
     }
     const file = join(mkdtempSync(join(tmpdir(), 'mcpd-seed-')), 'seed.json')
     writeFileSync(file, JSON.stringify(seed))
-    const started = spawn('npm', ['start', '--', '--seed', file], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-    let printed = ''
-    started.stderr!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+    const { script: started, found: command } = await startScript(['start', '--', '--seed', file], { PORT: '0' }, (printed) => /^curl .*$/m.exec(printed)?.[0])
     try {
-      const command = await new Promise<string>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`no curl command within 30 s:\n${printed}`)), 30_000)
-        started.stdout!.on('data', (chunk: Buffer) => {
-          printed += chunk.toString()
-          const curl = /^curl .*$/m.exec(printed)
-          if (curl) {
-            clearTimeout(timer)
-            resolve(curl[0])
-          }
-        })
-        started.once('exit', (code) => {
-          clearTimeout(timer)
-          reject(new Error(`npm start exited (${code}):\n${printed}`))
-        })
-      })
-      expect(printed).toContain('Try it (token "cal")')
+      expect(started.output).toContain('Try it (token "cal")')
       expect(command).toMatch(/^curl -s http:\/\/cal\.localhost:\d+\/ /)
       const { stdout } = await promisify(execFile)('sh', ['-c', command], { timeout: 20_000 })
       expect(stdout).toMatch(/^HTTP\/1\.1 200/)
       expect(stdout).toMatch(/^x-mcp-version: 3\.1\.0\r?$/im)
     } finally {
-      if (started.pid && started.exitCode === null) {
-        const exited = new Promise((resolve) => started.once('exit', resolve))
-        process.kill(-started.pid, 'SIGTERM')
-        await exited
-      }
+      await started.stop()
     }
   }, 60_000)
 })
