@@ -19,6 +19,8 @@ import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
+import { parseBearerToken } from 'mcp-dispatch'
+import { APP_SLUG } from './slug.js'
 
 /** A running forwarder. */
 export interface Forwarder {
@@ -77,9 +79,9 @@ async function main(): Promise<void> {
   const app = values.app ?? 'weather'
   const problems: string[] = []
   if (token === '') problems.push('--token (or TOKEN): required, a token `npm start` printed (TOKEN=svc_… npm run forward)')
-  // What an Authorization header can carry (RFC 6750 b64token), so nothing else reaches the header.
-  else if (!/^[A-Za-z0-9\-._~+/]+=*$/.test(token)) problems.push('--token: not a Bearer token (RFC 6750 b64token)')
-  if (!/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/.test(app)) problems.push(`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`)
+  // What the dispatcher would take from the header (an RFC 6750 b64token), so nothing else reaches it.
+  else if (parseBearerToken(`Bearer ${token}`).kind !== 'bearer') problems.push('--token: not a Bearer token (RFC 6750 b64token)')
+  if (!APP_SLUG.test(app)) problems.push(`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`)
   const port = portOption('--port', values.port ?? process.env.PORT ?? '8787', false, problems)
   const listen = portOption('--listen', values.listen ?? process.env.FORWARD_PORT ?? '8790', true, problems)
   if (problems.length > 0) {

@@ -42,6 +42,7 @@ import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, cr
 import { type WebRequestInfo, mcpDispatch, toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler, sweepPeriod } from './mcp-app.js'
+import { APP_SLUG } from './slug.js'
 
 /**
  * An upstream of a proxied version: an http(s) URL without user info, as the proxy handler
@@ -61,7 +62,7 @@ const seedSchema = z.object({
       id: z.string().min(1),
       slug: z
         .string()
-        .regex(/^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/, 'must be a DNS label in lower case')
+        .regex(APP_SLUG, 'must be a DNS label in lower case')
         .refine((slug) => slug !== 'api', 'is reserved for the token API host'),
       name: z.string().min(1),
       versions: z.array(versionEntry).default([]),

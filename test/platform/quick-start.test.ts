@@ -250,6 +250,16 @@ describe('npm start (README quick start)', () => {
     expect(refused?.stderr).toContain('--token (or TOKEN): required')
     expect(refused?.stderr).toContain(`--app: must be an App's slug (a DNS label in lower case), got "Weather"`)
     expect(refused?.stderr).toContain('--listen: must be a port number (0: any free port), got "70000"')
+    // A token that is no Bearer credential (here one that would add a header) never reaches a request.
+    const badToken = 'svc_abc\r\nX-Injected: 1'
+    const refusedToken = await promisify(execFile)('npm', ['run', '--silent', 'forward', '--', '--port', '0'], { cwd: ROOT, env: { ...withoutToken, TOKEN: badToken } }).then(
+      () => undefined,
+      (error: { code?: number; stderr?: string }) => error,
+    )
+    expect(refusedToken?.code).toBe(2)
+    expect(refusedToken?.stderr).toContain('--token: not a Bearer token (RFC 6750 b64token)')
+    expect(refusedToken?.stderr).toContain('--port: must be a port number, got "0"')
+    expect(refusedToken?.stderr).not.toContain('X-Injected')
   })
 
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {

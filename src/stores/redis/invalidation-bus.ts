@@ -38,9 +38,10 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * interval. When nothing at all has arrived for this plus `timeoutMs` after its own heartbeat
    * went out (a Redis that hangs without closing the connection: no `close` event ever comes),
    * the bus stops `listening`, so the token service reads the store instead of trusting its
-   * cache, until a message arrives again. A hang is so noticed between this + `timeoutMs` and 3.5 times
-   * this + `timeoutMs` after it began (2 to 4.5 s by default); a cache may still serve in
-   * that window. `false` turns it off (then only a lost connection is noticed). Default 1,000.
+   * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
+   * and 3.5 times this plus `timeoutMs` after it began (2 to 4.5 s by default); a cache may
+   * still serve in that window. `false` turns it off (then only a lost connection is noticed).
+   * Default 1,000.
    */
   heartbeatMs?: number | false
 }
