@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest'
+import type { MicroResult } from './harness.js'
 import type { HttpRow } from './http.js'
+import { MICRO } from './micro.js'
 import { type BenchReport, NOISE_LIMIT, isNoisy, judgeTargets, renderReport } from './report.js'
 import { SERVERS } from './servers/catalog.js'
 import { median, pairedRatios, spreadOf } from './stats.js'
@@ -97,5 +99,77 @@ describe('bench report: HTTP targets', () => {
     expect(fastifyTarget(alone)).toMatchObject({ measured: 'no bare server to compare', met: undefined })
     const none: BenchReport = { ...report, http: [] }
     expect(fastifyTarget(none)).toMatchObject({ measured: 'not measured', met: undefined })
+  })
+})
+
+/** A micro result as `measure` builds it, from the operations per second of each round. */
+function micro(name: string, rounds: readonly number[]): MicroResult {
+  const opsPerSec = median(rounds)
+  return { name, rounds, opsPerSec, nsPerOp: 1e9 / opsPerSec, spread: spreadOf(rounds), batch: 1000 }
+}
+
+/** A run with only the in-process suite: the core decision's rounds, and version resolution's at 10 and 1,000 versions. */
+function microReport(decision: readonly number[], at10: readonly number[], at1000: readonly number[], semverAt1000 = [5_000, 5_000, 5_000]): BenchReport {
+  const version = (liveVersions: number, resolve: readonly number[], viaSemver: readonly number[]) => {
+    const r = micro(`resolve ${liveVersions}`, resolve)
+    const s = micro(`semver ${liveVersions}`, viaSemver)
+    return { liveVersions, resolve: r, semver: s, ratio: r.opsPerSec / s.opsPerSec, compile: micro('compile', [1, 1, 1]) }
+  }
+  return {
+    ...fastifyReport([10_000], [9_500]),
+    http: undefined,
+    micro: {
+      results: [micro(MICRO.decision, decision)],
+      versions: [version(10, at10, [500_000, 500_000, 500_000]), version(1000, at1000, semverAt1000)],
+      decisionRoundTrips: { perRequest: 5, byMethod: {} },
+      store: 'memory',
+    },
+  }
+}
+
+const target = (report: BenchReport, start: string) => judgeTargets(report).find((t) => t.name.startsWith(start))!
+
+describe('bench report: in-process targets', () => {
+  const steady = [10_000_000, 10_100_000, 9_900_000]
+
+  it('judges steady rounds on their median, and gives their range', () => {
+    const report = microReport([610_000, 600_000, 590_000], steady, [9_000_000, 9_100_000, 8_900_000])
+    expect(target(report, 'core decision')).toMatchObject({ met: true, measured: '600,000/s (rounds 590,000/s–610,000/s)' })
+    expect(target(report, 'version resolution independent')).toMatchObject({ met: true })
+    expect(target(report, 'version resolution ÷ semver')).toMatchObject({ met: true, measured: '1,800× (rounds 1,780×–1,820×)' })
+    expect(isNoisy(report)).toBe(false)
+  })
+
+  it('misses a steady figure below the goal', () => {
+    const report = microReport([410_000, 400_000, 405_000], steady, [6_000_000, 6_050_000, 5_950_000], [9_000, 9_000, 9_000])
+    expect(target(report, 'core decision').met).toBe(false)
+    expect(target(report, 'version resolution independent').met).toBe(false)
+    expect(target(report, 'version resolution ÷ semver').met).toBe(false)
+    expect(renderReport(report)).not.toContain('**Noisy run.**')
+  })
+
+  it('does not judge rounds that disagree on both sides of the goal, and keeps the run out of latest.md', () => {
+    // The core decision's rounds on a busy Xeon (2026-11-29): 310,000 to 570,000 a second, and
+    // version resolution at 10 versions 9.6 to 12.7 million against 6.5 to 8.8 at 1,000.
+    const report = microReport(
+      [310_374, 374_000, 387_000, 526_000, 518_000, 570_000, 339_000],
+      [11_217_000, 9_612_000, 12_254_000, 11_813_000, 11_727_000, 12_650_000, 11_757_000],
+      [7_881_000, 7_484_000, 7_699_000, 8_847_000, 7_097_000, 6_535_000, 7_672_000],
+    )
+    const decision = target(report, 'core decision')
+    expect(decision).toMatchObject({ met: undefined, noisy: true })
+    expect(decision.measured).toMatch(/^387,000\/s \(rounds 310,000\/s–570,000\/s\): rounds disagree by ±34 %$/)
+    expect(target(report, 'version resolution independent')).toMatchObject({ met: undefined, noisy: true })
+    expect(isNoisy(report)).toBe(true)
+    expect(renderReport(report)).toContain('**Noisy run.**')
+  })
+
+  it('judges noisy rounds whose whole range is on one side of the goal', () => {
+    const report = microReport([700_000, 900_000, 1_200_000], steady, [9_000_000, 9_100_000, 8_900_000], [3_000, 5_000, 6_000])
+    expect(target(report, 'core decision')).toMatchObject({ met: true, measured: '900,000/s (rounds 700,000/s–1,200,000/s)' })
+    expect(target(report, 'version resolution ÷ semver')).toMatchObject({ met: true, measured: '1,800× (rounds 1,480×–3,030×)' })
+    const slow = microReport([200_000, 300_000, 450_000], steady, [9_000_000, 9_100_000, 8_900_000])
+    expect(target(slow, 'core decision')).toMatchObject({ met: false, measured: '300,000/s (rounds 200,000/s–450,000/s)' })
+    expect(isNoisy(slow)).toBe(false)
   })
 })
