@@ -20,6 +20,7 @@ import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { parseArgs } from 'node:util'
 import { parseBearerToken } from 'mcp-dispatch'
+import { portOption, refuse } from './cli.js'
 import { APP_SLUG } from './slug.js'
 
 /** A running forwarder. */
@@ -64,17 +65,16 @@ export async function startForwarder(target: { port: number; host: string; autho
   }
 }
 
-/** A TCP port from an option; a bad one adds a message naming the option to `problems`. */
-function portOption(name: string, raw: string, allowZero: boolean, problems: string[]): number {
-  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN
-  if (!(port <= 65_535 && (allowZero || port > 0))) problems.push(`${name}: must be a port number${allowZero ? ' (0: any free port)' : ''}, got ${JSON.stringify(raw)}`)
-  return port
-}
-
 async function main(): Promise<void> {
-  const { values } = parseArgs({
-    options: { token: { type: 'string' }, app: { type: 'string' }, port: { type: 'string' }, listen: { type: 'string' } },
-  })
+  const { values } = (() => {
+    try {
+      return parseArgs({
+        options: { token: { type: 'string' }, app: { type: 'string' }, port: { type: 'string' }, listen: { type: 'string' } },
+      })
+    } catch (error) {
+      return refuse([(error as Error).message]) // an unknown option, or one without its value
+    }
+  })()
   const token = values.token ?? process.env.TOKEN ?? ''
   const app = values.app ?? 'weather'
   const problems: string[] = []
@@ -84,18 +84,12 @@ async function main(): Promise<void> {
   if (!APP_SLUG.test(app)) problems.push(`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`)
   const port = portOption('--port', values.port ?? process.env.PORT ?? '8787', false, problems)
   const listen = portOption('--listen', values.listen ?? process.env.FORWARD_PORT ?? '8790', true, problems)
-  if (problems.length > 0) {
-    for (const problem of problems) console.error(problem)
-    process.exitCode = 2
-    return
-  }
+  if (problems.length > 0) refuse(problems)
   let forwarder: Forwarder
   try {
     forwarder = await startForwarder({ port, host: `${app}.localhost:${port}`, authorization: `Bearer ${token}`, listen })
   } catch (error) {
-    console.error(`--listen: cannot listen on 127.0.0.1:${listen}: ${(error as Error).message}`)
-    process.exitCode = 1
-    return
+    refuse([`--listen: cannot listen on 127.0.0.1:${listen}: ${(error as Error).message}`], 1)
   }
   console.log(`Forwarding http://127.0.0.1:${forwarder.port} to ${app}.localhost:${port} with the token (loopback only).`)
   console.log('The official MCP conformance runner against it (after npm ci --prefix test/conformance):')

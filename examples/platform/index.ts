@@ -98,6 +98,20 @@ function isLoopback(address: string): boolean {
 /** The seed of {@link createPlatform} (see `seed.json`). */
 export type PlatformSeed = z.input<typeof seedSchema>
 
+/**
+ * Checks a seed's shape (every field, no unknown key) and fills in its defaults; what refers to
+ * what (subscriptions to users, versions to the deploy rule) {@link createPlatform} checks.
+ *
+ * @throws {TypeError} naming the first field that is wrong (`seed apps.1.slug: …`), not zod's dump.
+ */
+export function parseSeed(seed: unknown): z.output<typeof seedSchema> {
+  const parsed = seedSchema.safeParse(seed)
+  if (parsed.success) return parsed.data
+  const issue = parsed.error.issues[0]!
+  const path = issue.path.map(String).join('.')
+  throw new TypeError(`seed${path ? ` ${path}` : ''}: ${issue.message}${parsed.error.issues.length > 1 ? ` (and ${parsed.error.issues.length - 1} more)` : ''}`)
+}
+
 /** Options of {@link createPlatform}. */
 export interface PlatformOptions {
   seed: PlatformSeed
@@ -177,14 +191,7 @@ const DAY_MS = 86_400_000
  * ```
  */
 export function createPlatform(options: PlatformOptions): Platform {
-  const parsed = seedSchema.safeParse(options.seed)
-  if (!parsed.success) {
-    // Named by the field, as the checks below name theirs (`seed apps.1.slug: …`), not zod's dump.
-    const issue = parsed.error.issues[0]!
-    const path = issue.path.map(String).join('.')
-    throw new TypeError(`seed${path ? ` ${path}` : ''}: ${issue.message}${parsed.error.issues.length > 1 ? ` (and ${parsed.error.issues.length - 1} more)` : ''}`)
-  }
-  const seed = parsed.data
+  const seed = parseSeed(options.seed)
   const now = options.now ?? Date.now
   const domain = (options.domain ?? 'localhost').toLowerCase()
   const onError =

@@ -1,12 +1,14 @@
 /**
- * `npm start`: serves the reference platform on PORT (default 8787).
+ * `npm start`: serves the reference platform on PORT (or --port; default 8787).
  *
  *   npm start                       # examples/platform/seed.json
  *   npm start -- --seed my-seed.json
+ *   npm start -- --port 9000
  *   AUTH_ISSUER=https://auth.example.com npm start   # a real OAuth provider (docs/oauth.md)
  *
  * Without AUTH_ISSUER a development authorization server (dev-auth-server.ts) listens on
  * 127.0.0.1:AUTH_PORT (default PORT + 1), so MCP clients can sign in with no other setup.
+ * A bad option, variable or seed is named on stderr (exit 2), before the platform serves.
  */
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
@@ -18,6 +20,7 @@ import type { Duplex } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { RequestError, getRequestListener } from '@hono/node-server'
 import {
+  ConfigurationError,
   type OAuthValidationMode,
   applyDeploy,
   checkIpAllowlist,
@@ -32,49 +35,105 @@ import {
 } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
-import { createPlatform } from './index.js'
+import { portOption, refuse } from './cli.js'
+import { createPlatform, parseSeed } from './index.js'
 
-const { values } = parseArgs({ options: { seed: { type: 'string' }, port: { type: 'string' } } })
+// Every setting is checked before the platform serves: a bad one is named on stderr (exit 2).
+const { values } = (() => {
+  try {
+    return parseArgs({ options: { seed: { type: 'string' }, port: { type: 'string' } } })
+  } catch (error) {
+    return refuse([(error as Error).message]) // an unknown option, or one without its value
+  }
+})()
+const problems: string[] = []
 const seedPath = values.seed ?? fileURLToPath(new URL('./seed.json', import.meta.url))
-const port = Number(values.port ?? process.env.PORT ?? 8787)
-const seed = JSON.parse(readFileSync(seedPath, 'utf8'))
+// PORT=0: any free port (the tests' way), and the authorization server's too.
+const port = portOption('--port (or PORT)', values.port ?? process.env.PORT ?? '8787', true, problems)
+const seed = (() => {
+  try {
+    return JSON.parse(readFileSync(seedPath, 'utf8'))
+  } catch (error) {
+    problems.push(`--seed: cannot read ${seedPath} as JSON: ${(error as Error).message}`)
+    return undefined
+  }
+})()
+if (seed !== undefined) {
+  try {
+    // Its shape now; what refers to what, createPlatform below.
+    if (parseSeed(seed).users.length === 0 && !process.env.AUTH_ISSUER) {
+      problems.push('--seed: the development authorization server signs in the seed\'s users, and it has none: add one to "users", or set AUTH_ISSUER')
+    }
+  } catch (error) {
+    problems.push(`--seed ${seedPath}: ${(error as Error).message}`)
+  }
+}
 
 // OAuth (docs/oauth.md): an external authorization server when AUTH_ISSUER is set, else the
 // development one on loopback, which signs in seed users without a password.
 const authMode = (process.env.AUTH_MODE ?? 'userinfo') as OAuthValidationMode
-if (!['userinfo', 'jwt', 'introspection'].includes(authMode)) throw new TypeError('AUTH_MODE must be userinfo, jwt or introspection')
+if (!['userinfo', 'jwt', 'introspection'].includes(authMode)) problems.push(`AUTH_MODE: must be userinfo, jwt or introspection, got ${JSON.stringify(authMode)}`)
+const authPort = (() => {
+  if (process.env.AUTH_ISSUER) return 0 // no development server
+  if (process.env.AUTH_PORT !== undefined) return portOption('AUTH_PORT', process.env.AUTH_PORT, true, problems)
+  if (port === 65_535) problems.push('AUTH_PORT: PORT + 1 is no port (PORT=65535): set AUTH_PORT')
+  // PORT + 1; PORT=0 (any free port) gives the authorization server any free port too. A bad
+  // PORT is named above, once.
+  return port > 0 && port < 65_535 ? port + 1 : 0
+})()
+if (problems.length > 0) refuse(problems)
+
 const devIntrospectionClient = { clientId: 'mcp-dispatch-platform', clientSecret: randomBytes(24).toString('base64url') }
 const devAuth = process.env.AUTH_ISSUER
   ? undefined
   : await startDevAuthServer({
       accounts: (seed.users ?? []).map((u: { id: string }) => u.id),
-      // PORT=0 (any free port) gives the authorization server any free port too.
-      port: Number(process.env.AUTH_PORT ?? (port === 0 ? 0 : port + 1)),
+      port: authPort,
       ...(authMode !== 'userinfo' && { resourceIndicators: { accessTokenFormat: authMode === 'jwt' ? 'jwt' : 'opaque' } }),
       ...(authMode === 'introspection' && { introspectionClient: devIntrospectionClient }),
-    })
+    }).catch((error: unknown) =>
+      refuse([`${(error as NodeJS.ErrnoException).syscall === 'listen' ? `AUTH_PORT: cannot listen on 127.0.0.1:${authPort}` : 'development authorization server'}: ${(error as Error).message}`], 1),
+    )
 const audience = process.env.AUTH_AUDIENCE
-const platform = createPlatform({
-  seed,
-  authorizationServer: {
-    issuer: process.env.AUTH_ISSUER ?? devAuth!.issuer,
-    mode: authMode,
-    ...(process.env.AUTH_USERINFO_ENDPOINT && { userinfoEndpoint: process.env.AUTH_USERINFO_ENDPOINT }),
-    // `AUTH_AUDIENCE=app` (the default in jwt and introspection modes) binds each token to its App.
-    ...((audience ?? (authMode === 'userinfo' ? undefined : 'app')) !== undefined && {
-      audience: !audience || audience === 'app' ? ({ resource }: { resource: string }) => resource : audience.split(','),
-    }),
-    ...(authMode === 'introspection' && {
-      introspection: devAuth
-        ? devIntrospectionClient
-        : { clientId: process.env.AUTH_CLIENT_ID ?? '', clientSecret: process.env.AUTH_CLIENT_SECRET ?? '' },
-    }),
-    onEvent: (event) => {
-      if (event.type === 'breaker') console.warn(`[oauth] circuit breaker ${event.from} -> ${event.to}`)
-      if (event.type === 'unavailable') console.warn(`[oauth] authorization server unavailable: ${event.error}`)
-    },
-  },
-})
+/** The variable behind each option of the OAuth validator that this script sets from one. */
+const SETTING_OF: Readonly<Record<string, string>> = {
+  issuer: 'AUTH_ISSUER',
+  userinfoEndpoint: 'AUTH_USERINFO_ENDPOINT',
+  audience: 'AUTH_AUDIENCE',
+  introspection: 'AUTH_CLIENT_ID, AUTH_CLIENT_SECRET',
+  'introspection.clientId': 'AUTH_CLIENT_ID',
+  'introspection.clientSecret': 'AUTH_CLIENT_SECRET',
+}
+const platform = (() => {
+  try {
+    return createPlatform({
+      seed,
+      authorizationServer: {
+        issuer: process.env.AUTH_ISSUER || devAuth!.issuer, // unset or empty: the development server
+        mode: authMode,
+        ...(process.env.AUTH_USERINFO_ENDPOINT && { userinfoEndpoint: process.env.AUTH_USERINFO_ENDPOINT }),
+        // `AUTH_AUDIENCE=app` (the default in jwt and introspection modes) binds each token to its App.
+        ...((audience ?? (authMode === 'userinfo' ? undefined : 'app')) !== undefined && {
+          audience: !audience || audience === 'app' ? ({ resource }: { resource: string }) => resource : audience.split(','),
+        }),
+        ...(authMode === 'introspection' && {
+          introspection: devAuth
+            ? devIntrospectionClient
+            : { clientId: process.env.AUTH_CLIENT_ID ?? '', clientSecret: process.env.AUTH_CLIENT_SECRET ?? '' },
+        }),
+        onEvent: (event) => {
+          if (event.type === 'breaker') console.warn(`[oauth] circuit breaker ${event.from} -> ${event.to}`)
+          if (event.type === 'unavailable') console.warn(`[oauth] authorization server unavailable: ${event.error}`)
+        },
+      },
+    })
+  } catch (error) {
+    // An AUTH_ setting the library refuses, named by its variable; else a seed whose references
+    // do not hold (an unknown user, a version the deploy rule refuses).
+    if (error instanceof ConfigurationError) refuse([`${SETTING_OF[error.option] ?? error.option}: ${error.message}`])
+    return refuse([`--seed ${seedPath}: ${(error as Error).message}`])
+  }
+})()
 
 const hostname = process.env.HOST ?? '127.0.0.1'
 const listener = getRequestListener(
@@ -151,7 +210,7 @@ server.on('checkContinue', serve)
 await new Promise<void>((resolve, reject) => {
   server.once('error', reject)
   server.listen(port, hostname, () => resolve())
-})
+}).catch((error: unknown) => refuse([`--port (or PORT), HOST: cannot listen on ${hostname}:${port}: ${(error as Error).message}`], 1))
 // The port listened on (PORT=0: the one the system chose).
 const listening = (server.address() as { port: number }).port
 

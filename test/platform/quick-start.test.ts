@@ -8,7 +8,7 @@ import { once } from 'node:events'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { connect } from 'node:net'
+import { type AddressInfo, connect, createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -300,6 +300,69 @@ describe('npm start -- --seed FILE', () => {
       expect(stdout).toMatch(/^x-mcp-version: 3\.1\.0\r?$/im)
     } finally {
       await started.stop()
+    }
+  }, 60_000)
+})
+
+describe('npm start and npm run forward: bad settings', () => {
+  /** Runs an npm script to its end; its exit code and stderr. */
+  async function run(args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stderr: string }> {
+    return promisify(execFile)('npm', ['--silent', ...args], { cwd: ROOT, env: { ...process.env, PORT: '0', ...env }, timeout: 30_000 }).then(
+      ({ stderr }) => ({ code: 0, stderr }),
+      (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
+    )
+  }
+
+  it('names each bad option, variable or seed on stderr and exits 2, never with a stack trace', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mcpd-bad-seed-'))
+    const write = (name: string, text: string) => {
+      writeFileSync(join(dir, name), text)
+      return join(dir, name)
+    }
+    const notJson = write('not.json', '{')
+    const badSlug = write('slug.json', JSON.stringify({ apps: [{ id: 'a', slug: 'Bad Slug', name: 'A' }], users: [{ id: 'u' }] }))
+    const lowerPatch = write('deploy.json', JSON.stringify({ apps: [{ id: 'a', slug: 'a', name: 'A', versions: ['1.0.1', '1.0.0'] }], users: [{ id: 'u' }] }))
+    const noUsers = write('users.json', JSON.stringify({ apps: [{ id: 'a', slug: 'a', name: 'A' }] }))
+    const cases: Array<[readonly string[], NodeJS.ProcessEnv, readonly string[]]> = [
+      [['start', '--', '--port', '70000'], {}, ['--port (or PORT): must be a port number (0: any free port), got "70000"']],
+      [['start'], { PORT: 'abc', AUTH_MODE: 'jwe' }, ['--port (or PORT): must be a port number (0: any free port), got "abc"', 'AUTH_MODE: must be userinfo, jwt or introspection, got "jwe"']],
+      [['start'], { PORT: '65535' }, ['AUTH_PORT: PORT + 1 is no port (PORT=65535): set AUTH_PORT']],
+      [['start', '--', '--seed', join(dir, 'missing.json')], { AUTH_PORT: '-1' }, [`--seed: cannot read ${join(dir, 'missing.json')} as JSON: ENOENT`, 'AUTH_PORT: must be a port number (0: any free port), got "-1"']],
+      [['start', '--', '--seed', notJson], {}, [`--seed: cannot read ${notJson} as JSON:`]],
+      [['start', '--', '--seed', badSlug], {}, [`--seed ${badSlug}: seed apps.0.slug: must be a DNS label in lower case`]],
+      // Checked by createPlatform, after the development authorization server started: it stops too.
+      [['start', '--', '--seed', lowerPatch], {}, [`--seed ${lowerPatch}: seed apps.0.versions.1 (a): cannot deploy 1.0.0`]],
+      [['start', '--', '--seed', noUsers], {}, ['--seed: the development authorization server signs in the seed\'s users, and it has none']],
+      [['start'], { AUTH_ISSUER: 'https://auth.example.com/?tenant=1' }, ['AUTH_ISSUER: mcp-dispatch: option "issuer" must have no query or fragment (RFC 8414)']],
+      [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com' }, ['AUTH_CLIENT_ID, AUTH_CLIENT_SECRET: mcp-dispatch: option "introspection" needs clientId and clientSecret']],
+      [['start', '--', '--prot', '1'], {}, ["Unknown option '--prot'"]],
+      [['run', 'forward', '--', '--token', 'svc_x', '--listen'], {}, ["Option '--listen <value>' argument missing"]],
+    ]
+    const results = await Promise.all(cases.map(([args, env]) => run(args, env)))
+    for (const [i, { code, stderr }] of results.entries()) {
+      const [args, env, expected] = cases[i]!
+      const what = `npm ${args.join(' ')} ${JSON.stringify(env)}:\n${stderr}`
+      expect(code, what).toBe(2)
+      for (const line of expected) expect(stderr, what).toContain(line)
+      expect(stderr, what).not.toMatch(/^\s+at /m)
+      expect(stderr, what).not.toContain('reference platform on')
+    }
+  }, 90_000)
+
+  it('exits 1 naming the address when its port is taken', async () => {
+    const taken = createServer()
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
+    const { port: busy } = taken.address() as AddressInfo
+    try {
+      const { code, stderr } = await run(['start'], { PORT: String(busy), AUTH_PORT: '0' })
+      expect(code).toBe(1)
+      expect(stderr).toContain(`--port (or PORT), HOST: cannot listen on 127.0.0.1:${busy}: listen EADDRINUSE`)
+      expect(stderr).not.toMatch(/^\s+at /m)
+      const auth = await run(['start'], { AUTH_PORT: String(busy) })
+      expect(auth.code).toBe(1)
+      expect(auth.stderr).toContain(`AUTH_PORT: cannot listen on 127.0.0.1:${busy}: listen EADDRINUSE`)
+    } finally {
+      taken.close()
     }
   }, 60_000)
 })
