@@ -113,6 +113,16 @@ function absoluteForm(url: string): { scheme: 'http' | 'https'; host: string; ta
 const ABSOLUTE_FORM = /^(https?):\/\//i
 
 /**
+ * Whether `url` is an absolute-form target (`http://host/v1`) whose host no URL can hold
+ * (`host:99999`, `[zz]`): what the adapters answer 400 `Invalid Host header`, for the Fastify
+ * adapter's `frameworkErrors`, where Fastify refused the target before any hook ran.
+ */
+export function hasInvalidAbsoluteFormHost(url: string): boolean {
+  const absolute = absoluteForm(url)
+  return absolute !== undefined && canonicalHost(absolute.host, absolute.scheme) === undefined
+}
+
+/**
  * The neutral request of the pipeline, or `undefined` when its `Host` (or the host of an
  * absolute-form target, or the `:authority` of an HTTP/2 request) is not an authority a URL can
  * hold, or when it has two `Host` fields, or a `Host` and an `:authority` that differ:

@@ -4,7 +4,7 @@
  */
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
-import { ConfigurationError, createTokenApi, notFoundReply } from 'mcp-dispatch'
+import { ConfigurationError, createTokenApi, invalidHostReply, notFoundReply } from 'mcp-dispatch'
 import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
 import { HOST, createFixture, goneClientProbe, rawRequest } from './helpers.js'
@@ -126,6 +126,18 @@ describe('fastify adapter specifics', () => {
       const long = await rawRequest(port(app), { method: 'GET', path: `/p/${'x'.repeat(20)}` })
       expect(long.status).toBe(404)
       expect(long.body).toBe(expected.body)
+      // An absolute-form target whose host no URL can hold is the Host's fault: 400, as that
+      // host in the Host field gets from the plugin, not the 404 of a bad path.
+      const invalidHost = invalidHostReply()
+      for (const target of [`http://${HOST}:99999/v1`, 'http://[zz]/v1', `HTTP://${HOST}:70000/.well-known/oauth-protected-resource`]) {
+        const res = await rawRequest(port(app), { path: target, headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.alice}` }, body: tools })
+        expect([res.status, res.body], target).toEqual([invalidHost.status, invalidHost.body])
+        const asHost = await rawRequest(port(app), { path: '/v1', host: target.split('/')[2]!, headers: { 'content-type': 'application/json', authorization: `Bearer ${fixture.tokens.alice}` }, body: tools })
+        expect([asHost.status, asHost.body], target).toEqual([invalidHost.status, invalidHost.body])
+      }
+      // A well-formed one with a bad escape in its path is still a bad path.
+      const badPath = await rawRequest(port(app), { path: `http://${HOST}/v1%zz`, headers: { authorization: `Bearer ${fixture.tokens.alice}` } })
+      expect([badPath.status, badPath.body]).toEqual([expected.status, expected.body])
     } finally {
       await plain.close()
       await app.close()

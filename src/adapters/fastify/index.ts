@@ -43,6 +43,7 @@ import type { TokenApi } from '../../tokens/token-api.js'
 import {
   answerTokenApi,
   clearHeaders,
+  hasInvalidAbsoluteFormHost,
   holdResponseHead,
   installHeadInterception,
   isTokenApiPath,
@@ -215,7 +216,9 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
  * Fastify's `frameworkErrors` option, for what Fastify refuses before any hook runs: a request
  * target with a bad percent-escape (`/v1%zz`, `FST_ERR_BAD_URL`) or a path parameter longer than
  * the router allows (`FST_ERR_MAX_PARAM_LENGTH`) is answered as the Express and Web adapters
- * answer such a path, the JSON-RPC 404 `not_found`, instead of Fastify's own 400 error object.
+ * answer such a path, the JSON-RPC 404 `not_found`, instead of Fastify's own 400 error object;
+ * an absolute-form target whose host no URL can hold (`POST http://weather.example.com:99999/v1`)
+ * as the plugin answers such a `Host`, 400 `Invalid Host header`.
  * No dispatch decision was made for it, so the answer carries no CORS headers. Any other
  * error goes on to Fastify's error handling as before.
  *
@@ -228,9 +231,11 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
  * await app.register(mcpDispatch({ dispatcher }))
  * ```
  */
-export function frameworkErrors(error: FastifyError, _request: FastifyRequest, reply: FastifyReply): void {
+export function frameworkErrors(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
   if (error.code === 'FST_ERR_BAD_URL' || error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
-    sendReply(reply, notFoundReply())
+    // An absolute-form target whose host no URL can hold is the Host's fault, as its Host-field
+    // form is (the plugin's 400); Fastify finds it unparsable before any hook runs.
+    sendReply(reply, hasInvalidAbsoluteFormHost(request.raw?.url ?? '') ? INVALID_HOST : notFoundReply())
     return
   }
   reply.send(error)
