@@ -171,7 +171,8 @@ export interface OAuthValidatorOptions {
    * need one more is refused at once with 503 (`AuthorizationServerUnavailableError`,
    * `Retry-After: 1`) and no upstream call, while cached tokens and validations already in
    * flight (joined) go on. A server that hangs can then hold at most this many requests, their
-   * sockets and timers, for `timeoutMs`, whatever the rate of made-up tokens. Default 1,000.
+   * sockets and timers, for `timeoutMs`, whatever the rate of made-up tokens. A positive
+   * integer; default 1,000.
    */
   maxPendingValidations?: number
   /** Circuit breaker (counts each failed upstream call). */
@@ -418,7 +419,6 @@ function signatureFits(alg: unknown, signature: string): boolean {
   return Object.hasOwn(SIGNATURE_BYTES, alg) ? SIGNATURE_BYTES[alg]!.includes(bytes) : true
 }
 
-
 function positive(name: string, value: number | undefined, fallback: number, allowZero = false, max = Number.MAX_VALUE): number {
   if (value === undefined) return fallback
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
@@ -537,6 +537,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, DEFAULT_OAUTH_REJECTION_TTL_MS, true)
   const timeoutMs = timerDelay('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
   const maxPendingValidations = positive('maxPendingValidations', options.maxPendingValidations, 1_000)
+  // A count of calls: 1.5 would let two wait, as 2 does.
+  if (!Number.isSafeInteger(maxPendingValidations)) throw new ConfigurationError('maxPendingValidations', 'must be a positive integer')
   const jwksMaxAgeMs = positive('jwksMaxAgeMs', options.jwksMaxAgeMs, 600_000)
   const jwksRefetchIntervalMs = positive('jwksRefetchIntervalMs', options.jwksRefetchIntervalMs, 30_000, true)
   const retry = {

@@ -84,6 +84,8 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', retry: { deadlineMs: 2 ** 31 } }, 'retry.deadlineMs'],
     [{ issuer: 'https://auth.example.com', retry: { maxDelayMs: 2 ** 40 } }, 'retry.maxDelayMs'],
     [{ issuer: 'https://auth.example.com', maxPendingValidations: 0 }, 'maxPendingValidations'],
+    [{ issuer: 'https://auth.example.com', maxPendingValidations: 1.5 }, 'maxPendingValidations'],
+    [{ issuer: 'https://auth.example.com', maxPendingValidations: Number.POSITIVE_INFINITY }, 'maxPendingValidations'],
     [{ issuer: 'https://auth.example.com', retry: { attempts: 0 } }, 'retry.attempts'],
     [{ issuer: 'https://auth.example.com', breaker: { failureThreshold: 0 } }, 'breaker.failureThreshold'],
     [{ issuer: 'https://auth.example.com', jwks: 'file:///keys.json' }, 'jwks'],
