@@ -124,9 +124,10 @@ export interface TokenStore {
    * Revokes every active token of `userId` (a password reset): not revoked, and not expired at
    * `at` (`expiresAt > at`); returns those it revoked, and only those. Expired tokens are left as
    * they are. It also records `at` as the user's reset, and from then on a token of `userId`
-   * created before `at` and expiring after it is revoked (at `at`) whenever it is inserted,
-   * read, updated or rotated, even one inserted after this call: a creation racing the reset
-   * cannot outlive it. A token created in the reset's millisecond or later is a token of the new
+   * created at or before `at` (`createdAt <= at`) and expiring after it is revoked (at `at`)
+   * whenever it is inserted, read, updated or rotated, even one inserted after this call: a
+   * creation racing the reset cannot outlive it, even in the reset's millisecond, where which
+   * came first cannot be told. A token created after that millisecond is a token of the new
    * password, and stays active; one that expired by the reset stays expired.
    */
   revokeAllForUser(userId: string, at: number): MaybePromise<readonly ApiTokenRecord[]>

@@ -1104,12 +1104,36 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     inserting!()
     await expect(creating).rejects.toBeInstanceOf(TokenInactiveError)
     expect((await service.list('alice')).map((t) => t.status)).toEqual(['revoked'])
-    // A token made after the reset, even in the same millisecond, is a token of the new
-    // password: it works.
+    // Begun in the reset's millisecond, after it: which came first cannot be told, so it is
+    // refused as revoked (the caller is told, 409, rather than handed a dead secret)...
+    const tied = createToken(service)
+    await new Promise((r) => setImmediate(r))
+    inserting!()
+    await expect(tied).rejects.toBeInstanceOf(TokenInactiveError)
+    // ...and a millisecond later it is a token of the new password: it works.
+    clock.advance(1)
     const after = createToken(service)
     await new Promise((r) => setImmediate(r))
     inserting!()
     expect((await service.authenticate((await after).token)).ok).toBe(true)
+  })
+
+  it('a reset landing anywhere in a creation, in the same millisecond as all of it, revokes the token; the creation fails', async () => {
+    // Each await of create (App checks, the listing, the insert) gives the reset a chance to run
+    // in between; the clock never moves, as on a fast machine with the memory store.
+    for (let turns = 0; turns < 12; turns++) {
+      const { service } = setup()
+      const creating = createToken(service)
+      for (let i = 0; i < turns; i++) await Promise.resolve()
+      await service.revokeAllForUser('alice')
+      const outcome = await creating.then(
+        async (created) => ((await service.authenticate(created.token)).ok ? 'active' : 'refused'),
+        (error: unknown) => (error instanceof TokenInactiveError ? 'told' : `threw ${String(error)}`),
+      )
+      // Told (409) when the reset came before the insert; refused (revoked) when after it.
+      expect(['told', 'refused'], `after ${turns} turns`).toContain(outcome)
+      expect((await service.list('alice')).every((t) => t.status === 'revoked'), `after ${turns} turns`).toBe(true)
+    }
   })
 })
 

@@ -927,6 +927,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     prefix,
 
     async create(input) {
+      // When the creation began: a password reset from then on (its millisecond included, as
+      // the stores count it) revokes the token, however its awaits interleave with the reset's.
+      const createdAt = now()
       const data = parseInput(createSchema, input)
       checkAllowlist(data.allowedIps, 'allowedIps')
       const servers = [...new Set(data.servers)]
@@ -944,7 +947,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (active >= maxActiveTokens) {
         throw new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
       }
-      const createdAt = now()
       const secret = await newSecret()
       const record: ApiTokenRecord = {
         id: randomUUID(),

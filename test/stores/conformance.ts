@@ -472,12 +472,17 @@ export function describeTokenStoreConformance(
         const at = 1_700_000_000_500
         expect(await store.revokeAllForUser('u1', at)).toEqual([])
         const raced = makeTokenRecord({ userId: 'u1', createdAt: at - 11 })
-        // Created in the reset's millisecond or later: a token of the new password.
-        const after = makeTokenRecord({ userId: 'u1', createdAt: at })
+        // Created in the reset's millisecond: which came first cannot be told, so revoked too.
+        const tied = makeTokenRecord({ userId: 'u1', createdAt: at })
+        // Created after the reset's millisecond: a token of the new password.
+        const after = makeTokenRecord({ userId: 'u1', createdAt: at + 1 })
         const other = makeTokenRecord({ userId: 'u2', createdAt: at - 11 })
-        const stored = await store.insert(raced)
-        // A store that answers the stored record shows it revoked already.
-        if (stored) expect(stored.revokedAt).toBe(at)
+        for (const r of [raced, tied]) {
+          const stored = await store.insert(r)
+          // A store that answers the stored record shows it revoked already.
+          if (stored) expect(stored.revokedAt).toBe(at)
+          expect((await store.findByHash(r.tokenHash))?.revokedAt).toBe(at)
+        }
         for (const r of [after, other]) {
           const kept = await store.insert(r)
           if (kept) expect(kept.revokedAt).toBeNull()

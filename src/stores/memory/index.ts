@@ -118,8 +118,8 @@ export function createMemoryTokenStore(): TokenStore {
   const byId = new Map<string, ApiTokenRecord>()
   const idByHash = new Map<string, string>()
   const idsByUser = new Map<string, Set<string>>()
-  // Each user's last password reset: a token created strictly before it, and not yet expired
-  // at it, is inserted revoked.
+  // Each user's last password reset: a token created before it or in its millisecond, and not
+  // yet expired at it, is inserted revoked.
   const resets = new Map<string, number>()
   const put = (record: ApiTokenRecord) => {
     const frozen = Object.freeze({
@@ -134,10 +134,10 @@ export function createMemoryTokenStore(): TokenStore {
     insert(record) {
       if (byId.has(record.id)) throw new TypeError(`duplicate token id ${record.id}`)
       if (idByHash.has(record.tokenHash)) throw new TypeError('duplicate token hash')
-      // Created before the user's last password reset (the reset ran while it was being made),
-      // unless it had expired by then: expired is an end state (spec 3).
+      // Created before the user's last password reset or in its millisecond (the reset ran while
+      // it was being made), unless it had expired by then: expired is an end state (spec 3).
       const reset = resets.get(record.userId)
-      const revokedByReset = reset !== undefined && record.revokedAt === null && reset > record.createdAt && reset < record.expiresAt
+      const revokedByReset = reset !== undefined && record.revokedAt === null && reset >= record.createdAt && reset < record.expiresAt
       const stored = put(revokedByReset ? { ...record, revokedAt: reset } : record)
       idByHash.set(record.tokenHash, record.id)
       let ids = idsByUser.get(record.userId)

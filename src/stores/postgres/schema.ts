@@ -205,11 +205,12 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   const columns = COLUMNS.join(', ')
   const returning = COLUMNS.map((c) => `t.${c}`).join(', ')
   // A token is revoked by its own revocation or by a password reset of its user after its
-  // creation: read here, after both committed, so a create racing a reset cannot escape it
-  // (its INSERT may land after the reset's UPDATE, which then never saw it). Not one that had
-  // expired by the reset (`reset_at >= expires_at`): expired is an end state (spec 3).
+  // creation or in its millisecond: read here, after both committed, so a create racing a reset
+  // cannot escape it (its INSERT may land after the reset's UPDATE, which then never saw it).
+  // Not one that had expired by the reset (`reset_at >= expires_at`): expired is an end state
+  // (spec 3).
   const resetAt = `(SELECT r.reset_at FROM ${names.resets} AS r
-    WHERE r.user_id = t.user_id AND r.reset_at > t.created_at AND r.reset_at < t.expires_at)`
+    WHERE r.user_id = t.user_id AND r.reset_at >= t.created_at AND r.reset_at < t.expires_at)`
   const read = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${resetAt}) AS revoked_at` : `t.${c}`)).join(', ')
   const live = `t.revoked_at IS NULL AND ${resetAt} IS NULL`
   const digest = createHash('sha256').update(t).digest('hex').slice(0, 12)
