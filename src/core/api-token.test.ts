@@ -124,6 +124,20 @@ describe('generateApiToken', () => {
     expect(generateApiToken('svc_', allRejectedFirst).slice(4, 42)).toBe('0'.repeat(38))
     expect(calls).toBe(2)
   })
+
+  it('refuses a broken random source with a TypeError instead of waiting on it for ever', () => {
+    // Fewer bytes than asked (none at all), the wrong type, or bytes that are all rejected.
+    for (const broken of [
+      () => new Uint8Array(0),
+      (size: number) => new Uint8Array(size - 1),
+      (size: number) => Array.from({ length: size }, () => 7) as unknown as Uint8Array,
+      (size: number) => new Uint8Array(size).fill(255),
+    ]) {
+      expect(() => generateApiToken('svc_', broken)).toThrow(TypeError)
+    }
+    // A Buffer is a Uint8Array: node:crypto's randomBytes answers one.
+    expect(checkApiTokenFormat(generateApiToken('svc_', (size) => Buffer.alloc(size, 9)))).toBeNull()
+  })
 })
 
 describe('checkApiTokenFormat / parseApiToken', () => {

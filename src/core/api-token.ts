@@ -75,6 +75,9 @@ export function assertTokenPrefix(prefix: string): void {
   if (problem !== null) throw new TypeError(`mcp-dispatch: token prefix ${problem}`)
 }
 
+/** Draws of random bytes {@link generateApiToken} makes before it calls the source broken. */
+const MAX_DRAWS = 64
+
 /** Source of random bytes; injectable for tests. */
 export type RandomBytes = (size: number) => Uint8Array
 
@@ -89,14 +92,22 @@ export type RandomBytes = (size: number) => Uint8Array
  * ```
  *
  * @throws TypeError when `prefix` is not a lowercase letter, up to 14 lowercase letters or
- *   digits, then `_` (as `svc_`).
+ *   digits, then `_` (as `svc_`); when `random` answers anything but the bytes asked for, or
+ *   bytes that never make a token (only values from 248 on, which rejection sampling drops):
+ *   a broken source is refused, never waited on for ever.
  */
 export function generateApiToken(prefix: string = DEFAULT_TOKEN_PREFIX, random: RandomBytes = randomBytes): string {
   assertTokenPrefix(prefix)
   const want = API_TOKEN_LENGTH - prefix.length - CHECKSUM_LENGTH
   let body = ''
-  while (body.length < want) {
+  // Each draw of want * 2 bytes keeps about 97 % of them: one draw almost always suffices, and
+  // MAX_DRAWS failing in a row has a probability below 10^-100 from a working source.
+  for (let draws = 0; body.length < want; draws++) {
+    if (draws === MAX_DRAWS) throw new TypeError('mcp-dispatch: the random source gave no usable bytes (only values from 248 on)')
     const bytes = random(want * 2)
+    if (!(bytes instanceof Uint8Array) || bytes.length !== want * 2) {
+      throw new TypeError(`mcp-dispatch: the random source must answer the ${want * 2} bytes asked for in a Uint8Array`)
+    }
     for (let i = 0; i < bytes.length && body.length < want; i++) {
       const b = bytes[i]!
       if (b < 248) body += BASE62[b % 62] // 248 = 4 * 62: unbiased
