@@ -93,6 +93,8 @@ function publishNumbered(sender: RedisInvalidationBus) {
     }
   })()
   return {
+    /** How many were sent after `at` (performance.now()) so far. */
+    sentAfter: (at: number) => sentAt.filter((sent) => sent > at).length,
     async stop() {
       stopped = true
       await done
@@ -330,7 +332,9 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
           await redis.cluster.kill(node)
           await vi.waitFor(() => expect(delivered.some((d) => d.all && d.listening && d.at > killedAt)).toBe(true), { timeout: 2_000, interval: 10 })
           const listeningAgain = delivered.find((d) => d.all && d.listening && d.at > killedAt)!.at
-          await sleep(200)
+          // More than ten published once it listened again (200 ms on an idle machine; a loaded
+          // one published exactly ten in 200 ms, so the count is waited for, not the time).
+          await vi.waitFor(() => expect(publishing.sentAfter(listeningAgain)).toBeGreaterThan(10), { timeout: 5_000, interval: 10 })
           const sentAt = await publishing.stop()
           // Every token published once it listened again is heard; the last ones, forwarded
           // between nodes, arrive after their PUBLISH is answered: waited for (a fixed 50 ms could
