@@ -2,21 +2,15 @@
  * `npx tsx examples/fetch/server.ts` (PORT, default 8791): the fetch handler on PORT and, to
  * proxy to, the App's own service on an ephemeral port, both on 127.0.0.1.
  */
-import type { AddressInfo } from 'node:net'
-import { serve } from '@hono/node-server'
 import { generateKeyPair } from 'jose'
 import { createIdentitySigner } from 'mcp-dispatch/proxy'
 import { createDemo, printUsage } from '../shared/demo.js'
+import { type NodeEnv, serveNode } from '../shared/serve-node.js'
 import { createFetchHandler } from './handler.js'
 import { createUpstreamApp } from './upstream.js'
 
-type Env = { incoming?: { socket?: { remoteAddress?: string } } }
-type Server = ReturnType<typeof serve>
-function listen(fetch: (request: Request, env: Env) => Promise<Response>, port: number): Promise<{ server: Server; port: number }> {
-  return new Promise((resolve) => {
-    const server: Server = serve({ fetch, port, hostname: '127.0.0.1' }, (info: AddressInfo) => resolve({ server, port: info.port }))
-  })
-}
+/** Serves `fetch` on 127.0.0.1 (examples/shared/serve-node.ts: JSON-RPC answers to what it cannot build a `Request` of). */
+const listen = (fetch: (request: Request, env: NodeEnv) => Promise<Response>, port: number) => serveNode(fetch, { port, hostname: '127.0.0.1' })
 
 const demo = await createDemo()
 const issuer = 'http://platform.localhost'

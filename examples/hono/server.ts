@@ -1,17 +1,14 @@
 /** `npx tsx examples/hono/server.ts` (PORT, default 8790). */
-import type { AddressInfo } from 'node:net'
-import { serve } from '@hono/node-server'
-import { answerClientError } from 'mcp-dispatch/web'
 import { createDemo, printUsage } from '../shared/demo.js'
+import { serveNode } from '../shared/serve-node.js'
 import { createHonoExample } from './app.js'
 
 const demo = await createDemo()
 const example = createHonoExample(demo)
-const server = serve({ fetch: example.app.fetch, port: Number(process.env.PORT ?? 8790), hostname: '127.0.0.1' }, (info: AddressInfo) =>
-  printUsage('Hono', info.port, demo.token),
-)
-// What Node's parser refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body.
-server.on('clientError', answerClientError)
+// `@hono/node-server` on a `node:http` server, with JSON-RPC answers to what it cannot build a
+// `Request` of and to what Node's parser refuses (examples/shared/serve-node.ts).
+const { server, port } = await serveNode(example.app.fetch, { port: Number(process.env.PORT ?? 8790), hostname: '127.0.0.1' })
+printUsage('Hono', port, demo.token)
 const stop = () => {
   server.close()
   void example.close().finally(() => process.exit(0))

@@ -11,6 +11,7 @@ import { serve } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { generateKeyPair } from 'jose'
+import { invalidHostReply } from 'mcp-dispatch'
 import { createIdentitySigner } from 'mcp-dispatch/proxy'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createExpressExample } from '../../examples/express/app.js'
@@ -20,7 +21,7 @@ import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
 import { type Demo, createDemo } from '../../examples/shared/demo.js'
 import { APP_TOOLS, INITIALIZE } from '../helpers/platform.js'
-import { close, listen } from './helpers.js'
+import { close, listen, rawRequest } from './helpers.js'
 
 interface Running {
   port: number
@@ -191,6 +192,10 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
       expect(response.headers.get('x-mcp-version')).toBe('1.0.0')
       expect(response.headers.get('mcp-session-id')).toBeTruthy()
       expect(await response.text()).toContain('"serverInfo"')
+      // A Host no URL can hold: the JSON-RPC 400 on every example (the Hono and fetch ones give
+      // @hono/node-server the errorHandler of docs/adapters.md), never an empty body.
+      const badHost = await rawRequest(Number(started.port), { path: '/v1', host: 'we ather', headers: { authorization: `Bearer ${started.token}` } })
+      expect([badHost.status, badHost.body]).toEqual([400, invalidHostReply().body])
       const exited = new Promise((resolve) => child.once('exit', resolve))
       child.kill('SIGTERM')
       await exited

@@ -1,0 +1,41 @@
+/**
+ * A Web-standard `fetch` on Node, as the Hono and fetch examples serve it: `@hono/node-server`'s
+ * request listener on a `node:http` server, with the `errorHandler` of docs/adapters.md, so a
+ * request it cannot build a `Request` of (a `Host` no URL can hold, a target that is no path)
+ * gets a JSON-RPC answer as on the Express and Fastify adapters, not an empty 400; and
+ * `answerClientError` for what Node's parser refuses (a malformed request, a head past 16 KiB).
+ */
+import { type Server, createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { RequestError, getRequestListener } from '@hono/node-server'
+import { invalidHostReply, notFoundReply, serviceUnavailableReply } from 'mcp-dispatch'
+import { answerClientError, toResponse } from 'mcp-dispatch/web'
+
+/** What `@hono/node-server` hands `fetch` beside the request on Node. */
+export type NodeEnv = { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }
+
+/** Listens on `hostname:port` (0: any free port); resolves with the server and its port. */
+export async function serveNode(
+  fetch: (request: Request, env: NodeEnv) => Response | Promise<Response>,
+  options: { port: number; hostname: string },
+): Promise<{ server: Server; port: number }> {
+  const listener = getRequestListener(fetch, {
+    hostname: options.hostname,
+    errorHandler: (error) => {
+      if (!(error instanceof RequestError)) return toResponse(serviceUnavailableReply())
+      // No Host, or an empty one (and no `hostname` option to fall back on): it names no App.
+      if (error.message === 'Missing host header') return toResponse(notFoundReply())
+      // The target is at fault for a backslash, or for an "Invalid URL" with no cause (no path);
+      // the Host for the rest (an "Invalid URL" from the URL parser has one).
+      const path = error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
+      return toResponse(path ? notFoundReply() : invalidHostReply())
+    },
+  })
+  const server = createServer(listener)
+  server.on('clientError', answerClientError)
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(options.port, options.hostname, () => resolve())
+  })
+  return { server, port: (server.address() as AddressInfo).port }
+}
