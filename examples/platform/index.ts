@@ -87,6 +87,39 @@ const seedSchema = z.object({
 /** The development endpoints of the `api.` host, each answering POST only. */
 const DEV_ENDPOINTS: ReadonlySet<string> = new Set(['/dev/session', '/dev/deploy', '/dev/password-reset'])
 
+/** The largest body a development endpoint reads (a small JSON object); a larger one is refused as it streams in. */
+const MAX_DEV_BODY_BYTES = 16_384
+
+/**
+ * Whether a CSRF header carries the session's token, compared in constant time. By bytes: a
+ * header of the right length in characters can hold a byte past 0x7f, two bytes in UTF-8,
+ * which `timingSafeEqual` would refuse with a throw (a 503) instead of a mismatch (a 403).
+ */
+function csrfMatches(header: string | null, expected: string): boolean {
+  const given = Buffer.from(header ?? '')
+  const wanted = Buffer.from(expected)
+  return given.length === wanted.length && timingSafeEqual(given, wanted)
+}
+
+/** A request body as text, read only up to `maxBytes`: `null` once it is larger, never held whole. */
+async function readUpTo(request: Request, maxBytes: number): Promise<string | null> {
+  if (Number(request.headers.get('content-length') ?? 0) > maxBytes) return null
+  if (!request.body) return ''
+  const reader = request.body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  for (;;) {
+    const { done, value } = await reader.read()
+    if (done) return Buffer.concat(chunks).toString('utf8')
+    size += value.byteLength
+    if (size > maxBytes) {
+      reader.cancel().catch(() => {})
+      return null
+    }
+    chunks.push(value)
+  }
+}
+
 /** Development dashboard sessions kept at most. */
 const MAX_DEV_SESSIONS = 10_000
 
@@ -379,8 +412,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     },
     verifyCsrf: (request) => {
       const s = readSession(request)
-      const header = request.headers.get('x-csrf-token') ?? ''
-      return !!s && header.length === s.csrf.length && timingSafeEqual(Buffer.from(header), Buffer.from(s.csrf))
+      return !!s && csrfMatches(request.headers.get('x-csrf-token'), s.csrf)
     },
     // A token rotating itself is held to its IP allowlist, like any other use of it.
     clientAddress: (request) => apiClientAddresses.get(request),
@@ -406,7 +438,8 @@ export function createPlatform(options: PlatformOptions): Platform {
       if (dashboardSessions.size > MAX_DEV_SESSIONS) dashboardSessions.delete(dashboardSessions.keys().next().value!)
       return Response.json(
         { userId, csrfToken: csrf },
-        { headers: { 'set-cookie': `mcp_dev_session=${id}; HttpOnly; SameSite=Strict; Path=/` } },
+        // It holds the session's CSRF token: never stored by a cache, as the token API's answers.
+        { headers: { 'set-cookie': `mcp_dev_session=${id}; HttpOnly; SameSite=Strict; Path=/`, 'cache-control': 'no-store' } },
       )
     }
     if (url.pathname === '/dev/deploy' && request.method === 'POST') {
@@ -434,8 +467,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       // What the dashboard does after a password reset (spec 3): every token of the user is revoked.
       const session = readSession(request)
       if (!session) return Response.json({ error: 'unauthorized', message: 'A dashboard session is required' }, { status: 401 })
-      const header = request.headers.get('x-csrf-token') ?? ''
-      if (header.length !== session.csrf.length || !timingSafeEqual(Buffer.from(header), Buffer.from(session.csrf))) {
+      if (!csrfMatches(request.headers.get('x-csrf-token'), session.csrf)) {
         return Response.json({ error: 'csrf_failed', message: 'CSRF check failed' }, { status: 403 })
       }
       return Response.json({ revoked: await tokenService.revokeAllForUser(session.userId) })
@@ -461,9 +493,11 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (!/^application\/json[ \t]*(;|$)/i.test(request.headers.get('content-type') ?? '')) {
       return devFieldError('content-type', 'must be application/json')
     }
+    const text = await readUpTo(request, MAX_DEV_BODY_BYTES)
+    if (text === null) return devFieldError('body', `must be at most ${MAX_DEV_BODY_BYTES} bytes`)
     let body: unknown
     try {
-      body = await request.json()
+      body = JSON.parse(text)
     } catch {
       return devFieldError('body', 'is not JSON')
     }

@@ -283,6 +283,43 @@ describe('constant-time comparison of secrets', () => {
     expect(response.status).toBe(403)
     expect(spiedTimingSafeEqual).toHaveBeenCalledTimes(1)
     expect(spiedTimingSafeEqual.mock.results[0]).toEqual({ type: 'return', value: false })
+    // As long as the token in characters, longer in bytes (a byte past 0x7f is two in UTF-8):
+    // a mismatch, 403, on the token API and the password reset, never a throw (a 503).
+    const wide = `\u00e9${csrfToken.slice(1)}`
+    expect(signIn.headers.get('cache-control')).toBe('no-store')
+    for (const [path, init] of [
+      ['/api/tokens', { method: 'POST', body: JSON.stringify({ name: 'x', servers: ['app_weather'], expires_in_days: 7 }) }],
+      ['/dev/password-reset', { method: 'POST' }],
+    ] as const) {
+      const refused = await platform.fetch(
+        new Request(`http://api.localhost${path}`, { ...init, headers: { cookie, 'x-csrf-token': wide, 'content-type': 'application/json' } }),
+      )
+      expect([path, refused.status, ((await refused.json()) as { error: string }).error]).toEqual([path, 403, 'csrf_failed'])
+    }
+    await platform.close()
+  })
+
+  it("the reference platform's development endpoints read at most 16 KiB of body", async () => {
+    const platform = createPlatform({
+      seed: { apps: [{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }], users: [{ id: 'alice' }] },
+      onError: () => {},
+    })
+    let pulled = 0
+    // A body that never ends: refused once past the limit, the rest never read.
+    const endless = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        pulled += 1024
+        controller.enqueue(new Uint8Array(1024).fill(0x61))
+      },
+    })
+    for (const path of ['/dev/session', '/dev/deploy']) {
+      const body = path === '/dev/session' ? endless : JSON.stringify({ app: 'weather', version: `1.0.${'1'.repeat(20_000)}` })
+      const response = await platform.fetch(
+        new Request(`http://api.localhost${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, duplex: 'half' } as RequestInit),
+      )
+      expect([path, response.status, await response.json()]).toEqual([path, 400, { error: 'invalid_request', message: 'body: must be at most 16384 bytes', field: 'body' }])
+    }
+    expect(pulled).toBeLessThan(64 * 1024)
     await platform.close()
   })
 })
