@@ -34,11 +34,15 @@ export interface TargetResult {
  */
 export const NOISE_LIMIT = 0.1
 
-/** The paired ratios of an HTTP row (see `HttpRow.pairedRatios`), summed up. */
-export interface PairedSummary {
+/** A measurement summed up from its rounds: the median, and the least and most a round gave. */
+interface Rounds {
   readonly median: number
   readonly min: number
   readonly max: number
+}
+
+/** The paired ratios of an HTTP row (see `HttpRow.pairedRatios`), summed up. */
+export interface PairedSummary extends Rounds {
   /** Half the range ÷ the median. */
   readonly noise: number
 }
@@ -47,21 +51,17 @@ export interface PairedSummary {
 export function pairedSummary(row: HttpRow): PairedSummary | undefined {
   const ratios = row.pairedRatios
   if (!ratios || ratios.length === 0 || !ratios.every(Number.isFinite)) return undefined
-  const mid = median(ratios)
-  const min = Math.min(...ratios)
-  const max = Math.max(...ratios)
-  return { median: mid, min, max, noise: mid > 0 ? (max - min) / 2 / mid : Number.POSITIVE_INFINITY }
+  const rounds = { median: median(ratios), min: Math.min(...ratios), max: Math.max(...ratios) }
+  return { ...rounds, noise: noiseOf(rounds) }
+}
+
+/** How far rounds disagree: half their range over their median (what {@link NOISE_LIMIT} bounds). */
+function noiseOf(rounds: Rounds): number {
+  return rounds.median > 0 ? (rounds.max - rounds.min) / 2 / rounds.median : Number.POSITIVE_INFINITY
 }
 
 /** Version resolution counts as flat when 1,000 live versions keep this share of the 10-version rate. */
 export const FLAT_THRESHOLD = 0.75
-
-/** A measurement summed up from its rounds: the median, and the least and most a round gave. */
-interface Rounds {
-  readonly median: number
-  readonly min: number
-  readonly max: number
-}
 
 /**
  * `a ÷ b` of two micro results measured apart: their medians' quotient, and the range the rounds
@@ -80,7 +80,7 @@ function quotient(a: MicroResult, b: MicroResult): Rounds {
  */
 function roundsTarget(name: string, goal: { goal: number; text: string }, rounds: Rounds, format: (x: number) => string): TargetResult {
   const range = `${format(rounds.median)} (rounds ${format(rounds.min)}–${format(rounds.max)})`
-  const noise = rounds.median > 0 ? (rounds.max - rounds.min) / 2 / rounds.median : Number.POSITIVE_INFINITY
+  const noise = noiseOf(rounds)
   if (noise > NOISE_LIMIT && rounds.min < goal.goal && goal.goal <= rounds.max) {
     const spread = `±${(noise * 100).toFixed(0)} %`
     return { name, goal: goal.text, measured: `${range}: rounds disagree by ${spread}`, met: undefined, noisy: true }

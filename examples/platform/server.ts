@@ -35,6 +35,7 @@ import {
 } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
 import { startDevAuthServer } from './dev-auth-server.js'
+import { targetAtFault } from '../shared/serve-node.js'
 import { portOption, refuse } from './cli.js'
 import { createPlatform, parseSeed } from './index.js'
 
@@ -151,14 +152,11 @@ const listener = getRequestListener(
 )
 
 /**
- * The 400 for a request @hono/node-server could not build. Its target is to blame for a
- * backslash in the path, or an "Invalid URL" it found itself (no cause: a target that is no
- * path, `OPTIONS *`); otherwise the Host (an "Invalid URL" from the URL parser, with a cause,
- * comes from a Host such as `b:99999`).
+ * The 400 for a request @hono/node-server could not build: naming the request target (a
+ * backslash in the path, `OPTIONS *`) or the Host (`b:99999`), as `targetAtFault` tells them.
  */
 function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
-  const target = error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
-  return !target
+  return !targetAtFault(error)
     ? invalidHostReply()
     : jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
 }

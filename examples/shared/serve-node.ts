@@ -11,6 +11,16 @@ import { RequestError, getRequestListener } from '@hono/node-server'
 import { invalidHostReply, notFoundReply, serviceUnavailableReply } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
 
+/**
+ * Whether `@hono/node-server` refused a request for its target rather than its `Host`: a
+ * backslash in the path, or an "Invalid URL" with no cause (a target that is no path, such as
+ * `OPTIONS *`); an "Invalid URL" from the URL parser (it has a cause) or an invalid host header
+ * is the Host's fault.
+ */
+export function targetAtFault(error: RequestError): boolean {
+  return error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
+}
+
 /** What `@hono/node-server` hands `fetch` beside the request on Node. */
 export type NodeEnv = { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }
 
@@ -21,14 +31,10 @@ export async function serveNode(
 ): Promise<{ server: Server; port: number }> {
   const listener = getRequestListener(fetch, {
     hostname: options.hostname,
+    // (A request without Host gets `hostname`, which names no App: 404 from the adapter.)
     errorHandler: (error) => {
       if (!(error instanceof RequestError)) return toResponse(serviceUnavailableReply())
-      // No Host, or an empty one (and no `hostname` option to fall back on): it names no App.
-      if (error.message === 'Missing host header') return toResponse(notFoundReply())
-      // The target is at fault for a backslash, or for an "Invalid URL" with no cause (no path);
-      // the Host for the rest (an "Invalid URL" from the URL parser has one).
-      const path = error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
-      return toResponse(path ? notFoundReply() : invalidHostReply())
+      return toResponse(targetAtFault(error) ? notFoundReply() : invalidHostReply())
     },
   })
   const server = createServer(listener)
