@@ -353,6 +353,48 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       expect(typeof read!.expiresAt).toBe('number')
     })
 
+    it('the retention DELETE of docs/stores.md removes only tokens revoked or expired before its cutoff; every other token is served, listed and edited as before', async () => {
+      const store = await postgres.tokenStore()
+      const day = 86_400_000
+      let now = Date.UTC(2026, 0, 1)
+      const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
+      const service = createTokenService({ store, apps, canUseServer: () => true, now: () => now })
+      const make = (name: string, expiresInDays: 7 | 30 | 90) => service.create({ userId: 'u_retained', name, servers: ['app_1'], expiresInDays })
+      const expiredLongAgo = await make('expired long ago', 7)
+      const revokedLongAgo = await make('revoked long ago', 90)
+      await service.revoke('u_retained', revokedLongAgo.id)
+      const kept = await make('kept', 90)
+      now += 60 * day
+      const expiredLately = await make('expired lately', 7)
+      const revokedLately = await make('revoked lately', 90)
+      now += 20 * day
+      await service.revoke('u_retained', revokedLately.id)
+      // Used on 1 March: its last-used time is pending when the rows go.
+      expect((await service.authenticate(kept.token)).ok).toBe(true)
+
+      // The statement as docs/stores.md gives it, with a retention of 30 days.
+      const cutoff = now - 30 * day
+      const deleted = await postgres.pool.query(`DELETE FROM ${store.table} WHERE expires_at < $1 OR revoked_at < $1`, [cutoff])
+      expect(deleted.rowCount).toBe(2)
+
+      await service.flush()
+      expect((await service.list('u_retained')).map((t) => [t.name, t.status])).toEqual([
+        ['revoked lately', 'revoked'],
+        ['expired lately', 'expired'],
+        ['kept', 'active'],
+      ])
+      // Another instance, which never saw them: a deleted token is unknown, 401 as it was.
+      const other = createTokenService({ store, apps, canUseServer: () => true, now: () => now })
+      for (const gone of [expiredLongAgo, revokedLongAgo]) expect(await other.authenticate(gone.token)).toEqual({ ok: false, reason: 'unknown' })
+      expect(await other.authenticate(expiredLately.token)).toEqual({ ok: false, reason: 'expired' })
+      expect(await other.authenticate(revokedLately.token)).toEqual({ ok: false, reason: 'revoked' })
+      expect((await other.authenticate(kept.token)).ok).toBe(true)
+      expect((await store.get(kept.id))?.lastUsedAt).toBe(now)
+      await expect(service.rotate(revokedLongAgo.id, { kind: 'session', userId: 'u_retained' })).rejects.toMatchObject({ status: 404 })
+      expect((await service.update('u_retained', kept.id, { name: 'still here' })).name).toBe('still here')
+      await Promise.all([service.close(), other.close()])
+    })
+
     it('records are frozen', async () => {
       const store = await postgres.tokenStore()
       const record = makeTokenRecord()
