@@ -232,7 +232,12 @@ export interface DispatcherOptions {
    * `*`, a path, query, fragment or credentials, or what is no URL, is a `ConfigurationError`.
    */
   allowedOrigins?: readonly string[] | ((origin: string) => boolean)
-  /** Send CORS headers so browser-based MCP clients can read responses. Default `true`. */
+  /**
+   * Send CORS headers so browser-based MCP clients can read responses. Default `true`.
+   * `false` leaves CORS to the platform's own layer: no answer carries an `Access-Control-*`
+   * header, the metadata document and preflights included (an `OPTIONS` gets 204 with `Allow`
+   * alone). `allowedOrigins` still applies.
+   */
   cors?: boolean
   /** Clock, epoch ms. Default `Date.now`. */
   now?: () => number
@@ -548,7 +553,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       // Readable by any origin, as the document itself is, so a browser client sees why.
       const refused = methodNotAllowedReply(METADATA_METHODS)
-      return { ...refused, headers: { ...refused.headers, ...METADATA_CORS } }
+      return cors ? { ...refused, headers: { ...refused.headers, ...METADATA_CORS } } : refused
     }
     const doc = metadata(app, baseUrlOf(request, app))
     return {
@@ -556,7 +561,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       headers: {
         'content-type': 'application/json',
         'cache-control': 'public, max-age=3600',
-        ...METADATA_CORS,
+        ...(cors && METADATA_CORS),
       },
       body: request.method === 'HEAD' ? null : JSON.stringify(doc),
     }
@@ -566,9 +571,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * A CORS preflight. The allowed request headers are the MCP ones, plus the `Mcp-Param-*`
    * headers asked for (their names come from the App's tools); when those are in the answer,
    * it varies with `Access-Control-Request-Headers`. `methods`: those of the path asked about,
-   * also in `Allow`, for an `OPTIONS` that is no preflight (RFC 9110 section 9.3.7).
+   * also in `Allow`, for an `OPTIONS` that is no preflight (RFC 9110 section 9.3.7). With
+   * `cors: false`, the `Allow` alone: the platform's own CORS layer answers preflights, and one
+   * that lets this answer through adds its headers to it (a second `Access-Control-Allow-Origin`
+   * would make the browser refuse it).
    */
   function preflight(origin: string, request: DispatchRequest, methods = ALLOWED_METHODS): Reply {
+    if (!cors) return { status: 204, headers: { allow: methods }, body: null }
     const allowHeaders = preflightAllowHeaders(request.headers.get('access-control-request-headers'))
     const varies = allowHeaders !== ALLOW_HEADERS ? ['Access-Control-Request-Headers'] : []
     if (origin !== '*') varies.unshift('Origin')
@@ -1153,15 +1162,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withPin(flow: Flow, pin: SessionPin | undefined): MaybePromise<Decision> {
-    if (!pin || !pinMatches(pin, flow.app, flow.auth.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
+    if (!pin) return reply(sessionNotFoundReply(), flow.origin)
     // The pinned version goes into `X-MCP-Version` and to the handler. A version no longer
-    // live (replaced since the pin) is checked here; one that is not a version at all (a
-    // platform's store answering what something else wrote) ends the session, and is reported.
-    if (!flow.index.exact.has(pin.version) && !isExactVersion(pin.version)) {
-      onError(new Error(`mcp-dispatch: the session store answered a pin whose version is not a semantic version (${JSON.stringify(String(pin.version).slice(0, 64))}); answered 404 session_not_found`), 'session store')
+    // live (replaced since the pin) is checked there; one that is not a version at all (a
+    // platform's store answering what something else wrote) ends the session and is reported,
+    // whatever the URL it was sent to.
+    const version: unknown = pin.version
+    if (typeof version !== 'string' || (!flow.index.exact.has(version) && !isExactVersion(version))) {
+      onError(new Error(`mcp-dispatch: the session store answered a pin whose version is not a semantic version (${JSON.stringify(String(version).slice(0, 64))}); answered 404 session_not_found`), 'session store')
       return reply(sessionNotFoundReply(), flow.origin)
     }
-    return dispatch(flow, pin.version, flow.index)
+    if (!pinMatches(pin, flow.app, flow.auth.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
+    return dispatch(flow, version, flow.index)
   }
 
   function dispatch(flow: Flow, version: string, index: VersionIndex): Decision {

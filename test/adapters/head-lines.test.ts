@@ -170,19 +170,24 @@ describe('the dispatch headers on the wire (Express adapter, Node writing the he
 })
 
 describe('a pinned version that is not a version', () => {
-  it('ends the session (404) and is reported: a session store’s pin with CR LF in its version injects no header', async () => {
-    // A platform's session store answering a pin whose version holds a line break (a bug, or
-    // data written by something else): the `/` selector accepts any pin not a pre-release.
-    const memory = createMemorySessionStore()
-    let pin: SessionPin = { appId: 'app_weather', version: '1.0.0\r\nInjected: yes', subject: 'alice' }
-    const sessions: SessionStore = { synchronous: true, get: () => pin, set: (id, p, ttl) => memory.set(id, p, ttl), delete: (id) => memory.delete(id) }
+  /** An Express server in front of a handler answering `reached`, its pins read from `sessions`. */
+  async function servePinned(sessions: SessionStore) {
     const fixture = createFixture({ sessions })
     const app = EXPRESS.express()
     app.use(mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) }))
     app.post(/.*/, (_req, res) => {
       res.end('reached')
     })
-    const port = await serve(app)
+    return { fixture, port: await serve(app) }
+  }
+
+  it('ends the session (404) and is reported: a session store’s pin with CR LF in its version injects no header', async () => {
+    // A platform's session store answering a pin whose version holds a line break (a bug, or
+    // data written by something else): the `/` selector accepts any pin not a pre-release.
+    const memory = createMemorySessionStore()
+    let pin: SessionPin = { appId: 'app_weather', version: '1.0.0\r\nInjected: yes', subject: 'alice' }
+    const sessions: SessionStore = { synchronous: true, get: () => pin, set: (id, p, ttl) => memory.set(id, p, ttl), delete: (id) => memory.delete(id) }
+    const { fixture, port } = await servePinned(sessions)
     const answer = await send(port, fixture, '/', { 'mcp-session-id': 'session-1' })
     expect(answer.status).toBe(404)
     expect(JSON.parse(answer.body)).toMatchObject({ error: { code: -32004, message: 'Session not found', data: { error: 'session_not_found' } } })
@@ -197,5 +202,43 @@ describe('a pinned version that is not a version', () => {
     expect(replaced.body).toBe('reached')
     expectDispatchHeadersOnce(replaced, '1.0.1')
     expect(fixture.errors).toHaveLength(1)
+  })
+
+  it('whatever its form and the URL it is sent to: 404 session_not_found and reported, never a 503 or a silent 404 (regression)', async () => {
+    let version: unknown
+    const sessions: SessionStore = {
+      synchronous: true,
+      get: () => ({ appId: 'app_weather', version, subject: 'alice' }) as SessionPin,
+      set: () => true,
+      delete: () => undefined,
+    }
+    const { fixture, port } = await servePinned(sessions)
+    // A version that is no string (503 "version.indexOf is not a function" before), and ones
+    // that the line check refused before the form was looked at (a 404 nobody heard of).
+    const cases: Array<[unknown, string]> = [
+      [123, '/'],
+      [null, '/v1'],
+      [{ major: 1 }, '/v1.0'],
+      ['garbage', '/v1'],
+      ['v1.0.0', '/v1'],
+      ['1.0.0-rc.1+b', '/v1.0.0-rc.1'],
+      ['01.0.0', '/v1'],
+    ]
+    for (const [pinned, path] of cases) {
+      version = pinned
+      fixture.errors.length = 0
+      const answer = await send(port, fixture, path, { 'mcp-session-id': 'session-1' })
+      const what = `${JSON.stringify(pinned)} at ${path}`
+      expect(answer.status, what).toBe(404)
+      expect(JSON.parse(answer.body), what).toMatchObject({ error: { data: { error: 'session_not_found' } } })
+      expect(fixture.errors.map((e) => e.context), what).toEqual(['session store'])
+      expect(String((fixture.errors[0]!.error as Error).message), what).toContain('not a semantic version')
+    }
+    // A well-formed pin of another line is a plain 404: the session is not this URL's.
+    version = '2.0.0'
+    fixture.errors.length = 0
+    const other = await send(port, fixture, '/v1', { 'mcp-session-id': 'session-1' })
+    expect(other.status).toBe(404)
+    expect(fixture.errors).toEqual([])
   })
 })
