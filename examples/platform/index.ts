@@ -77,8 +77,14 @@ const seedSchema = z.object({
         name: z.string().min(1),
         userId: z.string(),
         servers: z.array(z.string()).min(1),
-        expiresInDays: z.union([z.literal(7), z.literal(30), z.literal(90)]),
-        allowedIps: z.array(z.string()).nullable().optional(),
+        expiresInDays: z.union([z.literal(7), z.literal(30), z.literal(90)], { error: 'must be 7, 30 or 90' }),
+        // As the token API takes it: `[]` would otherwise have been no allowlist at all.
+        allowedIps: z
+          .array(z.string().max(64, 'entry too long'))
+          .min(1, 'must name at least one address or CIDR range (null removes the allowlist)')
+          .max(100, 'at most 100 entries')
+          .nullable()
+          .optional(),
       }).strict(),
     )
     .default([]),
@@ -326,7 +332,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       tokenHash: hashApiToken(secret),
       displayPrefix: displayPrefix(secret),
       servers: [...new Set(t.servers)],
-      allowedIps: t.allowedIps && t.allowedIps.length > 0 ? [...new Set(t.allowedIps)] : null,
+      allowedIps: t.allowedIps ? [...new Set(t.allowedIps)] : null,
       expiresAt: createdAt + t.expiresInDays * DAY_MS,
       createdAt,
       lastUsedAt: null,

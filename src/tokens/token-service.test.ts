@@ -409,6 +409,19 @@ describe('create (spec 2.1, 3)', () => {
     expect((await createToken(service, { name: '  CI  ' })).name).toBe('CI')
   })
 
+  it('the bounds of servers, allowlists and expiresAt are refused in sentences naming the field, not in the validator’s words', async () => {
+    const { service } = setup()
+    const refusedWith = (promise: Promise<unknown>) => refusal(promise, InvalidInputError).then((e) => e.message)
+    expect(await refusedWith(createToken(service, { servers: Array(101).fill('app_weather') }))).toBe('servers: at most 100 servers')
+    expect(await refusedWith(createToken(service, { servers: [] }))).toBe('servers: must name at least one server')
+    expect(await refusedWith(createToken(service, { servers: [''] }))).toBe('servers.0: must not be empty')
+    expect(await refusedWith(createToken(service, { servers: ['x'.repeat(201)] }))).toBe('servers.0: must be at most 200 characters')
+    expect(await refusedWith(createToken(service, { allowedIps: Array(101).fill('10.0.0.1') }))).toBe('allowedIps: at most 100 entries')
+    expect(await refusedWith(createToken(service, { allowedIps: ['1'.repeat(65)] }))).toBe('allowedIps.0: entry too long')
+    const token = await createToken(service)
+    expect(await refusedWith(service.update('alice', token.id, { expiresAt: '2'.repeat(41) }))).toBe('expiresAt: must be at most 40 characters')
+  })
+
   it('name: no control characters (a newline could forge a log line), and a visible character', async () => {
     const { service } = setup()
     for (const name of ['CI\nadmin logged in', 'a\u0000b', 'tab\there', 'esc\u001b[31m', 'c1\u0085']) {

@@ -321,7 +321,7 @@ const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CI
 const createSchema = z.object({
   userId: z.string().min(1),
   name: nameSchema,
-  servers: z.array(z.string().min(1).max(200)).min(1, 'must name at least one server').max(100),
+  servers: z.array(z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters')).min(1, 'must name at least one server').max(100, 'at most 100 servers'),
   expiresInDays: z.union(TOKEN_LIFETIMES_DAYS.map((d) => z.literal(d)) as [z.ZodLiteral<7>, z.ZodLiteral<30>, z.ZodLiteral<90>], {
     error: 'must be 7, 30 or 90',
   }),
@@ -330,7 +330,7 @@ const createSchema = z.object({
 const updateSchema = z
   .object({
     name: nameSchema.optional(),
-    expiresAt: z.union([z.number().int(), z.string().max(40)]).optional(),
+    expiresAt: z.union([z.number().int(), z.string().max(40, 'must be at most 40 characters')]).optional(),
     allowedIps: allowedIpsSchema.optional(),
   })
   .strict()

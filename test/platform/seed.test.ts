@@ -13,6 +13,34 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed })).toThrow(/allowedIps entry 0 .*prefix length/)
   })
 
+  it('refuses an empty allowlist as the token API does, instead of serving the token from every address (regression)', async () => {
+    const token = { name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const }
+    expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIps: [] }] } })).toThrow(
+      new TypeError('seed tokens.0.allowedIps: must name at least one address or CIDR range (null removes the allowlist)'),
+    )
+    expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIps: Array(101).fill('10.0.0.1') }] } })).toThrow(
+      new TypeError('seed tokens.0.allowedIps: at most 100 entries'),
+    )
+    expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, expiresInDays: 14 as never }] } })).toThrow(
+      new TypeError('seed tokens.0.expiresInDays: must be 7, 30 or 90'),
+    )
+    // null, or no allowedIps, is no allowlist: served from anywhere.
+    const platform = createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIps: null }] } })
+    try {
+      const response = await platform.fetch(
+        new Request('http://weather.localhost/v1', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${platform.tokens.t}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+        }),
+        { clientAddress: '203.0.113.7' },
+      )
+      expect(response.status).toBe(200)
+    } finally {
+      await platform.close()
+    }
+  })
+
   it('names the field of a seed the schema refuses, in one line (not zod\'s dump)', () => {
     const seed = { ...base, apps: [{ id: 'app_w', slug: 'Bad Slug', name: 'Weather', versions: ['1.0.0'] }] }
     expect(() => createPlatform({ seed })).toThrow(new TypeError('seed apps.0.slug: must be a DNS label in lower case'))
