@@ -3,6 +3,7 @@
  * named and with unnamed statements), the migration, option validation, what reaches the
  * database per call, concurrency between instances, and failures.
  */
+import { readFileSync } from 'node:fs'
 import * as net from 'node:net'
 import {
   type ApiTokenRecord,
@@ -372,9 +373,12 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       // Used on 1 March: its last-used time is pending when the rows go.
       expect((await service.authenticate(kept.token)).ok).toBe(true)
 
-      // The statement as docs/stores.md gives it, with a retention of 30 days.
+      // The statement as docs/stores.md gives it, on this test's table, with a retention of 30 days.
+      const docs = readFileSync(new URL('../../docs/stores.md', import.meta.url), 'utf8')
+      const statement = /```sql\n(?:--.*\n)*(DELETE FROM "public"\."mcp_dispatch_api_tokens" .*);\n```/.exec(docs)?.[1]
+      expect(statement, 'the retention DELETE in docs/stores.md').toBeDefined()
       const cutoff = now - 30 * day
-      const deleted = await postgres.pool.query(`DELETE FROM ${store.table} WHERE expires_at < $1 OR revoked_at < $1`, [cutoff])
+      const deleted = await postgres.pool.query(statement!.replace('"public"."mcp_dispatch_api_tokens"', store.table), [cutoff])
       expect(deleted.rowCount).toBe(2)
 
       await service.flush()
