@@ -261,9 +261,16 @@ function writeJson(res: ServerResponse, status: number, body: string, headers?: 
   res.end(body)
 }
 
-/** Removes every header set on a raw response whose head is not written yet. */
+/**
+ * Removes every header set on a raw response whose head is not written yet, and the reason
+ * phrase: one the handler set, or the one its refused `writeHead` left (Node sets it before it
+ * checks the headers), would otherwise go out on the status line of the answer written next
+ * (`502 OK`).
+ */
 export function clearHeaders(res: ServerResponse): void {
   for (const name of res.getHeaderNames()) res.removeHeader(name)
+  // Empty: Node's `writeHead` fills in its status's phrase.
+  res.statusMessage = ''
 }
 
 /** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */

@@ -288,17 +288,19 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(res.body).toBe(`2.0.0 ${tools}`)
   })
 
-  it('fromWebHandler on a route the dispatch layer never saw (a wiring mistake) answers the JSON-RPC 502, not an HTML 500', async () => {
-    const app = express()
-    app.use(fromWebHandler(() => new Response('never')))
-    const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
-    try {
-      const res = await rawRequest(await serveApp(app), { path: '/v1', body: tools })
-      expect(res.status).toBe(502)
-      expect(JSON.parse(res.body)).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'handler_error' } } })
-      expect(stderr.mock.calls.join(' ')).toMatch(/no dispatch context|dispatch/i)
-    } finally {
-      stderr.mockRestore()
+  it('fromWebHandler and routeByVersion on a route the dispatch layer never saw (a wiring mistake) answer the JSON-RPC 502, not an HTML 500 with a stack', async () => {
+    for (const handler of [fromWebHandler(() => new Response('never')), routeByVersion(() => (_req, res) => res.end('never'))]) {
+      const app = express()
+      app.use(handler)
+      const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
+      try {
+        const res = await rawRequest(await serveApp(app), { path: '/v1', body: tools })
+        expect(res.status).toBe(502)
+        expect(JSON.parse(res.body)).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'handler_error' } } })
+        expect(stderr.mock.calls.join(' ')).toMatch(/no dispatch context|dispatch/i)
+      } finally {
+        stderr.mockRestore()
+      }
     }
   })
 })

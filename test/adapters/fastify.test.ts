@@ -5,7 +5,7 @@
 import type { AddressInfo } from 'node:net'
 import Fastify from 'fastify'
 import { ConfigurationError, createTokenApi, invalidHostReply, notFoundReply } from 'mcp-dispatch'
-import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, serveTokenApi } from 'mcp-dispatch/fastify'
+import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
 import { HOST, createFixture, goneClientProbe, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
@@ -286,18 +286,21 @@ describe('fastify adapter specifics', () => {
     }
   })
 
-  it('fromWebHandler on a route the dispatch layer never saw (a wiring mistake) answers the JSON-RPC 502', async () => {
-    const app = Fastify()
-    app.all('/*', fromWebHandler(() => new Response('never')))
-    const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
-    try {
-      const res = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST, 'content-type': 'application/json' }, payload: tools })
-      expect(res.statusCode).toBe(502)
-      expect(res.json()).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'handler_error' } } })
-      expect(stderr).toHaveBeenCalled()
-    } finally {
-      stderr.mockRestore()
-      await app.close()
+  it('fromWebHandler and routeByVersion on a route the dispatch layer never saw (a wiring mistake) answer the JSON-RPC 502, not Fastify\'s 500 with the TypeError', async () => {
+    for (const handler of [fromWebHandler(() => new Response('never')), routeByVersion(() => () => 'never')]) {
+      const app = Fastify()
+      app.all('/*', handler)
+      const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
+      try {
+        const res = await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST, 'content-type': 'application/json' }, payload: tools })
+        expect(res.statusCode).toBe(502)
+        expect(res.json()).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'handler_error' } } })
+        expect(res.body).not.toContain('TypeError')
+        expect(stderr.mock.calls.join(' ')).toMatch(/dispatch/i)
+      } finally {
+        stderr.mockRestore()
+        await app.close()
+      }
     }
   })
 })

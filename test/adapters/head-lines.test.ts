@@ -5,8 +5,11 @@
  * `rawHeaders`, in wire order, so a header written twice shows twice.
  */
 import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import Fastify from 'fastify'
 import { type SessionPin, type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
-import { mcpDispatch } from 'mcp-dispatch/express'
+import { fromWebHandler as expressFromWeb, mcpDispatch, mcpDispatch as expressDispatch, routeByVersion as expressRoute } from 'mcp-dispatch/express'
+import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoute } from 'mcp-dispatch/fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Fixture, HOST, createFixture, createGate, expressServers } from './helpers.js'
 import { EXPRESS } from '../helpers/express.js'
@@ -240,5 +243,45 @@ describe('a pinned version that is not a version', () => {
     const other = await send(port, fixture, '/v1', { 'mcp-session-id': 'session-1' })
     expect(other.status).toBe(404)
     expect(fixture.errors).toEqual([])
+  })
+})
+
+describe("the adapters' own 502 after a handler failed", () => {
+  it('has the reason phrase of 502, not one the handler set or a refused writeHead left (regression: "502 OK", "502 All Good")', async () => {
+    const failures: Record<string, (res: http.ServerResponse) => never> = {
+      // Node sets statusMessage before it checks the header values.
+      'refused-head': (res) => {
+        res.writeHead(200, { 'x-bad': 'a\u0001b' })
+        throw new Error('unreachable')
+      },
+      'own-reason': (res) => {
+        res.statusMessage = 'All Good'
+        throw new Error('handler failed')
+      },
+    }
+    const fixture = createFixture()
+    const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
+    const express = EXPRESS.express()
+    express.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
+    express.use('/v1', expressRoute(() => (req, res) => failures[req.headers['x-case'] as string]!(res)))
+    express.use(expressFromWeb(() => new Response('x', { headers: { 'x-bad': 'a\u0001b' } })))
+    const fastify = Fastify()
+    await fastify.register(fastifyDispatch, { dispatcher: fixture.dispatcher, onError })
+    fastify.all('/v1', fastifyRoute(() => (request) => failures[request.headers['x-case'] as string]!(request.raw as never)))
+    fastify.all('/v2', fastifyFromWeb(() => new Response('x', { headers: { 'x-bad': 'a\u0001b' } })))
+    await fastify.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const ports = { express: await serve(express), fastify: (fastify.server.address() as AddressInfo).port }
+      for (const [adapter, port] of Object.entries(ports)) {
+        for (const [path, headers] of [['/v1', { 'x-case': 'refused-head' }], ['/v1', { 'x-case': 'own-reason' }], ['/v2', {}]] as const) {
+          const answer = await send(port, fixture, path, headers)
+          const what = `${adapter} ${path} ${JSON.stringify(headers)}`
+          expect([answer.status, answer.statusMessage], what).toEqual([502, 'Bad Gateway'])
+          expect(JSON.parse(answer.body), what).toMatchObject({ error: { data: { error: 'handler_error' } } })
+        }
+      }
+    } finally {
+      await fastify.close()
+    }
   })
 })

@@ -267,7 +267,9 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
     try {
       context = getDispatchContext(req)
     } catch (error) {
-      next(error)
+      // A route the dispatch layer did not see (a wiring mistake), as in `fromWebHandler`.
+      logError(error, 'handler')
+      writeOwn(res, HANDLER_FAILED)
       return
     }
     try {

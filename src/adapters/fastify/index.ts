@@ -295,7 +295,14 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
 ): FastifyRouteHandler {
   const route = createVersionRouter(routes, options)
   return async function routeByVersionHandler(request, reply) {
-    const context = getDispatchContext(request)
+    let context: DispatchContext
+    try {
+      context = getDispatchContext(request)
+    } catch (error) {
+      // A route the dispatch layer did not see (a wiring mistake), as in `fromWebHandler`.
+      logError(error, 'handler')
+      return sendReply(reply, HANDLER_FAILED)
+    }
     try {
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
