@@ -13,12 +13,29 @@ import { answerClientError, toResponse } from 'mcp-dispatch/web'
 
 /**
  * Whether `@hono/node-server` refused a request for its target rather than its `Host`: a
- * backslash in the path, or an "Invalid URL" with no cause (a target that is no path, such as
- * `OPTIONS *`); an "Invalid URL" from the URL parser (it has a cause) or an invalid host header
- * is the Host's fault.
+ * backslash in the path, an absolute-form target refused for one (`http://host/v1\x`), an
+ * "Invalid URL" with no cause (a target that is no path), or one from the URL parser whose input
+ * holds no `/` after its `scheme://` (a target that is no path, `OPTIONS *`, behind a `Host` the
+ * parser had to read: `weather.example.com:80`). The rest is the Host's fault: an "Invalid URL"
+ * from the URL parser of `scheme://host/path`, an invalid host header, an absolute-form target
+ * whose host no URL holds. (`OPTIONS *` behind an upper-case `Host` is reported as an invalid
+ * host header, which tells nothing of the target: the Host's 400.)
  */
 export function targetAtFault(error: RequestError): boolean {
-  return error.message === 'Backslash in request path' || (error.message === 'Invalid URL' && error.cause === undefined)
+  const cause = error.cause
+  switch (error.message) {
+    case 'Backslash in request path':
+      return true
+    case 'Invalid absolute URL':
+      return cause instanceof RequestError && cause.message === 'Backslash in request path'
+    case 'Invalid URL': {
+      if (cause === undefined) return true
+      const input = (cause as { input?: unknown }).input
+      return typeof input === 'string' && !input.slice(input.indexOf('//') + 2).includes('/')
+    }
+    default:
+      return false
+  }
 }
 
 /** What `@hono/node-server` hands `fetch` beside the request on Node. */

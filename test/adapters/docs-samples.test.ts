@@ -148,7 +148,7 @@ async function loadErrorHandlerSample(): Promise<{ listener: http.RequestListene
 }
 
 describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () => {
-  it('a backslash path is 404 not_found (as on the Node adapters), not "Invalid Host header"; a bad Host is 400 host; an upper-case Host is served; an empty one is 404', async () => {
+  it('a backslash path or a target that is no path is 404 not_found (as on the Node adapters), not "Invalid Host header", whatever the Host; a bad Host is 400 host; an upper-case Host is served; an empty one is 404', async () => {
     const demo = await createDemo()
     const handle = mcpDispatch({ dispatcher: demo.dispatcher, handler: () => new Response('served') })
     ;(globalThis as unknown as { docsApp: unknown }).docsApp = { fetch: (request: Request) => handle(request, { clientAddress: '127.0.0.1' }) }
@@ -170,6 +170,17 @@ describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () 
       expect([backslash.status, JSON.parse(backslash.body)]).toEqual([404, notFound])
       const star = await send('weather.localhost', '*', 'OPTIONS')
       expect([star.status, JSON.parse(star.body)]).toEqual([404, notFound])
+      // The same two behind a Host the URL parser has to read, and in absolute form: still the
+      // target's fault (regression: 400 "Invalid Host header").
+      for (const [host, path, method] of [
+        ['weather.localhost:80', '*', 'OPTIONS'],
+        ['weather.localhost', 'http://weather.localhost/v1\\x', 'POST'],
+      ] as const) {
+        const answer = await send(host, path, method)
+        expect([answer.status, JSON.parse(answer.body)], `${method} ${path} (Host ${host})`).toEqual([404, notFound])
+      }
+      const absoluteBadHost = await send('weather.localhost', 'http://weather.localhost:99999/v1')
+      expect([absoluteBadHost.status, JSON.parse(absoluteBadHost.body)]).toEqual([400, badHost])
       for (const host of ['weather.localhost:99999', 'a@weather.localhost']) {
         const answer = await send(host, '/v1')
         expect([answer.status, JSON.parse(answer.body)]).toEqual([400, badHost])

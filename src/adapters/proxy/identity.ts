@@ -130,8 +130,9 @@ export interface IdentitySignerOptions {
    * Public keys still published after a rotation, so tokens signed before it still verify: a
    * JWK (its `kid` and `alg` members, when present, are those its tokens carry), or
    * `{ jwk, keyId, algorithm }` naming them (see {@link IdentityPreviousKey}). Each `kid` may
-   * name one key: a previous key with the `kid` of another of the same type, or the signing
-   * key's own `keyId`, is refused. The signing key listed again without its `keyId` (plainly,
+   * name one key a token can tell apart: a previous key with the `kid` of another key (the
+   * signing key's own `keyId` included) of the same type and curve, unless the two have
+   * different `alg`s of their own, is refused. The signing key listed again without its `keyId` (plainly,
    * or under its thumbprint) is published once.
    */
   previousKeys?: readonly (JWK | IdentityPreviousKey)[]
@@ -472,7 +473,8 @@ function clockOf(now: unknown, option: string): () => number {
  * or as the key to publish (Node exports no JWK of it); a `publicKey` of another key type, or
  * not the pair of a private key whose public part can be read; a non-extractable key without
  * `publicKey`; a `previousKeys` entry that is not a public EC, Ed25519 or RSA key, or that has
- * the `kid` of another key (the signing key's `keyId` included); a `now` that is not a function
+ * the `kid` of another key of its type and curve (the signing key's `keyId` included) that no
+ * `alg` of its own tells apart; a `now` that is not a function
  * (one that returns anything but a finite number makes that `sign` reject with a
  * `ConfigurationError`). The rest is checked on first use (the first `sign` or `jwks`), by
  * signing a probe and verifying it with the published key: a key that does not sign, a
