@@ -108,7 +108,11 @@ export type OAuthValidatorEvent =
   | { readonly type: 'pending-limit'; readonly pending: number }
   /** An uncached token was refused at once because the breaker is open. */
   | { readonly type: 'fail-fast'; readonly retryAfter: number }
-  /** A validation ended in 503 (retries spent, breaker open, or the server misbehaved). */
+  /**
+   * A validation ended in 503: retries spent, the server misbehaved, or (`jwt` mode) the key a
+   * token names could not be had yet. A breaker already open is `fail-fast`, the pending bound
+   * `pending-limit`.
+   */
   | { readonly type: 'unavailable'; readonly retryAfter: number; readonly error: string }
   | { readonly type: 'store-error'; readonly operation: 'get' | 'set'; readonly error: unknown }
 
@@ -256,6 +260,9 @@ class UpstreamFailure extends Error {
  * One that does not count is an answer of a healthy server, by default about this token
  * (`aboutToken`); a refusal of the resource server's own credentials is not.
  */
+/** Statuses of a userinfo endpoint that is not where the validator calls it: the setup's fault. */
+const SETUP_STATUSES: ReadonlySet<number> = new Set([404, 405, 410])
+
 class BadAnswer extends Error {
   constructor(
     message: string,
@@ -733,7 +740,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if ((res.status === 400 || res.status === 403) && res.challenge !== null && bearerTokenError(res.challenge)) {
         return { active: false, reason: `${REJECTED_UPSTREAM} (HTTP ${res.status})` }
       }
-      if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
+      // Not counted against the server, which answered. A 4xx may be about the token (one a
+      // made-up string provokes, 431 for an oversized header): the client's budget unit is
+      // kept. A redirect or an endpoint that is not there (404, 405, 410) is the setup's: given back.
+      if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false, res.status >= 400 && !SETUP_STATUSES.has(res.status))
       // OIDC Core section 5.3.2: the claims as JSON, or as a signed JWT (`application/jwt`) when
       // the client registered `userinfo_signed_response_alg`. The answer comes straight from the
       // endpoint this validator called, so its claims are read as a JSON answer's are.
@@ -780,7 +790,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (res.status === 400 && parseJsonObject(res.body)?.error === 'unsupported_token_type') {
         return { active: false, reason: 'unsupported token type' }
       }
-      if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false)
+      // As at userinfo: a 4xx may be about the token, a redirect or a missing endpoint is the setup's.
+      if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false, res.status >= 400 && !SETUP_STATUSES.has(res.status))
       // RFC 7662 section 2.2: the answer is `application/json`. Anything else (an HTML page a
       // proxy or login front end put there, whatever it holds) is no introspection answer.
       if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${res.contentType || 'untyped'}, not JSON`, true)
@@ -902,6 +913,16 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return { active: false, reason, ...(uncacheable && { uncacheable }) }
   }
 
+  /**
+   * The 503 for a token whose `kid` the keys in hand cannot verify yet, for a reason of the
+   * server's (reported as `unavailable`): asked again once a JWKS refetch is allowed.
+   */
+  function keyNotYetUsable(kid: string, why: string): AuthorizationServerUnavailableError {
+    const retryAfter = seconds(Math.max(jwksRefetchIntervalMs - (now() - jwksAskedAt), 1000))
+    emit({ type: 'unavailable', retryAfter, error: `jwks: the set ${why} (kid ${JSON.stringify(kid.slice(0, 64))})` })
+    return new AuthorizationServerUnavailableError(retryAfter)
+  }
+
   async function validateJwt(token: string, deadline: number, audience: readonly string[] | undefined): Promise<Outcome> {
     let header
     let claims: JWTPayload | undefined
@@ -947,25 +968,38 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         if (remoteKeys.kids.has(kid)) throw error
         const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
         if (refusal) return refusal
-        const sinceAsked = now() - jwksAskedAt
+        // A token issued since the keys in hand were fetched may be signed with a key the issuer
+        // rotated in meanwhile: not refused while no fetch could show it (a 401 would send the
+        // client to refresh, into a token signed the same way) but answered 503, and asked again
+        // once a refetch is allowed. One issued before that fetch names a key the set did not
+        // hold then (an issuer publishes a key before it signs with it): refused, not cached. A
+        // key the set publishes unusable is the server's failure whatever the `iat`.
+        const iat = typeof claims.iat === 'number' ? claims.iat * 1000 : undefined
+        const serversFault = (set: KeySet & { readonly fetchedAt: number }) =>
+          set.unusableKids.has(kid) || (iat !== undefined && iat + clockToleranceMs >= set.fetchedAt)
         // A refetch in flight (of keys past their age, maybe started by this very request) is
         // waited for rather than refused: it may bring the key. Where a refetch in the background
         // ends with the request that started it (Workers without `waitUntil`), the refetch a
         // request waits for is the only one that gets an answer.
-        if (sinceAsked < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
-          // A token issued since the last fetch may be signed with a key the issuer rotated in
-          // meanwhile: not refused (a 401 would send the client to refresh, into a token signed
-          // the same way) but asked again once a refetch is allowed. One issued before the fetch
-          // names a key the set did not hold then: refused (not cached) as before. A key the set
-          // published unusable is the server's failure whatever the `iat`.
-          const iat = typeof claims.iat === 'number' ? claims.iat * 1000 : undefined
-          const issuedSinceFetch = iat !== undefined && iat + clockToleranceMs >= remoteKeys.fetchedAt
-          if (issuedSinceFetch || remoteKeys.unusableKids.has(kid)) {
-            throw new AuthorizationServerUnavailableError(seconds(jwksRefetchIntervalMs - sinceAsked))
-          }
+        if (now() - jwksAskedAt < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
+          if (serversFault(remoteKeys)) throw keyNotYetUsable(kid, 'holds no usable key for it')
           throw error
         }
-        payload = await verify(true)
+        try {
+          payload = await verify(true)
+        } catch (refetched) {
+          // A refetch that failed leaves the keys fetched before it was asked: judged as within
+          // the interval. One that answered without the key refuses the token, unless it
+          // publishes the key unusable.
+          const kept = remoteKeys
+          if (refetched instanceof joseErrors.JWKSNoMatchingKey && kept && !kept.kids.has(kid)) {
+            const failed = kept.fetchedAt < jwksAskedAt
+            if (failed ? serversFault(kept) : kept.unusableKids.has(kid)) {
+              throw keyNotYetUsable(kid, failed ? 'could not be refetched' : 'holds no usable key for it')
+            }
+          }
+          throw refetched
+        }
       }
     } catch (error) {
       if (error instanceof UpstreamFailure || error instanceof AuthorizationServerUnavailableError) throw error
@@ -1251,7 +1285,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       emit({ type: 'cache-miss' })
       // A request after a `forget` never joins a validation that began before it (whose
       // answer may predate the revocation): flights are per forget generation.
-      const flightKey = `${key}#${generation(key)}`
+      // In `jwt` mode the audience of the request that leads can decide the answer (a token
+      // naming a key not fetched yet is refused for another App's audience before any refetch):
+      // there a validation is shared only by requests for the same audience.
+      const flightKey = mode === 'jwt' && audience ? `${key}#${generation(key)}#${JSON.stringify(audience)}` : `${key}#${generation(key)}`
       const leads = !flights.has(flightKey)
       if (leads && flights.size >= maxPendingValidations) {
         // Validations cut short with their requests (Workers) are not waiting on anything.

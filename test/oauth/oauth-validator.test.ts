@@ -686,6 +686,62 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBe(2)
   })
 
+  it('the server’s failures stay 503 past the refetch interval: a key still published unusable, a refetch that fails for a key rotated in; reported as unavailable (regression: 401 every other interval)', async () => {
+    const rsa = await generateKeyPair('RS256')
+    const broken = { kty: 'RSA', kid: 'rk', n: 'AA', e: 'AQAB' }
+    const rsaToken = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
+      .setProtectedHeader({ alg: 'RS256', typ: 'at+jwt', kid: 'rk' })
+      .setIssuedAt(Math.floor(clock() / 1000) - 60)
+      .setExpirationTime(Math.floor(clock() / 1000) + 3600)
+      .sign(rsa.privateKey)
+    fake.route('/jwks', { status: 200, body: { keys: [broken, publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    for (let interval = 0; interval < 3; interval++) {
+      // Within the interval, and on the refetch that ends it (the set still publishes it unusable).
+      expect((await unavailable(v.validate(rsaToken, weather))).retryAfter, `interval ${interval}`).toBeGreaterThan(0)
+      clock.advance(30_000)
+    }
+    expect(fake.count('/jwks')).toBe(3)
+    expect(events.filter((e) => e.type === 'unavailable').length).toBeGreaterThanOrEqual(3)
+
+    // A key rotated in after the last fetch, whose refetch fails: 503, as within the interval,
+    // not the 401 of "no matching key" (the client would refresh into a token signed the same way).
+    const rotatedPair = await generateKeyPair('ES256')
+    const rotated = rotatedPair.privateKey
+    const fresh = await sign({ jti: 'rotated' }, { key: rotated, kid: 'k2' })
+    fake.route('/jwks', { status: 500 })
+    clock.advance(30_000)
+    await unavailable(v.validate(fresh, weather))
+    expect(await v.validate(fresh, weather).catch((e: unknown) => e)).toBeInstanceOf(AuthorizationServerUnavailableError)
+    // One issued before the keys in hand were fetched names a key they would hold: refused.
+    const stale = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: 'k3' })
+      .setIssuedAt(Math.floor(clock() / 1000) - 3 * 3600)
+      .setExpirationTime(Math.floor(clock() / 1000) + 600)
+      .sign(rotated)
+    expect(await v.validate(stale, weather)).toEqual({ active: false, reason: 'no matching key' })
+    // Once the set can be had with the key, the token verifies.
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk, { ...(await exportJWK(rotatedPair.publicKey)), kid: 'k2', alg: 'ES256' }] } })
+    clock.advance(30_000)
+    expect(await v.validate(fresh, weather)).toMatchObject({ active: true })
+  })
+
+  it('a validation is shared only by requests for the same App: a token of notes, naming a key rotated in, is taken at notes while a request at weather refuses it (regression: both refused)', async () => {
+    const notes = { resource: 'http://notes.localhost', appId: 'app_notes' }
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    const rotated = await generateKeyPair('ES256')
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk, { ...(await exportJWK(rotated.publicKey)), kid: 'k2', alg: 'ES256' }] } })
+    clock.advance(30_000)
+    const token = await sign({ aud: notes.resource }, { key: rotated.privateKey, kid: 'k2' })
+    // The request at weather leads; the one at notes comes while it runs.
+    const [atWeather, atNotes] = await Promise.all([v.validate(token, weather), v.validate(token, notes)])
+    expect(atWeather).toEqual({ active: false, reason: 'audience mismatch' })
+    expect(atNotes).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+  })
+
   it('a JWKS with no usable key is a bad answer: 503, counted by the breaker, and not kept (the repaired set is used at once) (regression)', async () => {
     const rsa = await generateKeyPair('RS256')
     const rsaToken = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
@@ -920,6 +976,22 @@ describe('client budget: a flood of made-up tokens from one address', () => {
       for (let i = 0; i < 5; i++) await unavailable(v.validate(`t-${i}`, at('203.0.113.7')))
       fake.route('/introspect', { status: 200, body: { active: true, sub: 'u' } })
       expect(await v.validate('good', at('203.0.113.7')), JSON.stringify(answer)).toMatchObject({ active: true })
+    }
+  })
+
+  it('gives units back when the endpoint is not where it is called (a redirect, 404, 405, 410): the setup is at fault, not the client (regression: 429 for everyone after the budget)', async () => {
+    for (const [mode, path] of [['userinfo', '/oidc/me'], ['introspection', '/introspect']] as const) {
+      for (const status of [302, 404, 405, 410]) {
+        fake.route(path, { status, body: {} })
+        const v = validator({
+          mode,
+          ...(mode === 'introspection' && { introspection: { clientId: 'rs', clientSecret: 's' }, audience: false }),
+          clientBudget: { limit: 2 },
+          retry: { attempts: 1 },
+          breaker: { failureThreshold: 1000 },
+        })
+        for (let i = 0; i < 5; i++) await unavailable(v.validate(`ey.t-${i}`, at('203.0.113.7')))
+      }
     }
   })
 
