@@ -39,15 +39,17 @@ import { targetAtFault } from '../shared/serve-node.js'
 import { portOption, refuse } from './cli.js'
 import { createPlatform, parseSeed } from './index.js'
 
-// Every setting is checked before the platform serves: a bad one is named on stderr (exit 2).
+// Every setting is checked before the platform serves: each bad one is named on stderr (exit 2).
+const problems: string[] = []
 const { values } = (() => {
   try {
     return parseArgs({ options: { seed: { type: 'string' }, port: { type: 'string' } } })
   } catch (error) {
-    return refuse([(error as Error).message]) // an unknown option, or one without its value
+    // An unknown option, or one without its value: named with the rest, the others defaulted.
+    problems.push((error as Error).message)
+    return { values: {} as { seed?: string; port?: string } }
   }
 })()
-const problems: string[] = []
 const seedPath = values.seed ?? fileURLToPath(new URL('./seed.json', import.meta.url))
 // PORT=0: any free port (the tests' way), and the authorization server's too.
 const port = portOption('--port (or PORT)', values.port ?? process.env.PORT ?? '8787', true, problems)
@@ -208,7 +210,15 @@ server.on('checkContinue', serve)
 await new Promise<void>((resolve, reject) => {
   server.once('error', reject)
   server.listen(port, hostname, () => resolve())
-}).catch((error: unknown) => refuse([`--port (or PORT), HOST: cannot listen on ${hostname}:${port}: ${(error as Error).message}`], 1))
+}).catch((error: unknown) => {
+  // A HOST that is no address of this machine is a bad setting (2); a port taken, or not
+  // ours to take, is not (1).
+  const code = (error as NodeJS.ErrnoException).code
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN' || code === 'EADDRNOTAVAIL') {
+    return refuse([`HOST: cannot listen on ${JSON.stringify(hostname)}: ${(error as Error).message}`])
+  }
+  return refuse([`--port (or PORT), HOST: cannot listen on ${hostname}:${port}: ${(error as Error).message}`], 1)
+})
 // The port listened on (PORT=0: the one the system chose).
 const listening = (server.address() as { port: number }).port
 
@@ -248,7 +258,10 @@ const demo = demoCall()
 const owners = new Map<string, { userId: string; servers: string[] }>(
   (seed.tokens ?? []).map((t: { name: string; userId: string; servers: string[] }) => [t.name, t]),
 )
-console.log(`mcp-dispatch reference platform on http://127.0.0.1:${listening} (seed: ${seedPath})`)
+// Where a client on this machine reaches it: loopback when it listens on every address.
+const wildcard = hostname === '0.0.0.0' || hostname === '::' || hostname === ''
+const reachAt = wildcard ? '127.0.0.1' : hostname.includes(':') ? `[${hostname}]` : hostname
+console.log(`mcp-dispatch reference platform on http://${reachAt}:${listening}${wildcard ? ` (listening on ${hostname || 'every address'})` : ''} (seed: ${seedPath})`)
 for (const a of seed.apps) {
   const live = liveOf(a)
   console.log(`  App ${a.slug}: http://${a.slug}.localhost:${listening}/  (live versions ${live.join(', ') || 'none'})`)

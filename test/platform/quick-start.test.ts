@@ -335,7 +335,10 @@ describe('npm start and npm run forward: bad settings', () => {
       [['start', '--', '--seed', noUsers], {}, ['--seed: the development authorization server signs in the seed\'s users, and it has none']],
       [['start'], { AUTH_ISSUER: 'https://auth.example.com/?tenant=1' }, ['AUTH_ISSUER: mcp-dispatch: option "issuer" must have no query or fragment (RFC 8414)']],
       [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com' }, ['AUTH_CLIENT_ID, AUTH_CLIENT_SECRET: mcp-dispatch: option "introspection" needs clientId and clientSecret']],
-      [['start', '--', '--prot', '1'], {}, ["Unknown option '--prot'"]],
+      // An unknown option hides nothing else.
+      [['start', '--', '--prot', '1'], { PORT: 'abc' }, ["Unknown option '--prot'", '--port (or PORT): must be a port number (0: any free port), got "abc"']],
+      // An address not of this machine is a bad HOST, not a port taken.
+      [['start'], { HOST: '192.0.2.1', PORT: '0' }, ['HOST: cannot listen on "192.0.2.1": listen EADDRNOTAVAIL']],
       [['run', 'forward', '--', '--token', 'svc_x', '--listen'], {}, ["Option '--listen <value>' argument missing"]],
     ]
     const results = await Promise.all(cases.map(([args, env]) => run(args, env)))
