@@ -397,7 +397,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     if (request.method === 'POST') {
       const text = await readBody(request, bodyTimeoutMs)
       if (text === null) return rpcError(413, -32000, `Payload Too Large: Request body must not exceed ${MAX_BODY_BYTES} bytes`)
-      if (text === TOO_SLOW) return rpcError(408, -32000, `Request Timeout: the body did not arrive within ${bodyTimeoutMs} ms`)
+      // The rest of the body is not read: the connection ends with this answer, and says so.
+      if (text === TOO_SLOW) return rpcError(408, -32000, `Request Timeout: the body did not arrive within ${bodyTimeoutMs} ms`, { connection: 'close' })
       try {
         body = JSON.parse(text)
       } catch {

@@ -257,6 +257,7 @@ describe('what a session and a request may hold', () => {
       } as RequestInit)
       const response = await handler(request)
       expect(response.status).toBe(408)
+      expect(response.headers.get('connection')).toBe('close')
       expect(await response.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32000 } })
       expect(cancelled).toBe(true)
     } finally {
