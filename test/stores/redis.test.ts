@@ -726,6 +726,41 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(await Promise.all(lookups)).toEqual(Array(30).fill('fulfilled'))
       expect(await Promise.all(increments)).toEqual(Array(22).fill('Redis script rate-limit increment did not answer within 200 ms'))
     })
+
+    it('one request after another, as the dispatcher makes them: the lookup that follows an increment past its deadline is sent and served (regression: refused as stalled, 503)', async () => {
+      // Every command is answered 150 ms after it is called; the increment gives up at 100 ms.
+      const slow: RedisCommandClient = {
+        status: 'ready',
+        call: (command, ...args) => new Promise((resolve) => setTimeout(resolve, 150)).then(() => redis.client.call(command, ...args)),
+      }
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: slow, prefix, timeoutMs: 100 })
+      const sessions = createRedisSessionStore({ client: slow, prefix, timeoutMs: 1_000 })
+      for (let i = 0; i < 4; i++) {
+        await expect(counters.increment('k', START, W)).rejects.toThrow('did not answer within 100 ms')
+        expect(await sessions.get(`s${i}`, 60_000), `request ${i}`).toBeUndefined()
+        // Nothing else in flight between two requests.
+        await new Promise((resolve) => setTimeout(resolve, 200))
+      }
+    })
+
+    it('a hung Redis is still noticed: each store refuses at once once Redis has been silent for its own deadline, a store with a longer one still sends', async () => {
+      const hung: RedisCommandClient = { status: 'ready', call: () => new Promise(() => {}) }
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: hung, prefix, timeoutMs: 300 })
+      const sessions = createRedisSessionStore({ client: hung, prefix, timeoutMs: 1_000 })
+      await expect(counters.increment('k', START, W)).rejects.toThrow('did not answer within 300 ms')
+      // Silent for 300 ms: the session store (1,000 ms) still sends, and waits its own deadline;
+      // the rate-limit store (300 ms) is refused at once.
+      const lookup = expect(sessions.get('s1', 60_000)).rejects.toThrow('did not answer within 1000 ms')
+      const started = performance.now()
+      await expect(counters.increment('k', START, W)).rejects.toThrow('not sent: Redis is stalled (a command got no answer within 300 ms')
+      expect(performance.now() - started).toBeLessThan(100)
+      await lookup
+      // Silent for longer than its deadline now: the session store is refused at once too,
+      // until the next probe.
+      await expect(sessions.get('s2', 60_000)).rejects.toThrow(/not sent: Redis is stalled|did not answer within 1000 ms/)
+    })
   })
 
   describe('a Redis that does not answer', () => {

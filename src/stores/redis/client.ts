@@ -168,6 +168,11 @@ interface StallBreaker {
   /** While stalled: the deadline the call that opened it passed, in ms (for messages). */
   missedMs: number
   /**
+   * While stalled: when (`performance.now()`) the call that opened it was sent, with nothing
+   * answered since. A store whose deadline is longer than that silence still sends its calls.
+   */
+  silentSince: number
+  /**
    * Answers seen, counted: a call notes it when its command is sent, and tells by it at its
    * deadline whether any answer arrived meanwhile (then Redis is slow, not hung).
    */
@@ -181,6 +186,13 @@ interface StallBreaker {
  * event loop was free): later, this process was busy, and an answer may be waiting unread.
  */
 const NOTICED_LATE_MS = 20
+
+/**
+ * How much longer than Redis's silence a store's deadline must be for its calls to be sent
+ * while the breaker is open: a timer may fire a little before its delay by `performance.now()`,
+ * and deadlines this close are one.
+ */
+const DEADLINE_SLACK_MS = 20
 
 /**
  * The breakers of each client object (so several stores on one client share them): one for a
@@ -198,6 +210,7 @@ function breakerOf(client: RedisCommandClient, node: string): StallBreaker {
       stalled: false,
       probeAt: 0,
       missedMs: 0,
+      silentSince: 0,
       answers: 0,
       answered: () => {
         created.answers++
@@ -296,15 +309,17 @@ function isErrorReply(error: unknown): boolean {
  * - A call that passes its deadline unanswered opens it, if no answer to any command of that
  *   client (a reply or an error reply) has arrived since the call's command was sent. An
  *   answer meanwhile shows a Redis that is slow, not hung: a store's tight deadline then fails
- *   only its own call, and never refuses the calls of stores with longer deadlines on the same
- *   client. (When nothing at all answered within a whole deadline, a slow Redis looks hung:
- *   the breaker opens until the first late answer closes it.) When this process noticed the
+ *   only its own call. (When nothing at all answered within a whole deadline, a slow Redis
+ *   looks hung: the breaker opens until the first late answer closes it.) When this process noticed the
  *   deadline late (its event loop was held, more than 20 ms past it), answers may be waiting
  *   unread: it is judged once what was waiting has been read (a stall of this process is no
  *   stall of Redis).
- * - While open, calls reject at once and are not sent: the dispatcher applies its failure
- *   policy at once (the rate limit fails open, sessions 503, the OAuth cache misses), and no
- *   count waits on the socket to land later.
+ * - While open, calls reject at once and are not sent, once Redis has been silent (since the
+ *   call that opened it was sent) for as long as their store's `timeoutMs`: the dispatcher
+ *   applies its failure policy at once (the rate limit fails open, sessions 503, the OAuth
+ *   cache misses), and no count waits on the socket to land later. A store with a longer
+ *   deadline than that silence still sends its calls, so a tight deadline never refuses the
+ *   calls of stores with longer ones on the same client, overlapping or following its own.
  * - One call at a time is the probe, the first `timeoutMs` after the breaker opened or the
  *   last probe gave up: it sends `PING` and, once that is answered, its own command, both
  *   under its deadline. A probe of a Redis still hung costs one queued `PING` and that call's
@@ -390,7 +405,11 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     // answering, if slowly (or another store's deadline is the tighter one): no stall.
     let seen = breaker.answers
     let pending: Promise<unknown>
-    if (!breaker.stalled || anyway) pending = attempt(breaker)
+    // Refused only once Redis has been silent for as long as this store waits: a store whose
+    // deadline is tighter than Redis's pace (a rate-limit store at 100 ms on a Redis answering
+    // in 150 ms) leaves the calls of stores with longer ones sent (a session store at 1,000 ms
+    // on the same client), those that follow its own timed-out call included.
+    if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = attempt(breaker)
     else if (performance.now() < breaker.probeAt) {
       return Promise.reject(
         new Error(
@@ -423,10 +442,10 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
         // read then (setImmediate runs after that), so a stall of this process is no stall of
         // Redis; on time, at once.
         if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) {
-          if (!breaker.stalled && breaker.answers === seen) open(breaker)
+          if (!breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
         } else {
           setImmediate(() => {
-            if (!settled && !breaker.stalled && breaker.answers === seen) open(breaker)
+            if (!settled && !breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
           })
         }
       }
@@ -438,10 +457,11 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
       throw error
     })
   }
-  const open = (breaker: StallBreaker) => {
+  const open = (breaker: StallBreaker, silentSince: number) => {
     breaker.stalled = true
     breaker.probeAt = performance.now() + timeoutMs
     breaker.missedMs = timeoutMs
+    breaker.silentSince = silentSince
     if (breaker !== whole) rereadSlots(client)
   }
   const keyOf = (command: string, args: RedisArgument[]) => (KEYLESS.has(command) ? undefined : String(args[0]))
