@@ -9,8 +9,12 @@ interface ProfileNode {
   callFrame: { functionName: string; url: string; lineNumber: number }
   hitCount?: number
 }
-const [file, topArg] = process.argv.slice(2)
-if (!file) throw new Error('usage: profile-summary.ts <file.cpuprofile> [top]')
+const [file, topArg, ...rest] = process.argv.slice(2)
+const count = Number(topArg ?? 25)
+// One profile at a time: a glob matching two would make the second the count.
+if (!file || rest.length > 0 || !Number.isInteger(count) || count < 1) {
+  throw new Error(`usage: profile-summary.ts <file.cpuprofile> [top] (one file, top a positive integer; got ${JSON.stringify(process.argv.slice(2))})`)
+}
 const profile = JSON.parse(readFileSync(file, 'utf8')) as { nodes: ProfileNode[]; samples: number[] }
 const total = profile.samples.length
 const self = new Map<string, number>()
@@ -20,5 +24,5 @@ for (const node of profile.nodes) {
   const key = `${functionName || '(anonymous)'} ${where}`.trim()
   self.set(key, (self.get(key) ?? 0) + (node.hitCount ?? 0))
 }
-const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, Number(topArg ?? 25))
+const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, count)
 for (const [key, hits] of top) console.log(`${((hits / total) * 100).toFixed(1).padStart(5)}%  ${key}`)

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import type { MicroResult } from './harness.js'
 import type { HttpRow } from './http.js'
 import { MICRO } from './micro.js'
-import { type BenchReport, NOISE_LIMIT, isNoisy, judgeTargets, renderReport } from './report.js'
+import { type BenchReport, NOISE_LIMIT, isNoisy, judgeTargets, renderReport, unjudgedTargets } from './report.js'
 import { SERVERS } from './servers/catalog.js'
 import { median, pairedRatios, spreadOf } from './stats.js'
 
@@ -99,6 +99,26 @@ describe('bench report: HTTP targets', () => {
     expect(fastifyTarget(alone)).toMatchObject({ measured: 'no bare server to compare', met: undefined })
     const none: BenchReport = { ...report, http: [] }
     expect(fastifyTarget(none)).toMatchObject({ measured: 'not measured', met: undefined })
+    // A bare server that failed requests gives no ratio either (its rate is not a bare server's).
+    const bareFailing: BenchReport = { ...report, http: [{ ...report.http![0]!, failures: 5_000 }, report.http![1]!] }
+    expect(fastifyTarget(bareFailing)).toMatchObject({ measured: 'failed requests (bare Fastify)', met: undefined })
+  })
+
+  it('a run not judged on every target (a --frameworks subset, failed requests) does not count as noisy, and is named for latest.md to keep the last full run', () => {
+    const subset = fastifyReport([10_000, 10_000, 10_000], [8_000, 8_000, 8_000])
+    expect(isNoisy(subset)).toBe(false)
+    expect(unjudgedTargets(subset)).toEqual([
+      'Web adapter on @hono/node-server ÷ bare Hono',
+      'Express adapter, full pipeline ÷ bare Express',
+      'version resolution flat, ≥ 1,000× semver.maxSatisfying',
+      'core decision on one core',
+    ])
+  })
+
+  it('names a noise just past the limit with its decimal (10.4, not ±10), never as the limit itself', () => {
+    const bare = [10_000, 10_000, 10_000]
+    const report = fastifyReport(bare, [8_000 * 0.898, 8_000, 8_000 * 1.106])
+    expect(fastifyTarget(report).measured).toMatch(/rounds disagree by ±10\.4 %$/)
   })
 })
 

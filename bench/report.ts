@@ -60,6 +60,15 @@ function noiseOf(rounds: Rounds): number {
   return rounds.median > 0 ? (rounds.max - rounds.min) / 2 / rounds.median : Number.POSITIVE_INFINITY
 }
 
+/**
+ * A noise past {@link NOISE_LIMIT} as a percentage: whole, unless that would round it down to
+ * the limit itself (10.2 % shows as 10.2, never as the ±10 % it exceeds).
+ */
+function percent(noise: number): string {
+  const whole = Math.round(noise * 100)
+  return whole <= NOISE_LIMIT * 100 ? (noise * 100).toFixed(1) : String(whole)
+}
+
 /** Version resolution counts as flat when 1,000 live versions keep this share of the 10-version rate. */
 export const FLAT_THRESHOLD = 0.75
 
@@ -82,7 +91,7 @@ function roundsTarget(name: string, goal: { goal: number; text: string }, rounds
   const range = `${format(rounds.median)} (rounds ${format(rounds.min)}–${format(rounds.max)})`
   const noise = noiseOf(rounds)
   if (noise > NOISE_LIMIT && rounds.min < goal.goal && goal.goal <= rounds.max) {
-    const spread = `±${(noise * 100).toFixed(0)} %`
+    const spread = `±${percent(noise)} %`
     return { name, goal: goal.text, measured: `${range}: rounds disagree by ${spread}`, met: undefined, noisy: true }
   }
   return { name, goal: goal.text, measured: range, met: rounds.median >= goal.goal }
@@ -94,15 +103,18 @@ export function judgeTargets(report: BenchReport): TargetResult[] {
   // Judged on the median of the paired (round by round) ratios, and only when the rounds agree.
   const ratioTarget = (name: string, id: string, goal: number) => {
     const row = report.http?.find((r) => r.entry.id === id)
-    const paired = row && !row.skipped && row.failures === 0 ? pairedSummary(row) : undefined
+    // A ratio to a bare server that failed requests is no ratio to a bare server.
+    const bare = row && report.http?.find((r) => r.entry.framework === row.entry.framework && r.entry.stack === 'bare')
+    const failed = row && (row.failures > 0 ? 'failed requests' : bare && bare.failures > 0 ? `failed requests (${bare.entry.label})` : undefined)
+    const paired = row && !row.skipped && failed === undefined ? pairedSummary(row) : undefined
     if (!paired) {
-      const measured = row?.skipped ?? (row ? (row.failures > 0 ? 'failed requests' : 'no bare server to compare') : 'not measured')
+      const measured = row?.skipped ?? (row ? (failed ?? 'no bare server to compare') : 'not measured')
       out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured, met: undefined })
       return
     }
     const range = `${formatRatio(paired.median)} (rounds ${formatRatio(paired.min)}–${formatRatio(paired.max)})`
     if (paired.noise > NOISE_LIMIT) {
-      const spread = `±${(paired.noise * 100).toFixed(0)} %`
+      const spread = `±${percent(paired.noise)} %`
       out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: `${range}: rounds disagree by ${spread}`, met: undefined, noisy: true })
       return
     }
@@ -151,6 +163,17 @@ const verdict = (t: TargetResult) => (t.noisy ? 'not judged: noisy' : t.met === 
 /** Whether a target could not be judged because the machine was too noisy (such a run does not replace `latest.md`). */
 export function isNoisy(report: BenchReport): boolean {
   return judgeTargets(report).some((t) => t.noisy === true)
+}
+
+/**
+ * The targets a run could not judge for another reason than noise (not measured: a
+ * `--frameworks` subset, a skipped server; failed requests): such a run does not replace
+ * `latest.md` either, which shows a run judged on every target.
+ */
+export function unjudgedTargets(report: BenchReport): string[] {
+  return judgeTargets(report)
+    .filter((t) => t.met === undefined && t.noisy !== true)
+    .map((t) => t.name)
 }
 
 function pairedCell(row: HttpRow): string {

@@ -16,7 +16,7 @@ import { runHttp } from './http.js'
 import { describeMachine } from './machine.js'
 import type { MicroReport } from './micro.js'
 import { exited, isMessage, nextMessage, startNode } from './processes.js'
-import { type BenchReport, isNoisy, renderReport, replaceLatestSection } from './report.js'
+import { type BenchReport, isNoisy, renderReport, unjudgedTargets, replaceLatestSection } from './report.js'
 import { FRAMEWORKS, type Framework } from './servers/catalog.js'
 import { storeSetNames } from './stores.js'
 
@@ -135,13 +135,18 @@ async function main(): Promise<void> {
     mkdirSync(dir, { recursive: true })
     // Another store set is a side measurement: its own file, never the latest memory report.
     const shared = store === 'memory' ? '' : `-${store}`
-    const name = quick ? `${date}${shared}-quick` : only ? `${date}${shared}-${only}` : `${date}${shared}`
+    // A subset of the frameworks is a side measurement too: named by them, so the day's full run stays.
+    const subset = FRAMEWORKS.every((f) => frameworks.includes(f)) ? '' : `-${frameworks.join('-')}`
+    const name = quick ? `${date}${shared}-quick` : only ? `${date}${shared}-${only}` : `${date}${shared}${subset}`
     writeFileSync(join(dir, `${name}.md`), markdown)
     writeFileSync(join(dir, `${name}.json`), `${JSON.stringify(report, null, 2)}\n`)
-    const written = [`bench/results/${name}.md`]
+    const written = [`bench/results/${name}.md`, `bench/results/${name}.json`]
     if (!quick && !only && store === 'memory') {
+      const unjudged = unjudgedTargets(report)
       if (isNoisy(report)) {
         log('noisy run: bench/results/latest.md and docs/performance.md keep the last quiet run')
+      } else if (unjudged.length > 0) {
+        log(`not judged on every target (${unjudged.join('; ')}): bench/results/latest.md and docs/performance.md keep the last full run`)
       } else {
         writeFileSync(join(dir, 'latest.md'), markdown)
         written.push('bench/results/latest.md')

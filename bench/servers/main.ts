@@ -223,7 +223,10 @@ async function main(): Promise<void> {
   } else {
     // Standalone (profiling: `node --cpu-prof server.mjs <id>`), stopped with Ctrl-C.
     console.log(`${entry.id} on http://127.0.0.1:${port}${BENCH_PATH}`)
-    console.log(`  -H 'host: ${fixture.hostname}' -H 'authorization: Bearer ${fixture.token}' -H 'content-type: application/json'`)
+    // Every handler wants both MCP media types in `Accept` (406 without), as the load sends them.
+    console.log(
+      `  -H 'host: ${fixture.hostname}' -H 'authorization: Bearer ${fixture.token}' -H 'content-type: application/json' -H 'accept: application/json, text/event-stream'`,
+    )
     const stop = () => server.close(() => process.exit(0))
     process.once('SIGINT', stop)
     process.once('SIGTERM', stop)
