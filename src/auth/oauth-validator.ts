@@ -255,14 +255,14 @@ class UpstreamFailure extends Error {
   }
 }
 
+/** Statuses of an endpoint that is not where the validator calls it: the setup's fault, not the token's. */
+const SETUP_STATUSES: ReadonlySet<number> = new Set([404, 405, 410])
+
 /**
  * A judge turns a response into a value, or throws a failure that `counts` against the server.
  * One that does not count is an answer of a healthy server, by default about this token
  * (`aboutToken`); a refusal of the resource server's own credentials is not.
  */
-/** Statuses of a userinfo endpoint that is not where the validator calls it: the setup's fault. */
-const SETUP_STATUSES: ReadonlySet<number> = new Set([404, 405, 410])
-
 class BadAnswer extends Error {
   constructor(
     message: string,

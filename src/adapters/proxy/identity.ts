@@ -132,8 +132,8 @@ export interface IdentitySignerOptions {
    * `{ jwk, keyId, algorithm }` naming them (see {@link IdentityPreviousKey}). Each `kid` may
    * name one key a token can tell apart: a previous key with the `kid` of another key (the
    * signing key's own `keyId` included) of the same type and curve, unless the two have
-   * different `alg`s of their own, is refused. The signing key listed again without its `keyId` (plainly,
-   * or under its thumbprint) is published once.
+   * different `alg`s of their own, is refused. The signing key listed again without its
+   * `keyId` (plainly, or under its thumbprint) is published once.
    */
   previousKeys?: readonly (JWK | IdentityPreviousKey)[]
   /**
