@@ -34,21 +34,25 @@ import {
   serviceUnavailableReply,
 } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
-import { startDevAuthServer } from './dev-auth-server.js'
 import { targetAtFault } from '../shared/serve-node.js'
 import { portOption, refuse } from './cli.js'
 import { createPlatform, parseSeed } from './index.js'
 
 // Every setting is checked before the platform serves: each bad one is named on stderr (exit 2).
 const problems: string[] = []
-const { values } = (() => {
-  try {
-    return parseArgs({ options: { seed: { type: 'string' }, port: { type: 'string' } } })
-  } catch (error) {
-    // An unknown option, or one without its value: named with the rest, the others defaulted.
-    problems.push((error as Error).message)
-    return { values: {} as { seed?: string; port?: string } }
+const values = (() => {
+  // Not strict, so that an unknown option (named below, in parseArgs's words) leaves the
+  // others to be read and checked with the rest.
+  const OPTIONS = { seed: { type: 'string' }, port: { type: 'string' } } as const
+  const parsed = parseArgs({ options: OPTIONS, strict: false, allowPositionals: true })
+  const known: { seed?: string; port?: string } = {}
+  for (const [name, value] of Object.entries(parsed.values)) {
+    if (!Object.hasOwn(OPTIONS, name)) problems.push(`Unknown option '--${name}'`)
+    else if (typeof value !== 'string') problems.push(`Option '--${name} <value>' argument missing`)
+    else known[name as keyof typeof OPTIONS] = value
   }
+  for (const positional of parsed.positionals) problems.push(`Unexpected argument '${positional}'`)
+  return known
 })()
 const seedPath = values.seed ?? fileURLToPath(new URL('./seed.json', import.meta.url))
 // PORT=0: any free port (the tests' way), and the authorization server's too.
@@ -89,7 +93,9 @@ if (problems.length > 0) refuse(problems)
 const devIntrospectionClient = { clientId: 'mcp-dispatch-platform', clientSecret: randomBytes(24).toString('base64url') }
 const devAuth = process.env.AUTH_ISSUER
   ? undefined
-  : await startDevAuthServer({
+  : // Imported only when used: oidc-provider warns on Node 20 as it loads ("Unsupported runtime"),
+    // which an external AUTH_ISSUER has no reason to print.
+    await (await import('./dev-auth-server.js')).startDevAuthServer({
       accounts: (seed.users ?? []).map((u: { id: string }) => u.id),
       port: authPort,
       ...(authMode !== 'userinfo' && { resourceIndicators: { accessTokenFormat: authMode === 'jwt' ? 'jwt' : 'opaque' } }),

@@ -337,6 +337,7 @@ describe('npm start and npm run forward: bad settings', () => {
       [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com' }, ['AUTH_CLIENT_ID, AUTH_CLIENT_SECRET: mcp-dispatch: option "introspection" needs clientId and clientSecret']],
       // An unknown option hides nothing else.
       [['start', '--', '--prot', '1'], { PORT: 'abc' }, ["Unknown option '--prot'", '--port (or PORT): must be a port number (0: any free port), got "abc"']],
+      [['start', '--', '--bogus', '--port', '70000', '--seed'], {}, ["Unknown option '--bogus'", '--port (or PORT): must be a port number (0: any free port), got "70000"', "Option '--seed <value>' argument missing"]],
       // An address not of this machine is a bad HOST, not a port taken.
       [['start'], { HOST: '192.0.2.1', PORT: '0' }, ['HOST: cannot listen on "192.0.2.1": listen EADDRNOTAVAIL']],
       [['run', 'forward', '--', '--token', 'svc_x', '--listen'], {}, ["Option '--listen <value>' argument missing"]],
