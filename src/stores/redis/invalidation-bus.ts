@@ -34,8 +34,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   /**
    * The bus's heartbeat, on a channel of its own (`<channel>:heartbeat`, on the same
    * subscriber connection), checked every this many milliseconds: a bus that heard nothing on
-   * either channel for half of it publishes one, so a group of instances sends about one per
-   * interval. When nothing at all has arrived for this plus `timeoutMs` after its own heartbeat
+   * either channel for half of it publishes one, so a group of instances sends at least one per
+   * interval, and up to one per bus when their timers tick together. When nothing at all has arrived for this plus `timeoutMs` after its own heartbeat
    * went out (a Redis that hangs without closing the connection: no `close` event ever comes),
    * the bus stops `listening`, so the token service reads the store instead of trusting its
    * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
@@ -237,7 +237,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (deaf) rereadSlots(subscriber)
     const at = performance.now()
     if (pendingSince !== undefined) setImmediate(judgeSilence)
-    // About one heartbeat per interval for the group: a bus sends one when it heard nothing
+    // At least one heartbeat per interval for the group: a bus sends one when it heard nothing
     // for half an interval, and again each interval while it waits for an answer. One that
     // fails is what the silence check notices; it is not reported each time.
     const silent = pendingSince === undefined ? at - lastHeard >= heartbeatMs / 2 : at - lastSent >= heartbeatMs
