@@ -18,9 +18,8 @@
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
-import { parseArgs } from 'node:util'
 import { parseBearerToken } from 'mcp-dispatch'
-import { portOption, refuse } from './cli.js'
+import { portOption, readOptions, refuse } from './cli.js'
 import { APP_SLUG } from './slug.js'
 
 /** A running forwarder. */
@@ -66,18 +65,10 @@ export async function startForwarder(target: { port: number; host: string; autho
 }
 
 async function main(): Promise<void> {
-  const { values } = (() => {
-    try {
-      return parseArgs({
-        options: { token: { type: 'string' }, app: { type: 'string' }, port: { type: 'string' }, listen: { type: 'string' } },
-      })
-    } catch (error) {
-      return refuse([(error as Error).message]) // an unknown option, or one without its value
-    }
-  })()
+  const problems: string[] = []
+  const values = readOptions(['token', 'app', 'port', 'listen'], problems)
   const token = values.token ?? process.env.TOKEN ?? ''
   const app = values.app ?? 'weather'
-  const problems: string[] = []
   if (token === '') problems.push('--token (or TOKEN): required, a token `npm start` printed (TOKEN=svc_… npm run forward)')
   // What the dispatcher would take from the header (an RFC 6750 b64token), so nothing else reaches it.
   else if (parseBearerToken(`Bearer ${token}`).kind !== 'bearer') problems.push('--token: not a Bearer token (RFC 6750 b64token)')

@@ -78,13 +78,8 @@ const seedSchema = z.object({
         userId: z.string(),
         servers: z.array(z.string()).min(1),
         expiresInDays: z.union([z.literal(7), z.literal(30), z.literal(90)], { error: 'must be 7, 30 or 90' }),
-        // As the token API takes it: `[]` would otherwise have been no allowlist at all.
-        allowedIps: z
-          .array(z.string().max(64, 'entry too long'))
-          .min(1, 'must name at least one address or CIDR range (null removes the allowlist)')
-          .max(100, 'at most 100 entries')
-          .nullable()
-          .optional(),
+        // Checked by validateAllowlist, as the token API checks it (`[]` is refused: no allowlist is null).
+        allowedIps: z.array(z.string()).nullable().optional(),
       }).strict(),
     )
     .default([]),
@@ -318,8 +313,8 @@ export function createPlatform(options: PlatformOptions): Platform {
     const badName = validateTokenName(t.name)
     if (badName) throw new TypeError(`seed token ${JSON.stringify(t.name)}: name ${badName}`)
     if (t.name.trim() !== t.name) throw new TypeError(`seed token ${JSON.stringify(t.name)}: name has spaces around it`)
-    const badEntry = t.allowedIps ? validateAllowlist(t.allowedIps) : null
-    if (badEntry) throw new TypeError(`seed token ${JSON.stringify(t.name)}: allowedIps ${badEntry.message}`)
+    const badList = t.allowedIps ? validateAllowlist(t.allowedIps) : null
+    if (badList) throw new TypeError(`seed token ${JSON.stringify(t.name)}: allowedIps ${badList.message}`)
     for (const s of t.servers) {
       if (!appSeeds.has(s)) throw new TypeError(`seed token ${JSON.stringify(t.name)}: unknown App ${s}`)
     }

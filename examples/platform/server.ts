@@ -17,7 +17,6 @@ import { readFileSync } from 'node:fs'
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import type { Duplex } from 'node:stream'
-import { parseArgs } from 'node:util'
 import { RequestError, getRequestListener } from '@hono/node-server'
 import {
   ConfigurationError,
@@ -35,25 +34,12 @@ import {
 } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
 import { targetAtFault } from '../shared/serve-node.js'
-import { portOption, refuse } from './cli.js'
+import { portOption, readOptions, refuse } from './cli.js'
 import { createPlatform, parseSeed } from './index.js'
 
 // Every setting is checked before the platform serves: each bad one is named on stderr (exit 2).
 const problems: string[] = []
-const values = (() => {
-  // Not strict, so that an unknown option (named below, in parseArgs's words) leaves the
-  // others to be read and checked with the rest.
-  const OPTIONS = { seed: { type: 'string' }, port: { type: 'string' } } as const
-  const parsed = parseArgs({ options: OPTIONS, strict: false, allowPositionals: true })
-  const known: { seed?: string; port?: string } = {}
-  for (const [name, value] of Object.entries(parsed.values)) {
-    if (!Object.hasOwn(OPTIONS, name)) problems.push(`Unknown option '--${name}'`)
-    else if (typeof value !== 'string') problems.push(`Option '--${name} <value>' argument missing`)
-    else known[name as keyof typeof OPTIONS] = value
-  }
-  for (const positional of parsed.positionals) problems.push(`Unexpected argument '${positional}'`)
-  return known
-})()
+const values = readOptions(['seed', 'port'], problems)
 const seedPath = values.seed ?? fileURLToPath(new URL('./seed.json', import.meta.url))
 // PORT=0: any free port (the tests' way), and the authorization server's too.
 const port = portOption('--port (or PORT)', values.port ?? process.env.PORT ?? '8787', true, problems)

@@ -247,7 +247,11 @@ describe('compileAllowlist / validateAllowlist', () => {
 
   it('validateAllowlist reports the first bad entry as a value', () => {
     expect(validateAllowlist(['10.0.0.0/8', '::1'])).toBeNull()
-    expect(validateAllowlist([])).toBeNull()
+    // The list as the token service takes it: `[]` would allow no address (null means none).
+    expect(validateAllowlist([])).toEqual({ index: null, message: expect.stringMatching(/^must name at least one/) })
+    expect(validateAllowlist(Array(101).fill('10.0.0.1'))).toEqual({ index: null, message: 'at most 100 entries' })
+    expect(validateAllowlist(Array(100).fill('10.0.0.1'))).toBeNull()
+    expect(validateAllowlist(['1'.repeat(65)])).toEqual({ index: 0, message: expect.stringMatching(/is longer than 64 characters$/) })
     expect(validateAllowlist(['10.0.0.0/8', 'x', 'y'])).toEqual({ index: 1, message: expect.stringMatching(/^entry 1/) })
   })
 

@@ -162,14 +162,28 @@ export function compileAllowlist(entries: readonly string[] | null | undefined):
   })
 }
 
+/** Entries an allowlist holds at most (spec 2.1 sets none; a bound on what each request compares). */
+const MAX_ALLOWLIST_ENTRIES = 100
+/** Characters an allowlist entry holds at most (the longest IPv6 CIDR range is 43). */
+const MAX_ALLOWLIST_ENTRY_LENGTH = 64
+
 /**
- * Returns a message for the first invalid entry, or `null` when all are valid. Stricter than
- * {@link parseCidr}, for entries a user types: spaces around an entry and IPv6 zone indexes
- * (`fe80::1%eth0`) are refused, not dropped, so the entry stored is the entry matched.
+ * What is wrong with an allowlist, as the token service refuses it, or `null` when it is
+ * acceptable: the list itself (`index: null`: empty, since `[]` would allow no address where
+ * `null` means no allowlist; more than {@link MAX_ALLOWLIST_ENTRIES} entries), else its first
+ * bad entry (`index`: longer than {@link MAX_ALLOWLIST_ENTRY_LENGTH}, or no address or CIDR
+ * range). Stricter than {@link parseCidr}, for entries a user types: spaces around an entry and
+ * IPv6 zone indexes (`fe80::1%eth0`) are refused, not dropped, so the entry stored is the entry
+ * matched.
  */
-export function validateAllowlist(entries: readonly string[]): { index: number; message: string } | null {
+export function validateAllowlist(entries: readonly string[]): { index: number | null; message: string } | null {
+  if (entries.length === 0) return { index: null, message: 'must name at least one address or CIDR range (null removes the allowlist)' }
+  if (entries.length > MAX_ALLOWLIST_ENTRIES) return { index: null, message: `at most ${MAX_ALLOWLIST_ENTRIES} entries` }
   for (let index = 0; index < entries.length; index++) {
     const entry = entries[index]!
+    if (entry.length > MAX_ALLOWLIST_ENTRY_LENGTH) {
+      return { index, message: `entry ${index} (${shown(entry)}) is longer than ${MAX_ALLOWLIST_ENTRY_LENGTH} characters` }
+    }
     if (entry.trim() !== entry) return { index, message: `entry ${index} (${shown(entry)}) has spaces around it` }
     if (entry.includes('%')) {
       return { index, message: `entry ${index} (${shown(entry)}) has a zone index (%…), which an allowlist cannot use` }

@@ -317,7 +317,8 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CIDR range)').max(64, 'entry too long'), 'must be an array of IP addresses or CIDR ranges, or null').min(1, 'must name at least one address or CIDR range (null removes the allowlist)').max(100, 'at most 100 entries').nullable()
+// Its bounds and entries are validateAllowlist's, which seeds and imports use too (checkAllowlist).
+const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CIDR range)'), 'must be an array of IP addresses or CIDR ranges, or null').nullable()
 const createSchema = z.object({
   userId: z.string().min(1),
   name: nameSchema,
@@ -695,7 +696,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function checkAllowlist(entries: readonly string[] | null | undefined, field: string): void {
     if (!entries) return
     const bad = validateAllowlist(entries)
-    if (bad) throw new InvalidInputError(`${field}.${bad.index}`, bad.message)
+    if (bad) throw new InvalidInputError(bad.index === null ? field : `${field}.${bad.index}`, bad.message)
   }
 
   async function ownedRecord(userId: string, id: string): Promise<ApiTokenRecord> {

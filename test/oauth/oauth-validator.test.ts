@@ -449,10 +449,13 @@ describe('jwt mode (local verification)', () => {
     privateKey = pair.privateKey
     publicJwk = { ...(await exportJWK(pair.publicKey)), kid: 'k1', alg: 'ES256', use: 'sig' }
   })
-  const sign = (claims: Record<string, unknown>, options: { key?: CryptoKey; kid?: string; expiresInS?: number } = {}) =>
+  const sign = (
+    claims: Record<string, unknown>,
+    options: { key?: CryptoKey; kid?: string; alg?: string; issuedAgoS?: number; expiresInS?: number } = {},
+  ) =>
     new SignJWT({ sub: 'user_alice', iss: fake.url, aud: 'http://weather.localhost', client_id: 'client-1', scope: 'openid mcp', ...claims })
-      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: options.kid ?? 'k1' })
-      .setIssuedAt(Math.floor(clock() / 1000))
+      .setProtectedHeader({ alg: options.alg ?? 'ES256', typ: 'at+jwt', kid: options.kid ?? 'k1' })
+      .setIssuedAt(Math.floor(clock() / 1000) - (options.issuedAgoS ?? 0))
       .setExpirationTime(Math.floor(clock() / 1000) + (options.expiresInS ?? 600))
       .sign(options.key ?? privateKey)
 
@@ -668,11 +671,7 @@ describe('jwt mode (local verification)', () => {
   it('a JWKS key that cannot be used is left out at load: the other keys verify, its tokens get 503 as the server’s failure (regression)', async () => {
     const rsa = await generateKeyPair('RS256')
     const broken = { kty: 'RSA', kid: 'rk', n: 'AA', e: 'AQAB' } // a modulus of one byte
-    const rsaToken = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
-      .setProtectedHeader({ alg: 'RS256', typ: 'at+jwt', kid: 'rk' })
-      .setIssuedAt(Math.floor(clock() / 1000) - 60)
-      .setExpirationTime(Math.floor(clock() / 1000) + 600)
-      .sign(rsa.privateKey)
+    const rsaToken = await sign({}, { key: rsa.privateKey, kid: 'rk', alg: 'RS256', issuedAgoS: 60 })
     fake.route('/jwks', { status: 200, body: { keys: [broken, publicJwk] } })
     const v = validator({ mode: 'jwt' })
     expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
@@ -689,11 +688,7 @@ describe('jwt mode (local verification)', () => {
   it('the server’s failures stay 503 past the refetch interval: a key still published unusable, a refetch that fails for a key rotated in; reported as unavailable (regression: 401 every other interval)', async () => {
     const rsa = await generateKeyPair('RS256')
     const broken = { kty: 'RSA', kid: 'rk', n: 'AA', e: 'AQAB' }
-    const rsaToken = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
-      .setProtectedHeader({ alg: 'RS256', typ: 'at+jwt', kid: 'rk' })
-      .setIssuedAt(Math.floor(clock() / 1000) - 60)
-      .setExpirationTime(Math.floor(clock() / 1000) + 3600)
-      .sign(rsa.privateKey)
+    const rsaToken = await sign({}, { key: rsa.privateKey, kid: 'rk', alg: 'RS256', issuedAgoS: 60, expiresInS: 3600 })
     fake.route('/jwks', { status: 200, body: { keys: [broken, publicJwk] } })
     const v = validator({ mode: 'jwt' })
     expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
@@ -715,11 +710,7 @@ describe('jwt mode (local verification)', () => {
     await unavailable(v.validate(fresh, weather))
     expect(await v.validate(fresh, weather).catch((e: unknown) => e)).toBeInstanceOf(AuthorizationServerUnavailableError)
     // One issued before the keys in hand were fetched names a key they would hold: refused.
-    const stale = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
-      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: 'k3' })
-      .setIssuedAt(Math.floor(clock() / 1000) - 3 * 3600)
-      .setExpirationTime(Math.floor(clock() / 1000) + 600)
-      .sign(rotated)
+    const stale = await sign({}, { key: rotated, kid: 'k3', issuedAgoS: 3 * 3600 })
     expect(await v.validate(stale, weather)).toEqual({ active: false, reason: 'no matching key' })
     // Once the set can be had with the key, the token verifies.
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk, { ...(await exportJWK(rotatedPair.publicKey)), kid: 'k2', alg: 'ES256' }] } })

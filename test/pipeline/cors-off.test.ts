@@ -74,7 +74,7 @@ describe('cors: false leaves CORS to the platform', () => {
     expect(corsHeaderNames(response)).toEqual([])
   })
 
-  it("behind Hono's cors(), every answer a browser reads carries that layer's Access-Control-Allow-Origin, once, and the MCP headers it exposes", async () => {
+  it("behind Hono's cors(), every answer a browser reads carries that layer's CORS headers alone: its Access-Control-Allow-Origin, the MCP headers it exposes, its Vary", async () => {
     const { fixture, dispatch } = setup(false)
     const app = new Hono()
     app.use(
@@ -94,6 +94,8 @@ describe('cors: false leaves CORS to the platform', () => {
         expect(response.headers.get('access-control-allow-headers'), what).toBe('authorization,content-type,mcp-session-id,mcp-protocol-version')
       } else {
         expect(response.headers.get('access-control-expose-headers'), what).toBe('WWW-Authenticate,Mcp-Session-Id,X-MCP-Version,X-MCP-Latest-Version')
+        // The layer's own Vary alone (with CORS on, the dispatcher's joined it: "Origin, Origin").
+        expect(response.headers.get('vary'), what).toBe('Origin')
       }
     }
     const served = await app.fetch(browserRequests(fixture.tokens.alice)[0]![1])

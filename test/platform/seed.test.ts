@@ -16,10 +16,10 @@ describe('reference platform seed validation', () => {
   it('refuses an empty allowlist as the token API does, instead of serving the token from every address (regression)', async () => {
     const token = { name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const }
     expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIps: [] }] } })).toThrow(
-      new TypeError('seed tokens.0.allowedIps: must name at least one address or CIDR range (null removes the allowlist)'),
+      new TypeError('seed token "t": allowedIps must name at least one address or CIDR range (null removes the allowlist)'),
     )
     expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIps: Array(101).fill('10.0.0.1') }] } })).toThrow(
-      new TypeError('seed tokens.0.allowedIps: at most 100 entries'),
+      new TypeError('seed token "t": allowedIps at most 100 entries'),
     )
     expect(() => createPlatform({ seed: { ...base, tokens: [{ ...token, expiresInDays: 14 as never }] } })).toThrow(
       new TypeError('seed tokens.0.expiresInDays: must be 7, 30 or 90'),

@@ -696,12 +696,15 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([busA.close(), busB.close()])
     })
 
+    /** A client of the test's Redis whose every command is answered `ms` after it is called. */
+    const slowClient = (ms: number): RedisCommandClient => ({
+      status: 'ready',
+      call: (command, ...args) => new Promise((resolve) => setTimeout(resolve, ms)).then(() => redis.client.call(command, ...args)),
+    })
+
     it('a slow Redis is no hung one: a call that passes its deadline while other calls are answered opens nothing, so a store with a longer deadline on the same client is served (regression)', async () => {
       // Every command is answered, 300 ms after it is called.
-      const slow: RedisCommandClient = {
-        status: 'ready',
-        call: (command, ...args) => new Promise((resolve) => setTimeout(resolve, 300)).then(() => redis.client.call(command, ...args)),
-      }
+      const slow = slowClient(300)
       const prefix = redis.prefix()
       const counters = createRedisRateLimitStore({ client: slow, prefix, timeoutMs: 200 })
       const sessions = createRedisSessionStore({ client: slow, prefix, timeoutMs: 2_000 })
@@ -729,10 +732,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
     it('one request after another, as the dispatcher makes them: the lookup that follows an increment past its deadline is sent and served (regression: refused as stalled, 503)', async () => {
       // Every command is answered 150 ms after it is called; the increment gives up at 100 ms.
-      const slow: RedisCommandClient = {
-        status: 'ready',
-        call: (command, ...args) => new Promise((resolve) => setTimeout(resolve, 150)).then(() => redis.client.call(command, ...args)),
-      }
+      const slow = slowClient(150)
       const prefix = redis.prefix()
       const counters = createRedisRateLimitStore({ client: slow, prefix, timeoutMs: 100 })
       const sessions = createRedisSessionStore({ client: slow, prefix, timeoutMs: 1_000 })
