@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest'
 import { generateApiToken, hashApiToken } from '../core/api-token.js'
-import type { ApiTokenRecord, TokenStore } from '../core/stores.js'
+import type { ApiTokenRecord, InvalidationBus, TokenStore } from '../core/stores.js'
 import {
   ConfigurationError,
   ConflictError,
@@ -2177,6 +2177,133 @@ describe('cached records and invalidation between instances', () => {
     // Within 10 minutes: at 600,000 ms it is refused already.
     clock.advance(1)
     expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
+  describe('a publish that fails is sent again (its instance could not reach Redis while the others still listen)', () => {
+    /**
+     * Instances A and B on one store and one bus, A publishing through a bus whose publish
+     * fails while `failures` lasts (its Redis connection is down), B caching.
+     */
+    function failingPublisher(failures: number) {
+      const clock = { current: T0 }
+      const store = createMemoryTokenStore()
+      const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+      const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+      const shared = createMemoryInvalidationBus()
+      const state = { failures, attempts: 0 }
+      const busA: InvalidationBus = {
+        subscribe: (listener) => shared.subscribe(listener),
+        publish: (message) => {
+          state.attempts++
+          if (state.failures-- > 0) return Promise.reject(new Error('Connection is closed.'))
+          return shared.publish(message)
+        },
+      }
+      const errors: string[] = []
+      const onError = (error: unknown, context: string) => errors.push(`${context}: ${(error as Error).message}`)
+      const common = { store, apps, subscriptions, now: () => clock.current, cacheTtlMs: 600_000 }
+      const a = createTokenService({ ...common, invalidations: busA, onError })
+      const b = createTokenService({ ...common, invalidations: shared })
+      return { a, b, clock, state, errors }
+    }
+
+    it('until it lands: the other instance refuses the revoked token long before its cache TTL ends, and the failure is reported once', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { a, b, state, errors } = failingPublisher(3)
+        const created = await createToken(a)
+        expect((await b.authenticate(created.token)).ok).toBe(true) // cached on B
+        await a.revoke('alice', created.id)
+        expect(errors).toEqual(['invalidation publish: Connection is closed.'])
+        expect((await b.authenticate(created.token)).ok).toBe(true) // not heard yet
+        // Rounds at most 1 s, 2 s and 4 s apart (with jitter): the fourth attempt lands.
+        await vi.advanceTimersByTimeAsync(1_000 + 2_000 + 4_000)
+        expect(state.attempts).toBe(4)
+        expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+        // Nothing more is sent once it landed, and nothing more was reported.
+        await vi.advanceTimersByTimeAsync(120_000)
+        expect(state.attempts).toBe(4)
+        expect(errors).toHaveLength(1)
+        expect(vi.getTimerCount()).toBe(0)
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+
+    it('for 10 minutes at most (no cache holds a record read before the change longer), then reported as given up', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { a, b, clock, state, errors } = failingPublisher(Infinity)
+        const created = await createToken(a)
+        const other = await createToken(a, { name: 'other' })
+        await a.revoke('alice', created.id)
+        await a.revoke('alice', other.id)
+        // Rounds grow to 30 s apart: about 25 of them in 10 minutes, each sending both.
+        for (let elapsed = 0; elapsed < 600_000; elapsed += 1_000) {
+          clock.current += 1_000
+          await vi.advanceTimersByTimeAsync(1_000)
+        }
+        await vi.advanceTimersByTimeAsync(30_000)
+        expect(state.attempts).toBeGreaterThan(2 * 20)
+        expect(state.attempts).toBeLessThan(2 * 40)
+        expect(errors.at(-1)).toBe(
+          'invalidation publish: 2 invalidations could not be published for 10 minutes: other instances trust the records they cached before the change until their cacheTtlMs ends',
+        )
+        const attempts = state.attempts
+        await vi.advanceTimersByTimeAsync(600_000)
+        expect(state.attempts).toBe(attempts)
+        expect(vi.getTimerCount()).toBe(0)
+        await Promise.all([a.close(), b.close()])
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+
+    it('a bus that does not answer holds a revocation no longer than storeTimeoutMs, and is asked again', async () => {
+      const store = createMemoryTokenStore()
+      const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+      const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+      const asked: string[] = []
+      const hung: InvalidationBus = {
+        subscribe: () => () => {},
+        publish: (message) => {
+          if (message.kind === 'token') asked.push(message.tokenHash)
+          return new Promise<never>(() => {})
+        },
+      }
+      const errors: string[] = []
+      const onError = (error: unknown, context: string) => errors.push(`${context}: ${(error as Error).message}`)
+      const service = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: hung, storeTimeoutMs: 100, onError })
+      const created = await createToken(service)
+      const revoking = service.revoke('alice', created.id).then(() => 'answered')
+      expect(await Promise.race([revoking, new Promise((resolve) => setTimeout(resolve, 2_000, 'held'))])).toBe('answered')
+      expect(errors).toEqual(['invalidation publish: invalidation publish did not answer within 100 ms'])
+      await vi.waitFor(() => expect(asked).toHaveLength(2), { timeout: 2_000 }) // a round 0.5 to 1 s later
+      await service.close()
+      expect(errors.at(-1)).toMatch(/^invalidation publish: 1 invalidation could not be published before close\(\)/)
+    })
+
+    it('close() gives what is still unsent one last try, and reports what that could not send', async () => {
+      const landing = failingPublisher(1)
+      const created = await createToken(landing.a)
+      expect((await landing.b.authenticate(created.token)).ok).toBe(true)
+      await landing.a.revoke('alice', created.id)
+      await landing.a.close() // before the first round
+      expect(await landing.b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+      expect(landing.errors).toEqual(['invalidation publish: Connection is closed.'])
+
+      const lost = failingPublisher(Infinity)
+      const token = await createToken(lost.a)
+      await lost.a.revoke('alice', token.id)
+      await lost.a.close()
+      expect(lost.errors).toEqual([
+        'invalidation publish: Connection is closed.',
+        'invalidation publish: 1 invalidation could not be published before close(): other instances trust the records they cached before the change until their cacheTtlMs ends',
+      ])
+      const attempts = lost.state.attempts
+      await new Promise((resolve) => setTimeout(resolve, 1_100))
+      expect(lost.state.attempts).toBe(attempts) // no round after close()
+    })
   })
 
   it('after close() the service no longer caches: it hears no invalidation any more, so a revocation elsewhere holds at once', async () => {
