@@ -7,7 +7,8 @@
  * - `api.{domain}` serves the token-management API under `/api/tokens`, with a development
  *   sign-in at `POST /dev/session` (`{ "userId": "…" }` → session cookie and CSRF token),
  *   `POST /dev/deploy` (`{ "app": "weather", "version": "1.2.0" }`: a version goes live), and
- *   `POST /dev/password-reset` (session + `X-CSRF-Token`), which revokes every token of the user.
+ *   `POST /dev/password-reset` (session + `X-CSRF-Token`), which revokes every token of the user
+ *   and ends the user's other dashboard sessions.
  *   The development endpoints answer loopback clients only.
  */
 import { generateKeyPairSync, randomBytes, timingSafeEqual } from 'node:crypto'
@@ -471,7 +472,11 @@ export function createPlatform(options: PlatformOptions): Platform {
       if (!csrfMatches(request.headers.get('x-csrf-token'), session.csrf)) {
         return Response.json({ error: 'csrf_failed', message: 'CSRF check failed' }, { status: 403 })
       }
-      return Response.json({ revoked: await tokenService.revokeAllForUser(session.userId) })
+      const revoked = await tokenService.revokeAllForUser(session.userId)
+      // A reset also signs the user out everywhere else: a session opened with the old password
+      // (a stolen cookie) ends with it. The one that made the reset goes on.
+      for (const [id, other] of dashboardSessions) if (other.userId === session.userId && other !== session) dashboardSessions.delete(id)
+      return Response.json({ revoked })
     }
     if (DEV_ENDPOINTS.has(url.pathname)) {
       return Response.json({ error: 'method_not_allowed', message: `${url.pathname} takes POST` }, { status: 405, headers: { allow: 'POST' } })
