@@ -38,11 +38,11 @@ import {
   UnauthorizedError,
   logError,
 } from '../errors.js'
-import { computeBackoff } from '../auth/backoff.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { lruClock } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
+import { createInvalidationSender } from './invalidation-resend.js'
 
 const DAY_MS = 86_400_000
 /** `2026-01-31T12:00:00Z`, with optional fractional seconds and a `Z` or `±hh:mm` offset. */
@@ -215,9 +215,10 @@ export interface TokenServiceOptions {
   /**
    * Broadcast of rotations and revocations to other instances. Default in-process (this
    * service's own changes only). Required with `cacheTtlMs` (see there). A message whose
-   * `publish` fails is reported to `onError` (`invalidation publish`) and sent again with
-   * backoff (the first round 0.5 to 1 s later, up to 30 s apart) until it lands, for at most 10
-   * minutes after the change (the longest any instance may cache the record it replaces).
+   * `publish` fails, throws or does not answer within `storeTimeoutMs` is reported to `onError`
+   * (`invalidation publish`) and sent again with backoff (the first round 0.5 to 1 s later, then
+   * waits doubling up to 30 s) until it lands, for at most 10 minutes after the last change that
+   * queued it (the longest any instance may cache the record it replaces); docs/stores.md.
    */
   invalidations?: InvalidationBus
   /** How often coalesced `last_used_at` times are written. Default 60 s. */
@@ -573,11 +574,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   let releaseFlushTimer: (() => void) | undefined
   let writing: ReadonlyMap<string, number> | undefined
   let closed = false
-  // Invalidations whose publish failed, by hash, with when they were first queued (`monotonic`):
-  // sent again with backoff until they land (`resendLater`).
-  const unsent = new Map<string, number>()
-  let resendTimer: ReturnType<typeof setTimeout> | undefined
-  let resendAttempts = 0
+  const sender = createInvalidationSender({
+    send: (tokenHash) => invalidations.publish({ kind: 'token', tokenHash }),
+    report: onError,
+    deadlineMs: storeTimeoutMs,
+    now: monotonic,
+    waitUntil,
+  })
 
   const hash = (token: string) => hashApiToken(token, pepper)
   const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
@@ -725,76 +728,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     cache?.delete(tokenHash)
     refusedHashes.delete(tokenHash)
     charged.delete(tokenHash)
-    // A bus that throws instead of rejecting is reported the same way: never thrown to a caller
-    // whose write is done, nor left unhandled behind a 503. One that does not answer within the
-    // store's deadline holds the caller no longer, and is sent again as one that failed.
-    return withTimeout(publish(tokenHash), storeTimeoutMs, 'invalidation publish').catch((error: unknown) => {
-      onError(error, 'invalidation publish')
-      resendLater(tokenHash)
-    })
-  }
-
-  function publish(tokenHash: string): Promise<void> {
-    return Promise.resolve()
-      .then(() => invalidations.publish({ kind: 'token', tokenHash }))
-      .then(() => void unsent.delete(tokenHash))
-  }
-
-  /**
-   * Queues the invalidation of `tokenHash`, whose publish failed (this instance's Redis
-   * connection down while the others still listen), to be sent again: else the other instances
-   * would trust the record they cached before the change for up to their `cacheTtlMs`.
-   */
-  function resendLater(tokenHash: string): void {
-    if (closed) return
-    if (!unsent.has(tokenHash) && unsent.size >= MAX_UNSENT_INVALIDATIONS) {
-      const [oldest] = unsent.keys()
-      unsent.delete(oldest!)
-      giveUp(1, `more than ${MAX_UNSENT_INVALIDATIONS} were waiting`)
-    }
-    if (!unsent.has(tokenHash)) unsent.set(tokenHash, monotonic())
-    if (resendTimer === undefined) armResend()
-  }
-
-  function armResend(): void {
-    resendAttempts++
-    const delay = computeBackoff(resendAttempts, RESEND_BACKOFF)
-    resendTimer = setTimeout(() => void resendUnsent(), delay)
-    ;(resendTimer as { unref?: () => void }).unref?.()
-  }
-
-  /**
-   * Sends every queued invalidation again, once; those that fail stay queued for the next round,
-   * until {@link MAX_TOKEN_CACHE_TTL_MS} after their change: by then no instance, whatever its
-   * `cacheTtlMs`, still trusts a record it read before it.
-   */
-  async function resendUnsent(): Promise<void> {
-    resendTimer = undefined
-    const at = monotonic()
-    let expired = 0
-    for (const [tokenHash, since] of unsent) {
-      if (at - since < MAX_TOKEN_CACHE_TTL_MS) continue
-      unsent.delete(tokenHash)
-      expired++
-    }
-    if (expired > 0) giveUp(expired, `for ${MAX_TOKEN_CACHE_TTL_MS / 60_000} minutes`)
-    // A bus that never answers holds no round past the store's deadline: what it holds is sent
-    // again next round.
-    await sendUnsent()
-    if (unsent.size === 0) resendAttempts = 0
-    else if (!closed && resendTimer === undefined) armResend()
-  }
-
-  function sendUnsent(): Promise<unknown> {
-    const round = Promise.allSettled([...unsent.keys()].map(publish))
-    return withTimeout(round, storeTimeoutMs, 'invalidation publish').catch(() => {})
-  }
-
-  function giveUp(count: number, why: string): void {
-    onError(
-      new Error(`${count} invalidation${count === 1 ? '' : 's'} could not be published ${why}: other instances trust the records they cached before the change until their cacheTtlMs ends`),
-      'invalidation publish',
-    )
+    // Never rejects: a bus that fails, throws or does not answer within `storeTimeoutMs` is
+    // reported, and the invalidation sent again (invalidation-resend.ts), never thrown to a
+    // caller whose write is done, nor left unhandled behind a 503.
+    return sender.publish(tokenHash)
   }
 
   async function newSecret(): Promise<{ token: string; tokenHash: string; displayPrefix: string }> {
@@ -1366,15 +1303,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       flushTimer = undefined
       releaseFlushTimer?.()
       releaseFlushTimer = undefined
-      // Nor resent: invalidations still unsent get one last try, under the store's deadline, and
-      // those that fail it are reported.
-      if (resendTimer !== undefined) clearTimeout(resendTimer)
-      resendTimer = undefined
-      if (unsent.size > 0) {
-        await sendUnsent()
-        if (unsent.size > 0) giveUp(unsent.size, 'before close()')
-        unsent.clear()
-      }
+      // Nor sent again: invalidations still waiting get one last try, and what fails it is reported.
+      await sender.close()
     },
   }
   return service
@@ -1436,11 +1366,6 @@ const WRITE_SLACK_MS = 1_000
 const MAX_KNOWN_HASHES = 50_000
 
 const orUnknown = (found: TokenAuthResult | undefined): TokenAuthResult => found ?? UNKNOWN
-
-/** Most invalidations waiting to be sent again at once; past it, the oldest is given up (and reported). */
-const MAX_UNSENT_INVALIDATIONS = 10_000
-/** Delays between rounds of sending failed invalidations again: the first 0.5 to 1 s, each ceiling doubling up to 30 s (half of each jittered). */
-const RESEND_BACKOFF = { baseDelayMs: 1_000, maxDelayMs: 30_000 }
 
 /** Reads and swaps an owner's rotation tries before it answers 409 `conflict`. */
 const MAX_ROTATE_ATTEMPTS = 32
