@@ -368,6 +368,51 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([busA.close(), busB.close()])
     })
 
+    it('a rotation or revocation through one instance is refused by every other instance as soon as the call returns: publish waits until the other buses confirm delivery', async () => {
+      const prefix = redis.prefix()
+      const { apps, subscriptions, store } = tokenWorld()
+      const buses = [0, 1, 2].map(() => createRedisInvalidationBus({ client: redis.connect(), prefix }))
+      await Promise.all(buses.map((bus) => bus.ready(5_000)))
+      const [a, b, c] = buses.map((invalidations) => createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations }))
+      for (let i = 0; i < 10; i++) {
+        const created = await a!.create({ userId: 'alice', name: `t${i}`, servers: ['app_w'], expiresInDays: 7 })
+        expect((await b!.authenticate(created.token)).ok).toBe(true) // cached on B and C
+        expect((await c!.authenticate(created.token)).ok).toBe(true)
+        const rotated = await a!.rotate(created.id, { kind: 'session', userId: 'alice' })
+        expect(await b!.authenticate(created.token)).toEqual({ ok: false, reason: 'unknown' })
+        expect(await c!.authenticate(created.token)).toEqual({ ok: false, reason: 'unknown' })
+        expect((await b!.authenticate(rotated.token)).ok).toBe(true)
+        await a!.revoke('alice', created.id)
+        expect(await b!.authenticate(rotated.token)).toEqual({ ok: false, reason: 'revoked' })
+        expect(await c!.authenticate(rotated.token)).toEqual({ ok: false, reason: 'revoked' })
+      }
+      await Promise.all([a!.close(), b!.close(), c!.close()])
+      await Promise.all(buses.map((bus) => bus.close()))
+    })
+
+    it('a receiver that never confirms (no bus) holds a publish for timeoutMs at most, without failing it; heartbeatMs: false waits for none', async () => {
+      const prefix = redis.prefix()
+      // Long enough that a loaded machine answers the publishes that wait for nobody well within it.
+      const T = 2_000
+      const waiting = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T })
+      const unconfirmed = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, heartbeatMs: false })
+      await Promise.all([waiting.ready(5_000), unconfirmed.ready(5_000)])
+      // Alone with a bus that has no heartbeat channel (it confirms all the same): answered at once.
+      let began = performance.now()
+      await waiting.publish({ kind: 'token', tokenHash: 'h1' })
+      expect(performance.now() - began).toBeLessThan(T)
+      // A subscriber that is no bus, a `redis-cli SUBSCRIBE` say.
+      const listener = redis.connect()
+      await listener.subscribe(waiting.channel)
+      began = performance.now()
+      await expect(waiting.publish({ kind: 'token', tokenHash: 'h2' })).resolves.toBeUndefined()
+      expect(performance.now() - began).toBeGreaterThanOrEqual(T - 5)
+      began = performance.now()
+      await unconfirmed.publish({ kind: 'token', tokenHash: 'h3' })
+      expect(performance.now() - began).toBeLessThan(T)
+      await Promise.all([waiting.close(), unconfirmed.close()])
+    })
+
     it('reports a malformed message and a listener that throws; delivery goes on', async () => {
       const prefix = redis.prefix()
       const errors: string[] = []

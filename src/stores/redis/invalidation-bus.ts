@@ -40,8 +40,9 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * the bus stops `listening`, so the token service reads the store instead of trusting its
    * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
    * and 3.5 times this plus `timeoutMs` after it began (2 to 4.5 s by default); a cache may
-   * still serve in that window. `false` turns it off (then only a lost connection is noticed).
-   * Default 1,000.
+   * still serve in that window. `false` turns it off (then only a lost connection is noticed,
+   * and `publish` does not wait for the other buses' confirmations, which arrive on the
+   * heartbeat channel). Default 1,000.
    */
   heartbeatMs?: number | false
 }
@@ -99,15 +100,23 @@ function subscribedConnection(cluster: ClusterSubscription): EndingConnection | 
  * (a later version's) is taken as a sign of life and otherwise ignored.
  */
 type WireMessage =
-  | { readonly origin: string; readonly kind: 'token'; readonly tokenHash: string }
+  | {
+      readonly origin: string
+      readonly kind: 'token'
+      readonly tokenHash: string
+      /** Present when its sender waits for the other buses to confirm it (see `confirm`). */
+      readonly id?: string
+    }
   | { readonly origin: string; readonly kind: 'other' }
 
 function parseWire(text: string): WireMessage | undefined {
   try {
-    const value = JSON.parse(text) as { origin?: unknown; kind?: unknown; tokenHash?: unknown } | null
+    const value = JSON.parse(text) as { origin?: unknown; kind?: unknown; tokenHash?: unknown; id?: unknown } | null
     if (typeof value?.origin !== 'string' || typeof value.kind !== 'string') return undefined
     if (value.kind !== 'token') return { origin: value.origin, kind: 'other' }
-    if (typeof value.tokenHash === 'string') return value as WireMessage
+    if (typeof value.tokenHash === 'string') {
+      return { origin: value.origin, kind: 'token', tokenHash: value.tokenHash, ...(typeof value.id === 'string' && { id: value.id }) }
+    }
   } catch {
     // reported by the caller
   }
@@ -115,14 +124,32 @@ function parseWire(text: string): WireMessage | undefined {
 }
 
 /**
+ * A bus's confirmation that it delivered a message to its listeners, on the heartbeat channel
+ * (which buses of earlier versions take as a heartbeat): `{ "ack": <id>, "to": <origin> }`.
+ */
+function parseAck(text: string): { readonly ack: string; readonly to: string } | undefined {
+  if (text.charCodeAt(0) !== 123 /* { */) return undefined
+  try {
+    const value = JSON.parse(text) as { ack?: unknown; to?: unknown } | null
+    return typeof value?.ack === 'string' && typeof value.to === 'string' ? { ack: value.ack, to: value.to } : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/**
  * An invalidation bus over Redis pub/sub, one per token service. `publish` delivers to this
  * bus's own listeners at once (as the in-process bus does) and sends one `PUBLISH` to
  * `<prefix>invalidations` (under the `timeoutMs` deadline, and even while the client's Redis is
  * stalled: see `connectRedis`); every other bus on that channel
- * delivers it to its listeners when it arrives (its own messages coming back are skipped).
+ * delivers it to its listeners when it arrives (its own messages coming back are skipped) and
+ * confirms it on `<channel>:heartbeat`. With the heartbeat on (the default) and a single Redis,
+ * `publish` resolves once every other connection that received the message confirmed it, or
+ * `timeoutMs` after it was sent, whichever comes first (a receiver that never confirms, such as
+ * a bus of an earlier version or a `redis-cli SUBSCRIBE`, costs that wait, never a failure).
  * Pass it as the token service's `invalidations`, with a `cacheTtlMs` above 0: a revoked or
- * rotated token is then refused by every instance as soon as the message lands, well inside
- * the cache TTL.
+ * rotated token is then refused by every listening instance by the time `revoke` or `rotate`
+ * returns (DESIGN.md: at once, on every instance).
  *
  * Pub/sub delivers to whoever is subscribed at that moment: a bus whose subscriber
  * connection is down misses what was published meanwhile (it resubscribes when the
@@ -185,14 +212,34 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   }
   function onMessage(from: string, text: string): void {
     if (closed) return
-    if (from === heartbeatChannel) return heard()
+    if (from === heartbeatChannel) {
+      heard()
+      const ack = parseAck(text)
+      if (ack?.to === origin) confirmed(ack.ack)
+      return
+    }
     if (from !== channel) return
     if (!subscribedNow) resubscribe()
     const wire = parseWire(text)
     if (!wire) return onError(new Error('Malformed invalidation message'), 'invalidation message')
     heard()
-    if (wire.kind === 'token' && wire.origin !== origin) deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
+    if (wire.kind !== 'token' || wire.origin === origin) return
+    deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
+    // Delivered (the token service dropped the record): its sender may stop waiting for us.
+    if (wire.id !== undefined) redis.send('PUBLISH', heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })).catch(() => {})
   }
+  // Publishes waiting for the other buses on the channel to confirm delivery, by message id:
+  // `needed` is known once Redis answered the PUBLISH with how many connections received it.
+  const awaiting = new Map<string, { got: number; needed: number; readonly done: () => void }>()
+  function confirmed(id: string): void {
+    const entry = awaiting.get(id)
+    if (entry === undefined) return
+    entry.got++
+    if (entry.got >= entry.needed) entry.done()
+  }
+  // Confirmations arrive on the heartbeat channel, so only a bus subscribed to it waits for
+  // them; and on a Cluster, a PUBLISH counts only the receivers on the node that ran it.
+  const confirms = heartbeatMs !== false && (options.client as ClusterSubscription).isCluster !== true
   function onConnectionError(error: Error): void {
     if (!closed) onError(error, 'invalidation subscriber')
   }
@@ -350,11 +397,35 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       deliver(message)
       // `all` concerns this bus's own listeners; other instances judge their own connection.
       if (message.kind !== 'token') return Promise.resolve()
-      const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
       // Sent even while the client's Redis is stalled (the breaker would refuse it unsent): a
       // revocation landing late is harmless, one never sent leaves the token in the other
       // instances' caches for their whole TTL. Its deadline still fails this call.
-      return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
+      if (!confirms) {
+        const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
+        return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
+      }
+      // Resolved once every other bus that received it has delivered it (each confirms on the
+      // heartbeat channel), so a token revoked here is refused by every instance when this
+      // resolves, not a pub/sub hop later; or `timeoutMs` after it was sent, whatever has
+      // confirmed (a receiver that never confirms: a bus of an earlier version, a process that
+      // hangs, a subscriber that is no bus), without failing the call.
+      const began = performance.now()
+      const id = randomUUID()
+      const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash, id }
+      let done!: () => void
+      const delivered = new Promise<void>((resolve) => (done = resolve))
+      const entry = { got: 0, needed: Infinity, done }
+      awaiting.set(id, entry)
+      return redis
+        .sendAnyway('PUBLISH', channel, JSON.stringify(wire))
+        .then((receivers) => {
+          // Every connection subscribed to the channel, this bus's own among them while subscribed.
+          entry.needed = Math.max(0, (typeof receivers === 'number' ? receivers : 0) - (subscribedNow ? 1 : 0))
+          if (entry.got >= entry.needed) done()
+          // The PUBLISH and the confirmations share one `timeoutMs`.
+          return withTimeout(delivered, Math.max(0, redis.timeoutMs - (performance.now() - began)), 'confirmations').catch(() => {})
+        })
+        .finally(() => awaiting.delete(id))
     },
     subscribe(listener) {
       if (!closed) listeners.add(listener)
@@ -371,6 +442,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       closed = true
       if (timer !== undefined) clearInterval(timer)
       listeners.clear()
+      // Publishes waiting for confirmations stop waiting: none can arrive any more.
+      for (const entry of awaiting.values()) entry.done()
       subscriber.removeListener('message', onMessage)
       subscriber.removeListener('ready', subscribe)
       subscriber.removeListener('close', lost)
