@@ -235,7 +235,8 @@ export interface TokenServiceOptions {
    * the call fails with `StoreUnavailableError` (the token API answers 503), so a database
    * that stopped answering never holds a dashboard request or `close()`. The write may still
    * land later. Also the longest wait for the `invalidations` bus's `publish` (reported and sent
-   * again past it, the call answering as it would have). `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
+   * again past it, the call answering as it would have): keep it above a Redis bus's `timeoutMs`,
+   * which its `publish` may spend waiting for the other instances' confirmations. `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
    */
   storeTimeoutMs?: number
   /**
@@ -615,8 +616,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * have named it) are invalidated.
    */
   async function invalidateReadAndCurrent(id: string, readHash: string): Promise<void> {
-    await invalidate(readHash)
-    const current = await storeCall(() => store.get(id))
+    // Side by side: a bus waiting for the other instances' confirmations holds each for a while.
+    const read = invalidate(readHash)
+    const current = await storeCall(() => store.get(id)).finally(() => read)
     if (current !== undefined && current.tokenHash !== readHash) await invalidate(current.tokenHash)
   }
 
@@ -1152,8 +1154,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       })
       if (!revoked) throw new NotFoundError('Token not found')
       // The revoked record's hash, not the one read before: a rotation may have landed between.
-      await invalidate(revoked.tokenHash)
-      if (revoked.tokenHash !== record.tokenHash) await invalidate(record.tokenHash)
+      await Promise.all([invalidate(revoked.tokenHash), revoked.tokenHash !== record.tokenHash && invalidate(record.tokenHash)])
       return view(revoked)
     },
 
@@ -1164,7 +1165,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         // Which tokens it revoked is not known: every token of the user is invalidated.
         unknown: async () => invalidateAll(await storeCall(() => store.listByUser(userId))),
       })
-      await Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
+      const first = Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
       // Every token of the user, not only those the reset's own statement revoked: one whose
       // creation committed while that statement ran (READ COMMITTED: not in its snapshot) is
       // revoked by the recorded reset when read, but may already sit in another instance's
@@ -1177,7 +1178,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         onError(error, 'password reset: listing the tokens to invalidate')
         return [] as readonly ApiTokenRecord[]
       })
-      await invalidateOthers(all)
+      await Promise.all([first, invalidateOthers(all)])
       return revoked.length
     },
 

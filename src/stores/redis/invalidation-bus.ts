@@ -21,7 +21,9 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   /**
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
    * listens on its channel and its heartbeat channel only and, on close, unsubscribes from
-   * them and leaves the connection open. Not `client` itself (a `ConfigurationError`): on
+   * them and leaves the connection open. One bus per prefix on a connection: one that already
+   * carries a bus of the same prefix is a `ConfigurationError` (Redis would count the two as
+   * one receiver of each message). Not `client` itself (a `ConfigurationError`): on
    * RESP2, the only protocol of ioredis 5, a subscribed connection refuses every other command.
    */
   subscriber?: RedisSubscriberClient
@@ -95,6 +97,14 @@ function subscribedConnection(cluster: ClusterSubscription): EndingConnection | 
   return typeof events?.on === 'function' && typeof events.removeListener === 'function' ? (connection as EndingConnection) : undefined
 }
 
+/** The channels buses listen on, by the connection given them as `subscriber`. */
+const busChannels = new WeakMap<object, Set<string>>()
+function channelsOf(connection: object): Set<string> {
+  let channels = busChannels.get(connection)
+  if (channels === undefined) busChannels.set(connection, (channels = new Set()))
+  return channels
+}
+
 /**
  * What goes over the channel: the message, and which bus sent it. A message of another kind
  * (a later version's) is taken as a sign of life and otherwise ignored.
@@ -104,7 +114,7 @@ type WireMessage =
       readonly origin: string
       readonly kind: 'token'
       readonly tokenHash: string
-      /** Present when its sender waits for the other buses to confirm it (see `confirm`). */
+      /** Present when its sender waits for the other buses to confirm it (see `confirmed`). */
       readonly id?: string
     }
   | { readonly origin: string; readonly kind: 'other' }
@@ -144,9 +154,10 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * stalled: see `connectRedis`); every other bus on that channel
  * delivers it to its listeners when it arrives (its own messages coming back are skipped) and
  * confirms it on `<channel>:heartbeat`. With the heartbeat on (the default) and a single Redis,
- * `publish` resolves once every other connection that received the message confirmed it, or
+ * `publish` resolves once every connection that received the message confirmed it, or
  * `timeoutMs` after it was sent, whichever comes first (a receiver that never confirms, such as
- * a bus of an earlier version or a `redis-cli SUBSCRIBE`, costs that wait, never a failure).
+ * a bus of an earlier version or a `redis-cli SUBSCRIBE`, costs that wait and a report to
+ * `onError` at most once a minute, never a failure).
  * Pass it as the token service's `invalidations`, with a `cacheTtlMs` above 0: a revoked or
  * rotated token is then refused by every listening instance by the time `revoke` or `rotate`
  * returns (DESIGN.md: at once, on every instance).
@@ -191,8 +202,15 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   if (heartbeatMs !== false && !(typeof heartbeatMs === 'number' && heartbeatMs > 0 && heartbeatMs <= MAX_TIMER_MS)) {
     throw new ConfigurationError('heartbeatMs', 'must be a positive number of milliseconds, or false')
   }
-  const subscriber = given ?? options.client.duplicate!()
   const channel = `${redis.prefix}invalidations`
+  // Redis counts a connection once however many buses listen on it: a second bus on the same
+  // channel of one connection would confirm for a receiver it is not (and receive each message
+  // once for both).
+  if (given !== undefined && channelsOf(given).has(channel)) {
+    throw new ConfigurationError('subscriber', `already carries a bus on ${channel}: give each bus of one prefix a connection of its own`)
+  }
+  const subscriber = given ?? options.client.duplicate!()
+  if (given !== undefined) channelsOf(given).add(channel)
   // Heartbeats go apart, so buses of an earlier version on the channel never see them.
   const heartbeatChannel = `${channel}:heartbeat`
   const origin = randomUUID()
@@ -223,10 +241,13 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     const wire = parseWire(text)
     if (!wire) return onError(new Error('Malformed invalidation message'), 'invalidation message')
     heard()
-    if (wire.kind !== 'token' || wire.origin === origin) return
+    if (wire.kind !== 'token') return
+    // Its own message back: this connection was among the receivers Redis counted.
+    if (wire.origin === origin) return wire.id === undefined ? undefined : confirmed(wire.id)
     deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
     // Delivered (the token service dropped the record): its sender may stop waiting for us.
-    if (wire.id !== undefined) redis.send('PUBLISH', heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })).catch(() => {})
+    // Sent even while this client's Redis is stalled, as an invalidation is: late, it is harmless.
+    if (wire.id !== undefined) redis.sendAnyway('PUBLISH', heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })).catch(() => {})
   }
   // Publishes waiting for the other buses on the channel to confirm delivery, by message id:
   // `needed` is known once Redis answered the PUBLISH with how many connections received it.
@@ -240,6 +261,23 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // Confirmations arrive on the heartbeat channel, so only a bus subscribed to it waits for
   // them; and on a Cluster, a PUBLISH counts only the receivers on the node that ran it.
   const confirms = heartbeatMs !== false && (options.client as ClusterSubscription).isCluster !== true
+  // Receivers that did not confirm in time, reported at most once a minute with their count.
+  let missing = 0
+  let lastMissingReport = -Infinity
+  function unconfirmed(count: number, of: number): void {
+    if (closed) return
+    missing += count
+    const at = performance.now()
+    if (at - lastMissingReport < 60_000) return
+    lastMissingReport = at
+    onError(
+      new Error(
+        `${missing} receiver${missing === 1 ? '' : 's'} of ${channel} did not confirm an invalidation within ${redis.timeoutMs} ms (the last: ${count} of ${of}; a bus of an earlier version, a process that hangs, or a subscriber that is no bus): their instances may serve the token from their cache until the message reaches them`,
+      ),
+      'invalidation publish',
+    )
+    missing = 0
+  }
   function onConnectionError(error: Error): void {
     if (!closed) onError(error, 'invalidation subscriber')
   }
@@ -400,7 +438,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // Sent even while the client's Redis is stalled (the breaker would refuse it unsent): a
       // revocation landing late is harmless, one never sent leaves the token in the other
       // instances' caches for their whole TTL. Its deadline still fails this call.
-      if (!confirms) {
+      if (!confirms || closed) {
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
@@ -419,11 +457,15 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       return redis
         .sendAnyway('PUBLISH', channel, JSON.stringify(wire))
         .then((receivers) => {
-          // Every connection subscribed to the channel, this bus's own among them while subscribed.
-          entry.needed = Math.max(0, (typeof receivers === 'number' ? receivers : 0) - (subscribedNow ? 1 : 0))
+          // Every connection subscribed to the channel, this bus's own among them when Redis
+          // counted it (its message then comes back to it, which counts as its confirmation).
+          entry.needed = typeof receivers === 'number' ? receivers : 0
           if (entry.got >= entry.needed) done()
           // The PUBLISH and the confirmations share one `timeoutMs`.
-          return withTimeout(delivered, Math.max(0, redis.timeoutMs - (performance.now() - began)), 'confirmations').catch(() => {})
+          return withTimeout(delivered, Math.max(0, redis.timeoutMs - (performance.now() - began)), 'confirmations').then(
+            () => {},
+            () => unconfirmed(entry.needed - entry.got, entry.needed),
+          )
         })
         .finally(() => awaiting.delete(id))
     },
@@ -454,6 +496,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       followed = undefined
       // The connection the bus opened is closed at once: it holds nothing worth waiting for.
       if (!given) return subscriber.disconnect()
+      channelsOf(given).delete(channel)
       try {
         const channels = heartbeatMs === false ? [channel] : [channel, heartbeatChannel]
         const results = await Promise.allSettled(
