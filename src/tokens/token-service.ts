@@ -235,8 +235,9 @@ export interface TokenServiceOptions {
    * the call fails with `StoreUnavailableError` (the token API answers 503), so a database
    * that stopped answering never holds a dashboard request or `close()`. The write may still
    * land later. Also the longest wait for the `invalidations` bus's `publish` (reported and sent
-   * again past it, the call answering as it would have): keep it above a Redis bus's `timeoutMs`,
-   * which its `publish` may spend waiting for the other instances' confirmations. `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
+   * again past it, the call answering as it would have): keep it above a Redis bus's
+   * `timeoutMs`, which its `publish` may spend waiting for the other instances' confirmations.
+   * `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
    */
   storeTimeoutMs?: number
   /**

@@ -442,11 +442,12 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
-      // Resolved once every other bus that received it has delivered it (each confirms on the
-      // heartbeat channel), so a token revoked here is refused by every instance when this
-      // resolves, not a pub/sub hop later; or `timeoutMs` after it was sent, whatever has
-      // confirmed (a receiver that never confirms: a bus of an earlier version, a process that
-      // hangs, a subscriber that is no bus), without failing the call.
+      // Resolved once every connection that received it has confirmed (another bus once it
+      // delivered it, on the heartbeat channel; this bus's own by receiving it back), so a token
+      // revoked here is refused by every instance when this resolves, not a pub/sub hop later;
+      // or `timeoutMs` after it was sent, whatever has confirmed (a receiver that never
+      // confirms: a bus of an earlier version, a process that hangs, a subscriber that is no
+      // bus), without failing the call.
       const began = performance.now()
       const id = randomUUID()
       const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash, id }
