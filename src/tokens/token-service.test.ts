@@ -1665,6 +1665,8 @@ describe('a store that stops answering', () => {
     expect(answered).toBe('at the deadline')
     // The bus that throws was reported (the undo's invalidations), not left unhandled.
     await vi.waitFor(() => expect(onError).toHaveBeenCalledWith(expect.objectContaining({ message: 'bus closed' }), 'invalidation publish'))
+    // Closed, so its invalidations are no longer sent again behind the tests that follow.
+    await service.close()
   })
 
   it('a create whose store failed and whose revocation cannot be made is reported naming the token to revoke', async () => {
