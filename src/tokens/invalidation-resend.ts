@@ -64,8 +64,8 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
   // earlier one, never that of a change made after it began.
   let changes = 0
   const unsent = new Map<string, { readonly since: number; readonly change: number }>()
-  // The publish in flight per hash, by its outcome.
-  const sending = new Map<string, { done?: Promise<void> }>()
+  // The publish in flight per hash.
+  const sending = new Map<string, Promise<void>>()
   let timer: ReturnType<typeof setTimeout> | undefined
   let dueAt = 0
   let releaseTimer: (() => void) | undefined
@@ -92,18 +92,17 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
   }
 
   function send(tokenHash: string, change: number): Promise<void> {
-    const mark: { done?: Promise<void> } = {}
-    sending.set(tokenHash, mark)
-    mark.done = Promise.resolve()
+    const done: Promise<void> = Promise.resolve()
       .then(() => options.send(tokenHash))
       .then(() => {
         const entry = unsent.get(tokenHash)
         if (entry !== undefined && entry.change <= change) unsent.delete(tokenHash)
       })
       .finally(() => {
-        if (sending.get(tokenHash) === mark) sending.delete(tokenHash)
+        if (sending.get(tokenHash) === done) sending.delete(tokenHash)
       })
-    return mark.done
+    sending.set(tokenHash, done)
+    return done
   }
 
   function queue(tokenHash: string, change: number): void {
@@ -179,7 +178,7 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
    */
   function sendQueued(): Promise<unknown> {
     const tries: Promise<void>[] = []
-    for (const [tokenHash, entry] of unsent) tries.push(sending.get(tokenHash)?.done ?? send(tokenHash, entry.change))
+    for (const [tokenHash, entry] of unsent) tries.push(sending.get(tokenHash) ?? send(tokenHash, entry.change))
     if (tries.length === 0) return Promise.resolve()
     return withTimeout(Promise.allSettled(tries), deadlineMs, 'invalidation publish').catch(() => {})
   }
