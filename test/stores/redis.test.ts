@@ -390,31 +390,82 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all(buses.map((bus) => bus.close()))
     })
 
-    it('a receiver that never confirms (no bus) holds a publish for timeoutMs at most, without failing it; heartbeatMs: false waits for none', async () => {
+    it('a receiver that never confirms (no bus) holds a publish for timeoutMs at most, without failing it, heartbeat or not', async () => {
       const prefix = redis.prefix()
       // Long enough that a loaded machine answers the publishes that wait for nobody well within it.
       const T = 2_000
       const errors: string[] = []
       const onError = (error: unknown, context: string) => void errors.push(`${context}: ${(error as Error).message}`)
       const waiting = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, onError })
-      const unconfirmed = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, heartbeatMs: false })
-      await Promise.all([waiting.ready(5_000), unconfirmed.ready(5_000)])
-      // Alone with a bus that has no heartbeat channel (it confirms all the same): answered at once.
-      let began = performance.now()
-      await waiting.publish({ kind: 'token', tokenHash: 'h1' })
-      expect(performance.now() - began).toBeLessThan(T)
+      const quiet = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, heartbeatMs: false, onError })
+      await Promise.all([waiting.ready(5_000), quiet.ready(5_000)])
+      // Each confirmed by the other, with the heartbeat on or off: answered at once.
+      for (const bus of [waiting, quiet]) {
+        const began = performance.now()
+        await bus.publish({ kind: 'token', tokenHash: 'h1' })
+        expect(performance.now() - began).toBeLessThan(T)
+      }
       // A subscriber that is no bus, a `redis-cli SUBSCRIBE` say.
       const listener = redis.connect()
       await listener.subscribe(waiting.channel)
-      began = performance.now()
-      await expect(waiting.publish({ kind: 'token', tokenHash: 'h2' })).resolves.toBeUndefined()
-      expect(performance.now() - began).toBeGreaterThanOrEqual(T - 5)
-      // Reported (at most once a minute), so an operator learns "at once" did not hold.
-      expect(errors).toEqual([expect.stringMatching(new RegExp(`^invalidation publish: 1 receiver of ${waiting.channel} did not confirm an invalidation within ${T} ms \\(the last: 1 of 3;`))])
-      began = performance.now()
-      await unconfirmed.publish({ kind: 'token', tokenHash: 'h3' })
-      expect(performance.now() - began).toBeLessThan(T)
-      await Promise.all([waiting.close(), unconfirmed.close()])
+      for (const bus of [waiting, quiet]) {
+        const began = performance.now()
+        await expect(bus.publish({ kind: 'token', tokenHash: 'h2' })).resolves.toBeUndefined()
+        expect(performance.now() - began).toBeGreaterThanOrEqual(T - 5)
+      }
+      // Reported (at most once a minute per bus), so an operator learns "at once" did not hold.
+      const report = new RegExp(`^invalidation publish: 1 receiver of ${waiting.channel} did not confirm an invalidation within ${T} ms \\(the last: 1 of 3;`)
+      expect(errors).toEqual([expect.stringMatching(report), expect.stringMatching(report)])
+      await Promise.all([waiting.close(), quiet.close()])
+    })
+
+    it('each confirmation goes to its sender only (one per receiver, none on the channel every bus hears), and buses of the version before are understood both ways', async () => {
+      const prefix = redis.prefix()
+      const T = 5_000
+      const errors: unknown[] = []
+      const buses = [0, 1, 2, 3].map(() => createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, onError: (error) => errors.push(error) }))
+      await Promise.all(buses.map((bus) => bus.ready(5_000)))
+      const channel = buses[0]!.channel
+      // What goes over the confirmation channels, and over the heartbeat channel (heartbeats
+      // are the sender's id alone; confirmations of the version before were JSON there).
+      const watcher = redis.connect()
+      const acks: string[] = []
+      const onHeartbeatChannel: string[] = []
+      watcher.on('pmessage', (_pattern: string, from: string) => acks.push(from))
+      watcher.on('message', (_from: string, text: string) => void (text.startsWith('{') && onHeartbeatChannel.push(text)))
+      await watcher.psubscribe(`${channel}:ack:*`)
+      await watcher.subscribe(`${channel}:heartbeat`)
+      await buses[0]!.publish({ kind: 'token', tokenHash: 'h1' })
+      await buses[3]!.publish({ kind: 'token', tokenHash: 'h2' })
+      // Three to each sender, on its own channel (the watcher hears them a moment after it).
+      await vi.waitFor(() => expect(acks).toHaveLength(6), { timeout: 2_000, interval: 5 })
+      expect(new Set(acks.slice(0, 3)).size).toBe(1)
+      expect(new Set(acks.slice(3)).size).toBe(1)
+      expect(acks[0]).not.toBe(acks[3])
+      expect(onHeartbeatChannel).toEqual([])
+
+      // A sender of the version before (no `direct`): confirmed on the heartbeat channel, as it
+      // listens there.
+      const heartbeats = redis.connect()
+      const old: unknown[] = []
+      heartbeats.on('message', (_from: string, text: string) => void (text.startsWith('{') && old.push(JSON.parse(text))))
+      await heartbeats.subscribe(`${channel}:heartbeat`)
+      await redis.client.publish(channel, JSON.stringify({ origin: 'before', kind: 'token', tokenHash: 'h3', id: 'm1' }))
+      await vi.waitFor(() => expect(old).toEqual(Array(4).fill({ ack: 'm1', to: 'before' })), { timeout: 2_000, interval: 5 })
+
+      // A receiver of the version before (it confirms on the heartbeat channel, whatever the
+      // message asks): its confirmation counts, so the sender does not wait T for it.
+      const before = redis.connect()
+      before.on('message', (_from: string, text: string) => {
+        const { id, origin } = JSON.parse(text) as { id: string; origin: string }
+        void redis.client.publish(`${channel}:heartbeat`, JSON.stringify({ ack: id, to: origin }))
+      })
+      await before.subscribe(channel)
+      const began = performance.now()
+      await buses[1]!.publish({ kind: 'token', tokenHash: 'h4' })
+      expect(performance.now() - began).toBeLessThan(T / 2)
+      expect(errors).toEqual([])
+      await Promise.all(buses.map((bus) => bus.close()))
     })
 
     it('counts its own connection as Redis did: a publish right after its subscriber reconnected waits for no one who is not there (regression)', async () => {
@@ -486,9 +537,13 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix })
       await bus.ready()
       expect(await redis.client.pubsub('NUMSUB', `${bus.channel}:heartbeat`)).toEqual([`${bus.channel}:heartbeat`, 1])
+      // Its confirmation channel (`<channel>:ack:<its id>`).
+      const ack = ((await redis.client.pubsub('CHANNELS', `${bus.channel}:ack:*`)) as string[])
+      expect(ack).toHaveLength(1)
       await bus.close()
       expect(await redis.client.pubsub('NUMSUB', bus.channel)).toEqual([bus.channel, 0])
       expect(await redis.client.pubsub('NUMSUB', `${bus.channel}:heartbeat`)).toEqual([`${bus.channel}:heartbeat`, 0])
+      expect(await redis.client.pubsub('NUMSUB', ack[0]!)).toEqual([ack[0], 0])
       expect(subscriber.status).toBe('ready')
     })
 

@@ -20,8 +20,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   client: RedisCommandClient & { duplicate?(): RedisSubscriberClient }
   /**
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
-   * listens on its channel and its heartbeat channel only and, on close, unsubscribes from
-   * them and leaves the connection open. One bus per prefix on a connection: one that already
+   * listens on its channel, its heartbeat channel and its confirmation channel only and, on
+   * close, unsubscribes from them and leaves the connection open. One bus per prefix on a connection: one that already
    * carries a bus of the same prefix is a `ConfigurationError` (Redis would count the two as
    * one receiver of each message). Not `client` itself (a `ConfigurationError`): on
    * RESP2, the only protocol of ioredis 5, a subscribed connection refuses every other command.
@@ -42,9 +42,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * the bus stops `listening`, so the token service reads the store instead of trusting its
    * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
    * and 3.5 times this plus `timeoutMs` after it began (2 to 4.5 s by default); a cache may
-   * still serve in that window. `false` turns it off (then only a lost connection is noticed,
-   * and `publish` does not wait for the other buses' confirmations, which arrive on the
-   * heartbeat channel). Default 1,000.
+   * still serve in that window. `false` turns it off (then only a lost connection is noticed;
+   * `publish` still waits for the other buses' confirmations). Default 1,000.
    */
   heartbeatMs?: number | false
 }
@@ -116,16 +115,22 @@ type WireMessage =
       readonly tokenHash: string
       /** Present when its sender waits for the other buses to confirm it (see `confirmed`). */
       readonly id?: string
+      /**
+       * `true`: confirm on the sender's own channel (`<channel>:ack:<origin>`, the message id as
+       * its body). Absent (a sender of the version before): on the heartbeat channel, as JSON.
+       */
+      readonly direct?: boolean
     }
   | { readonly origin: string; readonly kind: 'other' }
 
 function parseWire(text: string): WireMessage | undefined {
   try {
-    const value = JSON.parse(text) as { origin?: unknown; kind?: unknown; tokenHash?: unknown; id?: unknown } | null
+    const value = JSON.parse(text) as { origin?: unknown; kind?: unknown; tokenHash?: unknown; id?: unknown; direct?: unknown } | null
     if (typeof value?.origin !== 'string' || typeof value.kind !== 'string') return undefined
     if (value.kind !== 'token') return { origin: value.origin, kind: 'other' }
     if (typeof value.tokenHash === 'string') {
-      return { origin: value.origin, kind: 'token', tokenHash: value.tokenHash, ...(typeof value.id === 'string' && { id: value.id }) }
+      const id = typeof value.id === 'string' ? value.id : undefined
+      return { origin: value.origin, kind: 'token', tokenHash: value.tokenHash, ...(id !== undefined && { id, ...(value.direct === true && { direct: true }) }) }
     }
   } catch {
     // reported by the caller
@@ -134,8 +139,8 @@ function parseWire(text: string): WireMessage | undefined {
 }
 
 /**
- * A bus's confirmation that it delivered a message to its listeners, on the heartbeat channel
- * (which buses of earlier versions take as a heartbeat): `{ "ack": <id>, "to": <origin> }`.
+ * A confirmation from a bus of the version before, which sent them all on the heartbeat
+ * channel, where every bus received every one: `{ "ack": <id>, "to": <origin> }`.
  */
 function parseAck(text: string): { readonly ack: string; readonly to: string } | undefined {
   if (text.charCodeAt(0) !== 123 /* { */) return undefined
@@ -153,7 +158,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * `<prefix>invalidations` (under the `timeoutMs` deadline, and even while the client's Redis is
  * stalled: see `connectRedis`); every other bus on that channel
  * delivers it to its listeners when it arrives (its own messages coming back are skipped) and
- * confirms it on `<channel>:heartbeat`. With the heartbeat on (the default) and a single Redis,
+ * confirms it on the sender's own channel, `<channel>:ack:<sender>`. On a single Redis,
  * `publish` resolves once every connection that received the message confirmed it, or
  * `timeoutMs` after it was sent, whichever comes first (a receiver that never confirms, such as
  * a bus of an earlier version or a `redis-cli SUBSCRIBE`, costs that wait and a report to
@@ -214,6 +219,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // Heartbeats go apart, so buses of an earlier version on the channel never see them.
   const heartbeatChannel = `${channel}:heartbeat`
   const origin = randomUUID()
+  // Confirmations of this bus's invalidations come on a channel of its own, so each reaches
+  // its sender only (on a channel every bus heard, each invalidation cost N² deliveries).
+  const ackPrefix = `${channel}:ack:`
+  const ackChannel = ackPrefix + origin
   const listeners = new Set<(message: InvalidationMessage) => void>()
   let closed = false
   let confirm!: () => void
@@ -230,6 +239,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   }
   function onMessage(from: string, text: string): void {
     if (closed) return
+    if (from === ackChannel) {
+      heard()
+      return confirmed(text)
+    }
     if (from === heartbeatChannel) {
       heard()
       const ack = parseAck(text)
@@ -247,7 +260,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
     // Delivered (the token service dropped the record): its sender may stop waiting for us.
     // Sent even while this client's Redis is stalled, as an invalidation is: late, it is harmless.
-    if (wire.id !== undefined) redis.sendAnyway('PUBLISH', heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })).catch(() => {})
+    if (wire.id === undefined) return
+    const [to, body] = wire.direct ? [ackPrefix + wire.origin, wire.id] : [heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })]
+    redis.sendAnyway('PUBLISH', to, body).catch(() => {})
   }
   // Publishes waiting for the other buses on the channel to confirm delivery, by message id:
   // `needed` is known once Redis answered the PUBLISH with how many connections received it.
@@ -258,9 +273,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     entry.got++
     if (entry.got >= entry.needed) entry.done()
   }
-  // Confirmations arrive on the heartbeat channel, so only a bus subscribed to it waits for
-  // them; and on a Cluster, a PUBLISH counts only the receivers on the node that ran it.
-  const confirms = heartbeatMs !== false && (options.client as ClusterSubscription).isCluster !== true
+  // On a Cluster, a PUBLISH counts only the receivers on the node that ran it: not waited for.
+  const confirms = (options.client as ClusterSubscription).isCluster !== true
   // Receivers that did not confirm in time, reported at most once a minute with their count.
   let missing = 0
   let lastMissingReport = -Infinity
@@ -354,6 +368,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     return Promise.resolve()
       .then(() => subscriber.subscribe(channel))
       .then(() => (heartbeatMs === false ? undefined : subscriber.subscribe(heartbeatChannel)))
+      .then(() => (confirms ? subscriber.subscribe(ackChannel) : undefined))
       .then(
         () => {
           // Confirmed on a Cluster connection that has ended since: the next one's `ready`
@@ -443,14 +458,14 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
       // Resolved once every connection that received it has confirmed (another bus once it
-      // delivered it, on the heartbeat channel; this bus's own by receiving it back), so a token
+      // delivered it, on this bus's confirmation channel; this bus's own by receiving it back), so a token
       // revoked here is refused by every instance when this resolves, not a pub/sub hop later;
       // or `timeoutMs` after it was sent, whatever has confirmed (a receiver that never
       // confirms: a bus of an earlier version, a process that hangs, a subscriber that is no
       // bus), without failing the call.
       const began = performance.now()
       const id = randomUUID()
-      const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash, id }
+      const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash, id, direct: true }
       let done!: () => void
       const delivered = new Promise<void>((resolve) => (done = resolve))
       const entry = { got: 0, needed: Infinity, done }
@@ -499,7 +514,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       if (!given) return subscriber.disconnect()
       channelsOf(given).delete(channel)
       try {
-        const channels = heartbeatMs === false ? [channel] : [channel, heartbeatChannel]
+        const channels = [channel, ...(heartbeatMs === false ? [] : [heartbeatChannel]), ...(confirms ? [ackChannel] : [])]
         const results = await Promise.allSettled(
           channels.map((name) => withTimeout(Promise.resolve(given.unsubscribe(name)), redis.timeoutMs, 'Redis UNSUBSCRIBE')),
         )
