@@ -225,6 +225,13 @@ export interface InvalidationBus {
   /** Returns a function that unsubscribes. */
   subscribe(listener: (message: InvalidationMessage) => void): () => void
   /**
+   * The longest a `publish` of this bus takes by its own deadline, in milliseconds (the Redis
+   * bus: its `timeoutMs`, over the `PUBLISH` and the other buses' confirmations). The token
+   * service then waits for a publish at least this plus a second before it takes it for failed
+   * (reported, sent again), whatever its `storeTimeoutMs`. Absent: `storeTimeoutMs` bounds it.
+   */
+  readonly publishTimeoutMs?: number
+  /**
    * `false` while messages published elsewhere cannot reach this bus (its connection is down
    * or not yet subscribed): the token service then neither reads nor fills its cache, so a
    * rotation or revocation it cannot hear of is seen in the store at once. Absent: always

@@ -2285,6 +2285,45 @@ describe('cached records and invalidation between instances', () => {
       expect(errors.at(-1)).toMatch(/^invalidation publish: 1 invalidation could not be published before close\(\)/)
     })
 
+    it('a bus that declares a longer deadline of its own (publishTimeoutMs) is waited for that and a second, not taken for failed at storeTimeoutMs', async () => {
+      const store = createMemoryTokenStore()
+      const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
+      const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+      const asked: string[] = []
+      // Answers `answerMs` after each publish (a Redis bus waiting for a receiver that never confirms).
+      const slowBus = (answerMs: number, publishTimeoutMs: number): InvalidationBus => ({
+        publishTimeoutMs,
+        subscribe: () => () => {},
+        publish: (message) => {
+          if (message.kind === 'token') asked.push(message.tokenHash)
+          return new Promise<void>((resolve) => void (answerMs < Infinity && setTimeout(resolve, answerMs)))
+        },
+      })
+      const errors: string[] = []
+      const onError = (error: unknown, context: string) => errors.push(`${context}: ${(error as Error).message}`)
+      const common = { store, apps, subscriptions, cacheTtlMs: 60_000, storeTimeoutMs: 100, onError }
+      const patient = createTokenService({ ...common, invalidations: slowBus(300, 250) })
+      const created = await createToken(patient)
+      const began = performance.now()
+      await patient.revoke('alice', created.id)
+      expect(performance.now() - began).toBeGreaterThanOrEqual(290)
+      // Neither reported nor sent again.
+      await new Promise((resolve) => setTimeout(resolve, 1_100))
+      expect(errors).toEqual([])
+      expect(asked).toHaveLength(1)
+      await patient.close()
+      // Past its own deadline and the second: reported, with the deadline waited.
+      const hung = createTokenService({ ...common, invalidations: slowBus(Infinity, 100) })
+      await hung.revoke('alice', (await createToken(hung)).id)
+      expect(errors).toEqual(['invalidation publish: invalidation publish did not answer within 1100 ms'])
+      await hung.close()
+
+      for (const bad of [-1, Number.NaN, 3_000_000_000, '1000']) {
+        const invalidations = { ...createMemoryInvalidationBus(), publishTimeoutMs: bad as number }
+        expect(() => createTokenService({ store, apps, subscriptions, invalidations }), String(bad)).toThrow(/option "invalidations" has a publishTimeoutMs/)
+      }
+    })
+
     it('a later change of the same token counts its 10 minutes from itself: an edit, then a revoke 5 minutes on, both unsent (regression)', async () => {
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
       try {

@@ -215,7 +215,8 @@ export interface TokenServiceOptions {
   /**
    * Broadcast of rotations and revocations to other instances. Default in-process (this
    * service's own changes only). Required with `cacheTtlMs` (see there). A message whose
-   * `publish` fails, throws or does not answer within `storeTimeoutMs` is reported to `onError`
+   * `publish` fails, throws or does not answer within `storeTimeoutMs` (or, when longer, the
+   * bus's `publishTimeoutMs` and a second: a Redis bus's `timeoutMs`) is reported to `onError`
    * (`invalidation publish`) and sent again with backoff (the first round 0.5 to 1 s later, then
    * waits doubling up to 30 s) until it lands, for at most 10 minutes after the last change that
    * queued it (the longest any instance may cache the record it replaces); docs/stores.md.
@@ -235,8 +236,9 @@ export interface TokenServiceOptions {
    * the call fails with `StoreUnavailableError` (the token API answers 503), so a database
    * that stopped answering never holds a dashboard request or `close()`. The write may still
    * land later. Also the longest wait for the `invalidations` bus's `publish` (reported and sent
-   * again past it, the call answering as it would have): keep it above a Redis bus's
-   * `timeoutMs`, which its `publish` may spend waiting for the other instances' confirmations.
+   * again past it, the call answering as it would have), unless the bus declares a longer one of
+   * its own (`publishTimeoutMs`: a Redis bus's `timeoutMs`, which its `publish` may spend waiting
+   * for the other instances' confirmations), which is then waited for and a second more.
    * `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
    */
   storeTimeoutMs?: number
@@ -296,8 +298,9 @@ export interface TokenService {
   flush(): Promise<void>
   /**
    * Flushes, stops listening for invalidations, and gives the invalidations whose publish failed
-   * and that are still being sent again one last try (under `storeTimeoutMs`), reporting to
-   * `onError` how many it could not send.
+   * and that are still being sent again one last try (under `storeTimeoutMs`, or the bus's
+   * `publishTimeoutMs` and a second when longer), reporting to `onError` how many it could not
+   * send.
    */
   close(): Promise<void>
 }
@@ -442,7 +445,7 @@ function iso(ms: number): string {
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
  *
- * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
+ * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`, or an `invalidations` bus whose `publishTimeoutMs` is not a number of milliseconds. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const { store, apps } = options
@@ -500,6 +503,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     )
   }
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
+  // A publish still within the bus's own deadline (a Redis bus waiting for the other instances'
+  // confirmations) is not taken for a failed one, reported and sent again.
+  const busTimeoutMs: unknown = invalidations.publishTimeoutMs
+  if (busTimeoutMs !== undefined && !(typeof busTimeoutMs === 'number' && busTimeoutMs >= 0 && busTimeoutMs <= MAX_TIMER_MS)) {
+    throw new ConfigurationError('invalidations', 'has a publishTimeoutMs that is not a number of milliseconds from 0 to 2^31 - 1')
+  }
+  const publishDeadlineMs = Math.min(MAX_TIMER_MS, Math.max(storeTimeoutMs, busTimeoutMs === undefined ? 0 : busTimeoutMs + WRITE_SLACK_MS))
   // An injected clock drives the cache TTL; by default lru-cache's own monotonic clock does, so
   // a wall clock stepped back (NTP, a resumed VM) cannot stretch it past `cacheTtlMs`.
   // lru-cache keeps an entry for `ttl` inclusive: one millisecond less, so a revocation takes
@@ -579,7 +589,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const sender = createInvalidationSender({
     send: (tokenHash) => invalidations.publish({ kind: 'token', tokenHash }),
     report: onError,
-    deadlineMs: storeTimeoutMs,
+    deadlineMs: publishDeadlineMs,
     now: monotonic,
     waitUntil,
   })
@@ -731,7 +741,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     cache?.delete(tokenHash)
     refusedHashes.delete(tokenHash)
     charged.delete(tokenHash)
-    // Never rejects: a bus that fails, throws or does not answer within `storeTimeoutMs` is
+    // Never rejects: a bus that fails, throws or does not answer within `publishDeadlineMs` is
     // reported, and the invalidation sent again (invalidation-resend.ts), never thrown to a
     // caller whose write is done, nor left unhandled behind a 503.
     return sender.publish(tokenHash)

@@ -419,6 +419,31 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([waiting.close(), quiet.close()])
     })
 
+    it('a token service whose storeTimeoutMs is below the bus timeoutMs waits for the confirmations all the same: nothing is taken for failed, reported as such or sent again', async () => {
+      const prefix = redis.prefix()
+      const T = 1_500
+      const { apps, subscriptions, store, errors, onError } = tokenWorld()
+      const bus = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, onError })
+      await bus.ready(5_000)
+      expect(bus.publishTimeoutMs).toBe(T)
+      const service = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: bus, storeTimeoutMs: 200, onError })
+      // A receiver that never confirms holds each publish for T.
+      const listener = redis.connect()
+      const heard: string[] = []
+      listener.on('message', (_from: string, text: string) => heard.push(text))
+      await listener.subscribe(bus.channel)
+      const created = await service.create({ userId: 'alice', name: 'ci', servers: ['app_w'], expiresInDays: 7 })
+      const began = performance.now()
+      await service.revoke('alice', created.id)
+      expect(performance.now() - began).toBeGreaterThanOrEqual(T - 5)
+      // Past the rounds' first wait (0.5 to 1 s): the revocation went out once.
+      await new Promise((resolve) => setTimeout(resolve, 1_200))
+      expect(heard).toHaveLength(1)
+      expect(errors).toEqual([expect.stringMatching(/^invalidation publish: 1 receiver of .* did not confirm/)])
+      await service.close()
+      await bus.close()
+    })
+
     it('each confirmation goes to its sender only (one per receiver, none on the channel every bus hears), and buses of the version before are understood both ways', async () => {
       const prefix = redis.prefix()
       const T = 5_000

@@ -446,6 +446,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
 
   return {
     channel,
+    publishTimeoutMs: redis.timeoutMs,
     publish(message) {
       deliver(message)
       // `all` concerns this bus's own listeners; other instances judge their own connection.
