@@ -20,7 +20,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   client: RedisCommandClient & { duplicate?(): RedisSubscriberClient }
   /**
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
-   * listens on its channel, its heartbeat channel and its confirmation channel only and, on
+   * listens on its channel, the heartbeat channel and its confirmation channel only (the last
+   * two not on a Cluster with the heartbeat off; no confirmation channel on a Cluster) and, on
    * close, unsubscribes from them and leaves the connection open. One bus per prefix on a connection: one that already
    * carries a bus of the same prefix is a `ConfigurationError` (Redis would count the two as
    * one receiver of each message). Not `client` itself (a `ConfigurationError`): on
@@ -43,7 +44,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
    * and 3.5 times this plus `timeoutMs` after it began (2 to 4.5 s by default); a cache may
    * still serve in that window. `false` turns it off (then only a lost connection is noticed;
-   * `publish` still waits for the other buses' confirmations). Default 1,000.
+   * `publish` still waits for the other buses' confirmations, and the bus still subscribes to
+   * the heartbeat channel, where buses of the version before confirm). Default 1,000.
    */
   heartbeatMs?: number | false
 }
@@ -95,6 +97,9 @@ function subscribedConnection(cluster: ClusterSubscription): EndingConnection | 
   const events = connection as Partial<EndingConnection> | null | undefined
   return typeof events?.on === 'function' && typeof events.removeListener === 'function' ? (connection as EndingConnection) : undefined
 }
+
+/** The form of a bus's id (`randomUUID`). */
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 /** The channels buses listen on, by the connection given them as `subscriber`. */
 const busChannels = new WeakMap<object, Set<string>>()
@@ -161,8 +166,9 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * confirms it on the sender's own channel, `<channel>:ack:<sender>`. On a single Redis,
  * `publish` resolves once every connection that received the message confirmed it, or
  * `timeoutMs` after it was sent, whichever comes first (a receiver that never confirms, such as
- * a bus of an earlier version or a `redis-cli SUBSCRIBE`, costs that wait and a report to
- * `onError` at most once a minute, never a failure).
+ * a bus of a version before confirmations or a `redis-cli SUBSCRIBE`, costs that wait and a
+ * report to `onError` at most once a minute, never a failure; while this bus's own subscriber
+ * connection is down, no confirmation could reach it, and none is waited for).
  * Pass it as the token service's `invalidations`, with a `cacheTtlMs` above 0: a revoked or
  * rotated token is then refused by every listening instance by the time `revoke` or `rotate`
  * returns (DESIGN.md: at once, on every instance).
@@ -220,7 +226,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   const heartbeatChannel = `${channel}:heartbeat`
   const origin = randomUUID()
   // Confirmations of this bus's invalidations come on a channel of its own, so each reaches
-  // its sender only (on a channel every bus heard, each invalidation cost N² deliveries).
+  // its sender only (on a channel every bus heard, each invalidation of N buses cost (N − 1) × N
+  // deliveries), naming the bus that confirms: a receiver confirming twice (a PUBLISH ioredis
+  // sent again after a reconnect reaches it twice) counts once.
   const ackPrefix = `${channel}:ack:`
   const ackChannel = ackPrefix + origin
   const listeners = new Set<(message: InvalidationMessage) => void>()
@@ -241,12 +249,13 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed) return
     if (from === ackChannel) {
       heard()
-      return confirmed(text)
+      const space = text.indexOf(' ')
+      return space === -1 ? undefined : confirmed(text.slice(0, space), text.slice(space + 1))
     }
     if (from === heartbeatChannel) {
       heard()
       const ack = parseAck(text)
-      if (ack?.to === origin) confirmed(ack.ack)
+      if (ack?.to === origin) confirmed(ack.ack, undefined)
       return
     }
     if (from !== channel) return
@@ -256,25 +265,36 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     heard()
     if (wire.kind !== 'token') return
     // Its own message back: this connection was among the receivers Redis counted.
-    if (wire.origin === origin) return wire.id === undefined ? undefined : confirmed(wire.id)
+    if (wire.origin === origin) return wire.id === undefined ? undefined : confirmed(wire.id, origin)
     deliver({ kind: wire.kind, tokenHash: wire.tokenHash })
     // Delivered (the token service dropped the record): its sender may stop waiting for us.
     // Sent even while this client's Redis is stalled, as an invalidation is: late, it is harmless.
-    if (wire.id === undefined) return
-    const [to, body] = wire.direct ? [ackPrefix + wire.origin, wire.id] : [heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })]
+    // Only to a sender that looks like a bus (its id a UUID): a message forged or garbled on the
+    // channel does not make every bus publish where it says.
+    if (wire.id === undefined || !UUID.test(wire.origin)) return
+    const [to, body] = wire.direct ? [ackPrefix + wire.origin, `${wire.id} ${origin}`] : [heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })]
     redis.sendAnyway('PUBLISH', to, body).catch(() => {})
   }
   // Publishes waiting for the other buses on the channel to confirm delivery, by message id:
   // `needed` is known once Redis answered the PUBLISH with how many connections received it.
-  const awaiting = new Map<string, { got: number; needed: number; readonly done: () => void }>()
-  function confirmed(id: string): void {
+  // Confirmations are counted once per bus that sent them; those of buses of the version before,
+  // which do not say who they are, each count.
+  const awaiting = new Map<string, { got: number; needed: number; readonly by: Set<string>; readonly done: () => void }>()
+  function confirmed(id: string, by: string | undefined): void {
     const entry = awaiting.get(id)
     if (entry === undefined) return
+    if (by !== undefined) {
+      if (entry.by.has(by)) return
+      entry.by.add(by)
+    }
     entry.got++
     if (entry.got >= entry.needed) entry.done()
   }
   // On a Cluster, a PUBLISH counts only the receivers on the node that ran it: not waited for.
   const confirms = (options.client as ClusterSubscription).isCluster !== true
+  // The confirmation channel, and the heartbeat channel (where buses of the version before
+  // confirm), then the channel.
+  const channels = [...(confirms ? [ackChannel] : []), ...(confirms || heartbeatMs !== false ? [heartbeatChannel] : []), channel]
   // Receivers that did not confirm in time, reported at most once a minute with their count.
   let missing = 0
   let lastMissingReport = -Infinity
@@ -286,7 +306,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     lastMissingReport = at
     onError(
       new Error(
-        `${missing} receiver${missing === 1 ? '' : 's'} of ${channel} did not confirm an invalidation within ${redis.timeoutMs} ms (the last: ${count} of ${of}; a bus of an earlier version, a process that hangs, or a subscriber that is no bus): their instances may serve the token from their cache until the message reaches them`,
+        `${missing} receiver${missing === 1 ? '' : 's'} of ${channel} did not confirm an invalidation within ${redis.timeoutMs} ms (the last: ${count} of ${of}; a bus of a version before confirmations, a process that hangs, or a subscriber that is no bus): their instances may serve the token from their cache until the message reaches them`,
       ),
       'invalidation publish',
     )
@@ -366,9 +386,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed || subscriber.status === 'connect') return Promise.resolve()
     const movesBefore = moves
     return Promise.resolve()
-      .then(() => subscriber.subscribe(channel))
-      .then(() => (heartbeatMs === false ? undefined : subscriber.subscribe(heartbeatChannel)))
-      .then(() => (confirms ? subscriber.subscribe(ackChannel) : undefined))
+      // One SUBSCRIBE, the channel last: Redis never counts this connection as a receiver of an
+      // invalidation before it can hear the confirmations. Not sent once closed (close() has
+      // unsubscribed, or is about to: a SUBSCRIBE after it would keep the channels).
+      .then(() => (closed ? undefined : subscriber.subscribe(...channels)))
       .then(
         () => {
           // Confirmed on a Cluster connection that has ended since: the next one's `ready`
@@ -454,22 +475,24 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // Sent even while the client's Redis is stalled (the breaker would refuse it unsent): a
       // revocation landing late is harmless, one never sent leaves the token in the other
       // instances' caches for their whole TTL. Its deadline still fails this call.
-      if (!confirms || closed) {
+      // Not waited for either while the subscriber connection is down: no confirmation could
+      // reach this bus.
+      if (!confirms || closed || (!subscribedNow && subscriber.status !== 'ready')) {
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
       // Resolved once every connection that received it has confirmed (another bus once it
-      // delivered it, on this bus's confirmation channel; this bus's own by receiving it back), so a token
-      // revoked here is refused by every instance when this resolves, not a pub/sub hop later;
-      // or `timeoutMs` after it was sent, whatever has confirmed (a receiver that never
-      // confirms: a bus of an earlier version, a process that hangs, a subscriber that is no
-      // bus), without failing the call.
+      // delivered it, on this bus's confirmation channel; this bus's own by receiving it back),
+      // so a token revoked here is refused by every instance when this resolves, not a pub/sub
+      // hop later; or `timeoutMs` after it was sent, whatever has confirmed (a receiver that
+      // never confirms: a bus of a version before confirmations, a process that hangs, a
+      // subscriber that is no bus), without failing the call.
       const began = performance.now()
       const id = randomUUID()
       const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash, id, direct: true }
       let done!: () => void
       const delivered = new Promise<void>((resolve) => (done = resolve))
-      const entry = { got: 0, needed: Infinity, done }
+      const entry = { got: 0, needed: Infinity, by: new Set<string>(), done }
       awaiting.set(id, entry)
       return redis
         .sendAnyway('PUBLISH', channel, JSON.stringify(wire))
@@ -515,11 +538,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       if (!given) return subscriber.disconnect()
       channelsOf(given).delete(channel)
       try {
-        const channels = [channel, ...(heartbeatMs === false ? [] : [heartbeatChannel]), ...(confirms ? [ackChannel] : [])]
-        const results = await Promise.allSettled(
-          channels.map((name) => withTimeout(Promise.resolve(given.unsubscribe(name)), redis.timeoutMs, 'Redis UNSUBSCRIBE')),
-        )
-        for (const result of results) if (result.status === 'rejected') throw result.reason
+        await withTimeout(Promise.resolve(given.unsubscribe(...channels)), redis.timeoutMs, 'Redis UNSUBSCRIBE')
       } catch (error) {
         onError(error, 'invalidation unsubscribe')
       }
