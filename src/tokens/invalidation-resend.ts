@@ -7,7 +7,7 @@
  * @module
  */
 import { computeBackoff } from '../auth/backoff.js'
-import { withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
 
 /** What {@link createInvalidationSender} needs of its token service. */
 export interface InvalidationSenderOptions {
@@ -15,7 +15,10 @@ export interface InvalidationSenderOptions {
   send(tokenHash: string): unknown
   /** Where failures and what is given up are reported (the service's `onError`). */
   report(error: unknown, context: string): void
-  /** Longest wait for one publish, and for one round of them (the service's `storeTimeoutMs`). */
+  /**
+   * Longest wait for one publish, and for one round of them (the service's `storeTimeoutMs`, or
+   * its bus's `publishTimeoutMs` and a second when longer).
+   */
   deadlineMs: number
   /** The clock the give-up window runs on (the service's monotonic clock, or its injected `now`). */
   now(): number
@@ -199,7 +202,7 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
         reportEvicted()
         if (unsent.size === 0) return
         // The last try keeps a process that is ending alive until it is done (bounded).
-        const keepAlive = setTimeout(() => {}, deadlineMs + TIMER_SLACK_MS)
+        const keepAlive = setTimeout(() => {}, Math.min(deadlineMs + TIMER_SLACK_MS, MAX_TIMER_MS))
         try {
           await sendQueued()
         } finally {

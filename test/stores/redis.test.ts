@@ -498,7 +498,8 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const prefix = redis.prefix()
       const T = 3_000
       const errors: unknown[] = []
-      const quiet = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, heartbeatMs: false, onError: (error) => errors.push(error) })
+      const quietClient = redis.connect()
+      const quiet = createRedisInvalidationBus({ client: quietClient, prefix, timeoutMs: T, heartbeatMs: false, onError: (error) => errors.push(error) })
       await quiet.ready(5_000)
       const channel = quiet.channel
       // The version before: confirms on the heartbeat channel, whatever the message asks.
@@ -538,9 +539,11 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const heard = nextInvalidation(quiet)
       await redis.client.publish(channel, JSON.stringify({ origin: 'x'.repeat(10_000), kind: 'token', tokenHash: 'h3', id: 'm1', direct: true }))
       expect(await heard).toEqual({ kind: 'token', tokenHash: 'h3' })
-      await nextTurn()
-      await redis.client.ping()
-      expect(published).toEqual([])
+      // A confirmation would have been sent on the bus's client before this marker (one
+      // connection keeps its commands in order), so it would have arrived before it.
+      await quietClient.publish(`${channel}:marker`, 'm')
+      await vi.waitFor(() => expect(published).toContain(`${channel}:marker`), { timeout: 2_000, interval: 5 })
+      expect(published).toEqual([`${channel}:marker`])
       await quiet.close()
     })
 
@@ -565,19 +568,60 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([a.close(), b.close()])
     })
 
-    it('subscribes in one SUBSCRIBE, its confirmation channel first; closed at once, it leaves a connection of your own subscribed to nothing (regression)', async () => {
+    it('a subscription Redis refuses (an ACL without the confirmation channel) fails ready(), is reported, and leaves publishes waiting for no confirmation', async () => {
+      const prefix = redis.prefix()
+      const T = 3_000
+      const channel = `${prefix}invalidations`
+      const user = `mcp-dispatch-test-${prefix.replace(/\W/g, '')}`
+      await redis.client.call('ACL', 'SETUSER', user, 'on', 'nopass', '+@all', '~*', 'resetchannels', `&${channel}`, `&${channel}:heartbeat`)
+      try {
+        const reports: string[] = []
+        const onError = (error: unknown, context: string) => void reports.push(`${context}: ${(error as Error).message}`)
+        // Not reconnected once DELUSER below closes it; disconnected again after the suite, with
+        // a short timer of ioredis's own.
+        const subscriber = redis.connect({ username: user, password: 'any', retryStrategy: () => null, disconnectTimeout: 10 })
+        const a = createRedisInvalidationBus({ client: redis.connect(), subscriber, prefix, timeoutMs: T, onError })
+        const b = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T })
+        await b.ready(5_000)
+        await expect(a.ready(1_000)).rejects.toThrow(/did not answer within/)
+        // Each attempt (on creation, and on the connection's ready) is refused and reported.
+        expect(reports.length).toBeGreaterThan(0)
+        expect(reports).toEqual(Array(reports.length).fill(expect.stringMatching(/^invalidation subscriber: NOPERM/)))
+        const reported = reports.length
+        expect(a.listening).toBe(false)
+        const heard = nextInvalidation(b)
+        const began = performance.now()
+        await a.publish({ kind: 'token', tokenHash: 'h1' })
+        expect(performance.now() - began).toBeLessThan(T / 2)
+        expect(await heard).toEqual({ kind: 'token', tokenHash: 'h1' })
+        expect(reports).toHaveLength(reported)
+        await Promise.all([a.close(), b.close()])
+      } finally {
+        await redis.client.call('ACL', 'DELUSER', user)
+      }
+    })
+
+    it('subscribes one channel at a time, its confirmation channel first; closed at once, it leaves a connection of your own subscribed to nothing (regression)', async () => {
       const prefix = redis.prefix()
       const subscriber = redis.connect()
       await subscriber.ping()
       const calls: string[][] = []
       const subscribe = subscriber.subscribe.bind(subscriber) as (...channels: string[]) => Promise<unknown>
-      ;(subscriber as unknown as { subscribe: (...channels: string[]) => Promise<unknown> }).subscribe = (...channels) => {
-        calls.push(channels)
-        return subscribe(...channels)
+      // A client that takes one channel per call, as RedisSubscriberClient says.
+      ;(subscriber as unknown as { subscribe: (channel: string) => Promise<unknown> }).subscribe = (channel) => {
+        calls.push([channel])
+        return subscribe(channel)
       }
       const bus = createRedisInvalidationBus({ client: redis.connect(), subscriber, prefix })
       await bus.ready(5_000)
-      expect(calls).toEqual([[expect.stringMatching(new RegExp(`^${bus.channel}:ack:[0-9a-f-]{36}$`)), `${bus.channel}:heartbeat`, bus.channel]])
+      expect(calls).toEqual([[expect.stringMatching(new RegExp(`^${bus.channel}:ack:[0-9a-f-]{36}$`))], [`${bus.channel}:heartbeat`], [bus.channel]])
+      // It hears another bus (every channel subscribed, not only the first).
+      const other = createRedisInvalidationBus({ client: redis.connect(), prefix })
+      await other.ready(5_000)
+      const heard = nextInvalidation(bus)
+      await other.publish({ kind: 'token', tokenHash: 'h1' })
+      expect(await heard).toEqual({ kind: 'token', tokenHash: 'h1' })
+      await other.close()
       await bus.close()
       // Closed in the same turn as it was made: its SUBSCRIBE is never sent after the UNSUBSCRIBE.
       for (const heartbeatMs of [1_000, false] as const) {

@@ -76,10 +76,8 @@ export interface RedisSubscriberClient {
    * (`connect`) is subscribed once it is `ready`.
    */
   readonly status?: string
-  /** One `SUBSCRIBE` of every channel given, in that order. */
-  subscribe(...channels: string[]): Promise<unknown>
-  /** One `UNSUBSCRIBE` of every channel given. */
-  unsubscribe(...channels: string[]): Promise<unknown>
+  subscribe(channel: string): Promise<unknown>
+  unsubscribe(channel: string): Promise<unknown>
   on(event: 'message', listener: (channel: string, message: string) => void): unknown
   /** `ready`: connected (again); `close` / `end`: the connection is lost / given up. */
   on(event: 'ready' | 'close' | 'end', listener: () => void): unknown

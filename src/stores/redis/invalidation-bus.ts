@@ -121,8 +121,9 @@ type WireMessage =
       /** Present when its sender waits for the other buses to confirm it (see `confirmed`). */
       readonly id?: string
       /**
-       * `true`: confirm on the sender's own channel (`<channel>:ack:<origin>`, the message id as
-       * its body). Absent (a sender of the version before): on the heartbeat channel, as JSON.
+       * `true`: confirm on the sender's own channel (`<channel>:ack:<origin>`, the body `<id>
+       * <receiver's origin>`). Absent (a sender of the version before): on the heartbeat
+       * channel, as JSON.
        */
       readonly direct?: boolean
     }
@@ -385,27 +386,38 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // ready check refused and be dropped.
     if (closed || subscriber.status === 'connect') return Promise.resolve()
     const movesBefore = moves
-    return Promise.resolve()
-      // One SUBSCRIBE, the channel last: Redis never counts this connection as a receiver of an
-      // invalidation before it can hear the confirmations. Not sent once closed (close() has
-      // unsubscribed, or is about to: a SUBSCRIBE after it would keep the channels).
-      .then(() => (closed ? undefined : subscriber.subscribe(...channels)))
-      .then(
-        () => {
-          // Confirmed on a Cluster connection that has ended since: the next one's `ready`
-          // subscribes again.
-          if (moves !== movesBefore) return
-          subscribedNow = true
-          heard()
-          setListening()
-          follow()
-          confirm()
-        },
-        (error: unknown) => onConnectionError(error as Error),
-      )
+    // One channel per SUBSCRIBE (a client of your own may take one only), each confirmed before
+    // the next, the channel last: Redis never counts this connection as a receiver of an
+    // invalidation before it can hear the confirmations. None sent once closed (close() has
+    // unsubscribed, or is about to: a SUBSCRIBE after it would keep the channel).
+    let subscribing: Promise<unknown> = Promise.resolve()
+    for (const name of channels) subscribing = subscribing.then(() => (closed ? undefined : subscriber.subscribe(name)))
+    return subscribing.then(
+      () => {
+        subscribeFailed = false
+        // Confirmed on a Cluster connection that has ended since: the next one's `ready`
+        // subscribes again.
+        if (moves !== movesBefore) return
+        subscribedNow = true
+        heard()
+        setListening()
+        follow()
+        confirm()
+      },
+      (error: unknown) => {
+        // Refused (an ACL without one of the channels, say) on a connection that stays up: no
+        // confirmation reaches this bus until a later attempt succeeds.
+        subscribeFailed = true
+        onConnectionError(error as Error)
+      },
+    )
   }
+  // Whether the last attempt to subscribe failed (until a later one succeeds, or the connection
+  // is lost and subscribed again on its `ready`).
+  let subscribeFailed = false
   function lost(): void {
     subscribedNow = false
+    subscribeFailed = false
     setListening()
   }
   // An ioredis Cluster moves its subscription to another node, unsaid, when the connection it
@@ -477,7 +489,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // instances' caches for their whole TTL. Its deadline still fails this call.
       // Not waited for either while the subscriber connection is down: no confirmation could
       // reach this bus.
-      if (!confirms || closed || (!subscribedNow && subscriber.status !== 'ready')) {
+      if (!confirms || closed || (!subscribedNow && (subscribeFailed || subscriber.status !== 'ready'))) {
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
@@ -538,7 +550,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       if (!given) return subscriber.disconnect()
       channelsOf(given).delete(channel)
       try {
-        await withTimeout(Promise.resolve(given.unsubscribe(...channels)), redis.timeoutMs, 'Redis UNSUBSCRIBE')
+        const results = await Promise.allSettled(
+          channels.map((name) => withTimeout(Promise.resolve(given.unsubscribe(name)), redis.timeoutMs, 'Redis UNSUBSCRIBE')),
+        )
+        for (const result of results) if (result.status === 'rejected') throw result.reason
       } catch (error) {
         onError(error, 'invalidation unsubscribe')
       }
