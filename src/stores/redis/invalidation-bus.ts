@@ -20,12 +20,13 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   client: RedisCommandClient & { duplicate?(): RedisSubscriberClient }
   /**
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
-   * listens on its channel, the heartbeat channel and its confirmation channel only (the last
-   * two not on a Cluster with the heartbeat off; no confirmation channel on a Cluster) and, on
-   * close, unsubscribes from them and leaves the connection open. One bus per prefix on a connection: one that already
-   * carries a bus of the same prefix is a `ConfigurationError` (Redis would count the two as
-   * one receiver of each message). Not `client` itself (a `ConfigurationError`): on
-   * RESP2, the only protocol of ioredis 5, a subscribed connection refuses every other command.
+   * listens on its channel, the heartbeat channel and its confirmation channel only (on a
+   * Cluster: no confirmation channel, and no heartbeat channel with the heartbeat off) and, on
+   * close, unsubscribes from them and leaves the connection open. One bus per prefix on a
+   * connection: one that already carries a bus of the same prefix is a `ConfigurationError`
+   * (Redis would count the two as one receiver of each message). Not `client` itself (a
+   * `ConfigurationError`): on RESP2, the only protocol of ioredis 5, a subscribed connection
+   * refuses every other command.
    */
   subscriber?: RedisSubscriberClient
   /**
@@ -44,8 +45,9 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
    * and 3.5 times this plus `timeoutMs` after it began (2 to 4.5 s by default); a cache may
    * still serve in that window. `false` turns it off (then only a lost connection is noticed;
-   * `publish` still waits for the other buses' confirmations, and the bus still subscribes to
-   * the heartbeat channel, where buses of the version before confirm). Default 1,000.
+   * `publish` still waits for the other buses' confirmations, and, but on a Cluster, the bus
+   * still subscribes to the heartbeat channel, where buses of the version before confirm).
+   * Default 1,000.
    */
   heartbeatMs?: number | false
 }
