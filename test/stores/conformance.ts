@@ -1010,5 +1010,14 @@ export function describeInvalidationBusConformance(
       ;(await later).stop()
       ;(await witness).stop()
     })
+
+    it('declares its publish deadline, if it has one, as milliseconds the token service can wait (0 to 2^31 - 1)', async () => {
+      const { store: bus } = await open()
+      const declared: unknown = bus.publishTimeoutMs
+      if (declared === undefined) return
+      expect(typeof declared).toBe('number')
+      expect(declared).toBeGreaterThanOrEqual(0)
+      expect(declared).toBeLessThanOrEqual(2 ** 31 - 1)
+    })
   })
 }
