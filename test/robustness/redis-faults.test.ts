@@ -340,6 +340,10 @@ describeRedis('a Redis that hangs under the invalidation bus', (redis) => {
       // Revoked on A: the message does not reach B, but B no longer trusts its cache.
       await a.revoke('alice', made.id)
       expect(await b.authenticate(made.token)).toEqual({ ok: false, reason: 'revoked' })
+      // B's own publish waits for no confirmation while B hears nothing (none could reach it),
+      // so no receiver is blamed for it.
+      await busB.publish({ kind: 'token', tokenHash: 'while-deaf' })
+      expect(errors).toHaveLength(1)
 
       proxy.answer()
       await until(() => busB.listening === true, 'B to hear the channel again')

@@ -568,36 +568,87 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([a.close(), b.close()])
     })
 
-    it('a subscription Redis refuses (an ACL without the confirmation channel) fails ready(), is reported, and leaves publishes waiting for no confirmation', async () => {
+    it('a publish waiting for confirmations when its subscriber connection is lost stops waiting: none sent meanwhile could reach it', async () => {
       const prefix = redis.prefix()
-      const T = 3_000
+      const T = 5_000
+      const reports: string[] = []
+      const name = `bus-lost-${prefix.replace(/\W/g, '')}`
+      const a = createRedisInvalidationBus({ client: redis.connect(), subscriber: redis.connect({ connectionName: name }), prefix, timeoutMs: T, onError: (_e, context) => reports.push(context) })
+      await a.ready(5_000)
+      // A receiver that never confirms holds the publish.
+      const listener = redis.connect()
+      await listener.subscribe(a.channel)
+      const began = performance.now()
+      const publishing = a.publish({ kind: 'token', tokenHash: 'h1' })
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      const list = (await redis.client.client('LIST')) as string
+      const found = [...list.matchAll(/(?:^|\n)id=(\d+) .*? name=(\S+)/g)].find((match) => match[2] === name)?.[1]
+      await redis.client.client('KILL', 'ID', found!)
+      await publishing
+      expect(performance.now() - began).toBeLessThan(T / 2)
+      expect(reports.filter((context) => context === 'invalidation publish')).toEqual([])
+      await a.close()
+    })
+
+    it('under Redis ACLs: without the confirmation channels a bus still listens and waits for no confirmation; without the channel, ready() fails and nothing waits; a receiver that may not confirm is reported', async () => {
+      const prefix = redis.prefix()
+      const T = 1_500
       const channel = `${prefix}invalidations`
-      const user = `mcp-dispatch-test-${prefix.replace(/\W/g, '')}`
-      await redis.client.call('ACL', 'SETUSER', user, 'on', 'nopass', '+@all', '~*', 'resetchannels', `&${channel}`, `&${channel}:heartbeat`)
+      const tag = prefix.replace(/\W/g, '')
+      // `old`: the channels of a version before confirmations; `none`: no channel at all.
+      const users = { old: `mcp-dispatch-test-old-${tag}`, none: `mcp-dispatch-test-none-${tag}` }
+      await redis.client.call('ACL', 'SETUSER', users.old, 'on', 'nopass', '+@all', '~*', 'resetchannels', `&${channel}`, `&${channel}:heartbeat`)
+      await redis.client.call('ACL', 'SETUSER', users.none, 'on', 'nopass', '+@all', '~*', 'resetchannels')
       try {
-        const reports: string[] = []
-        const onError = (error: unknown, context: string) => void reports.push(`${context}: ${(error as Error).message}`)
-        // Not reconnected once DELUSER below closes it; disconnected again after the suite, with
-        // a short timer of ioredis's own.
-        const subscriber = redis.connect({ username: user, password: 'any', retryStrategy: () => null, disconnectTimeout: 10 })
-        const a = createRedisInvalidationBus({ client: redis.connect(), subscriber, prefix, timeoutMs: T, onError })
-        const b = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T })
-        await b.ready(5_000)
-        await expect(a.ready(1_000)).rejects.toThrow(/did not answer within/)
-        // Each attempt (on creation, and on the connection's ready) is refused and reported.
-        expect(reports.length).toBeGreaterThan(0)
-        expect(reports).toEqual(Array(reports.length).fill(expect.stringMatching(/^invalidation subscriber: NOPERM/)))
-        const reported = reports.length
-        expect(a.listening).toBe(false)
-        const heard = nextInvalidation(b)
-        const began = performance.now()
-        await a.publish({ kind: 'token', tokenHash: 'h1' })
+        const reports: { a: string[]; b: string[]; c: string[]; d: string[] } = { a: [], b: [], c: [], d: [] }
+        const onError = (name: keyof typeof reports) => (error: unknown, context: string) => void reports[name].push(`${context}: ${(error as Error).message}`)
+        // Not reconnected once DELUSER below closes them; disconnected again after the suite,
+        // with a short timer of ioredis's own.
+        const as = (user: string) => redis.connect({ username: user, password: 'any', retryStrategy: () => null, disconnectTimeout: 10 })
+        const a = createRedisInvalidationBus({ client: redis.connect(), subscriber: as(users.old), prefix, timeoutMs: T, onError: onError('a') })
+        const b = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: T, onError: onError('b') })
+        await Promise.all([a.ready(5_000), b.ready(5_000)])
+        // A: listening (its cache stays on), its refused confirmation channel reported.
+        expect(a.listening).toBe(true)
+        expect(reports.a.length).toBeGreaterThan(0)
+        expect(reports.a).toEqual(Array(reports.a.length).fill(expect.stringMatching(/^invalidation subscriber: Redis refused SUBSCRIBE .*:ack:.* \(NOPERM/)))
+        const reported = reports.a.length
+        // A hears B and confirms to it (A's client may publish there): B does not wait T.
+        let heard = nextInvalidation(a)
+        let began = performance.now()
+        await b.publish({ kind: 'token', tokenHash: 'h1' })
         expect(performance.now() - began).toBeLessThan(T / 2)
         expect(await heard).toEqual({ kind: 'token', tokenHash: 'h1' })
-        expect(reports).toHaveLength(reported)
-        await Promise.all([a.close(), b.close()])
+        // A's own publishes wait for no confirmation (none could reach it) and blame no receiver.
+        heard = nextInvalidation(b)
+        began = performance.now()
+        await a.publish({ kind: 'token', tokenHash: 'h2' })
+        expect(performance.now() - began).toBeLessThan(T / 2)
+        expect(await heard).toEqual({ kind: 'token', tokenHash: 'h2' })
+        expect(reports.a).toHaveLength(reported)
+
+        // C may subscribe to nothing: ready() fails, and its publishes wait for nothing.
+        const c = createRedisInvalidationBus({ client: redis.connect(), subscriber: as(users.none), prefix, timeoutMs: T, onError: onError('c') })
+        await expect(c.ready(1_000)).rejects.toThrow(/did not answer within/)
+        expect(c.listening).toBe(false)
+        expect(reports.c.length).toBeGreaterThan(0)
+        expect(reports.c.every((report) => report.startsWith('invalidation subscriber: '))).toBe(true)
+        heard = nextInvalidation(b)
+        began = performance.now()
+        await c.publish({ kind: 'token', tokenHash: 'h3' })
+        expect(performance.now() - began).toBeLessThan(T / 2)
+        expect(await heard).toEqual({ kind: 'token', tokenHash: 'h3' })
+        expect(reports.c.some((report) => report.startsWith('invalidation publish'))).toBe(false)
+
+        // D hears but may not publish its confirmations: reported by D, and B waits T for it.
+        const d = createRedisInvalidationBus({ client: as(users.old), prefix, timeoutMs: T, onError: onError('d') })
+        await d.ready(5_000)
+        await b.publish({ kind: 'token', tokenHash: 'h4' })
+        await vi.waitFor(() => expect(reports.d).toContainEqual(expect.stringMatching(/^invalidation confirm: NOPERM/)), { timeout: 2_000, interval: 5 })
+        expect(reports.b).toEqual([expect.stringMatching(/^invalidation publish: 1 receiver of .* did not confirm/)])
+        await Promise.all([a.close(), b.close(), c.close(), d.close()])
       } finally {
-        await redis.client.call('ACL', 'DELUSER', user)
+        for (const user of Object.values(users)) await redis.client.call('ACL', 'DELUSER', user)
       }
     })
 

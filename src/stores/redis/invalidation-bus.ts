@@ -39,8 +39,9 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * The bus's heartbeat, on a channel of its own (`<channel>:heartbeat`, on the same
    * subscriber connection), checked every this many milliseconds: a bus that heard nothing on
    * either channel for half of it publishes one, so a group of instances sends at least one per
-   * interval, and up to one per bus when their timers tick together. When nothing at all has arrived for this plus `timeoutMs` after its own heartbeat
-   * went out (a Redis that hangs without closing the connection: no `close` event ever comes),
+   * interval, and up to one per bus when their timers tick together. When nothing at all has
+   * arrived for this plus `timeoutMs` after its own heartbeat went out (a Redis that hangs
+   * without closing the connection: no `close` event ever comes),
    * the bus stops `listening`, so the token service reads the store instead of trusting its
    * cache, until a message arrives again. A hang is so noticed between this plus `timeoutMs`
    * and 3.5 times this plus `timeoutMs` after it began (2 to 4.5 s by default); a cache may
@@ -98,6 +99,11 @@ function subscribedConnection(cluster: ClusterSubscription): EndingConnection | 
   const connection: unknown = (cluster.subscriber?.getInstance as (() => unknown) | undefined)?.call(cluster.subscriber)
   const events = connection as Partial<EndingConnection> | null | undefined
   return typeof events?.on === 'function' && typeof events.removeListener === 'function' ? (connection as EndingConnection) : undefined
+}
+
+/** Whether Redis refused a command for the user's rights (`NOPERM`), not for a lost connection. */
+function refusedReason(error: unknown): boolean {
+  return error instanceof Error && error.message.startsWith('NOPERM')
 }
 
 /** The form of a bus's id (`randomUUID`). */
@@ -225,7 +231,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   }
   const subscriber = given ?? options.client.duplicate!()
   if (given !== undefined) channelsOf(given).add(channel)
-  // Heartbeats go apart, so buses of an earlier version on the channel never see them.
+  // Heartbeats go apart, so buses of a version before the heartbeat never see them.
   const heartbeatChannel = `${channel}:heartbeat`
   const origin = randomUUID()
   // Confirmations of this bus's invalidations come on a channel of its own, so each reaches
@@ -276,7 +282,17 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // channel does not make every bus publish where it says.
     if (wire.id === undefined || !UUID.test(wire.origin)) return
     const [to, body] = wire.direct ? [ackPrefix + wire.origin, `${wire.id} ${origin}`] : [heartbeatChannel, JSON.stringify({ ack: wire.id, to: wire.origin })]
-    redis.sendAnyway('PUBLISH', to, body).catch(() => {})
+    redis.sendAnyway('PUBLISH', to, body).catch(unsentConfirmation)
+  }
+  // A confirmation that could not be sent (an ACL without publish rights on the confirmation
+  // channels, a lost connection) leaves its sender waiting `timeoutMs`: reported at most once a
+  // minute.
+  let lastUnsentReport = -Infinity
+  function unsentConfirmation(error: unknown): void {
+    const at = performance.now()
+    if (closed || at - lastUnsentReport < 60_000) return
+    lastUnsentReport = at
+    onError(error, 'invalidation confirm')
   }
   // Publishes waiting for the other buses on the channel to confirm delivery, by message id:
   // `needed` is known once Redis answered the PUBLISH with how many connections received it.
@@ -393,7 +409,23 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // invalidation before it can hear the confirmations. None sent once closed (close() has
     // unsubscribed, or is about to: a SUBSCRIBE after it would keep the channel).
     let subscribing: Promise<unknown> = Promise.resolve()
-    for (const name of channels) subscribing = subscribing.then(() => (closed ? undefined : subscriber.subscribe(name)))
+    for (const name of channels) {
+      subscribing = subscribing.then(() => {
+        if (closed) return
+        const subscribed = Promise.resolve(subscriber.subscribe(name))
+        if (name !== ackChannel) return subscribed
+        // Refused (an ACL that lists the channels of a version before confirmations): this bus
+        // goes on without them, waiting for none, rather than without its cache.
+        return subscribed.then(
+          () => void (acksHeard = true),
+          (error: unknown) => {
+            acksHeard = false
+            if (!refusedReason(error)) throw error
+            onError(new Error(`Redis refused SUBSCRIBE ${name} (${(error as Error).message}): publishes wait for no confirmation until it is allowed (docs/stores.md, ACLs)`), 'invalidation subscriber')
+          },
+        )
+      })
+    }
     return subscribing.then(
       () => {
         subscribeFailed = false
@@ -415,12 +447,16 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     )
   }
   // Whether the last attempt to subscribe failed (until a later one succeeds, or the connection
-  // is lost and subscribed again on its `ready`).
+  // is lost and subscribed again on its `ready`), and whether the confirmation channel is
+  // subscribed (not when Redis refused it).
   let subscribeFailed = false
+  let acksHeard = false
   function lost(): void {
     subscribedNow = false
     subscribeFailed = false
     setListening()
+    // Confirmations sent while the connection is down are lost: publishes waiting for them stop.
+    for (const entry of awaiting.values()) entry.done()
   }
   // An ioredis Cluster moves its subscription to another node, unsaid, when the connection it
   // subscribed on ends (its node died or left): what was published in between is lost. So the
@@ -491,7 +527,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // instances' caches for their whole TTL. Its deadline still fails this call.
       // Not waited for either while the subscriber connection is down: no confirmation could
       // reach this bus.
-      if (!confirms || closed || (!subscribedNow && (subscribeFailed || subscriber.status !== 'ready'))) {
+      // Nor while the bus hears nothing (deaf), or Redis refused its confirmation channel.
+      if (!confirms || closed || deaf || (!subscribedNow && (subscribeFailed || subscriber.status !== 'ready')) || (subscribedNow && !acksHeard)) {
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
