@@ -106,6 +106,18 @@ function refusedReason(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOPERM')
 }
 
+/** A publish waiting for the other buses to confirm it. */
+interface Awaiting {
+  /** Confirmations counted, and how many Redis counted receivers (`Infinity` until it answered). */
+  got: number
+  needed: number
+  /** The buses that confirmed (those of the version before, which do not say, are not in it). */
+  readonly by: Set<string>
+  readonly done: () => void
+  /** Why it stopped waiting before every receiver confirmed, when no confirmation could reach this bus any more. */
+  cut?: string
+}
+
 /** The form of a bus's id (`randomUUID`). */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -177,7 +189,8 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * `timeoutMs` after it was sent, whichever comes first (a receiver that never confirms, such as
  * a bus of a version before confirmations or a `redis-cli SUBSCRIBE`, costs that wait and a
  * report to `onError` at most once a minute, never a failure; while this bus's own subscriber
- * connection is down, no confirmation could reach it, and none is waited for).
+ * connection is down, its channels silent or its confirmation channel refused, no
+ * confirmation could reach it, and none is waited for).
  * Pass it as the token service's `invalidations`, with a `cacheTtlMs` above 0: a revoked or
  * rotated token is then refused by every listening instance by the time `revoke` or `rotate`
  * returns (DESIGN.md: at once, on every instance).
@@ -292,13 +305,17 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     const at = performance.now()
     if (closed || at - lastUnsentReport < 60_000) return
     lastUnsentReport = at
-    onError(error, 'invalidation confirm')
+    const reason = error instanceof Error ? error.message : String(error)
+    onError(
+      new Error(`A confirmation on ${ackPrefix}* could not be sent (${reason}): its sender waits its timeoutMs for it (with Redis ACLs, this client's user needs that channel: docs/stores.md, "Redis")`, { cause: error }),
+      'invalidation confirm',
+    )
   }
   // Publishes waiting for the other buses on the channel to confirm delivery, by message id:
   // `needed` is known once Redis answered the PUBLISH with how many connections received it.
   // Confirmations are counted once per bus that sent them; those of buses of the version before,
   // which do not say who they are, each count.
-  const awaiting = new Map<string, { got: number; needed: number; readonly by: Set<string>; readonly done: () => void }>()
+  const awaiting = new Map<string, Awaiting>()
   function confirmed(id: string, by: string | undefined): void {
     const entry = awaiting.get(id)
     if (entry === undefined) return
@@ -330,6 +347,24 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       'invalidation publish',
     )
     missing = 0
+  }
+  // Publishes waiting for confirmations that can no longer reach this bus stop waiting, and are
+  // reported (at most once a minute) apart from receivers that did not confirm.
+  let lastCutReport = -Infinity
+  function stopWaiting(cause: string): void {
+    for (const entry of awaiting.values()) {
+      entry.cut ??= cause
+      entry.done()
+    }
+  }
+  function cutShort(count: number, of: number, cause: string): void {
+    const at = performance.now()
+    if (closed || count <= 0 || at - lastCutReport < 60_000) return
+    lastCutReport = at
+    onError(
+      new Error(`Stopped waiting for ${count} of ${of} receivers of ${channel} to confirm an invalidation: ${cause}, so no confirmation could reach this bus; their instances may serve the token from their cache until the message reaches them`),
+      'invalidation publish',
+    )
   }
   function onConnectionError(error: Error): void {
     if (!closed) onError(error, 'invalidation subscriber')
@@ -391,6 +426,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     if (closed || deaf || !subscribedNow || pendingSince === undefined || performance.now() - pendingSince <= silentLimitMs) return
     deaf = true
     setListening()
+    stopWaiting('nothing arrived on its channels')
     rereadSlots(subscriber)
     onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
   }
@@ -421,7 +457,11 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
           (error: unknown) => {
             acksHeard = false
             if (!refusedReason(error)) throw error
-            onError(new Error(`Redis refused SUBSCRIBE ${name} (${(error as Error).message}): publishes wait for no confirmation until it is allowed (docs/stores.md, ACLs)`), 'invalidation subscriber')
+            stopWaiting('Redis refused its confirmation channel')
+            onError(
+              new Error(`Redis refused SUBSCRIBE ${name} (${(error as Error).message}): this bus's publishes wait for no confirmation until it is allowed and the connection subscribes again (a reconnect; docs/stores.md, "Redis")`),
+              'invalidation subscriber',
+            )
           },
         )
       })
@@ -442,6 +482,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
         // Refused (an ACL without one of the channels, say) on a connection that stays up: no
         // confirmation reaches this bus until a later attempt succeeds.
         subscribeFailed = true
+        stopWaiting('Redis refused its subscription')
         onConnectionError(error as Error)
       },
     )
@@ -456,7 +497,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     subscribeFailed = false
     setListening()
     // Confirmations sent while the connection is down are lost: publishes waiting for them stop.
-    for (const entry of awaiting.values()) entry.done()
+    stopWaiting('its subscriber connection was lost')
   }
   // An ioredis Cluster moves its subscription to another node, unsaid, when the connection it
   // subscribed on ends (its node died or left): what was published in between is lost. So the
@@ -543,7 +584,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash, id, direct: true }
       let done!: () => void
       const delivered = new Promise<void>((resolve) => (done = resolve))
-      const entry = { got: 0, needed: Infinity, by: new Set<string>(), done }
+      const entry: Awaiting = { got: 0, needed: Infinity, by: new Set<string>(), done }
       awaiting.set(id, entry)
       return redis
         .sendAnyway('PUBLISH', channel, JSON.stringify(wire))
@@ -554,7 +595,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
           if (entry.got >= entry.needed) done()
           // The PUBLISH and the confirmations share one `timeoutMs`.
           return withTimeout(delivered, Math.max(0, redis.timeoutMs - (performance.now() - began)), 'confirmations').then(
-            () => {},
+            () => (entry.cut === undefined ? undefined : cutShort(entry.needed - entry.got, entry.needed, entry.cut)),
             () => unconfirmed(entry.needed - entry.got, entry.needed),
           )
         })
