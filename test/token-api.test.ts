@@ -830,6 +830,14 @@ describe('password reset (spec 3: revokes all of the owner’s tokens)', () => {
       )
     expect((await reset(undefined)).status).toBe(401)
     expect((await reset(bob, false)).status).toBe(403)
+    // From a client that is not on this machine, with the cookie and the CSRF token: 403, as
+    // every development endpoint answers it, and nothing revoked.
+    const elsewhere = await platform.fetch(
+      new Request('http://api.localhost/dev/password-reset', { method: 'POST', headers: { cookie: bob.cookie, 'x-csrf-token': bob.csrfToken } }),
+      { clientAddress: '203.0.113.9' },
+    )
+    expect(elsewhere.status).toBe(403)
+    expect(await json(elsewhere)).toEqual({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' })
     expect(await appStatus(token('alice'))).toBe(200)
     // Bob signed in elsewhere too (a cookie someone stole with his old password), and Alice.
     const bobElsewhere = await signIn('user_bob')

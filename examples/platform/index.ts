@@ -467,6 +467,8 @@ export function createPlatform(options: PlatformOptions): Platform {
     }
     if (url.pathname === '/dev/password-reset' && request.method === 'POST') {
       // What the dashboard does after a password reset (spec 3): every token of the user is revoked.
+      const elsewhere = notThisMachine(request)
+      if (elsewhere) return elsewhere
       const session = readSession(request)
       if (!session) return Response.json({ error: 'unauthorized', message: 'A dashboard session is required' }, { status: 401 })
       if (!csrfMatches(request.headers.get('x-csrf-token'), session.csrf)) {
@@ -484,6 +486,13 @@ export function createPlatform(options: PlatformOptions): Platform {
     return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
   }
 
+  /** The 403 of a development endpoint for a client that is not on this machine (an in-process call has no address). */
+  function notThisMachine(request: Request): Response | undefined {
+    const address = apiClientAddresses.get(request)
+    if (address === undefined || isLoopback(address)) return undefined
+    return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
+  }
+
   /**
    * The JSON object a development endpoint was sent, or the answer refusing it: such an
    * endpoint answers this machine only, whatever HOST the server listens on (an in-process call
@@ -492,10 +501,8 @@ export function createPlatform(options: PlatformOptions): Platform {
    * refuses one: a misspelled `upstream` would otherwise deploy the version in process.
    */
   async function devRequestBody(request: Request, fields: readonly string[]): Promise<Record<string, unknown> | Response> {
-    const address = apiClientAddresses.get(request)
-    if (address !== undefined && !isLoopback(address)) {
-      return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
-    }
+    const elsewhere = notThisMachine(request)
+    if (elsewhere) return elsewhere
     if (!/^application\/json[ \t]*(;|$)/i.test(request.headers.get('content-type') ?? '')) {
       return devFieldError('content-type', 'must be application/json')
     }

@@ -47,7 +47,8 @@ const seed = (() => {
   try {
     return JSON.parse(readFileSync(seedPath, 'utf8'))
   } catch (error) {
-    problems.push(`--seed: cannot read ${seedPath} as JSON: ${(error as Error).message}`)
+    // One line, as every problem: JSON.parse quotes the file's text, line breaks and all.
+    problems.push(`--seed: cannot read ${seedPath} as JSON: ${(error as Error).message.replace(/\r?\n/g, '\\n')}`)
     return undefined
   }
 })()
@@ -253,7 +254,7 @@ const owners = new Map<string, { userId: string; servers: string[] }>(
 // Where a client on this machine reaches it: loopback when it listens on every address.
 const wildcard = hostname === '0.0.0.0' || hostname === '::' || hostname === ''
 const reachAt = wildcard ? '127.0.0.1' : hostname.includes(':') ? `[${hostname}]` : hostname
-console.log(`mcp-dispatch reference platform on http://${reachAt}:${listening}${wildcard ? ` (listening on ${hostname || 'every address'})` : ''} (seed: ${seedPath})`)
+console.log(`mcp-dispatch reference platform on http://${reachAt}:${listening}${wildcard ? ` (listening on every address${hostname ? `: ${hostname}` : ''})` : ''} (seed: ${seedPath})`)
 for (const a of seed.apps) {
   const live = liveOf(a)
   console.log(`  App ${a.slug}: http://${a.slug}.localhost:${listening}/  (live versions ${live.join(', ') || 'none'})`)

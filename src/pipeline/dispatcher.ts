@@ -563,7 +563,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         'cache-control': 'public, max-age=3600',
         ...(cors && METADATA_CORS),
       },
-      body: request.method === 'HEAD' ? null : JSON.stringify(doc),
+      // Also for HEAD: the adapters send its length and not the body (the Web adapter neither).
+      body: JSON.stringify(doc),
     }
   }
 

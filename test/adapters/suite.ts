@@ -255,6 +255,14 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(res.headers['cache-control']).toBe('public, max-age=3600')
         expect(res.headers['access-control-allow-origin']).toBe('*')
         expect(res.headers['x-mcp-version']).toBeUndefined()
+        // HEAD: the same fields, no body; on Node's adapters the GET body's length, as their
+        // other HEAD answers carry (docs/adapters.md), where the Web Response leaves it out.
+        const head = await target.request({ method: 'HEAD', path: '/.well-known/oauth-protected-resource' })
+        expect(head.status).toBe(200)
+        expect(head.body).toBe('')
+        expect(head.headers['cache-control']).toBe('public, max-age=3600')
+        expect(head.headers['content-type']).toBe('application/json')
+        if (!name.startsWith('web')) expect(head.headers['content-length']).toBe(String(Buffer.byteLength(res.body)))
       })
 
       it('answers a CORS preflight', async () => {

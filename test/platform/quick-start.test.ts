@@ -320,6 +320,8 @@ describe('npm start and npm run forward: bad settings', () => {
       return join(dir, name)
     }
     const notJson = write('not.json', '{')
+    // JSON.parse quotes the text of a short file in its message, line breaks and all.
+    const brokenLines = write('lines.json', '{\n  "apps": x\n}\n')
     const badSlug = write('slug.json', JSON.stringify({ apps: [{ id: 'a', slug: 'Bad Slug', name: 'A' }], users: [{ id: 'u' }] }))
     const lowerPatch = write('deploy.json', JSON.stringify({ apps: [{ id: 'a', slug: 'a', name: 'A', versions: ['1.0.1', '1.0.0'] }], users: [{ id: 'u' }] }))
     const noUsers = write('users.json', JSON.stringify({ apps: [{ id: 'a', slug: 'a', name: 'A' }] }))
@@ -329,6 +331,7 @@ describe('npm start and npm run forward: bad settings', () => {
       [['start'], { PORT: '65535' }, ['AUTH_PORT: PORT + 1 is no port (PORT=65535): set AUTH_PORT']],
       [['start', '--', '--seed', join(dir, 'missing.json')], { AUTH_PORT: '-1' }, [`--seed: cannot read ${join(dir, 'missing.json')} as JSON: ENOENT`, 'AUTH_PORT: must be a port number (0: any free port), got "-1"']],
       [['start', '--', '--seed', notJson], {}, [`--seed: cannot read ${notJson} as JSON:`]],
+      [['start', '--', '--seed', brokenLines], { PORT: 'abc' }, [`--seed: cannot read ${brokenLines} as JSON:`, '--port (or PORT): must be a port number']],
       [['start', '--', '--seed', badSlug], {}, [`--seed ${badSlug}: seed apps.0.slug: must be a DNS label in lower case`]],
       // Checked by createPlatform, after the development authorization server started: it stops too.
       [['start', '--', '--seed', lowerPatch], {}, [`--seed ${lowerPatch}: seed apps.0.versions.1 (a): cannot deploy 1.0.0`]],
@@ -350,6 +353,8 @@ describe('npm start and npm run forward: bad settings', () => {
       for (const line of expected) expect(stderr, what).toContain(line)
       expect(stderr, what).not.toMatch(/^\s+at /m)
       expect(stderr, what).not.toContain('reference platform on')
+      // One line per problem, whatever the problem quotes.
+      if (args.includes(brokenLines)) expect(stderr.trim().split('\n'), what).toHaveLength(2)
     }
   }, 90_000)
 
