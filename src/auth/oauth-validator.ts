@@ -525,7 +525,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (typeof jwksOption === 'string') checkHttpUrl('jwks', jwksOption)
   else if (jwksOption !== undefined) {
     if (!jwksOption || !Array.isArray(jwksOption.keys)) throw new ConfigurationError('jwks', 'must be a URL or a JSON Web Key Set')
-    localKeys = loadKeySet(jwksOption.keys)
+    localKeys = jwksOption.keys.length === 0 ? undefined : loadKeySet(jwksOption.keys)
+    // An empty set too: every token would be refused, and its client sign in again and again.
     if (!localKeys) throw new ConfigurationError('jwks', 'holds no key that can verify a signature')
   }
   const audienceGiven = options.audience

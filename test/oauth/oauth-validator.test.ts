@@ -89,6 +89,8 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', retry: { attempts: 0 } }, 'retry.attempts'],
     [{ issuer: 'https://auth.example.com', breaker: { failureThreshold: 0 } }, 'breaker.failureThreshold'],
     [{ issuer: 'https://auth.example.com', jwks: 'file:///keys.json' }, 'jwks'],
+    // No key at all: every token would be refused, its client signing in again and again.
+    [{ issuer: 'https://auth.example.com', mode: 'jwt', jwks: { keys: [] } }, 'jwks'],
     [{ issuer: 'https://auth.example.com', algorithms: 'RS256' as never }, 'algorithms'],
     [{ issuer: 'https://auth.example.com', algorithms: [] }, 'algorithms'],
     [{ issuer: 'https://auth.example.com', timers: {} as never }, 'timers'],
