@@ -130,8 +130,9 @@ CREATE TABLE IF NOT EXISTS ${qualified} (
   revoked_at      bigint,
   CONSTRAINT "${names.primaryKey}" PRIMARY KEY (id)
 );
--- The last password reset of each user (revokeAllForUser): a token created strictly before it
--- is revoked, even one whose INSERT landed after the reset's UPDATE.
+-- The last password reset of each user (revokeAllForUser): a token created before it or in its
+-- millisecond (created_at <= reset_at) is revoked, even one whose INSERT landed after the
+-- reset's UPDATE.
 CREATE TABLE IF NOT EXISTS ${names.resets} (
   user_id   text    NOT NULL,
   reset_at  bigint  NOT NULL,  -- epoch milliseconds
