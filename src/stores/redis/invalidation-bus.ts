@@ -458,9 +458,8 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
             acksHeard = false
             if (!refusedReason(error)) throw error
             stopWaiting('Redis refused its confirmation channel')
-            onError(
+            onConnectionError(
               new Error(`Redis refused SUBSCRIBE ${name} (${(error as Error).message}): this bus's publishes wait for no confirmation until it is allowed and the connection subscribes again (a reconnect; docs/stores.md, "Redis")`),
-              'invalidation subscriber',
             )
           },
         )
