@@ -32,7 +32,7 @@ import {
   resolveVersion,
   serviceUnavailableReply,
 } from 'mcp-dispatch'
-import { answerClientError, toResponse } from 'mcp-dispatch/web'
+import { answerClientError, answerExpectationFailed, toResponse } from 'mcp-dispatch/web'
 import { targetAtFault } from '../shared/serve-node.js'
 import { portOption, readOptions, refuse } from './cli.js'
 import { createPlatform, parseSeed } from './index.js'
@@ -185,6 +185,8 @@ const server = createServer(
   serve,
 )
 server.on('clientError', answerClientError)
+// An `Expect` other than `100-continue`: Node's 417, with the JSON-RPC body of every refusal.
+server.on('checkExpectation', answerExpectationFailed)
 // `CONNECT` (a proxy's method) reaches no request handler in Node: without a listener Node
 // closes the socket with no answer. This server is no proxy: 405, with the methods it serves.
 server.on('connect', async (_req: IncomingMessage, socket: Duplex) => {

@@ -80,3 +80,39 @@ export function answerClientError(error: ClientError, socket: ClientErrorSocket)
   }
   socket.destroy()
 }
+
+/** The part of a Node `ServerResponse` that {@link answerExpectationFailed} uses. */
+export interface ExpectationResponse {
+  writeHead(statusCode: number, headers: Record<string, string>): unknown
+  end(body: string): unknown
+}
+
+// Built once: the answer never changes.
+const EXPECTATION_FAILED = jsonRpcErrorReply(417, {
+  code: -32600,
+  message: 'Expectation failed',
+  data: { error: 'invalid_request', field: 'expect' },
+})
+const EXPECTATION_FAILED_HEADERS: Record<string, string> = {
+  ...EXPECTATION_FAILED.headers,
+  'content-length': String(new TextEncoder().encode(EXPECTATION_FAILED.body ?? '').byteLength),
+}
+
+/**
+ * A listener for a Node HTTP server's `checkExpectation` event: a request whose `Expect` names
+ * anything but `100-continue` (which Node, or `checkContinue`, handles) gets 417, the status
+ * Node sends itself (RFC 9110 section 10.1.1), with a JSON-RPC error body as every other refusal
+ * of the dispatch layer (`{ code: -32600, message: "Expectation failed", data: { error:
+ * "invalid_request", field: "expect" } }`), instead of Node's empty one. Nothing of the request
+ * is echoed; the request reaches no handler, as without the listener.
+ *
+ * @example
+ * ```ts
+ * server.on('checkExpectation', answerExpectationFailed) // Express, @hono/node-server, node:http
+ * fastify.server.on('checkExpectation', answerExpectationFailed) // Fastify
+ * ```
+ */
+export function answerExpectationFailed(_request: unknown, response: ExpectationResponse): void {
+  response.writeHead(417, EXPECTATION_FAILED_HEADERS)
+  response.end(EXPECTATION_FAILED.body ?? '')
+}

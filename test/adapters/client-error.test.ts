@@ -8,9 +8,9 @@ import * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
 import Fastify from 'fastify'
-import { answerClientError as expressAnswer, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
-import { answerClientError as fastifyAnswer, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
-import { answerClientError, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { answerClientError as expressAnswer, answerExpectationFailed as expressExpect, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { answerClientError as fastifyAnswer, answerExpectationFailed as fastifyExpect, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { answerClientError, answerExpectationFailed, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { EXPRESS } from '../helpers/express.js'
 import { type Fixture, type Gate, HOST, close, createFixture, createGate, listen } from './helpers.js'
@@ -22,6 +22,11 @@ const TOO_LARGE = {
   error: { code: -32600, message: 'Request header fields too large', data: { error: 'invalid_request', field: 'headers' } },
 }
 const TIMEOUT = { jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } } }
+const EXPECTATION_FAILED = {
+  jsonrpc: '2.0',
+  id: null,
+  error: { code: -32600, message: 'Expectation failed', data: { error: 'invalid_request', field: 'expect' } },
+}
 
 /** Writes `data` (pieces `ms` apart where a number stands between them) and reads until the server closes or `timeoutMs`. */
 function exchange(port: number, data: Array<string | number>, timeoutMs = 3_000): Promise<{ raw: string; closed: boolean }> {
@@ -96,12 +101,14 @@ const targets: Record<'web' | 'express' | 'express4' | 'fastify', (fixture: Fixt
     )
     const server = http.createServer(TIMEOUTS, listener)
     server.on('clientError', answerClientError)
+    server.on('checkExpectation', answerExpectationFailed)
     return { port: await listen(server), close: () => close(server) }
   },
   express: (fixture, streaming) => serveExpress('express', fixture, streaming),
   express4: (fixture, streaming) => serveExpress('express4', fixture, streaming),
   async fastify(fixture, streaming) {
     const app = Fastify({ forceCloseConnections: true, clientErrorHandler: fastifyAnswer, http: TIMEOUTS })
+    app.server.on('checkExpectation', fastifyExpect)
     await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
     app.post('/*', async (_request, reply) => {
       reply.hijack()
@@ -126,6 +133,7 @@ async function serveExpress(kind: 'express' | 'express4', fixture: Fixture, stre
   })
   const server = http.createServer(TIMEOUTS, app)
   server.on('clientError', expressAnswer)
+  server.on('checkExpectation', expressExpect)
   return { port: await listen(server), close: () => close(server) }
 }
 
@@ -179,6 +187,17 @@ for (const [name, start] of Object.entries(targets)) {
       expect(refused.body).toEqual(TIMEOUT)
       expect(raw).not.toContain('svc_secret')
       expect(closed).toBe(true)
+    })
+
+    it('answers an expectation other than 100-continue with 417 and a JSON-RPC body (answerExpectationFailed), never reaching the handler', async () => {
+      const request = `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nExpect: 999-odd\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`
+      const { raw } = await exchange(target.port, [request])
+      const refused = answer(raw)
+      expect(refused.status).toBe(417)
+      expect(refused.headers['content-type']).toBe('application/json')
+      expect(refused.body).toEqual(EXPECTATION_FAILED)
+      expect(raw).not.toContain('data: one')
+      expect(raw).not.toContain(fixture.tokens.alice)
     })
 
     it('writes no head into a response already under way: a malformed request pipelined behind it closes the connection', async () => {

@@ -270,6 +270,14 @@ describe('npm start (README quick start)', () => {
     expect(refused).toMatch(/^HTTP\/1\.1 401 /)
     const api = await waitingHead(`POST /api/tokens HTTP/1.1\r\nHost: api.localhost:${port}\r\n`)
     expect(api).toMatch(/^HTTP\/1\.1 100 Continue\r\n\r\n/)
+    // Any other expectation: Node's 417, with the JSON-RPC body of every refusal.
+    const odd = await rawExchange(`POST /v1 HTTP/1.1\r\nHost: weather.localhost:${port}\r\nExpect: 999-odd\r\nContent-Length: 0\r\nConnection: close\r\n\r\n`, 1_500)
+    expect(odd).toMatch(/^HTTP\/1\.1 417 /)
+    expect(JSON.parse(odd.slice(odd.indexOf('\r\n\r\n') + 4))).toEqual({
+      jsonrpc: '2.0',
+      id: null,
+      error: { code: -32600, message: 'Expectation failed', data: { error: 'invalid_request', field: 'expect' } },
+    })
   })
 })
 
