@@ -444,6 +444,21 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await bus.close()
     })
 
+    /**
+     * A receiver on `channel` as a bus of the version before confirmations went to their
+     * senders' channels: it confirms every message on the heartbeat channel, as JSON, whatever
+     * the message asks. Its connection, subscribed.
+     */
+    async function receiverOfTheVersionBefore(channel: string) {
+      const before = redis.connect()
+      before.on('message', (_from: string, text: string) => {
+        const { id, origin } = JSON.parse(text) as { id: string; origin: string }
+        void redis.client.publish(`${channel}:heartbeat`, JSON.stringify({ ack: id, to: origin }))
+      })
+      await before.subscribe(channel)
+      return before
+    }
+
     it('each confirmation goes to its sender only (one per receiver, none on the channel every bus hears), and buses of the version before are understood both ways', async () => {
       const prefix = redis.prefix()
       const T = 5_000
@@ -481,12 +496,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
       // A receiver of the version before (it confirms on the heartbeat channel, whatever the
       // message asks): its confirmation counts, so the sender does not wait T for it.
-      const before = redis.connect()
-      before.on('message', (_from: string, text: string) => {
-        const { id, origin } = JSON.parse(text) as { id: string; origin: string }
-        void redis.client.publish(`${channel}:heartbeat`, JSON.stringify({ ack: id, to: origin }))
-      })
-      await before.subscribe(channel)
+      await receiverOfTheVersionBefore(channel)
       const began = performance.now()
       await buses[1]!.publish({ kind: 'token', tokenHash: 'h4' })
       expect(performance.now() - began).toBeLessThan(T / 2)
@@ -502,13 +512,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const quiet = createRedisInvalidationBus({ client: quietClient, prefix, timeoutMs: T, heartbeatMs: false, onError: (error) => errors.push(error) })
       await quiet.ready(5_000)
       const channel = quiet.channel
-      // The version before: confirms on the heartbeat channel, whatever the message asks.
-      const before = redis.connect()
-      before.on('message', (_from: string, text: string) => {
-        const { id, origin } = JSON.parse(text) as { id: string; origin: string }
-        void redis.client.publish(`${channel}:heartbeat`, JSON.stringify({ ack: id, to: origin }))
-      })
-      await before.subscribe(channel)
+      const before = await receiverOfTheVersionBefore(channel)
       let began = performance.now()
       await quiet.publish({ kind: 'token', tokenHash: 'h1' })
       expect(performance.now() - began).toBeLessThan(T / 2)

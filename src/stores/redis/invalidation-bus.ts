@@ -118,6 +118,20 @@ interface Awaiting {
   cut?: string
 }
 
+/**
+ * A gate for a report that could come with every invalidation: open at most once a minute
+ * (monotonic clock).
+ */
+function onceAMinute(): () => boolean {
+  let last = -Infinity
+  return () => {
+    const at = performance.now()
+    if (at - last < 60_000) return false
+    last = at
+    return true
+  }
+}
+
 /** The form of a bus's id (`randomUUID`). */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
@@ -300,11 +314,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // A confirmation that could not be sent (an ACL without publish rights on the confirmation
   // channels, a lost connection) leaves its sender waiting `timeoutMs`: reported at most once a
   // minute.
-  let lastUnsentReport = -Infinity
+  const unsentReport = onceAMinute()
   function unsentConfirmation(error: unknown): void {
-    const at = performance.now()
-    if (closed || at - lastUnsentReport < 60_000) return
-    lastUnsentReport = at
+    if (closed || !unsentReport()) return
     const reason = error instanceof Error ? error.message : String(error)
     onError(
       new Error(`A confirmation on ${ackPrefix}* could not be sent (${reason}): its sender waits its timeoutMs for it (with Redis ACLs, this client's user needs that channel: docs/stores.md, "Redis")`, { cause: error }),
@@ -333,13 +345,11 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   const channels = [...(confirms ? [ackChannel] : []), ...(confirms || heartbeatMs !== false ? [heartbeatChannel] : []), channel]
   // Receivers that did not confirm in time, reported at most once a minute with their count.
   let missing = 0
-  let lastMissingReport = -Infinity
+  const missingReport = onceAMinute()
   function unconfirmed(count: number, of: number): void {
     if (closed) return
     missing += count
-    const at = performance.now()
-    if (at - lastMissingReport < 60_000) return
-    lastMissingReport = at
+    if (!missingReport()) return
     onError(
       new Error(
         `${missing} receiver${missing === 1 ? '' : 's'} of ${channel} did not confirm an invalidation within ${redis.timeoutMs} ms (the last: ${count} of ${of}; a bus of a version before confirmations, a process that hangs, or a subscriber that is no bus): their instances may serve the token from their cache until the message reaches them`,
@@ -350,7 +360,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   }
   // Publishes waiting for confirmations that can no longer reach this bus stop waiting, and are
   // reported (at most once a minute) apart from receivers that did not confirm.
-  let lastCutReport = -Infinity
+  const cutReport = onceAMinute()
   function stopWaiting(cause: string): void {
     for (const entry of awaiting.values()) {
       entry.cut ??= cause
@@ -358,9 +368,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     }
   }
   function cutShort(count: number, of: number, cause: string): void {
-    const at = performance.now()
-    if (closed || count <= 0 || at - lastCutReport < 60_000) return
-    lastCutReport = at
+    if (closed || count <= 0 || !cutReport()) return
     onError(
       new Error(`Stopped waiting for ${count} of ${of} receivers of ${channel} to confirm an invalidation: ${cause}, so no confirmation could reach this bus; their instances may serve the token from their cache until the message reaches them`),
       'invalidation publish',
@@ -491,6 +499,16 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // subscribed (not when Redis refused it).
   let subscribeFailed = false
   let acksHeard = false
+  /**
+   * Whether a confirmation can reach this bus now: subscribed to its confirmation channel (or
+   * about to be: a connection that is ready, its subscription on its way) and not deaf. Not
+   * while its subscriber connection is down, its subscription or its confirmation channel was
+   * refused, or its channels are silent: a wait would only end in a report blaming receivers.
+   */
+  function confirmationsReach(): boolean {
+    if (deaf) return false
+    return subscribedNow ? acksHeard : !subscribeFailed && subscriber.status === 'ready'
+  }
   function lost(): void {
     subscribedNow = false
     subscribeFailed = false
@@ -564,11 +582,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       if (message.kind !== 'token') return Promise.resolve()
       // Sent even while the client's Redis is stalled (the breaker would refuse it unsent): a
       // revocation landing late is harmless, one never sent leaves the token in the other
-      // instances' caches for their whole TTL. Its deadline still fails this call.
-      // Not waited for either while the subscriber connection is down: no confirmation could
-      // reach this bus.
-      // Nor while the bus hears nothing (deaf), or Redis refused its confirmation channel.
-      if (!confirms || closed || deaf || (!subscribedNow && (subscribeFailed || subscriber.status !== 'ready')) || (subscribedNow && !acksHeard)) {
+      // instances' caches for their whole TTL. Its deadline still fails this call. Sent without
+      // an id (nobody confirms it) where no confirmation could reach this bus.
+      if (!confirms || closed || !confirmationsReach()) {
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
       }
@@ -616,7 +632,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       if (timer !== undefined) clearInterval(timer)
       listeners.clear()
       // Publishes waiting for confirmations stop waiting: none can arrive any more.
-      for (const entry of awaiting.values()) entry.done()
+      stopWaiting('closed')
       subscriber.removeListener('message', onMessage)
       subscriber.removeListener('ready', subscribe)
       subscriber.removeListener('close', lost)
