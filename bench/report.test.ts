@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import type { MicroResult } from './harness.js'
 import type { HttpRow } from './http.js'
 import { MICRO } from './micro.js'
-import { type BenchReport, NOISE_LIMIT, isNoisy, judgeTargets, renderReport, unjudgedTargets } from './report.js'
+import { type BenchReport, ISSUE_SEMVER_AT_1000, NOISE_LIMIT, isNoisy, judgeTargets, machineSpeed, renderReport, unjudgedTargets } from './report.js'
 import { SERVERS } from './servers/catalog.js'
 import { median, pairedRatios, spreadOf } from './stats.js'
 
@@ -191,5 +191,23 @@ describe('bench report: in-process targets', () => {
     const slow = microReport([200_000, 300_000, 450_000], steady, [9_000_000, 9_100_000, 8_900_000])
     expect(target(slow, 'core decision')).toMatchObject({ met: false, measured: '300,000/s (rounds 200,000/s–450,000/s)' })
     expect(isNoisy(slow)).toBe(false)
+  })
+
+  it('scales the core decision to the speed of the machine the targets were set on, by semver.maxSatisfying at 1,000 versions, without judging it', () => {
+    // A shared EPYC on a slow day (2026-11-30): semver at 948 a second, the decision at 232,000.
+    const slowDay = microReport([230_000, 232_000, 235_000], steady, [4_600_000, 4_640_000, 4_700_000], [940, 948, 960])
+    expect(machineSpeed(slowDay)).toMatchObject({ semverAt1000: 948, speed: 948 / ISSUE_SEMVER_AT_1000 })
+    expect(machineSpeed(slowDay)!.decisionScaled).toBeCloseTo(232_000 / (948 / 3_000), 0)
+    const markdown = renderReport(slowDay)
+    expect(markdown).toContain('ran 948/s here; issue 5 measured about 3,000/s on the machine its targets were set on, so this machine ran it at 0.32× that speed.')
+    expect(markdown).toContain('the core decision would run about 734,000/s')
+    // The target itself stays absolute.
+    expect(target(slowDay, 'core decision').met).toBe(false)
+    // A fast machine scales the other way.
+    const fast = microReport([860_000, 863_000, 870_000], steady, [9_000_000, 9_100_000, 8_900_000], [4_850, 4_850, 4_850])
+    expect(renderReport(fast)).toContain('1.62× that speed. At that machine\'s speed the core decision would run about 534,000/s')
+    // Without the in-process suite there is nothing to scale by.
+    expect(machineSpeed(fastifyReport([10_000], [9_000]))).toBeUndefined()
+    expect(renderReport(fastifyReport([10_000], [9_000]))).not.toContain('Machine speed')
   })
 })

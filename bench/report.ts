@@ -158,6 +158,39 @@ export function judgeTargets(report: BenchReport): TargetResult[] {
   return out
 }
 
+/**
+ * `semver.maxSatisfying` over 1,000 live versions on the machine issue 5's targets were set on,
+ * in calls a second ("about 3,000 calls/s"). The same call, measured in every run, tells how fast
+ * the run's machine is against that one.
+ */
+export const ISSUE_SEMVER_AT_1000 = 3_000
+
+/** A run's machine against the machine of issue 5 (see {@link machineSpeed}). */
+export interface MachineSpeed {
+  /** `semver.maxSatisfying` at 1,000 versions, calls a second in this run. */
+  readonly semverAt1000: number
+  /** This machine's speed over the issue's: `semverAt1000` ÷ {@link ISSUE_SEMVER_AT_1000}. */
+  readonly speed: number
+  /** The core decision's median divided by `speed`: its rate at the issue machine's speed. */
+  readonly decisionScaled: number | undefined
+}
+
+/**
+ * How fast the run's machine ran `semver.maxSatisfying` at 1,000 versions against the issue's
+ * machine, and the core decision scaled to that machine's speed. The core decision's target is
+ * absolute (500,000 a second on one core), so a slow machine (a shared host on a busy day ran
+ * both at a third of their usual speed, with steady rounds) misses it however fast the code is;
+ * the scale says which it was. Rough (one workload's speed stands for another's), printed beside
+ * the targets, never judged. `undefined` without the in-process suite.
+ */
+export function machineSpeed(report: BenchReport): MachineSpeed | undefined {
+  const at1000 = report.micro?.versions.find((v) => v.liveVersions === 1000)
+  if (!at1000 || !(at1000.semver.opsPerSec > 0)) return undefined
+  const speed = at1000.semver.opsPerSec / ISSUE_SEMVER_AT_1000
+  const decision = report.micro?.results.find((r) => r.name === MICRO.decision)
+  return { semverAt1000: at1000.semver.opsPerSec, speed, decisionScaled: decision && decision.opsPerSec / speed }
+}
+
 const verdict = (t: TargetResult) => (t.noisy ? 'not judged: noisy' : t.met === undefined ? '—' : t.met ? 'met' : '**missed**')
 
 /** Whether a target could not be judged because the machine was too noisy (such a run does not replace `latest.md`). */
@@ -214,6 +247,17 @@ export function renderReport(report: BenchReport): string {
     'HTTP ratios: the median of the paired ratios (this server\'s requests per second ÷ the bare ' +
       'server\'s in the same round), with the range over the rounds.',
   )
+  const speed = machineSpeed(report)
+  if (speed) {
+    parts.push(
+      `Machine speed: \`semver.maxSatisfying\` over 1,000 live versions ran ${formatRate(speed.semverAt1000)}/s here; issue 5 measured about ` +
+        `${formatRate(ISSUE_SEMVER_AT_1000)}/s on the machine its targets were set on, so this machine ran it at ${speed.speed.toFixed(2)}× that speed.` +
+        (speed.decisionScaled === undefined
+          ? ''
+          : ` At that machine's speed the core decision would run about ${formatRate(speed.decisionScaled)}/s (a rough scale, not judged: one workload's speed stands for another's).`) +
+        ' The HTTP ratios need no scale: both sides of each ran on this machine.',
+    )
+  }
   if (targets.some((t) => t.noisy)) {
     parts.push(
       `**Noisy run.** The rounds of a measurement disagree by more than ±${NOISE_LIMIT * 100} % (for an ` +
