@@ -255,14 +255,13 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(res.headers['cache-control']).toBe('public, max-age=3600')
         expect(res.headers['access-control-allow-origin']).toBe('*')
         expect(res.headers['x-mcp-version']).toBeUndefined()
-        // HEAD: the same fields, no body; on Node's adapters the GET body's length, as their
-        // other HEAD answers carry (docs/adapters.md), where the Web Response leaves it out.
+        // HEAD: the same fields and the GET body's length (RFC 9110 section 9.3.2), no body.
         const head = await target.request({ method: 'HEAD', path: '/.well-known/oauth-protected-resource' })
         expect(head.status).toBe(200)
         expect(head.body).toBe('')
         expect(head.headers['cache-control']).toBe('public, max-age=3600')
         expect(head.headers['content-type']).toBe('application/json')
-        if (!name.startsWith('web')) expect(head.headers['content-length']).toBe(String(Buffer.byteLength(res.body)))
+        expect(head.headers['content-length']).toBe(String(Buffer.byteLength(res.body)))
       })
 
       it('answers a CORS preflight', async () => {
@@ -328,6 +327,8 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(bare.headers['www-authenticate']).toBe(challenge.headers['www-authenticate'])
         expect(bare.headers['x-mcp-version']).toBeUndefined()
         expect(bare.body).toBe('')
+        // The length of GET's answer, on every adapter.
+        expect(bare.headers['content-length']).toBe(String(Buffer.byteLength(challenge.body!)))
         const refused = await target.request({ method: 'HEAD', path: '/v1', headers: bearer(`svc_${'A'.repeat(44)}`) })
         expect(refused.status).toBe(401)
         expect(refused.headers['www-authenticate']).toContain('error="invalid_token"')
@@ -341,6 +342,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(allowed.headers['x-probe']).toBeUndefined()
         expect(allowed.headers['x-mcp-version']).toBeUndefined()
         expect(allowed.body).toBe('')
+        expect(allowed.headers['content-length']).toBe(String(Buffer.byteLength(methodNotAllowedReply(ALLOWED_METHODS).body!)))
       })
 
       it('a path with dot segments is never approved as one path and routed as another', async () => {

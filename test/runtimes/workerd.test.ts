@@ -160,6 +160,18 @@ describe.skipIf(missing.length > 0)('the Web adapter in workerd (Cloudflare Work
     }
   })
 
+  it('answers HEAD with GET\'s fields and the length of its body, without the body', async () => {
+    for (const path of ['/.well-known/oauth-protected-resource', '/v1']) {
+      const get = await loopbackFetch(url(path))
+      const body = await get.text()
+      const head = await loopbackFetch(url(path), { method: 'HEAD' })
+      expect(head.status, path).toBe(get.status)
+      expect(await head.text(), path).toBe('')
+      expect(head.headers.get('content-type'), path).toBe('application/json')
+      expect(head.headers.get('content-length'), path).toBe(String(Buffer.byteLength(body)))
+    }
+  })
+
   describe('OAuth, userinfo mode', () => {
     it('shares one userinfo call between concurrent first requests, then answers from the cache', async () => {
       const token = await newToken()

@@ -85,6 +85,19 @@ export function toResponse(reply: Reply): Response {
   return new Response(reply.body, { status: reply.status, headers: reply.headers })
 }
 
+const utf8 = new TextEncoder()
+
+/**
+ * HEAD is GET without content (RFC 9110 section 9.3.2): the reply's status and fields, with the
+ * `Content-Length` its GET would carry, as the Express and Fastify adapters send it.
+ */
+function headResponse(reply: Reply): Response {
+  if (reply.body === null) return new Response(null, { status: reply.status, headers: reply.headers })
+  const headers = new Headers(reply.headers)
+  headers.set('content-length', String(utf8.encode(reply.body).byteLength))
+  return new Response(null, { status: reply.status, headers })
+}
+
 /**
  * Wraps a web-standard MCP handler in the whole dispatch pipeline. Rejections are answered
  * here; dispatched requests reach `handler` with their body untouched, and its response
@@ -148,9 +161,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // With synchronous stores the decision is there at once: no await, no microtask.
     const decision = decided instanceof Promise ? await decided : decided
     if (decision.type === 'reply') {
-      // HEAD is GET without content (RFC 9110 section 9.3.2): the reply's status and fields alone.
       const { reply } = decision
-      return request.method === 'HEAD' ? new Response(null, { status: reply.status, headers: reply.headers }) : toResponse(reply)
+      return request.method === 'HEAD' ? headResponse(reply) : toResponse(reply)
     }
     setContext(request, decision.context)
     // On Node, the head of `outgoing` takes the headers (and tells `complete` the outcome),
