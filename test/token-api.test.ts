@@ -395,10 +395,19 @@ describe('create (spec 2.1, 3)', () => {
     expect((await json(await call('GET', '', { session: alice }))).tokens.map((t: { name: string }) => t.name)).not.toContain('CI')
   })
 
-  it('an API token cannot manage tokens (only rotate itself): 403', async () => {
+  it('an API token cannot manage tokens (only rotate itself): 403, saying what the rest needs', async () => {
     const response = await call('POST', '', { bearer: token('alice'), body: { name: 'x', servers: ['app_weather'], expires_in_days: 7 } })
     expect(response.status).toBe(403)
+    expect(await json(response)).toEqual({
+      error: 'forbidden',
+      message: 'A Bearer token may only rotate itself (POST {id}/rotate); the rest of the token API needs a dashboard session',
+    })
     expect((await call('GET', '', { bearer: token('alice') })).status).toBe(403)
+    // Nor can an OAuth access token (any Bearer credential that is not an API token), which
+    // is told the same rather than that API tokens rotate themselves.
+    const oauth = await call('GET', '', { authorization: 'Bearer eyJhbGciOiJSUzI1NiJ9.e30.c2ln' })
+    expect(oauth.status).toBe(403)
+    expect((await json(oauth)).message).toMatch(/^A Bearer token may only rotate itself/)
   })
 })
 

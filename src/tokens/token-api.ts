@@ -256,7 +256,8 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
     }
     if (bearer.kind !== 'missing') {
-      throw new DispatchError('ERR_FORBIDDEN', 403, -32003, 'API tokens may only rotate themselves')
+      // Any Bearer credential, an OAuth access token's included: none manages tokens.
+      throw new DispatchError('ERR_FORBIDDEN', 403, -32003, 'A Bearer token may only rotate itself (POST {id}/rotate); the rest of the token API needs a dashboard session')
     }
     if (id === undefined) {
       if (method === 'GET') return json(200, { tokens: await tokens.list((await session(request, false)).userId) })
