@@ -2,10 +2,10 @@
  * JSON-RPC answers to what Node's HTTP parser refuses before any handler runs (`clientError`).
  * No Node import: the socket is typed by what is used of it, so the Web adapter's subpath
  * (which also runs on Workers, Bun and Deno) can export it for `@hono/node-server`.
- * @internal
+ * Not an entry point: the adapters' entries export what users need of it.
  * @module
  */
-import { type JsonRpcErrorObject, jsonRpcErrorReply } from '../core/reply.js'
+import { type JsonRpcErrorObject, RpcCode, jsonRpcErrorReply } from '../core/reply.js'
 
 /** The part of a `net.Socket` that {@link answerClientError} uses. */
 export interface ClientErrorSocket {
@@ -20,19 +20,19 @@ export type ClientError = Error & { code?: string }
 
 // By Node's own choice of status (lib/_http_server.js, `socketOnError`), with the body every
 // other refusal of the dispatch layer has. Built once: the answers never change.
-const BAD_REQUEST = rawReply(400, 'Bad Request', { code: -32600, message: 'Malformed HTTP request', data: { error: 'invalid_request' } })
+const BAD_REQUEST = rawReply(400, 'Bad Request', { code: RpcCode.InvalidRequest, message: 'Malformed HTTP request', data: { error: 'invalid_request' } })
 const ANSWERS: ReadonlyMap<string, string> = new Map([
   [
     'HPE_HEADER_OVERFLOW',
     rawReply(431, 'Request Header Fields Too Large', {
-      code: -32600,
+      code: RpcCode.InvalidRequest,
       message: 'Request header fields too large',
       data: { error: 'invalid_request', field: 'headers' },
     }),
   ],
   [
     'HPE_CHUNK_EXTENSIONS_OVERFLOW',
-    rawReply(413, 'Content Too Large', { code: -32600, message: 'Chunk extensions too large', data: { error: 'invalid_request', field: 'body' } }),
+    rawReply(413, 'Content Too Large', { code: RpcCode.InvalidRequest, message: 'Chunk extensions too large', data: { error: 'invalid_request', field: 'body' } }),
   ],
   ['ERR_HTTP_REQUEST_TIMEOUT', rawReply(408, 'Request Timeout', { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } })],
 ])
@@ -89,7 +89,7 @@ export interface ExpectationResponse {
 
 // Built once: the answer never changes.
 const EXPECTATION_FAILED = jsonRpcErrorReply(417, {
-  code: -32600,
+  code: RpcCode.InvalidRequest,
   message: 'Expectation failed',
   data: { error: 'invalid_request', field: 'expect' },
 })
@@ -102,7 +102,7 @@ const EXPECTATION_FAILED_HEADERS: Record<string, string> = {
  * A listener for a Node HTTP server's `checkExpectation` event: a request whose `Expect` names
  * anything but `100-continue` (which Node, or `checkContinue`, handles) gets 417, the status
  * Node sends itself (RFC 9110 section 10.1.1), with a JSON-RPC error body as every other refusal
- * of the dispatch layer (`{ code: -32600, message: "Expectation failed", data: { error:
+ * of the dispatch layer (`{ code: RpcCode.InvalidRequest, message: "Expectation failed", data: { error:
  * "invalid_request", field: "expect" } }`), instead of Node's empty one. Nothing of the request
  * is echoed; the request reaches no handler, as without the listener.
  *

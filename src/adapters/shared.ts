@@ -1,12 +1,12 @@
 /**
  * Pieces every adapter shares: building the dispatcher from options, the neutral request,
  * and the replies for handler failures. Adapters translate; no rule lives here.
- * @internal
+ * Not an entry point: the adapters' entries export what users need of it.
  * @module
  */
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Reply, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
+import { type Reply, RpcCode, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
 import { ConfigurationError, logError } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
 
@@ -54,7 +54,7 @@ export function setupAdapter(options: AdapterOptions): {
  * layer is a gateway in front of the App, so 502, with no detail of the failure.
  */
 export const HANDLER_FAILED: Reply = jsonRpcErrorReply(502, {
-  code: -32603,
+  code: RpcCode.InternalError,
   message: 'App handler failed',
   data: { error: 'handler_error' },
 })

@@ -2,7 +2,7 @@
  * The version switch every adapter's `routeByVersion` shares: which handler serves the App
  * version a request was dispatched to. Framework-free; each adapter wraps it in its own
  * handler type.
- * @internal
+ * Not an entry point: the adapters' entries export what users need of it.
  * @module
  */
 import type { AppRecord } from '../core/stores.js'

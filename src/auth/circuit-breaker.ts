@@ -93,6 +93,10 @@ const PROBE_RETRY_AFTER_MS = 1_000
  * if (!permit.allowed) throw new AuthorizationServerUnavailableError(Math.ceil(permit.retryAfterMs / 1000))
  * try { await call(); breaker.success(permit) } catch (e) { breaker.failure(permit); throw e }
  * ```
+ *
+ * @throws {ConfigurationError} with a `failureThreshold` that is not a positive integer, a
+ * negative `coolDownMs`, or a `probeMaxAgeMs` that is not positive (named `breaker.…`, as the
+ * OAuth validator's `breaker` option passes them).
  */
 export function createCircuitBreaker(options: CircuitBreakerOptions = {}): CircuitBreaker {
   const threshold = options.failureThreshold ?? DEFAULT_FAILURE_THRESHOLD

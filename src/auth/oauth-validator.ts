@@ -144,7 +144,14 @@ export interface OAuthValidatorOptions {
   /** `jwt` mode: accepted signing algorithms. Default: whatever the keys allow. */
   algorithms?: readonly string[]
   /** `introspection` mode: the resource server's client credentials (`client_secret_basic`). */
-  introspection?: { clientId: string; clientSecret: string; endpoint?: string }
+  introspection?: {
+    /** The client id the platform is registered under at the authorization server. */
+    clientId: string
+    /** Its secret, sent in the `Authorization: Basic` of each introspection request (never logged). */
+    clientSecret: string
+    /** The RFC 7662 endpoint; default the `introspection_endpoint` of discovery. */
+    endpoint?: string
+  }
   /** Allowed clock skew for `exp` / `nbf`. Default 0. */
   clockToleranceMs?: number
   /** Where results are cached; default in memory. Keys are hashes, never tokens. */

@@ -16,7 +16,12 @@ export type TrustProxy = false | number | readonly string[]
 /** A compiled {@link TrustProxy}. */
 export type CompiledTrustProxy = false | number | readonly IpRange[]
 
-/** Compiles a {@link TrustProxy} setting, throwing a `TypeError` for a bad one. */
+/**
+ * Compiles a {@link TrustProxy} setting once, for {@link resolveClientAddress}.
+ *
+ * @throws {TypeError} for a setting that is none of the three forms (`true` among them: it
+ * would let any client choose its address), or a list with an entry that is no address or range.
+ */
 export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustProxy {
   if (trust === undefined || trust === false) return false
   if (typeof trust === 'number') {
@@ -35,7 +40,13 @@ export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustP
 }
 
 /**
- * The client address of a request.
+ * The client address of a request, as the adapters resolve it: `socketAddress` (the TCP
+ * peer) unless `trust` lets the proxies of `forwardedFor` (the raw `X-Forwarded-For` value,
+ * hops separated by commas, a port on a hop dropped) name another. With a hop count `n`, the
+ * hop `n` places left of the socket peer (the leftmost when the chain is shorter); with a list,
+ * the rightmost hop that is not a trusted proxy. `undefined` only when `socketAddress` is (a
+ * request with no known peer). For code that answers requests without an adapter, such as a
+ * token API on a Web-standard runtime behind a proxy.
  *
  * @example
  * ```ts

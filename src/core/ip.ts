@@ -170,8 +170,8 @@ const MAX_ALLOWLIST_ENTRY_LENGTH = 64
 /**
  * What is wrong with an allowlist, as the token service refuses it, or `null` when it is
  * acceptable: the list itself (`index: null`: empty, since `[]` would allow no address where
- * `null` means no allowlist; more than {@link MAX_ALLOWLIST_ENTRIES} entries), else its first
- * bad entry (`index`: longer than {@link MAX_ALLOWLIST_ENTRY_LENGTH}, or no address or CIDR
+ * `null` means no allowlist; more than 100 entries), else its first
+ * bad entry (`index`: longer than 64 characters, or no address or CIDR
  * range). Stricter than {@link parseCidr}, for entries a user types: spaces around an entry and
  * IPv6 zone indexes (`fe80::1%eth0`) are refused, not dropped, so the entry stored is the entry
  * matched.

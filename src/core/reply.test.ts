@@ -4,7 +4,9 @@ import {
   RpcCode,
   authorizationServerUnavailableReply,
   buildWwwAuthenticate,
+  contentLengthMismatchReply,
   forbiddenReply,
+  invalidHostReply,
   ipNotAllowedReply,
   jsonRpcErrorReply,
   methodNotAllowedReply,
@@ -16,6 +18,7 @@ import {
   sessionNotFoundReply,
   unauthorizedReply,
   versionNotFoundReply,
+  versionNotServedReply,
 } from './reply.js'
 
 const METADATA_URL = 'https://weather.example.com/.well-known/oauth-protected-resource'
@@ -211,7 +214,7 @@ describe('503 (DESIGN.md)', () => {
 })
 
 describe('RpcCode', () => {
-  it('matches the codes of spec 7 and DESIGN.md', () => {
+  it('matches the codes of spec 7 and DESIGN.md, and JSON-RPC 2.0\'s for malformed requests and handler failures', () => {
     expect(RpcCode).toMatchObject({
       Unauthorized: -32001,
       PaymentRequired: -32002,
@@ -219,7 +222,34 @@ describe('RpcCode', () => {
       NotFound: -32004,
       Unavailable: -32005,
       RateLimited: -32000,
+      InvalidRequest: -32600,
+      InternalError: -32603,
     })
+  })
+
+  it('names the code of every answer the dispatch layer builds, so a client switching on it misses none', () => {
+    const codes = new Set<number>(Object.values(RpcCode))
+    const replies = [
+      unauthorizedReply({ resourceMetadataUrl: 'https://weather.example.com/.well-known/oauth-protected-resource' }),
+      paymentRequiredReply(),
+      forbiddenReply(),
+      ipNotAllowedReply(),
+      originNotAllowedReply(),
+      versionNotFoundReply('3', '2.0.0'),
+      notFoundReply(),
+      sessionNotFoundReply(),
+      methodNotAllowedReply('GET, POST, DELETE, OPTIONS'),
+      rateLimitedReply({ limit: 1, windowType: 'minute', resetAt: 60_000, retryAfter: 1 }),
+      authorizationServerUnavailableReply(1),
+      serviceUnavailableReply(),
+      versionNotServedReply('1.0.0'),
+      invalidHostReply(),
+      contentLengthMismatchReply(),
+    ]
+    for (const reply of replies) {
+      const { code } = (JSON.parse(reply.body!) as { error: { code: number } }).error
+      expect(codes.has(code), `${reply.status} ${reply.body}`).toBe(true)
+    }
   })
 })
 

@@ -23,16 +23,26 @@ export interface JsonRpcErrorObject {
   data?: Record<string, unknown>
 }
 
-/** JSON-RPC codes used by the dispatch layer (spec section 7, DESIGN.md). */
+/** JSON-RPC codes of the dispatch layer's answers (spec section 7, DESIGN.md, README "Errors"). */
 export const RpcCode = {
   /** Generic server error; used for 429 (spec section 7) and 405 (as the MCP SDK does). */
   ServerError: -32000,
+  /** 429: the caller's rate limit is spent (spec section 7). */
   RateLimited: -32000,
+  /** 401: no credential, or one that cannot be validated. */
   Unauthorized: -32001,
+  /** 402: no active subscription to the App. */
   PaymentRequired: -32002,
+  /** 403: a token's scope, IP allowlist, or the request's `Origin`. */
   Forbidden: -32003,
+  /** 404: no such App, path, version or session. */
   NotFound: -32004,
+  /** 503: the authorization server or a store cannot answer now. */
   Unavailable: -32005,
+  /** 400 and 417 of malformed requests: an invalid `Host`, a body that does not match its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than `100-continue`. */
+  InvalidRequest: -32600,
+  /** 502: the MCP handler threw or failed before its response head (`handler_error`). */
+  InternalError: -32603,
 } as const
 
 const JSON_HEADERS: Readonly<Record<string, string>> = Object.freeze({ 'content-type': 'application/json' })
@@ -245,7 +255,10 @@ export function authorizationServerUnavailableReply(retryAfter: number): Reply {
   )
 }
 
-/** 503 when a store the decision depends on cannot answer (never a silent allow). */
+/**
+ * 503 when a store the decision depends on cannot answer (never a silent allow), with
+ * `Retry-After: <retryAfter>` and `data.retryAfter`, in seconds (default 1).
+ */
 export function serviceUnavailableReply(retryAfter = 1): Reply {
   return jsonRpcErrorReply(
     503,
@@ -277,7 +290,7 @@ export function versionNotServedReply(version: string): Reply {
  */
 export function invalidHostReply(): Reply {
   return jsonRpcErrorReply(400, {
-    code: -32600,
+    code: RpcCode.InvalidRequest,
     message: 'Invalid Host header',
     data: { error: 'invalid_request', field: 'host' },
   })
@@ -299,7 +312,7 @@ export function contentLengthMismatchReply(): Reply {
   return CONTENT_LENGTH_MISMATCH
 }
 const CONTENT_LENGTH_MISMATCH = shared(jsonRpcErrorReply(400, {
-  code: -32600,
+  code: RpcCode.InvalidRequest,
   message: 'Request body does not match its Content-Length',
   data: { error: 'invalid_request', field: 'content-length' },
 }))

@@ -59,33 +59,57 @@ export type ApiTokenStatus = 'active' | 'expired' | 'revoked'
 
 /** One server a token may reach, as the API shows it (spec 2.1 `scopes[]`). */
 export interface TokenScopeView {
+  /** The App's id, as the token record holds it. */
   server_id: string
+  /** The App's name; `null` when the App store no longer knows the App. */
   server_name: string | null
+  /** The App's slug (its host label); `null` when the App store no longer knows the App. */
   server_slug: string | null
 }
 
 /** A token as the token API shows it, without its secret (spec 2.1 plus list fields). */
 export interface ApiTokenView {
+  /** The token's id (a UUID): stable across rotations, the `{id}` of the token API's routes. */
   id: string
+  /** Its label. */
   name: string
+  /**
+   * The first 12 characters of the secret (`svc_` and 8 more; spec 2.1), to tell tokens apart
+   * in a list; a rotation changes it. Not {@link TokenService.prefix}, the `svc_` all tokens
+   * start with.
+   */
   prefix: string
+  /** When it stops working: ISO 8601 in UTC with milliseconds (`2026-12-07T09:30:00.000Z`). */
   expires_at: string
+  /** The IP addresses and CIDR ranges it may be used from; `null`: from anywhere. */
   allowed_ips: string[] | null
+  /** The Apps it may reach. */
   scopes: TokenScopeView[]
+  /** When it was created: ISO 8601 in UTC with milliseconds. */
   created_at: string
+  /** When it was last used (recorded coalesced, at most `lastUsedFlushMs` late); `null`: never. */
   last_used_at: string | null
+  /** `active`, `expired` or `revoked`, as of the call (spec 3). */
   status: ApiTokenStatus
 }
 
 /** The create and rotate result: the fields of spec 2.1, with the full secret, shown once. */
 export interface ApiTokenSecretView {
+  /** The whole secret (`svc_…`, 48 characters): returned by `create` and `rotate` only, never stored or shown again. */
   token: string
+  /** As {@link ApiTokenView.id}. */
   id: string
+  /** As {@link ApiTokenView.name}. */
   name: string
+  /** As {@link ApiTokenView.prefix}: the first 12 characters of `token`. */
   prefix: string
+  /** As {@link ApiTokenView.expires_at}. */
   expires_at: string
+  /** As {@link ApiTokenView.allowed_ips}. */
   allowed_ips: string[] | null
+  /** As {@link ApiTokenView.scopes}. */
   scopes: TokenScopeView[]
+  /** As {@link ApiTokenView.created_at}. */
   created_at: string
 }
 
@@ -259,27 +283,64 @@ export interface TokenService {
   /** The token prefix in use (`svc_` by default). */
   readonly prefix: string
   /**
-   * Creates a token; the result is the only place the full secret appears (spec 3). Fails with
-   * {@link InvalidInputError} naming a bad field, and {@link ConflictError} when the user holds
-   * `maxActiveTokensPerUser` active tokens already.
+   * Creates a token; the result is the only place the full secret appears (spec 3).
+   *
+   * @throws {InvalidInputError} (400) naming a bad field (`name`, `servers`, `expiresInDays`,
+   * `allowedIps.1`), or a server `userId` may not use.
+   * @throws {ConflictError} (409) when the user holds `maxActiveTokensPerUser` active tokens already.
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   create(input: CreateTokenInput): Promise<ApiTokenSecretView>
-  /** Tokens of a user, newest first, without secrets (dashboard list, spec 2.1). */
+  /**
+   * Tokens of a user, newest first, without secrets (dashboard list, spec 2.1).
+   *
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
+   */
   list(userId: string): Promise<ApiTokenView[]>
-  /** One token of `userId`; `NotFoundError` when absent or owned by someone else. */
+  /**
+   * One token of `userId`.
+   *
+   * @throws {NotFoundError} (404) when there is no such token, or it is someone else's (told apart from nothing).
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
+   */
   get(userId: string, id: string): Promise<ApiTokenView>
-  /** Edits name, expiration or allowlist; servers cannot change (spec 2.1, 3). */
+  /**
+   * Edits name, expiration or allowlist; servers cannot change (spec 2.1, 3).
+   *
+   * @throws {InvalidInputError} (400) naming a bad field, `servers` or `scopes` among them.
+   * @throws {NotFoundError} (404) when there is no such token of `userId`.
+   * @throws {TokenInactiveError} (409) when the token has expired or was revoked.
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
+   */
   update(userId: string, id: string, input: UpdateTokenInput): Promise<ApiTokenView>
-  /** Rotates a secret (spec 3, 4.3): same id, name, scopes, expiry, allowlist. */
+  /**
+   * Rotates a secret (spec 3, 4.3): same id, name, scopes, expiry, allowlist; a new secret and
+   * prefix, and the old secret refused at once.
+   *
+   * @throws {UnauthorizedError} (401) when the caller is a token that is not valid (unknown,
+   * expired, revoked), or lost a race with another rotation or a revocation of itself.
+   * @throws {ForbiddenError} (403) when a token rotates another token, or calls from an address
+   * outside its allowlist (or from none, with an allowlist).
+   * @throws {TooManyValidationsError} (429) when a token caller's `clientAddress` has spent its `unknownTokenBudget`.
+   * @throws {NotFoundError} (404) when the owner's session names no token of theirs.
+   * @throws {TokenInactiveError} (409) when the owner rotates an expired or revoked token.
+   * @throws {ConflictError} (409) when the owner's rotation lost 32 races in a row: try again.
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
+   */
   rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
   /**
    * Revokes a token of `userId`, permanently (spec 3). Idempotent. An expired token is left as
    * it is (spec 3: only an active token can be revoked) and answered with `status: 'expired'`.
+   *
+   * @throws {NotFoundError} (404) when there is no such token of `userId`.
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   revoke(userId: string, id: string): Promise<ApiTokenView>
   /**
    * Revokes every active token of a user: call it on password reset (spec 3). Expired tokens
    * are left as they are. Returns the count of tokens it revoked.
+   *
+   * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   revokeAllForUser(userId: string): Promise<number>
   /**

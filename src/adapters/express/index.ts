@@ -259,6 +259,10 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
  * // Or a fixed table: keys `${appId}@${version}`, or versions of the App `appId`:
  * app.use(routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }))
  * ```
+ *
+ * @throws {ConfigurationError} with `routes` that are neither an object of handler functions nor
+ * a function, a key that is neither `<appId>@<version>` nor an exact version, bare-version keys
+ * without `appId`, or an empty `appId`.
  */
 export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options?: RouteByVersionOptions): RequestHandler {
   const route = createVersionRouter(routes, options)
@@ -355,6 +359,9 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
  * app.use(serveTokenApi(api))            // /api/tokens…
  * app.use(mcpDispatch({ dispatcher }))   // everything else
  * ```
+ *
+ * @throws {ConfigurationError} with an `api` that is not the handler `createTokenApi` returns,
+ * or a `trustProxy` it cannot use.
  */
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): RequestHandler {
   const trust = setupTokenApi(api, options)

@@ -288,6 +288,10 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
  * app.all('/*', routeByVersion((appRecord, version) => createVersionHandler(appRecord, version)))
  * app.all('/*', routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }))
  * ```
+ *
+ * @throws {ConfigurationError} with `routes` that are neither an object of handler functions nor
+ * a function, a key that is neither `<appId>@<version>` nor an exact version, bare-version keys
+ * without `appId`, or an empty `appId`.
  */
 export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = FastifyMcpHandler>(
   routes: VersionRoutes<Handler>,
@@ -377,6 +381,9 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
  * await app.register(serveTokenApi(api))                 // /api/tokens…
  * await app.register(mcpDispatch({ dispatcher }))        // the MCP routes
  * ```
+ *
+ * @throws {ConfigurationError} with an `api` that is not the handler `createTokenApi` returns,
+ * or a `trustProxy` it cannot use.
  */
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): FastifyPluginAsync {
   const trust = setupTokenApi(api, options)

@@ -383,6 +383,10 @@ export function getDispatchContext(request: Request): DispatchContext {
  * })
  * mcpDispatch({ dispatcher, handler: routeByVersion({ '1.4.2': v1, '2.0.0': v2 }, { appId: 'app_weather' }) })
  * ```
+ *
+ * @throws {ConfigurationError} with `routes` that are neither an object of handler functions nor
+ * a function, a key that is neither `<appId>@<version>` nor an exact version, bare-version keys
+ * without `appId`, or an empty `appId`.
  */
 export function routeByVersion(routes: VersionRoutes<WebMcpHandler>, options?: RouteByVersionOptions): WebMcpHandler {
   const route = createVersionRouter(routes, options)

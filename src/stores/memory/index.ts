@@ -90,7 +90,18 @@ export interface MemorySubscriptionStore extends SubscriptionStore {
   setActive(userId: string, appId: string, active: boolean): void
 }
 
-/** In-memory subscriptions. */
+/**
+ * In-memory subscriptions: which user may use which App (402 for the others), answered
+ * synchronously. `seed` sets them once, in order (a later entry for the same pair wins);
+ * `setActive` changes them later. One process only: share subscriptions between instances
+ * through a store of your own over your billing data.
+ *
+ * @example
+ * ```ts
+ * const subscriptions = createMemorySubscriptionStore([{ userId: 'user_alice', appId: 'app_weather', active: true }])
+ * subscriptions.setActive('user_alice', 'app_notes', true)
+ * ```
+ */
 export function createMemorySubscriptionStore(
   seed: readonly { userId: string; appId: string; active: boolean }[] = [],
 ): MemorySubscriptionStore {
@@ -326,6 +337,8 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * the least recently used keys go first. Past half of `max`, a counter that is used moves to
  * the end of the map's order, so a busy caller's counter is the last to go (dropping it would
  * reset its count); below that, nothing is reordered and a request costs one lookup.
+ *
+ * @throws {ConfigurationError} with a `max` that is not a positive integer.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
   const max = positiveInteger(options.max, 100_000, 'max')
@@ -375,7 +388,14 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
   }
 }
 
-/** In-memory TTL cache (`lru-cache`). */
+/**
+ * In-memory TTL cache (`lru-cache`), for the OAuth validator's results and the token service's
+ * records: at most `max` entries (default 100,000), the least recently used dropped first; an
+ * entry lives the `ttlMs` its `set` gives (0 or less: not stored), read against `now` when given
+ * (else lru-cache's monotonic clock). One process only: the Redis cache store shares it between instances.
+ *
+ * @throws {ConfigurationError} with a `max` that is not a positive integer.
+ */
 export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
   const cache = new LRUCache<string, T>({
     max: positiveInteger(options.max, 100_000, 'max'),

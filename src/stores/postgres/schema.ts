@@ -15,7 +15,8 @@ export const DEFAULT_POSTGRES_TOKEN_TABLE = 'mcp_dispatch_api_tokens'
 export interface PostgresTableOptions {
   /**
    * Schema of the table; default `public`. Lower-case letters, digits and `_`, starting
-   * with a letter or `_`, at most 63 characters, not starting with `pg_`.
+   * with a letter or `_`, at most 63 characters, neither `information_schema` nor starting
+   * with `pg_` (PostgreSQL's own).
    */
   schema?: string
   /**
@@ -78,7 +79,8 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
 }
 
 /**
- * The SQL that creates the token table and its indexes: idempotent (each created only when
+ * The SQL that creates the token table and its indexes, and `<table>_resets` (each user's last
+ * password reset: a token of the user created before it reads as revoked): idempotent (each created only when
  * missing, and the key and unique index the store relies on checked, failing loudly when
  * another relation holds their name), one transaction when sent as one query, and serialized by an advisory lock so
  * instances that start together do not race on the catalog. Creates the schema too, unless
@@ -95,6 +97,9 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
  *
  * writeFileSync('migrations/001_mcp_dispatch_tokens.sql', postgresTokenStoreMigration({ schema: 'mcp' }))
  * ```
+ *
+ * @throws {ConfigurationError} with a `schema` or `table` that is no lower-case SQL identifier
+ * (`information_schema` and `pg_…` refused).
  */
 export function postgresTokenStoreMigration(options: PostgresTableOptions = {}): string {
   return migrationSql(tokenTableNames(options))

@@ -163,6 +163,11 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
  * // the Redis bus every instance hears (`createRedisInvalidationBus` of mcp-dispatch/redis).
  * const tokens = createTokenService({ store, apps, subscriptions })
  * ```
+ *
+ * @throws {ConfigurationError} without a `pool` (one with `query(config)`), or with a
+ * `preparedStatements` that is not a boolean or a `schema` or `table` that is no lower-case SQL
+ * identifier (`information_schema` and `pg_…` refused). A store call on a connection shared
+ * behind PgBouncer with `preparedStatements: true` rejects with one too.
  */
 export function createPostgresTokenStore(options: PostgresTokenStoreOptions): PostgresTokenStore {
   if (typeof options !== 'object' || options === null) throw new ConfigurationError('pool', 'is required')

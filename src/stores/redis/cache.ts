@@ -62,6 +62,10 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
  * const oauth = createOAuthValidator({ issuer, cache: createRedisCacheStore<CachedValidation>({ client: redis }) })
  * ```
+ *
+ * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
+ * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds; with a
+ * `localTtlMs` below 0, a `localMax` below 1, or a `now` that is not a function.
  */
 export function createRedisCacheStore<T extends object>(options: RedisCacheStoreOptions): CacheStore<T> {
   const redis = connectRedis(options)

@@ -196,7 +196,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * An invalidation bus over Redis pub/sub, one per token service. `publish` delivers to this
  * bus's own listeners at once (as the in-process bus does) and sends one `PUBLISH` to
  * `<prefix>invalidations` (under the `timeoutMs` deadline, and even while the client's Redis is
- * stalled: see `connectRedis`); every other bus on that channel
+ * stalled: docs/stores.md, "Failure behaviour"); every other bus on that channel
  * delivers it to its listeners when it arrives (its own messages coming back are skipped) and
  * confirms it on the sender's own channel, `<channel>:ack:<sender>`. On a single Redis,
  * `publish` resolves once every connection that received the message confirmed it, or
@@ -227,6 +227,12 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations })
  * // on shutdown: await tokens.close(); await invalidations.close(); await redis.quit()
  * ```
+ *
+ * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
+ * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds; with an
+ * `onError` or `heartbeatMs` it cannot use; with a `subscriber` that is not a connection of its
+ * own (the client itself, or one already carrying a bus of this prefix), or none when the client
+ * has no `duplicate()`.
  */
 export function createRedisInvalidationBus(options: RedisInvalidationBusOptions): RedisInvalidationBus {
   const redis = connectRedis(options)

@@ -71,6 +71,9 @@ function toCount(reply: unknown): number | RateLimitCount {
  *   rateLimit: { store: createRedisRateLimitStore({ client: redis }), policy: () => ({ limit: 60, windowType: 'minute' }) },
  * })
  * ```
+ *
+ * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
+ * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds.
  */
 export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimitStore {
   const redis = connectRedis(options)

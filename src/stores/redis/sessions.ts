@@ -40,6 +40,9 @@ function done(): void {}
  * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
  * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers, sessions: createRedisSessionStore({ client: redis }) })
  * ```
+ *
+ * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
+ * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds.
  */
 export function createRedisSessionStore(options: RedisStoreOptions): SessionStore {
   const redis = connectRedis(options)
