@@ -303,8 +303,12 @@ interface Finished {
   stderr: string
 }
 
-/** Runs `node args…` with `*.localhost` resolved to loopback; kills it past `timeoutMs`. */
-function runNode(args: string[], timeoutMs = 15_000): Promise<Finished> {
+/**
+ * Runs `node args…` with `*.localhost` resolved to loopback; kills it past `timeoutMs`, a guard
+ * against a hang, not a measure: the Inspector's two processes take about a second here, and
+ * once took 15 s on a machine also running the conformance runner and a type check.
+ */
+function runNode(args: string[], timeoutMs = 25_000): Promise<Finished> {
   const child = spawn(process.execPath, args, {
     env: { ...process.env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}` },
     stdio: ['ignore', 'pipe', 'pipe'],
