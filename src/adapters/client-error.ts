@@ -102,7 +102,7 @@ const EXPECTATION_FAILED_HEADERS: Record<string, string> = {
  * A listener for a Node HTTP server's `checkExpectation` event: a request whose `Expect` names
  * anything but `100-continue` (which Node, or `checkContinue`, handles) gets 417, the status
  * Node sends itself (RFC 9110 section 10.1.1), with a JSON-RPC error body as every other refusal
- * of the dispatch layer (`{ code: RpcCode.InvalidRequest, message: "Expectation failed", data: { error:
+ * of the dispatch layer (`{ code: -32600, message: "Expectation failed", data: { error:
  * "invalid_request", field: "expect" } }`), instead of Node's empty one. Nothing of the request
  * is echoed; the request reaches no handler, as without the listener.
  *

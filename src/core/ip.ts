@@ -170,11 +170,10 @@ const MAX_ALLOWLIST_ENTRY_LENGTH = 64
 /**
  * What is wrong with an allowlist, as the token service refuses it, or `null` when it is
  * acceptable: the list itself (`index: null`: empty, since `[]` would allow no address where
- * `null` means no allowlist; more than 100 entries), else its first
- * bad entry (`index`: longer than 64 characters, or no address or CIDR
- * range). Stricter than {@link parseCidr}, for entries a user types: spaces around an entry and
- * IPv6 zone indexes (`fe80::1%eth0`) are refused, not dropped, so the entry stored is the entry
- * matched.
+ * `null` means no allowlist; more than 100 entries), else its first bad entry (`index`: longer
+ * than 64 characters, or no address or CIDR range). Stricter than {@link parseCidr}, for
+ * entries a user types: spaces around an entry and IPv6 zone indexes (`fe80::1%eth0`) are
+ * refused, not dropped, so the entry stored is the entry matched.
  */
 export function validateAllowlist(entries: readonly string[]): { index: number | null; message: string } | null {
   if (entries.length === 0) return { index: null, message: 'must name at least one address or CIDR range (null removes the allowlist)' }

@@ -230,7 +230,7 @@ describe('RpcCode', () => {
   it('names the code of every answer the dispatch layer builds, so a client switching on it misses none', () => {
     const codes = new Set<number>(Object.values(RpcCode))
     const replies = [
-      unauthorizedReply({ resourceMetadataUrl: 'https://weather.example.com/.well-known/oauth-protected-resource' }),
+      unauthorizedReply({ resourceMetadataUrl: METADATA_URL }),
       paymentRequiredReply(),
       forbiddenReply(),
       ipNotAllowedReply(),

@@ -197,9 +197,9 @@ export interface DispatcherOptions {
    * Finds the App of a request. Default: the first label of the host is the App slug
    * (`weather.example.com` → `weather`), whatever the rest of the host; a host of one label
    * (`weather`, `localhost:8080`) is no App (404): in development, use `weather.localhost`. A
-   * name ending in a dot (`weather.example.com.`, the
-   * same name as DNS reads it) is no App: it would be a second address of the App, with a
-   * metadata `resource` of its own, which a token bound to the first does not name.
+   * name ending in a dot (`weather.example.com.`, the same name as DNS reads it) is no App: it
+   * would be a second address of the App, with a metadata `resource` of its own, which a token
+   * bound to the first does not name.
    */
   resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
   /** The App address for a request. Default: `origin + basePath`. */

@@ -74,8 +74,8 @@ export interface ApiTokenView {
   /** Its label. */
   name: string
   /**
-   * The first 12 characters of the secret (`svc_` and 8 more; spec 2.1), to tell tokens apart
-   * in a list; a rotation changes it. Not {@link TokenService.prefix}, the `svc_` all tokens
+   * The first 12 characters of the secret (with the default prefix, `svc_` and 8 more; spec
+   * 2.1), to tell tokens apart in a list; a rotation changes it. Not {@link TokenService.prefix}, the `svc_` all tokens
    * start with.
    */
   prefix: string
@@ -95,7 +95,7 @@ export interface ApiTokenView {
 
 /** The create and rotate result: the fields of spec 2.1, with the full secret, shown once. */
 export interface ApiTokenSecretView {
-  /** The whole secret (`svc_…`, 48 characters): returned by `create` and `rotate` only, never stored or shown again. */
+  /** The whole secret (`svc_…`, 48 characters with the default prefix): returned by `create` and `rotate` only, never stored or shown again. */
   token: string
   /** As {@link ApiTokenView.id}. */
   id: string
@@ -300,7 +300,7 @@ export interface TokenService {
   /**
    * One token of `userId`.
    *
-   * @throws {NotFoundError} (404) when there is no such token, or it is someone else's (told apart from nothing).
+   * @throws {NotFoundError} (404) when there is no such token, or it is someone else's (answered alike).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   get(userId: string, id: string): Promise<ApiTokenView>

@@ -80,8 +80,8 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
 
 /**
  * The SQL that creates the token table and its indexes, and `<table>_resets` (each user's last
- * password reset: a token of the user created before it reads as revoked): idempotent (each created only when
- * missing, and the key and unique index the store relies on checked, failing loudly when
+ * password reset: a token of the user created before it reads as revoked): idempotent (each
+ * created only when missing, and the key and unique index the store relies on checked, failing loudly when
  * another relation holds their name), one transaction when sent as one query, and serialized by an advisory lock so
  * instances that start together do not race on the catalog. Creates the schema too, unless
  * it is `public`. Times are `bigint` epoch milliseconds, exactly the numbers of
