@@ -32,7 +32,7 @@ import {
   serveWebHandler,
 } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
-import { collectGarbage } from '../robustness/support.js'
+import { activeResources, collectGarbage, leakedHandles } from '../robustness/support.js'
 
 const ISSUER = 'https://platform.test'
 
@@ -603,6 +603,22 @@ describe('proxy handler', () => {
         expect(response.headers.get('www-authenticate')).toBeNull()
         expect(response.headers.get('location')).toBeNull()
       }
+    })
+
+    it('answers 502 to a 407 and lets its connection go (Node\'s fetch fails on a 407 and left the socket paused, open for good)', async () => {
+      const baseline = activeResources()
+      const own = await startUpstream()
+      own.handle = (_req, res) => res.writeHead(407, { 'proxy-authenticate': 'Basic realm="proxy"', 'content-type': 'text/plain' }).end('x'.repeat(100_000))
+      const refused = createProxyHandler({ upstream: { '2.0.0': `${own.origin}/mcp` }, appId: 'app_weather', identity: signer, onError: () => {} })
+      for (let i = 0; i < 3; i++) {
+        const response = await refused(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+        expect(response.status).toBe(502)
+        expect(await response.text()).toBe(UNAVAILABLE)
+      }
+      // The upstream hangs up: a socket fetch still holds paused never reads it, and stays.
+      own.server.closeAllConnections()
+      await new Promise((resolve) => own.server.close(resolve))
+      expect(await leakedHandles(baseline)).toEqual({})
     })
 
     it('answers 404 version_not_served for a version without an upstream', async () => {

@@ -64,7 +64,7 @@ const caseArb: fc.Arbitrary<UpstreamCase> = fc.record({
   status: fc.oneof(
     { weight: 6, arbitrary: fc.constantFrom(200, 200, 200, 201, 202, 203, 204, 206, 299) },
     { weight: 2, arbitrary: fc.constantFrom(300, 301, 302, 303, 304, 307, 308) },
-    { weight: 3, arbitrary: fc.constantFrom(400, 401, 403, 404, 405, 406, 409, 413, 415, 429, 431) },
+    { weight: 3, arbitrary: fc.constantFrom(400, 401, 403, 404, 405, 406, 407, 409, 413, 415, 429, 431) },
     { weight: 2, arbitrary: fc.constantFrom(500, 501, 502, 503, 504, 599) },
     { weight: 1, arbitrary: fc.constantFrom(600, 700, 999) },
   ),

@@ -563,6 +563,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       settled = true
       clearTimeout(timer)
       release()
+      // What the failed fetch may still hold goes: Node's `fetch` fails on a 407 (the Fetch
+      // standard's network error) without reading or closing the response, whose socket then
+      // stayed open, paused, for good: one per 407.
+      controller.abort()
       if (lengthMismatch) return toResponse(contentLengthMismatchReply())
       return failed(error)
     }
