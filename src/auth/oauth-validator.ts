@@ -669,6 +669,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
       const message = controller.signal.aborted ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
+      // What the failed fetch may still hold goes: Node's `fetch` fails on a 407 (the Fetch
+      // standard's network error) without reading or closing the response, whose socket would
+      // stay open, paused, for good.
+      controller.abort()
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
       throw new UpstreamFailure(message, true)

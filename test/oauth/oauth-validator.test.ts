@@ -19,6 +19,7 @@ import {
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { type ManualClock, createManualClock, createManualTimers, createRecordingSleep } from './helpers/clock.js'
 import { type FakeUpstream, startFakeUpstream } from './helpers/fake-upstream.js'
+import { activeResources, leakedHandles } from '../robustness/support.js'
 
 let fake: FakeUpstream
 let clock: ManualClock
@@ -380,6 +381,17 @@ describe('userinfo mode (the default)', () => {
     await unavailable(v.validate('good-token'))
     expect(sleep.delays).toEqual([75])
     expect(fake.count('/oidc/me')).toBe(2)
+  })
+
+  it('treats a 407 (which Node\'s fetch fails on) as transient, and leaves no socket behind', async () => {
+    const baseline = activeResources()
+    fake.route('/oidc/me', { status: 407, headers: { 'proxy-authenticate': 'Basic realm="proxy"' }, body: 'x'.repeat(100_000) })
+    const v = createOAuthValidator({ issuer: fake.url, userinfoEndpoint: `${fake.url}/oidc/me`, retry: { attempts: 2, baseDelayMs: 1 } })
+    await unavailable(v.validate('good-token'))
+    expect(fake.count('/oidc/me')).toBe(2)
+    // The server hangs up: a socket the failed fetch kept paused would never read it, and stay.
+    await fake.stop()
+    expect(await leakedHandles(baseline)).toEqual({})
   })
 
   it('treats a timeout as transient (default timers) and leaves no timer behind', async () => {
