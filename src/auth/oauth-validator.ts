@@ -340,6 +340,14 @@ const MAX_ANSWER_BYTES: Readonly<Record<UpstreamEndpoint, number>> = {
 }
 
 /**
+ * A 5xx: the server failed (retried, counted against the breaker). A status past 599, which
+ * Node's `fetch` passes on, is none: it is judged as any other unexpected status (not retried).
+ */
+function isServerError(status: number): boolean {
+  return status >= 500 && status <= 599
+}
+
+/**
  * Milliseconds of a `Retry-After` value (delta-seconds or an HTTP date, RFC 9110 section
  * 10.2.3), at most an hour; `undefined` when absent or not one of those.
  */
@@ -648,9 +656,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     let waitMs: number | undefined
     try {
       const res = await fetchImpl(url, { ...init, signal: controller.signal, redirect: 'manual' })
+      // A status Node's `fetch` gives no body (205, 304, 1xx) leaves what the server sent with it
+      // unread, and the socket paused for good: let it go.
+      if (res.body === null) controller.abort()
       waitMs = res.status === 429 || res.status === 503 ? retryAfterMs(res.headers.get('retry-after'), now()) : undefined
       // The status of these says all; their bodies (an HTML error page) are not read.
-      const judged = res.status !== 429 && res.status < 500
+      const judged = res.status !== 429 && !isServerError(res.status)
       if (!judged) void res.body?.cancel().catch(() => {})
       const body = judged ? await readTextUpTo(res, MAX_ANSWER_BYTES[endpoint]) : ''
       if (body === null) {
@@ -691,7 +702,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: 429, durationMs, error: message })
       throw new UpstreamFailure(message, waitMs === undefined, undefined, waitMs)
     }
-    if (response.status >= 500) {
+    if (isServerError(response.status)) {
       const message = `${endpoint}: HTTP ${response.status}`
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', status: response.status, durationMs, error: message })

@@ -621,6 +621,21 @@ describe('proxy handler', () => {
       expect(await leakedHandles(baseline)).toEqual({})
     })
 
+    it('passes a 205 on without a body, and lets its connection go (fetch gives a 205 no body, and left what the upstream sent with it unread)', async () => {
+      const baseline = activeResources()
+      const own = await startUpstream()
+      own.handle = (_req, res) => res.writeHead(205, { 'content-type': 'application/json' }).end('x'.repeat(100_000))
+      const reset = createProxyHandler({ upstream: { '2.0.0': `${own.origin}/mcp` }, appId: 'app_weather', identity: signer, onError: () => {} })
+      for (let i = 0; i < 3; i++) {
+        const response = await reset(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+        expect(response.status).toBe(205)
+        expect(await response.text()).toBe('')
+      }
+      own.server.closeAllConnections()
+      await new Promise((resolve) => own.server.close(resolve))
+      expect(await leakedHandles(baseline)).toEqual({})
+    })
+
     it('answers 404 version_not_served for a version without an upstream', async () => {
       const response = await proxy(new Request('http://weather.localhost/v1', { method: 'POST', body: '{}' }), {
         ...context,

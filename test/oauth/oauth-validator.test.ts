@@ -394,6 +394,26 @@ describe('userinfo mode (the default)', () => {
     expect(await leakedHandles(baseline)).toEqual({})
   })
 
+  it('answers 503 to a 205 with a body (which Node\'s fetch gives no body) and leaves no socket behind', async () => {
+    const baseline = activeResources()
+    fake.route('/oidc/me', { status: 205, headers: { 'content-type': 'application/json' }, body: 'x'.repeat(100_000) })
+    const v = createOAuthValidator({ issuer: fake.url, userinfoEndpoint: `${fake.url}/oidc/me`, retry: { attempts: 2, baseDelayMs: 1 } })
+    await unavailable(v.validate('good-token'))
+    await fake.stop()
+    expect(await leakedHandles(baseline)).toEqual({})
+  })
+
+  it('takes a status past 599 for an unexpected answer, not a server error: not retried, and the breaker stays closed', async () => {
+    fake.route('/oidc/me', { status: 600, body: { error: 'odd' } })
+    const v = validator({ retry: { attempts: 3, baseDelayMs: 1 }, breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 3; i++) {
+      const error = await unavailable(v.validate('good-token'))
+      expect((error.cause as Error).message).toBe('userinfo: HTTP 600')
+    }
+    expect(fake.count('/oidc/me')).toBe(3)
+    expect(events.filter((e) => e.type === 'breaker')).toEqual([])
+  })
+
   it('treats a timeout as transient (default timers) and leaves no timer behind', async () => {
     fake.route('/oidc/me', 'hang')
     const timers = () => process.getActiveResourcesInfo().filter((type) => type === 'Timeout').length

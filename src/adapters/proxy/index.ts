@@ -558,6 +558,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       // The body may still be taken after the head (an upstream that answers first): that no
       // longer restarts the deadline, which now covers only what `relayBody` peeks at.
       settled = true
+      // A status `fetch` gives no body (205, 304) leaves what the upstream sent with it unread,
+      // and the socket paused for good: let it go.
+      if (upstream.body === null) controller.abort()
     } catch (error) {
       // Nor after a failure: a body chunk the client sends late must not start a timer.
       settled = true
