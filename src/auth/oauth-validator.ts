@@ -29,6 +29,7 @@ import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
+import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
 import type {
@@ -651,14 +652,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const started = now()
     const controller = new AbortController()
     const budget = Math.max(1, Math.min(timeoutMs, deadline - started))
-    const timer = timers.setTimeout(() => controller.abort(), budget)
+    let timedOut = false
+    const timer = timers.setTimeout(() => {
+      timedOut = true
+      controller.abort()
+    }, budget)
     let response: UpstreamResponse
     let waitMs: number | undefined
     try {
-      const res = await fetchImpl(url, { ...init, signal: controller.signal, redirect: 'manual' })
-      // A status Node's `fetch` gives no body (205, 304, 1xx) leaves what the server sent with it
-      // unread, and the socket paused for good: let it go.
-      if (res.body === null) controller.abort()
+      const res = await fetchLettingGo(fetchImpl, url, { ...init, redirect: 'manual' }, controller)
       waitMs = res.status === 429 || res.status === 503 ? retryAfterMs(res.headers.get('retry-after'), now()) : undefined
       // The status of these says all; their bodies (an HTML error page) are not read.
       const judged = res.status !== 429 && !isServerError(res.status)
@@ -679,11 +681,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
-      const message = controller.signal.aborted ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
-      // What the failed fetch may still hold goes: Node's `fetch` fails on a 407 (the Fetch
-      // standard's network error) without reading or closing the response, whose socket would
-      // stay open, paused, for good.
-      controller.abort()
+      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
       throw new UpstreamFailure(message, true)

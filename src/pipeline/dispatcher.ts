@@ -565,7 +565,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         'cache-control': 'public, max-age=3600',
         ...(cors && METADATA_CORS),
       },
-      // Also for HEAD: the adapters send its length and not the body (the Web adapter neither).
+      // Also for HEAD: every adapter sends its length, and not the body.
       body: JSON.stringify(doc),
     }
   }

@@ -55,6 +55,7 @@ import { isFieldName } from '../../core/cors.js'
 import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
+import { fetchLettingGo } from '../../fetch-let-go.js'
 import { timerOption } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
 import {
@@ -551,25 +552,17 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         method,
         headers,
         redirect: 'manual',
-        signal: controller.signal,
         ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch), duplex: 'half' as const }),
       }
-      upstream = await fetchUpstream(target, init)
+      upstream = await fetchLettingGo(fetchUpstream, target, init, controller)
       // The body may still be taken after the head (an upstream that answers first): that no
       // longer restarts the deadline, which now covers only what `relayBody` peeks at.
       settled = true
-      // A status `fetch` gives no body (205, 304) leaves what the upstream sent with it unread,
-      // and the socket paused for good: let it go.
-      if (upstream.body === null) controller.abort()
     } catch (error) {
       // Nor after a failure: a body chunk the client sends late must not start a timer.
       settled = true
       clearTimeout(timer)
       release()
-      // What the failed fetch may still hold goes: Node's `fetch` fails on a 407 (the Fetch
-      // standard's network error) without reading or closing the response, whose socket then
-      // stayed open, paused, for good: one per 407.
-      controller.abort()
       if (lengthMismatch) return toResponse(contentLengthMismatchReply())
       return failed(error)
     }
