@@ -22,7 +22,6 @@ import {
   createLocalJWKSet,
   decodeProtectedHeader,
   errors as joseErrors,
-  jwtVerify,
 } from 'jose'
 import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
 import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
@@ -48,6 +47,7 @@ import {
   fallbackUserinfoEndpoint,
 } from './discovery.js'
 import { audienceList, audienceMatches, checkAccessTokenClaims, peekJwtClaims } from './jwt-claims.js'
+import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
 
@@ -724,13 +724,17 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   // Discovery: fetched once, shared by concurrent validations; failures are not remembered.
   let metadata: AuthorizationServerMetadata | null | undefined
-  // "No document" (404 at both addresses) is believed for 5 minutes only: an authorization
-  // server that was not up yet behind its proxy publishes one later.
-  let noDocumentUntil = 0
+  // "No document" (404 at both addresses), or a document without the endpoint this mode needs,
+  // is believed for 5 minutes only: an authorization server that was not up yet behind its
+  // proxy, or not yet set up for this mode, publishes a better one later.
+  let metadataUntil = Infinity
   const discovering = createSingleFlight<AuthorizationServerMetadata | null>(flightOptions)
+  const lacksEndpoint = (doc: AuthorizationServerMetadata) =>
+    (mode === 'jwt' && jwksOption === undefined && !doc.jwks_uri) ||
+    (mode === 'introspection' && !intro?.endpoint && !doc.introspection_endpoint)
 
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
-    if (metadata !== undefined && (metadata !== null || now() < noDocumentUntil)) return metadata
+    if (metadata !== undefined && now() < metadataUntil) return metadata
     return discovering.run('discovery', async () => {
       for (const url of discoveryUrls(issuer)) {
         const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
@@ -741,9 +745,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           if (problem) throw new BadAnswer(problem, true)
           return parsed as AuthorizationServerMetadata
         })
-        if (doc) return (metadata = doc)
+        if (doc) {
+          metadataUntil = lacksEndpoint(doc) ? now() + 300_000 : Infinity
+          return (metadata = doc)
+        }
       }
-      noDocumentUntil = now() + 300_000
+      metadataUntil = now() + 300_000
       return (metadata = null)
     }).promise
   }
@@ -890,9 +897,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
           const set = parseJsonObject(res.body)
           if (!set || !Array.isArray(set.keys)) throw new BadAnswer('answer is not a JSON Web Key Set', true)
-          // A set whose every key is unusable is a bad answer like any other: counted, and not
-          // kept, so the next token asks again (bounded by the breaker) rather than the set
-          // failing every token until it is past its age.
+          // A set with no key, or whose every key is unusable, is a bad answer like any other:
+          // counted, and not kept, so the next token asks again (bounded by the breaker) rather
+          // than the set failing every token until it is past its age.
+          if (set.keys.length === 0) throw new BadAnswer('the key set has no keys', true)
           const keySet = loadKeySet(set.keys)
           if (!keySet) throw new BadAnswer('no key of the set can verify a signature', true)
           return keySet
@@ -935,12 +943,25 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   /**
+   * Whether the keys in hand refused a token (`error`) in a way a key rotated in since they
+   * were fetched would explain: it names a `kid` no key of the set has, or it names none and no
+   * key of the set verifies it (or none is of its algorithm).
+   */
+  function mayBeRotatedIn(error: unknown, kid: unknown, set: KeySet): boolean {
+    if (kid === undefined) {
+      return error instanceof joseErrors.JWKSNoMatchingKey || error instanceof joseErrors.JWSSignatureVerificationFailed
+    }
+    return typeof kid === 'string' && error instanceof joseErrors.JWKSNoMatchingKey && !set.kids.has(kid)
+  }
+
+  /**
    * The 503 for a token whose `kid` the keys in hand cannot verify yet, for a reason of the
    * server's (reported as `unavailable`): asked again once a JWKS refetch is allowed.
    */
-  function keyNotYetUsable(kid: string, why: string): AuthorizationServerUnavailableError {
+  function keyNotYetUsable(kid: string | undefined, why: string): AuthorizationServerUnavailableError {
     const retryAfter = seconds(Math.max(jwksRefetchIntervalMs - (now() - jwksAskedAt), 1000))
-    emit({ type: 'unavailable', retryAfter, error: `jwks: the set ${why} (kid ${JSON.stringify(kid.slice(0, 64))})` })
+    const named = kid === undefined ? 'no kid' : `kid ${JSON.stringify(kid.slice(0, 64))}`
+    emit({ type: 'unavailable', retryAfter, error: `jwks: the set ${why} (${named})` })
     return new AuthorizationServerUnavailableError(retryAfter)
   }
 
@@ -973,7 +994,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     let stale = false as boolean
     const verify = async (refresh: boolean) => {
       stale = !refresh && !localKeys && remoteKeys !== undefined && keysStale(remoteKeys)
-      return (await jwtVerify(token, (await keys(deadline, refresh)).getKey, verifyOptions)).payload
+      return jwtVerifyWithKeySet(token, (await keys(deadline, refresh)).getKey, verifyOptions)
     }
     let payload: JWTPayload
     try {
@@ -982,11 +1003,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       } catch (error) {
         // A key rotated since the last fetch: refetch once per interval, so unknown `kid`s
         // cannot make the validator hammer the JWKS endpoint. Only for a `kid` no key of the
-        // set has: one the set holds for another algorithm (an ES256 token naming an RSA key)
-        // is refused as it is.
-        const kid = header.kid
-        if (!(error instanceof joseErrors.JWKSNoMatchingKey) || localKeys || !remoteKeys || typeof kid !== 'string') throw error
-        if (remoteKeys.kids.has(kid)) throw error
+        // set has (one the set holds for another algorithm, an ES256 token naming an RSA key,
+        // is refused as it is), or for a token naming no key that no key of the set verifies:
+        // an issuer that leaves `kid` out rotates its keys all the same.
+        if (localKeys || !remoteKeys || !mayBeRotatedIn(error, header.kid, remoteKeys)) throw error
+        const kid = header.kid as string | undefined
         const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
         if (refusal) return refusal
         // A token issued since the keys in hand were fetched may be signed with a key the issuer
@@ -994,10 +1015,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // client to refresh, into a token signed the same way) but answered 503, and asked again
         // once a refetch is allowed. One issued before that fetch names a key the set did not
         // hold then (an issuer publishes a key before it signs with it): refused, not cached. A
-        // key the set publishes unusable is the server's failure whatever the `iat`.
+        // key the set publishes unusable is the server's failure whatever the `iat`. `iat` is in
+        // whole seconds: a token of the fetch's own second may be the later.
         const iat = typeof claims.iat === 'number' ? claims.iat * 1000 : undefined
         const serversFault = (set: KeySet & { readonly fetchedAt: number }) =>
-          set.unusableKids.has(kid) || (iat !== undefined && iat + clockToleranceMs >= set.fetchedAt)
+          (kid !== undefined && set.unusableKids.has(kid)) || (iat !== undefined && iat + 1000 + clockToleranceMs > set.fetchedAt)
         // A refetch in flight (of keys past their age, maybe started by this very request) is
         // waited for rather than refused: it may bring the key. Where a refetch in the background
         // ends with the request that started it (Workers without `waitUntil`), the refetch a
@@ -1013,9 +1035,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           // the interval. One that answered without the key refuses the token, unless it
           // publishes the key unusable.
           const kept = remoteKeys
-          if (refetched instanceof joseErrors.JWKSNoMatchingKey && kept && !kept.kids.has(kid)) {
+          if (kept && mayBeRotatedIn(refetched, kid, kept)) {
             const failed = kept.fetchedAt < jwksAskedAt
-            if (failed ? serversFault(kept) : kept.unusableKids.has(kid)) {
+            if (failed ? serversFault(kept) : kid !== undefined && kept.unusableKids.has(kid)) {
               throw keyNotYetUsable(kid, failed ? 'could not be refetched' : 'holds no usable key for it')
             }
           }

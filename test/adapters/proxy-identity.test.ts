@@ -176,6 +176,27 @@ describe('identity verifier', () => {
     })
   })
 
+  it('a token naming no key is verified by whichever key of the set signed it, the set holding two of its algorithm (regression: 401, jose’s JWKSMultipleMatchingKeys)', async () => {
+    const next = await generateKeyPair('ES256', { extractable: true })
+    const both: IdentityJwks = { keys: [...jwks.keys, { ...(await exportJWK(next.publicKey)), kid: 'next', alg: 'ES256', use: 'sig' }] }
+    const unnamed = (key: CryptoKey) =>
+      new SignJWT({ app: 'app_weather', ver: '2.0.0', method: 'api_token', jti: 'no-kid' })
+        .setProtectedHeader({ alg: 'ES256', typ: 'mcp-identity+jwt' })
+        .setIssuer(ISSUER)
+        .setSubject('alice')
+        .setAudience(AUDIENCE)
+        .setIssuedAt(seconds)
+        .setExpirationTime(seconds + 60)
+        .sign(key)
+    const platformKey = (await importJWK(privateJwk, 'ES256')) as CryptoKey
+    for (const verify of [verifier({ jwks: both }), verifier({ jwks: 'https://platform.test/jwks', fetch: async () => Response.json(both) })]) {
+      await expect(verify(await unnamed(platformKey))).resolves.toMatchObject({ subject: 'alice' })
+      await expect(verify(await unnamed(next.privateKey))).resolves.toMatchObject({ subject: 'alice' })
+      const { privateKey: stranger } = await generateKeyPair('ES256')
+      await expect(verify(await unnamed(stranger))).rejects.toBeInstanceOf(UnauthorizedError)
+    }
+  })
+
   it('refuses options no value of which can work when created (regression: accepted, then every call refused or threw)', () => {
     const base = { jwks, issuer: ISSUER, audience: AUDIENCE, appId: 'app_weather' }
     const bad: Array<[string, Partial<IdentityVerifierOptions>]> = [

@@ -814,6 +814,107 @@ describe('jwt mode (local verification)', () => {
     await vi.waitFor(() => expect(fake.count('/jwks')).toBe(4), { timeout: 2_000, interval: 10 })
   })
 
+  /** A token that names no key (`kid` is optional, RFC 7515), signed with `key`. */
+  const signWithoutKid = (key: CryptoKey, options: { issuedAgoS?: number; jti?: string } = {}) =>
+    new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource, ...(options.jti && { jti: options.jti }) })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt' })
+      .setIssuedAt(Math.floor(clock() / 1000) - (options.issuedAgoS ?? 0))
+      .setExpirationTime(Math.floor(clock() / 1000) + 600)
+      .sign(key)
+
+  it('a token naming no key is verified by whichever key of its algorithm signed it, the set holding two (a rotation under way); one no key signed is refused (regression: 401 for both)', async () => {
+    const next = await generateKeyPair('ES256')
+    const nextJwk = { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }
+    const stranger = (await generateKeyPair('ES256')).privateKey
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk, nextJwk] } })
+    for (const v of [validator({ mode: 'jwt' }), validator({ mode: 'jwt', jwks: { keys: [publicJwk, nextJwk] } })]) {
+      expect(await v.validate(await signWithoutKid(privateKey), weather)).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+      expect(await v.validate(await signWithoutKid(next.privateKey), weather)).toMatchObject({ active: true })
+      // A signature that matched, then a claim that did not: that refusal, not a signature's.
+      const expired = await new SignJWT({ sub: 'user_alice', iss: fake.url, aud: weather.resource })
+        .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt' })
+        .setIssuedAt(Math.floor(clock() / 1000) - 3600)
+        .setExpirationTime(Math.floor(clock() / 1000) - 60)
+        .sign(next.privateKey)
+      expect(await v.validate(expired, weather)).toEqual({ active: false, reason: 'token expired' })
+      expect(await v.validate(await signWithoutKid(stranger, { issuedAgoS: 3600 }), weather)).toEqual({
+        active: false,
+        reason: 'invalid signature or token',
+      })
+    }
+    expect(fake.count('/jwks')).toBe(1)
+  })
+
+  it('a token naming no key, which the keys in hand do not verify, is treated as a key rotated in: 503 while no refetch could show it, verified once the refetch brings the key (regression: 401 until the set was past its age)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await signWithoutKid(privateKey), weather)).toMatchObject({ active: true })
+    // The issuer swaps its key and signs with the new one, still naming none.
+    const next = await generateKeyPair('ES256')
+    fake.route('/jwks', { status: 200, body: { keys: [{ ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }] } })
+    const rotated = await signWithoutKid(next.privateKey)
+    expect((await unavailable(v.validate(rotated, weather))).retryAfter).toBe(30)
+    // One issued before the keys in hand were fetched would have been verified by them: refused.
+    expect(await v.validate(await signWithoutKid(next.privateKey, { issuedAgoS: 60 }), weather)).toEqual({
+      active: false,
+      reason: 'invalid signature or token',
+    })
+    expect(fake.count('/jwks')).toBe(1)
+    clock.advance(30_000)
+    expect(await v.validate(rotated, weather)).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(2)
+    // A forgery is a key rotated in as far as anyone can tell until a refetch shows no key
+    // verifies it (as for a made-up kid): 503 within the interval, with no call; then 401.
+    const forged = await signWithoutKid((await generateKeyPair('ES256')).privateKey, { jti: 'forged' })
+    await unavailable(v.validate(forged, weather))
+    expect(fake.count('/jwks')).toBe(2)
+    clock.advance(30_000)
+    expect(await v.validate(forged, weather)).toEqual({ active: false, reason: 'invalid signature or token' })
+    expect(await v.validate(forged, weather)).toEqual({ active: false, reason: 'invalid signature or token' })
+    expect(fake.count('/jwks')).toBe(3)
+  })
+
+  it('a token naming a key the set lacks, issued in the very second the set was fetched, is taken for a rotation (503), not refused: iat has whole seconds (regression)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    clock.advance(500) // the fetch lands half way through a second
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    clock.advance(300) // the token is issued after the fetch, in the same second
+    const next = await generateKeyPair('ES256')
+    const token = await sign({ jti: 'same-second' }, { key: next.privateKey, kid: 'k2' })
+    await unavailable(v.validate(token, weather))
+    // One issued in the second before is refused, as before.
+    const before = await sign({ jti: 'second-before' }, { key: next.privateKey, kid: 'k2', issuedAgoS: 1 })
+    expect(await v.validate(before, weather)).toEqual({ active: false, reason: 'no matching key' })
+  })
+
+  it('a fetched JWKS with no keys is a bad answer: 503, and not kept, so the published set is used once it is there (regression: every token 401 until the set was past its age)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [] } })
+    const v = validator({ mode: 'jwt' })
+    await unavailable(v.validate(await sign({}), weather))
+    expect(events).toContainEqual(expect.objectContaining({ type: 'upstream', endpoint: 'jwks', outcome: 'failure', error: expect.stringContaining('no keys') }))
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    expect(await v.validate(await sign({ jti: 'next' }), weather)).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(2)
+  })
+
+  it('a discovery document without the jwks_uri this mode needs is believed for 5 minutes, not for good: the endpoint published later is used (regression: 503 until a restart)', async () => {
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/oidc/me` } })
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    await unavailable(v.validate(await sign({}), weather))
+    await unavailable(v.validate(await sign({ jti: 'again' }), weather))
+    expect(fake.count('/.well-known/openid-configuration')).toBe(1)
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, jwks_uri: `${fake.url}/jwks` } })
+    clock.advance(300_000)
+    expect(await v.validate(await sign({ jti: 'later' }), weather)).toMatchObject({ active: true })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+    // A complete document is kept.
+    clock.advance(3_600_000)
+    expect(await v.validate(await sign({ jti: 'much-later' }), weather)).toMatchObject({ active: true })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+  })
+
   it('a token refused for its nbf is not remembered: taken once nbf has passed (regression)', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     const token = await sign({ nbf: Math.floor(clock() / 1000) + 5 })
@@ -868,6 +969,20 @@ describe('introspection mode (RFC 7662)', () => {
     expect(fake.count('/introspect')).toBe(2)
     clock.advance(1)
     expect(await v.validate('good-token')).toMatchObject({ active: false, reason: 'token expired' })
+  })
+
+  it('a discovery document without introspection_endpoint is believed for 5 minutes, not for good (regression: 503 until a restart)', async () => {
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/oidc/me` } })
+    fake.route('/introspect', { status: 200, body: { active: true, sub: 'user_alice' } })
+    const v = validator({ mode: 'introspection', introspection, audience: false })
+    await unavailable(v.validate('good-token'))
+    clock.advance(299_000)
+    await unavailable(v.validate('good-token'))
+    expect(fake.count('/.well-known/openid-configuration')).toBe(1)
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, introspection_endpoint: `${fake.url}/introspect` } })
+    clock.advance(1_000)
+    expect(await v.validate('good-token')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
   })
 
   it('refuses refresh tokens, sender-constrained tokens and tokens for another audience', async () => {

@@ -21,9 +21,9 @@ import {
   errors,
   exportJWK,
   importJWK,
-  jwtVerify,
 } from 'jose'
 import { isFieldName } from '../../core/cors.js'
+import { jwtVerifyWithKeySet } from '../../auth/jwt-verify.js'
 import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
@@ -899,7 +899,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     const currentDate = new Date(now())
     let payload: JWTPayload
     try {
-      ;({ payload } = await jwtVerify(token, keys, {
+      payload = await jwtVerifyWithKeySet(token, keys, {
         issuer: options.issuer,
         audience,
         typ: IDENTITY_TOKEN_TYPE,
@@ -908,7 +908,7 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
         maxTokenAge,
         requiredClaims: ['sub', 'exp', 'iat', 'jti', 'app', 'ver', 'method'],
         currentDate,
-      }))
+      })
     } catch (error) {
       if (error instanceof JwksUnavailableError) throw error
       throw new UnauthorizedError('Invalid identity token')
