@@ -508,6 +508,23 @@ describe('create (spec 2.1, 3)', () => {
     expect(await service.list('alice')).toEqual([])
   })
 
+  it('userId: well-formed, without NUL, at most 255 characters, in every call that names a user; refused as input before any store call (a store would not keep it as given)', async () => {
+    const { service } = setup()
+    const mine = await createToken(service)
+    for (const userId of ['', 'user-\uD800', 'a\u0000b', 'u'.repeat(256), 42]) {
+      const label = JSON.stringify(userId)
+      const id = userId as string
+      expect(await fieldOf(createToken(service, { userId })), label).toBe('userId')
+      expect(await fieldOf(service.list(id)), label).toBe('userId')
+      expect(await fieldOf(service.get(id, mine.id)), label).toBe('userId')
+      expect(await fieldOf(service.update(id, mine.id, { name: 'x' })), label).toBe('userId')
+      expect(await fieldOf(service.rotate(mine.id, { kind: 'session', userId: id })), label).toBe('userId')
+      expect(await fieldOf(service.revoke(id, mine.id)), label).toBe('userId')
+      expect(await fieldOf(service.revokeAllForUser(id)), label).toBe('userId')
+    }
+    expect((await service.get('alice', mine.id)).status).toBe('active')
+  })
+
   it('error messages never carry a secret', async () => {
     const { service } = setup()
     const secret = generateApiToken()
@@ -1577,6 +1594,72 @@ describe('a store that stops answering', () => {
     // The token created though its caller got 503 holds a secret nobody has: revoked.
     expect((await inner.listByUser('alice')).find((r) => r.name === 'lost')?.revokedAt).not.toBeNull()
     expect(onError).not.toHaveBeenCalled()
+  })
+
+  it('a write whose store failed at once, and that commits later (its statement left waiting on a lock on the server), is put right by a second pass storeTimeoutMs later: the rotation undone, the created token revoked (regression: the first pass found nothing, and the late commit stood)', async () => {
+    const inner = createMemoryTokenStore()
+    // The connection is lost with the statement sent: the caller hears of it at once, and the
+    // server commits the write when the lock it waits on is released, 100 ms later.
+    let cutting = false
+    const landings: Promise<unknown>[] = []
+    const late = <A extends unknown[], R>(write: (...args: A) => R) =>
+      ((...args: A) => {
+        if (!cutting) return write(...args)
+        cutting = false
+        landings.push(new Promise((resolve) => setTimeout(resolve, 100)).then(() => write(...args)))
+        return Promise.reject(new Error('Connection terminated unexpectedly'))
+      }) as unknown as (...args: A) => R
+    const store: TokenStore = { ...inner, insert: late(inner.insert), rotate: late(inner.rotate) }
+    const onError = vi.fn()
+    const storeTimeoutMs = 300
+    const { service } = setup({ store, storeTimeoutMs, onError })
+    const byToken = await createToken(service)
+    const byOwner = await createToken(service)
+    const cut = (call: () => Promise<unknown>) => {
+      cutting = true
+      return refusal(call(), StoreUnavailableError)
+    }
+    await cut(() => service.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined }))
+    await cut(() => service.rotate(byOwner.id, { kind: 'session', userId: 'alice' }))
+    await cut(() => createToken(service, { name: 'lost' }))
+    await Promise.all(landings)
+    // The late commits stand for now: nobody holds the new secrets, nor the created token's.
+    for (const made of [byToken, byOwner]) expect((await inner.get(made.id))?.tokenHash).not.toBe(hashApiToken(made.token))
+    expect((await inner.listByUser('alice')).find((r) => r.name === 'lost')?.revokedAt).toBeNull()
+    // The second pass puts them right.
+    await vi.waitFor(
+      async () => {
+        for (const made of [byToken, byOwner]) expect((await inner.get(made.id))?.tokenHash).toBe(hashApiToken(made.token))
+        expect((await inner.listByUser('alice')).find((r) => r.name === 'lost')?.revokedAt).not.toBeNull()
+      },
+      { timeout: 5 * storeTimeoutMs, interval: 20 },
+    )
+    for (const made of [byToken, byOwner]) expect((await service.authenticate(made.token)).ok).toBe(true)
+    expect(onError).not.toHaveBeenCalled()
+    await service.close()
+  })
+
+  it('close() runs the second passes still to come at once, while the store is open', async () => {
+    const inner = createMemoryTokenStore()
+    let cutting = false
+    let landing: Promise<unknown> | undefined
+    const store: TokenStore = {
+      ...inner,
+      rotate: (...args) => {
+        if (!cutting) return inner.rotate(...args)
+        cutting = false
+        landing = new Promise((resolve) => setTimeout(resolve, 50)).then(() => inner.rotate(...args))
+        return Promise.reject(new Error('Connection terminated unexpectedly'))
+      },
+    }
+    const { service } = setup({ store, storeTimeoutMs: 60_000 })
+    const made = await createToken(service)
+    cutting = true
+    await refusal(service.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
+    await landing
+    expect((await inner.get(made.id))?.tokenHash).not.toBe(hashApiToken(made.token))
+    await service.close()
+    expect((await inner.get(made.id))?.tokenHash).toBe(hashApiToken(made.token))
   })
 
   it('a write that failed without landing is put right as a no-op; one that cannot be put right, the store being down, is reported naming the token', async () => {

@@ -255,11 +255,12 @@ export interface TokenServiceOptions {
   /** Called with errors that must not fail a request (a failed `last_used_at` write). Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
   /**
-   * Longest wait for the store in a lifecycle call (create, list, get, update, rotate, revoke,
-   * `revokeAllForUser`) and a `last_used_at` write, when it answers with a promise; past it
-   * the call fails with `StoreUnavailableError` (the token API answers 503), so a database
-   * that stopped answering never holds a dashboard request or `close()`. The write may still
-   * land later. Also the longest wait for the `invalidations` bus's `publish` (reported and sent
+   * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,
+   * revoke, `revokeAllForUser`: one to three store calls each) and for a `last_used_at`
+   * write, when the store answers with a promise; past it the call fails with
+   * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
+   * never holds a dashboard request or `close()`. The write may still land later: a write
+   * whose caller was told 503 is put right at once, and again this long after (docs/api-tokens.md). Also the longest wait for the `invalidations` bus's `publish` (reported and sent
    * again past it, the call answering as it would have), unless the bus declares a longer one of
    * its own (`publishTimeoutMs`: a Redis bus's `timeoutMs`, which its `publish` may spend waiting
    * for the other instances' confirmations), which is then waited for and a second more.
@@ -393,10 +394,23 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
+/** The longest user id the token service takes (an email address is at most 254). */
+const MAX_USER_ID_LENGTH = 255
+// A user id is the platform's and opaque, but it is stored and compared: one no store keeps as
+// given would make two users one. PostgreSQL refuses NUL in text, and pg stores a lone
+// surrogate as U+FFFD (`user-\uD800` and `user-\uDC00` would share their tokens); an id longer
+// than an index entry can hold fails every write. Refused as input (400), not as a store
+// failure (503: to try again later would fail the same way).
+const userIdSchema = z
+  .string()
+  .min(1, 'must not be empty')
+  .max(MAX_USER_ID_LENGTH, `must be at most ${MAX_USER_ID_LENGTH} characters`)
+  .refine((id) => !id.includes('\0'), 'must not contain NUL')
+  .refine((id) => !/\p{Cs}/u.test(id), 'must be well-formed Unicode (no lone surrogate)')
 // Its bounds and entries are validateAllowlist's, which seeds and imports use too (checkAllowlist).
 const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CIDR range)'), 'must be an array of IP addresses or CIDR ranges, or null').nullable()
 const createSchema = z.object({
-  userId: z.string().min(1),
+  userId: userIdSchema,
   name: nameSchema,
   servers: z.array(z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters')).min(1, 'must name at least one server').max(100, 'at most 100 servers'),
   expiresInDays: z.union(TOKEN_LIFETIMES_DAYS.map((d) => z.literal(d)) as [z.ZodLiteral<7>, z.ZodLiteral<30>, z.ZodLiteral<90>], {
@@ -694,6 +708,34 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (current !== undefined && current.tokenHash !== readHash) await invalidate(current.tokenHash)
   }
 
+  // Second runs of `unknown` reconcilers still to come (`runAgainLater`): `close` runs them at once.
+  const lateRuns = new Set<() => Promise<void>>()
+
+  /**
+   * Runs a reconciler (which never rejects) once more `storeTimeoutMs` after its first run put
+   * things right. A write whose
+   * store failed may not have ended on the server: a connection lost with the statement sent
+   * (a pooler restart, a middlebox), or a client-side timeout (pg's `query_timeout`), leaves a
+   * statement waiting on a lock to commit later, after the first run found nothing to put
+   * right (a rotation not yet there to undo, a token not yet there to revoke). By then a
+   * `statement_timeout` under `storeTimeoutMs` (docs/stores.md) has ended any such statement,
+   * so the second run sees how the write ended. Unref'd; handed to `waitUntil` where given.
+   */
+  function runAgainLater(run: () => Promise<void>): void {
+    if (closed) return
+    let settle!: () => void
+    const done = new Promise<void>((resolve) => (settle = resolve))
+    const fire = () => {
+      clearTimeout(timer)
+      lateRuns.delete(fire)
+      return run().finally(settle)
+    }
+    const timer = setTimeout(fire, storeTimeoutMs)
+    timer.unref?.()
+    lateRuns.add(fire)
+    waitUntil?.(done)
+  }
+
   /**
    * A store call under `storeTimeoutMs`. A write whose caller is told 503 may still have
    * landed, and `reconcile` puts that right (invalidates, or undoes, what it changed, as it
@@ -702,8 +744,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * - `unknown` when the store failed (a connection lost after the statement was sent may
    *   have committed it: spec 3's "old secret is invalid immediately" holds only if the
    *   change is treated as possible), or answered a failure after the deadline. It must do no
-   *   harm when nothing landed. The caller's 503 waits for it (under the deadline), so a
-   *   client that retries at once finds the store as it believes it to be.
+   *   harm when nothing landed, nor when run twice: it runs again `storeTimeoutMs` later, for
+   *   a statement the failure left running on the server (`runAgainLater`). The caller's 503
+   *   waits for its first run (under the deadline), so a client that retries at once finds
+   *   the store as it believes it to be.
    * A refusal of the input (`InvalidInputError`, `NotFoundError`) changed nothing.
    */
   async function storeCall<T>(fn: () => MaybePromise<T>, reconcile?: Reconcile<T>): Promise<T> {
@@ -724,15 +768,25 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         const unknown = reconcile.unknown ?? (() => undefined)
         // Run as promise reactions, so nothing a reconciler throws escapes unreported.
         const report = (e: unknown) => onError(e, 'token store write whose caller was told 503')
+        const runUnknown = () =>
+          Promise.resolve()
+            .then(unknown)
+            .then(
+              () => true,
+              (e: unknown) => (report(e), false),
+            )
+        // Once more later when it succeeded; one that failed was reported, telling the platform
+        // what to put right.
+        const reconcileUnknown = () => runUnknown().then((done) => done && runAgainLater(() => runUnknown().then(() => {})))
         if (!settled) {
           answer.then(
             (value) => void Promise.resolve(value).then(reconcile.landed).catch(report),
-            () => void Promise.resolve().then(unknown).catch(report),
+            () => void reconcileUnknown(),
           )
         } else {
           // Waited for within what is left of the call's own deadline (it goes on, and reports,
           // past it), so the 503 never comes later than `storeTimeoutMs` after the call began.
-          const running = Promise.resolve().then(unknown).catch(report)
+          const running = reconcileUnknown()
           const left = storeTimeoutMs - (monotonic() - started)
           if (left > 0) await withTimeout(running, left, 'token store').catch(() => {})
         }
@@ -784,6 +838,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     }
   }
 
+  function checkUserId(userId: unknown): void {
+    const result = userIdSchema.safeParse(userId, { error: typeSentences })
+    if (!result.success) throw new InvalidInputError('userId', result.error.issues[0]!.message)
+  }
+
   function checkAllowlist(entries: readonly string[] | null | undefined, field: string): void {
     if (!entries) return
     const bad = validateAllowlist(entries)
@@ -791,6 +850,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   async function ownedRecord(userId: string, id: string): Promise<ApiTokenRecord> {
+    checkUserId(userId)
     const record = await storeCall(() => store.get(id))
     // Someone else's token is reported exactly like a missing one: no existence oracle.
     if (!record || record.userId !== userId) throw new NotFoundError('Token not found')
@@ -1066,6 +1126,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async list(userId) {
+      checkUserId(userId)
       const records = await storeCall(() => store.listByUser(userId))
       const sorted = [...records].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1))
       return Promise.all(sorted.map(view))
@@ -1231,6 +1292,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async revokeAllForUser(userId) {
+      checkUserId(userId)
       const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
       const revoked = await storeCall(() => store.revokeAllForUser(userId, now()), {
         landed: invalidateAll,
@@ -1366,7 +1428,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // flush, then this one).
       const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, MAX_TIMER_MS))
       try {
-        await service.flush()
+        // Writes cut off that were to be put right once more are, now, while the store is open.
+        await Promise.all([service.flush(), ...[...lateRuns].map((fire) => fire())])
       } finally {
         clearTimeout(keepAlive)
       }

@@ -67,6 +67,47 @@ async function insertInOrder(pool: pg.Pool, store: PostgresTokenStore, records: 
   ])
 }
 
+/**
+ * A TCP proxy to PostgreSQL on 127.0.0.1 that asks `decide` about each chunk a client sends:
+ * `pass` it on; `drop-reply`: pass it on and drop the connection instead of the reply (a
+ * failover or a pooler restart after COMMIT); `drop-client`: drop the client's connection at
+ * once and hand the chunk to the server 300 ms later (a statement the server has, run after
+ * its client is gone).
+ */
+async function startPostgresProxy(decide: (chunk: Buffer) => 'pass' | 'drop-reply' | 'drop-client') {
+  const where = new URL(POSTGRES_URL)
+  const sockets = new Set<net.Socket>()
+  const proxy = net.createServer((client) => {
+    const server = net.connect(Number(where.port || 5432), where.hostname)
+    sockets.add(client).add(server)
+    let cut = false
+    const end = () => {
+      client.destroy()
+      server.destroy()
+    }
+    client.on('data', (chunk) => {
+      const decision = decide(chunk)
+      if (decision === 'pass') return void (cut || server.write(chunk))
+      cut = true
+      if (decision === 'drop-reply') return void server.write(chunk)
+      client.destroy()
+      setTimeout(() => server.write(chunk), 300)
+    })
+    // Once cut, the server's connection lives until it answers (the statement has run).
+    server.on('data', (chunk) => (cut ? end() : client.write(chunk)))
+    client.on('error', () => !cut && end()).on('close', () => !cut && end())
+    server.on('error', end).on('close', end)
+  })
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+  return {
+    url: `postgres://${where.username}@127.0.0.1:${(proxy.address() as net.AddressInfo).port}${where.pathname}`,
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await new Promise((resolve) => proxy.close(resolve))
+    },
+  }
+}
+
 describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
   const postgres = usePostgres()
   const teardown = (store: TokenStore) => postgres.drop(store as PostgresTokenStore)
@@ -400,6 +441,27 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       await Promise.all([service.close(), other.close()])
     })
 
+    it('user ids the database would not keep as given (a lone surrogate pg stores as U+FFFD, NUL, longer than an index entry) are refused by the token service as input, so two users never share tokens (regression: one listed and revoked the other’s; 503 for ever)', async () => {
+      const store = await postgres.tokenStore()
+      const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
+      const service = createTokenService({ store, apps, canUseServer: () => true, now: () => Date.UTC(2026, 0, 1) })
+      const create = (userId: string) => service.create({ userId, name: 'odd', servers: ['app_1'], expiresInDays: 7 })
+      for (const userId of ['user-\uD800', 'user-\uDC00', 'user-\u0000', 'u'.repeat(256)]) {
+        const label = JSON.stringify(userId.slice(0, 12))
+        await expect(create(userId), label).rejects.toMatchObject({ status: 400, field: 'userId' })
+        await expect(service.list(userId), label).rejects.toMatchObject({ status: 400, field: 'userId' })
+        await expect(service.revokeAllForUser(userId), label).rejects.toMatchObject({ status: 400, field: 'userId' })
+      }
+      // Well-formed ids, the longest included, and astral characters: each user sees its own.
+      const longest = 'u'.repeat(255)
+      const mine = await create(longest)
+      const emoji = await create('user-\u{1F600}')
+      expect((await service.list(longest)).map((t) => t.id)).toEqual([mine.id])
+      expect((await service.list('user-\u{1F600}')).map((t) => t.id)).toEqual([emoji.id])
+      await expect(service.get('user-\uD83D', emoji.id)).rejects.toMatchObject({ status: 400, field: 'userId' })
+      await service.close()
+    })
+
     it('records are frozen', async () => {
       const store = await postgres.tokenStore()
       const record = makeTokenRecord()
@@ -535,36 +597,16 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
 
     it('a connection lost after a rotation or revocation committed (the reply never arrives): 503, the rotation is undone and the revocation reaches the other instance at once', async () => {
       const base = await postgres.tokenStore()
-      // A TCP proxy to PostgreSQL that, once armed, lets the next statement through and drops
-      // the connection instead of its reply (a failover or a pooler restart after COMMIT).
-      const where = new URL(POSTGRES_URL)
+      // Once armed, the next rotation or revocation goes through and the connection is dropped
+      // instead of its reply (a failover or a pooler restart after COMMIT).
       let armed = false
-      const sockets = new Set<net.Socket>()
-      const proxy = net.createServer((client) => {
-        const server = net.connect(Number(where.port || 5432), where.hostname)
-        sockets.add(client).add(server)
-        let cut = false
-        const end = () => {
-          client.destroy()
-          server.destroy()
-        }
-        client.on('data', (chunk) => {
-          // The extended protocol's Execute ('E') of a named write statement.
-          if (armed && /_(rotate|revoke)\b/.test(chunk.toString('latin1'))) {
-            armed = false
-            cut = true
-          }
-          server.write(chunk)
-        })
-        server.on('data', (chunk) => (cut ? end() : client.write(chunk)))
-        for (const socket of [client, server]) socket.on('error', end).on('close', end)
+      const proxy = await startPostgresProxy((chunk) => {
+        if (!armed || !/_(rotate|revoke)\b/.test(chunk.toString('latin1'))) return 'pass'
+        armed = false
+        return 'drop-reply'
       })
-      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
       try {
-        const proxied = postgres.openPool({
-          connectionString: `postgres://${where.username}@127.0.0.1:${(proxy.address() as net.AddressInfo).port}${where.pathname}`,
-          max: 2,
-        })
+        const proxied = postgres.openPool({ connectionString: proxy.url, max: 2 })
         const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
         const invalidations = createMemoryInvalidationBus()
         const onError = vi.fn()
@@ -602,8 +644,62 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
           await Promise.all([a.close(), b.close()])
         }
       } finally {
-        for (const socket of sockets) socket.destroy()
-        await new Promise((resolve) => proxy.close(resolve))
+        await proxy.close()
+      }
+    })
+
+    it('a write whose connection is lost with the statement sent, and that the server runs and commits later (as one waiting on a lock does): the rotation is undone and the created token revoked by the second pass (regression: the first found nothing, and the late commit locked the client out)', async () => {
+      const base = await postgres.tokenStore()
+      // Once armed, the client's connection is dropped as soon as the next rotation or insert is
+      // sent, and the server gets that statement 300 ms later (it still has it, and commits it
+      // once the lock it waits on is released).
+      let armed = false
+      const proxy = await startPostgresProxy((chunk) => {
+        if (!armed || !/_(rotate|insert)\b/.test(chunk.toString('latin1'))) return 'pass'
+        armed = false
+        return 'drop-client'
+      })
+      try {
+        const proxied = postgres.openPool({ connectionString: proxy.url, max: 2 })
+        const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
+        const onError = vi.fn()
+        const storeTimeoutMs = 1_000
+        const service = createTokenService({
+          apps,
+          canUseServer: () => true,
+          store: createPostgresTokenStore({ pool: proxied, schema: base.schema }),
+          storeTimeoutMs,
+          onError,
+        })
+        try {
+          const made = () => service.create({ userId: 'u_late', name: 'late', servers: ['app_1'], expiresInDays: 7 })
+          const byToken = await made()
+          const cut = (call: Promise<unknown>) => {
+            armed = true
+            return expect(call).rejects.toBeInstanceOf(StoreUnavailableError)
+          }
+          await cut(service.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined }))
+          await cut(service.create({ userId: 'u_late', name: 'lost', servers: ['app_1'], expiresInDays: 7 }))
+          // The late commits land; then the second pass, storeTimeoutMs after the first, puts them right.
+          await vi.waitFor(async () => expect((await base.get(byToken.id))?.tokenHash).not.toBe(hashApiToken(byToken.token)), {
+            timeout: 3_000,
+            interval: 20,
+          })
+          await vi.waitFor(
+            async () => {
+              expect((await base.get(byToken.id))?.tokenHash).toBe(hashApiToken(byToken.token))
+              const lost = (await base.listByUser('u_late')).find((r) => r.name === 'lost')
+              expect(lost?.revokedAt ?? null).not.toBeNull()
+            },
+            { timeout: 4 * storeTimeoutMs, interval: 50 },
+          )
+          expect((await service.authenticate(byToken.token)).ok).toBe(true)
+          expect(onError).not.toHaveBeenCalled()
+        } finally {
+          await service.close()
+        }
+      } finally {
+        await proxy.close()
       }
     })
 
