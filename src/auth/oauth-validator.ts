@@ -51,6 +51,14 @@ import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
 
+/**
+ * A lone surrogate: a subject holding one is no text a store keeps as given (UTF-8 has no code
+ * for it, and Redis and PostgreSQL clients write U+FFFD in its place), so two such subjects
+ * would share their rate-limit counters, subscriptions and sessions. Refused.
+ */
+const LONE_SURROGATE = /\p{Cs}/u
+const SUBJECT_NOT_WELL_FORMED = 'token subject is not well-formed Unicode'
+
 /** How access tokens are validated. */
 export type OAuthValidationMode = 'userinfo' | 'jwt' | 'introspection'
 
@@ -781,6 +789,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // without `sub`): 503 for this token, not counted against the server, since one user's
       // client registration can cause it and must not open the breaker for everyone.
       if (typeof sub !== 'string' || sub === '') throw new BadAnswer('answer has no sub', false)
+      if (LONE_SURROGATE.test(sub)) throw new BadAnswer('answer has a sub that is not well-formed Unicode', false)
       const expiresAt = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
       const audience = audienceList(claims?.aud)
       return {
@@ -842,6 +851,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (typeof body.nbf === 'number' && body.nbf * 1000 > now() + clockToleranceMs) return { active: false, reason: 'token not yet valid', uncacheable: true }
       const sub = body.sub
       if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
+      if (LONE_SURROGATE.test(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
       const expiresAt = typeof body.exp === 'number' ? body.exp * 1000 : undefined
       const audience = audienceList(body.aud)
       const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
@@ -897,10 +907,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
           const set = parseJsonObject(res.body)
           if (!set || !Array.isArray(set.keys)) throw new BadAnswer('answer is not a JSON Web Key Set', true)
-          // A set with no key, or whose every key is unusable, is a bad answer like any other:
-          // counted, and not kept, so the next token asks again (bounded by the breaker) rather
-          // than the set failing every token until it is past its age.
-          if (set.keys.length === 0) throw new BadAnswer('the key set has no keys', true)
+          // A set whose every key is unusable, or an empty one while no keys are in hand (an
+          // issuer not set up yet), is a bad answer like any other: counted, and not kept, so
+          // the next token asks again (bounded by the breaker) rather than the set failing every
+          // token until it is past its age. An empty set replacing keys in hand withdraws them
+          // (a compromised key pulled with no successor yet): it is kept, and verifies nothing.
+          if (set.keys.length === 0 && !remoteKeys) throw new BadAnswer('the key set has no keys', true)
           const keySet = loadKeySet(set.keys)
           if (!keySet) throw new BadAnswer('no key of the set can verify a signature', true)
           return keySet
@@ -992,6 +1004,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // Keys past their age still verify while the refetch runs, but what they accept is not
     // cached: the refetch may show the key withdrawn.
     let stale = false as boolean
+    // Refused for a key the set may hold later (see `mayBeRotatedIn`): not remembered.
+    let keyMayComeLater = false as boolean
     const verify = async (refresh: boolean) => {
       stale = !refresh && !localKeys && remoteKeys !== undefined && keysStale(remoteKeys)
       return jwtVerifyWithKeySet(token, (await keys(deadline, refresh)).getKey, verifyOptions)
@@ -1008,6 +1022,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // an issuer that leaves `kid` out rotates its keys all the same.
         if (localKeys || !remoteKeys || !mayBeRotatedIn(error, header.kid, remoteKeys)) throw error
         const kid = header.kid as string | undefined
+        keyMayComeLater = true
         const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
         if (refusal) return refusal
         // A token issued since the keys in hand were fetched may be signed with a key the issuer
@@ -1067,10 +1082,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       }
       // Not cached: the key may appear at the next JWKS refetch.
       if (error instanceof joseErrors.JWKSNoMatchingKey) return { active: false, reason: 'no matching key', uncacheable: true }
-      return { active: false, reason: 'invalid signature or token' }
+      return { active: false, reason: 'invalid signature or token', ...(keyMayComeLater && { uncacheable: true }) }
     }
     const sub = payload.sub
     if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
+    if (LONE_SURROGATE.test(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
     const expiresAt = typeof payload.exp === 'number' ? payload.exp * 1000 : undefined
     const tokenAudience = audienceList(payload.aud)
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined

@@ -845,23 +845,34 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBe(1)
   })
 
+  it('a token naming no key is tried against at most 8 keys of its algorithm (each costs a signature check; a forgery names none)', async () => {
+    const pairs = await Promise.all(Array.from({ length: 10 }, () => generateKeyPair('ES256')))
+    const keys = await Promise.all(pairs.map(async (p, i) => ({ ...(await exportJWK(p.publicKey)), kid: `k${i}`, alg: 'ES256', use: 'sig' })))
+    const v = validator({ mode: 'jwt', jwks: { keys } })
+    expect(await v.validate(await signWithoutKid(pairs[7]!.privateKey), weather)).toMatchObject({ active: true })
+    expect(await v.validate(await signWithoutKid(pairs[8]!.privateKey), weather)).toEqual({ active: false, reason: 'invalid signature or token' })
+    // Named, any key verifies.
+    expect(await v.validate(await sign({}, { key: pairs[9]!.privateKey, kid: 'k9' }), weather)).toMatchObject({ active: true })
+  })
+
   it('a token naming no key, which the keys in hand do not verify, is treated as a key rotated in: 503 while no refetch could show it, verified once the refetch brings the key (regression: 401 until the set was past its age)', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
-    const v = validator({ mode: 'jwt' })
+    // Refusals remembered for long: the one below must not be.
+    const v = validator({ mode: 'jwt', rejectionTtlMs: 600_000 })
     expect(await v.validate(await signWithoutKid(privateKey), weather)).toMatchObject({ active: true })
     // The issuer swaps its key and signs with the new one, still naming none.
     const next = await generateKeyPair('ES256')
     fake.route('/jwks', { status: 200, body: { keys: [{ ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }] } })
     const rotated = await signWithoutKid(next.privateKey)
     expect((await unavailable(v.validate(rotated, weather))).retryAfter).toBe(30)
-    // One issued before the keys in hand were fetched would have been verified by them: refused.
-    expect(await v.validate(await signWithoutKid(next.privateKey, { issuedAgoS: 60 }), weather)).toEqual({
-      active: false,
-      reason: 'invalid signature or token',
-    })
+    // One issued before the keys in hand were fetched would have been verified by them:
+    // refused, but not remembered (as for an unknown kid).
+    const older = await signWithoutKid(next.privateKey, { issuedAgoS: 60 })
+    expect(await v.validate(older, weather)).toEqual({ active: false, reason: 'invalid signature or token' })
     expect(fake.count('/jwks')).toBe(1)
     clock.advance(30_000)
     expect(await v.validate(rotated, weather)).toMatchObject({ active: true })
+    expect(await v.validate(older, weather)).toMatchObject({ active: true })
     expect(fake.count('/jwks')).toBe(2)
     // A forgery is a key rotated in as far as anyone can tell until a refetch shows no key
     // verifies it (as for a made-up kid): 503 within the interval, with no call; then 401.
@@ -869,8 +880,8 @@ describe('jwt mode (local verification)', () => {
     await unavailable(v.validate(forged, weather))
     expect(fake.count('/jwks')).toBe(2)
     clock.advance(30_000)
-    expect(await v.validate(forged, weather)).toEqual({ active: false, reason: 'invalid signature or token' })
-    expect(await v.validate(forged, weather)).toEqual({ active: false, reason: 'invalid signature or token' })
+    expect(await v.validate(forged, weather)).toMatchObject({ active: false, reason: 'invalid signature or token' })
+    expect(await v.validate(forged, weather)).toMatchObject({ active: false, reason: 'invalid signature or token' })
     expect(fake.count('/jwks')).toBe(3)
   })
 
@@ -898,6 +909,20 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBe(2)
   })
 
+  it('an empty JWKS replacing keys in hand withdraws them: once the refetch lands, tokens of the withdrawn key are refused (a compromised key pulled before its successor is published)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
+    expect(await v.validate(await sign({ jti: 'a' }), weather)).toMatchObject({ active: true })
+    fake.route('/jwks', { status: 200, body: { keys: [] } })
+    clock.advance(60_000)
+    const token = await sign({ jti: 'b' }, { issuedAgoS: 30 })
+    expect(await v.validate(token, weather)).toMatchObject({ active: true }) // the stale key, while the refetch runs
+    await vi.waitFor(async () => expect(await v.validate(token, weather)).toMatchObject({ active: false }), { timeout: 2_000, interval: 10 })
+    clock.advance(3_600_000)
+    expect(await v.validate(await sign({ jti: 'c' }, { issuedAgoS: 30 }), weather)).toMatchObject({ active: false })
+    expect(v.breakerState).toBe('closed')
+  })
+
   it('a discovery document without the jwks_uri this mode needs is believed for 5 minutes, not for good: the endpoint published later is used (regression: 503 until a restart)', async () => {
     fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/oidc/me` } })
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
@@ -913,6 +938,18 @@ describe('jwt mode (local verification)', () => {
     clock.advance(3_600_000)
     expect(await v.validate(await sign({ jti: 'much-later' }), weather)).toMatchObject({ active: true })
     expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+  })
+
+  it('a subject holding a lone surrogate is refused: no store keeps it as given, so two users would share counters and subscriptions (regression: taken)', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    expect(await v.validate(await sign({ sub: 'user-\uD800' }), weather)).toEqual({ active: false, reason: 'token subject is not well-formed Unicode' })
+    expect(await v.validate(await sign({ sub: 'user-\u{1F600}' }), weather)).toMatchObject({ active: true, info: { subject: 'user-\u{1F600}' } })
+    // From introspection, and from userinfo (an answer it cannot use: 503, as one without sub).
+    fake.route('/introspect', { status: 200, body: { active: true, sub: 'user-\uDC00' } })
+    const introspecting = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' }, audience: false })
+    expect(await introspecting.validate('opaque')).toEqual({ active: false, reason: 'token subject is not well-formed Unicode' })
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user-\uDC00' } })
+    await unavailable(validator().validate('good-token'))
   })
 
   it('a token refused for its nbf is not remembered: taken once nbf has passed (regression)', async () => {
