@@ -359,10 +359,11 @@ export interface TokenService {
   /** Writes pending `last_used_at` times now. */
   flush(): Promise<void>
   /**
-   * Flushes, stops listening for invalidations, and gives the invalidations whose publish failed
-   * and that are still being sent again one last try (under `storeTimeoutMs`, or the bus's
-   * `publishTimeoutMs` and a second when longer), reporting to `onError` how many it could not
-   * send.
+   * Flushes, waits for the second passes over writes whose caller was told 503 that are still to
+   * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), stops listening for
+   * invalidations, and gives the invalidations whose publish failed and that are still being
+   * sent again one last try (under `storeTimeoutMs`, or the bus's `publishTimeoutMs` and a
+   * second when longer), reporting to `onError` how many it could not send.
    */
   close(): Promise<void>
 }
@@ -394,23 +395,27 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-/** The longest user id the token service takes (an email address is at most 254). */
+/** The longest user id a token is created for, in UTF-16 code units (an email address is at most 254). */
 const MAX_USER_ID_LENGTH = 255
 // A user id is the platform's and opaque, but it is stored and compared: one no store keeps as
 // given would make two users one. PostgreSQL refuses NUL in text, and pg stores a lone
-// surrogate as U+FFFD (`user-\uD800` and `user-\uDC00` would share their tokens); an id longer
-// than an index entry can hold fails every write. Refused as input (400), not as a store
-// failure (503: to try again later would fail the same way).
+// surrogate as U+FFFD (`user-\uD800` and `user-\uDC00` would share their tokens). Refused as
+// input (400), not as a store failure (503: to try again later would fail the same way).
 const userIdSchema = z
   .string()
   .min(1, 'must not be empty')
-  .max(MAX_USER_ID_LENGTH, `must be at most ${MAX_USER_ID_LENGTH} characters`)
   .refine((id) => !id.includes('\0'), 'must not contain NUL')
   .refine((id) => !/\p{Cs}/u.test(id), 'must be well-formed Unicode (no lone surrogate)')
+// An id longer than an index entry holds fails every write: refused when a token is created
+// only, so that users whose tokens were made before keep reaching them.
+const newUserIdSchema = z
+  .string()
+  .max(MAX_USER_ID_LENGTH, `must be at most ${MAX_USER_ID_LENGTH} characters`)
+  .pipe(userIdSchema)
 // Its bounds and entries are validateAllowlist's, which seeds and imports use too (checkAllowlist).
 const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CIDR range)'), 'must be an array of IP addresses or CIDR ranges, or null').nullable()
 const createSchema = z.object({
-  userId: userIdSchema,
+  userId: newUserIdSchema,
   name: nameSchema,
   servers: z.array(z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters')).min(1, 'must name at least one server').max(100, 'at most 100 servers'),
   expiresInDays: z.union(TOKEN_LIFETIMES_DAYS.map((d) => z.literal(d)) as [z.ZodLiteral<7>, z.ZodLiteral<30>, z.ZodLiteral<90>], {
@@ -708,31 +713,36 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (current !== undefined && current.tokenHash !== readHash) await invalidate(current.tokenHash)
   }
 
-  // Second runs of `unknown` reconcilers still to come (`runAgainLater`): `close` runs them at once.
-  const lateRuns = new Set<() => Promise<void>>()
+  // The edits that succeeded here, counted, and the count at the last one of each token (the
+  // latest 10,000 tokens): an edit whose caller was told 503 does not put its expiry back over
+  // one that succeeded since, whose caller was told 200 (the same expiry sent again is not
+  // the lost edit's).
+  let editsDone = 0
+  const lastEditDone = new LRUCache<string, number>({ max: 10_000 })
+
+  // Second runs of `unknown` reconcilers still to come (`runAgainLater`), each settling once it
+  // has run, with its timer: `close` waits for them.
+  const lateRuns = new Map<Promise<void>, ReturnType<typeof setTimeout>>()
+  let closing = false
 
   /**
    * Runs a reconciler (which never rejects) once more `storeTimeoutMs` after its first run put
-   * things right. A write whose
-   * store failed may not have ended on the server: a connection lost with the statement sent
-   * (a pooler restart, a middlebox), or a client-side timeout (pg's `query_timeout`), leaves a
-   * statement waiting on a lock to commit later, after the first run found nothing to put
-   * right (a rotation not yet there to undo, a token not yet there to revoke). By then a
-   * `statement_timeout` under `storeTimeoutMs` (docs/stores.md) has ended any such statement,
-   * so the second run sees how the write ended. Unref'd; handed to `waitUntil` where given.
+   * things right. A write whose store failed may not have ended on the server: a connection
+   * lost with the statement sent (a pooler restart, a middlebox), or a client-side timeout
+   * (pg's `query_timeout`), leaves a statement waiting on a lock to commit later, after the
+   * first run found nothing to put right (a rotation not yet there to undo, a token not yet
+   * there to revoke). By then a `statement_timeout` under `storeTimeoutMs` (docs/stores.md) has
+   * ended any such statement, so the second run sees how the write ended. Unref'd until
+   * `close` waits for it; handed to `waitUntil` where given. After `close` it still runs: one
+   * that fails (the store closed) is reported naming its token.
    */
   function runAgainLater(run: () => Promise<void>): void {
-    if (closed) return
-    let settle!: () => void
-    const done = new Promise<void>((resolve) => (settle = resolve))
-    const fire = () => {
-      clearTimeout(timer)
-      lateRuns.delete(fire)
-      return run().finally(settle)
-    }
-    const timer = setTimeout(fire, storeTimeoutMs)
-    timer.unref?.()
-    lateRuns.add(fire)
+    let timer!: ReturnType<typeof setTimeout>
+    const done: Promise<void> = new Promise<void>((resolve) => {
+      timer = setTimeout(() => void run().finally(resolve), storeTimeoutMs)
+    }).finally(() => lateRuns.delete(done))
+    if (!closing) timer.unref?.()
+    lateRuns.set(done, timer)
     waitUntil?.(done)
   }
 
@@ -1178,11 +1188,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
       }
       const expiryPassed = () => patch.expiresAt !== undefined && now() >= record.expiresAt
+      const editsBefore = editsDone
+      const editedSince = () => (lastEditDone.get(id) ?? 0) > editsBefore
       // Its caller was told 503, so nobody expects this edit any more: only what would break
-      // spec 3, the expiry, is put back (compare-and-swap: nothing happens if it never landed).
+      // spec 3, the expiry, is put back (compare-and-swap: nothing happens if it never landed),
+      // unless an edit of the token succeeded here since.
       const reconcileEdit = async (tokenHash: string) => {
         try {
-          if (expiryPassed()) await undoIfExpired({ expiresAt: record.expiresAt })
+          if (expiryPassed() && !editedSince()) await undoIfExpired({ expiresAt: record.expiresAt })
         } finally {
           await invalidate(tokenHash)
         }
@@ -1213,8 +1226,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         await invalidate(updated.tokenHash)
         if (undone) throw new TokenInactiveError('expired')
         // Another edit's expiry landed since: the token is as that edit left it.
+        lastEditDone.set(id, ++editsDone)
         return view((await storeCall(() => store.get(id))) ?? updated)
       }
+      lastEditDone.set(id, ++editsDone)
       await invalidate(updated.tokenHash)
       return view(updated)
     },
@@ -1292,7 +1307,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async revokeAllForUser(userId) {
-      checkUserId(userId)
+      // Not checked: a password reset is never refused. An id a store would not keep as given
+      // (see `userIdSchema`) revokes at most more than its own, the safe side.
       const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
       const revoked = await storeCall(() => store.revokeAllForUser(userId, now()), {
         landed: invalidateAll,
@@ -1427,9 +1443,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // closes and ends still gets its last write done or reported (bounded: an in-flight
       // flush, then this one).
       const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, MAX_TIMER_MS))
+      // Writes cut off that are to be put right once more are, when due (at most
+      // `storeTimeoutMs` away: sooner, a statement may still be waiting on the server), while
+      // the store is open; the process waits for them. Those that come meanwhile too.
+      closing = true
+      const secondPasses = async () => {
+        while (lateRuns.size > 0) {
+          for (const timer of lateRuns.values()) timer.ref?.()
+          await Promise.all(lateRuns.keys())
+        }
+      }
       try {
-        // Writes cut off that were to be put right once more are, now, while the store is open.
-        await Promise.all([service.flush(), ...[...lateRuns].map((fire) => fire())])
+        await Promise.all([service.flush(), secondPasses()])
       } finally {
         clearTimeout(keepAlive)
       }

@@ -441,17 +441,17 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       await Promise.all([service.close(), other.close()])
     })
 
-    it('user ids the database would not keep as given (a lone surrogate pg stores as U+FFFD, NUL, longer than an index entry) are refused by the token service as input, so two users never share tokens (regression: one listed and revoked the other’s; 503 for ever)', async () => {
+    it('user ids the database would not keep as given (a lone surrogate pg stores as U+FFFD, NUL; for a new token, longer than an index entry) are refused by the token service as input, so two users never share tokens (regression: one listed the other’s; 503 for ever)', async () => {
       const store = await postgres.tokenStore()
       const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
       const service = createTokenService({ store, apps, canUseServer: () => true, now: () => Date.UTC(2026, 0, 1) })
       const create = (userId: string) => service.create({ userId, name: 'odd', servers: ['app_1'], expiresInDays: 7 })
-      for (const userId of ['user-\uD800', 'user-\uDC00', 'user-\u0000', 'u'.repeat(256)]) {
-        const label = JSON.stringify(userId.slice(0, 12))
+      for (const userId of ['user-\uD800', 'user-\uDC00', 'user-\u0000']) {
+        const label = JSON.stringify(userId)
         await expect(create(userId), label).rejects.toMatchObject({ status: 400, field: 'userId' })
         await expect(service.list(userId), label).rejects.toMatchObject({ status: 400, field: 'userId' })
-        await expect(service.revokeAllForUser(userId), label).rejects.toMatchObject({ status: 400, field: 'userId' })
       }
+      await expect(create('u'.repeat(256))).rejects.toMatchObject({ status: 400, field: 'userId' })
       // Well-formed ids, the longest included, and astral characters: each user sees its own.
       const longest = 'u'.repeat(255)
       const mine = await create(longest)
