@@ -357,6 +357,51 @@ describeRedis('a Redis that hangs under the invalidation bus', (redis) => {
   })
 })
 
+describeRedis('a bus cut off from Redis on both connections', (redis) => {
+  it('its command connection down, so no heartbeat can be sent, and its subscriber hearing nothing: the cache is off all the same (regression: trusted for cacheTtlMs, a token revoked elsewhere accepted)', async () => {
+    const commands = await droppingProxy()
+    const channel = await hangingProxy()
+    const prefix = redis.prefix()
+    const errors: string[] = []
+    const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One', versions: ['1.0.0'] }])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
+    const store = createMemoryTokenStore()
+    const busA = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50 })
+    const clientB = redis.connect({ disconnectTimeout: 10, retryStrategy: () => 20 }, `redis://127.0.0.1:${commands.port}`)
+    clientB.on('error', () => {}) // its reconnections, refused
+    const subscriberB = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${channel.port}`)
+    const busB = createRedisInvalidationBus({
+      client: clientB,
+      subscriber: subscriberB,
+      prefix,
+      timeoutMs: TIMEOUT_MS,
+      heartbeatMs: 50,
+      onError: (error) => void errors.push((error as Error).message),
+    })
+    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busA })
+    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busB })
+    try {
+      await Promise.all([busA.ready(5_000), busB.ready(5_000)])
+      const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
+      expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
+      // B's command connection goes (reconnecting, refused), then its subscriber hears nothing.
+      await commands.down()
+      await until(() => clientB.status !== 'ready', 'B’s command connection to go')
+      channel.hang()
+      await until(() => busB.listening === false, 'B to notice the silence')
+      expect(errors).toContainEqual(expect.stringMatching(/^Nothing arrived on .* the cache is off until something does$/))
+      await a.revoke('alice', made.id)
+      expect(await b.authenticate(made.token)).toEqual({ ok: false, reason: 'revoked' })
+    } finally {
+      await Promise.all([a.close(), b.close()])
+      await Promise.all([busA.close(), busB.close()])
+      clientB.disconnect()
+      subscriberB.disconnect()
+      await Promise.all([commands.close(), channel.close()])
+    }
+  })
+})
+
 describeRedis('the invalidation bus heartbeat, when nothing is wrong', (redis) => {
   it('a stall of this process is no silence, a message of an unknown kind is no error, and heartbeats stay off the invalidation channel', async () => {
     const prefix = redis.prefix()

@@ -716,6 +716,13 @@ export function describeRateLimitStoreConformance(
       expect(await store.increment('a', start, W)).toBe(3)
     })
 
+    it('keeps apart keys that differ only in lone surrogates, or in a NUL, whatever the bytes they are stored as (regression: Redis wrote U+FFFD for each, one counter for two users)', async () => {
+      const { store } = await open()
+      const keys = ['app\0user-\uD800\0minute', 'app\0user-\uDC00\0minute', 'app\0user-\uFFFD\0minute', '\0"app\\u0000user-\\ud800\\u0000minute"']
+      for (const key of keys) expect(await store.increment(key, start, W), JSON.stringify(key)).toBe(1)
+      expect(await store.increment(keys[0]!, start, W)).toBe(2)
+    })
+
     it('starts again at 1 in a new window', async () => {
       const { store, clock } = await open()
       clock.set(start + 10)

@@ -428,8 +428,12 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // for half an interval, and again each interval while it waits for an answer. One that
     // fails is what the silence check notices; it is not reported each time.
     const silent = pendingSince === undefined ? at - lastHeard >= heartbeatMs / 2 : at - lastSent >= heartbeatMs
-    if (silent && !notReady(options.client)) {
-      pendingSince ??= at
+    if (!silent) return
+    // The silence is judged whether or not a heartbeat can be sent: a command connection that
+    // is down while the subscriber hears nothing (both cut off from Redis) must not leave the
+    // cache trusted; other instances' heartbeats, heard, end it.
+    pendingSince ??= at
+    if (!notReady(options.client)) {
       lastSent = at
       // Through the breaker, unlike an invalidation: one refused while Redis is stalled only
       // lets the silence show sooner, which turns the cache off (the safe side).

@@ -41,6 +41,16 @@ function toCount(reply: unknown): number | RateLimitCount {
 }
 
 /**
+ * The key as written: Redis keys are bytes, and a key holding a lone surrogate (a subject a
+ * custom access-token validator let through) has no UTF-8 (ioredis writes U+FFFD in its place,
+ * so two such keys would be one counter). Such a key is written as its JSON after a NUL; so is
+ * a key that begins with a NUL, so that no key is written as another's.
+ */
+function wireKey(key: string): string {
+  return key.charCodeAt(0) === 0 || /\p{Cs}/u.test(key) ? `\0${JSON.stringify(key)}` : key
+}
+
+/**
  * Rate-limit counters in Redis, shared by every instance: `increment` is one `EVALSHA`
  * round trip (an `EVAL` once more after the server lost its script cache), atomic, under the
  * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` that
@@ -84,7 +94,7 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
     // Async: a window `px` refuses rejects the call, as a failing Redis does.
     async increment(key, windowStart, windowMs) {
       if (lost()) throw new Error(`Redis connection not ready (${client.status}): not counted`)
-      return redis.run(INCREMENT, keyPrefix + key, windowStart, px(windowMs)).then(toCount)
+      return redis.run(INCREMENT, keyPrefix + wireKey(key), windowStart, px(windowMs)).then(toCount)
     },
   }
 }
