@@ -713,12 +713,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (current !== undefined && current.tokenHash !== readHash) await invalidate(current.tokenHash)
   }
 
-  // The edits that succeeded here, counted, and the count at the last one of each token (the
-  // latest 10,000 tokens): an edit whose caller was told 503 does not put its expiry back over
-  // one that succeeded since, whose caller was told 200 (the same expiry sent again is not
-  // the lost edit's).
-  let editsDone = 0
-  const lastEditDone = new LRUCache<string, number>({ max: 10_000 })
+  // The edits of an expiry that succeeded here, counted, and the last one of each token (the
+  // latest 10,000 tokens): an edit whose caller was told 503 does not put its expiry back when
+  // an edit that succeeded since set the same expiry (its caller, told 200, sent it again).
+  let expiryEdits = 0
+  const lastExpiryEdit = new LRUCache<string, { readonly seq: number; readonly expiresAt: number }>({ max: 10_000 })
 
   // Second runs of `unknown` reconcilers still to come (`runAgainLater`), each settling once it
   // has run, with its timer: `close` waits for them.
@@ -1188,14 +1187,20 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
       }
       const expiryPassed = () => patch.expiresAt !== undefined && now() >= record.expiresAt
-      const editsBefore = editsDone
-      const editedSince = () => (lastEditDone.get(id) ?? 0) > editsBefore
+      const expiryEditsBefore = expiryEdits
+      const sentAgain = () => {
+        const since = lastExpiryEdit.get(id)
+        return since !== undefined && since.seq > expiryEditsBefore && since.expiresAt === patch.expiresAt
+      }
+      const succeeded = () => {
+        if (patch.expiresAt !== undefined) lastExpiryEdit.set(id, { seq: ++expiryEdits, expiresAt: patch.expiresAt })
+      }
       // Its caller was told 503, so nobody expects this edit any more: only what would break
       // spec 3, the expiry, is put back (compare-and-swap: nothing happens if it never landed),
-      // unless an edit of the token succeeded here since.
+      // unless an edit that succeeded here since set the same expiry.
       const reconcileEdit = async (tokenHash: string) => {
         try {
-          if (expiryPassed() && !editedSince()) await undoIfExpired({ expiresAt: record.expiresAt })
+          if (expiryPassed() && !sentAgain()) await undoIfExpired({ expiresAt: record.expiresAt })
         } finally {
           await invalidate(tokenHash)
         }
@@ -1226,10 +1231,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         await invalidate(updated.tokenHash)
         if (undone) throw new TokenInactiveError('expired')
         // Another edit's expiry landed since: the token is as that edit left it.
-        lastEditDone.set(id, ++editsDone)
+        succeeded()
         return view((await storeCall(() => store.get(id))) ?? updated)
       }
-      lastEditDone.set(id, ++editsDone)
+      succeeded()
       await invalidate(updated.tokenHash)
       return view(updated)
     },
@@ -1307,8 +1312,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async revokeAllForUser(userId) {
-      // Not checked: a password reset is never refused. An id a store would not keep as given
-      // (see `userIdSchema`) revokes at most more than its own, the safe side.
+      // Checked as everywhere but for the length of a new token's user: a reset that named no
+      // user (a wrong field read) must not answer as if it revoked theirs.
+      checkUserId(userId)
       const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
       const revoked = await storeCall(() => store.revokeAllForUser(userId, now()), {
         landed: invalidateAll,
@@ -1447,8 +1453,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // `storeTimeoutMs` away: sooner, a statement may still be waiting on the server), while
       // the store is open; the process waits for them. Those that come meanwhile too.
       closing = true
+      // Those pending now, then those that came while they ran; any later (writes still failing
+      // as it closes) run on their own timers, which keep the process until they have.
       const secondPasses = async () => {
-        while (lateRuns.size > 0) {
+        for (let round = 0; round < 2 && lateRuns.size > 0; round++) {
           for (const timer of lateRuns.values()) timer.ref?.()
           await Promise.all(lateRuns.keys())
         }
