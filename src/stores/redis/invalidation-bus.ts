@@ -446,7 +446,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     setListening()
     stopWaiting('nothing arrived on its channels')
     rereadSlots(subscriber)
-    onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms: the cache is off until something does`), 'invalidation subscriber')
+    // Named when no heartbeat went out: the subscriber may be fine, with nobody else publishing.
+    const unsent = lastSent < pendingSince ? ', and no heartbeat could be sent (the command connection is not ready)' : ''
+    onError(new Error(`Nothing arrived on ${channel} for ${silentLimitMs} ms${unsent}: the cache is off until something does`), 'invalidation subscriber')
   }
   const timer = heartbeatMs === false ? undefined : setInterval(beat, heartbeatMs)
   ;(timer as { unref?: () => void } | undefined)?.unref?.()
