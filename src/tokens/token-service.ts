@@ -260,10 +260,12 @@ export interface TokenServiceOptions {
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
    * never holds a dashboard request or `close()`. The write may still land later: a write
-   * whose caller was told 503 is put right at once, and again this long after (docs/api-tokens.md). Also the longest wait for the `invalidations` bus's `publish` (reported and sent
-   * again past it, the call answering as it would have), unless the bus declares a longer one of
-   * its own (`publishTimeoutMs`: a Redis bus's `timeoutMs`, which its `publish` may spend waiting
-   * for the other instances' confirmations), which is then waited for and a second more.
+   * whose caller was told 503 is put right at once, and again this long after
+   * (docs/api-tokens.md). Also the longest wait for the `invalidations` bus's `publish`
+   * (reported and sent again past it, the call answering as it would have), unless the bus
+   * declares a longer one of its own (`publishTimeoutMs`: a Redis bus's `timeoutMs`, which its
+   * `publish` may spend waiting for the other instances' confirmations), which is then waited
+   * for and a second more.
    * `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
    */
   storeTimeoutMs?: number
@@ -1451,10 +1453,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, MAX_TIMER_MS))
       // Writes cut off that are to be put right once more are, when due (at most
       // `storeTimeoutMs` away: sooner, a statement may still be waiting on the server), while
-      // the store is open; the process waits for them. Those that come meanwhile too.
+      // the store is open; the process waits for them. Those pending now, then those that came
+      // while they ran; any later (writes still failing as it closes) run on their own timers,
+      // which keep the process until they have.
       closing = true
-      // Those pending now, then those that came while they ran; any later (writes still failing
-      // as it closes) run on their own timers, which keep the process until they have.
       const secondPasses = async () => {
         for (let round = 0; round < 2 && lateRuns.size > 0; round++) {
           for (const timer of lateRuns.values()) timer.ref?.()
