@@ -26,6 +26,7 @@ import {
 import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
 import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
+import { hasLoneSurrogate } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
@@ -51,12 +52,8 @@ import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
 
-/**
- * A lone surrogate: a subject holding one is no text a store keeps as given (UTF-8 has no code
- * for it, and Redis and PostgreSQL clients write U+FFFD in its place), so two such subjects
- * would share their rate-limit counters, subscriptions and sessions. Refused.
- */
-const LONE_SURROGATE = /\p{Cs}/u
+// A subject holding a lone surrogate is refused: two such subjects would be one user's
+// rate-limit counters, subscriptions and sessions (`hasLoneSurrogate`).
 const SUBJECT_NOT_WELL_FORMED = 'token subject is not well-formed Unicode'
 
 /** How access tokens are validated. */
@@ -789,7 +786,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // without `sub`): 503 for this token, not counted against the server, since one user's
       // client registration can cause it and must not open the breaker for everyone.
       if (typeof sub !== 'string' || sub === '') throw new BadAnswer('answer has no sub', false)
-      if (LONE_SURROGATE.test(sub)) throw new BadAnswer('answer has a sub that is not well-formed Unicode', false)
+      if (hasLoneSurrogate(sub)) throw new BadAnswer('answer has a sub that is not well-formed Unicode', false)
       const expiresAt = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
       const audience = audienceList(claims?.aud)
       return {
@@ -851,7 +848,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (typeof body.nbf === 'number' && body.nbf * 1000 > now() + clockToleranceMs) return { active: false, reason: 'token not yet valid', uncacheable: true }
       const sub = body.sub
       if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
-      if (LONE_SURROGATE.test(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
+      if (hasLoneSurrogate(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
       const expiresAt = typeof body.exp === 'number' ? body.exp * 1000 : undefined
       const audience = audienceList(body.aud)
       const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
@@ -1086,7 +1083,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
     const sub = payload.sub
     if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
-    if (LONE_SURROGATE.test(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
+    if (hasLoneSurrogate(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
     const expiresAt = typeof payload.exp === 'number' ? payload.exp * 1000 : undefined
     const tokenAudience = audienceList(payload.aud)
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined

@@ -129,6 +129,24 @@ function losingAnswers() {
   }
 }
 
+/**
+ * Store writes cut off with their statement sent, which the server commits later, as one
+ * waiting on a lock does: `cutNext()` makes the next write through `late` reject at once (the
+ * connection lost) and land in the store 100 ms later; `landed()` waits for those landings.
+ */
+function landingLate() {
+  let cut = false
+  const landings: Promise<unknown>[] = []
+  const late = <A extends unknown[], R>(write: (...args: A) => R) =>
+    ((...args: A) => {
+      if (!cut) return write(...args)
+      cut = false
+      landings.push(new Promise((resolve) => setTimeout(resolve, 100)).then(() => write(...args)))
+      return Promise.reject(new Error('Connection terminated unexpectedly'))
+    }) as unknown as (...args: A) => R
+  return { late, cutNext: () => void (cut = true), landed: () => Promise.all(landings) }
+}
+
 async function fieldOf(promise: Promise<unknown>): Promise<string> {
   const error = await refusal(promise, InvalidInputError)
   expect(error.status).toBe(400)
@@ -1620,17 +1638,7 @@ describe('a store that stops answering', () => {
 
   it('a write whose store failed at once, and that commits later (its statement left waiting on a lock on the server), is put right by a second pass storeTimeoutMs later: the rotation undone, the created token revoked (regression: the first pass found nothing, and the late commit stood)', async () => {
     const inner = createMemoryTokenStore()
-    // The connection is lost with the statement sent: the caller hears of it at once, and the
-    // server commits the write when the lock it waits on is released, 100 ms later.
-    let cutting = false
-    const landings: Promise<unknown>[] = []
-    const late = <A extends unknown[], R>(write: (...args: A) => R) =>
-      ((...args: A) => {
-        if (!cutting) return write(...args)
-        cutting = false
-        landings.push(new Promise((resolve) => setTimeout(resolve, 100)).then(() => write(...args)))
-        return Promise.reject(new Error('Connection terminated unexpectedly'))
-      }) as unknown as (...args: A) => R
+    const { late, cutNext, landed } = landingLate()
     const store: TokenStore = { ...inner, insert: late(inner.insert), rotate: late(inner.rotate) }
     const onError = vi.fn()
     const storeTimeoutMs = 300
@@ -1638,13 +1646,13 @@ describe('a store that stops answering', () => {
     const byToken = await createToken(service)
     const byOwner = await createToken(service)
     const cut = (call: () => Promise<unknown>) => {
-      cutting = true
+      cutNext()
       return refusal(call(), StoreUnavailableError)
     }
     await cut(() => service.rotate(byToken.id, { kind: 'token', token: byToken.token, clientAddress: undefined }))
     await cut(() => service.rotate(byOwner.id, { kind: 'session', userId: 'alice' }))
     await cut(() => createToken(service, { name: 'lost' }))
-    await Promise.all(landings)
+    await landed()
     // The late commits stand for now: nobody holds the new secrets, nor the created token's.
     for (const made of [byToken, byOwner]) expect((await inner.get(made.id))?.tokenHash).not.toBe(hashApiToken(made.token))
     expect((await inner.listByUser('alice')).find((r) => r.name === 'lost')?.revokedAt).toBeNull()
@@ -1663,51 +1671,31 @@ describe('a store that stops answering', () => {
 
   it('close() waits for the second passes still to come, and runs each when due: a statement still waiting on the server when close() begins is put right once it lands (regression: run at once, before it landed)', async () => {
     const inner = createMemoryTokenStore()
-    let cutting = false
-    let landing: Promise<unknown> | undefined
-    const store: TokenStore = {
-      ...inner,
-      rotate: (...args) => {
-        if (!cutting) return inner.rotate(...args)
-        cutting = false
-        landing = new Promise((resolve) => setTimeout(resolve, 100)).then(() => inner.rotate(...args))
-        return Promise.reject(new Error('Connection terminated unexpectedly'))
-      },
-    }
+    const { late, cutNext, landed } = landingLate()
     const onError = vi.fn()
-    const { service } = setup({ store, storeTimeoutMs: 300, onError })
+    const { service } = setup({ store: { ...inner, rotate: late(inner.rotate) }, storeTimeoutMs: 300, onError })
     const made = await createToken(service)
-    cutting = true
+    cutNext()
     await refusal(service.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
     // Closed at once, while the rotation has yet to land.
     await service.close()
-    await landing
+    await landed()
     expect((await inner.get(made.id))?.tokenHash).toBe(hashApiToken(made.token))
     expect(onError).not.toHaveBeenCalled()
   })
 
   it('an edit of the name only since does not keep a lost edit of the expiry from being put back once the old expiry has passed (an expired token never returns to active)', async () => {
     const inner = createMemoryTokenStore()
-    let cutting = false
-    let landing: Promise<unknown> | undefined
-    const store: TokenStore = {
-      ...inner,
-      update: (...args) => {
-        if (!cutting) return inner.update(...args)
-        cutting = false
-        landing = new Promise((resolve) => setTimeout(resolve, 100)).then(() => inner.update(...args))
-        return Promise.reject(new Error('Connection terminated unexpectedly'))
-      },
-    }
+    const { late, cutNext, landed } = landingLate()
     const storeTimeoutMs = 300
-    const { service, clock } = setup({ store, storeTimeoutMs })
+    const { service, clock } = setup({ store: { ...inner, update: late(inner.update) }, storeTimeoutMs })
     const made = await createToken(service, { expiresInDays: 7 })
     clock.advance(7 * DAY - 1_000)
-    cutting = true
+    cutNext()
     await refusal(service.update('alice', made.id, { expiresAt: T0 + 30 * DAY }), StoreUnavailableError)
     expect((await service.update('alice', made.id, { name: 'renamed' })).name).toBe('renamed')
     clock.advance(2_000) // expired; then the lost edit lands
-    await landing
+    await landed()
     await vi.waitFor(async () => expect((await inner.get(made.id))?.expiresAt).toBe(T0 + 7 * DAY), { timeout: 5 * storeTimeoutMs, interval: 20 })
     expect(await service.authenticate(made.token)).toEqual({ ok: false, reason: 'expired' })
     await service.close()
@@ -1715,24 +1703,19 @@ describe('a store that stops answering', () => {
 
   it('close() also waits for the second passes of writes that fail while it closes; one that comes after close() still runs, and reports naming its token when it cannot put the write right', async () => {
     const inner = createMemoryTokenStore()
-    let cutting = 0
+    const { late, cutNext } = landingLate()
     let storeClosed = false
+    const rotate = late(inner.rotate)
     const store: TokenStore = {
       ...inner,
-      rotate: (...args) => {
-        if (storeClosed) return Promise.reject(new Error('Cannot use a pool after calling end on the pool'))
-        if (cutting === 0) return inner.rotate(...args)
-        cutting--
-        void new Promise((resolve) => setTimeout(resolve, 50)).then(() => inner.rotate(...args))
-        return Promise.reject(new Error('Connection terminated unexpectedly'))
-      },
+      rotate: (...args) => (storeClosed ? Promise.reject(new Error('Cannot use a pool after calling end on the pool')) : rotate(...args)),
     }
     const onError = vi.fn()
     const storeTimeoutMs = 300
     const { service } = setup({ store, storeTimeoutMs, onError })
     const [first, during, after] = [await createToken(service), await createToken(service), await createToken(service)]
     const rotateCut = (made: typeof first) => {
-      cutting = 1
+      cutNext()
       return refusal(service.rotate(made.id, { kind: 'token', token: made.token, clientAddress: undefined }), StoreUnavailableError)
     }
     await rotateCut(first)

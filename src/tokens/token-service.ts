@@ -18,6 +18,7 @@ import {
   checkApiTokenFormat,
 } from '../core/api-token.js'
 import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
+import { hasLoneSurrogate } from '../core/text.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
@@ -384,7 +385,7 @@ const nameSchema = z
   .refine((name) => !/[\p{Zl}\p{Zp}]/u.test(name), 'must not contain line or paragraph separators')
   .refine((name) => !/[\u202A-\u202E\u2066-\u2069]/u.test(name), 'must not contain bidirectional overrides or isolates')
   // A lone surrogate is no character: a database stores U+FFFD in its place (PostgreSQL via pg).
-  .refine((name) => !/\p{Cs}/u.test(name), 'must be well-formed Unicode (no lone surrogate)')
+  .refine((name) => !hasLoneSurrogate(name), 'must be well-formed Unicode (no lone surrogate)')
   .refine((name) => /[^\p{Z}\p{Cf}]/u.test(name), 'must hold a visible character')
 /**
  * Checks a token name against the rules `create` and `update` apply (after trimming: 1 to
@@ -407,7 +408,7 @@ const userIdSchema = z
   .string()
   .min(1, 'must not be empty')
   .refine((id) => !id.includes('\0'), 'must not contain NUL')
-  .refine((id) => !/\p{Cs}/u.test(id), 'must be well-formed Unicode (no lone surrogate)')
+  .refine((id) => !hasLoneSurrogate(id), 'must be well-formed Unicode (no lone surrogate)')
 // An id longer than an index entry holds fails every write: refused when a token is created
 // only, so that users whose tokens were made before keep reaching them.
 const newUserIdSchema = z

@@ -19,9 +19,9 @@ import {
   createMemoryTokenStore,
   createTokenService,
 } from 'mcp-dispatch'
-import { createRedisInvalidationBus, createRedisRateLimitStore } from 'mcp-dispatch/redis'
+import { type RedisInvalidationBus, createRedisInvalidationBus, createRedisRateLimitStore } from 'mcp-dispatch/redis'
 import { describe, expect, it, vi } from 'vitest'
-import { REDIS_URL, describeRedis, holdConnection } from '../helpers/redis.js'
+import { REDIS_URL, type RedisTestContext, describeRedis, holdConnection } from '../helpers/redis.js'
 import { type Fixture, activeResources, createRedisStorePipeline, createStorePipeline, jsonRpcError, leakedHandles } from './support.js'
 
 const baseline = activeResources()
@@ -126,6 +126,34 @@ async function droppingProxy(): Promise<{ port: number; down(): Promise<void>; u
     })
   await up()
   return { port, down, up, close: down }
+}
+
+/**
+ * Two token services on one token store, both caching: A on a bus of its own, B on `busB`, the
+ * bus under test (on `prefix`). A token is made on A and cached on B; `close` ends both
+ * services and both buses (also when getting ready fails).
+ */
+async function twoInstances(redis: RedisTestContext, prefix: string, busB: RedisInvalidationBus) {
+  const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One', versions: ['1.0.0'] }])
+  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
+  const store = createMemoryTokenStore()
+  const busA = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50 })
+  const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busA })
+  const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busB })
+  const close = async () => {
+    await Promise.all([a.close(), b.close()])
+    await Promise.all([busA.close(), busB.close()])
+  }
+  try {
+    // Subscribed on new connections: not within the 150 ms deadline on a loaded machine.
+    await Promise.all([busA.ready(5_000), busB.ready(5_000)])
+    const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
+    expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
+    return { a, b, made, close }
+  } catch (error) {
+    await close()
+    throw error
+  }
 }
 
 /** Waits (polling every 10 ms, at most 5 s) until `condition` holds. */
@@ -319,21 +347,11 @@ describeRedis('a Redis that hangs under the invalidation bus', (redis) => {
     const prefix = redis.prefix()
     const errors: Array<[string, string]> = []
     const onError = (error: unknown, context: string) => void errors.push([context, (error as Error).message])
-    // Two instances on one token store; B hears the channel through the proxy.
-    const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One', versions: ['1.0.0'] }])
-    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
-    const store = createMemoryTokenStore()
-    const busA = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50 })
+    // B hears the channel through the proxy.
     const subscriberB = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
     const busB = createRedisInvalidationBus({ client: redis.connect(), subscriber: subscriberB, prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50, onError })
-    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busA })
-    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busB })
+    const { a, b, made, close } = await twoInstances(redis, prefix, busB)
     try {
-      // Subscribed on new connections: not within the 150 ms deadline on a loaded machine.
-      await Promise.all([busA.ready(5_000), busB.ready(5_000)])
-      const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
-      expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
-
       proxy.hang()
       await until(() => busB.listening === false, 'B to notice the silence')
       expect(errors).toEqual([['invalidation subscriber', `Nothing arrived on ${busB.channel} for ${50 + TIMEOUT_MS} ms: the cache is off until something does`]])
@@ -349,8 +367,7 @@ describeRedis('a Redis that hangs under the invalidation bus', (redis) => {
       await until(() => busB.listening === true, 'B to hear the channel again')
       expect(errors).toHaveLength(1)
     } finally {
-      await Promise.all([a.close(), b.close()])
-      await Promise.all([busA.close(), busB.close()])
+      await close()
       subscriberB.disconnect()
       await proxy.close()
     }
@@ -363,10 +380,6 @@ describeRedis('a bus cut off from Redis on both connections', (redis) => {
     const channel = await hangingProxy()
     const prefix = redis.prefix()
     const errors: string[] = []
-    const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One', versions: ['1.0.0'] }])
-    const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
-    const store = createMemoryTokenStore()
-    const busA = createRedisInvalidationBus({ client: redis.connect(), prefix, timeoutMs: TIMEOUT_MS, heartbeatMs: 50 })
     const clientB = redis.connect({ disconnectTimeout: 10, retryStrategy: () => 20 }, `redis://127.0.0.1:${commands.port}`)
     clientB.on('error', () => {}) // its reconnections, refused
     const subscriberB = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${channel.port}`)
@@ -378,12 +391,8 @@ describeRedis('a bus cut off from Redis on both connections', (redis) => {
       heartbeatMs: 50,
       onError: (error) => void errors.push((error as Error).message),
     })
-    const a = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busA })
-    const b = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: busB })
+    const { a, b, made, close } = await twoInstances(redis, prefix, busB)
     try {
-      await Promise.all([busA.ready(5_000), busB.ready(5_000)])
-      const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
-      expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
       // B's command connection goes (reconnecting, refused), then its subscriber hears nothing.
       await commands.down()
       await until(() => clientB.status !== 'ready', 'B’s command connection to go')
@@ -395,8 +404,7 @@ describeRedis('a bus cut off from Redis on both connections', (redis) => {
       await a.revoke('alice', made.id)
       expect(await b.authenticate(made.token)).toEqual({ ok: false, reason: 'revoked' })
     } finally {
-      await Promise.all([a.close(), b.close()])
-      await Promise.all([busA.close(), busB.close()])
+      await close()
       clientB.disconnect()
       subscriberB.disconnect()
       await Promise.all([commands.close(), channel.close()])

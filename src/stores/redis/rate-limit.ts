@@ -3,6 +3,7 @@
  * @module
  */
 import type { RateLimitCount, RateLimitStore } from '../../core/stores.js'
+import { hasLoneSurrogate } from '../../core/text.js'
 import { type RedisStoreOptions, connectRedis, lostSinceReady, luaScript, px } from './client.js'
 
 /**
@@ -47,7 +48,7 @@ function toCount(reply: unknown): number | RateLimitCount {
  * a key that begins with a NUL, so that no key is written as another's.
  */
 function wireKey(key: string): string {
-  return key.charCodeAt(0) === 0 || /\p{Cs}/u.test(key) ? `\0${JSON.stringify(key)}` : key
+  return key.charCodeAt(0) === 0 || hasLoneSurrogate(key) ? `\0${JSON.stringify(key)}` : key
 }
 
 /**
