@@ -31,8 +31,10 @@
  * with a redirect, refuses the platform's identity (401), or the identity cannot be signed (the
  * platform's key or `audience` failed; reported to `onError`); 504 when it makes no progress for
  * `timeoutMs` before its response head (between the request body's chunks, or from the body's
- * end to the head). A failure after the head ends the response's body with an error (the
- * client sees a cut stream) and is reported to `onError`.
+ * end to the head). A client that sends no chunk of its body for `timeoutMs` while the upstream
+ * waits for one gets 408 (`request_timeout`, `Connection: close`): the stall is its own. A
+ * failure after the head ends the response's body with an error (the client sees a cut stream)
+ * and is reported to `onError`.
  *
  * It is a web-standard handler, so every adapter can use it: as the Web adapter's `handler`,
  * or through `fromWebHandler` of the Express and Fastify adapters.
@@ -107,9 +109,10 @@ const HOP_BY_HOP = new Set([
 
 /**
  * Request headers that `forwardHeaders` may not name: credentials, hop-by-hop headers, those
- * the proxy sets itself, and the client-address claims (`X-Forwarded-*`, `Forwarded`,
- * `X-Real-IP`, `X-Client-IP`, `True-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP`), which
- * from the caller are only the caller's say-so.
+ * the proxy sets itself, `Expect` (which Node's `fetch` refuses to send), and the
+ * client-address claims (`X-Forwarded-*`, `Forwarded`, `X-Real-IP`, `X-Client-IP`, `Client-IP`,
+ * `X-Cluster-Client-IP`, `True-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP`), which from
+ * the caller are only the caller's say-so.
  */
 const NEVER_FORWARDED = new Set([
   ...HOP_BY_HOP,
@@ -120,8 +123,12 @@ const NEVER_FORWARDED = new Set([
   'accept-encoding',
   'via',
   'forwarded',
+  // Node's `fetch` refuses to send it: every request carrying it would fail (502).
+  'expect',
   'x-real-ip',
   'x-client-ip',
+  'client-ip',
+  'x-cluster-client-ip',
   'true-client-ip',
   'cf-connecting-ip',
   'fastly-client-ip',
@@ -193,9 +200,10 @@ export interface ProxyHandlerOptions {
   /**
    * More request headers to forward. Never credentials the proxy knows (`Authorization`,
    * `Cookie`, `Proxy-Authorization`), hop-by-hop headers, the ones it sets (`Host`, `Via`,
-   * `Content-Length`, `Accept-Encoding`) or the client-address claims (`X-Forwarded-*`,
-   * `Forwarded`, `X-Real-IP`, `True-Client-IP` and the like: from the caller they prove nothing); other credential headers of
-   * your own (an `X-Api-Key`) it cannot recognise: do not list them.
+   * `Content-Length`, `Accept-Encoding`), `Expect` (Node's `fetch` refuses to send it) or the
+   * client-address claims (`X-Forwarded-*`, `Forwarded`, `X-Real-IP`, `True-Client-IP` and the
+   * like: from the caller they prove nothing); other credential headers of your own (an
+   * `X-Api-Key`) it cannot recognise: do not list them.
    */
   forwardHeaders?: readonly string[]
   /**
@@ -222,7 +230,11 @@ export interface ProxyHandlerOptions {
    *   `Accept-Encoding: identity` encodes nothing.
    */
   fetch?: (input: URL, init: RequestInit) => Promise<Response>
-  /** Upstream failures (the client only sees 502 / 504). Default `logError` (stderr). */
+  /**
+   * Upstream failures (the client only sees 502 / 504), and the request's own: a body that does
+   * not match its `Content-Length` (a `RangeError`), one the client stopped sending (an `Error`,
+   * `Request body stalled`). Default `logError` (stderr).
+   */
   onError?: (error: unknown, context: string) => void
 }
 
@@ -248,6 +260,15 @@ export function upstreamErrorReply(error: UpstreamError): Reply {
 
 const UNAVAILABLE = 'Upstream App unavailable'
 const TIMED_OUT = 'Upstream App timed out'
+/**
+ * 408 when the client stopped sending its body for `timeoutMs` (the body of Node's own 408,
+ * `answerClientError`); the connection closes after it, since the rest of the body may still come.
+ */
+const REQUEST_TIMEOUT = jsonRpcErrorReply(
+  408,
+  { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } },
+  { connection: 'close' },
+)
 
 /** Where Node's `fetch` (undici) keeps its global dispatcher, the platform's own if it set one. */
 const GLOBAL_DISPATCHER = Symbol.for('undici.globalDispatcher.1')
@@ -524,6 +545,10 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     }
     const controller = new AbortController()
     let timedOut = false
+    /** Whether the upstream was waiting for the client's next body chunk when `timeoutMs` ran out. */
+    let clientStalled = false
+    /** Set by `progressOf` while the upstream waits for the client's next chunk. */
+    const upload = { awaitingClient: false }
     let timer: ReturnType<typeof setTimeout> | undefined
     let settled = false
     /** (Re)starts the no-progress deadline, until `fetch` has answered or failed. */
@@ -532,6 +557,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       clearTimeout(timer)
       timer = setTimeout(() => {
         timedOut = true
+        clientStalled = !settled && upload.awaitingClient
         controller.abort()
       }, timeoutMs)
     }
@@ -552,7 +578,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         method,
         headers,
         redirect: 'manual',
-        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch), duplex: 'half' as const }),
+        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch, upload), duplex: 'half' as const }),
       }
       upstream = await fetchLettingGo(fetchUpstream, target, init, controller)
       // The body may still be taken after the head (an upstream that answers first): that no
@@ -567,8 +593,18 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return failed(error)
     }
 
-    /** The 502 (or 504 past `timeoutMs`) for a failure before the answer's head went out. */
+    /**
+     * The 502 (or 504 past `timeoutMs`) for a failure before the answer's head went out; 408
+     * when the time ran out waiting for the client's next body chunk: the stall was the
+     * client's, not the upstream's.
+     */
     function failed(error: unknown, message = UNAVAILABLE): Response {
+      if (clientStalled) {
+        if (!request.signal.aborted) {
+          onError(new Error(`Request body stalled: the client sent nothing for ${timeoutMs} ms`, { cause: error }), `proxy ${target!.origin}`)
+        }
+        return toResponse(REQUEST_TIMEOUT)
+      }
       const failure = timedOut
         ? new UpstreamError(504, TIMED_OUT, { cause: error })
         : new UpstreamError(502, message, { cause: error })
@@ -608,9 +644,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       if (name.startsWith('access-control-')) return
       if (decoded && (name === 'content-encoding' || name === 'content-length')) return
       // A 204 has no content, and no `Content-Length` may say otherwise (RFC 9110 section 8.6).
-      if (status === 204 && name === 'content-length') return
+      // Nor a 205's, which `fetch` gives no body: its length is said to be 0 below.
+      if ((status === 204 || status === 205) && name === 'content-length') return
       out.set(name, value)
     })
+    // RFC 9110 section 15.3.6: a 205 says it has no content (`Content-Length: 0`). The upstream's
+    // own length, kept, left a keep-alive client waiting for bytes that never came.
+    if (status === 205) out.set('content-length', '0')
     let body: ReadableStream<Uint8Array> | null
     try {
       // Still under `timeoutMs`: an answer without `Content-Type` or length is peeked at, and an
@@ -661,6 +701,7 @@ function progressOf(
   progress: () => void,
   declared: number | undefined,
   mismatch: (error: RangeError) => void,
+  state: { awaitingClient: boolean },
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader()
   let received = 0
@@ -672,7 +713,13 @@ function progressOf(
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        const next = await reader.read()
+        state.awaitingClient = true
+        let next: ReadableStreamReadResult<Uint8Array>
+        try {
+          next = await reader.read()
+        } finally {
+          state.awaitingClient = false
+        }
         progress()
         if (next.done) {
           if (declared !== undefined && received < declared) {
