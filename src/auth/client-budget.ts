@@ -15,6 +15,7 @@
  */
 import { LRUCache } from 'lru-cache'
 import { type IpWords, parseIp } from '../core/ip.js'
+import { sha256 } from '../core/sha256.js'
 import { MAX_RATE_LIMIT, WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
 import { ConfigurationError, TooManyValidationsError } from '../errors.js'
 
@@ -52,10 +53,16 @@ interface Window {
 
 const NO_CHARGE: BudgetCharge = Object.freeze({ refund() {} })
 
-/** The key a client address counts under: IPv4 whole, IPv6 by its /64. */
+/**
+ * The key a client address counts under: IPv4 whole, IPv6 by its /64. Text that is no address
+ * (a platform's own label, or what a client put in `X-Forwarded-For` where it picks the hop
+ * taken) counts under itself, apart from every address's key, and by its hash when long: a key
+ * is never more than 64 characters, so made-up hops cannot fill the budget's memory by their
+ * length (at 16 KB each, 10,000 of them held 155 MB).
+ */
 export function budgetKey(address: string): string {
   const words: IpWords | null = parseIp(address)
-  if (!words) return address
+  if (!words) return address.length <= 60 ? `?:${address}` : `#:${sha256(address, 'base64url')}`
   if (words[0] === 0 && words[1] === 0 && words[2] === 0xffff) return `4:${words[3]}`
   return `6:${words[0]}:${words[1]}`
 }
@@ -92,7 +99,8 @@ export function createClientBudget(
 
   return {
     charge(clientAddress) {
-      if (clientAddress === undefined || clientAddress === '') return NO_CHARGE
+      // `null` too: a platform's JavaScript passing what a header lookup gave.
+      if (!clientAddress) return NO_CHARGE
       const key = budgetKey(clientAddress)
       const at = now()
       const start = windowStart(at, windowMs)

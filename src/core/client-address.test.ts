@@ -22,6 +22,16 @@ describe('compileTrustProxy', () => {
     }
   })
 
+  it('refuses a range that trusts every IPv4 peer, as true would, naming the entry', () => {
+    // IPv4 peers are matched as ::ffff:0:0/96: an IPv6 range holding that block holds them all.
+    for (const range of ['0.0.0.0/0', '::/0', '::ffff:0:0/96', '::/64', '::ffff:0.0.0.0/96']) {
+      expect(() => compileTrustProxy(['10.0.0.0/8', range]), range).toThrow(TypeError)
+      expect(() => compileTrustProxy(['10.0.0.0/8', range]), range).toThrow(/trustProxy: entry 1 .* trusts every IPv4 peer/)
+    }
+    // Half of IPv4, or IPv6 ranges apart from the mapped block, are the platform's to judge.
+    expect(compileTrustProxy(['0.0.0.0/1', '2001:db8::/32', 'fc00::/7'])).toHaveLength(3)
+  })
+
   it('compiles a list of addresses and ranges, refusing a bad entry with a TypeError', () => {
     expect(compileTrustProxy(['10.0.0.0/8', '::1'])).toHaveLength(2)
     expect(() => compileTrustProxy(['10.0.0.0/8', 'proxy.internal'])).toThrow(TypeError)
@@ -46,6 +56,13 @@ describe('resolveClientAddress', () => {
   it('an unknown socket address stays unknown', () => {
     expect(resolveClientAddress(undefined, xff, 1)).toBeUndefined()
     expect(resolveClientAddress(undefined, xff, false)).toBeUndefined()
+    // What a platform's JavaScript may pass from a header lookup: no peer either, so the
+    // header is not taken on its word.
+    for (const none of [null, '']) {
+      expect(resolveClientAddress(none as never, xff, 1)).toBeUndefined()
+      expect(resolveClientAddress(none as never, xff, compileTrustProxy(['10.0.0.0/8']))).toBeUndefined()
+      expect(forwardedProtocol(none as never, 'https', 1)).toBeUndefined()
+    }
   })
 
   describe('hop count', () => {

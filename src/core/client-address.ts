@@ -3,7 +3,7 @@
  * configures trusted proxies; `X-Forwarded-For` is never trusted by default.
  * @module
  */
-import { type IpRange, compileAllowlist, ipInRange, parseIp } from './ip.js'
+import { type IpRange, type IpWords, compileAllowlist, ipInRange, parseIp } from './ip.js'
 
 /**
  * Which proxies may set `X-Forwarded-For`:
@@ -20,7 +20,9 @@ export type CompiledTrustProxy = false | number | readonly IpRange[]
  * Compiles a {@link TrustProxy} setting once, for {@link resolveClientAddress}.
  *
  * @throws {TypeError} for a setting that is none of the three forms (`true` among them: it
- * would let any client choose its address), or a list with an entry that is no address or range.
+ * would let any client choose its address), a list with an entry that is no address or range,
+ * or one with a range that trusts every IPv4 peer as `true` would (`0.0.0.0/0`, `::/0`, an IPv6
+ * range holding `::ffff:0:0/96`, the block IPv4 peers are matched in).
  */
 export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustProxy {
   if (trust === undefined || trust === false) return false
@@ -32,20 +34,33 @@ export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustP
     // `true` (Express's "trust every proxy") would let any client set its own address.
     throw new TypeError('trustProxy must be false, a hop count, or a list of the proxies\' addresses or CIDR ranges')
   }
+  let ranges: readonly IpRange[]
   try {
-    return compileAllowlist(trust) ?? false
+    ranges = compileAllowlist(trust) ?? []
   } catch (error) {
     throw new TypeError(`trustProxy: ${(error as Error).message}`)
   }
+  // IPv4 peers are matched as IPv4-mapped IPv6 (`::ffff:0:0/96`): a range holding that whole
+  // block trusts every IPv4 peer, as `true` would, whatever it was meant to say.
+  const everyIpv4 = ranges.findIndex((range) => range.bits <= 96 && ipInRange(IPV4_BLOCK, range))
+  if (everyIpv4 !== -1) {
+    throw new TypeError(
+      `trustProxy: entry ${everyIpv4} (${JSON.stringify(trust[everyIpv4])}) trusts every IPv4 peer (0.0.0.0/0, ::/0, or an IPv6 range holding ::ffff:0:0/96), so any client could choose its address: list your proxies' ranges, or give a hop count`,
+    )
+  }
+  return ranges
 }
+
+/** The first address of the IPv4-mapped block, as {@link parseIp} gives IPv4. */
+const IPV4_BLOCK: IpWords = [0, 0, 0xffff, 0]
 
 /**
  * The client address of a request, as the adapters resolve it: `socketAddress` (the TCP
  * peer) unless `trust` lets the proxies of `forwardedFor` (the raw `X-Forwarded-For` value,
  * hops separated by commas, a port on a hop dropped) name another. With a hop count `n`, the
  * hop `n` places left of the socket peer (the leftmost when the chain is shorter); with a list,
- * the rightmost hop that is not a trusted proxy. `undefined` only when `socketAddress` is (a
- * request with no known peer). For code that answers requests without an adapter, such as a
+ * the rightmost hop that is not a trusted proxy. `undefined` only when `socketAddress` is, or
+ * is `null` or `''` (a request with no known peer). For code that answers requests without an adapter, such as a
  * token API on a Web-standard runtime behind a proxy.
  *
  * @example
@@ -55,11 +70,14 @@ export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustP
  * ```
  */
 export function resolveClientAddress(
-  socketAddress: string | undefined,
+  socketAddress: string | null | undefined,
   forwardedFor: string | null | undefined,
   trust: CompiledTrustProxy,
 ): string | undefined {
-  if (trust === false || !forwardedFor || socketAddress === undefined) return socketAddress
+  // No known peer (`null` and `''` from a platform's JavaScript count as none): the header
+  // cannot be judged, and is ignored.
+  if (!socketAddress) return undefined
+  if (trust === false || !forwardedFor) return socketAddress
   const hops = forwardedFor
     .split(',')
     .map(stripPort)
@@ -103,11 +121,11 @@ function stripPort(hop: string): string {
  * ```
  */
 export function forwardedProtocol(
-  socketAddress: string | undefined,
+  socketAddress: string | null | undefined,
   forwardedProto: string | null | undefined,
   trust: CompiledTrustProxy,
 ): 'http' | 'https' | undefined {
-  if (trust === false || !forwardedProto || socketAddress === undefined) return undefined
+  if (trust === false || !forwardedProto || !socketAddress) return undefined
   if (typeof trust !== 'number' && !isTrusted(socketAddress, trust)) return undefined
   const comma = forwardedProto.indexOf(',')
   return schemeOf(comma === -1 ? forwardedProto : forwardedProto.slice(0, comma))

@@ -58,6 +58,7 @@ function parseIpv4Word(text: string): number | null {
  * ```
  */
 export function parseIp(input: string): IpWords | null {
+  if (typeof input !== 'string') return null
   let text = input.trim()
   if (text.length === 0 || text.length > 64) return null
   if (text.startsWith('[') && text.endsWith(']')) text = text.slice(1, -1)
@@ -224,7 +225,8 @@ let lastWords: IpWords | null = null
  */
 export function checkIpAllowlist(clientAddress: string | undefined, allowlist: CompiledAllowlist): boolean {
   if (allowlist === null) return true
-  if (clientAddress === undefined) return false
+  // `null` or `''` too (a platform's JavaScript passing what a header lookup gave): no address.
+  if (!clientAddress) return false
   // Requests of one connection carry the same address string: parsed once for them.
   let address: IpWords | null
   if (clientAddress === lastAddress) address = lastWords

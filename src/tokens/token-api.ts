@@ -47,9 +47,10 @@ export interface TokenApiOptions {
   /**
    * Client address of a request, for the allowlist of a Bearer rotation, when the caller does
    * not pass it as `info.clientAddress` (the Express and Fastify `serveTokenApi` do). Without
-   * either a token with an allowlist cannot rotate itself: 403, as on the MCP path.
+   * either a token with an allowlist cannot rotate itself: 403, as on the MCP path. `null` or
+   * `''` (a header lookup that found none) names no address, as `undefined` does.
    */
-  clientAddress?: (request: Request) => string | undefined
+  clientAddress?: (request: Request) => string | null | undefined
   /** Errors the caller sees only as a 503. Default `logError` (stderr). */
   onError?: (error: unknown, context: string) => void
 }
@@ -165,8 +166,11 @@ async function readNoBody(request: Request): Promise<void> {
 
 /** What a request carries besides the `Request` itself. */
 export interface TokenApiRequestInfo {
-  /** The client's address (the socket peer, through your proxy trust), for Bearer rotations. */
-  clientAddress?: string | undefined
+  /**
+   * The client's address (the socket peer, through your proxy trust), for Bearer rotations.
+   * `null` or `''` names none, as `undefined` does.
+   */
+  clientAddress?: string | null | undefined
 }
 
 /**
@@ -242,7 +246,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       if (method !== 'POST') return json(405, { error: 'method_not_allowed', message: 'Use POST' }, { allow: 'POST' })
       if (bearer.kind === 'bearer') {
         await readNoBody(request)
-        const clientAddress = info?.clientAddress ?? options.clientAddress?.(request)
+        const clientAddress = (info?.clientAddress ?? options.clientAddress?.(request)) || undefined
         const result = await tokens.rotate(id!, {
           kind: 'token',
           token: bearer.token,

@@ -347,6 +347,38 @@ describe('web adapter: X-Forwarded-Proto, behind a trusted TLS-terminating proxy
   })
 })
 
+describe('web adapter: a clientAddress of null or \'\' (a header lookup in a platform\'s JavaScript) names no peer', () => {
+  it('as undefined does: X-Forwarded-For and -Proto are not taken on their word, an allowlist refuses (403), nothing fails', async () => {
+    for (const trustProxy of [undefined, 1, ['10.0.0.0/8']] as const) {
+      const fixture = createFixture()
+      const handle = mcpDispatch({
+        dispatcher: fixture.dispatcher,
+        ...(trustProxy !== undefined && { trustProxy }),
+        handler: (_request, context) => Response.json({ baseUrl: context.baseUrl }),
+      })
+      for (const none of [null, '']) {
+        const ask = (token: string) =>
+          handle(
+            new Request(`http://${HOST}/v1`, {
+              method: 'POST',
+              headers: { authorization: `Bearer ${token}`, 'x-forwarded-for': '203.0.113.7', 'x-forwarded-proto': 'https' },
+              body: '{}',
+            }),
+            { clientAddress: none as never },
+          )
+        // The allowlist holds 203.0.113.0/24: the header's say-so must not let the token in.
+        const limited = await ask(fixture.tokens.ipLimited)
+        expect(limited.status, `${String(trustProxy)} ${JSON.stringify(none)}`).toBe(403)
+        expect(((await limited.json()) as { error: { data: { error: string } } }).error.data.error).toBe('ip_not_allowed')
+        const served = await ask(fixture.tokens.alice)
+        expect(served.status).toBe(200)
+        expect(await served.json()).toEqual({ baseUrl: `http://${HOST}` })
+      }
+      expect(fixture.errors).toEqual([])
+    }
+  })
+})
+
 describe('whenBodyEnds', () => {
   const encoder = new TextEncoder()
   const streamOf = (chunks: string[], fail?: Error) =>

@@ -39,8 +39,13 @@ export interface WebDispatchOptions extends AdapterOptions {
 
 /** Per-request information the runtime knows and the `Request` does not. */
 export interface WebRequestInfo {
-  /** The socket peer address (`@hono/node-server`: `c.env.incoming.socket.remoteAddress`). */
-  clientAddress?: string | undefined
+  /**
+   * The socket peer address (`@hono/node-server`: `c.env.incoming.socket.remoteAddress`).
+   * `null` or `''` (a header lookup that found none, such as `cf-connecting-ip` off Cloudflare)
+   * names no peer, as `undefined` does: `X-Forwarded-For` is then not read, an IP allowlist
+   * refuses, and client budgets do not count the request.
+   */
+  clientAddress?: string | null | undefined
   /**
    * The authority the client addressed, for a runtime whose `request.url` does not carry it:
    * Next.js (`next start`) builds a route handler's URL of its own address
@@ -136,7 +141,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       }
       origin = `${scheme}://${host ?? ''}`
     }
-    let clientAddress = info?.clientAddress
+    // `null` or `''` (a header lookup in a platform's JavaScript) names no peer, as `undefined` does.
+    let clientAddress = info?.clientAddress || undefined
     if (trust !== false) {
       // Behind a trusted TLS-terminating proxy the App address takes the client's scheme (as
       // Express's and Fastify's `protocol` do there), and the host its default port for it.
