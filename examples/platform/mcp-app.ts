@@ -21,6 +21,7 @@ import {
   isLegacyRequest,
 } from '@modelcontextprotocol/server'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import { LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS } from '@modelcontextprotocol/sdk/types.js'
 import { sessionNotFoundReply } from 'mcp-dispatch'
 import { toResponse, whenBodyEnds } from 'mcp-dispatch/web'
 import { z } from 'zod'
@@ -205,6 +206,19 @@ function isMessage(body: unknown): boolean {
   )
 }
 
+/**
+ * The revision the SDK server answers an `initialize` with: the one the client asked for when
+ * it supports it, else its latest (`Server`'s own rule).
+ */
+function negotiatedRevision(body: unknown): string {
+  const messages = Array.isArray(body) ? body : [body]
+  const initialize = messages.find((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'initialize') as
+    | { params?: { protocolVersion?: unknown } }
+    | undefined
+  const asked = initialize?.params?.protocolVersion
+  return typeof asked === 'string' && SUPPORTED_PROTOCOL_VERSIONS.includes(asked) ? asked : LATEST_PROTOCOL_VERSION
+}
+
 function isInitialize(body: unknown): boolean {
   const messages = Array.isArray(body) ? body : [body]
   return messages.some((m) => m !== null && typeof m === 'object' && (m as { method?: unknown }).method === 'initialize')
@@ -289,7 +303,12 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const maxEventChars = options.maxEventChars
   const sweepEveryMs = sweepPeriod(options.sweepEveryMs)
   /** `open`: answers of the session still streaming; a session with one is not idle. */
-  const sessions = new Map<string, { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }>()
+  const sessions = new Map<
+    string,
+    // `revision`: the MCP revision negotiated at initialize, which a request of the session
+    // without `MCP-Protocol-Version` is taken for.
+    { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; revision: string; subject?: string }
+  >()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
   // before the first await of the request that will fill it, so a burst cannot pass the cap.
   const sessionsOf = new Map<string, Set<string>>()
@@ -447,12 +466,15 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         return listen ? countedListen(caller.subject, answer) : answer
       }
     }
-    // JSON-RPC batches left MCP in 2025-06-18: a batch is served only without
-    // `MCP-Protocol-Version` (the transport then takes 2025-03-26, which requires batches to be
-    // received) or with exactly one revision older than 2025-06-18; any other value (a later
-    // revision, which such clients send on every request after initialize; two of them) is
-    // refused.
-    const revision = request.headers.get('mcp-protocol-version')
+    // JSON-RPC batches left MCP in 2025-06-18: a batch is served only under a revision older
+    // than that: exactly one such `MCP-Protocol-Version`, or none, which means the revision the
+    // session negotiated at initialize, and without a session 2025-03-26 (which requires batches
+    // to be received). Any other value (a later revision, which such clients send on every
+    // request after initialize; two of them) is refused, and so is a batch without the header
+    // in a session that negotiated 2025-06-18 or later (the transport takes the session's
+    // revision then: MCP 2025-06-18, "Protocol Version Header").
+    const sessionRevision = sessions.get(request.headers.get('mcp-session-id') ?? '')?.revision
+    const revision = request.headers.get('mcp-protocol-version') ?? sessionRevision ?? null
     if (Array.isArray(body) && revision !== null && !(/^\d{4}-\d{2}-\d{2}$/.test(revision) && revision < '2025-06-18')) {
       return rpcError(400, -32600, 'Invalid Request: JSON-RPC batches are not part of MCP 2025-06-18 and later')
     }
@@ -506,7 +528,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         eventStore: createSessionEventStore(maxEventChars === undefined ? {} : { maxChars: maxEventChars }),
         retryInterval: RETRY_INTERVAL_MS,
         onsessioninitialized: (id) => {
-          sessions.set(id, { transport, lastSeen: now(), open: 0, ...(caller && { subject: caller.subject }) })
+          sessions.set(id, { transport, lastSeen: now(), open: 0, revision: negotiatedRevision(body), ...(caller && { subject: caller.subject }) })
           if (caller) {
             let own = sessionsOf.get(caller.subject)
             if (!own) sessionsOf.set(caller.subject, (own = new Set()))

@@ -256,6 +256,49 @@ describe('clients that send no Accept, or */* (spec 4.1 lists no Accept; curl se
   }
 })
 
+describe('JSON-RPC batches: served under MCP 2025-03-26 only (2025-06-18 removed them)', () => {
+  const post = (body: unknown, headers: Record<string, string> = {}) =>
+    localhostFetch(`${served.origin('weather')}/v1`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token('alice')}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+      body: JSON.stringify(body),
+    })
+  const BATCH = [TOOLS_LIST, { jsonrpc: '2.0', id: 2, method: 'ping' }]
+  const refused = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Invalid Request: JSON-RPC batches are not part of MCP 2025-06-18 and later' } }
+
+  for (const revision of ['2025-03-26', '2025-06-18', '2025-11-25']) {
+    it(`a session that negotiated ${revision}: a batch without MCP-Protocol-Version is judged by that revision, as with it`, async () => {
+      const opened = await post({ ...INITIALIZE, params: { ...INITIALIZE.params, protocolVersion: revision } })
+      expect(opened.status).toBe(200)
+      expect(await opened.text()).toContain(`"protocolVersion":"${revision}"`)
+      const sessionId = opened.headers.get('mcp-session-id')!
+      const initialized = await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, { 'mcp-session-id': sessionId, 'mcp-protocol-version': revision })
+      expect(initialized.status).toBe(202)
+      for (const headers of [{ 'mcp-session-id': sessionId }, { 'mcp-session-id': sessionId, 'mcp-protocol-version': revision }]) {
+        const answer = await post(BATCH, headers)
+        if (revision === '2025-03-26') {
+          expect(answer.status).toBe(200)
+          const text = await answer.text()
+          expect(text).toContain('get_version')
+          expect(text).toContain('"id":2')
+        } else {
+          expect(answer.status).toBe(400)
+          expect(await answer.json()).toEqual(refused)
+        }
+      }
+    })
+  }
+
+  it('without a session and without MCP-Protocol-Version, a batch is taken for 2025-03-26 and served', async () => {
+    const answer = await post(BATCH)
+    expect(answer.status).toBe(200)
+    expect(await answer.text()).toContain('get_version')
+    const later = await post(BATCH, { 'mcp-protocol-version': '2025-06-18' })
+    expect(later.status).toBe(400)
+    expect(await later.json()).toEqual(refused)
+  })
+})
+
 describe('session pins (DESIGN.md "Versions")', () => {
   it('DELETE ends the session: its id is then unknown (404)', async () => {
     const c = await connect('/v1')
