@@ -514,7 +514,9 @@ export function toWebRequest(source: WebRequestSource): Request {
   if (method !== 'GET' && method !== 'HEAD') {
     const consumed = req.readableEnded || (req as { readableDidRead?: boolean }).readableDidRead === true
     if (!consumed) body = bodyStream(req)
-    else if (source.parsedBody !== undefined) body = serializeParsedBody(source.parsedBody, headers)
+    // A request that sent no body (HTTP/1.1 framing: no length, or 0) has none to pass on, even
+    // where a parser set one (`express.json()` gives `{}`: a DELETE would go on as `{}`).
+    else if (source.parsedBody !== undefined && !sentNoBody(req)) body = serializeParsedBody(source.parsedBody, headers)
   }
   const init: RequestInit & { duplex?: 'half' } = { method, headers, body, signal: controller.signal }
   if (body !== null) init.duplex = 'half'
@@ -587,6 +589,13 @@ export function toHandlerRequest(source: WebRequestSource): Request | undefined 
   }
 }
 
+/** Whether an HTTP/1.x request says it has no body (RFC 9112 section 6.3): no length, or 0. */
+function sentNoBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length']
+  if (length !== undefined) return length === '0'
+  return req.headers['transfer-encoding'] === undefined && req.httpVersionMajor < 2
+}
+
 function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {
   headers.delete('content-length')
   // A body parser decoded the body (`express.json()` inflates gzip): what goes on is not coded.
@@ -623,11 +632,18 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   }
   res.once('close', onClose)
   res.flushHeaders()
+  // A compressing middleware (Express's `compression()`) holds written bytes until its buffer
+  // fills, or the end: an SSE event would wait for the whole stream. It adds `flush` for
+  // streams to push what they wrote; each chunk the handler gave is pushed on.
+  const flush = (res as { flush?: unknown }).flush
+  const push = typeof flush === 'function' ? () => flush.call(res) : undefined
   try {
     for (;;) {
       const { done, value } = await reader.read()
       if (done || closed) break
-      if (!res.write(value) && !closed) {
+      const room = res.write(value)
+      push?.()
+      if (!room && !closed) {
         await new Promise<void>((resolve) => {
           wake = resolve
           res.once('drain', resolve)

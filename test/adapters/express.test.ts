@@ -3,11 +3,13 @@
  * (Express has no in-memory injection; node:http keeps the exact `Host`), on Express 5 and 4.
  */
 import * as http from 'node:http'
+import { createGunzip } from 'node:zlib'
+import compression from 'compression'
 import type express from 'express'
 import { ConfigurationError, jsonRpcErrorReply } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
-import { ALLOWED_ORIGIN, createFixture, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, HOST, createFixture, createGate, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
 import { describeAdapter } from './suite.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 import { startExpress, startExpress4 } from './targets.js'
@@ -286,6 +288,72 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(res.status).toBe(200)
     expect(res.headers['x-mcp-version']).toBe('2.0.0')
     expect(res.body).toBe(`2.0.0 ${tools}`)
+  })
+
+  it('fromWebHandler passes no body on for a request that sent none, though express.json() set one ({}: a DELETE went on as {})', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }), express.json())
+    app.use(fromWebHandler(async (request) => new Response(JSON.stringify({ body: await request.text() }))))
+    const port = await serveApp(app)
+    const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }
+    // Without a length (express.json() leaves it unread), and with Content-Length: 0 (it reads it).
+    for (const sent of [undefined, '']) {
+      const res = await rawRequest(port, { method: 'DELETE', path: '/v2', headers, ...(sent !== undefined && { body: sent }) })
+      expect(res.status).toBe(200)
+      expect(JSON.parse(res.body)).toEqual({ body: '' })
+    }
+    const posted = await rawRequest(port, { path: '/v2', headers, body: tools })
+    expect(JSON.parse(posted.body)).toEqual({ body: tools })
+  })
+
+  it('fromWebHandler behind compression(): a stream reaches the client chunk by chunk, not at its end', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(compression(), mcpDispatch({ dispatcher: fixture.dispatcher }))
+    const next = createGate()
+    const encoder = new TextEncoder()
+    app.use(
+      fromWebHandler(
+        () =>
+          new Response(
+            new ReadableStream<Uint8Array>({
+              async start(controller) {
+                controller.enqueue(encoder.encode('data: one\n\n'))
+                // The second event only once the client has read the first.
+                await next.wait()
+                controller.enqueue(encoder.encode('data: two\n\n'))
+                controller.close()
+              },
+            }),
+            { headers: { 'content-type': 'text/event-stream' } },
+          ),
+      ),
+    )
+    const port = await serveApp(app)
+    const body = await new Promise<string>((resolve, reject) => {
+      const outgoing = http.request(
+        { host: '127.0.0.1', port, method: 'POST', path: '/v2', headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'accept-encoding': 'gzip' } },
+        (incoming) => {
+          expect(incoming.headers['content-encoding']).toBe('gzip')
+          let text = ''
+          const gunzip = createGunzip()
+          incoming.pipe(gunzip)
+          gunzip.setEncoding('utf8')
+          gunzip.on('data', (chunk: string) => {
+            text += chunk
+            if (text.includes('data: one')) next.open()
+          })
+          gunzip.on('end', () => resolve(text))
+          gunzip.on('error', reject)
+        },
+      )
+      // Held whole by the middleware, the first event never came: the stream never ended.
+      outgoing.setTimeout(5000, () => outgoing.destroy(new Error('the first event did not arrive before the stream ended')))
+      outgoing.on('error', reject)
+      outgoing.end()
+    })
+    expect(body).toBe('data: one\n\ndata: two\n\n')
   })
 
   it('fromWebHandler and routeByVersion on a route the dispatch layer never saw (a wiring mistake) answer the JSON-RPC 502, not an HTML 500 with a stack', async () => {

@@ -239,6 +239,50 @@ describe('fastify adapter specifics', () => {
     await app.close()
   })
 
+  it('routeByVersion: a handler that is not async behaves as it would as the route itself (one that sends later was an empty 200 at once)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+    type Handler = (request: unknown, reply: { send(body: unknown): unknown; hijack(): void; raw: import('node:http').ServerResponse }) => unknown
+    const handlers: Record<string, Handler> = {
+      // Fastify's own contract for such a handler: it answers nothing, and sends when ready.
+      later: (_request, reply) => void setTimeout(() => reply.send({ answer: 'later' }), 20),
+      value: () => ({ answer: 'value' }),
+      sent: (_request, reply) => reply.send({ answer: 'sent' }),
+      async: async () => ({ answer: 'async' }),
+      hijacked: (_request, reply) => {
+        reply.hijack()
+        setTimeout(() => reply.raw.writeHead(200, { 'content-type': 'application/json' }).end('{"answer":"hijacked"}'), 20)
+      },
+      throws: () => {
+        throw new Error('sync failure')
+      },
+      rejects: async () => {
+        throw new Error('async failure')
+      },
+    }
+    app.all('/*', routeByVersion(() => (request, reply) => handlers[(request as { headers: Record<string, string> }).headers['x-answer']!]!(request, reply as never)))
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      for (const answer of Object.keys(handlers)) {
+        const res = await rawRequest(port, { path: '/v1', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', 'x-answer': answer }, body: tools })
+        expect(res.headers['x-mcp-version'], answer).toBe('1.0.0')
+        if (answer === 'throws' || answer === 'rejects') {
+          expect(res.status, answer).toBe(502)
+          expect(JSON.parse(res.body), answer).toMatchObject({ error: { data: { error: 'handler_error' } } })
+        } else {
+          expect(res.status, answer).toBe(200)
+          expect(JSON.parse(res.body), answer).toEqual({ answer })
+        }
+      }
+      expect(errors.map((error) => (error as Error).message)).toEqual(['sync failure', 'async failure'])
+    } finally {
+      await app.close()
+    }
+  })
+
   it('fromWebHandler re-serializes a body Fastify already parsed', async () => {
     const fixture = createFixture()
     const app = Fastify()

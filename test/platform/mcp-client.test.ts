@@ -274,7 +274,8 @@ describe('JSON-RPC batches: served under MCP 2025-03-26 only (2025-06-18 removed
       const sessionId = opened.headers.get('mcp-session-id')!
       const initialized = await post({ jsonrpc: '2.0', method: 'notifications/initialized' }, { 'mcp-session-id': sessionId, 'mcp-protocol-version': revision })
       expect(initialized.status).toBe(202)
-      for (const headers of [{ 'mcp-session-id': sessionId }, { 'mcp-session-id': sessionId, 'mcp-protocol-version': revision }]) {
+      const forms: Array<Record<string, string>> = [{ 'mcp-session-id': sessionId }, { 'mcp-session-id': sessionId, 'mcp-protocol-version': revision }]
+      for (const headers of forms) {
         const answer = await post(BATCH, headers)
         if (revision === '2025-03-26') {
           expect(answer.status).toBe(200)

@@ -93,8 +93,12 @@ export type FastifyWebHandler = (request: Request, context: DispatchContext) => 
 type AnyFastifyRequest = FastifyRequest<any, any, any, any, any, any, any>
 type AnyFastifyReply = FastifyReply<any, any, any, any, any, any, any>
 
-/** The route handler returned by {@link routeByVersion} and {@link fromWebHandler}, for a Fastify server of any kind. */
-export type FastifyRouteHandler = (request: AnyFastifyRequest, reply: AnyFastifyReply) => Promise<unknown>
+/**
+ * The route handler returned by {@link routeByVersion} and {@link fromWebHandler}, for a Fastify
+ * server of any kind. It answers what Fastify's own handlers answer: a promise, a value to send,
+ * or nothing (`routeByVersion` passes on what the version's handler answered).
+ */
+export type FastifyRouteHandler = (request: AnyFastifyRequest, reply: AnyFastifyReply) => unknown
 
 // Where a request's handler failures are reported: a request decoration under a symbol,
 // declared with a `null` value so Fastify creates it with every request (a property added
@@ -298,7 +302,7 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
   options?: RouteByVersionOptions,
 ): FastifyRouteHandler {
   const route = createVersionRouter(routes, options)
-  return async function routeByVersionHandler(request, reply) {
+  return function routeByVersionHandler(request, reply) {
     let context: DispatchContext
     try {
       context = getDispatchContext(request)
@@ -307,14 +311,22 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
       logError(error, 'handler')
       return sendReply(reply, HANDLER_FAILED)
     }
+    let answer: unknown
     try {
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
       if (!handler) return sendReply(reply, versionNotServedReply(context.version))
-      return await handler(request, reply)
+      answer = handler(request, reply)
     } catch (error) {
       return fail(request, reply, error)
     }
+    // What the handler answered goes to Fastify as it is, so the route behaves as the handler
+    // would on its own: a promise (an async handler), a value to send, or nothing from a handler
+    // that sends later (made a promise of nothing, Fastify sent an empty 200 at once).
+    if (answer !== null && typeof answer === 'object' && typeof (answer as PromiseLike<unknown>).then === 'function') {
+      return Promise.resolve(answer as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(request, reply, error))
+    }
+    return answer
   }
 }
 
