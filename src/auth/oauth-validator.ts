@@ -53,8 +53,15 @@ import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
 
 // A subject holding a lone surrogate is refused: two such subjects would be one user's
-// rate-limit counters, subscriptions and sessions (`hasLoneSurrogate`).
-const SUBJECT_NOT_WELL_FORMED = 'token subject is not well-formed Unicode'
+// rate-limit counters, subscriptions and sessions (`hasLoneSurrogate`). So is one holding a
+// NUL, which PostgreSQL cannot store as text (a platform's subscription lookup failing, 503,
+// for every request of it) and which joins the parts of the dispatcher's rate-limit keys.
+const SUBJECT_NOT_WELL_FORMED = 'token subject is not well-formed Unicode, or holds a NUL'
+
+/** Whether a subject cannot name a user in the stores (see {@link SUBJECT_NOT_WELL_FORMED}). */
+function unusableSubject(sub: string): boolean {
+  return sub.includes('\0') || hasLoneSurrogate(sub)
+}
 
 /** How access tokens are validated. */
 export type OAuthValidationMode = 'userinfo' | 'jwt' | 'introspection'
@@ -786,7 +793,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // without `sub`): 503 for this token, not counted against the server, since one user's
       // client registration can cause it and must not open the breaker for everyone.
       if (typeof sub !== 'string' || sub === '') throw new BadAnswer('answer has no sub', false)
-      if (hasLoneSurrogate(sub)) throw new BadAnswer('answer has a sub that is not well-formed Unicode', false)
+      if (unusableSubject(sub)) throw new BadAnswer('answer has a sub that is not well-formed Unicode, or holds a NUL', false)
       const expiresAt = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
       const audience = audienceList(claims?.aud)
       return {
@@ -848,7 +855,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (typeof body.nbf === 'number' && body.nbf * 1000 > now() + clockToleranceMs) return { active: false, reason: 'token not yet valid', uncacheable: true }
       const sub = body.sub
       if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
-      if (hasLoneSurrogate(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
+      if (unusableSubject(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
       const expiresAt = typeof body.exp === 'number' ? body.exp * 1000 : undefined
       const audience = audienceList(body.aud)
       const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
@@ -1083,7 +1090,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
     const sub = payload.sub
     if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
-    if (hasLoneSurrogate(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
+    if (unusableSubject(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
     const expiresAt = typeof payload.exp === 'number' ? payload.exp * 1000 : undefined
     const tokenAudience = audienceList(payload.aud)
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined

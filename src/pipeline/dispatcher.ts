@@ -217,11 +217,18 @@ export interface DispatcherOptions {
   sessionTtlMs?: number
   /** Rate limiting; no limit when absent. */
   rateLimit?: {
-    /** Counters; default in memory. */
+    /** Counters; default in memory. Not a store (no `increment`): a `ConfigurationError`. */
     store?: RateLimitStore
-    /** The limit for a caller on an App, or `undefined` for none. */
-    policy: (identity: Identity, app: AppRecord) => MaybePromise<RateLimitPolicy | undefined>
-    /** Serve when the counter store fails (default `true`, logged through `onError`). */
+    /**
+     * The limit for a caller on an App, or `undefined` (or `null`) for none. Any other answer
+     * that is no policy (`false`, `0`, a limit that is no whole number, an unknown `windowType`),
+     * a throw or a rejection, is a failed callback: 503, reported to `onError`.
+     */
+    policy: (identity: Identity, app: AppRecord) => MaybePromise<RateLimitPolicy | null | undefined>
+    /**
+     * Serve when the counter store fails, or the clock (`now`) answers no time (default `true`,
+     * reported through `onError`); `false`: 503. A boolean (a string is a `ConfigurationError`).
+     */
     failOpen?: boolean
   }
   /**
@@ -241,7 +248,10 @@ export interface DispatcherOptions {
    * alone). `allowedOrigins` still applies.
    */
   cors?: boolean
-  /** Clock, epoch ms. Default `Date.now`. */
+  /**
+   * Clock, epoch ms. Default `Date.now`. A call answering no finite number fails the request's
+   * rate-limit count (`rateLimit.failOpen` decides), reported.
+   */
   now?: () => number
   /**
    * The interval timer that keeps the pins of sessions with a response open (it restarts their
@@ -430,6 +440,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       'is required when the OAuth validator checks token audiences against the App address (jwt and introspection modes): give baseUrl (your domain), or a resolveApp that refuses hosts outside it, so the address a token must name is not the Host a caller sends',
     )
   }
+  if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
   const now = options.now ?? Date.now
   if (options.timers !== undefined) {
     const given = options.timers as Partial<DispatcherTimers> | null
@@ -453,6 +464,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const rateLimit = options.rateLimit
   if (rateLimit && typeof rateLimit.policy !== 'function') {
     throw new ConfigurationError('rateLimit.policy', 'must be a function')
+  }
+  // Checked here, not at the first request: a store without `increment` failed every request
+  // open, and a `failOpen` read from the environment as "false" is truthy.
+  const givenCounters: unknown = rateLimit?.store
+  if (givenCounters !== undefined && (typeof givenCounters !== 'object' || givenCounters === null || typeof (givenCounters as RateLimitStore).increment !== 'function')) {
+    throw new ConfigurationError('rateLimit.store', 'must be a RateLimitStore (an object with an increment method)')
+  }
+  if (rateLimit?.failOpen !== undefined && typeof rateLimit.failOpen !== 'boolean') {
+    throw new ConfigurationError('rateLimit.failOpen', 'must be true or false')
   }
   const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore({ now })) : undefined
   const failOpen = rateLimit?.failOpen ?? true
@@ -753,6 +773,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * trip later. Kept per policy object when it is frozen with plain data properties.
    */
   function checkPolicy(policy: RateLimitPolicy): CheckedPolicy {
+    if (typeof policy !== 'object') {
+      throw new TypeError(`mcp-dispatch: rateLimit.policy result must be an object { limit, windowType }, or undefined for no limit; got ${describe(policy)}`)
+    }
     let checked = checkedPolicies.get(policy)
     if (checked !== undefined) return checked
     const copy: RateLimitPolicy = Object.freeze({ limit: policy.limit, windowType: policy.windowType })
@@ -765,12 +788,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return checked
   }
 
-  function countRequest(flow: Flow, policy: RateLimitPolicy | undefined): MaybePromise<RateLimitResult | Reply | undefined> {
-    if (!policy) return undefined
+  function countRequest(flow: Flow, policy: RateLimitPolicy | null | undefined): MaybePromise<RateLimitResult | Reply | undefined> {
+    // No limit: `undefined`, or `null`. Any other answer that is no policy (`false`, `0`, `NaN`)
+    // is a failed callback (503, reported), never a silent "no limit".
+    if (policy === undefined || policy === null) return undefined
     const checked = checkPolicy(policy)
     flow.policyHeader = checked.header
     const windowMs = WINDOWS[checked.policy.windowType]
     const at = now()
+    // A clock that answers no time would start a window of NaN (every request counted alone,
+    // and `t=NaN` in the header): a failure of the counting, as a store's.
+    if (!Number.isFinite(at)) return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the dispatcher's now() answered ${describe(at)}, not epoch ms: not counted`))
     const start = windowStart(at, windowMs)
     let count: MaybePromise<number | RateLimitCount>
     try {

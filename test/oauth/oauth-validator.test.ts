@@ -940,16 +940,20 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/.well-known/openid-configuration')).toBe(2)
   })
 
-  it('a subject holding a lone surrogate is refused: no store keeps it as given, so two users would share counters and subscriptions (regression: taken)', async () => {
+  it('a subject holding a lone surrogate or a NUL is refused: no store keeps the first as given (two users would share counters and subscriptions), PostgreSQL cannot store the second (regression: taken)', async () => {
+    const refused = { active: false, reason: 'token subject is not well-formed Unicode, or holds a NUL' }
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
-    expect(await v.validate(await sign({ sub: 'user-\uD800' }), weather)).toEqual({ active: false, reason: 'token subject is not well-formed Unicode' })
+    expect(await v.validate(await sign({ sub: 'user-\uD800' }), weather)).toEqual(refused)
+    expect(await v.validate(await sign({ sub: 'user\u0000app' }), weather)).toEqual(refused)
     expect(await v.validate(await sign({ sub: 'user-\u{1F600}' }), weather)).toMatchObject({ active: true, info: { subject: 'user-\u{1F600}' } })
     // From introspection, and from userinfo (an answer it cannot use: 503, as one without sub).
-    fake.route('/introspect', { status: 200, body: { active: true, sub: 'user-\uDC00' } })
-    const introspecting = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' }, audience: false })
-    expect(await introspecting.validate('opaque')).toEqual({ active: false, reason: 'token subject is not well-formed Unicode' })
-    fake.route('/oidc/me', { status: 200, body: { sub: 'user-\uDC00' } })
-    await unavailable(validator().validate('good-token'))
+    for (const sub of ['user-\uDC00', 'user\u0000']) {
+      fake.route('/introspect', { status: 200, body: { active: true, sub } })
+      const introspecting = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' }, audience: false })
+      expect(await introspecting.validate(`opaque-${sub.length}`)).toEqual(refused)
+      fake.route('/oidc/me', { status: 200, body: { sub } })
+      await unavailable(validator().validate(`good-token-${sub.length}`))
+    }
   })
 
   it('a token refused for its nbf is not remembered: taken once nbf has passed (regression)', async () => {

@@ -152,6 +152,51 @@ describe('rate limit: the policy', () => {
   })
 })
 
+describe('rate limit: answers that are no policy, and options that cannot work', () => {
+  it('undefined and null mean no limit; false, 0, NaN, \'\' or a number are a failed policy (503, reported, saying what came), never a silent "no limit"', async () => {
+    for (const none of [undefined, null]) {
+      const { decide, errors } = await setup({ policy: () => none as never })
+      const served = await decide()
+      expect(served.status).toBe(200)
+      expect(served.headers.ratelimit).toBeUndefined()
+      expect(errors).toEqual([])
+    }
+    for (const bad of [false, 0, Number.NaN, '', 5, 'x']) {
+      const { decide, errors } = await setup({ policy: () => bad as never })
+      expect((await decide()).status, String(bad)).toBe(503)
+      expect(errors.map((e) => e.context)).toEqual(['rate-limit policy failed'])
+      expect(String(errors[0]!.error)).toContain('rateLimit.policy result must be an object { limit, windowType }, or undefined for no limit; got')
+    }
+  })
+
+  it('a clock that answers no time fails the count as a store does: served without the headers under failOpen, 503 without; reported either way', async () => {
+    for (const clock of [Number.NaN, undefined, Number.POSITIVE_INFINITY]) {
+      const open = await setup({ policy: () => MINUTE, now: () => clock as never })
+      for (let i = 0; i < 7; i++) {
+        const served = await open.decide()
+        expect(served.status).toBe(200)
+        expect(served.headers.ratelimit).toBeUndefined()
+      }
+      expect(open.errors).toHaveLength(7)
+      expect(String(open.errors[0]!.error)).toMatch(/now\(\) answered .*not epoch ms/)
+      const closed = await setup({ policy: () => MINUTE, now: () => clock as never, failOpen: false })
+      expect((await closed.decide()).status).toBe(503)
+    }
+  })
+
+  it('refuses when created a store without increment, a failOpen that is no boolean, a now that is no function', () => {
+    const apps = createMemoryAppStore([APP])
+    const subscriptions = createMemorySubscriptionStore([])
+    const base = { apps, subscriptions, tokens: createTokenService({ store: createMemoryTokenStore(), apps, subscriptions }) }
+    const policy = () => MINUTE
+    expect(() => createDispatcher({ ...base, rateLimit: { policy, store: {} as never } })).toThrow(/rateLimit\.store.*increment/)
+    expect(() => createDispatcher({ ...base, rateLimit: { policy, store: null as never } })).toThrow(/rateLimit\.store/)
+    expect(() => createDispatcher({ ...base, rateLimit: { policy, failOpen: 'false' as never } })).toThrow(/rateLimit\.failOpen.*true or false/)
+    expect(() => createDispatcher({ ...base, now: 5 as never })).toThrow(/"now" must be a function/)
+    expect(() => createDispatcher({ ...base, rateLimit: { policy, store: createMemoryRateLimitStore(), failOpen: false } })).not.toThrow()
+  })
+})
+
 describe('rate limit: the default store and the clock', () => {
   it('a clock that ran an hour fast and was corrected does not lock the caller out for the hour', async () => {
     let at = Date.UTC(2026, 10, 22, 12, 0, 30)

@@ -774,6 +774,18 @@ export function describeRateLimitStoreConformance(
         expect(await store.increment('k', start, W)).toBe(1)
         expect(await store.increment('k', start, W)).toBe(2)
       })
+
+      it('a clock stepped back a second across a window\'s start counts against the counter it started, and so does the same clock caught up: no second budget', async () => {
+        const { store, clock } = await open()
+        clock.set(start + W + 500)
+        for (let i = 1; i <= 3; i++) expect(await store.increment('k', start + W, W)).toBe(i)
+        // Stepped back 1 s (NTP): its requests are stamped with the window before.
+        clock.set(start + W - 500)
+        expect(await store.increment('k', start, W)).toEqual({ count: 4, windowStart: start + W })
+        // Caught up: the counter's own window again.
+        clock.set(start + W + 500)
+        expect(await store.increment('k', start + W, W)).toBe(5)
+      })
     }
 
     it('is atomic: concurrent increments give every count exactly once', async () => {

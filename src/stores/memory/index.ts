@@ -369,12 +369,14 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
       if (entry && entry.windowStart >= windowStart) {
         if (entry.windowStart === windowStart) return ++entry.count
         // A request stamped with an older window (an instance whose clock is behind, sharing
-        // this store) counts against the counter's window, which is named in the answer, for
-        // one window of this store's time since the counter started (as Redis's PEXPIRE);
-        // a clock now before the counter's start (it was started by a clock that has since
-        // stepped back) starts it again rather than refusing for the size of the step.
-        const at = now()
-        if (at >= entry.started && at - entry.started < windowMs) return { count: ++entry.count, windowStart: entry.windowStart }
+        // this store, or this clock stepped back across a window's start) counts against the
+        // counter's window, which is named in the answer, for one window of this store's time
+        // since the counter started (as Redis's PEXPIRE). A clock that has since stepped back
+        // by less than a window still counts against it (a step of a second across a window's
+        // start once gave a fresh limit, and another when the clock caught up); by more, the
+        // counter starts again rather than refusing for the size of the step.
+        const elapsed = now() - entry.started
+        if (elapsed < windowMs && elapsed > -windowMs) return { count: ++entry.count, windowStart: entry.windowStart }
       }
       if (entry) entry.windowStart = windowStart
       else if (counters.size >= max) makeRoom()
