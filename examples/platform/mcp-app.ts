@@ -471,11 +471,13 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     // session negotiated at initialize, and without a session 2025-03-26 (which requires batches
     // to be received). Any other value (a later revision, which such clients send on every
     // request after initialize; two of them) is refused, and so is a batch without the header
-    // in a session that negotiated 2025-06-18 or later (the transport takes the session's
-    // revision then: MCP 2025-06-18, "Protocol Version Header").
-    const sessionRevision = sessions.get(request.headers.get('mcp-session-id') ?? '')?.revision
-    const revision = request.headers.get('mcp-protocol-version') ?? sessionRevision ?? null
-    if (Array.isArray(body) && revision !== null && !(/^\d{4}-\d{2}-\d{2}$/.test(revision) && revision < '2025-06-18')) {
+    // in a session that negotiated 2025-06-18 or later: MCP 2025-06-18 ("Protocol Version
+    // Header") has a server assume 2025-03-26 only when it has no other way to know, such as
+    // the revision negotiated at initialize. (The SDK transport itself takes 2025-03-26.)
+    const revision = Array.isArray(body)
+      ? (request.headers.get('mcp-protocol-version') ?? sessions.get(request.headers.get('mcp-session-id') ?? '')?.revision ?? null)
+      : null
+    if (revision !== null && !(/^\d{4}-\d{2}-\d{2}$/.test(revision) && revision < '2025-06-18')) {
       return rpcError(400, -32600, 'Invalid Request: JSON-RPC batches are not part of MCP 2025-06-18 and later')
     }
     const parsed = body === undefined ? undefined : { parsedBody: body }

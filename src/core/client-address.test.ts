@@ -32,6 +32,18 @@ describe('compileTrustProxy', () => {
     expect(compileTrustProxy(['0.0.0.0/1', '2001:db8::/32', 'fc00::/7'])).toHaveLength(3)
   })
 
+  it('refuses ranges that together trust every IPv4 peer, or every global IPv6 peer (2000::/3), naming them', () => {
+    expect(() => compileTrustProxy(['0.0.0.0/1', '10.0.0.0/8', '128.0.0.0/1'])).toThrow(
+      /trustProxy: entry 0 \("0\.0\.0\.0\/1"\), entry 1 \("10\.0\.0\.0\/8"\), entry 2 \("128\.0\.0\.0\/1"\) together trust every IPv4 peer/,
+    )
+    expect(() => compileTrustProxy(['0.0.0.0/2', '64.0.0.0/2', '128.0.0.0/2', '::ffff:192.0.0.0/98'])).toThrow(/together trust every IPv4 peer/)
+    expect(() => compileTrustProxy(['2000::/3'])).toThrow(/entry 0 \("2000::\/3"\) trusts every global IPv6 peer/)
+    expect(() => compileTrustProxy(['2000::/4', '3000::/4'])).toThrow(/together trust every global IPv6 peer/)
+    // A gap anywhere: the platform's to judge.
+    expect(compileTrustProxy(['0.0.0.0/2', '64.0.0.0/2', '128.0.0.0/2', '192.0.0.0/3'])).toHaveLength(4)
+    expect(compileTrustProxy(['2000::/4', '3000::/5'])).toHaveLength(2)
+  })
+
   it('compiles a list of addresses and ranges, refusing a bad entry with a TypeError', () => {
     expect(compileTrustProxy(['10.0.0.0/8', '::1'])).toHaveLength(2)
     expect(() => compileTrustProxy(['10.0.0.0/8', 'proxy.internal'])).toThrow(TypeError)

@@ -21,7 +21,8 @@ export type CompiledTrustProxy = false | number | readonly IpRange[]
  *
  * @throws {TypeError} for a setting that is none of the three forms (`true` among them: it
  * would let any client choose its address), a list with an entry that is no address or range,
- * or one with a range that trusts every IPv4 peer as `true` would (`0.0.0.0/0`, `::/0`, an IPv6
+ * or ranges that alone or together trust every IPv4 peer, or every global IPv6 peer
+ * (`2000::/3`), as `true` would (`0.0.0.0/0`, `::/0`, `0.0.0.0/1` with `128.0.0.0/1`, an IPv6
  * range holding `::ffff:0:0/96`, the block IPv4 peers are matched in).
  */
 export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustProxy {
@@ -40,19 +41,58 @@ export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustP
   } catch (error) {
     throw new TypeError(`trustProxy: ${(error as Error).message}`)
   }
-  // IPv4 peers are matched as IPv4-mapped IPv6 (`::ffff:0:0/96`): a range holding that whole
-  // block trusts every IPv4 peer, as `true` would, whatever it was meant to say.
-  const everyIpv4 = ranges.findIndex((range) => range.bits <= 96 && ipInRange(IPV4_BLOCK, range))
-  if (everyIpv4 !== -1) {
-    throw new TypeError(
-      `trustProxy: entry ${everyIpv4} (${JSON.stringify(trust[everyIpv4])}) trusts every IPv4 peer (0.0.0.0/0, ::/0, or an IPv6 range holding ::ffff:0:0/96), so any client could choose its address: list your proxies' ranges, or give a hop count`,
-    )
+  // Ranges that trust every peer of a family, alone or together, are `true` in other words:
+  // any client could choose its address.
+  for (const [family, block] of EVERY_PEER) {
+    const covering = coveringEntries(ranges, block)
+    if (covering !== null) {
+      throw new TypeError(
+        `trustProxy: ${covering.map((i) => `entry ${i} (${JSON.stringify(trust[i])})`).join(', ')} ${covering.length === 1 ? 'trusts' : 'together trust'} every ${family} peer, so any client could choose its address: list your proxies' ranges, or give a hop count`,
+      )
+    }
   }
   return ranges
 }
 
-/** The first address of the IPv4-mapped block, as {@link parseIp} gives IPv4. */
-const IPV4_BLOCK: IpWords = [0, 0, 0xffff, 0]
+/**
+ * Blocks of peers no trust list may cover whole: IPv4 (matched as IPv4-mapped IPv6,
+ * `::ffff:0:0/96`: `0.0.0.0/0`, `::/0`, and an IPv6 range holding that block cover it) and the
+ * global IPv6 unicast addresses (`2000::/3`).
+ */
+const EVERY_PEER: ReadonlyArray<readonly [string, Interval]> = [
+  ['IPv4', intervalOf([0, 0, 0xffff, 0], 96)],
+  ['global IPv6', intervalOf([0x20000000, 0, 0, 0], 3)],
+]
+
+/** First and last address of a range, as 128-bit integers. */
+type Interval = readonly [bigint, bigint]
+
+function intervalOf(words: IpWords, bits: number): Interval {
+  let first = 0n
+  for (const word of words) first = (first << 32n) | BigInt(word >>> 0)
+  return [first, first | ((1n << BigInt(128 - bits)) - 1n)]
+}
+
+/**
+ * The index of a range that covers `block` whole alone, else the indexes of the ranges that
+ * meet it when together they cover it, else `null`.
+ */
+function coveringEntries(ranges: readonly IpRange[], block: Interval): number[] | null {
+  const [start, end] = block
+  const spans = ranges.map((range, index) => ({ index, span: intervalOf(range.words, range.bits) }))
+  const alone = spans.find(({ span }) => span[0] <= start && span[1] >= end)
+  if (alone !== undefined) return [alone.index]
+  const meeting = spans
+    .filter(({ span }) => span[0] <= end && span[1] >= start)
+    .sort((a, b) => (a.span[0] < b.span[0] ? -1 : a.span[0] > b.span[0] ? 1 : 0))
+  let next = start
+  for (const { span } of meeting) {
+    if (span[0] > next) return null
+    if (span[1] >= next) next = span[1] + 1n
+    if (next > end) return meeting.map(({ index }) => index).sort((a, b) => a - b)
+  }
+  return null
+}
 
 /**
  * The client address of a request, as the adapters resolve it: `socketAddress` (the TCP

@@ -246,7 +246,8 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       if (method !== 'POST') return json(405, { error: 'method_not_allowed', message: 'Use POST' }, { allow: 'POST' })
       if (bearer.kind === 'bearer') {
         await readNoBody(request)
-        const clientAddress = (info?.clientAddress ?? options.clientAddress?.(request)) || undefined
+        // `null` or `''` names none, as `undefined` does: the option is asked then too.
+        const clientAddress = info?.clientAddress || options.clientAddress?.(request) || undefined
         const result = await tokens.rotate(id!, {
           kind: 'token',
           token: bearer.token,

@@ -21,6 +21,7 @@ import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import {
   ADAPTER_KINDS,
+  HOST,
   type Gate,
   close,
   createFixture,
@@ -315,22 +316,67 @@ describe('proxy handler', () => {
       expect(reported).toHaveLength(1)
       expect(reported[0]).not.toBeInstanceOf(UpstreamError)
       expect((reported[0] as Error).message).toBe(`Request body stalled: the client sent nothing for ${TIMEOUT_MS} ms`)
-      // After the 408, a chunk the client sends late starts no timer of the proxy's.
-      let late!: ReadableStreamDefaultController<Uint8Array>
-      const lateBody = new ReadableStream<Uint8Array>({ start: (controller) => void (late = controller) })
-      const armed = vi.spyOn(globalThis, 'setTimeout')
-      try {
-        const gaveUp = await post(lateBody)
-        expect(gaveUp.status).toBe(408)
-        const before = armed.mock.calls.filter(([, ms]) => ms === TIMEOUT_MS).length
-        late.enqueue(encoder.encode('x'))
-        late.close()
-        await new Promise((resolve) => setImmediate(resolve))
-        expect(armed.mock.calls.filter(([, ms]) => ms === TIMEOUT_MS).length).toBe(before)
-      } finally {
-        armed.mockRestore()
-      }
+      // After the 408, nothing more of the client's body is taken: it is cancelled (so a chunk
+      // it sends late starts no timer of the proxy's, and is read by no one).
+      let cancelled: unknown
+      const lateBody = new ReadableStream<Uint8Array>({ cancel: (reason) => void (cancelled = reason) })
+      const gaveUp = await post(lateBody)
+      expect(gaveUp.status).toBe(408)
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(cancelled).toBeInstanceOf(Error)
     })
+
+    it('an upstream that stops reading the body, from a client always ready to send more: the stall is the upstream\'s (504), once its buffers are full', async () => {
+      upstream.handle = (req) => req.pause() // takes the connection, never reads, never answers
+      const reported: unknown[] = []
+      const quick = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, timeoutMs: 500, onError: (error) => reported.push(error) })
+      const chunk = new Uint8Array(64 * 1024)
+      let sent = 0
+      // The next chunk whenever asked, for ever: the proxy never waits on this client.
+      const endless = new ReadableStream<Uint8Array>({ pull: (controller) => void (sent++, controller.enqueue(chunk)) }, { highWaterMark: 0 })
+      const response = await quick(new Request('http://weather.localhost/v2', { method: 'POST', body: endless, duplex: 'half' } as RequestInit), context)
+      expect(response.status).toBe(504)
+      expect(await response.text()).toBe(TIMED_OUT)
+      expect(reported).toEqual([expect.any(UpstreamError)])
+      expect(sent).toBeGreaterThan(1)
+    })
+
+    for (const kind of ADAPTER_KINDS) {
+      it(`${kind}: a client that stops sending its body gets the 408 on the wire, and the server closes the connection`, async () => {
+        const fixture = createFixture()
+        upstream.handle = async (req, res) => {
+          const body = await readBody(req).catch(() => undefined)
+          if (body !== undefined) res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+        }
+        const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, timeoutMs: 300, onError: () => {} })
+        const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
+        try {
+          const answer = await new Promise<string>((resolve, reject) => {
+            const socket = net.connect(port, '127.0.0.1')
+            let text = ''
+            socket.setEncoding('latin1')
+            socket.on('data', (data: string) => (text += data))
+            socket.on('close', () => resolve(text))
+            socket.on('error', reject)
+            // The server's close ends the wait; should it never come, the test fails here.
+            socket.setTimeout(5000, () => socket.destroy(new Error(`the connection stayed open; got ${JSON.stringify(text)}`)))
+            // 100 bytes declared, six sent, then nothing.
+            socket.write(
+              `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{"a":1`,
+            )
+          })
+          const [head, body] = answer.split('\r\n\r\n')
+          expect(head).toMatch(/^HTTP\/1\.1 408 /)
+          expect(head!.toLowerCase()).toContain('connection: close')
+          expect(head!.toLowerCase()).toContain('x-mcp-version: 2.0.0')
+          // Express and Fastify send it chunked: the JSON between the chunk lines.
+          const json = body!.slice(body!.indexOf('{'), body!.lastIndexOf('}') + 1)
+          expect(JSON.parse(json)).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } } })
+        } finally {
+          await stop()
+        }
+      })
+    }
 
     it('an upstream that fails after its head: the client sees the stream cut, and onError hears it', async () => {
       upstream.handle = (req, res) => {

@@ -186,3 +186,25 @@ describe('allowedOrigins as a function', () => {
     }
   })
 })
+
+describe("the token API's clientAddress", () => {
+  it("info.clientAddress of null or '' names none, as undefined does: the clientAddress option is asked then too", async () => {
+    const subscribed = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+    const service = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions: subscribed })
+    const asked: unknown[] = []
+    const api = createTokenApi({
+      tokens: service,
+      authenticateSession: () => null,
+      verifyCsrf: false,
+      clientAddress: (request) => (asked.push(request.url), '203.0.113.7'),
+    })
+    for (const none of [undefined, null, '']) {
+      const created = await service.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 30, allowedIps: ['203.0.113.0/24'] })
+      const request = new Request(`http://dashboard.localhost/api/tokens/${created.id}/rotate`, { method: 'POST', headers: { authorization: `Bearer ${created.token}` } })
+      const response = await api(request, { clientAddress: none as never })
+      // The option's address is in the allowlist: the rotation is let through.
+      expect(response?.status, JSON.stringify(none)).toBe(200)
+    }
+    expect(asked).toHaveLength(3)
+  })
+})

@@ -31,10 +31,10 @@
  * with a redirect, refuses the platform's identity (401), or the identity cannot be signed (the
  * platform's key or `audience` failed; reported to `onError`); 504 when it makes no progress for
  * `timeoutMs` before its response head (between the request body's chunks, or from the body's
- * end to the head). A client that sends no chunk of its body for `timeoutMs` while the upstream
- * waits for one gets 408 (`request_timeout`, `Connection: close`): the stall is its own. A
- * failure after the head ends the response's body with an error (the client sees a cut stream)
- * and is reported to `onError`.
+ * end to the head). A client that sends no chunk of its body for `timeoutMs` while the proxy
+ * waits on it for the next gets 408 (`request_timeout`, `Connection: close`): the stall is its
+ * own. A failure after the head ends the response's body with an error (the client sees a cut
+ * stream) and is reported to `onError`.
  *
  * It is a web-standard handler, so every adapter can use it: as the Web adapter's `handler`,
  * or through `fromWebHandler` of the Express and Fastify adapters.
@@ -189,7 +189,8 @@ export interface ProxyHandlerOptions {
    * How long the upstream may make no progress before its response head, in ms (504 after):
    * the time between two chunks of the request body it takes, and from the body's end (or the
    * request's start, without a body) to the head. A slow upload that keeps moving is no
-   * timeout. The response may then stream for as long as it lasts. An App that answers in
+   * timeout; one the client stops while the proxy waits on it for the next chunk is the
+   * client's (408). The response may then stream for as long as it lasts. An App that answers in
    * JSON (`enableJsonResponse` of the SDK's transport) sends its head only with the result,
    * so there this must cover its longest tool call; an App that answers with SSE sends the
    * head at once. Default 30 s. With the default `fetch` on Node, undici's own limits (300 s
@@ -545,9 +546,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     }
     const controller = new AbortController()
     let timedOut = false
-    /** Whether the upstream was waiting for the client's next body chunk when `timeoutMs` ran out. */
+    /** Whether the proxy was waiting on the client's next body chunk when `timeoutMs` ran out. */
     let clientStalled = false
-    /** Set by `progressOf` while the upstream waits for the client's next chunk. */
+    /** Set by `progressOf` while the proxy waits on the client for its next body chunk. */
     const upload = { awaitingClient: false }
     let timer: ReturnType<typeof setTimeout> | undefined
     let settled = false
@@ -578,7 +579,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         method,
         headers,
         redirect: 'manual',
-        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch, upload), duplex: 'half' as const }),
+        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch, upload, controller.signal), duplex: 'half' as const }),
       }
       upstream = await fetchLettingGo(fetchUpstream, target, init, controller)
       // The body may still be taken after the head (an upstream that answers first): that no
@@ -702,9 +703,16 @@ function progressOf(
   declared: number | undefined,
   mismatch: (error: RangeError) => void,
   state: { awaitingClient: boolean },
+  aborted: AbortSignal,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader()
   let received = 0
+  // Once the exchange is aborted (a timeout, the client gone), nothing more of the body is
+  // taken: Node's fetch goes on pulling a request body after its abort, and would read the
+  // client's whole upload into a dead socket (a body always ready, in a loop that starves the
+  // event loop). A read pending on the client ends too.
+  const stop = () => void reader.cancel(aborted.reason).catch(() => {})
+  aborted.addEventListener('abort', stop, { once: true })
   const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: RangeError) => {
     mismatch(error)
     controller.error(error)
@@ -713,6 +721,10 @@ function progressOf(
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
+        if (aborted.aborted) {
+          controller.error(aborted.reason)
+          return
+        }
         state.awaitingClient = true
         let next: ReadableStreamReadResult<Uint8Array>
         try {
@@ -721,7 +733,12 @@ function progressOf(
           state.awaitingClient = false
         }
         progress()
+        if (aborted.aborted) {
+          controller.error(aborted.reason)
+          return
+        }
         if (next.done) {
+          aborted.removeEventListener('abort', stop)
           if (declared !== undefined && received < declared) {
             fail(controller, new RangeError(`Request body ended after ${received} bytes, short of its Content-Length ${declared}`))
           } else controller.close()
@@ -733,6 +750,7 @@ function progressOf(
         } else controller.enqueue(next.value)
       },
       cancel(reason) {
+        aborted.removeEventListener('abort', stop)
         return reader.cancel(reason)
       },
     },
