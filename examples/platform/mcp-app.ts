@@ -305,8 +305,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   /** `open`: answers of the session still streaming; a session with one is not idle. */
   const sessions = new Map<
     string,
-    // `revision`: the MCP revision negotiated at initialize, which a request of the session
-    // without `MCP-Protocol-Version` is taken for.
+    // `revision`: the MCP revision negotiated at initialize, which a batch of the session
+    // without `MCP-Protocol-Version` is judged by.
     { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; revision: string; subject?: string }
   >()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken

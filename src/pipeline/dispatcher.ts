@@ -424,7 +424,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -474,7 +474,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   if (rateLimit?.failOpen !== undefined && typeof rateLimit.failOpen !== 'boolean') {
     throw new ConfigurationError('rateLimit.failOpen', 'must be true or false')
   }
-  const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore({ now })) : undefined
+  // The default counters time their windows' life on the monotonic clock, unless a clock is given.
+  const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore(options.now ? { now } : {})) : undefined
   const failOpen = rateLimit?.failOpen ?? true
   const cors = options.cors ?? true
   const allowedOrigins = originCheck(options.allowedOrigins, (error) => onError(error, 'allowedOrigins'))
@@ -774,7 +775,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    */
   function checkPolicy(policy: RateLimitPolicy): CheckedPolicy {
     if (typeof policy !== 'object') {
-      throw new TypeError(`mcp-dispatch: rateLimit.policy result must be an object { limit, windowType }, or undefined for no limit; got ${describe(policy)}`)
+      throw new TypeError(`mcp-dispatch: rateLimit.policy result must be an object { limit, windowType }, or undefined or null for no limit; got ${describe(policy)}`)
     }
     let checked = checkedPolicies.get(policy)
     if (checked !== undefined) return checked

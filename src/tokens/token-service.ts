@@ -289,8 +289,8 @@ export interface TokenService {
   /**
    * Creates a token; the result is the only place the full secret appears (spec 3).
    *
-   * @throws {InvalidInputError} (400) naming a bad field (`name`, `servers`, `expiresInDays`,
-   * `allowedIps.1`), or a server `userId` may not use.
+   * @throws {InvalidInputError} (400) naming a bad field (`userId`, `name`, `servers`,
+   * `expiresInDays`, `allowedIps.1`), or a server `userId` may not use.
    * @throws {ConflictError} (409) when the user holds `maxActiveTokensPerUser` active tokens already.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
@@ -298,12 +298,14 @@ export interface TokenService {
   /**
    * Tokens of a user, newest first, without secrets (dashboard list, spec 2.1).
    *
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   list(userId: string): Promise<ApiTokenView[]>
   /**
    * One token of `userId`.
    *
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
    * @throws {NotFoundError} (404) when there is no such token, or it is someone else's (answered alike).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
@@ -311,7 +313,7 @@ export interface TokenService {
   /**
    * Edits name, expiration or allowlist; servers cannot change (spec 2.1, 3).
    *
-   * @throws {InvalidInputError} (400) naming a bad field, `servers` or `scopes` among them.
+   * @throws {InvalidInputError} (400) naming a bad field, `userId`, `servers` or `scopes` among them.
    * @throws {NotFoundError} (404) when there is no such token of `userId`.
    * @throws {TokenInactiveError} (409) when the token has expired or was revoked.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
@@ -336,6 +338,7 @@ export interface TokenService {
    * Revokes a token of `userId`, permanently (spec 3). Idempotent. An expired token is left as
    * it is (spec 3: only an active token can be revoked) and answered with `status: 'expired'`.
    *
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
    * @throws {NotFoundError} (404) when there is no such token of `userId`.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
@@ -344,6 +347,7 @@ export interface TokenService {
    * Revokes every active token of a user: call it on password reset (spec 3). Expired tokens
    * are left as they are. Returns the count of tokens it revoked.
    *
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   revokeAllForUser(userId: string): Promise<number>

@@ -3,7 +3,7 @@
  * (Express has no in-memory injection; node:http keeps the exact `Host`), on Express 5 and 4.
  */
 import * as http from 'node:http'
-import { createGunzip } from 'node:zlib'
+import { createGunzip, gunzipSync, gzipSync } from 'node:zlib'
 import compression from 'compression'
 import type express from 'express'
 import { ConfigurationError, jsonRpcErrorReply } from 'mcp-dispatch'
@@ -354,6 +354,56 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
       outgoing.end()
     })
     expect(body).toBe('data: one\n\ndata: two\n\n')
+  })
+
+  it('fromWebHandler behind compression(): a body given in many small chunks is pushed out only when none is ready, so it compresses as a whole would, and leaks no drain listeners', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(compression(), mcpDispatch({ dispatcher: fixture.dispatcher }))
+    const text = JSON.stringify({ jsonrpc: '2.0', id: 1, result: { items: Array.from({ length: 20_000 }, (_, i) => ({ id: i, name: `item ${i}`, tags: ['a', 'b'] })) } })
+    const bytes = new TextEncoder().encode(text)
+    app.use(
+      fromWebHandler(() => {
+        let at = 0
+        // 1 KiB chunks, each ready as soon as asked for.
+        return new Response(
+          new ReadableStream<Uint8Array>({
+            pull(controller) {
+              if (at >= bytes.length) return controller.close()
+              controller.enqueue(bytes.subarray(at, (at += 1024)))
+            },
+          }),
+          { headers: { 'content-type': 'application/json' } },
+        )
+      }),
+    )
+    const warnings: Error[] = []
+    const onWarning = (warning: Error) => warnings.push(warning)
+    process.on('warning', onWarning)
+    try {
+      const port = await serveApp(app)
+      const { compressed, body } = await new Promise<{ compressed: number; body: string }>((resolve, reject) => {
+        http
+          .request({ host: '127.0.0.1', port, method: 'POST', path: '/v2', headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'accept-encoding': 'gzip' } }, (incoming) => {
+            const chunks: Buffer[] = []
+            incoming.on('data', (chunk: Buffer) => chunks.push(chunk))
+            incoming.on('end', () => {
+              const all = Buffer.concat(chunks)
+              resolve({ compressed: all.length, body: gunzipSync(all).toString('utf8') })
+            })
+            incoming.on('error', reject)
+          })
+          .on('error', reject)
+          .end()
+      })
+      expect(body).toBe(text)
+      // A flush after each chunk made it 2.4 times what gzip makes of the whole.
+      expect(compressed).toBeLessThan(gzipSync(bytes).length * 1.2)
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(warnings.filter((warning) => warning.name === 'MaxListenersExceededWarning')).toEqual([])
+    } finally {
+      process.off('warning', onWarning)
+    }
   })
 
   it('fromWebHandler and routeByVersion on a route the dispatch layer never saw (a wiring mistake) answer the JSON-RPC 502, not an HTML 500 with a stack', async () => {

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import type { SessionPin } from '../../src/core/stores.js'
 import {
   createMemoryAppStore,
@@ -106,6 +106,25 @@ describe('memory stores: what only they do', () => {
     expect(sessions.get('live', 60_000)).toEqual(pin) // used last: new-1 is now the least recent
     sessions.set('new-3', pin, 60_000)
     expect(['live', 'new-1', 'new-2', 'new-3'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([true, false, true, true])
+  })
+
+  it('without a clock given, a rate-limit counter lives one window of the monotonic clock, as Redis\'s PEXPIRE: no step of the wall clock ends it or stretches it', async () => {
+    const W = 50
+    const wall = vi.spyOn(Date, 'now')
+    try {
+      const counters = createMemoryRateLimitStore()
+      // Started while the wall clock ran an hour fast, stamped with that hour's window.
+      wall.mockReturnValue(1_700_000_000_000 + 3_600_000)
+      expect(counters.increment('k', 1_700_003_600_000, W)).toBe(1)
+      // Corrected: requests stamped with older windows count against it (it was reset).
+      wall.mockReturnValue(1_700_000_000_000)
+      expect(counters.increment('k', 1_700_000_000_000, W)).toEqual({ count: 2, windowStart: 1_700_003_600_000 })
+      // A window of real time later, it has ended: the older window starts at 1.
+      await new Promise((resolve) => setTimeout(resolve, W + 10))
+      expect(counters.increment('k', 1_700_000_000_000, W)).toBe(1)
+    } finally {
+      wall.mockRestore()
+    }
   })
 
   it('the rate-limit store is bounded by max', () => {

@@ -28,8 +28,9 @@
  * `RateLimit-Policy`, `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
- * with a redirect, refuses the platform's identity (401), or the identity cannot be signed (the
- * platform's key or `audience` failed; reported to `onError`); 504 when it makes no progress for
+ * with a redirect, refuses the platform's identity (401), answers 407, a status outside 200 to
+ * 599 or a `Content-Encoding` it cannot relay, or the identity cannot be signed (the platform's
+ * key or `audience` failed; reported to `onError`); 504 when it makes no progress for
  * `timeoutMs` before its response head (between the request body's chunks, or from the body's
  * end to the head). A client that sends no chunk of its body for `timeoutMs` while the proxy
  * waits on it for the next gets 408 (`request_timeout`, `Connection: close`): the stall is its
@@ -432,7 +433,7 @@ function readBefore(
  * })
  * ```
  *
- * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function, a table key that is neither `'<appId>@<version>'` nor an exact version, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), an `identityHeader` that is not a header name or is one the proxy forwards or refuses, a `forwardHeaders` that is not an array of header names or names a hop-by-hop, credential or client-address header, a `timeoutMs` out of range, or an `audience`, `fetch` or `onError` that is not a function.
+ * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function, a table key that is neither `'<appId>@<version>'` nor an exact version, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), an `identityHeader` that is not a header name or is one the proxy forwards or refuses, a `forwardHeaders` that is not an array of header names or names a header it never forwards (hop-by-hop, a credential, one the proxy sets: `Host`, `Via`, `Content-Length`, `Accept-Encoding`; `Expect`, a client-address claim, or the identity header), a `timeoutMs` out of range, or an `audience`, `fetch` or `onError` that is not a function.
  */
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (!options) throw new ConfigurationError('upstream', 'is required')

@@ -338,11 +338,18 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * the end of the map's order, so a busy caller's counter is the last to go (dropping it would
  * reset its count); below that, nothing is reordered and a request costs one lookup.
  *
+ * A counter lives one window from its first request, as Redis's `PEXPIRE` has it, timed on
+ * the monotonic clock (`performance.now()`), so a wall clock stepped back or forward does not
+ * change how long it lives; with `now` given, on that clock instead (a test's), where a step
+ * back by less than a window keeps counting against it and a longer one starts it again.
+ *
  * @throws {ConfigurationError} with a `max` that is not a positive integer.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
   const max = positiveInteger(options.max, 100_000, 'max')
   const now = options.now ?? Date.now
+  // How long a counter has lived: never moved by a wall clock's steps, unless a clock is given.
+  const lifeClock = options.now ?? (() => performance.now())
   const reorderFrom = Math.floor(max / 2)
   // Room is made for a batch of new counters at once, so the sweep over every counter is paid
   // once per `batch` new callers, not by each of them (at 100,000 counters a sweep takes
@@ -375,7 +382,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
         // by less than a window still counts against it (a step of a second across a window's
         // start once gave a fresh limit, and another when the clock caught up); by more, the
         // counter starts again rather than refusing for the size of the step.
-        const elapsed = now() - entry.started
+        const elapsed = lifeClock() - entry.started
         if (elapsed < windowMs && elapsed > -windowMs) return { count: ++entry.count, windowStart: entry.windowStart }
       }
       if (entry) entry.windowStart = windowStart
@@ -383,8 +390,8 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
       if (entry) {
         entry.end = windowStart + windowMs
         entry.count = 1
-        entry.started = now()
-      } else counters.set(key, { windowStart, end: windowStart + windowMs, count: 1, started: now() })
+        entry.started = lifeClock()
+      } else counters.set(key, { windowStart, end: windowStart + windowMs, count: 1, started: lifeClock() })
       return 1
     },
   }
