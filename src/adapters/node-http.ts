@@ -607,6 +607,11 @@ function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {
 /** What {@link writeWebResponse} races a read against: a chunk not yet there. */
 const NOT_READY: unique symbol = Symbol('not ready')
 
+/** {@link NOT_READY} after the I/O of this turn of the event loop. */
+function nextTurn(): Promise<typeof NOT_READY> {
+  return new Promise((resolve) => setImmediate(resolve, NOT_READY))
+}
+
 /**
  * Writes a web `Response` on a raw Node response, streaming its body with back-pressure
  * (SSE included, no buffering); a client that goes away cancels the body, which cancels the
@@ -635,7 +640,7 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   }
   // One `drain` listener for the whole response, waking the wait of the moment: `compression()`
   // hands `drain` listeners to its zlib stream, where `once` never takes them off again (one
-  // more per wait, until Node warned of a leak).
+  // more per wait, until Node warned of a leak; the one left there dies with the response).
   const onDrain = () => wake?.()
   let drainHeard = false
   res.once('close', onClose)
@@ -650,8 +655,10 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   try {
     for (;;) {
       const reading = reader.read()
-      // Another chunk already there is written first; the bytes go out when none is.
-      if (push !== undefined && (await Promise.race([reading, NOT_READY])) === NOT_READY) push()
+      // Another chunk there or on its way (a body through a TransformStream arrives a few
+      // microtasks later, an async generator's too) is written first; the bytes go out when the
+      // body has had a turn of the event loop and still has none.
+      if (push !== undefined && (await Promise.race([reading, NOT_READY])) === NOT_READY && (await Promise.race([reading, nextTurn()])) === NOT_READY) push()
       const { done, value } = await reading
       if (done || closed) break
       if (!res.write(value) && !closed) {

@@ -157,22 +157,101 @@ describe('identity verifier', () => {
       }
     })
 
-    it('with the JWKS fetched, a token it has no key for, or a tampered one, is still a 401', async () => {
-      const verify = remote(async () => Response.json(jwks))
-      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
-      const { privateKey: stranger } = await generateKeyPair('ES256')
-      const foreign = await new SignJWT({ app: 'app_weather', ver: '2.0.0', method: 'api_token', jti: 'x' })
-        .setProtectedHeader({ alg: 'ES256', kid: 'unknown-kid', typ: 'mcp-identity+jwt' })
+    /** A token of the right claims signed by a key of `kid` the JWKS may not hold, issued at `iat` (s). */
+    async function signedBy(key: CryptoKey, kid: string, iat: number): Promise<string> {
+      return new SignJWT({ app: 'app_weather', ver: '2.0.0', method: 'api_token', jti: `j-${iat}` })
+        .setProtectedHeader({ alg: 'ES256', kid, typ: 'mcp-identity+jwt' })
         .setIssuer(ISSUER)
         .setSubject('alice')
         .setAudience(AUDIENCE)
-        .setIssuedAt(seconds)
-        .setExpirationTime(seconds + 60)
-        .sign(stranger)
+        .setIssuedAt(iat)
+        .setExpirationTime(iat + 60)
+        .sign(key)
+    }
+
+    it('with the JWKS fetched, a token it has no key for, or a tampered one, is a 401; one of an unknown kid issued since the fetch is a 503 until the JWKS may be fetched again', async () => {
+      let clock = at
+      let fetched = 0
+      const verify = remote(async () => (fetched++, Response.json(jwks)))
+      const timed = verifier({ jwks: url, fetch: async () => (fetched++, Response.json(jwks)), now: () => clock })
+      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      await expect(timed(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      expect(fetched).toBe(2)
+      const { privateKey: stranger } = await generateKeyPair('ES256')
       const token = await craft()
-      for (const refused of [foreign, `${token.slice(0, -4)}AAAA`, 'not.a.jwt']) {
-        await expect(verify(refused)).rejects.toBeInstanceOf(UnauthorizedError)
+      // Issued before the fetch (past the 5 s tolerance): no key published since can be its.
+      for (const refused of [await signedBy(stranger, 'unknown-kid', seconds - 60), `${token.slice(0, -4)}AAAA`, 'not.a.jwt']) {
+        await expect(timed(refused)).rejects.toBeInstanceOf(UnauthorizedError)
       }
+      // Issued since: its key may have been published after the fetch; within 30 s of it, 503.
+      await expect(timed(await signedBy(stranger, 'unknown-kid', seconds))).rejects.toBeInstanceOf(JwksUnavailableError)
+      expect(fetched).toBe(2)
+      // Once the JWKS may be fetched again it is, and a key it still lacks is a 401.
+      clock += 30_000
+      await expect(timed(await signedBy(stranger, 'unknown-kid', seconds + 30))).rejects.toBeInstanceOf(UnauthorizedError)
+      expect(fetched).toBe(3)
+    })
+
+    it('a key rotation: a token of the new key, issued after a fetch that did not have it, is a 503 (retry), then verified once the JWKS is fetched again', async () => {
+      let clock = at
+      const next = await generateKeyPair('ES256', { extractable: true })
+      const nextPublic = { ...(await exportJWK(next.publicKey)), kid: 'next', alg: 'ES256', use: 'sig' }
+      let published: IdentityJwks = jwks
+      const verify = verifier({ jwks: url, fetch: async () => Response.json(published), now: () => clock })
+      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      // The platform switches keys 5 s later.
+      published = { keys: [...jwks.keys, nextPublic] }
+      clock += 5_000
+      const rotated = await signedBy(next.privateKey, 'next', seconds + 5)
+      await expect(verify(rotated)).rejects.toBeInstanceOf(JwksUnavailableError)
+      clock += 25_000
+      await expect(verify(rotated)).resolves.toMatchObject({ subject: 'alice' })
+    })
+
+    it('keys in hand stay in use while the JWKS cannot be fetched, fetched again at most once per 30 s, whatever the kids tokens name', async () => {
+      let clock = at
+      let fetched = 0
+      let up = true
+      const verify = verifier({
+        jwks: url,
+        fetch: async () => (fetched++, up ? Response.json(jwks) : new Response('down', { status: 503 })),
+        now: () => clock,
+      })
+      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      up = false
+      // Ten minutes on, the keys are due a refetch, which fails: they are kept (it was a 503 for
+      // every token after ten minutes, and a fetch per request).
+      clock += 660_000
+      const later = seconds + 660
+      for (let i = 0; i < 5; i++) await expect(verify(await craft({ iat: later, exp: later + 60 }))).resolves.toMatchObject({ subject: 'alice' })
+      expect(fetched).toBe(2)
+      // Made-up kids: no fetch within 30 s of the last attempt (it was one per token while
+      // failing). Issued since the keys in hand were fetched, they could be a rotation's, which
+      // the outage hides: 503, not 401.
+      const { privateKey: stranger } = await generateKeyPair('ES256')
+      for (let i = 0; i < 5; i++) await expect(verify(await signedBy(stranger, `forged-${i}`, later - 60))).rejects.toBeInstanceOf(JwksUnavailableError)
+      expect(fetched).toBe(2)
+      clock += 30_000
+      await expect(verify(await signedBy(stranger, 'forged-again', later - 60))).rejects.toBeInstanceOf(JwksUnavailableError)
+      expect(fetched).toBe(3)
+      // Back up: the keys are fetched again once due, and a made-up kid is then a 401.
+      up = true
+      clock += 30_000
+      await expect(verify(await signedBy(stranger, 'forged-last', later))).rejects.toBeInstanceOf(UnauthorizedError)
+      expect(fetched).toBe(4)
+    })
+
+    it('a JWKS past 1 MiB, or a redirect, is no answer (503): never read whole, never followed', async () => {
+      const token = await craft()
+      const huge = JSON.stringify({ keys: [...jwks.keys, { kty: 'EC', crv: 'P-256', x: 'x'.repeat(2 * 1024 * 1024), y: 'y' }] })
+      await expect(remote(async () => new Response(huge, { status: 200 }))(token)).rejects.toBeInstanceOf(JwksUnavailableError)
+      let followed = false
+      const redirecting = remote(async (_input, init) => {
+        followed = init?.redirect !== 'manual'
+        return new Response(null, { status: 302, headers: { location: 'https://elsewhere.test/jwks' } })
+      })
+      await expect(redirecting(token)).rejects.toBeInstanceOf(JwksUnavailableError)
+      expect(followed).toBe(false)
     })
   })
 

@@ -15,15 +15,16 @@ import {
   SignJWT,
   calculateJwkThumbprint,
   compactVerify,
+  base64url,
   createLocalJWKSet,
-  createRemoteJWKSet,
-  customFetch,
   errors,
   exportJWK,
   importJWK,
 } from 'jose'
 import { isFieldName } from '../../core/cors.js'
 import { jwtVerifyWithKeySet } from '../../auth/jwt-verify.js'
+import { fetchLettingGo } from '../../fetch-let-go.js'
+import { readTextUpTo } from '../../read-text.js'
 import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
@@ -673,9 +674,12 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
 /** Options of {@link createIdentityVerifier}. */
 export interface IdentityVerifierOptions {
   /**
-   * The platform's JWKS: its http(s) URL (fetched and cached by `jose`), or the document
-   * itself. When the URL cannot be fetched, verification throws a {@link JwksUnavailableError}
-   * (answer 503), not an `UnauthorizedError`. A document must hold at least one key, and public
+   * The platform's JWKS: its http(s) URL, or the document itself. A URL is fetched on first
+   * use, again when its keys are ten minutes old, and for a `kid` they lack, at most once per
+   * 30 s from the last attempt; keys in hand stay in use while it cannot be fetched (5 s and
+   * 1 MiB at most, no redirect followed). With none in hand, verification throws a
+   * {@link JwksUnavailableError} (answer 503), not an `UnauthorizedError`; so does a token of a
+   * `kid` the keys lack issued since the last fetch, within those 30 s (its key may be new). A document must hold at least one key, and public
    * keys only: an entry with a private member (`d`, or RSA's `p`, `q`…) or a symmetric (`oct`)
    * key is refused when the verifier is created (that key would be a secret of the platform's,
    * copied to an App).
@@ -715,7 +719,7 @@ export interface IdentityVerifierOptions {
    * not one makes verification throw a `ConfigurationError` (not the 401 of a bad token).
    */
   now?: () => number
-  /** `fetch` used to get a remote JWKS. Default the global one. */
+  /** `fetch` used to get a remote JWKS, called with the URL and an `init` (`redirect: 'manual'`, a `signal`). Default the global one. */
   fetch?: typeof fetch
 }
 
@@ -807,12 +811,101 @@ function tokenOf(input: unknown, header: string): string | null {
  * JWKS, keys that do not import) rather than about the token (no key of its `kid` and `alg`,
  * an algorithm the set has no key for).
  */
-function isRetrievalFailure(error: unknown): boolean {
-  return !(
-    error instanceof errors.JWKSNoMatchingKey ||
-    error instanceof errors.JWKSMultipleMatchingKeys ||
-    error instanceof errors.JOSENotSupported
-  )
+/** How long fetched keys are used before they are fetched again (while the JWKS answers). */
+const JWKS_MAX_AGE_MS = 600_000
+/** The JWKS is fetched at most once per this time, counted from the last attempt, answered or not. */
+const JWKS_COOLDOWN_MS = 30_000
+/** How long a fetch of the JWKS may take, its body included. */
+const JWKS_TIMEOUT_MS = 5_000
+/** The largest JWKS taken (a platform's holds a few keys of a few hundred bytes). */
+const JWKS_MAX_BYTES = 1024 * 1024
+
+/**
+ * The platform's JWKS at `url`, as a key set for `jwtVerify`. Fetched on first use, again once
+ * the keys are ten minutes old, and for a token whose `kid` the keys do not hold (a rotation),
+ * at most once per 30 s counted from the last attempt whether it was answered or not, so an
+ * outage or a stream of made-up `kid`s costs one fetch per 30 s. Keys in hand stay in use while
+ * the JWKS cannot be fetched (an outage does not refuse tokens of a key that has not changed);
+ * with none in hand, verification fails with {@link JwksUnavailableError} (503). A token of an
+ * unknown `kid` issued since the last fetch, within the 30 s, is a 503 too, not a 401: its key
+ * may have been published since, and the client's retry will find it. A fetch takes at most 5 s
+ * and 1 MiB, follows no redirect, and must answer 200 with a JWKS of public keys.
+ */
+function remoteKeySet(url: URL, fetchImpl: (input: URL, init: RequestInit) => Promise<Response>, now: () => number, toleranceSeconds: number): JWTVerifyGetKey {
+  let held: { getKey: JWTVerifyGetKey; fetchedAt: number } | undefined
+  let lastAttempt = Number.NEGATIVE_INFINITY
+  let lastFailure: unknown
+  let pending: Promise<void> | undefined
+
+  async function fetchKeys(): Promise<void> {
+    const controller = new AbortController()
+    const timer = setTimeout(() => controller.abort(new Error(`JWKS fetch took longer than ${JWKS_TIMEOUT_MS} ms`)), JWKS_TIMEOUT_MS)
+    try {
+      const response = await fetchLettingGo(fetchImpl, url, { redirect: 'manual', headers: { accept: 'application/jwk-set+json, application/json' } }, controller)
+      if (response.status !== 200) {
+        void response.body?.cancel().catch(() => {})
+        throw new Error(`JWKS answered ${response.status}`)
+      }
+      const text = await readTextUpTo(response, JWKS_MAX_BYTES)
+      if (text === null) throw new Error(`JWKS larger than ${JWKS_MAX_BYTES} bytes`)
+      const document: unknown = JSON.parse(text)
+      const listed = document !== null && typeof document === 'object' ? (document as { keys?: unknown }).keys : undefined
+      if (!Array.isArray(listed)) throw new Error('JWKS answer has no "keys" list')
+      // No private or symmetric key, and at least one key: as a JWKS given as a document.
+      held = { getKey: createLocalJWKSet({ keys: publicKeysOf(listed) }), fetchedAt: lastAttempt }
+      lastFailure = undefined
+    } finally {
+      clearTimeout(timer)
+      controller.abort()
+    }
+  }
+
+  /** Fetches the JWKS (one fetch for every caller meanwhile); a failure keeps the keys in hand. */
+  function refresh(): Promise<void> {
+    pending ??= (async () => {
+      lastAttempt = now()
+      try {
+        await fetchKeys()
+      } catch (error) {
+        lastFailure = error
+      } finally {
+        pending = undefined
+      }
+    })()
+    return pending
+  }
+
+  const mayFetch = () => now() - lastAttempt >= JWKS_COOLDOWN_MS
+
+  return async (protectedHeader, token) => {
+    if (pending) await pending
+    else if ((held === undefined || now() - held.fetchedAt >= JWKS_MAX_AGE_MS) && mayFetch()) await refresh()
+    // An outage must not look like a forgery: the App answers 503 to the one, 401 to the other.
+    if (held === undefined) throw new JwksUnavailableError({ cause: lastFailure })
+    try {
+      return await held.getKey(protectedHeader, token)
+    } catch (error) {
+      if (!(error instanceof errors.JWKSNoMatchingKey)) throw error
+      if (mayFetch()) {
+        await refresh()
+        if (lastFailure !== undefined) throw new JwksUnavailableError({ cause: lastFailure })
+        return held.getKey(protectedHeader, token)
+      }
+      if (issuedSince(token.payload, held.fetchedAt, toleranceSeconds)) throw new JwksUnavailableError({ cause: error })
+      throw error
+    }
+  }
+}
+
+/** Whether a token's `iat` (whole seconds, give or take the tolerance) is not before `at` (ms). */
+function issuedSince(payload: string | Uint8Array, at: number, toleranceSeconds: number): boolean {
+  try {
+    const bytes = typeof payload === 'string' ? base64url.decode(payload) : payload
+    const { iat } = JSON.parse(new TextDecoder().decode(bytes)) as { iat?: unknown }
+    return typeof iat === 'number' && (iat + 1 + toleranceSeconds) * 1000 > at
+  } catch {
+    return false
+  }
 }
 
 /**
@@ -841,8 +934,8 @@ function isRetrievalFailure(error: unknown): boolean {
  * neither an http(s) URL nor a JWKS document, a JWKS document with no keys, an entry that is
  * not a JWK, a private key (`d`, …) or a symmetric (`oct`) key, a `header` that is not an HTTP
  * field name, a `clockToleranceSeconds` that is not a number from 0 to 300, a
- * `maxTokenAgeSeconds` that is not a finite number more than 0, or a `now` that is not a
- * function. Verification throws one (rather than the 401 of a bad token) when `now` returns
+ * `maxTokenAgeSeconds` that is not a finite number more than 0, or a `now` or `fetch` that is
+ * not a function. Verification throws one (rather than the 401 of a bad token) when `now` returns
  * anything but a finite number.
  */
 export function createIdentityVerifier(options: IdentityVerifierOptions): IdentityVerifier {
@@ -877,15 +970,8 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     if (!URL.canParse(String(source))) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
     const url = new URL(String(source))
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError('jwks', 'must be an http(s) URL')
-    const remote = createRemoteJWKSet(url, options.fetch ? { [customFetch]: options.fetch } : {})
-    // An outage must not look like a forgery: the App answers 503 to the one, 401 to the other.
-    keys = async (protectedHeader, token) => {
-      try {
-        return await remote(protectedHeader, token)
-      } catch (error) {
-        throw isRetrievalFailure(error) ? new JwksUnavailableError({ cause: error }) : error
-      }
-    }
+    if (options.fetch !== undefined && typeof options.fetch !== 'function') throw new ConfigurationError('fetch', 'must be a function')
+    keys = remoteKeySet(url, options.fetch ?? ((input, init) => fetch(input, init)), now, tolerance)
   } else if (source && Array.isArray(source.keys)) {
     keys = createLocalJWKSet({ keys: publicKeysOf(source.keys) })
   } else {

@@ -219,7 +219,10 @@ export function createMemoryTokenStore(): TokenStore {
 export interface MemoryTtlStoreOptions {
   /** Most entries kept (a positive integer); the least recently used go first. Default 100,000. */
   max?: number
-  /** Clock in epoch milliseconds. Default `Date.now`. */
+  /**
+   * Clock in epoch milliseconds. Default `Date.now`. Given to the rate-limit store, it also times
+   * its counters' life, which the monotonic clock times by default.
+   */
   now?: Clock
 }
 
