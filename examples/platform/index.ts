@@ -367,6 +367,9 @@ export function createPlatform(options: PlatformOptions): Platform {
 
   // Versions seeded as `{ version, upstream }` run as their own services: proxied, with the
   // caller's identity as a JWT signed by the platform (never the caller's token).
+  // Without `identityKey`, a key of this process (a development default): tokens signed before
+  // a restart no longer verify after it. A platform keeps its key, and rotates with
+  // `previousKeys` (docs/adapters.md, "Key rotation").
   const signer = createIdentitySigner({
     issuer: `http://api.${domain}`,
     privateKey: options.identityKey ?? generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
@@ -426,7 +429,9 @@ export function createPlatform(options: PlatformOptions): Platform {
   async function api(request: Request): Promise<Response> {
     const url = new URL(request.url)
     if (url.pathname === '/.well-known/jwks.json' && request.method === 'GET') {
-      return Response.json(await signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
+      // Revalidated by any cache between: a JWKS served stale for minutes would hide a new key
+      // from the Apps that fetch it again to find one (they fetch at most every 30 s anyway).
+      return Response.json(await signer.jwks(), { headers: { 'cache-control': 'no-cache' } })
     }
     if (url.pathname === '/dev/session' && request.method === 'POST') {
       const body = await devRequestBody(request, ['userId'])

@@ -577,6 +577,22 @@ describe('identity signer: keys that cannot sign are refused when created, not a
     expect(previous([{ kty: 'EC', crv: 'P-256', x: ecJwk.x! }])).toThrow(/identity\.previousKeys\.0.*lacks a member/)
     expect(previous([generateKeyPairSync('rsa', { modulusLength: 1024 }).publicKey.export({ format: 'jwk' }) as JWK])).toThrow(/1024-bit/)
     expect(previous(['not a key' as never])).toThrow(/identity\.previousKeys\.0.*must be a public JWK/)
+    // Published with that use, it verified none of its tokens (regression: taken).
+    expect(previous([{ kty: 'EC', crv: 'P-256', x: ecJwk.x!, y: ecJwk.y!, use: 'enc' }])).toThrow(/identity\.previousKeys\.0\.use.*"enc"/)
+  })
+
+  it('publishes the public members of each key, its kid, alg and use, and nothing else of what it was given', async () => {
+    const { publicKey: oldPublic } = await generateKeyPair('ES256', { extractable: true })
+    const oldJwk = await exportJWK(oldPublic)
+    const extra = { note: 'vault/platform/identity-2025', x5c: ['MIIB…'], ext: true }
+    const signer = create({
+      privateKey: { ...ecJwk, ...extra, key_ops: ['sign'] } as JWK,
+      previousKeys: [{ ...oldJwk, ...extra, key_ops: ['verify'], kid: 'old' } as JWK],
+    })
+    const { keys } = await signer.jwks()
+    expect(keys).toHaveLength(2)
+    for (const key of keys) expect(Object.keys(key).sort()).toEqual(['alg', 'crv', 'kid', 'kty', 'use', 'x', 'y'])
+    expect(keys[1]).toMatchObject({ kid: 'old', use: 'sig', x: oldJwk.x })
   })
 })
 

@@ -181,11 +181,17 @@ function isJwk(key: unknown): key is JWK {
   return typeof key === 'object' && key !== null && typeof (key as { kty?: unknown }).kty === 'string'
 }
 
+/**
+ * The public members of `jwk` (those of its type's thumbprint) with its `kid`, `alg` and `use`:
+ * nothing else of a key given to the signer reaches the published JWKS, neither a private member
+ * nor one of the platform's own (a note, a vault path, a certificate chain).
+ */
 function publicPart(jwk: JWK): JWK {
-  const out: Record<string, unknown> = { ...jwk }
-  for (const name of PRIVATE_MEMBERS) delete out[name]
-  delete out.key_ops
-  delete out.ext
+  const source = jwk as Record<string, unknown>
+  const out: Record<string, unknown> = {}
+  for (const name of [...(THUMBPRINT_MEMBERS[jwk.kty ?? ''] ?? ['kty']), 'kid', 'alg', 'use']) {
+    if (source[name] !== undefined) out[name] = source[name]
+  }
   return out as JWK
 }
 
@@ -377,6 +383,10 @@ function previousKeyOf(entry: unknown, option: string): PublishedKey {
   const kidOption = wrapper?.keyId !== undefined ? `${option}.keyId` : `${jwkOption}.kid`
   const kid: unknown = wrapper?.keyId ?? jwk.kid
   if (kid !== undefined && (typeof kid !== 'string' || kid === '')) throw new ConfigurationError(kidOption, 'must be a non-empty string')
+  // Published with its own `use`, a key for another use verifies none of the tokens it signed.
+  if (jwk.use !== undefined && jwk.use !== 'sig') {
+    throw new ConfigurationError(`${jwkOption}.use`, `is ${JSON.stringify(jwk.use)}: a previous key verifies signatures ("sig", or no use)`)
+  }
   const algOption = wrapper?.algorithm !== undefined ? `${option}.algorithm` : `${jwkOption}.alg`
   const alg: unknown = wrapper?.algorithm ?? jwk.alg
   if (alg !== undefined && (typeof alg !== 'string' || !facts.algorithms.includes(alg))) {
