@@ -50,7 +50,8 @@ export function createFetchHandler(options: FetchHandlerOptions): FetchHandler {
   })
   return async (request, info) => {
     if (new URL(request.url).pathname === '/.well-known/jwks.json') {
-      return Response.json(await options.signer.jwks(), { headers: { 'cache-control': 'public, max-age=300' } })
+      // Revalidated by any cache between: a JWKS served stale would hide a key published ahead.
+      return Response.json(await options.signer.jwks(), { headers: { 'cache-control': 'no-cache' } })
     }
     return mcp(request, { clientAddress: info?.clientAddress ?? options.clientAddress?.(request), host: options.host?.(request) })
   }

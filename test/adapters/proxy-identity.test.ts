@@ -241,6 +241,49 @@ describe('identity verifier', () => {
       expect(fetched).toBe(4)
     })
 
+    it('keys due a refetch serve their tokens while it runs (a JWKS that hangs held every request up to 5 s); a clock stepped back does not hold refetches off', async () => {
+      let clock = at
+      let release!: () => void
+      let fetched = 0
+      const verify = verifier({
+        jwks: url,
+        fetch: async () => {
+          fetched++
+          if (fetched === 1) return Response.json(jwks)
+          await new Promise<void>((resolve) => (release = resolve))
+          return Response.json(jwks)
+        },
+        now: () => clock,
+      })
+      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      clock += 660_000
+      const later = seconds + 660
+      // The refetch hangs; the keys in hand answer at once.
+      await expect(verify(await craft({ iat: later, exp: later + 60 }))).resolves.toMatchObject({ subject: 'alice' })
+      expect(fetched).toBe(2)
+      release()
+      // Stepped back an hour: the wait since the last attempt is no wait, and a new kid is fetched for.
+      clock -= 3_600_000
+      const { privateKey: stranger } = await generateKeyPair('ES256')
+      await expect(verify(await signedBy(stranger, 'after-step', seconds - 3000))).rejects.toBeInstanceOf(UnauthorizedError)
+      expect(fetched).toBe(3)
+    })
+
+    it('a fetched key that cannot be used (it does not import) is a 503, not a 401, and the JWKS is fetched again once the 30 s allow', async () => {
+      let clock = at
+      let fetched = 0
+      const broken = { ...jwks.keys[0]!, x: jwks.keys[0]!.y, y: jwks.keys[0]!.x } // not a point of the curve
+      const verify = verifier({ jwks: url, fetch: async () => (fetched++, Response.json(fetched === 1 ? { keys: [broken] } : jwks)), now: () => clock })
+      const token = await craft()
+      await expect(verify(token)).rejects.toBeInstanceOf(JwksUnavailableError)
+      expect(fetched).toBe(1)
+      clock += 30_000
+      // The refetch runs beside this request, which the keys in hand still cannot serve.
+      await expect(verify(token)).rejects.toBeInstanceOf(JwksUnavailableError)
+      await expect(verify(token)).resolves.toMatchObject({ subject: 'alice' })
+      expect(fetched).toBe(2)
+    })
+
     it('a JWKS past 1 MiB, or a redirect, is no answer (503): never read whole, never followed', async () => {
       const token = await craft()
       const huge = JSON.stringify({ keys: [...jwks.keys, { kty: 'EC', crv: 'P-256', x: 'x'.repeat(2 * 1024 * 1024), y: 'y' }] })
@@ -579,6 +622,8 @@ describe('identity signer: keys that cannot sign are refused when created, not a
     expect(previous(['not a key' as never])).toThrow(/identity\.previousKeys\.0.*must be a public JWK/)
     // Published with that use, it verified none of its tokens (regression: taken).
     expect(previous([{ kty: 'EC', crv: 'P-256', x: ecJwk.x!, y: ecJwk.y!, use: 'enc' }])).toThrow(/identity\.previousKeys\.0\.use.*"enc"/)
+    // So is a signing key meant for another use.
+    expect(() => create({ privateKey: { ...ecJwk, use: 'enc' } })).toThrow(/identity\.privateKey\.use.*"enc"/)
   })
 
   it('publishes the public members of each key, its kid, alg and use, and nothing else of what it was given', async () => {

@@ -518,6 +518,12 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
   if (isJwk(privateKey) && privateKey.key_ops !== undefined && !(Array.isArray(privateKey.key_ops) && privateKey.key_ops.includes('sign'))) {
     throw new ConfigurationError('identity.privateKey', 'has "key_ops" without "sign"')
   }
+  // A key meant for another use is not this one, as a previous key's is refused.
+  for (const [option, jwk] of [['identity.privateKey', privateKey], ['identity.publicKey', options.publicKey]] as const) {
+    if (isJwk(jwk) && jwk.use !== undefined && jwk.use !== 'sig') {
+      throw new ConfigurationError(`${option}.use`, `is ${JSON.stringify(jwk.use)}: identity tokens are signatures ("sig", or no use)`)
+    }
+  }
   if (!options.publicKey && (privateKey as { extractable?: unknown }).extractable === false) {
     throw new ConfigurationError('identity.publicKey', 'is required when the private key is not extractable')
   }
@@ -685,9 +691,10 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
 export interface IdentityVerifierOptions {
   /**
    * The platform's JWKS: its http(s) URL, or the document itself. A URL is fetched on first
-   * use, again when its keys are ten minutes old, and for a `kid` they lack, at most once per
-   * 30 s from the last attempt; keys in hand stay in use while it cannot be fetched (5 s and
-   * 1 MiB at most, no redirect followed). With none in hand, verification throws a
+   * use, again when its keys are ten minutes old (the keys in hand serving meanwhile), and for
+   * a `kid` they lack, at most once per 30 s from the last attempt on the monotonic clock; keys
+   * in hand stay in use while it cannot be fetched (5 s and 1 MiB at most, no redirect
+   * followed), and a key of it that does not import is a 503 and a refetch. With none in hand, verification throws a
    * {@link JwksUnavailableError} (answer 503), not an `UnauthorizedError`; so does a token of a
    * `kid` the keys lack issued since the last fetch, within those 30 s (its key may be new). A document must hold at least one key, and public
    * keys only: an entry with a private member (`d`, or RSA's `p`, `q`…) or a symmetric (`oct`)
@@ -816,11 +823,6 @@ function tokenOf(input: unknown, header: string): string | null {
   throw new TypeError('mcp-dispatch: verifyIdentity expects a Request, Headers, a Node request (with headers) or the JWT')
 }
 
-/**
- * Whether an error of the remote JWKS is about getting it (network, timeout, not 200, not a
- * JWKS, keys that do not import) rather than about the token (no key of its `kid` and `alg`,
- * an algorithm the set has no key for).
- */
 /** How long fetched keys are used before they are fetched again (while the JWKS answers). */
 const JWKS_MAX_AGE_MS = 600_000
 /** The JWKS is fetched at most once per this time, counted from the last attempt, answered or not. */
@@ -832,77 +834,120 @@ const JWKS_MAX_BYTES = 1024 * 1024
 
 /**
  * The platform's JWKS at `url`, as a key set for `jwtVerify`. Fetched on first use, again once
- * the keys are ten minutes old, and for a token whose `kid` the keys do not hold (a rotation),
- * at most once per 30 s counted from the last attempt whether it was answered or not, so an
- * outage or a stream of made-up `kid`s costs one fetch per 30 s. Keys in hand stay in use while
- * the JWKS cannot be fetched (an outage does not refuse tokens of a key that has not changed);
- * with none in hand, verification fails with {@link JwksUnavailableError} (503). A token of an
- * unknown `kid` issued since the last fetch, within the 30 s, is a 503 too, not a 401: its key
- * may have been published since, and the client's retry will find it. A fetch takes at most 5 s
- * and 1 MiB, follows no redirect, and must answer 200 with a JWKS of public keys.
+ * the keys are ten minutes old (in the background: the keys in hand serve meanwhile), and for a
+ * token whose `kid` the keys do not hold (a rotation), at most once per 30 s counted from the
+ * last attempt whether it was answered or not, so an outage or a stream of made-up `kid`s costs
+ * one fetch per 30 s. Keys in hand stay in use while the JWKS cannot be fetched; with none in
+ * hand, verification fails with {@link JwksUnavailableError} (503). A token of an unknown `kid`
+ * issued since the last fetch, within the 30 s, is a 503 too, not a 401: its key may have been
+ * published since, and the client's retry will find it. A fetched key that cannot be used (one
+ * that does not import) is a 503 and is fetched again once the 30 s allow. A fetch takes at
+ * most 5 s (whatever the `fetch` given does with its signal) and 1 MiB, follows no redirect, and
+ * must answer 200 with a JWKS of public keys. Its timing runs on the monotonic clock, or on
+ * `lifeClock` when a clock is given; `wall` (epoch ms) dates the keys against tokens' `iat`.
  */
-function remoteKeySet(url: URL, fetchImpl: (input: URL, init: RequestInit) => Promise<Response>, now: () => number, toleranceSeconds: number): JWTVerifyGetKey {
-  let held: { getKey: JWTVerifyGetKey; fetchedAt: number } | undefined
-  let lastAttempt = Number.NEGATIVE_INFINITY
+function remoteKeySet(
+  url: URL,
+  fetchImpl: (input: URL, init: RequestInit) => Promise<Response>,
+  wall: () => number,
+  lifeClock: () => number,
+  toleranceSeconds: number,
+): JWTVerifyGetKey {
+  /** The keys in hand: when fetched, on `lifeClock` and on the wall clock. */
+  let held: { getKey: JWTVerifyGetKey; fetchedAt: number; fetchedAtWall: number } | undefined
+  /** Set when a key in hand could not be used: fetched again as soon as the cooldown allows. */
+  let suspect = false
+  let lastAttempt: number | undefined
   let lastFailure: unknown
   let pending: Promise<void> | undefined
 
-  async function fetchKeys(): Promise<void> {
-    const controller = new AbortController()
-    const timer = setTimeout(() => controller.abort(new Error(`JWKS fetch took longer than ${JWKS_TIMEOUT_MS} ms`)), JWKS_TIMEOUT_MS)
-    try {
-      const response = await fetchLettingGo(fetchImpl, url, { redirect: 'manual', headers: { accept: 'application/jwk-set+json, application/json' } }, controller)
-      if (response.status !== 200) {
-        void response.body?.cancel().catch(() => {})
-        throw new Error(`JWKS answered ${response.status}`)
-      }
-      const text = await readTextUpTo(response, JWKS_MAX_BYTES)
-      if (text === null) throw new Error(`JWKS larger than ${JWKS_MAX_BYTES} bytes`)
-      const document: unknown = JSON.parse(text)
-      const listed = document !== null && typeof document === 'object' ? (document as { keys?: unknown }).keys : undefined
-      if (!Array.isArray(listed)) throw new Error('JWKS answer has no "keys" list')
-      // No private or symmetric key, and at least one key: as a JWKS given as a document.
-      held = { getKey: createLocalJWKSet({ keys: publicKeysOf(listed) }), fetchedAt: lastAttempt }
-      lastFailure = undefined
-    } finally {
-      clearTimeout(timer)
-      controller.abort()
+  async function fetchKeys(signal: AbortSignal, controller: AbortController): Promise<void> {
+    const response = await fetchLettingGo(fetchImpl, url, { redirect: 'manual', headers: { accept: 'application/jwk-set+json, application/json' } }, controller)
+    if (response.status !== 200) {
+      void response.body?.cancel().catch(() => {})
+      throw new Error(`JWKS answered ${response.status}`)
     }
+    const text = await readTextUpTo(response, JWKS_MAX_BYTES)
+    if (text === null) throw new Error(`JWKS larger than ${JWKS_MAX_BYTES} bytes`)
+    signal.throwIfAborted()
+    const document: unknown = JSON.parse(text)
+    const listed = document !== null && typeof document === 'object' ? (document as { keys?: unknown }).keys : undefined
+    if (!Array.isArray(listed)) throw new Error('JWKS answer has no "keys" list')
+    let keys: JWK[]
+    try {
+      // No private or symmetric key, and at least one key: as a JWKS given as a document.
+      keys = publicKeysOf(listed)
+    } catch (cause) {
+      throw new Error(`JWKS answer is no JWKS of public keys: ${messageOf(cause)}`, { cause })
+    }
+    return void (held = { getKey: createLocalJWKSet({ keys }), fetchedAt: lastAttempt!, fetchedAtWall: wall() })
   }
 
   /** Fetches the JWKS (one fetch for every caller meanwhile); a failure keeps the keys in hand. */
   function refresh(): Promise<void> {
     pending ??= (async () => {
-      lastAttempt = now()
+      const controller = new AbortController()
+      let timer: ReturnType<typeof setTimeout> | undefined
       try {
-        await fetchKeys()
+        lastAttempt = lifeClock()
+        const timedOut = new Promise<never>((_resolve, reject) => {
+          timer = setTimeout(() => {
+            const error = new Error(`JWKS fetch took longer than ${JWKS_TIMEOUT_MS} ms`)
+            controller.abort(error)
+            reject(error)
+          }, JWKS_TIMEOUT_MS)
+        })
+        // Raced as well as aborted: a `fetch` of the platform's that ignores its signal ends too.
+        await Promise.race([fetchKeys(controller.signal, controller), timedOut])
+        lastFailure = undefined
+        suspect = false
       } catch (error) {
         lastFailure = error
       } finally {
+        clearTimeout(timer)
+        controller.abort()
         pending = undefined
       }
     })()
     return pending
   }
 
-  const mayFetch = () => now() - lastAttempt >= JWKS_COOLDOWN_MS
+  /** Whether the cooldown since the last attempt is over (a clock that stepped back: it is). */
+  const mayFetch = () => {
+    if (lastAttempt === undefined) return true
+    const since = lifeClock() - lastAttempt
+    return since >= JWKS_COOLDOWN_MS || since < 0
+  }
 
   return async (protectedHeader, token) => {
-    if (pending) await pending
-    else if ((held === undefined || now() - held.fetchedAt >= JWKS_MAX_AGE_MS) && mayFetch()) await refresh()
+    if (held === undefined) {
+      if (pending) await pending
+      else if (mayFetch()) await refresh()
+    } else if ((suspect || lifeClock() - held.fetchedAt >= JWKS_MAX_AGE_MS) && mayFetch()) {
+      // Due a refresh: the keys in hand serve this token meanwhile.
+      void refresh()
+    }
     // An outage must not look like a forgery: the App answers 503 to the one, 401 to the other.
     if (held === undefined) throw new JwksUnavailableError({ cause: lastFailure })
     try {
       return await held.getKey(protectedHeader, token)
     } catch (error) {
-      if (!(error instanceof errors.JWKSNoMatchingKey)) throw error
-      if (mayFetch()) {
-        await refresh()
-        if (lastFailure !== undefined) throw new JwksUnavailableError({ cause: lastFailure })
-        return held.getKey(protectedHeader, token)
+      if (error instanceof errors.JWKSMultipleMatchingKeys || error instanceof errors.JOSENotSupported) throw error
+      if (!(error instanceof errors.JWKSNoMatchingKey)) {
+        // A key of the set that cannot be used (it does not import): the JWKS is at fault.
+        suspect = true
+        throw new JwksUnavailableError({ cause: error })
       }
-      if (issuedSince(token.payload, held.fetchedAt, toleranceSeconds)) throw new JwksUnavailableError({ cause: error })
-      throw error
+      if (pending) await pending
+      else if (mayFetch()) await refresh()
+      else {
+        if (issuedSince(token.payload, held.fetchedAtWall, toleranceSeconds)) throw new JwksUnavailableError({ cause: error })
+        throw error
+      }
+      if (lastFailure !== undefined && issuedSince(token.payload, held.fetchedAtWall, toleranceSeconds)) {
+        throw new JwksUnavailableError({ cause: lastFailure })
+      }
+      return held.getKey(protectedHeader, token)
     }
   }
 }
@@ -981,7 +1026,9 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     const url = new URL(String(source))
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError('jwks', 'must be an http(s) URL')
     if (options.fetch !== undefined && typeof options.fetch !== 'function') throw new ConfigurationError('fetch', 'must be a function')
-    keys = remoteKeySet(url, options.fetch ?? ((input, init) => fetch(input, init)), now, tolerance)
+    // Timed on the monotonic clock, unless a clock is given (a test's, which then times it too).
+    const lifeClock = options.now === undefined ? () => performance.now() : now
+    keys = remoteKeySet(url, options.fetch ?? ((input, init) => fetch(input, init)), now, lifeClock, tolerance)
   } else if (source && Array.isArray(source.keys)) {
     keys = createLocalJWKSet({ keys: publicKeysOf(source.keys) })
   } else {
@@ -1006,7 +1053,9 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
         currentDate,
       })
     } catch (error) {
-      if (error instanceof JwksUnavailableError) throw error
+      // A clock that answered no time (checked before, and again by the key set) is the
+      // platform's mistake, said as such, not the 401 of a bad token.
+      if (error instanceof JwksUnavailableError || error instanceof ConfigurationError) throw error
       throw new UnauthorizedError('Invalid identity token')
     }
     const claims = payload as IdentityClaims
