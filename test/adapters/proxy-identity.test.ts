@@ -186,9 +186,13 @@ describe('identity verifier', () => {
       // Issued since: its key may have been published after the fetch; within 30 s of it, 503.
       await expect(timed(await signedBy(stranger, 'unknown-kid', seconds))).rejects.toBeInstanceOf(JwksUnavailableError)
       expect(fetched).toBe(2)
-      // Once the JWKS may be fetched again it is, and a key it still lacks is a 401.
+      // Once the JWKS may be fetched again it is; a key it still lacks, for a token issued since
+      // that fetch began, is a 503 again (the rule does not depend on who fetched, or when)...
       clock += 30_000
-      await expect(timed(await signedBy(stranger, 'unknown-kid', seconds + 30))).rejects.toBeInstanceOf(UnauthorizedError)
+      await expect(timed(await signedBy(stranger, 'unknown-kid', seconds + 30))).rejects.toBeInstanceOf(JwksUnavailableError)
+      expect(fetched).toBe(3)
+      // ...and for a token issued before it, a 401.
+      await expect(timed(await signedBy(stranger, 'unknown-kid', seconds))).rejects.toBeInstanceOf(UnauthorizedError)
       expect(fetched).toBe(3)
     })
 
@@ -248,9 +252,8 @@ describe('identity verifier', () => {
       const verify = verifier({
         jwks: url,
         fetch: async () => {
-          fetched++
-          if (fetched === 1) return Response.json(jwks)
-          await new Promise<void>((resolve) => (release = resolve))
+          // The second fetch hangs until released; the others answer at once.
+          if (++fetched === 2) await new Promise<void>((resolve) => (release = resolve))
           return Response.json(jwks)
         },
         now: () => clock,
@@ -282,6 +285,17 @@ describe('identity verifier', () => {
       await expect(verify(token)).rejects.toBeInstanceOf(JwksUnavailableError)
       await expect(verify(token)).resolves.toMatchObject({ subject: 'alice' })
       expect(fetched).toBe(2)
+    })
+
+    it('a clock that answers no time as the JWKS is about to be fetched is that ConfigurationError, and leaves nothing behind: the next call fetches', async () => {
+      let readings = 0
+      let fetched = 0
+      // The second reading (the fetch's start) is NaN; every other one is good.
+      const verify = verifier({ jwks: url, fetch: async () => (fetched++, Response.json(jwks)), now: () => (++readings === 2 ? Number.NaN : at) })
+      await expect(verify(await craft())).rejects.toBeInstanceOf(ConfigurationError)
+      expect(fetched).toBe(0)
+      await expect(verify(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      expect(fetched).toBe(1)
     })
 
     it('a JWKS past 1 MiB, or a redirect, is no answer (503): never read whole, never followed', async () => {

@@ -694,9 +694,10 @@ export interface IdentityVerifierOptions {
    * use, again when its keys are ten minutes old (the keys in hand serving meanwhile), and for
    * a `kid` they lack, at most once per 30 s from the last attempt on the monotonic clock; keys
    * in hand stay in use while it cannot be fetched (5 s and 1 MiB at most, no redirect
-   * followed), and a key of it that does not import is a 503 and a refetch. With none in hand, verification throws a
-   * {@link JwksUnavailableError} (answer 503), not an `UnauthorizedError`; so does a token of a
-   * `kid` the keys lack issued since the last fetch, within those 30 s (its key may be new). A document must hold at least one key, and public
+   * followed), and a key of it that does not import is a 503 and a refetch. With none in hand,
+   * verification throws a {@link JwksUnavailableError} (answer 503), not an `UnauthorizedError`;
+   * so does a token of a `kid` the keys lack issued since the last fetch began (its key may be
+   * new). A document must hold at least one key, and public
    * keys only: an entry with a private member (`d`, or RSA's `p`, `q`…) or a symmetric (`oct`)
    * key is refused when the verifier is created (that key would be a secret of the platform's,
    * copied to an App).
@@ -839,8 +840,8 @@ const JWKS_MAX_BYTES = 1024 * 1024
  * last attempt whether it was answered or not, so an outage or a stream of made-up `kid`s costs
  * one fetch per 30 s. Keys in hand stay in use while the JWKS cannot be fetched; with none in
  * hand, verification fails with {@link JwksUnavailableError} (503). A token of an unknown `kid`
- * issued since the last fetch, within the 30 s, is a 503 too, not a 401: its key may have been
- * published since, and the client's retry will find it. A fetched key that cannot be used (one
+ * issued since the last fetch began is a 503 too, not a 401: its key may have been published
+ * since, and the client's retry, once the 30 s allow a fetch, will find it. A fetched key that cannot be used (one
  * that does not import) is a 503 and is fetched again once the 30 s allow. A fetch takes at
  * most 5 s (whatever the `fetch` given does with its signal) and 1 MiB, follows no redirect, and
  * must answer 200 with a JWKS of public keys. Its timing runs on the monotonic clock, or on
@@ -861,7 +862,7 @@ function remoteKeySet(
   let lastFailure: unknown
   let pending: Promise<void> | undefined
 
-  async function fetchKeys(signal: AbortSignal, controller: AbortController): Promise<void> {
+  async function fetchKeys(signal: AbortSignal, controller: AbortController, startedAt: number, startedAtWall: number): Promise<void> {
     const response = await fetchLettingGo(fetchImpl, url, { redirect: 'manual', headers: { accept: 'application/jwk-set+json, application/json' } }, controller)
     if (response.status !== 200) {
       void response.body?.cancel().catch(() => {})
@@ -880,16 +881,24 @@ function remoteKeySet(
     } catch (cause) {
       throw new Error(`JWKS answer is no JWKS of public keys: ${messageOf(cause)}`, { cause })
     }
-    return void (held = { getKey: createLocalJWKSet({ keys }), fetchedAt: lastAttempt!, fetchedAtWall: wall() })
+    held = { getKey: createLocalJWKSet({ keys }), fetchedAt: startedAt, fetchedAtWall: startedAtWall }
   }
 
   /** Fetches the JWKS (one fetch for every caller meanwhile); a failure keeps the keys in hand. */
   function refresh(): Promise<void> {
-    pending ??= (async () => {
+    if (pending) return pending
+    // Read here, so a clock that answers no time throws its ConfigurationError to the caller and
+    // leaves no attempt behind. The keys are dated from the attempt's start: a token issued while
+    // it ran is one issued since.
+    const startedAt = lifeClock()
+    const startedAtWall = wall()
+    lastAttempt = startedAt
+    pending = (async () => {
+      // Not a step before `pending` holds this attempt, which the `finally` below clears.
+      await null
       const controller = new AbortController()
       let timer: ReturnType<typeof setTimeout> | undefined
       try {
-        lastAttempt = lifeClock()
         const timedOut = new Promise<never>((_resolve, reject) => {
           timer = setTimeout(() => {
             const error = new Error(`JWKS fetch took longer than ${JWKS_TIMEOUT_MS} ms`)
@@ -898,7 +907,7 @@ function remoteKeySet(
           }, JWKS_TIMEOUT_MS)
         })
         // Raced as well as aborted: a `fetch` of the platform's that ignores its signal ends too.
-        await Promise.race([fetchKeys(controller.signal, controller), timedOut])
+        await Promise.race([fetchKeys(controller.signal, controller, startedAt, startedAtWall), timedOut])
         lastFailure = undefined
         suspect = false
       } catch (error) {
@@ -912,18 +921,19 @@ function remoteKeySet(
     return pending
   }
 
-  /** Whether the cooldown since the last attempt is over (a clock that stepped back: it is). */
-  const mayFetch = () => {
-    if (lastAttempt === undefined) return true
-    const since = lifeClock() - lastAttempt
-    return since >= JWKS_COOLDOWN_MS || since < 0
+  /** Whether `span` has passed since `from` (on a clock that stepped back before `from`: it has). */
+  const passed = (from: number, span: number) => {
+    const since = lifeClock() - from
+    return since >= span || since < 0
   }
+  /** Whether the cooldown since the last attempt is over. */
+  const mayFetch = () => lastAttempt === undefined || passed(lastAttempt, JWKS_COOLDOWN_MS)
 
   return async (protectedHeader, token) => {
     if (held === undefined) {
       if (pending) await pending
       else if (mayFetch()) await refresh()
-    } else if ((suspect || lifeClock() - held.fetchedAt >= JWKS_MAX_AGE_MS) && mayFetch()) {
+    } else if ((suspect || passed(held.fetchedAt, JWKS_MAX_AGE_MS)) && mayFetch()) {
       // Due a refresh: the keys in hand serve this token meanwhile.
       void refresh()
     }
@@ -938,16 +948,18 @@ function remoteKeySet(
         suspect = true
         throw new JwksUnavailableError({ cause: error })
       }
+      // A key the set lacks: fetched for (or the fetch under way awaited) when the cooldown
+      // allows. Still lacking, a token issued since the keys were fetched may be a new key's.
       if (pending) await pending
       else if (mayFetch()) await refresh()
-      else {
-        if (issuedSince(token.payload, held.fetchedAtWall, toleranceSeconds)) throw new JwksUnavailableError({ cause: error })
-        throw error
+      try {
+        return await held.getKey(protectedHeader, token)
+      } catch (again) {
+        if (again instanceof errors.JWKSNoMatchingKey && issuedSince(token.payload, held.fetchedAtWall, toleranceSeconds)) {
+          throw new JwksUnavailableError({ cause: lastFailure ?? again })
+        }
+        throw again
       }
-      if (lastFailure !== undefined && issuedSince(token.payload, held.fetchedAtWall, toleranceSeconds)) {
-        throw new JwksUnavailableError({ cause: lastFailure })
-      }
-      return held.getKey(protectedHeader, token)
     }
   }
 }
