@@ -67,6 +67,17 @@ const REGISTRATION_PATH = '/reg'
 /** Registered clients kept by the development server; the least recently registered go first. */
 const MAX_CLIENTS = 10_000
 
+/**
+ * Entries of every kind the development server keeps at most (interactions, sessions, grants,
+ * codes, tokens, registration tokens, clients): past it, expired ones go, then the least
+ * recently written. Anyone can make it store some (an authorization request stores an
+ * interaction for an hour; a registration, a client and its registration token for good).
+ */
+const MAX_ENTRIES = 50_000
+
+/** The largest registration request taken (RFC 7591 metadata of a client: a few hundred bytes). */
+const MAX_REGISTRATION_BYTES = 16 * 1024
+
 /** oidc-provider storage on an injectable clock: entries past their expiry are not found. */
 function createAdapterFactory(now: () => number): (model: string) => Adapter {
   const entries = new Map<string, { payload: AdapterPayload; expiresAt: number }>()
@@ -96,6 +107,8 @@ function createAdapterFactory(now: () => number): (model: string) => Adapter {
       const key = `${model}:${id}`
       // `exp` as reported (introspection) follows the same clock as the expiry below.
       if (typeof expiresIn === 'number' && typeof payload.exp === 'number') payload.exp = Math.floor(now() / 1000) + expiresIn
+      // Written last: the least recently written go first past MAX_ENTRIES.
+      entries.delete(key)
       entries.set(key, { payload, expiresAt: typeof expiresIn === 'number' ? now() + expiresIn * 1000 : Infinity })
       if (payload.grantId) {
         let keys = byGrant.get(payload.grantId)
@@ -114,6 +127,14 @@ function createAdapterFactory(now: () => number): (model: string) => Adapter {
         }
       }
       if (++writes % 500 === 0) sweep()
+      if (entries.size > MAX_ENTRIES) {
+        sweep()
+        for (const oldest of entries.keys()) {
+          if (entries.size <= MAX_ENTRIES) break
+          entries.delete(oldest)
+          clients.delete(oldest)
+        }
+      }
     },
     async find(id) {
       return read(`${model}:${id}`)
@@ -306,6 +327,15 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
           'access-control-max-age': '600',
         })
         res.end()
+        return
+      }
+    }
+    // Open to anyone, and kept: a registration is bounded in size (its length said up front).
+    if (path === REGISTRATION_PATH && req.method === 'POST') {
+      const length = Number(req.headers['content-length'])
+      if (!Number.isSafeInteger(length) || length > MAX_REGISTRATION_BYTES) {
+        res.writeHead(length > MAX_REGISTRATION_BYTES ? 413 : 411, { 'content-type': 'application/json', connection: 'close' })
+        res.end(JSON.stringify({ error: 'invalid_client_metadata', error_description: `registration must declare its Content-Length, at most ${MAX_REGISTRATION_BYTES} bytes` }))
         return
       }
     }

@@ -166,6 +166,21 @@ describe('an authorization request without scope (RFC 6749 section 3.3)', () => 
  * headers, so the page's registration failed ("Failed to fetch"); test/platform/browser-client.test.ts
  * runs the whole sign-in in Chromium.
  */
+describe('open registration is bounded', () => {
+  it('a registration past 16 kB, or one that does not say its length, is refused before it is stored (a 50 kB client_name each held 50 kB for good)', async () => {
+    const register = (body: string | ReadableStream<Uint8Array>) =>
+      fetch(`${auth.issuer}/reg`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, duplex: 'half' } as RequestInit)
+    const metadata = (name: string) => JSON.stringify({ redirect_uris: ['http://127.0.0.1:1/callback'], token_endpoint_auth_method: 'none', client_name: name })
+    const big = await register(metadata('x'.repeat(50_000)))
+    expect(big.status).toBe(413)
+    expect(((await big.json()) as { error: string }).error).toBe('invalid_client_metadata')
+    const chunked = await register(new Blob([metadata('chunked')]).stream())
+    expect(chunked.status).toBe(411)
+    await chunked.body?.cancel()
+    expect((await register(metadata('small'))).status).toBe(201)
+  })
+})
+
 describe('a page registering and redeeming its code (CORS)', () => {
   const page = 'http://localhost:6274'
 

@@ -26,9 +26,11 @@ import {
   createOAuthValidator,
   createTokenService,
   generateApiToken,
+  resolveClientAddress,
 } from 'mcp-dispatch'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { beforeAll, describe, expect, it } from 'vitest'
+import { createClientBudget } from '../../src/auth/client-budget.js'
 import { collectGarbage } from './support.js'
 
 const MB = 2 ** 20
@@ -243,6 +245,19 @@ describe('bounded memory: regressions', { timeout: SLOW_MS }, () => {
       const { atN, statuses } = await keptByWebRequests(url)
       expect(Object.keys(statuses), name).toEqual([name === 'paths of 8 kB' ? '404' : '401'])
       expect(atN, `${name}: ${atN.toFixed(2)} MiB kept`).toBeLessThan(2)
+    }
+  })
+
+  it('client budgets keep nothing of made-up X-Forwarded-For hops where a client picks the hop, long or cut short from a long header (regression: 10,000 held 150 MB)', async () => {
+    const budget = createClientBudget({ limit: 1_000 }, Date.now)
+    const padding = 'x'.repeat(15_000)
+    const cases: Record<string, (i: number) => string> = {
+      'hops of 15 kB': (i) => `${padding}-${i}`,
+      'short hops cut from a 15 kB header': (i) => resolveClientAddress('10.0.0.1', `${padding}, hop-${String(i).padStart(40, '0')}`, 1)!,
+    }
+    for (const [name, hop] of Object.entries(cases)) {
+      const { atN } = await growth(5_000, (i) => (budget.charge(hop(i)), 200))
+      expect(atN, `${name}: ${atN.toFixed(2)} MiB kept`).toBeLessThan(3)
     }
   })
 
