@@ -70,7 +70,7 @@ const MAX_CLIENTS = 10_000
 /**
  * Entries of every kind the development server keeps at most (interactions, sessions, grants,
  * codes, tokens, registration tokens, clients): past it, expired ones go, then the least
- * recently written. Anyone can make it store some (an authorization request stores an
+ * recently written, down to nine tenths of it. Anyone can make it store some (an authorization request stores an
  * interaction for an hour; a registration, a client and its registration token for good).
  */
 const MAX_ENTRIES = 50_000
@@ -89,17 +89,32 @@ function createAdapterFactory(now: () => number): (model: string) => Adapter {
   const clients = new Set<string>()
   let writes = 0
 
+  /** Forgets the entry under `key`, and what the lookup maps hold of it. */
+  const drop = (key: string) => {
+    const payload = entries.get(key)?.payload
+    entries.delete(key)
+    clients.delete(key)
+    if (!payload) return
+    const id = key.slice(key.indexOf(':') + 1)
+    if (payload.grantId) {
+      const keys = byGrant.get(payload.grantId)
+      keys?.delete(key)
+      if (keys?.size === 0) byGrant.delete(payload.grantId)
+    }
+    if (payload.uid && byUid.get(payload.uid) === id) byUid.delete(payload.uid)
+    if (payload.userCode && byUserCode.get(payload.userCode) === id) byUserCode.delete(payload.userCode)
+  }
   const read = (key: string) => {
     const entry = entries.get(key)
     if (entry && entry.expiresAt <= now()) {
-      entries.delete(key)
+      drop(key)
       return undefined
     }
     return entry?.payload
   }
   const sweep = () => {
     const at = now()
-    for (const [key, entry] of entries) if (entry.expiresAt <= at) entries.delete(key)
+    for (const [key, entry] of entries) if (entry.expiresAt <= at) drop(key)
   }
 
   return (model) => ({
@@ -122,17 +137,16 @@ function createAdapterFactory(now: () => number): (model: string) => Adapter {
         clients.add(key)
         for (const oldest of clients) {
           if (clients.size <= MAX_CLIENTS) break
-          clients.delete(oldest)
-          entries.delete(oldest)
+          drop(oldest)
         }
       }
       if (++writes % 500 === 0) sweep()
       if (entries.size > MAX_ENTRIES) {
+        // Down to nine tenths at once, so a full store does not sweep at every write.
         sweep()
         for (const oldest of entries.keys()) {
-          if (entries.size <= MAX_ENTRIES) break
-          entries.delete(oldest)
-          clients.delete(oldest)
+          if (entries.size <= MAX_ENTRIES * 0.9) break
+          drop(oldest)
         }
       }
     },
@@ -152,10 +166,10 @@ function createAdapterFactory(now: () => number): (model: string) => Adapter {
       if (payload) payload.consumed = Math.floor(now() / 1000)
     },
     async destroy(id) {
-      entries.delete(`${model}:${id}`)
+      drop(`${model}:${id}`)
     },
     async revokeByGrantId(grantId) {
-      for (const key of byGrant.get(grantId) ?? []) entries.delete(key)
+      for (const key of [...(byGrant.get(grantId) ?? [])]) drop(key)
       byGrant.delete(grantId)
     },
   })
@@ -312,7 +326,9 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
     const path = (req.url ?? '/').split('?', 1)[0]!
     options.onRequest?.({ method: req.method ?? 'GET', path })
     const origin = req.headers.origin
-    if (path === REGISTRATION_PATH && origin !== undefined && isLoopbackOrigin(origin)) {
+    // As oidc-provider routes it: in any case, a trailing slash dropped (`/REG/` is `/reg`).
+    const route = path.replace(/\/+$/, '').toLowerCase()
+    if (route === REGISTRATION_PATH && origin !== undefined && isLoopbackOrigin(origin)) {
       // oidc-provider sends no CORS headers at the registration endpoint, so a browser-based
       // MCP client (a page, such as the MCP Inspector's) could not register. Pages served from
       // this machine only: sign-in is automatic here, so a page of any website that could
@@ -331,7 +347,7 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
       }
     }
     // Open to anyone, and kept: a registration is bounded in size (its length said up front).
-    if (path === REGISTRATION_PATH && req.method === 'POST') {
+    if (route === REGISTRATION_PATH && req.method === 'POST') {
       const length = Number(req.headers['content-length'])
       if (!Number.isSafeInteger(length) || length > MAX_REGISTRATION_BYTES) {
         res.writeHead(length > MAX_REGISTRATION_BYTES ? 413 : 411, { 'content-type': 'application/json', connection: 'close' })

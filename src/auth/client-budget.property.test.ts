@@ -28,7 +28,7 @@ describe('budgetKey', () => {
     )
   })
 
-  it('text that is no address counts under itself, apart from every address, and never under a key longer than 64 characters', () => {
+  it('text that is no address counts under its hash, apart from every address and other text, never under a key longer than 64 characters', () => {
     const address = fc.oneof(fc.ipV4(), fc.ipV6())
     fc.assert(
       fc.property(fc.string({ maxLength: 20_000 }), fc.string({ maxLength: 20_000 }), address, (a, b, ip) => {

@@ -160,12 +160,6 @@ describe('an authorization request without scope (RFC 6749 section 3.3)', () => 
   })
 })
 
-/**
- * Regression: a browser-based MCP client (a page, such as the MCP Inspector's) registers and
- * redeems its code cross-origin. oidc-provider answers the registration endpoint without CORS
- * headers, so the page's registration failed ("Failed to fetch"); test/platform/browser-client.test.ts
- * runs the whole sign-in in Chromium.
- */
 describe('open registration is bounded', () => {
   it('a registration past 16 kB, or one that does not say its length, is refused before it is stored (a 50 kB client_name each held 50 kB for good)', async () => {
     const register = (body: string | ReadableStream<Uint8Array>) =>
@@ -174,6 +168,11 @@ describe('open registration is bounded', () => {
     const big = await register(metadata('x'.repeat(50_000)))
     expect(big.status).toBe(413)
     expect(((await big.json()) as { error: string }).error).toBe('invalid_client_metadata')
+    // The path as oidc-provider routes it: any case, a trailing slash.
+    for (const path of ['/REG', '/Reg', '/reg/']) {
+      const other = await fetch(`${auth.issuer}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: metadata('x'.repeat(50_000)) })
+      expect(other.status, path).toBe(413)
+    }
     const chunked = await register(new Blob([metadata('chunked')]).stream())
     expect(chunked.status).toBe(411)
     await chunked.body?.cancel()
@@ -181,6 +180,12 @@ describe('open registration is bounded', () => {
   })
 })
 
+/**
+ * Regression: a browser-based MCP client (a page, such as the MCP Inspector's) registers and
+ * redeems its code cross-origin. oidc-provider answers the registration endpoint without CORS
+ * headers, so the page's registration failed ("Failed to fetch"); test/platform/browser-client.test.ts
+ * runs the whole sign-in in Chromium.
+ */
 describe('a page registering and redeeming its code (CORS)', () => {
   const page = 'http://localhost:6274'
 
