@@ -70,8 +70,9 @@ const MAX_CLIENTS = 10_000
 /**
  * Entries of every kind the development server keeps at most (interactions, sessions, grants,
  * codes, tokens, registration tokens, clients): past it, expired ones go, then the least
- * recently written, down to nine tenths of it. Anyone can make it store some (an authorization request stores an
- * interaction for an hour; a registration, a client and its registration token for good).
+ * recently written, down to nine tenths of it. Anyone can make it store some (an
+ * authorization request stores an interaction for an hour; a registration, a client and its
+ * registration token for good).
  */
 const MAX_ENTRIES = 50_000
 
@@ -350,8 +351,10 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
     if (route === REGISTRATION_PATH && req.method === 'POST') {
       const length = Number(req.headers['content-length'])
       if (!Number.isSafeInteger(length) || length > MAX_REGISTRATION_BYTES) {
-        res.writeHead(length > MAX_REGISTRATION_BYTES ? 413 : 411, { 'content-type': 'application/json', connection: 'close' })
-        res.end(JSON.stringify({ error: 'invalid_client_metadata', error_description: `registration must declare its Content-Length, at most ${MAX_REGISTRATION_BYTES} bytes` }))
+        const status = length > MAX_REGISTRATION_BYTES ? 413 : 411
+        const description = `registration must declare its Content-Length, at most ${MAX_REGISTRATION_BYTES} bytes`
+        res.writeHead(status, { 'content-type': 'application/json', connection: 'close' })
+        res.end(JSON.stringify({ error: 'invalid_client_metadata', error_description: description }))
         return
       }
     }

@@ -648,7 +648,7 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   // A compressing middleware (Express's `compression()`) holds written bytes until its buffer
   // fills, or the end: an SSE event would wait for the whole stream. It adds `flush` for
   // streams to push what they wrote, which is called whenever the body has nothing more ready
-  // (each flush ends a zlib block: flushed after every chunk, a JSON body given in 1 KB chunks
+  // (each flush ends a zlib block: flushed after every chunk, a JSON body given in 1 KiB chunks
   // came out 2.4 times larger).
   const flush = (res as { flush?: unknown }).flush
   const push = typeof flush === 'function' ? () => flush.call(res) : undefined

@@ -58,7 +58,7 @@ const NO_CHARGE: BudgetCharge = Object.freeze({ refund() {} })
  * (a platform's own label, or what a client put in `X-Forwarded-For` where it picks the hop
  * taken) counts under its hash, apart from every address's key: a key is 45 characters at most
  * and holds nothing of the text, so made-up hops cannot fill the budget's memory by their
- * length (kept as given, 10,000 hops of 15 kB held 155 MB; a short hop kept as given held the
+ * length (kept as given, 10,000 hops of 15 kB held about 150 MB; a short hop kept as given held the
  * whole header it was cut from).
  */
 export function budgetKey(address: string): string {

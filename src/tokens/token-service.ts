@@ -298,14 +298,16 @@ export interface TokenService {
   /**
    * Tokens of a user, newest first, without secrets (dashboard list, spec 2.1).
    *
-   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string,
+   * empty, or holding a NUL or a lone surrogate).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   list(userId: string): Promise<ApiTokenView[]>
   /**
    * One token of `userId`.
    *
-   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string,
+   * empty, or holding a NUL or a lone surrogate).
    * @throws {NotFoundError} (404) when there is no such token, or it is someone else's (answered alike).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
@@ -338,7 +340,8 @@ export interface TokenService {
    * Revokes a token of `userId`, permanently (spec 3). Idempotent. An expired token is left as
    * it is (spec 3: only an active token can be revoked) and answered with `status: 'expired'`.
    *
-   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string,
+   * empty, or holding a NUL or a lone surrogate).
    * @throws {NotFoundError} (404) when there is no such token of `userId`.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
@@ -347,7 +350,8 @@ export interface TokenService {
    * Revokes every active token of a user: call it on password reset (spec 3). Expired tokens
    * are left as they are. Returns the count of tokens it revoked.
    *
-   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string, empty, or holding a NUL or a lone surrogate).
+   * @throws {InvalidInputError} (400) naming `userId` when it is no user id (not a string,
+   * empty, or holding a NUL or a lone surrogate).
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   revokeAllForUser(userId: string): Promise<number>

@@ -165,7 +165,9 @@ describe('rate limit: answers that are no policy, and options that cannot work',
       const { decide, errors } = await setup({ policy: () => bad as never })
       expect((await decide()).status, String(bad)).toBe(503)
       expect(errors.map((e) => e.context)).toEqual(['rate-limit policy failed'])
-      expect(String(errors[0]!.error)).toContain('rateLimit.policy result must be an object { limit, windowType }, or undefined or null for no limit; got')
+      // Numbers as they came, anything else by its type.
+      const said = typeof bad === 'number' ? String(bad) : typeof bad
+      expect(String(errors[0]!.error)).toContain(`rateLimit.policy result must be an object { limit, windowType }, or undefined or null for no limit; got ${said}`)
     }
   })
 

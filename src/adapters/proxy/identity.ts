@@ -186,6 +186,16 @@ function isJwk(key: unknown): key is JWK {
  * nothing else of a key given to the signer reaches the published JWKS, neither a private member
  * nor one of the platform's own (a note, a vault path, a certificate chain).
  */
+/**
+ * Refuses a JWK meant for another use than signatures: published with its own `use`, it would
+ * verify none of the tokens it signed.
+ */
+function refuseOtherUse(jwk: JWK, option: string): void {
+  if (jwk.use !== undefined && jwk.use !== 'sig') {
+    throw new ConfigurationError(`${option}.use`, `is ${JSON.stringify(jwk.use)}: identity tokens are signatures ("sig", or no use)`)
+  }
+}
+
 function publicPart(jwk: JWK): JWK {
   const source = jwk as Record<string, unknown>
   const out: Record<string, unknown> = {}
@@ -383,10 +393,7 @@ function previousKeyOf(entry: unknown, option: string): PublishedKey {
   const kidOption = wrapper?.keyId !== undefined ? `${option}.keyId` : `${jwkOption}.kid`
   const kid: unknown = wrapper?.keyId ?? jwk.kid
   if (kid !== undefined && (typeof kid !== 'string' || kid === '')) throw new ConfigurationError(kidOption, 'must be a non-empty string')
-  // Published with its own `use`, a key for another use verifies none of the tokens it signed.
-  if (jwk.use !== undefined && jwk.use !== 'sig') {
-    throw new ConfigurationError(`${jwkOption}.use`, `is ${JSON.stringify(jwk.use)}: a previous key verifies signatures ("sig", or no use)`)
-  }
+  refuseOtherUse(jwk, jwkOption)
   const algOption = wrapper?.algorithm !== undefined ? `${option}.algorithm` : `${jwkOption}.alg`
   const alg: unknown = wrapper?.algorithm ?? jwk.alg
   if (alg !== undefined && (typeof alg !== 'string' || !facts.algorithms.includes(alg))) {
@@ -518,12 +525,8 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
   if (isJwk(privateKey) && privateKey.key_ops !== undefined && !(Array.isArray(privateKey.key_ops) && privateKey.key_ops.includes('sign'))) {
     throw new ConfigurationError('identity.privateKey', 'has "key_ops" without "sign"')
   }
-  // A key meant for another use is not this one, as a previous key's is refused.
-  for (const [option, jwk] of [['identity.privateKey', privateKey], ['identity.publicKey', options.publicKey]] as const) {
-    if (isJwk(jwk) && jwk.use !== undefined && jwk.use !== 'sig') {
-      throw new ConfigurationError(`${option}.use`, `is ${JSON.stringify(jwk.use)}: identity tokens are signatures ("sig", or no use)`)
-    }
-  }
+  if (isJwk(privateKey)) refuseOtherUse(privateKey, 'identity.privateKey')
+  if (isJwk(options.publicKey)) refuseOtherUse(options.publicKey, 'identity.publicKey')
   if (!options.publicKey && (privateKey as { extractable?: unknown }).extractable === false) {
     throw new ConfigurationError('identity.publicKey', 'is required when the private key is not extractable')
   }
@@ -697,9 +700,8 @@ export interface IdentityVerifierOptions {
    * followed), and a key of it that does not import is a 503 and a refetch. With none in hand,
    * verification throws a {@link JwksUnavailableError} (answer 503), not an `UnauthorizedError`;
    * so does a token of a `kid` the keys lack issued since the last fetch began (its key may be
-   * new). A document must hold at least one key, and public
-   * keys only: an entry with a private member (`d`, or RSA's `p`, `q`…) or a symmetric (`oct`)
-   * key is refused when the verifier is created (that key would be a secret of the platform's,
+   * new). A document must hold at least one key, and public keys only: an entry with a private
+   * member (`d`, or RSA's `p`, `q`…) or a symmetric (`oct`) key is refused when the verifier is created (that key would be a secret of the platform's,
    * copied to an App).
    */
   jwks: string | URL | IdentityJwks
@@ -735,9 +737,14 @@ export interface IdentityVerifierOptions {
   /**
    * Clock, epoch ms: a function returning a finite number. Default `Date.now`. A value that is
    * not one makes verification throw a `ConfigurationError` (not the 401 of a bad token).
+   * Given, it also times a remote JWKS's 30 s between fetches and its keys' age, which the
+   * monotonic clock times otherwise.
    */
   now?: () => number
-  /** `fetch` used to get a remote JWKS, called with the URL and an `init` (`redirect: 'manual'`, a `signal`). Default the global one. */
+  /**
+   * `fetch` used to get a remote JWKS, called with the URL and an `init` (`redirect: 'manual'`,
+   * a `signal`). Default the global one.
+   */
   fetch?: typeof fetch
 }
 
@@ -841,11 +848,12 @@ const JWKS_MAX_BYTES = 1024 * 1024
  * one fetch per 30 s. Keys in hand stay in use while the JWKS cannot be fetched; with none in
  * hand, verification fails with {@link JwksUnavailableError} (503). A token of an unknown `kid`
  * issued since the last fetch began is a 503 too, not a 401: its key may have been published
- * since, and the client's retry, once the 30 s allow a fetch, will find it. A fetched key that cannot be used (one
- * that does not import) is a 503 and is fetched again once the 30 s allow. A fetch takes at
- * most 5 s (whatever the `fetch` given does with its signal) and 1 MiB, follows no redirect, and
- * must answer 200 with a JWKS of public keys. Its timing runs on the monotonic clock, or on
- * `lifeClock` when a clock is given; `wall` (epoch ms) dates the keys against tokens' `iat`.
+ * since, and the client's retry, once the 30 s allow a fetch, will find it. A fetched key that
+ * cannot be used (one that does not import) is a 503 and is fetched again once the 30 s allow.
+ * A fetch takes at most 5 s (whatever the `fetch` given does with its signal) and 1 MiB,
+ * follows no redirect, and must answer 200 with a JWKS of public keys. Its timing runs on
+ * `lifeClock` (the monotonic clock, unless the verifier was given `now`); `wall` (epoch ms)
+ * dates the keys against tokens' `iat`.
  */
 function remoteKeySet(
   url: URL,
@@ -862,7 +870,7 @@ function remoteKeySet(
   let lastFailure: unknown
   let pending: Promise<void> | undefined
 
-  async function fetchKeys(signal: AbortSignal, controller: AbortController, startedAt: number, startedAtWall: number): Promise<void> {
+  async function fetchKeys(controller: AbortController, startedAt: number, startedAtWall: number): Promise<void> {
     const response = await fetchLettingGo(fetchImpl, url, { redirect: 'manual', headers: { accept: 'application/jwk-set+json, application/json' } }, controller)
     if (response.status !== 200) {
       void response.body?.cancel().catch(() => {})
@@ -870,7 +878,8 @@ function remoteKeySet(
     }
     const text = await readTextUpTo(response, JWKS_MAX_BYTES)
     if (text === null) throw new Error(`JWKS larger than ${JWKS_MAX_BYTES} bytes`)
-    signal.throwIfAborted()
+    // Timed out meanwhile: keys read too late never replace those in hand.
+    controller.signal.throwIfAborted()
     const document: unknown = JSON.parse(text)
     const listed = document !== null && typeof document === 'object' ? (document as { keys?: unknown }).keys : undefined
     if (!Array.isArray(listed)) throw new Error('JWKS answer has no "keys" list')
@@ -907,7 +916,7 @@ function remoteKeySet(
           }, JWKS_TIMEOUT_MS)
         })
         // Raced as well as aborted: a `fetch` of the platform's that ignores its signal ends too.
-        await Promise.race([fetchKeys(controller.signal, controller, startedAt, startedAtWall), timedOut])
+        await Promise.race([fetchKeys(controller, startedAt, startedAtWall), timedOut])
         lastFailure = undefined
         suspect = false
       } catch (error) {
@@ -928,12 +937,15 @@ function remoteKeySet(
   }
   /** Whether the cooldown since the last attempt is over. */
   const mayFetch = () => lastAttempt === undefined || passed(lastAttempt, JWKS_COOLDOWN_MS)
+  /** Waits for the fetch under way, or for one of its own when the cooldown allows. */
+  const fetchIfAllowed = async () => {
+    if (pending) await pending
+    else if (mayFetch()) await refresh()
+  }
 
   return async (protectedHeader, token) => {
-    if (held === undefined) {
-      if (pending) await pending
-      else if (mayFetch()) await refresh()
-    } else if ((suspect || passed(held.fetchedAt, JWKS_MAX_AGE_MS)) && mayFetch()) {
+    if (held === undefined) await fetchIfAllowed()
+    else if ((suspect || passed(held.fetchedAt, JWKS_MAX_AGE_MS)) && mayFetch()) {
       // Due a refresh: the keys in hand serve this token meanwhile.
       void refresh()
     }
@@ -950,8 +962,7 @@ function remoteKeySet(
       }
       // A key the set lacks: fetched for (or the fetch under way awaited) when the cooldown
       // allows. Still lacking, a token issued since the keys were fetched may be a new key's.
-      if (pending) await pending
-      else if (mayFetch()) await refresh()
+      await fetchIfAllowed()
       try {
         return await held.getKey(protectedHeader, token)
       } catch (again) {

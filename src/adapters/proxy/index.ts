@@ -697,14 +697,17 @@ function declaredLength(headers: Headers): number | undefined {
  * `declared` length (the `Content-Length` sent on), a chunk that would run past it, or an end
  * short of it, is not passed on: `mismatch` hears why and the stream fails, so the upstream never
  * sees a complete request of the wrong length (Node's `fetch` aborts the one it was sending).
+ * `upload.awaitingClient` is set while it waits on the client for the next chunk (the proxy's
+ * 408); once `signal` aborts (a timeout, the client gone), nothing more is taken and the
+ * client's body is cancelled.
  */
 function progressOf(
   body: ReadableStream<Uint8Array>,
   progress: () => void,
   declared: number | undefined,
   mismatch: (error: RangeError) => void,
-  state: { awaitingClient: boolean },
-  aborted: AbortSignal,
+  upload: { awaitingClient: boolean },
+  signal: AbortSignal,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader()
   let received = 0
@@ -712,8 +715,8 @@ function progressOf(
   // taken: Node's fetch goes on pulling a request body after its abort, and would read the
   // client's whole upload into a dead socket (a body always ready, in a loop that starves the
   // event loop). A read pending on the client ends too.
-  const stop = () => void reader.cancel(aborted.reason).catch(() => {})
-  aborted.addEventListener('abort', stop, { once: true })
+  const stop = () => void reader.cancel(signal.reason).catch(() => {})
+  signal.addEventListener('abort', stop, { once: true })
   const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: RangeError) => {
     mismatch(error)
     controller.error(error)
@@ -722,24 +725,24 @@ function progressOf(
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        if (aborted.aborted) {
-          controller.error(aborted.reason)
+        if (signal.aborted) {
+          controller.error(signal.reason)
           return
         }
-        state.awaitingClient = true
+        upload.awaitingClient = true
         let next: ReadableStreamReadResult<Uint8Array>
         try {
           next = await reader.read()
         } finally {
-          state.awaitingClient = false
+          upload.awaitingClient = false
         }
         progress()
-        if (aborted.aborted) {
-          controller.error(aborted.reason)
+        if (signal.aborted) {
+          controller.error(signal.reason)
           return
         }
         if (next.done) {
-          aborted.removeEventListener('abort', stop)
+          signal.removeEventListener('abort', stop)
           if (declared !== undefined && received < declared) {
             fail(controller, new RangeError(`Request body ended after ${received} bytes, short of its Content-Length ${declared}`))
           } else controller.close()
@@ -751,7 +754,7 @@ function progressOf(
         } else controller.enqueue(next.value)
       },
       cancel(reason) {
-        aborted.removeEventListener('abort', stop)
+        signal.removeEventListener('abort', stop)
         return reader.cancel(reason)
       },
     },
