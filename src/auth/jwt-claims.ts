@@ -30,6 +30,16 @@ export function peekJwtClaims(token: string): JWTPayload | undefined {
 }
 
 /**
+ * Whether a token of `iat` (whole seconds, as JWTs carry it) may have been issued at or after
+ * `at` (epoch ms), given `toleranceMs` of clock skew: a token of `at`'s own second may be the
+ * later. `false` without a numeric `iat`. The test of a token naming a key the set in hand
+ * lacks: one issued since that set was fetched may be signed by a key published since.
+ */
+export function issuedSince(iat: unknown, at: number, toleranceMs: number): boolean {
+  return typeof iat === 'number' && iat * 1000 + 1000 + toleranceMs > at
+}
+
+/**
  * A resource indicator in comparable form: absolute http(s) URLs are normalized by the WHATWG
  * URL parser (lower-case scheme and host, default port dropped, `/` for an empty path), so
  * `https://App.example.com` and `https://app.example.com/` compare equal. Other strings are

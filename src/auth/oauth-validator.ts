@@ -47,7 +47,7 @@ import {
   discoveryUrls,
   fallbackUserinfoEndpoint,
 } from './discovery.js'
-import { audienceList, audienceMatches, checkAccessTokenClaims, peekJwtClaims } from './jwt-claims.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
@@ -1036,9 +1036,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // hold then (an issuer publishes a key before it signs with it): refused, not cached. A
         // key the set publishes unusable is the server's failure whatever the `iat`. `iat` is in
         // whole seconds: a token of the fetch's own second may be the later.
-        const iat = typeof claims.iat === 'number' ? claims.iat * 1000 : undefined
         const serversFault = (set: KeySet & { readonly fetchedAt: number }) =>
-          (kid !== undefined && set.unusableKids.has(kid)) || (iat !== undefined && iat + 1000 + clockToleranceMs > set.fetchedAt)
+          (kid !== undefined && set.unusableKids.has(kid)) || issuedSince(claims.iat, set.fetchedAt, clockToleranceMs)
         // A refetch in flight (of keys past their age, maybe started by this very request) is
         // waited for rather than refused: it may bring the key. Where a refetch in the background
         // ends with the request that started it (Workers without `waitUntil`), the refetch a

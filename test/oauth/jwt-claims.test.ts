@@ -1,7 +1,7 @@
 /** Claim checks and resource matching for JWT access tokens (RFC 9068, RFC 8707). */
 import { SignJWT, generateKeyPair } from 'jose'
 import { discoveryUrls } from '../../src/auth/discovery.js'
-import { audienceMatches, checkAccessTokenClaims, normalizeResource, peekJwtClaims } from '../../src/auth/jwt-claims.js'
+import { audienceMatches, checkAccessTokenClaims, issuedSince, normalizeResource, peekJwtClaims } from '../../src/auth/jwt-claims.js'
 import { describe, expect, it } from 'vitest'
 
 describe('audienceMatches', () => {
@@ -67,5 +67,16 @@ describe('peekJwtClaims and discoveryUrls', () => {
       'https://auth.example.com/realms/main/.well-known/openid-configuration',
       'https://auth.example.com/.well-known/oauth-authorization-server/realms/main',
     ])
+  })
+})
+
+describe('issuedSince: a token that may have been issued after a key set was fetched', () => {
+  it('counts whole seconds: a token of the fetch\'s own second may be the later; the tolerance widens it; no numeric iat is not', () => {
+    const fetchedAt = 1_700_000_000_500
+    expect(issuedSince(1_700_000_000, fetchedAt, 0)).toBe(true) // the same second
+    expect(issuedSince(1_699_999_999, fetchedAt, 0)).toBe(false) // the second before
+    expect(issuedSince(1_699_999_999, fetchedAt, 5_000)).toBe(true) // within the tolerance
+    expect(issuedSince(1_699_999_990, fetchedAt, 5_000)).toBe(false)
+    for (const iat of [undefined, '1700000000', Number.NaN]) expect(issuedSince(iat, fetchedAt, 5_000)).toBe(false)
   })
 })

@@ -38,7 +38,7 @@ import type {
 } from 'fastify'
 import { type Reply, notFoundReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, logError } from '../../errors.js'
-import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
+import { type Decision, type DispatchContext, isForeignThenable } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
   answerTokenApi,
@@ -323,7 +323,7 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
     // What the handler answered goes to Fastify as it is, so the route behaves as the handler
     // would on its own: a promise (an async handler), a value to send, or nothing from a handler
     // that sends later (made a promise of nothing, Fastify sent an empty 200 at once).
-    if (answer !== null && typeof answer === 'object' && typeof (answer as PromiseLike<unknown>).then === 'function') {
+    if (answer instanceof Promise || isForeignThenable(answer)) {
       return Promise.resolve(answer as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(request, reply, error))
     }
     return answer

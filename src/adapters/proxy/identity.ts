@@ -15,16 +15,17 @@ import {
   SignJWT,
   calculateJwkThumbprint,
   compactVerify,
-  base64url,
   createLocalJWKSet,
   errors,
   exportJWK,
   importJWK,
 } from 'jose'
 import { isFieldName } from '../../core/cors.js'
+import { issuedSince, peekJwtClaims } from '../../auth/jwt-claims.js'
 import { jwtVerifyWithKeySet } from '../../auth/jwt-verify.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { readTextUpTo } from '../../read-text.js'
+import { withTimeout } from '../../timeout.js'
 import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
@@ -906,23 +907,15 @@ function remoteKeySet(
       // Not a step before `pending` holds this attempt, which the `finally` below clears.
       await null
       const controller = new AbortController()
-      let timer: ReturnType<typeof setTimeout> | undefined
       try {
-        const timedOut = new Promise<never>((_resolve, reject) => {
-          timer = setTimeout(() => {
-            const error = new Error(`JWKS fetch took longer than ${JWKS_TIMEOUT_MS} ms`)
-            controller.abort(error)
-            reject(error)
-          }, JWKS_TIMEOUT_MS)
-        })
-        // Raced as well as aborted: a `fetch` of the platform's that ignores its signal ends too.
-        await Promise.race([fetchKeys(controller, startedAt, startedAtWall), timedOut])
+        // The deadline settles the attempt even for a `fetch` of the platform's that ignores its
+        // signal; the abort below then ends the fetch, and keys read too late are not taken.
+        await withTimeout(fetchKeys(controller, startedAt, startedAtWall), JWKS_TIMEOUT_MS, 'JWKS fetch')
         lastFailure = undefined
         suspect = false
       } catch (error) {
         lastFailure = error
       } finally {
-        clearTimeout(timer)
         controller.abort()
         pending = undefined
       }
@@ -966,7 +959,8 @@ function remoteKeySet(
       try {
         return await held.getKey(protectedHeader, token)
       } catch (again) {
-        if (again instanceof errors.JWKSNoMatchingKey && issuedSince(token.payload, held.fetchedAtWall, toleranceSeconds)) {
+        const claims = typeof token.payload === 'string' ? peekJwtClaims(`${token.protected ?? ''}.${token.payload}.${token.signature}`) : undefined
+        if (again instanceof errors.JWKSNoMatchingKey && issuedSince(claims?.iat, held.fetchedAtWall, toleranceSeconds * 1000)) {
           throw new JwksUnavailableError({ cause: lastFailure ?? again })
         }
         throw again
@@ -975,16 +969,6 @@ function remoteKeySet(
   }
 }
 
-/** Whether a token's `iat` (whole seconds, give or take the tolerance) is not before `at` (ms). */
-function issuedSince(payload: string | Uint8Array, at: number, toleranceSeconds: number): boolean {
-  try {
-    const bytes = typeof payload === 'string' ? base64url.decode(payload) : payload
-    const { iat } = JSON.parse(new TextDecoder().decode(bytes)) as { iat?: unknown }
-    return typeof iat === 'number' && (iat + 1 + toleranceSeconds) * 1000 > at
-  } catch {
-    return false
-  }
-}
 
 /**
  * Creates the verifier an App uses to read who is calling through the platform. It checks
