@@ -4,30 +4,48 @@
  * @module
  */
 
+/** Thrown by {@link readTextUpTo} with `strict` for a body that is not UTF-8. */
+export class NotUtf8Error extends Error {}
+
 /**
  * The body of `message` as text, read only up to `maxBytes`: `null` once it is known to be
  * larger (a `Content-Length` over the limit, or more bytes than that arriving, chunked or
- * with a false length), the rest cancelled, never held whole in memory.
+ * with a false length), the rest cancelled, never held whole in memory. Bytes that are not
+ * UTF-8 become U+FFFD; with `strict`, they reject with {@link NotUtf8Error} instead.
  * @internal
  */
-export async function readTextUpTo(message: Request | Response, maxBytes: number): Promise<string | null> {
+export async function readTextUpTo(message: Request | Response, maxBytes: number, strict = false): Promise<string | null> {
   if (Number(message.headers.get('content-length') ?? 0) > maxBytes) {
     void message.body?.cancel().catch(() => {})
     return null
   }
   if (!message.body) return ''
   const reader = message.body.getReader()
-  const decoder = new TextDecoder()
+  const decoder = new TextDecoder('utf-8', { fatal: strict })
   let text = ''
   let size = 0
   for (;;) {
     const { done, value } = await reader.read()
-    if (done) return text + decoder.decode()
+    if (done) return text + decode(decoder)
     size += value.byteLength
     if (size > maxBytes) {
       reader.cancel().catch(() => {})
       return null
     }
-    text += decoder.decode(value, { stream: true })
+    try {
+      text += decoder.decode(value, { stream: true })
+    } catch (error) {
+      reader.cancel().catch(() => {})
+      throw new NotUtf8Error('The body is not UTF-8', { cause: error })
+    }
+  }
+}
+
+/** What `decoder` holds back at the end: a sequence cut short is no UTF-8 either. */
+function decode(decoder: TextDecoder): string {
+  try {
+    return decoder.decode()
+  } catch (error) {
+    throw new NotUtf8Error('The body is not UTF-8', { cause: error })
   }
 }

@@ -354,6 +354,24 @@ describe('create (spec 2.1, 3)', () => {
     await expectFieldError(await call('POST', '', { session: alice, rawBody: JSON.stringify({ name: 'x'.repeat(20_000) }) }), 'body')
   })
 
+  it('a body that is not UTF-8 is refused, not stored with U+FFFD in place of what was sent', async () => {
+    const alice = await signIn('user_alice')
+    const before = (await json(await call('GET', '', { session: alice }))).tokens.length
+    const encode = (text: string) => new TextEncoder().encode(text)
+    const bytes = (...parts: (string | number[])[]) => new Uint8Array(parts.flatMap((p) => [...(typeof p === 'string' ? encode(p) : p)]))
+    const rest = '","servers":["app_weather"],"expires_in_days":7}'
+    // Bytes no UTF-8 text holds, an overlong encoding, and a sequence cut short at the end.
+    for (const rawBody of [bytes('{"name":"', [0xff, 0xfe], rest), bytes('{"name":"', [0xc0, 0xaf], rest), bytes('{"name":"x', rest, [0xe2, 0x82])]) {
+      const refused = await expectFieldError(await call('POST', '', { session: alice, rawBody }), 'body')
+      expect(refused.message).toBe('body: is not valid UTF-8')
+    }
+    expect((await json(await call('GET', '', { session: alice }))).tokens.length).toBe(before)
+    // UTF-8 beyond ASCII is taken as it is.
+    const made = await call('POST', '', { session: alice, rawBody: bytes('{"name":"Caf\u00e9 \u{1F680}', rest) })
+    expect(made.status).toBe(201)
+    expect((await json(made)).name).toBe('Caf\u00e9 \u{1F680}')
+  })
+
   it('a body past the limit is refused while it streams in, never read whole', async () => {
     const alice = await signIn('user_alice')
     let pulled = 0
@@ -649,12 +667,21 @@ describe('rotate (spec 3, 4.3)', () => {
     expect((await json(ok)).allowed_ips).toEqual(['203.0.113.7'])
   })
 
-  it('an unusable Bearer (garbage, unknown, expired) is 401', async () => {
+  it('an unusable Bearer (garbage, unknown, expired) is 401 invalid_token (RFC 6750 section 3.1)', async () => {
     const id = await seededId('user_alice', 'alice-week')
-    expect((await call('POST', `/${id}/rotate`, { bearer: 'svc_nope' })).status).toBe(401)
-    expect((await call('POST', `/${id}/rotate`, { bearer: `svc_${'A'.repeat(44)}` })).status).toBe(401)
+    const refused = async (bearer: string) => {
+      const response = await call('POST', `/${id}/rotate`, { bearer })
+      expect(response.status).toBe(401)
+      expect(response.headers.get('www-authenticate')).toBe('Bearer error="invalid_token"')
+    }
+    await refused('svc_nope')
+    await refused(`svc_${'A'.repeat(44)}`)
     clock.advance(7 * DAY)
-    expect((await call('POST', `/${id}/rotate`, { bearer: token('alice-week') })).status).toBe(401)
+    await refused(token('alice-week'))
+    // No credential at all: a challenge with no error code.
+    const none = await call('POST', `/${id}/rotate`)
+    expect(none.status).toBe(401)
+    expect(none.headers.get('www-authenticate')).toBe('Bearer')
   })
 
   it('by the session owner: CSRF required; the old secret stops at once', async () => {

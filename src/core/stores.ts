@@ -171,7 +171,8 @@ export interface SessionStore {
 export interface RateLimitStore {
   /**
    * Adds one to the counter of `key` for the window that starts at `windowStart` and returns
-   * the new count; the counter expires when the window ends.
+   * the new count. The counter must last until its window ends, and may last until one window
+   * after its first request (the Redis store's `PEXPIRE`; see below).
    *
    * Shared by instances whose clocks disagree, a store never moves a counter back to an older
    * window: a request stamped with an older window than the counter's (its instance's clock

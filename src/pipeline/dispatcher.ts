@@ -202,7 +202,13 @@ export interface DispatcherOptions {
    * bound to the first does not name.
    */
   resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
-  /** The App address for a request. Default: `origin + basePath`. */
+  /**
+   * The App address for a request (the metadata's `resource`; what OAuth audiences are compared
+   * with). Default: `origin + basePath`. A trailing slash is dropped. The 401 sends clients to
+   * `{baseUrl}/.well-known/oauth-protected-resource` (spec 4.2): the dispatcher serves the
+   * document under `basePath`, and, for an address whose path is not `basePath` (no path, with
+   * the endpoint at `/mcp`), at that address's path too, for requests that reach it there.
+   */
   baseUrl?: (request: DispatchRequest, app: AppRecord) => string
   /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
   basePath?: string
@@ -515,7 +521,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       }
       return slug === null ? undefined : apps.getAppBySlug(slug)
     })
-  const baseUrlOf = options.baseUrl ?? ((request: DispatchRequest) => request.origin + basePath)
+  // The address as `resource` and the 401's `resource_metadata` URL are built from it: with no
+  // trailing slash, which the metadata path follows (`https://a.example/` named
+  // `https://a.example//.well-known/…`, where nothing is served).
+  const givenBaseUrl = options.baseUrl
+  const baseUrlOf = givenBaseUrl
+    ? (request: DispatchRequest, app: AppRecord) => withoutTrailingSlashes(givenBaseUrl(request, app))
+    : (request: DispatchRequest) => request.origin + basePath
   const indexes = new WeakMap<readonly string[], VersionIndex>()
   // A checked copy of each policy object and its `RateLimit-Policy` value (frozen ones only).
   const checkedPolicies = new WeakMap<RateLimitPolicy, CheckedPolicy>()
@@ -567,7 +579,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function reply(reply: Reply, origin: string | null | undefined): Decision {
-    const extra = corsHeaders(origin)
+    // A 404 or 405 may be stored by a cache with no freshness given (RFC 9111 section 4.2.2):
+    // one answered without CORS headers (no `Origin`) says it varies by `Origin`, so a shared
+    // cache does not hand it to a browser page that sent one and needs them.
+    const extra = corsHeaders(origin) ?? (cors && (reply.status === 404 || reply.status === 405) ? VARY_ORIGIN : undefined)
     return { type: 'reply', reply: extra ? { ...reply, headers: { ...reply.headers, ...extra } } : reply }
   }
 
@@ -1083,7 +1098,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       let path = request.path
       if (basePath !== '') {
         if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
-          return notFound(request, origin)
+          if (!path.endsWith(PROTECTED_RESOURCE_METADATA_PATH)) return notFound(request, origin)
+          stage = 'apps'
+          return proceed(new Flow(request, origin, path), settle(resolveApp(request), 'apps'), 'apps', metadataOutsideMount)
         }
         path = path.slice(basePath.length)
       }
@@ -1106,6 +1123,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       return { type: 'reply', reply: preflight(allowedOrigins ? origin : '*', request) }
     }
     return reply(notFoundReply(), origin)
+  }
+
+  /**
+   * A metadata path outside `basePath`: the document, when the 401 sends clients there (spec
+   * 4.2: `{base_url}/.well-known/oauth-protected-resource`, with a `baseUrl` whose path is not
+   * `basePath`, such as `https://weather.example.com` for an endpoint at `/mcp`); else 404.
+   */
+  function metadataOutsideMount(flow: Flow, app: AppRecord | undefined): Decision {
+    const { request, origin } = flow
+    if (!app) return notFound(request, origin)
+    const url = URL.parse(baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH)
+    if (url?.pathname !== request.path) return notFound(request, origin)
+    return { type: 'reply', reply: metadataReply(request, app) }
   }
 
   function withApp(flow: Flow, app: AppRecord | undefined): MaybePromise<Decision> {

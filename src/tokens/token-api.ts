@@ -21,7 +21,7 @@ import { type BearerParseResult, parseBearerToken, presentsBearer } from '../cor
 import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, logError } from '../errors.js'
-import { readTextUpTo } from '../read-text.js'
+import { NotUtf8Error, readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 
@@ -112,7 +112,12 @@ async function inApiNames<T>(call: Promise<T>): Promise<T> {
   }
 }
 
-function errorResponse(error: DispatchError): Response {
+/**
+ * The JSON answer of a refusal. A 401 to a request that presented a Bearer token (a rotation
+ * by a secret that is unknown, revoked or expired) says so in its challenge (RFC 6750 section
+ * 3.1: `invalid_token`); one for want of a session carries no error code.
+ */
+function errorResponse(error: DispatchError, presentedBearer: boolean): Response {
   const kind: Record<number, string> = {
     400: 'invalid_request',
     401: 'unauthorized',
@@ -128,7 +133,7 @@ function errorResponse(error: DispatchError): Response {
     error.status,
     { error: kind[error.status] ?? 'error', message: error.message, ...(field !== undefined && { field }) },
     error.status === 401
-      ? { 'www-authenticate': 'Bearer' }
+      ? { 'www-authenticate': presentedBearer ? 'Bearer error="invalid_token"' : 'Bearer' }
       : error instanceof TooManyValidationsError
         ? { 'retry-after': String(error.retryAfter), ...unverifiedBudgetHeaders(error) }
         : undefined,
@@ -140,7 +145,14 @@ function errorResponse(error: DispatchError): Response {
  * `Content-Length`) is refused once the limit is passed, never held whole in memory.
  */
 async function readText(request: Request): Promise<string> {
-  const text = await readTextUpTo(request, MAX_BODY_BYTES)
+  let text: string | null
+  try {
+    text = await readTextUpTo(request, MAX_BODY_BYTES, true)
+  } catch (error) {
+    // Not stored with U+FFFD in place of what was sent: the caller is told.
+    if (error instanceof NotUtf8Error) throw new InvalidInputError('body', 'is not valid UTF-8')
+    throw error
+  }
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
   return text
 }
@@ -314,7 +326,9 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     try {
       return await route(request, rest, info)
     } catch (error) {
-      if (error instanceof DispatchError && error.status < 500) return errorResponse(error)
+      if (error instanceof DispatchError && error.status < 500) {
+        return errorResponse(error, presentsBearer(request.headers.get('authorization')))
+      }
       // A client that left mid-body is no failure worth a log line (any client can cause one).
       if (!request.signal?.aborted) onError(error, 'token api')
       return json(503, { error: 'temporarily_unavailable', message: 'Service unavailable' }, { 'retry-after': '1' })

@@ -263,6 +263,39 @@ describe('create (spec 2.1, 3)', () => {
     await refusal(createToken(defaults.service), ConflictError)
   })
 
+  it('concurrent creations of one user on one instance never pass maxActiveTokensPerUser, and do not hold up another user', async () => {
+    // A store whose reads and writes take a round trip, as PostgreSQL's do: without the
+    // creations of one user taking their count and insert in turn, all ten read 0 and land.
+    const memory = createMemoryTokenStore()
+    let release!: () => void
+    const heldInsert = new Promise<void>((resolve) => (release = resolve))
+    const slow: TokenStore = {
+      ...memory,
+      listByUser: async (userId) => {
+        await new Promise((resolve) => setTimeout(resolve, 2))
+        return memory.listByUser(userId)
+      },
+      insert: async (record) => {
+        if (record.userId === 'carol') await heldInsert
+        await new Promise((resolve) => setTimeout(resolve, 2))
+        return memory.insert(record)
+      },
+    }
+    const { service, subscriptions } = setup({ maxActiveTokensPerUser: 3, store: slow })
+    const outcomes = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => createToken(service, { name: `t${i}` })))
+    expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(3)
+    const refused = outcomes.filter((o): o is PromiseRejectedResult => o.status === 'rejected')
+    expect(refused).toHaveLength(7)
+    for (const { reason } of refused) expect(reason).toBeInstanceOf(ConflictError)
+    expect((await service.list('alice')).filter((t) => t.status === 'active')).toHaveLength(3)
+    // One user's creation that waits on its store does not hold up another user's.
+    subscriptions.setActive('carol', 'app_weather', true)
+    const carol = createToken(service, { userId: 'carol' })
+    await createToken(service, { userId: 'bob' })
+    release()
+    expect((await carol).name).toBe('CI')
+  })
+
   it('each lifetime: 7, 30 or 90 days', async () => {
     const { service } = setup()
     for (const days of [7, 30, 90] as const) {
@@ -579,6 +612,12 @@ describe('validateTokenName', () => {
     expect(validateTokenName(' padded ')).toBeNull() // create trims it
     expect(validateTokenName('a\u2028b')).toMatch(/line or paragraph separators/)
     expect(validateTokenName('\u200B')).toMatch(/visible/)
+    // Shown as nothing: a lone combining mark, Hangul fillers, the blank braille pattern, U+034F.
+    for (const blank of ['\u0301', '\u3164', '\uFFA0', '\u115F\u1160', '\u2800', '\u034F', ' \u3164 \u0301 ']) {
+      expect(validateTokenName(blank), JSON.stringify(blank)).toMatch(/visible/)
+    }
+    // A mark on a base, and letters of any script, are visible.
+    for (const name of ['e\u0301', '\u65E5\u672C', '\uD55C\uAE00']) expect(validateTokenName(name), name).toBeNull()
     // A lone surrogate: PostgreSQL (through pg) would store U+FFFD in its place.
     expect(validateTokenName('a\uD800b')).toMatch(/well-formed/)
     expect(validateTokenName('rocket \u{1F680}')).toBeNull()
@@ -954,6 +993,25 @@ describe('update (spec 2.1, 3)', () => {
 })
 
 describe('rotate (spec 3, 4.3)', () => {
+  it('gives the store the new secret\'s hash and display prefix, never the secret (a store may log or keep what it is given)', async () => {
+    const given: string[] = []
+    const memory = createMemoryTokenStore()
+    const watched: TokenStore = {
+      ...memory,
+      insert: (record) => (given.push(JSON.stringify(record)), memory.insert(record)),
+      rotate: (id, next, expectedHash) => (given.push(JSON.stringify([id, next, expectedHash])), memory.rotate(id, next, expectedHash)),
+    }
+    const { service } = setup({ store: watched })
+    const created = await createToken(service)
+    const byToken = await service.rotate(created.id, { kind: 'token', token: created.token })
+    const byOwner = await service.rotate(created.id, { kind: 'session', userId: 'alice' })
+    expect(given).toHaveLength(3)
+    for (const secret of [created.token, byToken.token, byOwner.token]) {
+      for (const text of given) expect(text).not.toContain(secret.slice(12))
+    }
+    expect(JSON.parse(given[2]!)[1]).toEqual({ tokenHash: hashApiToken(byOwner.token), displayPrefix: byOwner.prefix })
+  })
+
   it('by the token itself: new secret and prefix; id, name, scopes, expiry, allowlist, created_at unchanged', async () => {
     const { service, clock } = setup()
     const created = await createToken(service, { allowedIps: ['10.0.0.0/8'], expiresInDays: 7 })

@@ -233,8 +233,9 @@ export interface TokenServiceOptions {
    * with {@link ConflictError} (the token API answers 409 `conflict`), until one is revoked or
    * expires. Without a bound, one signed-in user could make tokens until the store, and the
    * dashboard's list, gave out (2,000 in two seconds through the reference platform). Counted
-   * from the store before the insert, so creations of one user at the same moment may each pass
-   * it. A positive integer; default 1,000.
+   * from the store before the insert: one user's creations on one instance run that part one at
+   * a time, so they never pass it together, but creations on instances sharing a store at the
+   * same moment may. A positive integer; default 1,000.
    */
   maxActiveTokensPerUser?: number
   /**
@@ -382,8 +383,9 @@ export interface TokenService {
 // A label shown in dashboards and logs: no control characters or line separators (a newline,
 // U+2028 or U+2029 could forge a log line or break a JavaScript consumer), no bidirectional
 // embeddings, overrides or isolates (U+202A–U+202E, U+2066–U+2069: text that reads
-// otherwise than it is), and something visible besides spaces and invisible format
-// characters (U+200B, …).
+// otherwise than it is), and something visible besides spaces, invisible format characters
+// (U+200B, …), marks with no base (a lone U+0301), characters Unicode says to show as nothing
+// (Default_Ignorable_Code_Point: Hangul fillers U+3164, U+FFA0, …) and the blank braille pattern.
 const nameSchema = z
   .string()
   .trim()
@@ -394,7 +396,7 @@ const nameSchema = z
   .refine((name) => !/[\u202A-\u202E\u2066-\u2069]/u.test(name), 'must not contain bidirectional overrides or isolates')
   // A lone surrogate is no character: a database stores U+FFFD in its place (PostgreSQL via pg).
   .refine((name) => !hasLoneSurrogate(name), 'must be well-formed Unicode (no lone surrogate)')
-  .refine((name) => /[^\p{Z}\p{Cf}]/u.test(name), 'must hold a visible character')
+  .refine((name) => /[^\p{Z}\p{Cf}\p{M}\p{Default_Ignorable_Code_Point}\u2800]/u.test(name), 'must hold a visible character')
 /**
  * Checks a token name against the rules `create` and `update` apply (after trimming: 1 to
  * 100 characters, no control characters, line or paragraph separators, bidirectional
@@ -888,13 +890,17 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     return sender.publish(tokenHash)
   }
 
-  async function newSecret(): Promise<{ token: string; tokenHash: string; displayPrefix: string }> {
+  /**
+   * A new secret: `token`, the clear text for its caller alone, and `stored`, what a store is
+   * given (its hash and display prefix; never the token, which a store might log or keep).
+   */
+  async function newSecret(): Promise<{ token: string; stored: { tokenHash: string; displayPrefix: string } }> {
     const token = generateApiToken(prefix, random)
     const tokenHash = hash(token)
     // Issued here, so known here: its first use on this instance needs no checksum and is not
     // charged to its client's `unknownTokenBudget`.
     knowWellFormed(tokenHash)
-    return { token, tokenHash, displayPrefix: displayPrefix(token) }
+    return { token, stored: { tokenHash, displayPrefix: displayPrefix(token) } }
   }
 
   function knowWellFormed(tokenHash: string): void {
@@ -1094,6 +1100,60 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     return result
   }
 
+  // The creation of each user that runs or waits last on this instance, settled or not.
+  const creations = new Map<string, Promise<unknown>>()
+
+  /** `run` once the creations of `userId` started before it on this instance have settled. */
+  function oneCreationAtATime<T>(userId: string, run: () => Promise<T>): Promise<T> {
+    const before = creations.get(userId)
+    const result = before ? before.then(run) : run()
+    const last = result.catch(() => {})
+    creations.set(userId, last)
+    void last.then(() => {
+      if (creations.get(userId) === last) creations.delete(userId)
+    })
+    return result
+  }
+
+  /**
+   * The part of `create` that counts the user's active tokens and inserts the new one: run by
+   * {@link oneCreationAtATime}, so two creations of one user on this instance cannot both pass
+   * `maxActiveTokensPerUser` on the same count.
+   */
+  async function insertCounted(data: z.infer<typeof createSchema>, servers: string[], createdAt: number): Promise<ApiTokenSecretView> {
+    const owned = await storeCall(() => store.listByUser(data.userId))
+    const at = now()
+    let active = 0
+    for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
+    if (active >= maxActiveTokens) {
+      throw new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
+    }
+    const secret = await newSecret()
+    const record: ApiTokenRecord = {
+      id: randomUUID(),
+      userId: data.userId,
+      name: data.name,
+      ...secret.stored,
+      servers,
+      allowedIps: allowlistOf(data.allowedIps),
+      expiresAt: createdAt + data.expiresInDays * DAY_MS,
+      createdAt,
+      lastUsedAt: null,
+      revokedAt: null,
+    }
+    // Landed (or may have) though the caller was told 503: nobody holds its secret, so it
+    // is revoked (by id: nothing happens if it was never stored).
+    const revokeUnheld = () =>
+      storeCall(() => store.revoke(record.id, now())).catch((error: unknown) => {
+        throw new Error(`token ${record.id} may have been created though its caller got 503, and could not be revoked: revoke it`, { cause: error })
+      })
+    const stored = await storeCall(() => store.insert(record), { landed: revokeUnheld, unknown: revokeUnheld })
+    // A password reset of the owner that ran while this token was being made revokes it
+    // (the store keeps the reset): the caller is told, rather than handed a dead secret.
+    if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
+    return secretView(record, secret.token)
+  }
+
   const service: TokenService = {
     prefix,
 
@@ -1111,38 +1171,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }
       }
-      const owned = await storeCall(() => store.listByUser(data.userId))
-      const at = now()
-      let active = 0
-      for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
-      if (active >= maxActiveTokens) {
-        throw new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
-      }
-      const secret = await newSecret()
-      const record: ApiTokenRecord = {
-        id: randomUUID(),
-        userId: data.userId,
-        name: data.name,
-        tokenHash: secret.tokenHash,
-        displayPrefix: secret.displayPrefix,
-        servers,
-        allowedIps: allowlistOf(data.allowedIps),
-        expiresAt: createdAt + data.expiresInDays * DAY_MS,
-        createdAt,
-        lastUsedAt: null,
-        revokedAt: null,
-      }
-      // Landed (or may have) though the caller was told 503: nobody holds its secret, so it
-      // is revoked (by id: nothing happens if it was never stored).
-      const revokeUnheld = () =>
-        storeCall(() => store.revoke(record.id, now())).catch((error: unknown) => {
-          throw new Error(`token ${record.id} may have been created though its caller got 503, and could not be revoked: revoke it`, { cause: error })
-        })
-      const stored = await storeCall(() => store.insert(record), { landed: revokeUnheld, unknown: revokeUnheld })
-      // A password reset of the owner that ran while this token was being made revokes it
-      // (the store keeps the reset): the caller is told, rather than handed a dead secret.
-      if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
-      return secretView(record, secret.token)
+      // One user's creations, from the count to the insert, one at a time on this instance: the
+      // count each checks holds the tokens the ones before it made.
+      return oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt))
     },
 
     async list(userId) {
@@ -1268,8 +1299,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         const secret = await newSecret()
         const replaced = record.tokenHash
         const previous = { tokenHash: record.tokenHash, displayPrefix: record.displayPrefix }
-        const undo = () => undoRotation(id, previous, secret.tokenHash, replaced)
-        const rotated = await storeCall(() => store.rotate(id, secret, expectedHash), {
+        const undo = () => undoRotation(id, previous, secret.stored.tokenHash, replaced)
+        const rotated = await storeCall(() => store.rotate(id, secret.stored, expectedHash), {
           landed: (late) => late && undo(),
           unknown: undo,
         })
@@ -1288,8 +1319,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         const secret = await newSecret()
         const current = record
         const undo = () =>
-          undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.tokenHash, current.tokenHash)
-        const rotated = await storeCall(() => store.rotate(id, secret, current.tokenHash), {
+          undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
+        const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
           landed: (late) => late && undo(),
           unknown: undo,
         })

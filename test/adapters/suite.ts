@@ -112,6 +112,14 @@ export function expectReply(record: HttpRecord, reply: Reply): void {
   expect(record.headers['x-mcp-version']).toBeUndefined()
 }
 
+/**
+ * `reply` as a request without `Origin` gets it when it is a 404 or a 405, which a cache may
+ * store: saying it varies by `Origin` (the dispatcher adds it with CORS on).
+ */
+export function cacheable(reply: Reply): Reply {
+  return { ...reply, headers: { ...reply.headers, vary: 'Origin' } }
+}
+
 /** The Express and Fastify adapters' answer to a `Host` that is not just an authority (docs/adapters.md). */
 const INVALID_HOST_REPLY = jsonRpcErrorReply(400, {
   code: -32600,
@@ -161,22 +169,22 @@ export function rejectionCases(fixture: Fixture): Array<{ name: string; request:
     {
       name: '404 for an unknown App',
       request: { host: 'nowhere.localhost', path: '/v1', headers: { ...json, ...bearer(t.alice) }, body: TOOLS_LIST },
-      reply: notFoundReply(),
+      reply: cacheable(notFoundReply()),
     },
     {
       name: '404 for a path that is not a version',
       request: { path: '/v1/tools', headers: { ...json, ...bearer(t.alice) }, body: TOOLS_LIST },
-      reply: notFoundReply(),
+      reply: cacheable(notFoundReply()),
     },
     {
       name: '404 for an exact version that is not live',
       request: { path: '/v3.0.0', headers: { ...json, ...bearer(t.alice) }, body: TOOLS_LIST },
-      reply: versionNotFoundReply('3.0.0', '2.0.0'),
+      reply: cacheable(versionNotFoundReply('3.0.0', '2.0.0')),
     },
     {
       name: '404 for an unknown session',
       request: { path: '/', headers: { ...json, ...bearer(t.alice), 'mcp-session-id': 'no-such-session' }, body: TOOLS_LIST },
-      reply: sessionNotFoundReply(),
+      reply: cacheable(sessionNotFoundReply()),
     },
     {
       name: '404 without CORS headers (but Vary: Origin) for an unknown path asked from an Origin that is not allowed',
@@ -186,7 +194,7 @@ export function rejectionCases(fixture: Fixture): Array<{ name: string; request:
     {
       name: '405 for a method the endpoint does not serve',
       request: { method: 'PUT', path: '/v1', headers: { ...json, ...bearer(t.alice) }, body: TOOLS_LIST },
-      reply: methodNotAllowedReply(ALLOWED_METHODS),
+      reply: cacheable(methodNotAllowedReply(ALLOWED_METHODS)),
     },
   ]
 }
@@ -354,7 +362,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
             expect(res.status, path).toBe(200)
           } else {
             // Express and Fastify route the raw path: the dispatcher reads it raw too, and it is no version path.
-            expectReply(res, notFoundReply())
+            expectReply(res, cacheable(notFoundReply()))
           }
         }
       })
@@ -507,7 +515,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
 
         expectReply(
           await target.request({ ...notes, path: '/', headers: { ...json, ...alice, 'mcp-session-id': sessionId }, body: TOOLS_LIST }),
-          sessionNotFoundReply(),
+          cacheable(sessionNotFoundReply()),
         )
       })
 
@@ -569,7 +577,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
             headers: { ...json, ...bearer(fixture.tokens.carol), 'mcp-session-id': sessionId },
             body: TOOLS_LIST,
           }),
-          sessionNotFoundReply(),
+          cacheable(sessionNotFoundReply()),
         )
       })
 
@@ -578,7 +586,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         const alice = bearer(fixture.tokens.alice)
         await target.request({ path: '/v1.0.0', headers: { ...json, ...alice, 'x-test-session': sessionId }, body: TOOLS_LIST })
         const other = await target.request({ path: '/v2.0.0', headers: { ...json, ...alice, 'mcp-session-id': sessionId }, body: TOOLS_LIST })
-        expectReply(other, sessionNotFoundReply())
+        expectReply(other, cacheable(sessionNotFoundReply()))
       })
     })
 

@@ -218,7 +218,8 @@ export interface TokenApiCallOptions {
   /** A whole `Authorization` value of another kind (wins over `bearer`). */
   authorization?: string
   body?: unknown
-  rawBody?: string
+  /** The body as sent: text, or bytes (not UTF-8, say). */
+  rawBody?: string | Uint8Array<ArrayBuffer>
   contentType?: string
   clientAddress?: string
 }

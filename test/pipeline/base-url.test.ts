@@ -1,0 +1,103 @@
+/**
+ * The App address a platform gives as `baseUrl` (spec 4.2, 5.1): the 401's `resource_metadata`
+ * URL must be one the dispatcher serves the document at, whatever the address's trailing slash
+ * or path, and the document's `resource` the address the MCP SDK's client checks.
+ */
+import { discoverOAuthProtectedResourceMetadata } from '@modelcontextprotocol/sdk/client/auth.js'
+import { type DispatcherOptions, createDispatcher } from 'mcp-dispatch'
+import { mcpDispatch } from 'mcp-dispatch/web'
+import { describe, expect, it } from 'vitest'
+import { HOST, createFixture } from '../adapters/helpers.js'
+
+const METADATA = '/.well-known/oauth-protected-resource'
+const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+
+/** The Web adapter over the fixture's dispatcher with `options` changed; the App answers 200. */
+function serve(options: Partial<DispatcherOptions>) {
+  const fixture = createFixture()
+  const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, ...options })
+  const handle = mcpDispatch({ dispatcher, handler: () => Response.json({ jsonrpc: '2.0', id: 1, result: { tools: [] } }) })
+  const fetch = async (input: string | URL | Request, init?: RequestInit) => {
+    const response = await handle(new Request(input, init), { clientAddress: '127.0.0.1' })
+    return response ?? new Response('not ours', { status: 418 })
+  }
+  return { fetch, errors: fixture.errors }
+}
+
+/** The `resource_metadata` URL of an unauthenticated `tools/list` to `url`. */
+async function challengeOf(fetch: (url: string, init?: RequestInit) => Promise<Response>, url: string): Promise<string> {
+  const response = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: TOOLS_LIST })
+  expect(response.status).toBe(401)
+  return /resource_metadata="([^"]+)"/.exec(response.headers.get('www-authenticate') ?? '')![1]!
+}
+
+describe('baseUrl: where the 401 sends a client is where the document is', () => {
+  it('a trailing slash on the address is dropped, in the challenge and in `resource` (regression: `//.well-known`, 404)', async () => {
+    for (const slashes of ['/', '//']) {
+      const { fetch, errors } = serve({ baseUrl: (_request, app) => `https://${app.slug}.apps.example.com${slashes}` })
+      const url = await challengeOf(fetch, `https://${HOST}/v1`)
+      expect(url).toBe(`https://weather.apps.example.com${METADATA}`)
+      // The platform routes that host to this dispatcher: what the client fetches there.
+      const doc = await fetch(`https://${HOST}${METADATA}`)
+      expect(doc.status).toBe(200)
+      expect((await doc.json()).resource).toBe('https://weather.apps.example.com')
+      expect(errors).toEqual([])
+    }
+  })
+
+  it('an address without the basePath: the document is served at the address, as well as under the mount (regression: 404 there)', async () => {
+    const { fetch, errors } = serve({ basePath: '/mcp', baseUrl: (request) => request.origin })
+    const url = await challengeOf(fetch, `http://${HOST}/mcp/v1`)
+    expect(url).toBe(`http://${HOST}${METADATA}`)
+    for (const at of [url, `http://${HOST}/mcp${METADATA}`]) {
+      const doc = await fetch(at)
+      expect(doc.status, at).toBe(200)
+      expect((await doc.json()).resource).toBe(`http://${HOST}`)
+    }
+    // The MCP SDK's client, from the 401 on: it finds the document, and its resource covers the endpoint.
+    const found = await discoverOAuthProtectedResourceMetadata(`http://${HOST}/mcp/v1`, { resourceMetadataUrl: new URL(url) }, fetch)
+    expect(found.resource).toBe(`http://${HOST}`)
+    // Nothing else outside the mount is answered: other paths, a path-suffixed document, an unknown App.
+    for (const path of ['/v1', `${METADATA}/mcp`, `/other${METADATA}`]) expect((await fetch(`http://${HOST}${path}`)).status, path).toBe(404)
+    expect((await fetch(`http://nowhere.localhost${METADATA}`)).status).toBe(404)
+    expect(errors).toEqual([])
+  })
+
+  it('an address with a path of its own outside the mount: the document at that path', async () => {
+    const { fetch } = serve({ basePath: '/mcp', baseUrl: (request) => `${request.origin}/apps/weather` })
+    const url = await challengeOf(fetch, `http://${HOST}/mcp/v1`)
+    expect(url).toBe(`http://${HOST}/apps/weather${METADATA}`)
+    expect((await fetch(url)).status).toBe(200)
+    expect((await fetch(`http://${HOST}${METADATA}`)).status).toBe(404)
+  })
+
+  it('with the default address (origin + basePath), the origin root has no document', async () => {
+    const { fetch } = serve({ basePath: '/mcp' })
+    expect(await challengeOf(fetch, `http://${HOST}/mcp/v1`)).toBe(`http://${HOST}/mcp${METADATA}`)
+    expect((await fetch(`http://${HOST}/mcp${METADATA}`)).status).toBe(200)
+    expect((await fetch(`http://${HOST}${METADATA}`)).status).toBe(404)
+  })
+})
+
+describe('CORS and caches (Fetch standard, "CORS protocol and HTTP caches")', () => {
+  it('a 404 or 405 answered without CORS headers (no Origin) varies by Origin, so a shared cache keeps it from browser pages', async () => {
+    for (const allowedOrigins of [undefined, ['https://allowed.example']]) {
+      const { fetch } = serve({ allowedOrigins })
+      const missing = await fetch(`http://${HOST}/nowhere`)
+      expect(missing.status).toBe(404)
+      expect(missing.headers.get('vary')).toBe('Origin')
+      expect(missing.headers.get('access-control-allow-origin')).toBeNull()
+      const refused = await fetch(`http://${HOST}/v1`, { method: 'PUT' })
+      expect(refused.status).toBe(405)
+      expect(refused.headers.get('vary')).toBe('Origin')
+      // With an Origin, the CORS headers a browser needs.
+      const browser = await fetch(`http://${HOST}/nowhere`, { headers: { origin: 'https://allowed.example' } })
+      expect(browser.headers.get('access-control-allow-origin')).toBe(allowedOrigins ? 'https://allowed.example' : '*')
+    }
+  })
+
+  it('with cors off nothing is added', async () => {
+    const { fetch } = serve({ cors: false })
+    expect((await fetch(`http://${HOST}/nowhere`)).headers.get('vary')).toBeNull()
+  })
+})
