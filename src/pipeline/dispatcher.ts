@@ -11,6 +11,7 @@ import { parseBearerToken, presentsBearer } from '../core/authorization-header.j
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkScope } from '../core/scope.js'
 import { checkIpAllowlist } from '../core/ip.js'
+import { isForeignThenable } from '../core/thenable.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
   type ProtectedResourceMetadata,
@@ -199,7 +200,9 @@ export interface DispatcherOptions {
    * (`weather`, `localhost:8080`) is no App (404): in development, use `weather.localhost`. A
    * name ending in a dot (`weather.example.com.`, the same name as DNS reads it) is no App: it
    * would be a second address of the App, with a metadata `resource` of its own, which a token
-   * bound to the first does not name.
+   * bound to the first does not name. Asked for requests under `basePath`, and, when `baseUrl`
+   * is given too, for one outside it whose path ends in `/.well-known/oauth-protected-resource`
+   * (see `baseUrl`).
    */
   resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
   /**
@@ -207,7 +210,9 @@ export interface DispatcherOptions {
    * with). Default: `origin + basePath`. A trailing slash is dropped. The 401 sends clients to
    * `{baseUrl}/.well-known/oauth-protected-resource` (spec 4.2): the dispatcher serves the
    * document under `basePath`, and, for an address whose path is not `basePath` (no path, with
-   * the endpoint at `/mcp`), at that address's path too, for requests that reach it there.
+   * the endpoint at `/mcp`), at that address's path too, for requests that reach it there
+   * (matched as sent, as under `basePath`: no percent-decoding, no dot segments). A callback
+   * that answers anything but a string fails the request (503, reported to `onError`).
    */
   baseUrl?: (request: DispatchRequest, app: AppRecord) => string
   /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
@@ -294,16 +299,6 @@ export interface Dispatcher {
   metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata
   /** The path the dispatcher is mounted under. */
   readonly basePath: string
-}
-
-/**
- * A promise that is not `instanceof Promise`: of another realm or library (Bluebird, a lazy
- * query, a test environment's Promise), or any thenable. Store answers (and the Web adapter's
- * handler answers) of that kind are adopted and awaited, never taken for the answer itself.
- * @internal
- */
-export function isForeignThenable(value: unknown): boolean {
-  return value !== null && typeof value === 'object' && !(value instanceof Promise) && typeof (value as { then?: unknown }).then === 'function'
 }
 
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
@@ -526,7 +521,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // `https://a.example//.well-known/…`, where nothing is served).
   const givenBaseUrl = options.baseUrl
   const baseUrlOf = givenBaseUrl
-    ? (request: DispatchRequest, app: AppRecord) => withoutTrailingSlashes(givenBaseUrl(request, app))
+    ? (request: DispatchRequest, app: AppRecord) => {
+        // Whatever step asks for the address, a throw here is the callback's.
+        stage = 'callback'
+        const url: unknown = givenBaseUrl(request, app)
+        if (typeof url !== 'string') throw new TypeError(`mcp-dispatch: the baseUrl option answered ${url === null ? 'null' : typeof url}, not a string`)
+        return withoutTrailingSlashes(url)
+      }
     : (request: DispatchRequest) => request.origin + basePath
   const indexes = new WeakMap<readonly string[], VersionIndex>()
   // A checked copy of each policy object and its `RateLimit-Policy` value (frozen ones only).
@@ -1098,7 +1099,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       let path = request.path
       if (basePath !== '') {
         if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
-          if (!path.endsWith(PROTECTED_RESOURCE_METADATA_PATH)) return notFound(request, origin)
+          // Only a `baseUrl` of the platform's can place the document outside the mount.
+          if (givenBaseUrl === undefined || !path.endsWith(PROTECTED_RESOURCE_METADATA_PATH)) return notFound(request, origin)
           stage = 'apps'
           return proceed(new Flow(request, origin, path), settle(resolveApp(request), 'apps'), 'apps', metadataOutsideMount)
         }

@@ -296,6 +296,55 @@ describe('create (spec 2.1, 3)', () => {
     expect((await carol).name).toBe('CI')
   })
 
+  it('creations of one user queued behind a store that stopped answering fail within about twice storeTimeoutMs, not one bound after another', async () => {
+    vi.useFakeTimers()
+    try {
+      const hung: TokenStore = { ...createMemoryTokenStore(), listByUser: () => new Promise(() => {}) }
+      const { service } = setup({ store: hung, storeTimeoutMs: 200 })
+      const settled: unknown[] = []
+      for (let i = 0; i < 5; i++) void createToken(service).then(() => settled.push('created'), (error: unknown) => settled.push(error))
+      // Each waits at most one bound for the one before it, then makes its own calls.
+      await vi.advanceTimersByTimeAsync(401)
+      expect(settled).toHaveLength(5)
+      for (const outcome of settled) expect(outcome).toBeInstanceOf(StoreUnavailableError)
+    } finally {
+      vi.useRealTimers()
+    }
+  })
+
+  it('a creation whose App lookups hang after its insert does not hold up the next creation of the same user', async () => {
+    // The answer's scopes name the Apps (an App store of the platform's own, with no deadline):
+    // built after the count and insert, which the next creation waits for, not before.
+    const inner = createMemoryTokenStore()
+    const appStore = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+    let hangNextLookup = false
+    let hung = 0
+    const apps: typeof appStore = {
+      ...appStore,
+      getApp: (id) => {
+        if (!hangNextLookup) return appStore.getApp(id)
+        hangNextLookup = false
+        hung++
+        return new Promise(() => {})
+      },
+    }
+    const store: TokenStore = {
+      ...inner,
+      insert: (record) => {
+        const stored = inner.insert(record)
+        // The first creation's: its answer's App lookup hangs.
+        if (record.name === 'first') hangNextLookup = true
+        return stored
+      },
+    }
+    const { service } = setup({ store, apps, storeTimeoutMs: 200 })
+    void createToken(service, { name: 'first' })
+    await vi.waitFor(() => expect(hung).toBe(1))
+    const second = await createToken(service, { name: 'second' })
+    expect(second.name).toBe('second')
+    expect((await inner.listByUser('alice')).map((r) => r.name).sort()).toEqual(['first', 'second'])
+  })
+
   it('each lifetime: 7, 30 or 90 days', async () => {
     const { service } = setup()
     for (const days of [7, 30, 90] as const) {

@@ -19,6 +19,7 @@ import {
 } from '../core/api-token.js'
 import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
 import { hasLoneSurrogate } from '../core/text.js'
+import { isForeignThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
@@ -258,7 +259,8 @@ export interface TokenServiceOptions {
   onError?: (error: unknown, context: string) => void
   /**
    * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,
-   * revoke, `revokeAllForUser`: one to three store calls each) and for a `last_used_at`
+   * revoke, `revokeAllForUser`: one to three store calls each; a creation may first wait as
+   * long for an earlier creation of the same user on this instance) and for a `last_used_at`
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
    * never holds a dashboard request or `close()`. The write may still land later: a write
@@ -778,6 +780,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const started = monotonic()
     try {
       answer = fn()
+      // A thenable of another library is awaited under the deadline too, as a promise is.
+      if (isForeignThenable(answer)) answer = Promise.resolve(answer as PromiseLike<T>)
       if (!(answer instanceof Promise)) return answer
       return await withTimeout(
         answer.finally(() => (settled = true)),
@@ -1100,13 +1104,23 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     return result
   }
 
-  // The creation of each user that runs or waits last on this instance, settled or not.
+  // The count-and-insert of each user's creation that runs or waits last on this instance.
   const creations = new Map<string, Promise<unknown>>()
 
-  /** `run` once the creations of `userId` started before it on this instance have settled. */
+  /**
+   * `run` once the count-and-insert of the creations of `userId` started before it on this
+   * instance have settled. Each of those is bounded (two store calls, each under
+   * `storeTimeoutMs`), and the wait is too: past `storeTimeoutMs` the creation fails as its own
+   * store call would (`StoreUnavailableError`), so creations queued behind a store that stopped
+   * answering fail together, each within about the bound, not one bound after another.
+   */
   function oneCreationAtATime<T>(userId: string, run: () => Promise<T>): Promise<T> {
     const before = creations.get(userId)
-    const result = before ? before.then(run) : run()
+    const result = before
+      ? withTimeout(before, storeTimeoutMs, 'token store (an earlier creation of the same user)').then(run, (error: unknown) => {
+          throw new StoreUnavailableError('token', { cause: error })
+        })
+      : run()
     const last = result.catch(() => {})
     creations.set(userId, last)
     void last.then(() => {
@@ -1116,11 +1130,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
-   * The part of `create` that counts the user's active tokens and inserts the new one: run by
-   * {@link oneCreationAtATime}, so two creations of one user on this instance cannot both pass
-   * `maxActiveTokensPerUser` on the same count.
+   * The part of `create` that counts the user's active tokens and inserts the new one (two
+   * store calls, each bounded): run by {@link oneCreationAtATime}, so two creations of one user
+   * on this instance cannot both pass `maxActiveTokensPerUser` on the same count. Answers the
+   * record stored and its secret; the view (which asks the App store) is built after.
    */
-  async function insertCounted(data: z.infer<typeof createSchema>, servers: string[], createdAt: number): Promise<ApiTokenSecretView> {
+  async function insertCounted(
+    data: z.infer<typeof createSchema>,
+    servers: string[],
+    createdAt: number,
+  ): Promise<{ record: ApiTokenRecord; token: string }> {
     const owned = await storeCall(() => store.listByUser(data.userId))
     const at = now()
     let active = 0
@@ -1151,7 +1170,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     // A password reset of the owner that ran while this token was being made revokes it
     // (the store keeps the reset): the caller is told, rather than handed a dead secret.
     if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
-    return secretView(record, secret.token)
+    return { record, token: secret.token }
   }
 
   const service: TokenService = {
@@ -1173,7 +1192,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       // One user's creations, from the count to the insert, one at a time on this instance: the
       // count each checks holds the tokens the ones before it made.
-      return oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt))
+      const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt))
+      return secretView(record, token)
     },
 
     async list(userId) {

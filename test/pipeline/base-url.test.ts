@@ -71,11 +71,29 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
     expect((await fetch(`http://${HOST}${METADATA}`)).status).toBe(404)
   })
 
-  it('with the default address (origin + basePath), the origin root has no document', async () => {
-    const { fetch } = serve({ basePath: '/mcp' })
+  it('with the default address (origin + basePath), the origin root has no document, and a probe there asks no store', async () => {
+    const fixture = createFixture()
+    let lookups = 0
+    const apps = { ...fixture.apps, getAppBySlug: (slug: string) => (lookups++, fixture.apps.getAppBySlug(slug)) }
+    const { fetch, errors } = serve({ basePath: '/mcp', apps })
     expect(await challengeOf(fetch, `http://${HOST}/mcp/v1`)).toBe(`http://${HOST}/mcp${METADATA}`)
     expect((await fetch(`http://${HOST}/mcp${METADATA}`)).status).toBe(200)
-    expect((await fetch(`http://${HOST}${METADATA}`)).status).toBe(404)
+    const before = lookups
+    // Clients probe the root (RFC 9728's rule without the 401): answered 404 as any path outside the mount.
+    for (const path of [METADATA, `/x${METADATA}`]) expect((await fetch(`http://${HOST}${path}`)).status).toBe(404)
+    expect(lookups).toBe(before)
+    expect(errors).toEqual([])
+  })
+
+  it('a baseUrl that answers no string fails the request as a callback, saying what it answered', async () => {
+    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/')]) {
+      const { fetch, errors } = serve({ baseUrl: () => answer as unknown as string })
+      const response = await fetch(`http://${HOST}/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS_LIST })
+      expect(response.status).toBe(503)
+      expect(errors).toHaveLength(1)
+      expect(errors[0]!.context).toBe('callback failed')
+      expect(String(errors[0]!.error)).toContain(`the baseUrl option answered ${answer === null ? 'null' : typeof answer}, not a string`)
+    }
   })
 })
 

@@ -38,7 +38,8 @@ import type {
 } from 'fastify'
 import { type Reply, notFoundReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, logError } from '../../errors.js'
-import { type Decision, type DispatchContext, isForeignThenable } from '../../pipeline/dispatcher.js'
+import { type Decision, type DispatchContext } from '../../pipeline/dispatcher.js'
+import { isForeignThenable } from '../../core/thenable.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
   answerTokenApi,
