@@ -787,7 +787,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // OIDC Core section 5.3.2: the claims as JSON, or as a signed JWT (`application/jwt`) when
       // the client registered `userinfo_signed_response_alg`. The answer comes straight from the
       // endpoint this validator called, so its claims are read as a JSON answer's are.
-      const body = res.contentType === 'application/jwt' ? (peekJwtClaims(res.body.trim()) as Record<string, unknown> | undefined) : parseJsonObject(res.body)
+      const signed = res.contentType === 'application/jwt'
+      const body = signed ? (peekJwtClaims(res.body.trim()) as Record<string, unknown> | undefined) : parseJsonObject(res.body)
+      // A success that is no JSON object (an HTML sign-in page, a catch-all of a web app at
+      // `{issuer}/userinfo`) is the server's failure, as in introspection: counted, and the
+      // client's budget unit given back. No client registration can make the endpoint answer
+      // so, unlike a userinfo JWT this validator cannot read (below).
+      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${res.contentType || 'untyped'})`, true)
       const sub = body?.sub
       // A healthy server's answer this validator cannot use (an encrypted userinfo JWT, a body
       // without `sub`): 503 for this token, not counted against the server, since one user's
@@ -996,6 +1002,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // and plain `JWT` are taken, since common providers issue their access tokens so.
     const typ = typeof header.typ === 'string' ? header.typ.toLowerCase().replace(/^application\//, '') : undefined
     if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
+    // No keys in hand yet (none fetched since start, every fetch so far failed): a token its own
+    // claims refuse is refused without them, as one naming a key not yet known is (below), so
+    // an expired or foreign token gets its 401 while the JWKS endpoint fails, and no fetch.
+    if (!localKeys && remoteKeys === undefined) {
+      const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
+      if (refusal) return refusal
+    }
     const verifyOptions = {
       issuer,
       // RFC 9068 section 2.2: an access token expires; one without `exp` would be taken until

@@ -339,6 +339,13 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     }
   })
 
+  it('a live set holding an entry compileVersions refuses is a RangeError, never passed on to a store (regression: it was kept)', () => {
+    for (const bad of ['v1.0.0', ' 1.1.0', '1.2.0+b', '=1.3.0', 'x']) {
+      expect(() => compileVersions([bad]), bad).toThrow(RangeError)
+      expect(() => applyDeploy([bad], '2.0.0'), bad).toThrow(RangeError)
+    }
+  })
+
   it('a refused deploy leaves the live set as it was', () => {
     const live = ['1.2.3']
     expect(() => applyDeploy(live, '1.2.1')).toThrow(DeployRefusedError)

@@ -122,6 +122,14 @@ export function isExactVersion(value: string): boolean {
   return p !== null && p.build.length === 0 && p.version === value
 }
 
+/** An entry of a live set, parsed; a `RangeError` for one that is no version as written. */
+function parseLive(v: string): semver.SemVer {
+  const p = semver.parse(v)
+  // Exactly as written: semver.parse cleans up a leading `v` or spaces, which no URL names.
+  if (!p || p.build.length > 0 || p.version !== v) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+  return p
+}
+
 /**
  * Compiles a live set. Invalid entries throw a `RangeError` (a store must never hold one).
  *
@@ -133,12 +141,7 @@ export function isExactVersion(value: string): boolean {
  * ```
  */
 export function compileVersions(live: readonly string[]): VersionIndex {
-  const parsed = live.map((v) => {
-    const p = semver.parse(v)
-    // Exactly as written: semver.parse cleans up a leading `v` or spaces, which no URL names.
-    if (!p || p.build.length > 0 || p.version !== v) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
-    return p
-  })
+  const parsed = live.map(parseLive)
   parsed.sort(semver.compare)
   const majors = new Map<number, MajorLine>()
   let latestRelease: string | null = null
@@ -197,6 +200,8 @@ export const MAX_VERSION_LENGTH = 125
  *   numbers past `Number.MAX_SAFE_INTEGER` (they would not order exactly).
  *
  * @throws {DeployRefusedError} naming the rule that refused it.
+ * @throws {RangeError} when `live` holds an entry {@link compileVersions} refuses (a store
+ *   must never hold one): what this function answers always compiles.
  * @example
  * ```ts
  * applyDeploy(['1.2.3'], '1.2.4') // ['1.2.4']
@@ -223,8 +228,9 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
   const isPre = next.prerelease.length > 0
   const kept: string[] = []
   for (const v of live) {
-    const p = semver.parse(v)
-    if (!p) throw new RangeError(`live set holds an invalid version: ${JSON.stringify(v)}`)
+    // The entries `compileVersions` refuses, refused here too: a live set this function
+    // answered is one the dispatcher can compile.
+    const p = parseLive(v)
     const sameMinor = p.major === next.major && p.minor === next.minor
     if (!sameMinor) {
       kept.push(v)

@@ -611,6 +611,27 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBe(2)
   })
 
+  it('while no key set could be fetched yet, a token its own claims refuse is 401 with no fetch; a good-looking one is 503 (regression: 503 for all, and each a fetch)', async () => {
+    fake.route('/jwks', { status: 500 })
+    const v = validator({ mode: 'jwt', retry: { attempts: 1 } })
+    const refused = [
+      await sign({}, { expiresInS: -3600 }),
+      await sign({ iss: 'https://other.example' }),
+      await sign({ aud: 'http://notes.localhost' }),
+      await sign({ sub: '' }),
+    ]
+    for (const token of refused) expect(await v.validate(token, weather)).toMatchObject({ active: false })
+    expect(fake.count('/jwks')).toBe(0)
+    expect(v.breakerState).toBe('closed')
+    await unavailable(v.validate(await sign({ jti: 'good' }), weather))
+    expect(fake.count('/jwks')).toBe(1)
+    // Once the keys are there, the same checks refuse as before.
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    clock.advance(60_000)
+    expect(await v.validate(await sign({ jti: 'later' }), weather)).toMatchObject({ active: true })
+    expect(await v.validate(await sign({}, { expiresInS: -3600 }), weather)).toMatchObject({ active: false })
+  })
+
   it('keeps verifying with the keys it has while the JWKS endpoint is down', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt', jwksMaxAgeMs: 60_000 })
@@ -1136,6 +1157,26 @@ describe('client budget: a flood of made-up tokens from one address', () => {
     expect((await v.validate('junk-1', at('203.0.113.7'))).active).toBe(false)
     expect((await v.validate('junk-2', at('203.0.113.7'))).active).toBe(false)
     await spent(v.validate('junk-3', at('203.0.113.7')))
+  })
+
+  it('gives units back when userinfo answers a success that is no JSON object (a sign-in page, a web app\'s catch-all), and counts it against the server (regression: 429 for good clients, breaker never opened)', async () => {
+    for (const answer of [
+      { status: 200, headers: { 'content-type': 'text/html' }, body: '<html>Sign in</html>' },
+      { status: 200, body: '[{"sub":"user_alice"}]' },
+      { status: 200, body: '{"sub":' },
+    ]) {
+      fake.route('/oidc/me', answer)
+      const budgeted = validator({ clientBudget: { limit: 2 }, retry: { attempts: 1 }, breaker: { failureThreshold: 100 } })
+      for (let i = 0; i < 5; i++) await unavailable(budgeted.validate(`ey.token-${i}`, at('203.0.113.7')))
+      const counted = validator({ retry: { attempts: 1 }, breaker: { failureThreshold: 2 } })
+      for (let i = 0; i < 2; i++) await unavailable(counted.validate(`ey.token-${i}`))
+      expect(counted.breakerState, answer.body).toBe('open')
+    }
+    // A JSON object without sub is still about the token: not counted (see userinfo mode).
+    fake.route('/oidc/me', { status: 200, body: { name: 'no subject' } })
+    const v = validator({ retry: { attempts: 1 }, breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 3; i++) await unavailable(v.validate(`ey.token-${i}`))
+    expect(v.breakerState).toBe('closed')
   })
 
   it('gives units back when introspection refuses the resource server\'s credentials or answers garbage: no answer about the token (regression)', async () => {
