@@ -789,11 +789,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // endpoint this validator called, so its claims are read as a JSON answer's are.
       const signed = res.contentType === 'application/jwt'
       const body = signed ? (peekJwtClaims(res.body.trim()) as Record<string, unknown> | undefined) : parseJsonObject(res.body)
-      // A success that is no JSON object (an HTML sign-in page, a catch-all of a web app at
-      // `{issuer}/userinfo`) is the server's failure, as in introspection: counted, and the
-      // client's budget unit given back. No client registration can make the endpoint answer
-      // so, unlike a userinfo JWT this validator cannot read (below).
-      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${res.contentType || 'untyped'})`, true)
+      // A success that is no JSON object (an HTML sign-in page, a web app's catch-all at
+      // `{issuer}/userinfo`, a firewall's block page served with 200 for one client's token)
+      // is taken as one without `sub`, below: a token can provoke it, so it must not open the
+      // breaker for everyone, and the client's budget unit is kept.
+      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${res.contentType || 'untyped'})`, false)
       const sub = body?.sub
       // A healthy server's answer this validator cannot use (an encrypted userinfo JWT, a body
       // without `sub`): 503 for this token, not counted against the server, since one user's
@@ -950,13 +950,16 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     alg: unknown,
     token: string,
     audience: readonly string[] | undefined,
+    keysFetched = true,
   ): Outcome | undefined {
     const reason =
       checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience }) ??
       (typeof claims.exp !== 'number' ? 'claim check failed: exp' : undefined) ??
       (typeof claims.sub !== 'string' || claims.sub === '' ? 'token has no subject' : undefined) ??
       (signatureFits(alg, token.slice(token.lastIndexOf('.') + 1)) ? undefined : 'invalid signature or token') ??
-      (typeof claims.iat === 'number' && claims.iat * 1000 > now() + clockToleranceMs ? 'no matching key' : undefined)
+      // No key published since the last fetch can have signed a token issued later; with no
+      // fetch yet, nothing is known of the keys, and an `iat` to come is no reason to refuse.
+      (keysFetched && typeof claims.iat === 'number' && claims.iat * 1000 > now() + clockToleranceMs ? 'no matching key' : undefined)
     if (reason === undefined) return undefined
     emit({ type: 'rejected-locally', reason })
     // The audience depends on the App it was presented to, `nbf` and `iat` pass: not remembered.
@@ -1006,7 +1009,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // claims refuse is refused without them, as one naming a key not yet known is (below), so
     // an expired or foreign token gets its 401 while the JWKS endpoint fails, and no fetch.
     if (!localKeys && remoteKeys === undefined) {
-      const refusal = unknownKeyRefusal(claims, header.alg, token, audience)
+      const refusal = unknownKeyRefusal(claims, header.alg, token, audience, false)
       if (refusal) return refusal
     }
     const verifyOptions = {

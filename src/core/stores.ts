@@ -38,7 +38,8 @@ export interface AppStore {
   /**
    * Makes `version` live by the versions rule (`applyDeploy`), atomically, and returns the
    * new live set. Throws `DeployRefusedError` when the rule refuses it, `NotFoundError` for
-   * an unknown App.
+   * an unknown App, and `applyDeploy`'s `RangeError` when the stored set holds an entry that is
+   * no version as written and the deploy would keep it.
    */
   deploy(appId: string, version: string): MaybePromise<readonly string[]>
 }

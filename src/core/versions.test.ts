@@ -339,11 +339,17 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     }
   })
 
-  it('a live set holding an entry compileVersions refuses is a RangeError, never passed on to a store (regression: it was kept)', () => {
+  it('an entry compileVersions refuses is never kept: a RangeError when the deploy would keep it (regression: kept), dropped when the deploy replaces it', () => {
     for (const bad of ['v1.0.0', ' 1.1.0', '1.2.0+b', '=1.3.0', 'x']) {
       expect(() => compileVersions([bad]), bad).toThrow(RangeError)
       expect(() => applyDeploy([bad], '2.0.0'), bad).toThrow(RangeError)
     }
+    // A deploy in its minor puts such a set right, as a deploy replacing the version it spells would.
+    expect(applyDeploy(['v1.0.0'], '1.0.1')).toEqual(['1.0.1'])
+    expect(applyDeploy(['1.2.0+b', '2.0.0'], '1.2.1')).toEqual(['1.2.1', '2.0.0'])
+    expect(() => applyDeploy(['v1.0.0'], '1.0.1-rc.1'), 'a pre-release keeps the release').toThrow(RangeError)
+    expect(() => applyDeploy(['x'], '1.0.1')).toThrow(RangeError)
+    for (const live of [['1.0.1'], ['1.2.1', '2.0.0']]) expect(() => compileVersions(live)).not.toThrow()
   })
 
   it('a refused deploy leaves the live set as it was', () => {

@@ -201,7 +201,8 @@ export const MAX_VERSION_LENGTH = 125
  *
  * @throws {DeployRefusedError} naming the rule that refused it.
  * @throws {RangeError} when `live` holds an entry {@link compileVersions} refuses (a store
- *   must never hold one): what this function answers always compiles.
+ *   must never hold one) that the deploy would keep: what this function answers always
+ *   compiles. One the deploy replaces (`v1.0.0` by `1.0.1`) is dropped, as the version it spells.
  * @example
  * ```ts
  * applyDeploy(['1.2.3'], '1.2.4') // ['1.2.4']
@@ -228,19 +229,25 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
   const isPre = next.prerelease.length > 0
   const kept: string[] = []
   for (const v of live) {
-    // The entries `compileVersions` refuses, refused here too: a live set this function
-    // answered is one the dispatcher can compile.
-    const p = parseLive(v)
+    const p = semver.parse(v)
+    if (!p) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+    // An entry `compileVersions` refuses (`v1.0.0`, `1.2.0+b`: what a store of the platform's
+    // own was given elsewhere) is never kept, so the answer always compiles; it may be
+    // replaced, as the version it spells, which is how such a set is put right.
+    const keep = () => {
+      if (p.build.length > 0 || p.version !== v) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+      kept.push(v)
+    }
     const sameMinor = p.major === next.major && p.minor === next.minor
     if (!sameMinor) {
-      kept.push(v)
+      keep()
       continue
     }
     const livePre = p.prerelease.length > 0
     if (semver.gte(p, next)) {
       // A hotfix release may land below a pre-release already live in its minor.
       if (!isPre && livePre) {
-        kept.push(v)
+        keep()
         continue
       }
       throw new DeployRefusedError(
@@ -250,7 +257,7 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
     }
     // Lower than the new version: a release is replaced by a release; a pre-release is
     // replaced by anything newer in its minor. A live release survives a newer pre-release.
-    if (isPre && !livePre) kept.push(v)
+    if (isPre && !livePre) keep()
   }
   kept.push(version)
   return kept.sort(semver.compare)

@@ -522,10 +522,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const givenBaseUrl = options.baseUrl
   const baseUrlOf = givenBaseUrl
     ? (request: DispatchRequest, app: AppRecord) => {
-        // Whatever step asks for the address, a throw here is the callback's.
-        stage = 'callback'
-        const url: unknown = givenBaseUrl(request, app)
-        if (typeof url !== 'string') throw new TypeError(`mcp-dispatch: the baseUrl option answered ${url === null ? 'null' : typeof url}, not a string`)
+        // Whatever step asks for the address, and whether it then goes on synchronously or not,
+        // its failure is reported as the callback's (`callback failed`).
+        let url: unknown
+        try {
+          url = givenBaseUrl(request, app)
+        } catch (error) {
+          throw new StoreFailure('callback', error)
+        }
+        if (typeof url !== 'string') {
+          throw new StoreFailure('callback', new TypeError(`mcp-dispatch: the baseUrl option answered ${url === null ? 'null' : typeof url}, not a string`))
+        }
         return withoutTrailingSlashes(url)
       }
     : (request: DispatchRequest) => request.origin + basePath
@@ -734,11 +741,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   async function authenticateOAuth(request: DispatchRequest, app: AppRecord, token: string): Promise<AuthOutcome> {
     if (!oauth) return challenge(request, app, true)
     let result
+    // Outside the `try`: a failing `baseUrl` is the platform's callback, not the validator.
+    const resource = baseUrlOf(request, app)
     try {
       const context =
         request.clientAddress === undefined
-          ? { resource: baseUrlOf(request, app), appId: app.id }
-          : { resource: baseUrlOf(request, app), appId: app.id, clientAddress: request.clientAddress }
+          ? { resource, appId: app.id }
+          : { resource, appId: app.id, clientAddress: request.clientAddress }
       result = await oauth.validate(token, context)
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {

@@ -312,6 +312,33 @@ describe('create (spec 2.1, 3)', () => {
     }
   })
 
+  it('a creation that gave up waiting does not let the one behind it count while the one it waited for still inserts (regression: past the limit)', async () => {
+    vi.useFakeTimers()
+    try {
+      // A slow store that answers what it held when asked, as a database's snapshot does.
+      const memory = createMemoryTokenStore()
+      const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 150))
+      const slow: TokenStore = {
+        ...memory,
+        listByUser: (userId) => later(memory.listByUser(userId) as ApiTokenRecord[]),
+        insert: async (record) => {
+          await later(undefined)
+          return memory.insert(record)
+        },
+      }
+      const { service } = setup({ store: slow, storeTimeoutMs: 200, maxActiveTokensPerUser: 1 })
+      const outcomes = ['a', 'b', 'c'].map((name) => createToken(service, { name }).then((t) => t.name, (error: unknown) => error))
+      await vi.advanceTimersByTimeAsync(1_000)
+      const [a, b, c] = await Promise.all(outcomes)
+      expect(a).toBe('a')
+      expect(b).toBeInstanceOf(StoreUnavailableError)
+      expect(c).toBeInstanceOf(StoreUnavailableError)
+      expect((await memory.listByUser('alice')).map((r) => r.name)).toEqual(['a'])
+    } finally {
+      vi.useRealTimers()
+    }
+  })
+
   it('a creation whose App lookups hang after its insert does not hold up the next creation of the same user', async () => {
     // The answer's scopes name the Apps (an App store of the platform's own, with no deadline):
     // built after the count and insert, which the next creation waits for, not before.
@@ -1325,6 +1352,26 @@ describe('authenticate (spec 5.2)', () => {
     expect(result.record.userId).toBe('alice')
     expect(result.record.servers).toEqual(['app_weather'])
     expect(result.allowlist).toHaveLength(1)
+  })
+
+  it('a store answering with another library\'s promises (lookups, last_used_at writes) is awaited, never taken for the answer (regression: 503 for every token, uses never written)', async () => {
+    const memory = createMemoryTokenStore()
+    // A lazy query object: it runs when `then` is called, as Knex's and others' do.
+    const lazy = <T>(run: () => T | PromiseLike<T>): PromiseLike<T> => ({
+      then: (resolve, reject) => Promise.resolve().then(run).then(resolve, reject),
+    })
+    const touched: string[][] = []
+    const store: TokenStore = {
+      ...memory,
+      findByHash: (hash) => lazy(() => memory.findByHash(hash)) as never,
+      touch: (batch) => lazy(() => (touched.push([...batch.keys()]), memory.touch(batch))) as never,
+    }
+    const { service } = setup({ store })
+    const created = await createToken(service)
+    const result = await service.authenticate(created.token)
+    expect(result.ok).toBe(true)
+    await service.flush()
+    expect(touched).toEqual([[created.id]])
   })
 
   it('malformed tokens are refused without a store lookup', async () => {

@@ -969,7 +969,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     lastFlush = now()
     const write = async () => {
       try {
-        const touched = store.touch(batch)
+        let touched: unknown = store.touch(batch)
+        if (isForeignThenable(touched)) touched = Promise.resolve(touched as PromiseLike<void>)
         if (touched instanceof Promise) await withTimeout(touched, storeTimeoutMs, 'token store touch')
       } catch (error) {
         onError(error, 'last_used_at flush')
@@ -1001,6 +1002,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     let found: MaybePromise<ApiTokenRecord | undefined>
     try {
       found = store.findByHash(tokenHash)
+      // Another library's promise is awaited as one, never taken for the record.
+      if (isForeignThenable(found)) found = Promise.resolve(found as PromiseLike<ApiTokenRecord | undefined>)
     } catch (error) {
       throw new StoreUnavailableError('token', { cause: error })
     }
@@ -1112,7 +1115,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * instance have settled. Each of those is bounded (two store calls, each under
    * `storeTimeoutMs`), and the wait is too: past `storeTimeoutMs` the creation fails as its own
    * store call would (`StoreUnavailableError`), so creations queued behind a store that stopped
-   * answering fail together, each within about the bound, not one bound after another.
+   * answering each fail within about twice the bound (a wait, then its own calls), not one
+   * bound after another.
    */
   function oneCreationAtATime<T>(userId: string, run: () => Promise<T>): Promise<T> {
     const before = creations.get(userId)
@@ -1121,7 +1125,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           throw new StoreUnavailableError('token', { cause: error })
         })
       : run()
-    const last = result.catch(() => {})
+    // Settled once both have: one that gave up waiting (past the bound) must not let the next
+    // count while the one it waited for still counts and inserts.
+    const last = Promise.allSettled(before ? [before, result] : [result])
     creations.set(userId, last)
     void last.then(() => {
       if (creations.get(userId) === last) creations.delete(userId)

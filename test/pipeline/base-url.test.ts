@@ -4,7 +4,7 @@
  * or path, and the document's `resource` the address the MCP SDK's client checks.
  */
 import { discoverOAuthProtectedResourceMetadata } from '@modelcontextprotocol/sdk/client/auth.js'
-import { type DispatcherOptions, createDispatcher } from 'mcp-dispatch'
+import { type DispatcherOptions, createDispatcher, createMemorySubscriptionStore, createMemoryTokenStore, createTokenService, generateApiToken } from 'mcp-dispatch'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { HOST, createFixture } from '../adapters/helpers.js'
@@ -85,14 +85,38 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
     expect(errors).toEqual([])
   })
 
-  it('a baseUrl that answers no string fails the request as a callback, saying what it answered', async () => {
-    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/')]) {
-      const { fetch, errors } = serve({ baseUrl: () => answer as unknown as string })
-      const response = await fetch(`http://${HOST}/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS_LIST })
-      expect(response.status).toBe(503)
-      expect(errors).toHaveLength(1)
-      expect(errors[0]!.context).toBe('callback failed')
-      expect(String(errors[0]!.error)).toContain(`the baseUrl option answered ${answer === null ? 'null' : typeof answer}, not a string`)
+  it('a baseUrl that answers no string, or throws, fails the request as a callback, saying what it answered', async () => {
+    const fixture = createFixture()
+    // A token store that answers with promises (the lookup goes on asynchronously), and an
+    // OAuth validator that refuses: the address is asked for on either path.
+    const memory = createMemoryTokenStore()
+    const asyncTokens = createTokenService({
+      store: { ...memory, findByHash: async (hash) => memory.findByHash(hash) },
+      apps: fixture.apps,
+      subscriptions: createMemorySubscriptionStore([]),
+    })
+    const refusing = { validate: async () => ({ active: false as const, reason: 'refused' }) }
+    const bearer = (token: string) => ({ method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` }, body: TOOLS_LIST })
+    const cases: Array<[Partial<DispatcherOptions>, RequestInit]> = [
+      [{}, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS_LIST }],
+      // Well formed, so it is looked up (a malformed one is refused before any lookup).
+      [{ tokens: asyncTokens }, bearer(generateApiToken())],
+      [{ oauth: refusing }, bearer('an-oauth-access-token')],
+    ]
+    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws']) {
+      const baseUrl = () => {
+        if (answer === 'throws') throw new Error('no address for this App')
+        return answer as unknown as string
+      }
+      for (const [options, init] of cases) {
+        const { fetch, errors } = serve({ baseUrl, ...options })
+        const response = await fetch(`http://${HOST}/v1`, init)
+        expect(response.status).toBe(503)
+        expect(errors.map((e) => e.context)).toEqual(['callback failed'])
+        expect(String(errors[0]!.error)).toContain(
+          answer === 'throws' ? 'no address for this App' : `the baseUrl option answered ${answer === null ? 'null' : typeof answer}, not a string`,
+        )
+      }
     }
   })
 })
