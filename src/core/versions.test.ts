@@ -349,7 +349,9 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     expect(applyDeploy(['1.2.0+b', '2.0.0'], '1.2.1')).toEqual(['1.2.1', '2.0.0'])
     expect(() => applyDeploy(['v1.0.0'], '1.0.1-rc.1'), 'a pre-release keeps the release').toThrow(RangeError)
     expect(() => applyDeploy(['x'], '1.0.1')).toThrow(RangeError)
-    for (const live of [['1.0.1'], ['1.2.1', '2.0.0']]) expect(() => compileVersions(live)).not.toThrow()
+    for (const [live, version] of [[['v1.0.0'], '1.0.1'], [['1.2.0+b', '2.0.0'], '1.2.1']] as const) {
+      expect(() => compileVersions(applyDeploy(live, version))).not.toThrow()
+    }
   })
 
   it('a refused deploy leaves the live set as it was', () => {

@@ -601,7 +601,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const refused = methodNotAllowedReply(METADATA_METHODS)
       return cors ? { ...refused, headers: { ...refused.headers, ...METADATA_CORS } } : refused
     }
-    const doc = metadata(app, baseUrlOf(request, app))
+    let doc: ProtectedResourceMetadata
+    try {
+      doc = metadata(app, baseUrlOf(request, app))
+    } catch (error) {
+      // The platform's `authorizationServers` function (or `baseUrl`): the callback's failure.
+      throw error instanceof StoreFailure ? error : new StoreFailure('callback', error)
+    }
     return {
       status: 200,
       headers: {
@@ -951,6 +957,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
             if (!SESSION_ID.test(assigned)) unpinnable(assigned)
             else {
               pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
+              if (isForeignThenable(pending)) pending = Promise.resolve(pending as PromiseLike<void | boolean>)
               const whenClosed = outcome.whenClosed
               // Kept alive only once the pin is this session's: a live pin of another session
               // under the id must not be kept by this one's stream.
@@ -965,6 +972,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = sessions.delete(sessionId)
+          if (isForeignThenable(pending)) pending = Promise.resolve(pending as PromiseLike<void>)
         } else if (outcome.whenClosed && outcome.status < 300) {
           keepWhileOpen(sessionId, outcome.whenClosed)
         }

@@ -1366,12 +1366,15 @@ describe('authenticate (spec 5.2)', () => {
       findByHash: (hash) => lazy(() => memory.findByHash(hash)) as never,
       touch: (batch) => lazy(() => (touched.push([...batch.keys()]), memory.touch(batch))) as never,
     }
-    const { service } = setup({ store })
+    // Not through setup(): its instrumented store would make the answers native promises.
+    const { apps, subscriptions } = setup()
+    const service = createTokenService({ store, apps, subscriptions, invalidations: createMemoryInvalidationBus() })
     const created = await createToken(service)
     const result = await service.authenticate(created.token)
     expect(result.ok).toBe(true)
     await service.flush()
     expect(touched).toEqual([[created.id]])
+    await service.close()
   })
 
   it('malformed tokens are refused without a store lookup', async () => {

@@ -236,7 +236,9 @@ export interface TokenServiceOptions {
    * dashboard's list, gave out (2,000 in two seconds through the reference platform). Counted
    * from the store before the insert: one user's creations on one instance run that part one at
    * a time, so they never pass it together, but creations on instances sharing a store at the
-   * same moment may. A positive integer; default 1,000.
+   * same moment may, and, for a moment, the next creation after one whose insert outlived
+   * `storeTimeoutMs` (that token is revoked as soon as its insert lands: its caller got 503).
+   * A positive integer; default 1,000.
    */
   maxActiveTokensPerUser?: number
   /**
@@ -1126,8 +1128,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         })
       : run()
     // Settled once both have: one that gave up waiting (past the bound) must not let the next
-    // count while the one it waited for still counts and inserts.
-    const last = Promise.allSettled(before ? [before, result] : [result])
+    // count while the one it waited for still counts and inserts. It holds nothing of theirs
+    // (their results hold the clear secrets), however long the chain runs.
+    const last = Promise.allSettled(before ? [before, result] : [result]).then(() => {})
     creations.set(userId, last)
     void last.then(() => {
       if (creations.get(userId) === last) creations.delete(userId)

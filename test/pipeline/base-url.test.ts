@@ -121,6 +121,19 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
   })
 })
 
+describe('callbacks of the metadata document', () => {
+  it('an authorizationServers function that throws fails the document as a callback (503, `callback failed`), not as the App store', async () => {
+    const { fetch, errors } = serve({
+      baseUrl: (request) => request.origin,
+      authorizationServers: () => {
+        throw new Error('no issuer configured for this App')
+      },
+    })
+    expect((await fetch(`http://${HOST}${METADATA}`)).status).toBe(503)
+    expect(errors.map((e) => e.context)).toEqual(['callback failed'])
+  })
+})
+
 describe('CORS and caches (Fetch standard, "CORS protocol and HTTP caches")', () => {
   it('a 404 or 405 answered without CORS headers (no Origin) varies by Origin, so a shared cache keeps it from browser pages', async () => {
     for (const allowedOrigins of [undefined, ['https://allowed.example']]) {

@@ -7,6 +7,7 @@ import {
   type AppStore,
   type DispatchRequest,
   type RateLimitStore,
+  type SessionStore,
   type SubscriptionStore,
   type TokenStore,
   createDispatcher,
@@ -29,6 +30,7 @@ async function setup(
     subscriptions?: (s: SubscriptionStore) => SubscriptionStore
     tokens?: (s: TokenStore) => TokenStore
     rateLimit?: (s: RateLimitStore) => RateLimitStore
+    sessions?: (s: SessionStore) => SessionStore
   } = {},
 ) {
   const errors: Array<{ error: unknown; context: string }> = []
@@ -41,7 +43,7 @@ async function setup(
     apps: wrap.apps?.(rawApps) ?? rawApps,
     subscriptions: wrap.subscriptions?.(rawSubscriptions) ?? rawSubscriptions,
     tokens,
-    sessions: createMemorySessionStore(),
+    sessions: wrap.sessions?.(createMemorySessionStore()) ?? createMemorySessionStore(),
     rateLimit: { store: wrap.rateLimit?.(createMemoryRateLimitStore()) ?? createMemoryRateLimitStore(), policy: () => POLICY },
     onError: (error, context) => errors.push({ error, context }),
   })
@@ -122,6 +124,29 @@ describe('decide on asynchronous stores', () => {
     const rejecting = { then: (_: unknown, reject: (e: Error) => void) => reject(new Error('db down')) }
     const { dispatcher, token } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => rejecting as never }) })
     expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+  })
+
+  it('a session store answering writes with a lazy thenable (it runs when asked for its result) has them run: the pin is stored, and ended (regression: never run, every later request 404)', async () => {
+    const lazy = <T>(run: () => T | PromiseLike<T>): PromiseLike<T> => ({ then: (resolve, reject) => Promise.resolve().then(run).then(resolve, reject) })
+    const ran: string[] = []
+    const { dispatcher, token } = await setup({
+      sessions: (s) => ({
+        ...s,
+        set: (...args) => lazy(() => (ran.push('set'), s.set(...args))) as never,
+        delete: (id) => lazy(() => (ran.push('delete'), s.delete(id))) as never,
+      }),
+    })
+    const opened = await dispatcher.decide(request(token))
+    if (opened.type !== 'dispatch') throw new Error('expected a dispatch decision')
+    await opened.complete({ status: 200, sessionId: 'session-lazy' })
+    const inSession = (method: string) => ({ ...dispatchRequest('/v1', { authorization: `Bearer ${token}`, 'mcp-session-id': 'session-lazy' }), method })
+    const next = await dispatcher.decide(inSession('POST'))
+    expect(next).toMatchObject({ type: 'dispatch', context: { sessionId: 'session-lazy', version: '1.2.3' } })
+    const ended = await dispatcher.decide(inSession('DELETE'))
+    if (ended.type !== 'dispatch') throw new Error('expected a dispatch decision')
+    await ended.complete({ status: 200, sessionId: undefined })
+    expect(ran).toEqual(['set', 'delete'])
+    expect(await dispatcher.decide(inSession('POST'))).toMatchObject({ type: 'reply', reply: { status: 404 } })
   })
 
   it('a rate-limit counter answered by a thenable is awaited: the headers carry its count', async () => {
