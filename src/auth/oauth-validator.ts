@@ -1386,10 +1386,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       try {
         entry = await flight.promise
       } catch (error) {
-        // Only an answer about this token (a 4xx other than 401, which a made-up string can
-        // provoke, e.g. with an oversized header) keeps the unit. Every other failure is the
-        // server's (network, timeout, 5xx, 429, breaker open, a garbage answer) or its setup's
-        // (introspection refusing the resource server's credentials): not the client's.
+        // Only an answer about this token keeps the unit: a 4xx other than 401 (which a made-up
+        // string can provoke, e.g. with an oversized header), a userinfo success too large, with
+        // no `sub` or no JSON object (a firewall's block page for this token). Every other failure
+        // is the server's (network, timeout, 5xx, 429, breaker open, an introspection answer that
+        // is no JSON) or its setup's (introspection refusing the resource server's credentials,
+        // an endpoint that is not there): not the client's.
         const cause = (error as { cause?: unknown }).cause
         if (!(cause instanceof UpstreamFailure && cause.aboutToken)) charge?.refund()
         throw error

@@ -349,8 +349,17 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     expect(applyDeploy(['1.2.0+b', '2.0.0'], '1.2.1')).toEqual(['1.2.1', '2.0.0'])
     expect(() => applyDeploy(['v1.0.0'], '1.0.1-rc.1'), 'a pre-release keeps the release').toThrow(RangeError)
     expect(() => applyDeploy(['x'], '1.0.1')).toThrow(RangeError)
-    for (const [live, version] of [[['v1.0.0'], '1.0.1'], [['1.2.0+b', '2.0.0'], '1.2.1']] as const) {
-      expect(() => compileVersions(applyDeploy(live, version))).not.toThrow()
+    // Whatever the deploy: refused, or a set that compiles.
+    for (const bad of ['v1.0.0', ' 1.1.0', '1.2.0+b', '=1.3.0', 'v1.0.0-rc.1']) {
+      for (const version of ['1.0.0', '1.0.1', '1.0.1-rc.1', '1.1.0', '1.2.1', '1.3.1', '2.0.0']) {
+        let answer: string[] | undefined
+        try {
+          answer = applyDeploy([bad, '3.0.0'], version)
+        } catch (error) {
+          expect(error instanceof RangeError || error instanceof DeployRefusedError, `${bad} + ${version}`).toBe(true)
+        }
+        if (answer) expect(() => compileVersions(answer), `${bad} + ${version}`).not.toThrow()
+      }
     }
   })
 

@@ -189,7 +189,9 @@ export interface DispatcherOptions {
   /**
    * Authorization servers named in the metadata (spec 2.2). Default: the `issuer` of `oauth`
    * (as `createOAuthValidator` sets it), else none. With `oauth`, at least one is required
-   * (`ConfigurationError`): MCP clients sign in where the metadata sends them.
+   * (`ConfigurationError`): MCP clients sign in where the metadata sends them. A function is
+   * asked for each document; one that answers anything but an array of URLs fails it (503,
+   * `callback failed` to `onError`).
    */
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
   /** `scopes_supported` of the metadata; default `openid profile email`. */
@@ -546,10 +548,20 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return index
   }
 
+  /** What an `authorizationServers` function answered for `app`, checked as the array is at creation. */
+  function authServersOf(app: AppRecord, of: (app: AppRecord) => readonly string[]): readonly string[] {
+    const answered: unknown = of(app)
+    if (!Array.isArray(answered) || !answered.every((url) => typeof url === 'string' && URL.canParse(url))) {
+      const what = Array.isArray(answered) ? 'an array holding something that is no URL' : answered === null ? 'null' : typeof answered
+      throw new TypeError(`mcp-dispatch: the authorizationServers option answered ${what}, not an array of URLs`)
+    }
+    return answered as readonly string[]
+  }
+
   function metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata {
     return buildProtectedResourceMetadata({
       resource: baseUrl,
-      authorizationServers: typeof authServers === 'function' ? authServers(app) : authServers,
+      authorizationServers: typeof authServers === 'function' ? authServersOf(app, authServers) : authServers,
       resourceName: app.name,
       ...(options.scopesSupported && { scopesSupported: options.scopesSupported }),
     })
@@ -601,9 +613,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const refused = methodNotAllowedReply(METADATA_METHODS)
       return cors ? { ...refused, headers: { ...refused.headers, ...METADATA_CORS } } : refused
     }
-    let doc: ProtectedResourceMetadata
+    let body: string
     try {
-      doc = metadata(app, baseUrlOf(request, app))
+      body = JSON.stringify(metadata(app, baseUrlOf(request, app)))
     } catch (error) {
       // The platform's `authorizationServers` function (or `baseUrl`): the callback's failure.
       throw error instanceof StoreFailure ? error : new StoreFailure('callback', error)
@@ -616,7 +628,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         ...(cors && METADATA_CORS),
       },
       // Also for HEAD: every adapter sends its length, and not the body.
-      body: JSON.stringify(doc),
+      body,
     }
   }
 

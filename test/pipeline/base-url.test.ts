@@ -132,6 +132,24 @@ describe('callbacks of the metadata document', () => {
     expect((await fetch(`http://${HOST}${METADATA}`)).status).toBe(503)
     expect(errors.map((e) => e.context)).toEqual(['callback failed'])
   })
+
+  it('an authorizationServers function that answers anything but an array of URLs fails the document, saying what it answered (it was served as given: a string as its characters)', async () => {
+    const answers: Array<[unknown, string]> = [
+      ['https://auth.example.com', 'string'],
+      [Promise.resolve(['https://auth.example.com']), 'object'],
+      [['https://auth.example.com', 'auth'], 'an array holding something that is no URL'],
+      [[1n], 'an array holding something that is no URL'],
+      [null, 'null'],
+    ]
+    for (const [answer, what] of answers) {
+      const { fetch, errors } = serve({ authorizationServers: () => answer as string[] })
+      expect((await fetch(`http://${HOST}${METADATA}`)).status, what).toBe(503)
+      expect(errors.map((e) => e.context)).toEqual(['callback failed'])
+      expect(String(errors[0]!.error)).toContain(`the authorizationServers option answered ${what}, not an array of URLs`)
+    }
+    const { fetch } = serve({ authorizationServers: (app) => [`https://auth.example.com/${app.slug}`] })
+    expect((await (await fetch(`http://${HOST}${METADATA}`)).json()).authorization_servers).toEqual(['https://auth.example.com/weather'])
+  })
 })
 
 describe('CORS and caches (Fetch standard, "CORS protocol and HTTP caches")', () => {
