@@ -208,7 +208,11 @@ export interface OAuthValidatorOptions {
    * this interval, counted from the last attempt, successful or not. Default 30 s.
    */
   jwksRefetchIntervalMs?: number
-  /** `fetch` to call the authorization server with. Default the global one. */
+  /**
+   * `fetch` to call the authorization server with. Default the global one. A call it fails is
+   * reported (events, the 503's `cause`) by the error's name and its cause's code only, never
+   * its message, which a wrapper may build from the request (the token, the client secret).
+   */
   fetch?: typeof fetch
   /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
   now?: () => number
@@ -493,6 +497,19 @@ function seconds(ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
 }
 
+/**
+ * A failed call (the network, or a `fetch` of the platform's) in words that hold nothing of the
+ * request: the error's name and its cause's code (`TypeError (ECONNREFUSED)`), never its
+ * message, which a platform's `fetch` may build from its arguments, the token and the client
+ * credentials included. (Node's own `fetch` says only "fetch failed" there.)
+ */
+function describeCallFailure(error: unknown): string {
+  if (!(error instanceof Error)) return `a thrown ${error === null ? 'null' : typeof error}`
+  const code = (error.cause as { code?: unknown } | undefined)?.code ?? (error as { code?: unknown }).code
+  const name = /^[A-Za-z]{1,40}$/.test(error.name) ? error.name : 'Error'
+  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,39}$/.test(code) ? `${name} (${code})` : name
+}
+
 function describe(error: unknown): string {
   if (error instanceof Error) {
     const code = (error.cause as { code?: unknown } | undefined)?.code
@@ -693,7 +710,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
-      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describe(error)}`
+      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describeCallFailure(error)}`
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
       throw new UpstreamFailure(message, true)

@@ -383,6 +383,27 @@ describe('userinfo mode (the default)', () => {
     expect(fake.count('/oidc/me')).toBe(2)
   })
 
+  it('a platform fetch that fails with the request in its message (the token, the client secret) is reported by its name and code only (regression: events and the 503 repeated them)', async () => {
+    const secret = 'introspection-client-secret-1234'
+    const token = 'oauth-access-token-abcdef-0123456789'
+    const leaky: typeof fetch = async (url, init) => {
+      throw new TypeError(`request to ${String(url)} failed: ${JSON.stringify(init)}`, { cause: Object.assign(new Error('refused'), { code: 'ECONNREFUSED' }) })
+    }
+    const modes: Partial<OAuthValidatorOptions>[] = [
+      { mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me` },
+      { mode: 'introspection', introspection: { clientId: 'rs', clientSecret: secret, endpoint: `${fake.url}/introspect` } },
+    ]
+    for (const mode of modes) {
+      events = []
+      const v = validator({ ...mode, fetch: leaky, retry: { attempts: 2, baseDelayMs: 1 } })
+      const error = await unavailable(v.validate(token, { resource: 'https://weather.example.com', appId: 'app_w' }))
+      const told = [JSON.stringify(events), String(error), String(error.cause), String((error.cause as Error | undefined)?.cause)].join('\n')
+      const basic = Buffer.from(`rs:${secret}`).toString('base64')
+      for (const hidden of [token, secret, basic]) expect(told, mode.mode).not.toContain(hidden)
+      expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: `${mode.mode}: TypeError (ECONNREFUSED)` }))
+    }
+  })
+
   it('treats a 407 (which Node\'s fetch fails on) as transient, and leaves no socket behind', async () => {
     const baseline = activeResources()
     fake.route('/oidc/me', { status: 407, headers: { 'proxy-authenticate': 'Basic realm="proxy"' }, body: 'x'.repeat(100_000) })
