@@ -210,8 +210,9 @@ export interface OAuthValidatorOptions {
   jwksRefetchIntervalMs?: number
   /**
    * `fetch` to call the authorization server with. Default the global one. A call it fails is
-   * reported (events, the 503's `cause`) by the error's name and its cause's code only, never
-   * its message, which a wrapper may build from the request (the token, the client secret).
+   * reported (events, the 503's `cause`) by the error's name and its (or its cause's) code only,
+   * never its message, which a wrapper may build from the request (the token, the client
+   * secret). The global `fetch`'s failures are reported with their message.
    */
   fetch?: typeof fetch
   /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
@@ -498,16 +499,18 @@ function seconds(ms: number): number {
 }
 
 /**
- * A failed call (the network, or a `fetch` of the platform's) in words that hold nothing of the
- * request: the error's name and its cause's code (`TypeError (ECONNREFUSED)`), never its
- * message, which a platform's `fetch` may build from its arguments, the token and the client
- * credentials included. (Node's own `fetch` says only "fetch failed" there.)
+ * A call that a `fetch` of the platform's failed, in words that hold nothing of the request:
+ * the error's name and its (or its cause's) code (`TypeError (ECONNREFUSED)`), never its
+ * message, which such a `fetch` may build from its arguments, the token and the client
+ * credentials included. (The runtime's own `fetch` builds its messages without them, and is
+ * described in full: see `call`.) Read off any object, an error of another realm's too.
  */
 function describeCallFailure(error: unknown): string {
-  if (!(error instanceof Error)) return `a thrown ${error === null ? 'null' : typeof error}`
-  const code = (error.cause as { code?: unknown } | undefined)?.code ?? (error as { code?: unknown }).code
-  const name = /^[A-Za-z]{1,40}$/.test(error.name) ? error.name : 'Error'
-  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,39}$/.test(code) ? `${name} (${code})` : name
+  if (error === null || typeof error !== 'object') return `a thrown ${error === null ? 'null' : typeof error}`
+  const { name, code: own, cause } = error as { name?: unknown; code?: unknown; cause?: { code?: unknown } }
+  const code = (cause !== null && typeof cause === 'object' ? cause.code : undefined) ?? own
+  const named = typeof name === 'string' && /^[A-Za-z]{1,40}$/.test(name) ? name : 'Error'
+  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,39}$/.test(code) ? `${named} (${code})` : named
 }
 
 function describe(error: unknown): string {
@@ -710,7 +713,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
-      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describeCallFailure(error)}`
+      // The runtime's own `fetch` says what failed (`fetch failed`, `terminated`, with a code);
+      // a platform's may have put the request in its message: named, never quoted.
+      const failure = options.fetch === undefined ? describe(error) : describeCallFailure(error)
+      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${failure}`
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
       throw new UpstreamFailure(message, true)

@@ -297,7 +297,12 @@ export interface Dispatcher {
    * both. Call `complete` as a method of the decision (`decision.complete(outcome)`).
    */
   decide(request: DispatchRequest): MaybePromise<Decision>
-  /** The protected-resource metadata of an App at a base URL (spec 2.2). */
+  /**
+   * The protected-resource metadata of an App at a base URL (spec 2.2), to serve it elsewhere
+   * (the origin's root, with a `basePath`).
+   * @throws {TypeError} when an `authorizationServers` function answers anything but an array
+   *   of URLs for `app` (the dispatcher's own document is then a 503), or whatever it throws.
+   */
   metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata
   /** The path the dispatcher is mounted under. */
   readonly basePath: string
@@ -551,7 +556,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /** What an `authorizationServers` function answered for `app`, checked as the array is at creation. */
   function authServersOf(app: AppRecord, of: (app: AppRecord) => readonly string[]): readonly string[] {
     const answered: unknown = of(app)
-    if (!Array.isArray(answered) || !answered.every((url) => typeof url === 'string' && URL.canParse(url))) {
+    // Every index, holes included (`every` skips them: `new Array(2)` would pass).
+    if (!Array.isArray(answered) || !Array.from(answered).every((url) => typeof url === 'string' && URL.canParse(url))) {
       const what = Array.isArray(answered) ? 'an array holding something that is no URL' : answered === null ? 'null' : typeof answered
       throw new TypeError(`mcp-dispatch: the authorizationServers option answered ${what}, not an array of URLs`)
     }
@@ -613,13 +619,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const refused = methodNotAllowedReply(METADATA_METHODS)
       return cors ? { ...refused, headers: { ...refused.headers, ...METADATA_CORS } } : refused
     }
-    let body: string
+    let doc: ProtectedResourceMetadata
     try {
-      body = JSON.stringify(metadata(app, baseUrlOf(request, app)))
+      doc = metadata(app, baseUrlOf(request, app))
     } catch (error) {
       // The platform's `authorizationServers` function (or `baseUrl`): the callback's failure.
       throw error instanceof StoreFailure ? error : new StoreFailure('callback', error)
     }
+    // Its URLs are strings, checked: only the App store's record (its name) could fail here.
+    const body = JSON.stringify(doc)
     return {
       status: 200,
       headers: {

@@ -402,6 +402,19 @@ describe('userinfo mode (the default)', () => {
       for (const hidden of [token, secret, basic]) expect(told, mode.mode).not.toContain(hidden)
       expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: `${mode.mode}: TypeError (ECONNREFUSED)` }))
     }
+    // An error of another realm (a fetch made in a vm context) is named too; the runtime's own
+    // fetch, which builds no message from the request, keeps its message.
+    const { runInNewContext } = await import('node:vm')
+    const foreign = runInNewContext('Object.assign(new TypeError("secret " + token), { code: "ECONNRESET" })', { token }) as unknown
+    events = []
+    const other = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, fetch: async () => Promise.reject(foreign), retry: { attempts: 1 } })
+    await unavailable(other.validate(token))
+    expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: 'userinfo: TypeError (ECONNRESET)' }))
+    await fake.stop()
+    events = []
+    const own = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, retry: { attempts: 1 } })
+    await unavailable(own.validate(token))
+    expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: 'userinfo: fetch failed (ECONNREFUSED)' }))
   })
 
   it('treats a 407 (which Node\'s fetch fails on) as transient, and leaves no socket behind', async () => {

@@ -139,6 +139,8 @@ describe('callbacks of the metadata document', () => {
       [Promise.resolve(['https://auth.example.com']), 'object'],
       [['https://auth.example.com', 'auth'], 'an array holding something that is no URL'],
       [[1n], 'an array holding something that is no URL'],
+      // Holes are no URLs either (`every` alone skips them).
+      [new Array(2), 'an array holding something that is no URL'],
       [null, 'null'],
     ]
     for (const [answer, what] of answers) {
