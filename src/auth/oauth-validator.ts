@@ -210,9 +210,10 @@ export interface OAuthValidatorOptions {
   jwksRefetchIntervalMs?: number
   /**
    * `fetch` to call the authorization server with. Default the global one. A call it fails is
-   * reported (events, the 503's `cause`) by the error's name and its (or its cause's) code only,
-   * never its message, which a wrapper may build from the request (the token, the client
-   * secret). The global `fetch`'s failures are reported with their message.
+   * reported (events, the 503's `cause`) by the error's name and its (or its cause's) code,
+   * never its message, which may quote the request (the token, the client secret, a URL's
+   * password), unless the message is one of the runtimes' own that quote nothing (`fetch
+   * failed`, `terminated`).
    */
   fetch?: typeof fetch
   /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
@@ -499,18 +500,35 @@ function seconds(ms: number): number {
 }
 
 /**
- * A call that a `fetch` of the platform's failed, in words that hold nothing of the request:
- * the error's name and its (or its cause's) code (`TypeError (ECONNREFUSED)`), never its
- * message, which such a `fetch` may build from its arguments, the token and the client
- * credentials included. (The runtime's own `fetch` builds its messages without them, and is
- * described in full: see `call`.) Read off any object, an error of another realm's too.
+ * Messages of failed calls that name nothing of the request, kept as they are: Node's and
+ * Deno's `fetch` (`fetch failed`, `terminated`: a reset mid-body), workerd's. Any other message
+ * may quote it (Node's for a URL with credentials quotes the URL, password included; a `fetch`
+ * of the platform's, or one that replaced the global, may build its message from its
+ * arguments, the token and the client secret included), and is left out.
+ */
+const SAFE_CALL_MESSAGES: ReadonlySet<string> = new Set(['fetch failed', 'terminated', 'Network connection lost.', 'The operation was aborted.', 'This operation was aborted'])
+
+/**
+ * A failed call in words that hold nothing of the request: the error's name, or its message
+ * when it is one of {@link SAFE_CALL_MESSAGES}, and its cause's (or its own) code
+ * (`TypeError (ECONNREFUSED)`, `fetch failed (ECONNREFUSED)`). Read off any object, an error
+ * of another realm's too; one whose properties throw is `a thrown object`.
  */
 function describeCallFailure(error: unknown): string {
   if (error === null || typeof error !== 'object') return `a thrown ${error === null ? 'null' : typeof error}`
-  const { name, code: own, cause } = error as { name?: unknown; code?: unknown; cause?: { code?: unknown } }
-  const code = (cause !== null && typeof cause === 'object' ? cause.code : undefined) ?? own
-  const named = typeof name === 'string' && /^[A-Za-z]{1,40}$/.test(name) ? name : 'Error'
-  return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,39}$/.test(code) ? `${named} (${code})` : named
+  try {
+    const { name, message, code: own, cause } = error as { name?: unknown; message?: unknown; code?: unknown; cause?: { code?: unknown } }
+    const code = (cause !== null && typeof cause === 'object' ? cause.code : undefined) ?? own
+    const said =
+      typeof message === 'string' && SAFE_CALL_MESSAGES.has(message)
+        ? message
+        : typeof name === 'string' && /^[A-Za-z]{1,40}$/.test(name)
+          ? name
+          : 'Error'
+    return typeof code === 'string' && /^[A-Z][A-Z0-9_]{0,39}$/.test(code) ? `${said} (${code})` : said
+  } catch {
+    return 'a thrown object'
+  }
 }
 
 function describe(error: unknown): string {
@@ -713,10 +731,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
-      // The runtime's own `fetch` says what failed (`fetch failed`, `terminated`, with a code);
-      // a platform's may have put the request in its message: named, never quoted.
-      const failure = options.fetch === undefined ? describe(error) : describeCallFailure(error)
-      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${failure}`
+      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describeCallFailure(error)}`
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
       throw new UpstreamFailure(message, true)

@@ -194,7 +194,10 @@ export interface DispatcherOptions {
    * `callback failed` to `onError`).
    */
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
-  /** `scopes_supported` of the metadata; default `openid profile email`. */
+  /**
+   * `scopes_supported` of the metadata; default `openid profile email`. An array of non-empty
+   * scope names (`ConfigurationError` otherwise).
+   */
   scopesSupported?: readonly string[]
   /**
    * Finds the App of a request. Default: the first label of the host is the App slug
@@ -432,7 +435,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -490,6 +493,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
   // metadata must name a server, by default the validator's issuer. Without one a client takes
   // the App's own origin for the authorization server and fails there, with no hint why.
+  const scopes: unknown = options.scopesSupported
+  if (scopes !== undefined && (!Array.isArray(scopes) || !Array.from(scopes, (scope: unknown) => typeof scope === 'string' && scope !== '').every(Boolean))) {
+    throw new ConfigurationError('scopesSupported', 'must be an array of scope names (non-empty strings)')
+  }
   const authServers = options.authorizationServers ?? (oauth?.issuer !== undefined ? [oauth.issuer] : [])
   if (oauth && Array.isArray(authServers) && authServers.length === 0) {
     throw new ConfigurationError(
@@ -556,12 +563,20 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /** What an `authorizationServers` function answered for `app`, checked as the array is at creation. */
   function authServersOf(app: AppRecord, of: (app: AppRecord) => readonly string[]): readonly string[] {
     const answered: unknown = of(app)
-    // Every index, holes included (`every` skips them: `new Array(2)` would pass).
-    if (!Array.isArray(answered) || !Array.from(answered).every((url) => typeof url === 'string' && URL.canParse(url))) {
-      const what = Array.isArray(answered) ? 'an array holding something that is no URL' : answered === null ? 'null' : typeof answered
-      throw new TypeError(`mcp-dispatch: the authorizationServers option answered ${what}, not an array of URLs`)
+    if (!Array.isArray(answered)) {
+      throw new TypeError(`mcp-dispatch: the authorizationServers option answered ${answered === null ? 'null' : typeof answered}, not an array of URLs`)
     }
-    return answered as readonly string[]
+    // Read by index, holes included (`every` skips them: `new Array(2)` would pass), into the
+    // copy that is served, so what was checked is what goes out.
+    const urls: string[] = []
+    for (let i = 0; i < answered.length; i++) {
+      const url: unknown = answered[i]
+      if (typeof url !== 'string' || !URL.canParse(url)) {
+        throw new TypeError('mcp-dispatch: the authorizationServers option answered an array holding something that is no URL, not an array of URLs')
+      }
+      urls.push(url)
+    }
+    return urls
   }
 
   function metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata {
@@ -626,7 +641,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       // The platform's `authorizationServers` function (or `baseUrl`): the callback's failure.
       throw error instanceof StoreFailure ? error : new StoreFailure('callback', error)
     }
-    // Its URLs are strings, checked: only the App store's record (its name) could fail here.
+    // Its URLs and scopes are strings, checked: only the App store's record could fail here.
     const body = JSON.stringify(doc)
     return {
       status: 200,

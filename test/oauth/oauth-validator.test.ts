@@ -410,6 +410,19 @@ describe('userinfo mode (the default)', () => {
     const other = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, fetch: async () => Promise.reject(foreign), retry: { attempts: 1 } })
     await unavailable(other.validate(token))
     expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: 'userinfo: TypeError (ECONNRESET)' }))
+    // An error whose properties throw is still a failed call (503, counted), not a throw.
+    const hostile = new Proxy({}, { get: () => { throw new Error('trap') } })
+    const trapped = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, fetch: async () => Promise.reject(hostile), retry: { attempts: 1 } })
+    await unavailable(trapped.validate(token))
+    // The runtime's own fetch: its message quotes nothing of the request, and is kept; one that
+    // quotes the URL (Node's, for a URL with credentials, password and all) is not.
+    const url = new URL(fake.url)
+    url.username = 'rs'
+    url.password = 'url-password-5678'
+    events = []
+    const withPassword = validator({ mode: 'userinfo', userinfoEndpoint: `${url.href}oidc/me`, retry: { attempts: 1 } })
+    await unavailable(withPassword.validate(token))
+    expect(JSON.stringify(events)).not.toContain('url-password-5678')
     await fake.stop()
     events = []
     const own = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, retry: { attempts: 1 } })

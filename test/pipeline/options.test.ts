@@ -55,6 +55,13 @@ describe('options checked at creation', () => {
     expect(refusedOption(api('/'))).toBeUndefined()
   })
 
+  it("the dispatcher's scopesSupported is an array of scope names (a string was served as its characters)", () => {
+    const dispatcher = (scopesSupported: unknown) => () => createDispatcher({ apps, subscriptions, tokens, scopesSupported: scopesSupported as string[] })
+    for (const bad of ['openid mcp', [''], ['openid', 1], new Array(2), null]) expect(refusedOption(dispatcher(bad)), String(bad)).toBe('scopesSupported')
+    expect(refusedOption(dispatcher(['openid', 'mcp:tools']))).toBeUndefined()
+    expect(refusedOption(dispatcher([]))).toBeUndefined()
+  })
+
   it("the dispatcher's sessionTtlMs is a whole number of milliseconds: Infinity would be sent to Redis as PX Infinity, and no pin written (regression)", () => {
     const dispatcher = (sessionTtlMs: unknown) => () => createDispatcher({ apps, subscriptions, tokens, sessionTtlMs: sessionTtlMs as number })
     for (const bad of [Number.POSITIVE_INFINITY, Number.NaN, 0, -1, 1.5, 2 ** 53, '3600000']) {
