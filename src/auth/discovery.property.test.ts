@@ -206,6 +206,16 @@ describe('checkAuthorizationServerMetadata, property-based', () => {
     for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(30)
   })
 
+  it('an endpoint with a user name or password is refused: fetch would refuse to call it', () => {
+    const issuer = 'https://auth.example.com'
+    for (const field of ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']) {
+      for (const url of ['https://rs:secret@auth.example.com/x', 'https://rs@auth.example.com/x', 'https://:secret@auth.example.com/x']) {
+        expect(checkAuthorizationServerMetadata({ issuer, [field]: url }, issuer)).toBe(`discovery field ${field} holds a user name or password`)
+      }
+      expect(checkAuthorizationServerMetadata({ issuer, [field]: 'https://auth.example.com/x' }, issuer)).toBeUndefined()
+    }
+  })
+
   it('never throws on any JSON value, whatever issuer it is checked against', () => {
     fc.assert(
       fc.property(fc.jsonValue({ maxDepth: 3 }), fc.string({ unit: anyChar, maxLength: 20 }), (doc, issuer) => {

@@ -72,6 +72,14 @@ export function checkAuthorizationServerMetadata(doc: unknown, issuer: string): 
     if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
       return `discovery field ${field} is not an http(s) URL`
     }
+    // `fetch` refuses to call a URL with credentials (Node's error then quotes it).
+    if (hasCredentials(value)) return `discovery field ${field} holds a user name or password`
   }
   return undefined
+}
+
+/** Whether `url` (one `URL` parses) names a user or a password. @internal */
+export function hasCredentials(url: string): boolean {
+  const parsed = new URL(url)
+  return parsed.username !== '' || parsed.password !== ''
 }

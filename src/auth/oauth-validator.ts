@@ -46,6 +46,7 @@ import {
   checkAuthorizationServerMetadata,
   discoveryUrls,
   fallbackUserinfoEndpoint,
+  hasCredentials,
 } from './discovery.js'
 import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
@@ -211,9 +212,9 @@ export interface OAuthValidatorOptions {
   /**
    * `fetch` to call the authorization server with. Default the global one. A call it fails is
    * reported (events, the 503's `cause`) by the error's name and its (or its cause's) code,
-   * never its message, which may quote the request (the token, the client secret, a URL's
-   * password), unless the message is one of the runtimes' own that quote nothing (`fetch
-   * failed`, `terminated`).
+   * never its message, which may quote the request (the token, the client secret), unless the
+   * message is one of the runtimes' own that quote nothing (`fetch failed`, `terminated`,
+   * `Network connection lost.`, an abort's).
    */
   fetch?: typeof fetch
   /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
@@ -479,7 +480,14 @@ function checkHttpUrl(name: string, value: string | undefined): void {
   if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
     throw new ConfigurationError(name, 'must be an absolute http(s) URL')
   }
+  if (hasCredentials(value)) throw new ConfigurationError(name, CREDENTIALS_IN_URL)
 }
+
+/**
+ * Why a URL with a user name or password is refused: `fetch` refuses to call it (Node's error
+ * then quotes it, password and all). Introspection's credentials are `clientId` and `clientSecret`.
+ */
+const CREDENTIALS_IN_URL = 'must hold no user name or password (fetch refuses such a URL; give introspection credentials as clientId and clientSecret)'
 
 function parseJsonObject(body: string): Record<string, unknown> | undefined {
   try {
@@ -500,8 +508,10 @@ function seconds(ms: number): number {
 }
 
 /**
- * Messages of failed calls that name nothing of the request, kept as they are: Node's and
- * Deno's `fetch` (`fetch failed`, `terminated`: a reset mid-body), workerd's. Any other message
+ * Messages of failed calls that name nothing of the request, kept as they are: Node's `fetch`
+ * (`fetch failed`; `terminated`, a reset mid-body), workerd's (`Network connection lost.`), and
+ * the abort messages of `AbortController` (`This operation was aborted`, `The operation was
+ * aborted.`). Any other message
  * may quote it (Node's for a URL with credentials quotes the URL, password included; a `fetch`
  * of the platform's, or one that replaced the global, may build its message from its
  * arguments, the token and the client secret included), and is left out.
@@ -572,6 +582,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   // Read in the string: an empty query or fragment (`…/t#`) parses to none, and the URL parser
   // drops spaces and control characters an `iss` compared exactly would keep.
   if (issuer.includes('?') || issuer.includes('#')) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
+  if (hasCredentials(issuer)) throw new ConfigurationError('issuer', CREDENTIALS_IN_URL)
   for (let i = 0; i < issuer.length; i++) {
     const c = issuer.charCodeAt(i)
     if (c <= 0x20 || c === 0x7f) throw new ConfigurationError('issuer', 'must not contain spaces or control characters')

@@ -195,8 +195,9 @@ export interface DispatcherOptions {
    */
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
   /**
-   * `scopes_supported` of the metadata; default `openid profile email`. An array of non-empty
-   * scope names (`ConfigurationError` otherwise).
+   * `scopes_supported` of the metadata; default `['openid', 'profile', 'email']`. An array of
+   * scope names (RFC 6749 section 3.3: printable ASCII, no spaces; `ConfigurationError`
+   * otherwise), copied when the dispatcher is created.
    */
   scopesSupported?: readonly string[]
   /**
@@ -310,6 +311,8 @@ export interface Dispatcher {
   /** The path the dispatcher is mounted under. */
   readonly basePath: string
 }
+
+const SCOPES_REFUSED = 'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, quotes or backslashes), such as ["openid", "mcp:tools"]'
 
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
@@ -493,11 +496,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
   // metadata must name a server, by default the validator's issuer. Without one a client takes
   // the App's own origin for the authorization server and fails there, with no hint why.
-  const scopes: unknown = options.scopesSupported
-  if (scopes !== undefined && (!Array.isArray(scopes) || !Array.from(scopes, (scope: unknown) => typeof scope === 'string' && scope !== '').every(Boolean))) {
-    throw new ConfigurationError('scopesSupported', 'must be an array of scope names (non-empty strings)')
+  // Copied, checked and frozen: what was checked is what every document serves, whatever the
+  // caller does with its array later. RFC 6749 section 3.3: a scope is a scope-token.
+  const givenScopes: unknown = options.scopesSupported
+  if (givenScopes !== undefined && !Array.isArray(givenScopes)) throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
+  const scopesSupported = givenScopes === undefined ? undefined : Object.freeze(Array.from(givenScopes as unknown[]))
+  if (scopesSupported?.some((scope) => typeof scope !== 'string' || !/^[\x21\x23-\x5B\x5D-\x7E]+$/.test(scope))) {
+    throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
   }
-  const authServers = options.authorizationServers ?? (oauth?.issuer !== undefined ? [oauth.issuer] : [])
+  const givenServers = options.authorizationServers ?? (oauth?.issuer !== undefined ? [oauth.issuer] : [])
+  // An array is copied and frozen, as the scopes are: checked below, served as checked.
+  const authServers = Array.isArray(givenServers) ? Object.freeze([...(givenServers as readonly string[])]) : givenServers
   if (oauth && Array.isArray(authServers) && authServers.length === 0) {
     throw new ConfigurationError(
       'authorizationServers',
@@ -584,7 +593,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       resource: baseUrl,
       authorizationServers: typeof authServers === 'function' ? authServersOf(app, authServers) : authServers,
       resourceName: app.name,
-      ...(options.scopesSupported && { scopesSupported: options.scopesSupported }),
+      ...(scopesSupported && { scopesSupported: scopesSupported as readonly string[] }),
     })
   }
 

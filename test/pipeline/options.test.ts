@@ -57,9 +57,16 @@ describe('options checked at creation', () => {
 
   it("the dispatcher's scopesSupported is an array of scope names (a string was served as its characters)", () => {
     const dispatcher = (scopesSupported: unknown) => () => createDispatcher({ apps, subscriptions, tokens, scopesSupported: scopesSupported as string[] })
-    for (const bad of ['openid mcp', [''], ['openid', 1], new Array(2), null]) expect(refusedOption(dispatcher(bad)), String(bad)).toBe('scopesSupported')
+    for (const bad of ['openid mcp', [''], ['openid', 1], new Array(2), null, ['openid profile email'], [' '], ['a"b']]) {
+      expect(refusedOption(dispatcher(bad)), JSON.stringify(bad)).toBe('scopesSupported')
+    }
     expect(refusedOption(dispatcher(['openid', 'mcp:tools']))).toBeUndefined()
     expect(refusedOption(dispatcher([]))).toBeUndefined()
+    // Copied at creation: what the caller's array becomes later is not served.
+    const scopes = ['openid']
+    const made = createDispatcher({ apps, subscriptions, tokens, scopesSupported: scopes })
+    scopes.push('not checked')
+    expect(made.metadata({ id: 'app_weather', slug: 'weather', name: 'Weather' }, 'https://weather.example.com').scopes_supported).toEqual(['openid'])
   })
 
   it("the dispatcher's sessionTtlMs is a whole number of milliseconds: Infinity would be sent to Redis as PX Infinity, and no pin written (regression)", () => {
