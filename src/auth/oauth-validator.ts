@@ -480,14 +480,14 @@ function checkHttpUrl(name: string, value: string | undefined): void {
   if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
     throw new ConfigurationError(name, 'must be an absolute http(s) URL')
   }
-  if (hasCredentials(value)) throw new ConfigurationError(name, CREDENTIALS_IN_URL)
+  if (hasCredentials(value)) {
+    const hint = name === 'introspection.endpoint' ? '; give the credentials as clientId and clientSecret' : ''
+    throw new ConfigurationError(name, `${CREDENTIALS_IN_URL}${hint})`)
+  }
 }
 
-/**
- * Why a URL with a user name or password is refused: `fetch` refuses to call it (Node's error
- * then quotes it, password and all). Introspection's credentials are `clientId` and `clientSecret`.
- */
-const CREDENTIALS_IN_URL = 'must hold no user name or password (fetch refuses such a URL; give introspection credentials as clientId and clientSecret)'
+/** Why a URL with a user name or password is refused (Node's error then quotes it, password and all). */
+const CREDENTIALS_IN_URL = 'must hold no user name or password (fetch refuses to call such a URL'
 
 function parseJsonObject(body: string): Record<string, unknown> | undefined {
   try {
@@ -512,9 +512,8 @@ function seconds(ms: number): number {
  * (`fetch failed`; `terminated`, a reset mid-body), workerd's (`Network connection lost.`), and
  * the abort messages of `AbortController` (`This operation was aborted`, `The operation was
  * aborted.`). Any other message
- * may quote it (Node's for a URL with credentials quotes the URL, password included; a `fetch`
- * of the platform's, or one that replaced the global, may build its message from its
- * arguments, the token and the client secret included), and is left out.
+ * may quote it (a `fetch` of the platform's, or one that replaced the global, may build its
+ * message from its arguments, the token and the client secret included), and is left out.
  */
 const SAFE_CALL_MESSAGES: ReadonlySet<string> = new Set(['fetch failed', 'terminated', 'Network connection lost.', 'The operation was aborted.', 'This operation was aborted'])
 
@@ -582,7 +581,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   // Read in the string: an empty query or fragment (`…/t#`) parses to none, and the URL parser
   // drops spaces and control characters an `iss` compared exactly would keep.
   if (issuer.includes('?') || issuer.includes('#')) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
-  if (hasCredentials(issuer)) throw new ConfigurationError('issuer', CREDENTIALS_IN_URL)
+  if (hasCredentials(issuer)) throw new ConfigurationError('issuer', `${CREDENTIALS_IN_URL})`)
   for (let i = 0; i < issuer.length; i++) {
     const c = issuer.charCodeAt(i)
     if (c <= 0x20 || c === 0x7f) throw new ConfigurationError('issuer', 'must not contain spaces or control characters')

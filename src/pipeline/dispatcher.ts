@@ -196,8 +196,8 @@ export interface DispatcherOptions {
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
   /**
    * `scopes_supported` of the metadata; default `['openid', 'profile', 'email']`. An array of
-   * scope names (RFC 6749 section 3.3: printable ASCII, no spaces; `ConfigurationError`
-   * otherwise), copied when the dispatcher is created.
+   * scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or
+   * backslashes; `ConfigurationError` otherwise), copied when the dispatcher is created.
    */
   scopesSupported?: readonly string[]
   /**
@@ -312,7 +312,7 @@ export interface Dispatcher {
   readonly basePath: string
 }
 
-const SCOPES_REFUSED = 'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, quotes or backslashes), such as ["openid", "mcp:tools"]'
+const SCOPES_REFUSED = 'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or backslashes), such as ["openid", "mcp:tools"]'
 
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
