@@ -33,18 +33,21 @@ export async function readTextUpTo(message: Request | Response, maxBytes: number
       return null
     }
     try {
-      text += decoder.decode(value, { stream: true })
+      text += decode(decoder, value)
     } catch (error) {
       reader.cancel().catch(() => {})
-      throw new NotUtf8Error('The body is not UTF-8', { cause: error })
+      throw error
     }
   }
 }
 
-/** What `decoder` holds back at the end: a sequence cut short is no UTF-8 either. */
-function decode(decoder: TextDecoder): string {
+/**
+ * The text of `chunk`, or, without one, what `decoder` holds back at the end (a sequence cut
+ * short is no UTF-8 either); a strict decoder's refusal as {@link NotUtf8Error}.
+ */
+function decode(decoder: TextDecoder, chunk?: Uint8Array): string {
   try {
-    return decoder.decode()
+    return chunk === undefined ? decoder.decode() : decoder.decode(chunk, { stream: true })
   } catch (error) {
     throw new NotUtf8Error('The body is not UTF-8', { cause: error })
   }

@@ -31,6 +31,7 @@ import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
+import { adoptThenable } from '../core/thenable.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
 import type {
   AccessTokenContext,
@@ -480,14 +481,14 @@ function checkHttpUrl(name: string, value: string | undefined): void {
   if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
     throw new ConfigurationError(name, 'must be an absolute http(s) URL')
   }
-  if (hasCredentials(value)) {
-    const hint = name === 'introspection.endpoint' ? '; give the credentials as clientId and clientSecret' : ''
-    throw new ConfigurationError(name, `${CREDENTIALS_IN_URL}${hint})`)
-  }
+  if (hasCredentials(value)) throw new ConfigurationError(name, credentialsInUrl(name))
 }
 
 /** Why a URL with a user name or password is refused (Node's error then quotes it, password and all). */
-const CREDENTIALS_IN_URL = 'must hold no user name or password (fetch refuses to call such a URL'
+function credentialsInUrl(option: string): string {
+  const hint = option === 'introspection.endpoint' ? '; give the credentials as clientId and clientSecret' : ''
+  return `must hold no user name or password (fetch refuses to call such a URL${hint})`
+}
 
 function parseJsonObject(body: string): Record<string, unknown> | undefined {
   try {
@@ -511,9 +512,9 @@ function seconds(ms: number): number {
  * Messages of failed calls that name nothing of the request, kept as they are: Node's `fetch`
  * (`fetch failed`; `terminated`, a reset mid-body), workerd's (`Network connection lost.`), and
  * the abort messages of `AbortController` (`This operation was aborted`, `The operation was
- * aborted.`). Any other message
- * may quote it (a `fetch` of the platform's, or one that replaced the global, may build its
- * message from its arguments, the token and the client secret included), and is left out.
+ * aborted.`). Any other message may quote the request (a `fetch` of the platform's, or one
+ * that replaced the global, may build its message from its arguments, the token and the client
+ * secret included), and is left out.
  */
 const SAFE_CALL_MESSAGES: ReadonlySet<string> = new Set(['fetch failed', 'terminated', 'Network connection lost.', 'The operation was aborted.', 'This operation was aborted'])
 
@@ -581,7 +582,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   // Read in the string: an empty query or fragment (`…/t#`) parses to none, and the URL parser
   // drops spaces and control characters an `iss` compared exactly would keep.
   if (issuer.includes('?') || issuer.includes('#')) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
-  if (hasCredentials(issuer)) throw new ConfigurationError('issuer', `${CREDENTIALS_IN_URL})`)
+  if (hasCredentials(issuer)) throw new ConfigurationError('issuer', credentialsInUrl('issuer'))
   for (let i = 0; i < issuer.length; i++) {
     const c = issuer.charCodeAt(i)
     if (c <= 0x20 || c === 0x7f) throw new ConfigurationError('issuer', 'must not contain spaces or control characters')
@@ -1303,13 +1304,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   function readCache(key: string): MaybePromise<CachedValidation | undefined> {
     let value: unknown
     try {
-      value = cache.get(key)
+      value = adoptThenable(cache.get(key))
     } catch (error) {
       return cacheReadFailed(error)
     }
-    if (value !== null && typeof value === 'object' && typeof (value as { then?: unknown }).then === 'function') {
-      return Promise.resolve(value as PromiseLike<unknown>).then(usable, cacheReadFailed)
-    }
+    if (value instanceof Promise) return value.then(usable, cacheReadFailed)
     return usable(value)
   }
 

@@ -2,6 +2,7 @@
  * Telling the promises of other realms and libraries from answers.
  * @module
  */
+import type { MaybePromise } from './stores.js'
 
 /**
  * A promise that is not `instanceof Promise`: of another realm or library (Bluebird, a lazy
@@ -11,4 +12,15 @@
  */
 export function isForeignThenable(value: unknown): boolean {
   return value !== null && typeof value === 'object' && !(value instanceof Promise) && typeof (value as { then?: unknown }).then === 'function'
+}
+
+/**
+ * `value`, with another library's promise (a thenable that is not `instanceof Promise`) adopted
+ * as a native one, so that one `instanceof Promise` tells a pending answer from a given one;
+ * anything else as it is (an answer in hand costs no microtask). For every store and callback
+ * answer that may be awaited.
+ * @internal
+ */
+export function adoptThenable<T>(value: MaybePromise<T> | PromiseLike<T>): MaybePromise<T> {
+  return isForeignThenable(value) ? Promise.resolve(value as PromiseLike<T>) : (value as MaybePromise<T>)
 }

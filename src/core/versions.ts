@@ -118,15 +118,26 @@ export function isPreRelease(version: string): boolean {
  * @internal
  */
 export function isExactVersion(value: string): boolean {
-  const p = semver.parse(value)
-  return p !== null && p.build.length === 0 && p.version === value
+  return spelledExactly(semver.parse(value), value)
 }
 
-/** An entry of a live set, parsed; a `RangeError` for one that is no version as written. */
+/**
+ * Whether `written` parsed (`p`) is a version as written: semver.parse cleans up a leading `v`
+ * or spaces, which no URL names, and build metadata has no precedence to order deploys by.
+ */
+function spelledExactly(p: semver.SemVer | null, written: string): p is semver.SemVer {
+  return p !== null && p.build.length === 0 && p.version === written
+}
+
+/** The `RangeError` of a live-set entry that is no version as written (a store must hold none). */
+function notAVersion(v: string): RangeError {
+  return new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+}
+
+/** An entry of a live set, parsed. */
 function parseLive(v: string): semver.SemVer {
   const p = semver.parse(v)
-  // Exactly as written: semver.parse cleans up a leading `v` or spaces, which no URL names.
-  if (!p || p.build.length > 0 || p.version !== v) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+  if (!spelledExactly(p, v)) throw notAVersion(v)
   return p
 }
 
@@ -212,7 +223,7 @@ export const MAX_VERSION_LENGTH = 125
  */
 export function applyDeploy(live: readonly string[], version: string): string[] {
   const next = semver.parse(version)
-  if (!next || next.build.length > 0 || next.version !== version) {
+  if (!spelledExactly(next, version)) {
     throw new DeployRefusedError(
       version,
       `${JSON.stringify(version)} is not a semantic version <major>.<minor>.<patch>[-prerelease] without build metadata`,
@@ -230,12 +241,12 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
   const kept: string[] = []
   for (const v of live) {
     const p = semver.parse(v)
-    if (!p) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+    if (!p) throw notAVersion(v)
     // An entry `compileVersions` refuses (`v1.0.0`, `1.2.0+b`: what a store of the platform's
     // own was given elsewhere) is never kept, so the answer always compiles; it may be
     // replaced, as the version it spells, which is how such a set is put right.
     const keep = () => {
-      if (p.build.length > 0 || p.version !== v) throw new RangeError(`not a semantic version: ${JSON.stringify(v)}`)
+      if (!spelledExactly(p, v)) throw notAVersion(v)
       kept.push(v)
     }
     const sameMinor = p.major === next.major && p.minor === next.minor

@@ -11,7 +11,7 @@ import { parseBearerToken, presentsBearer } from '../core/authorization-header.j
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkScope } from '../core/scope.js'
 import { checkIpAllowlist } from '../core/ip.js'
-import { isForeignThenable } from '../core/thenable.js'
+import { adoptThenable } from '../core/thenable.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
   type ProtectedResourceMetadata,
@@ -602,14 +602,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * promise bounded by `storeTimeoutMs`, its rejection becoming a StoreFailure naming the
    * store. Synchronous throws reach the catch of `decide`, which names the current stage.
    */
-  function settle<T>(value: MaybePromise<T>, store: string): MaybePromise<T> {
-    if (value instanceof Promise) {
-      return bounded(value, store).catch((error: unknown) => {
-        throw new StoreFailure(store, error)
-      })
-    }
-    if (isForeignThenable(value)) return settle(Promise.resolve(value as PromiseLike<T>), store)
-    return value
+  function settle<T>(answer: MaybePromise<T>, store: string): MaybePromise<T> {
+    const value = adoptThenable(answer)
+    if (!(value instanceof Promise)) return value
+    return bounded(value, store).catch((error: unknown) => {
+      throw new StoreFailure(store, error)
+    })
   }
 
   /** `pending`, or a rejection once `storeTimeoutMs` has passed without an answer. */
@@ -820,8 +818,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function applyRateLimit(flow: Flow): MaybePromise<RateLimitResult | Reply | undefined> {
     if (!rateLimit || !counters) return undefined
-    let policy = rateLimit.policy(flow.auth.identity, flow.app)
-    if (isForeignThenable(policy)) policy = Promise.resolve(policy as PromiseLike<RateLimitPolicy | undefined>)
+    const policy = adoptThenable(rateLimit.policy(flow.auth.identity, flow.app))
     if (!(policy instanceof Promise)) return countRequest(flow, policy)
     return bounded(policy, 'rate-limit policy')
       .then((p) => countRequest(flow, p))
@@ -878,8 +875,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const start = windowStart(at, windowMs)
     let count: MaybePromise<number | RateLimitCount>
     try {
-      count = counters!.increment(rateKeyOf(flow, checked.policy.windowType), start, windowMs)
-      if (isForeignThenable(count)) count = Promise.resolve(count as PromiseLike<number | RateLimitCount>)
+      count = adoptThenable(counters!.increment(rateKeyOf(flow, checked.policy.windowType), start, windowMs))
     } catch (error) {
       return rateLimitStoreFailed(error)
     }
@@ -1000,8 +996,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           if (assigned && outcome.status < 300) {
             if (!SESSION_ID.test(assigned)) unpinnable(assigned)
             else {
-              pending = sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs)
-              if (isForeignThenable(pending)) pending = Promise.resolve(pending as PromiseLike<void | boolean>)
+              pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
               const whenClosed = outcome.whenClosed
               // Kept alive only once the pin is this session's: a live pin of another session
               // under the id must not be kept by this one's stream.
@@ -1015,8 +1010,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           }
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
-          pending = sessions.delete(sessionId)
-          if (isForeignThenable(pending)) pending = Promise.resolve(pending as PromiseLike<void>)
+          pending = adoptThenable(sessions.delete(sessionId))
         } else if (outcome.whenClosed && outcome.status < 300) {
           keepWhileOpen(sessionId, outcome.whenClosed)
         }
@@ -1096,9 +1090,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       } else if (at > kept.restarted) kept.restarted = at
     }
     try {
-      let pin = sessions.get(sessionId, sessionTtlMs) as MaybePromise<SessionPin | undefined>
       // A store's own promise or thenable (a lazy query) is adopted, as on the request path.
-      if (isForeignThenable(pin)) pin = Promise.resolve(pin as unknown as PromiseLike<SessionPin | undefined>)
+      const pin = adoptThenable(sessions.get(sessionId, sessionTtlMs) as MaybePromise<SessionPin | undefined>)
       if (!(pin instanceof Promise)) return done(pin)
       kept.pending = true
       kept.pendingSince = at

@@ -19,7 +19,7 @@ import {
 } from '../core/api-token.js'
 import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
 import { hasLoneSurrogate } from '../core/text.js'
-import { isForeignThenable } from '../core/thenable.js'
+import { adoptThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
@@ -781,9 +781,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     let settled = false
     const started = monotonic()
     try {
-      answer = fn()
       // A thenable of another library is awaited under the deadline too, as a promise is.
-      if (isForeignThenable(answer)) answer = Promise.resolve(answer as PromiseLike<T>)
+      answer = adoptThenable(fn())
       if (!(answer instanceof Promise)) return answer
       return await withTimeout(
         answer.finally(() => (settled = true)),
@@ -971,8 +970,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     lastFlush = now()
     const write = async () => {
       try {
-        let touched: unknown = store.touch(batch)
-        if (isForeignThenable(touched)) touched = Promise.resolve(touched as PromiseLike<void>)
+        const touched = adoptThenable(store.touch(batch))
         if (touched instanceof Promise) await withTimeout(touched, storeTimeoutMs, 'token store touch')
       } catch (error) {
         onError(error, 'last_used_at flush')
@@ -1003,9 +1001,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function lookup(tokenHash: string, known: boolean): MaybePromise<TokenAuthResult | undefined> {
     let found: MaybePromise<ApiTokenRecord | undefined>
     try {
-      found = store.findByHash(tokenHash)
       // Another library's promise is awaited as one, never taken for the record.
-      if (isForeignThenable(found)) found = Promise.resolve(found as PromiseLike<ApiTokenRecord | undefined>)
+      found = adoptThenable(store.findByHash(tokenHash))
     } catch (error) {
       throw new StoreUnavailableError('token', { cause: error })
     }
