@@ -289,6 +289,9 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
         const prefix = await prefixOn(redis, hung)
         const counters = createRedisRateLimitStore({ client, prefix, timeoutMs: TIMEOUT_MS })
         const sessions = createRedisSessionStore({ client, prefix, timeoutMs: TIMEOUT_MS })
+        // Connected to the master first, with no deadline, as above: on a loaded CI machine the
+        // first count (slot map, socket, script) took longer than the stores' 200 ms.
+        await client.get(`${prefix}warm`)
         expect(await counters.increment('k', START, W)).toBe(1)
         expect(await sessions.set('s', PIN, 60_000)).toBe(true)
         await redis.cluster.replicated(hung)

@@ -287,6 +287,9 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           }
         }
         const stores = { [healthy]: await on(healthy), [other]: await on(other), [dead]: await on(dead) }
+        // Connected to every master first, with no deadline: on a loaded CI machine the first
+        // call (slot map, socket) can take longer than the stores' 200 ms.
+        await Promise.all(redis.cluster.ports.map(async (port) => client.get(`${await prefixOn(redis, port)}warm`)))
         for (const port of redis.cluster.ports) {
           expect(await stores[port]!.counters.increment('k', START, W)).toBe(1)
           expect(await stores[port]!.sessions.set('s', PIN, 60_000)).toBe(true)
@@ -325,6 +328,8 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
         const client = redis.connectCluster({ maxRetriesPerRequest: 1 })
         const onDead = await prefixOn(redis, dead)
         const onHealthy = await prefixOn(redis, healthy)
+        // Connected to both masters first, with no deadline (as above).
+        await Promise.all([client.get(`${onDead}warm`), client.get(`${onHealthy}warm`)])
         // A session on the live master, counters on the dead one.
         const live = { client, prefix: onHealthy, timeoutMs: TIMEOUT_MS }
         const deadMaster = { client, prefix: onDead, timeoutMs: TIMEOUT_MS }
