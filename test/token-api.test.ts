@@ -304,6 +304,23 @@ describe('create (spec 2.1, 3)', () => {
     },
   )
 
+  it('an unknown field with a long name: 400 naming its first 64 characters, not the whole name sent back (a surrogate pair kept whole)', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const long = 'x'.repeat(10_000)
+    const edited = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { [long]: 1 } }), `${'x'.repeat(64)}…`)
+    expect(edited.message).toBe(`${'x'.repeat(64)}…: is not a known field`)
+    // A pair astride the cut is left out whole, not halved into a lone surrogate.
+    const astride = `${'y'.repeat(63)}😀${'y'.repeat(100)}`
+    const created = await expectFieldError(
+      await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expires_in_days: 30, [astride]: 1 } }),
+      `${'y'.repeat(63)}…`,
+    )
+    expect(created.message).toBe(`${'y'.repeat(63)}…: is not a known field`)
+    // Exactly 64 characters: named whole.
+    await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { ['z'.repeat(64)]: 1 } }), 'z'.repeat(64))
+  })
+
   it('a camelCase key (as the TypeScript service spells it) is refused under the name it was sent with, not blamed on the API\'s own name', async () => {
     const alice = await signIn('user_alice')
     const id = await seededId('user_alice', 'alice')

@@ -15,3 +15,13 @@ const LONE_SURROGATE = /\p{Cs}/u
 export function hasLoneSurrogate(text: string): boolean {
   return LONE_SURROGATE.test(text)
 }
+
+/**
+ * `text` as an error message may quote it: its first `max` UTF-16 units (a surrogate pair kept
+ * whole) and `…` when longer, so that a 16 KiB field name sent by a caller is not sent back whole.
+ */
+export function quotable(text: string, max = 64): string {
+  if (text.length <= max) return text
+  const end = /[\uD800-\uDBFF]/.test(text[max - 1]!) ? max - 1 : max
+  return `${text.slice(0, end)}…`
+}

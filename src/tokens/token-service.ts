@@ -18,7 +18,7 @@ import {
   checkApiTokenFormat,
 } from '../core/api-token.js'
 import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
-import { hasLoneSurrogate } from '../core/text.js'
+import { hasLoneSurrogate, quotable } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
@@ -455,7 +455,8 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   const issue = result.error.issues[0]!
   if (issue.code === 'unrecognized_keys') {
     const key = issue.keys[0]!
-    throw new InvalidInputError(renamed(fieldNames, key), 'is not a known field')
+    // Named as sent, up to 64 characters: a caller's key can be as long as the body.
+    throw new InvalidInputError(quotable(renamed(fieldNames, key)), 'is not a known field')
   }
   const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
   // A field that is not there at all: say so, not what type it should have had.
