@@ -271,16 +271,24 @@ export function serviceUnavailableReply(retryAfter = 1): Reply {
   )
 }
 
+const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
+
 /**
  * 404 when the version is live but the platform gave `routeByVersion` no handler for it.
- * Carries the version headers, since the version was resolved.
+ * Carries the version headers, since the version was resolved, and `Vary: Origin` as the
+ * dispatch layer's other 404s do (a shared cache may keep a 404: RFC 9111 section 4.2.2); the
+ * router does not know whether CORS is on, and the header costs a cache nothing where it is off.
  */
 export function versionNotServedReply(version: string): Reply {
-  return jsonRpcErrorReply(404, {
-    code: -32004,
-    message: 'Version not served',
-    data: { error: 'version_not_served', version },
-  })
+  return jsonRpcErrorReply(
+    404,
+    {
+      code: -32004,
+      message: 'Version not served',
+      data: { error: 'version_not_served', version },
+    },
+    VARY_ORIGIN,
+  )
 }
 
 /**

@@ -336,9 +336,20 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   }
 
   const api = async function tokenApi(request: Request, info?: TokenApiRequestInfo): Promise<Response | null> {
-    const url = new URL(request.url)
-    const path = url.pathname
-    if (path !== basePath && !path.startsWith(`${basePath}/`)) return null
+    let path: string | undefined
+    let hostRefused = false
+    try {
+      path = new URL(request.url).pathname
+    } catch {
+      // A Host @hono/node-server put in the URL without the URL parser (`weather.1`,
+      // `1.2.3.999`): not the API's when its path is not, else the client's error, as the Express
+      // and Fastify routes answer it (regression: a TypeError out of the API for every request,
+      // on any path, where it was mounted in front of the MCP adapter).
+      path = pathAfterRefusedHost(request.url)
+      hostRefused = true
+    }
+    if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return null
+    if (hostRefused) return json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
     const rest = path.slice(basePath.length).replace(/\/$/, '')
     if (request.method !== 'HEAD') return answer(request, rest, info)
     // HEAD is GET without the body (RFC 9110 section 9.3.2).
@@ -347,5 +358,19 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     return new Response(null, { status: got.status, statusText: got.statusText, headers: got.headers })
   }
   return Object.assign(api, { basePath }) as TokenApi
+}
+/**
+ * The path of a URL whose host the URL parser refused, normalized as it normalizes one (dot
+ * segments, percent-encoding); `undefined` when it refuses the path too.
+ */
+function pathAfterRefusedHost(url: string): string | undefined {
+  const schemeEnd = url.indexOf('://')
+  const end = url.slice(schemeEnd === -1 ? 0 : schemeEnd + 3).search(/[/?#]/)
+  if (end === -1 || url[schemeEnd + 3 + end] !== '/') return '/'
+  try {
+    return new URL(url.slice(schemeEnd + 3 + end), 'http://token-api.invalid').pathname
+  } catch {
+    return undefined
+  }
 }
 const NO_BEARER: BearerParseResult = Object.freeze({ kind: 'missing' })

@@ -452,6 +452,18 @@ export function describeAdapter(name: string, start: StartAdapter): void {
           error: { code: -32004, message: 'Version not served', data: { error: 'version_not_served', version: '1.0.0' } },
         })
         expect(res.headers['x-mcp-version']).toBe('1.0.0')
+        // Without Origin, Vary: Origin as on the dispatch layer's other 404s (a cache may keep
+        // one); with it, the CORS headers and Vary once.
+        expect(res.headers.vary).toBe('Origin')
+        const cors = await target.request({
+          host: 'other.localhost',
+          path: '/',
+          headers: { ...json, ...bearer(fixture.tokens.aliceOther), origin: ALLOWED_ORIGIN },
+          body: TOOLS_LIST,
+        })
+        expect(cors.status).toBe(404)
+        expect(cors.headers.vary).toBe('Origin')
+        expect(cors.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
       })
     })
 

@@ -3,7 +3,7 @@
  * objects, over loopback HTTP (`@hono/node-server`) for streaming.
  */
 import * as vm from 'node:vm'
-import type { TrustProxy } from 'mcp-dispatch'
+import { type TrustProxy, createTokenApi } from 'mcp-dispatch'
 import { getDispatchContext, mcpDispatch, whenBodyEnds } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
@@ -233,6 +233,39 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
       await served.close()
     }
   })
+
+  it('on @hono/node-server with the token API mounted in front (api(request) ?? mcp(request)), such a Host is the MCP adapter\'s 400 outside the API\'s path and the API\'s own 400 under it (regression: the API threw a TypeError on every path)', async () => {
+    const fixture = createFixture()
+    let handled = 0
+    const mcp = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: () => {
+        handled++
+        return new Response('{}')
+      },
+    })
+    const api = createTokenApi({ tokens: fixture.dispatcherOptions.tokens, authenticateSession: () => ({ userId: 'alice' }), verifyCsrf: () => true })
+    const served = await serveFetch(async (request) => (await api(request)) ?? mcp(request))
+    try {
+      for (const host of ['weather.1', '1.2.3.999']) {
+        const mcpPath = await rawRequest(served.port, { host, path: '/v1', method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
+        expect(mcpPath.status, host).toBe(400)
+        expect(JSON.parse(mcpPath.body).error).toEqual({ code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } })
+        for (const path of ['/api/tokens', '/api/tokens/', '/api/tokens?q', '/api/tokens/abc']) {
+          const apiPath = await rawRequest(served.port, { host, path, method: 'GET' })
+          expect(apiPath.status, `${host}${path}`).toBe(400)
+          expect(JSON.parse(apiPath.body)).toEqual({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
+        }
+        // A path that only starts like the API's is not the API's.
+        expect(JSON.parse((await rawRequest(served.port, { host, path: '/api/tokensx', method: 'GET' })).body).error.code).toBe(-32600)
+      }
+      expect(handled).toBe(0)
+      // A Host the parser reads: the API answers as before.
+      expect((await rawRequest(served.port, { host: 'weather.localhost', path: '/api/tokens', method: 'GET' })).status).toBe(200)
+    } finally {
+      await served.close()
+    }
+  })
 })
 
 describe('web adapter: info.host, for runtimes whose request.url does not carry the Host (Next.js)', () => {
@@ -332,6 +365,34 @@ describe('web adapter: X-Forwarded-Proto, behind a trusted TLS-terminating proxy
     const served = await ask(`http://${HOST}/v1`, 'https, http', '10.0.0.2', fixture.tokens.alice)
     expect(served.status).toBe(200)
     expect(seen).toEqual([`https://${HOST}`])
+  })
+
+  it('an explicit :80 in info.host stays when the client\'s scheme is https (no default of it), as on Express and Fastify (regression: dropped under http first)', async () => {
+    const { resourceOf } = setup(['10.0.0.0/8'])
+    const fixture = createFixture()
+    const handle = mcpDispatch({ dispatcher: fixture.dispatcher, trustProxy: ['127.0.0.1'], handler: () => new Response('{}') })
+    const resource = async (request: Request, info: { clientAddress?: string; host?: string }) =>
+      ((await (await handle(request, info)).json()) as { resource: string }).resource
+    const metadata = (proto: string) => new Request(`http://${HOST}/.well-known/oauth-protected-resource`, { headers: { 'x-forwarded-proto': proto } })
+    expect(await resource(metadata('https'), { clientAddress: '127.0.0.1', host: `${HOST}:80` })).toBe(`https://${HOST}:80`)
+    expect(await resource(metadata('https'), { clientAddress: '127.0.0.1', host: `${HOST}:443` })).toBe(`https://${HOST}`)
+    expect(await resource(metadata('http'), { clientAddress: '127.0.0.1', host: `${HOST}:80` })).toBe(`http://${HOST}`)
+    expect(await resourceOf(`http://${HOST}:443`, 'https', '10.0.0.2')).toBe(`https://${HOST}`)
+    // Over @hono/node-server, whose URL has no `:80` whatever the Host (it parses it as http):
+    // only the port of https can be seen there.
+    const served = await serveFetch(handle)
+    try {
+      for (const [host, proto, expected] of [
+        [`${HOST}:443`, 'https', `https://${HOST}`],
+        [`${HOST}:80`, 'http', `http://${HOST}`],
+        [`${HOST}:443`, 'http', `http://${HOST}:443`],
+      ] as const) {
+        const res = await rawRequest(served.port, { host, path: '/.well-known/oauth-protected-resource', method: 'GET', headers: { 'x-forwarded-proto': proto } })
+        expect(JSON.parse(res.body).resource, `${host} ${proto}`).toBe(expected)
+      }
+    } finally {
+      await served.close()
+    }
   })
 
   it('is ignored from an untrusted peer, without trustProxy, without a peer address, and for a value that is no scheme', async () => {

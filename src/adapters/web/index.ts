@@ -150,7 +150,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       const scheme = forwardedProtocol(clientAddress, request.headers.get('x-forwarded-proto'), trust)
       if (scheme !== undefined && !origin.startsWith(`${scheme}:`)) {
         if (host !== undefined) {
-          host = canonicalHost(host, scheme)
+          // From the host as sent: its port is dropped only when it is the default of the
+          // client's scheme (`:80` was already gone under `http`, and is no default of https).
+          host = canonicalHost(given ?? url.origin.slice(schemeEnd + 3), scheme)
           if (host === undefined) return toResponse(INVALID_HOST)
         }
         origin = `${scheme}://${host ?? ''}`
