@@ -12,7 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, sameName, stampHead } from './head.js'
+import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeVary, sameName, stampHead } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
@@ -273,9 +273,13 @@ export function clearHeaders(res: ServerResponse): void {
   res.statusMessage = ''
 }
 
-/** Writes a dispatch-layer {@link Reply} on a raw response, byte for byte. */
+/**
+ * Writes a dispatch-layer {@link Reply} on a raw response, byte for byte; its `Vary` joins one
+ * the platform set on the response before (a `writeHead` header would replace it).
+ */
 export function writeReply(res: ServerResponse, reply: Reply): void {
   const headers: OutgoingHttpHeaders = { ...reply.headers }
+  if (headers.vary !== undefined && res.hasHeader('vary')) headers.vary = mergeVary(res.getHeader('vary'), headers.vary)
   // An explicit length, as a web `Response` with a string body gets, never chunked encoding.
   if (reply.body !== null) headers['content-length'] = Buffer.byteLength(reply.body)
   res.writeHead(reply.status, headers)
@@ -615,13 +619,14 @@ function nextTurn(): Promise<typeof NOT_READY> {
 /**
  * Writes a web `Response` on a raw Node response, streaming its body with back-pressure
  * (SSE included, no buffering); a client that goes away cancels the body, which cancels the
- * upstream of a proxied response.
+ * upstream of a proxied response. Its `Vary` joins one the platform set on the response before.
  */
 export async function writeWebResponse(res: ServerResponse, response: Response): Promise<void> {
   const headers: OutgoingHttpHeaders = {}
   response.headers.forEach((value, name) => {
     if (name !== 'set-cookie') headers[name] = value
   })
+  if (headers.vary !== undefined && res.hasHeader('vary')) headers.vary = mergeVary(res.getHeader('vary'), headers.vary)
   const cookies = response.headers.getSetCookie()
   if (cookies.length > 0) headers['set-cookie'] = cookies
   if (response.statusText) res.writeHead(response.status, response.statusText, headers)

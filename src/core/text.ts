@@ -22,6 +22,7 @@ export function hasLoneSurrogate(text: string): boolean {
  */
 export function quotable(text: string, max = 64): string {
   if (text.length <= max) return text
-  const end = /[\uD800-\uDBFF]/.test(text[max - 1]!) ? max - 1 : max
+  const last = text.charCodeAt(max - 1)
+  const end = last >= 0xd800 && last <= 0xdbff ? max - 1 : max
   return `${text.slice(0, end)}…`
 }

@@ -349,7 +349,10 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       hostRefused = true
     }
     if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return null
-    if (hostRefused) return json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
+    if (hostRefused) {
+      const refused = json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
+      return request.method === 'HEAD' ? new Response(null, { status: 400, headers: refused.headers }) : refused
+    }
     const rest = path.slice(basePath.length).replace(/\/$/, '')
     if (request.method !== 'HEAD') return answer(request, rest, info)
     // HEAD is GET without the body (RFC 9110 section 9.3.2).
@@ -365,10 +368,12 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
  */
 function pathAfterRefusedHost(url: string): string | undefined {
   const schemeEnd = url.indexOf('://')
-  const end = url.slice(schemeEnd === -1 ? 0 : schemeEnd + 3).search(/[/?#]/)
-  if (end === -1 || url[schemeEnd + 3 + end] !== '/') return '/'
+  const hostStart = schemeEnd === -1 ? 0 : schemeEnd + 3
+  const end = url.slice(hostStart).search(/[/?#]/)
+  if (end === -1 || url[hostStart + end] !== '/') return '/'
   try {
-    return new URL(url.slice(schemeEnd + 3 + end), 'http://token-api.invalid').pathname
+    // Appended to an origin, not resolved against one: `//x/api/tokens` is a path here too.
+    return new URL(`http://token-api.invalid${url.slice(hostStart + end)}`).pathname
   } catch {
     return undefined
   }

@@ -465,6 +465,29 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(cors.headers.vary).toBe('Origin')
         expect(cors.headers['access-control-allow-origin']).toBe(ALLOWED_ORIGIN)
       })
+
+      it.runIf(!name.startsWith('web'))('a Vary the platform set before the adapter ran is joined, not replaced, on its refusals and on the router\'s 404', async () => {
+        const platformVary = { 'x-test-vary': 'Accept-Language' }
+        const notServed = await target.request({
+          host: 'other.localhost',
+          path: '/',
+          headers: { ...json, ...bearer(fixture.tokens.aliceOther), ...platformVary },
+          body: TOOLS_LIST,
+        })
+        expect(notServed.status).toBe(404)
+        expect(notServed.headers.vary).toBe('Accept-Language, Origin')
+        const withOrigin = await target.request({
+          host: 'other.localhost',
+          path: '/',
+          headers: { ...json, ...bearer(fixture.tokens.aliceOther), ...platformVary, origin: ALLOWED_ORIGIN },
+          body: TOOLS_LIST,
+        })
+        expect(withOrigin.headers.vary).toBe('Accept-Language, Origin')
+        // A refusal of the dispatch layer itself (an unknown path: 404 with Vary: Origin).
+        const refused = await target.request({ path: '/nowhere', headers: { ...json, ...platformVary }, body: TOOLS_LIST })
+        expect(refused.status).toBe(404)
+        expect(refused.headers.vary).toBe('Accept-Language, Origin')
+      })
     })
 
     describe('client address', () => {

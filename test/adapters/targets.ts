@@ -144,6 +144,12 @@ function expressTarget(express: ExpressModule): StartAdapter {
   return async ({ fixture, probe, trustProxy }) => {
     // Express's defaults, X-Powered-By included: the rejections must still be the Web adapter's bytes.
     const app = express()
+    // A platform's middleware ahead of the adapter that sets a `Vary` of its own.
+    app.use((req, res, next) => {
+      const vary = req.headers['x-test-vary']
+      if (typeof vary === 'string') res.setHeader('vary', vary)
+      next()
+    })
     app.use(
       expressDispatch({
         dispatcher: fixture.dispatcher,
@@ -200,6 +206,12 @@ export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {
 
 export const startFastify: StartAdapter = async ({ fixture, probe, trustProxy }) => {
   const app = Fastify()
+  // A platform's hook ahead of the adapter's that sets a `Vary` of its own.
+  app.addHook('onRequest', (request, reply, done) => {
+    const vary = request.headers['x-test-vary']
+    if (typeof vary === 'string') reply.header('vary', vary)
+    done()
+  })
   await app.register(
     fastifyDispatch({
       dispatcher: fixture.dispatcher,

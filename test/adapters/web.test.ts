@@ -256,8 +256,14 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
           expect(apiPath.status, `${host}${path}`).toBe(400)
           expect(JSON.parse(apiPath.body)).toEqual({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
         }
-        // A path that only starts like the API's is not the API's.
-        expect(JSON.parse((await rawRequest(served.port, { host, path: '/api/tokensx', method: 'GET' })).body).error.code).toBe(-32600)
+        // HEAD: the status and headers, no body.
+        const head = await rawRequest(served.port, { host, path: '/api/tokens', method: 'HEAD' })
+        expect([head.status, head.headers['content-type'], head.body]).toEqual([400, 'application/json', ''])
+        // A path that only starts like the API's is not the API's, nor one that starts `//`
+        // (the URL parser's path `//x/api/tokens`, not a scheme-relative reference's).
+        for (const path of ['/api/tokensx', '//x/api/tokens']) {
+          expect(JSON.parse((await rawRequest(served.port, { host, path, method: 'GET' })).body).error?.code, path).toBe(-32600)
+        }
       }
       expect(handled).toBe(0)
       // A Host the parser reads: the API answers as before.

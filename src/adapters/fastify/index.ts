@@ -55,7 +55,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { continueIfExpected } from '../head.js'
+import { continueIfExpected, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -110,14 +110,18 @@ type ReportingRequest = FastifyRequest & { [kReporter]?: Reporter | null }
 
 function noop(): void {}
 
-/** Sends a dispatch-layer {@link Reply} through Fastify, byte for byte. */
+/**
+ * Sends a dispatch-layer {@link Reply} through Fastify, byte for byte; its `Vary` joins one the
+ * platform set on the reply before (`headers` would replace it).
+ */
 function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
+  const vary = answer.headers.vary
+  const own = vary === undefined ? undefined : reply.getHeader('vary')
+  reply.code(answer.status).headers(answer.headers)
+  if (own !== undefined) reply.header('vary', mergeVary(own, vary))
   // A Buffer, so Fastify sends the body and the `Content-Type` exactly as given (a string
   // body would get `; charset=utf-8` appended).
-  return reply
-    .code(answer.status)
-    .headers(answer.headers)
-    .send(answer.body === null ? undefined : Buffer.from(answer.body))
+  return reply.send(answer.body === null ? undefined : Buffer.from(answer.body))
 }
 
 /**

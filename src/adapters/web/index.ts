@@ -120,12 +120,16 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const url = splitUrl(request.url)
     const schemeEnd = url.origin.indexOf('://')
     const given = info?.host
+    // The host as sent (the URL's, or `info.host`), before its scheme's default port is dropped.
+    let sent = given
     let host: string | undefined
     let origin: string
     if (given === undefined) {
       // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
       // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
-      host = schemeEnd === -1 ? undefined : canonicalHost(url.origin.slice(schemeEnd + 3), url.origin.slice(0, schemeEnd))
+      const raw = schemeEnd === -1 ? undefined : url.origin.slice(schemeEnd + 3)
+      sent = raw
+      host = raw === undefined ? undefined : canonicalHost(raw, url.origin.slice(0, schemeEnd))
       if (host === undefined) return toResponse(INVALID_HOST)
       // Two `Host` fields (RFC 9112 section 3.2: 400, as on the Node adapters): @hono/node-server
       // builds the URL of the first one and joins them all in `headers`.
@@ -152,7 +156,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
         if (host !== undefined) {
           // From the host as sent: its port is dropped only when it is the default of the
           // client's scheme (`:80` was already gone under `http`, and is no default of https).
-          host = canonicalHost(given ?? url.origin.slice(schemeEnd + 3), scheme)
+          host = canonicalHost(sent ?? host, scheme)
           if (host === undefined) return toResponse(INVALID_HOST)
         }
         origin = `${scheme}://${host ?? ''}`
