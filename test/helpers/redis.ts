@@ -9,8 +9,12 @@
  * random key prefixes; after the suite, every key under those prefixes is deleted and every
  * client is disconnected, so the process exits on its own.
  */
+import { spawn, spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Redis, type RedisOptions } from 'ioredis'
 import { Redis as Redis5 } from 'ioredis5'
 import type { InvalidationMessage } from 'mcp-dispatch'
@@ -189,4 +193,52 @@ export function holdConnection(client: Redis, other: Redis, key: string): { rele
       await blocked
     },
   }
+}
+
+/** Why `redis-server` cannot be started here, or `undefined` when it can (for {@link startPrivateRedis}). */
+export function redisServerMissing(): string | undefined {
+  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
+  return version.error ? `redis-server is not installed (${version.error.message})` : undefined
+}
+
+/**
+ * A Redis of the calling test's own, for what must not reach the shared one at `REDIS_URL`
+ * (a `SCRIPT FLUSH` there costs every test file running alongside a NOSCRIPT and an EVAL
+ * within its deadlines): `redis-server` started as a child process on a Unix socket in a
+ * temporary directory (no port to collide with), without persistence, listening once this
+ * resolves. Connect to it with the ioredis option `path`; `stop` ends it and removes the
+ * directory.
+ */
+export async function startPrivateRedis(): Promise<{ readonly path: string; stop(): Promise<void> }> {
+  const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-redis-'))
+  const path = join(dir, 'redis.sock')
+  const child = spawn('redis-server', ['--port', '0', '--unixsocket', path, '--dir', dir, '--save', '', '--appendonly', 'no'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  const keep = (chunk: Buffer) => void (output = (output + chunk.toString()).slice(-2_000))
+  child.stdout.on('data', keep)
+  child.stderr.on('data', keep)
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  // A test process that ends without stopping it (a crash) does not leave it behind.
+  const killOnExit = () => child.kill('SIGKILL')
+  process.once('exit', killOnExit)
+  const stop = async () => {
+    process.removeListener('exit', killOnExit)
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await exited
+    }
+    rmSync(dir, { recursive: true, force: true })
+  }
+  // Listening once its socket file is there (polled every 20 ms, for up to 5 s).
+  for (const deadline = performance.now() + 5_000; !existsSync(path); ) {
+    if (child.exitCode !== null || child.signalCode !== null || performance.now() > deadline) {
+      await stop()
+      const last = output.trim().split('\n').pop() || 'no output'
+      throw new Error(`redis-server did not start on ${path} (${last})`)
+    }
+    await new Promise((resolve) => setTimeout(resolve, 20))
+  }
+  return { path, stop }
 }

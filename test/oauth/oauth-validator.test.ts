@@ -284,7 +284,8 @@ describe('userinfo mode (the default)', () => {
     })
     const v = validator({ retry: { attempts: 1 }, breaker: { failureThreshold: 2, coolDownMs: 1_000 } })
     const slow = v.validate('slow-token')
-    await vi.waitFor(() => expect(fake.count('/oidc/me')).toBe(1))
+    // The slow call's arrival upstream (a connection, a request): more than waitFor's default 1 s on a loaded machine.
+    await vi.waitFor(() => expect(fake.count('/oidc/me')).toBe(1), { timeout: 5_000 })
     for (let i = 0; i < 2; i++) await unavailable(v.validate(`token-${i}`))
     expect(v.breakerState).toBe('open')
     release()

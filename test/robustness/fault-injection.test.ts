@@ -184,8 +184,10 @@ describe.each(targets.map((t) => [t.name, t] as const))('an authorization server
     const oauth = createOAuthValidator({
       issuer: server.url,
       userinfoEndpoint: `${server.url}/userinfo`,
-      timeoutMs: 150,
-      retry: { attempts: 2, baseDelayMs: 5, deadlineMs: 1_000 },
+      // A deadline that outlasts the connection and each attempt's arrival (counted below) on a
+      // loaded machine, and a budget that holds both attempts at it.
+      timeoutMs: 500,
+      retry: { attempts: 2, baseDelayMs: 5, deadlineMs: 2_000 },
       // Every fault here is met by the retries, not by a breaker already open.
       breaker: { failureThreshold: 100 },
       rejectionTtlMs: 0,

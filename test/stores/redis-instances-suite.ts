@@ -47,6 +47,7 @@ import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../../e
 import { T0, localhostFetch, serveFetch } from '../helpers/platform.js'
 import { type FakeUpstream, startFakeUpstream } from '../oauth/helpers/fake-upstream.js'
 import { type RedisTestContext, nextInvalidation } from '../helpers/redis.js'
+import type { RedisClusterTestContext } from '../helpers/redis-cluster.js'
 import { countingTokenStore } from './conformance.js'
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather' } as const
@@ -93,7 +94,8 @@ export function twoInstancesSuite(redis: RedisTestContext, options: { keepAlive:
     const client = redis.connect({ maxRetriesPerRequest: 1 })
     const onError = (error: unknown, context: string) => errors.push({ instance: name, context, error })
     const invalidations = createRedisInvalidationBus({ client, prefix, onError })
-    await invalidations.ready()
+    // A new connection subscribing: given more than the store's deadline on a loaded machine.
+    await invalidations.ready(5_000)
     const tokens = createTokenService({ store: tokenStore, apps, subscriptions, cacheTtlMs: 60_000, invalidations, now, onError })
     const dispatcher = createDispatcher({
       apps,
@@ -248,7 +250,8 @@ export function twoInstancesSuite(redis: RedisTestContext, options: { keepAlive:
       const { client, transport } = await connectAlice('redis-keepalive')
       const sessionId = transport.sessionId!
       const pinned = (await client.callTool({ name: 'get_version', arguments: {} })).structuredContent as { version: string }
-      await vi.waitFor(() => expect(c.served.some((s) => s.method === 'GET' && s.session === sessionId)).toBe(true))
+      // The SDK client opens its GET stream on its own after initialize: more than waitFor's default 1 s on a loaded machine.
+      await vi.waitFor(() => expect(c.served.some((s) => s.method === 'GET' && s.session === sessionId)).toBe(true), { timeout: 5_000 })
 
       apps.deploy(WEATHER.id, '1.3.0')
       target = d
@@ -354,8 +357,17 @@ export function sharedValidationCacheSuite(redis: RedisTestContext): void {
         cache: createRedisCacheStore<CachedValidation>({ client, prefix }),
         onEvent: (event) => events[name].push(event.type),
       })
-    const a = validator('A', redis.client)
-    const b = validator('B', redis.connect())
+    // A first call on a new client (its socket, on a cluster the slot map and each master's
+    // socket) may exceed the cache store's 1 s deadline on a loaded machine, a miss the counts
+    // below would fail on: each client reads every master first, with no deadline.
+    const cluster = 'cluster' in redis ? (redis as RedisClusterTestContext).cluster : undefined
+    const tags = cluster ? await Promise.all(cluster.ports.map((port) => cluster.hashTagOn(port))) : ['']
+    const warm = async (client: Redis) => {
+      await Promise.all(tags.map((tag) => client.get(`${prefix}${tag}warm`)))
+      return client
+    }
+    const a = validator('A', await warm(redis.client))
+    const b = validator('B', await warm(redis.connect()))
     expect(await a.validate('good-token')).toEqual({ active: true, info: { subject: 'user_alice' } })
     expect(await b.validate('good-token')).toEqual({ active: true, info: { subject: 'user_alice' } })
     expect(await a.validate('bad-token')).toMatchObject({ active: false })
