@@ -200,6 +200,8 @@ describe('proxy handler', () => {
           'content-type': 'application/json',
           'x-upstream': 'yes',
           'www-authenticate': 'Bearer realm="app"',
+          'authentication-info': 'rspauth="y"',
+          'proxy-authentication-info': 'nextnonce="x"',
           'set-cookie': ['a=1', 'b=2'],
           connection: 'x-private',
           'x-private': 'hop',
@@ -218,6 +220,8 @@ describe('proxy handler', () => {
       expect(response.status).toBe(404)
       expect(response.headers.get('x-upstream')).toBe('yes')
       expect(response.headers.get('www-authenticate')).toBeNull()
+      expect(response.headers.get('authentication-info')).toBeNull()
+      expect(response.headers.get('proxy-authentication-info')).toBeNull()
       expect(response.headers.get('x-private')).toBeNull()
       // CORS belongs to the dispatch layer, never to the upstream.
       expect(response.headers.get('access-control-allow-credentials')).toBeNull()

@@ -138,13 +138,18 @@ const NEVER_FORWARDED_PREFIX = 'x-forwarded-'
 
 /**
  * Response headers never passed back to the caller: the dispatch layer's own (its challenge,
- * CORS and rate-limit fields) and those that act on the platform's whole site, not the App
+ * CORS and rate-limit fields), the upstream's answers to an authentication, and those that act
+ * on the platform's whole site, not the App
  * (`Clear-Site-Data` would clear the dashboard's cookies, HSTS and `Alt-Svc` set policy for
  * the host). `Set-Cookie` too: cookies never travel to the upstream, so one it sets could only
  * land on the platform's own hosts (with `Domain`, on its dashboard: cookie tossing).
  */
 const NEVER_RELAYED = new Set([
   'www-authenticate',
+  // The upstream's word on an authentication the caller did not make (RFC 9110 section 11.6.3),
+  // and on one with the next proxy only (section 11.7.3).
+  'authentication-info',
+  'proxy-authentication-info',
   'set-cookie',
   'ratelimit',
   'ratelimit-policy',
