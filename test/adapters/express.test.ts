@@ -290,6 +290,20 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(res.body).toBe(`2.0.0 ${tools}`)
   })
 
+  it('fromWebHandler: the Response\'s Vary joins one a middleware ahead set, rather than replacing it', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use((_req, res, next) => {
+      res.setHeader('vary', 'Accept-Language')
+      next()
+    })
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(fromWebHandler(() => new Response('{}', { headers: { vary: 'Accept-Encoding' } })))
+    const res = await rawRequest(await serveApp(app), { path: '/v2', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
+    expect(res.status).toBe(200)
+    expect(res.headers.vary).toBe('Accept-Language, Accept-Encoding')
+  })
+
   it('fromWebHandler passes no body on for a request that sent none, though express.json() set one ({}: a DELETE went on as {})', async () => {
     const fixture = createFixture()
     const app = express()

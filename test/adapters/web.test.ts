@@ -256,9 +256,10 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
           expect(apiPath.status, `${host}${path}`).toBe(400)
           expect(JSON.parse(apiPath.body)).toEqual({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
         }
-        // HEAD: the status and headers, no body.
-        const head = await rawRequest(served.port, { host, path: '/api/tokens', method: 'HEAD' })
-        expect([head.status, head.headers['content-type'], head.body]).toEqual([400, 'application/json', ''])
+        // HEAD: the status and headers, no body (on the Response itself: Node drops a HEAD body
+        // on the wire anyway).
+        const head = await api({ url: `http://${host}/api/tokens`, method: 'HEAD', headers: new Headers() } as unknown as Request)
+        expect([head?.status, head?.headers.get('content-type'), head?.body]).toEqual([400, 'application/json', null])
         // A path that only starts like the API's is not the API's, nor one that starts `//`
         // (the URL parser's path `//x/api/tokens`, not a scheme-relative reference's).
         for (const path of ['/api/tokensx', '//x/api/tokens']) {

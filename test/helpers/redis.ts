@@ -219,13 +219,19 @@ export async function startPrivateRedis(): Promise<{ readonly path: string; stop
   const keep = (chunk: Buffer) => void (output = (output + chunk.toString()).slice(-2_000))
   child.stdout.on('data', keep)
   child.stderr.on('data', keep)
-  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  // A spawn that fails (ENOENT, EACCES) ends the wait below with its error, not the worker.
+  let spawnError: Error | undefined
+  child.once('error', (error) => void (spawnError = error))
+  const exited = new Promise<void>((resolve) => {
+    child.once('exit', () => resolve())
+    child.once('error', () => resolve())
+  })
   // A test process that ends without stopping it (a crash) does not leave it behind.
   const killOnExit = () => child.kill('SIGKILL')
   process.once('exit', killOnExit)
   const stop = async () => {
     process.removeListener('exit', killOnExit)
-    if (child.exitCode === null && child.signalCode === null) {
+    if (spawnError === undefined && child.exitCode === null && child.signalCode === null) {
       child.kill('SIGKILL')
       await exited
     }
@@ -233,9 +239,9 @@ export async function startPrivateRedis(): Promise<{ readonly path: string; stop
   }
   // Listening once its socket file is there (polled every 20 ms, for up to 5 s).
   for (const deadline = performance.now() + 5_000; !existsSync(path); ) {
-    if (child.exitCode !== null || child.signalCode !== null || performance.now() > deadline) {
+    if (spawnError !== undefined || child.exitCode !== null || child.signalCode !== null || performance.now() > deadline) {
       await stop()
-      const last = output.trim().split('\n').pop() || 'no output'
+      const last = spawnError?.message ?? (output.trim().split('\n').pop() || 'no output')
       throw new Error(`redis-server did not start on ${path} (${last})`)
     }
     await new Promise((resolve) => setTimeout(resolve, 20))

@@ -152,7 +152,8 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
       const a = createRedisInvalidationBus({ client: redis.connectCluster(), prefix, heartbeatMs: 50, onError })
       const b = createRedisInvalidationBus({ client: redis.connectCluster(), prefix, heartbeatMs: 50, onError })
       try {
-        await Promise.all([a.ready(2_000), b.ready(2_000)])
+        // New connections subscribing: given more than the deadline on a loaded machine.
+        await Promise.all([a.ready(5_000), b.ready(5_000)])
         const arrived = nextInvalidation(b)
         await a.publish({ kind: 'token', tokenHash: 'from-a' })
         expect(await arrived).toEqual({ kind: 'token', tokenHash: 'from-a' })
@@ -204,7 +205,9 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
 
     it('a Cluster client is `ready` as a whole: the counters count (not taken for an offline queue)', async () => {
       const client = redis.connectCluster()
-      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix() })
+      // A deadline that leaves room for a loaded machine's first connection: the test is about
+      // whether the first call waits for the slots, not how fast.
+      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix(), timeoutMs: 5_000 })
       // Before the first `ready` calls wait for the slots, then count.
       expect(await counters.increment('k', START, W)).toBe(1)
       expect(client.status).toBe('ready')

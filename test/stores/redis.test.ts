@@ -245,7 +245,11 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     it('instances sharing a prefix share the budget; another prefix has its own', async () => {
       const prefix = redis.prefix()
       const a = createRedisRateLimitStore({ client: redis.client, prefix })
-      const b = createRedisRateLimitStore({ client: redis.connect(), prefix })
+      // A fresh client connected first, with no deadline (a loaded machine's first connection
+      // can take longer than the store's).
+      const other = redis.connect()
+      await other.ping()
+      const b = createRedisRateLimitStore({ client: other, prefix })
       const elsewhere = createRedisRateLimitStore({ client: redis.client, prefix: redis.prefix() })
       expect(await a.increment('k', START, W)).toBe(1)
       expect(await b.increment('k', START, W)).toBe(2)
@@ -274,7 +278,9 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const prefix = redis.prefix()
       const clock = createTestClock()
       const a = createRedisCacheStore<{ n: number }>({ client: redis.client, prefix, now: clock.now })
-      const b = createRedisCacheStore<{ n: number }>({ client: redis.connect(), prefix, now: clock.now, localTtlMs: 2_000 })
+      const other = redis.connect()
+      await other.ping() // connected first, with no deadline
+      const b = createRedisCacheStore<{ n: number }>({ client: other, prefix, now: clock.now, localTtlMs: 2_000 })
       await a.set('k', { n: 1 }, 300_000)
       expect(await b.get('k')).toEqual({ n: 1 })
       await a.delete('k')
