@@ -20,6 +20,7 @@ import {
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createTokenService,
+  sessionNotFoundReply,
 } from 'mcp-dispatch'
 
 /** What an example needs to serve the demo App. */
@@ -90,7 +91,12 @@ export function createNodeSessions(build: () => McpServer, idleMs = 60 * 60_000,
       const id = req.headers['mcp-session-id']
       if (typeof id === 'string') {
         const session = sessions.get(id)
-        if (!session) return error(res, 404, 'Session not found')
+        // The dispatch layer's own 404 session_not_found (docs/adapters.md's nodeSessions): a
+        // client sees one answer whichever layer lost the session.
+        if (!session) {
+          const { status, headers, body } = sessionNotFoundReply()
+          return void res.writeHead(status, headers).end(body)
+        }
         // Most recently used last: the sweep finds the idle ones first.
         sessions.delete(id)
         sessions.set(id, session)

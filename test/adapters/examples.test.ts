@@ -11,7 +11,7 @@ import { serve } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { generateKeyPair } from 'jose'
-import { invalidHostReply } from 'mcp-dispatch'
+import { invalidHostReply, sessionNotFoundReply } from 'mcp-dispatch'
 import { createIdentitySigner } from 'mcp-dispatch/proxy'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createExpressExample } from '../../examples/express/app.js'
@@ -19,7 +19,7 @@ import { createFastifyExample } from '../../examples/fastify/app.js'
 import { createFetchHandler } from '../../examples/fetch/handler.js'
 import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
-import { type Demo, createDemo } from '../../examples/shared/demo.js'
+import { type Demo, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
 import { APP_TOOLS, INITIALIZE } from '../helpers/platform.js'
 import { close, listen, rawRequest } from './helpers.js'
 
@@ -144,6 +144,26 @@ describe('adapter examples, in process', () => {
       }
     })
   }
+})
+
+describe('adapter examples: the Express and Fastify examples\' sessions (createNodeSessions)', () => {
+  it('a session they lost (swept, closed) gets the dispatch layer\'s own 404 session_not_found, as docs/adapters.md\'s nodeSessions does (regression: their own -32000 body)', async () => {
+    const sessions = createNodeSessions(() => {
+      throw new Error('no session is opened here')
+    })
+    const server = http.createServer((req, res) => void sessions.handle(req, res))
+    const port = await listen(server)
+    try {
+      const res = await rawRequest(port, { path: '/v1', headers: { 'mcp-session-id': 'lost', 'content-type': 'application/json' }, body: '{}' })
+      const expected = sessionNotFoundReply()
+      expect(res.status).toBe(expected.status)
+      expect(res.headers['content-type']).toBe('application/json')
+      expect(res.body).toBe(expected.body)
+    } finally {
+      await sessions.close()
+      await close(server)
+    }
+  })
 })
 
 describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () => {
