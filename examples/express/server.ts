@@ -1,4 +1,4 @@
-/** `npx tsx examples/express/server.ts` (PORT, default 8788). */
+/** `npx tsx examples/express/server.ts` (PORT, default 8801). */
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { answerClientError } from 'mcp-dispatch/express'
@@ -10,7 +10,7 @@ const example = createExpressExample(demo)
 const server = http.createServer(example.app)
 // What Node's parser refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body.
 server.on('clientError', answerClientError)
-server.listen(Number(process.env.PORT ?? 8788), '127.0.0.1', () => {
+server.listen(Number(process.env.PORT ?? 8801), '127.0.0.1', () => {
   printUsage('Express', (server.address() as AddressInfo).port, demo.token)
 })
 const stop = () => {

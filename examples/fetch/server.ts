@@ -1,5 +1,5 @@
 /**
- * `npx tsx examples/fetch/server.ts` (PORT, default 8791): the fetch handler on PORT and, to
+ * `npx tsx examples/fetch/server.ts` (PORT, default 8804): the fetch handler on PORT and, to
  * proxy to, the App's own service on an ephemeral port, both on 127.0.0.1.
  */
 import { generateKeyPair } from 'jose'
@@ -26,7 +26,7 @@ const handler = createFetchHandler({
 })
 const front = await listen(
   (request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
-  Number(process.env.PORT ?? 8791),
+  Number(process.env.PORT ?? 8804),
 )
 
 // The App's own service; it is created once its address (the `aud` it expects) is known.

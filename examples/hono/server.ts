@@ -1,4 +1,4 @@
-/** `npx tsx examples/hono/server.ts` (PORT, default 8790). */
+/** `npx tsx examples/hono/server.ts` (PORT, default 8803). */
 import { createDemo, printUsage } from '../shared/demo.js'
 import { serveNode } from '../shared/serve-node.js'
 import { createHonoExample } from './app.js'
@@ -7,7 +7,7 @@ const demo = await createDemo()
 const example = createHonoExample(demo)
 // `@hono/node-server` on a `node:http` server, with JSON-RPC answers to what it cannot build a
 // `Request` of and to what Node's parser refuses (examples/shared/serve-node.ts).
-const { server, port } = await serveNode(example.app.fetch, { port: Number(process.env.PORT ?? 8790), hostname: '127.0.0.1' })
+const { server, port } = await serveNode(example.app.fetch, { port: Number(process.env.PORT ?? 8803), hostname: '127.0.0.1' })
 printUsage('Hono', port, demo.token)
 const stop = () => {
   server.close()
