@@ -25,7 +25,7 @@ export interface JsonRpcErrorObject {
 
 /** JSON-RPC codes of the dispatch layer's answers (spec section 7, DESIGN.md, README "Errors"). */
 export const RpcCode = {
-  /** Generic server error; used for 429 (spec section 7) and 405 (as the MCP SDK does). */
+  /** Generic server error; used for 429 (spec section 7), 405 (as the MCP SDK does), the 408s and the proxy's 502 and 504. */
   ServerError: -32000,
   /** 429: the caller's rate limit is spent (spec section 7). */
   RateLimited: -32000,
@@ -39,7 +39,7 @@ export const RpcCode = {
   NotFound: -32004,
   /** 503: the authorization server or a store cannot answer now. */
   Unavailable: -32005,
-  /** 400 and 417 of malformed requests: an invalid `Host`, a body that does not match its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than `100-continue`. */
+  /** 400, 413, 417 and 431 of malformed requests: an invalid `Host`, a body that does not match its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than `100-continue`. */
   InvalidRequest: -32600,
   /** 502: the MCP handler threw or failed before its response head (`handler_error`). */
   InternalError: -32603,

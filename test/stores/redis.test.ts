@@ -1194,6 +1194,8 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const counters = createRedisRateLimitStore({ client: hung, prefix, timeoutMs: 300 })
       const sessions = createRedisSessionStore({ client: hung, prefix, timeoutMs: 1_000 })
       await expect(counters.increment('k', START, W)).rejects.toThrow('did not answer within 300 ms')
+      // In a later turn, as the next request: a deadline noticed late opens the breaker after this one.
+      await nextTurn()
       // Silent for 300 ms: the session store (1,000 ms) still sends, and waits its own deadline;
       // the rate-limit store (300 ms) is refused at once.
       const lookup = expect(sessions.get('s1', 60_000)).rejects.toThrow('did not answer within 1000 ms')

@@ -24,8 +24,9 @@
  * forbids token passthrough), cookies in either direction (`Cookie` up, `Set-Cookie` back),
  * hop-by-hop headers (RFC 9110 section 7.6.1), including those the client names in `Connection`,
  * and, back from the upstream, the fields that are the dispatch layer's or act on the platform's
- * whole site rather than the App: `WWW-Authenticate`, `Access-Control-*`, `RateLimit`,
- * `RateLimit-Policy`, `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
+ * whole site rather than the App: `WWW-Authenticate`, `Authentication-Info`,
+ * `Proxy-Authentication-Info`, `Access-Control-*`, `RateLimit`, `RateLimit-Policy`,
+ * `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
  * with a redirect, refuses the platform's identity (401), answers 407, a status outside 200 to
