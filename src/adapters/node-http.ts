@@ -274,12 +274,20 @@ export function clearHeaders(res: ServerResponse): void {
 }
 
 /**
+ * A `Vary` in `headers` (about to be given to `writeHead`, which would replace one set before)
+ * joined with the one the platform set on `res` ahead of the adapter.
+ */
+function joinPlatformVary(res: ServerResponse, headers: OutgoingHttpHeaders): void {
+  if (headers.vary !== undefined && res.hasHeader('vary')) headers.vary = mergeVary(res.getHeader('vary'), headers.vary)
+}
+
+/**
  * Writes a dispatch-layer {@link Reply} on a raw response, byte for byte; its `Vary` joins one
  * the platform set on the response before (a `writeHead` header would replace it).
  */
 export function writeReply(res: ServerResponse, reply: Reply): void {
   const headers: OutgoingHttpHeaders = { ...reply.headers }
-  if (headers.vary !== undefined && res.hasHeader('vary')) headers.vary = mergeVary(res.getHeader('vary'), headers.vary)
+  joinPlatformVary(res, headers)
   // An explicit length, as a web `Response` with a string body gets, never chunked encoding.
   if (reply.body !== null) headers['content-length'] = Buffer.byteLength(reply.body)
   res.writeHead(reply.status, headers)
@@ -626,7 +634,7 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   response.headers.forEach((value, name) => {
     if (name !== 'set-cookie') headers[name] = value
   })
-  if (headers.vary !== undefined && res.hasHeader('vary')) headers.vary = mergeVary(res.getHeader('vary'), headers.vary)
+  joinPlatformVary(res, headers)
   const cookies = response.headers.getSetCookie()
   if (cookies.length > 0) headers['set-cookie'] = cookies
   if (response.statusText) res.writeHead(response.status, response.statusText, headers)

@@ -271,7 +271,8 @@ export function serviceUnavailableReply(retryAfter = 1): Reply {
   )
 }
 
-const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
+/** `Vary: Origin`, the one frozen object every answer that carries it alone shares. @internal */
+export const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
 
 /**
  * 404 when the version is live but the platform gave `routeByVersion` no handler for it.

@@ -31,6 +31,7 @@ import {
 } from '../core/rate-limit.js'
 import {
   type Reply,
+  VARY_ORIGIN,
   authorizationServerUnavailableReply,
   forbiddenReply,
   ipNotAllowedReply,
@@ -375,7 +376,6 @@ const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-L
  */
 const METADATA_CORS = { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS } as const
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
-const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ vary: 'Origin' })
 const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
 // Refusals that carry nothing of the request: one frozen object each.

@@ -349,19 +349,24 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       hostRefused = true
     }
     if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return null
+    const head = request.method === 'HEAD'
     if (hostRefused) {
       const refused = json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
-      return request.method === 'HEAD' ? new Response(null, { status: 400, headers: refused.headers }) : refused
+      return head ? withoutBody(refused) : refused
     }
     const rest = path.slice(basePath.length).replace(/\/$/, '')
-    if (request.method !== 'HEAD') return answer(request, rest, info)
+    if (!head) return answer(request, rest, info)
     // HEAD is GET without the body (RFC 9110 section 9.3.2).
-    const got = await answer(new Request(request, { method: 'GET' }), rest, info)
-    void got.body?.cancel().catch(() => {})
-    return new Response(null, { status: got.status, statusText: got.statusText, headers: got.headers })
+    return withoutBody(await answer(new Request(request, { method: 'GET' }), rest, info))
   }
   return Object.assign(api, { basePath }) as TokenApi
 }
+/** `response` as the answer to a HEAD: its status and headers, its body cancelled. */
+function withoutBody(response: Response): Response {
+  void response.body?.cancel().catch(() => {})
+  return new Response(null, { status: response.status, statusText: response.statusText, headers: response.headers })
+}
+
 /**
  * The path of a URL whose host the URL parser refused, normalized as it normalizes one (dot
  * segments, percent-encoding); `undefined` when it refuses the path too.
