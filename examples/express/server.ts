@@ -2,15 +2,17 @@
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { answerClientError } from 'mcp-dispatch/express'
-import { createDemo, printUsage } from '../shared/demo.js'
+import { cannotListen, createDemo, examplePort, printUsage } from '../shared/demo.js'
 import { createExpressExample } from './app.js'
 
+const port = examplePort(8801)
 const demo = await createDemo()
 const example = createExpressExample(demo)
 const server = http.createServer(example.app)
 // What Node's parser refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body.
 server.on('clientError', answerClientError)
-server.listen(Number(process.env.PORT ?? 8801), '127.0.0.1', () => {
+server.once('error', (error) => cannotListen(port, error))
+server.listen(port, '127.0.0.1', () => {
   printUsage('Express', (server.address() as AddressInfo).port, demo.token)
 })
 const stop = () => {

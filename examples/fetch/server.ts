@@ -4,7 +4,7 @@
  */
 import { generateKeyPair } from 'jose'
 import { createIdentitySigner } from 'mcp-dispatch/proxy'
-import { createDemo, printUsage } from '../shared/demo.js'
+import { cannotListen, createDemo, examplePort, printUsage } from '../shared/demo.js'
 import { type NodeEnv, serveNode } from '../shared/serve-node.js'
 import { createFetchHandler } from './handler.js'
 import { createUpstreamApp } from './upstream.js'
@@ -12,6 +12,7 @@ import { createUpstreamApp } from './upstream.js'
 /** Serves `fetch` on 127.0.0.1 (examples/shared/serve-node.ts: JSON-RPC answers to what it cannot build a `Request` of). */
 const listen = (fetch: (request: Request, env: NodeEnv) => Promise<Response>, port: number) => serveNode(fetch, { port, hostname: '127.0.0.1' })
 
+const port = examplePort(8804)
 const demo = await createDemo()
 const issuer = 'http://platform.localhost'
 // In production the key comes from a secret store, so tokens survive restarts.
@@ -26,8 +27,8 @@ const handler = createFetchHandler({
 })
 const front = await listen(
   (request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
-  Number(process.env.PORT ?? 8804),
-)
+  port,
+).catch((error: unknown) => cannotListen(port, error))
 
 // The App's own service; it is created once its address (the `aud` it expects) is known.
 const app: { current?: ReturnType<typeof createUpstreamApp> } = {}

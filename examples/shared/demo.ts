@@ -50,6 +50,30 @@ export async function createDemo(): Promise<Demo> {
   return { dispatcher, apps, app, token }
 }
 
+/**
+ * The port an example listens on: `PORT`, else `fallback` (0: any free port). A `PORT` that is no
+ * port number ends the process with one line on stderr naming it (exit 2), never a stack trace.
+ */
+export function examplePort(fallback: number): number {
+  const raw = process.env.PORT ?? String(fallback)
+  const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN
+  if (!(port <= 65_535)) {
+    console.error(`PORT: must be a port number (0: any free port), got ${JSON.stringify(raw)}`)
+    process.exit(2)
+  }
+  return port
+}
+
+/**
+ * Ends the process when an example cannot listen on 127.0.0.1:`port` (a port taken: EADDRINUSE;
+ * one below 1024 without the right: EACCES): one line on stderr naming the port and the system's
+ * reason, exit 1, never a stack trace.
+ */
+export function cannotListen(port: number, error: unknown): never {
+  console.error(`PORT: cannot listen on 127.0.0.1:${port}: ${error instanceof Error ? error.message : String(error)}`)
+  process.exit(1)
+}
+
 /** Prints how to try an example. */
 export function printUsage(name: string, port: number, token: string): void {
   console.log(`mcp-dispatch ${name} example listening on http://127.0.0.1:${port}`)

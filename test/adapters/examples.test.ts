@@ -4,6 +4,7 @@
  * documented (`npx tsx examples/<x>/server.ts`) and answers an MCP request.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
+import { once } from 'node:events'
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
@@ -221,4 +222,37 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
       await exited
     })
   }
+
+  /** Runs `examples/<name>/server.ts` to its end; its exit code and stderr. */
+  async function runToExit(name: string, port: string): Promise<{ code: number | null; stderr: string }> {
+    const child = spawn(process.execPath, ['--import', 'tsx', `examples/${name}/server.ts`], {
+      cwd: root,
+      env: { ...process.env, PORT: port },
+      stdio: ['ignore', 'ignore', 'pipe'],
+    })
+    children.push(child)
+    let stderr = ''
+    child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
+    const [code] = (await once(child, 'exit')) as [number | null]
+    return { code, stderr }
+  }
+
+  for (const name of Object.keys(starts)) {
+    it(`${name}: a port taken ends server.ts with one line naming it on stderr, exit 1 (regression: a stack trace)`, async () => {
+      const taken = http.createServer()
+      const port = await listen(taken)
+      try {
+        const { code, stderr } = await runToExit(name, String(port))
+        expect(code).toBe(1)
+        expect(stderr.trimEnd().split('\n')).toEqual([expect.stringMatching(new RegExp(`^PORT: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`))])
+      } finally {
+        await close(taken)
+      }
+    })
+  }
+
+  it('a PORT that is no port number is named on stderr, exit 2', async () => {
+    const { code, stderr } = await runToExit('express', '80a')
+    expect([code, stderr]).toEqual([2, 'PORT: must be a port number (0: any free port), got "80a"\n'])
+  })
 })
