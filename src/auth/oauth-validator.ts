@@ -149,7 +149,8 @@ export interface OAuthValidatorOptions {
    * a token issued for another service, or an ID token, is then taken). Default in
    * `userinfo` mode: no check. In `jwt` and `introspection` modes a token is refused when the
    * audience cannot be computed (the function called without a context, or returning
-   * `undefined`): never taken unchecked.
+   * anything but a non-empty string or list of them: `undefined`, `null`, `''`, `[]`): never
+   * taken unchecked.
    */
   audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined) | false
   /** Userinfo endpoint; default from discovery, else `{issuer}/userinfo`. */
@@ -549,6 +550,12 @@ function describe(error: unknown): string {
   return String(error)
 }
 
+/** An expected audience as a list: a non-empty string, or a non-empty list of them; else `undefined`. */
+function audienceListOf(value: unknown): readonly string[] | undefined {
+  const list: unknown = typeof value === 'string' ? [value] : value
+  return Array.isArray(list) && list.length > 0 && list.every((a) => typeof a === 'string' && a !== '') ? list : undefined
+}
+
 function formEncode(value: string): string {
   return encodeURIComponent(value).replace(/%20/g, '+')
 }
@@ -611,11 +618,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     audienceGiven === false
       ? undefined
       : (audienceGiven ?? (mode === 'userinfo' ? undefined : ({ resource }: AccessTokenContext) => resource))
-  if (audienceOption !== undefined && typeof audienceOption !== 'function') {
-    const list = typeof audienceOption === 'string' ? [audienceOption] : audienceOption
-    if (!Array.isArray(list) || list.length === 0 || !list.every((a) => typeof a === 'string' && a !== '')) {
-      throw new ConfigurationError('audience', 'must be a non-empty string, a list of them, or a function')
-    }
+  if (audienceOption !== undefined && typeof audienceOption !== 'function' && audienceListOf(audienceOption) === undefined) {
+    throw new ConfigurationError('audience', 'must be a non-empty string, a list of them, or a function')
   }
   const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true)
   const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS)
@@ -692,10 +696,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   function expectedAudience(context: AccessTokenContext | undefined): readonly string[] | undefined {
     if (audienceOption === undefined) return undefined
-    if (typeof audienceOption !== 'function') return typeof audienceOption === 'string' ? [audienceOption] : audienceOption
-    if (!context) return undefined
-    const value = audienceOption(context)
-    return value === undefined ? undefined : typeof value === 'string' ? [value] : value
+    if (typeof audienceOption !== 'function') return audienceListOf(audienceOption)
+    // What the function gives is checked as the option is: `null`, `false`, `''` or `[]` (a
+    // lookup that found nothing, in untyped code) is no audience to compare with.
+    return context ? audienceListOf(audienceOption(context)) : undefined
   }
 
   /** One HTTP exchange with the authorization server: breaker permit, timeout, health report. */

@@ -991,23 +991,26 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const { sessionId, app, identity, version } = this.context
       try {
         let pending: MaybePromise<void | boolean> | undefined
-        if (sessionId === undefined) {
-          const assigned = outcome.sessionId
-          if (assigned && outcome.status < 300) {
-            if (!SESSION_ID.test(assigned)) unpinnable(assigned)
-            else {
-              pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
-              const whenClosed = outcome.whenClosed
-              // Kept alive only once the pin is this session's: a live pin of another session
-              // under the id must not be kept by this one's stream.
-              const stored = (answer: void | boolean) => {
-                if (answer === false) pinTaken()
-                else if (whenClosed) keepWhileOpen(assigned, whenClosed)
-              }
-              if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
-              stored(pending)
+        const assigned = outcome.sessionId
+        // A session the handler opened: pinned to the version that served it. Also when the
+        // request carried another session's id (a client initializing again with its old id):
+        // the new session lives in the version the old one's pin chose.
+        if (assigned && assigned !== sessionId && outcome.status < 300) {
+          if (!SESSION_ID.test(assigned)) unpinnable(assigned)
+          else {
+            pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
+            const whenClosed = outcome.whenClosed
+            // Kept alive only once the pin is this session's: a live pin of another session
+            // under the id must not be kept by this one's stream.
+            const stored = (answer: void | boolean) => {
+              if (answer === false) pinTaken()
+              else if (whenClosed) keepWhileOpen(assigned, whenClosed)
             }
+            if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
+            stored(pending)
           }
+        } else if (sessionId === undefined) {
+          // No session, and none opened.
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))

@@ -1053,6 +1053,15 @@ describe('jwt mode (local verification)', () => {
     expect(await v.validate(await sign({}))).toEqual({ active: false, reason: 'no expected audience' })
     const fn = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: () => undefined })
     expect(await fn.validate(foreign, weather)).toEqual({ active: false, reason: 'no expected audience' })
+    // Nor anything else that is no audience, as untyped code's lookup that found nothing gives
+    // (regression: null, false, 0 and '' took a token for another service).
+    for (const nothing of [null, false, 0, '', [], [null], {}]) {
+      const given = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: (() => nothing) as never })
+      expect(await given.validate(foreign, weather)).toEqual({ active: false, reason: 'no expected audience' })
+    }
+    fake.route('/introspect', { status: 200, body: { active: true, sub: 'u', aud: 'https://some-other-service.example' } })
+    const introspecting = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' }, audience: (() => null) as never })
+    expect(await introspecting.validate('opaque-foreign', weather)).toEqual({ active: false, reason: 'no expected audience' })
     // A fixed audience needs no context; `false` checks none.
     expect(await validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: weather.resource }).validate(await sign({}))).toMatchObject({
       active: true,

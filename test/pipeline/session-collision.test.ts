@@ -62,6 +62,37 @@ describe('a session id assigned twice', () => {
     expect((await call('weather.localhost', '/v2', fixture.tokens.alice, 'same-id')).status).toBe(404)
   })
 
+  it('a new session opened on a request that carries the old one’s id (a client initializing again) is pinned to the version that served it (regression: no pin, its next request 404)', async () => {
+    const fixture = createFixture()
+    let opened = 0
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      // Every request is an initialize here: each opens a session, whatever id it carries.
+      handler: (_request, context) =>
+        new Response(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { version: context.version } }), {
+          headers: { 'content-type': 'application/json', 'mcp-session-id': `s${++opened}` },
+        }),
+    })
+    const call = async (sessionId?: string) => {
+      const response = await handle(
+        new Request('http://weather.localhost/v1', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(sessionId && { 'mcp-session-id': sessionId }) },
+          body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}',
+        }),
+        { clientAddress: '127.0.0.1' },
+      )
+      return { status: response.status, version: response.headers.get('x-mcp-version'), session: response.headers.get('mcp-session-id') }
+    }
+    expect(await call()).toEqual({ status: 200, version: '1.0.0', session: 's1' })
+    fixture.apps.deploy('app_weather', '1.1.0')
+    // Served by s1's version, 1.0.0, which opened s2: s2 lives there.
+    expect(await call('s1')).toEqual({ status: 200, version: '1.0.0', session: 's2' })
+    expect(await call('s2')).toEqual({ status: 200, version: '1.0.0', session: 's3' })
+    expect(await call()).toEqual({ status: 200, version: '1.1.0', session: 's4' })
+    expect(fixture.errors).toEqual([])
+  })
+
   it('an id no request may carry (past 256 characters, or with a space): not pinned, and onError says so rather than leaving its 404s unexplained', async () => {
     for (const id of ['s'.repeat(257), 'a b']) {
       const { fixture, call, assign } = serve()

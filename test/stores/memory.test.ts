@@ -1,5 +1,6 @@
 import { describe, expect, it, vi } from 'vitest'
 import type { SessionPin } from '../../src/core/stores.js'
+import { DeployRefusedError } from '../../src/errors.js'
 import {
   createMemoryAppStore,
   createMemoryCacheStore,
@@ -37,6 +38,14 @@ describe('memory stores: what only they do', () => {
     expect(() =>
       createMemoryAppStore([{ id: 'a1', slug: 'weather', name: 'Weather', versions: ['1.0.1', '1.0.0'] }]),
     ).toThrow(/1\.0\.1/)
+  })
+
+  it('addApp with a version the rule refuses adds nothing: the App can be added again (regression: added with part of its versions, then a duplicate)', () => {
+    const apps = createMemoryAppStore()
+    expect(() => apps.addApp({ id: 'a1', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.0.1', '1.0.0'] })).toThrow(DeployRefusedError)
+    expect([apps.getApp('a1'), apps.getAppBySlug('weather'), apps.getLiveVersions('a1')]).toEqual([undefined, undefined, []])
+    apps.addApp({ id: 'a1', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.0.1'] })
+    expect(apps.getLiveVersions('a1')).toEqual(['1.0.1'])
   })
 
   it('addApp refuses a duplicate id or slug', () => {

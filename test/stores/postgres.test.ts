@@ -3,6 +3,7 @@
  * named and with unnamed statements), the migration, option validation, what reaches the
  * database per call, concurrency between instances, and failures.
  */
+import { randomBytes } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import * as net from 'node:net'
 import {
@@ -459,6 +460,26 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       expect((await service.list(longest)).map((t) => t.id)).toEqual([mine.id])
       expect((await service.list('user-\u{1F600}')).map((t) => t.id)).toEqual([emoji.id])
       await expect(service.get('user-\uD83D', emoji.id)).rejects.toMatchObject({ status: 400, field: 'userId' })
+      await service.close()
+    })
+
+    it('token ids and user ids the database cannot take name nothing: 404 for the id, 0 revoked for the user, as on the memory store (regression: 503 for ever)', async () => {
+      const store = await postgres.tokenStore()
+      const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
+      const service = createTokenService({ store, apps, canUseServer: () => true, now: () => Date.UTC(2026, 0, 1) })
+      const mine = await service.create({ userId: 'u1', name: 'mine', servers: ['app_1'], expiresInDays: 7 })
+      for (const id of [`${mine.id}\u0000`, 'a\u0000b', 'a\uD800']) {
+        const label = JSON.stringify(id)
+        await expect(service.get('u1', id), label).rejects.toMatchObject({ status: 404 })
+        await expect(service.update('u1', id, { name: 'x' }), label).rejects.toMatchObject({ status: 404 })
+        await expect(service.revoke('u1', id), label).rejects.toMatchObject({ status: 404 })
+        await expect(service.rotate(id, { kind: 'session', userId: 'u1' }), label).rejects.toMatchObject({ status: 404 })
+      }
+      // A password reset for a user id longer than an index entry holds (random, so it does
+      // not compress below the bound): no token can be theirs.
+      const huge = randomBytes(6_000).toString('base64')
+      expect(await service.revokeAllForUser(huge)).toBe(0)
+      expect((await service.get('u1', mine.id)).status).toBe('active')
       await service.close()
     })
 

@@ -37,7 +37,7 @@ export interface MemoryAppSeed extends AppRecord {
 export interface MemoryAppStore extends AppStore {
   /**
    * Adds an App, deploying its `versions` in order by the versions rule (a refused one throws
-   * `DeployRefusedError`); a duplicate id or slug is a `TypeError`.
+   * `DeployRefusedError`, and the App is not added); a duplicate id or slug is a `TypeError`.
    */
   addApp(app: MemoryAppSeed): void
 }
@@ -63,11 +63,12 @@ export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): Memor
     addApp(app) {
       if (byId.has(app.id)) throw new TypeError(`mcp-dispatch: duplicate App id ${JSON.stringify(app.id)}`)
       if (bySlug.has(app.slug)) throw new TypeError(`mcp-dispatch: duplicate App slug ${JSON.stringify(app.slug)}`)
+      // Every version deployed before the App is added: a refused one adds nothing.
+      const versions = (app.versions ?? []).reduce<readonly string[]>((set, version) => applyDeploy(set, version), EMPTY)
       const record: AppRecord = Object.freeze({ id: app.id, slug: app.slug, name: app.name })
       byId.set(app.id, record)
       bySlug.set(app.slug, record)
-      live.set(app.id, EMPTY)
-      for (const v of app.versions ?? []) store.deploy(app.id, v)
+      live.set(app.id, Object.freeze(versions))
     },
     getApp: (id) => byId.get(id),
     getAppBySlug: (slug) => bySlug.get(slug),
