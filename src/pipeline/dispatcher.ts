@@ -190,9 +190,10 @@ export interface DispatcherOptions {
   /**
    * Authorization servers named in the metadata (spec 2.2). Default: the `issuer` of `oauth`
    * (as `createOAuthValidator` sets it), else none. With `oauth`, at least one is required
-   * (`ConfigurationError`): MCP clients sign in where the metadata sends them. A function is
-   * asked for each document; one that answers anything but an array of URLs fails it (503,
-   * `callback failed` to `onError`).
+   * (`ConfigurationError`): MCP clients sign in where the metadata sends them. Each is an
+   * http(s) URL (an issuer is one, RFC 8414). A function is asked for each document; one that
+   * answers anything but an array of http(s) URLs, or an empty one with `oauth`, fails it
+   * (503, `callback failed` to `onError`).
    */
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
   /**
@@ -219,7 +220,7 @@ export interface DispatcherOptions {
    * document under `basePath`, and, for an address whose path is not `basePath` (no path, with
    * the endpoint at `/mcp`), at that address's path too, for requests that reach it there
    * (matched as sent, as under `basePath`: no percent-decoding, no dot segments). A callback
-   * that answers anything but a string fails the request (503, reported to `onError`).
+   * that answers anything but an http(s) URL fails the request (503, reported to `onError`).
    */
   baseUrl?: (request: DispatchRequest, app: AppRecord) => string
   /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
@@ -438,7 +439,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not a URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -515,7 +516,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
   if (typeof authServers !== 'function') {
     for (const url of authServers) {
-      if (!URL.canParse(url)) throw new ConfigurationError('authorizationServers', `holds an invalid URL ${JSON.stringify(url)}`)
+      if (!isHttpUrl(url)) throw new ConfigurationError('authorizationServers', `holds ${JSON.stringify(url)}, not an http(s) URL`)
     }
   }
   // Per-request parsing that depends only on a short string repeats for every request of a
@@ -556,6 +557,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         if (typeof url !== 'string') {
           throw new StoreFailure('callback', new TypeError(`mcp-dispatch: the baseUrl option answered ${url === null ? 'null' : typeof url}, not a string`))
         }
+        // The App address clients are sent to and tokens are bound to: never `weather` or
+        // `javascript:…` (a pattern, not the URL parser: this runs on every request).
+        if (!HTTP_ORIGIN.test(url)) throw new StoreFailure('callback', new TypeError('mcp-dispatch: the baseUrl option answered a string that is no http(s) URL'))
         return withoutTrailingSlashes(url)
       }
     : (request: DispatchRequest) => request.origin + basePath
@@ -580,11 +584,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const urls: string[] = []
     for (let i = 0; i < answered.length; i++) {
       const url: unknown = answered[i]
-      if (typeof url !== 'string' || !URL.canParse(url)) {
-        throw new TypeError('mcp-dispatch: the authorizationServers option answered an array holding something that is no URL, not an array of URLs')
+      if (!isHttpUrl(url)) {
+        throw new TypeError('mcp-dispatch: the authorizationServers option answered an array holding something that is no http(s) URL, not an array of URLs')
       }
       urls.push(url)
     }
+    // With `oauth`, a document naming no server leaves clients nowhere to sign in (spec 2.2).
+    if (oauth && urls.length === 0) throw new TypeError('mcp-dispatch: the authorizationServers option answered an empty array, and oauth is given')
     return urls
   }
 
@@ -1329,6 +1335,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     metadata,
     decide,
   }
+}
+
+/** An absolute http(s) URL with a host: what an App address starts with. */
+const HTTP_ORIGIN = /^https?:\/\/[^/?#\s]/i
+
+/** An absolute http(s) URL, as an authorization server's issuer is (RFC 8414 section 2). */
+function isHttpUrl(url: unknown): url is string {
+  return typeof url === 'string' && HTTP_ORIGIN.test(url) && URL.canParse(url)
 }
 
 /** `host` (a `Host` value, port included) names its host with a trailing dot (`a.example.`, `a.example.:8080`). */

@@ -103,7 +103,7 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
       [{ tokens: asyncTokens }, bearer(generateApiToken())],
       [{ oauth: refusing }, bearer('an-oauth-access-token')],
     ]
-    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws']) {
+    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws', 'weather.apps.example.com', 'javascript:alert(1)', 'https:///x']) {
       const baseUrl = () => {
         if (answer === 'throws') throw new Error('no address for this App')
         return answer as unknown as string
@@ -114,7 +114,11 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
         expect(response.status).toBe(503)
         expect(errors.map((e) => e.context)).toEqual(['callback failed'])
         expect(String(errors[0]!.error)).toContain(
-          answer === 'throws' ? 'no address for this App' : `the baseUrl option answered ${answer === null ? 'null' : typeof answer}, not a string`,
+          answer === 'throws'
+            ? 'no address for this App'
+            : typeof answer === 'string'
+              ? 'the baseUrl option answered a string that is no http(s) URL'
+              : `the baseUrl option answered ${answer === null ? 'null' : typeof answer}, not a string`,
         )
       }
     }
@@ -137,10 +141,12 @@ describe('callbacks of the metadata document', () => {
     const answers: Array<[unknown, string]> = [
       ['https://auth.example.com', 'string'],
       [Promise.resolve(['https://auth.example.com']), 'object'],
-      [['https://auth.example.com', 'auth'], 'an array holding something that is no URL'],
-      [[1n], 'an array holding something that is no URL'],
+      [['https://auth.example.com', 'auth'], 'an array holding something that is no http(s) URL'],
+      [[1n], 'an array holding something that is no http(s) URL'],
+      // A URL clients cannot sign in at (regression: published as given).
+      [['javascript:alert(1)'], 'an array holding something that is no http(s) URL'],
       // Holes are no URLs either (`every` alone skips them).
-      [new Array(2), 'an array holding something that is no URL'],
+      [new Array(2), 'an array holding something that is no http(s) URL'],
       [null, 'null'],
     ]
     for (const [answer, what] of answers) {
@@ -149,6 +155,10 @@ describe('callbacks of the metadata document', () => {
       expect(errors.map((e) => e.context)).toEqual(['callback failed'])
       expect(String(errors[0]!.error)).toContain(`the authorizationServers option answered ${what}, not an array of URLs`)
     }
+    // With oauth, a document must name where to sign in (regression: served with none).
+    const { fetch: withOAuth, errors } = serve({ oauth: { validate: async () => ({ active: false as const, reason: 'refused' }) }, authorizationServers: () => [] })
+    expect((await withOAuth(`http://${HOST}${METADATA}`)).status).toBe(503)
+    expect(String(errors[0]!.error)).toContain('the authorizationServers option answered an empty array, and oauth is given')
     const { fetch } = serve({ authorizationServers: (app) => [`https://auth.example.com/${app.slug}`] })
     expect((await (await fetch(`http://${HOST}${METADATA}`)).json()).authorization_servers).toEqual(['https://auth.example.com/weather'])
   })

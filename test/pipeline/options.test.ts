@@ -113,6 +113,7 @@ describe('options checked at creation', () => {
     const custom = { validate: async () => ({ active: false as const, reason: 'refused' }) }
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom }))).toBe('authorizationServers')
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: [] }))).toBe('authorizationServers')
+    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['javascript:alert(1)'] }))).toBe('authorizationServers')
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom, authorizationServers: [issuer] }))).toBeUndefined()
   })
 
