@@ -141,7 +141,8 @@ export interface OAuthValidatorOptions {
    * Expected audience (RFC 8707 resource indicator, RFC 9068 `aud`): a value, a list, or a
    * function of the App the token is presented to (`({ resource }) => resource` binds each
    * token to its App). Checked on every request. In `jwt` and `introspection` modes the token
-   * must name one of them; in `userinfo` mode it is checked when the token is a JWT.
+   * must name one of them; in `userinfo` mode it is checked when the token is a JWT (one made
+   * to look like none, padded or in the standard base64 alphabet, is refused).
    *
    * Default in `jwt` and `introspection` modes: the App the token is presented to
    * (`({ resource }) => resource`), as the MCP authorization spec requires (RFC 8707: a token
@@ -548,6 +549,25 @@ function describe(error: unknown): string {
     return typeof code === 'string' ? `${error.message} (${code})` : error.message
   }
   return String(error)
+}
+
+/** Three dot-separated segments in either base64 alphabet, padded or not: the shape of a compact JWS. */
+const LOOSE_JWS = /^[A-Za-z0-9_+/-]+=*\.[A-Za-z0-9_+/-]+=*\.[A-Za-z0-9_+/-]*=*$/
+
+/**
+ * Whether a token that is no compact JWS is one all the same, read leniently: its shape, and a
+ * first segment that decodes (either alphabet, padded or not) to a JOSE header naming an `alg`.
+ * An opaque token with dots (`ya29.…`) is none.
+ */
+function disguisedJws(token: string): boolean {
+  if (!LOOSE_JWS.test(token)) return false
+  try {
+    const segment = token.slice(0, token.indexOf('.')).replace(/=+$/, '').replace(/-/g, '+').replace(/_/g, '/')
+    const header: unknown = JSON.parse(atob(segment))
+    return typeof header === 'object' && header !== null && typeof (header as { alg?: unknown }).alg === 'string'
+  } catch {
+    return false
+  }
 }
 
 /** An expected audience as a list: a non-empty string, or a non-empty list of them; else `undefined`. */
@@ -1397,6 +1417,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             emit({ type: 'rejected-locally', reason })
             return { active: false, reason }
           }
+        } else if (mode === 'userinfo' && audience && disguisedJws(token)) {
+          // A JWT made to look like none (padded, `+` or `/` for `-` or `_`), which a lenient
+          // userinfo endpoint may still take: its audience, the only check of it in this mode,
+          // cannot be read, so it is refused rather than sent on unchecked.
+          const reason = 'malformed JWT'
+          emit({ type: 'rejected-locally', reason })
+          return { active: false, reason }
         }
       }
       const key = hashKey(token)

@@ -515,6 +515,23 @@ describe('JWT access tokens in userinfo mode: claims checked before any upstream
     expect(events.filter((e) => e.type === 'rejected-locally')).toHaveLength(3)
   })
 
+  it('a JWT for another audience made to look like none (padded, standard base64) is refused locally, not sent unchecked to a userinfo that may take it; an opaque token with dots is not (regression)', async () => {
+    // A userinfo endpoint that takes whatever it is sent.
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice' } })
+    const v = validator({ audience: 'https://weather.example.com' })
+    const foreign = await sign({ iss: fake.url, aud: 'https://notes.example.com' })
+    const [header, payload, signature] = foreign.split('.') as [string, string, string]
+    const standard = (segment: string) => segment.replace(/-/g, '+').replace(/_/g, '/')
+    for (const disguised of [`${foreign}=`, `${header}==.${payload}.${signature}`, `${standard(header)}.${standard(payload)}.${standard(signature)}=`]) {
+      expect(await v.validate(disguised), disguised).toEqual({ active: false, reason: 'malformed JWT' })
+    }
+    expect(fake.requests).toHaveLength(0)
+    // Dots and base64 characters, but no JOSE header: the provider's to judge.
+    expect(await v.validate('ya29.a0AfB_byC.Zx9')).toMatchObject({ active: true })
+    expect(await v.validate('bm90LWpzb24.cGF5bG9hZA.c2ln')).toMatchObject({ active: true })
+    expect(fake.count('/oidc/me')).toBe(2)
+  })
+
   it('validates a good one at userinfo and never serves it past its exp', async () => {
     const v = validator({ audience: 'https://weather.example.com/' })
     const token = await sign({ iss: fake.url, aud: 'https://weather.example.com' }, 60)
