@@ -11,8 +11,10 @@ const example = createExpressExample(demo)
 const server = http.createServer(example.app)
 // What Node's parser refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body.
 server.on('clientError', answerClientError)
-server.once('error', (error) => cannotListen(port, error))
+const refused = (error: Error) => cannotListen(port, error)
+server.once('error', refused)
 server.listen(port, '127.0.0.1', () => {
+  server.off('error', refused)
   printUsage('Express', (server.address() as AddressInfo).port, demo.token)
 })
 const stop = () => {

@@ -148,10 +148,10 @@ export interface OAuthValidatorOptions {
    * (`({ resource }) => resource`), as the MCP authorization spec requires (RFC 8707: a token
    * must have been issued for this server); `false` accepts any audience (not recommended:
    * a token issued for another service, or an ID token, is then taken). Default in
-   * `userinfo` mode: no check. In `jwt` and `introspection` modes a token is refused when the
-   * audience cannot be computed (the function called without a context, or returning
-   * anything but a non-empty string or list of them: `undefined`, `null`, `''`, `[]`): never
-   * taken unchecked.
+   * `userinfo` mode: no check. When there is an audience to check (in `userinfo` mode, one
+   * given) and it cannot be computed (the function called without a context, or returning
+   * anything but a non-empty string or a list of them: `undefined`, `null`, `''`, `[]`,
+   * `['']`), the token is refused: never taken unchecked.
    */
   audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined) | false
   /** Userinfo endpoint; default from discovery, else `{issuer}/userinfo`. */
@@ -1394,9 +1394,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
       const audience = expectedAudience(context)
-      if (audience === undefined && audienceRequired && audienceOption !== undefined) {
-        // A token must name the audience, and there is none to compare it with (no context for
-        // the App function, or the function gave nothing): refused, never taken unchecked.
+      if (audience === undefined && audienceOption !== undefined) {
+        // An audience to check (the default in jwt and introspection modes, one given in any
+        // mode), and none to compare with (no context for the App function, or the function
+        // gave nothing usable): refused, never taken unchecked.
         const reason = 'no expected audience'
         emit({ type: 'rejected-locally', reason })
         return { active: false, reason }

@@ -997,26 +997,27 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const { sessionId, app, identity, version } = this.context
       try {
         let pending: MaybePromise<void | boolean> | undefined
-        const assigned = outcome.sessionId
-        // A session the handler opened: pinned to the version that served it. Also when the
-        // request carried another session's id (a client initializing again with its old id):
-        // the new session lives in the version the old one's pin chose.
-        if (assigned && assigned !== sessionId && outcome.status < 300) {
-          if (!SESSION_ID.test(assigned)) unpinnable(assigned)
-          else {
-            pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
-            const whenClosed = outcome.whenClosed
-            // Kept alive only once the pin is this session's: a live pin of another session
-            // under the id must not be kept by this one's stream.
-            const stored = (answer: void | boolean) => {
-              if (answer === false) pinTaken()
-              else if (whenClosed) keepWhileOpen(assigned, whenClosed)
+        if (sessionId === undefined) {
+          const assigned = outcome.sessionId
+          if (assigned && outcome.status < 300) {
+            if (!SESSION_ID.test(assigned)) unpinnable(assigned)
+            else {
+              pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
+              const whenClosed = outcome.whenClosed
+              // Kept alive only once the pin is this session's: a live pin of another session
+              // under the id must not be kept by this one's stream.
+              const stored = (answer: void | boolean) => {
+                if (answer === false) pinTaken()
+                else if (whenClosed) keepWhileOpen(assigned, whenClosed)
+              }
+              if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
+              stored(pending)
             }
-            if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
-            stored(pending)
           }
-        } else if (sessionId === undefined) {
-          // No session, and none opened.
+        } else if (outcome.sessionId && outcome.sessionId !== sessionId && outcome.status < 300 && this.method !== 'DELETE') {
+          // A session opened on a request of another: not pinned (the Node adapters hold no
+          // answer of a request in a session for a pin), and said so rather than left to 404s.
+          newSessionInSession()
         } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))
@@ -1050,6 +1051,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   /** The handler assigned a session id that a live pin already holds: that pin is kept. */
+  function newSessionInSession(): void {
+    onError(
+      new Error(
+        'mcp-dispatch: the MCP handler opened a session on a request that carries the id of another (a client initializing again with its old Mcp-Session-Id); the new session is not pinned, and requests that carry its id are 404 session_not_found, after which MCP clients initialize without one',
+      ),
+      'session store',
+    )
+  }
+
   function pinTaken(): void {
     onError(
       new Error(

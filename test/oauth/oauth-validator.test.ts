@@ -1079,6 +1079,14 @@ describe('jwt mode (local verification)', () => {
     fake.route('/introspect', { status: 200, body: { active: true, sub: 'u', aud: 'https://some-other-service.example' } })
     const introspecting = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' }, audience: (() => null) as never })
     expect(await introspecting.validate('opaque-foreign', weather)).toEqual({ active: false, reason: 'no expected audience' })
+    // In userinfo mode too, once an audience is given (regression: [] and '' dropped the check,
+    // where they had refused the token for another service).
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice' } })
+    for (const nothing of [undefined, [], '', ['']]) {
+      const userinfo = validator({ audience: (() => nothing) as never })
+      expect(await userinfo.validate(await sign({ iss: fake.url, aud: 'https://some-other-service.example' }), weather)).toEqual({ active: false, reason: 'no expected audience' })
+    }
+    expect(fake.count('/oidc/me')).toBe(0)
     // A fixed audience needs no context; `false` checks none.
     expect(await validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: weather.resource }).validate(await sign({}))).toMatchObject({
       active: true,

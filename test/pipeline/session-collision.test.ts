@@ -62,35 +62,41 @@ describe('a session id assigned twice', () => {
     expect((await call('weather.localhost', '/v2', fixture.tokens.alice, 'same-id')).status).toBe(404)
   })
 
-  it('a new session opened on a request that carries the old one’s id (a client initializing again) is pinned to the version that served it (regression: no pin, its next request 404)', async () => {
+  it('a new session opened on a request that carries another’s id (a client initializing again) gets no pin, and onError says so rather than leaving its 404s unexplained; the old session keeps its pin, and a DELETE answered with another id ends only the old pin', async () => {
     const fixture = createFixture()
     let opened = 0
     const handle = mcpDispatch({
       dispatcher: fixture.dispatcher,
-      // Every request is an initialize here: each opens a session, whatever id it carries.
+      // Every request opens a session here, whatever id it carries.
       handler: (_request, context) =>
         new Response(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { version: context.version } }), {
           headers: { 'content-type': 'application/json', 'mcp-session-id': `s${++opened}` },
         }),
     })
-    const call = async (sessionId?: string) => {
+    const call = async (sessionId?: string, method = 'POST') => {
       const response = await handle(
         new Request('http://weather.localhost/v1', {
-          method: 'POST',
+          method,
           headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(sessionId && { 'mcp-session-id': sessionId }) },
-          body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}',
+          ...(method === 'POST' && { body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}' }),
         }),
         { clientAddress: '127.0.0.1' },
       )
-      return { status: response.status, version: response.headers.get('x-mcp-version'), session: response.headers.get('mcp-session-id') }
+      return { status: response.status, version: response.headers.get('x-mcp-version') }
     }
-    expect(await call()).toEqual({ status: 200, version: '1.0.0', session: 's1' })
+    expect(await call()).toEqual({ status: 200, version: '1.0.0' })
     fixture.apps.deploy('app_weather', '1.1.0')
-    // Served by s1's version, 1.0.0, which opened s2: s2 lives there.
-    expect(await call('s1')).toEqual({ status: 200, version: '1.0.0', session: 's2' })
-    expect(await call('s2')).toEqual({ status: 200, version: '1.0.0', session: 's3' })
-    expect(await call()).toEqual({ status: 200, version: '1.1.0', session: 's4' })
-    expect(fixture.errors).toEqual([])
+    expect(await call('s1')).toEqual({ status: 200, version: '1.0.0' })
+    expect(fixture.errors.map((e) => [e.context, String(e.error)])).toEqual([
+      ['session store', expect.stringContaining('opened a session on a request that carries the id of another')],
+    ])
+    expect(await call('s2')).toEqual({ status: 404, version: null })
+    // The old session is as it was; its DELETE, answered with yet another id, ends it, and
+    // pins nothing.
+    expect(await call('s1')).toEqual({ status: 200, version: '1.0.0' })
+    expect(await call('s1', 'DELETE')).toEqual({ status: 200, version: '1.0.0' })
+    expect(await call('s1')).toEqual({ status: 404, version: null })
+    expect(await call('s4')).toEqual({ status: 404, version: null })
   })
 
   it('an id no request may carry (past 256 characters, or with a space): not pinned, and onError says so rather than leaving its 404s unexplained', async () => {

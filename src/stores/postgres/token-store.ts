@@ -4,6 +4,7 @@
  * @module
  */
 import type { ApiTokenRecord, TokenStore } from '../../core/stores.js'
+import { hasLoneSurrogate } from '../../core/text.js'
 import { ConfigurationError } from '../../errors.js'
 import {
   type PostgresTableOptions,
@@ -108,6 +109,14 @@ function toRecord(row: TokenRow): ApiTokenRecord {
  * store throws for the same mistake (the PostgreSQL error as its `cause`); any other error
  * as it is, so an unreachable database reaches the caller (the dispatcher answers 503).
  */
+/**
+ * Whether an id can name a row: PostgreSQL refuses a NUL in text (an error, where the memory
+ * store answers "no such token"), and pg sends a lone surrogate as U+FFFD (another id).
+ */
+function storable(id: string): boolean {
+  return typeof id === 'string' && !id.includes('\0') && !hasLoneSurrogate(id)
+}
+
 function duplicateError(error: unknown, names: TokenTableNames, id: string): unknown {
   const pgError = error as { code?: unknown; constraint?: unknown } | null
   if (typeof pgError !== 'object' || pgError === null || pgError.code !== '23505') return error
@@ -228,32 +237,35 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
       return (await one(statements.get, [record.id])) ?? inserted
     },
     findByHash: (tokenHash) => one(statements.findByHash, [tokenHash]),
-    get: (id) => one(statements.get, [id]),
+    get: async (id) => (storable(id) ? one(statements.get, [id]) : undefined),
     listByUser: (userId) => all(statements.listByUser, [userId]),
-    update: (id, patch, expectedExpiresAt) =>
-      one(statements.update, [
+    update: async (id, patch, expectedExpiresAt) =>
+      storable(id) ? one(statements.update, [
         id,
         patch.name ?? null,
         patch.expiresAt ?? null,
         patch.allowedIps !== undefined,
         patch.allowedIps ?? null,
         expectedExpiresAt ?? null,
-      ]),
+      ]) : undefined,
     async rotate(id, next, expectedHash) {
+      if (!storable(id)) return undefined
       try {
         return await one(statements.rotate, [id, next.tokenHash, next.displayPrefix, expectedHash ?? null])
       } catch (error) {
         throw duplicateError(error, names, id)
       }
     },
-    revoke: (id, at) => one(statements.revoke, [id, at]),
+    revoke: async (id, at) => (storable(id) ? one(statements.revoke, [id, at]) : undefined),
     async revokeAllForUser(userId, at) {
       try {
         return await all(statements.revokeAllForUser, [userId, at])
       } catch (error) {
         // A user id past what an index entry holds (program_limit_exceeded, on the resets
-        // table's key) owns no token: the token table's index on user_id has the same bound.
-        if ((error as { code?: unknown } | null)?.code === '54000') return []
+        // table's key) owns no token: the token table's index on user_id has the same bound
+        // (checked all the same: a table managed by hand may lack that index).
+        const pgError = error as { code?: unknown; constraint?: unknown } | null
+        if (pgError?.code === '54000' && pgError.constraint === names.resetsKey && (await all(statements.listByUser, [userId])).length === 0) return []
         throw error
       }
     },
