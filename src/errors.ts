@@ -225,6 +225,18 @@ export function logError(error: unknown, context: string): void {
   console.error(`[mcp-dispatch] ${context}: ${text}`)
 }
 
+/**
+ * The `onError` option of a component: the function given, else {@link logError}. Anything
+ * else is a `ConfigurationError` at creation, not a failure that surfaces only when an error
+ * is to be reported (an unanswered request, an unhandled rejection).
+ * @internal
+ */
+export function reporterOption(given: unknown): (error: unknown, context: string) => void {
+  if (given === undefined) return logError
+  if (typeof given !== 'function') throw new ConfigurationError('onError', 'must be a function')
+  return given as (error: unknown, context: string) => void
+}
+
 /** ` (cause: <name> <code>)` for each cause down the chain, at most three. */
 function causes(error: Error): string {
   let text = ''

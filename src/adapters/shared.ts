@@ -7,7 +7,7 @@
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
 import type { TokenApi } from '../tokens/token-api.js'
 import { type Reply, RpcCode, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
-import { ConfigurationError, logError } from '../errors.js'
+import { ConfigurationError, reporterOption } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
 
 /** Options every adapter accepts. */
@@ -33,7 +33,7 @@ export function setupAdapter(options: AdapterOptions): {
   onError: (error: unknown, context: string) => void
 } {
   if (!options || !options.dispatcher) throw new ConfigurationError('dispatcher', 'is required')
-  const onError = options.onError ?? logError
+  const onError = reporterOption(options.onError)
   // Built here from options: the dispatcher's own failures (stores, session pins) go to the
   // adapter's `onError` too, unless the options name a reporter of their own.
   const dispatcher =

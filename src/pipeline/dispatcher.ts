@@ -66,7 +66,7 @@ import {
   parseVersionPath,
   resolveVersion,
 } from '../core/versions.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, logError } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, reporterOption } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
@@ -439,7 +439,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` or `onError` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -464,7 +464,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
   const timers: DispatcherTimers = options.timers ?? { setInterval: (callback, ms) => setInterval(callback, ms), clearInterval: (handle) => clearInterval(handle as ReturnType<typeof setInterval>) }
-  const onError = options.onError ?? logError
+  const onError = reporterOption(options.onError)
   const sessions = options.sessions ?? createMemorySessionStore({ now })
   const synchronousPins = sessions.synchronous === true
   const sessionTtlMs = options.sessionTtlMs ?? 3_600_000

@@ -20,7 +20,7 @@ import { z } from 'zod'
 import { type BearerParseResult, parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
-import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, logError } from '../errors.js'
+import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
 import { NotUtf8Error, readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
@@ -221,7 +221,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     throw new ConfigurationError('basePath', 'must be a path starting with "/"')
   }
   const basePath = withoutTrailingSlashes(options.basePath ?? '/api/tokens')
-  const onError = options.onError ?? logError
+  const onError = reporterOption(options.onError)
 
   async function session(request: Request, write: boolean): Promise<TokenApiSession> {
     const s = await options.authenticateSession(request)

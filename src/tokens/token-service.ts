@@ -38,7 +38,7 @@ import {
   StoreUnavailableError,
   TokenInactiveError,
   UnauthorizedError,
-  logError,
+  reporterOption,
 } from '../errors.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { lruClock } from '../stores/lru-clock.js'
@@ -570,7 +570,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     throw new ConfigurationError('pepper', 'must be a non-empty secret string (a long random one), or absent')
   }
   const previousPeppers = checkPreviousPeppers(options.previousPeppers, pepper)
-  const onError = options.onError ?? logError
+  const onError = reporterOption(options.onError)
   const waitUntil = options.waitUntil
   if (waitUntil !== undefined && typeof waitUntil !== 'function') throw new ConfigurationError('waitUntil', 'must be a function')
   const maxPendingLookups = options.maxPendingLookups ?? 1_000

@@ -29,6 +29,7 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
   it('refuses misconfiguration when the middleware is created', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: ['not an address'] })).toThrow(ConfigurationError)
+    expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, onError: 'log' as never })).toThrow(ConfigurationError)
     expect(() => fromWebHandler(42 as never)).toThrow(ConfigurationError)
   })
 

@@ -71,6 +71,7 @@ describe('fastify adapter specifics', () => {
   it('refuses misconfiguration when the plugin is created', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(ConfigurationError)
+    expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, onError: 'log' as never })).toThrow(ConfigurationError)
     // The option is named once (regression: 'option "trustProxy" trustProxy must be …').
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: -1 })).toThrow(/^mcp-dispatch: option "trustProxy" must be a hop count >= 0$/)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: ['10.0.0.0/33'] })).toThrow(/^mcp-dispatch: option "trustProxy" entry 0/)

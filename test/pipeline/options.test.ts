@@ -45,6 +45,18 @@ describe('options checked at creation', () => {
     }
   })
 
+  it('onError is a function wherever it is taken: anything else was accepted, and failed only when an error was to be reported (an unanswered request, an unhandled rejection)', () => {
+    for (const onError of ['x', 5, null, {}]) {
+      const label = JSON.stringify(onError)
+      expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, onError: onError as never })), label).toBe('onError')
+      expect(refusedOption(() => createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, onError: onError as never })), label).toBe('onError')
+      expect(refusedOption(() => createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false, onError: onError as never })), label).toBe('onError')
+      expect(refusedOption(() => mcpDispatch({ dispatcher: createFixture().dispatcher, handler: () => new Response(), onError: onError as never })), label).toBe('onError')
+      expect(refusedOption(() => mcpDispatch({ dispatcher: { apps, subscriptions, tokens }, handler: () => new Response(), onError: onError as never })), label).toBe('onError')
+    }
+    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, onError: () => {} }))).toBeUndefined()
+  })
+
   it("the token API's basePath is a path starting with /", () => {
     const api = (basePath: unknown) => () =>
       createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false, basePath: basePath as string })

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
-import { ConfigurationError, logError } from '../../errors.js'
+import { ConfigurationError, reporterOption } from '../../errors.js'
 import { MAX_TIMER_MS, withTimeout } from '../../timeout.js'
 import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots } from './client.js'
 
@@ -236,8 +236,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  */
 export function createRedisInvalidationBus(options: RedisInvalidationBusOptions): RedisInvalidationBus {
   const redis = connectRedis(options)
-  const onError = options.onError ?? logError
-  if (typeof onError !== 'function') throw new ConfigurationError('onError', 'must be a function')
+  const onError = reporterOption(options.onError)
   const given = options.subscriber
   const methods = ['subscribe', 'unsubscribe', 'on', 'removeListener'] as const
   if (given !== undefined && !methods.every((name) => typeof given?.[name] === 'function')) {
