@@ -1,7 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { type CompiledTrustProxy, compileTrustProxy, resolveClientAddress } from './client-address.js'
-import { ipInRange, parseIp } from './ip.js'
+import { ipInRange, parseCidr, parseIp } from './ip.js'
 
 const RUNS = { numRuns: 500 }
 
@@ -172,6 +172,8 @@ describe('client address, property-based', () => {
           }
           const valid = setting.every((entry) => parseIp(entry) !== null)
           if (valid) expect(error).toBeUndefined()
+          // An entry that is neither an address nor a range is refused, never taken silently.
+          if (setting.some((entry) => typeof parseCidr(entry) === 'string')) expect(error).toBeInstanceOf(TypeError)
           if (error !== undefined) expect(error).toBeInstanceOf(TypeError)
           if (error !== undefined) expect((error as Error).message).toMatch(/^trustProxy: /)
         },

@@ -439,7 +439,9 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
       const started = Date.now()
       const { answers } = await exchange(edge.port, [head, 'x'.repeat(64 * 1024)])
       expectChallenge(edge, answers[0], false)
-      expect(Date.now() - started).toBeLessThan(2_000)
+      // Answered with 64 KiB of the 20 MiB sent: a server waiting for the body never would.
+      // The bound is only there to fail fast, far from what a loaded machine takes.
+      expect(Date.now() - started).toBeLessThan(10_000)
     })
   })
 

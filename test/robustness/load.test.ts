@@ -130,7 +130,7 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     await platform?.close()
   })
 
-  it('answers every request correctly for what it asked, with zero 5xx', { timeout: 90_000 }, async () => {
+  it('answers every request correctly for what it asked, with zero 5xx', { timeout: 180_000 }, async () => {
     // A fixed, shuffled mix: 60 % valid tokens over every path, the rest refused for a reason each.
     const kinds: TokenKind[] = ['valid', 'valid', 'valid', 'valid', 'valid', 'rotated', 'otherApp', 'unsubscribed', 'malformed', 'unknown', 'revoked', 'rotatedOld', 'none', 'limited']
     const paths = Object.keys(PATHS)
@@ -151,6 +151,9 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     let next = 0
     const worker = async () => {
       while (next < cases.length) {
+        // Each request's own JSON-RPC id, echoed by the App: answers crossed between
+        // concurrent requests of one version would carry another's.
+        const id = next
         const c = cases[next++]!
         const host = c.kind === 'limited' ? 'limited' : 'weather'
         const response = await send(
@@ -164,7 +167,7 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
               accept: 'application/json, text/event-stream',
               ...(c.kind !== 'none' && { authorization: `Bearer ${tokens[c.kind]}` }),
             },
-            body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/call', params: { name: 'get_version', arguments: {} } }),
+            body: JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'get_version', arguments: {} } }),
           },
           agent,
           30_000,
@@ -188,10 +191,10 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
           continue
         }
         if (c.kind === 'limited') limitedServed++
-        const reported = (JSON.parse(response.body.toString()) as { result?: { structuredContent?: { version?: string } } }).result
-          ?.structuredContent?.version
-        if (response.headers['x-mcp-version'] !== want.version || reported !== want.version) {
-          wrong.push(`${c.kind} ${c.path}: X-MCP-Version ${String(response.headers['x-mcp-version'])}, App says ${reported}, expected ${want.version}`)
+        const answer = JSON.parse(response.body.toString()) as { id?: unknown; result?: { structuredContent?: { version?: string } } }
+        const reported = answer.result?.structuredContent?.version
+        if (response.headers['x-mcp-version'] !== want.version || reported !== want.version || answer.id !== id) {
+          wrong.push(`${c.kind} ${c.path} #${id}: X-MCP-Version ${String(response.headers['x-mcp-version'])}, App says ${reported} for #${String(answer.id)}, expected ${want.version}`)
         }
       }
     }

@@ -1,0 +1,42 @@
+/**
+ * "No leaked timers or sockets: the test process exits on its own" (issue 5), tested as it
+ * reads: `exit-scenarios.ts` runs the faults on every adapter in a process of its own, closes
+ * what it opened, and must then end by itself, with no `process.exit`, where a vitest worker
+ * would have been ended by vitest whatever it held. (The suites in this process count their
+ * handles too: `leakedHandles` in support.ts.)
+ */
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { fileURLToPath } from 'node:url'
+import { expect, it } from 'vitest'
+import { underCI } from '../helpers/ci.js'
+
+/** Far past the 2 to 10 s the scenarios take, loaded machine included: only a process held open reaches it. */
+const EXIT_WITHIN_MS = 90_000
+
+it('after the faults on every adapter (a store that hangs or throws, a handler that throws, a client gone mid-stream, an authorization server down) and closing what it opened, a process ends on its own', async () => {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/robustness/exit-scenarios.ts'], {
+    cwd: fileURLToPath(new URL('../../', import.meta.url)),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')))
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
+  let held = false
+  const deadline = setTimeout(() => {
+    held = true
+    child.kill('SIGKILL')
+  }, EXIT_WITHIN_MS)
+  const [code] = (await once(child, 'close')) as [number | null]
+  clearTimeout(deadline)
+  expect(held, `still running after ${EXIT_WITHIN_MS / 1000} s: something holds the process open (stdout: ${stdout})`).toBe(false)
+  expect(code, stderr).toBe(0)
+  const results = JSON.parse(stdout.trim().split('\n').at(-1)!) as Record<string, unknown[]>
+  // Served; 503 for the store that hangs (past storeTimeoutMs), throws and rejects; 502 for
+  // the handler that throws; 503 for the authorization server that is down; the stream's first
+  // event, then the stream closed once its client left; served again.
+  const expected = [200, 503, 503, 503, 502, 503, '200 data: 0', true, 200]
+  if (underCI()) expect(Object.keys(results)).toEqual(['web', 'express', 'express4', 'fastify'])
+  for (const [adapter, answers] of Object.entries(results)) expect(answers, adapter).toEqual(expected)
+}, EXIT_WITHIN_MS + 10_000)
