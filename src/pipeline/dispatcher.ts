@@ -1050,7 +1050,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
 
-  /** The handler assigned a session id that a live pin already holds: that pin is kept. */
+  /** The handler opened a session on a request of another session: not pinned, and said so. */
   function newSessionInSession(): void {
     onError(
       new Error(
@@ -1060,6 +1060,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
 
+  /** The handler assigned a session id that a live pin already holds: that pin is kept. */
   function pinTaken(): void {
     onError(
       new Error(

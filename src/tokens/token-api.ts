@@ -206,7 +206,7 @@ export interface TokenApi {
  * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
  *
- * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, or a `basePath` that does not start with `/`.
+ * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/`, or an `onError` that is not a function.
  */
 export function createTokenApi(options: TokenApiOptions): TokenApi {
   const { tokens } = options

@@ -543,7 +543,7 @@ function iso(ms: number): string {
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
  *
- * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`, or an `invalidations` bus whose `publishTimeoutMs` is not a number of milliseconds. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
+ * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`, an `invalidations` bus whose `publishTimeoutMs` is not a number of milliseconds, or an `onError` that is not a function. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const { store, apps } = options

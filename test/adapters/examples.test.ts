@@ -245,6 +245,8 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
       try {
         const { code, stderr } = await runToExit(name, String(port))
         expect(code).toBe(1)
+        // That line, and no stack trace (a line of the runtime's own, a warning, is not this
+        // test's business).
         expect(stderr).toMatch(new RegExp(`^PORT: cannot listen on 127\\.0\\.0\\.1:${port}: .*EADDRINUSE`, 'm'))
         expect(stderr).not.toMatch(/^\s+at /m)
       } finally {

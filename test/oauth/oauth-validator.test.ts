@@ -1082,10 +1082,13 @@ describe('jwt mode (local verification)', () => {
     // In userinfo mode too, once an audience is given (regression: [] and '' dropped the check,
     // where they had refused the token for another service).
     fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice' } })
-    for (const nothing of [undefined, [], '', ['']]) {
+    const toOther = await sign({ iss: fake.url, aud: 'https://some-other-service.example' })
+    for (const nothing of [undefined, null, false, [], '', ['']]) {
       const userinfo = validator({ audience: (() => nothing) as never })
-      expect(await userinfo.validate(await sign({ iss: fake.url, aud: 'https://some-other-service.example' }), weather)).toEqual({ active: false, reason: 'no expected audience' })
+      expect(await userinfo.validate(toOther, weather), JSON.stringify(nothing)).toEqual({ active: false, reason: 'no expected audience' })
     }
+    // The App function called without the App (a platform's own `validate(token)`).
+    expect(await validator({ audience: ({ resource }) => resource }).validate(toOther)).toEqual({ active: false, reason: 'no expected audience' })
     expect(fake.count('/oidc/me')).toBe(0)
     // A fixed audience needs no context; `false` checks none.
     expect(await validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: weather.resource }).validate(await sign({}))).toMatchObject({

@@ -67,17 +67,23 @@ describe('a session id assigned twice', () => {
     let opened = 0
     const handle = mcpDispatch({
       dispatcher: fixture.dispatcher,
-      // Every request opens a session here, whatever id it carries.
-      handler: (_request, context) =>
+      // Every request opens a session here, whatever id it carries, with the status asked for.
+      handler: (request, context) =>
         new Response(JSON.stringify({ jsonrpc: '2.0', id: 1, result: { version: context.version } }), {
+          status: Number(request.headers.get('x-status') ?? 200),
           headers: { 'content-type': 'application/json', 'mcp-session-id': `s${++opened}` },
         }),
     })
-    const call = async (sessionId?: string, method = 'POST') => {
+    const call = async (sessionId?: string, method = 'POST', status = 200) => {
       const response = await handle(
         new Request('http://weather.localhost/v1', {
           method,
-          headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(sessionId && { 'mcp-session-id': sessionId }) },
+          headers: {
+            authorization: `Bearer ${fixture.tokens.alice}`,
+            'content-type': 'application/json',
+            'x-status': String(status),
+            ...(sessionId && { 'mcp-session-id': sessionId }),
+          },
           ...(method === 'POST' && { body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}' }),
         }),
         { clientAddress: '127.0.0.1' },
@@ -97,6 +103,14 @@ describe('a session id assigned twice', () => {
     expect(await call('s1', 'DELETE')).toEqual({ status: 200, version: '1.0.0' })
     expect(await call('s1')).toEqual({ status: 404, version: null })
     expect(await call('s4')).toEqual({ status: 404, version: null })
+    // A refusal of the handler's that names another id opens nothing: not reported. Its 404
+    // (it no longer knows the session) ends the old pin, whatever id it names.
+    expect(await call()).toEqual({ status: 200, version: '1.1.0' })
+    const reported = fixture.errors.length
+    expect(await call('s5', 'POST', 400)).toEqual({ status: 400, version: '1.1.0' })
+    expect(await call('s5', 'POST', 404)).toEqual({ status: 404, version: '1.1.0' })
+    expect(fixture.errors).toHaveLength(reported)
+    expect(await call('s5')).toEqual({ status: 404, version: null })
   })
 
   it('an id no request may carry (past 256 characters, or with a space): not pinned, and onError says so rather than leaving its 404s unexplained', async () => {

@@ -20,11 +20,15 @@ async function closedPort(): Promise<number> {
   return port
 }
 
-/** Opens an SSE stream, reads its first event, and goes away; the event read. */
-function leaveMidStream(port: number, token: string): Promise<string> {
+/**
+ * Opens an SSE stream, reads its first event, and goes away; the event read. With `session`,
+ * the stream opens that session: pinned, and kept alive by the dispatcher's interval while open.
+ */
+function leaveMidStream(port: number, token: string, session?: string): Promise<string> {
+  const headers = mcpHeaders(port, token, { 'x-robustness-sse': '1', ...(session && { 'x-robustness-session': session }) })
   return new Promise((resolve, reject) => {
     const req = http.request(
-      { host: '127.0.0.1', port, method: 'POST', path: '/v1', agent: false, headers: mcpHeaders(port, token, { 'x-robustness-sse': '1' }) },
+      { host: '127.0.0.1', port, method: 'POST', path: '/v1', agent: false, headers },
       (res) => {
         res.on('error', () => {}) // "aborted": we are the ones going away
         res.once('data', (chunk: Buffer) => {
@@ -64,6 +68,8 @@ for (const target of await adapterTargets()) {
   answers.push(await call('an-oauth-access-token'))
   answers.push(await leaveMidStream(running.port, fixture.tokens.valid))
   answers.push(await settles(() => running.state.streamsClosed === 1 && running.state.streamsOpen === 0))
+  answers.push(await leaveMidStream(running.port, fixture.tokens.valid, `exit-${target.name}`))
+  answers.push(await settles(() => running.state.streamsClosed === 2 && running.state.streamsOpen === 0))
   answers.push(await call(fixture.tokens.valid))
   agent.destroy()
   await running.close()
@@ -71,3 +77,5 @@ for (const target of await adapterTargets()) {
   results[target.name] = answers
 }
 console.log(JSON.stringify(results))
+// What still holds the process, should anything: printed by a timer that does not hold it.
+setTimeout(() => console.error(`still running, held by: ${process.getActiveResourcesInfo().join(', ')}`), 5_000).unref()

@@ -234,7 +234,7 @@ export async function createFixture(options: FixtureOptions = {}): Promise<Fixtu
 // The probe handler, per framework. It reads the whole body (so bodies of every size go
 // through), answers JSON marked `x-robustness-handler: 1`, throws when asked
 // (`x-robustness-throw`), and streams SSE until the client goes away when asked
-// (`x-robustness-sse`), counting open streams.
+// (`x-robustness-sse`; in a new session, `x-robustness-session`: its id), counting open streams.
 // ---------------------------------------------------------------------------------------
 
 /** What the probe handler saw. */
@@ -270,7 +270,8 @@ function webProbe(state: ProbeState) {
           state.streamsClosed++
         },
       })
-      return new Response(stream, { headers: { 'content-type': 'text/event-stream', [HANDLER_MARK]: '1' } })
+      const session = request.headers.get('x-robustness-session')
+      return new Response(stream, { headers: { 'content-type': 'text/event-stream', [HANDLER_MARK]: '1', ...(session && { 'mcp-session-id': session }) } })
     }
     const bytes = (await request.arrayBuffer()).byteLength
     state.handled++
@@ -286,10 +287,10 @@ async function readBody(req: http.IncomingMessage): Promise<number> {
   return bytes
 }
 
-/** Streams SSE on a raw response until the client goes away. */
-function nodeSse(res: http.ServerResponse, state: ProbeState): void {
+/** Streams SSE on a raw response until the client goes away; in a new session when `session` names one. */
+function nodeSse(res: http.ServerResponse, state: ProbeState, session: string | string[] | undefined): void {
   state.streamsOpen++
-  res.writeHead(200, { 'content-type': 'text/event-stream', [HANDLER_MARK]: '1' })
+  res.writeHead(200, { 'content-type': 'text/event-stream', [HANDLER_MARK]: '1', ...(typeof session === 'string' && { 'mcp-session-id': session }) })
   let n = 0
   res.write(`data: ${n++}\n\n`)
   const timer = setInterval(() => res.write(`data: ${n++}\n\n`), SSE_EVERY_MS)
@@ -303,7 +304,7 @@ function nodeSse(res: http.ServerResponse, state: ProbeState): void {
 function expressProbe(state: ProbeState) {
   return async (req: express.Request, res: express.Response) => {
     if (req.headers['x-robustness-throw']) throw new Error('probe handler failed (injected)')
-    if (req.headers['x-robustness-sse']) return nodeSse(res, state)
+    if (req.headers['x-robustness-sse']) return nodeSse(res, state, req.headers['x-robustness-session'])
     const bytes = await readBody(req)
     state.handled++
     res.writeHead(200, { 'content-type': 'application/json', [HANDLER_MARK]: '1' })
@@ -317,7 +318,7 @@ function fastifyProbe(state: ProbeState) {
     if (request.headers['x-robustness-sse']) {
       // As the MCP SDK's transport does: the handler takes over the raw response.
       reply.hijack()
-      return nodeSse(reply.raw, state)
+      return nodeSse(reply.raw, state, request.headers['x-robustness-session'])
     }
     const bytes = await readBody(request.raw)
     state.handled++

@@ -481,6 +481,14 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       expect(await service.revokeAllForUser(huge)).toBe(0)
       expect((await service.get('u1', mine.id)).status).toBe('active')
       await service.close()
+      // A table without the user_id index (made by hand) can hold such a user's token: then
+      // the reset fails as it is, never answered as if it had revoked nothing.
+      const bare = await postgres.tokenStore()
+      await postgres.pool.query(`DROP INDEX "${bare.schema}"."mcp_dispatch_api_tokens_user_id_idx"`)
+      await bare.insert(makeTokenRecord({ userId: huge }))
+      const held = createTokenService({ store: bare, apps, canUseServer: () => true, now: () => Date.UTC(2026, 0, 1) })
+      await expect(held.revokeAllForUser(huge)).rejects.toMatchObject({ status: 503 })
+      await held.close()
     })
 
     it('records are frozen', async () => {

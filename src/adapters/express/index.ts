@@ -168,7 +168,7 @@ function writeOwn(res: ServerResponse, reply: Reply): void {
  * })
  * ```
  *
- * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
+ * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
  */
 export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)

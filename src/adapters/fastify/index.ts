@@ -148,7 +148,7 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  * })
  * ```
  *
- * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
+ * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
  */
 export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
 /**

@@ -110,7 +110,7 @@ function headResponse(reply: Reply): Response {
  * (SSE streams included) passes through unbuffered with `X-MCP-Version` and
  * `X-MCP-Latest-Version` stamped on it.
  *
- * @throws {ConfigurationError} without a `handler` function, or with a `dispatcher` (or dispatcher options) or `trustProxy` it cannot use.
+ * @throws {ConfigurationError} without a `handler` function, or with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
  */
 export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
   const { dispatcher, trust, onError } = setupAdapter(options)

@@ -105,11 +105,6 @@ function toRecord(row: TokenRow): ApiTokenRecord {
 }
 
 /**
- * A unique violation (SQLSTATE 23505) on the token table, as the `TypeError` the in-memory
- * store throws for the same mistake (the PostgreSQL error as its `cause`); any other error
- * as it is, so an unreachable database reaches the caller (the dispatcher answers 503).
- */
-/**
  * Whether an id can name a row: PostgreSQL refuses a NUL in text (an error, where the memory
  * store answers "no such token"), and pg sends a lone surrogate as U+FFFD (another id).
  */
@@ -117,6 +112,11 @@ function storable(id: string): boolean {
   return typeof id === 'string' && !id.includes('\0') && !hasLoneSurrogate(id)
 }
 
+/**
+ * A unique violation (SQLSTATE 23505) on the token table, as the `TypeError` the in-memory
+ * store throws for the same mistake (the PostgreSQL error as its `cause`); any other error
+ * as it is, so an unreachable database reaches the caller (the dispatcher answers 503).
+ */
 function duplicateError(error: unknown, names: TokenTableNames, id: string): unknown {
   const pgError = error as { code?: unknown; constraint?: unknown } | null
   if (typeof pgError !== 'object' || pgError === null || pgError.code !== '23505') return error
