@@ -188,18 +188,21 @@ export function toDispatchRequest(
 
 
 /**
- * Whether a request target is under the token API's `basePath`, as the API will see it: the
- * raw target first (no allocation for other requests), then its normalized path (dot
- * segments resolved, as `new URL` does for the API), so `/api/tokens/../x` is not the API's
- * and goes on untouched.
+ * Whether a request target is under the token API's `basePath`, as the API will see it: its
+ * path with dot segments resolved (as `new URL` does for the API), so `/api/tokens/../x` is
+ * not the API's and goes on untouched, and `/api/x/../tokens` is. The raw target decides
+ * alone (no allocation) for an origin-form target with no dot segment, as almost every
+ * request is; an absolute-form one (`http://host/api/tokens`) is read by its path.
  */
 export function isTokenApiPath(api: TokenApi, url: string): boolean {
   let end = url.indexOf('?')
   if (end === -1) end = url.length
   const base = api.basePath
   const under = (path: string) => path === base || path.startsWith(`${base}/`)
-  if (!under(url.slice(0, end))) return false
-  if (url.charCodeAt(0) !== 47 /* / */) return false
+  const raw = url.slice(0, end)
+  if (url.charCodeAt(0) === 47 /* / */) {
+    if (!DOT_SEGMENT.test(raw)) return under(raw)
+  } else if (!/^https?:\/\//i.test(url)) return false
   let normalized: string
   try {
     normalized = new URL(url, 'http://token-api.invalid').pathname
@@ -208,6 +211,9 @@ export function isTokenApiPath(api: TokenApi, url: string): boolean {
   }
   return under(normalized)
 }
+
+/** A path segment that may be `.` or `..`, written out or percent-encoded (`%2e`). */
+const DOT_SEGMENT = /\/(\.|%2e)/i
 
 const BAD_HOST = JSON.stringify({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
 const NOT_FOUND = JSON.stringify({ error: 'not_found', message: 'Not found' })

@@ -162,6 +162,14 @@ describe('serveTokenApi: what is not the API\'s', () => {
         expect(answer.status).toBe(200)
         expect(JSON.parse(answer.body).path).toBe(path) // the route's answer, not an empty one
       }
+      // And a target the API reads as its own, with dot segments or in absolute form, is the
+      // API's (regression: the raw target alone decided, and it went on to the next handler).
+      for (const target of [port, fastifyPort]) {
+        for (const path of ['/api/x/../tokens', '/api/%2E/tokens', `http://weather.localhost:${target}/api/tokens`]) {
+          const answer = await rawRequest(target, { method: 'GET', path })
+          expect([answer.status, JSON.parse(answer.body)], `${path} on ${target}`).toEqual([401, expect.objectContaining({ error: 'unauthorized' })])
+        }
+      }
       for (const target of [port, fastifyPort]) {
         const badHost = await rawRequest(target, { method: 'GET', path: '/api/tokens', host: 'a b' })
         expect(badHost.status).toBe(400)
