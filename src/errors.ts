@@ -228,13 +228,23 @@ export function logError(error: unknown, context: string): void {
 /**
  * The `onError` option of a component: the function given, else {@link logError}. Anything
  * else is a `ConfigurationError` at creation, not a failure that surfaces only when an error
- * is to be reported (an unanswered request, an unhandled rejection).
+ * is to be reported (an unanswered request, an unhandled rejection). A function that throws
+ * hands its report to `logError` instead.
  * @internal
  */
 export function reporterOption(given: unknown): (error: unknown, context: string) => void {
   if (given === undefined) return logError
   if (typeof given !== 'function') throw new ConfigurationError('onError', 'must be a function')
-  return given as (error: unknown, context: string) => void
+  const report = given as (error: unknown, context: string) => void
+  // A reporter that throws (a logger that is down) must not fail the request it reports on:
+  // what it was handed goes to the default logger instead, and is not lost.
+  return (error, context) => {
+    try {
+      report(error, context)
+    } catch {
+      logError(error, context)
+    }
+  }
 }
 
 /** ` (cause: <name> <code>)` for each cause down the chain, at most three. */

@@ -439,7 +439,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now` or `onError` that is not a function, a `rateLimit.store` without `increment` or a `rateLimit.failOpen` that is not a boolean…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -456,6 +456,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
   if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
+  // Checked here, not left to fail every request with a 503 (or every pin, unnoticed).
+  for (const key of ['resolveApp', 'baseUrl'] as const) {
+    if (options[key] !== undefined && typeof options[key] !== 'function') throw new ConfigurationError(key, 'must be a function')
+  }
+  const givenSessions = options.sessions as Partial<SessionStore> | null | undefined
+  if (givenSessions !== undefined && (typeof givenSessions !== 'object' || givenSessions === null || !(['get', 'set', 'delete'] as const).every((m) => typeof givenSessions[m] === 'function'))) {
+    throw new ConfigurationError('sessions', 'must be a SessionStore (an object with get, set and delete methods)')
+  }
+  if (options.basePath !== undefined && typeof options.basePath !== 'string') throw new ConfigurationError('basePath', 'must be a path starting with "/"')
+  if (options.cors !== undefined && typeof options.cors !== 'boolean') throw new ConfigurationError('cors', 'must be true or false')
   const now = options.now ?? Date.now
   if (options.timers !== undefined) {
     const given = options.timers as Partial<DispatcherTimers> | null
@@ -506,6 +516,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
   }
   const givenServers = options.authorizationServers ?? (oauth?.issuer !== undefined ? [oauth.issuer] : [])
+  if (!Array.isArray(givenServers) && typeof givenServers !== 'function') {
+    throw new ConfigurationError('authorizationServers', 'must be an array of http(s) URLs, or a function of the App answering one')
+  }
   // An array is copied and frozen, as the scopes are: checked below, served as checked.
   const authServers = Array.isArray(givenServers) ? Object.freeze([...(givenServers as readonly string[])]) : givenServers
   if (oauth && Array.isArray(authServers) && authServers.length === 0) {

@@ -57,6 +57,57 @@ describe('options checked at creation', () => {
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, onError: () => {} }))).toBeUndefined()
   })
 
+  it('an onError that throws (a logger that is down) fails no request: the 503 still answers, the rate limit still fails open, and the report goes to the default logger (regression: decide rejected)', async () => {
+    const printed: string[] = []
+    const original = console.error
+    console.error = (...args: unknown[]) => void printed.push(args.map(String).join(' '))
+    try {
+      const loggerDown = () => {
+        throw new Error('logger down')
+      }
+      const fixture = createFixture()
+      const handle = mcpDispatch({
+        dispatcher: {
+          ...fixture.dispatcherOptions,
+          subscriptions: { isActive: () => Promise.reject(new Error('subscriptions down')) },
+          onError: loggerDown,
+        },
+        handler: () => new Response('{}'),
+      })
+      const request = (token: string) =>
+        new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{}' })
+      expect((await handle(request(fixture.tokens.alice), { clientAddress: '127.0.0.1' })).status).toBe(503)
+      expect(printed).toEqual([expect.stringContaining('subscriptions down')])
+      // Fail open on a rate-limit store that throws, reported to a reporter that throws.
+      const open = mcpDispatch({
+        dispatcher: {
+          ...fixture.dispatcherOptions,
+          rateLimit: { policy: () => ({ limit: 9, windowType: 'minute' }), store: { increment: () => Promise.reject(new Error('counters down')) } },
+          onError: loggerDown,
+        },
+        handler: () => new Response('{}'),
+      })
+      expect((await open(request(fixture.tokens.alice), { clientAddress: '127.0.0.1' })).status).toBe(200)
+      expect(printed).toEqual([expect.stringContaining('subscriptions down'), expect.stringContaining('counters down')])
+    } finally {
+      console.error = original
+    }
+  })
+
+  it('resolveApp, baseUrl, sessions, cors, basePath and authorizationServers of the wrong kind are refused at creation, not answered 503 on every request (or every pin lost)', () => {
+    const refused = (extra: Record<string, unknown>) => refusedOption(() => createDispatcher({ apps, subscriptions, tokens, ...extra } as never))
+    expect(refused({ resolveApp: 'weather' })).toBe('resolveApp')
+    expect(refused({ baseUrl: 'https://weather.example.com' })).toBe('baseUrl')
+    expect(refused({ sessions: {} })).toBe('sessions')
+    expect(refused({ sessions: null })).toBe('sessions')
+    expect(refused({ cors: 'false' })).toBe('cors')
+    expect(refused({ cors: 0 })).toBe('cors')
+    expect(refused({ basePath: 5 })).toBe('basePath')
+    expect(refused({ authorizationServers: 'https://auth.example.com' })).toBe('authorizationServers')
+    expect(refused({ authorizationServers: 5 })).toBe('authorizationServers')
+    expect(refused({ cors: false, sessions: createMemorySessionStore(), resolveApp: () => undefined, baseUrl: () => 'https://a.example' })).toBeUndefined()
+  })
+
   it("the token API's basePath is a path starting with /", () => {
     const api = (basePath: unknown) => () =>
       createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false, basePath: basePath as string })
