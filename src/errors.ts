@@ -221,15 +221,23 @@ export class ConfigurationError extends TypeError {
  * pass an `onError` of your own to send these, causes whole, to your logger instead.
  */
 export function logError(error: unknown, context: string): void {
-  const text = error instanceof Error ? `${error.name}: ${error.message}${causes(error)}` : String(error)
+  let text: string
+  try {
+    text = error instanceof Error ? `${error.name}: ${error.message}${causes(error)}` : String(error)
+  } catch {
+    // What a store rejected with may have no string form (`Object.create(null)`, a getter that
+    // throws): its kind, rather than a throw where an error is being reported.
+    text = Object.prototype.toString.call(error)
+  }
   console.error(`[mcp-dispatch] ${context}: ${text}`)
 }
 
 /**
  * The `onError` option of a component: the function given, else {@link logError}. Anything
  * else is a `ConfigurationError` at creation, not a failure that surfaces only when an error
- * is to be reported (an unanswered request, an unhandled rejection). A function that throws
- * hands its report to `logError` instead.
+ * is to be reported (an unanswered request, an unhandled rejection). A function that throws,
+ * or returns a promise that rejects, hands its report to `logError` instead, with its own
+ * failure (context `onError failed`).
  * @internal
  */
 export function reporterOption(given: unknown): (error: unknown, context: string) => void {
@@ -238,11 +246,19 @@ export function reporterOption(given: unknown): (error: unknown, context: string
   const report = given as (error: unknown, context: string) => void
   // A reporter that throws (a logger that is down) must not fail the request it reports on:
   // what it was handed goes to the default logger instead, and is not lost.
+  const fallBack = (error: unknown, context: string, thrown: unknown) => {
+    logError(error, context)
+    logError(thrown, 'onError failed')
+  }
   return (error, context) => {
     try {
-      report(error, context)
-    } catch {
-      logError(error, context)
+      const answer: unknown = report(error, context)
+      // An async reporter's rejection too: not left unhandled (which ends a Node process).
+      if (typeof (answer as PromiseLike<unknown> | undefined)?.then === 'function') {
+        ;(answer as PromiseLike<unknown>).then(undefined, (thrown: unknown) => fallBack(error, context, thrown))
+      }
+    } catch (thrown) {
+      fallBack(error, context, thrown)
     }
   }
 }

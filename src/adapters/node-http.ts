@@ -200,20 +200,29 @@ export function isTokenApiPath(api: TokenApi, url: string): boolean {
   const base = api.basePath
   const under = (path: string) => path === base || path.startsWith(`${base}/`)
   const raw = url.slice(0, end)
+  let target = url
   if (url.charCodeAt(0) === 47 /* / */) {
-    if (!DOT_SEGMENT.test(raw)) return under(raw)
-  } else if (!/^https?:\/\//i.test(url)) return false
+    if (!NEEDS_PARSING.test(raw)) return under(raw)
+  } else {
+    const absolute = absoluteForm(url)
+    if (absolute === undefined) return false
+    target = absolute.target
+  }
+  // Appended to an origin, as the API's URL is built (`toWebRequest`): `//x/…` is a path here.
   let normalized: string
   try {
-    normalized = new URL(url, 'http://token-api.invalid').pathname
+    normalized = new URL(`http://token-api.invalid${target}`).pathname
   } catch {
     return false
   }
   return under(normalized)
 }
 
-/** A path segment that may be `.` or `..`, written out or percent-encoded (`%2e`). */
-const DOT_SEGMENT = /\/(\.|%2e)/i
+/**
+ * What makes a target's path other than as written once parsed: a `.` or `..` segment, written
+ * out or percent-encoded (`%2e`), a backslash (read as `/`), a fragment. `/.well-known/…` is none.
+ */
+const NEEDS_PARSING = /[\\#]|\/(?:\.|%2e){1,2}(?=\/|$)/i
 
 const BAD_HOST = JSON.stringify({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
 const NOT_FOUND = JSON.stringify({ error: 'not_found', message: 'Not found' })

@@ -457,15 +457,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
   if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
   // Checked here, not left to fail every request with a 503 (or every pin, unnoticed).
+  // (`null`, as `undefined`, is the default, as `??` below reads it.)
   for (const key of ['resolveApp', 'baseUrl'] as const) {
-    if (options[key] !== undefined && typeof options[key] !== 'function') throw new ConfigurationError(key, 'must be a function')
+    if (options[key] != null && typeof options[key] !== 'function') throw new ConfigurationError(key, 'must be a function')
   }
   const givenSessions = options.sessions as Partial<SessionStore> | null | undefined
-  if (givenSessions !== undefined && (typeof givenSessions !== 'object' || givenSessions === null || !(['get', 'set', 'delete'] as const).every((m) => typeof givenSessions[m] === 'function'))) {
+  if (givenSessions != null && (typeof givenSessions !== 'object' || !(['get', 'set', 'delete'] as const).every((m) => typeof givenSessions[m] === 'function'))) {
     throw new ConfigurationError('sessions', 'must be a SessionStore (an object with get, set and delete methods)')
   }
-  if (options.basePath !== undefined && typeof options.basePath !== 'string') throw new ConfigurationError('basePath', 'must be a path starting with "/"')
-  if (options.cors !== undefined && typeof options.cors !== 'boolean') throw new ConfigurationError('cors', 'must be true or false')
+  if (options.basePath != null && typeof options.basePath !== 'string') throw new ConfigurationError('basePath', 'must be a path starting with "/"')
+  if (options.cors != null && typeof options.cors !== 'boolean') throw new ConfigurationError('cors', 'must be true or false')
   const now = options.now ?? Date.now
   if (options.timers !== undefined) {
     const given = options.timers as Partial<DispatcherTimers> | null

@@ -156,6 +156,10 @@ describe('serveTokenApi: what is not the API\'s', () => {
       const big = 'x'.repeat(90_000)
       const moved = await rawRequest(port, { path: '/api/tokens/../x', headers: { 'content-type': 'text/plain' }, body: big })
       expect(JSON.parse(moved.body)).toEqual({ path: '/api/tokens/../x', length: 90_000 })
+      // A path the API would read with its first segment as a host's (`//x/…` appended to an
+      // origin): `//api/tokens`, not the API's.
+      const authority = await rawRequest(port, { path: '//x/../api/tokens', headers: { 'content-type': 'text/plain' }, body: big })
+      expect(JSON.parse(authority.body)).toMatchObject({ length: 90_000 })
       const fastifyPort = (fastifyApp.server.address() as AddressInfo).port
       for (const path of ['/api/tokens/../x', '/api/tokens/%2e%2e/x', '/api/tokens/..']) {
         const answer = await rawRequest(fastifyPort, { method: 'GET', path })
@@ -165,7 +169,7 @@ describe('serveTokenApi: what is not the API\'s', () => {
       // And a target the API reads as its own, with dot segments or in absolute form, is the
       // API's (regression: the raw target alone decided, and it went on to the next handler).
       for (const target of [port, fastifyPort]) {
-        for (const path of ['/api/x/../tokens', '/api/%2E/tokens', `http://weather.localhost:${target}/api/tokens`]) {
+        for (const path of ['/api/x/../tokens', '/api/%2E/tokens', '/api\\tokens', `http://weather.localhost:${target}/api/tokens`]) {
           const answer = await rawRequest(target, { method: 'GET', path })
           expect([answer.status, JSON.parse(answer.body)], `${path} on ${target}`).toEqual([401, expect.objectContaining({ error: 'unauthorized' })])
         }

@@ -77,7 +77,8 @@ describe('options checked at creation', () => {
       const request = (token: string) =>
         new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{}' })
       expect((await handle(request(fixture.tokens.alice), { clientAddress: '127.0.0.1' })).status).toBe(503)
-      expect(printed).toEqual([expect.stringContaining('subscriptions down')])
+      // The report, then the reporter's own failure.
+      expect(printed).toEqual([expect.stringContaining('subscriptions down'), expect.stringContaining('onError failed: Error: logger down')])
       // Fail open on a rate-limit store that throws, reported to a reporter that throws.
       const open = mcpDispatch({
         dispatcher: {
@@ -88,7 +89,23 @@ describe('options checked at creation', () => {
         handler: () => new Response('{}'),
       })
       expect((await open(request(fixture.tokens.alice), { clientAddress: '127.0.0.1' })).status).toBe(200)
-      expect(printed).toEqual([expect.stringContaining('subscriptions down'), expect.stringContaining('counters down')])
+      expect(printed.slice(2)).toEqual([expect.stringContaining('counters down'), expect.stringContaining('onError failed: Error: logger down')])
+      // An async reporter that rejects: its report printed too, and its own failure, nothing
+      // left unhandled; an error with no string form printed by its kind.
+      printed.length = 0
+      const rejecting = mcpDispatch({
+        dispatcher: {
+          ...fixture.dispatcherOptions,
+          subscriptions: { isActive: () => Promise.reject(Object.create(null)) },
+          onError: async () => {
+            throw new Error('logger down')
+          },
+        },
+        handler: () => new Response('{}'),
+      })
+      expect((await rejecting(request(fixture.tokens.alice), { clientAddress: '127.0.0.1' })).status).toBe(503)
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(printed).toEqual([expect.stringContaining('[object Object]'), expect.stringContaining('onError failed: Error: logger down')])
     } finally {
       console.error = original
     }
@@ -99,13 +116,14 @@ describe('options checked at creation', () => {
     expect(refused({ resolveApp: 'weather' })).toBe('resolveApp')
     expect(refused({ baseUrl: 'https://weather.example.com' })).toBe('baseUrl')
     expect(refused({ sessions: {} })).toBe('sessions')
-    expect(refused({ sessions: null })).toBe('sessions')
     expect(refused({ cors: 'false' })).toBe('cors')
     expect(refused({ cors: 0 })).toBe('cors')
     expect(refused({ basePath: 5 })).toBe('basePath')
     expect(refused({ authorizationServers: 'https://auth.example.com' })).toBe('authorizationServers')
     expect(refused({ authorizationServers: 5 })).toBe('authorizationServers')
     expect(refused({ cors: false, sessions: createMemorySessionStore(), resolveApp: () => undefined, baseUrl: () => 'https://a.example' })).toBeUndefined()
+    // `null` is the default, as for the other options.
+    expect(refused({ cors: null, sessions: null, resolveApp: null, basePath: null })).toBeUndefined()
   })
 
   it("the token API's basePath is a path starting with /", () => {

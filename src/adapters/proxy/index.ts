@@ -57,7 +57,7 @@
  */
 import { isFieldName } from '../../core/cors.js'
 import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
-import { ConfigurationError, UpstreamError, logError } from '../../errors.js'
+import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { timerOption } from '../../timeout.js'
@@ -471,7 +471,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     forwarded.add(lower)
   }
   const fetchUpstream = optionalFunction(options.fetch, 'fetch') ?? defaultFetch
-  const onError = optionalFunction(options.onError, 'onError') ?? logError
+  const onError = reporterOption(options.onError)
   const audienceOf = optionalFunction(options.audience, 'audience') ?? ((_context: DispatchContext, upstream: URL) => upstream.origin)
 
   let upstreamOf: (context: DispatchContext) => URL | undefined
