@@ -69,13 +69,18 @@ export function checkAuthorizationServerMetadata(doc: unknown, issuer: string): 
   for (const field of ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']) {
     const value = metadata[field]
     if (value === undefined) continue
-    if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
+    if (!isHttpUrl(value)) {
       return `discovery field ${field} is not an http(s) URL`
     }
     // `fetch` refuses to call a URL with credentials (Node's error then quotes it).
     if (hasCredentials(value)) return `discovery field ${field} holds a user name or password`
   }
   return undefined
+}
+
+/** Whether `url` is an absolute http(s) URL (an issuer is one, RFC 8414 section 2). @internal */
+export function isHttpUrl(url: unknown): url is string {
+  return typeof url === 'string' && /^https?:\/\//i.test(url) && URL.canParse(url)
 }
 
 /** Whether `url` (one `URL` parses) names a user or a password. @internal */

@@ -48,6 +48,7 @@ import {
   discoveryUrls,
   fallbackUserinfoEndpoint,
   hasCredentials,
+  isHttpUrl,
 } from './discovery.js'
 import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
@@ -480,7 +481,7 @@ function timerDelay(name: string, value: number | undefined, fallback: number, a
 
 function checkHttpUrl(name: string, value: string | undefined): void {
   if (value === undefined) return
-  if (typeof value !== 'string' || !/^https?:\/\//i.test(value) || !URL.canParse(value)) {
+  if (!isHttpUrl(value)) {
     throw new ConfigurationError(name, 'must be an absolute http(s) URL')
   }
   if (hasCredentials(value)) throw new ConfigurationError(name, credentialsInUrl(name))
@@ -603,7 +604,7 @@ function formEncode(value: string): string {
 export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValidator {
   if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
   const issuer = options.issuer
-  if (typeof issuer !== 'string' || !/^https?:\/\//i.test(issuer) || !URL.canParse(issuer)) {
+  if (!isHttpUrl(issuer)) {
     throw new ConfigurationError('issuer', 'must be an absolute http(s) URL')
   }
   // Read in the string: an empty query or fragment (`…/t#`) parses to none, and the URL parser
@@ -638,7 +639,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     audienceGiven === false
       ? undefined
       : (audienceGiven ?? (mode === 'userinfo' ? undefined : ({ resource }: AccessTokenContext) => resource))
-  if (audienceOption !== undefined && typeof audienceOption !== 'function' && audienceListOf(audienceOption) === undefined) {
+  // A fixed audience, checked and made a list once; a function's answer is checked per call.
+  const fixedAudience = audienceOption === undefined || typeof audienceOption === 'function' ? undefined : audienceListOf(audienceOption)
+  if (audienceOption !== undefined && typeof audienceOption !== 'function' && fixedAudience === undefined) {
     throw new ConfigurationError('audience', 'must be a non-empty string, a list of them, or a function')
   }
   const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true)
@@ -715,8 +718,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const audienceRequired = mode !== 'userinfo'
 
   function expectedAudience(context: AccessTokenContext | undefined): readonly string[] | undefined {
-    if (audienceOption === undefined) return undefined
-    if (typeof audienceOption !== 'function') return audienceListOf(audienceOption)
+    if (typeof audienceOption !== 'function') return fixedAudience
     // What the function gives is checked as the option is: `null`, `false`, `''` or `[]` (a
     // lookup that found nothing, in untyped code) is no audience to compare with.
     return context ? audienceListOf(audienceOption(context)) : undefined

@@ -7,6 +7,7 @@
  * @module
  */
 import type { AccessTokenValidator } from '../auth/access-token-validator.js'
+import { isHttpUrl } from '../auth/discovery.js'
 import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkScope } from '../core/scope.js'
@@ -1364,11 +1365,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
 /** An absolute http(s) URL with a host: what an App address starts with. */
 const HTTP_ORIGIN = /^https?:\/\/[^/?#\s]/i
-
-/** An absolute http(s) URL, as an authorization server's issuer is (RFC 8414 section 2). */
-function isHttpUrl(url: unknown): url is string {
-  return typeof url === 'string' && HTTP_ORIGIN.test(url) && URL.canParse(url)
-}
 
 /** `host` (a `Host` value, port included) names its host with a trailing dot (`a.example.`, `a.example.:8080`). */
 function endsWithDot(host: string): boolean {

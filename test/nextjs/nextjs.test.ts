@@ -36,6 +36,7 @@ import {
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { underProjectCI } from '../helpers/ci.js'
 import { awayFromMinuteEnd } from '../helpers/clock.js'
+import { freePort } from '../helpers/free-port.js'
 import { localhostFetch } from '../helpers/platform.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
@@ -97,15 +98,6 @@ async function stop(child: ChildProcess | undefined): Promise<void> {
     child.kill('SIGKILL')
   }
   await exited
-}
-
-/** A free port on 127.0.0.1, for `next start -p`. */
-async function freePort(): Promise<number> {
-  const server = http.createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
 }
 
 /** A raw HTTP/1.1 request to 127.0.0.1, with the `Host` and headers given; the head as it came. */

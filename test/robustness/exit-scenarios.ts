@@ -7,18 +7,9 @@
  * only if nothing of the library is left holding it (a timer, a socket, a server).
  */
 import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { createOAuthValidator } from 'mcp-dispatch'
+import { freePort } from '../helpers/free-port.js'
 import { TOOLS_LIST, adapterTargets, createFixture, mcpHeaders, send, settles } from './support.js'
-
-/** A loopback port nothing listens on: taken from the system, then given back. */
-async function closedPort(): Promise<number> {
-  const server = http.createServer()
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  const { port } = server.address() as AddressInfo
-  await new Promise((resolve) => server.close(resolve))
-  return port
-}
 
 /**
  * Opens an SSE stream, reads its first event, and goes away; the event read. With `session`,
@@ -42,7 +33,7 @@ function leaveMidStream(port: number, token: string, session?: string): Promise<
   })
 }
 
-const down = `http://127.0.0.1:${await closedPort()}`
+const down = `http://127.0.0.1:${await freePort()}`
 const results: Record<string, unknown[]> = {}
 for (const target of await adapterTargets()) {
   const oauth = createOAuthValidator({
