@@ -194,6 +194,46 @@ describe('identity verifier', () => {
       expect(fetched).toBe(2)
     })
 
+    it('a token of an unknown kid that its own claims refuse is a 401, not a 503, with the keys fetched or while they cannot be (regression: a forged iat years ahead made the App answer 503)', async () => {
+      const { privateKey: stranger } = await generateKeyPair('ES256')
+      /** Forged: a key of no JWKS, the claims of the platform's tokens unless changed, typ and alg as given. */
+      const forged = (claims: JWTPayload, header: { typ?: string; alg?: string } = {}) => {
+        const payload: JWTPayload = { iss: ISSUER, sub: 'alice', aud: AUDIENCE, iat: seconds, exp: seconds + 60, jti: 'f', app: 'app_weather', ver: '2.0.0', method: 'api_token', ...claims }
+        for (const [name, value] of Object.entries(payload)) if (value === undefined) delete payload[name]
+        return new SignJWT(payload).setProtectedHeader({ alg: 'ES256', kid: 'made-up', typ: 'mcp-identity+jwt', ...header }).sign(stranger)
+      }
+      const refusedOnTheirFace: Array<[string, Promise<string>]> = [
+        ['iat ten years ahead', forged({ iat: seconds + 315_360_000, exp: seconds + 315_360_060 })],
+        ['iat a minute ahead', forged({ iat: seconds + 60, exp: seconds + 120 })],
+        ['expired past the tolerance (issued since the fetch, its exp made earlier)', forged({ exp: seconds - 6 })],
+        ['another issuer', forged({ iss: 'https://elsewhere.test' })],
+        ['another audience', forged({ aud: 'https://other-app.test' })],
+        ['another App', forged({ app: 'app_other' })],
+        ['no jti', forged({ jti: undefined })],
+        ['a method it does not know', forged({ method: 'password' })],
+        ['a lifetime past the token age', forged({ exp: seconds + 86_400 })],
+        ['not yet valid', forged({ nbf: seconds + 600 })],
+        ['another typ', forged({}, { typ: 'JWT' })],
+      ]
+      let clock = at
+      let up = true
+      const fetchedFirst = verifier({ jwks: url, fetch: async () => (up ? Response.json(jwks) : new Response('down', { status: 503 })), now: () => clock })
+      await expect(fetchedFirst(await craft())).resolves.toMatchObject({ subject: 'alice' })
+      const neverFetched = verifier({ jwks: url, fetch: async () => new Response('down', { status: 503 }), now: () => at })
+      for (const [label, token] of refusedOnTheirFace) {
+        await expect(fetchedFirst(await token), label).rejects.toBeInstanceOf(UnauthorizedError)
+        await expect(neverFetched(await token), `${label}, JWKS down`).rejects.toBeInstanceOf(UnauthorizedError)
+      }
+      // One whose claims pass stays a 503: its key may be a rotation's, or hidden by the outage.
+      await expect(fetchedFirst(await forged({}))).rejects.toBeInstanceOf(JwksUnavailableError)
+      await expect(fetchedFirst(await forged({}, { typ: 'application/MCP-Identity+JWT' }))).rejects.toBeInstanceOf(JwksUnavailableError)
+      await expect(neverFetched(await forged({}))).rejects.toBeInstanceOf(JwksUnavailableError)
+      up = false
+      clock += 660_000
+      await expect(fetchedFirst(await forged({ iat: seconds + 660, exp: seconds + 720 }))).rejects.toBeInstanceOf(JwksUnavailableError)
+      await expect(fetchedFirst(await forged({ iat: seconds + 600, exp: seconds + 630 }))).rejects.toBeInstanceOf(UnauthorizedError)
+    })
+
     it('a key rotation: a token of the new key, issued after a fetch that did not have it, is a 503 (retry), then verified once the JWKS is fetched again', async () => {
       let clock = at
       const next = await generateKeyPair('ES256', { extractable: true })
@@ -234,7 +274,7 @@ describe('identity verifier', () => {
       for (let i = 0; i < 5; i++) await expect(verify(await signedBy(stranger, `forged-${i}`, later - 60))).rejects.toBeInstanceOf(JwksUnavailableError)
       expect(fetched).toBe(2)
       clock += 30_000
-      await expect(verify(await signedBy(stranger, 'forged-again', later - 60))).rejects.toBeInstanceOf(JwksUnavailableError)
+      await expect(verify(await signedBy(stranger, 'forged-again', later))).rejects.toBeInstanceOf(JwksUnavailableError)
       expect(fetched).toBe(3)
       // Back up: the keys are fetched again once due, and a made-up kid is then a 401.
       up = true

@@ -533,16 +533,21 @@ describe('proxy handler', () => {
         identity: signer,
         onError: (error, where) => reported.push({ error, context: where }),
       })
-      for (const [name, parts, declared] of [
-        ['longer', ['abc', 'defgh'], 6],
-        ['longer in its first chunk', ['abcdefgh'], 6],
-        ['shorter', ['abc'], 6],
-        ['empty', [], 2],
+      for (const [name, parts, declared, pause] of [
+        ['longer', ['abc', 'defgh'], 6, 0],
+        ['longer in its first chunk', ['abcdefgh'], 6, 0],
+        // The length complete in one chunk, more bytes in a later one, a while later: the upstream
+        // (regression) had a whole request by then, acted on it, and its 200 went back.
+        ['longer after a chunk that completes the length', ['abc', 'def', 'gh'], 6, 150],
+        ['longer by an empty chunk, then bytes', ['abcdef', '', 'g'], 6, 50],
+        ['shorter', ['abc'], 6, 0],
+        ['empty', [], 2, 0],
       ] as const) {
         const seen: Received[] = []
         strictUpstream((r) => seen.push(r))
         reported.length = 0
-        const response = await postWith(handler, bodyOf(parts), { 'content-length': String(declared) })
+        const body = bodyOf(parts, (index) => (index > 0 && pause > 0 ? new Promise((resolve) => setTimeout(resolve, pause)) : Promise.resolve()))
+        const response = await postWith(handler, body, { 'content-length': String(declared) })
         expect(response.status, name).toBe(400)
         expect(await response.text(), name).toBe(MISMATCH)
         expect(reported, name).toEqual([{ error: expect.any(RangeError), context: `proxy ${upstream.origin}` }])

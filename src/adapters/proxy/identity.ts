@@ -16,6 +16,7 @@ import {
   calculateJwkThumbprint,
   compactVerify,
   createLocalJWKSet,
+  decodeProtectedHeader,
   errors,
   exportJWK,
   importJWK,
@@ -976,7 +977,8 @@ function remoteKeySet(
  * lifetime (`maxTokenAgeSeconds`), the claims every identity token has (`jti`, non-empty
  * `sub` and `ver`, `method` one of `api_token` and `oauth`), and that the `app` claim names
  * this App (`appId`). A missing or invalid token throws an {@link UnauthorizedError} (answer
- * 401); a JWKS URL that cannot be fetched throws a {@link JwksUnavailableError} (answer 503).
+ * 401); a JWKS URL that cannot be fetched throws a {@link JwksUnavailableError} (answer 503),
+ * unless the token's own claims, read unverified, refuse it (then the 401 it would get anyway).
  *
  * @example
  * ```ts
@@ -1042,6 +1044,59 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
   }
 
+  /** Why verified claims are refused (the message of the 401), or `undefined`. */
+  const claimsRefusal = (claims: IdentityClaims): string | undefined => {
+    if (
+      !isNonEmptyString(claims.sub) ||
+      !isNonEmptyString(claims.ver) ||
+      !isNonEmptyString(claims.jti) ||
+      typeof claims.app !== 'string' ||
+      (claims.method !== 'api_token' && claims.method !== 'oauth') ||
+      // `maxTokenAge` bounds the age; this bounds the lifetime a token claims for itself.
+      !(claims.exp - claims.iat <= maxTokenAge)
+    ) {
+      return 'Invalid identity token'
+    }
+    if (!appIds.has(claims.app)) return 'Identity token is for another App'
+    return undefined
+  }
+
+  /**
+   * Whether a token would be refused whatever key signed it, read unverified: its header and
+   * claims fail a check that needs no key (`typ`, `alg`, `iss`, `aud`, `exp`, `nbf`, its age,
+   * an `iat` to come, a claim missing). A forged token naming a key the JWKS lacks, or sent
+   * while the JWKS cannot be fetched, gets the 401 it would get anyway, not the 503 (retry)
+   * that a key published since, or an outage, is worth.
+   */
+  const refusedWhateverTheKey = (token: string, at: Date): boolean => {
+    const claims = peekJwtClaims(token)
+    if (claims === undefined) return true
+    let protectedHeader: ReturnType<typeof decodeProtectedHeader>
+    try {
+      protectedHeader = decodeProtectedHeader(token)
+    } catch {
+      return true
+    }
+    const seconds = Math.floor(at.getTime() / 1000)
+    const { typ, alg } = protectedHeader
+    const aud = claims.aud
+    return (
+      typeof typ !== 'string' ||
+      mediaType(typ) !== mediaType(IDENTITY_TOKEN_TYPE) ||
+      typeof alg !== 'string' ||
+      !(ASYMMETRIC_ALGORITHMS as readonly string[]).includes(alg) ||
+      claims.iss !== options.issuer ||
+      !(typeof aud === 'string' ? audience.includes(aud) : Array.isArray(aud) && audience.some((a) => aud.includes(a))) ||
+      typeof claims.exp !== 'number' ||
+      typeof claims.iat !== 'number' ||
+      claims.exp <= seconds - tolerance ||
+      seconds - claims.iat - tolerance > maxTokenAge ||
+      seconds - claims.iat < -tolerance ||
+      (claims.nbf !== undefined && !(typeof claims.nbf === 'number' && claims.nbf <= seconds + tolerance)) ||
+      claimsRefusal(claims as IdentityClaims) !== undefined
+    )
+  }
+
   return async function verifyIdentity(input) {
     const token = tokenOf(input, header)
     if (!token) throw new UnauthorizedError('Missing identity token')
@@ -1062,24 +1117,13 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     } catch (error) {
       // A clock that answered no time (checked before, and again by the key set) is the
       // platform's mistake, said as such, not the 401 of a bad token.
-      if (error instanceof JwksUnavailableError || error instanceof ConfigurationError) throw error
+      if (error instanceof ConfigurationError) throw error
+      if (error instanceof JwksUnavailableError && !refusedWhateverTheKey(token, currentDate)) throw error
       throw new UnauthorizedError('Invalid identity token')
     }
     const claims = payload as IdentityClaims
-    if (
-      !isNonEmptyString(claims.sub) ||
-      !isNonEmptyString(claims.ver) ||
-      !isNonEmptyString(claims.jti) ||
-      typeof claims.app !== 'string' ||
-      (claims.method !== 'api_token' && claims.method !== 'oauth') ||
-      // `maxTokenAge` bounds the age; this bounds the lifetime a token claims for itself.
-      claims.exp - claims.iat > maxTokenAge
-    ) {
-      throw new UnauthorizedError('Invalid identity token')
-    }
-    if (!appIds.has(claims.app)) {
-      throw new UnauthorizedError('Identity token is for another App')
-    }
+    const refusal = claimsRefusal(claims)
+    if (refusal !== undefined) throw new UnauthorizedError(refusal)
     return {
       subject: claims.sub,
       appId: claims.app,
@@ -1091,6 +1135,12 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
       claims,
     }
   }
+}
+
+/** A `typ` as JOSE compares it: lower case, `application/` understood (RFC 7515 section 4.1.9). */
+function mediaType(typ: string): string {
+  const lower = typ.toLowerCase()
+  return lower.includes('/') ? lower : `application/${lower}`
 }
 
 function isNonEmptyString(value: unknown): value is string {

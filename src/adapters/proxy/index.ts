@@ -702,7 +702,9 @@ function declaredLength(headers: Headers): number | undefined {
  * for each chunk taken and at its end: the no-progress deadline then counts from there. With a
  * `declared` length (the `Content-Length` sent on), a chunk that would run past it, or an end
  * short of it, is not passed on: `mismatch` hears why and the stream fails, so the upstream never
- * sees a complete request of the wrong length (Node's `fetch` aborts the one it was sending).
+ * sees a complete request of the wrong length (Node's `fetch` aborts the one it was sending). The
+ * chunk that completes the length is held until the client's body ends, so bytes past it in a
+ * later chunk fail the stream while the upstream still lacks the last of it.
  * `upload.awaitingClient` is set while it waits on the client for the next chunk (the proxy's
  * 408); once `signal` aborts (a timeout, the client gone), nothing more is taken and the
  * client's body is cancelled.
@@ -728,6 +730,22 @@ function progressOf(
     controller.error(error)
     void reader.cancel(error).catch(() => {})
   }
+  /** The client's next chunk (the 408's wait while it comes), progress noted once it has. */
+  const take = async () => {
+    upload.awaitingClient = true
+    let next: ReadableStreamReadResult<Uint8Array>
+    try {
+      next = await reader.read()
+    } finally {
+      upload.awaitingClient = false
+    }
+    progress()
+    return next
+  }
+  const end = (controller: ReadableStreamDefaultController<Uint8Array>) => {
+    signal.removeEventListener('abort', stop)
+    controller.close()
+  }
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
@@ -735,29 +753,41 @@ function progressOf(
           controller.error(signal.reason)
           return
         }
-        upload.awaitingClient = true
-        let next: ReadableStreamReadResult<Uint8Array>
-        try {
-          next = await reader.read()
-        } finally {
-          upload.awaitingClient = false
-        }
-        progress()
+        const next = await take()
         if (signal.aborted) {
           controller.error(signal.reason)
           return
         }
         if (next.done) {
-          signal.removeEventListener('abort', stop)
           if (declared !== undefined && received < declared) {
+            signal.removeEventListener('abort', stop)
             fail(controller, new RangeError(`Request body ended after ${received} bytes, short of its Content-Length ${declared}`))
-          } else controller.close()
+          } else end(controller)
           return
         }
         received += next.value.byteLength
-        if (declared !== undefined && received > declared) {
+        if (declared === undefined || received < declared) {
+          controller.enqueue(next.value)
+          return
+        }
+        if (received > declared) {
           fail(controller, new RangeError(`Request body ran past its Content-Length ${declared}`))
-        } else controller.enqueue(next.value)
+          return
+        }
+        // The chunk that completes the declared length waits for the client's end: bytes past
+        // it in a later chunk must fail the stream before the upstream has a whole request.
+        let after = await take()
+        while (!after.done && after.value.byteLength === 0 && !signal.aborted) after = await take()
+        if (signal.aborted) {
+          controller.error(signal.reason)
+          return
+        }
+        if (!after.done) {
+          fail(controller, new RangeError(`Request body ran past its Content-Length ${declared}`))
+          return
+        }
+        controller.enqueue(next.value)
+        end(controller)
       },
       cancel(reason) {
         signal.removeEventListener('abort', stop)
