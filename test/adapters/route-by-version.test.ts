@@ -5,13 +5,15 @@
  * `appId` is refused when the handler is created.
  */
 import * as http from 'node:http'
+import * as net from 'node:net'
 import type { AddressInfo } from 'node:net'
+import * as vm from 'node:vm'
 import Fastify from 'fastify'
 import { ConfigurationError } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import * as webAdapter from 'mcp-dispatch/web'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
 import { ADAPTER_KINDS, type AdapterKind, type Fixture, type Served, close, createFixture, isExpress, listen, rawRequest } from './helpers.js'
 import { EXPRESS } from '../helpers/express.js'
@@ -174,5 +176,109 @@ describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => 
     // Pre-releases are versions too.
     const served = await serveRoutes(kind, fixture, { 'app_weather@1.0.0': 'weather', 'app_weather@2.0.0-rc.1': 'rc' })
     await served.close()
+  })
+})
+
+describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion through the %s adapter: a handler that fails late', (kind) => {
+  /** Serves `handler` for every version (Fastify's gets `reply.raw` to write on, hijacked). */
+  async function serveHandler(fixture: Fixture, onError: (error: unknown) => void, handler: (res: http.ServerResponse) => unknown): Promise<Served> {
+    if (isExpress(kind)) {
+      const app = EXPRESS[kind]()
+      app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+      app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+      const server = http.createServer(app)
+      return { port: await listen(server), close: () => close(server) }
+    }
+    const app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.all(
+      '/*',
+      fastifyAdapter.routeByVersion(() => (_request, reply) => {
+        reply.hijack()
+        return handler(reply.raw)
+      }),
+    )
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  }
+  /** A `tools/list` of alice's at weather's `/v1`. */
+  const callV1 = (served: Served, fixture: Fixture) =>
+    rawRequest(served.port, {
+      host: 'weather.localhost',
+      path: '/v1',
+      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      body: tools,
+    })
+  const request = (fixture: Fixture) =>
+    `POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: ${tools.length}\r\nConnection: close\r\n\r\n${tools}`
+
+  it('a promise of another realm that rejects is the JSON-RPC 502 and onError (regression: Express left the request hanging and the rejection unhandled)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const served = await serveHandler(fixture, (error) => errors.push(error), () =>
+      vm.runInNewContext('new Promise((resolve, reject) => setTimeout(() => reject(new Error("another realm")), 5))', { setTimeout }),
+    )
+    try {
+      const failed = await callV1(served, fixture)
+      expect(failed.status).toBe(502)
+      expect(failed.headers['x-mcp-version']).toBe('1.0.0')
+      expect(JSON.parse(failed.body)).toMatchObject({ error: { message: 'App handler failed', data: { error: 'handler_error' } } })
+      expect(errors.map((error) => (error as Error).message)).toEqual(['another realm'])
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('an answer the handler ended goes out whole, though it throws after; onError hears it (regression: the socket was destroyed with the body still unsent)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const size = 32 * 1024 * 1024
+    const served = await serveHandler(fixture, (error) => errors.push(error), async (res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': String(size) })
+      res.end(Buffer.alloc(size, 0x61))
+      await null
+      throw new Error('failed after the answer')
+    })
+    try {
+      // The client reads nothing until the handler has failed: the answer is then mostly unsent.
+      const socket = net.connect(served.port, '127.0.0.1')
+      socket.pause()
+      socket.write(request(fixture))
+      await vi.waitFor(() => expect(errors).toHaveLength(1), { timeout: 5_000, interval: 10 })
+      const chunks: Buffer[] = []
+      socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+      const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+      socket.on('error', () => {})
+      socket.resume()
+      await ended
+      const received = Buffer.concat(chunks)
+      const headEnd = received.indexOf('\r\n\r\n')
+      expect(received.subarray(0, received.indexOf('\r\n')).toString()).toBe('HTTP/1.1 200 OK')
+      expect(received.length - headEnd - 4).toBe(size)
+      expect((errors[0] as Error).message).toBe('failed after the answer')
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('an answer begun and not ended is cut when the handler throws, never left open or taken for whole', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const served = await serveHandler(fixture, (error) => errors.push(error), async (res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': '100' })
+      res.write('{"partial":')
+      await null
+      throw new Error('failed mid-answer')
+    })
+    try {
+      const failed = await callV1(served, fixture).then(
+        () => 'whole',
+        (error: unknown) => (error as NodeJS.ErrnoException).code ?? String(error),
+      )
+      expect(failed).not.toBe('whole')
+      expect(errors.map((error) => (error as Error).message)).toEqual(['failed mid-answer'])
+    } finally {
+      await served.close()
+    }
   })
 })

@@ -49,6 +49,7 @@ import {
 import { continueIfExpected } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
+import { isForeignThenable } from '../../core/thenable.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare global {
@@ -234,8 +235,11 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 
 function fail(req: Request, res: ServerResponse, error: unknown): void {
   ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
-  // A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
-  if (res.headersSent || res.writableEnded) {
+  // An answer the handler ended goes out whole, whatever it did after (Node may still be
+  // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
+  // take it for whole. A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
+  if (res.writableEnded) return
+  if (res.headersSent) {
     res.destroy()
     return
   }
@@ -283,8 +287,11 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
         writeOwn(res, versionNotServedReply(context.version))
         return
       }
-      const result = handler(req, res, next)
-      if (result instanceof Promise) result.catch((error: unknown) => fail(req, res, error))
+      const result: unknown = handler(req, res, next)
+      // Another library's promise (Bluebird, another realm's) fails as a native one does.
+      if (result instanceof Promise || isForeignThenable(result)) {
+        Promise.resolve(result as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(req, res, error))
+      }
     } catch (error) {
       fail(req, res, error)
     }

@@ -268,8 +268,11 @@ export function getDispatchContext(request: AnyFastifyRequest): DispatchContext 
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | undefined {
   ;((request as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
   const raw = reply.raw
-  // A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
-  if (raw.headersSent || raw.writableEnded) {
+  // An answer the handler ended goes out whole, whatever it did after (Node may still be
+  // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
+  // take it for whole. A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
+  if (raw.writableEnded) return undefined
+  if (raw.headersSent) {
     raw.destroy()
     return undefined
   }
