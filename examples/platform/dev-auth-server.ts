@@ -358,7 +358,7 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
         return
       }
     }
-    if (req.method === 'GET' && path === '/auth') req.url = withDefaultScope(req.url ?? '/auth')
+    if (req.method === 'GET' && route === '/auth') req.url = withDefaultScope(req.url ?? '/auth')
     if (req.method === 'GET' && path.startsWith('/interaction/')) {
       interact(req, res).catch((error: unknown) => {
         res.statusCode = 400

@@ -20,7 +20,7 @@ import type { AddressInfo } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { parseBearerToken } from 'mcp-dispatch'
 import { portOption, readOptions, refuse } from './cli.js'
-import { APP_SLUG } from './slug.js'
+import { APP_SLUG, RESERVED_SLUG } from './slug.js'
 
 /** A running forwarder. */
 export interface Forwarder {
@@ -32,21 +32,40 @@ export interface Forwarder {
  * Serves on 127.0.0.1 (on `listen`, default any free port) and forwards every request to
  * `127.0.0.1:{port}` with `Host` and `Authorization` replaced, streaming both ways (SSE
  * included); when the client goes away the request to the platform is ended too, so the
- * platform sees the stream cancelled.
+ * platform sees the stream cancelled. A platform that cannot be reached is a JSON-RPC 502
+ * (`bad_gateway`), printed once on stderr until it answers again.
  */
 export async function startForwarder(target: { port: number; host: string; authorization: string; listen?: number }): Promise<Forwarder> {
+  /** Whether the last attempt found the platform unreachable (its error is printed once). */
+  let unreachable = false
   const server = http.createServer((incoming, outgoing) => {
     const headers = { ...incoming.headers, host: target.host, authorization: target.authorization }
     const upstream = http.request(
       { host: '127.0.0.1', port: target.port, method: incoming.method, path: incoming.url, headers, agent: false },
       (response) => {
+        unreachable = false
         outgoing.writeHead(response.statusCode ?? 502, response.headers)
         // An SSE stream may stay silent for a while: the client needs the head now.
         outgoing.flushHeaders()
         response.pipe(outgoing)
       },
     )
-    upstream.on('error', () => outgoing.destroy())
+    upstream.on('error', (error) => {
+      // The platform not reached (not started, stopped): a 502 saying so, and one line on
+      // stderr per outage, not an empty reply. Once its answer has begun, the answer is cut.
+      if (outgoing.headersSent) {
+        outgoing.destroy()
+        return
+      }
+      if (!unreachable) console.error(`forwarder: cannot reach the platform at 127.0.0.1:${target.port}: ${error.message}`)
+      unreachable = true
+      const body = JSON.stringify({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32603, message: 'Platform unreachable', data: { error: 'bad_gateway', port: target.port } },
+      })
+      outgoing.writeHead(502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
+    })
     outgoing.on('close', () => upstream.destroy())
     incoming.pipe(upstream)
   })
@@ -73,6 +92,8 @@ async function main(): Promise<void> {
   // What the dispatcher would take from the header (an RFC 6750 b64token), so nothing else reaches it.
   else if (parseBearerToken(`Bearer ${token}`).kind !== 'bearer') problems.push('--token: not a Bearer token (RFC 6750 b64token)')
   if (!APP_SLUG.test(app)) problems.push(`--app: must be an App's slug (a DNS label in lower case), got ${JSON.stringify(app)}`)
+  // `api.localhost` is the token API: the token would be sent there with every request.
+  else if (app === RESERVED_SLUG) problems.push(`--app: "${RESERVED_SLUG}" is the token API's host, no App's slug`)
   const port = portOption('--port', values.port ?? process.env.PORT ?? '8787', false, problems)
   const listen = portOption('--listen', values.listen ?? process.env.FORWARD_PORT ?? '8790', true, problems)
   if (problems.length > 0) refuse(problems)

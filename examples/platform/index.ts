@@ -43,7 +43,7 @@ import { type IdentityJwks, type IdentitySignerOptions, createIdentitySigner, cr
 import { type WebRequestInfo, mcpDispatch, toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler, sweepPeriod } from './mcp-app.js'
-import { APP_SLUG } from './slug.js'
+import { APP_SLUG, RESERVED_SLUG } from './slug.js'
 
 /**
  * An upstream of a proxied version: an http(s) URL without user info, as the proxy handler
@@ -64,7 +64,7 @@ const seedSchema = z.object({
       slug: z
         .string()
         .regex(APP_SLUG, 'must be a DNS label in lower case')
-        .refine((slug) => slug !== 'api', 'is reserved for the token API host'),
+        .refine((slug) => slug !== RESERVED_SLUG, 'is reserved for the token API host'),
       name: z.string().min(1),
       versions: z.array(versionEntry).default([]),
       rateLimitPerMinute: z.number().int().min(0).max(MAX_RATE_LIMIT).optional(),
@@ -216,8 +216,13 @@ export interface Platform {
 
 const DAY_MS = 86_400_000
 
+/** A host name in lower case: DNS labels joined by dots, none empty (no port, no trailing dot). */
+const HOST_NAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/
+
 /**
  * Creates the reference platform from a seed. Synchronous: seeded tokens are minted at once.
+ * Throws a `TypeError` naming what is wrong: a bad seed (its field), a `now` or `onError` that
+ * is not a function, a `domain` that is no host name (`localhost:8787`, `.example.com`).
  *
  * @example
  * ```ts
@@ -227,8 +232,14 @@ const DAY_MS = 86_400_000
  */
 export function createPlatform(options: PlatformOptions): Platform {
   const seed = parseSeed(options.seed)
+  if (options.now !== undefined && typeof options.now !== 'function') throw new TypeError('now: must be a function answering epoch milliseconds')
   const now = options.now ?? Date.now
+  // A port, a scheme or a stray dot would leave every host unmatched: each request a 404.
+  if (options.domain !== undefined && (typeof options.domain !== 'string' || !HOST_NAME.test(options.domain.toLowerCase()))) {
+    throw new TypeError(`domain: must be a host name without port or scheme (example.com, localhost), got ${JSON.stringify(String(options.domain))}`)
+  }
   const domain = (options.domain ?? 'localhost').toLowerCase()
+  if (options.onError !== undefined && typeof options.onError !== 'function') throw new TypeError('onError: must be a function')
   const onError =
     options.onError ??
     ((error: unknown, context: string) =>

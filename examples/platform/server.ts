@@ -75,6 +75,15 @@ const authPort = (() => {
   // PORT is named above, once.
   return port > 0 && port < 65_535 ? port + 1 : 0
 })()
+// The development authorization server would take the platform's own port first.
+if (authPort > 0 && authPort === port) problems.push(`AUTH_PORT: must differ from PORT (both ${port})`)
+// An external server's introspection endpoint authenticates the platform: without the
+// client's credentials every token would be refused there, request after request.
+if (process.env.AUTH_ISSUER && authMode === 'introspection') {
+  for (const name of ['AUTH_CLIENT_ID', 'AUTH_CLIENT_SECRET']) {
+    if (!process.env[name]) problems.push(`${name}: is required with AUTH_MODE=introspection and AUTH_ISSUER (the platform's introspection client)`)
+  }
+}
 if (problems.length > 0) refuse(problems)
 
 const devIntrospectionClient = { clientId: 'mcp-dispatch-platform', clientSecret: randomBytes(24).toString('base64url') }

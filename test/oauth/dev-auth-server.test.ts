@@ -110,11 +110,11 @@ describe.skipIf(!installed)('the official conformance runner against the develop
  * Runs an authorization code grant with PKCE as a public client, the authorization request
  * carrying `params` besides the required ones; the callback's parameters and the token answer.
  */
-async function grant(params: Record<string, string>): Promise<{ callback: URLSearchParams; tokens: { access_token: string; scope: string } }> {
+async function grant(params: Record<string, string>, path = '/auth'): Promise<{ callback: URLSearchParams; tokens: { access_token: string; scope: string } }> {
   const redirectUri = 'http://127.0.0.1:9/callback'
   const clientId = await register(redirectUri)
   const verifier = randomBytes(32).toString('base64url')
-  const authorize = new URL(`${auth.issuer}/auth`)
+  const authorize = new URL(`${auth.issuer}${path}`)
   authorize.search = new URLSearchParams({
     response_type: 'code',
     client_id: clientId,
@@ -153,6 +153,12 @@ describe('an authorization request without scope (RFC 6749 section 3.3)', () => 
     expect(answer.headers.get('x-mcp-version')).toBe('1.0.0')
     const body = (await answer.json()) as { result: { tools: { name: string }[] } }
     expect(body.result.tools.map((t) => t.name)).toContain('get_version')
+  })
+
+  it('gets them at every spelling of the path oidc-provider routes as /auth (regression: access_denied at /AUTH and /auth/)', async () => {
+    for (const path of ['/AUTH', '/auth/']) {
+      expect((await grant({ login_hint: 'user_alice' }, path)).tokens.scope.split(' ').sort(), path).toEqual(['email', 'openid', 'profile'])
+    }
   })
 
   it('keeps a scope the client asked for', async () => {

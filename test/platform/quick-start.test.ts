@@ -262,6 +262,80 @@ describe('npm start (README quick start)', () => {
     expect(refusedToken?.stderr).not.toContain('X-Injected')
   })
 
+  it('npm run forward: a platform it cannot reach is a JSON-RPC 502, said once on stderr (regression: an empty reply, nothing printed)', async () => {
+    const closed = createServer()
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve))
+    const { port: nothing } = closed.address() as AddressInfo
+    await new Promise<void>((resolve) => closed.close(() => resolve()))
+    const { script: forward, found: listening } = await startScript(['run', 'forward', '--', '--port', String(nothing), '--listen', '0'], { TOKEN: 'svc_unused' }, (printed) =>
+      Number(/^Forwarding http:\/\/127\.0\.0\.1:(\d+)/m.exec(printed)?.[1] ?? NaN) || undefined,
+    )
+    try {
+      for (let i = 0; i < 2; i++) {
+        const answer = await fetch(`http://127.0.0.1:${listening}/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{}' })
+        expect(answer.status).toBe(502)
+        expect(await answer.json()).toEqual({
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: -32603, message: 'Platform unreachable', data: { error: 'bad_gateway', port: nothing } },
+        })
+      }
+      expect(forward.output.match(/cannot reach the platform/g)).toHaveLength(1)
+      expect(forward.output).toContain(`forwarder: cannot reach the platform at 127.0.0.1:${nothing}: connect ECONNREFUSED`)
+      expect(forward.output).not.toContain('svc_unused')
+    } finally {
+      await forward.stop()
+    }
+  })
+
+  it('npm start and npm run forward stop on a signal sent to npm alone, as a container runtime sends it (regression: npm and sh exited, the server went on listening)', async () => {
+    const scripts: Array<[readonly string[], NodeJS.ProcessEnv, RegExp]> = [
+      [['start'], { PORT: '0' }, /reference platform on http:\/\/127\.0\.0\.1:(\d+)/],
+      [['run', 'forward', '--', '--port', String(port), '--listen', '0'], { TOKEN: 'svc_unused' }, /^Forwarding http:\/\/127\.0\.0\.1:(\d+)/m],
+    ]
+    for (const [args, env, ready] of scripts) {
+      for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+        const what = `npm ${args.join(' ')}, ${signal}`
+        const child = spawn('npm', args, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+        let printed = ''
+        try {
+          const listening = await new Promise<number>((resolve, reject) => {
+            const timer = setTimeout(() => reject(new Error(`${what}: not ready within 30 s:\n${printed}`)), 30_000)
+            const read = (chunk: Buffer) => {
+              printed += chunk.toString()
+              const found = ready.exec(printed)
+              // npm start is ready once it printed its curl command, the forwarder at once.
+              if (found && (args[0] !== 'start' || /^curl .*$/m.test(printed))) {
+                clearTimeout(timer)
+                resolve(Number(found[1]))
+              }
+            }
+            child.stdout!.on('data', read)
+            child.stderr!.on('data', read)
+          })
+          const exited = once(child, 'exit')
+          process.kill(child.pid!, signal) // npm's own process, not its group
+          await exited
+          // The server (npm's grandchild) has let go of its port too.
+          const accepts = () =>
+            new Promise<boolean>((resolve) => {
+              const socket = connect(listening, '127.0.0.1')
+              socket.once('connect', () => (socket.destroy(), resolve(true)))
+              socket.once('error', () => resolve(false))
+            })
+          await expect.poll(accepts, { timeout: 10_000, interval: 100, message: what }).toBe(false)
+        } finally {
+          // Whatever is left of the group (nothing, once the server stopped).
+          try {
+            process.kill(-child.pid!, 'SIGKILL')
+          } catch {
+            // already gone
+          }
+        }
+      }
+    }
+  }, 120_000)
+
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {
     /** Writes a request head that waits for 100 Continue; answers what came within 1.5 s. */
     const waitingHead = (head: string) =>
@@ -345,13 +419,20 @@ describe('npm start and npm run forward: bad settings', () => {
       [['start', '--', '--seed', lowerPatch], {}, [`--seed ${lowerPatch}: seed apps.0.versions.1 (a): cannot deploy 1.0.0`]],
       [['start', '--', '--seed', noUsers], {}, ['--seed: the development authorization server signs in the seed\'s users, and it has none']],
       [['start'], { AUTH_ISSUER: 'https://auth.example.com/?tenant=1' }, ['AUTH_ISSUER: mcp-dispatch: option "issuer" must have no query or fragment (RFC 8414)']],
-      [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com' }, ['AUTH_CLIENT_ID, AUTH_CLIENT_SECRET: mcp-dispatch: option "introspection" needs clientId and clientSecret']],
+      // The introspection client's credentials, before anything starts (regression: an unset
+      // AUTH_CLIENT_SECRET served, every token then refused at the provider).
+      [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com' }, ['AUTH_CLIENT_ID: is required with AUTH_MODE=introspection', 'AUTH_CLIENT_SECRET: is required with AUTH_MODE=introspection']],
+      [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com', AUTH_CLIENT_ID: 'platform', AUTH_CLIENT_SECRET: '' }, ['AUTH_CLIENT_SECRET: is required with AUTH_MODE=introspection']],
+      // Both servers on one port: a bad pair of settings (regression: exit 1, "PORT: EADDRINUSE").
+      [['start'], { PORT: '47388', AUTH_PORT: '47388' }, ['AUTH_PORT: must differ from PORT (both 47388)']],
       // An unknown option hides nothing else.
       [['start', '--', '--prot', '1'], { PORT: 'abc' }, ["Unknown option '--prot'", '--port (or PORT): must be a port number (0: any free port), got "abc"']],
       [['start', '--', '--bogus', '--port', '70000', '--seed'], {}, ["Unknown option '--bogus'", '--port (or PORT): must be a port number (0: any free port), got "70000"', "Option '--seed <value>' argument missing"]],
       // An address not of this machine is a bad HOST, not a port taken.
       [['start'], { HOST: '192.0.2.1', PORT: '0' }, ['HOST: cannot listen on "192.0.2.1": listen EADDRNOTAVAIL']],
       [['run', 'forward', '--', '--token', 'svc_x', '--listen'], {}, ["Option '--listen <value>' argument missing"]],
+      // The token API's host: the token would be sent there.
+      [['run', 'forward', '--', '--token', 'svc_x', '--app', 'api'], {}, ['--app: "api" is the token API\'s host, no App\'s slug']],
     ]
     const results = await Promise.all(cases.map(([args, env]) => run(args, env)))
     for (const [i, { code, stderr }] of results.entries()) {

@@ -47,6 +47,29 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed: { ...base, apps: 5 } as never })).toThrow(/^seed apps: /)
   })
 
+  it('refuses a domain that is no host name, a now or onError that is no function, naming the option (regression: every request a 404, or a raw TypeError)', async () => {
+    for (const domain of ['', 'localhost:8787', '.localhost', 'localhost.', 'http://example.com', 'a..b', 123]) {
+      expect(() => createPlatform({ seed: base, domain: domain as string }), String(domain)).toThrow(/^domain: must be a host name without port or scheme/)
+    }
+    expect(() => createPlatform({ seed: base, now: 5 as never })).toThrow(new TypeError('now: must be a function answering epoch milliseconds'))
+    expect(() => createPlatform({ seed: base, onError: 'log' as never })).toThrow(new TypeError('onError: must be a function'))
+    // Any case is taken, as a Host header's.
+    const platform = createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 }] }, domain: 'Apps.Example.COM' })
+    try {
+      const response = await platform.fetch(
+        new Request('http://weather.apps.example.com/', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${platform.tokens.t}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
+        }),
+        { clientAddress: '127.0.0.1' },
+      )
+      expect([response.status, response.headers.get('x-mcp-version')]).toEqual([200, '1.0.0'])
+    } finally {
+      await platform.close()
+    }
+  })
+
   it('refuses the slug reserved for the token API host', () => {
     const seed = { ...base, apps: [{ id: 'app_a', slug: 'api', name: 'API', versions: ['1.0.0'] }] }
     expect(() => createPlatform({ seed })).toThrow(/reserved/)
