@@ -268,6 +268,16 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
 })
 
 
+/** The master (its port) of each hash slot, as the cluster has them now. */
+async function slotMasters(redis: RedisClusterTestContext): Promise<(slot: number) => number> {
+  const ranges = (await redis.clusterClient.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, ...unknown[]]]>
+  return (slot) => {
+    const range = ranges.find(([from, to]) => slot >= from && slot <= to)
+    if (!range) throw new Error(`slot ${slot} has no master`)
+    return Number(range[2][1])
+  }
+}
+
 /** The deadline of the stores in the tests of a master going down. */
 const TIMEOUT_MS = 200
 
@@ -300,6 +310,20 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           expect(await stores[port]!.counters.increment('k', START, W)).toBe(1)
           expect(await stores[port]!.sessions.set('s', PIN, 60_000)).toBe(true)
         }
+        // Sessions of a client with a keyPrefix: one on the dead master, and five on live ones
+        // whose keys without the client's prefix would be on the master the first one's is.
+        const tenant = redis.connectCluster({ maxRetriesPerRequest: 1, keyPrefix: 'tenant1:' })
+        const tenantPrefix = redis.prefix()
+        const tenantSessions = createRedisSessionStore({ client: tenant, prefix: tenantPrefix, timeoutMs: TIMEOUT_MS })
+        const masterOfSlot = await slotMasters(redis)
+        const sent = (id: string) => masterOfSlot(hashSlot(`tenant1:${tenantPrefix}session:${id}`))
+        const unprefixed = (id: string) => masterOfSlot(hashSlot(`${tenantPrefix}session:${id}`))
+        const ids = Array.from({ length: 2_000 }, (_, i) => `t${i}`)
+        const onDead = ids.find((id) => sent(id) === dead)!
+        const live = ids.filter((id) => sent(id) !== dead && unprefixed(id) === unprefixed(onDead)).slice(0, 5)
+        expect(live).toHaveLength(5)
+        const tenantIds = { onDead, live }
+        for (const id of [onDead, ...live]) expect(await tenantSessions.set(id, PIN, 60_000)).toBe(true)
 
         await redis.cluster.kill(dead)
         try {
@@ -328,6 +352,13 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           expect(refused.length).toBeGreaterThanOrEqual(3)
           expect(Math.max(...refused.map((o) => o.ms))).toBeLessThan(100)
           expect(deadOutcomes.slice(1).some((o) => o.outcome.includes(`127.0.0.1:${dead} is stalled`))).toBe(true)
+
+          // A client with ioredis' own keyPrefix: the master of a call is the one of the key the
+          // client sends, prefix and all (regression: found from the key without it, a call to
+          // the dead master opened the breaker of another, whose calls were then refused).
+          const tenantCall = async (id: string) => Promise.resolve(tenantSessions.get(id, 60_000)).then((pin) => pin?.version ?? 'no pin', (error: Error) => error.message)
+          expect(await tenantCall(tenantIds.onDead)).toMatch(/did not answer|not sent/)
+          for (const id of tenantIds.live) expect(await tenantCall(id), id).toBe('1.2.3')
         } finally {
           await redis.cluster.restart(dead)
         }

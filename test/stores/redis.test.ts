@@ -6,6 +6,7 @@
  * checks, and calls that give up on a Redis that does not answer.
  */
 import { once } from 'node:events'
+import { type AddressInfo, type Socket, connect, createServer as createNetServer } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
 import type { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5'
 import {
@@ -29,7 +30,7 @@ import {
 } from 'mcp-dispatch/redis'
 import { describe, expect, expectTypeOf, it, vi } from 'vitest'
 import { underProjectCI } from '../helpers/ci.js'
-import { IOREDIS, describeRedis, holdConnection, nextInvalidation, redisServerMissing, startPrivateRedis } from '../helpers/redis.js'
+import { IOREDIS, REDIS_URL, describeRedis, holdConnection, nextInvalidation, redisServerMissing, startPrivateRedis } from '../helpers/redis.js'
 import { activeResources, leakedHandles, settles } from '../robustness/support.js'
 import {
   countingTokenStore,
@@ -178,12 +179,78 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(await sessions.get('s1', 60_000)).toEqual(PIN)
     })
 
+    it('a pin write that reached Redis but whose answer was lost with the connection is resent by ioredis and answers true, its own pin (regression: false, reported as a session id taken)', async () => {
+      const upstream = new URL(REDIS_URL)
+      let dropAfter: string | undefined
+      const sockets = new Set<Socket>()
+      // A proxy that, once armed, passes a command naming `dropAfter` on to Redis and then cuts
+      // the client's connection before Redis's answer reaches it.
+      const proxy = createNetServer((downstream) => {
+        const toRedis = connect(Number(upstream.port || 6379), upstream.hostname)
+        let answering = true
+        for (const socket of [downstream, toRedis]) {
+          sockets.add(socket)
+          socket.on('error', () => {})
+          socket.on('close', () => (sockets.delete(socket), downstream.destroy(), toRedis.destroy()))
+        }
+        downstream.on('data', (chunk: Buffer) => {
+          toRedis.write(chunk)
+          if (dropAfter !== undefined && chunk.toString('latin1').includes(dropAfter)) {
+            dropAfter = undefined
+            answering = false
+            setTimeout(() => downstream.destroy(), 100)
+          }
+        })
+        toRedis.on('data', (chunk: Buffer) => void (answering && downstream.write(chunk)))
+      })
+      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+      try {
+        // disconnectTimeout: disconnected twice (here, and after the suite), ioredis would wait 2 s on a timer.
+        const client = redis.connect({ retryStrategy: () => 10, disconnectTimeout: 10 }, `redis://127.0.0.1:${(proxy.address() as AddressInfo).port}`)
+        client.on('error', () => {})
+        const prefix = redis.prefix()
+        const sessions = createRedisSessionStore({ client, prefix, timeoutMs: 5_000 })
+        expect(await sessions.set('warm', PIN, 60_000)).toBe(true) // the script is known to Redis
+        dropAfter = `${prefix}session:resent`
+        expect(await sessions.set('resent', PIN, 60_000)).toBe(true)
+        expect(await sessions.get('resent', 60_000)).toEqual(PIN)
+        // Another pin under the id is still refused, the stored one kept.
+        expect(await sessions.set('resent', { ...PIN, version: '9.9.9' }, 60_000)).toBe(false)
+        expect(await sessions.get('resent', 60_000)).toEqual(PIN)
+        client.disconnect()
+      } finally {
+        for (const socket of sockets) socket.destroy()
+        await new Promise<void>((resolve) => proxy.close(() => resolve()))
+      }
+    })
+
     it('are not synchronous (adapters hold the response until the pin is written)', () => {
       expect(createRedisSessionStore({ client: redis.client }).synchronous).toBeFalsy()
     })
   })
 
   describe('rate-limit counters', () => {
+    it('stores created before their client is ready add one ready listener between them, gone once it was heard (regression: one each, MaxListenersExceededWarning at twelve)', async () => {
+      const client = redis.connect({ lazyConnect: true })
+      const before = client.listenerCount('ready')
+      const warnings: string[] = []
+      const warned = (warning: Error) => void warnings.push(warning.name)
+      process.on('warning', warned)
+      try {
+        const prefix = redis.prefix()
+        const stores = Array.from({ length: 12 }, () => createRedisRateLimitStore({ client, prefix }))
+        expect(client.listenerCount('ready') - before).toBe(1)
+        await client.connect()
+        expect(client.listenerCount('ready')).toBe(before)
+        // Each store still counts, and still knows the client was ready.
+        for (const [i, store] of stores.entries()) expect(await store.increment('k', START, W)).toBe(i + 1)
+        await new Promise((resolve) => setImmediate(resolve))
+        expect(warnings).not.toContain('MaxListenersExceededWarning')
+      } finally {
+        process.removeListener('warning', warned)
+      }
+    })
+
     it('one round trip per increment: EVALSHA, and EVAL once more when the server lost its scripts', async (context) => {
       // The scripts are flushed on a Redis of this test's own: a SCRIPT FLUSH on the shared one
       // would cost the test files running alongside a NOSCRIPT and an EVAL within their deadlines.
@@ -321,6 +388,25 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const ttl = await redis.client.pttl(`${prefix}cache:oauth:abc`)
       expect(ttl).toBeGreaterThan(50_000)
       expect(ttl).toBeLessThanOrEqual(60_000)
+    })
+
+    it('writes of other keys never keep a key out of the local cache: made-up tokens each storing a refusal cost a busy token nothing (regression: one Redis read per request)', async () => {
+      const prefix = redis.prefix()
+      const client = recording(redis.client)
+      const cache = createRedisCacheStore<{ n: number }>({ client, prefix })
+      await cache.get('warm')
+      await cache.set('hot', { n: 1 }, 60_000)
+      // The read of `hot` goes out while writes of other keys are in flight and land first.
+      const fresh = createRedisCacheStore<{ n: number }>({ client, prefix })
+      client.commands.length = 0
+      for (let round = 0; round < 5; round++) {
+        const reading = fresh.get('hot')
+        const writes = Array.from({ length: 3 }, (_, i) => fresh.set(`refused-${round}-${i}`, { n: 0 }, 60_000))
+        expect(await reading).toEqual({ n: 1 })
+        await Promise.all(writes)
+      }
+      // One read of `hot` from Redis, then the local copy; the writes, one SET each.
+      expect(client.commands.filter((command) => command !== 'SET')).toEqual(['EVALSHA'])
     })
 
     it('a read that lands after a delete does not put the old value back in the local cache', async () => {

@@ -83,26 +83,48 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
     localTtlMs > 0
       ? new LRUCache<string, T>({ max: localMax, ttl: localTtlMs, ttlAutopurge: false, ...lruClock(options.now) })
       : undefined
-  // Bumped by every write: a read or write that started before another write must not put
-  // its (older) value in the local cache when it lands after it.
-  let writes = 0
+  // Per key, while calls on it are in flight: how many, and a count of its writes. A read or
+  // write that started before another write of its key must not put its (older) value in the
+  // local cache when it lands after it. Per key, so that writes of other keys (a refusal
+  // stored for each made-up token) never keep a busy token's value out of it.
+  const inFlight = new Map<string, { calls: number; writes: number }>()
+  const begin = (key: string, write: boolean): number => {
+    let entry = inFlight.get(key)
+    if (entry === undefined) inFlight.set(key, (entry = { calls: 0, writes: 0 }))
+    entry.calls++
+    if (write) entry.writes++
+    return entry.writes
+  }
+  const end = (key: string): void => {
+    const entry = inFlight.get(key)!
+    if (--entry.calls === 0) inFlight.delete(key)
+  }
   const keepLocally = (key: string, value: T, redisTtlMs: number, startedAt: number) => {
     // PTTL -1: the key has no TTL (written by someone else); keep it for localTtlMs.
     const ttl = redisTtlMs === -1 ? localTtlMs : Math.min(localTtlMs, redisTtlMs)
-    if (local && writes === startedAt && ttl > 0) local.set(key, value, { ttl })
+    if (local && inFlight.get(key)?.writes === startedAt && ttl > 0) local.set(key, value, { ttl })
+  }
+  /** `pending`, with the key's call counted as in flight until it settles. */
+  const tracked = <R>(key: string, pending: Promise<R>): Promise<R> => {
+    const done = () => end(key)
+    pending.then(done, done)
+    return pending
   }
 
   return {
     get(key) {
       const held = local?.get(key)
       if (held !== undefined) return held
-      const startedAt = writes
-      return redis.run(READ, keyPrefix + key).then((reply) => {
-        if (!Array.isArray(reply)) return undefined
-        const value = JSON.parse(String(reply[0])) as T
-        keepLocally(key, value, Number(reply[1]), startedAt)
-        return value
-      })
+      const startedAt = begin(key, false)
+      return tracked(
+        key,
+        redis.run(READ, keyPrefix + key).then((reply) => {
+          if (!Array.isArray(reply)) return undefined
+          const value = JSON.parse(String(reply[0])) as T
+          keepLocally(key, value, Number(reply[1]), startedAt)
+          return value
+        }),
+      )
     },
     set(key, value, ttlMs) {
       if (!(ttlMs > 0)) return
@@ -114,18 +136,21 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
         return Promise.reject(error)
       }
       const json = JSON.stringify(value)
-      const startedAt = ++writes
+      const startedAt = begin(key, true)
       local?.delete(key)
       // The local copy is parsed from the JSON, as other instances see it, and is not the
       // caller's object (which the caller may still change).
-      return redis.send('SET', keyPrefix + key, json, 'PX', ttl).then(() => {
-        if (local) keepLocally(key, JSON.parse(json) as T, ttl, startedAt)
-      })
+      return tracked(
+        key,
+        redis.send('SET', keyPrefix + key, json, 'PX', ttl).then(() => {
+          if (local) keepLocally(key, JSON.parse(json) as T, ttl, startedAt)
+        }),
+      )
     },
     delete(key) {
-      writes++
+      begin(key, true)
       local?.delete(key)
-      return redis.send('DEL', keyPrefix + key).then(() => {})
+      return tracked(key, redis.send('DEL', keyPrefix + key).then(() => {}))
     },
   }
 }

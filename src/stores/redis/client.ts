@@ -51,18 +51,34 @@ export function notReady(client: RedisCommandClient): boolean {
  * start, `lazyConnect`'s `wait`) they wait, as they are sent within moments.
  */
 export function lostSinceReady(client: RedisCommandClient): () => boolean {
-  let seenReady = client.status === 'ready'
-  // Told by the client itself where it can (ioredis emits `ready`), so an outage before the
-  // store's first call is covered too.
-  const events = client as { on?: (event: 'ready', listener: () => void) => unknown }
-  if (!seenReady && typeof events.on === 'function') events.on('ready', () => void (seenReady = true))
+  const readiness = readinessOf(client)
   return () => {
     if (client.status === 'ready') {
-      seenReady = true
+      readiness.seen = true
       return false
     }
-    return seenReady && notReady(client)
+    return readiness.seen && notReady(client)
   }
+}
+
+/** Whether each client object was seen `ready`: one entry, and one listener, per client. */
+const readinessByClient = new WeakMap<object, { seen: boolean }>()
+
+function readinessOf(client: RedisCommandClient): { seen: boolean } {
+  let readiness = readinessByClient.get(client)
+  if (readiness !== undefined) return readiness
+  const created = { seen: client.status === 'ready' }
+  readinessByClient.set(client, (readiness = created))
+  // Told by the client itself where it can (ioredis emits `ready`), so an outage before the
+  // store's first call is covered too: one listener for every store on the client (one each
+  // piled up past Node's warning of eleven), gone once it has heard.
+  const events = client as { on?: (event: 'ready', listener: () => void) => unknown; once?: (event: 'ready', listener: () => void) => unknown }
+  if (!created.seen) {
+    const heard = () => void (created.seen = true)
+    if (typeof events.once === 'function') events.once('ready', heard)
+    else if (typeof events.on === 'function') events.on('ready', heard)
+  }
+  return readiness
 }
 
 /**
@@ -231,6 +247,18 @@ interface ClusterSlotMap {
   readonly isCluster?: unknown
   readonly slots?: unknown
   readonly refreshSlotsCache?: unknown
+  /** ioredis' options: `keyPrefix`, which the client puts before every key it sends. */
+  readonly options?: { readonly keyPrefix?: unknown }
+}
+
+/**
+ * The prefix a cluster client puts before every key it sends (ioredis' `keyPrefix`), which
+ * decides the slot, and so the master, a command goes to; `''` without one.
+ */
+function clientKeyPrefix(cluster: ClusterSlotMap): string {
+  const prefix = cluster.options?.keyPrefix
+  if (typeof prefix === 'string') return prefix
+  return prefix instanceof Uint8Array ? Buffer.from(prefix).toString('utf8') : ''
 }
 
 /** Redis Cluster's hash slots. */
@@ -264,9 +292,9 @@ export function hashSlot(key: string): number {
  * The master that serves `key` on a Redis Cluster client, as the client's slot map has it
  * (`host:port`); `''` for a command on no key, or a slot not mapped yet.
  */
-function masterOf(cluster: ClusterSlotMap, key: string | undefined): string {
+function masterOf(cluster: ClusterSlotMap, clientPrefix: string, key: string | undefined): string {
   if (key === undefined || !Array.isArray(cluster.slots)) return ''
-  const nodes: unknown = cluster.slots[hashSlot(key)]
+  const nodes: unknown = cluster.slots[hashSlot(clientPrefix + key)]
   return Array.isArray(nodes) && typeof nodes[0] === 'string' ? nodes[0] : ''
 }
 
@@ -334,7 +362,7 @@ function isErrorReply(error: unknown): boolean {
  * A client whose Redis answers within `timeoutMs`, or keeps answering something within it,
  * never sees it. On a Redis Cluster client (ioredis' `Cluster`: `isCluster`, with its slot map
  * `slots`) there is one breaker per master, found from the key of each command by its hash
- * slot: a master that hangs or went down opens its own, so its calls fail at once after the
+ * slot (with the client's own `keyPrefix` before it, as the client sends it): a master that hangs or went down opens its own, so its calls fail at once after the
  * first deadline while the calls to the other masters are sent and answered as before; only
  * that master's answers close it, and its probe is an `EXISTS` of the call's key (which reaches
  * that master, where a `PING` would go to any node). Commands on no key (`PUBLISH`) and a
@@ -365,6 +393,8 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   // client looks up the master of each call.
   const whole = breakerOf(client, '')
   const clustered = (client as ClusterSlotMap).isCluster === true
+  // The client's own key prefix, read once: the key a command's slot is computed from.
+  const clientPrefix = clustered ? clientKeyPrefix(client as ClusterSlotMap) : ''
 
   const call = (breaker: StallBreaker, command: string, args: RedisArgument[]): Promise<unknown> => {
     let reply: Promise<unknown>
@@ -396,7 +426,7 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     attempt: (breaker: StallBreaker) => Promise<unknown>,
     anyway = false,
   ): Promise<unknown> => {
-    const master = clustered ? masterOf(client as ClusterSlotMap, key) : ''
+    const master = clustered ? masterOf(client as ClusterSlotMap, clientPrefix, key) : ''
     const breaker = master === '' ? whole : breakerOf(client, master)
     let settled = false
     let expired = false

@@ -4,7 +4,7 @@
  * @module
  */
 import type { SessionPin, SessionStore } from '../../core/stores.js'
-import { type RedisStoreOptions, connectRedis, px } from './client.js'
+import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
 
 function toPin(reply: unknown): SessionPin | undefined {
   if (reply === null || reply === undefined) return undefined
@@ -19,9 +19,22 @@ function toPin(reply: unknown): SessionPin | undefined {
 function done(): void {}
 
 /**
+ * A new pin (`SET … PX … NX`), and 1 too when the key already holds this very pin: the `SET` of
+ * a call that reached Redis and whose answer was lost with its connection is sent again by
+ * ioredis (`autoResendUnfulfilledCommands`), and must not find its own pin "taken".
+ */
+const PIN = luaScript(
+  'session pin',
+  `if redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2], 'NX') then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then return 1 end
+return 0`,
+)
+
+/**
  * `Mcp-Session-Id` → pin in Redis, with an idle TTL kept by Redis: `get` is one `GETEX … PX`
  * round trip that reads the pin and restarts its TTL atomically (Redis 6.2 or later), `set`
- * one `SET … PX … NX` (a new session only: a live pin under the same id is kept), `delete`
+ * one script that runs `SET … PX … NX` (a new session only: a live pin of another under the
+ * same id is kept; the same pin already there, as a resent `SET` finds it, is `true`), `delete`
  * one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
  * (`{ appId, version, subject }`). Every call rejects after `timeoutMs`, so a Redis that is
  * down gives 503 (the dispatcher's policy for sessions), never a hung request; once one call
@@ -54,8 +67,8 @@ export function createRedisSessionStore(options: RedisStoreOptions): SessionStor
     },
     async set(sessionId, pin, ttlMs) {
       const value = JSON.stringify({ appId: pin.appId, version: pin.version, subject: pin.subject })
-      // NX: only a new session; a live pin under the same id is kept (answer null: false).
-      return redis.send('SET', keyPrefix + sessionId, value, 'PX', px(ttlMs), 'NX').then((reply) => reply !== null)
+      // NX: only a new session; a live pin of another under the same id is kept (answer 0: false).
+      return redis.run(PIN, keyPrefix + sessionId, value, px(ttlMs)).then((reply) => reply === 1)
     },
     delete(sessionId) {
       return redis.send('DEL', keyPrefix + sessionId).then(done)
