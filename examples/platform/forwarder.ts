@@ -22,6 +22,9 @@ import { parseBearerToken } from 'mcp-dispatch'
 import { portOption, readOptions, refuse } from './cli.js'
 import { APP_SLUG, RESERVED_SLUG } from './slug.js'
 
+/** Connection errors of a platform that is not there (not started, stopped). */
+const NOT_REACHED = new Set(['ECONNREFUSED', 'EHOSTUNREACH', 'ENETUNREACH', 'ETIMEDOUT', 'EADDRNOTAVAIL'])
+
 /** A running forwarder. */
 export interface Forwarder {
   readonly port: number
@@ -50,15 +53,21 @@ export async function startForwarder(target: { port: number; host: string; autho
         response.pipe(outgoing)
       },
     )
-    upstream.on('error', (error) => {
-      // The platform not reached (not started, stopped): a 502 saying so, and one line on
-      // stderr per outage, not an empty reply. Once its answer has begun, the answer is cut.
+    upstream.on('error', (error: NodeJS.ErrnoException) => {
+      // The client gone first: its request to the platform was ended on purpose.
+      if (outgoing.destroyed) return
+      // Once the platform's answer has begun, the answer is cut.
       if (outgoing.headersSent) {
         outgoing.destroy()
         return
       }
-      if (!unreachable) console.error(`forwarder: cannot reach the platform at 127.0.0.1:${target.port}: ${error.message}`)
-      unreachable = true
+      // The platform not reached (not started, stopped): a 502 saying so, and one line on
+      // stderr per outage, not an empty reply. Any other failure is said each time.
+      if (!NOT_REACHED.has(error.code ?? '')) console.error(`forwarder: the platform at 127.0.0.1:${target.port} failed: ${error.message}`)
+      else if (!unreachable) {
+        console.error(`forwarder: cannot reach the platform at 127.0.0.1:${target.port}: ${error.message}`)
+        unreachable = true
+      }
       const body = JSON.stringify({
         jsonrpc: '2.0',
         id: null,

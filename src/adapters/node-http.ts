@@ -380,6 +380,18 @@ function checkHead(status: number, reason: unknown, headers: unknown): void {
   }
 }
 
+/** Responses whose `end` was called while their head was held (the call queued, not yet made). */
+const endedWhileHeld = new WeakSet<ServerResponse>()
+
+/**
+ * Whether the handler ended `res`: `end` was called, made (`writableEnded`) or queued behind a
+ * head held for the session's pin. Such an answer is whole, and goes out whole.
+ * @internal
+ */
+export function answerEnded(res: ServerResponse): boolean {
+  return res.writableEnded || endedWhileHeld.has(res)
+}
+
 /** The states of a held response: not begun, head held until the pin is stored, passed through. */
 const IDLE = 0
 const HOLDING = 1
@@ -476,6 +488,7 @@ function holdUntilPinned(
       return replay(first, args)
     }
     hold()
+    if (first === 'end') endedWhileHeld.add(res)
     queue = [[first, args]]
     void pending.then(() => {
       finish()
@@ -498,6 +511,7 @@ function holdUntilPinned(
       if (state === DONE) return originals[i]!.apply(this, args)
       if (state === IDLE) return begin(name, args)
       if (name === 'writeHead') throw headersSentError('write')
+      if (name === 'end') endedWhileHeld.add(res)
       queue!.push([name, args])
       return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
     }

@@ -53,7 +53,13 @@ export function createVersionRouter<H>(routes: VersionRoutes<H>, options: RouteB
   if (routes === null || typeof routes !== 'object') {
     throw new ConfigurationError('routes', 'must be an object of handlers keyed by version, or a function')
   }
+  // Its entries are no own properties: read as an object, it would route nothing, every request
+  // a 404 with no error.
+  if (routes instanceof Map) {
+    throw new ConfigurationError('routes', 'must be a plain object of handlers keyed by version, or a function, not a Map (give Object.fromEntries(map), or a function that reads the Map)')
+  }
   const table = new Map<string, H>(Object.entries(routes))
+  if (table.size === 0) throw new ConfigurationError('routes', 'has no handler: every request would be answered version_not_served')
   for (const [key, handler] of table) {
     if (typeof handler !== 'function') throw new ConfigurationError(`routes.${key}`, 'must be a handler function')
   }

@@ -412,7 +412,7 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-/** The longest user id a token is created for, in UTF-16 code units (an email address is at most 254). */
+/** The longest user id a token is created for, in code points as zod counts them (an email address is at most 254). */
 const MAX_USER_ID_LENGTH = 255
 // A user id is the platform's and opaque, but it is stored and compared: one no store keeps as
 // given would make two users one. PostgreSQL refuses NUL in text, and pg stores a lone

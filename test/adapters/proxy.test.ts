@@ -1351,24 +1351,29 @@ describe('identity tokens', () => {
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: webEc, algorithm: 'ES256' })).toThrow(/does not fit/)
     const identity = { issuer: ISSUER, privateKey: privateJwk }
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'not a url' }, identity })).toThrow(ConfigurationError)
+    /** A table that passes, for the checks of the other options. */
+    const ONE_UPSTREAM = { 'app_weather@1.0.0': 'http://127.0.0.1:9/mcp' }
+    // A Map, and a table of no URL: nothing would be proxied, each request a 404 (regression: accepted).
+    expect(() => createProxyHandler({ upstream: new Map([['app_weather@1.0.0', 'http://127.0.0.1:9/mcp']]) as never, identity })).toThrow(/not a Map/)
+    expect(() => createProxyHandler({ upstream: {}, identity })).toThrow(/has no URL/)
     // Never the value itself: an address may carry a secret.
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'http://svc:S3CRET@127.0.0.1:99999/?key=K3Y' }, identity })).toThrow(
       /^(?!.*(S3CRET|K3Y)).*upstream\.1\.0\.0.*not an absolute URL/,
     )
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'ftp://x/' }, identity })).toThrow(ConfigurationError)
     // Past Node's timer range a timeout would fire at once: every request a 504.
-    expect(() => createProxyHandler({ upstream: {}, identity, timeoutMs: 3_000_000_000 })).toThrow(ConfigurationError)
-    expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
-    expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, timeoutMs: 3_000_000_000 })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, forwardHeaders: ['cookie'] })).toThrow(ConfigurationError)
     // Client-address claims from the caller prove nothing; Via is the proxy's own.
     // Expect: Node's fetch refuses to send it, so every request carrying it would be a 502.
     for (const name of ['X-Forwarded-For', 'x-forwarded-host', 'Forwarded', 'X-Real-IP', 'True-Client-IP', 'CF-Connecting-IP', 'X-Client-IP', 'Client-IP', 'X-Cluster-Client-IP', 'via', 'Expect']) {
-      expect(() => createProxyHandler({ upstream: {}, identity, forwardHeaders: [name] }), name).toThrow(ConfigurationError)
+      expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, forwardHeaders: [name] }), name).toThrow(ConfigurationError)
     }
-    expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)
+    expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)
     // A header the client sends and the proxy forwards (MCP 2026-07-28) cannot carry the identity.
     for (const name of ['mcp-method', 'Mcp-Name', 'mcp-param-region']) {
-      expect(() => createProxyHandler({ upstream: {}, identity, identityHeader: name }), name).toThrow(ConfigurationError)
+      expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, identityHeader: name }), name).toThrow(ConfigurationError)
     }
     expect(() => createIdentityVerifier({ jwks: 'not a url', issuer: ISSUER, audience: 'a', appId: 'app_weather' })).toThrow(ConfigurationError)
     // The App must name itself: the audience alone (the upstream's origin) is shared by Apps on one origin.

@@ -9,7 +9,7 @@ import * as net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import * as vm from 'node:vm'
 import Fastify from 'fastify'
-import { ConfigurationError } from 'mcp-dispatch'
+import { ConfigurationError, createMemorySessionStore } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import * as webAdapter from 'mcp-dispatch/web'
@@ -173,6 +173,24 @@ describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => 
       expect((refused as ConfigurationError).option).toBe('routes')
       expect((refused as Error).message).toContain(`key ${JSON.stringify(key)} is neither`)
     }
+    // A Map (its entries are no keys of the object: nothing would be routed) and a table of no
+    // handler, each request then a 404 with no error (regression: accepted).
+    const adapter = kind === 'web' ? webAdapter : isExpress(kind) ? expressAdapter : fastifyAdapter
+    for (const [label, routes, message] of [
+      ['a Map', new Map([['app_weather@1.0.0', () => undefined]]), /not a Map/],
+      ['an empty table', {}, /has no handler/],
+    ] as const) {
+      const refused = (() => {
+        try {
+          adapter.routeByVersion(routes as never)
+          return undefined
+        } catch (error) {
+          return error
+        }
+      })()
+      expect(refused, label).toBeInstanceOf(ConfigurationError)
+      expect((refused as Error).message, label).toMatch(message)
+    }
     // Pre-releases are versions too.
     const served = await serveRoutes(kind, fixture, { 'app_weather@1.0.0': 'weather', 'app_weather@2.0.0-rc.1': 'rc' })
     await served.close()
@@ -256,6 +274,30 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
       expect(received.subarray(0, received.indexOf('\r\n')).toString()).toBe('HTTP/1.1 200 OK')
       expect(received.length - headEnd - 4).toBe(size)
       expect((errors[0] as Error).message).toBe('failed after the answer')
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('an answer ended while its head waits for the session pin (a store that answers later, as Redis) goes out whole, though the handler throws after (regression: cut)', async () => {
+    const memory = createMemorySessionStore()
+    const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 100))
+    const fixture = createFixture({
+      sessions: { get: (id, ttl) => later(memory.get(id, ttl) as never), set: (id, pin, ttl) => later(memory.set(id, pin, ttl) as never), delete: (id) => later(memory.delete(id) as never) },
+    })
+    const errors: unknown[] = []
+    const body = '{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{},"serverInfo":{"name":"x","version":"1"}}}'
+    const served = await serveHandler(fixture, (error) => errors.push(error), async (res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': 'session-held' })
+      res.end(body)
+      await null
+      throw new Error('failed after the answer')
+    })
+    try {
+      const answer = await callV1(served, fixture)
+      expect([answer.status, answer.headers['mcp-session-id'], answer.body]).toEqual([200, 'session-held', body])
+      expect(errors.map((error) => (error as Error).message)).toEqual(['failed after the answer'])
+      expect(await memory.get('session-held', 60_000)).toMatchObject({ appId: 'app_weather', version: '1.0.0' })
     } finally {
       await served.close()
     }

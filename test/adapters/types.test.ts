@@ -96,7 +96,7 @@ describe('every adapter exports the same names', () => {
   })
 
   it('the proxy handler is a handler of every adapter', () => {
-    const proxy = createProxyHandler({ upstream: {}, identity: { issuer: 'https://p.example', privateKey: { kty: 'EC', crv: 'P-256', d: 'x' } } })
+    const proxy = createProxyHandler({ upstream: { 'app_x@1.0.0': 'http://127.0.0.1:9/mcp' }, identity: { issuer: 'https://p.example', privateKey: { kty: 'EC', crv: 'P-256', d: 'x' } } })
     expectTypeOf(proxy).toEqualTypeOf<ProxyHandler>()
     expectTypeOf(proxy).toMatchTypeOf<webAdapter.WebMcpHandler>()
     expectTypeOf(proxy).toMatchTypeOf<expressAdapter.ExpressWebHandler>()

@@ -136,7 +136,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const sessions = createRedisSessionStore({ client: redis.client, prefix })
       // Ten seconds: read back before it runs out, even after a stall of this process.
       await sessions.set('s1', PIN, 10_000)
-      expect(JSON.parse((await redis.client.get(`${prefix}session:s1`))!)).toEqual(PIN)
+      expect(JSON.parse((await redis.client.get(`${prefix}session:s1`))!)).toEqual({ ...PIN, w: expect.stringMatching(/^[\w-]{12}$/) })
       const ttl = await redis.client.pttl(`${prefix}session:s1`)
       expect(ttl).toBeGreaterThan(0)
       expect(ttl).toBeLessThanOrEqual(10_000)
@@ -214,14 +214,23 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         dropAfter = `${prefix}session:resent`
         expect(await sessions.set('resent', PIN, 60_000)).toBe(true)
         expect(await sessions.get('resent', 60_000)).toEqual(PIN)
-        // Another pin under the id is still refused, the stored one kept.
+        // Another pin under the id is still refused, the stored one kept; the same pin written
+        // again (a handler that gave one id twice) too, as every store refuses it.
         expect(await sessions.set('resent', { ...PIN, version: '9.9.9' }, 60_000)).toBe(false)
+        expect(await sessions.set('resent', PIN, 60_000)).toBe(false)
         expect(await sessions.get('resent', 60_000)).toEqual(PIN)
         client.disconnect()
       } finally {
         for (const socket of sockets) socket.destroy()
         await new Promise<void>((resolve) => proxy.close(() => resolve()))
       }
+    })
+
+    it('a client that gives integers as strings (ioredis stringNumbers) stores new pins as new (regression of the script: every new session taken for an id in use)', async () => {
+      const client = redis.connect({ stringNumbers: true })
+      const sessions = createRedisSessionStore({ client, prefix: redis.prefix() })
+      expect(await sessions.set('s1', PIN, 60_000)).toBe(true)
+      expect(await sessions.set('s1', PIN, 60_000)).toBe(false)
     })
 
     it('are not synchronous (adapters hold the response until the pin is written)', () => {

@@ -34,6 +34,7 @@ import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
+  answerEnded,
   answerTokenApi,
   clearHeaders,
   holdResponseHead,
@@ -237,8 +238,9 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
   ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
   // An answer the handler ended goes out whole, whatever it did after (Node may still be
   // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
-  // take it for whole. A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
-  if (res.writableEnded) return
+  // take it for whole. A held head reports `headersSent` too, and an `end` behind it is an end
+  // (see node-http's `holdUntilPinned`).
+  if (answerEnded(res)) return
   if (res.headersSent) {
     res.destroy()
     return
@@ -265,8 +267,9 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
  * ```
  *
  * @throws {ConfigurationError} with `routes` that are neither an object of handler functions nor
- * a function, a key that is neither `<appId>@<version>` nor an exact version, bare-version keys
- * without `appId`, or an empty `appId`.
+ * a function (a `Map` included), an object with no handler, a key that is neither
+ * `<appId>@<version>` nor an exact version, bare-version keys without `appId`, or an empty
+ * `appId`.
  */
 export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options?: RouteByVersionOptions): RequestHandler {
   const route = createVersionRouter(routes, options)

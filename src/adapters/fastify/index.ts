@@ -42,6 +42,7 @@ import { type Decision, type DispatchContext } from '../../pipeline/dispatcher.j
 import { isForeignThenable } from '../../core/thenable.js'
 import type { TokenApi } from '../../tokens/token-api.js'
 import {
+  answerEnded,
   answerTokenApi,
   clearHeaders,
   hasInvalidAbsoluteFormHost,
@@ -270,8 +271,9 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
   const raw = reply.raw
   // An answer the handler ended goes out whole, whatever it did after (Node may still be
   // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
-  // take it for whole. A held head reports `headersSent` too (see node-http's `holdUntilPinned`).
-  if (raw.writableEnded) return undefined
+  // take it for whole. A held head reports `headersSent` too, and an `end` behind it is an end
+  // (see node-http's `holdUntilPinned`).
+  if (answerEnded(raw)) return undefined
   if (raw.headersSent) {
     raw.destroy()
     return undefined
@@ -302,8 +304,9 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
  * ```
  *
  * @throws {ConfigurationError} with `routes` that are neither an object of handler functions nor
- * a function, a key that is neither `<appId>@<version>` nor an exact version, bare-version keys
- * without `appId`, or an empty `appId`.
+ * a function (a `Map` included), an object with no handler, a key that is neither
+ * `<appId>@<version>` nor an exact version, bare-version keys without `appId`, or an empty
+ * `appId`.
  */
 export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = FastifyMcpHandler>(
   routes: VersionRoutes<Handler>,

@@ -439,7 +439,7 @@ function readBefore(
  * })
  * ```
  *
- * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function, a table key that is neither `'<appId>@<version>'` nor an exact version, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), an `identityHeader` that is not a header name or is one the proxy forwards or refuses, a `forwardHeaders` that is not an array of header names or names a header it never forwards (hop-by-hop, a credential, one the proxy sets: `Host`, `Via`, `Content-Length`, `Accept-Encoding`; `Expect`, a client-address claim, or the identity header), a `timeoutMs` out of range, or an `audience`, `fetch` or `onError` that is not a function.
+ * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function (a `Map` included), a table of no URL, a table key that is neither `'<appId>@<version>'` nor an exact version, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), an `identityHeader` that is not a header name or is one the proxy forwards or refuses, a `forwardHeaders` that is not an array of header names or names a header it never forwards (hop-by-hop, a credential, one the proxy sets: `Host`, `Via`, `Content-Length`, `Accept-Encoding`; `Expect`, a client-address claim, or the identity header), a `timeoutMs` out of range, or an `audience`, `fetch` or `onError` that is not a function.
  */
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (!options) throw new ConfigurationError('upstream', 'is required')
@@ -492,8 +492,13 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return url
     }
   } else if (source && typeof source === 'object') {
+    // A Map's entries are no keys of the object: it would proxy nothing, each request a 404.
+    if (source instanceof Map) {
+      throw new ConfigurationError('upstream', 'must be a plain object of URLs keyed by version, or a function, not a Map (give Object.fromEntries(map))')
+    }
     const table = new Map<string, URL>()
     for (const [key, value] of Object.entries(source)) table.set(key, parseUpstream(value, `upstream.${key}`))
+    if (table.size === 0) throw new ConfigurationError('upstream', 'has no URL: every request would be answered version_not_served')
     upstreamOf = versionTable(table, options.appId, 'upstream', 'upstream')
   } else {
     throw new ConfigurationError('upstream', 'must be an object of URLs keyed by version, or a function')

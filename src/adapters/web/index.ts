@@ -398,8 +398,9 @@ export function getDispatchContext(request: Request): DispatchContext {
  * ```
  *
  * @throws {ConfigurationError} with `routes` that are neither an object of handler functions nor
- * a function, a key that is neither `<appId>@<version>` nor an exact version, bare-version keys
- * without `appId`, or an empty `appId`.
+ * a function (a `Map` included), an object with no handler, a key that is neither
+ * `<appId>@<version>` nor an exact version, bare-version keys without `appId`, or an empty
+ * `appId`.
  */
 export function routeByVersion(routes: VersionRoutes<WebMcpHandler>, options?: RouteByVersionOptions): WebMcpHandler {
   const route = createVersionRouter(routes, options)

@@ -3,6 +3,7 @@
  * version it was opened with (DESIGN.md "Versions").
  * @module
  */
+import { randomBytes } from 'node:crypto'
 import type { SessionPin, SessionStore } from '../../core/stores.js'
 import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
 
@@ -19,9 +20,10 @@ function toPin(reply: unknown): SessionPin | undefined {
 function done(): void {}
 
 /**
- * A new pin (`SET … PX … NX`), and 1 too when the key already holds this very pin: the `SET` of
- * a call that reached Redis and whose answer was lost with its connection is sent again by
- * ioredis (`autoResendUnfulfilledCommands`), and must not find its own pin "taken".
+ * A new pin (`SET … PX … NX`), and 1 too when the key already holds this very write (the same
+ * value, write id included): the script of a call that reached Redis and whose answer was lost
+ * with its connection is sent again by ioredis (`autoResendUnfulfilledCommands`), and must not
+ * find its own pin "taken". Any other write under the id, the same pin included, is 0.
  */
 const PIN = luaScript(
   'session pin',
@@ -33,10 +35,10 @@ return 0`,
 /**
  * `Mcp-Session-Id` → pin in Redis, with an idle TTL kept by Redis: `get` is one `GETEX … PX`
  * round trip that reads the pin and restarts its TTL atomically (Redis 6.2 or later), `set`
- * one script that runs `SET … PX … NX` (a new session only: a live pin of another under the
- * same id is kept; the same pin already there, as a resent `SET` finds it, is `true`), `delete`
- * one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
- * (`{ appId, version, subject }`). Every call rejects after `timeoutMs`, so a Redis that is
+ * one script that runs `SET … PX … NX` (a new session only: a live pin under the same id is
+ * kept; the script's own write, as ioredis finds it when it sends the script again after a lost
+ * connection, is `true`), `delete` one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
+ * (`{ appId, version, subject, w }`, `w` the id of the write). Every call rejects after `timeoutMs`, so a Redis that is
  * down gives 503 (the dispatcher's policy for sessions), never a hung request; once one call
  * of any store on the client passed its deadline unanswered (a hung Redis), calls reject at
  * once, unsent, until Redis answers again (the stall breaker of `timeoutMs`). A TTL that
@@ -66,9 +68,15 @@ export function createRedisSessionStore(options: RedisStoreOptions): SessionStor
       return redis.send('GETEX', keyPrefix + sessionId, 'PX', px(ttlMs)).then(toPin)
     },
     async set(sessionId, pin, ttlMs) {
-      const value = JSON.stringify({ appId: pin.appId, version: pin.version, subject: pin.subject })
-      // NX: only a new session; a live pin of another under the same id is kept (answer 0: false).
-      return redis.run(PIN, keyPrefix + sessionId, value, px(ttlMs)).then((reply) => reply === 1)
+      // `w`, this write's own id: a resent write finds itself, and nothing else does.
+      const value = JSON.stringify({ appId: pin.appId, version: pin.version, subject: pin.subject, w: randomBytes(9).toString('base64url') })
+      // NX: only a new session; a live pin under the same id is kept (answer 0: false). Read as
+      // a number: a client may give integers as strings (ioredis' `stringNumbers`).
+      return redis.run(PIN, keyPrefix + sessionId, value, px(ttlMs)).then((reply) => {
+        const stored = Number(reply)
+        if (stored !== 0 && stored !== 1) throw new Error(`Redis session store: the pin script answered ${String(reply)}, not 0 or 1`)
+        return stored === 1
+      })
     },
     delete(sessionId) {
       return redis.send('DEL', keyPrefix + sessionId).then(done)
