@@ -62,8 +62,10 @@ export async function startForwarder(target: { port: number; host: string; autho
         return
       }
       // The platform not reached (not started, stopped): a 502 saying so, and one line on
-      // stderr per outage, not an empty reply. Any other failure is said each time.
-      if (!NOT_REACHED.has(error.code ?? '')) console.error(`forwarder: the platform at 127.0.0.1:${target.port} failed: ${error.message}`)
+      // stderr per outage, not an empty reply. Any other failure (a connection it reset, an
+      // answer that is no HTTP) is a 502 too, said each time.
+      const reached = !NOT_REACHED.has(error.code ?? '')
+      if (reached) console.error(`forwarder: the platform at 127.0.0.1:${target.port} failed: ${error.message}`)
       else if (!unreachable) {
         console.error(`forwarder: cannot reach the platform at 127.0.0.1:${target.port}: ${error.message}`)
         unreachable = true
@@ -71,7 +73,7 @@ export async function startForwarder(target: { port: number; host: string; autho
       const body = JSON.stringify({
         jsonrpc: '2.0',
         id: null,
-        error: { code: -32603, message: 'Platform unreachable', data: { error: 'bad_gateway', port: target.port } },
+        error: { code: -32603, message: reached ? 'Platform failed' : 'Platform unreachable', data: { error: 'bad_gateway', port: target.port } },
       })
       outgoing.writeHead(502, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), connection: 'close' }).end(body)
     })

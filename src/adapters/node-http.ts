@@ -380,16 +380,36 @@ function checkHead(status: number, reason: unknown, headers: unknown): void {
   }
 }
 
-/** Responses whose `end` was called while their head was held (the call queued, not yet made). */
-const endedWhileHeld = new WeakSet<ServerResponse>()
+/**
+ * Responses whose `end` was called but not yet made: queued behind a head held for the
+ * session's pin, or taken by a wrapper that makes it later (`compression` ends its zlib stream
+ * first), as {@link noteEnds} sees it.
+ */
+const endCalled = new WeakSet<ServerResponse>()
 
 /**
- * Whether the handler ended `res`: `end` was called, made (`writableEnded`) or queued behind a
- * head held for the session's pin. Such an answer is whole, and goes out whole.
+ * Whether the handler ended `res`: `end` was made (`writableEnded`), or called and queued behind
+ * a held head or a wrapper (see {@link noteEnds}). Such an answer is whole, and goes out whole.
  * @internal
  */
 export function answerEnded(res: ServerResponse): boolean {
-  return res.writableEnded || endedWhileHeld.has(res)
+  return res.writableEnded || endCalled.has(res)
+}
+
+/**
+ * Notes each call of `res.end` from now on, for {@link answerEnded}, where `end` is not Node's
+ * own (a wrapper such as `compression`'s, which calls it later): a handler's `end` then counts
+ * as made at once. Nothing for a response whose `end` is Node's own, whose `writableEnded` says
+ * it (no allocation on that path).
+ * @internal
+ */
+export function noteEnds(res: ServerResponse): void {
+  const end = res.end
+  if (end === ServerResponse.prototype.end || typeof end !== 'function') return
+  res.end = function noted(this: ServerResponse, ...args: unknown[]) {
+    endCalled.add(res)
+    return (end as (...rest: unknown[]) => ServerResponse).apply(this, args)
+  } as ServerResponse['end']
 }
 
 /** The states of a held response: not begun, head held until the pin is stored, passed through. */
@@ -488,7 +508,7 @@ function holdUntilPinned(
       return replay(first, args)
     }
     hold()
-    if (first === 'end') endedWhileHeld.add(res)
+    if (first === 'end') endCalled.add(res)
     queue = [[first, args]]
     void pending.then(() => {
       finish()
@@ -511,7 +531,7 @@ function holdUntilPinned(
       if (state === DONE) return originals[i]!.apply(this, args)
       if (state === IDLE) return begin(name, args)
       if (name === 'writeHead') throw headersSentError('write')
-      if (name === 'end') endedWhileHeld.add(res)
+      if (name === 'end') endCalled.add(res)
       queue!.push([name, args])
       return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
     }

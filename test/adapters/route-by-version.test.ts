@@ -8,6 +8,8 @@ import * as http from 'node:http'
 import * as net from 'node:net'
 import type { AddressInfo } from 'node:net'
 import * as vm from 'node:vm'
+import { gunzipSync } from 'node:zlib'
+import compression from 'compression'
 import Fastify from 'fastify'
 import { ConfigurationError, createMemorySessionStore } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
@@ -199,11 +201,17 @@ describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => 
 
 describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion through the %s adapter: a handler that fails late', (kind) => {
   /** Serves `handler` for every version (Fastify's gets `reply.raw` to write on, hijacked). */
-  async function serveHandler(fixture: Fixture, onError: (error: unknown) => void, handler: (res: http.ServerResponse) => unknown): Promise<Served> {
+  async function serveHandler(
+    fixture: Fixture,
+    onError: (error: unknown) => void,
+    handler: (res: http.ServerResponse, next?: (error?: unknown) => void) => unknown,
+    options: { compress?: boolean } = {},
+  ): Promise<Served> {
     if (isExpress(kind)) {
       const app = EXPRESS[kind]()
       app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-      app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+      if (options.compress) app.use(compression({ threshold: 0 }))
+      app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse, next: (error?: unknown) => void) => handler(res, next)))
       const server = http.createServer(app)
       return { port: await listen(server), close: () => close(server) }
     }
@@ -300,6 +308,66 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
       expect(await memory.get('session-held', 60_000)).toMatchObject({ appId: 'app_weather', version: '1.0.0' })
     } finally {
       await served.close()
+    }
+  })
+
+  it.runIf(isExpress(kind))('behind compression(), an ended answer goes out whole, though the handler throws after or calls next(error), on either session store (regression: cut, compression ending it later)', async () => {
+    const memory = createMemorySessionStore()
+    const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 50))
+    const stores = {
+      memory: () => createFixture(),
+      later: () =>
+        createFixture({
+          sessions: { get: (id, ttl) => later(memory.get(id, ttl) as never), set: (id, pin, ttl) => later(memory.set(id, pin, ttl) as never), delete: (id) => later(memory.delete(id) as never) },
+        }),
+    }
+    // Two megabytes of JSON text: zlib takes a while over it.
+    const body = JSON.stringify({ jsonrpc: '2.0', id: 1, result: { text: Array.from({ length: 60_000 }, (_, i) => `line ${i} of the answer`).join('\n') } })
+    for (const [store, fixtureOf] of Object.entries(stores)) {
+      for (const how of ['throws', 'next(error)'] as const) {
+        const what = `${store} store, ${how}`
+        const fixture = fixtureOf()
+        const errors: unknown[] = []
+        let n = 0
+        const served = await serveHandler(
+          fixture,
+          (error) => errors.push(error),
+          async (res, next) => {
+            res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': `session-${store}-${how}-${n++}` })
+            res.end(body)
+            if (how === 'next(error)') return next!(new Error('failed after the answer'))
+            await null
+            throw new Error('failed after the answer')
+          },
+          { compress: true },
+        )
+        try {
+          const answer = await new Promise<{ status: number; encoding: string | undefined; body: Buffer }>((resolve, reject) => {
+            const request = http.request(
+              {
+                host: '127.0.0.1',
+                port: served.port,
+                method: 'POST',
+                path: '/v1',
+                headers: { host: 'weather.localhost', authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', 'accept-encoding': 'gzip' },
+              },
+              (response) => {
+                const chunks: Buffer[] = []
+                response.on('data', (chunk: Buffer) => chunks.push(chunk))
+                response.on('end', () => resolve({ status: response.statusCode!, encoding: response.headers['content-encoding'], body: Buffer.concat(chunks) }))
+                response.on('error', reject)
+              },
+            )
+            request.on('error', reject)
+            request.end(tools)
+          })
+          expect([answer.status, answer.encoding], what).toEqual([200, 'gzip'])
+          expect(gunzipSync(answer.body).toString(), what).toBe(body)
+          expect(errors.map((error) => (error as Error).message), what).toEqual(['failed after the answer'])
+        } finally {
+          await served.close()
+        }
+      }
     }
   })
 

@@ -625,6 +625,8 @@ export function describeSessionStoreConformance(
       expect(await store.get('s2', 60_000)).toEqual(other)
       expect(await store.set('s1', other, 60_000)).toBe(false)
       expect(await store.get('s1', 60_000)).toEqual(PIN)
+      // The same pin set again is a second session under the id too (a handler that gave one id twice).
+      expect(await store.set('s1', PIN, 60_000)).toBe(false)
       // Once it has ended, the id may pin a new session.
       await store.delete('s1')
       expect(await store.set('s1', other, 60_000)).toBe(true)

@@ -40,6 +40,7 @@ import {
   holdResponseHead,
   isTokenApiPath,
   installHeadInterception,
+  noteEnds,
   requireContext,
   requestProtocol,
   toDispatchRequest,
@@ -290,7 +291,17 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
         writeOwn(res, versionNotServedReply(context.version))
         return
       }
-      const result: unknown = handler(req, res, next)
+      // An `end` a wrapper makes later (`compression`) counts as made once the handler calls it.
+      noteEnds(res)
+      const result: unknown = handler(req, res, (error?: unknown) => {
+        // An error after the whole answer: reported, not handed to Express's final handler,
+        // which would destroy the socket under an answer still on its way (or held for the pin).
+        if (error !== undefined && error !== 'route' && error !== 'router' && answerEnded(res)) {
+          ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
+          return
+        }
+        next(error as Parameters<NextFunction>[0])
+      })
       // Another library's promise (Bluebird, another realm's) fails as a native one does.
       if (result instanceof Promise || isForeignThenable(result)) {
         Promise.resolve(result as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(req, res, error))

@@ -49,6 +49,7 @@ import {
   holdResponseHead,
   installHeadInterception,
   isTokenApiPath,
+  noteEnds,
   requestProtocol,
   requireContext,
   toDispatchRequest,
@@ -327,6 +328,8 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
       if (!handler) return sendReply(reply, versionNotServedReply(context.version))
+      // An `end` a wrapper makes later counts as made once the handler calls it.
+      noteEnds(reply.raw)
       answer = handler(request, reply)
     } catch (error) {
       return fail(request, reply, error)
