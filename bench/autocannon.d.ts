@@ -25,6 +25,8 @@ declare module 'autocannon' {
     amount?: number
     /** Seconds before a request counts as timed out. */
     timeout?: number
+    /** The body every response must have; others are counted in `mismatches`. */
+    expectBody?: string
   }
   export interface Result {
     requests: Histogram
@@ -34,6 +36,7 @@ declare module 'autocannon' {
     errors: number
     timeouts: number
     non2xx: number
+    mismatches?: number
     statusCodeStats?: Record<string, { count: number | string }>
   }
   function autocannon(options: Options): Promise<Result>

@@ -55,7 +55,7 @@ export interface HttpRow {
   readonly cpuRatio: number | undefined
   /** Store calls per dispatched request (adapter rows). */
   readonly storeCallsPerRequest: number | undefined
-  /** Responses that were not 2xx, or connection errors, over all runs: must be 0. */
+  /** Responses that were not 2xx or not the fixed result, or connection errors, over all runs: must be 0. */
   readonly failures: number
 }
 
@@ -99,28 +99,40 @@ function headersFor(server: RunningServer): Record<string, string> {
   }
 }
 
-/** One request by hand before the load: right status, body and version header, or the row is void. */
-function preflight(server: RunningServer): Promise<string | undefined> {
+/** One request of the benchmark's, sent by hand: its status, headers and body, or why it failed. */
+function ask(server: RunningServer, headers: Record<string, string>): Promise<{ status: number; headers: Record<string, unknown>; body: string } | string> {
   return new Promise((resolve) => {
-    const req = request(
-      { host: '127.0.0.1', port: server.port, method: 'POST', path: BENCH_PATH, headers: headersFor(server) },
-      (res) => {
-        let body = ''
-        res.setEncoding('utf8')
-        res.on('data', (chunk: string) => (body += chunk))
-        res.on('end', () => {
-          if (res.statusCode !== 200) return resolve(`preflight answered ${res.statusCode}: ${body.slice(0, 200)}`)
-          if (body !== TOOLS_LIST_RESULT) return resolve(`preflight body differs: ${body.slice(0, 200)}`)
-          if (server.entry.stack === 'dispatch' && res.headers['x-mcp-version'] !== BENCH_VERSION) {
-            return resolve(`preflight X-MCP-Version is ${String(res.headers['x-mcp-version'])}, expected ${BENCH_VERSION}`)
-          }
-          resolve(undefined)
-        })
-      },
-    )
+    const req = request({ host: '127.0.0.1', port: server.port, method: 'POST', path: BENCH_PATH, headers }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (chunk: string) => (body += chunk))
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }))
+    })
     req.on('error', (error) => resolve(`preflight failed: ${error.message}`))
     req.end(TOOLS_LIST_REQUEST)
   })
+}
+
+/**
+ * Requests by hand before the load: the benchmark's gets the right status, body and version
+ * header; and on a row that authenticates and limits (ours and the anchors), one without its
+ * token gets 401 and the benchmark's carries rate-limit headers, so a row whose auth or limiter
+ * is off never runs as if it did the work. Else the row is void.
+ */
+async function preflight(server: RunningServer): Promise<string | undefined> {
+  const answer = await ask(server, headersFor(server))
+  if (typeof answer === 'string') return answer
+  if (answer.status !== 200) return `preflight answered ${answer.status}: ${answer.body.slice(0, 200)}`
+  if (answer.body !== TOOLS_LIST_RESULT) return `preflight body differs: ${answer.body.slice(0, 200)}`
+  if (server.entry.stack === 'dispatch' && answer.headers['x-mcp-version'] !== BENCH_VERSION) {
+    return `preflight X-MCP-Version is ${String(answer.headers['x-mcp-version'])}, expected ${BENCH_VERSION}`
+  }
+  if (server.entry.stack === 'bare') return undefined
+  if (!Object.keys(answer.headers).some((name) => name.includes('ratelimit'))) return 'preflight: no rate-limit header (is the limiter on?)'
+  const { authorization: _, ...anonymous } = headersFor(server)
+  const refused = await ask(server, anonymous)
+  if (typeof refused === 'string') return refused
+  return refused.status === 401 ? undefined : `preflight without a token answered ${refused.status}, not 401 (is authentication on?)`
 }
 
 /** One measured run: the load result and the server's CPU time per request during it. */
@@ -149,6 +161,8 @@ async function load(server: RunningServer, seconds: number, options: HttpOptions
     method: 'POST',
     headers: headersFor(server),
     body: TOOLS_LIST_REQUEST,
+    // Every response of the load is checked, not only the preflight's.
+    expectBody: TOOLS_LIST_RESULT,
     workers: cores.count,
   }
   const child = startNode(options.bundles.load, [JSON.stringify(spec)], cores.list)
@@ -222,7 +236,7 @@ export async function runHttp(options: HttpOptions): Promise<HttpRow[]> {
           const result = await measuredLoad(server, options.duration, options)
           runs.get(server.entry.id)!.push(result)
           options.log(
-            `  round ${round + 1}/${options.rounds} ${server.entry.id}: ${Math.round(result.requestsPerSec).toLocaleString('en-US')} req/s, p99 ${result.latencyP99} ms, ${result.cpuMicrosPerRequest.toFixed(1)} µs CPU/request${result.non2xx + result.errors > 0 ? `, ${result.non2xx} non-2xx, ${result.errors} errors` : ''}`,
+            `  round ${round + 1}/${options.rounds} ${server.entry.id}: ${Math.round(result.requestsPerSec).toLocaleString('en-US')} req/s, p99 ${result.latencyP99} ms, ${result.cpuMicrosPerRequest.toFixed(1)} µs CPU/request${result.non2xx + result.errors + (result.mismatches ?? 0) > 0 ? `, ${result.non2xx} non-2xx, ${result.errors} errors, ${result.mismatches ?? 0} other bodies` : ''}`,
           )
         }
       }
@@ -257,7 +271,7 @@ export async function runHttp(options: HttpOptions): Promise<HttpRow[]> {
         cpuMicrosPerRequest,
         cpuRatio: entry.stack === 'bare' ? 1 : bare ? bareCpu / cpuMicrosPerRequest : undefined,
         storeCallsPerRequest: entry.stack === 'dispatch' && s && s.decisions > 0 ? s.storeCalls / s.decisions : undefined,
-        failures: results.reduce((n, r) => n + r.non2xx + r.errors, 0),
+        failures: results.reduce((n, r) => n + r.non2xx + r.errors + (r.mismatches ?? 0), 0),
       })
     }
   }

@@ -17,6 +17,8 @@ export interface LoadSpec {
   readonly body: string
   /** autocannon worker threads (one per load-generator core); 1 runs in the main thread. */
   readonly workers: number
+  /** The body every response must have: any other is counted in `mismatches`. */
+  readonly expectBody?: string
 }
 
 /** What one load run measured. */
@@ -30,6 +32,8 @@ export interface LoadResult {
   readonly non2xx: number
   readonly errors: number
   readonly timeouts: number
+  /** Responses whose body was not the expected one (absent from runs recorded before it was counted). */
+  readonly mismatches?: number
   readonly statusCodes: Record<string, number>
 }
 
@@ -43,6 +47,7 @@ async function main(): Promise<void> {
     headers: spec.headers,
     body: spec.body,
     pipelining: 1,
+    ...(spec.expectBody !== undefined && { expectBody: spec.expectBody }),
     ...(spec.workers > 1 && { workers: spec.workers }),
   })
   const statusCodes: Record<string, number> = {}
@@ -55,6 +60,7 @@ async function main(): Promise<void> {
     non2xx: result.non2xx,
     errors: result.errors,
     timeouts: result.timeouts,
+    mismatches: result.mismatches ?? 0,
     statusCodes,
   }
   if (process.send) process.send({ type: 'load', result: out }, () => process.exit(0))

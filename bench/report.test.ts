@@ -7,11 +7,11 @@ import { SERVERS } from './servers/catalog.js'
 import { median, pairedRatios, spreadOf } from './stats.js'
 
 /** A row as `runHttp` builds it, from the requests per second of each round. */
-function row(id: string, rounds: readonly number[], bareRounds: readonly number[]): HttpRow {
+function row(id: string, rounds: readonly number[], bareRounds: readonly number[], busy: readonly number[] = []): HttpRow {
   const entry = SERVERS.find((s) => s.id === id)!
   return {
     entry,
-    runs: rounds.map((requestsPerSec) => ({
+    runs: rounds.map((requestsPerSec, i) => ({
       requestsPerSec,
       total: requestsPerSec * 10,
       latencyP50: 2,
@@ -20,7 +20,9 @@ function row(id: string, rounds: readonly number[], bareRounds: readonly number[
       errors: 0,
       timeouts: 0,
       statusCodes: { 200: requestsPerSec * 10 },
-      cpuMicrosPerRequest: 1e6 / requestsPerSec,
+      mismatches: 0,
+      // The server's CPU over the round's wall time: `busy[i]`, else all of it.
+      cpuMicrosPerRequest: ((busy[i] ?? 1) * 1e6) / requestsPerSec,
     })),
     requestsPerSec: median(rounds),
     spread: spreadOf(rounds),
@@ -35,7 +37,7 @@ function row(id: string, rounds: readonly number[], bareRounds: readonly number[
   }
 }
 
-function fastifyReport(bare: readonly number[], dispatch: readonly number[]): BenchReport {
+function fastifyReport(bare: readonly number[], dispatch: readonly number[], busy: { bare?: readonly number[]; dispatch?: readonly number[] } = {}): BenchReport {
   return {
     date: '2026-11-22',
     quick: false,
@@ -43,7 +45,7 @@ function fastifyReport(bare: readonly number[], dispatch: readonly number[]): Be
     settings: 'HTTP 5 rounds',
     store: 'memory',
     micro: undefined,
-    http: [row('fastify-bare', bare, bare), row('fastify-dispatch', dispatch, bare)],
+    http: [row('fastify-bare', bare, bare, busy.bare), row('fastify-dispatch', dispatch, bare, busy.dispatch)],
   }
 }
 
@@ -60,6 +62,48 @@ describe('bench report: HTTP targets', () => {
     expect(target.met).toBe(false)
     expect(target.noisy).toBeUndefined()
     expect(isNoisy(report)).toBe(false)
+  })
+
+  it('judges no ratio on fewer than three rounds: one round has no spread to tell noise by, and would always be judged', () => {
+    for (const bare of [[30_000], [30_000, 30_500]]) {
+      const report = fastifyReport(bare, bare.map((rps) => rps * 0.95))
+      const target = fastifyTarget(report)
+      expect(target.met, String(bare.length)).toBeUndefined()
+      expect(target.measured).toMatch(/too few to judge \(at least 3\)$/)
+      expect(unjudgedTargets(report)).toContain(target.name)
+    }
+  })
+
+  it('leaves out the rounds where a server waited on the load generator (busy under 0.95), and judges none when fewer than three remain', () => {
+    const bare = [30_000, 30_000, 30_000, 30_000, 30_000]
+    // Rounds 2 and 5 capped by the load generator: their ratios pushed toward 1.
+    const dispatch = bare.map((rps, i) => rps * [0.85, 0.99, 0.84, 0.86, 1.0][i]!)
+    const kept = fastifyTarget(fastifyReport(bare, dispatch, { bare: [0.98, 0.93, 0.98, 0.97, 0.92] }))
+    expect(kept).toMatchObject({ met: false, measured: '0.85 (rounds 0.84–0.86, 3 of 5: the others load-generator bound)' })
+    // On all five rounds the same figures would have been judged on a median of 0.86, and a spread
+    // reaching 1.0.
+    const idle = fastifyTarget(fastifyReport(bare, dispatch, { dispatch: [0.9, 0.9, 0.9, 0.98, 0.98] }))
+    expect(idle.met).toBeUndefined()
+    expect(idle.noisy).toBe(true)
+    expect(idle.measured).toMatch(/load-generator bound in 3 of 5 rounds \(a server busy 0\.90 of the time, under 0\.95\)$/)
+  })
+
+  it('does not judge rounds that lie on both sides of the goal more than ±5 % apart, however close the median', () => {
+    const bare = [30_000, 30_000, 30_000, 30_000, 30_000]
+    // 0.78 to 0.95 with a median of 0.90: a quieter round, or a busier one, gives the other verdict.
+    const report = fastifyReport(bare, bare.map((rps, i) => rps * [0.9, 0.95, 0.78, 0.92, 0.89][i]!))
+    const target = fastifyTarget(report)
+    expect(target).toMatchObject({ met: undefined, noisy: true })
+    expect(target.measured).toMatch(/^0\.900 \(rounds 0\.78–0\.95\): rounds on both sides of the goal, ±9\.\d %/)
+    // Within ±5 %, both sides of the goal are judged on the median.
+    const close = fastifyTarget(fastifyReport(bare, bare.map((rps, i) => rps * [0.9, 0.91, 0.88, 0.92, 0.89][i]!)))
+    expect(close).toMatchObject({ met: true, measured: '0.900 (rounds 0.88–0.92)' })
+  })
+
+  it('shows three decimals where two would round a miss up to the goal', () => {
+    const bare = [30_000, 30_000, 30_000, 30_000, 30_000]
+    const target = fastifyTarget(fastifyReport(bare, bare.map((rps, i) => rps * [0.8951, 0.895, 0.8952, 0.8949, 0.8951][i]!)))
+    expect(target).toMatchObject({ met: false, measured: '0.895 (rounds 0.89–0.90)' })
   })
 
   it('meets a target when the paired median reaches the goal', () => {

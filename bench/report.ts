@@ -34,6 +34,31 @@ export interface TargetResult {
  */
 export const NOISE_LIMIT = 0.1
 
+/**
+ * The least rounds an HTTP ratio is judged on: one or two give no spread to tell noise by (one
+ * round's ratio has no range at all, and would always be judged).
+ */
+export const MIN_JUDGED_ROUNDS = 3
+
+/**
+ * A round is judged only when both servers of its ratio were busy at least this share of the
+ * round (server CPU time ÷ wall time): a server less busy waited on the load generator, which
+ * capped both rows alike and pushed their ratio toward 1.
+ */
+export const BUSY_LIMIT = 0.95
+
+/**
+ * How far apart rounds may be when they lie on both sides of a goal: past it, a quieter round
+ * or a busier one would have given the other verdict (the micro targets' rule, at half the
+ * {@link NOISE_LIMIT}).
+ */
+export const STRADDLE_LIMIT = NOISE_LIMIT / 2
+
+/** How busy the server was in each round of a row: CPU time ÷ wall time. */
+export function busyShares(row: HttpRow): number[] {
+  return row.runs.map((run) => ((run as { cpuMicrosPerRequest?: number }).cpuMicrosPerRequest ?? Number.NaN) * run.requestsPerSec / 1e6)
+}
+
 /** A measurement summed up from its rounds: the median, and the least and most a round gave. */
 interface Rounds {
   readonly median: number
@@ -107,18 +132,44 @@ export function judgeTargets(report: BenchReport): TargetResult[] {
     const bare = row && report.http?.find((r) => r.entry.framework === row.entry.framework && r.entry.stack === 'bare')
     const failed = row && (row.failures > 0 ? 'failed requests' : bare && bare.failures > 0 ? `failed requests (${bare.entry.label})` : undefined)
     const paired = row && !row.skipped && failed === undefined ? pairedSummary(row) : undefined
-    if (!paired) {
+    if (!paired || !row || !bare) {
       const measured = row?.skipped ?? (row ? (failed ?? 'no bare server to compare') : 'not measured')
       out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured, met: undefined })
       return
     }
-    const range = `${formatRatio(paired.median)} (rounds ${formatRatio(paired.min)}–${formatRatio(paired.max)})`
-    if (paired.noise > NOISE_LIMIT) {
-      const spread = `±${percent(paired.noise)} %`
-      out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: `${range}: rounds disagree by ${spread}`, met: undefined, noisy: true })
+    const near = (x: number) => (Math.abs(x - goal) < 0.005 ? x.toFixed(3) : formatRatio(x))
+    const range = `${near(paired.median)} (rounds ${formatRatio(paired.min)}–${formatRatio(paired.max)})`
+    const rounds = row.pairedRatios!.length
+    if (rounds < MIN_JUDGED_ROUNDS) {
+      out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: `${range}: ${rounds} round${rounds === 1 ? '' : 's'}, too few to judge (at least ${MIN_JUDGED_ROUNDS})`, met: undefined })
       return
     }
-    out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: range, met: paired.median >= goal })
+    // Rounds where either server waited on the load generator say nothing of the servers.
+    const busy = busyShares(row)
+    const bareBusy = busyShares(bare)
+    const idle = busy.filter((share, i) => !(share >= BUSY_LIMIT && bareBusy[i]! >= BUSY_LIMIT)).length
+    if (idle > 0 && rounds - idle < MIN_JUDGED_ROUNDS) {
+      const least = Math.min(...busy, ...bareBusy)
+      out.push({
+        name,
+        goal: `≥ ${goal.toFixed(2)}`,
+        measured: `${range}: load-generator bound in ${idle} of ${rounds} rounds (a server busy ${least.toFixed(2)} of the time, under ${BUSY_LIMIT})`,
+        met: undefined,
+        noisy: true,
+      })
+      return
+    }
+    const judged = idle === 0 ? paired : pairedSummary({ ...row, pairedRatios: row.pairedRatios!.filter((_, i) => busy[i]! >= BUSY_LIMIT && bareBusy[i]! >= BUSY_LIMIT) })!
+    const judgedRange =
+      idle === 0 ? range : `${near(judged.median)} (rounds ${formatRatio(judged.min)}–${formatRatio(judged.max)}, ${rounds - idle} of ${rounds}: the others load-generator bound)`
+    const straddles = judged.min < goal && goal <= judged.max && judged.noise > STRADDLE_LIMIT
+    if (judged.noise > NOISE_LIMIT || straddles) {
+      const spread = `±${percent(judged.noise)} %`
+      const why = straddles && judged.noise <= NOISE_LIMIT ? `rounds on both sides of the goal, ${spread} apart` : `rounds disagree by ${spread}`
+      out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: `${judgedRange}: ${why}`, met: undefined, noisy: true })
+      return
+    }
+    out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: judgedRange, met: judged.median >= goal })
   }
   ratioTarget('Fastify adapter, full pipeline ÷ bare Fastify', 'fastify-dispatch', 0.9)
   ratioTarget('Web adapter on @hono/node-server ÷ bare Hono', 'hono-dispatch', 0.85)
@@ -215,6 +266,11 @@ function pairedCell(row: HttpRow): string {
   return paired ? `${formatRatio(paired.median)} (${formatRatio(paired.min)}–${formatRatio(paired.max)})` : 'n/a'
 }
 
+function busyCell(row: HttpRow): string {
+  const shares = busyShares(row).filter(Number.isFinite)
+  return shares.length === 0 ? 'n/a' : median(shares).toFixed(2)
+}
+
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
   const line = (cells: readonly string[]) => `| ${cells.join(' | ')} |`
   return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n')
@@ -260,8 +316,8 @@ export function renderReport(report: BenchReport): string {
   }
   if (targets.some((t) => t.noisy)) {
     parts.push(
-      `**Noisy run.** The rounds of a measurement disagree by more than ±${NOISE_LIMIT * 100} % (for an ` +
-        'in-process target: on both sides of its goal): something else had the machine. Those targets are not judged, and this run does not replace `latest.md` ' +
+      `**Noisy run.** The rounds of a measurement disagree by more than ±${NOISE_LIMIT * 100} % (or lie on both sides of its goal, ` +
+        `more than ±${STRADDLE_LIMIT * 100} % apart), or too few rounds kept the servers busy: something else had the machine. Those targets are not judged, and this run does not replace \`latest.md\` ` +
         'or the figures in docs/performance.md. Run it again on a quieter machine, or judge a ' +
         'change by `npm run bench:instructions`, which does not move with the load.',
     )
@@ -269,11 +325,16 @@ export function renderReport(report: BenchReport): string {
 
   if (report.http) {
     parts.push('## HTTP over loopback: `POST /v1` `tools/list`, fixed result')
+    const failed = report.http.some((r) => !r.skipped && r.failures > 0)
+    const checkedBodies = report.http.every((r) => r.runs.every((run) => run.mismatches !== undefined))
     parts.push(
       '"ratio to bare" is the ratio of the medians; "paired ratio" the median of the ratios round by round (each round runs every server of the framework, seconds apart), which the targets are judged on, with its range. "CPU ratio to bare" is the bare server\'s CPU time ' +
         'per request divided by this server\'s: the throughput ratio a CPU-bound server would show, and the steadier ' +
-        'figure when the load generator is short of CPU. Every server answered every request with 200 and the fixed ' +
-        'result (checked before the load; the last column counts anything else during it).',
+        `figure when the load generator is short of CPU. "busy" is the server's CPU time over the wall time of the rounds (median): below ${BUSY_LIMIT} in a round, a server waited on the load generator, and that round is not judged. ` +
+        'Latencies are autocannon\'s, in whole milliseconds. ' +
+        (failed
+          ? 'The last column counts the responses that were not 200 with the fixed result, and the connection errors: a row with any is not judged.'
+          : `Every server answered every request with 200 and the fixed result (checked before the load${checkedBodies ? ', and every response during it' : ': status during it, bodies not counted in this run'}; the last column counts anything else).`),
     )
     parts.push(
       table(
@@ -287,22 +348,24 @@ export function renderReport(report: BenchReport): string {
           'paired ratio (rounds)',
           'server CPU µs / request',
           'CPU ratio to bare',
+          'busy',
           'store calls / request',
-          'non-2xx + errors',
+          'non-2xx, other bodies + errors',
         ],
         report.http.map((r) =>
           r.skipped
-            ? [r.entry.label, `skipped: ${r.skipped}`, '', '', '', '', '', '', '', '', '']
+            ? [r.entry.label, `skipped: ${r.skipped}`, '', '', '', '', '', '', '', '', '', '']
             : [
                 r.entry.label,
                 formatRate(r.requestsPerSec),
                 r.spread ? `±${(r.spread.percent / 2).toFixed(1)} % (${formatRate(r.spread.min)}–${formatRate(r.spread.max)})` : '',
-                r.latencyP50.toFixed(1),
-                r.latencyP99.toFixed(1),
+                r.latencyP50.toFixed(0),
+                r.latencyP99.toFixed(0),
                 r.ratio === undefined ? 'n/a' : formatRatio(r.ratio),
                 pairedCell(r),
                 r.cpuMicrosPerRequest.toFixed(1),
                 r.cpuRatio === undefined ? 'n/a' : formatRatio(r.cpuRatio),
+                busyCell(r),
                 r.storeCallsPerRequest === undefined ? '' : r.storeCallsPerRequest.toFixed(2),
                 String(r.failures),
               ],
