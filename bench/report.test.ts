@@ -74,18 +74,24 @@ describe('bench report: HTTP targets', () => {
     }
   })
 
-  it('leaves out the rounds where a server waited on the load generator (busy under 0.95), and judges none when fewer than three remain', () => {
+  it('leaves out the rounds where the bare server was busy under 0.95 (it waited on the load generator), and judges none when fewer than three remain', () => {
     const bare = [30_000, 30_000, 30_000, 30_000, 30_000]
     // Rounds 2 and 5 capped by the load generator: their ratios pushed toward 1.
     const dispatch = bare.map((rps, i) => rps * [0.85, 0.99, 0.84, 0.86, 1.0][i]!)
-    const kept = fastifyTarget(fastifyReport(bare, dispatch, { bare: [0.98, 0.93, 0.98, 0.97, 0.92] }))
-    expect(kept).toMatchObject({ met: false, measured: '0.85 (rounds 0.84–0.86, 3 of 5: the others load-generator bound)' })
+    const report = fastifyReport(bare, dispatch, { bare: [0.98, 0.93, 0.98, 0.97, 0.92] })
+    const kept = fastifyTarget(report)
+    expect(kept).toMatchObject({ met: false, measured: '0.85 (rounds 0.84–0.86, 3 of 5: in the others the bare server was busy under 0.95)' })
+    expect(renderReport(report)).toContain('| 0.97 (least 0.92) |')
     // On all five rounds the same figures would have been judged on a median of 0.86, and a spread
     // reaching 1.0.
-    const idle = fastifyTarget(fastifyReport(bare, dispatch, { dispatch: [0.9, 0.9, 0.9, 0.98, 0.98] }))
+    const idle = fastifyTarget(fastifyReport(bare, dispatch, { bare: [0.9, 0.9, 0.9, 0.98, 0.98] }))
     expect(idle.met).toBeUndefined()
     expect(idle.noisy).toBe(true)
-    expect(idle.measured).toMatch(/load-generator bound in 3 of 5 rounds \(a server busy 0\.90 of the time, under 0\.95\)$/)
+    expect(idle.measured).toMatch(/the bare server busy under 0\.95 of the time in 3 of 5 rounds \(down to 0\.90: the load generator, or another process, had the core\)$/)
+    // A row of ours less busy than that (waiting on its store, on the Redis or PostgreSQL set) is
+    // what is measured: its rounds are kept. So are rounds whose busy share was not recorded.
+    const waiting = fastifyTarget(fastifyReport(bare, dispatch, { dispatch: [0.85, 0.85, 0.85, 0.85, 0.85] }))
+    expect(waiting.measured).toMatch(/^0\.86 \(rounds 0\.84–1\.00\)/)
   })
 
   it('does not judge rounds that lie on both sides of the goal more than ±5 % apart, however close the median', () => {
@@ -104,6 +110,9 @@ describe('bench report: HTTP targets', () => {
     const bare = [30_000, 30_000, 30_000, 30_000, 30_000]
     const target = fastifyTarget(fastifyReport(bare, bare.map((rps, i) => rps * [0.8951, 0.895, 0.8952, 0.8949, 0.8951][i]!)))
     expect(target).toMatchObject({ met: false, measured: '0.895 (rounds 0.89–0.90)' })
+    // A miss within half a thousandth of the goal is rounded down, never shown as the goal.
+    const short = fastifyTarget(fastifyReport(bare, bare.map((rps) => rps * 0.8996)))
+    expect(short).toMatchObject({ met: false, measured: '0.899 (rounds 0.90–0.90)' })
   })
 
   it('meets a target when the paired median reaches the goal', () => {

@@ -22,7 +22,12 @@ export interface TargetResult {
   readonly goal: string
   readonly measured: string
   readonly met: boolean | undefined
-  /** Not judged because the run's rounds disagreed more than {@link NOISE_LIMIT} allows (for a micro target: and the goal lay between them). */
+  /**
+   * Not judged because the machine was not the run's alone: the rounds disagreed more than
+   * {@link NOISE_LIMIT} allows (for a micro target: and the goal lay between them), an HTTP
+   * ratio's rounds lay on both sides of its goal more than {@link STRADDLE_LIMIT} apart, or too
+   * few of its rounds had the bare server busy {@link BUSY_LIMIT} of the time.
+   */
   readonly noisy?: boolean
 }
 
@@ -41,9 +46,11 @@ export const NOISE_LIMIT = 0.1
 export const MIN_JUDGED_ROUNDS = 3
 
 /**
- * A round is judged only when both servers of its ratio were busy at least this share of the
- * round (server CPU time ÷ wall time): a server less busy waited on the load generator, which
- * capped both rows alike and pushed their ratio toward 1.
+ * A round is judged only when the bare server of its ratio was busy at least this share of the
+ * round (server CPU time ÷ wall time): less busy, it waited on the load generator, or another
+ * process had its core, which caps the rows alike and pushes their ratio toward 1. The bare
+ * server only: a row of ours waits on its store on the Redis and PostgreSQL store sets, which is
+ * the cost being measured.
  */
 export const BUSY_LIMIT = 0.95
 
@@ -54,10 +61,13 @@ export const BUSY_LIMIT = 0.95
  */
 export const STRADDLE_LIMIT = NOISE_LIMIT / 2
 
-/** How busy the server was in each round of a row: CPU time ÷ wall time. */
+/** How busy the server was in each round of a row: CPU time ÷ wall time (`NaN` where not recorded). */
 export function busyShares(row: HttpRow): number[] {
   return row.runs.map((run) => ((run as { cpuMicrosPerRequest?: number }).cpuMicrosPerRequest ?? Number.NaN) * run.requestsPerSec / 1e6)
 }
+
+/** Whether a round's busy share lets it be judged: at least {@link BUSY_LIMIT}, or not recorded. */
+const busyEnough = (share: number) => !(share < BUSY_LIMIT)
 
 /** A measurement summed up from its rounds: the median, and the least and most a round gave. */
 interface Rounds {
@@ -137,31 +147,33 @@ export function judgeTargets(report: BenchReport): TargetResult[] {
       out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured, met: undefined })
       return
     }
-    const near = (x: number) => (Math.abs(x - goal) < 0.005 ? x.toFixed(3) : formatRatio(x))
+    // Near the goal, three decimals, and a miss rounded down: never printed as the goal it missed.
+    const near = (x: number) => (Math.abs(x - goal) < 0.005 ? (x < goal ? Math.floor(x * 1000) / 1000 : x).toFixed(3) : formatRatio(x))
     const range = `${near(paired.median)} (rounds ${formatRatio(paired.min)}–${formatRatio(paired.max)})`
     const rounds = row.pairedRatios!.length
     if (rounds < MIN_JUDGED_ROUNDS) {
       out.push({ name, goal: `≥ ${goal.toFixed(2)}`, measured: `${range}: ${rounds} round${rounds === 1 ? '' : 's'}, too few to judge (at least ${MIN_JUDGED_ROUNDS})`, met: undefined })
       return
     }
-    // Rounds where either server waited on the load generator say nothing of the servers.
-    const busy = busyShares(row)
+    // Rounds where the bare server waited (on the load generator, or for its core) say nothing
+    // of the servers.
     const bareBusy = busyShares(bare)
-    const idle = busy.filter((share, i) => !(share >= BUSY_LIMIT && bareBusy[i]! >= BUSY_LIMIT)).length
-    if (idle > 0 && rounds - idle < MIN_JUDGED_ROUNDS) {
-      const least = Math.min(...busy, ...bareBusy)
+    const kept = row.pairedRatios!.filter((_, i) => busyEnough(bareBusy[i] ?? Number.NaN))
+    const idle = rounds - kept.length
+    if (idle > 0 && kept.length < MIN_JUDGED_ROUNDS) {
+      const least = Math.min(...bareBusy.filter(Number.isFinite))
       out.push({
         name,
         goal: `≥ ${goal.toFixed(2)}`,
-        measured: `${range}: load-generator bound in ${idle} of ${rounds} rounds (a server busy ${least.toFixed(2)} of the time, under ${BUSY_LIMIT})`,
+        measured: `${range}: the bare server busy under ${BUSY_LIMIT} of the time in ${idle} of ${rounds} rounds (down to ${least.toFixed(2)}: the load generator, or another process, had the core)`,
         met: undefined,
         noisy: true,
       })
       return
     }
-    const judged = idle === 0 ? paired : pairedSummary({ ...row, pairedRatios: row.pairedRatios!.filter((_, i) => busy[i]! >= BUSY_LIMIT && bareBusy[i]! >= BUSY_LIMIT) })!
+    const judged = idle === 0 ? paired : pairedSummary({ ...row, pairedRatios: kept })!
     const judgedRange =
-      idle === 0 ? range : `${near(judged.median)} (rounds ${formatRatio(judged.min)}–${formatRatio(judged.max)}, ${rounds - idle} of ${rounds}: the others load-generator bound)`
+      idle === 0 ? range : `${near(judged.median)} (rounds ${formatRatio(judged.min)}–${formatRatio(judged.max)}, ${kept.length} of ${rounds}: in the others the bare server was busy under ${BUSY_LIMIT})`
     const straddles = judged.min < goal && goal <= judged.max && judged.noise > STRADDLE_LIMIT
     if (judged.noise > NOISE_LIMIT || straddles) {
       const spread = `±${percent(judged.noise)} %`
@@ -268,7 +280,7 @@ function pairedCell(row: HttpRow): string {
 
 function busyCell(row: HttpRow): string {
   const shares = busyShares(row).filter(Number.isFinite)
-  return shares.length === 0 ? 'n/a' : median(shares).toFixed(2)
+  return shares.length === 0 ? 'not recorded' : `${median(shares).toFixed(2)} (least ${Math.min(...shares).toFixed(2)})`
 }
 
 function table(header: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -316,10 +328,11 @@ export function renderReport(report: BenchReport): string {
   }
   if (targets.some((t) => t.noisy)) {
     parts.push(
-      `**Noisy run.** The rounds of a measurement disagree by more than ±${NOISE_LIMIT * 100} % (or lie on both sides of its goal, ` +
-        `more than ±${STRADDLE_LIMIT * 100} % apart), or too few rounds kept the servers busy: something else had the machine. Those targets are not judged, and this run does not replace \`latest.md\` ` +
-        'or the figures in docs/performance.md. Run it again on a quieter machine, or judge a ' +
-        'change by `npm run bench:instructions`, which does not move with the load.',
+      `**Noisy run.** The rounds of a measurement disagree by more than ±${NOISE_LIMIT * 100} % (for an in-process target: and on both sides of its goal; ` +
+        `for an HTTP ratio also: they lie on both sides of its goal more than ±${STRADDLE_LIMIT * 100} % apart), or too few rounds kept the bare server busy ${BUSY_LIMIT} of the time. ` +
+        'Those targets are not judged, and this run does not replace `latest.md` or the figures in docs/performance.md. ' +
+        'Run it again on a quieter machine (where the bare servers are short of CPU in every run, on more cores: the load generator needs its own), ' +
+        'or judge a change by `npm run bench:instructions`, which does not move with the load.',
     )
   }
 
@@ -330,7 +343,7 @@ export function renderReport(report: BenchReport): string {
     parts.push(
       '"ratio to bare" is the ratio of the medians; "paired ratio" the median of the ratios round by round (each round runs every server of the framework, seconds apart), which the targets are judged on, with its range. "CPU ratio to bare" is the bare server\'s CPU time ' +
         'per request divided by this server\'s: the throughput ratio a CPU-bound server would show, and the steadier ' +
-        `figure when the load generator is short of CPU. "busy" is the server's CPU time over the wall time of the rounds (median): below ${BUSY_LIMIT} in a round, a server waited on the load generator, and that round is not judged. ` +
+        `figure when the load generator is short of CPU. "busy" is the server's CPU time over the wall time of a round (median, and the least round): a round where the bare server was below ${BUSY_LIMIT} is left out of the targets (the target says how many), so a target's median can differ from this table's paired median. ` +
         'Latencies are autocannon\'s, in whole milliseconds. ' +
         (failed
           ? 'The last column counts the responses that were not 200 with the fixed result, and the connection errors: a row with any is not judged.'
