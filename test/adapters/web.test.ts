@@ -150,6 +150,20 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     nothing: () => undefined,
     object: () => ({ status: 200, body: '{}' }),
     'Response.error()': () => Response.error(),
+    // Lambda-style: the shape of a Response, no Response (regression: stamped, then a runtime's 500).
+    'shaped like a Response': () => ({ status: 200, headers: new Headers({ 'content-type': 'application/json' }), body: '{"a":1}' }),
+    // A runtime's own Response (immutable headers, as fetch gives them) whose body the handler
+    // read, or locked (regression: the copy for the headers threw, a runtime's 500, the session pinned).
+    'a fetched Response already read': async () => {
+      const fetched = await fetch('data:application/json,{}')
+      await fetched.text()
+      return fetched
+    },
+    'a fetched Response locked': async () => {
+      const fetched = await fetch('data:application/json,{}')
+      fetched.body!.getReader()
+      return fetched
+    },
     'foreign promise of nothing': () => vm.runInNewContext('Promise.resolve(undefined)'),
     'foreign promise of a Response': () => vm.runInNewContext('Promise.resolve(r)', { r: Response.json({ ok: true }) }),
   }
@@ -177,13 +191,14 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
         return { status: response.status, headers: Object.fromEntries(response.headers), body: await response.text() }
       }
       try {
-        for (const answer of ['nothing', 'object', 'Response.error()', 'foreign promise of nothing']) {
+        const failing = ['nothing', 'object', 'Response.error()', 'shaped like a Response', 'a fetched Response already read', 'a fetched Response locked', 'foreign promise of nothing']
+        for (const answer of failing) {
           const res = await send(answer)
           expect(res.status, answer).toBe(502)
           expect(res.headers['x-mcp-version'], answer).toBe('1.0.0')
           expect(JSON.parse(res.body), answer).toMatchObject({ id: null, error: { data: { error: 'handler_error' } } })
         }
-        expect(errors).toHaveLength(4)
+        expect(errors).toHaveLength(failing.length)
         for (const error of errors) expect((error as Error).message).toMatch(/^mcp-dispatch: the handler answered with/)
         const foreign = await send('foreign promise of a Response')
         expect(foreign.status).toBe(200)
@@ -194,6 +209,45 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
       }
     },
   )
+
+  it('a request whose body middleware read first is the 502, onError naming the cause, never the handler\'s parse error for valid JSON (regression)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    let handled = 0
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      onError: (error) => errors.push(error),
+      handler: () => (handled++, new Response('{}')),
+    })
+    const request = new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{"jsonrpc":"2.0","id":1,"method":"ping"}' })
+    await request.json() // a validator in front
+    const res = await handle(request)
+    expect([res.status, res.headers.get('x-mcp-version'), handled]).toEqual([502, '1.0.0', 0])
+    expect((errors[0] as Error).message).toMatch(/request body was read before the handler/)
+  })
+
+  it('an info.host or info.clientAddress that is no string is the platform\'s wiring: 503, reported, never a runtime\'s 500 (regression: rejected, or 503 unreported)', async () => {
+    const fixture = createFixture()
+    const errors: Array<[string, string]> = []
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      onError: (error, context) => errors.push([context, (error as Error).message]),
+      handler: () => new Response('{}'),
+    })
+    const post = () => new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
+    for (const info of [{ host: 123 }, { clientAddress: { address: '127.0.0.1', port: 1, family: 'IPv4' } }]) {
+      const res = await handle(post(), info as never)
+      expect(res.status, JSON.stringify(info)).toBe(503)
+      expect(await res.json()).toMatchObject({ error: { data: { error: 'temporarily_unavailable' } } })
+    }
+    expect(errors).toEqual([
+      ['adapter', 'mcp-dispatch: info.host must be a string, got number'],
+      ['adapter', 'mcp-dispatch: info.clientAddress must be a string, got object'],
+    ])
+    // null and '' name no peer, as before.
+    expect((await handle(post(), { clientAddress: null })).status).toBe(200)
+    expect((await handle(post(), { clientAddress: '' })).status).toBe(200)
+  })
 
   it('on @hono/node-server, a lower-case Host that is no host (weather.1, 1.2.3.999, 0x7f.1) is the JSON-RPC 400, not an App address', async () => {
     const fixture = createFixture()

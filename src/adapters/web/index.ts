@@ -11,12 +11,14 @@
  *   // one MCP SDK transport per session.
  *   handler: routeByVersion((app, version) => webSessions(() => buildServer(app, version))),
  * })
- * export default { fetch: handle }
+ * // Workers: the client address from Cloudflare's header (never `fetch: handle` itself: the
+ * // runtime's second argument, its `env`, would be taken for `info`).
+ * export default { fetch: (request: Request) => handle(request, { clientAddress: request.headers.get('cf-connecting-ip') ?? undefined }) }
  * ```
  * @module
  */
 import { forwardedProtocol, resolveClientAddress } from '../../core/client-address.js'
-import { type Reply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, serviceUnavailableReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome } from '../../pipeline/dispatcher.js'
 import { isForeignThenable } from '../../core/thenable.js'
@@ -117,6 +119,13 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
   const handler = options.handler
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
   return async function dispatch(request, info) {
+    const misread = misreadInfo(info)
+    if (misread !== undefined) {
+      // The platform's wiring (a runtime's object where its string belongs): said to onError, and
+      // answered as the dispatch layer answers what it cannot serve, never a runtime's 500.
+      onError(misread, 'adapter')
+      return toResponse(serviceUnavailableReply())
+    }
     const url = splitUrl(request.url)
     const schemeEnd = url.origin.indexOf('://')
     const given = info?.host
@@ -186,8 +195,15 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     if (outgoing !== undefined) continueIfExpected(outgoing)
     let response: Response
     try {
+      // A body read before the dispatch layer (a middleware's `c.req.json()`) would reach the
+      // handler empty, and the client would get a parse error for the JSON it sent.
+      if (request.bodyUsed) {
+        throw new TypeError('mcp-dispatch: the request body was read before the handler (mount mcpDispatch before middleware that reads it, or pass a new Request with the body)')
+      }
       const answered: unknown = handler(request, decision.context)
       response = usableResponse(answered instanceof Promise || isForeignThenable(answered) ? await answered : answered)
+      // Stamped before the pin is stored: an answer the headers cannot go on is no answer.
+      if (!atHead) response = stampHeaders(response, decision.headers)
     } catch (error) {
       onError(error, 'handler')
       // The 502 carries the dispatch headers (version, rate limit, CORS) as on Express and
@@ -204,10 +220,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
         : { status: response.status, sessionId, whenClosed: (listener) => void (ended = listener) }
     const pinned = decision.complete(outcome)
     if (pinned) await pinned
-    const stamped = stampHeaders(response, decision.headers)
-    if (ended === undefined) return stamped
+    if (ended === undefined) return response
     try {
-      return untilStreamEnds(stamped, ended)
+      return untilStreamEnds(response, ended)
     } catch (error) {
       // A body that cannot be read (locked by the handler): the handler's failure, and no
       // session kept open for it.
@@ -227,12 +242,46 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
  * status is read: the body and headers of `@hono/node-server`'s light `Response` stay unbuilt.
  */
 function usableResponse(answered: unknown): Response {
-  if (answered instanceof Response || (answered !== null && typeof answered === 'object' && typeof (answered as Response).headers?.get === 'function')) {
+  if (
+    answered instanceof Response ||
+    (answered !== null &&
+      typeof answered === 'object' &&
+      typeof (answered as Response).headers?.get === 'function' &&
+      // A Response of another realm has its methods; a plain object shaped like one has not.
+      typeof (answered as Response).arrayBuffer === 'function')
+  ) {
     const status = (answered as Response).status
-    if (typeof status === 'number' && status >= 200 && status <= 599) return answered as Response
-    throw new TypeError(`mcp-dispatch: the handler answered with a Response of status ${String(status)}, which cannot be sent`)
+    if (!(typeof status === 'number' && status >= 200 && status <= 599)) {
+      throw new TypeError(`mcp-dispatch: the handler answered with a Response of status ${String(status)}, which cannot be sent`)
+    }
+    // One of another class than the global `Response` (a runtime's own where @hono/node-server
+    // put its light class in the global's place, as `fetch` answers there; another realm's)
+    // tells at no cost whether its body can still be sent. The global class's is not asked:
+    // the light one would build the Response it leaves unbuilt to answer (the copy for
+    // immutable headers checks the others, see stampHeaders).
+    if (Object.getPrototypeOf(answered) !== Response.prototype && ((answered as Response).bodyUsed || (answered as Response).body?.locked === true)) {
+      throw new TypeError('mcp-dispatch: the handler answered with a Response whose body was already read or is locked, which cannot be sent')
+    }
+    return answered as Response
   }
   throw new TypeError(`mcp-dispatch: the handler answered with ${answered === null ? 'null' : typeof answered}, not a Response`)
+}
+
+/**
+ * What is wrong with the `info` a platform passed, or `undefined`: `host` and `clientAddress`
+ * are strings when given (Bun's `server.requestIP(request)` is an object: its `address` is the
+ * string).
+ */
+function misreadInfo(info: WebRequestInfo | undefined): TypeError | undefined {
+  if (info === undefined) return undefined
+  const { host, clientAddress } = info as { host?: unknown; clientAddress?: unknown }
+  if (host !== undefined && host !== null && typeof host !== 'string') return notAString('host', host)
+  if (clientAddress !== undefined && clientAddress !== null && typeof clientAddress !== 'string') return notAString('clientAddress', clientAddress)
+  return undefined
+}
+
+function notAString(field: string, value: unknown): TypeError {
+  return new TypeError(`mcp-dispatch: info.${field} must be a string, got ${Array.isArray(value) ? 'an array' : typeof value}`)
 }
 
 /**
@@ -331,6 +380,13 @@ function stampHeaders(response: Response, headers: Readonly<Record<string, strin
     stampOn(response.headers, headers)
     return response
   } catch {
+    // Immutable headers: a runtime's own Response (`fetch`'s, `Response.redirect`), whose body
+    // goes on in a copy. One the handler read or locked has none to give: its failure. (Not
+    // asked of a Response with mutable headers: @hono/node-server's light one would build the
+    // Response it leaves unbuilt to answer.)
+    if (response.bodyUsed || response.body?.locked === true) {
+      throw new TypeError('mcp-dispatch: the handler answered with a Response whose body was already read or is locked, which cannot be sent')
+    }
     const copy = new Headers(response.headers)
     stampOn(copy, headers)
     return new Response(response.body, { status: response.status, statusText: response.statusText, headers: copy })
