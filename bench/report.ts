@@ -96,8 +96,9 @@ function noiseOf(rounds: Rounds): number {
 }
 
 /**
- * A noise past {@link NOISE_LIMIT} as a percentage: whole, unless that would round it down to
- * the limit itself (10.2 % shows as 10.2, never as the ±10 % it exceeds).
+ * A noise as a percentage: whole past {@link NOISE_LIMIT}, unless that would round it down to
+ * the limit itself (10.2 % shows as 10.2, never as the ±10 % it exceeds); with one decimal at or
+ * below it (a straddle's, ±7.0 %).
  */
 function percent(noise: number): string {
   const whole = Math.round(noise * 100)
@@ -135,7 +136,9 @@ function roundsTarget(name: string, goal: { goal: number; text: string }, rounds
 /** Judges the targets of issue 5 on a run. */
 export function judgeTargets(report: BenchReport): TargetResult[] {
   const out: TargetResult[] = []
-  // Judged on the median of the paired (round by round) ratios, and only when the rounds agree.
+  // Judged on the median of the paired (round by round) ratios, on three rounds or more, without
+  // those where the bare server was not busy, and only when the rounds agree and do not straddle
+  // the goal.
   const ratioTarget = (name: string, id: string, goal: number) => {
     const row = report.http?.find((r) => r.entry.id === id)
     // A ratio to a bare server that failed requests is no ratio to a bare server.
@@ -263,7 +266,8 @@ export function isNoisy(report: BenchReport): boolean {
 
 /**
  * The targets a run could not judge for another reason than noise (not measured: a
- * `--frameworks` subset, a skipped server; failed requests): such a run does not replace
+ * `--frameworks` subset, a skipped server; failed requests; fewer than
+ * {@link MIN_JUDGED_ROUNDS} rounds): such a run does not replace
  * `latest.md` either, which shows a run judged on every target.
  */
 export function unjudgedTargets(report: BenchReport): string[] {

@@ -7,4 +7,3 @@ export const APP_SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
 /** The slug no App may have: `api.{domain}` is the token API's host. */
 export const RESERVED_SLUG = 'api'
-

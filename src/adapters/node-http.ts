@@ -381,7 +381,7 @@ function checkHead(status: number, reason: unknown, headers: unknown): void {
 }
 
 /**
- * Responses whose `end` was called but not yet made: queued behind a head held for the
+ * Responses whose `end` was called (made since or not): queued behind a head held for the
  * session's pin, or taken by a wrapper that makes it later (`compression` ends its zlib stream
  * first), as {@link noteEnds} sees it.
  */

@@ -2,7 +2,10 @@
  * `routeByVersion` through each adapter: a table's bare version keys belong to one App
  * (`appId`), so the callers of another App with the same version never reach its handler;
  * App-qualified keys and the factory form serve every App; a table of bare keys without
- * `appId` is refused when the handler is created.
+ * `appId`, a `Map` and a table of nothing are refused when the handler is created. On Express
+ * and Fastify, a handler that fails late: another realm's promise that rejects is the 502, an
+ * answer it had ended goes out whole (behind a held head and behind `compression()` too), one
+ * begun and not ended is cut.
  */
 import * as http from 'node:http'
 import * as net from 'node:net'

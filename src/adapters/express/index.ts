@@ -256,7 +256,10 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
 /**
  * One MCP handler per live version, so the platform does not write the version switch:
  * the request goes to the handler of `req.dispatchContext.version`. A handler that throws
- * or rejects gets the Web adapter's answer, a JSON-RPC 502, and the middleware's `onError`.
+ * or rejects gets the Web adapter's answer, a JSON-RPC 502, and the middleware's `onError`
+ * (one that had ended its answer: the answer goes out whole and only `onError` hears it; one
+ * begun and not ended: the connection is cut). A `next(error)` after the whole answer goes to
+ * `onError` only, not to Express's final handler.
  * A live version without a handler gets a JSON-RPC 404 (`version_not_served`).
  *
  * @example

@@ -295,7 +295,9 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
 /**
  * One MCP handler per live version, so the platform does not write the version switch:
  * the request goes to the handler of `request.dispatchContext.version`. A handler that throws
- * gets the Web adapter's answer, a JSON-RPC 502, and the plugin's `onError`. A live version
+ * gets the Web adapter's answer, a JSON-RPC 502, and the plugin's `onError` (one that had ended
+ * its answer: the answer goes out whole and only `onError` hears it; one begun and not ended:
+ * the connection is cut). A live version
  * without a handler gets a JSON-RPC 404 (`version_not_served`).
  *
  * @example

@@ -51,7 +51,9 @@
  *   appId: 'app_weather',
  *   identity: { issuer: 'https://platform.example', privateKey },
  * })
- * export default { fetch: mcpDispatch({ dispatcher, handler: proxy }) }
+ * const handle = mcpDispatch({ dispatcher, handler: proxy })
+ * // Workers: never `fetch: handle` itself (the runtime's second argument, its `env`, is no `info`).
+ * export default { fetch: (request: Request) => handle(request, { clientAddress: request.headers.get('cf-connecting-ip') ?? undefined }) }
  * ```
  * @module
  */

@@ -46,7 +46,9 @@ export interface WebRequestInfo {
    * The socket peer address (`@hono/node-server`: `c.env.incoming.socket.remoteAddress`).
    * `null` or `''` (a header lookup that found none, such as `cf-connecting-ip` off Cloudflare)
    * names no peer, as `undefined` does: `X-Forwarded-For` is then not read, an IP allowlist
-   * refuses, and client budgets do not count the request.
+   * refuses, and client budgets do not count the request. Anything else that is no string
+   * (Bun's `server.requestIP(request)` object) is answered 503 and reported to `onError`
+   * (context `adapter`).
    */
   clientAddress?: string | null | undefined
   /**
@@ -58,6 +60,7 @@ export interface WebRequestInfo {
    * `Host`: one no URL can hold, or a list (`a, b`), is answered 400 `Invalid Host header`, and
    * `null` or `''` names no host (404 `not_found`). The URL's scheme and path are kept, and the
    * handler gets `request` as it came. Omitted (`undefined`), the URL's host, as elsewhere.
+   * Anything else that is no string is answered 503 and reported to `onError` (context `adapter`).
    */
   host?: string | null | undefined
   /**
@@ -235,10 +238,12 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
 
 /**
  * What a handler answered, if a runtime can send it: a `Response` (of this realm or, by its
- * shape, another), not `Response.error()` (status 0, which no runtime sends). Otherwise (a
- * forgotten `return`, a plain object) a `TypeError`, which the adapter answers as a handler
- * failure: a JSON-RPC 502 with the dispatch headers, reported to `onError`, instead of a
- * runtime's bare 500 (or a 200 with an empty body) that no browser client can read. Only the
+ * shape and methods, another), not `Response.error()` (status 0, which no runtime sends), not a
+ * plain object shaped like one (no `arrayBuffer`), nor one of another class than the global
+ * `Response` whose body was read or is locked. Otherwise (a forgotten `return`, a plain object)
+ * a `TypeError`, which the adapter answers as a handler failure: a JSON-RPC 502 with the
+ * dispatch headers, reported to `onError`, instead of a runtime's bare 500 (or a 200 with an
+ * empty body) that no browser client can read. Of a `Response` of the global class only the
  * status is read: the body and headers of `@hono/node-server`'s light `Response` stay unbuilt.
  */
 function usableResponse(answered: unknown): Response {
@@ -257,8 +262,8 @@ function usableResponse(answered: unknown): Response {
     // One of another class than the global `Response` (a runtime's own where @hono/node-server
     // put its light class in the global's place, as `fetch` answers there; another realm's)
     // tells at no cost whether its body can still be sent. The global class's is not asked:
-    // the light one would build the Response it leaves unbuilt to answer (the copy for
-    // immutable headers checks the others, see stampHeaders).
+    // the light one would build the Response it leaves unbuilt to answer (without `outgoing`,
+    // the copy for immutable headers checks those, see stampHeaders).
     if (Object.getPrototypeOf(answered) !== Response.prototype && ((answered as Response).bodyUsed || (answered as Response).body?.locked === true)) {
       throw new TypeError('mcp-dispatch: the handler answered with a Response whose body was already read or is locked, which cannot be sent')
     }
@@ -372,8 +377,9 @@ function headOf(outgoing: unknown, decision: Dispatched): boolean {
  * mutable (a `Response` the handler built), as Hono middleware does: copying it into a new
  * `Response` turns the body into a stream, which on `@hono/node-server` costs the fast path
  * for string bodies (measured: half the throughput). A response with immutable headers
- * (`fetch()`, `Response.error()`, `Response.redirect()`) is copied. So a handler must return
- * a new `Response`, with headers of its own, for every request.
+ * (`fetch()`, `Response.redirect()`) is copied; one whose body the handler read or locked has
+ * nothing to copy and throws a `TypeError` (the handler's failure, the 502). So a handler must
+ * return a new `Response`, with headers of its own, for every request.
  */
 function stampHeaders(response: Response, headers: Readonly<Record<string, string>>): Response {
   try {

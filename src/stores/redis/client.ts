@@ -362,8 +362,9 @@ function isErrorReply(error: unknown): boolean {
  * A client whose Redis answers within `timeoutMs`, or keeps answering something within it,
  * never sees it. On a Redis Cluster client (ioredis' `Cluster`: `isCluster`, with its slot map
  * `slots`) there is one breaker per master, found from the key of each command by its hash
- * slot (with the client's own `keyPrefix` before it, as the client sends it): a master that hangs or went down opens its own, so its calls fail at once after the
- * first deadline while the calls to the other masters are sent and answered as before; only
+ * slot (with the client's own `keyPrefix` before it, as the client sends it): a master that
+ * hangs or went down opens its own, so its calls fail at once after the first deadline while
+ * the calls to the other masters are sent and answered as before; only
  * that master's answers close it, and its probe is an `EXISTS` of the call's key (which reaches
  * that master, where a `PING` would go to any node). Commands on no key (`PUBLISH`) and a
  * cluster whose slots are not known yet share one breaker for the whole client. When a

@@ -38,8 +38,8 @@ return 0`,
  * one script that runs `SET … PX … NX` (a new session only: a live pin under the same id is
  * kept; the script's own write, as ioredis finds it when it sends the script again after a lost
  * connection, is `true`), `delete` one `DEL`. Key: `<prefix>session:<id>`, the pin as JSON
- * (`{ appId, version, subject, w }`, `w` the id of the write). Every call rejects after `timeoutMs`, so a Redis that is
- * down gives 503 (the dispatcher's policy for sessions), never a hung request; once one call
+ * (`{ appId, version, subject, w }`, `w` the id of the write). Every call rejects after
+ * `timeoutMs`, so a Redis that is down gives 503 (the dispatcher's policy for sessions), never a hung request; once one call
  * of any store on the client passed its deadline unanswered (a hung Redis), calls reject at
  * once, unsent, until Redis answers again (the stall breaker of `timeoutMs`). A TTL that
  * cannot be sent as `PX` (`Infinity`, `NaN`, above 2^53 - 1) rejects the call with a
