@@ -7,6 +7,18 @@ const base = {
   subscriptions: [{ userId: 'u1', appId: 'app_w', active: true }],
 }
 
+/** A `tools/list` of the seeded token `t` at `url`, from `clientAddress`. */
+function asToken(platform: ReturnType<typeof createPlatform>, url: string, clientAddress: string): Promise<Response> {
+  return platform.fetch(
+    new Request(url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${platform.tokens.t}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+    }),
+    { clientAddress },
+  )
+}
+
 describe('reference platform seed validation', () => {
   it('refuses an allowlist entry that is not an address or CIDR range, naming it', () => {
     const seed = { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 as const, allowedIps: ['10.0.0.1/33'] }] }
@@ -27,14 +39,7 @@ describe('reference platform seed validation', () => {
     // null, or no allowedIps, is no allowlist: served from anywhere.
     const platform = createPlatform({ seed: { ...base, tokens: [{ ...token, allowedIps: null }] } })
     try {
-      const response = await platform.fetch(
-        new Request('http://weather.localhost/v1', {
-          method: 'POST',
-          headers: { authorization: `Bearer ${platform.tokens.t}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
-        }),
-        { clientAddress: '203.0.113.7' },
-      )
+      const response = await asToken(platform, 'http://weather.localhost/v1', '203.0.113.7')
       expect(response.status).toBe(200)
     } finally {
       await platform.close()
@@ -56,14 +61,7 @@ describe('reference platform seed validation', () => {
     // Any case is taken, as a Host header's.
     const platform = createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 }] }, domain: 'Apps.Example.COM' })
     try {
-      const response = await platform.fetch(
-        new Request('http://weather.apps.example.com/', {
-          method: 'POST',
-          headers: { authorization: `Bearer ${platform.tokens.t}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-          body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping' }),
-        }),
-        { clientAddress: '127.0.0.1' },
-      )
+      const response = await asToken(platform, 'http://weather.apps.example.com/', '127.0.0.1')
       expect([response.status, response.headers.get('x-mcp-version')]).toEqual([200, '1.0.0'])
     } finally {
       await platform.close()

@@ -22,7 +22,7 @@ import {
   importJWK,
 } from 'jose'
 import { isFieldName } from '../../core/cors.js'
-import { issuedSince, peekJwtClaims } from '../../auth/jwt-claims.js'
+import { checkAccessTokenClaims, issuedSince, peekJwtClaims } from '../../auth/jwt-claims.js'
 import { jwtVerifyWithKeySet } from '../../auth/jwt-verify.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { readTextUpTo } from '../../read-text.js'
@@ -1077,22 +1077,21 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     } catch {
       return true
     }
+    // Whole seconds, as jose reads the clock.
     const seconds = Math.floor(at.getTime() / 1000)
     const { typ, alg } = protectedHeader
-    const aud = claims.aud
     return (
       typeof typ !== 'string' ||
       mediaType(typ) !== mediaType(IDENTITY_TOKEN_TYPE) ||
       typeof alg !== 'string' ||
       !(ASYMMETRIC_ALGORITHMS as readonly string[]).includes(alg) ||
-      claims.iss !== options.issuer ||
-      !(typeof aud === 'string' ? audience.includes(aud) : Array.isArray(aud) && audience.some((a) => aud.includes(a))) ||
       typeof claims.exp !== 'number' ||
       typeof claims.iat !== 'number' ||
-      claims.exp <= seconds - tolerance ||
+      // `iss`, `exp`, `nbf` and `aud` as the OAuth validator reads them (its audience match is
+      // the looser of the two: a token it passes may still be a 503, never a false 401).
+      checkAccessTokenClaims(claims, { issuer: options.issuer, requireIssuer: true, now: seconds * 1000, clockToleranceMs: tolerance * 1000, audience }) !== undefined ||
       seconds - claims.iat - tolerance > maxTokenAge ||
       seconds - claims.iat < -tolerance ||
-      (claims.nbf !== undefined && !(typeof claims.nbf === 'number' && claims.nbf <= seconds + tolerance)) ||
       claimsRefusal(claims as IdentityClaims) !== undefined
     )
   }

@@ -89,6 +89,8 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
   // stored for each made-up token) never keep a busy token's value out of it.
   const inFlight = new Map<string, { calls: number; writes: number }>()
   const begin = (key: string, write: boolean): number => {
+    // No local cache, nothing to guard.
+    if (local === undefined) return 0
     let entry = inFlight.get(key)
     if (entry === undefined) inFlight.set(key, (entry = { calls: 0, writes: 0 }))
     entry.calls++
@@ -104,8 +106,9 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
     const ttl = redisTtlMs === -1 ? localTtlMs : Math.min(localTtlMs, redisTtlMs)
     if (local && inFlight.get(key)?.writes === startedAt && ttl > 0) local.set(key, value, { ttl })
   }
-  /** `pending`, with the key's call counted as in flight until it settles. */
+  /** `pending`, with the key's call counted as in flight until it settles (with a local cache). */
   const tracked = <R>(key: string, pending: Promise<R>): Promise<R> => {
+    if (local === undefined) return pending
     const done = () => end(key)
     pending.then(done, done)
     return pending
