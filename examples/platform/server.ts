@@ -99,7 +99,8 @@ const devAuth = process.env.AUTH_ISSUER
     }).catch((error: unknown) =>
       refuse([`${(error as NodeJS.ErrnoException).syscall === 'listen' ? `AUTH_PORT: cannot listen on 127.0.0.1:${authPort}` : 'development authorization server'}: ${(error as Error).message}`], 1),
     )
-const audience = process.env.AUTH_AUDIENCE
+// Blank is the default; list entries are trimmed (`a, b` is `a` and `b`).
+const audience = process.env.AUTH_AUDIENCE?.trim()
 /** The variable behind each option of the OAuth validator that this script sets from one. */
 const SETTING_OF: Readonly<Record<string, string>> = {
   issuer: 'AUTH_ISSUER',
@@ -119,7 +120,7 @@ const platform = (() => {
         ...(process.env.AUTH_USERINFO_ENDPOINT && { userinfoEndpoint: process.env.AUTH_USERINFO_ENDPOINT }),
         // `AUTH_AUDIENCE=app` (the default in jwt and introspection modes) binds each token to its App.
         ...((audience ?? (authMode === 'userinfo' ? undefined : 'app')) !== undefined && {
-          audience: !audience || audience === 'app' ? ({ resource }: { resource: string }) => resource : audience.split(','),
+          audience: !audience || audience === 'app' ? ({ resource }: { resource: string }) => resource : audience.split(',').map((entry) => entry.trim()),
         }),
         ...(authMode === 'introspection' && {
           introspection: devAuth
@@ -236,11 +237,15 @@ const liveOf = (a: { versions?: Array<string | { version: string }> }): readonly
  * has a 1.x release (the README's), else `/`. None when no token can (a seed of its own).
  */
 function demoCall(): { name: string; token: string; slug: string; path: string } | undefined {
+  // The addresses the printed curl may come from: curl resolves `*.localhost` to 127.0.0.1 and
+  // ::1 both, and reaches whichever of them the server listens on.
+  const curlFrom = hostname === '::1' ? ['::1'] : hostname === '::' || hostname === '' ? ['127.0.0.1', '::1'] : ['127.0.0.1']
   type SeedToken = { name: string; userId: string; servers: string[]; allowedIps?: string[] | null }
   type SeedApp = { id: string; slug: string; rateLimitPerMinute?: number; versions?: Array<string | { version: string }> }
   for (const t of (seed.tokens ?? []) as SeedToken[]) {
     const token = platform.tokens[t.name]
-    if (token === undefined || (t.allowedIps && !checkIpAllowlist('127.0.0.1', compileAllowlist(t.allowedIps)))) continue
+    const allowlist = t.allowedIps ? compileAllowlist(t.allowedIps) : null
+    if (token === undefined || !curlFrom.every((address) => checkIpAllowlist(address, allowlist))) continue
     for (const appId of t.servers) {
       const a = (seed.apps as SeedApp[]).find((x) => x.id === appId)
       const subscribed = (seed.subscriptions ?? []).some((s: { userId: string; appId: string; active: boolean }) => s.userId === t.userId && s.appId === appId && s.active)

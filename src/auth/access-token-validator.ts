@@ -62,3 +62,28 @@ export interface AccessTokenValidator {
    */
   readonly issuer?: string
 }
+
+/**
+ * Validators that keep a deadline of their own (`createOAuthValidator`'s: its retries, then
+ * 503): the dispatcher does not time their calls. It does time any other validator's, so one
+ * that never settles does not hold a request for ever. Internal, not exported by the package.
+ */
+const ownDeadlines = new WeakSet<object>()
+
+/** Marks `validator` as keeping its own deadline; returns it. */
+export function keepingOwnDeadline<T extends AccessTokenValidator>(validator: T): T {
+  ownDeadlines.add(validator)
+  return validator
+}
+
+/** Whether `validator` keeps its own deadline ({@link keepingOwnDeadline}). */
+export function keepsOwnDeadline(validator: AccessTokenValidator): boolean {
+  return ownDeadlines.has(validator)
+}
+
+/**
+ * How long the dispatcher waits for a validator of the platform's own (one that
+ * `createOAuthValidator` did not make) before it answers 503: longer than the built-in
+ * validator's whole deadline with its defaults (10 s of retries and a 5 s call).
+ */
+export const FOREIGN_VALIDATOR_DEADLINE_MS = 30_000

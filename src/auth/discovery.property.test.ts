@@ -177,7 +177,9 @@ const docFor = (issuer: string): fc.Arbitrary<Doc> =>
           fields.forEach((f, i) => {
             if (f !== undefined) value[FIELDS[i]!] = f.v
           })
-          return { value, refused: issuerField !== issuer || fields.some((f) => f !== undefined && !f.ok) }
+          // An https issuer's endpoints are https too: a plain http one is refused.
+          const plain = (f: { v: unknown }) => /^https:/i.test(issuer) && !/^https:/i.test(f.v as string)
+          return { value, refused: issuerField !== issuer || fields.some((f) => f !== undefined && (!f.ok || plain(f))) }
         }),
     },
     { weight: 1, arbitrary: fc.oneof(fc.jsonValue({ maxDepth: 2 }).filter((v) => v === null || typeof v !== 'object' || Array.isArray(v)), fc.constant([{ issuer }])).map((value) => ({ value, refused: true })) },
@@ -213,6 +215,17 @@ describe('checkAuthorizationServerMetadata, property-based', () => {
         expect(checkAuthorizationServerMetadata({ issuer, [field]: url }, issuer)).toBe(`discovery field ${field} holds a user name or password`)
       }
       expect(checkAuthorizationServerMetadata({ issuer, [field]: 'https://auth.example.com/x' }, issuer)).toBeUndefined()
+    }
+  })
+
+  it('an https issuer whose document names a plain http endpoint is refused: the token and client secret would go in clear', () => {
+    for (const field of ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']) {
+      expect(checkAuthorizationServerMetadata({ issuer: 'https://auth.example.com', [field]: 'http://auth.example.com/x' }, 'https://auth.example.com')).toBe(
+        `discovery field ${field} is not an https URL, and the issuer is`,
+      )
+      expect(checkAuthorizationServerMetadata({ issuer: 'https://auth.example.com', [field]: 'HTTPS://auth.example.com/x' }, 'https://auth.example.com')).toBeUndefined()
+      // A development issuer on plain http may name plain http endpoints.
+      expect(checkAuthorizationServerMetadata({ issuer: 'http://127.0.0.1:9000', [field]: 'http://127.0.0.1:9000/x' }, 'http://127.0.0.1:9000')).toBeUndefined()
     }
   })
 

@@ -51,8 +51,10 @@ export function fallbackUserinfoEndpoint(issuer: string): string {
 
 /**
  * Checks a parsed discovery document: a JSON object whose `issuer` is exactly the expected
- * one and whose endpoint fields, when present, are absolute http(s) URLs. Returns the reason
- * it is refused, or `undefined` when it is fine.
+ * one and whose endpoint fields, when present, are absolute http(s) URLs; https ones when the
+ * issuer is https (OIDC Discovery section 3, RFC 8414 section 2, RFC 7662 section 4: the token
+ * and the client's credentials go there, never in clear because a document said so). Returns
+ * the reason it is refused, or `undefined` when it is fine.
  *
  * @example
  * ```ts
@@ -66,12 +68,14 @@ export function checkAuthorizationServerMetadata(doc: unknown, issuer: string): 
   if (metadata.issuer !== issuer) {
     return `issuer mismatch: discovery names ${JSON.stringify(metadata.issuer)}, expected ${JSON.stringify(issuer)}`
   }
+  const secure = /^https:/i.test(issuer)
   for (const field of ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']) {
     const value = metadata[field]
     if (value === undefined) continue
     if (!isHttpUrl(value)) {
       return `discovery field ${field} is not an http(s) URL`
     }
+    if (secure && !/^https:/i.test(value)) return `discovery field ${field} is not an https URL, and the issuer is`
     // `fetch` refuses to call a URL with credentials (Node's error then quotes it).
     if (hasCredentials(value)) return `discovery field ${field} holds a user name or password`
   }

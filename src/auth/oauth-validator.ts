@@ -33,11 +33,12 @@ import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
 import { adoptThenable } from '../core/thenable.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
-import type {
-  AccessTokenContext,
-  AccessTokenInfo,
-  AccessTokenResult,
-  AccessTokenValidator,
+import {
+  type AccessTokenContext,
+  type AccessTokenInfo,
+  type AccessTokenResult,
+  type AccessTokenValidator,
+  keepingOwnDeadline,
 } from './access-token-validator.js'
 import { DEFAULT_RETRY, type RetryOptions, computeBackoff } from './backoff.js'
 import { type BreakerState, type CircuitBreakerOptions, createCircuitBreaker } from './circuit-breaker.js'
@@ -1376,7 +1377,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return keyPrefix + sha256(token, 'base64url')
   }
 
-  return {
+  return keepingOwnDeadline({
     mode,
     issuer,
     checksAppAddress: audienceGiven === undefined && audienceRequired,
@@ -1480,5 +1481,5 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (entry.active) charge?.refund()
       return answer(entry, audience)
     },
-  }
+  })
 }

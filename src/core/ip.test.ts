@@ -255,10 +255,13 @@ describe('compileAllowlist / validateAllowlist', () => {
     expect(validateAllowlist(['10.0.0.0/8', 'x', 'y'])).toEqual({ index: 1, message: expect.stringMatching(/^entry 1/) })
   })
 
-  it('validateAllowlist refuses what parseCidr would drop: spaces around an entry, a zone index', () => {
+  it('validateAllowlist refuses what parseCidr would drop: spaces around an entry, a zone index, URL brackets', () => {
     expect(validateAllowlist([' 127.0.0.1'])).toEqual({ index: 0, message: 'entry 0 (" 127.0.0.1") has spaces around it' })
     expect(validateAllowlist(['::1', '10.0.0.0/8\t'])).toEqual({ index: 1, message: 'entry 1 ("10.0.0.0/8\\t") has spaces around it' })
     expect(validateAllowlist(['fe80::1%eth0'])).toEqual({ index: 0, message: expect.stringContaining('zone index') })
+    for (const bracketed of ['[2001:db8::1]', '[192.0.2.1]', '[2001:db8::]/32']) {
+      expect(validateAllowlist(['10.0.0.0/8', bracketed])).toEqual({ index: 1, message: expect.stringContaining('brackets') })
+    }
     // Client addresses keep both leniencies: a socket may report a zone.
     expect(parseIp(' fe80::1%eth0 ')).toEqual(parseIp('fe80::1'))
   })

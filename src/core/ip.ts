@@ -188,6 +188,10 @@ export function validateAllowlist(entries: readonly string[]): { index: number |
     if (entry.includes('%')) {
       return { index, message: `entry ${index} (${shown(entry)}) has a zone index (%…), which an allowlist cannot use` }
     }
+    // `[2001:db8::1]` is a URL's host, not an address: stored as written, it would be shown so.
+    if (entry.includes('[') || entry.includes(']')) {
+      return { index, message: `entry ${index} (${shown(entry)}) has brackets ([…]), which belong in URLs: give the address alone` }
+    }
     const result = parseCidr(entry)
     if (typeof result === 'string') return { index, message: describeCidrError(entry, index, result) }
   }

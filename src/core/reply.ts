@@ -229,21 +229,33 @@ export interface RateLimitedInfo {
   windowType: string
 }
 
+/**
+ * `seconds` as `Retry-After` takes it (RFC 9110 section 10.2.3: a whole number) and the spec's
+ * `retryAfter` says it (at least 1): rounded up, and 1 for anything that is no positive
+ * finite number (`NaN`, `undefined`, `0`, negative), so a validator or store of the platform's
+ * own can never put `Retry-After: NaN` on the wire.
+ */
+function wholeSeconds(seconds: number): number {
+  return typeof seconds === 'number' && seconds > 1 && seconds <= Number.MAX_SAFE_INTEGER ? Math.ceil(seconds) : 1
+}
+
 /** 429 of spec section 7, with `Retry-After`. */
 export function rateLimitedReply(info: RateLimitedInfo, headers?: Readonly<Record<string, string>>): Reply {
+  const retryAfter = wholeSeconds(info.retryAfter)
   return jsonRpcErrorReply(
     429,
     {
       code: RpcCode.RateLimited,
       message: 'Rate limit exceeded',
-      data: { limit: info.limit, resetAt: info.resetAt, retryAfter: info.retryAfter, windowType: info.windowType },
+      data: { limit: info.limit, resetAt: info.resetAt, retryAfter, windowType: info.windowType },
     },
-    { ...headers, 'retry-after': String(info.retryAfter) },
+    { ...headers, 'retry-after': String(retryAfter) },
   )
 }
 
 /** 503 of DESIGN.md: authorization server unavailable (breaker open, retries spent). */
-export function authorizationServerUnavailableReply(retryAfter: number): Reply {
+export function authorizationServerUnavailableReply(seconds: number): Reply {
+  const retryAfter = wholeSeconds(seconds)
   return jsonRpcErrorReply(
     503,
     {
@@ -259,7 +271,8 @@ export function authorizationServerUnavailableReply(retryAfter: number): Reply {
  * 503 when a store the decision depends on cannot answer (never a silent allow), with
  * `Retry-After: <retryAfter>` and `data.retryAfter`, in seconds (default 1).
  */
-export function serviceUnavailableReply(retryAfter = 1): Reply {
+export function serviceUnavailableReply(seconds = 1): Reply {
+  const retryAfter = wholeSeconds(seconds)
   return jsonRpcErrorReply(
     503,
     {

@@ -6,7 +6,7 @@
  * with, plus the headers to stamp on the handler's response. Adapters only translate.
  * @module
  */
-import type { AccessTokenValidator } from '../auth/access-token-validator.js'
+import { type AccessTokenValidator, FOREIGN_VALIDATOR_DEADLINE_MS, keepsOwnDeadline } from '../auth/access-token-validator.js'
 import { isHttpUrl } from '../auth/discovery.js'
 import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
@@ -285,10 +285,11 @@ export interface DispatcherOptions {
    * Longest wait for a store or the rate-limit policy when it answers with a promise. Past it
    * the request is answered 503 (a hung store never hangs a request; the rate-limit counter
    * follows `failOpen`), and the timeout goes to `onError`. Synchronous answers are not timed.
-   * The OAuth validator is not timed here: it keeps its own deadline (retries included) and
-   * answers 503 itself. A positive number of milliseconds, at most 2^31 - 1 (about 24.8 days,
-   * the longest delay a timer takes: past it Node fires at once, and every store call would
-   * time out). Default 5 seconds.
+   * `createOAuthValidator`'s validators are not timed here: they keep their own deadline
+   * (retries included) and answer 503 themselves; a validator of your own gets 30 seconds, then
+   * the request is answered 503 and `onError` hears `oauth failed`. A positive number of
+   * milliseconds, at most 2^31 - 1 (about 24.8 days, the longest delay a timer takes: past it
+   * Node fires at once, and every store call would time out). Default 5 seconds.
    */
   storeTimeoutMs?: number
 }
@@ -517,6 +518,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   if (scopesSupported?.some((scope) => typeof scope !== 'string' || !/^[\x21\x23-\x5B\x5D-\x7E]+$/.test(scope))) {
     throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
   }
+  // `createOAuthValidator`'s keep a deadline of their own; a platform's own is timed here.
+  const timedValidator = oauth !== undefined && !keepsOwnDeadline(oauth)
   const givenServers = options.authorizationServers ?? (oauth?.issuer !== undefined ? [oauth.issuer] : [])
   if (!Array.isArray(givenServers) && typeof givenServers !== 'function') {
     throw new ConfigurationError('authorizationServers', 'must be an array of http(s) URLs, or a function of the App answering one')
@@ -574,7 +577,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         }
         // The App address clients are sent to and tokens are bound to: never `weather` or
         // `javascript:…` (a pattern, not the URL parser: this runs on every request).
-        if (!HTTP_ORIGIN.test(url)) throw new StoreFailure('callback', new TypeError('mcp-dispatch: the baseUrl option answered a string that is no http(s) URL'))
+        // Nor one with a query or fragment: RFC 8707 and 9728 resource identifiers have none, and
+        // the metadata URL put after it would land in them.
+        if (!APP_ADDRESS.test(url)) {
+          throw new StoreFailure('callback', new TypeError('mcp-dispatch: the baseUrl option answered a string that is no http(s) URL without query, fragment or spaces'))
+        }
         return withoutTrailingSlashes(url)
       }
     : (request: DispatchRequest) => request.origin + basePath
@@ -817,7 +824,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         request.clientAddress === undefined
           ? { resource, appId: app.id }
           : { resource, appId: app.id, clientAddress: request.clientAddress }
-      result = await oauth.validate(token, context)
+      const validating = oauth.validate(token, context)
+      // A validator of the platform's own that never settles would hold the request for ever.
+      result = await (timedValidator ? withTimeout(Promise.resolve(validating), FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating)
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
@@ -1363,8 +1372,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 }
 
-/** An absolute http(s) URL with a host: what an App address starts with. */
-const HTTP_ORIGIN = /^https?:\/\/[^/?#\s]/i
+/** An absolute http(s) URL with a host, and no query, fragment or white space: an App address. */
+const APP_ADDRESS = /^https?:\/\/[^/?#\s][^?#\s]*$/i
 
 /** `host` (a `Host` value, port included) names its host with a trailing dot (`a.example.`, `a.example.:8080`). */
 function endsWithDot(host: string): boolean {

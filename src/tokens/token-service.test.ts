@@ -1205,19 +1205,40 @@ describe('rotate (spec 3, 4.3)', () => {
     expect((await service.authenticate(created.token)).ok).toBe(false)
   })
 
-  it('many owner rotations at once all succeed, one after the other; an active token is never called revoked (regression)', async () => {
+  it('owner rotations at once: one wins and its secret is live, the others get 409 conflict, never a dead secret nor "revoked"', async () => {
     const { service } = setup()
     const created = await createToken(service)
     const results = await Promise.allSettled(
       Array.from({ length: 8 }, () => service.rotate(created.id, { kind: 'session', userId: 'alice' })),
     )
-    expect(results.map((r) => r.status)).toEqual(Array(8).fill('fulfilled'))
-    const secrets = results.map((r) => (r as PromiseFulfilledResult<{ token: string }>).value.token)
-    expect(new Set(secrets).size).toBe(8)
-    // Exactly one of them is live: the last swap.
-    const live = await Promise.all(secrets.map(async (secret) => (await service.authenticate(secret)).ok))
-    expect(live.filter(Boolean)).toHaveLength(1)
+    const won = results.filter((r) => r.status === 'fulfilled')
+    expect(won).toHaveLength(1)
+    for (const r of results.filter((r) => r.status === 'rejected')) {
+      expect((r as PromiseRejectedResult).reason).toBeInstanceOf(ConflictError)
+    }
+    const winner = (won[0] as PromiseFulfilledResult<{ token: string }>).value
+    expect((await service.authenticate(winner.token)).ok).toBe(true)
     expect((await service.get('alice', created.id)).status).toBe('active')
+    // One after the other, each rotation succeeds and replaces the one before.
+    const again = await service.rotate(created.id, { kind: 'session', userId: 'alice' })
+    expect((await service.authenticate(again.token)).ok).toBe(true)
+    expect((await service.authenticate(winner.token)).ok).toBe(false)
+  })
+
+  it('the token rotating itself and its owner at once: whichever loses gets no secret (401 or 409), the winner keeps a live one', async () => {
+    const { service } = setup()
+    for (const ownerFirst of [false, true]) {
+      const created = await createToken(service)
+      const bySelf = () => service.rotate(created.id, { kind: 'token', token: created.token })
+      const byOwner = () => service.rotate(created.id, { kind: 'session', userId: 'alice' })
+      const results = await Promise.allSettled(ownerFirst ? [byOwner(), bySelf()] : [bySelf(), byOwner()])
+      const won = results.filter((r) => r.status === 'fulfilled')
+      expect(won).toHaveLength(1)
+      const lost = (results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason
+      expect(lost).toBeInstanceOf(DispatchError)
+      expect([401, 409]).toContain((lost as DispatchError).status)
+      expect((await service.authenticate((won[0] as PromiseFulfilledResult<{ token: string }>).value.token)).ok).toBe(true)
+    }
   })
 })
 
@@ -2407,7 +2428,7 @@ describe('cached records and invalidation between instances', () => {
     expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 
-  it('an owner rotation racing a Bearer rotation leaves no intermediate secret cached (regression)', async () => {
+  it('an owner rotation that lost to a Bearer rotation answers 409 and leaves the Bearer caller a live secret', async () => {
     let release!: () => void
     let holdNext = false
     const { a: service } = instances(true, (inner) => ({
@@ -2427,10 +2448,9 @@ describe('cached records and invalidation between instances', () => {
     const t1 = await service.rotate(t0.id, { kind: 'token', token: t0.token })
     expect((await service.authenticate(t1.token)).ok).toBe(true) // cached now
     release()
-    const t2 = await byOwner
-    expect(await service.authenticate(t1.token)).toMatchObject({ ok: false })
+    await expect(byOwner).rejects.toBeInstanceOf(ConflictError)
+    expect((await service.authenticate(t1.token)).ok).toBe(true)
     expect(await service.authenticate(t0.token)).toMatchObject({ ok: false })
-    expect((await service.authenticate(t2.token)).ok).toBe(true)
   })
 
   it('rotate on one instance: the old secret stops working on the other at once', async () => {

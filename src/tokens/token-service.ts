@@ -337,7 +337,8 @@ export interface TokenService {
    * @throws {TooManyValidationsError} (429) when a token caller's `clientAddress` has spent its `unknownTokenBudget`.
    * @throws {NotFoundError} (404) when the owner's session names no token of theirs.
    * @throws {TokenInactiveError} (409) when the owner rotates an expired or revoked token.
-   * @throws {ConflictError} (409) when the owner's rotation lost 32 races in a row: try again.
+   * @throws {ConflictError} (409) when the owner's rotation lost a race with another rotation of
+   * the token (a second tab, or the token rotating itself): that rotation's secret is the live one.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
@@ -1338,29 +1339,28 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
-      // another instance) is not left cached anywhere. It reads again when it lost the race.
-      for (let attempt = 1; ; attempt++) {
-        record = await ownedRecord(caller.userId, id)
-        const state = statusOf(record)
-        if (state !== 'active') throw new TokenInactiveError(state)
-        const secret = await newSecret()
-        const current = record
-        const undo = () =>
-          undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
-        const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
-          landed: (late) => late && undo(),
-          unknown: undo,
-        })
-        if (rotated) {
-          await invalidate(current.tokenHash)
-          return secretView(rotated, secret.token)
-        }
-        // Lost to another rotation (each lost swap is someone else's success), or to a
-        // revocation, which the next read shows. Many rotations at once: a truthful 409.
-        if (attempt === MAX_ROTATE_ATTEMPTS) {
-          throw new ConflictError('Token is being rotated concurrently; try again')
-        }
+      // another instance) is not left cached anywhere. It does not try again when it lost: the
+      // winner (a second tab, or the token rotating itself) holds the live secret, and another
+      // swap would hand that caller a secret already dead.
+      record = await ownedRecord(caller.userId, id)
+      const state = statusOf(record)
+      if (state !== 'active') throw new TokenInactiveError(state)
+      const secret = await newSecret()
+      const current = record
+      const undo = () =>
+        undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
+      const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
+        landed: (late) => late && undo(),
+        unknown: undo,
+      })
+      if (rotated) {
+        await invalidate(current.tokenHash)
+        return secretView(rotated, secret.token)
       }
+      // Lost to a revocation (or an expiry), which a read shows, or to another rotation.
+      const after = statusOf(await ownedRecord(caller.userId, id))
+      if (after !== 'active') throw new TokenInactiveError(after)
+      throw new ConflictError('Token was rotated by another request meanwhile, which holds its new secret; rotate again to replace that one')
     },
 
     async revoke(userId, id) {
@@ -1604,9 +1604,6 @@ const WRITE_SLACK_MS = 1_000
 const MAX_KNOWN_HASHES = 50_000
 
 const orUnknown = (found: TokenAuthResult | undefined): TokenAuthResult => found ?? UNKNOWN
-
-/** Reads and swaps an owner's rotation tries before it answers 409 `conflict`. */
-const MAX_ROTATE_ATTEMPTS = 32
 
 const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed' })
 const UNKNOWN: TokenAuthResult = Object.freeze({ ok: false, reason: 'unknown' })

@@ -103,7 +103,7 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
       [{ tokens: asyncTokens }, bearer(generateApiToken())],
       [{ oauth: refusing }, bearer('an-oauth-access-token')],
     ]
-    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws', 'weather.apps.example.com', 'javascript:alert(1)', 'https:///x']) {
+    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws', 'weather.apps.example.com', 'javascript:alert(1)', 'https:///x', 'https://weather.apps.example.com/#f', 'https://weather.apps.example.com?tenant=1', 'https://weather.apps.example.com/a b']) {
       const baseUrl = () => {
         if (answer === 'throws') throw new Error('no address for this App')
         return answer as unknown as string

@@ -423,6 +423,8 @@ describe('npm start and npm run forward: bad settings', () => {
       // AUTH_CLIENT_SECRET served, every token then refused at the provider).
       [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com' }, ['AUTH_CLIENT_ID: is required with AUTH_MODE=introspection', 'AUTH_CLIENT_SECRET: is required with AUTH_MODE=introspection']],
       [['start'], { AUTH_MODE: 'introspection', AUTH_ISSUER: 'https://auth.example.com', AUTH_CLIENT_ID: 'platform', AUTH_CLIENT_SECRET: '' }, ['AUTH_CLIENT_SECRET: is required with AUTH_MODE=introspection']],
+      // A blank entry of a list, once the spaces around entries are dropped.
+      [['start'], { PORT: '0', AUTH_PORT: '0', AUTH_MODE: 'jwt', AUTH_AUDIENCE: 'http://weather.localhost:8787, ,http://notes.localhost:8787' }, ['AUTH_AUDIENCE: mcp-dispatch: option "audience" must be a non-empty string']],
       // Both servers on one port: a bad pair of settings (regression: exit 1, "PORT: EADDRINUSE").
       [['start'], { PORT: '47388', AUTH_PORT: '47388' }, ['AUTH_PORT: must differ from PORT (both 47388)']],
       // An unknown option hides nothing else.

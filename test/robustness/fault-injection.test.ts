@@ -342,6 +342,45 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
     expect(await response.json()).toMatchObject({ error: { code: -32005, message: 'Service unavailable' } })
     await fixture.close()
   })
+
+  it('a validator of the platform\'s own that never settles gives 503 after 30 s, reported; it does not hold the request for ever', async () => {
+    const oauth: AccessTokenValidator = { validate: () => new Promise<AccessTokenResult>(() => {}) }
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+    const fixture = await createFixture({ oauth })
+    const handle = mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })
+    let settled = false
+    const pending = handle(request('oauth-access-token'), info).finally(() => (settled = true))
+    await vi.advanceTimersByTimeAsync(29_999)
+    expect(settled).toBe(false)
+    await vi.advanceTimersByTimeAsync(1)
+    const response = await pending
+    expect(response.status).toBe(503)
+    expect(response.headers.get('retry-after')).toBe('1')
+    expect(response.headers.get('x-mcp-version')).toBeNull()
+    expect(fixture.errors.map((e) => [e.context, (e.error as Error).message])).toEqual([
+      ['oauth failed', 'the OAuth validator did not answer within 30000 ms'],
+    ])
+    expect(vi.getTimerCount()).toBe(0)
+    await fixture.close()
+  })
+
+  it('a retryAfter of a validator of the platform\'s own that is no whole number of seconds goes out as one, at least 1', async () => {
+    const cases: Array<[number | undefined, string]> = [[Number.NaN, '1'], [undefined, '1'], [0, '1'], [-3, '1'], [0.5, '1'], [2.2, '3'], [Infinity, '1'], [30, '30']]
+    for (const [given, sent] of cases) {
+      const oauth: AccessTokenValidator = {
+        async validate() {
+          throw new AuthorizationServerUnavailableError(given as number)
+        },
+      }
+      const fixture = await createFixture({ oauth })
+      const handle = mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })
+      const response = await handle(request('oauth-access-token'), info)
+      expect(response.status, String(given)).toBe(503)
+      expect(response.headers.get('retry-after'), String(given)).toBe(sent)
+      expect(await response.json(), String(given)).toMatchObject({ error: { code: -32005, data: { retryAfter: Number(sent) } } })
+      await fixture.close()
+    }
+  })
 })
 
 describe('a client that drops the MCP SDK GET stream (reference platform over loopback)', () => {

@@ -624,6 +624,55 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       expect(await base.get(record.id)).toMatchObject({ revokedAt: record.createdAt + 1 })
     })
 
+    it('two instances rotating one token at once (two dashboard tabs; the token itself and its owner): one 200 with the live secret, the other 409 or 401 and no secret', async () => {
+      const base = await postgres.tokenStore()
+      const apps = createMemoryAppStore([{ id: 'app_1', slug: 'one', name: 'One' }])
+      const invalidations = createMemoryInvalidationBus()
+      const options = { apps, canUseServer: () => true, cacheTtlMs: 600_000, invalidations }
+      // Each instance's swap waits until both have read the token: the two are truly at once.
+      let arrived = 0
+      let bothRead!: () => void
+      let barrier = Promise.resolve()
+      const atOnce = (store: PostgresTokenStore): PostgresTokenStore => ({
+        ...store,
+        async rotate(id, secret, expected) {
+          if (++arrived === 2) bothRead()
+          await barrier
+          return store.rotate(id, secret, expected)
+        },
+      })
+      const a = createTokenService({ ...options, store: atOnce(base) })
+      const b = createTokenService({
+        ...options,
+        store: atOnce(createPostgresTokenStore({ pool: postgres.openPool({ max: 2 }), schema: base.schema })),
+      })
+      try {
+        for (let round = 0; round < 6; round++) {
+          const created = await a.create({ userId: 'u_tabs', name: `tabs ${round}`, servers: ['app_1'], expiresInDays: 7 })
+          const bySelf = round % 2 === 1
+          arrived = 0
+          barrier = new Promise<void>((resolve) => (bothRead = resolve))
+          const results = await Promise.allSettled([
+            a.rotate(created.id, { kind: 'session', userId: 'u_tabs' }),
+            bySelf
+              ? b.rotate(created.id, { kind: 'token', token: created.token, clientAddress: undefined })
+              : b.rotate(created.id, { kind: 'session', userId: 'u_tabs' }),
+          ])
+          const won = results.filter((r) => r.status === 'fulfilled')
+          expect(won, `round ${round}`).toHaveLength(1)
+          const lost = (results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason
+          expect([401, 409]).toContain(lost.status)
+          const live = (won[0] as PromiseFulfilledResult<{ token: string }>).value.token
+          for (const service of [a, b]) {
+            expect((await service.authenticate(live)).ok).toBe(true)
+            expect((await service.authenticate(created.token)).ok).toBe(false)
+          }
+        }
+      } finally {
+        await Promise.all([a.close(), b.close()])
+      }
+    })
+
     it('a connection lost after a rotation or revocation committed (the reply never arrives): 503, the rotation is undone and the revocation reaches the other instance at once', async () => {
       const base = await postgres.tokenStore()
       // Once armed, the next rotation or revocation goes through and the connection is dropped
