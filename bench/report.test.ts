@@ -262,3 +262,23 @@ describe('bench report: in-process targets', () => {
     expect(renderReport(fastifyReport([10_000], [9_000]))).not.toContain('Machine speed')
   })
 })
+
+describe('bench report: the machine', () => {
+  it('names how idle cores wait, and says why HTTP ratios come out lower where they halt at once (a VM without halt polling)', () => {
+    const at = (idle: BenchReport['machine']['idle']) => {
+      const report = fastifyReport([40_000, 40_000, 40_000], [30_000, 30_000, 30_000])
+      return renderReport({ ...report, machine: { ...report.machine, ...(idle && { idle }) } })
+    }
+    const halting = at({ driver: 'haltpoll', haltPollNs: 0 })
+    expect(halting).toContain('; idle cores: cpuidle `haltpoll`, guest_halt_poll_ns 0')
+    expect(halting).toContain('**Idle cores halt at once here**')
+    // Polling first, another driver, or nothing known: the facts only.
+    const polling = at({ driver: 'haltpoll', haltPollNs: 200_000 })
+    expect(polling).toContain('guest_halt_poll_ns 200000')
+    expect(polling).not.toContain('halt at once')
+    expect(at({ driver: 'intel_idle' })).toContain('; idle cores: cpuidle `intel_idle`\n')
+    expect(at(undefined)).not.toContain('idle cores')
+    // Not noise: the targets are judged as before.
+    expect(judgeTargets(fastifyReport([40_000, 40_000, 40_000], [30_000, 30_000, 30_000]))[0]).toMatchObject({ met: false })
+  })
+})

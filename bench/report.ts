@@ -292,6 +292,11 @@ function table(header: readonly string[], rows: readonly (readonly string[])[]):
   return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n')
 }
 
+/** Whether idle cores of the run's machine halt without polling first (see {@link renderReport}). */
+export function haltsAtOnce(m: MachineInfo): boolean {
+  return m.idle?.driver === 'haltpoll' && m.idle.haltPollNs === 0
+}
+
 /** The Markdown of a run. */
 export function renderReport(report: BenchReport): string {
   const m = report.machine
@@ -300,7 +305,7 @@ export function renderReport(report: BenchReport): string {
   parts.push(
     [
       `- Machine: ${m.cpuModel}, ${m.cores} cores available (nproc), ${m.memoryGiB} GiB, ${m.os}`,
-      `- Node ${m.node}; load average at start ${m.loadAverage.toFixed(2)}`,
+      `- Node ${m.node}; load average at start ${m.loadAverage.toFixed(2)}${m.idle ? `; idle cores: cpuidle \`${m.idle.driver}\`${m.idle.haltPollNs === undefined ? '' : `, guest_halt_poll_ns ${m.idle.haltPollNs}`}` : ''}`,
       `- Processes: ${m.pinned ? `HTTP servers and the micro suite pinned to core 0, autocannon to core${m.loadCores.includes('-') ? 's' : ''} ${m.loadCores} (taskset)` : 'not pinned (no taskset or a single core)'}`,
       `- Store set: \`${report.store}\``,
       `- Settings: ${report.settings}`,
@@ -328,6 +333,14 @@ export function renderReport(report: BenchReport): string {
           ? ''
           : ` At that machine's speed the core decision would run about ${formatRate(speed.decisionScaled)}/s (a rough scale, not judged: one workload's speed stands for another's).`) +
         ' The HTTP ratios need no scale: both sides of each ran on this machine.',
+    )
+  }
+  if (haltsAtOnce(m)) {
+    parts.push(
+      '**Idle cores halt at once here** (a virtual machine whose `haltpoll` cpuidle driver does not poll: `guest_halt_poll_ns` 0). ' +
+        'Waking the other core, as every response over loopback does when the load generator waits for it, then costs the sender a VM exit, ' +
+        'and the slower of two servers pays it more often (the load generator idles more while it waits on that one), so every HTTP ratio to a bare server, ' +
+        'the anchors\' too, comes out lower than the CPU cost per request alone would make it (docs/performance.md, "Virtual machines that halt idle cores").',
     )
   }
   if (targets.some((t) => t.noisy)) {
