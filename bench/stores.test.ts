@@ -76,8 +76,10 @@ describe('bench store sets', () => {
     }
   })
 
-  it('postgres: tokens in a schema of the run, migrated; close drops it', async () => {
-    if ((await postgresUnavailable()) !== undefined) return
+  it('postgres: tokens in a schema of the run, migrated; close drops it', async (context) => {
+    // Under CI an unreachable PostgreSQL throws here (fails); elsewhere the test is skipped, said so.
+    const unavailable = await postgresUnavailable()
+    if (unavailable !== undefined) context.skip(unavailable)
     const set = await createStoreSet('postgres', SEED)
     const probe = new pg.Client({ connectionString: POSTGRES_URL })
     await probe.connect()

@@ -107,8 +107,9 @@ export class TokenInactiveError extends DispatchError {
 }
 
 /**
- * A change lost to changes made at the same time often enough that the library gave up
- * (many owner rotations of one token at once): 409, try again.
+ * A change that conflicts with the token's state: an owner's rotation that lost to another
+ * rotation of the token made at the same time (rotate again), or a creation past
+ * `maxActiveTokensPerUser` (revoke one first): 409.
  */
 export class ConflictError extends DispatchError {
   constructor(message: string) {

@@ -100,7 +100,7 @@ const devAuth = process.env.AUTH_ISSUER
       refuse([`${(error as NodeJS.ErrnoException).syscall === 'listen' ? `AUTH_PORT: cannot listen on 127.0.0.1:${authPort}` : 'development authorization server'}: ${(error as Error).message}`], 1),
     )
 // Blank is the default; list entries are trimmed (`a, b` is `a` and `b`).
-const audience = process.env.AUTH_AUDIENCE?.trim()
+const audience = process.env.AUTH_AUDIENCE?.trim() || undefined
 /** The variable behind each option of the OAuth validator that this script sets from one. */
 const SETTING_OF: Readonly<Record<string, string>> = {
   issuer: 'AUTH_ISSUER',

@@ -49,9 +49,15 @@ export function fallbackUserinfoEndpoint(issuer: string): string {
   return `${withoutTrailingSlashes(issuer)}/userinfo`
 }
 
+/** The endpoint fields of a discovery document that a validator may call. */
+export type DiscoveredEndpoint = 'userinfo_endpoint' | 'jwks_uri' | 'introspection_endpoint'
+
+const DISCOVERED_ENDPOINTS: readonly DiscoveredEndpoint[] = ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']
+
 /**
  * Checks a parsed discovery document: a JSON object whose `issuer` is exactly the expected
- * one and whose endpoint fields, when present, are absolute http(s) URLs; https ones when the
+ * one and whose endpoint fields, when present, are absolute http(s) URLs; the ones named in
+ * `called` (the endpoints the validator will call: by default all three) https ones when the
  * issuer is https (OIDC Discovery section 3, RFC 8414 section 2, RFC 7662 section 4: the token
  * and the client's credentials go there, never in clear because a document said so). Returns
  * the reason it is refused, or `undefined` when it is fine.
@@ -62,20 +68,24 @@ export function fallbackUserinfoEndpoint(issuer: string): string {
  * checkAuthorizationServerMetadata({ issuer: 'https://b.example' }, 'https://a.example') // 'issuer mismatch…'
  * ```
  */
-export function checkAuthorizationServerMetadata(doc: unknown, issuer: string): string | undefined {
+export function checkAuthorizationServerMetadata(
+  doc: unknown,
+  issuer: string,
+  called: readonly DiscoveredEndpoint[] = DISCOVERED_ENDPOINTS,
+): string | undefined {
   if (doc === null || typeof doc !== 'object' || Array.isArray(doc)) return 'discovery document is not a JSON object'
   const metadata = doc as Record<string, unknown>
   if (metadata.issuer !== issuer) {
     return `issuer mismatch: discovery names ${JSON.stringify(metadata.issuer)}, expected ${JSON.stringify(issuer)}`
   }
   const secure = /^https:/i.test(issuer)
-  for (const field of ['userinfo_endpoint', 'jwks_uri', 'introspection_endpoint']) {
+  for (const field of DISCOVERED_ENDPOINTS) {
     const value = metadata[field]
     if (value === undefined) continue
     if (!isHttpUrl(value)) {
       return `discovery field ${field} is not an http(s) URL`
     }
-    if (secure && !/^https:/i.test(value)) return `discovery field ${field} is not an https URL, and the issuer is`
+    if (secure && called.includes(field) && !/^https:/i.test(value)) return `discovery field ${field} is not an https URL, and the issuer is`
     // `fetch` refuses to call a URL with credentials (Node's error then quotes it).
     if (hasCredentials(value)) return `discovery field ${field} holds a user name or password`
   }

@@ -45,6 +45,7 @@ import { type BreakerState, type CircuitBreakerOptions, createCircuitBreaker } f
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from './client-budget.js'
 import {
   type AuthorizationServerMetadata,
+  type DiscoveredEndpoint,
   checkAuthorizationServerMetadata,
   discoveryUrls,
   fallbackUserinfoEndpoint,
@@ -821,6 +822,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     (mode === 'jwt' && jwksOption === undefined && !doc.jwks_uri) ||
     (mode === 'introspection' && !intro?.endpoint && !doc.introspection_endpoint)
 
+  // The endpoint this mode takes from discovery, which must be https when the issuer is: a
+  // plain http one the validator never calls is no reason to refuse the document.
+  const calledFromDiscovery: readonly DiscoveredEndpoint[] =
+    mode === 'jwt'
+      ? jwksOption === undefined ? ['jwks_uri'] : []
+      : mode === 'introspection'
+        ? intro?.endpoint ? [] : ['introspection_endpoint']
+        : options.userinfoEndpoint ? [] : ['userinfo_endpoint']
+
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
     if (metadata !== undefined && now() < metadataUntil) return metadata
     return discovering.run('discovery', async () => {
@@ -829,7 +839,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           if (res.status === 404 || res.status === 410) return null
           if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
           const parsed = parseJsonObject(res.body)
-          const problem = checkAuthorizationServerMetadata(parsed, issuer)
+          const problem = checkAuthorizationServerMetadata(parsed, issuer, calledFromDiscovery)
           if (problem) throw new BadAnswer(problem, true)
           return parsed as AuthorizationServerMetadata
         })

@@ -91,6 +91,16 @@ export function rateLimitValue(result: RateLimitResult): string {
 }
 
 /**
+ * `seconds` as `Retry-After` takes it (RFC 9110 section 10.2.3: a whole number) and the spec's
+ * `retryAfter` says it (at least 1): rounded up, and 1 for anything that is no positive
+ * finite number (`NaN`, `undefined`, `0`, negative), so a validator or store of the platform's
+ * own can never put `Retry-After: NaN` on the wire. Internal: not exported by the package.
+ */
+export function wholeSeconds(seconds: number): number {
+  return typeof seconds === 'number' && seconds > 1 && seconds <= Number.MAX_SAFE_INTEGER ? Math.ceil(seconds) : 1
+}
+
+/**
  * The `RateLimit` fields of a 429 for a client address that spent its budget of tokens that
  * could not be verified (`unknownTokenBudget`, `clientBudget`): a policy named `"unverified"`,
  * so a client can tell it from the App's own limit, whose body it shares.
@@ -98,7 +108,7 @@ export function rateLimitValue(result: RateLimitResult): string {
 export function unverifiedBudgetHeaders(spent: { limit: number; retryAfter: number; windowType: WindowType }): Record<string, string> {
   return {
     'ratelimit-policy': `"unverified";q=${spent.limit};w=${WINDOWS[spent.windowType] / 1000}`,
-    ratelimit: `"unverified";r=0;t=${spent.retryAfter}`,
+    ratelimit: `"unverified";r=0;t=${wholeSeconds(spent.retryAfter)}`,
   }
 }
 

@@ -6,6 +6,7 @@
  * `error: { code, message, data? }` (spec section 7, DESIGN.md error table).
  * @module
  */
+import { wholeSeconds } from './rate-limit.js'
 
 /** A complete HTTP answer decided by the dispatch layer. */
 export interface Reply {
@@ -227,16 +228,6 @@ export interface RateLimitedInfo {
   retryAfter: number
   /** Window name; `minute` is the one the spec shows. */
   windowType: string
-}
-
-/**
- * `seconds` as `Retry-After` takes it (RFC 9110 section 10.2.3: a whole number) and the spec's
- * `retryAfter` says it (at least 1): rounded up, and 1 for anything that is no positive
- * finite number (`NaN`, `undefined`, `0`, negative), so a validator or store of the platform's
- * own can never put `Retry-After: NaN` on the wire.
- */
-function wholeSeconds(seconds: number): number {
-  return typeof seconds === 'number' && seconds > 1 && seconds <= Number.MAX_SAFE_INTEGER ? Math.ceil(seconds) : 1
 }
 
 /** 429 of spec section 7, with `Retry-After`. */

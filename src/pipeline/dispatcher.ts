@@ -824,9 +824,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         request.clientAddress === undefined
           ? { resource, appId: app.id }
           : { resource, appId: app.id, clientAddress: request.clientAddress }
-      const validating = oauth.validate(token, context)
+      const validating = adoptThenable(oauth.validate(token, context))
       // A validator of the platform's own that never settles would hold the request for ever.
-      result = await (timedValidator ? withTimeout(Promise.resolve(validating), FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating)
+      result = await (timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating)
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }

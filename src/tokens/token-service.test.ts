@@ -1225,6 +1225,32 @@ describe('rotate (spec 3, 4.3)', () => {
     expect((await service.authenticate(winner.token)).ok).toBe(false)
   })
 
+  it('an owner rotation whose swap lost, and that then finds the secret it read back in place (another rotation undone after its store failed), swaps again', async () => {
+    const inner = createMemoryTokenStore()
+    let lose = 0
+    const { service } = setup({
+      store: {
+        ...inner,
+        rotate(id, secret, expected) {
+          // As if a late swap landed and was undone in between: nothing changed, but this swap lost.
+          if (lose > 0) {
+            lose--
+            return undefined
+          }
+          return inner.rotate(id, secret, expected)
+        },
+      },
+    })
+    const created = await createToken(service)
+    lose = 1
+    const rotated = await service.rotate(created.id, { kind: 'session', userId: 'alice' })
+    expect((await service.authenticate(rotated.token)).ok).toBe(true)
+    expect((await service.authenticate(created.token)).ok).toBe(false)
+    // Not for ever: a store that never lets it swap is a 409 after a few reads.
+    lose = Infinity
+    await expect(service.rotate(created.id, { kind: 'session', userId: 'alice' })).rejects.toBeInstanceOf(ConflictError)
+  })
+
   it('the token rotating itself and its owner at once: whichever loses gets no secret (401 or 409), the winner keeps a live one', async () => {
     const { service } = setup()
     for (const ownerFirst of [false, true]) {

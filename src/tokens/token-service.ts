@@ -338,7 +338,7 @@ export interface TokenService {
    * @throws {NotFoundError} (404) when the owner's session names no token of theirs.
    * @throws {TokenInactiveError} (409) when the owner rotates an expired or revoked token.
    * @throws {ConflictError} (409) when the owner's rotation lost a race with another rotation of
-   * the token (a second tab, or the token rotating itself): that rotation's secret is the live one.
+   * the token (a second tab, or the token rotating itself): no secret is handed out twice.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
@@ -1339,28 +1339,34 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
-      // another instance) is not left cached anywhere. It does not try again when it lost: the
-      // winner (a second tab, or the token rotating itself) holds the live secret, and another
-      // swap would hand that caller a secret already dead.
-      record = await ownedRecord(caller.userId, id)
-      const state = statusOf(record)
-      if (state !== 'active') throw new TokenInactiveError(state)
-      const secret = await newSecret()
-      const current = record
-      const undo = () =>
-        undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
-      const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
-        landed: (late) => late && undo(),
-        unknown: undo,
-      })
-      if (rotated) {
-        await invalidate(current.tokenHash)
-        return secretView(rotated, secret.token)
+      // another instance) is not left cached anywhere. When it loses to another rotation it
+      // does not swap again: that rotation's caller (a second tab, or the token rotating itself)
+      // was handed the new secret, which another swap would kill at once.
+      for (let attempt = 1; ; attempt++) {
+        record = await ownedRecord(caller.userId, id)
+        const state = statusOf(record)
+        if (state !== 'active') throw new TokenInactiveError(state)
+        const secret = await newSecret()
+        const current = record
+        const undo = () =>
+          undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
+        const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
+          landed: (late) => late && undo(),
+          unknown: undo,
+        })
+        if (rotated) {
+          await invalidate(current.tokenHash)
+          return secretView(rotated, secret.token)
+        }
+        // Lost to a revocation (or an expiry), which a read shows, or to another rotation.
+        const after = await ownedRecord(caller.userId, id)
+        const afterState = statusOf(after)
+        if (afterState !== 'active') throw new TokenInactiveError(afterState)
+        // The secret it read is back: no rotation won, one whose store failed was undone (its
+        // caller was answered 503 and holds the old secret). It swaps again.
+        if (after.tokenHash === current.tokenHash && attempt < MAX_ROTATE_ATTEMPTS) continue
+        throw new ConflictError('Token was rotated by another request meanwhile; rotate again to replace that secret')
       }
-      // Lost to a revocation (or an expiry), which a read shows, or to another rotation.
-      const after = statusOf(await ownedRecord(caller.userId, id))
-      if (after !== 'active') throw new TokenInactiveError(after)
-      throw new ConflictError('Token was rotated by another request meanwhile, which holds its new secret; rotate again to replace that one')
     },
 
     async revoke(userId, id) {
@@ -1604,6 +1610,9 @@ const WRITE_SLACK_MS = 1_000
 const MAX_KNOWN_HASHES = 50_000
 
 const orUnknown = (found: TokenAuthResult | undefined): TokenAuthResult => found ?? UNKNOWN
+
+/** Swaps an owner's rotation tries while a read finds the secret it read back in place. */
+const MAX_ROTATE_ATTEMPTS = 4
 
 const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed' })
 const UNKNOWN: TokenAuthResult = Object.freeze({ ok: false, reason: 'unknown' })

@@ -167,6 +167,43 @@ describe('userinfo mode (the default)', () => {
     expect(fake.count('/oidc/me')).toBe(0)
   })
 
+  it('an https issuer: the endpoint a mode calls must be https in its discovery document; a plain http one it never calls is no matter', async () => {
+    const issuer = 'https://as.example'
+    const called: string[] = []
+    const document = (fields: Record<string, string>) => ({ issuer, ...fields })
+    const serving = (doc: Record<string, string>): typeof fetch =>
+      (async (input: string | URL | Request) => {
+        const url = String(input instanceof Request ? input.url : input)
+        called.push(url)
+        if (url === `${issuer}/.well-known/openid-configuration`) return Response.json(doc)
+        if (url.endsWith('/userinfo')) return Response.json({ sub: 'user_alice' })
+        if (url.endsWith('/introspect')) return Response.json({ active: true, sub: 'user_alice', iss: issuer })
+        return new Response('not found', { status: 404 })
+      }) as typeof fetch
+    const plainUserinfo = document({ userinfo_endpoint: 'http://as.example/userinfo', introspection_endpoint: `${issuer}/introspect` })
+    // userinfo mode would send the token in clear: refused, nothing sent there.
+    const userinfo = createOAuthValidator({ issuer, fetch: serving(plainUserinfo), retry: { attempts: 1 } })
+    expect((await unavailable(userinfo.validate('good-token'))).status).toBe(503)
+    expect(called.filter((url) => url.startsWith('http:'))).toEqual([])
+    const introspecting = (doc: Record<string, string>) =>
+      createOAuthValidator({
+        issuer,
+        mode: 'introspection',
+        introspection: { clientId: 'rs', clientSecret: 's3cret' },
+        audience: false,
+        fetch: serving(doc),
+        retry: { attempts: 1 },
+      })
+    // introspection mode calls only the https introspection endpoint: served.
+    expect(await introspecting(plainUserinfo).validate('good-token')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    // And the other way round: a plain http introspection endpoint with the client's secret.
+    const plainIntrospection = document({ userinfo_endpoint: `${issuer}/userinfo`, introspection_endpoint: 'http://as.example/introspect' })
+    called.length = 0
+    expect((await unavailable(introspecting(plainIntrospection).validate('good-token'))).status).toBe(503)
+    expect(called.filter((url) => url.startsWith('http:'))).toEqual([])
+    expect(await createOAuthValidator({ issuer, fetch: serving(plainIntrospection) }).validate('good-token')).toMatchObject({ active: true })
+  })
+
   it('caches an accepted token for 5 minutes, then asks again', async () => {
     const v = validator()
     await v.validate('good-token')

@@ -7,7 +7,7 @@
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { serve } from '@hono/node-server'
-import { AuthorizationServerUnavailableError, type AccessTokenResult, type AccessTokenValidator, createOAuthValidator } from 'mcp-dispatch'
+import { AuthorizationServerUnavailableError, type AccessTokenResult, type AccessTokenValidator, TooManyValidationsError, createOAuthValidator } from 'mcp-dispatch'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { createPlatform } from '../../examples/platform/index.js'
@@ -317,7 +317,7 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
     const fixture = await createFixture({ oauth })
     const handle = mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })
     let settled = false
-    // The validator keeps its own deadline (retries included); the dispatcher does not cut it short.
+    // The dispatcher waits for a validator of the platform's own up to 30 s (then 503, below).
     const slow = handle(request('oauth-access-token'), info).finally(() => (settled = true))
     await vi.advanceTimersByTimeAsync(8_000)
     expect(settled).toBe(false)
@@ -364,7 +364,7 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
     await fixture.close()
   })
 
-  it('a retryAfter of a validator of the platform\'s own that is no whole number of seconds goes out as one, at least 1', async () => {
+  it('a retryAfter of a validator of the platform\'s own that is no whole number of seconds goes out as one, at least 1 (503 and 429)', async () => {
     const cases: Array<[number | undefined, string]> = [[Number.NaN, '1'], [undefined, '1'], [0, '1'], [-3, '1'], [0.5, '1'], [2.2, '3'], [Infinity, '1'], [30, '30']]
     for (const [given, sent] of cases) {
       const oauth: AccessTokenValidator = {
@@ -378,6 +378,22 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
       expect(response.status, String(given)).toBe(503)
       expect(response.headers.get('retry-after'), String(given)).toBe(sent)
       expect(await response.json(), String(given)).toMatchObject({ error: { code: -32005, data: { retryAfter: Number(sent) } } })
+      await fixture.close()
+    }
+    // Its 429 (a client budget of its own), in the body and both headers.
+    for (const [given, sent] of cases) {
+      const oauth: AccessTokenValidator = {
+        async validate() {
+          throw new TooManyValidationsError({ limit: 60, resetAt: 1_800_000_000, retryAfter: given as number, windowType: 'minute' })
+        },
+      }
+      const fixture = await createFixture({ oauth })
+      const handle = mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })
+      const response = await handle(request('oauth-access-token'), info)
+      expect(response.status, String(given)).toBe(429)
+      expect(response.headers.get('retry-after'), String(given)).toBe(sent)
+      expect(response.headers.get('ratelimit'), String(given)).toBe(`"unverified";r=0;t=${sent}`)
+      expect(await response.json(), String(given)).toMatchObject({ error: { code: -32000, data: { retryAfter: Number(sent) } } })
       await fixture.close()
     }
   })

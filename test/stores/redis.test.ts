@@ -1283,7 +1283,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
-    it('a hung Redis is still noticed: each store refuses at once once Redis has been silent for its own deadline, a store with a longer one still sends', async () => {
+    it('a client that never answers (as a hung Redis; a real one is held in test/robustness/redis-faults.test.ts) is still noticed: each store refuses without sending once it has been silent for its own deadline, a store with a longer one still sends', async () => {
       const hung: RedisCommandClient = { status: 'ready', call: () => new Promise(() => {}) }
       const prefix = redis.prefix()
       const counters = createRedisRateLimitStore({ client: hung, prefix, timeoutMs: 300 })
@@ -1294,9 +1294,8 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       // Silent for 300 ms: the session store (1,000 ms) still sends, and waits its own deadline;
       // the rate-limit store (300 ms) is refused at once.
       const lookup = expect(sessions.get('s1', 60_000)).rejects.toThrow('did not answer within 1000 ms')
-      const started = performance.now()
+      // "not sent": refused without a command, so without waiting for one.
       await expect(counters.increment('k', START, W)).rejects.toThrow('not sent: Redis is stalled (a command got no answer within 300 ms')
-      expect(performance.now() - started).toBeLessThan(100)
       await lookup
       // Silent for longer than its deadline now: the session store is refused at once too,
       // until the next probe.
