@@ -321,6 +321,25 @@ describe('create (spec 2.1, 3)', () => {
     await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { ['z'.repeat(64)]: 1 } }), 'z'.repeat(64))
   })
 
+  it('a secret pasted into the wrong place (a key, an allowlist entry) is refused without being sent back: error bodies end up in logs', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const secret = generateApiToken()
+    const asKey = await expectFieldError(
+      await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expires_in_days: 30, [secret]: true } }),
+      '[not shown: it looks like a secret]',
+    )
+    expect(asKey.message).toBe('[not shown: it looks like a secret]: is not a known field')
+    const asEntry = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { allowed_ips: ['10.0.0.1', secret] } }), 'allowed_ips.1')
+    expect(asEntry.message).toBe('allowed_ips.1: entry 1 ([not shown: it looks like a secret]) is not an IPv4/IPv6 address or CIDR range')
+    // An OAuth access token's part, too; what is no secret is still quoted.
+    const jwtPart = 'eyJhbGciOiJSUzI1NiIsInR5cCI6ImF0K2p3dCJ9'
+    const asJwt = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { allowed_ips: [jwtPart] } }), 'allowed_ips.0')
+    expect(asJwt.message).not.toContain(jwtPart)
+    const plain = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { allowed_ips: ['localhost'] } }), 'allowed_ips.0')
+    expect(plain.message).toContain('("localhost")')
+  })
+
   it('a camelCase key (as the TypeScript service spells it) is refused under the name it was sent with, not blamed on the API\'s own name', async () => {
     const alice = await signIn('user_alice')
     const id = await seededId('user_alice', 'alice')

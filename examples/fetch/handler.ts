@@ -12,13 +12,13 @@
  * ```ts
  * const handler = createFetchHandler({ dispatcher, signer, upstream, host: (r) => r.headers.get('host') })
  * const route = (request: Request) => handler(request)
- * export { route as GET, route as POST, route as DELETE, route as OPTIONS }
+ * export { route as GET, route as POST, route as DELETE, route as OPTIONS, route as PUT, route as PATCH }
  * ```
  * Cloudflare Workers (`CF-Connecting-IP` is set by Cloudflare, so it is the client address):
  * ```ts
- * export default {
- *   fetch: createFetchHandler({ dispatcher, signer, upstream, clientAddress: (r) => r.headers.get('cf-connecting-ip') ?? undefined }),
- * }
+ * const handler = createFetchHandler({ dispatcher, signer, upstream, clientAddress: (r) => r.headers.get('cf-connecting-ip') ?? undefined })
+ * // The request alone: Workers pass `env` and `ctx` after it, which the handler would read as its `info`.
+ * export default { fetch: (request: Request) => handler(request) }
  * ```
  * Run locally: `npx tsx examples/fetch/server.ts`.
  */

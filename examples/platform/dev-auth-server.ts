@@ -327,8 +327,11 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
     const path = (req.url ?? '/').split('?', 1)[0]!
     options.onRequest?.({ method: req.method ?? 'GET', path })
     const origin = req.headers.origin
-    // As oidc-provider routes it: in any case, a trailing slash dropped (`/REG/` is `/reg`).
-    const route = path.replace(/\/+$/, '').toLowerCase()
+    // As oidc-provider routes it: in any case, a trailing slash dropped (`/REG/` is `/reg`). A
+    // loop, not `/\/+$/`, whose time is quadratic in a path of many slashes not at its end.
+    let end = path.length
+    while (end > 0 && path.charCodeAt(end - 1) === 0x2f) end--
+    const route = path.slice(0, end).toLowerCase()
     if (route === REGISTRATION_PATH && origin !== undefined && isLoopbackOrigin(origin)) {
       // oidc-provider sends no CORS headers at the registration endpoint, so a browser-based
       // MCP client (a page, such as the MCP Inspector's) could not register. Pages served from

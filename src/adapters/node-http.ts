@@ -482,6 +482,20 @@ function holdUntilPinned(
   }
 
   function begin(first: HeldMethod, args: unknown[]): unknown {
+    if (first !== 'writeHead' && target.writeHead !== wrappers[0]) {
+      // The head is implicit and a middleware after `mcpDispatch` hooked `writeHead`
+      // (`on-headers`: `compression()` sets its encoding and stream there). Node would call that
+      // hook only when the held head is replayed, after the body went by the stream it had not
+      // made yet (a plain body under a gzip header): take the head through it now, as Node does
+      // at once when nothing is held.
+      ;(target.writeHead as Method).call(res, res.statusCode)
+      if (state === HOLDING) {
+        if (first === 'end') endCalled.add(res)
+        queue!.push([first, args])
+        return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
+      }
+      if (state === DONE) return replay(first, args)
+    }
     let status = res.statusCode
     let sessionId: string | undefined
     if (first === 'writeHead') {

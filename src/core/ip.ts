@@ -7,6 +7,7 @@
  * IPv4-mapped IPv6. No I/O, no `node:net`: it runs on every runtime.
  * @module
  */
+import { quoted } from './text.js'
 
 /** An address as four big-endian 32-bit words. */
 export type IpWords = readonly [number, number, number, number]
@@ -199,7 +200,7 @@ export function validateAllowlist(entries: readonly string[]): { index: number |
 }
 
 function shown(entry: string): string {
-  return JSON.stringify(entry.length > 60 ? `${entry.slice(0, 60)}…` : entry)
+  return quoted(entry, 60)
 }
 
 function describeCidrError(entry: string, index: number, error: CidrError): string {

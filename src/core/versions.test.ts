@@ -369,3 +369,18 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     expect(live).toEqual(['1.2.3'])
   })
 })
+
+describe('applyDeploy: what its refusal quotes', () => {
+  it('quotes a version that is none, but not one that looks like a secret (a token pasted as the version)', () => {
+    expect(() => applyDeploy([], 'one')).toThrow('"one" is not a semantic version')
+    const secret = `svc_${'aB3'.repeat(12)}xY9Zq1`
+    let message = ''
+    try {
+      applyDeploy(['1.0.0'], secret)
+    } catch (error) {
+      expect(error).toBeInstanceOf(DeployRefusedError)
+      message = (error as Error).message
+    }
+    expect(message).toBe('[not shown: it looks like a secret] is not a semantic version <major>.<minor>.<patch>[-prerelease] without build metadata')
+  })
+})

@@ -8,6 +8,7 @@
  */
 import semver from 'semver'
 import { DeployRefusedError } from '../errors.js'
+import { quoted } from './text.js'
 
 /** What a request path asks for (spec 9.1). */
 export type VersionSelector =
@@ -226,7 +227,7 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
   if (!spelledExactly(next, version)) {
     throw new DeployRefusedError(
       version,
-      `${JSON.stringify(version)} is not a semantic version <major>.<minor>.<patch>[-prerelease] without build metadata`,
+      `${quoted(version)} is not a semantic version <major>.<minor>.<patch>[-prerelease] without build metadata`,
     )
   }
   // Reachable: a version path is at most 128 characters (`/v` and the version, maybe a `/`).

@@ -155,6 +155,31 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       }
     })
 
+    it(`${store} store: compression() after mcpDispatch and a handler whose first call is flushHeaders(): a gzip body under the gzip header`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use(compression())
+      const result = { tools: Array.from({ length: 100 }, (_, i) => ({ name: `tool${i}` })) }
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.statusCode = 200
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', `flushed-${store}-${kind}`) // a new session: its head is held on an asynchronous store
+          res.flushHeaders()
+          res.write(JSON.stringify({ jsonrpc: '2.0', id: 1 }).slice(0, -1))
+          res.end(`,"result":${JSON.stringify(result)}}`)
+        }),
+      )
+      const answer = await gzipRequest(await serve(app), fixture)
+      expect(answer.status).toBe(200)
+      expect(answer.headers['content-encoding']).toBe('gzip')
+      expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+      expect(answer.headers['mcp-session-id']).toBe(`flushed-${store}-${kind}`)
+      expect(JSON.parse(answer.body)).toEqual({ jsonrpc: '2.0', id: 1, result })
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
     it(`${store} store: a write and end wrapper installed after mcpDispatch sees every call (on-headers before it)`, async () => {
       const fixture = fixtureFor()
       const seen: string[] = []

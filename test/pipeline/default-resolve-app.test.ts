@@ -64,3 +64,24 @@ describe('the default resolveApp', () => {
     }
   })
 })
+
+describe('a request that names no host (HTTP/1.0, an empty Host), with a resolveApp of the platform\'s', () => {
+  it('names no App without baseUrl (404 not_found: its address would be "http://"); with baseUrl it is served', async () => {
+    const apps = createMemoryAppStore([APP])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+    const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
+    const everyRequest = () => apps.getAppBySlug('weather')
+    const hostless = (path: string, withToken?: string): DispatchRequest => ({ ...request('', path, withToken), host: undefined, origin: 'http://' })
+    const byHost = createDispatcher({ apps, subscriptions, tokens, resolveApp: everyRequest })
+    for (const [path, withToken] of [['/v1', token], ['/v1', undefined], ['/.well-known/oauth-protected-resource', undefined]] as const) {
+      const answer = await outcome(byHost.decide(hostless(path, withToken)))
+      expect(answer.status, path).toBe(404)
+      expect(JSON.parse(String(answer.body)).error.data).toEqual({ error: 'not_found' })
+    }
+    const addressed = createDispatcher({ apps, subscriptions, tokens, resolveApp: everyRequest, baseUrl: () => 'https://weather.example.com' })
+    expect(await outcome(addressed.decide(hostless('/v1', token)))).toEqual({ status: 'dispatch', version: '1.0.0' })
+    const doc = await outcome(addressed.decide(hostless('/.well-known/oauth-protected-resource')))
+    expect(JSON.parse(String(doc.body))).toMatchObject({ resource: 'https://weather.example.com' })
+  })
+})

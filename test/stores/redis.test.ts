@@ -130,6 +130,20 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     expect(typeof client.duplicate).toBe('function')
   })
 
+  it('a command Redis refuses: the error reaches the caller without its arguments (keys and values hold token hashes that a logger of whole errors would write)', async () => {
+    const { inspect } = await import('node:util')
+    const prefix = redis.prefix()
+    const key = 'c'.repeat(43) // as a token's SHA-256 in base64url: the OAuth cache's key
+    const cache = createRedisCacheStore({ client: redis.client, prefix, localTtlMs: 0 })
+    await redis.client.rpush(`${prefix}cache:${key}`, 'a list, not a cached value') // WRONGTYPE for GET
+    let refused: unknown
+    await (cache.get(key) as Promise<unknown>).catch((error: unknown) => (refused = error))
+    expect(String((refused as Error).message)).toContain('WRONGTYPE')
+    expect((refused as { command?: unknown }).command).toEqual({ name: 'EVALSHA' })
+    expect(inspect(refused, { depth: 5 })).not.toContain(key)
+    await redis.client.del(`${prefix}cache:${key}`)
+  })
+
   describe('session pins', () => {
     it('live under <prefix>session:<id> as JSON, with the idle TTL in Redis', async () => {
       const prefix = redis.prefix()

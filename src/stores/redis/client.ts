@@ -325,6 +325,21 @@ function isErrorReply(error: unknown): boolean {
 }
 
 /**
+ * Drops the arguments ioredis attaches to a failed command's error (`error.command.args`):
+ * keys and values that hold token hashes (the cache's keys, an invalidation's message), which
+ * an `onError` or `onEvent` that logs errors whole would write out. The command's name stays.
+ */
+function withoutArguments(error: unknown): void {
+  const command = (error as { command?: unknown } | null)?.command
+  if (command === null || typeof command !== 'object' || !('args' in command)) return
+  try {
+    ;(error as { command: unknown }).command = { name: (command as { name?: unknown }).name }
+  } catch {
+    // A frozen error keeps what it has: nothing of ours can change it.
+  }
+}
+
+/**
  * Checks the shared options (throwing `ConfigurationError`) and returns the command paths.
  *
  * Every call runs under `timeoutMs`. A Redis that hangs (the connection stays up, nothing is
@@ -404,7 +419,11 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     } catch (error) {
       return Promise.reject(error)
     }
-    reply.then(breaker.answered, (error: unknown) => isErrorReply(error) && breaker.answered())
+    reply.then(breaker.answered, (error: unknown) => {
+      // First of the rejection's handlers, so before any caller or `onError` sees the error.
+      withoutArguments(error)
+      if (isErrorReply(error)) breaker.answered()
+    })
     return reply
   }
   const evaluate = async (breaker: StallBreaker, script: LuaScript, args: RedisArgument[]): Promise<unknown> => {
