@@ -533,8 +533,9 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (typeof body !== 'object' || body === null || Array.isArray(body)) return devFieldError('body', 'must be a JSON object')
     const unknown = Object.keys(body).find((key) => !fields.includes(key))
     if (unknown !== undefined) {
-      // Named when it reads as a key: a long one (a token pasted as a key) is not sent back.
-      const named = unknown.length <= 32 && /^[A-Za-z_$][\w$]*$/.test(unknown)
+      // Named when it reads as a key: a long one (a token, a session cookie or a CSRF token
+      // pasted as a key: 32 characters and more) is not sent back.
+      const named = unknown.length <= 24 && /^[A-Za-z_$][\w$]*$/.test(unknown)
       const problem = `is not a field of ${new URL(request.url).pathname} (${fields.join(', ')})`
       return named ? devFieldError(unknown, problem) : devFieldError('body', `holds a key (not shown) that ${problem}`)
     }

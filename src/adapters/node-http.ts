@@ -407,8 +407,11 @@ export function noteEnds(res: ServerResponse): void {
   const end = res.end
   if (end === ServerResponse.prototype.end || typeof end !== 'function') return
   res.end = function noted(this: ServerResponse, ...args: unknown[]) {
+    // Counted once it returned: an `end` that threw (a head Node refuses) ended nothing, and the
+    // answer that follows must still be sent.
+    const ended = (end as (...rest: unknown[]) => ServerResponse).apply(this, args)
     endCalled.add(res)
-    return (end as (...rest: unknown[]) => ServerResponse).apply(this, args)
+    return ended
   } as ServerResponse['end']
 }
 
@@ -487,7 +490,10 @@ function holdUntilPinned(
       // (`on-headers`: `compression()` sets its encoding and stream there). Node would call that
       // hook only when the held head is replayed, after the body went by the stream it had not
       // made yet (a plain body under a gzip header): take the head through it now, as Node does
-      // at once when nothing is held.
+      // at once when nothing is held. The dispatch headers are set first, whatever the hook does.
+      checkHead(res.statusCode, res.statusMessage, undefined)
+      const headers = dispatchHeadersFor(res, decision.headers)
+      for (const name in headers) res.setHeader(name, headers[name]!)
       ;(target.writeHead as Method).call(res, res.statusCode)
       if (state === HOLDING) {
         if (first === 'end') endCalled.add(res)
@@ -495,6 +501,13 @@ function holdUntilPinned(
         return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
       }
       if (state === DONE) return replay(first, args)
+      if (Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true) {
+        // The hook wrote the head itself, past this wrapper: it is out, with the dispatch
+        // headers; the pin is stored as for a head written at once, and the call goes on.
+        void decision.complete(headOutcome(res, decision, res.statusCode, headerValue(res.getHeader('mcp-session-id'))))
+        finish()
+        return replay(first, args)
+      }
     }
     let status = res.statusCode
     let sessionId: string | undefined

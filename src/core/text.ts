@@ -16,15 +16,16 @@ export function hasLoneSurrogate(text: string): boolean {
   return LONE_SURROGATE.test(text)
 }
 
-/** A run of letters, digits, `_` and `-` as long as a secret's: see {@link looksSecret}. */
-const LONG_RUN = /[A-Za-z0-9_-]{20,}/g
+/** A run of ASCII letters and digits as long as a secret's: see {@link looksSecret}. */
+const LONG_RUN = /[A-Za-z0-9]{20,}/g
 
 /**
- * Whether `text` holds what looks like a secret: a run of 20 or more letters and digits with
- * upper case, lower case and digits all in it, as an API token, an OAuth access token (a JWT's
- * parts) or a client secret has. No field name, address, CIDR range or version has one, so an
- * error message that would quote such a `text` (a token pasted into the wrong field) leaves it
- * out: error bodies end up in logs.
+ * Whether `text` holds what looks like a secret: a run of 20 or more ASCII letters and digits
+ * with upper case, lower case and digits all in it, as an API token, an OAuth access token (a
+ * JWT's parts) or a client secret has. Addresses, CIDR ranges, most versions and field names
+ * have none (a long camelCase name with a digit, as `allowedIpAddressesV4`, does), so an error
+ * message that would quote such a `text` (a token pasted into the wrong field) leaves it out:
+ * error bodies end up in logs.
  */
 export function looksSecret(text: string): boolean {
   for (const [run] of text.matchAll(LONG_RUN)) {

@@ -180,6 +180,33 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       expect(errorsOf(fixture)).toEqual([])
     })
 
+    it(`${store} store: a writeHead hook after mcpDispatch that writes the head itself (past the one it replaced): the dispatch headers are in it and the session is pinned`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use((_req, res, next) => {
+        res.writeHead = function (this: http.ServerResponse, ...args: unknown[]) {
+          this.setHeader('x-after', '1')
+          return (http.ServerResponse.prototype.writeHead as (...rest: unknown[]) => http.ServerResponse).apply(this, args)
+        } as typeof res.writeHead
+        next()
+      })
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', `hooked-${store}-${kind}`)
+          res.end('{"ok":true}')
+        }),
+      )
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers).toMatchObject({ 'x-after': '1', 'x-mcp-version': '1.0.0', 'mcp-session-id': `hooked-${store}-${kind}` })
+      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': `hooked-${store}-${kind}` }, body: tools })
+      expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
     it(`${store} store: a write and end wrapper installed after mcpDispatch sees every call (on-headers before it)`, async () => {
       const fixture = fixtureFor()
       const seen: string[] = []
@@ -361,6 +388,25 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
         await expectNotPinned(port, fixture, `fallback-${store}`)
       })
     }
+
+    it.each(EXPRESS_KINDS)(`${store} store, %s, a status out of range set before an implicit head (end first): routeByVersion's 502, never a connection left without an answer`, async (kind) => {
+      const fixture = fixtureFor()
+      const app = EXPRESS[kind]()
+      app.use(dispatchOf(fixture))
+      app.use(
+        routeByVersion(() => (req, res) => {
+          res.statusCode = 1000
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', String(req.headers['x-test-session']))
+          res.end('{}')
+        }),
+      )
+      const port = await serve(app)
+      const failed = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'x-test-session': `implicit-${store}` }, body: tools })
+      expect(failed.status).toBe(502)
+      expectDispatchHeaders(failed)
+      await expectNotPinned(port, fixture, `implicit-${store}`)
+    })
 
     it(`${store} store, Fastify, a header value outside Latin-1 through reply.send: routeByVersion's 502`, async () => {
       const fixture = fixtureFor()
