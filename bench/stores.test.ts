@@ -77,7 +77,8 @@ describe('bench store sets', () => {
   })
 
   it('postgres: tokens in a schema of the run, migrated; close drops it', async (context) => {
-    // Under CI an unreachable PostgreSQL throws here (fails); elsewhere the test is skipped, said so.
+    // Under CI an unreachable PostgreSQL throws here (fails); elsewhere the test is skipped, and
+    // says so.
     const unavailable = await postgresUnavailable()
     if (unavailable !== undefined) context.skip(unavailable)
     const set = await createStoreSet('postgres', SEED)

@@ -107,7 +107,7 @@ export class TokenInactiveError extends DispatchError {
 }
 
 /**
- * A change that conflicts with the token's state: an owner's rotation that lost to another
+ * A change that conflicts with the state of the user's tokens: an owner's rotation that lost to another
  * rotation of the token made at the same time (rotate again), or a creation past
  * `maxActiveTokensPerUser` (revoke one first): 409.
  */

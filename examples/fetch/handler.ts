@@ -17,7 +17,8 @@
  * Cloudflare Workers (`CF-Connecting-IP` is set by Cloudflare, so it is the client address):
  * ```ts
  * const handler = createFetchHandler({ dispatcher, signer, upstream, clientAddress: (r) => r.headers.get('cf-connecting-ip') ?? undefined })
- * // The request alone: Workers pass `env` and `ctx` after it, which the handler would read as its `info`.
+ * // The request alone: Workers pass `env` and `ctx` after it, which the handler would read
+ * // as its `info`.
  * export default { fetch: (request: Request) => handler(request) }
  * ```
  * Run locally: `npx tsx examples/fetch/server.ts`.

@@ -381,9 +381,9 @@ function checkHead(status: number, reason: unknown, headers: unknown): void {
 }
 
 /**
- * Responses whose `end` was called (made since or not): queued behind a head held for the
- * session's pin, or taken by a wrapper that makes it later (`compression` ends its zlib stream
- * first), as {@link noteEnds} sees it.
+ * Responses whose `end` was called and returned (made since or not): queued behind a head held
+ * for the session's pin, or taken by a wrapper that makes it later (`compression` ends its zlib
+ * stream first), as {@link noteEnds} sees it.
  */
 const endCalled = new WeakSet<ServerResponse>()
 
@@ -399,14 +399,19 @@ export function answerEnded(res: ServerResponse): boolean {
 /**
  * Notes each call of `res.end` from now on, for {@link answerEnded}, where `end` is not Node's
  * own (a wrapper such as `compression`'s, which calls it later): a handler's `end` then counts
- * as made at once. Nothing for a response whose `end` is Node's own, whose `writableEnded` says
- * it (no allocation on that path).
+ * as made once it returns (one that throws, such as a head Node refuses, ended nothing). Nothing
+ * for a response whose `end` is Node's own, whose `writableEnded` says it (no allocation on that
+ * path).
  * @internal
  */
 export function noteEnds(res: ServerResponse): void {
   const end = res.end
   if (end === ServerResponse.prototype.end || typeof end !== 'function') return
   res.end = function noted(this: ServerResponse, ...args: unknown[]) {
+    // A head Node would refuse is refused here, before a wrapper's `writeHead` hook makes
+    // anything of it (`compression()` would start its gzip stream, and the 502 that follows
+    // would go through it under no `Content-Encoding`).
+    if (!res.headersSent) checkHead(res.statusCode, res instanceof ServerResponse ? res.statusMessage : undefined, undefined)
     // Counted once it returned: an `end` that threw (a head Node refuses) ended nothing, and the
     // answer that follows must still be sent.
     const ended = (end as (...rest: unknown[]) => ServerResponse).apply(this, args)
@@ -485,6 +490,7 @@ function holdUntilPinned(
   }
 
   function begin(first: HeldMethod, args: unknown[]): unknown {
+    let pastUs = false
     if (first !== 'writeHead' && target.writeHead !== wrappers[0]) {
       // The head is implicit and a middleware after `mcpDispatch` hooked `writeHead`
       // (`on-headers`: `compression()` sets its encoding and stream there). Node would call that
@@ -501,17 +507,17 @@ function holdUntilPinned(
         return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
       }
       if (state === DONE) return replay(first, args)
-      if (Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true) {
-        // The hook wrote the head itself, past this wrapper: it is out, with the dispatch
-        // headers; the pin is stored as for a head written at once, and the call goes on.
-        void decision.complete(headOutcome(res, decision, res.statusCode, headerValue(res.getHeader('mcp-session-id'))))
-        finish()
-        return replay(first, args)
-      }
+      // The hook wrote the head itself, past this wrapper, with the dispatch headers in it. On
+      // HTTP/1 Node has only stored it: it leaves with the first `write`, `end` or
+      // `flushHeaders`, which is held below like any other until the pin is stored (on HTTP/2
+      // the compatibility `writeHead` sends it at once, and only the body is held).
+      pastUs = Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true
     }
     let status = res.statusCode
     let sessionId: string | undefined
-    if (first === 'writeHead') {
+    if (pastUs) {
+      // Checked and stamped above.
+    } else if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
       // What Node would refuse is refused before the pin is stored, as the pin of a head

@@ -43,6 +43,8 @@ export interface AccessTokenContext {
  * `TooManyValidationsError` (429) when the client has spent its budget of upstream
  * validations; never throws for a bad token.
  * `context` names the App the token is presented to; validators that check audiences use it.
+ * The dispatcher answers 503 to a call of a validator of your own that has not settled after
+ * 30 seconds; `createOAuthValidator`'s keep their own deadline and are not timed.
  */
 export interface AccessTokenValidator {
   validate(token: string, context?: AccessTokenContext): Promise<AccessTokenResult>

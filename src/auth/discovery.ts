@@ -59,7 +59,7 @@ const DISCOVERED_ENDPOINTS: readonly DiscoveredEndpoint[] = ['userinfo_endpoint'
  * one and whose endpoint fields, when present, are absolute http(s) URLs; the ones named in
  * `called` (the endpoints the validator will call: by default all three) https ones when the
  * issuer is https (OIDC Discovery section 3, RFC 8414 section 2, RFC 7662 section 4: the token
- * and the client's credentials go there, never in clear because a document said so). Returns
+ * and the client's credentials go there, and keys fetched in clear could be swapped). Returns
  * the reason it is refused, or `undefined` when it is fine.
  *
  * @example

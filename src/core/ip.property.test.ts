@@ -61,7 +61,8 @@ describe('IP addresses and CIDR entries, property-based', () => {
         const range = parseCidr(text)
         if (typeof range !== 'string') expect(range.bits).toBeGreaterThanOrEqual(0)
         const invalid = validateAllowlist([text])
-        // validateAllowlist is parseCidr without its leniencies: no spaces around, no zone index, no brackets.
+        // validateAllowlist is parseCidr without its leniencies: no spaces around, no zone index,
+        // no brackets.
         expect(invalid === null).toBe(typeof range !== 'string' && text.trim() === text && !/[%[\]]/.test(text))
         expect(typeof checkIpAllowlist(text, list)).toBe('boolean')
         expect(checkIpAllowlist(text, null)).toBe(true)

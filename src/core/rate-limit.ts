@@ -93,8 +93,9 @@ export function rateLimitValue(result: RateLimitResult): string {
 /**
  * `seconds` as `Retry-After` takes it (RFC 9110 section 10.2.3: a whole number) and the spec's
  * `retryAfter` says it (at least 1): rounded up, and 1 for anything that is no positive
- * finite number (`NaN`, `undefined`, `0`, negative), so a validator or store of the platform's
- * own can never put `Retry-After: NaN` on the wire. Internal: not exported by the package.
+ * number up to 2^53 - 1 (`NaN`, `undefined`, `0`, negative, `Infinity`), so a validator or
+ * store of the platform's own can never put `Retry-After: NaN` on the wire. Internal: not
+ * exported by the package.
  */
 export function wholeSeconds(seconds: number): number {
   return typeof seconds === 'number' && seconds > 1 && seconds <= Number.MAX_SAFE_INTEGER ? Math.ceil(seconds) : 1

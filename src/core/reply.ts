@@ -230,7 +230,10 @@ export interface RateLimitedInfo {
   windowType: string
 }
 
-/** 429 of spec section 7, with `Retry-After`. */
+/**
+ * 429 of spec section 7, with `Retry-After`; `info.retryAfter` goes out rounded up to a whole
+ * number of seconds, at least 1 (1 for no positive number or one past 2^53 - 1).
+ */
 export function rateLimitedReply(info: RateLimitedInfo, headers?: Readonly<Record<string, string>>): Reply {
   const retryAfter = wholeSeconds(info.retryAfter)
   return jsonRpcErrorReply(
@@ -244,7 +247,10 @@ export function rateLimitedReply(info: RateLimitedInfo, headers?: Readonly<Recor
   )
 }
 
-/** 503 of DESIGN.md: authorization server unavailable (breaker open, retries spent). */
+/**
+ * 503 of DESIGN.md: authorization server unavailable (breaker open, retries spent), with
+ * `Retry-After` and `data.retryAfter`: `seconds` rounded up to a whole number, at least 1.
+ */
 export function authorizationServerUnavailableReply(seconds: number): Reply {
   const retryAfter = wholeSeconds(seconds)
   return jsonRpcErrorReply(
@@ -260,7 +266,8 @@ export function authorizationServerUnavailableReply(seconds: number): Reply {
 
 /**
  * 503 when a store the decision depends on cannot answer (never a silent allow), with
- * `Retry-After: <retryAfter>` and `data.retryAfter`, in seconds (default 1).
+ * `Retry-After` and `data.retryAfter`: `seconds` rounded up to a whole number, at least 1
+ * (default 1).
  */
 export function serviceUnavailableReply(seconds = 1): Reply {
   const retryAfter = wholeSeconds(seconds)

@@ -21,8 +21,8 @@ const LONG_RUN = /[A-Za-z0-9]{20,}/g
 
 /**
  * Whether `text` holds what looks like a secret: a run of 20 or more ASCII letters and digits
- * with upper case, lower case and digits all in it, as an API token, an OAuth access token (a
- * JWT's parts) or a client secret has. Addresses, CIDR ranges, most versions and field names
+ * with upper case, lower case and digits all in it, as an API token or a JWT's parts have (a
+ * hex or single-case secret does not match). Addresses, CIDR ranges, most versions and field names
  * have none (a long camelCase name with a digit, as `allowedIpAddressesV4`, does), so an error
  * message that would quote such a `text` (a token pasted into the wrong field) leaves it out:
  * error bodies end up in logs.

@@ -211,7 +211,8 @@ export interface DispatcherOptions {
    * would be a second address of the App, with a metadata `resource` of its own, which a token
    * bound to the first does not name. Asked for requests under `basePath`, and, when `baseUrl`
    * is given too, for one outside it whose path ends in `/.well-known/oauth-protected-resource`
-   * (see `baseUrl`).
+   * (see `baseUrl`). Without `baseUrl`, not asked for a request that names no host (HTTP/1.0,
+   * an empty `Host`): that is 404 `not_found`, since the App address is made from the host.
    */
   resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
   /**
@@ -221,7 +222,9 @@ export interface DispatcherOptions {
    * document under `basePath`, and, for an address whose path is not `basePath` (no path, with
    * the endpoint at `/mcp`), at that address's path too, for requests that reach it there
    * (matched as sent, as under `basePath`: no percent-decoding, no dot segments). A callback
-   * that answers anything but an http(s) URL fails the request (503, reported to `onError`).
+   * that answers anything but an http(s) URL without query, fragment or spaces (RFC 8707: a
+   * resource identifier has none) fails the request (503, reported to `onError` as `callback
+   * failed`).
    */
   baseUrl?: (request: DispatchRequest, app: AppRecord) => string
   /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */

@@ -1232,7 +1232,8 @@ describe('rotate (spec 3, 4.3)', () => {
       store: {
         ...inner,
         rotate(id, secret, expected) {
-          // As if a late swap landed and was undone in between: nothing changed, but this swap lost.
+          // As if a late swap landed and was undone in between: nothing changed, but this swap
+          // lost.
           if (lose > 0) {
             lose--
             return undefined

@@ -456,7 +456,8 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   const issue = result.error.issues[0]!
   if (issue.code === 'unrecognized_keys') {
     const key = issue.keys[0]!
-    // Named as sent, up to 64 characters: a caller's key can be as long as the body.
+    // Named as sent, up to 64 characters (a caller's key can be as long as the body), unless it
+    // looks like a secret (`quotable`).
     throw new InvalidInputError(quotable(renamed(fieldNames, key)), 'is not a known field')
   }
   const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
@@ -1341,7 +1342,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
       // another instance) is not left cached anywhere. When it loses to another rotation it
       // does not swap again: that rotation's caller (a second tab, or the token rotating itself)
-      // was handed the new secret, which another swap would kill at once.
+      // was handed the new secret, which another swap would kill at once. It swaps again only
+      // when no rotation won (below).
       for (let attempt = 1; ; attempt++) {
         record = await ownedRecord(caller.userId, id)
         const state = statusOf(record)
@@ -1364,7 +1366,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (afterState !== 'active') throw new TokenInactiveError(afterState)
         // The secret it read is back: no rotation won, one whose store failed was undone (its
         // caller was answered 503 and holds the old secret). It swaps again.
-        if (after.tokenHash === current.tokenHash && attempt < MAX_ROTATE_ATTEMPTS) continue
+        if (after.tokenHash === current.tokenHash) {
+          if (attempt < MAX_ROTATE_ATTEMPTS) continue
+          throw new ConflictError('Token is being rotated concurrently; try again')
+        }
         throw new ConflictError('Token was rotated by another request meanwhile; rotate again to replace that secret')
       }
     },

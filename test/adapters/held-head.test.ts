@@ -32,14 +32,22 @@ import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 /** `on-headers` (installed with `compression`; it has no types of its own). */
 const onHeaders = createRequire(import.meta.url)('on-headers') as (res: http.ServerResponse, listener: () => void) => void
 
-/** The memory store answering with promises after a few milliseconds, as a Redis round trip. */
+/**
+ * The memory store answering with promises after a few milliseconds, as a Redis round trip: a
+ * pin is written when its answer comes, and a lookup reads at once (another instance's, on its
+ * own connection), so an answer sent before its pin is stored names a session the next request
+ * does not find.
+ */
 function promisedSessions(): SessionStore {
   const memory = createMemorySessionStore()
-  const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 5))
+  const later = <T>(call: () => T) => new Promise<T>((resolve) => setTimeout(() => resolve(call()), 50))
   return {
-    get: (id, ttl) => later(memory.get(id, ttl) as never),
-    set: (id, pin, ttl) => later(memory.set(id, pin, ttl) as never),
-    delete: (id) => later(memory.delete(id) as never),
+    get: (id, ttl) => {
+      const pin = memory.get(id, ttl)
+      return later(() => pin as never)
+    },
+    set: (id, pin, ttl) => later(() => memory.set(id, pin, ttl) as never),
+    delete: (id) => later(() => memory.delete(id) as never),
   }
 }
 
@@ -406,6 +414,33 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
       expect(failed.status).toBe(502)
       expectDispatchHeaders(failed)
       await expectNotPinned(port, fixture, `implicit-${store}`)
+    })
+
+    it.each(EXPRESS_KINDS)(`${store} store, %s, a status out of range and compression() after mcpDispatch: a plain 502, not one through the gzip stream compression made of the refused head`, async (kind) => {
+      const fixture = fixtureFor()
+      const app = EXPRESS[kind]()
+      app.use(dispatchOf(fixture))
+      app.use(compression())
+      const big = JSON.stringify({ tools: Array.from({ length: 200 }, (_, i) => ({ name: `tool${i}` })) })
+      app.use(
+        routeByVersion(() => (req, res) => {
+          res.statusCode = 1000
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', String(req.headers['x-test-session']))
+          res.end(big)
+        }),
+      )
+      const port = await serve(app)
+      const failed = await rawRequest(port, {
+        path: '/v1',
+        headers: { ...browser(fixture), 'accept-encoding': 'gzip', 'x-test-session': `gz-${store}` },
+        body: tools,
+      })
+      expect(failed.status).toBe(502)
+      expect(failed.headers['content-encoding']).toBeUndefined()
+      expect(JSON.parse(failed.body).error.message).toBe('App handler failed')
+      expectDispatchHeaders(failed)
+      await expectNotPinned(port, fixture, `gz-${store}`)
     })
 
     it(`${store} store, Fastify, a header value outside Latin-1 through reply.send: routeByVersion's 502`, async () => {

@@ -9,7 +9,8 @@
  * `Host`, so `dns-rebinding-protection` also runs directly against the platform.
  *
  * Install the runner and the Node 22 it needs with `npm ci --prefix test/conformance` (or
- * `npm run conformance`). Without it the suite is skipped, except under `.ci/run` (`MCP_DISPATCH_CI=1`), where it fails.
+ * `npm run conformance`). Without it the suite is skipped, except under `.ci/run`
+ * (`MCP_DISPATCH_CI=1`), where it fails.
  */
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'

@@ -304,7 +304,7 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
     await fixture.close()
   })
 
-  it('an authorization server that is slow holds the request until it answers', async () => {
+  it('an authorization server that is slow holds the request until it answers (up to 30 s for a validator of the platform\'s own)', async () => {
     const calls: Array<{ resolve: (value: AccessTokenResult) => void }> = []
     const oauth: AccessTokenValidator = {
       validate() {

@@ -294,7 +294,8 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
         writeOwn(res, versionNotServedReply(context.version))
         return
       }
-      // An `end` a wrapper makes later (`compression`) counts as made once the handler calls it.
+      // An `end` a wrapper makes later (`compression`) counts as made once the handler's call of it
+      // returns.
       noteEnds(res)
       const result: unknown = handler(req, res, (error?: unknown) => {
         // An error after the whole answer: reported, not handed to Express's final handler,

@@ -330,7 +330,7 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
       if (!handler) return sendReply(reply, versionNotServedReply(context.version))
-      // An `end` a wrapper makes later counts as made once the handler calls it.
+      // An `end` a wrapper makes later counts as made once the handler's call of it returns.
       noteEnds(reply.raw)
       answer = handler(request, reply)
     } catch (error) {
