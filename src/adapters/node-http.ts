@@ -320,6 +320,11 @@ const GUARDED: readonly [GuardedMethod, string][] = [
 ]
 type Method = (...args: unknown[]) => unknown
 
+/** The reason phrase a response has set, on HTTP/1 (HTTP/2 has none, and warns when asked). */
+function reasonOf(res: ServerResponse): string | undefined {
+  return res instanceof ServerResponse ? res.statusMessage : undefined
+}
+
 /** Node's `ERR_HTTP_HEADERS_SENT`, for a call Node would refuse were the held head out. */
 function headersSentError(action: string): Error {
   return Object.assign(new Error(`Cannot ${action} headers after they are sent to the client`), { code: 'ERR_HTTP_HEADERS_SENT' })
@@ -411,7 +416,7 @@ export function noteEnds(res: ServerResponse): void {
     // A head Node would refuse is refused here, before a wrapper's `writeHead` hook makes
     // anything of it (`compression()` would start its gzip stream, and the 502 that follows
     // would go through it under no `Content-Encoding`).
-    if (!res.headersSent) checkHead(res.statusCode, res instanceof ServerResponse ? res.statusMessage : undefined, undefined)
+    if (!res.headersSent) checkHead(res.statusCode, reasonOf(res), undefined)
     // Counted once it returned: an `end` that threw (a head Node refuses) ended nothing, and the
     // answer that follows must still be sent.
     const ended = (end as (...rest: unknown[]) => ServerResponse).apply(this, args)
@@ -490,14 +495,17 @@ function holdUntilPinned(
   }
 
   function begin(first: HeldMethod, args: unknown[]): unknown {
-    let pastUs = false
-    if (first !== 'writeHead' && target.writeHead !== wrappers[0]) {
+    // The head was stored past this wrapper already (the handler's own `writeHead` went through
+    // a later middleware's hook that does not call the one it replaced): it is held with this
+    // call, without the dispatch headers, which nothing can add to it now.
+    let pastUs = Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true
+    if (!pastUs && first !== 'writeHead' && target.writeHead !== wrappers[0]) {
       // The head is implicit and a middleware after `mcpDispatch` hooked `writeHead`
       // (`on-headers`: `compression()` sets its encoding and stream there). Node would call that
       // hook only when the held head is replayed, after the body went by the stream it had not
       // made yet (a plain body under a gzip header): take the head through it now, as Node does
       // at once when nothing is held. The dispatch headers are set first, whatever the hook does.
-      checkHead(res.statusCode, res.statusMessage, undefined)
+      checkHead(res.statusCode, reasonOf(res), undefined)
       const headers = dispatchHeadersFor(res, decision.headers)
       for (const name in headers) res.setHeader(name, headers[name]!)
       ;(target.writeHead as Method).call(res, res.statusCode)
@@ -515,6 +523,9 @@ function holdUntilPinned(
     }
     let status = res.statusCode
     let sessionId: string | undefined
+    // The status and reason of an implicit head, as Node would write them now: a change the
+    // handler makes while the head is held is too late, as it is when nothing is held.
+    let implicit: { status: number; reason: string | undefined } | undefined
     if (pastUs) {
       // Checked and stamped above.
     } else if (first === 'writeHead') {
@@ -530,7 +541,8 @@ function holdUntilPinned(
     } else {
       // The head is implicit (`write`, `end`, `flushHeaders`): Node writes it as
       // `writeHead(res.statusCode)`; set the headers it will carry.
-      checkHead(status, res.statusMessage, undefined)
+      implicit = { status, reason: reasonOf(res) }
+      checkHead(status, implicit.reason, undefined)
       const headers = dispatchHeadersFor(res, decision.headers)
       for (const name in headers) res.setHeader(name, headers[name]!)
     }
@@ -546,6 +558,10 @@ function holdUntilPinned(
     void pending.then(() => {
       finish()
       try {
+        if (implicit !== undefined) {
+          res.statusCode = implicit.status
+          if (implicit.reason !== undefined) res.statusMessage = implicit.reason
+        }
         for (const [name, callArgs] of queue!) replay(name, callArgs)
       } catch (error) {
         // A call the real response refuses (a head Node cannot write): the answer is broken; end it.

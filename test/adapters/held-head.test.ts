@@ -215,6 +215,51 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       expect(errorsOf(fixture)).toEqual([])
     })
 
+    it(`${store} store: the handler's own writeHead through such a hook (past mcpDispatch's wrapper): answered and pinned, never a connection cut`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use((_req, res, next) => {
+        res.writeHead = function (this: http.ServerResponse, ...args: unknown[]) {
+          this.setHeader('x-after', '1')
+          return (http.ServerResponse.prototype.writeHead as (...rest: unknown[]) => http.ServerResponse).apply(this, args)
+        } as typeof res.writeHead
+        next()
+      })
+      const sessionId = `explicit-${store}-${kind}`
+      app.use(routeByVersion(() => (_req, res) => void res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': sessionId }).end('{"ok":true}')))
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers).toMatchObject({ 'x-after': '1', 'mcp-session-id': sessionId })
+      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
+      expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
+    it(`${store} store: a status set after the first write is too late, as without a hold: the head has the status of that write, and so has the pin`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      const sessionId = `late-status-${store}-${kind}`
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', sessionId)
+          res.write('{"ok":')
+          res.statusCode = 404
+          res.end('true}')
+        }),
+      )
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
+      expect(next.status).toBe(200)
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
     it(`${store} store: a write and end wrapper installed after mcpDispatch sees every call (on-headers before it)`, async () => {
       const fixture = fixtureFor()
       const seen: string[] = []
