@@ -65,6 +65,18 @@ const errorsOf = (fixture: Fixture) => fixture.errors.map((e) => `${e.context}: 
 const { serve, closeAll } = expressServers()
 afterAll(closeAll)
 
+/**
+ * A middleware whose `writeHead` hook sets a header and writes the head through the prototype,
+ * past the `writeHead` it replaced (what a hook that does not chain does).
+ */
+const writesHeadItself: express.RequestHandler = (_req, res, next) => {
+  res.writeHead = function (this: http.ServerResponse, ...args: unknown[]) {
+    this.setHeader('x-after', '1')
+    return (http.ServerResponse.prototype.writeHead as (...rest: unknown[]) => http.ServerResponse).apply(this, args)
+  } as typeof res.writeHead
+  next()
+}
+
 /** `mcpDispatch` reporting to `fixture.errors`. */
 const dispatchOf = (fixture: Fixture) => mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) })
 
@@ -192,13 +204,7 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       const fixture = fixtureFor()
       const app = express()
       app.use(dispatchOf(fixture))
-      app.use((_req, res, next) => {
-        res.writeHead = function (this: http.ServerResponse, ...args: unknown[]) {
-          this.setHeader('x-after', '1')
-          return (http.ServerResponse.prototype.writeHead as (...rest: unknown[]) => http.ServerResponse).apply(this, args)
-        } as typeof res.writeHead
-        next()
-      })
+      app.use(writesHeadItself)
       app.use(
         routeByVersion(() => (_req, res) => {
           res.setHeader('content-type', 'application/json')
@@ -219,13 +225,7 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       const fixture = fixtureFor()
       const app = express()
       app.use(dispatchOf(fixture))
-      app.use((_req, res, next) => {
-        res.writeHead = function (this: http.ServerResponse, ...args: unknown[]) {
-          this.setHeader('x-after', '1')
-          return (http.ServerResponse.prototype.writeHead as (...rest: unknown[]) => http.ServerResponse).apply(this, args)
-        } as typeof res.writeHead
-        next()
-      })
+      app.use(writesHeadItself)
       const sessionId = `explicit-${store}-${kind}`
       app.use(routeByVersion(() => (_req, res) => void res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': sessionId }).end('{"ok":true}')))
       const port = await serve(app)
