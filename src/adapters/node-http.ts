@@ -527,7 +527,8 @@ function holdUntilPinned(
     // handler makes while the head is held is too late, as it is when nothing is held.
     let implicit: { status: number; reason: string | undefined } | undefined
     if (pastUs) {
-      // Checked and stamped above.
+      // Node has stored the head: checked by Node, and stamped above when this wrapper's call
+      // of the hook made it.
     } else if (first === 'writeHead') {
       status = Number(args[0])
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
