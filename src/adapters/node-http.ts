@@ -461,6 +461,8 @@ function holdUntilPinned(
   const wrappers: Method[] = []
   let guarded: Method[] | undefined
   let guards: Method[] | undefined
+  let implicitHeader: Method | undefined
+  let implicitGuard: Method | undefined
   let state = IDLE
   let queue: Array<[HeldMethod, unknown[]]> | undefined
 
@@ -472,6 +474,8 @@ function holdUntilPinned(
     for (let i = 0; i < HELD.length; i++) if (target[HELD[i]!] === wrappers[i]) target[HELD[i]!] = originals[i]!
     if (guards === undefined) return
     for (let i = 0; i < GUARDED.length; i++) if (target[GUARDED[i]![0]] === guards[i]) target[GUARDED[i]![0]] = guarded![i]!
+    const slots = res as unknown as { _implicitHeader?: Method }
+    if (implicitGuard !== undefined && slots._implicitHeader === implicitGuard) slots._implicitHeader = implicitHeader
   }
 
   /** From the held head on, the response behaves as one whose head is out. */
@@ -492,6 +496,18 @@ function holdUntilPinned(
       target[name] = guard
       return guard
     })
+    // Middleware that asks `_header` rather than `headersSent` (express-session's `end`) makes
+    // the head Node's way, `_implicitHeader()`, which would reach the held `writeHead` and throw:
+    // while held, the head is made already, and that does nothing.
+    const slots = res as unknown as { _implicitHeader?: Method }
+    if (typeof slots._implicitHeader === 'function') {
+      implicitHeader = slots._implicitHeader
+      implicitGuard = function implicitHeld(this: unknown, ...args: unknown[]) {
+        if (state === HOLDING) return undefined
+        return implicitHeader!.apply(this, args)
+      }
+      slots._implicitHeader = implicitGuard
+    }
   }
 
   function begin(first: HeldMethod, args: unknown[]): unknown {
@@ -549,7 +565,9 @@ function holdUntilPinned(
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete(headOutcome(res, decision, status, sessionId))
-    if (!pending) {
+    // A request that already belongs to a session only ends its pin (DELETE, or a 404 of the
+    // handler's), which needs no answer before the response goes out: held for new sessions only.
+    if (!pending || decision.context.sessionId !== undefined) {
       finish()
       return replay(first, args)
     }

@@ -260,6 +260,36 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       expect(errorsOf(fixture)).toEqual([])
     })
 
+    it(`${store} store: an end wrapper after mcpDispatch that makes the head Node's way when _header is unset (express-session's): answered whole and pinned`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use((_req, res, next) => {
+        // What express-session's `end` does before it writes its cookie and ends.
+        const end = res.end
+        res.end = function (this: http.ServerResponse & { _header?: unknown; _implicitHeader(): void }, ...args: unknown[]) {
+          if (!this._header) this._implicitHeader()
+          return (end as (...rest: unknown[]) => unknown).apply(this, args)
+        } as typeof res.end
+        next()
+      })
+      const sessionId = `implicit-header-${store}-${kind}`
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': sessionId })
+          res.write('{"ok":')
+          res.end('true}')
+        }),
+      )
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
+      expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
     it(`${store} store: a write and end wrapper installed after mcpDispatch sees every call (on-headers before it)`, async () => {
       const fixture = fixtureFor()
       const seen: string[] = []
@@ -327,6 +357,44 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       expect(next.body).toBe('{"ok":true}')
     })
   }
+})
+
+describe('a request of a session through on-headers before mcpDispatch: its answer does not wait for the pin to be deleted', () => {
+  it.each(EXPRESS_KINDS)('%s: a DELETE is answered while the session store is still deleting', async (kind) => {
+    const memory = createMemorySessionStore()
+    let release!: () => void
+    const deleting = new Promise<void>((resolve) => (release = resolve))
+    let deleted = false
+    const sessions: SessionStore = {
+      get: async (id, ttl) => memory.get(id, ttl) as never,
+      set: async (id, pin, ttl) => memory.set(id, pin, ttl) as never,
+      delete: async (id) => {
+        await deleting
+        deleted = true
+        return memory.delete(id) as never
+      },
+    }
+    const fixture = createFixture({ sessions })
+    const app = EXPRESS[kind]()
+    app.use((_req, res, next) => {
+      onHeaders(res, () => {})
+      next()
+    })
+    app.use(dispatchOf(fixture))
+    app.use(routeByVersion(() => (req, res) => void res.writeHead(200, { 'content-type': 'application/json', ...(req.method === 'POST' && { 'mcp-session-id': 'to-delete' }) }).end('{}')))
+    const port = await serve(app)
+    try {
+      expect((await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })).status).toBe(200)
+      const answer = await rawRequest(port, { method: 'DELETE', path: '/v1', headers: { ...bearer(fixture), 'mcp-session-id': 'to-delete' } })
+      expect(answer.status).toBe(200)
+      // Answered before the delete (not after storeTimeoutMs gave up waiting for it, reported).
+      expect(deleted).toBe(false)
+      expect(errorsOf(fixture)).toEqual([])
+    } finally {
+      release()
+    }
+    await deleting
+  })
 })
 
 describe('a handler that fails after its head: the framework never answers into the held response', () => {
