@@ -467,6 +467,20 @@ function holdUntilPinned(
   let queue: Array<[HeldMethod, unknown[]]> | undefined
 
   const replay = (name: HeldMethod, args: unknown[]) => originals[HELD.indexOf(name)]!.apply(res, args)
+  /** Whether Node has the head (stored or sent), whatever the accessor of a hold says. */
+  const headTaken = () => Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true
+
+  /**
+   * Checks an implicit head as Node would write it now (`writeHead(res.statusCode)`) and sets the
+   * dispatch headers it will carry; answers its status and reason.
+   */
+  function stampImplicitHead(): { status: number; reason: string | undefined } {
+    const implicit = { status: res.statusCode, reason: reasonOf(res) }
+    checkHead(implicit.status, implicit.reason, undefined)
+    const headers = dispatchHeadersFor(res, decision.headers)
+    for (const name in headers) res.setHeader(name, headers[name]!)
+    return implicit
+  }
 
   /** Passes every call through from now on; gives back the slots no one wrapped since. */
   function finish(): void {
@@ -485,7 +499,7 @@ function holdUntilPinned(
     // then reads the response's own `headersSent`.
     Object.defineProperty(res, 'headersSent', {
       configurable: true,
-      get: () => state === HOLDING || (Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) as boolean),
+      get: () => state === HOLDING || headTaken(),
     })
     guarded = GUARDED.map(([name]) => target[name])
     guards = GUARDED.map(([name, action], i) => {
@@ -514,16 +528,14 @@ function holdUntilPinned(
     // The head was stored past this wrapper already (the handler's own `writeHead` went through
     // a later middleware's hook that does not call the one it replaced): it is held with this
     // call, without the dispatch headers, which nothing can add to it now.
-    let pastUs = Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true
+    let pastUs = headTaken()
     if (!pastUs && first !== 'writeHead' && target.writeHead !== wrappers[0]) {
       // The head is implicit and a middleware after `mcpDispatch` hooked `writeHead`
       // (`on-headers`: `compression()` sets its encoding and stream there). Node would call that
       // hook only when the held head is replayed, after the body went by the stream it had not
       // made yet (a plain body under a gzip header): take the head through it now, as Node does
       // at once when nothing is held. The dispatch headers are set first, whatever the hook does.
-      checkHead(res.statusCode, reasonOf(res), undefined)
-      const headers = dispatchHeadersFor(res, decision.headers)
-      for (const name in headers) res.setHeader(name, headers[name]!)
+      stampImplicitHead()
       ;(target.writeHead as Method).call(res, res.statusCode)
       if (state === HOLDING) {
         if (first === 'end') endCalled.add(res)
@@ -535,7 +547,7 @@ function holdUntilPinned(
       // HTTP/1 Node has only stored it: it leaves with the first `write`, `end` or
       // `flushHeaders`, which is held below like any other until the pin is stored (on HTTP/2
       // the compatibility `writeHead` sends it at once, and only the body is held).
-      pastUs = Reflect.get(Object.getPrototypeOf(res) as object, 'headersSent', res) === true
+      pastUs = headTaken()
     }
     let status = res.statusCode
     let sessionId: string | undefined
@@ -556,12 +568,8 @@ function holdUntilPinned(
       args = [...args]
       args[headerIndex] = head.headers
     } else {
-      // The head is implicit (`write`, `end`, `flushHeaders`): Node writes it as
-      // `writeHead(res.statusCode)`; set the headers it will carry.
-      implicit = { status, reason: reasonOf(res) }
-      checkHead(status, implicit.reason, undefined)
-      const headers = dispatchHeadersFor(res, decision.headers)
-      for (const name in headers) res.setHeader(name, headers[name]!)
+      // The head is implicit (`write`, `end`, `flushHeaders`).
+      implicit = stampImplicitHead()
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
     const pending = decision.complete(headOutcome(res, decision, status, sessionId))

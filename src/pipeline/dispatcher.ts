@@ -565,7 +565,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // trailing slash, which the metadata path follows (`https://a.example/` named
   // `https://a.example//.well-known/…`, where nothing is served).
   const givenBaseUrl = options.baseUrl
-  const hostAddressed = givenBaseUrl === undefined
   const baseUrlOf = givenBaseUrl
     ? (request: DispatchRequest, app: AppRecord) => {
         // Whatever step asks for the address, and whether it then goes on synchronously or not,
@@ -1200,7 +1199,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       // Step 1: mount, App, path, method, origin. Without `baseUrl` the App address is made
       // from the request's host: a request that names none (HTTP/1.0, an empty `Host`) names no
       // App, whatever a `resolveApp` of the platform's answers (its address would be `http://`).
-      if (hostAddressed && !request.host) return notFound(request, origin)
+      if (givenBaseUrl === undefined && !request.host) return notFound(request, origin)
       let path = request.path
       if (basePath !== '') {
         if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {

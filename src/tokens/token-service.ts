@@ -1344,8 +1344,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // does not swap again: that rotation's caller (a second tab, or the token rotating itself)
       // was handed the new secret, which another swap would kill at once. It swaps again only
       // when no rotation won (below).
+      record = await ownedRecord(caller.userId, id)
       for (let attempt = 1; ; attempt++) {
-        record = await ownedRecord(caller.userId, id)
         const state = statusOf(record)
         if (state !== 'active') throw new TokenInactiveError(state)
         const secret = await newSecret()
@@ -1361,16 +1361,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           return secretView(rotated, secret.token)
         }
         // Lost to a revocation (or an expiry), which a read shows, or to another rotation.
-        const after = await ownedRecord(caller.userId, id)
-        const afterState = statusOf(after)
+        record = await ownedRecord(caller.userId, id)
+        const afterState = statusOf(record)
         if (afterState !== 'active') throw new TokenInactiveError(afterState)
         // The secret it read is back: no rotation won, one whose store failed was undone (its
-        // caller was answered 503 and holds the old secret). It swaps again.
-        if (after.tokenHash === current.tokenHash) {
-          if (attempt < MAX_ROTATE_ATTEMPTS) continue
-          throw new ConflictError('Token is being rotated concurrently; try again')
+        // caller was answered 503 and holds the old secret). It swaps again, from this read.
+        if (record.tokenHash !== current.tokenHash) {
+          throw new ConflictError('Token was rotated by another request meanwhile; rotate again to replace that secret')
         }
-        throw new ConflictError('Token was rotated by another request meanwhile; rotate again to replace that secret')
+        if (attempt === MAX_ROTATE_ATTEMPTS) throw new ConflictError('Token is being rotated concurrently; try again')
       }
     },
 

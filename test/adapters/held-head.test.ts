@@ -77,6 +77,20 @@ const writesHeadItself: express.RequestHandler = (_req, res, next) => {
   next()
 }
 
+/**
+ * A request that opens a session (its handler answers `{"ok":true}` with the id), then one of
+ * that session: both 200 `{"ok":true}`, so the pin was stored before the first answer went out,
+ * and nothing reported. Answers the first.
+ */
+async function servedAndPinned(port: number, fixture: Fixture, sessionId: string) {
+  const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+  expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+  const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
+  expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
+  expect(errorsOf(fixture)).toEqual([])
+  return answer
+}
+
 /** `mcpDispatch` reporting to `fixture.errors`. */
 const dispatchOf = (fixture: Fixture) => mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) })
 
@@ -213,12 +227,8 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
         }),
       )
       const port = await serve(app)
-      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
-      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      const answer = await servedAndPinned(port, fixture, `hooked-${store}-${kind}`)
       expect(answer.headers).toMatchObject({ 'x-after': '1', 'x-mcp-version': '1.0.0', 'mcp-session-id': `hooked-${store}-${kind}` })
-      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': `hooked-${store}-${kind}` }, body: tools })
-      expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
-      expect(errorsOf(fixture)).toEqual([])
     })
 
     it(`${store} store: the handler's own writeHead through such a hook (past mcpDispatch's wrapper): answered and pinned, never a connection cut`, async () => {
@@ -229,12 +239,8 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       const sessionId = `explicit-${store}-${kind}`
       app.use(routeByVersion(() => (_req, res) => void res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': sessionId }).end('{"ok":true}')))
       const port = await serve(app)
-      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
-      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      const answer = await servedAndPinned(port, fixture, sessionId)
       expect(answer.headers).toMatchObject({ 'x-after': '1', 'mcp-session-id': sessionId })
-      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
-      expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
-      expect(errorsOf(fixture)).toEqual([])
     })
 
     it(`${store} store: a status set after the first write is too late, as without a hold: the head has the status of that write, and so has the pin`, async () => {
@@ -252,12 +258,8 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
         }),
       )
       const port = await serve(app)
-      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
-      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      const answer = await servedAndPinned(port, fixture, sessionId)
       expect(answer.headers['x-mcp-version']).toBe('1.0.0')
-      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
-      expect(next.status).toBe(200)
-      expect(errorsOf(fixture)).toEqual([])
     })
 
     it(`${store} store: an end wrapper after mcpDispatch that makes the head Node's way when _header is unset (express-session's): answered whole and pinned`, async () => {
@@ -282,12 +284,8 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
         }),
       )
       const port = await serve(app)
-      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
-      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      const answer = await servedAndPinned(port, fixture, sessionId)
       expect(answer.headers['x-mcp-version']).toBe('1.0.0')
-      const next = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture), 'mcp-session-id': sessionId }, body: tools })
-      expect(next).toMatchObject({ status: 200, body: '{"ok":true}' })
-      expect(errorsOf(fixture)).toEqual([])
     })
 
     it(`${store} store: a write and end wrapper installed after mcpDispatch sees every call (on-headers before it)`, async () => {

@@ -366,35 +366,32 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
 
   it('a retryAfter of a validator of the platform\'s own that is no whole number of seconds goes out as one, at least 1 (503 and 429)', async () => {
     const cases: Array<[number | undefined, string]> = [[Number.NaN, '1'], [undefined, '1'], [0, '1'], [-3, '1'], [0.5, '1'], [2.2, '3'], [Infinity, '1'], [30, '30']]
-    for (const [given, sent] of cases) {
-      const oauth: AccessTokenValidator = {
-        async validate() {
-          throw new AuthorizationServerUnavailableError(given as number)
+    /** The answer to an OAuth request whose validator (of the platform's own) throws `error`. */
+    const answerWhenThrown = async (error: Error) => {
+      const fixture = await createFixture({
+        oauth: {
+          async validate() {
+            throw error
+          },
         },
-      }
-      const fixture = await createFixture({ oauth })
-      const handle = mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })
-      const response = await handle(request('oauth-access-token'), info)
-      expect(response.status, String(given)).toBe(503)
-      expect(response.headers.get('retry-after'), String(given)).toBe(sent)
-      expect(await response.json(), String(given)).toMatchObject({ error: { code: -32005, data: { retryAfter: Number(sent) } } })
+      })
+      const response = await mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })(request('oauth-access-token'), info)
       await fixture.close()
+      return { status: response.status, headers: response.headers, body: await response.json() }
     }
-    // Its 429 (a client budget of its own), in the body and both headers.
     for (const [given, sent] of cases) {
-      const oauth: AccessTokenValidator = {
-        async validate() {
-          throw new TooManyValidationsError({ limit: 60, resetAt: 1_800_000_000, retryAfter: given as number, windowType: 'minute' })
-        },
-      }
-      const fixture = await createFixture({ oauth })
-      const handle = mcpDispatch({ dispatcher: fixture.dispatcher, handler: ok })
-      const response = await handle(request('oauth-access-token'), info)
-      expect(response.status, String(given)).toBe(429)
-      expect(response.headers.get('retry-after'), String(given)).toBe(sent)
-      expect(response.headers.get('ratelimit'), String(given)).toBe(`"unverified";r=0;t=${sent}`)
-      expect(await response.json(), String(given)).toMatchObject({ error: { code: -32000, data: { retryAfter: Number(sent) } } })
-      await fixture.close()
+      const unavailable = await answerWhenThrown(new AuthorizationServerUnavailableError(given as number))
+      expect(unavailable.status, String(given)).toBe(503)
+      expect(unavailable.headers.get('retry-after'), String(given)).toBe(sent)
+      expect(unavailable.body, String(given)).toMatchObject({ error: { code: -32005, data: { retryAfter: Number(sent) } } })
+      // Its 429 (a client budget of its own), in the body and both headers.
+      const spent = await answerWhenThrown(
+        new TooManyValidationsError({ limit: 60, resetAt: 1_800_000_000, retryAfter: given as number, windowType: 'minute' }),
+      )
+      expect(spent.status, String(given)).toBe(429)
+      expect(spent.headers.get('retry-after'), String(given)).toBe(sent)
+      expect(spent.headers.get('ratelimit'), String(given)).toBe(`"unverified";r=0;t=${sent}`)
+      expect(spent.body, String(given)).toMatchObject({ error: { code: -32000, data: { retryAfter: Number(sent) } } })
     }
   })
 })
