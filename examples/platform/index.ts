@@ -168,7 +168,7 @@ export interface PlatformOptions {
    * Browser origins allowed to call the Apps (the MCP transport's DNS-rebinding rule: any other
    * `Origin` gets 403). Default: `https` pages, and `http` pages on a loopback host
    * (`localhost`, `127.0.0.1`, `[::1]`, such as the MCP Inspector's) or on the platform's own
-   * domain (`*.{domain}`), any port. Requests without `Origin` (every non-browser client) are
+   * domain (`{domain}` and `*.{domain}`), any port. Requests without `Origin` (every non-browser client) are
    * not affected.
    */
   allowedOrigins?: readonly string[] | ((origin: string) => boolean)

@@ -15,7 +15,9 @@ function parserHost(host: string, protocol = 'http'): string | undefined {
     const authority = url.pathname === '/' && url.search === '' && url.hash === '' && url.username === '' && url.password === ''
     // @hono/node-server's rule: the name must be what the client wrote, but for its case.
     const written = host.replace(/:\d+$/, '').toLowerCase()
-    return authority && url.hostname !== '' && url.hostname === written ? url.host : undefined
+    // And a name of RFC 3986 unreserved characters (the parser keeps `,` `"` `{`), or an IP literal.
+    const name = /^(?:[a-z0-9._~-]+|\[[0-9a-f:.]+\])$/.test(url.hostname)
+    return authority && url.hostname !== '' && url.hostname === written && name ? url.host : undefined
   } catch {
     return undefined
   }
@@ -57,7 +59,7 @@ describe('canonicalHost (the Host check of every adapter)', () => {
     expect(canonicalHost('weather.localhost:443', 'http')).toBe('weather.localhost:443')
     expect(canonicalHost('127.0.0.1:8787', 'http')).toBe('127.0.0.1:8787')
     expect(canonicalHost('[::1]:8787', 'http')).toBe('[::1]:8787')
-    for (const host of ['', 'weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost#x', 'a b', 'weather.localhost\\x', ':80', '1.2.3.999', '0x7f.1', 'weather.ex%41mple.com', 'weather.\u00adlocalhost', 'weather.localhost:']) {
+    for (const host of ['', 'weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost#x', 'a b', 'weather.localhost\\x', 'weather.localhost,notes.localhost', 'weather"x.localhost', 'weather{x}.localhost', 'a;b', ':80', '1.2.3.999', '0x7f.1', 'weather.ex%41mple.com', 'weather.\u00adlocalhost', 'weather.localhost:']) {
       expect(canonicalHost(host, 'http'), host).toBeUndefined()
     }
   })

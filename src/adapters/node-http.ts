@@ -6,7 +6,7 @@
  * @internal
  * @module
  */
-import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
+import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeader, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
 import { finished } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
@@ -286,6 +286,46 @@ export function clearHeaders(res: ServerResponse): void {
   for (const name of res.getHeaderNames()) res.removeHeader(name)
   // Empty: Node's `writeHead` fills in its status's phrase.
   res.statusMessage = ''
+}
+
+/**
+ * Headers of a body or of a session, which only the answer they came with may carry: never put
+ * back on the 502 of a failed handler (a `Content-Encoding` over its JSON body, an
+ * `Mcp-Session-Id` never pinned).
+ */
+const ANSWER_HEADERS = new Set([
+  'content-type',
+  'content-length',
+  'content-encoding',
+  'content-range',
+  'content-location',
+  'transfer-encoding',
+  'etag',
+  'last-modified',
+  'mcp-session-id',
+])
+
+/**
+ * Of the headers set before the MCP handler ran (the platform's middleware: CORS, security
+ * headers, a request id), those the 502 of a failed handler keeps; `undefined` when none.
+ * @internal
+ */
+export function platformHeaders(headers: Readonly<Record<string, OutgoingHttpHeader | undefined>>): OutgoingHttpHeaders | undefined {
+  let kept: OutgoingHttpHeaders | undefined
+  for (const name in headers) {
+    const value = headers[name]
+    if (value === undefined || ANSWER_HEADERS.has(name.toLowerCase())) continue
+    ;(kept ??= {})[name] = value
+  }
+  return kept
+}
+
+/**
+ * Sets `headers` (what {@link platformHeaders} kept) on a raw response whose head is not written.
+ * @internal
+ */
+export function setHeaders(res: ServerResponse, headers: OutgoingHttpHeaders | undefined): void {
+  if (headers !== undefined) for (const name in headers) res.setHeader(name, headers[name]!)
 }
 
 /**

@@ -107,7 +107,8 @@ export function setupTokenApi(api: TokenApi, options: ServeTokenApiOptions | und
 /**
  * `host` (a `Host` value) as the URL parser reads it under `protocol` (`http`, `https`): lower
  * case, without the scheme's default port; `undefined` when it is not an authority and nothing
- * more (`a/b`, `user@host`, `host?x`, `host:99999`, `a b`, punycode the parser refuses), which would
+ * more (`a/b`, `user@host`, `host?x`, `host:99999`, `a b`, punycode the parser refuses, a name
+ * with a character no host name has, `a,b` or `a"b`), which would
  * otherwise become part of the App address (the metadata `resource`, the `resource_metadata`
  * URL), or when the parser would rewrite the name itself (`0x7f.1`, `%41`). Every adapter
  * checks the Host with it: the Node ones read it from the request head, and the Web adapter
@@ -164,10 +165,16 @@ export function canonicalHost(host: string, protocol: string): string | undefine
   // A name the parser rewrites beyond its case (`0x7f.1`, `%41`, a soft hyphen, an empty port)
   // is refused, as @hono/node-server refuses it: the App address is what the client wrote.
   if (!authority || url.hostname === '' || url.hostname !== host.replace(PORT, '').toLowerCase()) return undefined
+  // The parser keeps characters no host name has (`,`, `"`, `{`, `;`): a comma joins two Host
+  // fields, and none is a name a client meant (RFC 9112 section 3.2: 400).
+  if (!HOST_NAME.test(url.hostname)) return undefined
   return url.host
 }
 
 const PORT = /:\d+$/
+
+/** A host as the URL parser writes it: a name of RFC 3986 unreserved characters, or an IP literal. */
+const HOST_NAME = /^(?:[a-z0-9._~-]+|\[[0-9a-f:.]+\])$/
 
 /** Whether the label starting at `i` is the last of `host` (a trailing dot or a port ends it too). */
 function lastLabel(host: string, i: number): boolean {

@@ -339,6 +339,20 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     }
   })
 
+  it('a live set no sequence of deploys leaves (two releases of a minor, a pre-release at or below its release, a duplicate) is never kept: a RangeError, so an older patch cannot stay reachable (regression: kept)', () => {
+    for (const live of [['1.0.0', '1.0.1'], ['1.0.0', '1.0.0'], ['1.0.1-rc.1', '1.0.1'], ['1.0.0-rc.1', '1.0.0-rc.2'], ['1.0.1', '1.0.0', '3.0.0']]) {
+      expect(() => applyDeploy(live, '2.0.0'), live.join()).toThrow(RangeError)
+      expect(() => applyDeploy(live, '1.1.0-rc.1'), live.join()).toThrow(RangeError)
+    }
+    expect(() => applyDeploy(['1.0.0', '1.0.0'], '2.0.0')).toThrow('"1.0.0" beside "1.0.0"')
+    // A release of the minor replaces all of them, which puts the set right.
+    expect(applyDeploy(['1.0.0', '1.0.1', '2.0.0'], '1.0.2')).toEqual(['1.0.2', '2.0.0'])
+    expect(applyDeploy(['1.0.0-rc.1', '1.0.0-rc.2'], '1.0.0')).toEqual(['1.0.0'])
+    // Sets the rule produces are kept as they are.
+    expect(applyDeploy(['1.0.0', '1.0.2-rc.1', '1.1.0'], '2.0.0')).toEqual(['1.0.0', '1.0.2-rc.1', '1.1.0', '2.0.0'])
+    expect(applyDeploy(['1.0.0', '1.0.2-rc.1'], '1.0.1')).toEqual(['1.0.1', '1.0.2-rc.1'])
+  })
+
   it('an entry compileVersions refuses is never kept: a RangeError when the deploy would keep it (regression: kept), dropped when the deploy replaces it', () => {
     for (const bad of ['v1.0.0', ' 1.1.0', '1.2.0+b', '=1.3.0', 'x']) {
       expect(() => compileVersions([bad]), bad).toThrow(RangeError)

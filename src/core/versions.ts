@@ -215,6 +215,9 @@ export const MAX_VERSION_LENGTH = 125
  * @throws {RangeError} when `live` holds an entry {@link compileVersions} refuses (a store
  *   must never hold one) that the deploy would keep: what this function answers always
  *   compiles. One the deploy replaces (`v1.0.0` by `1.0.1`) is dropped, as the version it spells.
+ *   Also when the set it would answer is one no sequence of deploys leaves live (two releases
+ *   of a minor, a pre-release at or below the release of its minor, a version twice): a release
+ *   of that minor replaces them all, which puts such a set right.
  * @example
  * ```ts
  * applyDeploy(['1.2.3'], '1.2.4') // ['1.2.4']
@@ -272,5 +275,30 @@ export function applyDeploy(live: readonly string[], version: string): string[] 
     if (isPre && !livePre) keep()
   }
   kept.push(version)
-  return kept.sort(semver.compare)
+  kept.sort(semver.compare)
+  checkReachable(kept)
+  return kept
+}
+
+/**
+ * Throws the `RangeError` of a set no sequence of deploys leaves live (a store of the platform's
+ * own given it elsewhere): per minor, one release at most, and one pre-release at most, above it.
+ * An older patch kept beside a newer one would stay reachable at its exact URL, which the rule
+ * takes away (DESIGN.md "Versions"). `sorted` holds versions as written, in ascending order.
+ */
+function checkReachable(sorted: readonly string[]): void {
+  let release: semver.SemVer | undefined
+  let pre: semver.SemVer | undefined
+  for (const v of sorted) {
+    const p = semver.parse(v)!
+    const sameMinor = (q: semver.SemVer | undefined) => q !== undefined && q.major === p.major && q.minor === p.minor
+    const twice = p.prerelease.length > 0 ? (sameMinor(pre) ? pre : undefined) : sameMinor(release) ? release : sameMinor(pre) ? pre : undefined
+    if (twice !== undefined) {
+      throw new RangeError(
+        `the live set holds ${JSON.stringify(twice.version)} beside ${JSON.stringify(v)}, which no sequence of deploys leaves live together (one release and one pre-release above it per minor): a store must hold only what applyDeploy answers`,
+      )
+    }
+    if (p.prerelease.length > 0) pre = p
+    else release = p
+  }
 }

@@ -7,7 +7,10 @@ import Fastify from 'fastify'
 import { ConfigurationError, createTokenApi, invalidHostReply, notFoundReply } from 'mcp-dispatch'
 import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
-import { HOST, createFixture, goneClientProbe, rawRequest } from './helpers.js'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import { HOST, createFixture, goneClientProbe, loopbackFetch, rawRequest } from './helpers.js'
+import { buildScenarioServer, createNodeMcpHandler } from './mcp.js'
 import { describeAdapter } from './suite.js'
 import { startFastify } from './targets.js'
 
@@ -65,6 +68,56 @@ describe('fastify adapter specifics', () => {
       const bad = Fastify()
       await expect(bad.register(mcpDispatch, options as never)).rejects.toBeInstanceOf(ConfigurationError)
       await bad.close().catch(() => {})
+    }
+  })
+
+  it('a request no route takes (a GET where only POST is routed) gets Fastify\'s not-found answer without the version, and its 404 leaves the session\'s pin alone: the SDK client goes on (regression: the pin was deleted, and the next request was 404 session_not_found)', async () => {
+    const fixture = createFixture()
+    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.post('/*', async (request, reply) => {
+      reply.hijack()
+      await sessions.handle(request.raw, reply.raw, request.body)
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const seen: Array<[string, number, string | null]> = []
+    const fetch = async (input: string | URL | Request, init?: RequestInit) => {
+      const response = await loopbackFetch(input, init)
+      seen.push([init?.method ?? 'GET', response.status, response.headers.get('x-mcp-version')])
+      return response
+    }
+    const { port } = app.server.address() as AddressInfo
+    const transport = new StreamableHTTPClientTransport(new URL(`http://${HOST}:${port}/v1`), {
+      fetch,
+      requestInit: { headers: { authorization: `Bearer ${fixture.tokens.alice}` } },
+    })
+    const client = new Client({ name: 'fastify-test', version: '1.0.0' })
+    client.onerror = () => {} // the GET stream's 404
+    try {
+      await client.connect(transport)
+      await vi.waitFor(() => expect(seen.some(([method]) => method === 'GET')).toBe(true))
+      expect((await client.listTools()).tools.length).toBeGreaterThan(0)
+      expect(seen.find(([method]) => method === 'GET')).toEqual(['GET', 404, null])
+      expect(seen.filter(([method]) => method === 'POST').every(([, status, version]) => status < 300 && version === '1.0.0')).toBe(true)
+    } finally {
+      await client.close()
+      await sessions.close()
+      await app.close()
+    }
+  })
+
+  it('a prefix among its register options is refused (ConfigurationError naming it): the plugin is not encapsulated, so Fastify would drop it and dispatch the platform\'s own routes (regression: GET /health was a JSON-RPC 404)', async () => {
+    const fixture = createFixture()
+    for (const register of [
+      (app: ReturnType<typeof Fastify>) => app.register(mcpDispatch({ dispatcher: fixture.dispatcher }), { prefix: '/mcp' }),
+      (app: ReturnType<typeof Fastify>) => app.register(mcpDispatch, { dispatcher: fixture.dispatcher, prefix: '/mcp' } as never),
+    ]) {
+      const app = Fastify()
+      const refused = await Promise.resolve(register(app)).then(() => undefined, (error: unknown) => error)
+      expect(refused).toBeInstanceOf(ConfigurationError)
+      expect((refused as ConfigurationError).option).toBe('prefix')
+      await app.close().catch(() => {})
     }
   })
 

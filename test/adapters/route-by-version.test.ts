@@ -63,6 +63,15 @@ async function serveRoutes(kind: AdapterKind, fixture: Fixture, routes: Routes, 
 
 const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
+/** A `tools/list` of alice's at weather's `/v1`. */
+const callV1 = (served: Served, fixture: Fixture) =>
+  rawRequest(served.port, {
+    host: 'weather.localhost',
+    path: '/v1',
+    headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+    body: tools,
+  })
+
 /** A factory that fails for the App `app_notes` and serves the others. */
 async function serveFailingFactory(kind: AdapterKind, fixture: Fixture, onError: (error: unknown) => void): Promise<Served> {
   const factory = <H>(handler: H) => (app: { id: string }) => {
@@ -230,14 +239,6 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
   }
-  /** A `tools/list` of alice's at weather's `/v1`. */
-  const callV1 = (served: Served, fixture: Fixture) =>
-    rawRequest(served.port, {
-      host: 'weather.localhost',
-      path: '/v1',
-      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
-      body: tools,
-    })
   const request = (fixture: Fixture) =>
     `POST /v1 HTTP/1.1\r\nHost: weather.localhost\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: ${tools.length}\r\nConnection: close\r\n\r\n${tools}`
 
@@ -390,6 +391,91 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
       )
       expect(failed).not.toBe('whole')
       expect(errors.map((error) => (error as Error).message)).toEqual(['failed mid-answer'])
+    } finally {
+      await served.close()
+    }
+  })
+})
+
+describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('the %s adapter: what the platform set before the handler', (kind) => {
+  /** How the handler fails: thrown by a routeByVersion handler (on Fastify, hijacked or not), or by a web handler. */
+  type Failing = 'routeByVersion' | 'routeByVersion, hijacked' | 'fromWebHandler'
+  const ways: Failing[] = isExpress(kind) ? ['routeByVersion', 'fromWebHandler'] : ['routeByVersion', 'routeByVersion, hijacked', 'fromWebHandler']
+  const PLATFORM = { 'access-control-allow-origin': 'http://ui.example', 'x-request-id': 'r1', 'x-content-type-options': 'nosniff' }
+
+  async function serveFailing(fixture: Fixture, way: Failing, webHandler: () => Promise<Response>): Promise<Served> {
+    const onError = () => {}
+    const throwing = (set: (name: string, value: string) => void) => {
+      set('content-encoding', 'gzip')
+      set('mcp-session-id', 'never-pinned')
+      set('x-request-id', 'the handler\'s')
+      throw new Error('App bug')
+    }
+    if (isExpress(kind)) {
+      const app = EXPRESS[kind]()
+      // The platform's own middleware (cors(), helmet(), a request id), before the dispatch layer.
+      app.use((_req: http.IncomingMessage, res: http.ServerResponse, next: () => void) => {
+        for (const [name, value] of Object.entries(PLATFORM)) res.setHeader(name, value)
+        next()
+      })
+      app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+      app.use(
+        way === 'fromWebHandler'
+          ? expressAdapter.fromWebHandler(webHandler)
+          : expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => throwing((name, value) => res.setHeader(name, value))),
+      )
+      const server = http.createServer(app)
+      return { port: await listen(server), close: () => close(server) }
+    }
+    const app = Fastify({ forceCloseConnections: true })
+    // The platform's own hooks (@fastify/cors, @fastify/helmet set reply headers there).
+    app.addHook('onRequest', async (_request, reply) => {
+      reply.headers(PLATFORM)
+    })
+    await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+    const handler =
+      way === 'fromWebHandler'
+        ? fastifyAdapter.fromWebHandler(webHandler)
+        : fastifyAdapter.routeByVersion(() => (_request, reply) => {
+            if (way === 'routeByVersion') return throwing((name, value) => void reply.header(name, value))
+            reply.hijack()
+            return throwing((name, value) => void reply.raw.setHeader(name, value))
+          })
+    app.route({ method: ['GET', 'POST', 'DELETE'], url: '/*', handler })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  }
+
+
+  it.each(ways)('the 502 of a handler that fails (%s) keeps the headers the platform set before it, and none the handler set (regression: the platform\'s CORS and security headers were dropped)', async (way) => {
+    const fixture = createFixture()
+    const served = await serveFailing(fixture, way, () => Promise.reject(new Error('App bug')))
+    try {
+      const failed = await callV1(served, fixture)
+      expect(failed.status).toBe(502)
+      expect(JSON.parse(failed.body)).toMatchObject({ error: { data: { error: 'handler_error' } } })
+      expect(failed.headers['x-mcp-version']).toBe('1.0.0')
+      expect(failed.headers['content-type']).toBe('application/json')
+      for (const [name, value] of Object.entries(PLATFORM)) expect(failed.headers[name], name).toBe(value)
+      expect(failed.headers['content-encoding']).toBeUndefined()
+      expect(failed.headers['mcp-session-id']).toBeUndefined()
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('a web handler\'s answer carries them too, under its own headers (regression on Fastify: hijacked, the reply\'s headers were dropped)', async () => {
+    const fixture = createFixture()
+    const served = await serveFailing(fixture, 'fromWebHandler', async () =>
+      new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'x-request-id': 'the handler\'s' } }),
+    )
+    try {
+      const answered = await callV1(served, fixture)
+      expect(answered.status).toBe(200)
+      expect(answered.headers['x-mcp-version']).toBe('1.0.0')
+      expect(answered.headers['access-control-allow-origin']).toBe('http://ui.example')
+      expect(answered.headers['x-content-type-options']).toBe('nosniff')
+      expect(answered.headers['x-request-id']).toBe('the handler\'s')
     } finally {
       await served.close()
     }

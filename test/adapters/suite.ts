@@ -370,7 +370,7 @@ export function describeAdapter(name: string, start: StartAdapter): void {
       // A Web adapter gets a `Request` whose URL the runtime already parsed (or refused): only
       // the Node adapters read a raw Host.
       it.skipIf(name.startsWith('web'))('refuses a Host that is not just an authority (400), never building the App address from it', async () => {
-        for (const host of ['weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x']) {
+        for (const host of ['weather.localhost/x', 'evil@weather.localhost', 'weather.localhost:99999', 'weather.localhost?x', 'weather.localhost,notes.localhost', 'weather"x.localhost', 'weather{x}.localhost']) {
           const res = await target.request({ host, path: '/v1', headers: json, body: TOOLS_LIST })
           expect(res.status, host).toBe(400)
           expect(res.body, host).not.toContain('.well-known')

@@ -370,7 +370,7 @@ describe('web adapter: info.host, for runtimes whose request.url does not carry 
 
   it('a host no URL can hold, or a list of them, is the JSON-RPC 400; none (null, empty) is no App, 404; undefined is the URL\'s host', async () => {
     const { seen, post } = setup()
-    for (const host of ['weather.localhost:99999', 'a@weather.localhost', 'weather.localhost/x', 'weather.1', 'weather.localhost, notes.localhost', 'weather localhost']) {
+    for (const host of ['weather.localhost:99999', 'a@weather.localhost', 'weather.localhost/x', 'weather.1', 'weather.localhost, notes.localhost', 'weather localhost', 'weather"x.localhost', 'weather{x}.localhost', 'weather.localhost,notes.localhost']) {
       const res = await post(host)
       expect(res.status, host).toBe(400)
       expect(await res.json()).toEqual({
@@ -378,6 +378,13 @@ describe('web adapter: info.host, for runtimes whose request.url does not carry 
         id: null,
         error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } },
       })
+    }
+    // Through the URL itself (no info.host): the URL parser keeps `"` and `{` in a host name.
+    const fixture = createFixture()
+    const viaUrl = mcpDispatch({ dispatcher: fixture.dispatcher, handler: () => Response.json({ ok: true }) })
+    for (const url of ['http://weather"x.localhost/v1', 'http://weather{x}.localhost/v1', 'http://weather.localhost,notes.localhost/v1']) {
+      const res = await viaUrl(new Request(url, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' }))
+      expect(res.status, url).toBe(400)
     }
     for (const host of [null, '']) {
       const res = await post(host)

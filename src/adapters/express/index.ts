@@ -28,7 +28,7 @@
  * ```
  * @module
  */
-import { IncomingMessage, type ServerResponse } from 'node:http'
+import { IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http'
 import type { NextFunction, Request, RequestHandler, Response } from 'express'
 import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
@@ -41,8 +41,10 @@ import {
   isTokenApiPath,
   installHeadInterception,
   noteEnds,
+  platformHeaders,
   requireContext,
   requestProtocol,
+  setHeaders,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
@@ -235,7 +237,7 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
   return requireContext(dispatchedRequests.get(req)?.context ?? (req as Request).dispatchContext, 'express')
 }
 
-function fail(req: Request, res: ServerResponse, error: unknown): void {
+function fail(req: Request, res: ServerResponse, error: unknown, before: OutgoingHttpHeaders | undefined): void {
   ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
   // An answer the handler ended goes out whole, whatever it did after (Node may still be
   // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
@@ -246,10 +248,12 @@ function fail(req: Request, res: ServerResponse, error: unknown): void {
     res.destroy()
     return
   }
-  // The 502 is the Web adapter's, byte for byte: none of the headers the handler set before
-  // it failed (a `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned).
-  // The head still takes the dispatch headers.
+  // The 502 is the Web adapter's: none of the headers the handler set before it failed (a
+  // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), but those the
+  // platform's middleware set before the handler ran (`cors()`, `helmet()`), as they would be
+  // on a Web adapter's 502 behind the same middleware. The head still takes the dispatch headers.
   clearHeaders(res)
+  setHeaders(res, before)
   writeOwn(res, HANDLER_FAILED)
 }
 
@@ -287,6 +291,7 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
       writeOwn(res, HANDLER_FAILED)
       return
     }
+    let before: OutgoingHttpHeaders | undefined
     try {
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
@@ -297,6 +302,7 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
       // An `end` a wrapper makes later (`compression`) counts as made once the handler's call of it
       // returns.
       noteEnds(res)
+      before = platformHeaders(res.getHeaders())
       const result: unknown = handler(req, res, (error?: unknown) => {
         // An error after the whole answer: reported, not handed to Express's final handler,
         // which would destroy the socket under an answer still on its way (or held for the pin).
@@ -308,10 +314,10 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
       })
       // Another library's promise (Bluebird, another realm's) fails as a native one does.
       if (result instanceof Promise || isForeignThenable(result)) {
-        Promise.resolve(result as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(req, res, error))
+        Promise.resolve(result as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(req, res, error, before))
       }
     } catch (error) {
-      fail(req, res, error)
+      fail(req, res, error, before)
     }
   }
 }
@@ -355,6 +361,7 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
       parsedBody: (req as { body?: unknown }).body,
     })
     if (!request) return
+    const before = platformHeaders(res.getHeaders())
     // Never rejects: mounted with `app.use`, a rejection would be Express 5's HTML 500 and, on
     // Express 4, which does not catch rejected handlers, no answer at all. A response Node
     // cannot write (a header value it refuses, `Response.error()`'s status 0, no `Response`)
@@ -362,7 +369,7 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
     try {
       await writeWebResponse(res, await handler(request, context))
     } catch (error) {
-      fail(req, res, error)
+      fail(req, res, error, before)
     }
   }
 }

@@ -28,6 +28,7 @@
  * ```
  * @module
  */
+import type { OutgoingHttpHeaders } from 'node:http'
 import type {
   FastifyError,
   FastifyInstance,
@@ -50,8 +51,10 @@ import {
   installHeadInterception,
   isTokenApiPath,
   noteEnds,
+  platformHeaders,
   requestProtocol,
   requireContext,
+  setHeaders,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
@@ -143,11 +146,12 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  * @example
  * ```ts
  * await app.register(mcpDispatch({ dispatcher, trustProxy: 1 })) // or: app.register(mcpDispatch, { dispatcher, trustProxy: 1 })
- * app.post('/*', async (request, reply) => {
+ * // GET, POST and DELETE: a request no route takes gets Fastify's 404 (docs/adapters.md)
+ * app.route({ method: ['GET', 'POST', 'DELETE'], url: '/*', handler: async (request, reply) => {
  *   const { app: appRecord, version } = getDispatchContext(request)
  *   reply.hijack()
  *   await sessionsOf(appRecord.id, version)(request.raw, reply.raw, request.body) // one SDK transport per session
- * })
+ * } })
  * ```
  *
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
@@ -167,7 +171,19 @@ export function mcpDispatch(
   if (!isFastifyInstance(first)) return dispatchPlugin(first)
   // Registered itself (`app.register(mcpDispatch, options)`): Fastify passes its instance and
   // the options; a bad option rejects, so `register` fails rather than the process.
-  return Promise.resolve().then(() => dispatchPlugin(options as FastifyDispatchOptions)(first, {}))
+  return Promise.resolve().then(() => dispatchPlugin(options as FastifyDispatchOptions)(first, options ?? {}))
+}
+
+/**
+ * The `ConfigurationError` of a `prefix` among the register options: the plugin is not
+ * encapsulated (its hook covers the context it is registered in), so Fastify would drop it
+ * without a word, and every route of that context, the platform's own, be dispatched.
+ */
+function prefixRefused(): ConfigurationError {
+  return new ConfigurationError(
+    'prefix',
+    'is not taken by the dispatch plugin, whose hook covers the whole context it is registered in: register it inside an encapsulated context of yours that has the prefix (the dispatcher\'s basePath), app.register(async (mcp) => { await mcp.register(mcpDispatch(...)); mcp.all(...) }, { prefix }) (docs/adapters.md, Fastify)',
+  )
 }
 unencapsulated(mcpDispatch as unknown as FastifyPluginAsync, 'mcp-dispatch')
 
@@ -191,12 +207,16 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
     request.dispatchContext = decision.context
     ;(request as ReportingRequest)[kReporter] = onError
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
-    holdResponseHead(reply.raw, decision, onError)
+    // Not for a request no route takes (a GET where only POST is routed): Fastify's not-found
+    // answer is no MCP handler's, so it neither carries the version nor, being a 404, ends the
+    // session's pin (the handler's 404 for a session it forgot does).
+    if (!request.is404) holdResponseHead(reply.raw, decision, onError)
     continueIfExpected(reply.raw)
     done()
   }
 
-  async function plugin(fastify: FastifyInstance<RawServerDefault>): Promise<void> {
+  async function plugin(fastify: FastifyInstance<RawServerDefault>, registered?: { prefix?: unknown }): Promise<void> {
+    if (registered?.prefix !== undefined) throw prefixRefused()
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
     if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
     // A callback hook, not an async one: with synchronous stores the decision is made and
@@ -258,16 +278,16 @@ export function frameworkErrors(error: FastifyError, request: FastifyRequest, re
  *
  * @example
  * ```ts
- * app.post('/*', async (request) => {
+ * app.route({ method: ['GET', 'POST', 'DELETE'], url: '/*', handler: async (request) => {
  *   const { app, version, identity } = getDispatchContext(request)
- * })
+ * } })
  * ```
  */
 export function getDispatchContext(request: AnyFastifyRequest): DispatchContext {
   return requireContext(request.dispatchContext, 'fastify')
 }
 
-function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): FastifyReply | undefined {
+function fail(request: FastifyRequest, reply: FastifyReply, error: unknown, before: OutgoingHttpHeaders | undefined): FastifyReply | undefined {
   ;((request as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
   const raw = reply.raw
   // An answer the handler ended goes out whole, whatever it did after (Node may still be
@@ -279,16 +299,20 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown): Fas
     raw.destroy()
     return undefined
   }
-  // The 502 is the Web adapter's, byte for byte: none of the headers the handler set before
-  // it failed (a `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), on
-  // the reply or on `reply.raw`. The head still takes the dispatch headers.
+  // The 502 is the Web adapter's: none of the headers the handler set before it failed (a
+  // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), on the reply or on
+  // `reply.raw`, but those the platform's hooks set before the handler ran (`@fastify/cors`,
+  // `@fastify/helmet`), as on a Web adapter's 502 behind the same middleware. The head still
+  // takes the dispatch headers.
   for (const name in reply.getHeaders()) reply.removeHeader(name)
   clearHeaders(raw)
   if (reply.sent) {
     // Hijacked: Fastify no longer writes this reply.
+    setHeaders(raw, before)
     writeReply(raw, HANDLER_FAILED)
     return undefined
   }
+  if (before !== undefined) reply.headers(before)
   return sendReply(reply, HANDLER_FAILED)
 }
 
@@ -326,21 +350,23 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
       return sendReply(reply, HANDLER_FAILED)
     }
     let answer: unknown
+    let before: OutgoingHttpHeaders | undefined
     try {
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
       if (!handler) return sendReply(reply, versionNotServedReply(context.version))
       // An `end` a wrapper makes later counts as made once the handler's call of it returns.
       noteEnds(reply.raw)
+      before = platformHeaders(reply.getHeaders())
       answer = handler(request, reply)
     } catch (error) {
-      return fail(request, reply, error)
+      return fail(request, reply, error, before)
     }
     // What the handler answered goes to Fastify as it is, so the route behaves as the handler
     // would on its own: a promise (an async handler), a value to send, or nothing from a handler
     // that sends later (made a promise of nothing, Fastify sent an empty 200 at once).
     if (answer instanceof Promise || isForeignThenable(answer)) {
-      return Promise.resolve(answer as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(request, reply, error))
+      return Promise.resolve(answer as PromiseLike<unknown>).then(undefined, (error: unknown) => fail(request, reply, error, before))
     }
     return answer
   }
@@ -385,13 +411,17 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
       parsedBody: request.body,
     })
     if (!webRequest) return undefined
+    // Hijacked, the reply's own headers (those of `@fastify/cors` and `@fastify/helmet`, set in
+    // their hooks) would not be written: they go on the raw head, under the handler's own.
+    const before = platformHeaders(reply.getHeaders())
+    setHeaders(reply.raw, before)
     // A response Node cannot write (a header value it refuses, `Response.error()`'s status 0,
     // no `Response`) fails before any byte of it goes out: the handler failed. Hijacked, the
     // reply is no longer Fastify's to answer, so a rejection here would leave the client waiting.
     try {
       await writeWebResponse(reply.raw, await handler(webRequest, context))
     } catch (error) {
-      return fail(request, reply, error)
+      return fail(request, reply, error, before)
     }
     return undefined
   }

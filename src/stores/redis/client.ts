@@ -17,7 +17,16 @@ export type RedisArgument = string | number
 /**
  * Sends one Redis command and answers with its reply, as `ioredis`' `call` does: bulk
  * strings as strings, integers as numbers, nil as `null`, arrays as arrays, errors as a
- * rejection. For node-redis: `{ call: (...args) => client.sendCommand(args.map(String)) }`.
+ * rejection. For node-redis, one object for every store, telling the connection's state as
+ * {@link status} (without it, counts sent during an outage wait in node-redis's offline queue
+ * and land once Redis is back, locking callers out for the rest of their window):
+ *
+ * ```ts
+ * const redis = {
+ *   call: (...args: RedisArgument[]) => client.sendCommand(args.map(String)),
+ *   get status() { return client.isReady ? 'ready' : 'reconnecting' },
+ * }
+ * ```
  *
  * The stores keep one stall breaker per client object (docs/stores.md, Redis): give every
  * store the same object (not a new adapter each) so that they share it. An error reply is

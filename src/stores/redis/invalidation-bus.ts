@@ -133,6 +133,9 @@ function onceAMinute(): () => boolean {
 }
 
 /** The form of a bus's id (`randomUUID`). */
+/** Connection states (ioredis) a `ready` follows, where a command would be queued or refused. */
+const UNREADY = new Set(['connecting', 'connect', 'reconnecting'])
+
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 /** The channels buses listen on, by the connection given them as `subscriber`. */
@@ -454,10 +457,12 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // On creation, and again whenever the connection is ready (after a failed first attempt,
   // or a reconnect when the client does not resubscribe by itself); a repeat is harmless.
   function subscribe(): Promise<void> {
-    // A connection in its handshake (ioredis `connect`) is subscribed on its `ready`: ioredis 5
-    // would write the SUBSCRIBE at once, and the connection, then subscribed, would have its
-    // ready check refused and be dropped.
-    if (closed || subscriber.status === 'connect') return Promise.resolve()
+    // A connection on its way up is subscribed on its `ready`: in its handshake (ioredis
+    // `connect`) ioredis 5 would write the SUBSCRIBE at once, and the connection, then
+    // subscribed, would have its ready check refused and be dropped; before it (`connecting`,
+    // `reconnecting`) a client with `enableOfflineQueue: false` refuses the command, which
+    // would be reported as a failure although the `ready` that follows subscribes.
+    if (closed || UNREADY.has(subscriber.status as string)) return Promise.resolve()
     const movesBefore = moves
     // One channel per SUBSCRIBE (a client of your own may take one only), each confirmed before
     // the next, the channel last: Redis never counts this connection as a receiver of an
