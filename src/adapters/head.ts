@@ -32,9 +32,36 @@ export function headOutcome(
   decision: Dispatched,
   status: number,
   sessionId: string | undefined,
+  headers?: unknown,
 ): DispatchOutcome {
   if (sessionId === undefined && decision.context.sessionId === undefined) return { status, sessionId }
-  return { status, sessionId, whenClosed: (listener) => whenClosed(res, listener) }
+  const whenClosedOf = (listener: () => void) => whenClosed(res, listener)
+  if (status !== 404) return { status, sessionId, whenClosed: whenClosedOf }
+  // A 404 in a session ends its pin only when it is the MCP handler's (see `DispatchOutcome`).
+  return { status, sessionId, whenClosed: whenClosedOf, contentType: unrouted.has(res) ? null : contentTypeOf(res, headers) }
+}
+
+/**
+ * Responses to requests the framework routed to no route (Fastify's `request.is404`): their
+ * answer is the framework's not-found, never the MCP handler's, whatever its type.
+ */
+const unrouted = new WeakSet<object>()
+
+/** Marks `res` as the answer to a request no route of the framework takes. */
+export function markUnrouted(res: NodeResponse): void {
+  unrouted.add(res)
+}
+
+/**
+ * The `Content-Type` of a head: among the `writeHead` headers, else set on the response, else
+ * in the head Node stored (`writeHead` headers given as an object are written there, not kept).
+ */
+function contentTypeOf(res: NodeResponse, headers: unknown): string | null {
+  const value = headerValue(findHeader(headers, 'content-type')) ?? headerValue(res.getHeader('content-type'))
+  if (value !== undefined) return value
+  const head = (res as { _header?: unknown })._header
+  const match = typeof head === 'string' ? /\r\ncontent-type:[ \t]*([^\r]*)/i.exec(head) : null
+  return match ? match[1]! : null
 }
 
 function whenClosed(res: NodeResponse, listener: () => void): void {
@@ -246,6 +273,7 @@ function recordHead(
   decision: Dispatched,
   status: number,
   sessionId: string | undefined,
+  headers: unknown,
 ): void {
   // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
   // handler that forgot the session), which needs no answer before the response goes out.
@@ -253,7 +281,7 @@ function recordHead(
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
   // responses to another path (node-http's hold, or the Web adapter's own await).
-  decision.complete(headOutcome(res, decision, status, sessionId))
+  decision.complete(headOutcome(res, decision, status, sessionId, headers))
 }
 
 /** A Node HTTP/1 response, the only kind that takes head lines. */
@@ -346,7 +374,7 @@ export function installHeadInterception(proto: NodeResponse): void {
     if (lines !== undefined && linesFor === this) writesLines = false
     linesFor = outerResponse
     pendingLines = outerLines
-    recordHead(this, getHeader, decision, statusCode, sessionId)
+    recordHead(this, getHeader, decision, statusCode, sessionId, given)
     return written
   }
 

@@ -12,7 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeVary, sameName, stampHead } from './head.js'
+import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeExposeHeaders, mergeVary, sameName, stampHead } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
@@ -329,11 +329,16 @@ export function setHeaders(res: ServerResponse, headers: OutgoingHttpHeaders | u
 }
 
 /**
- * A `Vary` in `headers` (about to be given to `writeHead`, which would replace one set before)
- * joined with the one the platform set on `res` ahead of the adapter.
+ * A `Vary` or `Access-Control-Expose-Headers` in `headers` (about to be given to `writeHead`,
+ * which would replace one set before) joined with the one the platform set on `res` ahead of
+ * the adapter (`cors({ exposedHeaders })`: its names stay readable on refusals too).
  */
 function joinPlatformVary(res: ServerResponse, headers: OutgoingHttpHeaders): void {
   if (headers.vary !== undefined && res.hasHeader('vary')) headers.vary = mergeVary(res.getHeader('vary'), headers.vary)
+  const expose = headers['access-control-expose-headers']
+  if (expose !== undefined && res.hasHeader('access-control-expose-headers')) {
+    headers['access-control-expose-headers'] = mergeExposeHeaders(res.getHeader('access-control-expose-headers'), expose)
+  }
 }
 
 /**
@@ -465,10 +470,15 @@ export function noteEnds(res: ServerResponse): void {
   } as ServerResponse['end']
 }
 
-/** The states of a held response: not begun, head held until the pin is stored, passed through. */
+/**
+ * The states of a held response: not begun, head held until the pin is stored, passed through,
+ * and replaced (the pin could not be stored: the 503 went out instead, and the handler's calls
+ * are dropped).
+ */
 const IDLE = 0
 const HOLDING = 1
 const DONE = 2
+const REPLACED = 3
 
 /**
  * The hold of `holdResponseHead` for a new session on an asynchronous store; also the path
@@ -530,6 +540,28 @@ function holdUntilPinned(
     for (let i = 0; i < GUARDED.length; i++) if (target[GUARDED[i]![0]] === guards[i]) target[GUARDED[i]![0]] = guarded![i]!
     const slots = res as unknown as { _implicitHeader?: Method }
     if (implicitGuard !== undefined && slots._implicitHeader === implicitGuard) slots._implicitHeader = implicitHeader
+  }
+
+  /**
+   * Sends `failure` (the 503 of a session store that could not store the new session's pin) in
+   * place of the handler's answer, whose head is not out: none of its headers (its
+   * `Mcp-Session-Id` above all), and its calls from now on dropped, as on a response whose
+   * client has gone. Written on the response's own methods, past any wrapper of a later
+   * middleware, which has seen nothing of it.
+   */
+  function replaceWith(failure: Reply): void {
+    state = REPLACED
+    queue = undefined
+    try {
+      clearHeaders(res)
+      const headers: OutgoingHttpHeaders = { ...failure.headers }
+      if (failure.body !== null) headers['content-length'] = Buffer.byteLength(failure.body)
+      originals[0]!.call(res, failure.status, headers)
+      originals[2]!.call(res, failure.body ?? undefined)
+    } catch (error) {
+      onError(error, 'handler')
+      res.destroy()
+    }
   }
 
   /** From the held head on, the response behaves as one whose head is out. */
@@ -612,17 +644,28 @@ function holdUntilPinned(
       implicit = stampImplicitHead()
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
-    const pending = decision.complete(headOutcome(res, decision, status, sessionId))
+    const pending = decision.complete(headOutcome(res, decision, status, sessionId, first === 'writeHead' ? args[typeof args[1] === 'string' ? 2 : 1] : undefined))
     // A request that already belongs to a session only ends its pin (DELETE, or a 404 of the
     // handler's), which needs no answer before the response goes out: held for new sessions only.
-    if (!pending || decision.context.sessionId !== undefined) {
+    if (!pending || decision.context.sessionId !== undefined || (pastUs && !(pending instanceof Promise))) {
       finish()
       return replay(first, args)
     }
-    hold()
     if (first === 'end') endCalled.add(res)
+    if (!(pending instanceof Promise)) {
+      // A synchronous store that refused the new session's pin.
+      replaceWith(pending)
+      return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
+    }
+    hold()
     queue = [[first, args]]
-    void pending.then(() => {
+    void pending.then((failure) => {
+      // Replaced where Node does not have the head yet (a hook that wrote it past this wrapper
+      // has it: that answer goes out, the failure reported).
+      if (failure !== undefined && !pastUs) {
+        replaceWith(failure)
+        return
+      }
       finish()
       try {
         if (implicit !== undefined) {
@@ -646,6 +689,7 @@ function holdUntilPinned(
     const wrapper = function held(this: unknown, ...args: unknown[]) {
       if (state === DONE) return originals[i]!.apply(this, args)
       if (state === IDLE) return begin(name, args)
+      if (state === REPLACED) return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
       if (name === 'writeHead') throw headersSentError('write')
       if (name === 'end') endCalled.add(res)
       queue!.push([name, args])

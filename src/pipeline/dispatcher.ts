@@ -137,7 +137,19 @@ export interface DispatchOutcome {
    * App's session does. Without it, only requests restart the TTL.
    */
   readonly whenClosed?: (listener: () => void) => void
+  /**
+   * For a 404 of a request in a session: the `Content-Type` of the answer (`null` when it has
+   * none, or when it is not the MCP handler's: a framework's not-found for a method no route
+   * takes). Only a JSON 404, the MCP transport's `Session not found`, ends the session's pin;
+   * a framework's HTML or text 404 leaves it (a platform that routes only `POST` would otherwise
+   * lose the session to the client's `GET` stream). Left out (an adapter of your own), any 404
+   * ends the pin.
+   */
+  readonly contentType?: string | null
 }
+
+/** A JSON media type (`application/json`, `application/problem+json`), parameters aside. */
+const JSON_MEDIA_TYPE = /^\s*application\/(?:[!#$%&'*.^`|~\w-]+\+)?json\s*(?:;|$)/i
 
 /** A session with responses open on this instance (the dispatcher's keep-alive). */
 interface KeptSession {
@@ -162,9 +174,12 @@ export type Decision =
        * version, ends the pin after DELETE. Returns `undefined` when the session store answered
        * synchronously (or there was nothing to do); otherwise a promise to await before sending
        * the response, so the next request of the session finds the pin on every instance.
-       * Never throws or rejects: store failures go to `onError`.
+       * Never throws or rejects: store failures go to `onError`. When a new session's pin could
+       * not be stored, answers (or resolves to) a {@link Reply}, the 503 of a failed store, to
+       * send in place of the handler's response where its head is not out yet: the client would
+       * otherwise hold a session whose every request is refused.
        */
-      complete(outcome: DispatchOutcome): MaybePromise<void>
+      complete(outcome: DispatchOutcome): MaybePromise<Reply | void>
       /**
        * `true` when the session store is synchronous (`SessionStore.synchronous`): `complete`
        * then never returns a promise, and adapters need not hold the response for it.
@@ -658,11 +673,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function reply(reply: Reply, origin: string | null | undefined): Decision {
+    return { type: 'reply', reply: withCors(reply, origin) }
+  }
+
+  /** `reply` with the CORS headers due to a request from `origin`. */
+  function withCors(reply: Reply, origin: string | null | undefined): Reply {
     // A 404 or 405 may be stored by a cache with no freshness given (RFC 9111 section 4.2.2):
     // one answered without CORS headers (no `Origin`) says it varies by `Origin`, so a shared
     // cache does not hand it to a browser page that sent one and needs them.
     const extra = corsHeaders(origin) ?? (cors && (reply.status === 404 || reply.status === 405) ? VARY_ORIGIN : undefined)
-    return { type: 'reply', reply: extra ? { ...reply, headers: { ...reply.headers, ...extra } } : reply }
+    return extra ? { ...reply, headers: { ...reply.headers, ...extra } } : reply
   }
 
   function metadataReply(request: DispatchRequest, app: AppRecord): Reply {
@@ -1016,12 +1036,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       readonly context: DispatchContext,
       readonly headers: Readonly<Record<string, string>>,
       private readonly method: string,
+      private readonly origin: string | null | undefined,
     ) {}
 
     readonly synchronousPins = synchronousPins
 
-    complete(outcome: DispatchOutcome): MaybePromise<void> {
+    complete(outcome: DispatchOutcome): MaybePromise<Reply | void> {
       const { sessionId, app, identity, version } = this.context
+      let pinning = false
       try {
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
@@ -1029,6 +1051,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           if (assigned && outcome.status < 300) {
             if (!SESSION_ID.test(assigned)) unpinnable(assigned)
             else {
+              pinning = true
               pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
               const whenClosed = outcome.whenClosed
               // Kept alive only once the pin is this session's: a live pin of another session
@@ -1037,7 +1060,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
                 if (answer === false) pinTaken()
                 else if (whenClosed) keepWhileOpen(assigned, whenClosed)
               }
-              if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, pinFailed)
+              if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, (error: unknown) => this.unpinned(error))
               stored(pending)
             }
           }
@@ -1045,7 +1068,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           // A session opened on a request of another: not pinned (the Node adapters hold no
           // answer of a request in a session for a pin), and said so rather than left to 404s.
           newSessionInSession()
-        } else if ((this.method === 'DELETE' && outcome.status < 300) || outcome.status === 404) {
+        } else if ((this.method === 'DELETE' && outcome.status < 300) || (outcome.status === 404 && handlerForgot(outcome.contentType))) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))
         } else if (outcome.whenClosed && outcome.status < 300) {
@@ -1054,10 +1077,26 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         // Synchronous stores finish here: the adapter then writes the response at once.
         if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
       } catch (error) {
+        if (pinning) return this.unpinned(error)
         pinFailed(error)
       }
       return undefined
     }
+
+    /**
+     * A new session's pin that could not be stored: every request of the session would be
+     * refused (404 once the store is back), so the answer that opened it is the 503 of a failed
+     * store, where the adapter can still send it; the client opens another session later.
+     */
+    private unpinned(error: unknown): Reply {
+      pinFailed(error)
+      return withCors(serviceUnavailableReply(), this.origin)
+    }
+  }
+
+  /** Whether a 404 of a request in a session is the MCP handler's `Session not found`. */
+  function handlerForgot(contentType: string | null | undefined): boolean {
+    return contentType === undefined || (contentType !== null && JSON_MEDIA_TYPE.test(contentType))
   }
 
   function pinFailed(error: unknown): void {
@@ -1368,7 +1407,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       baseUrl: baseUrlOf(request, app),
       rateLimit: limited,
     }
-    return new Dispatch(context, headers, request.method)
+    return new Dispatch(context, headers, request.method, origin)
   }
 
   return {

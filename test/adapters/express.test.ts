@@ -9,7 +9,8 @@ import type express from 'express'
 import { ConfigurationError, jsonRpcErrorReply } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
-import { ALLOWED_ORIGIN, HOST, createFixture, createGate, expressServers, goneClientProbe, listen, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, HOST, createFixture, createGate, expressServers, goneClientProbe, listen, loopbackFetch, rawRequest } from './helpers.js'
+import { buildScenarioServer, createNodeMcpHandler, expectSessionGoesOn } from './mcp.js'
 import { describeAdapter } from './suite.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 import { startExpress, startExpress4 } from './targets.js'
@@ -25,6 +26,20 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
   const { serve: serveApp, closeAll, servers } = expressServers()
   afterAll(closeAll)
   const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+
+  it('a route that takes POST only: the client\'s GET stream gets Express\'s HTML 404, which leaves the session\'s pin alone, and the SDK client goes on (regression: the pin was deleted, and every later request was 404 session_not_found)', async () => {
+    const fixture = createFixture()
+    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.post(kind === 'express4' ? '*' : '/{*path}', (req: http.IncomingMessage, res: http.ServerResponse) => sessions.handle(req, res))
+    const port = await serveApp(app)
+    try {
+      await expectSessionGoesOn(`http://${HOST}:${port}/v1`, { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } })
+    } finally {
+      await sessions.close()
+    }
+  })
 
   it('refuses misconfiguration when the middleware is created', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)

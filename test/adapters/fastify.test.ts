@@ -3,14 +3,12 @@
  * `fastify.inject`, over loopback HTTP for streaming.
  */
 import type { AddressInfo } from 'node:net'
-import Fastify from 'fastify'
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import { ConfigurationError, createTokenApi, invalidHostReply, notFoundReply } from 'mcp-dispatch'
 import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
-import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { HOST, createFixture, goneClientProbe, loopbackFetch, rawRequest } from './helpers.js'
-import { buildScenarioServer, createNodeMcpHandler } from './mcp.js'
+import { buildScenarioServer, createNodeMcpHandler, expectSessionGoesOn } from './mcp.js'
 import { describeAdapter } from './suite.js'
 import { startFastify } from './targets.js'
 
@@ -71,39 +69,27 @@ describe('fastify adapter specifics', () => {
     }
   })
 
-  it('a request no route takes (a GET where only POST is routed) gets Fastify\'s not-found answer without the version, and its 404 leaves the session\'s pin alone: the SDK client goes on (regression: the pin was deleted, and the next request was 404 session_not_found)', async () => {
-    const fixture = createFixture()
-    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
-    const app = Fastify()
-    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
-    app.post('/*', async (request, reply) => {
-      reply.hijack()
-      await sessions.handle(request.raw, reply.raw, request.body)
-    })
-    await app.listen({ port: 0, host: '127.0.0.1' })
-    const seen: Array<[string, number, string | null]> = []
-    const fetch = async (input: string | URL | Request, init?: RequestInit) => {
-      const response = await loopbackFetch(input, init)
-      seen.push([init?.method ?? 'GET', response.status, response.headers.get('x-mcp-version')])
-      return response
-    }
-    const { port } = app.server.address() as AddressInfo
-    const transport = new StreamableHTTPClientTransport(new URL(`http://${HOST}:${port}/v1`), {
-      fetch,
-      requestInit: { headers: { authorization: `Bearer ${fixture.tokens.alice}` } },
-    })
-    const client = new Client({ name: 'fastify-test', version: '1.0.0' })
-    client.onerror = () => {} // the GET stream's 404
-    try {
-      await client.connect(transport)
-      await vi.waitFor(() => expect(seen.some(([method]) => method === 'GET')).toBe(true))
-      expect((await client.listTools()).tools.length).toBeGreaterThan(0)
-      expect(seen.find(([method]) => method === 'GET')).toEqual(['GET', 404, null])
-      expect(seen.filter(([method]) => method === 'POST').every(([, status, version]) => status < 300 && version === '1.0.0')).toBe(true)
-    } finally {
-      await client.close()
-      await sessions.close()
-      await app.close()
+  it('a request no route takes (a GET where only POST is routed) gets Fastify\'s not-found 404, which leaves the session\'s pin alone; an MCP handler served as the not-found handler keeps its pins: the SDK client goes on (regression: the pin was deleted, and the next request was 404 session_not_found)', async () => {
+    for (const wiring of ['post only', 'not-found handler'] as const) {
+      const fixture = createFixture()
+      const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+      const app = Fastify()
+      await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+      const serve = async (request: FastifyRequest, reply: FastifyReply) => {
+        reply.hijack()
+        await sessions.handle(request.raw, reply.raw, request.body)
+      }
+      if (wiring === 'post only') app.post('/*', serve)
+      else app.setNotFoundHandler(serve)
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      try {
+        const { port } = app.server.address() as AddressInfo
+        const options = { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } }
+        await expectSessionGoesOn(`http://${HOST}:${port}/v1`, options, wiring === 'post only' ? 404 : 200)
+      } finally {
+        await sessions.close()
+        await app.close()
+      }
     }
   })
 
@@ -118,6 +104,14 @@ describe('fastify adapter specifics', () => {
       expect(refused).toBeInstanceOf(ConfigurationError)
       expect((refused as ConfigurationError).option).toBe('prefix')
       await app.close().catch(() => {})
+    }
+    // '' and '/' change nothing (a parent's options passed along, as fastify-autoload does): taken.
+    for (const prefix of ['', '/']) {
+      const app = Fastify()
+      await app.register(mcpDispatch, { dispatcher: fixture.dispatcher, prefix } as never)
+      app.all('/*', async () => ({ served: true }))
+      expect((await app.inject({ method: 'POST', url: '/v1', headers: { host: HOST }, payload: tools })).statusCode, prefix).toBe(401)
+      await app.close()
     }
   })
 

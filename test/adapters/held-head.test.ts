@@ -579,3 +579,76 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
     })
   }
 })
+
+describe('a new session whose pin cannot be stored: the store\'s 503 goes out instead of the answer that opened it', () => {
+  const INITIALIZE = JSON.stringify({
+    jsonrpc: '2.0',
+    id: 1,
+    method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'held-head-test', version: '1.0.0' } },
+  })
+  /** A session store whose writes fail: with a promise (as Redis down), or by throwing (a synchronous store). */
+  const failingSessions = (how: 'rejects' | 'throws'): SessionStore => {
+    const memory = createMemorySessionStore()
+    if (how === 'throws') return { synchronous: true, get: (id, ttl) => memory.get(id, ttl), set: () => { throw new Error('pin store down') }, delete: (id) => memory.delete(id) }
+    return {
+      get: (id, ttl) => Promise.resolve(memory.get(id, ttl)),
+      set: () => new Promise((_resolve, reject) => setTimeout(() => reject(new Error('pin store down')), 20)),
+      delete: (id) => Promise.resolve(memory.delete(id)),
+    }
+  }
+  const stacks = [
+    ...EXPRESS_KINDS.map((kind) => [kind, 'rejects', false] as const),
+    ...EXPRESS_KINDS.map((kind) => [kind, 'rejects', true] as const),
+    // A synchronous store holds no head, but on-headers before mcpDispatch makes every head held.
+    ...EXPRESS_KINDS.map((kind) => [kind, 'throws', true] as const),
+    ['fastify', 'rejects', false] as const,
+  ]
+
+  it.each(stacks)('%s, a store whose write %s (on-headers and compression around it: %s): 503 temporarily_unavailable with Retry-After, no session id, the SDK handler\'s answer dropped without an error, and onError told', async (kind, how, around) => {
+    const fixture = createFixture({ sessions: failingSessions(how) })
+    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+    let port: number
+    let close = async () => {}
+    if (kind === 'fastify') {
+      const app = Fastify({ forceCloseConnections: true })
+      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) }))
+      app.route({
+        method: ['GET', 'POST', 'DELETE'],
+        url: '/*',
+        handler: fastifyRoutes(() => async (request, reply) => {
+          reply.hijack()
+          await sessions.handle(request.raw, reply.raw, request.body)
+        }),
+      })
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      port = (app.server.address() as { port: number }).port
+      close = () => app.close()
+    } else {
+      const app = EXPRESS[kind]()
+      if (around) app.use((_req, res, next) => (onHeaders(res, () => res.setHeader('x-on-headers', '1')), next()))
+      app.use(dispatchOf(fixture))
+      if (around) app.use(compression({ threshold: 0 }))
+      app.use(routeByVersion(() => (req: http.IncomingMessage, res: http.ServerResponse) => sessions.handle(req, res)))
+      port = await serve(app)
+    }
+    try {
+      const answer = await rawRequest(port, {
+        path: '/v1',
+        headers: { ...json, ...bearer(fixture), accept: 'application/json, text/event-stream' },
+        body: INITIALIZE,
+      })
+      expect(answer.status).toBe(503)
+      expect(JSON.parse(answer.body)).toMatchObject({ error: { code: -32005, data: { error: 'temporarily_unavailable' } } })
+      expect(answer.headers['retry-after']).toBe('1')
+      expect(answer.headers['mcp-session-id']).toBeUndefined()
+      expect(answer.headers['x-mcp-version']).toBeUndefined()
+      expect(answer.headers['content-encoding']).toBeUndefined()
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(errorsOf(fixture)).toEqual(['session store: pin store down'])
+    } finally {
+      await sessions.close()
+      await close()
+    }
+  })
+})

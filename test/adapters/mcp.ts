@@ -11,6 +11,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { ElicitRequestSchema, ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
+import { expect } from 'vitest'
 import { z } from 'zod'
 
 /**
@@ -263,4 +264,49 @@ export async function readVersion(url: string, options: Omit<ScenarioOptions, 'a
   await transport.terminateSession()
   await client.close()
   return result.content
+}
+
+/**
+ * A session of the SDK client against an App whose route takes `POST` only: the client's `GET`
+ * stream gets the framework's not-found 404, and the session must go on (the dispatcher ends a
+ * pin on the MCP handler's 404 only). Answers each exchange as `[method, status, version]`
+ * and the tools listed after the `GET` was refused.
+ */
+async function sessionPastRefusedStream(url: string, options: Omit<ScenarioOptions, 'afterInitialize'>) {
+  const seen: Array<[string, number, string | null]> = []
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    fetch: async (input, init) => {
+      const response = await options.fetch(input, init)
+      seen.push([init?.method ?? 'GET', response.status, response.headers.get('x-mcp-version')])
+      return response
+    },
+    requestInit: { headers: options.headers ?? {} },
+  })
+  const client = new Client({ name: 'adapter-test', version: '1.0.0' })
+  client.onerror = () => {} // the GET stream's 404
+  try {
+    await client.connect(transport)
+    const deadline = Date.now() + 5_000
+    while (!seen.some(([method]) => method === 'GET') && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10))
+    const tools = (await client.listTools()).tools.map((tool) => tool.name)
+    return { seen, tools }
+  } finally {
+    await client.close()
+  }
+}
+
+/**
+ * {@link sessionPastRefusedStream} for alice at `url` (through `loopbackFetch`), expecting the
+ * session to go on: tools listed, the `GET` answered `getStatus` with version 1.0.0, every
+ * `POST` a success of version 1.0.0.
+ */
+export async function expectSessionGoesOn(
+  url: string,
+  options: Omit<ScenarioOptions, 'afterInitialize'>,
+  getStatus = 404,
+): Promise<void> {
+  const { seen, tools } = await sessionPastRefusedStream(url, options)
+  expect(tools.length).toBeGreaterThan(0)
+  expect(seen.find(([method]) => method === 'GET')).toEqual(['GET', getStatus, '1.0.0'])
+  expect(seen.filter(([method]) => method === 'POST').every(([, status, version]) => status < 300 && version === '1.0.0')).toBe(true)
 }

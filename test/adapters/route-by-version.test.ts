@@ -399,8 +399,13 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
 
 describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('the %s adapter: what the platform set before the handler', (kind) => {
   /** How the handler fails: thrown by a routeByVersion handler (on Fastify, hijacked or not), or by a web handler. */
-  type Failing = 'routeByVersion' | 'routeByVersion, hijacked' | 'fromWebHandler'
-  const ways: Failing[] = isExpress(kind) ? ['routeByVersion', 'fromWebHandler'] : ['routeByVersion', 'routeByVersion, hijacked', 'fromWebHandler']
+  type Failing = 'routeByVersion' | 'routeByVersion, hijacked' | 'routeByVersion, its factory' | 'fromWebHandler'
+  const ways: Failing[] = isExpress(kind)
+    ? ['routeByVersion', 'routeByVersion, its factory', 'fromWebHandler']
+    : ['routeByVersion', 'routeByVersion, hijacked', 'routeByVersion, its factory', 'fromWebHandler']
+  const factoryFails = () => {
+    throw new Error('cannot build the handler')
+  }
   const PLATFORM = { 'access-control-allow-origin': 'http://ui.example', 'x-request-id': 'r1', 'x-content-type-options': 'nosniff' }
 
   async function serveFailing(fixture: Fixture, way: Failing, webHandler: () => Promise<Response>): Promise<Served> {
@@ -422,7 +427,9 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('the %s adapter: w
       app.use(
         way === 'fromWebHandler'
           ? expressAdapter.fromWebHandler(webHandler)
-          : expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => throwing((name, value) => res.setHeader(name, value))),
+          : way === 'routeByVersion, its factory'
+            ? expressAdapter.routeByVersion(factoryFails)
+            : expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => throwing((name, value) => res.setHeader(name, value))),
       )
       const server = http.createServer(app)
       return { port: await listen(server), close: () => close(server) }
@@ -436,7 +443,9 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('the %s adapter: w
     const handler =
       way === 'fromWebHandler'
         ? fastifyAdapter.fromWebHandler(webHandler)
-        : fastifyAdapter.routeByVersion(() => (_request, reply) => {
+        : way === 'routeByVersion, its factory'
+          ? fastifyAdapter.routeByVersion(factoryFails)
+          : fastifyAdapter.routeByVersion(() => (_request, reply) => {
             if (way === 'routeByVersion') return throwing((name, value) => void reply.header(name, value))
             reply.hijack()
             return throwing((name, value) => void reply.raw.setHeader(name, value))

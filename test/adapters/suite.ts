@@ -488,6 +488,15 @@ export function describeAdapter(name: string, start: StartAdapter): void {
         expect(refused.status).toBe(404)
         expect(refused.headers.vary).toBe('Accept-Language, Origin')
       })
+
+      it.runIf(!name.startsWith('web'))('the names the platform exposed before the adapter ran stay exposed on its refusals, joined (regression: replaced, so a browser could not read the platform\'s X-Request-Id on a 401)', async () => {
+        const refused = await target.request({ path: '/v1', headers: { ...json, origin: ALLOWED_ORIGIN, 'x-test-expose': 'X-Request-Id' }, body: TOOLS_LIST })
+        expect(refused.status).toBe(401)
+        const exposed = String(refused.headers['access-control-expose-headers']).split(', ')
+        expect(exposed[0]).toBe('X-Request-Id')
+        expect(exposed).toContain('WWW-Authenticate')
+        expect(exposed).toContain('Mcp-Session-Id')
+      })
     })
 
     describe('client address', () => {

@@ -144,10 +144,13 @@ function expressTarget(express: ExpressModule): StartAdapter {
   return async ({ fixture, probe, trustProxy }) => {
     // Express's defaults, X-Powered-By included: the rejections must still be the Web adapter's bytes.
     const app = express()
-    // A platform's middleware ahead of the adapter that sets a `Vary` of its own.
+    // A platform's middleware ahead of the adapter that sets a `Vary` of its own, and names of
+    // its own in `Access-Control-Expose-Headers` (`cors({ exposedHeaders })`).
     app.use((req, res, next) => {
       const vary = req.headers['x-test-vary']
       if (typeof vary === 'string') res.setHeader('vary', vary)
+      const expose = req.headers['x-test-expose']
+      if (typeof expose === 'string') res.setHeader('access-control-expose-headers', expose)
       next()
     })
     app.use(
@@ -206,10 +209,13 @@ export function fastifyProbe(probe: ProbeState): FastifyMcpHandler {
 
 export const startFastify: StartAdapter = async ({ fixture, probe, trustProxy }) => {
   const app = Fastify()
-  // A platform's hook ahead of the adapter's that sets a `Vary` of its own.
+  // A platform's hook ahead of the adapter's that sets a `Vary` of its own, and names of its
+  // own in `Access-Control-Expose-Headers` (`@fastify/cors`' `exposedHeaders`).
   app.addHook('onRequest', (request, reply, done) => {
     const vary = request.headers['x-test-vary']
     if (typeof vary === 'string') reply.header('vary', vary)
+    const expose = request.headers['x-test-expose']
+    if (typeof expose === 'string') reply.header('access-control-expose-headers', expose)
     done()
   })
   await app.register(

@@ -7,7 +7,9 @@ import { type TrustProxy, createTokenApi } from 'mcp-dispatch'
 import { getDispatchContext, mcpDispatch, whenBodyEnds } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
-import { HOST, createFixture, rawRequest } from './helpers.js'
+import { Hono } from 'hono'
+import { HOST, createFixture, loopbackFetch, rawRequest } from './helpers.js'
+import { buildScenarioServer, createWebMcpHandler, expectSessionGoesOn } from './mcp.js'
 import { describeAdapter } from './suite.js'
 import { startWeb, startWebOnNode } from './targets.js'
 
@@ -548,5 +550,21 @@ describe('whenBodyEnds', () => {
     let empty = 0
     whenBodyEnds(new Response(null, { status: 204 }), () => empty++)
     expect(empty).toBe(1)
+  })
+})
+
+describe('web adapter: an App routed for POST only (a Hono app as the handler)', () => {
+  it('the client\'s GET stream gets the router\'s text 404, which leaves the session\'s pin alone, and the SDK client goes on (regression: the pin was deleted, and every later request was 404 session_not_found)', async () => {
+    const fixture = createFixture()
+    const sessions = createWebMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+    const app = new Hono()
+    app.post('*', (c) => sessions.handle(c.req.raw))
+    const served = await serveFetch(mcpDispatch({ dispatcher: fixture.dispatcher, handler: (request) => app.fetch(request) }))
+    try {
+      await expectSessionGoesOn(`http://${HOST}:${served.port}/v1`, { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } })
+    } finally {
+      await sessions.close()
+      await served.close()
+    }
   })
 })

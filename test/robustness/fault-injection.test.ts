@@ -268,7 +268,7 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
     await fixture.close()
   })
 
-  it('a hung session store delays the answer that opens a session by the timeout at most, and is reported', async () => {
+  it('a hung session store delays the answer that opens a session by the timeout at most: the store\'s 503 goes instead (the session could not be pinned), and is reported', async () => {
     vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
     const fixture = await createFixture({ faults: true, dispatcher: { storeTimeoutMs: 1_000 } })
     const handle = mcpDispatch({
@@ -279,8 +279,11 @@ describe('faults in memory (Web adapter, fake timers: no waiting)', () => {
     const pending = handle(request(fixture.tokens.valid), info)
     await vi.advanceTimersByTimeAsync(1_000)
     const response = await pending
-    expect(response.status).toBe(200)
-    expect(response.headers.get('mcp-session-id')).toBe('session-new')
+    expect(response.status).toBe(503)
+    expect(response.headers.get('retry-after')).toBe('1')
+    expect(response.headers.get('mcp-session-id')).toBeNull()
+    expect(response.headers.get('x-mcp-version')).toBeNull()
+    expect(((await response.json()) as { error: { data: unknown } }).error.data).toMatchObject({ error: 'temporarily_unavailable' })
     expect(fixture.errors.map((e) => e.context)).toEqual(['session store'])
     fixture.faults.release()
     await fixture.close()

@@ -934,16 +934,26 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await bus.close()
     })
 
-    it('on a client without an offline queue (enableOfflineQueue: false), reports nothing at its start: its connection, still connecting, is subscribed once ready (regression)', async () => {
-      const client = redis.connect({ enableOfflineQueue: false })
-      client.on('error', () => {})
-      const errors: string[] = []
-      // Its own connection, `client.duplicate()`, is still connecting when the bus is created.
-      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`) })
-      await bus.ready(5_000)
-      expect(bus.listening).toBe(true)
-      expect(errors).toEqual([])
-      await bus.close()
+    it('on a client without an offline queue (enableOfflineQueue: false), reports nothing at its start: its connection, still connecting or not yet (lazyConnect), is subscribed once ready (regression)', async () => {
+      for (const options of [{ enableOfflineQueue: false }, { enableOfflineQueue: false, lazyConnect: true }]) {
+        const client = redis.connect(options)
+        client.on('error', () => {})
+        const errors: string[] = []
+        // Its own connection, `client.duplicate()`, is still connecting (or waiting) when the bus is created.
+        const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`) })
+        await bus.ready(5_000)
+        expect(bus.listening, JSON.stringify(options)).toBe(true)
+        expect(errors, JSON.stringify(options)).toEqual([])
+        await bus.close()
+        // And a subscriber connection of your own, not yet connected.
+        const subscriber = redis.connect(options)
+        subscriber.on('error', () => {})
+        const given = createRedisInvalidationBus({ client: redis.client, subscriber, prefix: redis.prefix(), onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`) })
+        await given.ready(5_000)
+        expect(given.listening, JSON.stringify(options)).toBe(true)
+        expect(errors, JSON.stringify(options)).toEqual([])
+        await given.close()
+      }
     })
 
     it('refuses its own client as its subscriber: a subscribed connection cannot send the stores\' commands (ioredis 5; RESP2), so every store on it would fail (regression)', () => {

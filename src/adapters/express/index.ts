@@ -167,7 +167,7 @@ function writeOwn(res: ServerResponse, reply: Reply): void {
  * @example
  * ```ts
  * app.use(mcpDispatch({ dispatcher, trustProxy: ['10.0.0.0/8'] }))
- * app.post('/{*path}', (req, res) => {
+ * app.all('/{*path}', (req, res) => { // GET, POST and DELETE (Express 4: app.all('*', …))
  *   const { version, identity } = getDispatchContext(req)
  *   // …
  * })
@@ -225,7 +225,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
  *
  * @example
  * ```ts
- * app.post('/{*path}', (req, res) => {
+ * app.all('/{*path}', (req, res) => {
  *   const { app, version, identity } = getDispatchContext(req)
  * })
  * ```
@@ -291,7 +291,8 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
       writeOwn(res, HANDLER_FAILED)
       return
     }
-    let before: OutgoingHttpHeaders | undefined
+    // What the platform's middleware set, kept on the 502 of a failed handler (or factory).
+    const before = platformHeaders(res.getHeaders())
     try {
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
@@ -302,7 +303,6 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
       // An `end` a wrapper makes later (`compression`) counts as made once the handler's call of it
       // returns.
       noteEnds(res)
-      before = platformHeaders(res.getHeaders())
       const result: unknown = handler(req, res, (error?: unknown) => {
         // An error after the whole answer: reported, not handed to Express's final handler,
         // which would destroy the socket under an answer still on its way (or held for the pin).

@@ -60,7 +60,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { continueIfExpected, mergeVary } from '../head.js'
+import { continueIfExpected, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -116,14 +116,19 @@ type ReportingRequest = FastifyRequest & { [kReporter]?: Reporter | null }
 function noop(): void {}
 
 /**
- * Sends a dispatch-layer {@link Reply} through Fastify, byte for byte; its `Vary` joins one the
- * platform set on the reply before (`headers` would replace it).
+ * Sends a dispatch-layer {@link Reply} through Fastify, byte for byte; its `Vary` and
+ * `Access-Control-Expose-Headers` join those the platform set on the reply before (`headers`
+ * would replace them).
  */
 function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
   const vary = answer.headers.vary
   const own = vary === undefined ? undefined : reply.getHeader('vary')
+  const expose = answer.headers['access-control-expose-headers']
+  const ownExpose = expose === undefined ? undefined : reply.getHeader('access-control-expose-headers')
   reply.code(answer.status).headers(answer.headers)
   if (own !== undefined) reply.header('vary', mergeVary(own, vary))
+  // The platform's exposed names (`@fastify/cors`' `exposedHeaders`) stay readable on refusals.
+  if (ownExpose !== undefined) reply.header('access-control-expose-headers', mergeExposeHeaders(ownExpose, expose))
   // A Buffer, so Fastify sends the body and the `Content-Type` exactly as given (a string
   // body would get `; charset=utf-8` appended).
   return reply.send(answer.body === null ? undefined : Buffer.from(answer.body))
@@ -207,16 +212,19 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
     request.dispatchContext = decision.context
     ;(request as ReportingRequest)[kReporter] = onError
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
-    // Not for a request no route takes (a GET where only POST is routed): Fastify's not-found
-    // answer is no MCP handler's, so it neither carries the version nor, being a 404, ends the
-    // session's pin (the handler's 404 for a session it forgot does).
-    if (!request.is404) holdResponseHead(reply.raw, decision, onError)
+    holdResponseHead(reply.raw, decision, onError)
+    // A request no route takes (a GET where only POST is routed) is answered by Fastify's
+    // not-found handler: its 404 (JSON too) is not the MCP handler's, and does not end the
+    // session's pin.
+    if (request.is404) markUnrouted(reply.raw)
     continueIfExpected(reply.raw)
     done()
   }
 
   async function plugin(fastify: FastifyInstance<RawServerDefault>, registered?: { prefix?: unknown }): Promise<void> {
-    if (registered?.prefix !== undefined) throw prefixRefused()
+    // `''` and `'/'` (what a parent's options pass along, fastify-autoload's) change nothing.
+    const prefix = registered?.prefix
+    if (prefix !== undefined && prefix !== '' && prefix !== '/') throw prefixRefused()
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
     if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
     // A callback hook, not an async one: with synchronous stores the decision is made and
@@ -350,14 +358,14 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
       return sendReply(reply, HANDLER_FAILED)
     }
     let answer: unknown
-    let before: OutgoingHttpHeaders | undefined
+    // What the platform's hooks set, kept on the 502 of a failed handler (or factory).
+    const before = platformHeaders(reply.getHeaders())
     try {
       // A factory that throws is a failed handler too, as on the Web adapter.
       const handler = route(context)
       if (!handler) return sendReply(reply, versionNotServedReply(context.version))
       // An `end` a wrapper makes later counts as made once the handler's call of it returns.
       noteEnds(reply.raw)
-      before = platformHeaders(reply.getHeaders())
       answer = handler(request, reply)
     } catch (error) {
       return fail(request, reply, error, before)

@@ -220,9 +220,21 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const outcome: DispatchOutcome =
       sessionId === null && decision.context.sessionId === undefined
         ? { status: response.status, sessionId }
-        : { status: response.status, sessionId, whenClosed: (listener) => void (ended = listener) }
+        : {
+            status: response.status,
+            sessionId,
+            whenClosed: (listener) => void (ended = listener),
+            // A 404 ends the session's pin only when it is the MCP transport's (JSON).
+            ...(response.status === 404 && { contentType: response.headers.get('content-type') }),
+          }
     const pinned = decision.complete(outcome)
-    if (pinned) await pinned
+    const failure = pinned instanceof Promise ? await pinned : pinned
+    if (failure) {
+      // The new session's pin could not be stored: its every request would be refused. The
+      // store's 503 goes instead, and the handler's answer is dropped.
+      response.body?.cancel().catch(() => {})
+      return toResponse(failure)
+    }
     if (ended === undefined) return response
     try {
       return untilStreamEnds(response, ended)

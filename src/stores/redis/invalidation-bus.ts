@@ -463,6 +463,12 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // `reconnecting`) a client with `enableOfflineQueue: false` refuses the command, which
     // would be reported as a failure although the `ready` that follows subscribes.
     if (closed || UNREADY.has(subscriber.status as string)) return Promise.resolve()
+    // Not connected yet (`lazyConnect`): connected, and subscribed on its `ready`, since a
+    // SUBSCRIBE would be refused while it connects where there is no offline queue.
+    if (subscriber.status === 'wait' && typeof (subscriber as { connect?: unknown }).connect === 'function') {
+      ;(subscriber as unknown as { connect(): Promise<unknown> }).connect().catch(() => {})
+      return Promise.resolve()
+    }
     const movesBefore = moves
     // One channel per SUBSCRIBE (a client of your own may take one only), each confirmed before
     // the next, the channel last: Redis never counts this connection as a receiver of an
