@@ -1358,10 +1358,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const sessionId = flow.request.headers.get('mcp-session-id') ?? undefined
     if (sessionId === undefined) {
       const version = resolveVersion(index, flow.selector)
-      if (version === null) return reply(versionNotFoundReply(formatSelector(flow.selector), index.latest), flow.origin)
+      if (version === null) return counted(flow, versionNotFoundReply(formatSelector(flow.selector), index.latest))
       return dispatch(flow, version, index)
     }
-    if (!SESSION_ID.test(sessionId)) return reply(sessionNotFoundReply(), flow.origin)
+    if (!SESSION_ID.test(sessionId)) return counted(flow, sessionNotFoundReply())
     flow.index = index
     flow.sessionId = sessionId
     stage = 'sessions'
@@ -1369,7 +1369,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withPin(flow: Flow, pin: SessionPin | undefined): MaybePromise<Decision> {
-    if (!pin) return reply(sessionNotFoundReply(), flow.origin)
+    if (!pin) return counted(flow, sessionNotFoundReply())
     // The pinned version goes into `X-MCP-Version` and to the handler. A version no longer
     // live (replaced since the pin) is checked there; one that is not a version at all (a
     // platform's store answering what something else wrote) ends the session and is reported,
@@ -1377,10 +1377,21 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const version: unknown = pin.version
     if (typeof version !== 'string' || (!flow.index.exact.has(version) && !isExactVersion(version))) {
       onError(new Error(`mcp-dispatch: the session store answered a pin whose version is not a semantic version (${JSON.stringify(String(version).slice(0, 64))}); answered 404 session_not_found`), 'session store')
-      return reply(sessionNotFoundReply(), flow.origin)
+      return counted(flow, sessionNotFoundReply())
     }
-    if (!pinMatches(pin, flow.app, flow.auth.identity, flow.selector)) return reply(sessionNotFoundReply(), flow.origin)
+    if (!pinMatches(pin, flow.app, flow.auth.identity, flow.selector)) return counted(flow, sessionNotFoundReply())
     return dispatch(flow, version, flow.index)
+  }
+
+  /**
+   * A refusal after the rate limit counted the request (step 6: no such version or session):
+   * it carries the `RateLimit` fields, so the client's last `r` stays true.
+   */
+  function counted(flow: Flow, refusal: Reply): Decision {
+    const limited = flow.limited
+    if (limited === undefined) return reply(refusal, flow.origin)
+    const headers = { ...refusal.headers, 'ratelimit-policy': flow.policyHeader, ratelimit: rateLimitValue(limited) }
+    return reply({ ...refusal, headers }, flow.origin)
   }
 
   function dispatch(flow: Flow, version: string, index: VersionIndex): Decision {

@@ -290,3 +290,27 @@ describe('HEAD on an MCP path', () => {
     expect({ increments, asked }).toEqual({ increments: 1, asked: 1 })
   })
 })
+
+describe('rate limit: refusals after the count', () => {
+  it('a 404 of step 6 (no such version, no such session) spends a unit and says so in its RateLimit fields, as the successes do (regression: none, so the client\'s last r was wrong)', async () => {
+    const { dispatcher, token } = await setup({ policy: () => MINUTE })
+    const answer = async (path: string, headers: Record<string, string> = {}) => {
+      const decision = await dispatcher.decide(dispatchRequest(path, { authorization: `Bearer ${token}`, ...headers }))
+      return decision.type === 'dispatch' ? { status: 200, headers: decision.headers } : { status: decision.reply.status, headers: decision.reply.headers }
+    }
+    const served = await answer('/v1')
+    expect(served.headers.ratelimit).toMatch(/^"minute";r=4;t=\d+$/)
+    for (const [path, headers, r] of [
+      ['/v9', {}, 3],
+      ['/v1.2.4', {}, 2],
+      ['/v1', { 'mcp-session-id': 'nobody' }, 1],
+      ['/v1', { 'mcp-session-id': 'not visible\u0001' }, 0],
+    ] as const) {
+      const refused = await answer(path, headers)
+      expect(refused.status, path).toBe(404)
+      expect(refused.headers['ratelimit-policy'], path).toBe('"minute";q=5;w=60')
+      expect(refused.headers.ratelimit, path).toMatch(new RegExp(`^"minute";r=${r};t=\\d+$`))
+    }
+    expect((await answer('/v1')).status).toBe(429)
+  })
+})
