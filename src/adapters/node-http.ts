@@ -284,8 +284,8 @@ function writeJson(res: ServerResponse, status: number, body: string, headers?: 
  */
 export function clearHeaders(res: ServerResponse): void {
   for (const name of res.getHeaderNames()) res.removeHeader(name)
-  // Empty: Node's `writeHead` fills in its status's phrase.
-  res.statusMessage = ''
+  // Empty: Node's `writeHead` fills in its status's phrase (HTTP/2 has none, and warns when set).
+  if (res instanceof ServerResponse) res.statusMessage = ''
 }
 
 /**
@@ -396,8 +396,14 @@ export function holdResponseHead(
   res: ServerResponse,
   decision: Dispatched,
   onError: (error: unknown, context: string) => void,
+  platform?: HeaderSource,
 ): void {
-  if (!attachToHead(res, ServerResponse.prototype, decision)) holdUntilPinned(res, decision, onError)
+  if (!attachToHead(res, ServerResponse.prototype, decision)) holdUntilPinned(res, decision, onError, platform ?? res)
+}
+
+/** Where the headers the platform set before the handler are read (a Fastify reply, or the response). */
+interface HeaderSource {
+  getHeaders(): Readonly<Record<string, OutgoingHttpHeader | undefined>>
 }
 
 /** Installs the `writeHead` interception on `ServerResponse.prototype` (see head.ts). */
@@ -502,6 +508,7 @@ function holdUntilPinned(
   res: ServerResponse,
   decision: Dispatched,
   onError: (error: unknown, context: string) => void,
+  platform: HeaderSource,
 ): void {
   const target = res as unknown as Record<HeldMethod | GuardedMethod, Method>
   // The methods as the response has them now (usually its prototype's). Restoring assigns them
@@ -515,6 +522,9 @@ function holdUntilPinned(
   let implicitGuard: Method | undefined
   let state = IDLE
   let queue: Array<[HeldMethod, unknown[]]> | undefined
+  // What the platform had set when the dispatch layer let the request through (its CORS, a
+  // request id), kept on the 503 that may replace the answer.
+  const before = platformHeaders(platform.getHeaders())
 
   const replay = (name: HeldMethod, args: unknown[]) => originals[HELD.indexOf(name)]!.apply(res, args)
   /** Whether Node has the head (stored or sent), whatever the accessor of a hold says. */
@@ -550,11 +560,15 @@ function holdUntilPinned(
    * middleware, which has seen nothing of it.
    */
   function replaceWith(failure: Reply): void {
-    state = REPLACED
+    const dropped = queue ?? []
     queue = undefined
+    // Passed through while the 503 is written (HTTP/2's `end` writes its chunk with `write`).
+    state = DONE
     try {
       clearHeaders(res)
+      setHeaders(res, before)
       const headers: OutgoingHttpHeaders = { ...failure.headers }
+      joinPlatformVary(res, headers)
       if (failure.body !== null) headers['content-length'] = Buffer.byteLength(failure.body)
       originals[0]!.call(res, failure.status, headers)
       originals[2]!.call(res, failure.body ?? undefined)
@@ -562,6 +576,27 @@ function holdUntilPinned(
       onError(error, 'handler')
       res.destroy()
     }
+    state = REPLACED
+    for (const [name, args] of dropped) drop(name, args)
+  }
+
+  /**
+   * A call of the handler's dropped once its answer was replaced. Its callback is not left
+   * waiting: a `write`'s gets the error of a stream destroyed (as Node gives it when the client
+   * has gone), an `end`'s is called once the 503 has been written.
+   */
+  function drop(name: HeldMethod, args: unknown[]): unknown {
+    const callback = args[args.length - 1]
+    if (typeof callback === 'function') {
+      if (name === 'write') {
+        const error = Object.assign(new Error('Cannot call write after a stream was destroyed'), { code: 'ERR_STREAM_DESTROYED' })
+        process.nextTick(callback as (error: Error) => void, error)
+      } else if (name === 'end') {
+        if (res.writableFinished) process.nextTick(callback as () => void)
+        else res.once('finish', callback as () => void)
+      }
+    }
+    return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
   }
 
   /** From the held head on, the response behaves as one whose head is out. */
@@ -647,16 +682,11 @@ function holdUntilPinned(
     const pending = decision.complete(headOutcome(res, decision, status, sessionId, first === 'writeHead' ? args[typeof args[1] === 'string' ? 2 : 1] : undefined))
     // A request that already belongs to a session only ends its pin (DELETE, or a 404 of the
     // handler's), which needs no answer before the response goes out: held for new sessions only.
-    if (!pending || decision.context.sessionId !== undefined || (pastUs && !(pending instanceof Promise))) {
+    if (!pending || decision.context.sessionId !== undefined) {
       finish()
       return replay(first, args)
     }
     if (first === 'end') endCalled.add(res)
-    if (!(pending instanceof Promise)) {
-      // A synchronous store that refused the new session's pin.
-      replaceWith(pending)
-      return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
-    }
     hold()
     queue = [[first, args]]
     void pending.then((failure) => {
@@ -689,7 +719,7 @@ function holdUntilPinned(
     const wrapper = function held(this: unknown, ...args: unknown[]) {
       if (state === DONE) return originals[i]!.apply(this, args)
       if (state === IDLE) return begin(name, args)
-      if (state === REPLACED) return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
+      if (state === REPLACED) return drop(name, args)
       if (name === 'writeHead') throw headersSentError('write')
       if (name === 'end') endCalled.add(res)
       queue!.push([name, args])

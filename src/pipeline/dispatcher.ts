@@ -174,12 +174,12 @@ export type Decision =
        * version, ends the pin after DELETE. Returns `undefined` when the session store answered
        * synchronously (or there was nothing to do); otherwise a promise to await before sending
        * the response, so the next request of the session finds the pin on every instance.
-       * Never throws or rejects: store failures go to `onError`. When a new session's pin could
-       * not be stored, answers (or resolves to) a {@link Reply}, the 503 of a failed store, to
-       * send in place of the handler's response where its head is not out yet: the client would
-       * otherwise hold a session whose every request is refused.
+       * Never throws or rejects: store failures go to `onError`. When an asynchronous store
+       * could not store a new session's pin, the promise resolves to a {@link Reply}, the 503 of
+       * a failed store, to send in place of the handler's response, whose head waited for it:
+       * the client would otherwise hold a session whose every request is refused.
        */
-      complete(outcome: DispatchOutcome): MaybePromise<Reply | void>
+      complete(outcome: DispatchOutcome): void | Promise<Reply | void>
       /**
        * `true` when the session store is synchronous (`SessionStore.synchronous`): `complete`
        * then never returns a promise, and adapters need not hold the response for it.
@@ -1041,9 +1041,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
     readonly synchronousPins = synchronousPins
 
-    complete(outcome: DispatchOutcome): MaybePromise<Reply | void> {
+    complete(outcome: DispatchOutcome): void | Promise<Reply | void> {
       const { sessionId, app, identity, version } = this.context
-      let pinning = false
       try {
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
@@ -1051,7 +1050,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           if (assigned && outcome.status < 300) {
             if (!SESSION_ID.test(assigned)) unpinnable(assigned)
             else {
-              pinning = true
               pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
               const whenClosed = outcome.whenClosed
               // Kept alive only once the pin is this session's: a live pin of another session
@@ -1077,16 +1075,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         // Synchronous stores finish here: the adapter then writes the response at once.
         if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
       } catch (error) {
-        if (pinning) return this.unpinned(error)
+        // A synchronous store that throws: the head is Node's already where the adapters write
+        // it at once (head.ts), so the answer goes out and the failure is reported, everywhere.
         pinFailed(error)
       }
       return undefined
     }
 
     /**
-     * A new session's pin that could not be stored: every request of the session would be
-     * refused (404 once the store is back), so the answer that opened it is the 503 of a failed
-     * store, where the adapter can still send it; the client opens another session later.
+     * A new session's pin that an asynchronous store could not store: every request of the
+     * session would be refused (404 once the store is back), so the answer that opened it is the
+     * 503 of a failed store, held until now; the client opens another session later.
      */
     private unpinned(error: unknown): Reply {
       pinFailed(error)

@@ -597,22 +597,22 @@ describe('a new session whose pin cannot be stored: the store\'s 503 goes out in
       delete: (id) => Promise.resolve(memory.delete(id)),
     }
   }
-  const stacks = [
-    ...EXPRESS_KINDS.map((kind) => [kind, 'rejects', false] as const),
-    ...EXPRESS_KINDS.map((kind) => [kind, 'rejects', true] as const),
-    // A synchronous store holds no head, but on-headers before mcpDispatch makes every head held.
-    ...EXPRESS_KINDS.map((kind) => [kind, 'throws', true] as const),
-    ['fastify', 'rejects', false] as const,
-  ]
+  /** What the platform sets before the dispatch layer: its CORS and a request id. */
+  const PLATFORM = { 'access-control-allow-origin': ALLOWED_ORIGIN, 'x-request-id': 'r1' }
+  const initialize = (port: number, fixture: Fixture) =>
+    rawRequest(port, {
+      path: '/v1',
+      headers: { ...json, ...bearer(fixture), accept: 'application/json, text/event-stream' },
+      body: INITIALIZE,
+    })
 
-  it.each(stacks)('%s, a store whose write %s (on-headers and compression around it: %s): 503 temporarily_unavailable with Retry-After, no session id, the SDK handler\'s answer dropped without an error, and onError told', async (kind, how, around) => {
-    const fixture = createFixture({ sessions: failingSessions(how) })
+  async function serveSdk(kind: (typeof EXPRESS_KINDS)[number] | 'fastify', fixture: Fixture, around: boolean) {
     const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
-    let port: number
-    let close = async () => {}
+    const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
     if (kind === 'fastify') {
       const app = Fastify({ forceCloseConnections: true })
-      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: (error, context) => fixture.errors.push({ error, context }) }))
+      app.addHook('onRequest', async (_request, reply) => void reply.headers(PLATFORM))
+      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
       app.route({
         method: ['GET', 'POST', 'DELETE'],
         url: '/*',
@@ -622,33 +622,73 @@ describe('a new session whose pin cannot be stored: the store\'s 503 goes out in
         }),
       })
       await app.listen({ port: 0, host: '127.0.0.1' })
-      port = (app.server.address() as { port: number }).port
-      close = () => app.close()
-    } else {
-      const app = EXPRESS[kind]()
-      if (around) app.use((_req, res, next) => (onHeaders(res, () => res.setHeader('x-on-headers', '1')), next()))
-      app.use(dispatchOf(fixture))
-      if (around) app.use(compression({ threshold: 0 }))
-      app.use(routeByVersion(() => (req: http.IncomingMessage, res: http.ServerResponse) => sessions.handle(req, res)))
-      port = await serve(app)
+      return { port: (app.server.address() as { port: number }).port, close: async () => (await sessions.close(), await app.close()) }
     }
+    const app = EXPRESS[kind]()
+    app.use((_req, res, next) => {
+      for (const [name, value] of Object.entries(PLATFORM)) res.setHeader(name, value)
+      next()
+    })
+    if (around) app.use((_req, res, next) => (onHeaders(res, () => res.setHeader('x-on-headers', '1')), next()))
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+    if (around) app.use(compression({ threshold: 0 }))
+    app.use(routeByVersion(() => (req: http.IncomingMessage, res: http.ServerResponse) => sessions.handle(req, res)))
+    return { port: await serve(app), close: () => sessions.close() }
+  }
+
+  it.each([
+    ...EXPRESS_KINDS.map((kind) => [kind, false] as const),
+    ...EXPRESS_KINDS.map((kind) => [kind, true] as const),
+    ['fastify', false] as const,
+  ])('%s (on-headers and compression around it: %s), a store whose write fails: 503 temporarily_unavailable with Retry-After and the platform\'s headers, no session id, the SDK handler\'s answer dropped without an error, and onError told', async (kind, around) => {
+    const fixture = createFixture({ sessions: failingSessions('rejects') })
+    const served = await serveSdk(kind, fixture, around)
     try {
-      const answer = await rawRequest(port, {
-        path: '/v1',
-        headers: { ...json, ...bearer(fixture), accept: 'application/json, text/event-stream' },
-        body: INITIALIZE,
-      })
+      const answer = await initialize(served.port, fixture)
       expect(answer.status).toBe(503)
       expect(JSON.parse(answer.body)).toMatchObject({ error: { code: -32005, data: { error: 'temporarily_unavailable' } } })
       expect(answer.headers['retry-after']).toBe('1')
       expect(answer.headers['mcp-session-id']).toBeUndefined()
       expect(answer.headers['x-mcp-version']).toBeUndefined()
       expect(answer.headers['content-encoding']).toBeUndefined()
+      for (const [name, value] of Object.entries(PLATFORM)) expect(answer.headers[name], name).toBe(value)
       await new Promise((resolve) => setTimeout(resolve, 50))
       expect(errorsOf(fixture)).toEqual(['session store: pin store down'])
     } finally {
-      await sessions.close()
-      await close()
+      await served.close()
     }
+  })
+
+  it.each(EXPRESS_KINDS)('%s: a synchronous store that throws, whose pin is written once Node has the head: the answer goes out, reported, on-headers before mcpDispatch or not (the same either way)', async (kind) => {
+    for (const around of [false, true]) {
+      const fixture = createFixture({ sessions: failingSessions('throws') })
+      const served = await serveSdk(kind, fixture, around)
+      try {
+        const answer = await initialize(served.port, fixture)
+        expect(answer.status, String(around)).toBe(200)
+        expect(answer.headers['mcp-session-id'], String(around)).toBeDefined()
+        expect(errorsOf(fixture), String(around)).toEqual(['session store: pin store down'])
+      } finally {
+        await served.close()
+      }
+    }
+  })
+
+  it('a handler that waits for its write and end callbacks is not left waiting once its answer is replaced', async () => {
+    const fixture = createFixture({ sessions: failingSessions('rejects') })
+    const app = EXPRESS.express()
+    app.use(dispatchOf(fixture))
+    let finished: (outcome: unknown) => void
+    const handlerDone = new Promise((resolve) => (finished = resolve))
+    app.use(async (_req: http.IncomingMessage, res: http.ServerResponse) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'mcp-session-id': 'waits' })
+      const wrote = await new Promise((resolve) => res.write('data: 1\n\n', (error) => resolve(error ? (error as { code?: string }).code : 'written')))
+      await new Promise<void>((resolve) => res.end(resolve))
+      finished(wrote)
+    })
+    const port = await serve(app)
+    const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+    expect(answer.status).toBe(503)
+    expect(await Promise.race([handlerDone, new Promise((resolve) => setTimeout(resolve, 2_000, 'left waiting'))])).toBe('ERR_STREAM_DESTROYED')
   })
 })

@@ -9,6 +9,7 @@ import * as http2 from 'node:http2'
 import type { AddressInfo } from 'node:net'
 import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
 import Fastify from 'fastify'
+import type { SessionStore } from 'mcp-dispatch'
 import { fromWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -64,6 +65,11 @@ beforeAll(async () => {
   servers.push({ name: 'fastify', port: (fastify.server.address() as AddressInfo).port, close: () => fastify.close() })
 
   const handle = webDispatch({ dispatcher: fixture.dispatcher, handler: (request) => Response.json(answer(request.url)) })
+  servers.push({ name: 'web', ...(await serveHttp2(handle)) })
+})
+
+/** Serves the Web adapter's `handle` on `@hono/node-server` over HTTP/2, with `outgoing`. */
+async function serveHttp2(handle: ReturnType<typeof webDispatch>): Promise<{ port: number; close(): Promise<void> }> {
   const web = serve({
     fetch: (request, env: HttpBindings | Http2Bindings) => handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
     createServer: http2.createServer,
@@ -71,12 +77,8 @@ beforeAll(async () => {
     hostname: '127.0.0.1',
   }) as unknown as http2.Http2Server
   await new Promise<void>((resolve) => (web.listening ? resolve() : web.once('listening', () => resolve())))
-  servers.push({
-    name: 'web',
-    port: (web.address() as AddressInfo).port,
-    close: () => new Promise<void>((resolve) => web.close(() => resolve())),
-  })
-})
+  return { port: (web.address() as AddressInfo).port, close: () => new Promise<void>((resolve) => web.close(() => resolve())) }
+}
 
 afterAll(async () => {
   await Promise.all(servers.map((s) => s.close()))
@@ -124,4 +126,40 @@ it('refuses a Host beside :authority that names another host, 400 (RFC 9113 sect
   const refused = await ask(port, post(fixture.tokens.alice, { ':authority': `${HOST}:${port}`, host: `other.localhost:${port}` }), TOOLS_LIST)
   expect(refused.status).toBe(400)
   expect(JSON.parse(refused.body)).toEqual(INVALID_HOST)
+})
+
+describe('HTTP/2: a new session whose pin cannot be stored', () => {
+  /** A session store whose writes fail, as Redis down: reads answer nothing. */
+  const failing: SessionStore = {
+    get: () => Promise.resolve(undefined),
+    set: () => Promise.reject(new Error('pin store down')),
+    delete: () => Promise.resolve(),
+  }
+  const opens = () =>
+    new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'mcp-session-id': 'never-pinned' } })
+
+  it.each(['fastify', 'web'] as const)('%s: the store\'s 503 goes out whole in place of the answer, its body included (regression: the stream was reset, its body dropped)', async (name) => {
+    const failed = createFixture({ sessions: failing })
+    let port: number
+    let close: () => Promise<void>
+    if (name === 'fastify') {
+      const app = Fastify({ http2: true })
+      await app.register(fastifyDispatch({ dispatcher: failed.dispatcher, onError: () => {} }))
+      app.all('/*', fromWebHandler(opens))
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      port = (app.server.address() as AddressInfo).port
+      close = () => app.close()
+    } else {
+      ;({ port, close } = await serveHttp2(webDispatch({ dispatcher: failed.dispatcher, handler: opens, onError: () => {} })))
+    }
+    try {
+      const refused = await ask(port, post(failed.tokens.alice, { ':authority': `${HOST}:${port}` }), TOOLS_LIST)
+      expect(refused.status).toBe(503)
+      expect(JSON.parse(refused.body)).toMatchObject({ error: { code: -32005, data: { error: 'temporarily_unavailable' } } })
+      expect(refused.headers['mcp-session-id']).toBeUndefined()
+      expect(refused.headers['retry-after']).toBe('1')
+    } finally {
+      await close()
+    }
+  })
 })

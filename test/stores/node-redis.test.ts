@@ -31,7 +31,15 @@ async function cuttableProxy(): Promise<{ port: number; cut(): Promise<void>; re
     client.on('close', () => upstream.destroy())
     upstream.on('close', () => client.destroy())
   })
-  const listen = (port: number) => new Promise<void>((resolve) => server.listen(port, '127.0.0.1', resolve))
+  // Rejects when the port was taken meanwhile (the test fails, rather than the worker).
+  const listen = (port: number) =>
+    new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(port, '127.0.0.1', () => {
+        server.off('error', reject)
+        resolve()
+      })
+    })
   const stop = () =>
     new Promise<void>((resolve) => {
       for (const socket of sockets) socket.destroy()
@@ -84,9 +92,14 @@ describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md'
       // Whatever waited in node-redis's queue has been sent with the reconnect, before this.
       expect(await rateLimit.increment(key, window, WINDOW_MS)).toBe(countedAfter + 1)
     } finally {
-      await client.sendCommand(['DEL', `${prefix}rl:${key}`]).catch(() => {})
+      // The client first: its commands would wait in its queue while the proxy is cut.
       client.destroy()
       await proxy.close()
+      const direct = createClient({ url: REDIS_URL })
+      direct.on('error', () => {})
+      await direct.connect()
+      await direct.sendCommand(['DEL', `${prefix}rl:${key}`])
+      direct.destroy()
     }
   })
 

@@ -212,7 +212,7 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
     request.dispatchContext = decision.context
     ;(request as ReportingRequest)[kReporter] = onError
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
-    holdResponseHead(reply.raw, decision, onError)
+    holdResponseHead(reply.raw, decision, onError, reply)
     // A request no route takes (a GET where only POST is routed) is answered by Fastify's
     // not-found handler: its 404 (JSON too) is not the MCP handler's, and does not end the
     // session's pin.

@@ -228,7 +228,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
             ...(response.status === 404 && { contentType: response.headers.get('content-type') }),
           }
     const pinned = decision.complete(outcome)
-    const failure = pinned instanceof Promise ? await pinned : pinned
+    const failure = pinned instanceof Promise ? await pinned : undefined
     if (failure) {
       // The new session's pin could not be stored: its every request would be refused. The
       // store's 503 goes instead, and the handler's answer is dropped.
