@@ -314,7 +314,10 @@ export function platformHeaders(headers: Readonly<Record<string, OutgoingHttpHea
   let kept: OutgoingHttpHeaders | undefined
   for (const name in headers) {
     const value = headers[name]
-    if (value === undefined || ANSWER_HEADERS.has(name.toLowerCase())) continue
+    const lower = name.toLowerCase()
+    if (value === undefined || ANSWER_HEADERS.has(lower)) continue
+    // Express's own (`X-Powered-By: Express`): the adapters' own answers carry none.
+    if (lower === 'x-powered-by' && value === 'Express') continue
     ;(kept ??= {})[name] = value
   }
   return kept
@@ -523,8 +526,9 @@ function holdUntilPinned(
   let state = IDLE
   let queue: Array<[HeldMethod, unknown[]]> | undefined
   // What the platform had set when the dispatch layer let the request through (its CORS, a
-  // request id), kept on the 503 that may replace the answer.
-  const before = platformHeaders(platform.getHeaders())
+  // request id), kept on the 503 that may replace the answer of a new session on an
+  // asynchronous store (the only answer that can be replaced).
+  const before = decision.context.sessionId === undefined && !decision.synchronousPins ? platformHeaders(platform.getHeaders()) : undefined
 
   const replay = (name: HeldMethod, args: unknown[]) => originals[HELD.indexOf(name)]!.apply(res, args)
   /** Whether Node has the head (stored or sent), whatever the accessor of a hold says. */
@@ -562,8 +566,7 @@ function holdUntilPinned(
   function replaceWith(failure: Reply): void {
     const dropped = queue ?? []
     queue = undefined
-    // Passed through while the 503 is written (HTTP/2's `end` writes its chunk with `write`).
-    state = DONE
+    state = REPLACED
     try {
       clearHeaders(res)
       setHeaders(res, before)
@@ -571,12 +574,15 @@ function holdUntilPinned(
       joinPlatformVary(res, headers)
       if (failure.body !== null) headers['content-length'] = Buffer.byteLength(failure.body)
       originals[0]!.call(res, failure.status, headers)
-      originals[2]!.call(res, failure.body ?? undefined)
+      // The body on the response's own `write`, then `end` with none: HTTP/2's `end(chunk)`
+      // writes its chunk through `this.write`, a later middleware's wrapper (`compression()`'s)
+      // or these, which drop it now.
+      if (failure.body !== null) originals[1]!.call(res, failure.body)
+      originals[2]!.call(res)
     } catch (error) {
       onError(error, 'handler')
       res.destroy()
     }
-    state = REPLACED
     for (const [name, args] of dropped) drop(name, args)
   }
 

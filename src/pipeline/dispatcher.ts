@@ -1043,6 +1043,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
     complete(outcome: DispatchOutcome): void | Promise<Reply | void> {
       const { sessionId, app, identity, version } = this.context
+      let pinning = false
       try {
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
@@ -1050,6 +1051,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           if (assigned && outcome.status < 300) {
             if (!SESSION_ID.test(assigned)) unpinnable(assigned)
             else {
+              pinning = true
               pending = adoptThenable(sessions.set(assigned, { appId: app.id, version, subject: identity.subject }, sessionTtlMs))
               const whenClosed = outcome.whenClosed
               // Kept alive only once the pin is this session's: a live pin of another session
@@ -1075,8 +1077,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         // Synchronous stores finish here: the adapter then writes the response at once.
         if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
       } catch (error) {
-        // A synchronous store that throws: the head is Node's already where the adapters write
-        // it at once (head.ts), so the answer goes out and the failure is reported, everywhere.
+        // An asynchronous store that throws rather than rejects: its answer waits for the pin,
+        // as for a rejection. A store declared synchronous has the adapters write the head at
+        // once (head.ts), so its answer goes out and the failure is reported, everywhere.
+        if (pinning && !synchronousPins) return Promise.resolve(this.unpinned(error))
         pinFailed(error)
       }
       return undefined

@@ -588,12 +588,17 @@ describe('a new session whose pin cannot be stored: the store\'s 503 goes out in
     params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'held-head-test', version: '1.0.0' } },
   })
   /** A session store whose writes fail: with a promise (as Redis down), or by throwing (a synchronous store). */
-  const failingSessions = (how: 'rejects' | 'throws'): SessionStore => {
+  const failingSessions = (how: 'rejects' | 'throws' | 'throws, not declared synchronous'): SessionStore => {
     const memory = createMemorySessionStore()
     if (how === 'throws') return { synchronous: true, get: (id, ttl) => memory.get(id, ttl), set: () => { throw new Error('pin store down') }, delete: (id) => memory.delete(id) }
     return {
       get: (id, ttl) => Promise.resolve(memory.get(id, ttl)),
-      set: () => new Promise((_resolve, reject) => setTimeout(() => reject(new Error('pin store down')), 20)),
+      set:
+        how === 'rejects'
+          ? () => new Promise((_resolve, reject) => setTimeout(() => reject(new Error('pin store down')), 20))
+          : () => {
+              throw new Error('pin store down')
+            },
       delete: (id) => Promise.resolve(memory.delete(id)),
     }
   }
@@ -637,11 +642,13 @@ describe('a new session whose pin cannot be stored: the store\'s 503 goes out in
   }
 
   it.each([
-    ...EXPRESS_KINDS.map((kind) => [kind, false] as const),
-    ...EXPRESS_KINDS.map((kind) => [kind, true] as const),
-    ['fastify', false] as const,
-  ])('%s (on-headers and compression around it: %s), a store whose write fails: 503 temporarily_unavailable with Retry-After and the platform\'s headers, no session id, the SDK handler\'s answer dropped without an error, and onError told', async (kind, around) => {
-    const fixture = createFixture({ sessions: failingSessions('rejects') })
+    ...EXPRESS_KINDS.map((kind) => [kind, false, 'rejects'] as const),
+    ...EXPRESS_KINDS.map((kind) => [kind, true, 'rejects'] as const),
+    ['fastify', false, 'rejects'] as const,
+    ['express', false, 'throws, not declared synchronous'] as const,
+    ['fastify', false, 'throws, not declared synchronous'] as const,
+  ])('%s (on-headers and compression around it: %s), a store whose write %s: 503 temporarily_unavailable with Retry-After and the platform\'s headers, no session id, the SDK handler\'s answer dropped without an error, and onError told', async (kind, around, how) => {
+    const fixture = createFixture({ sessions: failingSessions(how) })
     const served = await serveSdk(kind, fixture, around)
     try {
       const answer = await initialize(served.port, fixture)
@@ -652,6 +659,7 @@ describe('a new session whose pin cannot be stored: the store\'s 503 goes out in
       expect(answer.headers['x-mcp-version']).toBeUndefined()
       expect(answer.headers['content-encoding']).toBeUndefined()
       for (const [name, value] of Object.entries(PLATFORM)) expect(answer.headers[name], name).toBe(value)
+      expect(answer.headers['x-powered-by']).toBeUndefined()
       await new Promise((resolve) => setTimeout(resolve, 50))
       expect(errorsOf(fixture)).toEqual(['session store: pin store down'])
     } finally {

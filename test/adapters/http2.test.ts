@@ -8,6 +8,7 @@
 import * as http2 from 'node:http2'
 import type { AddressInfo } from 'node:net'
 import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
+import compression from 'compression'
 import Fastify from 'fastify'
 import type { SessionStore } from 'mcp-dispatch'
 import { fromWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
@@ -138,14 +139,25 @@ describe('HTTP/2: a new session whose pin cannot be stored', () => {
   const opens = () =>
     new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'mcp-session-id': 'never-pinned' } })
 
-  it.each(['fastify', 'web'] as const)('%s: the store\'s 503 goes out whole in place of the answer, its body included (regression: the stream was reset, its body dropped)', async (name) => {
+  it.each(['fastify', 'fastify behind compression', 'web'] as const)('%s: the store\'s 503 goes out whole in place of the answer, its body included (regression: the stream was reset, its body dropped)', async (name) => {
     const failed = createFixture({ sessions: failing })
     let port: number
     let close: () => Promise<void>
-    if (name === 'fastify') {
+    if (name !== 'web') {
       const app = Fastify({ http2: true })
       await app.register(fastifyDispatch({ dispatcher: failed.dispatcher, onError: () => {} }))
-      app.all('/*', fromWebHandler(opens))
+      if (name === 'fastify') app.all('/*', fromWebHandler(opens))
+      else {
+        // `compression()` on the raw response after the dispatch hook: it wraps `write` and `end`,
+        // and HTTP/2's `end(chunk)` writes its chunk through `this.write`.
+        app.addHook('onRequest', (request, reply, done) => compression({ threshold: 0 })(request.raw as never, reply.raw as never, () => done()))
+        app.all('/*', (_request, reply) => {
+          reply.hijack()
+          reply.raw.writeHead(200, { 'content-type': 'text/event-stream', 'mcp-session-id': 'never-pinned' })
+          reply.raw.write('data: {}\n\n')
+          reply.raw.end()
+        })
+      }
       await app.listen({ port: 0, host: '127.0.0.1' })
       port = (app.server.address() as AddressInfo).port
       close = () => app.close()
@@ -153,7 +165,7 @@ describe('HTTP/2: a new session whose pin cannot be stored', () => {
       ;({ port, close } = await serveHttp2(webDispatch({ dispatcher: failed.dispatcher, handler: opens, onError: () => {} })))
     }
     try {
-      const refused = await ask(port, post(failed.tokens.alice, { ':authority': `${HOST}:${port}` }), TOOLS_LIST)
+      const refused = await ask(port, post(failed.tokens.alice, { ':authority': `${HOST}:${port}`, 'accept-encoding': 'gzip' }), TOOLS_LIST)
       expect(refused.status).toBe(503)
       expect(JSON.parse(refused.body)).toMatchObject({ error: { code: -32005, data: { error: 'temporarily_unavailable' } } })
       expect(refused.headers['mcp-session-id']).toBeUndefined()
