@@ -42,8 +42,9 @@ export function headOutcome(
 }
 
 /**
- * Responses to requests the framework routed to no route (Fastify's `request.is404`): their
- * answer is the framework's not-found, never the MCP handler's, whatever its type.
+ * Responses to requests the framework routed to no route (Fastify's `request.is404`), answered
+ * by its not-found handler: their 404, whatever its type, is taken as no MCP handler's (an MCP
+ * handler served as the not-found handler then leaves its pins to their idle TTL).
  */
 const unrouted = new WeakSet<object>()
 

@@ -345,8 +345,9 @@ function joinPlatformVary(res: ServerResponse, headers: OutgoingHttpHeaders): vo
 }
 
 /**
- * Writes a dispatch-layer {@link Reply} on a raw response, byte for byte; its `Vary` joins one
- * the platform set on the response before (a `writeHead` header would replace it).
+ * Writes a dispatch-layer {@link Reply} on a raw response, byte for byte; its `Vary` and
+ * `Access-Control-Expose-Headers` join those the platform set on the response before (a
+ * `writeHead` header would replace them).
  */
 export function writeReply(res: ServerResponse, reply: Reply): void {
   const headers: OutgoingHttpHeaders = { ...reply.headers }
@@ -390,7 +391,9 @@ function headersSentError(action: string): Error {
  *   or `flushHeaders` and every call after it are queued, in order, until the pin is stored,
  *   then replayed on the real methods. So the next request of a new session finds its pin on
  *   every instance, as with the Web adapter, which awaits `complete` before returning the
- *   response. (Corking the socket cannot do this: Node fully uncorks it on `end()`.)
+ *   response. (Corking the socket cannot do this: Node fully uncorks it on `end()`.) When the
+ *   pin cannot be stored, they are dropped and the store's 503 is written in their place (see
+ *   `holdUntilPinned`).
  *
  * The dispatch headers (version, rate limit, CORS) win over the handler's headers of the same
  * name, as in the Web adapter.

@@ -216,7 +216,8 @@ export const MAX_VERSION_LENGTH = 125
  *   must never hold one) that the deploy would keep: what this function answers always
  *   compiles. One the deploy replaces (`v1.0.0` by `1.0.1`) is dropped, as the version it spells.
  *   Also when the set it would answer is one no sequence of deploys leaves live (two releases
- *   of a minor, a pre-release at or below the release of its minor, a version twice): a release
+ *   or two pre-releases of a minor, a pre-release at or below the release of its minor, a
+ *   version twice): a release
  *   of that minor replaces them all, which puts such a set right.
  * @example
  * ```ts

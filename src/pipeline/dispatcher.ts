@@ -171,7 +171,8 @@ export type Decision =
       readonly headers: Readonly<Record<string, string>>
       /**
        * Must be called once the handler's response head is known: pins a new session to the
-       * version, ends the pin after DELETE. Returns `undefined` when the session store answered
+       * version, ends the pin after DELETE or the handler's JSON 404 (see
+       * {@link DispatchOutcome.contentType}). Returns `undefined` when the session store answered
        * synchronously (or there was nothing to do); otherwise a promise to await before sending
        * the response, so the next request of the session finds the pin on every instance.
        * Never throws or rejects: store failures go to `onError`. When an asynchronous store
@@ -982,10 +983,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let stage = 'callback'
 
   /** The 503 for a failed store or callback (named in `onError`). */
-  function failed(error: unknown, origin: string | null | undefined, store: string): Decision {
+  function failed(error: unknown, origin: string | null | undefined, store: string, flow?: Flow): Decision {
     const failure = error instanceof StoreFailure ? error : new StoreFailure(store, error)
     onError(failure.error, `${failure.store} failed`)
-    return reply(serviceUnavailableReply(), origin)
+    // After the count (step 6's stores), with the `RateLimit` fields of the unit it spent.
+    return flow === undefined ? reply(serviceUnavailableReply(), origin) : counted(flow, serviceUnavailableReply())
   }
 
   /**
@@ -1005,10 +1007,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         try {
           return next(flow, settled)
         } catch (error) {
-          return failed(error, flow.origin, stage)
+          return failed(error, flow.origin, stage, flow)
         }
       },
-      (error: unknown) => failed(error, flow.origin, store),
+      (error: unknown) => failed(error, flow.origin, store, flow),
     )
   }
 
@@ -1093,7 +1095,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
      */
     private unpinned(error: unknown): Reply {
       pinFailed(error)
-      return withCors(serviceUnavailableReply(), this.origin)
+      const failure = serviceUnavailableReply()
+      // The request was counted: its `RateLimit` fields, as every answer after the count.
+      const limit = this.headers.ratelimit
+      if (limit === undefined) return withCors(failure, this.origin)
+      return withCors({ ...failure, headers: { ...failure.headers, 'ratelimit-policy': this.headers['ratelimit-policy']!, ratelimit: limit } }, this.origin)
     }
   }
 

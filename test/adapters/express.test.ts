@@ -35,7 +35,7 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     app.post(kind === 'express4' ? '*' : '/{*path}', (req: http.IncomingMessage, res: http.ServerResponse) => sessions.handle(req, res))
     const port = await serveApp(app)
     try {
-      await expectSessionGoesOn(`http://${HOST}:${port}/v1`, { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } })
+      await expectSessionGoesOn(`http://${HOST}:${port}/v1`, { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } }, 404, /^text\/html/)
     } finally {
       await sessions.close()
     }

@@ -580,14 +580,14 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
   }
 })
 
-describe('a new session whose pin cannot be stored: the store\'s 503 goes out instead of the answer that opened it', () => {
+describe('a new session whose pin cannot be stored: the store\'s 503 instead of the answer that opened it (an asynchronous store), or the answer and a report (a store declared synchronous)', () => {
   const INITIALIZE = JSON.stringify({
     jsonrpc: '2.0',
     id: 1,
     method: 'initialize',
     params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'held-head-test', version: '1.0.0' } },
   })
-  /** A session store whose writes fail: with a promise (as Redis down), or by throwing (a synchronous store). */
+  /** A session store whose writes fail: with a promise (as Redis down), by throwing while declared synchronous, or by throwing while not. */
   const failingSessions = (how: 'rejects' | 'throws' | 'throws, not declared synchronous'): SessionStore => {
     const memory = createMemorySessionStore()
     if (how === 'throws') return { synchronous: true, get: (id, ttl) => memory.get(id, ttl), set: () => { throw new Error('pin store down') }, delete: (id) => memory.delete(id) }
@@ -667,7 +667,7 @@ describe('a new session whose pin cannot be stored: the store\'s 503 goes out in
     }
   })
 
-  it.each(EXPRESS_KINDS)('%s: a synchronous store that throws, whose pin is written once Node has the head: the answer goes out, reported, on-headers before mcpDispatch or not (the same either way)', async (kind) => {
+  it.each(EXPRESS_KINDS)('%s: a store declared synchronous that throws, whose answer never waits for its pin: the answer goes out, reported, on-headers before mcpDispatch or not (the same either way)', async (kind) => {
     for (const around of [false, true]) {
       const fixture = createFixture({ sessions: failingSessions('throws') })
       const served = await serveSdk(kind, fixture, around)

@@ -268,16 +268,17 @@ export async function readVersion(url: string, options: Omit<ScenarioOptions, 'a
 
 /**
  * A session of the SDK client against an App whose route takes `POST` only: the client's `GET`
- * stream gets the framework's not-found 404, and the session must go on (the dispatcher ends a
- * pin on the MCP handler's 404 only). Answers each exchange as `[method, status, version]`
- * and the tools listed after the `GET` was refused.
+ * stream gets the framework's not-found 404 (or, the MCP handler serving as the not-found
+ * handler, its stream), and the session must go on (the dispatcher ends a pin on the MCP
+ * handler's 404 only). Answers each exchange as `[method, status, version, content type]` and
+ * the tools listed after the `GET`.
  */
 async function sessionPastRefusedStream(url: string, options: Omit<ScenarioOptions, 'afterInitialize'>) {
-  const seen: Array<[string, number, string | null]> = []
+  const seen: Array<[string, number, string | null, string | null]> = []
   const transport = new StreamableHTTPClientTransport(new URL(url), {
     fetch: async (input, init) => {
       const response = await options.fetch(input, init)
-      seen.push([init?.method ?? 'GET', response.status, response.headers.get('x-mcp-version')])
+      seen.push([init?.method ?? 'GET', response.status, response.headers.get('x-mcp-version'), response.headers.get('content-type')])
       return response
     },
     requestInit: { headers: options.headers ?? {} },
@@ -296,17 +297,18 @@ async function sessionPastRefusedStream(url: string, options: Omit<ScenarioOptio
 }
 
 /**
- * {@link sessionPastRefusedStream} for alice at `url` (through `loopbackFetch`), expecting the
- * session to go on: tools listed, the `GET` answered `getStatus` with version 1.0.0, every
+ * {@link sessionPastRefusedStream} at `url`, expecting the session to go on: tools listed, the
+ * `GET` answered `getStatus` with version 1.0.0 and a `Content-Type` matching `getType`, every
  * `POST` a success of version 1.0.0.
  */
 export async function expectSessionGoesOn(
   url: string,
   options: Omit<ScenarioOptions, 'afterInitialize'>,
-  getStatus = 404,
+  getStatus: number,
+  getType: RegExp,
 ): Promise<void> {
   const { seen, tools } = await sessionPastRefusedStream(url, options)
   expect(tools.length).toBeGreaterThan(0)
-  expect(seen.find(([method]) => method === 'GET')).toEqual(['GET', getStatus, '1.0.0'])
+  expect(seen.find(([method]) => method === 'GET')).toEqual(['GET', getStatus, '1.0.0', expect.stringMatching(getType)])
   expect(seen.filter(([method]) => method === 'POST').every(([, status, version]) => status < 300 && version === '1.0.0')).toBe(true)
 }

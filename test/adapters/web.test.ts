@@ -561,7 +561,7 @@ describe('web adapter: an App routed for POST only (a Hono app as the handler)',
     app.post('*', (c) => sessions.handle(c.req.raw))
     const served = await serveFetch(mcpDispatch({ dispatcher: fixture.dispatcher, handler: (request) => app.fetch(request) }))
     try {
-      await expectSessionGoesOn(`http://${HOST}:${served.port}/v1`, { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } })
+      await expectSessionGoesOn(`http://${HOST}:${served.port}/v1`, { fetch: loopbackFetch, headers: { authorization: `Bearer ${fixture.tokens.alice}` } }, 404, /^text\/plain/)
     } finally {
       await sessions.close()
       await served.close()

@@ -314,3 +314,32 @@ describe('rate limit: refusals after the count', () => {
     expect((await answer('/v1')).status).toBe(429)
   })
 })
+
+describe('rate limit: failures after the count', () => {
+  it('a 503 of a store step 6 needs, and the 503 that replaces the answer of a session whose pin could not be stored, carry the RateLimit fields of the unit they spent', async () => {
+    const apps = createMemoryAppStore([APP])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+    const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
+    let liveFails = false
+    const dispatcher = createDispatcher({
+      apps: { ...apps, getAppBySlug: (slug) => apps.getAppBySlug(slug), getLiveVersions: (id) => (liveFails ? Promise.reject(new Error('apps down')) : apps.getLiveVersions(id)) },
+      subscriptions,
+      tokens,
+      sessions: { get: () => Promise.resolve(undefined), set: () => Promise.reject(new Error('pins down')), delete: () => Promise.resolve() },
+      rateLimit: { policy: () => MINUTE },
+      onError: () => {},
+    })
+    const decide = () => dispatcher.decide(dispatchRequest('/v1', { authorization: `Bearer ${token}` }))
+    const opened = await decide()
+    if (opened.type !== 'dispatch') throw new Error('not dispatched')
+    const replaced = await opened.complete({ status: 200, sessionId: 's1' })
+    expect(replaced).toMatchObject({ status: 503, headers: { 'retry-after': '1', 'ratelimit-policy': '"minute";q=5;w=60' } })
+    expect((replaced as { headers: Record<string, string> }).headers.ratelimit).toMatch(/^"minute";r=4;t=\d+$/)
+    liveFails = true
+    const failed = await decide()
+    if (failed.type !== 'reply') throw new Error('dispatched')
+    expect(failed.reply.status).toBe(503)
+    expect(failed.reply.headers.ratelimit).toMatch(/^"minute";r=3;t=\d+$/)
+  })
+})

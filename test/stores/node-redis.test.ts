@@ -72,7 +72,7 @@ describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md'
 
   it.each([
     ['with its status, the counts sent while the connection is down are refused at once, and none lands once Redis is back', true, 1],
-    ['without it, they wait in node-redis\'s offline queue (their calls fail at their deadline) and all land once Redis is back: why the adapter has it', false, 21],
+    ['without it, they wait in node-redis\'s offline queue and all land once Redis is back: why the adapter has it', false, 21],
   ] as const)('%s', async (_name, withStatus, countedAfter) => {
     const proxy = await cuttableProxy()
     const client = await connected(proxy.port)

@@ -18,8 +18,9 @@ export type RedisArgument = string | number
  * Sends one Redis command and answers with its reply, as `ioredis`' `call` does: bulk
  * strings as strings, integers as numbers, nil as `null`, arrays as arrays, errors as a
  * rejection. For node-redis, one object for every store, telling the connection's state as
- * {@link status} (without it, counts sent during an outage wait in node-redis's offline queue
- * and land once Redis is back, locking callers out for the rest of their window):
+ * {@link status} (without it, counts sent in the first `timeoutMs` of an outage wait in
+ * node-redis's offline queue and land once Redis is back, locking callers out for the rest of
+ * their window):
  *
  * ```ts
  * const redis = {

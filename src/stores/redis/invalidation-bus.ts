@@ -22,7 +22,8 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * A connection of your own to subscribe on, instead of a duplicate of `client`. The bus
    * listens on its channel, the heartbeat channel and its confirmation channel only (on a
    * Cluster: no confirmation channel, and no heartbeat channel with the heartbeat off) and, on
-   * close, unsubscribes from them and leaves the connection open. One bus per prefix on a
+   * close, unsubscribes from them and leaves the connection open; one not yet connected
+   * (`lazyConnect`) is connected by the bus. One bus per prefix on a
    * connection: one that already carries a bus of the same prefix is a `ConfigurationError`
    * (Redis would count the two as one receiver of each message). Not `client` itself (a
    * `ConfigurationError`): on RESP2, the only protocol of ioredis 5, a subscribed connection
@@ -132,10 +133,10 @@ function onceAMinute(): () => boolean {
   }
 }
 
-/** The form of a bus's id (`randomUUID`). */
 /** Connection states (ioredis) a `ready` follows, where a command would be queued or refused. */
 const UNREADY = new Set(['connecting', 'connect', 'reconnecting'])
 
+/** The form of a bus's id (`randomUUID`). */
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 /** The channels buses listen on, by the connection given them as `subscriber`. */
