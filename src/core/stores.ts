@@ -151,9 +151,9 @@ export interface SessionStore {
   /**
    * `true` when every method answers synchronously (in-memory stores). Adapters that cannot
    * await before writing (Express, Fastify) then store the pin on the spot instead of holding
-   * the response until a promise settles. A failed `set` of such a store is reported, and the
-   * answer that opened the session still goes out (an asynchronous store's failure replaces it
-   * with a 503).
+   * the response until a promise settles. A `set` of such a store that throws is reported, and
+   * the answer that opened the session still goes out (an asynchronous store's failure replaces
+   * it with a 503).
    */
   readonly synchronous?: boolean
   /** Returns the pin and restarts its idle TTL. */

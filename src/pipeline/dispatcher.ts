@@ -986,7 +986,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function failed(error: unknown, origin: string | null | undefined, store: string, flow?: Flow): Decision {
     const failure = error instanceof StoreFailure ? error : new StoreFailure(store, error)
     onError(failure.error, `${failure.store} failed`)
-    // After the count (step 6's stores), with the `RateLimit` fields of the unit it spent.
+    // Once counted (step 6's stores and callbacks), with the `RateLimit` fields of the unit it spent.
     return flow === undefined ? reply(serviceUnavailableReply(), origin) : counted(flow, serviceUnavailableReply())
   }
 
@@ -1242,6 +1242,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function decide(request: DispatchRequest): MaybePromise<Decision> {
     stage = 'callback'
     let origin: string | null | undefined
+    // The request's flow, once made: a synchronous store that throws after the count answers
+    // with the count's `RateLimit` fields, as one that rejects does (in `proceed`).
+    let flow: Flow | undefined
     try {
       origin = request.headers.get('origin')
       // Step 1: mount, App, path, method, origin. Without `baseUrl` the App address is made
@@ -1258,11 +1261,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         }
         path = path.slice(basePath.length)
       }
-      const flow = new Flow(request, origin, path)
+      flow = new Flow(request, origin, path)
       stage = 'apps'
       return proceed(flow, settle(resolveApp(request), 'apps'), 'apps', withApp)
     } catch (error) {
-      return failed(error, origin, stage)
+      return failed(error, origin, stage, flow)
     }
   }
 

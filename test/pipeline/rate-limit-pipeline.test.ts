@@ -83,13 +83,15 @@ describe('rate limit: what the store answers', () => {
     }
   })
 
-  it('with failOpen: false a broken count is a 503, like a store that threw', async () => {
-    const store: RateLimitStore = { increment: () => Number.NaN }
-    const { decide, errors } = await setup({ store, policy: () => MINUTE, failOpen: false })
-    const result = await decide()
-    expect(result.status).toBe(503)
-    expect(result.headers['retry-after']).toMatch(/^\d+$/)
-    expect(errors.map((e) => e.context)).toEqual(['rate-limit failed'])
+  it('with failOpen: false a broken count is a 503, like a store that threw or rejected, with no RateLimit fields (nothing was counted)', async () => {
+    for (const increment of [() => Number.NaN, () => Promise.reject(new Error('counter down'))]) {
+      const { decide, errors } = await setup({ store: { increment }, policy: () => MINUTE, failOpen: false })
+      const result = await decide()
+      expect(result.status).toBe(503)
+      expect(result.headers['retry-after']).toMatch(/^\d+$/)
+      expect(result.headers.ratelimit).toBeUndefined()
+      expect(errors.map((e) => e.context)).toEqual(['rate-limit failed'])
+    }
   })
 })
 
@@ -341,5 +343,20 @@ describe('rate limit: failures after the count', () => {
     if (failed.type !== 'reply') throw new Error('dispatched')
     expect(failed.reply.status).toBe(503)
     expect(failed.reply.headers.ratelimit).toMatch(/^"minute";r=3;t=\d+$/)
+
+    // Every step synchronous (the memory stores) and the live versions throwing: the same.
+    const throwing = createDispatcher({
+      apps: { ...apps, getLiveVersions: () => { throw new Error('apps down') } },
+      subscriptions,
+      tokens,
+      rateLimit: { policy: () => MINUTE },
+      onError: () => {},
+    })
+    const synchronous = throwing.decide(dispatchRequest('/v1', { authorization: `Bearer ${token}` }))
+    expect(synchronous).not.toBeInstanceOf(Promise)
+    if ((synchronous as Awaited<typeof synchronous>).type !== 'reply') throw new Error('dispatched')
+    const reply = (synchronous as Extract<Awaited<typeof synchronous>, { type: 'reply' }>).reply
+    expect(reply.status).toBe(503)
+    expect(reply.headers.ratelimit).toMatch(/^"minute";r=4;t=\d+$/)
   })
 })
