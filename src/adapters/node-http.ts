@@ -345,16 +345,24 @@ function joinPlatformVary(res: ServerResponse, headers: OutgoingHttpHeaders): vo
 }
 
 /**
+ * The head fields of `reply` on `res`: joined with the platform's `Vary` and
+ * `Access-Control-Expose-Headers`, and an explicit length, as a web `Response` with a string
+ * body gets, never chunked encoding.
+ */
+function replyHeaders(res: ServerResponse, reply: Reply): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = { ...reply.headers }
+  joinPlatformVary(res, headers)
+  if (reply.body !== null) headers['content-length'] = Buffer.byteLength(reply.body)
+  return headers
+}
+
+/**
  * Writes a dispatch-layer {@link Reply} on a raw response, byte for byte; its `Vary` and
  * `Access-Control-Expose-Headers` join those the platform set on the response before (a
  * `writeHead` header would replace them).
  */
 export function writeReply(res: ServerResponse, reply: Reply): void {
-  const headers: OutgoingHttpHeaders = { ...reply.headers }
-  joinPlatformVary(res, headers)
-  // An explicit length, as a web `Response` with a string body gets, never chunked encoding.
-  if (reply.body !== null) headers['content-length'] = Buffer.byteLength(reply.body)
-  res.writeHead(reply.status, headers)
+  res.writeHead(reply.status, replyHeaders(res, reply))
   res.end(reply.body ?? undefined)
 }
 
@@ -573,10 +581,7 @@ function holdUntilPinned(
     try {
       clearHeaders(res)
       setHeaders(res, before)
-      const headers: OutgoingHttpHeaders = { ...failure.headers }
-      joinPlatformVary(res, headers)
-      if (failure.body !== null) headers['content-length'] = Buffer.byteLength(failure.body)
-      originals[0]!.call(res, failure.status, headers)
+      originals[0]!.call(res, failure.status, replyHeaders(res, failure))
       // The body on the response's own `write`, then `end` with none: HTTP/2's `end(chunk)`
       // writes its chunk through `this.write`, a later middleware's wrapper (`compression()`'s)
       // or these, which drop it now.
@@ -670,6 +675,8 @@ function holdUntilPinned(
     // The status and reason of an implicit head, as Node would write them now: a change the
     // handler makes while the head is held is too late, as it is when nothing is held.
     let implicit: { status: number; reason: string | undefined } | undefined
+    // The handler's own `writeHead` headers (for the type of a 404).
+    let given: unknown
     if (pastUs) {
       // Node has stored the head: checked by Node, and stamped above when this wrapper's call
       // of the hook made it.
@@ -679,7 +686,8 @@ function holdUntilPinned(
       // What Node would refuse is refused before the pin is stored, as the pin of a head
       // written at once is stored only once Node has taken it (see head.ts).
       checkHead(status, headerIndex === 2 ? args[1] : undefined, args[headerIndex])
-      const head = stampHead(args[headerIndex], dispatchHeadersFor(res, decision.headers, args[headerIndex]))
+      given = args[headerIndex]
+      const head = stampHead(given, dispatchHeadersFor(res, decision.headers, given))
       sessionId = head.sessionId
       args = [...args]
       args[headerIndex] = head.headers
@@ -688,7 +696,7 @@ function holdUntilPinned(
       implicit = stampImplicitHead()
     }
     if (sessionId === undefined) sessionId = headerValue(res.getHeader('mcp-session-id'))
-    const pending = decision.complete(headOutcome(res, decision, status, sessionId, first === 'writeHead' ? args[typeof args[1] === 'string' ? 2 : 1] : undefined))
+    const pending = decision.complete(headOutcome(res, decision, status, sessionId, given))
     // A request that already belongs to a session only ends its pin (DELETE, or a 404 of the
     // handler's), which needs no answer before the response goes out: held for new sessions only.
     if (!pending || decision.context.sessionId !== undefined) {

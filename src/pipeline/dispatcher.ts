@@ -1095,11 +1095,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
      */
     private unpinned(error: unknown): Reply {
       pinFailed(error)
-      const failure = serviceUnavailableReply()
       // The request was counted: its `RateLimit` fields, as every answer after the count.
-      const limit = this.headers.ratelimit
-      if (limit === undefined) return withCors(failure, this.origin)
-      return withCors({ ...failure, headers: { ...failure.headers, 'ratelimit-policy': this.headers['ratelimit-policy']!, ratelimit: limit } }, this.origin)
+      return withCors(withRateLimitFields(serviceUnavailableReply(), this.headers['ratelimit-policy'], this.headers.ratelimit), this.origin)
     }
   }
 
@@ -1401,9 +1398,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    */
   function counted(flow: Flow, refusal: Reply): Decision {
     const limited = flow.limited
-    if (limited === undefined) return reply(refusal, flow.origin)
-    const headers = { ...refusal.headers, 'ratelimit-policy': flow.policyHeader, ratelimit: rateLimitValue(limited) }
-    return reply({ ...refusal, headers }, flow.origin)
+    return reply(limited === undefined ? refusal : withRateLimitFields(refusal, flow.policyHeader, rateLimitValue(limited)), flow.origin)
+  }
+
+  /** `refusal` with the `RateLimit` fields of a counted request (as is, when it was not counted). */
+  function withRateLimitFields(refusal: Reply, policy: string | undefined, value: string | undefined): Reply {
+    if (value === undefined || policy === undefined) return refusal
+    return { ...refusal, headers: { ...refusal.headers, 'ratelimit-policy': policy, ratelimit: value } }
   }
 
   function dispatch(flow: Flow, version: string, index: VersionIndex): Decision {

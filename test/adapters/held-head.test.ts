@@ -25,7 +25,7 @@ import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import { afterAll, describe, expect, it } from 'vitest'
-import { ALLOWED_ORIGIN, type Fixture, HOST, createFixture, expressServers, loopbackFetch, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, type Fixture, HOST, close as closeServer, createFixture, expressServers, listen, loopbackFetch, rawRequest } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 
@@ -638,7 +638,10 @@ describe('a new session whose pin cannot be stored: the store\'s 503 instead of 
     app.use(mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
     if (around) app.use(compression({ threshold: 0 }))
     app.use(routeByVersion(() => (req: http.IncomingMessage, res: http.ServerResponse) => sessions.handle(req, res)))
-    return { port: await serve(app), close: () => sessions.close() }
+    // Served with Express's defaults, X-Powered-By on (`serve` turns it off): the 503 must drop it.
+    const server = http.createServer(app)
+    const port = await listen(server)
+    return { port, close: async () => (await sessions.close(), await closeServer(server)) }
   }
 
   it.each([
