@@ -52,7 +52,7 @@ import {
   hasCredentials,
   isHttpUrl,
 } from './discovery.js'
-import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
+import { audienceList, audienceMatches, type AudienceWithin, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
@@ -145,7 +145,10 @@ export interface OAuthValidatorOptions {
    * function of the App the token is presented to (`({ resource }) => resource` binds each
    * token to its App). Checked on every request. In `jwt` and `introspection` modes the token
    * must name one of them; in `userinfo` mode it is checked when the token is a JWT (one made
-   * to look like none, padded or in the standard base64 alphabet, is refused).
+   * to look like none, padded or in the standard base64 alphabet, is refused). A token for a
+   * path inside an expected URL matches it too: with the function form, a version path of the
+   * App only (`{base_url}/v1`, `/v1.2`, `/v1.2.3`: another App may sit at another path of it);
+   * with a value or a list (a platform-wide audience), any path.
    *
    * Default in `jwt` and `introspection` modes: the App the token is presented to
    * (`({ resource }) => resource`), as the MCP authorization spec requires (RFC 8707: a token
@@ -265,6 +268,15 @@ export const DEFAULT_OAUTH_TIMEOUT_MS = 5_000
 
 const MODES: readonly OAuthValidationMode[] = ['userinfo', 'jwt', 'introspection']
 const REJECTED_UPSTREAM = 'rejected by the authorization server'
+
+/**
+ * How far an authorization server's clock may run ahead of this one before a token whose key is
+ * not known is refused for its `iat` alone (5 minutes, a common JWT clock-skew allowance). A
+ * server a second or two ahead stamps every token of a newly rotated key with an `iat` to come:
+ * refused outright, such a token would get 401 for every new sign-in until the keys in hand
+ * aged out, with no refetch.
+ */
+const ISSUER_CLOCK_AHEAD_MS = 5 * 60_000
 
 /** Why an upstream exchange failed. Messages name the endpoint and status, never a token. */
 class UpstreamFailure extends Error {
@@ -718,6 +730,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     sha256(`${mode}\n${issuer}`, 'base64url').slice(0, 10) +
     ':'
   const audienceRequired = mode !== 'userinfo'
+  // An App's own address (the function form: the default, one App's `resource`) takes its
+  // version paths, not any path inside it: another App may sit at one (`https://p.example.com`
+  // beside `https://p.example.com/weather`). A fixed audience is the platform's, Apps at its paths.
+  const audienceWithin: AudienceWithin = typeof audienceOption === 'function' ? 'versions' : 'paths'
 
   function expectedAudience(context: AccessTokenContext | undefined): readonly string[] | undefined {
     if (typeof audienceOption !== 'function') return fixedAudience
@@ -1028,7 +1044,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
    * rotation, from what it says of itself (unverified): it would be refused once its key was
    * known (another issuer, expired, not yet valid, for another audience, no subject), its
    * signature cannot be one of its algorithm's (a few bytes of junk), or it claims to be issued
-   * later than now (no key could have been rotated in for it yet). Such a token must get 401,
+   * further ahead of now than an issuer's clock runs (`ISSUER_CLOCK_AHEAD_MS`: no key could
+   * have been rotated in for it yet). Such a token must get 401,
    * not the 503 and the JWKS refetch a rotated key is worth.
    */
   function unknownKeyRefusal(
@@ -1039,13 +1056,17 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     keysFetched = true,
   ): Outcome | undefined {
     const reason =
-      checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience }) ??
+      checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience, audienceWithin }) ??
       (typeof claims.exp !== 'number' ? 'claim check failed: exp' : undefined) ??
       (typeof claims.sub !== 'string' || claims.sub === '' ? 'token has no subject' : undefined) ??
       (signatureFits(alg, token.slice(token.lastIndexOf('.') + 1)) ? undefined : 'invalid signature or token') ??
-      // No key published since the last fetch can have signed a token issued later; with no
-      // fetch yet, nothing is known of the keys, and an `iat` to come is no reason to refuse.
-      (keysFetched && typeof claims.iat === 'number' && claims.iat * 1000 > now() + clockToleranceMs ? 'no matching key' : undefined)
+      // No key published since the last fetch can have signed a token issued later than an
+      // issuer's clock can be ahead of this one; with no fetch yet, nothing is known of the
+      // keys, and an `iat` to come is no reason to refuse. (Within `ISSUER_CLOCK_AHEAD_MS` it is
+      // judged as a recent `iat`: a rotation since the fetch, not refused while none can show it.)
+      (keysFetched && typeof claims.iat === 'number' && claims.iat * 1000 > now() + clockToleranceMs + ISSUER_CLOCK_AHEAD_MS
+        ? 'no matching key'
+        : undefined)
     if (reason === undefined) return undefined
     emit({ type: 'rejected-locally', reason })
     // The audience depends on the App it was presented to, `nbf` and `iat` pass: not remembered.
@@ -1362,7 +1383,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (!entry.active) return { active: false, reason: entry.reason }
     const expiresAt = entry.info.expiresAt
     if (expiresAt !== undefined && expiresAt + clockToleranceMs <= now()) return { active: false, reason: 'token expired' }
-    if (audience && audienceRequired && !(entry.audience && audienceMatches(entry.audience, audience))) {
+    if (audience && audienceRequired && !(entry.audience && audienceMatches(entry.audience, audience, audienceWithin))) {
       return { active: false, reason: 'audience mismatch' }
     }
     return { active: true, info: entry.info }
@@ -1426,6 +1447,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             now: now(),
             clockToleranceMs,
             audience,
+            audienceWithin,
           })
           if (reason) {
             emit({ type: 'rejected-locally', reason })

@@ -619,6 +619,24 @@ describe('jwt mode (local verification)', () => {
     expect(await v.validate(await typed('at+jwt', false), context)).toEqual({ active: false, reason: 'claim check failed: exp' })
   })
 
+  it("binds a token to its App where one App's address is a path of another's: the App's version paths count as it, another App's address does not (regression)", async () => {
+    const portal = { resource: 'http://p.localhost', appId: 'app_portal' }
+    const nested = { resource: 'http://p.localhost/weather', appId: 'app_weather' }
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    const forNested = await sign({ aud: 'http://p.localhost/weather' })
+    expect(await v.validate(forNested, nested)).toMatchObject({ active: true })
+    // Before: accepted at the portal too (any path inside its address).
+    expect(await v.validate(forNested, portal)).toEqual({ active: false, reason: 'audience mismatch' })
+    expect(await v.validate(await sign({ aud: 'http://p.localhost' }), nested)).toEqual({ active: false, reason: 'audience mismatch' })
+    for (const aud of ['http://p.localhost/v1', 'http://p.localhost/v1.2/', 'http://p.localhost/v1.2.3']) {
+      expect(await v.validate(await sign({ aud }), portal), aud).toMatchObject({ active: true })
+    }
+    expect(await v.validate(await sign({ aud: 'http://p.localhost/weather/v2' }), nested)).toMatchObject({ active: true })
+    // A platform-wide audience takes the Apps at its paths, as it did.
+    const platformWide = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: 'http://p.localhost' })
+    expect(await platformWide.validate(forNested, nested)).toMatchObject({ active: true })
+  })
+
   it('verifies with a local key set and makes no upstream call at all', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: ({ resource }) => resource })
     const token = await sign({})
@@ -745,6 +763,26 @@ describe('jwt mode (local verification)', () => {
     const v = validator({ mode: 'jwt' })
     expect(await v.validate(await sign({}, { issuedAgoS: -2 }), weather)).toMatchObject({ active: true })
     expect(fake.count('/jwks')).toBe(1)
+  })
+
+  it('a key rotated in by an issuer whose clock runs a few seconds ahead: its tokens wait for the refetch (503), then verify; not refused for their iat (regression: 401 until the keys aged out)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    const next = await generateKeyPair('ES256')
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk, { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }] } })
+    // The issuer's clock is 2 s ahead: every token of the new key has an `iat` to come.
+    const ahead = (jti: string) => sign({ jti }, { key: next.privateKey, kid: 'k2', issuedAgoS: -2 })
+    expect((await unavailable(v.validate(await ahead('a'), weather))).retryAfter).toBe(30)
+    expect(fake.count('/jwks')).toBe(1)
+    clock.advance(30_000)
+    expect(await v.validate(await ahead('b'), weather)).toMatchObject({ active: true })
+    expect(fake.count('/jwks')).toBe(2)
+    // An `iat` further ahead than any clock runs is still refused at once, with no refetch.
+    clock.advance(30_000)
+    const unknownKey = (await generateKeyPair('ES256')).privateKey
+    expect(await v.validate(await sign({}, { key: unknownKey, kid: 'k3', issuedAgoS: -3600 }), weather)).toEqual({ active: false, reason: 'no matching key' })
+    expect(fake.count('/jwks')).toBe(2)
   })
 
   it('keeps verifying with the keys it has while the JWKS endpoint is down', async () => {
