@@ -455,6 +455,23 @@ describe('create (spec 2.1, 3)', () => {
       expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
     })
 
+    it('a rotation undone after its write timed out gives back a secret stored under the previous pepper at once, though a request refused it meanwhile (regression: refused for 10 s more)', async () => {
+      const inner = createMemoryTokenStore()
+      const created = await createToken(setup({ store: inner }).service)
+      const { late, cutNext, landed } = landingLate()
+      const storeTimeoutMs = 300
+      const { service } = setup({ store: { ...inner, rotate: late(inner.rotate) }, pepper: 'new', previousPeppers: [null], storeTimeoutMs })
+      cutNext()
+      await refusal(service.rotate(created.id, { kind: 'token', token: created.token, clientAddress: undefined }), StoreUnavailableError)
+      await landed()
+      // The rotation has landed, for now: the old secret is found under no scheme, and refused.
+      expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'unknown' })
+      await vi.waitFor(async () => expect((await inner.get(created.id))?.tokenHash).toBe(hashApiToken(created.token)), { timeout: 5 * storeTimeoutMs, interval: 20 })
+      // Undone: the caller was told its secret still works, and it does (the clock has not moved).
+      expect((await service.authenticate(created.token)).ok).toBe(true)
+      await service.close()
+    })
+
     it('an unknown token costs one lookup per scheme, in order; a malformed one none', async () => {
       const { service, store, calls } = setup({ pepper: 'c', previousPeppers: ['b', null, 'a'] })
       const unknown = generateApiToken()

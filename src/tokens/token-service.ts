@@ -628,7 +628,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (message.kind === 'token') {
       invalidationCount++
       cache?.delete(message.tokenHash)
-      refusedHashes.delete(message.tokenHash)
+      dropRefusal(message.tokenHash)
       charged.delete(message.tokenHash)
     } else if (message.kind === 'all') {
       invalidationCount++
@@ -653,6 +653,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // briefly anyway, for a store whose reads lag its writes (a replica), and dropped by any
   // invalidation of the hash.
   const refusedHashes = new LRUCache<string, TokenAuthResult>({ max: 10_000, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
+  /**
+   * Drops the refusal held for an invalidated hash. With `previousPeppers`, every one: a
+   * refusal is held under the token's hash in the current scheme, and an invalidation names the
+   * hash it is stored with, which may be a previous scheme's (a rotation undone after its write
+   * timed out puts back a token stored under the old pepper: its secret must work again at once).
+   */
+  function dropRefusal(tokenHash: string): void {
+    if (previousPeppers.length === 0) refusedHashes.delete(tokenHash)
+    else refusedHashes.clear()
+  }
   // The charged lookups in flight, by hash: more requests with the same token meanwhile (a
   // client opening many requests at once on an instance that has not seen its token yet)
   // share the lookup and its one unit instead of spending the budget. Dropped by any
@@ -890,7 +900,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   function invalidate(tokenHash: string): Promise<void> {
     invalidationCount++
     cache?.delete(tokenHash)
-    refusedHashes.delete(tokenHash)
+    dropRefusal(tokenHash)
     charged.delete(tokenHash)
     // Never rejects: a bus that fails, throws or does not answer within `publishDeadlineMs` is
     // reported, and the invalidation sent again (invalidation-resend.ts), never thrown to a
