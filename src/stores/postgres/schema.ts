@@ -146,6 +146,7 @@ CREATE TABLE IF NOT EXISTS ${names.resets} (
 DO $$
 DECLARE
   tbl oid := '${qualified}'::regclass;
+  resets oid := '${names.resets}'::regclass;
 BEGIN
   -- Only when missing: CREATE INDEX, even IF NOT EXISTS, takes a SHARE lock on the table, and
   -- waiting for it behind an open write would queue every write of every instance on start.
@@ -168,6 +169,16 @@ BEGIN
     WHERE i.indrelid = tbl AND i.indisunique AND i.indnatts = 1 AND i.indpred IS NULL AND a.attname = 'token_hash'
   ) THEN
     RAISE EXCEPTION 'mcp-dispatch: table % has no unique index on token_hash (is "%" taken by another relation?)', '${qualified}', '${names.hashIndex}';
+  END IF;
+  -- The resets table likewise: one of its name made for something else (the token table of a
+  -- store whose table is named so) would fail every call of this store.
+  IF NOT EXISTS (
+    SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = resets AND a.attnum = i.indkey[0]
+    WHERE i.indrelid = resets AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'user_id'
+  ) OR NOT EXISTS (
+    SELECT 1 FROM pg_attribute WHERE attrelid = resets AND attname = 'reset_at' AND attnum > 0 AND NOT attisdropped
+  ) THEN
+    RAISE EXCEPTION 'mcp-dispatch: table % has no primary key on user_id and column reset_at (is it the token table of another store?)', '${names.resets}';
   END IF;
 END $$;
 `
