@@ -14,6 +14,7 @@ import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { lookup } from 'node:dns/promises'
 import { readFileSync } from 'node:fs'
+import { resolve as resolvePath } from 'node:path'
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import type { Duplex } from 'node:stream'
@@ -40,7 +41,9 @@ import { createPlatform, parseSeed } from './index.js'
 // Every setting is checked before the platform serves: each bad one is named on stderr (exit 2).
 const problems: string[] = []
 const values = readOptions(['seed', 'port'], problems)
-const seedPath = values.seed ?? fileURLToPath(new URL('./seed.json', import.meta.url))
+// A relative `--seed` is read from where `npm start` was typed (npm runs the script from the
+// package root, and says where it was started in INIT_CWD), and named in full.
+const seedPath = values.seed === undefined ? fileURLToPath(new URL('./seed.json', import.meta.url)) : resolvePath(process.env.INIT_CWD ?? process.cwd(), values.seed)
 // PORT=0: any free port (the tests' way), and the authorization server's too.
 const port = portOption('--port (or PORT)', values.port ?? process.env.PORT ?? '8787', true, problems)
 const seed = (() => {
@@ -75,6 +78,10 @@ const authPort = (() => {
   // PORT is named above, once.
   return port > 0 && port < 65_535 ? port + 1 : 0
 })()
+// Named in a failure to listen: a port the user never set (PORT + 1) is named as derived, so a
+// second `npm start` on the same PORT is recognised for what it is.
+const authPortSource =
+  process.env.AUTH_PORT !== undefined ? 'AUTH_PORT' : `AUTH_PORT (the development authorization server's, PORT + 1; is the platform already running? set PORT or AUTH_PORT)`
 // The development authorization server would take the platform's own port first.
 if (authPort > 0 && authPort === port) problems.push(`AUTH_PORT: must differ from PORT (both ${port})`)
 // An external server's introspection endpoint authenticates the platform: without the
@@ -97,7 +104,7 @@ const devAuth = process.env.AUTH_ISSUER
       ...(authMode !== 'userinfo' && { resourceIndicators: { accessTokenFormat: authMode === 'jwt' ? 'jwt' : 'opaque' } }),
       ...(authMode === 'introspection' && { introspectionClient: devIntrospectionClient }),
     }).catch((error: unknown) =>
-      refuse([`${(error as NodeJS.ErrnoException).syscall === 'listen' ? `AUTH_PORT: cannot listen on 127.0.0.1:${authPort}` : 'development authorization server'}: ${(error as Error).message}`], 1),
+      refuse([`${(error as NodeJS.ErrnoException).syscall === 'listen' ? `${authPortSource}: cannot listen on 127.0.0.1:${authPort}` : 'development authorization server'}: ${(error as Error).message}`], 1),
     )
 // Blank is the default; list entries are trimmed (`a, b` is `a` and `b`).
 const audience = process.env.AUTH_AUDIENCE?.trim() || undefined

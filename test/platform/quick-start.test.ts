@@ -388,8 +388,10 @@ describe('npm start -- --seed FILE', () => {
 
 describe('npm start and npm run forward: bad settings', () => {
   /** Runs an npm script to its end; its exit code and stderr. */
-  async function run(args: readonly string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number; stderr: string }> {
-    return promisify(execFile)('npm', ['--silent', ...args], { cwd: ROOT, env: { ...process.env, PORT: '0', ...env }, timeout: 30_000 }).then(
+  async function run(args: readonly string[], env: NodeJS.ProcessEnv = {}, cwd = ROOT): Promise<{ code: number; stderr: string }> {
+    // INIT_CWD is npm's own: where the command was typed.
+    const { INIT_CWD: _typedIn, ...inherited } = process.env
+    return promisify(execFile)('npm', ['--silent', ...args], { cwd, env: { ...inherited, PORT: '0', ...env }, timeout: 30_000 }).then(
       ({ stderr }) => ({ code: 0, stderr }),
       (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
     )
@@ -454,6 +456,14 @@ describe('npm start and npm run forward: bad settings', () => {
     }
   }, 240_000)
 
+  it('reads a relative --seed from where npm was started, and names it in full', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mcpd-relative-seed-'))
+    writeFileSync(join(dir, 'mine.json'), JSON.stringify({ apps: [{ id: 'app_a', slug: 'Bad', name: 'A', versions: ['1.0.0'] }], users: [{ id: 'u1' }] }))
+    const { code, stderr } = await run(['--prefix', ROOT, 'start', '--', '--seed', 'mine.json'], {}, dir)
+    expect(code, stderr).toBe(2)
+    expect(stderr).toContain(`--seed ${join(dir, 'mine.json')}: seed apps.0.slug: must be a DNS label in lower case`)
+  }, 60_000)
+
   it('exits 1 naming the address when its port is taken', async () => {
     const taken = createServer()
     await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve))
@@ -466,6 +476,10 @@ describe('npm start and npm run forward: bad settings', () => {
       const auth = await run(['start'], { AUTH_PORT: String(busy) })
       expect(auth.code).toBe(1)
       expect(auth.stderr).toContain(`AUTH_PORT: cannot listen on 127.0.0.1:${busy}: listen EADDRINUSE`)
+      // A second `npm start` on the same PORT meets its PORT + 1 taken first: named as derived.
+      const derived = await run(['start'], { PORT: String(busy - 1) })
+      expect(derived.code).toBe(1)
+      expect(derived.stderr).toContain(`AUTH_PORT (the development authorization server's, PORT + 1; is the platform already running? set PORT or AUTH_PORT): cannot listen on 127.0.0.1:${busy}: listen EADDRINUSE`)
     } finally {
       taken.close()
     }
