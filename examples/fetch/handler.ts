@@ -23,9 +23,9 @@
  * ```
  * Run locally: `npx tsx examples/fetch/server.ts`.
  */
-import type { DispatchContext, Dispatcher } from 'mcp-dispatch'
+import { type DispatchContext, type Dispatcher, methodNotAllowedReply } from 'mcp-dispatch'
 import { type IdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { mcpDispatch } from 'mcp-dispatch/web'
+import { mcpDispatch, toResponse } from 'mcp-dispatch/web'
 
 /** Options of {@link createFetchHandler}. */
 export interface FetchHandlerOptions {
@@ -51,6 +51,9 @@ export function createFetchHandler(options: FetchHandlerOptions): FetchHandler {
   })
   return async (request, info) => {
     if (new URL(request.url).pathname === '/.well-known/jwks.json') {
+      // A document to read (a runtime leaves the body out for HEAD): any other method is
+      // refused, as the dispatch layer refuses its own.
+      if (request.method !== 'GET' && request.method !== 'HEAD') return toResponse(methodNotAllowedReply('GET, HEAD'))
       // Revalidated by any cache between: a JWKS served stale would hide a key published ahead.
       return Response.json(await options.signer.jwks(), { headers: { 'cache-control': 'no-cache' } })
     }

@@ -140,6 +140,18 @@ describe('adapter examples, in process', () => {
         })
         expect(emptyDelete.status).toBeLessThan(500)
         expect(await emptyDelete.json()).toMatchObject({ jsonrpc: '2.0' })
+        if (name === 'fetch') {
+          // The JWKS the Apps verify with is read, never written: any other method is 405.
+          const jwks = await fetch(`${base}/.well-known/jwks.json`)
+          expect(jwks.status).toBe(200)
+          expect((await jwks.json()).keys).toHaveLength(1)
+          for (const method of ['POST', 'PUT', 'DELETE', 'OPTIONS']) {
+            const refusedJwks = await fetch(`${base}/.well-known/jwks.json`, { method })
+            expect(refusedJwks.status, method).toBe(405)
+            expect(refusedJwks.headers.get('allow')).toBe('GET, HEAD')
+            expect(await refusedJwks.json()).toMatchObject({ jsonrpc: '2.0', error: { data: { error: 'method_not_allowed' } } })
+          }
+        }
       } finally {
         await running.close()
       }
