@@ -269,6 +269,12 @@ export const DEFAULT_OAUTH_TIMEOUT_MS = 5_000
 const MODES: readonly OAuthValidationMode[] = ['userinfo', 'jwt', 'introspection']
 const REJECTED_UPSTREAM = 'rejected by the authorization server'
 
+/** How long a complete discovery document is believed before it is fetched again (a day). */
+const METADATA_TTL_MS = 24 * 3600_000
+
+/** At most one discovery per this, asked for by a discovered endpoint answering 404 or 410. */
+const REDISCOVERY_INTERVAL_MS = 300_000
+
 /**
  * How far an authorization server's clock may run ahead of this one before a token whose key is
  * not known is refused for its `iat` alone (5 minutes, a common JWT clock-skew allowance). A
@@ -831,8 +837,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   let metadata: AuthorizationServerMetadata | null | undefined
   // "No document" (404 at both addresses), or a document without the endpoint this mode needs,
   // is believed for 5 minutes only: an authorization server that was not up yet behind its
-  // proxy, or not yet set up for this mode, publishes a better one later.
+  // proxy, or not yet set up for this mode, publishes a better one later. A complete document
+  // is believed for a day (`METADATA_TTL_MS`), then fetched again in the background while it
+  // serves, and kept if that fails: a server that moves an endpoint is followed without a restart.
   let metadataUntil = Infinity
+  // When discovery was last asked for, and whether an endpoint of the document in hand has
+  // since answered 404 or 410 (moved): the next validation then waits for the document again,
+  // at most once per `REDISCOVERY_INTERVAL_MS`.
+  let discoveryAskedAt = -Infinity
+  let endpointMoved = false
   const discovering = createSingleFlight<AuthorizationServerMetadata | null>(flightOptions)
   const lacksEndpoint = (doc: AuthorizationServerMetadata) =>
     (mode === 'jwt' && jwksOption === undefined && !doc.jwks_uri) ||
@@ -849,31 +862,66 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
     if (metadata !== undefined && now() < metadataUntil) return metadata
+    const complete = metadata ? metadata : undefined
+    if (complete && !lacksEndpoint(complete) && !endpointMoved) {
+      // Past its day: the document in hand serves while it is fetched again.
+      const refresh = fetchMetadata(deadline, complete).catch(() => {})
+      waitUntil?.(refresh)
+      return complete
+    }
+    return fetchMetadata(deadline, complete && !lacksEndpoint(complete) ? complete : undefined)
+  }
+
+  /**
+   * Fetches the discovery document once for all callers. With `kept` (a complete document in
+   * hand), a failure or no document at all keeps it for 5 minutes more: a server that is down,
+   * or no longer publishes discovery, takes nothing away.
+   */
+  function fetchMetadata(deadline: number, kept: AuthorizationServerMetadata | undefined): Promise<AuthorizationServerMetadata | null> {
     return discovering.run('discovery', async () => {
-      for (const url of discoveryUrls(issuer)) {
-        const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
-          if (res.status === 404 || res.status === 410) return null
-          if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
-          const parsed = parseJsonObject(res.body)
-          const problem = checkAuthorizationServerMetadata(parsed, issuer, calledFromDiscovery)
-          if (problem) throw new BadAnswer(problem, true)
-          return parsed as AuthorizationServerMetadata
-        })
-        if (doc) {
-          metadataUntil = lacksEndpoint(doc) ? now() + 300_000 : Infinity
-          return (metadata = doc)
+      discoveryAskedAt = now()
+      endpointMoved = false
+      try {
+        for (const url of discoveryUrls(issuer)) {
+          const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
+            if (res.status === 404 || res.status === 410) return null
+            if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
+            const parsed = parseJsonObject(res.body)
+            const problem = checkAuthorizationServerMetadata(parsed, issuer, calledFromDiscovery)
+            if (problem) throw new BadAnswer(problem, true)
+            return parsed as AuthorizationServerMetadata
+          })
+          if (doc && !(kept && lacksEndpoint(doc))) {
+            metadataUntil = now() + (lacksEndpoint(doc) ? 300_000 : METADATA_TTL_MS)
+            return (metadata = doc)
+          }
         }
+      } catch (error) {
+        if (!kept) throw error
       }
       metadataUntil = now() + 300_000
-      return (metadata = null)
+      return (metadata = kept ?? null)
     }).promise
   }
 
+  /**
+   * An endpoint discovery named answered 404 or 410: the server may have moved it. The next
+   * validation that needs the document waits for it again (at most once per
+   * `REDISCOVERY_INTERVAL_MS`), rather than calling the old address until the day is out.
+   */
+  function discoveredEndpointGone(status: number): void {
+    if ((status === 404 || status === 410) && metadata && now() - discoveryAskedAt >= REDISCOVERY_INTERVAL_MS) {
+      endpointMoved = true
+      metadataUntil = now()
+    }
+  }
+
   async function validateAtUserinfo(token: string, claims: JWTPayload | undefined, deadline: number): Promise<Outcome> {
-    const endpoint =
-      options.userinfoEndpoint ?? (await discover(deadline))?.userinfo_endpoint ?? fallbackUserinfoEndpoint(issuer)
+    const discovered = options.userinfoEndpoint === undefined ? (await discover(deadline))?.userinfo_endpoint : undefined
+    const endpoint = options.userinfoEndpoint ?? discovered ?? fallbackUserinfoEndpoint(issuer)
     const headers = { authorization: `Bearer ${token}`, accept: 'application/json' }
     return call('userinfo', endpoint, { method: 'GET', headers }, deadline, (res): Outcome => {
+      if (discovered !== undefined) discoveredEndpointGone(res.status)
       if (res.status === 401) return { active: false, reason: REJECTED_UPSTREAM }
       // An answer about this token (RFC 6750 section 3.1: 400 invalid_request, 403
       // insufficient_scope, for a token granted without `openid`), which says so in its Bearer
@@ -915,7 +963,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function validateByIntrospection(token: string, deadline: number): Promise<Outcome> {
     const client = intro!
-    const endpoint = client.endpoint ?? (await discover(deadline))?.introspection_endpoint
+    const discovered = client.endpoint === undefined ? (await discover(deadline))?.introspection_endpoint : undefined
+    const endpoint = client.endpoint ?? discovered
     if (!endpoint) throw new UpstreamFailure('introspection: the issuer publishes no introspection_endpoint', false)
     const credentials = Buffer.from(`${formEncode(client.clientId)}:${formEncode(client.clientSecret)}`).toString('base64')
     const init: RequestInit = {
@@ -928,6 +977,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       body: new URLSearchParams({ token, token_type_hint: 'access_token' }).toString(),
     }
     return call('introspection', endpoint, init, deadline, (res): Outcome => {
+      if (discovered !== undefined) discoveredEndpointGone(res.status)
       // The server is up (not counted) but refused the resource server, whatever the token:
       // not an answer about the token, so the client's budget unit goes back.
       if (res.status === 401 || res.status === 403) {
@@ -1016,6 +1066,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri
         if (!url) throw new UpstreamFailure('jwks: the issuer publishes no jwks_uri', false)
         const loaded = await call('jwks', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
+          if (typeof jwksOption !== 'string') discoveredEndpointGone(res.status)
           if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)
           const set = parseJsonObject(res.body)
           if (!set || !Array.isArray(set.keys)) throw new BadAnswer('answer is not a JSON Web Key Set', true)

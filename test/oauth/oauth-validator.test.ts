@@ -157,6 +157,32 @@ describe('userinfo mode (the default)', () => {
     expect(fake.count('/.well-known/openid-configuration')).toBe(2)
   })
 
+  it('a userinfo endpoint the server moved is followed without a restart: its 404 has the document fetched again (at most once per 5 minutes), and a day-old document is refreshed in the background (regression: 503 for good)', async () => {
+    const v = validator({ cacheTtlMs: 1 })
+    expect(await v.validate('good-token')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    // The server moves userinfo and says so in its document; the old address is gone.
+    fake.route('/oidc/me', { status: 404 })
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/userinfo` } })
+    fake.route('/userinfo', { status: 200, body: { sub: 'user_bob' } })
+    // Within 5 minutes of the last discovery the 404 is the setup's, as before.
+    await unavailable(v.validate('t2'))
+    expect(fake.count('/.well-known/openid-configuration')).toBe(1)
+    clock.advance(300_000)
+    await unavailable(v.validate('t3'))
+    // The next token waits for the document, and goes to the new address.
+    expect(await v.validate('t4')).toMatchObject({ active: true, info: { subject: 'user_bob' } })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+    expect(await v.validate('t5')).toMatchObject({ active: true })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+    // A day later the document is fetched again while the one in hand serves; a failure keeps it.
+    fake.route('/.well-known/openid-configuration', { status: 500 })
+    clock.advance(24 * 3_600_000)
+    expect(await v.validate('t6')).toMatchObject({ active: true, info: { subject: 'user_bob' } })
+    while (fake.count('/.well-known/openid-configuration') < 3) await new Promise((r) => setImmediate(r))
+    await new Promise((r) => setTimeout(r, 20))
+    expect(await v.validate('t7')).toMatchObject({ active: true, info: { subject: 'user_bob' } })
+  })
+
   it('refuses a discovery document that names another issuer, without calling userinfo', async () => {
     fake.route('/.well-known/openid-configuration', {
       status: 200,
@@ -1112,6 +1138,25 @@ describe('jwt mode (local verification)', () => {
     clock.advance(3_600_000)
     expect(await v.validate(await sign({ jti: 'much-later' }), weather)).toMatchObject({ active: true })
     expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+  })
+
+  it('a jwks_uri the server moved is followed without a restart: the old address answering 404 has discovery asked again, and a key rotated in there verifies (regression: 503 for every new token until a restart)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    const next = await generateKeyPair('ES256')
+    fake.route('/jwks', { status: 404 })
+    fake.route('/keys', { status: 200, body: { keys: [publicJwk, { ...(await exportJWK(next.publicKey)), kid: 'k2', alg: 'ES256', use: 'sig' }] } })
+    fake.route('/.well-known/openid-configuration', { status: 200, body: { issuer: fake.url, jwks_uri: `${fake.url}/keys` } })
+    const rotated = (jti: string) => sign({ jti }, { key: next.privateKey, kid: 'k2' })
+    clock.advance(300_000)
+    // The refetch for the new key meets the old address gone: 503 for now.
+    await unavailable(v.validate(await rotated('a'), weather))
+    expect(fake.count('/jwks')).toBe(2)
+    clock.advance(30_000)
+    expect(await v.validate(await rotated('b'), weather)).toMatchObject({ active: true })
+    expect(fake.count('/.well-known/openid-configuration')).toBe(2)
+    expect(fake.count('/keys')).toBe(1)
   })
 
   it('a subject holding a lone surrogate or a NUL is refused: no store keeps the first as given (two users would share counters and subscriptions), PostgreSQL cannot store the second (regression: taken)', async () => {
