@@ -82,26 +82,6 @@ describe('audienceMatches', () => {
     )
   })
 
-  it("within 'versions', a path inside the App matches only when it is a version path of it: another App's address at a path of it does not", () => {
-    const version = fc.oneof(
-      fc.nat({ max: 99 }).map((m) => `v${m}`),
-      fc.tuple(fc.nat({ max: 99 }), fc.nat({ max: 99 })).map(([a, b]) => `v${a}.${b}`),
-      fc.tuple(fc.nat({ max: 99 }), fc.nat({ max: 99 }), fc.nat({ max: 99 })).map(([a, b, c]) => `v${a}.${b}.${c}`),
-    )
-    fc.assert(
-      fc.property(hostArb, pathArb, version, fc.boolean(), segment, (host, path, v, slash, inside) => {
-        const app = `https://${host}${path}`
-        expect(audienceMatches([`${app}/${v}${slash ? '/' : ''}`], [app], 'versions')).toBe(true)
-        expect(audienceMatches([app, `${app}/`], [app], 'versions')).toBe(true)
-        // Not a version path: the address of whatever else sits there (another App, a page).
-        const isVersion = /^v(0|[1-9]\d*)(\.(0|[1-9]\d*)){0,2}$/.test(inside)
-        expect(audienceMatches([`${app}/${inside}`], [app], 'versions')).toBe(isVersion)
-        expect(audienceMatches([`${app}/${v}/${inside}`], [app], 'versions')).toBe(false)
-        expect(audienceMatches([`${app}/${inside}`], [app], 'paths')).toBe(true)
-      }),
-    )
-  })
-
   it('an audience list matches when any of its members does, and audienceList takes a string or a non-empty array of strings only', () => {
     fc.assert(
       fc.property(hostArb, fc.array(hostArb, { maxLength: 4 }), (host, others) => {

@@ -6,7 +6,6 @@
  * @module
  */
 import { decodeJwt, type JWTPayload } from 'jose'
-import { parseVersionPath } from '../core/versions.js'
 
 const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/
 
@@ -68,21 +67,11 @@ export function audienceList(aud: unknown): string[] | undefined {
 }
 
 /**
- * Which paths inside an expected resource an audience may name: any (`'paths'`: a
- * platform-wide audience, whose Apps sit at paths of it), or only the App's version paths
- * (`'versions'`: `/v1`, `/v1.2`, `/v1.2.3`, a trailing slash: an App's own address, where
- * another App may sit at a path of it, `https://p.example.com` beside
- * `https://p.example.com/weather`).
- */
-export type AudienceWithin = 'paths' | 'versions'
-
-/**
  * Whether the token's audience names one of the expected resources. Values are compared after
  * {@link normalizeResource}; an expected http(s) URL also accepts an audience for a path inside
- * it (same origin, whole path segments; with `within: 'versions'`, a version path only), since
- * a resource indicator may name a part of the resource server: a token for
- * `https://weather.example.com/v1` (asked for by a client that names the URL it calls, as
- * RFC 8707 allows) is a token for the App `https://weather.example.com`.
+ * it (same origin, whole path segments), since a resource indicator may name a part of the
+ * resource server: a token for `https://weather.example.com/v1` (asked for by a client that
+ * names the URL it calls, as RFC 8707 allows) is a token for the App `https://weather.example.com`.
  *
  * @example
  * ```ts
@@ -91,19 +80,17 @@ export type AudienceWithin = 'paths' | 'versions'
  * audienceMatches(['https://weather.example.com'], ['https://weather.example.com/v1'])  // false
  * audienceMatches(['https://a.example.com/app-2'], ['https://a.example.com/app'])       // false
  * audienceMatches(['https://u@weather.example.com'], ['https://weather.example.com'])   // false
- * audienceMatches(['https://p.example.com/weather'], ['https://p.example.com'])         // true
- * audienceMatches(['https://p.example.com/weather'], ['https://p.example.com'], 'versions') // false
  * ```
  */
-export function audienceMatches(actual: readonly string[], expected: readonly string[], within: AudienceWithin = 'paths'): boolean {
+export function audienceMatches(actual: readonly string[], expected: readonly string[]): boolean {
   const wanted = expected.map(normalizeResource)
   return actual.some((raw) => {
     const a = normalizeResource(raw)
-    return wanted.some((w) => a === w || isPathInside(a, w, within))
+    return wanted.some((w) => a === w || isPathInside(a, w))
   })
 }
 
-function isPathInside(candidate: string, base: string, within: AudienceWithin): boolean {
+function isPathInside(candidate: string, base: string): boolean {
   if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate)) return false
   const c = new URL(candidate)
   const b = new URL(base)
@@ -113,8 +100,7 @@ function isPathInside(candidate: string, base: string, within: AudienceWithin): 
   if (c.origin !== b.origin || c.search || c.hash || b.search || b.hash) return false
   const basePath = b.pathname.endsWith('/') ? b.pathname : `${b.pathname}/`
   const path = c.pathname.endsWith('/') ? c.pathname : `${c.pathname}/`
-  if (!path.startsWith(basePath)) return false
-  return within === 'paths' || parseVersionPath(c.pathname.slice(basePath.length - 1)) !== null
+  return path.startsWith(basePath)
 }
 
 /** What {@link checkAccessTokenClaims} checks against. */
@@ -129,8 +115,6 @@ export interface ClaimExpectations {
   readonly clockToleranceMs: number
   /** Expected audiences, when configured; the token must name one of them. */
   readonly audience?: readonly string[] | undefined
-  /** The paths inside an expected audience the token may name instead (default `'paths'`). */
-  readonly audienceWithin?: AudienceWithin
 }
 
 /**
@@ -155,7 +139,7 @@ export function checkAccessTokenClaims(claims: JWTPayload, expect: ClaimExpectat
   }
   if (expect.audience) {
     const aud = audienceList(claims.aud)
-    if (!aud || !audienceMatches(aud, expect.audience, expect.audienceWithin)) return 'audience mismatch'
+    if (!aud || !audienceMatches(aud, expect.audience)) return 'audience mismatch'
   }
   return undefined
 }

@@ -52,7 +52,7 @@ import {
   hasCredentials,
   isHttpUrl,
 } from './discovery.js'
-import { audienceList, audienceMatches, type AudienceWithin, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS } from '../timeout.js'
@@ -146,9 +146,8 @@ export interface OAuthValidatorOptions {
    * token to its App). Checked on every request. In `jwt` and `introspection` modes the token
    * must name one of them; in `userinfo` mode it is checked when the token is a JWT (one made
    * to look like none, padded or in the standard base64 alphabet, is refused). A token for a
-   * path inside an expected URL matches it too: with the function form, a version path of the
-   * App only (`{base_url}/v1`, `/v1.2`, `/v1.2.3`: another App may sit at another path of it);
-   * with a value or a list (a platform-wide audience), any path.
+   * path inside an expected URL matches it too (`{base_url}/v1`, the URL a client calls), so
+   * App addresses must not nest (`https://p.example.com` and `https://p.example.com/weather`).
    *
    * Default in `jwt` and `introspection` modes: the App the token is presented to
    * (`({ resource }) => resource`), as the MCP authorization spec requires (RFC 8707: a token
@@ -736,10 +735,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     sha256(`${mode}\n${issuer}`, 'base64url').slice(0, 10) +
     ':'
   const audienceRequired = mode !== 'userinfo'
-  // An App's own address (the function form: the default, one App's `resource`) takes its
-  // version paths, not any path inside it: another App may sit at one (`https://p.example.com`
-  // beside `https://p.example.com/weather`). A fixed audience is the platform's, Apps at its paths.
-  const audienceWithin: AudienceWithin = typeof audienceOption === 'function' ? 'versions' : 'paths'
 
   function expectedAudience(context: AccessTokenContext | undefined): readonly string[] | undefined {
     if (typeof audienceOption !== 'function') return fixedAudience
@@ -1107,7 +1102,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     keysFetched = true,
   ): Outcome | undefined {
     const reason =
-      checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience, audienceWithin }) ??
+      checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience }) ??
       (typeof claims.exp !== 'number' ? 'claim check failed: exp' : undefined) ??
       (typeof claims.sub !== 'string' || claims.sub === '' ? 'token has no subject' : undefined) ??
       (signatureFits(alg, token.slice(token.lastIndexOf('.') + 1)) ? undefined : 'invalid signature or token') ??
@@ -1434,7 +1429,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (!entry.active) return { active: false, reason: entry.reason }
     const expiresAt = entry.info.expiresAt
     if (expiresAt !== undefined && expiresAt + clockToleranceMs <= now()) return { active: false, reason: 'token expired' }
-    if (audience && audienceRequired && !(entry.audience && audienceMatches(entry.audience, audience, audienceWithin))) {
+    if (audience && audienceRequired && !(entry.audience && audienceMatches(entry.audience, audience))) {
       return { active: false, reason: 'audience mismatch' }
     }
     return { active: true, info: entry.info }
@@ -1498,7 +1493,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             now: now(),
             clockToleranceMs,
             audience,
-            audienceWithin,
           })
           if (reason) {
             emit({ type: 'rejected-locally', reason })

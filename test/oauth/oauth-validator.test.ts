@@ -645,22 +645,16 @@ describe('jwt mode (local verification)', () => {
     expect(await v.validate(await typed('at+jwt', false), context)).toEqual({ active: false, reason: 'claim check failed: exp' })
   })
 
-  it("binds a token to its App where one App's address is a path of another's: the App's version paths count as it, another App's address does not (regression)", async () => {
-    const portal = { resource: 'http://p.localhost', appId: 'app_portal' }
-    const nested = { resource: 'http://p.localhost/weather', appId: 'app_weather' }
+  it('takes a token for a path inside the App: a version path, or the endpoint under a basePath when the App is its origin; never a sibling path or another host', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
-    const forNested = await sign({ aud: 'http://p.localhost/weather' })
-    expect(await v.validate(forNested, nested)).toMatchObject({ active: true })
-    // Before: accepted at the portal too (any path inside its address).
-    expect(await v.validate(forNested, portal)).toEqual({ active: false, reason: 'audience mismatch' })
-    expect(await v.validate(await sign({ aud: 'http://p.localhost' }), nested)).toEqual({ active: false, reason: 'audience mismatch' })
-    for (const aud of ['http://p.localhost/v1', 'http://p.localhost/v1.2/', 'http://p.localhost/v1.2.3']) {
-      expect(await v.validate(await sign({ aud }), portal), aud).toMatchObject({ active: true })
+    for (const aud of ['http://weather.localhost/v1', 'http://weather.localhost/v1.2.3/', 'http://weather.localhost/mcp', 'http://weather.localhost/mcp/v1']) {
+      expect(await v.validate(await sign({ aud }), weather), aud).toMatchObject({ active: true })
     }
-    expect(await v.validate(await sign({ aud: 'http://p.localhost/weather/v2' }), nested)).toMatchObject({ active: true })
-    // A platform-wide audience takes the Apps at its paths, as it did.
-    const platformWide = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: 'http://p.localhost' })
-    expect(await platformWide.validate(forNested, nested)).toMatchObject({ active: true })
+    for (const aud of ['http://weather.localhost.evil', 'http://notes.localhost/v1', 'https://weather.localhost']) {
+      expect(await v.validate(await sign({ aud }), weather), aud).toEqual({ active: false, reason: 'audience mismatch' })
+    }
+    const atPath = { resource: 'http://p.localhost/weather', appId: 'app_weather' }
+    expect(await v.validate(await sign({ aud: 'http://p.localhost/weather-2' }), atPath)).toEqual({ active: false, reason: 'audience mismatch' })
   })
 
   it('verifies with a local key set and makes no upstream call at all', async () => {
