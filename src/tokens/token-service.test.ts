@@ -472,6 +472,18 @@ describe('create (spec 2.1, 3)', () => {
       await service.close()
     })
 
+    it("another token's invalidation leaves a held refusal held: an unknown token is not looked up again (regression: every edit anywhere dropped them all)", async () => {
+      const { service, calls } = setup({ pepper: 'new', previousPeppers: [null, 'old'] })
+      const other = await createToken(service)
+      const unknown = generateApiToken()
+      expect(await service.authenticate(unknown)).toEqual({ ok: false, reason: 'unknown' })
+      const lookups = calls.findByHash
+      await service.update('alice', other.id, { name: 'renamed' })
+      await service.revoke('alice', other.id)
+      expect(await service.authenticate(unknown)).toEqual({ ok: false, reason: 'unknown' })
+      expect(calls.findByHash).toBe(lookups)
+    })
+
     it('an unknown token costs one lookup per scheme, in order; a malformed one none', async () => {
       const { service, store, calls } = setup({ pepper: 'c', previousPeppers: ['b', null, 'a'] })
       const unknown = generateApiToken()

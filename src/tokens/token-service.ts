@@ -634,6 +634,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       invalidationCount++
       cache?.clear()
       refusedHashes.clear()
+      refusalAliases.clear()
       charged.clear()
     }
   })
@@ -653,15 +654,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // briefly anyway, for a store whose reads lag its writes (a replica), and dropped by any
   // invalidation of the hash.
   const refusedHashes = new LRUCache<string, TokenAuthResult>({ max: 10_000, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
-  /**
-   * Drops the refusal held for an invalidated hash. With `previousPeppers`, every one: a
-   * refusal is held under the token's hash in the current scheme, and an invalidation names the
-   * hash it is stored with, which may be a previous scheme's (a rotation undone after its write
-   * timed out puts back a token stored under the old pepper: its secret must work again at once).
-   */
+  // With `previousPeppers`: the hash of a refused token in each previous scheme, to its hash in
+  // the current one, which its refusal is held under. An invalidation names the hash a token is
+  // stored with, which may be a previous scheme's (a rotation undone after its write timed out
+  // puts back a token stored under the old pepper: its secret must work again at once).
+  const refusalAliases = new LRUCache<string, string>({ max: 10_000, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
+  /** Drops the refusal held for an invalidated hash, under whichever scheme it is held. */
   function dropRefusal(tokenHash: string): void {
-    if (previousPeppers.length === 0) refusedHashes.delete(tokenHash)
-    else refusedHashes.clear()
+    refusedHashes.delete(tokenHash)
+    const current = refusalAliases.get(tokenHash)
+    if (current !== undefined) {
+      refusedHashes.delete(current)
+      refusalAliases.delete(tokenHash)
+    }
   }
   // The charged lookups in flight, by hash: more requests with the same token meanwhile (a
   // client opening many requests at once on an instance that has not seen its token yet)
@@ -1099,9 +1104,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * revoked token would otherwise be a free lookup on every presentation), and the refusal is
    * held (`refusedHashes`) unless an invalidation may have overtaken the read.
    */
-  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, tokenHash: string, asked: number): TokenAuthResult {
+  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, token: string, tokenHash: string, asked: number): TokenAuthResult {
     if (auth.ok) charge.refund()
-    else if (asked === invalidationCount) refusedHashes.set(tokenHash, auth)
+    else if (asked === invalidationCount) {
+      refusedHashes.set(tokenHash, auth)
+      for (const previous of previousPeppers) refusalAliases.set(hashApiToken(token, previous ?? undefined), tokenHash)
+    }
     return auth
   }
 
@@ -1466,7 +1474,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         charge.refund()
         throw error
       }
-      if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash, asked)
+      if (!(result instanceof Promise)) return settleCharge(result, charge, token, tokenHash, asked)
       pendingLookups++
       const done = () => {
         // One forgotten as lost (above) is counted down already.
@@ -1476,7 +1484,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const auth: Promise<TokenAuthResult> = result.then(
         (auth) => {
           done()
-          return settleCharge(auth, charge, tokenHash, asked)
+          return settleCharge(auth, charge, token, tokenHash, asked)
         },
         (error: unknown) => {
           done()
