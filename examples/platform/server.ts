@@ -42,8 +42,10 @@ import { createPlatform, parseSeed } from './index.js'
 const problems: string[] = []
 const values = readOptions(['seed', 'port'], problems)
 // A relative `--seed` is read from where `npm start` was typed (npm runs the script from the
-// package root, and says where it was started in INIT_CWD), and named in full.
-const seedPath = values.seed === undefined ? fileURLToPath(new URL('./seed.json', import.meta.url)) : resolvePath(process.env.INIT_CWD ?? process.cwd(), values.seed)
+// package root, and says where it was started in INIT_CWD; an INIT_CWD inherited by a run of
+// another kind is not this one's), and named in full.
+const typedIn = process.env.npm_lifecycle_event === 'start' ? process.env.INIT_CWD : undefined
+const seedPath = values.seed === undefined ? fileURLToPath(new URL('./seed.json', import.meta.url)) : resolvePath(typedIn ?? process.cwd(), values.seed)
 // PORT=0: any free port (the tests' way), and the authorization server's too.
 const port = portOption('--port (or PORT)', values.port ?? process.env.PORT ?? '8787', true, problems)
 const seed = (() => {

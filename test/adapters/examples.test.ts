@@ -145,6 +145,9 @@ describe('adapter examples, in process', () => {
           const jwks = await fetch(`${base}/.well-known/jwks.json`)
           expect(jwks.status).toBe(200)
           expect((await jwks.json()).keys).toHaveLength(1)
+          const head = await fetch(`${base}/.well-known/jwks.json`, { method: 'HEAD' })
+          expect(head.status).toBe(200)
+          expect(await head.text()).toBe('')
           for (const method of ['POST', 'PUT', 'DELETE', 'OPTIONS']) {
             const refusedJwks = await fetch(`${base}/.well-known/jwks.json`, { method })
             expect(refusedJwks.status, method).toBe(405)

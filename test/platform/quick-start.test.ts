@@ -389,9 +389,7 @@ describe('npm start -- --seed FILE', () => {
 describe('npm start and npm run forward: bad settings', () => {
   /** Runs an npm script to its end; its exit code and stderr. */
   async function run(args: readonly string[], env: NodeJS.ProcessEnv = {}, cwd = ROOT): Promise<{ code: number; stderr: string }> {
-    // INIT_CWD is npm's own: where the command was typed.
-    const { INIT_CWD: _typedIn, ...inherited } = process.env
-    return promisify(execFile)('npm', ['--silent', ...args], { cwd, env: { ...inherited, PORT: '0', ...env }, timeout: 30_000 }).then(
+    return promisify(execFile)('npm', ['--silent', ...args], { cwd, env: { ...process.env, PORT: '0', ...env }, timeout: 30_000 }).then(
       ({ stderr }) => ({ code: 0, stderr }),
       (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
     )

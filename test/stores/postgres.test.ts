@@ -238,15 +238,18 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
     it("a table that holds the name of the resets table (another store's token table) makes migrate fail loudly, not every call after it (regression)", async () => {
       const squatter = await postgres.tokenStore({ table: 'tok_resets' })
       const store = createPostgresTokenStore({ pool: postgres.pool, schema: squatter.schema, table: 'tok' })
-      await expect(store.migrate()).rejects.toThrow(`table "${squatter.schema}"."tok_resets" has no primary key on user_id and column reset_at`)
-      // A resets table made by hand without its key is refused the same way.
+      await expect(store.migrate()).rejects.toThrow(`table "${squatter.schema}"."tok_resets" has no primary key on user_id (text) and column reset_at (bigint)`)
+      // A resets table made by hand without its key, or with another type of time, is refused the same way.
       const client = await postgres.pool.connect()
       try {
         await client.query(`CREATE TABLE "${squatter.schema}"."bare_resets" (user_id text NOT NULL, reset_at bigint NOT NULL)`)
+        await client.query(`CREATE TABLE "${squatter.schema}"."dated_resets" (user_id text PRIMARY KEY, reset_at timestamptz NOT NULL)`)
       } finally {
         client.release()
       }
-      await expect(createPostgresTokenStore({ pool: postgres.pool, schema: squatter.schema, table: 'bare' }).migrate()).rejects.toThrow(/no primary key on user_id/)
+      for (const table of ['bare', 'dated']) {
+        await expect(createPostgresTokenStore({ pool: postgres.pool, schema: squatter.schema, table }).migrate(), table).rejects.toThrow(/no primary key on user_id \(text\) and column reset_at \(bigint\)/)
+      }
     })
 
     it('a second run waits for no table lock: an open write elsewhere does not hold up a start (regression)', async () => {

@@ -174,11 +174,12 @@ BEGIN
   -- store whose table is named so) would fail every call of this store.
   IF NOT EXISTS (
     SELECT 1 FROM pg_index i JOIN pg_attribute a ON a.attrelid = resets AND a.attnum = i.indkey[0]
-    WHERE i.indrelid = resets AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'user_id'
+    WHERE i.indrelid = resets AND i.indisprimary AND i.indnatts = 1 AND a.attname = 'user_id' AND a.atttypid = 'text'::regtype
   ) OR NOT EXISTS (
-    SELECT 1 FROM pg_attribute WHERE attrelid = resets AND attname = 'reset_at' AND attnum > 0 AND NOT attisdropped
+    SELECT 1 FROM pg_attribute
+    WHERE attrelid = resets AND attname = 'reset_at' AND atttypid = 'int8'::regtype AND attnum > 0 AND NOT attisdropped
   ) THEN
-    RAISE EXCEPTION 'mcp-dispatch: table % has no primary key on user_id and column reset_at (is it the token table of another store?)', '${names.resets}';
+    RAISE EXCEPTION 'mcp-dispatch: table % has no primary key on user_id (text) and column reset_at (bigint) (is it the token table of another store?)', '${names.resets}';
   END IF;
 END $$;
 `
