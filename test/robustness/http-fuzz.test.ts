@@ -6,12 +6,19 @@
  * stamped with the version headers: never a 5xx, never a hang, never a crash, and the heap
  * stays flat.
  *
+ * The oracle works out from each request alone, in the order of the pipeline, what it must get:
+ * the handler's answer at one version, or one refusal (401 before a version is looked for, 404
+ * `not_found` only for an App or path that does not exist); the framework answers allowed in
+ * between stand in for that one answer only. Bearer strings that are no API token go through a
+ * real OAuth validator (`jwt` mode, against a JWKS on loopback), with signed access tokens among
+ * them: for this App, another, expired, of another issuer, signed with an unpublished key.
+ *
  * Deterministic: the cases come from a fixed fast-check seed (`FUZZ_SEED` to change it,
  * `FUZZ_CASES` for the number of cases per adapter).
  */
 import * as http from 'node:http'
 import fc from 'fast-check'
-import { compileVersions, parseVersionPath, resolveVersion } from 'mcp-dispatch'
+import { compileVersions, createOAuthValidator, parseVersionPath, resolveVersion } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { underCI } from '../helpers/ci.js'
 import {
@@ -20,6 +27,7 @@ import {
   type RawRequest,
   type RawResponse,
   type RunningTarget,
+  APP,
   HANDLER_MARK,
   HOSTNAME,
   LATEST,
@@ -32,6 +40,7 @@ import {
   jsonRpcError,
   leakedHandles,
   send,
+  startAuthorizationServer,
 } from './support.js'
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20_251_121)
@@ -39,7 +48,64 @@ const CASES = Number(process.env.FUZZ_CASES ?? 3000)
 const CONCURRENCY = 16
 
 const targets = await adapterTargets()
+// Up for the whole file, and counted in the baseline: the fixtures' validators fetch its keys.
+const authServer = await startAuthorizationServer()
 const baseline = activeResources()
+afterAll(() => authServer.close())
+
+// --- OAuth access tokens ----------------------------------------------------------------
+
+/** What a credential earns: the handler's answer, or the status of its refusal. */
+type CredentialOutcome = 'serve' | 401 | 402 | 403
+
+/**
+ * The App addresses (`baseUrl`): what a token's `aud` must name (the validator's default
+ * audience). Without the port: the App address must not follow the `Host` a caller sends.
+ */
+const ADDRESS = { fuzz: `http://${APP.slug}.localhost`, other: `http://${OTHER_APP.slug}.localhost` }
+
+/**
+ * Signed access tokens, each with what it earns at the fuzz App and at the other App. alice is
+ * subscribed to both, bob's subscription to the fuzz App is inactive, carol has none. Signed
+ * on the real clock, which the validator reads (the dispatcher's is the fixture's, in 2030).
+ */
+const JWTS = new Map<string, { fuzz: CredentialOutcome; other: CredentialOutcome }>()
+{
+  const now = Math.floor(Date.now() / 1000)
+  // Issued a minute before the validator first fetches the keys: a token of a key it lacks,
+  // issued since that fetch, may be of a key rotated in meanwhile, and is answered 503 until a
+  // refetch may show it (docs/oauth.md), which is not what these tokens are here to test.
+  const live = { iat: now - 60, exp: now + 3600 }
+  const jwt = async (fuzz: CredentialOutcome, other: CredentialOutcome, token: string | Promise<string>) => {
+    JWTS.set(await token, { fuzz, other })
+  }
+  const sign = authServer.sign
+  const alice = await sign({ sub: 'alice', aud: ADDRESS.fuzz, ...live })
+  await jwt('serve', 401, alice)
+  await jwt(401, 'serve', sign({ sub: 'alice', aud: ADDRESS.other, ...live }))
+  await jwt('serve', 'serve', sign({ sub: 'alice', aud: [ADDRESS.other, ADDRESS.fuzz], ...live }))
+  // A version path of the App address names the App (docs/oauth.md, audience).
+  await jwt('serve', 401, sign({ sub: 'alice', aud: `${ADDRESS.fuzz}/v1`, ...live }))
+  // Past the credential, the subscription: 402 at the App the token is for.
+  await jwt(402, 401, sign({ sub: 'bob', aud: ADDRESS.fuzz, ...live }))
+  await jwt(401, 402, sign({ sub: 'carol', aud: ADDRESS.other, ...live }))
+  // Refused whatever the App: expired, not yet valid, without exp, for another resource or a
+  // look-alike host, of another issuer, typed as an ID token, signed with a key the JWKS does
+  // not hold (under its key id, and under another), unsigned, and alice's signature on bob's claims.
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, iat: now - 7200, exp: now - 3600 }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, ...live, nbf: now + 1800 }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, iat: now - 60 }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: 'https://elsewhere.example', ...live }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: `${ADDRESS.fuzz}.evil.example`, ...live }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, ...live, iss: 'https://auth.example.com' }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, ...live }, { typ: 'id_token+jwt' }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, ...live }, { foreignKey: true }))
+  await jwt(401, 401, sign({ sub: 'alice', aud: ADDRESS.fuzz, ...live }, { foreignKey: true, kid: 'unknown' }))
+  const [header, payload] = alice.split('.')
+  await jwt(401, 401, `${Buffer.from('{"alg":"none","typ":"at+jwt"}').toString('base64url')}.${payload}.`)
+  const bob = await sign({ sub: 'bob', aud: ADDRESS.fuzz, ...live })
+  await jwt(401, 401, `${header}.${bob.split('.')[1]}.${alice.split('.')[2]}`)
+}
 
 // --- generators -------------------------------------------------------------------------
 
@@ -50,6 +116,7 @@ const ALL_METHODS = http.METHODS.filter((m) => m !== 'CONNECT')
 const URL_CHARS = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-._~!$&\'()*+,;=:@/%?#[]'
 const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~+/'
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
+const B64URL = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
 
 const stringOf = (alphabet: string, min: number, max: number) =>
   fc.array(fc.constantFrom(...alphabet.split('')), { minLength: min, maxLength: max }).map((a) => a.join(''))
@@ -139,6 +206,15 @@ function authorizationArb(f: Fixture) {
     },
     { weight: 2, arbitrary: stringOf(BASE62, 44, 44).map((s) => `Bearer svc_${s}`) },
     { weight: 2, arbitrary: stringOf(B64, 1, 300).map((s) => `Bearer ${s}`) },
+    // OAuth access tokens, through the validator: signed ones in every state, and made-up
+    // JWTs (a real header, then random claims and signature).
+    { weight: 4, arbitrary: fc.constantFrom(...JWTS.keys()).map((s) => `Bearer ${s}`) },
+    {
+      weight: 1,
+      arbitrary: fc
+        .tuple(fc.constantFrom(...[...JWTS.keys()].map((s) => s.split('.')[0]!)), stringOf(B64URL, 0, 300), stringOf(B64URL, 0, 90))
+        .map(([header, payload, signature]) => `Bearer ${header}.${payload}.${signature}`),
+    },
     { weight: 2, arbitrary: headerValue(200) },
   )
 }
@@ -178,7 +254,7 @@ function wellFormedArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
     .record({
       method: fc.constantFrom('POST', 'POST', 'POST', 'GET', 'DELETE'),
       path: fc.constantFrom('/', '/v1', '/v1.1', '/v1.2', '/v1.2.3', '/v2', '/v2.0.0', '/v2.1.0-rc.1', '/v1/'),
-      token: fc.constantFrom(f.tokens.valid, f.tokens.rotated, f.tokens.loopbackOnly),
+      token: fc.constantFrom(f.tokens.valid, f.tokens.rotated, f.tokens.loopbackOnly, ...[...JWTS].filter(([, earns]) => earns.fuzz === 'serve').map(([t]) => t)),
       extra: fc.array(fc.tuple(stringOf('abcdefghijklmnopqrstuvwxyz', 1, 12).map((s) => `x-${s}`), headerValue(300)), { maxLength: 4 }),
       body: bodyArb,
     })
@@ -228,6 +304,8 @@ function randomRequestArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
   const hugeHeader = fc.tuple(fc.constant('x-huge'), headerValue(8000))
   const hostArb = fc.oneof(
     { weight: 9, arbitrary: fc.constant(`${HOSTNAME}:${port}`) },
+    // The other App on its own, often enough that tokens are tried at the App they are not for.
+    { weight: 1, arbitrary: fc.constant(`${OTHER_APP.slug}.localhost`) },
     {
       weight: 1,
       arbitrary: fc.constantFrom(`FUZZ.LOCALHOST:${port}`, 'other.localhost', 'unknown.localhost', 'fuzz', 'localhost', '127.0.0.1', '[::1]:1', 'a.b.c.d.e.f'),
@@ -306,14 +384,21 @@ function hostOf(request: RawRequest): string {
   return entries.find(([name]) => name.toLowerCase() === 'host')?.[1]?.toLowerCase() ?? ''
 }
 
+/** The value of a request's header fields of `name`, each. */
+function fieldsOf(request: RawRequest, name: string): string[] {
+  const entries = Array.isArray(request.headers) ? request.headers : Object.entries(request.headers)
+  return entries.filter(([field]) => field.toLowerCase() === name).map(([, value]) => value)
+}
+
 /**
  * What the pipeline must make of a request's credential, told from the fixture's tokens, not
  * by the library's parser: `serve` (the handler may answer), or the status of its refusal
  * (spec 7: 401 unknown, revoked, expired or rotated away; 402 no subscription; 403 outside the
  * allowlist or the token's Apps). The client is always 127.0.0.1, and `X-Forwarded-For` is
- * never trusted here, so the loopback-only token serves and the TEST-NET one never does.
+ * never trusted here, so the loopback-only token serves and the TEST-NET one never does. An
+ * OAuth access token earns what {@link JWTS} says; any other bearer string is refused.
  */
-function credentialOutcome(f: Fixture, request: RawRequest): 'serve' | 401 | 402 | 403 {
+function credentialOutcome(f: Fixture, request: RawRequest): CredentialOutcome {
   const entries = Array.isArray(request.headers) ? request.headers : Object.entries(request.headers)
   const fields = entries.filter(([name]) => name.toLowerCase() === 'authorization').map(([, value]) => value)
   if (fields.length !== 1) return 401
@@ -334,9 +419,71 @@ function credentialOutcome(f: Fixture, request: RawRequest): 'serve' | 401 | 402
     case t.testNetOnly:
       return 403
     default:
-      return 401 // made up, malformed, revoked, expired, rotated away
+      // Made up, malformed, revoked, expired, rotated away, or an OAuth token.
+      return JWTS.get(parts[1]!)?.[atOtherApp ? 'other' : 'fuzz'] ?? 401
   }
 }
+
+/** The one answer a request must get: the handler's, at this version, or this refusal. */
+type Expected = { readonly serve: string } | { readonly status: number; readonly error?: string }
+
+const NOT_FOUND: Expected = { status: 404, error: 'not_found' }
+const METADATA_PATH = '/.well-known/oauth-protected-resource'
+
+/**
+ * The answer a request must get, worked out from the request alone, step by step in the order
+ * of the pipeline (DESIGN.md, docs/pipeline.md): the App of its `Host`, the metadata path, the
+ * version path (404 `not_found` for no App or no such path, before anything else), the method
+ * (a preflight, 405 before authentication; `HEAD` is authenticated, then 405), the credential
+ * (401, 403, 402 before any version is looked for), a session id (no random one is pinned: 404
+ * `session_not_found`), then the version (404 `version_not_found`, or served).
+ *
+ * What else may refuse such a request does not here, by construction: the fixture allows every
+ * `Origin` and sets no limit a run reaches, heads stay under Node's 16 KB, and every `Host`
+ * sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
+ * due ({@link FRAMEWORK_STANDS_IN}).
+ */
+function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest): Expected {
+  // The default `resolveApp`: the first label of the host.
+  const slug = /^([^.]+)\./.exec(hostOf(request))?.[1]
+  const app = slug === APP.slug ? 'fuzz' : slug === OTHER_APP.slug ? 'other' : undefined
+  if (app === undefined) return NOT_FOUND
+  // The Web adapter's runtime (@hono/node-server) builds a WHATWG URL of the target, so its path
+  // comes resolved (`/v1/../v2` is `/v2`, `/%2e%2e/v1` is `/v1`); the Node adapters take it as sent.
+  const path = target.name === 'web' ? new URL(`${ADDRESS.fuzz}${request.path}`).pathname : request.path.split(/[?#]/, 1)[0]!
+  const method = request.method
+  if (path.startsWith(METADATA_PATH)) {
+    if (path !== METADATA_PATH) return NOT_FOUND
+    return method === 'GET' || method === 'HEAD' ? { status: 200 } : method === 'OPTIONS' ? { status: 204 } : { status: 405, error: 'method_not_allowed' }
+  }
+  const selector = parseVersionPath(path)
+  if (!selector) return NOT_FOUND
+  if (method === 'OPTIONS') return { status: 204 }
+  if (method !== 'POST' && method !== 'GET' && method !== 'DELETE' && method !== 'HEAD') return { status: 405, error: 'method_not_allowed' }
+  const credential = credentialOutcome(f, request)
+  // HEAD gets GET's refusal of the credential, and past it 405: no subscription asked.
+  if (method === 'HEAD') return { status: credential === 401 || credential === 403 ? credential : 405 }
+  if (credential !== 'serve') return { status: credential }
+  if (fieldsOf(request, 'mcp-session-id').length > 0) return { status: 404, error: 'session_not_found' }
+  // The version the paths of the table serve as written, others as the resolver finds them.
+  const written = SERVES[app]
+  const version = path in written ? (written[path] ?? null) : resolveVersion(appOf(request).index, selector)
+  return version === null ? { status: 404, error: 'version_not_found' } : { serve: version }
+}
+
+/**
+ * The frameworks' own answers (`AdapterTarget.frameworkAnswer`), and the one answer of the
+ * dispatch layer each may stand in for: Express's final-handler 404 for a target it routes to
+ * no middleware, a path no App serves; Fastify's 415, after `onRequest` let the request
+ * through, for the handler's answer. Anywhere else it would hide a refusal (or an answer) that
+ * the dispatch layer owed.
+ */
+const FRAMEWORK_STANDS_IN: Record<string, (expected: Expected) => boolean> = {
+  'express-final-handler-404': (expected) => 'status' in expected && expected.status === 404 && expected.error === 'not_found',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: (expected) => 'serve' in expected,
+}
+
+const describeExpected = (expected: Expected) => ('serve' in expected ? `the handler's answer at ${expected.serve}` : `${expected.status}${expected.error ? ` ${expected.error}` : ''}`)
 
 /** Why an answer is wrong, or `undefined` when it is one the design allows. */
 function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response: RawResponse): string | undefined {
@@ -347,13 +494,38 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
   if (status === 401 || status === 402 || (status === 403 && jsonRpcError(body)?.data?.error !== 'origin_not_allowed')) {
     if (credential !== status) return `${status} for a credential that earns ${credential}`
   }
+  const expected = expectedAnswer(f, target, request)
+  const bearer = fieldsOf(request, 'authorization')[0]?.trim().split(/ +/)[1]
+  if (bearer !== undefined && (JWTS.has(bearer) || bearer.startsWith('eyJ'))) {
+    const seen = 'serve' in expected ? 'served' : expected.status
+    oauthAnswers.set(seen, (oauthAnswers.get(seen) ?? 0) + 1)
+  }
   const own = target.frameworkAnswer?.(response, request)
   if (own !== undefined) {
+    if (!FRAMEWORK_STANDS_IN[own]?.(expected)) return `the framework's ${own} where the request must get ${describeExpected(expected)}`
     frameworkAnswers.set(own, (frameworkAnswers.get(own) ?? 0) + 1)
     return undefined
   }
   const headOnly = request.method === 'HEAD'
-  if (headers[HANDLER_MARK] === '1') {
+  // The one answer due, from the request alone: the handler's at its version, or that refusal.
+  const answered = headers[HANDLER_MARK] === '1'
+  if ('serve' in expected) {
+    if (!answered) return `${status} ${String(jsonRpcError(body)?.data?.error ?? '')} where the handler must answer at ${expected.serve}`
+    if (headers['x-mcp-version'] !== expected.serve) return `X-MCP-Version ${String(headers['x-mcp-version'])} for ${request.path}, expected ${expected.serve}`
+  } else {
+    if (answered || status !== expected.status) return `${answered ? 'the handler answered' : status} where the dispatch layer must answer ${describeExpected(expected)}`
+    if (expected.error !== undefined && !headOnly && jsonRpcError(body)?.data?.error !== expected.error) {
+      return `${String(jsonRpcError(body)?.data?.error)} where the dispatch layer must answer ${describeExpected(expected)}`
+    }
+    if (status === 401) {
+      // RFC 6750 section 3.1: a bearer token refused is `invalid_token`; no credential, no error code.
+      const challenge = String(headers['www-authenticate'])
+      const authorization = fieldsOf(request, 'authorization')
+      if (/^bearer /i.test(authorization[0]?.trim() ?? '') && !challenge.includes('error="invalid_token"')) return `a refused bearer token without invalid_token: ${challenge}`
+      if (authorization.length === 0 && challenge.includes('error=')) return `an error code without a credential: ${challenge}`
+    }
+  }
+  if (answered) {
     // The handler's own answer: only for a credential that earns it, with the versions the
     // pipeline resolved.
     if (credential !== 'serve') return `the handler answered a credential that earns ${credential}`
@@ -403,6 +575,8 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
 
 /** Framework answers seen (see `AdapterTarget.frameworkAnswer`), by name. */
 const frameworkAnswers = new Map<string, number>()
+/** What the requests with an OAuth access token (or a made-up JWT) were due: `served`, or the refusal's status. */
+const oauthAnswers = new Map<string | number, number>()
 /** Statuses seen, by status. */
 const statuses = new Map<number, number>()
 
@@ -438,7 +612,13 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
   let cases: RawRequest[]
 
   beforeAll(async () => {
-    fixture = await createFixture()
+    // Bearer strings that are no API token go to a real validator, which fetches the JWKS from
+    // the loopback authorization server and verifies signatures, audience (the App address,
+    // pinned by `baseUrl`), issuer, expiry and type.
+    fixture = await createFixture({
+      oauth: createOAuthValidator({ issuer: authServer.issuer, mode: 'jwt', jwks: authServer.jwksUri }),
+      dispatcher: { baseUrl: (_request, app) => ADDRESS[app.slug === OTHER_APP.slug ? 'other' : 'fuzz'] },
+    })
     running = await target.start({ dispatcher: fixture.dispatcher, onError: fixture.onError })
     agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
     cases = fc.sample(requestArb(fixture, running.port), { seed: SEED, numRuns: CASES })
@@ -452,11 +632,14 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
 
   it(`answers ${CASES} random requests with a JSON-RPC error, the metadata or the handler's answer; never 5xx, never a hang (seed ${SEED})`, async () => {
     statuses.clear()
+    oauthAnswers.clear()
     const failures = await runCases(fixture, target, running.port, cases, agent)
     expect(failures.slice(0, 10), `${failures.length} bad answers`).toEqual([])
     // The fuzz is not all noise: a good share reached the handler, and every kind of answer happened.
     expect(running.state.handled).toBeGreaterThan(CASES / 10)
     expect([...statuses.keys()].sort()).toEqual(expect.arrayContaining([200, 204, 401, 402, 403, 404, 405]))
+    // And the OAuth validator's every answer: tokens served, refused (401) and unsubscribed (402).
+    expect([...oauthAnswers.keys()]).toEqual(expect.arrayContaining(['served', 401, 402]))
     expect(fixture.errors).toEqual([])
     frameworkAnswers.clear()
   })

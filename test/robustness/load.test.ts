@@ -1,39 +1,59 @@
 /**
  * Load: the reference platform (real MCP SDK server per version, Web adapter on
  * `@hono/node-server`) over loopback, 100 requests in flight, a mix of valid and invalid
- * tokens and of version paths. Zero 5xx, and every answer is the right one for its request:
- * status, `X-MCP-Version`, and the version the App itself reports (`get_version`).
+ * credentials (API tokens, and OAuth access tokens validated by the platform's
+ * `createOAuthValidator` against the development authorization server on loopback) and of
+ * version paths. Zero 5xx, and every answer is the right one for its request: for a served
+ * one, status, `X-MCP-Version`, `X-MCP-Latest-Version` and the version the App itself reports
+ * (`get_version`); for a refusal, its whole JSON-RPC body and the headers it must carry
+ * (`WWW-Authenticate`, `Retry-After`), and no version header.
  *
  * `LOAD_REQUESTS` sets the number of requests: 20,000 by default (issue 5), fewer on a
  * small machine (`LOAD_REQUESTS=5000 npm test`).
  */
+import { randomBytes } from 'node:crypto'
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { isDeepStrictEqual } from 'node:util'
 import { serve } from '@hono/node-server'
 import { generateApiToken } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, createPlatform } from '../../examples/platform/index.js'
-import { API_TOKEN_PATTERN, T0, jsonRpcError, send } from './support.js'
+import { createManualClock } from '../oauth/helpers/clock.js'
+import { inProcessFetch, obtainAccessToken } from '../oauth/helpers/oauth-client.js'
+import { API_TOKEN_PATTERN, T0, send } from './support.js'
 
 const REQUESTS = Number(process.env.LOAD_REQUESTS ?? 20_000)
 const CONCURRENCY = 100
 /** Requests the limited App allows per minute; the clock stands still, so exactly this many pass. */
 const LIMIT = 40
+/** Lifetime of the authorization server's access tokens. */
+const ACCESS_TOKEN_TTL_S = 3600
 
-type TokenKind = 'valid' | 'rotated' | 'otherApp' | 'unsubscribed' | 'malformed' | 'unknown' | 'revoked' | 'rotatedOld' | 'none' | 'limited'
+type ApiTokenKind = 'valid' | 'rotated' | 'otherApp' | 'unsubscribed' | 'malformed' | 'unknown' | 'revoked' | 'rotatedOld' | 'limited'
+/** Access tokens of the authorization server: alice's, bob's (no subscription), one past its expiry, one it never issued. */
+type OAuthKind = 'oauth' | 'oauthUnsubscribed' | 'oauthExpired' | 'oauthUnknown'
+type TokenKind = ApiTokenKind | OAuthKind | 'none'
 
-/** Paths on the weather App and the version each resolves to (`null`: 404 version_not_found). */
-const PATHS: Record<string, string | null> = {
-  '/': '2.0.0',
-  '/v1': '1.1.1',
-  '/v1.1': '1.1.1',
-  '/v1.1.1': '1.1.1',
-  '/v1.0': '1.0.0',
-  '/v1.0.0': '1.0.0',
-  '/v2': '2.0.0',
-  '/v2.0.0': '2.0.0',
-  '/v1.1.0': null, // replaced by 1.1.1
-  '/v3': null,
+/** Latest live version of the weather App: `X-MCP-Latest-Version` of every answer it serves, `latest` of its 404s. */
+const LATEST = '2.0.0'
+
+/**
+ * Paths on the weather App: the version each resolves to, or (`requested`) the selector a
+ * 404 version_not_found names.
+ */
+const PATHS: Record<string, { version: string } | { requested: string }> = {
+  '/': { version: '2.0.0' },
+  '/v1': { version: '1.1.1' },
+  '/v1.1': { version: '1.1.1' },
+  '/v1.1.1': { version: '1.1.1' },
+  '/v1.0': { version: '1.0.0' },
+  '/v1.0.0': { version: '1.0.0' },
+  '/v2': { version: '2.0.0' },
+  '/v2.0.0': { version: '2.0.0' },
+  '/v1.1.0': { requested: '1.1.0' }, // replaced by 1.1.1
+  '/v3': { requested: '3' },
 }
 
 interface Case {
@@ -41,30 +61,122 @@ interface Case {
   path: string
 }
 
-/** What the platform must answer to a case. */
-function expected(c: Case): { status: number; version?: string } {
+/** A refusal as it must reach the client: status, whole body (parsed), headers it must carry. */
+interface Refusal {
+  status: number
+  body: unknown
+  headers: Record<string, string>
+}
+
+type Expected = { status: 200; version: string; latest: string } | Refusal
+
+/**
+ * The contract's error bodies written out (spec section 7, DESIGN.md's table), not taken from
+ * the reply builders: a builder that answered the wrong code or `data` would otherwise be
+ * compared with itself.
+ */
+function rpcError(status: number, code: number, message: string, data?: Record<string, unknown>, headers: Record<string, string> = {}): Refusal {
+  return {
+    status,
+    body: { jsonrpc: '2.0', id: null, error: { code, message, ...(data && { data }) } },
+    headers: { 'content-type': 'application/json', ...headers },
+  }
+}
+
+/**
+ * The 401 of spec 5.1 at the weather App: `error="invalid_token"` (RFC 6750) in the challenge
+ * when a token was presented and refused, so the client knows to get a fresh one.
+ */
+function unauthorized(port: number, presented: boolean): Refusal {
+  const challenge = `Bearer resource_metadata="http://weather.localhost:${port}/.well-known/oauth-protected-resource"`
+  return rpcError(
+    401,
+    -32001,
+    'Unauthorized',
+    {
+      error: 'unauthorized',
+      description: presented
+        ? 'Authentication required: the bearer token is invalid, expired or revoked'
+        : 'Authentication required: send Authorization: Bearer <token>',
+    },
+    { 'www-authenticate': presented ? `${challenge}, error="invalid_token"` : challenge },
+  )
+}
+
+const PAYMENT_REQUIRED = rpcError(402, -32002, 'Payment Required', {
+  error: 'payment_required',
+  description: 'An active subscription to this App is required',
+})
+/** Scope: no data (spec section 7). */
+const FORBIDDEN = rpcError(403, -32003, 'Forbidden')
+
+/**
+ * The 429 of the limited App: the clock stands at T0, 30 s into a minute, so every refusal
+ * names that minute's end and the 30 s left of it.
+ */
+const WINDOW_END_S = Math.floor(T0 / 60_000) * 60 + 60
+const RETRY_AFTER_S = WINDOW_END_S - T0 / 1000
+const RATE_LIMITED = rpcError(
+  429,
+  -32000,
+  'Rate limit exceeded',
+  { limit: LIMIT, resetAt: WINDOW_END_S, retryAfter: RETRY_AFTER_S, windowType: 'minute' },
+  { 'retry-after': String(RETRY_AFTER_S) },
+)
+
+/** What the platform must answer to a case (the limited App: 200, or 429 once the limit is spent, counted apart). */
+function expected(c: Case, port: number): Expected {
   switch (c.kind) {
+    case 'none':
+      return unauthorized(port, false)
     case 'malformed':
     case 'unknown':
     case 'revoked':
     case 'rotatedOld':
-    case 'none':
-      return { status: 401 }
+    case 'oauthExpired':
+    case 'oauthUnknown':
+      return unauthorized(port, true)
     case 'otherApp':
-      return { status: 403 }
+      return FORBIDDEN
     case 'unsubscribed':
-      return { status: 402 }
+    case 'oauthUnsubscribed':
+      return PAYMENT_REQUIRED
     case 'limited':
-      return { status: 200, version: '1.0.0' } // or 429 once the limit is spent (counted apart)
+      return { status: 200, version: '1.0.0', latest: '1.0.0' }
     default: {
-      const version = PATHS[c.path]
-      return version === null || version === undefined ? { status: 404 } : { status: 200, version }
+      const target = PATHS[c.path]!
+      return 'version' in target
+        ? { status: 200, version: target.version, latest: LATEST }
+        : rpcError(404, -32004, 'Version not found', { error: 'version_not_found', requested: target.requested, latest: LATEST })
     }
   }
 }
 
+/** What is wrong with a refusal, or `undefined`: its status, whole body, headers, and no version header. */
+function refusalMismatch(response: { status: number; headers: http.IncomingHttpHeaders; body: Buffer }, want: Refusal): string | undefined {
+  const text = response.body.toString()
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    body = undefined
+  }
+  if (response.status !== want.status || !isDeepStrictEqual(body, want.body)) {
+    return `${response.status} ${text.slice(0, 300)}, expected ${want.status} ${JSON.stringify(want.body)}`
+  }
+  for (const [name, value] of Object.entries(want.headers)) {
+    if (response.headers[name] !== value) return `${name}: ${String(response.headers[name])}, expected ${value}`
+  }
+  // Produced before the MCP layer: no version header (spec section 7, DESIGN.md step 7).
+  for (const name of ['x-mcp-version', 'x-mcp-latest-version']) {
+    if (response.headers[name] !== undefined) return `${name}: ${String(response.headers[name])} on a refusal`
+  }
+  return undefined
+}
+
 describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the reference platform`, () => {
   let platform: Platform
+  let authServer: DevAuthServer
   let server: http.Server
   let port: number
   const errors: Array<{ error: unknown; context: string }> = []
@@ -72,6 +184,10 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
   const tokens = {} as Record<Exclude<TokenKind, 'none'>, string>
 
   beforeAll(async () => {
+    // The authorization server's own clock, moved to make one token expire; the platform's
+    // stands at T0 (its validation cache then never expires: each token goes upstream once).
+    const authClock = createManualClock()
+    authServer = await startDevAuthServer({ accounts: ['alice', 'bob'], now: authClock, accessTokenTtlSeconds: ACCESS_TOKEN_TTL_S })
     platform = createPlatform({
       seed: {
         apps: [
@@ -94,6 +210,8 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
         ],
       },
       now: () => T0,
+      // The spec's validation (userinfo), the platform's default.
+      authorizationServer: { issuer: authServer.issuer },
       onError: (error, context) => errors.push({ error, context }),
     })
     Object.assign(tokens, platform.tokens)
@@ -102,6 +220,12 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     await service.revoke('alice', revoked.id)
     const old = await service.create({ userId: 'alice', name: 'rotated', servers: ['app_weather'], expiresInDays: 7 })
     const rotated = await service.rotate(old.id, { kind: 'session', userId: 'alice' })
+    // Access tokens as an MCP client gets them: discovery from the App, registration, sign-in,
+    // code exchange. The expired one first, then the clock past its lifetime.
+    const signIn = async (user: string) =>
+      (await obtainAccessToken('http://weather.localhost/v1', inProcessFetch(platform.fetch), { loginHint: user })).accessToken
+    const expiredAccessToken = await signIn('alice')
+    authClock.advance(ACCESS_TOKEN_TTL_S * 1000 + 1000)
     Object.assign(tokens, {
       revoked: revoked.token,
       rotatedOld: old.token,
@@ -109,6 +233,11 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
       malformed: 'svc_not-a-real-token',
       // Well-formed (checksum and all) but never issued.
       unknown: generateApiToken(),
+      oauth: await signIn('alice'),
+      oauthUnsubscribed: await signIn('bob'),
+      oauthExpired: expiredAccessToken,
+      // Shaped like the server's opaque tokens, never issued by it.
+      oauthUnknown: randomBytes(32).toString('base64url'),
     })
     server = await new Promise<http.Server>((resolve) => {
       const s: http.Server = serve(
@@ -128,11 +257,16 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     server?.closeAllConnections()
     await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()))
     await platform?.close()
+    await authServer?.close()
   })
 
   it('answers every request correctly for what it asked, with zero 5xx', { timeout: 180_000 }, async () => {
-    // A fixed, shuffled mix: 60 % valid tokens over every path, the rest refused for a reason each.
-    const kinds: TokenKind[] = ['valid', 'valid', 'valid', 'valid', 'valid', 'rotated', 'otherApp', 'unsubscribed', 'malformed', 'unknown', 'revoked', 'rotatedOld', 'none', 'limited']
+    // A fixed, shuffled mix: over half valid credentials (API and OAuth) over every path, the
+    // rest refused for a reason each.
+    const kinds: TokenKind[] = [
+      'valid', 'valid', 'valid', 'valid', 'oauth', 'valid', 'oauth', 'rotated', 'otherApp', 'unsubscribed', 'malformed', 'unknown',
+      'revoked', 'rotatedOld', 'none', 'limited', 'oauthUnsubscribed', 'oauthExpired', 'oauthUnknown',
+    ]
     const paths = Object.keys(PATHS)
     // Every kind in turn, and each kind over every path in turn (regression: a stride sharing a
     // factor with the number of kinds sent 2 of them only).
@@ -173,28 +307,32 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
           30_000,
         )
         byStatus.set(response.status, (byStatus.get(response.status) ?? 0) + 1)
-        const want = expected(c)
+        const want = expected(c, port)
         if (c.kind === 'limited' && response.status === 429) {
           limitedRefused++
-          if (!response.headers['retry-after'] || jsonRpcError(response.body)?.code !== -32000) wrong.push(`429 without its body: ${response.body}`)
+          const mismatch = refusalMismatch(response, RATE_LIMITED)
+          if (mismatch) wrong.push(`limited 429: ${mismatch}`)
+          continue
+        }
+        if (!('version' in want)) {
+          // Refused by the dispatch layer.
+          const mismatch = refusalMismatch(response, want)
+          if (mismatch) wrong.push(`${c.kind} ${c.path}: ${mismatch}`)
           continue
         }
         if (response.status !== want.status) {
           wrong.push(`${c.kind} ${c.path}: ${response.status}, expected ${want.status}: ${response.body.toString().slice(0, 200)}`)
           continue
         }
-        if (want.version === undefined) {
-          // Refused by the dispatch layer: a JSON-RPC error, no version headers.
-          if (!jsonRpcError(response.body) || response.headers['x-mcp-version'] !== undefined) {
-            wrong.push(`${c.kind} ${c.path}: malformed refusal ${response.body.toString().slice(0, 200)}`)
-          }
-          continue
-        }
         if (c.kind === 'limited') limitedServed++
         const answer = JSON.parse(response.body.toString()) as { id?: unknown; result?: { structuredContent?: { version?: string } } }
         const reported = answer.result?.structuredContent?.version
-        if (response.headers['x-mcp-version'] !== want.version || reported !== want.version || answer.id !== id) {
-          wrong.push(`${c.kind} ${c.path} #${id}: X-MCP-Version ${String(response.headers['x-mcp-version'])}, App says ${reported} for #${String(answer.id)}, expected ${want.version}`)
+        const version = response.headers['x-mcp-version']
+        const latest = response.headers['x-mcp-latest-version']
+        if (version !== want.version || latest !== want.latest || reported !== want.version || answer.id !== id) {
+          wrong.push(
+            `${c.kind} ${c.path} #${id}: X-MCP-Version ${String(version)}, X-MCP-Latest-Version ${String(latest)}, App says ${reported} for #${String(answer.id)}, expected ${want.version} (latest ${want.latest})`,
+          )
         }
       }
     }
@@ -212,7 +350,8 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     expect(limitedServed).toBe(Math.min(LIMIT, cases.filter((c) => c.kind === 'limited').length))
     expect(limitedServed + limitedRefused).toBe(cases.filter((c) => c.kind === 'limited').length)
     expect(errors).toEqual([])
-    // Whatever was logged under load, no token in it.
-    expect(logged.filter((line) => API_TOKEN_PATTERN.test(line))).toEqual([])
+    // Whatever was logged under load, no credential in it: no API token, no access token.
+    const accessTokens = [tokens.oauth, tokens.oauthUnsubscribed, tokens.oauthExpired, tokens.oauthUnknown]
+    expect(logged.filter((line) => API_TOKEN_PATTERN.test(line) || accessTokens.some((t) => line.includes(t)))).toEqual([])
   })
 })

@@ -11,6 +11,7 @@ import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import type express from 'express'
 import Fastify from 'fastify'
+import { type JWTPayload, SignJWT, exportJWK, generateKeyPair } from 'jose'
 import {
   type AccessTokenValidator,
   type AppStore,
@@ -483,6 +484,56 @@ export async function adapterTargets(): Promise<AdapterTarget[]> {
     })
   }
   return targets
+}
+
+// ---------------------------------------------------------------------------------------
+// An authorization server on loopback, for `createOAuthValidator`'s `jwt` mode.
+// ---------------------------------------------------------------------------------------
+
+/** The key id of the server's one published key. */
+const SIGNING_KID = 'robustness-1'
+
+/**
+ * An authorization server on 127.0.0.1 that publishes its discovery documents (RFC 8414, OpenID)
+ * and a JWKS of one ES256 key, and signs access tokens (RFC 9068) with it: the validator fetches
+ * the keys over HTTP and verifies real signatures, as it would against a provider.
+ */
+export interface AuthorizationServer {
+  /** `http://127.0.0.1:{port}`. */
+  readonly issuer: string
+  readonly jwksUri: string
+  /**
+   * A JWT of `claims` (`iss` is the issuer unless given), typed `at+jwt` unless `typ` is given,
+   * signed with the published key, or with `foreignKey` one the JWKS does not hold (under the
+   * published key id, or `kid`).
+   */
+  sign(claims: JWTPayload, options?: { typ?: string; foreignKey?: boolean; kid?: string }): Promise<string>
+  close(): Promise<void>
+}
+
+export async function startAuthorizationServer(): Promise<AuthorizationServer> {
+  const own = await generateKeyPair('ES256')
+  const foreign = await generateKeyPair('ES256')
+  const jwks = JSON.stringify({ keys: [{ ...(await exportJWK(own.publicKey)), kid: SIGNING_KID, alg: 'ES256', use: 'sig' }] })
+  let issuer = ''
+  const server = http.createServer((req, res) => {
+    const path = (req.url ?? '').split('?', 1)[0]
+    const discovery = path === '/.well-known/oauth-authorization-server' || path === '/.well-known/openid-configuration'
+    const body = path === '/jwks' ? jwks : discovery ? JSON.stringify({ issuer, jwks_uri: `${issuer}/jwks`, response_types_supported: ['code'] }) : undefined
+    // `Connection: close`: no keep-alive socket of the validator's fetch outlives a test file.
+    res.writeHead(body === undefined ? 404 : 200, { 'content-type': 'application/json', connection: 'close' })
+    res.end(body ?? '{}')
+  })
+  issuer = `http://127.0.0.1:${await listening(server)}`
+  return {
+    issuer,
+    jwksUri: `${issuer}/jwks`,
+    sign: (claims, options = {}) =>
+      new SignJWT({ iss: issuer, ...claims })
+        .setProtectedHeader({ alg: 'ES256', typ: options.typ ?? 'at+jwt', kid: options.kid ?? SIGNING_KID })
+        .sign(options.foreignKey ? foreign.privateKey : own.privateKey),
+    close: () => closeServer(server),
+  }
 }
 
 // ---------------------------------------------------------------------------------------
