@@ -771,6 +771,9 @@ export function toWebRequest(source: WebRequestSource): Request {
     if (!res.writableFinished) controller.abort()
   }
   res.once('close', onClose)
+  // A client gone while the dispatcher decided (asynchronous stores): its `close` was before
+  // this listener. Aborted at once, or the upstream would be asked, and a stream kept, for nobody.
+  if (res.destroyed) onClose()
   const headers = new Headers()
   const raw = req.rawHeaders
   for (let i = 0; i + 1 < raw.length; i += 2) {
@@ -913,6 +916,8 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   const onDrain = () => wake?.()
   let drainHeard = false
   res.once('close', onClose)
+  // Gone already (before the handler answered): the body is cancelled, never waited on.
+  if (res.destroyed) onClose()
   res.flushHeaders()
   // A compressing middleware (Express's `compression()`) holds written bytes until its buffer
   // fills, or the end: an SSE event would wait for the whole stream. It adds `flush` for

@@ -21,6 +21,7 @@ import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import {
   ADAPTER_KINDS,
+  type Fixture,
   HOST,
   type Gate,
   close,
@@ -439,6 +440,37 @@ describe('proxy handler', () => {
     })
   })
 
+  describe('a body in a transfer coding besides chunked', () => {
+    for (const kind of ADAPTER_KINDS) {
+      it(`${kind}: Transfer-Encoding: gzip, chunked is a 501, and nothing goes upstream coded and unlabelled (regression: gzip bytes passed on as JSON)`, async () => {
+        const fixture = createFixture()
+        let asked = 0
+        upstream.handle = (req, res) => void readBody(req).then(() => (asked++, res.writeHead(200, { 'content-type': 'application/json' }).end('{}')))
+        const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
+        const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
+        try {
+          const gzipped = gzipSync('{"jsonrpc":"2.0","id":1,"method":"tools/list"}')
+          const answer = await new Promise<string>((resolve, reject) => {
+            const socket = net.connect(port, '127.0.0.1')
+            let text = ''
+            socket.on('data', (chunk) => (text += chunk.toString('latin1'))).on('close', () => resolve(text)).on('error', reject)
+            socket.write(
+              `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: gzip, chunked\r\n\r\n`,
+            )
+            socket.write(`${gzipped.length.toString(16)}\r\n`)
+            socket.write(gzipped)
+            socket.write('\r\n0\r\n\r\n')
+          })
+          expect(answer).toMatch(/^HTTP\/1\.1 501 /)
+          expect(answer).toContain('"data":{"error":"invalid_request","field":"transfer-encoding"}')
+          expect(asked).toBe(0)
+        } finally {
+          await stop()
+        }
+      })
+    }
+  })
+
   describe('request body length (Content-Length)', () => {
     const encoder = new TextEncoder()
     const BODY = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
@@ -819,6 +851,78 @@ describe('proxy handler', () => {
           await readUntil(response.body!.getReader(), 'data: one')
           controller.abort()
           await closed.wait()
+        } finally {
+          await stop()
+        }
+      })
+
+      it(`${kind}: a client gone mid-upload while the identity is signed leaves nothing unhandled, and the platform serves on (regression: the process ended)`, async () => {
+        const fixture = createFixture()
+        upstream.handle = (req, res) => void readBody(req).then(() => res.writeHead(200, { 'content-type': 'application/json' }).end('{"jsonrpc":"2.0","id":1,"result":{}}'))
+        // A signer that takes a while (a KMS): the client is gone before `fetch` starts.
+        const slowSigner: IdentitySigner = { ...signer, sign: async (...args) => (await new Promise((r) => setTimeout(r, 50)), signer.sign(...args)) }
+        const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: slowSigner })
+        const unhandled: unknown[] = []
+        const onUnhandled = (reason: unknown) => void unhandled.push(reason)
+        process.on('unhandledRejection', onUnhandled)
+        const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
+        try {
+          const socket = net.connect(port, '127.0.0.1')
+          socket.on('error', () => {})
+          socket.write(`POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"jsonrpc":`)
+          await new Promise((r) => setTimeout(r, 20))
+          socket.destroy()
+          // The signer's turn, `fetch`'s cancel of the body, and a turn more for what it rejects.
+          await new Promise((r) => setTimeout(r, 300))
+          expect(unhandled).toEqual([])
+          const after = await loopbackFetch(`http://weather.localhost:${port}/v2`, {
+            method: 'POST',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+            body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+          })
+          expect(after.status).toBe(200)
+        } finally {
+          process.off('unhandledRejection', onUnhandled)
+          await stop()
+        }
+      })
+
+      it(`${kind}: a client gone while the dispatcher decided is never sent upstream, nor reported as the upstream's failure (regression: a stream kept open for nobody)`, async () => {
+        const fixture = createFixture()
+        let asked = 0
+        upstream.handle = (_req, res) => {
+          asked++
+          res.writeHead(200, { 'content-type': 'text/event-stream' })
+          res.write('data: one\n\n')
+        }
+        let release!: () => void
+        const released = new Promise<void>((resolve) => (release = resolve))
+        let decided!: () => void
+        const decidedNow = new Promise<void>((resolve) => (decided = resolve))
+        // Asynchronous stores that answer once the client has gone.
+        const dispatcher = {
+          ...fixture.dispatcher,
+          async decide(request: Parameters<Fixture['dispatcher']['decide']>[0]) {
+            await released
+            const decision = await fixture.dispatcher.decide(request)
+            decided()
+            return decision
+          },
+        }
+        const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
+        const { port, close: stop } = await serveWebHandler(kind, { ...fixture, dispatcher }, handler)
+        try {
+          const socket = net.connect(port, '127.0.0.1')
+          socket.on('error', () => {})
+          socket.write(`GET /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nAccept: text/event-stream\r\n\r\n`)
+          await new Promise((r) => setTimeout(r, 50))
+          socket.resetAndDestroy()
+          await new Promise((r) => setTimeout(r, 100))
+          release()
+          await decidedNow
+          await new Promise((r) => setTimeout(r, 300))
+          expect(asked).toBe(0)
+          expect(fixture.errors.filter((e) => e.error instanceof UpstreamError)).toEqual([])
         } finally {
           await stop()
         }

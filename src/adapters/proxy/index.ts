@@ -394,7 +394,8 @@ async function relayBody(
       },
       cancel(reason) {
         ended()
-        return reader.cancel(reason)
+        // Never rejects (a runtime cancelling a body may rethrow what it rejects with).
+        return reader.cancel(reason).catch(() => {})
       },
     },
     { highWaterMark: 0 },
@@ -515,6 +516,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       return toResponse(upstreamErrorReply(new UpstreamError(502, UNAVAILABLE)))
     }
     if (!target) return toResponse(versionNotServedReply(context.version))
+    // A transfer coding besides `chunked` (`gzip, chunked`): Node's parser takes off the chunked
+    // framing only, so the body would go on still coded, and nothing would say so
+    // (Transfer-Encoding is this hop's). RFC 9112 section 6.1: 501 for a coding not understood.
+    const transferCoding = request.headers.get('transfer-encoding')
+    if (transferCoding !== null && !/^\s*chunked\s*$/i.test(transferCoding)) return toResponse(TRANSFER_CODING_NOT_SUPPORTED)
 
     const headers = new Headers()
     // Headers the client named in `Connection` are hop-by-hop (RFC 9110 section 7.6.1), even
@@ -798,12 +804,23 @@ function progressOf(
       },
       cancel(reason) {
         signal.removeEventListener('abort', stop)
-        return reader.cancel(reason)
+        // Never rejects: `fetch` cancels the request body when the client went away, and
+        // rethrows what the cancel rejects with (the client's body, errored `aborted`) where
+        // nothing catches it: an unhandled rejection, which ends the process.
+        return reader.cancel(reason).catch(() => {})
       },
     },
     { highWaterMark: 0 },
   )
 }
+
+/** 501 for a request body in a transfer coding other than `chunked` (RFC 9112 section 6.1). */
+const TRANSFER_CODING_NOT_SUPPORTED = jsonRpcErrorReply(
+  501,
+  { code: -32600, message: 'Transfer coding not supported', data: { error: 'invalid_request', field: 'transfer-encoding' } },
+  // The body is left unread: the connection is not used again.
+  { connection: 'close' },
+)
 
 /** Lower-case field names listed in a `Connection` value, or `undefined` when there are none. */
 function connectionTokens(value: string | null): Set<string> | undefined {

@@ -343,7 +343,8 @@ export function whenBodyEnds(response: Response, onEnd: () => void): Response {
     },
     cancel(reason) {
       end()
-      return reader.cancel(reason)
+      // Never rejects (a runtime cancelling a body may rethrow what it rejects with).
+      return reader.cancel(reason).catch(() => {})
     },
   })
   return new Response(relayed, { status: response.status, statusText: response.statusText, headers: response.headers })
