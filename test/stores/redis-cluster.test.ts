@@ -347,10 +347,9 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           // for a probe, one deadline after it).
           expect(Math.max(...deadOutcomes.map((o) => o.ms))).toBeLessThan(TIMEOUT_MS + 400)
           // The calls refused at once are told by the breaker's message, not by their time (a
-          // loaded machine can delay any call): at least three, each well within a deadline.
+          // loaded machine can delay any call): at least three, sent nowhere.
           const refused = deadOutcomes.filter((o) => /not sent: Redis .* is stalled/.test(o.outcome))
           expect(refused.length).toBeGreaterThanOrEqual(3)
-          expect(Math.max(...refused.map((o) => o.ms))).toBeLessThan(100)
           expect(deadOutcomes.slice(1).some((o) => o.outcome.includes(`127.0.0.1:${dead} is stalled`))).toBe(true)
 
           // A client with ioredis' own keyPrefix: the master of a call is the one of the key the
