@@ -65,7 +65,8 @@ function contentTypeOf(res: NodeResponse, headers: unknown): string | null {
   return match ? match[1]! : null
 }
 
-function whenClosed(res: NodeResponse, listener: () => void): void {
+/** Calls `listener` when `res` closes, or at once when it has closed already (HTTP/1 and HTTP/2). */
+export function whenClosed(res: NodeResponse, listener: () => void): void {
   // `close` is emitted once: a listener added later would never run. HTTP/2's compatibility
   // response tells it by its stream.
   if (res.closed === true || res.destroyed === true || (res as { stream?: { destroyed?: boolean } }).stream?.destroyed === true) listener()

@@ -12,7 +12,7 @@ import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core
 import type { Reply } from '../core/reply.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeExposeHeaders, mergeVary, sameName, stampHead } from './head.js'
+import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeExposeHeaders, mergeVary, sameName, stampHead, whenClosed } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
@@ -767,13 +767,13 @@ export interface WebRequestSource {
 export function toWebRequest(source: WebRequestSource): Request {
   const { req, res } = source
   const controller = new AbortController()
-  const onClose = () => {
-    if (!res.writableFinished) controller.abort()
-  }
-  res.once('close', onClose)
-  // A client gone while the dispatcher decided (asynchronous stores): its `close` was before
-  // this listener. Aborted at once, or the upstream would be asked, and a stream kept, for nobody.
-  if (res.destroyed) onClose()
+  // Not `writableFinished`: HTTP/2's compatibility response reads as finished once its stream
+  // is reset. A client gone while the dispatcher decided (asynchronous stores) closed the
+  // response before this listener: aborted at once, or the upstream would be asked, and a
+  // stream kept, for nobody.
+  whenClosed(res, () => {
+    if (!res.writableEnded) controller.abort()
+  })
   const headers = new Headers()
   const raw = req.rawHeaders
   for (let i = 0; i + 1 < raw.length; i += 2) {
@@ -915,9 +915,9 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   // more per wait, until Node warned of a leak; the one left there dies with the response).
   const onDrain = () => wake?.()
   let drainHeard = false
-  res.once('close', onClose)
-  // Gone already (before the handler answered): the body is cancelled, never waited on.
-  if (res.destroyed) onClose()
+  // Gone already (before the handler answered; on HTTP/2, a reset stream): the body is
+  // cancelled, never waited on.
+  whenClosed(res, onClose)
   res.flushHeaders()
   // A compressing middleware (Express's `compression()`) holds written bytes until its buffer
   // fills, or the end: an SSE event would wait for the whole stream. It adds `flush` for

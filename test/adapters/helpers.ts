@@ -273,6 +273,40 @@ export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handl
 }
 
 /**
+ * The fixture with a dispatcher whose decisions wait for `release()` (asynchronous stores that
+ * answer once the client has gone); `decided` resolves when the first decision is made.
+ */
+export function decidingOnRelease(fixture: Fixture) {
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  let markDecided!: () => void
+  const decided = new Promise<void>((resolve) => (markDecided = resolve))
+  const dispatcher = {
+    ...fixture.dispatcher,
+    async decide(request: Parameters<Fixture['dispatcher']['decide']>[0]) {
+      await released
+      const decision = await fixture.dispatcher.decide(request)
+      markDecided()
+      return decision
+    },
+  }
+  return { fixture: { ...fixture, dispatcher }, release, decided }
+}
+
+/**
+ * Sends a GET stream request of `fixture.tokens.alice` to `port` and resets the connection 50 ms
+ * later; resolves 100 ms after that, once the server has seen the reset.
+ */
+export async function requestThenReset(port: number, fixture: Fixture, path = '/v2'): Promise<void> {
+  const socket = connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  socket.write(`GET ${path} HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nAccept: text/event-stream\r\n\r\n`)
+  await new Promise((resolve) => setTimeout(resolve, 50))
+  socket.resetAndDestroy()
+  await new Promise((resolve) => setTimeout(resolve, 100))
+}
+
+/**
  * A client that sends a request, waits until the server is inside a slow step before the
  * dispatch layer (`slow`: await it in that step), then resets its connection; `gone()`
  * resolves when the server has seen the reset, and releases the slow step. `decisions` counts

@@ -14,7 +14,7 @@ import type { SessionStore } from 'mcp-dispatch'
 import { fromWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Fixture, HOST, createFixture } from './helpers.js'
+import { type Fixture, HOST, createFixture, decidingOnRelease } from './helpers.js'
 
 const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
 const INVALID_HOST = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } } }
@@ -172,6 +172,43 @@ describe('HTTP/2: a new session whose pin cannot be stored', () => {
       expect(refused.headers['retry-after']).toBe('1')
     } finally {
       await close()
+    }
+  })
+})
+
+describe('HTTP/2: a client that resets its stream while the dispatcher decides', () => {
+  it('fastify: the web handler gets a Request already aborted, and the body of its answer is cancelled, not waited on for ever (regression: HTTP/2 read as finished)', async () => {
+    // Asynchronous stores that answer once the client has gone.
+    const { fixture: gone, release } = decidingOnRelease(createFixture())
+    let sawAborted: boolean | undefined
+    let cancelled!: () => void
+    const bodyCancelled = new Promise<void>((resolve) => (cancelled = resolve))
+    const app = Fastify({ http2: true })
+    await app.register(fastifyDispatch({ dispatcher: gone.dispatcher, onError: () => {} }))
+    app.all(
+      '/*',
+      fromWebHandler((request) => {
+        sawAborted = request.signal.aborted
+        const body = new ReadableStream({ pull: () => new Promise(() => {}), cancel: () => cancelled() })
+        return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+      }),
+    )
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (app.server.address() as AddressInfo).port
+    const session = http2.connect(`http://127.0.0.1:${port}`)
+    session.on('error', () => {})
+    try {
+      const stream = session.request({ ':method': 'GET', ':path': '/v1', ':authority': `${HOST}:${port}`, authorization: `Bearer ${gone.tokens.alice}`, accept: 'text/event-stream' })
+      stream.on('error', () => {})
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      stream.close(http2.constants.NGHTTP2_CANCEL)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      release()
+      await bodyCancelled
+      expect(sawAborted).toBe(true)
+    } finally {
+      session.close()
+      await app.close()
     }
   })
 })

@@ -27,10 +27,12 @@ import {
   close,
   createFixture,
   createGate,
+  decidingOnRelease,
   listen,
   loopbackFetch,
   rawRequest,
   readUntil,
+  requestThenReset,
   serveWebHandler,
 } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
@@ -464,6 +466,26 @@ describe('proxy handler', () => {
           expect(answer).toMatch(/^HTTP\/1\.1 501 /)
           expect(answer).toContain('"data":{"error":"invalid_request","field":"transfer-encoding"}')
           expect(asked).toBe(0)
+          // An empty list element is none (RFC 9110 section 5.6.1): `,chunked` is chunked, and served.
+          const plain = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+          const served = await new Promise<string>((resolve, reject) => {
+            const socket = net.connect(port, '127.0.0.1')
+            let text = ''
+            socket.on('data', (chunk) => {
+              text += chunk.toString('latin1')
+              // The head: relayed from the upstream, which has then read the request.
+              if (text.includes('\r\n\r\n')) {
+                socket.destroy()
+                resolve(text)
+              }
+            })
+            socket.on('error', reject)
+            socket.write(
+              `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: ,chunked\r\n\r\n${plain.length.toString(16)}\r\n${plain}\r\n0\r\n\r\n`,
+            )
+          })
+          expect(served).toMatch(/^HTTP\/1\.1 200 /)
+          expect(asked).toBe(1)
         } finally {
           await stop()
         }
@@ -887,39 +909,40 @@ describe('proxy handler', () => {
         }
       })
 
+      if (kind !== 'web') {
+        it(`${kind}: the answer of a web handler to a client gone while the dispatcher decided has its body cancelled, not waited on for ever`, async () => {
+          const { fixture, release } = decidingOnRelease(createFixture())
+          let cancelled!: () => void
+          const bodyCancelled = new Promise<void>((resolve) => (cancelled = resolve))
+          // A handler that does not look at `request.signal`: its stream would run for nobody.
+          const handler = () =>
+            new Response(new ReadableStream({ pull: () => new Promise(() => {}), cancel: () => cancelled() }), { headers: { 'content-type': 'text/event-stream' } })
+          const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
+          try {
+            await requestThenReset(port, fixture)
+            release()
+            await bodyCancelled
+          } finally {
+            await stop()
+          }
+        })
+      }
+
       it(`${kind}: a client gone while the dispatcher decided is never sent upstream, nor reported as the upstream's failure (regression: a stream kept open for nobody)`, async () => {
-        const fixture = createFixture()
+        // Asynchronous stores that answer once the client has gone.
+        const { fixture, release, decided } = decidingOnRelease(createFixture())
         let asked = 0
         upstream.handle = (_req, res) => {
           asked++
           res.writeHead(200, { 'content-type': 'text/event-stream' })
           res.write('data: one\n\n')
         }
-        let release!: () => void
-        const released = new Promise<void>((resolve) => (release = resolve))
-        let decided!: () => void
-        const decidedNow = new Promise<void>((resolve) => (decided = resolve))
-        // Asynchronous stores that answer once the client has gone.
-        const dispatcher = {
-          ...fixture.dispatcher,
-          async decide(request: Parameters<Fixture['dispatcher']['decide']>[0]) {
-            await released
-            const decision = await fixture.dispatcher.decide(request)
-            decided()
-            return decision
-          },
-        }
         const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer })
-        const { port, close: stop } = await serveWebHandler(kind, { ...fixture, dispatcher }, handler)
+        const { port, close: stop } = await serveWebHandler(kind, fixture, handler)
         try {
-          const socket = net.connect(port, '127.0.0.1')
-          socket.on('error', () => {})
-          socket.write(`GET /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nAccept: text/event-stream\r\n\r\n`)
-          await new Promise((r) => setTimeout(r, 50))
-          socket.resetAndDestroy()
-          await new Promise((r) => setTimeout(r, 100))
+          await requestThenReset(port, fixture)
           release()
-          await decidedNow
+          await decided
           await new Promise((r) => setTimeout(r, 300))
           expect(asked).toBe(0)
           expect(fixture.errors.filter((e) => e.error instanceof UpstreamError)).toEqual([])

@@ -57,6 +57,7 @@
  * ```
  * @module
  */
+import { headerListElements } from '../../core/authorization-header.js'
 import { isFieldName } from '../../core/cors.js'
 import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
@@ -520,7 +521,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     // framing only, so the body would go on still coded, and nothing would say so
     // (Transfer-Encoding is this hop's). RFC 9112 section 6.1: 501 for a coding not understood.
     const transferCoding = request.headers.get('transfer-encoding')
-    if (transferCoding !== null && !/^\s*chunked\s*$/i.test(transferCoding)) return toResponse(TRANSFER_CODING_NOT_SUPPORTED)
+    if (transferCoding !== null && !onlyChunked(transferCoding)) return toResponse(TRANSFER_CODING_NOT_SUPPORTED)
 
     const headers = new Headers()
     // Headers the client named in `Connection` are hop-by-hop (RFC 9110 section 7.6.1), even
@@ -812,6 +813,12 @@ function progressOf(
     },
     { highWaterMark: 0 },
   )
+}
+
+/** Whether a `Transfer-Encoding` value lists `chunked` alone (empty list elements aside, RFC 9110 section 5.6.1). */
+function onlyChunked(value: string): boolean {
+  const codings = headerListElements(value).filter((element) => element !== '')
+  return codings.length === 1 && codings[0]!.toLowerCase() === 'chunked'
 }
 
 /** 501 for a request body in a transfer coding other than `chunked` (RFC 9112 section 6.1). */
