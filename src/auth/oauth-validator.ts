@@ -238,8 +238,8 @@ export interface OAuthValidatorOptions {
   /**
    * Keeps the request that starts upstream work alive until that work ends, on runtimes that end
    * a request's I/O with it: on Cloudflare Workers, `waitUntil` of `cloudflare:workers` (or a
-   * request's `ctx.waitUntil`). It is handed the refetch of a key set past its age (`jwt` mode),
-   * which runs in the background, and each validation that requests may share, so that one whose
+   * request's `ctx.waitUntil`). It is handed the refetch of a key set past its age (`jwt` mode)
+   * and of a discovery document past its day, which run in the background, and each validation that requests may share, so that one whose
    * first request ends (its client left) still answers the others. Without it, on Workers, such
    * work ends with its request: keys past their age are refetched only for a token naming a key
    * the set lacks, and a request that shared a validation cut short validates again. Default:
@@ -859,9 +859,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (metadata !== undefined && now() < metadataUntil) return metadata
     const complete = metadata ? metadata : undefined
     if (complete && !lacksEndpoint(complete) && !endpointMoved) {
-      // Past its day: the document in hand serves while it is fetched again.
-      const refresh = fetchMetadata(deadline, complete).catch(() => {})
-      waitUntil?.(refresh)
+      // Past its day: the document in hand serves while it is fetched again, with a deadline
+      // of its own, and only while the breaker is closed (a half-open breaker's one probe is
+      // the token's call). Not asked again for 5 minutes, however this fetch ends (a runtime
+      // may cut it short, and it then never settles).
+      if (breaker.state === 'closed') {
+        metadataUntil = now() + 300_000
+        const refresh = fetchMetadata(now() + retry.deadlineMs, complete).catch(() => {})
+        waitUntil?.(refresh)
+      }
       return complete
     }
     return fetchMetadata(deadline, complete && !lacksEndpoint(complete) ? complete : undefined)
@@ -875,7 +881,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   function fetchMetadata(deadline: number, kept: AuthorizationServerMetadata | undefined): Promise<AuthorizationServerMetadata | null> {
     return discovering.run('discovery', async () => {
       discoveryAskedAt = now()
-      endpointMoved = false
       try {
         for (const url of discoveryUrls(issuer)) {
           const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
@@ -893,6 +898,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         }
       } catch (error) {
         if (!kept) throw error
+      } finally {
+        // Cleared once the document is in (or kept): validations that came meanwhile joined
+        // this fetch rather than calling the old address.
+        endpointMoved = false
       }
       metadataUntil = now() + 300_000
       return (metadata = kept ?? null)

@@ -169,8 +169,18 @@ describe('userinfo mode (the default)', () => {
     expect(fake.count('/.well-known/openid-configuration')).toBe(1)
     clock.advance(300_000)
     await unavailable(v.validate('t3'))
-    // The next token waits for the document, and goes to the new address.
-    expect(await v.validate('t4')).toMatchObject({ active: true, info: { subject: 'user_bob' } })
+    const oldAddressCalls = fake.count('/oidc/me')
+    // The next tokens wait for the document (those that come while it is fetched too), and go
+    // to the new address.
+    let answerDiscovery!: () => void
+    const held = new Promise<void>((resolve) => (answerDiscovery = resolve))
+    fake.route('/.well-known/openid-configuration', () => held.then(() => ({ status: 200, body: { issuer: fake.url, userinfo_endpoint: `${fake.url}/userinfo` } })))
+    const first = v.validate('t4')
+    while (fake.count('/.well-known/openid-configuration') < 2) await new Promise((r) => setImmediate(r))
+    const meanwhile = [v.validate('t4b'), v.validate('t4c')]
+    answerDiscovery()
+    for (const result of await Promise.all([first, ...meanwhile])) expect(result).toMatchObject({ active: true, info: { subject: 'user_bob' } })
+    expect(fake.count('/oidc/me')).toBe(oldAddressCalls)
     expect(fake.count('/.well-known/openid-configuration')).toBe(2)
     expect(await v.validate('t5')).toMatchObject({ active: true })
     expect(fake.count('/.well-known/openid-configuration')).toBe(2)
