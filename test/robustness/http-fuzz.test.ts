@@ -278,7 +278,7 @@ function requestArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
 
 function randomRequestArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
   const knownHeader = fc.tuple(
-    fc.constantFrom('origin', 'mcp-session-id', 'x-forwarded-for', 'content-type', 'accept', 'mcp-protocol-version', 'last-event-id', 'cookie', 'user-agent', 'forwarded', 'x-real-ip'),
+    fc.constantFrom('origin', 'access-control-request-method', 'mcp-session-id', 'x-forwarded-for', 'content-type', 'accept', 'mcp-protocol-version', 'last-event-id', 'cookie', 'user-agent', 'forwarded', 'x-real-ip'),
     fc.oneof(
       headerValue(120),
       fc.constantFrom(
@@ -443,21 +443,34 @@ const METADATA_PATH = '/.well-known/oauth-protected-resource'
  * sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
  * due ({@link FRAMEWORK_STANDS_IN}).
  */
+/** A CORS preflight as the dispatcher tells one: `OPTIONS` with an `Origin` and an `Access-Control-Request-Method`. */
+function preflight(request: RawRequest): boolean {
+  const present = (name: string) => {
+    const values = fieldsOf(request, name)
+    // Several fields are joined (`a, b`): never empty.
+    return values.length > 1 || (values.length === 1 && values[0]!.trim() !== '')
+  }
+  return request.method === 'OPTIONS' && present('origin') && present('access-control-request-method')
+}
+
 function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest): Expected {
   // The default `resolveApp`: the first label of the host.
   const slug = /^([^.]+)\./.exec(hostOf(request))?.[1]
   const app = slug === APP.slug ? 'fuzz' : slug === OTHER_APP.slug ? 'other' : undefined
-  if (app === undefined) return NOT_FOUND
+  // What answers a path no App serves: 404, or for a CORS preflight its 204 (docs/pipeline.md:
+  // a browser then reads the 404 itself, with its CORS headers).
+  const notFound = preflight(request) ? { status: 204 } : NOT_FOUND
+  if (app === undefined) return notFound
   // The Web adapter's runtime (@hono/node-server) builds a WHATWG URL of the target, so its path
   // comes resolved (`/v1/../v2` is `/v2`, `/%2e%2e/v1` is `/v1`); the Node adapters take it as sent.
   const path = target.name === 'web' ? new URL(`${ADDRESS.fuzz}${request.path}`).pathname : request.path.split(/[?#]/, 1)[0]!
   const method = request.method
   if (path.startsWith(METADATA_PATH)) {
-    if (path !== METADATA_PATH) return NOT_FOUND
+    if (path !== METADATA_PATH) return notFound
     return method === 'GET' || method === 'HEAD' ? { status: 200 } : method === 'OPTIONS' ? { status: 204 } : { status: 405, error: 'method_not_allowed' }
   }
   const selector = parseVersionPath(path)
-  if (!selector) return NOT_FOUND
+  if (!selector) return notFound
   if (method === 'OPTIONS') return { status: 204 }
   if (method !== 'POST' && method !== 'GET' && method !== 'DELETE' && method !== 'HEAD') return { status: 405, error: 'method_not_allowed' }
   const credential = credentialOutcome(f, request)

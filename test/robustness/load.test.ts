@@ -22,7 +22,7 @@ import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/
 import { type Platform, createPlatform } from '../../examples/platform/index.js'
 import { createManualClock } from '../oauth/helpers/clock.js'
 import { inProcessFetch, obtainAccessToken } from '../oauth/helpers/oauth-client.js'
-import { API_TOKEN_PATTERN, T0, send } from './support.js'
+import { API_TOKEN_PATTERN, T0, activeResources, leakedHandles, send } from './support.js'
 
 const REQUESTS = Number(process.env.LOAD_REQUESTS ?? 20_000)
 const CONCURRENCY = 100
@@ -173,6 +173,9 @@ function refusalMismatch(response: { status: number; headers: http.IncomingHttpH
   }
   return undefined
 }
+
+// Before anything of the run is started: what is still open after it is its leak.
+const baseline = activeResources()
 
 describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the reference platform`, () => {
   let platform: Platform
@@ -353,5 +356,11 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     // Whatever was logged under load, no credential in it: no API token, no access token.
     const accessTokens = [tokens.oauth, tokens.oauthUnsubscribed, tokens.oauthExpired, tokens.oauthUnknown]
     expect(logged.filter((line) => API_TOKEN_PATTERN.test(line) || accessTokens.some((t) => line.includes(t)))).toEqual([])
+  })
+})
+
+describe('nothing leaks', () => {
+  it('leaves no socket, server or timer of the run behind: the platform, its authorization server and their clients closed', async () => {
+    expect(await leakedHandles(baseline)).toEqual({})
   })
 })
