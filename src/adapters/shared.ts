@@ -21,9 +21,9 @@ export interface AdapterOptions {
    * `X-Forwarded-Proto` (`http` or `https`); Express and Fastify take the scheme from
    * `req.protocol`, which follows their own `trust proxy` and `trustProxy` settings.
    */
-  trustProxy?: TrustProxy
+  trustProxy?: TrustProxy | undefined
   /** Called with handler failures and other errors the client only sees as a status. Default `logError` (stderr). */
-  onError?: (error: unknown, context: string) => void
+  onError?: ((error: unknown, context: string) => void) | undefined
 }
 
 /** @internal */
@@ -89,7 +89,7 @@ export interface ServeTokenApiOptions {
    * Which proxies may set `X-Forwarded-For` (default `false`: the socket address is the client
    * address), for the allowlist of a Bearer rotation; as `mcpDispatch`'s `trustProxy`.
    */
-  trustProxy?: TrustProxy
+  trustProxy?: TrustProxy | undefined
 }
 
 /** @internal Checks `serveTokenApi`'s arguments; returns the compiled proxy trust. */

@@ -30,7 +30,7 @@ export interface RouteByVersionOptions {
    * callers of every App that has a version of that number would reach this handler. Keys of
    * the form `'<appId>@<version>'`, and a function, need none.
    */
-  appId?: string
+  appId?: string | undefined
 }
 
 /** Finds the handler of a dispatched request, or `undefined` when the version has none. */

@@ -7,16 +7,16 @@
 /** Retry policy for transient upstream failures (network, timeout, 5xx, 429). */
 export interface RetryOptions {
   /** Most attempts per validation, the first included. Default 3; 1 disables retries. */
-  attempts?: number
+  attempts?: number | undefined
   /** Delay before the first retry, before jitter. Default 100 ms. */
-  baseDelayMs?: number
+  baseDelayMs?: number | undefined
   /** Upper bound of any delay. Default 2 s. */
-  maxDelayMs?: number
+  maxDelayMs?: number | undefined
   /**
    * Budget for one validation, attempts and delays included. No retry starts (and no attempt
    * outlives it) once it is spent. Default 10 s.
    */
-  deadlineMs?: number
+  deadlineMs?: number | undefined
 }
 
 /** {@link RetryOptions} with every default filled in. */

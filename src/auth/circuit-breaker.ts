@@ -29,9 +29,9 @@ export interface BreakerStateChange {
 /** Options of {@link createCircuitBreaker}. */
 export interface CircuitBreakerOptions {
   /** Consecutive failures that open the breaker. Default 5. */
-  failureThreshold?: number
+  failureThreshold?: number | undefined
   /** How long an open breaker refuses calls before it lets one probe through. Default 30 s. */
-  coolDownMs?: number
+  coolDownMs?: number | undefined
   /**
    * The longest a half-open probe can last before another is let through: one older is taken
    * for lost, as on runtimes that end a request's I/O with it (Cloudflare Workers), where a
@@ -39,11 +39,11 @@ export interface CircuitBreakerOptions {
    * call for good. Default: no limit. The OAuth validator sets its `retry.deadlineMs` plus
    * `timeoutMs`, which no probe outlasts elsewhere.
    */
-  probeMaxAgeMs?: number
+  probeMaxAgeMs?: number | undefined
   /** Clock, epoch ms. Default `Date.now`. */
-  now?: () => number
+  now?: (() => number) | undefined
   /** Called on every transition (metrics, logs). Exceptions it throws are ignored. */
-  onStateChange?: (change: BreakerStateChange) => void
+  onStateChange?: ((change: BreakerStateChange) => void) | undefined
 }
 
 /** The answer of {@link CircuitBreaker.acquire}. */

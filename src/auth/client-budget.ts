@@ -25,11 +25,11 @@ export interface ClientBudgetOptions {
    * Units per client address and window: upstream validations in flight or refused (OAuth,
    * default 60), or store lookups of tokens not known to be stored (API tokens, default 600).
    */
-  readonly limit?: number
+  readonly limit?: number | undefined
   /** The window. Default `minute`. */
-  readonly windowType?: WindowType
+  readonly windowType?: WindowType | undefined
   /** Client addresses remembered at most (least recently used forgotten first). Default 10,000. */
-  readonly maxClients?: number
+  readonly maxClients?: number | undefined
 }
 
 /** A charge taken from a client's budget; `refund` gives it back (at most once). */

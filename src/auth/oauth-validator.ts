@@ -139,7 +139,7 @@ export interface OAuthValidatorOptions {
   /** The authorization server's issuer identifier, exactly as it publishes it. */
   issuer: string
   /** Validation mode. Default `userinfo` (spec 4.5). */
-  mode?: OAuthValidationMode
+  mode?: OAuthValidationMode | undefined
   /**
    * Expected audience (RFC 8707 resource indicator, RFC 9068 `aud`): a value, a list, or a
    * function of the App the token is presented to (`({ resource }) => resource` binds each
@@ -158,13 +158,13 @@ export interface OAuthValidatorOptions {
    * anything but a non-empty string or a list of them: `undefined`, `null`, `''`, `[]`,
    * `['']`), the token is refused: never taken unchecked.
    */
-  audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined) | false
+  audience?: string | readonly string[] | ((context: AccessTokenContext) => string | readonly string[] | undefined) | false | undefined
   /** Userinfo endpoint; default from discovery, else `{issuer}/userinfo`. */
-  userinfoEndpoint?: string
+  userinfoEndpoint?: string | undefined
   /** `jwt` mode: a JWKS URL or a local key set; default the `jwks_uri` of discovery. */
-  jwks?: string | JSONWebKeySet
+  jwks?: string | JSONWebKeySet | undefined
   /** `jwt` mode: accepted signing algorithms. Default: whatever the keys allow. */
-  algorithms?: readonly string[]
+  algorithms?: readonly string[] | undefined
   /** `introspection` mode: the resource server's client credentials (`client_secret_basic`). */
   introspection?: {
     /** The client id the platform is registered under at the authorization server. */
@@ -172,22 +172,22 @@ export interface OAuthValidatorOptions {
     /** Its secret, sent in the `Authorization: Basic` of each introspection request (never logged). */
     clientSecret: string
     /** The RFC 7662 endpoint; default the `introspection_endpoint` of discovery. */
-    endpoint?: string
-  }
+    endpoint?: string | undefined
+  } | undefined
   /** Allowed clock skew for `exp` / `nbf`. Default 0. */
-  clockToleranceMs?: number
+  clockToleranceMs?: number | undefined
   /** Where results are cached; default in memory. Keys are hashes, never tokens. */
-  cache?: CacheStore<CachedValidation>
+  cache?: CacheStore<CachedValidation> | undefined
   /** How long an accepted token is cached, never past its own expiry. Default 5 minutes (spec 8). */
-  cacheTtlMs?: number
+  cacheTtlMs?: number | undefined
   /** How long a refused token is cached, to shield the upstream. Default 30 s; 0 disables. */
-  rejectionTtlMs?: number
+  rejectionTtlMs?: number | undefined
   /** Prefix of cache keys. Default `oauth:`. */
-  cacheKeyPrefix?: string
+  cacheKeyPrefix?: string | undefined
   /** Timeout of one upstream call. Default 5 s. */
-  timeoutMs?: number
+  timeoutMs?: number | undefined
   /** Retries of transient failures (network, timeout, 5xx, 429). */
-  retry?: RetryOptions
+  retry?: RetryOptions | undefined
   /**
    * `userinfo` and `introspection` modes: per client address (IPv6 by its /64), at most
    * `limit` upstream validations in flight or ended in a refusal per window; an accepted token
@@ -197,7 +197,7 @@ export interface OAuthValidatorOptions {
    * the breaker for everyone. Needs the client address (the dispatcher passes it).
    * Default `{ limit: 60, windowType: 'minute', maxClients: 10_000 }`; `false` turns it off.
    */
-  clientBudget?: ClientBudgetOptions | false
+  clientBudget?: ClientBudgetOptions | false | undefined
   /**
    * At most this many validations waiting on the authorization server at once, for the whole
    * process (every client address, and requests that have none). Past it, a token that would
@@ -207,16 +207,16 @@ export interface OAuthValidatorOptions {
    * sockets and timers, for `timeoutMs`, whatever the rate of made-up tokens. A positive
    * integer; default 1,000.
    */
-  maxPendingValidations?: number
+  maxPendingValidations?: number | undefined
   /** Circuit breaker (counts each failed upstream call). */
-  breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'>
+  breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'> | undefined
   /** `jwt` mode with a JWKS URL: keys are refetched after this age. Default 10 minutes. */
-  jwksMaxAgeMs?: number
+  jwksMaxAgeMs?: number | undefined
   /**
    * `jwt` mode: at most one JWKS refetch (for an unknown `kid`, or of keys past their age) per
    * this interval, counted from the last attempt, successful or not. Default 30 s.
    */
-  jwksRefetchIntervalMs?: number
+  jwksRefetchIntervalMs?: number | undefined
   /**
    * `fetch` to call the authorization server with. Default the global one. A call it fails is
    * reported (events, the 503's `cause`) by the error's name and its (or its cause's) code,
@@ -224,17 +224,17 @@ export interface OAuthValidatorOptions {
    * message is one of the runtimes' own that quote nothing (`fetch failed`, `terminated`,
    * `Network connection lost.`, an abort's).
    */
-  fetch?: typeof fetch
+  fetch?: typeof fetch | undefined
   /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
-  now?: () => number
+  now?: (() => number) | undefined
   /** Waits between retries. Default a timer. */
-  sleep?: (ms: number) => Promise<void>
+  sleep?: ((ms: number) => Promise<void>) | undefined
   /** Timers for per-call timeouts. Default the global ones. */
-  timers?: OAuthTimers
+  timers?: OAuthTimers | undefined
   /** Randomness for jitter, in [0, 1). Default `Math.random`. */
-  random?: () => number
+  random?: (() => number) | undefined
   /** Observes the validator (metrics). Exceptions it throws are ignored. */
-  onEvent?: (event: OAuthValidatorEvent) => void
+  onEvent?: ((event: OAuthValidatorEvent) => void) | undefined
   /**
    * Keeps the request that starts upstream work alive until that work ends, on runtimes that end
    * a request's I/O with it: on Cloudflare Workers, `waitUntil` of `cloudflare:workers` (or a
@@ -245,7 +245,7 @@ export interface OAuthValidatorOptions {
    * the set lacks, and a request that shared a validation cut short validates again. Default:
    * none (Node, Bun and Deno need none).
    */
-  waitUntil?: (promise: Promise<unknown>) => void
+  waitUntil?: ((promise: Promise<unknown>) => void) | undefined
 }
 
 /** An OAuth access-token validator. */

@@ -24,12 +24,12 @@ export interface SingleFlight<T> {
 /** Options of {@link createSingleFlight}. */
 export interface SingleFlightOptions {
   /** Clock, epoch ms. Default `Date.now`. */
-  now?: () => number
+  now?: (() => number) | undefined
   /**
    * The longest a call can last. One older is taken for lost (below): not joined, not counted
    * once pruned. Default: no limit.
    */
-  maxAgeMs?: number
+  maxAgeMs?: number | undefined
 }
 
 type Outcome<T> = { readonly ok: true; readonly value: T } | { readonly ok: false; readonly error: unknown }

@@ -19,9 +19,9 @@ export interface ProtectedResourceMetadataOptions {
   /** Issuer URLs of the authorization servers for the App. */
   authorizationServers: readonly string[]
   /** Defaults to `['openid', 'profile', 'email']` (spec 2.2). */
-  scopesSupported?: readonly string[]
+  scopesSupported?: readonly string[] | undefined
   /** Human-readable name of the App (RFC 9728 `resource_name`). */
-  resourceName?: string
+  resourceName?: string | undefined
 }
 
 /** Scopes listed when the platform configures none (spec 2.2). */

@@ -86,7 +86,7 @@ export interface UnauthorizedReplyOptions {
    * Set when a token was presented and rejected: adds `error="invalid_token"` to the
    * challenge (RFC 6750 section 3.1) so clients know to refresh or re-authorize.
    */
-  invalidToken?: boolean
+  invalidToken?: boolean | undefined
 }
 
 /**

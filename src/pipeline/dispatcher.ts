@@ -203,7 +203,7 @@ export interface DispatcherOptions {
   /** API tokens (`svc_…`). */
   tokens: TokenService
   /** OAuth access-token validation; without it, OAuth tokens are refused with 401. */
-  oauth?: AccessTokenValidator
+  oauth?: AccessTokenValidator | undefined
   /**
    * Authorization servers named in the metadata (spec 2.2). Default: the `issuer` of `oauth`
    * (as `createOAuthValidator` sets it), else none. With `oauth`, at least one is required
@@ -212,13 +212,13 @@ export interface DispatcherOptions {
    * answers anything but an array of http(s) URLs, or an empty one with `oauth`, fails it
    * (503, `callback failed` to `onError`).
    */
-  authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[])
+  authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[]) | undefined
   /**
    * `scopes_supported` of the metadata; default `['openid', 'profile', 'email']`. An array of
    * scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or
    * backslashes; `ConfigurationError` otherwise), copied when the dispatcher is created.
    */
-  scopesSupported?: readonly string[]
+  scopesSupported?: readonly string[] | undefined
   /**
    * Finds the App of a request. Default: the first label of the host is the App slug
    * (`weather.example.com` → `weather`), whatever the rest of the host; a host of one label
@@ -230,7 +230,7 @@ export interface DispatcherOptions {
    * (see `baseUrl`). Without `baseUrl`, not asked for a request that names no host (HTTP/1.0,
    * an empty `Host`): that is 404 `not_found`, since the App address is made from the host.
    */
-  resolveApp?: (request: DispatchRequest) => MaybePromise<AppRecord | undefined>
+  resolveApp?: ((request: DispatchRequest) => MaybePromise<AppRecord | undefined>) | undefined
   /**
    * The App address for a request (the metadata's `resource`; what OAuth audiences are compared
    * with). Default: `origin + basePath`. A trailing slash is dropped. The 401 sends clients to
@@ -242,22 +242,22 @@ export interface DispatcherOptions {
    * resource identifier has none) fails the request (503, reported to `onError` as `callback
    * failed`).
    */
-  baseUrl?: (request: DispatchRequest, app: AppRecord) => string
+  baseUrl?: ((request: DispatchRequest, app: AppRecord) => string) | undefined
   /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
-  basePath?: string
+  basePath?: string | undefined
   /** Session pins; default in memory. Use a shared store when instances share sessions. */
-  sessions?: SessionStore
+  sessions?: SessionStore | undefined
   /**
    * Idle lifetime of a session pin, in whole milliseconds from 1 to 2^53 - 1
    * (`Number.MAX_SAFE_INTEGER`): the session store sends it as it is (Redis: `PX`, which takes
    * whole milliseconds only), so `Infinity`, a fraction or a string is refused when the
    * dispatcher is created. Default 1 hour.
    */
-  sessionTtlMs?: number
+  sessionTtlMs?: number | undefined
   /** Rate limiting; no limit when absent. */
   rateLimit?: {
     /** Counters; default in memory. Not a store (no `increment`): a `ConfigurationError`. */
-    store?: RateLimitStore
+    store?: RateLimitStore | undefined
     /**
      * The limit for a caller on an App, or `undefined` (or `null`) for none. Any other answer
      * that is no policy (`false`, `0`, a limit that is no whole number, an unknown `windowType`),
@@ -268,8 +268,8 @@ export interface DispatcherOptions {
      * Serve when the counter store fails, or the clock (`now`) answers no time (default `true`,
      * reported through `onError`); `false`: 503. A boolean (a string is a `ConfigurationError`).
      */
-    failOpen?: boolean
-  }
+    failOpen?: boolean | undefined
+  } | undefined
   /**
    * Allowed `Origin` values: a list (`['https://app.example']`), or a function that answers
    * `true` for an allowed one (`(origin) => origin.endsWith('.app.example')`: parse it with
@@ -279,27 +279,27 @@ export interface DispatcherOptions {
    * browsers send `Origin`: an http(s) entry without case, default port or a lone trailing `/`;
    * `*`, a path, query, fragment or credentials, or what is no URL, is a `ConfigurationError`.
    */
-  allowedOrigins?: readonly string[] | ((origin: string) => boolean)
+  allowedOrigins?: readonly string[] | ((origin: string) => boolean) | undefined
   /**
    * Send CORS headers so browser-based MCP clients can read responses. Default `true`.
    * `false` leaves CORS to the platform's own layer: no answer carries an `Access-Control-*`
    * header, the metadata document and preflights included (an `OPTIONS` gets 204 with `Allow`
    * alone). `allowedOrigins` still applies.
    */
-  cors?: boolean
+  cors?: boolean | undefined
   /**
    * Clock, epoch ms. Default `Date.now`. A call answering no finite number fails the request's
    * rate-limit count (`rateLimit.failOpen` decides), reported.
    */
-  now?: () => number
+  now?: (() => number) | undefined
   /**
    * The interval timer that keeps the pins of sessions with a response open (it restarts their
    * idle TTL every third of `sessionTtlMs`). Default the global `setInterval` / `clearInterval`;
    * inject one to drive it from a test, as `now` drives the clock.
    */
-  timers?: DispatcherTimers
+  timers?: DispatcherTimers | undefined
   /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default `logError` (stderr). */
-  onError?: (error: unknown, context: string) => void
+  onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * Longest wait for a store or the rate-limit policy when it answers with a promise. Past it
    * the request is answered 503 (a hung store never hangs a request; the rate-limit counter
@@ -310,7 +310,7 @@ export interface DispatcherOptions {
    * milliseconds, at most 2^31 - 1 (about 24.8 days, the longest delay a timer takes: past it
    * Node fires at once, and every store call would time out). Default 5 seconds.
    */
-  storeTimeoutMs?: number
+  storeTimeoutMs?: number | undefined
 }
 
 /** The dispatch pipeline. Create with {@link createDispatcher}. */

@@ -23,7 +23,7 @@ export interface InvalidationSenderOptions {
   /** The clock the give-up window runs on (the service's monotonic clock, or its injected `now`). */
   now(): number
   /** Keeps the request that queued a round alive until the round's timer fires (Workers). */
-  waitUntil?: (promise: Promise<unknown>) => void
+  waitUntil?: ((promise: Promise<unknown>) => void) | undefined
 }
 
 /** Publishes invalidations, and sends again those that failed. */

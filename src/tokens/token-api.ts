@@ -36,7 +36,7 @@ export interface TokenApiOptions {
   /** The token service whose tokens the API manages. */
   tokens: TokenService
   /** Path prefix of the API; default `/api/tokens`. */
-  basePath?: string
+  basePath?: string | undefined
   /** Resolves the dashboard session of a request (from its cookie), or `null`. */
   authenticateSession: (request: Request) => MaybePromise<TokenApiSession | null>
   /**
@@ -53,7 +53,7 @@ export interface TokenApiOptions {
    */
   clientAddress?: (request: Request) => string | null | undefined
   /** Errors the caller sees only as a 503. Default `logError` (stderr). */
-  onError?: (error: unknown, context: string) => void
+  onError?: ((error: unknown, context: string) => void) | undefined
 }
 
 const MAX_BODY_BYTES = 16_384

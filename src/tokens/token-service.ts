@@ -162,14 +162,14 @@ export interface TokenServiceOptions {
    * Whether `userId` may put `appId` in a new token ("Apps the creator owns or subscribes
    * to", spec 2.1). Default: an active subscription in `subscriptions`.
    */
-  canUseServer?: (userId: string, appId: string) => MaybePromise<boolean>
+  canUseServer?: ((userId: string, appId: string) => MaybePromise<boolean>) | undefined
   /** Used by the default `canUseServer`. */
-  subscriptions?: SubscriptionStore
+  subscriptions?: SubscriptionStore | undefined
   /**
    * Token prefix; default `svc_`. A lowercase letter, up to 14 lowercase letters or digits, then
    * `_` (at most 16 characters, no other `_`). Another throws `ConfigurationError` `prefix`.
    */
-  prefix?: string
+  prefix?: string | undefined
   /**
    * Server-side secret (a long random string; not empty): tokens are then stored as HMAC-SHA-256
    * instead of SHA-256. Set it from the start, the same on every instance: a token is found
@@ -177,7 +177,7 @@ export interface TokenServiceOptions {
    * authenticating (401) when it is turned on or changed, while the dashboard still lists them
    * as active; their owners rotate them (by session) to get working secrets.
    */
-  pepper?: string
+  pepper?: string | undefined
   /**
    * Peppers that tokens may still be stored under, tried in order after `pepper` when a token
    * is not found under it (`null`: plain SHA-256, the scheme without a pepper), so that turning
@@ -188,7 +188,7 @@ export interface TokenServiceOptions {
    * pepper and it can be removed. At most 4 entries, none the scheme of `pepper` itself.
    * Default: none.
    */
-  previousPeppers?: readonly (string | null)[]
+  previousPeppers?: readonly (string | null)[] | undefined
   /**
    * Trust a looked-up token record for this long on this instance (0 = always ask the
    * store, the default, right for in-memory stores). At most 10 minutes (spec 3); rotations
@@ -198,7 +198,7 @@ export interface TokenServiceOptions {
    * one. Otherwise a secret rotated through another instance would still be accepted here
    * until its record left the cache, where spec section 3 has it invalid at once.
    */
-  cacheTtlMs?: number
+  cacheTtlMs?: number | undefined
   /**
    * Store lookups of well-formed tokens that are not stored, per client address and window.
    * The checksum is public (anyone can make a token that passes it), so a made-up token costs
@@ -216,7 +216,7 @@ export interface TokenServiceOptions {
    * on a unique index is no load for a database, and far more than a client with real tokens
    * makes up, while a client spraying made-up tokens is held to it; `false` turns it off.
    */
-  unknownTokenBudget?: ClientBudgetOptions | false
+  unknownTokenBudget?: ClientBudgetOptions | false | undefined
   /**
    * At most this many store lookups of tokens not known to be stored (those `unknownTokenBudget`
    * counts) wait on the store at once, for the whole process: every client address, and calls
@@ -228,7 +228,7 @@ export interface TokenServiceOptions {
    * (measured: 100,000 such requests held 128 MB). A store that answers synchronously (in
    * memory) never has one waiting. A positive integer; default 1,000.
    */
-  maxPendingLookups?: number
+  maxPendingLookups?: number | undefined
   /**
    * Most tokens one user may hold that are neither revoked nor expired: `create` past it fails
    * with {@link ConflictError} (the token API answers 409 `conflict`), until one is revoked or
@@ -240,7 +240,7 @@ export interface TokenServiceOptions {
    * `storeTimeoutMs` (that token is revoked as soon as its insert lands: its caller got 503).
    * A positive integer; default 1,000.
    */
-  maxActiveTokensPerUser?: number
+  maxActiveTokensPerUser?: number | undefined
   /**
    * Broadcast of rotations and revocations to other instances. Default in-process (this
    * service's own changes only). Required with `cacheTtlMs` (see there). A message whose
@@ -250,15 +250,15 @@ export interface TokenServiceOptions {
    * waits doubling up to 30 s) until it lands, for at most 10 minutes after the last change that
    * queued it (the longest any instance may cache the record it replaces); docs/stores.md.
    */
-  invalidations?: InvalidationBus
+  invalidations?: InvalidationBus | undefined
   /** How often coalesced `last_used_at` times are written. Default 60 s. */
-  lastUsedFlushMs?: number
+  lastUsedFlushMs?: number | undefined
   /** Clock, epoch ms. Default `Date.now`. */
-  now?: () => number
+  now?: (() => number) | undefined
   /** Random source for secrets. Default `crypto.randomBytes`. */
-  random?: RandomBytes
+  random?: RandomBytes | undefined
   /** Called with errors that must not fail a request (a failed `last_used_at` write). Default `logError` (stderr). */
-  onError?: (error: unknown, context: string) => void
+  onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,
    * revoke, `revokeAllForUser`: one to three store calls each; a creation may first wait as
@@ -274,7 +274,7 @@ export interface TokenServiceOptions {
    * for and a second more.
    * `authenticate` is bounded by the dispatcher's `storeTimeoutMs`. Default 5 s.
    */
-  storeTimeoutMs?: number
+  storeTimeoutMs?: number | undefined
   /**
    * Keeps the request that starts store work alive until that work ends, on runtimes that end a
    * request's timers and I/O with it: on Cloudflare Workers, `waitUntil` of `cloudflare:workers`
@@ -284,7 +284,7 @@ export interface TokenServiceOptions {
    * not before (none comes: not at all), and a lookup whose first request ended is done again.
    * Default: none (Node, Bun and Deno need none).
    */
-  waitUntil?: (promise: Promise<unknown>) => void
+  waitUntil?: ((promise: Promise<unknown>) => void) | undefined
 }
 
 /** The API-token lifecycle. Create with {@link createTokenService}. */

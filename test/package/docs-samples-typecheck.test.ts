@@ -340,8 +340,8 @@ function compilerOptions(): ts.CompilerOptions {
  * The errors of one TypeScript program made of `selected` (each with its context), the
  * package resolved through its exports to `dist/`; `rewrite` changes a sample's code first.
  */
-function typecheck(selected: readonly Sample[], rewrite: (code: string) => string = (code) => code): string[] {
-  const options = compilerOptions()
+function typecheck(selected: readonly Sample[], rewrite: (code: string) => string = (code) => code, strictest = false): string[] {
+  const options = { ...compilerOptions(), ...(strictest && { exactOptionalPropertyTypes: true, noUncheckedIndexedAccess: true }) }
   const modules = new Map<string, { sample: Sample; text: string; preludeLines: number }>()
   for (const sample of selected) {
     const extension = CHECKED_LANGUAGES[sample.language]
@@ -413,6 +413,10 @@ describe.runIf(built)('README and docs samples', () => {
 
   it('typechecks every TypeScript sample against the built package', { timeout: 60_000 }, () => {
     expect(typecheck(samples), 'a sample that does not typecheck: fix the sample (or the context it needs, above); dist/ must be built from the current src/').toEqual([])
+  })
+
+  it('typechecks every TypeScript sample under exactOptionalPropertyTypes and noUncheckedIndexedAccess too: an option may be given undefined (an unset variable)', { timeout: 60_000 }, () => {
+    expect(typecheck(samples, undefined, true), 'a sample that does not typecheck in a project this strict: options must take `undefined` where they may be left out').toEqual([])
   })
 
   it('typechecks the samples that import ioredis against ioredis 5 too (the dev dependency ioredis5)', { timeout: 60_000 }, () => {

@@ -119,16 +119,16 @@ export interface IdentitySignerOptions {
    * exported (a non-extractable `CryptoKey`). It must be the private key's pair: the first
    * signature checks it.
    */
-  publicKey?: IdentityKey
+  publicKey?: IdentityKey | undefined
   /**
    * JWS algorithm. Default: a private JWK's `alg`, else from the key (P-256 `ES256`, Ed25519
    * `EdDSA`, RSA `RS256`, an RSA-PSS key `PS256`, a Web Crypto RSA key the one of its hash).
    */
-  algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number]
+  algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number] | undefined
   /** `kid` of the key. Default: a private JWK's `kid`, else its JWK thumbprint (RFC 7638). */
-  keyId?: string
+  keyId?: string | undefined
   /** Token lifetime in seconds, 1 to 3600. Default 60. */
-  ttlSeconds?: number
+  ttlSeconds?: number | undefined
   /**
    * Public keys still published after a rotation, so tokens signed before it still verify: a
    * JWK (its `kid` and `alg` members, when present, are those its tokens carry), or
@@ -138,13 +138,13 @@ export interface IdentitySignerOptions {
    * different `alg`s of their own, is refused. The signing key listed again without its
    * `keyId` (plainly, or under its thumbprint) is published once.
    */
-  previousKeys?: readonly (JWK | IdentityPreviousKey)[]
+  previousKeys?: readonly (JWK | IdentityPreviousKey)[] | undefined
   /**
    * Clock, epoch ms: a function returning a finite number. Default `Date.now`. A value that is
    * not one (`NaN`, a string, a `Date`) makes `sign` reject with a `ConfigurationError`
    * rather than sign a token with no valid `iat` and `exp`.
    */
-  now?: () => number
+  now?: (() => number) | undefined
 }
 
 /** Signs identity tokens and publishes their keys. Create with {@link createIdentitySigner}. */
@@ -722,32 +722,32 @@ export interface IdentityVerifierOptions {
    * Header to read from a `Request`, `Headers` or a Node request (an HTTP field name, RFC 9110
    * section 5.1). Default `x-mcp-identity`.
    */
-  header?: string
+  header?: string | undefined
   /**
    * Clock skew tolerated, in seconds: a number from 0 to 300. Default 5. It lengthens the life
    * of every token (a 60 s token is accepted up to this long after its `exp`), so it is bounded:
    * a skew of more than five minutes is a clock to fix (NTP), not one to tolerate.
    */
-  clockToleranceSeconds?: number
+  clockToleranceSeconds?: number | undefined
   /**
    * The longest lifetime accepted, in seconds: a token whose `exp` is more than this after its
    * `iat`, that was issued more than this (plus the tolerance) ago, or whose `iat` is in the
    * future beyond the tolerance, is refused. Default 3600, the longest `ttlSeconds` a signer
    * issues; an App whose platform signs with the default 60 may set 60.
    */
-  maxTokenAgeSeconds?: number
+  maxTokenAgeSeconds?: number | undefined
   /**
    * Clock, epoch ms: a function returning a finite number. Default `Date.now`. A value that is
    * not one makes verification throw a `ConfigurationError` (not the 401 of a bad token).
    * Given, it also times a remote JWKS's 30 s between fetches and its keys' age, which the
    * monotonic clock times otherwise.
    */
-  now?: () => number
+  now?: (() => number) | undefined
   /**
    * `fetch` used to get a remote JWKS, called with the URL and an `init` (`redirect: 'manual'`,
    * a `signal`). Default the global one.
    */
-  fetch?: typeof fetch
+  fetch?: typeof fetch | undefined
 }
 
 /** A verified identity, as an App sees the caller. */

@@ -185,16 +185,16 @@ export interface ProxyHandlerOptions {
    * sent to this upstream (a dispatcher serves every App of the platform). Keys of the form
    * `'<appId>@<version>'` need no `appId`.
    */
-  appId?: string
+  appId?: string | undefined
   /** Signs the identity the upstream receives: a signer, or the options to create one. */
   identity: IdentitySigner | IdentitySignerOptions
   /**
    * Header carrying the identity JWT. Default `x-mcp-identity`. Never a header the proxy
    * forwards from the client (the MCP ones, `Mcp-Param-*`), a credential or a hop-by-hop header.
    */
-  identityHeader?: string
+  identityHeader?: string | undefined
   /** The `aud` of the identity JWT for an upstream. Default: the upstream URL's origin. */
-  audience?: (context: DispatchContext, upstream: URL) => string
+  audience?: ((context: DispatchContext, upstream: URL) => string) | undefined
   /**
    * How long the upstream may make no progress before its response head, in ms (504 after):
    * the time between two chunks of the request body it takes, and from the body's end (or the
@@ -207,7 +207,7 @@ export interface ProxyHandlerOptions {
    * for the head, 300 s between two body chunks) are off, so this is the only deadline and a
    * quiet SSE stream is never cut; a `fetch` of your own keeps whatever limits it has.
    */
-  timeoutMs?: number
+  timeoutMs?: number | undefined
   /**
    * More request headers to forward. Never credentials the proxy knows (`Authorization`,
    * `Cookie`, `Proxy-Authorization`), hop-by-hop headers, the ones it sets (`Host`, `Via`,
@@ -216,7 +216,7 @@ export interface ProxyHandlerOptions {
    * like: from the caller they prove nothing); other credential headers of your own (an
    * `X-Api-Key`) it cannot recognise: do not list them.
    */
-  forwardHeaders?: readonly string[]
+  forwardHeaders?: readonly string[] | undefined
   /**
    * `fetch` to reach upstreams. Default the global one (on Node, through the global
    * dispatcher, a platform's own included, without undici's 300 s deadlines: see `timeoutMs`).
@@ -240,13 +240,13 @@ export interface ProxyHandlerOptions {
    *   Any other coding is a 502 whatever your `fetch` did with it. An upstream that honours
    *   `Accept-Encoding: identity` encodes nothing.
    */
-  fetch?: (input: URL, init: RequestInit) => Promise<Response>
+  fetch?: ((input: URL, init: RequestInit) => Promise<Response>) | undefined
   /**
    * Upstream failures (the client only sees 502 / 504), and the request's own: a body that does
    * not match its `Content-Length` (a `RangeError`), one the client stopped sending (an `Error`,
    * `Request body stalled`). Default `logError` (stderr).
    */
-  onError?: (error: unknown, context: string) => void
+  onError?: ((error: unknown, context: string) => void) | undefined
 }
 
 /** A web-standard MCP handler that forwards to the upstream of the dispatched version. */

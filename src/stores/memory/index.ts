@@ -219,12 +219,12 @@ export function createMemoryTokenStore(): TokenStore {
 /** Options of the in-memory TTL stores. */
 export interface MemoryTtlStoreOptions {
   /** Most entries kept (a positive integer); the least recently used go first. Default 100,000. */
-  max?: number
+  max?: number | undefined
   /**
    * Clock in epoch milliseconds. Default `Date.now`. Given to the rate-limit store, it also times
    * its counters' life, which the monotonic clock times by default.
    */
-  now?: Clock
+  now?: Clock | undefined
 }
 
 /** Options of {@link createMemorySessionStore}. */
@@ -235,7 +235,7 @@ export interface MemorySessionStoreOptions extends MemoryTtlStoreOptions {
    * other user's pin out of the store (their next request: 404 `session_not_found`, and a
    * new session at the newest version). Default 1,000.
    */
-  maxPerSubject?: number
+  maxPerSubject?: number | undefined
 }
 
 /**

@@ -18,12 +18,12 @@ export interface PostgresTableOptions {
    * with a letter or `_`, at most 63 characters, neither `information_schema` nor starting
    * with `pg_` (PostgreSQL's own).
    */
-  schema?: string
+  schema?: string | undefined
   /**
    * Table name; default `mcp_dispatch_api_tokens`. Same characters as `schema`, at most 48
    * characters (its index names add up to 15 more, within PostgreSQL's 63).
    */
-  table?: string
+  table?: string | undefined
 }
 
 const IDENTIFIER = /^[a-z_][a-z0-9_]*$/

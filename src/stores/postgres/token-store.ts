@@ -54,7 +54,7 @@ export interface PostgresTokenStoreOptions extends PostgresTableOptions {
    * … already exists" or "… does not exist", which the store rejects with a
    * `ConfigurationError` naming this option.
    */
-  preparedStatements?: boolean
+  preparedStatements?: boolean | undefined
 }
 
 /** The PostgreSQL token store: a {@link TokenStore} that can create its own table. */

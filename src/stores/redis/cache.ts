@@ -24,11 +24,11 @@ export interface RedisCacheStoreOptions extends RedisStoreOptions {
    * the value's own TTL: reads within it cost no round trip. A `delete` on another instance is
    * seen here only once it runs out. Default 5,000; `0` turns the local cache off.
    */
-  localTtlMs?: number
+  localTtlMs?: number | undefined
   /** Most values kept locally; the least recently used go first. Default 10,000. */
-  localMax?: number
+  localMax?: number | undefined
   /** Clock of the local cache, epoch ms (tests). Default `Date.now`. */
-  now?: () => number
+  now?: (() => number) | undefined
 }
 
 /** Default lifetime of a locally kept value of {@link createRedisCacheStore}. */

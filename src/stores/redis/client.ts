@@ -129,7 +129,7 @@ export interface RedisStoreOptions {
    * Prepended to every key and channel, so several deployments (or environments) can share
    * one Redis. Default `mcp-dispatch:`.
    */
-  prefix?: string
+  prefix?: string | undefined
   /**
    * Longest wait for one store call, in milliseconds; past it the call rejects, so a Redis
    * that is down or hung never holds a request (the dispatcher then applies its failure
@@ -139,7 +139,7 @@ export interface RedisStoreOptions {
    * every store on that client reject at once, unsent, but for one probe per `timeoutMs`
    * (docs/stores.md, Redis). Default 1,000.
    */
-  timeoutMs?: number
+  timeoutMs?: number | undefined
 }
 
 /** Default key prefix of the Redis stores. */

@@ -29,13 +29,13 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * `ConfigurationError`): on RESP2, the only protocol of ioredis 5, a subscribed connection
    * refuses every other command.
    */
-  subscriber?: RedisSubscriberClient
+  subscriber?: RedisSubscriberClient | undefined
   /**
    * Errors that fail no call: the subscriber connection's errors, a failed subscription
    * (retried when the connection is ready again), a malformed message, a listener that threw.
    * Default: `logError` (one line on stderr).
    */
-  onError?: (error: unknown, context: string) => void
+  onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * The bus's heartbeat, on a channel of its own (`<channel>:heartbeat`, on the same
    * subscriber connection), checked every this many milliseconds: a bus that heard nothing on
@@ -51,7 +51,7 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * still subscribes to the heartbeat channel, where buses of the version before confirm).
    * Default 1,000.
    */
-  heartbeatMs?: number | false
+  heartbeatMs?: number | false | undefined
 }
 
 /** Default interval of the bus's heartbeat, in milliseconds. */
