@@ -1,4 +1,22 @@
+import { readFile, readdir, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
 import { defineConfig } from 'tsup'
+
+/**
+ * Leaves one `//# sourceMappingURL` comment per file: with `treeshake`, tsup's Rollup pass
+ * writes a second one after the first, which source-map tools and bundlers warn about.
+ */
+async function oneSourceMapComment(dir = 'dist'): Promise<void> {
+  for (const entry of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name)
+    if (entry.isDirectory()) await oneSourceMapComment(path)
+    else if (/\.c?js$/.test(entry.name)) {
+      const text = await readFile(path, 'utf8')
+      const comment = /(\n\/\/# sourceMappingURL=[^\n]*)(?:\n?\/\/# sourceMappingURL=[^\n]*)+\n?$/
+      if (comment.test(text)) await writeFile(path, text.replace(comment, '$1\n'))
+    }
+  }
+}
 
 export default defineConfig({
   entry: {
@@ -20,4 +38,5 @@ export default defineConfig({
   // Built-ins keep their `node:` prefix: Workers (nodejs_compat) and Deno resolve `node:crypto`,
   // and bundlers for them leave it to the runtime, where a bare `crypto` is looked up as a package.
   removeNodeProtocol: false,
+  onSuccess: () => oneSourceMapComment(),
 })

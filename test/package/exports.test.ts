@@ -62,6 +62,16 @@ describe.runIf(built)('built package', () => {
     expect(bare).toEqual([])
   })
 
+  it('ends every built file with one sourceMappingURL comment, naming a map that is there (regression: two, from tsup\'s treeshake pass)', () => {
+    const wrong: string[] = []
+    for (const file of readdirSync(join(root, 'dist'), { recursive: true, encoding: 'utf8' })) {
+      if (!/\.c?js$/.test(file)) continue
+      const comments = [...readFileSync(join(root, 'dist', file), 'utf8').matchAll(/^\/\/# sourceMappingURL=(.*)$/gm)]
+      if (comments.length !== 1 || !existsSync(join(root, 'dist', file, '..', comments[0]![1]!))) wrong.push(`${file}: ${comments.length}`)
+    }
+    expect(wrong).toEqual([])
+  })
+
   /** The packages (bare specifiers, builtins aside) that importing `specifier` loads, in a child process. */
   const packagesImportedBy = (specifier: string) => {
     // A resolve hook records every bare specifier the import pulls in.
