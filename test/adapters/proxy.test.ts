@@ -21,7 +21,6 @@ import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import {
   ADAPTER_KINDS,
-  type Fixture,
   HOST,
   type Gate,
   close,
