@@ -242,7 +242,8 @@ export interface OAuthValidatorOptions {
    * and of a discovery document past its day, which run in the background, and each validation that requests may share, so that one whose
    * first request ends (its client left) still answers the others. Without it, on Workers, such
    * work ends with its request: keys past their age are refetched only for a token naming a key
-   * the set lacks, and a request that shared a validation cut short validates again. Default:
+   * the set lacks, a day-old discovery document's refresh may end with its request (it is tried
+   * again 5 minutes later), and a request that shared a validation cut short validates again. Default:
    * none (Node, Bun and Deno need none).
    */
   waitUntil?: ((promise: Promise<unknown>) => void) | undefined
@@ -828,7 +829,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
   }
 
-  // Discovery: fetched once, shared by concurrent validations; failures are not remembered.
+  // Discovery: shared by concurrent validations. Without a document in hand a failure is not
+  // remembered; with one, it keeps that document for 5 more minutes.
   let metadata: AuthorizationServerMetadata | null | undefined
   // "No document" (404 at both addresses), or a document without the endpoint this mode needs,
   // is believed for 5 minutes only: an authorization server that was not up yet behind its

@@ -652,13 +652,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // An unknown hash becomes known only when that very secret is issued, and new secrets are
   // random; revoked and expired are end states. So holding the answer is safe; it is held
   // briefly anyway, for a store whose reads lag its writes (a replica), and dropped by any
-  // invalidation of the hash.
+  // invalidation of its hash in any scheme (`refusalAliases`).
   const refusedHashes = new LRUCache<string, TokenAuthResult>({ max: 10_000, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
   // With `previousPeppers`: the hash of a refused token in each previous scheme, to its hash in
   // the current one, which its refusal is held under. An invalidation names the hash a token is
   // stored with, which may be a previous scheme's (a rotation undone after its write timed out
   // puts back a token stored under the old pepper: its secret must work again at once).
-  const refusalAliases = new LRUCache<string, string>({ max: 10_000, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
+  const refusalAliases = new LRUCache<string, string>({ max: 10_000 * Math.max(1, previousPeppers.length), ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
   /** Drops the refusal held for an invalidated hash, under whichever scheme it is held. */
   function dropRefusal(tokenHash: string): void {
     refusedHashes.delete(tokenHash)

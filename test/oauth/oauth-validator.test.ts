@@ -868,7 +868,7 @@ describe('jwt mode (local verification)', () => {
     expect(v.breakerState).toBe('closed')
   })
 
-  it('a token naming a kid the set lacks is refused (401), with no refetch, when it would be refused anyway: claims, a junk signature, an iat to come; a kid the set holds for another algorithm too (regression)', async () => {
+  it('a token naming a kid the set lacks is refused (401), with no refetch, when it would be refused anyway: claims, a junk signature, an iat further ahead than an issuer’s clock runs; a kid the set holds for another algorithm too (regression)', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt' })
     expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })

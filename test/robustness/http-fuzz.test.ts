@@ -430,19 +430,6 @@ type Expected = { readonly serve: string } | { readonly status: number; readonly
 const NOT_FOUND: Expected = { status: 404, error: 'not_found' }
 const METADATA_PATH = '/.well-known/oauth-protected-resource'
 
-/**
- * The answer a request must get, worked out from the request alone, step by step in the order
- * of the pipeline (DESIGN.md, docs/pipeline.md): the App of its `Host`, the metadata path, the
- * version path (404 `not_found` for no App or no such path, before anything else), the method
- * (a preflight, 405 before authentication; `HEAD` is authenticated, then 405), the credential
- * (401, 403, 402 before any version is looked for), a session id (no random one is pinned: 404
- * `session_not_found`), then the version (404 `version_not_found`, or served).
- *
- * What else may refuse such a request does not here, by construction: the fixture allows every
- * `Origin` and sets no limit a run reaches, heads stay under Node's 16 KB, and every `Host`
- * sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
- * due ({@link FRAMEWORK_STANDS_IN}).
- */
 /** A CORS preflight as the dispatcher tells one: `OPTIONS` with an `Origin` and an `Access-Control-Request-Method`. */
 function preflight(request: RawRequest): boolean {
   const present = (name: string) => {
@@ -453,6 +440,20 @@ function preflight(request: RawRequest): boolean {
   return request.method === 'OPTIONS' && present('origin') && present('access-control-request-method')
 }
 
+/**
+ * The answer a request must get, worked out from the request alone, step by step in the order
+ * of the pipeline (DESIGN.md, docs/pipeline.md): the App of its `Host`, the metadata path, the
+ * version path (404 `not_found` for no App or no such path, before anything else; a CORS
+ * preflight there gets its 204), the method
+ * (a preflight, 405 before authentication; `HEAD` is authenticated, then 405), the credential
+ * (401, 403, 402 before any version is looked for), a session id (no random one is pinned: 404
+ * `session_not_found`), then the version (404 `version_not_found`, or served).
+ *
+ * What else may refuse such a request does not here, by construction: the fixture allows every
+ * `Origin` and sets no limit a run reaches, heads stay under Node's 16 KB, and every `Host`
+ * sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
+ * due ({@link FRAMEWORK_STANDS_IN}).
+ */
 function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest): Expected {
   // The default `resolveApp`: the first label of the host.
   const slug = /^([^.]+)\./.exec(hostOf(request))?.[1]
@@ -643,7 +644,7 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     await fixture?.close()
   })
 
-  it(`answers ${CASES} random requests with a JSON-RPC error, the metadata or the handler's answer; never 5xx, never a hang (seed ${SEED})`, async () => {
+  it(`answers each of ${CASES} random requests with its one right answer (the handler's at its version, or the refusal due); never 5xx, never a hang (seed ${SEED})`, async () => {
     statuses.clear()
     oauthAnswers.clear()
     const failures = await runCases(fixture, target, running.port, cases, agent)

@@ -96,13 +96,13 @@ export interface IdentityPreviousKey {
    * The `kid` the old signer put in its tokens: its `keyId` option. Default: the JWK's `kid`,
    * else its RFC 7638 thumbprint (the signer's own default).
    */
-  keyId?: string
+  keyId?: string | undefined
   /**
    * The `alg` the old signer put in its tokens: its `algorithm` option. Default: the JWK's
    * `alg`; else, for an EC key, the one of its curve; an RSA or Ed25519 key is published
    * without `alg` and verifies the tokens of any algorithm of its type.
    */
-  algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number]
+  algorithm?: (typeof ASYMMETRIC_ALGORITHMS)[number] | undefined
 }
 
 /** Options of {@link createIdentitySigner}. */

@@ -36,7 +36,9 @@
  * end to the head). A client that sends no chunk of its body for `timeoutMs` while the proxy
  * waits on it for the next gets 408 (`request_timeout`, `Connection: close`): the stall is its
  * own. A failure after the head ends the response's body with an error (the client sees a cut
- * stream) and is reported to `onError`.
+ * stream) and is reported to `onError`. A request body in a transfer coding besides `chunked`
+ * (`Transfer-Encoding: gzip, chunked`) gets 501 (`Connection: close`), and nothing is sent
+ * upstream.
  *
  * It is a web-standard handler, so every adapter can use it: as the Web adapter's `handler`,
  * or through `fromWebHandler` of the Express and Fastify adapters.

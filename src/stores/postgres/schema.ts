@@ -81,8 +81,10 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
 /**
  * The SQL that creates the token table and its indexes, and `<table>_resets` (each user's last
  * password reset: a token of the user created before it reads as revoked): idempotent (each
- * created only when missing, and the key and unique index the store relies on checked, failing loudly when
- * another relation holds their name), one transaction when sent as one query, and serialized by an advisory lock so
+ * created only when missing, and what the store relies on checked, failing loudly otherwise: the
+ * token table's primary key on `id` and unique index on `token_hash`, and the resets table's
+ * primary key on `user_id` (text) and `reset_at` (bigint), so another store's token table of
+ * that name is refused), one transaction when sent as one query, and serialized by an advisory lock so
  * instances that start together do not race on the catalog. Creates the schema too, unless
  * it is `public`. Times are `bigint` epoch milliseconds, exactly the numbers of
  * `ApiTokenRecord`; the allowlist is `text[]`, `NULL` for none.

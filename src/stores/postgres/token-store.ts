@@ -62,9 +62,10 @@ export interface PostgresTokenStore extends TokenStore {
   /** The table, schema-qualified and quoted as in SQL (`"public"."mcp_dispatch_api_tokens"`). */
   readonly table: string
   /**
-   * Creates the schema (unless `public`), the table and its indexes where they do not exist:
-   * the SQL of `postgresTokenStoreMigration`. Idempotent, and safe to run on every start from
-   * every instance at once (serialized by an advisory lock).
+   * Creates the schema (unless `public`), the table, its indexes and `<table>_resets` where they
+   * do not exist, and rejects when tables already there are not what the store relies on: the
+   * SQL of `postgresTokenStoreMigration`. Idempotent, and safe to run on every start from every
+   * instance at once (serialized by an advisory lock).
    */
   migrate(): Promise<void>
 }
