@@ -193,6 +193,20 @@ describe('userinfo mode (the default)', () => {
     expect(await v.validate('t7')).toMatchObject({ active: true, info: { subject: 'user_bob' } })
   })
 
+  it("a day-old document is not refreshed while the breaker is half-open: its one probe is the token's own call (regression: taken by the refresh, the token got 503)", async () => {
+    const v = validator({ cacheTtlMs: 1, breaker: { failureThreshold: 1 }, retry: { attempts: 1 } })
+    expect(await v.validate('good-token')).toMatchObject({ active: true })
+    fake.route('/oidc/me', { status: 500 })
+    await unavailable(v.validate('t1'))
+    expect(v.breakerState).toBe('open')
+    // The server is well again; the cool-down and the document's day are over.
+    fake.route('/oidc/me', { status: 200, body: { sub: 'user_alice' } })
+    clock.advance(24 * 3_600_000)
+    expect(await v.validate('t2')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    expect(v.breakerState).toBe('closed')
+    expect(fake.count('/.well-known/openid-configuration')).toBe(1)
+  })
+
   it('refuses a discovery document that names another issuer, without calling userinfo', async () => {
     fake.route('/.well-known/openid-configuration', {
       status: 200,
