@@ -12,11 +12,12 @@ async function oneSourceMapComment(dir = 'dist'): Promise<void> {
     if (entry.isDirectory()) await oneSourceMapComment(path)
     else if (/\.c?js$/.test(entry.name)) {
       const text = await readFile(path, 'utf8')
-      const comment = /(\n\/\/# sourceMappingURL=[^\n]*)(?:\n?\/\/# sourceMappingURL=[^\n]*)+\n?$/
-      if (comment.test(text)) await writeFile(path, text.replace(comment, '$1\n'))
+      const fixed = text.replace(REPEATED_SOURCE_MAP_COMMENT, '$1\n')
+      if (fixed !== text) await writeFile(path, fixed)
     }
   }
 }
+const REPEATED_SOURCE_MAP_COMMENT = /(\n\/\/# sourceMappingURL=[^\n]*)(?:\n?\/\/# sourceMappingURL=[^\n]*)+\n?$/
 
 export default defineConfig({
   entry: {

@@ -575,7 +575,8 @@ function holdUntilPinned(
    * middleware, which has seen nothing of it.
    */
   function replaceWith(failure: Reply): void {
-    const dropped = queue ?? []
+    // Set when the answer was held (`begin`), which is all `replaceWith` follows.
+    const dropped = queue!
     queue = undefined
     state = REPLACED
     try {
@@ -599,6 +600,11 @@ function holdUntilPinned(
    * waiting: a `write`'s gets the error of a stream destroyed (as Node gives it when the client
    * has gone), an `end`'s is called once the 503 has been written.
    */
+  /** What the real methods answer: `write` true (no back-pressure while held), `flushHeaders` nothing, others `res`. */
+  function heldAnswer(name: HeldMethod): unknown {
+    return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
+  }
+
   function drop(name: HeldMethod, args: unknown[]): unknown {
     const callback = args[args.length - 1]
     if (typeof callback === 'function') {
@@ -610,7 +616,7 @@ function holdUntilPinned(
         else res.once('finish', callback as () => void)
       }
     }
-    return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
+    return heldAnswer(name)
   }
 
   /** From the held head on, the response behaves as one whose head is out. */
@@ -661,7 +667,7 @@ function holdUntilPinned(
       if (state === HOLDING) {
         if (first === 'end') endCalled.add(res)
         queue!.push([first, args])
-        return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
+        return heldAnswer(first)
       }
       if (state === DONE) return replay(first, args)
       // The hook wrote the head itself, past this wrapper, with the dispatch headers in it. On
@@ -727,8 +733,7 @@ function holdUntilPinned(
       }
       queue = undefined
     })
-    // What the real methods answer: `write` true (no back-pressure while held), others `res`.
-    return first === 'write' ? true : first === 'flushHeaders' ? undefined : res
+    return heldAnswer(first)
   }
 
   for (let i = 0; i < HELD.length; i++) {
@@ -740,7 +745,7 @@ function holdUntilPinned(
       if (name === 'writeHead') throw headersSentError('write')
       if (name === 'end') endCalled.add(res)
       queue!.push([name, args])
-      return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
+      return heldAnswer(name)
     }
     wrappers.push(wrapper)
     target[name] = wrapper

@@ -272,7 +272,11 @@ const REJECTED_UPSTREAM = 'rejected by the authorization server'
 /** How long a complete discovery document is believed before it is fetched again (a day). */
 const METADATA_TTL_MS = 24 * 3600_000
 
-/** At most one discovery per this, asked for by a discovered endpoint answering 404 or 410. */
+/**
+ * How long a discovery answer short of a complete document (none, one without the mode's
+ * endpoint, a failure beside a document kept) is believed, and the least time between two
+ * discoveries asked for by a discovered endpoint answering 404 or 410: 5 minutes.
+ */
 const REDISCOVERY_INTERVAL_MS = 300_000
 
 /**
@@ -859,20 +863,21 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
     if (metadata !== undefined && now() < metadataUntil) return metadata
-    const complete = metadata ? metadata : undefined
-    if (complete && !lacksEndpoint(complete) && !endpointMoved) {
+    // A complete document in hand: kept whatever its refetch brings.
+    const kept = metadata && !lacksEndpoint(metadata) ? metadata : undefined
+    if (kept && !endpointMoved) {
       // Past its day: the document in hand serves while it is fetched again, with a deadline
       // of its own, and only while the breaker is closed (a half-open breaker's one probe is
       // the token's call). Not asked again for 5 minutes, however this fetch ends (a runtime
       // may cut it short, and it then never settles).
       if (breaker.state === 'closed') {
-        metadataUntil = now() + 300_000
-        const refresh = fetchMetadata(now() + retry.deadlineMs, complete).catch(() => {})
+        metadataUntil = now() + REDISCOVERY_INTERVAL_MS
+        const refresh = fetchMetadata(now() + retry.deadlineMs, kept).catch(() => {})
         waitUntil?.(refresh)
       }
-      return complete
+      return kept
     }
-    return fetchMetadata(deadline, complete && !lacksEndpoint(complete) ? complete : undefined)
+    return fetchMetadata(deadline, kept)
   }
 
   /**
@@ -894,7 +899,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             return parsed as AuthorizationServerMetadata
           })
           if (doc && !(kept && lacksEndpoint(doc))) {
-            metadataUntil = now() + (lacksEndpoint(doc) ? 300_000 : METADATA_TTL_MS)
+            metadataUntil = now() + (lacksEndpoint(doc) ? REDISCOVERY_INTERVAL_MS : METADATA_TTL_MS)
             return (metadata = doc)
           }
         }
@@ -905,7 +910,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // this fetch rather than calling the old address.
         endpointMoved = false
       }
-      metadataUntil = now() + 300_000
+      metadataUntil = now() + REDISCOVERY_INTERVAL_MS
       return (metadata = kept ?? null)
     }).promise
   }

@@ -983,7 +983,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   let stage = 'callback'
 
   /** The 503 for a failed store or callback (named in `onError`). */
-  function failed(error: unknown, origin: string | null | undefined, store: string, flow?: Flow): Decision {
+  function failed(error: unknown, store: string, flow: Flow | undefined, origin = flow?.origin): Decision {
     const failure = error instanceof StoreFailure ? error : new StoreFailure(store, error)
     onError(failure.error, `${failure.store} failed`)
     // Once counted (step 6's stores and callbacks), with the `RateLimit` fields of the unit it spent.
@@ -1007,10 +1007,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         try {
           return next(flow, settled)
         } catch (error) {
-          return failed(error, flow.origin, stage, flow)
+          return failed(error, stage, flow)
         }
       },
-      (error: unknown) => failed(error, flow.origin, store, flow),
+      (error: unknown) => failed(error, store, flow),
     )
   }
 
@@ -1262,7 +1262,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       stage = 'apps'
       return proceed(flow, settle(resolveApp(request), 'apps'), 'apps', withApp)
     } catch (error) {
-      return failed(error, origin, stage, flow)
+      return failed(error, stage, flow, origin)
     }
   }
 

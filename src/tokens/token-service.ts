@@ -634,7 +634,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       invalidationCount++
       cache?.clear()
       refusedHashes.clear()
-      refusalAliases.clear()
+      refusalAliases?.clear()
       charged.clear()
     }
   })
@@ -658,14 +658,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // the current one, which its refusal is held under. An invalidation names the hash a token is
   // stored with, which may be a previous scheme's (a rotation undone after its write timed out
   // puts back a token stored under the old pepper: its secret must work again at once).
-  const refusalAliases = new LRUCache<string, string>({ max: 10_000 * Math.max(1, previousPeppers.length), ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
+  const refusalAliases =
+    previousPeppers.length === 0 ? undefined : new LRUCache<string, string>({ max: 10_000 * previousPeppers.length, ttl: REFUSED_HASH_TTL_MS, ...lruClock(options.now) })
   /** Drops the refusal held for an invalidated hash, under whichever scheme it is held. */
   function dropRefusal(tokenHash: string): void {
     refusedHashes.delete(tokenHash)
-    const current = refusalAliases.get(tokenHash)
+    const current = refusalAliases?.get(tokenHash)
     if (current !== undefined) {
       refusedHashes.delete(current)
-      refusalAliases.delete(tokenHash)
+      refusalAliases!.delete(tokenHash)
     }
   }
   // The charged lookups in flight, by hash: more requests with the same token meanwhile (a
@@ -1065,10 +1066,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * the hash it is stored with, which its rotation or revocation invalidates), so a token not
    * yet rotated since a pepper change is served from the cache without a store lookup.
    */
-  function cachedUnderPreviousPepper(token: string): ApiTokenRecord | undefined {
+  function cachedUnderPreviousPepper(token: string, older: readonly string[] | undefined): ApiTokenRecord | undefined {
     if (cache === undefined) return undefined
-    for (const previous of previousPeppers) {
-      const cached = fromCache(hashApiToken(token, previous ?? undefined))
+    for (let i = 0; i < previousPeppers.length; i++) {
+      const cached = fromCache(older?.[i] ?? hashApiToken(token, previousPeppers[i] ?? undefined))
       if (cached !== undefined) return cached
     }
     return undefined
@@ -1078,23 +1079,26 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * A well-formed token not found under `pepper`, looked up under `previousPeppers[i]` and the
    * ones after it. Found, it is judged as stored; nothing is written.
    */
-  function underPreviousPepper(token: string, i: number): MaybePromise<TokenAuthResult> {
+  function underPreviousPepper(token: string, i: number, older: readonly string[] | undefined): MaybePromise<TokenAuthResult> {
     if (i === previousPeppers.length) return UNKNOWN
-    const judged = lookup(hashApiToken(token, previousPeppers[i] ?? undefined), true)
-    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, i + 1)
+    const judged = lookup(older?.[i] ?? hashApiToken(token, previousPeppers[i] ?? undefined), true)
+    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, i + 1, older)
     return judged instanceof Promise ? judged.then(next) : next(judged)
   }
 
-  /** The record stored for `token` under `pepper`, else under each of `previousPeppers`, judged. */
-  function lookUnderEveryPepper(token: string, tokenHash: string, known: boolean): MaybePromise<TokenAuthResult> {
+  /**
+   * The record stored for `token` under `pepper`, else under each of `previousPeppers`, judged.
+   * `older`: the token's hashes under `previousPeppers`, where already made (else made as needed).
+   */
+  function lookUnderEveryPepper(token: string, tokenHash: string, known: boolean, older?: readonly string[]): MaybePromise<TokenAuthResult> {
     if (previousPeppers.length === 0) {
       const judged = lookup(tokenHash, known)
       return judged instanceof Promise ? judged.then(orUnknown) : (judged ?? UNKNOWN)
     }
-    const older = cachedUnderPreviousPepper(token)
-    if (older !== undefined) return judge(older)
+    const cached = cachedUnderPreviousPepper(token, older)
+    if (cached !== undefined) return judge(cached)
     const judged = lookup(tokenHash, known)
-    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, 0)
+    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, 0, older)
     return judged instanceof Promise ? judged.then(next) : next(judged)
   }
 
@@ -1104,11 +1108,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * revoked token would otherwise be a free lookup on every presentation), and the refusal is
    * held (`refusedHashes`) unless an invalidation may have overtaken the read.
    */
-  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, token: string, tokenHash: string, asked: number): TokenAuthResult {
+  function settleCharge(auth: TokenAuthResult, charge: BudgetCharge, tokenHash: string, older: readonly string[] | undefined, asked: number): TokenAuthResult {
     if (auth.ok) charge.refund()
     else if (asked === invalidationCount) {
       refusedHashes.set(tokenHash, auth)
-      for (const previous of previousPeppers) refusalAliases.set(hashApiToken(token, previous ?? undefined), tokenHash)
+      if (older !== undefined) for (const hash of older) refusalAliases!.set(hash, tokenHash)
     }
     return auth
   }
@@ -1467,14 +1471,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // A well-formed token not known to be stored: its lookups are charged to the client.
       const charge = unknownTokenBudget.charge(clientAddress)
       const asked = invalidationCount
+      // Its hashes under the previous peppers, made once: the lookups and a refusal's aliases use them.
+      const older = previousPeppers.length === 0 ? undefined : previousPeppers.map((previous) => hashApiToken(token, previous ?? undefined))
       let result: MaybePromise<TokenAuthResult>
       try {
-        result = lookUnderEveryPepper(token, tokenHash, false)
+        result = lookUnderEveryPepper(token, tokenHash, false, older)
       } catch (error) {
         charge.refund()
         throw error
       }
-      if (!(result instanceof Promise)) return settleCharge(result, charge, token, tokenHash, asked)
+      if (!(result instanceof Promise)) return settleCharge(result, charge, tokenHash, older, asked)
       pendingLookups++
       const done = () => {
         // One forgotten as lost (above) is counted down already.
@@ -1484,7 +1490,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const auth: Promise<TokenAuthResult> = result.then(
         (auth) => {
           done()
-          return settleCharge(auth, charge, token, tokenHash, asked)
+          return settleCharge(auth, charge, tokenHash, older, asked)
         },
         (error: unknown) => {
           done()

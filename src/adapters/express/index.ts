@@ -252,9 +252,10 @@ function fail(req: Request, res: ServerResponse, error: unknown, before: Outgoin
   // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), but those the
   // platform's middleware set before the handler ran (`cors()`, `helmet()`), as they would be
   // on a Web adapter's 502 behind the same middleware. The head still takes the dispatch headers.
+  // (`platformHeaders` left Express's own X-Powered-By out.)
   clearHeaders(res)
   setHeaders(res, before)
-  writeOwn(res, HANDLER_FAILED)
+  writeReply(res, HANDLER_FAILED)
 }
 
 /**

@@ -59,7 +59,6 @@
  * ```
  * @module
  */
-import { headerListElements } from '../../core/authorization-header.js'
 import { isFieldName } from '../../core/cors.js'
 import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
@@ -523,7 +522,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     // framing only, so the body would go on still coded, and nothing would say so
     // (Transfer-Encoding is this hop's). RFC 9112 section 6.1: 501 for a coding not understood.
     const transferCoding = request.headers.get('transfer-encoding')
-    if (transferCoding !== null && !onlyChunked(transferCoding)) return toResponse(TRANSFER_CODING_NOT_SUPPORTED)
+    if (transferCoding !== null && !ONLY_CHUNKED.test(transferCoding)) return toResponse(TRANSFER_CODING_NOT_SUPPORTED)
 
     const headers = new Headers()
     // Headers the client named in `Connection` are hop-by-hop (RFC 9110 section 7.6.1), even
@@ -817,11 +816,11 @@ function progressOf(
   )
 }
 
-/** Whether a `Transfer-Encoding` value lists `chunked` alone (empty list elements aside, RFC 9110 section 5.6.1). */
-function onlyChunked(value: string): boolean {
-  const codings = headerListElements(value).filter((element) => element !== '')
-  return codings.length === 1 && codings[0]!.toLowerCase() === 'chunked'
-}
+/**
+ * A `Transfer-Encoding` value that lists `chunked` alone, empty list elements aside (RFC 9110
+ * section 5.6.1); `chunked` takes no parameters, so nothing quoted can be in such a value.
+ */
+const ONLY_CHUNKED = /^[ \t,]*chunked[ \t,]*$/i
 
 /** 501 for a request body in a transfer coding other than `chunked` (RFC 9112 section 6.1). */
 const TRANSFER_CODING_NOT_SUPPORTED = jsonRpcErrorReply(

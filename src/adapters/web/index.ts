@@ -73,7 +73,7 @@ export interface WebRequestInfo {
    * this very response. Anything else (an HTTP/2 response, a runtime without `node:http`) is
    * ignored, and the headers go on the `Response`.
    */
-  outgoing?: unknown | undefined
+  outgoing?: unknown
 }
 
 /** The fetch-style handler returned by {@link mcpDispatch}. */
