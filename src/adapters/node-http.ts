@@ -255,8 +255,10 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
   )
   let request: Request
   try {
-    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error.
-    request = toWebRequest(source)
+    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error. A
+    // method `fetch` forbids (`TRACE`) is asked as OPTIONS, which the API refuses with the same
+    // 405 and `Allow` of the path (never served, and no `Request` can carry it).
+    request = toWebRequest(FETCH_FORBIDDEN.test(req.method ?? '') ? { ...source, method: 'OPTIONS' } : source)
   } catch {
     writeJson(source.res, 400, BAD_HOST)
     return
@@ -268,8 +270,16 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     writeJson(source.res, 404, NOT_FOUND)
     return
   }
-  await writeWebResponse(source.res, response)
+  // Whole, with its length: the API's answers are small JSON documents, never streamed.
+  const body = response.body === null ? undefined : Buffer.from(await response.arrayBuffer())
+  const headers = webHead(source.res, response)
+  if (body !== undefined) headers['content-length'] = body.byteLength
+  source.res.writeHead(response.status, headers)
+  source.res.end(body)
 }
+
+/** The methods whose `Request` `fetch` refuses to make. */
+const FETCH_FORBIDDEN = /^(?:CONNECT|TRACE|TRACK)$/i
 
 function writeJson(res: ServerResponse, status: number, body: string, headers?: OutgoingHttpHeaders): void {
   res.writeHead(status, { 'content-type': 'application/json', 'cache-control': 'no-store', 'content-length': Buffer.byteLength(body), ...headers })
@@ -762,6 +772,8 @@ export interface WebRequestSource {
   protocol: 'http' | 'https'
   /** A body the framework already parsed (the raw stream is then spent). */
   parsedBody?: unknown
+  /** The method to ask with, where not the request's own. */
+  method?: string
 }
 
 /**
@@ -785,7 +797,7 @@ export function toWebRequest(source: WebRequestSource): Request {
     const name = raw[i]!
     if (name.charCodeAt(0) !== 58 /* ':' (HTTP/2 pseudo-header) */) headers.append(name, raw[i + 1]!)
   }
-  const method = (req.method ?? 'GET').toUpperCase()
+  const method = (source.method ?? req.method ?? 'GET').toUpperCase()
   let body: BodyInit | null = null
   if (method !== 'GET' && method !== 'HEAD') {
     const consumed = req.readableEnded || (req as { readableDidRead?: boolean }).readableDidRead === true
@@ -894,13 +906,7 @@ function nextTurn(): Promise<typeof NOT_READY> {
  * upstream of a proxied response. Its `Vary` joins one the platform set on the response before.
  */
 export async function writeWebResponse(res: ServerResponse, response: Response): Promise<void> {
-  const headers: OutgoingHttpHeaders = {}
-  response.headers.forEach((value, name) => {
-    if (name !== 'set-cookie') headers[name] = value
-  })
-  joinPlatformVary(res, headers)
-  const cookies = response.headers.getSetCookie()
-  if (cookies.length > 0) headers['set-cookie'] = cookies
+  const headers = webHead(res, response)
   if (response.statusText) res.writeHead(response.status, response.statusText, headers)
   else res.writeHead(response.status, headers)
   if (!response.body) {
@@ -958,6 +964,18 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
     if (drainHeard) res.off('drain', onDrain)
   }
   if (!closed) res.end()
+}
+
+/** `response`'s headers for Node's `writeHead`: each `Set-Cookie` its own, `Vary` joined with the platform's. */
+function webHead(res: ServerResponse, response: Response): OutgoingHttpHeaders {
+  const headers: OutgoingHttpHeaders = {}
+  response.headers.forEach((value, name) => {
+    if (name !== 'set-cookie') headers[name] = value
+  })
+  joinPlatformVary(res, headers)
+  const cookies = response.headers.getSetCookie()
+  if (cookies.length > 0) headers['set-cookie'] = cookies
+  return headers
 }
 
 /** The context stored on a request by an adapter, or a clear error when the adapter did not run. */

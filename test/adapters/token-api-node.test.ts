@@ -135,8 +135,75 @@ for (const [name, start] of Object.entries(targets)) {
         await server.close()
       }
     })
+
+    it('answers as the Web adapter does: whole, with Content-Length (never chunked), no X-Powered-By; a method fetch forbids (TRACE) is the path\'s 405 with Allow, not a Host error', async () => {
+      const fixture = createFixture()
+      const server = await start(tokenApi(fixture.dispatcherOptions.tokens as TokenService), fixture)
+      try {
+        for (const [method, path] of [['GET', '/api/tokens'], ['GET', '/api/tokens/tok_missing'], ['PUT', '/api/tokens']]) {
+          const answer = await rawRequest(server.port, { method, path, headers: { cookie: COOKIE } })
+          expect(answer.headers['content-length'], `${method} ${path}`).toBe(String(Buffer.byteLength(answer.body)))
+          expect(answer.headers['transfer-encoding'], `${method} ${path}`).toBeUndefined()
+          expect(answer.headers['x-powered-by'], `${method} ${path}`).toBeUndefined()
+        }
+        for (const method of ['TRACE']) {
+          const collection = await rawRequest(server.port, { method, path: '/api/tokens' })
+          expect([collection.status, collection.headers.allow, JSON.parse(collection.body).error], method).toEqual([405, 'GET, HEAD, POST', 'method_not_allowed'])
+          const item = await rawRequest(server.port, { method, path: '/api/tokens/tok-1' })
+          expect([item.status, item.headers.allow], method).toEqual([405, 'GET, HEAD, PATCH, DELETE'])
+        }
+      } finally {
+        await server.close()
+      }
+    })
   })
 }
+
+describe('serveTokenApi on Fastify: the platform\'s hooks', () => {
+  it('keeps the headers an earlier onRequest hook set on the reply (@fastify/cors\'s), as the MCP routes do', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    // What @fastify/cors does for a request with an Origin it allows, in its onRequest hook.
+    app.addHook('onRequest', async (request, reply) => {
+      if (request.headers.origin === 'https://dash.example') {
+        reply.header('access-control-allow-origin', 'https://dash.example')
+        reply.header('access-control-allow-credentials', 'true')
+        reply.header('vary', 'Origin')
+      }
+      reply.header('x-frame-options', 'DENY')
+    })
+    await app.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const listed = await rawRequest(port, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE, origin: 'https://dash.example' } })
+      expect(listed.status).toBe(200)
+      expect(listed.headers).toMatchObject({
+        'access-control-allow-origin': 'https://dash.example',
+        'access-control-allow-credentials': 'true',
+        'x-frame-options': 'DENY',
+        'cache-control': 'no-store',
+        'content-type': 'application/json',
+      })
+      expect(listed.headers.vary).toMatch(/origin/i)
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('refuses a prefix it would not apply (its hook matches the full path), naming the basePath to give', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    await expect(app.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)), { prefix: '/dash' })).rejects.toThrow(
+      expect.objectContaining({ name: 'ConfigurationError', message: expect.stringContaining('basePath: "/dash/api/tokens"') }),
+    )
+    await app.close()
+    // '' and '/' (what fastify-autoload passes along) change nothing.
+    const plain = Fastify()
+    await plain.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)), { prefix: '/' })
+    await plain.close()
+  })
+})
 
 describe('serveTokenApi: what is not the API\'s', () => {
   it('a path that only looks under basePath (dot segments) goes on with its body untouched; a bad Host under it is a 400', async () => {

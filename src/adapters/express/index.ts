@@ -415,6 +415,8 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
       return next()
     }
     const protocol = expressProtocol(req)
+    // The API's answers byte for byte the other adapters', as `writeOwn`'s.
+    if (res.getHeader('x-powered-by') === 'Express') res.removeHeader('x-powered-by')
     void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust)
   }
 }

@@ -419,8 +419,8 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
       parsedBody: request.body,
     })
     if (!webRequest) return undefined
-    // Hijacked, the reply's own headers (those of `@fastify/cors` and `@fastify/helmet`, set in
-    // their hooks) would not be written: they go on the raw head, under the handler's own.
+    // Hijacked, the reply's own headers (those `@fastify/cors` sets with `reply.header` in its
+    // hook) would not be written: they go on the raw head, under the handler's own.
     const before = platformHeaders(reply.getHeaders())
     setHeaders(reply.raw, before)
     // A response Node cannot write (a header value it refuses, `Response.error()`'s status 0,
@@ -453,16 +453,27 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
  */
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): FastifyPluginAsync {
   const trust = setupTokenApi(api, options)
-  const plugin: FastifyPluginAsync = async (fastify) => {
+  const plugin = async (fastify: FastifyInstance<RawServerDefault>, registered?: { prefix?: unknown }): Promise<void> => {
+    // The hook sees every request of the Fastify, by its full path: a prefix would move nothing.
+    const prefix = registered?.prefix
+    if (prefix !== undefined && prefix !== '' && prefix !== '/') {
+      throw new ConfigurationError(
+        'prefix',
+        `is not taken by serveTokenApi, whose hook matches the full path: give createTokenApi({ basePath: ${JSON.stringify(`${String(prefix).replace(/\/+$/, '')}${api.basePath}`)} }) instead`,
+      )
+    }
     fastify.addHook('onRequest', function tokenApiHook(request, reply, done) {
       const raw = request.raw
       const url = raw.url ?? '/'
       if (!isTokenApiPath(api, url)) return done()
       reply.hijack()
+      // Hijacked, the headers the platform's earlier hooks set on the reply (`@fastify/cors`'s)
+      // would not be written: they go on the raw head, as on the MCP routes.
+      setHeaders(reply.raw, platformHeaders(reply.getHeaders()))
       void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: requestProtocol(raw, request.protocol) }, trust)
     })
   }
-  return unencapsulated(plugin, 'mcp-dispatch-token-api')
+  return unencapsulated(plugin as FastifyPluginAsync, 'mcp-dispatch-token-api')
 }
 
 /**
