@@ -13,6 +13,7 @@ import {
   type McpServer,
   type RequestStateCodec,
   type ServerContext,
+  type ServerNotifier,
   ResourceTemplate,
   acceptedContent,
   completable,
@@ -55,6 +56,8 @@ export const MODERN_CONFORMANCE_TOOLS = [
   'test_simple_text',
   'test_streaming_elicitation',
   'test_tool_with_progress',
+  'test_trigger_prompt_change',
+  'test_trigger_tool_change',
 ] as const
 
 /**
@@ -74,8 +77,26 @@ export const requestStateCodec: RequestStateCodec = createRequestStateCodec({
 })
 
 /** Registers the request-scoped conformance features on a v2 server, before it serves. */
-export function registerModernConformanceFeatures(server: McpServer): void {
+export function registerModernConformanceFeatures(server: McpServer, notify: ServerNotifier): void {
   registerMultiRoundTrip(server)
+  // The suite's hooks for list changes (SEP-2575): the lists themselves are fixed, so each
+  // announces a change as one would, on the version's open `subscriptions/listen` streams.
+  server.registerTool(
+    'test_trigger_tool_change',
+    { description: 'Announces a tool list change on the open subscriptions/listen streams of this App version.' },
+    async () => {
+      notify.toolsChanged()
+      return text('notifications/tools/list_changed sent to the open subscriptions that asked for it.')
+    },
+  )
+  server.registerTool(
+    'test_trigger_prompt_change',
+    { description: 'Announces a prompt list change on the open subscriptions/listen streams of this App version.' },
+    async () => {
+      notify.promptsChanged()
+      return text('notifications/prompts/list_changed sent to the open subscriptions that asked for it.')
+    },
+  )
   server.registerTool(
     'test_custom_headers',
     {

@@ -18,10 +18,13 @@ import {
   type DispatchContext,
   type OAuthValidatorOptions,
   type RateLimitPolicy,
+  type VersionIndex,
+  type VersionSelector,
   API_TOKEN_LENGTH,
   DeployRefusedError,
   MAX_RATE_LIMIT,
   compileTrustProxy,
+  compileVersions,
   createDispatcher,
   createOAuthValidator,
   createMemoryAppStore,
@@ -34,6 +37,7 @@ import {
   hashApiToken,
   invalidHostReply,
   resolveClientAddress,
+  resolveVersion,
   sessionNotFoundReply,
   validateAllowlist,
   validateTokenName,
@@ -257,7 +261,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (!handlers.has(key) && !upstreams.has(key)) {
       handlers.set(
         key,
-        createMcpAppHandler(() => buildAppServer(app, version), { modern: () => buildModernAppServer(app, version), now, sweepEveryMs }),
+        createMcpAppHandler(() => buildAppServer(app, version), { modern: (notify) => buildModernAppServer(app, version, notify), now, sweepEveryMs }),
       )
     }
   }
@@ -272,6 +276,23 @@ export function createPlatform(options: PlatformOptions): Platform {
       if ((apps.getLiveVersions(appId) as readonly string[]).includes(version) || !handler.idle()) continue
       handlers.delete(key)
       void handler.close()
+    }
+  }
+  /**
+   * MCP 2026-07-28 requests resolve their version each time (no session pins it), so a deploy
+   * that moves `/`, `/vX` or `/vX.Y` to another version changes the lists a client at that
+   * address sees: the `subscriptions/listen` streams of each version an address moved away from
+   * are told (they stay on their version; the client's next list goes to the new one). A stream
+   * opened at an exact URL, or at an address that did not move, may hear it too: it lists again
+   * and gets the same lists.
+   */
+  function tellMovedAddresses(appId: string, before: VersionIndex, after: VersionIndex): void {
+    for (const [key, handler] of handlers) {
+      const [app, version] = keyParts(key)
+      if (app !== appId) continue
+      const [major, minor] = version.split('.').map(Number) as [number, number]
+      const selectors: VersionSelector[] = [{ kind: 'latest' }, { kind: 'major', major }, { kind: 'minor', major, minor }]
+      if (selectors.some((s) => resolveVersion(before, s) === version && resolveVersion(after, s) !== version)) handler.listsChanged()
     }
   }
   const pruner = setInterval(dropReplacedHandlers, sweepEveryMs)
@@ -582,7 +603,9 @@ export function createPlatform(options: PlatformOptions): Platform {
       if (target !== undefined && !target.success) {
         throw new TypeError(`deploy ${appId}@${version}: upstream ${target.error.issues[0]?.message ?? 'is not an http(s) URL'}`)
       }
+      const before = compileVersions(apps.getLiveVersions(appId) as readonly string[])
       const live = apps.deploy(appId, version) as readonly string[]
+      tellMovedAddresses(appId, before, compileVersions(live))
       if (target !== undefined) upstreams.set(`${appId}@${version}`, new URL(target.data!).href)
       const app = appSeeds.get(appId)!
       ensureHandler({ id: app.id, slug: app.slug, name: app.name }, version)

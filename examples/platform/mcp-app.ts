@@ -17,6 +17,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import {
   type McpHttpHandler,
   McpServer as ModernMcpServer,
+  type ServerNotifier,
   createMcpHandler,
   isLegacyRequest,
 } from '@modelcontextprotocol/server'
@@ -48,8 +49,9 @@ export function buildAppServer(app: AppIdentity, version: string): McpServer {
 /**
  * The same App version for MCP 2026-07-28 clients (SDK v2): the App's own tools, answered per
  * request. Progress notifications ride on the answer, which the SDK then streams (SSE).
+ * `notify` reaches the version's open `subscriptions/listen` streams.
  */
-export function buildModernAppServer(app: AppIdentity, version: string): ModernMcpServer {
+export function buildModernAppServer(app: AppIdentity, version: string, notify: ServerNotifier): ModernMcpServer {
   const server = new ModernMcpServer(
     { name: app.slug, version },
     { capabilities: { logging: {} }, requestState: { verify: requestStateCodec.verify } },
@@ -60,7 +62,7 @@ export function buildModernAppServer(app: AppIdentity, version: string): ModernM
   server.registerTool('count', { ...tools.count.config, inputSchema: tools.count.input }, async (args, ctx) =>
     tools.count.run(args, ctx.mcpReq._meta?.progressToken, (notification) => ctx.mcpReq.notify(notification)),
   )
-  registerModernConformanceFeatures(server)
+  registerModernConformanceFeatures(server, notify)
   return server
 }
 
@@ -230,7 +232,7 @@ export interface McpAppHandlerOptions {
    * The App version's server for MCP 2026-07-28 requests (SDK v2), made per request. Without
    * it such requests get the 2025-era server's answer (a 400 naming its protocol versions).
    */
-  modern?: () => ModernMcpServer
+  modern?: (notify: ServerNotifier) => ModernMcpServer
   /**
    * Sessions idle longer than this are closed: no request for that long and no answer still
    * streaming (an open GET stream or a long tool call keeps a session). Default 30 minutes.
@@ -282,6 +284,11 @@ export interface McpAppHandler {
   (request: Request, caller?: CallerOf): Promise<Response>
   /** Number of open sessions. */
   readonly sessionCount: () => number
+  /**
+   * Tells the open 2026-07-28 `subscriptions/listen` streams that opted in that the tool, prompt
+   * and resource lists changed (a deploy moved an address they may have been opened at).
+   */
+  listsChanged(): void
   /**
    * No session open or being opened, no `subscriptions/listen` stream, no answer still
    * streaming, and no request for `idleMs`: closing the handler now would cut nothing a client
@@ -363,7 +370,14 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     return whenBodyEnds(response, release)
   }
   const buildModern = options.modern
-  const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(), { legacy: 'reject' })
+  // The handler's own notifier, for the servers it makes (asked for only once it exists).
+  const notify: ServerNotifier = {
+    toolsChanged: () => modern?.notify.toolsChanged(),
+    promptsChanged: () => modern?.notify.promptsChanged(),
+    resourcesChanged: () => modern?.notify.resourcesChanged(),
+    resourceUpdated: (uri) => modern?.notify.resourceUpdated(uri),
+  }
+  const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(notify), { legacy: 'reject' })
 
   let lastSweep = now()
   function sweep(): void {
@@ -435,8 +449,11 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       // MCP 2026-07-28: classified as the SDK's own handler would (headers and body). A single
       // request or notification, or a batch holding one of that revision (which the SDK then
       // refuses: 2026-07-28 has no batches); anything else that is not JSON-RPC gets the 2025
-      // server's JSON-RPC error, as before.
-      if (modern && (isMessage(body) || holdsModernMessage(body)) && !(await isLegacyRequest(request, body))) {
+      // server's JSON-RPC error, as before. A request in a session is 2025's whatever it claims
+      // (2026-07-28 has no sessions): an `MCP-Protocol-Version` the session cannot take gets
+      // that transport's 400 "Unsupported protocol version", naming the supported ones.
+      const inSession = request.headers.has('mcp-session-id')
+      if (modern && !inSession && (isMessage(body) || holdsModernMessage(body)) && !(await isLegacyRequest(request, body))) {
         const listen = caller !== undefined && (body as { method?: unknown }).method === 'subscriptions/listen'
         if (listen && (listensOf.get(caller.subject) ?? 0) >= maxListensPerCaller) {
           return Response.json({
@@ -566,6 +583,11 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
   return Object.assign(handle, {
     sessionCount: () => sessions.size,
+    listsChanged() {
+      notify.toolsChanged()
+      notify.promptsChanged()
+      notify.resourcesChanged()
+    },
     idle: () => inFlight === 0 && sessions.size === 0 && openingOf.size === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
     async close() {
       closed = true

@@ -79,6 +79,17 @@ describe.skipIf(!installed)('the conformance runner’s MCP 2026-07-28 server sc
     expect(failed).toEqual([])
   })
 
+  // The SHOULDs the runner reports as warnings: the list-changed notifications on a
+  // `subscriptions/listen` stream, through the suite's hooks (test_trigger_tool_change and
+  // test_trigger_prompt_change).
+  it('no check of server-stateless warns: list changes reach the listen streams that asked for them', () => {
+    const checks = run.scenarios.get('server-stateless') ?? []
+    for (const id of ['sep-2575-server-sends-tools-list-changed-on-subscription', 'sep-2575-server-sends-prompts-list-changed-on-subscription', 'sep-2575-server-honors-notification-filter']) {
+      expect(checks.find((c) => c.id === id)?.status, id).toBe('SUCCESS')
+    }
+    expect(checks.filter((c) => c.status === 'WARNING').map((c) => `${c.id}: ${c.errorMessage ?? ''}`)).toEqual([])
+  })
+
   it('the platform reported no errors', () => {
     expect(errors).toEqual([])
   })

@@ -141,6 +141,46 @@ const ping = (secret: string, session: string) =>
 const listen = (secret: string) =>
   platform.fetch(modern('http://weather.localhost/v1', secret, 'subscriptions/listen', { notifications: { toolsListChanged: true } }))
 
+/** The JSON-RPC messages of an SSE stream, read until `count` arrived or `waitMs` passed; the stream is then cancelled. */
+async function frames(response: Response, count: number, waitMs: number): Promise<any[]> {
+  const reader = response.body!.getReader()
+  const decoder = new TextDecoder()
+  const seen: any[] = []
+  let buffered = ''
+  const deadline = Date.now() + waitMs
+  while (seen.length < count) {
+    const left = deadline - Date.now()
+    if (left <= 0) break
+    let timer: NodeJS.Timeout | undefined
+    const next = await Promise.race([reader.read(), new Promise<null>((resolve) => (timer = setTimeout(resolve, left, null)))])
+    clearTimeout(timer)
+    if (next === null || next.done) break
+    buffered += decoder.decode(next.value, { stream: true })
+    const lines = buffered.split('\n')
+    buffered = lines.pop()!
+    for (const line of lines) if (line.startsWith('data:')) seen.push(JSON.parse(line.slice(5)))
+  }
+  await reader.cancel()
+  return seen
+}
+
+describe('a deploy and the subscriptions/listen streams of 2026-07-28 clients', () => {
+  it('a deploy that moves /v1 to another version tells the listen streams of the version it left that the lists changed; a version whose addresses stayed hears nothing', async () => {
+    const atV1 = await listen(token('alice')) // /v1: 1.1.1
+    const atV2 = await platform.fetch(modern('http://weather.localhost/v2', token('carol'), 'subscriptions/listen', { notifications: { toolsListChanged: true, promptsListChanged: true } }))
+    expect([atV1.headers.get('x-mcp-version'), atV2.headers.get('x-mcp-version')]).toEqual(['1.1.1', '2.0.0'])
+    platform.deploy('app_weather', '1.2.0') // /v1 is 1.2.0 now; /, /v2 and /v1.1 stay where they were
+    const [heard, quiet] = await Promise.all([frames(atV1, 2, 5_000), frames(atV2, 2, 300)])
+    expect(heard.map((m) => m.method)).toEqual(['notifications/subscriptions/acknowledged', 'notifications/tools/list_changed'])
+    // On the stream it asked for, named by its subscription id, as the SDK stamps it.
+    expect(heard[1].params._meta['io.modelcontextprotocol/subscriptionId']).toBe(heard[0].params._meta['io.modelcontextprotocol/subscriptionId'])
+    expect(quiet.map((m) => m.method)).toEqual(['notifications/subscriptions/acknowledged'])
+    // The client lists again at /v1 and gets the new version's tools.
+    const listed = await platform.fetch(modern('http://weather.localhost/v1', token('alice'), 'tools/list', {}))
+    expect(listed.headers.get('x-mcp-version')).toBe('1.2.0')
+  })
+})
+
 describe('what one caller may hold of an App version', () => {
 
   it('at most 16 open subscriptions/listen streams per caller; another caller is not held up; a closed stream frees its slot', async () => {

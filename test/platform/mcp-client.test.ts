@@ -256,6 +256,30 @@ describe('clients that send no Accept, or */* (spec 4.1 lists no Accept; curl se
   }
 })
 
+describe('a request in a session with an MCP-Protocol-Version the session cannot take', () => {
+  it('gets the 2025 transport\'s 400 naming the versions it supports (not the 2026 leg\'s missing-_meta error)', async () => {
+    const post = (body: unknown, headers: Record<string, string> = {}) =>
+      localhostFetch(`${served.origin('weather')}/v1`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token('alice')}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+        body: JSON.stringify(body),
+      })
+    const opened = await post(INITIALIZE)
+    const sessionId = opened.headers.get('mcp-session-id')!
+    await opened.text()
+    for (const claimed of ['2099-01-01', 'garbage']) {
+      const answer = await post(TOOLS_LIST, { 'mcp-session-id': sessionId, 'mcp-protocol-version': claimed })
+      expect(answer.status, claimed).toBe(400)
+      const error = (await answer.json()).error
+      expect(error.message, claimed).toContain(`Unsupported protocol version: ${claimed}`)
+      expect(error.message, claimed).toContain('2025-06-18')
+    }
+    // The session is still served with a version it takes.
+    const listed = await post(TOOLS_LIST, { 'mcp-session-id': sessionId, 'mcp-protocol-version': '2025-06-18' })
+    expect(listed.status).toBe(200)
+  })
+})
+
 describe('JSON-RPC batches: served under MCP 2025-03-26 only (2025-06-18 removed them)', () => {
   const post = (body: unknown, headers: Record<string, string> = {}) =>
     localhostFetch(`${served.origin('weather')}/v1`, {
