@@ -50,8 +50,10 @@ export interface AccessTokenValidator {
   validate(token: string, context?: AccessTokenContext): Promise<AccessTokenResult>
   /**
    * `true` when the validator checks every token's audience against `context.resource`, the
-   * App address (as `createOAuthValidator` does by default in its `jwt` and `introspection`
-   * modes). That check is only as good as the address: `createDispatcher` then refuses to be
+   * App address: `createOAuthValidator` sets it for its default audience in `jwt` and
+   * `introspection` modes, and for any `audience` function (it is handed `resource`; one that
+   * does not read it is counted all the same). That check is only as good as the address:
+   * `createDispatcher` then refuses to be
    * built with the default `resolveApp` and no `baseUrl`, since the address would come from
    * the `Host` header a caller chooses (a token issued to `weather.evil.example` would pass at
    * the weather App when sent with that `Host`).

@@ -180,7 +180,11 @@ export interface OAuthValidatorOptions {
   cache?: CacheStore<CachedValidation> | undefined
   /** How long an accepted token is cached, never past its own expiry. Default 5 minutes (spec 8). */
   cacheTtlMs?: number | undefined
-  /** How long a refused token is cached, to shield the upstream. Default 30 s; 0 disables. */
+  /**
+   * How long a refused token is cached, to shield the upstream. Default 30 s in `userinfo` and
+   * `introspection` modes; 0 (none kept) in `jwt` mode, which calls no upstream per token, so
+   * that made-up bearer strings cannot fill the cache. 0 disables.
+   */
   rejectionTtlMs?: number | undefined
   /** Prefix of cache keys. Default `oauth:`. */
   cacheKeyPrefix?: string | undefined
@@ -620,9 +624,10 @@ function formEncode(value: string): string {
  * @example
  * ```ts
  * const oauth = createOAuthValidator({ issuer: 'https://auth.example.com' })                 // userinfo
- * const jwt = createOAuthValidator({ issuer, mode: 'jwt', audience: ({ resource }) => resource })
+ * const jwt = createOAuthValidator({ issuer, mode: 'jwt' }) // audience: the App's address (needs baseUrl)
  * const rfc7662 = createOAuthValidator({ issuer, mode: 'introspection', introspection: { clientId, clientSecret } })
  * const dispatcher = createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: [issuer] })
+ * const checked = createDispatcher({ apps, subscriptions, tokens, oauth: jwt, baseUrl: (_request, app) => `https://${app.slug}.apps.example.com` })
  * ```
  */
 export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValidator {
@@ -670,7 +675,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
   const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true)
   const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS)
-  const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, DEFAULT_OAUTH_REJECTION_TTL_MS, true)
+  // `jwt` mode refuses locally, at the cost of a signature check, which shields no upstream: a
+  // refusal kept would only let made-up bearer strings fill the cache (a shared one, on Redis,
+  // by as many keys as a client sends strings in 30 s), so by default none is kept.
+  const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, mode === 'jwt' ? 0 : DEFAULT_OAUTH_REJECTION_TTL_MS, true)
   const timeoutMs = timerDelay('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
   const maxPendingValidations = positive('maxPendingValidations', options.maxPendingValidations, 1_000)
   // A count of calls: 1.5 would let two wait, as 2 does.
@@ -1473,7 +1481,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   return keepingOwnDeadline({
     mode,
     issuer,
-    checksAppAddress: audienceGiven === undefined && audienceRequired,
+    // The default, or a function of the caller's: it is handed `resource`, which without
+    // `baseUrl` follows the `Host` (a function that does not read it is asked for one anyway).
+    checksAppAddress: typeof audienceOption === 'function',
     get breakerState() {
       return breaker.state
     },

@@ -65,8 +65,11 @@ export interface ApiTokenRecord {
   readonly allowedIps: readonly string[] | null
   /** Epoch milliseconds. */
   readonly expiresAt: number
+  /** Epoch milliseconds. */
   readonly createdAt: number
+  /** Epoch milliseconds of the last use written (uses are coalesced); `null`: never used. */
   readonly lastUsedAt: number | null
+  /** Epoch milliseconds; `null`: not revoked. */
   readonly revokedAt: number | null
 }
 

@@ -473,7 +473,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // look-alike host (`weather.evil.example`) sent with that Host.
     throw new ConfigurationError(
       'baseUrl',
-      'is required when the OAuth validator checks token audiences against the App address (jwt and introspection modes): give baseUrl (your domain), or a resolveApp that refuses hosts outside it, so the address a token must name is not the Host a caller sends',
+      'is required when the OAuth validator checks token audiences against the App address (jwt and introspection modes, or an audience function): give baseUrl (your domain), or a resolveApp that refuses hosts outside it, so the address a token must name is not the Host a caller sends',
     )
   }
   if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')

@@ -340,8 +340,8 @@ describe('create (spec 2.1, 3)', () => {
   })
 
   it('a creation whose App lookups hang after its insert does not hold up the next creation of the same user', async () => {
-    // The answer's scopes name the Apps (an App store of the platform's own, with no deadline):
-    // built after the count and insert, which the next creation waits for, not before.
+    // The answer's scopes name the Apps (an App store of the platform's own, which gets
+    // storeTimeoutMs): built after the count and insert, which the next creation waits for, not before.
     const inner = createMemoryTokenStore()
     const appStore = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
     let hangNextLookup = false
@@ -365,11 +365,13 @@ describe('create (spec 2.1, 3)', () => {
       },
     }
     const { service } = setup({ store, apps, storeTimeoutMs: 200 })
-    void createToken(service, { name: 'first' })
+    const first = createToken(service, { name: 'first' }).catch((error: unknown) => error)
     await vi.waitFor(() => expect(hung).toBe(1))
     const second = await createToken(service, { name: 'second' })
     expect(second.name).toBe('second')
     expect((await inner.listByUser('alice')).map((r) => r.name).sort()).toEqual(['first', 'second'])
+    // The first, whose App store did not answer, is told so at the deadline.
+    expect(await first).toMatchObject({ name: 'StoreUnavailableError', message: 'app store unavailable' })
   })
 
   it('each lifetime: 7, 30 or 90 days', async () => {
@@ -1761,6 +1763,34 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
 })
 
 describe('a store that stops answering', () => {
+  it('the App store and the subscription check are bounded as the token store is: a failure or no answer is StoreUnavailableError naming the store (regression: a plain error, or a call held for good)', async () => {
+    const hung = () => new Promise<never>(() => {})
+    const broken = () => Promise.reject(new Error('db down'))
+    // At creation: the App, then the subscription.
+    for (const [store, getApp, isActive] of [
+      ['app', broken, undefined],
+      ['app', hung, undefined],
+      ['subscription', undefined, broken],
+      ['subscription', undefined, hung],
+    ] as const) {
+      const { service, apps, subscriptions } = setup({ storeTimeoutMs: 50 })
+      if (getApp) apps.getApp = getApp
+      if (isActive) subscriptions.isActive = isActive
+      const error = await refusal(createToken(service), StoreUnavailableError)
+      expect([error.status, error.message], `${store} ${getApp === hung || isActive === hung ? 'hung' : 'broken'}`).toEqual([503, `${store} store unavailable`])
+    }
+    // Every view names its Apps: list, get, update, rotate and revoke ask the App store.
+    const { service, apps } = setup({ storeTimeoutMs: 50 })
+    const made = await createToken(service)
+    apps.getApp = hung
+    for (const call of [service.list('alice'), service.get('alice', made.id), service.update('alice', made.id, { name: 'x' }), service.revoke('alice', made.id)]) {
+      expect((await refusal(call, StoreUnavailableError)).message).toBe('app store unavailable')
+    }
+    // A DispatchError of a platform's own canUseServer goes on as it is.
+    const own = setup({ canUseServer: () => Promise.reject(new ForbiddenError('not yours')) }).service
+    await refusal(createToken(own), ForbiddenError)
+  })
+
   it('fails a lifecycle call with StoreUnavailableError (503) after storeTimeoutMs, and close() does not wait for it', async () => {
     const onError = vi.fn()
     const { service, hooks, calls } = setup({ storeTimeoutMs: 50, onError })

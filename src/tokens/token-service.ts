@@ -32,6 +32,7 @@ import type {
 import {
   ConfigurationError,
   ConflictError,
+  DispatchError,
   ForbiddenError,
   InvalidInputError,
   NotFoundError,
@@ -131,9 +132,11 @@ export interface CreateTokenInput {
 
 /** Input of {@link TokenService.update} (spec 2.1: name, expiration, IP allowlist). */
 export interface UpdateTokenInput {
+  /** New name (as at creation); absent: unchanged. */
   name?: string
   /** New expiry (epoch ms or ISO 8601): in the future, at most 90 days after creation. */
   expiresAt?: number | string
+  /** New allowlist (IPs and CIDR ranges, one or more); `null` removes it; absent: unchanged. */
   allowedIps?: readonly string[] | null
 }
 
@@ -265,7 +268,9 @@ export interface TokenServiceOptions {
    * long for an earlier creation of the same user on this instance) and for a `last_used_at`
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
-   * never holds a dashboard request or `close()`. The write may still land later: a write
+   * never holds a dashboard request or `close()`. The App store's `getApp` (asked for each
+   * view's `scopes`) and `canUseServer` (or the subscription store, at creation) are bounded
+   * alike, their failures `StoreUnavailableError` naming the `app` or `subscription` store. The write may still land later: a write
    * whose caller was told 503 is put right at once, and again this long after
    * (docs/api-tokens.md). Also the longest wait for the `invalidations` bus's `publish`
    * (reported and sent again past it, the call answering as it would have), unless the bus
@@ -297,6 +302,8 @@ export interface TokenService {
    * @throws {InvalidInputError} (400) naming a bad field (`userId`, `name`, `servers`,
    * `expiresInDays`, `allowedIps.1`), or a server `userId` may not use.
    * @throws {ConflictError} (409) when the user holds `maxActiveTokensPerUser` active tokens already.
+   * @throws {TokenInactiveError} (409) when a password reset of the user (`revokeAllForUser`)
+   * ran while the token was being created: it was stored revoked.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   create(input: CreateTokenInput): Promise<ApiTokenSecretView>
@@ -335,6 +342,7 @@ export interface TokenService {
    * @throws {ForbiddenError} (403) when a token rotates another token, or calls from an address
    * outside its allowlist (or from none, with an allowlist).
    * @throws {TooManyValidationsError} (429) when a token caller's `clientAddress` has spent its `unknownTokenBudget`.
+   * @throws {InvalidInputError} (400) naming `userId` when a session caller's is no user id.
    * @throws {NotFoundError} (404) when the owner's session names no token of theirs.
    * @throws {TokenInactiveError} (409) when the owner rotates an expired or revoked token.
    * @throws {ConflictError} (409) when the owner's rotation lost a race with another rotation of
@@ -370,7 +378,9 @@ export interface TokenService {
    * @throws {TooManyValidationsError} (429), synchronously, when `clientAddress` has spent its
    * `unknownTokenBudget` and the token would need a store lookup.
    * @throws {StoreUnavailableError} (503), synchronously, when the token would need a store lookup
-   * and `maxPendingLookups` of them are already waiting on the store.
+   * and `maxPendingLookups` of them are already waiting on the store, or when the store's
+   * `findByHash` throws; when it rejects, the returned promise rejects with it (the wait is
+   * bounded by the dispatcher's `storeTimeoutMs`).
    */
   authenticate(token: string, clientAddress?: string): MaybePromise<TokenAuthResult>
   /** Writes pending `last_used_at` times now. */
@@ -842,10 +852,25 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     }
   }
 
+  /**
+   * A call of the App store or of `canUseServer` (the subscription store), bounded as the token
+   * store's are: a failure, or no answer within `storeTimeoutMs`, is `StoreUnavailableError`
+   * naming it (503). A `DispatchError` of the platform's own `canUseServer` goes on as it is.
+   */
+  async function askStore<T>(store: 'app' | 'subscription', fn: () => MaybePromise<T>): Promise<T> {
+    try {
+      const answer = adoptThenable(fn())
+      return answer instanceof Promise ? await withTimeout(answer, storeTimeoutMs, `${store} store`) : answer
+    } catch (error) {
+      if (error instanceof DispatchError) throw error
+      throw new StoreUnavailableError(store, { cause: error })
+    }
+  }
+
   async function scopesOf(record: ApiTokenRecord): Promise<TokenScopeView[]> {
     return Promise.all(
       record.servers.map(async (id) => {
-        const app = await apps.getApp(id)
+        const app = await askStore('app', () => apps.getApp(id))
         return { server_id: id, server_name: app?.name ?? null, server_slug: app?.slug ?? null }
       }),
     )
@@ -1215,8 +1240,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       checkAllowlist(data.allowedIps, 'allowedIps')
       const servers = [...new Set(data.servers)]
       for (const appId of servers) {
-        const app = await apps.getApp(appId)
-        if (!app || !(await canUseServer(data.userId, appId))) {
+        const app = await askStore('app', () => apps.getApp(appId))
+        if (!app || !(await askStore('subscription', () => canUseServer(data.userId, appId)))) {
           // Name the position in the input, which is what the caller sees (duplicates included).
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }

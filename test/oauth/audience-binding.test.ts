@@ -42,10 +42,13 @@ describe('audience binding and the App address', () => {
     return { apps, subscriptions, tokens: createTokenService({ store: createMemoryTokenStore(), apps, subscriptions }) }
   }
 
-  it('jwt and introspection modes with the default audience need baseUrl or a resolveApp of the platform’s own', () => {
+  it('jwt and introspection modes with the default audience, or an audience function (the default written out), need baseUrl or a resolveApp of the platform’s own', () => {
     for (const oauth of [
       createOAuthValidator({ issuer: ISSUER, mode: 'jwt', jwks: { keys: [publicJwk] } }),
       createOAuthValidator({ issuer: ISSUER, mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' } }),
+      // Regression: the default written out as in the docs' example turned the check off.
+      createOAuthValidator({ issuer: ISSUER, mode: 'jwt', jwks: { keys: [publicJwk] }, audience: ({ resource }) => resource }),
+      createOAuthValidator({ issuer: ISSUER, audience: ({ resource }) => resource }),
     ]) {
       expect(oauth.checksAppAddress).toBe(true)
       expect(() => createDispatcher({ ...stores(), oauth })).toThrow(ConfigurationError)
@@ -53,7 +56,7 @@ describe('audience binding and the App address', () => {
       expect(() => createDispatcher({ ...stores(), oauth, baseUrl: () => 'https://weather.example.com' })).not.toThrow()
       expect(() => createDispatcher({ ...stores(), oauth, resolveApp: () => undefined })).not.toThrow()
     }
-    // Userinfo mode, or an audience given explicitly, checks nothing against the Host.
+    // Userinfo mode, or a fixed audience, checks nothing against the Host.
     for (const oauth of [
       createOAuthValidator({ issuer: ISSUER }),
       createOAuthValidator({ issuer: ISSUER, mode: 'jwt', jwks: { keys: [publicJwk] }, audience: 'https://weather.example.com' }),

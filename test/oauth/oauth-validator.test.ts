@@ -697,6 +697,27 @@ describe('jwt mode (local verification)', () => {
     expect(fake.requests).toHaveLength(0)
   })
 
+  it('keeps no refusal by default (made-up bearer strings cannot fill a shared cache: regression, one key each for 30 s); a rejectionTtlMs given is kept to', async () => {
+    const context = { resource: 'http://weather.localhost', appId: 'app_weather' }
+    const written: string[] = []
+    const counted = () => {
+      const inner = createMemoryCacheStore<CachedValidation>({ now: clock })
+      return { ...inner, set: (key: string, value: CachedValidation, ttlMs: number) => (written.push(key), inner.set(key, value, ttlMs)) }
+    }
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, cache: counted() })
+    for (let i = 0; i < 50; i++) expect(await v.validate(`made-up-${i}`, context)).toEqual({ active: false, reason: 'not a JWT access token' })
+    expect(await v.validate(await sign({}, { issuedAgoS: 7_200, expiresInS: -3_600 }), context)).toMatchObject({ active: false })
+    expect(written).toEqual([])
+    // A token the issuer signed is cached as before (its audience compared on every read).
+    expect(await v.validate(await sign({}), context)).toMatchObject({ active: true })
+    expect(await v.validate(await sign({ aud: 'http://notes.localhost' }), context)).toEqual({ active: false, reason: 'audience mismatch' })
+    expect(written).toHaveLength(2)
+    written.length = 0
+    const keeping = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, cache: counted(), rejectionTtlMs: 30_000 })
+    await keeping.validate('made-up', context)
+    expect(written).toHaveLength(1)
+  })
+
   it('binds tokens to the App they are presented to by default (MCP authorization, RFC 8707); audience false opts out', async () => {
     const weather = { resource: 'http://weather.localhost', appId: 'app_weather' }
     const notes = { resource: 'http://notes.localhost', appId: 'app_notes' }

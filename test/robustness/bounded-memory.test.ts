@@ -130,6 +130,9 @@ function platform({ tokenStore = createMemoryTokenStore(), storeTimeoutMs, oauth
     oauth,
     authorizationServers: [ISSUER],
     allowedOrigins: (origin) => origin.endsWith('.allowed.example'),
+    // The default address, from the Host, said outright (the audience check would otherwise
+    // ask for a baseUrl of a domain): made-up Hosts reach every map that holds addresses.
+    baseUrl: (request) => request.origin,
     onError: () => void errors++,
     ...(storeTimeoutMs !== undefined && { storeTimeoutMs }),
   })

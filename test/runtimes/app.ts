@@ -116,6 +116,8 @@ export function createRuntimeApp(lib: Package, web: WebAdapter, options: Runtime
       : createDispatcher({
           ...common,
           authorizationServers: [options.jwtIssuer],
+          // The App address from the Host, said outright: the test's hosts are its own.
+          baseUrl: (request) => request.origin,
           oauth: createOAuthValidator({
             issuer: options.jwtIssuer,
             mode: 'jwt',

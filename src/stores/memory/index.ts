@@ -221,8 +221,9 @@ export interface MemoryTtlStoreOptions {
   /** Most entries kept (a positive integer); the least recently used go first. Default 100,000. */
   max?: number | undefined
   /**
-   * Clock in epoch milliseconds. Default `Date.now`. Given to the rate-limit store, it also times
-   * its counters' life, which the monotonic clock times by default.
+   * Clock in epoch milliseconds. Default: lru-cache's monotonic clock for the session and cache
+   * stores' entries; `Date.now` for the rate-limit store's windows. Given to the rate-limit
+   * store, it also times its counters' life, which the monotonic clock times by default.
    */
   now?: Clock | undefined
 }

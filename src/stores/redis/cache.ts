@@ -27,7 +27,7 @@ export interface RedisCacheStoreOptions extends RedisStoreOptions {
   localTtlMs?: number | undefined
   /** Most values kept locally; the least recently used go first. Default 10,000. */
   localMax?: number | undefined
-  /** Clock of the local cache, epoch ms (tests). Default `Date.now`. */
+  /** Clock of the local cache, epoch ms (tests). Default: lru-cache's monotonic clock. */
   now?: (() => number) | undefined
 }
 
