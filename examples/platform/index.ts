@@ -284,7 +284,7 @@ export function createPlatform(options: PlatformOptions): Platform {
    * address sees: the `subscriptions/listen` streams of each version an address moved away from
    * are told (they stay on their version; the client's next list goes to the new one). A stream
    * opened at an exact URL, or at an address that did not move, may hear it too: it lists again
-   * and gets the same lists.
+   * and gets the same lists, or 404 where the deploy retired that version.
    */
   function tellMovedAddresses(appId: string, before: VersionIndex, after: VersionIndex): void {
     for (const [key, handler] of handlers) {

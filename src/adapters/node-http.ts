@@ -10,8 +10,10 @@ import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeader
 import { finished } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core/client-address.js'
 import type { Reply } from '../core/reply.js'
+import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
+import { tokenApiMethods } from '../tokens/token-api-paths.js'
 import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeExposeHeaders, mergeVary, sameName, stampHead, whenClosed } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
@@ -195,27 +197,29 @@ export function toDispatchRequest(
  * request is; an absolute-form one (`http://host/api/tokens`) is read by its path.
  */
 export function isTokenApiPath(api: TokenApi, url: string): boolean {
+  const path = tokenApiPathname(url)
+  return path !== undefined && (path === api.basePath || path.startsWith(`${api.basePath}/`))
+}
+
+/** The path of a request target as the token API reads it (dot segments resolved); `undefined` for none. */
+function tokenApiPathname(url: string): string | undefined {
   let end = url.indexOf('?')
   if (end === -1) end = url.length
-  const base = api.basePath
-  const under = (path: string) => path === base || path.startsWith(`${base}/`)
   const raw = url.slice(0, end)
   let target = url
   if (url.charCodeAt(0) === 47 /* / */) {
-    if (!NEEDS_PARSING.test(raw)) return under(raw)
+    if (!NEEDS_PARSING.test(raw)) return raw
   } else {
     const absolute = absoluteForm(url)
-    if (absolute === undefined) return false
+    if (absolute === undefined) return undefined
     target = absolute.target
   }
   // Appended to an origin, as the API's URL is built (`toWebRequest`): `//x/…` is a path here.
-  let normalized: string
   try {
-    normalized = new URL(`http://token-api.invalid${target}`).pathname
+    return new URL(`http://token-api.invalid${target}`).pathname
   } catch {
-    return false
+    return undefined
   }
-  return under(normalized)
 }
 
 /**
@@ -253,12 +257,20 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     Array.isArray(forwardedFor) ? forwardedFor.join(', ') : forwardedFor,
     trust,
   )
+  // A method `fetch` forbids (`TRACE`): no `Request` can carry it, and the API serves it on no
+  // path; answered here, as the API answers a method it does not serve (a wrapper of the API
+  // that answers OPTIONS itself must not take it for a preflight).
+  if (FETCH_FORBIDDEN.test(req.method ?? '')) {
+    const path = tokenApiPathname(source.url)
+    const served = path === undefined ? undefined : tokenApiMethods(api, path)
+    if (served === undefined) writeJson(source.res, 404, NOT_FOUND)
+    else writeJson(source.res, 405, JSON.stringify({ error: 'method_not_allowed', message: served.message }), { allow: served.allow })
+    return
+  }
   let request: Request
   try {
-    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error. A
-    // method `fetch` forbids (`TRACE`) is asked as OPTIONS, which the API refuses with the same
-    // 405 and `Allow` of the path (never served, and no `Request` can carry it).
-    request = toWebRequest(FETCH_FORBIDDEN.test(req.method ?? '') ? { ...source, method: 'OPTIONS' } : source)
+    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error.
+    request = toWebRequest(source)
   } catch {
     writeJson(source.res, 400, BAD_HOST)
     return
@@ -335,10 +347,20 @@ export function platformHeaders(headers: Readonly<Record<string, OutgoingHttpHea
 
 /**
  * Sets `headers` (what {@link platformHeaders} kept) on a raw response whose head is not written.
+ * One Node refuses (a value with a character outside Latin-1, set with Fastify's `reply.header`,
+ * which checks nothing) is left out and said on stderr, never thrown: the throw would leave a
+ * hijacked reply unanswered.
  * @internal
  */
 export function setHeaders(res: ServerResponse, headers: OutgoingHttpHeaders | undefined): void {
-  if (headers !== undefined) for (const name in headers) res.setHeader(name, headers[name]!)
+  if (headers === undefined) return
+  for (const name in headers) {
+    try {
+      res.setHeader(name, headers[name]!)
+    } catch (error) {
+      logError(error, `a header the platform set was left out (Node refuses it): ${JSON.stringify(name.slice(0, 64))}`)
+    }
+  }
 }
 
 /**

@@ -26,6 +26,7 @@ import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
 import { NotUtf8Error, readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
+import { type Served, segmentsOf, servedAt } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 
 /** The dashboard user of a request with a session cookie. */
@@ -80,13 +81,9 @@ const SNAKE: Record<string, string> = {
   expiresAt: 'expires_at',
 }
 
-/** A path segment with its percent-encoding undone; as it is when that is not valid. */
-function decodeSegment(segment: string): string {
-  try {
-    return decodeURIComponent(segment)
-  } catch {
-    return segment
-  }
+
+function notServed(served: Served): Response {
+  return json(405, { error: 'method_not_allowed', message: served.message }, { allow: served.allow })
 }
 
 function json(status: number, body: unknown, headers?: Record<string, string>): Response {
@@ -246,19 +243,14 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
 
   async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
     const method = request.method
-    // Percent-encoded unreserved characters are the characters themselves (RFC 3986 section 6.2.2.2).
-    const segments = rest === '' ? [] : rest.slice(1).split('/').map(decodeSegment)
+    const segments = segmentsOf(rest)
     const bearer = apiTokenOf(request.headers.get('authorization'))
     const [id, action] = segments
-    if (segments.length > 2 || (action !== undefined && action !== 'rotate') || id === '') {
-      return json(404, { error: 'not_found', message: 'Not found' })
-    }
-    if (id !== undefined && !/^[A-Za-z0-9-]{1,64}$/.test(id)) {
-      return json(404, { error: 'not_found', message: 'Token not found' })
-    }
+    const served = servedAt(segments)
+    if (typeof served === 'string') return json(404, { error: 'not_found', message: served })
     // Rotation by the token itself: Bearer only, no cookie, no CSRF (spec 4.3).
     if (action === 'rotate') {
-      if (method !== 'POST') return json(405, { error: 'method_not_allowed', message: 'Use POST' }, { allow: 'POST' })
+      if (method !== 'POST') return notServed(served)
       if (bearer.kind === 'bearer') {
         await readNoBody(request)
         // `null` or `''` names none, as `undefined` does: the option is asked then too.
@@ -293,7 +285,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
         }))
         return json(201, created, { location: `${basePath}/${created.id}` })
       }
-      return json(405, { error: 'method_not_allowed', message: 'Use GET, HEAD or POST' }, { allow: 'GET, HEAD, POST' })
+      return notServed(served)
     }
     if (method === 'GET') return json(200, await tokens.get((await session(request, false)).userId, id))
     if (method === 'PATCH') {
@@ -322,7 +314,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       const s = await session(request, true)
       return json(200, await tokens.revoke(s.userId, id))
     }
-    return json(405, { error: 'method_not_allowed', message: 'Use GET, HEAD, PATCH or DELETE' }, { allow: 'GET, HEAD, PATCH, DELETE' })
+    return notServed(served)
   }
 
   async function answer(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {

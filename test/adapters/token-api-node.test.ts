@@ -14,7 +14,7 @@ import { ConfigurationError, type TokenApi, type TokenService, createTokenApi } 
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
-import { afterAll, describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it, vi } from 'vitest'
 import { close, createFixture, listen, rawRequest } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS, type ExpressModule } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
@@ -148,9 +148,15 @@ for (const [name, start] of Object.entries(targets)) {
         }
         for (const method of ['TRACE']) {
           const collection = await rawRequest(server.port, { method, path: '/api/tokens' })
-          expect([collection.status, collection.headers.allow, JSON.parse(collection.body).error], method).toEqual([405, 'GET, HEAD, POST', 'method_not_allowed'])
-          const item = await rawRequest(server.port, { method, path: '/api/tokens/tok-1' })
+          expect([collection.status, collection.headers.allow, JSON.parse(collection.body)], method).toEqual([405, 'GET, HEAD, POST', { error: 'method_not_allowed', message: 'Use GET, HEAD or POST' }])
+          expect(collection.headers['cache-control']).toBe('no-store')
+          // With a Bearer token too (the API would answer it 403 before the method).
+          const item = await rawRequest(server.port, { method, path: '/api/tokens/tok-1', headers: { authorization: 'Bearer svc_x' } })
           expect([item.status, item.headers.allow], method).toEqual([405, 'GET, HEAD, PATCH, DELETE'])
+          const rotation = await rawRequest(server.port, { method, path: '/api/tokens/tok-1/rotate/' })
+          expect([rotation.status, rotation.headers.allow], method).toEqual([405, 'POST'])
+          const nothing = await rawRequest(server.port, { method, path: '/api/tokens/a/b/c' })
+          expect([nothing.status, JSON.parse(nothing.body).error], method).toEqual([404, 'not_found'])
         }
       } finally {
         await server.close()
@@ -191,6 +197,29 @@ describe('serveTokenApi on Fastify: the platform\'s hooks', () => {
     }
   })
 
+  it('a header an earlier hook set that Node refuses is left out and said on stderr; the API still answers (regression: no answer at all, for good)', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    app.addHook('onRequest', async (_request, reply) => {
+      reply.header('x-display-name', 'Zoë €')
+      reply.header('x-frame-options', 'DENY')
+    })
+    await app.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const said = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const listed = await rawRequest(port, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE } })
+      expect([listed.status, Array.isArray(JSON.parse(listed.body).tokens)]).toEqual([200, true])
+      expect(listed.headers['x-frame-options']).toBe('DENY')
+      expect(listed.headers['x-display-name']).toBeUndefined()
+      expect(said.mock.calls.map((c) => String(c[0])).join('\n')).toMatch(/"x-display-name"/)
+    } finally {
+      said.mockRestore()
+      await app.close()
+    }
+  })
+
   it('refuses a prefix it would not apply (its hook matches the full path), naming the basePath to give', async () => {
     const fixture = createFixture()
     const app = Fastify()
@@ -198,6 +227,20 @@ describe('serveTokenApi on Fastify: the platform\'s hooks', () => {
       expect.objectContaining({ name: 'ConfigurationError', message: expect.stringContaining('basePath: "/dash/api/tokens"') }),
     )
     await app.close()
+    // Inside a context of that prefix (where the hook would see none of the requests), and a
+    // prefix without its leading slash (the basePath named is one createTokenApi takes).
+    const nested = Fastify()
+    await expect(
+      nested.register(async (child) => {
+        await child.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)))
+      }, { prefix: '/dash' }),
+    ).rejects.toThrow(expect.objectContaining({ name: 'ConfigurationError', message: expect.stringContaining('basePath: "/dash/api/tokens"') }))
+    await nested.close()
+    const bare = Fastify()
+    await expect(bare.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)), { prefix: 'dash' })).rejects.toThrow(
+      expect.objectContaining({ message: expect.stringContaining('basePath: "/dash/api/tokens"') }),
+    )
+    await bare.close()
     // '' and '/' (what fastify-autoload passes along) change nothing.
     const plain = Fastify()
     await plain.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)), { prefix: '/' })
@@ -335,6 +378,29 @@ describe('serveTokenApi under random requests', () => {
       }
     })
   }
+})
+
+describe('serveTokenApi: a TRACE with the API wrapped', () => {
+  it('is the 405 of the path, never handed to the wrapper as a preflight', async () => {
+    const fixture = createFixture()
+    const inner = tokenApi(fixture.dispatcherOptions.tokens as TokenService)
+    // A platform's wrapper that answers CORS preflights itself.
+    const wrapped: TokenApi = Object.assign(
+      async (request: Request, info?: Parameters<TokenApi>[1]) =>
+        request.method === 'OPTIONS' ? new Response(null, { status: 204, headers: { 'access-control-allow-origin': '*' } }) : inner(request, info),
+      { basePath: inner.basePath },
+    )
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(wrapped))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const traced = await rawRequest(port, { method: 'TRACE', path: '/api/tokens' })
+      expect([traced.status, traced.headers.allow, traced.headers['access-control-allow-origin']]).toEqual([405, 'GET, HEAD, POST', undefined])
+    } finally {
+      await close(server)
+    }
+  })
 })
 
 describe('serveTokenApi: options', () => {

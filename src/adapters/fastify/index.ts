@@ -454,12 +454,14 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): FastifyPluginAsync {
   const trust = setupTokenApi(api, options)
   const plugin = async (fastify: FastifyInstance<RawServerDefault>, registered?: { prefix?: unknown }): Promise<void> => {
-    // The hook sees every request of the Fastify, by its full path: a prefix would move nothing.
-    const prefix = registered?.prefix
-    if (prefix !== undefined && prefix !== '' && prefix !== '/') {
+    // The hook matches the full path: a prefix would move nothing. Given by a parent context
+    // (`fastify.prefix`), the hook would also see only that context's routes, none: never asked.
+    const given = registered?.prefix
+    const prefix = given !== undefined && given !== '' && given !== '/' ? String(given) : fastify.prefix
+    if (prefix !== '' && prefix !== '/') {
       throw new ConfigurationError(
         'prefix',
-        `is not taken by serveTokenApi, whose hook matches the full path: give createTokenApi({ basePath: ${JSON.stringify(`${String(prefix).replace(/\/+$/, '')}${api.basePath}`)} }) instead`,
+        `is not taken by serveTokenApi, whose hook matches the full path: register it in the root context, and give createTokenApi({ basePath: ${JSON.stringify(`/${prefix.replace(/^\/+|\/+$/g, '')}${api.basePath}`)} }) for the API under it`,
       )
     }
     fastify.addHook('onRequest', function tokenApiHook(request, reply, done) {

@@ -1,0 +1,54 @@
+/**
+ * The token API's paths: what each serves, read from the path alone. Its own module, free of
+ * the API's body schemas (zod), for the Node adapters, which answer a method no web `Request`
+ * can carry (`TRACE`) themselves.
+ * @internal
+ * @module
+ */
+import type { TokenApi } from './token-api.js'
+
+/** A path segment with its percent-encoding undone; as it is when that is not valid. */
+function decodeSegment(segment: string): string {
+  try {
+    return decodeURIComponent(segment)
+  } catch {
+    return segment
+  }
+}
+
+/** What a path of the API serves, and the message of its 405 for another method. */
+export interface Served {
+  readonly allow: string
+  readonly message: string
+}
+const COLLECTION: Served = { allow: 'GET, HEAD, POST', message: 'Use GET, HEAD or POST' }
+const ITEM: Served = { allow: 'GET, HEAD, PATCH, DELETE', message: 'Use GET, HEAD, PATCH or DELETE' }
+const ROTATION: Served = { allow: 'POST', message: 'Use POST' }
+
+/**
+ * The methods the API serves at `pathname` (a request's URL path, under `basePath`);
+ * `undefined` where it answers 404. For the Node adapters, which answer a method no web
+ * `Request` can carry (`TRACE`) themselves, as the API answers a method it does not serve.
+ * @internal
+ */
+export function tokenApiMethods(api: TokenApi, pathname: string): Served | undefined {
+  const rest = pathname.slice(api.basePath.length).replace(/\/$/, '')
+  const served = servedAt(segmentsOf(rest))
+  return typeof served === 'string' ? undefined : served
+}
+
+/** The segments of the path after `basePath`, percent-decoded. */
+export function segmentsOf(rest: string): string[] {
+  // Percent-encoded unreserved characters are the characters themselves (RFC 3986 section 6.2.2.2).
+  return rest === '' ? [] : rest.slice(1).split('/').map(decodeSegment)
+}
+
+/** What `segments` (of the path after `basePath`) name, or the message of its 404. */
+export function servedAt(segments: readonly string[]): Served | string {
+  const [id, action] = segments
+  if (segments.length > 2 || (action !== undefined && action !== 'rotate') || id === '') return 'Not found'
+  if (id !== undefined && !TOKEN_ID.test(id)) return 'Token not found'
+  return id === undefined ? COLLECTION : action === undefined ? ITEM : ROTATION
+}
+
+const TOKEN_ID = /^[A-Za-z0-9-]{1,64}$/
