@@ -258,21 +258,22 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     trust,
   )
   // A method `fetch` forbids (`TRACE`): no `Request` can carry it, and the API serves it on no
-  // path; answered here, as the API answers a method it does not serve (a wrapper of the API
-  // that answers OPTIONS itself must not take it for a preflight).
-  if (FETCH_FORBIDDEN.test(req.method ?? '')) {
-    const path = tokenApiPathname(source.url)
-    const served = path === undefined ? undefined : tokenApiMethods(api, path)
-    if (served === undefined) writeJson(source.res, 404, NOT_FOUND)
-    else writeJson(source.res, 405, JSON.stringify({ error: 'method_not_allowed', message: served.message }), { allow: served.allow })
-    return
-  }
+  // path. Its Host checked as any request's, it is answered here, as the API answers a method it
+  // does not serve, without asking the API or a wrapper of it (one that answers OPTIONS itself
+  // must not take it for a preflight).
+  const forbidden = FETCH_FORBIDDEN.test(req.method ?? '')
   let request: Request
   try {
     // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error.
-    request = toWebRequest(source)
+    request = toWebRequest(forbidden ? { ...source, method: 'GET' } : source)
   } catch {
     writeJson(source.res, 400, BAD_HOST)
+    return
+  }
+  if (forbidden) {
+    const served = tokenApiMethods(api, new URL(request.url).pathname)
+    if (typeof served === 'string') writeJson(source.res, 404, JSON.stringify({ error: 'not_found', message: served }))
+    else writeJson(source.res, 405, JSON.stringify({ error: 'method_not_allowed', message: served.message }), { allow: served.allow })
     return
   }
   const response = await api(request, clientAddress === undefined ? {} : { clientAddress })

@@ -49,8 +49,8 @@ export interface AccessTokenContext {
 export interface AccessTokenValidator {
   validate(token: string, context?: AccessTokenContext): Promise<AccessTokenResult>
   /**
-   * `true` when the validator checks every token's audience against `context.resource`, the
-   * App address: `createOAuthValidator` sets it for its default audience in `jwt` and
+   * `true` when the validator checks tokens' audiences against `context.resource`, the App
+   * address (in `userinfo` mode, those of JWTs): `createOAuthValidator` sets it for its default audience in `jwt` and
    * `introspection` modes, and for any `audience` function (it is handed `resource`; one that
    * does not read it is counted all the same). That check is only as good as the address:
    * `createDispatcher` then refuses to be

@@ -26,15 +26,13 @@ const ITEM: Served = { allow: 'GET, HEAD, PATCH, DELETE', message: 'Use GET, HEA
 const ROTATION: Served = { allow: 'POST', message: 'Use POST' }
 
 /**
- * The methods the API serves at `pathname` (a request's URL path, under `basePath`);
- * `undefined` where it answers 404. For the Node adapters, which answer a method no web
+ * The methods the API serves at `pathname` (a request's URL path, under `basePath`), or the
+ * message of the 404 it answers there. For the Node adapters, which answer a method no web
  * `Request` can carry (`TRACE`) themselves, as the API answers a method it does not serve.
  * @internal
  */
-export function tokenApiMethods(api: TokenApi, pathname: string): Served | undefined {
-  const rest = pathname.slice(api.basePath.length).replace(/\/$/, '')
-  const served = servedAt(segmentsOf(rest))
-  return typeof served === 'string' ? undefined : served
+export function tokenApiMethods(api: TokenApi, pathname: string): Served | string {
+  return servedAt(segmentsOf(pathname.slice(api.basePath.length).replace(/\/$/, '')))
 }
 
 /** The segments of the path after `basePath`, percent-decoded. */

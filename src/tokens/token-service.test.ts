@@ -339,39 +339,38 @@ describe('create (spec 2.1, 3)', () => {
     }
   })
 
-  it('a creation whose App lookups hang after its insert does not hold up the next creation of the same user', async () => {
-    // The answer's scopes name the Apps (an App store of the platform's own, which gets
-    // storeTimeoutMs): built after the count and insert, which the next creation waits for, not before.
+  it('an App store that hangs or fails once a write has landed costs no secret: a creation names its Apps from its own lookups, a rotation names them null and reports (regression: 503, the token made or rotated and its secret lost)', async () => {
     const inner = createMemoryTokenStore()
     const appStore = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
-    let hangNextLookup = false
-    let hung = 0
+    let hanging = false
+    let asked = 0
     const apps: typeof appStore = {
       ...appStore,
       getApp: (id) => {
-        if (!hangNextLookup) return appStore.getApp(id)
-        hangNextLookup = false
-        hung++
-        return new Promise(() => {})
+        asked++
+        return hanging ? new Promise(() => {}) : appStore.getApp(id)
       },
     }
     const store: TokenStore = {
       ...inner,
       insert: (record) => {
         const stored = inner.insert(record)
-        // The first creation's: its answer's App lookup hangs.
-        if (record.name === 'first') hangNextLookup = true
+        hanging = true // from the insert on, the App store does not answer
         return stored
       },
     }
-    const { service } = setup({ store, apps, storeTimeoutMs: 200 })
-    const first = createToken(service, { name: 'first' }).catch((error: unknown) => error)
-    await vi.waitFor(() => expect(hung).toBe(1))
-    const second = await createToken(service, { name: 'second' })
-    expect(second.name).toBe('second')
-    expect((await inner.listByUser('alice')).map((r) => r.name).sort()).toEqual(['first', 'second'])
-    // The first, whose App store did not answer, is told so at the deadline.
-    expect(await first).toMatchObject({ name: 'StoreUnavailableError', message: 'app store unavailable' })
+    const onError = vi.fn()
+    const { service } = setup({ store, apps, storeTimeoutMs: 100, onError, maxActiveTokensPerUser: 1 })
+    const created = await createToken(service, { name: 'first' })
+    expect(created.scopes).toEqual([{ server_id: 'app_weather', server_name: 'Weather', server_slug: 'weather' }])
+    expect(asked).toBe(1) // the lookup before the insert, and no other
+    // The rotation lands; the App store still does not answer: the new secret is handed over.
+    const rotated = await service.rotate(created.id, { kind: 'token', token: created.token, clientAddress: undefined })
+    expect(rotated.scopes).toEqual([{ server_id: 'app_weather', server_name: null, server_slug: null }])
+    expect((await service.authenticate(rotated.token)).ok).toBe(true)
+    expect(onError).toHaveBeenCalledWith(expect.objectContaining({ message: 'app store unavailable' }), expect.stringContaining('after its write'))
+    // A read is no write: a list or get the App store cannot name is a 503, as before.
+    await refusal(service.list('alice'), StoreUnavailableError)
   })
 
   it('each lifetime: 7, 30 or 90 days', async () => {
@@ -1779,13 +1778,19 @@ describe('a store that stops answering', () => {
       const error = await refusal(createToken(service), StoreUnavailableError)
       expect([error.status, error.message], `${store} ${getApp === hung || isActive === hung ? 'hung' : 'broken'}`).toEqual([503, `${store} store unavailable`])
     }
-    // Every view names its Apps: list, get, update, rotate and revoke ask the App store.
-    const { service, apps } = setup({ storeTimeoutMs: 50 })
+    // Every view names its Apps: a read the App store cannot name fails; a write that landed
+    // is answered, its Apps named null (and the failure reported).
+    const onError = vi.fn()
+    const { service, apps } = setup({ storeTimeoutMs: 50, onError })
     const made = await createToken(service)
     apps.getApp = hung
-    for (const call of [service.list('alice'), service.get('alice', made.id), service.update('alice', made.id, { name: 'x' }), service.revoke('alice', made.id)]) {
+    for (const call of [service.list('alice'), service.get('alice', made.id)]) {
       expect((await refusal(call, StoreUnavailableError)).message).toBe('app store unavailable')
     }
+    for (const call of [service.update('alice', made.id, { name: 'x' }), service.revoke('alice', made.id)]) {
+      expect((await call).scopes).toEqual([{ server_id: 'app_weather', server_name: null, server_slug: null }])
+    }
+    expect(onError).toHaveBeenCalledTimes(2)
     // A DispatchError of a platform's own canUseServer goes on as it is.
     const own = setup({ canUseServer: () => Promise.reject(new ForbiddenError('not yours')) }).service
     await refusal(createToken(own), ForbiddenError)

@@ -23,6 +23,7 @@ import { adoptThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
+  AppRecord,
   AppStore,
   InvalidationBus,
   MaybePromise,
@@ -264,13 +265,16 @@ export interface TokenServiceOptions {
   onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,
-   * revoke, `revokeAllForUser`: one to three store calls each; a creation may first wait as
+   * revoke, `revokeAllForUser`: one to three token-store calls each; a creation may first wait as
    * long for an earlier creation of the same user on this instance) and for a `last_used_at`
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
    * never holds a dashboard request or `close()`. The App store's `getApp` (asked for each
    * view's `scopes`) and `canUseServer` (or the subscription store, at creation) are bounded
-   * alike, their failures `StoreUnavailableError` naming the `app` or `subscription` store. The write may still land later: a write
+   * alike, their failures `StoreUnavailableError` naming the `app` or `subscription` store;
+   * except after a write that landed (an edit, a revocation, a rotation), whose answer then
+   * names the Apps `null` (the failure goes to `onError`): the secret of a rotation is never
+   * lost to the App store (a creation names them from its own lookups). The write may still land later: a write
    * whose caller was told 503 is put right at once, and again this long after
    * (docs/api-tokens.md). Also the longest wait for the `invalidations` bus's `publish`
    * (reported and sent again past it, the call answering as it would have), unless the bus
@@ -867,23 +871,38 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     }
   }
 
-  async function scopesOf(record: ApiTokenRecord): Promise<TokenScopeView[]> {
+  /**
+   * The `scopes` of a view: each App's name and slug, from `known` (what a creation looked up)
+   * or the App store. After a write (`written`), the answer is owed whatever the App store
+   * does, since the write has landed (a rotated secret refused, a token created): an App the
+   * store fails to name is named `null`, as one it no longer knows, and the failure reported.
+   */
+  async function scopesOf(record: ApiTokenRecord, written: boolean, known?: ReadonlyMap<string, AppRecord>): Promise<TokenScopeView[]> {
     return Promise.all(
       record.servers.map(async (id) => {
-        const app = await askStore('app', () => apps.getApp(id))
+        let app = known?.get(id)
+        if (app === undefined) {
+          try {
+            app = await askStore('app', () => apps.getApp(id))
+          } catch (error) {
+            if (!written) throw error
+            onError(error, 'app store (the names of a token\'s Apps, after its write: answered without them)')
+          }
+        }
         return { server_id: id, server_name: app?.name ?? null, server_slug: app?.slug ?? null }
       }),
     )
   }
 
-  async function view(record: ApiTokenRecord): Promise<ApiTokenView> {
+  /** A token's view; `written`: after a write that has landed (see {@link scopesOf}). */
+  async function view(record: ApiTokenRecord, written = false): Promise<ApiTokenView> {
     return {
       id: record.id,
       name: record.name,
       prefix: record.displayPrefix,
       expires_at: iso(record.expiresAt),
       allowed_ips: record.allowedIps ? [...record.allowedIps] : null,
-      scopes: await scopesOf(record),
+      scopes: await scopesOf(record, written),
       created_at: iso(record.createdAt),
       last_used_at: lastUsedAt(record),
       status: statusOf(record),
@@ -896,7 +915,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     return at === -1 ? null : iso(at)
   }
 
-  async function secretView(record: ApiTokenRecord, token: string): Promise<ApiTokenSecretView> {
+  /** The view of a token just created or rotated, with its secret: always after a write. */
+  async function secretView(record: ApiTokenRecord, token: string, known?: ReadonlyMap<string, AppRecord>): Promise<ApiTokenSecretView> {
     return {
       token,
       id: record.id,
@@ -904,7 +924,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       prefix: record.displayPrefix,
       expires_at: iso(record.expiresAt),
       allowed_ips: record.allowedIps ? [...record.allowedIps] : null,
-      scopes: await scopesOf(record),
+      scopes: await scopesOf(record, true, known),
       created_at: iso(record.createdAt),
     }
   }
@@ -1239,24 +1259,26 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const data = parseInput(createSchema, input)
       checkAllowlist(data.allowedIps, 'allowedIps')
       const servers = [...new Set(data.servers)]
+      const known = new Map<string, AppRecord>()
       for (const appId of servers) {
         const app = await askStore('app', () => apps.getApp(appId))
         if (!app || !(await askStore('subscription', () => canUseServer(data.userId, appId)))) {
           // Name the position in the input, which is what the caller sees (duplicates included).
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }
+        known.set(appId, app)
       }
       // One user's creations, from the count to the insert, one at a time on this instance: the
       // count each checks holds the tokens the ones before it made.
       const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt))
-      return secretView(record, token)
+      return secretView(record, token, known)
     },
 
     async list(userId) {
       checkUserId(userId)
       const records = await storeCall(() => store.listByUser(userId))
       const sorted = [...records].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1))
-      return Promise.all(sorted.map(view))
+      return Promise.all(sorted.map((record) => view(record)))
     },
 
     async get(userId, id) {
@@ -1350,11 +1372,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (undone) throw new TokenInactiveError('expired')
         // Another edit's expiry landed since: the token is as that edit left it.
         succeeded()
-        return view((await storeCall(() => store.get(id))) ?? updated)
+        return view((await storeCall(() => store.get(id))) ?? updated, true)
       }
       succeeded()
       await invalidate(updated.tokenHash)
-      return view(updated)
+      return view(updated, true)
     },
 
     async rotate(id, caller) {
@@ -1434,7 +1456,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (!revoked) throw new NotFoundError('Token not found')
       // The revoked record's hash, not the one read before: a rotation may have landed between.
       await Promise.all([invalidate(revoked.tokenHash), revoked.tokenHash !== record.tokenHash && invalidate(record.tokenHash)])
-      return view(revoked)
+      return view(revoked, true)
     },
 
     async revokeAllForUser(userId) {

@@ -155,8 +155,13 @@ for (const [name, start] of Object.entries(targets)) {
           expect([item.status, item.headers.allow], method).toEqual([405, 'GET, HEAD, PATCH, DELETE'])
           const rotation = await rawRequest(server.port, { method, path: '/api/tokens/tok-1/rotate/' })
           expect([rotation.status, rotation.headers.allow], method).toEqual([405, 'POST'])
+          // The 404s of the paths the API names nothing at, with their messages, and a bad Host's 400, as for any method.
           const nothing = await rawRequest(server.port, { method, path: '/api/tokens/a/b/c' })
-          expect([nothing.status, JSON.parse(nothing.body).error], method).toEqual([404, 'not_found'])
+          expect([nothing.status, JSON.parse(nothing.body)], method).toEqual([404, { error: 'not_found', message: 'Not found' }])
+          const noToken = await rawRequest(server.port, { method, path: '/api/tokens/a_b' })
+          expect([noToken.status, JSON.parse(noToken.body)], method).toEqual([404, { error: 'not_found', message: 'Token not found' }])
+          const badHost = await rawRequest(server.port, { method, path: '/api/tokens', host: 'a b' })
+          expect([badHost.status, JSON.parse(badHost.body).field], method).toEqual([400, 'host'])
         }
       } finally {
         await server.close()
@@ -227,20 +232,32 @@ describe('serveTokenApi on Fastify: the platform\'s hooks', () => {
       expect.objectContaining({ name: 'ConfigurationError', message: expect.stringContaining('basePath: "/dash/api/tokens"') }),
     )
     await app.close()
-    // Inside a context of that prefix (where the hook would see none of the requests), and a
-    // prefix without its leading slash (the basePath named is one createTokenApi takes).
-    const nested = Fastify()
-    await expect(
-      nested.register(async (child) => {
-        await child.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)))
-      }, { prefix: '/dash' }),
-    ).rejects.toThrow(expect.objectContaining({ name: 'ConfigurationError', message: expect.stringContaining('basePath: "/dash/api/tokens"') }))
-    await nested.close()
+    // A prefix without its leading slash: the basePath named is one createTokenApi takes.
     const bare = Fastify()
     await expect(bare.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)), { prefix: 'dash' })).rejects.toThrow(
       expect.objectContaining({ message: expect.stringContaining('basePath: "/dash/api/tokens"') }),
     )
     await bare.close()
+    // Inside a context of the platform's with that prefix and routes of its own, with the
+    // basePath under it, the API answers (the hook runs for that context's routes).
+    const nested = Fastify()
+    const dashApi = createTokenApi({
+      tokens: fixture.dispatcherOptions.tokens as TokenService,
+      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: false,
+      basePath: '/dash/api/tokens',
+    })
+    await nested.register(async (child) => {
+      await child.register(fastifyAdapter.serveTokenApi(dashApi))
+      child.all('/*', async () => ({ served: true }))
+    }, { prefix: '/dash' })
+    await nested.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const listed = await rawRequest((nested.server.address() as AddressInfo).port, { method: 'GET', path: '/dash/api/tokens', headers: { cookie: COOKIE } })
+      expect([listed.status, Array.isArray(JSON.parse(listed.body).tokens)]).toEqual([200, true])
+    } finally {
+      await nested.close()
+    }
     // '' and '/' (what fastify-autoload passes along) change nothing.
     const plain = Fastify()
     await plain.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)), { prefix: '/' })

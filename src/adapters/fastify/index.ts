@@ -454,14 +454,15 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): FastifyPluginAsync {
   const trust = setupTokenApi(api, options)
   const plugin = async (fastify: FastifyInstance<RawServerDefault>, registered?: { prefix?: unknown }): Promise<void> => {
-    // The hook matches the full path: a prefix would move nothing. Given by a parent context
-    // (`fastify.prefix`), the hook would also see only that context's routes, none: never asked.
-    const given = registered?.prefix
-    const prefix = given !== undefined && given !== '' && given !== '/' ? String(given) : fastify.prefix
-    if (prefix !== '' && prefix !== '/') {
+    // The hook matches the full path: a prefix would move nothing. (One of a parent context is
+    // the platform's: inside it, the hook answers for that context's routes, by their full path.)
+    const prefix = registered?.prefix
+    if (prefix !== undefined && prefix !== '' && prefix !== '/') {
+      const under = `/${String(prefix).replace(/^\/+|\/+$/g, '')}`
+      const basePath = api.basePath.startsWith(`${under}/`) ? api.basePath : `${under}${api.basePath}`
       throw new ConfigurationError(
         'prefix',
-        `is not taken by serveTokenApi, whose hook matches the full path: register it in the root context, and give createTokenApi({ basePath: ${JSON.stringify(`/${prefix.replace(/^\/+|\/+$/g, '')}${api.basePath}`)} }) for the API under it`,
+        `is not taken by serveTokenApi, whose hook matches the full path: register it without one, with createTokenApi({ basePath: ${JSON.stringify(basePath)} })`,
       )
     }
     fastify.addHook('onRequest', function tokenApiHook(request, reply, done) {
