@@ -347,12 +347,13 @@ describe('create (spec 2.1, 3)', () => {
       const edited = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { [key]: value } }), key)
       expect(edited.message).toBe(`${key}: is not a known field`)
     }
-    // On create, the field it takes the place of is missing: that is said first, by its name.
+    // On create, the field it takes the place of is missing: that is said first, by its name,
+    // with the key sent in its place.
     const created = await expectFieldError(
       await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expiresInDays: 30 } }),
       'expires_in_days',
     )
-    expect(created.message).toBe('expires_in_days: is required')
+    expect(created.message).toBe('expires_in_days: is required (expiresInDays is not a known field)')
     const extra = { name: 'CI', servers: ['app_weather'], expires_in_days: 30, allowedIps: ['10.0.0.1'] }
     expect((await expectFieldError(await call('POST', '', { session: alice, body: extra }), 'allowedIps')).message).toBe(
       'allowedIps: is not a known field',

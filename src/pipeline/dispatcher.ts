@@ -608,9 +608,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // A checked copy of each policy object and its `RateLimit-Policy` value (frozen ones only).
   const checkedPolicies = new WeakMap<RateLimitPolicy, CheckedPolicy>()
 
-  function indexOf(live: readonly string[]): VersionIndex {
+  function indexOf(live: readonly string[], appId: string): VersionIndex {
     let index = indexes.get(live)
-    if (!index) indexes.set(live, (index = compileVersions(live)))
+    if (!index) {
+      try {
+        index = compileVersions(live)
+      } catch (error) {
+        // Named, so the row to mend is found: one bad version fails every request to the App.
+        throw new RangeError(`mcp-dispatch: the App store's getLiveVersions(${JSON.stringify(appId)}) answered ${(error as Error).message}`, { cause: error })
+      }
+      indexes.set(live, index)
+    }
     return index
   }
 
@@ -1363,7 +1371,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withLiveVersions(flow: Flow, live: readonly string[]): MaybePromise<Decision> {
-    const index = indexOf(live)
+    const index = indexOf(live, flow.app.id)
     const sessionId = flow.request.headers.get('mcp-session-id') ?? undefined
     if (sessionId === undefined) {
       const version = resolveVersion(index, flow.selector)

@@ -57,6 +57,16 @@ export interface TokenApiOptions {
   clientAddress?: (request: Request) => string | null | undefined
   /** Errors the caller sees only as a 503. Default `logError` (stderr). */
   onError?: ((error: unknown, context: string) => void) | undefined
+  /**
+   * The hosts the API answers on: host names (`dashboard.example.com`), compared without case
+   * and whatever the port. A request for another host is not the API's: `null` (so
+   * `serveTokenApi` answers its paths there with 404 `not_found`), whatever its path. The host
+   * is the `Host` header's (a route handler of `next start` gets a URL of its own address),
+   * else, with none (HTTP/2), the URL's. Default: every host. Where Apps and the dashboard
+   * share a server, name the dashboard's: a dashboard cookie scoped to a parent domain reaches
+   * every App host, and the API would list its tokens there.
+   */
+  hosts?: readonly string[] | undefined
 }
 
 const MAX_BODY_BYTES = 16_384
@@ -222,6 +232,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   }
   const basePath = withoutTrailingSlashes(options.basePath ?? '/api/tokens')
   const onError = reporterOption(options.onError)
+  const hosts = hostsOption(options.hosts)
 
   async function session(request: Request, write: boolean): Promise<TokenApiSession> {
     const s = await options.authenticateSession(request)
@@ -344,6 +355,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       hostRefused = true
     }
     if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return null
+    if (hosts !== undefined && !hosts.has(hostnameOf(request) ?? '')) return null
     const head = request.method === 'HEAD'
     if (hostRefused) {
       const refused = json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
@@ -356,6 +368,28 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   }
   return Object.assign(api, { basePath }) as TokenApi
 }
+/** The `hosts` option as a set of lower-case host names; `undefined` for every host. */
+function hostsOption(hosts: unknown): ReadonlySet<string> | undefined {
+  if (hosts === undefined) return undefined
+  if (!Array.isArray(hosts) || hosts.length === 0) throw new ConfigurationError('hosts', 'must be a non-empty array of host names')
+  const names = new Set<string>()
+  for (const [i, host] of hosts.entries()) {
+    const name = typeof host === 'string' && host !== '' ? URL.parse(`http://${host}`)?.hostname : undefined
+    // A host name only: no scheme, port, path or user (`https://dash.example.com`, `dash:443`).
+    if (name === undefined || name !== (host as string).toLowerCase()) {
+      throw new ConfigurationError(`hosts.${i}`, 'must be a host name, without scheme or port (dashboard.example.com)')
+    }
+    names.add(name)
+  }
+  return names
+}
+
+/** The host name a request is for: its `Host` header's, else (HTTP/2) its URL's. */
+function hostnameOf(request: Request): string | undefined {
+  const host = request.headers.get('host')
+  return (host === null ? URL.parse(request.url) : URL.parse(`http://${host}`))?.hostname
+}
+
 /** `response` as the answer to a HEAD: its status and headers, its body cancelled. */
 function withoutBody(response: Response): Response {
   void response.body?.cancel().catch(() => {})

@@ -477,7 +477,11 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
   // A field that is not there at all: say so, not what type it should have had.
   const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
-  throw new InvalidInputError(path || 'body', missing ? 'is required' : issue.message)
+  if (!missing) throw new InvalidInputError(path || 'body', issue.message)
+  // A key it does not know beside is most often the field meant (`expiresInDays` sent to the
+  // HTTP API, whose field is `expires_in_days`): named too.
+  const unknown = result.error.issues.find((i) => i.code === 'unrecognized_keys')?.keys[0]
+  throw new InvalidInputError(path, unknown === undefined ? 'is required' : `is required (${quotable(renamed(fieldNames, unknown))} is not a known field)`)
 }
 
 /** What zod calls a type, as a caller reads it. */

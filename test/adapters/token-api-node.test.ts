@@ -420,6 +420,46 @@ describe('serveTokenApi: a TRACE with the API wrapped', () => {
   })
 })
 
+describe('createTokenApi: hosts', () => {
+  it('answers on the hosts named (any port, any case), by the Host header, else the URL; elsewhere it is not the API\'s', async () => {
+    const fixture = createFixture()
+    const api = createTokenApi({
+      tokens: fixture.dispatcherOptions.tokens as TokenService,
+      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: (request) => request.headers.get('x-csrf-token') === CSRF,
+      hosts: ['dash.example.com'],
+    })
+    const get = (url: string, headers: Record<string, string> = {}) => api(new Request(url, { headers: { cookie: COOKIE, ...headers } }))
+    expect((await get('http://localhost:3000/api/tokens', { host: 'DASH.example.com:8443' }))?.status).toBe(200)
+    // next start: request.url names its own address, the Host the client's.
+    expect(await get('http://dash.example.com/api/tokens', { host: 'weather.example.com' })).toBeNull()
+    // No Host header (HTTP/2): the URL's.
+    expect((await get('https://dash.example.com/api/tokens'))?.status).toBe(200)
+    expect(await get('https://weather.example.com/api/tokens')).toBeNull()
+    // Served by serveTokenApi: another host's request under basePath is the API's 404.
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(api))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const there = await rawRequest(port, { method: 'GET', path: '/api/tokens', host: 'dash.example.com', headers: { cookie: COOKIE } })
+      expect(there.status).toBe(200)
+      const elsewhere = await rawRequest(port, { method: 'GET', path: '/api/tokens', host: 'weather.example.com', headers: { cookie: COOKIE } })
+      expect([elsewhere.status, JSON.parse(elsewhere.body).error]).toEqual([404, 'not_found'])
+    } finally {
+      await close(server)
+    }
+  })
+
+  it('refuses what is not a list of host names', () => {
+    const fixture = createFixture()
+    const base = { tokens: fixture.dispatcherOptions.tokens as TokenService, authenticateSession: () => null, verifyCsrf: false as const }
+    for (const [hosts, field] of [[[], 'hosts'], ['dash.example.com', 'hosts'], [['https://dash.example.com'], 'hosts.0'], [['ok.example', 'dash.example.com:443'], 'hosts.1'], [[''], 'hosts.0']] as const) {
+      expect(() => createTokenApi({ ...base, hosts: hosts as never }), JSON.stringify(hosts)).toThrow(expect.objectContaining({ name: 'ConfigurationError', option: field }))
+    }
+  })
+})
+
 describe('serveTokenApi: options', () => {
   it('refuses what is not the token API, and a bad trustProxy, when created', () => {
     const api = tokenApi(createFixture().dispatcherOptions.tokens as TokenService)

@@ -95,6 +95,15 @@ describe('decide on synchronous stores', () => {
   })
 })
 
+describe('an App store answering a live set with a version that is none', () => {
+  it('is a 503 reported with the App and getLiveVersions named, so the row to mend is found', async () => {
+    const { dispatcher, token, errors } = await setup({ apps: (s) => ({ ...s, getLiveVersions: () => ['1.0.0', 'v1.2.0'] }) })
+    expect(dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect(errors).toHaveLength(1)
+    expect((errors[0]!.error as Error).message).toBe('mcp-dispatch: the App store\'s getLiveVersions("app_weather") answered not a semantic version: "v1.2.0"')
+  })
+})
+
 describe('decide on asynchronous stores', () => {
   it('returns a promise of the same decision when a store answers with a promise', async () => {
     const { dispatcher, token } = await setup({
