@@ -353,7 +353,10 @@ describe('create (spec 2.1, 3)', () => {
       await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expiresInDays: 30 } }),
       'expires_in_days',
     )
-    expect(created.message).toBe('expires_in_days: is required (expiresInDays is not a known field)')
+    expect(created.message).toBe('expires_in_days: is required ("expiresInDays" is not a known field)')
+    // Only a key that spells the missing field another way is named: another is no hint.
+    const unrelated = await expectFieldError(await call('POST', '', { session: alice, body: { servers: ['app_weather'], expiresInDays: 30 } }), 'name')
+    expect(unrelated.message).toBe('name: is required')
     const extra = { name: 'CI', servers: ['app_weather'], expires_in_days: 30, allowedIps: ['10.0.0.1'] }
     expect((await expectFieldError(await call('POST', '', { session: alice, body: extra }), 'allowedIps')).message).toBe(
       'allowedIps: is not a known field',

@@ -277,7 +277,7 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     return
   }
   const response = await api(request, clientAddress === undefined ? {} : { clientAddress })
-  // The path checked under basePath and the API saw it elsewhere (a Host that moved it):
+  // Not the API's after all (a host outside its `hosts`, or a Host that moved the path):
   // answered as the API answers an unknown path, since the body may be spent.
   if (!response) {
     writeJson(source.res, 404, NOT_FOUND)
@@ -833,6 +833,9 @@ export function toWebRequest(source: WebRequestSource): Request {
   if (body !== null) init.duplex = 'half'
   // The URL the dispatcher read (`toDispatchRequest`), absolute-form targets included.
   const absolute = absoluteForm(source.url)
+  // The target's authority is the request's host (RFC 9112 section 3.2.2: the Host field is
+  // then ignored): the handler, and the token API's `hosts`, read the one the dispatcher read.
+  if (absolute !== undefined) headers.set('host', absolute.host)
   const host = absolute?.host ?? authorityOf(req.headers) ?? 'localhost'
   return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
 }

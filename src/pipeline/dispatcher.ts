@@ -611,11 +611,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function indexOf(live: readonly string[], appId: string): VersionIndex {
     let index = indexes.get(live)
     if (!index) {
+      // Named, so the row to mend is found: one bad version fails every request to the App.
+      const answered = `mcp-dispatch: the App store's getLiveVersions(${JSON.stringify(appId.slice(0, 64))}) answered`
+      if (!Array.isArray(live)) throw new TypeError(`${answered} ${live === null ? 'null' : typeof live}, not an array of versions`)
       try {
         index = compileVersions(live)
       } catch (error) {
-        // Named, so the row to mend is found: one bad version fails every request to the App.
-        throw new RangeError(`mcp-dispatch: the App store's getLiveVersions(${JSON.stringify(appId)}) answered ${(error as Error).message}`, { cause: error })
+        if (!(error instanceof RangeError)) throw error
+        throw new RangeError(`${answered} ${error.message.slice(0, 200)}`, { cause: error })
       }
       indexes.set(live, index)
     }

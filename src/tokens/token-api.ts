@@ -196,9 +196,9 @@ export interface TokenApiRequestInfo {
 }
 
 /**
- * The token-management API: answers a request under its `basePath`, and `null` for any other
- * path, so it composes with other routes. Serve it from Node with `serveTokenApi` of
- * `mcp-dispatch/express` or `mcp-dispatch/fastify`.
+ * The token-management API: answers a request under its `basePath` (on its `hosts`, when
+ * given), and `null` for any other path or host, so it composes with other routes. Serve it
+ * from Node with `serveTokenApi` of `mcp-dispatch/express` or `mcp-dispatch/fastify`.
  */
 export interface TokenApi {
   (request: Request, info?: TokenApiRequestInfo): Promise<Response | null>
@@ -207,8 +207,8 @@ export interface TokenApi {
 }
 
 /**
- * Creates the token-management API handler. It answers only paths under `basePath` and
- * returns `null` for anything else, so it composes with other routes.
+ * Creates the token-management API handler. It answers only paths under `basePath` (on its
+ * `hosts`, when given) and returns `null` for anything else, so it composes with other routes.
  *
  * @example
  * ```ts
@@ -216,7 +216,7 @@ export interface TokenApi {
  * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
  *
- * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/`, or an `onError` that is not a function.
+ * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/`, `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
  */
 export function createTokenApi(options: TokenApiOptions): TokenApi {
   const { tokens } = options
@@ -368,26 +368,36 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   }
   return Object.assign(api, { basePath }) as TokenApi
 }
-/** The `hosts` option as a set of lower-case host names; `undefined` for every host. */
+/**
+ * The `hosts` option as a set of host names as the URL parser writes them (lower case, an IDN
+ * in punycode, IPv6 in brackets), which is how a request's are read; `undefined` for every host.
+ */
 function hostsOption(hosts: unknown): ReadonlySet<string> | undefined {
   if (hosts === undefined) return undefined
   if (!Array.isArray(hosts) || hosts.length === 0) throw new ConfigurationError('hosts', 'must be a non-empty array of host names')
   const names = new Set<string>()
   for (const [i, host] of hosts.entries()) {
-    const name = typeof host === 'string' && host !== '' ? URL.parse(`http://${host}`)?.hostname : undefined
-    // A host name only: no scheme, port, path or user (`https://dash.example.com`, `dash:443`).
-    if (name === undefined || name !== (host as string).toLowerCase()) {
-      throw new ConfigurationError(`hosts.${i}`, 'must be a host name, without scheme or port (dashboard.example.com)')
+    // A host name only: no scheme, port, path, user or wildcard (`https://dash.example.com`,
+    // `dash.example.com:443`, `*.example.com`), and no trailing dot (a second name of the host).
+    // An IPv6 address with or without its brackets.
+    const ipv6 = typeof host === 'string' && host.includes(':') && !host.startsWith('[')
+    const url = typeof host === 'string' && host !== '' && !/[/\\@*?#%\s]|\.$/.test(host) ? URL.parse(`http://${ipv6 ? `[${host}]` : host}`) : null
+    if (url === null || url.port !== '' || url.hostname === '') {
+      throw new ConfigurationError(`hosts.${i}`, 'must be a host name, without scheme, port or wildcard (dashboard.example.com, 192.0.2.1, ::1)')
     }
-    names.add(name)
+    names.add(url.hostname)
   }
   return names
 }
 
-/** The host name a request is for: its `Host` header's, else (HTTP/2) its URL's. */
+/**
+ * The host name a request is for, as the URL parser writes it: its `Host` header's (only a
+ * host and a port), else, with none (HTTP/2), its URL's.
+ */
 function hostnameOf(request: Request): string | undefined {
   const host = request.headers.get('host')
-  return (host === null ? URL.parse(request.url) : URL.parse(`http://${host}`))?.hostname
+  if (host === null) return URL.parse(request.url)?.hostname
+  return /[/\\@?#]/.test(host) ? undefined : URL.parse(`http://${host}`)?.hostname
 }
 
 /** `response` as the answer to a HEAD: its status and headers, its body cancelled. */

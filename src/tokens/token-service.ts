@@ -18,7 +18,7 @@ import {
   checkApiTokenFormat,
 } from '../core/api-token.js'
 import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
-import { hasLoneSurrogate, quotable } from '../core/text.js'
+import { hasLoneSurrogate, quotable, quoted } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
@@ -478,10 +478,12 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   // A field that is not there at all: say so, not what type it should have had.
   const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
   if (!missing) throw new InvalidInputError(path || 'body', issue.message)
-  // A key it does not know beside is most often the field meant (`expiresInDays` sent to the
-  // HTTP API, whose field is `expires_in_days`): named too.
-  const unknown = result.error.issues.find((i) => i.code === 'unrecognized_keys')?.keys[0]
-  throw new InvalidInputError(path, unknown === undefined ? 'is required' : `is required (${quotable(renamed(fieldNames, unknown))} is not a known field)`)
+  // A key it does not know, spelled as the field in another case (`expiresInDays` sent to the
+  // HTTP API, whose field is `expires_in_days`), is the field meant: named too.
+  const spelling = (key: string) => key.replaceAll('_', '').toLowerCase()
+  const field = spelling(String(issue.path.at(-1)))
+  const meant = result.error.issues.flatMap((i) => (i.code === 'unrecognized_keys' ? i.keys : [])).find((key) => spelling(key) === field)
+  throw new InvalidInputError(path, meant === undefined ? 'is required' : `is required (${quoted(renamed(fieldNames, meant))} is not a known field)`)
 }
 
 /** What zod calls a type, as a caller reads it. */

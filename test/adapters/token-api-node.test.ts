@@ -436,6 +436,12 @@ describe('createTokenApi: hosts', () => {
     // No Host header (HTTP/2): the URL's.
     expect((await get('https://dash.example.com/api/tokens'))?.status).toBe(200)
     expect(await get('https://weather.example.com/api/tokens')).toBeNull()
+    // A Host that is more than a host and a port is none.
+    expect(await get('http://localhost/api/tokens', { host: 'evil@dash.example.com' })).toBeNull()
+    // An IPv6 address named bare, an IDN by its Unicode name: matched as the parser writes them.
+    const named = createTokenApi({ tokens: fixture.dispatcherOptions.tokens as TokenService, authenticateSession: () => ({ userId: 'alice' }), verifyCsrf: false, hosts: ['::1', 'bücher.example'] })
+    expect((await named(new Request('http://x/api/tokens', { headers: { host: '[0:0::1]:8080' } })))?.status).toBe(200)
+    expect((await named(new Request('http://x/api/tokens', { headers: { host: 'xn--bcher-kva.example' } })))?.status).toBe(200)
     // Served by serveTokenApi: another host's request under basePath is the API's 404.
     const app = express()
     app.use(expressAdapter.serveTokenApi(api))
@@ -446,6 +452,11 @@ describe('createTokenApi: hosts', () => {
       expect(there.status).toBe(200)
       const elsewhere = await rawRequest(port, { method: 'GET', path: '/api/tokens', host: 'weather.example.com', headers: { cookie: COOKIE } })
       expect([elsewhere.status, JSON.parse(elsewhere.body).error]).toEqual([404, 'not_found'])
+      // An absolute-form target's authority is the request's host, its Host field ignored (RFC 9112 3.2.2).
+      const absolute = await rawRequest(port, { method: 'GET', path: 'http://weather.example.com/api/tokens', host: 'dash.example.com', headers: { cookie: COOKIE } })
+      expect(absolute.status).toBe(404)
+      const absoluteThere = await rawRequest(port, { method: 'GET', path: 'http://dash.example.com/api/tokens', host: 'weather.example.com', headers: { cookie: COOKIE } })
+      expect(absoluteThere.status).toBe(200)
     } finally {
       await close(server)
     }
@@ -454,7 +465,17 @@ describe('createTokenApi: hosts', () => {
   it('refuses what is not a list of host names', () => {
     const fixture = createFixture()
     const base = { tokens: fixture.dispatcherOptions.tokens as TokenService, authenticateSession: () => null, verifyCsrf: false as const }
-    for (const [hosts, field] of [[[], 'hosts'], ['dash.example.com', 'hosts'], [['https://dash.example.com'], 'hosts.0'], [['ok.example', 'dash.example.com:443'], 'hosts.1'], [[''], 'hosts.0']] as const) {
+    for (const [hosts, field] of [
+      [[], 'hosts'],
+      ['dash.example.com', 'hosts'],
+      [['https://dash.example.com'], 'hosts.0'],
+      [['ok.example', 'dash.example.com:443'], 'hosts.1'],
+      [[''], 'hosts.0'],
+      [['*.example.com'], 'hosts.0'],
+      [['dash.example.com.'], 'hosts.0'],
+      [['[::1]:443'], 'hosts.0'],
+      [['user@dash.example.com'], 'hosts.0'],
+    ] as const) {
       expect(() => createTokenApi({ ...base, hosts: hosts as never }), JSON.stringify(hosts)).toThrow(expect.objectContaining({ name: 'ConfigurationError', option: field }))
     }
   })

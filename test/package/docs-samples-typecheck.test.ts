@@ -227,6 +227,13 @@ declare const oldPublicKey: CryptoKey`,
   { file: 'docs/api-tokens.md', marker: 'generateApiToken()', prelude: 'declare const pepper: string' },
   {
     file: 'docs/api-tokens.md',
+    marker: "console.log(created.token)",
+    prelude: `import type { AppStore, SubscriptionStore } from 'mcp-dispatch'
+declare const apps: AppStore
+declare const subscriptions: SubscriptionStore`,
+  },
+  {
+    file: 'docs/api-tokens.md',
     marker: 'previousPeppers: [null]',
     prelude: `import { createTokenService, type AppStore, type SubscriptionStore, type TokenStore } from 'mcp-dispatch'
 declare const store: TokenStore
@@ -262,7 +269,7 @@ declare const api: TokenApi`,
   },
   {
     file: 'docs/api-tokens.md',
-    marker: 'TokenApiRequestInfo',
+    marker: "hosts: ['dashboard.example.com']",
     prelude: `import type { TokenApiSession, TokenService } from 'mcp-dispatch'
 declare const tokens: TokenService
 declare function authenticateSession(request: Request): Promise<TokenApiSession | null>

@@ -101,6 +101,9 @@ describe('an App store answering a live set with a version that is none', () => 
     expect(dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
     expect(errors).toHaveLength(1)
     expect((errors[0]!.error as Error).message).toBe('mcp-dispatch: the App store\'s getLiveVersions("app_weather") answered not a semantic version: "v1.2.0"')
+    const none = await setup({ apps: (s) => ({ ...s, getLiveVersions: () => null as never }) })
+    expect(none.dispatcher.decide(request(none.token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect(none.errors[0]!.error).toMatchObject({ name: 'TypeError', message: 'mcp-dispatch: the App store\'s getLiveVersions("app_weather") answered null, not an array of versions' })
   })
 })
 

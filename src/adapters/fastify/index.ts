@@ -450,6 +450,8 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
  *
  * @throws {ConfigurationError} with an `api` that is not the handler `createTokenApi` returns,
  * or a `trustProxy` it cannot use.
+ * The plugin, when registered with a `prefix` (`app.register(plugin, { prefix })`), rejects with
+ * a `ConfigurationError` naming the `basePath` to give instead: its hook matches the full path.
  */
 export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): FastifyPluginAsync {
   const trust = setupTokenApi(api, options)
