@@ -395,7 +395,14 @@ function describeMasterDown(kind: 'ioredis' | 'ioredis5', cluster: TestRedisClus
           const failedOpen = a.reported()
           expect(failedOpen.map(([context]) => context)).toEqual(Array(4).fill('rate-limit store failed; serving (failOpen)'))
           expect(failedOpen.every(([, message]) => /^Redis script rate-limit increment (did not answer|not sent)/.test(message!))).toBe(true)
-          expect(b.reported().map(([context]) => context)).toEqual(Array(4).fill('sessions failed'))
+          // Its sessions, on the dead master, failed each time. Its counters are on a live one: a
+          // call there may be held past its deadline while ioredis learns the other node is gone
+          // (seen once in CI, with ioredis 5, on a busy machine): served all the same (failOpen),
+          // never refused, and at most once.
+          const bReported = b.reported().map(([context]) => context)
+          expect(bReported.filter((context) => context === 'sessions failed')).toHaveLength(4)
+          const others = bReported.filter((context) => context !== 'sessions failed')
+          expect(others.length <= 1 && others.every((context) => context === 'rate-limit store failed; serving (failOpen)'), others.join('; ')).toBe(true)
         } finally {
           await a.fixture.close()
           await b.fixture.close()
