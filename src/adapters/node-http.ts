@@ -13,7 +13,7 @@ import type { Reply } from '../core/reply.js'
 import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { tokenApiMethods } from '../tokens/token-api-paths.js'
+import { refusalAt, tokenApiMethods } from '../tokens/token-api-paths.js'
 import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeExposeHeaders, mergeVary, sameName, stampHead, whenClosed } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
@@ -271,9 +271,8 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     return
   }
   if (forbidden) {
-    const served = tokenApiMethods(api, new URL(request.url).pathname)
-    if (typeof served === 'string') writeJson(source.res, 404, JSON.stringify({ error: 'not_found', message: served }))
-    else writeJson(source.res, 405, JSON.stringify({ error: 'method_not_allowed', message: served.message }), { allow: served.allow })
+    const refusal = refusalAt(tokenApiMethods(api, new URL(request.url).pathname))
+    writeJson(source.res, refusal.status, JSON.stringify(refusal.body), refusal.allow === undefined ? undefined : { allow: refusal.allow })
     return
   }
   const response = await api(request, clientAddress === undefined ? {} : { clientAddress })

@@ -50,3 +50,17 @@ export function servedAt(segments: readonly string[]): Served | string {
 }
 
 const TOKEN_ID = /^[A-Za-z0-9-]{1,64}$/
+
+/** The API's answer to a method a path does not serve, or at a path naming nothing. */
+export interface PathRefusal {
+  readonly status: 404 | 405
+  readonly body: { readonly error: string; readonly message: string }
+  /** `Allow`, for a 405. */
+  readonly allow?: string
+}
+
+/** What the API answers where `served` (of {@link servedAt}) says the request cannot be served. */
+export function refusalAt(served: Served | string): PathRefusal {
+  if (typeof served === 'string') return { status: 404, body: { error: 'not_found', message: served } }
+  return { status: 405, body: { error: 'method_not_allowed', message: served.message }, allow: served.allow }
+}

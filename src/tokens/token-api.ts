@@ -26,7 +26,7 @@ import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
 import { NotUtf8Error, readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
-import { type Served, segmentsOf, servedAt } from './token-api-paths.js'
+import { type Served, refusalAt, segmentsOf, servedAt } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 
 /** The dashboard user of a request with a session cookie. */
@@ -92,8 +92,9 @@ const SNAKE: Record<string, string> = {
 }
 
 
-function notServed(served: Served): Response {
-  return json(405, { error: 'method_not_allowed', message: served.message }, { allow: served.allow })
+function notServed(served: Served | string): Response {
+  const refusal = refusalAt(served)
+  return json(refusal.status, refusal.body, refusal.allow === undefined ? undefined : { allow: refusal.allow })
 }
 
 function json(status: number, body: unknown, headers?: Record<string, string>): Response {
@@ -258,7 +259,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     const bearer = apiTokenOf(request.headers.get('authorization'))
     const [id, action] = segments
     const served = servedAt(segments)
-    if (typeof served === 'string') return json(404, { error: 'not_found', message: served })
+    if (typeof served === 'string') return notServed(served)
     // Rotation by the token itself: Bearer only, no cookie, no CSRF (spec 4.3).
     if (action === 'rotate') {
       if (method !== 'POST') return notServed(served)
