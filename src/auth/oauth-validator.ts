@@ -1182,6 +1182,14 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // and plain `JWT` are taken, since common providers issue their access tokens so.
     const typ = typeof header.typ === 'string' ? header.typ.toLowerCase().replace(/^application\//, '') : undefined
     if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
+    // An expired token is refused whatever its signature, so without checking it: a client
+    // that keeps sending its token past `exp` (refused ones are not cached in this mode by
+    // default) costs a decode, not a signature check each time. `jose` would refuse it the
+    // same way after the signature (`exp` at or before now less the tolerance).
+    if (typeof claims.exp === 'number' && claims.exp * 1000 <= now() - clockToleranceMs) {
+      emit({ type: 'rejected-locally', reason: 'token expired' })
+      return { active: false, reason: 'token expired' }
+    }
     // No keys in hand yet (none fetched since start, every fetch so far failed): a token its own
     // claims refuse is refused without them, as one naming a key not yet known is (below), so
     // an expired or foreign token gets its 401 while the JWKS endpoint fails, and no fetch.

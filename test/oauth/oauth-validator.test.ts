@@ -742,6 +742,27 @@ describe('jwt mode (local verification)', () => {
     expect(await v.validate('opaque-token', weather)).toMatchObject({ active: false, reason: 'not a JWT access token' })
   })
 
+  it('refuses an expired token from its claims, before any signature check: a client resending it costs a decode (regression)', async () => {
+    fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
+    const v = validator({ mode: 'jwt', clockToleranceMs: 30_000 })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    events = []
+    const other = (await generateKeyPair('ES256')).privateKey
+    // Signed by no key of the issuer's, naming its key: a signature check would say so; the
+    // claims speak first.
+    const forged = await sign({}, { key: other, expiresInS: -31 })
+    const expired = await sign({}, { expiresInS: -30 })
+    for (let i = 0; i < 3; i++) {
+      expect(await v.validate(forged, weather)).toEqual({ active: false, reason: 'token expired' })
+      expect(await v.validate(expired, weather)).toEqual({ active: false, reason: 'token expired' })
+    }
+    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual(Array(6).fill({ type: 'rejected-locally', reason: 'token expired' }))
+    // Within the clock tolerance a token is verified and taken, as jose takes it; a forged one is not.
+    expect(await v.validate(await sign({}, { expiresInS: -29 }), weather)).toMatchObject({ active: true })
+    expect(await v.validate(await sign({}, { key: other, expiresInS: -29 }), weather)).toMatchObject({ active: false, reason: 'invalid signature or token' })
+    expect(fake.count('/jwks')).toBe(1)
+  })
+
   it('never serves a cached token past its exp', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     const token = await sign({}, { expiresInS: 60 })
