@@ -348,17 +348,21 @@ export function platformHeaders(headers: Readonly<Record<string, OutgoingHttpHea
 /**
  * Sets `headers` (what {@link platformHeaders} kept) on a raw response whose head is not written.
  * One Node refuses (a value with a character outside Latin-1, set with Fastify's `reply.header`,
- * which checks nothing) is left out and said on stderr, never thrown: the throw would leave a
- * hijacked reply unanswered.
+ * which checks nothing) is left out and given to `report` (the adapter's `onError`), never
+ * thrown: the throw would leave a hijacked reply unanswered.
  * @internal
  */
-export function setHeaders(res: ServerResponse, headers: OutgoingHttpHeaders | undefined): void {
+export function setHeaders(
+  res: ServerResponse,
+  headers: OutgoingHttpHeaders | undefined,
+  report: (error: unknown, context: string) => void = logError,
+): void {
   if (headers === undefined) return
   for (const name in headers) {
     try {
       res.setHeader(name, headers[name]!)
     } catch (error) {
-      logError(error, `a header the platform set was left out (Node refuses it): ${JSON.stringify(name.slice(0, 64))}`)
+      report(error, `a header the platform set was left out (Node refuses it): ${JSON.stringify(name.slice(0, 64))}`)
     }
   }
 }
@@ -613,7 +617,7 @@ function holdUntilPinned(
     state = REPLACED
     try {
       clearHeaders(res)
-      setHeaders(res, before)
+      setHeaders(res, before, onError)
       originals[0]!.call(res, failure.status, replyHeaders(res, failure))
       // The body on the response's own `write`, then `end` with none: HTTP/2's `end(chunk)`
       // writes its chunk through `this.write`, a later middleware's wrapper (`compression()`'s)

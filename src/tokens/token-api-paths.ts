@@ -7,6 +7,19 @@
  */
 import type { TokenApi } from './token-api.js'
 
+/** Each API's `onError`, for what a Node adapter's hook reports on its behalf. */
+const reporters = new WeakMap<TokenApi, (error: unknown, context: string) => void>()
+
+/** Records `api`'s `onError` (at its creation). @internal */
+export function setTokenApiReporter(api: TokenApi, report: (error: unknown, context: string) => void): void {
+  reporters.set(api, report)
+}
+
+/** `api`'s `onError`, or `undefined` for a handler `createTokenApi` did not make. @internal */
+export function tokenApiReporter(api: TokenApi): ((error: unknown, context: string) => void) | undefined {
+  return reporters.get(api)
+}
+
 /** A path segment with its percent-encoding undone; as it is when that is not valid. */
 function decodeSegment(segment: string): string {
   try {

@@ -26,7 +26,7 @@ import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
 import { NotUtf8Error, readTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
-import { type Served, refusalAt, segmentsOf, servedAt } from './token-api-paths.js'
+import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 
 /** The dashboard user of a request with a session cookie. */
@@ -367,7 +367,9 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     // HEAD is GET without the body (RFC 9110 section 9.3.2).
     return withoutBody(await answer(new Request(request, { method: 'GET' }), rest, info))
   }
-  return Object.assign(api, { basePath }) as TokenApi
+  const made = Object.assign(api, { basePath }) as TokenApi
+  setTokenApiReporter(made, onError)
+  return made
 }
 /**
  * The `hosts` option as a set of host names as the URL parser writes them (lower case, an IDN

@@ -378,6 +378,30 @@ describe('fastify adapter specifics', () => {
     }
   })
 
+  it("fromWebHandler, a header a platform hook set that Node refuses: left out, the handler's answer goes out, and the plugin's onError hears it, not stderr (regression: stderr)", async () => {
+    const fixture = createFixture()
+    const reported: string[] = []
+    const app = Fastify()
+    app.addHook('onRequest', async (_request, reply) => {
+      reply.header('x-display-name', 'Zoë €')
+      reply.header('x-frame-options', 'DENY')
+    })
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher, onError: (_error, context) => reported.push(context) }))
+    app.all('/*', fromWebHandler(() => Response.json({ jsonrpc: '2.0', id: 1, result: { tools: [] } })))
+    await app.listen({ host: '127.0.0.1', port: 0 })
+    const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const res = await rawRequest(port, { path: '/v1', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }, body: tools })
+      expect([res.status, res.headers['x-frame-options'], res.headers['x-display-name'], res.headers['x-mcp-version']]).toEqual([200, 'DENY', undefined, '1.0.0'])
+      expect(reported).toEqual([expect.stringContaining('"x-display-name"')])
+      expect(stderr).not.toHaveBeenCalled()
+    } finally {
+      stderr.mockRestore()
+      await app.close()
+    }
+  })
+
   it('fromWebHandler and routeByVersion on a route the dispatch layer never saw (a wiring mistake) answer the JSON-RPC 502, not Fastify\'s 500 with the TypeError', async () => {
     for (const handler of [fromWebHandler(() => new Response('never')), routeByVersion(() => () => 'never')]) {
       const app = Fastify()

@@ -225,6 +225,34 @@ describe('serveTokenApi on Fastify: the platform\'s hooks', () => {
     }
   })
 
+  it("a header Node refuses goes to the API's onError when it has one, not to stderr (regression: always stderr)", async () => {
+    const fixture = createFixture()
+    const reported: string[] = []
+    const api = createTokenApi({
+      tokens: fixture.dispatcherOptions.tokens as TokenService,
+      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: (request) => request.headers.get('x-csrf-token') === CSRF,
+      onError: (_error, context) => reported.push(context),
+    })
+    const app = Fastify()
+    app.addHook('onRequest', async (_request, reply) => {
+      reply.header('x-display-name', 'Zoë €')
+    })
+    await app.register(fastifyAdapter.serveTokenApi(api))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const said = vi.spyOn(console, 'error').mockImplementation(() => {})
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const listed = await rawRequest(port, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE } })
+      expect(listed.status).toBe(200)
+      expect(reported).toEqual([expect.stringContaining('"x-display-name"')])
+      expect(said).not.toHaveBeenCalled()
+    } finally {
+      said.mockRestore()
+      await app.close()
+    }
+  })
+
   it('refuses a prefix it would not apply (its hook matches the full path), naming the basePath to give', async () => {
     const fixture = createFixture()
     const app = Fastify()

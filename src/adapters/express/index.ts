@@ -254,7 +254,7 @@ function fail(req: Request, res: ServerResponse, error: unknown, before: Outgoin
   // on a Web adapter's 502 behind the same middleware. The head still takes the dispatch headers.
   // (`platformHeaders` left Express's own X-Powered-By out.)
   clearHeaders(res)
-  setHeaders(res, before)
+  setHeaders(res, before, dispatchedRequests.get(req)?.onError)
   writeReply(res, HANDLER_FAILED)
 }
 

@@ -42,6 +42,7 @@ import { ConfigurationError, logError } from '../../errors.js'
 import { type Decision, type DispatchContext } from '../../pipeline/dispatcher.js'
 import { isForeignThenable } from '../../core/thenable.js'
 import type { TokenApi } from '../../tokens/token-api.js'
+import { tokenApiReporter } from '../../tokens/token-api-paths.js'
 import {
   answerEnded,
   answerTokenApi,
@@ -316,7 +317,7 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown, befo
   clearHeaders(raw)
   if (reply.sent) {
     // Hijacked: Fastify no longer writes this reply.
-    setHeaders(raw, before)
+    setHeaders(raw, before, (request as ReportingRequest)[kReporter] ?? undefined)
     writeReply(raw, HANDLER_FAILED)
     return undefined
   }
@@ -422,7 +423,7 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
     // Hijacked, the reply's own headers (those `@fastify/cors` sets with `reply.header` in its
     // hook) would not be written: they go on the raw head, under the handler's own.
     const before = platformHeaders(reply.getHeaders())
-    setHeaders(reply.raw, before)
+    setHeaders(reply.raw, before, (request as ReportingRequest)[kReporter] ?? undefined)
     // A response Node cannot write (a header value it refuses, `Response.error()`'s status 0,
     // no `Response`) fails before any byte of it goes out: the handler failed. Hijacked, the
     // reply is no longer Fastify's to answer, so a rejection here would leave the client waiting.
@@ -474,7 +475,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
       reply.hijack()
       // Hijacked, the headers the platform's earlier hooks set on the reply (`@fastify/cors`'s)
       // would not be written: they go on the raw head, as on the MCP routes.
-      setHeaders(reply.raw, platformHeaders(reply.getHeaders()))
+      setHeaders(reply.raw, platformHeaders(reply.getHeaders()), tokenApiReporter(api))
       void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: requestProtocol(raw, request.protocol) }, trust)
     })
   }
