@@ -245,7 +245,10 @@ export interface DispatcherOptions {
   baseUrl?: ((request: DispatchRequest, app: AppRecord) => string) | undefined
   /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
   basePath?: string | undefined
-  /** Session pins; default in memory. Use a shared store when instances share sessions. */
+  /**
+   * Session pins; default in memory (`createMemorySessionStore`, its idle TTL on the monotonic
+   * clock unless `now` is given). Use a shared store when instances share sessions.
+   */
   sessions?: SessionStore | undefined
   /**
    * Idle lifetime of a session pin, in whole milliseconds from 1 to 2^53 - 1
@@ -289,7 +292,9 @@ export interface DispatcherOptions {
   cors?: boolean | undefined
   /**
    * Clock, epoch ms. Default `Date.now`. A call answering no finite number fails the request's
-   * rate-limit count (`rateLimit.failOpen` decides), reported.
+   * rate-limit count (`rateLimit.failOpen` decides), reported. Given, it also times the default
+   * rate-limit counters' life and the default session store's idle TTL, which the monotonic
+   * clock times otherwise.
    */
   now?: (() => number) | undefined
   /**
@@ -467,7 +472,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!options[key]) throw new ConfigurationError(key, 'is required')
   }
   const { apps, subscriptions, tokens, oauth } = options
-  if (oauth?.checksAppAddress === true && options.resolveApp === undefined && options.baseUrl === undefined) {
+  if (oauth?.checksAppAddress === true && options.resolveApp == null && options.baseUrl == null) {
     // The default resolveApp takes the first label of any Host, and the App address is then
     // the request's origin: an audience check against it would accept a token issued to a
     // look-alike host (`weather.evil.example`) sent with that Host.
@@ -497,7 +502,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
   const timers: DispatcherTimers = options.timers ?? { setInterval: (callback, ms) => setInterval(callback, ms), clearInterval: (handle) => clearInterval(handle as ReturnType<typeof setInterval>) }
   const onError = reporterOption(options.onError)
-  const sessions = options.sessions ?? createMemorySessionStore({ now })
+  // The default pins' idle TTL runs on the monotonic clock, as the counters' life does, unless a
+  // clock is given: a wall clock stepped forward by `sessionTtlMs` would end every pin at once.
+  const sessions = options.sessions ?? createMemorySessionStore(options.now ? { now } : {})
   const synchronousPins = sessions.synchronous === true
   const sessionTtlMs = options.sessionTtlMs ?? 3_600_000
   // Stores send it as it is: Redis refuses `PX Infinity` or a fraction, and no pin would be
@@ -580,7 +587,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // The address as `resource` and the 401's `resource_metadata` URL are built from it: with no
   // trailing slash, which the metadata path follows (`https://a.example/` named
   // `https://a.example//.well-known/…`, where nothing is served).
-  const givenBaseUrl = options.baseUrl
+  // `null` is no `baseUrl`, as one left out (a config loader's unset value).
+  const givenBaseUrl = options.baseUrl ?? undefined
   const baseUrlOf = givenBaseUrl
     ? (request: DispatchRequest, app: AppRecord) => {
         // Whatever step asks for the address, and whether it then goes on synchronously or not,

@@ -53,6 +53,9 @@ describe('audience binding and the App address', () => {
       expect(oauth.checksAppAddress).toBe(true)
       expect(() => createDispatcher({ ...stores(), oauth })).toThrow(ConfigurationError)
       expect(() => createDispatcher({ ...stores(), oauth })).toThrow(/baseUrl/)
+      // `null` (a config loader's unset value) is none (regression: it passed the check, and the
+      // audience then followed the Host).
+      expect(() => createDispatcher({ ...stores(), oauth, baseUrl: null as never, resolveApp: null as never })).toThrow(/baseUrl/)
       expect(() => createDispatcher({ ...stores(), oauth, baseUrl: () => 'https://weather.example.com' })).not.toThrow()
       expect(() => createDispatcher({ ...stores(), oauth, resolveApp: () => undefined })).not.toThrow()
     }

@@ -73,11 +73,17 @@ describe('a request that names no host (HTTP/1.0, an empty Host), with a resolve
     const { token } = await tokens.create({ userId: 'user_1', name: 't', servers: [APP.id], expiresInDays: 30 })
     const everyRequest = () => apps.getAppBySlug('weather')
     const hostless = (path: string, withToken?: string): DispatchRequest => ({ ...request('', path, withToken), host: undefined, origin: 'http://' })
-    const byHost = createDispatcher({ apps, subscriptions, tokens, resolveApp: everyRequest })
-    for (const [path, withToken] of [['/v1', token], ['/v1', undefined], ['/.well-known/oauth-protected-resource', undefined]] as const) {
-      const answer = await outcome(byHost.decide(hostless(path, withToken)))
-      expect(answer.status, path).toBe(404)
-      expect(JSON.parse(String(answer.body)).error.data).toEqual({ error: 'not_found' })
+    // `baseUrl: null` (a config loader's unset value) is none, as one left out (regression: a
+    // 401 naming `http:///.well-known/…`).
+    for (const byHost of [
+      createDispatcher({ apps, subscriptions, tokens, resolveApp: everyRequest }),
+      createDispatcher({ apps, subscriptions, tokens, resolveApp: everyRequest, baseUrl: null as never }),
+    ]) {
+      for (const [path, withToken] of [['/v1', token], ['/v1', undefined], ['/.well-known/oauth-protected-resource', undefined]] as const) {
+        const answer = await outcome(byHost.decide(hostless(path, withToken)))
+        expect(answer.status, path).toBe(404)
+        expect(JSON.parse(String(answer.body)).error.data).toEqual({ error: 'not_found' })
+      }
     }
     const addressed = createDispatcher({ apps, subscriptions, tokens, resolveApp: everyRequest, baseUrl: () => 'https://weather.example.com' })
     expect(await outcome(addressed.decide(hostless('/v1', token)))).toEqual({ status: 'dispatch', version: '1.0.0' })

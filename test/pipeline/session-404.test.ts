@@ -5,8 +5,8 @@
  * An adapter of the platform's own that says nothing of the type keeps the rule of before: any
  * 404 ends it.
  */
-import type { DispatchOutcome, DispatchRequest } from 'mcp-dispatch'
-import { describe, expect, it } from 'vitest'
+import { type DispatchOutcome, type DispatchRequest, createDispatcher } from 'mcp-dispatch'
+import { describe, expect, it, vi } from 'vitest'
 import { createFixture } from '../adapters/helpers.js'
 
 describe('a 404 in a session, by its Content-Type', () => {
@@ -49,5 +49,30 @@ describe('a 404 in a session, by its Content-Type', () => {
   it('another status leaves the pin, whatever its type', async () => {
     expect(await pinAfter('s1', { status: 400, contentType: 'application/json' })).toBe(true)
     expect(await pinAfter('s1', { status: 500 })).toBe(true)
+  })
+})
+
+describe("the default session store's clock", () => {
+  const request = (token: string, sessionId?: string): DispatchRequest => {
+    const headers = new Headers({ authorization: `Bearer ${token}`, ...(sessionId && { 'mcp-session-id': sessionId }) })
+    return { method: 'POST', path: '/v1', host: 'weather.localhost', origin: 'http://weather.localhost', headers, clientAddress: '127.0.0.1' }
+  }
+
+  it('times the idle TTL on the monotonic clock: a wall clock stepped forward past sessionTtlMs ends no pin (regression: every pin ended)', async () => {
+    vi.useFakeTimers({ toFake: ['Date'] })
+    try {
+      const fixture = createFixture()
+      // No clock given: the dispatcher's default stores, on their default clocks.
+      const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, now: undefined })
+      const opened = await dispatcher.decide(request(fixture.tokens.alice))
+      if (opened.type !== 'dispatch') throw new Error('not dispatched')
+      await opened.complete({ status: 200, sessionId: 's1' })
+      // NTP stepping a clock that was hours behind (the default sessionTtlMs is an hour).
+      vi.setSystemTime(Date.now() + 3 * 60 * 60_000)
+      const later = await dispatcher.decide(request(fixture.tokens.alice, 's1'))
+      expect(later.type).toBe('dispatch')
+    } finally {
+      vi.useRealTimers()
+    }
   })
 })

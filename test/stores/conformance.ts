@@ -18,22 +18,24 @@
  */
 import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, it } from 'vitest'
-import { hashApiToken } from '../../src/core/api-token.js'
-import type {
-  ApiTokenRecord,
-  AppRecord,
-  AppStore,
-  CacheStore,
-  InvalidationBus,
-  InvalidationMessage,
-  MaybePromise,
-  RateLimitStore,
-  SessionPin,
-  SessionStore,
-  SubscriptionStore,
-  TokenStore,
-} from '../../src/core/stores.js'
-import { DeployRefusedError, NotFoundError } from '../../src/errors.js'
+// From the package's public name, so this file runs as it is in a project of your own.
+import {
+  DeployRefusedError,
+  NotFoundError,
+  hashApiToken,
+  type ApiTokenRecord,
+  type AppRecord,
+  type AppStore,
+  type CacheStore,
+  type InvalidationBus,
+  type InvalidationMessage,
+  type MaybePromise,
+  type RateLimitStore,
+  type SessionPin,
+  type SessionStore,
+  type SubscriptionStore,
+  type TokenStore,
+} from 'mcp-dispatch'
 
 /**
  * A token store in front of `inner` that counts `findByHash` calls: a lookup that does not
