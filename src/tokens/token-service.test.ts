@@ -566,6 +566,17 @@ describe('create (spec 2.1, 3)', () => {
     expect((await createToken(service, { name: '  CI  ' })).name).toBe('CI')
   })
 
+  it("a scope holds the App's own id, as the App store answers it, not the caller's spelling (regression: a scope no request could use)", async () => {
+    const { service, apps } = setup()
+    // An App store reading ids without case (a case-insensitive column).
+    const getApp = apps.getApp.bind(apps)
+    apps.getApp = (id: string) => getApp(id.toLowerCase())
+    const token = await createToken(service, { servers: ['APP_WEATHER', 'app_weather', 'App_Notes'] })
+    expect(token.scopes.map((s) => s.server_id)).toEqual(['app_weather', 'app_notes'])
+    const auth = await service.authenticate(token.token)
+    expect(auth.ok && auth.record.servers).toEqual(['app_weather', 'app_notes'])
+  })
+
   it('the bounds of servers, allowlists and expiresAt are refused in sentences naming the field, not in the validator’s words', async () => {
     const { service } = setup()
     const refusedWith = (promise: Promise<unknown>) => refusal(promise, InvalidInputError).then((e) => e.message)
@@ -573,6 +584,9 @@ describe('create (spec 2.1, 3)', () => {
     expect(await refusedWith(createToken(service, { servers: [] }))).toBe('servers: must name at least one server')
     expect(await refusedWith(createToken(service, { servers: [''] }))).toBe('servers.0: must not be empty')
     expect(await refusedWith(createToken(service, { servers: ['x'.repeat(201)] }))).toBe('servers.0: must be at most 200 characters')
+    // As a user id: no store keeps them as given (PostgreSQL refuses NUL: a 503; pg writes U+FFFD).
+    expect(await refusedWith(createToken(service, { servers: ['app_weather', 'app_weather\u0000'] }))).toBe('servers.1: must not contain NUL')
+    expect(await refusedWith(createToken(service, { servers: ['app_\uD800'] }))).toBe('servers.0: must be well-formed Unicode (no lone surrogate)')
     expect(await refusedWith(createToken(service, { allowedIps: Array(101).fill('10.0.0.1') }))).toBe('allowedIps: at most 100 entries')
     expect(await refusedWith(createToken(service, { allowedIps: ['1'.repeat(65)] }))).toMatch(/^allowedIps\.0: entry 0 \("1{60}…"\) is longer than 64 characters$/)
     expect(await refusedWith(createToken(service, { allowedIps: [] }))).toBe('allowedIps: must name at least one address or CIDR range (null removes the allowlist)')

@@ -449,7 +449,19 @@ const allowedIpsSchema = z.array(z.string('must be a string (an IP address or CI
 const createSchema = z.object({
   userId: newUserIdSchema,
   name: nameSchema,
-  servers: z.array(z.string().min(1, 'must not be empty').max(200, 'must be at most 200 characters')).min(1, 'must name at least one server').max(100, 'at most 100 servers'),
+  // An App id is stored in the token's scope and compared with the App's own id on every
+  // request: refused as a user id is where no store would keep it as given (NUL, a lone surrogate).
+  servers: z
+    .array(
+      z
+        .string()
+        .min(1, 'must not be empty')
+        .max(200, 'must be at most 200 characters')
+        .refine((id) => !id.includes('\0'), 'must not contain NUL')
+        .refine((id) => !hasLoneSurrogate(id), 'must be well-formed Unicode (no lone surrogate)'),
+    )
+    .min(1, 'must name at least one server')
+    .max(100, 'at most 100 servers'),
   expiresInDays: z.union(TOKEN_LIFETIMES_DAYS.map((d) => z.literal(d)) as [z.ZodLiteral<7>, z.ZodLiteral<30>, z.ZodLiteral<90>], {
     error: 'must be 7, 30 or 90',
   }),
@@ -1264,16 +1276,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const createdAt = now()
       const data = parseInput(createSchema, input)
       checkAllowlist(data.allowedIps, 'allowedIps')
-      const servers = [...new Set(data.servers)]
       const known = new Map<string, AppRecord>()
-      for (const appId of servers) {
+      for (const appId of new Set(data.servers)) {
         const app = await askStore('app', () => apps.getApp(appId))
-        if (!app || !(await askStore('subscription', () => canUseServer(data.userId, appId)))) {
+        if (!app || !(await askStore('subscription', () => canUseServer(data.userId, app.id)))) {
           // Name the position in the input, which is what the caller sees (duplicates included).
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }
-        known.set(appId, app)
+        // The scope holds the App's own id, which requests are checked against: an App store that
+        // finds `APP_1` for `app_1` (a column compared without case) must not make a scope of
+        // an id no App has.
+        known.set(app.id, app)
       }
+      const servers = [...known.keys()]
       // One user's creations, from the count to the insert, one at a time on this instance: the
       // count each checks holds the tokens the ones before it made.
       const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt))
