@@ -98,6 +98,14 @@ export interface TokenStore {
   /** Every token of the user, in any state (the dashboard lists revoked and expired ones too). */
   listByUser(userId: string): MaybePromise<readonly ApiTokenRecord[]>
   /**
+   * How many of the user's tokens are active at `now` (epoch ms): not revoked, by the token's
+   * own revocation or a password reset, and `expiresAt` after `now`. Optional: the token
+   * service counts a user's active tokens at each creation (`maxActiveTokensPerUser`) with it
+   * when it is there, else from `listByUser`, which reads every token the user ever had (a
+   * user who creates and revokes in a loop makes that read grow by a row each time).
+   */
+  countActiveByUser?(userId: string, now: number): MaybePromise<number>
+  /**
    * Applies `patch` unless the token is revoked; `undefined` when absent or revoked. When
    * `expectedExpiresAt` is given, applies it only if the token's current `expiresAt` equals it
    * (compare-and-swap, as `rotate` with `expectedHash`), and answers `undefined` otherwise.

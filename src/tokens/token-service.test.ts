@@ -296,10 +296,25 @@ describe('create (spec 2.1, 3)', () => {
     expect((await carol).name).toBe('CI')
   })
 
+  it('counts active tokens with the store\'s countActiveByUser, never reading the user\'s whole history; a store without it is counted from listByUser', async () => {
+    for (const counting of [true, false]) {
+      const memory = createMemoryTokenStore()
+      const listed = vi.fn(memory.listByUser.bind(memory))
+      const store: TokenStore = { ...memory, listByUser: listed, countActiveByUser: counting ? memory.countActiveByUser!.bind(memory) : undefined }
+      const { service } = setup({ store, maxActiveTokensPerUser: 2 })
+      const first = await createToken(service)
+      await createToken(service)
+      await refusal(createToken(service), ConflictError)
+      await service.revoke('alice', first.id)
+      await createToken(service)
+      expect(listed.mock.calls.length > 0, String(counting)).toBe(!counting)
+    }
+  })
+
   it('creations of one user queued behind a store that stopped answering fail within about twice storeTimeoutMs, not one bound after another', async () => {
     vi.useFakeTimers()
     try {
-      const hung: TokenStore = { ...createMemoryTokenStore(), listByUser: () => new Promise(() => {}) }
+      const hung: TokenStore = { ...createMemoryTokenStore(), countActiveByUser: () => new Promise(() => {}) }
       const { service } = setup({ store: hung, storeTimeoutMs: 200 })
       const settled: unknown[] = []
       for (let i = 0; i < 5; i++) void createToken(service).then(() => settled.push('created'), (error: unknown) => settled.push(error))
@@ -320,7 +335,7 @@ describe('create (spec 2.1, 3)', () => {
       const later = <T>(value: T) => new Promise<T>((resolve) => setTimeout(() => resolve(value), 150))
       const slow: TokenStore = {
         ...memory,
-        listByUser: (userId) => later(memory.listByUser(userId) as ApiTokenRecord[]),
+        countActiveByUser: (userId, at) => later(memory.countActiveByUser!(userId, at) as number),
         insert: async (record) => {
           await later(undefined)
           return memory.insert(record)

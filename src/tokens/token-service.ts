@@ -1234,10 +1234,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     servers: string[],
     createdAt: number,
   ): Promise<{ record: ApiTokenRecord; token: string }> {
-    const owned = await storeCall(() => store.listByUser(data.userId))
     const at = now()
     let active = 0
-    for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
+    if (typeof store.countActiveByUser === 'function') {
+      active = await storeCall(() => store.countActiveByUser!(data.userId, at))
+    } else {
+      const owned = await storeCall(() => store.listByUser(data.userId))
+      for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
+    }
     if (active >= maxActiveTokens) {
       throw new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
     }

@@ -194,6 +194,36 @@ export function describeTokenStoreConformance(
         expect(await store.listByUser('u2')).toEqual([theirs])
       })
 
+      it('counts a user\'s active tokens, when it has countActiveByUser: not revoked (by itself or a reset), not expired at now', async () => {
+        const { store } = await open()
+        if (typeof store.countActiveByUser !== 'function') return
+        const created = 1_700_000_000_000
+        const at = created + DAY
+        const records = [
+          makeTokenRecord({ userId: 'u1', createdAt: created }),
+          makeTokenRecord({ userId: 'u1', createdAt: created }),
+          makeTokenRecord({ userId: 'u1', createdAt: created, revokedAt: created + 1 }),
+          // Expired at `at` exactly: expired, as authentication reads it.
+          makeTokenRecord({ userId: 'u1', createdAt: created, expiresAt: at }),
+          makeTokenRecord({ userId: 'u2', createdAt: created }),
+        ]
+        for (const r of records) await store.insert(r)
+        expect(await store.countActiveByUser('u1', at)).toBe(2)
+        expect(await store.countActiveByUser('u1', at - 1)).toBe(3)
+        expect(await store.countActiveByUser('u2', at)).toBe(1)
+        expect(await store.countActiveByUser('nobody', at)).toBe(0)
+        await store.revoke(records[0]!.id, at)
+        expect(await store.countActiveByUser('u1', at)).toBe(1)
+        await store.revokeAllForUser('u1', at + 1)
+        expect(await store.countActiveByUser('u1', at + 1)).toBe(0)
+        // A token the reset reaches though it was stored after it (a create racing the reset).
+        await store.insert(makeTokenRecord({ userId: 'u1', createdAt: at }))
+        expect(await store.countActiveByUser('u1', at + 2)).toBe(0)
+        // One created after the reset counts.
+        await store.insert(makeTokenRecord({ userId: 'u1', createdAt: at + 5 }))
+        expect(await store.countActiveByUser('u1', at + 6)).toBe(1)
+      })
+
       it('refuses a duplicate id or a duplicate hash', async () => {
         const { store } = await open()
         const record = makeTokenRecord()

@@ -166,6 +166,14 @@ export function createMemoryTokenStore(): TokenStore {
       const ids = idsByUser.get(userId)
       return ids ? [...ids].map((id) => byId.get(id)!) : []
     },
+    countActiveByUser(userId, at) {
+      let active = 0
+      for (const id of idsByUser.get(userId) ?? []) {
+        const token = byId.get(id)!
+        if (token.revokedAt === null && token.expiresAt > at) active++
+      }
+      return active
+    },
     update(id, patch: ApiTokenPatch, expectedExpiresAt?: number) {
       const current = byId.get(id)
       if (!current || current.revokedAt !== null) return undefined

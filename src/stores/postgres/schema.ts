@@ -209,7 +209,7 @@ export interface Statement {
 
 /** The statements of the token store, one per operation. @internal */
 export type TokenStatements = Record<
-  'insert' | 'findByHash' | 'get' | 'listByUser' | 'update' | 'rotate' | 'revoke' | 'revokeAllForUser' | 'touch',
+  'insert' | 'findByHash' | 'get' | 'listByUser' | 'countActiveByUser' | 'update' | 'rotate' | 'revoke' | 'revokeAllForUser' | 'touch',
   Statement
 >
 
@@ -248,6 +248,8 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
     findByHash: statement('find_by_hash', `SELECT ${read} FROM ${t} AS t WHERE t.token_hash = $1`),
     get: statement('get', `SELECT ${read} FROM ${t} AS t WHERE t.id = $1`),
     listByUser: statement('list_by_user', `SELECT ${read} FROM ${t} AS t WHERE t.user_id = $1 ORDER BY t.created_at, t.id`),
+    // A count, not the rows: a user's revoked and expired tokens stay (the dashboard lists them).
+    countActiveByUser: statement('count_active', `SELECT count(*)::int AS n FROM ${t} AS t WHERE t.user_id = $1 AND t.expires_at > $2 AND ${live}`),
     // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist"). $6, when
     // set, is the expiry the row must still have (compare-and-swap, as `rotate`).
     update: statement(

@@ -240,6 +240,7 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
     findByHash: (tokenHash) => one(statements.findByHash, [tokenHash]),
     get: async (id) => (storable(id) ? one(statements.get, [id]) : undefined),
     listByUser: (userId) => all(statements.listByUser, [userId]),
+    countActiveByUser: async (userId, at) => ((await run(statements.countActiveByUser, [userId, at])).rows[0] as { n: number }).n,
     update: async (id, patch, expectedExpiresAt) =>
       storable(id) ? one(statements.update, [
         id,
