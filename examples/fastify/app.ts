@@ -5,41 +5,52 @@
  *   npx tsx examples/fastify/server.ts
  */
 import Fastify, { type FastifyInstance } from 'fastify'
-import { answerClientError, frameworkErrors, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
+import { answerClientError, frameworkErrors, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
 import { buildAppServer } from '../platform/mcp-app.js'
-import { type Demo, type NodeSessions, createNodeSessions } from '../shared/demo.js'
+import { BODY_LIMIT, type Demo, type NodeSessions, bodyRefusedReply, callerOf, createNodeServer, createNodeSessions } from '../shared/demo.js'
 
 /** Builds the Fastify app; closing it ends the open MCP sessions. */
 export async function createFastifyExample(demo: Demo): Promise<FastifyInstance> {
   const versions: NodeSessions[] = []
   // `frameworkErrors`: a target Fastify cannot decode (`/v1%zz`) is the JSON-RPC 404 the other
   // adapters give, not Fastify's own 400 error object; `answerClientError`: what Node's parser
-  // refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body too.
-  const app = Fastify({ forceCloseConnections: true, bodyLimit: 4 * 1024 * 1024, frameworkErrors, clientErrorHandler: answerClientError })
+  // refuses (a malformed request, a head past 16 KiB) gets a JSON-RPC body too, and so does
+  // what Node refuses itself (no `Host`, an unknown `Expect`: `createNodeServer`).
+  const app = Fastify({
+    forceCloseConnections: true,
+    bodyLimit: BODY_LIMIT,
+    frameworkErrors,
+    clientErrorHandler: answerClientError,
+    serverFactory: (handler) => createNodeServer(handler),
+  })
+  // `Expect: 100-continue`: `100 Continue` once the dispatch layer let the request through.
+  app.server.on('checkContinue', (req, res) => app.server.emit('request', req, res))
   await app.register(mcpDispatch({ dispatcher: demo.dispatcher }))
   // Fastify's JSON parser, but an empty body (a DELETE that names a JSON content type) is no
-  // body, for the MCP transport to judge; and a body it refuses (bad JSON, too large) is a
-  // JSON-RPC error, not Fastify's own error object.
+  // body, for the MCP transport to judge, as is a body of another type or of none (the SDK's
+  // 415, as on the other examples, not Fastify's); and a body it refuses (bad JSON, too large)
+  // is a JSON-RPC error, not Fastify's own error object.
   const parseJson = app.getDefaultJsonParser('error', 'error')
   app.removeContentTypeParser('application/json')
   app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) =>
     body === '' ? done(null, undefined) : parseJson(request, body as string, done),
   )
+  app.addContentTypeParser('*', (_request, _payload, done) => done(null, undefined))
   app.setErrorHandler((error: { statusCode?: number; code?: string }, _request, reply) => {
-    const tooLarge = error.code === 'FST_ERR_CTP_BODY_TOO_LARGE'
-    const status = tooLarge ? 413 : error.statusCode && error.statusCode < 500 ? error.statusCode : 500
-    const code = error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error instanceof SyntaxError ? -32700 : -32600
-    const message = tooLarge ? 'Payload too large' : code === -32700 ? 'Parse error' : status < 500 ? 'Invalid request' : 'Internal error'
-    return reply.code(status).send({ jsonrpc: '2.0', id: null, error: { code: status < 500 ? code : -32603, message } })
+    const notJson = error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error instanceof SyntaxError
+    const { status, headers, body } = bodyRefusedReply(error.statusCode, notJson)
+    // A Buffer: Fastify adds `; charset=utf-8` to an object's or a string's content type.
+    return reply.code(status).headers(headers).send(Buffer.from(body!))
   })
   app.all(
     '/*',
     routeByVersion((appRecord, version) => {
-      const sessions = createNodeSessions(() => buildAppServer(appRecord, version))
+      // The App's own tools, sessions capped per caller (the dispatch context's identity).
+      const sessions = createNodeSessions(() => buildAppServer(appRecord, version, { conformance: false }))
       versions.push(sessions)
       return async (request, reply) => {
         reply.hijack() // the SDK transport writes the response (SSE streams included) itself
-        await sessions.handle(request.raw, reply.raw, request.body)
+        await sessions.handle(request.raw, reply.raw, request.body, callerOf(getDispatchContext(request)))
       }
     }),
   )

@@ -8,9 +8,14 @@
  *
  * Next.js (`app/[[...path]]/route.ts`), which gives a route handler a `request.url` of its own
  * address, so the App's host comes from the `Host` header (the client address: docs/adapters.md,
- * "Next.js"):
+ * "Next.js"). The handler is kept on `globalThis` ("Module state" there): `next dev` evaluates
+ * the module again after an edit and once per route, and a new dispatcher knows no session pin.
+ * Pins live in the dispatcher's session store: on a serverless runtime, where instances come and
+ * go, give the dispatcher a shared one (`sessions`: mcp-dispatch/redis, docs/stores.md), or a
+ * session pinned on one instance is unknown on the next.
  * ```ts
- * const handler = createFetchHandler({ dispatcher, signer, upstream, host: (r) => r.headers.get('host') })
+ * const kept = globalThis as { mcpFetchHandler?: FetchHandler }
+ * const handler = (kept.mcpFetchHandler ??= createFetchHandler({ dispatcher, signer, upstream, host: (r) => r.headers.get('host') }))
  * const route = (request: Request) => handler(request)
  * export { route as GET, route as POST, route as DELETE, route as OPTIONS, route as PUT, route as PATCH }
  * ```

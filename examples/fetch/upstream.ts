@@ -41,10 +41,12 @@ export function createUpstreamApp(options: UpstreamAppOptions): {
       if (identity.version !== version) return new Response('Version not signed for', { status: 403 })
       let handler = versions.get(version)
       if (!handler) {
-        handler = createMcpAppHandler(() => buildAppServer({ slug: 'weather', name: 'Weather' }, version))
+        handler = createMcpAppHandler(() => buildAppServer({ slug: 'weather', name: 'Weather' }, version, { conformance: false }))
         versions.set(version, handler)
       }
-      return handler(request)
+      // The verified identity names the caller (subject, clientId, appId, version), whose
+      // sessions are capped (`maxSessionsPerCaller`).
+      return handler(request, identity)
     },
     close: async () => void (await Promise.all([...versions.values()].map((v) => v.close()))),
   }

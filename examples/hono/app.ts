@@ -9,7 +9,7 @@ import { getConnInfo } from '@hono/node-server/conninfo'
 import { Hono } from 'hono'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
 import { type McpAppHandler, buildAppServer, createMcpAppHandler } from '../platform/mcp-app.js'
-import type { Demo } from '../shared/demo.js'
+import { type Demo, callerOf } from '../shared/demo.js'
 
 /** Builds the Hono app; `close()` ends the open MCP sessions. */
 export function createHonoExample(demo: Demo): { app: Hono<{ Bindings: HttpBindings }>; close(): Promise<void> } {
@@ -17,9 +17,11 @@ export function createHonoExample(demo: Demo): { app: Hono<{ Bindings: HttpBindi
   const mcp = mcpDispatch({
     dispatcher: demo.dispatcher,
     handler: routeByVersion((appRecord, version) => {
-      const handler = createMcpAppHandler(() => buildAppServer(appRecord, version))
+      // The App's own tools; sessions capped per caller (`maxSessionsPerCaller`), who is
+      // named by the dispatch context.
+      const handler = createMcpAppHandler(() => buildAppServer(appRecord, version, { conformance: false }))
       versions.push(handler)
-      return (request) => handler(request)
+      return (request, context) => handler(request, callerOf(context))
     }),
   })
   const app = new Hono<{ Bindings: HttpBindings }>()

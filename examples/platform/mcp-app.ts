@@ -31,10 +31,11 @@ import { registerModernConformanceFeatures, requestStateCodec } from './conforma
 import { createSessionEventStore } from './event-store.js'
 
 /**
- * Builds the MCP server of one App version: its own tools (`get_version`, `echo`, `count`) and
- * the features of the MCP conformance suite (conformance-features.ts).
+ * Builds the MCP server of one App version: its own tools (`get_version`, `echo`, `count`) and,
+ * unless `conformance` is `false`, the features of the MCP conformance suite
+ * (conformance-features.ts: the reference platform serves them; the adapter examples do not).
  */
-export function buildAppServer(app: AppIdentity, version: string): McpServer {
+export function buildAppServer(app: AppIdentity, version: string, options: { conformance?: boolean } = {}): McpServer {
   const server = new McpServer({ name: app.slug, version }, { capabilities: { logging: {} } })
   const tools = appTools(app, version)
   server.registerTool('get_version', { ...tools.getVersion.config, inputSchema: {} }, async () => tools.getVersion.run())
@@ -42,7 +43,7 @@ export function buildAppServer(app: AppIdentity, version: string): McpServer {
   server.registerTool('count', { ...tools.count.config, inputSchema: tools.count.input.shape }, async (args, extra) =>
     tools.count.run(args, extra._meta?.progressToken, (notification) => extra.sendNotification(notification)),
   )
-  registerConformanceFeatures(server)
+  if (options.conformance ?? true) registerConformanceFeatures(server)
   return server
 }
 

@@ -8,20 +8,27 @@
  * the `{slug}.{domain}` layout instead.
  */
 import { randomUUID } from 'node:crypto'
-import type { IncomingMessage, ServerResponse } from 'node:http'
+import { type IncomingMessage, type RequestListener, type Server, type ServerResponse, createServer } from 'node:http'
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
 import {
   type AppRecord,
+  type DispatchContext,
   type Dispatcher,
   type MemoryAppStore,
+  type Reply,
   createDispatcher,
   createMemoryAppStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createTokenService,
+  invalidHostReply,
+  jsonRpcErrorReply,
   sessionNotFoundReply,
 } from 'mcp-dispatch'
+import { answerExpectationFailed } from 'mcp-dispatch/web'
+import type { CallerOf } from '../platform/mcp-app.js'
 
 /** What an example needs to serve the demo App. */
 export interface Demo {
@@ -51,14 +58,15 @@ export async function createDemo(): Promise<Demo> {
 }
 
 /**
- * The port an example listens on: `PORT`, else `fallback` (0: any free port). A `PORT` that is no
- * port number ends the process with one line on stderr naming it (exit 2), never a stack trace.
+ * The port an example listens on: the environment variable `name` (default `PORT`), else
+ * `fallback` (0: any free port). A value that is no port number ends the process with one line
+ * on stderr naming it (exit 2), never a stack trace.
  */
-export function examplePort(fallback: number): number {
-  const raw = process.env.PORT ?? String(fallback)
+export function examplePort(fallback: number, name = 'PORT'): number {
+  const raw = process.env[name] ?? String(fallback)
   const port = /^\d{1,5}$/.test(raw) ? Number(raw) : Number.NaN
   if (!(port <= 65_535)) {
-    console.error(`PORT: must be a port number (0: any free port), got ${JSON.stringify(raw)}`)
+    console.error(`${name}: must be a port number (0: any free port), got ${JSON.stringify(raw)}`)
     process.exit(2)
   }
   return port
@@ -66,12 +74,32 @@ export function examplePort(fallback: number): number {
 
 /**
  * Ends the process when an example cannot listen on 127.0.0.1:`port` (a port taken: EADDRINUSE;
- * one below 1024 without the right: EACCES): one line on stderr naming the port and the system's
- * reason, exit 1, never a stack trace.
+ * one below 1024 without the right: EACCES): one line on stderr naming the port's variable
+ * (`name`, default `PORT`), the port and the system's reason, exit 1, never a stack trace.
  */
-export function cannotListen(port: number, error: unknown): never {
-  console.error(`PORT: cannot listen on 127.0.0.1:${port}: ${error instanceof Error ? error.message : String(error)}`)
+export function cannotListen(port: number, error: unknown, name = 'PORT'): never {
+  console.error(`${name}: cannot listen on 127.0.0.1:${port}: ${error instanceof Error ? error.message : String(error)}`)
   process.exit(1)
+}
+
+/**
+ * A `node:http` server for `listener` that answers in JSON-RPC, as every other refusal, what
+ * Node would refuse with an empty answer before any handler: an HTTP/1.1 request without `Host`
+ * (Node's `requireHostHeader`, turned off here: the 400 of `invalidHostReply()`, RFC 9112
+ * section 3.2) and an `Expect` other than `100-continue` (417: `answerExpectationFailed`). What
+ * Node's parser refuses gets its body from `answerClientError` (the server's `clientError`
+ * event; Fastify's `clientErrorHandler` option).
+ */
+export function createNodeServer(listener: RequestListener): Server {
+  const server = createServer({ requireHostHeader: false }, (req, res) => {
+    if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
+      const { status, headers, body } = invalidHostReply()
+      return void res.writeHead(status, { ...headers, 'content-length': Buffer.byteLength(body!), connection: 'close' }).end(body)
+    }
+    listener(req, res)
+  })
+  server.on('checkExpectation', answerExpectationFailed)
+  return server
 }
 
 /** Prints how to try an example. */
@@ -82,36 +110,125 @@ export function printUsage(name: string, port: number, token: string): void {
   console.log(`  -d '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"0"}}}' -D -`)
 }
 
-/** MCP sessions of one App version on the SDK's Node transport (Express, Fastify). */
-export interface NodeSessions {
-  handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown): Promise<void>
-  close(): Promise<void>
+/** The request body limit of the Express and Fastify examples: the MCP SDK transport's own. */
+export const BODY_LIMIT = 4 * 1024 * 1024
+
+/** Who is calling, for the per-caller session caps, from the dispatch context. */
+export function callerOf(context: DispatchContext): CallerOf {
+  const { subject, clientId } = context.identity
+  return { subject, ...(clientId !== undefined && { clientId }), appId: context.app.id, version: context.version }
 }
 
 /**
- * Serves one App version with the SDK's `StreamableHTTPServerTransport`: a request without a
- * session (`initialize`) opens one; the others find theirs by `Mcp-Session-Id`. A session idle
- * for `idleMs` (default an hour, the dispatch layer's pin lifetime), or the least recently used
- * past `maxSessions`, is closed when another opens.
+ * The JSON-RPC answer to a body the framework's JSON parser refused, in the words of the MCP
+ * SDK transport (which answers the Hono and fetch examples' bodies): not JSON 400 -32700, past
+ * `BODY_LIMIT` 413, another client error its status with -32600 (415 as the SDK's). An error
+ * without a client status is the server's: 500 -32603. The error's own text is never sent.
  */
-export function createNodeSessions(build: () => McpServer, idleMs = 60 * 60_000, maxSessions = 10_000): NodeSessions {
-  const sessions = new Map<string, { transport: StreamableHTTPServerTransport; lastSeen: number }>()
-  const error = (res: ServerResponse, status: number, message: string, allow?: string): void =>
-    void res
-      .writeHead(status, { 'content-type': 'application/json', ...(allow && { allow }) })
-      .end(JSON.stringify({ jsonrpc: '2.0', id: null, error: { code: -32000, message } }))
-  // Sessions idle past `idleMs` (the dispatch layer's pin lives an hour by default), and the
-  // oldest past `maxSessions`, are closed when a new one opens: nothing is kept for ever.
-  const sweep = () => {
-    const cutoff = Date.now() - idleMs
-    for (const [id, s] of sessions) {
-      if (s.lastSeen >= cutoff && sessions.size < maxSessions) break
-      sessions.delete(id)
-      void s.transport.close()
-    }
+export function bodyRefusedReply(status: number | undefined, notJson: boolean): Reply {
+  if (notJson) return jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON' })
+  if (status === 413) return jsonRpcErrorReply(413, { code: -32000, message: `Payload Too Large: Request body must not exceed ${BODY_LIMIT} bytes` })
+  if (status === 415) return jsonRpcErrorReply(415, { code: -32000, message: 'Unsupported Media Type: Content-Type must be application/json' })
+  if (status !== undefined && status >= 400 && status < 500) return jsonRpcErrorReply(status, { code: -32600, message: 'Invalid Request' })
+  return jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' })
+}
+
+/** MCP sessions of one App version on the SDK's Node transport (Express, Fastify). */
+export interface NodeSessions {
+  /**
+   * Serves a request. `parsedBody`: the body the framework's parser read (it tells `initialize`
+   * from a one-shot request); `caller`: who is calling, whose sessions are capped.
+   */
+  handle(req: IncomingMessage, res: ServerResponse, parsedBody?: unknown, caller?: CallerOf): Promise<void>
+  /** Number of open sessions. */
+  sessionCount(): number
+  close(): Promise<void>
+}
+
+/** Options of {@link createNodeSessions}. */
+export interface NodeSessionsOptions {
+  /** A session with no request and no answer open for this long is closed. Default an hour, the dispatch layer's pin lifetime. */
+  idleMs?: number
+  /** At most this many open sessions; the least recently used are closed first. Default 10,000. */
+  maxSessions?: number
+  /** At most this many open sessions per caller; that caller's least recently used is closed first. Default 100. */
+  maxSessionsPerCaller?: number
+  /** Clock, epoch ms, for idleness. Default `Date.now`. */
+  now?: () => number
+}
+
+const MCP_ACCEPT = 'application/json, text/event-stream'
+
+/**
+ * Names both MCP media types in `req`'s `Accept` for the SDK transport, which checks their
+ * names literally (406 otherwise) and reads the headers from `rawHeaders`.
+ */
+function acceptBoth(req: IncomingMessage): void {
+  const raw = req.rawHeaders
+  for (let i = raw.length - 2; i >= 0; i -= 2) if (raw[i]!.toLowerCase() === 'accept') raw.splice(i, 2)
+  raw.push('Accept', MCP_ACCEPT)
+  req.headers.accept = MCP_ACCEPT
+}
+
+const isInitialize = (body: unknown) => (Array.isArray(body) ? body.some((m) => isInitializeRequest(m)) : isInitializeRequest(body))
+
+/**
+ * Serves one App version with the SDK's `StreamableHTTPServerTransport`, as the Hono and fetch
+ * examples' `createMcpAppHandler` does on the web-standard one: an `initialize` opens a session,
+ * the others find theirs by `Mcp-Session-Id`, and any other request without a session (spec
+ * 4.1's bare `tools/list`) is served statelessly, in JSON, by a transport and a server of its
+ * own. A session idle for `idleMs` (no request, no answer still open: a GET stream or a
+ * streaming answer keeps it), the least recently used past `maxSessions`, and the caller's own
+ * least recently used past `maxSessionsPerCaller`, are closed when another opens.
+ */
+export function createNodeSessions(build: () => McpServer, options: NodeSessionsOptions = {}): NodeSessions {
+  const { idleMs = 60 * 60_000, maxSessions = 10_000, maxSessionsPerCaller = 100, now = Date.now } = options
+  type Session = { transport: StreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }
+  // Least recently used first, in all and per caller: each request moves its session last.
+  const sessions = new Map<string, Session>()
+  const sessionsOf = new Map<string, Set<string>>()
+  const use = (id: string, session: Session) => {
+    sessions.delete(id)
+    sessions.set(id, session)
+    if (session.subject === undefined) return
+    let own = sessionsOf.get(session.subject)
+    if (!own) sessionsOf.set(session.subject, (own = new Set()))
+    own.delete(id)
+    own.add(id)
+  }
+  const forget = (id: string) => {
+    const subject = sessions.get(id)?.subject
+    sessions.delete(id)
+    const own = subject === undefined ? undefined : sessionsOf.get(subject)
+    own?.delete(id)
+    if (own?.size === 0) sessionsOf.delete(subject!)
+  }
+  const closeSession = (id: string) => {
+    const session = sessions.get(id)
+    forget(id)
+    void session?.transport.close()
+  }
+  // An answer still open (a GET stream, a streaming tool call) keeps its session from idling.
+  const track = (session: Session, res: ServerResponse) => {
+    session.open++
+    res.once('close', () => {
+      session.open--
+      session.lastSeen = now()
+    })
+  }
+  // Nothing is kept for ever: sessions idle past `idleMs`, and the oldest past the caps, are
+  // closed when a new one opens.
+  const makeRoom = (subject: string | undefined) => {
+    const cutoff = now() - idleMs
+    for (const [id, s] of sessions) if ((s.open === 0 && s.lastSeen < cutoff) || sessions.size >= maxSessions) closeSession(id)
+    const own = subject === undefined ? undefined : sessionsOf.get(subject)
+    while (own !== undefined && own.size >= maxSessionsPerCaller) closeSession(own.values().next().value!)
   }
   return {
-    async handle(req, res, parsedBody) {
+    async handle(req, res, parsedBody, caller) {
+      // Spec 4.1 lists no `Accept`, and `*/*` accepts both MCP media types (RFC 9110 section 12.5.1).
+      const accept = req.headers.accept
+      if (accept === undefined || accept.includes('*/*')) acceptBoth(req)
       const id = req.headers['mcp-session-id']
       if (typeof id === 'string') {
         const session = sessions.get(id)
@@ -121,25 +238,48 @@ export function createNodeSessions(build: () => McpServer, idleMs = 60 * 60_000,
           const { status, headers, body } = sessionNotFoundReply()
           return void res.writeHead(status, headers).end(body)
         }
-        // Most recently used last: the sweep finds the idle ones first.
-        sessions.delete(id)
-        sessions.set(id, session)
-        session.lastSeen = Date.now()
+        use(id, session)
+        session.lastSeen = now()
+        track(session, res)
         return session.transport.handleRequest(req, res, parsedBody)
       }
-      if (req.method !== 'POST') return error(res, 405, 'Method not allowed without a session', 'POST')
-      sweep()
-      const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({
-        sessionIdGenerator: () => randomUUID(),
-        onsessioninitialized: (sid) => void sessions.set(sid, { transport, lastSeen: Date.now() }),
-        onsessionclosed: (sid) => void sessions.delete(sid),
-      })
-      await build().connect(transport)
-      await transport.handleRequest(req, res, parsedBody)
+      if (req.method !== 'POST') {
+        const { status, headers, body } = jsonRpcErrorReply(405, { code: -32000, message: 'Method not allowed without a session' }, { allow: 'POST' })
+        return void res.writeHead(status, headers).end(body)
+      }
+      if (!isInitialize(parsedBody)) {
+        // One-shot: stateless, answered in JSON whatever the client accepts.
+        const accepts = req.headers.accept ?? ''
+        if (!accepts.includes('application/json') || !accepts.includes('text/event-stream')) acceptBoth(req)
+        const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+        const server = build()
+        await server.connect(transport)
+        try {
+          return await transport.handleRequest(req, res, parsedBody)
+        } finally {
+          void server.close()
+        }
+      }
+      makeRoom(caller?.subject)
+      // The session counts against the caps from here, before the first await, so a burst of
+      // `initialize` cannot pass them; it is forgotten again if the transport refuses to open it.
+      const sid = randomUUID()
+      const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => sid, onsessionclosed: forget })
+      const session: Session = { transport, lastSeen: now(), open: 0, ...(caller && { subject: caller.subject }) }
+      use(sid, session)
+      track(session, res)
+      try {
+        await build().connect(transport)
+        await transport.handleRequest(req, res, parsedBody)
+      } finally {
+        if (transport.sessionId === undefined) forget(sid)
+      }
     },
+    sessionCount: () => sessions.size,
     async close() {
       await Promise.all([...sessions.values()].map((s) => s.transport.close()))
       sessions.clear()
+      sessionsOf.clear()
     },
   }
 }

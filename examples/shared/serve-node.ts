@@ -2,14 +2,16 @@
  * A Web-standard `fetch` on Node, as the Hono and fetch examples serve it: `@hono/node-server`'s
  * request listener on a `node:http` server, with the `errorHandler` of docs/adapters.md, so a
  * request it cannot build a `Request` of (a `Host` no URL can hold, a target that is no path)
- * gets a JSON-RPC answer as on the Express and Fastify adapters, not an empty 400; and
- * `answerClientError` for what Node's parser refuses (a malformed request, a head past 16 KiB).
+ * gets a JSON-RPC answer as on the Express and Fastify adapters, not an empty 400;
+ * `answerClientError` for what Node's parser refuses (a malformed request, a head past 16 KiB);
+ * and `createNodeServer`'s answers to what Node refuses itself (no `Host`, an `Expect`).
  */
-import { type Server, createServer } from 'node:http'
+import type { Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { RequestError, getRequestListener } from '@hono/node-server'
 import { invalidHostReply, notFoundReply, serviceUnavailableReply } from 'mcp-dispatch'
 import { answerClientError, toResponse } from 'mcp-dispatch/web'
+import { createNodeServer } from './demo.js'
 
 /**
  * Whether `@hono/node-server` refused a request for its target rather than its `Host`: a
@@ -48,13 +50,14 @@ export async function serveNode(
 ): Promise<{ server: Server; port: number }> {
   const listener = getRequestListener(fetch, {
     hostname: options.hostname,
-    // (A request without Host gets `hostname`, which names no App: 404 from the adapter.)
+    // The host of an HTTP/1.0 request without `Host` (the demo serves its App at any host); an
+    // HTTP/1.1 one is refused before this, by `createNodeServer`'s 400.
     errorHandler: (error) => {
       if (!(error instanceof RequestError)) return toResponse(serviceUnavailableReply())
       return toResponse(targetAtFault(error) ? notFoundReply() : invalidHostReply())
     },
   })
-  const server = createServer(listener)
+  const server = createNodeServer(listener)
   server.on('clientError', answerClientError)
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)

@@ -6,23 +6,41 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import * as http from 'node:http'
-import type { AddressInfo } from 'node:net'
+import { type AddressInfo, connect } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { serve } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { generateKeyPair } from 'jose'
-import { invalidHostReply, sessionNotFoundReply } from 'mcp-dispatch'
+import { invalidHostReply, serviceUnavailableReply, sessionNotFoundReply } from 'mcp-dispatch'
 import { createIdentitySigner } from 'mcp-dispatch/proxy'
+import { toResponse } from 'mcp-dispatch/web'
 import { afterAll, describe, expect, it } from 'vitest'
 import { createExpressExample } from '../../examples/express/app.js'
 import { createFastifyExample } from '../../examples/fastify/app.js'
 import { createFetchHandler } from '../../examples/fetch/handler.js'
 import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
-import { type Demo, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
-import { APP_TOOLS, INITIALIZE } from '../helpers/platform.js'
+import { buildAppServer } from '../../examples/platform/mcp-app.js'
+import { type Demo, bodyRefusedReply, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
+import { INITIALIZE, TOOLS_LIST } from '../helpers/platform.js'
 import { close, listen, rawRequest } from './helpers.js'
+
+/** Sends a raw HTTP/1.x request head and reads what comes back until the server closes (5 s at most). */
+function rawExchange(port: number, head: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let data = ''
+    const socket = connect(port, '127.0.0.1', () => socket.write(head))
+    socket.setEncoding('latin1')
+    socket.on('data', (chunk: string) => (data += chunk))
+    socket.on('end', () => resolve(data))
+    socket.on('error', reject)
+    socket.setTimeout(5_000, () => {
+      socket.destroy()
+      resolve(data)
+    })
+  })
+}
 
 interface Running {
   port: number
@@ -58,16 +76,16 @@ const starts: Record<string, (demo: Demo) => Promise<Running>> = {
     const issuer = 'http://platform.localhost'
     const { privateKey } = await generateKeyPair('ES256', { extractable: true })
     const signer = createIdentitySigner({ issuer, privateKey })
-    let upstreamOrigin = ''
+    // As server.ts: the App's own service first, then the handler that proxies to it.
+    const app: { current?: ReturnType<typeof createUpstreamApp> } = {}
+    const upstream = await serveFetch(async (request) => (app.current ? app.current.fetch(request) : toResponse(serviceUnavailableReply())))
+    const upstreamOrigin = `http://127.0.0.1:${upstream.port}`
     const handler = createFetchHandler({
       dispatcher: demo.dispatcher,
       signer,
       upstream: (context) => `${upstreamOrigin}/mcp/${context.version}`,
     })
     const front = await serveFetch((request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress }))
-    const app: { current?: ReturnType<typeof createUpstreamApp> } = {}
-    const upstream = await serveFetch((request) => app.current!.fetch(request))
-    upstreamOrigin = `http://127.0.0.1:${upstream.port}`
     app.current = createUpstreamApp({ jwks: `http://127.0.0.1:${front.port}/.well-known/jwks.json`, issuer, audience: upstreamOrigin })
     return {
       port: front.port,
@@ -79,6 +97,9 @@ const starts: Record<string, (demo: Demo) => Promise<Running>> = {
     }
   },
 }
+
+/** The App's own tools: the examples serve no fixtures of the MCP conformance suite. */
+const OWN_TOOLS = ['count', 'echo', 'get_version']
 
 /** A session with the SDK client: the version serving it, the tools, a call with progress. */
 async function session(url: string, token: string) {
@@ -114,7 +135,7 @@ describe('adapter examples, in process', () => {
         expect(refused.headers.get('www-authenticate')).toContain('resource_metadata=')
 
         const latest = await session(`${base}/`, demo.token)
-        expect(latest.tools).toEqual(APP_TOOLS)
+        expect(latest.tools).toEqual(OWN_TOOLS)
         expect(latest.progress).toEqual([1, 2])
         expect(latest.counted).toEqual([{ type: 'text', text: 'counted to 2 (2.0.0)' }])
         expect(latest.version).toEqual([{ type: 'text', text: '2.0.0' }])
@@ -162,6 +183,141 @@ describe('adapter examples, in process', () => {
   }
 })
 
+/** A POST of `body` to `url` with the token, and the other headers given. */
+function post(url: string, token: string, body: unknown, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(url, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', ...headers },
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+  })
+}
+
+const BOTH = { accept: 'application/json, text/event-stream' }
+
+/** An SDK client connected to `url`, with the status of every answer it got. */
+async function connectClient(url: string, token: string) {
+  const statuses: Array<{ method: string; status: number }> = []
+  const transport = new StreamableHTTPClientTransport(new URL(url), {
+    requestInit: { headers: { authorization: `Bearer ${token}` } },
+    fetch: async (input, init) => {
+      const response = await fetch(input, init)
+      statuses.push({ method: init?.method ?? 'GET', status: response.status })
+      return response
+    },
+  })
+  const client = new Client({ name: 'examples-test', version: '1.0.0' })
+  client.onerror = () => {} // the GET stream of a session the server closed
+  await client.connect(transport)
+  return { client, statuses }
+}
+
+describe('adapter examples: what each serves', () => {
+  for (const name of Object.keys(starts)) {
+    it(`${name}: spec 4.1's bare tools/list (Authorization and Content-Type only) is answered 200 in JSON with the version headers, the App's own tools only (regression: Express and Fastify 406, and 400 "Server not initialized" given both media types; every example listed the conformance suite's 18 tools)`, async () => {
+      const demo = await createDemo()
+      const running = await starts[name]!(demo)
+      try {
+        // fetch() sends `Accept: */*`, as curl does; then both media types; then JSON alone.
+        for (const headers of [{}, BOTH, { accept: 'application/json' }]) {
+          const response = await post(`http://127.0.0.1:${running.port}/v1`, demo.token, TOOLS_LIST, headers)
+          expect(response.status, JSON.stringify(headers)).toBe(200)
+          expect(response.headers.get('content-type')).toBe('application/json')
+          expect(response.headers.get('x-mcp-version')).toBe('1.0.0')
+          expect(response.headers.get('x-mcp-latest-version')).toBe('2.0.0')
+          expect(response.headers.get('mcp-session-id')).toBeNull()
+          const answer = (await response.json()) as { id: number; result: { tools: Array<{ name: string }> } }
+          expect(answer.id).toBe(1)
+          expect(answer.result.tools.map((t) => t.name).sort()).toEqual(OWN_TOOLS)
+        }
+      } finally {
+        await running.close()
+      }
+    })
+
+    it(`${name}: one caller's sessions are capped (100), its least recently used closed first (regression: Hono and fetch did not pass the caller to createMcpAppHandler; createNodeSessions had no cap per caller)`, async () => {
+      const demo = await createDemo()
+      const running = await starts[name]!(demo)
+      const url = `http://127.0.0.1:${running.port}/v1`
+      const first = await connectClient(url, demo.token)
+      try {
+        expect((await first.client.listTools()).tools.length).toBeGreaterThan(0)
+        let last = ''
+        for (let i = 0; i < 100; i++) {
+          const opened = await post(url, demo.token, INITIALIZE, BOTH)
+          expect(opened.status).toBe(200)
+          last = opened.headers.get('mcp-session-id')!
+          await opened.text()
+        }
+        // The 101st session closed the first; the last is served.
+        await expect(first.client.listTools()).rejects.toThrow()
+        expect(first.statuses.at(-1)).toEqual({ method: 'POST', status: 404 })
+        const served = await post(url, demo.token, TOOLS_LIST, { ...BOTH, 'mcp-session-id': last, 'mcp-protocol-version': '2025-06-18' })
+        expect(served.status).toBe(200)
+        expect(await served.text()).toContain('get_version')
+      } finally {
+        await first.client.close()
+        await running.close()
+      }
+    })
+
+    it(`${name}: a POST without Content-Type is the MCP SDK's 415, as on every example (regression: Fastify's own 415 answered -32600)`, async () => {
+      const demo = await createDemo()
+      const running = await starts[name]!(demo)
+      try {
+        const response = await fetch(`http://127.0.0.1:${running.port}/v1`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${demo.token}` },
+          body: new Blob([JSON.stringify(TOOLS_LIST)]), // no type: no Content-Type
+        })
+        expect(response.status).toBe(415)
+        expect(response.headers.get('content-type')).toBe('application/json')
+        expect(await response.json()).toMatchObject({
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: -32000, message: 'Unsupported Media Type: Content-Type must be application/json' },
+        })
+      } finally {
+        await running.close()
+      }
+    })
+  }
+
+  for (const name of ['express', 'fastify']) {
+    it(`${name}: a body its parser refuses is answered as the SDK transport answers it, with Content-Type exactly application/json (regression: \`; charset=utf-8\`, -32600 for a body too large)`, async () => {
+      const demo = await createDemo()
+      const running = await starts[name]!(demo)
+      try {
+        const url = `http://127.0.0.1:${running.port}/v1`
+        const garbled = await post(url, demo.token, '{"jsonrpc":', BOTH)
+        expect(garbled.status).toBe(400)
+        expect(garbled.headers.get('content-type')).toBe('application/json')
+        expect(await garbled.json()).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32700, message: 'Parse error: Invalid JSON' } })
+        const large = await post(url, demo.token, `"${'x'.repeat(4 * 1024 * 1024)}"`, BOTH)
+        expect(large.status).toBe(413)
+        expect(large.headers.get('content-type')).toBe('application/json')
+        expect(await large.json()).toEqual({
+          jsonrpc: '2.0',
+          id: null,
+          error: { code: -32000, message: 'Payload Too Large: Request body must not exceed 4194304 bytes' },
+        })
+      } finally {
+        await running.close()
+      }
+    })
+  }
+
+  it('a parser error without a client status is the server\'s 500 -32603, its text never sent (regression: Express answered 500 -32600 "Invalid request")', () => {
+    for (const status of [undefined, 500, 503]) {
+      expect(bodyRefusedReply(status, false)).toEqual({
+        status: 500,
+        headers: { 'content-type': 'application/json' },
+        body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}',
+      })
+    }
+    expect(bodyRefusedReply(400, false).body).toBe('{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}')
+  })
+})
+
 describe('adapter examples: the Express and Fastify examples\' sessions (createNodeSessions)', () => {
   it('a session they lost (swept, closed) gets the dispatch layer\'s own 404 session_not_found, as docs/adapters.md\'s nodeSessions does (regression: their own -32000 body)', async () => {
     const sessions = createNodeSessions(() => {
@@ -176,6 +332,45 @@ describe('adapter examples: the Express and Fastify examples\' sessions (createN
       expect(res.headers['content-type']).toBe('application/json')
       expect(res.body).toBe(expected.body)
     } finally {
+      await sessions.close()
+      await close(server)
+    }
+  })
+})
+
+describe('adapter examples: createNodeSessions keeps a session with an open stream', () => {
+  it('a session whose GET stream is open is not idle; one without is closed once idle past idleMs (regression: idleness counted requests only)', async () => {
+    let clock = Date.UTC(2030, 0, 1)
+    const sessions = createNodeSessions(() => buildAppServer({ slug: 'weather', name: 'Weather' }, '1.0.0', { conformance: false }), {
+      idleMs: 60_000,
+      now: () => clock,
+    })
+    const server = http.createServer(async (req, res) => {
+      const chunks: Buffer[] = []
+      for await (const chunk of req) chunks.push(chunk as Buffer)
+      const text = Buffer.concat(chunks).toString('utf8')
+      await sessions.handle(req, res, text === '' ? undefined : JSON.parse(text), { subject: 'alice', appId: 'app_weather', version: '1.0.0' })
+    })
+    const port = await listen(server)
+    const url = `http://127.0.0.1:${port}/`
+    const streaming = await connectClient(url, 'unused')
+    try {
+      // The SDK client opens its GET stream once initialized.
+      for (let i = 0; i < 100 && !streaming.statuses.some((s) => s.method === 'GET' && s.status === 200); i++) await new Promise((r) => setTimeout(r, 10))
+      expect(streaming.statuses).toContainEqual({ method: 'GET', status: 200 })
+      const quiet = await post(url, 'unused', INITIALIZE, BOTH)
+      const quietId = quiet.headers.get('mcp-session-id')!
+      await quiet.text()
+      clock += 120_000
+      // Opening a session closes the idle ones: the quiet one, not the one with a stream open.
+      await (await post(url, 'unused', INITIALIZE, BOTH)).text()
+      expect((await streaming.client.listTools()).tools.map((t) => t.name).sort()).toEqual(OWN_TOOLS)
+      const lost = await post(url, 'unused', TOOLS_LIST, { ...BOTH, 'mcp-session-id': quietId, 'mcp-protocol-version': '2025-06-18' })
+      expect(lost.status).toBe(404)
+      expect(await lost.text()).toBe(sessionNotFoundReply().body)
+      expect(sessions.sessionCount()).toBe(2)
+    } finally {
+      await streaming.client.close()
       await sessions.close()
       await close(server)
     }
@@ -232,25 +427,48 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
       // @hono/node-server the errorHandler of docs/adapters.md), never an empty body.
       const badHost = await rawRequest(Number(started.port), { path: '/v1', host: 'we ather', headers: { authorization: `Bearer ${started.token}` } })
       expect([badHost.status, badHost.body]).toEqual([400, invalidHostReply().body])
+      // What Node refuses itself, answered in JSON-RPC (regression: Node's empty 400 and 417):
+      // an HTTP/1.1 request without Host, and an Expect other than 100-continue.
+      const noHost = await rawExchange(Number(started.port), 'POST /v1 HTTP/1.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n')
+      expect(noHost).toMatch(/^HTTP\/1\.1 400 /)
+      expect(noHost.endsWith(`\r\n\r\n${invalidHostReply().body}`)).toBe(true)
+      const expectation = await rawExchange(
+        Number(started.port),
+        'POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nExpect: x-unknown\r\nContent-Length: 0\r\nConnection: close\r\n\r\n',
+      )
+      expect(expectation).toMatch(/^HTTP\/1\.1 417 [^]*"field":"expect"/)
+      if (name !== 'fetch') {
+        // `Expect: 100-continue` with a refused token: the 401, never `100 Continue` first (the
+        // fetch example's handler passes no `outgoing`, so Node sends its 100 there).
+        const refused = await rawExchange(
+          Number(started.port),
+          'POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer svc_refused\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n',
+        )
+        expect(refused).toMatch(/^HTTP\/1\.1 401 /)
+      }
       const exited = new Promise((resolve) => child.once('exit', resolve))
       child.kill('SIGTERM')
       await exited
     })
   }
 
-  /** Runs `examples/<name>/server.ts` to its end; its exit code and stderr. */
-  async function runToExit(name: string, port: string): Promise<{ code: number | null; stderr: string }> {
+  /** Runs `examples/<name>/server.ts` to its end (or for 10 s at most); its exit code, stdout and stderr. */
+  async function runToExit(name: string, port: string, env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
     const child = spawn(process.execPath, ['--import', 'tsx', `examples/${name}/server.ts`], {
       cwd: root,
-      env: { ...process.env, PORT: port },
-      stdio: ['ignore', 'ignore', 'pipe'],
+      env: { ...process.env, PORT: port, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
     })
     children.push(child)
+    let stdout = ''
     let stderr = ''
+    child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')))
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
+    const timer = setTimeout(() => child.kill('SIGTERM'), 10_000)
     // 'close', not 'exit': stderr may still hold unread output at 'exit'.
     const [code] = (await once(child, 'close')) as [number | null]
-    return { code, stderr }
+    clearTimeout(timer)
+    return { code, stdout, stderr }
   }
 
   for (const name of Object.keys(starts)) {
@@ -269,6 +487,23 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
       }
     })
   }
+
+  it('fetch: the App\'s own service starts first, on UPSTREAM_PORT; a port taken ends server.ts with one line naming it, before the front server listens (regression: the front first, the upstream on any port and a stack trace)', async () => {
+    const takenFront = http.createServer()
+    const takenUpstream = http.createServer()
+    const [front, upstream] = [await listen(takenFront), await listen(takenUpstream)]
+    try {
+      const { code, stdout, stderr } = await runToExit('fetch', String(front), { UPSTREAM_PORT: String(upstream) })
+      expect(code).toBe(1)
+      expect(stderr).toMatch(new RegExp(`^UPSTREAM_PORT: cannot listen on 127\\.0\\.0\\.1:${upstream}: .*EADDRINUSE`, 'm'))
+      expect(stderr).not.toMatch(/^PORT:/m)
+      expect(stderr).not.toMatch(/^\s+at /m)
+      expect(stdout).toBe('')
+    } finally {
+      await close(takenFront)
+      await close(takenUpstream)
+    }
+  })
 
   it('a PORT that is no port number is named on stderr, exit 2', async () => {
     const { code, stderr } = await runToExit('express', '80a')

@@ -161,7 +161,10 @@ declare const api: TokenApi`,
     file: 'docs/adapters.md',
     marker: 'getDefaultJsonParser',
     prelude: `import type { FastifyInstance } from 'fastify'
-declare const app: FastifyInstance`,
+import type { Reply } from 'mcp-dispatch'
+declare const app: FastifyInstance
+/** The examples' own (examples/shared/demo.ts), described below the sample. */
+declare function bodyRefusedReply(status: number | undefined, notJson: boolean): Reply`,
   },
   {
     file: 'docs/adapters.md',
