@@ -1184,9 +1184,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
     // An expired token is refused whatever its signature, so without checking it: a client
     // that keeps sending its token past `exp` (refused ones are not cached in this mode by
-    // default) costs a decode, not a signature check each time. `jose` would refuse it the
-    // same way after the signature (`exp` at or before now less the tolerance).
-    if (typeof claims.exp === 'number' && claims.exp * 1000 <= now() - clockToleranceMs) {
+    // default) costs a decode, not a signature check each time. The boundary is `jose`'s, which
+    // would refuse it after the signature: `exp` at or before now (whole seconds, rounded down)
+    // less the tolerance. (Its reason is then `token expired` even for a forged signature.)
+    if (typeof claims.exp === 'number' && claims.exp <= Math.floor(now() / 1000) - clockToleranceMs / 1000) {
       emit({ type: 'rejected-locally', reason: 'token expired' })
       return { active: false, reason: 'token expired' }
     }

@@ -271,9 +271,9 @@ describe('create (spec 2.1, 3)', () => {
     const heldInsert = new Promise<void>((resolve) => (release = resolve))
     const slow: TokenStore = {
       ...memory,
-      listByUser: async (userId) => {
+      countActiveByUser: async (userId, at) => {
         await new Promise((resolve) => setTimeout(resolve, 2))
-        return memory.listByUser(userId)
+        return memory.countActiveByUser!(userId, at)
       },
       insert: async (record) => {
         if (record.userId === 'carol') await heldInsert
@@ -294,6 +294,15 @@ describe('create (spec 2.1, 3)', () => {
     await createToken(service, { userId: 'bob' })
     release()
     expect((await carol).name).toBe('CI')
+  })
+
+  it('a count that is no count (a row, undefined, a negative or fractional number) is the store\'s failure, 503, never a cap turned off', async () => {
+    for (const answer of [{ n: 0 }, undefined, null, -1, 0.5, '0', Number.NaN]) {
+      const memory = createMemoryTokenStore()
+      const { service } = setup({ store: { ...memory, countActiveByUser: () => answer as never }, maxActiveTokensPerUser: 1 })
+      const error = await refusal(createToken(service), StoreUnavailableError)
+      expect(String((error.cause as Error).message), String(answer)).toMatch(/countActiveByUser answered .+, not a count/)
+    }
   })
 
   it('counts active tokens with the store\'s countActiveByUser, never reading the user\'s whole history; a store without it is counted from listByUser', async () => {
@@ -1378,6 +1387,22 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     expect((await service.get('alice', week.id)).status).toBe('expired')
     expect((await service.get('alice', month.id)).status).toBe('revoked')
     expect(await service.authenticate(week.token)).toEqual({ ok: false, reason: 'expired' })
+  })
+
+  it('revokeAllForUser sends invalidations only for the tokens it may have ended, not for the user\'s whole history (regression: one bus message per token ever made)', async () => {
+    const bus = createMemoryInvalidationBus()
+    const published: string[] = []
+    const publish = bus.publish.bind(bus)
+    const counting: InvalidationBus = { ...bus, subscribe: bus.subscribe.bind(bus), publish: (message) => (published.push(message.kind), publish(message)) }
+    const { service, clock } = setup({ invalidations: counting })
+    for (let i = 0; i < 5; i++) await service.revoke('alice', (await createToken(service)).id)
+    await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY)
+    const live = await createToken(service)
+    published.length = 0
+    expect(await service.revokeAllForUser('alice')).toBe(1)
+    expect(published).toHaveLength(1)
+    expect(await service.authenticate(live.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 
   it('revoke: only the owner', async () => {

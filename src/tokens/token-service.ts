@@ -1237,7 +1237,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const at = now()
     let active = 0
     if (typeof store.countActiveByUser === 'function') {
-      active = await storeCall(() => store.countActiveByUser!(data.userId, at))
+      const counted: unknown = await storeCall(() => store.countActiveByUser!(data.userId, at))
+      // Anything but a count (a row, `undefined`, a string from a driver) would turn the cap off.
+      if (!Number.isSafeInteger(counted) || (counted as number) < 0) {
+        const said = typeof counted === 'object' ? (counted === null ? 'null' : 'an object') : typeof counted === 'string' ? 'a string' : String(counted)
+        throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store's countActiveByUser answered ${said}, not a count`) })
+      }
+      active = counted as number
     } else {
       const owned = await storeCall(() => store.listByUser(data.userId))
       for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
@@ -1488,11 +1494,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // Checked as everywhere but for the length of a new token's user: a reset that named no
       // user (a wrong field read) must not answer as if it revoked theirs.
       checkUserId(userId)
+      const at = now()
+      // A token revoked before the reset had its invalidation sent then, and one expired by it is
+      // refused as expired wherever it is cached: only those the reset may have ended are sent
+      // (a user's history may hold many thousands of tokens, each a message on the bus).
+      const mayBeCachedActive = (r: ApiTokenRecord) => r.expiresAt > at && (r.revokedAt === null || r.revokedAt >= at)
       const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
-      const revoked = await storeCall(() => store.revokeAllForUser(userId, now()), {
+      const revoked = await storeCall(() => store.revokeAllForUser(userId, at), {
         landed: invalidateAll,
-        // Which tokens it revoked is not known: every token of the user is invalidated.
-        unknown: async () => invalidateAll(await storeCall(() => store.listByUser(userId))),
+        // Which tokens it revoked is not known: every token of the user it may have ended is invalidated.
+        unknown: async () => invalidateAll((await storeCall(() => store.listByUser(userId))).filter(mayBeCachedActive)),
       })
       const first = Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
       // Every token of the user, not only those the reset's own statement revoked: one whose
@@ -1501,7 +1512,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // cache, where only an invalidation reaches it.
       const done = new Set(revoked.map((r) => r.tokenHash))
       const invalidateOthers = (records: readonly ApiTokenRecord[]) =>
-        Promise.all(records.filter((r) => !done.has(r.tokenHash)).map((r) => invalidate(r.tokenHash)))
+        Promise.all(records.filter((r) => !done.has(r.tokenHash) && mayBeCachedActive(r)).map((r) => invalidate(r.tokenHash)))
       // A listing that answers late still invalidates what it lists.
       const all = await storeCall(() => store.listByUser(userId), { landed: invalidateOthers }).catch((error: unknown) => {
         onError(error, 'password reset: listing the tokens to invalidate')

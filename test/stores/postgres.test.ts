@@ -552,6 +552,7 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
         () => Promise.resolve(store.findByHash(record.tokenHash)),
         () => Promise.resolve(store.get(record.id)),
         () => Promise.resolve(store.listByUser('user_1')),
+        () => Promise.resolve(store.countActiveByUser!('user_1', 1)),
         () => Promise.resolve(store.update(record.id, { name: 'x' })),
         () => Promise.resolve(store.rotate(record.id, { tokenHash: 'h', displayPrefix: 'p' })),
         () => Promise.resolve(store.revoke(record.id, 1)),
