@@ -84,6 +84,16 @@ function authorityOf(headers: IncomingHttpHeaders): string | undefined {
 }
 
 /**
+ * Whether a `Host` beside HTTP/2's `:authority` names another host than `authority` (the one
+ * {@link authorityOf} read): RFC 9113 section 8.3.1 makes such a request malformed (400).
+ * Without `:authority` the host is the `Host` itself: one comparison.
+ */
+function hostConflicts(headers: IncomingHttpHeaders, authority: string | undefined, protocol: 'http' | 'https'): boolean {
+  const hostField = headers.host
+  return !!hostField && hostField !== authority && canonicalHost(hostField, protocol) !== canonicalHost(authority!, protocol)
+}
+
+/**
  * The scheme of a request: the framework's `protocol` (Express's `req.protocol`, Fastify's
  * `request.protocol`, which follow their own trust-proxy settings), read as a scheme, else the
  * socket's. Behind a trusted proxy a framework hands on `X-Forwarded-Proto` as it came
@@ -150,10 +160,7 @@ export function toDispatchRequest(
   const authorization = readRawHeaders(headers, req.rawHeaders ?? [])
   if (authorization === null) return undefined
   let host = authorityOf(headers)
-  // A `Host` beside HTTP/2's `:authority` must name the same (RFC 9113 section 8.3.1: otherwise
-  // malformed, 400). Without `:authority` the host is the `Host` itself: one comparison.
-  const hostField = headers.host
-  if (hostField && hostField !== host && canonicalHost(hostField, protocol) !== canonicalHost(host!, protocol)) return undefined
+  if (hostConflicts(headers, host, protocol)) return undefined
   const absolute = absoluteForm(url)
   if (absolute) {
     host = absolute.host
@@ -262,6 +269,12 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
   // does not serve, without asking the API or a wrapper of it (one that answers OPTIONS itself
   // must not take it for a preflight).
   const forbidden = FETCH_FORBIDDEN.test(req.method ?? '')
+  // A `Host` beside HTTP/2's `:authority` that names another host: malformed, as `mcpDispatch`
+  // answers it (the API would otherwise be asked for the `:authority` host, past its `hosts`).
+  if (hostConflicts(req.headers, authorityOf(req.headers), source.protocol)) {
+    writeJson(source.res, 400, BAD_HOST)
+    return
+  }
   let request: Request
   try {
     // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error.
@@ -462,20 +475,50 @@ export function installHeadInterception(): void {
 }
 
 /**
- * Throws what Node's `writeHead` throws for a status out of range, a reason phrase or a header
- * it cannot write (the validators are Node's own), before a held head is taken.
+ * The fields HTTP/2 forbids (RFC 9113 section 8.2.2: connection-specific) that Node's HTTP/2
+ * refuses in a response head (`ERR_HTTP2_INVALID_CONNECTION_HEADERS`); `TE` only other than
+ * `trailers`. `Connection` is not among them: the compatibility response drops it (with a
+ * warning) when it is set.
  */
-function checkHead(status: number, reason: unknown, headers: unknown): void {
+const CONNECTION_SPECIFIC = new Set(['keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'http2-settings', 'te'])
+
+/** What Node's HTTP/2 throws for a connection-specific field in a response head. */
+function connectionHeaderError(name: string): TypeError {
+  return Object.assign(new TypeError(`HTTP/1 Connection specific headers are forbidden: ${JSON.stringify(name)}`), {
+    code: 'ERR_HTTP2_INVALID_CONNECTION_HEADERS',
+  })
+}
+
+function refusedOnHttp2(name: string, value: unknown): boolean {
+  const lower = name.toLowerCase()
+  return CONNECTION_SPECIFIC.has(lower) && (lower !== 'te' || String(value) !== 'trailers')
+}
+
+/**
+ * Throws what Node's `writeHead` throws for a status out of range, a reason phrase or a header
+ * it cannot write (the validators are Node's own), before a held head is taken. On HTTP/2
+ * (`res` given, not a `node:http` response), a connection-specific field too, among `headers`
+ * or set on `res`: the compatibility `writeHead` sets its headers on the response before its
+ * `respond()` refuses them, so the head would be taken (the pin stored, the hold done) and the
+ * answer that follows (the 502) would go out without the dispatch headers, wiped with the
+ * handler's.
+ */
+function checkHead(status: number, reason: unknown, headers: unknown, res?: Pick<ServerResponse, 'getHeaderNames' | 'getHeader'>): void {
   if ((status | 0) < 100 || (status | 0) > 999) {
     throw Object.assign(new RangeError(`Invalid status code: ${status}`), { code: 'ERR_HTTP_INVALID_STATUS_CODE' })
   }
   if (typeof reason === 'string') validateHeaderValue('statusMessage', reason)
+  const http2 = res !== undefined && !(res instanceof ServerResponse)
+  if (http2) {
+    for (const name of res.getHeaderNames()) if (refusedOnHttp2(name, res.getHeader(name))) throw connectionHeaderError(name)
+  }
   if (headers === undefined || headers === null || typeof headers !== 'object') return
   const check = (name: unknown, value: unknown) => {
     // An empty name is skipped where setHeader headers are merged (Node's slow path).
     if (name === '' || name === undefined || name === null) return
     validateHeaderName(String(name))
     validateHeaderValue(String(name), value as string)
+    if (http2 && refusedOnHttp2(String(name), value)) throw connectionHeaderError(String(name))
   }
   if (!Array.isArray(headers)) {
     for (const name in headers) check(name, (headers as Record<string, unknown>)[name])
@@ -517,7 +560,7 @@ export function noteEnds(res: ServerResponse): void {
     // A head Node would refuse is refused here, before a wrapper's `writeHead` hook makes
     // anything of it (`compression()` would start its gzip stream, and the 502 that follows
     // would go through it under no `Content-Encoding`).
-    if (!res.headersSent) checkHead(res.statusCode, reasonOf(res), undefined)
+    if (!res.headersSent) checkHead(res.statusCode, reasonOf(res), undefined, res)
     // Counted once it returned: an `end` that threw (a head Node refuses) ended nothing, and the
     // answer that follows must still be sent.
     const ended = (end as (...rest: unknown[]) => ServerResponse).apply(this, args)
@@ -587,7 +630,7 @@ function holdUntilPinned(
    */
   function stampImplicitHead(): { status: number; reason: string | undefined } {
     const implicit = { status: res.statusCode, reason: reasonOf(res) }
-    checkHead(implicit.status, implicit.reason, undefined)
+    checkHead(implicit.status, implicit.reason, undefined, res)
     const headers = dispatchHeadersFor(res, decision.headers)
     for (const name in headers) res.setHeader(name, headers[name]!)
     return implicit
@@ -727,7 +770,7 @@ function holdUntilPinned(
       const headerIndex = typeof args[1] === 'string' ? 2 : 1
       // What Node would refuse is refused before the pin is stored, as the pin of a head
       // written at once is stored only once Node has taken it (see head.ts).
-      checkHead(status, headerIndex === 2 ? args[1] : undefined, args[headerIndex])
+      checkHead(status, headerIndex === 2 ? args[1] : undefined, args[headerIndex], res)
       given = args[headerIndex]
       const head = stampHead(given, dispatchHeadersFor(res, decision.headers, given))
       sessionId = head.sessionId
@@ -870,6 +913,9 @@ function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
         const stopWatching = finished(req, (error) => {
           if (!open) return
           release()
+          // HTTP/2's compatibility request ends as a whole one when its stream is reset
+          // (RST_STREAM: Node pushes the end after `aborted`); a body cut off is no body.
+          if (error === undefined && req.aborted) error = Object.assign(new Error('aborted'), { code: 'ECONNRESET' })
           if (error) controller.error(error)
           else controller.close()
         })

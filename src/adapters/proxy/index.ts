@@ -22,9 +22,10 @@
  *
  * What never crosses: the caller's `Authorization` header (the MCP authorization spec
  * forbids token passthrough), cookies in either direction (`Cookie` up, `Set-Cookie` back),
- * hop-by-hop headers (RFC 9110 section 7.6.1), including those the client names in `Connection`,
- * and, back from the upstream, the fields that are the dispatch layer's or act on the platform's
- * whole site rather than the App: `WWW-Authenticate`, `Authentication-Info`,
+ * hop-by-hop headers (RFC 9110 section 7.6.1; `HTTP2-Settings` too, RFC 9113 section 8.2.2),
+ * including those the client names in `Connection`, and, back from the upstream, the fields
+ * that are the dispatch layer's or act on the platform's whole site rather than the App:
+ * `WWW-Authenticate`, `Authentication-Info`,
  * `Proxy-Authentication-Info`, `Access-Control-*`, `RateLimit`, `RateLimit-Policy`,
  * `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
  *
@@ -100,9 +101,15 @@ function alwaysForwarded(name: string): boolean {
   return FORWARDED_REQUEST_HEADERS.includes(name) || name.startsWith(FORWARDED_PARAM_PREFIX)
 }
 
-/** Hop-by-hop headers (RFC 9110 section 7.6.1), never forwarded in either direction. */
+/**
+ * Hop-by-hop headers (RFC 9110 section 7.6.1), never forwarded in either direction; with
+ * `HTTP2-Settings`, which is as connection-specific (RFC 9113 section 8.2.2: never in an HTTP/2
+ * message; Node refuses to send a response carrying it, so one from an upstream failed every
+ * answer of that App over HTTP/2, and on `@hono/node-server` ended the process).
+ */
 const HOP_BY_HOP = new Set([
   'connection',
+  'http2-settings',
   'keep-alive',
   'proxy-authenticate',
   'proxy-authorization',
@@ -601,7 +608,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         method,
         headers,
         redirect: 'manual',
-        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch, upload, controller.signal), duplex: 'half' as const }),
+        ...(hasBody && { body: progressOf(request.body!, arm, declared, onMismatch, upload, controller.signal, request.signal), duplex: 'half' as const }),
       }
       upstream = await fetchLettingGo(fetchUpstream, target, init, controller)
       // The body may still be taken after the head (an upstream that answers first): that no
@@ -722,7 +729,9 @@ function declaredLength(headers: Headers): number | undefined {
  * later chunk fail the stream while the upstream still lacks the last of it.
  * `upload.awaitingClient` is set while it waits on the client for the next chunk (the proxy's
  * 408); once `signal` aborts (a timeout, the client gone), nothing more is taken and the
- * client's body is cancelled.
+ * client's body is cancelled. Once `client` (the request's own signal, which stays linked to
+ * the client after `signal` is let go of) aborts, the stream fails too: the upstream is never
+ * given the end of a body the client cut off (see `end`).
  */
 function progressOf(
   body: ReadableStream<Uint8Array>,
@@ -731,9 +740,11 @@ function progressOf(
   mismatch: (error: RangeError) => void,
   upload: { awaitingClient: boolean },
   signal: AbortSignal,
+  client: AbortSignal,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader()
   let received = 0
+  let cancelled = false
   // Once the exchange is aborted (a timeout, the client gone), nothing more of the body is
   // taken: Node's fetch goes on pulling a request body after its abort, and would read the
   // client's whole upload into a dead socket (a body always ready, in a loop that starves the
@@ -757,27 +768,53 @@ function progressOf(
     progress()
     return next
   }
-  const end = (controller: ReadableStreamDefaultController<Uint8Array>) => {
+  const gone = () => signal.aborted || client.aborted
+  /** Fails the stream: the exchange was aborted, or the client went away. */
+  const cut = (controller: ReadableStreamDefaultController<Uint8Array>) => {
     signal.removeEventListener('abort', stop)
+    const reason: unknown = signal.aborted ? signal.reason : client.reason
+    controller.error(reason)
+    void reader.cancel(reason).catch(() => {})
+  }
+  /**
+   * Ends the stream (after `last`, the held chunk that completes a declared length), unless the
+   * client went away. The end waits one turn of the event loop (`setImmediate`; the end only,
+   * never a chunk): an HTTP/2 client that resets its stream mid-upload (RST_STREAM without
+   * END_STREAM) ends Node's compatibility request as if whole (its `aborted`, then a normal
+   * end), and the signal that says so aborts in the same I/O event, in an order of Node's
+   * internal callbacks (on Node 20, `@hono/node-server` and the Node adapters abort it first).
+   * One turn later every callback of that event has run: a reset is seen whatever the order,
+   * and the upstream never gets a whole request of what the client cut off. (A client that
+   * ended its body, END_STREAM, and only then resets sent a whole request: it goes on whole.)
+   */
+  const end = async (controller: ReadableStreamDefaultController<Uint8Array>, last?: Uint8Array) => {
+    await new Promise<void>((resolve) => afterThisTurn(resolve))
+    if (cancelled) return
+    if (gone()) {
+      cut(controller)
+      return
+    }
+    signal.removeEventListener('abort', stop)
+    if (last !== undefined) controller.enqueue(last)
     controller.close()
   }
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
-        if (signal.aborted) {
-          controller.error(signal.reason)
+        if (gone()) {
+          cut(controller)
           return
         }
         const next = await take()
-        if (signal.aborted) {
-          controller.error(signal.reason)
+        if (gone()) {
+          cut(controller)
           return
         }
         if (next.done) {
           if (declared !== undefined && received < declared) {
             signal.removeEventListener('abort', stop)
             fail(controller, new RangeError(`Request body ended after ${received} bytes, short of its Content-Length ${declared}`))
-          } else end(controller)
+          } else await end(controller)
           return
         }
         received += next.value.byteLength
@@ -792,19 +829,19 @@ function progressOf(
         // The chunk that completes the declared length waits for the client's end: bytes past
         // it in a later chunk must fail the stream before the upstream has a whole request.
         let after = await take()
-        while (!after.done && after.value.byteLength === 0 && !signal.aborted) after = await take()
-        if (signal.aborted) {
-          controller.error(signal.reason)
+        while (!after.done && after.value.byteLength === 0 && !gone()) after = await take()
+        if (gone()) {
+          cut(controller)
           return
         }
         if (!after.done) {
           fail(controller, new RangeError(`Request body ran past its Content-Length ${declared}`))
           return
         }
-        controller.enqueue(next.value)
-        end(controller)
+        await end(controller, next.value)
       },
       cancel(reason) {
+        cancelled = true
         signal.removeEventListener('abort', stop)
         // Never rejects: `fetch` cancels the request body when the client went away, and
         // rethrows what the cancel rejects with (the client's body, errored `aborted`) where
@@ -815,6 +852,10 @@ function progressOf(
     { highWaterMark: 0 },
   )
 }
+
+/** Calls `callback` once the I/O event of the moment has run its course (its ticks and microtasks). */
+const afterThisTurn: (callback: () => void) => void =
+  typeof setImmediate === 'function' ? (callback) => void setImmediate(callback) : (callback) => void setTimeout(callback, 0)
 
 /**
  * A `Transfer-Encoding` value that lists `chunked` alone, empty list elements aside (RFC 9110

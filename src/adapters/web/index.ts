@@ -18,6 +18,7 @@
  * @module
  */
 import { forwardedProtocol, resolveClientAddress } from '../../core/client-address.js'
+import { isFieldName } from '../../core/cors.js'
 import { type Reply, serviceUnavailableReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome } from '../../pipeline/dispatcher.js'
@@ -206,7 +207,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       const answered: unknown = handler(request, decision.context)
       response = usableResponse(answered instanceof Promise || isForeignThenable(answered) ? await answered : answered)
       // Stamped before the pin is stored: an answer the headers cannot go on is no answer.
-      if (!atHead) response = stampHeaders(response, decision.headers)
+      if (!atHead) response = stampHeaders(response, decision.headers, outgoing !== undefined && isHttp2Response(outgoing))
     } catch (error) {
       onError(error, 'handler')
       // The 502 carries the dispatch headers (version, rate limit, CORS) as on Express and
@@ -386,6 +387,20 @@ function headOf(outgoing: unknown, decision: Dispatched): boolean {
 }
 
 /**
+ * The fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2: connection-specific). Node's
+ * HTTP/2 refuses to send a head carrying one (but `Connection`, which it drops), and
+ * `@hono/node-server` (2.1) lets that refusal end the process: a handler's `Response` of an
+ * HTTP/1 `fetch()` (`Keep-Alive: timeout=5`) would have. `TE` is allowed there as `trailers`
+ * only, and means nothing on a response.
+ */
+const CONNECTION_SPECIFIC = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'http2-settings', 'te'] as const
+
+/** Whether `outgoing` is Node's HTTP/2 compatibility response (it has a `stream`; `node:http`'s has none). */
+function isHttp2Response(outgoing: unknown): boolean {
+  return typeof outgoing === 'object' && outgoing !== null && typeof (outgoing as { stream?: unknown }).stream === 'object'
+}
+
+/**
  * Adds the dispatch headers to the handler's response. In place when its headers are
  * mutable (a `Response` the handler built), as Hono middleware does: copying it into a new
  * `Response` turns the body into a stream, which on `@hono/node-server` costs the fast path
@@ -394,9 +409,9 @@ function headOf(outgoing: unknown, decision: Dispatched): boolean {
  * nothing to copy and throws a `TypeError` (the handler's failure, the 502). So a handler must
  * return a new `Response`, with headers of its own, for every request.
  */
-function stampHeaders(response: Response, headers: Readonly<Record<string, string>>): Response {
+function stampHeaders(response: Response, headers: Readonly<Record<string, string>>, http2 = false): Response {
   try {
-    stampOn(response.headers, headers)
+    stampOn(response.headers, headers, http2)
     return response
   } catch {
     // Immutable headers: a runtime's own Response (`fetch`'s, `Response.redirect`), whose body
@@ -407,16 +422,28 @@ function stampHeaders(response: Response, headers: Readonly<Record<string, strin
       throw new TypeError('mcp-dispatch: the handler answered with a Response whose body was already read or is locked, which cannot be sent')
     }
     const copy = new Headers(response.headers)
-    stampOn(copy, headers)
+    stampOn(copy, headers, http2)
     return new Response(response.body, { status: response.status, statusText: response.statusText, headers: copy })
   }
 }
 
 /**
  * The dispatch headers onto `target`; `Vary` and `Access-Control-Expose-Headers` join the
- * handler's (see `mergeVary`, `mergeExposeHeaders`).
+ * handler's (see `mergeVary`, `mergeExposeHeaders`). For an HTTP/2 response, the handler's
+ * connection-specific fields go, with those its `Connection` names, as an intermediary drops
+ * them (RFC 9113 section 8.2.2).
  */
-function stampOn(target: Headers, headers: Readonly<Record<string, string>>): void {
+function stampOn(target: Headers, headers: Readonly<Record<string, string>>, http2: boolean): void {
+  if (http2) {
+    const named = target.get('connection')
+    if (named !== null) {
+      for (const token of named.split(',')) {
+        const name = token.trim()
+        if (isFieldName(name)) target.delete(name)
+      }
+    }
+    for (const name of CONNECTION_SPECIFIC) target.delete(name)
+  }
   for (const name in headers) {
     const value = headers[name]!
     if (name === 'vary') target.set(name, mergeVary(target.get(name), value))
