@@ -4,6 +4,7 @@
  * and small HTTP response records to compare byte for byte.
  */
 import * as http from 'node:http'
+import * as http2 from 'node:http2'
 import { type AddressInfo, type Server as NetServer, connect } from 'node:net'
 import type express from 'express'
 import Fastify from 'fastify'
@@ -346,4 +347,34 @@ export function goneClientProbe(fixture: Fixture) {
       await new Promise((resolve) => setTimeout(resolve, 20))
     },
   }
+}
+
+/** An HTTP/2 answer, its body as text. */
+export interface H2Answer {
+  status: number
+  headers: http2.IncomingHttpHeaders
+  body: string
+}
+
+/** One request on its own h2c session to 127.0.0.1 (`headers` may hold `:authority`, `host`, …). */
+export function askH2(port: number, headers: http2.OutgoingHttpHeaders, body?: string): Promise<H2Answer> {
+  return new Promise((resolve, reject) => {
+    const session = http2.connect(`http://127.0.0.1:${port}`)
+    session.on('error', reject)
+    const stream = session.request({ ':method': body === undefined ? 'GET' : 'POST', ...headers })
+    let received = ''
+    let head: http2.IncomingHttpHeaders = {}
+    stream.setEncoding('utf8')
+    stream.on('response', (h) => (head = h))
+    stream.on('data', (chunk: string) => (received += chunk))
+    stream.on('error', (error) => {
+      session.close()
+      reject(error)
+    })
+    stream.on('end', () => {
+      session.close()
+      resolve({ status: Number(head[':status']), headers: head, body: received })
+    })
+    stream.end(body)
+  })
 }

@@ -20,41 +20,12 @@ import { type IdentitySigner, type ProxyHandler, createIdentitySigner, createPro
 import { type WebMcpHandler, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { toWebRequest } from '../../src/adapters/node-http.js'
-import { type Fixture, HOST, close, createFixture, listen } from './helpers.js'
+import { type Fixture, HOST, askH2 as ask, close, createFixture, listen } from './helpers.js'
 
 const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
 const ANSWER = '{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}'
 /** A value of `HTTP2-Settings` as an h2c upgrade sends it (RFC 7540 section 3.2.1). */
 const SETTINGS = 'AAMAAABkAARAAAAAAAIAAAAA'
-
-interface H2Answer {
-  status: number
-  headers: http2.IncomingHttpHeaders
-  body: string
-}
-
-/** One request on its own HTTP/2 session. */
-function ask(port: number, headers: http2.OutgoingHttpHeaders, body?: string): Promise<H2Answer> {
-  return new Promise((resolve, reject) => {
-    const session = http2.connect(`http://127.0.0.1:${port}`)
-    session.on('error', reject)
-    const stream = session.request({ ':method': body === undefined ? 'GET' : 'POST', ...headers })
-    let received = ''
-    let head: http2.IncomingHttpHeaders = {}
-    stream.setEncoding('utf8')
-    stream.on('response', (h) => (head = h))
-    stream.on('data', (chunk: string) => (received += chunk))
-    stream.on('error', (error) => {
-      session.close()
-      reject(error)
-    })
-    stream.on('end', () => {
-      session.close()
-      resolve({ status: Number(head[':status']), headers: head, body: received })
-    })
-    stream.end(body)
-  })
-}
 
 const post = (fixture: Fixture, port: number, extra: http2.OutgoingHttpHeaders = {}): http2.OutgoingHttpHeaders => ({
   ':path': '/v1',

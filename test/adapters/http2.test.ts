@@ -14,36 +14,10 @@ import type { SessionStore } from 'mcp-dispatch'
 import { fromWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type Fixture, HOST, createFixture, decidingOnRelease } from './helpers.js'
+import { type Fixture, HOST, askH2 as ask, createFixture, decidingOnRelease } from './helpers.js'
 
 const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
 const INVALID_HOST = { jsonrpc: '2.0', id: null, error: { code: -32600, message: 'Invalid Host header', data: { error: 'invalid_request', field: 'host' } } }
-
-interface H2Answer {
-  status: number
-  headers: http2.IncomingHttpHeaders
-  body: string
-}
-
-/** One request on its own HTTP/2 session (`headers` may hold `:authority`, `host`, …). */
-function ask(port: number, headers: http2.OutgoingHttpHeaders, body?: string): Promise<H2Answer> {
-  return new Promise((resolve, reject) => {
-    const session = http2.connect(`http://127.0.0.1:${port}`)
-    session.on('error', reject)
-    const stream = session.request({ ':method': body === undefined ? 'GET' : 'POST', ...headers })
-    let received = ''
-    let head: http2.IncomingHttpHeaders = {}
-    stream.setEncoding('utf8')
-    stream.on('response', (h) => (head = h))
-    stream.on('data', (chunk: string) => (received += chunk))
-    stream.on('error', reject)
-    stream.on('end', () => {
-      session.close()
-      resolve({ status: Number(head[':status']), headers: head, body: received })
-    })
-    stream.end(body)
-  })
-}
 
 interface Server {
   name: 'fastify' | 'web'
