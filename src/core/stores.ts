@@ -102,8 +102,9 @@ export interface TokenStore {
    * own revocation or a password reset, and `expiresAt` after `now`. Optional: the token
    * service counts a user's active tokens at each creation (`maxActiveTokensPerUser`) with it
    * when it is there, else from `listByUser`, which reads every token the user ever had (a
-   * user who creates and revokes in a loop makes that read grow by a row each time). An answer
-   * that is not a whole number from 0 (a row, `undefined`, a driver's string) fails the
+   * user who creates and revokes in a loop makes that read grow by a row each time). A count as
+   * a driver gives it is taken (a string of digits, as node-postgres gives `count(*)`, or a
+   * `bigint`); any other answer that is not a whole number from 0 (a row, `undefined`) fails the
    * creation as the store's failure (503), never a cap turned off.
    */
   countActiveByUser?(userId: string, now: number): MaybePromise<number>

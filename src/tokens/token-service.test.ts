@@ -297,11 +297,36 @@ describe('create (spec 2.1, 3)', () => {
   })
 
   it('a count that is no count (a row, undefined, a negative or fractional number) is the store\'s failure, 503, never a cap turned off', async () => {
-    for (const answer of [{ n: 0 }, undefined, null, -1, 0.5, '0', Number.NaN]) {
+    for (const answer of [{ n: 0 }, undefined, null, -1, 0.5, '', '-1', '1e3', Number.NaN]) {
       const memory = createMemoryTokenStore()
       const { service } = setup({ store: { ...memory, countActiveByUser: () => answer as never }, maxActiveTokensPerUser: 1 })
       const error = await refusal(createToken(service), StoreUnavailableError)
       expect(String((error.cause as Error).message), String(answer)).toMatch(/countActiveByUser answered .+, not a count/)
+    }
+  })
+
+  it('concurrent creations never pass maxActiveTokensPerUser on a store without countActiveByUser either (counted from a slow listByUser)', async () => {
+    const memory = createMemoryTokenStore()
+    const later = async <T>(value: T) => (await new Promise((resolve) => setTimeout(resolve, 2)), value)
+    const slow: TokenStore = {
+      ...memory,
+      countActiveByUser: undefined,
+      listByUser: (userId) => later(memory.listByUser(userId) as readonly ApiTokenRecord[]),
+      insert: async (record) => memory.insert(await later(record)),
+    }
+    const { service } = setup({ maxActiveTokensPerUser: 3, store: slow })
+    const outcomes = await Promise.allSettled(Array.from({ length: 10 }, (_, i) => createToken(service, { name: `t${i}` })))
+    expect(outcomes.filter((o) => o.status === 'fulfilled')).toHaveLength(3)
+    expect(outcomes.filter((o) => o.status === 'rejected' && o.reason instanceof ConflictError)).toHaveLength(7)
+  })
+
+  it('a driver\'s count as it comes, a string (node-postgres\' count(*)) or a bigint, is a count', async () => {
+    for (const as of [String, BigInt] as const) {
+      const memory = createMemoryTokenStore()
+      const store: TokenStore = { ...memory, countActiveByUser: (userId, at) => as(memory.countActiveByUser!(userId, at) as number) as never }
+      const { service } = setup({ store, maxActiveTokensPerUser: 1 })
+      await createToken(service)
+      await refusal(createToken(service), ConflictError)
     }
   })
 
@@ -1397,11 +1422,16 @@ describe('revoke and revokeAllForUser (spec 3)', () => {
     const { service, clock } = setup({ invalidations: counting })
     for (let i = 0; i < 5; i++) await service.revoke('alice', (await createToken(service)).id)
     await createToken(service, { expiresInDays: 7 })
-    clock.advance(7 * DAY)
+    clock.advance(7 * DAY + 30 * 60_000)
     const live = await createToken(service)
+    // Revoked within what an instance may still cache (10 minutes, and a minute for the clocks):
+    // sent again, in case its own message did not reach every instance.
+    const recent = await createToken(service)
+    await service.revoke('alice', recent.id)
+    clock.advance(10 * 60_000)
     published.length = 0
     expect(await service.revokeAllForUser('alice')).toBe(1)
-    expect(published).toHaveLength(1)
+    expect(published).toHaveLength(2)
     expect(await service.authenticate(live.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 

@@ -428,6 +428,8 @@ export function validateTokenName(name: unknown): string | null {
   return result.success ? null : result.error.issues[0]!.message
 }
 /** The longest user id a token is created for, in code points as zod counts them (an email address is at most 254). */
+/** How far the clocks of instances sharing a token store may disagree, for what a password reset sends. */
+const CLOCK_SLACK_MS = 60_000
 const MAX_USER_ID_LENGTH = 255
 // A user id is the platform's and opaque, but it is stored and compared: one no store keeps as
 // given would make two users one. PostgreSQL refuses NUL in text, and pg stores a lone
@@ -1237,8 +1239,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const at = now()
     let active = 0
     if (typeof store.countActiveByUser === 'function') {
-      const counted: unknown = await storeCall(() => store.countActiveByUser!(data.userId, at))
-      // Anything but a count (a row, `undefined`, a string from a driver) would turn the cap off.
+      let counted: unknown = await storeCall(() => store.countActiveByUser!(data.userId, at))
+      // A driver's count as it comes (node-postgres' `count(*)` is a string, a `bigint` elsewhere).
+      if (typeof counted === 'bigint' || (typeof counted === 'string' && /^\d{1,15}$/.test(counted))) counted = Number(counted)
+      // Anything else (a row, `undefined`) would turn the cap off.
       if (!Number.isSafeInteger(counted) || (counted as number) < 0) {
         const said = typeof counted === 'object' ? (counted === null ? 'null' : 'an object') : typeof counted === 'string' ? 'a string' : String(counted)
         throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store's countActiveByUser answered ${said}, not a count`) })
@@ -1495,10 +1499,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // user (a wrong field read) must not answer as if it revoked theirs.
       checkUserId(userId)
       const at = now()
-      // A token revoked before the reset had its invalidation sent then, and one expired by it is
-      // refused as expired wherever it is cached: only those the reset may have ended are sent
-      // (a user's history may hold many thousands of tokens, each a message on the bus).
-      const mayBeCachedActive = (r: ApiTokenRecord) => r.expiresAt > at && (r.revokedAt === null || r.revokedAt >= at)
+      // Only the tokens some instance may still hold as active are sent (a user's history may
+      // hold many thousands, each a message on the bus): not one expired or revoked longer ago
+      // than any instance caches a token (`cacheTtlMs`, at most 10 minutes), with a minute for
+      // their clocks. One revoked within that time is sent again, whatever it was revoked by
+      // (a reset before this one whose listing failed, a revocation whose message is still being
+      // sent again).
+      const since = at - MAX_TOKEN_CACHE_TTL_MS - CLOCK_SLACK_MS
+      const mayBeCachedActive = (r: ApiTokenRecord) => r.expiresAt > since && (r.revokedAt === null || r.revokedAt >= since)
       const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
       const revoked = await storeCall(() => store.revokeAllForUser(userId, at), {
         landed: invalidateAll,
