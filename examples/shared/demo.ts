@@ -28,7 +28,7 @@ import {
   sessionNotFoundReply,
 } from 'mcp-dispatch'
 import { answerExpectationFailed } from 'mcp-dispatch/web'
-import type { CallerOf } from '../platform/mcp-app.js'
+import { type CallerOf, sweepPeriod } from '../platform/mcp-app.js'
 
 /** What an example needs to serve the demo App. */
 export interface Demo {
@@ -149,12 +149,24 @@ export interface NodeSessions {
 export interface NodeSessionsOptions {
   /** A session with no request and no answer open for this long is closed. Default an hour, the dispatch layer's pin lifetime. */
   idleMs?: number
-  /** At most this many open sessions; the least recently used are closed first. Default 10,000. */
+  /**
+   * At most this many open sessions; the least recently used with no answer open is closed
+   * first (else the least recently used). Default 10,000.
+   */
   maxSessions?: number
-  /** At most this many open sessions per caller; that caller's least recently used is closed first. Default 100. */
+  /**
+   * At most this many open sessions per caller; that caller's least recently used with no
+   * answer open is closed first (else its least recently used). Default 100.
+   */
   maxSessionsPerCaller?: number
   /** Clock, epoch ms, for idleness. Default `Date.now`. */
   now?: () => number
+  /**
+   * Idle sessions are closed this often (by the clock `now`): by a timer, which keeps no process
+   * alive, so that a version no one opens sessions of any more still lets its abandoned ones go,
+   * and by the requests that come. Default 60 s, as `createMcpAppHandler`'s.
+   */
+  sweepEveryMs?: number
 }
 
 const MCP_ACCEPT = 'application/json, text/event-stream'
@@ -170,6 +182,27 @@ function acceptBoth(req: IncomingMessage): void {
   req.headers.accept = MCP_ACCEPT
 }
 
+/**
+ * Whether `accept` accepts the media type `type` (RFC 9110 section 12.5.1): the most specific
+ * media range that matches it (`type` itself, then its major type's range, then any type's) has
+ * a weight above 0 (`q`, 1 when not given; section 12.4.2). Media type parameters are not
+ * compared.
+ */
+function accepts(accept: string, type: string): boolean {
+  const wildcard = `${type.slice(0, type.indexOf('/'))}/*`
+  let specificity = -1
+  let weight = 0
+  for (const element of accept.split(',')) {
+    const [range = '', ...params] = element.split(';').map((part) => part.trim().toLowerCase())
+    const rank = range === type ? 2 : range === wildcard ? 1 : range === '*/*' ? 0 : -1
+    if (rank <= specificity) continue
+    const q = params.find((param) => param.startsWith('q='))
+    specificity = rank
+    weight = q === undefined ? 1 : Number(q.slice(2)) || 0
+  }
+  return weight > 0
+}
+
 const isInitialize = (body: unknown) => (Array.isArray(body) ? body.some((m) => isInitializeRequest(m)) : isInitializeRequest(body))
 
 /**
@@ -178,12 +211,26 @@ const isInitialize = (body: unknown) => (Array.isArray(body) ? body.some((m) => 
  * the others find theirs by `Mcp-Session-Id`, and any other request without a session (spec
  * 4.1's bare `tools/list`) is served statelessly, in JSON, by a transport and a server of its
  * own. A session idle for `idleMs` (no request, no answer still open: a GET stream or a
- * streaming answer keeps it), the least recently used past `maxSessions`, and the caller's own
- * least recently used past `maxSessionsPerCaller`, are closed when another opens.
+ * streaming answer keeps it) is closed every `sweepEveryMs` and when another opens; past
+ * `maxSessions`, and past the caller's `maxSessionsPerCaller`, opening one closes the least
+ * recently used session with no answer open (else the least recently used). A session still
+ * being opened is never closed for another: when every slot of the caller is one, the
+ * `initialize` is answered 429 (503 when every slot of the version is).
+ *
+ * `Accept` is honoured (RFC 9110 section 12.5.1, weights read): none, or one that accepts both
+ * MCP media types (the range of any type, say), is handed to the SDK transport as naming both,
+ * which it checks literally; a one-shot request, answered in JSON only, needs `application/json`
+ * accepted (by name, by `application/*` or by the range of any type, weight above 0). Any other
+ * `Accept` gets the SDK transport's 406.
  */
 export function createNodeSessions(build: () => McpServer, options: NodeSessionsOptions = {}): NodeSessions {
   const { idleMs = 60 * 60_000, maxSessions = 10_000, maxSessionsPerCaller = 100, now = Date.now } = options
-  type Session = { transport: StreamableHTTPServerTransport; lastSeen: number; open: number; subject?: string }
+  const sweepEveryMs = sweepPeriod(options.sweepEveryMs)
+  /**
+   * `open`: answers still streaming; `opening`: its `initialize` is not answered yet, and no
+   * other `initialize` may close it (its client would get an id that answers 404).
+   */
+  type Session = { transport: StreamableHTTPServerTransport; lastSeen: number; open: number; opening: boolean; subject?: string }
   // Least recently used first, in all and per caller: each request moves its session last.
   const sessions = new Map<string, Session>()
   const sessionsOf = new Map<string, Set<string>>()
@@ -216,19 +263,59 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
       session.lastSeen = now()
     })
   }
-  // Nothing is kept for ever: sessions idle past `idleMs`, and the oldest past the caps, are
-  // closed when a new one opens.
-  const makeRoom = (subject: string | undefined) => {
-    const cutoff = now() - idleMs
-    for (const [id, s] of sessions) if ((s.open === 0 && s.lastSeen < cutoff) || sessions.size >= maxSessions) closeSession(id)
+  let lastSweep = now()
+  const sweep = () => {
+    lastSweep = now()
+    const cutoff = lastSweep - idleMs
+    for (const [id, s] of sessions) if (s.open === 0 && !s.opening && s.lastSeen < cutoff) closeSession(id)
+  }
+  // Sessions of a version no one opens sessions of any more (one a deploy replaced) go too.
+  let closed = false
+  const sweeper = setInterval(() => {
+    if (!closed && now() - lastSweep >= sweepEveryMs) sweep()
+  }, sweepEveryMs)
+  sweeper.unref?.()
+  /**
+   * The session of `ids` (least recently used first) to close for a new one: the first with no
+   * answer open, else the first at all; never one still being opened.
+   */
+  const victim = (ids: Iterable<string>) => {
+    let streaming: string | undefined
+    for (const id of ids) {
+      const s = sessions.get(id)!
+      if (s.opening) continue
+      if (s.open === 0) return id
+      streaming ??= id
+    }
+    return streaming
+  }
+  /**
+   * Closes the idle sessions and, past the caps, the ones `victim` picks; the refusal to answer
+   * when the slots left are all sessions still being opened.
+   */
+  const makeRoom = (subject: string | undefined): Reply | undefined => {
+    sweep()
     const own = subject === undefined ? undefined : sessionsOf.get(subject)
-    while (own !== undefined && own.size >= maxSessionsPerCaller) closeSession(own.values().next().value!)
+    while (own !== undefined && own.size >= maxSessionsPerCaller) {
+      const id = victim(own)
+      if (id === undefined) {
+        return jsonRpcErrorReply(429, { code: -32000, message: `Too many sessions being opened for this caller (${maxSessionsPerCaller})` }, { 'retry-after': '1' })
+      }
+      closeSession(id)
+    }
+    while (sessions.size >= maxSessions) {
+      const id = victim(sessions.keys())
+      if (id === undefined) return jsonRpcErrorReply(503, { code: -32000, message: `Too many sessions being opened (${maxSessions})` }, { 'retry-after': '1' })
+      closeSession(id)
+    }
+    return undefined
   }
   return {
     async handle(req, res, parsedBody, caller) {
-      // Spec 4.1 lists no `Accept`, and `*/*` accepts both MCP media types (RFC 9110 section 12.5.1).
+      if (now() - lastSweep >= sweepEveryMs) sweep()
+      // Spec 4.1 lists no `Accept`; one that accepts both MCP media types (`*/*`) names them.
       const accept = req.headers.accept
-      if (accept === undefined || accept.includes('*/*')) acceptBoth(req)
+      if (accept === undefined || (accepts(accept, 'application/json') && accepts(accept, 'text/event-stream'))) acceptBoth(req)
       const id = req.headers['mcp-session-id']
       if (typeof id === 'string') {
         const session = sessions.get(id)
@@ -248,9 +335,9 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
         return void res.writeHead(status, headers).end(body)
       }
       if (!isInitialize(parsedBody)) {
-        // One-shot: stateless, answered in JSON whatever the client accepts.
-        const accepts = req.headers.accept ?? ''
-        if (!accepts.includes('application/json') || !accepts.includes('text/event-stream')) acceptBoth(req)
+        // One-shot: stateless, answered in JSON, to a client that accepts JSON (`application/json`
+        // alone, as curl users send, included); any other gets the transport's 406.
+        if (accept !== undefined && accepts(accept, 'application/json')) acceptBoth(req)
         const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
         const server = build()
         await server.connect(transport)
@@ -260,23 +347,28 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
           void server.close()
         }
       }
-      makeRoom(caller?.subject)
-      // The session counts against the caps from here, before the first await, so a burst of
-      // `initialize` cannot pass them; it is forgotten again if the transport refuses to open it.
+      const refused = makeRoom(caller?.subject)
+      if (refused) return void res.writeHead(refused.status, refused.headers).end(refused.body)
+      // The session takes its slot here, before the first await, so a burst of `initialize`
+      // cannot pass the caps, and keeps it, never closed for another, until its `initialize` is
+      // answered; it is forgotten again if the transport refuses to open it.
       const sid = randomUUID()
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => sid, onsessionclosed: forget })
-      const session: Session = { transport, lastSeen: now(), open: 0, ...(caller && { subject: caller.subject }) }
+      const session: Session = { transport, lastSeen: now(), open: 0, opening: true, ...(caller && { subject: caller.subject }) }
       use(sid, session)
       track(session, res)
       try {
         await build().connect(transport)
         await transport.handleRequest(req, res, parsedBody)
       } finally {
+        session.opening = false
         if (transport.sessionId === undefined) forget(sid)
       }
     },
     sessionCount: () => sessions.size,
     async close() {
+      closed = true
+      clearInterval(sweeper)
       await Promise.all([...sessions.values()].map((s) => s.transport.close()))
       sessions.clear()
       sessionsOf.clear()

@@ -21,8 +21,8 @@ import { createFastifyExample } from '../../examples/fastify/app.js'
 import { createFetchHandler } from '../../examples/fetch/handler.js'
 import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
-import { buildAppServer } from '../../examples/platform/mcp-app.js'
-import { type Demo, bodyRefusedReply, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
+import { type CallerOf, buildAppServer } from '../../examples/platform/mcp-app.js'
+import { type Demo, type NodeSessionsOptions, bodyRefusedReply, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
 import { INITIALIZE, TOOLS_LIST } from '../helpers/platform.js'
 import { close, listen, rawRequest } from './helpers.js'
 
@@ -238,24 +238,30 @@ describe('adapter examples: what each serves', () => {
       const demo = await createDemo()
       const running = await starts[name]!(demo)
       const url = `http://127.0.0.1:${running.port}/v1`
-      const first = await connectClient(url, demo.token)
+      // Sessions with no answer open (no GET stream): both handlers close the least recently
+      // used of them (createNodeSessions would keep one with a stream open: its own test below).
+      const inSession = (id: string) => ({ ...BOTH, 'mcp-session-id': id, 'mcp-protocol-version': '2025-06-18' })
       try {
-        expect((await first.client.listTools()).tools.length).toBeGreaterThan(0)
-        let last = ''
-        for (let i = 0; i < 100; i++) {
+        const ids: string[] = []
+        for (let i = 0; i < 101; i++) {
           const opened = await post(url, demo.token, INITIALIZE, BOTH)
           expect(opened.status).toBe(200)
-          last = opened.headers.get('mcp-session-id')!
+          ids.push(opened.headers.get('mcp-session-id')!)
           await opened.text()
+          if (i === 0) {
+            const listed = await post(url, demo.token, TOOLS_LIST, inSession(ids[0]!))
+            expect(listed.status).toBe(200)
+            await listed.text()
+          }
         }
         // The 101st session closed the first; the last is served.
-        await expect(first.client.listTools()).rejects.toThrow()
-        expect(first.statuses.at(-1)).toEqual({ method: 'POST', status: 404 })
-        const served = await post(url, demo.token, TOOLS_LIST, { ...BOTH, 'mcp-session-id': last, 'mcp-protocol-version': '2025-06-18' })
+        const lost = await post(url, demo.token, TOOLS_LIST, inSession(ids[0]!))
+        expect(lost.status).toBe(404)
+        await lost.text()
+        const served = await post(url, demo.token, TOOLS_LIST, inSession(ids[100]!))
         expect(served.status).toBe(200)
         expect(await served.text()).toContain('get_version')
       } finally {
-        await first.client.close()
         await running.close()
       }
     })
@@ -373,6 +379,176 @@ describe('adapter examples: createNodeSessions keeps a session with an open stre
       await streaming.client.close()
       await sessions.close()
       await close(server)
+    }
+  })
+})
+
+/** The demo App version's own server (no conformance fixtures). */
+const buildWeather = () => buildAppServer({ slug: 'weather', name: 'Weather' }, '1.0.0', { conformance: false })
+const ALICE = { subject: 'alice', appId: 'app_weather', version: '1.0.0' }
+
+/**
+ * `createNodeSessions(build, options)` on a loopback server, each request handed its parsed
+ * body and `caller` (none: `undefined`).
+ */
+async function serveNodeSessions(options: NodeSessionsOptions, caller: CallerOf | undefined = ALICE, build = buildWeather) {
+  const sessions = createNodeSessions(build, options)
+  const server = http.createServer(async (req, res) => {
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    const text = Buffer.concat(chunks).toString('utf8')
+    await sessions.handle(req, res, text === '' ? undefined : JSON.parse(text), caller)
+  })
+  const port = await listen(server)
+  return {
+    sessions,
+    url: `http://127.0.0.1:${port}/`,
+    close: async () => (await sessions.close(), await close(server)),
+  }
+}
+
+/** Opens a session with a raw `initialize`: its id, once its answer is read. */
+async function openSession(url: string): Promise<string> {
+  const opened = await post(url, 'unused', INITIALIZE, BOTH)
+  expect(opened.status).toBe(200)
+  await opened.text()
+  return opened.headers.get('mcp-session-id')!
+}
+
+const inSession = (id: string) => ({ ...BOTH, 'mcp-session-id': id, 'mcp-protocol-version': '2025-06-18' })
+
+describe('adapter examples: createNodeSessions, its caps and sweeps as createMcpAppHandler\'s', () => {
+  it('a session still being opened is never closed for another: with every slot of the caller opening, a second initialize is answered 429 as createMcpAppHandler answers it (regression: both got 200, and the first id answered 404)', async () => {
+    // The first session's server connects only once the second initialize has been answered.
+    let second!: () => void
+    const secondAnswered = new Promise<void>((resolve) => (second = resolve))
+    let builds = 0
+    const build = () => {
+      const server = buildWeather()
+      if (builds++ === 0) {
+        const connect = server.connect.bind(server)
+        server.connect = async (transport) => (await secondAnswered, connect(transport))
+      }
+      return server
+    }
+    const running = await serveNodeSessions({ maxSessionsPerCaller: 1 }, ALICE, build)
+    try {
+      const first = post(running.url, 'unused', INITIALIZE, BOTH)
+      while (builds === 0) await new Promise((r) => setTimeout(r, 5))
+      const refused = await post(running.url, 'unused', INITIALIZE, BOTH)
+      second()
+      expect(refused.status).toBe(429)
+      expect(refused.headers.get('retry-after')).toBe('1')
+      expect(refused.headers.get('content-type')).toBe('application/json')
+      expect(await refused.json()).toEqual({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32000, message: 'Too many sessions being opened for this caller (1)' },
+      })
+      const opened = await first
+      expect(opened.status).toBe(200)
+      const id = opened.headers.get('mcp-session-id')!
+      await opened.text()
+      const served = await post(running.url, 'unused', TOOLS_LIST, inSession(id))
+      expect(served.status).toBe(200)
+      expect(await served.text()).toContain('get_version')
+      expect(running.sessions.sessionCount()).toBe(1)
+      // Opened, it is the caller's least recently used again: the next initialize closes it.
+      const next = await openSession(running.url)
+      expect((await post(running.url, 'unused', TOOLS_LIST, inSession(id))).status).toBe(404)
+      expect((await post(running.url, 'unused', TOOLS_LIST, inSession(next))).status).toBe(200)
+    } finally {
+      second()
+      await running.close()
+    }
+  })
+
+  for (const [cap, caller] of [
+    [{ maxSessionsPerCaller: 2 }, ALICE],
+    [{ maxSessions: 2 }, undefined],
+  ] as const) {
+    it(`past ${Object.keys(cap)[0]}, the least recently used session with no answer open is closed, not one whose GET stream is open (regression: the stream was cut, its session closed)`, async () => {
+      const running = await serveNodeSessions(cap, caller)
+      const streaming = await connectClient(running.url, 'unused')
+      try {
+        // The SDK client opens its GET stream once initialized: its session is the least recently used from now on.
+        for (let i = 0; i < 100 && !streaming.statuses.some((s) => s.method === 'GET' && s.status === 200); i++) await new Promise((r) => setTimeout(r, 10))
+        expect(streaming.statuses).toContainEqual({ method: 'GET', status: 200 })
+        const quiet = await openSession(running.url)
+        const listed = await post(running.url, 'unused', TOOLS_LIST, inSession(quiet))
+        expect(listed.status).toBe(200)
+        await listed.text()
+        const third = await openSession(running.url)
+        expect(running.sessions.sessionCount()).toBe(2)
+        expect((await streaming.client.listTools()).tools.map((t) => t.name).sort()).toEqual(OWN_TOOLS)
+        expect(streaming.statuses.filter((s) => s.method === 'GET')).toEqual([{ method: 'GET', status: 200 }])
+        const lost = await post(running.url, 'unused', TOOLS_LIST, inSession(quiet))
+        expect(lost.status).toBe(404)
+        expect(await lost.text()).toBe(sessionNotFoundReply().body)
+        expect((await post(running.url, 'unused', TOOLS_LIST, inSession(third))).status).toBe(200)
+        // Every session left has an answer open: the least recently used goes, the cap holds.
+        const stream = await fetch(running.url, { headers: { ...inSession(third), accept: 'text/event-stream' } })
+        expect(stream.status).toBe(200)
+        const fourth = await openSession(running.url)
+        expect(running.sessions.sessionCount()).toBe(2)
+        await expect(streaming.client.listTools()).rejects.toThrow()
+        expect((await post(running.url, 'unused', TOOLS_LIST, inSession(fourth))).status).toBe(200)
+        await stream.body?.cancel()
+      } finally {
+        await streaming.client.close()
+        await running.close()
+      }
+    })
+  }
+
+  it('idle sessions are closed every sweepEveryMs, with no request coming (regression: only an initialize closed them, so a version no one opened sessions of kept them for ever)', async () => {
+    let clock = Date.UTC(2030, 0, 1)
+    const running = await serveNodeSessions({ idleMs: 60_000, now: () => clock, sweepEveryMs: 20 })
+    try {
+      const id = await openSession(running.url)
+      await new Promise((r) => setTimeout(r, 60))
+      expect(running.sessions.sessionCount()).toBe(1)
+      clock += 120_000
+      for (let i = 0; i < 100 && running.sessions.sessionCount() > 0; i++) await new Promise((r) => setTimeout(r, 10))
+      expect(running.sessions.sessionCount()).toBe(0)
+      expect((await post(running.url, 'unused', TOOLS_LIST, inSession(id))).status).toBe(404)
+    } finally {
+      await running.close()
+    }
+    expect(() => createNodeSessions(buildWeather, { sweepEveryMs: 0 })).toThrow(TypeError)
+  })
+
+  it('Accept is honoured with its weights (RFC 9110 section 12.5.1): none, or JSON accepted, is served in one shot; JSON refused (q=0, or not listed) is the SDK transport\'s 406 (regression: any Accept was answered, `*/*;q=0` read as both types)', async () => {
+    const running = await serveNodeSessions({})
+    try {
+      for (const accept of [undefined, '*/*', 'application/*', 'application/json', 'text/html, application/json;q=0.5', BOTH.accept]) {
+        const response = await fetch(running.url, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', ...(accept === undefined ? {} : { accept }) },
+          body: JSON.stringify(TOOLS_LIST),
+        })
+        expect(response.status, String(accept)).toBe(200)
+        expect(response.headers.get('content-type')).toBe('application/json')
+        expect(await response.text()).toContain('get_version')
+      }
+      for (const accept of ['text/html', '*/*;q=0', 'application/json;q=0, */*', 'text/event-stream', 'image/*, application/json; q=0']) {
+        const response = await post(running.url, 'unused', TOOLS_LIST, { accept })
+        expect(response.status, accept).toBe(406)
+        expect(await response.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32000, message: expect.stringContaining('Not Acceptable') } })
+      }
+      // A session's answers may be either type: both must be accepted.
+      for (const accept of ['*/*;q=0', 'application/json', 'text/*, application/json;q=0']) {
+        const response = await post(running.url, 'unused', INITIALIZE, { accept })
+        expect(response.status, accept).toBe(406)
+        await response.text()
+      }
+      for (const accept of ['*/*', 'application/*, text/*;q=0.1', 'application/json, text/event-stream']) {
+        const response = await post(running.url, 'unused', INITIALIZE, { accept })
+        expect(response.status, accept).toBe(200)
+        await response.text()
+      }
+    } finally {
+      await running.close()
     }
   })
 })
