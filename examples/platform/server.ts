@@ -126,6 +126,10 @@ const platform = (() => {
       authorizationServer: {
         issuer: process.env.AUTH_ISSUER || devAuth!.issuer, // unset or empty: the development server
         mode: authMode,
+        // The development server runs in this process: an address may have as many made-up bearer
+        // strings refused (401) a minute as made-up API tokens (the token service's
+        // `unknownTokenBudget`, 600), not the 60 that spare a real provider's endpoint.
+        ...(devAuth && { clientBudget: { limit: 600 } }),
         ...(process.env.AUTH_USERINFO_ENDPOINT && { userinfoEndpoint: process.env.AUTH_USERINFO_ENDPOINT }),
         // `AUTH_AUDIENCE=app` (the default in jwt and introspection modes) binds each token to its App.
         ...((audience ?? (authMode === 'userinfo' ? undefined : 'app')) !== undefined && {

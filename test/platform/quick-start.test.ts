@@ -110,6 +110,21 @@ describe('npm start (README quick start)', () => {
     expect(json.result.tools.map((t) => t.name)).toContain('get_version')
   })
 
+  it('refuses made-up OAuth tokens from one address with 401, a hundred in a row, not 429: the development server is in process (clientBudget 600)', async () => {
+    const tools = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+    const statuses = new Set<number>()
+    for (let i = 0; i < 100; i++) {
+      const res = await rawRequest(port, {
+        host: 'weather.localhost',
+        path: '/v1',
+        headers: { authorization: `Bearer made-up-${i}-${'x'.repeat(20)}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: tools,
+      })
+      statuses.add(res.status)
+    }
+    expect([...statuses]).toEqual([401])
+  })
+
   it('starts the development authorization server it names', async () => {
     const issuer = /development authorization server (http:\/\/127\.0\.0\.1:\d+)/.exec(output())![1]!
     const discovery = await fetch(`${issuer}/.well-known/openid-configuration`)
