@@ -246,8 +246,8 @@ const liveOf = (a: { versions?: Array<string | { version: string }> }): readonly
 
 /**
  * The `curl` to print: the first seeded token that gets 200 from this machine, on the first
- * App of its scope its owner subscribes to and that has a live release; `/v1` where that App
- * has a 1.x release (the README's), else `/`. None when no token can (a seed of its own).
+ * App of its scope its owner subscribes to and that has a live release; `/v1` where the version
+ * `/v1` resolves to is served in process (the README's), else `/`. None when no token can (a seed of its own).
  */
 function demoCall(): { name: string; token: string; slug: string; path: string } | undefined {
   // The addresses the printed curl may come from: curl resolves `*.localhost` to 127.0.0.1 and

@@ -257,6 +257,8 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
   }
   // An answer still open (a GET stream, a streaming tool call) keeps its session from idling.
   const track = (session: Session, res: ServerResponse) => {
+    // A response already closed (its client gone while the dispatch layer decided) emits no more.
+    if (res.destroyed || res.closed) return
     session.open++
     res.once('close', () => {
       session.open--
@@ -313,10 +315,22 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
   return {
     async handle(req, res, parsedBody, caller) {
       if (now() - lastSweep >= sweepEveryMs) sweep()
-      // Spec 4.1 lists no `Accept`; one that accepts both MCP media types (`*/*`) names them.
+      // Spec 4.1 lists no `Accept`. What one accepts is read here, weights included, and refused
+      // here (the SDK transport only looks for the types' names, so `application/json;q=0` would
+      // pass it); one it accepts is rewritten to name both types, which the transport then takes.
       const accept = req.headers.accept
-      if (accept === undefined || (accepts(accept, 'application/json') && accepts(accept, 'text/event-stream'))) acceptBoth(req)
+      const json = accept === undefined || accepts(accept, 'application/json')
+      const stream = accept === undefined || accepts(accept, 'text/event-stream')
       const id = req.headers['mcp-session-id']
+      const oneShot = typeof id !== 'string' && req.method === 'POST' && !isInitialize(parsedBody)
+      // A one-shot request is answered in JSON; a GET opens a stream; any other POST may be either.
+      const needed = oneShot ? json : req.method === 'GET' ? stream : req.method === 'POST' ? json && stream : true
+      if (!needed) {
+        const message = req.method === 'GET' ? 'Not Acceptable: Client must accept text/event-stream' : 'Not Acceptable: Client must accept both application/json and text/event-stream'
+        const { status, headers, body } = jsonRpcErrorReply(406, { code: -32000, message })
+        return void res.writeHead(status, headers).end(body)
+      }
+      acceptBoth(req)
       if (typeof id === 'string') {
         const session = sessions.get(id)
         // The dispatch layer's own 404 session_not_found (docs/adapters.md's nodeSessions): a
@@ -334,10 +348,9 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
         const { status, headers, body } = jsonRpcErrorReply(405, { code: -32000, message: 'Method not allowed without a session' }, { allow: 'POST' })
         return void res.writeHead(status, headers).end(body)
       }
-      if (!isInitialize(parsedBody)) {
-        // One-shot: stateless, answered in JSON, to a client that accepts JSON (`application/json`
-        // alone, as curl users send, included); any other gets the transport's 406.
-        if (accept !== undefined && accepts(accept, 'application/json')) acceptBoth(req)
+      if (oneShot) {
+        // Stateless, answered in JSON, to a client that accepts JSON (`application/json` alone, as
+        // curl users send, included).
         const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
         const server = build()
         await server.connect(transport)

@@ -427,9 +427,9 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-/** The longest user id a token is created for, in code points as zod counts them (an email address is at most 254). */
 /** How far the clocks of instances sharing a token store may disagree, for what a password reset sends. */
 const CLOCK_SLACK_MS = 60_000
+/** The longest user id a token is created for, in code points as zod counts them (an email address is at most 254). */
 const MAX_USER_ID_LENGTH = 255
 // A user id is the platform's and opaque, but it is stored and compared: one no store keeps as
 // given would make two users one. PostgreSQL refuses NUL in text, and pg stores a lone
@@ -1505,7 +1505,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // their clocks. One revoked within that time is sent again, whatever it was revoked by
       // (a reset before this one whose listing failed, a revocation whose message is still being
       // sent again).
-      const since = at - MAX_TOKEN_CACHE_TTL_MS - CLOCK_SLACK_MS
+      // (A lookup that read the row before the revocation caches it when it answers, up to
+      // `storeTimeoutMs` later: that is allowed for too.)
+      const since = at - MAX_TOKEN_CACHE_TTL_MS - Math.max(CLOCK_SLACK_MS, storeTimeoutMs)
       const mayBeCachedActive = (r: ApiTokenRecord) => r.expiresAt > since && (r.revokedAt === null || r.revokedAt >= since)
       const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
       const revoked = await storeCall(() => store.revokeAllForUser(userId, at), {

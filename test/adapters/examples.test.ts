@@ -551,6 +551,27 @@ describe('adapter examples: createNodeSessions, its caps and sweeps as createMcp
       await running.close()
     }
   })
+
+  it('a type named with q=0 is refused though named (the SDK transport reads names only), and a refused initialize closes no session for its slot (regression: served, and the caller\'s session closed first)', async () => {
+    const running = await serveNodeSessions({ maxSessionsPerCaller: 1 }, ALICE)
+    try {
+      const kept = await openSession(running.url)
+      for (const accept of ['text/event-stream, application/json;q=0', 'application/json, text/event-stream;q=0']) {
+        const initialize = await post(running.url, 'unused', INITIALIZE, { accept })
+        expect(initialize.status, accept).toBe(406)
+        await initialize.text()
+      }
+      const oneShot = await post(running.url, 'unused', TOOLS_LIST, { accept: 'text/event-stream, application/json;q=0' })
+      expect(oneShot.status).toBe(406)
+      await oneShot.text()
+      const stream = await fetch(running.url, { headers: { ...inSession(kept), accept: 'application/json, text/event-stream;q=0' } })
+      expect(stream.status).toBe(406)
+      await stream.text()
+      expect((await post(running.url, 'unused', TOOLS_LIST, inSession(kept))).status).toBe(200)
+    } finally {
+      await running.close()
+    }
+  })
 })
 
 describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () => {
