@@ -311,12 +311,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const maxEventChars = options.maxEventChars
   const sweepEveryMs = sweepPeriod(options.sweepEveryMs)
   /** `open`: answers of the session still streaming; a session with one is not idle. */
-  const sessions = new Map<
-    string,
-    // `revision`: the MCP revision negotiated at initialize, which a batch of the session
-    // without `MCP-Protocol-Version` is judged by.
-    { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; revision: string; subject?: string }
-  >()
+  // `revision`: the MCP revision negotiated at initialize, which a batch of the session
+  // without `MCP-Protocol-Version` is judged by.
+  type Session = { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; revision: string; subject?: string }
+  const sessions = new Map<string, Session>()
   // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
   // before the first await of the request that will fill it, so a burst cannot pass the cap.
   const sessionsOf = new Map<string, Set<string>>()
@@ -340,21 +338,38 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
 
   /**
    * Takes a slot for one more session of `subject`, closing its least recently used sessions
-   * while at the cap; `false` when its slots are all taken by sessions still being opened.
+   * while at the cap (those with no answer still streaming first: a client's open GET stream is
+   * not cut while it has a quiet session to spare); `false` when its slots are all taken by
+   * sessions still being opened.
    */
   function reserveSession(subject: string): boolean {
     const own = sessionsOf.get(subject)
     const opening = openingOf.get(subject) ?? 0
-    while (own !== undefined && own.size > 0 && own.size + opening >= maxSessionsPerCaller) {
-      let oldest: string | undefined
-      for (const id of own) if (oldest === undefined || sessions.get(id)!.lastSeen < sessions.get(oldest)!.lastSeen) oldest = id
-      const session = sessions.get(oldest!)!
-      dropSession(oldest!)
-      void session.transport.close()
-    }
+    while (own !== undefined && own.size > 0 && own.size + opening >= maxSessionsPerCaller) closeSession(leastRecentlyUsed(own)!)
     if ((own?.size ?? 0) + opening >= maxSessionsPerCaller) return false
     addTo(openingOf, subject, 1)
     return true
+  }
+
+  /** Of `ids`, the session to close for a new one: the least recently used with no answer streaming, else the least recently used. */
+  function leastRecentlyUsed(ids: Iterable<string>): string | undefined {
+    let oldest: string | undefined
+    let o: Session | undefined
+    for (const id of ids) {
+      const s = sessions.get(id)!
+      const quiet = s.open === 0
+      if (o === undefined || (quiet && o.open !== 0) || (quiet === (o.open === 0) && s.lastSeen < o.lastSeen)) {
+        oldest = id
+        o = s
+      }
+    }
+    return oldest
+  }
+
+  function closeSession(id: string): void {
+    const session = sessions.get(id)!
+    dropSession(id)
+    void session.transport.close()
   }
 
   /**
@@ -381,15 +396,12 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(notify), { legacy: 'reject' })
 
   let lastSweep = now()
-  function sweep(): void {
+  /** Closes the idle sessions, and the oldest past `maxSessions` less `room` (one for a session about to open). */
+  function sweep(room = 0): void {
     lastSweep = now()
     const cutoff = lastSweep - idleMs
-    for (const [id, s] of sessions) {
-      if ((s.open === 0 && s.lastSeen < cutoff) || sessions.size > maxSessions) {
-        dropSession(id)
-        void s.transport.close()
-      }
-    }
+    for (const [id, s] of sessions) if (s.open === 0 && s.lastSeen < cutoff) closeSession(id)
+    while (sessions.size > 0 && sessions.size + room > maxSessions) closeSession(leastRecentlyUsed(sessions.keys())!)
   }
 
   let closed = false
@@ -538,7 +550,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       )
     }
     if (isInitialize(body)) {
-      sweep()
+      sweep(1)
       if (caller && !reserveSession(caller.subject)) {
         return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`, { 'retry-after': '1' })
       }

@@ -239,6 +239,41 @@ describe('createMcpAppHandler wired as a plain handler', () => {
 describe('what a session and a request may hold', () => {
   const app = { id: 'app_w', slug: 'weather', name: 'Weather' }
 
+  it('past a cap, the least recently used session with no answer streaming is closed, not one whose GET stream is open; maxSessions holds exactly (regression: the stream cut; one session over)', async () => {
+    const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } } }
+    for (const [options, subject] of [
+      [{ maxSessionsPerCaller: 2 }, 'alice'],
+      [{ maxSessions: 2 }, undefined],
+    ] as const) {
+      const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), options)
+      try {
+        const caller = subject && { subject, appId: app.id, version: '1.0.0' }
+        const open = async () => (await handler(mcpRequest('http://weather.localhost/v1', { body: initialize }), caller)).headers.get('mcp-session-id')!
+        const ping = async (id: string) => {
+          const answer = await handler(mcpRequest('http://weather.localhost/v1', { headers: { 'mcp-session-id': id }, body: { jsonrpc: '2.0', id: 2, method: 'ping' } }), caller)
+          await answer.text()
+          return answer.status
+        }
+        const streaming = await open()
+        const stream = await handler(
+          new Request('http://weather.localhost/v1', { headers: { accept: 'text/event-stream', 'mcp-session-id': streaming, 'mcp-protocol-version': '2025-06-18' } }),
+          caller,
+        )
+        expect(stream.status).toBe(200)
+        const quiet = await open()
+        expect(await ping(quiet)).toBe(200)
+        const third = await open()
+        expect(handler.sessionCount(), JSON.stringify(options)).toBe(2)
+        expect(await ping(quiet), JSON.stringify(options)).toBe(404)
+        expect(await ping(streaming), JSON.stringify(options)).toBe(200)
+        expect(await ping(third)).toBe(200)
+        await stream.body?.cancel()
+      } finally {
+        await handler.close()
+      }
+    }
+  })
+
   it('a session idle past idleMs is closed even when no other session opens (404 session_not_found); one with an open stream is not idle', async () => {
     let clock = Date.UTC(2030, 0, 1)
     const handler = createMcpAppHandler(() => buildAppServer(app, '1.0.0'), { idleMs: 30 * 60_000, now: () => clock })
