@@ -146,6 +146,19 @@ export function continueIfExpected(res: unknown): void {
 }
 
 /**
+ * The fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2: connection-specific). Node's
+ * HTTP/2 refuses to send a response head carrying one (`ERR_HTTP2_INVALID_CONNECTION_HEADERS`),
+ * but `Connection`, which its compatibility response drops, and `TE: trailers`.
+ * @internal
+ */
+export const CONNECTION_SPECIFIC_FIELDS: readonly string[] = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'http2-settings', 'te']
+
+/** Whether `res` is Node's HTTP/2 compatibility response (it has a `stream`; `node:http`'s has none). @internal */
+export function isHttp2Response(res: unknown): boolean {
+  return typeof res === 'object' && res !== null && typeof (res as { stream?: unknown }).stream === 'object'
+}
+
+/**
  * `Vary` values joined: each field name once (case-insensitive, first spelling kept), `*`
  * alone when any says `*`. The dispatch layer's `Vary: Origin` joins the handler's own (a
  * cache must still tell `Accept-Encoding` variants apart) instead of replacing it.

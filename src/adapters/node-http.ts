@@ -14,7 +14,22 @@ import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
 import { refusalAt, tokenApiMethods } from '../tokens/token-api-paths.js'
-import { type Dispatched, attachToHead, continueIfExpected, dispatchHeadersFor, headOutcome, headerValue, installHeadInterception as installOn, mergeExposeHeaders, mergeVary, sameName, stampHead, whenClosed } from './head.js'
+import {
+  CONNECTION_SPECIFIC_FIELDS,
+  type Dispatched,
+  attachToHead,
+  continueIfExpected,
+  dispatchHeadersFor,
+  headOutcome,
+  headerValue,
+  installHeadInterception as installOn,
+  isHttp2Response,
+  mergeExposeHeaders,
+  mergeVary,
+  sameName,
+  stampHead,
+  whenClosed,
+} from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
 
 /**
@@ -475,12 +490,10 @@ export function installHeadInterception(): void {
 }
 
 /**
- * The fields HTTP/2 forbids (RFC 9113 section 8.2.2: connection-specific) that Node's HTTP/2
- * refuses in a response head (`ERR_HTTP2_INVALID_CONNECTION_HEADERS`); `TE` only other than
- * `trailers`. `Connection` is not among them: the compatibility response drops it (with a
- * warning) when it is set.
+ * The connection-specific fields Node's HTTP/2 refuses in a response head; `TE` only other than
+ * `trailers`. Not `Connection`: the compatibility response drops it (with a warning) when set.
  */
-const CONNECTION_SPECIFIC = new Set(['keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'http2-settings', 'te'])
+const REFUSED_ON_HTTP2 = new Set(CONNECTION_SPECIFIC_FIELDS.filter((name) => name !== 'connection'))
 
 /** What Node's HTTP/2 throws for a connection-specific field in a response head. */
 function connectionHeaderError(name: string): TypeError {
@@ -491,7 +504,7 @@ function connectionHeaderError(name: string): TypeError {
 
 function refusedOnHttp2(name: string, value: unknown): boolean {
   const lower = name.toLowerCase()
-  return CONNECTION_SPECIFIC.has(lower) && (lower !== 'te' || String(value) !== 'trailers')
+  return REFUSED_ON_HTTP2.has(lower) && (lower !== 'te' || String(value) !== 'trailers')
 }
 
 /**
@@ -508,7 +521,7 @@ function checkHead(status: number, reason: unknown, headers: unknown, res?: Pick
     throw Object.assign(new RangeError(`Invalid status code: ${status}`), { code: 'ERR_HTTP_INVALID_STATUS_CODE' })
   }
   if (typeof reason === 'string') validateHeaderValue('statusMessage', reason)
-  const http2 = res !== undefined && !(res instanceof ServerResponse)
+  const http2 = res !== undefined && isHttp2Response(res)
   if (http2) {
     for (const name of res.getHeaderNames()) if (refusedOnHttp2(name, res.getHeader(name))) throw connectionHeaderError(name)
   }

@@ -36,6 +36,19 @@ const post = (fixture: Fixture, port: number, extra: http2.OutgoingHttpHeaders =
   ...extra,
 })
 
+/** A tools/list over HTTP/2 to `server` (then closed) is the fixed answer with the version headers, without `field`. */
+async function expectAnsweredWithout(fixture: Fixture, server: Served, field: string): Promise<void> {
+  try {
+    const answered = await ask(server.port, post(fixture, server.port), TOOLS_LIST)
+    expect(answered.status, answered.body).toBe(200)
+    expect(answered.body).toBe(ANSWER)
+    expect(answered.headers[field]).toBeUndefined()
+    expect(answered.headers['x-mcp-version']).toBe('1.0.0')
+  } finally {
+    await server.close()
+  }
+}
+
 interface Served {
   port: number
   close(): Promise<void>
@@ -156,16 +169,7 @@ describe('proxy: an upstream answer with HTTP2-Settings (regression: Fastify ans
 
   it.each(['fastify', 'web'] as const)('%s over HTTP/2: the answer goes out without it', async (name) => {
     upstream.answer = withSettings
-    const server = await adapters[name]()
-    try {
-      const answered = await ask(server.port, post(fixture, server.port), TOOLS_LIST)
-      expect(answered.status, answered.body).toBe(200)
-      expect(answered.body).toBe(ANSWER)
-      expect(answered.headers['http2-settings']).toBeUndefined()
-      expect(answered.headers['x-mcp-version']).toBe('1.0.0')
-    } finally {
-      await server.close()
-    }
+    await expectAnsweredWithout(fixture, await adapters[name](), 'http2-settings')
   })
 })
 
@@ -359,16 +363,7 @@ describe('Web adapter over HTTP/2: a handler\'s own connection-specific fields (
 
   it('are dropped from the Response of an HTTP/1 fetch() handed on as it came (immutable headers)', async () => {
     upstream.answer = (_req, res) => void res.writeHead(200, { 'content-type': 'application/json', connection: 'keep-alive', 'keep-alive': 'timeout=5' }).end(ANSWER)
-    const server = await serveHono(fixture, () => fetch(`${upstream.origin}/mcp`))
-    try {
-      const answered = await ask(server.port, post(fixture, server.port), TOOLS_LIST)
-      expect(answered.status, answered.body).toBe(200)
-      expect(answered.body).toBe(ANSWER)
-      expect(answered.headers['keep-alive']).toBeUndefined()
-      expect(answered.headers['x-mcp-version']).toBe('1.0.0')
-    } finally {
-      await server.close()
-    }
+    await expectAnsweredWithout(fixture, await serveHono(fixture, () => fetch(`${upstream.origin}/mcp`)), 'keep-alive')
   })
 })
 

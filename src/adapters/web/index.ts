@@ -23,7 +23,17 @@ import { type Reply, serviceUnavailableReply, versionNotServedReply } from '../.
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome } from '../../pipeline/dispatcher.js'
 import { isForeignThenable } from '../../core/thenable.js'
-import { type Dispatched, type NodeResponse, attachToHead, continueIfExpected, installHeadInterception, mergeExposeHeaders, mergeVary } from '../head.js'
+import {
+  CONNECTION_SPECIFIC_FIELDS,
+  type Dispatched,
+  type NodeResponse,
+  attachToHead,
+  continueIfExpected,
+  installHeadInterception,
+  isHttp2Response,
+  mergeExposeHeaders,
+  mergeVary,
+} from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -387,20 +397,6 @@ function headOf(outgoing: unknown, decision: Dispatched): boolean {
 }
 
 /**
- * The fields HTTP/2 forbids in a message (RFC 9113 section 8.2.2: connection-specific). Node's
- * HTTP/2 refuses to send a head carrying one (but `Connection`, which it drops), and
- * `@hono/node-server` (2.1) lets that refusal end the process: a handler's `Response` of an
- * HTTP/1 `fetch()` (`Keep-Alive: timeout=5`) would have. `TE` is allowed there as `trailers`
- * only, and means nothing on a response.
- */
-const CONNECTION_SPECIFIC = ['connection', 'keep-alive', 'proxy-connection', 'transfer-encoding', 'upgrade', 'http2-settings', 'te'] as const
-
-/** Whether `outgoing` is Node's HTTP/2 compatibility response (it has a `stream`; `node:http`'s has none). */
-function isHttp2Response(outgoing: unknown): boolean {
-  return typeof outgoing === 'object' && outgoing !== null && typeof (outgoing as { stream?: unknown }).stream === 'object'
-}
-
-/**
  * Adds the dispatch headers to the handler's response. In place when its headers are
  * mutable (a `Response` the handler built), as Hono middleware does: copying it into a new
  * `Response` turns the body into a stream, which on `@hono/node-server` costs the fast path
@@ -442,7 +438,10 @@ function stampOn(target: Headers, headers: Readonly<Record<string, string>>, htt
         if (isFieldName(name)) target.delete(name)
       }
     }
-    for (const name of CONNECTION_SPECIFIC) target.delete(name)
+    // `@hono/node-server` (2.1) lets Node's refusal of such a head end the process: a handler's
+    // `Response` of an HTTP/1 `fetch()` (`Keep-Alive: timeout=5`) would have. (`TE` means
+    // nothing on a response.)
+    for (const name of CONNECTION_SPECIFIC_FIELDS) target.delete(name)
   }
   for (const name in headers) {
     const value = headers[name]!
