@@ -980,7 +980,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     })
   }
 
-  async function validateByIntrospection(token: string, deadline: number): Promise<Outcome> {
+  async function validateByIntrospection(token: string, claims: JWTPayload | undefined, deadline: number): Promise<Outcome> {
     const client = intro!
     const discovered = client.endpoint === undefined ? (await discover(deadline))?.introspection_endpoint : undefined
     const endpoint = client.endpoint ?? discovered
@@ -1033,7 +1033,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       const sub = body.sub
       if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
       if (unusableSubject(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
-      const expiresAt = typeof body.exp === 'number' ? body.exp * 1000 : undefined
+      // A JWT's own `exp` bounds it too (RFC 7662 makes `exp` optional, and a provider may
+      // answer a later one): the cache, in Redis as in memory, never keeps it past either.
+      const answered = typeof body.exp === 'number' ? body.exp * 1000 : undefined
+      const own = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
+      const expiresAt = answered === undefined ? own : own === undefined ? answered : Math.min(answered, own)
       const audience = audienceList(body.aud)
       const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
       return {
@@ -1392,7 +1396,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           mode === 'userinfo'
             ? await validateAtUserinfo(token, claims, deadline)
             : mode === 'introspection'
-              ? await validateByIntrospection(token, deadline)
+              ? await validateByIntrospection(token, claims, deadline)
               : await validateJwt(token, deadline, audience)
         return await remember(key, outcome, asked)
       } catch (error) {
@@ -1503,8 +1507,17 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       const markMs = retry.deadlineMs + timeoutMs
       noteForget(key, markMs)
       const mark: CachedValidation = { active: false, reason: 'forgotten', validUntil: now() + markMs, forgotten: true }
-      await cache.set(markKey(key), mark, markMs)
+      // The entry is deleted even when the mark cannot be written (Redis down): a store with a
+      // local copy (`createRedisCacheStore`) drops it at once, rather than serving the revoked
+      // token from it. The failure is then passed on, so the platform knows.
+      let markFailed: { error: unknown } | undefined
+      try {
+        await cache.set(markKey(key), mark, markMs)
+      } catch (error) {
+        markFailed = { error }
+      }
       await cache.delete(key)
+      if (markFailed) throw markFailed.error
     },
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }

@@ -51,7 +51,9 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  * at most `localTtlMs` later. A miss costs one round trip (a script that reads the value and
  * its TTL), `set` and `delete` one each, every one under the `timeoutMs` deadline (and
  * rejected at once, unsent, while a hung Redis has the client's stall breaker open); the
- * validator treats a failing cache as a miss.
+ * validator treats a failing cache as a miss. A `set` that Redis fails still keeps its value
+ * locally (and rejects): with Redis down, an instance asks the authorization server about a
+ * busy token once per `localTtlMs`, not on every request.
  *
  * @example
  * ```ts
@@ -143,10 +145,17 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
       local?.delete(key)
       // The local copy is parsed from the JSON, as other instances see it, and is not the
       // caller's object (which the caller may still change).
+      // Kept locally whether or not Redis took it: with Redis down (or stalled) an instance
+      // still keeps what it just validated for `localTtlMs`, rather than asking the
+      // authorization server again on every request; the failure still rejects (reported).
+      const keep = () => {
+        if (local) keepLocally(key, JSON.parse(json) as T, ttl, startedAt)
+      }
       return tracked(
         key,
-        redis.send('SET', keyPrefix + key, json, 'PX', ttl).then(() => {
-          if (local) keepLocally(key, JSON.parse(json) as T, ttl, startedAt)
+        redis.send('SET', keyPrefix + key, json, 'PX', ttl).then(keep, (error: unknown) => {
+          keep()
+          throw error
         }),
       )
     },
