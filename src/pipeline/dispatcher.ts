@@ -269,7 +269,8 @@ export interface DispatcherOptions {
     policy: (identity: Identity, app: AppRecord) => MaybePromise<RateLimitPolicy | null | undefined>
     /**
      * Serve when the counter store fails, or the clock (`now`) answers no time (default `true`,
-     * reported through `onError`); `false`: 503. A boolean (a string is a `ConfigurationError`).
+     * reported through `onError`: each request to a function given, at most a line per 10 s to
+     * the default logger); `false`: 503. A boolean (a string is a `ConfigurationError`).
      */
     failOpen?: boolean | undefined
   } | undefined
@@ -303,7 +304,12 @@ export interface DispatcherOptions {
    * inject one to drive it from a test, as `now` drives the clock.
    */
   timers?: DispatcherTimers | undefined
-  /** Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default `logError` (stderr). */
+  /**
+   * Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default
+   * `logError` (stderr), which hears a rate-limit store failing open once, then at most once
+   * every 10 seconds with the count of the requests served meanwhile (one line per request would
+   * flood stderr while Redis is down); a function given here hears every one.
+   */
   onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * Longest wait for a store or the rate-limit policy when it answers with a promise. Past it
@@ -432,6 +438,14 @@ function remember<V>(map: Map<string, V>, key: string, value: V): void {
   map.set(key, value)
 }
 
+/** What the default logger hears of a rate-limit store that failed, the request served. */
+const FAIL_OPEN_CONTEXT = 'rate-limit store failed; serving (failOpen)'
+/**
+ * Shortest time between two lines of the default logger about the rate-limit store failing
+ * open: a Redis that is down fails every request, and a line per request would flood stderr.
+ */
+const FAIL_OPEN_LOG_INTERVAL_MS = 10_000
+
 /** A policy as checked by the dispatcher, with its `RateLimit-Policy` value. */
 interface CheckedPolicy {
   readonly policy: RateLimitPolicy
@@ -531,6 +545,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // The default counters time their windows' life on the monotonic clock, unless a clock is given.
   const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore(options.now ? { now } : {})) : undefined
   const failOpen = rateLimit?.failOpen ?? true
+  // A platform's `onError` hears every request served without a count (it may count them); the
+  // default logger (stderr) a line per outage and interval (`logFailOpen`).
+  const failOpenLogged = options.onError === undefined ? { at: Number.NEGATIVE_INFINITY, unlogged: 0, failing: false } : undefined
   const cors = options.cors ?? true
   const allowedOrigins = originCheck(options.allowedOrigins, (error) => onError(error, 'allowedOrigins'))
   // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
@@ -979,14 +996,45 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!Number.isSafeInteger(count) || count < 1) {
       return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(answer)}, not a count >= 1`))
     }
+    if (failOpenLogged?.failing === true) failOpenEnded(failOpenLogged)
     const result = rateLimitDecision(count, policy, reset, at)
     return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
   }
 
   function rateLimitStoreFailed(error: unknown): undefined {
     if (!failOpen) throw new StoreFailure('rate-limit', error)
-    onError(error, 'rate-limit store failed; serving (failOpen)')
+    if (failOpenLogged === undefined) onError(error, FAIL_OPEN_CONTEXT)
+    else logFailOpen(failOpenLogged, error)
     return undefined
+  }
+
+  /**
+   * The default logger's account of a failing rate-limit store: the first failure, then at most
+   * one line per {@link FAIL_OPEN_LOG_INTERVAL_MS} (on the monotonic clock), naming how many
+   * requests were served without a count since the line before; and when the store counts
+   * again, how many of the last stretch were not logged.
+   */
+  function logFailOpen(state: { at: number; unlogged: number; failing: boolean }, error: unknown): void {
+    state.failing = true
+    const at = performance.now()
+    if (at - state.at < FAIL_OPEN_LOG_INTERVAL_MS) {
+      state.unlogged++
+      return
+    }
+    const unlogged = state.unlogged
+    state.at = at
+    state.unlogged = 0
+    onError(error, unlogged === 0 ? FAIL_OPEN_CONTEXT : `${FAIL_OPEN_CONTEXT}; ${unlogged} more served without a count since the last line`)
+  }
+
+  function failOpenEnded(state: { at: number; unlogged: number; failing: boolean }): void {
+    const unlogged = state.unlogged
+    state.failing = false
+    state.unlogged = 0
+    state.at = Number.NEGATIVE_INFINITY
+    if (unlogged > 0) {
+      onError(new Error(`the rate-limit store counts again; ${unlogged} more requests were served without a count, not logged one by one`), 'rate-limit store recovered')
+    }
   }
 
 

@@ -356,10 +356,14 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * change how long it lives; with `now` given, on that clock instead (a test's), where a step
  * back by less than a window keeps counting against it and a longer one starts it again.
  *
- * @throws {ConfigurationError} with a `max` that is not a positive integer.
+ * @throws {ConfigurationError} with a `max` that is not a positive integer, or a `now` that is
+ * not a function.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
   const max = positiveInteger(options.max, 100_000, 'max')
+  // Refused here: taken as it is, a `now` that is no function (`Date.now()`, a number) threw
+  // at every increment, and every request was served without a limit (fail open).
+  if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
   const now = options.now ?? Date.now
   // How long a counter has lived: never moved by a wall clock's steps, unless a clock is given.
   const lifeClock = options.now ?? (() => performance.now())
