@@ -217,7 +217,7 @@ export interface TokenApi {
  * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
  *
- * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/`, `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
+ * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
  */
 export function createTokenApi(options: TokenApiOptions): TokenApi {
   const { tokens } = options
@@ -232,6 +232,16 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     throw new ConfigurationError('basePath', 'must be a path starting with "/"')
   }
   const basePath = withoutTrailingSlashes(options.basePath ?? '/api/tokens')
+  // A path no request's can be (`/api/jetons-é`, `/a/../tokens`, `/api/tokens?v=1`): compared
+  // with the URL parser's path of each request, the API would answer none, silently.
+  // (`new URL`, not `URL.parse`, which older Web runtimes lack; this path always parses.)
+  const parsedBase = new URL(`http://token-api.invalid${basePath}`).pathname
+  if (parsedBase !== (basePath === '' ? '/' : basePath)) {
+    throw new ConfigurationError(
+      'basePath',
+      `must be a URL path as requests carry it: percent-encoded, with no dot segment, backslash, query or fragment (${JSON.stringify(options.basePath)} is read as ${JSON.stringify(parsedBase)})`,
+    )
+  }
   const onError = reporterOption(options.onError)
   const hosts = hostsOption(options.hosts)
 
@@ -279,6 +289,9 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       await readNoBody(request)
       return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
     }
+    // A method the path does not serve is 405 whoever asks, a Bearer caller too (as a `TRACE`,
+    // which the Node adapters answer without the API, is): its `Allow` is the path's.
+    if (!served.allow.split(', ').includes(method)) return notServed(served)
     if (bearer.kind !== 'missing') {
       // Any Bearer credential, an OAuth access token's included: none manages tokens.
       throw new DispatchError('ERR_FORBIDDEN', 403, -32003, 'A Bearer token may only rotate itself (POST {id}/rotate); the rest of the token API needs a dashboard session')
