@@ -978,7 +978,8 @@ function remoteKeySet(
  * `sub` and `ver`, `method` one of `api_token` and `oauth`), and that the `app` claim names
  * this App (`appId`). A missing or invalid token throws an {@link UnauthorizedError} (answer
  * 401); a JWKS URL that cannot be fetched throws a {@link JwksUnavailableError} (answer 503),
- * unless the token's own claims, read unverified, refuse it (then the 401 it would get anyway).
+ * unless the token's own claims or header, read unverified, refuse it (then the 401 it would
+ * get anyway).
  *
  * @example
  * ```ts
@@ -1063,10 +1064,10 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
 
   /**
    * Whether a token would be refused whatever key signed it, read unverified: its header and
-   * claims fail a check that needs no key (`typ`, `alg`, `iss`, `aud`, `exp`, `nbf`, its age,
-   * an `iat` to come, a claim missing). A forged token naming a key the JWKS lacks, or sent
-   * while the JWKS cannot be fetched, gets the 401 it would get anyway, not the 503 (retry)
-   * that a key published since, or an outage, is worth.
+   * claims fail a check that needs no key (`kid`, `b64`, `typ`, `alg`, `iss`, `aud`, `exp`,
+   * `nbf`, its age, an `iat` to come, a claim missing). A forged token naming a key the JWKS
+   * lacks, or sent while the JWKS cannot be fetched, gets the 401 it would get anyway, not the
+   * 503 (retry) that a key published since, or an outage, is worth.
    */
   const refusedWhateverTheKey = (token: string, at: Date): boolean => {
     const claims = peekJwtClaims(token)
@@ -1079,8 +1080,13 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     }
     // Whole seconds, as jose reads the clock.
     const seconds = Math.floor(at.getTime() / 1000)
-    const { typ, alg } = protectedHeader
+    const { typ, alg, kid, b64 } = protectedHeader
     return (
+      // No key, fetched or to come, answers a `kid` that is not a string (RFC 7515 section
+      // 4.1.4) or is empty (the signer gives none), and no JWT has an unencoded payload (RFC
+      // 7797 section 7): a retry cannot help these, so they are not the 503 of a new key.
+      (kid !== undefined && (typeof kid !== 'string' || kid === '')) ||
+      b64 === false ||
       typeof typ !== 'string' ||
       mediaType(typ) !== mediaType(IDENTITY_TOKEN_TYPE) ||
       typeof alg !== 'string' ||

@@ -27,7 +27,8 @@
  * that are the dispatch layer's or act on the platform's whole site rather than the App:
  * `WWW-Authenticate`, `Authentication-Info`,
  * `Proxy-Authentication-Info`, `Access-Control-*`, `RateLimit`, `RateLimit-Policy`,
- * `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`.
+ * `Clear-Site-Data`, `Strict-Transport-Security` and `Alt-Svc`; nor the identity header, which
+ * an upstream that mirrors request headers would otherwise hand to the caller.
  *
  * Upstream failures become JSON-RPC errors: 502 when the upstream cannot be reached, answers
  * with a redirect, refuses the platform's identity (401), answers 407, a status outside 200 to
@@ -669,6 +670,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     const hopByHop = connectionTokens(upstream.headers.get('connection'))
     upstream.headers.forEach((value, name) => {
       if (HOP_BY_HOP.has(name) || hopByHop?.has(name) || NEVER_RELAYED.has(name)) return
+      // The platform's identity token, as an upstream that echoes request headers sends it
+      // back: the caller would hold a signed identity it could present to the App directly.
+      if (name === identityName) return
       // CORS is the dispatch layer's, for the App's address: an upstream's own fields (say
       // `Access-Control-Allow-Credentials`) would join it, and could pair with an echoed origin.
       if (name.startsWith('access-control-')) return
