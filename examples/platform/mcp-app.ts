@@ -241,12 +241,18 @@ export interface McpAppHandlerOptions {
   idleMs?: number
   /** Clock, epoch ms, for idleness. Default `Date.now`. */
   now?: () => number
-  /** At most this many open sessions; the oldest idle one is closed first. Default 10,000. */
+  /**
+   * At most this many open sessions, those being opened included; opening one more closes the
+   * least recently used with no answer streaming (else the least recently used), never one
+   * still being opened: when every slot is one, the `initialize` gets 503 (`Retry-After: 1`).
+   * Default 10,000.
+   */
   maxSessions?: number
   /**
    * At most this many open sessions per caller (user); opening one more closes that caller's
-   * least recently used one, so one user cannot push everyone else's sessions out of
-   * `maxSessions`. Default 100.
+   * least recently used one (with no answer streaming first), so one user cannot push everyone
+   * else's sessions out of `maxSessions`; when every slot of the caller is a session still being
+   * opened, the `initialize` gets 429 (`Retry-After: 1`). Default 100.
    */
   maxSessionsPerCaller?: number
   /**
@@ -310,15 +316,28 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const bodyTimeoutMs = options.bodyTimeoutMs ?? BODY_DEADLINE_MS
   const maxEventChars = options.maxEventChars
   const sweepEveryMs = sweepPeriod(options.sweepEveryMs)
-  /** `open`: answers of the session still streaming; a session with one is not idle. */
+  /**
+   * `open`: answers of the session still streaming; a session with one is not idle. `opening`:
+   * its `initialize` is not answered yet, and no other `initialize` may close it (its client
+   * would get an id that answers 404).
+   */
   // `revision`: the MCP revision negotiated at initialize, which a batch of the session
   // without `MCP-Protocol-Version` is judged by.
-  type Session = { transport: WebStandardStreamableHTTPServerTransport; lastSeen: number; open: number; revision: string; subject?: string }
+  type Session = {
+    transport: WebStandardStreamableHTTPServerTransport
+    lastSeen: number
+    open: number
+    opening: boolean
+    revision: string
+    subject?: string
+  }
   const sessions = new Map<string, Session>()
-  // Open sessions, sessions being opened, and listen streams, per caller. A slot is taken
-  // before the first await of the request that will fill it, so a burst cannot pass the cap.
+  // Open sessions, and slots taken for sessions being opened (not in `sessions` yet), in all and
+  // per caller; listen streams per caller. A slot is taken before the first await of the request
+  // that will fill it, so a burst cannot pass the caps.
   const sessionsOf = new Map<string, Set<string>>()
   const openingOf = new Map<string, number>()
+  let openingAll = 0
   const listensOf = new Map<string, number>()
 
   function addTo(counts: Map<string, number>, subject: string, by: number): void {
@@ -337,26 +356,50 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   }
 
   /**
-   * Takes a slot for one more session of `subject`, closing its least recently used sessions
-   * while at the cap (those with no answer still streaming first: a client's open GET stream is
-   * not cut while it has a quiet session to spare); `false` when its slots are all taken by
-   * sessions still being opened.
+   * Takes a slot for one more session of `subject` (none: a caller the handler was not told
+   * of), closing sessions to make room: first that caller's own while at its cap, then, while
+   * the version is at `maxSessions`, anyone's; in each, the least recently used with no answer
+   * streaming first (a client's open GET stream is not cut while a quiet session is left), never
+   * one still being opened. The caller's cap is served first, so a caller at its own cap closes
+   * its own session, not another user's. The refusal when the slots left are all sessions
+   * still being opened: 429 for the caller's, 503 for the version's.
    */
-  function reserveSession(subject: string): boolean {
-    const own = sessionsOf.get(subject)
-    const opening = openingOf.get(subject) ?? 0
-    while (own !== undefined && own.size > 0 && own.size + opening >= maxSessionsPerCaller) closeSession(leastRecentlyUsed(own)!)
-    if ((own?.size ?? 0) + opening >= maxSessionsPerCaller) return false
-    addTo(openingOf, subject, 1)
-    return true
+  function reserveSession(subject: string | undefined): Response | undefined {
+    const own = subject === undefined ? undefined : sessionsOf.get(subject)
+    if (subject !== undefined) {
+      const opening = openingOf.get(subject) ?? 0
+      while (own !== undefined && own.size + opening >= maxSessionsPerCaller) {
+        const id = leastRecentlyUsed(own)
+        if (id === undefined) break
+        closeSession(id)
+      }
+      if ((own?.size ?? 0) + opening >= maxSessionsPerCaller) {
+        return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`, { 'retry-after': '1' })
+      }
+    }
+    while (sessions.size + openingAll >= maxSessions) {
+      const id = leastRecentlyUsed(sessions.keys())
+      if (id === undefined) break
+      closeSession(id)
+    }
+    if (sessions.size + openingAll >= maxSessions) {
+      return rpcError(503, -32000, `Too many sessions being opened (${maxSessions})`, { 'retry-after': '1' })
+    }
+    openingAll++
+    if (subject !== undefined) addTo(openingOf, subject, 1)
+    return undefined
   }
 
-  /** Of `ids`, the session to close for a new one: the least recently used with no answer streaming, else the least recently used. */
+  /**
+   * Of `ids`, the session to close for a new one: the least recently used with no answer
+   * streaming, else the least recently used; never one still being opened.
+   */
   function leastRecentlyUsed(ids: Iterable<string>): string | undefined {
     let oldest: string | undefined
     let o: Session | undefined
     for (const id of ids) {
       const s = sessions.get(id)!
+      if (s.opening) continue
       const quiet = s.open === 0
       if (o === undefined || (quiet && o.open !== 0) || (quiet === (o.open === 0) && s.lastSeen < o.lastSeen)) {
         oldest = id
@@ -396,12 +439,11 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
   const modern: McpHttpHandler | undefined = buildModern && createMcpHandler(() => buildModern(notify), { legacy: 'reject' })
 
   let lastSweep = now()
-  /** Closes the idle sessions, and the oldest past `maxSessions` less `room` (one for a session about to open). */
-  function sweep(room = 0): void {
+  /** Closes the idle sessions (those past the caps are closed as a new one takes its slot: `reserveSession`). */
+  function sweep(): void {
     lastSweep = now()
     const cutoff = lastSweep - idleMs
-    for (const [id, s] of sessions) if (s.open === 0 && s.lastSeen < cutoff) closeSession(id)
-    while (sessions.size > 0 && sessions.size + room > maxSessions) closeSession(leastRecentlyUsed(sessions.keys())!)
+    for (const [id, s] of sessions) if (s.open === 0 && !s.opening && s.lastSeen < cutoff) closeSession(id)
   }
 
   let closed = false
@@ -550,35 +592,55 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       )
     }
     if (isInitialize(body)) {
-      sweep(1)
-      if (caller && !reserveSession(caller.subject)) {
-        return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`, { 'retry-after': '1' })
+      sweep()
+      const refused = reserveSession(caller?.subject)
+      if (refused) return refused
+      // The slot taken above, given back once: when the session opens (it then counts in
+      // `sessions`), or when the transport refuses to open it.
+      let pending = true
+      const release = () => {
+        if (!pending) return
+        pending = false
+        openingAll--
+        if (caller) addTo(openingOf, caller.subject, -1)
       }
+      let opened: Session | undefined
       const transport = new WebStandardStreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         // Resumable streams: a client reconnects with Last-Event-ID and gets what it missed.
         eventStore: createSessionEventStore(maxEventChars === undefined ? {} : { maxChars: maxEventChars }),
         retryInterval: RETRY_INTERVAL_MS,
         onsessioninitialized: (id) => {
-          sessions.set(id, { transport, lastSeen: now(), open: 0, revision: negotiatedRevision(body), ...(caller && { subject: caller.subject }) })
+          opened = { transport, lastSeen: now(), open: 0, opening: true, revision: negotiatedRevision(body), ...(caller && { subject: caller.subject }) }
+          sessions.set(id, opened)
           if (caller) {
             let own = sessionsOf.get(caller.subject)
             if (!own) sessionsOf.set(caller.subject, (own = new Set()))
             own.add(id)
           }
+          release()
         },
         onsessionclosed: (id) => dropSession(id),
       })
       transport.onclose = () => {
         if (transport.sessionId) dropSession(transport.sessionId)
       }
+      let answer: Response
       try {
         await build().connect(transport)
-        return await transport.handleRequest(request, parsed)
+        answer = await transport.handleRequest(request, parsed)
       } finally {
-        // Opened (and counted in sessionsOf) or not, the slot taken for it is no longer pending.
-        if (caller) addTo(openingOf, caller.subject, -1)
+        release()
+        if (opened) opened.opening = false
       }
+      // The answer to `initialize` still streaming counts as any answer of the session.
+      const session = opened
+      if (session === undefined || !sessions.has(transport.sessionId ?? '')) return answer
+      session.open++
+      return whenBodyEnds(answer, () => {
+        session.open--
+        session.lastSeen = now()
+      })
     }
     // One-shot request without a session (spec 4.1 shows a bare tools/list): stateless, JSON.
     const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
@@ -601,7 +663,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       notify.promptsChanged()
       notify.resourcesChanged()
     },
-    idle: () => inFlight === 0 && sessions.size === 0 && openingOf.size === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
+    idle: () => inFlight === 0 && sessions.size === 0 && openingAll === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
     async close() {
       closed = true
       clearInterval(sweeper)

@@ -255,14 +255,16 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
     forget(id)
     void session?.transport.close()
   }
-  // An answer still open (a GET stream, a streaming tool call) keeps its session from idling.
-  const track = (session: Session, res: ServerResponse) => {
+  // An answer still open (a GET stream, a streaming tool call) keeps its session from idling,
+  // and its end is a use of the session: it moves last, as a request does.
+  const track = (id: string, session: Session, res: ServerResponse) => {
     // A response already closed (its client gone while the dispatch layer decided) emits no more.
     if (res.destroyed || res.closed) return
     session.open++
     res.once('close', () => {
       session.open--
       session.lastSeen = now()
+      if (sessions.get(id) === session) use(id, session)
     })
   }
   let lastSweep = now()
@@ -341,7 +343,7 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
         }
         use(id, session)
         session.lastSeen = now()
-        track(session, res)
+        track(id, session, res)
         return session.transport.handleRequest(req, res, parsedBody)
       }
       if (req.method !== 'POST') {
@@ -369,7 +371,7 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
       const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => sid, onsessionclosed: forget })
       const session: Session = { transport, lastSeen: now(), open: 0, opening: true, ...(caller && { subject: caller.subject }) }
       use(sid, session)
-      track(session, res)
+      track(sid, session, res)
       try {
         await build().connect(transport)
         await transport.handleRequest(req, res, parsedBody)
