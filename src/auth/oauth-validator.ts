@@ -1360,10 +1360,21 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       try {
         await cache.set(key, entry, ttl)
         // Checked after the write: a `forget` that came before it (on any instance) left its
-        // mark first, and the entry goes again; one that comes after deletes it itself.
-        if (await forgottenMeanwhile(key)) await cache.delete(key)
+        // mark first, and the entry goes again; one that comes after deletes it itself. One
+        // on this instance is known here without the mark, which a stalled Redis holds up.
+        if (asked !== generation(key) || (await forgottenMeanwhile(key))) await cache.delete(key)
       } catch (error) {
         emit({ type: 'store-error', operation: 'set', error })
+        // A write that failed may still be kept in this instance's local copy
+        // (`createRedisCacheStore`); after a `forget` here, which deletes only once its mark
+        // is written or refused (up to `timeoutMs` on a stalled Redis), it goes now.
+        if (asked !== generation(key)) {
+          try {
+            await cache.delete(key)
+          } catch {
+            // The store is failing, as reported; `forget` deletes it again.
+          }
+        }
       }
     }
     return entry

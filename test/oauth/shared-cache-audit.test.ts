@@ -32,7 +32,7 @@ import {
 } from 'mcp-dispatch'
 import { type RedisCacheStoreOptions, createRedisCacheStore } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest'
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { IOREDIS, type RedisTestContext, describeRedis, startPrivateRedis } from '../helpers/redis.js'
 import { type ManualClock, createManualClock, createRecordingSleep } from './helpers/clock.js'
@@ -466,4 +466,60 @@ describeRedis('OAuth validation shared by two instances through Redis', (redis) 
     expect((await b.post(token)).status).toBe(200)
     expect((await entryOf(redis, prefix, token)).value).toMatchObject({ active: true, info: { subject: 'user_bob' } })
   })
+})
+
+describe('forget on an instance whose own write of the token is held up by Redis', () => {
+  for (const entryWrite of ['fails', 'is taken'] as const) {
+    it(`the entry's write ${entryWrite}: the answer of a validation in flight is not served from the local copy once forget is called, while forget waits on its mark (regression: served active until the mark write settled)`, async () => {
+      // A Redis whose first two writes (the validation's entry, then forget's mark) are answered
+      // only when the test says; reads find nothing, deletes are taken.
+      const writes: Array<{ resolve: (value: unknown) => void; reject: (error: Error) => void }> = []
+      let written = () => {}
+      const client = {
+        status: 'ready',
+        call: (command: string) => {
+          if (command === 'SET' && writes.length < 2) {
+            return new Promise((resolve, reject) => {
+              writes.push({ resolve, reject })
+              written()
+            })
+          }
+          return Promise.resolve(command === 'SET' || command === 'DEL' ? 'OK' : null)
+        },
+      }
+      const wrote = (count: number) =>
+        new Promise<void>((resolve) => {
+          written = () => writes.length >= count && resolve()
+          written()
+        })
+      let revoked = false
+      let calls = 0
+      const validator = createOAuthValidator({
+        issuer: 'https://as.example.com',
+        userinfoEndpoint: 'https://as.example.com/userinfo',
+        cache: createRedisCacheStore<CachedValidation>({ client, timeoutMs: 10_000 }),
+        fetch: async () => {
+          calls++
+          return revoked ? Response.json({ error: 'invalid_token' }, { status: 401 }) : Response.json({ sub: 'user_alice' })
+        },
+      })
+      const token = 'opaque-token-revoked-0123456789'
+      const first = validator.validate(token)
+      await wrote(1)
+      // The platform learns of the revocation while the validation's write is in flight.
+      revoked = true
+      const forgetting = validator.forget(token)
+      await wrote(2)
+      // The entry's write settles; the mark's is still pending.
+      if (entryWrite === 'fails') writes[0]!.reject(new Error('Connection is closed.'))
+      else writes[0]!.resolve('OK')
+      // The validation in flight answers its caller, as it would have without the forget.
+      expect(await first).toMatchObject({ active: true })
+      // The next request asks the authorization server, which refuses the token.
+      expect(await validator.validate(token)).toEqual({ active: false, reason: 'rejected by the authorization server' })
+      expect(calls).toBe(2)
+      writes[1]!.reject(new Error('Connection is closed.'))
+      await expect(forgetting).rejects.toThrow('Connection is closed.')
+    })
+  }
 })
