@@ -69,6 +69,7 @@ import {
 } from '../core/versions.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, reporterOption } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
+import { clockOption } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
@@ -306,9 +307,9 @@ export interface DispatcherOptions {
   timers?: DispatcherTimers | undefined
   /**
    * Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default
-   * `logError` (stderr), which hears a rate-limit store failing open once, then at most once
-   * every 10 seconds with the count of the requests served meanwhile (one line per request would
-   * flood stderr while Redis is down); a function given here hears every one.
+   * `logError` (stderr), which hears of a rate-limit store failing open at most once every 10
+   * seconds, with the count of the requests served without a count meanwhile (one line per
+   * request would flood stderr while Redis is down); a function given here hears every one.
    */
   onError?: ((error: unknown, context: string) => void) | undefined
   /**
@@ -495,7 +496,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       'is required when the OAuth validator checks token audiences against the App address (jwt and introspection modes, or an audience function): give baseUrl (your domain), or a resolveApp that refuses hosts outside it, so the address a token must name is not the Host a caller sends',
     )
   }
-  if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
+  clockOption(options.now)
   // Checked here, not left to fail every request with a 503 (or every pin, unnoticed).
   // (`null`, as `undefined`, is the default, as `??` below reads it.)
   for (const key of ['resolveApp', 'baseUrl'] as const) {
@@ -547,7 +548,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const failOpen = rateLimit?.failOpen ?? true
   // A platform's `onError` hears every request served without a count (it may count them); the
   // default logger (stderr) a line per outage and interval (`logFailOpen`).
-  const failOpenLogged = options.onError === undefined ? { at: Number.NEGATIVE_INFINITY, unlogged: 0, failing: false } : undefined
+  const failOpenLogged = options.onError === undefined ? { at: Number.NEGATIVE_INFINITY, unlogged: 0 } : undefined
   const cors = options.cors ?? true
   const allowedOrigins = originCheck(options.allowedOrigins, (error) => onError(error, 'allowedOrigins'))
   // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
@@ -996,7 +997,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!Number.isSafeInteger(count) || count < 1) {
       return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(answer)}, not a count >= 1`))
     }
-    if (failOpenLogged?.failing === true) failOpenEnded(failOpenLogged)
+    if (failOpenLogged !== undefined && failOpenLogged.unlogged > 0) failOpenEnded(failOpenLogged)
     const result = rateLimitDecision(count, policy, reset, at)
     return result.success ? result : rateLimitedReply(result, rateLimitHeaders(result))
   }
@@ -1009,13 +1010,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   /**
-   * The default logger's account of a failing rate-limit store: the first failure, then at most
-   * one line per {@link FAIL_OPEN_LOG_INTERVAL_MS} (on the monotonic clock), naming how many
-   * requests were served without a count since the line before; and when the store counts
-   * again, how many of the last stretch were not logged.
+   * The default logger's account of a failing rate-limit store: at most one line per
+   * {@link FAIL_OPEN_LOG_INTERVAL_MS} (on the monotonic clock), a store failing now and then (a
+   * Redis Cluster shard down, timeouts under load) included. A failure after a quiet interval
+   * is written at once; the others are counted, and the next line names how many requests
+   * were served without a count since the line before: a failure's, or, when the store
+   * counts again, one saying so.
    */
-  function logFailOpen(state: { at: number; unlogged: number; failing: boolean }, error: unknown): void {
-    state.failing = true
+  function logFailOpen(state: { at: number; unlogged: number }, error: unknown): void {
     const at = performance.now()
     if (at - state.at < FAIL_OPEN_LOG_INTERVAL_MS) {
       state.unlogged++
@@ -1027,14 +1029,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     onError(error, unlogged === 0 ? FAIL_OPEN_CONTEXT : `${FAIL_OPEN_CONTEXT}; ${unlogged} more served without a count since the last line`)
   }
 
-  function failOpenEnded(state: { at: number; unlogged: number; failing: boolean }): void {
+  function failOpenEnded(state: { at: number; unlogged: number }): void {
+    const at = performance.now()
+    if (at - state.at < FAIL_OPEN_LOG_INTERVAL_MS) return
     const unlogged = state.unlogged
-    state.failing = false
+    state.at = at
     state.unlogged = 0
-    state.at = Number.NEGATIVE_INFINITY
-    if (unlogged > 0) {
-      onError(new Error(`the rate-limit store counts again; ${unlogged} more requests were served without a count, not logged one by one`), 'rate-limit store recovered')
-    }
+    onError(new Error(`the rate-limit store counts again; ${unlogged} more requests were served without a count since the last line`), 'rate-limit store recovered')
   }
 
 

@@ -190,6 +190,9 @@ describe('rate limit: the default logger while the counter store fails (fail ope
 
   it('writes one line for a stretch of failures, not one per request; how many went unlogged when the store counts again (regression: a line per request)', async () => {
     const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
+    let elapsed = 0
+    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
+    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
     const { store, down } = flakyStore()
     const { instance } = await platform({ policy: () => perMinute(100), onError: false })
     const decide = instance(store)
@@ -198,21 +201,54 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     expect(statuses).toEqual(Array(50).fill(200))
     expect(lines.mock.calls).toEqual([['[mcp-dispatch] rate-limit store failed; serving (failOpen): Error: ECONNREFUSED']])
     down.now = false
+    // Counting again within 10 s of the line: nothing yet (a line per 10 s at most).
     expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=99;t=\d+$/)
+    expect(lines).toHaveBeenCalledTimes(1)
+    elapsed = 10_000
+    // (98, or 99 when a minute's window began in between: the window is on the wall clock.)
+    expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=9[89];t=\d+$/)
     expect(lines.mock.calls.slice(1)).toEqual([
-      ['[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 49 more requests were served without a count, not logged one by one'],
+      ['[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 49 more requests were served without a count since the last line'],
     ])
-    // The next outage is logged at its first failure.
+    // Counting on, nothing more is written; the next outage after a quiet 10 s is at its first failure.
+    await decide()
+    expect(lines).toHaveBeenCalledTimes(2)
+    elapsed = 20_000
     down.now = true
     expect((await decide()).status).toBe(200)
     expect(lines.mock.calls).toHaveLength(3)
-    expect(lines.mock.calls[2]![0]).toContain('rate-limit store failed; serving (failOpen): Error: ECONNREFUSED')
+    expect(lines.mock.calls[2]![0]).toBe('[mcp-dispatch] rate-limit store failed; serving (failOpen): Error: ECONNREFUSED')
+  })
+
+  it('a store failing every other request (a Cluster shard down, timeouts under load): still at most a line per 10 s (regression: a line per failure)', async () => {
+    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
+    let elapsed = 0
+    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
+    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
+    const { store, down } = flakyStore()
+    const { instance } = await platform({ policy: () => perMinute(1_000), onError: false })
+    const decide = instance(store)
+    for (let i = 0; i < 100; i++) {
+      down.now = i % 2 === 0
+      expect((await decide()).status).toBe(200)
+    }
+    expect(lines).toHaveBeenCalledTimes(1)
+    elapsed = 10_000
+    for (let i = 0; i < 4; i++) {
+      down.now = i % 2 === 0
+      await decide()
+    }
+    // The failure 10 s on names the 49 not written since; the success after it is within 10 s of it.
+    expect(lines.mock.calls.map(([line]) => line as string)).toEqual([
+      '[mcp-dispatch] rate-limit store failed; serving (failOpen): Error: ECONNREFUSED',
+      '[mcp-dispatch] rate-limit store failed; serving (failOpen); 49 more served without a count since the last line: Error: ECONNREFUSED',
+    ])
   })
 
   it('during a long outage, a line per 10 seconds names the requests served since the last', async () => {
     const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
     let elapsed = 0
-    const start = performance.now()
+    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
     vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
     const { store } = flakyStore()
     const { instance } = await platform({ policy: () => perMinute(100), onError: false })
