@@ -1,8 +1,22 @@
 /**
- * `lru-cache` options for an injected clock, shared by the stores that keep entries in
- * process (the in-memory stores, the local cache in front of the Redis cache).
+ * An injected clock: the check of the `now` option, and the `lru-cache` options that read it,
+ * shared by the stores that keep entries in process (the in-memory stores, the local cache in
+ * front of the Redis cache, the token service's caches) and the dispatcher.
  * @module
  */
+import { ConfigurationError } from '../errors.js'
+
+/**
+ * The `now` option, checked when a store or service is made: a function, or absent. Taken as it
+ * is, a number (`Date.now()` for `Date.now`) would throw at every use, which the callers treat
+ * as a store failing: a rate limit served unlimited, an OAuth token asked about every time.
+ *
+ * @throws {ConfigurationError} naming `now` when it is given and is not a function.
+ */
+export function clockOption<C extends () => number>(now: C | undefined): C | undefined {
+  if (now !== undefined && typeof now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
+  return now
+}
 
 /**
  * The `perf` and `ttlResolution` options that make `lru-cache` read `now` on every check, or

@@ -169,6 +169,12 @@ describe('createTokenService: configuration', () => {
     expect(() => setup({ cacheTtlMs: 600_000 })).not.toThrow()
   })
 
+  it('refuses a now that is no function, naming now (regression: Date.now() was taken, and every create and every authentication then failed, 503)', () => {
+    for (const now of [Date.now(), 'Date.now', null]) {
+      expect(() => setup({ now: now as never })).toThrow(new ConfigurationError('now', 'must be a function answering epoch ms'))
+    }
+  })
+
   it('refuses cacheTtlMs without a bus named for it: a secret rotated through another instance would live on here for the TTL', () => {
     const store = createMemoryTokenStore()
     const apps = createMemoryAppStore([])

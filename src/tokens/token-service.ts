@@ -43,7 +43,7 @@ import {
   reporterOption,
 } from '../errors.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
-import { lruClock } from '../stores/lru-clock.js'
+import { clockOption, lruClock } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 import { createInvalidationSender } from './invalidation-resend.js'
@@ -596,7 +596,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     throw new ConfigurationError('canUseServer', 'or "subscriptions" is required to check the servers of a new token')
   }
   // Whole milliseconds, as stores keep them (PostgreSQL: bigint), whatever clock is injected.
-  const injectedNow = options.now
+  const injectedNow = clockOption(options.now)
   const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now
   const random = options.random ?? randomBytes
   const pepper = options.pepper

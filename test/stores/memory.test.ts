@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest'
 import type { SessionPin } from '../../src/core/stores.js'
-import { DeployRefusedError } from '../../src/errors.js'
+import { ConfigurationError, DeployRefusedError } from '../../src/errors.js'
 import {
   createMemoryAppStore,
   createMemoryCacheStore,
@@ -30,6 +30,19 @@ describeSubscriptionStoreConformance('memory', ({ subscriptions }) => createMemo
 describeInvalidationBusConformance('memory', () => createMemoryInvalidationBus())
 
 describe('memory stores: what only they do', () => {
+  it('a now that is no function is refused when the store is made, naming now (regression: the session and cache stores took Date.now(), then threw at every use: every pin lost, every OAuth token asked about again)', () => {
+    const makers = [
+      (now: unknown) => createMemorySessionStore({ now: now as never }),
+      (now: unknown) => createMemoryCacheStore({ now: now as never }),
+      (now: unknown) => createMemoryRateLimitStore({ now: now as never }),
+    ]
+    for (const make of makers) {
+      for (const now of [Date.now(), 'Date.now', null]) expect(() => make(now)).toThrow(new ConfigurationError('now', 'must be a function answering epoch ms'))
+      expect(() => make(() => 1_000)).not.toThrow()
+      expect(() => make(undefined)).not.toThrow()
+    }
+  })
+
   it('seeded App versions go through the versions rule', () => {
     const apps = createMemoryAppStore([
       { id: 'a1', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.0.1', '1.1.0', '2.0.0-rc.1'] },

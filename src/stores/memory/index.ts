@@ -22,7 +22,7 @@ import type {
   SubscriptionStore,
   TokenStore,
 } from '../../core/stores.js'
-import { lruClock } from '../lru-clock.js'
+import { clockOption, lruClock } from '../lru-clock.js'
 
 /** A clock in epoch milliseconds. */
 export type Clock = () => number
@@ -279,7 +279,8 @@ class PinIds extends Set<string> {
  * recently used go first) and `maxPerSubject` per user (that user's expired, then least
  * recently used, go first).
  *
- * @throws {ConfigurationError} when `max` or `maxPerSubject` is not a positive integer.
+ * @throws {ConfigurationError} when `max` or `maxPerSubject` is not a positive integer, or `now`
+ * is not a function.
  */
 export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
   const maxPerSubject = positiveInteger(options.maxPerSubject, 1_000, 'maxPerSubject')
@@ -291,7 +292,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
     max,
     ttl: 1,
     ttlAutopurge: false,
-    ...lruClock(options.now),
+    ...lruClock(clockOption(options.now)),
     dispose: (pin, id) => {
       const own = bySubject.get(pin.subject)
       own?.delete(id)
@@ -361,12 +362,10 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
   const max = positiveInteger(options.max, 100_000, 'max')
-  // Refused here: taken as it is, a `now` that is no function (`Date.now()`, a number) threw
-  // at every increment, and every request was served without a limit (fail open).
-  if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function answering epoch ms')
-  const now = options.now ?? Date.now
+  const given = clockOption(options.now)
+  const now = given ?? Date.now
   // How long a counter has lived: never moved by a wall clock's steps, unless a clock is given.
-  const lifeClock = options.now ?? (() => performance.now())
+  const lifeClock = given ?? (() => performance.now())
   const reorderFrom = Math.floor(max / 2)
   // Room is made for a batch of new counters at once, so the sweep over every counter is paid
   // once per `batch` new callers, not by each of them (at 100,000 counters a sweep takes
@@ -421,14 +420,15 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
  * (else lru-cache's monotonic clock). One process only: the Redis cache store shares its entries
  * between instances.
  *
- * @throws {ConfigurationError} with a `max` that is not a positive integer.
+ * @throws {ConfigurationError} with a `max` that is not a positive integer, or a `now` that is
+ * not a function.
  */
 export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
   const cache = new LRUCache<string, T>({
     max: positiveInteger(options.max, 100_000, 'max'),
     ttl: 1,
     ttlAutopurge: false,
-    ...lruClock(options.now),
+    ...lruClock(clockOption(options.now)),
   })
   return {
     get: (key) => cache.get(key),

@@ -6,7 +6,7 @@
 import { LRUCache } from 'lru-cache'
 import type { CacheStore } from '../../core/stores.js'
 import { ConfigurationError } from '../../errors.js'
-import { lruClock } from '../lru-clock.js'
+import { clockOption, lruClock } from '../lru-clock.js'
 import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
 
 /** The value and its remaining TTL in one round trip, so the local copy never outlives it. */
@@ -78,7 +78,7 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
   }
   const localMax = options.localMax ?? DEFAULT_LOCAL_CACHE_MAX
   if (!Number.isSafeInteger(localMax) || localMax < 1) throw new ConfigurationError('localMax', 'must be a positive integer')
-  if (options.now !== undefined && typeof options.now !== 'function') throw new ConfigurationError('now', 'must be a function')
+  clockOption(options.now)
 
   const keyPrefix = `${redis.prefix}cache:`
   const local =
