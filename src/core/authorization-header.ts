@@ -19,6 +19,12 @@ const INVALID: BearerParseResult = Object.freeze({ kind: 'invalid' })
 export const B64TOKEN = /^[A-Za-z0-9\-._~+/]+=*$/
 /** Longest credential accepted; longer headers are refused before any work. */
 export const MAX_BEARER_LENGTH = 8192
+/**
+ * Longest header looked at: the scheme, a credential of {@link MAX_BEARER_LENGTH} and spaces
+ * around it. The credential's own bound is checked once the spaces are dropped, so a credential
+ * of MAX_BEARER_LENGTH followed by a space is accepted like one without.
+ */
+const MAX_HEADER_LENGTH = 2 * MAX_BEARER_LENGTH
 
 /**
  * Parses an `Authorization` header value. The scheme is case-insensitive; the credential
@@ -33,7 +39,7 @@ export const MAX_BEARER_LENGTH = 8192
  */
 export function parseBearerToken(header: string | null | undefined): BearerParseResult {
   if (header == null || header === '') return MISSING
-  if (header.length > MAX_BEARER_LENGTH + 7 || header.length < 8) return INVALID
+  if (header.length > MAX_HEADER_LENGTH || header.length < 8) return INVALID
   const scheme = header.slice(0, 7)
   if (scheme !== 'Bearer ' && scheme.toLowerCase() !== 'bearer ') return INVALID
   let start = 7
@@ -41,7 +47,7 @@ export function parseBearerToken(header: string | null | undefined): BearerParse
   let end = header.length
   while (end > start && header.charCodeAt(end - 1) === 32) end--
   const token = header.slice(start, end)
-  if (token.length === 0 || !B64TOKEN.test(token)) return INVALID
+  if (token.length === 0 || token.length > MAX_BEARER_LENGTH || !B64TOKEN.test(token)) return INVALID
   return { kind: 'bearer', token }
 }
 

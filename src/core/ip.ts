@@ -118,7 +118,9 @@ export type CidrError = 'address' | 'prefix' | 'host-bits'
 /**
  * Parses an allowlist entry: an address or a CIDR range (`192.0.2.0/24`, `2001:db8::/32`).
  * Host bits must be zero (`192.0.2.1/24` is refused, as Python's `ip_network` does), so a
- * typo never silently widens or narrows the range.
+ * typo never silently widens or narrows the range. Spaces around the entry, and before its `/`,
+ * are tolerated here (so an entry stored before {@link validateAllowlist} refused them still
+ * matches); {@link validateAllowlist} refuses both.
  */
 export function parseCidr(entry: string): IpRange | CidrError {
   const slash = entry.indexOf('/')
@@ -186,6 +188,9 @@ export function validateAllowlist(entries: readonly string[]): { index: number |
       return { index, message: `entry ${index} (${shown(entry)}) is longer than ${MAX_ALLOWLIST_ENTRY_LENGTH} characters` }
     }
     if (entry.trim() !== entry) return { index, message: `entry ${index} (${shown(entry)}) has spaces around it` }
+    // `10.0.0.0 /8` is no CIDR range (Python's `ip_network` refuses it too); parseCidr reads it
+    // (parseIp trims its address), and it was stored and shown as written.
+    if (/\s/.test(entry)) return { index, message: `entry ${index} (${shown(entry)}) has a space inside it` }
     if (entry.includes('%')) {
       return { index, message: `entry ${index} (${shown(entry)}) has a zone index (%…), which an allowlist cannot use` }
     }
