@@ -20,7 +20,12 @@ export interface ProtectedResourceMetadataOptions {
   authorizationServers: readonly string[]
   /** Defaults to `['openid', 'profile', 'email']` (spec 2.2). */
   scopesSupported?: readonly string[] | undefined
-  /** Human-readable name of the App (RFC 9728 `resource_name`). */
+  /**
+   * Human-readable name of the App (RFC 9728 `resource_name`, a string). Anything but a string
+   * (a `null` name from an App store's nullable column) is left out of the document: a
+   * `"resource_name": null` makes MCP clients refuse the whole document (the MCP SDK's schema
+   * takes a string or nothing), so none of them could sign in to the App.
+   */
   resourceName?: string | undefined
 }
 
@@ -44,7 +49,8 @@ export function buildProtectedResourceMetadata(options: ProtectedResourceMetadat
     bearer_methods_supported: ['header'],
     scopes_supported: [...(options.scopesSupported ?? DEFAULT_SCOPES_SUPPORTED)],
   }
-  if (options.resourceName !== undefined) doc.resource_name = options.resourceName
+  // A string only: the dispatcher passes the App record's `name` as the store answered it.
+  if (typeof options.resourceName === 'string') doc.resource_name = options.resourceName
   return doc
 }
 

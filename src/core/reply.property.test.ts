@@ -13,8 +13,9 @@
  *   passes: an origin, a base path and the metadata path), gives a value that a reference parser
  *   of RFC 9110 challenges (written here) reads as one `Bearer` challenge whose quoted
  *   `resource_metadata` is that URL, with `error="invalid_token"` exactly when asked; no CR or
- *   LF, nothing outside the bytes a header value may hold. `"` and `\` in the input are dropped,
- *   never left to end the quoted string.
+ *   LF, nothing outside the bytes a header value may hold. `"` and `\` in the input are written
+ *   as the URL parser writes them in an http(s) URL (`%22`, `/`), never left to end the quoted
+ *   string.
  */
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
@@ -315,7 +316,7 @@ describe('buildWwwAuthenticate, property-based', () => {
         expect(value).toMatch(/^[\t\x20-\x7e]*$/)
         const challenge = parseChallenge(value)
         expect(challenge).not.toBeNull()
-        const kept = url.replace(/["\\]/g, '')
+        const kept = url.replace(/"/g, '%22').replace(/\\/g, '/')
         // Each code point kept, or its UTF-8 bytes escaped (a lone surrogate as U+FFFD's).
         const utf8 = new TextEncoder()
         const expected = [...kept]
@@ -329,20 +330,20 @@ describe('buildWwwAuthenticate, property-based', () => {
     expect(encoded).toBeGreaterThanOrEqual(100)
   })
 
-  it('any string: the quoted string is never broken out of, and holds the input less its quotes and backslashes', () => {
+  it('any string: the quoted string is never broken out of, and holds the input with its quotes as %22 and backslashes as /', () => {
     let brokenOut = 0
     fc.assert(
       fc.property(
         fc.oneof(
           fc.string({ unit: fc.constantFrom('"', '\\', ',', ' ', 'a', '=', 'error="invalid_token"', '\\"'), maxLength: 12 }),
-          // Printable ASCII and HTAB: what a quoted string may hold, once quotes and backslashes go.
+          // Printable ASCII and HTAB: what a quoted string may hold, once quotes and backslashes are rewritten.
           fc.string({ unit: 'binary-ascii', maxLength: 40 }).map((s) => [...s].filter((c) => c === '\t' || (c >= ' ' && c <= '~')).join('')),
         ),
         fc.boolean(),
         (url, invalidToken) => {
           const challenge = parseChallenge(buildWwwAuthenticate({ resourceMetadataUrl: url, invalidToken }))
           expect(challenge).not.toBeNull()
-          const expected = [...url].filter((c) => c !== '"' && c !== '\\').join('')
+          const expected = [...url].map((c) => (c === '"' ? '%22' : c === '\\' ? '/' : c)).join('')
           expect(challenge!.params).toEqual(invalidToken ? [['resource_metadata', expected], ['error', 'invalid_token']] : [['resource_metadata', expected]])
           if (url.includes('"')) brokenOut++
         },

@@ -91,7 +91,9 @@ describe('401 Unauthorized (spec 7, 5.1 step 1)', () => {
 
   it('buildWwwAuthenticate cannot be broken out of its quoted string', () => {
     const header = buildWwwAuthenticate({ resourceMetadataUrl: 'https://x.example/"evil\\', invalidToken: false })
-    expect(header).toBe('Bearer resource_metadata="https://x.example/evil"')
+    expect(header).toBe('Bearer resource_metadata="https://x.example/%22evil/"')
+    // The URL the parser makes of it: where the dispatcher serves the document.
+    expect(header).toBe(`Bearer resource_metadata="${new URL('https://x.example/"evil\\').href}"`)
   })
 
   it('invalidToken false is the same as absent', () => {

@@ -130,7 +130,10 @@ export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
  * ```
  */
 export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string {
-  const url = options.resourceMetadataUrl.replace(/["\\]/g, '').replace(/[^\t\x20-\x7e]/gu, percentEncoded)
+  // Kept inside its quoted string, and naming where the document is served: a quote as the URL
+  // parser writes it (`%22`), a backslash as it reads one in an http(s) URL (`/`). Dropped, they
+  // named another path (`https://a.example/p"q\r` as `/pqr`, served at `/p%22q/r`).
+  const url = options.resourceMetadataUrl.replace(/"/g, '%22').replace(/\\/g, '/').replace(/[^\t\x20-\x7e]/gu, percentEncoded)
   const base = `Bearer resource_metadata="${url}"`
   return options.invalidToken ? `${base}, error="invalid_token"` : base
 }
