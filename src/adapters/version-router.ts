@@ -15,8 +15,8 @@ import type { DispatchContext } from '../pipeline/dispatcher.js'
  * - an object keyed by `'<appId>@<version>'`, or by exact version (`'1.2.3'`) for the App
  *   named by the `appId` option (an App-qualified key wins);
  * - or a function `(app, version) => handler`, called once per App version, on the first
- *   request dispatched to it; its result is kept for later requests (`undefined` is not
- *   kept, so a handler may appear after a deploy).
+ *   request dispatched to it; its result is kept for later requests (`undefined` or `null`
+ *   is not kept, so a handler may appear after a deploy).
  */
 export type VersionRoutes<H> =
   | Readonly<Record<string, H>>
@@ -44,7 +44,9 @@ export function createVersionRouter<H>(routes: VersionRoutes<H>, options: RouteB
       const key = `${context.app.id}@${context.version}`
       let handler = handlers.get(key)
       if (handler === undefined) {
-        handler = routes(context.app, context.version)
+        // `null` is "none yet" too (a JavaScript factory's `map.get(v) ?? null`): kept, the
+        // version would answer version_not_served for ever, its handler never asked again.
+        handler = routes(context.app, context.version) ?? undefined
         if (handler !== undefined) handlers.set(key, handler)
       }
       return handler
