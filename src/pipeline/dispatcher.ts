@@ -446,6 +446,13 @@ const FAIL_OPEN_CONTEXT = 'rate-limit store failed; serving (failOpen)'
  * open: a Redis that is down fails every request, and a line per request would flood stderr.
  */
 const FAIL_OPEN_LOG_INTERVAL_MS = 10_000
+/** The default logger's throttle of fail-open lines: the last line's time, and the failures since. */
+interface FailOpenLog {
+  at: number
+  unlogged: number
+  /** The last failure not written, passed on as the cause of a `rate-limit store recovered` line. */
+  last: unknown
+}
 
 /** A policy as checked by the dispatcher, with its `RateLimit-Policy` value. */
 interface CheckedPolicy {
@@ -547,8 +554,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const counters = rateLimit ? (rateLimit.store ?? createMemoryRateLimitStore(options.now ? { now } : {})) : undefined
   const failOpen = rateLimit?.failOpen ?? true
   // A platform's `onError` hears every request served without a count (it may count them); the
-  // default logger (stderr) a line per outage and interval (`logFailOpen`).
-  const failOpenLogged = options.onError === undefined ? { at: Number.NEGATIVE_INFINITY, unlogged: 0 } : undefined
+  // default logger (stderr) at most a line per 10 s (`logFailOpen`).
+  const failOpenLogged: FailOpenLog | undefined = options.onError === undefined ? { at: Number.NEGATIVE_INFINITY, unlogged: 0, last: undefined } : undefined
   const cors = options.cors ?? true
   const allowedOrigins = originCheck(options.allowedOrigins, (error) => onError(error, 'allowedOrigins'))
   // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
@@ -1015,27 +1022,33 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * Redis Cluster shard down, timeouts under load) included. A failure after a quiet interval
    * is written at once; the others are counted, and the next line names how many requests
    * were served without a count since the line before: a failure's, or, when the store
-   * counts again, one saying so.
+   * counts again, one saying so, with the last of those failures as its cause (logError
+   * writes its name and code): an outage that began and ended between two lines is not only
+   * a count.
    */
-  function logFailOpen(state: { at: number; unlogged: number }, error: unknown): void {
+  function logFailOpen(state: FailOpenLog, error: unknown): void {
     const at = performance.now()
     if (at - state.at < FAIL_OPEN_LOG_INTERVAL_MS) {
       state.unlogged++
+      state.last = error
       return
     }
     const unlogged = state.unlogged
     state.at = at
     state.unlogged = 0
+    state.last = undefined
     onError(error, unlogged === 0 ? FAIL_OPEN_CONTEXT : `${FAIL_OPEN_CONTEXT}; ${unlogged} more served without a count since the last line`)
   }
 
-  function failOpenEnded(state: { at: number; unlogged: number }): void {
+  function failOpenEnded(state: FailOpenLog): void {
     const at = performance.now()
     if (at - state.at < FAIL_OPEN_LOG_INTERVAL_MS) return
-    const unlogged = state.unlogged
+    const { unlogged, last } = state
     state.at = at
     state.unlogged = 0
-    onError(new Error(`the rate-limit store counts again; ${unlogged} more requests were served without a count since the last line`), 'rate-limit store recovered')
+    state.last = undefined
+    const message = `the rate-limit store counts again; ${unlogged} more requests were served without a count since the last line`
+    onError(last instanceof Error ? new Error(message, { cause: last }) : new Error(message), 'rate-limit store recovered')
   }
 
 

@@ -208,7 +208,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     // (98, or 99 when a minute's window began in between: the window is on the wall clock.)
     expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=9[89];t=\d+$/)
     expect(lines.mock.calls.slice(1)).toEqual([
-      ['[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 49 more requests were served without a count since the last line'],
+      ['[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 49 more requests were served without a count since the last line (cause: Error)'],
     ])
     // Counting on, nothing more is written; the next outage after a quiet 10 s is at its first failure.
     await decide()
@@ -262,6 +262,41 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     expect(lines.mock.calls.map(([line]) => line as string)).toEqual([
       '[mcp-dispatch] rate-limit store failed; serving (failOpen): Error: ECONNREFUSED',
       '[mcp-dispatch] rate-limit store failed; serving (failOpen); 5 more served without a count since the last line: Error: ECONNREFUSED',
+    ])
+  })
+
+  it('an outage that starts and ends within 10 s of the last line: the line after it names the kind of its last failure (regression: only a count, its error never written)', async () => {
+    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
+    let elapsed = 0
+    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
+    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
+    class ReplyError extends Error {
+      override name = 'ReplyError'
+    }
+    const memory = createMemoryRateLimitStore()
+    let failure: Error | undefined = new Error('ECONNREFUSED')
+    const store: RateLimitStore = {
+      increment: (key, begin, windowMs) => (failure ? Promise.reject(failure) : memory.increment(key, begin, windowMs)),
+    }
+    const { instance } = await platform({ policy: () => perMinute(1_000), onError: false })
+    const decide = instance(store)
+    for (let i = 0; i < 3; i++) await decide()
+    failure = undefined
+    elapsed = 10_000
+    await decide()
+    expect(lines).toHaveBeenCalledTimes(2)
+    // Another outage, 5 s after the line that said the store counts again, over within 5 s.
+    elapsed = 15_000
+    failure = new ReplyError('CLUSTERDOWN The cluster is down')
+    for (let i = 0; i < 3; i++) await decide()
+    failure = undefined
+    elapsed = 17_000
+    await decide()
+    expect(lines).toHaveBeenCalledTimes(2)
+    elapsed = 20_000
+    await decide()
+    expect(lines.mock.calls.slice(2).map(([line]) => line as string)).toEqual([
+      '[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 3 more requests were served without a count since the last line (cause: ReplyError)',
     ])
   })
 
