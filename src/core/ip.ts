@@ -118,9 +118,10 @@ export type CidrError = 'address' | 'prefix' | 'host-bits'
 /**
  * Parses an allowlist entry: an address or a CIDR range (`192.0.2.0/24`, `2001:db8::/32`).
  * Host bits must be zero (`192.0.2.1/24` is refused, as Python's `ip_network` does), so a
- * typo never silently widens or narrows the range. Spaces around the entry, and before its `/`,
- * are tolerated here (so an entry stored before {@link validateAllowlist} refused them still
- * matches); {@link validateAllowlist} refuses both.
+ * typo never silently widens or narrows the range. Spaces around an address, and before a
+ * range's `/`, are tolerated here, so an entry stored before {@link validateAllowlist} refused
+ * them still matches (spaces after a prefix length never were: `10.0.0.0/8 ` is `'prefix'`);
+ * {@link validateAllowlist} refuses them all.
  */
 export function parseCidr(entry: string): IpRange | CidrError {
   const slash = entry.indexOf('/')
@@ -176,7 +177,7 @@ const MAX_ALLOWLIST_ENTRY_LENGTH = 64
  * acceptable: the list itself (`index: null`: empty, since `[]` would allow no address where
  * `null` means no allowlist; more than 100 entries), else its first bad entry (`index`: longer
  * than 64 characters, or no address or CIDR range). Stricter than {@link parseCidr}, for
- * entries a user types: spaces around an entry and IPv6 zone indexes (`fe80::1%eth0`) are
+ * entries a user types: spaces around or inside an entry and IPv6 zone indexes (`fe80::1%eth0`) are
  * refused, not dropped, so the entry stored is the entry matched.
  */
 export function validateAllowlist(entries: readonly string[]): { index: number | null; message: string } | null {

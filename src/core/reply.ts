@@ -118,7 +118,8 @@ export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
 
 /**
  * The `WWW-Authenticate` header value of a 401 (spec 5.1; RFC 6750 section 3; RFC 9728
- * section 5.1). The URL goes into a quoted string: `"` and `\` are dropped, and anything but
+ * section 5.1). The URL goes into a quoted string: `"` is written `%22` and `\` is written `/`
+ * (as the URL parser writes them in an http(s) URL's path), and anything but
  * HTAB and printable ASCII (controls, a name not yet in Punycode from a platform's `baseUrl`) is
  * percent-encoded as UTF-8, so the value is always one a runtime writes (Node's `setHeader`
  * throws on characters past U+00FF, on every 401).
