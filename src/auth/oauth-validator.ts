@@ -1521,14 +1521,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // The entry is deleted even when the mark cannot be written (Redis down): a store with a
       // local copy (`createRedisCacheStore`) drops it at once, rather than serving the revoked
       // token from it. The failure is then passed on, so the platform knows.
-      let markFailed: { error: unknown } | undefined
       try {
         await cache.set(markKey(key), mark, markMs)
-      } catch (error) {
-        markFailed = { error }
+      } finally {
+        await cache.delete(key)
       }
-      await cache.delete(key)
-      if (markFailed) throw markFailed.error
     },
     async validate(token, context) {
       if (typeof token !== 'string' || token === '') return { active: false, reason: 'empty token' }
