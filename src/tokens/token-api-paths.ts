@@ -29,14 +29,21 @@ function decodeSegment(segment: string): string {
   }
 }
 
-/** What a path of the API serves, and the message of its 405 for another method. */
+/** What a path of the API serves (as a set, and as its `Allow`), and the message of its 405 for another method. */
 export interface Served {
+  readonly methods: ReadonlySet<string>
   readonly allow: string
   readonly message: string
 }
-const COLLECTION: Served = { allow: 'GET, HEAD, POST', message: 'Use GET, HEAD or POST' }
-const ITEM: Served = { allow: 'GET, HEAD, PATCH, DELETE', message: 'Use GET, HEAD, PATCH or DELETE' }
-const ROTATION: Served = { allow: 'POST', message: 'Use POST' }
+/** The {@link Served} of `methods`, its `Allow` and 405 message written from them once. */
+function servedFor(...methods: string[]): Served {
+  const last = methods.at(-1)!
+  const message = methods.length === 1 ? `Use ${last}` : `Use ${methods.slice(0, -1).join(', ')} or ${last}`
+  return { methods: new Set(methods), allow: methods.join(', '), message }
+}
+const COLLECTION = servedFor('GET', 'HEAD', 'POST')
+const ITEM = servedFor('GET', 'HEAD', 'PATCH', 'DELETE')
+const ROTATION = servedFor('POST')
 
 /**
  * The methods the API serves at `pathname` (a request's URL path, under `basePath`), or the

@@ -291,7 +291,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     }
     // A method the path does not serve is 405 whoever asks, a Bearer caller too (as a `TRACE`,
     // which the Node adapters answer without the API, is): its `Allow` is the path's.
-    if (!served.allow.split(', ').includes(method)) return notServed(served)
+    if (!served.methods.has(method)) return notServed(served)
     if (bearer.kind !== 'missing') {
       // Any Bearer credential, an OAuth access token's included: none manages tokens.
       throw new DispatchError('ERR_FORBIDDEN', 403, -32003, 'A Bearer token may only rotate itself (POST {id}/rotate); the rest of the token API needs a dashboard session')
