@@ -365,29 +365,32 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
    * still being opened: 429 for the caller's, 503 for the version's.
    */
   function reserveSession(subject: string | undefined): Response | undefined {
-    const own = subject === undefined ? undefined : sessionsOf.get(subject)
     if (subject !== undefined) {
+      const own = sessionsOf.get(subject)
       const opening = openingOf.get(subject) ?? 0
-      while (own !== undefined && own.size + opening >= maxSessionsPerCaller) {
-        const id = leastRecentlyUsed(own)
-        if (id === undefined) break
-        closeSession(id)
-      }
-      if ((own?.size ?? 0) + opening >= maxSessionsPerCaller) {
+      if (!makeRoom(() => own ?? [], () => (own?.size ?? 0) + opening, maxSessionsPerCaller)) {
         return rpcError(429, -32000, `Too many sessions being opened for this caller (${maxSessionsPerCaller})`, { 'retry-after': '1' })
       }
     }
-    while (sessions.size + openingAll >= maxSessions) {
-      const id = leastRecentlyUsed(sessions.keys())
-      if (id === undefined) break
-      closeSession(id)
-    }
-    if (sessions.size + openingAll >= maxSessions) {
+    if (!makeRoom(() => sessions.keys(), () => sessions.size + openingAll, maxSessions)) {
       return rpcError(503, -32000, `Too many sessions being opened (${maxSessions})`, { 'retry-after': '1' })
     }
     openingAll++
     if (subject !== undefined) addTo(openingOf, subject, 1)
     return undefined
+  }
+
+  /**
+   * Closes sessions of `ids()` (see {@link leastRecentlyUsed}) while `taken()` is at `cap`;
+   * whether a slot is free then (not when every one left is a session still being opened).
+   */
+  function makeRoom(ids: () => Iterable<string>, taken: () => number, cap: number): boolean {
+    while (taken() >= cap) {
+      const id = leastRecentlyUsed(ids())
+      if (id === undefined) return false
+      closeSession(id)
+    }
+    return true
   }
 
   /**
