@@ -26,6 +26,7 @@ import {
   validateAllowlist,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { bodies } from '../helpers/bodies.js'
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }
 const NOTES = { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] }
@@ -166,17 +167,7 @@ const UNAUTHORIZED = (invalidToken: boolean) => ({
     'content-type': 'application/json',
     'www-authenticate': invalidToken ? `Bearer resource_metadata="${METADATA}", error="invalid_token"` : `Bearer resource_metadata="${METADATA}"`,
   },
-  body: {
-    jsonrpc: '2.0',
-    id: null,
-    error: {
-      code: -32001,
-      message: 'Unauthorized',
-      data: invalidToken
-        ? { error: 'unauthorized', description: 'Authentication required: the bearer token is invalid, expired or revoked' }
-        : { error: 'unauthorized', description: 'Authentication required: send Authorization: Bearer <token>' },
-    },
-  },
+  body: bodies.unauthorized(invalidToken),
 })
 const FORBIDDEN = { jsonrpc: '2.0', id: null, error: { code: -32003, message: 'Forbidden' } }
 const IP_NOT_ALLOWED = { jsonrpc: '2.0', id: null, error: { code: -32003, message: 'Forbidden', data: { error: 'ip_not_allowed' } } }

@@ -178,6 +178,20 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     vi.restoreAllMocks()
   })
 
+  /**
+   * The default logger's lines (stderr, silenced), and a monotonic clock the test moves
+   * (`clock.elapsed`, ms), which the dispatcher's throttle reads. It starts at a whole
+   * millisecond, so `start + elapsed` is exact: from a fractional `performance.now()`,
+   * 20,000 - 10,000 came out just under 10 s.
+   */
+  function stderrOnMonotonicClock() {
+    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
+    const clock = { elapsed: 0 }
+    const start = Math.floor(performance.now())
+    vi.spyOn(performance, 'now').mockImplementation(() => start + clock.elapsed)
+    return { lines, clock }
+  }
+
   /** A store that fails while `down.now` is true, else counts in memory. */
   function flakyStore() {
     const memory = createMemoryRateLimitStore()
@@ -189,10 +203,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
   }
 
   it('writes one line for a stretch of failures, not one per request; how many went unlogged when the store counts again (regression: a line per request)', async () => {
-    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
-    let elapsed = 0
-    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
-    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
+    const { lines, clock } = stderrOnMonotonicClock()
     const { store, down } = flakyStore()
     const { instance } = await platform({ policy: () => perMinute(100), onError: false })
     const decide = instance(store)
@@ -204,7 +215,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     // Counting again within 10 s of the line: nothing yet (a line per 10 s at most).
     expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=99;t=\d+$/)
     expect(lines).toHaveBeenCalledTimes(1)
-    elapsed = 10_000
+    clock.elapsed = 10_000
     // (98, or 99 when a minute's window began in between: the window is on the wall clock.)
     expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=9[89];t=\d+$/)
     expect(lines.mock.calls.slice(1)).toEqual([
@@ -213,7 +224,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     // Counting on, nothing more is written; the next outage after a quiet 10 s is at its first failure.
     await decide()
     expect(lines).toHaveBeenCalledTimes(2)
-    elapsed = 20_000
+    clock.elapsed = 20_000
     down.now = true
     expect((await decide()).status).toBe(200)
     expect(lines.mock.calls).toHaveLength(3)
@@ -221,10 +232,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
   })
 
   it('a store failing every other request (a Cluster shard down, timeouts under load): still at most a line per 10 s (regression: a line per failure)', async () => {
-    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
-    let elapsed = 0
-    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
-    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
+    const { lines, clock } = stderrOnMonotonicClock()
     const { store, down } = flakyStore()
     const { instance } = await platform({ policy: () => perMinute(1_000), onError: false })
     const decide = instance(store)
@@ -233,7 +241,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
       expect((await decide()).status).toBe(200)
     }
     expect(lines).toHaveBeenCalledTimes(1)
-    elapsed = 10_000
+    clock.elapsed = 10_000
     for (let i = 0; i < 4; i++) {
       down.now = i % 2 === 0
       await decide()
@@ -246,18 +254,15 @@ describe('rate limit: the default logger while the counter store fails (fail ope
   })
 
   it('during a long outage, a line per 10 seconds names the requests served since the last', async () => {
-    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
-    let elapsed = 0
-    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
-    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
+    const { lines, clock } = stderrOnMonotonicClock()
     const { store } = flakyStore()
     const { instance } = await platform({ policy: () => perMinute(100), onError: false })
     const decide = instance(store)
     for (let i = 0; i < 5; i++) await decide()
-    elapsed = 9_999
+    clock.elapsed = 9_999
     await decide()
     expect(lines).toHaveBeenCalledTimes(1)
-    elapsed = 10_000
+    clock.elapsed = 10_000
     await decide()
     expect(lines.mock.calls.map(([line]) => line as string)).toEqual([
       '[mcp-dispatch] rate-limit store failed; serving (failOpen): Error: ECONNREFUSED',
@@ -266,10 +271,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
   })
 
   it('an outage that starts and ends within 10 s of the last line: the line after it names the kind of its last failure (regression: only a count, its error never written)', async () => {
-    const lines = vi.spyOn(console, 'error').mockImplementation(() => {})
-    let elapsed = 0
-    const start = Math.floor(performance.now()) // whole: start + elapsed exact, with no rounding
-    vi.spyOn(performance, 'now').mockImplementation(() => start + elapsed)
+    const { lines, clock } = stderrOnMonotonicClock()
     class ReplyError extends Error {
       override name = 'ReplyError'
     }
@@ -282,18 +284,18 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     const decide = instance(store)
     for (let i = 0; i < 3; i++) await decide()
     failure = undefined
-    elapsed = 10_000
+    clock.elapsed = 10_000
     await decide()
     expect(lines).toHaveBeenCalledTimes(2)
     // Another outage, 5 s after the line that said the store counts again, over within 5 s.
-    elapsed = 15_000
+    clock.elapsed = 15_000
     failure = new ReplyError('CLUSTERDOWN The cluster is down')
     for (let i = 0; i < 3; i++) await decide()
     failure = undefined
-    elapsed = 17_000
+    clock.elapsed = 17_000
     await decide()
     expect(lines).toHaveBeenCalledTimes(2)
-    elapsed = 20_000
+    clock.elapsed = 20_000
     await decide()
     expect(lines.mock.calls.slice(2).map(([line]) => line as string)).toEqual([
       '[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 3 more requests were served without a count since the last line (cause: ReplyError)',
