@@ -150,13 +150,13 @@ export function hasInvalidAbsoluteFormHost(url: string): boolean {
 }
 
 /**
- * The neutral request of the pipeline, or `undefined` when its `Host` (or the host of an
- * absolute-form target, or the `:authority` of an HTTP/2 request) is not an authority a URL can
- * hold, or when it has two `Host` fields, or a `Host` and an `:authority` that differ:
- * the adapter then answers 400 (`INVALID_HOST`), as a Web runtime refuses such a request
- * before any handler runs. An
- * accepted host is read as the URL parser reads it (lower case, no default port), so the App
- * address is the one the Web adapter's `Request` gives.
+ * The neutral request of the pipeline, or `undefined` when its `Host` (or the `:authority` of an
+ * HTTP/2 request), or the host of an absolute-form target, is not an authority a URL can hold
+ * (the `Host` is checked beside such a target too, though the target names the host), or when
+ * it has two `Host` fields, or a `Host` and an `:authority` that differ: the adapter then
+ * answers 400 (`INVALID_HOST`), as a Web runtime refuses such a request before any handler
+ * runs. An accepted host is read as the URL parser reads it (lower case, no default port), so
+ * the App address is the one the Web adapter's `Request` gives.
  *
  * `url` is the full request target (Express: `originalUrl`, so a mount path stays part of the
  * path, as in the Web adapter). Its path is taken as it is: the framework routes the raw path,
@@ -178,6 +178,9 @@ export function toDispatchRequest(
   if (hostConflicts(headers, host, protocol)) return undefined
   const absolute = absoluteForm(url)
   if (absolute) {
+    // The target names the host and the `Host` field's value is ignored (RFC 9112 section
+    // 3.2.2), but a field with an invalid value is still 400 (section 3.2), as on Web runtimes.
+    if (host !== undefined && canonicalHost(host, protocol) === undefined) return undefined
     host = absolute.host
     url = absolute.target
     protocol = absolute.scheme

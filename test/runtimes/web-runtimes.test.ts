@@ -11,7 +11,6 @@
  * `npm run build` comes first. Where a runtime is missing, its suite is skipped, saying so; under
  * .ci/run (MCP_DISPATCH_CI=1) it fails.
  */
-import { type ChildProcess, spawn } from 'node:child_process'
 import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
@@ -20,6 +19,7 @@ import { forbiddenReply, methodNotAllowedReply, paymentRequiredReply, rateLimite
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { underProjectCI } from '../helpers/ci.js'
 import { awayFromMinuteEnd } from '../helpers/clock.js'
+import { spawnServing } from '../helpers/serving-process.js'
 import { loopbackFetch } from '../oauth/helpers/oauth-client.js'
 import type { RuntimeTokens } from './app.js'
 import { bundleWorker, startWorkerd, workerdBinary } from './workerd.js'
@@ -37,36 +37,7 @@ interface Served {
 }
 
 /** Bun or Deno running `server.ts`, which prints `{ port }` once it listens. */
-async function serveWith(command: string, args: readonly string[]): Promise<Served> {
-  const child: ChildProcess = spawn(command, [...args, SERVER], { cwd: ROOT, env: { ...process.env, NO_COLOR: '1' }, stdio: ['ignore', 'pipe', 'pipe'] })
-  let errors = ''
-  child.stderr!.on('data', (chunk: Buffer) => (errors += chunk.toString()))
-  const stop = async () => {
-    if (child.exitCode !== null || child.signalCode !== null) return
-    const exited = new Promise((resolve) => child.once('exit', resolve))
-    child.kill('SIGKILL')
-    await exited
-  }
-  const port = await new Promise<number>((resolve, reject) => {
-    let out = ''
-    const timer = setTimeout(() => reject(new Error(`${command} did not start within 20 s: ${errors}`)), 20_000)
-    child.stdout!.on('data', (chunk: Buffer) => {
-      out += chunk.toString()
-      const line = out.split('\n').find((l) => l.startsWith('{'))
-      if (line === undefined) return
-      clearTimeout(timer)
-      resolve((JSON.parse(line) as { port: number }).port)
-    })
-    child.on('exit', (code) => {
-      clearTimeout(timer)
-      reject(new Error(`${command} exited (${code}): ${errors}`))
-    })
-  }).catch(async (error: unknown) => {
-    await stop()
-    throw error
-  })
-  return { port, output: () => errors, stop }
-}
+const serveWith = (command: string, args: readonly string[]): Promise<Served> => spawnServing(command, [...args, SERVER], ROOT)
 
 const RUNTIMES = {
   bun: { binary: installed('.bin/bun'), start: () => serveWith(installed('.bin/bun'), ['run']) },

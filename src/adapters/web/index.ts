@@ -17,7 +17,7 @@
  * ```
  * @module
  */
-import { forwardedProtocol, resolveClientAddress } from '../../core/client-address.js'
+import { forwardedProtocol, resolveClientAddress, schemeOf } from '../../core/client-address.js'
 import { isFieldName } from '../../core/cors.js'
 import { type Reply, serviceUnavailableReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
@@ -142,25 +142,53 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     }
     const url = splitUrl(request.url)
     const schemeEnd = url.origin.indexOf('://')
+    // The scheme of the App address: `http` or `https`, in any case, as the Node adapters read
+    // an absolute-form target (Deno's `request.url` keeps the target's as sent: `HTTP://…`,
+    // `ftp://…`). Under another scheme the whole target is the path, which is none of an App
+    // (404), as on the Node adapters, and never an App address of that scheme; its authority
+    // is no host either (below).
+    const written = schemeEnd === -1 ? 'http' : url.origin.slice(0, schemeEnd)
+    const known = written === 'http' || written === 'https' ? written : schemeOf(written)
+    const scheme = known ?? 'http'
+    const path = known === undefined ? url.origin + url.path : url.path
     const given = info?.host
     // The host as sent (the URL's, or `info.host`), before its scheme's default port is dropped.
     let sent = given
     let host: string | undefined
     let origin: string
     if (given === undefined) {
-      // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
-      // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
-      const raw = schemeEnd === -1 ? undefined : url.origin.slice(schemeEnd + 3)
-      sent = raw
-      host = raw === undefined ? undefined : canonicalHost(raw, url.origin.slice(0, schemeEnd))
-      if (host === undefined) return toResponse(INVALID_HOST)
-      // Two `Host` fields (RFC 9112 section 3.2: 400, as on the Node adapters): @hono/node-server
-      // builds the URL of the first one and joins them all in `headers`.
-      // A comma is in no host name: the test holds whatever separator a runtime joins them with.
-      if (request.headers.get('host')?.includes(',')) return toResponse(INVALID_HOST)
-      origin = host.length === url.origin.length - schemeEnd - 3 ? url.origin : `${url.origin.slice(0, schemeEnd)}://${host}`
+      const field = request.headers.get('host')
+      if (schemeEnd === -1) {
+        // No host in the URL: Bun builds `request.url` of the path alone when the `Host` is
+        // missing or empty (no App, as on the Node adapters) or one it cannot parse (400).
+        if (field) return toResponse(INVALID_HOST)
+        origin = `${scheme}://`
+      } else if (known === undefined) {
+        // A target of another scheme (Deno's `ftp://a@host:99999/v1`): the Node adapters take
+        // no host of it, and check the `Host` field as usual, so the answer is theirs: 400 for
+        // a field with an invalid value, else 404 (no host, whatever the target's authority).
+        if (field && (field.includes(',') || canonicalHost(field, scheme) === undefined)) return toResponse(INVALID_HOST)
+        origin = `${scheme}://`
+      } else {
+        // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
+        // (`weather.1`, `1.2.3.999`), and such a host would become the App address.
+        const raw = url.origin.slice(schemeEnd + 3)
+        sent = raw
+        host = canonicalHost(raw, scheme)
+        if (host === undefined) return toResponse(INVALID_HOST)
+        // The `Host` field, where the URL's host is not it as sent, is checked as the Node
+        // adapters check it (RFC 9112 section 3.2: a `Host` with an invalid value is 400, an
+        // absolute-form target or not). Bun builds the URL of what its parser made of the field
+        // (`weather.localhost:`, `weath%65r.localhost`, `0x7f.1` rewritten), Deno and workerd of
+        // the field as sent, a path in it too (`weather.localhost/x`). Two `Host` fields are 400 too:
+        // @hono/node-server and Bun build the URL of the first one and join them all in
+        // `headers` (a comma is in no host name, whatever separator a runtime joins them with).
+        if (field && field !== raw && (field.includes(',') || canonicalHost(field, scheme) === undefined)) return toResponse(INVALID_HOST)
+        // Rebuilt when the host is not as sent: Deno keeps its case (`WEATHER.localhost`) and a
+        // default port (`:80`), which the App address has in the parser's form on every adapter.
+        origin = written === scheme && host === raw ? url.origin : `${scheme}://${host}`
+      }
     } else {
-      const scheme = schemeEnd === -1 ? 'http' : url.origin.slice(0, schemeEnd)
       if (given === null || given === '') host = undefined
       else {
         // The URL parser accepts a comma in a host name; a list is no authority (two fields, proxies').
@@ -188,7 +216,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     }
     const decided = dispatcher.decide({
       method: request.method,
-      path: url.path,
+      path,
       host,
       origin,
       headers: request.headers,
