@@ -390,7 +390,10 @@ export interface TokenService {
   /** Writes pending `last_used_at` times now. */
   flush(): Promise<void>
   /**
-   * Flushes, waits for the second passes over writes whose caller was told 503 that are still to
+   * Flushes (and, unless that write failed, once more for the uses recorded meanwhile: requests
+   * still served while the platform drains; later ones keep their timer, written when it fires,
+   * or reported, if the process still runs then),
+   * waits for the second passes over writes whose caller was told 503 that are still to
    * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), stops listening for
    * invalidations, and gives the invalidations whose publish failed and that are still being
    * sent again one last try (under `storeTimeoutMs`, or the bus's `publishTimeoutMs` and a
@@ -736,6 +739,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   let releaseFlushTimer: (() => void) | undefined
   let writing: ReadonlyMap<string, number> | undefined
   let closed = false
+  // Whether the last `last_used_at` write that ended failed: `close` then writes no more (its
+  // batch is reported and kept, and a store that failed it would fail the next too).
+  let lastWriteFailed = false
   const sender = createInvalidationSender({
     send: (tokenHash) => invalidations.publish({ kind: 'token', tokenHash }),
     report: onError,
@@ -1056,7 +1062,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       try {
         const touched = adoptThenable(store.touch(batch))
         if (touched instanceof Promise) await withTimeout(touched, storeTimeoutMs, 'token store touch')
+        lastWriteFailed = false
       } catch (error) {
+        lastWriteFailed = true
         onError(error, 'last_used_at flush')
         // Kept for the next flush, so the dashboard never goes back to an older date while the
         // store is away.
@@ -1643,8 +1651,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       cache?.clear()
       // The write deadlines do not keep a process alive; this one does, so a process that
       // closes and ends still gets its last write done or reported (bounded: an in-flight
-      // flush, then this one).
-      const keepAlive = setTimeout(() => {}, Math.min(2 * storeTimeoutMs + 1_000, MAX_TIMER_MS))
+      // flush, this one, then one for the uses recorded meanwhile; the second passes keep the
+      // process on their own timers).
+      const keepAlive = setTimeout(() => {}, Math.min(3 * storeTimeoutMs + 1_000, MAX_TIMER_MS))
       // Writes cut off that are to be put right once more are, when due (at most
       // `storeTimeoutMs` away: sooner, a statement may still be waiting on the server), while
       // the store is open; the process waits for them. Those pending now, then those that came
@@ -1659,15 +1668,24 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       try {
         await Promise.all([service.flush(), secondPasses()])
+        // Uses recorded meanwhile (while that last batch was written, or the second passes were
+        // waited for: requests still served while the platform drains) are written too, rather
+        // than dropped with their timer.
+        if (pendingLastUsed.size > 0 && !lastWriteFailed) await service.flush()
       } finally {
         clearTimeout(keepAlive)
       }
       // Nothing more is written: a flush that failed now is reported, not retried for ever.
       closed = true
-      if (flushTimer !== undefined) clearTimeout(flushTimer)
-      flushTimer = undefined
-      releaseFlushTimer?.()
-      releaseFlushTimer = undefined
+      // Uses recorded while that one was writing keep their timer, as uses after `close` do: they
+      // are written when it fires (or reported, if the store is closed by then), unless the
+      // process has ended before (the timer keeps none alive).
+      if (pendingLastUsed.size === 0 || lastWriteFailed) {
+        if (flushTimer !== undefined) clearTimeout(flushTimer)
+        flushTimer = undefined
+        releaseFlushTimer?.()
+        releaseFlushTimer = undefined
+      }
       // Nor sent again: invalidations still waiting get one last try, and what fails it is reported.
       await sender.close()
     },
