@@ -460,10 +460,16 @@ export function createPlatform(options: PlatformOptions): Platform {
 
   async function api(request: Request): Promise<Response> {
     const url = new URL(request.url)
-    if (url.pathname === '/.well-known/jwks.json' && request.method === 'GET') {
+    if (url.pathname === '/.well-known/jwks.json') {
+      // A document to read, as `examples/fetch` publishes its own: HEAD is GET without the body
+      // (RFC 9110 section 9.3.2), any other method 405 (it was a 404, as if there were no JWKS).
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        return Response.json({ error: 'method_not_allowed', message: `${url.pathname} takes GET or HEAD` }, { status: 405, headers: { allow: 'GET, HEAD' } })
+      }
       // Revalidated by any cache between: a JWKS served stale for minutes would hide a new key
       // from the Apps that fetch it again to find one (they fetch at most every 30 s anyway).
-      return Response.json(await signer.jwks(), { headers: { 'cache-control': 'no-cache' } })
+      const jwks = Response.json(await signer.jwks(), { headers: { 'cache-control': 'no-cache' } })
+      return request.method === 'HEAD' ? new Response(null, { headers: jwks.headers }) : jwks
     }
     if (url.pathname === '/dev/session' && request.method === 'POST') {
       const body = await devRequestBody(request, ['userId'])
