@@ -58,7 +58,10 @@ export function notReady(client: RedisCommandClient): boolean {
  * A check for one store: `true` when `client` was seen `ready` and is not now (reconnecting,
  * connecting again, a restarted Redis loading, closed), when commands would wait in its
  * offline queue to run all at once later. Before the connection was first seen ready (the
- * start, `lazyConnect`'s `wait`) they wait, as they are sent within moments.
+ * start, `lazyConnect`'s `wait`) they wait, as they are sent within moments. Seen ready: told
+ * by the client's `ready` event where it has one (ioredis), else by a check made while its
+ * `status` says so (the node-redis adapter, which emits none): a store that takes one
+ * calls it on each of its calls, not only when it would refuse one.
  */
 export function lostSinceReady(client: RedisCommandClient): () => boolean {
   const readiness = readinessOf(client)
@@ -166,7 +169,9 @@ export interface RedisConnection {
   /** One command, under the deadline; rejected unsent while the client's Redis is stalled. */
   send(command: string, ...args: RedisArgument[]): Promise<unknown>
   /**
-   * One command, under the deadline, sent even while the client's Redis is stalled: for a
+   * One command, under the deadline, sent even while the client's Redis is stalled (but not
+   * while the client, seen ready before, says its connection is down: refused then, unsent,
+   * rather than left in its offline queue; its caller sends it again): for a
    * command that must reach Redis however late, because its landing late harms nothing and its
    * not landing does (an invalidation `PUBLISH`: refused, a revoked token would stay in the
    * other instances' caches for their whole TTL; late, it only ends them late). Its caller is
@@ -319,6 +324,12 @@ export function rereadSlots(client: unknown): void {
   if (typeof refresh === 'function') refresh.call(client)
 }
 
+/**
+ * Connection states (ioredis') a `ready` follows, in which a command waits in the client's
+ * offline queue: no probe is sent then (see {@link connectRedis}).
+ */
+const CONNECTING = new Set(['connecting', 'connect', 'reconnecting'])
+
 /** Commands the stores send on no key (a channel instead), which a cluster client sends to any node. */
 const KEYLESS = new Set(['PUBLISH', 'PING'])
 
@@ -377,12 +388,18 @@ function withoutArguments(error: unknown): void {
  *   last probe gave up: it sends `PING` and, once that is answered, its own command, both
  *   under its deadline. A probe of a Redis still hung costs one queued `PING` and that call's
  *   wait, never a store command (a `PING` answered after the deadline sends nothing more).
+ *   None is sent while the client, seen ready before, says its connection is down
+ *   (`status`: reconnecting…): its `PING` would only wait in the offline queue, one more per
+ *   probe for as long as the outage lasts; the first call once it is ready is the probe.
  * - Any answer from Redis closes it: a reply or an error reply to any command of that client
  *   (a late answer to a call that timed out too, or the probe's `PING`). A client's own
  *   failure (a connection closed, retries exhausted) is no answer.
  * - A command sent by {@link RedisConnection.sendAnyway} (the invalidation bus's `PUBLISH`)
- *   is never refused: it is sent while open too, to land when Redis answers, and its caller
- *   is told at its deadline. It is no probe; its answer closes the breaker as any answer does.
+ *   is never refused by it: it is sent while open too, to land when Redis answers, and its
+ *   caller is told at its deadline. It is no probe; its answer closes the breaker as any
+ *   answer does. It is refused at once, unsent, only while the client, seen ready before, says
+ *   its connection is down: it would wait in the offline queue, and each call of its caller
+ *   (the token service sends an invalidation again in rounds until it lands) add one more.
  *
  * A client whose Redis answers within `timeoutMs`, or keeps answering something within it,
  * never sees it. On a Redis Cluster client (ioredis' `Cluster`: `isCluster`, with its slot map
@@ -421,6 +438,8 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   const clustered = (client as ClusterSlotMap).isCluster === true
   // The client's own key prefix, read once: the key a command's slot is computed from.
   const clientPrefix = clustered ? clientKeyPrefix(client as ClusterSlotMap) : ''
+  // Whether the client, seen ready, says its connection is down: no probe is sent then.
+  const lost = lostSinceReady(client)
 
   const call = (breaker: StallBreaker, command: string, args: RedisArgument[]): Promise<unknown> => {
     let reply: Promise<unknown>
@@ -469,8 +488,22 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     // deadline is tighter than Redis's pace (a rate-limit store at 100 ms on a Redis answering
     // in 150 ms) leaves the calls of stores with longer ones sent (a session store at 1,000 ms
     // on the same client), those that follow its own timed-out call included.
+    // Not even a command that must land however late is put in an offline queue: each call of
+    // its caller (the token service's rounds of an invalidation) would add one more there for
+    // as long as the connection is down, all sent at once when it is back. Refused, it is sent
+    // again by its caller once the client is ready.
+    // Read on every call, not only when it matters: a client that emits no `ready` (the
+    // node-redis adapter) is seen ready only by a call made while it is.
+    const down = lost()
+    if (anyway && down) return Promise.reject(new Error(`${what} not sent: the Redis connection is not ready (${client.status})`))
     if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = attempt(breaker)
-    else if (performance.now() < breaker.probeAt) {
+    else if (performance.now() < breaker.probeAt || down || CONNECTING.has(client.status as string)) {
+      // A client that says its connection is down (reconnecting) would only queue the probe's
+      // PING in its offline queue, one more each `timeoutMs` for as long as the outage lasts
+      // (for ever with ioredis' `maxRetriesPerRequest: null): none is sent, and the first call
+      // once it is ready again is the probe. So too before it was ever ready, while it says it
+      // is on its way there (a Redis not there when the process started): only states a `ready`
+      // follows, so that a client whose `status` never says `ready` still has its probes.
       return Promise.reject(
         new Error(
           `${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`,
