@@ -963,6 +963,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // is taken as one without `sub`, below: a token can provoke it, so it must not open the
       // breaker for everyone, and the client's budget unit is kept.
       if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${res.contentType || 'untyped'})`, false)
+      // An answer that names its issuer names the one that issued the token (OIDC Core section
+      // 5.3.2 for a signed one); another issuer's token (a userinfo endpoint several tenants or
+      // issuers share, which takes each one's tokens) is not a token of this issuer (spec 5.1
+      // step 5), and its `sub` is another namespace's: refused, as in introspection mode.
+      if (body !== undefined && body.iss !== undefined && body.iss !== issuer) return { active: false, reason: 'issuer mismatch' }
       const sub = body?.sub
       // A healthy server's answer this validator cannot use (an encrypted userinfo JWT, a body
       // without `sub`): 503 for this token, not counted against the server, since one user's
@@ -1274,13 +1279,18 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // `jose` refuses whatever a token can be wrong with as a JOSE error; anything else
         // comes from a key that would not import or verify (one `loadKeySet` did not catch).
         // A local set is the platform's configuration: the error goes as it is. A fetched one
-        // is a bad answer of the authorization server: 503, counted by the breaker, and the
-        // set refetched as soon as a refetch is allowed rather than trusted for its age.
+        // is a bad answer of the authorization server: 503, counted by the breaker once per
+        // set, and the set refetched as soon as a refetch is allowed rather than trusted for its
+        // age. Once, not per token: the token chooses the key it names, so a client sending
+        // junk that names such a key (an ML-DSA key on a runtime without ML-DSA) would
+        // otherwise open the breaker for everyone in as many requests as its threshold.
         if (localKeys || !remoteKeys) throw error
-        remoteKeys.suspect = true
-        breaker.failure()
         const message = `jwks: a key of the set cannot be used (${describe(error)})`
-        emit({ type: 'upstream', endpoint: 'jwks', outcome: 'failure', durationMs: 0, error: message })
+        if (!remoteKeys.suspect) {
+          remoteKeys.suspect = true
+          breaker.failure()
+          emit({ type: 'upstream', endpoint: 'jwks', outcome: 'failure', durationMs: 0, error: message })
+        }
         throw new UpstreamFailure(message, false)
       }
       if (error instanceof joseErrors.JWTExpired) return { active: false, reason: 'token expired' }
