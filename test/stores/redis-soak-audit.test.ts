@@ -355,20 +355,29 @@ for (const kind of IOREDIS_KINDS) {
   })
 }
 
+/**
+ * A node-redis client of the test's Redis (not connected yet) with a quick reconnect, behind the
+ * adapter of docs/stores.md, and the count of its queue, by its internals (commands not yet
+ * written, and those awaiting replies).
+ */
+function nodeRedisAdapter() {
+  const nodeRedis = createClient({ url: `redis://127.0.0.1:${PORT}`, socket: { reconnectStrategy: () => 50 } })
+  nodeRedis.on('error', () => {})
+  const client = {
+    call: (...args: RedisArgument[]) => nodeRedis.sendCommand(args.map(String)),
+    get status() {
+      return nodeRedis.isReady ? 'ready' : 'reconnecting'
+    },
+  }
+  const pending = () => (nodeRedis as unknown as { _getQueue(): { pendingCount: number } })._getQueue().pendingCount
+  return { nodeRedis, client, pending }
+}
+
 describe.runIf(missing === undefined)('Redis killed mid-run and started again (node-redis behind the adapter of docs/stores.md)', () => {
   it('while down: counts fail open, sessions 503, and its queue stays put (regression: a probe PING each deadline); once back, served', { timeout: 30_000 }, async () => {
     let server = await startRedis()
-    const nodeRedis = createClient({ url: `redis://127.0.0.1:${PORT}`, socket: { reconnectStrategy: () => 50 } })
-    nodeRedis.on('error', () => {})
+    const { nodeRedis, client, pending } = nodeRedisAdapter()
     await nodeRedis.connect()
-    const client = {
-      call: (...args: RedisArgument[]) => nodeRedis.sendCommand(args.map(String)),
-      get status() {
-        return nodeRedis.isReady ? 'ready' : 'reconnecting'
-      },
-    }
-    // node-redis' queue, by its internals (commands not yet written, and those awaiting replies).
-    const pending = () => (nodeRedis as unknown as { _getQueue(): { pendingCount: number } })._getQueue().pendingCount
     try {
       const apps = createMemoryAppStore([{ id: 'app_s', slug: 'soak', name: 'Soak', versions: ['1.0.0'] }])
       const subscriptions = { isActive: () => true }
@@ -414,15 +423,7 @@ describe.runIf(missing === undefined)('Redis killed mid-run and started again (n
 describe.runIf(missing === undefined)('Redis killed mid-run and started again (node-redis behind the adapter, sessions only)', () => {
   it('while down, its queue stays put with no store that reads the status on each call (regression: the adapter, which emits no `ready`, was never seen ready, so a probe PING was queued each deadline)', { timeout: 30_000 }, async () => {
     let server = await startRedis()
-    const nodeRedis = createClient({ url: `redis://127.0.0.1:${PORT}`, socket: { reconnectStrategy: () => 50 } })
-    nodeRedis.on('error', () => {})
-    const client = {
-      call: (...args: RedisArgument[]) => nodeRedis.sendCommand(args.map(String)),
-      get status() {
-        return nodeRedis.isReady ? 'ready' : 'reconnecting'
-      },
-    }
-    const pending = () => (nodeRedis as unknown as { _getQueue(): { pendingCount: number } })._getQueue().pendingCount
+    const { nodeRedis, client, pending } = nodeRedisAdapter()
     try {
       // Created before the client connects, as an application's module setup does.
       const sessions = createRedisSessionStore({ client, prefix: 'soak-restart:', timeoutMs: 50 })
@@ -458,9 +459,12 @@ describe.runIf(missing === undefined)('Redis down when the client starts (ioredi
     let server: ChildProcess | undefined
     try {
       const sessions = createRedisSessionStore({ client, prefix: 'soak-start:', timeoutMs: 50 })
+      // Its PUBLISH goes through `sendAnyway`, as the token service's rounds send a revocation.
+      const bus = createRedisInvalidationBus({ client, prefix: 'soak-start:', timeoutMs: 50, heartbeatMs: false, onError: () => {} })
       const queued: number[] = []
       for (const started = performance.now(); performance.now() - started < 400; ) {
         await Promise.resolve(sessions.get('s', 60_000)).catch(() => {})
+        await Promise.resolve(bus.publish({ kind: 'token', tokenHash: 'a'.repeat(64) })).catch(() => {})
         queued.push(total(offlineQueue(client)))
         await new Promise((resolve) => setTimeout(resolve, 10))
       }
@@ -471,6 +475,9 @@ describe.runIf(missing === undefined)('Redis down when the client starts (ioredi
       await vi.waitFor(() => expect(client.status).toBe('ready'), { timeout: 5_000, interval: 10 })
       await vi.waitFor(async () => expect(await sessions.get('s', 60_000)).toBeUndefined(), { timeout: 1_000, interval: 20 })
       expect(await sessions.set('s', { appId: 'app_s', version: '1.0.0', subject: 'u' }, 60_000)).toBe(true)
+      await bus.ready(5_000)
+      await bus.publish({ kind: 'token', tokenHash: 'a'.repeat(64) })
+      await bus.close()
     } finally {
       client.disconnect()
       if (server) await stopRedis(server)

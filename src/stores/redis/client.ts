@@ -170,8 +170,9 @@ export interface RedisConnection {
   send(command: string, ...args: RedisArgument[]): Promise<unknown>
   /**
    * One command, under the deadline, sent even while the client's Redis is stalled (but not
-   * while the client, seen ready before, says its connection is down: refused then, unsent,
-   * rather than left in its offline queue; its caller sends it again): for a
+   * while the client, seen ready before, says its connection is down, nor, stalled before it
+   * was ever ready, while it says it is connecting: refused then, unsent, rather than left in
+   * its offline queue; its caller sends it again): for a
    * command that must reach Redis however late, because its landing late harms nothing and its
    * not landing does (an invalidation `PUBLISH`: refused, a revoked token would stay in the
    * other instances' caches for their whole TTL; late, it only ends them late). Its caller is
@@ -389,8 +390,10 @@ function withoutArguments(error: unknown): void {
  *   under its deadline. A probe of a Redis still hung costs one queued `PING` and that call's
  *   wait, never a store command (a `PING` answered after the deadline sends nothing more).
  *   None is sent while the client, seen ready before, says its connection is down
- *   (`status`: reconnecting…): its `PING` would only wait in the offline queue, one more per
- *   probe for as long as the outage lasts; the first call once it is ready is the probe.
+ *   (`status`: reconnecting…), nor, before it was ever ready, while it says it is on its way
+ *   there (`connecting`, `connect`, `reconnecting`): its `PING` would only wait in the offline
+ *   queue, one more per probe for as long as the outage lasts; the first call once it is ready
+ *   is the probe.
  * - Any answer from Redis closes it: a reply or an error reply to any command of that client
  *   (a late answer to a call that timed out too, or the probe's `PING`). A client's own
  *   failure (a connection closed, retries exhausted) is no answer.
@@ -398,8 +401,9 @@ function withoutArguments(error: unknown): void {
  *   is never refused by it: it is sent while open too, to land when Redis answers, and its
  *   caller is told at its deadline. It is no probe; its answer closes the breaker as any
  *   answer does. It is refused at once, unsent, only while the client, seen ready before, says
- *   its connection is down: it would wait in the offline queue, and each call of its caller
- *   (the token service sends an invalidation again in rounds until it lands) add one more.
+ *   its connection is down, or, before it was ever ready, while it says it is on its way there
+ *   and a command went unanswered: it would wait in the offline queue, and each call of its caller
+ *   (the token service sends an invalidation again in rounds until it lands) would add one more.
  *
  * A client whose Redis answers within `timeoutMs`, or keeps answering something within it,
  * never sees it. On a Redis Cluster client (ioredis' `Cluster`: `isCluster`, with its slot map
@@ -438,7 +442,8 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
   const clustered = (client as ClusterSlotMap).isCluster === true
   // The client's own key prefix, read once: the key a command's slot is computed from.
   const clientPrefix = clustered ? clientKeyPrefix(client as ClusterSlotMap) : ''
-  // Whether the client, seen ready, says its connection is down: no probe is sent then.
+  // Whether the client, seen ready, says its connection is down: no probe, nor a command sent
+  // anyway, is sent then.
   const lost = lostSinceReady(client)
 
   const call = (breaker: StallBreaker, command: string, args: RedisArgument[]): Promise<unknown> => {
@@ -484,18 +489,20 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     // answering, if slowly (or another store's deadline is the tighter one): no stall.
     let seen = breaker.answers
     let pending: Promise<unknown>
+    // Not even a command that must land however late is put in an offline queue: each call of
+    // its caller (the token service's rounds of an invalidation) would add one more there for
+    // as long as the connection is down, all sent at once when it is back. Refused, it is sent
+    // again by its caller once the client is ready. Read on every call, not only when it
+    // matters: a client that emits no `ready` (the node-redis adapter) is seen ready only by a
+    // call made while it is.
+    const down = lost()
+    // Before the client was ever ready, only once a command went unanswered (Redis not there
+    // when the process started): a `PUBLISH` made while it connects as usual is sent on connect.
+    if (anyway && (down || (breaker.stalled && CONNECTING.has(client.status as string)))) return Promise.reject(new Error(`${what} not sent: the Redis connection is not ready (${client.status})`))
     // Refused only once Redis has been silent for as long as this store waits: a store whose
     // deadline is tighter than Redis's pace (a rate-limit store at 100 ms on a Redis answering
     // in 150 ms) leaves the calls of stores with longer ones sent (a session store at 1,000 ms
     // on the same client), those that follow its own timed-out call included.
-    // Not even a command that must land however late is put in an offline queue: each call of
-    // its caller (the token service's rounds of an invalidation) would add one more there for
-    // as long as the connection is down, all sent at once when it is back. Refused, it is sent
-    // again by its caller once the client is ready.
-    // Read on every call, not only when it matters: a client that emits no `ready` (the
-    // node-redis adapter) is seen ready only by a call made while it is.
-    const down = lost()
-    if (anyway && down) return Promise.reject(new Error(`${what} not sent: the Redis connection is not ready (${client.status})`))
     if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = attempt(breaker)
     else if (performance.now() < breaker.probeAt || down || CONNECTING.has(client.status as string)) {
       // A client that says its connection is down (reconnecting) would only queue the probe's

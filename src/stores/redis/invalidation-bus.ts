@@ -201,7 +201,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * bus's own listeners at once (as the in-process bus does) and sends one `PUBLISH` to
  * `<prefix>invalidations` (under the `timeoutMs` deadline, and even while the client's Redis is
  * stalled: docs/stores.md, "Failure behaviour"; but not while the client, seen ready before,
- * says its connection is down: it rejects at once then, rather than wait in the client's offline
+ * says its connection is down, nor while one never ready and stalled is connecting: it rejects at once then, rather than wait in the client's offline
  * queue, and the token service sends it again); every other bus on that channel
  * delivers it to its listeners when it arrives (its own messages coming back are skipped) and
  * confirms it on the sender's own channel, `<channel>:ack:<sender>`. On a single Redis,
@@ -608,9 +608,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       // Sent even while the client's Redis is stalled (the breaker would refuse it unsent): a
       // revocation landing late is harmless, one never sent leaves the token in the other
       // instances' caches for their whole TTL. Its deadline still fails this call. Refused at
-      // once, unsent, while the client says its connection is down (the token service sends it
-      // again in rounds; in the offline queue each round would add one more). Sent without an
-      // id (nobody confirms it) where no confirmation could reach this bus.
+      // once, unsent, while the client says its connection is down, or is still connecting
+      // after a command went unanswered (the
+      // token service sends it again in rounds; in the offline queue each round would add one
+      // more). Sent without an id (nobody confirms it) where no confirmation could reach this bus.
       if (!confirms || closed || !confirmationsReach()) {
         const wire: WireMessage = { origin, kind: message.kind, tokenHash: message.tokenHash }
         return redis.sendAnyway('PUBLISH', channel, JSON.stringify(wire)).then(() => {})
