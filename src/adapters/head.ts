@@ -158,6 +158,25 @@ export function isHttp2Response(res: unknown): boolean {
   return typeof res === 'object' && res !== null && typeof (res as { stream?: unknown }).stream === 'object'
 }
 
+/** `NGHTTP2_INTERNAL_ERROR` (RFC 9113 section 7), without importing `node:http2` here. */
+const HTTP2_INTERNAL_ERROR = 2
+
+/**
+ * Ends a response whose head is out before its end, so that the client cannot take it for
+ * whole: over HTTP/1 the connection is destroyed (a chunked body without its last chunk, or one
+ * short of its `Content-Length`); over HTTP/2 the stream is reset with `INTERNAL_ERROR`, since
+ * the compatibility response's `destroy()` resets it with `NO_ERROR`, which Node's client (and
+ * others) read as the end of the body. `destroy(error)` is not used over HTTP/1: it would raise
+ * the server's `clientError`.
+ * @internal
+ */
+export function cutResponse(res: { destroy(): unknown }): void {
+  const stream = (res as { stream?: { close?: (code: number) => void; destroyed?: boolean } }).stream
+  if (typeof stream === 'object' && stream !== null && typeof stream.close === 'function') {
+    if (stream.destroyed !== true) stream.close(HTTP2_INTERNAL_ERROR)
+  } else res.destroy()
+}
+
 /**
  * `Vary` values joined: each field name once (case-insensitive, first spelling kept), `*`
  * alone when any says `*`. The dispatch layer's `Vary: Origin` joins the handler's own (a

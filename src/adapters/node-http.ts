@@ -19,6 +19,7 @@ import {
   type Dispatched,
   attachToHead,
   continueIfExpected,
+  cutResponse,
   dispatchHeadersFor,
   headOutcome,
   headerValue,
@@ -267,7 +268,7 @@ export async function answerTokenApi(api: TokenApi, source: WebRequestSource, tr
   try {
     await answer(api, source, trust)
   } catch {
-    if (source.res.headersSent) source.res.destroy()
+    if (source.res.headersSent) cutResponse(source.res)
     else writeJson(source.res, 503, UNAVAILABLE, { 'retry-after': '1' })
   }
 }
@@ -685,7 +686,7 @@ function holdUntilPinned(
       originals[2]!.call(res)
     } catch (error) {
       onError(error, 'handler')
-      res.destroy()
+      cutResponse(res)
     }
     for (const [name, args] of dropped) drop(name, args)
   }
@@ -824,7 +825,7 @@ function holdUntilPinned(
       } catch (error) {
         // A call the real response refuses (a head Node cannot write): the answer is broken; end it.
         onError(error, 'handler')
-        res.destroy()
+        cutResponse(res)
       }
       queue = undefined
     })
@@ -1048,7 +1049,7 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
     }
   } catch {
     // The body failed mid-stream (upstream gone): end the response where it stands.
-    if (!closed) res.destroy()
+    if (!closed) cutResponse(res)
     return
   } finally {
     res.off('close', onClose)

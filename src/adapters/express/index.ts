@@ -50,7 +50,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { continueIfExpected } from '../head.js'
+import { continueIfExpected, cutResponse } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { isForeignThenable } from '../../core/thenable.js'
@@ -245,7 +245,7 @@ function fail(req: Request, res: ServerResponse, error: unknown, before: Outgoin
   // (see node-http's `holdUntilPinned`).
   if (answerEnded(res)) return
   if (res.headersSent) {
-    res.destroy()
+    cutResponse(res)
     return
   }
   // The 502 is the Web adapter's: none of the headers the handler set before it failed (a

@@ -61,7 +61,7 @@ import {
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { continueIfExpected, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
+import { continueIfExpected, cutResponse, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -305,7 +305,7 @@ function fail(request: FastifyRequest, reply: FastifyReply, error: unknown, befo
   // (see node-http's `holdUntilPinned`).
   if (answerEnded(raw)) return undefined
   if (raw.headersSent) {
-    raw.destroy()
+    cutResponse(raw)
     return undefined
   }
   // The 502 is the Web adapter's: none of the headers the handler set before it failed (a

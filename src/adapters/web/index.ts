@@ -167,7 +167,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
         // A target of another scheme (Deno's `ftp://a@host:99999/v1`): the Node adapters take
         // no host of it, and check the `Host` field as usual, so the answer is theirs: 400 for
         // a field with an invalid value, else 404 (no host, whatever the target's authority).
-        if (field && (field.includes(',') || canonicalHost(field, scheme) === undefined)) return toResponse(INVALID_HOST)
+        if (field && canonicalHost(field, scheme) === undefined) return toResponse(INVALID_HOST)
         origin = `${scheme}://`
       } else {
         // A runtime's URL parser has checked the host; @hono/node-server's fast path has not
@@ -180,10 +180,10 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
         // adapters check it (RFC 9112 section 3.2: a `Host` with an invalid value is 400, an
         // absolute-form target or not). Bun builds the URL of what its parser made of the field
         // (`weather.localhost:`, `weath%65r.localhost`, `0x7f.1` rewritten), Deno and workerd of
-        // the field as sent, a path in it too (`weather.localhost/x`). Two `Host` fields are 400 too:
-        // @hono/node-server and Bun build the URL of the first one and join them all in
-        // `headers` (a comma is in no host name, whatever separator a runtime joins them with).
-        if (field && field !== raw && (field.includes(',') || canonicalHost(field, scheme) === undefined)) return toResponse(INVALID_HOST)
+        // the field as sent, a path in it too (`weather.localhost/x`). Two `Host` fields are 400
+        // too: @hono/node-server and Bun build the URL of the first one and join them all in
+        // `headers`, and `canonicalHost` refuses the comma of a list.
+        if (field && field !== raw && canonicalHost(field, scheme) === undefined) return toResponse(INVALID_HOST)
         // Rebuilt when the host is not as sent: Deno keeps its case (`WEATHER.localhost`) and a
         // default port (`:80`), which the App address has in the parser's form on every adapter.
         origin = written === scheme && host === raw ? url.origin : `${scheme}://${host}`
@@ -191,8 +191,8 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     } else {
       if (given === null || given === '') host = undefined
       else {
-        // The URL parser accepts a comma in a host name; a list is no authority (two fields, proxies').
-        host = given.includes(',') ? undefined : canonicalHost(given, scheme)
+        // A list (two fields, proxies') is no authority: `canonicalHost` refuses its comma.
+        host = canonicalHost(given, scheme)
         if (host === undefined) return toResponse(INVALID_HOST)
       }
       origin = `${scheme}://${host ?? ''}`
