@@ -464,7 +464,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       // A document to read, as `examples/fetch` publishes its own: HEAD is GET without the body
       // (RFC 9110 section 9.3.2), any other method 405 (it was a 404, as if there were no JWKS).
       if (request.method !== 'GET' && request.method !== 'HEAD') {
-        return Response.json({ error: 'method_not_allowed', message: `${url.pathname} takes GET or HEAD` }, { status: 405, headers: { allow: 'GET, HEAD' } })
+        return methodNotAllowed(url.pathname, ['GET', 'HEAD'])
       }
       // Revalidated by any cache between: a JWKS served stale for minutes would hide a new key
       // from the Apps that fetch it again to find one (they fetch at most every 30 s anyway).
@@ -524,7 +524,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       return Response.json({ revoked })
     }
     if (DEV_ENDPOINTS.has(url.pathname)) {
-      return Response.json({ error: 'method_not_allowed', message: `${url.pathname} takes POST` }, { status: 405, headers: { allow: 'POST' } })
+      return methodNotAllowed(url.pathname, ['POST'])
     }
     return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
   }
@@ -630,6 +630,12 @@ export function createPlatform(options: PlatformOptions): Platform {
 function keyParts(key: string): [appId: string, version: string] {
   const at = key.lastIndexOf('@')
   return [key.slice(0, at), key.slice(at + 1)]
+}
+
+/** 405 for a path of the api host asked with another method than `methods`, which `Allow` lists. */
+function methodNotAllowed(pathname: string, methods: readonly string[]): Response {
+  const message = `${pathname} takes ${methods.join(' or ')}`
+  return Response.json({ error: 'method_not_allowed', message }, { status: 405, headers: { allow: methods.join(', ') } })
 }
 
 /** 400 naming the field of a development endpoint's request that is wrong. */

@@ -390,10 +390,11 @@ export interface TokenService {
   /** Writes pending `last_used_at` times now. */
   flush(): Promise<void>
   /**
-   * Flushes (and, unless that write failed, once more for the uses recorded meanwhile: requests
-   * still served while the platform drains; later ones keep their timer, written when it fires,
-   * or reported, if the process still runs then),
-   * waits for the second passes over writes whose caller was told 503 that are still to
+   * Flushes, and once more, unless that write failed, for the uses recorded meanwhile (requests
+   * still served while the platform drains; uses recorded during that second write, or after
+   * `close`, keep their timer: written when it fires, or reported to `onError` if the store is
+   * closed by then, provided the process still runs, which the timer does not keep); waits for
+   * the second passes over writes whose caller was told 503 that are still to
    * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), stops listening for
    * invalidations, and gives the invalidations whose publish failed and that are still being
    * sent again one last try (under `storeTimeoutMs`, or the bus's `publishTimeoutMs` and a
@@ -1675,11 +1676,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       } finally {
         clearTimeout(keepAlive)
       }
-      // Nothing more is written: a flush that failed now is reported, not retried for ever.
+      // From here a write that fails is reported, not retried for ever.
       closed = true
       // Uses recorded while that one was writing keep their timer, as uses after `close` do: they
       // are written when it fires (or reported, if the store is closed by then), unless the
-      // process has ended before (the timer keeps none alive).
+      // process has ended before (the timer keeps none alive). After a failed write none is kept
+      // (above: reported, not retried).
       if (pendingLastUsed.size === 0 || lastWriteFailed) {
         if (flushTimer !== undefined) clearTimeout(flushTimer)
         flushTimer = undefined
