@@ -168,13 +168,25 @@ const HTTP2_INTERNAL_ERROR = 2
  * the compatibility response's `destroy()` resets it with `NO_ERROR`, which Node's client (and
  * others) read as the end of the body. `destroy(error)` is not used over HTTP/1: it would raise
  * the server's `clientError`.
+ *
+ * Over HTTP/1, what was written in this turn of the event loop goes out first: Node corks a
+ * response's socket at its first `write` until the next tick, and a destroy discards what the
+ * cork holds. A handler that wrote its head and part of a body and then threw got its
+ * connection closed with no byte of either: a client takes that for a connection closed before
+ * any answer, which browsers send again on a new connection (a `tools/call` run twice).
  * @internal
  */
 export function cutResponse(res: { destroy(): unknown }): void {
   const stream = (res as { stream?: { close?: (code: number) => void; destroyed?: boolean } }).stream
   if (typeof stream === 'object' && stream !== null && typeof stream.close === 'function') {
     if (stream.destroyed !== true) stream.close(HTTP2_INTERNAL_ERROR)
-  } else res.destroy()
+    return
+  }
+  const socket = (res as { socket?: { writableCorked?: number; uncork?: () => void; destroyed?: boolean } | null }).socket
+  if (typeof socket === 'object' && socket !== null && socket.destroyed !== true && typeof socket.uncork === 'function') {
+    while ((socket.writableCorked ?? 0) > 0) socket.uncork()
+  }
+  res.destroy()
 }
 
 /**

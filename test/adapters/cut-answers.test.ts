@@ -1,0 +1,261 @@
+/**
+ * An answer that fails after its head is cut, on the wire, so that no client takes it for whole:
+ * over HTTP/2 its stream is reset with `INTERNAL_ERROR` (never `NO_ERROR`, which the compatibility
+ * response's `destroy()` sends and Node's client reads as the end of the body), over HTTP/1.1 its
+ * connection is closed with the body short (a chunked body without its last chunk, one short of
+ * its `Content-Length`). A `routeByVersion` handler that writes its head and part of a body and
+ * then throws or rejects, on Fastify (HTTP/2 h2c and HTTP/1.1) and on Express 5 and 4 (HTTP/1.1);
+ * a Web handler whose `Response` body errors mid-way, on `@hono/node-server` (HTTP/2 and HTTP/1.1),
+ * which cuts it itself. (`fromWebHandler`'s body failure is in proxy-streaming-audit.test.ts.)
+ */
+import * as http from 'node:http'
+import * as http2 from 'node:http2'
+import * as net from 'node:net'
+import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
+import Fastify, { type FastifyInstance } from 'fastify'
+import * as expressAdapter from 'mcp-dispatch/express'
+import * as fastifyAdapter from 'mcp-dispatch/fastify'
+import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { afterAll, describe, expect, it, vi } from 'vitest'
+import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
+import { HOST, type Fixture, type Served, close, createFixture, listen } from './helpers.js'
+
+const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+const PART = '{"jsonrpc":"2.0","id":1,'
+
+/** How the answer is framed over HTTP/1.1: chunked (no length), or a `Content-Length` it never reaches. */
+type Framing = 'chunked' | 'length'
+/** How the handler fails once its head and `PART` are out. */
+type Failing = 'throws' | 'rejects'
+
+const headOf = (framing: Framing): http.OutgoingHttpHeaders =>
+  framing === 'length' ? { 'content-type': 'application/json', 'content-length': 100 } : { 'content-type': 'application/json' }
+
+/** A Node handler (`res` is the raw response) that writes its head and `PART`, then fails as `failing` says. */
+function failingAfterHead(framing: Framing, failing: Failing) {
+  return (res: { writeHead(status: number, headers: http.OutgoingHttpHeaders): unknown; write(chunk: string): unknown }) => {
+    res.writeHead(200, headOf(framing))
+    res.write(PART)
+    if (failing === 'throws') throw new Error('failed mid-answer')
+    return Promise.resolve().then(() => {
+      throw new Error('failed mid-answer')
+    })
+  }
+}
+
+/** A Web `Response` whose body gives `PART` and then errors. */
+function erroringResponse(framing: Framing): Response {
+  let sent = false
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (sent) controller.error(new Error('body failed mid-answer'))
+      else controller.enqueue(new TextEncoder().encode(PART))
+      sent = true
+    },
+  })
+  return new Response(body, { headers: headOf(framing) as Record<string, string> })
+}
+
+/** What an HTTP/1.1 client received on its connection: the head, the body bytes, and whether the server closed it. */
+interface H1Received {
+  head: string
+  body: string
+  closed: boolean
+}
+
+/** Alice's `tools/list` at weather's `/v1` on a raw HTTP/1.1 connection, read until the server closes it (or 1 s). */
+function askH1(port: number, fixture: Fixture): Promise<H1Received> {
+  return new Promise((resolve) => {
+    const socket = net.connect(port, '127.0.0.1')
+    let text = ''
+    socket.setEncoding('latin1')
+    socket.on('data', (data: string) => (text += data))
+    socket.on('error', () => {})
+    const done = (closed: boolean) => {
+      clearTimeout(timer)
+      socket.destroy()
+      const end = text.indexOf('\r\n\r\n')
+      resolve({ head: text.slice(0, end), body: text.slice(end + 4), closed })
+    }
+    const timer = setTimeout(() => done(false), 1000)
+    socket.on('close', () => done(true))
+    socket.write(
+      `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\n` +
+        `Accept: application/json, text/event-stream\r\nContent-Length: ${tools.length}\r\n\r\n${tools}`,
+    )
+  })
+}
+
+/**
+ * The answer's end as an HTTP/1.1 client sees it: its head, then the connection closed with the
+ * body exactly `PART` (no last chunk, short of its length); with `partLost`, `PART` may be
+ * missing too (see the `@hono/node-server` tests).
+ */
+function expectCutH1(received: H1Received, framing: Framing, partLost = false): void {
+  expect(received.head, framing).toMatch(/^HTTP\/1\.1 200 /)
+  expect(received.closed, `${framing}: the connection closed`).toBe(true)
+  const sent = framing === 'chunked' ? `${PART.length.toString(16)}\r\n${PART}\r\n` : PART
+  expect(received.head.toLowerCase(), framing).toContain(framing === 'chunked' ? 'transfer-encoding: chunked' : 'content-length: 100')
+  if (partLost) expect(['', sent], framing).toContain(received.body)
+  else expect(received.body, framing).toBe(sent)
+}
+
+/** What an HTTP/2 client saw of a stream: `end` (taken for whole), `error`, or nothing for 1 s (`open`), its body, and its reset code. */
+interface H2Received {
+  outcome: 'end' | 'error' | 'open'
+  status: number | undefined
+  body: string
+  rstCode: number | undefined
+}
+
+/** Alice's `tools/list` at weather's `/v1` on an h2c connection. */
+async function askH2(port: number, fixture: Fixture): Promise<H2Received> {
+  const session = http2.connect(`http://127.0.0.1:${port}`)
+  session.on('error', () => {})
+  try {
+    const stream = session.request({
+      ':method': 'POST',
+      ':path': '/v1',
+      ':authority': HOST,
+      authorization: `Bearer ${fixture.tokens.alice}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+    })
+    stream.end(tools)
+    let status: number | undefined
+    let body = ''
+    stream.on('response', (headers) => (status = Number(headers[':status'])))
+    stream.setEncoding('utf8')
+    stream.on('data', (data: string) => (body += data))
+    let timer: NodeJS.Timeout | undefined
+    const outcome = await new Promise<H2Received['outcome']>((resolve) => {
+      stream.on('end', () => resolve('end'))
+      stream.on('error', () => resolve('error'))
+      timer = setTimeout(() => resolve('open'), 1000)
+    })
+    clearTimeout(timer)
+    return { outcome, status, body, rstCode: stream.rstCode }
+  } finally {
+    session.destroy()
+  }
+}
+
+const CUT_H2 = { outcome: 'error', status: 200, body: PART, rstCode: http2.constants.NGHTTP2_INTERNAL_ERROR }
+
+const messages = (errors: unknown[]) => errors.map((error) => (error as Error).message)
+
+async function serveFastify(fixture: Fixture, overHttp2: boolean, handler: ReturnType<typeof failingAfterHead>, errors: unknown[]): Promise<Served> {
+  // The two instances differ in their types only by their raw server: one setup for both.
+  const app = (overHttp2 ? Fastify({ http2: true }) : Fastify({ forceCloseConnections: true })) as unknown as FastifyInstance
+  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+  // The raw response, not hijacked: as an SDK transport's `handleRequest(request.raw, reply.raw)` writes it.
+  app.all('/*', fastifyAdapter.routeByVersion(() => (_request, reply) => handler(reply.raw)))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
+}
+
+describe('a routeByVersion handler that fails after its head', () => {
+  for (const failing of ['throws', 'rejects'] as const) {
+    it(`Fastify over HTTP/2, a handler that ${failing}: the stream is reset with INTERNAL_ERROR, never ended as whole`, async () => {
+      for (const framing of ['chunked', 'length'] as const) {
+        const fixture = createFixture()
+        const errors: unknown[] = []
+        const served = await serveFastify(fixture, true, failingAfterHead(framing, failing), errors)
+        try {
+          expect(await askH2(served.port, fixture), framing).toEqual(CUT_H2)
+          expect(messages(errors)).toEqual(['failed mid-answer'])
+        } finally {
+          await served.close()
+        }
+      }
+    })
+
+    it(`Fastify over HTTP/1.1, a handler that ${failing}: the connection closes with no last chunk, or short of its length`, async () => {
+      for (const framing of ['chunked', 'length'] as const) {
+        const fixture = createFixture()
+        const errors: unknown[] = []
+        const served = await serveFastify(fixture, false, failingAfterHead(framing, failing), errors)
+        try {
+          expectCutH1(await askH1(served.port, fixture), framing)
+          expect(messages(errors)).toEqual(['failed mid-answer'])
+        } finally {
+          await served.close()
+        }
+      }
+    })
+
+    for (const kind of EXPRESS_KINDS) {
+      it(`${kind} over HTTP/1.1, a handler that ${failing}: the connection closes with no last chunk, or short of its length`, async () => {
+        for (const framing of ['chunked', 'length'] as const) {
+          const fixture = createFixture()
+          const errors: unknown[] = []
+          const app = EXPRESS[kind]()
+          app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+          const handler = failingAfterHead(framing, failing)
+          app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+          const server = http.createServer(app)
+          try {
+            expectCutH1(await askH1(await listen(server), fixture), framing)
+            expect(messages(errors)).toEqual(['failed mid-answer'])
+          } finally {
+            await close(server)
+          }
+        }
+      })
+    }
+  }
+})
+
+describe('a Web handler whose Response body errors mid-way, on @hono/node-server', () => {
+  // `@hono/node-server` logs the failed body with `console.error`: kept out of the test output.
+  const logged = vi.spyOn(console, 'error').mockImplementation(() => {})
+  afterAll(() => logged.mockRestore())
+
+  async function serveWeb(fixture: Fixture, framing: Framing, over: 'http2' | 'http1'): Promise<Served> {
+    const handle = webDispatch({ dispatcher: fixture.dispatcher, handler: () => erroringResponse(framing), onError: () => {} })
+    const server = serve({
+      fetch: (request, env: HttpBindings | Http2Bindings) => handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
+      ...(over === 'http2' && { createServer: http2.createServer }),
+      port: 0,
+      hostname: '127.0.0.1',
+    }) as unknown as net.Server
+    await new Promise<void>((resolve) => (server.listening ? resolve() : server.once('listening', () => resolve())))
+    return {
+      port: (server.address() as net.AddressInfo).port,
+      close: () =>
+        new Promise<void>((resolve) => {
+          ;(server as http.Server).closeAllConnections?.()
+          server.close(() => resolve())
+        }),
+    }
+  }
+
+  // `@hono/node-server` writes the Response itself (the Web adapter hands it the Response): it
+  // destroys the response with the body's error, which over HTTP/2 resets the stream with
+  // INTERNAL_ERROR and over HTTP/1.1 closes the connection. Over HTTP/1.1 the chunk written in
+  // the turn the body failed is lost with the socket's cork (`@hono/node-server` 2.1: the head
+  // arrives, no byte of the body): still cut, never whole.
+  it('over HTTP/2: the stream is reset with INTERNAL_ERROR, never ended as whole', async () => {
+    for (const framing of ['chunked', 'length'] as const) {
+      const fixture = createFixture()
+      const served = await serveWeb(fixture, framing, 'http2')
+      try {
+        expect(await askH2(served.port, fixture), framing).toEqual(CUT_H2)
+      } finally {
+        await served.close()
+      }
+    }
+  })
+
+  it('over HTTP/1.1: the connection closes with no last chunk, or short of its length', async () => {
+    for (const framing of ['chunked', 'length'] as const) {
+      const fixture = createFixture()
+      const served = await serveWeb(fixture, framing, 'http1')
+      try {
+        expectCutH1(await askH1(served.port, fixture), framing, true)
+      } finally {
+        await served.close()
+      }
+    }
+  })
+})
