@@ -13,6 +13,7 @@
  * the probe, and its failure does not reopen a half-open one while the probe is out.
  * @module
  */
+import { ignoreRejection } from '../core/thenable.js'
 import { ConfigurationError } from '../errors.js'
 
 /** State of a {@link CircuitBreaker}. */
@@ -42,7 +43,10 @@ export interface CircuitBreakerOptions {
   probeMaxAgeMs?: number | undefined
   /** Clock, epoch ms. Default `Date.now`. */
   now?: (() => number) | undefined
-  /** Called on every transition (metrics, logs). Exceptions it throws are ignored. */
+  /**
+   * Called on every transition (metrics, logs). Exceptions it throws are ignored, and so is the
+   * rejection of a promise it returns (an `async` function).
+   */
   onStateChange?: ((change: BreakerStateChange) => void) | undefined
 }
 
@@ -141,7 +145,8 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
     const from = state
     state = to
     try {
-      onStateChange?.({ from, to, at: now() })
+      // An async observer's rejection too: ignored, not left unhandled (which ends a Node process).
+      ignoreRejection(onStateChange?.({ from, to, at: now() }))
     } catch {
       // Metrics must never break validation.
     }

@@ -31,7 +31,7 @@ import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
-import { adoptThenable } from '../core/thenable.js'
+import { adoptThenable, ignoreRejection } from '../core/thenable.js'
 import { createMemoryCacheStore } from '../stores/memory/index.js'
 import {
   type AccessTokenContext,
@@ -237,7 +237,11 @@ export interface OAuthValidatorOptions {
   timers?: OAuthTimers | undefined
   /** Randomness for jitter, in [0, 1). Default `Math.random`. */
   random?: (() => number) | undefined
-  /** Observes the validator (metrics). Exceptions it throws are ignored. */
+  /**
+   * Observes the validator (metrics, logs), synchronously, in the request's path: keep it
+   * cheap. Exceptions it throws are ignored, and so is the rejection of a promise it returns
+   * (an `async` function sending to a metrics sink that is down).
+   */
   onEvent?: ((event: OAuthValidatorEvent) => void) | undefined
   /**
    * Keeps the request that starts upstream work alive until that work ends, on runtimes that end
@@ -724,7 +728,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const emit = (event: OAuthValidatorEvent) => {
     if (!onEvent) return
     try {
-      onEvent(event)
+      // An async observer's rejection too: ignored, not left unhandled (which ends a Node process).
+      ignoreRejection(onEvent(event))
     } catch {
       // Metrics must never break validation.
     }

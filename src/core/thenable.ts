@@ -24,3 +24,19 @@ export function isForeignThenable(value: unknown): boolean {
 export function adoptThenable<T>(value: MaybePromise<T> | PromiseLike<T>): MaybePromise<T> {
   return isForeignThenable(value) ? Promise.resolve(value as PromiseLike<T>) : (value as MaybePromise<T>)
 }
+
+/**
+ * What an observer (`onEvent`, `onStateChange`) answered: a promise, or any thenable (an `async`
+ * callback sending to a metrics sink that is down), has its rejection ignored, as the
+ * callback's throw is. Left unhandled, it would end a Node process.
+ * @internal
+ */
+export function ignoreRejection(answer: unknown): void {
+  if (answer === null || (typeof answer !== 'object' && typeof answer !== 'function')) return
+  try {
+    const then = (answer as { then?: unknown }).then
+    if (typeof then === 'function') then.call(answer, undefined, () => {})
+  } catch {
+    // A thenable whose `then` throws has nothing pending to leave unhandled.
+  }
+}

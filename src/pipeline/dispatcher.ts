@@ -310,6 +310,8 @@ export interface DispatcherOptions {
    * `logError` (stderr), which hears of a rate-limit store failing open at most once every 10
    * seconds, with the count of the requests served without a count meanwhile (one line per
    * request would flood stderr while Redis is down); a function given here hears every one.
+   * The second argument names what failed (`token failed`, `apps failed`, `session store`,
+   * `rate-limit store failed; serving (failOpen)`, …): the table of docs/pipeline.md.
    */
   onError?: ((error: unknown, context: string) => void) | undefined
   /**

@@ -55,7 +55,7 @@ export interface TokenApiOptions {
    * `''` (a header lookup that found none) names no address, as `undefined` does.
    */
   clientAddress?: (request: Request) => string | null | undefined
-  /** Errors the caller sees only as a 503. Default `logError` (stderr). */
+  /** Errors the caller sees only as a 503 (context `token api`). Default `logError` (stderr). */
   onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * The hosts the API answers on: host names (`dashboard.example.com`), compared without case

@@ -261,7 +261,12 @@ export interface TokenServiceOptions {
   now?: (() => number) | undefined
   /** Random source for secrets. Default `crypto.randomBytes`. */
   random?: RandomBytes | undefined
-  /** Called with errors that must not fail a request (a failed `last_used_at` write). Default `logError` (stderr). */
+  /**
+   * Called with errors that must not fail a request: a failed `last_used_at` write (context
+   * `last_used_at flush`), an invalidation not published (`invalidation publish`), a write whose
+   * caller was told 503 that could not be put right (`token store write whose caller was told
+   * 503`, `token store`), and the other contexts of docs/pipeline.md. Default `logError` (stderr).
+   */
   onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,

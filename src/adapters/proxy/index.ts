@@ -253,7 +253,8 @@ export interface ProxyHandlerOptions {
   /**
    * Upstream failures (the client only sees 502 / 504), and the request's own: a body that does
    * not match its `Content-Length` (a `RangeError`), one the client stopped sending (an `Error`,
-   * `Request body stalled`). Default `logError` (stderr).
+   * `Request body stalled`). Context `proxy <origin>`, the upstream's origin; `proxy upstream`
+   * for an `upstream` function that threw. Default `logError` (stderr).
    */
   onError?: ((error: unknown, context: string) => void) | undefined
 }

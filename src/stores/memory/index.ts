@@ -6,6 +6,7 @@
  * @module
  */
 import { LRUCache } from 'lru-cache'
+import { ignoreRejection } from '../../core/thenable.js'
 import { applyDeploy } from '../../core/versions.js'
 import { ConfigurationError, NotFoundError } from '../../errors.js'
 import type {
@@ -446,7 +447,9 @@ export function createMemoryInvalidationBus(): InvalidationBus {
   const listeners = new Set<(message: InvalidationMessage) => void>()
   return {
     publish(message) {
-      for (const listener of listeners) listener(message)
+      // An `async` listener's rejection is not left unhandled (which ends a Node process); a
+      // throw reaches the publisher, as before.
+      for (const listener of listeners) ignoreRejection(listener(message))
     },
     subscribe(listener) {
       listeners.add(listener)

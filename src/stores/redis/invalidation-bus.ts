@@ -32,7 +32,11 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   subscriber?: RedisSubscriberClient | undefined
   /**
    * Errors that fail no call: the subscriber connection's errors, a failed subscription
-   * (retried when the connection is ready again), a malformed message, a listener that threw.
+   * (retried when the connection is ready again), or a silence past the heartbeat's bound
+   * (context `invalidation subscriber`); a malformed message (`invalidation message`); a
+   * listener that threw (`invalidation listener`); receivers that did not confirm an
+   * invalidation (`invalidation publish`); a confirmation that could not be sent
+   * (`invalidation confirm`); a failed `UNSUBSCRIBE` at `close()` (`invalidation unsubscribe`).
    * Default: `logError` (one line on stderr).
    */
   onError?: ((error: unknown, context: string) => void) | undefined
@@ -286,7 +290,12 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   function deliver(message: InvalidationMessage): void {
     for (const listener of [...listeners]) {
       try {
-        listener(message)
+        const answer: unknown = listener(message)
+        // An `async` listener's rejection is reported as its throw is, never left unhandled
+        // (which ends a Node process).
+        if (typeof (answer as PromiseLike<unknown> | undefined)?.then === 'function') {
+          Promise.resolve(answer).catch((error: unknown) => onError(error, 'invalidation listener'))
+        }
       } catch (error) {
         onError(error, 'invalidation listener')
       }
