@@ -173,7 +173,8 @@ const HTTP2_INTERNAL_ERROR = 2
  * response's socket at its first `write` until the next tick, and a destroy discards what the
  * cork holds. A handler that wrote its head and part of a body and then threw got its
  * connection closed with no byte of either: a client takes that for a connection closed before
- * any answer, which browsers send again on a new connection (a `tools/call` run twice).
+ * any answer, which browsers send again on a new connection (a `tools/call` run twice). So is
+ * a head stored and not sent yet, alone.
  * @internal
  */
 export function cutResponse(res: { destroy(): unknown }): void {
@@ -185,6 +186,12 @@ export function cutResponse(res: { destroy(): unknown }): void {
   const socket = (res as { socket?: { writableCorked?: number; uncork?: () => void; destroyed?: boolean } | null }).socket
   if (typeof socket === 'object' && socket !== null && socket.destroyed !== true && typeof socket.uncork === 'function') {
     while ((socket.writableCorked ?? 0) > 0) socket.uncork()
+    // A head Node stored whole and has not sent (`compression()` took the body into its zlib
+    // stream, whose bytes reach the response a turn later) goes out alone: the client sees an
+    // answer cut, not a connection closed before any answer. Never a head Node refused (it
+    // stores none), nor one a hold keeps back (node-http's `holdUntilPinned`: Node has none).
+    const node = res as { _header?: unknown; _headerSent?: boolean; _send?: (data: string, encoding: string) => unknown }
+    if (typeof node._header === 'string' && node._headerSent === false && typeof node._send === 'function') node._send('', 'latin1')
   }
   res.destroy()
 }

@@ -12,6 +12,7 @@ import * as http from 'node:http'
 import * as http2 from 'node:http2'
 import * as net from 'node:net'
 import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
+import compression from 'compression'
 import Fastify, { type FastifyInstance } from 'fastify'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
@@ -64,7 +65,7 @@ interface H1Received {
 }
 
 /** Alice's `tools/list` at weather's `/v1` on a raw HTTP/1.1 connection, read until the server closes it (or 1 s). */
-function askH1(port: number, fixture: Fixture): Promise<H1Received> {
+function askH1(port: number, fixture: Fixture, extraHeaders = ''): Promise<H1Received> {
   return new Promise((resolve) => {
     const socket = net.connect(port, '127.0.0.1')
     let text = ''
@@ -81,7 +82,7 @@ function askH1(port: number, fixture: Fixture): Promise<H1Received> {
     socket.on('close', () => done(true))
     socket.write(
       `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\n` +
-        `Accept: application/json, text/event-stream\r\nContent-Length: ${tools.length}\r\n\r\n${tools}`,
+        `Accept: application/json, text/event-stream\r\n${extraHeaders}Content-Length: ${tools.length}\r\n\r\n${tools}`,
     )
   })
 }
@@ -203,6 +204,38 @@ describe('a routeByVersion handler that fails after its head', () => {
         }
       })
     }
+  }
+})
+
+describe('behind compression(), a routeByVersion handler that fails after its head', () => {
+  // `compression()` takes the handler's writes into its zlib stream, whose output reaches the
+  // response a turn later: when the cut comes, Node holds the head stored and has sent no byte.
+  // The head goes out before the cut, so that the client sees an answer cut, never a connection
+  // closed before any answer, which browsers send again (regression: closed with no byte).
+  for (const kind of EXPRESS_KINDS) {
+    it(`${kind}: the head goes out, then the connection closes with the body short`, async () => {
+      for (const framing of ['chunked', 'length'] as const) {
+        const fixture = createFixture()
+        const errors: unknown[] = []
+        const app = EXPRESS[kind]()
+        app.use(compression({ threshold: 0 }))
+        app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+        const handler = failingAfterHead(framing, 'throws')
+        app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+        const server = http.createServer(app)
+        try {
+          const received = await askH1(await listen(server), fixture, 'Accept-Encoding: gzip\r\n')
+          expect(received.head, framing).toMatch(/^HTTP\/1\.1 200 /)
+          expect(received.head.toLowerCase(), framing).toContain('content-encoding: gzip')
+          expect(received.closed, `${framing}: the connection closed`).toBe(true)
+          // The zlib stream's bytes never reached the response: no body, and never a whole one.
+          expect(received.body, framing).toBe('')
+          expect(messages(errors)).toEqual(['failed mid-answer'])
+        } finally {
+          await close(server)
+        }
+      }
+    })
   }
 })
 

@@ -34,7 +34,7 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
    * Errors that fail no call: the subscriber connection's errors, a failed subscription
    * (retried when the connection is ready again), or a silence past the heartbeat's bound
    * (context `invalidation subscriber`); a malformed message (`invalidation message`); a
-   * listener that threw (`invalidation listener`); receivers that did not confirm an
+   * listener that threw or rejected (`invalidation listener`); receivers that did not confirm an
    * invalidation (`invalidation publish`); a confirmation that could not be sent
    * (`invalidation confirm`); a failed `UNSUBSCRIBE` at `close()` (`invalidation unsubscribe`).
    * Default: `logError` (one line on stderr).
