@@ -852,7 +852,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       throw error
     }
     return pending instanceof Promise
-      ? pending.then((auth) => judgeApiToken(request, app, auth))
+      ? pending.then(
+          (auth) => judgeApiToken(request, app, auth),
+          // A token service of the platform's own may reject with it instead of throwing.
+          (failure: unknown) => {
+            const error = failure instanceof StoreFailure ? failure.error : failure
+            if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
+            throw failure
+          },
+        )
       : judgeApiToken(request, app, pending)
   }
 

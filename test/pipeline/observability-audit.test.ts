@@ -12,6 +12,7 @@
  */
 import {
   AuthorizationServerUnavailableError,
+  TooManyValidationsError,
   type DispatchRequest,
   type OAuthValidatorEvent,
   createCircuitBreaker,
@@ -180,6 +181,36 @@ describe('dispatcher onError contexts, as the table of docs/pipeline.md names th
       { context: 'token failed', by: 'dispatcher' },
       { context: 'oauth failed', by: 'dispatcher' },
     ])
+  })
+
+  it('a token service that throws or rejects with TooManyValidationsError gets 429, not reported (regression: rejected, it was 503 `token failed`)', async () => {
+    const reports: string[] = []
+    const apps = createMemoryAppStore([WEATHER])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: WEATHER.id, active: true }])
+    const service = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+    const spent = () => new TooManyValidationsError({ limit: 20, resetAt: 1_900_000_060, retryAfter: 42, windowType: 'minute' })
+    const answers = { throws: false }
+    // A token service of the platform's own, wrapping the library's: its lookups budget spent.
+    const tokens = Object.assign(Object.create(service) as typeof service, {
+      authenticate: () => {
+        if (answers.throws) throw spent()
+        return Promise.reject(spent())
+      },
+    })
+    const dispatcher = createDispatcher({ apps, subscriptions, tokens, onError: (_e, context) => void reports.push(context) })
+    const { token } = await service.create({ userId: 'user_1', name: 'ci', servers: [WEATHER.id], expiresInDays: 30 })
+    for (const throws of [true, false]) {
+      answers.throws = throws
+      const decision = await dispatcher.decide(request(token))
+      expect(decision, throws ? 'thrown' : 'rejected').toMatchObject({ type: 'reply', reply: { status: 429, headers: { 'retry-after': '42' } } })
+      const body = decision.type === 'reply' ? JSON.parse(String(decision.reply.body)) : undefined
+      expect(body).toEqual({
+        jsonrpc: '2.0',
+        id: null,
+        error: { code: -32000, message: 'Rate limit exceeded', data: { limit: 20, resetAt: 1_900_000_060, retryAfter: 42, windowType: 'minute' } },
+      })
+    }
+    expect(reports).toEqual([])
   })
 
   it('a validator that answers 503 with AuthorizationServerUnavailableError is not reported (its onEvent tells it)', async () => {
