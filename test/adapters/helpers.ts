@@ -7,7 +7,8 @@ import * as http from 'node:http'
 import * as http2 from 'node:http2'
 import { type AddressInfo, type Server as NetServer, connect } from 'node:net'
 import type express from 'express'
-import Fastify from 'fastify'
+import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
+import Fastify, { type FastifyInstance } from 'fastify'
 import {
   type AppRecord,
   type Dispatcher,
@@ -249,14 +250,27 @@ export interface Served {
  * The dispatch layer of `kind` on 127.0.0.1 in front of a web-standard handler (the proxy
  * handler, an SDK web transport): the Web adapter on `@hono/node-server` (with `outgoing`),
  * or `fromWebHandler` behind the Express (5 or 4) or Fastify adapter, request bodies left unread so they
- * stream. The adapters' failures go to `fixture.errors`.
+ * stream. The adapters' failures go to `fixture.errors`. With `http2` (Web and Fastify only),
+ * over h2c: `@hono/node-server` on `http2.createServer`, or `Fastify({ http2: true })`.
  */
-export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handler: WebMcpHandler): Promise<Served> {
+export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handler: WebMcpHandler, options: { http2?: boolean } = {}): Promise<Served> {
   const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
   if (kind === 'web') {
-    const served = await serveFetch(webDispatch({ dispatcher: fixture.dispatcher, onError, handler }))
-    return { port: served.port, close: served.close }
+    const handle = webDispatch({ dispatcher: fixture.dispatcher, onError, handler })
+    if (!options.http2) {
+      const served = await serveFetch(handle)
+      return { port: served.port, close: served.close }
+    }
+    const server = serve({
+      fetch: (request, env: HttpBindings | Http2Bindings) => handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
+      createServer: http2.createServer,
+      port: 0,
+      hostname: '127.0.0.1',
+    }) as unknown as http2.Http2Server
+    await new Promise<void>((resolve) => (server.listening ? resolve() : server.once('listening', () => resolve())))
+    return { port: (server.address() as AddressInfo).port, close: () => new Promise<void>((resolve) => server.close(() => resolve())) }
   }
+  if (options.http2 && kind !== 'fastify') throw new Error(`${kind} serves no HTTP/2`)
   if (isExpress(kind)) {
     const app = EXPRESS[kind]()
     app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError }))
@@ -264,7 +278,7 @@ export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handl
     const server = http.createServer(app)
     return { port: await listen(server), close: () => close(server) }
   }
-  const app = Fastify({ forceCloseConnections: true })
+  const app = (options.http2 ? Fastify({ http2: true }) : Fastify({ forceCloseConnections: true })) as unknown as FastifyInstance
   await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
   app.removeAllContentTypeParsers()
   app.addContentTypeParser('*', (_request, _payload, done) => done(null))

@@ -13,18 +13,14 @@
 import * as http from 'node:http'
 import * as http2 from 'node:http2'
 import * as net from 'node:net'
-import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
-import Fastify from 'fastify'
 import { generateKeyPair } from 'jose'
 import { type DispatchContext, UpstreamError } from 'mcp-dispatch'
-import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { type IdentitySigner, type ProxyHandler, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { z } from 'zod'
-import { ADAPTER_KINDS, type Fixture, HOST, type Served, close, createFixture, listen, serveWebHandler } from './helpers.js'
+import { ADAPTER_KINDS, type Fixture, HOST, close, createFixture, listen, serveWebHandler } from './helpers.js'
 
 const context: DispatchContext = {
   app: { id: 'app_weather', slug: 'weather', name: 'Weather' },
@@ -210,28 +206,6 @@ describe('back-pressure through every adapter', () => {
 })
 
 describe('HTTP/2 client, HTTP/1.1 upstream', () => {
-  /** The Web adapter on `@hono/node-server` over HTTP/2, or Fastify's `http2: true`, in front of `handler`. */
-  async function serveH2(kind: 'web' | 'fastify', fixture: Fixture, handler: ProxyHandler): Promise<Served> {
-    if (kind === 'web') {
-      const handle = webDispatch({ dispatcher: fixture.dispatcher, handler, onError: () => {} })
-      const server = serve({
-        fetch: (request, env: HttpBindings | Http2Bindings) => handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
-        createServer: http2.createServer,
-        port: 0,
-        hostname: '127.0.0.1',
-      }) as unknown as http2.Http2Server
-      await new Promise<void>((resolve) => (server.listening ? resolve() : server.once('listening', () => resolve())))
-      return { port: (server.address() as net.AddressInfo).port, close: () => new Promise<void>((resolve) => server.close(() => resolve())) }
-    }
-    const app = Fastify({ http2: true })
-    app.removeAllContentTypeParsers()
-    app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: () => {} }))
-    app.all('/*', fastifyFromWeb(handler))
-    await app.listen({ port: 0, host: '127.0.0.1' })
-    return { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
-  }
-
   const request = (fixture: Fixture, port: number, method: string): http2.OutgoingHttpHeaders => ({
     ':method': method,
     ':path': '/v2',
@@ -247,7 +221,7 @@ describe('HTTP/2 client, HTTP/1.1 upstream', () => {
       const stalling = await stallingUpstream()
       const fixture = createFixture()
       let target = flooding.origin
-      const served = await serveH2(kind, fixture, createProxyHandler({ upstream: () => `${target}/mcp`, identity: signer, timeoutMs: 5000, onError: () => {} }))
+      const served = await serveWebHandler(kind, fixture, createProxyHandler({ upstream: () => `${target}/mcp`, identity: signer, timeoutMs: 5000, onError: () => {} }), { http2: true })
       const session = http2.connect(`http://127.0.0.1:${served.port}`)
       session.on('error', () => {})
       try {
@@ -297,7 +271,7 @@ describe('HTTP/2 client, HTTP/1.1 upstream', () => {
         setTimeout(() => socket.destroy(), 30)
       })
       const fixture = createFixture()
-      const served = await serveH2(kind, fixture, proxyTo(upstream.origin, []))
+      const served = await serveWebHandler(kind, fixture, proxyTo(upstream.origin, []), { http2: true })
       const session = http2.connect(`http://127.0.0.1:${served.port}`)
       session.on('error', () => {})
       try {

@@ -20,7 +20,6 @@ import * as http from 'node:http'
 import * as http2 from 'node:http2'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
@@ -31,7 +30,7 @@ import Fastify from 'fastify'
 import { generateKeyPair } from 'jose'
 import { type SessionPin, type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch, routeByVersion as expressRoutes } from 'mcp-dispatch/express'
-import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
+import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import { type IdentitySigner, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { mcpDispatch as webDispatch, routeByVersion as webRoutes } from 'mcp-dispatch/web'
 import { beforeAll, describe, expect, it } from 'vitest'
@@ -489,35 +488,10 @@ describe('raw 2025-03-26 exchanges: the answers the transport leaves to the serv
 })
 
 describe('HTTP/2: a GET stream the client resets (RST_STREAM) is let go, and the session goes on', () => {
-  /** `kind` on an h2c server: the Web adapter on `@hono/node-server` (with `outgoing`), or Fastify (`http2: true`) with `fromWebHandler`. */
-  async function startH2(kind: 'web' | 'fastify', fixture: Fixture): Promise<{ port: number; close(): Promise<void> }> {
-    const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
-    const handler = webRoutes((_app, version) => webSessions(version))
-    if (kind === 'fastify') {
-      const app = Fastify({ http2: true })
-      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
-      app.removeAllContentTypeParsers()
-      app.addContentTypeParser('*', (_request, _payload, done) => done(null))
-      app.all('/*', fastifyFromWeb(handler))
-      await app.listen({ port: 0, host: '127.0.0.1' })
-      return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
-    }
-    const handle = webDispatch({ dispatcher: fixture.dispatcher, handler, onError })
-    const server = serve({
-      fetch: (request, env: HttpBindings | Http2Bindings) =>
-        handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
-      createServer: http2.createServer,
-      port: 0,
-      hostname: '127.0.0.1',
-    }) as unknown as http2.Http2Server
-    await new Promise<void>((resolve) => (server.listening ? resolve() : server.once('listening', () => resolve())))
-    return { port: (server.address() as AddressInfo).port, close: () => new Promise<void>((resolve) => server.close(() => resolve())) }
-  }
-
   for (const kind of ['web', 'fastify'] as const) {
     it(`${kind}`, async () => {
       const fixture = createFixture()
-      const served = await startH2(kind, fixture)
+      const served = await serveWebHandler(kind, fixture, webRoutes((_app, version) => webSessions(version)), { http2: true })
       const session = http2.connect(`http://127.0.0.1:${served.port}`)
       session.on('error', () => {})
       /** A request on the session: answered at its head for a GET stream (left open), else at its end. */
