@@ -1308,6 +1308,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (error instanceof joseErrors.JWKSNoMatchingKey) return { active: false, reason: 'no matching key', uncacheable: true }
       return { active: false, reason: 'invalid signature or token', ...(keyMayComeLater && { uncacheable: true }) }
     }
+    // Sender-constrained (RFC 9449 section 6.1 `cnf.jkt`, RFC 8705 section 3.1 `cnf.x5t#S256`):
+    // bound to a key this layer checks no proof of, so it is no bearer token here, as in
+    // introspection mode. Taken as one, a stolen DPoP- or mTLS-bound token would pass.
+    if (payload.cnf !== undefined) return { active: false, reason: 'sender-constrained token' }
     const sub = payload.sub
     if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
     if (unusableSubject(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
