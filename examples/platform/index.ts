@@ -284,14 +284,21 @@ export function createPlatform(options: PlatformOptions): Platform {
    * address sees: the `subscriptions/listen` streams of each version an address moved away from
    * are told (they stay on their version; the client's next list goes to the new one). A stream
    * opened at an exact URL, or at an address that did not move, may hear it too: it lists again
-   * and gets the same lists, or 404 where the deploy retired that version.
+   * and gets the same lists, or 404 where the deploy retired that version. A version the deploy
+   * retired has its exact URL move too (to 404): a pre-release, which no broader address reaches,
+   * is told so through it.
    */
   function tellMovedAddresses(appId: string, before: VersionIndex, after: VersionIndex): void {
     for (const [key, handler] of handlers) {
       const [app, version] = keyParts(key)
       if (app !== appId) continue
       const [major, minor] = version.split('.').map(Number) as [number, number]
-      const selectors: VersionSelector[] = [{ kind: 'latest' }, { kind: 'major', major }, { kind: 'minor', major, minor }]
+      const selectors: VersionSelector[] = [
+        { kind: 'latest' },
+        { kind: 'major', major },
+        { kind: 'minor', major, minor },
+        { kind: 'exact', version },
+      ]
       if (selectors.some((s) => resolveVersion(before, s) === version && resolveVersion(after, s) !== version)) handler.listsChanged()
     }
   }
