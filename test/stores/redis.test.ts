@@ -1206,7 +1206,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(sent.commands).toEqual(['GETEX'])
     })
 
-    it('a stall of this process is no stall of Redis: an answer left unread while the event loop was held past the deadline opens nothing', async () => {
+    it('a stall of this process is no stall of Redis: an answer left unread while the event loop was held past the deadline opens nothing, and is the call\'s', async () => {
       const client = redis.connect()
       // Connected first: the first call is no connection and ready check within the deadline.
       await client.ping()
@@ -1221,7 +1221,9 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       while (performance.now() < end) {
         // busy: Redis answers meanwhile, and the answer waits on the socket
       }
-      await expect(late).rejects.toThrow('did not answer within 300 ms')
+      // The answer that waited on the socket is the call's (before, it failed: a count Redis
+      // made was served fail open, past the limit; test/stores/rate-limit-load-audit.test.ts).
+      expect(await late).toBe(2)
       // Sent and answered at once, with no probe: Redis never stalled.
       expect(await counters.increment('k', START, W)).toBe(3)
     })

@@ -377,8 +377,8 @@ function withoutArguments(error: unknown): void {
  *   only its own call. (When nothing at all answered within a whole deadline, a slow Redis
  *   looks hung: the breaker opens until the first late answer closes it.) When this process noticed the
  *   deadline late (its event loop was held, more than 20 ms past it), answers may be waiting
- *   unread: it is judged once what was waiting has been read (a stall of this process is no
- *   stall of Redis).
+ *   unread: it is judged once what was waiting has been read, and the call takes its answer
+ *   if it was there (a stall of this process is no stall of Redis, nor a failed call).
  * - While open, calls reject at once and are not sent, once Redis has been silent (since the
  *   call that opened it was sent) for as long as their store's `timeoutMs`: the dispatcher
  *   applies its failure policy at once (the rate limit fails open, sessions 503, the OAuth
@@ -534,27 +534,30 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     const sentAt = performance.now()
     const settle = () => void (settled = true)
     pending.then(settle, settle)
-    return withTimeout(pending, timeoutMs, what).catch((error: unknown) => {
-      if (!settled) {
-        expired = true
-        // A deadline noticed late means this process was busy (its event loop held): the
-        // answer may be waiting, unread, on the socket. Judged once what was waiting has been
-        // read then (setImmediate runs after that), so a stall of this process is no stall of
-        // Redis; on time, at once.
-        if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) {
-          if (!breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
-        } else {
-          setImmediate(() => {
-            if (!settled && !breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
-          })
-        }
-      }
+    const failed = (error: unknown): never => {
       if (probe && breaker.stalled) {
         breaker.probeAt = performance.now() + timeoutMs
         // A master that stalls may have been replaced (see above).
         if (breaker !== whole) rereadSlots(client)
       }
       throw error
+    }
+    const gaveUp = (error: unknown): never => {
+      if (!breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
+      return failed(error)
+    }
+    return withTimeout(pending, timeoutMs, what).catch((error: unknown) => {
+      if (settled) return failed(error)
+      // Past the deadline: a probe's PING answered from now on sends nothing more.
+      expired = true
+      // On time: Redis has not answered within it.
+      if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) return gaveUp(error)
+      // A deadline noticed late means this process was busy (its event loop held): the
+      // answer may be waiting, unread, on the socket. Judged once what was waiting has been
+      // read (setImmediate runs after that): an answer there is the call's, so a stall of this
+      // process is neither a stall of Redis nor a failed call (a rate-limit count that Redis
+      // made, failed here, served its request past the limit, fail open).
+      return new Promise<void>((resolve) => setImmediate(resolve)).then(() => (settled ? pending.catch(failed) : gaveUp(error)))
     })
   }
   const open = (breaker: StallBreaker, silentSince: number) => {
