@@ -156,12 +156,20 @@ function errorResponse(error: DispatchError, presentedBearer: boolean): Response
  * `Content-Length`) is refused once the limit is passed, never held whole in memory.
  */
 async function readText(request: Request): Promise<string> {
+  // A body the platform's hooks read or locked first is theirs to fix (a 503, reported).
+  const spent = request.bodyUsed || request.body?.locked === true
   let text: string | null
   try {
     text = await readTextUpTo(request, MAX_BODY_BYTES, true)
   } catch (error) {
     // Not stored with U+FFFD in place of what was sent: the caller is told.
     if (error instanceof NotUtf8Error) throw new InvalidInputError('body', 'is not valid UTF-8')
+    // The body's stream failed as it came: the connection ended before the whole body did (fewer
+    // bytes than its Content-Length, a chunked body without its last chunk). The client's error,
+    // answered 400 as Node's HTTP parser answers it, and nothing for `onError` (regression: Deno
+    // and workerd hand the API such a request, which was answered 503 with `Retry-After: 1` and
+    // reported as a failure of the service, once per request of any client).
+    if (!spent) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
     throw error
   }
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
@@ -373,12 +381,13 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     const head = request.method === 'HEAD'
     if (hostRefused) {
       const refused = json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
-      return head ? withoutBody(refused) : refused
+      return head ? await withoutBody(refused) : refused
     }
     const rest = path.slice(basePath.length).replace(/\/$/, '')
     if (!head) return answer(request, rest, info)
-    // HEAD is GET without the body (RFC 9110 section 9.3.2).
-    return withoutBody(await answer(new Request(request, { method: 'GET' }), rest, info))
+    // HEAD is GET without the body (RFC 9110 section 9.3.2). Not `new Request(request, …)`: that
+    // reads `request.signal`, which Deno's server warns of on stderr.
+    return withoutBody(await answer(new Request(request.url, { method: 'GET', headers: request.headers }), rest, info))
   }
   const made = Object.assign(api, { basePath }) as TokenApi
   setTokenApiReporter(made, onError)
@@ -416,10 +425,16 @@ function hostnameOf(request: Request): string | undefined {
   return /[/\\@?#]/.test(host) ? undefined : URL.parse(`http://${host}`)?.hostname
 }
 
-/** `response` as the answer to a HEAD: its status and headers, its body cancelled. */
-function withoutBody(response: Response): Response {
-  void response.body?.cancel().catch(() => {})
-  return new Response(null, { status: response.status, statusText: response.statusText, headers: response.headers })
+/**
+ * `response` as the answer to a HEAD: its status and headers, with the `Content-Length` its GET
+ * carries (RFC 9110 section 8.6), as the MCP path's HEAD answers: without one, Bun and Deno
+ * write `Content-Length: 0` for the empty body, which a HEAD must not send unless its GET's is
+ * empty. The API's answers are small JSON documents.
+ */
+async function withoutBody(response: Response): Promise<Response> {
+  const headers = new Headers(response.headers)
+  if (response.body !== null) headers.set('content-length', String((await response.arrayBuffer()).byteLength))
+  return new Response(null, { status: response.status, statusText: response.statusText, headers })
 }
 
 /**
