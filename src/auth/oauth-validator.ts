@@ -1126,7 +1126,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   /**
    * Why a token naming a `kid` the keys in hand lack is refused before any thought of a key
    * rotation, from what it says of itself (unverified): it would be refused once its key was
-   * known (another issuer, expired, not yet valid, for another audience, no subject), its
+   * known (another issuer, expired, not yet valid, for another audience, no subject, a `cnf`), its
    * signature cannot be one of its algorithm's (a few bytes of junk), or it claims to be issued
    * further ahead of now than an issuer's clock runs (`ISSUER_CLOCK_AHEAD_MS`: no key could
    * have been rotated in for it yet). Such a token must get 401,
@@ -1143,6 +1143,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       checkAccessTokenClaims(claims, { issuer, requireIssuer: true, now: now(), clockToleranceMs, audience }) ??
       (typeof claims.exp !== 'number' ? 'claim check failed: exp' : undefined) ??
       (typeof claims.sub !== 'string' || claims.sub === '' ? 'token has no subject' : undefined) ??
+      // Sender-constrained: refused once its key is known too (`validateJwt`), whatever signed it.
+      (claims.cnf !== undefined ? 'sender-constrained token' : undefined) ??
       (signatureFits(alg, token.slice(token.lastIndexOf('.') + 1)) ? undefined : 'invalid signature or token') ??
       // No key published since the last fetch can have signed a token issued later than an
       // issuer's clock can be ahead of this one; with no fetch yet, nothing is known of the

@@ -10,11 +10,10 @@
  * - tokens the validator must refuse (another resource, expired, not yet valid, another issuer,
  *   alg none, HS256 keyed with the public key): 401 with the challenge, never 500.
  */
-import { spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { type OAuthClientProvider, UnauthorizedError, auth, createMCPClient } from '@ai-sdk/mcp'
 import {
   Client as ClientV2,
@@ -35,14 +34,18 @@ import { type JWK, SignJWT, decodeJwt, exportJWK, exportSPKI, generateKeyPair } 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
-import { type ServedFetch, localhostFetch, serveFetch } from '../helpers/platform.js'
+import { HEADLESS_BROWSER, INSPECTOR_CLI, MCP_REMOTE, RESOLVE_LOCALHOST } from '../helpers/audit-shared.js'
+import { type ServedFetch, localhostFetch, mcpRequest, serveFetch } from '../helpers/platform.js'
 import { type ManualClock, createManualClock } from './helpers/clock.js'
-import { type FetchLike, TestOAuthClient, connectWithOAuth, followSignIn, obtainAccessToken, recordingFetch } from './helpers/oauth-client.js'
-
-const RESOLVE_LOCALHOST = fileURLToPath(new URL('../helpers/resolve-localhost.mjs', import.meta.url))
-const MCP_REMOTE = fileURLToPath(new URL('../../node_modules/mcp-remote/dist/proxy.js', import.meta.url))
-const HEADLESS_BROWSER = fileURLToPath(new URL('../helpers/headless-browser.mjs', import.meta.url))
-const INSPECTOR_CLI = fileURLToPath(new URL('../../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url))
+import {
+  type FetchLike,
+  type RecordedRequest,
+  TestOAuthClient,
+  connectWithOAuth,
+  followSignIn,
+  obtainAccessToken,
+  recordingFetch,
+} from './helpers/oauth-client.js'
 
 // Ports of this file (the audit's range 18600-18649).
 const AUTH_JWT_PORT = 18600
@@ -88,48 +91,36 @@ let opaqueAuth: DevAuthServer
 let introspectionPlatform: Platform
 let introspectionServed: ServedFetch
 
+/** A development authorization server on `port` for user_alice, on the shared clock, its access tokens living TTL_S. */
+const startAuthServer = (port: number, options: Partial<Parameters<typeof startDevAuthServer>[0]> = {}) =>
+  startDevAuthServer({ accounts: ['user_alice'], port, now: clock, accessTokenTtlSeconds: TTL_S, ...options })
+
+/** Serves `platform` on 127.0.0.1:`port`. */
+const serve = (platform: Platform, port: number) => serveFetch((request, info) => platform.fetch(request, info), port)
+
 beforeAll(async () => {
   clock = createManualClock()
-  jwtAuth = await startDevAuthServer({
-    accounts: ['user_alice'],
-    port: AUTH_JWT_PORT,
-    now: clock,
-    accessTokenTtlSeconds: TTL_S,
-    resourceIndicators: { accessTokenFormat: 'jwt' },
-  })
-  userinfoAuth = await startDevAuthServer({ accounts: ['user_alice'], port: AUTH_USERINFO_PORT, now: clock, accessTokenTtlSeconds: TTL_S })
+  jwtAuth = await startAuthServer(AUTH_JWT_PORT, { resourceIndicators: { accessTokenFormat: 'jwt' } })
+  userinfoAuth = await startAuthServer(AUTH_USERINFO_PORT)
   // jwt mode as `npm start` runs it with AUTH_MODE=jwt: each App's own address is the audience.
   jwtPlatform = createPlatform({ seed, now: clock, authorizationServer: { issuer: jwtAuth.issuer, mode: 'jwt' } })
   userinfoPlatform = createPlatform({ seed, now: clock, authorizationServer: { issuer: userinfoAuth.issuer } })
-  jwtServed = await serveFetch((request, info) => jwtPlatform.fetch(request, info), PLATFORM_JWT_PORT)
-  userinfoServed = await serveFetch((request, info) => userinfoPlatform.fetch(request, info), PLATFORM_USERINFO_PORT)
+  jwtServed = await serve(jwtPlatform, PLATFORM_JWT_PORT)
+  userinfoServed = await serve(userinfoPlatform, PLATFORM_USERINFO_PORT)
   const introspection = { clientId: 'mcp-dispatch', clientSecret: 'audit-introspection-secret' }
-  opaqueAuth = await startDevAuthServer({
-    accounts: ['user_alice'],
-    port: AUTH_OPAQUE_PORT,
-    now: clock,
-    accessTokenTtlSeconds: TTL_S,
-    resourceIndicators: { accessTokenFormat: 'opaque' },
-    introspectionClient: introspection,
-  })
+  opaqueAuth = await startAuthServer(AUTH_OPAQUE_PORT, { resourceIndicators: { accessTokenFormat: 'opaque' }, introspectionClient: introspection })
   introspectionPlatform = createPlatform({
     seed,
     now: clock,
     authorizationServer: { issuer: opaqueAuth.issuer, mode: 'introspection', introspection },
   })
-  introspectionServed = await serveFetch((request, info) => introspectionPlatform.fetch(request, info), PLATFORM_INTROSPECTION_PORT)
+  introspectionServed = await serve(introspectionPlatform, PLATFORM_INTROSPECTION_PORT)
 })
 
 afterAll(async () => {
-  await jwtServed?.close()
-  await userinfoServed?.close()
-  await introspectionServed?.close()
-  await introspectionPlatform?.close()
-  await opaqueAuth?.close()
-  await jwtPlatform?.close()
-  await userinfoPlatform?.close()
-  await jwtAuth?.close()
-  await userinfoAuth?.close()
+  // Each server before the platform it serves, each platform before its authorization server.
+  const started = [jwtServed, userinfoServed, introspectionServed, introspectionPlatform, opaqueAuth, jwtPlatform, userinfoPlatform, jwtAuth, userinfoAuth]
+  for (const open of started) await open?.close()
 })
 
 /** The Apps through `localhostFetch` (real sockets, `*.localhost` looked up as loopback), the rest through Node's. */
@@ -138,6 +129,22 @@ const appFetch: FetchLike = (input, init) =>
 
 const jwtApp = () => `http://weather.localhost:${PLATFORM_JWT_PORT}`
 const userinfoApp = () => `http://weather.localhost:${PLATFORM_USERINFO_PORT}`
+
+/** The challenge of a 401 to a token presented and refused, at the App `app` (its origin). */
+const invalidTokenChallenge = (app: string) => `Bearer resource_metadata="${app}/.well-known/oauth-protected-resource", error="invalid_token"`
+
+/** `tools/list` posted to the App `app` (its origin) at `/v1` with `token` as bearer. */
+const postToolsList = (app: string, token: string) => localhostFetch(mcpRequest(`${app}/v1`, { token }))
+
+/** The first request in `log` to a token endpoint with `grant_type=<grant>`. */
+const tokenRequest = (log: readonly RecordedRequest[], grant: 'authorization_code' | 'refresh_token') =>
+  log.find((r) => r.url.endsWith('/token') && (r.body ?? '').includes(`grant_type=${grant}`))
+
+/** Ends the client's session (`DELETE`, whatever it answers) and closes it. */
+async function endSession(client: Client, transport: StreamableHTTPClientTransport): Promise<void> {
+  await transport.terminateSession().catch(() => {})
+  await client.close()
+}
 
 describe('the SDK client from a bare 401 (jwt mode, audience-bound tokens): the resource it sends', () => {
   it.each([
@@ -172,8 +179,7 @@ describe('the SDK client from a bare 401 (jwt mode, audience-bound tokens): the 
 
       expect((await client.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual({ app: 'weather', version })
     } finally {
-      await transport.terminateSession().catch(() => {})
-      await client.close()
+      await endSession(client, transport)
     }
   })
 })
@@ -195,7 +201,7 @@ describe('the SDK v2 client (@modelcontextprotocol/client) in jwt mode: the reso
     await first.close()
     const sent = provider.authorizationUrls[0]!.searchParams.get('resource')
     expect(new URL(sent!).href).toBe(new URL(jwtApp()).href)
-    const redeemed = fetchFn.log.find((r) => r.url.endsWith('/token') && /grant_type=authorization_code/.test(r.body ?? ''))!
+    const redeemed = tokenRequest(fetchFn.log, 'authorization_code')!
     expect(new URLSearchParams(redeemed.body!).get('resource')).toBe(sent)
     expect(decodeJwt(provider.tokens()!.access_token).aud).toBe(sent)
 
@@ -205,8 +211,7 @@ describe('the SDK v2 client (@modelcontextprotocol/client) in jwt mode: the reso
       const version = (await client.callTool({ name: 'get_version', arguments: {} })).structuredContent as { version: string }
       clock.advance(TTL_S * 1000)
       expect((await client.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual(version)
-      const refreshed = fetchFn.log.find((r) => r.url.endsWith('/token') && /grant_type=refresh_token/.test(r.body ?? ''))
-      expect(refreshed?.status).toBe(200)
+      expect(tokenRequest(fetchFn.log, 'refresh_token')?.status).toBe(200)
       expect(decodeJwt(provider.tokens()!.access_token).aud).toBe(sent)
     } finally {
       await client.close()
@@ -238,8 +243,7 @@ describe('an access token that expires in the middle of a session', () => {
       const after = fetchFn.log.slice(before)
       expect(after[0]).toMatchObject({ status: 401 })
       expect(after[0]!.wwwAuthenticate).toContain('error="invalid_token"')
-      const refresh = after.find((r) => r.url.endsWith('/token') && /grant_type=refresh_token/.test(r.body ?? ''))
-      expect(refresh?.status).toBe(200)
+      expect(tokenRequest(after, 'refresh_token')?.status).toBe(200)
       expect(provider.savedTokens).toHaveLength(2)
       expect(transport.sessionId).toBe(sessionId)
       if (_mode === 'jwt') {
@@ -252,8 +256,7 @@ describe('an access token that expires in the middle of a session', () => {
       expect((await fresh.callTool({ name: 'get_version', arguments: {} })).structuredContent).toEqual({ app: 'weather', version: deployed })
       await fresh.close()
     } finally {
-      await transport.terminateSession().catch(() => {})
-      await client.close()
+      await endSession(client, transport)
     }
   })
 })
@@ -273,7 +276,7 @@ describe('tokens the jwt-mode validator must refuse: 401 with the challenge, nev
     publicJwk = { ...(await exportJWK(pair.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' }
     publicPem = await exportSPKI(pair.publicKey)
     platform = createPlatform({ seed, now: clock, authorizationServer: { issuer: ISSUER, mode: 'jwt', jwks: { keys: [publicJwk] } } })
-    served = await serveFetch((request, info) => platform.fetch(request, info), PLATFORM_OWN_KEYS_PORT)
+    served = await serve(platform, PLATFORM_OWN_KEYS_PORT)
   })
   afterAll(async () => {
     await served?.close()
@@ -303,8 +306,7 @@ describe('tokens the jwt-mode validator must refuse: 401 with the challenge, nev
       if (error instanceof StreamableHTTPError && typeof error.code === 'number') return error.code
       throw error
     } finally {
-      await transport.terminateSession().catch(() => {})
-      await client.close()
+      await endSession(client, transport)
     }
   }
 
@@ -342,32 +344,63 @@ describe('tokens the jwt-mode validator must refuse: 401 with the challenge, nev
     // (regression: taken as a bearer token in jwt mode, while introspection mode refused it).
     ['DPoP-bound (cnf.jkt)', () => sign({ ...base(), cnf: { jkt: '0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I' } })],
     ['mTLS-bound (cnf x5t#S256)', () => sign({ ...base(), cnf: { 'x5t#S256': 'bwcK0esc3ACC3DB2Y5_lESsXE8o9ltc05O89jdN-dg2' } })],
+    // A `cnf` this layer cannot read is no bearer token either: refused, never taken as one.
+    ['cnf null', () => sign({ ...base(), cnf: null })],
+    ['cnf empty', () => sign({ ...base(), cnf: {} })],
   ])('%s: 401 invalid_token with resource_metadata, through the SDK client and on the wire', async (_name, make) => {
     const token = await make()
     expect(await connectWith(token)).toBe(401)
-    const res = await appFetch(`${origin()}/v1`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
-    })
+    const res = await postToolsList(origin(), token)
     expect(res.status).toBe(401)
-    expect(res.headers.get('www-authenticate')).toBe(
-      `Bearer resource_metadata="${origin()}/.well-known/oauth-protected-resource", error="invalid_token"`,
-    )
+    expect(res.headers.get('www-authenticate')).toBe(invalidTokenChallenge(origin()))
     expect(await res.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32001, data: { error: 'unauthorized' } } })
+  })
+})
+
+describe('a sender-constrained token naming a key the JWKS in hand lacks (jwt mode, keys from the authorization server)', () => {
+  it('is refused 401 from its own claims, as an expired or foreign one is, not answered 503 as a key rotated in (regression)', async () => {
+    // Signed by a key the issuer does not publish, naming a kid its JWKS lacks, issued now: a
+    // token a rotation could explain, but one its `cnf` refuses whatever key signed it.
+    const { privateKey } = await generateKeyPair('ES256')
+    const nowS = Math.floor(clock() / 1000)
+    const token = await new SignJWT({ sub: 'user_alice', cnf: { jkt: '0ZcOCORZNYy-DWpqq30jZyJGHTN0d2HglBV3uiguA4I' } })
+      .setProtectedHeader({ alg: 'ES256', typ: 'at+jwt', kid: 'rotated-in' })
+      .setIssuer(jwtAuth.issuer)
+      .setAudience(jwtApp())
+      .setIssuedAt(nowS)
+      .setExpirationTime(nowS + 600)
+      .sign(privateKey)
+    const seen: Array<[number, string | null]> = []
+    // Twice: the first may be the one that fetches the keys; the second comes within the
+    // refetch interval, where a token issued since the fetch waits for a rotation (503).
+    for (let i = 0; i < 2; i++) {
+      const res = await appFetch(`${jwtApp()}/v1`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
+      })
+      await res.arrayBuffer()
+      seen.push([res.status, res.headers.get('www-authenticate')])
+    }
+    const challenge = `Bearer resource_metadata="${jwtApp()}/.well-known/oauth-protected-resource", error="invalid_token"`
+    expect(seen).toEqual([
+      [401, challenge],
+      [401, challenge],
+    ])
   })
 })
 
 describe('other installed clients against the jwt-mode platform', () => {
   const TOOL_NAMES = ['count', 'echo', 'get_version']
+  /** Checks that `tools` (as listed) include the App's own. */
+  const expectAppTools = (tools: ReadonlyArray<{ name: string }>) => expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(TOOL_NAMES))
 
   it('@ai-sdk/mcp lists tools with an svc_ token', async () => {
     const client = await createMCPClient({
       transport: { type: 'http', url: `${jwtApp()}/v1`, headers: { authorization: `Bearer ${jwtPlatform.tokens.alice!}` }, fetch: appFetch as typeof fetch },
     })
     try {
-      const { tools } = await client.listTools()
-      expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(TOOL_NAMES))
+      expectAppTools((await client.listTools()).tools)
     } finally {
       await client.close()
     }
@@ -393,46 +426,38 @@ describe('other installed clients against the jwt-mode platform', () => {
     expect(new URL(String(decodeJwt(provider.tokens()!.access_token).aud)).href).toBe(new URL(jwtApp()).href)
     const client = await createMCPClient({ transport })
     try {
-      const { tools } = await client.listTools()
-      expect(tools.map((t) => t.name)).toEqual(expect.arrayContaining(TOOL_NAMES))
+      expectAppTools((await client.listTools()).tools)
     } finally {
       await client.close()
     }
   })
 
-  /** `mcp-inspector --cli <url> --transport http --header 'Authorization: Bearer …' --method tools/list`. */
+  /** `mcp-inspector --cli <url> --transport http --header 'Authorization: Bearer …' --method tools/list`, killed past 25 s. */
   function inspectorToolsList(url: string, bearer: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-    const child = spawn(
-      process.execPath,
-      [INSPECTOR_CLI, '--cli', url, '--transport', 'http', '--header', `Authorization: Bearer ${bearer}`, '--method', 'tools/list'],
-      { env: { ...process.env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}` }, stdio: ['ignore', 'pipe', 'pipe'] },
-    )
-    let stdout = ''
-    let stderr = ''
-    child.stdout.on('data', (chunk: Buffer) => (stdout += chunk.toString()))
-    child.stderr.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        child.kill('SIGKILL')
-        reject(new Error(`inspector overran: ${stdout} ${stderr}`))
-      }, 25_000)
-      child.on('error', reject)
-      child.on('close', (code) => {
-        clearTimeout(timer)
-        resolve({ code, stdout, stderr })
-      })
+      const child = execFile(
+        process.execPath,
+        [INSPECTOR_CLI, '--cli', url, '--transport', 'http', '--header', `Authorization: Bearer ${bearer}`, '--method', 'tools/list'],
+        { env: { ...process.env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}` }, timeout: 25_000, killSignal: 'SIGKILL' },
+        (error, stdout, stderr) => {
+          if (error?.killed) reject(new Error(`inspector overran: ${stdout} ${stderr}`))
+          else if (error && typeof error.code !== 'number') reject(error)
+          else resolve({ code: error ? (error.code as number) : 0, stdout, stderr })
+        },
+      )
+      child.stdin?.end()
     })
   }
 
   it('the Inspector CLI lists tools with an svc_ token, and with an OAuth access token for the App; one for another App exits 1 with -32001', async () => {
     const withApiToken = await inspectorToolsList(`${jwtApp()}/v1`, jwtPlatform.tokens.alice!)
     expect(withApiToken.code).toBe(0)
-    expect((JSON.parse(withApiToken.stdout) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)).toEqual(expect.arrayContaining(TOOL_NAMES))
+    expectAppTools((JSON.parse(withApiToken.stdout) as { tools: Array<{ name: string }> }).tools)
 
     const { accessToken } = await obtainAccessToken(`${jwtApp()}/v1`, appFetch, { loginHint: 'user_alice' })
     const withAccessToken = await inspectorToolsList(`${jwtApp()}/v1`, accessToken)
     expect(withAccessToken.code).toBe(0)
-    expect((JSON.parse(withAccessToken.stdout) as { tools: Array<{ name: string }> }).tools.map((t) => t.name)).toEqual(expect.arrayContaining(TOOL_NAMES))
+    expectAppTools((JSON.parse(withAccessToken.stdout) as { tools: Array<{ name: string }> }).tools)
 
     const elsewhere = await inspectorToolsList(`http://notes.localhost:${PLATFORM_JWT_PORT}/v1`, accessToken)
     expect(elsewhere.code).toBe(1)
@@ -482,9 +507,9 @@ describe('userinfo mode: a token granted without `openid` (no scope challenge in
     expect((error as Error).message).toContain('Server returned 401 after successful authentication')
     const toApp = fetchFn.log.filter((r) => r.url === url)
     expect(toApp.map((r) => r.status)).toEqual([401, 401])
-    expect(toApp.every((r) => r.wwwAuthenticate === `Bearer resource_metadata="${userinfoApp()}/.well-known/oauth-protected-resource", error="invalid_token"`)).toBe(true)
+    expect(toApp.every((r) => r.wwwAuthenticate === invalidTokenChallenge(userinfoApp()))).toBe(true)
     // It refreshed (keeping the grant's scope) rather than signing in again.
-    expect(fetchFn.log.some((r) => r.url.endsWith('/token') && /grant_type=refresh_token/.test(r.body ?? ''))).toBe(true)
+    expect(tokenRequest(fetchFn.log, 'refresh_token') !== undefined).toBe(true)
     expect(provider.savedTokens.at(-1)!.scope).toBe('profile')
     await client.close()
 
@@ -516,16 +541,12 @@ describe("another authorization server's tokens, and tokens that are no access t
     ]
     const seen: Array<[string, number, string | null]> = []
     for (const [name, app, token] of cases) {
-      const res = await appFetch(`${app}/v1`, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' }),
-      })
+      const res = await postToolsList(app, token)
       await res.arrayBuffer()
       seen.push([name, res.status, res.headers.get('www-authenticate')])
     }
     expect(seen).toEqual(
-      cases.map(([name, app]) => [name, 401, `Bearer resource_metadata="${app}/.well-known/oauth-protected-resource", error="invalid_token"`]),
+      cases.map(([name, app]) => [name, 401, invalidTokenChallenge(app)]),
     )
   })
 })

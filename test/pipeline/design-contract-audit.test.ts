@@ -27,13 +27,13 @@ import {
   generateApiToken,
 } from 'mcp-dispatch'
 import { beforeAll, describe, expect, it } from 'vitest'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0'] }
 const NOTES = { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['2.0.0'] }
 const DAY = 86_400_000
 // 2030-01-01T00:00:20.000Z: 20 s into a minute.
 const T0 = Date.UTC(2030, 0, 1, 0, 0, 20)
-const CLIENT = '203.0.113.7'
 const ALLOWED_ORIGIN = 'https://app.example'
 const METADATA_URL = 'https://weather.example.com/.well-known/oauth-protected-resource'
 
@@ -79,6 +79,12 @@ const rpcError = (code: number, message: string, data?: Record<string, unknown>)
   id: null,
   error: data === undefined ? { code, message } : { code, message, data },
 })
+
+/** `token` with its last checksum digit changed: malformed, the rest of it a live token's. */
+const checksumChanged = (token: string) => `${token.slice(0, -1)}${token.endsWith('0') ? '1' : '0'}`
+
+/** The names an answer's `Access-Control-Expose-Headers` exposes, lower-case. */
+const exposedBy = (headers: Readonly<Record<string, string>>) => (headers['access-control-expose-headers'] ?? '').toLowerCase().split(/\s*,\s*/)
 
 /** What each failure answers (status, exact body, the headers of its row). */
 function expected(failure: Failure, credential: RefusedCredential | undefined): { status: number; body: unknown; headers: Record<string, string | null> } {
@@ -242,7 +248,7 @@ function authorization(s: Scenario): string | undefined {
       return 'Bearer '
     case 'malformed-checksum':
       // The same user's live token, its last checksum digit changed.
-      return `Bearer ${live.slice(0, -1)}${live.endsWith('0') ? '1' : '0'}`
+      return `Bearer ${checksumChanged(live)}`
     case 'malformed-length':
       return `Bearer ${live}A`
     case 'unknown':
@@ -268,14 +274,8 @@ function requestOf(s: Scenario): DispatchRequest {
   if (auth !== undefined) headers.authorization = auth
   if (f.has('unknownSession')) headers['mcp-session-id'] = 'no-such-session'
   const host = f.has('unknownApp') ? 'nope.example.com' : 'weather.example.com'
-  return {
-    method: f.has('badMethod') ? 'PUT' : 'POST',
-    path: f.has('badPath') ? '/v1.x' : f.has('versionNotLive') ? '/v9.9.9' : '/v1',
-    host,
-    origin: `https://${host}`,
-    headers: { get: (name) => headers[name] },
-    clientAddress: CLIENT,
-  }
+  const path = f.has('badPath') ? '/v1.x' : f.has('versionNotLive') ? '/v9.9.9' : '/v1'
+  return { ...dispatchRequest(path, headers), method: f.has('badMethod') ? 'PUT' : 'POST', host, origin: `https://${host}` }
 }
 
 async function answer(s: Scenario): Promise<Answer | { dispatched: Decision & { type: 'dispatch' } }> {
@@ -344,7 +344,7 @@ describe('pipeline order: every combination of failures answers as the earliest 
       // allowed reads none (docs/pipeline.md, CORS), and is told only that the answer varies by it.
       if (!scenario.failures.has('badOrigin')) {
         if (got.headers['access-control-allow-origin'] !== ALLOWED_ORIGIN) problems.push(`access-control-allow-origin: ${got.headers['access-control-allow-origin']}`)
-        const exposed = (got.headers['access-control-expose-headers'] ?? '').toLowerCase().split(/\s*,\s*/)
+        const exposed = exposedBy(got.headers)
         for (const name of ['www-authenticate', 'mcp-session-id', 'x-mcp-version', 'x-mcp-latest-version', 'retry-after']) {
           if (!exposed.includes(name)) problems.push(`${name} not exposed`)
         }
@@ -384,7 +384,7 @@ describe('the metadata document answers GET before every check but the App (DESI
         if (headers['cache-control'] !== 'public, max-age=3600' || headers['access-control-allow-origin'] !== '*') {
           mismatches.push(`${label}: headers ${JSON.stringify(headers)}`)
         }
-        const exposed = (headers['access-control-expose-headers'] ?? '').toLowerCase().split(/\s*,\s*/)
+        const exposed = exposedBy(headers)
         if (!['www-authenticate', 'mcp-session-id', 'x-mcp-version', 'x-mcp-latest-version'].every((name) => exposed.includes(name))) {
           mismatches.push(`${label}: exposes ${headers['access-control-expose-headers']}`)
         }
@@ -416,14 +416,7 @@ describe('a token that starts with the API-token prefix is an API token; anythin
     }
     const dispatcher = createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['https://auth.example.com'], now: () => T0 })
     const send = async (credential: string) => {
-      const decision = await dispatcher.decide({
-        method: 'POST',
-        path: '/',
-        host: 'weather.example.com',
-        origin: 'https://weather.example.com',
-        headers: { get: (name) => (name === 'authorization' ? `Bearer ${credential}` : undefined) },
-        clientAddress: CLIENT,
-      })
+      const decision = await dispatcher.decide(dispatchRequest('/', { authorization: `Bearer ${credential}` }))
       return decision.type === 'dispatch' ? 200 : decision.reply.status
     }
     return { live: live.token, revoked: revoked.token, asked, send }
@@ -431,8 +424,7 @@ describe('a token that starts with the API-token prefix is an API token; anythin
 
   it('an svc_ token that is malformed (checksum, length, alphabet), unknown or revoked is 401, and never asked of the authorization server', async () => {
     const { live, revoked, asked, send } = await setup()
-    const checksum = `${live.slice(0, -1)}${live.endsWith('0') ? '1' : '0'}`
-    for (const token of [checksum, live.slice(0, -1), `${live}0`, `${live.slice(0, 20)}~${live.slice(21)}`, 'svc_', generateApiToken(), revoked]) {
+    for (const token of [checksumChanged(live), live.slice(0, -1), `${live}0`, `${live.slice(0, 20)}~${live.slice(21)}`, 'svc_', generateApiToken(), revoked]) {
       expect([token, await send(token)]).toEqual([token, 401])
     }
     expect(asked).toEqual([])
@@ -491,23 +483,17 @@ describe('a store that fails answers 503 at its own step, never before an earlie
       onError: () => {},
     })
     const send = async (options: { token?: string; host?: string; path?: string; session?: string }) => {
-      const headers: Record<string, string | undefined> = {
-        authorization: options.token === undefined ? undefined : `Bearer ${options.token}`,
-        'mcp-session-id': options.session,
+      const headers = {
+        ...(options.token !== undefined && { authorization: `Bearer ${options.token}` }),
+        ...(options.session !== undefined && { 'mcp-session-id': options.session }),
       }
-      const decision = await dispatcher.decide({
-        method: 'POST',
-        path: options.path ?? '/v1',
-        host: options.host ?? 'weather.example.com',
-        origin: `https://${options.host ?? 'weather.example.com'}`,
-        headers: { get: (name) => headers[name] },
-        clientAddress: CLIENT,
-      })
+      const host = options.host ?? 'weather.example.com'
+      const decision = await dispatcher.decide({ ...dispatchRequest(options.path ?? '/v1', headers), host, origin: `https://${host}` })
       if (decision.type === 'dispatch') return 'dispatch'
       const body = JSON.parse(decision.reply.body!) as { error: { data?: { error?: string } } }
       return `${decision.reply.status} ${body.error.data?.error ?? ''}`.trim()
     }
-    const checksum = `${live.slice(0, -1)}${live.endsWith('0') ? '1' : '0'}`
+    const checksum = checksumChanged(live)
     const cases: Array<[keyof typeof down, Parameters<typeof send>[0], string]> = [
       ['tokens', { token: generateApiToken(), host: 'nope.example.com' }, '404 not_found'],
       ['tokens', { token: generateApiToken(), path: '/v1.x' }, '404 not_found'],

@@ -510,4 +510,33 @@ describe('a deploy that retires a version, and the 2026-07-28 subscriptions/list
     const listed = await modern('listen', '/v1.1.0-rc.1', 'tools/list')
     expectRefusal(await read(listed), 404, versionNotFound('1.1.0-rc.1', '1.0.0'))
   })
+
+  it('a pre-release retired by a release of its minor is told once; a later deploy that does not touch it tells it nothing', async () => {
+    platform.deploy('app_listen', '1.2.0-rc.1')
+    const stream = await modern('listen', '/v1.2.0-rc.1', 'subscriptions/listen', { notifications: { toolsListChanged: true } })
+    expect([stream.status, stream.headers.get('x-mcp-version')]).toEqual([200, '1.2.0-rc.1'])
+    const reader = stream.body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    /** Reads the stream for `waitMs`, or until it has held `count` list_changed notifications. */
+    const readFor = async (waitMs: number, count: number) => {
+      const deadline = Date.now() + waitMs
+      while (Date.now() < deadline && text.split('list_changed').length - 1 < count) {
+        let timer: NodeJS.Timeout | undefined
+        const next = await Promise.race([reader.read(), new Promise<null>((resolve) => (timer = setTimeout(resolve, deadline - Date.now(), null)))])
+        clearTimeout(timer)
+        if (next === null || next.done) break
+        text += decoder.decode(next.value, { stream: true })
+      }
+      return [...text.matchAll(/^data: (.*)$/gm)].map((m) => (JSON.parse(m[1]!) as { method?: string }).method ?? '')
+    }
+    try {
+      platform.deploy('app_listen', '1.2.0') // its release: retires 1.2.0-rc.1
+      expect(await readFor(3_000, 1)).toEqual(['notifications/subscriptions/acknowledged', 'notifications/tools/list_changed'])
+      platform.deploy('app_listen', '3.0.0') // `/` moves; 1.2.0-rc.1 was no longer live before it
+      expect(await readFor(500, 2)).toEqual(['notifications/subscriptions/acknowledged', 'notifications/tools/list_changed'])
+    } finally {
+      await reader.cancel().catch(() => {})
+    }
+  })
 })
