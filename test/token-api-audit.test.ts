@@ -7,6 +7,7 @@ import * as http from 'node:http'
 import { connect } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
 import express from 'express'
+import Fastify from 'fastify'
 import { Hono } from 'hono'
 import {
   ConfigurationError,
@@ -18,6 +19,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
+import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { describe, expect, it } from 'vitest'
 import { close, listen, rawRequest } from './adapters/helpers.js'
 
@@ -271,6 +273,116 @@ describe('behind Hono on @hono/node-server', () => {
       expect((await tokens.list('alice')).map((t) => t.id)).toEqual([id])
     } finally {
       await close(server)
+    }
+  })
+})
+
+describe('a request body whose stream fails while it is read', () => {
+  /** A create whose body's stream hands over its first bytes, then fails with `error`. */
+  function failing(error: unknown, signal?: AbortSignal): Request {
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode('{"name":"CI",'))
+      },
+      pull(controller) {
+        controller.error(error)
+      },
+    })
+    const headers = { cookie: 'dash=alice', 'x-csrf-token': CSRF, 'content-type': 'application/json' }
+    return new Request('http://dash.example.com/api/tokens', { method: 'POST', headers, body, duplex: 'half', ...(signal && { signal }) } as RequestInit)
+  }
+  /** An error of a class `name`, named so, as Deno's (`Deno.errors.BadResource`). */
+  const named = (name: string, message: string) => Object.assign(new ({ [name]: class extends Error {} }[name]!)(message), { name })
+
+  it('is 400 naming body, and nothing for onError, when the runtime says the client\'s connection ended (each runtime\'s error, as measured)', async () => {
+    const aborted = new AbortController()
+    aborted.abort()
+    const cuts: Array<[string, unknown, AbortSignal?]> = [
+      // Deno 2 (a half-closed connection; a reset one), whose errors are classes of their name.
+      ['deno, half-closed', named('BadResource', 'Cannot read request body as underlying resource unavailable')],
+      ['deno, reset', named('Http', 'unexpected EOF while reading HTTP/1 body')],
+      // workerd, both ways.
+      ['workerd', new Error('Network connection lost.')],
+      // The Node adapters' stream, @hono/node-server's, Next.js's: the request ended early.
+      ['node, aborted', Object.assign(new Error('aborted'), { code: 'ECONNRESET' })],
+      ['node, premature close', Object.assign(new Error('Premature close'), { code: 'ERR_STREAM_PREMATURE_CLOSE' })],
+      // Bun (when it hands such a body over at all), whose request's signal has aborted.
+      ['bun', new DOMException('The connection was closed.', 'AbortError'), aborted.signal],
+    ]
+    for (const [name, error, signal] of cuts) {
+      const { api, errors, tokens } = setup()
+      const refused = await answer(api, failing(error, signal))
+      expect([refused.status, refused.body?.field], name).toEqual([400, 'body'])
+      expect(refused.body.message, name).toBe('body: was cut short: the connection ended before the whole body arrived')
+      expect(errors, name).toEqual([])
+      expect(await tokens.list('alice'), name).toEqual([])
+    }
+  })
+
+  it('cut short on Node (Express, Fastify, @hono/node-server; half-closed, chunked without its last chunk, reset): nothing for onError, nothing created', async () => {
+    const headers = 'Host: dash.example.com\r\nCookie: dash=alice\r\nX-CSRF-Token: csrf-ok\r\nContent-Type: application/json\r\n'
+    const cuts: Array<[string, string, 'half' | 'reset']> = [
+      ['a Content-Length not sent whole', `POST /api/tokens HTTP/1.1\r\n${headers}Content-Length: 200\r\n\r\n{"name":"CI",`, 'half'],
+      ['chunked without its last chunk', `POST /api/tokens HTTP/1.1\r\n${headers}Transfer-Encoding: chunked\r\n\r\nc\r\n{"name":"CI",\r\n`, 'half'],
+      ['a rotation reset mid-body', `POST /api/tokens/${MISSING}/rotate HTTP/1.1\r\n${headers}Content-Length: 50\r\n\r\n{`, 'reset'],
+      ['a create reset mid-body', `POST /api/tokens HTTP/1.1\r\n${headers}Content-Length: 200\r\n\r\n{"name":"CI",`, 'reset'],
+    ]
+    const servers: Record<string, (api: TokenApi) => Promise<http.Server>> = {
+      async express(api) {
+        const app = express()
+        app.use(expressAdapter.serveTokenApi(api))
+        return http.createServer(app)
+      },
+      async fastify(api) {
+        let made: http.Server | undefined
+        const app = Fastify({ serverFactory: (handler) => (made = http.createServer(handler)) })
+        await app.register(fastifyAdapter.serveTokenApi(api))
+        await app.ready()
+        return made!
+      },
+      async hono(api) {
+        return http.createServer(getRequestListener(async (request: Request) => (await api(request)) ?? new Response(null, { status: 404 })))
+      },
+    }
+    for (const [platform, serve] of Object.entries(servers)) {
+      const { api, errors, tokens } = setup()
+      const server = await serve(api)
+      await new Promise<void>((resolve) => server.listen(18930, '127.0.0.1', resolve))
+      try {
+        for (const [name, bytes, end] of cuts) {
+          await new Promise<void>((resolve) => {
+            const socket = connect(18930, '127.0.0.1', () => {
+              socket.write(bytes)
+              setTimeout(() => (end === 'half' ? socket.end() : socket.resetAndDestroy()), 100)
+            })
+            socket.on('error', () => {})
+            socket.on('data', () => {})
+            socket.on('close', () => resolve())
+            setTimeout(() => socket.destroy(), 3_000)
+          })
+          await new Promise((resolve) => setTimeout(resolve, 100))
+          expect(errors, `${platform}: ${name}`).toEqual([])
+        }
+        expect(await tokens.list('alice'), platform).toEqual([])
+      } finally {
+        await close(server)
+      }
+    }
+  })
+
+  it('is 503, reported to onError, when it failed for the server: a platform\'s stream in front, not the client (regression: 400 "the connection ended", unreported)', async () => {
+    for (const error of [
+      // A platform's own stream in front of the API (a body spooled to storage, a decoding
+      // TransformStream with a bug), and an AbortError of the platform's own, not the request's.
+      new Error('spool: read failed'),
+      new TypeError("Cannot read properties of undefined (reading 'byteLength')"),
+      new DOMException('The operation was aborted.', 'AbortError'),
+    ]) {
+      const { api, errors, tokens } = setup()
+      const failed = await answer(api, failing(error))
+      expect([failed.status, failed.body?.error, failed.headers.get('retry-after')], String(error)).toEqual([503, 'temporarily_unavailable', '1'])
+      expect(errors, String(error)).toEqual([error])
+      expect(await tokens.list('alice'), String(error)).toEqual([])
     }
   })
 })

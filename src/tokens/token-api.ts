@@ -164,16 +164,43 @@ async function readText(request: Request): Promise<string> {
   } catch (error) {
     // Not stored with U+FFFD in place of what was sent: the caller is told.
     if (error instanceof NotUtf8Error) throw new InvalidInputError('body', 'is not valid UTF-8')
-    // The body's stream failed as it came: the connection ended before the whole body did (fewer
-    // bytes than its Content-Length, a chunked body without its last chunk). The client's error,
-    // answered 400 as Node's HTTP parser answers it, and nothing for `onError` (regression: Deno
-    // and workerd hand the API such a request, which was answered 503 with `Retry-After: 1` and
-    // reported as a failure of the service, once per request of any client).
-    if (!spent) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
+    // The body's stream failed as it came, and its runtime says why: the connection ended before
+    // the whole body did (fewer bytes than its Content-Length, a chunked body without its last
+    // chunk). The client's error, answered 400 as Node's HTTP parser answers it, and nothing for
+    // `onError` (regression: Deno and workerd hand the API such a request, which was answered 503
+    // with `Retry-After: 1` and reported as a failure of the service, once per request of any
+    // client). Any other failure (a platform's own stream in front of the API, spooled or decoded)
+    // is the server's: 503, reported, not a 400 that blames the client's connection.
+    if (!spent && cutByClient(error, request)) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
     throw error
   }
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
   return text
+}
+
+/**
+ * Node's codes of a request that ended early: the Node adapters' body stream, `@hono/node-server`'s
+ * and Next.js's (`Error: aborted`, a premature close), an HTTP/2 stream the client reset.
+ */
+const CUT_CODES: ReadonlySet<unknown> = new Set(['ECONNRESET', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE', 'ERR_HTTP2_STREAM_ERROR'])
+/** Deno's errors (classes of their name) of a connection that ended mid-body: half-closed (`BadResource`), reset (`Http`: unexpected EOF), and kin. */
+const CUT_DENO_ERRORS: ReadonlySet<unknown> = new Set(['BadResource', 'Http', 'ConnectionReset', 'ConnectionAborted', 'UnexpectedEof'])
+
+/**
+ * Whether `error`, out of `request`'s body stream, is its runtime saying the client's connection
+ * ended before the body did, as each runtime says it (measured: Node, Deno 2, workerd, Bun), or
+ * the request's own signal saying the client left (Bun: an `AbortError`). Its signal is read last:
+ * Deno warns on stderr when it is read, and its errors are known before.
+ */
+function cutByClient(error: unknown, request: Request): boolean {
+  if (typeof error === 'object' && error !== null) {
+    const { code, name, message } = error as { code?: unknown; name?: unknown; message?: unknown }
+    if (CUT_CODES.has(code)) return true
+    if (CUT_DENO_ERRORS.has(name) && (error as { constructor?: { name?: unknown } }).constructor?.name === name) return true
+    // workerd's, for a half-closed connection and a reset one alike.
+    if (message === 'Network connection lost.') return true
+  }
+  return request.signal?.aborted === true
 }
 
 async function readJson(request: Request): Promise<unknown> {
@@ -386,8 +413,14 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     const rest = path.slice(basePath.length).replace(/\/$/, '')
     if (!head) return answer(request, rest, info)
     // HEAD is GET without the body (RFC 9110 section 9.3.2). Not `new Request(request, …)`: that
-    // reads `request.signal`, which Deno's server warns of on stderr.
-    return withoutBody(await answer(new Request(request.url, { method: 'GET', headers: request.headers }), rest, info))
+    // reads `request.signal`, which Deno's server warns of on stderr. What a runtime tells of the
+    // request beside its headers goes with it: workerd's `cf` (the client certificate, country,
+    // bot score a hook may read; regression: a HEAD's hooks saw none, and a session read from it
+    // was 401 where its GET was 200).
+    const asGet: RequestInit & { cf?: unknown } = { method: 'GET', headers: request.headers }
+    const cf = (request as { cf?: unknown }).cf
+    if (cf !== undefined) asGet.cf = cf
+    return withoutBody(await answer(new Request(request.url, asGet), rest, info))
   }
   const made = Object.assign(api, { basePath }) as TokenApi
   setTokenApiReporter(made, onError)

@@ -238,10 +238,13 @@ export interface TokenServiceOptions {
    * with {@link ConflictError} (the token API answers 409 `conflict`), until one is revoked or
    * expires. Without a bound, one signed-in user could make tokens until the store, and the
    * dashboard's list, gave out (2,000 in two seconds through the reference platform). Counted
-   * from the store before the insert: one user's creations on one instance run that part one at
-   * a time, so they never pass it together, but creations on instances sharing a store at the
-   * same moment may, and, for a moment, the next creation after one whose insert outlived
-   * `storeTimeoutMs` (that token is revoked as soon as its insert lands: its caller got 503).
+   * from the store before the insert, and again after it: one user's creations on one instance
+   * run that part one at a time, so they never pass it together; creations on instances sharing
+   * a store at the same moment may pass the first count, but one whose second count finds more
+   * than the bound revokes its token (listed as revoked; nobody was given its secret) and is
+   * refused alike, so two racing at the bound may both be refused, never both kept. Only, for a
+   * moment, may the next creation after one whose insert outlived `storeTimeoutMs` pass it (that
+   * token is revoked as soon as its insert lands: its caller got 503).
    * A positive integer; default 1,000.
    */
   maxActiveTokensPerUser?: number | undefined
@@ -270,7 +273,8 @@ export interface TokenServiceOptions {
   onError?: ((error: unknown, context: string) => void) | undefined
   /**
    * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,
-   * revoke, `revokeAllForUser`: one to three token-store calls each; a creation may first wait as
+   * revoke, `revokeAllForUser`: one to three token-store calls each, a creation a fourth to revoke
+   * its token when its second count finds too many; a creation may first wait as
    * long for an earlier creation of the same user on this instance) and for a `last_used_at`
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
@@ -1125,8 +1129,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (auth === undefined || !auth.ok) {
       // A hash seen live that no longer is (its secret rotated away, or the token revoked or
       // expired, for good): no longer known, so its next lookup is charged to its client, and
-      // its refusal held like any other rather than looked up on every presentation. (Hashes
-      // under a previous pepper are never in `wellFormed`.)
+      // its refusal held like any other rather than looked up on every presentation. (A hash
+      // under a previous pepper in `wellFormed` is held under that hash, which `authenticate`
+      // does not read: its next presentation is looked up, charged, and held under `pepper`'s.)
       if (known && forget(tokenHash) && asked === invalidationCount) refusedHashes.set(tokenHash, auth ?? UNKNOWN)
       return auth
     }
@@ -1158,10 +1163,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * A well-formed token not found under `pepper`, looked up under `previousPeppers[i]` and the
    * ones after it. Found, it is judged as stored; nothing is written.
    */
-  function underPreviousPepper(token: string, i: number, older: readonly string[] | undefined): MaybePromise<TokenAuthResult> {
+  function underPreviousPepper(token: string, i: number, known: boolean, older: readonly string[] | undefined): MaybePromise<TokenAuthResult> {
     if (i === previousPeppers.length) return UNKNOWN
-    const judged = lookup(older?.[i] ?? hashApiToken(token, previousPeppers[i] ?? undefined), true)
-    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, i + 1, older)
+    const judged = lookup(older?.[i] ?? hashApiToken(token, previousPeppers[i] ?? undefined), known)
+    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, i + 1, known, older)
     return judged instanceof Promise ? judged.then(next) : next(judged)
   }
 
@@ -1177,7 +1182,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const cached = cachedUnderPreviousPepper(token, older)
     if (cached !== undefined) return judge(cached)
     const judged = lookup(tokenHash, known)
-    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, 0, older)
+    const next = (found: TokenAuthResult | undefined) => found ?? underPreviousPepper(token, 0, known, older)
     return judged instanceof Promise ? judged.then(next) : next(judged)
   }
 
@@ -1250,25 +1255,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     servers: string[],
     createdAt: number,
   ): Promise<{ record: ApiTokenRecord; token: string }> {
-    const at = now()
-    let active = 0
-    if (typeof store.countActiveByUser === 'function') {
-      let counted: unknown = await storeCall(() => store.countActiveByUser!(data.userId, at))
-      // A driver's count as it comes (node-postgres' `count(*)` is a string, a `bigint` elsewhere).
-      if (typeof counted === 'bigint' || (typeof counted === 'string' && /^\d{1,15}$/.test(counted))) counted = Number(counted)
-      // Anything else (a row, `undefined`) would turn the cap off.
-      if (!Number.isSafeInteger(counted) || (counted as number) < 0) {
-        const said = typeof counted === 'object' ? (counted === null ? 'null' : 'an object') : typeof counted === 'string' ? 'a string' : String(counted)
-        throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store's countActiveByUser answered ${said}, not a count`) })
-      }
-      active = counted as number
-    } else {
-      const owned = await storeCall(() => store.listByUser(data.userId))
-      for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
-    }
-    if (active >= maxActiveTokens) {
-      throw new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
-    }
+    const tooMany = () => new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
+    if ((await countActive(data.userId)) >= maxActiveTokens) throw tooMany()
     const secret = await newSecret()
     const record: ApiTokenRecord = {
       id: randomUUID(),
@@ -1292,7 +1280,43 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     // A password reset of the owner that ran while this token was being made revokes it
     // (the store keeps the reset): the caller is told, rather than handed a dead secret.
     if (stored && stored.revokedAt !== null) throw new TokenInactiveError('revoked')
+    // Counted again once stored: creations on other instances sharing the store may have passed
+    // the first count at the same moment. Each counts after its own insert has committed, so of
+    // any two the later to count sees the other's token, and at most `maxActiveTokens` stay
+    // active: one past them is revoked (nobody holds its secret) and refused as the first count
+    // would have refused it. Two that race at the bound may both be.
+    let after: number
+    try {
+      after = await countActive(data.userId)
+    } catch (error) {
+      await revokeUnheld().catch((e: unknown) => onError(e, 'token store'))
+      throw error
+    }
+    if (after > maxActiveTokens) {
+      await revokeUnheld().catch((e: unknown) => onError(e, 'token store'))
+      throw tooMany()
+    }
     return { record, token: secret.token }
+  }
+
+  /** How many tokens of `userId` are active now, as the store counts them (one store call). */
+  async function countActive(userId: string): Promise<number> {
+    const at = now()
+    if (typeof store.countActiveByUser !== 'function') {
+      let active = 0
+      const owned = await storeCall(() => store.listByUser(userId))
+      for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
+      return active
+    }
+    let counted: unknown = await storeCall(() => store.countActiveByUser!(userId, at))
+    // A driver's count as it comes (node-postgres' `count(*)` is a string, a `bigint` elsewhere).
+    if (typeof counted === 'bigint' || (typeof counted === 'string' && /^\d{1,15}$/.test(counted))) counted = Number(counted)
+    // Anything else (a row, `undefined`) would turn the cap off.
+    if (!Number.isSafeInteger(counted) || (counted as number) < 0) {
+      const said = typeof counted === 'object' ? (counted === null ? 'null' : 'an object') : typeof counted === 'string' ? 'a string' : String(counted)
+      throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store's countActiveByUser answered ${said}, not a count`) })
+    }
+    return counted as number
   }
 
   const service: TokenService = {
@@ -1454,6 +1478,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         // Lost a race with another rotation or a revocation: the presented secret is gone.
         if (!rotated) throw new UnauthorizedError()
         await invalidate(record.tokenHash)
+        // Its write landed once the token had expired: no dead secret is handed out (the
+        // token itself is refused as any expired token is).
+        if (statusOf(rotated) === 'expired') throw new UnauthorizedError()
         return secretView(rotated, secret.token)
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
@@ -1476,6 +1503,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         })
         if (rotated) {
           await invalidate(current.tokenHash)
+          // Its write landed once the token had expired (spec 3: only an active token is
+          // rotated): the owner is told, rather than handed a dead secret.
+          if (statusOf(rotated) === 'expired') throw new TokenInactiveError('expired')
           return secretView(rotated, secret.token)
         }
         // Lost to a revocation (or an expiry), which a read shows, or to another rotation.
@@ -1562,6 +1592,17 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // by now, and a store that hangs on one query must not hold the token back once it answers.
       const sharing = charged.get(tokenHash)
       if (sharing !== undefined && monotonic() - sharing.since < storeTimeoutMs) return sharing.auth
+      // Its hashes under the previous peppers, made once: the lookups and a refusal's aliases use them.
+      const older = previousPeppers.length === 0 ? undefined : previousPeppers.map((previous) => hashApiToken(token, previous ?? undefined))
+      if (older !== undefined) {
+        // A token still stored under a previous pepper, cached or seen live here under the hash it
+        // is stored with, is known as a token stored under `pepper` is: served from the cache, or
+        // looked up without a charge to its client's budget, so made-up tokens from its address
+        // do not hold it up.
+        const cached = cachedUnderPreviousPepper(token, older)
+        if (cached !== undefined) return judge(cached)
+        if (older.some(isKnown)) return lookUnderEveryPepper(token, tokenHash, true, older)
+      }
       if (pendingLookups >= maxPendingLookups && lookupsEndWithRequest) {
         const at = monotonic()
         for (const lookup of lookupsSince) {
@@ -1578,8 +1619,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // A well-formed token not known to be stored: its lookups are charged to the client.
       const charge = unknownTokenBudget.charge(clientAddress)
       const asked = invalidationCount
-      // Its hashes under the previous peppers, made once: the lookups and a refusal's aliases use them.
-      const older = previousPeppers.length === 0 ? undefined : previousPeppers.map((previous) => hashApiToken(token, previous ?? undefined))
       let result: MaybePromise<TokenAuthResult>
       try {
         result = lookUnderEveryPepper(token, tokenHash, false, older)

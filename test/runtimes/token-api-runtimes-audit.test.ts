@@ -58,8 +58,17 @@ import { withTestHost } from ${JSON.stringify(join(HERE, 'app.ts'))}
 import { createAuditApp } from ${JSON.stringify(join(HERE, 'token-api-audit-app.ts'))}
 const plain = createAuditApp(lib, web, { lastUsedFlushMs: ${FLUSH_MS} })
 const waiting = createAuditApp(lib, web, { lastUsedFlushMs: ${FLUSH_MS}, waitUntil })
+// A dashboard whose session is read from what Cloudflare tells of the request (as one read from
+// request.cf.tlsClientAuth behind mTLS), under /cf/api/tokens on any host, its Request untouched.
+const byCf = lib.createTokenApi({
+  tokens: lib.createTokenService({ store: lib.createMemoryTokenStore(), apps: lib.createMemoryAppStore([]), subscriptions: lib.createMemorySubscriptionStore([]) }),
+  basePath: '/cf/api/tokens',
+  authenticateSession: (request) => (request.cf?.clientIp ? { userId: 'alice' } : null),
+  verifyCsrf: false,
+})
 export default {
-  fetch(request) {
+  async fetch(request) {
+    if (new URL(request.url).pathname.startsWith('/cf/')) return (await byCf(request)) ?? new Response(null, { status: 404 })
     const chosen = request.headers.get('x-test-variant') === 'wait-until' ? waiting : plain
     return chosen.serve(withTestHost(request), request.headers.get('cf-connecting-ip') ?? undefined)
   },
@@ -540,6 +549,15 @@ describe.each(Object.keys(RUNTIMES) as Runtime[])('the token API and the metadat
     }
     expect(await errors()).toEqual([])
   })
+
+  if (runtime === 'workerd') {
+    test('answers a HEAD as its GET to hooks that read request.cf (regression: the HEAD\'s Request, rebuilt from its URL and headers, had no cf: 401 where GET is 200)', async () => {
+      const get = await exchange(port, request('GET', '/cf/api/tokens', 'dash.localhost'))
+      const head = await exchange(port, request('HEAD', '/cf/api/tokens', 'dash.localhost'), { head: true })
+      expect([get.status, get.body]).toEqual([200, '{"tokens":[]}'])
+      expect([head.status, head.headers['content-length']]).toEqual([200, String(Buffer.byteLength(get.body))])
+    })
+  }
 
   if (runtime === 'workerd') {
     test('writes last_used_at with waitUntil though a rotation, a revocation or an edit follows the uses at once', async () => {
