@@ -103,11 +103,23 @@ function send(
   })
 }
 
+/** `n` requests sent at once, alternately to the instances on ports `a` and `b` (the first to `b`). */
+function alternately(n: number, a: number, b: number, options: Parameters<typeof send>[1]): Array<Promise<Answer>> {
+  return Array.from({ length: n }, (_, i) => send(i % 2 ? a : b, options))
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
 /** The `r` and `t` of a `RateLimit` field value (`"minute";r=12;t=31`). */
 function rateLimitField(value: string | string[] | undefined): { name: string; r: number; t: number } {
   const match = /^"([a-z]+)";r=(\d+);t=(\d+)$/.exec(String(value))
   if (!match) throw new Error(`RateLimit field ${String(value)} is not as the draft writes it`)
   return { name: match[1]!, r: Number(match[2]), t: Number(match[3]) }
+}
+
+/** Checks that `remaining`, the `r` of each served answer's `RateLimit`, is 0 to `limit - 1`, each once. */
+function expectEachRemainingOnce(remaining: number[], limit: number): void {
+  expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: limit }, (_, i) => i))
 }
 
 /** Checks a 429 of the App's own limit as spec section 7 and DESIGN.md step 5 write it; its `retryAfter`. */
@@ -264,6 +276,26 @@ function recording(store: RateLimitStore, onCount: InstanceOptions['onCount'], o
 
 const perMinute = (limit: number): RateLimitPolicy => Object.freeze({ limit, windowType: 'minute' })
 
+/** A key prefix on the shared Redis of the calling test's own: `mcp-dispatch-test:<name>:<random>:`. */
+const randomPrefix = (name: string) => `mcp-dispatch-test:${name}:${Math.random().toString(36).slice(2)}:`
+
+/** Deletes every key under `prefix`. */
+async function deleteKeys(client: Redis, prefix: string): Promise<void> {
+  const keys = await scanKeys(client, `${prefix}*`)
+  if (keys.length > 0) await client.del(...keys)
+}
+
+/** Two clients of the shared Redis and a prefix of the calling test's own; `cleanUp` deletes its keys and disconnects them. */
+function sharedRedis(name: string) {
+  const prefix = randomPrefix(name)
+  const clients = [new Redis(REDIS_URL, { maxRetriesPerRequest: 1 }), new Redis(REDIS_URL, { maxRetriesPerRequest: 1 })] as const
+  const cleanUp = async () => {
+    await deleteKeys(clients[0], prefix)
+    for (const c of clients) c.disconnect()
+  }
+  return { prefix, clients, cleanUp }
+}
+
 /** 2030-01-01T00:00:00Z, a minute's start. */
 const W = Date.UTC(2030, 0, 1)
 
@@ -275,29 +307,31 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
     clients.push(client)
     return client
   }
-  const newPrefix = () => {
-    const prefix = `mcp-dispatch-test:rlload:${Math.random().toString(36).slice(2)}:`
-    prefixes.push(prefix)
-    return prefix
-  }
   afterAll(async () => {
     const cleaner = connect()
-    for (const prefix of prefixes) {
-      const keys = await scanKeys(cleaner, `${prefix}*`)
-      if (keys.length > 0) await cleaner.del(...keys)
-    }
+    for (const prefix of prefixes) await deleteKeys(cleaner, prefix)
     for (const client of clients) client.disconnect()
   })
 
-  it('500 at once against 100 per minute across two instances: exactly 100 served, each remaining count once, 400 refused as section 7 writes it', async () => {
+  /**
+   * A platform and two instances of it counting on the shared Redis under a new prefix, `limit`
+   * a minute, the clock at `start`, with `options`; `adapters`: what serves each instance.
+   */
+  async function twoInstances(start: number, limit: number, options: Partial<InstanceOptions> = {}, adapters: ReadonlyArray<InstanceOptions['adapter']> = ['web', 'web']) {
     const p = await platform()
-    const prefix = newPrefix()
-    const time = clock(W + 20_250)
-    const policy = perMinute(100)
-    const a = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now })
-    const b = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now })
+    const prefix = randomPrefix('rlload')
+    prefixes.push(prefix)
+    const time = clock(start)
+    const policy = perMinute(limit)
+    const ports: number[] = []
+    for (const adapter of adapters) ports.push(await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now, adapter, ...options }))
+    return { p, time, policy, a: ports[0]!, b: ports[1]! }
+  }
+
+  it('500 at once against 100 per minute across two instances: exactly 100 served, each remaining count once, 400 refused as section 7 writes it', async () => {
+    const { p, policy, a, b } = await twoInstances(W + 20_250, 100)
     try {
-      const answers = await Promise.all(Array.from({ length: 500 }, (_, i) => send(i % 2 ? a : b, { token: p.tokens.t1 })))
+      const answers = await Promise.all(alternately(500, a, b, { token: p.tokens.t1 }))
       const served = answers.filter((x) => x.status === 200)
       const refused = answers.filter((x) => x.status !== 200)
       expect(served).toHaveLength(100)
@@ -309,7 +343,7 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
         expect(field.t).toBe(40)
         return field.r
       })
-      expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: 100 }, (_, i) => i))
+      expectEachRemainingOnce(remaining, 100)
       for (const x of refused) {
         expect(expectRefusal(x, policy, 60)).toBe(40)
         expect((JSON.parse(x.body) as { error: { data: { resetAt: number } } }).error.data.resetAt).toBe((W + 60_000) / 1000)
@@ -321,17 +355,12 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
   })
 
   it('the same burst on an Express instance and a Fastify instance: exactly 100 served, the 429s as section 7 writes them', async () => {
-    const p = await platform()
-    const prefix = newPrefix()
-    const time = clock(W + 20_250)
-    const policy = perMinute(100)
-    const a = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now, adapter: 'express' })
-    const b = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now, adapter: 'fastify' })
+    const { p, policy, a, b } = await twoInstances(W + 20_250, 100, {}, ['express', 'fastify'])
     try {
-      const answers = await Promise.all(Array.from({ length: 500 }, (_, i) => send(i % 2 ? a : b, { token: p.tokens.t1 })))
+      const answers = await Promise.all(alternately(500, a, b, { token: p.tokens.t1 }))
       const served = answers.filter((x) => x.status === 200)
       expect(served).toHaveLength(100)
-      expect(served.map((x) => rateLimitField(x.headers.ratelimit).r).sort((x, y) => x - y)).toEqual(Array.from({ length: 100 }, (_, i) => i))
+      expectEachRemainingOnce(served.map((x) => rateLimitField(x.headers.ratelimit).r), 100)
       for (const x of served) expect(x.headers['ratelimit-policy']).toBe('"minute";q=100;w=60')
       for (const x of answers.filter((x) => x.status !== 200)) expect(expectRefusal(x, policy, 60)).toBe(40)
       expect(p.errors).toEqual([])
@@ -340,11 +369,9 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
     }
   })
 
-  it('an event loop held past the store\'s deadline while the counts are on the socket: each request judged by its count, none served uncounted (regression: a deadline this process noticed late failed the call, and the request was served past the limit)', async () => {
-    const p = await platform()
-    const prefix = newPrefix()
-    const time = clock(W + 20_250)
-    const policy = perMinute(100)
+  // Retried: on a host so loaded that Redis itself answers more than 20 ms after the hold ends, a
+  // count rightly fails open (docs/stores.md); the regression failed every run.
+  it('an event loop held past the store\'s deadline while the counts are on the socket: each request judged by its count, none served uncounted (regression: a deadline this process noticed late failed the call, and the request was served past the limit)', { retry: 2 }, async () => {
     const hold = (ms: number) => {
       const until = performance.now() + ms
       while (performance.now() < until);
@@ -361,10 +388,9 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
         held++
       }
     }
-    const a = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 100, onSent })
-    const b = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 100, onSent })
+    const { p, a, b } = await twoInstances(W + 20_250, 100, { rateLimitTimeoutMs: 100, onSent })
     try {
-      const answers = await Promise.all(Array.from({ length: 300 }, (_, i) => send(i % 2 ? a : b, { token: p.tokens.t1 })))
+      const answers = await Promise.all(alternately(300, a, b, { token: p.tokens.t1 }))
       expect(held).toBe(2)
       expect(answers.filter((x) => x.status === 200)).toHaveLength(100)
       expect(answers.filter((x) => x.status === 429)).toHaveLength(200)
@@ -375,12 +401,7 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
   })
 
   it('per App and user: two users, two Apps, two tokens and an OAuth token of one user, all at once; each (App, user) serves its limit exactly', async () => {
-    const p = await platform()
-    const prefix = newPrefix()
-    const time = clock(W + 59_000)
-    const policy = perMinute(30)
-    const a = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now })
-    const b = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now })
+    const { p, policy, a, b } = await twoInstances(W + 59_000, 30)
     try {
       const kinds = [
         { group: 'u1@weather', slug: 'weather', token: p.tokens.t1 },
@@ -402,7 +423,7 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
         else expect(expectRefusal(x, policy, 60)).toBe(1)
       })
       expect([...byGroup.keys()].sort()).toEqual(['u1@news', 'u1@weather', 'u2@weather'])
-      for (const remaining of byGroup.values()) expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: 30 }, (_, i) => i))
+      for (const remaining of byGroup.values()) expectEachRemainingOnce(remaining, 30)
       expect(p.errors).toEqual([])
     } finally {
       await p.close()
@@ -410,12 +431,7 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
   })
 
   it('across window boundaries, the clock moved while requests are in flight: each window serves its limit, no more, no fewer; Retry-After within 1 and the window', async () => {
-    const p = await platform()
-    const prefix = newPrefix()
-    const time = clock(W + 59_900)
-    const policy = perMinute(50)
-    const a = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now })
-    const b = await p.instance({ redis: connect(), prefix, policy: () => policy, now: time.now })
+    const { p, time, policy, a, b } = await twoInstances(W + 59_900, 50)
     try {
       // Three windows, 150 requests each started in the window; the clock moves on in the
       // middle of each burst, so requests of one window and the next are counted side by side.
@@ -424,10 +440,10 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
       for (let k = 0; k < 3; k++) {
         const windowEnd = W + (k + 1) * 60_000
         time.set(windowEnd - 100)
-        const burst = Array.from({ length: 150 }, (_, i) => send(i % 2 ? a : b, { token: p.tokens.t1 }))
+        const burst = alternately(150, a, b, { token: p.tokens.t1 })
         // Let about half of them be counted, then move into the next window.
-        await new Promise((resolve) => setTimeout(resolve, 15))
-        const late = Array.from({ length: 75 }, (_, i) => send(i % 2 ? a : b, { token: p.tokens.t1 }))
+        await sleep(15)
+        const late = alternately(75, a, b, { token: p.tokens.t1 })
         const answers = await Promise.all(burst)
         time.set(windowEnd + 100)
         const after = await Promise.all(late)
@@ -448,7 +464,7 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
       for (const [window, remaining] of served) {
         expect(remaining.length, `window ending ${new Date(window).toISOString()}`).toBeLessThanOrEqual(50)
         // A window that refused any request served its whole limit first.
-        if ((refusedIn.get(window) ?? 0) > 0) expect(remaining.sort((x, y) => x - y)).toEqual(Array.from({ length: 50 }, (_, i) => i))
+        if ((refusedIn.get(window) ?? 0) > 0) expectEachRemainingOnce(remaining, 50)
       }
       expect(p.errors).toEqual([])
     } finally {
@@ -476,7 +492,7 @@ function privateRedis() {
           return
         } catch (error) {
           if (tries > 100) throw error
-          await new Promise((resolve) => setTimeout(resolve, 50))
+          await sleep(50)
         }
       }
     },
@@ -492,6 +508,18 @@ function privateRedis() {
       rmSync(dir, { recursive: true, force: true })
     },
   }
+}
+
+/** A client of the private Redis: one retry, nothing resent after a reconnection, its errors (Redis killed) ignored. */
+function privateClient(): Redis {
+  const client = new Redis(PRIVATE_REDIS_PORT, '127.0.0.1', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
+  client.on('error', () => {})
+  return client
+}
+
+/** Waits until each of `clients` is connected (again). */
+async function untilReady(clients: readonly Redis[]): Promise<void> {
+  for (const c of clients) while (c.status !== 'ready') await sleep(20)
 }
 
 /** Sends requests from `concurrency` loops until `until()` is true; every answer with its time. */
@@ -514,7 +542,7 @@ const missing = redisServerMissing()
 describe.runIf(redisAvailable)('rate limit on Redis, real time (Date.now), second windows', () => {
   it('two instances under load for 3 s: in each window the counts are 1..n, once each, and exactly min(n, limit) are served', { timeout: 30_000 }, async () => {
     const p = await platform()
-    const prefix = `mcp-dispatch-test:rlload-rt:${Math.random().toString(36).slice(2)}:`
+    const { prefix, clients, cleanUp } = sharedRedis('rlload-rt')
     const policy: RateLimitPolicy = Object.freeze({ limit: 40, windowType: 'second' })
     const counts = new Map<number, number[]>()
     const onCount = (stamped: number, answer: number | { count: number; windowStart: number }) => {
@@ -522,7 +550,6 @@ describe.runIf(redisAvailable)('rate limit on Redis, real time (Date.now), secon
       if (!counts.has(window)) counts.set(window, [])
       counts.get(window)!.push(count)
     }
-    const clients = [new Redis(REDIS_URL, { maxRetriesPerRequest: 1 }), new Redis(REDIS_URL, { maxRetriesPerRequest: 1 })]
     const [a, b] = await Promise.all(clients.map((redis) => p.instance({ redis, prefix, policy: () => policy, onCount })))
     try {
       const end = performance.now() + 3_000
@@ -540,9 +567,7 @@ describe.runIf(redisAvailable)('rate limit on Redis, real time (Date.now), secon
       expect(p.errors).toEqual([])
     } finally {
       await p.close()
-      const left = await scanKeys(clients[0]!, `${prefix}*`)
-      if (left.length > 0) await clients[0]!.del(...left)
-      for (const c of clients) c.disconnect()
+      await cleanUp()
     }
   })
 })
@@ -552,35 +577,42 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
   beforeAll(() => redis.start())
   afterAll(() => redis.stop())
 
-  it('killed and started again mid-load: never a 500, served at once while down (fail open, reported), counting again once back, no queued count replayed', { timeout: 30_000 }, async () => {
+  /**
+   * A platform and an instance on each of two clients of this file's Redis, counting under
+   * `prefix` against a limit no test reaches, the clock at W + 20 s, the store's deadline 200 ms;
+   * `extra`: more options of the instance on `client`. `close` closes them all.
+   */
+  async function onPrivateRedis(prefix: string, extra: (client: Redis) => Partial<InstanceOptions> = () => ({})) {
     const p = await platform()
-    const prefix = 'rlload:'
     const time = clock(W + 20_000)
     const policy = perMinute(1_000_000)
-    const client = () => {
-      const c = new Redis(PRIVATE_REDIS_PORT, '127.0.0.1', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
-      c.on('error', () => {})
-      return c
+    const clients = [privateClient(), privateClient()] as const
+    const [a, b] = await Promise.all(clients.map((client) => p.instance({ redis: client, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200, ...extra(client) })))
+    const close = async () => {
+      await p.close()
+      for (const c of clients) c.disconnect()
     }
-    const clientA = client()
-    const clientB = client()
-    const a = await p.instance({ redis: clientA, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200 })
-    const b = await p.instance({ redis: clientB, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200 })
+    return { p, policy, clients, a: a!, b: b!, close }
+  }
+
+  it('killed and started again mid-load: never a 500, served at once while down (fail open, reported), counting again once back, no queued count replayed', { timeout: 30_000 }, async () => {
+    const prefix = 'rlload:'
+    const { p, policy, clients, a, b, close } = await onPrivateRedis(prefix)
     try {
       let phase: 'before' | 'down' | 'back' | 'done' = 'before'
       const running = Promise.all([a, b].map((port) => load(port, p.tokens.t1, 8, () => phase === 'done')))
-      await new Promise((resolve) => setTimeout(resolve, 700))
+      await sleep(700)
       await redis.kill()
       phase = 'down'
       const downAt = performance.now()
-      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      await sleep(1_500)
       await redis.start()
       const backAt = performance.now()
       // Both clients reconnect on their own.
-      for (const c of [clientA, clientB]) while (c.status !== 'ready') await new Promise((resolve) => setTimeout(resolve, 20))
+      await untilReady(clients)
       const readyAt = performance.now()
       phase = 'back'
-      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      await sleep(1_000)
       phase = 'done'
       const answers = (await running).flat()
       const statuses = new Set(answers.map((x) => x.status))
@@ -592,12 +624,14 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
         expect(x.ms).toBeLessThan(1_000)
       }
       // Counted again once both clients are ready: the counter in the new Redis holds exactly
-      // the answers counted since (nothing of the outage replayed into it).
-      const countedAfter = answers.filter((x) => x.at > backAt && x.headers.ratelimit !== undefined)
+      // the answers counted since the kill (nothing of the outage replayed into it). Counted in
+      // the new Redis is any answer with the header begun after the kill, one begun before it
+      // was back too (its count made once the probe had closed the breaker).
+      const countedAfter = answers.filter((x) => x.at > downAt && x.headers.ratelimit !== undefined)
       const afterReady = answers.filter((x) => x.at > readyAt + 100)
       expect(afterReady.length).toBeGreaterThan(20)
       for (const x of afterReady) expect(x.headers.ratelimit).toBeDefined()
-      const checker = client()
+      const checker = privateClient()
       const stored = await checker.hgetall(`${prefix}rl:${WEATHER.id}\u0000u1\u0000minute`)
       checker.disconnect()
       expect(Number(stored.c)).toBe(countedAfter.length)
@@ -607,32 +641,20 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
       expect(p.errors.length).toBeGreaterThan(0)
       expect(new Set(p.errors.map((e) => e.context))).toEqual(new Set(['rate-limit store failed; serving (failOpen)']))
       // No offline queue left behind.
-      for (const c of [clientA, clientB]) expect((c as unknown as { offlineQueue: { length: number } }).offlineQueue.length).toBe(0)
+      for (const c of clients) expect((c as unknown as { offlineQueue: { length: number } }).offlineQueue.length).toBe(0)
     } finally {
-      await p.close()
-      clientA.disconnect()
-      clientB.disconnect()
+      await close()
     }
   })
 
   it('failOpen: false, sessions on the same clients, killed and started again mid-load: 503 with Retry-After while down (never a 500), sessions and counts served again once back', { timeout: 30_000 }, async () => {
-    const p = await platform()
     const prefix = 'rlload-closed:'
-    const time = clock(W + 20_000)
-    const policy = perMinute(1_000_000)
-    const mk = () => {
-      const c = new Redis(PRIVATE_REDIS_PORT, '127.0.0.1', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
-      c.on('error', () => {})
-      return c
-    }
-    const clientA = mk()
-    const clientB = mk()
     const app = sessionHandler()
-    const [a, b] = await Promise.all(
-      [clientA, clientB].map((client) =>
-        p.instance({ redis: client, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200, failOpen: false, sessions: createRedisSessionStore({ client, prefix, timeoutMs: 200 }), handler: app.handler }),
-      ),
-    )
+    const { clients, a, b, close } = await onPrivateRedis(prefix, (client) => ({
+      failOpen: false,
+      sessions: createRedisSessionStore({ client, prefix, timeoutMs: 200 }),
+      handler: app.handler,
+    }))
     try {
       let phase: 'before' | 'down' | 'back' | 'done' = 'before'
       const answers: Array<{ phase: string; status: number; headers: http.IncomingHttpHeaders; ms: number }> = []
@@ -642,7 +664,7 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
         while (phase !== 'done') {
           const at = phase
           const started = performance.now()
-          const port = n % 2 ? a! : b!
+          const port = n % 2 ? a : b
           const answer = await send(port, { token: 'oauth-u1', ...(session && { headers: { 'mcp-session-id': session } }) })
           answers.push({ phase: at, status: answer.status, headers: answer.headers, ms: performance.now() - started })
           if (answer.status === 200 && session === undefined) session = answer.headers['mcp-session-id'] as string
@@ -650,16 +672,16 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
         }
       })
       const running = Promise.all(loops)
-      await new Promise((resolve) => setTimeout(resolve, 600))
+      await sleep(600)
       await redis.kill()
       phase = 'down'
-      await new Promise((resolve) => setTimeout(resolve, 1_200))
+      await sleep(1_200)
       await redis.start()
-      for (const c of [clientA, clientB]) while (c.status !== 'ready') await new Promise((resolve) => setTimeout(resolve, 20))
+      await untilReady(clients)
       // Whatever was sent before every client was ready again is still of the outage.
-      await new Promise((resolve) => setTimeout(resolve, 400))
+      await sleep(400)
       phase = 'back'
-      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      await sleep(1_000)
       phase = 'done'
       await running
       for (const x of answers) {
@@ -677,37 +699,24 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
       expect(back.filter((x) => x.status === 503)).toEqual([])
       for (const x of back.filter((x) => x.status === 200)) expect(x.headers.ratelimit).toBeDefined()
     } finally {
-      await p.close()
-      clientA.disconnect()
-      clientB.disconnect()
+      await close()
     }
   })
 
   it('hung on one instance\'s connection mid-load: that instance serves (fail open) after one deadline, the other counts on; once it answers, counting goes on from the shared counter', { timeout: 30_000 }, async () => {
-    const p = await platform()
     const prefix = 'rlload-hang:'
-    const time = clock(W + 20_000)
-    const policy = perMinute(1_000_000)
-    const mk = () => {
-      const c = new Redis(PRIVATE_REDIS_PORT, '127.0.0.1', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
-      c.on('error', () => {})
-      return c
-    }
-    const clientA = mk()
-    const clientB = mk()
-    const other = mk()
-    const a = await p.instance({ redis: clientA, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200 })
-    const b = await p.instance({ redis: clientB, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200 })
+    const { p, clients, a, b, close } = await onPrivateRedis(prefix)
+    const other = privateClient()
     try {
       let done = false
       const running = Promise.all([a, b].map((port) => load(port, p.tokens.t1, 8, () => done)))
-      await new Promise((resolve) => setTimeout(resolve, 500))
-      const held = holdConnection(clientA, other, `${prefix}hold`)
+      await sleep(500)
+      const held = holdConnection(clients[0], other, `${prefix}hold`)
       const heldAt = performance.now()
-      await new Promise((resolve) => setTimeout(resolve, 1_500))
+      await sleep(1_500)
       await held.release()
       const releasedAt = performance.now()
-      await new Promise((resolve) => setTimeout(resolve, 800))
+      await sleep(800)
       done = true
       const [onA, onB] = await running
       expect(new Set([...onA!, ...onB!].map((x) => x.status))).toEqual(new Set([200]))
@@ -722,8 +731,8 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
       for (const x of afterA) expect(x.headers.ratelimit).toBeDefined()
       expect(new Set(p.errors.map((e) => e.context))).toEqual(new Set(['rate-limit store failed; serving (failOpen)']))
     } finally {
-      await p.close()
-      for (const c of [clientA, clientB, other]) c.disconnect()
+      await close()
+      other.disconnect()
     }
   })
 })
@@ -755,46 +764,45 @@ function sessionHandler() {
 describe.runIf(redisAvailable)('session pins under concurrent initialize across instances', () => {
   it('Redis: 200 sessions opened at once on two instances, each pinned once, usable on the other instance, gone on DELETE, with an idle TTL', { timeout: 30_000 }, async () => {
     const p = await platform()
-    const prefix = `mcp-dispatch-test:rlload-s:${Math.random().toString(36).slice(2)}:`
-    const clients = [new Redis(REDIS_URL, { maxRetriesPerRequest: 1 }), new Redis(REDIS_URL, { maxRetriesPerRequest: 1 })]
+    const { prefix, clients, cleanUp } = sharedRedis('rlload-s')
     const app = sessionHandler()
+    // One session in three is u2's.
+    const user = (i: number) => (i % 3 ? 'oauth-u1' : 'oauth-u2')
     const [a, b] = await Promise.all(
       clients.map((client) => p.instance({ redis: client, prefix, policy: () => perMinute(100_000), sessions: createRedisSessionStore({ client, prefix }), handler: app.handler })),
     )
     try {
-      const opened = await Promise.all(Array.from({ length: 200 }, (_, i) => send(i % 2 ? a! : b!, { token: i % 3 ? 'oauth-u1' : 'oauth-u2' })))
+      const opened = await Promise.all(Array.from({ length: 200 }, (_, i) => send(i % 2 ? a! : b!, { token: user(i) })))
       const ids = opened.map((x) => {
         expect(x.status).toBe(200)
         return String(x.headers['mcp-session-id'])
       })
       expect(new Set(ids).size).toBe(200)
-      const keys = await scanKeys(clients[0]!, `${prefix}session:*`)
+      const keys = await scanKeys(clients[0], `${prefix}session:*`)
       expect(keys).toHaveLength(200)
       for (const key of keys.slice(0, 10)) {
-        const ttl = await clients[0]!.pttl(key)
+        const ttl = await clients[0].pttl(key)
         expect(ttl).toBeGreaterThan(3_500_000)
         expect(ttl).toBeLessThanOrEqual(3_600_000)
       }
       // Each session continues on the other instance; another user's token is 404.
-      const next = await Promise.all(ids.map((id, i) => send(i % 2 ? b! : a!, { token: i % 3 ? 'oauth-u1' : 'oauth-u2', headers: { 'mcp-session-id': id } })))
+      const next = await Promise.all(ids.map((id, i) => send(i % 2 ? b! : a!, { token: user(i), headers: { 'mcp-session-id': id } })))
       for (const x of next) expect(x.status).toBe(200)
       const stolen = await send(a!, { token: 'oauth-u2', headers: { 'mcp-session-id': ids[1]! } })
       expect(stolen.status).toBe(404)
       // Counted answers all carry the RateLimit fields: the 404 of step 6 too.
       for (const x of [...opened, ...next, stolen]) expect(x.headers['ratelimit-policy']).toBe('"minute";q=100000;w=60')
       // DELETE at once on both instances: every pin gone.
-      const deleted = await Promise.all(ids.map((id, i) => send(i % 2 ? a! : b!, { method: 'DELETE', token: i % 3 ? 'oauth-u1' : 'oauth-u2', headers: { 'mcp-session-id': id } })))
+      const deleted = await Promise.all(ids.map((id, i) => send(i % 2 ? a! : b!, { method: 'DELETE', token: user(i), headers: { 'mcp-session-id': id } })))
       for (const x of deleted) {
         expect(x.status).toBe(200)
         expect(x.headers.ratelimit).toMatch(/^"minute";r=\d+;t=\d+$/)
       }
-      expect(await scanKeys(clients[0]!, `${prefix}session:*`)).toEqual([])
+      expect(await scanKeys(clients[0], `${prefix}session:*`)).toEqual([])
       expect(p.errors).toEqual([])
     } finally {
       await p.close()
-      const left = await scanKeys(clients[0]!, `${prefix}*`)
-      if (left.length > 0) await clients[0]!.del(...left)
-      for (const c of clients) c.disconnect()
+      await cleanUp()
     }
   })
 })
@@ -831,6 +839,24 @@ describe('session cap of the memory store under concurrent initialize (one store
 
 describe('X-Forwarded-For and the per-address budget (unknownTokenBudget, 5 a minute)', () => {
   const madeUp = (n: number) => Array.from({ length: n }, () => generateApiToken())
+  /** `n` requests at once to `port` with made-up tokens, each naming a made-up address of its own in `X-Forwarded-For`. */
+  const spoofing = (port: number, n: number) =>
+    Promise.all(madeUp(n).map((token, i) => send(port, { token, headers: { 'x-forwarded-for': `198.51.100.${i}` } })))
+
+  /**
+   * Two clients behind a proxy at `port`, 8 requests each with made-up tokens, the second writing a
+   * made-up hop of its own before its address: each client its own budget (5 refused 401, then 429).
+   */
+  async function expectABudgetPerClient(port: number): Promise<void> {
+    const answers = await Promise.all(
+      madeUp(16).map((token, i) => send(port, { token, headers: { 'x-forwarded-for': i % 2 ? `203.0.113.${i}, 192.0.2.2` : '192.0.2.1' } })),
+    )
+    for (const parity of [0, 1]) {
+      const of = answers.filter((_, i) => i % 2 === parity)
+      expect(of.filter((x) => x.status === 401)).toHaveLength(5)
+      expect(of.filter((x) => x.status === 429)).toHaveLength(3)
+    }
+  }
 
   for (const adapter of ['express', 'fastify'] as const) {
     it(`${adapter}: not trusted without trustProxy; with trustProxy: 1, keyed on the hop the proxy appended`, async () => {
@@ -838,17 +864,10 @@ describe('X-Forwarded-For and the per-address budget (unknownTokenBudget, 5 a mi
       const open = await p.instance({ policy: () => undefined, adapter })
       const trusted = await p.instance({ policy: () => undefined, adapter, trustProxy: 1 })
       try {
-        const spoofed = await Promise.all(madeUp(12).map((token, i) => send(open, { token, headers: { 'x-forwarded-for': `198.51.100.${i}` } })))
+        const spoofed = await spoofing(open, 12)
         expect(spoofed.filter((x) => x.status === 401)).toHaveLength(5)
         expect(spoofed.filter((x) => x.status === 429)).toHaveLength(7)
-        const answers = await Promise.all(
-          madeUp(16).map((token, i) => send(trusted, { token, headers: { 'x-forwarded-for': i % 2 ? `203.0.113.${i}, 192.0.2.2` : '192.0.2.1' } })),
-        )
-        for (const parity of [0, 1]) {
-          const of = answers.filter((_, i) => i % 2 === parity)
-          expect(of.filter((x) => x.status === 401)).toHaveLength(5)
-          expect(of.filter((x) => x.status === 429)).toHaveLength(3)
-        }
+        await expectABudgetPerClient(trusted)
       } finally {
         await p.close()
       }
@@ -859,7 +878,7 @@ describe('X-Forwarded-For and the per-address budget (unknownTokenBudget, 5 a mi
     const p = await platform()
     const a = await p.instance({ policy: () => undefined })
     try {
-      const answers = await Promise.all(madeUp(20).map((token, i) => send(a, { token, headers: { 'x-forwarded-for': `198.51.100.${i}` } })))
+      const answers = await spoofing(a, 20)
       expect(answers.filter((x) => x.status === 401)).toHaveLength(5)
       const refused = answers.filter((x) => x.status === 429)
       expect(refused).toHaveLength(15)
@@ -877,15 +896,7 @@ describe('X-Forwarded-For and the per-address budget (unknownTokenBudget, 5 a mi
     const p = await platform()
     const a = await p.instance({ policy: () => undefined, trustProxy: ['127.0.0.1'] })
     try {
-      // Two clients behind the proxy, 8 each; the second one writes a made-up hop of its own before its address.
-      const answers = await Promise.all(
-        madeUp(16).map((token, i) => send(a, { token, headers: { 'x-forwarded-for': i % 2 ? `203.0.113.${i}, 192.0.2.2` : '192.0.2.1' } })),
-      )
-      const of = (parity: number) => answers.filter((_, i) => i % 2 === parity)
-      for (const parity of [0, 1]) {
-        expect(of(parity).filter((x) => x.status === 401)).toHaveLength(5)
-        expect(of(parity).filter((x) => x.status === 429)).toHaveLength(3)
-      }
+      await expectABudgetPerClient(a)
     } finally {
       await p.close()
     }

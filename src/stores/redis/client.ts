@@ -215,7 +215,9 @@ interface StallBreaker {
 
 /**
  * How late past its deadline a call's timer may fire and still count as noticed on time (the
- * event loop was free): later, this process was busy, and an answer may be waiting unread.
+ * event loop was free): later, this process was busy, and an answer may be waiting unread (or
+ * the command, held back by the client until the next turn, has only just gone out): the call
+ * then waits up to this long more for its answer.
  */
 const NOTICED_LATE_MS = 20
 
@@ -377,8 +379,10 @@ function withoutArguments(error: unknown): void {
  *   only its own call. (When nothing at all answered within a whole deadline, a slow Redis
  *   looks hung: the breaker opens until the first late answer closes it.) When this process noticed the
  *   deadline late (its event loop was held, more than 20 ms past it), answers may be waiting
- *   unread: it is judged once what was waiting has been read, and the call takes its answer
- *   if it was there (a stall of this process is no stall of Redis, nor a failed call).
+ *   unread, or its command may have gone out only after the hold (a client that writes on the
+ *   next turn: node-redis, ioredis' `enableAutoPipelining`): the call waits up to 20 ms more for
+ *   its answer (no longer than the answer takes), takes it if it came, and is judged then (a
+ *   stall of this process is no stall of Redis, nor a failed call).
  * - While open, calls reject at once and are not sent, once Redis has been silent (since the
  *   call that opened it was sent) for as long as their store's `timeoutMs`: the dispatcher
  *   applies its failure policy at once (the rate limit fails open, sessions 503, the OAuth
@@ -534,30 +538,44 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
     const sentAt = performance.now()
     const settle = () => void (settled = true)
     pending.then(settle, settle)
-    const failed = (error: unknown): never => {
-      if (probe && breaker.stalled) {
-        breaker.probeAt = performance.now() + timeoutMs
-        // A master that stalls may have been replaced (see above).
-        if (breaker !== whole) rereadSlots(client)
-      }
-      throw error
-    }
-    const gaveUp = (error: unknown): never => {
-      if (!breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
-      return failed(error)
-    }
     return withTimeout(pending, timeoutMs, what).catch((error: unknown) => {
+      // Made only here, so an answer in time costs nothing more.
+      const failed = (reason: unknown): never => {
+        if (probe && breaker.stalled) {
+          breaker.probeAt = performance.now() + timeoutMs
+          // A master that stalls may have been replaced (see above).
+          if (breaker !== whole) rereadSlots(client)
+        }
+        throw reason
+      }
+      const gaveUp = (reason: unknown): never => {
+        if (!breaker.stalled && breaker.answers === seen) open(breaker, sentAt)
+        return failed(reason)
+      }
       if (settled) return failed(error)
       // Past the deadline: a probe's PING answered from now on sends nothing more.
       expired = true
       // On time: Redis has not answered within it.
       if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) return gaveUp(error)
       // A deadline noticed late means this process was busy (its event loop held): the
-      // answer may be waiting, unread, on the socket. Judged once what was waiting has been
-      // read (setImmediate runs after that): an answer there is the call's, so a stall of this
-      // process is neither a stall of Redis nor a failed call (a rate-limit count that Redis
-      // made, failed here, served its request past the limit, fail open).
-      return new Promise<void>((resolve) => setImmediate(resolve)).then(() => (settled ? pending.catch(failed) : gaveUp(error)))
+      // answer may be waiting, unread, on the socket, or the command itself may have gone out
+      // only once the hold was over (node-redis, and ioredis with `enableAutoPipelining`, write
+      // in a `setImmediate`: a process held right after the call held its command back, and
+      // its answer comes a round trip after this). So the call waits up to NOTICED_LATE_MS
+      // more (the slack a deadline noticed on time has), no longer than its answer takes: an
+      // answer by then is the call's, so a stall of this process is neither a stall of Redis
+      // nor a failed call (a rate-limit count that Redis made, failed here, served its request
+      // past the limit, fail open). One turn of the event loop was not enough for a command
+      // held back: it was judged before Redis could answer it.
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(resolve, NOTICED_LATE_MS)
+        ;(timer as { unref?: () => void }).unref?.()
+        const answered = () => {
+          clearTimeout(timer)
+          resolve()
+        }
+        pending.then(answered, answered)
+      }).then(() => (settled ? pending.catch(failed) : gaveUp(error)))
     })
   }
   const open = (breaker: StallBreaker, silentSince: number) => {
