@@ -190,3 +190,22 @@ function lastLabel(host: string, i: number): boolean {
 function trustProxyError(error: unknown): ConfigurationError {
   return new ConfigurationError('trustProxy', (error as Error).message.replace(/^trustProxy:? /, ''))
 }
+
+/**
+ * @internal The `ConfigurationError` of a framework mount (Express's `req.baseUrl`, a Fastify
+ * context's prefix) that the dispatcher's `basePath`, matched against the full path, names only
+ * the inner part of (`''` under `/mcp`, `/mcp` under `/api` + `/mcp`): every request there
+ * would be a silent 404. `undefined` for any other pair: a mount the `basePath` lies under, or
+ * equals (in any case: Express routes case-insensitively), and one that only differs from it
+ * (a parameter's value, `/t/other` beside `basePath` `/t/acme`), whose 404 is the client's.
+ */
+export function mountMissed(basePath: string, mount: string, where: string): ConfigurationError | undefined {
+  if (mount.length <= basePath.length || mount === '/') return undefined
+  const m = mount.toLowerCase()
+  const b = basePath.toLowerCase()
+  if (!m.endsWith(b) || (b !== '' && m.startsWith(`${b}/`))) return undefined
+  return new ConfigurationError(
+    'basePath',
+    `is ${JSON.stringify(basePath)}, and the dispatcher matches the full path: under the ${where} ${JSON.stringify(mount)} give the dispatcher basePath: ${JSON.stringify(mount)} (docs/adapters.md)`,
+  )
+}

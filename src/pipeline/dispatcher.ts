@@ -244,7 +244,10 @@ export interface DispatcherOptions {
    * failed`).
    */
   baseUrl?: ((request: DispatchRequest, app: AppRecord) => string) | undefined
-  /** Path the MCP endpoint is mounted under (default `''`); versions follow it. */
+  /**
+   * Path the MCP endpoint is mounted under (default `''`); versions follow it. Matched as sent
+   * (no percent-decoding), so written as requests carry it: `/caf%C3%A9`, not `/café`.
+   */
   basePath?: string | undefined
   /**
    * Session pins; default in memory (`createMemorySessionStore`, its idle TTL on the monotonic
@@ -489,7 +492,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/`, an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
@@ -539,6 +542,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const storeTimeoutMs = timerOption('storeTimeoutMs', options.storeTimeoutMs ?? 5_000)
   const basePath = withoutTrailingSlashes(options.basePath ?? '')
   if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
+  // Matched as sent with each request's path, and the App address is made from it: a path no
+  // request's can be (`/my mcp`, `/café`, `/a/../mcp`, `/mcp?v=1`) would 404 every request,
+  // silently, and name an address with a space, query or fragment. Refused as the token API's is.
+  const parsedBasePath = basePath === '' ? '' : new URL(`http://base-path.invalid${basePath}`).pathname
+  if (parsedBasePath !== basePath) {
+    throw new ConfigurationError(
+      'basePath',
+      `must be a URL path as requests carry it: percent-encoded, with no dot segment, backslash, query or fragment (${JSON.stringify(options.basePath)} is read as ${JSON.stringify(parsedBasePath)})`,
+    )
+  }
   const rateLimit = options.rateLimit
   if (rateLimit && typeof rateLimit.policy !== 'function') {
     throw new ConfigurationError('rateLimit.policy', 'must be a function')

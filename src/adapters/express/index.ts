@@ -51,7 +51,7 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { continueIfExpected, cutResponse } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, mountMissed, setupAdapter, setupTokenApi } from '../shared.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { isForeignThenable } from '../../core/thenable.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
@@ -194,12 +194,25 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     next()
   }
 
+  // The last mount path (`req.baseUrl`) found right for the basePath: checked once per mount.
+  let mountSeen = ''
   return function mcpDispatchMiddleware(req, res, next) {
     // A client gone before this ran (after a slow middleware) is owed nothing, and a socket
     // closed has no address: deciding would validate its token with no client budget.
     if (req.socket?.destroyed) return
     let decision: ReturnType<typeof dispatcher.decide>
     try {
+      // Mounted (`app.use('/mcp', …)`) with a basePath that misses the mount: every request
+      // would be a silent 404. Said to `next`, as serveTokenApi says its own.
+      const mount = req.baseUrl
+      if (mount && mount !== mountSeen) {
+        const missed = mountMissed(dispatcher.basePath, mount, 'Express mount path')
+        if (missed) {
+          next(missed)
+          return
+        }
+        mountSeen = mount
+      }
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
       // by default it is the socket's scheme.
       const request = toDispatchRequest(req, req.originalUrl ?? req.url, expressProtocol(req), trust)

@@ -62,7 +62,7 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { continueIfExpected, cutResponse, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, setupAdapter, setupTokenApi } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, mountMissed, setupAdapter, setupTokenApi } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare module 'fastify' {
@@ -226,6 +226,9 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
     // `''` and `'/'` (what a parent's options pass along, fastify-autoload's) change nothing.
     const prefix = registered?.prefix
     if (prefix !== undefined && prefix !== '' && prefix !== '/') throw prefixRefused()
+    // In a context whose prefix the basePath misses (every request there a silent 404).
+    const missed = typeof fastify.prefix === 'string' ? mountMissed(dispatcher.basePath, fastify.prefix, 'Fastify prefix') : undefined
+    if (missed) throw missed
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
     if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
     // A callback hook, not an async one: with synchronous stores the decision is made and

@@ -1,0 +1,710 @@
+/**
+ * Audit: the dispatch layer mounted below the host's root, as platforms mount it (Express
+ * `app.use('/mcp', …)` and nested routers, Fastify contexts with a `prefix` and nested
+ * prefixes, Hono `app.route` and `basePath`, the Web adapter behind a `basePath`). For each:
+ * the version path is read after the mount, the handler sees the full path, paths outside the
+ * mount are not the App's, and the metadata document, its `resource`, the 401's
+ * `resource_metadata` and what the MCP SDK client discovers agree; an SDK client session with
+ * an `svc_` token works through the mount. Real sockets on 127.0.0.1, ports 18750-18799.
+ */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import {
+  discoverOAuthProtectedResourceMetadata,
+  extractWWWAuthenticateParams,
+  selectResourceURL,
+} from '@modelcontextprotocol/sdk/client/auth.js'
+import { serve } from '@hono/node-server'
+import express from 'express'
+import Fastify, { type FastifyInstance } from 'fastify'
+import { Hono } from 'hono'
+import { type DispatcherOptions, createDispatcher, createOAuthValidator, createTokenApi, type TokenService } from 'mcp-dispatch'
+import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch, serveTokenApi as expressTokenApi } from 'mcp-dispatch/express'
+import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch, serveTokenApi as fastifyTokenApi } from 'mcp-dispatch/fastify'
+import { type WebMcpHandler, mcpDispatch as webDispatch, routeByVersion as webRoute } from 'mcp-dispatch/web'
+import { afterAll, describe, expect, it } from 'vitest'
+import { HOST, createFixture, rawRequest } from './helpers.js'
+import { buildScenarioServer, createWebMcpHandler, readVersion } from './mcp.js'
+import { localhostFetch } from '../helpers/platform.js'
+import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
+import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
+import { TestOAuthClient, connectWithOAuth, recordingFetch } from '../oauth/helpers/oauth-client.js'
+
+const METADATA = '/.well-known/oauth-protected-resource'
+let nextPort = 18750
+const closers: Array<() => Promise<void>> = []
+afterAll(async () => {
+  for (const close of closers.splice(0)) await close()
+})
+
+/** The next port of this file's range (18750-18799). */
+function takePort(): number {
+  if (nextPort > 18799) throw new Error('out of the port range 18750-18799')
+  return nextPort++
+}
+
+function listenOn(server: http.Server): Promise<number> {
+  const port = takePort()
+  return new Promise((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port))
+  })
+}
+
+function closeServer(server: http.Server): Promise<void> {
+  server.closeAllConnections()
+  return new Promise((resolve) => server.close(() => resolve()))
+}
+
+/** What the App handler saw: the path of its `Request`. */
+interface Served {
+  port: number
+  seen: string[]
+}
+
+/** An App handler (SDK web-standard sessions, per version) that records the path it was handed. */
+function appHandler(seen: string[]): WebMcpHandler {
+  return webRoute((app, version) => {
+    const sessions = createWebMcpHandler(() => buildScenarioServer(app.slug, version))
+    closers.push(() => sessions.close())
+    return (request) => {
+      seen.push(new URL(request.url).pathname)
+      return sessions.handle(request)
+    }
+  })
+}
+
+type Mount = { name: string; mount: string; start(make?: (basePath: string) => DispatcherOptions): Promise<Served> }
+
+const fixture = createFixture()
+const withBase = (basePath: string) => ({ ...fixture.dispatcherOptions, basePath })
+
+const MOUNTS: Mount[] = [
+  {
+    name: "Express app.use('/mcp', …)",
+    mount: '/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const app = express()
+      app.disable('x-powered-by')
+      app.get('/health', (_req, res) => void res.json({ ok: true }))
+      app.use('/mcp', expressDispatch({ dispatcher: make('/mcp') }), expressFromWeb(appHandler(seen)))
+      const server = http.createServer(app)
+      closers.push(() => closeServer(server))
+      return { port: await listenOn(server), seen }
+    },
+  },
+  {
+    name: "Express nested routers (app.use('/api', r1); r1.use('/mcp', …))",
+    mount: '/api/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const app = express()
+      app.disable('x-powered-by')
+      const outer = express.Router()
+      const inner = express.Router()
+      inner.use(expressDispatch({ dispatcher: make('/api/mcp') }), expressFromWeb(appHandler(seen)))
+      outer.use('/mcp', inner)
+      app.use('/api', outer)
+      const server = http.createServer(app)
+      closers.push(() => closeServer(server))
+      return { port: await listenOn(server), seen }
+    },
+  },
+  {
+    name: "Fastify register(…, { prefix: '/mcp' })",
+    mount: '/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const app = Fastify({ forceCloseConnections: true }) as unknown as FastifyInstance
+      app.removeAllContentTypeParsers()
+      app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+      app.get('/health', async () => ({ ok: true }))
+      await app.register(
+        async (mcp) => {
+          await mcp.register(fastifyDispatch({ dispatcher: make('/mcp') }))
+          const h = fastifyFromWeb(appHandler(seen))
+          mcp.all('/', h)
+          mcp.all('/*', h)
+        },
+        { prefix: '/mcp' },
+      )
+      const port = takePort()
+      await app.listen({ port, host: '127.0.0.1' })
+      closers.push(() => app.close())
+      return { port, seen }
+    },
+  },
+  {
+    name: "Fastify nested prefixes ('/api' then '/mcp')",
+    mount: '/api/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const app = Fastify({ forceCloseConnections: true }) as unknown as FastifyInstance
+      app.removeAllContentTypeParsers()
+      app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+      await app.register(
+        async (api) => {
+          await api.register(
+            async (mcp) => {
+              await mcp.register(fastifyDispatch({ dispatcher: make('/api/mcp') }))
+              const h = fastifyFromWeb(appHandler(seen))
+              mcp.all('/', h)
+              mcp.all('/*', h)
+            },
+            { prefix: '/mcp' },
+          )
+        },
+        { prefix: '/api' },
+      )
+      const port = takePort()
+      await app.listen({ port, host: '127.0.0.1' })
+      closers.push(() => app.close())
+      return { port, seen }
+    },
+  },
+  {
+    name: "Hono app.route('/mcp', sub)",
+    mount: '/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const handle = webDispatch({ dispatcher: make('/mcp'), handler: appHandler(seen) })
+      const sub = new Hono()
+      sub.all('/*', (c) => handle(c.req.raw))
+      const app = new Hono()
+      app.get('/health', (c) => c.json({ ok: true }))
+      app.route('/mcp', sub)
+      return { port: await serveHono(app.fetch), seen }
+    },
+  },
+  {
+    name: "Hono basePath('/mcp')",
+    mount: '/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const handle = webDispatch({ dispatcher: make('/mcp'), handler: appHandler(seen) })
+      const app = new Hono().basePath('/mcp')
+      app.all('/*', (c) => handle(c.req.raw))
+      return { port: await serveHono(app.fetch), seen }
+    },
+  },
+  {
+    name: "Web adapter, basePath '/mcp' (a fetch handler that serves the whole host)",
+    mount: '/mcp',
+    async start(make = withBase) {
+      const seen: string[] = []
+      const handle = webDispatch({ dispatcher: make('/mcp'), handler: appHandler(seen) })
+      return { port: await serveHono((request) => handle(request)), seen }
+    },
+  },
+]
+
+async function serveHono(fetch: (request: Request) => Response | Promise<Response>): Promise<number> {
+  const port = takePort()
+  const server = await new Promise<http.Server>((resolve) => {
+    const s = serve({ fetch, port, hostname: '127.0.0.1' }, () => resolve(s as unknown as http.Server)) as unknown as http.Server
+  })
+  closers.push(() => closeServer(server))
+  return port
+}
+
+const alice = () => ({ authorization: `Bearer ${fixture.tokens.alice}` })
+const TOOLS = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
+const post = (path: string, headers: Record<string, string> = {}) => ({
+  method: 'POST',
+  path,
+  headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers },
+  body: TOOLS,
+})
+
+describe.each(MOUNTS)('$name', ({ mount, start }) => {
+  let served: Served
+  const origin = () => `http://${HOST}:${served.port}`
+
+  it('serves an SDK client session with an svc_ token, the version read after the mount; the handler sees the full path', async () => {
+    served = await start()
+    for (const [path, version] of [
+      ['', '2.0.0'],
+      ['/', '2.0.0'],
+      ['/v1', '1.0.0'],
+      ['/v1.0', '1.0.0'],
+      ['/v1.0.0', '1.0.0'],
+      ['/v2/', '2.0.0'],
+    ] as const) {
+      served.seen.length = 0
+      const result = await readVersion(`${origin()}${mount}${path}`, { fetch: localhostFetch, headers: alice() })
+      expect(JSON.stringify(result), `${mount}${path}`).toContain(`"text":"${version}"`)
+      expect(new Set(served.seen), `${mount}${path}`).toEqual(new Set([`${mount}${path}`]))
+    }
+  })
+
+  it('the metadata under the mount, its resource, the 401 resource_metadata and the SDK discovery agree', async () => {
+    const resource = `${origin()}${mount}`
+    const doc = await localhostFetch(`${resource}${METADATA}`)
+    expect(doc.status).toBe(200)
+    expect((await doc.json()).resource).toBe(resource)
+    for (const path of ['', '/', '/v1', '/v1.0', '/v2.0.0']) {
+      const serverUrl = new URL(`${resource}${path}`)
+      const refused = await localhostFetch(serverUrl, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS })
+      expect(refused.status).toBe(401)
+      const { resourceMetadataUrl } = extractWWWAuthenticateParams(refused)
+      expect(resourceMetadataUrl?.href).toBe(`${resource}${METADATA}`)
+      // The SDK's discovery, from the 401's link, and its check that the URL it calls lies
+      // under the document's resource (selectResourceURL throws otherwise).
+      const metadata = await discoverOAuthProtectedResourceMetadata(serverUrl, { resourceMetadataUrl }, localhostFetch)
+      expect(metadata.resource).toBe(resource)
+      expect((await selectResourceURL(serverUrl, {} as never, metadata))?.href).toBe(new URL(resource).href)
+    }
+  })
+
+  it('a browser client: the preflights of the metadata (the SDK sends MCP-Protocol-Version) and of a version path, then the GET', async () => {
+    const preflight = (path: string, method: string, headers: string) =>
+      rawRequest(served.port, {
+        method: 'OPTIONS',
+        path,
+        headers: { origin: 'https://allowed.example', 'access-control-request-method': method, 'access-control-request-headers': headers },
+      })
+    const meta = await preflight(`${mount}${METADATA}`, 'GET', 'mcp-protocol-version')
+    expect(meta.status, JSON.stringify(meta)).toBeLessThan(300)
+    expect(meta.headers['access-control-allow-origin']).toBeDefined()
+    const rpc = await preflight(`${mount}/v1`, 'POST', 'authorization, content-type, mcp-protocol-version')
+    expect(rpc.status, JSON.stringify(rpc)).toBeLessThan(300)
+    expect(rpc.headers['access-control-allow-origin']).toBe('https://allowed.example')
+    const doc = await rawRequest(served.port, { method: 'GET', path: `${mount}${METADATA}`, headers: { origin: 'https://allowed.example', 'mcp-protocol-version': '2025-06-18' } })
+    expect([doc.status, doc.headers['access-control-allow-origin'] !== undefined]).toEqual([200, true])
+  })
+
+  it('paths outside the mount are not the App; paths under it that are no version are its 404', async () => {
+    const notApp = async (path: string) => {
+      const answer = await rawRequest(served.port, post(path, alice()))
+      return answer.status === 404 && !answer.headers['x-mcp-version']
+    }
+    for (const path of ['/v1', `${mount}x/v1`, `/x${mount}/v1`, `${METADATA}`, `${METADATA}${mount}`]) {
+      expect(await notApp(path), path).toBe(true)
+    }
+    for (const path of [`${mount}/x`, `${mount}/v1/x`, `${mount}//v1`, `${mount}/v1.2.3.4`]) {
+      const answer = await rawRequest(served.port, post(path, alice()))
+      expect([answer.status, JSON.parse(answer.body).error?.data], path).toEqual([404, { error: 'not_found' }])
+    }
+    // Another case, an escaped mount path: never the App (no resource of another spelling).
+    for (const path of [mount.toUpperCase() + '/v1', mount.replace('m', '%6D') + '/v1', mount.replace('m', '%6d') + METADATA]) {
+      const answer = await rawRequest(served.port, post(path, alice()))
+      expect(answer.status, path).toBe(404)
+      expect(answer.headers['x-mcp-version'], path).toBeUndefined()
+    }
+  })
+})
+
+describe('Express trust proxy under a mount', () => {
+  /** Metadata resource and 401 link, for a request with `X-Forwarded-Proto: https`. */
+  async function addresses(port: number, mount: string) {
+    const forwarded = { 'x-forwarded-proto': 'https' }
+    const doc = await rawRequest(port, { method: 'GET', path: `${mount}${METADATA}`, headers: forwarded })
+    const refused = await rawRequest(port, post(`${mount}/v1`, forwarded))
+    return { resource: JSON.parse(doc.body).resource, challenge: refused.headers['www-authenticate'] }
+  }
+
+  it.each([
+    ['the app that mounts the dispatch', 'app'],
+    ['the parent of a mounted sub-app', 'parent'],
+  ])("follows Express's trust proxy set on %s, the same in the metadata and the 401", async (_name, where) => {
+    const app = express()
+    const sub = express()
+    app.set('trust proxy', 'loopback')
+    if (where === 'app') {
+      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+    } else {
+      sub.use(expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      app.use('/mcp', sub)
+    }
+    const server = http.createServer(app)
+    closers.push(() => closeServer(server))
+    const port = await listenOn(server)
+    const { resource, challenge } = await addresses(port, '/mcp')
+    expect(resource).toBe(`https://${HOST}/mcp`)
+    expect(challenge).toBe(`Bearer resource_metadata="https://${HOST}/mcp${METADATA}"`)
+  })
+
+  it('without trust proxy, the socket scheme in both', async () => {
+    const app = express()
+    app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+    const server = http.createServer(app)
+    closers.push(() => closeServer(server))
+    const port = await listenOn(server)
+    const { resource, challenge } = await addresses(port, '/mcp')
+    expect(resource).toBe(`http://${HOST}/mcp`)
+    expect(challenge).toBe(`Bearer resource_metadata="http://${HOST}/mcp${METADATA}"`)
+  })
+
+  it("a mount path written with a trailing slash (app.use('/mcp/'), basePath '/mcp/') is the same mount", async () => {
+    const app = express()
+    app.use('/mcp/', expressDispatch({ dispatcher: withBase('/mcp/') }), expressFromWeb(appHandler([])))
+    const server = http.createServer(app)
+    closers.push(() => closeServer(server))
+    const port = await listenOn(server)
+    const { resource, challenge } = await addresses(port, '/mcp')
+    expect(resource).toBe(`http://${HOST}/mcp`)
+    expect(challenge).toBe(`Bearer resource_metadata="http://${HOST}/mcp${METADATA}"`)
+    expect(JSON.stringify(await readVersion(`http://${HOST}:${port}/mcp/v1`, { fetch: localhostFetch, headers: alice() }))).toContain('"text":"1.0.0"')
+  })
+})
+
+describe('SDK discovery without the 401 link (path-aware, RFC 9728 section 3.1, then the root)', () => {
+  it('under a basePath finds nothing, as docs/oauth.md says; with a baseUrl at the origin, finds the root document', async () => {
+    const mounted = webDispatch({ dispatcher: withBase('/mcp'), handler: appHandler([]) })
+    const port = await serveHono((request) => mounted(request))
+    await expect(
+      discoverOAuthProtectedResourceMetadata(new URL(`http://${HOST}:${port}/mcp/v1`), undefined, localhostFetch),
+    ).rejects.toThrow(/does not implement OAuth 2.0 Protected Resource Metadata/)
+    const atOrigin = webDispatch({
+      dispatcher: { ...withBase('/mcp'), baseUrl: (request) => request.origin },
+      handler: appHandler([]),
+    })
+    const port2 = await serveHono((request) => atOrigin(request))
+    const metadata = await discoverOAuthProtectedResourceMetadata(new URL(`http://${HOST}:${port2}/mcp/v1`), undefined, localhostFetch)
+    expect(metadata.resource).toBe(`http://${HOST}:${port2}`)
+    const refused = await localhostFetch(`http://${HOST}:${port2}/mcp/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS })
+    expect(extractWWWAuthenticateParams(refused).resourceMetadataUrl?.href).toBe(`http://${HOST}:${port2}${METADATA}`)
+  })
+})
+
+describe("the dispatcher's basePath", () => {
+  // Compared as sent with each request's path, and the App address (`resource`, the 401's
+  // link) made from it: one no request path can be would 404 every request, silently, and name
+  // an address with a space, query or fragment (refused from a baseUrl callback). The token
+  // API's basePath is refused so (createTokenApi); the dispatcher's is the same kind of option.
+  it.each(['/my mcp', '/café', '/mcp?x=1', '/mcp#x', '/a/../mcp', '/./mcp', '/mcp\\x'])('refuses %j, which no request path can be', (basePath) => {
+    expect(() => createDispatcher(withBase(basePath))).toThrow(
+      expect.objectContaining({ name: 'ConfigurationError', option: 'basePath', message: expect.stringContaining('percent-encoded') }),
+    )
+    // As the token API does.
+    expect(() => createTokenApi({ tokens: fixture.dispatcherOptions.tokens as TokenService, authenticateSession: () => null, verifyCsrf: false, basePath })).toThrow(
+      expect.objectContaining({ name: 'ConfigurationError', option: 'basePath' }),
+    )
+  })
+
+  it.each([
+    ['/mcp', '/mcp'],
+    ['/mcp/', '/mcp'],
+    ['/', ''],
+    ['', ''],
+    ['/m%63p', '/m%63p'],
+    ['/caf%C3%A9', '/caf%C3%A9'],
+    ['/api/mcp', '/api/mcp'],
+  ])('takes %j (as %j)', (basePath, kept) => {
+    expect(createDispatcher(withBase(basePath)).basePath).toBe(kept)
+  })
+
+  it('an escaped basePath is matched as sent, and the App address keeps its spelling', async () => {
+    const handle = webDispatch({ dispatcher: withBase('/caf%C3%A9'), handler: appHandler([]) })
+    const port = await serveHono((request) => handle(request))
+    const resource = `http://${HOST}:${port}/caf%C3%A9`
+    const doc = await localhostFetch(`http://${HOST}:${port}/café${METADATA}`)
+    expect([doc.status, (await doc.json()).resource]).toEqual([200, resource])
+    const refused = await localhostFetch(`${resource}/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS })
+    expect(extractWWWAuthenticateParams(refused).resourceMetadataUrl?.href).toBe(`${resource}${METADATA}`)
+    expect(JSON.stringify(await readVersion(`http://${HOST}:${port}/café/v1`, { fetch: localhostFetch, headers: alice() }))).toContain('"text":"1.0.0"')
+  })
+})
+
+describe('the token API under a mount (its basePath holds the mount), beside the dispatch', () => {
+  const COOKIE = 'dash=alice'
+  const api = (basePath: string) =>
+    createTokenApi({
+      tokens: fixture.dispatcherOptions.tokens as TokenService,
+      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: false,
+      basePath,
+    })
+
+  const TARGETS: Array<[string, string, () => Promise<number>]> = [
+    ["Express app.use('/dash', …)", '/dash/api/tokens', async () => {
+      const app = express()
+      app.use('/dash', expressTokenApi(api('/dash/api/tokens')))
+      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      const server = http.createServer(app)
+      closers.push(() => closeServer(server))
+      return listenOn(server)
+    }],
+    ["Express nested routers ('/dash' then '/api')", '/dash/api/tokens', async () => {
+      const app = express()
+      const dash = express.Router()
+      const inner = express.Router()
+      inner.use(expressTokenApi(api('/dash/api/tokens')))
+      dash.use('/api', inner)
+      app.use('/dash', dash)
+      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      const server = http.createServer(app)
+      closers.push(() => closeServer(server))
+      return listenOn(server)
+    }],
+    ["Express, basePath '/dash/api/tokens/' (trailing slash)", '/dash/api/tokens', async () => {
+      const app = express()
+      app.use('/dash', expressTokenApi(api('/dash/api/tokens/')))
+      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      const server = http.createServer(app)
+      closers.push(() => closeServer(server))
+      return listenOn(server)
+    }],
+    ["Fastify context with prefix '/dash'", '/dash/api/tokens', async () => {
+      const app = Fastify({ forceCloseConnections: true }) as unknown as FastifyInstance
+      await app.register(async (dash) => {
+        await dash.register(fastifyTokenApi(api('/dash/api/tokens')))
+        dash.all('/*', async () => ({ dash: true }))
+      }, { prefix: '/dash' })
+      await app.register(async (mcp) => {
+        await mcp.register(fastifyDispatch({ dispatcher: withBase('/mcp') }))
+        const h = fastifyFromWeb(appHandler([]))
+        mcp.all('/', h)
+        mcp.all('/*', h)
+      }, { prefix: '/mcp' })
+      const port = takePort()
+      await app.listen({ port, host: '127.0.0.1' })
+      closers.push(() => app.close())
+      return port
+    }],
+    ["Hono app.route('/dash', sub)", '/dash/api/tokens', async () => {
+      const tokenApi = api('/dash/api/tokens')
+      const handle = webDispatch({ dispatcher: withBase('/mcp'), handler: appHandler([]) })
+      const sub = new Hono()
+      sub.all('/*', async (c) => (await tokenApi(c.req.raw)) ?? c.notFound())
+      const app = new Hono()
+      app.route('/dash', sub)
+      app.all('/mcp/*', (c) => handle(c.req.raw))
+      return serveHono(app.fetch)
+    }],
+  ]
+
+  it.each(TARGETS)('%s: create, follow Location, and an SDK session with the created svc_ token', async (_name, base, start) => {
+    const port = await start()
+    const origin = `http://${HOST}:${port}`
+    const created = await localhostFetch(`${origin}${base}`, {
+      method: 'POST',
+      headers: { cookie: COOKIE, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'mounted', servers: ['app_weather'], expires_in_days: 7 }),
+    })
+    const body = await created.json()
+    expect(created.status, JSON.stringify(body)).toBe(201)
+    expect(created.headers.get('location')).toBe(`${base}/${body.id}`)
+    const read = await localhostFetch(new URL(created.headers.get('location')!, origin), { headers: { cookie: COOKIE } })
+    expect([read.status, (await read.json()).id]).toEqual([200, body.id])
+    const listed = await localhostFetch(`${origin}${base}/`, { headers: { cookie: COOKIE } })
+    expect(listed.status).toBe(200)
+    expect(JSON.stringify(await readVersion(`${origin}/mcp/v1`, { fetch: localhostFetch, headers: { authorization: `Bearer ${body.token}` } }))).toContain('"text":"1.0.0"')
+    // Outside its basePath, not the API's (the mount alone, another case).
+    for (const path of ['/api/tokens', '/dash/api', '/dash/api/tokensx', '/DASH/api/tokens']) {
+      const other = await localhostFetch(`${origin}${path}`, { headers: { cookie: COOKIE } })
+      const text = await other.text()
+      expect(text.includes('"tokens"'), path).toBe(false)
+    }
+  })
+})
+
+describe('OAuth sign-in of the SDK client from a bare 401, through each mount (oidc-provider on 127.0.0.1)', () => {
+  let auth: DevAuthServer
+  it.each(MOUNTS)('$name', async ({ mount, start }) => {
+    if (!auth) {
+      auth = await startDevAuthServer({ accounts: ['alice'], port: takePort() })
+      const started = auth
+      closers.push(() => started.close())
+    }
+    const served = await start((basePath) => ({
+      ...withBase(basePath),
+      oauth: createOAuthValidator({ issuer: auth.issuer }),
+      authorizationServers: [auth.issuer],
+      scopesSupported: ['openid'],
+    }))
+    const origin = `http://${HOST}:${served.port}`
+    const fetchFn = recordingFetch(localhostFetch as never)
+    const provider = new TestOAuthClient({ loginHint: 'alice' })
+    const { client } = await connectWithOAuth(`${origin}${mount}/v1`, provider, fetchFn)
+    const result = await client.callTool({ name: 'get_version', arguments: {} })
+    expect(JSON.stringify(result)).toContain('"text":"1.0.0"')
+    await client.close()
+    // The client found the document where the 401 sent it, and asked for the App's resource.
+    const asked = fetchFn.log.map((r) => r.url)
+    expect(asked).toContain(`${origin}${mount}${METADATA}`)
+    expect(provider.discoveryStateValue?.resourceMetadata?.resource).toBe(`${origin}${mount}`)
+    expect(provider.discoveryStateValue?.authorizationServerUrl).toBe(auth.issuer)
+  })
+})
+
+describe('OAuth with audience-bound JWTs (RFC 8707 resource = the metadata resource) through each mount', () => {
+  let auth: DevAuthServer
+  it.each(MOUNTS)('$name', async ({ mount, start }) => {
+    if (!auth) {
+      auth = await startDevAuthServer({ accounts: ['alice'], port: takePort(), resourceIndicators: { accessTokenFormat: 'jwt' } })
+      const started = auth
+      closers.push(() => started.close())
+    }
+    const served = await start((basePath) => ({
+      ...withBase(basePath),
+      // The audience is the App address: pinned to the host's origin and the mount.
+      baseUrl: (request) => request.origin + basePath,
+      oauth: createOAuthValidator({ issuer: auth.issuer, mode: 'jwt' }),
+      authorizationServers: [auth.issuer],
+      scopesSupported: ['openid'],
+    }))
+    const origin = `http://${HOST}:${served.port}`
+    const provider = new TestOAuthClient({ loginHint: 'alice' })
+    const { client } = await connectWithOAuth(`${origin}${mount}/v1`, provider, recordingFetch(localhostFetch as never))
+    expect(JSON.stringify(await client.callTool({ name: 'get_version', arguments: {} }))).toContain('"text":"1.0.0"')
+    await client.close()
+    const claims = JSON.parse(Buffer.from(provider.tokens()!.access_token.split('.')[1]!, 'base64url').toString())
+    expect(claims.aud).toBe(`${origin}${mount}`)
+  })
+})
+
+describe('a mount the dispatcher basePath does not hold (every request would be a silent 404)', () => {
+  it.each(
+    EXPRESS_KINDS.flatMap((kind) => [
+      [kind, "app.use('/mcp', …), no basePath", ['/mcp'], '', '/mcp'],
+      [kind, "app.use('/api', r); r.use('/mcp', …), basePath '/mcp'", ['/api', '/mcp'], '/mcp', '/api/mcp'],
+    ] as const),
+  )('%s %s: a ConfigurationError to next(), naming the basePath to give', async (kind, _name, mounts, basePath, expected) => {
+    const errors: unknown[] = []
+    const express = EXPRESS[kind]
+    const app = express()
+    let router: express.Router = express.Router()
+    router.use(expressDispatch({ dispatcher: withBase(basePath) }), (_req: express.Request, res: express.Response) => void res.json({ served: true }))
+    for (const mount of [...mounts].reverse().slice(0, -1)) {
+      const outer = express.Router()
+      outer.use(mount, router)
+      router = outer
+    }
+    app.use(mounts[0]!, router)
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      errors.push(error)
+      res.status(500).json({ configuration: true })
+    })
+    const server = http.createServer(app)
+    closers.push(() => closeServer(server))
+    const port = await listenOn(server)
+    const answer = await rawRequest(port, post(`${expected}/v1`, alice()))
+    expect(answer.status).toBe(500)
+    expect(errors[0]).toMatchObject({ name: 'ConfigurationError', option: 'basePath', message: expect.stringContaining(`"${expected}"`) })
+  })
+
+  it('Express: a mount above the basePath, and a mount of the basePath in another case, are no mistake', async () => {
+    const errors: unknown[] = []
+    const app = express()
+    app.use('/api', expressDispatch({ dispatcher: withBase('/api/mcp') }), expressFromWeb(appHandler([])))
+    app.use('/MCP', expressDispatch({ dispatcher: withBase('/MCP') }), expressFromWeb(appHandler([])))
+    // A mount with a parameter whose value the client picks: another tenant is its 404, never a 500.
+    app.use('/t/:tenant', expressDispatch({ dispatcher: withBase('/t/acme') }), expressFromWeb(appHandler([])))
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      errors.push(error)
+      res.status(500).end()
+    })
+    const server = http.createServer(app)
+    closers.push(() => closeServer(server))
+    const port = await listenOn(server)
+    // Dispatched (the SDK transport then answers a tools/list without a session 400).
+    expect((await rawRequest(port, post('/api/mcp/v1', alice()))).headers['x-mcp-version']).toBe('1.0.0')
+    expect((await rawRequest(port, post('/api/other', alice()))).status).toBe(404)
+    expect((await rawRequest(port, post('/MCP/v1', alice()))).headers['x-mcp-version']).toBe('1.0.0')
+    expect((await rawRequest(port, post('/mcp/v1', alice()))).status).toBe(404)
+    expect((await rawRequest(port, post('/t/acme/v1', alice()))).headers['x-mcp-version']).toBe('1.0.0')
+    expect((await rawRequest(port, post('/t/other/v1', alice()))).status).toBe(404)
+    expect((await rawRequest(port, post('/t/other/api/t/acme/v1', alice()))).status).toBe(404)
+    expect(errors).toEqual([])
+  })
+
+  it.each([
+    ['prefix /mcp, no basePath', ['/mcp'], '', '/mcp'],
+    ["prefixes '/api' then '/mcp', basePath '/mcp'", ['/api', '/mcp'], '/mcp', '/api/mcp'],
+  ])('Fastify %s: register rejects with a ConfigurationError naming the basePath to give', async (_name, prefixes, basePath, expected) => {
+    const app = Fastify() as unknown as FastifyInstance
+    const inner = async (scope: FastifyInstance) => {
+      await scope.register(fastifyDispatch({ dispatcher: withBase(basePath) }))
+      scope.all('/*', async () => ({ served: true }))
+    }
+    if (prefixes.length === 1) void app.register(inner, { prefix: prefixes[0]! })
+    else void app.register(async (outer) => void (await outer.register(inner, { prefix: prefixes[1]! })), { prefix: prefixes[0]! })
+    // (The instance ready() resolves to is no value to print: 'ready' stands for it.)
+    expect(await app.ready().then(() => 'ready', (error: unknown) => error)).toMatchObject({
+      name: 'ConfigurationError',
+      option: 'basePath',
+      message: expect.stringContaining(`"${expected}"`),
+    })
+    await app.close()
+  })
+
+  it('Fastify: a prefix above the basePath is no mistake', async () => {
+    const app = Fastify() as unknown as FastifyInstance
+    await app.register(async (scope) => {
+      await scope.register(fastifyDispatch({ dispatcher: withBase('/api/mcp') }))
+      scope.all('/*', async () => ({ served: true }))
+    }, { prefix: '/api' })
+    await app.ready()
+    const answer = await app.inject({ method: 'POST', url: '/api/mcp/v1', headers: { ...alice(), host: HOST, 'content-type': 'application/json' }, payload: TOOLS })
+    expect(answer.statusCode).toBe(200)
+    await app.close()
+  })
+})
+
+describe("Hono app.mount('/mcp', …), which takes the prefix off the URL (docs/adapters.md, Next.js basePath)", () => {
+  it("with basePath '/mcp' nothing matches; with none and baseUrl origin + '/mcp', the address, the 401 and the metadata agree", async () => {
+    const mismatched = webDispatch({ dispatcher: withBase('/mcp'), handler: appHandler([]) })
+    const app = new Hono()
+    app.mount('/mcp', (request) => mismatched(request))
+    const port = await serveHono(app.fetch)
+    const refused = await rawRequest(port, post('/mcp/v1', alice()))
+    expect([refused.status, JSON.parse(refused.body).error.data]).toEqual([404, { error: 'not_found' }])
+
+    const seen: string[] = []
+    const handle = webDispatch({ dispatcher: { ...withBase(''), baseUrl: (request) => `${request.origin}/mcp` }, handler: appHandler(seen) })
+    const app2 = new Hono()
+    app2.mount('/mcp', (request) => handle(request))
+    const port2 = await serveHono(app2.fetch)
+    const resource = `http://${HOST}:${port2}/mcp`
+    const challenge = await localhostFetch(`${resource}/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS })
+    const { resourceMetadataUrl } = extractWWWAuthenticateParams(challenge)
+    expect(resourceMetadataUrl?.href).toBe(`${resource}${METADATA}`)
+    const metadata = await discoverOAuthProtectedResourceMetadata(new URL(`${resource}/v1`), { resourceMetadataUrl }, localhostFetch)
+    expect(metadata.resource).toBe(resource)
+    expect(JSON.stringify(await readVersion(`${resource}/v1`, { fetch: localhostFetch, headers: alice() }))).toContain('"text":"1.0.0"')
+    // The handler gets the URL Hono gave the mounted app: without the prefix.
+    expect(new Set(seen)).toEqual(new Set(['/v1']))
+  })
+})
+
+describe("the token API's basePath variants", () => {
+  const COOKIE = 'dash=alice'
+  const api = (basePath: string) =>
+    createTokenApi({
+      tokens: fixture.dispatcherOptions.tokens as TokenService,
+      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: false,
+      basePath,
+    })
+  const create = (path: string) =>
+    new Request(`http://api.localhost${path}`, {
+      method: 'POST',
+      headers: { cookie: COOKIE, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'variant', servers: ['app_weather'], expires_in_days: 7 }),
+    })
+
+  it.each([
+    ['/', '', '/'],
+    ['/api/tokens/', '/api/tokens', '/api/tokens'],
+    ['/API/Tokens', '/API/Tokens', '/API/Tokens'],
+    ['/caf%C3%A9/tokens', '/caf%C3%A9/tokens', '/café/tokens'],
+  ])('%j: kept as %j, Location under it, the Location read back', async (basePath, kept, requested) => {
+    const handler = api(basePath)
+    expect(handler.basePath).toBe(kept)
+    const created = (await handler(create(requested)))!
+    const body = await created.json()
+    expect(created.status, JSON.stringify(body)).toBe(201)
+    expect(created.headers.get('location')).toBe(`${kept}/${body.id}`)
+    const read = (await handler(new Request(new URL(created.headers.get('location')!, 'http://api.localhost'), { headers: { cookie: COOKIE } })))!
+    expect([read.status, (await read.json()).id]).toEqual([200, body.id])
+  })
+
+  it('is case-sensitive and matched on a segment boundary', async () => {
+    const handler = api('/api/tokens')
+    for (const path of ['/API/tokens', '/api/Tokens', '/api/tokensx', '/api']) {
+      expect(await handler(new Request(`http://api.localhost${path}`, { headers: { cookie: COOKIE } })), path).toBeNull()
+    }
+  })
+})
