@@ -351,6 +351,50 @@ describe('create (spec 2.1, 3)', () => {
     }
   })
 
+  it('a creation whose count after its insert fails (rejects, or does not answer within storeTimeoutMs) is 503, and the token it stored is revoked: nobody holds its secret', async () => {
+    for (const failure of ['rejects', 'hangs'] as const) {
+      const memory = createMemoryTokenStore()
+      let counts = 0
+      const onError = vi.fn()
+      const store: TokenStore = {
+        ...memory,
+        countActiveByUser: (userId, at) => {
+          if (++counts === 1) return memory.countActiveByUser!(userId, at)
+          return failure === 'rejects' ? Promise.reject(new Error('Connection terminated unexpectedly')) : new Promise<never>(() => {})
+        },
+      }
+      const { service } = setup({ store, storeTimeoutMs: 50, onError, maxActiveTokensPerUser: 2 })
+      await refusal(createToken(service), StoreUnavailableError)
+      expect(counts, failure).toBe(2)
+      const stored = await memory.listByUser('alice')
+      expect(stored, failure).toHaveLength(1)
+      expect(stored[0]!.revokedAt, failure).not.toBeNull()
+      expect(onError, failure).not.toHaveBeenCalled()
+    }
+  })
+
+  it('a creation that finds more than the bound after its insert, and cannot revoke its token, is refused 409 and onError names the token to revoke, as refused 409 (not 503)', async () => {
+    const memory = createMemoryTokenStore()
+    let counts = 0
+    const onError = vi.fn()
+    const store: TokenStore = {
+      ...memory,
+      // Another instance's creation landed between the two counts.
+      countActiveByUser: (userId, at) => (memory.countActiveByUser!(userId, at) as number) + (++counts === 2 ? 1 : 0),
+      revoke: () => Promise.reject(new Error('Connection terminated unexpectedly')),
+    }
+    const { service } = setup({ store, storeTimeoutMs: 50, onError, maxActiveTokensPerUser: 1 })
+    await refusal(createToken(service), ConflictError)
+    const [stored] = await memory.listByUser('alice')
+    expect(stored!.revokedAt).toBeNull()
+    expect(onError).toHaveBeenCalledTimes(1)
+    const [error, context] = onError.mock.calls[0]! as [Error, string]
+    expect(context).toBe('token store')
+    expect(error.message).toContain(`token ${stored!.id} `)
+    expect(error.message).toContain('409')
+    expect(error.message).not.toContain('503')
+  })
+
   it('creations of one user queued behind a store that stopped answering fail within about twice storeTimeoutMs, not one bound after another', async () => {
     vi.useFakeTimers()
     try {
@@ -1837,6 +1881,24 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     await service.authenticate(generateApiToken(), CLIENT)
     expect(calls.findByHash).toBe(4)
     await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+  })
+
+  it('with previousPeppers, a token seen live here under an old pepper is not charged, but made-up tokens still are, and its revocation makes it charged again after one refusal', async () => {
+    const store = createMemoryTokenStore()
+    const old = await createToken(setup({ store, pepper: 'old' }).service)
+    const { service, calls } = setup({ store, pepper: 'new', previousPeppers: ['old'], unknownTokenBudget: { limit: 2 } })
+    expect((await service.authenticate(old.token, CLIENT)).ok).toBe(true) // charged, and refunded
+    await service.authenticate(generateApiToken(), CLIENT)
+    await service.authenticate(generateApiToken(), CLIENT)
+    // The budget is spent: made-up tokens are refused before any lookup, the live one is served.
+    const before = calls.findByHash
+    for (let i = 0; i < 3; i++) await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    expect(calls.findByHash).toBe(before)
+    expect((await service.authenticate(old.token, CLIENT)).ok).toBe(true)
+    // Revoked: refused once without a charge (it was known), then charged as any refused token.
+    await store.revoke(old.id, T0)
+    expect(await service.authenticate(old.token, CLIENT)).toEqual({ ok: false, reason: 'revoked' })
+    await refusal(Promise.resolve().then(() => service.authenticate(old.token, CLIENT)), TooManyValidationsError)
   })
 
   it('false turns it off; a bad budget is a ConfigurationError naming the option', async () => {

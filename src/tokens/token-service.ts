@@ -242,9 +242,10 @@ export interface TokenServiceOptions {
    * run that part one at a time, so they never pass it together; creations on instances sharing
    * a store at the same moment may pass the first count, but one whose second count finds more
    * than the bound revokes its token (listed as revoked; nobody was given its secret) and is
-   * refused alike, so two racing at the bound may both be refused, never both kept. Only, for a
-   * moment, may the next creation after one whose insert outlived `storeTimeoutMs` pass it (that
-   * token is revoked as soon as its insert lands: its caller got 503).
+   * refused alike, so two racing at the bound may both be refused, never both kept (a revocation
+   * that fails goes to `onError`, naming the token). Only, for a moment, may the next creation
+   * after one whose insert outlived `storeTimeoutMs` pass it (that token is revoked as soon as
+   * its insert lands: its caller got 503).
    * A positive integer; default 1,000.
    */
   maxActiveTokensPerUser?: number | undefined
@@ -274,7 +275,7 @@ export interface TokenServiceOptions {
   /**
    * Longest wait for each store call of a lifecycle call (create, list, get, update, rotate,
    * revoke, `revokeAllForUser`: one to three token-store calls each, a creation a fourth to revoke
-   * its token when its second count finds too many; a creation may first wait as
+   * its token when its second count finds too many or fails; a creation may first wait as
    * long for an earlier creation of the same user on this instance) and for a `last_used_at`
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
@@ -1220,11 +1221,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
   /**
    * `run` once the count-and-insert of the creations of `userId` started before it on this
-   * instance have settled. Each of those is bounded (two store calls, each under
-   * `storeTimeoutMs`), and the wait is too: past `storeTimeoutMs` the creation fails as its own
-   * store call would (`StoreUnavailableError`), so creations queued behind a store that stopped
-   * answering each fail within about twice the bound (a wait, then its own calls), not one
-   * bound after another.
+   * instance have settled. Each of those is bounded (three store calls, each under
+   * `storeTimeoutMs`, and a fourth to revoke its token when the second count fails or finds too
+   * many), and the wait is too: past `storeTimeoutMs` the creation fails as its own store call
+   * would (`StoreUnavailableError`), so creations queued behind a store that stopped answering
+   * each fail within about twice the bound (a wait, then its own calls), not one bound after
+   * another.
    */
   function oneCreationAtATime<T>(userId: string, run: () => Promise<T>): Promise<T> {
     const before = creations.get(userId)
@@ -1245,10 +1247,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
-   * The part of `create` that counts the user's active tokens and inserts the new one (two
-   * store calls, each bounded): run by {@link oneCreationAtATime}, so two creations of one user
-   * on this instance cannot both pass `maxActiveTokensPerUser` on the same count. Answers the
-   * record stored and its secret; the view (which asks the App store) is built after.
+   * The part of `create` that counts the user's active tokens, inserts the new one and counts
+   * again (three store calls, each bounded, and a revocation of the new token when the second
+   * count fails or finds too many): run by {@link oneCreationAtATime}, so two creations of one
+   * user on this instance cannot both pass `maxActiveTokensPerUser` on the same count. Answers
+   * the record stored and its secret; the view (which asks the App store) is built after.
    */
   async function insertCounted(
     data: z.infer<typeof createSchema>,
@@ -1270,12 +1273,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       lastUsedAt: null,
       revokedAt: null,
     }
-    // Landed (or may have) though the caller was told 503: nobody holds its secret, so it
-    // is revoked (by id: nothing happens if it was never stored).
-    const revokeUnheld = () =>
+    // Stored (or may have been) though its caller is refused: nobody holds its secret, so it is
+    // revoked (by id: nothing happens if it was never stored). `what`: what the report of a
+    // revocation that fails says of the token and its caller.
+    const revokeRefused = (what: string) =>
       storeCall(() => store.revoke(record.id, now())).catch((error: unknown) => {
-        throw new Error(`token ${record.id} may have been created though its caller got 503, and could not be revoked: revoke it`, { cause: error })
+        throw new Error(`token ${record.id} ${what}, and could not be revoked: revoke it`, { cause: error })
       })
+    const revokeUnheld = () => revokeRefused('may have been created though its caller got 503')
     const stored = await storeCall(() => store.insert(record), { landed: revokeUnheld, unknown: revokeUnheld })
     // A password reset of the owner that ran while this token was being made revokes it
     // (the store keeps the reset): the caller is told, rather than handed a dead secret.
@@ -1293,7 +1298,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       throw error
     }
     if (after > maxActiveTokens) {
-      await revokeUnheld().catch((e: unknown) => onError(e, 'token store'))
+      await revokeRefused('was created past maxActiveTokensPerUser (its caller was refused 409)').catch((e: unknown) => onError(e, 'token store'))
       throw tooMany()
     }
     return { record, token: secret.token }
