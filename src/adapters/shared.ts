@@ -9,6 +9,9 @@ import type { TokenApi } from '../tokens/token-api.js'
 import { type Reply, RpcCode, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
 import { ConfigurationError, reporterOption } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
+import { PROTECTED_RESOURCE_METADATA_PATH } from '../core/metadata.js'
+import { withoutTrailingSlashes } from '../core/trailing-slash.js'
+import { parseVersionPath } from '../core/versions.js'
 
 /** Options every adapter accepts. */
 export interface AdapterOptions {
@@ -198,12 +201,16 @@ function trustProxyError(error: unknown): ConfigurationError {
  * would be a silent 404. `undefined` for any other pair: a mount the `basePath` lies under, or
  * equals (in any case: Express routes case-insensitively), and one that only differs from it
  * (a parameter's value, `/t/other` beside `basePath` `/t/acme`), whose 404 is the client's.
+ * Without a `basePath`, a mount of the dispatcher's own paths (`/v1`, in any case, the
+ * metadata's) is served, and no mistake either.
  */
 export function mountMissed(basePath: string, mount: string, where: string): ConfigurationError | undefined {
-  if (mount.length <= basePath.length || mount === '/') return undefined
-  const m = mount.toLowerCase()
+  // A Fastify prefix keeps its trailing slash (`/api/mcp/`), as the basePath does not.
+  const m = withoutTrailingSlashes(mount).toLowerCase()
+  if (m.length <= basePath.length) return undefined
   const b = basePath.toLowerCase()
   if (!m.endsWith(b) || (b !== '' && m.startsWith(`${b}/`))) return undefined
+  if (b === '' && (parseVersionPath(m) !== null || m === '/.well-known' || m === PROTECTED_RESOURCE_METADATA_PATH)) return undefined
   return new ConfigurationError(
     'basePath',
     `is ${JSON.stringify(basePath)}, and the dispatcher matches the full path: under the ${where} ${JSON.stringify(mount)} give the dispatcher basePath: ${JSON.stringify(mount)} (docs/adapters.md)`,

@@ -561,12 +561,13 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
       [kind, "app.use('/mcp', …), no basePath", ['/mcp'], '', '/mcp'],
       [kind, "app.use('/api', r); r.use('/mcp', …), basePath '/mcp'", ['/api', '/mcp'], '/mcp', '/api/mcp'],
     ] as const),
-  )('%s %s: a ConfigurationError to next(), naming the basePath to give', async (kind, _name, mounts, basePath, expected) => {
+  )('%s %s: a ConfigurationError told to onError once (context configuration), naming the basePath to give; the requests answered as before', async (kind, _name, mounts, basePath, expected) => {
     const errors: unknown[] = []
+    const reported: Array<[unknown, string]> = []
     const express = EXPRESS[kind]
     const app = express()
     let router: express.Router = express.Router()
-    router.use(expressDispatch({ dispatcher: withBase(basePath) }), (_req: express.Request, res: express.Response) => void res.json({ served: true }))
+    router.use(expressDispatch({ dispatcher: withBase(basePath), onError: (error, context) => void reported.push([error, context]) }), (_req: express.Request, res: express.Response) => void res.json({ served: true }))
     for (const mount of [...mounts].reverse().slice(0, -1)) {
       const outer = express.Router()
       outer.use(mount, router)
@@ -580,9 +581,13 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
     const server = http.createServer(app)
     closers.push(() => closeServer(server))
     const port = await listenOn(server)
-    const answer = await rawRequest(port, post(`${expected}/v1`, alice()))
-    expect(answer.status).toBe(500)
-    expect(errors[0]).toMatchObject({ name: 'ConfigurationError', option: 'basePath', message: expect.stringContaining(`"${expected}"`) })
+    // The dispatch layer's 404, as before: no answer of a client's hangs on the mount.
+    expect((await rawRequest(port, post(`${expected}/v1`, alice()))).status).toBe(404)
+    expect((await rawRequest(port, post(`${expected}/v1`, alice()))).status).toBe(404)
+    expect(errors).toEqual([])
+    expect(reported).toHaveLength(1)
+    expect(reported[0]![1]).toBe('configuration')
+    expect(reported[0]![0]).toMatchObject({ name: 'ConfigurationError', option: 'basePath', message: expect.stringContaining(`"${expected}"`) })
   })
 
   it('Express: a mount above the basePath, and a mount of the basePath in another case, are no mistake', async () => {
@@ -613,6 +618,8 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
   it.each([
     ['prefix /mcp, no basePath', ['/mcp'], '', '/mcp'],
     ["prefixes '/api' then '/mcp', basePath '/mcp'", ['/api', '/mcp'], '/mcp', '/api/mcp'],
+    // Fastify keeps a prefix's trailing slash (`fastify.prefix` is '/api/mcp/').
+    ["prefixes '/api/' then '/mcp/', basePath '/mcp'", ['/api/', '/mcp/'], '/mcp', '/api/mcp/'],
   ])('Fastify %s: register rejects with a ConfigurationError naming the basePath to give', async (_name, prefixes, basePath, expected) => {
     const app = Fastify() as unknown as FastifyInstance
     const inner = async (scope: FastifyInstance) => {
@@ -706,5 +713,119 @@ describe("the token API's basePath variants", () => {
     for (const path of ['/API/tokens', '/api/Tokens', '/api/tokensx', '/api']) {
       expect(await handler(new Request(`http://api.localhost${path}`, { headers: { cookie: COOKIE } })), path).toBeNull()
     }
+  })
+})
+
+describe('mounts the basePath check must not refuse (review of the mount check)', () => {
+  // Ports of the review's own range (18990-18999), apart from this file's.
+  let reviewPort = 18990
+  async function listenReview(app: http.RequestListener): Promise<number> {
+    if (reviewPort > 18999) throw new Error('out of the port range 18990-18999')
+    const server = http.createServer(app)
+    closers.push(() => closeServer(server))
+    const port = reviewPort++
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject)
+      server.listen(port, '127.0.0.1', () => resolve())
+    })
+    return port
+  }
+  const served = (answer: { headers: Record<string, unknown> }) => answer.headers['x-mcp-version']
+
+  it.each(EXPRESS_KINDS)(
+    '%s: a wildcard mount (req.baseUrl is then the whole path the client sent) is never a 500, and serves what it served',
+    async (kind) => {
+      const errors: unknown[] = []
+      const express = EXPRESS[kind]
+      const app = express()
+      // Express 4's `*`, Express 5's `/{*path}`: mounted on every path, as at the root.
+      const all = kind === 'express4' ? '*' : '/{*path}'
+      app.use(all, expressDispatch({ dispatcher: withBase('') }), expressFromWeb(appHandler([])))
+      app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+        errors.push(error)
+        res.status(500).end()
+      })
+      const root = await listenReview(app)
+      const under = express()
+      under.use(all, expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      under.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+        errors.push(error)
+        res.status(500).end()
+      })
+      const mcp = await listenReview(under)
+      expect(served(await rawRequest(root, post('/v1', alice())))).toBe('1.0.0')
+      expect((await rawRequest(root, post('/other', alice()))).status).toBe(404)
+      expect(served(await rawRequest(mcp, post('/mcp/v1', alice())))).toBe('1.0.0')
+      // A path of the client's that ends with the basePath: the dispatch layer's 404, not a 500.
+      expect((await rawRequest(mcp, post('/x/mcp', alice()))).status).toBe(404)
+      expect(errors).toEqual([])
+    },
+  )
+
+  it.each(EXPRESS_KINDS)("%s, no basePath: a mount of the dispatcher's own paths (app.use('/v1'), the metadata's) is served", async (kind) => {
+    const errors: unknown[] = []
+    const express = EXPRESS[kind]
+    const app = express()
+    app.use('/v1', expressDispatch({ dispatcher: withBase('') }), expressFromWeb(appHandler([])))
+    app.use(METADATA, expressDispatch({ dispatcher: withBase('') }))
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      errors.push(error)
+      res.status(500).end()
+    })
+    const port = await listenReview(app)
+    expect(served(await rawRequest(port, post('/v1', alice())))).toBe('1.0.0')
+    // Express routes the mount in any case; the dispatch layer's version path is `v`: its 404.
+    expect((await rawRequest(port, post('/V1', alice()))).status).toBe(404)
+    const doc = await rawRequest(port, { method: 'GET', path: METADATA })
+    expect(doc.status).toBe(200)
+    expect(errors).toEqual([])
+  })
+
+  it('Express: one middleware mounted right and wrong; the mount found right is remembered, the wrong one told once and answered 404', async () => {
+    const errors: unknown[] = []
+    const reported: Array<[unknown, string]> = []
+    const app = express()
+    const dispatch = expressDispatch({ dispatcher: withBase('/mcp'), onError: (error, context) => void reported.push([error, context]) })
+    const handler = expressFromWeb(appHandler([]))
+    app.use('/mcp', dispatch, handler)
+    app.use('/api/mcp', dispatch, handler)
+    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+      errors.push(error)
+      res.status(500).end()
+    })
+    const port = await listenReview(app)
+    for (let i = 0; i < 2; i++) {
+      expect(served(await rawRequest(port, post('/mcp/v1', alice())))).toBe('1.0.0')
+      expect((await rawRequest(port, post('/api/mcp/v1', alice()))).status).toBe(404)
+      expect((await rawRequest(port, post('/api/mcp/v1', alice()))).status).toBe(404)
+    }
+    expect(errors).toEqual([])
+    expect(reported).toHaveLength(1)
+    expect(reported[0]).toEqual([expect.objectContaining({ name: 'ConfigurationError', option: 'basePath' }), 'configuration'])
+  })
+
+  it("Fastify, no basePath: a context of the dispatcher's own path (prefix '/v1') registers and is served", async () => {
+    const app = Fastify() as unknown as FastifyInstance
+    await app.register(async (scope) => {
+      await scope.register(fastifyDispatch({ dispatcher: withBase('') }))
+      scope.all('/', async () => ({ served: true }))
+      scope.all('/*', async () => ({ served: true }))
+    }, { prefix: '/v1' })
+    await app.ready()
+    const answer = await app.inject({ method: 'POST', url: '/v1', headers: { ...alice(), host: HOST, 'content-type': 'application/json' }, payload: TOOLS })
+    expect([answer.statusCode, answer.headers['x-mcp-version']]).toEqual([200, '1.0.0'])
+    await app.close()
+  })
+
+  it("Fastify: a prefix with a parameter names no path to give as basePath (the check said basePath: '/:tenant', which no request matches)", async () => {
+    const app = Fastify() as unknown as FastifyInstance
+    await app.register(async (scope) => {
+      await scope.register(fastifyDispatch({ dispatcher: withBase('') }))
+      scope.all('/*', async () => ({ served: true }))
+    }, { prefix: '/:tenant' })
+    await app.ready()
+    const answer = await app.inject({ method: 'POST', url: '/acme/v1', headers: { ...alice(), host: HOST, 'content-type': 'application/json' }, payload: TOOLS })
+    expect(answer.statusCode).toBe(404)
+    await app.close()
   })
 })

@@ -101,6 +101,12 @@ const accessorOn = new WeakSet<object>()
 
 function noop(): void {}
 
+/** Whether the mount's `req.params` holds any parameter (Express 5's has no prototype). */
+function hasParams(params: object | undefined): boolean {
+  for (const key in params) if (Object.prototype.hasOwnProperty.call(params, key)) return true
+  return false
+}
+
 /**
  * Makes `req.dispatchContext` read `dispatchedRequests`: an accessor, defined once, on the
  * prototype every Express request shares (Express's `request` object, the one just above
@@ -160,8 +166,10 @@ function writeOwn(res: ServerResponse, reply: Reply): void {
  *
  * Mount it before the MCP route, and before any body parser (rejected requests are answered
  * without reading their body). Its mount path must be the dispatcher's `basePath`: the
- * pipeline reads the full path (`req.originalUrl`), as the Web adapter reads the full URL.
- * The client address is the socket peer, resolved through this adapter's `trustProxy`
+ * pipeline reads the full path (`req.originalUrl`), as the Web adapter reads the full URL
+ * (mounted where the `basePath` names only the inner part of the mount path, every request
+ * there is 404, and a `ConfigurationError` naming the `basePath` to give is told to `onError`
+ * once, context `configuration`). The client address is the socket peer, resolved through this adapter's `trustProxy`
  * option, never through Express's own `trust proxy` setting.
  *
  * @example
@@ -194,8 +202,10 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     next()
   }
 
-  // The last mount path (`req.baseUrl`) found right for the basePath: checked once per mount.
+  // The last mount path (`req.baseUrl`) found right for the basePath: checked once per mount;
+  // and whether one found wrong was told (once).
   let mountSeen = ''
+  let mountToldOf = false
   return function mcpDispatchMiddleware(req, res, next) {
     // A client gone before this ran (after a slow middleware) is owed nothing, and a socket
     // closed has no address: deciding would validate its token with no client budget.
@@ -203,15 +213,17 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     let decision: ReturnType<typeof dispatcher.decide>
     try {
       // Mounted (`app.use('/mcp', …)`) with a basePath that misses the mount: every request
-      // would be a silent 404. Said to `next`, as serveTokenApi says its own.
+      // would be a silent 404. Told to `onError` once (context `configuration`), the request
+      // answered as it would be: a mount with parameters, a wildcard or a regular expression
+      // makes `req.baseUrl` of what the client sent, so no answer of the client's may hang on
+      // it (its `req.params` has them: not judged at all, where it shows).
       const mount = req.baseUrl
-      if (mount && mount !== mountSeen) {
+      if (mount && mount !== mountSeen && !mountToldOf && !hasParams(req.params)) {
         const missed = mountMissed(dispatcher.basePath, mount, 'Express mount path')
         if (missed) {
-          next(missed)
-          return
-        }
-        mountSeen = mount
+          mountToldOf = true
+          onError(missed, 'configuration')
+        } else mountSeen = mount
       }
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
       // by default it is the socket's scheme.

@@ -227,7 +227,9 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
     const prefix = registered?.prefix
     if (prefix !== undefined && prefix !== '' && prefix !== '/') throw prefixRefused()
     // In a context whose prefix the basePath misses (every request there a silent 404).
-    const missed = typeof fastify.prefix === 'string' ? mountMissed(dispatcher.basePath, fastify.prefix, 'Fastify prefix') : undefined
+    // A prefix with a parameter or wildcard (`/t/:tenant`) names no one path: not judged.
+    const missed =
+      typeof fastify.prefix === 'string' && !/[:*]/.test(fastify.prefix) ? mountMissed(dispatcher.basePath, fastify.prefix, 'Fastify prefix') : undefined
     if (missed) throw missed
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
     if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
