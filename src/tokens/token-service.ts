@@ -1720,8 +1720,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         await Promise.all([service.flush(), secondPasses()])
         // Uses recorded meanwhile (while that last batch was written, or the second passes were
         // waited for: requests still served while the platform drains) are written too, rather
-        // than dropped with their timer.
-        if (pendingLastUsed.size > 0 && !lastWriteFailed) await service.flush()
+        // than dropped with their timer; so is a write their timer began meanwhile waited for
+        // (regression: on a loaded host the timer fired as the last write ended, took them, and
+        // close() resolved with their write in flight).
+        if ((pendingLastUsed.size > 0 || flushing !== undefined) && !lastWriteFailed) await service.flush()
       } finally {
         clearTimeout(keepAlive)
       }
