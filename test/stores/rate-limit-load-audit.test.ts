@@ -557,9 +557,17 @@ describe.runIf(redisAvailable)('rate limit on Redis, real time (Date.now), secon
       expect(new Set(answers.map((x) => x.status))).toEqual(new Set([200, 429]))
       let admitted = 0
       for (const [window, seen] of counts) {
-        const sorted = [...seen].sort((x, y) => x - y)
-        expect(sorted, `window ${window}`).toEqual(Array.from({ length: sorted.length }, (_, i) => i + 1))
-        admitted += Math.min(sorted.length, policy.limit)
+        // The counts 1..n, once each; or, where a request stamped in the window reached Redis
+        // only after its counter's TTL (one window from its first request) had run out, a second
+        // run 1..k beside it (seen once in a clean-clone CI run, at a window's tail: in the
+        // closing note of the fifty-third session). Served: every count within the limit.
+        const times = new Map<number, number>()
+        for (const count of seen) times.set(count, (times.get(count) ?? 0) + 1)
+        const runs = times.get(1) ?? 0
+        expect(runs, `window ${window}`).toBeGreaterThanOrEqual(1)
+        expect(runs, `window ${window}`).toBeLessThanOrEqual(2)
+        for (const [count, n] of times) expect(n, `window ${window}, count ${count}`).toBeLessThanOrEqual(count === 1 ? runs : (times.get(count - 1) ?? 0))
+        admitted += seen.filter((count) => count <= policy.limit).length
       }
       expect(counts.size).toBeGreaterThanOrEqual(3)
       expect(answers.filter((x) => x.status === 200)).toHaveLength(admitted)
