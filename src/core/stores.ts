@@ -188,16 +188,18 @@ export interface SessionStore {
 export interface RateLimitStore {
   /**
    * Adds one to the counter of `key` for the window that starts at `windowStart` and returns
-   * the new count. The counter must last until its window ends, and may last until one window
-   * after its first request (the Redis store's `PEXPIRE`; see below).
+   * the new count. The counter must last until its window ends, and should last a grace past
+   * it, for a request stamped in the window that reaches a networked store late (the Redis
+   * store: one window and a grace of one window, at most a minute, after the window's first
+   * request, its `PEXPIRE`; see below).
    *
    * Shared by instances whose clocks disagree, a store never moves a counter back to an older
    * window: a request stamped with an older window than the counter's (its instance's clock
    * is behind) counts against the counter's window, and the store then answers
    * `{ count, windowStart }` with the window it counted, so the caller's reset time is that
    * window's end. (Moving back would let two skewed instances reset each other's counter, and
-   * the limit would hold for neither.) A counter never lives more than one window of the
-   * store's own time, so one started by a clock that ran fast ends within a window.
+   * the limit would hold for neither.) A counter lives about one window of the store's own
+   * time (and its grace), so one started by a clock that ran fast ends soon after a window.
    */
   increment(key: string, windowStart: number, windowMs: number): MaybePromise<number | RateLimitCount>
 }

@@ -1016,7 +1016,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     let reset = start + windowMs
     // Counted in another instance's (later) window: the reset is that window's end, which is
     // on that instance's clock: never told as more than one window from now (a counter lives
-    // no longer than that), nor as past.
+    // about that long: Redis's grace past it is for requests late to it), nor as past.
     if (typeof answer === 'object' && answer !== null) {
       count = answer.count
       if (!Number.isSafeInteger(answer.windowStart)) count = Number.NaN

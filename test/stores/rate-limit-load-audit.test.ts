@@ -557,16 +557,11 @@ describe.runIf(redisAvailable)('rate limit on Redis, real time (Date.now), secon
       expect(new Set(answers.map((x) => x.status))).toEqual(new Set([200, 429]))
       let admitted = 0
       for (const [window, seen] of counts) {
-        // The counts 1..n, once each; or, where a request stamped in the window reached Redis
-        // only after its counter's TTL (one window from its first request) had run out, a second
-        // run 1..k beside it (seen once in a clean-clone CI run, at a window's tail: in the
-        // closing note of the fifty-third session). Served: every count within the limit.
-        const times = new Map<number, number>()
-        for (const count of seen) times.set(count, (times.get(count) ?? 0) + 1)
-        const runs = times.get(1) ?? 0
-        expect(runs, `window ${window}`).toBeGreaterThanOrEqual(1)
-        expect(runs, `window ${window}`).toBeLessThanOrEqual(2)
-        for (const [count, n] of times) expect(n, `window ${window}, count ${count}`).toBeLessThanOrEqual(count === 1 ? runs : (times.get(count - 1) ?? 0))
+        // The counts 1..n, once each: a request stamped at a window's tail that reaches Redis
+        // after one window from the window's first request still counts against it (the
+        // counter's TTL has a grace past its window; without it, such a request started a
+        // second run 1..k and was served past the limit, as a clean-clone CI run once saw).
+        expect([...seen].sort((x, y) => x - y), `window ${window}`).toEqual(Array.from({ length: seen.length }, (_, i) => i + 1))
         admitted += seen.filter((count) => count <= policy.limit).length
       }
       expect(counts.size).toBeGreaterThanOrEqual(3)

@@ -11,8 +11,8 @@ import { type RedisStoreOptions, connectRedis, lostSinceReady, luaScript, px } f
  * count (`c`). A request stamped with the counter's window adds to it and gets the count; one
  * stamped with an older window (its instance's clock is behind) adds to it too, never moving
  * it back, and gets `{count, w}`, the window it counted in. A newer window starts the counter
- * again at 1, with a TTL of one window of Redis's time, so a counter started by a clock that
- * ran fast lives no longer than one window.
+ * again at 1, with a TTL (ARGV[2]) of one window and its grace ({@link ttlOf}) of Redis's
+ * time, so a counter started by a clock that ran fast lives no longer than that.
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
@@ -28,6 +28,22 @@ redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`,
 )
+
+/** The grace a counter lives past its window: one window, at most a minute. */
+const MAX_GRACE_MS = 60_000
+
+/**
+ * A counter's TTL: its window and a grace past it, from the window's first request. A request
+ * is stamped with its window before its increment reaches Redis (a busy event loop, a slow
+ * network in between); with a TTL of one window, one stamped at the window's tail that arrived
+ * after the counter had expired started it again at 1 and was served past the limit, with
+ * every request of the window that followed it. The grace is far longer than such a delay
+ * (a call answered past its `timeoutMs` is failed anyway, and served fail open), and costs
+ * nothing in counting: a request of the next window starts the counter again whatever its TTL.
+ */
+function ttlOf(windowMs: number): number {
+  return windowMs + Math.min(windowMs, MAX_GRACE_MS)
+}
 
 function toCount(reply: unknown): number | RateLimitCount {
   if (Array.isArray(reply)) {
@@ -55,7 +71,9 @@ function wireKey(key: string): string {
  * Rate-limit counters in Redis, shared by every instance: `increment` is one `EVALSHA`
  * round trip (an `EVAL` once more after the server lost its script cache), atomic, under the
  * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` that
- * expires one window after the window's first request. When Redis fails or times out the call
+ * expires one window and a grace (one window, at most a minute) after the window's first
+ * request, so that a request stamped at a window's tail that reaches Redis late still counts
+ * against its window. When Redis fails or times out the call
  * rejects, and the dispatcher serves (fail open, `rateLimit.failOpen`) and reports it. Once
  * the client was ready and is not (`ioredis`: `status` other than `ready`: reconnecting,
  * connecting again, a restarted Redis loading), the call rejects at once instead of joining
@@ -95,7 +113,7 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
     // Async: a window `px` refuses rejects the call, as a failing Redis does.
     async increment(key, windowStart, windowMs) {
       if (lost()) throw new Error(`Redis connection not ready (${client.status}): not counted`)
-      return redis.run(INCREMENT, keyPrefix + wireKey(key), windowStart, px(windowMs)).then(toCount)
+      return redis.run(INCREMENT, keyPrefix + wireKey(key), windowStart, px(ttlOf(windowMs))).then(toCount)
     },
   }
 }
