@@ -1,11 +1,18 @@
 /**
  * A bounded read of a web body, shared by the token API (request bodies) and the OAuth
- * validator (authorization-server answers).
+ * validator and the proxy's identity (authorization-server answers, JWKS).
  * @module
  */
 
 /** Thrown by {@link readTextUpTo} with `strict` for a body that is not UTF-8. */
 export class NotUtf8Error extends Error {}
+
+/**
+ * Thrown by {@link readRequestTextUpTo} when the client's connection ended before the whole body
+ * did; `cause` is the error the body's stream failed with.
+ * @internal
+ */
+export class BodyCutError extends Error {}
 
 /**
  * The body of `message` as text, read only up to `maxBytes`: `null` once it is known to be
@@ -39,6 +46,52 @@ export async function readTextUpTo(message: Request | Response, maxBytes: number
       throw error
     }
   }
+}
+
+/**
+ * {@link readTextUpTo} of a request's body, telling the client's doing from the server's: a body
+ * whose stream failed as it came because the client's connection ended before the whole body did
+ * (fewer bytes than its `Content-Length`, a chunked body without its last chunk) rejects with
+ * {@link BodyCutError}. Any other failure rejects as it came: a body the platform's hooks read or
+ * locked first, a platform's own stream in front of the reader (spooled or decoded) failing, a
+ * body not UTF-8 ({@link NotUtf8Error}, with `strict`).
+ * @internal
+ */
+export async function readRequestTextUpTo(request: Request, maxBytes: number, strict = false): Promise<string | null> {
+  const spent = request.bodyUsed || request.body?.locked === true
+  try {
+    return await readTextUpTo(request, maxBytes, strict)
+  } catch (error) {
+    if (!(error instanceof NotUtf8Error) && !spent && cutByClient(error, request)) {
+      throw new BodyCutError('The connection ended before the whole body arrived', { cause: error })
+    }
+    throw error
+  }
+}
+
+/**
+ * Node's codes of a request that ended early: the Node adapters' body stream, `@hono/node-server`'s
+ * and Next.js's (`Error: aborted`, a premature close), an HTTP/2 stream the client reset.
+ */
+const CUT_CODES: ReadonlySet<unknown> = new Set(['ECONNRESET', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE', 'ERR_HTTP2_STREAM_ERROR'])
+/** Deno's errors (classes of their name) of a connection that ended mid-body: half-closed (`BadResource`), reset (`Http`: unexpected EOF), and kin. */
+const CUT_DENO_ERRORS: ReadonlySet<unknown> = new Set(['BadResource', 'Http', 'ConnectionReset', 'ConnectionAborted', 'UnexpectedEof'])
+
+/**
+ * Whether `error`, out of `request`'s body stream, is its runtime saying the client's connection
+ * ended before the body did, as each runtime says it (measured: Node, Deno 2, workerd, Bun), or
+ * the request's own signal saying the client left (Bun: an `AbortError`). Its signal is read last:
+ * Deno warns on stderr when it is read, and its errors are known before.
+ */
+function cutByClient(error: unknown, request: Request): boolean {
+  if (typeof error === 'object' && error !== null) {
+    const { code, name, message } = error as { code?: unknown; name?: unknown; message?: unknown }
+    if (CUT_CODES.has(code)) return true
+    if (CUT_DENO_ERRORS.has(name) && (error as { constructor?: { name?: unknown } }).constructor?.name === name) return true
+    // workerd's, for a half-closed connection and a reset one alike.
+    if (message === 'Network connection lost.') return true
+  }
+  return request.signal?.aborted === true
 }
 
 /**

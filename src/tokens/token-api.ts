@@ -24,7 +24,7 @@ import { type BearerParseResult, parseBearerToken, presentsBearer } from '../cor
 import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
-import { NotUtf8Error, readTextUpTo } from '../read-text.js'
+import { BodyCutError, NotUtf8Error, readRequestTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
@@ -156,51 +156,24 @@ function errorResponse(error: DispatchError, presentedBearer: boolean): Response
  * `Content-Length`) is refused once the limit is passed, never held whole in memory.
  */
 async function readText(request: Request): Promise<string> {
-  // A body the platform's hooks read or locked first is theirs to fix (a 503, reported).
-  const spent = request.bodyUsed || request.body?.locked === true
   let text: string | null
   try {
-    text = await readTextUpTo(request, MAX_BODY_BYTES, true)
+    text = await readRequestTextUpTo(request, MAX_BODY_BYTES, true)
   } catch (error) {
     // Not stored with U+FFFD in place of what was sent: the caller is told.
     if (error instanceof NotUtf8Error) throw new InvalidInputError('body', 'is not valid UTF-8')
-    // The body's stream failed as it came, and its runtime says why: the connection ended before
-    // the whole body did (fewer bytes than its Content-Length, a chunked body without its last
-    // chunk). The client's error, answered 400 as Node's HTTP parser answers it, and nothing for
-    // `onError` (regression: Deno and workerd hand the API such a request, which was answered 503
-    // with `Retry-After: 1` and reported as a failure of the service, once per request of any
-    // client). Any other failure (a platform's own stream in front of the API, spooled or decoded)
-    // is the server's: 503, reported, not a 400 that blames the client's connection.
-    if (!spent && cutByClient(error, request)) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
+    // The connection ended before the whole body did, as its runtime says (`readRequestTextUpTo`).
+    // The client's error, answered 400 as Node's HTTP parser answers it, and nothing for `onError`
+    // (regression: Deno and workerd hand the API such a request, which was answered 503 with
+    // `Retry-After: 1` and reported as a failure of the service, once per request of any client).
+    // Any other failure (a body the platform's hooks read or locked first, a platform's own stream
+    // in front of the API, spooled or decoded) is the server's: 503, reported, not a 400 that
+    // blames the client's connection.
+    if (error instanceof BodyCutError) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
     throw error
   }
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
   return text
-}
-
-/**
- * Node's codes of a request that ended early: the Node adapters' body stream, `@hono/node-server`'s
- * and Next.js's (`Error: aborted`, a premature close), an HTTP/2 stream the client reset.
- */
-const CUT_CODES: ReadonlySet<unknown> = new Set(['ECONNRESET', 'ECONNABORTED', 'ERR_STREAM_PREMATURE_CLOSE', 'ERR_HTTP2_STREAM_ERROR'])
-/** Deno's errors (classes of their name) of a connection that ended mid-body: half-closed (`BadResource`), reset (`Http`: unexpected EOF), and kin. */
-const CUT_DENO_ERRORS: ReadonlySet<unknown> = new Set(['BadResource', 'Http', 'ConnectionReset', 'ConnectionAborted', 'UnexpectedEof'])
-
-/**
- * Whether `error`, out of `request`'s body stream, is its runtime saying the client's connection
- * ended before the body did, as each runtime says it (measured: Node, Deno 2, workerd, Bun), or
- * the request's own signal saying the client left (Bun: an `AbortError`). Its signal is read last:
- * Deno warns on stderr when it is read, and its errors are known before.
- */
-function cutByClient(error: unknown, request: Request): boolean {
-  if (typeof error === 'object' && error !== null) {
-    const { code, name, message } = error as { code?: unknown; name?: unknown; message?: unknown }
-    if (CUT_CODES.has(code)) return true
-    if (CUT_DENO_ERRORS.has(name) && (error as { constructor?: { name?: unknown } }).constructor?.name === name) return true
-    // workerd's, for a half-closed connection and a reset one alike.
-    if (message === 'Network connection lost.') return true
-  }
-  return request.signal?.aborted === true
 }
 
 async function readJson(request: Request): Promise<unknown> {
