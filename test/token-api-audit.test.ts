@@ -22,37 +22,20 @@ import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { describe, expect, it } from 'vitest'
 import { close, listen, rawRequest } from './adapters/helpers.js'
+import { CSRF, DASH_SESSION, createAuditStores } from './runtimes/token-api-audit-app.js'
 
 const T0 = Date.UTC(2030, 0, 1, 0, 0, 30)
 const DAY = 86_400_000
-const CSRF = 'csrf-ok'
 const MISSING = '00000000-0000-4000-8000-000000000000'
 
 /** A token service on in-memory stores with a clock the test moves, and its API. */
 function setup(options: { basePath?: string; hosts?: string[] } = {}) {
   let now = T0
-  const apps = createMemoryAppStore([
-    { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] },
-    { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] },
-  ])
-  const subscriptions = createMemorySubscriptionStore([
-    { userId: 'alice', appId: 'app_weather', active: true },
-    { userId: 'alice', appId: 'app_notes', active: true },
-    { userId: 'bob', appId: 'app_weather', active: true },
-  ])
+  const { apps, subscriptions } = createAuditStores({ createMemoryAppStore, createMemorySubscriptionStore })
   const errors: unknown[] = []
   const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, now: () => now, onError: (error) => errors.push(error) })
-  const api = createTokenApi({
-    tokens,
-    // `dash=<user>` is that user's session.
-    authenticateSession: (request) => {
-      const user = /^dash=(\w+)$/.exec(request.headers.get('cookie') ?? '')?.[1]
-      return user === undefined ? null : { userId: user }
-    },
-    verifyCsrf: (request) => request.headers.get('x-csrf-token') === CSRF,
-    onError: (error) => errors.push(error),
-    ...options,
-  })
+  // `dash=<user>` is that user's session, `X-CSRF-Token: csrf-ok` its CSRF token.
+  const api = createTokenApi({ tokens, ...DASH_SESSION, onError: (error) => errors.push(error), ...options })
   return { api, tokens, errors, advance: (ms: number) => (now += ms) }
 }
 

@@ -11,16 +11,14 @@ import type { IncomingMessage, ServerResponse } from 'node:http'
 import * as http2 from 'node:http2'
 import type { AddressInfo } from 'node:net'
 import { Readable } from 'node:stream'
-import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
 import Fastify from 'fastify'
 import { generateKeyPair } from 'jose'
 import { type DispatchContext, type TokenService, createTokenApi } from 'mcp-dispatch'
 import { type FastifyRouteHandler, fromWebHandler, mcpDispatch as fastifyDispatch, routeByVersion, serveTokenApi } from 'mcp-dispatch/fastify'
 import { type IdentitySigner, type ProxyHandler, createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { type WebMcpHandler, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { toWebRequest } from '../../src/adapters/node-http.js'
-import { type Fixture, HOST, askH2 as ask, close, createFixture, listen } from './helpers.js'
+import { type Fixture, HOST, type Served, askH2 as ask, close, createFixture, listen, serveWebHandler } from './helpers.js'
 
 const TOOLS_LIST = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list' })
 const ANSWER = '{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}'
@@ -49,11 +47,6 @@ async function expectAnsweredWithout(fixture: Fixture, server: Served, field: st
   }
 }
 
-interface Served {
-  port: number
-  close(): Promise<void>
-}
-
 /** Fastify over HTTP/2 with the dispatch plugin and `handler` on every path, the body left unread. */
 async function serveFastify(fixture: Fixture, handler: FastifyRouteHandler, onError?: () => void): Promise<Served> {
   const app = Fastify({ http2: true })
@@ -64,19 +57,6 @@ async function serveFastify(fixture: Fixture, handler: FastifyRouteHandler, onEr
   app.all('/*', handler)
   await app.listen({ port: 0, host: '127.0.0.1' })
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
-}
-
-/** The Web adapter on `@hono/node-server` over HTTP/2, with `outgoing` as the docs wire it. */
-async function serveHono(fixture: Fixture, handler: WebMcpHandler, onError?: () => void): Promise<Served> {
-  const handle = webDispatch({ dispatcher: fixture.dispatcher, handler, ...(onError && { onError }) })
-  const server = serve({
-    fetch: (request, env: HttpBindings | Http2Bindings) => handle(request, { clientAddress: env.incoming.socket?.remoteAddress, outgoing: env.outgoing }),
-    createServer: http2.createServer,
-    port: 0,
-    hostname: '127.0.0.1',
-  }) as unknown as http2.Http2Server
-  await new Promise<void>((resolve) => (server.listening ? resolve() : server.once('listening', () => resolve())))
-  return { port: (server.address() as AddressInfo).port, close: () => new Promise<void>((resolve) => server.close(() => resolve())) }
 }
 
 /** What an upstream App saw of a request's body: ended whole, or cut off. */
@@ -150,7 +130,7 @@ afterAll(() => close(upstream.server))
 
 const adapters = {
   fastify: () => serveFastify(fixture, fromWebHandler(proxy)),
-  web: () => serveHono(fixture, proxy),
+  web: () => serveWebHandler('web', fixture, proxy, { http2: true }),
 }
 
 describe('proxy: an upstream answer with HTTP2-Settings (regression: Fastify answered 502; @hono/node-server ended the process)', () => {
@@ -333,7 +313,8 @@ describe('proxy: the end of a request body the client cut off is never passed on
 
 describe('Web adapter over HTTP/2: a handler\'s own connection-specific fields (regression: @hono/node-server ended the process)', () => {
   it('are dropped, with those its Connection names, from a Response the handler built', async () => {
-    const server = await serveHono(
+    const server = await serveWebHandler(
+      'web',
       fixture,
       () =>
         new Response(ANSWER, {
@@ -348,6 +329,7 @@ describe('Web adapter over HTTP/2: a handler\'s own connection-specific fields (
             'x-kept': 'yes',
           },
         }),
+      { http2: true },
     )
     try {
       const answered = await ask(server.port, post(fixture, server.port), TOOLS_LIST)
@@ -363,7 +345,7 @@ describe('Web adapter over HTTP/2: a handler\'s own connection-specific fields (
 
   it('are dropped from the Response of an HTTP/1 fetch() handed on as it came (immutable headers)', async () => {
     upstream.answer = (_req, res) => void res.writeHead(200, { 'content-type': 'application/json', connection: 'keep-alive', 'keep-alive': 'timeout=5' }).end(ANSWER)
-    await expectAnsweredWithout(fixture, await serveHono(fixture, () => fetch(`${upstream.origin}/mcp`)), 'keep-alive')
+    await expectAnsweredWithout(fixture, await serveWebHandler('web', fixture, () => fetch(`${upstream.origin}/mcp`), { http2: true }), 'keep-alive')
   })
 })
 

@@ -43,8 +43,7 @@ function takePort(): number {
   return nextPort++
 }
 
-function listenOn(server: http.Server): Promise<number> {
-  const port = takePort()
+function listenOn(server: http.Server, port = takePort()): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject)
     server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port))
@@ -54,6 +53,13 @@ function listenOn(server: http.Server): Promise<number> {
 function closeServer(server: http.Server): Promise<void> {
   server.closeAllConnections()
   return new Promise((resolve) => server.close(() => resolve()))
+}
+
+/** Serves `app` (an Express app) at `port`, by default the next of this file's range, closed after the file. */
+function serveExpress(app: http.RequestListener, port?: number): Promise<number> {
+  const server = http.createServer(app)
+  closers.push(() => closeServer(server))
+  return listenOn(server, port)
 }
 
 /** What the App handler saw: the path of its `Request`. */
@@ -74,6 +80,20 @@ function appHandler(seen: string[]): WebMcpHandler {
   })
 }
 
+/** The dispatch layer of `options` and an App handler recording into `seen`: the middleware of an Express mount. */
+function expressMcp(options: DispatcherOptions, seen: string[] = []) {
+  return [expressDispatch({ dispatcher: options }), expressFromWeb(appHandler(seen))] as const
+}
+
+/** An Express error handler: records the error in `errors` and answers 500 (`body` as JSON, when given). */
+function recordErrors(errors: unknown[], body?: unknown) {
+  return (error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
+    errors.push(error)
+    if (body === undefined) res.status(500).end()
+    else res.status(500).json(body)
+  }
+}
+
 type Mount = { name: string; mount: string; start(make?: (basePath: string) => DispatcherOptions): Promise<Served> }
 
 const fixture = createFixture()
@@ -88,10 +108,8 @@ const MOUNTS: Mount[] = [
       const app = express()
       app.disable('x-powered-by')
       app.get('/health', (_req, res) => void res.json({ ok: true }))
-      app.use('/mcp', expressDispatch({ dispatcher: make('/mcp') }), expressFromWeb(appHandler(seen)))
-      const server = http.createServer(app)
-      closers.push(() => closeServer(server))
-      return { port: await listenOn(server), seen }
+      app.use('/mcp', ...expressMcp(make('/mcp'), seen))
+      return { port: await serveExpress(app), seen }
     },
   },
   {
@@ -103,12 +121,10 @@ const MOUNTS: Mount[] = [
       app.disable('x-powered-by')
       const outer = express.Router()
       const inner = express.Router()
-      inner.use(expressDispatch({ dispatcher: make('/api/mcp') }), expressFromWeb(appHandler(seen)))
+      inner.use(...expressMcp(make('/api/mcp'), seen))
       outer.use('/mcp', inner)
       app.use('/api', outer)
-      const server = http.createServer(app)
-      closers.push(() => closeServer(server))
-      return { port: await listenOn(server), seen }
+      return { port: await serveExpress(app), seen }
     },
   },
   {
@@ -312,14 +328,12 @@ describe('Express trust proxy under a mount', () => {
     const sub = express()
     app.set('trust proxy', 'loopback')
     if (where === 'app') {
-      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      app.use('/mcp', ...expressMcp(withBase('/mcp')))
     } else {
-      sub.use(expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
+      sub.use(...expressMcp(withBase('/mcp')))
       app.use('/mcp', sub)
     }
-    const server = http.createServer(app)
-    closers.push(() => closeServer(server))
-    const port = await listenOn(server)
+    const port = await serveExpress(app)
     const { resource, challenge } = await addresses(port, '/mcp')
     expect(resource).toBe(`https://${HOST}/mcp`)
     expect(challenge).toBe(`Bearer resource_metadata="https://${HOST}/mcp${METADATA}"`)
@@ -327,10 +341,8 @@ describe('Express trust proxy under a mount', () => {
 
   it('without trust proxy, the socket scheme in both', async () => {
     const app = express()
-    app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
-    const server = http.createServer(app)
-    closers.push(() => closeServer(server))
-    const port = await listenOn(server)
+    app.use('/mcp', ...expressMcp(withBase('/mcp')))
+    const port = await serveExpress(app)
     const { resource, challenge } = await addresses(port, '/mcp')
     expect(resource).toBe(`http://${HOST}/mcp`)
     expect(challenge).toBe(`Bearer resource_metadata="http://${HOST}/mcp${METADATA}"`)
@@ -338,10 +350,8 @@ describe('Express trust proxy under a mount', () => {
 
   it("a mount path written with a trailing slash (app.use('/mcp/'), basePath '/mcp/') is the same mount", async () => {
     const app = express()
-    app.use('/mcp/', expressDispatch({ dispatcher: withBase('/mcp/') }), expressFromWeb(appHandler([])))
-    const server = http.createServer(app)
-    closers.push(() => closeServer(server))
-    const port = await listenOn(server)
+    app.use('/mcp/', ...expressMcp(withBase('/mcp/')))
+    const port = await serveExpress(app)
     const { resource, challenge } = await addresses(port, '/mcp')
     expect(resource).toBe(`http://${HOST}/mcp`)
     expect(challenge).toBe(`Bearer resource_metadata="http://${HOST}/mcp${METADATA}"`)
@@ -421,10 +431,8 @@ describe('the token API under a mount (its basePath holds the mount), beside the
     ["Express app.use('/dash', …)", '/dash/api/tokens', async () => {
       const app = express()
       app.use('/dash', expressTokenApi(api('/dash/api/tokens')))
-      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
-      const server = http.createServer(app)
-      closers.push(() => closeServer(server))
-      return listenOn(server)
+      app.use('/mcp', ...expressMcp(withBase('/mcp')))
+      return serveExpress(app)
     }],
     ["Express nested routers ('/dash' then '/api')", '/dash/api/tokens', async () => {
       const app = express()
@@ -433,18 +441,14 @@ describe('the token API under a mount (its basePath holds the mount), beside the
       inner.use(expressTokenApi(api('/dash/api/tokens')))
       dash.use('/api', inner)
       app.use('/dash', dash)
-      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
-      const server = http.createServer(app)
-      closers.push(() => closeServer(server))
-      return listenOn(server)
+      app.use('/mcp', ...expressMcp(withBase('/mcp')))
+      return serveExpress(app)
     }],
     ["Express, basePath '/dash/api/tokens/' (trailing slash)", '/dash/api/tokens', async () => {
       const app = express()
       app.use('/dash', expressTokenApi(api('/dash/api/tokens/')))
-      app.use('/mcp', expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
-      const server = http.createServer(app)
-      closers.push(() => closeServer(server))
-      return listenOn(server)
+      app.use('/mcp', ...expressMcp(withBase('/mcp')))
+      return serveExpress(app)
     }],
     ["Fastify context with prefix '/dash'", '/dash/api/tokens', async () => {
       const app = Fastify({ forceCloseConnections: true }) as unknown as FastifyInstance
@@ -574,13 +578,8 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
       router = outer
     }
     app.use(mounts[0]!, router)
-    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
-      errors.push(error)
-      res.status(500).json({ configuration: true })
-    })
-    const server = http.createServer(app)
-    closers.push(() => closeServer(server))
-    const port = await listenOn(server)
+    app.use(recordErrors(errors, { configuration: true }))
+    const port = await serveExpress(app)
     // The dispatch layer's 404, as before: no answer of a client's hangs on the mount.
     expect((await rawRequest(port, post(`${expected}/v1`, alice()))).status).toBe(404)
     expect((await rawRequest(port, post(`${expected}/v1`, alice()))).status).toBe(404)
@@ -593,17 +592,12 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
   it('Express: a mount above the basePath, and a mount of the basePath in another case, are no mistake', async () => {
     const errors: unknown[] = []
     const app = express()
-    app.use('/api', expressDispatch({ dispatcher: withBase('/api/mcp') }), expressFromWeb(appHandler([])))
-    app.use('/MCP', expressDispatch({ dispatcher: withBase('/MCP') }), expressFromWeb(appHandler([])))
+    app.use('/api', ...expressMcp(withBase('/api/mcp')))
+    app.use('/MCP', ...expressMcp(withBase('/MCP')))
     // A mount with a parameter whose value the client picks: another tenant is its 404, never a 500.
-    app.use('/t/:tenant', expressDispatch({ dispatcher: withBase('/t/acme') }), expressFromWeb(appHandler([])))
-    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
-      errors.push(error)
-      res.status(500).end()
-    })
-    const server = http.createServer(app)
-    closers.push(() => closeServer(server))
-    const port = await listenOn(server)
+    app.use('/t/:tenant', ...expressMcp(withBase('/t/acme')))
+    app.use(recordErrors(errors))
+    const port = await serveExpress(app)
     // Dispatched (the SDK transport then answers a tools/list without a session 400).
     expect((await rawRequest(port, post('/api/mcp/v1', alice()))).headers['x-mcp-version']).toBe('1.0.0')
     expect((await rawRequest(port, post('/api/other', alice()))).status).toBe(404)
@@ -719,16 +713,9 @@ describe("the token API's basePath variants", () => {
 describe('mounts the basePath check must not refuse (review of the mount check)', () => {
   // Ports of the review's own range (18990-18999), apart from this file's.
   let reviewPort = 18990
-  async function listenReview(app: http.RequestListener): Promise<number> {
+  function listenReview(app: http.RequestListener): Promise<number> {
     if (reviewPort > 18999) throw new Error('out of the port range 18990-18999')
-    const server = http.createServer(app)
-    closers.push(() => closeServer(server))
-    const port = reviewPort++
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject)
-      server.listen(port, '127.0.0.1', () => resolve())
-    })
-    return port
+    return serveExpress(app, reviewPort++)
   }
   const served = (answer: { headers: Record<string, unknown> }) => answer.headers['x-mcp-version']
 
@@ -740,18 +727,12 @@ describe('mounts the basePath check must not refuse (review of the mount check)'
       const app = express()
       // Express 4's `*`, Express 5's `/{*path}`: mounted on every path, as at the root.
       const all = kind === 'express4' ? '*' : '/{*path}'
-      app.use(all, expressDispatch({ dispatcher: withBase('') }), expressFromWeb(appHandler([])))
-      app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
-        errors.push(error)
-        res.status(500).end()
-      })
+      app.use(all, ...expressMcp(withBase('')))
+      app.use(recordErrors(errors))
       const root = await listenReview(app)
       const under = express()
-      under.use(all, expressDispatch({ dispatcher: withBase('/mcp') }), expressFromWeb(appHandler([])))
-      under.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
-        errors.push(error)
-        res.status(500).end()
-      })
+      under.use(all, ...expressMcp(withBase('/mcp')))
+      under.use(recordErrors(errors))
       const mcp = await listenReview(under)
       expect(served(await rawRequest(root, post('/v1', alice())))).toBe('1.0.0')
       expect((await rawRequest(root, post('/other', alice()))).status).toBe(404)
@@ -766,12 +747,9 @@ describe('mounts the basePath check must not refuse (review of the mount check)'
     const errors: unknown[] = []
     const express = EXPRESS[kind]
     const app = express()
-    app.use('/v1', expressDispatch({ dispatcher: withBase('') }), expressFromWeb(appHandler([])))
+    app.use('/v1', ...expressMcp(withBase('')))
     app.use(METADATA, expressDispatch({ dispatcher: withBase('') }))
-    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
-      errors.push(error)
-      res.status(500).end()
-    })
+    app.use(recordErrors(errors))
     const port = await listenReview(app)
     expect(served(await rawRequest(port, post('/v1', alice())))).toBe('1.0.0')
     // Express routes the mount in any case; the dispatch layer's version path is `v`: its 404.
@@ -789,10 +767,7 @@ describe('mounts the basePath check must not refuse (review of the mount check)'
     const handler = expressFromWeb(appHandler([]))
     app.use('/mcp', dispatch, handler)
     app.use('/api/mcp', dispatch, handler)
-    app.use((error: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
-      errors.push(error)
-      res.status(500).end()
-    })
+    app.use(recordErrors(errors))
     const port = await listenReview(app)
     for (let i = 0; i < 2; i++) {
       expect(served(await rawRequest(port, post('/mcp/v1', alice())))).toBe('1.0.0')

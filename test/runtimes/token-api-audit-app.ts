@@ -24,22 +24,46 @@ import type { InvalidationBus, TokenStore } from 'mcp-dispatch'
 type Package = typeof import('mcp-dispatch')
 type WebAdapter = typeof import('mcp-dispatch/web')
 
+/** The CSRF token of every session, in `X-CSRF-Token`. */
+export const CSRF = 'csrf-ok'
+
+/**
+ * The token API's sessions as the audits sign them in (`token-api-audit.test.ts` too): the cookie
+ * `dash=<user>` is that user's session, `X-CSRF-Token: csrf-ok` its CSRF token.
+ */
+export const DASH_SESSION = {
+  authenticateSession: (request: Request) => {
+    const user = /(?:^|;\s*)dash=(\w+)/.exec(request.headers.get('cookie') ?? '')?.[1]
+    return user === undefined ? null : { userId: user }
+  },
+  verifyCsrf: (request: Request) => request.headers.get('x-csrf-token') === CSRF,
+}
+
+/**
+ * The Apps (`weather`, `notes`, version 1.0.0) and their subscriptions (alice to both, bob to
+ * `weather`) of the token API's audits, on the memory stores of `lib`.
+ */
+export function createAuditStores(lib: Pick<Package, 'createMemoryAppStore' | 'createMemorySubscriptionStore'>) {
+  const apps = lib.createMemoryAppStore([
+    { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] },
+    { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] },
+  ])
+  const subscriptions = lib.createMemorySubscriptionStore([
+    { userId: 'alice', appId: 'app_weather', active: true },
+    { userId: 'alice', appId: 'app_notes', active: true },
+    { userId: 'bob', appId: 'app_weather', active: true },
+  ])
+  return { apps, subscriptions }
+}
+
 export interface AuditAppOptions {
   lastUsedFlushMs?: number
   waitUntil?: (promise: Promise<unknown>) => void
 }
 
 export function createAuditApp(lib: Package, web: WebAdapter, options: AuditAppOptions = {}) {
-  const { createDispatcher, createMemoryAppStore, createMemorySubscriptionStore, createMemoryTokenStore, createTokenApi, createTokenService, createMemoryInvalidationBus } = lib
-  const apps = createMemoryAppStore([
-    { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] },
-    { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] },
-  ])
-  const subscriptions = createMemorySubscriptionStore([
-    { userId: 'alice', appId: 'app_weather', active: true },
-    { userId: 'alice', appId: 'app_notes', active: true },
-    { userId: 'bob', appId: 'app_weather', active: true },
-  ])
+  const { createDispatcher, createMemoryTokenStore, createTokenApi, createTokenService, createMemoryInvalidationBus } = lib
+  const { apps, subscriptions } = createAuditStores(lib)
   const errors: string[] = []
   const onError = (error: unknown, context: string) => void errors.push(`${context}: ${error instanceof Error ? error.message : String(error)}`)
   const store: TokenStore = createMemoryTokenStore()
@@ -71,15 +95,7 @@ export function createAuditApp(lib: Package, web: WebAdapter, options: AuditAppO
   }
   const tokens = createTokenService(serviceOptions)
   const other = createTokenService(serviceOptions)
-  const api = createTokenApi({
-    tokens,
-    authenticateSession: (request) => {
-      const user = /(?:^|;\s*)dash=(\w+)/.exec(request.headers.get('cookie') ?? '')?.[1]
-      return user === undefined ? null : { userId: user }
-    },
-    verifyCsrf: (request) => request.headers.get('x-csrf-token') === 'csrf-ok',
-    onError,
-  })
+  const api = createTokenApi({ tokens, ...DASH_SESSION, onError })
   const common = { apps, subscriptions, tokens, onError, authorizationServers: ['https://auth.example.test'] }
   const dispatcher = createDispatcher(common)
   const fixed = createDispatcher({ ...common, baseUrl: (_request: unknown, app: { slug: string }) => `https://${app.slug}.apps.example.com` })
