@@ -6,6 +6,14 @@
  */
 import { ConfigurationError } from './errors.js'
 
+/**
+ * Calls `callback` once the I/O event of the moment has run its course (its ticks and
+ * microtasks) and this process has read its sockets: `setImmediate`, where the runtime has it
+ * (Node, Bun, Deno 2); a timer of 0 elsewhere (Workers without `nodejs_compat` v2).
+ */
+export const afterThisTurn: (callback: () => void) => void =
+  typeof setImmediate === 'function' ? (callback) => void setImmediate(callback) : (callback) => void setTimeout(callback, 0)
+
 /** Longest delay a timer takes (2^31 - 1 ms, about 24.8 days); past it Node fires at once. */
 export const MAX_TIMER_MS = 2_147_483_647
 

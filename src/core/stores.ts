@@ -188,18 +188,18 @@ export interface SessionStore {
 export interface RateLimitStore {
   /**
    * Adds one to the counter of `key` for the window that starts at `windowStart` and returns
-   * the new count. The counter must last until its window ends, and should last a grace past
-   * it, for a request stamped in the window that reaches a networked store late (the Redis
-   * store: one window and a grace of one window, at most a minute, after the window's first
-   * request, its `PEXPIRE`; see below).
+   * the new count. The counter must last until its window ends, and a networked store should
+   * keep it a while longer for the requests stamped in the window that reach it late (the
+   * Redis store: a TTL of one window and a minute from the window's first request).
    *
    * Shared by instances whose clocks disagree, a store never moves a counter back to an older
    * window: a request stamped with an older window than the counter's (its instance's clock
    * is behind) counts against the counter's window, and the store then answers
    * `{ count, windowStart }` with the window it counted, so the caller's reset time is that
    * window's end. (Moving back would let two skewed instances reset each other's counter, and
-   * the limit would hold for neither.) A counter lives about one window of the store's own
-   * time (and its grace), so one started by a clock that ran fast ends soon after a window.
+   * the limit would hold for neither.) Requests of older windows count against a counter for
+   * one window of the store's own time from its first request, so one started by a clock that
+   * ran fast refuses the others for one window.
    */
   increment(key: string, windowStart: number, windowMs: number): MaybePromise<number | RateLimitCount>
 }

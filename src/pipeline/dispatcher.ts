@@ -1015,8 +1015,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     let count = answer as number
     let reset = start + windowMs
     // Counted in another instance's (later) window: the reset is that window's end, which is
-    // on that instance's clock: never told as more than one window from now (a counter lives
-    // about that long: Redis's grace past it is for requests late to it), nor as past.
+    // on that instance's clock: never told as more than one window from now (a counter counts
+    // requests of older windows no longer than that), nor as past.
     if (typeof answer === 'object' && answer !== null) {
       count = answer.count
       if (!Number.isSafeInteger(answer.windowStart)) count = Number.NaN

@@ -185,19 +185,19 @@ describeRedis('a long run on the Redis stores', (redis) => {
     expect(during.withoutTtl).toEqual([])
     expect(during.byKind.session).toBeGreaterThan(0)
     expect(during.byKind.cache).toBeGreaterThan(0)
-    expect(during.longest).toBeLessThanOrEqual(60_000) // a counter's window
+    expect(during.longest).toBeLessThanOrEqual(120_000) // a counter's window and a minute
     // Once the session and cache TTLs have passed, only the counters of this minute are left.
     await vi.waitFor(async () => expect(Object.keys((await keysOf(redis.client, prefix)).byKind)).toEqual(['rl']), { timeout: 3_000, interval: 100 })
     // A session left idle past its TTL is over: 404, its client initializes again.
     expect(await statusOf(dispatcher.decide(request('POST', { authorization: 'Bearer oauth-user3', 'mcp-session-id': 'idle-3' })))).toBe(404)
 
-    // Counters of a short window are gone after it (the dispatcher's windows are a minute or more).
+    // Counters of a short window are gone a minute after it (the grace for requests of the
+    // window that reach Redis late), whatever the window.
     const counters = createRedisRateLimitStore({ client, prefix })
     await Promise.all(Array.from({ length: 500 }, (_, i) => counters.increment(`short-${i}`, 0, 300)))
     const short = (await keysOf(redis.client, `${prefix}rl:short-`))
     expect(short.withoutTtl).toEqual([])
-    expect(short.longest).toBeLessThanOrEqual(300)
-    await vi.waitFor(async () => expect(await scanKeys(redis.client, `${prefix}rl:short-*`)).toEqual([]), { timeout: 3_000, interval: 50 })
+    expect(short.longest).toBeLessThanOrEqual(60_300)
 
     await tokens.close()
     await bus.close()

@@ -66,7 +66,7 @@ import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotSe
 import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
-import { timerOption } from '../../timeout.js'
+import { afterThisTurn, timerOption } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
 import {
   IDENTITY_HEADER,
@@ -857,10 +857,6 @@ function progressOf(
     { highWaterMark: 0 },
   )
 }
-
-/** Calls `callback` once the I/O event of the moment has run its course (its ticks and microtasks). */
-const afterThisTurn: (callback: () => void) => void =
-  typeof setImmediate === 'function' ? (callback) => void setImmediate(callback) : (callback) => void setTimeout(callback, 0)
 
 /**
  * A `Transfer-Encoding` value that lists `chunked` alone, empty list elements aside (RFC 9110

@@ -353,8 +353,9 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * the end of the map's order, so a busy caller's counter is the last to go (dropping it would
  * reset its count); below that, nothing is reordered and a request costs one lookup.
  *
- * A counter lives one window from its first request (Redis's `PEXPIRE` adds a grace, for
- * requests that reach it late over the network: in one process none do), timed on
+ * A counter lives one window from its first request, as the Redis store judges it for requests
+ * of older windows (its TTL adds a minute for requests of the counter's own window that reach
+ * it late over the network; here they count however late they come), timed on
  * the monotonic clock (`performance.now()`), so a wall clock stepped back or forward does not
  * change how long it lives; with `now` given, on that clock instead (a test's), where a step
  * back by less than a window keeps counting against it and a longer one starts it again.
@@ -396,7 +397,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
         // A request stamped with an older window (an instance whose clock is behind, sharing
         // this store, or this clock stepped back across a window's start) counts against the
         // counter's window, which is named in the answer, for one window of this store's time
-        // since the counter started (as Redis's PEXPIRE, less its grace). A clock that has since stepped back
+        // since the counter started (as the Redis store, by its PTTL). A clock that has since stepped back
         // by less than a window still counts against it (a step of a second across a window's
         // start once gave a fresh limit, and another when the clock caught up); by more, the
         // counter starts again rather than refusing for the size of the step.

@@ -7,7 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
 import { ConfigurationError, reporterOption } from '../../errors.js'
-import { MAX_TIMER_MS, withTimeout } from '../../timeout.js'
+import { MAX_TIMER_MS, afterThisTurn, withTimeout } from '../../timeout.js'
 import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots } from './client.js'
 
 /** Options of {@link createRedisInvalidationBus}. */
@@ -437,7 +437,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // Asked when the channel goes silent, and each interval while it stays so.
     if (deaf) rereadSlots(subscriber)
     const at = performance.now()
-    if (pendingSince !== undefined) setImmediate(judgeSilence)
+    if (pendingSince !== undefined) afterThisTurn(judgeSilence)
     // At least one heartbeat per interval for the group: a bus sends one when it heard nothing
     // for half an interval, and again each interval while it waits for an answer. One that
     // fails is what the silence check notices; it is not reported each time.

@@ -7,19 +7,32 @@ import { hasLoneSurrogate } from '../../core/text.js'
 import { type RedisStoreOptions, connectRedis, lostSinceReady, luaScript, px } from './client.js'
 
 /**
+ * How long a counter outlives its window (its TTL is the window and this, from the window's
+ * first request), for the requests stamped in the window that reach Redis late. A request is
+ * stamped with its window before its increment reaches Redis: a busy event loop (a command
+ * that node-redis, or ioredis with auto-pipelining, writes on the next turn goes out only once
+ * the process is free again, and its answer still counts), a slow network. With a TTL of one
+ * window, one stamped at the window's tail that arrived after that found the counter gone,
+ * started it again at 1 and was served past the limit, with the rest of the window.
+ */
+const GRACE_MS = 60_000
+
+/**
  * One atomic step: the counter is a hash of the window it counts (`w`, epoch ms) and the
- * count (`c`). A request stamped with the counter's window adds to it and gets the count; one
- * stamped with an older window (its instance's clock is behind) adds to it too, never moving
- * it back, and gets `{count, w}`, the window it counted in. A newer window starts the counter
- * again at 1, with a TTL (ARGV[2]) of one window and its grace ({@link ttlOf}) of Redis's
- * time, so a counter started by a clock that ran fast lives no longer than that.
+ * count (`c`), with a TTL (ARGV[2]) of one window and {@link GRACE_MS} (ARGV[3]) of Redis's
+ * time. A request stamped with the counter's window adds to it and gets the count, however
+ * late it comes. One stamped with an older window (its instance's clock is behind) adds to it
+ * too while the counter is younger than one window of Redis's time (its `PTTL` is above the
+ * grace), never moving it back, and gets `{count, w}`, the window it counted in; so a counter
+ * started by a clock that ran fast refuses the others for one window, not for its grace. A
+ * newer window, or an older one after that, starts the counter again at 1.
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
   `local w = redis.call('HGET', KEYS[1], 'w')
 local current = tonumber(w)
 local requested = tonumber(ARGV[1])
-if current and current >= requested then
+if current and (current == requested or (current > requested and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]))) then
   local count = redis.call('HINCRBY', KEYS[1], 'c', 1)
   if current == requested then return count end
   return {count, w}
@@ -28,22 +41,6 @@ redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`,
 )
-
-/** The grace a counter lives past its window: one window, at most a minute. */
-const MAX_GRACE_MS = 60_000
-
-/**
- * A counter's TTL: its window and a grace past it, from the window's first request. A request
- * is stamped with its window before its increment reaches Redis (a busy event loop, a slow
- * network in between); with a TTL of one window, one stamped at the window's tail that arrived
- * after the counter had expired started it again at 1 and was served past the limit, with
- * every request of the window that followed it. The grace is far longer than such a delay
- * (a call answered past its `timeoutMs` is failed anyway, and served fail open), and costs
- * nothing in counting: a request of the next window starts the counter again whatever its TTL.
- */
-function ttlOf(windowMs: number): number {
-  return windowMs + Math.min(windowMs, MAX_GRACE_MS)
-}
 
 function toCount(reply: unknown): number | RateLimitCount {
   if (Array.isArray(reply)) {
@@ -71,9 +68,8 @@ function wireKey(key: string): string {
  * Rate-limit counters in Redis, shared by every instance: `increment` is one `EVALSHA`
  * round trip (an `EVAL` once more after the server lost its script cache), atomic, under the
  * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` that
- * expires one window and a grace (one window, at most a minute) after the window's first
- * request, so that a request stamped at a window's tail that reaches Redis late still counts
- * against its window. When Redis fails or times out the call
+ * expires one window and a minute after the window's first request, so that a request stamped
+ * at a window's tail that reaches Redis late still counts against its window. When Redis fails or times out the call
  * rejects, and the dispatcher serves (fail open, `rateLimit.failOpen`) and reports it. Once
  * the client was ready and is not (`ioredis`: `status` other than `ready`: reconnecting,
  * connecting again, a restarted Redis loading), the call rejects at once instead of joining
@@ -113,7 +109,8 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
     // Async: a window `px` refuses rejects the call, as a failing Redis does.
     async increment(key, windowStart, windowMs) {
       if (lost()) throw new Error(`Redis connection not ready (${client.status}): not counted`)
-      return redis.run(INCREMENT, keyPrefix + wireKey(key), windowStart, px(ttlOf(windowMs))).then(toCount)
+      const ttl = Math.min(px(windowMs) + GRACE_MS, Number.MAX_SAFE_INTEGER)
+      return redis.run(INCREMENT, keyPrefix + wireKey(key), windowStart, ttl, GRACE_MS).then(toCount)
     },
   }
 }
