@@ -11,9 +11,6 @@
  *   alg none, HS256 keyed with the public key): 401 with the challenge, never 500.
  */
 import { execFile } from 'node:child_process'
-import { mkdtemp, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { type OAuthClientProvider, UnauthorizedError, auth, createMCPClient } from '@ai-sdk/mcp'
 import {
   Client as ClientV2,
@@ -22,7 +19,6 @@ import {
   UnauthorizedError as UnauthorizedErrorV2,
 } from '@modelcontextprotocol/client'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
-import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
 import {
   discoverAuthorizationServerMetadata,
   exchangeAuthorization,
@@ -34,7 +30,7 @@ import { type JWK, SignJWT, decodeJwt, exportJWK, exportSPKI, generateKeyPair } 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
-import { HEADLESS_BROWSER, INSPECTOR_CLI, MCP_REMOTE, RESOLVE_LOCALHOST } from '../helpers/audit-shared.js'
+import { INSPECTOR_CLI, RESOLVE_LOCALHOST, connectMcpRemoteOAuth } from '../helpers/audit-shared.js'
 import { type ServedFetch, localhostFetch, mcpRequest, serveFetch } from '../helpers/platform.js'
 import { type ManualClock, createManualClock } from './helpers/clock.js'
 import {
@@ -553,25 +549,13 @@ describe("another authorization server's tokens, and tokens that are no access t
 
 describe('mcp-remote in OAuth mode against audience-bound tokens (jwt mode)', () => {
   it('signs in through the headless browser at /v1 and calls a tool with a token the App accepts', async () => {
-    const configDir = await mkdtemp(join(tmpdir(), 'mcp-remote-audit-'))
-    const { DISPLAY: _d, WAYLAND_DISPLAY: _w, XDG_CURRENT_DESKTOP: _x, ...env } = process.env as Record<string, string>
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      args: [MCP_REMOTE, `${jwtApp()}/v1`, String(MCP_REMOTE_CALLBACK_PORT), '--transport', 'http-only', '--allow-http'],
-      env: { ...env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, MCP_REMOTE_CONFIG_DIR: configDir, BROWSER: HEADLESS_BROWSER },
-      stderr: 'pipe',
-    })
-    let stderr = ''
-    transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
-    const client = new Client({ name: 'stdio-host', version: '1.0.0' })
+    const remote = await connectMcpRemoteOAuth(`${jwtApp()}/v1`, MCP_REMOTE_CALLBACK_PORT)
     try {
-      await client.connect(transport)
-      expect(stderr).toContain('Browser opened automatically')
-      const echoed = await client.callTool({ name: 'echo', arguments: { text: 'bound' } })
+      expect(remote.stderr()).toContain('Browser opened automatically')
+      const echoed = await remote.client.callTool({ name: 'echo', arguments: { text: 'bound' } })
       expect(echoed.content).toEqual([{ type: 'text', text: expect.stringMatching(/^bound \(from weather /) }])
     } finally {
-      await client.close()
-      await rm(configDir, { recursive: true, force: true })
+      await remote.close()
     }
   }, 60_000)
 })

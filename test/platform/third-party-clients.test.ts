@@ -25,7 +25,6 @@ import { createServer } from 'node:net'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { MCPClientError, type OAuthClientProvider, UnauthorizedError, auth, createMCPClient } from '@ai-sdk/mcp'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js'
@@ -33,6 +32,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, createPlatform } from '../../examples/platform/index.js'
 import { TestOAuthClient } from '../oauth/helpers/oauth-client.js'
+import { INSPECTOR_CLI, MCP_REMOTE, RESOLVE_LOCALHOST, connectMcpRemoteOAuth } from '../helpers/audit-shared.js'
 import {
   APP_TOOLS,
   MODERN_APP_TOOLS,
@@ -43,10 +43,6 @@ import {
   testSeed,
 } from '../helpers/platform.js'
 
-const RESOLVE_LOCALHOST = fileURLToPath(new URL('../helpers/resolve-localhost.mjs', import.meta.url))
-const INSPECTOR_CLI = fileURLToPath(new URL('../../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js', import.meta.url))
-const MCP_REMOTE = fileURLToPath(new URL('../../node_modules/mcp-remote/dist/proxy.js', import.meta.url))
-const HEADLESS_BROWSER = fileURLToPath(new URL('../helpers/headless-browser.mjs', import.meta.url))
 /**
  * A port free on 127.0.0.1 now, for mcp-remote's OAuth callback server (it takes a port number,
  * not 0): the system's choice, released at once for mcp-remote to listen on.
@@ -458,22 +454,14 @@ describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing
       onError: (error, context) => errors.push({ error, context }),
     })
     server = await serveLogged()
-    const oauthConfigDir = await mkdtemp(join(tmpdir(), 'mcp-remote-oauth-'))
-    // No desktop session, so the bundled `xdg-open` turns to `$BROWSER`.
-    const { DISPLAY: _d, WAYLAND_DISPLAY: _w, XDG_CURRENT_DESKTOP: _x, ...env } = process.env as Record<string, string>
-    const transport = new StdioClientTransport({
-      command: process.execPath,
-      // The callback port (mcp-remote's second argument).
-      args: [MCP_REMOTE, `${origin()}/v1`, String(await freePort()), '--transport', 'http-only', '--allow-http'],
-      env: { ...env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, MCP_REMOTE_CONFIG_DIR: oauthConfigDir, BROWSER: HEADLESS_BROWSER },
-      stderr: 'pipe',
+    // The callback port (mcp-remote's second argument).
+    const remote = await connectMcpRemoteOAuth(`${origin()}/v1`, await freePort()).catch(async (error: unknown) => {
+      await stop()
+      throw error
     })
-    let stderr = ''
-    transport.stderr?.on('data', (chunk: Buffer) => (stderr += chunk.toString()))
-    const client = new Client({ name: 'stdio-host', version: '1.0.0' })
+    const client = remote.client
     try {
-      await client.connect(transport)
-      expect(stderr).toContain('Browser opened automatically')
+      expect(remote.stderr()).toContain('Browser opened automatically')
       expect(authRequests).toEqual(
         expect.arrayContaining(['POST /reg', 'GET /auth', 'GET /interaction/…', 'POST /token', 'GET /me']),
       )
@@ -491,8 +479,7 @@ describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing
       expect(last).toMatchObject({ method: 'POST', session: expect.any(String), status: 200, version: '1.1.1' })
       expect(requests.filter((r) => r.session === last.session).every((r) => r.status < 300)).toBe(true)
     } finally {
-      await client.close()
-      await rm(oauthConfigDir, { recursive: true, force: true })
+      await remote.close()
       await stop()
     }
   })
