@@ -360,7 +360,7 @@ describeRedis('rate limit on Redis, end to end', (redis) => {
       [429, '"minute";r=0;t=60'],
     ])
     // Told by its own clock: at most one window from its now (the counter, started by the
-    // other instance's first request, lives one window of Redis's time), not a window that
+    // other instance's first request, counts older windows for one window of Redis's time), not a window that
     // ended 2.5 s ago by its clock (t=1) nor the other clock's end plus the skew.
     expect(answers[3]!.headers['retry-after']).toBe('60')
     expect(answers[3]!.body?.error.data).toMatchObject({ limit: 3, retryAfter: 60, resetAt: Math.ceil((at - 2_500 + 60_000) / 1000) })

@@ -130,7 +130,7 @@ describe('memory stores: what only they do', () => {
     expect(['live', 'new-1', 'new-2', 'new-3'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([true, false, true, true])
   })
 
-  it('without a clock given, a rate-limit counter lives one window of the monotonic clock, as Redis\'s PEXPIRE: no step of the wall clock ends it or stretches it', async () => {
+  it('without a clock given, a rate-limit counter lives one window of the monotonic clock (as the Redis store judges its age, by its PTTL): no step of the wall clock ends it or stretches it', async () => {
     const W = 60_000
     const wall = vi.spyOn(Date, 'now')
     let monotonic = performance.now()

@@ -24,20 +24,29 @@ const GRACE_MS = 60_000
  * late it comes. One stamped with an older window (its instance's clock is behind) adds to it
  * too while the counter is younger than one window of Redis's time (its `PTTL` is above the
  * grace), never moving it back, and gets `{count, w}`, the window it counted in; so a counter
- * started by a clock that ran fast refuses the others for one window, not for its grace. A
- * newer window, or an older one after that, starts the counter again at 1.
+ * started by a clock that ran fast refuses the others for one window, not for its grace. After
+ * that, an older window's request starts the counter again at 1 in its own window, and sets
+ * the window it replaced aside with its count (`nw`, `nc`): a late request of that window (or
+ * the fast instance, back within it) counts on there, not from 1 again. A newer window starts
+ * the counter again at 1, and drops what was set aside.
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
-  `local w = redis.call('HGET', KEYS[1], 'w')
-local current = tonumber(w)
+  `local held = redis.call('HMGET', KEYS[1], 'w', 'nw')
+local current = tonumber(held[1])
 local requested = tonumber(ARGV[1])
-if current and (current == requested or (current > requested and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]))) then
-  local count = redis.call('HINCRBY', KEYS[1], 'c', 1)
-  if current == requested then return count end
-  return {count, w}
+if current == requested then return redis.call('HINCRBY', KEYS[1], 'c', 1) end
+if current and current > requested and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then
+  return {redis.call('HINCRBY', KEYS[1], 'c', 1), held[1]}
 end
-redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
+if tonumber(held[2]) == requested then return redis.call('HINCRBY', KEYS[1], 'nc', 1) end
+if current and current > requested then
+  local count = redis.call('HGET', KEYS[1], 'c')
+  redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1, 'nw', held[1], 'nc', count)
+else
+  redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
+  redis.call('HDEL', KEYS[1], 'nw', 'nc')
+end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`,
 )
