@@ -199,7 +199,9 @@ export interface RateLimitStore {
    * window's end. (Moving back would let two skewed instances reset each other's counter, and
    * the limit would hold for neither.) Requests of older windows count against a counter for
    * one window of the store's own time from its first request, so one started by a clock that
-   * ran fast refuses the others for one window.
+   * ran fast refuses the others for one window. A store that kept the count of the window a
+   * counter replaced may count a request of that window there instead, and answer it as a
+   * plain count (the Redis store does, for requests that reach it late).
    */
   increment(key: string, windowStart: number, windowMs: number): MaybePromise<number | RateLimitCount>
 }

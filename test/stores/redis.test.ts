@@ -315,7 +315,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
-    it('a counter is one hash under <prefix>rl:<key>, expiring one window and a minute after its first request', async () => {
+    it('a counter is one hash under <prefix>rl:<key>, expiring one window and a minute after its window\'s first request', async () => {
       const prefix = redis.prefix()
       const counters = createRedisRateLimitStore({ client: redis.client, prefix })
       await counters.increment('user:app', START, W)
@@ -324,8 +324,9 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const ttl = await redis.client.pttl(`${prefix}rl:user:app`)
       expect(ttl).toBeGreaterThan(W + 60_000 - 5_000)
       expect(ttl).toBeLessThanOrEqual(W + 60_000)
+      // The next window, beside the one it replaced (for that one's late requests).
       await counters.increment('user:app', START + W, W)
-      expect(await redis.client.hgetall(`${prefix}rl:user:app`)).toEqual({ w: String(START + W), c: '1' })
+      expect(await redis.client.hgetall(`${prefix}rl:user:app`)).toEqual({ w: String(START + W), c: '1', nw: String(START), nc: '2' })
       // An hour's counter lives an hour and a minute.
       await counters.increment('hourly', START, 3_600_000)
       const hourly = await redis.client.pttl(`${prefix}rl:hourly`)
@@ -360,7 +361,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(await counters.increment('k', START, window)).toBe(1)
     })
 
-    it('past its first window, a counter an older window replaced keeps its count aside: a late request of its window counts on there, as does its instance back within it; a newer window drops it', async () => {
+    it('past its first window, a counter an older window replaced keeps its count aside: a late request of its window counts on there, as does its instance back within it; a newer window sets aside the one it replaces instead', async () => {
       const counters = createRedisRateLimitStore({ client: redis.client, prefix: redis.prefix() })
       const window = 1_000
       expect(await counters.increment('k', START + window, window)).toBe(1)
@@ -372,9 +373,31 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       // started it again at 1, and was served past the limit).
       expect(await counters.increment('k', START + window, window)).toBe(3)
       expect(await counters.increment('k', START, window)).toBe(2)
-      // A newer window starts again, and drops the one set aside.
+      // A newer window starts again, and sets aside the window it replaced (START), not the other.
       expect(await counters.increment('k', START + 2 * window, window)).toBe(1)
+      expect(await counters.increment('k', START, window)).toBe(3)
       expect(await counters.increment('k', START + window, window)).toEqual({ count: 2, windowStart: START + 2 * window })
+    })
+
+    it('a late request of the window a newer one replaced counts on in its own window, while the newer counter is young and once it is a window old (regression: counted against the newer window, then its own started again at 1 and was served past the limit)', async () => {
+      const counters = createRedisRateLimitStore({ client: redis.client, prefix: redis.prefix() })
+      const window = 1_000
+      for (let count = 1; count <= 3; count++) expect(await counters.increment('k', START, window)).toBe(count)
+      expect(await counters.increment('k', START + window, window)).toBe(1)
+      // Requests of the first window that reach Redis late, held in a busy process.
+      expect(await counters.increment('k', START, window)).toBe(4)
+      await new Promise((resolve) => setTimeout(resolve, window + 100))
+      expect(await counters.increment('k', START, window)).toBe(5)
+      expect(await counters.increment('k', START + window, window)).toBe(2)
+    })
+
+    it('a window start that is no whole epoch milliseconds is refused before anything is sent (a script given none would count on a key without a TTL)', async () => {
+      const client = recording(redis.client)
+      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix() })
+      for (const start of [Number.NaN, 1.5, Number.POSITIVE_INFINITY, '1' as unknown as number, undefined as unknown as number]) {
+        await expect(counters.increment('k', start, W)).rejects.toThrow(RangeError)
+      }
+      expect(client.commands).toEqual([])
     })
 
     it('instances sharing a prefix share the budget; another prefix has its own', async () => {

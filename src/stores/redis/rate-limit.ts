@@ -19,33 +19,32 @@ const GRACE_MS = 60_000
 
 /**
  * One atomic step: the counter is a hash of the window it counts (`w`, epoch ms) and the
- * count (`c`), with a TTL (ARGV[2]) of one window and {@link GRACE_MS} (ARGV[3]) of Redis's
- * time. A request stamped with the counter's window adds to it and gets the count, however
- * late it comes. One stamped with an older window (its instance's clock is behind) adds to it
- * too while the counter is younger than one window of Redis's time (its `PTTL` is above the
- * grace), never moving it back, and gets `{count, w}`, the window it counted in; so a counter
- * started by a clock that ran fast refuses the others for one window, not for its grace. After
- * that, an older window's request starts the counter again at 1 in its own window, and sets
- * the window it replaced aside with its count (`nw`, `nc`): a late request of that window (or
- * the fast instance, back within it) counts on there, not from 1 again. A newer window starts
- * the counter again at 1, and drops what was set aside.
+ * count (`c`), and the window it last replaced with that window's count (`nw`, `nc`), with a
+ * TTL (ARGV[2]) of one window and {@link GRACE_MS} (ARGV[3]) of Redis's time from its last
+ * change of window. A request stamped with either window adds to that window's count and
+ * gets it, however late it comes: a late request of the window just replaced counts on there,
+ * never from 1 again. One stamped with another, older window (its instance's clock is behind)
+ * adds to the counter's count while the counter is younger than one window of Redis's time
+ * (its `PTTL` is above the grace), never moving it back, and gets `{count, w}`, the window it
+ * counted in; so a counter started by a clock that ran fast refuses the others for one window,
+ * not for its grace. Any other request starts the counter again at 1 in its own window, and
+ * sets the window it replaces aside.
  */
 const INCREMENT = luaScript(
   'rate-limit increment',
   `local held = redis.call('HMGET', KEYS[1], 'w', 'nw')
 local current = tonumber(held[1])
+local aside = tonumber(held[2])
 local requested = tonumber(ARGV[1])
-if current == requested then return redis.call('HINCRBY', KEYS[1], 'c', 1) end
+if current and current == requested then return redis.call('HINCRBY', KEYS[1], 'c', 1) end
+if aside and aside == requested then return redis.call('HINCRBY', KEYS[1], 'nc', 1) end
 if current and current > requested and redis.call('PTTL', KEYS[1]) > tonumber(ARGV[3]) then
   return {redis.call('HINCRBY', KEYS[1], 'c', 1), held[1]}
 end
-if tonumber(held[2]) == requested then return redis.call('HINCRBY', KEYS[1], 'nc', 1) end
-if current and current > requested then
-  local count = redis.call('HGET', KEYS[1], 'c')
-  redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1, 'nw', held[1], 'nc', count)
+if current then
+  redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1, 'nw', held[1], 'nc', redis.call('HGET', KEYS[1], 'c'))
 else
   redis.call('HSET', KEYS[1], 'w', ARGV[1], 'c', 1)
-  redis.call('HDEL', KEYS[1], 'nw', 'nc')
 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
 return 1`,
@@ -76,9 +75,10 @@ function wireKey(key: string): string {
 /**
  * Rate-limit counters in Redis, shared by every instance: `increment` is one `EVALSHA`
  * round trip (an `EVAL` once more after the server lost its script cache), atomic, under the
- * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` that
- * expires one window and a minute after the window's first request, so that a request stamped
- * at a window's tail that reaches Redis late still counts against its window. When Redis fails or times out the call
+ * `timeoutMs` deadline. Key: `<prefix>rl:<key>`, a hash `{ w: windowStart, c: count }` (and
+ * `nw`, `nc`: the window it replaced last, and its count) that expires one window and a
+ * minute after the window's first request, so that a request stamped at a window's tail that
+ * reaches Redis late still counts against its window. When Redis fails or times out the call
  * rejects, and the dispatcher serves (fail open, `rateLimit.failOpen`) and reports it. Once
  * the client was ready and is not (`ioredis`: `status` other than `ready`: reconnecting,
  * connecting again, a restarted Redis loading), the call rejects at once instead of joining
@@ -118,6 +118,9 @@ export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimit
     // Async: a window `px` refuses rejects the call, as a failing Redis does.
     async increment(key, windowStart, windowMs) {
       if (lost()) throw new Error(`Redis connection not ready (${client.status}): not counted`)
+      if (typeof windowStart !== 'number' || !Number.isSafeInteger(windowStart)) {
+        throw new RangeError(`Redis rate-limit counters take a window's start as whole epoch milliseconds, not ${String(windowStart)}`)
+      }
       const ttl = Math.min(px(windowMs) + GRACE_MS, Number.MAX_SAFE_INTEGER)
       return redis.run(INCREMENT, keyPrefix + wireKey(key), windowStart, ttl, GRACE_MS).then(toCount)
     },
