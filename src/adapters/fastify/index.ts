@@ -243,7 +243,7 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
         reply.hijack()
         return
       }
-      const dispatchRequest = toDispatchRequest(raw, raw.url ?? '/', requestProtocol(raw, request.protocol), trust)
+      const dispatchRequest = toDispatchRequest(raw, dispatchTarget(raw), requestProtocol(raw, request.protocol), trust)
       if (dispatchRequest === undefined) {
         sendReply(reply, INVALID_HOST)
         return
@@ -256,6 +256,25 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
 
   return unencapsulated(plugin, 'mcp-dispatch')
 }
+
+/**
+ * The request target the dispatch layer reads: `raw.url`, which Fastify's `rewriteUrl` has
+ * already rewritten (the path it routes). When that rewrite made an absolute-form target
+ * (`POST http://weather.example.com/v1`, kept in `raw.originalUrl`) a path, as a rewrite for
+ * an older find-my-way or `new URL(req.url, base).pathname` does, the target's scheme and
+ * authority go on naming the App, ahead of the `Host` field, as without the rewrite
+ * (RFC 9112 section 3.2.2): the rewritten path under the original target's origin.
+ */
+function dispatchTarget(raw: FastifyRequest['raw']): string {
+  const url = raw.url ?? '/'
+  const original = (raw as FastifyRequest['raw'] & { originalUrl?: unknown }).originalUrl
+  if (typeof original !== 'string' || original === url || url.charCodeAt(0) !== 47 /* / */) return url
+  const origin = ABSOLUTE_ORIGIN.exec(original)?.[0]
+  return origin === undefined ? url : origin + url
+}
+
+/** The scheme and authority of an absolute-form `http` or `https` target (RFC 3986 section 3.2). */
+const ABSOLUTE_ORIGIN = /^https?:\/\/[^/?#]*/i
 
 /**
  * Fastify's `frameworkErrors` option, for what Fastify refuses before any hook runs: a request
