@@ -5,7 +5,7 @@
  */
 import type { AddressInfo } from 'node:net'
 import Fastify, { type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
-import { mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
+import { fromWebHandler, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
 import { describe, expect, it } from 'vitest'
 import { HOST, createFixture, loopbackFetch, rawRequest } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
@@ -72,6 +72,24 @@ describe('fastify adapter under server options', () => {
       expect(await readVersion(`http://${HOST}:${served.port}/v2`, { fetch: loopbackFetch, headers: auth })).toEqual([{ type: 'text', text: '2.0.0' }])
     } finally {
       await served.close()
+    }
+  })
+
+  it('under the same rewriteUrl, the handler\'s Request reads the target the dispatcher read, scheme and host (regression: the Host field\'s, http), and a target of another scheme is refused as without the rewrite', async () => {
+    const fixture = createFixture()
+    const app = Fastify({ rewriteUrl: (req) => (req.url?.startsWith('/') ? req.url : new URL(req.url ?? '/', 'http://x').pathname) })
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.all('/*', fromWebHandler((request, context) => new Response(`${context.baseUrl} ${request.url}`)))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+      const served = await rawRequest(port, { path: `https://${HOST}/v1`, host: 'notes.localhost', body: initialize, headers })
+      expect([served.status, served.body]).toEqual([200, `https://${HOST} https://${HOST}/v1`])
+      const ftp = await rawRequest(port, { path: `ftp://${HOST}/v1`, host: HOST, body: initialize, headers })
+      expect(ftp.status).toBe(404)
+    } finally {
+      await app.close()
     }
   })
 })

@@ -263,18 +263,25 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
  * (`POST http://weather.example.com/v1`, kept in `raw.originalUrl`) a path, as a rewrite for
  * an older find-my-way or `new URL(req.url, base).pathname` does, the target's scheme and
  * authority go on naming the App, ahead of the `Host` field, as without the rewrite
- * (RFC 9112 section 3.2.2): the rewritten path under the original target's origin.
+ * (RFC 9112 section 3.2.2): the rewritten path under the original target's origin. The MCP
+ * routes' handlers (`fromWebHandler`) and the token API read the same target. A plugin that
+ * sets `raw.originalUrl` itself in an earlier hook (`@fastify/express`, `@fastify/middie`)
+ * hides the original: register `mcpDispatch` before it (docs/adapters.md).
  */
 function dispatchTarget(raw: FastifyRequest['raw']): string {
   const url = raw.url ?? '/'
   const original = (raw as FastifyRequest['raw'] & { originalUrl?: unknown }).originalUrl
   if (typeof original !== 'string' || original === url || url.charCodeAt(0) !== 47 /* / */) return url
   const origin = ABSOLUTE_ORIGIN.exec(original)?.[0]
-  return origin === undefined ? url : origin + url
+  if (origin !== undefined) return origin + url
+  // Another scheme's target (`ftp://…`) is refused as it would be without the rewrite.
+  return OTHER_SCHEME.test(original) ? original : url
 }
 
 /** The scheme and authority of an absolute-form `http` or `https` target (RFC 3986 section 3.2). */
 const ABSOLUTE_ORIGIN = /^https?:\/\/[^/?#]*/i
+/** An absolute target of any scheme (RFC 3986 section 3.1). */
+const OTHER_SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i
 
 /**
  * Fastify's `frameworkErrors` option, for what Fastify refuses before any hook runs: a request
@@ -439,7 +446,7 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
     const webRequest = toHandlerRequest({
       req: request.raw,
       res: reply.raw,
-      url: request.raw.url ?? '/',
+      url: dispatchTarget(request.raw),
       protocol: requestProtocol(request.raw, request.protocol),
       parsedBody: request.body,
     })
@@ -494,7 +501,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
     }
     fastify.addHook('onRequest', function tokenApiHook(request, reply, done) {
       const raw = request.raw
-      const url = raw.url ?? '/'
+      const url = dispatchTarget(raw)
       if (!isTokenApiPath(api, url)) return done()
       reply.hijack()
       // Hijacked, the headers the platform's earlier hooks set on the reply (`@fastify/cors`'s)
