@@ -397,10 +397,10 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
         // A request stamped with an older window (an instance whose clock is behind, sharing
         // this store, or this clock stepped back across a window's start) counts against the
         // counter's window, which is named in the answer, for one window of this store's time
-        // since the counter started (as the Redis store, by its PTTL). A clock that has since stepped back
-        // by less than a window still counts against it (a step of a second across a window's
-        // start once gave a fresh limit, and another when the clock caught up); by more, the
-        // counter starts again rather than refusing for the size of the step.
+        // since the counter started (as the Redis store, by its PTTL). A clock that has since
+        // stepped back by less than a window still counts against it (a step of a second across
+        // a window's start once gave a fresh limit, and another when the clock caught up); by
+        // more, the counter starts again rather than refusing for the size of the step.
         const elapsed = lifeClock() - entry.started
         if (elapsed < windowMs && elapsed > -windowMs) return { count: ++entry.count, windowStart: entry.windowStart }
       }

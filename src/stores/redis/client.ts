@@ -567,10 +567,10 @@ export function connectRedis(options: RedisStoreOptions): RedisConnection {
       // nor a failed call (a rate-limit count that Redis made, failed here, served its request
       // past the limit, fail open). One turn of the event loop was not enough for a command
       // held back: it was judged before Redis could answer it. Judged once the wait is over
-      // and this process has read its sockets (afterThisTurn: setImmediate runs after that, as the
-      // invalidation bus judges its silence): a process busy again past the wait (the work
-      // that piled up during the hold) would otherwise run the wait's timer before reading the
-      // answer that came meanwhile.
+      // and this process has read its sockets (`afterThisTurn`, as the invalidation bus judges
+      // its silence): a process busy again past the wait (the work that piled up during the
+      // hold) would otherwise run the wait's timer before reading the answer that came
+      // meanwhile.
       return new Promise<void>((resolve) => {
         const timer = setTimeout(() => afterThisTurn(resolve), NOTICED_LATE_MS)
         ;(timer as { unref?: () => void }).unref?.()
