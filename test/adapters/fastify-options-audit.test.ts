@@ -5,7 +5,8 @@
  */
 import type { AddressInfo } from 'node:net'
 import Fastify, { type FastifyReply, type FastifyRequest, type FastifyServerOptions } from 'fastify'
-import { fromWebHandler, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
+import { createTokenApi } from 'mcp-dispatch'
+import { fromWebHandler, mcpDispatch, routeByVersion, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it } from 'vitest'
 import { HOST, createFixture, loopbackFetch, rawRequest } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
@@ -88,6 +89,24 @@ describe('fastify adapter under server options', () => {
       expect([served.status, served.body]).toEqual([200, `https://${HOST} https://${HOST}/v1`])
       const ftp = await rawRequest(port, { path: `ftp://${HOST}/v1`, host: HOST, body: initialize, headers })
       expect(ftp.status).toBe(404)
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('under the same rewriteUrl, the token API on its hosts serves a target naming its host whatever the Host field says, and one naming another host is its 404, as without the rewrite (regression: the Host field decided)', async () => {
+    const fixture = createFixture()
+    const app = Fastify({ rewriteUrl: (req) => (req.url?.startsWith('/') ? req.url : new URL(req.url ?? '/', 'http://x').pathname) })
+    const api = createTokenApi({ tokens: fixture.dispatcherOptions.tokens, authenticateSession: () => null, verifyCsrf: () => true, hosts: ['api.localhost'] })
+    await app.register(serveTokenApi(api))
+    app.all('/*', async () => 'routes')
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const ours = await rawRequest(port, { method: 'GET', path: 'http://api.localhost/api/tokens', host: HOST })
+      expect([ours.status, ours.headers['content-type']]).toEqual([401, expect.stringContaining('application/json')])
+      const theirs = await rawRequest(port, { method: 'GET', path: `http://${HOST}/api/tokens`, host: 'api.localhost' })
+      expect([theirs.status, JSON.parse(theirs.body).error]).toEqual([404, 'not_found'])
     } finally {
       await app.close()
     }
