@@ -137,18 +137,10 @@ const MOUNTS: Mount[] = [
       app.addContentTypeParser('*', (_request, _payload, done) => done(null))
       app.get('/health', async () => ({ ok: true }))
       await app.register(
-        async (mcp) => {
-          await mcp.register(fastifyDispatch({ dispatcher: make('/mcp') }))
-          const h = fastifyFromWeb(appHandler(seen))
-          mcp.all('/', h)
-          mcp.all('/*', h)
-        },
+        fastifyMcp(make('/mcp'), seen),
         { prefix: '/mcp' },
       )
-      const port = takePort()
-      await app.listen({ port, host: '127.0.0.1' })
-      closers.push(() => app.close())
-      return { port, seen }
+      return { port: await serveFastify(app), seen }
     },
   },
   {
@@ -161,22 +153,11 @@ const MOUNTS: Mount[] = [
       app.addContentTypeParser('*', (_request, _payload, done) => done(null))
       await app.register(
         async (api) => {
-          await api.register(
-            async (mcp) => {
-              await mcp.register(fastifyDispatch({ dispatcher: make('/api/mcp') }))
-              const h = fastifyFromWeb(appHandler(seen))
-              mcp.all('/', h)
-              mcp.all('/*', h)
-            },
-            { prefix: '/mcp' },
-          )
+          await api.register(fastifyMcp(make('/api/mcp'), seen), { prefix: '/mcp' })
         },
         { prefix: '/api' },
       )
-      const port = takePort()
-      await app.listen({ port, host: '127.0.0.1' })
-      closers.push(() => app.close())
-      return { port, seen }
+      return { port: await serveFastify(app), seen }
     },
   },
   {
@@ -214,6 +195,24 @@ const MOUNTS: Mount[] = [
     },
   },
 ]
+
+/** The dispatch plugin and the App behind it on every path of a Fastify context (its mount). */
+function fastifyMcp(dispatcher: DispatcherOptions, seen: string[]) {
+  return async (mcp: FastifyInstance) => {
+    await mcp.register(fastifyDispatch({ dispatcher }))
+    const h = fastifyFromWeb(appHandler(seen))
+    mcp.all('/', h)
+    mcp.all('/*', h)
+  }
+}
+
+/** `app` listening on a port of this file's range on 127.0.0.1, closed after the file. */
+async function serveFastify(app: FastifyInstance): Promise<number> {
+  const port = takePort()
+  await app.listen({ port, host: '127.0.0.1' })
+  closers.push(() => app.close())
+  return port
+}
 
 async function serveHono(fetch: (request: Request) => Response | Promise<Response>): Promise<number> {
   const port = takePort()
@@ -320,6 +319,13 @@ describe('Express trust proxy under a mount', () => {
     return { resource: JSON.parse(doc.body).resource, challenge: refused.headers['www-authenticate'] }
   }
 
+  /** The App address at `/mcp`, in `scheme`, in the metadata's `resource` and in the 401's challenge alike. */
+  async function expectAddresses(port: number, scheme: 'http' | 'https') {
+    const { resource, challenge } = await addresses(port, '/mcp')
+    expect(resource).toBe(`${scheme}://${HOST}/mcp`)
+    expect(challenge).toBe(`Bearer resource_metadata="${scheme}://${HOST}/mcp${METADATA}"`)
+  }
+
   it.each([
     ['the app that mounts the dispatch', 'app'],
     ['the parent of a mounted sub-app', 'parent'],
@@ -334,27 +340,21 @@ describe('Express trust proxy under a mount', () => {
       app.use('/mcp', sub)
     }
     const port = await serveExpress(app)
-    const { resource, challenge } = await addresses(port, '/mcp')
-    expect(resource).toBe(`https://${HOST}/mcp`)
-    expect(challenge).toBe(`Bearer resource_metadata="https://${HOST}/mcp${METADATA}"`)
+    await expectAddresses(port, 'https')
   })
 
   it('without trust proxy, the socket scheme in both', async () => {
     const app = express()
     app.use('/mcp', ...expressMcp(withBase('/mcp')))
     const port = await serveExpress(app)
-    const { resource, challenge } = await addresses(port, '/mcp')
-    expect(resource).toBe(`http://${HOST}/mcp`)
-    expect(challenge).toBe(`Bearer resource_metadata="http://${HOST}/mcp${METADATA}"`)
+    await expectAddresses(port, 'http')
   })
 
   it("a mount path written with a trailing slash (app.use('/mcp/'), basePath '/mcp/') is the same mount", async () => {
     const app = express()
     app.use('/mcp/', ...expressMcp(withBase('/mcp/')))
     const port = await serveExpress(app)
-    const { resource, challenge } = await addresses(port, '/mcp')
-    expect(resource).toBe(`http://${HOST}/mcp`)
-    expect(challenge).toBe(`Bearer resource_metadata="http://${HOST}/mcp${METADATA}"`)
+    await expectAddresses(port, 'http')
     expect(JSON.stringify(await readVersion(`http://${HOST}:${port}/mcp/v1`, { fetch: localhostFetch, headers: alice() }))).toContain('"text":"1.0.0"')
   })
 })
@@ -456,16 +456,8 @@ describe('the token API under a mount (its basePath holds the mount), beside the
         await dash.register(fastifyTokenApi(api('/dash/api/tokens')))
         dash.all('/*', async () => ({ dash: true }))
       }, { prefix: '/dash' })
-      await app.register(async (mcp) => {
-        await mcp.register(fastifyDispatch({ dispatcher: withBase('/mcp') }))
-        const h = fastifyFromWeb(appHandler([]))
-        mcp.all('/', h)
-        mcp.all('/*', h)
-      }, { prefix: '/mcp' })
-      const port = takePort()
-      await app.listen({ port, host: '127.0.0.1' })
-      closers.push(() => app.close())
-      return port
+      await app.register(fastifyMcp(withBase('/mcp'), []), { prefix: '/mcp' })
+      return serveFastify(app)
     }],
     ["Hono app.route('/dash', sub)", '/dash/api/tokens', async () => {
       const tokenApi = api('/dash/api/tokens')
