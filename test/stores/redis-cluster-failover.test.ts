@@ -47,9 +47,13 @@ const TIMEOUT_MS = 200
 const AT_MOST_MS = TIMEOUT_MS + 400
 /**
  * The deadline of the calls made through a failover by hand: the old master holds writes until
- * its replica has won the election, which on a loaded machine can take longer than TIMEOUT_MS.
+ * its replica has won the election. That takes under 100 ms on a quiet machine, but a clean-clone
+ * CI run, its Redis processes short of CPU beside the test workers, once saw a call wait longer
+ * than a second (it failed at its deadline, and the breaker then refused the next calls). Redis
+ * itself bounds the hold (twice its 5 s manual-failover timeout); the test gives the calls the
+ * 5 s it allows the whole failover, as a platform that wants no failures through one must.
  */
-const FAILOVER_TIMEOUT_MS = 1_000
+const FAILOVER_TIMEOUT_MS = 5_000
 /** How long a new Cluster connection gets to subscribe (ready()'s default is the deadline, 200 ms). */
 const SUBSCRIBED_WITHIN_MS = 5_000
 
