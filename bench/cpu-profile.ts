@@ -76,8 +76,11 @@ function summarize(script: string): Pick<Profile, 'samples' | 'inclusive' | 'sel
 
 async function profile(serverBundle: string, entry: ServerEntry, requests: number, hz: number): Promise<Profile | string> {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-perf-'))
+  // In the temporary folder: `--perf-basic-prof` also has V8 write its `isolate-*-v8.log` to
+  // the working directory, which would litter the checkout.
   const child: ChildProcess = spawn(process.execPath, ['--perf-basic-prof', serverBundle, entry.id], {
     stdio: ['ignore', 'ignore', 'ignore', 'ipc'],
+    cwd: dir,
   })
   const data = join(dir, 'perf.data')
   try {

@@ -62,7 +62,9 @@ async function count(serverBundle: string, entry: ServerEntry, requests: number,
   const child: ChildProcess = spawn(
     'valgrind',
     ['--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${join(dir, 'out')}`, ...node, serverBundle, entry.id],
-    { stdio: ['ignore', 'ignore', 'ignore', 'ipc'] },
+    // In the temporary folder: `--perf-basic-prof` also has V8 write its `isolate-*-v8.log`
+    // to the working directory, which would litter the checkout.
+    { stdio: ['ignore', 'ignore', 'ignore', 'ipc'], cwd: dir },
   )
   // V8's symbol map (`--perf-basic-prof`), named by the process id: valgrind runs the server
   // in its own process.
