@@ -3,6 +3,7 @@
  * reference platform's `api.localhost` host, with a development dashboard session, and the
  * effect of every lifecycle step on the Apps (real MCP SDK servers behind the Web adapter).
  */
+import { gzipSync } from 'node:zlib'
 import { generateApiToken } from 'mcp-dispatch'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import type { Platform } from '../examples/platform/index.js'
@@ -410,6 +411,28 @@ describe('create (spec 2.1, 3)', () => {
     const made = await call('POST', '', { session: alice, rawBody: bytes('{"name":"Caf\u00e9 \u{1F680}', rest) })
     expect(made.status).toBe(201)
     expect((await json(made)).name).toBe('Caf\u00e9 \u{1F680}')
+  })
+
+  it('a body in a content coding (gzip, br) is refused naming Content-Encoding, not read as JSON nor called invalid UTF-8', async () => {
+    const alice = await signIn('user_alice')
+    const before = (await json(await call('GET', '', { session: alice }))).tokens.length
+    const body = { name: 'coded', servers: ['app_weather'], expires_in_days: 7 }
+    const gzipped = new Uint8Array(gzipSync(JSON.stringify(body)))
+    for (const coding of ['gzip', 'GZIP', 'br', 'deflate', 'gzip, identity']) {
+      const refused = await expectFieldError(await call('POST', '', { session: alice, rawBody: gzipped, headers: { 'content-encoding': coding } }), 'content-encoding')
+      expect(refused.message).toBe('content-encoding: is not supported: send the body uncompressed (no Content-Encoding, or identity)')
+    }
+    // A rotation takes no body, coded or not: nothing is rotated.
+    const made = await json(await call('POST', '', { session: alice, body }))
+    const rotation = await call('POST', `/${made.id}/rotate`, { bearer: made.token, rawBody: new Uint8Array(gzipSync('{}')), headers: { 'content-encoding': 'gzip' } })
+    await expectFieldError(rotation, 'content-encoding')
+    expect(await appStatus(made.token)).toBe(200)
+    // No coding at all, said in any case and spacing, is the body as sent.
+    for (const coding of ['identity', 'Identity', ' identity ', '']) {
+      const plain = await call('POST', '', { session: alice, body: { ...body, name: `plain ${coding}` }, headers: { 'content-encoding': coding } })
+      expect(plain.status).toBe(201)
+    }
+    expect((await json(await call('GET', '', { session: alice }))).tokens.length).toBe(before + 5)
   })
 
   it('a body past the limit is refused while it streams in, never read whole', async () => {

@@ -156,6 +156,12 @@ function errorResponse(error: DispatchError, presentedBearer: boolean): Response
  * `Content-Length`) is refused once the limit is passed, never held whole in memory.
  */
 async function readText(request: Request): Promise<string> {
+  // A coded body (`gzip`, `br`) is not decoded here: refused naming the header, not read as
+  // text and called invalid UTF-8 or JSON. A body parser in front that decodes it drops the
+  // header (the Express and Fastify adapters do when they serialize its result again).
+  if (!isIdentityCoding(request.headers.get('content-encoding'))) {
+    throw new InvalidInputError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
+  }
   let text: string | null
   try {
     text = await readRequestTextUpTo(request, MAX_BODY_BYTES, true)
@@ -174,6 +180,15 @@ async function readText(request: Request): Promise<string> {
   }
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
   return text
+}
+
+/** Whether a `Content-Encoding` value names no coding: absent, empty, or `identity` (RFC 9110 section 8.4). */
+function isIdentityCoding(value: string | null): boolean {
+  if (value === null) return true
+  return value.split(',').every((coding) => {
+    const name = coding.trim().toLowerCase()
+    return name === '' || name === 'identity'
+  })
 }
 
 async function readJson(request: Request): Promise<unknown> {

@@ -7,6 +7,7 @@
  */
 import * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
+import { gzipSync } from 'node:zlib'
 import express from 'express'
 import fc from 'fast-check'
 import Fastify from 'fastify'
@@ -131,6 +132,25 @@ for (const [name, start] of Object.entries(targets)) {
         // Still serving.
         const created = await rawRequest(server.port, { path: '/api/tokens', headers: session, body: create('after') })
         expect(created.status).toBe(201)
+      } finally {
+        await server.close()
+      }
+    })
+
+    it('a gzip body is created from when a body parser in front decoded it (express.json()), else refused naming Content-Encoding', async () => {
+      const fixture = createFixture()
+      const server = await start(tokenApi(fixture.dispatcherOptions.tokens as TokenService), fixture)
+      try {
+        const body = new Uint8Array(gzipSync(JSON.stringify({ name: 'coded', servers: ['app_weather'], expires_in_days: 7 })))
+        const headers = { cookie: COOKIE, 'x-csrf-token': CSRF, 'content-type': 'application/json', 'content-encoding': 'gzip' }
+        const answer = await rawRequest(server.port, { path: '/api/tokens', headers, body })
+        if (name.endsWith('express.json()')) {
+          expect(answer.status).toBe(201)
+          expect(JSON.parse(answer.body)).toMatchObject({ name: 'coded' })
+        } else {
+          expect(answer.status).toBe(400)
+          expect(JSON.parse(answer.body)).toMatchObject({ error: 'invalid_request', field: 'content-encoding' })
+        }
       } finally {
         await server.close()
       }

@@ -177,6 +177,8 @@ export interface TokenApiCallOptions {
   rawBody?: string | Uint8Array<ArrayBuffer>
   contentType?: string
   clientAddress?: string
+  /** More request headers, set last. */
+  headers?: Record<string, string>
 }
 
 /** A request to the platform's token API (`http://api.localhost/api/tokens{path}`). */
@@ -190,6 +192,7 @@ export function tokenApiCall(platform: Platform, method: string, path: string, o
   if (options.authorization !== undefined) headers.set('authorization', options.authorization)
   const raw = options.rawBody ?? (options.body === undefined ? undefined : JSON.stringify(options.body))
   if (raw !== undefined) headers.set('content-type', options.contentType ?? 'application/json')
+  for (const [name, value] of Object.entries(options.headers ?? {})) headers.set(name, value)
   return platform.fetch(
     new Request(`http://api.localhost/api/tokens${path}`, { method, headers, ...(raw !== undefined && { body: raw }) }),
     { clientAddress: options.clientAddress ?? CLIENT },
