@@ -427,6 +427,10 @@ describe('create (spec 2.1, 3)', () => {
     const rotation = await call('POST', `/${made.id}/rotate`, { bearer: made.token, rawBody: new Uint8Array(gzipSync('{}')), headers: { 'content-encoding': 'gzip' } })
     await expectFieldError(rotation, 'content-encoding')
     expect(await appStatus(made.token)).toBe(200)
+    // An empty body is no body, whatever its label: the rotation is made.
+    const empty = await call('POST', `/${made.id}/rotate`, { bearer: made.token, headers: { 'content-encoding': 'gzip' } })
+    expect(empty.status).toBe(200)
+    expect(await appStatus((await json(empty)).token)).toBe(200)
     // No coding at all, said in any case and spacing, is the body as sent.
     for (const coding of ['identity', 'Identity', ' identity ', '']) {
       const plain = await call('POST', '', { session: alice, body: { ...body, name: `plain ${coding}` }, headers: { 'content-encoding': coding } })

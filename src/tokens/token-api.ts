@@ -157,15 +157,15 @@ function errorResponse(error: DispatchError, presentedBearer: boolean): Response
  */
 async function readText(request: Request): Promise<string> {
   // A coded body (`gzip`, `br`) is not decoded here: refused naming the header, not read as
-  // text and called invalid UTF-8 or JSON. A body parser in front that decodes it drops the
-  // header (the Express and Fastify adapters do when they serialize its result again).
-  if (!isIdentityCoding(request.headers.get('content-encoding'))) {
-    throw new InvalidInputError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
-  }
+  // text and called invalid UTF-8 or JSON. An empty one is no body whatever its label (a
+  // rotation's). A body parser in front that decodes it drops the header (the Express adapter
+  // does when it serializes the parser's result again).
+  const coded = !isIdentityCoding(request.headers.get('content-encoding'))
   let text: string | null
   try {
     text = await readRequestTextUpTo(request, MAX_BODY_BYTES, true)
   } catch (error) {
+    if (coded && error instanceof NotUtf8Error) throw CODED_BODY()
     // Not stored with U+FFFD in place of what was sent: the caller is told.
     if (error instanceof NotUtf8Error) throw new InvalidInputError('body', 'is not valid UTF-8')
     // The connection ended before the whole body did, as its runtime says (`readRequestTextUpTo`).
@@ -178,9 +178,12 @@ async function readText(request: Request): Promise<string> {
     if (error instanceof BodyCutError) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
     throw error
   }
+  if (coded && text !== '') throw CODED_BODY()
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
   return text
 }
+
+const CODED_BODY = () => new InvalidInputError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
 
 /** Whether a `Content-Encoding` value names no coding: absent, empty, or `identity` (RFC 9110 section 8.4). */
 function isIdentityCoding(value: string | null): boolean {
