@@ -293,6 +293,7 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
         const id = next
         const c = cases[next++]!
         const host = c.kind === 'limited' ? 'limited' : 'weather'
+        const sentAt = performance.now()
         const response = await send(
           port,
           {
@@ -308,7 +309,11 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
           },
           agent,
           30_000,
-        )
+        ).catch((error: Error) => {
+          // Which request, and what the run had done meanwhile, for a hang or a connection error.
+          const ms = Math.round(performance.now() - sentAt)
+          throw new Error(`request ${id} (${c.kind} ${c.path}), sent ${ms} ms before, with ${next} of ${cases.length} sent: ${error.message}`, { cause: error })
+        })
         byStatus.set(response.status, (byStatus.get(response.status) ?? 0) + 1)
         const want = expected(c, port)
         if (c.kind === 'limited' && response.status === 429) {
