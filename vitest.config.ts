@@ -23,14 +23,11 @@ export default defineConfig({
     testTimeout: 30_000,
     hookTimeout: 30_000,
     pool: 'forks',
-    // Three test files at a time at least: vitest's default (one fewer than the cores) runs one
+    // Two test files at a time at least: vitest's default (one fewer than the cores) runs one
     // at a time on a 2-core machine, where most files wait on sockets, timers and child
-    // processes more than they compute (the suite once took 441 s there with one, 225 s with
-    // two; on 2026-12-02's slower host 504 s with two, 407 and 416 s with three, and 451 s
-    // with four, one request of the load test then left unanswered for 30 s). The suite also
-    // passes with two files at a time beside two busy loops, a heavier load than three.
+    // processes more than they compute (the suite took 441 s there with one, 225 s with two).
     // Files share nothing but the services, under random Redis key prefixes and PostgreSQL
     // schemas, and ports of their own (test/helpers/redis.ts, postgres.ts, the cluster tests).
-    maxWorkers: Math.max(3, availableParallelism() - 1),
+    maxWorkers: Math.max(2, availableParallelism() - 1),
   },
 })
