@@ -165,7 +165,7 @@ async function readText(request: Request): Promise<string> {
   try {
     text = await readRequestTextUpTo(request, MAX_BODY_BYTES, true)
   } catch (error) {
-    if (coded && error instanceof NotUtf8Error) throw CODED_BODY()
+    if (coded && error instanceof NotUtf8Error) throw codedBodyError()
     // Not stored with U+FFFD in place of what was sent: the caller is told.
     if (error instanceof NotUtf8Error) throw new InvalidInputError('body', 'is not valid UTF-8')
     // The connection ended before the whole body did, as its runtime says (`readRequestTextUpTo`).
@@ -178,12 +178,15 @@ async function readText(request: Request): Promise<string> {
     if (error instanceof BodyCutError) throw new InvalidInputError('body', 'was cut short: the connection ended before the whole body arrived')
     throw error
   }
-  if (coded && text !== '') throw CODED_BODY()
+  if (coded && text !== '') throw codedBodyError()
   if (text === null) throw new InvalidInputError('body', `must be at most ${MAX_BODY_BYTES} bytes`)
   return text
 }
 
-const CODED_BODY = () => new InvalidInputError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
+/** The refusal of a body in a content coding, which the API does not decode. */
+function codedBodyError(): InvalidInputError {
+  return new InvalidInputError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
+}
 
 /** Whether a `Content-Encoding` value names no coding: absent, empty, or `identity` (RFC 9110 section 8.4). */
 function isIdentityCoding(value: string | null): boolean {
