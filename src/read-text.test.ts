@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { BodyCutError, NotUtf8Error, readRequestTextUpTo, readTextUpTo } from './read-text.js'
+import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo, readTextUpTo } from './read-text.js'
 
 /** A request whose body arrives in `chunks`, telling whether it was cancelled. */
 function streamed(chunks: Uint8Array[]) {
@@ -160,5 +160,13 @@ describe('readRequestTextUpTo', () => {
     const reset = new Watched(failing(coded('ECONNRESET')))
     await expect(readRequestTextUpTo(reset, 1_000, true)).rejects.toBeInstanceOf(BodyCutError)
     expect(reset.reads).toBe(0)
+  })
+})
+
+describe('contentCodings', () => {
+  it('lists the codings of a Content-Encoding value, lower case and trimmed, empty entries kept', () => {
+    expect(contentCodings(null)).toEqual([])
+    expect(contentCodings('')).toEqual([''])
+    expect(contentCodings(' GZIP , identity,,br ')).toEqual(['gzip', 'identity', '', 'br'])
   })
 })

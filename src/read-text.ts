@@ -105,3 +105,11 @@ function decode(decoder: TextDecoder, chunk?: Uint8Array): string {
     throw new NotUtf8Error('The body is not UTF-8', { cause: error })
   }
 }
+
+/**
+ * The content codings a `Content-Encoding` value lists, in order, lower case and trimmed, empty
+ * list entries kept as `''` (RFC 9110 section 8.4); none for an absent field.
+ */
+export function contentCodings(value: string | null): string[] {
+  return value === null ? [] : value.split(',').map((coding) => coding.trim().toLowerCase())
+}

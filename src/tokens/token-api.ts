@@ -24,7 +24,7 @@ import { type BearerParseResult, parseBearerToken, presentsBearer } from '../cor
 import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
-import { BodyCutError, NotUtf8Error, readRequestTextUpTo } from '../read-text.js'
+import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
@@ -160,7 +160,7 @@ async function readText(request: Request): Promise<string> {
   // text and called invalid UTF-8 or JSON. An empty one is no body whatever its label (a
   // rotation's). A body parser in front that decodes it drops the header (the Express adapter
   // does when it serializes the parser's result again).
-  const coded = !isIdentityCoding(request.headers.get('content-encoding'))
+  const coded = !contentCodings(request.headers.get('content-encoding')).every((coding) => coding === '' || coding === 'identity')
   let text: string | null
   try {
     text = await readRequestTextUpTo(request, MAX_BODY_BYTES, true)
@@ -186,15 +186,6 @@ async function readText(request: Request): Promise<string> {
 /** The refusal of a body in a content coding, which the API does not decode. */
 function codedBodyError(): InvalidInputError {
   return new InvalidInputError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
-}
-
-/** Whether a `Content-Encoding` value names no coding: absent, empty, or `identity` (RFC 9110 section 8.4). */
-function isIdentityCoding(value: string | null): boolean {
-  if (value === null) return true
-  return value.split(',').every((coding) => {
-    const name = coding.trim().toLowerCase()
-    return name === '' || name === 'identity'
-  })
 }
 
 async function readJson(request: Request): Promise<unknown> {

@@ -66,6 +66,7 @@ import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotSe
 import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
+import { contentCodings } from '../../read-text.js'
 import { afterThisTurn, timerOption } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
 import {
@@ -893,7 +894,7 @@ const FETCH_DECODES = new Set(['gzip', 'x-gzip', 'deflate', 'br'])
  */
 function codingOf(contentEncoding: string | null): 'none' | 'decoded' | 'unknown' {
   if (contentEncoding === null) return 'none'
-  const codings = contentEncoding.split(',').map((c) => c.trim().toLowerCase())
+  const codings = contentCodings(contentEncoding)
   if (codings.every((c) => c === 'identity')) return 'none'
   return codings.every((c) => FETCH_DECODES.has(c)) ? 'decoded' : 'unknown'
 }
