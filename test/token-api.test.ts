@@ -600,6 +600,39 @@ describe('HEAD and encoded ids', () => {
     const encoded = [...id].map((c, i) => (i === 0 ? `%${c.charCodeAt(0).toString(16)}` : c)).join('')
     expect(await json(await call('GET', `/${encoded}`, { session: alice }))).toMatchObject({ id })
   })
+  it('an id in upper case names the same token (RFC 9562: UUIDs are case-insensitive on input), answered with its id in lower case; someone else\'s is still 404', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const upper = id.toUpperCase()
+    expect(upper).not.toBe(id)
+    expect(await json(await call('GET', `/${upper}`, { session: alice }))).toMatchObject({ id, name: 'alice' })
+    const edited = await call('PATCH', `/${upper}`, { session: alice, body: { name: 'alice renamed' } })
+    expect(edited.status).toBe(200)
+    expect(await json(edited)).toMatchObject({ id, name: 'alice renamed' })
+    // Rotated by its own secret, then by the owner's session: the new secrets serve the App.
+    const byBearer = await call('POST', `/${upper}/rotate`, { bearer: token('alice') })
+    expect(byBearer.status).toBe(200)
+    const first = await json(byBearer)
+    expect(first.id).toBe(id)
+    expect(await appStatus(token('alice'))).toBe(401)
+    expect(await appStatus(first.token)).toBe(200)
+    const bySession = await call('POST', `/${upper}/rotate`, { session: alice })
+    expect(bySession.status).toBe(200)
+    const second = await json(bySession)
+    expect(second.id).toBe(id)
+    expect(await appStatus(first.token)).toBe(401)
+    expect(await appStatus(second.token)).toBe(200)
+    const revoked = await call('DELETE', `/${upper}`, { session: alice })
+    expect(await json(revoked)).toMatchObject({ id, status: 'revoked' })
+    expect(await appStatus(second.token)).toBe(401)
+    // No existence oracle in either case: Bob's session gets 404 for Alice's id.
+    const bob = await signIn('user_bob')
+    for (const path of [`/${id}`, `/${upper}`]) {
+      const response = await call('GET', path, { session: bob })
+      expect(response.status).toBe(404)
+      expect(await json(response)).toEqual({ error: 'not_found', message: 'Token not found' })
+    }
+  })
 })
 
 describe('edit (spec 2.1, 3, 4.4)', () => {

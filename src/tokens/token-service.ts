@@ -306,7 +306,12 @@ export interface TokenServiceOptions {
   waitUntil?: ((promise: Promise<unknown>) => void) | undefined
 }
 
-/** The API-token lifecycle. Create with {@link createTokenService}. */
+/**
+ * The API-token lifecycle. Create with {@link createTokenService}.
+ *
+ * A token's `id` is a UUID in lower case; `get`, `update`, `rotate` and `revoke` take it in
+ * either case (RFC 9562: case-insensitive on input).
+ */
 export interface TokenService {
   /** The token prefix in use (`svc_` by default). */
   readonly prefix: string
@@ -442,6 +447,9 @@ export function validateTokenName(name: unknown): string | null {
   return result.success ? null : result.error.issues[0]!.message
 }
 /** How far the clocks of instances sharing a token store may disagree, for what a password reset sends. */
+/** A UUID in either case (the service's ids: `randomUUID()`, lower case). */
+const ANY_CASE_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
+
 const CLOCK_SLACK_MS = 60_000
 /** The longest user id a token is created for, in code points as zod counts them (an email address is at most 254). */
 const MAX_USER_ID_LENGTH = 255
@@ -977,6 +985,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (bad) throw new InvalidInputError(bad.index === null ? field : `${field}.${bad.index}`, bad.message)
   }
 
+  /**
+   * `id` as the service stores it: a UUID in lower case (RFC 9562 section 4: output in lower
+   * case, case-insensitive on input), so one pasted in upper case names its token; any other
+   * id (a custom store's) as it is.
+   */
+  function storedId(id: string): string {
+    return typeof id === 'string' && ANY_CASE_UUID.test(id) ? id.toLowerCase() : id
+  }
+
   async function ownedRecord(userId: string, id: string): Promise<ApiTokenRecord> {
     checkUserId(userId)
     const record = await storeCall(() => store.get(id))
@@ -1360,10 +1377,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async get(userId, id) {
-      return view(await ownedRecord(userId, id))
+      return view(await ownedRecord(userId, storedId(id)))
     },
 
-    async update(userId, id, input) {
+    async update(userId, tokenId, input) {
+      const id = storedId(tokenId)
       if (input && typeof input === 'object' && ('servers' in input || 'scopes' in input)) {
         throw new InvalidInputError('servers' in input ? 'servers' : 'scopes', 'cannot be changed after creation')
       }
@@ -1457,7 +1475,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       return view(updated, true)
     },
 
-    async rotate(id, caller) {
+    async rotate(tokenId, caller) {
+      const id = storedId(tokenId)
       let record: ApiTokenRecord | undefined
       let expectedHash: string | undefined
       if (caller.kind === 'token') {
@@ -1526,7 +1545,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
     },
 
-    async revoke(userId, id) {
+    async revoke(userId, tokenId) {
+      const id = storedId(tokenId)
       const record = await ownedRecord(userId, id)
       const at = now()
       // Expired is an end state (spec 3): answered as it is, and nothing is written. The store
