@@ -1,4 +1,5 @@
 import { createHash, createHmac } from 'node:crypto'
+import zlib from 'node:zlib'
 import { describe, expect, it } from 'vitest'
 import {
   API_TOKEN_LENGTH,
@@ -28,9 +29,9 @@ function counterBytes(start = 0) {
   }
 }
 
-/** Builds a token with a valid checksum from a body, as a scanner would verify it. */
+/** Builds a token with a valid checksum from a body, as a scanner would verify it: CRC32 of all before it. */
 function withChecksum(prefix: string, body: string): string {
-  return prefix + body + toBase62(crc32(body), CHECKSUM_LENGTH)
+  return prefix + body + toBase62(crc32(prefix + body), CHECKSUM_LENGTH)
 }
 
 /** Replaces the character at `i` with a different base62 character. */
@@ -176,7 +177,7 @@ describe('checkApiTokenFormat / parseApiToken', () => {
 
   it('refuses a checksum that does not match', () => {
     const body = token.slice(4, 42)
-    const wrong = 'svc_' + body + toBase62((crc32(body) + 1) >>> 0, CHECKSUM_LENGTH)
+    const wrong = 'svc_' + body + toBase62((crc32('svc_' + body) + 1) >>> 0, CHECKSUM_LENGTH)
     expect(checkApiTokenFormat(wrong)).toBe('checksum')
     expect(parseApiToken(wrong)).toBeNull()
   })
@@ -200,6 +201,18 @@ describe('checkApiTokenFormat / parseApiToken', () => {
     expect(parseApiToken(acme, 'acme_')?.prefix).toBe('acme_')
     expect(parseApiToken(acme)).toBeNull()
     expect(parseApiToken(token, 'acme_')).toBeNull()
+  })
+
+  it('the checksum is the CRC32 of the 42 characters before it, prefix included (DESIGN.md: "of the rest"), as a secret scanner checks it', () => {
+    for (const prefix of ['svc_', 'acme_', 'p1_']) {
+      const made = generateApiToken(prefix)
+      expect(made.slice(42)).toBe(toBase62(zlib.crc32(made.slice(0, 42)), CHECKSUM_LENGTH))
+    }
+    // The same random part and checksum under another prefix of the same length is refused by
+    // its checksum, with that prefix expected.
+    const moved = 'abc_' + token.slice(4)
+    expect(checkApiTokenFormat(moved, 'abc_')).toBe('checksum')
+    expect(checkApiTokenFormat(withChecksum('abc_', token.slice(4, 42)), 'abc_')).toBeNull()
   })
 })
 

@@ -2,7 +2,8 @@
  * API-token format (spec 2.1, 5.2, 8; DESIGN.md "API tokens").
  *
  * A token is `prefix + random base62 + checksum`, 48 characters in all. The checksum is the
- * CRC32 of the random part, written as 6 base62 digits, so a mistyped or forged token is
+ * CRC32 of the rest (the 42 characters before it, prefix included: DESIGN.md), written as 6
+ * base62 digits, so a mistyped or forged token is
  * refused without a store lookup and a secret scanner can verify a match offline. The
  * display prefix is the first 12 characters.
  * @module
@@ -82,8 +83,9 @@ const MAX_DRAWS = 64
 export type RandomBytes = (size: number) => Uint8Array
 
 /**
- * Generates a new API token: `prefix` + random base62 + 6-digit base62 CRC32 checksum, 48
- * characters. Base62 digits are drawn by rejection sampling, so every digit is uniform.
+ * Generates a new API token: `prefix` + random base62 + 6-digit base62 CRC32 checksum of
+ * the 42 characters before it (prefix and random part), 48 characters. Base62 digits are
+ * drawn by rejection sampling, so every digit is uniform.
  *
  * @example
  * ```ts
@@ -113,7 +115,8 @@ export function generateApiToken(prefix: string = DEFAULT_TOKEN_PREFIX, random: 
       if (b < 248) body += BASE62[b % 62] // 248 = 4 * 62: unbiased
     }
   }
-  return prefix + body + toBase62(crc32(body), CHECKSUM_LENGTH)
+  const head = prefix + body
+  return head + toBase62(crc32(head), CHECKSUM_LENGTH)
 }
 
 /** A syntactically valid API token, split into its parts. */
@@ -142,8 +145,10 @@ export function checkApiTokenFormat(token: string, prefix: string = DEFAULT_TOKE
   if (!token.startsWith(prefix)) return 'prefix'
   if (token.length !== API_TOKEN_LENGTH) return 'length'
   const end = API_TOKEN_LENGTH - CHECKSUM_LENGTH
-  // One pass over the random part: alphabet check and CRC32 together (hot path).
+  // The checksum covers the prefix too: a secret scanner checks the 42 characters before it.
   let crc = -1
+  for (let i = 0; i < prefix.length; i++) crc = CRC_TABLE[(crc ^ token.charCodeAt(i)) & 0xff]! ^ (crc >>> 8)
+  // One pass over the random part: alphabet check and CRC32 together (hot path).
   for (let i = prefix.length; i < end; i++) {
     const c = token.charCodeAt(i)
     if (c > 127 || BASE62_VALUE[c] === -1) return 'charset'

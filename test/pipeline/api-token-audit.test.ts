@@ -186,28 +186,28 @@ async function createToken(s: Setup, extra: { servers?: string[]; allowedIps?: s
 }
 
 describe('token format, computed independently (spec 2.1, 5.2, 8)', () => {
-  it('svc_ + 38 base62 + the 6-digit base62 CRC32 of the random part: 48 characters; display prefix the first 12', async () => {
+  it('svc_ + 38 base62 + the 6-digit base62 CRC32 of the rest (the 42 characters before it, prefix included: DESIGN.md): 48 characters; display prefix the first 12', async () => {
     const zlibCrc32 = (zlib as { crc32?: (data: string | Uint8Array) => number }).crc32
     for (let seed = 1; seed <= 200; seed++) {
       const token = generateApiToken('svc_', seededRandom(seed))
       expect(token).toMatch(/^svc_[0-9A-Za-z]{44}$/)
       expect(token).toHaveLength(48)
-      const body = token.slice(4, 42)
-      expect(token.slice(42)).toBe(referenceBase62(referenceCrc32(body)))
+      const head = token.slice(0, 42)
+      expect(token.slice(42)).toBe(referenceBase62(referenceCrc32(head)))
       // Node 20.19+ and 22.2+ have zlib.crc32: the reference agrees with it.
-      if (zlibCrc32) expect(referenceCrc32(body)).toBe(zlibCrc32(body))
+      if (zlibCrc32) expect(referenceCrc32(head)).toBe(zlibCrc32(head))
     }
     const s = setup()
     const created = await createToken(s)
     expect(created.prefix).toBe(created.token.slice(0, 12))
-    expect(created.token.slice(42)).toBe(referenceBase62(referenceCrc32(created.token.slice(4, 42))))
+    expect(created.token.slice(42)).toBe(referenceBase62(referenceCrc32(created.token.slice(0, 42))))
   })
 
-  it('a string built with the reference checksum is a token; the checksum of the whole token (prefix included) is not', () => {
+  it('a string built with the reference checksum of all before it is a token; the checksum of the random part alone is not', () => {
     const body = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKL'
     expect(body).toHaveLength(38)
-    expect(checkApiTokenFormat(`svc_${body}${referenceBase62(referenceCrc32(body))}`)).toBeNull()
-    expect(checkApiTokenFormat(`svc_${body}${referenceBase62(referenceCrc32(`svc_${body}`))}`)).toBe('checksum')
+    expect(checkApiTokenFormat(`svc_${body}${referenceBase62(referenceCrc32(`svc_${body}`))}`)).toBeNull()
+    expect(checkApiTokenFormat(`svc_${body}${referenceBase62(referenceCrc32(body))}`)).toBe('checksum')
   })
 
   it('every one-character typo and every adjacent transposition is 401 invalid_token without a store lookup', async () => {
@@ -242,12 +242,12 @@ describe('token format, computed independently (spec 2.1, 5.2, 8)', () => {
     expect(s.lookups()).toBe(0)
   })
 
-  it('a configured prefix: its tokens are 48 characters with the checksum of the random part; svc_ tokens are refused', async () => {
+  it('a configured prefix: its tokens are 48 characters with the checksum of the 42 before it, prefix included; svc_ tokens are refused', async () => {
     const s = setup({ prefix: 'acme_' })
     const { token, prefix } = await createToken(s)
     expect(token).toMatch(/^acme_[0-9A-Za-z]{43}$/)
     expect(prefix).toBe(token.slice(0, 12))
-    expect(token.slice(42)).toBe(referenceBase62(referenceCrc32(token.slice(5, 42))))
+    expect(token.slice(42)).toBe(referenceBase62(referenceCrc32(token.slice(0, 42))))
     expect((await s.decide(request(`Bearer ${token}`))).status).toBe(200)
     const other = generateApiToken('svc_', seededRandom(7))
     await expectUnauthorized(s, request(`Bearer ${other}`), true)
