@@ -128,6 +128,26 @@ async function withMcpAccept(request: Request, body: unknown): Promise<Request> 
   return new Request(request.url, { method: request.method, headers, body: text, signal: request.signal })
 }
 
+/**
+ * JSON-RPC 2.0 section 6: a batch is answered with an array, a batch that gets one response
+ * too. The SDK transport answers that one alone (`responses.length === 1`), so a 200 in JSON
+ * holding one response object is put in an array; anything else is passed on as it is.
+ */
+async function asBatchAnswer(answer: Response): Promise<Response> {
+  if (answer.status !== 200 || !answer.headers.get('content-type')?.startsWith('application/json')) return answer
+  const text = await answer.text()
+  let one = false
+  try {
+    const parsed: unknown = JSON.parse(text)
+    one = parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)
+  } catch {
+    // Not JSON: passed on as it came.
+  }
+  const headers = new Headers(answer.headers)
+  headers.delete('content-length')
+  return new Response(one ? `[${text}]` : text, { status: answer.status, statusText: answer.statusText, headers })
+}
+
 /** Longest string `_meta.progressToken` a request may carry (a number is at most a double). */
 const MAX_PROGRESS_TOKEN_CHARS = 256
 
@@ -654,7 +674,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     const forwarded =
       accepts.includes('application/json') && accepts.includes('text/event-stream') ? request : await withMcpAccept(request, body)
     try {
-      return await transport.handleRequest(forwarded, parsed)
+      const answer = await transport.handleRequest(forwarded, parsed)
+      return Array.isArray(body) ? await asBatchAnswer(answer) : answer
     } finally {
       void server.close()
     }

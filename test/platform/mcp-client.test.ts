@@ -322,6 +322,19 @@ describe('JSON-RPC batches: served under MCP 2025-03-26 only (2025-06-18 removed
     expect(later.status).toBe(400)
     expect(await later.json()).toEqual(refused)
   })
+
+  it('a batch that gets one response gets it in an array (JSON-RPC 2.0 section 6; the SDK transport answered it alone)', async () => {
+    for (const batch of [[{ jsonrpc: '2.0', id: 7, method: 'ping' }], [{ jsonrpc: '2.0', id: 7, method: 'ping' }, { jsonrpc: '2.0', method: 'notifications/initialized' }]]) {
+      const answer = await post(batch)
+      expect(answer.status).toBe(200)
+      expect(answer.headers.get('content-type')).toMatch(/^application\/json/)
+      expect(answer.headers.get('x-mcp-version')).toBe('1.1.1')
+      expect(await answer.json()).toEqual([{ jsonrpc: '2.0', id: 7, result: {} }])
+    }
+    // A single request is still answered with a single response.
+    const single = await post({ jsonrpc: '2.0', id: 8, method: 'ping' })
+    expect(await single.json()).toEqual({ jsonrpc: '2.0', id: 8, result: {} })
+  })
 })
 
 describe('session pins (DESIGN.md "Versions")', () => {
