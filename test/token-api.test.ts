@@ -680,6 +680,20 @@ describe('edit (spec 2.1, 3, 4.4)', () => {
     expect(await json(await call('GET', `/${id}`, { session: alice }))).toEqual(before)
   })
 
+  it('expires_at may write its T and Z in lower case (RFC 3339 section 5.6), and an offset in either case', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const at = new Date(T0 + 10 * DAY)
+    for (const [text, ms] of [
+      [at.toISOString().replace('T', 't').replace('Z', 'z'), at.getTime()],
+      [`${at.toISOString().slice(0, 19).replace('T', 't')}+02:00`, at.getTime() - 2 * 3_600_000 - (at.getTime() % 1000)],
+    ] as const) {
+      const response = await call('PATCH', `/${id}`, { session: alice, body: { expires_at: text } })
+      expect(response.status).toBe(200)
+      expect((await json(response)).expires_at).toBe(new Date(ms).toISOString())
+    }
+  })
+
   it.each([
     ['servers', { servers: ['app_notes'] }],
     ['scopes', { scopes: [] }],

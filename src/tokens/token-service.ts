@@ -49,8 +49,11 @@ import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 import { createInvalidationSender } from './invalidation-resend.js'
 
 const DAY_MS = 86_400_000
-/** `2026-01-31T12:00:00Z`, with optional fractional seconds and a `Z` or `±hh:mm` offset. */
-const ISO_8601 = /^(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:Z|[+-](\d{2}):(\d{2}))$/
+/**
+ * `2026-01-31T12:00:00Z`, with optional fractional seconds and a `Z` or `±hh:mm` offset; `T`
+ * and `Z` in either case (RFC 3339 section 5.6), which `Date.parse` reads alike.
+ */
+const ISO_8601 = /^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,9})?)?(?:[Zz]|[+-](\d{2}):(\d{2}))$/
 /** Lifetimes a token may be created with, in days (spec 2.1, 8). */
 export const TOKEN_LIFETIMES_DAYS = [7, 30, 90] as const
 /** Longest lifetime of a token (spec 8). */
