@@ -133,7 +133,7 @@ async function withMcpAccept(request: Request, body: unknown): Promise<Request> 
  * too. The SDK transport answers that one alone (`responses.length === 1`), so a 200 in JSON
  * holding one response object is put in an array; anything else is passed on as it is.
  */
-async function asBatchAnswer(answer: Response): Promise<Response> {
+export async function asBatchAnswer(answer: Response): Promise<Response> {
   if (answer.status !== 200 || !answer.headers.get('content-type')?.startsWith('application/json')) return answer
   const text = await answer.text()
   let one = false

@@ -9,8 +9,10 @@
  */
 import { randomUUID } from 'node:crypto'
 import { type IncomingMessage, type RequestListener, type Server, type ServerResponse, createServer } from 'node:http'
+import { getRequestListener } from '@hono/node-server'
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import { isInitializeRequest } from '@modelcontextprotocol/sdk/types.js'
 import {
   type AppRecord,
@@ -28,7 +30,7 @@ import {
   sessionNotFoundReply,
 } from 'mcp-dispatch'
 import { answerExpectationFailed } from 'mcp-dispatch/web'
-import { type CallerOf, sweepPeriod } from '../platform/mcp-app.js'
+import { type CallerOf, asBatchAnswer, sweepPeriod } from '../platform/mcp-app.js'
 
 /** What an example needs to serve the demo App. */
 export interface Demo {
@@ -352,12 +354,22 @@ export function createNodeSessions(build: () => McpServer, options: NodeSessions
       }
       if (oneShot) {
         // Stateless, answered in JSON, to a client that accepts JSON (`application/json` alone, as
-        // curl users send, included).
-        const transport = new StreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
+        // curl users send, included). The Web transport behind @hono/node-server's listener, as
+        // the SDK's Node transport runs it, so that a batch that gets one response gets it in an
+        // array (JSON-RPC 2.0 section 6), which the transport alone does not do.
+        const transport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: undefined, enableJsonResponse: true })
         const server = build()
         await server.connect(transport)
+        const batch = Array.isArray(parsedBody)
         try {
-          return await transport.handleRequest(req, res, parsedBody)
+          const listener = getRequestListener(
+            async (request) => {
+              const answer = await transport.handleRequest(request, { parsedBody })
+              return batch ? asBatchAnswer(answer) : answer
+            },
+            { overrideGlobalObjects: false },
+          )
+          return await listener(req, res)
         } finally {
           void server.close()
         }

@@ -856,6 +856,32 @@ describe('clock', () => {
 })
 
 describe('list and get (spec 2.1)', () => {
+  it('a UUID id names its token in either case (RFC 9562), one the service wrote (lower case) or one imported in upper case; writes use the id as stored', async () => {
+    const { service, store } = setup()
+    const made = await createToken(service, { name: 'made' })
+    // An import: a record written straight into the store, its id in upper case.
+    const secret = generateApiToken()
+    const importedId = '3F2A9C4E-8B1D-4E6F-9A7C-1D2E3F4A5B6C'
+    await store.insert({ ...(await store.get(made.id))!, id: importedId, name: 'imported', tokenHash: hashApiToken(secret), displayPrefix: secret.slice(0, 12) })
+    for (const [id, stored] of [[made.id, made.id], [made.id.toUpperCase(), made.id], [importedId, importedId], [importedId.toLowerCase(), importedId]] as const) {
+      expect((await service.get('alice', id)).id).toBe(stored)
+    }
+    expect((await service.update('alice', importedId.toLowerCase(), { name: 'renamed' })).name).toBe('renamed')
+    expect((await store.get(importedId))!.name).toBe('renamed')
+    const rotatedBySession = await service.rotate(importedId.toLowerCase(), { kind: 'session', userId: 'alice' })
+    expect(rotatedBySession.id).toBe(importedId)
+    const rotatedByItself = await service.rotate(importedId.toLowerCase(), { kind: 'token', token: rotatedBySession.token })
+    expect(rotatedByItself.id).toBe(importedId)
+    expect((await service.authenticate(rotatedByItself.token)).ok).toBe(true)
+    expect((await service.revoke('alice', made.id.toUpperCase())).status).toBe('revoked')
+    expect((await service.revoke('alice', importedId.toLowerCase())).status).toBe('revoked')
+    expect((await service.authenticate(rotatedByItself.token)).ok).toBe(false)
+    expect((await service.list('alice')).map((t) => [t.id, t.status])).toEqual(expect.arrayContaining([[made.id, 'revoked'], [importedId, 'revoked']]))
+    // Bob names neither, in any case; an id that is no UUID is taken as written.
+    for (const id of [made.id, made.id.toUpperCase(), importedId.toLowerCase()]) await refusal(service.get('bob', id), NotFoundError)
+    await refusal(service.get('alice', 'MADE'), NotFoundError)
+  })
+
   it('lists the user’s tokens, newest first, with the dashboard fields', async () => {
     const { service, clock } = setup()
     const first = await createToken(service, { name: 'first' })

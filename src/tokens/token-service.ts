@@ -313,7 +313,8 @@ export interface TokenServiceOptions {
  * The API-token lifecycle. Create with {@link createTokenService}.
  *
  * A token's `id` is a UUID in lower case; `get`, `update`, `rotate` and `revoke` take it in
- * either case (RFC 9562: case-insensitive on input).
+ * either case (RFC 9562: case-insensitive on input), as they take the id of a record imported
+ * in upper case, and answer with the id as stored.
  */
 export interface TokenService {
   /** The token prefix in use (`svc_` by default). */
@@ -449,10 +450,9 @@ export function validateTokenName(name: unknown): string | null {
   const result = nameSchema.safeParse(name)
   return result.success ? null : result.error.issues[0]!.message
 }
-/** How far the clocks of instances sharing a token store may disagree, for what a password reset sends. */
 /** A UUID in either case (the service's ids: `randomUUID()`, lower case). */
 const ANY_CASE_UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i
-
+/** How far the clocks of instances sharing a token store may disagree, for what a password reset sends. */
 const CLOCK_SLACK_MS = 60_000
 /** The longest user id a token is created for, in code points as zod counts them (an email address is at most 254). */
 const MAX_USER_ID_LENGTH = 255
@@ -989,20 +989,29 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
-   * `id` as the service stores it: a UUID in lower case (RFC 9562 section 4: output in lower
-   * case, case-insensitive on input), so one pasted in upper case names its token; any other
-   * id (a custom store's) as it is.
+   * The record of `userId`'s token `id`. A UUID is case-insensitive on input (RFC 9562 section
+   * 4): one not stored as given is looked up in lower case (as the service writes its ids), then
+   * in upper case (an import's), so the id a user pastes in either case names its token. Later
+   * writes use the id as stored (`record.id`).
    */
-  function storedId(id: string): string {
-    return typeof id === 'string' && ANY_CASE_UUID.test(id) ? id.toLowerCase() : id
-  }
-
   async function ownedRecord(userId: string, id: string): Promise<ApiTokenRecord> {
     checkUserId(userId)
-    const record = await storeCall(() => store.get(id))
+    let record = await storeCall(() => store.get(id))
+    if (record === undefined && typeof id === 'string' && ANY_CASE_UUID.test(id)) {
+      for (const other of new Set([id.toLowerCase(), id.toUpperCase()])) {
+        if (other === id) continue
+        record = await storeCall(() => store.get(other))
+        if (record !== undefined) break
+      }
+    }
     // Someone else's token is reported exactly like a missing one: no existence oracle.
     if (!record || record.userId !== userId) throw new NotFoundError('Token not found')
     return record
+  }
+
+  /** Whether `given` names the token stored as `id`: exactly, or a UUID in another case. */
+  function namesToken(given: string, id: string): boolean {
+    return given === id || (typeof given === 'string' && ANY_CASE_UUID.test(given) && given.toLowerCase() === id.toLowerCase())
   }
 
   function invalidate(tokenHash: string): Promise<void> {
@@ -1380,16 +1389,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async get(userId, id) {
-      return view(await ownedRecord(userId, storedId(id)))
+      return view(await ownedRecord(userId, id))
     },
 
     async update(userId, tokenId, input) {
-      const id = storedId(tokenId)
       if (input && typeof input === 'object' && ('servers' in input || 'scopes' in input)) {
         throw new InvalidInputError('servers' in input ? 'servers' : 'scopes', 'cannot be changed after creation')
       }
       const data = parseInput(updateSchema, input)
-      const record = await ownedRecord(userId, id)
+      const record = await ownedRecord(userId, tokenId)
+      const id = record.id
       const state = statusOf(record)
       if (state !== 'active') throw new TokenInactiveError(state)
       const patch: ApiTokenPatch = {}
@@ -1479,7 +1488,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async rotate(tokenId, caller) {
-      const id = storedId(tokenId)
+      // The id as stored, once the token is found (`namesToken`, `ownedRecord`).
+      let id = tokenId
       let record: ApiTokenRecord | undefined
       let expectedHash: string | undefined
       if (caller.kind === 'token') {
@@ -1491,8 +1501,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (!checkIpAllowlist(caller.clientAddress, auth.allowlist)) {
           throw new ForbiddenError('Request from an address outside the token allowlist')
         }
-        if (auth.record.id !== id) throw new ForbiddenError('An API token can rotate only itself')
+        if (!namesToken(tokenId, auth.record.id)) throw new ForbiddenError('An API token can rotate only itself')
         record = auth.record
+        id = record.id
         expectedHash = auth.record.tokenHash
         const secret = await newSecret()
         const replaced = record.tokenHash
@@ -1516,7 +1527,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // does not swap again: that rotation's caller (a second tab, or the token rotating itself)
       // was handed the new secret, which another swap would kill at once. It swaps again only
       // when no rotation won (below).
-      record = await ownedRecord(caller.userId, id)
+      record = await ownedRecord(caller.userId, tokenId)
+      id = record.id
       for (let attempt = 1; ; attempt++) {
         const state = statusOf(record)
         if (state !== 'active') throw new TokenInactiveError(state)
@@ -1549,8 +1561,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async revoke(userId, tokenId) {
-      const id = storedId(tokenId)
-      const record = await ownedRecord(userId, id)
+      const record = await ownedRecord(userId, tokenId)
+      const id = record.id
       const at = now()
       // Expired is an end state (spec 3): answered as it is, and nothing is written. The store
       // leaves it too (`TokenStore.revoke`); checked here as well so that a custom store written

@@ -234,6 +234,29 @@ describe('adapter examples: what each serves', () => {
       }
     })
 
+    it(`${name}: a batch is answered with an array in one shot, one that gets a single response too (JSON-RPC 2.0 section 6; regression: Express and Fastify answered that one alone)`, async () => {
+      const demo = await createDemo()
+      const running = await starts[name]!(demo)
+      try {
+        const url = `http://127.0.0.1:${running.port}/v1`
+        const ping = (id: number) => ({ jsonrpc: '2.0', id, method: 'ping' })
+        for (const [batch, ids] of [[[ping(7)], [7]], [[ping(7), { jsonrpc: '2.0', method: 'notifications/initialized' }], [7]], [[ping(7), ping(8)], [7, 8]]] as const) {
+          const response = await post(url, demo.token, batch, BOTH)
+          expect(response.status).toBe(200)
+          expect(response.headers.get('content-type')).toBe('application/json')
+          expect(response.headers.get('x-mcp-version')).toBe('1.0.0')
+          const answer = (await response.json()) as Array<{ id: number; result: unknown }>
+          expect(Array.isArray(answer), JSON.stringify(answer)).toBe(true)
+          expect(answer.map((a) => [a.id, a.result]).sort()).toEqual(ids.map((id) => [id, {}]))
+        }
+        // One request alone is one response alone.
+        const single = await post(url, demo.token, ping(9), BOTH)
+        expect(await single.json()).toEqual({ jsonrpc: '2.0', id: 9, result: {} })
+      } finally {
+        await running.close()
+      }
+    })
+
     it(`${name}: one caller's sessions are capped (100), its least recently used closed first (regression: Hono and fetch did not pass the caller to createMcpAppHandler; createNodeSessions had no cap per caller)`, async () => {
       const demo = await createDemo()
       const running = await starts[name]!(demo)
