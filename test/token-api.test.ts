@@ -169,6 +169,20 @@ describe('dev deploy (reference platform)', () => {
     expect((await json(gone)).error.data).toEqual({ error: 'version_not_found', requested: '2.0.0', latest: '2.0.1' })
   })
 
+  it('a body in a content coding is 400 naming content-encoding, as the token API answers it (not "body: is not JSON"); identity is no coding', async () => {
+    const send = (body: BodyInit, coding: string) =>
+      platform.fetch(new Request('http://api.localhost/dev/deploy', { method: 'POST', headers: { 'content-type': 'application/json', 'content-encoding': coding }, body }))
+    for (const coding of ['gzip', 'GZIP', 'identity, gzip', 'br']) {
+      const refused = await send(new Uint8Array(gzipSync(JSON.stringify({ app: 'weather', version: '1.2.0' }))), coding)
+      expect(refused.status, coding).toBe(400)
+      expect(await json(refused)).toEqual({ error: 'invalid_request', field: 'content-encoding', message: 'content-encoding: is not supported: send the body uncompressed (no Content-Encoding, or identity)' })
+    }
+    expect(await servedVersion('/v1')).toEqual(['1.1.1', '2.0.0'])
+    const identity = await send(JSON.stringify({ app: 'weather', version: '1.2.0' }), 'identity')
+    expect(identity.status).toBe(200)
+    expect(await servedVersion('/v1')).toEqual(['1.2.0', '2.0.0'])
+  })
+
   it('refuses what the versions rule refuses with 409, and names the wrong field with 400', async () => {
     for (const version of ['1.1.0', '1.1.1', 'one']) {
       const refused = await deploy({ app: 'weather', version })

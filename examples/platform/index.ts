@@ -556,6 +556,12 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (!/^application\/json[ \t]*(;|$)/i.test(request.headers.get('content-type') ?? '')) {
       return devFieldError('content-type', 'must be application/json')
     }
+    // Read as sent, as the token API reads its bodies: a body in a content coding is named as
+    // such, not taken for a body that is not JSON.
+    const codings = (request.headers.get('content-encoding') ?? '').split(',').map((coding) => coding.trim().toLowerCase())
+    if (codings.some((coding) => coding !== '' && coding !== 'identity')) {
+      return devFieldError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
+    }
     const text = await readUpTo(request, MAX_DEV_BODY_BYTES)
     if (text === null) return devFieldError('body', `must be at most ${MAX_DEV_BODY_BYTES} bytes`)
     let body: unknown
