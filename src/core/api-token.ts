@@ -3,9 +3,8 @@
  *
  * A token is `prefix + random base62 + checksum`, 48 characters in all. The checksum is the
  * CRC32 of the rest (the 42 characters before it, prefix included: DESIGN.md), written as 6
- * base62 digits, so a mistyped or forged token is
- * refused without a store lookup and a secret scanner can verify a match offline. The
- * display prefix is the first 12 characters.
+ * base62 digits, so a mistyped or forged token is refused without a store lookup and a secret
+ * scanner can verify a match offline. The display prefix is the first 12 characters.
  * @module
  */
 import { createHmac, randomBytes } from 'node:crypto'
