@@ -52,6 +52,27 @@ describe('createInvalidationSender', () => {
     await sender.close()
   })
 
+  it('a publish that lands sends what waits at once, not at the end of a backoff grown to 30 s (regression: a long cut left revocations waiting up to 30 s after the bus was back)', async () => {
+    const { sender, bus, sent } = harness()
+    bus.fail = true
+    await sender.publish('old')
+    // Rounds fail for minutes: the backoff grows to its 30 s ceiling.
+    await vi.advanceTimersByTimeAsync(180_000)
+    const tried = count(sent, 'old')
+    expect(tried).toBeGreaterThan(5)
+    expect(tried).toBeLessThan(20)
+    // The bus is back: the next change lands, and the waiting one goes with it.
+    bus.fail = false
+    await sender.publish('new')
+    await vi.advanceTimersByTimeAsync(0)
+    expect(count(sent, 'old')).toBe(tried + 1)
+    // Sent: nothing is sent again.
+    await vi.advanceTimersByTimeAsync(120_000)
+    expect(count(sent, 'old')).toBe(tried + 1)
+    expect(count(sent, 'new')).toBe(1)
+    await sender.close()
+  })
+
   it('one publish per hash at a time: a bus that holds its publishes is waited for, not asked again each round, and rounds do not overlap', async () => {
     const { sender, bus, sent, reports } = harness()
     bus.hold = true

@@ -55,7 +55,7 @@ const TIMER_SLACK_MS = 1_000
 /**
  * The invalidations of a token service: each published within `deadlineMs`; one that fails
  * (rejects, throws, or does not answer in time) is reported and sent again in rounds with
- * backoff until it lands, for {@link RESEND_WINDOW_MS} after the last change that queued it (by
+ * backoff (and at once when a later publish lands: the bus is back) until it lands, for {@link RESEND_WINDOW_MS} after the last change that queued it (by
  * then no instance, whatever its `cacheTtlMs`, still trusts a record it read before that
  * change), with at most {@link MAX_UNSENT_INVALIDATIONS} waiting. A hash whose publish is still
  * in flight is not sent again meanwhile; what is given up is counted to `report`, the rounds
@@ -168,6 +168,19 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
     })
   }
 
+  /**
+   * A publish landed, so the bus answers again: what waits is sent now, in a round of its own,
+   * rather than when a backoff grown during a long cut (up to 30 s) ends. The backoff starts
+   * over.
+   */
+  function resendNow(): void {
+    if (closed) return
+    // A round running sends it, unless it never ends (its I/O cut with the request that began it).
+    if (round !== undefined && performance.now() <= round.at + deadlineMs + TIMER_SLACK_MS) return
+    attempts = 0
+    runRound()
+  }
+
   function reportEvicted(): void {
     if (evicted === 0) return
     giveUp(evicted, `while more than ${MAX_UNSENT_INVALIDATIONS} were waiting`)
@@ -189,10 +202,15 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
   return {
     publish(tokenHash) {
       const change = ++changes
-      return withTimeout(send(tokenHash, change), deadlineMs, 'invalidation publish').catch((error: unknown) => {
-        report(error, 'invalidation publish')
-        queue(tokenHash, change)
-      })
+      return withTimeout(send(tokenHash, change), deadlineMs, 'invalidation publish').then(
+        () => {
+          if (unsent.size > 0) resendNow()
+        },
+        (error: unknown) => {
+          report(error, 'invalidation publish')
+          queue(tokenHash, change)
+        },
+      )
     },
     close() {
       closing ??= (async () => {
