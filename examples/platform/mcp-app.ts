@@ -136,13 +136,8 @@ async function withMcpAccept(request: Request, body: unknown): Promise<Request> 
 export async function asBatchAnswer(answer: Response): Promise<Response> {
   if (answer.status !== 200 || !answer.headers.get('content-type')?.startsWith('application/json')) return answer
   const text = await answer.text()
-  let one = false
-  try {
-    const parsed: unknown = JSON.parse(text)
-    one = parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)
-  } catch {
-    // Not JSON: passed on as it came.
-  }
+  // The transport's own JSON: one response is an object, several an array.
+  const one = text.trimStart().startsWith('{')
   const headers = new Headers(answer.headers)
   headers.delete('content-length')
   return new Response(one ? `[${text}]` : text, { status: answer.status, statusText: answer.statusText, headers })

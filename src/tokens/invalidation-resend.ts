@@ -127,9 +127,9 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
 
   function schedule(): void {
     const at = performance.now()
-    // A round running schedules the next when it ends, unless it never ends (its I/O cut with
-    // the request that began it); a timer set is kept, unless it never fired (the same).
-    if (round !== undefined && at <= round.at + deadlineMs + TIMER_SLACK_MS) return
+    // A round running schedules the next when it ends; a timer set is kept, unless it never
+    // fired (its timer cut with the request that set it).
+    if (roundRunning(at)) return
     if (timer !== undefined && at <= dueAt + TIMER_SLACK_MS) return
     clearTimer()
     attempts++
@@ -138,6 +138,14 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
     timer = setTimeout(runRound, delay)
     ;(timer as { unref?: () => void }).unref?.()
     if (waitUntil) waitUntil(new Promise<void>((resolve) => (releaseTimer = resolve)))
+  }
+
+  /**
+   * Whether a round is running at `at`: one that has not ended within its deadline never will
+   * (its I/O cut with the request that began it), and is taken for none.
+   */
+  function roundRunning(at: number): boolean {
+    return round !== undefined && at <= round.at + deadlineMs + TIMER_SLACK_MS
   }
 
   function clearTimer(): void {
@@ -174,9 +182,7 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
    * over.
    */
   function resendNow(): void {
-    if (closed) return
-    // A round running sends it, unless it never ends (its I/O cut with the request that began it).
-    if (round !== undefined && performance.now() <= round.at + deadlineMs + TIMER_SLACK_MS) return
+    if (closed || roundRunning(performance.now())) return
     attempts = 0
     runRound()
   }

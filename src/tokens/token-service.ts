@@ -996,13 +996,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    */
   async function ownedRecord(userId: string, id: string): Promise<ApiTokenRecord> {
     checkUserId(userId)
-    let record = await storeCall(() => store.get(id))
-    if (record === undefined && typeof id === 'string' && ANY_CASE_UUID.test(id)) {
-      for (const other of new Set([id.toLowerCase(), id.toUpperCase()])) {
-        if (other === id) continue
-        record = await storeCall(() => store.get(other))
-        if (record !== undefined) break
-      }
+    const spellings = typeof id === 'string' && ANY_CASE_UUID.test(id) ? new Set([id, id.toLowerCase(), id.toUpperCase()]) : [id]
+    let record: ApiTokenRecord | undefined
+    for (const spelling of spellings) {
+      record = await storeCall(() => store.get(spelling))
+      if (record !== undefined) break
     }
     // Someone else's token is reported exactly like a missing one: no existence oracle.
     if (!record || record.userId !== userId) throw new NotFoundError('Token not found')
