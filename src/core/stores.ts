@@ -257,7 +257,9 @@ export interface InvalidationBus {
    * `false` while messages published elsewhere cannot reach this bus (its connection is down
    * or not yet subscribed): the token service then neither reads nor fills its cache, so a
    * rotation or revocation it cannot hear of is seen in the store at once. Absent: always
-   * listening (an in-process bus).
+   * listening (an in-process bus). A bus that has it delivers `{ kind: 'all' }` to its own
+   * listeners on each change of it; on one to `true` the token service also sends at once the
+   * invalidations it could not publish meanwhile.
    */
   readonly listening?: boolean
 }

@@ -73,6 +73,35 @@ describe('createInvalidationSender', () => {
     await sender.close()
   })
 
+  it('resend() (the bus hears again) sends what waits at once and starts the backoff over; with nothing waiting, a round running, or closed, it sends nothing', async () => {
+    const { sender, bus, sent } = harness()
+    sender.resend() // nothing waits
+    await vi.advanceTimersByTimeAsync(0)
+    expect(sent).toEqual([])
+    bus.fail = true
+    await sender.publish('a')
+    await vi.advanceTimersByTimeAsync(120_000) // the backoff grows to 30 s
+    const tried = count(sent, 'a')
+    // Still cut: this round fails, and the next comes 0.5 to 1 s later, not 30 s.
+    sender.resend()
+    await vi.advanceTimersByTimeAsync(0)
+    expect(count(sent, 'a')).toBe(tried + 1)
+    await vi.advanceTimersByTimeAsync(1_000)
+    expect(count(sent, 'a')).toBe(tried + 2)
+    // A round in flight is not doubled.
+    bus.fail = false
+    bus.hold = true
+    sender.resend()
+    sender.resend()
+    await vi.advanceTimersByTimeAsync(0)
+    expect(count(sent, 'a')).toBe(tried + 3)
+    bus.hold = false
+    await Promise.all([sender.close(), vi.advanceTimersByTimeAsync(100)])
+    sender.resend() // closed
+    await vi.advanceTimersByTimeAsync(60_000)
+    expect(count(sent, 'a')).toBe(tried + 3)
+  })
+
   it('one publish per hash at a time: a bus that holds its publishes is waited for, not asked again each round, and rounds do not overlap', async () => {
     const { sender, bus, sent, reports } = harness()
     bus.hold = true

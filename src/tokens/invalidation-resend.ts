@@ -34,6 +34,12 @@ export interface InvalidationSender {
    */
   publish(tokenHash: string): Promise<void>
   /**
+   * The bus can be reached again (its connection is back): what waits is sent now, in a round
+   * of its own, and the backoff starts over. Nothing to send, a round running, or closed: does
+   * nothing.
+   */
+  resend(): void
+  /**
    * Stops the rounds; what is still queued gets one last try within `deadlineMs`, and what
    * that cannot send is reported. Idempotent: later calls return the first one's promise.
    */
@@ -55,9 +61,10 @@ const TIMER_SLACK_MS = 1_000
 /**
  * The invalidations of a token service: each published within `deadlineMs`; one that fails
  * (rejects, throws, or does not answer in time) is reported and sent again in rounds with
- * backoff (and at once when a later publish lands: the bus is back) until it lands, for {@link RESEND_WINDOW_MS} after the last change that queued it (by
- * then no instance, whatever its `cacheTtlMs`, still trusts a record it read before that
- * change), with at most {@link MAX_UNSENT_INVALIDATIONS} waiting. A hash whose publish is still
+ * backoff (and at once when a later publish lands or {@link InvalidationSender.resend} says
+ * the bus is back) until it lands, for {@link RESEND_WINDOW_MS} after the last change that
+ * queued it (by then no instance, whatever its `cacheTtlMs`, still trusts a record it read
+ * before that change), with at most {@link MAX_UNSENT_INVALIDATIONS} waiting. A hash whose publish is still
  * in flight is not sent again meanwhile; what is given up is counted to `report`, the rounds
  * themselves are not.
  */
@@ -177,12 +184,12 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
   }
 
   /**
-   * A publish landed, so the bus answers again: what waits is sent now, in a round of its own,
-   * rather than when a backoff grown during a long cut (up to 30 s) ends. The backoff starts
-   * over.
+   * The bus answers again (a publish landed, or its connection is back): what waits is sent
+   * now, in a round of its own, rather than when a backoff grown during a long cut (up to
+   * 30 s) ends. The backoff starts over.
    */
   function resendNow(): void {
-    if (closed || roundRunning(performance.now())) return
+    if (unsent.size === 0 || closed || roundRunning(performance.now())) return
     attempts = 0
     runRound()
   }
@@ -209,15 +216,14 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
     publish(tokenHash) {
       const change = ++changes
       return withTimeout(send(tokenHash, change), deadlineMs, 'invalidation publish').then(
-        () => {
-          if (unsent.size > 0) resendNow()
-        },
+        () => resendNow(),
         (error: unknown) => {
           report(error, 'invalidation publish')
           queue(tokenHash, change)
         },
       )
     },
+    resend: resendNow,
     close() {
       closing ??= (async () => {
         closed = true

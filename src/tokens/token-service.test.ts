@@ -1,6 +1,6 @@
 import { describe, expect, it, vi } from 'vitest'
 import { generateApiToken, hashApiToken } from '../core/api-token.js'
-import type { ApiTokenRecord, InvalidationBus, TokenStore } from '../core/stores.js'
+import type { ApiTokenRecord, InvalidationBus, InvalidationMessage, TokenStore } from '../core/stores.js'
 import {
   ConfigurationError,
   ConflictError,
@@ -2814,21 +2814,64 @@ describe('cached records and invalidation between instances', () => {
       const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
       const shared = createMemoryInvalidationBus()
       const state = { failures, attempts: 0 }
-      const busA: InvalidationBus = {
-        subscribe: (listener) => shared.subscribe(listener),
+      // A's own listeners, told `all` as a Redis bus tells them when its connection goes or
+      // comes back (`listening` changed).
+      const listenersA = new Set<(message: InvalidationMessage) => void>()
+      const busA: InvalidationBus & { listening: boolean } = {
+        listening: true,
+        subscribe: (listener) => {
+          listenersA.add(listener)
+          return shared.subscribe(listener)
+        },
         publish: (message) => {
           state.attempts++
           if (state.failures-- > 0) return Promise.reject(new Error('Connection is closed.'))
           return shared.publish(message)
         },
       }
+      const connection = (up: boolean) => {
+        busA.listening = up
+        for (const listener of listenersA) listener({ kind: 'all' })
+      }
       const errors: string[] = []
       const onError = (error: unknown, context: string) => errors.push(`${context}: ${(error as Error).message}`)
       const common = { store, apps, subscriptions, now: () => clock.current, cacheTtlMs: 600_000 }
       const a = createTokenService({ ...common, invalidations: busA, onError })
       const b = createTokenService({ ...common, invalidations: shared })
-      return { a, b, clock, state, errors }
+      return { a, b, clock, state, errors, connection }
     }
+
+    it('at once when the bus hears again (its connection back), not when a backoff grown to 30 s during a long cut ends (regression: a revocation with no later change waited up to 30 s more)', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout', 'performance'] })
+      try {
+        const { a, b, state, connection } = failingPublisher(Infinity)
+        const created = await createToken(a)
+        expect((await b.authenticate(created.token)).ok).toBe(true) // cached on B
+        connection(false)
+        await a.revoke('alice', created.id)
+        // Rounds fail for three minutes: the backoff reaches its 30 s ceiling.
+        await vi.advanceTimersByTimeAsync(180_000)
+        const tried = state.attempts
+        expect(tried).toBeGreaterThan(5)
+        // The connection going down again is no reason to try: nothing is sent.
+        connection(false)
+        await vi.advanceTimersByTimeAsync(0)
+        expect(state.attempts).toBe(tried)
+        // Back: sent at once, and B refuses the token.
+        state.failures = 0
+        connection(true)
+        await vi.advanceTimersByTimeAsync(0)
+        expect(state.attempts).toBe(tried + 1)
+        expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+        // Nothing waits any more: a later reconnection sends nothing.
+        connection(true)
+        await vi.advanceTimersByTimeAsync(120_000)
+        expect(state.attempts).toBe(tried + 1)
+        await Promise.all([a.close(), b.close()])
+      } finally {
+        vi.useRealTimers()
+      }
+    })
 
     it('until it lands: the other instance refuses the revoked token long before its cache TTL ends, and the failure is reported once', async () => {
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })

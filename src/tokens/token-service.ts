@@ -683,6 +683,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // read, since it may have read the record before the change (a revoked token would then be
   // trusted for the rest of the cache TTL).
   let invalidationCount = 0
+  const monotonic = options.now ?? (() => performance.now())
+  const sender = createInvalidationSender({
+    send: (tokenHash) => invalidations.publish({ kind: 'token', tokenHash }),
+    report: onError,
+    deadlineMs: publishDeadlineMs,
+    now: monotonic,
+    waitUntil,
+  })
   const unsubscribe = invalidations.subscribe((message) => {
     if (message.kind === 'token') {
       invalidationCount++
@@ -695,6 +703,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       refusedHashes.clear()
       refusalAliases?.clear()
       charged.clear()
+      // The bus hears the others again (a Redis bus says so when its connection is back):
+      // invalidations that failed while it was cut go now, not when their backoff ends.
+      if (invalidations.listening !== false) sender.resend()
     }
   })
   // Hashes that matched a live stored token: their tokens are well formed, so the checksum
@@ -744,7 +755,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // hung store is still pending, and counts until the store answers it.
   const lookupsEndWithRequest = timersEndWithRequest()
   const lookupsSince = new Set<{ readonly since: number }>()
-  const monotonic = options.now ?? (() => performance.now())
   // The accepted result per record (records are immutable): one object, not one per request.
   const accepted = new WeakMap<ApiTokenRecord, TokenAuthResult>()
   const pendingLastUsed = new Map<string, number>()
@@ -764,13 +774,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // Whether the last `last_used_at` write that ended failed: `close` then writes no more (its
   // batch is reported and kept, and a store that failed it would fail the next too).
   let lastWriteFailed = false
-  const sender = createInvalidationSender({
-    send: (tokenHash) => invalidations.publish({ kind: 'token', tokenHash }),
-    report: onError,
-    deadlineMs: publishDeadlineMs,
-    now: monotonic,
-    waitUntil,
-  })
 
   const hash = (token: string) => hashApiToken(token, pepper)
   const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
