@@ -52,6 +52,22 @@ describe('peekJwtClaims', () => {
 })
 
 describe('audienceMatches', () => {
+  it('an audience that begins like an http(s) URL and is none refuses the token, never throws (regression: `https://[::1` threw out of validate(), 503 on every request, before any signature check)', () => {
+    const unparsable = fc.oneof(
+      fc.constantFrom('https://[::1', 'http://a b', 'https://', 'http://', 'https://a.example:99999', 'HTTPS://[zz]/'),
+      fc.tuple(fc.constantFrom('http://', 'https://'), fc.string({ maxLength: 20 })).map(([scheme, rest]) => scheme + rest),
+    )
+    fc.assert(
+      fc.property(unparsable, fc.constantFrom('https://app.example', 'https://app.example/v1', 'http://127.0.0.1:8787'), (aud, expected) => {
+        if (URL.canParse(aud)) return
+        expect(audienceMatches([aud], [expected])).toBe(false)
+        expect(audienceMatches([expected, aud], [expected])).toBe(true)
+        expect(checkAccessTokenClaims({ aud }, { issuer: 'https://auth.example.com', requireIssuer: false, now: Date.now(), clockToleranceMs: 0, audience: [expected] })).toBe('audience mismatch')
+      }),
+      { numRuns: 1000 },
+    )
+  })
+
   it('an App address matches itself however it is spelled: case of scheme and host, default port, a trailing slash', () => {
     fc.assert(
       fc.property(fc.constantFrom('http', 'https'), hostArb, pathArb, (scheme, host, path) => {

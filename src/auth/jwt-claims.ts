@@ -91,7 +91,9 @@ export function audienceMatches(actual: readonly string[], expected: readonly st
 }
 
 function isPathInside(candidate: string, base: string): boolean {
-  if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate)) return false
+  // An `aud` is the token's to say, before any signature is checked: one that looks like a URL
+  // and is none (`https://[::1`) names no resource, and must refuse the token, not throw.
+  if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate) || !URL.canParse(candidate) || !URL.canParse(base)) return false
   const c = new URL(candidate)
   const b = new URL(base)
   // An origin leaves out userinfo: `https://u@app.example.com` has the App's origin, but it is

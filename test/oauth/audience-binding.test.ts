@@ -95,4 +95,41 @@ describe('audience binding and the App address', () => {
     expect(await call('weather.example.com', evil)).toBe(401)
     expect(await call('weather.example.com', await tokenFor('https://weather.example.com'))).toBe(200)
   })
+
+  it('a token whose aud begins like a URL and is none (`https://[::1`) is refused 401 invalid_token in every mode, before any upstream call (regression: the audience check threw, 503 and an error report on every request)', async () => {
+    const unsigned = (header: object, claims: object) =>
+      `${Buffer.from(JSON.stringify(header)).toString('base64url')}.${Buffer.from(JSON.stringify(claims)).toString('base64url')}.${'A'.repeat(86)}`
+    const claims = { iss: ISSUER, sub: 'u1', aud: 'https://[::1', exp: Math.floor(Date.now() / 1000) + 600 }
+    let upstreamCalls = 0
+    const fetch = async () => {
+      upstreamCalls++
+      return new Response('{}', { status: 500 })
+    }
+    const reports: string[] = []
+    for (const oauth of [
+      createOAuthValidator({ issuer: ISSUER, audience: ({ resource }) => resource, fetch }),
+      createOAuthValidator({ issuer: ISSUER, mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' }, fetch }),
+      createOAuthValidator({ issuer: ISSUER, mode: 'jwt', jwks: { keys: [publicJwk] }, fetch }),
+    ]) {
+      const handle = mcpDispatch({
+        dispatcher: { ...stores(), oauth, baseUrl: (_request, app) => `https://${app.slug}.example.com` },
+        handler: () => new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json' } }),
+        onError: (error, context) => void reports.push(`${context}: ${String(error)}`),
+      })
+      // A key the set does not hold, and one it holds with a signature that cannot verify.
+      for (const kid of ['k-unknown', 'k1']) {
+        const response = await handle(
+          new Request('https://weather.example.com/v1', {
+            method: 'POST',
+            headers: { authorization: `Bearer ${unsigned({ alg: 'ES256', typ: 'at+jwt', kid }, claims)}`, 'content-type': 'application/json' },
+            body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}',
+          }),
+        )
+        expect(response.status).toBe(401)
+        expect(response.headers.get('www-authenticate')).toMatch(/error="invalid_token"/)
+      }
+    }
+    expect(upstreamCalls).toBe(0)
+    expect(reports).toEqual([])
+  })
 })
