@@ -11,6 +11,7 @@
  *   redirect URIs.
  * - Sign-in is automatic: the authorization request's `login_hint` names the seed user to sign
  *   in as (an unknown one is refused with `access_denied`); without it, the first account.
+ *   A browser's session (its cookie) is reused only for that same user.
  *   Consent is granted for whatever was asked. An authorization request without `scope` gets
  *   the scopes the platform's metadata names (`openid profile email`): RFC 6749 section 3.3
  *   lets a server use a default, and oidc-provider alone would refuse the request
@@ -362,6 +363,7 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
       }
     }
     if (req.method === 'GET' && route === '/auth') req.url = withDefaultScope(req.url ?? '/auth')
+    if (route === '/auth') withoutSession(req, res)
     if (req.method === 'GET' && path.startsWith('/interaction/')) {
       interact(req, res).catch((error: unknown) => {
         res.statusCode = 400
@@ -383,6 +385,37 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
         server.closeAllConnections()
       }),
   }
+}
+
+/**
+ * Drops oidc-provider's session from an authorization request (`/auth`, before the sign-in it
+ * resumes at `/auth/{uid}`), and from the browser, so that each authorization request signs in
+ * anew as its `login_hint` names (or as the first account). Sign-in is automatic, so a session
+ * saves nothing; kept, it made a browser that had signed in once (its cookie kept, as browsers
+ * and the MCP Inspector's page keep it) get that first user's token for every later request,
+ * whatever its `login_hint` named, an unknown user's included. (A login prompt forced for
+ * another user instead ends in oidc-provider's logout page, which only a page running scripts
+ * submits.)
+ */
+function withoutSession(req: IncomingMessage, res: ServerResponse): void {
+  const cookie = req.headers.cookie
+  if (cookie === undefined) return
+  const dropped: string[] = []
+  const kept = cookie.split(';').filter((pair) => {
+    const name = pair.slice(0, pair.indexOf('=') >>> 0).trim()
+    if (name !== '_session' && name !== '_session.sig') return true
+    dropped.push(name)
+    return false
+  })
+  if (dropped.length === 0) return
+  if (kept.length === 0) delete req.headers.cookie
+  else req.headers.cookie = kept.join(';')
+  // Expired in the browser too: the resumption after sign-in must not bring it back. (oidc-
+  // provider adds its own cookies to these.)
+  res.setHeader(
+    'set-cookie',
+    dropped.map((name) => `${name}=; path=/; expires=Thu, 01 Jan 1970 00:00:00 GMT; samesite=lax; httponly`),
+  )
 }
 
 /** A page served from this machine: `localhost`, `*.localhost`, `127.0.0.1` or `[::1]`, any port. */

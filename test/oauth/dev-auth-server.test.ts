@@ -110,7 +110,11 @@ describe.skipIf(!installed)('the official conformance runner against the develop
  * Runs an authorization code grant with PKCE as a public client, the authorization request
  * carrying `params` besides the required ones; the callback's parameters and the token answer.
  */
-async function grant(params: Record<string, string>, path = '/auth'): Promise<{ callback: URLSearchParams; tokens: { access_token: string; scope: string } }> {
+async function grant(
+  params: Record<string, string>,
+  path = '/auth',
+  jar?: Map<string, string>,
+): Promise<{ callback: URLSearchParams; tokens: { access_token: string; scope: string } }> {
   const redirectUri = 'http://127.0.0.1:9/callback'
   const clientId = await register(redirectUri)
   const verifier = randomBytes(32).toString('base64url')
@@ -123,8 +127,8 @@ async function grant(params: Record<string, string>, path = '/auth'): Promise<{ 
     code_challenge_method: 'S256',
     ...params,
   }).toString()
-  const callback = (await followSignIn(authorize.href, redirectUri)).searchParams
-  expect(callback.get('error'), callback.get('error_description') ?? '').toBeNull()
+  const callback = (await followSignIn(authorize.href, redirectUri, jar)).searchParams
+  if (callback.get('error') !== null) return { callback, tokens: { access_token: '', scope: '' } }
   const response = await fetch(`${auth.issuer}/token`, {
     method: 'POST',
     headers: { 'content-type': 'application/x-www-form-urlencoded' },
@@ -133,6 +137,26 @@ async function grant(params: Record<string, string>, path = '/auth'): Promise<{ 
   expect(response.status).toBe(200)
   return { callback, tokens: (await response.json()) as { access_token: string; scope: string } }
 }
+
+describe('automatic sign-in', () => {
+  /** The user a token of the development server is for, by its userinfo. */
+  async function userOf(accessToken: string): Promise<string> {
+    const response = await fetch(`${auth.issuer}/me`, { headers: { authorization: `Bearer ${accessToken}` } })
+    expect(response.status).toBe(200)
+    return ((await response.json()) as { sub: string }).sub
+  }
+
+  it('signs in as the user login_hint names, or the first seed user, even in a browser signed in before as another (regression: its session cookie won, and an unknown hint got that user’s token)', async () => {
+    const jar = new Map<string, string>()
+    expect(await userOf((await grant({ login_hint: 'user_alice' }, '/auth', jar)).tokens.access_token)).toBe('user_alice')
+    expect(jar.size).toBeGreaterThan(0) // the browser keeps a session
+    expect(await userOf((await grant({ login_hint: 'user_bob' }, '/auth', jar)).tokens.access_token)).toBe('user_bob')
+    expect(await userOf((await grant({ login_hint: 'user_bob' }, '/auth', jar)).tokens.access_token)).toBe('user_bob')
+    const unknown = (await grant({ login_hint: 'user_nobody' }, '/auth', jar)).callback
+    expect([unknown.get('error'), unknown.get('error_description')]).toEqual(['access_denied', 'login_hint names no known user'])
+    expect(await userOf((await grant({}, '/auth', jar)).tokens.access_token)).toBe('user_alice')
+  })
+})
 
 describe('an authorization request without scope (RFC 6749 section 3.3)', () => {
   it('gets the default scopes, and a token the platform accepts at userinfo', async () => {

@@ -186,10 +186,10 @@ export class TestOAuthClient implements OAuthClientProvider {
 /**
  * Plays the browser of an authorization request: follows its redirects (manual, with a cookie
  * jar) through the development authorization server's automatic sign-in, and answers the URL
- * it is sent back to, the first one under `redirectUri`, without fetching it.
+ * it is sent back to, the first one under `redirectUri`, without fetching it. A `jar` given is
+ * kept across calls, as a browser keeps its cookies; by default each call starts a new one.
  */
-export async function followSignIn(authorizationUrl: string, redirectUri: string): Promise<URL> {
-  const jar = new Map<string, string>()
+export async function followSignIn(authorizationUrl: string, redirectUri: string, jar = new Map<string, string>()): Promise<URL> {
   let next = authorizationUrl
   for (let hop = 0; hop < 12; hop++) {
     const cookie = [...jar].map(([name, value]) => `${name}=${value}`).join('; ')
@@ -204,7 +204,7 @@ export async function followSignIn(authorizationUrl: string, redirectUri: string
     }
     const text = await res.text()
     const location = res.headers.get('location')
-    if (!location) throw new Error(`authorization stopped with HTTP ${res.status}: ${text.slice(0, 200)}`)
+    if (!location) throw new Error(`authorization stopped with HTTP ${res.status}: ${text.slice(0, 500)}`)
     const target = new URL(location, next)
     if (target.href.startsWith(redirectUri)) return target
     next = target.href
