@@ -7,7 +7,7 @@
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
 import type { TokenApi } from '../tokens/token-api.js'
 import { type Reply, RpcCode, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
-import { ConfigurationError, reporterOption } from '../errors.js'
+import { ConfigurationError, reporterOption, requireMethods } from '../errors.js'
 import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../core/metadata.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
@@ -35,14 +35,17 @@ export function setupAdapter(options: AdapterOptions): {
   trust: CompiledTrustProxy
   onError: (error: unknown, context: string) => void
 } {
-  if (!options || !options.dispatcher) throw new ConfigurationError('dispatcher', 'is required')
+  const given: unknown = options?.dispatcher
+  if (given == null) throw new ConfigurationError('dispatcher', 'is required')
+  if (typeof given !== 'object') throw new ConfigurationError('dispatcher', 'must be a Dispatcher (createDispatcher) or the options of one')
   const onError = reporterOption(options.onError)
   // Built here from options: the dispatcher's own failures (stores, session pins) go to the
   // adapter's `onError` too, unless the options name a reporter of their own.
-  const dispatcher =
-    'decide' in options.dispatcher
-      ? options.dispatcher
-      : createDispatcher({ ...(options.onError && { onError: options.onError }), ...(options.dispatcher as DispatcherOptions) })
+  let dispatcher: Dispatcher
+  if ('decide' in given) {
+    requireMethods('dispatcher', given, 'a Dispatcher (createDispatcher)', ['decide', 'metadata'])
+    dispatcher = given as Dispatcher
+  } else dispatcher = createDispatcher({ ...(options.onError && { onError: options.onError }), ...(given as DispatcherOptions) })
   let trust: CompiledTrustProxy
   try {
     trust = compileTrustProxy(options.trustProxy)

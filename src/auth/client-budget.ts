@@ -14,6 +14,7 @@
  * @module
  */
 import { LRUCache } from 'lru-cache'
+import { entriesOption } from '../stores/lru-clock.js'
 import { type IpWords, parseIp } from '../core/ip.js'
 import { sha256 } from '../core/sha256.js'
 import { MAX_RATE_LIMIT, WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
@@ -91,10 +92,7 @@ export function createClientBudget(
   if (!Object.hasOwn(WINDOWS, windowType)) {
     throw new ConfigurationError(`${name}.windowType`, `must be one of ${Object.keys(WINDOWS).join(', ')}`)
   }
-  const maxClients = options?.maxClients ?? 10_000
-  if (!Number.isInteger(maxClients) || maxClients < 1) {
-    throw new ConfigurationError(`${name}.maxClients`, 'must be a positive integer')
-  }
+  const maxClients = entriesOption(options?.maxClients, 10_000, `${name}.maxClients`)
   const windowMs = WINDOWS[windowType]
   const windows = new LRUCache<string, Window>({ max: maxClients })
 

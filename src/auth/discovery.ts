@@ -97,6 +97,24 @@ export function isHttpUrl(url: unknown): url is string {
   return typeof url === 'string' && /^https?:\/\//i.test(url) && URL.canParse(url)
 }
 
+/**
+ * Why `url` is no issuer identifier (RFC 8414 section 2: an http(s) URL with no query or
+ * fragment), as a `ConfigurationError` phrases it, or `undefined` when it is one. Read in the
+ * string: an empty query or fragment (`…/t#`) parses to none, and the URL parser drops spaces
+ * and control characters that an `iss` compared exactly, or a document served as given, keeps.
+ * @internal
+ */
+export function issuerProblem(url: unknown): string | undefined {
+  if (!isHttpUrl(url)) return 'must be an absolute http(s) URL'
+  if (url.includes('?') || url.includes('#')) return 'must have no query or fragment (RFC 8414)'
+  for (let i = 0; i < url.length; i++) {
+    const c = url.charCodeAt(i)
+    if (c <= 0x20 || c === 0x7f) return 'must not contain spaces or control characters'
+  }
+  if (hasCredentials(url)) return 'must hold no user name or password (fetch refuses to call such a URL, and a document would publish it)'
+  return undefined
+}
+
 /** Whether `url` (one `URL` parses) names a user or a password. @internal */
 export function hasCredentials(url: string): boolean {
   const parsed = new URL(url)

@@ -51,6 +51,7 @@ import {
   fallbackUserinfoEndpoint,
   hasCredentials,
   isHttpUrl,
+  issuerProblem,
 } from './discovery.js'
 import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
@@ -163,7 +164,11 @@ export interface OAuthValidatorOptions {
   userinfoEndpoint?: string | undefined
   /** `jwt` mode: a JWKS URL or a local key set; default the `jwks_uri` of discovery. */
   jwks?: string | JSONWebKeySet | undefined
-  /** `jwt` mode: accepted signing algorithms. Default: whatever the keys allow. */
+  /**
+   * `jwt` mode: accepted signing algorithms, among those `jose` verifies (`RS256`…`PS512`,
+   * `ES256`…`ES512`, `EdDSA`, `Ed25519`, `HS256`…`HS512`, `ML-DSA-44`…`87`; a name outside them
+   * is a `ConfigurationError`). Default: whatever the keys allow.
+   */
   algorithms?: readonly string[] | undefined
   /** `introspection` mode: the resource server's client credentials (`client_secret_basic`). */
   introspection?: {
@@ -174,11 +179,14 @@ export interface OAuthValidatorOptions {
     /** The RFC 7662 endpoint; default the `introspection_endpoint` of discovery. */
     endpoint?: string | undefined
   } | undefined
-  /** Allowed clock skew for `exp` / `nbf`. Default 0. */
+  /** Allowed clock skew for `exp` / `nbf`, at most 300,000 (five minutes). Default 0. */
   clockToleranceMs?: number | undefined
   /** Where results are cached; default in memory. Keys are hashes, never tokens. */
   cache?: CacheStore<CachedValidation> | undefined
-  /** How long an accepted token is cached, never past its own expiry. Default 5 minutes (spec 8). */
+  /**
+   * How long an accepted token is cached, never past its own expiry. Default 5 minutes (spec 8);
+   * at most 2^31 - 1 ms.
+   */
   cacheTtlMs?: number | undefined
   /**
    * How long a refused token is cached, to shield the upstream. Default 30 s in `userinfo` and
@@ -497,14 +505,23 @@ function signatureFits(alg: unknown, signature: string): boolean {
   return Object.hasOwn(SIGNATURE_BYTES, alg) ? SIGNATURE_BYTES[alg]!.includes(bytes) : true
 }
 
-function positive(name: string, value: number | undefined, fallback: number, allowZero = false, max = Number.MAX_VALUE): number {
+function positive(name: string, value: number | undefined, fallback: number, allowZero = false, max = Number.MAX_VALUE, why = 'the longest delay a timer takes'): number {
   if (value === undefined) return fallback
   if (typeof value !== 'number' || !Number.isFinite(value) || value < 0 || (!allowZero && value === 0)) {
     throw new ConfigurationError(name, `must be a ${allowZero ? 'non-negative' : 'positive'} number`)
   }
-  if (value > max) throw new ConfigurationError(name, `must be at most ${max} (the longest delay a timer takes)`)
+  if (value > max) throw new ConfigurationError(name, `must be at most ${max} (${why})`)
   return value
 }
+
+/** The largest `clockToleranceMs`: five minutes, as the identity verifier of `mcp-dispatch/proxy` allows. */
+const MAX_CLOCK_TOLERANCE_MS = 300_000
+
+/** The JWS algorithms `jose` verifies (RFC 7518, RFC 8037, the ML-DSA draft): `algorithms` may name these only. */
+const JWS_ALGORITHMS: readonly string[] = [
+  'RS256', 'RS384', 'RS512', 'PS256', 'PS384', 'PS512', 'ES256', 'ES384', 'ES512', 'EdDSA', 'Ed25519',
+  'HS256', 'HS384', 'HS512', 'ML-DSA-44', 'ML-DSA-65', 'ML-DSA-87',
+]
 
 /** A delay that goes to a timer: past 2^31 - 1 ms Node fires it at once (every call would time out). */
 function timerDelay(name: string, value: number | undefined, fallback: number, allowZero = false): number {
@@ -637,24 +654,17 @@ function formEncode(value: string): string {
 export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValidator {
   if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
   const issuer = options.issuer
-  if (!isHttpUrl(issuer)) {
-    throw new ConfigurationError('issuer', 'must be an absolute http(s) URL')
-  }
-  // Read in the string: an empty query or fragment (`…/t#`) parses to none, and the URL parser
-  // drops spaces and control characters an `iss` compared exactly would keep.
-  if (issuer.includes('?') || issuer.includes('#')) throw new ConfigurationError('issuer', 'must have no query or fragment (RFC 8414)')
-  if (hasCredentials(issuer)) throw new ConfigurationError('issuer', credentialsInUrl('issuer'))
-  for (let i = 0; i < issuer.length; i++) {
-    const c = issuer.charCodeAt(i)
-    if (c <= 0x20 || c === 0x7f) throw new ConfigurationError('issuer', 'must not contain spaces or control characters')
-  }
+  const issuerRefused = issuerProblem(issuer)
+  if (issuerRefused !== undefined) throw new ConfigurationError('issuer', issuerRefused)
   const mode = options.mode ?? 'userinfo'
   if (!MODES.includes(mode)) throw new ConfigurationError('mode', `must be one of ${MODES.join(', ')}`)
   checkHttpUrl('userinfoEndpoint', options.userinfoEndpoint)
   const intro = options.introspection
   if (mode === 'introspection') {
-    if (!intro || typeof intro.clientId !== 'string' || !intro.clientId || typeof intro.clientSecret !== 'string') {
-      throw new ConfigurationError('introspection', 'needs clientId and clientSecret in introspection mode')
+    // An empty secret too (`CLIENT_SECRET=` unset in the environment): every introspection
+    // would be refused, and every token answered 503, where the start could have failed.
+    if (!intro || typeof intro.clientId !== 'string' || !intro.clientId || typeof intro.clientSecret !== 'string' || !intro.clientSecret) {
+      throw new ConfigurationError('introspection', 'needs a non-empty clientId and clientSecret in introspection mode')
     }
     checkHttpUrl('introspection.endpoint', intro.endpoint)
   }
@@ -677,12 +687,14 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (audienceOption !== undefined && typeof audienceOption !== 'function' && fixedAudience === undefined) {
     throw new ConfigurationError('audience', 'must be a non-empty string, a list of them, or a function')
   }
-  const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true)
-  const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS)
+  // A skew of more than five minutes is a clock to fix (NTP), not one to tolerate: past it, a
+  // token that expired long ago would still be accepted.
+  const clockToleranceMs = positive('clockToleranceMs', options.clockToleranceMs, 0, true, MAX_CLOCK_TOLERANCE_MS, 'five minutes: a larger skew is a clock to fix')
+  const cacheTtlMs = positive('cacheTtlMs', options.cacheTtlMs, DEFAULT_OAUTH_CACHE_TTL_MS, false, MAX_TIMER_MS, 'about 24 days; spec 8 caches for 5 minutes')
   // `jwt` mode refuses locally, at the cost of a signature check, which shields no upstream: a
   // refusal kept would only let made-up bearer strings fill the cache (a shared one, on Redis,
   // by as many keys as a client sends strings in 30 s), so by default none is kept.
-  const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, mode === 'jwt' ? 0 : DEFAULT_OAUTH_REJECTION_TTL_MS, true)
+  const rejectionTtlMs = positive('rejectionTtlMs', options.rejectionTtlMs, mode === 'jwt' ? 0 : DEFAULT_OAUTH_REJECTION_TTL_MS, true, MAX_TIMER_MS, 'about 24 days')
   const timeoutMs = timerDelay('timeoutMs', options.timeoutMs, DEFAULT_OAUTH_TIMEOUT_MS)
   const maxPendingValidations = positive('maxPendingValidations', options.maxPendingValidations, 1_000)
   // A count of calls: 1.5 would let two wait, as 2 does.
@@ -705,6 +717,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const algorithms: unknown = options.algorithms
     if (!Array.isArray(algorithms) || algorithms.length === 0 || !algorithms.every((a) => typeof a === 'string' && a !== '')) {
       throw new ConfigurationError('algorithms', 'must be a non-empty list of JWS algorithm names, e.g. ["RS256"]')
+    }
+    // A misspelt name (`RS265`, `rs256`) would refuse every token, and its client sign in again
+    // and again; `none` is no signature.
+    const unknown = algorithms.find((a: string) => !JWS_ALGORITHMS.includes(a))
+    if (unknown !== undefined) {
+      throw new ConfigurationError('algorithms', `holds ${JSON.stringify(unknown.slice(0, 40))}, not a JWS signature algorithm that can be verified (${JWS_ALGORITHMS.join(', ')})`)
     }
   }
   const hasMethods = (value: unknown, names: readonly string[]) =>

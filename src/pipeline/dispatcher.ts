@@ -7,7 +7,7 @@
  * @module
  */
 import { type AccessTokenValidator, FOREIGN_VALIDATOR_DEADLINE_MS, keepsOwnDeadline } from '../auth/access-token-validator.js'
-import { isHttpUrl } from '../auth/discovery.js'
+import { isHttpUrl, issuerProblem } from '../auth/discovery.js'
 import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkScope } from '../core/scope.js'
@@ -67,7 +67,7 @@ import {
   parseVersionPath,
   resolveVersion,
 } from '../core/versions.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, reporterOption } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, reporterOption, requireMethods } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
 import { clockOption } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
@@ -492,13 +492,17 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
-  for (const key of ['apps', 'subscriptions', 'tokens'] as const) {
-    if (!options[key]) throw new ConfigurationError(key, 'is required')
-  }
-  const { apps, subscriptions, tokens, oauth } = options
+  // The methods each request calls, checked here, not left to fail every request with a 503.
+  requireMethods('apps', options.apps, 'an AppStore', options.resolveApp == null ? ['getAppBySlug', 'getLiveVersions'] : ['getLiveVersions'])
+  requireMethods('subscriptions', options.subscriptions, 'a SubscriptionStore', ['isActive'])
+  requireMethods('tokens', options.tokens, 'a TokenService (createTokenService)', ['authenticate'])
+  // (`null`, as `undefined`, is no OAuth: API tokens only.)
+  if (options.oauth != null) requireMethods('oauth', options.oauth, 'an AccessTokenValidator (createOAuthValidator)', ['validate'])
+  const { apps, subscriptions, tokens } = options
+  const oauth = options.oauth ?? undefined
   if (oauth?.checksAppAddress === true && options.resolveApp == null && options.baseUrl == null) {
     // The default resolveApp takes the first label of any Host, and the App address is then
     // the request's origin: an audience check against it would accept a token issued to a
@@ -599,8 +603,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
   if (typeof authServers !== 'function') {
+    // Issuer identifiers (RFC 9728 section 2, RFC 8414 section 2), as the validator's `issuer`
+    // is checked: a trailing newline from a secret file, a query or a password in one would be
+    // published as given.
     for (const url of authServers) {
-      if (!isHttpUrl(url)) throw new ConfigurationError('authorizationServers', `holds ${JSON.stringify(url)}, not an http(s) URL`)
+      const refused = issuerProblem(url)
+      if (refused !== undefined) {
+        throw new ConfigurationError('authorizationServers', `holds ${typeof url === 'string' ? JSON.stringify(url.slice(0, 100).replace(/\/\/[^/@]*@/, '//…@')) : typeof url}, which ${refused.replace(/^must/, 'must (an issuer identifier)')}`)
+      }
     }
   }
   // Per-request parsing that depends only on a short string repeats for every request of a
@@ -686,6 +696,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const url: unknown = answered[i]
       if (!isHttpUrl(url)) {
         throw new TypeError('mcp-dispatch: the authorizationServers option answered an array holding something that is no http(s) URL, not an array of URLs')
+      }
+      const refused = issuerProblem(url)
+      if (refused !== undefined) {
+        throw new TypeError(`mcp-dispatch: the authorizationServers option answered an array holding a URL that is no issuer identifier (RFC 8414: it ${refused}), not an array of issuer URLs`)
       }
       urls.push(url)
     }
@@ -1415,7 +1429,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (key !== undefined) remember(selectors, key, selector)
     }
     if (!selector) return notFound(request, origin)
-    if (allowedOrigins && origin && !allowedOrigins(origin)) return { type: 'reply', reply: originNotAllowedReply() }
+    // An `Origin` present and empty is refused too, without asking a predicate: it is no
+    // origin (MCP transport: "If the Origin header is present and invalid, … 403").
+    if (allowedOrigins && origin != null && (origin === '' || !allowedOrigins(origin))) return { type: 'reply', reply: originNotAllowedReply() }
     const method = request.method
     if (method === 'OPTIONS') return { type: 'reply', reply: preflight(allowedOrigins && origin ? origin : '*', request) }
     if (method !== 'POST' && method !== 'GET' && method !== 'DELETE' && method !== 'HEAD') {

@@ -7,6 +7,29 @@
 import { ConfigurationError } from '../errors.js'
 
 /**
+ * The most entries an in-process bound (`max`, `maxPerSubject`, `maxClients`, `localMax`) may
+ * name: `lru-cache` allocates its index for all of them up front, so `1e12` threw its own
+ * `RangeError` and `1e9` would take gigabytes before the first entry.
+ * @internal
+ */
+export const MAX_LRU_ENTRIES = 16_777_216
+
+/**
+ * An in-process bound (`max`, `maxClients`…): an integer from 1 to {@link MAX_LRU_ENTRIES} (0
+ * would mean unbounded to `lru-cache`), or `fallback` when absent.
+ *
+ * @throws {ConfigurationError} naming `option` otherwise.
+ * @internal
+ */
+export function entriesOption(value: unknown, fallback: number, option: string): number {
+  if (value === undefined) return fallback
+  if (!Number.isSafeInteger(value) || (value as number) < 1 || (value as number) > MAX_LRU_ENTRIES) {
+    throw new ConfigurationError(option, `must be an integer from 1 to ${MAX_LRU_ENTRIES}`)
+  }
+  return value as number
+}
+
+/**
  * The `now` option, checked when a store or service is made: a function, or absent. Taken as it
  * is, a number (`Date.now()` for `Date.now`) would throw at every use, which the callers treat
  * as a store failing: a rate limit served unlimited, an OAuth token asked about every time.

@@ -23,7 +23,7 @@ import { z } from 'zod'
 import { type BearerParseResult, parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
-import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption } from '../errors.js'
+import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption, requireMethods } from '../errors.js'
 import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
@@ -237,11 +237,14 @@ export interface TokenApi {
  * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
  *
- * @throws {ConfigurationError} without `tokens` or `authenticateSession`, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
+ * @throws {ConfigurationError} without `tokens` (or with one lacking the service's methods) or `authenticateSession`, with a `clientAddress` that is not a function, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
  */
 export function createTokenApi(options: TokenApiOptions): TokenApi {
   const { tokens } = options
-  if (!tokens) throw new ConfigurationError('tokens', 'is required')
+  requireMethods('tokens', tokens, 'a TokenService (createTokenService)', ['create', 'list', 'get', 'update', 'rotate', 'revoke'])
+  if (options.clientAddress != null && typeof options.clientAddress !== 'function') {
+    throw new ConfigurationError('clientAddress', 'must be a function of the request')
+  }
   if (typeof options.authenticateSession !== 'function') {
     throw new ConfigurationError('authenticateSession', 'must be a function')
   }

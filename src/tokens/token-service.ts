@@ -41,6 +41,7 @@ import {
   TokenInactiveError,
   UnauthorizedError,
   reporterOption,
+  requireMethods,
 } from '../errors.js'
 import { type BudgetCharge, type ClientBudgetOptions, createClientBudget } from '../auth/client-budget.js'
 import { clockOption, lruClock } from '../stores/lru-clock.js'
@@ -604,22 +605,26 @@ function iso(ms: number): string {
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
  *
- * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`, an `invalidations` bus whose `publishTimeoutMs` is not a number of milliseconds, or an `onError` that is not a function. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
+ * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`, or with one of them (or `invalidations`) without the methods the service calls; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`, an `invalidations` bus whose `publishTimeoutMs` is not a number of milliseconds, or an `onError` that is not a function. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
   const { store, apps } = options
-  if (!store) throw new ConfigurationError('store', 'is required')
-  if (!apps) throw new ConfigurationError('apps', 'is required')
+  requireMethods('store', store, 'a TokenStore', ['insert', 'findByHash', 'get', 'listByUser', 'update', 'rotate', 'revoke', 'revokeAllForUser', 'touch'])
+  requireMethods('apps', apps, 'an AppStore', ['getApp'])
   const prefix = options.prefix ?? DEFAULT_TOKEN_PREFIX
   const prefixProblem = tokenPrefixProblem(prefix)
   if (prefixProblem !== null) throw new ConfigurationError('prefix', prefixProblem)
   const cacheTtlMs = options.cacheTtlMs ?? 0
-  if (!(cacheTtlMs >= 0 && cacheTtlMs <= MAX_TOKEN_CACHE_TTL_MS)) {
+  if (typeof cacheTtlMs !== 'number' || !(cacheTtlMs >= 0 && cacheTtlMs <= MAX_TOKEN_CACHE_TTL_MS)) {
     throw new ConfigurationError('cacheTtlMs', `must be between 0 and ${MAX_TOKEN_CACHE_TTL_MS} (10 minutes)`)
   }
   if (!options.canUseServer && !options.subscriptions) {
     throw new ConfigurationError('canUseServer', 'or "subscriptions" is required to check the servers of a new token')
   }
+  if (options.canUseServer) {
+    if (typeof options.canUseServer !== 'function') throw new ConfigurationError('canUseServer', 'must be a function')
+  } else requireMethods('subscriptions', options.subscriptions, 'a SubscriptionStore', ['isActive'])
+  if (options.random !== undefined && typeof options.random !== 'function') throw new ConfigurationError('random', 'must be a function')
   // Whole milliseconds, as stores keep them (PostgreSQL: bigint), whatever clock is injected.
   const injectedNow = clockOption(options.now)
   const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now
@@ -655,12 +660,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     options.canUseServer ?? ((userId: string, appId: string) => options.subscriptions!.isActive(userId, appId))
   // A cache without a bus shared by the instances would keep a secret rotated elsewhere alive
   // for the cache's TTL: the platform says which bus, even when it is the in-process one.
-  if (cacheTtlMs > 0 && options.invalidations === undefined) {
+  // (`null`, a config loader's unset value, is as absent: required all the same.)
+  if (cacheTtlMs > 0 && options.invalidations == null) {
     throw new ConfigurationError(
       'invalidations',
       'is required with cacheTtlMs: give the bus every instance sharing the token store hears (createRedisInvalidationBus), or createMemoryInvalidationBus() when this process is the only one',
     )
   }
+  if (options.invalidations != null) requireMethods('invalidations', options.invalidations, 'an InvalidationBus', ['publish', 'subscribe'])
   const invalidations = options.invalidations ?? createMemoryInvalidationBus()
   // A publish still within the bus's own deadline (a Redis bus waiting for the other instances'
   // confirmations) is not taken for a failed one, reported and sent again.

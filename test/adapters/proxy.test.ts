@@ -708,6 +708,32 @@ describe('proxy handler', () => {
       expect(await response.text()).toBe(TIMED_OUT)
     })
 
+    it("relays an upstream 403 asking an OAuth caller for more scope, rebuilt: error, scope and description, and this App's resource_metadata (MCP step-up authorization); to an API-token caller, and any other challenge, nothing", async () => {
+      const answer = (challenge: string, status = 403) =>
+        (upstream.handle = (_req, res) => res.writeHead(status, { 'content-type': 'application/json', 'www-authenticate': challenge }).end('{}'))
+      const call = async (who = context) =>
+        (await proxy(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), who)).headers.get('www-authenticate')
+      const metadata = 'resource_metadata="http://weather.localhost/.well-known/oauth-protected-resource"'
+      answer('Bearer error="insufficient_scope", scope="files:read files:write", resource_metadata="https://evil.example/m", error_description="needs files"')
+      expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope", scope="files:read files:write", error_description="needs files"`)
+      // Tokens for values, parameter names in any case, another challenge after it.
+      answer('bearer Error=insufficient_scope, SCOPE="files:read", Basic realm="x"')
+      expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope", scope="files:read"`)
+      // A scope or description that cannot be written back as it came is left out.
+      answer('Bearer error="insufficient_scope", scope="a\\"b", error_description="a\tb"')
+      expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope"`)
+      // Not a scope challenge, not a 403, not Bearer, not an OAuth caller: dropped.
+      for (const [challenge, status, who] of [
+        ['Bearer error="invalid_token"', 403, context],
+        ['Bearer error="insufficient_scope", scope="x"', 404, context],
+        ['Basic error="insufficient_scope"', 403, context],
+        ['Bearer error="insufficient_scope", scope="x"', 403, { ...context, identity: { subject: 'alice', method: 'api_token', tokenId: 't1' } }],
+      ] as const) {
+        answer(challenge, status)
+        expect(await call(who as DispatchContext), `${challenge} ${status}`).toBeNull()
+      }
+    })
+
     it('answers 502 when the upstream refuses the identity (401) or redirects', async () => {
       for (const answer of [
         { status: 401, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } },

@@ -155,6 +155,14 @@ describe('callbacks of the metadata document', () => {
       expect(errors.map((e) => e.context)).toEqual(['callback failed'])
       expect(String(errors[0]!.error)).toContain(`the authorizationServers option answered ${what}, not an array of URLs`)
     }
+    // Issuer identifiers, as at creation: no query, fragment, password or space (regression:
+    // published as given).
+    for (const url of ['https://auth.example.com/?tenant=1', 'https://u:p@auth.example.com', 'https://auth.example.com\n']) {
+      const { fetch, errors } = serve({ authorizationServers: () => [url] })
+      expect((await fetch(`http://${HOST}${METADATA}`)).status, url).toBe(503)
+      expect(String(errors[0]!.error)).toContain('the authorizationServers option answered an array holding a URL that is no issuer identifier')
+      expect(String(errors[0]!.error)).not.toContain('u:p')
+    }
     // With oauth, a document must name where to sign in (regression: served with none).
     const { fetch: withOAuth, errors } = serve({ oauth: { validate: async () => ({ active: false as const, reason: 'refused' }) }, authorizationServers: () => [] })
     expect((await withOAuth(`http://${HOST}${METADATA}`)).status).toBe(503)

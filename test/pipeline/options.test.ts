@@ -39,8 +39,10 @@ const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subsc
 describe('options checked at creation', () => {
   it('the memory stores take a positive integer max (0 would be unbounded to lru-cache)', () => {
     for (const create of [createMemorySessionStore, createMemoryRateLimitStore, createMemoryCacheStore]) {
-      for (const max of [0, -1, Number.NaN, 1.5, Number.POSITIVE_INFINITY]) expect(refusedOption(() => create({ max }))).toBe('max')
+      // Past 2^24, lru-cache's index allocated up front threw its own RangeError (1e12) or took gigabytes.
+      for (const max of [0, -1, Number.NaN, 1.5, Number.POSITIVE_INFINITY, 2 ** 24 + 1, 1e12]) expect(refusedOption(() => create({ max }))).toBe('max')
       expect(refusedOption(() => create({ max: 1 }))).toBeUndefined()
+      expect(refusedOption(() => create({ max: 2 ** 24 }))).toBeUndefined()
       expect(refusedOption(() => create())).toBeUndefined()
     }
   })
@@ -124,6 +126,75 @@ describe('options checked at creation', () => {
     expect(refused({ cors: false, sessions: createMemorySessionStore(), resolveApp: () => undefined, baseUrl: () => 'https://a.example' })).toBeUndefined()
     // `null` is the default, as for the other options.
     expect(refused({ cors: null, sessions: null, resolveApp: null, basePath: null })).toBeUndefined()
+  })
+
+  it('stores, services and validators without the methods they are called by are refused at creation, naming the option, not answered 503 on every request or thrown as a raw TypeError (regression)', () => {
+    const dispatcher = (extra: Record<string, unknown>) => refusedOption(() => createDispatcher({ apps, subscriptions, tokens, ...extra } as never))
+    for (const bad of [{}, 'x', 5]) {
+      expect(dispatcher({ apps: bad })).toBe('apps')
+      expect(dispatcher({ subscriptions: bad })).toBe('subscriptions')
+      expect(dispatcher({ tokens: bad })).toBe('tokens')
+      expect(dispatcher({ oauth: bad })).toBe('oauth')
+    }
+    expect(dispatcher({ apps: undefined })).toBe('apps')
+    // With a resolveApp of its own, the dispatcher looks no App up by slug.
+    expect(dispatcher({ apps: { getLiveVersions: () => [] }, resolveApp: () => undefined })).toBeUndefined()
+    expect(dispatcher({ apps: { getLiveVersions: () => [] } })).toBe('apps')
+    expect(dispatcher({ oauth: null })).toBeUndefined()
+    expect(() => createDispatcher({ apps: { getAppBySlug: () => undefined } as never, subscriptions, tokens })).toThrow(
+      'mcp-dispatch: option "apps" must be an AppStore (an object with getAppBySlug, getLiveVersions methods): it has no getLiveVersions',
+    )
+
+    const store = createMemoryTokenStore()
+    const service = (extra: Record<string, unknown>) => refusedOption(() => createTokenService({ store, apps, subscriptions, ...extra } as never))
+    expect(service({ store: {} })).toBe('store')
+    expect(service({ apps: {} })).toBe('apps')
+    expect(service({ subscriptions: {} })).toBe('subscriptions')
+    expect(service({ subscriptions: undefined, canUseServer: true })).toBe('canUseServer')
+    expect(service({ subscriptions: undefined, canUseServer: () => true })).toBeUndefined()
+    expect(service({ random: 'x' })).toBe('random')
+    expect(service({ invalidations: {} })).toBe('invalidations')
+    // `null` (a config loader's unset value) is as absent: a cache still needs its bus named
+    // (regression: null passed, and the in-process bus left other instances' revocations unheard).
+    expect(service({ cacheTtlMs: 60_000, invalidations: null })).toBe('invalidations')
+    expect(service({ invalidations: null })).toBeUndefined()
+    for (const cacheTtlMs of ['60000', true, Number.NaN, -1, 600_001]) expect(service({ cacheTtlMs }), String(cacheTtlMs)).toBe('cacheTtlMs')
+    expect(service({ unknownTokenBudget: { maxClients: 1e12 } })).toBe('unknownTokenBudget.maxClients')
+    expect(refusedOption(() => createOAuthValidator({ issuer: 'https://auth.example.com', clientBudget: { maxClients: 1e12 } }))).toBe('clientBudget.maxClients')
+
+    const api = (extra: Record<string, unknown>) => refusedOption(() => createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false, ...extra } as never))
+    expect(api({ tokens: {} })).toBe('tokens')
+    expect(api({ tokens: 'x' })).toBe('tokens')
+    expect(api({ clientAddress: 'x' })).toBe('clientAddress')
+    expect(api({ clientAddress: () => '127.0.0.1' })).toBeUndefined()
+
+    const adapter = (given: unknown) => refusedOption(() => mcpDispatch({ dispatcher: given as never, handler: () => new Response() }))
+    expect(adapter('x')).toBe('dispatcher')
+    expect(adapter({ decide: 'x' })).toBe('dispatcher')
+    expect(adapter(undefined)).toBe('dispatcher')
+  })
+
+  it("authorizationServers are issuer identifiers, as the validator's issuer is: a space, a control character (a trailing newline from a secret file), a query, a fragment or a password is refused, not published as given (RFC 9728 section 2, RFC 8414 section 2)", () => {
+    const refused = (authorizationServers: unknown) => refusedOption(() => createDispatcher({ apps, subscriptions, tokens, authorizationServers } as never))
+    for (const url of ['https://auth.example.com ', 'https://auth.example.com\n', 'https://u:p@auth.example.com', 'https://auth.example.com/?tenant=1', 'https://auth.example.com/#x', 'https://auth.example.com/a b']) {
+      expect(refused([url]), JSON.stringify(url)).toBe('authorizationServers')
+    }
+    expect(() => createDispatcher({ apps, subscriptions, tokens, authorizationServers: ['https://u:secret@auth.example.com'] })).toThrow(/^(?!.*secret)/)
+    expect(refused(['https://auth.example.com', 'http://127.0.0.1:8788/tenant'])).toBeUndefined()
+  })
+
+  it("the OAuth validator's algorithms are JWS algorithms jose verifies, its clock tolerance at most five minutes, its cache TTLs timers' delays, its introspection secret non-empty", () => {
+    const issuer = 'https://auth.example.com'
+    const validator = (extra: Record<string, unknown>) => refusedOption(() => createOAuthValidator({ issuer, ...extra } as never))
+    for (const algorithms of [['RS265'], ['rs256'], ['none'], ['RS256', 'HS257']]) expect(validator({ mode: 'jwt', algorithms }), String(algorithms)).toBe('algorithms')
+    expect(validator({ mode: 'jwt', algorithms: ['RS256', 'ES256', 'EdDSA', 'Ed25519', 'PS512', 'HS256', 'ML-DSA-65'] })).toBeUndefined()
+    expect(validator({ clockToleranceMs: 300_001 })).toBe('clockToleranceMs')
+    expect(validator({ clockToleranceMs: 1e12 })).toBe('clockToleranceMs')
+    expect(validator({ clockToleranceMs: 300_000 })).toBeUndefined()
+    expect(validator({ cacheTtlMs: 1e300 })).toBe('cacheTtlMs')
+    expect(validator({ rejectionTtlMs: 2 ** 31 })).toBe('rejectionTtlMs')
+    expect(validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: '' } })).toBe('introspection')
+    expect(validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's' } })).toBeUndefined()
   })
 
   it("the token API's basePath is a path starting with /", () => {
@@ -241,6 +312,17 @@ describe('allowedOrigins as a function', () => {
     expect(JSON.parse(refused.body)).toMatchObject({ error: { data: { error: 'origin_not_allowed' } } })
     expect((await call('https://throws.example')).status).toBe(403)
     expect(errors.map((e) => [(e.error as Error).message, e.context])).toEqual([['bad predicate', 'allowedOrigins']])
+    // Present and empty: no origin, refused without asking the predicate (regression: taken for
+    // no Origin at all, and served).
+    const empty = await handle(
+      new Request(`http://${HOST}/v1`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', origin: '' },
+        body: '{}',
+      }),
+    )
+    expect(empty.status).toBe(403)
+    expect(errors).toHaveLength(1)
   })
 
   it('an array entry written with capitals, the default port or a trailing slash allows the origin as a browser sends it', async () => {

@@ -156,7 +156,7 @@ describe('rate limit: options refused when made', () => {
       expect(() => createMemoryRateLimitStore({ now: now as never })).toThrow('mcp-dispatch: option "now" must be a function answering epoch ms')
     }
     expect(() => createMemoryRateLimitStore({ now: () => T, max: 10 })).not.toThrow()
-    expect(() => createMemoryRateLimitStore({ max: 2.5 })).toThrow('mcp-dispatch: option "max" must be a positive integer')
+    expect(() => createMemoryRateLimitStore({ max: 2.5 })).toThrow('mcp-dispatch: option "max" must be an integer from 1 to 16777216')
   })
 })
 

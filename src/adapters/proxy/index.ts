@@ -62,7 +62,8 @@
  * @module
  */
 import { isFieldName } from '../../core/cors.js'
-import { type Reply, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
+import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
+import { type Reply, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
@@ -159,6 +160,7 @@ const NEVER_FORWARDED_PREFIX = 'x-forwarded-'
  * land on the platform's own hosts (with `Domain`, on its dashboard: cookie tossing).
  */
 const NEVER_RELAYED = new Set([
+  // Relayed rebuilt for a 403 that asks an OAuth caller for more scope (`scopeChallenge`).
   'www-authenticate',
   // The upstream's word on an authentication the caller did not make (RFC 9110 section 11.6.3),
   // and on one with the next proxy only (section 11.7.3).
@@ -171,6 +173,45 @@ const NEVER_RELAYED = new Set([
   'strict-transport-security',
   'alt-svc',
 ])
+
+/** A `scope` value: scope-tokens separated by single spaces (RFC 6749 section 3.3). */
+const SCOPE_VALUE = /^[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*$/
+/** An `error_description` value (RFC 6750 section 3). */
+const DESCRIPTION_VALUE = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,500}$/
+/** One auth-param of a challenge (RFC 9110 section 11.2): a token name, a token or quoted value. */
+const AUTH_PARAM = /[\t ]*([!#$%&'*+.^_`|~0-9A-Za-z-]+)[\t ]*=[\t ]*(?:([!#$%&'*+.^_`|~0-9A-Za-z-]+)|"((?:[^"\\]|\\.)*)")[\t ]*(?:,|$)/y
+
+/**
+ * The challenge relayed for an upstream's 403 that asks for more scope (MCP authorization,
+ * "Runtime insufficient scope errors": `Bearer error="insufficient_scope", scope="…"`), or
+ * `undefined`. Only to a caller that signed in with OAuth: the scopes are those of its own
+ * access token, which the identity token carries to the App, and a client can ask its
+ * authorization server for more (an API token cannot, and step-up would only send its client
+ * into a sign-in). Rebuilt, not passed on: `error` and a well-formed `scope` and
+ * `error_description` only, and `resource_metadata` naming this App's document, as the
+ * dispatch layer's own 401 does, never the upstream's. Every other upstream challenge is
+ * dropped (the upstream's word on the identity token is not the caller's to answer).
+ */
+function scopeChallenge(status: number, header: string | null, context: DispatchContext): string | undefined {
+  if (status !== 403 || header === null || context.identity.method !== 'oauth') return undefined
+  const scheme = /^[\t ]*Bearer[\t ]+/i.exec(header)
+  if (scheme === null) return undefined
+  const params = new Map<string, string>()
+  AUTH_PARAM.lastIndex = scheme[0].length
+  for (let match = AUTH_PARAM.exec(header); match !== null; match = AUTH_PARAM.exec(header)) {
+    const name = match[1]!.toLowerCase()
+    // The first of a name counts (a repeated one is not to be trusted either way).
+    if (!params.has(name)) params.set(name, match[2] ?? match[3]!.replace(/\\(.)/g, '$1'))
+    if (AUTH_PARAM.lastIndex >= header.length) break
+  }
+  if (params.get('error') !== 'insufficient_scope') return undefined
+  let challenge = `${buildWwwAuthenticate({ resourceMetadataUrl: context.baseUrl + PROTECTED_RESOURCE_METADATA_PATH })}, error="insufficient_scope"`
+  const scope = params.get('scope')
+  if (scope !== undefined && SCOPE_VALUE.test(scope)) challenge += `, scope="${scope}"`
+  const description = params.get('error_description')
+  if (description !== undefined && DESCRIPTION_VALUE.test(description)) challenge += `, error_description="${description}"`
+  return challenge
+}
 
 /** This gateway's `Via` entry (RFC 9110 section 7.6.3: a pseudonym for the host). */
 const VIA = '1.1 mcp-dispatch'
@@ -684,6 +725,8 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       if ((status === 204 || status === 205) && name === 'content-length') return
       out.set(name, value)
     })
+    const challenge = scopeChallenge(status, upstream.headers.get('www-authenticate'), context)
+    if (challenge !== undefined) out.set('www-authenticate', challenge)
     // RFC 9110 section 15.3.6: a 205 says it has no content (`Content-Length: 0`). The upstream's
     // own length, kept, left a keep-alive client waiting for bytes that never came.
     if (status === 205) out.set('content-length', '0')

@@ -8,7 +8,7 @@
 import { LRUCache } from 'lru-cache'
 import { ignoreRejection } from '../../core/thenable.js'
 import { applyDeploy } from '../../core/versions.js'
-import { ConfigurationError, NotFoundError } from '../../errors.js'
+import { NotFoundError } from '../../errors.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
@@ -23,7 +23,7 @@ import type {
   SubscriptionStore,
   TokenStore,
 } from '../../core/stores.js'
-import { clockOption, lruClock } from '../lru-clock.js'
+import { clockOption, entriesOption, lruClock } from '../lru-clock.js'
 
 /** A clock in epoch milliseconds. */
 export type Clock = () => number
@@ -284,8 +284,8 @@ class PinIds extends Set<string> {
  * is not a function.
  */
 export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
-  const maxPerSubject = positiveInteger(options.maxPerSubject, 1_000, 'maxPerSubject')
-  const max = positiveInteger(options.max, 100_000, 'max')
+  const maxPerSubject = entriesOption(options.maxPerSubject, 1_000, 'maxPerSubject')
+  const max = entriesOption(options.max, 100_000, 'max')
   // Each user's pins, least recently used first; kept in step with the cache by its dispose
   // hook (a pin deleted, evicted, or found expired).
   const bySubject = new Map<string, PinIds>()
@@ -364,7 +364,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * not a function.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
-  const max = positiveInteger(options.max, 100_000, 'max')
+  const max = entriesOption(options.max, 100_000, 'max')
   const given = clockOption(options.now)
   const now = given ?? Date.now
   // How long a counter has lived: never moved by a wall clock's steps, unless a clock is given.
@@ -428,7 +428,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
  */
 export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
   const cache = new LRUCache<string, T>({
-    max: positiveInteger(options.max, 100_000, 'max'),
+    max: entriesOption(options.max, 100_000, 'max'),
     ttl: 1,
     ttlAutopurge: false,
     ...lruClock(clockOption(options.now)),
@@ -460,9 +460,4 @@ export function createMemoryInvalidationBus(): InvalidationBus {
   }
 }
 
-/** A bound of a store, checked: a positive integer (0 would mean unbounded to `lru-cache`). */
-function positiveInteger(value: number | undefined, fallback: number, option: string): number {
-  if (value === undefined) return fallback
-  if (!Number.isSafeInteger(value) || value < 1) throw new ConfigurationError(option, 'must be a positive integer')
-  return value
-}
+

@@ -6,7 +6,7 @@
 import { LRUCache } from 'lru-cache'
 import type { CacheStore } from '../../core/stores.js'
 import { ConfigurationError } from '../../errors.js'
-import { clockOption, lruClock } from '../lru-clock.js'
+import { clockOption, entriesOption, lruClock } from '../lru-clock.js'
 import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
 
 /** The value and its remaining TTL in one round trip, so the local copy never outlives it. */
@@ -67,7 +67,7 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  *
  * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
  * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds; with a
- * `localTtlMs` below 0, a `localMax` below 1, or a `now` that is not a function.
+ * `localTtlMs` below 0, a `localMax` that is not an integer from 1 to 2^24, or a `now` that is not a function.
  */
 export function createRedisCacheStore<T extends object>(options: RedisCacheStoreOptions): CacheStore<T> {
   const redis = connectRedis(options)
@@ -76,8 +76,7 @@ export function createRedisCacheStore<T extends object>(options: RedisCacheStore
   if (!Number.isSafeInteger(localTtlMs) || localTtlMs < 0) {
     throw new ConfigurationError('localTtlMs', 'must be a whole number of milliseconds, 0 or more (0 turns the local cache off)')
   }
-  const localMax = options.localMax ?? DEFAULT_LOCAL_CACHE_MAX
-  if (!Number.isSafeInteger(localMax) || localMax < 1) throw new ConfigurationError('localMax', 'must be a positive integer')
+  const localMax = entriesOption(options.localMax, DEFAULT_LOCAL_CACHE_MAX, 'localMax')
   clockOption(options.now)
 
   const keyPrefix = `${redis.prefix}cache:`
