@@ -11,7 +11,8 @@
  *   redirect URIs.
  * - Sign-in is automatic: the authorization request's `login_hint` names the seed user to sign
  *   in as (an unknown one is refused with `access_denied`); without it, the first account.
- *   A browser's session (its cookie) is reused only for that same user.
+ *   A browser's session (its cookie) is never reused: each authorization request signs in
+ *   anew (so `prompt=none` is always `login_required`).
  *   Consent is granted for whatever was asked. An authorization request without `scope` gets
  *   the scopes the platform's metadata names (`openid profile email`): RFC 6749 section 3.3
  *   lets a server use a default, and oidc-provider alone would refuse the request

@@ -43,7 +43,7 @@ export function setupAdapter(options: AdapterOptions): {
   // adapter's `onError` too, unless the options name a reporter of their own.
   let dispatcher: Dispatcher
   if ('decide' in given) {
-    requireMethods('dispatcher', given, 'a Dispatcher (createDispatcher)', ['decide', 'metadata'])
+    requireMethods('dispatcher', given, 'a Dispatcher (createDispatcher)', ['decide'])
     dispatcher = given as Dispatcher
   } else dispatcher = createDispatcher({ ...(options.onError && { onError: options.onError }), ...(given as DispatcherOptions) })
   let trust: CompiledTrustProxy

@@ -106,12 +106,12 @@ export function isHttpUrl(url: unknown): url is string {
  */
 export function issuerProblem(url: unknown): string | undefined {
   if (!isHttpUrl(url)) return 'must be an absolute http(s) URL'
-  if (url.includes('?') || url.includes('#')) return 'must have no query or fragment (RFC 8414)'
+  if (url.includes('?') || url.includes('#')) return 'must have no query or fragment'
   for (let i = 0; i < url.length; i++) {
     const c = url.charCodeAt(i)
     if (c <= 0x20 || c === 0x7f) return 'must not contain spaces or control characters'
   }
-  if (hasCredentials(url)) return 'must hold no user name or password (fetch refuses to call such a URL, and a document would publish it)'
+  if (hasCredentials(url)) return 'must hold no user name or password (fetch refuses to call such a URL, and the metadata would publish it)'
   return undefined
 }
 

@@ -655,7 +655,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
   const issuer = options.issuer
   const issuerRefused = issuerProblem(issuer)
-  if (issuerRefused !== undefined) throw new ConfigurationError('issuer', issuerRefused)
+  if (issuerRefused !== undefined) throw new ConfigurationError('issuer', issuerRefused.replace(/^must have no query or fragment$/, '$& (RFC 8414)'))
   const mode = options.mode ?? 'userinfo'
   if (!MODES.includes(mode)) throw new ConfigurationError('mode', `must be one of ${MODES.join(', ')}`)
   checkHttpUrl('userinfoEndpoint', options.userinfoEndpoint)

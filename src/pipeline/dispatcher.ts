@@ -492,7 +492,7 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
- * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an http(s) URL, a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an issuer identifier (an http(s) URL with no query, fragment, credentials, space or control character), a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // The methods each request calls, checked here, not left to fail every request with a 503.
@@ -606,11 +606,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // Issuer identifiers (RFC 9728 section 2, RFC 8414 section 2), as the validator's `issuer`
     // is checked: a trailing newline from a secret file, a query or a password in one would be
     // published as given.
-    for (const url of authServers) {
+    for (const [i, url] of authServers.entries()) {
+      if (!isHttpUrl(url)) throw new ConfigurationError('authorizationServers', `holds ${JSON.stringify(url)}, not an http(s) URL`)
+      // Not quoted: what is wrong with it may be a password or a query's secret.
       const refused = issuerProblem(url)
-      if (refused !== undefined) {
-        throw new ConfigurationError('authorizationServers', `holds ${typeof url === 'string' ? JSON.stringify(url.slice(0, 100).replace(/\/\/[^/@]*@/, '//…@')) : typeof url}, which ${refused.replace(/^must/, 'must (an issuer identifier)')}`)
-      }
+      if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
     }
   }
   // Per-request parsing that depends only on a short string repeats for every request of a
@@ -699,7 +699,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       }
       const refused = issuerProblem(url)
       if (refused !== undefined) {
-        throw new TypeError(`mcp-dispatch: the authorizationServers option answered an array holding a URL that is no issuer identifier (RFC 8414: it ${refused}), not an array of issuer URLs`)
+        throw new TypeError(`mcp-dispatch: the authorizationServers option answered an array holding a URL that is no issuer identifier (RFC 8414 section 2: it ${refused}), not an array of issuer URLs`)
       }
       urls.push(url)
     }

@@ -16,13 +16,13 @@ export const MAX_LRU_ENTRIES = 16_777_216
 
 /**
  * An in-process bound (`max`, `maxClients`…): an integer from 1 to {@link MAX_LRU_ENTRIES} (0
- * would mean unbounded to `lru-cache`), or `fallback` when absent.
+ * would mean unbounded to `lru-cache`), or `fallback` when absent (`undefined` or `null`).
  *
  * @throws {ConfigurationError} naming `option` otherwise.
  * @internal
  */
 export function entriesOption(value: unknown, fallback: number, option: string): number {
-  if (value === undefined) return fallback
+  if (value == null) return fallback
   if (!Number.isSafeInteger(value) || (value as number) < 1 || (value as number) > MAX_LRU_ENTRIES) {
     throw new ConfigurationError(option, `must be an integer from 1 to ${MAX_LRU_ENTRIES}`)
   }

@@ -102,6 +102,34 @@ describe('createInvalidationSender', () => {
     expect(count(sent, 'a')).toBe(tried + 3)
   })
 
+  it('resend() while a round runs is kept: when that round ends leaving some unsent, the next goes at once, not after the grown backoff', async () => {
+    const attempts: string[] = []
+    let answer: (() => Promise<void>) | undefined
+    const sender = createInvalidationSender({
+      send: (tokenHash) => {
+        attempts.push(tokenHash)
+        return answer ? answer() : Promise.reject(new Error('Connection is closed.'))
+      },
+      report: () => {},
+      deadlineMs: 100,
+      now: () => performance.now(),
+    })
+    await sender.publish('a')
+    await vi.advanceTimersByTimeAsync(120_000) // the backoff grows to 30 s
+    const tried = attempts.length
+    // The next round's publish takes 50 ms to fail (a connection on its way back).
+    answer = () => new Promise<void>((_resolve, reject) => setTimeout(() => reject(new Error('Connection is closed.')), 50))
+    while (attempts.length === tried) await vi.advanceTimersByTimeAsync(10)
+    // 10 ms into that round, the bus says it is back; then the round fails.
+    sender.resend()
+    expect(attempts.length).toBe(tried + 1) // not doubled
+    answer = undefined
+    await vi.advanceTimersByTimeAsync(50)
+    // 'a' still unsent: the next round at once, not 15 to 30 s later.
+    expect(attempts.length).toBe(tried + 2)
+    await sender.close()
+  })
+
   it('one publish per hash at a time: a bus that holds its publishes is waited for, not asked again each round, and rounds do not overlap', async () => {
     const { sender, bus, sent, reports } = harness()
     bus.hold = true

@@ -35,8 +35,8 @@ export interface InvalidationSender {
   publish(tokenHash: string): Promise<void>
   /**
    * The bus can be reached again (its connection is back): what waits is sent now, in a round
-   * of its own, and the backoff starts over. Nothing to send, a round running, or closed: does
-   * nothing.
+   * of its own, and the backoff starts over; while a round runs, as soon as it ends, if it left
+   * some unsent. Nothing to send, or closed: does nothing.
    */
   resend(): void
   /**
@@ -81,6 +81,9 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
   let releaseTimer: (() => void) | undefined
   let attempts = 0
   let round: { readonly at: number } | undefined
+  // The bus said it answers again while a round was running: if that round leaves some unsent,
+  // the next goes at once, not after the backoff grown before.
+  let resendWanted = false
   let evicted = 0
   let closed = false
   let closing: Promise<void> | undefined
@@ -178,7 +181,10 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
     void sendQueued().then(() => {
       if (round !== current) return
       round = undefined
+      const wanted = resendWanted
+      resendWanted = false
       if (unsent.size === 0) attempts = 0
+      else if (wanted) resendNow()
       else if (!closed) schedule()
     })
   }
@@ -189,7 +195,11 @@ export function createInvalidationSender(options: InvalidationSenderOptions): In
    * 30 s) ends. The backoff starts over.
    */
   function resendNow(): void {
-    if (unsent.size === 0 || closed || roundRunning(performance.now())) return
+    if (unsent.size === 0 || closed) return
+    if (roundRunning(performance.now())) {
+      resendWanted = true
+      return
+    }
     attempts = 0
     runRound()
   }

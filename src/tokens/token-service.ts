@@ -624,7 +624,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   if (options.canUseServer) {
     if (typeof options.canUseServer !== 'function') throw new ConfigurationError('canUseServer', 'must be a function')
   } else requireMethods('subscriptions', options.subscriptions, 'a SubscriptionStore', ['isActive'])
-  if (options.random !== undefined && typeof options.random !== 'function') throw new ConfigurationError('random', 'must be a function')
+  if (options.random != null && typeof options.random !== 'function') throw new ConfigurationError('random', 'must be a function')
   // Whole milliseconds, as stores keep them (PostgreSQL: bigint), whatever clock is injected.
   const injectedNow = clockOption(options.now)
   const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now

@@ -160,6 +160,8 @@ describe('options checked at creation', () => {
     expect(service({ invalidations: null })).toBeUndefined()
     for (const cacheTtlMs of ['60000', true, Number.NaN, -1, 600_001]) expect(service({ cacheTtlMs }), String(cacheTtlMs)).toBe('cacheTtlMs')
     expect(service({ unknownTokenBudget: { maxClients: 1e12 } })).toBe('unknownTokenBudget.maxClients')
+    // `null` (a config loader's unset value) is the default, as it was.
+    expect(service({ unknownTokenBudget: { maxClients: null }, random: null })).toBeUndefined()
     expect(refusedOption(() => createOAuthValidator({ issuer: 'https://auth.example.com', clientBudget: { maxClients: 1e12 } }))).toBe('clientBudget.maxClients')
 
     const api = (extra: Record<string, unknown>) => refusedOption(() => createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false, ...extra } as never))
@@ -177,9 +179,13 @@ describe('options checked at creation', () => {
   it("authorizationServers are issuer identifiers, as the validator's issuer is: a space, a control character (a trailing newline from a secret file), a query, a fragment or a password is refused, not published as given (RFC 9728 section 2, RFC 8414 section 2)", () => {
     const refused = (authorizationServers: unknown) => refusedOption(() => createDispatcher({ apps, subscriptions, tokens, authorizationServers } as never))
     for (const url of ['https://auth.example.com ', 'https://auth.example.com\n', 'https://u:p@auth.example.com', 'https://auth.example.com/?tenant=1', 'https://auth.example.com/#x', 'https://auth.example.com/a b']) {
-      expect(refused([url]), JSON.stringify(url)).toBe('authorizationServers')
+      expect(refused(['https://auth.example.com', url]), JSON.stringify(url)).toBe('authorizationServers.1')
     }
-    expect(() => createDispatcher({ apps, subscriptions, tokens, authorizationServers: ['https://u:secret@auth.example.com'] })).toThrow(/^(?!.*secret)/)
+    // The entry is not quoted: what is wrong with it may be a secret (a password past the first
+    // 100 characters, or holding an `@`; a query's client_secret).
+    for (const url of [`https://user:${'S'.repeat(150)}@auth.example.com`, 'https://u:p@ssw0rd@auth.example.com', 'https://auth.example.com/?client_secret=ssw0rd']) {
+      expect(() => createDispatcher({ apps, subscriptions, tokens, authorizationServers: [url] })).toThrow(/^(?!.*(?:SSS|ssw0rd))/s)
+    }
     expect(refused(['https://auth.example.com', 'http://127.0.0.1:8788/tenant'])).toBeUndefined()
   })
 

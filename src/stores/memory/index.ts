@@ -227,7 +227,7 @@ export function createMemoryTokenStore(): TokenStore {
 
 /** Options of the in-memory TTL stores. */
 export interface MemoryTtlStoreOptions {
-  /** Most entries kept (a positive integer); the least recently used go first. Default 100,000. */
+  /** Most entries kept (an integer from 1 to 2^24); the least recently used go first. Default 100,000. */
   max?: number | undefined
   /**
    * Clock in epoch milliseconds. Default: lru-cache's monotonic clock for the session and cache
@@ -280,7 +280,7 @@ class PinIds extends Set<string> {
  * recently used go first) and `maxPerSubject` per user (that user's expired, then least
  * recently used, go first).
  *
- * @throws {ConfigurationError} when `max` or `maxPerSubject` is not a positive integer, or `now`
+ * @throws {ConfigurationError} when `max` or `maxPerSubject` is not an integer from 1 to 2^24, or `now`
  * is not a function.
  */
 export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
@@ -360,7 +360,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * change how long it lives; with `now` given, on that clock instead (a test's), where a step
  * back by less than a window keeps counting against it and a longer one starts it again.
  *
- * @throws {ConfigurationError} with a `max` that is not a positive integer, or a `now` that is
+ * @throws {ConfigurationError} with a `max` that is not an integer from 1 to 2^24, or a `now` that is
  * not a function.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
@@ -423,7 +423,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
  * (else lru-cache's monotonic clock). One process only: the Redis cache store shares its entries
  * between instances.
  *
- * @throws {ConfigurationError} with a `max` that is not a positive integer, or a `now` that is
+ * @throws {ConfigurationError} with a `max` that is not an integer from 1 to 2^24, or a `now` that is
  * not a function.
  */
 export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
