@@ -261,6 +261,12 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     expect(() => applyDeploy([], `${longest}a`)).toThrow(DeployRefusedError)
     expect(() => applyDeploy(['1.2.0-9007199254740991'], '1.2.0-9007199254740992')).toThrow(/at most 9007199254740991/)
     expect(applyDeploy(['1.2.0-9007199254740990'], '1.2.0-9007199254740991')).toEqual(['1.2.0-9007199254740991'])
+    // Valid SemVer that semver cannot read: said as such, not as "not a semantic version".
+    for (const version of ['9007199254740992.0.0', '1.9007199254740992.0', '1.2.99999999999999999999-rc.1']) {
+      expect(() => applyDeploy([], version), version).toThrow('major, minor and patch must be at most 9007199254740991')
+    }
+    expect(applyDeploy([], '9007199254740991.0.0')).toEqual(['9007199254740991.0.0'])
+    expect(() => applyDeploy([], '01.2.3')).toThrow('is not a semantic version')
   })
 
   it('a new minor or major coexists with the others', () => {

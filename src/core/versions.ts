@@ -228,6 +228,11 @@ export const MAX_VERSION_LENGTH = 125
  */
 export function applyDeploy(live: readonly string[], version: string): string[] {
   const next = semver.parse(version)
+  // semver refuses a major, minor or patch past 2^53 - 1 as no version at all: said as it is.
+  const numbers = /^(\d+)\.(\d+)\.(\d+)(?:-[0-9A-Za-z.-]+)?$/.exec(version)
+  if (next === null && numbers !== null && numbers.slice(1).some((n) => !/^0\d/.test(n) && !Number.isSafeInteger(Number(n)))) {
+    throw new DeployRefusedError(version, `major, minor and patch must be at most ${Number.MAX_SAFE_INTEGER}`)
+  }
   if (!spelledExactly(next, version)) {
     throw new DeployRefusedError(
       version,
