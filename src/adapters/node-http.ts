@@ -9,7 +9,7 @@
 import { type IncomingHttpHeaders, type IncomingMessage, type OutgoingHttpHeader, type OutgoingHttpHeaders, ServerResponse, validateHeaderName, validateHeaderValue } from 'node:http'
 import { finished } from 'node:stream'
 import { type CompiledTrustProxy, resolveClientAddress, schemeOf } from '../core/client-address.js'
-import type { Reply } from '../core/reply.js'
+import { type Reply, RpcCode, jsonRpcErrorReply } from '../core/reply.js'
 import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
@@ -255,6 +255,8 @@ function tokenApiPathname(url: string): string | undefined {
 const NEEDS_PARSING = /[\\#]|\/(?:\.|%2e){1,2}(?=\/|$)/i
 
 const BAD_HOST = JSON.stringify({ error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
+const UNSERIALIZABLE_MESSAGE = 'body: a body parser read it, and it cannot be written back as JSON (nested too deep, or a value JSON cannot hold)'
+const BAD_PARSED_BODY = JSON.stringify({ error: 'invalid_request', message: UNSERIALIZABLE_MESSAGE, field: 'body' })
 const NOT_FOUND = JSON.stringify({ error: 'not_found', message: 'Not found' })
 const UNAVAILABLE = JSON.stringify({ error: 'temporarily_unavailable', message: 'Service unavailable' })
 
@@ -296,10 +298,11 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
   }
   let request: Request
   try {
-    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error.
+    // A Host the URL parser refuses (`a b`, `[::1`, a port past 65535) is the client's error;
+    // so is a body a parser took that cannot be written back as JSON.
     request = toWebRequest(forbidden ? { ...source, method: 'GET' } : source)
-  } catch {
-    writeJson(source.res, 400, BAD_HOST)
+  } catch (error) {
+    writeJson(source.res, 400, error instanceof UnserializableBody ? BAD_PARSED_BODY : BAD_HOST)
     return
   }
   if (forbidden) {
@@ -963,11 +966,26 @@ function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
 export function toHandlerRequest(source: WebRequestSource): Request | undefined {
   try {
     return toWebRequest(source)
-  } catch {
-    writeReply(source.res, INVALID_HOST)
+  } catch (error) {
+    writeReply(source.res, error instanceof UnserializableBody ? UNSERIALIZABLE_BODY : INVALID_HOST)
     return undefined
   }
 }
+
+/**
+ * 400 for a body a parser in front of the adapter took (`express.json()`, which has no depth
+ * limit) that `JSON.stringify` cannot write back: nested deeper than the stack allows, or a
+ * `BigInt` or a cycle a parser of the platform's put in. The client's error, as the same body
+ * without the parser is (the handler's JSON parser refuses it), never blamed on its `Host`.
+ */
+const UNSERIALIZABLE_BODY: Reply = jsonRpcErrorReply(400, {
+  code: RpcCode.InvalidRequest,
+  message: 'Request body cannot be passed on',
+  data: { error: 'invalid_request', field: 'body' },
+})
+
+/** Thrown by {@link toWebRequest} for a parsed body `JSON.stringify` cannot write. */
+class UnserializableBody extends Error {}
 
 /** Whether an HTTP/1.x request says it has no body (RFC 9112 section 6.3): no length, or 0. */
 function sentNoBody(req: IncomingMessage): boolean {
@@ -981,7 +999,11 @@ function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {
   // A body parser decoded the body (`express.json()` inflates gzip): what goes on is not coded.
   headers.delete('content-encoding')
   if (typeof parsed === 'string' || parsed instanceof Uint8Array) return parsed as BodyInit
-  return JSON.stringify(parsed)
+  try {
+    return JSON.stringify(parsed)
+  } catch (error) {
+    throw new UnserializableBody(UNSERIALIZABLE_MESSAGE, { cause: error })
+  }
 }
 
 /** What {@link writeWebResponse} races a read against: a chunk not yet there. */

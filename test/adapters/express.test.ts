@@ -306,6 +306,20 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     expect(res.body).toBe(`2.0.0 ${tools}`)
   })
 
+  it('fromWebHandler: a body express.json() read that JSON.stringify cannot write back (nested 8,000 deep) is 400 naming body, not blamed on the Host (regression)', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }), express.json())
+    app.use(fromWebHandler(async (request) => new Response(await request.text())))
+    const res = await rawRequest(await serveApp(app), {
+      path: '/v2',
+      headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+      body: `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":${'['.repeat(8000)}${']'.repeat(8000)}}`,
+    })
+    expect(res.status).toBe(400)
+    expect(JSON.parse(res.body)).toMatchObject({ error: { code: -32600, data: { error: 'invalid_request', field: 'body' } } })
+  })
+
   it('fromWebHandler: the Response\'s Vary joins one a middleware ahead set, rather than replacing it', async () => {
     const fixture = createFixture()
     const app = express()

@@ -156,6 +156,20 @@ for (const [name, start] of Object.entries(targets)) {
       }
     })
 
+    it('a body nested deeper than can be written back as JSON (read by express.json(), which has no depth limit) is 400 naming body, as without the parser, never blamed on the Host (regression)', async () => {
+      const fixture = createFixture()
+      const server = await start(tokenApi(fixture.dispatcherOptions.tokens as TokenService), fixture)
+      try {
+        const headers = { cookie: COOKIE, 'x-csrf-token': CSRF, 'content-type': 'application/json' }
+        const body = `{"name":${'['.repeat(8000)}${']'.repeat(8000)},"servers":["app_weather"],"expires_in_days":7}`
+        const answer = await rawRequest(server.port, { path: '/api/tokens', headers, body })
+        expect(answer.status).toBe(400)
+        expect(JSON.parse(answer.body)).toMatchObject({ error: 'invalid_request', field: name.endsWith('express.json()') ? 'body' : 'name' })
+      } finally {
+        await server.close()
+      }
+    })
+
     it('answers as the Web adapter does: whole, with Content-Length (never chunked), no X-Powered-By; a method fetch forbids (TRACE) is the path\'s 405 with Allow, not a Host error', async () => {
       const fixture = createFixture()
       const server = await start(tokenApi(fixture.dispatcherOptions.tokens as TokenService), fixture)
