@@ -112,8 +112,10 @@ export interface TokenStore {
    * Applies `patch` unless the token is revoked; `undefined` when absent or revoked. When
    * `expectedExpiresAt` is given, applies it only if the token's current `expiresAt` equals it
    * (compare-and-swap, as `rotate` with `expectedHash`), and answers `undefined` otherwise.
-   * The token service passes it only when it undoes an edit that landed late; a store that
-   * ignores it works, with a window in which an edit landing during the undo is overwritten.
+   * The token service passes it with every edit of the expiry (the expiry it read: two edits at
+   * once cannot both land, nor one that lands late on the other's) and when it undoes an edit
+   * that landed late; a store that ignores it works, with those races open (the later write
+   * wins, and an undo can overwrite an edit landing meanwhile).
    */
   update(id: string, patch: ApiTokenPatch, expectedExpiresAt?: number): MaybePromise<ApiTokenRecord | undefined>
   /**

@@ -1181,15 +1181,84 @@ describe('update (spec 2.1, 3)', () => {
     expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
   })
 
+  it('an edit of the expiry within storeTimeoutMs of the old expiry is refused as expired (409), before anything is written: its write could land after it and bring the token back (regression: found active in the store until the undo, under a row held by another write)', async () => {
+    const inner = createMemoryTokenStore()
+    const { service, clock } = setup({ store: inner, storeTimeoutMs: 1_000 })
+    const token = await createToken(service, { expiresInDays: 7 })
+    let writes = 0
+    const editing = setup({ store: { ...inner, update: (...args) => (writes++, inner.update(...args)) }, now: clock.now, storeTimeoutMs: 1_000 }).service
+    clock.advance(7 * DAY - 1_000)
+    const refused = await refusal(editing.update('alice', token.id, { expiresAt: T0 + 30 * DAY }), TokenInactiveError)
+    expect([refused.status, refused.message]).toEqual([409, 'Token is expired'])
+    expect(writes).toBe(0)
+    // Other edits are no risk: a name lands, the expiry is untouched.
+    expect((await editing.update('alice', token.id, { name: 'late' })).name).toBe('late')
+    expect(await service.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 7 * DAY).toISOString() })
+    // A millisecond earlier, the same edit holds.
+    clock.advance(-1)
+    expect(await editing.update('alice', token.id, { expiresAt: T0 + 30 * DAY })).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
+    expect(writes).toBe(2)
+  })
+
+  it('an edit of the expiry answered 503 and sent again through another instance (200 there) is not put back when the first write lands after the old expiry: the write is a compare-and-swap on the expiry it read (regression: the late write landed on the second edit, and its undo restored the old expiry)', async () => {
+    const inner = createMemoryTokenStore()
+    const { service: b, clock } = setup({ store: inner })
+    const token = await createToken(b, { expiresInDays: 7 })
+    clock.advance(7 * DAY - 10_000)
+    // A's first write waits (a busy pool) past its deadline, and is sent when released.
+    let release: () => void = () => {}
+    let writes = 0
+    const held: TokenStore['update'] = (id, patch, expected) =>
+      ++writes > 1
+        ? inner.update(id, patch, expected)
+        : new Promise((resolve) => {
+            release = () => resolve(inner.update(id, patch, expected) as ApiTokenRecord | undefined)
+          })
+    const errors: unknown[] = []
+    const a = setup({ store: { ...inner, update: held }, now: clock.now, storeTimeoutMs: 50, onError: (error) => errors.push(error) }).service
+    await refusal(a.update('alice', token.id, { expiresAt: T0 + 30 * DAY }), StoreUnavailableError)
+    // The client sends it again through B: 200.
+    expect((await b.update('alice', token.id, { expiresAt: T0 + 30 * DAY })).status).toBe('active')
+    // A's write lands after the old expiry: it finds another expiry than the one it read, and changes nothing.
+    clock.advance(20_000)
+    release()
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(await b.get('alice', token.id)).toMatchObject({ status: 'active', expires_at: new Date(T0 + 30 * DAY).toISOString() })
+    expect(await b.authenticate(token.token)).toMatchObject({ ok: true })
+  })
+
+  it('two edits of the expiry at once: the one whose read the other overtook gets 409 conflict, and the other stands', async () => {
+    const inner = createMemoryTokenStore()
+    const { service: b, clock } = setup({ store: inner })
+    const token = await createToken(b, { expiresInDays: 7 })
+    let overtake = async () => {}
+    const store: TokenStore = {
+      ...inner,
+      update: async (id, patch, expected) => {
+        await overtake()
+        return inner.update(id, patch, expected)
+      },
+    }
+    const a = setup({ store, now: clock.now }).service
+    overtake = async () => {
+      overtake = async () => {}
+      await b.update('alice', token.id, { expiresAt: T0 + 60 * DAY })
+    }
+    const refused = await refusal(a.update('alice', token.id, { expiresAt: T0 + 30 * DAY }), ConflictError)
+    expect(refused.status).toBe(409)
+    expect(await b.get('alice', token.id)).toMatchObject({ expires_at: new Date(T0 + 60 * DAY).toISOString() })
+  })
+
   it('an edit of the expiry answered in time, but after the old expiry passed during its write, is undone: the token stays expired (409)', async () => {
     const inner = createMemoryTokenStore()
     const { service, clock } = setup({ store: inner })
     const token = await createToken(service, { expiresInDays: 7 })
-    clock.advance(7 * DAY - 1)
-    // The write lands while the old expiry passes (a slow store, in time for its deadline).
+    // Sent more than storeTimeoutMs (5 s) before the old expiry, as an edit must be; the clock
+    // then jumps past it while the write is on its way (a VM resumed, a clock stepped).
+    clock.advance(7 * DAY - 5_001)
     const update: TokenStore['update'] = async (id, patch, expected) => {
       const written = inner.update(id, patch, expected)
-      if (patch.name === 'slow') clock.advance(2)
+      if (patch.name === 'slow') clock.advance(5_002)
       return written
     }
     const editing = setup({ store: { ...inner, update }, now: clock.now }).service
@@ -1210,7 +1279,7 @@ describe('update (spec 2.1, 3)', () => {
       const errors: unknown[] = []
       const { service, clock } = setup({ store: inner })
       const token = await createToken(service, { expiresInDays: 7 })
-      clock.advance(7 * DAY - 1)
+      clock.advance(7 * DAY - 51)
       let reads = 0
       const store: TokenStore = {
         ...inner,
@@ -1218,7 +1287,7 @@ describe('update (spec 2.1, 3)', () => {
         get: (id) => (++reads === 1 ? inner.get(id) : failure === 'hangs' ? new Promise(() => {}) : Promise.reject(new Error('store down'))),
         update: async (id, patch, expected) => {
           const written = inner.update(id, patch, expected)
-          clock.advance(2)
+          clock.advance(52)
           return written
         },
       }

@@ -1424,6 +1424,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         if (at > record.createdAt + MAX_TOKEN_LIFETIME_MS) {
           throw new InvalidInputError('expiresAt', 'must be at most 90 days after the token was created')
         }
+        // A write of the expiry may land up to `storeTimeoutMs` after it is sent (a row held by
+        // another write, a busy pool): within that of the old expiry, it could land once the
+        // token has expired and bring it back (spec 3: it never returns to active) until it is
+        // undone. Refused as expired instead, before anything is written.
+        if (record.expiresAt <= now() + storeTimeoutMs) throw new TokenInactiveError('expired')
         patch.expiresAt = at
       }
       /**
@@ -1461,11 +1466,23 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           await invalidate(tokenHash)
         }
       }
-      const updated = await storeCall(() => store.update(id, patch), {
+      // An edit of the expiry is a compare-and-swap on the expiry it read: one answered 503 here
+      // and sent again through another instance (200 there) then cannot land on that edit's
+      // result later, and be put back as one that landed after the old expiry.
+      const expected = patch.expiresAt !== undefined ? record.expiresAt : undefined
+      const updated = await storeCall(() => store.update(id, patch, expected), {
         landed: (late) => late && reconcileEdit(late.tokenHash),
         unknown: () => Promise.all([reconcileEdit(record.tokenHash), invalidateReadAndCurrent(id, record.tokenHash)]),
       })
-      if (!updated) throw new TokenInactiveError('revoked')
+      if (!updated) {
+        if (expected !== undefined) {
+          const current = await storeCall(() => store.get(id))
+          if (current !== undefined && current.revokedAt === null && current.expiresAt !== expected) {
+            throw new ConflictError('The token was edited at the same time (its expiry changed): read it again, then edit it')
+          }
+        }
+        throw new TokenInactiveError('revoked')
+      }
       if (expiryPassed()) {
         // Answered in time, but the old expiry passed while the write was on its way: requests
         // in between may have been refused as expired, so the token stays so, and the caller
