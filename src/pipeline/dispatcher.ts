@@ -607,8 +607,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // is checked: a trailing newline from a secret file, a query or a password in one would be
     // published as given.
     for (const [i, url] of authServers.entries()) {
-      if (!isHttpUrl(url)) throw new ConfigurationError('authorizationServers', `holds ${JSON.stringify(url)}, not an http(s) URL`)
-      // Not quoted: what is wrong with it may be a password or a query's secret.
+      // Named by index, never quoted: what is wrong with it may be a password or a query's
+      // secret (a URL with a port past 65535 does not parse, password and all).
+      if (!isHttpUrl(url)) throw new ConfigurationError(`authorizationServers.${i}`, `is ${typeof url === 'string' ? 'a string' : typeof url} that is no absolute http(s) URL`)
       const refused = issuerProblem(url)
       if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
     }

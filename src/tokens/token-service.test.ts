@@ -1247,6 +1247,45 @@ describe('update (spec 2.1, 3)', () => {
     const refused = await refusal(a.update('alice', token.id, { expiresAt: T0 + 30 * DAY }), ConflictError)
     expect(refused.status).toBe(409)
     expect(await b.get('alice', token.id)).toMatchObject({ expires_at: new Date(T0 + 60 * DAY).toISOString() })
+    // Moved away and back between the write and its read again (ABA): still a conflict, never
+    // "revoked" for an active token.
+    let aba = async () => {}
+    const abaStore: TokenStore = {
+      ...inner,
+      update: async (id, patch, expected) => {
+        await aba()
+        const written = inner.update(id, patch, expected)
+        if (expected !== undefined && written === undefined) inner.update(id, { expiresAt: T0 + 60 * DAY })
+        return written
+      },
+    }
+    aba = async () => {
+      aba = async () => {}
+      inner.update(token.id, { expiresAt: T0 + 61 * DAY })
+    }
+    const abaRefused = await refusal(setup({ store: abaStore, now: clock.now }).service.update('alice', token.id, { expiresAt: T0 + 30 * DAY }), ConflictError)
+    expect(abaRefused.status).toBe(409)
+    // Its own earlier try (answered 503) landed between its read and its write: the rest of
+    // the edit is applied on that, not refused.
+    let landing = async () => {}
+    const retried = setup({
+      store: {
+        ...inner,
+        update: async (id, patch, expected) => {
+          await landing()
+          return inner.update(id, patch, expected)
+        },
+      },
+      now: clock.now,
+    }).service
+    landing = async () => {
+      landing = async () => {}
+      inner.update(token.id, { expiresAt: T0 + 45 * DAY })
+    }
+    expect(await retried.update('alice', token.id, { expiresAt: T0 + 45 * DAY, name: 'retried' })).toMatchObject({
+      name: 'retried',
+      expires_at: new Date(T0 + 45 * DAY).toISOString(),
+    })
   })
 
   it('an edit of the expiry answered in time, but after the old expiry passed during its write, is undone: the token stays expired (409)', async () => {

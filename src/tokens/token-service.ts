@@ -353,7 +353,10 @@ export interface TokenService {
    *
    * @throws {InvalidInputError} (400) naming a bad field, `userId`, `servers` or `scopes` among them.
    * @throws {NotFoundError} (404) when there is no such token of `userId`.
-   * @throws {TokenInactiveError} (409) when the token has expired or was revoked.
+   * @throws {TokenInactiveError} (409) when the token has expired or was revoked, or, for an
+   *   edit of the expiry, expires within `storeTimeoutMs` (its write could land after it).
+   * @throws {ConflictError} (409) when another edit of the expiry landed between this edit's read
+   *   and its write (the write is a compare-and-swap on the expiry read): read it again.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   update(userId: string, id: string, input: UpdateTokenInput): Promise<ApiTokenView>
@@ -1469,20 +1472,22 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // An edit of the expiry is a compare-and-swap on the expiry it read: one answered 503 here
       // and sent again through another instance (200 there) then cannot land on that edit's
       // result later, and be put back as one that landed after the old expiry.
-      const expected = patch.expiresAt !== undefined ? record.expiresAt : undefined
-      const updated = await storeCall(() => store.update(id, patch, expected), {
-        landed: (late) => late && reconcileEdit(late.tokenHash),
-        unknown: () => Promise.all([reconcileEdit(record.tokenHash), invalidateReadAndCurrent(id, record.tokenHash)]),
-      })
-      if (!updated) {
-        if (expected !== undefined) {
-          const current = await storeCall(() => store.get(id))
-          if (current !== undefined && current.revokedAt === null && current.expiresAt !== expected) {
-            throw new ConflictError('The token was edited at the same time (its expiry changed): read it again, then edit it')
-          }
+      const write = (expected: number | undefined) =>
+        storeCall(() => store.update(id, patch, expected), {
+          landed: (late) => late && reconcileEdit(late.tokenHash),
+          unknown: () => Promise.all([reconcileEdit(record.tokenHash), invalidateReadAndCurrent(id, record.tokenHash)]),
+        })
+      let updated = await write(patch.expiresAt !== undefined ? record.expiresAt : undefined)
+      if (!updated && patch.expiresAt !== undefined) {
+        const current = await storeCall(() => store.get(id))
+        if (current !== undefined && current.revokedAt === null) {
+          // The expiry this edit sets is in place already (its own earlier try, answered 503,
+          // landed since it was read): the rest of it is applied on that.
+          if (current.expiresAt === patch.expiresAt) updated = await write(current.expiresAt)
+          if (!updated) throw new ConflictError('The token was edited at the same time (its expiry changed): read it again, then edit it')
         }
-        throw new TokenInactiveError('revoked')
       }
+      if (!updated) throw new TokenInactiveError('revoked')
       if (expiryPassed()) {
         // Answered in time, but the old expiry passed while the write was on its way: requests
         // in between may have been refused as expired, so the token stays so, and the caller

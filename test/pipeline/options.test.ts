@@ -183,10 +183,23 @@ describe('options checked at creation', () => {
     }
     // The entry is not quoted: what is wrong with it may be a secret (a password past the first
     // 100 characters, or holding an `@`; a query's client_secret).
-    for (const url of [`https://user:${'S'.repeat(150)}@auth.example.com`, 'https://u:p@ssw0rd@auth.example.com', 'https://auth.example.com/?client_secret=ssw0rd']) {
+    for (const url of [
+      `https://user:${'S'.repeat(150)}@auth.example.com`,
+      'https://u:p@ssw0rd@auth.example.com',
+      'https://auth.example.com/?client_secret=ssw0rd',
+      // No URL at all (a port past 65535, an open bracket), password and all.
+      'https://admin:ssw0rd@auth.example.com:99999/',
+      'https://admin:ssw0rd@[::1',
+      'auth.example.com/?api_key=ssw0rd',
+    ]) {
       expect(() => createDispatcher({ apps, subscriptions, tokens, authorizationServers: [url] })).toThrow(/^(?!.*(?:SSS|ssw0rd))/s)
     }
     expect(refused(['https://auth.example.com', 'http://127.0.0.1:8788/tenant'])).toBeUndefined()
+    // Whatever an entry is, a ConfigurationError naming it (a BigInt threw from JSON.stringify).
+    expect(refused(['https://auth.example.com', 10n])).toBe('authorizationServers.1')
+    const circular: Record<string, unknown> = {}
+    circular.self = circular
+    expect(refused([circular])).toBe('authorizationServers.0')
   })
 
   it("the OAuth validator's algorithms are JWS algorithms jose verifies, its clock tolerance at most five minutes, its cache TTLs timers' delays, its introspection secret non-empty", () => {
@@ -271,7 +284,7 @@ describe('options checked at creation', () => {
     const custom = { validate: async () => ({ active: false as const, reason: 'refused' }) }
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom }))).toBe('authorizationServers')
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: [] }))).toBe('authorizationServers')
-    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['javascript:alert(1)'] }))).toBe('authorizationServers')
+    expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['javascript:alert(1)'] }))).toBe('authorizationServers.0')
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom, authorizationServers: [issuer] }))).toBeUndefined()
   })
 
