@@ -215,12 +215,13 @@ export class ConfigurationError extends TypeError {
  * Checks that option `option` is an object with each of `methods` (own or inherited): a store,
  * a bus or a service given as something else (`{}`, a string, the factory instead of what it
  * makes) is refused at creation, naming the option, rather than failing every call at run time.
- * `null` and `undefined` are refused too: call it only for an option that is required, or given.
+ * `undefined` ("is required") and `null` are refused too: call it for an option that is
+ * required, or given.
  * @internal
  */
 export function requireMethods(option: string, value: unknown, what: string, methods: readonly string[]): void {
   if (value === null || (typeof value !== 'object' && typeof value !== 'function')) {
-    throw new ConfigurationError(option, value == null ? 'is required' : `must be ${what} (an object with ${methods.join(', ')} methods)`)
+    throw new ConfigurationError(option, value === undefined ? 'is required' : `must be ${what} (an object with ${methods.join(', ')} methods)`)
   }
   const missing = methods.filter((name) => typeof (value as Record<string, unknown>)[name] !== 'function')
   if (missing.length > 0) {

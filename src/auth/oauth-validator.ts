@@ -28,7 +28,7 @@ import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import { hasLoneSurrogate } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, requireMethods } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
 import { adoptThenable, ignoreRejection } from '../core/thenable.js'
@@ -725,14 +725,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       throw new ConfigurationError('algorithms', `holds ${JSON.stringify(unknown.slice(0, 40))}, not a JWS signature algorithm that can be verified (${JWS_ALGORITHMS.join(', ')})`)
     }
   }
-  const hasMethods = (value: unknown, names: readonly string[]) =>
-    value !== null && typeof value === 'object' && names.every((n) => typeof (value as Record<string, unknown>)[n] === 'function')
-  if (options.timers !== undefined && !hasMethods(options.timers, ['setTimeout', 'clearTimeout'])) {
-    throw new ConfigurationError('timers', 'must have setTimeout and clearTimeout functions')
-  }
-  if (options.cache !== undefined && !hasMethods(options.cache, ['get', 'set', 'delete'])) {
-    throw new ConfigurationError('cache', 'must be a CacheStore (get, set and delete functions)')
-  }
+  if (options.timers !== undefined) requireMethods('timers', options.timers, 'a set of timers', ['setTimeout', 'clearTimeout'])
+  if (options.cache !== undefined) requireMethods('cache', options.cache, 'a CacheStore', ['get', 'set', 'delete'])
 
   const now = options.now ?? Date.now
   const fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init))

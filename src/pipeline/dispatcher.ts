@@ -518,19 +518,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   for (const key of ['resolveApp', 'baseUrl'] as const) {
     if (options[key] != null && typeof options[key] !== 'function') throw new ConfigurationError(key, 'must be a function')
   }
-  const givenSessions = options.sessions as Partial<SessionStore> | null | undefined
-  if (givenSessions != null && (typeof givenSessions !== 'object' || !(['get', 'set', 'delete'] as const).every((m) => typeof givenSessions[m] === 'function'))) {
-    throw new ConfigurationError('sessions', 'must be a SessionStore (an object with get, set and delete methods)')
-  }
+  if (options.sessions != null) requireMethods('sessions', options.sessions, 'a SessionStore', ['get', 'set', 'delete'])
   if (options.basePath != null && typeof options.basePath !== 'string') throw new ConfigurationError('basePath', 'must be a path starting with "/"')
   if (options.cors != null && typeof options.cors !== 'boolean') throw new ConfigurationError('cors', 'must be true or false')
   const now = options.now ?? Date.now
-  if (options.timers !== undefined) {
-    const given = options.timers as Partial<DispatcherTimers> | null
-    if (typeof given !== 'object' || given === null || typeof given.setInterval !== 'function' || typeof given.clearInterval !== 'function') {
-      throw new ConfigurationError('timers', 'must have setInterval and clearInterval functions')
-    }
-  }
+  if (options.timers !== undefined) requireMethods('timers', options.timers, 'a set of timers', ['setInterval', 'clearInterval'])
   const timers: DispatcherTimers = options.timers ?? { setInterval: (callback, ms) => setInterval(callback, ms), clearInterval: (handle) => clearInterval(handle as ReturnType<typeof setInterval>) }
   const onError = reporterOption(options.onError)
   // The default pins' idle TTL runs on the monotonic clock, as the counters' life does, unless a
@@ -562,10 +554,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
   // Checked here, not at the first request: a store without `increment` failed every request
   // open, and a `failOpen` read from the environment as "false" is truthy.
-  const givenCounters: unknown = rateLimit?.store
-  if (givenCounters !== undefined && (typeof givenCounters !== 'object' || givenCounters === null || typeof (givenCounters as RateLimitStore).increment !== 'function')) {
-    throw new ConfigurationError('rateLimit.store', 'must be a RateLimitStore (an object with an increment method)')
-  }
+  if (rateLimit?.store !== undefined) requireMethods('rateLimit.store', rateLimit.store, 'a RateLimitStore', ['increment'])
   if (rateLimit?.failOpen !== undefined && typeof rateLimit.failOpen !== 'boolean') {
     throw new ConfigurationError('rateLimit.failOpen', 'must be true or false')
   }
@@ -609,7 +598,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     for (const [i, url] of authServers.entries()) {
       // Named by index, never quoted: what is wrong with it may be a password or a query's
       // secret (a URL with a port past 65535 does not parse, password and all).
-      if (!isHttpUrl(url)) throw new ConfigurationError(`authorizationServers.${i}`, `is ${typeof url === 'string' ? 'a string' : typeof url} that is no absolute http(s) URL`)
       const refused = issuerProblem(url)
       if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
     }

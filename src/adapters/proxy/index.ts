@@ -202,7 +202,6 @@ function scopeChallenge(status: number, header: string | null, context: Dispatch
     const name = match[1]!.toLowerCase()
     // The first of a name counts (a repeated one is not to be trusted either way).
     if (!params.has(name)) params.set(name, match[2] ?? match[3]!.replace(/\\(.)/g, '$1'))
-    if (AUTH_PARAM.lastIndex >= header.length) break
   }
   if (params.get('error') !== 'insufficient_scope') return undefined
   let challenge = `${buildWwwAuthenticate({ resourceMetadataUrl: context.baseUrl + PROTECTED_RESOURCE_METADATA_PATH })}, error="insufficient_scope"`

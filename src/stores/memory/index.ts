@@ -459,5 +459,3 @@ export function createMemoryInvalidationBus(): InvalidationBus {
     },
   }
 }
-
-
