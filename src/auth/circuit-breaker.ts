@@ -41,7 +41,11 @@ export interface CircuitBreakerOptions {
    * `timeoutMs`, which no probe outlasts elsewhere.
    */
   probeMaxAgeMs?: number | undefined
-  /** Clock, epoch ms. Default `Date.now`. */
+  /**
+   * Clock, epoch ms. Default: a monotonic clock for the cool-down and the probe's age, so a wall
+   * clock stepped back cannot keep the breaker open longer, and `Date.now` for the `at` of
+   * state changes.
+   */
   now?: (() => number) | undefined
   /**
    * Called on every transition (metrics, logs). Exceptions it throws are ignored, and so is the
@@ -111,7 +115,8 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
   if (!(coolDownMs >= 0) || !Number.isFinite(coolDownMs)) {
     throw new ConfigurationError('breaker.coolDownMs', 'must be a non-negative number of milliseconds')
   }
-  const now = options.now ?? Date.now
+  const now = options.now ?? (() => performance.now())
+  const wallClock = options.now ?? Date.now
   const onStateChange = options.onStateChange
 
   let state: BreakerState = 'closed'
@@ -146,7 +151,7 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
     state = to
     try {
       // An async observer's rejection too: ignored, not left unhandled (which ends a Node process).
-      ignoreRejection(onStateChange?.({ from, to, at: now() }))
+      ignoreRejection(onStateChange?.({ from, to, at: wallClock() }))
     } catch {
       // Metrics must never break validation.
     }

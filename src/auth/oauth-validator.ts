@@ -237,7 +237,12 @@ export interface OAuthValidatorOptions {
    * `Network connection lost.`, an abort's).
    */
   fetch?: typeof fetch | undefined
-  /** Clock, epoch ms. Default `Date.now`. Drives cache, expiry, deadline and breaker. */
+  /**
+   * Clock, epoch ms. Drives cache, expiry, deadline and breaker. Default: `Date.now` for
+   * absolute times (a JWT's `exp`, a cached result's `validUntil`) and a monotonic clock for
+   * spans (the in-memory cache's TTL, call deadlines, the breaker's cool-down, the discovery and
+   * key-set intervals), so a wall clock stepped back (NTP, a resumed VM) stretches none of them.
+   */
   now?: (() => number) | undefined
   /** Waits between retries. Default a timer. */
   sleep?: ((ms: number) => Promise<void>) | undefined
@@ -728,7 +733,13 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (options.timers !== undefined) requireMethods('timers', options.timers, 'a set of timers', ['setTimeout', 'clearTimeout'])
   if (options.cache !== undefined) requireMethods('cache', options.cache, 'a CacheStore', ['get', 'set', 'delete'])
 
+  // Absolute times (a JWT's `exp`, a cached result's `validUntil`, which instances sharing a
+  // cache compare) are on the wall clock; spans (call deadlines, the breaker's cool-down, the
+  // discovery and key-set intervals, the in-memory cache's TTL) on a monotonic one unless a
+  // clock is injected, so a wall clock stepped back (NTP, a resumed VM) stretches none of them:
+  // a result is never trusted past `cacheTtlMs` of real time.
   const now = options.now ?? Date.now
+  const elapsed = options.now ?? (() => performance.now())
   const fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
   const timers: OAuthTimers = options.timers ?? {
     setTimeout: (callback, ms) => setTimeout(callback, ms),
@@ -746,14 +757,14 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // Metrics must never break validation.
     }
   }
-  const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now })
+  const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now: options.now })
   // A probe lasts at most a validation (a call within the deadline, bounded by the timeout); one
   // older was cut short with its request (Workers) and would never report.
-  const breaker = createCircuitBreaker({ probeMaxAgeMs: retry.deadlineMs + timeoutMs, ...options.breaker, now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
+  const breaker = createCircuitBreaker({ probeMaxAgeMs: retry.deadlineMs + timeoutMs, ...options.breaker, now: options.now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
   const waitUntil = options.waitUntil
   // The longest a validation lasts: calls within the deadline, each bounded by the timeout. One
   // older was cut short with the request that started it (Workers) and is not waited for.
-  const flightOptions = { now, maxAgeMs: retry.deadlineMs + timeoutMs }
+  const flightOptions = { now: options.now, maxAgeMs: retry.deadlineMs + timeoutMs }
   const flights = createSingleFlight<CachedValidation>(flightOptions)
   // `jwt` mode calls nothing per token; the budget is checked at creation all the same.
   const clientBudget = createClientBudget(options.clientBudget, now)
@@ -785,7 +796,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (!permit.allowed) {
       throw new UpstreamFailure('circuit breaker open', false, permit.retryAfterMs)
     }
-    const started = now()
+    const started = elapsed()
     const controller = new AbortController()
     const budget = Math.max(1, Math.min(timeoutMs, deadline - started))
     let timedOut = false
@@ -810,7 +821,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         const aboutToken = endpoint === 'userinfo' || endpoint === 'introspection'
         if (aboutToken) breaker.success(permit)
         else breaker.failure(permit)
-        emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: now() - started, error: message })
+        emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: elapsed() - started, error: message })
         throw new UpstreamFailure(message, false, undefined, undefined, aboutToken)
       }
       const contentType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase()
@@ -819,12 +830,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (error instanceof UpstreamFailure) throw error
       const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describeCallFailure(error)}`
       breaker.failure(permit)
-      emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: now() - started, error: message })
+      emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: elapsed() - started, error: message })
       throw new UpstreamFailure(message, true)
     } finally {
       timers.clearTimeout(timer)
     }
-    const durationMs = now() - started
+    const durationMs = elapsed() - started
     if (response.status === 429) {
       // Slow down, from a server that is up: often a limit per user or per client (Auth0's
       // userinfo limit is per user), so it does not count against the server, or one user's
@@ -887,7 +898,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         : options.userinfoEndpoint ? [] : ['userinfo_endpoint']
 
   async function discover(deadline: number): Promise<AuthorizationServerMetadata | null> {
-    if (metadata !== undefined && now() < metadataUntil) return metadata
+    if (metadata !== undefined && elapsed() < metadataUntil) return metadata
     // A complete document in hand: kept whatever its refetch brings.
     const kept = metadata && !lacksEndpoint(metadata) ? metadata : undefined
     if (kept && !endpointMoved) {
@@ -896,8 +907,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // the token's call). Not asked again for 5 minutes, however this fetch ends (a runtime
       // may cut it short, and it then never settles).
       if (breaker.state === 'closed') {
-        metadataUntil = now() + REDISCOVERY_INTERVAL_MS
-        const refresh = fetchMetadata(now() + retry.deadlineMs, kept).catch(() => {})
+        metadataUntil = elapsed() + REDISCOVERY_INTERVAL_MS
+        const refresh = fetchMetadata(elapsed() + retry.deadlineMs, kept).catch(() => {})
         waitUntil?.(refresh)
       }
       return kept
@@ -912,7 +923,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
    */
   function fetchMetadata(deadline: number, kept: AuthorizationServerMetadata | undefined): Promise<AuthorizationServerMetadata | null> {
     return discovering.run('discovery', async () => {
-      discoveryAskedAt = now()
+      discoveryAskedAt = elapsed()
       try {
         for (const url of discoveryUrls(issuer)) {
           const doc = await call('discovery', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
@@ -924,7 +935,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             return parsed as AuthorizationServerMetadata
           })
           if (doc && !(kept && lacksEndpoint(doc))) {
-            metadataUntil = now() + (lacksEndpoint(doc) ? REDISCOVERY_INTERVAL_MS : METADATA_TTL_MS)
+            metadataUntil = elapsed() + (lacksEndpoint(doc) ? REDISCOVERY_INTERVAL_MS : METADATA_TTL_MS)
             return (metadata = doc)
           }
         }
@@ -935,7 +946,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // this fetch rather than calling the old address.
         endpointMoved = false
       }
-      metadataUntil = now() + REDISCOVERY_INTERVAL_MS
+      metadataUntil = elapsed() + REDISCOVERY_INTERVAL_MS
       return (metadata = kept ?? null)
     }).promise
   }
@@ -946,9 +957,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
    * `REDISCOVERY_INTERVAL_MS`), rather than calling the old address until the day is out.
    */
   function discoveredEndpointGone(status: number): void {
-    if ((status === 404 || status === 410) && metadata && now() - discoveryAskedAt >= REDISCOVERY_INTERVAL_MS) {
+    if ((status === 404 || status === 410) && metadata && elapsed() - discoveryAskedAt >= REDISCOVERY_INTERVAL_MS) {
       endpointMoved = true
-      metadataUntil = now()
+      metadataUntil = elapsed()
     }
   }
 
@@ -1077,7 +1088,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   // JWKS for `jwt` mode: a local set, or fetched (and refetched) through the breaker.
-  let remoteKeys: (KeySet & { readonly fetchedAt: number; suspect?: boolean }) | undefined
+  // `fetchedAt` (wall clock) is compared with a token's `iat`; `fetchedSince` (the span clock)
+  // times the set's age and the refetch interval.
+  let remoteKeys: (KeySet & { readonly fetchedAt: number; readonly fetchedSince: number; suspect?: boolean }) | undefined
   const fetchingKeys = createSingleFlight<KeySet>(flightOptions)
   // When the JWKS was last asked for, whatever came of it: a refetch (for an unknown `kid`, or
   // of keys past their age) is bounded by attempts, not by successes, so a JWKS endpoint that
@@ -1089,7 +1102,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (remoteKeys && !refresh) {
       // Keys past their age are used while the refetch runs: a slow or hung JWKS endpoint
       // must not make every new token wait for its timeout.
-      if (keysStale(remoteKeys) && now() - jwksAskedAt >= jwksRefetchIntervalMs) {
+      if (keysStale(remoteKeys) && elapsed() - jwksAskedAt >= jwksRefetchIntervalMs) {
         // Never rejects (the keys in hand stay), unless the runtime cut it short.
         const refetch = fetchKeys(deadline).catch(() => {})
         waitUntil?.(refetch)
@@ -1099,14 +1112,14 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return fetchKeys(deadline)
   }
 
-  function keysStale(set: { readonly fetchedAt: number; suspect?: boolean }): boolean {
-    return set.suspect === true || now() - set.fetchedAt >= jwksMaxAgeMs
+  function keysStale(set: { readonly fetchedSince: number; suspect?: boolean }): boolean {
+    return set.suspect === true || elapsed() - set.fetchedSince >= jwksMaxAgeMs
   }
 
   /** Fetches the JWKS once for all callers; on failure, the keys in hand (if any) stay. */
   function fetchKeys(deadline: number): Promise<KeySet> {
     return fetchingKeys.run('jwks', async () => {
-      jwksAskedAt = now()
+      jwksAskedAt = elapsed()
       try {
         const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri
         if (!url) throw new UpstreamFailure('jwks: the issuer publishes no jwks_uri', false)
@@ -1125,7 +1138,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           if (!keySet) throw new BadAnswer('no key of the set can verify a signature', true)
           return keySet
         })
-        remoteKeys = { ...loaded, fetchedAt: now() }
+        remoteKeys = { ...loaded, fetchedAt: now(), fetchedSince: elapsed() }
         return remoteKeys
       } catch (error) {
         // Stale keys beat no keys while the server is sick.
@@ -1189,7 +1202,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
    * server's (reported as `unavailable`): asked again once a JWKS refetch is allowed.
    */
   function keyNotYetUsable(kid: string | undefined, why: string): AuthorizationServerUnavailableError {
-    const retryAfter = seconds(Math.max(jwksRefetchIntervalMs - (now() - jwksAskedAt), 1000))
+    const retryAfter = seconds(Math.max(jwksRefetchIntervalMs - (elapsed() - jwksAskedAt), 1000))
     const named = kid === undefined ? 'no kid' : `kid ${JSON.stringify(kid.slice(0, 64))}`
     emit({ type: 'unavailable', retryAfter, error: `jwks: the set ${why} (${named})` })
     return new AuthorizationServerUnavailableError(retryAfter)
@@ -1272,7 +1285,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // waited for rather than refused: it may bring the key. Where a refetch in the background
         // ends with the request that started it (Workers without `waitUntil`), the refetch a
         // request waits for is the only one that gets an answer.
-        if (now() - jwksAskedAt < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
+        if (elapsed() - jwksAskedAt < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
           if (serversFault(remoteKeys)) throw keyNotYetUsable(kid, 'holds no usable key for it')
           throw error
         }
@@ -1284,7 +1297,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           // publishes the key unusable.
           const kept = remoteKeys
           if (kept && mayBeRotatedIn(refetched, kid, kept)) {
-            const failed = kept.fetchedAt < jwksAskedAt
+            const failed = kept.fetchedSince < jwksAskedAt
             if (failed ? serversFault(kept) : kid !== undefined && kept.unusableKids.has(kid)) {
               throw keyNotYetUsable(kid, failed ? 'could not be refetched' : 'holds no usable key for it')
             }
@@ -1432,7 +1445,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     claims: JWTPayload | undefined,
     audience: readonly string[] | undefined,
   ): Promise<CachedValidation> {
-    const deadline = now() + retry.deadlineMs
+    const deadline = elapsed() + retry.deadlineMs
     const asked = generation(key)
     for (let attempt = 1; ; attempt++) {
       try {
@@ -1459,7 +1472,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           const backoff = computeBackoff(attempt, retry, random)
           const delayMs = serverWait === undefined ? backoff : Math.max(serverWait, backoff)
           const callRoom = serverWait === undefined ? 0 : Math.min(timeoutMs, 1000)
-          if (now() + delayMs + callRoom < deadline) {
+          if (elapsed() + delayMs + callRoom < deadline) {
             emit({ type: 'retry', attempt, delayMs, error: error.message })
             await sleep(delayMs)
             continue

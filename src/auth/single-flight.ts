@@ -23,7 +23,7 @@ export interface SingleFlight<T> {
 
 /** Options of {@link createSingleFlight}. */
 export interface SingleFlightOptions {
-  /** Clock, epoch ms. Default `Date.now`. */
+  /** Clock, ms. Default a monotonic clock (`performance.now`), which a wall clock stepped back cannot stretch. */
   now?: (() => number) | undefined
   /**
    * The longest a call can last. One older is taken for lost (below): not joined, not counted
@@ -62,7 +62,7 @@ const unwrap = <T>(outcome: Outcome<T>): T => {
  * ```
  */
 export function createSingleFlight<T>(options: SingleFlightOptions = {}): SingleFlight<T> {
-  const now = options.now ?? Date.now
+  const now = options.now ?? (() => performance.now())
   const maxAgeMs = options.maxAgeMs ?? Infinity
   const inFlight = new Map<string, Flight<T>>()
 

@@ -361,6 +361,23 @@ describe('userinfo mode (the default)', () => {
     expect(v.breakerState).toBe('open')
   })
 
+  it('without an injected clock, a wall clock stepped back (NTP, a resumed VM) does not stretch the breaker’s cool-down, and breaker events still carry wall-clock times (regression: Retry-After 90 s after a 60 s step)', async () => {
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.UTC(2030, 0, 1) })
+    try {
+      fake.route('/oidc/me', { status: 500 })
+      const v = validator({ now: undefined, retry: { attempts: 1 }, breaker: { failureThreshold: 1, coolDownMs: 30_000 } })
+      const first = await unavailable(v.validate('token-0'))
+      expect(first.retryAfter).toBe(30)
+      expect(events).toContainEqual({ type: 'breaker', from: 'closed', to: 'open', at: Date.UTC(2030, 0, 1) })
+      vi.setSystemTime(Date.UTC(2030, 0, 1) - 60_000)
+      const second = await unavailable(v.validate('token-1'))
+      expect(second.retryAfter).toBeLessThanOrEqual(30)
+      expect(fake.count('/oidc/me')).toBe(1)
+    } finally {
+      vi.useRealTimers()
+    }
+  })
+
   it('a call under way when the breaker opens does not close it by its late 200: uncached tokens still fail fast until the cool-down and probe (regression)', async () => {
     let release!: () => void
     const held = new Promise<void>((resolve) => (release = resolve))
