@@ -623,6 +623,43 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
     await app.close()
   })
 
+  it('Fastify: a context wrapped in fastify-plugin loses its prefix, so its routes land outside the basePath and every platform route is 404: the plugin tells onError once, naming the route (regression: silent)', async () => {
+    const told: Array<[unknown, string]> = []
+    const app = Fastify() as unknown as FastifyInstance
+    app.get('/health', async () => ({ ok: true }))
+    const context = async (mcp: FastifyInstance) => {
+      await mcp.register(fastifyDispatch({ dispatcher: withBase('/mcp'), onError: (error, where) => told.push([error, where]) }))
+      mcp.all('/', async () => ({ served: true }))
+      mcp.all('/*', async () => ({ served: true }))
+      mcp.get('/status', async () => ({ ok: true }))
+    }
+    // What fastify-plugin does to the function it wraps: Fastify then ignores the `prefix`.
+    ;(context as unknown as Record<symbol, boolean>)[Symbol.for('skip-override')] = true
+    await app.register(context, { prefix: '/mcp' })
+    await app.ready()
+    expect(told).toHaveLength(1)
+    expect(told[0]![1]).toBe('configuration')
+    expect(told[0]![0]).toMatchObject({ name: 'ConfigurationError', option: 'basePath', message: expect.stringMatching(/route [A-Z,]+ "\/" .*fastify-plugin/) })
+    // What it warns of: the dispatch layer's 404 on the platform's own route.
+    const health = await app.inject({ method: 'GET', url: '/health', headers: { host: HOST } })
+    expect([health.statusCode, health.json().error?.data]).toEqual([404, { error: 'not_found' }])
+    await app.close()
+
+    // The same context encapsulated, with its routes and a wildcard route under the prefix: nothing told.
+    const quiet: unknown[] = []
+    const good = Fastify() as unknown as FastifyInstance
+    good.get('/health', async () => ({ ok: true }))
+    await good.register(async (mcp) => {
+      await mcp.register(fastifyDispatch({ dispatcher: withBase('/mcp'), onError: (error) => quiet.push(error) }))
+      mcp.all('/', async () => ({ served: true }))
+      mcp.all('/*', async () => ({ served: true }))
+    }, { prefix: '/mcp' })
+    await good.ready()
+    expect(quiet).toEqual([])
+    expect((await good.inject({ method: 'GET', url: '/health', headers: { host: HOST } })).json()).toEqual({ ok: true })
+    await good.close()
+  })
+
   it('Fastify: a prefix above the basePath is no mistake', async () => {
     const app = Fastify() as unknown as FastifyInstance
     await app.register(async (scope) => {

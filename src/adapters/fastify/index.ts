@@ -145,6 +145,9 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  * checked at once, where the call is) and `app.register(mcpDispatch, { dispatcher })`, as
  * Fastify plugins are usually registered (a bad option then fails `register`, and `ready()`).
  * Either way it is marked as `fastify-plugin` marks a plugin: not encapsulated, Fastify 5.
+ * The context holding it must not be (a context wrapped in `fastify-plugin` loses its
+ * `prefix`): with a `basePath`, a route outside it added to the plugin's context is told to
+ * `onError` once, context `configuration`, since the hook answers its requests 404.
  *
  * The client address is the socket peer, resolved through this adapter's `trustProxy`
  * option, never through Fastify's own `trustProxy`.
@@ -199,6 +202,18 @@ function isFastifyInstance(value: unknown): value is FastifyInstance<RawServerDe
   return typeof candidate === 'object' && candidate !== null && typeof candidate.addHook === 'function' && typeof candidate.register === 'function'
 }
 
+/**
+ * Whether no request a route takes can be under `basePath`. A route with a parameter or a
+ * wildcard is judged by its literal start: `/*` and `/:tenant/v1` may reach `/mcp`, `/health/*`
+ * cannot.
+ */
+function routeOutside(url: string, basePath: string): boolean {
+  const open = url.search(/[:*]/)
+  if (open === -1) return url !== basePath && !url.startsWith(`${basePath}/`)
+  const literal = url.slice(0, open)
+  return !literal.startsWith(basePath) && !basePath.startsWith(literal)
+}
+
 function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
   const { dispatcher, trust, onError } = setupAdapter(options)
   installHeadInterception()
@@ -231,6 +246,26 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
     const missed =
       typeof fastify.prefix === 'string' && !/[:*]/.test(fastify.prefix) ? mountMissed(dispatcher.basePath, fastify.prefix, 'Fastify prefix') : undefined
     if (missed) throw missed
+    const basePath = dispatcher.basePath
+    if (basePath !== '') {
+      // A route of the hook's context outside `basePath` is dead: the hook answers its every
+      // request with the dispatch layer's 404 before the route runs. Most often a context
+      // wrapped in fastify-plugin, which makes Fastify drop its `prefix`, so the MCP routes
+      // themselves land outside. Told once; routes registered before the plugin are not seen.
+      let toldOfRoute = false
+      fastify.addHook('onRoute', (route) => {
+        if (toldOfRoute || typeof route.url !== 'string' || !routeOutside(route.url, basePath)) return
+        toldOfRoute = true
+        const methods = Array.isArray(route.method) ? route.method.join(',') : String(route.method)
+        onError(
+          new ConfigurationError(
+            'basePath',
+            `is ${JSON.stringify(basePath)}, and the route ${methods} ${JSON.stringify(route.url.slice(0, 200))} of the dispatch plugin's context lies outside it: the plugin's hook answers its requests with the dispatch layer's 404. Register the plugin in an encapsulated context with prefix ${JSON.stringify(basePath)}, not wrapped in fastify-plugin (which drops the prefix), and other routes outside that context (docs/adapters.md, Fastify)`,
+          ),
+          'configuration',
+        )
+      })
+    }
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
     if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
     // A callback hook, not an async one: with synchronous stores the decision is made and
