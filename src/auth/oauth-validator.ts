@@ -459,7 +459,8 @@ interface KeySet {
 /**
  * Loads the members of a JSON Web Key Set, leaving out those no signature can be verified
  * with: an RSA, EC or OKP key that does not import (a modulus of one byte, a point off its
- * curve), an RSA key under 2048 bits (which `jose` refuses at verification) and a private key.
+ * curve), an RSA key under 2048 bits (which `jose` refuses at verification) or with a public
+ * exponent past 2^32 - 1 (whose every verification is costly), and a private key.
  * Kept, each would fail with a `TypeError` every token naming it, and one bad key must not cost
  * the tokens of the good ones. Keys of other types are left to `jose`. `undefined` when the
  * set has members and none is usable.
@@ -481,12 +482,19 @@ function loadKeySet(members: readonly unknown[]): KeySet | undefined {
   return { getKey: createLocalJWKSet({ keys: usable }), kids, unusableKids }
 }
 
+/** The largest RSA public exponent taken (2^32 - 1, as FIPS 186 and Go's `crypto/rsa` bound it). */
+const MAX_RSA_EXPONENT = 0xffff_ffffn
+
 function usableKey(jwk: JWK): boolean {
   if (jwk.kty !== 'RSA' && jwk.kty !== 'EC' && jwk.kty !== 'OKP') return true
   if (jwk.d !== undefined) return false
   try {
     const key = createPublicKey({ key: jwk, format: 'jwk' } as JsonWebKeyInput)
-    return jwk.kty !== 'RSA' || (key.asymmetricKeyDetails?.modulusLength ?? 0) >= 2048
+    if (jwk.kty !== 'RSA') return true
+    const details = key.asymmetricKeyDetails
+    // Keys use 65537 (or 3); an exponent of thousands of bits, which OpenSSL takes under a
+    // 3072-bit modulus, made each made-up JWT cost milliseconds of CPU to refuse.
+    return (details?.modulusLength ?? 0) >= 2048 && (details?.publicExponent ?? 0n) <= MAX_RSA_EXPONENT
   } catch {
     return false
   }

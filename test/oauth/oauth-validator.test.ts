@@ -996,6 +996,23 @@ describe('jwt mode (local verification)', () => {
     expect(fake.count('/jwks')).toBe(2)
   })
 
+  it('an RSA key with a public exponent past 2^32 - 1 is left out at load, as unusable: each made-up token would cost milliseconds of CPU to refuse (regression)', async () => {
+    const rsa = await generateKeyPair('RS256')
+    const jwk = await exportJWK(rsa.publicKey)
+    const rsaToken = await sign({}, { key: rsa.privateKey, kid: 'rk', alg: 'RS256', issuedAgoS: 60 })
+    // 2^33 + 1: odd, imports under a 2048-bit modulus.
+    const huge = { ...jwk, kid: 'rk', alg: 'RS256', e: Buffer.from([0x02, 0x00, 0x00, 0x00, 0x01]).toString('base64url') }
+    fake.route('/jwks', { status: 200, body: { keys: [huge, publicJwk] } })
+    const v = validator({ mode: 'jwt' })
+    expect(await v.validate(await sign({}), weather)).toMatchObject({ active: true })
+    // Left out, as a key that does not import: the server's failure, not the token's.
+    await unavailable(v.validate(rsaToken, weather))
+    // The set republished with the key's own exponent (65537): it verifies.
+    fake.route('/jwks', { status: 200, body: { keys: [{ ...jwk, kid: 'rk', alg: 'RS256' }, publicJwk] } })
+    clock.advance(30_000)
+    expect(await v.validate(rsaToken, weather)).toMatchObject({ active: true })
+  })
+
   it('the server’s failures stay 503 past the refetch interval: a key still published unusable, a refetch that fails for a key rotated in; reported as unavailable (regression: 401 every other interval)', async () => {
     const rsa = await generateKeyPair('RS256')
     const broken = { kty: 'RSA', kid: 'rk', n: 'AA', e: 'AQAB' }
