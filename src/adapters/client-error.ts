@@ -61,10 +61,10 @@ function rawReply(status: number, reason: string, error: JsonRpcErrorObject): st
  * @example
  * ```ts
  * // Node (Express, @hono/node-server, node:http)
- * const server = app.listen(3000)
+ * const server = http.createServer(expressApp).listen(3000)
  * server.on('clientError', answerClientError)
  * // Fastify: its own option, which replaces Fastify's non-JSON-RPC answer
- * const app = Fastify({ clientErrorHandler: answerClientError })
+ * const fastify = Fastify({ clientErrorHandler: answerClientError })
  * ```
  */
 export function answerClientError(error: ClientError, socket: ClientErrorSocket): void {

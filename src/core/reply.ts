@@ -24,7 +24,7 @@ export interface JsonRpcErrorObject {
   data?: Record<string, unknown>
 }
 
-/** JSON-RPC codes of the dispatch layer's answers (spec section 7, DESIGN.md, README "Errors"). */
+/** JSON-RPC codes of the dispatch layer's answers (spec section 7, DESIGN.md, README "What the pipeline answers"). */
 export const RpcCode = {
   /** Generic server error; used for 429 (spec section 7), 405 (as the MCP SDK does), the 408s and the proxy's 502 and 504. */
   ServerError: -32000,

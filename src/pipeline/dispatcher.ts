@@ -488,6 +488,8 @@ class StoreFailure {
  * @example
  * ```ts
  * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers: ['https://auth.example.com'] })
+ * // A DispatchRequest ({ method, path, host, origin, headers, clientAddress }); the adapters
+ * // build it from the framework's request (mcp-dispatch/web, /express, /fastify)
  * const decision = await dispatcher.decide(request)
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
