@@ -877,8 +877,10 @@ export function toWebRequest(source: WebRequestSource): Request {
   // is reset. A client gone while the dispatcher decided (asynchronous stores) closed the
   // response before this listener: aborted at once, or the upstream would be asked, and a
   // stream kept, for nobody.
+  let abandonBody: (() => void) | undefined
   whenClosed(res, () => {
     if (!res.writableEnded) controller.abort()
+    abandonBody?.()
   })
   const headers = new Headers()
   const raw = req.rawHeaders
@@ -890,7 +892,11 @@ export function toWebRequest(source: WebRequestSource): Request {
   let body: BodyInit | null = null
   if (method !== 'GET' && method !== 'HEAD') {
     const consumed = req.readableEnded || (req as { readableDidRead?: boolean }).readableDidRead === true
-    if (!consumed) body = bodyStream(req)
+    if (!consumed) {
+      const stream = bodyStream(req)
+      body = stream.body
+      abandonBody = stream.abandon
+    }
     // A request that sent no body (HTTP/1.1 framing: no length, or 0) has none to pass on, even
     // where a parser set one (`express.json()` gives `{}`: a DELETE would go on as `{}`).
     else if (source.parsedBody !== undefined && !sentNoBody(req)) body = serializeParsedBody(source.parsedBody, headers)
@@ -918,12 +924,14 @@ const BODY_HIGH_WATER_MARK = 65_536
  * the answer is written on a connection that stays usable. A request that ends early (the
  * client went away) errors the stream.
  */
-function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
+function bodyStream(req: IncomingMessage): { body: ReadableStream<Uint8Array>; abandon: () => void } {
   let open = true
   let release = (): void => {}
-  return new ReadableStream<Uint8Array>(
+  let fail = (_error: Error): void => {}
+  const body = new ReadableStream<Uint8Array>(
     {
       start(controller) {
+        fail = (error) => controller.error(error)
         const onData = (chunk: Buffer | string) => {
           if (!open) return
           const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk
@@ -957,6 +965,19 @@ function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
     },
     new ByteLengthQueuingStrategy({ highWaterMark: BODY_HIGH_WATER_MARK }),
   )
+  return {
+    body,
+    // The response is over and the handler never took the body (it answered, or threw, before
+    // reading it: the SDK's 406 and 415, an unknown session): drained unread, as Node drains a
+    // body nobody consumes. Left paused past the high-water mark, it held the connection, and
+    // the next request on it was never answered. A body being read is left to its reader.
+    abandon() {
+      if (!open || body.locked) return
+      release()
+      req.resume()
+      fail(Object.assign(new Error('the response was finished before the request body was read'), { code: 'ERR_BODY_ABANDONED' }))
+    },
+  }
 }
 
 /**

@@ -1,0 +1,93 @@
+/**
+ * A web handler behind `fromWebHandler` (Express 5 and 4, Fastify) that answers, or throws,
+ * without reading a request body past the body stream's high-water mark (64 KiB): the SDK web
+ * transport's 406 and 415, `webSessions`' 404 for an unknown session, a handler's failure. The
+ * rest of the body is drained unread once the answer is over, so the next request on the same
+ * kept-alive connection is answered. Regression: the request stayed paused, its `data` listener
+ * kept Node from draining it, and the next request on the connection was never answered (the
+ * server closed the connection at its keep-alive timeout, the client's request lost). Real
+ * sockets on 127.0.0.1.
+ */
+import * as http from 'node:http'
+import { afterEach, describe, expect, it } from 'vitest'
+import { HOST, type Served, createFixture, serveWebHandler } from './helpers.js'
+
+const BODY = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"${'x'.repeat(1024 * 1024)}"}}`
+
+let served: Served | undefined
+afterEach(async () => {
+  await served?.close()
+  served = undefined
+})
+
+interface Answer {
+  status: number
+  body: string
+  reusedSocket: boolean
+}
+
+function ask(port: number, agent: http.Agent, options: { method: string; path: string; token?: string; body?: string }): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const headers: http.OutgoingHttpHeaders = { host: HOST, accept: 'application/json, text/event-stream' }
+    if (options.token) headers.authorization = `Bearer ${options.token}`
+    if (options.body !== undefined) {
+      headers['content-type'] = 'application/json'
+      headers['content-length'] = Buffer.byteLength(options.body)
+    }
+    const request = http.request({ host: '127.0.0.1', port, agent, method: options.method, path: options.path, headers }, (response) => {
+      let body = ''
+      response.setEncoding('utf8')
+      response.on('data', (chunk: string) => (body += chunk))
+      response.on('end', () => resolve({ status: response.statusCode!, body, reusedSocket: request.reusedSocket }))
+      response.on('error', reject)
+    })
+    request.on('error', reject)
+    request.end(options.body)
+  })
+}
+
+describe.each(['express', 'express4', 'fastify'] as const)('fromWebHandler on %s: a body the handler never read', (kind) => {
+  it.each([
+    ['answers 406 before reading it (the SDK web transport’s Accept check)', 406],
+    ['throws before reading it (the adapter’s 502)', 502],
+  ] as const)('handler %s: the next request on the connection is answered, on the same socket', async (_how, status) => {
+    const fixture = createFixture()
+    served = await serveWebHandler(kind, fixture, async () => {
+      if (status === 502) throw new Error('failed before reading the body')
+      return new Response('{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Not Acceptable"}}', {
+        status: 406,
+        headers: { 'content-type': 'application/json' },
+      })
+    })
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      const first = await ask(served.port, agent, { method: 'POST', path: '/v1', token: fixture.tokens.alice, body: BODY })
+      expect(first.status).toBe(status)
+      const second = await ask(served.port, agent, { method: 'GET', path: '/.well-known/oauth-protected-resource' })
+      expect(second.status).toBe(200)
+      expect(JSON.parse(second.body)).toMatchObject({ resource: `http://${HOST}` })
+      expect(second.reusedSocket).toBe(true)
+    } finally {
+      agent.destroy()
+    }
+    expect(fixture.errors.map((e) => e.context)).toEqual(status === 502 ? ['handler'] : [])
+  })
+
+  it('a handler that reads the body whole still gets all of it, and the connection goes on', async () => {
+    const fixture = createFixture()
+    let length = 0
+    served = await serveWebHandler(kind, fixture, async (request) => {
+      length = (await request.text()).length
+      return Response.json({ jsonrpc: '2.0', id: 1, result: { length } })
+    })
+    const agent = new http.Agent({ keepAlive: true, maxSockets: 1 })
+    try {
+      expect((await ask(served.port, agent, { method: 'POST', path: '/v1', token: fixture.tokens.alice, body: BODY })).status).toBe(200)
+      expect(length).toBe(BODY.length)
+      const second = await ask(served.port, agent, { method: 'POST', path: '/v1', token: fixture.tokens.alice, body: BODY })
+      expect([second.status, second.reusedSocket]).toEqual([200, true])
+    } finally {
+      agent.destroy()
+    }
+  })
+})
