@@ -573,6 +573,51 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([busA.close(), busB.close()])
     })
 
+    it('a subscriber connection dropped without a reset (a NAT or load balancer that forgot it) while Redis answers the heartbeats is replaced: the bus hears again within seconds, not at TCP keepalive (regression: deaf, the token cache off, for minutes to hours)', async () => {
+      const upstream = new URL(REDIS_URL)
+      const sockets = new Set<Socket>()
+      const connections: Array<{ dropped: boolean }> = []
+      // A proxy whose connections, once dropped, stay open and pass nothing either way; new
+      // connections pass as before.
+      const proxy = createNetServer((downstream) => {
+        const toRedis = connect(Number(upstream.port || 6379), upstream.hostname)
+        const connection = { dropped: false }
+        connections.push(connection)
+        for (const socket of [downstream, toRedis]) {
+          sockets.add(socket)
+          socket.on('error', () => {})
+          socket.on('close', () => (sockets.delete(socket), downstream.destroy(), toRedis.destroy()))
+        }
+        downstream.on('data', (chunk: Buffer) => void (connection.dropped || toRedis.write(chunk)))
+        toRedis.on('data', (chunk: Buffer) => void (connection.dropped || downstream.write(chunk)))
+      })
+      await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+      try {
+        const prefix = redis.prefix()
+        const proxied = `redis://127.0.0.1:${(proxy.address() as AddressInfo).port}`
+        // The bus's own subscriber (its duplicate of the client) goes through the proxy; the
+        // client's commands, the heartbeats among them, reach Redis directly.
+        const client = Object.assign(redis.connect(), { duplicate: () => redis.connect({ retryStrategy: () => 10, disconnectTimeout: 10 }, proxied) })
+        const errors: string[] = []
+        const bus = createRedisInvalidationBus({ client, prefix, heartbeatMs: 100, timeoutMs: 200, onError: (error, context) => void errors.push(`${context}: ${(error as Error).message}`) })
+        const other = createRedisInvalidationBus({ client: redis.connect(), prefix })
+        await Promise.all([bus.ready(5_000), other.ready(5_000)])
+        expect(bus.listening).toBe(true)
+        for (const connection of connections) connection.dropped = true
+        await vi.waitFor(() => expect(bus.listening).toBe(false), { timeout: 5_000 })
+        await vi.waitFor(() => expect(bus.listening).toBe(true), { timeout: 10_000 })
+        expect(errors).toContainEqual(expect.stringMatching(/^invalidation subscriber: Nothing arrived on .* the subscriber connection is replaced$/))
+        expect(connections.length).toBeGreaterThanOrEqual(2)
+        const heard = nextInvalidation(bus)
+        await other.publish({ kind: 'token', tokenHash: 'h-after' })
+        expect(await heard).toEqual({ kind: 'token', tokenHash: 'h-after' })
+        await Promise.all([bus.close(), other.close()])
+      } finally {
+        for (const socket of sockets) socket.destroy()
+        await new Promise<void>((resolve) => proxy.close(() => resolve()))
+      }
+    })
+
     it('a rotation or revocation through one instance is refused by every other instance as soon as the call returns: publish waits until the other buses confirm delivery', async () => {
       const prefix = redis.prefix()
       const { apps, subscriptions, store } = tokenWorld()

@@ -61,7 +61,7 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  * import { createOAuthValidator, type CachedValidation } from 'mcp-dispatch'
  * import { createRedisCacheStore } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, socketTimeout: 5_000 })
  * const oauth = createOAuthValidator({ issuer, cache: createRedisCacheStore<CachedValidation>({ client: redis }) })
  * ```
  *

@@ -13,7 +13,7 @@
  * import { Redis } from 'ioredis'
  * import { createRedisInvalidationBus, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, socketTimeout: 5_000 })
  * const invalidations = createRedisInvalidationBus({ client: redis })
  * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations })
  * const dispatcher = createDispatcher({

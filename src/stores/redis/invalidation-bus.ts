@@ -231,7 +231,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * import { Redis } from 'ioredis'
  * import { createRedisInvalidationBus } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, socketTimeout: 5_000 })
  * const invalidations = createRedisInvalidationBus({ client: redis })
  * await invalidations.ready()
  * const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations })
@@ -303,6 +303,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   }
   function onMessage(from: string, text: string): void {
     if (closed) return
+    // Something arrived: a replaced subscriber hears again (a subscription confirmed is not yet
+    // that), so the next deaf spell starts the replacements afresh.
+    lastReplaced = -Infinity
+    replaceEveryMs = 2 * silentLimitMs
     if (from === ackChannel) {
       heard()
       const space = text.indexOf(' ')
@@ -411,21 +415,49 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     listening = now
     deliver({ kind: 'all' })
   }
+  // How long the channels may stay silent after a heartbeat was sent (see `judgeSilence`).
+  const silentLimitMs = heartbeatMs === false ? 0 : heartbeatMs + redis.timeoutMs
   // The heartbeat: the last time anything arrived on the channel (monotonic clock).
   let lastHeard = performance.now()
   function heard(): void {
     lastHeard = performance.now()
     pendingSince = undefined
+    answeredWhileDeaf = undefined
     if (deaf) {
       deaf = false
       setListening()
     }
   }
+  // A subscriber the bus opened that stays deaf while the client's heartbeats are answered
+  // (Redis is reached, its PUBLISH counted, and nothing comes back) is on a connection dropped
+  // without a reset: a NAT, firewall or load balancer that forgot it, Redis moved behind the
+  // same address. Only TCP keepalive would notice, minutes to hours later, and the token cache
+  // stays off meanwhile. Such a connection is replaced (ioredis' `disconnect(true)` reconnects,
+  // and its `ready` subscribes again): first after twice the silent limit, then at doubling
+  // intervals up to a minute while replacing does not help. Not one given to the bus, which is
+  // the application's, nor a Cluster's, which the slot map rereads move.
+  let answeredWhileDeaf: number | undefined
+  let lastReplaced = -Infinity
+  let replaceEveryMs = 2 * silentLimitMs
+  function replaceDeafSubscriber(): void {
+    if (given !== undefined || cluster !== undefined || answeredWhileDeaf === undefined) return
+    const at = performance.now()
+    if (at - answeredWhileDeaf <= silentLimitMs || at - lastReplaced <= replaceEveryMs) return
+    const connection = subscriber as { status?: unknown; disconnect?: (reconnect?: boolean) => void }
+    if (connection.status !== 'ready' || typeof connection.disconnect !== 'function') return
+    if (lastReplaced !== -Infinity) replaceEveryMs = Math.min(replaceEveryMs * 2, Math.max(60_000, 2 * silentLimitMs))
+    lastReplaced = at
+    answeredWhileDeaf = undefined
+    onError(
+      new Error(`Nothing arrived on ${channel} while Redis answered the heartbeats sent to it: the subscriber connection is replaced`),
+      'invalidation subscriber',
+    )
+    connection.disconnect(true)
+  }
   // Silence is judged against the bus's own heartbeat: sent, and nothing at all heard since,
   // for `heartbeatMs` + `timeoutMs`. Judged after this process has read its sockets
   // (setImmediate runs after that), so a stall of the process, whatever its length, is no
   // silence: what Redis sent meanwhile is read first.
-  const silentLimitMs = heartbeatMs === false ? 0 : heartbeatMs + redis.timeoutMs
   let pendingSince: number | undefined
   let lastSent = -Infinity
   function beat(): void {
@@ -435,7 +467,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     // arriving): read again, the slot map leaves out a node the cluster has marked failed, and
     // ioredis then drops its connections to it, moving the subscription (followed below).
     // Asked when the channel goes silent, and each interval while it stays so.
-    if (deaf) rereadSlots(subscriber)
+    if (deaf) {
+      rereadSlots(subscriber)
+      replaceDeafSubscriber()
+    }
     const at = performance.now()
     if (pendingSince !== undefined) afterThisTurn(judgeSilence)
     // At least one heartbeat per interval for the group: a bus sends one when it heard nothing
@@ -451,12 +486,16 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       lastSent = at
       // Through the breaker, unlike an invalidation: one refused while Redis is stalled only
       // lets the silence show sooner, which turns the cache off (the safe side).
-      redis.send('PUBLISH', heartbeatChannel, origin).catch(() => {})
+      redis.send('PUBLISH', heartbeatChannel, origin).then(
+        () => void (deaf && (answeredWhileDeaf ??= performance.now())),
+        () => {},
+      )
     }
   }
   function judgeSilence(): void {
     if (closed || deaf || !subscribedNow || pendingSince === undefined || performance.now() - pendingSince <= silentLimitMs) return
     deaf = true
+    answeredWhileDeaf = undefined
     setListening()
     stopWaiting('nothing arrived on its channels')
     rereadSlots(subscriber)

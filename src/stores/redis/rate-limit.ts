@@ -99,7 +99,7 @@ function wireKey(key: string): string {
  * import { createRedisRateLimitStore } from 'mcp-dispatch/redis'
  *
  * // Commands a reset connection leaves unanswered are dropped, not counted late.
- * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, socketTimeout: 5_000, autoResendUnfulfilledCommands: false })
  * const dispatcher = createDispatcher({
  *   apps, subscriptions, tokens, authorizationServers,
  *   rateLimit: { store: createRedisRateLimitStore({ client: redis }), policy: () => ({ limit: 60, windowType: 'minute' }) },

@@ -52,7 +52,7 @@ return 0`,
  * import { Redis } from 'ioredis'
  * import { createRedisSessionStore } from 'mcp-dispatch/redis'
  *
- * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1 })
+ * const redis = new Redis(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379', { maxRetriesPerRequest: 1, socketTimeout: 5_000 })
  * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers, sessions: createRedisSessionStore({ client: redis }) })
  * ```
  *
