@@ -6,6 +6,7 @@
  * checks, and calls that give up on a Redis that does not answer.
  */
 import { once } from 'node:events'
+import { inspect } from 'node:util'
 import { type AddressInfo, type Socket, connect, createServer as createNetServer } from 'node:net'
 import type { Cluster, Redis } from 'ioredis'
 import type { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5'
@@ -616,6 +617,19 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         for (const socket of sockets) socket.destroy()
         await new Promise<void>((resolve) => proxy.close(() => resolve()))
       }
+    })
+
+    it('a subscriber connection refused at its handshake (a wrong or rotated password) is reported without the handshake’s arguments: the password never reaches onError (regression: error.command.args held it)', async () => {
+      const upstream = new URL(REDIS_URL)
+      const refused = `redis://nobody:canary-password-7Qx@${upstream.hostname}:${upstream.port || 6379}`
+      const reports: unknown[] = []
+      const client = Object.assign(redis.connect(), { duplicate: () => redis.connect({ retryStrategy: () => null, disconnectTimeout: 10 }, refused) })
+      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: false, onError: (error, context) => void reports.push({ context, error }) })
+      await vi.waitFor(() => expect(reports.length).toBeGreaterThan(0), { timeout: 5_000 })
+      const logged = inspect(reports, { depth: Infinity, showHidden: true })
+      expect(logged).toMatch(/WRONGPASS|NOAUTH|invalid username-password/)
+      expect(logged).not.toContain('canary-password-7Qx')
+      await bus.close()
     })
 
     it('a rotation or revocation through one instance is refused by every other instance as soon as the call returns: publish waits until the other buses confirm delivery', async () => {

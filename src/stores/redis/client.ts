@@ -351,9 +351,12 @@ function isErrorReply(error: unknown): boolean {
 /**
  * Drops the arguments ioredis attaches to a failed command's error (`error.command.args`):
  * keys and values that hold token hashes (the cache's keys, an invalidation's message), which
- * an `onError` or `onEvent` that logs errors whole would write out. The command's name stays.
+ * an `onError` or `onEvent` that logs errors whole would write out, and the password of a
+ * connection's handshake (`HELLO 3 AUTH user password`, `AUTH password`). The command's name stays.
+ *
+ * @internal
  */
-function withoutArguments(error: unknown): void {
+export function withoutArguments(error: unknown): void {
   const command = (error as { command?: unknown } | null)?.command
   if (command === null || typeof command !== 'object' || !('args' in command)) return
   try {

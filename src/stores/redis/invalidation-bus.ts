@@ -8,7 +8,7 @@ import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
 import { ConfigurationError, reporterOption } from '../../errors.js'
 import { MAX_TIMER_MS, afterThisTurn, withTimeout } from '../../timeout.js'
-import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots } from './client.js'
+import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots, withoutArguments } from './client.js'
 
 /** Options of {@link createRedisInvalidationBus}. */
 export interface RedisInvalidationBusOptions extends RedisStoreOptions {
@@ -399,6 +399,9 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
     )
   }
   function onConnectionError(error: Error): void {
+    // A failed handshake of the connection the bus opened carries its arguments, the password
+    // among them (`HELLO 3 AUTH default <password>`): dropped, as from every store's command.
+    withoutArguments(error)
     if (!closed) onError(error, 'invalidation subscriber')
   }
   // Whether messages from other instances can arrive now: false from creation until Redis
