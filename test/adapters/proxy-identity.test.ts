@@ -383,6 +383,9 @@ describe('identity verifier', () => {
       ['maxTokenAgeSeconds', { maxTokenAgeSeconds: '60' as never }],
       ['jwks', { jwks: 'ftp://platform.test/jwks.json' }],
       ['jwks', { jwks: new URL('file:///etc/jwks.json') }],
+      // fetch refuses it on every call, and its error quoted the password (regression: accepted)
+      ['jwks', { jwks: 'https://platform:s3cret-canary@platform.test/jwks.json' }],
+      ['jwks', { jwks: 'https://platform@platform.test/jwks.json' }],
       ['header', { header: '' }],
       ['header', { header: 'bad header' }],
       ['header', { header: 'x-identity:' }],
@@ -390,6 +393,7 @@ describe('identity verifier', () => {
     for (const [option, overrides] of bad) {
       expect(() => createIdentityVerifier({ ...base, ...overrides }), JSON.stringify(overrides)).toThrow(ConfigurationError)
       expect(() => createIdentityVerifier({ ...base, ...overrides }), JSON.stringify(overrides)).toThrow(`option "${option}"`)
+      expect(() => createIdentityVerifier({ ...base, ...overrides })).not.toThrow(/s3cret-canary/)
     }
     expect(() => createIdentityVerifier({ ...base, clockToleranceSeconds: 0, maxTokenAgeSeconds: 60, header: 'X-Identity' })).not.toThrow()
   })

@@ -1035,6 +1035,11 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
     if (!URL.canParse(String(source))) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
     const url = new URL(String(source))
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError('jwks', 'must be an http(s) URL')
+    // Not quoted: fetch refuses such a URL on every call, and its error, quoting it, would
+    // put the password in every log line of the App's failures.
+    if (url.username !== '' || url.password !== '') {
+      throw new ConfigurationError('jwks', 'must hold no user name or password (fetch refuses such a URL); give credentials through a fetch of your own')
+    }
     if (options.fetch !== undefined && typeof options.fetch !== 'function') throw new ConfigurationError('fetch', 'must be a function')
     // Timed on the monotonic clock, unless a clock is given (a test's, which then times it too).
     const lifeClock = options.now === undefined ? () => performance.now() : now
