@@ -321,7 +321,8 @@ declare const tokenStore: TokenStore
 declare const apps: AppStore
 declare const subscriptions: SubscriptionStore
 declare const issuer: string
-declare function policy(identity: Identity, app: AppRecord): RateLimitPolicy | undefined`,
+declare function policy(identity: Identity, app: AppRecord): RateLimitPolicy | undefined
+declare const log: { warn(message: string, error: unknown): void }`,
   },
   {
     file: 'docs/stores.md',
