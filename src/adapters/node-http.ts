@@ -1027,6 +1027,9 @@ function serializeParsedBody(parsed: unknown, headers: Headers): BodyInit {
   }
 }
 
+/** The chunk that sends a response's head without a byte of its body. */
+const EMPTY_CHUNK = new Uint8Array(0)
+
 /** What {@link writeWebResponse} races a read against: a chunk not yet there. */
 const NOT_READY: unique symbol = Symbol('not ready')
 
@@ -1064,7 +1067,10 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
   // Gone already (before the handler answered; on HTTP/2, a reset stream): the body is
   // cancelled, never waited on.
   whenClosed(res, onClose)
-  res.flushHeaders()
+  // The head goes out now, before the first chunk (an SSE stream may stay quiet): written with
+  // an empty chunk, which Node sends as Latin-1, byte for byte. `flushHeaders()` writes it as a
+  // UTF-8 string, which turned a header byte 0xE9 relayed from an upstream into C3 A9.
+  res.write(EMPTY_CHUNK)
   // A compressing middleware (Express's `compression()`) holds written bytes until its buffer
   // fills, or the end: an SSE event would wait for the whole stream. It adds `flush` for
   // streams to push what they wrote, which is called whenever the body has nothing more ready

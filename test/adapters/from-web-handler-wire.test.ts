@@ -1,14 +1,17 @@
 /**
- * A web handler behind `fromWebHandler` (Express 5 and 4, Fastify) that answers, or throws,
+ * `fromWebHandler` (Express 5 and 4, Fastify) on the wire. A web handler that answers, or throws,
  * without reading a request body past the body stream's high-water mark (64 KiB): the SDK web
  * transport's 406 and 415, `webSessions`' 404 for an unknown session, a handler's failure. The
  * rest of the body is drained unread once the answer is over, so the next request on the same
  * kept-alive connection is answered. Regression: the request stayed paused, its `data` listener
  * kept Node from draining it, and the next request on the connection was never answered (the
- * server closed the connection at its keep-alive timeout, the client's request lost). Real
- * sockets on 127.0.0.1.
+ * server closed the connection at its keep-alive timeout, the client's request lost). A header
+ * value of the `Response` with a byte past ASCII (an upstream's Latin-1 `caf\xE9`, relayed by the
+ * proxy) goes out as that byte (regression: the head was written as UTF-8, C3 A9). Real sockets
+ * on 127.0.0.1.
  */
 import * as http from 'node:http'
+import * as net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
 import { HOST, type Served, createFixture, serveWebHandler } from './helpers.js'
 
@@ -89,5 +92,29 @@ describe.each(['express', 'express4', 'fastify'] as const)('fromWebHandler on %s
     } finally {
       agent.destroy()
     }
+  })
+
+  it('a header value past ASCII goes out byte for byte (Latin-1), the body streamed after it', async () => {
+    const fixture = createFixture()
+    served = await serveWebHandler(kind, fixture, async () => {
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode('{"jsonrpc":"2.0","id":1,"result":{}}'))
+          controller.close()
+        },
+      })
+      return new Response(body, { headers: { 'content-type': 'application/json', 'x-place': 'caf\u00e9' } })
+    })
+    const socket = net.connect(served.port, '127.0.0.1')
+    const chunks: Buffer[] = []
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk))
+    const ended = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+    socket.write(`POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}`)
+    await ended
+    const raw = Buffer.concat(chunks)
+    const head = raw.subarray(0, raw.indexOf('\r\n\r\n'))
+    expect(head.includes(Buffer.from('x-place: caf\xe9', 'latin1'))).toBe(true)
+    expect(head.includes(Buffer.from('caf\u00e9', 'utf8'))).toBe(false)
+    expect(raw.toString('latin1')).toContain('{"jsonrpc":"2.0","id":1,"result":{}}')
   })
 })
