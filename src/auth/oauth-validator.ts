@@ -56,7 +56,7 @@ import {
 import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
-import { MAX_TIMER_MS } from '../timeout.js'
+import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
 
 // A subject holding a lone surrogate is refused: two such subjects would be one user's
 // rate-limit counters, subscriptions and sessions (`hasLoneSurrogate`). So is one holding a
@@ -1415,11 +1415,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const ttl = entry.validUntil - at
     if (ttl > 0 && asked === generation(key)) {
       try {
-        await cache.set(key, entry, ttl)
+        await cacheCall(() => cache.set(key, entry, ttl))
         // Checked after the write: a `forget` that came before it (on any instance) left its
         // mark first, and the entry goes again; one that comes after deletes it itself. One
         // on this instance is known here without the mark, which a stalled Redis holds up.
-        if (asked !== generation(key) || (await forgottenMeanwhile(key))) await cache.delete(key)
+        if (asked !== generation(key) || (await forgottenMeanwhile(key))) await cacheCall(() => cache.delete(key))
       } catch (error) {
         emit({ type: 'store-error', operation: 'set', error })
         // A write that failed may still be kept in this instance's local copy
@@ -1427,7 +1427,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // is written or refused (up to `timeoutMs` on a stalled Redis), it goes now.
         if (asked !== generation(key)) {
           try {
-            await cache.delete(key)
+            await cacheCall(() => cache.delete(key))
           } catch {
             // The store is failing, as reported; `forget` deletes it again.
           }
@@ -1443,7 +1443,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
    */
   async function forgottenMeanwhile(key: string): Promise<boolean> {
     try {
-      const value = (await cache.get(markKey(key))) as Partial<CachedValidation> | undefined
+      const value = (await cacheCall(() => cache.get(markKey(key)))) as Partial<CachedValidation> | undefined
       return value?.active === false && value.forgotten === true && value.validUntil! > now()
     } catch {
       return false
@@ -1517,8 +1517,19 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     } catch (error) {
       return cacheReadFailed(error)
     }
-    if (value instanceof Promise) return value.then(usable, cacheReadFailed)
+    if (value instanceof Promise) return withTimeout(value, timeoutMs, 'the validation cache').then(usable, cacheReadFailed)
     return usable(value)
+  }
+
+  /**
+   * A cache call, bounded by `timeoutMs` when it answers with a promise: a cache of the
+   * platform's own that hangs (the Redis store has its own deadline) would otherwise hold the
+   * request for ever, since the dispatcher leaves this validator's deadlines to it. A call
+   * that answers synchronously (the in-memory cache) costs no timer.
+   */
+  function cacheCall<T>(call: () => T | Promise<T>): Promise<T> {
+    const value = adoptThenable(call())
+    return value instanceof Promise ? withTimeout(value as Promise<T>, timeoutMs, 'the validation cache') : Promise.resolve(value as T)
   }
 
   function usable(value: unknown): CachedValidation | undefined {
@@ -1579,9 +1590,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // local copy (`createRedisCacheStore`) drops it at once, rather than serving the revoked
       // token from it. The failure is then passed on, so the platform knows.
       try {
-        await cache.set(markKey(key), mark, markMs)
+        await cacheCall(() => cache.set(markKey(key), mark, markMs))
       } finally {
-        await cache.delete(key)
+        await cacheCall(() => cache.delete(key))
       }
     },
     async validate(token, context) {

@@ -1678,6 +1678,15 @@ describe('single flight, cache store and secrecy', () => {
     expect(events.filter((e) => e.type === 'store-error').map((e) => (e as { operation: string }).operation)).toEqual(['get', 'set'])
   })
 
+  it('a cache store of the platform’s own that hangs is given up on after timeoutMs: a read is a miss, a write a store error, forget rejects (regression: the request waited for ever)', async () => {
+    const never = () => new Promise<never>(() => {})
+    const hung: CacheStore<CachedValidation> = { get: never, set: never, delete: never }
+    const v = validator({ cache: hung, timeoutMs: 100 })
+    expect(await v.validate('good-token')).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+    expect(events.filter((e) => e.type === 'store-error').map((e) => (e as { operation: string }).operation)).toEqual(['get', 'set'])
+    await expect(v.forget('good-token')).rejects.toThrow('the validation cache did not answer within 100 ms')
+  })
+
   it('keys a token by the SHA-256 of its UTF-8 bytes, base64url: the key other instances and versions share', async () => {
     const keys: string[] = []
     const inner = createMemoryCacheStore<CachedValidation>({ now: clock })
