@@ -1517,19 +1517,23 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     } catch (error) {
       return cacheReadFailed(error)
     }
-    if (value instanceof Promise) return withTimeout(value, timeoutMs, 'the validation cache').then(usable, cacheReadFailed)
+    if (value instanceof Promise) return bounded(value).then(usable, cacheReadFailed)
     return usable(value)
   }
 
   /**
-   * A cache call, bounded by `timeoutMs` when it answers with a promise: a cache of the
-   * platform's own that hangs (the Redis store has its own deadline) would otherwise hold the
-   * request for ever, since the dispatcher leaves this validator's deadlines to it. A call
-   * that answers synchronously (the in-memory cache) costs no timer.
+   * A cache's promise, bounded by `timeoutMs`: a cache of the platform's own that hangs (the
+   * Redis store has its own deadline) would otherwise hold the request for ever, since the
+   * dispatcher leaves this validator's deadlines to it.
    */
+  function bounded<T>(pending: Promise<T>): Promise<T> {
+    return withTimeout(pending, timeoutMs, 'the validation cache')
+  }
+
+  /** A cache call, {@link bounded} when it answers with a promise; a synchronous one (the in-memory cache) costs no timer. */
   function cacheCall<T>(call: () => T | Promise<T>): Promise<T> {
     const value = adoptThenable(call())
-    return value instanceof Promise ? withTimeout(value as Promise<T>, timeoutMs, 'the validation cache') : Promise.resolve(value as T)
+    return value instanceof Promise ? bounded(value as Promise<T>) : Promise.resolve(value as T)
   }
 
   function usable(value: unknown): CachedValidation | undefined {
