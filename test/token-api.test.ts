@@ -183,6 +183,20 @@ describe('dev deploy (reference platform)', () => {
     expect(await servedVersion('/v1')).toEqual(['1.2.0', '2.0.0'])
   })
 
+  it('reads its body as the token API does: a UTF-8 byte order mark is dropped, bytes that are not UTF-8 are 400 naming body (not U+FFFD)', async () => {
+    const send = (body: Uint8Array) => platform.fetch(new Request('http://api.localhost/dev/deploy', { method: 'POST', headers: { 'content-type': 'application/json' }, body }))
+    const utf8 = (text: string) => new Uint8Array(Buffer.from(text))
+    // A byte that is no UTF-8 inside the version's string: refused, not read as \ufffd.
+    const bad = new Uint8Array([...utf8('{"app":"weather","version":"1.2.0-'), 0xff, ...utf8('"}')])
+    const refused = await send(bad)
+    expect(refused.status).toBe(400)
+    expect(await json(refused)).toEqual({ error: 'invalid_request', field: 'body', message: 'body: is not valid UTF-8' })
+    expect(await servedVersion('/v1')).toEqual(['1.1.1', '2.0.0'])
+    const withMark = await send(new Uint8Array([0xef, 0xbb, 0xbf, ...utf8(JSON.stringify({ app: 'weather', version: '1.2.0' }))]))
+    expect(withMark.status).toBe(200)
+    expect(await servedVersion('/v1')).toEqual(['1.2.0', '2.0.0'])
+  })
+
   it('refuses what the versions rule refuses with 409, and names the wrong field with 400', async () => {
     for (const version of ['1.1.0', '1.1.1', 'one']) {
       const refused = await deploy({ app: 'weather', version })
@@ -325,13 +339,16 @@ describe('create (spec 2.1, 3)', () => {
     const long = 'x'.repeat(10_000)
     const edited = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { [long]: 1 } }), `${'x'.repeat(64)}…`)
     expect(edited.message).toBe(`${'x'.repeat(64)}…: is not a known field`)
-    // A pair astride the cut is left out whole, not halved into a lone surrogate.
-    const astride = `${'y'.repeat(63)}😀${'y'.repeat(100)}`
+    // Characters are code points: a surrogate pair is one, never halved into a lone surrogate.
+    const astral = `${'y'.repeat(63)}😀${'y'.repeat(100)}`
     const created = await expectFieldError(
-      await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expires_in_days: 30, [astride]: 1 } }),
-      `${'y'.repeat(63)}…`,
+      await call('POST', '', { session: alice, body: { name: 'CI', servers: ['app_weather'], expires_in_days: 30, [astral]: 1 } }),
+      `"${'y'.repeat(63)}😀…"`,
     )
-    expect(created.message).toBe(`${'y'.repeat(63)}…: is not a known field`)
+    expect(created.message).toBe(`"${'y'.repeat(63)}😀…": is not a known field`)
+    const emoji = '😀'.repeat(40)
+    const shown = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { [emoji]: 1 } }), `"${emoji}"`)
+    expect(shown.message).toBe(`"${emoji}": is not a known field`)
     // Exactly 64 characters: named whole.
     await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { ['z'.repeat(64)]: 1 } }), 'z'.repeat(64))
   })
@@ -353,6 +370,44 @@ describe('create (spec 2.1, 3)', () => {
     expect(asJwt.message).not.toContain(jwtPart)
     const plain = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, body: { allowed_ips: ['localhost'] } }), 'allowed_ips.0')
     expect(plain.message).toContain('("localhost")')
+  })
+
+  it('an unknown key holding a line break, a space or an invisible character is named in JSON quotes with escapes: an error body cannot forge a log line', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    for (const [key, shown] of [
+      ['a\r\nSet-Cookie: x=1', '"a\\r\\nSet-Cookie: x=1"'],
+      ['my field', '"my field"'],
+      ['', '""'],
+      ['name\u200b', '"name\\u200b"'],
+      ['x\u202ey\u2028z\u0085', '"x\\u202ey\\u2028z\\u0085"'],
+      ['caf\u00e9', '"caf\u00e9"'],
+    ]) {
+      const edited = await expectFieldError(await call('PATCH', `/${id}`, { session: alice, rawBody: `{${JSON.stringify(key)}:1}` }), shown!)
+      expect(edited.message).toBe(`${shown}: is not a known field`)
+      expect(edited.message).not.toMatch(/[\r\n\u0085\u2028\u200b\u202e]/)
+    }
+    // A lone surrogate is escaped too, so the body is well-formed Unicode a strict decoder takes.
+    const lone = await call('PATCH', `/${id}`, { session: alice, rawBody: '{"x\\ud800":1}' })
+    expect(lone.status).toBe(400)
+    const text = await lone.text()
+    expect(text).toContain('"x\\\\ud800\\"')
+    expect(JSON.parse(text).field).toBe('"x\\ud800"')
+  })
+
+  it('a missing field is named with the key sent in its place, spelt with other separators, in fullwidth letters or with an invisible character', async () => {
+    const alice = await signIn('user_alice')
+    for (const [key, shown] of [
+      ['expires_in_days\u200b', '"expires_in_days\\u200b"'],
+      ['expires-in-days', '"expires-in-days"'],
+      ['\uff45xpires_in_days', '"\uff45xpires_in_days"'],
+    ]) {
+      const created = await expectFieldError(
+        await call('POST', '', { session: alice, rawBody: JSON.stringify({ name: 'CI', servers: ['app_weather'], [key!]: 30 }) }),
+        'expires_in_days',
+      )
+      expect(created.message).toBe(`expires_in_days: is required (${shown} is not a known field)`)
+    }
   })
 
   it('a camelCase key (as the TypeScript service spells it) is refused under the name it was sent with, not blamed on the API\'s own name', async () => {
@@ -842,7 +897,8 @@ describe('rotate (spec 3, 4.3)', () => {
     const id = await seededId('user_alice', 'alice')
     const alice = await signIn('user_alice')
     const before = await json(await call('GET', `/${id}`, { session: alice }))
-    for (const rawBody of ['{"name":"renamed"}', '{bad json', '[]', '"x"']) {
+    // No-break and ideographic spaces are no JSON whitespace (RFC 8259 §2), though `trim()` takes them.
+    for (const rawBody of ['{"name":"renamed"}', '{bad json', '[]', '"x"', '{\u00a0}', '\u00a0{}\u3000', '{}\u2028', '\u00a0']) {
       await expectFieldError(await call('POST', `/${id}/rotate`, { bearer: token('alice'), rawBody }), 'body')
       await expectFieldError(await call('POST', `/${id}/rotate`, { session: alice, rawBody }), 'body')
     }
@@ -851,7 +907,10 @@ describe('rotate (spec 3, 4.3)', () => {
     const bySession = await call('POST', `/${id}/rotate`, { session: alice, rawBody: '{}' })
     expect(bySession.status).toBe(200)
     const rotated = await json(bySession)
-    expect((await call('POST', `/${id}/rotate`, { bearer: rotated.token, rawBody: ' { } ' })).status).toBe(200)
+    const again = await call('POST', `/${id}/rotate`, { bearer: rotated.token, rawBody: ' \t{\r\n} \n' })
+    expect(again.status).toBe(200)
+    // A UTF-8 byte order mark before it, as before a JSON body, is no content.
+    expect((await call('POST', `/${id}/rotate`, { bearer: (await json(again)).token, rawBody: '\ufeff{}' })).status).toBe(200)
   })
 
   it('only POST rotates', async () => {

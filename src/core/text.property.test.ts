@@ -3,8 +3,9 @@
  * `quoted`), property-based, against a reference written from text.ts's own statement of the
  * contract: a text looks secret when it holds a run of 20 or more ASCII letters and digits
  * with an upper-case letter, a lower-case letter and a digit all in that run; such a text is
- * never quoted, anything else is quoted as it is, cut to its first `max` UTF-16 units (a
- * surrogate pair kept whole) and `…` when longer.
+ * never quoted, anything else is quoted as it is, cut to its first `max` code points (a
+ * surrogate pair is one) and `…` when longer; in JSON quotes (`quoted`), it reads back as the
+ * text shown and holds no control, format or separator character, nor a lone surrogate.
  *
  * What the redaction is for: an API token pasted into the wrong field must not come back in
  * the 400's message (error bodies end up in logs). So the messages of the public functions
@@ -116,7 +117,7 @@ describe('looksSecret, quotable and quoted, property-based', () => {
     )
   })
 
-  it('what does not look secret is quoted as it is up to max, cut whole-pair at max with … past it; what does is never quoted', () => {
+  it('what does not look secret is quoted as it is up to max code points, cut at max with … past it; what does is never quoted', () => {
     fc.assert(
       fc.property(anyText, fc.integer({ min: 1, max: 100 }), (text, max) => {
         const shown = quotable(text, max)
@@ -125,26 +126,26 @@ describe('looksSecret, quotable and quoted, property-based', () => {
           expect(quoted(text, max)).toBe(NOT_SHOWN)
           return
         }
-        if (text.length <= max) expect(shown).toBe(text)
-        else {
-          // Cut at max, or one before when that would split a surrogate pair (or leave a high one at the end).
-          const end = isHighSurrogate(text.charCodeAt(max - 1)) ? max - 1 : max
-          expect(shown).toBe(`${text.slice(0, end)}…`)
-        }
-        // In JSON quotes, so spaces and control characters show.
-        expect(quoted(text, max)).toBe(JSON.stringify(shown))
+        // Code points, a lone surrogate counted as one as a pair is.
+        const points = Array.from(text)
+        expect(shown).toBe(points.length <= max ? text : `${points.slice(0, max).join('')}…`)
+        // In JSON quotes, so spaces show: it reads back as shown, and holds nothing a reader
+        // cannot see or a log line breaks on, nor a lone surrogate (a strict decoder's refusal).
+        const inQuotes = quoted(text, max)
+        expect(JSON.parse(inQuotes)).toBe(shown)
+        expect(inQuotes).not.toMatch(/[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Cs}]/u)
       }),
       { numRuns: 1000 },
     )
   })
 
-  it('a cut never holds more than max units of the text, nor half a pair the text had whole', () => {
+  it('a cut never holds more than max code points of the text, nor half a pair the text had whole', () => {
     fc.assert(
       fc.property(fc.string({ unit: fc.constantFrom('a', ' ', '\ud83d\ude00', '\u00e9'), minLength: 1, maxLength: 80 }), fc.integer({ min: 1, max: 80 }), (text, max) => {
         const shown = quotable(text, max)
         const kept = shown.endsWith('…') && text.length > max ? shown.slice(0, -1) : shown
         expect(text.startsWith(kept)).toBe(true)
-        expect(kept.length).toBeLessThanOrEqual(max)
+        expect(Array.from(kept).length).toBeLessThanOrEqual(max)
         // Here every surrogate is half of a pair: none left alone at the end of the cut.
         expect(isHighSurrogate(kept.charCodeAt(kept.length - 1))).toBe(false)
       }),
@@ -184,7 +185,7 @@ describe('messages that quote input never hold a pasted token, and quote the res
     )
   })
 
-  it('validateAllowlist: any other refused entry is named by index and quoted as it is (60 units at most)', () => {
+  it('validateAllowlist: any other refused entry is named by index and quoted as it is (60 code points at most)', () => {
     const entryText = fc.oneof(
       nearSecret,
       fc.string({ unit: fc.constantFrom('1', '0', '9', 'f', ':', '.', '/', '%', '[', ']', ' ', 'x', '"', '\\', '\n'), maxLength: 70 }),
@@ -197,9 +198,9 @@ describe('messages that quote input never hold a pasted token, and quote the res
         expect(problem.index).toBe(0)
         expect(problem.message.startsWith('entry 0 (')).toBe(true)
         if (looksSecretReference(entry)) expect(problem.message).toContain(`(${NOT_SHOWN})`)
-        else if (entry.length <= 60) expect(problem.message).toContain(`(${JSON.stringify(entry)})`)
+        else if (Array.from(entry).length <= 60) expect(problem.message).toContain(`(${JSON.stringify(entry)})`)
         // Longer: cut (a surrogate pair kept whole), never sent back whole.
-        else expect(problem.message).toContain(`(${JSON.stringify(`${entry.slice(0, isHighSurrogate(entry.charCodeAt(59)) ? 59 : 60)}…`)})`)
+        else expect(problem.message).toContain(`(${JSON.stringify(`${Array.from(entry).slice(0, 60).join('')}…`)})`)
       }),
       { numRuns: 1000 },
     )

@@ -38,20 +38,50 @@ export function looksSecret(text: string): boolean {
 export const NOT_SHOWN = '[not shown: it looks like a secret]'
 
 /**
- * `text` as an error message may quote it: its first `max` UTF-16 units (a surrogate pair kept
- * whole) and `…` when longer, so that a 16 KiB field name sent by a caller is not sent back
+ * `text` as an error message may quote it: its first `max` characters (code points: a surrogate
+ * pair is one) and `…` when longer, so that a 16 KiB field name sent by a caller is not sent back
  * whole; {@link NOT_SHOWN} when it {@link looksSecret}.
  */
 export function quotable(text: string, max = 64): string {
   if (looksSecret(text)) return NOT_SHOWN
   if (text.length <= max) return text
-  const last = text.charCodeAt(max - 1)
-  const end = last >= 0xd800 && last <= 0xdbff ? max - 1 : max
-  return `${text.slice(0, end)}…`
+  let end = 0
+  for (let count = 0; count < max && end < text.length; count++) {
+    const unit = text.charCodeAt(end)
+    const low = text.charCodeAt(end + 1)
+    end += unit >= 0xd800 && unit <= 0xdbff && low >= 0xdc00 && low <= 0xdfff ? 2 : 1
+  }
+  return end >= text.length ? text : `${text.slice(0, end)}…`
 }
 
-/** {@link quotable}, in JSON quotes (so spaces and control characters show), or {@link NOT_SHOWN}. */
+/**
+ * What `JSON.stringify` leaves as it is but a reader cannot see or a log line would break on:
+ * C1 controls and DEL, format characters (bidi marks and overrides, zero-width spaces) and the
+ * line and paragraph separators.
+ */
+const INVISIBLE = /[\p{Cc}\p{Cf}\p{Zl}\p{Zp}]/gu
+
+/** `\uXXXX` for each UTF-16 unit of `text`. */
+function escaped(text: string): string {
+  let out = ''
+  for (let i = 0; i < text.length; i++) out += `\\u${text.charCodeAt(i).toString(16).padStart(4, '0')}`
+  return out
+}
+
+/**
+ * {@link quotable}, in JSON quotes, so spaces show, and control, format and separator characters
+ * (and a lone surrogate) are written as `\uXXXX` escapes; or {@link NOT_SHOWN}.
+ */
 export function quoted(text: string, max = 64): string {
   const shown = quotable(text, max)
-  return shown === NOT_SHOWN ? shown : JSON.stringify(shown)
+  return shown === NOT_SHOWN ? shown : JSON.stringify(shown).replace(INVISIBLE, escaped)
+}
+
+/**
+ * `text` named in an error message: as {@link quotable} when it is all visible ASCII (a field
+ * name as sent, `expiresAt`), else as {@link quoted}, so that a name holding a line break, a
+ * space or an invisible character is seen for what it is, and cannot forge a log line.
+ */
+export function named(text: string, max = 64): string {
+  return /^[\x21-\x7e]+$/.test(text) ? quotable(text, max) : quoted(text, max)
 }

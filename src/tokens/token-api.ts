@@ -200,10 +200,13 @@ async function readJson(request: Request): Promise<unknown> {
   }
 }
 
-/** Rotation takes no body (spec 4.3): none, or `{}`; anything else would be silently ignored. */
+/**
+ * Rotation takes no body (spec 4.3): none, or `{}` with JSON's whitespace (space, tab, CR, LF;
+ * not `trim()`'s, which also takes a no-break space); anything else would be silently ignored.
+ */
 async function readNoBody(request: Request): Promise<void> {
-  const text = (await readText(request)).trim()
-  if (text === '' || /^\{\s*\}$/.test(text)) return
+  const text = await readText(request)
+  if (/^[ \t\r\n]*(?:\{[ \t\r\n]*\}[ \t\r\n]*)?$/.test(text)) return
   throw new InvalidInputError('body', 'must be empty: a rotation takes no parameters')
 }
 

@@ -18,7 +18,7 @@ import {
   checkApiTokenFormat,
 } from '../core/api-token.js'
 import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
-import { hasLoneSurrogate, quotable, quoted } from '../core/text.js'
+import { hasLoneSurrogate, named, quoted } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
@@ -514,16 +514,18 @@ export function parseInput<T>(schema: z.ZodType<T>, input: unknown, fieldNames: 
   if (issue.code === 'unrecognized_keys') {
     const key = issue.keys[0]!
     // Named as sent, up to 64 characters (a caller's key can be as long as the body), unless it
-    // looks like a secret (`quotable`).
-    throw new InvalidInputError(quotable(renamed(fieldNames, key)), 'is not a known field')
+    // looks like a secret; in JSON quotes, with escapes, unless it is all visible ASCII (`named`):
+    // a key holding a line break must not forge a line in the log an error body ends up in.
+    throw new InvalidInputError(named(renamed(fieldNames, key)), 'is not a known field')
   }
   const path = issue.path.map((p) => (typeof p === 'string' ? renamed(fieldNames, p) : String(p))).join('.')
   // A field that is not there at all: say so, not what type it should have had.
   const missing = issue.code === 'invalid_type' && issue.path.length > 0 && valueAt(input, issue.path) === undefined
   if (!missing) throw new InvalidInputError(path || 'body', issue.message)
   // A key it does not know, spelled as the field in another case (`expiresInDays` sent to the
-  // HTTP API, whose field is `expires_in_days`), is the field meant: named too.
-  const spelling = (key: string) => key.replaceAll('_', '').toLowerCase()
+  // HTTP API, whose field is `expires_in_days`), with other separators, in fullwidth letters or
+  // with an invisible character in it (a zero-width space), is the field meant: named too.
+  const spelling = (key: string) => key.normalize('NFKC').replace(/[^\p{L}\p{N}]/gu, '').toLowerCase()
   const field = spelling(String(issue.path.at(-1)))
   const meant = result.error.issues.flatMap((i) => (i.code === 'unrecognized_keys' ? i.keys : [])).find((key) => spelling(key) === field)
   throw new InvalidInputError(path, meant === undefined ? 'is required' : `is required (${quoted(renamed(fieldNames, meant))} is not a known field)`)
