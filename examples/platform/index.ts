@@ -107,7 +107,11 @@ function csrfMatches(header: string | null, expected: string): boolean {
   return given.length === wanted.length && timingSafeEqual(given, wanted)
 }
 
-/** A request body as text, read only up to `maxBytes`: `null` once it is larger, never held whole. */
+/**
+ * A request body as text, read only up to `maxBytes`: `null` once it is larger, never held whole.
+ * As the token API reads its bodies: a UTF-8 byte order mark is dropped, and bytes that are not
+ * UTF-8 reject (a `TypeError` from the decoder) rather than become U+FFFD.
+ */
 async function readUpTo(request: Request, maxBytes: number): Promise<string | null> {
   if (Number(request.headers.get('content-length') ?? 0) > maxBytes) return null
   if (!request.body) return ''
@@ -116,7 +120,7 @@ async function readUpTo(request: Request, maxBytes: number): Promise<string | nu
   let size = 0
   for (;;) {
     const { done, value } = await reader.read()
-    if (done) return Buffer.concat(chunks).toString('utf8')
+    if (done) return new TextDecoder('utf-8', { fatal: true }).decode(Buffer.concat(chunks))
     size += value.byteLength
     if (size > maxBytes) {
       reader.cancel().catch(() => {})
@@ -562,7 +566,13 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (codings.some((coding) => coding !== '' && coding !== 'identity')) {
       return devFieldError('content-encoding', 'is not supported: send the body uncompressed (no Content-Encoding, or identity)')
     }
-    const text = await readUpTo(request, MAX_DEV_BODY_BYTES)
+    let text: string | null
+    try {
+      text = await readUpTo(request, MAX_DEV_BODY_BYTES)
+    } catch (error) {
+      if (error instanceof TypeError && (error as { code?: unknown }).code === 'ERR_ENCODING_INVALID_ENCODED_DATA') return devFieldError('body', 'is not valid UTF-8')
+      throw error
+    }
     if (text === null) return devFieldError('body', `must be at most ${MAX_DEV_BODY_BYTES} bytes`)
     let body: unknown
     try {
