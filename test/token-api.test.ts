@@ -184,7 +184,7 @@ describe('dev deploy (reference platform)', () => {
   })
 
   it('reads its body as the token API does: a UTF-8 byte order mark is dropped, bytes that are not UTF-8 are 400 naming body (not U+FFFD)', async () => {
-    const send = (body: Uint8Array) => platform.fetch(new Request('http://api.localhost/dev/deploy', { method: 'POST', headers: { 'content-type': 'application/json' }, body }))
+    const send = (body: Uint8Array<ArrayBuffer>) => platform.fetch(new Request('http://api.localhost/dev/deploy', { method: 'POST', headers: { 'content-type': 'application/json' }, body }))
     const utf8 = (text: string) => new Uint8Array(Buffer.from(text))
     // A byte that is no UTF-8 inside the version's string: refused, not read as \ufffd.
     const bad = new Uint8Array([...utf8('{"app":"weather","version":"1.2.0-'), 0xff, ...utf8('"}')])

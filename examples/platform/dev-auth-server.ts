@@ -31,6 +31,7 @@ import type { AddressInfo } from 'node:net'
 import { exportJWK, generateKeyPair } from 'jose'
 import { DEFAULT_SCOPES_SUPPORTED } from 'mcp-dispatch'
 import Provider, { type Adapter, type AdapterPayload, type ClientRef } from 'oidc-provider'
+import { parseUrl } from '../shared/url.js'
 
 /** Options of {@link startDevAuthServer}. */
 export interface DevAuthServerOptions {
@@ -271,7 +272,7 @@ export async function startDevAuthServer(options: DevAuthServerOptions): Promise
     clientBasedCORS: (ctx: { oidc: { route: string } }, origin: string, client: ClientRef) =>
       origin !== 'null' &&
       (ctx.oidc.route === 'userinfo' || client.clientAuthMethod === 'none') &&
-      client.redirectUris.some((uri) => URL.canParse(uri) && new URL(uri).origin === origin),
+      client.redirectUris.some((uri) => parseUrl(uri)?.origin === origin),
     clockTolerance: 0,
     cookies: { keys: [randomBytes(32).toString('base64url')] },
     jwks: { keys: [signingKey] },
@@ -421,8 +422,9 @@ function withoutSession(req: IncomingMessage, res: ServerResponse): void {
 
 /** A page served from this machine: `localhost`, `*.localhost`, `127.0.0.1` or `[::1]`, any port. */
 function isLoopbackOrigin(origin: string): boolean {
-  if (!URL.canParse(origin)) return false
-  const { protocol, hostname } = new URL(origin)
+  const url = parseUrl(origin)
+  if (url === undefined) return false
+  const { protocol, hostname } = url
   if (protocol !== 'http:' && protocol !== 'https:') return false
   return hostname === 'localhost' || hostname.endsWith('.localhost') || hostname === '127.0.0.1' || hostname === '[::1]'
 }

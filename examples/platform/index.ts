@@ -48,6 +48,7 @@ import { type WebRequestInfo, mcpDispatch, toResponse } from 'mcp-dispatch/web'
 import { z } from 'zod'
 import { type McpAppHandler, buildAppServer, buildModernAppServer, createMcpAppHandler, sweepPeriod } from './mcp-app.js'
 import { APP_SLUG, RESERVED_SLUG } from './slug.js'
+import { parseUrl } from '../shared/url.js'
 
 /**
  * An upstream of a proxied version: an http(s) URL without user info, as the proxy handler
@@ -56,8 +57,8 @@ import { APP_SLUG, RESERVED_SLUG } from './slug.js'
 const upstreamUrl = z
   .string()
   .url()
-  .refine((url) => URL.canParse(url) && /^https?:$/.test(new URL(url).protocol), 'must be an http(s) URL')
-  .refine((url) => !URL.canParse(url) || (!new URL(url).username && !new URL(url).password), 'must not carry credentials (user info)')
+  .refine((url) => /^https?:$/.test(parseUrl(url)?.protocol ?? ''), 'must be an http(s) URL')
+  .refine((url) => !parseUrl(url)?.username && !parseUrl(url)?.password, 'must not carry credentials (user info)')
 const versionEntry = z.union([z.string(), z.object({ version: z.string(), upstream: upstreamUrl }).strict()])
 // Strict objects: a misspelt key (`allowedIPs`, `rateLimit`) is an error, never a silently
 // missing allowlist or limit.
@@ -684,8 +685,8 @@ function continueNow(outgoing: unknown): void {
  * rebound here would fail its TLS handshake, so hosted browser clients keep working.
  */
 function isLocalOrigin(origin: string, domain: string): boolean {
-  if (!URL.canParse(origin)) return false
-  const url = new URL(origin)
+  const url = parseUrl(origin)
+  if (url === undefined) return false
   // An origin exactly as browsers serialize it (RFC 6454): lower case, no default port, path,
   // user info, or non-ASCII name.
   if (url.origin !== origin) return false

@@ -1,6 +1,8 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { absoluteForm } from './node-http.js'
 import { canonicalHost } from './shared.js'
+import { parseUrl } from '../core/url.js'
 
 const RUNS = { numRuns: 2_000 }
 
@@ -72,11 +74,92 @@ describe('canonicalHost (the Host check of every adapter)', () => {
     // URL Standard's ASCII fast path (whatwg/url#914, as browsers), which keeps an ASCII name
     // without decoding it. The Web adapter sees what the parser made of it, so the Node
     // adapters must too: refused (400) on the one, a name like any other (no such App: 404) on the other.
-    const keepsAsciiLabels = URL.canParse('http://xn--a.com/')
+    const keepsAsciiLabels = parseUrl('http://xn--a.com/') !== undefined
     for (const host of ['weather.xn--a.com', 'xn--', 'xn--a-ecp.ru']) {
       expect(canonicalHost(host, 'http'), host).toBe(keepsAsciiLabels ? host : undefined)
       expect(canonicalHost(host, 'http'), host).toBe(parserHost(host))
     }
     expect(canonicalHost('XN--A.localhost', 'http')).toBe(keepsAsciiLabels ? 'xn--a.localhost' : undefined)
+  })
+})
+
+/**
+ * `absoluteForm`: an absolute-form request target (RFC 9112 section 3.2.2, `POST http://host/v1?x`)
+ * read as its scheme, its host (the Host field is then ignored) and the rest as an origin-form
+ * target; `undefined` for an origin-form target and for a target of another scheme. The target
+ * comes from the request line, whoever sends it: any string.
+ */
+describe('absoluteForm (absolute-form request targets), property-based', () => {
+  const RUNS = { numRuns: 2_000 }
+  const targetChar = fc.oneof(
+    { weight: 6, arbitrary: fc.constantFrom(...'hHtTpPsS:/?#@.%[]\\ab1'.split(''), 'http://', 'HTTPS://', 'https:', 'ftp://', 'ws://', '//', '://') },
+    { weight: 1, arbitrary: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)) },
+  )
+  const anyTarget = fc.oneof(
+    fc.string({ unit: targetChar, maxLength: 24 }),
+    fc.tuple(fc.constantFrom('http://', 'https://', 'HtTp://', 'HTTPS://', '/', 'ftp://', 'httpx://', 'http:/', 'https:', ' http://'), fc.string({ unit: targetChar, maxLength: 20 })).map(([a, b]) => a + b),
+  )
+
+  it('defined exactly for targets that begin with http:// or https:// (any case); origin-form targets and other schemes are undefined', () => {
+    fc.assert(
+      fc.property(anyTarget, (url) => {
+        const absolute = absoluteForm(url)
+        expect(absolute !== undefined).toBe(/^https?:\/\//i.test(url))
+        if (url.startsWith('/')) expect(absolute).toBeUndefined()
+      }),
+      RUNS,
+    )
+  })
+
+  it('any target: scheme (lower case), host and rest put back together are the target; the host holds no / ? #; the target is origin-form', () => {
+    fc.assert(
+      fc.property(anyTarget, (url) => {
+        const absolute = absoluteForm(url)
+        if (absolute === undefined) return
+        const { scheme, host, target } = absolute
+        expect(url.slice(0, scheme.length).toLowerCase()).toBe(scheme)
+        expect(url.slice(scheme.length, scheme.length + 3)).toBe('://')
+        expect(url.slice(scheme.length + 3, scheme.length + 3 + host.length)).toBe(host)
+        expect(host).not.toMatch(/[/?#]/)
+        const rest = url.slice(scheme.length + 3 + host.length)
+        // What follows the host is the path, or the query or fragment of an empty path.
+        expect(rest === '' || /^[/?#]/.test(rest)).toBe(true)
+        expect(target).toBe(rest.startsWith('/') ? rest : `/${rest}`)
+        expect(target.startsWith('/')).toBe(true)
+        // Read again, what the adapter builds from it (`${scheme}://${host}${target}`) gives the same parts.
+        expect(absoluteForm(`${scheme}://${host}${target}`)).toEqual(absolute)
+      }),
+      RUNS,
+    )
+  })
+
+  it('on well-formed http(s) URLs, agrees with the WHATWG URL parser: scheme, host, and the URL rebuilt from the parts', () => {
+    const name = fc.oneof(
+      fc.stringMatching(/^[A-Za-z0-9](?:[A-Za-z0-9-]{0,6}[A-Za-z0-9])?(?:\.[A-Za-z]{1,6}){1,2}$/).filter((n) => !/(?:^|\.)xn--/i.test(n)),
+      fc.ipV4(),
+      // IPv6 as the parser writes it (canonicalHost refuses a literal it would rewrite, `[::0:0]`).
+      fc.ipV6().map((a) => new URL(`http://[${a}]`).hostname),
+      fc.constant('localhost'),
+    )
+    const port = fc.option(fc.integer({ min: 1, max: 65535 }).map((p) => `:${p}`), { nil: '' })
+    const pchar = fc.constantFrom('a', 'Z', '0', '-', '.', '_', '~', '%41', '%2F', ':', '@', '!', '$', '&', "'", '(', ')', '*', '+', ',', ';', '=')
+    const path = fc.array(fc.string({ unit: pchar, maxLength: 5 }), { maxLength: 3 }).map((segments) => segments.map((s) => `/${s}`).join(''))
+    const queryish = fc.string({ unit: fc.oneof(pchar, fc.constantFrom('/', '?')), maxLength: 6 })
+    const url = fc
+      .tuple(fc.constantFrom('http', 'https', 'HTTP', 'Https'), name, port, path, fc.option(queryish, { nil: undefined }), fc.option(queryish, { nil: undefined }))
+      .map(([scheme, host, p, pathname, query, fragment]) => `${scheme}://${host}${p}${pathname}${query === undefined ? '' : `?${query}`}${fragment === undefined ? '' : `#${fragment}`}`)
+    fc.assert(
+      fc.property(url, (target) => {
+        const parsed = new URL(target)
+        const absolute = absoluteForm(target)!
+        expect(absolute).toBeDefined()
+        expect(`${absolute.scheme}:`).toBe(parsed.protocol)
+        expect(canonicalHost(absolute.host, absolute.scheme)).toBe(parsed.host)
+        expect(new URL(`${absolute.scheme}://${absolute.host}${absolute.target}`).href).toBe(parsed.href)
+        // The origin-form target is the URL's path and query (and fragment) as sent.
+        expect(new URL(`http://x.invalid${absolute.target}`).pathname).toBe(parsed.pathname)
+      }),
+      RUNS,
+    )
   })
 })

@@ -127,8 +127,9 @@ export function requestProtocol(req: IncomingMessage, framework: unknown): 'http
  * the rest as an origin-form target (`/v1?x`); `undefined` for an origin-form target, and for a
  * target of another scheme (`ftp://host/v1`), which is no path of an App (404), as Web runtimes
  * build no `Request` of it.
+ * @internal
  */
-function absoluteForm(url: string): { scheme: 'http' | 'https'; host: string; target: string } | undefined {
+export function absoluteForm(url: string): { scheme: 'http' | 'https'; host: string; target: string } | undefined {
   if (url.charCodeAt(0) === 47 /* / */) return undefined
   // The pattern matches `http` or `https` alone, in any case.
   const scheme = ABSOLUTE_FORM.exec(url)?.[1]?.toLowerCase() as 'http' | 'https' | undefined

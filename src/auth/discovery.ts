@@ -5,6 +5,7 @@
  */
 
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
+import { parseUrl } from '../core/url.js'
 
 /** The fields of an authorization server's metadata that validation uses. */
 export interface AuthorizationServerMetadata {
@@ -94,7 +95,7 @@ export function checkAuthorizationServerMetadata(
 
 /** Whether `url` is an absolute http(s) URL (an issuer is one, RFC 8414 section 2). @internal */
 export function isHttpUrl(url: unknown): url is string {
-  return typeof url === 'string' && /^https?:\/\//i.test(url) && URL.canParse(url)
+  return typeof url === 'string' && /^https?:\/\//i.test(url) && parseUrl(url) !== undefined
 }
 
 /**

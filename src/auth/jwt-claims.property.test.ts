@@ -4,7 +4,8 @@
  */
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { audienceList, audienceMatches, checkAccessTokenClaims, peekJwtClaims } from './jwt-claims.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
+import { parseUrl } from '../core/url.js'
 
 const b64url = (value: unknown) => Buffer.from(JSON.stringify(value)).toString('base64url')
 
@@ -59,7 +60,7 @@ describe('audienceMatches', () => {
     )
     fc.assert(
       fc.property(unparsable, fc.constantFrom('https://app.example', 'https://app.example/v1', 'http://127.0.0.1:8787'), (aud, expected) => {
-        if (URL.canParse(aud)) return
+        if (parseUrl(aud) !== undefined) return
         expect(audienceMatches([aud], [expected])).toBe(false)
         expect(audienceMatches([expected, aud], [expected])).toBe(true)
         expect(checkAccessTokenClaims({ aud }, { issuer: 'https://auth.example.com', requireIssuer: false, now: Date.now(), clockToleranceMs: 0, audience: [expected] })).toBe('audience mismatch')
@@ -159,6 +160,82 @@ describe('checkAccessTokenClaims', () => {
         const aud = audienceList(bad) === undefined ? bad : undefined
         expect(checkAccessTokenClaims({ aud: aud as string }, { ...expect_, audience: ['https://app.example'] })).toBe('audience mismatch')
       }),
+    )
+  })
+})
+
+/**
+ * `issuedSince`: whether a token naming a key the set in hand lacks may have been signed with a
+ * key published since the set was fetched (then the set is fetched again). `iat` is whole
+ * seconds (the token's instant rounded down), `at` epoch ms, `toleranceMs` the clock skew allowed.
+ */
+describe('issuedSince', () => {
+  const RUNS = { numRuns: 2000 }
+  // Epoch ms from 1970 to 2100; tolerances up to an hour.
+  const at = fc.integer({ min: 0, max: 4_102_444_800_000 })
+  const tolerance = fc.integer({ min: 0, max: 3_600_000 })
+
+  it('never false for a token issued at or after `at` (to the ms): its iat is that instant rounded down to the second', () => {
+    fc.assert(
+      fc.property(at, fc.nat(86_400_000), tolerance, (fetchedAt, delta, tol) => {
+        const issued = fetchedAt + delta
+        expect(issuedSince(Math.floor(issued / 1000), fetchedAt, tol)).toBe(true)
+      }),
+      RUNS,
+    )
+  })
+
+  it('never false for a token issued up to toleranceMs before `at` (an issuer clock behind ours)', () => {
+    fc.assert(
+      fc.property(at, tolerance, fc.nat(3_600_000), (fetchedAt, tol, back) => {
+        fc.pre(back <= tol)
+        expect(issuedSince(Math.floor((fetchedAt - back) / 1000), fetchedAt, tol)).toBe(true)
+      }),
+      RUNS,
+    )
+  })
+
+  it('agrees with the model: some instant of the second iat, moved by at most toleranceMs, is at or after `at`', () => {
+    // The second `iat` holds the instants [iat*1000, iat*1000 + 999] (whole ms); the latest, with
+    // the skew allowed, is iat*1000 + 999 + toleranceMs.
+    fc.assert(
+      fc.property(fc.integer({ min: -1_000_000, max: 4_200_000_000 }), at, tolerance, (iat, fetchedAt, tol) => {
+        expect(issuedSince(iat, fetchedAt, tol)).toBe(iat * 1000 + 999 + tol >= fetchedAt)
+      }),
+      RUNS,
+    )
+  })
+
+  it('monotone: a later iat, a larger tolerance or an earlier `at` never turns true into false', () => {
+    const iatArb = fc.oneof(fc.integer({ min: 0, max: 4_200_000_000 }), fc.double({ min: 0, max: 4.2e9, noNaN: true }))
+    fc.assert(
+      fc.property(iatArb, fc.nat(100_000), at, fc.nat(10_000_000), tolerance, fc.nat(3_600_000), (iat, later, fetchedAt, earlier, tol, more) => {
+        if (!issuedSince(iat, fetchedAt, tol)) return
+        expect(issuedSince(iat + later, fetchedAt, tol)).toBe(true)
+        expect(issuedSince(iat, fetchedAt, tol + more)).toBe(true)
+        expect(issuedSince(iat, fetchedAt - earlier, tol)).toBe(true)
+      }),
+      RUNS,
+    )
+  })
+
+  it('false without a numeric iat (absent, a string of digits, null, an object, NaN): never a refetch for a claim that is not a NumericDate', () => {
+    const notNumber = fc.oneof(
+      fc.constant(undefined),
+      fc.constant(null),
+      fc.integer().map(String),
+      fc.string(),
+      fc.boolean(),
+      fc.bigInt(),
+      fc.array(fc.integer(), { maxLength: 2 }),
+      fc.object(),
+      fc.constant(Number.NaN),
+    )
+    fc.assert(
+      fc.property(notNumber, at, tolerance, (iat, fetchedAt, tol) => {
+        expect(issuedSince(iat, fetchedAt, tol)).toBe(false)
+      }),
+      RUNS,
     )
   })
 })

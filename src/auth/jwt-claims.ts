@@ -6,6 +6,7 @@
  * @module
  */
 import { decodeJwt, type JWTPayload } from 'jose'
+import { parseUrl } from '../core/url.js'
 
 const COMPACT_JWS = /^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*$/
 
@@ -52,8 +53,8 @@ export function issuedSince(iat: unknown, at: number, toleranceMs: number): bool
  * ```
  */
 export function normalizeResource(value: string): string {
-  if (/^https?:\/\//i.test(value) && URL.canParse(value)) return new URL(value).href
-  return value
+  const url = /^https?:\/\//i.test(value) ? parseUrl(value) : undefined
+  return url === undefined ? value : url.href
 }
 
 /**
@@ -93,9 +94,10 @@ export function audienceMatches(actual: readonly string[], expected: readonly st
 function isPathInside(candidate: string, base: string): boolean {
   // An `aud` is the token's to say, before any signature is checked: one that looks like a URL
   // and is none (`https://[::1`) names no resource, and must refuse the token, not throw.
-  if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate) || !URL.canParse(candidate) || !URL.canParse(base)) return false
-  const c = new URL(candidate)
-  const b = new URL(base)
+  if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate)) return false
+  const c = parseUrl(candidate)
+  const b = parseUrl(base)
+  if (c === undefined || b === undefined) return false
   // An origin leaves out userinfo: `https://u@app.example.com` has the App's origin, but it is
   // no address of the App (a resource indicator has none), so it names something else.
   if (c.username || c.password) return false

@@ -422,8 +422,9 @@ function isServerError(status: number): boolean {
 /**
  * Milliseconds of a `Retry-After` value (delta-seconds or an HTTP date, RFC 9110 section
  * 10.2.3), at most an hour; `undefined` when absent or not one of those.
+ * @internal
  */
-function retryAfterMs(value: string | null, at: number): number | undefined {
+export function retryAfterMs(value: string | null, at: number): number | undefined {
   if (value === null) return undefined
   const text = value.trim()
   const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - at

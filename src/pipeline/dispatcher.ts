@@ -388,8 +388,9 @@ function originCheck(
  * (`https://App.Example:443/` is `https://app.example`); one with a path, query, fragment or
  * credentials, or `*`, could never match and is refused. Other schemes
  * (`chrome-extension://…`) and `null` are kept as written.
+ * @internal
  */
-function originEntry(entry: string, option: string): string {
+export function originEntry(entry: string, option: string): string {
   if (entry === '*') throw new ConfigurationError(option, 'cannot be "*": leave allowedOrigins out to allow every origin')
   if (entry === 'null') return entry
   let url: URL

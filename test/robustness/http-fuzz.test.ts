@@ -42,6 +42,7 @@ import {
   send,
   startAuthorizationServer,
 } from './support.js'
+import { parseUrl } from '../../src/core/url.js'
 
 const SEED = Number(process.env.FUZZ_SEED ?? 20_251_121)
 const CASES = Number(process.env.FUZZ_CASES ?? 3000)
@@ -549,7 +550,7 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
     if (typeof version !== 'string' || !app.live.includes(version)) return `X-MCP-Version ${String(version)}`
     // The version the URL asks for (no session reaches the handler here: random ids are refused),
     // as written, or as a WHATWG URL normalizes it (`/v1/../v2` is `/v2` to the Web adapter's runtime).
-    const normalized = URL.canParse(request.path, 'http://fuzz.localhost') ? new URL(request.path, 'http://fuzz.localhost').pathname : ''
+    const normalized = parseUrl(request.path, 'http://fuzz.localhost')?.pathname ?? ''
     const wanted = [request.path.split(/[?#]/, 1)[0]!, normalized].map((path) => {
       const selector = parseVersionPath(path)
       return selector && resolveVersion(app.index, selector)
@@ -572,7 +573,7 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
     const doc = JSON.parse(body.toString()) as { resource?: unknown }
     // The App's one metadata document, at its one path (as written, or as a WHATWG URL
     // normalizes it on the Web adapter's runtime); never a path-suffixed variant.
-    const paths = [request.path.split(/[?#]/, 1)[0], URL.canParse(request.path, 'http://fuzz.localhost') && new URL(request.path, 'http://fuzz.localhost').pathname]
+    const paths = [request.path.split(/[?#]/, 1)[0], parseUrl(request.path, 'http://fuzz.localhost')?.pathname]
     if (!paths.includes('/.well-known/oauth-protected-resource')) return `200 at ${request.path}, neither handler nor metadata`
     return typeof doc.resource === 'string' && !new URL(doc.resource).pathname.slice(1) ? undefined : `metadata resource ${String(doc.resource)}`
   }

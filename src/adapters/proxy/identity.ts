@@ -22,6 +22,7 @@ import {
   importJWK,
 } from 'jose'
 import { isFieldName } from '../../core/cors.js'
+import { parseUrl } from '../../core/url.js'
 import { checkAccessTokenClaims, issuedSince, peekJwtClaims } from '../../auth/jwt-claims.js'
 import { jwtVerifyWithKeySet } from '../../auth/jwt-verify.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
@@ -1032,8 +1033,8 @@ export function createIdentityVerifier(options: IdentityVerifierOptions): Identi
   let keys: JWTVerifyGetKey
   const source = options.jwks
   if (typeof source === 'string' || source instanceof URL) {
-    if (!URL.canParse(String(source))) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
-    const url = new URL(String(source))
+    const url = parseUrl(String(source))
+    if (url === undefined) throw new ConfigurationError('jwks', 'must be a URL or a JWKS document')
     if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigurationError('jwks', 'must be an http(s) URL')
     // Not quoted: fetch refuses such a URL on every call, and its error, quoting it, would
     // put the password in every log line of the App's failures.
