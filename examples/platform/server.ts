@@ -191,11 +191,19 @@ function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
 // The answers still being written on each connection: a CONNECT pipelined behind a request
 // waits for them, so its 405 is never read as that request's answer.
 const answering = new WeakMap<Duplex, Set<ServerResponse>>()
+// The answers being written to requests other than GET (a tool call, a token API call): a stop
+// lets them finish (see `stop`). A GET on an MCP path is a session's stream, which lasts until
+// the session closes, and a client resumes it elsewhere.
+const inFlight = new Set<ServerResponse>()
 const serve = (req: IncomingMessage, res: ServerResponse) => {
   let open = answering.get(req.socket)
   if (open === undefined) answering.set(req.socket, (open = new Set()))
   open.add(res)
-  res.once('close', () => open.delete(res))
+  if (req.method !== 'GET') inFlight.add(res)
+  res.once('close', () => {
+    open.delete(res)
+    inFlight.delete(res)
+  })
   if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
     const reply = invalidHostReply()
     res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
@@ -321,9 +329,30 @@ if (seed.apps.length > 0) {
   })
 }
 
+/** How long a stop lets the answers in flight finish before it closes their connections. */
+const DRAIN_MS = 10_000
+
+/**
+ * SIGTERM or SIGINT: no new connections (and idle kept-alive ones closed), then the answers in
+ * flight to requests other than GET finish, for up to {@link DRAIN_MS}, each on a connection
+ * that closes after it (`Connection: close`): a client whose tool call was cut cannot tell
+ * whether it ran. Then the sessions close (their GET streams end), and the process exits 0. A
+ * second signal while it drains changes nothing.
+ */
+let stopping = false
 const stop = () => {
+  if (stopping) return
+  stopping = true
   server.close()
-  void Promise.all([platform.close(), devAuth?.close()]).finally(() => process.exit(0))
+  for (const res of inFlight) if (!res.headersSent) res.setHeader('connection', 'close')
+  const drained = Promise.all([...inFlight].map((res) => once(res, 'close').catch(() => {})))
+  const deadline = new Promise<void>((resolve) => setTimeout(resolve, DRAIN_MS).unref())
+  void Promise.race([drained, deadline])
+    .then(() => Promise.allSettled([platform.close(), devAuth?.close()]))
+    .finally(() => {
+      server.closeAllConnections()
+      process.exit(0)
+    })
 }
 process.on('SIGINT', stop)
 process.on('SIGTERM', stop)

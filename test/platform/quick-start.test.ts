@@ -6,6 +6,7 @@
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { mkdtempSync, writeFileSync } from 'node:fs'
+import { createServer as createHttpServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { type AddressInfo, connect, createServer } from 'node:net'
@@ -350,6 +351,79 @@ describe('npm start (README quick start)', () => {
       }
     }
   }, 120_000)
+
+  it('a stop lets a tool call in flight finish (its answer says Connection: close), takes no new connection meanwhile, then exits 0', async () => {
+    // An App version proxied to an upstream that holds its answer until the test releases it.
+    let arrived!: () => void
+    const arrival = new Promise<void>((resolve) => (arrived = resolve))
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    const upstream = createHttpServer((req, res) => {
+      let body = ''
+      req.on('data', (chunk: Buffer) => (body += chunk.toString()))
+      req.on('end', () => {
+        arrived()
+        void released.then(() => {
+          const { id } = JSON.parse(body) as { id: number }
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: { tools: [{ name: 'slow', inputSchema: { type: 'object' } }] } }))
+        })
+      })
+    })
+    upstream.listen(0, '127.0.0.1')
+    await once(upstream, 'listening')
+    const upstreamPort = (upstream.address() as AddressInfo).port
+    const child = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+    let printed = ''
+    try {
+      const listening = await new Promise<number>((resolve, reject) => {
+        const timer = setTimeout(() => reject(new Error(`npm start: not ready within 30 s:\n${printed}`)), 30_000)
+        const read = (chunk: Buffer) => {
+          printed += chunk.toString()
+          const found = /reference platform on http:\/\/127\.0\.0\.1:(\d+)/.exec(printed)
+          if (found && /^curl .*$/m.test(printed)) {
+            clearTimeout(timer)
+            resolve(Number(found[1]))
+          }
+        }
+        child.stdout!.on('data', read)
+        child.stderr!.on('data', read)
+      })
+      const post = (host: string, path: string, payload: unknown, headers: Record<string, string> = {}) =>
+        rawRequest(listening, { host, path, headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers }, body: JSON.stringify(payload) })
+      const deployed = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '2.0.0', upstream: `http://127.0.0.1:${upstreamPort}/mcp` })
+      expect(deployed.status).toBe(200)
+      const notesToken = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(printed)![1]!
+      const call = post('notes.localhost', '/v2', { jsonrpc: '2.0', id: 7, method: 'tools/list' }, { authorization: `Bearer ${notesToken}` })
+      await arrival
+      const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
+      process.kill(child.pid!, 'SIGTERM') // npm's own process, as a container runtime stops it
+      // No new connection while the call is in flight.
+      const accepts = () =>
+        new Promise<boolean>((resolve) => {
+          const socket = connect(listening, '127.0.0.1')
+          socket.once('connect', () => (socket.destroy(), resolve(true)))
+          socket.once('error', () => resolve(false))
+        })
+      await expect.poll(accepts, { timeout: 10_000, interval: 50 }).toBe(false)
+      // A second signal (an impatient Ctrl-C, a supervisor repeating itself) changes nothing.
+      process.kill(child.pid!, 'SIGINT')
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      expect(child.exitCode).toBeNull()
+      release()
+      const answer = await call
+      expect([answer.status, answer.headers['x-mcp-version'], answer.headers.connection]).toEqual([200, '2.0.0', 'close'])
+      expect(JSON.parse(answer.body)).toEqual({ jsonrpc: '2.0', id: 7, result: { tools: [{ name: 'slow', inputSchema: { type: 'object' } }] } })
+      expect(await exited).toEqual([0, null])
+    } finally {
+      release()
+      upstream.close()
+      try {
+        process.kill(-child.pid!, 'SIGKILL')
+      } catch {
+        // already gone
+      }
+    }
+  }, 60_000)
 
   it('Expect: 100-continue: answers a refused upload before inviting its body, and invites the token API\'s at once', async () => {
     /** Writes a request head that waits for 100 Continue; answers what came within 1.5 s. */
