@@ -514,6 +514,15 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
   })
 
   describe('invalidation bus', () => {
+    it('ready() resolves while the bus is open, and rejects naming it once closed: a closed bus delivers nothing', async () => {
+      const bus = createRedisInvalidationBus({ client: redis.client, prefix: redis.prefix() })
+      await bus.ready(5_000)
+      await bus.ready(5_000)
+      await bus.close()
+      await expect(bus.ready(5_000)).rejects.toThrow(`Redis invalidation bus on ${bus.channel} is closed`)
+      expect(bus.listening).toBe(false)
+    })
+
     it('carries a message from one instance to the others, and to the sender once', async () => {
       const prefix = redis.prefix()
       const a = createRedisInvalidationBus({ client: redis.client, prefix })
@@ -1593,6 +1602,17 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(/PUBLISH not sent: the Redis connection is not ready/)
       expect(seen).toEqual([{ kind: 'token', tokenHash: 'h' }])
       await bus.close()
+      client.disconnect()
+    })
+
+    it('ready() on a bus closed while it waits, or after, rejects at once naming the channel (regression: it waited out its deadline, the process held by nothing that could come)', async () => {
+      const client = await redis.connectUnreachable()
+      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), timeoutMs: 50 })
+      // A deadline far past the test's own: only the close can end the wait in time.
+      const waiting = bus.ready(600_000)
+      await bus.close()
+      await expect(waiting).rejects.toThrow(`Redis invalidation bus on ${bus.channel} is closed`)
+      await expect(bus.ready(600_000)).rejects.toThrow(/is closed/)
       client.disconnect()
     })
   })

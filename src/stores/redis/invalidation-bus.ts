@@ -68,6 +68,8 @@ export interface RedisInvalidationBus extends InvalidationBus {
   /**
    * Resolves once Redis confirmed the subscription (messages published before it are not
    * received); rejects after `timeoutMs` (the option) without it. Await it before serving.
+   * Once the bus is closed (before the confirmation, or while a call waits for it), rejects at
+   * once, naming the channel, rather than wait out its deadline: a closed bus never delivers.
    */
   ready(timeoutMs?: number): Promise<void>
   /** Stops delivering; disconnects the subscriber connection the bus opened, or unsubscribes a given one. Idempotent. */
@@ -286,6 +288,12 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   let closed = false
   let confirm!: () => void
   const subscribed = new Promise<void>((resolve) => (confirm = resolve))
+  // Rejects on close(): a `ready()` waiting then stops waiting. Handled here, so that a bus
+  // closed with no one waiting leaves no unhandled rejection.
+  const closedError = () => new Error(`Redis invalidation bus on ${channel} is closed`)
+  let shut!: (error: Error) => void
+  const shutdown = new Promise<never>((_, reject) => (shut = reject))
+  shutdown.catch(() => {})
 
   function deliver(message: InvalidationMessage): void {
     for (const listener of [...listeners]) {
@@ -703,11 +711,13 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       return listening && !closed
     },
     ready(timeoutMs = redis.timeoutMs) {
-      return withTimeout(subscribed, timeoutMs, `Redis SUBSCRIBE ${channel}`)
+      if (closed) return Promise.reject(closedError())
+      return withTimeout(Promise.race([subscribed, shutdown]), timeoutMs, `Redis SUBSCRIBE ${channel}`)
     },
     async close() {
       if (closed) return
       closed = true
+      shut(closedError())
       if (timer !== undefined) clearInterval(timer)
       listeners.clear()
       // Publishes waiting for confirmations stop waiting: none can arrive any more.
