@@ -54,6 +54,12 @@ const PATHS: Record<string, { version: string } | { requested: string }> = {
   '/v2.0.0': { version: '2.0.0' },
   '/v1.1.0': { requested: '1.1.0' }, // replaced by 1.1.1
   '/v3': { requested: '3' },
+  // A live pre-release above the latest release: served at its exact URL only; no line holds it,
+  // and the latest version every answer names stays the release.
+  '/v2.1.0-rc.1': { version: '2.1.0-rc.1' },
+  '/v2.1': { requested: '2.1' },
+  '/v2.1.0': { requested: '2.1.0' },
+  '/v2.1.0-rc.2': { requested: '2.1.0-rc.2' },
 }
 
 interface Case {
@@ -194,7 +200,7 @@ describe(`load: ${REQUESTS} requests, ${CONCURRENCY} in flight, through the refe
     platform = createPlatform({
       seed: {
         apps: [
-          { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0', '1.1.1', '2.0.0'] },
+          { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0', '1.1.1', '2.0.0', '2.1.0-rc.1'] },
           { id: 'app_notes', slug: 'notes', name: 'Notes', versions: ['1.0.0'] },
           { id: 'app_limited', slug: 'limited', name: 'Limited', versions: ['1.0.0'], rateLimitPerMinute: LIMIT },
         ],
