@@ -214,6 +214,28 @@ describe('reply builders, property-based', () => {
     )
     expect(serviceUnavailableReply().headers['retry-after']).toBe('1')
   })
+
+  it('whatever number a store or validator of the platform hands over (a fraction, 0, negative, NaN, an infinity, 2^53 and past, 1e21): Retry-After is delay-seconds, digits only from 1, rounded up, the same as data.retryAfter', () => {
+    const odd = fc.oneof(
+      anyNumber,
+      fc.double({ min: -5, max: 5 }),
+      fc.constantFrom(Number.NEGATIVE_INFINITY, Number.MAX_VALUE, Number.MIN_VALUE, 2 ** 53 - 1, 2 ** 53, 2 ** 53 + 2, 0.5, 1.000001, 59.0001),
+    )
+    fc.assert(
+      fc.property(odd, windowType, (retryAfter, w) => {
+        for (const reply of [rateLimitedReply({ limit: 10, resetAt: 0, retryAfter, windowType: w }), authorizationServerUnavailableReply(retryAfter), serviceUnavailableReply(retryAfter)]) {
+          const header = reply.headers['retry-after']!
+          // RFC 9110 section 10.2.3: delay-seconds = 1*DIGIT; never 0 (the spec: at least 1), never an exponent.
+          expect(header).toMatch(/^[1-9][0-9]*$/)
+          expect(Number.isSafeInteger(Number(header))).toBe(true)
+          expect((envelope(reply).error.data as { retryAfter: unknown }).retryAfter).toBe(Number(header))
+          if (retryAfter > 1 && retryAfter <= Number.MAX_SAFE_INTEGER) expect(Number(header)).toBe(Math.ceil(retryAfter))
+          else expect(header).toBe('1')
+        }
+      }),
+      RUNS,
+    )
+  })
 })
 
 /** RFC 9110 tchar, and a reference parser of one challenge: `scheme [ 1*SP #auth-param ]`, quoted-strings by the grammar. */

@@ -80,6 +80,34 @@ describe('version paths, property-based', () => {
     )
   })
 
+  it('percent-encoded unreserved characters are the characters themselves: any of a version path\'s characters encoded (either hex case) parse as written plain, within 384 characters', () => {
+    const hex = (c: string, upper: boolean) => `%${c.charCodeAt(0).toString(16).padStart(2, '0')[upper ? 'toUpperCase' : 'toLowerCase']()}`
+    fc.assert(
+      fc.property(selector.filter((s) => s.kind !== 'latest'), fc.boolean(), fc.infiniteStream(fc.tuple(fc.boolean(), fc.boolean())), (s, slash, draws) => {
+        const plain = `${pathOf(s)}${slash ? '/' : ''}`
+        const picks = [...draws.take(plain.length)]
+        // Every character but the leading `/` is unreserved (digits, letters, `.`, `-`).
+        const encoded = [...plain].map((c, i) => (i > 0 && c !== '/' && picks[i]![0] ? hex(c, picks[i]![1]) : c)).join('')
+        expect(parseVersionPath(encoded)).toEqual(encoded.length > 384 ? null : parseVersionPath(plain))
+      }),
+      RUNS,
+    )
+  })
+
+  it('an escape of what is not unreserved (an encoded /, +, space, %, a byte past ASCII) or no escape at all (%G1) stays, and the path is no version path', () => {
+    const reserved = fc.constantFrom('%2F', '%2f', '%2B', '%20', '%25', '%2531', '%3A', '%40', '%C3%A9', '%00', '%7F', '%G1', '%E2%80%8B')
+    fc.assert(
+      fc.property(selector.filter((s) => s.kind !== 'latest'), reserved, fc.nat(), (s, escape, at) => {
+        const plain = pathOf(s)
+        const i = 1 + (at % plain.length)
+        expect(parseVersionPath(`${plain.slice(0, i)}${escape}${plain.slice(i)}`)).toBeNull()
+      }),
+      RUNS,
+    )
+    expect(parseVersionPath('%2F')).toBeNull()
+    expect(parseVersionPath('/v%31')).toEqual({ kind: 'major', major: 1 })
+  })
+
   it('build metadata and leading zeros never parse', () => {
     fc.assert(
       fc.property(fc.nat(99), fc.nat(99), fc.nat(99), fc.stringMatching(/^[0-9A-Za-z]{1,6}$/), (a, b, c, build) => {
