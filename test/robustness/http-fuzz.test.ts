@@ -63,6 +63,9 @@ type CredentialOutcome = 'serve' | 401 | 402 | 403
  * The App addresses (`baseUrl`): what a token's `aud` must name (the validator's default
  * audience). Without the port: the App address must not follow the `Host` a caller sends.
  */
+/** The fixture's `allowedOrigins`: a request with any other `Origin` to an App's version path is 403. */
+const ALLOWED_ORIGINS = ['https://allowed.example', 'http://localhost:3000'] as const
+
 const ADDRESS = { fuzz: `http://${APP.slug}.localhost`, other: `http://${OTHER_APP.slug}.localhost` }
 
 /**
@@ -285,6 +288,10 @@ function randomRequestArb(f: Fixture, port: number): fc.Arbitrary<RawRequest> {
       fc.constantFrom(
         'https://evil.example',
         'null',
+        ...ALLOWED_ORIGINS,
+        'HTTPS://ALLOWED.EXAMPLE',
+        'https://allowed.example/',
+        'http://localhost:3000:3000',
         '203.0.113.7, 10.0.0.1',
         '127.0.0.1',
         'not-an-ip, ::1',
@@ -446,6 +453,16 @@ function credentialOutcome(f: Fixture, request: RawRequest): CredentialOutcome {
 type Expected = { readonly serve: string } | { readonly status: number; readonly error?: string }
 
 const NOT_FOUND: Expected = { status: 404, error: 'not_found' }
+const ORIGIN_NOT_ALLOWED: Expected = { status: 403, error: 'origin_not_allowed' }
+
+/**
+ * Whether a request's `Origin` is refused by the fixture's `allowedOrigins`: present (fields
+ * joined, as every adapter reads them) and not exactly one of the list, an empty one included.
+ */
+function originRefused(request: RawRequest): boolean {
+  const values = fieldsOf(request, 'origin')
+  return values.length > 0 && !(ALLOWED_ORIGINS as readonly string[]).includes(values.map((v) => v.replace(/^[ \t]+|[ \t]+$/g, '')).join(', '))
+}
 const METADATA_PATH = '/.well-known/oauth-protected-resource'
 
 /** A CORS preflight as the dispatcher tells one: `OPTIONS` with an `Origin` and an `Access-Control-Request-Method`. */
@@ -460,16 +477,17 @@ function preflight(request: RawRequest): boolean {
 
 /**
  * The answer a request must get, worked out from the request alone, step by step in the order
- * of the pipeline (DESIGN.md, docs/pipeline.md): the App of its `Host`, the metadata path, the
- * version path (404 `not_found` for no App or no such path, before anything else; a CORS
- * preflight there gets its 204), the method
+ * of the pipeline (DESIGN.md, docs/pipeline.md): the App of the host it names (an absolute-form
+ * target's, else its `Host`'s), the metadata path, the version path (404 `not_found` for no App
+ * or no such path, before anything else; a CORS preflight there gets its 204, or 403 for an
+ * `Origin` not allowed), the `Origin` (403 `origin_not_allowed` for one outside the fixture's
+ * `allowedOrigins`, whatever the method), the method
  * (a preflight, 405 before authentication; `HEAD` is authenticated, then 405), the credential
  * (401, 403, 402 before any version is looked for), a session id (no random one is pinned: 404
  * `session_not_found`), then the version (404 `version_not_found`, or served).
  *
- * What else may refuse such a request does not here, by construction: the fixture allows every
- * `Origin` and sets no limit a run reaches, heads stay under Node's 16 KB, and every `Host`
- * sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
+ * What else may refuse such a request does not here, by construction: the fixture sets no
+ * limit a run reaches, heads stay under Node's 16 KB, and every host sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
  * due ({@link FRAMEWORK_STANDS_IN}).
  */
 function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest): Expected {
@@ -482,7 +500,7 @@ function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest):
   const app = slug === APP.slug ? 'fuzz' : slug === OTHER_APP.slug ? 'other' : undefined
   // What answers a path no App serves: 404, or for a CORS preflight its 204 (docs/pipeline.md:
   // a browser then reads the 404 itself, with its CORS headers).
-  const notFound = preflight(request) ? { status: 204 } : NOT_FOUND
+  const notFound = preflight(request) ? (originRefused(request) ? ORIGIN_NOT_ALLOWED : { status: 204 }) : NOT_FOUND
   if (app === undefined) return notFound
   // The Web adapter's runtime (@hono/node-server) builds a WHATWG URL of the target, so its path
   // comes resolved (`/v1/../v2` is `/v2`, `/%2e%2e/v1` is `/v1`); the Node adapters take it as sent.
@@ -494,6 +512,9 @@ function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest):
   }
   const selector = parseVersionPath(path)
   if (!selector) return notFound
+  // Before the method and the credential, whatever the method (docs/pipeline.md, "Origin and DNS
+  // rebinding"); the metadata above is public to every origin.
+  if (originRefused(request)) return ORIGIN_NOT_ALLOWED
   if (method === 'OPTIONS') return { status: 204 }
   if (method !== 'POST' && method !== 'GET' && method !== 'DELETE' && method !== 'HEAD') return { status: 405, error: 'method_not_allowed' }
   const credential = credentialOutcome(f, request)
@@ -526,11 +547,13 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
   const { status, headers, body } = response
   if (status >= 500) return `status ${status}`
   const credential = credentialOutcome(f, request)
-  // An answer about the credential must be the one its token earns, whatever else was sent.
-  if (status === 401 || status === 402 || (status === 403 && jsonRpcError(body)?.data?.error !== 'origin_not_allowed')) {
+  const expected = expectedAnswer(f, target, request)
+  // An answer about the credential must be the one its token earns, whatever else was sent (a
+  // 403 for the Origin aside: a HEAD's carries no body to tell it by).
+  const originRefusal = 'status' in expected && expected.error === 'origin_not_allowed'
+  if (status === 401 || status === 402 || (status === 403 && !originRefusal && jsonRpcError(body)?.data?.error !== 'origin_not_allowed')) {
     if (credential !== status) return `${status} for a credential that earns ${credential}`
   }
-  const expected = expectedAnswer(f, target, request)
   const bearer = fieldsOf(request, 'authorization')[0]?.trim().split(/ +/)[1]
   if (bearer !== undefined && (JWTS.has(bearer) || bearer.startsWith('eyJ'))) {
     const seen = 'serve' in expected ? 'served' : expected.status
@@ -654,7 +677,7 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     // pinned by `baseUrl`), issuer, expiry and type.
     fixture = await createFixture({
       oauth: createOAuthValidator({ issuer: authServer.issuer, mode: 'jwt', jwks: authServer.jwksUri }),
-      dispatcher: { baseUrl: (_request, app) => ADDRESS[app.slug === OTHER_APP.slug ? 'other' : 'fuzz'] },
+      dispatcher: { baseUrl: (_request, app) => ADDRESS[app.slug === OTHER_APP.slug ? 'other' : 'fuzz'], allowedOrigins: [...ALLOWED_ORIGINS] },
     })
     running = await target.start({ dispatcher: fixture.dispatcher, onError: fixture.onError })
     agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
@@ -677,6 +700,10 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     expect([...statuses.keys()].sort()).toEqual(expect.arrayContaining([200, 204, 401, 402, 403, 404, 405]))
     // And the OAuth validator's every answer: tokens served, refused (401) and unsubscribed (402).
     expect([...oauthAnswers.keys()]).toEqual(expect.arrayContaining(['served', 401, 402]))
+    // Requests refused for their Origin, and requests in absolute form, each a few dozen at least.
+    const refusedOrigin = cases.filter((c) => (expectedAnswer(fixture, target, c) as { error?: string }).error === 'origin_not_allowed')
+    expect(refusedOrigin.length).toBeGreaterThan(CASES / 300)
+    expect(cases.filter((c) => ABSOLUTE_FORM.test(c.path)).length).toBeGreaterThan(CASES / 20)
     expect(fixture.errors).toEqual([])
     frameworkAnswers.clear()
   })
