@@ -74,6 +74,10 @@ const ADDRESS = { fuzz: `http://${APP.slug}.localhost`, other: `http://${OTHER_A
  * on the real clock, which the validator reads (the dispatcher's is the fixture's, in 2030).
  */
 const JWTS = new Map<string, { fuzz: CredentialOutcome; other: CredentialOutcome }>()
+/** The OAuth client whose budget is 0 a minute (the fixture's `rateLimit.policy`). */
+const LIMITED_CLIENT = 'limited-client'
+/** Tokens of {@link LIMITED_CLIENT}: past the credential and the subscription, 429. */
+const LIMITED = new Set<string>()
 {
   const now = Math.floor(Date.now() / 1000)
   // Issued a minute before the validator first fetches the keys: a token of a key it lacks,
@@ -88,6 +92,10 @@ const JWTS = new Map<string, { fuzz: CredentialOutcome; other: CredentialOutcome
   await jwt('serve', 401, alice)
   await jwt(401, 'serve', sign({ sub: 'alice', aud: ADDRESS.other, ...live }))
   await jwt('serve', 'serve', sign({ sub: 'alice', aud: [ADDRESS.other, ADDRESS.fuzz], ...live }))
+  // Past the credential and the subscription, the rate limit: LIMITED_CLIENT's budget is 0.
+  const limited = await sign({ sub: 'alice', aud: ADDRESS.fuzz, client_id: LIMITED_CLIENT, ...live })
+  LIMITED.add(limited)
+  await jwt('serve', 401, limited)
   // A version path of the App address names the App (docs/oauth.md, audience).
   await jwt('serve', 401, sign({ sub: 'alice', aud: `${ADDRESS.fuzz}/v1`, ...live }))
   // Past the credential, the subscription: 402 at the App the token is for.
@@ -449,6 +457,11 @@ function credentialOutcome(f: Fixture, request: RawRequest): CredentialOutcome {
   }
 }
 
+/** The token of a request's one `Authorization: Bearer` field, as the fixture's tokens are told apart. */
+function bearerOf(request: RawRequest): string | undefined {
+  return fieldsOf(request, 'authorization')[0]?.trim().split(/ +/)[1]
+}
+
 /** The one answer a request must get: the handler's, at this version, or this refusal. */
 type Expected = { readonly serve: string } | { readonly status: number; readonly error?: string }
 
@@ -483,11 +496,12 @@ function preflight(request: RawRequest): boolean {
  * `Origin` not allowed), the `Origin` (403 `origin_not_allowed` for one outside the fixture's
  * `allowedOrigins`, whatever the method), the method
  * (a preflight, 405 before authentication; `HEAD` is authenticated, then 405), the credential
- * (401, 403, 402 before any version is looked for), a session id (no random one is pinned: 404
+ * (401, 403, 402 before any version is looked for), the rate limit (429 for the one OAuth client
+ * whose budget is 0, none reached for any other), a session id (no random one is pinned: 404
  * `session_not_found`), then the version (404 `version_not_found`, or served).
  *
- * What else may refuse such a request does not here, by construction: the fixture sets no
- * limit a run reaches, heads stay under Node's 16 KB, and every host sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
+ * What else may refuse such a request does not here, by construction: heads stay under Node's
+ * 16 KB, and every host sent is one a URL holds. Only the frameworks' own answers stand in, and only for the answer
  * due ({@link FRAMEWORK_STANDS_IN}).
  */
 function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest): Expected {
@@ -521,6 +535,9 @@ function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest):
   // HEAD gets GET's refusal of the credential, and past it 405: no subscription asked.
   if (method === 'HEAD') return { status: credential === 401 || credential === 403 ? credential : 405 }
   if (credential !== 'serve') return { status: credential }
+  // Step 5, before the session and the version: LIMITED_CLIENT's tokens are over their budget
+  // of 0 (the fixture's `rateLimit`).
+  if (LIMITED.has(bearerOf(request) ?? '')) return { status: 429 }
   if (fieldsOf(request, 'mcp-session-id').length > 0) return { status: 404, error: 'session_not_found' }
   // The version the paths of the table serve as written, others as the resolver finds them.
   const written = SERVES[app]
@@ -554,7 +571,7 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
   if (status === 401 || status === 402 || (status === 403 && !originRefusal && jsonRpcError(body)?.data?.error !== 'origin_not_allowed')) {
     if (credential !== status) return `${status} for a credential that earns ${credential}`
   }
-  const bearer = fieldsOf(request, 'authorization')[0]?.trim().split(/ +/)[1]
+  const bearer = bearerOf(request)
   if (bearer !== undefined && (JWTS.has(bearer) || bearer.startsWith('eyJ'))) {
     const seen = 'serve' in expected ? 'served' : expected.status
     oauthAnswers.set(seen, (oauthAnswers.get(seen) ?? 0) + 1)
@@ -625,6 +642,12 @@ function judge(f: Fixture, target: AdapterTarget, request: RawRequest, response:
   const error = jsonRpcError(body)
   if (!error) return `not a JSON-RPC error body: ${body.toString().slice(0, 120)}`
   if (status === 401 && !String(headers['www-authenticate']).startsWith('Bearer resource_metadata=')) return '401 without the challenge'
+  if (status === 429) {
+    // Spec section 7: Retry-After, and the data of the limit hit (a budget of 0 a minute here).
+    const data = error.data as { limit?: unknown; retryAfter?: unknown; windowType?: unknown } | undefined
+    if (!/^[1-9][0-9]*$/.test(String(headers['retry-after'])) || data?.retryAfter !== Number(headers['retry-after'])) return `429 with Retry-After ${String(headers['retry-after'])}`
+    if (data.limit !== 0 || data.windowType !== 'minute' || error.code !== -32000 || error.message !== 'Rate limit exceeded') return `429 data ${JSON.stringify(error)}`
+  }
   // A path written as served is never "no such version" (the other way round from the check
   // of the handler's answers above).
   if (error.data?.error === 'version_not_found' && typeof servesOf(request)[pathOf(request)] === 'string') {
@@ -677,7 +700,13 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     // pinned by `baseUrl`), issuer, expiry and type.
     fixture = await createFixture({
       oauth: createOAuthValidator({ issuer: authServer.issuer, mode: 'jwt', jwks: authServer.jwksUri }),
-      dispatcher: { baseUrl: (_request, app) => ADDRESS[app.slug === OTHER_APP.slug ? 'other' : 'fuzz'], allowedOrigins: [...ALLOWED_ORIGINS] },
+      dispatcher: {
+        baseUrl: (_request, app) => ADDRESS[app.slug === OTHER_APP.slug ? 'other' : 'fuzz'],
+        allowedOrigins: [...ALLOWED_ORIGINS],
+        // The OAuth client LIMITED_CLIENT has a budget of nothing: each of its requests that
+        // reaches the rate limit is its 429, whatever the order the cases run in.
+        rateLimit: { policy: (identity) => (identity.clientId === LIMITED_CLIENT ? { limit: 0, windowType: 'minute' } : undefined) },
+      },
     })
     running = await target.start({ dispatcher: fixture.dispatcher, onError: fixture.onError })
     agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY })
@@ -697,7 +726,7 @@ describe.each(targets.map((t) => [t.name, t] as const))('HTTP fuzz through the %
     expect(failures.slice(0, 10), `${failures.length} bad answers`).toEqual([])
     // The fuzz is not all noise: a good share reached the handler, and every kind of answer happened.
     expect(running.state.handled).toBeGreaterThan(CASES / 10)
-    expect([...statuses.keys()].sort()).toEqual(expect.arrayContaining([200, 204, 401, 402, 403, 404, 405]))
+    expect([...statuses.keys()].sort()).toEqual(expect.arrayContaining([200, 204, 401, 402, 403, 404, 405, 429]))
     // And the OAuth validator's every answer: tokens served, refused (401) and unsubscribed (402).
     expect([...oauthAnswers.keys()]).toEqual(expect.arrayContaining(['served', 401, 402]))
     // Requests refused for their Origin, and requests in absolute form, each a few dozen at least.
