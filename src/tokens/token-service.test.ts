@@ -853,6 +853,23 @@ describe('clock', () => {
     const record = (await store.get(created.id))!
     expect([record.createdAt, record.expiresAt]).toEqual([T0, T0 + 30 * DAY])
   })
+
+  it('refuses a reading that is no time a token can carry, naming now, before storing anything (regression: near the end of Date, a token was stored, then its view threw RangeError)', async () => {
+    for (const reading of [8.64e15 - 1_000, 8.64e15 - 89 * DAY, Number.NaN, -1, Number.POSITIVE_INFINITY]) {
+      const refusal = new ConfigurationError('now', `answered ${String(reading)}: must answer epoch ms from 0 to ${8.64e15 - 90 * DAY}`)
+      // At creation, when the clock answers so already.
+      expect(() => setup({ now: () => reading })).toThrow(refusal)
+      // And at each call, when it comes to answer so later.
+      let clock = T0
+      const { service, store } = setup({ now: () => clock })
+      clock = reading
+      await expect(createToken(service)).rejects.toThrow(refusal)
+      expect(await store.listByUser('alice')).toEqual([])
+    }
+    // The latest reading taken: a 90-day token then expires on Date's last day.
+    const { service } = setup({ now: () => 8.64e15 - 90 * DAY })
+    expect((await createToken(service, { expiresInDays: 90 })).expires_at).toBe('+275760-09-13T00:00:00.000Z')
+  })
 })
 
 describe('list and get (spec 2.1)', () => {

@@ -265,7 +265,11 @@ export interface TokenServiceOptions {
   invalidations?: InvalidationBus | undefined
   /** How often coalesced `last_used_at` times are written. Default 60 s. */
   lastUsedFlushMs?: number | undefined
-  /** Clock, epoch ms. Default `Date.now`. */
+  /**
+   * Clock, epoch ms. Default `Date.now`. A reading that is `NaN`, negative, or later than
+   * 8.64e15 ms (the last date JavaScript holds) less 90 days is a `ConfigurationError` naming
+   * `now`, thrown at creation or by the call that reads it, before any store call.
+   */
   now?: (() => number) | undefined
   /** Random source for secrets. Default `crypto.randomBytes`. */
   random?: RandomBytes | undefined
@@ -602,6 +606,24 @@ function iso(ms: number): string {
 }
 
 /**
+ * Latest reading of an injected clock the service takes: a token it creates then still expires
+ * at a date (`Date` ends at 8.64e15 ms, in the year 275760), which every view writes as ISO 8601.
+ */
+const LATEST_CLOCK_MS = 8.64e15 - MAX_TOKEN_LIFETIME_MS
+
+/**
+ * An injected clock's reading in whole milliseconds, or a `ConfigurationError` naming `now` for
+ * one that is no time a token can carry (`NaN`, negative, past {@link LATEST_CLOCK_MS}): thrown
+ * before any store call, rather than a token stored with a `NaN` date, or stored and then its
+ * `RangeError`.
+ */
+function clockReading(value: number): number {
+  const ms = Math.floor(value)
+  if (ms >= 0 && ms <= LATEST_CLOCK_MS) return ms
+  throw new ConfigurationError('now', `answered ${String(value)}: must answer epoch ms from 0 to ${LATEST_CLOCK_MS}`)
+}
+
+/**
  * Creates the token service.
  *
  * @example
@@ -632,7 +654,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   if (options.random != null && typeof options.random !== 'function') throw new ConfigurationError('random', 'must be a function')
   // Whole milliseconds, as stores keep them (PostgreSQL: bigint), whatever clock is injected.
   const injectedNow = clockOption(options.now)
-  const now = injectedNow ? () => Math.floor(injectedNow()) : Date.now
+  const now = injectedNow ? () => clockReading(injectedNow()) : Date.now
   const random = options.random ?? randomBytes
   const pepper = options.pepper
   // An empty variable of the environment (`PEPPER=`) must not quietly switch the hash scheme
