@@ -6,7 +6,7 @@ import { defineConfig } from 'tsup'
  * Leaves one `//# sourceMappingURL` comment per file: with `treeshake`, tsup's Rollup pass
  * writes a second one after the first, which source-map tools and bundlers warn about.
  */
-async function oneSourceMapComment(dir = 'dist'): Promise<void> {
+async function oneSourceMapComment(dir: string): Promise<void> {
   for (const entry of await readdir(dir, { withFileTypes: true })) {
     const path = join(dir, entry.name)
     if (entry.isDirectory()) await oneSourceMapComment(path)
@@ -19,7 +19,15 @@ async function oneSourceMapComment(dir = 'dist'): Promise<void> {
 }
 const REPEATED_SOURCE_MAP_COMMENT = /(\n\/\/# sourceMappingURL=[^\n]*)(?:\n?\/\/# sourceMappingURL=[^\n]*)+\n?$/
 
+/**
+ * Where the build goes: `dist`, or another directory for a build to be renamed into place whole
+ * (test/global-setup.ts sets `MCP_DISPATCH_OUT_DIR`; tsup's `--out-dir` would leave
+ * `onSuccess` fixing the files of `dist`).
+ */
+const outDir = process.env.MCP_DISPATCH_OUT_DIR || 'dist'
+
 export default defineConfig({
+  outDir,
   entry: {
     index: 'src/index.ts',
     'adapters/web/index': 'src/adapters/web/index.ts',
@@ -39,5 +47,5 @@ export default defineConfig({
   // Built-ins keep their `node:` prefix: Workers (nodejs_compat) and Deno resolve `node:crypto`,
   // and bundlers for them leave it to the runtime, where a bare `crypto` is looked up as a package.
   removeNodeProtocol: false,
-  onSuccess: () => oneSourceMapComment(),
+  onSuccess: () => oneSourceMapComment(outDir),
 })
