@@ -2519,6 +2519,20 @@ describe('a store that stops answering', () => {
 })
 
 describe('last_used_at, coalesced', () => {
+  it('close() may be called again: the second call writes the uses recorded since the first, and resolves', async () => {
+    const { service, clock, store } = setup()
+    const a = await createToken(service)
+    clock.advance(1_000)
+    await service.authenticate(a.token)
+    await service.close()
+    expect((await store.get(a.id))?.lastUsedAt).toBe(T0 + 1_000)
+    // A request still served while the platform drains.
+    clock.advance(1_000)
+    await service.authenticate(a.token)
+    await service.close()
+    expect((await store.get(a.id))?.lastUsedAt).toBe(T0 + 2_000)
+  })
+
   it('no store write per request; flush writes one batch with the latest times', async () => {
     const { service, calls, clock, store } = setup()
     const a = await createToken(service)

@@ -425,7 +425,9 @@ export interface TokenService {
    * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), stops listening for
    * invalidations, and gives the invalidations whose publish failed and that are still being
    * sent again one last try (under `storeTimeoutMs`, or the bus's `publishTimeoutMs` and a
-   * second when longer), reporting to `onError` how many it could not send.
+   * second when longer), reporting to `onError` how many it could not send. Safe to call again:
+   * a second call writes the uses recorded since (reported to `onError` if the store is closed
+   * by then) and resolves; the invalidations are not sent again.
    */
   close(): Promise<void>
 }
