@@ -213,6 +213,8 @@ export function mountMissed(basePath: string, mount: string, where: string): Con
   if (m.length <= basePath.length) return undefined
   const b = basePath.toLowerCase()
   if (!m.endsWith(b) || (b !== '' && m.startsWith(`${b}/`))) return undefined
+  // The metadata's RFC 9728 address for the App's (section 3.1), which the dispatcher serves.
+  if (b !== '' && m === PROTECTED_RESOURCE_METADATA_PATH + b) return undefined
   if (b === '' && (parseVersionPath(m) !== null || m === '/.well-known' || m === PROTECTED_RESOURCE_METADATA_PATH)) return undefined
   return new ConfigurationError(
     'basePath',

@@ -343,8 +343,10 @@ export interface Dispatcher {
   decide(request: DispatchRequest): MaybePromise<Decision>
   /**
    * The protected-resource metadata of an App at a base URL (spec 2.2), to serve it elsewhere
-   * (the origin's root, with a `basePath`).
-   * @throws {TypeError} when an `authorizationServers` function answers anything but an array
+   * (the origin's root, with a `basePath`). `baseUrl` is the App address (`resource`), as the
+   * `baseUrl` option gives it: trailing slashes are dropped.
+   * @throws {TypeError} when `baseUrl` is no http(s) URL without query, fragment or spaces, or
+   *   when an `authorizationServers` function answers anything but an array
    *   of URLs for `app` (the dispatcher's own document is then a 503), or whatever it throws.
    */
   metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata
@@ -408,6 +410,8 @@ export function originEntry(entry: string, option: string): string {
 
 /** What the protected-resource metadata answers (spec 4.2): read-only. */
 const METADATA_METHODS = 'GET, HEAD, OPTIONS'
+/** The start of RFC 9728's metadata address for a resource with a path (section 3.1). */
+const METADATA_PATH_INSERTED = `${PROTECTED_RESOURCE_METADATA_PATH}/`
 const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-Latest-Version, Retry-After, RateLimit, RateLimit-Policy, Allow'
 /**
  * The metadata path's answers (the document and its 405): readable by any origin, with the
@@ -1361,8 +1365,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       let path = request.path
       if (basePath !== '') {
         if (!path.startsWith(basePath) || (path.length > basePath.length && path[basePath.length] !== '/')) {
-          // Only a `baseUrl` of the platform's can place the document outside the mount.
-          if (givenBaseUrl === undefined || !path.endsWith(PROTECTED_RESOURCE_METADATA_PATH)) return notFound(request, origin)
+          // The document outside the mount: at RFC 9728's own address for the App's
+          // (`/.well-known/oauth-protected-resource/mcp`), or where a `baseUrl` of the
+          // platform's places `{base_url}/.well-known/oauth-protected-resource`.
+          if (!path.startsWith(METADATA_PATH_INSERTED) && (givenBaseUrl === undefined || !path.endsWith(PROTECTED_RESOURCE_METADATA_PATH))) {
+            return notFound(request, origin)
+          }
           stage = 'apps'
           return proceed(new Flow(request, origin, path), settle(resolveApp(request), 'apps'), 'apps', metadataOutsideMount)
         }
@@ -1390,16 +1398,34 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   /**
-   * A metadata path outside `basePath`: the document, when the 401 sends clients there (spec
-   * 4.2: `{base_url}/.well-known/oauth-protected-resource`, with a `baseUrl` whose path is not
-   * `basePath`, such as `https://weather.example.com` for an endpoint at `/mcp`); else 404.
+   * A metadata path outside `basePath`: the document where the 401 sends clients (spec 4.2:
+   * `{base_url}/.well-known/oauth-protected-resource`, with a `baseUrl` whose path is not
+   * `basePath`, such as `https://weather.example.com` for an endpoint at `/mcp`), and where RFC
+   * 9728 section 3.1 puts it for an App address with a path (`{origin}/mcp`): the well-known
+   * path inserted before the address's path, `/.well-known/oauth-protected-resource/mcp`, which
+   * clients that discover the document from the URL they call try first (the MCP SDK's
+   * `finishAuth` on a new transport, a web client's callback page). Else 404.
+   *
+   * There, a version path after the App's (`…/mcp/v1`, what a client of `{origin}/mcp/v1`
+   * tries) gets the same document, naming the App's address: the fallback such a client tries
+   * next, the origin's root, is no address of this App (at the origin's root, without a path,
+   * `/.well-known/oauth-protected-resource/v1` stays 404 for that fallback: see `withApp`).
    */
   function metadataOutsideMount(flow: Flow, app: AppRecord | undefined): Decision {
     const { request, origin } = flow
     if (!app) return notFound(request, origin)
-    const url = URL.parse(baseUrlOf(request, app) + PROTECTED_RESOURCE_METADATA_PATH)
-    if (url?.pathname !== request.path) return notFound(request, origin)
-    return { type: 'reply', reply: metadataReply(request, app) }
+    const url = URL.parse(baseUrlOf(request, app))
+    // `baseUrlOf` drops trailing slashes: a pathname of `/` is the origin's root.
+    const base = url === null || url.pathname === '/' ? '' : url.pathname
+    const path = request.path
+    if (url !== null && path === base + PROTECTED_RESOURCE_METADATA_PATH) return { type: 'reply', reply: metadataReply(request, app) }
+    if (base !== '' && path.startsWith(PROTECTED_RESOURCE_METADATA_PATH) && path.startsWith(base, PROTECTED_RESOURCE_METADATA_PATH.length)) {
+      const rest = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length + base.length)
+      if (rest === '' || (rest.charCodeAt(0) === 47 /* / */ && parseVersionPath(rest) !== null)) {
+        return { type: 'reply', reply: metadataReply(request, app) }
+      }
+    }
+    return notFound(request, origin)
   }
 
   function withApp(flow: Flow, app: AppRecord | undefined): MaybePromise<Decision> {
@@ -1548,7 +1574,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   return {
     basePath,
-    metadata,
+    metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata {
+      // The address as the dispatcher's own document would name it, checked as a `baseUrl`
+      // answer is: never `weather.example.com` without its scheme, a query, or a trailing `/`
+      // that makes `resource` another string than the one the 401's link leads to.
+      if (typeof baseUrl !== 'string' || !APP_ADDRESS.test(baseUrl)) {
+        throw new TypeError('mcp-dispatch: metadata(app, baseUrl) takes the App address as an http(s) URL without query, fragment or spaces, such as https://weather.example.com/mcp')
+      }
+      return metadata(app, withoutTrailingSlashes(baseUrl))
+    },
     decide,
   }
 }

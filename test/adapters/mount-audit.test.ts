@@ -294,9 +294,15 @@ describe.each(MOUNTS)('$name', ({ mount, start }) => {
       const answer = await rawRequest(served.port, post(path, alice()))
       return answer.status === 404 && !answer.headers['x-mcp-version']
     }
-    for (const path of ['/v1', `${mount}x/v1`, `/x${mount}/v1`, `${METADATA}`, `${METADATA}${mount}`]) {
+    for (const path of ['/v1', `${mount}x/v1`, `/x${mount}/v1`, `${METADATA}`]) {
       expect(await notApp(path), path).toBe(true)
     }
+    // The document's RFC 9728 address: the platform's 404 where the mount keeps it from the
+    // dispatch layer, else the document's own refusal of a POST (see the discovery tests below).
+    const inserted = await rawRequest(served.port, post(`${METADATA}${mount}`, alice()))
+    expect([404, 405], inserted.body).toContain(inserted.status)
+    expect(inserted.headers['x-mcp-version']).toBeUndefined()
+    if (inserted.status === 405) expect(inserted.headers.allow).toBe('GET, HEAD, OPTIONS')
     for (const path of [`${mount}/x`, `${mount}/v1/x`, `${mount}//v1`, `${mount}/v1.2.3.4`]) {
       const answer = await rawRequest(served.port, post(path, alice()))
       expect([answer.status, JSON.parse(answer.body).error?.data], path).toEqual([404, { error: 'not_found' }])
@@ -360,21 +366,109 @@ describe('Express trust proxy under a mount', () => {
 })
 
 describe('SDK discovery without the 401 link (path-aware, RFC 9728 section 3.1, then the root)', () => {
-  it('under a basePath finds nothing, as docs/oauth.md says; with a baseUrl at the origin, finds the root document', async () => {
-    const mounted = webDispatch({ dispatcher: withBase('/mcp'), handler: appHandler([]) })
+  /** What the MCP SDK client discovers from `url` alone (a new transport's `finishAuth`, a web client's callback page). */
+  const discover = (url: string) => discoverOAuthProtectedResourceMetadata(new URL(url), undefined, localhostFetch)
+
+  it('under a basePath finds the document at its RFC 9728 address, /.well-known/oauth-protected-resource/mcp, naming the App address (regression: 404, nothing found)', async () => {
+    const errors: unknown[] = []
+    const mounted = webDispatch({ dispatcher: withBase('/mcp'), handler: appHandler([]), onError: (error) => void errors.push(error) })
     const port = await serveHono((request) => mounted(request))
-    await expect(
-      discoverOAuthProtectedResourceMetadata(new URL(`http://${HOST}:${port}/mcp/v1`), undefined, localhostFetch),
-    ).rejects.toThrow(/does not implement OAuth 2.0 Protected Resource Metadata/)
+    const address = `http://${HOST}:${port}/mcp`
+    for (const called of ['', '/', '/v1', '/v1.2', '/v1.2.3']) {
+      expect((await discover(address + called)).resource, called).toBe(address)
+    }
+    // The document of the 401's link is the same one.
+    const refused = await localhostFetch(`${address}/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS })
+    const linked = await localhostFetch(extractWWWAuthenticateParams(refused).resourceMetadataUrl!)
+    const inserted = await localhostFetch(`http://${HOST}:${port}${METADATA}/mcp`)
+    expect([inserted.status, inserted.headers.get('cache-control'), inserted.headers.get('access-control-allow-origin')]).toEqual([200, 'public, max-age=3600', '*'])
+    expect(await inserted.json()).toEqual(await linked.json())
+    // HEAD and a browser's preflight, as at the linked address; other methods 405.
+    const head = await localhostFetch(`http://${HOST}:${port}${METADATA}/mcp/v1`, { method: 'HEAD' })
+    expect([head.status, await head.text()]).toEqual([200, ''])
+    const preflight = await localhostFetch(`http://${HOST}:${port}${METADATA}/mcp`, {
+      method: 'OPTIONS',
+      headers: { origin: 'https://inspector.example', 'access-control-request-method': 'GET', 'access-control-request-headers': 'mcp-protocol-version' },
+    })
+    expect([preflight.status < 300, preflight.headers.get('access-control-allow-origin')]).toEqual([true, '*'])
+    expect((await localhostFetch(`http://${HOST}:${port}${METADATA}/mcp`, { method: 'POST', body: TOOLS })).status).toBe(405)
+    // Only the App address and its version paths: no document for another path, another mount,
+    // another spelling, or the origin's root (the address of no App here).
+    for (const path of [`${METADATA}/mcp/x`, `${METADATA}/mcp/v1/x`, `${METADATA}/mcpx`, `${METADATA}/MCP`, `${METADATA}/m%63p`, `${METADATA}/api/mcp`, `${METADATA}`, `${METADATA}/`, `${METADATA}/mcp${METADATA}`]) {
+      const answer = await localhostFetch(`http://${HOST}:${port}${path}`)
+      expect([answer.status, (await answer.json()).error?.data], path).toEqual([404, { error: 'not_found' }])
+    }
+    expect(errors).toEqual([])
+  })
+
+  it('with a baseUrl at the origin, finds the root document; with one of its own path, the document at that path inserted', async () => {
     const atOrigin = webDispatch({
       dispatcher: { ...withBase('/mcp'), baseUrl: (request) => request.origin },
       handler: appHandler([]),
     })
     const port2 = await serveHono((request) => atOrigin(request))
-    const metadata = await discoverOAuthProtectedResourceMetadata(new URL(`http://${HOST}:${port2}/mcp/v1`), undefined, localhostFetch)
+    const metadata = await discover(`http://${HOST}:${port2}/mcp/v1`)
     expect(metadata.resource).toBe(`http://${HOST}:${port2}`)
     const refused = await localhostFetch(`http://${HOST}:${port2}/mcp/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS })
     expect(extractWWWAuthenticateParams(refused).resourceMetadataUrl?.href).toBe(`http://${HOST}:${port2}${METADATA}`)
+    // The App address is the origin: /.well-known/oauth-protected-resource/mcp would name another resource.
+    expect((await localhostFetch(`http://${HOST}:${port2}${METADATA}/mcp`)).status).toBe(404)
+
+    const elsewhere = webDispatch({
+      dispatcher: { ...withBase('/mcp'), baseUrl: (request) => `${request.origin}/apps/weather` },
+      handler: appHandler([]),
+    })
+    const port3 = await serveHono((request) => elsewhere(request))
+    for (const path of [`/apps/weather${METADATA}`, `${METADATA}/apps/weather`, `${METADATA}/apps/weather/v1`]) {
+      const doc = await localhostFetch(`http://${HOST}:${port3}${path}`)
+      expect([doc.status, (await doc.json()).resource], path).toEqual([200, `http://${HOST}:${port3}/apps/weather`])
+    }
+    expect((await localhostFetch(`http://${HOST}:${port3}${METADATA}/mcp`)).status).toBe(404)
+  })
+
+  it('two Apps side by side on one origin (basePath /weather and /notes): each client finds its own App, where the root could name only one (regression: neither found one)', async () => {
+    const notes = { ...fixture.apps, getAppBySlug: () => fixture.apps.getAppBySlug('weather') }
+    const weather = webDispatch({ dispatcher: withBase('/weather'), handler: appHandler([]) })
+    const other = webDispatch({ dispatcher: { ...withBase('/notes'), apps: notes }, handler: appHandler([]) })
+    // The platform routes each App's paths, and its metadata address, to its dispatch layer.
+    const port = await serveHono((request) => {
+      const path = new URL(request.url).pathname
+      return path.startsWith('/notes') || path.startsWith(`${METADATA}/notes`) ? other(request) : weather(request)
+    })
+    for (const app of ['weather', 'notes']) {
+      expect((await discover(`http://${HOST}:${port}/${app}/v1`)).resource, app).toBe(`http://${HOST}:${port}/${app}`)
+    }
+  })
+
+  it("Express and Fastify: the dispatch layer mounted a second time at the document's RFC 9728 address is served and is no mount mistake", async () => {
+    const errors: unknown[] = []
+    const onError = (error: unknown) => void errors.push(error)
+    const dispatcher = createDispatcher(withBase('/mcp'))
+    const app = express()
+    app.disable('x-powered-by')
+    app.use(['/mcp', `${METADATA}/mcp`], expressDispatch({ dispatcher, onError }), expressFromWeb(appHandler([])))
+    const expressPort = await serveExpress(app)
+
+    const fastify = Fastify({ forceCloseConnections: true }) as unknown as FastifyInstance
+    const h = fastifyFromWeb(appHandler([]))
+    for (const prefix of ['/mcp', `${METADATA}/mcp`]) {
+      await fastify.register(
+        async (mcp) => {
+          await mcp.register(fastifyDispatch({ dispatcher, onError }))
+          mcp.all('/', h)
+          mcp.all('/*', h)
+        },
+        { prefix },
+      )
+    }
+    const fastifyPort = await serveFastify(fastify)
+    for (const port of [expressPort, fastifyPort]) {
+      for (const called of ['/mcp', '/mcp/v1']) {
+        expect((await discover(`http://${HOST}:${port}${called}`)).resource, `${port} ${called}`).toBe(`http://${HOST}:${port}/mcp`)
+      }
+      expect((await localhostFetch(`http://${HOST}:${port}${METADATA}/mcp/x`)).status).toBe(404)
+    }
+    expect(errors).toEqual([])
   })
 })
 

@@ -194,3 +194,23 @@ describe('CORS and caches (Fetch standard, "CORS protocol and HTTP caches")', ()
     expect((await fetch(`http://${HOST}/nowhere`)).headers.get('vary')).toBeNull()
   })
 })
+
+describe('dispatcher.metadata(app, baseUrl), the document to serve elsewhere', () => {
+  const app = { id: 'app_weather', slug: 'weather', name: 'Weather' }
+  const dispatcher = createDispatcher(createFixture().dispatcherOptions)
+
+  it('names the address as the dispatcher’s own document does: trailing slashes dropped (regression: `resource` …/mcp/, another string than the 401 link’s)', () => {
+    expect(dispatcher.metadata(app, 'https://weather.example.com/mcp/').resource).toBe('https://weather.example.com/mcp')
+    expect(dispatcher.metadata(app, 'https://weather.example.com//').resource).toBe('https://weather.example.com')
+    expect(dispatcher.metadata(app, 'https://weather.example.com').resource).toBe('https://weather.example.com')
+  })
+
+  it.each([['weather.example.com/mcp'], ['https://weather.example.com/?x=1'], ['https://weather.example.com/#f'], ['https://weather.example.com/a b'], ['javascript:alert(1)'], [''], [undefined], [new URL('https://weather.example.com')]])(
+    'refuses %j, which is no App address, with a TypeError saying what it takes (regression: published as given)',
+    (baseUrl) => {
+      expect(() => dispatcher.metadata(app, baseUrl as string)).toThrow(
+        expect.objectContaining({ name: 'TypeError', message: expect.stringContaining('http(s) URL without query, fragment or spaces') }),
+      )
+    },
+  )
+})

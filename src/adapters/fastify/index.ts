@@ -37,6 +37,7 @@ import type {
   FastifyRequest,
   RawServerDefault,
 } from 'fastify'
+import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
 import { type Reply, notFoundReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, logError } from '../../errors.js'
 import { type Decision, type DispatchContext } from '../../pipeline/dispatcher.js'
@@ -253,8 +254,12 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
       // wrapped in fastify-plugin, which makes Fastify drop its `prefix`, so the MCP routes
       // themselves land outside. Told once; routes registered before the plugin are not seen.
       let toldOfRoute = false
+      const metadataAddress = PROTECTED_RESOURCE_METADATA_PATH + basePath
       fastify.addHook('onRoute', (route) => {
+        // Those of the document's RFC 9728 address (`/.well-known/oauth-protected-resource/mcp`)
+        // are served: the dispatcher answers the document there.
         if (toldOfRoute || typeof route.url !== 'string' || !routeOutside(route.url, basePath)) return
+        if (!routeOutside(route.url, metadataAddress)) return
         toldOfRoute = true
         const methods = Array.isArray(route.method) ? route.method.join(',') : String(route.method)
         onError(
