@@ -342,8 +342,9 @@ export interface Dispatcher {
    */
   decide(request: DispatchRequest): MaybePromise<Decision>
   /**
-   * The protected-resource metadata of an App at a base URL (spec 2.2), to serve it elsewhere
-   * (the origin's root, with a `basePath`). `baseUrl` is the App address (`resource`), as the
+   * The protected-resource metadata of an App at a base URL (spec 2.2), to serve it where the
+   * dispatch layer does not see the requests (a `baseUrl` outside a framework mount, RFC 9728's
+   * `/.well-known/oauth-protected-resource/mcp` when the platform routes it elsewhere). `baseUrl` is the App address (`resource`), as the
    * `baseUrl` option gives it: trailing slashes are dropped.
    * @throws {TypeError} when `baseUrl` is no http(s) URL without query, fragment or spaces, or
    *   when an `authorizationServers` function answers anything but an array
