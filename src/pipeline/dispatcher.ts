@@ -226,8 +226,9 @@ export interface DispatcherOptions {
    * (`weather`, `localhost:8080`) is no App (404): in development, use `weather.localhost`. A
    * name ending in a dot (`weather.example.com.`, the same name as DNS reads it) is no App: it
    * would be a second address of the App, with a metadata `resource` of its own, which a token
-   * bound to the first does not name. Asked for requests under `basePath`, and, when `baseUrl`
-   * is given too, for one outside it whose path ends in `/.well-known/oauth-protected-resource`
+   * bound to the first does not name. Asked for requests under `basePath`, and for one outside
+   * it whose path starts with `/.well-known/oauth-protected-resource/` (the metadata's RFC 9728
+   * address), or, when `baseUrl` is given too, ends with `/.well-known/oauth-protected-resource`
    * (see `baseUrl`). Without `baseUrl`, not asked for a request that names no host (HTTP/1.0,
    * an empty `Host`): that is 404 `not_found`, since the App address is made from the host.
    */
@@ -238,7 +239,10 @@ export interface DispatcherOptions {
    * `{baseUrl}/.well-known/oauth-protected-resource` (spec 4.2): the dispatcher serves the
    * document under `basePath`, and, for an address whose path is not `basePath` (no path, with
    * the endpoint at `/mcp`), at that address's path too, for requests that reach it there
-   * (matched as sent, as under `basePath`: no percent-decoding, no dot segments). A callback
+   * (matched as sent, as under `basePath`: no percent-decoding, no dot segments). For an
+   * address with a path (`https://p.example.com/mcp`), also at RFC 9728's address for it
+   * (section 3.1): `/.well-known/oauth-protected-resource/mcp`, and with a path the App serves
+   * after it (`…/mcp/v1`), the same document. A callback
    * that answers anything but an http(s) URL without query, fragment or spaces (RFC 8707: a
    * resource identifier has none) fails the request (503, reported to `onError` as `callback
    * failed`).
@@ -246,7 +250,10 @@ export interface DispatcherOptions {
   baseUrl?: ((request: DispatchRequest, app: AppRecord) => string) | undefined
   /**
    * Path the MCP endpoint is mounted under (default `''`); versions follow it. Matched as sent
-   * (no percent-decoding), so written as requests carry it: `/caf%C3%A9`, not `/café`.
+   * (no percent-decoding), so written as requests carry it: `/caf%C3%A9`, not `/café`. The
+   * metadata is served under it and at RFC 9728's address for the App's,
+   * `/.well-known/oauth-protected-resource/mcp` (see `baseUrl`), to the requests that reach the
+   * dispatch layer there (route that path to it too under a framework mount).
    */
   basePath?: string | undefined
   /**
@@ -1416,17 +1423,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const { request, origin } = flow
     if (!app) return notFound(request, origin)
     const url = URL.parse(baseUrlOf(request, app))
+    if (url === null) return notFound(request, origin)
     // `baseUrlOf` drops trailing slashes: a pathname of `/` is the origin's root.
-    const base = url === null || url.pathname === '/' ? '' : url.pathname
+    const base = url.pathname === '/' ? '' : url.pathname
     const path = request.path
-    if (url !== null && path === base + PROTECTED_RESOURCE_METADATA_PATH) return { type: 'reply', reply: metadataReply(request, app) }
-    if (base !== '' && path.startsWith(PROTECTED_RESOURCE_METADATA_PATH) && path.startsWith(base, PROTECTED_RESOURCE_METADATA_PATH.length)) {
+    let served = path === base + PROTECTED_RESOURCE_METADATA_PATH
+    if (!served && base !== '' && path.startsWith(PROTECTED_RESOURCE_METADATA_PATH) && path.startsWith(base, PROTECTED_RESOURCE_METADATA_PATH.length)) {
+      // The App address itself, or a path the App serves after it (`/`, `/v1`).
       const rest = path.slice(PROTECTED_RESOURCE_METADATA_PATH.length + base.length)
-      if (rest === '' || (rest.charCodeAt(0) === 47 /* / */ && parseVersionPath(rest) !== null)) {
-        return { type: 'reply', reply: metadataReply(request, app) }
-      }
+      served = rest === '' || (rest.charCodeAt(0) === 47 /* / */ && parseVersionPath(rest) !== null)
     }
-    return notFound(request, origin)
+    return served ? { type: 'reply', reply: metadataReply(request, app) } : notFound(request, origin)
   }
 
   function withApp(flow: Flow, app: AppRecord | undefined): MaybePromise<Decision> {

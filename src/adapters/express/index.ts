@@ -448,6 +448,6 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
 
 export type { ServeTokenApiOptions } from '../shared.js'
 export { answerClientError, answerExpectationFailed } from '../client-error.js'
-export type { ClientError, ClientErrorSocket } from '../client-error.js'
+export type { ClientError, ClientErrorSocket, ExpectationResponse } from '../client-error.js'
 export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

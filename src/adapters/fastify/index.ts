@@ -571,6 +571,6 @@ function unencapsulated(plugin: FastifyPluginAsync, name: string): FastifyPlugin
 
 export type { ServeTokenApiOptions } from '../shared.js'
 export { answerClientError, answerExpectationFailed } from '../client-error.js'
-export type { ClientError, ClientErrorSocket } from '../client-error.js'
+export type { ClientError, ClientErrorSocket, ExpectationResponse } from '../client-error.js'
 export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'

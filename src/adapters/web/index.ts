@@ -540,6 +540,6 @@ export function routeByVersion(routes: VersionRoutes<WebMcpHandler>, options?: R
 }
 
 export { answerClientError, answerExpectationFailed } from '../client-error.js'
-export type { ClientError, ClientErrorSocket } from '../client-error.js'
+export type { ClientError, ClientErrorSocket, ExpectationResponse } from '../client-error.js'
 export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'
