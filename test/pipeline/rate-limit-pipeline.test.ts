@@ -55,6 +55,15 @@ async function setup(options: {
 }
 
 const MINUTE = Object.freeze({ limit: 5, windowType: 'minute' as const })
+/**
+ * A clock held at the middle of the current minute, for tests that read `r` across several
+ * requests: on the wall clock a minute can turn between two of them, starting a new window
+ * (CI once read `r=4;t=60` where `r=3` was due).
+ */
+const midMinute = (): (() => number) => {
+  const at = Math.floor(Date.now() / 60_000) * 60_000 + 30_000
+  return () => at
+}
 const MINUTE_3 = Object.freeze({ limit: 3, windowType: 'minute' as const })
 
 describe('rate limit: what the store answers', () => {
@@ -295,7 +304,7 @@ describe('HEAD on an MCP path', () => {
 
 describe('rate limit: refusals after the count', () => {
   it('a 404 of step 6 (no such version, no such session) spends a unit and says so in its RateLimit fields, as the successes do (regression: none, so the client\'s last r was wrong)', async () => {
-    const { dispatcher, token } = await setup({ policy: () => MINUTE })
+    const { dispatcher, token } = await setup({ policy: () => MINUTE, now: midMinute() })
     const answer = async (path: string, headers: Record<string, string> = {}) => {
       const decision = await dispatcher.decide(dispatchRequest(path, { authorization: `Bearer ${token}`, ...headers }))
       return decision.type === 'dispatch' ? { status: 200, headers: decision.headers } : { status: decision.reply.status, headers: decision.reply.headers }
@@ -329,6 +338,7 @@ describe('rate limit: failures after the count', () => {
       subscriptions,
       tokens,
       sessions: { get: () => Promise.resolve(undefined), set: () => Promise.reject(new Error('pins down')), delete: () => Promise.resolve() },
+      now: midMinute(),
       rateLimit: { policy: () => MINUTE },
       onError: () => {},
     })
@@ -349,6 +359,7 @@ describe('rate limit: failures after the count', () => {
       apps: { ...apps, getLiveVersions: () => { throw new Error('apps down') } },
       subscriptions,
       tokens,
+      now: midMinute(),
       rateLimit: { policy: () => MINUTE },
       onError: () => {},
     })
