@@ -194,7 +194,10 @@ export interface OAuthValidatorOptions {
    * that made-up bearer strings cannot fill the cache. 0 disables.
    */
   rejectionTtlMs?: number | undefined
-  /** Prefix of cache keys. Default `oauth:`. */
+  /**
+   * Prefix of cache keys (a string, `ConfigurationError` otherwise). Default `oauth:`. Keys also
+   * hold a digest of the mode and issuer, so validators of different issuers never share entries.
+   */
   cacheKeyPrefix?: string | undefined
   /** Timeout of one upstream call. Default 5 s. */
   timeoutMs?: number | undefined
@@ -741,6 +744,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (unknown !== undefined) {
       throw new ConfigurationError('algorithms', `holds ${JSON.stringify(unknown.slice(0, 40))}, not a JWS signature algorithm that can be verified (${JWS_ALGORITHMS.join(', ')})`)
     }
+  }
+  // A number or an object would be written into every key (`5…`, `[object Object]…`), and
+  // validators given different ones would share entries.
+  if (options.cacheKeyPrefix !== undefined && typeof options.cacheKeyPrefix !== 'string') {
+    throw new ConfigurationError('cacheKeyPrefix', 'must be a string')
   }
   if (options.timers !== undefined) requireMethods('timers', options.timers, 'a set of timers', ['setTimeout', 'clearTimeout'])
   if (options.cache !== undefined) requireMethods('cache', options.cache, 'a CacheStore', ['get', 'set', 'delete'])

@@ -54,7 +54,7 @@ export interface TokenApiOptions {
    * either a token with an allowlist cannot rotate itself: 403, as on the MCP path. `null` or
    * `''` (a header lookup that found none) names no address, as `undefined` does.
    */
-  clientAddress?: (request: Request) => string | null | undefined
+  clientAddress?: ((request: Request) => string | null | undefined) | undefined
   /** Errors the caller sees only as a 503 (context `token api`). Default `logError` (stderr). */
   onError?: ((error: unknown, context: string) => void) | undefined
   /**

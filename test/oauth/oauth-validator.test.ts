@@ -100,6 +100,8 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', algorithms: [] }, 'algorithms'],
     [{ issuer: 'https://auth.example.com', timers: {} as never }, 'timers'],
     [{ issuer: 'https://auth.example.com', cache: {} as never }, 'cache'],
+    // A number would be written into every key, and validators given 1 and '1' share entries.
+    [{ issuer: 'https://auth.example.com', cacheKeyPrefix: 1 as never }, 'cacheKeyPrefix'],
     [{ issuer: 'https://auth.example.com', clientBudget: { limit: 0 } }, 'clientBudget.limit'],
     [{ issuer: 'https://auth.example.com', clientBudget: { windowType: 'week' as never } }, 'clientBudget.windowType'],
     [{ issuer: 'https://auth.example.com', clientBudget: true as never }, 'clientBudget'],
