@@ -26,6 +26,7 @@ import {
 } from 'mcp-dispatch'
 import { createRedisRateLimitStore } from 'mcp-dispatch/redis'
 import { afterEach, describe, expect, it, vi } from 'vitest'
+import { midMinute } from '../helpers/clock.js'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
 import { describeRedis } from '../helpers/redis.js'
 
@@ -205,7 +206,8 @@ describe('rate limit: the default logger while the counter store fails (fail ope
   it('writes one line for a stretch of failures, not one per request; how many went unlogged when the store counts again (regression: a line per request)', async () => {
     const { lines, clock } = stderrOnMonotonicClock()
     const { store, down } = flakyStore()
-    const { instance } = await platform({ policy: () => perMinute(100), onError: false })
+    // The window on a clock held mid-minute: on the wall clock one could begin between the counts.
+    const { instance } = await platform({ policy: () => perMinute(100), now: midMinute(), onError: false })
     const decide = instance(store)
     const statuses = []
     for (let i = 0; i < 50; i++) statuses.push((await decide()).status)
@@ -216,8 +218,7 @@ describe('rate limit: the default logger while the counter store fails (fail ope
     expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=99;t=\d+$/)
     expect(lines).toHaveBeenCalledTimes(1)
     clock.elapsed = 10_000
-    // (98, or 99 when a minute's window began in between: the window is on the wall clock.)
-    expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=9[89];t=\d+$/)
+    expect((await decide()).headers.ratelimit).toMatch(/^"minute";r=98;t=\d+$/)
     expect(lines.mock.calls.slice(1)).toEqual([
       ['[mcp-dispatch] rate-limit store recovered: Error: the rate-limit store counts again; 49 more requests were served without a count since the last line (cause: Error)'],
     ])
@@ -333,7 +334,8 @@ describeRedis('rate limit on Redis, end to end', (redis) => {
 
   it('two dispatchers bursting at once on one Redis serve the limit and no more, each remaining count told once', async () => {
     const prefix = redis.prefix()
-    const { instance } = await platform({ policy: () => perMinute(25) })
+    // Held mid-minute: on the wall clock a minute turning during the burst would serve more than 25.
+    const { instance } = await platform({ policy: () => perMinute(25), now: midMinute() })
     const a = instance(createRedisRateLimitStore({ client: redis.connect(), prefix }))
     const b = instance(createRedisRateLimitStore({ client: redis.connect(), prefix }))
     const answers = await Promise.all(Array.from({ length: 80 }, (_, i) => (i % 2 === 0 ? a : b)()))
@@ -368,7 +370,8 @@ describeRedis('rate limit on Redis, end to end', (redis) => {
 
   it('keys are per App, user and window, expire within one window and a minute, and hold no token', async () => {
     const prefix = redis.prefix()
-    const { instance, tokens } = await platform({ policy: (app) => (app.id === NEWS.id ? { limit: 5, windowType: 'hour' } : perMinute(1)) })
+    // Held mid-minute: on the wall clock a minute turning between the first two would serve the second.
+    const { instance, tokens } = await platform({ policy: (app) => (app.id === NEWS.id ? { limit: 5, windowType: 'hour' } : perMinute(1)), now: midMinute() })
     const decide = instance(createRedisRateLimitStore({ client: redis.client, prefix }))
     expect((await decide(WEATHER)).status).toBe(200)
     expect((await decide(WEATHER)).status).toBe(429)

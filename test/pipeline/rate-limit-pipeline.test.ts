@@ -15,6 +15,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { midMinute } from '../helpers/clock.js'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.2.3'] }
@@ -55,15 +56,6 @@ async function setup(options: {
 }
 
 const MINUTE = Object.freeze({ limit: 5, windowType: 'minute' as const })
-/**
- * A clock held at the middle of the current minute, for tests that read `r` across several
- * requests: on the wall clock a minute can turn between two of them, starting a new window
- * (CI once read `r=4;t=60` where `r=3` was due).
- */
-const midMinute = (): (() => number) => {
-  const at = Math.floor(Date.now() / 60_000) * 60_000 + 30_000
-  return () => at
-}
 const MINUTE_3 = Object.freeze({ limit: 3, windowType: 'minute' as const })
 
 describe('rate limit: what the store answers', () => {

@@ -19,6 +19,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { midMinute } from '../helpers/clock.js'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.2.3', '2.0.0'] }
@@ -44,6 +45,8 @@ async function setup(
     subscriptions: wrap.subscriptions?.(rawSubscriptions) ?? rawSubscriptions,
     tokens,
     sessions: wrap.sessions?.(createMemorySessionStore()) ?? createMemorySessionStore(),
+    // The tests read r across requests: on the wall clock a minute could turn between two.
+    now: midMinute(),
     rateLimit: { store: wrap.rateLimit?.(createMemoryRateLimitStore()) ?? createMemoryRateLimitStore(), policy: () => POLICY },
     onError: (error, context) => errors.push({ error, context }),
   })
