@@ -49,6 +49,7 @@ import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import express from 'express'
 import Fastify from 'fastify'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { midMinute } from '../helpers/clock.js'
 import { serveFetch } from '../helpers/platform.js'
 import { REDIS_URL, holdConnection, redisAvailable, redisServerMissing, scanKeys } from '../helpers/redis.js'
 
@@ -175,7 +176,9 @@ interface InstanceOptions {
 /**
  * A platform: two Apps, users u1 (two tokens, both Apps) and u2 (one token, Weather), one
  * token service shared by its instances (the shared database) with `unknownTokenBudget` of 5
- * per address and minute. `instance()` serves one more dispatcher over HTTP on this file's ports.
+ * per address and minute, on a clock held mid-minute (the tests count the 401s and 429s of a
+ * burst: on the wall clock a minute turning during one would give a fresh budget).
+ * `instance()` serves one more dispatcher over HTTP on this file's ports.
  */
 async function platform() {
   const errors: Array<{ context: string; error: unknown }> = []
@@ -186,7 +189,8 @@ async function platform() {
     { userId: 'u2', appId: WEATHER.id, active: true },
   ])
   const store = createMemoryTokenStore()
-  const tokenService = () => createTokenService({ store, apps, subscriptions, unknownTokenBudget: { limit: 5, windowType: 'minute' } })
+  const now = midMinute()
+  const tokenService = () => createTokenService({ store, apps, subscriptions, unknownTokenBudget: { limit: 5, windowType: 'minute' }, now })
   const shared = tokenService()
   const t1 = (await shared.create({ userId: 'u1', name: 'one', servers: [WEATHER.id, NEWS.id], expiresInDays: 30 })).token
   const t1b = (await shared.create({ userId: 'u1', name: 'two', servers: [WEATHER.id], expiresInDays: 30 })).token

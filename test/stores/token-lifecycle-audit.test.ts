@@ -18,6 +18,7 @@ import {
 import { type PostgresTokenStore, createPostgresTokenStore } from 'mcp-dispatch/postgres'
 import { type RedisInvalidationBus, createRedisInvalidationBus } from 'mcp-dispatch/redis'
 import { afterAll, describe, expect, it } from 'vitest'
+import { midMinute } from '../helpers/clock.js'
 import { postgresUnavailable, usePostgres } from '../helpers/postgres.js'
 import { REDIS_URL, redisAvailable, scanKeys } from '../helpers/redis.js'
 
@@ -197,10 +198,13 @@ describe.skipIf(unavailable !== undefined || !redisAvailable)('token lifecycle a
       const olds = [await create(before, 'u_budget', 'old 1'), await create(before, 'u_budget', 'old 2')]
       await before.close()
       const unknownTokenBudget = { limit: 3, windowType: 'minute' as const }
+      // The budget's window on a clock held mid-minute: on the wall clock a minute turning after
+      // the second or third made-up token would give a fresh budget, and none be refused.
+      const now = midMinute()
       for (const cacheTtlMs of [600_000, 0]) {
         const old = olds.shift()!
-        const a = await pair.instance(`a${cacheTtlMs}`, pair.storeA, { pepper: NEW, previousPeppers: [OLD], unknownTokenBudget, cacheTtlMs })
-        const b = await pair.instance(`b${cacheTtlMs}`, pair.storeB, { pepper: NEW, previousPeppers: [OLD], unknownTokenBudget, cacheTtlMs })
+        const a = await pair.instance(`a${cacheTtlMs}`, pair.storeA, { pepper: NEW, previousPeppers: [OLD], unknownTokenBudget, cacheTtlMs, now })
+        const b = await pair.instance(`b${cacheTtlMs}`, pair.storeB, { pepper: NEW, previousPeppers: [OLD], unknownTokenBudget, cacheTtlMs, now })
         const current = await create(a, 'u_budget', `current ${cacheTtlMs}`)
         const address = '203.0.113.9'
         for (const tokens of [a, b]) {
