@@ -73,6 +73,7 @@ import { clockOption } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import type { TokenAuthResult, TokenService } from '../tokens/token-service.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
+import { parseUrl } from '../core/url.js'
 
 /** A request as the dispatcher sees it: no body, ever. */
 export interface DispatchRequest {
@@ -1422,8 +1423,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function metadataOutsideMount(flow: Flow, app: AppRecord | undefined): Decision {
     const { request, origin } = flow
     if (!app) return notFound(request, origin)
-    const url = URL.parse(baseUrlOf(request, app))
-    if (url === null) return notFound(request, origin)
+    const url = parseUrl(baseUrlOf(request, app))
+    if (url === undefined) return notFound(request, origin)
     // `baseUrlOf` drops trailing slashes: a pathname of `/` is the origin's root.
     const base = url.pathname === '/' ? '' : url.pathname
     const path = request.path

@@ -28,6 +28,7 @@ import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from 
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
+import { parseUrl } from '../core/url.js'
 
 /** The dashboard user of a request with a session cookie. */
 export interface TokenApiSession {
@@ -430,8 +431,8 @@ function hostsOption(hosts: unknown): ReadonlySet<string> | undefined {
     // `dash.example.com:443`, `*.example.com`), and no trailing dot (a second name of the host).
     // An IPv6 address with or without its brackets.
     const ipv6 = typeof host === 'string' && host.includes(':') && !host.startsWith('[')
-    const url = typeof host === 'string' && host !== '' && !/[/\\@*?#%\s]|\.$/.test(host) ? URL.parse(`http://${ipv6 ? `[${host}]` : host}`) : null
-    if (url === null || url.port !== '' || url.hostname === '') {
+    const url = typeof host === 'string' && host !== '' && !/[/\\@*?#%\s]|\.$/.test(host) ? parseUrl(`http://${ipv6 ? `[${host}]` : host}`) : undefined
+    if (url === undefined || url.port !== '' || url.hostname === '') {
       throw new ConfigurationError(`hosts.${i}`, 'must be a host name, without scheme, port or wildcard (dashboard.example.com, 192.0.2.1, ::1)')
     }
     names.add(url.hostname)
@@ -445,8 +446,8 @@ function hostsOption(hosts: unknown): ReadonlySet<string> | undefined {
  */
 function hostnameOf(request: Request): string | undefined {
   const host = request.headers.get('host')
-  if (host === null) return URL.parse(request.url)?.hostname
-  return /[/\\@?#]/.test(host) ? undefined : URL.parse(`http://${host}`)?.hostname
+  if (host === null) return parseUrl(request.url)?.hostname
+  return /[/\\@?#]/.test(host) ? undefined : parseUrl(`http://${host}`)?.hostname
 }
 
 /**

@@ -417,10 +417,10 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
 }
 
 /**
- * In-memory TTL cache (`lru-cache`), for the OAuth validator's results: at most `max` entries (default 100,000), the least recently used dropped first; an
- * entry lives the `ttlMs` its `set` gives (0 or less: not stored), read against `now` when given
- * (else lru-cache's monotonic clock). One process only: the Redis cache store shares its entries
- * between instances.
+ * In-memory TTL cache (`lru-cache`), for the OAuth validator's results: at most `max` entries
+ * (default 100,000), the least recently used dropped first; an entry lives the `ttlMs` its `set`
+ * gives (0 or less: not stored), read against `now` when given (else lru-cache's monotonic
+ * clock). One process only: the Redis cache store shares its entries between instances.
  *
  * @throws {ConfigurationError} with a `max` that is not an integer from 1 to 2^24, or a `now` that is
  * not a function.
