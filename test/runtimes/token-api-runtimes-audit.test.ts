@@ -19,13 +19,11 @@
  * workerd), so what runs is the code under test, built or not. Ports: 18560 to 18563.
  * Missing runtimes are skipped as `web-runtimes.test.ts` skips them.
  */
-import { mkdtempSync, rmSync, writeFileSync, existsSync } from 'node:fs'
+import { existsSync } from 'node:fs'
 import { connect } from 'node:net'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
 import { fileURLToPath } from 'node:url'
-import { type ChildProcess, spawn } from 'node:child_process'
 import { type ServerType, serve } from '@hono/node-server'
 import * as lib from 'mcp-dispatch'
 import * as web from 'mcp-dispatch/web'
@@ -34,7 +32,7 @@ import { underProjectCI } from '../helpers/ci.js'
 import { spawnServing } from '../helpers/serving-process.js'
 import { withTestHost } from './app.js'
 import { createAuditApp } from './token-api-audit-app.js'
-import { COMPATIBILITY_DATE, bundleWorker, workerdBinary } from './workerd.js'
+import { bundleWorker, startWorkerd, workerdBinary } from './workerd.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 const HERE = fileURLToPath(new URL('./', import.meta.url))
@@ -75,47 +73,7 @@ export default {
   },
 }
 `
-  const code = await bundleWorker({ source })
-  const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-audit-workerd-'))
-  writeFileSync(join(dir, 'worker.js'), code)
-  writeFileSync(
-    join(dir, 'config.capnp'),
-    `using Workerd = import "/workerd/workerd.capnp";
-const config :Workerd.Config = (
-  services = [(name = "main", worker = .worker), (name = "loopback", network = (allow = ["local"]))],
-  sockets = [(name = "http", address = "127.0.0.1:${port}", http = (), service = "main")],
-);
-const worker :Workerd.Worker = (
-  modules = [(name = "worker.js", esModule = embed "worker.js")],
-  compatibilityDate = "${COMPATIBILITY_DATE}",
-  globalOutbound = "loopback",
-);
-`,
-  )
-  let output = ''
-  const child: ChildProcess = spawn(workerdBinary()!, ['serve', join(dir, 'config.capnp')], { cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] })
-  child.stdout!.on('data', (chunk: Buffer) => (output += chunk.toString()))
-  child.stderr!.on('data', (chunk: Buffer) => (output += chunk.toString()))
-  const stop = async () => {
-    if (child.exitCode === null && child.signalCode === null) {
-      const exited = new Promise((resolve) => child.once('exit', resolve))
-      child.kill('SIGKILL')
-      await exited
-    }
-    rmSync(dir, { recursive: true, force: true })
-  }
-  // Listening once it answers.
-  for (let waited = 0; ; waited += 100) {
-    if (child.exitCode !== null) throw new Error(`workerd exited: ${output}`)
-    const answered = await exchange(port, 'GET /errors HTTP/1.1\r\nHost: control.localhost\r\nConnection: close\r\n\r\n', { waitMs: 500 }).catch(() => undefined)
-    if (answered?.status === 200) break
-    if (waited > 20_000) {
-      await stop()
-      throw new Error(`workerd did not listen within 20 s: ${output}`)
-    }
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  return { port, output: () => output, stop }
+  return startWorkerd({ code: await bundleWorker({ source }), port })
 }
 
 /** The same app on Node, in this process (`@hono/node-server`, the socket's address). */

@@ -76,6 +76,8 @@ export interface WorkerdOptions {
   bindings?: Record<string, string>
   compatibilityDate?: string
   compatibilityFlags?: readonly string[]
+  /** The port on 127.0.0.1; an ephemeral one by default. */
+  port?: number
 }
 
 /** A running workerd. */
@@ -91,9 +93,9 @@ export interface Workerd {
 const text = (value: string) => JSON.stringify(value)
 
 /**
- * Starts workerd serving `code` on 127.0.0.1 (an ephemeral port, read back from its control
- * channel); its outbound `fetch` reaches loopback addresses only. Rejects with workerd's output
- * when it exits or does not listen within 20 s.
+ * Starts workerd serving `code` on 127.0.0.1 (at `port`, or an ephemeral port; read back from
+ * its control channel); its outbound `fetch` reaches loopback addresses only. Rejects with
+ * workerd's output when it exits or does not listen within 20 s.
  */
 export async function startWorkerd(options: WorkerdOptions): Promise<Workerd> {
   const binary = workerdBinary()
@@ -109,7 +111,7 @@ const config :Workerd.Config = (
     (name = "main", worker = .worker),
     (name = "loopback", network = (allow = ["local"])),
   ],
-  sockets = [(name = "http", address = "127.0.0.1:0", http = (), service = "main")],
+  sockets = [(name = "http", address = "127.0.0.1:${options.port ?? 0}", http = (), service = "main")],
 );
 const worker :Workerd.Worker = (
   modules = [(name = "worker.js", esModule = embed "worker.js")],
