@@ -445,4 +445,18 @@ describe('the api host\'s identity JWKS (docs/platform.md "Hosts")', () => {
       expect(await refused.json()).toEqual({ error: 'method_not_allowed', message: '/.well-known/jwks.json takes GET or HEAD' })
     }
   })
+  it('answers any other path on the api host 404 in the token API\'s error shape, not JSON-RPC (no MCP there), and an unknown host 404 JSON-RPC not_found', async () => {
+    for (const [method, path] of [['POST', '/'], ['GET', '/api'], ['GET', '/api/tokenz'], ['POST', '/v1'], ['GET', '/.well-known/oauth-protected-resource']]) {
+      const got = await localhostFetch(`http://api.localhost:${served.port}${path}`, { method, headers: { 'content-type': 'application/json' }, ...(method === 'POST' ? { body: '{}' } : {}) })
+      expect(got.status, `${method} ${path}`).toBe(404)
+      expect(got.headers.get('content-type')).toMatch(/^application\/json/)
+      expect(got.headers.get('x-mcp-version')).toBeNull()
+      expect(await got.json()).toEqual({ error: 'not_found', message: 'Not found' })
+    }
+    for (const host of ['localhost', 'a.weather.localhost', 'nowhere.localhost']) {
+      const elsewhere = await post(`http://${host}:${served.port}/`, { bearer: token('alice') })
+      expect(elsewhere.status, host).toBe(404)
+      expect(await elsewhere.json()).toEqual(bodies.notFound)
+    }
+  })
 })
