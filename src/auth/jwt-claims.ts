@@ -86,10 +86,18 @@ export function audienceList(aud: unknown): string[] | undefined {
 export function audienceMatches(actual: readonly string[], expected: readonly string[]): boolean {
   const wanted = expected.map(normalizeResource)
   return actual.some((raw) => {
+    // An http(s) `aud` with a character no URI has (RFC 3986: a tab, a line break, `\`, a
+    // space, a non-ASCII letter) is no resource indicator (RFC 8707 section 2), though the URL
+    // parser would clean it into the App's address (`https://app.example\@evil.example` into a
+    // path of the App, where other parsers read the host `evil.example`): only equal text matches.
+    if (!URI_TEXT.test(raw) && /^https?:/i.test(raw)) return expected.includes(raw)
     const a = normalizeResource(raw)
     return wanted.some((w) => a === w || isPathInside(a, w))
   })
 }
+
+/** The characters of an RFC 3986 URI (unreserved, reserved, and `%` of its escapes). */
+const URI_TEXT = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]*$/
 
 function isPathInside(candidate: string, base: string): boolean {
   // An `aud` is the token's to say, before any signature is checked: one that looks like a URL

@@ -1241,7 +1241,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // RFC 9068 section 4: a JWT typed as another kind (an ID token typed `id_token+jwt`, a
     // logout token, a `secevent+jwt`) is no access token. `at+jwt` is the profile's; untyped
     // and plain `JWT` are taken, since common providers issue their access tokens so.
-    const typ = typeof header.typ === 'string' ? header.typ.toLowerCase().replace(/^application\//, '') : undefined
+    // A `typ` that is no string (`["id_token+jwt"]`) types nothing the profile knows: refused.
+    const typ = header.typ === undefined ? undefined : typeof header.typ === 'string' ? header.typ.toLowerCase().replace(/^application\//, '') : ''
     if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
     // An expired token is refused whatever its signature, so without checking it: a client
     // that keeps sending its token past `exp` (refused ones are not cached in this mode by

@@ -20,6 +20,13 @@ describe('audienceMatches', () => {
     // Userinfo: the App's origin, but no address of the App (regression).
     [['https://u@weather.example.com'], ['https://weather.example.com'], false],
     [['https://u:p@weather.example.com/v1'], ['https://weather.example.com'], false],
+    // Characters no URI has, which the URL parser would clean into the App's address (regression).
+    [['https://weather.example.com\\@evil.example'], ['https://weather.example.com'], false],
+    [['https://weather.exam\tple.com'], ['https://weather.example.com'], false],
+    [['https://weather.example.com\n'], ['https://weather.example.com'], false],
+    [['https://\uff57eather.example.com'], ['https://weather.example.com'], false],
+    [['https://weather.example.com/v 1'], ['https://weather.example.com'], false],
+    [['weather api'], ['weather api'], true],
   ])('%j against %j: %s', (actual, expected, result) => {
     expect(audienceMatches(actual, expected)).toBe(result)
   })

@@ -673,9 +673,9 @@ describe('jwt mode (local verification)', () => {
   it('RFC 9068: a JWT typed as another kind, or without exp, is no access token; at+jwt, untyped and JWT are taken', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     const context = { resource: 'http://weather.localhost', appId: 'app_weather' }
-    const typed = (typ: string | undefined, exp = true) => {
+    const typed = (typ: unknown, exp = true) => {
       const jwt = new SignJWT({ sub: 'user_alice', iss: fake.url, aud: 'http://weather.localhost' })
-        .setProtectedHeader({ alg: 'ES256', kid: 'k1', ...(typ !== undefined && { typ }) })
+        .setProtectedHeader({ alg: 'ES256', kid: 'k1', ...(typ !== undefined && { typ: typ as string }) })
         .setIssuedAt(Math.floor(clock() / 1000))
       return (exp ? jwt.setExpirationTime(Math.floor(clock() / 1000) + 600) : jwt).sign(privateKey)
     }
@@ -684,6 +684,10 @@ describe('jwt mode (local verification)', () => {
     }
     for (const typ of ['id_token+jwt', 'logout+jwt', 'secevent+jwt', 'application/jwt-something']) {
       expect(await v.validate(await typed(typ), context), typ).toEqual({ active: false, reason: 'not an access token (typ)' })
+    }
+    // A typ that is no string types nothing the profile knows (regression: it skipped the check).
+    for (const typ of [['id_token+jwt'], ['at+jwt'], 1, null, {}]) {
+      expect(await v.validate(await typed(typ), context), JSON.stringify(typ)).toEqual({ active: false, reason: 'not an access token (typ)' })
     }
     expect(await v.validate(await typed('at+jwt', false), context)).toEqual({ active: false, reason: 'claim check failed: exp' })
   })
