@@ -86,18 +86,19 @@ export function audienceList(aud: unknown): string[] | undefined {
 export function audienceMatches(actual: readonly string[], expected: readonly string[]): boolean {
   const wanted = expected.map(normalizeResource)
   return actual.some((raw) => {
-    // An http(s) `aud` with a character no URI has (RFC 3986: a tab, a line break, `\`, a
-    // space, a non-ASCII letter) is no resource indicator (RFC 8707 section 2), though the URL
+    // An http(s) `aud` with an ASCII character no URI or IRI has (RFC 3986, RFC 3987: a tab, a
+    // line break, `\`, a space) is no resource indicator (RFC 8707 section 2), though the URL
     // parser would clean it into the App's address (`https://app.example\@evil.example` into a
-    // path of the App, where other parsers read the host `evil.example`): only equal text matches.
+    // path of the App, where other parsers read the host `evil.example`): only equal text
+    // matches. Letters past ASCII are an internationalized name's, matched as its A-label.
     if (!URI_TEXT.test(raw) && /^https?:/i.test(raw)) return expected.includes(raw)
     const a = normalizeResource(raw)
     return wanted.some((w) => a === w || isPathInside(a, w))
   })
 }
 
-/** The characters of an RFC 3986 URI (unreserved, reserved, and `%` of its escapes). */
-const URI_TEXT = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%]*$/
+/** The characters of an RFC 3986 URI (unreserved, reserved, `%` of its escapes) and those past ASCII of an RFC 3987 IRI. */
+const URI_TEXT = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%\u00a1-\uffff]*$/
 
 function isPathInside(candidate: string, base: string): boolean {
   // An `aud` is the token's to say, before any signature is checked: one that looks like a URL

@@ -24,7 +24,8 @@ describe('audienceMatches', () => {
     [['https://weather.example.com\\@evil.example'], ['https://weather.example.com'], false],
     [['https://weather.exam\tple.com'], ['https://weather.example.com'], false],
     [['https://weather.example.com\n'], ['https://weather.example.com'], false],
-    [['https://\uff57eather.example.com'], ['https://weather.example.com'], false],
+    [['https://weather.example.com\u0085'], ['https://weather.example.com'], false],
+    [['https://b\u00fccher.example/v1'], ['https://B\u00dcCHER.example'], true],
     [['https://weather.example.com/v 1'], ['https://weather.example.com'], false],
     [['weather api'], ['weather api'], true],
   ])('%j against %j: %s', (actual, expected, result) => {
