@@ -45,8 +45,13 @@ export interface FetchHandlerOptions {
   host?: (request: Request) => string | null | undefined
 }
 
-/** A fetch handler; `info.clientAddress` is the socket address where the server knows it. */
-export type FetchHandler = (request: Request, info?: { clientAddress?: string }) => Promise<Response>
+/**
+ * A fetch handler; `info.clientAddress` is the socket address where the server knows it, and
+ * `info.outgoing`, on Node, the `http.ServerResponse` the answer is written to (the Web adapter's
+ * `outgoing`: the dispatch headers go into its head, and an answer given before a large request
+ * body has all arrived, such as the App's 413, closes its connection after it).
+ */
+export type FetchHandler = (request: Request, info?: { clientAddress?: string; outgoing?: unknown }) => Promise<Response>
 
 /** Builds the handler: the JWKS document, and every MCP request through the dispatch layer to the proxy. */
 export function createFetchHandler(options: FetchHandlerOptions): FetchHandler {
@@ -62,6 +67,6 @@ export function createFetchHandler(options: FetchHandlerOptions): FetchHandler {
       // Revalidated by any cache between: a JWKS served stale would hide a key published ahead.
       return Response.json(await options.signer.jwks(), { headers: { 'cache-control': 'no-cache' } })
     }
-    return mcp(request, { clientAddress: info?.clientAddress ?? options.clientAddress?.(request), host: options.host?.(request) })
+    return mcp(request, { clientAddress: info?.clientAddress ?? options.clientAddress?.(request), host: options.host?.(request), outgoing: info?.outgoing })
   }
 }

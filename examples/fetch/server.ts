@@ -38,7 +38,7 @@ const handler = createFetchHandler({
   upstream: (context) => `${upstreamOrigin}/mcp/${context.version}`,
 })
 const front = await listen(
-  (request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress }),
+  (request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
   port,
 ).catch((error: unknown) => cannotListen(port, error))
 app.current = createUpstreamApp({ jwks: `http://127.0.0.1:${front.port}/.well-known/jwks.json`, issuer, audience: upstreamOrigin })

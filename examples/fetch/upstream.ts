@@ -24,7 +24,8 @@ export function createUpstreamApp(options: UpstreamAppOptions): {
   const versions = new Map<string, McpAppHandler>()
   return {
     async fetch(request) {
-      const match = /^\/mcp\/(\d+\.\d+\.\d+)$/.exec(new URL(request.url).pathname)
+      // A release or a pre-release (`/mcp/2.1.0-rc.1`): whichever the platform signed for.
+      const match = /^\/mcp\/(\d+\.\d+\.\d+(?:-[0-9A-Za-z.-]+)?)$/.exec(new URL(request.url).pathname)
       if (!match) return new Response('Not found', { status: 404 })
       let identity
       try {

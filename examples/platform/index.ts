@@ -194,6 +194,13 @@ export interface PlatformOptions {
    * sessions' idle time (30 minutes). Runs on a timer that keeps no process alive. Default 60 s.
    */
   sweepEveryMs?: number
+  /**
+   * How often the credential of an open MCP stream is checked again (the dispatcher's
+   * `reauthorizeEveryMs`): a stream whose token was revoked (a password reset included), rotated
+   * away or expired, or whose subscription ended, is ended at the next check. Default 60 s;
+   * `false`: never.
+   */
+  reauthorizeEveryMs?: number | false
 }
 
 /** A running reference platform. */
@@ -407,6 +414,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     },
     now,
     onError,
+    ...(options.reauthorizeEveryMs !== undefined && { reauthorizeEveryMs: options.reauthorizeEveryMs }),
   })
 
   // Versions seeded as `{ version, upstream }` run as their own services: proxied, with the

@@ -36,9 +36,46 @@ export function headOutcome(
 ): DispatchOutcome {
   if (sessionId === undefined && decision.context.sessionId === undefined) return { status, sessionId }
   const whenClosedOf = (listener: () => void) => whenClosed(res, listener)
-  if (status !== 404) return { status, sessionId, whenClosed: whenClosedOf }
+  if (status !== 404) return { status, sessionId, whenClosed: whenClosedOf, close: () => closeResponse(res) }
   // A 404 in a session ends its pin only when it is the MCP handler's (see `DispatchOutcome`).
   return { status, sessionId, whenClosed: whenClosedOf, contentType: unrouted.has(res) ? null : contentTypeOf(res, headers) }
+}
+
+/**
+ * Ends a response whose credential no longer passes (`DispatchOutcome.close`), as a complete
+ * answer: the client reads the end of its event stream, and its connection stays usable (a
+ * socket destroyed after the end would be taken back by the client's pool as it closes, and
+ * fail its next request). What the handler writes later fails on its own call (Node answers a
+ * write after the end with an `error` event, which nothing else listens for on a response, and
+ * which would otherwise end the process); the response's `close` tells the handler it is gone.
+ */
+function closeResponse(res: NodeResponse): void {
+  const response = res as NodeResponse & { writableEnded?: boolean; end(): unknown; destroy(): unknown; on(event: 'error', listener: () => void): unknown }
+  if (response.destroyed === true || response.writableEnded === true) return
+  try {
+    response.on('error', ignore)
+    response.end()
+  } catch {
+    response.destroy()
+  }
+}
+
+function ignore(): void {}
+
+/**
+ * Has Node close the connection after `res` (`Connection: close`) when its head goes out before
+ * its HTTP/1 request's body has all arrived (a handler, or a proxied App, that answered a large
+ * body early: a 413 past its limit). For `@hono/node-server`, which closes such a connection
+ * after the answer (it destroys the request whose body stream is cancelled, or left unread past
+ * 500 ms or 64 MB): said so, a keep-alive client sends its next request on a new connection,
+ * not on the one about to close (undici's failed with `UND_ERR_SOCKET`). RFC 9112 section 9.6.
+ * Only before the head; HTTP/2 streams end on their own.
+ */
+export function closeIfBodyInFlight(res: unknown): void {
+  const req = (res as { req?: { complete?: unknown; httpVersionMajor?: unknown } }).req
+  if (req === undefined || req.complete !== false || req.httpVersionMajor !== 1) return
+  const response = res as { headersSent?: unknown; shouldKeepAlive?: boolean }
+  if (response.headersSent === false) response.shouldKeepAlive = false
 }
 
 /**

@@ -40,7 +40,7 @@ export const RpcCode = {
   NotFound: -32004,
   /** 503: the authorization server or a store cannot answer now. */
   Unavailable: -32005,
-  /** 400, 413, 417 and 431 of malformed requests: an invalid `Host`, a body that does not match its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than `100-continue`. */
+  /** 400, 413, 417, 431 and 501 of malformed requests: an invalid `Host`, a body that does not match its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than `100-continue`, a request body in a transfer coding the proxy cannot pass on. */
   InvalidRequest: -32600,
   /** 502: the MCP handler threw or failed before its response head (`handler_error`). */
   InternalError: -32603,

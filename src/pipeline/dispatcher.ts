@@ -140,6 +140,16 @@ export interface DispatchOutcome {
    */
   readonly whenClosed?: (listener: () => void) => void
   /**
+   * Ends the response before its time (a Node response: `end()`ed, with an `error` listener so
+   * the handler's later writes fail quietly, its connection left usable; a Web body: closed, the
+   * handler's stream cancelled), for a response that may stay open, given with `whenClosed`. The dispatcher
+   * calls it, at most once, when the credential the response was opened with no longer passes
+   * (`reauthorizeEveryMs`: revoked, expired, rotated away, its subscription ended, or its
+   * address taken off the token's allowlist), so that an event stream does not outlive the
+   * access that opened it. Must not throw; without it, open responses are not checked again.
+   */
+  readonly close?: () => void
+  /**
    * For a 404 of a request in a session: the `Content-Type` of the answer (`null` when it has
    * none, or when it is not the MCP handler's: a framework's not-found for a method no route
    * takes). Only a JSON 404, the MCP transport's `Session not found`, ends the session's pin;
@@ -161,6 +171,28 @@ interface KeptSession {
   pending: boolean
   /** When that restart was sent (`now()`). */
   pendingSince: number
+}
+
+/** Open responses that share a credential, App and client address (`reauthorizeEveryMs`). */
+interface Watched {
+  readonly key: string
+  /** The `Authorization` field they were opened with. Never logged. */
+  readonly header: string
+  readonly clientAddress: string | undefined
+  readonly app: AppRecord
+  /** The user they were opened for: a credential now of another is refused. */
+  readonly subject: string
+  /** The App address, the OAuth validator's `resource`. */
+  readonly resource: string
+  /** How to end each of them. */
+  readonly closes: Set<() => void>
+  /** A check still unanswered: none is sent beside it. */
+  checking: boolean
+}
+
+/** `value`, or its promise's, through `next`, without a microtask for a synchronous one. */
+function then<T, U>(value: MaybePromise<T>, next: (value: T) => MaybePromise<U>): MaybePromise<U> {
+  return value instanceof Promise ? value.then(next) : next(value)
 }
 
 /** The decision for one request. */
@@ -190,7 +222,10 @@ export type Decision =
       readonly synchronousPins: boolean
     }
 
-/** The interval timer of the dispatcher's session keep-alive (`DispatcherOptions.timers`). */
+/**
+ * The interval timers of the dispatcher's session keep-alive and of its checks of open
+ * responses' credentials (`DispatcherOptions.timers`).
+ */
 export interface DispatcherTimers {
   setInterval(callback: () => void, ms: number): unknown
   clearInterval(handle: unknown): void
@@ -311,11 +346,27 @@ export interface DispatcherOptions {
    */
   now?: (() => number) | undefined
   /**
-   * The interval timer that keeps the pins of sessions with a response open (it restarts their
-   * idle TTL every third of `sessionTtlMs`). Default the global `setInterval` / `clearInterval`;
+   * The interval timers that keep the pins of sessions with a response open (they restart their
+   * idle TTL every third of `sessionTtlMs`) and check the credentials of open responses
+   * (`reauthorizeEveryMs`). Default the global `setInterval` / `clearInterval`;
    * inject one to drive it from a test, as `now` drives the clock.
    */
   timers?: DispatcherTimers | undefined
+  /**
+   * How often the credential of a response that stays open (an MCP session's event stream: the
+   * client's GET stream, a long tool call's answer) is checked again, in milliseconds: its
+   * token authenticated anew (an API token: state, allowlist, scope; an OAuth token: the
+   * validator, through its cache), and its subscription to the App. One that no longer passes
+   * ends the response (`DispatchOutcome.close`): a revoked or expired token, a password reset,
+   * a rotation, an ended subscription reaches open streams within this interval of reaching
+   * requests (spec 3: revocation takes effect within 10 minutes), instead of never. A check
+   * that cannot tell (a store down or slow, the authorization server unavailable) leaves the
+   * response open and goes to `onError`. Open responses that share a credential, App and client
+   * address are checked once per interval; checks are not rate-limited, and an API token's
+   * count as a use (`last_used_at`). A positive number of milliseconds, at most 2^31 - 1, or
+   * `false` for no checks. Default 60 seconds.
+   */
+  reauthorizeEveryMs?: number | false | undefined
   /**
    * Errors that did not fail the request loudly (store outages, fail-open, callbacks). Default
    * `logError` (stderr), which hears of a rate-limit store failing open at most once every 10
@@ -552,6 +603,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     throw new ConfigurationError('sessionTtlMs', `must be a whole number of milliseconds from 1 to ${Number.MAX_SAFE_INTEGER}`)
   }
   const storeTimeoutMs = timerOption('storeTimeoutMs', options.storeTimeoutMs ?? 5_000)
+  const reauthorizeEveryMs = options.reauthorizeEveryMs === false ? false : timerOption('reauthorizeEveryMs', options.reauthorizeEveryMs ?? 60_000)
   const basePath = withoutTrailingSlashes(options.basePath ?? '')
   if (basePath !== '' && !basePath.startsWith('/')) throw new ConfigurationError('basePath', 'must start with "/"')
   // Matched as sent with each request's path, and the App address is made from it: a path no
@@ -1160,7 +1212,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     constructor(
       readonly context: DispatchContext,
       readonly headers: Readonly<Record<string, string>>,
-      private readonly method: string,
+      private readonly request: DispatchRequest,
       private readonly origin: string | null | undefined,
     ) {}
 
@@ -1170,6 +1222,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const { sessionId, app, identity, version } = this.context
       let pinning = false
       try {
+        // A response that may stay open is checked again while it is (`reauthorizeEveryMs`).
+        const { close, whenClosed } = outcome
+        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && reauthorizeEveryMs !== false && this.request.method !== 'DELETE') {
+          watchWhileOpen(this.context, this.request, whenClosed, close)
+        }
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
           const assigned = outcome.sessionId
@@ -1189,11 +1246,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
               stored(pending)
             }
           }
-        } else if (outcome.sessionId && outcome.sessionId !== sessionId && outcome.status < 300 && this.method !== 'DELETE') {
+        } else if (outcome.sessionId && outcome.sessionId !== sessionId && outcome.status < 300 && this.request.method !== 'DELETE') {
           // A session opened on a request of another: not pinned (the Node adapters hold no
           // answer of a request in a session for a pin), and said so rather than left to 404s.
           newSessionInSession()
-        } else if ((this.method === 'DELETE' && outcome.status < 300) || (outcome.status === 404 && handlerForgot(outcome.contentType))) {
+        } else if ((this.request.method === 'DELETE' && outcome.status < 300) || (outcome.status === 404 && handlerForgot(outcome.contentType))) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))
         } else if (outcome.whenClosed && outcome.status < 300) {
@@ -1357,6 +1414,123 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (open.get(sessionId) === held) open.delete(sessionId)
       if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held, failedAtEnd)
     })
+  }
+
+  // Open responses by credential (App, client address, `Authorization`), each group checked
+  // once per `reauthorizeEveryMs` by one timer for all (per response where timers end with
+  // their request), stopped by the first tick that finds none, as the keep-alive's is.
+  const watched = new Map<string, Watched>()
+  let watcher: unknown
+  let failedInCheck = false
+
+  function watchWhileOpen(context: DispatchContext, request: DispatchRequest, whenClosed: (listener: () => void) => void, close: () => void): void {
+    if (reauthorizeEveryMs === false) return
+    const header = request.headers.get('authorization')
+    if (!header) return
+    const clientAddress = request.clientAddress
+    const app = context.app
+    const key = `${app.id}\u0000${clientAddress ?? ''}\u0000${header}`
+    let group = watched.get(key)
+    if (group === undefined) {
+      group = { key, header, clientAddress, app, subject: context.identity.subject, resource: context.baseUrl, closes: new Set(), checking: false }
+      watched.set(key, group)
+    }
+    // One entry per response, even when an adapter hands the same function to two.
+    const member = () => close()
+    group.closes.add(member)
+    const held = group
+    let own: unknown
+    if (keepPerResponse) own = timers.setInterval(() => recheck(held, failedOwnCheck), reauthorizeEveryMs)
+    else if (watcher === undefined) {
+      watcher = timers.setInterval(watchTick, reauthorizeEveryMs)
+      // Never what keeps a process alive: the open responses' sockets are.
+      ;(watcher as { unref?: () => void }).unref?.()
+    }
+    whenClosed(() => {
+      if (own !== undefined) timers.clearInterval(own)
+      if (!held.closes.delete(member) || held.closes.size > 0) return
+      if (watched.get(held.key) === held) watched.delete(held.key)
+    })
+  }
+
+  function watchTick(): void {
+    if (watched.size === 0) {
+      timers.clearInterval(watcher)
+      watcher = undefined
+      return
+    }
+    failedInCheck = false
+    for (const group of watched.values()) recheck(group, failedCheck)
+  }
+
+  /**
+   * Checks a group's credential again; one that no longer passes ends its responses. One that
+   * cannot be checked (a store or the authorization server failing) leaves them open and is
+   * reported: an outage must not end every stream at once.
+   */
+  function recheck(group: Watched, report: (error: unknown) => void): void {
+    if (group.checking || group.closes.size === 0) return
+    const judged = (allowed: boolean) => {
+      if (allowed) return
+      if (watched.get(group.key) === group) watched.delete(group.key)
+      const closes = [...group.closes]
+      group.closes.clear()
+      for (const close of closes) {
+        try {
+          close()
+        } catch (error) {
+          onError(error, 'closing an open response')
+        }
+      }
+    }
+    try {
+      const verdict = stillAllowed(group)
+      if (!(verdict instanceof Promise)) return judged(verdict)
+      group.checking = true
+      verdict.then(judged, report).finally(() => (group.checking = false))
+    } catch (error) {
+      report(error)
+    }
+  }
+
+  /** One report per tick: a store that is down fails every open response's check at once. */
+  function failedCheck(error: unknown): void {
+    if (failedInCheck) return
+    failedInCheck = true
+    onError(error, 're-checking the credential of open responses')
+  }
+
+  function failedOwnCheck(error: unknown): void {
+    onError(error, 're-checking the credential of open responses')
+  }
+
+  /**
+   * Whether a group's credential still passes steps 2 to 4 for its App and client address: an
+   * API token live, allowed from the address and scoped to the App, or an OAuth token the
+   * validator accepts for the App, of the same user, with an active subscription. Throws or
+   * rejects when it cannot tell.
+   */
+  function stillAllowed(group: Watched): MaybePromise<boolean> {
+    const parsed = parseBearerToken(group.header)
+    if (parsed.kind !== 'bearer') return false
+    const token = parsed.token
+    const { app, clientAddress, subject } = group
+    if (token.startsWith(tokens.prefix)) {
+      return then(settle(tokens.authenticate(token, clientAddress), 'token'), (auth) => {
+        if (!auth.ok || auth.record.userId !== subject) return false
+        if (!checkIpAllowlist(clientAddress, auth.allowlist) || !checkScope(auth.record.servers, app.id)) return false
+        return subscribed(subject, app.id)
+      })
+    }
+    if (!oauth) return false
+    const context = clientAddress === undefined ? { resource: group.resource, appId: app.id } : { resource: group.resource, appId: app.id, clientAddress }
+    const validating = adoptThenable(oauth.validate(token, context))
+    const result = timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating
+    return then(result, (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
+  }
+
+  function subscribed(subject: string, appId: string): MaybePromise<boolean> {
+    return then(settle(subscriptions.isActive(subject, appId), 'subscriptions'), (active) => active === true)
   }
 
   function decide(request: DispatchRequest): MaybePromise<Decision> {
@@ -1578,7 +1752,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       baseUrl: baseUrlOf(request, app),
       rateLimit: limited,
     }
-    return new Dispatch(context, headers, request.method, origin)
+    return new Dispatch(context, headers, request, origin)
   }
 
   return {

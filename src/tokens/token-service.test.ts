@@ -2776,6 +2776,37 @@ describe('cached records and invalidation between instances', () => {
     expect(calls.findByHash).toBe(reads)
   })
 
+  it('a record is trusted for cacheTtlMs from its read, not from a late answer: a revocation never reaches a deaf instance later than the TTL after it (regression)', async () => {
+    // B reads the record just before A revokes it, and the answer reaches B 5 s later (a slow
+    // network, a stalled event loop); the instances cannot tell each other (a bus each).
+    let held: (() => void) | undefined
+    let holdNext = false
+    const { a, b, clock } = instances(false, (store) => ({
+      ...store,
+      findByHash(hash: string) {
+        const read = store.findByHash(hash)
+        if (!holdNext) return read
+        holdNext = false
+        return new Promise((resolve) => (held = () => resolve(read)))
+      },
+    }))
+    const created = await createToken(a)
+    holdNext = true
+    const pending = b.authenticate(created.token)
+    clock.advance(1)
+    await a.revoke('alice', created.id)
+    const revokedAt = clock.now()
+    clock.advance(5_000)
+    held!()
+    expect((await pending).ok).toBe(true) // what it read, as read
+    // Read 1 ms before the revocation: cached until 600,000 ms after the read (not after the
+    // answer, 5 s later), so refused by then, as `cacheTtlMs` promises.
+    clock.advance(revokedAt + 599_998 - clock.now())
+    expect((await b.authenticate(created.token)).ok).toBe(true)
+    clock.advance(1)
+    expect(await b.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
+  })
+
   it('without an injected clock the cache TTL runs on the monotonic clock, which a wall clock stepped back cannot stretch (regression)', async () => {
     const store = createMemoryTokenStore()
     const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])

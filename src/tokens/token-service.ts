@@ -17,7 +17,7 @@ import {
   hashesEqual,
   checkApiTokenFormat,
 } from '../core/api-token.js'
-import { type CompiledAllowlist, compileAllowlist, checkIpAllowlist, validateAllowlist } from '../core/ip.js'
+import { type CompiledAllowlist, type IpRange, compileAllowlist, checkIpAllowlist, parseCidr, validateAllowlist } from '../core/ip.js'
 import { hasLoneSurrogate, named, quoted } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import type {
@@ -1169,16 +1169,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    */
   function lookup(tokenHash: string, known: boolean): MaybePromise<TokenAuthResult | undefined> {
     let found: MaybePromise<ApiTokenRecord | undefined>
+    // When the store was asked: a record is trusted for `cacheTtlMs` from its read, not from
+    // its answer, so a slow answer is cached for what is left of the TTL.
+    const askedAt = cache === undefined ? 0 : monotonic()
     try {
       // Another library's promise is awaited as one, never taken for the record.
       found = adoptThenable(store.findByHash(tokenHash))
     } catch (error) {
       throw new StoreUnavailableError('token', { cause: error })
     }
-    if (!(found instanceof Promise)) return remember(found, tokenHash, known, invalidationCount)
+    if (!(found instanceof Promise)) return remember(found, tokenHash, known, invalidationCount, askedAt)
     const before = invalidationCount
     return found.then(
-      (record) => remember(record, tokenHash, known, before),
+      (record) => remember(record, tokenHash, known, before, askedAt),
       (error: unknown) => {
         throw new StoreUnavailableError('token', { cause: error })
       },
@@ -1188,9 +1191,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   /**
    * The record the store found for `tokenHash`, judged if it matches. Nothing is remembered from
    * a read an invalidation may have overtaken (one came in since `asked`, the count when the
-   * lookup started): a rotation undone or an edit would otherwise be missed.
+   * lookup started): a rotation undone or an edit would otherwise be missed. A live record is
+   * cached until `cacheTtlMs` after `askedAt` (when the store was asked, on `monotonic`): a
+   * revocation another instance could not tell this one of takes effect within `cacheTtlMs` of
+   * the read, however late its answer came.
    */
-  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number): TokenAuthResult | undefined {
+  function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number, askedAt: number): TokenAuthResult | undefined {
     // A store is trusted with the lookup, not with the match: compared in constant time.
     const auth = record && hashesEqual(record.tokenHash, tokenHash) ? judge(record) : undefined
     if (auth === undefined || !auth.ok) {
@@ -1203,7 +1209,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       return auth
     }
     if (!known) knowWellFormed(tokenHash)
-    if (cache && hearing && asked === invalidationCount && invalidations.listening !== false) cache.set(tokenHash, record)
+    if (cache && hearing && asked === invalidationCount && invalidations.listening !== false) {
+      const ttl = Math.floor(cacheTtlMs - 1 - (monotonic() - askedAt))
+      if (ttl >= 1) cache.set(tokenHash, record, { ttl })
+    }
     return auth
   }
 
@@ -1276,10 +1285,41 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     recordUse(record.id, at)
     let result = accepted.get(record)
     if (result === undefined) {
-      result = Object.freeze({ ok: true, record, allowlist: compileAllowlist(record.allowedIps) })
+      result = Object.freeze({ ok: true, record, allowlist: storedAllowlist(record) })
       accepted.set(record, result)
     }
     return result
+  }
+
+  // Tokens whose stored allowlist holds an entry that cannot be read, already reported.
+  const unreadableAllowlists = new LRUCache<string, true>({ max: 1_000 })
+
+  /**
+   * The allowlist a record stores, compiled. An entry no address can be read from (a row written
+   * past `validateAllowlist`: by hand, an import, a seed of the platform's) matches no address,
+   * and is reported once per token (`token allowlist`, naming the token): the token's requests
+   * from elsewhere get 403 `ip_not_allowed`, as they would with the entry mistyped, and neither a
+   * 503 that says to come back in a second, for ever, nor an allowlist wider than the one stored.
+   */
+  function storedAllowlist(record: ApiTokenRecord): CompiledAllowlist {
+    try {
+      return compileAllowlist(record.allowedIps)
+    } catch (error) {
+      if (!Array.isArray(record.allowedIps)) throw error
+      if (!unreadableAllowlists.has(record.id)) {
+        unreadableAllowlists.set(record.id, true)
+        onError(
+          new Error(`mcp-dispatch: the allowlist stored for token ${record.id} holds an entry that is no address or CIDR range (${error instanceof Error ? error.message : String(error)}); that entry matches no address: correct it with an edit of the token`),
+          'token allowlist',
+        )
+      }
+      const ranges: IpRange[] = []
+      for (const entry of record.allowedIps) {
+        const range = typeof entry === 'string' ? parseCidr(entry) : 'address'
+        if (typeof range !== 'string') ranges.push(range)
+      }
+      return ranges
+    }
   }
 
   // The count-and-insert of each user's creation that runs or waits last on this instance.

@@ -85,7 +85,7 @@ const starts: Record<string, (demo: Demo) => Promise<Running>> = {
       signer,
       upstream: (context) => `${upstreamOrigin}/mcp/${context.version}`,
     })
-    const front = await serveFetch((request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress }))
+    const front = await serveFetch((request, env) => handler(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }))
     app.current = createUpstreamApp({ jwks: `http://127.0.0.1:${front.port}/.well-known/jwks.json`, issuer, audience: upstreamOrigin })
     return {
       port: front.port,
@@ -213,6 +213,24 @@ async function connectClient(url: string, token: string) {
 
 describe('adapter examples: what each serves', () => {
   for (const name of Object.keys(starts)) {
+    it(`${name}: a live pre-release is served at its exact URL, and only there (regression: the fetch example's App service answered its path with a text 404)`, async () => {
+      const demo = await createDemo()
+      demo.apps.deploy(demo.app.id, '2.1.0-rc.1')
+      const running = await starts[name]!(demo)
+      try {
+        const exact = await post(`http://127.0.0.1:${running.port}/v2.1.0-rc.1`, demo.token, TOOLS_LIST)
+        expect(exact.status).toBe(200)
+        expect(exact.headers.get('x-mcp-version')).toBe('2.1.0-rc.1')
+        expect(((await exact.json()) as { result: { tools: unknown[] } }).result.tools.length).toBeGreaterThan(0)
+        const broader = await post(`http://127.0.0.1:${running.port}/v2`, demo.token, TOOLS_LIST)
+        expect(broader.status).toBe(200)
+        expect(broader.headers.get('x-mcp-version')).toBe('2.0.0')
+        await broader.body?.cancel()
+      } finally {
+        await running.close()
+      }
+    })
+
     it(`${name}: spec 4.1's bare tools/list (Authorization and Content-Type only) is answered 200 in JSON with the version headers, the App's own tools only (regression: Express and Fastify 406, and 400 "Server not initialized" given both media types; every example listed the conformance suite's 18 tools)`, async () => {
       const demo = await createDemo()
       const running = await starts[name]!(demo)

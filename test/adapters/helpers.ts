@@ -287,6 +287,13 @@ export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handl
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
 }
 
+/** The Web adapter on a runtime without Node's response (`outgoing` not given): the body is relayed. */
+export async function serveWebWithoutOutgoing(fixture: Fixture, handler: WebMcpHandler): Promise<Served> {
+  const dispatch = webDispatch({ dispatcher: fixture.dispatcher, handler, onError: (error, context) => fixture.errors.push({ error, context }) })
+  const served = await serveFetch((request, info) => dispatch(request, { clientAddress: info.clientAddress }))
+  return { port: served.port, close: served.close }
+}
+
 /**
  * The fixture with a dispatcher whose decisions wait for `release()` (asynchronous stores that
  * answer once the client has gone); `decided` resolves when the first decision is made.

@@ -12,10 +12,8 @@
 import { randomUUID } from 'node:crypto'
 import * as http from 'node:http'
 import { type Decision, type DispatchRequest, type SessionStore, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
-import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
-import { serveFetch } from '../helpers/platform.js'
-import { ADAPTER_KINDS, type Fixture, type Served, createFixture, serveWebHandler } from './helpers.js'
+import { ADAPTER_KINDS, createFixture, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
 
 const HOUR = 3_600_000
 const encoder = new TextEncoder()
@@ -95,13 +93,6 @@ function send(port: number, token: string, method: 'GET' | 'POST', sessionId?: s
       request.end(method === 'POST' ? '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' : undefined)
     },
   )
-}
-
-/** The Web adapter on a runtime without Node's response (`outgoing` not given): the body is relayed. */
-async function serveWebWithoutOutgoing(fixture: Fixture, handler: Parameters<typeof webDispatch>[0]['handler']): Promise<Served> {
-  const dispatch = webDispatch({ dispatcher: fixture.dispatcher, handler, onError: (error, context) => fixture.errors.push({ error, context }) })
-  const served = await serveFetch((request, info) => dispatch(request, { clientAddress: info.clientAddress }))
-  return { port: served.port, close: served.close }
 }
 
 const VARIANTS = [...ADAPTER_KINDS, 'web (no outgoing)'] as const
@@ -188,7 +179,7 @@ describe('a client that leaves its stream', () => {
         const opened = await send(served.port, token, 'POST')
         const sessionId = opened.headers['mcp-session-id'] as string
         const stream = await send(served.port, token, 'GET', sessionId)
-        expect(vi.getTimerCount()).toBe(1)
+        expect(vi.getTimerCount()).toBe(2) // the keep-alive, and the check of open responses (reauthorizeEveryMs)
         stream.response.destroy()
         await keepAliveStops()
         await expectGoneAfterIdle(served.port, token, sessionId)

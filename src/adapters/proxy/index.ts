@@ -620,8 +620,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     let timedOut = false
     /** Whether the proxy was waiting on the client's next body chunk when `timeoutMs` ran out. */
     let clientStalled = false
-    /** Set by `progressOf` while the proxy waits on the client for its next body chunk. */
-    const upload = { awaitingClient: false }
+    /**
+     * Set by `progressOf`: `awaitingClient` while the proxy waits on the client for its next
+     * body chunk; `letGo`, which cancels what the upstream has not taken of the client's body.
+     */
+    const upload: Upload = { awaitingClient: false, letGo: undefined }
     let timer: ReturnType<typeof setTimeout> | undefined
     let settled = false
     /** (Re)starts the no-progress deadline, until `fetch` has answered or failed. */
@@ -643,7 +646,14 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
      * it kept the request whole after its answer (its closure holds the request, and undici's
      * `Request` finalizer holds the signal; about 16 KB per proxied POST, for ever).
      */
-    const release = () => request.signal.removeEventListener('abort', clientGone)
+    const release = () => {
+      request.signal.removeEventListener('abort', clientGone)
+      // The exchange is over: what the upstream did not take of the client's body (it answered
+      // first: a 413 past its limit) it never will. Cancelled, the adapter drains the rest from
+      // the client's connection, which then serves its next request; left paused, it held the
+      // connection until a timeout, and the keep-alive client's next request on it failed.
+      upload.letGo?.()
+    }
 
     let upstream: Response
     try {
@@ -767,6 +777,14 @@ function declaredLength(headers: Headers): number | undefined {
   return Number.isSafeInteger(length) ? length : undefined
 }
 
+/** What `progressOf` and the exchange share of the upload. */
+interface Upload {
+  /** Whether the proxy waits on the client for its next body chunk (the proxy's 408). */
+  awaitingClient: boolean
+  /** Cancels what the upstream has not taken of the client's body, once the exchange is over. */
+  letGo: (() => void) | undefined
+}
+
 /**
  * The request body, passed on as the upstream pulls it (no read-ahead), with `progress()` called
  * for each chunk taken and at its end: the no-progress deadline then counts from there. With a
@@ -786,13 +804,23 @@ function progressOf(
   progress: () => void,
   declared: number | undefined,
   mismatch: (error: RangeError) => void,
-  upload: { awaitingClient: boolean },
+  upload: Upload,
   signal: AbortSignal,
   client: AbortSignal,
 ): ReadableStream<Uint8Array> {
   const reader = body.getReader()
   let received = 0
   let cancelled = false
+  let passedOn: ReadableStreamDefaultController<Uint8Array> | undefined
+  let ended = false
+  upload.letGo = () => {
+    if (cancelled || ended) return
+    cancelled = true
+    signal.removeEventListener('abort', stop)
+    // The upstream, should it still read, is never given the end of a body it did not take.
+    passedOn?.error(new Error('the exchange is over: the rest of the request body is not passed on'))
+    void reader.cancel().catch(() => {})
+  }
   // Once the exchange is aborted (a timeout, the client gone), nothing more of the body is
   // taken: Node's fetch goes on pulling a request body after its abort, and would read the
   // client's whole upload into a dead socket (a body always ready, in a loop that starves the
@@ -844,16 +872,22 @@ function progressOf(
     }
     signal.removeEventListener('abort', stop)
     if (last !== undefined) controller.enqueue(last)
+    ended = true
     controller.close()
   }
   return new ReadableStream<Uint8Array>(
     {
+      start(controller) {
+        passedOn = controller
+      },
       async pull(controller) {
         if (gone()) {
           cut(controller)
           return
         }
         const next = await take()
+        // Let go of once the exchange was over (`letGo`): nothing more goes on, nothing is told.
+        if (cancelled) return
         if (gone()) {
           cut(controller)
           return
@@ -877,7 +911,8 @@ function progressOf(
         // The chunk that completes the declared length waits for the client's end: bytes past
         // it in a later chunk must fail the stream before the upstream has a whole request.
         let after = await take()
-        while (!after.done && after.value.byteLength === 0 && !gone()) after = await take()
+        while (!after.done && after.value.byteLength === 0 && !gone() && !cancelled) after = await take()
+        if (cancelled) return
         if (gone()) {
           cut(controller)
           return

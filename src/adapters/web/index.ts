@@ -28,6 +28,7 @@ import {
   type Dispatched,
   type NodeResponse,
   attachToHead,
+  closeIfBodyInFlight,
   continueIfExpected,
   installHeadInterception,
   isHttp2Response,
@@ -244,6 +245,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       }
       const answered: unknown = handler(request, decision.context)
       response = usableResponse(answered instanceof Promise || isForeignThenable(answered) ? await answered : answered)
+      // An answer given before the request's body has all arrived (a proxied App's early 413),
+      // whose connection @hono/node-server closes after it: said so (`Connection: close`).
+      if (outgoing !== undefined) closeIfBodyInFlight(outgoing)
       // Stamped before the pin is stored: an answer the headers cannot go on is no answer.
       if (!atHead) response = stampHeaders(response, decision.headers, outgoing !== undefined && isHttp2Response(outgoing))
     } catch (error) {
@@ -254,15 +258,21 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     }
     if (atHead) return response
     const sessionId = response.headers.get('mcp-session-id')
-    // A response of a session tells the dispatcher when it ends (an SSE stream keeps the pin).
+    // A response of a session tells the dispatcher when it ends (an SSE stream keeps the pin),
+    // and lets it end the stream (a credential that no longer passes).
     let ended: (() => void) | undefined
+    let cut: (() => void) | undefined
     const outcome: DispatchOutcome =
       sessionId === null && decision.context.sessionId === undefined
         ? { status: response.status, sessionId }
         : {
             status: response.status,
             sessionId,
-            whenClosed: (listener) => void (ended = listener),
+            whenClosed: (listener) => {
+              const before = ended
+              ended = before === undefined ? listener : () => (before(), listener())
+            },
+            close: () => cut?.(),
             // A 404 ends the session's pin only when it is the MCP transport's (JSON).
             ...(response.status === 404 && { contentType: response.headers.get('content-type') }),
           }
@@ -276,7 +286,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     }
     if (ended === undefined) return response
     try {
-      return untilStreamEnds(response, ended)
+      return untilStreamEnds(response, ended, (end) => (cut = end))
     } catch (error) {
       // A body that cannot be read (locked by the handler): the handler's failure, and no
       // session kept open for it.
@@ -355,6 +365,14 @@ function notAString(field: string, value: unknown): TypeError {
  * ```
  */
 export function whenBodyEnds(response: Response, onEnd: () => void): Response {
+  return relayBody(response, onEnd)
+}
+
+/**
+ * {@link whenBodyEnds}, and, with `closer`, a function handed to it that ends the relayed body
+ * early (`DispatchOutcome.close`).
+ */
+function relayBody(response: Response, onEnd: () => void, closer?: (close: () => void) => void): Response {
   const body = response.body
   if (body === null) {
     onEnd()
@@ -367,15 +385,34 @@ export function whenBodyEnds(response: Response, onEnd: () => void): Response {
     done = true
     onEnd()
   }
+  let closed = false
   const relayed = new ReadableStream<Uint8Array>({
+    start(controller) {
+      // Ends the relayed body where it stands (the client reads a complete stream) and cancels
+      // the handler's: what it writes later goes nowhere.
+      closer?.(() => {
+        if (closed) return
+        closed = true
+        end()
+        try {
+          controller.close()
+        } catch {
+          // Already errored or closed by the runtime.
+        }
+        reader.cancel().catch(() => {})
+      })
+    },
     async pull(controller) {
+      if (closed) return
       try {
         const chunk = await reader.read()
+        if (closed) return
         if (chunk.done) {
           end()
           controller.close()
         } else controller.enqueue(chunk.value)
       } catch (error) {
+        if (closed) return
         end()
         controller.error(error)
       }
@@ -394,12 +431,12 @@ export function whenBodyEnds(response: Response, onEnd: () => void): Response {
  * `onEnd` runs at once and the response is left as it is (a string body keeps the runtime's
  * fast path).
  */
-function untilStreamEnds(response: Response, onEnd: () => void): Response {
+function untilStreamEnds(response: Response, onEnd: () => void, closer: (close: () => void) => void): Response {
   if (!response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream')) {
     onEnd()
     return response
   }
-  return whenBodyEnds(response, onEnd)
+  return relayBody(response, onEnd, closer)
 }
 
 /** `node:http`'s `ServerResponse.prototype`, where there is Node (`null` elsewhere); read once. */

@@ -1,0 +1,87 @@
+/**
+ * A proxied App that answers before taking the whole request body (a 413 for a body past its
+ * limit, read only in part): through every adapter on Node, a keep-alive client (undici, Node's
+ * `fetch`, which the MCP SDK's client uses) that sends its next requests at once gets every one
+ * answered. The proxy lets go of the rest of the body once the exchange is over, and the Express
+ * and Fastify adapters drain it, so the connection goes on; `@hono/node-server` closes such a
+ * connection itself, and the Web adapter given `outgoing` says so (`Connection: close`). Found
+ * by an audit: the rest of the body stayed paused under the proxy, the connection was held until
+ * a timeout, and the client's next request on it failed (`ECONNRESET`, 5 of 15 through Express;
+ * `UND_ERR_SOCKET` on `@hono/node-server`).
+ */
+import { generateKeyPair } from 'jose'
+import { createDispatcher } from 'mcp-dispatch'
+import { createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
+import { describe, expect, it } from 'vitest'
+import { serveFetch } from '../helpers/platform.js'
+import { ADAPTER_KINDS, createFixture, serveWebHandler } from './helpers.js'
+
+const LIMIT = 64 * 1024
+const TOO_LARGE = '{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Payload Too Large"}}'
+
+/** The App: reads at most `LIMIT` bytes of a body, then answers 413 (as an App with a body limit). */
+async function limitedApp(request: Request): Promise<Response> {
+  if (request.method === 'POST' && request.body) {
+    const reader = request.body.getReader()
+    let read = 0
+    for (;;) {
+      const chunk = await reader.read()
+      if (chunk.done) break
+      read += chunk.value.byteLength
+      if (read > LIMIT) {
+        await reader.cancel()
+        return new Response(TOO_LARGE, { status: 413, headers: { 'content-type': 'application/json' } })
+      }
+    }
+  }
+  return new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json' } })
+}
+
+describe('a proxied App that answers before taking the whole body', () => {
+  for (const kind of ADAPTER_KINDS) {
+    it(`${kind}: the client's next requests on its keep-alive connections are all answered, and nothing is reported`, async () => {
+      const upstream = await serveFetch(limitedApp)
+      const base = createFixture()
+      // Node's `fetch` to 127.0.0.1 (it sends no Host of the test's): the App whatever the host.
+      const app = base.apps.getAppBySlug('weather')
+      const fixture = { ...base, dispatcher: createDispatcher({ ...base.dispatcherOptions, resolveApp: () => app }) }
+      const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+      const proxyErrors: unknown[] = []
+      const proxy = createProxyHandler({
+        upstream: () => `http://127.0.0.1:${upstream.port}/mcp`,
+        identity: createIdentitySigner({ issuer: 'https://platform.test', privateKey }),
+        onError: (error) => proxyErrors.push(error),
+      })
+      const served = await serveWebHandler(kind, fixture, proxy)
+      const url = `http://127.0.0.1:${served.port}/v1`
+      const headers = { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }
+      try {
+        const failures: string[] = []
+        for (let round = 0; round < 4; round++) {
+          const big = await fetch(url, { method: 'POST', headers, body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'tools/list', params: { x: 'a'.repeat(5_000_000) } }) })
+          expect(big.status).toBe(413)
+          // Express and Fastify drain the rest and keep the connection; @hono/node-server
+          // closes it, and the Web adapter says so.
+          expect(big.headers.get('connection')).toBe(kind === 'web' ? 'close' : 'keep-alive')
+          expect(await big.text()).toBe(TOO_LARGE)
+          for (let i = 0; i < 3; i++) {
+            try {
+              const next = await fetch(url, { method: 'POST', headers, body: '{"jsonrpc":"2.0","id":2,"method":"ping"}' })
+              expect(next.status).toBe(200)
+              await next.text()
+            } catch (error) {
+              failures.push(String((error as { cause?: { code?: string } }).cause?.code ?? error))
+            }
+          }
+        }
+        expect(failures).toEqual([])
+        // The body let go of is no body cut short: no `Content-Length` mismatch is reported.
+        expect(proxyErrors).toEqual([])
+        expect(fixture.errors).toEqual([])
+      } finally {
+        await served.close()
+        await upstream.close()
+      }
+    })
+  }
+})
