@@ -1224,7 +1224,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       try {
         // A response that may stay open is checked again while it is (`reauthorizeEveryMs`).
         const { close, whenClosed } = outcome
-        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && reauthorizeEveryMs !== false && this.request.method !== 'DELETE') {
+        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.request.method !== 'DELETE') {
           watchWhileOpen(this.context, this.request, whenClosed, close)
         }
         let pending: MaybePromise<void | boolean> | undefined
@@ -1330,7 +1330,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // A response that ends within this of the last restart (every short POST) costs no store call.
   const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
   let keeper: unknown
-  let failedInTick = false
+  const keepFailed = tickReporter('session store (keeping the pins of open responses)')
   // Where a timer ends with the request that set it (Workers), one for all would stop with the
   // first response that ends (often a short POST's event stream): each open response keeps its
   // session from its own request instead, for as long as that response is open.
@@ -1342,8 +1342,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       keeper = undefined
       return
     }
-    failedInTick = false
-    for (const [id, kept] of open) restartTtl(id, kept, failedTick)
+    keepFailed.tick()
+    for (const [id, kept] of open) restartTtl(id, kept, keepFailed.once)
   }
 
   /**
@@ -1378,15 +1378,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
   }
 
-  /** One report per tick: a store that is down fails every open session's restart at once. */
-  function failedTick(error: unknown): void {
-    if (failedInTick) return
-    failedInTick = true
-    onError(error, 'session store (keeping the pins of open responses)')
-  }
-
-  function failedAtTick(error: unknown): void {
-    onError(error, 'session store (keeping the pins of open responses)')
+  /**
+   * Reports to `onError` under `context`: `once` at most once between two `tick()`s (a store
+   * that is down fails every open response's call of a tick at once), `each` every time (a
+   * timer of one response, where timers end with their request).
+   */
+  function tickReporter(context: string) {
+    let failed = false
+    return {
+      tick: () => void (failed = false),
+      once: (error: unknown) => {
+        if (failed) return
+        failed = true
+        onError(error, context)
+      },
+      each: (error: unknown) => onError(error, context),
+    }
   }
 
   function failedAtEnd(error: unknown): void {
@@ -1399,7 +1406,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     kept.count++
     const held = kept
     let own: unknown
-    if (keepPerResponse) own = timers.setInterval(() => restartTtl(sessionId, held, failedAtTick), keepEveryMs)
+    if (keepPerResponse) own = timers.setInterval(() => restartTtl(sessionId, held, keepFailed.each), keepEveryMs)
     else if (keeper === undefined) {
       keeper = timers.setInterval(keepTick, keepEveryMs)
       // Never what keeps a process alive: the open responses' sockets are.
@@ -1421,7 +1428,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // their request), stopped by the first tick that finds none, as the keep-alive's is.
   const watched = new Map<string, Watched>()
   let watcher: unknown
-  let failedInCheck = false
+  const checkFailed = tickReporter('re-checking the credential of open responses')
 
   function watchWhileOpen(context: DispatchContext, request: DispatchRequest, whenClosed: (listener: () => void) => void, close: () => void): void {
     if (reauthorizeEveryMs === false) return
@@ -1440,7 +1447,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     group.closes.add(member)
     const held = group
     let own: unknown
-    if (keepPerResponse) own = timers.setInterval(() => recheck(held, failedOwnCheck), reauthorizeEveryMs)
+    if (keepPerResponse) own = timers.setInterval(() => recheck(held, checkFailed.each), reauthorizeEveryMs)
     else if (watcher === undefined) {
       watcher = timers.setInterval(watchTick, reauthorizeEveryMs)
       // Never what keeps a process alive: the open responses' sockets are.
@@ -1459,8 +1466,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       watcher = undefined
       return
     }
-    failedInCheck = false
-    for (const group of watched.values()) recheck(group, failedCheck)
+    checkFailed.tick()
+    for (const group of watched.values()) recheck(group, checkFailed.once)
   }
 
   /**
@@ -1491,17 +1498,6 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     } catch (error) {
       report(error)
     }
-  }
-
-  /** One report per tick: a store that is down fails every open response's check at once. */
-  function failedCheck(error: unknown): void {
-    if (failedInCheck) return
-    failedInCheck = true
-    onError(error, 're-checking the credential of open responses')
-  }
-
-  function failedOwnCheck(error: unknown): void {
-    onError(error, 're-checking the credential of open responses')
   }
 
   /**

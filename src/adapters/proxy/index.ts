@@ -812,12 +812,12 @@ function progressOf(
   let received = 0
   let cancelled = false
   let passedOn: ReadableStreamDefaultController<Uint8Array> | undefined
-  let ended = false
   upload.letGo = () => {
-    if (cancelled || ended) return
+    if (cancelled) return
     cancelled = true
     signal.removeEventListener('abort', stop)
-    // The upstream, should it still read, is never given the end of a body it did not take.
+    // The upstream, should it still read, is never given the end of a body it did not take (a
+    // body passed on whole is closed already: then this is nothing).
     passedOn?.error(new Error('the exchange is over: the rest of the request body is not passed on'))
     void reader.cancel().catch(() => {})
   }
@@ -872,7 +872,6 @@ function progressOf(
     }
     signal.removeEventListener('abort', stop)
     if (last !== undefined) controller.enqueue(last)
-    ended = true
     controller.close()
   }
   return new ReadableStream<Uint8Array>(
