@@ -75,7 +75,7 @@ describe('the dispatch headers as head lines', () => {
         'x-mcp-version: 1.2.3\r\nx-mcp-latest-version: 2.0.0\r\nratelimit-policy: "minute";q=60;w=60\r\nratelimit: "minute";r=59;t=30\r\n' +
         'content-type: application/json\r\nmcp-session-id: abc\r\n\r\n',
     )
-    expect(outcomes).toEqual([{ status: 201, sessionId: 'abc', whenClosed: expect.any(Function), close: expect.any(Function) }])
+    expect(outcomes).toEqual([{ status: 201, sessionId: 'abc', whenClosed: expect.any(Function) }])
     // A response the adapters did not dispatch is written as it comes.
     const plain = new NodeLikeResponse()
     plain.writeHead(200, { a: 'b' })

@@ -34,9 +34,21 @@ export function headOutcome(
   sessionId: string | undefined,
   headers?: unknown,
 ): DispatchOutcome {
-  if (sessionId === undefined && decision.context.sessionId === undefined) return { status, sessionId }
+  if (sessionId === undefined && decision.context.sessionId === undefined) {
+    // An event stream outside a session (a stateless App's long tool call) stays open too: its
+    // credential is checked again while it does (`close`); any other answer needs nothing.
+    if (status >= 300 || !isEventStream(contentTypeOf(res, headers))) return { status, sessionId }
+    return { status, sessionId, whenClosed: (listener: () => void) => whenClosed(res, listener), close: () => closeResponse(res) }
+  }
   const whenClosedOf = (listener: () => void) => whenClosed(res, listener)
-  if (status !== 404) return { status, sessionId, whenClosed: whenClosedOf, close: () => closeResponse(res) }
+  // Only an event stream is ended early (`close`): its chunked body ends cleanly, where a body
+  // of a declared length cut short would leave the client waiting for the rest; and a JSON
+  // answer, done when its head goes out with it, costs no check.
+  if (status !== 404) {
+    return status < 300 && isEventStream(contentTypeOf(res, headers))
+      ? { status, sessionId, whenClosed: whenClosedOf, close: () => closeResponse(res) }
+      : { status, sessionId, whenClosed: whenClosedOf }
+  }
   // A 404 in a session ends its pin only when it is the MCP handler's (see `DispatchOutcome`).
   return { status, sessionId, whenClosed: whenClosedOf, contentType: unrouted.has(res) ? null : contentTypeOf(res, headers) }
 }
@@ -61,6 +73,10 @@ function closeResponse(res: NodeResponse): void {
 }
 
 function ignore(): void {}
+
+function isEventStream(contentType: string | null): boolean {
+  return contentType !== null && /^[ \t]*text\/event-stream/i.test(contentType)
+}
 
 /**
  * Has Node close the connection after `res` (`Connection: close`) when its head goes out before

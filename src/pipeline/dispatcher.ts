@@ -188,6 +188,8 @@ interface Watched {
   readonly closes: Set<() => void>
   /** A check still unanswered: none is sent beside it. */
   checking: boolean
+  /** When (`now`) the check still unanswered was sent. */
+  checkingSince: number
 }
 
 /** `value`, or its promise's, through `next`, without a microtask for a synchronous one. */
@@ -1439,7 +1441,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const key = `${app.id}\u0000${clientAddress ?? ''}\u0000${header}`
     let group = watched.get(key)
     if (group === undefined) {
-      group = { key, header, clientAddress, app, subject: context.identity.subject, resource: context.baseUrl, closes: new Set(), checking: false }
+      group = { key, header, clientAddress, app, subject: context.identity.subject, resource: context.baseUrl, closes: new Set(), checking: false, checkingSince: 0 }
       watched.set(key, group)
     }
     // One entry per response, even when an adapter hands the same function to two.
@@ -1476,12 +1478,25 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * reported: an outage must not end every stream at once.
    */
   function recheck(group: Watched, report: (error: unknown) => void): void {
-    if (group.checking || group.closes.size === 0) return
+    if (group.closes.size === 0) return
+    let at: number
+    try {
+      at = now()
+    } catch (error) {
+      report(error)
+      return
+    }
+    // A check still unanswered a whole interval later was lost with the request that sent it
+    // (Workers: its I/O and its timeout's timer end with that request): sent again, as the
+    // keep-alive's restart is, or the group's other responses would never be checked again.
+    if (group.checking && at - group.checkingSince < (reauthorizeEveryMs as number)) return
+    // Only the responses open when the check is sent are judged by it: one opened since was
+    // authorized after this read, and is judged by the next check.
+    const members = [...group.closes]
     const judged = (allowed: boolean) => {
       if (allowed) return
-      if (watched.get(group.key) === group) watched.delete(group.key)
-      const closes = [...group.closes]
-      group.closes.clear()
+      const closes = members.filter((member) => group.closes.delete(member))
+      if (group.closes.size === 0 && watched.get(group.key) === group) watched.delete(group.key)
       for (const close of closes) {
         try {
           close()
@@ -1494,7 +1509,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       const verdict = stillAllowed(group)
       if (!(verdict instanceof Promise)) return judged(verdict)
       group.checking = true
-      verdict.then(judged, report).finally(() => (group.checking = false))
+      group.checkingSince = at
+      verdict.then(judged, report).finally(() => {
+        // A check taken for lost that ends late leaves the one sent after it pending.
+        if (group.checkingSince === at) group.checking = false
+      })
     } catch (error) {
       report(error)
     }

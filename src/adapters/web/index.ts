@@ -262,8 +262,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // and lets it end the stream (a credential that no longer passes).
     let ended: (() => void) | undefined
     let cut: (() => void) | undefined
+    const eventStream = response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream') === true
     const outcome: DispatchOutcome =
-      sessionId === null && decision.context.sessionId === undefined
+      sessionId === null && decision.context.sessionId === undefined && !(eventStream && response.status < 300)
         ? { status: response.status, sessionId }
         : {
             status: response.status,
@@ -272,7 +273,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
               const before = ended
               ended = before === undefined ? listener : () => (before(), listener())
             },
-            close: () => cut?.(),
+            ...(eventStream && { close: () => cut?.() }),
             // A 404 ends the session's pin only when it is the MCP transport's (JSON).
             ...(response.status === 404 && { contentType: response.headers.get('content-type') }),
           }
@@ -282,6 +283,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       // The new session's pin could not be stored: its every request would be refused. The
       // store's 503 goes instead, and the handler's answer is dropped.
       response.body?.cancel().catch(() => {})
+      // The answer never goes out: what `complete` registered for it (the credential's check)
+      // is told it ended.
+      ended?.()
       return toResponse(failure)
     }
     if (ended === undefined) return response

@@ -1,0 +1,290 @@
+/**
+ * reauthorizeEveryMs: the cases an audit of the open-response checks found (each failed before its fix).
+ * Timers of the checks are injected (`timers`), so each tick is fired by hand.
+ */
+import {
+  type DispatcherOptions,
+  type DispatcherTimers,
+  type SessionStore,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemorySessionStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+} from 'mcp-dispatch'
+import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import express from 'express'
+import * as http from 'node:http'
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { close, listen } from './helpers.js'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
+
+const encoder = new TextEncoder()
+const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
+
+/** Interval timers fired by hand. */
+function manualTimers() {
+  let clock = Date.now()
+  const active = new Map<number, () => void>()
+  let next = 1
+  const timers: DispatcherTimers = {
+    setInterval(callback) {
+      const id = next++
+      active.set(id, callback)
+      return id
+    },
+    clearInterval(handle) {
+      active.delete(handle as number)
+    },
+  }
+  /** Fires every interval once (one period passes), then lets promises settle. */
+  const tick = async () => {
+    clock += 60_000
+    for (const [id, callback] of [...active]) if (active.has(id)) callback()
+    for (let i = 0; i < 5; i++) await turn()
+  }
+  return { timers, active, tick, now: () => clock }
+}
+
+async function setup(subscriptionsOverride?: (base: ReturnType<typeof createMemorySubscriptionStore>) => DispatcherOptions['subscriptions']) {
+  const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+  const subs = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+  const store = createMemoryTokenStore()
+  const errors: Array<{ error: unknown; context: string }> = []
+  const onError = (error: unknown, context: string) => void errors.push({ error, context })
+  const tokens = createTokenService({ store, apps, subscriptions: subs, onError })
+  const first = await tokens.create({ userId: 'alice', name: 'laptop', servers: ['app_weather'], expiresInDays: 7 })
+  let lookups = 0
+  const findByHash = store.findByHash.bind(store)
+  let hangNext = false
+  store.findByHash = (hash: string) => {
+    lookups++
+    if (hangNext) {
+      hangNext = false
+      // A read that never answers: on Workers, I/O (and the timeout's timer) of a request that
+      // has ended never settles.
+      return new Promise(() => {}) as never
+    }
+    return findByHash(hash)
+  }
+  const m = manualTimers()
+  const options: DispatcherOptions = {
+    apps,
+    subscriptions: subscriptionsOverride ? subscriptionsOverride(subs) : subs,
+    tokens,
+    onError,
+    timers: m.timers,
+    // The dispatcher's clock moves with the injected timers (one interval per tick).
+    now: m.now,
+    reauthorizeEveryMs: 60_000,
+  }
+  return {
+    options,
+    subs,
+    tokens,
+    first,
+    errors,
+    m,
+    lookups: () => lookups,
+    resetLookups: () => void (lookups = 0),
+    hangNextLookup: () => void (hangNext = true),
+  }
+}
+
+/** A response as `complete` is told of it (as in test/adapters/reauthorize-open.test.ts). */
+function openResponse() {
+  const listeners: Array<() => void> = []
+  let closedBy: 'client' | 'dispatcher' | undefined
+  const end = (by: 'client' | 'dispatcher') => {
+    if (closedBy) return
+    closedBy = by
+    for (const listener of listeners) listener()
+  }
+  return {
+    whenClosed: (listener: () => void) => void listeners.push(listener),
+    close: () => end('dispatcher'),
+    end: () => end('client'),
+    closedBy: () => closedBy,
+  }
+}
+
+async function openWith(dispatcher: ReturnType<typeof createDispatcher>, token: string, sessionId: string) {
+  const request = { ...dispatchRequest('/', { authorization: `Bearer ${token}`, 'mcp-session-id': sessionId }), method: 'GET' }
+  const decision = await dispatcher.decide(request)
+  if (decision.type !== 'dispatch') throw new Error(`refused: ${decision.reply.status}`)
+  const response = openResponse()
+  decision.complete({ status: 200, sessionId: null, whenClosed: response.whenClosed, close: response.close })
+  return response
+}
+
+function pinned(ids: string[]): SessionStore {
+  const sessions = createMemorySessionStore()
+  for (const id of ids) sessions.set(id, { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
+  return sessions
+}
+
+afterEach(() => {
+  vi.unstubAllGlobals()
+  vi.useRealTimers()
+})
+
+describe('the open-response checks (reauthorizeEveryMs), audited', () => {
+  it('Web adapter: a new session whose pin could not be stored (the 503) leaves no check behind', async () => {
+    const s = await setup()
+    // An asynchronous store that is down (Redis): the new session's answer becomes a 503.
+    const down: SessionStore = {
+      get: async () => undefined,
+      set: async () => {
+        throw new Error('store down')
+      },
+      delete: async () => {},
+    }
+    const dispatcher = createDispatcher({ ...s.options, sessions: down })
+    const handle = webDispatch({
+      dispatcher,
+      handler: async () =>
+        new Response(
+          new ReadableStream({ start: (c) => c.enqueue(encoder.encode('event: message\ndata: {}\n\n')) }),
+          { status: 200, headers: { 'content-type': 'text/event-stream', 'mcp-session-id': 'sess-1' } },
+        ),
+    })
+    const response = await handle(
+      new Request('http://weather.example.com/', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${s.first.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}',
+      }),
+      { clientAddress: '203.0.113.7' },
+    )
+    expect(response.status).toBe(503)
+    s.resetLookups()
+    for (let i = 0; i < 3; i++) await s.m.tick()
+    // No response is open: nothing is checked, and the check's timer has stopped.
+    expect(s.lookups()).toBe(0)
+    expect(s.m.active.size).toBe(0)
+  })
+
+  it('Workers: a check lost with the request that sent it is never retried; the other response of its group is never checked again', async () => {
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    const s = await setup()
+    const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
+    const a = await openWith(dispatcher, s.first.token, 's-1')
+    const b = await openWith(dispatcher, s.first.token, 's-2')
+    // a's timer fires first; its check's lookup is lost when a's request ends.
+    s.hangNextLookup()
+    await s.m.tick()
+    a.end()
+    await s.tokens.revoke('alice', s.first.id)
+    for (let i = 0; i < 5; i++) await s.m.tick()
+    // Five intervals after the revocation, b is still open.
+    expect(b.closedBy()).toBe('dispatcher')
+  })
+
+  it('a verdict read before a newer stream was authorized does not end that stream', async () => {
+    let holdNext = false
+    let release: (() => void) | undefined
+    const s = await setup((subs) => ({
+      isActive(userId: string, appId: string) {
+        const answer = subs.isActive(userId, appId)
+        if (!holdNext) return answer
+        holdNext = false
+        // The store read now, its answer arriving a moment later.
+        return new Promise<boolean>((resolve) => (release = () => resolve(answer as boolean)))
+      },
+    }))
+    const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1', 's-2']) })
+    const a = await openWith(dispatcher, s.first.token, 's-1')
+    // The subscription lapses; the check reads that (slowly).
+    s.subs.setActive('alice', 'app_weather', false)
+    holdNext = true
+    await s.m.tick()
+    expect(release).toBeDefined()
+    // The user renews; a new stream is opened and authorized (subscription active).
+    s.subs.setActive('alice', 'app_weather', true)
+    const b = await openWith(dispatcher, s.first.token, 's-2')
+    release!()
+    for (let i = 0; i < 5; i++) await turn()
+    expect(a.closedBy()).toBe('dispatcher') // lapsed when read: fine
+    expect(b.closedBy()).toBeUndefined() // authorized after that read, with an active subscription
+  })
+
+  it('Node: close() of a session response with a Content-Length body leaves the client waiting for bytes that never come (not a complete answer)', async () => {
+    const s = await setup()
+    const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1']) })
+    const app = express()
+    app.use(expressDispatch({ dispatcher }))
+    // A long answer of a known length (a proxied App's large tool result, relayed chunk by chunk).
+    app.use((_req, res) => {
+      const start = '{"jsonrpc":"2.0","id":1,"result":{"text":"'
+      const rest = '"}}'
+      res.writeHead(200, { 'content-type': 'application/json', 'content-length': String(start.length + 50 + rest.length) })
+      res.write(start)
+      // The rest comes 300 ms later.
+      setTimeout(() => res.end('a'.repeat(50) + rest), 300)
+    })
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const outcome = await new Promise<string>((resolve, reject) => {
+        const request = http.request(
+          {
+            host: '127.0.0.1',
+            port,
+            method: 'POST',
+            path: '/',
+            headers: { host: 'weather.localhost', authorization: `Bearer ${s.first.token}`, 'mcp-session-id': 's-1', 'content-type': 'application/json' },
+          },
+          (response) => {
+            response.on('data', () => {})
+            response.on('end', () => resolve('ended'))
+            response.on('aborted', () => resolve('aborted'))
+            response.on('error', () => resolve('error'))
+            void (async () => {
+              await s.tokens.revoke('alice', s.first.id)
+              await s.m.tick()
+              // Whatever the dispatcher does (let the answer finish, or cut it), the client must
+              // not be left waiting on a connection the server takes for done.
+              setTimeout(() => resolve('still waiting'), 1_500)
+            })()
+          },
+        )
+        request.on('error', reject)
+        request.end('{"jsonrpc":"2.0","id":1,"method":"tools/call"}')
+      })
+      expect(outcome).not.toBe('still waiting')
+    } finally {
+      await close(server)
+    }
+  })
+
+  it('a long tool call answered as an event stream outside a session (a stateless App) is never checked again', async () => {
+    const s = await setup()
+    const dispatcher = createDispatcher({ ...s.options })
+    const handle = webDispatch({
+      dispatcher,
+      // A stateless MCP server (no Mcp-Session-Id): a tool call whose answer streams progress.
+      handler: async () =>
+        new Response(
+          new ReadableStream({ start: (c) => c.enqueue(encoder.encode('event: message\ndata: {"progress":1}\n\n')) }),
+          { status: 200, headers: { 'content-type': 'text/event-stream' } },
+        ),
+    })
+    const response = await handle(
+      new Request('http://weather.example.com/', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${s.first.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+        body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"long"}}',
+      }),
+      { clientAddress: '203.0.113.7' },
+    )
+    expect(response.status).toBe(200)
+    const reader = response.body!.getReader()
+    await reader.read()
+    await s.tokens.revoke('alice', s.first.id)
+    for (let i = 0; i < 3; i++) await s.m.tick()
+    const next = await Promise.race([reader.read().then((r) => (r.done ? 'ended' : 'chunk')), new Promise((r) => setTimeout(() => r('still open'), 500))])
+    expect(next).toBe('ended')
+  })
+})
