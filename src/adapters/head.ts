@@ -8,6 +8,7 @@
  * @module
  */
 import type { Decision, DispatchOutcome } from '../pipeline/dispatcher.js'
+import { isEventStream } from './shared.js'
 
 /** A dispatched decision. */
 export type Dispatched = Extract<Decision, { type: 'dispatch' }>
@@ -34,21 +35,15 @@ export function headOutcome(
   sessionId: string | undefined,
   headers?: unknown,
 ): DispatchOutcome {
-  if (sessionId === undefined && decision.context.sessionId === undefined) {
-    // An event stream outside a session (a stateless App's long tool call) stays open too: its
-    // credential is checked again while it does (`close`); any other answer needs nothing.
-    if (status >= 300 || !isEventStream(contentTypeOf(res, headers))) return { status, sessionId }
-    return { status, sessionId, whenClosed: (listener: () => void) => whenClosed(res, listener), close: () => closeResponse(res) }
-  }
+  // Only an event stream (a session's GET stream, a long tool call's answer, in a session or
+  // not) stays open: its credential is checked again while it does, and it can be ended early
+  // (`close`), its chunked body ending cleanly where a body of a declared length cut short would
+  // leave the client waiting for the rest.
+  const stream = status < 300 && isEventStream(contentTypeOf(res, headers))
+  if (!stream && sessionId === undefined && decision.context.sessionId === undefined) return { status, sessionId }
   const whenClosedOf = (listener: () => void) => whenClosed(res, listener)
-  // Only an event stream is ended early (`close`): its chunked body ends cleanly, where a body
-  // of a declared length cut short would leave the client waiting for the rest; and a JSON
-  // answer, done when its head goes out with it, costs no check.
-  if (status !== 404) {
-    return status < 300 && isEventStream(contentTypeOf(res, headers))
-      ? { status, sessionId, whenClosed: whenClosedOf, close: () => closeResponse(res) }
-      : { status, sessionId, whenClosed: whenClosedOf }
-  }
+  if (stream) return { status, sessionId, whenClosed: whenClosedOf, close: () => closeResponse(res) }
+  if (status !== 404) return { status, sessionId, whenClosed: whenClosedOf }
   // A 404 in a session ends its pin only when it is the MCP handler's (see `DispatchOutcome`).
   return { status, sessionId, whenClosed: whenClosedOf, contentType: unrouted.has(res) ? null : contentTypeOf(res, headers) }
 }
@@ -73,10 +68,6 @@ function closeResponse(res: NodeResponse): void {
 }
 
 function ignore(): void {}
-
-function isEventStream(contentType: string | null): boolean {
-  return contentType !== null && /^[ \t]*text\/event-stream/i.test(contentType)
-}
 
 /**
  * Has Node close the connection after `res` (`Connection: close`) when its head goes out before

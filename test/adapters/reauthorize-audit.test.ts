@@ -19,7 +19,7 @@ import express from 'express'
 import * as http from 'node:http'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { close, listen } from './helpers.js'
-import { dispatchRequest } from '../helpers/dispatch-request.js'
+import { openWith } from './open-response.js'
 
 const encoder = new TextEncoder()
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
@@ -91,32 +91,6 @@ async function setup(subscriptionsOverride?: (base: ReturnType<typeof createMemo
     resetLookups: () => void (lookups = 0),
     hangNextLookup: () => void (hangNext = true),
   }
-}
-
-/** A response as `complete` is told of it (as in test/adapters/reauthorize-open.test.ts). */
-function openResponse() {
-  const listeners: Array<() => void> = []
-  let closedBy: 'client' | 'dispatcher' | undefined
-  const end = (by: 'client' | 'dispatcher') => {
-    if (closedBy) return
-    closedBy = by
-    for (const listener of listeners) listener()
-  }
-  return {
-    whenClosed: (listener: () => void) => void listeners.push(listener),
-    close: () => end('dispatcher'),
-    end: () => end('client'),
-    closedBy: () => closedBy,
-  }
-}
-
-async function openWith(dispatcher: ReturnType<typeof createDispatcher>, token: string, sessionId: string) {
-  const request = { ...dispatchRequest('/', { authorization: `Bearer ${token}`, 'mcp-session-id': sessionId }), method: 'GET' }
-  const decision = await dispatcher.decide(request)
-  if (decision.type !== 'dispatch') throw new Error(`refused: ${decision.reply.status}`)
-  const response = openResponse()
-  decision.complete({ status: 200, sessionId: null, whenClosed: response.whenClosed, close: response.close })
-  return response
 }
 
 function pinned(ids: string[]): SessionStore {

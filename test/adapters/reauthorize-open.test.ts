@@ -31,7 +31,7 @@ import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/types.js'
 import express from 'express'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
-import { dispatchRequest } from '../helpers/dispatch-request.js'
+import { openWith } from './open-response.js'
 import { ADAPTER_KINDS, type Fixture, T0, close, listen, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler } from './mcp.js'
 
@@ -399,32 +399,6 @@ describe('the official MCP SDK, client and server (its Node transport behind Exp
 })
 
 describe('the dispatcher, as an adapter of its own drives it', () => {
-  /** A response as `complete` is told of it: ended by `end()` or by the dispatcher's `close`. */
-  function openResponse() {
-    const listeners: Array<() => void> = []
-    let closedBy: 'client' | 'dispatcher' | undefined
-    const end = (by: 'client' | 'dispatcher') => {
-      if (closedBy) return
-      closedBy = by
-      for (const listener of listeners) listener()
-    }
-    return {
-      whenClosed: (listener: () => void) => void listeners.push(listener),
-      close: () => end('dispatcher'),
-      end: () => end('client'),
-      closedBy: () => closedBy,
-    }
-  }
-
-  async function openWith(dispatcher: ReturnType<typeof createDispatcher>, token: string, sessionId: string, clientAddress = '203.0.113.7') {
-    const request = { ...dispatchRequest('/', { authorization: `Bearer ${token}`, 'mcp-session-id': sessionId }), method: 'GET', clientAddress }
-    const decision = await dispatcher.decide(request)
-    if (decision.type !== 'dispatch') throw new Error(`refused: ${decision.reply.status}`)
-    const response = openResponse()
-    decision.complete({ status: 200, sessionId: null, whenClosed: response.whenClosed, close: response.close })
-    return response
-  }
-
   async function withSessions(extra: Partial<DispatcherOptions> = {}) {
     const setup = await createSetup()
     const sessions = createMemorySessionStore({ now: () => Date.now() })

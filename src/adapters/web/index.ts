@@ -35,7 +35,7 @@ import {
   mergeExposeHeaders,
   mergeVary,
 } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, isEventStream, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 /**
@@ -262,9 +262,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // and lets it end the stream (a credential that no longer passes).
     let ended: (() => void) | undefined
     let cut: (() => void) | undefined
-    const eventStream = response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream') === true
+    const eventStream = response.status < 300 && isEventStream(response.headers.get('content-type'))
     const outcome: DispatchOutcome =
-      sessionId === null && decision.context.sessionId === undefined && !(eventStream && response.status < 300)
+      sessionId === null && decision.context.sessionId === undefined && !eventStream
         ? { status: response.status, sessionId }
         : {
             status: response.status,
@@ -436,7 +436,7 @@ function relayBody(response: Response, onEnd: () => void, closer?: (close: () =>
  * fast path).
  */
 function untilStreamEnds(response: Response, onEnd: () => void, closer: (close: () => void) => void): Response {
-  if (!response.headers.get('content-type')?.toLowerCase().startsWith('text/event-stream')) {
+  if (!isEventStream(response.headers.get('content-type'))) {
     onEnd()
     return response
   }
