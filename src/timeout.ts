@@ -52,7 +52,8 @@ export function timersEndWithRequest(): boolean {
 export function withTimeout<T>(pending: Promise<T>, ms: number, what: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms)
-    // Node timers have `unref`; other runtimes return a number, which keeps nothing alive.
+    // Node's, Bun's and Deno 2's timers have `unref`; Workers' are numbers, and a Worker's
+    // timers never keep anything alive.
     ;(timer as { unref?: () => void }).unref?.()
     pending.then(
       (value) => {

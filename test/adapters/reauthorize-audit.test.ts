@@ -24,6 +24,23 @@ import { openWith } from './open-response.js'
 const encoder = new TextEncoder()
 const turn = () => new Promise<void>((resolve) => setImmediate(resolve))
 
+/** A handler's event stream: one message written, then open; of session `sessionId` if given. */
+function streamAnswer(data: string, sessionId?: string): Response {
+  return new Response(new ReadableStream({ start: (c) => c.enqueue(encoder.encode(`event: message\ndata: ${data}\n\n`)) }), {
+    status: 200,
+    headers: { 'content-type': 'text/event-stream', ...(sessionId && { 'mcp-session-id': sessionId }) },
+  })
+}
+
+/** A client's POST of `method` with `token`, answerable as JSON or an event stream. */
+function post(token: string, method: string, params: object = {}): Request {
+  return new Request('http://weather.example.com/', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  })
+}
+
 /** Interval timers fired by hand. */
 function manualTimers() {
   let clock = Date.now()
@@ -118,20 +135,9 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     const dispatcher = createDispatcher({ ...s.options, sessions: down })
     const handle = webDispatch({
       dispatcher,
-      handler: async () =>
-        new Response(
-          new ReadableStream({ start: (c) => c.enqueue(encoder.encode('event: message\ndata: {}\n\n')) }),
-          { status: 200, headers: { 'content-type': 'text/event-stream', 'mcp-session-id': 'sess-1' } },
-        ),
+      handler: async () => streamAnswer('{}', 'sess-1'),
     })
-    const response = await handle(
-      new Request('http://weather.example.com/', {
-        method: 'POST',
-        headers: { authorization: `Bearer ${s.first.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-        body: '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}',
-      }),
-      { clientAddress: '203.0.113.7' },
-    )
+    const response = await handle(post(s.first.token, 'initialize'), { clientAddress: '203.0.113.7' })
     expect(response.status).toBe(503)
     s.resetLookups()
     for (let i = 0; i < 3; i++) await s.m.tick()
@@ -239,26 +245,56 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     const handle = webDispatch({
       dispatcher,
       // A stateless MCP server (no Mcp-Session-Id): a tool call whose answer streams progress.
-      handler: async () =>
-        new Response(
-          new ReadableStream({ start: (c) => c.enqueue(encoder.encode('event: message\ndata: {"progress":1}\n\n')) }),
-          { status: 200, headers: { 'content-type': 'text/event-stream' } },
-        ),
+      handler: async () => streamAnswer('{"progress":1}'),
     })
-    const response = await handle(
-      new Request('http://weather.example.com/', {
-        method: 'POST',
-        headers: { authorization: `Bearer ${s.first.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' },
-        body: '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"long"}}',
-      }),
-      { clientAddress: '203.0.113.7' },
-    )
+    const response = await handle(post(s.first.token, 'tools/call', { name: 'long' }), { clientAddress: '203.0.113.7' })
     expect(response.status).toBe(200)
     const reader = response.body!.getReader()
     await reader.read()
     await s.tokens.revoke('alice', s.first.id)
     for (let i = 0; i < 3; i++) await s.m.tick()
     const next = await Promise.race([reader.read().then((r) => (r.done ? 'ended' : 'chunk')), new Promise((r) => setTimeout(() => r('still open'), 500))])
+    expect(next).toBe('ended')
+  })
+
+  it('Web adapter: a check that fails while a new session\'s pin is still being stored ends the stream once it goes out', async () => {
+    const s = await setup()
+    // An asynchronous session store (Redis) whose write of the new pin is slow.
+    const memory = createMemorySessionStore()
+    let store: (() => void) | undefined
+    const slow: SessionStore = {
+      get: async (id, ttl) => memory.get(id, ttl),
+      set: (id, pin, ttl) =>
+        new Promise<void>((resolve) => {
+          store = () => {
+            memory.set(id, pin, ttl)
+            resolve()
+          }
+        }),
+      delete: async (id) => memory.delete(id),
+    }
+    const dispatcher = createDispatcher({ ...s.options, sessions: slow })
+    const handle = webDispatch({
+      dispatcher,
+      handler: async () => streamAnswer('{}', 'sess-1'),
+    })
+    const answered = handle(post(s.first.token, 'initialize'), { clientAddress: '203.0.113.7' })
+    for (let i = 0; i < 5; i++) await turn()
+    expect(store).toBeDefined()
+    // The token is revoked, and the check reads so, before the pin is stored.
+    await s.tokens.revoke('alice', s.first.id)
+    await s.m.tick()
+    store!()
+    const response = await answered
+    expect(response.status).toBe(200)
+    const reader = response.body!.getReader()
+    const read = async () => {
+      const next = await Promise.race([reader.read(), new Promise<'still open'>((r) => setTimeout(() => r('still open'), 500))])
+      return next === 'still open' ? next : next.done ? 'ended' : 'chunk'
+    }
+    // What the handler had written may go out; then the stream ends.
+    let next = await read()
+    if (next === 'chunk') next = await read()
     expect(next).toBe('ended')
   })
 })

@@ -333,9 +333,12 @@ for (const kind of IOREDIS_KINDS) {
           },
           { timeout: 3_000, interval: 20 },
         )
-        expect(await statusOf(dispatcher.decide(request('POST', { ...auth, 'mcp-session-id': 'pinned' })))).toBe(404)
-        await vi.waitFor(async () => expect(await statusOf(dispatcher.decide(request('POST', auth)), 'after')).toBe(200), { timeout: 3_000, interval: 20 })
-        expect(await statusOf(dispatcher.decide(request('POST', { ...auth, 'mcp-session-id': 'after' })))).toBe(200)
+        // A loaded host may answer a command past the 50 ms deadline (a 503) now and then: each
+        // answer below comes within a few tries.
+        const eventually = { timeout: 3_000, interval: 20 }
+        await vi.waitFor(async () => expect(await statusOf(dispatcher.decide(request('POST', { ...auth, 'mcp-session-id': 'pinned' })))).toBe(404), eventually)
+        await vi.waitFor(async () => expect(await statusOf(dispatcher.decide(request('POST', auth)), 'after')).toBe(200), eventually)
+        await vi.waitFor(async () => expect(await statusOf(dispatcher.decide(request('POST', { ...auth, 'mcp-session-id': 'after' })))).toBe(200), eventually)
         // The revocations made while Redis was down: the other instance dropped its cache when
         // its bus lost the connection, and refuses them.
         for (const m of made.slice(1)) expect(await otherTokens.authenticate(m.token)).toEqual({ ok: false, reason: 'revoked' })

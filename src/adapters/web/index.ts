@@ -261,7 +261,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     // A response of a session tells the dispatcher when it ends (an SSE stream keeps the pin),
     // and lets it end the stream (a credential that no longer passes).
     let ended: (() => void) | undefined
-    let cut: (() => void) | undefined
+    // Ends the relayed stream; `true` when a check failed before the relay was set up (while a
+    // new session's pin was being stored): the stream is then ended as soon as it is.
+    let cut: (() => void) | true | undefined
     const eventStream = response.status < 300 && isEventStream(response.headers.get('content-type'))
     const outcome: DispatchOutcome =
       sessionId === null && decision.context.sessionId === undefined && !eventStream
@@ -273,7 +275,7 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
               const before = ended
               ended = before === undefined ? listener : () => (before(), listener())
             },
-            ...(eventStream && { close: () => cut?.() }),
+            ...(eventStream && { close: () => (typeof cut === 'function' ? cut() : (cut = true)) }),
             // A 404 ends the session's pin only when it is the MCP transport's (JSON).
             ...(response.status === 404 && { contentType: response.headers.get('content-type') }),
           }
@@ -290,7 +292,10 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     }
     if (ended === undefined) return response
     try {
-      return untilStreamEnds(response, ended, (end) => (cut = end))
+      return untilStreamEnds(response, ended, (end) => {
+        if (cut === true) end()
+        else cut = end
+      })
     } catch (error) {
       // A body that cannot be read (locked by the handler): the handler's failure, and no
       // session kept open for it.
