@@ -942,7 +942,15 @@ describe('revoke (spec 3, 5.2)', () => {
     expect(withoutCsrf.status).toBe(403)
     expect(await appStatus(secret)).toBe(200)
 
-    const response = await call('DELETE', `/${id}`, { session: alice })
+    // A body would be silently ignored (a reason, a bulk revocation's ids): refused, nothing revoked.
+    for (const body of [{ reason: 'leaked' }, { ids: [id] }, []]) {
+      const refused = await expectFieldError(await call('DELETE', `/${id}`, { session: alice, body }), 'body')
+      expect(refused.message).toBe('body: must be empty: a revocation takes no parameters')
+      expect(await appStatus(secret)).toBe(200)
+    }
+
+    // No body, or `{}`, revokes.
+    const response = await call('DELETE', `/${id}`, { session: alice, body: {} })
     expect(response.status).toBe(200)
     expect(await json(response)).toMatchObject({ id, status: 'revoked' })
     const app = await platform.fetch(mcpRequest('http://weather.localhost/v1', { token: secret }), { clientAddress: CLIENT })

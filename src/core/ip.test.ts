@@ -266,6 +266,20 @@ describe('compileAllowlist / validateAllowlist', () => {
     expect(parseIp(' fe80::1%eth0 ')).toEqual(parseIp('fe80::1'))
   })
 
+  it('validateAllowlist takes a record as a seed or an import holds it: null is no allowlist, anything else but strings is refused, never thrown on', () => {
+    expect(validateAllowlist(null)).toBeNull()
+    expect(validateAllowlist(undefined)).toBeNull()
+    for (const notList of ['10.0.0.1', 42, { 0: '10.0.0.1' }, true]) {
+      expect(validateAllowlist(notList)).toEqual({ index: null, message: 'must be an array of addresses or CIDR ranges, or null for no allowlist' })
+    }
+    expect(validateAllowlist(['10.0.0.1', null])).toEqual({ index: 1, message: 'entry 1 is null, not an address or CIDR range' })
+    expect(validateAllowlist([42])).toEqual({ index: 0, message: 'entry 0 is a number, not an address or CIDR range' })
+    expect(validateAllowlist([['10.0.0.1']])).toEqual({ index: 0, message: 'entry 0 is an array, not an address or CIDR range' })
+    expect(validateAllowlist([{}])).toEqual({ index: 0, message: 'entry 0 is an object, not an address or CIDR range' })
+    // eslint-disable-next-line no-sparse-arrays
+    expect(validateAllowlist(['10.0.0.1', , '::1'])).toEqual({ index: 1, message: 'entry 1 is undefined, not an address or CIDR range' })
+  })
+
   it('shortens a huge entry in the message', () => {
     const bad = validateAllowlist(['x'.repeat(1000)])
     expect(bad!.message.length).toBeLessThan(200)

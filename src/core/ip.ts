@@ -178,13 +178,18 @@ const MAX_ALLOWLIST_ENTRY_LENGTH = 64
  * `null` means no allowlist; more than 100 entries), else its first bad entry (`index`: longer
  * than 64 characters, or no address or CIDR range). Stricter than {@link parseCidr}, for
  * entries a user types: spaces around or inside an entry and IPv6 zone indexes (`fe80::1%eth0`) are
- * refused, not dropped, so the entry stored is the entry matched.
+ * refused, not dropped, so the entry stored is the entry matched. Takes any value, as a record
+ * read from a seed or an import holds it: `null` or `undefined` is no allowlist (acceptable);
+ * anything but an array of strings is refused, never thrown on.
  */
-export function validateAllowlist(entries: readonly string[]): { index: number | null; message: string } | null {
+export function validateAllowlist(entries: unknown): { index: number | null; message: string } | null {
+  if (entries == null) return null
+  if (!Array.isArray(entries)) return { index: null, message: 'must be an array of addresses or CIDR ranges, or null for no allowlist' }
   if (entries.length === 0) return { index: null, message: 'must name at least one address or CIDR range (null removes the allowlist)' }
   if (entries.length > MAX_ALLOWLIST_ENTRIES) return { index: null, message: `at most ${MAX_ALLOWLIST_ENTRIES} entries` }
   for (let index = 0; index < entries.length; index++) {
-    const entry = entries[index]!
+    const entry: unknown = entries[index]
+    if (typeof entry !== 'string') return { index, message: `entry ${index} is ${kindOf(entry)}, not an address or CIDR range` }
     if (entry.length > MAX_ALLOWLIST_ENTRY_LENGTH) {
       return { index, message: `entry ${index} (${shown(entry)}) is longer than ${MAX_ALLOWLIST_ENTRY_LENGTH} characters` }
     }
@@ -203,6 +208,13 @@ export function validateAllowlist(entries: readonly string[]): { index: number |
     if (typeof result === 'string') return { index, message: describeCidrError(entry, index, result) }
   }
   return null
+}
+
+/** What a value that is no string is, for a message: `null`, `an array`, `a number`, … */
+function kindOf(value: unknown): string {
+  if (value === null || value === undefined) return String(value)
+  if (Array.isArray(value)) return 'an array'
+  return /^[aeiou]/.test(typeof value) ? `an ${typeof value}` : `a ${typeof value}`
 }
 
 function shown(entry: string): string {

@@ -202,13 +202,15 @@ async function readJson(request: Request): Promise<unknown> {
 }
 
 /**
- * Rotation takes no body (spec 4.3): none, or `{}` with JSON's whitespace (space, tab, CR, LF;
- * not `trim()`'s, which also takes a no-break space); anything else would be silently ignored.
+ * Rotation (spec 4.3) and revocation take no body: none, or `{}` with JSON's whitespace (space,
+ * tab, CR, LF; not `trim()`'s, which also takes a no-break space); anything else would be
+ * silently ignored (a revocation's `{"reason": …}`, or a bulk revocation's list of ids, of
+ * which only the token named in the path would go).
  */
-async function readNoBody(request: Request): Promise<void> {
+async function readNoBody(request: Request, what: 'a rotation' | 'a revocation'): Promise<void> {
   const text = await readText(request)
   if (/^[ \t\r\n]*(?:\{[ \t\r\n]*\}[ \t\r\n]*)?$/.test(text)) return
-  throw new InvalidInputError('body', 'must be empty: a rotation takes no parameters')
+  throw new InvalidInputError('body', `must be empty: ${what} takes no parameters`)
 }
 
 /** What a request carries besides the `Request` itself. */
@@ -301,7 +303,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     if (action === 'rotate') {
       if (method !== 'POST') return notServed(served)
       if (bearer.kind === 'bearer') {
-        await readNoBody(request)
+        await readNoBody(request, 'a rotation')
         // `null` or `''` names none, as `undefined` does: the option is asked then too.
         const clientAddress = info?.clientAddress || options.clientAddress?.(request) || undefined
         const result = await tokens.rotate(id!, {
@@ -313,7 +315,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       }
       if (bearer.kind === 'invalid') throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'Unauthorized')
       const s = await session(request, true)
-      await readNoBody(request)
+      await readNoBody(request, 'a rotation')
       return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
     }
     // A method the path does not serve is 405 whoever asks, a Bearer caller too (as a `TRACE`,
@@ -364,6 +366,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
     }
     if (method === 'DELETE') {
       const s = await session(request, true)
+      await readNoBody(request, 'a revocation')
       return json(200, await tokens.revoke(s.userId, id))
     }
     return notServed(served)
