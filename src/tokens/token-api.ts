@@ -9,7 +9,7 @@
  * | GET | `/api/tokens/{id}` | session | 200, token |
  * | PATCH | `/api/tokens/{id}` | session | 200, token |
  * | POST | `/api/tokens/{id}/rotate` | the token itself (Bearer) or session | 200, token with new secret |
- * | DELETE | `/api/tokens/{id}` | session | 200, revoked token (an expired one is left expired) |
+ * | DELETE | `/api/tokens/{id}` | session | 200, revoked token (an expired one is left expired); no body, or `{}` |
  *
  * Errors are JSON `{ error, message, field? }`: 400 `invalid_request` (bad input, naming the
  * field), 401 `unauthorized`, 403 `forbidden` / `csrf_failed`, 404 `not_found`, 409
