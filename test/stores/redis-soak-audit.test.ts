@@ -82,7 +82,9 @@ async function keysOf(client: InstanceType<(typeof IOREDIS)['ioredis']>, prefix:
   return { byKind, withoutTtl: keys.filter((_, i) => ttls[i] === -1), longest: Math.max(0, ...ttls) }
 }
 
-const SESSION_TTL_MS = 400
+// Long enough that a session's next request, on a loaded host, comes within it (at 400 ms one
+// came later once, a 404); short enough for the test to see every session's key expire.
+const SESSION_TTL_MS = 1_500
 const CACHE_TTL_MS = 400
 
 describeRedis('a long run on the Redis stores', (redis) => {
@@ -187,7 +189,7 @@ describeRedis('a long run on the Redis stores', (redis) => {
     expect(during.byKind.cache).toBeGreaterThan(0)
     expect(during.longest).toBeLessThanOrEqual(120_000) // a counter's window and a minute
     // Once the session and cache TTLs have passed, only the counters of this minute are left.
-    await vi.waitFor(async () => expect(Object.keys((await keysOf(redis.client, prefix)).byKind)).toEqual(['rl']), { timeout: 3_000, interval: 100 })
+    await vi.waitFor(async () => expect(Object.keys((await keysOf(redis.client, prefix)).byKind)).toEqual(['rl']), { timeout: 6_000, interval: 100 })
     // A session left idle past its TTL is over: 404, its client initializes again.
     expect(await statusOf(dispatcher.decide(request('POST', { authorization: 'Bearer oauth-user3', 'mcp-session-id': 'idle-3' })))).toBe(404)
 
