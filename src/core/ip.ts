@@ -214,7 +214,7 @@ export function validateAllowlist(entries: unknown): { index: number | null; mes
 function kindOf(value: unknown): string {
   if (value === null || value === undefined) return String(value)
   if (Array.isArray(value)) return 'an array'
-  return /^[aeiou]/.test(typeof value) ? `an ${typeof value}` : `a ${typeof value}`
+  return typeof value === 'object' ? 'an object' : `a ${typeof value}`
 }
 
 function shown(entry: string): string {
