@@ -149,10 +149,11 @@ function stripPort(hop: string): string {
 
 /**
  * The scheme a trusted proxy says the client used: the first value of `X-Forwarded-Proto`, as
- * Express and Fastify read it, or `undefined` to keep the request's own. The header counts only
- * when the socket peer is a trusted proxy (`trust` a hop count, or a list holding the peer's
- * address; never without a known peer), and only `http` or `https` (any case) is taken: another
- * value names no scheme an App address can have, and is ignored.
+ * Express reads it (Fastify's `request.protocol` takes the last of a list), or `undefined` to
+ * keep the request's own. The header counts only when the socket peer is a trusted proxy
+ * (`trust` a hop count, or a list holding the peer's address; never without a known peer), and
+ * only `http` or `https` (any case) is taken: another value names no scheme an App address can
+ * have, and is ignored.
  *
  * @example
  * ```ts

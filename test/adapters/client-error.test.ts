@@ -77,26 +77,28 @@ const TIMEOUTS = { headersTimeout: 300, requestTimeout: 600, connectionsChecking
 const targets: Record<'web' | 'express' | 'express4' | 'fastify', (fixture: Fixture, streaming: Gate) => Promise<Target>> = {
   async web(fixture, streaming) {
     // As examples/platform/server.ts serves it: @hono/node-server's listener on a Node server.
+    const handle = webDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: () =>
+        new Response(
+          new ReadableStream({
+            start(controller) {
+              controller.enqueue(new TextEncoder().encode('data: one\n\n'))
+              void streaming.wait().then(() => {
+                try {
+                  controller.close()
+                } catch {
+                  // Cancelled by now where the connection was closed under it.
+                }
+              })
+            },
+          }),
+          { headers: { 'content-type': 'text/event-stream' } },
+        ),
+    })
     const listener = getRequestListener(
-      webDispatch({
-        dispatcher: fixture.dispatcher,
-        handler: () =>
-          new Response(
-            new ReadableStream({
-              start(controller) {
-                controller.enqueue(new TextEncoder().encode('data: one\n\n'))
-                void streaming.wait().then(() => {
-                  try {
-                    controller.close()
-                  } catch {
-                    // Cancelled by now where the connection was closed under it.
-                  }
-                })
-              },
-            }),
-            { headers: { 'content-type': 'text/event-stream' } },
-          ),
-      }),
+      (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
+        handle(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
       { hostname: '127.0.0.1' },
     )
     const server = http.createServer(TIMEOUTS, listener)

@@ -251,6 +251,51 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     expect((await handle(post(), { clientAddress: '' })).status).toBe(200)
   })
 
+  it('a handler given to the runtime as it is (the runtime\'s own second argument as info, naming no client address) is the platform\'s wiring: 503, reported with the wiring to write, never served as from no known peer', async () => {
+    const fixture = createFixture()
+    const errors: Array<[string, string]> = []
+    let handled = 0
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      onError: (error, context) => errors.push([context, (error as Error).message]),
+      handler: () => (handled++, new Response('{}')),
+    })
+    const post = () => new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
+    // @hono/node-server's `serve({ fetch: handle })`, for real: its env is `{ incoming, outgoing }`.
+    const { serve } = await import('@hono/node-server')
+    const server = await new Promise<import('node:http').Server>((resolve) => {
+      const s = serve({ fetch: handle as never, port: 0, hostname: '127.0.0.1' }, () => resolve(s as never)) as unknown as import('node:http').Server
+    })
+    try {
+      const { port } = server.address() as import('node:net').AddressInfo
+      const res = await fetch(`http://127.0.0.1:${port}/v1`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
+      expect(res.status).toBe(503)
+      expect(await res.json()).toMatchObject({ error: { data: { error: 'temporarily_unavailable' } } })
+    } finally {
+      server.closeAllConnections()
+      await new Promise((resolve) => server.close(resolve))
+    }
+    // Bun's Server and Deno's ServeHandlerInfo, as those runtimes pass them (test/runtimes runs
+    // the adapter under both, wired as documented).
+    const bunServer = { port: 3000, hostname: '127.0.0.1', requestIP: () => ({ address: '127.0.0.1', family: 'IPv4', port: 5000 }), upgrade: () => false }
+    const denoInfo = { remoteAddr: { transport: 'tcp', hostname: '127.0.0.1', port: 5000 }, completed: Promise.resolve() }
+    for (const info of [bunServer, denoInfo, null, 'x']) expect((await handle(post(), info as never)).status, JSON.stringify(info)).toBe(503)
+    expect(handled).toBe(0)
+    expect(errors).toEqual([
+      ['adapter', "mcp-dispatch: info is @hono/node-server's env, which names no client address (the handler was given to the runtime as it is): pass fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress, outgoing: env.outgoing })"],
+      ['adapter', "mcp-dispatch: info is Bun's server, which names no client address (the handler was given to the runtime as it is): pass fetch: (request, server) => handle(request, { clientAddress: server.requestIP(request)?.address })"],
+      ['adapter', "mcp-dispatch: info is Deno's ServeHandlerInfo, which names no client address (the handler was given to the runtime as it is): pass (request, info) => handle(request, { clientAddress: info.remoteAddr.hostname })"],
+      ['adapter', 'mcp-dispatch: info must be an object or undefined, got null'],
+      ['adapter', 'mcp-dispatch: info must be an object or undefined, got string'],
+    ])
+    // Wired as documented, each is served; an info naming no client address on purpose too, and
+    // one that gives `clientAddress` beside a runtime's fields.
+    for (const info of [{ clientAddress: '127.0.0.1' }, { clientAddress: undefined }, {}, { ...bunServer, clientAddress: '127.0.0.1' }, { clientAddress: null, outgoing: undefined }]) {
+      expect((await handle(post(), info as never)).status, JSON.stringify(info)).toBe(200)
+    }
+    expect(handled).toBe(5)
+  })
+
   it('on @hono/node-server, a lower-case Host that is no host (weather.1, 1.2.3.999, 0x7f.1) is the JSON-RPC 400, not an App address', async () => {
     const fixture = createFixture()
     let handled = 0

@@ -52,7 +52,14 @@ export interface WebDispatchOptions extends AdapterOptions {
   handler: WebMcpHandler
 }
 
-/** Per-request information the runtime knows and the `Request` does not. */
+/**
+ * Per-request information the runtime knows and the `Request` does not. Built by the platform:
+ * a handler given to the runtime as it is (`fetch: handle`) gets the runtime's own second
+ * argument here, which names no client address. Bun's `Server`, Deno's `ServeHandlerInfo` and
+ * `@hono/node-server`'s `{ incoming, outgoing }` are told apart, answered 503 and reported to
+ * `onError` (context `adapter`, naming the wiring to write); a Workers `env` cannot be, and is
+ * served as an `info` without a client address.
+ */
 export interface WebRequestInfo {
   /**
    * The socket peer address (`@hono/node-server`: `c.env.incoming.socket.remoteAddress`).
@@ -345,14 +352,34 @@ function usableResponse(answered: unknown): Response {
 /**
  * What is wrong with the `info` a platform passed, or `undefined`: `host` and `clientAddress`
  * are strings when given (Bun's `server.requestIP(request)` is an object: its `address` is the
- * string).
+ * string), and `info` is no runtime's own second argument (a handler passed to the runtime as
+ * it is: Bun's `Server`, Deno's `ServeHandlerInfo`, `@hono/node-server`'s `{ incoming, outgoing }`),
+ * which names no client address: served, every request would be taken for one of no known peer
+ * (an IP allowlist refusing all, client budgets counting none).
  */
 function misreadInfo(info: WebRequestInfo | undefined): TypeError | undefined {
   if (info === undefined) return undefined
+  if (info === null || typeof info !== 'object') return new TypeError(`mcp-dispatch: info must be an object or undefined, got ${info === null ? 'null' : typeof info}`)
   const { host, clientAddress } = info as { host?: unknown; clientAddress?: unknown }
   if (host !== undefined && host !== null && typeof host !== 'string') return notAString('host', host)
   if (clientAddress !== undefined && clientAddress !== null && typeof clientAddress !== 'string') return notAString('clientAddress', clientAddress)
-  return undefined
+  // Only an info without a client address can be a runtime's object: the check costs nothing
+  // on the usual wiring.
+  return clientAddress === undefined ? runtimeObject(info as Record<string, unknown>) : undefined
+}
+
+/** A runtime's second argument given as `info`, named with the wiring to write instead. */
+function runtimeObject(info: Record<string, unknown>): TypeError | undefined {
+  const runtime =
+    typeof info.requestIP === 'function'
+      ? ["Bun's server", 'fetch: (request, server) => handle(request, { clientAddress: server.requestIP(request)?.address })']
+      : typeof info.remoteAddr === 'object' && info.remoteAddr !== null
+        ? ["Deno's ServeHandlerInfo", '(request, info) => handle(request, { clientAddress: info.remoteAddr.hostname })']
+        : typeof info.incoming === 'object' && info.incoming !== null
+          ? ["@hono/node-server's env", 'fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress, outgoing: env.outgoing })']
+          : undefined
+  if (runtime === undefined) return undefined
+  return new TypeError(`mcp-dispatch: info is ${runtime[0]}, which names no client address (the handler was given to the runtime as it is): pass ${runtime[1]}`)
 }
 
 function notAString(field: string, value: unknown): TypeError {
