@@ -78,7 +78,8 @@ function askH1(port: number, fixture: Fixture, extraHeaders = ''): Promise<H1Rec
       const end = text.indexOf('\r\n\r\n')
       resolve({ head: text.slice(0, end), body: text.slice(end + 4), closed })
     }
-    const timer = setTimeout(() => done(false), 1000)
+    // Far past a cut answer's end, even on a loaded host.
+    const timer = setTimeout(() => done(false), 5_000)
     socket.on('close', () => done(true))
     socket.write(
       `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\n` +
@@ -132,7 +133,7 @@ async function askH2(port: number, fixture: Fixture): Promise<H2Received> {
     const outcome = await new Promise<H2Received['outcome']>((resolve) => {
       stream.on('end', () => resolve('end'))
       stream.on('error', () => resolve('error'))
-      timer = setTimeout(() => resolve('open'), 1000)
+      timer = setTimeout(() => resolve('open'), 5_000)
     })
     clearTimeout(timer)
     return { outcome, status, body, rstCode: stream.rstCode }

@@ -690,7 +690,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
     })
   }
 
-  /** Runs `examples/<name>/server.ts` to its end (or for 10 s at most); its exit code, stdout and stderr. */
+  /** Runs `examples/<name>/server.ts` to its end (or for 25 s at most: a cold start on a loaded host is slow); its exit code, stdout and stderr. */
   async function runToExit(name: string, port: string, env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
     const child = spawn(process.execPath, ['--import', 'tsx', `examples/${name}/server.ts`], {
       cwd: root,
@@ -702,7 +702,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
     let stderr = ''
     child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')))
     child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
-    const timer = setTimeout(() => child.kill('SIGTERM'), 10_000)
+    const timer = setTimeout(() => child.kill('SIGTERM'), 25_000)
     // 'close', not 'exit': stderr may still hold unread output at 'exit'.
     const [code] = (await once(child, 'close')) as [number | null]
     clearTimeout(timer)
@@ -710,7 +710,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
   }
 
   for (const name of Object.keys(starts)) {
-    it(`${name}: a port taken ends server.ts with one line naming it on stderr, exit 1 (regression: a stack trace)`, async () => {
+    it(`${name}: a port taken ends server.ts with one line naming it on stderr, exit 1 (regression: a stack trace)`, { timeout: 60_000 }, async () => {
       const taken = http.createServer()
       const port = await listen(taken)
       try {
@@ -726,7 +726,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
     })
   }
 
-  it('fetch: the App\'s own service starts first, on UPSTREAM_PORT; a port taken ends server.ts with one line naming it, before the front server listens (regression: the front first, the upstream on any port and a stack trace)', async () => {
+  it('fetch: the App\'s own service starts first, on UPSTREAM_PORT; a port taken ends server.ts with one line naming it, before the front server listens (regression: the front first, the upstream on any port and a stack trace)', { timeout: 60_000 }, async () => {
     const takenFront = http.createServer()
     const takenUpstream = http.createServer()
     const [front, upstream] = [await listen(takenFront), await listen(takenUpstream)]
@@ -743,7 +743,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
     }
   })
 
-  it('a PORT that is no port number is named on stderr, exit 2', async () => {
+  it('a PORT that is no port number is named on stderr, exit 2', { timeout: 60_000 }, async () => {
     const { code, stderr } = await runToExit('express', '80a')
     expect(code).toBe(2)
     expect(stderr).toMatch(/^PORT: must be a port number \(0: any free port\), got "80a"$/m)

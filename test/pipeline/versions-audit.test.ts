@@ -410,7 +410,7 @@ describeRedis('pins shared through Redis', (redis) => {
     /** An instance: its own dispatcher on the shared Redis; a stateless handler that answers its version. */
     const instance = () =>
       mcpDispatch({
-        dispatcher: createDispatcher({ ...t.dispatcherOptions, sessions: createRedisSessionStore({ client: redis.client, prefix }), sessionTtlMs: 300 }),
+        dispatcher: createDispatcher({ ...t.dispatcherOptions, sessions: createRedisSessionStore({ client: redis.client, prefix }), sessionTtlMs: 1_500 }),
         handler: (request, context) =>
           Response.json(
             { jsonrpc: '2.0', id: 7, result: { content: [{ type: 'text', text: context.version }] } },
@@ -434,13 +434,14 @@ describeRedis('pins shared through Redis', (redis) => {
     // DELETE on B ends it on A.
     expect((await onB('/v1', t.alice, 'DELETE')).status).toBe(200)
     expectRefusal(await send(on(a), 'http://notes.localhost/v1', { token: t.alice, sessionId, body: GET_VERSION }), 404, SESSION_NOT_FOUND)
-    // The idle TTL (300 ms, kept by Redis): restarted by a request on A, ended past it.
+    // The idle TTL (1.5 s, kept by Redis; long enough that a loaded host's next request comes
+    // within it): restarted by a request on A, ended past it.
     const other = (await send(on(b), 'http://notes.localhost/v1', { token: t.alice })).sessionId!
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    await new Promise((resolve) => setTimeout(resolve, 900))
     expect((await send(on(a), 'http://notes.localhost/v1', { token: t.alice, sessionId: other, body: GET_VERSION })).status).toBe(200)
-    await new Promise((resolve) => setTimeout(resolve, 200))
+    await new Promise((resolve) => setTimeout(resolve, 900))
     expect((await send(on(b), 'http://notes.localhost/v1', { token: t.alice, sessionId: other, body: GET_VERSION })).status).toBe(200)
-    await new Promise((resolve) => setTimeout(resolve, 450))
+    await new Promise((resolve) => setTimeout(resolve, 2_000))
     expectRefusal(await send(on(a), 'http://notes.localhost/v1', { token: t.alice, sessionId: other, body: GET_VERSION }), 404, SESSION_NOT_FOUND)
     expect(t.errors).toEqual([])
   })

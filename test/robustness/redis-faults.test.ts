@@ -26,8 +26,12 @@ import { REDIS_URL, type RedisTestContext, describeRedis, holdConnection } from 
 import { type Fixture, activeResources, createRedisStorePipeline, createStorePipeline, jsonRpcError, leakedHandles } from './support.js'
 
 const baseline = activeResources()
-/** The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. */
-const TIMEOUT_MS = 150
+/**
+ * The Redis stores' deadline in these tests; the dispatcher's own stays at its 5 s default. Long
+ * enough that a loaded host's Redis answers the calls expected to succeed (at 150 ms a first
+ * count or pin could miss it), short enough that each outage shows quickly.
+ */
+const TIMEOUT_MS = 500
 
 
 function expectUnavailable({ response, body }: { response: Response; body: string }) {
@@ -146,7 +150,7 @@ async function twoInstances(redis: RedisTestContext, prefix: string, busB: Redis
     await Promise.all([busA.close(), busB.close()])
   }
   try {
-    // Subscribed on new connections: not within the 150 ms deadline on a loaded machine.
+    // Subscribed on new connections: not within TIMEOUT_MS on a loaded machine.
     await Promise.all([busA.ready(5_000), busB.ready(5_000)])
     const made = await a.create({ userId: 'alice', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
     expect((await b.authenticate(made.token)).ok).toBe(true) // cached on B
@@ -204,7 +208,7 @@ describeRedis('Redis down or hung, through the real pipeline', (redis) => {
     const proxy = await hangingProxy()
     // `disconnectTimeout`: ioredis would otherwise keep a 2 s timer after disconnecting.
     const client = redis.connect({ disconnectTimeout: 10 }, `redis://127.0.0.1:${proxy.port}`)
-    // Connected (through the proxy, with ioredis' ready check) before the first call's 150 ms run.
+    // Connected (through the proxy, with ioredis' ready check) before the first call's deadline runs.
     await client.ping()
     const options = { client, prefix: redis.prefix(), timeoutMs: TIMEOUT_MS }
     const { fixture, send } = await createRedisStorePipeline(options)
@@ -427,8 +431,8 @@ describeRedis('the invalidation bus heartbeat, when nothing is wrong', (redis) =
       watcher.on('message', (_channel: string, text: string) => void onChannel.push(text))
       const changes: string[] = []
       bus.subscribe((m) => void changes.push(m.kind))
-      // The event loop held for longer than the silence bound (50 + 150 ms).
-      const stallEnd = Date.now() + 400
+      // The event loop held for longer than the silence bound (50 ms + TIMEOUT_MS).
+      const stallEnd = Date.now() + 50 + TIMEOUT_MS + 300
       while (Date.now() < stallEnd) {
         // busy
       }

@@ -15,7 +15,7 @@ import {
   hashApiToken,
 } from 'mcp-dispatch'
 import { type PostgresQueryable, type PostgresTokenStore, createPostgresTokenStore } from 'mcp-dispatch/postgres'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { startPgBouncer } from '../helpers/pgbouncer.js'
 import { type TestPostgres, postgresUnavailable, randomSchemaName, usePostgres } from '../helpers/postgres.js'
 
@@ -242,6 +242,8 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store under concurr
     const tokens = service(createPostgresTokenStore({ pool, schema: base.schema }), { storeTimeoutMs: 500 })
     const terminate = () => postgres.pool.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [name])
     try {
+      // Connected first: a loaded host may take longer than storeTimeoutMs to open a connection.
+      await pool.query('SELECT 1')
       const made = await create(tokens)
       const lock = await lockRow(postgres, base, made.id)
       const started = Date.now()
@@ -257,7 +259,7 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store under concurr
       expect((await tokens.authenticate(made.token)).ok).toBe(true)
       // Every backend of the pool ended while idle: the pool drops them and connects anew.
       await terminate()
-      await new Promise((resolve) => setTimeout(resolve, 50))
+      await vi.waitFor(() => expect(pool.totalCount).toBe(0), { timeout: 3_000, interval: 10 })
       const rotated = await tokens.rotate(made.id, { kind: 'session', userId: 'u_audit' })
       expect((await tokens.authenticate(rotated.token)).ok).toBe(true)
       expect((await tokens.authenticate(made.token)).ok).toBe(false)
@@ -272,6 +274,8 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store under concurr
     const pool = postgres.openPool({ max: 2, statement_timeout: 200 })
     const tokens = service(createPostgresTokenStore({ pool, schema: base.schema }), { storeTimeoutMs: 500, onError: (_e, context) => errors.push(context) })
     try {
+      // Connected first: a loaded host may take longer than storeTimeoutMs to open a connection.
+      await pool.query('SELECT 1')
       const made = await create(tokens)
       const lock = await lockRow(postgres, base, made.id)
       const started = Date.now()
@@ -302,6 +306,8 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store under concurr
     const errors: string[] = []
     const tokens = service(createPostgresTokenStore({ pool: watched, schema: base.schema }), { storeTimeoutMs: 300, onError: (_e, context) => errors.push(context) })
     try {
+      // Connected first: a loaded host may take longer than storeTimeoutMs to open a connection.
+      await pool.query('SELECT 1')
       const made = await create(tokens)
       const lock = await lockRow(postgres, base, made.id)
       const started = Date.now()
