@@ -41,6 +41,20 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     }
   })
 
+  it('mounted twice on a request\'s way (app.use and the route\'s own): decided once, so counted once (regression: the busy App\'s one request a minute was 429 at the first, its unit spent twice)', async () => {
+    const fixture = createFixture()
+    const dispatch = mcpDispatch({ dispatcher: fixture.dispatcher })
+    const app = express()
+    app.use(dispatch)
+    app.post('/', dispatch, (req: express.Request, res: http.ServerResponse) => void res.end(JSON.stringify({ version: getDispatchContext(req).version })))
+    const port = await serveApp(app)
+    const post = () =>
+      loopbackFetch(`http://busy.localhost:${port}/`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.aliceBusy}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: tools })
+    const first = await post()
+    expect([first.status, first.headers.get('ratelimit'), await first.json()]).toEqual([200, '"minute";r=0;t=30', { version: '1.0.0' }])
+    expect((await post()).status).toBe(429)
+  })
+
   it('refuses misconfiguration when the middleware is created', () => {
     expect(() => mcpDispatch({} as never)).toThrow(ConfigurationError)
     expect(() => mcpDispatch({ dispatcher: createFixture().dispatcher, trustProxy: ['not an address'] })).toThrow(ConfigurationError)

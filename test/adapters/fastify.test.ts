@@ -43,6 +43,25 @@ describe('fastify adapter specifics', () => {
 
   const tools = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 
+  it('registered twice on a request\'s way (at the root and again in a child context): decided once, so counted once (regression: the busy App\'s one request a minute was 429 at the first, its unit spent twice)', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    await app.register(async (child) => {
+      await child.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+      child.post('/', async (request) => ({ version: request.dispatchContext?.version }))
+    })
+    try {
+      const post = () =>
+        app.inject({ method: 'POST', url: '/', headers: { host: 'busy.localhost', authorization: `Bearer ${fixture.tokens.aliceBusy}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, payload: tools })
+      const first = await post()
+      expect([first.statusCode, first.headers.ratelimit, first.json()]).toEqual([200, '"minute";r=0;t=30', { version: '1.0.0' }])
+      expect((await post()).statusCode).toBe(429)
+    } finally {
+      await app.close()
+    }
+  })
+
   it('registers as Fastify plugins usually are, app.register(mcpDispatch, options): the same hooks for the routes beside it; a bad option fails register, not the process', async () => {
     const fixture = createFixture()
     const app = Fastify()

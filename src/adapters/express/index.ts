@@ -86,6 +86,8 @@ type Response_ = globalThis.Response
 interface DispatchedRequest {
   readonly context: DispatchContext
   readonly onError: (error: unknown, context: string) => void
+  /** Decided by a dispatch middleware (not only given a context by the platform's code). */
+  readonly decided: boolean
 }
 
 /**
@@ -129,7 +131,8 @@ function exposeContext(req: object): boolean {
         return dispatchedRequests.get(this)?.context
       },
       set(this: object, context: DispatchContext) {
-        dispatchedRequests.set(this, { context, onError: dispatchedRequests.get(this)?.onError ?? noop })
+        const before = dispatchedRequests.get(this)
+        dispatchedRequests.set(this, { context, onError: before?.onError ?? noop, decided: before?.decided ?? false })
       },
     })
     accessorOn.add(proto)
@@ -193,7 +196,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       writeOwn(res, decision.reply)
       return
     }
-    dispatchedRequests.set(req, { context: decision.context, onError })
+    dispatchedRequests.set(req, { context: decision.context, onError, decided: true })
     if (!exposeContext(req)) req.dispatchContext = decision.context
     holdResponseHead(res, decision, onError)
     // Node marks the response only for a request with `Expect`: the header is read first, as
@@ -210,6 +213,12 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     // A client gone before this ran (after a slow middleware) is owed nothing, and a socket
     // closed has no address: deciding would validate its token with no client budget.
     if (req.socket?.destroyed) return
+    // Mounted twice on its way (`app.use(mw)` and the route's own `mw`): decided once, so it is
+    // authenticated and counted once (a second decision spent a second unit of its limit).
+    if (dispatchedRequests.get(req)?.decided === true) {
+      next()
+      return
+    }
     let decision: ReturnType<typeof dispatcher.decide>
     try {
       // Mounted (`app.use('/mcp', …)`) with a basePath that misses the mount: every request

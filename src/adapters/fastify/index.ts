@@ -283,6 +283,12 @@ function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
         reply.hijack()
         return
       }
+      // Registered twice on its way (in a context and again in a child of it): decided once, so
+      // it is authenticated and counted once (a second decision spent a second unit of its limit).
+      if ((request as ReportingRequest)[kReporter] != null) {
+        done()
+        return
+      }
       const dispatchRequest = toDispatchRequest(raw, dispatchTarget(raw), requestProtocol(raw, request.protocol), trust)
       if (dispatchRequest === undefined) {
         sendReply(reply, INVALID_HOST)
