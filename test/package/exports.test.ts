@@ -37,6 +37,56 @@ describe.runIf(built)('built package', () => {
     expect(JSON.parse(out)).toEqual([{ kind: 'minor', major: 1, minor: 2 }, 48, 'function', 'function'])
   })
 
+  it('a handler failure on a request dispatched by the ESM build and routed by the CommonJS one (two copies of the package) is reported, never swallowed (regression: 502 and no report)', async () => {
+    writeFileSync(
+      join(dir, 'two-copies.mjs'),
+      `import { createRequire } from 'node:module'
+       import { createDispatcher, createMemoryAppStore, createMemoryTokenStore, createTokenService } from 'mcp-dispatch'
+       import * as esmFastify from 'mcp-dispatch/fastify'
+       import * as esmExpress from 'mcp-dispatch/express'
+       const require = createRequire(import.meta.url)
+       const cjsFastify = require('mcp-dispatch/fastify')
+       const cjsExpress = require('mcp-dispatch/express')
+       const fromRoot = createRequire(${JSON.stringify(join(root, 'package.json'))})
+       const Fastify = fromRoot('fastify')
+       const express = fromRoot('express')
+       const apps = createMemoryAppStore([{ id: 'app_w', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+       const subscriptions = { isActive: () => true }
+       const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+       const { token } = await tokens.create({ userId: 'u', name: 'n', servers: ['app_w'], expiresInDays: 7 })
+       const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers: ['https://auth.example.com'] })
+       const reports = []
+       const onError = (error, context) => reports.push([context, error.message])
+       const boom = () => () => { throw new Error('boom') }
+       const headers = { host: 'weather.localhost', authorization: 'Bearer ' + token, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+       const fastify = Fastify()
+       await fastify.register(esmFastify.mcpDispatch({ dispatcher, onError }))
+       fastify.post('/*', cjsFastify.routeByVersion(boom))
+       const answered = await fastify.inject({ method: 'POST', url: '/v1', headers, payload: '{}' })
+       await fastify.close()
+       const app = express()
+       app.use(esmExpress.mcpDispatch({ dispatcher, onError }))
+       app.use(cjsExpress.routeByVersion(boom))
+       const server = app.listen(0, '127.0.0.1')
+       await new Promise((resolve) => server.once('listening', resolve))
+       const { request } = await import('node:http')
+       const expressAnswer = await new Promise((resolve, reject) => {
+         const sent = request({ host: '127.0.0.1', port: server.address().port, path: '/v1', method: 'POST', headers, agent: false }, (res) => { res.resume(); res.on('end', () => resolve({ status: res.statusCode })) })
+         sent.on('error', reject)
+         sent.end('{}')
+       })
+       server.close()
+       await tokens.close()
+       console.log(JSON.stringify({ fastify: answered.statusCode, express: expressAnswer.status, reports }))`,
+    )
+    const result = spawnSync(process.execPath, [join(dir, 'two-copies.mjs')], { cwd: dir, encoding: 'utf8' })
+    expect(result.status, result.stderr).toBe(0)
+    // Fastify: the request's reporter is found under a registered symbol, the ESM copy's onError.
+    // Express: the CommonJS copy has no record of the request, and logs to stderr.
+    expect(JSON.parse(result.stdout)).toEqual({ fastify: 502, express: 502, reports: [['handler', 'boom']] })
+    expect(result.stderr).toContain('[mcp-dispatch] handler: Error: boom')
+  })
+
   it('requires the root and the web adapter as CommonJS', () => {
     const out = run(
       'cjs.cjs',

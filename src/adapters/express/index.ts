@@ -101,8 +101,6 @@ const dispatchedRequests = new WeakMap<object, DispatchedRequest>()
 /** Prototypes that have the `dispatchContext` accessor. */
 const accessorOn = new WeakSet<object>()
 
-function noop(): void {}
-
 /** Whether the mount's `req.params` holds any parameter (Express 5's has no prototype). */
 function hasParams(params: object | undefined): boolean {
   for (const key in params) if (Object.prototype.hasOwnProperty.call(params, key)) return true
@@ -132,7 +130,7 @@ function exposeContext(req: object): boolean {
       },
       set(this: object, context: DispatchContext) {
         const before = dispatchedRequests.get(this)
-        dispatchedRequests.set(this, { context, onError: before?.onError ?? noop, decided: before?.decided ?? false })
+        dispatchedRequests.set(this, { context, onError: before?.onError ?? logError, decided: before?.decided ?? false })
       },
     })
     accessorOn.add(proto)
@@ -272,7 +270,9 @@ export function getDispatchContext(req: Request | IncomingMessage): DispatchCont
 }
 
 function fail(req: Request, res: ServerResponse, error: unknown, before: OutgoingHttpHeaders | undefined): void {
-  ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
+  // A request dispatched by another copy of the package (its ESM build beside its CommonJS one)
+  // has no record here: told to the default logger, never swallowed.
+  ;(dispatchedRequests.get(req)?.onError ?? logError)(error, 'handler')
   // An answer the handler ended goes out whole, whatever it did after (Node may still be
   // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
   // take it for whole. A held head reports `headersSent` too, and an `end` behind it is an end
@@ -342,7 +342,7 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
         // An error after the whole answer: reported, not handed to Express's final handler,
         // which would destroy the socket under an answer still on its way (or held for the pin).
         if (error !== undefined && error !== 'route' && error !== 'router' && answerEnded(res)) {
-          ;(dispatchedRequests.get(req)?.onError ?? noop)(error, 'handler')
+          ;(dispatchedRequests.get(req)?.onError ?? logError)(error, 'handler')
           return
         }
         next(error as Parameters<NextFunction>[0])

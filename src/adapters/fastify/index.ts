@@ -111,11 +111,11 @@ export type FastifyRouteHandler = (request: AnyFastifyRequest, reply: AnyFastify
 // Where a request's handler failures are reported: a request decoration under a symbol,
 // declared with a `null` value so Fastify creates it with every request (a property added
 // later would change the request's hidden class; a WeakMap entry per request costs GC work).
-const kReporter = Symbol('mcp-dispatch.onError')
+// A registered symbol: a request decided by another copy of the package (its ESM build beside
+// its CommonJS one) reports there, and is not decided again.
+const kReporter = Symbol.for('mcp-dispatch.onError')
 type Reporter = (error: unknown, context: string) => void
 type ReportingRequest = FastifyRequest & { [kReporter]?: Reporter | null }
-
-function noop(): void {}
 
 /**
  * Sends a dispatch-layer {@link Reply} through Fastify, byte for byte; its `Vary` and
@@ -374,7 +374,7 @@ export function getDispatchContext(request: AnyFastifyRequest): DispatchContext 
 }
 
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown, before: OutgoingHttpHeaders | undefined): FastifyReply | undefined {
-  ;((request as ReportingRequest)[kReporter] ?? noop)(error, 'handler')
+  ;((request as ReportingRequest)[kReporter] ?? logError)(error, 'handler')
   const raw = reply.raw
   // An answer the handler ended goes out whole, whatever it did after (Node may still be
   // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
