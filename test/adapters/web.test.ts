@@ -275,6 +275,10 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
       server.closeAllConnections()
       await new Promise((resolve) => server.close(resolve))
     }
+    // A Hono Context in place of info (`app.post('/*', (c) => handle(c.req.raw, c))`), for real.
+    const app = new Hono()
+    app.post('/*', (c) => handle(c.req.raw, c as never))
+    expect((await app.fetch(post())).status).toBe(503)
     // Bun's Server and Deno's ServeHandlerInfo, as those runtimes pass them (test/runtimes runs
     // the adapter under both, wired as documented).
     const bunServer = { port: 3000, hostname: '127.0.0.1', requestIP: () => ({ address: '127.0.0.1', family: 'IPv4', port: 5000 }), upgrade: () => false }
@@ -282,9 +286,10 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     for (const info of [bunServer, denoInfo, null, 'x']) expect((await handle(post(), info as never)).status, JSON.stringify(info)).toBe(503)
     expect(handled).toBe(0)
     expect(errors).toEqual([
-      ['adapter', "mcp-dispatch: info is @hono/node-server's env, which names no client address (the handler was given to the runtime as it is): pass fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress, outgoing: env.outgoing })"],
-      ['adapter', "mcp-dispatch: info is Bun's server, which names no client address (the handler was given to the runtime as it is): pass fetch: (request, server) => handle(request, { clientAddress: server.requestIP(request)?.address })"],
-      ['adapter', "mcp-dispatch: info is Deno's ServeHandlerInfo, which names no client address (the handler was given to the runtime as it is): pass (request, info) => handle(request, { clientAddress: info.remoteAddr.hostname })"],
+      ['adapter', "mcp-dispatch: info is @hono/node-server's env, which names no client address: pass fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress, outgoing: env.outgoing })"],
+      ['adapter', "mcp-dispatch: info is Hono's Context, which names no client address: pass (c) => handle(c.req.raw, { clientAddress: c.env.incoming.socket.remoteAddress, outgoing: c.env.outgoing }) on @hono/node-server"],
+      ['adapter', "mcp-dispatch: info is Bun's server, which names no client address: pass fetch: (request, server) => handle(request, { clientAddress: server.requestIP(request)?.address })"],
+      ['adapter', "mcp-dispatch: info is Deno's ServeHandlerInfo, which names no client address: pass (request, info) => handle(request, { clientAddress: info.remoteAddr.hostname })"],
       ['adapter', 'mcp-dispatch: info must be an object or undefined, got null'],
       ['adapter', 'mcp-dispatch: info must be an object or undefined, got string'],
     ])

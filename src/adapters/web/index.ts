@@ -55,10 +55,10 @@ export interface WebDispatchOptions extends AdapterOptions {
 /**
  * Per-request information the runtime knows and the `Request` does not. Built by the platform:
  * a handler given to the runtime as it is (`fetch: handle`) gets the runtime's own second
- * argument here, which names no client address. Bun's `Server`, Deno's `ServeHandlerInfo` and
- * `@hono/node-server`'s `{ incoming, outgoing }` are told apart, answered 503 and reported to
- * `onError` (context `adapter`, naming the wiring to write); a Workers `env` cannot be, and is
- * served as an `info` without a client address.
+ * argument here, which names no client address. Bun's `Server`, Deno's `ServeHandlerInfo`,
+ * `@hono/node-server`'s `{ incoming, outgoing }` and a Hono `Context` are told apart, answered
+ * 503 and reported to `onError` (context `adapter`, naming the wiring to write); a Workers
+ * `env` cannot be, and is served as an `info` without a client address.
  */
 export interface WebRequestInfo {
   /**
@@ -353,7 +353,8 @@ function usableResponse(answered: unknown): Response {
  * What is wrong with the `info` a platform passed, or `undefined`: `host` and `clientAddress`
  * are strings when given (Bun's `server.requestIP(request)` is an object: its `address` is the
  * string), and `info` is no runtime's own second argument (a handler passed to the runtime as
- * it is: Bun's `Server`, Deno's `ServeHandlerInfo`, `@hono/node-server`'s `{ incoming, outgoing }`),
+ * it is: Bun's `Server`, Deno's `ServeHandlerInfo`, `@hono/node-server`'s `{ incoming, outgoing }`,
+ * or a Hono `Context` given in its place),
  * which names no client address: served, every request would be taken for one of no known peer
  * (an IP allowlist refusing all, client budgets counting none).
  */
@@ -377,9 +378,11 @@ function runtimeObject(info: Record<string, unknown>): TypeError | undefined {
         ? ["Deno's ServeHandlerInfo", '(request, info) => handle(request, { clientAddress: info.remoteAddr.hostname })']
         : typeof info.incoming === 'object' && info.incoming !== null
           ? ["@hono/node-server's env", 'fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress, outgoing: env.outgoing })']
-          : undefined
+          : 'env' in info && typeof info.req === 'object' && info.req !== null
+            ? ["Hono's Context", '(c) => handle(c.req.raw, { clientAddress: c.env.incoming.socket.remoteAddress, outgoing: c.env.outgoing }) on @hono/node-server']
+            : undefined
   if (runtime === undefined) return undefined
-  return new TypeError(`mcp-dispatch: info is ${runtime[0]}, which names no client address (the handler was given to the runtime as it is): pass ${runtime[1]}`)
+  return new TypeError(`mcp-dispatch: info is ${runtime[0]}, which names no client address: pass ${runtime[1]}`)
 }
 
 function notAString(field: string, value: unknown): TypeError {
