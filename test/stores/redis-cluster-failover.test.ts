@@ -134,6 +134,29 @@ function watchPromotion(redis: RedisClusterTestContext, replica: number, since: 
   return { agreedSoFar: () => agreedAt - since, done: async () => ({ tookOver: await tookOver, agreed: await agreed }) }
 }
 
+/**
+ * When `port` first says the cluster is down (`cluster_state:fail`, after which it answers every
+ * key CLUSTERDOWN), in ms from `since`; watched every 10 ms until `stop()`.
+ */
+function watchClusterDown(redis: RedisClusterTestContext, port: number, since: number) {
+  let downAt = Number.POSITIVE_INFINITY
+  let stopped = false
+  const watching = (async () => {
+    while (!stopped && downAt === Number.POSITIVE_INFINITY) {
+      const info = String(await redis.cluster.node(port).call('CLUSTER', 'INFO').catch(() => ''))
+      if (info.includes('cluster_state:fail')) downAt = performance.now() - since
+      else await sleep(10)
+    }
+  })()
+  return {
+    stop: async () => {
+      stopped = true
+      await watching
+      return downAt
+    },
+  }
+}
+
 function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluster | undefined) {
   describeRedisCluster(
     'a Redis Cluster with a replica per master, when a node fails',
@@ -238,6 +261,7 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
           await redis.cluster.kill(dead)
           const killedAt = performance.now()
           const promotion = watchPromotion(redis, replica, killedAt)
+          const clusterDown = watchClusterDown(redis, live, killedAt)
           const log: Array<{ at: number; pinned: number; sessionless: string | null; sessionlessStatus: number; live: number; liveDone: number; ms: number }> = []
           // Until the dead master's pin and counters have been served ten times in a row.
           while (log.length < 10 || !log.slice(-10).every((round) => round.pinned === 200 && round.sessionless !== null)) {
@@ -261,10 +285,11 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
             await sleep(25)
           }
           const { tookOver: selfPromoted, agreed: promoted } = await promotion.done()
+          const liveSaidDown = await clusterDown.stop()
           const recovered = log.find((round) => round.pinned === 200)!
           console.info(
             `[${kind}] killed master ${dead}: replica ${replica} took over after ${selfPromoted.toFixed(0)} ms, promoted (every node agreeing) after ${promoted.toFixed(0)} ms; its slots served again ${(recovered.at - selfPromoted).toFixed(0)} ms after it took over; ` +
-              `the live master's sessions failed from ${log.find((round) => round.live !== 200)?.at.toFixed(0) ?? '-'} to ${log.findLast((round) => round.live !== 200)?.at.toFixed(0) ?? '-'} ms (CLUSTERDOWN)`,
+              `the live master said the cluster was down after ${liveSaidDown.toFixed(0)} ms; its sessions failed from ${log.find((round) => round.live !== 200)?.at.toFixed(0) ?? '-'} to ${log.findLast((round) => round.live !== 200)?.at.toFixed(0) ?? '-'} ms (CLUSTERDOWN)`,
           )
 
           // Never a hang.
@@ -275,9 +300,13 @@ function describeFailover(kind: 'ioredis' | 'ioredis5', cluster: TestRedisCluste
           // fivefold, each round then slower: at least three are asked).
           expect(gap.length).toBeGreaterThanOrEqual(3)
           expect(gap.filter((round) => !(round.pinned === 503 && round.sessionless === null && round.sessionlessStatus === 200))).toEqual([])
-          // The other masters serve until the cluster marks the dead one failed (which takes
-          // the node timeout), when every master answers CLUSTERDOWN until the promotion.
-          expect(log.filter((round) => round.liveDone < NODE_TIMEOUT_MS).every((round) => round.live === 200)).toBe(true)
+          // The other masters serve until the cluster marks the dead one failed (about the node
+          // timeout after the kill: sooner where a ping was already unanswered when it died, as
+          // on a loaded machine; CI's run once saw it before 1 s), when every master answers
+          // CLUSTERDOWN until the promotion: a live master's call fails only once it has said
+          // so (a round in flight then may fail, its call retried by ioredis past the deadline;
+          // this watch reads the state every 10 ms, hence the 50 ms of slack).
+          expect(log.filter((round) => round.live !== 200 && round.liveDone + 50 < liveSaidDown)).toEqual([])
           // After it: served again, in bounded time, without restarting anything (the other
           // masters too, whose breakers CLUSTERDOWN opened); from then on, always.
           expect(recovered.at - promoted).toBeLessThan(2_000)
