@@ -229,6 +229,61 @@ export function requireMethods(option: string, value: unknown, what: string, met
   }
 }
 
+/** Every key of `T`, of each member where `T` is a union. @internal */
+type KeysOf<T> = T extends unknown ? keyof T & string : never
+
+/**
+ * The names of `T`'s options, written `{ name: true, … }`: the compiler holds the list to `T`
+ * (a name missing or extra fails the build), so it never falls behind the type it checks.
+ * @internal
+ */
+export function optionNames<T>(names: Record<KeysOf<T>, true>): readonly string[] {
+  return Object.freeze(Object.keys(names))
+}
+
+/**
+ * Refuses a key of `options` that `known` does not name: a misspelt option (`ratelimit`,
+ * `trustproxy`), or one given to the wrong function (`allowedOrigins` beside an adapter's
+ * `dispatcher` rather than in it), would otherwise be ignored in silence and its default served
+ * (no rate limit, every origin), which TypeScript catches only in an object literal. `where`
+ * names the function (`createDispatcher`) and `path` the object in it (`rateLimit.`); `elsewhere`
+ * says where a key that belongs to another function goes. The message suggests a known name
+ * spelt alike, or lists them all. Own enumerable string keys only, any value (`undefined` too).
+ * @internal
+ */
+export function refuseUnknownOptions(
+  options: object,
+  known: readonly string[],
+  where: string,
+  elsewhere: (key: string) => string | undefined = () => undefined,
+  path = '',
+): void {
+  for (const key of Object.keys(options)) {
+    if (known.includes(key)) continue
+    const hint = elsewhere(key)
+    const alike = hint === undefined ? known.find((name) => spelledAlike(key, name)) : undefined
+    const said = hint ?? (alike !== undefined ? `did you mean "${path}${alike}"?` : `its options are ${known.join(', ')}`)
+    throw new ConfigurationError(`${path}${key}`, `is not an option of ${where}: ${said}`)
+  }
+}
+
+/** Whether `given` is `name` misspelt: the same but for case, or at most two edits apart (one for short names). */
+function spelledAlike(given: string, name: string): boolean {
+  const a = given.toLowerCase()
+  const b = name.toLowerCase()
+  if (a === b) return true
+  const most = Math.min(a.length, b.length) < 6 ? 1 : 2
+  if (Math.abs(a.length - b.length) > most) return false
+  // Levenshtein distance, one row at a time.
+  let row = Array.from({ length: b.length + 1 }, (_, j) => j)
+  for (let i = 1; i <= a.length; i++) {
+    const next = [i]
+    for (let j = 1; j <= b.length; j++) next[j] = Math.min(row[j]! + 1, next[j - 1]! + 1, row[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1))
+    row = next
+  }
+  return row[b.length]! <= most
+}
+
 /**
  * The default `onError` of the dispatcher, the adapters, the token service, the token API,
  * the proxy and the Redis invalidation bus: one line on stderr, `[mcp-dispatch] <context>:

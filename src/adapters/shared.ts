@@ -7,8 +7,8 @@
 import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../core/client-address.js'
 import type { TokenApi } from '../tokens/token-api.js'
 import { type Reply, RpcCode, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
-import { ConfigurationError, reporterOption, requireMethods } from '../errors.js'
-import { type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
+import { DISPATCHER_OPTIONS, type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../core/metadata.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 import { parseVersionPath } from '../core/versions.js'
@@ -29,13 +29,39 @@ export interface AdapterOptions {
   onError?: ((error: unknown, context: string) => void) | undefined
 }
 
+const ADAPTER_OPTIONS = optionNames<AdapterOptions>({ dispatcher: true, trustProxy: true, onError: true })
+
+/**
+ * Which adapter is set up: its name in messages, the options of its own beside
+ * {@link AdapterOptions}, and where an option it does not take goes.
+ * @internal
+ */
+export interface AdapterKind {
+  name: string
+  options?: readonly string[]
+  elsewhere?: (key: string) => string | undefined
+}
+
+/** Where a dispatcher's option given to an adapter goes. */
+function dispatcherOption(key: string): string | undefined {
+  return DISPATCHER_OPTIONS.includes(key) && key !== 'onError'
+    ? `it is one of the dispatcher's, given in it: mcpDispatch({ dispatcher: { apps, subscriptions, tokens, ${key}, … } })`
+    : undefined
+}
+
 /** @internal */
-export function setupAdapter(options: AdapterOptions): {
+export function setupAdapter(
+  options: AdapterOptions,
+  kind: AdapterKind,
+): {
   dispatcher: Dispatcher
   trust: CompiledTrustProxy
   onError: (error: unknown, context: string) => void
 } {
-  const given: unknown = options?.dispatcher
+  if (options == null) throw new ConfigurationError('dispatcher', 'is required')
+  if (typeof options !== 'object') throw new ConfigurationError('options', 'must be an object with a dispatcher')
+  refuseUnknownOptions(options, [...ADAPTER_OPTIONS, ...(kind.options ?? [])], `${kind.name}'s mcpDispatch`, (key) => dispatcherOption(key) ?? kind.elsewhere?.(key))
+  const given: unknown = options.dispatcher
   if (given == null) throw new ConfigurationError('dispatcher', 'is required')
   if (typeof given !== 'object') throw new ConfigurationError('dispatcher', 'must be a Dispatcher (createDispatcher) or the options of one')
   const onError = reporterOption(options.onError)

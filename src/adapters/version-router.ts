@@ -7,7 +7,7 @@
  */
 import type { AppRecord } from '../core/stores.js'
 import { isExactVersion } from '../core/versions.js'
-import { ConfigurationError } from '../errors.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions } from '../errors.js'
 import type { DispatchContext } from '../pipeline/dispatcher.js'
 
 /**
@@ -36,8 +36,12 @@ export interface RouteByVersionOptions {
 /** Finds the handler of a dispatched request, or `undefined` when the version has none. */
 export type VersionRouter<H> = (context: DispatchContext) => H | undefined
 
+const ROUTE_BY_VERSION_OPTIONS = optionNames<RouteByVersionOptions>({ appId: true })
+
 /** @internal */
 export function createVersionRouter<H>(routes: VersionRoutes<H>, options: RouteByVersionOptions = {}): VersionRouter<H> {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, ROUTE_BY_VERSION_OPTIONS, 'routeByVersion')
   if (typeof routes === 'function') {
     const handlers = new Map<string, H>()
     return (context) => {

@@ -28,7 +28,7 @@ import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import { hasLoneSurrogate } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, requireMethods } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions, requireMethods } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
 import { adoptThenable, ignoreRejection } from '../core/thenable.js'
@@ -650,6 +650,36 @@ function formEncode(value: string): string {
   return encodeURIComponent(value).replace(/%20/g, '+')
 }
 
+const OAUTH_VALIDATOR_OPTIONS = optionNames<OAuthValidatorOptions>({
+  issuer: true,
+  mode: true,
+  userinfoEndpoint: true,
+  introspection: true,
+  jwks: true,
+  audience: true,
+  algorithms: true,
+  clockToleranceMs: true,
+  cache: true,
+  cacheTtlMs: true,
+  rejectionTtlMs: true,
+  cacheKeyPrefix: true,
+  timeoutMs: true,
+  retry: true,
+  breaker: true,
+  clientBudget: true,
+  maxPendingValidations: true,
+  jwksMaxAgeMs: true,
+  jwksRefetchIntervalMs: true,
+  fetch: true,
+  sleep: true,
+  timers: true,
+  random: true,
+  now: true,
+  waitUntil: true,
+  onEvent: true,
+})
+const INTROSPECTION_OPTIONS = optionNames<NonNullable<OAuthValidatorOptions['introspection']>>({ clientId: true, clientSecret: true, endpoint: true })
+
 /**
  * Creates an OAuth access-token validator for the dispatcher's `oauth` option.
  *
@@ -673,6 +703,7 @@ function formEncode(value: string): string {
  */
 export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValidator {
   if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, OAUTH_VALIDATOR_OPTIONS, 'createOAuthValidator')
   const issuer = options.issuer
   const issuerRefused = issuerProblem(issuer)
   if (issuerRefused !== undefined) throw new ConfigurationError('issuer', issuerRefused.replace(/^must have no query or fragment$/, '$& (RFC 8414)'))
@@ -680,6 +711,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (!MODES.includes(mode)) throw new ConfigurationError('mode', `must be one of ${MODES.join(', ')}`)
   checkHttpUrl('userinfoEndpoint', options.userinfoEndpoint)
   const intro = options.introspection
+  if (intro != null && typeof intro === 'object') refuseUnknownOptions(intro, INTROSPECTION_OPTIONS, 'createOAuthValidator', undefined, 'introspection.')
   if (mode === 'introspection') {
     // An empty secret too (`CLIENT_SECRET=` unset in the environment): every introspection
     // would be refused, and every token answered 503, where the start could have failed.

@@ -67,7 +67,7 @@ import {
   parseVersionPath,
   resolveVersion,
 } from '../core/versions.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, reporterOption, requireMethods } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
 import { createMemoryRateLimitStore, createMemorySessionStore } from '../stores/memory/index.js'
 import { clockOption } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
@@ -549,6 +549,42 @@ class StoreFailure {
   ) {}
 }
 
+/** {@link DispatcherOptions}' names, and `rateLimit`'s. @internal */
+export const DISPATCHER_OPTIONS = optionNames<DispatcherOptions>({
+  apps: true,
+  subscriptions: true,
+  tokens: true,
+  oauth: true,
+  authorizationServers: true,
+  scopesSupported: true,
+  resolveApp: true,
+  baseUrl: true,
+  basePath: true,
+  sessions: true,
+  sessionTtlMs: true,
+  rateLimit: true,
+  allowedOrigins: true,
+  cors: true,
+  now: true,
+  timers: true,
+  reauthorizeEveryMs: true,
+  onError: true,
+  storeTimeoutMs: true,
+})
+const RATE_LIMIT_OPTIONS = optionNames<NonNullable<DispatcherOptions['rateLimit']>>({ store: true, policy: true, failOpen: true })
+
+/** Where a policy's field given to `rateLimit` itself goes. */
+function limitOption(key: string): string | undefined {
+  return ['limit', 'windowMs', 'window', 'windowType', 'max', 'points'].includes(key)
+    ? `the limits come from rateLimit.policy, a function of the caller and the App answering { limit, windowType } (docs/pipeline.md)`
+    : undefined
+}
+
+/** Where an adapter's option given to the dispatcher goes. */
+function adapterOption(key: string): string | undefined {
+  return ['trustProxy', 'handler'].includes(key) ? `it is one of the adapter's, given beside the dispatcher: mcpDispatch({ dispatcher, ${key} })` : undefined
+}
+
 /**
  * Creates the dispatch pipeline.
  *
@@ -561,9 +597,12 @@ class StoreFailure {
  * if (decision.type === 'reply') return send(decision.reply)
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an issuer identifier (an http(s) URL with no query, fragment, credentials, space or control character), a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, DISPATCHER_OPTIONS, 'createDispatcher', adapterOption)
   // The methods each request calls, checked here, not left to fail every request with a 503.
   requireMethods('apps', options.apps, 'an AppStore', options.resolveApp == null ? ['getAppBySlug', 'getLiveVersions'] : ['getLiveVersions'])
   requireMethods('subscriptions', options.subscriptions, 'a SubscriptionStore', ['isActive'])
@@ -619,6 +658,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
   const rateLimit = options.rateLimit
+  if (rateLimit != null && typeof rateLimit !== 'object') throw new ConfigurationError('rateLimit', 'must be an object with a policy function')
+  if (rateLimit) refuseUnknownOptions(rateLimit, RATE_LIMIT_OPTIONS, 'createDispatcher', limitOption, 'rateLimit.')
   if (rateLimit && typeof rateLimit.policy !== 'function') {
     throw new ConfigurationError('rateLimit.policy', 'must be a function')
   }

@@ -23,7 +23,7 @@ import { z } from 'zod'
 import { type BearerParseResult, parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
-import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, reporterOption, requireMethods } from '../errors.js'
+import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
 import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
@@ -233,6 +233,8 @@ export interface TokenApi {
   readonly basePath: string
 }
 
+const TOKEN_API_OPTIONS = optionNames<TokenApiOptions>({ tokens: true, basePath: true, hosts: true, authenticateSession: true, verifyCsrf: true, clientAddress: true, onError: true })
+
 /**
  * Creates the token-management API handler. It answers only paths under `basePath` (on its
  * `hosts`, when given) and returns `null` for anything else, so it composes with other routes.
@@ -243,9 +245,14 @@ export interface TokenApi {
  * const response = (await api(request, { clientAddress })) ?? new Response('Not found', { status: 404 })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without `tokens` (or with one lacking the service's methods) or `authenticateSession`, with a `clientAddress` that is not a function, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
  */
 export function createTokenApi(options: TokenApiOptions): TokenApi {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, TOKEN_API_OPTIONS, 'createTokenApi', (key) =>
+    key === 'trustProxy' ? "the token API takes the client address from clientAddress (a function of the request); serveTokenApi's trustProxy (Express, Fastify) reads X-Forwarded-For" : undefined,
+  )
   const { tokens } = options
   requireMethods('tokens', tokens, 'a TokenService (createTokenService)', ['create', 'list', 'get', 'update', 'rotate', 'revoke'])
   if (options.clientAddress != null && typeof options.clientAddress !== 'function') {

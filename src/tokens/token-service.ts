@@ -40,6 +40,8 @@ import {
   StoreUnavailableError,
   TokenInactiveError,
   UnauthorizedError,
+  optionNames,
+  refuseUnknownOptions,
   reporterOption,
   requireMethods,
 } from '../errors.js'
@@ -625,6 +627,8 @@ function clockReading(value: number): number {
   throw new ConfigurationError('now', `answered ${String(value)}: must answer epoch ms from 0 to ${LATEST_CLOCK_MS}`)
 }
 
+const TOKEN_SERVICE_OPTIONS = optionNames<TokenServiceOptions>({ store: true, apps: true, subscriptions: true, prefix: true, pepper: true, previousPeppers: true, cacheTtlMs: true, canUseServer: true, maxPendingLookups: true, maxActiveTokensPerUser: true, unknownTokenBudget: true, lastUsedFlushMs: true, storeTimeoutMs: true, invalidations: true, random: true, now: true, waitUntil: true, onError: true })
+
 /**
  * Creates the token service.
  *
@@ -634,9 +638,12 @@ function clockReading(value: number): number {
  * const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without `store`, `apps`, and `canUseServer` or `subscriptions`, or with one of them (or `invalidations`) without the methods the service calls; with a bad `prefix`, an empty `pepper`, bad `previousPeppers`, or a `cacheTtlMs`, `storeTimeoutMs`, `lastUsedFlushMs`, `maxPendingLookups` or `maxActiveTokensPerUser` out of range; with `cacheTtlMs` and no `invalidations`, an `invalidations` bus whose `publishTimeoutMs` is not a number of milliseconds, or an `onError` that is not a function. The service's methods throw {@link DispatchError}s: see {@link TokenService}.
  */
 export function createTokenService(options: TokenServiceOptions): TokenService {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, TOKEN_SERVICE_OPTIONS, 'createTokenService')
   const { store, apps } = options
   requireMethods('store', store, 'a TokenStore', ['insert', 'findByHash', 'get', 'listByUser', 'update', 'rotate', 'revoke', 'revokeAllForUser', 'touch'])
   requireMethods('apps', apps, 'an AppStore', ['getApp'])

@@ -182,10 +182,17 @@ function writeOwn(res: ServerResponse, reply: Reply): void {
  * })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
  */
 export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
-  const { dispatcher, trust, onError } = setupAdapter(options)
+  const { dispatcher, trust, onError } = setupAdapter(options, {
+    name: 'the Express adapter',
+    elsewhere: (key) =>
+      key === 'handler'
+        ? "the Express adapter takes no handler: mount it before your MCP routes, app.use(mcpDispatch({ dispatcher })), then app.all('/{*path}', handler) (docs/adapters.md)"
+        : undefined,
+  })
   installHeadInterception()
 
   /** Acts on a decision: answers a refusal, or lets the request through to the next handler. */

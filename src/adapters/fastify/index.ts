@@ -164,6 +164,7 @@ function sendReply(reply: FastifyReply, answer: Reply): FastifyReply {
  * } })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
  */
 export function mcpDispatch(options: FastifyDispatchOptions): FastifyPluginAsync
@@ -216,7 +217,15 @@ function routeOutside(url: string, basePath: string): boolean {
 }
 
 function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
-  const { dispatcher, trust, onError } = setupAdapter(options)
+  const { dispatcher, trust, onError } = setupAdapter(options, {
+    name: 'the Fastify adapter',
+    // What Fastify's register takes beside a plugin's own (app.register(mcpDispatch, { dispatcher, prefix })).
+    options: ['prefix', 'logLevel', 'logSerializers'],
+    elsewhere: (key) =>
+      key === 'handler'
+        ? "the Fastify adapter takes no handler: register it in the context of your MCP routes, app.register(mcpDispatch({ dispatcher })), then app.all('/*', handler) (docs/adapters.md)"
+        : undefined,
+  })
   installHeadInterception()
 
   /** Acts on a decision: answers a refusal, or lets the request through to its route. */

@@ -28,7 +28,7 @@ import { jwtVerifyWithKeySet } from '../../auth/jwt-verify.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { readTextUpTo } from '../../read-text.js'
 import { withTimeout } from '../../timeout.js'
-import { ConfigurationError, JwksUnavailableError, UnauthorizedError } from '../../errors.js'
+import { ConfigurationError, JwksUnavailableError, UnauthorizedError, optionNames, refuseUnknownOptions } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 
 /** Default header carrying the identity JWT from the platform to a proxied App. */
@@ -485,6 +485,8 @@ function clockOf(now: unknown, option: string): () => number {
   }
 }
 
+const IDENTITY_SIGNER_OPTIONS = optionNames<IdentitySignerOptions>({ issuer: true, privateKey: true, publicKey: true, algorithm: true, keyId: true, ttlSeconds: true, previousKeys: true, now: true })
+
 /**
  * Creates the signer of identity tokens. Misconfiguration that can be seen without importing
  * the key throws a `ConfigurationError` here: a missing issuer; a symmetric key, a public key
@@ -511,6 +513,7 @@ function clockOf(now: unknown, option: string): () => number {
  * ```
  */
 export function createIdentitySigner(options: IdentitySignerOptions): IdentitySigner {
+  if (options !== null && typeof options === 'object') refuseUnknownOptions(options, IDENTITY_SIGNER_OPTIONS, 'createIdentitySigner (the proxy\'s identity)', undefined, 'identity.')
   if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
     throw new ConfigurationError('identity.issuer', 'must be a non-empty string')
   }
@@ -972,6 +975,8 @@ function remoteKeySet(
 }
 
 
+const IDENTITY_VERIFIER_OPTIONS = optionNames<IdentityVerifierOptions>({ issuer: true, jwks: true, audience: true, header: true, appId: true, clockToleranceSeconds: true, maxTokenAgeSeconds: true, fetch: true, now: true })
+
 /**
  * Creates the verifier an App uses to read who is calling through the platform. It checks
  * the signature against the platform's JWKS, `typ`, `iss`, `aud`, `exp`, the token's age and
@@ -1005,6 +1010,7 @@ function remoteKeySet(
  * anything but a finite number.
  */
 export function createIdentityVerifier(options: IdentityVerifierOptions): IdentityVerifier {
+  if (options !== null && typeof options === 'object') refuseUnknownOptions(options, IDENTITY_VERIFIER_OPTIONS, 'createIdentityVerifier')
   if (!options || typeof options.issuer !== 'string' || options.issuer === '') {
     throw new ConfigurationError('issuer', 'must be a non-empty string')
   }

@@ -64,7 +64,7 @@
 import { isFieldName } from '../../core/cors.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
 import { type Reply, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
-import { ConfigurationError, UpstreamError, reporterOption } from '../../errors.js'
+import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { contentCodings } from '../../read-text.js'
@@ -482,6 +482,8 @@ function readBefore(
   })
 }
 
+const PROXY_HANDLER_OPTIONS = optionNames<ProxyHandlerOptions>({ upstream: true, identity: true, audience: true, appId: true, identityHeader: true, forwardHeaders: true, timeoutMs: true, fetch: true, onError: true })
+
 /**
  * Creates the proxy handler.
  *
@@ -494,10 +496,13 @@ function readBefore(
  * })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} with an `upstream` that is not a table of http(s) URLs or a function (a `Map` included), a table of no URL, a table key that is neither `'<appId>@<version>'` nor an exact version, bare version keys without `appId`, `identity` options the signer refuses (see {@link createIdentitySigner}), an `identityHeader` that is not a header name or is one the proxy forwards or refuses, a `forwardHeaders` that is not an array of header names or names a header it never forwards (hop-by-hop, a credential, one the proxy sets: `Host`, `Via`, `Content-Length`, `Accept-Encoding`; `Expect`, a client-address claim, or the identity header), a `timeoutMs` out of range, or an `audience`, `fetch` or `onError` that is not a function.
  */
 export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (!options) throw new ConfigurationError('upstream', 'is required')
+  if (typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, PROXY_HANDLER_OPTIONS, 'createProxyHandler')
   const signer: IdentitySigner =
     options.identity && typeof (options.identity as IdentitySigner).sign === 'function'
       ? (options.identity as IdentitySigner)

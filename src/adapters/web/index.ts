@@ -134,10 +134,11 @@ function headResponse(reply: Reply): Response {
  * (SSE streams included) passes through unbuffered with `X-MCP-Version` and
  * `X-MCP-Latest-Version` stamped on it.
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without a `handler` function, or with a `dispatcher` (or dispatcher options), `trustProxy` or `onError` it cannot use.
  */
 export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
-  const { dispatcher, trust, onError } = setupAdapter(options)
+  const { dispatcher, trust, onError } = setupAdapter(options, { name: 'the Web adapter', options: ['handler'] })
   const handler = options.handler
   if (typeof handler !== 'function') throw new ConfigurationError('handler', 'must be a function')
   return async function dispatch(request, info) {

@@ -8,7 +8,7 @@
 import { LRUCache } from 'lru-cache'
 import { ignoreRejection } from '../../core/thenable.js'
 import { applyDeploy } from '../../core/versions.js'
-import { NotFoundError } from '../../errors.js'
+import { ConfigurationError, NotFoundError, optionNames, refuseUnknownOptions } from '../../errors.js'
 import type {
   ApiTokenPatch,
   ApiTokenRecord,
@@ -275,6 +275,15 @@ class PinIds extends Set<string> {
   }
 }
 
+const TTL_STORE_OPTIONS = optionNames<MemoryTtlStoreOptions>({ max: true, now: true })
+const SESSION_STORE_OPTIONS = optionNames<MemorySessionStoreOptions>({ max: true, now: true, maxPerSubject: true })
+
+/** Refuses options that are no object, or name an option the store does not have. */
+function memoryOptions(options: object, known: readonly string[], where: string): void {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, known, where)
+}
+
 /**
  * In-memory session pins with an idle TTL (`lru-cache`), at most `max` in all (the least
  * recently used go first) and `maxPerSubject` per user (that user's expired, then least
@@ -284,6 +293,7 @@ class PinIds extends Set<string> {
  * is not a function.
  */
 export function createMemorySessionStore(options: MemorySessionStoreOptions = {}): SessionStore {
+  memoryOptions(options, SESSION_STORE_OPTIONS, 'createMemorySessionStore')
   const maxPerSubject = entriesOption(options.maxPerSubject, 1_000, 'maxPerSubject')
   const max = entriesOption(options.max, 100_000, 'max')
   // Each user's pins, least recently used first; kept in step with the cache by its dispose
@@ -364,6 +374,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
  * not a function.
  */
 export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}): RateLimitStore {
+  memoryOptions(options, TTL_STORE_OPTIONS, 'createMemoryRateLimitStore')
   const max = entriesOption(options.max, 100_000, 'max')
   const given = clockOption(options.now)
   const now = given ?? Date.now
@@ -426,6 +437,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
  * not a function.
  */
 export function createMemoryCacheStore<T extends object>(options: MemoryTtlStoreOptions = {}): CacheStore<T> {
+  memoryOptions(options, TTL_STORE_OPTIONS, 'createMemoryCacheStore')
   const cache = new LRUCache<string, T>({
     max: entriesOption(options.max, 100_000, 'max'),
     ttl: 1,

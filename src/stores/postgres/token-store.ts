@@ -5,7 +5,7 @@
  */
 import type { ApiTokenRecord, TokenStore } from '../../core/stores.js'
 import { hasLoneSurrogate } from '../../core/text.js'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions } from '../../errors.js'
 import {
   type PostgresTableOptions,
   type Statement,
@@ -145,6 +145,8 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
   )
 }
 
+const POSTGRES_TOKEN_STORE_OPTIONS = optionNames<PostgresTokenStoreOptions>({ pool: true, schema: true, table: true, preparedStatements: true })
+
 /**
  * Creates the API-token store on PostgreSQL (DESIGN.md "Stores"). Construction checks the
  * options and does not connect; run `migrate()` (or the SQL of `postgresTokenStoreMigration`
@@ -174,6 +176,7 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
  * const tokens = createTokenService({ store, apps, subscriptions })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without a `pool` (one with `query(config)`), or with a
  * `preparedStatements` that is not a boolean or a `schema` or `table` that is no lower-case SQL
  * identifier (`information_schema` and `pg_…` refused). A store call on a connection shared
@@ -181,6 +184,11 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
  */
 export function createPostgresTokenStore(options: PostgresTokenStoreOptions): PostgresTokenStore {
   if (typeof options !== 'object' || options === null) throw new ConfigurationError('pool', 'is required')
+  refuseUnknownOptions(options, POSTGRES_TOKEN_STORE_OPTIONS, 'createPostgresTokenStore', (key) =>
+    ['connectionString', 'host', 'port', 'user', 'password', 'database', 'client'].includes(key)
+      ? 'the store takes a pool the platform made, not its settings: pool: new pg.Pool({ connectionString }) (docs/stores.md)'
+      : undefined,
+  )
   const { pool } = options
   if (typeof pool !== 'object' || pool === null || typeof pool.query !== 'function') {
     throw new ConfigurationError('pool', 'must be a pg Pool, or another client with its query(config) method')

@@ -5,7 +5,7 @@
  */
 import { LRUCache } from 'lru-cache'
 import type { CacheStore } from '../../core/stores.js'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, optionNames } from '../../errors.js'
 import { clockOption, entriesOption, lruClock } from '../lru-clock.js'
 import { type RedisStoreOptions, connectRedis, luaScript, px } from './client.js'
 
@@ -36,6 +36,9 @@ export const DEFAULT_LOCAL_CACHE_TTL_MS = 5_000
 /** Default size of the local cache of {@link createRedisCacheStore}. */
 export const DEFAULT_LOCAL_CACHE_MAX = 10_000
 
+/** The options of its own, beside a Redis store's. */
+const OWN_OPTIONS = optionNames<Omit<RedisCacheStoreOptions, keyof RedisStoreOptions>>({ localTtlMs: true, localMax: true, now: true })
+
 /**
  * A TTL cache in Redis, for the OAuth validator's `cache` option (results keyed by hashes of
  * tokens, never tokens). Values are stored as JSON (`SET … PX`) under `<prefix>cache:<key>`,
@@ -65,12 +68,13 @@ export const DEFAULT_LOCAL_CACHE_MAX = 10_000
  * const oauth = createOAuthValidator({ issuer, cache: createRedisCacheStore<CachedValidation>({ client: redis }) })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
  * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds; with a
  * `localTtlMs` below 0, a `localMax` that is not an integer from 1 to 2^24, or a `now` that is not a function.
  */
 export function createRedisCacheStore<T extends object>(options: RedisCacheStoreOptions): CacheStore<T> {
-  const redis = connectRedis(options)
+  const redis = connectRedis(options, { name: 'createRedisCacheStore', options: OWN_OPTIONS })
   const localTtlMs = options.localTtlMs ?? DEFAULT_LOCAL_CACHE_TTL_MS
   // Whole milliseconds: lru-cache refuses a fractional TTL with an error of its own.
   if (!Number.isSafeInteger(localTtlMs) || localTtlMs < 0) {

@@ -8,7 +8,7 @@
  * @module
  */
 import { createHash } from 'node:crypto'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions } from '../../errors.js'
 import { afterThisTurn, timerOption, withTimeout } from '../../timeout.js'
 
 /** An argument of a Redis command. */
@@ -366,6 +366,15 @@ export function withoutArguments(error: unknown): void {
   }
 }
 
+const REDIS_STORE_OPTIONS = optionNames<RedisStoreOptions>({ client: true, prefix: true, timeoutMs: true })
+
+/** Where an option of a Redis connection goes: the stores take a client connected by the platform. */
+function redisConnectionOption(key: string): string | undefined {
+  return ['url', 'host', 'port', 'password', 'username', 'db', 'tls', 'redis', 'connection'].includes(key)
+    ? 'the Redis stores take a connected client, not its options: client: new Redis(url) (ioredis), or the node-redis adapter (docs/stores.md)'
+    : undefined
+}
+
 /**
  * Checks the shared options (throwing `ConfigurationError`) and returns the command paths.
  *
@@ -434,8 +443,9 @@ export function withoutArguments(error: unknown): void {
  * const pin = await redis.send('GET', `${redis.prefix}session:abc`)
  * ```
  */
-export function connectRedis(options: RedisStoreOptions): RedisConnection {
+export function connectRedis(options: RedisStoreOptions, store: { name: string; options?: readonly string[] }): RedisConnection {
   if (!options || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, [...REDIS_STORE_OPTIONS, ...(store.options ?? [])], store.name, redisConnectionOption)
   const { client } = options
   if (!client || typeof client.call !== 'function') {
     throw new ConfigurationError('client', 'must be a Redis client with a call(command, ...args) method, such as an ioredis instance')

@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
-import { ConfigurationError, reporterOption } from '../../errors.js'
+import { ConfigurationError, optionNames, reporterOption } from '../../errors.js'
 import { MAX_TIMER_MS, afterThisTurn, withTimeout } from '../../timeout.js'
 import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots, withoutArguments } from './client.js'
 
@@ -202,6 +202,9 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
   }
 }
 
+/** The options of its own, beside a Redis store's. */
+const OWN_OPTIONS = optionNames<Omit<RedisInvalidationBusOptions, keyof RedisStoreOptions>>({ subscriber: true, heartbeatMs: true, onError: true })
+
 /**
  * An invalidation bus over Redis pub/sub, one per token service. `publish` delivers to this
  * bus's own listeners at once (as the in-process bus does) and sends one `PUBLISH` to
@@ -240,6 +243,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * // on shutdown: await tokens.close(); await invalidations.close(); await redis.quit()
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
  * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds; with an
  * `onError` or `heartbeatMs` it cannot use; with a `subscriber` that is not a connection of its
@@ -247,7 +251,7 @@ function parseAck(text: string): { readonly ack: string; readonly to: string } |
  * has no `duplicate()`.
  */
 export function createRedisInvalidationBus(options: RedisInvalidationBusOptions): RedisInvalidationBus {
-  const redis = connectRedis(options)
+  const redis = connectRedis(options, { name: 'createRedisInvalidationBus', options: OWN_OPTIONS })
   const onError = reporterOption(options.onError)
   const given = options.subscriber
   const methods = ['subscribe', 'unsubscribe', 'on', 'removeListener'] as const

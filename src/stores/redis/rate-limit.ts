@@ -106,11 +106,12 @@ function wireKey(key: string): string {
  * })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
  * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds.
  */
 export function createRedisRateLimitStore(options: RedisStoreOptions): RateLimitStore {
-  const redis = connectRedis(options)
+  const redis = connectRedis(options, { name: 'createRedisRateLimitStore' })
   const keyPrefix = `${redis.prefix}rl:`
   const client = options.client
   const lost = lostSinceReady(client)

@@ -56,11 +56,12 @@ return 0`,
  * const dispatcher = createDispatcher({ apps, subscriptions, tokens, authorizationServers, sessions: createRedisSessionStore({ client: redis }) })
  * ```
  *
+ * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without a Redis `client` (one with `call(command, ...args)`), or
  * with an empty `prefix` or a `timeoutMs` that is not a positive number of milliseconds.
  */
 export function createRedisSessionStore(options: RedisStoreOptions): SessionStore {
-  const redis = connectRedis(options)
+  const redis = connectRedis(options, { name: 'createRedisSessionStore' })
   const keyPrefix = `${redis.prefix}session:`
   return {
     // Async, so a TTL `px` refuses (Infinity) rejects the call like any other failure.
