@@ -129,10 +129,16 @@ export interface ServeTokenApiOptions {
   trustProxy?: TrustProxy | undefined
 }
 
+const SERVE_TOKEN_API_OPTIONS = optionNames<ServeTokenApiOptions>({ trustProxy: true })
+
 /** @internal Checks `serveTokenApi`'s arguments; returns the compiled proxy trust. */
 export function setupTokenApi(api: TokenApi, options: ServeTokenApiOptions | undefined): CompiledTrustProxy {
   if (typeof api !== 'function' || typeof (api as { basePath?: unknown }).basePath !== 'string') {
     throw new ConfigurationError('api', 'must be the handler createTokenApi returns')
+  }
+  if (options != null) {
+    if (typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+    refuseUnknownOptions(options, SERVE_TOKEN_API_OPTIONS, 'serveTokenApi')
   }
   try {
     return compileTrustProxy(options?.trustProxy)

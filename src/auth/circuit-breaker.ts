@@ -14,7 +14,7 @@
  * @module
  */
 import { ignoreRejection } from '../core/thenable.js'
-import { ConfigurationError } from '../errors.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions } from '../errors.js'
 
 /** State of a {@link CircuitBreaker}. */
 export type BreakerState = 'closed' | 'open' | 'half-open'
@@ -91,6 +91,8 @@ export const DEFAULT_COOL_DOWN_MS = 30_000
 /** What a caller is told to wait while the half-open probe is under way. */
 const PROBE_RETRY_AFTER_MS = 1_000
 
+const BREAKER_OPTIONS = optionNames<CircuitBreakerOptions>({ failureThreshold: true, coolDownMs: true, probeMaxAgeMs: true, now: true, onStateChange: true })
+
 /**
  * Creates a circuit breaker on an injected clock.
  *
@@ -107,6 +109,8 @@ const PROBE_RETRY_AFTER_MS = 1_000
  * OAuth validator's `breaker` option passes them).
  */
 export function createCircuitBreaker(options: CircuitBreakerOptions = {}): CircuitBreaker {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('breaker', 'must be an object')
+  refuseUnknownOptions(options, BREAKER_OPTIONS, 'createCircuitBreaker', undefined, 'breaker.')
   const threshold = options.failureThreshold ?? DEFAULT_FAILURE_THRESHOLD
   const coolDownMs = options.coolDownMs ?? DEFAULT_COOL_DOWN_MS
   if (!Number.isInteger(threshold) || threshold < 1) {

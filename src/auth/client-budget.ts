@@ -18,7 +18,7 @@ import { entriesOption } from '../stores/lru-clock.js'
 import { type IpWords, parseIp } from '../core/ip.js'
 import { sha256 } from '../core/sha256.js'
 import { MAX_RATE_LIMIT, WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
-import { ConfigurationError, TooManyValidationsError } from '../errors.js'
+import { ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions } from '../errors.js'
 
 /** Options of the client budget. */
 export interface ClientBudgetOptions {
@@ -69,6 +69,8 @@ export function budgetKey(address: string): string {
   return `6:${words[0]}:${words[1]}`
 }
 
+const BUDGET_OPTIONS = optionNames<ClientBudgetOptions>({ limit: true, windowType: true, maxClients: true })
+
 /**
  * Creates a client budget; `false` creates one that never refuses. `name`: the option, for
  * errors; `defaultLimit`: the limit when the options name none.
@@ -83,6 +85,7 @@ export function createClientBudget(
   if (options !== undefined && (options === null || typeof options !== 'object')) {
     throw new ConfigurationError(name, 'must be an object or false')
   }
+  if (options !== undefined) refuseUnknownOptions(options, BUDGET_OPTIONS, `the ${name} option`, undefined, `${name}.`)
   const limit = options?.limit ?? defaultLimit
   // At most what a structured-field integer carries: the limit goes into the 429's RateLimit fields.
   if (!Number.isInteger(limit) || limit < 1 || limit > MAX_RATE_LIMIT) {

@@ -678,6 +678,8 @@ const OAUTH_VALIDATOR_OPTIONS = optionNames<OAuthValidatorOptions>({
   waitUntil: true,
   onEvent: true,
 })
+const RETRY_OPTIONS = optionNames<RetryOptions>({ attempts: true, baseDelayMs: true, maxDelayMs: true, deadlineMs: true })
+const OAUTH_BREAKER_OPTIONS = optionNames<NonNullable<OAuthValidatorOptions['breaker']>>({ failureThreshold: true, coolDownMs: true })
 const INTROSPECTION_OPTIONS = optionNames<NonNullable<OAuthValidatorOptions['introspection']>>({ clientId: true, clientSecret: true, endpoint: true })
 
 /**
@@ -753,6 +755,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   if (!Number.isSafeInteger(maxPendingValidations)) throw new ConfigurationError('maxPendingValidations', 'must be a positive integer')
   const jwksMaxAgeMs = positive('jwksMaxAgeMs', options.jwksMaxAgeMs, 600_000)
   const jwksRefetchIntervalMs = positive('jwksRefetchIntervalMs', options.jwksRefetchIntervalMs, 30_000, true)
+  for (const [key, known] of [['retry', RETRY_OPTIONS], ['breaker', OAUTH_BREAKER_OPTIONS]] as const) {
+    const given: unknown = options[key]
+    if (given == null) continue
+    if (typeof given !== 'object') throw new ConfigurationError(key, 'must be an object')
+    refuseUnknownOptions(given, known, 'createOAuthValidator', undefined, `${key}.`)
+  }
   const retry = {
     attempts: positive('retry.attempts', options.retry?.attempts, DEFAULT_RETRY.attempts),
     baseDelayMs: timerDelay('retry.baseDelayMs', options.retry?.baseDelayMs, DEFAULT_RETRY.baseDelayMs, true),

@@ -10,6 +10,7 @@ import Fastify from 'fastify'
 import { Redis } from 'ioredis'
 import {
   ConfigurationError,
+  createCircuitBreaker,
   createDispatcher,
   createMemoryAppStore,
   createMemoryCacheStore,
@@ -21,7 +22,7 @@ import {
   createTokenApi,
   createTokenService,
 } from 'mcp-dispatch'
-import { mcpDispatch as expressDispatch, routeByVersion as expressRouteByVersion } from 'mcp-dispatch/express'
+import { mcpDispatch as expressDispatch, routeByVersion as expressRouteByVersion, serveTokenApi as expressServeTokenApi } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { createPostgresTokenStore } from 'mcp-dispatch/postgres'
 import { createIdentitySigner, createIdentityVerifier, createProxyHandler } from 'mcp-dispatch/proxy'
@@ -152,6 +153,21 @@ describe('unknown options are refused at creation, naming where they belong', ()
         ?.option,
     ).toBe('introspection.introspectionEndpoint')
     expect(refusal(() => createOAuthValidator({ issuer, mode: 'introspection', introspection: { clientId: 'a', clientSecret: 'b', endpoint: `${issuer}/introspect` } }))).toBeUndefined()
+    // The nested ones: retry, breaker, and the per-client budgets (the token service's too).
+    expect(refusal(() => createOAuthValidator({ issuer, retry: { attempt: 2 } } as never))?.message).toBe(
+      'mcp-dispatch: option "retry.attempt" is not an option of createOAuthValidator: did you mean "retry.attempts"?',
+    )
+    expect(refusal(() => createOAuthValidator({ issuer, breaker: { threshold: 2 } } as never))?.message).toContain('its options are failureThreshold, coolDownMs')
+    expect(refusal(() => createOAuthValidator({ issuer, clientBudget: { limit: 10, window: 'minute' } } as never))?.option).toBe('clientBudget.window')
+    expect(refusal(() => createTokenService({ store, apps, subscriptions, unknownTokenBudget: { limits: 10 } } as never))?.message).toContain(
+      'did you mean "unknownTokenBudget.limit"?',
+    )
+    expect(refusal(() => createCircuitBreaker({ cooldownMs: 10 } as never))?.message).toContain('did you mean "breaker.coolDownMs"?')
+    expect(
+      refusal(() =>
+        createOAuthValidator({ issuer, retry: { attempts: 2 }, breaker: { failureThreshold: 3 }, clientBudget: { limit: 5, windowType: 'second', maxClients: 10 } }),
+      ),
+    ).toBeUndefined()
   })
 
   it('the stores: a Redis or PostgreSQL connection setting says they take a client the platform connected', () => {
@@ -178,13 +194,15 @@ describe('unknown options are refused at creation, naming where they belong', ()
     expect(refusal(() => createMemoryCacheStore(null as never))?.option).toBe('options')
   })
 
-  it('the proxy, its identity signer and verifier, and routeByVersion', () => {
+  it('the proxy, its identity signer and verifier, serveTokenApi and routeByVersion', () => {
     const upstream = 'http://127.0.0.1:1'
     expect(refusal(() => createProxyHandler({ upstream, identity: { issuer: 'https://p.example' }, timeout: 5 } as never))?.message).toContain('did you mean "timeoutMs"?')
     expect(refusal(() => createIdentitySigner({ issuer: 'https://p.example', ttl: 60 } as never))?.option).toBe('identity.ttl')
     expect(refusal(() => createIdentityVerifier({ issuer: 'https://p.example', jwks: 'https://p.example/jwks', audiences: ['x'] } as never))?.message).toContain(
       'did you mean "audience"?',
     )
+    const api = createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false })
+    expect(refusal(() => expressServeTokenApi(api, { trustproxy: 1 } as never))?.message).toContain('did you mean "trustProxy"?')
     expect(refusal(() => expressRouteByVersion({ '1.0.0': (_req, res) => res.end() }, { appid: 'app_weather' } as never))?.message).toContain('did you mean "appId"?')
   })
 })
