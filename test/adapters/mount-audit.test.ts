@@ -675,6 +675,49 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
     expect(reported[0]![0]).toMatchObject({ name: 'ConfigurationError', option: 'basePath', message: expect.stringContaining(`"${expected}"`) })
   })
 
+  it.each(EXPRESS_KINDS)(
+    "%s: as a route's handler (app.post('/mcp', mw, handler)) with no basePath, the route's path is judged as a mount is: told once, naming the basePath; other routes and the right basePath are quiet",
+    async (kind) => {
+      const express = EXPRESS[kind]
+      const reported: Array<[unknown, string]> = []
+      const onError = (error: unknown, context: string) => void reported.push([error, context])
+      const served = (_req: express.Request, res: express.Response) => void res.json({ served: true })
+      const app = express()
+      // (Port 0: any free one, outside this file's range.)
+      // A route matched first that passes the request on: `req.route` is still it when the
+      // middleware of app.use runs, and is no route of the middleware's.
+      app.get('/health', (_req: express.Request, _res: express.Response, next: express.NextFunction) => next())
+      const used = expressDispatch({ dispatcher: withBase(''), onError })
+      app.use(used, served)
+      const port1 = await serveExpress(app, 0)
+      expect((await rawRequest(port1, { method: 'GET', path: '/health', headers: { host: HOST } })).status).toBe(404)
+      expect(reported).toEqual([])
+      const wrong = express()
+      wrong.post('/mcp', expressDispatch({ dispatcher: withBase(''), onError }), served)
+      const port2 = await serveExpress(wrong, 0)
+      // The dispatch layer's 404, as before (every request to it would be: the dispatcher reads /mcp as the App's path).
+      expect((await rawRequest(port2, post('/mcp', alice()))).status).toBe(404)
+      expect((await rawRequest(port2, post('/mcp', alice()))).status).toBe(404)
+      expect(reported).toHaveLength(1)
+      expect(reported[0]![1]).toBe('configuration')
+      expect(reported[0]![0]).toMatchObject({
+        name: 'ConfigurationError',
+        option: 'basePath',
+        message: expect.stringContaining('under the Express route path "/mcp" give the dispatcher basePath: "/mcp"'),
+      })
+      // With the basePath, served and quiet; and a route path with a wildcard or a list is not judged.
+      const quiet: unknown[] = []
+      const right = express()
+      right.post('/mcp', expressDispatch({ dispatcher: withBase('/mcp'), onError: (error) => quiet.push(error) }), served)
+      right.post(['/a', '/b'], expressDispatch({ dispatcher: withBase(''), onError: (error) => quiet.push(error) }), served)
+      const port3 = await serveExpress(right, 0)
+      const answer = await rawRequest(port3, post('/mcp', alice()))
+      expect([answer.status, answer.headers['x-mcp-version']]).toEqual([200, '2.0.0'])
+      expect((await rawRequest(port3, post('/a', alice()))).status).toBe(404)
+      expect(quiet).toEqual([])
+    },
+  )
+
   it('Express: a mount above the basePath, and a mount of the basePath in another case, are no mistake', async () => {
     const errors: unknown[] = []
     const app = express()

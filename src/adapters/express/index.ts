@@ -102,6 +102,18 @@ const dispatchedRequests = new WeakMap<object, DispatchedRequest>()
 const accessorOn = new WeakSet<object>()
 
 /** Whether the mount's `req.params` holds any parameter (Express 5's has no prototype). */
+/**
+ * The path `handler` serves under as one of `route`'s handlers: the mount (`baseUrl`) and the
+ * route's path, when that path is a literal one and `handler` is in the route's stack (a route
+ * matched before the middleware ran stays on `req.route`: `app.get('/health', …, next)` then
+ * `app.use(mw)`); `undefined` otherwise.
+ */
+function routeMount(baseUrl: string, route: unknown, handler: unknown): string | undefined {
+  const { path, stack } = route as { path?: unknown; stack?: unknown }
+  if (typeof path !== 'string' || !/^[^:*?+()[\]{}]*$/.test(path) || !Array.isArray(stack)) return undefined
+  return stack.some((layer: { handle?: unknown } | null) => layer?.handle === handler) ? baseUrl + path : undefined
+}
+
 function hasParams(params: object | undefined): boolean {
   for (const key in params) if (Object.prototype.hasOwnProperty.call(params, key)) return true
   return false
@@ -214,6 +226,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   // and whether one found wrong was told (once).
   let mountSeen = ''
   let mountToldOf = false
+  let routeSeen: unknown
   return function mcpDispatchMiddleware(req, res, next) {
     // A client gone before this ran (after a slow middleware) is owed nothing, and a socket
     // closed has no address: deciding would validate its token with no client budget.
@@ -231,9 +244,22 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       // answered as it would be: a mount with parameters, a wildcard or a regular expression
       // makes `req.baseUrl` of what the client sent, so no answer of the client's may hang on
       // it (its `req.params` has them: not judged at all, where it shows).
-      const mount = req.baseUrl
+      let mount = req.baseUrl
+      let where = 'Express mount path'
+      // As a route's handler (`app.post('/mcp', mw, handler)`), under the route's path, which
+      // `req.baseUrl` leaves out: judged once per route (a literal path; one with parameters,
+      // a wildcard, a list or a regular expression, not at all).
+      const route: unknown = req.route
+      if (route !== undefined && route !== routeSeen && !mountToldOf) {
+        routeSeen = route
+        const path = routeMount(req.baseUrl, route, mcpDispatchMiddleware)
+        if (path !== undefined) {
+          mount = path
+          where = 'Express route path'
+        }
+      }
       if (mount && mount !== mountSeen && !mountToldOf && !hasParams(req.params)) {
-        const missed = mountMissed(dispatcher.basePath, mount, 'Express mount path')
+        const missed = mountMissed(dispatcher.basePath, mount, where)
         if (missed) {
           mountToldOf = true
           onError(missed, 'configuration')
