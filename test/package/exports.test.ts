@@ -37,7 +37,7 @@ describe.runIf(built)('built package', () => {
     expect(JSON.parse(out)).toEqual([{ kind: 'minor', major: 1, minor: 2 }, 48, 'function', 'function'])
   })
 
-  it('a handler failure on a request dispatched by the ESM build and routed by the CommonJS one (two copies of the package) is reported, never swallowed (regression: 502 and no report)', async () => {
+  it('a handler failure on a request dispatched by the ESM build and routed by the CommonJS one (two copies of the package) is reported to the dispatching copy\'s onError, never swallowed, and a request meeting both copies\' middleware is decided once (regression: 502 and no report; Express: logged to stderr, and decided twice)', async () => {
     writeFileSync(
       join(dir, 'two-copies.mjs'),
       `import { createRequire } from 'node:module'
@@ -76,15 +76,38 @@ describe.runIf(built)('built package', () => {
          sent.end('{}')
        })
        server.close()
+       // Both copies' middleware on one request (a sub-app of the other build): decided once,
+       // so its one request a minute is served, and the other copy reads its context.
+       const once = createDispatcher({ apps, subscriptions, tokens, rateLimit: { policy: () => ({ limit: 1, windowType: 'minute' }) } })
+       const twice = express()
+       twice.use(esmExpress.mcpDispatch({ dispatcher: once, onError }))
+       twice.use(cjsExpress.mcpDispatch({ dispatcher: once, onError }))
+       twice.use((req, res) => res.json({ version: cjsExpress.getDispatchContext(req).version }))
+       const server2 = twice.listen(0, '127.0.0.1')
+       await new Promise((resolve) => server2.once('listening', resolve))
+       const twiceAnswer = await new Promise((resolve, reject) => {
+         const sent = request({ host: '127.0.0.1', port: server2.address().port, path: '/v1', method: 'POST', headers, agent: false }, (res) => { let body = ''; res.on('data', (c) => (body += c)); res.on('end', () => resolve({ status: res.statusCode, body })) })
+         sent.on('error', reject)
+         sent.end('{}')
+       })
+       server2.close()
        await tokens.close()
-       console.log(JSON.stringify({ fastify: answered.statusCode, express: expressAnswer.status, reports }))`,
+       console.log(JSON.stringify({ fastify: answered.statusCode, express: expressAnswer.status, twice: twiceAnswer, reports }))`,
     )
     const result = spawnSync(process.execPath, [join(dir, 'two-copies.mjs')], { cwd: dir, encoding: 'utf8' })
     expect(result.status, result.stderr).toBe(0)
-    // Fastify: the request's reporter is found under a registered symbol, the ESM copy's onError.
-    // Express: the CommonJS copy has no record of the request, and logs to stderr.
-    expect(JSON.parse(result.stdout)).toEqual({ fastify: 502, express: 502, reports: [['handler', 'boom']] })
-    expect(result.stderr).toContain('[mcp-dispatch] handler: Error: boom')
+    // Fastify: the request's reporter is found under a registered symbol; Express: in the map of
+    // dispatched requests every copy shares. Both the ESM copy's onError, nothing on stderr.
+    expect(JSON.parse(result.stdout)).toEqual({
+      fastify: 502,
+      express: 502,
+      twice: { status: 200, body: '{"version":"1.0.0"}' },
+      reports: [
+        ['handler', 'boom'],
+        ['handler', 'boom'],
+      ],
+    })
+    expect(result.stderr).not.toContain('[mcp-dispatch]')
   })
 
   it('requires the root and the web adapter as CommonJS', () => {

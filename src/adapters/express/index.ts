@@ -95,8 +95,22 @@ interface DispatchedRequest {
  * request, and adding a property to such objects made V8 copy and migrate their hidden class
  * on every request (measured: about 30,000 instructions). `req.dispatchContext` reads it
  * through an accessor on Express's request prototype (see `exposeContext`).
+ *
+ * One map for every copy of the package in the process (an ESM import beside a CommonJS
+ * require loads two), kept on `globalThis` under a registered symbol: a request one copy
+ * dispatched and another routes finds its context and its `onError`, and is decided once. The
+ * name holds the entries' shape (`v1`); a copy whose entries differ would name another.
  */
-const dispatchedRequests = new WeakMap<object, DispatchedRequest>()
+const dispatchedRequests = sharedWeakMap<DispatchedRequest>(Symbol.for('mcp-dispatch.express.dispatchedRequests.v1'))
+
+/** The WeakMap on `globalThis` under `key`, made there (not enumerable, not writable) by the first to ask. */
+function sharedWeakMap<V>(key: symbol): WeakMap<object, V> {
+  const found = (globalThis as Record<symbol, unknown>)[key]
+  if (found instanceof WeakMap) return found as WeakMap<object, V>
+  const made = new WeakMap<object, V>()
+  Object.defineProperty(globalThis, key, { value: made, enumerable: false, writable: false, configurable: false })
+  return made
+}
 
 /** Prototypes that have the `dispatchContext` accessor. */
 const accessorOn = new WeakSet<object>()
