@@ -103,12 +103,18 @@ interface DispatchedRequest {
  */
 const dispatchedRequests = sharedWeakMap<DispatchedRequest>(Symbol.for('mcp-dispatch.express.dispatchedRequests.v1'))
 
-/** The WeakMap on `globalThis` under `key`, made there (not enumerable, not writable) by the first to ask. */
+/**
+ * The WeakMap on `globalThis` under `key`, made there (not enumerable, not writable) by the
+ * first to ask; a map of this copy's own where something else holds the key (or `globalThis`
+ * is frozen), rather than a failure at load.
+ */
 function sharedWeakMap<V>(key: symbol): WeakMap<object, V> {
   const found = (globalThis as Record<symbol, unknown>)[key]
   if (found instanceof WeakMap) return found as WeakMap<object, V>
   const made = new WeakMap<object, V>()
-  Object.defineProperty(globalThis, key, { value: made, enumerable: false, writable: false, configurable: false })
+  if (found === undefined && Object.isExtensible(globalThis)) {
+    Object.defineProperty(globalThis, key, { value: made, enumerable: false, writable: false, configurable: false })
+  }
   return made
 }
 
