@@ -582,7 +582,10 @@ function limitOption(key: string): string | undefined {
 
 /** Where an adapter's option given to the dispatcher goes. */
 function adapterOption(key: string): string | undefined {
-  return ['trustProxy', 'handler'].includes(key) ? `it is one of the adapter's, given beside the dispatcher: mcpDispatch({ dispatcher, ${key} })` : undefined
+  if (key === 'trustProxy') return "it is one of the adapter's, given beside the dispatcher: mcpDispatch({ dispatcher, trustProxy })"
+  // Only the Web adapter takes a handler; behind Express and Fastify, the MCP routes follow the middleware.
+  if (key === 'handler') return "it is the Web adapter's, given beside the dispatcher: mcpDispatch({ dispatcher, handler }); Express and Fastify take none (the MCP routes follow them)"
+  return undefined
 }
 
 /**
@@ -658,7 +661,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
   const rateLimit = options.rateLimit
-  if (rateLimit != null && typeof rateLimit !== 'object') throw new ConfigurationError('rateLimit', 'must be an object with a policy function')
+  // Any falsy value is none, as before (`rateLimit: limited && { policy }` in JavaScript).
+  if (rateLimit && typeof rateLimit !== 'object') throw new ConfigurationError('rateLimit', 'must be an object with a policy function')
   if (rateLimit) refuseUnknownOptions(rateLimit, RATE_LIMIT_OPTIONS, 'createDispatcher', limitOption, 'rateLimit.')
   if (rateLimit && typeof rateLimit.policy !== 'function') {
     throw new ConfigurationError('rateLimit.policy', 'must be a function')

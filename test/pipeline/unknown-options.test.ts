@@ -24,7 +24,7 @@ import {
 } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch, routeByVersion as expressRouteByVersion, serveTokenApi as expressServeTokenApi } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
-import { createPostgresTokenStore } from 'mcp-dispatch/postgres'
+import { createPostgresTokenStore, postgresTokenStoreMigration } from 'mcp-dispatch/postgres'
 import { createIdentitySigner, createIdentityVerifier, createProxyHandler } from 'mcp-dispatch/proxy'
 import { createRedisCacheStore, createRedisInvalidationBus, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
@@ -79,6 +79,8 @@ describe('unknown options are refused at creation, naming where they belong', ()
       'did you mean "rateLimit.failOpen"?',
     )
     expect(refusal(() => createDispatcher({ apps, subscriptions, tokens, rateLimit: 'minute' } as never))?.option).toBe('rateLimit')
+    // Any falsy value is no rate limit, as before (`rateLimit: limited && { policy }` in JavaScript).
+    for (const none of [false, null, undefined, '']) expect(refusal(() => createDispatcher({ apps, subscriptions, tokens, rateLimit: none } as never))).toBeUndefined()
   })
 
   it("the adapters: a dispatcher's option beside the dispatcher says to put it in it; Express and Fastify say they take no handler", () => {
@@ -95,8 +97,19 @@ describe('unknown options are refused at creation, naming where they belong', ()
     // The dispatcher's options given as the adapter's (no `dispatcher` key): told where they go,
     // not only that a dispatcher is missing.
     expect(refusal(() => webDispatch({ apps, subscriptions, tokens, handler } as never))?.option).toBe('apps')
-    expect(refusal(() => expressDispatch({ dispatcher, handler } as never))?.message).toContain('the Express adapter takes no handler')
+    expect(refusal(() => expressDispatch({ dispatcher, handler } as never))?.message).toContain(
+      "the Express adapter takes no handler: mount it before your MCP routes, app.use(mcpDispatch({ dispatcher })), then app.all('/{*path}', handler) (Express 4: '*')",
+    )
     expect(refusal(() => fastifyDispatch({ dispatcher, handler } as never))?.message).toContain('the Fastify adapter takes no handler')
+    // A handler in the dispatcher's options: only the Web adapter takes one, beside it.
+    const inside = refusal(() => webDispatch({ dispatcher: { ...dispatcher, handler } } as never))
+    expect(inside?.option).toBe('handler')
+    expect(inside?.message).toContain("it is the Web adapter's, given beside the dispatcher: mcpDispatch({ dispatcher, handler }); Express and Fastify take none")
+    // Fastify's register options given to the factory would never reach Fastify: refused there.
+    expect(refusal(() => fastifyDispatch({ dispatcher, prefix: '/mcp' } as never))).toMatchObject({ option: 'prefix', message: expect.stringContaining('is not taken by the dispatch plugin') })
+    expect(refusal(() => fastifyDispatch({ dispatcher, logLevel: 'warn' } as never))?.message).toContain(
+      "it is one of Fastify's register options: app.register(mcpDispatch({ dispatcher }), { logLevel })",
+    )
     expect(refusal(() => webDispatch({ dispatcher, handler, trustproxy: 1 } as never))?.message).toContain('did you mean "trustProxy"?')
     expect(refusal(() => webDispatch({ dispatcher, handlr: handler } as never))?.message).toContain('did you mean "handler"?')
     // A Dispatcher given whole is not looked into; its options were checked when it was made.
@@ -188,6 +201,8 @@ describe('unknown options are refused at creation, naming where they belong', ()
     expect(refusal(() => createPostgresTokenStore({ connectionString: 'postgres://127.0.0.1/test' } as never))?.message).toContain(
       'the store takes a pool the platform made, not its settings: pool: new pg.Pool({ connectionString })',
     )
+    expect(refusal(() => postgresTokenStoreMigration({ shema: 'mcp' } as never))?.message).toContain('did you mean "schema"?')
+    expect(postgresTokenStoreMigration({ schema: 'mcp' })).toContain('"mcp"')
     expect(refusal(() => createMemorySessionStore({ maxPersubject: 10 } as never))?.message).toContain('did you mean "maxPerSubject"?')
     expect(refusal(() => createMemoryRateLimitStore({ maxPerSubject: 10 } as never))?.option).toBe('maxPerSubject')
     expect(refusal(() => createMemoryCacheStore({ maxEntries: 10 } as never))?.message).toContain('its options are max, now')

@@ -222,7 +222,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     name: 'the Express adapter',
     elsewhere: (key) =>
       key === 'handler'
-        ? "the Express adapter takes no handler: mount it before your MCP routes, app.use(mcpDispatch({ dispatcher })), then app.all('/{*path}', handler) (docs/adapters.md)"
+        ? "the Express adapter takes no handler: mount it before your MCP routes, app.use(mcpDispatch({ dispatcher })), then app.all('/{*path}', handler) (Express 4: '*') (docs/adapters.md)"
         : undefined,
   })
   installHeadInterception()
@@ -247,6 +247,10 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   let mountSeen = ''
   let mountToldOf = false
   let routeSeen: unknown
+  // Routes are looked for in the first requests only: `req.route` is no property of a request
+  // under `app.use`, and reading it cost every request about 2,000 instructions (callgrind).
+  // A route whose every request is a 404 shows in its first.
+  let routeChecksLeft = 1_000
   return function mcpDispatchMiddleware(req, res, next) {
     // A client gone before this ran (after a slow middleware) is owed nothing, and a socket
     // closed has no address: deciding would validate its token with no client budget.
@@ -267,10 +271,14 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       let mount = req.baseUrl
       let where = 'Express mount path'
       // As a route's handler (`app.post('/mcp', mw, handler)`), under the route's path, which
-      // `req.baseUrl` leaves out: judged once per route (a literal path; one with parameters,
+      // `req.baseUrl` leaves out: judged in the first 1,000 requests, once per route (a literal path; one with parameters,
       // a wildcard, a list or a regular expression, not at all).
-      const route: unknown = req.route
-      if (route !== undefined && route !== routeSeen && !mountToldOf) {
+      let route: unknown
+      if (routeChecksLeft > 0 && !mountToldOf) {
+        routeChecksLeft--
+        route = req.route
+      }
+      if (route !== undefined && route !== routeSeen) {
         routeSeen = route
         const path = routeMount(req.baseUrl, route, mcpDispatchMiddleware)
         if (path !== undefined) {

@@ -179,10 +179,10 @@ export function mcpDispatch(
   first: FastifyDispatchOptions | FastifyInstance<RawServerDefault>,
   options?: FastifyDispatchOptions,
 ): FastifyPluginAsync | Promise<void> {
-  if (!isFastifyInstance(first)) return dispatchPlugin(first)
+  if (!isFastifyInstance(first)) return dispatchPlugin(first, false)
   // Registered itself (`app.register(mcpDispatch, options)`): Fastify passes its instance and
   // the options; a bad option rejects, so `register` fails rather than the process.
-  return Promise.resolve().then(() => dispatchPlugin(options as FastifyDispatchOptions)(first, options ?? {}))
+  return Promise.resolve().then(() => dispatchPlugin(options as FastifyDispatchOptions, true)(first, options ?? {}))
 }
 
 /**
@@ -197,6 +197,9 @@ function prefixRefused(): ConfigurationError {
   )
 }
 unencapsulated(mcpDispatch as unknown as FastifyPluginAsync, 'mcp-dispatch')
+
+/** What Fastify's `register` takes beside a plugin's own options. */
+const REGISTER_OPTIONS: readonly string[] = ['prefix', 'logLevel', 'logSerializers']
 
 /** Whether `value` is a Fastify instance (what Fastify passes a plugin it registers). */
 function isFastifyInstance(value: unknown): value is FastifyInstance<RawServerDefault> {
@@ -216,15 +219,23 @@ function routeOutside(url: string, basePath: string): boolean {
   return !literal.startsWith(basePath) && !basePath.startsWith(literal)
 }
 
-function dispatchPlugin(options: FastifyDispatchOptions): FastifyPluginAsync {
+/**
+ * The plugin of `options`; `registered` when they are the options Fastify's `register` passed
+ * (`app.register(mcpDispatch, options)`), which hold Fastify's own beside the adapter's.
+ */
+function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): FastifyPluginAsync {
+  // Fastify's register options given to the factory (`mcpDispatch({ dispatcher, prefix })`) would
+  // never reach Fastify: a prefix is refused as one given to register is, the others sent there.
+  if (!registered && options != null && typeof options === 'object' && Object.hasOwn(options, 'prefix')) throw prefixRefused()
   const { dispatcher, trust, onError } = setupAdapter(options, {
     name: 'the Fastify adapter',
-    // What Fastify's register takes beside a plugin's own (app.register(mcpDispatch, { dispatcher, prefix })).
-    options: ['prefix', 'logLevel', 'logSerializers'],
-    elsewhere: (key) =>
-      key === 'handler'
-        ? "the Fastify adapter takes no handler: register it in the context of your MCP routes, app.register(mcpDispatch({ dispatcher })), then app.all('/*', handler) (docs/adapters.md)"
-        : undefined,
+    options: registered ? REGISTER_OPTIONS : [],
+    elsewhere: (key) => {
+      if (key === 'handler') {
+        return "the Fastify adapter takes no handler: register it in the context of your MCP routes, app.register(mcpDispatch({ dispatcher })), then app.all('/*', handler) (docs/adapters.md)"
+      }
+      return REGISTER_OPTIONS.includes(key) ? `it is one of Fastify's register options: app.register(mcpDispatch({ dispatcher }), { ${key} })` : undefined
+    },
   })
   installHeadInterception()
 

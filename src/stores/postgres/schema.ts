@@ -4,7 +4,7 @@
  * @module
  */
 import { createHash } from 'node:crypto'
-import { ConfigurationError } from '../../errors.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions } from '../../errors.js'
 
 /** Default schema of the token table. */
 export const DEFAULT_POSTGRES_SCHEMA = 'public'
@@ -101,9 +101,11 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
  * ```
  *
  * @throws {ConfigurationError} with a `schema` or `table` that is no lower-case SQL identifier
- * (`information_schema` and `pg_…` refused).
+ * (`information_schema` and `pg_…` refused), or an option it does not have (`shema`).
  */
 export function postgresTokenStoreMigration(options: PostgresTableOptions = {}): string {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  refuseUnknownOptions(options, optionNames<PostgresTableOptions>({ schema: true, table: true }), 'postgresTokenStoreMigration')
   return migrationSql(tokenTableNames(options))
 }
 
