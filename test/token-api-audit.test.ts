@@ -12,6 +12,7 @@ import { Hono } from 'hono'
 import {
   ConfigurationError,
   type TokenApi,
+  type TokenStore,
   createMemoryAppStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
@@ -29,11 +30,11 @@ const DAY = 86_400_000
 const MISSING = '00000000-0000-4000-8000-000000000000'
 
 /** A token service on in-memory stores with a clock the test moves, and its API. */
-function setup(options: { basePath?: string; hosts?: string[] } = {}) {
+function setup(options: { basePath?: string; hosts?: string[] } = {}, store: TokenStore = createMemoryTokenStore()) {
   let now = T0
   const { apps, subscriptions } = createAuditStores({ createMemoryAppStore, createMemorySubscriptionStore })
   const errors: unknown[] = []
-  const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, now: () => now, onError: (error) => errors.push(error) })
+  const tokens = createTokenService({ store, apps, subscriptions, now: () => now, onError: (error) => errors.push(error) })
   // `dash=<user>` is that user's session, `X-CSRF-Token: csrf-ok` its CSRF token.
   const api = createTokenApi({ tokens, ...DASH_SESSION, onError: (error) => errors.push(error), ...options })
   return { api, tokens, errors, advance: (ms: number) => (now += ms) }
@@ -186,6 +187,47 @@ describe("another user's token is answered as one that does not exist, and is le
     // Nothing of Bob's changed, the secret he holds included.
     expect(await tokens.list('bob')).toEqual(before)
     expect((await tokens.authenticate(active.token)).ok).toBe(true)
+  })
+
+  it("costs the store the same reads as a missing id, in any case of the UUID: no existence oracle by time (regression: found at the first read, someone else's was answered a read or two sooner)", async () => {
+    let reads = 0
+    const inner = createMemoryTokenStore()
+    const counted = new Proxy(inner, {
+      get: (target, key) =>
+        key === 'get'
+          ? (id: string) => {
+              reads++
+              return target.get(id)
+            }
+          : Reflect.get(target, key),
+    })
+    const { api } = setup({}, counted)
+    const bobs = await create(api, 'bob')
+    const calls: Array<[string, string, Call['body']]> = [
+      ['GET', '', undefined],
+      ['PATCH', '', { name: 'taken over' }],
+      ['POST', '/rotate', undefined],
+      ['DELETE', '', undefined],
+    ]
+    const readsOf = async (method: string, path: string, body: Call['body']) => {
+      reads = 0
+      const refused = await answer(api, request(method, path, { user: 'alice', body }))
+      expect(refused.status, `${method} ${path}`).toBe(404)
+      return reads
+    }
+    for (const [method, suffix, body] of calls) {
+      for (const spell of [(id: string) => id, (id: string) => id.toUpperCase()]) {
+        // An id missing with letters in it, as Bob's has: the reads follow the spellings of an id.
+        const missing = await readsOf(method, `/${spell('abcdef00-0000-4000-8000-00000000000f')}${suffix}`, body)
+        const theirs = await readsOf(method, `/${spell(bobs.id)}${suffix}`, body)
+        expect(theirs, `${method} ${spell(bobs.id)}${suffix}`).toBe(missing)
+        expect(missing).toBeGreaterThan(0)
+      }
+    }
+    // Bob's own token is still found in either case, and was left as it was.
+    reads = 0
+    const own = await answer(api, request('GET', `/${bobs.id.toUpperCase()}`, { user: 'bob' }))
+    expect([own.status, own.body.id, own.body.name, own.body.status]).toEqual([200, bobs.id, 'CI', 'active'])
   })
 })
 

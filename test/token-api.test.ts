@@ -1033,6 +1033,44 @@ describe('an expired token stays expired (spec 3: expired is an end state)', () 
   })
 })
 
+describe('the development endpoints behind a proxy on this machine', () => {
+  const signInVia = (target: Platform, clientAddress: string, headers: Record<string, string>) =>
+    target.fetch(
+      new Request('http://api.localhost/dev/session', {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: JSON.stringify({ userId: 'user_bob' }),
+      }),
+      { clientAddress },
+    )
+
+  it('a loopback peer forwarding for someone is not taken for a client on this machine unless trustProxy names it (regression: a local reverse proxy made every client of it loopback, and anyone could sign in as anyone)', async () => {
+    const forwarding: Array<Record<string, string>> = [{ 'x-forwarded-for': '203.0.113.7' }, { forwarded: 'for=203.0.113.7' }, { 'x-forwarded-for': '127.0.0.1' }]
+    for (const headers of forwarding) {
+      const refused = await signInVia(platform, '127.0.0.1', headers)
+      expect(refused.status, JSON.stringify(headers)).toBe(403)
+      expect(refused.headers.get('set-cookie')).toBeNull()
+      expect(await json(refused)).toEqual({
+        error: 'forbidden',
+        message:
+          'The development endpoints answer loopback clients only: this request came through a proxy (X-Forwarded-For or Forwarded), and no trustProxy names it',
+      })
+    }
+    // A client on this machine without forwarding headers signs in as before.
+    expect((await signInVia(platform, '::1', {})).status).toBe(200)
+
+    // With the proxy trusted, the address it forwards decides: the client's, not the proxy's.
+    const behind = createTestPlatform({ trustProxy: ['127.0.0.1'] })
+    try {
+      expect((await signInVia(behind.platform, '127.0.0.1', { 'x-forwarded-for': '203.0.113.7' })).status).toBe(403)
+      expect((await signInVia(behind.platform, '127.0.0.1', { 'x-forwarded-for': '127.0.0.1' })).status).toBe(200)
+    } finally {
+      await behind.platform.close()
+    }
+    expect(behind.errors).toEqual([])
+  })
+})
+
 describe('password reset (spec 3: revokes all of the owner’s tokens)', () => {
   it("revokeAllForUser makes every token of the owner 401, and no one else's", async () => {
     const alice = await signIn('user_alice')

@@ -549,11 +549,32 @@ export function createPlatform(options: PlatformOptions): Platform {
     return (await tokenApi(request)) ?? Response.json({ error: 'not_found', message: 'Not found' }, { status: 404 })
   }
 
-  /** The 403 of a development endpoint for a client that is not on this machine (an in-process call has no address). */
+  /**
+   * The 403 of a development endpoint for a client that is not on this machine (an in-process
+   * call has no address). A loopback peer that forwards for someone (`X-Forwarded-For` or
+   * `Forwarded` on the request) is not taken for the client unless `trustProxy` names it: a
+   * reverse proxy on this machine would otherwise make every client of it loopback.
+   */
   function notThisMachine(request: Request): Response | undefined {
     const address = apiClientAddresses.get(request)
-    if (address === undefined || isLoopback(address)) return undefined
-    return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
+    if (address === undefined) return undefined
+    if (!isLoopback(address)) {
+      return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
+    }
+    if (options.trustProxy === undefined || options.trustProxy === false) {
+      const forwarded = request.headers.has('x-forwarded-for') || request.headers.has('forwarded')
+      if (forwarded) {
+        return Response.json(
+          {
+            error: 'forbidden',
+            message:
+              'The development endpoints answer loopback clients only: this request came through a proxy (X-Forwarded-For or Forwarded), and no trustProxy names it',
+          },
+          { status: 403 },
+        )
+      }
+    }
+    return undefined
   }
 
   /**

@@ -1045,11 +1045,15 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const spellings = typeof id === 'string' && ANY_CASE_UUID.test(id) ? new Set([id, id.toLowerCase(), id.toUpperCase()]) : [id]
     let record: ApiTokenRecord | undefined
     for (const spelling of spellings) {
-      record = await storeCall(() => store.get(spelling))
-      if (record !== undefined) break
+      const found = await storeCall(() => store.get(spelling))
+      // Someone else's token is read past like a missing one, so that it costs the same reads
+      // and gets the same 404: no existence oracle, by the answer or by its time.
+      if (found !== undefined && found.userId === userId) {
+        record = found
+        break
+      }
     }
-    // Someone else's token is reported exactly like a missing one: no existence oracle.
-    if (!record || record.userId !== userId) throw new NotFoundError('Token not found')
+    if (!record) throw new NotFoundError('Token not found')
     return record
   }
 
