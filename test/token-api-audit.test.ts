@@ -225,7 +225,6 @@ describe("another user's token is answered as one that does not exist, and is le
       }
     }
     // Bob's own token is still found in either case, and was left as it was.
-    reads = 0
     const own = await answer(api, request('GET', `/${bobs.id.toUpperCase()}`, { user: 'bob' }))
     expect([own.status, own.body.id, own.body.name, own.body.status]).toEqual([200, bobs.id, 'CI', 'active'])
   })

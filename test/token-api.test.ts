@@ -1044,30 +1044,35 @@ describe('the development endpoints behind a proxy on this machine', () => {
       { clientAddress },
     )
 
-  it('a loopback peer forwarding for someone is not taken for a client on this machine unless trustProxy names it (regression: a local reverse proxy made every client of it loopback, and anyone could sign in as anyone)', async () => {
-    const forwarding: Array<Record<string, string>> = [{ 'x-forwarded-for': '203.0.113.7' }, { forwarded: 'for=203.0.113.7' }, { 'x-forwarded-for': '127.0.0.1' }]
-    for (const headers of forwarding) {
-      const refused = await signInVia(platform, '127.0.0.1', headers)
+  it('a loopback peer forwarding for someone is not taken for a client on this machine, whether trustProxy names it or not (regression: a local reverse proxy made every client of it loopback, and anyone could sign in as anyone)', async () => {
+    const refusedFor = async (target: Platform, headers: Record<string, string>) => {
+      const refused = await signInVia(target, '127.0.0.1', headers)
       expect(refused.status, JSON.stringify(headers)).toBe(403)
       expect(refused.headers.get('set-cookie')).toBeNull()
-      expect(await json(refused)).toEqual({
-        error: 'forbidden',
-        message:
-          'The development endpoints answer loopback clients only: this request came through a proxy (X-Forwarded-For or Forwarded), and no trustProxy names it',
-      })
+      expect(await json(refused)).toEqual({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' })
     }
-    // A client on this machine without forwarding headers signs in as before.
+    // No proxy trusted: the peer is the client, and the hops it forwards are checked too.
+    await refusedFor(platform, { 'x-forwarded-for': '203.0.113.7' })
+    await refusedFor(platform, { 'x-forwarded-for': '127.0.0.1, 203.0.113.7' })
+    await refusedFor(platform, { forwarded: 'for=203.0.113.7' })
+    // A client on this machine signs in, without forwarding headers or with loopback hops only.
     expect((await signInVia(platform, '::1', {})).status).toBe(200)
+    expect((await signInVia(platform, '127.0.0.1', { 'x-forwarded-for': '127.0.0.1' })).status).toBe(200)
 
-    // With the proxy trusted, the address it forwards decides: the client's, not the proxy's.
-    const behind = createTestPlatform({ trustProxy: ['127.0.0.1'] })
-    try {
-      expect((await signInVia(behind.platform, '127.0.0.1', { 'x-forwarded-for': '203.0.113.7' })).status).toBe(403)
-      expect((await signInVia(behind.platform, '127.0.0.1', { 'x-forwarded-for': '127.0.0.1' })).status).toBe(200)
-    } finally {
-      await behind.platform.close()
+    // The local proxy trusted: the address it forwards is the client's. Other proxies trusted,
+    // not the local one: its client is still not taken for this machine.
+    for (const trustProxy of [['127.0.0.1'], ['10.0.0.0/8'], 1]) {
+      const behind = createTestPlatform({ trustProxy })
+      try {
+        await refusedFor(behind.platform, { 'x-forwarded-for': '203.0.113.7' })
+        // A hop the client wrote itself, left of the one the proxy appended, is checked as well.
+        await refusedFor(behind.platform, { 'x-forwarded-for': '203.0.113.7, 127.0.0.1' })
+        expect((await signInVia(behind.platform, '127.0.0.1', { 'x-forwarded-for': '127.0.0.1' })).status).toBe(200)
+      } finally {
+        await behind.platform.close()
+      }
+      expect(behind.errors).toEqual([])
     }
-    expect(behind.errors).toEqual([])
   })
 })
 

@@ -551,30 +551,18 @@ export function createPlatform(options: PlatformOptions): Platform {
 
   /**
    * The 403 of a development endpoint for a client that is not on this machine (an in-process
-   * call has no address). A loopback peer that forwards for someone (`X-Forwarded-For` or
-   * `Forwarded` on the request) is not taken for the client unless `trustProxy` names it: a
-   * reverse proxy on this machine would otherwise make every client of it loopback.
+   * call has no address). Every address the request names must be this machine's: the client's
+   * (the peer's, or the one a trusted proxy forwards) and each hop of `X-Forwarded-For`, to which
+   * a proxy on this machine, trusted or not, appends its client; a `Forwarded` header, which the
+   * platform does not read, refuses. A reverse proxy on this machine would otherwise make every
+   * client of it loopback.
    */
   function notThisMachine(request: Request): Response | undefined {
     const address = apiClientAddresses.get(request)
     if (address === undefined) return undefined
-    if (!isLoopback(address)) {
-      return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
-    }
-    if (options.trustProxy === undefined || options.trustProxy === false) {
-      const forwarded = request.headers.has('x-forwarded-for') || request.headers.has('forwarded')
-      if (forwarded) {
-        return Response.json(
-          {
-            error: 'forbidden',
-            message:
-              'The development endpoints answer loopback clients only: this request came through a proxy (X-Forwarded-For or Forwarded), and no trustProxy names it',
-          },
-          { status: 403 },
-        )
-      }
-    }
-    return undefined
+    const hops = request.headers.get('x-forwarded-for')?.split(',') ?? []
+    if (isLoopback(address) && !request.headers.has('forwarded') && hops.every((hop) => isLoopback(hop.trim()))) return undefined
+    return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
   }
 
   /**
