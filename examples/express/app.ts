@@ -5,9 +5,9 @@
  *   npx tsx examples/express/server.ts
  */
 import express from 'express'
-import { getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
+import { getDispatchContext, jsonRpcErrors, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { buildAppServer } from '../platform/mcp-app.js'
-import { BODY_LIMIT, type Demo, type NodeSessions, bodyRefusedReply, callerOf, createNodeSessions } from '../shared/demo.js'
+import { BODY_LIMIT, type Demo, type NodeSessions, callerOf, createNodeSessions } from '../shared/demo.js'
 
 /** Builds the Express app; `close()` ends the open MCP sessions. */
 export function createExpressExample(demo: Demo): { app: express.Express; close(): Promise<void> } {
@@ -26,12 +26,8 @@ export function createExpressExample(demo: Demo): { app: express.Express; close(
       return (req, res) => sessions.handle(req, res, req.body, callerOf(getDispatchContext(req)))
     }),
   )
-  // 3. A body the parser refused (bad JSON, too large) is a JSON-RPC error, not Express's HTML
-  //    page (which names files of the server).
-  app.use((error: { status?: number; type?: string }, _req: express.Request, res: express.Response, next: express.NextFunction) => {
-    if (res.headersSent) return next(error)
-    const { status, headers, body } = bodyRefusedReply(error.status, error.type === 'entity.parse.failed')
-    res.writeHead(status, headers).end(body)
-  })
+  // 3. A body the parser refused (bad JSON, too large), or a route that failed, is a JSON-RPC
+  //    error, not Express's HTML page (which names files of the server).
+  app.use(jsonRpcErrors())
   return { app, close: async () => void (await Promise.all(versions.map((v) => v.close()))) }
 }

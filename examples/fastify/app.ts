@@ -5,9 +5,9 @@
  *   npx tsx examples/fastify/server.ts
  */
 import Fastify, { type FastifyInstance } from 'fastify'
-import { answerClientError, frameworkErrors, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
+import { answerClientError, frameworkErrors, getDispatchContext, jsonRpcErrors, mcpDispatch, routeByVersion } from 'mcp-dispatch/fastify'
 import { buildAppServer } from '../platform/mcp-app.js'
-import { BODY_LIMIT, type Demo, type NodeSessions, bodyRefusedReply, callerOf, createNodeServer, createNodeSessions } from '../shared/demo.js'
+import { BODY_LIMIT, type Demo, type NodeSessions, callerOf, createNodeServer, createNodeSessions } from '../shared/demo.js'
 
 /** Builds the Fastify app; closing it ends the open MCP sessions. */
 export async function createFastifyExample(demo: Demo): Promise<FastifyInstance> {
@@ -36,12 +36,7 @@ export async function createFastifyExample(demo: Demo): Promise<FastifyInstance>
     body === '' ? done(null, undefined) : parseJson(request, body as string, done),
   )
   app.addContentTypeParser('*', (_request, _payload, done) => done(null, undefined))
-  app.setErrorHandler((error: { statusCode?: number; code?: string }, _request, reply) => {
-    const notJson = error.code === 'FST_ERR_CTP_INVALID_JSON_BODY' || error instanceof SyntaxError
-    const { status, headers, body } = bodyRefusedReply(error.statusCode, notJson)
-    // A Buffer: Fastify adds `; charset=utf-8` to an object's or a string's content type.
-    return reply.code(status).headers(headers).send(Buffer.from(body!))
-  })
+  app.setErrorHandler(jsonRpcErrors())
   app.all(
     '/*',
     routeByVersion((appRecord, version) => {

@@ -121,20 +121,6 @@ export function callerOf(context: DispatchContext): CallerOf {
   return { subject, ...(clientId !== undefined && { clientId }), appId: context.app.id, version: context.version }
 }
 
-/**
- * The JSON-RPC answer to a body the framework's JSON parser refused, in the words of the MCP
- * SDK transport (which answers the Hono and fetch examples' bodies): not JSON 400 -32700, past
- * `BODY_LIMIT` 413, another client error its status with -32600 (415 as the SDK's). An error
- * without a client status is the server's: 500 -32603. The error's own text is never sent.
- */
-export function bodyRefusedReply(status: number | undefined, notJson: boolean): Reply {
-  if (notJson) return jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON' })
-  if (status === 413) return jsonRpcErrorReply(413, { code: -32000, message: `Payload Too Large: Request body must not exceed ${BODY_LIMIT} bytes` })
-  if (status === 415) return jsonRpcErrorReply(415, { code: -32000, message: 'Unsupported Media Type: Content-Type must be application/json' })
-  if (status !== undefined && status >= 400 && status < 500) return jsonRpcErrorReply(status, { code: -32600, message: 'Invalid Request' })
-  return jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' })
-}
-
 /** MCP sessions of one App version on the SDK's Node transport (Express, Fastify). */
 export interface NodeSessions {
   /**

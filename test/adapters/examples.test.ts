@@ -22,7 +22,7 @@ import { createFetchHandler } from '../../examples/fetch/handler.js'
 import { createUpstreamApp } from '../../examples/fetch/upstream.js'
 import { createHonoExample } from '../../examples/hono/app.js'
 import { type CallerOf, buildAppServer } from '../../examples/platform/mcp-app.js'
-import { type Demo, type NodeSessionsOptions, bodyRefusedReply, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
+import { type Demo, type NodeSessionsOptions, createDemo, createNodeSessions } from '../../examples/shared/demo.js'
 import { INITIALIZE, TOOLS_LIST } from '../helpers/platform.js'
 import { close, listen, rawRequest } from './helpers.js'
 
@@ -352,17 +352,6 @@ describe('adapter examples: what each serves', () => {
       }
     })
   }
-
-  it('a parser error without a client status is the server\'s 500 -32603, its text never sent (regression: Express answered 500 -32600 "Invalid request")', () => {
-    for (const status of [undefined, 500, 503]) {
-      expect(bodyRefusedReply(status, false)).toEqual({
-        status: 500,
-        headers: { 'content-type': 'application/json' },
-        body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32603,"message":"Internal error"}}',
-      })
-    }
-    expect(bodyRefusedReply(400, false).body).toBe('{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Request"}}')
-  })
 })
 
 describe('adapter examples: the Express and Fastify examples\' sessions (createNodeSessions)', () => {

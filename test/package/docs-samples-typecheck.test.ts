@@ -161,10 +161,7 @@ declare const api: TokenApi`,
     file: 'docs/adapters.md',
     marker: 'getDefaultJsonParser',
     prelude: `import type { FastifyInstance } from 'fastify'
-import type { Reply } from 'mcp-dispatch'
-declare const app: FastifyInstance
-/** The examples' own (examples/shared/demo.ts), described below the sample. */
-declare function bodyRefusedReply(status: number | undefined, notJson: boolean): Reply`,
+declare const app: FastifyInstance`,
   },
   {
     file: 'docs/adapters.md',

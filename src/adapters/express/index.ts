@@ -29,10 +29,11 @@
  * @module
  */
 import { IncomingMessage, type OutgoingHttpHeaders, type ServerResponse } from 'node:http'
-import type { NextFunction, Request, RequestHandler, Response } from 'express'
+import type { ErrorRequestHandler, NextFunction, Request, RequestHandler, Response } from 'express'
 import { ConfigurationError, logError } from '../../errors.js'
 import type { Decision, DispatchContext } from '../../pipeline/dispatcher.js'
 import type { TokenApi } from '../../tokens/token-api.js'
+import { type JsonRpcErrorsOptions, errorReply, setupJsonRpcErrors } from '../error-reply.js'
 import {
   answerEnded,
   answerTokenApi,
@@ -516,7 +517,42 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
   }
 }
 
+/**
+ * Express error middleware that answers in JSON-RPC, as the MCP SDK transport answers a body
+ * where no framework parser runs, rather than with Express's HTML page (which, outside
+ * `NODE_ENV=production`, carries the stack trace and the server's file names). Mount it after
+ * the routes. A body `express.json()` refused: not JSON 400 -32700 `Parse error: Invalid
+ * JSON`, past its `limit` 413 -32000 `Payload Too Large: Request body must not exceed <limit>
+ * bytes`, an unsupported charset or encoding 415 -32000 as the SDK's; another error with a
+ * client status (4xx, `status` or `statusCode`) that status with -32600 `Invalid Request`;
+ * anything else 500 -32603 `Internal error`, reported to `onError`. The error's own text is
+ * never sent. An error after the response has begun goes on to `next(error)`, which ends the
+ * connection, as Express does.
+ *
+ * @example
+ * ```ts
+ * app.use(mcpDispatch({ dispatcher }))
+ * app.use(express.json({ limit: '4mb' }))
+ * app.use(routeByVersion(…))
+ * app.use(jsonRpcErrors())
+ * ```
+ *
+ * @throws {ConfigurationError} with an option it does not have, or an `onError` that is not a function.
+ */
+export function jsonRpcErrors(options?: JsonRpcErrorsOptions): ErrorRequestHandler {
+  const report = setupJsonRpcErrors(options)
+  return function jsonRpcErrorMiddleware(error, _req, res, next) {
+    if (res.headersSent) return next(error)
+    const { reply, serverFault } = errorReply(error)
+    if (serverFault) report(error, 'error handler')
+    // writeHead: `res.json()` and `res.type()` would add `; charset=utf-8` to the content type.
+    if (res.getHeader('x-powered-by') === 'Express') res.removeHeader('x-powered-by')
+    res.writeHead(reply.status, reply.headers).end(reply.body)
+  }
+}
+
 export type { ServeTokenApiOptions } from '../shared.js'
+export type { JsonRpcErrorsOptions } from '../error-reply.js'
 export { answerClientError, answerExpectationFailed } from '../client-error.js'
 export type { ClientError, ClientErrorSocket, ExpectationResponse } from '../client-error.js'
 export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'

@@ -43,6 +43,7 @@ import { ConfigurationError, logError } from '../../errors.js'
 import { type Decision, type DispatchContext } from '../../pipeline/dispatcher.js'
 import { isForeignThenable } from '../../core/thenable.js'
 import type { TokenApi } from '../../tokens/token-api.js'
+import { type JsonRpcErrorsOptions, errorReply, setupJsonRpcErrors } from '../error-reply.js'
 import { tokenApiReporter } from '../../tokens/token-api-paths.js'
 import {
   answerEnded,
@@ -595,7 +596,39 @@ function unencapsulated(plugin: FastifyPluginAsync, name: string): FastifyPlugin
   return marked as unknown as FastifyPluginAsync
 }
 
+/**
+ * A Fastify error handler that answers in JSON-RPC, as the MCP SDK transport answers a body
+ * where no framework parser runs, rather than with Fastify's own error object. Give it to
+ * `setErrorHandler` in the context of the MCP routes. A body Fastify's parser refused: not
+ * JSON (`FST_ERR_CTP_INVALID_JSON_BODY`, a `SyntaxError` with status 400, an empty body under
+ * `Content-Type: application/json`) 400 -32700 `Parse error: Invalid JSON`, past the route's
+ * `bodyLimit` 413 -32000 `Payload Too Large: Request body must not exceed <bodyLimit> bytes`,
+ * a content type no parser takes 415 -32000 as the SDK's; another error with a client status
+ * (4xx `statusCode`) that status with -32600 `Invalid Request`; anything else 500 -32603
+ * `Internal error`, reported to `onError` (Fastify's own handler would log it). The error's
+ * own text is never sent.
+ *
+ * @example
+ * ```ts
+ * await app.register(mcpDispatch({ dispatcher }))
+ * app.setErrorHandler(jsonRpcErrors())
+ * app.all('/*', routeByVersion(…))
+ * ```
+ *
+ * @throws {ConfigurationError} with an option it does not have, or an `onError` that is not a function.
+ */
+export function jsonRpcErrors(options?: JsonRpcErrorsOptions): (error: unknown, request: AnyFastifyRequest, reply: AnyFastifyReply) => void {
+  const report = setupJsonRpcErrors(options)
+  return function jsonRpcErrorHandler(error, request, reply) {
+    const { reply: answer, serverFault } = errorReply(error, (request as FastifyRequest).routeOptions?.bodyLimit)
+    if (serverFault) report(error, 'error handler')
+    // A Buffer: Fastify adds `; charset=utf-8` to an object's or a string's content type.
+    ;(reply as FastifyReply).code(answer.status).headers(answer.headers).send(Buffer.from(answer.body!))
+  }
+}
+
 export type { ServeTokenApiOptions } from '../shared.js'
+export type { JsonRpcErrorsOptions } from '../error-reply.js'
 export { answerClientError, answerExpectationFailed } from '../client-error.js'
 export type { ClientError, ClientErrorSocket, ExpectationResponse } from '../client-error.js'
 export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
