@@ -545,9 +545,7 @@ export function jsonRpcErrors(options?: JsonRpcErrorsOptions): ErrorRequestHandl
     if (res.headersSent) return next(error)
     const { reply, serverFault } = errorReply(error)
     if (serverFault) report(error, 'error handler')
-    // writeHead: `res.json()` and `res.type()` would add `; charset=utf-8` to the content type.
-    if (res.getHeader('x-powered-by') === 'Express') res.removeHeader('x-powered-by')
-    res.writeHead(reply.status, reply.headers).end(reply.body)
+    writeOwn(res, reply)
   }
 }
 

@@ -622,8 +622,7 @@ export function jsonRpcErrors(options?: JsonRpcErrorsOptions): (error: unknown, 
   return function jsonRpcErrorHandler(error, request, reply) {
     const { reply: answer, serverFault } = errorReply(error, (request as FastifyRequest).routeOptions?.bodyLimit)
     if (serverFault) report(error, 'error handler')
-    // A Buffer: Fastify adds `; charset=utf-8` to an object's or a string's content type.
-    ;(reply as FastifyReply).code(answer.status).headers(answer.headers).send(Buffer.from(answer.body!))
+    sendReply(reply as FastifyReply, answer)
   }
 }
 
