@@ -116,6 +116,38 @@ function isPathInside(candidate: string, base: string): boolean {
   return path.startsWith(basePath)
 }
 
+/**
+ * The claims only an OpenID Connect ID token carries (OpenID Connect Core 1.0, sections 2,
+ * 3.1.3.6, 3.3.2.11; `s_hash` of FAPI): none is an access token's (RFC 9068 section 2.2).
+ */
+const ID_TOKEN_CLAIMS = ['nonce', 'at_hash', 'c_hash', 's_hash'] as const
+
+/**
+ * Whether a JWT not typed `at+jwt` shows itself an OpenID Connect ID token, which an
+ * authorization server issues to the client, about the user: it carries a claim only an ID
+ * token has (`nonce`, `at_hash`, `c_hash`, `s_hash`), or, when there is an audience to check,
+ * its audience names an expected resource only through the client's own id (`azp` or
+ * `client_id`): an ID token's audience is its client, and a client whose id is a URL at or under
+ * an App's address (a Client ID Metadata Document hosted there) would have its ID tokens
+ * taken for access tokens to that App. A token typed `at+jwt` says what it is and is not
+ * judged here.
+ *
+ * @example
+ * ```ts
+ * idTokenSigns({ aud: 'https://app.example/c.json', azp: 'https://app.example/c.json' }, ['https://app.example'])  // true
+ * idTokenSigns({ aud: 'https://app.example', azp: 'client-1' }, ['https://app.example'])                        // false
+ * ```
+ */
+export function idTokenSigns(claims: JWTPayload, audience: readonly string[] | undefined): boolean {
+  if (ID_TOKEN_CLAIMS.some((name) => claims[name] !== undefined)) return true
+  if (!audience) return false
+  const aud = audienceList(claims.aud)
+  const own = [claims.azp, claims.client_id].filter((id): id is string => typeof id === 'string')
+  if (!aud || own.length === 0) return false
+  const others = aud.filter((a) => !own.includes(a))
+  return audienceMatches(aud, audience) && !(others.length > 0 && audienceMatches(others, audience))
+}
+
 /** What {@link checkAccessTokenClaims} checks against. */
 export interface ClaimExpectations {
   /** The configured issuer; `iss` must equal it when `requireIssuer` or when present. */

@@ -53,7 +53,7 @@ import {
   isHttpUrl,
   issuerProblem,
 } from './discovery.js'
-import { audienceList, audienceMatches, checkAccessTokenClaims, issuedSince, peekJwtClaims } from './jwt-claims.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, issuedSince, peekJwtClaims } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
@@ -1284,6 +1284,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // A `typ` that is no string (`["id_token+jwt"]`) types nothing the profile knows: refused.
     const typ = header.typ === undefined ? undefined : typeof header.typ === 'string' ? header.typ.toLowerCase().replace(/^application\//, '') : ''
     if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
+    // An ID token untyped or typed plain `JWT` (as most providers issue them) says what it is by
+    // its claims: refused whatever its audience, before any key is looked for.
+    if (typ !== 'at+jwt' && idTokenSigns(claims, audience)) return { active: false, reason: 'not an access token (ID token)' }
     // An expired token is refused whatever its signature, so without checking it: a client
     // that keeps sending its token past `exp` (refused ones are not cached in this mode by
     // default) costs a decode, not a signature check each time. The boundary is `jose`'s, which

@@ -216,7 +216,45 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
       expect(await v.validate(await signed({ aud }, es, ec.privateKey), weather), JSON.stringify(aud)).toEqual({ active: false, reason: 'audience mismatch' })
     }
     const idToken = await signed({ aud: 'client-1', azp: 'client-1', nonce: 'n-0S6_WzA2Mj', at_hash: '77QmUPtjPfzWtF2AnpK9RQ' }, { ...es, typ: 'JWT' }, ec.privateKey)
-    expect(await v.validate(idToken, weather)).toEqual({ active: false, reason: 'audience mismatch' })
+    expect(await v.validate(idToken, weather)).toEqual({ active: false, reason: 'not an access token (ID token)' })
+    expect(await v.validate(await signed({ aud: 'client-1', azp: 'client-1' }, es, ec.privateKey), weather)).toEqual({ active: false, reason: 'audience mismatch' })
+  })
+
+  it('an ID token of a client whose id is a URL at or under the App (a Client ID Metadata Document hosted there) is refused by its claims, untyped or typed JWT (regression: taken as an access token, its audience a path inside the App); access tokens naming their client beside the App, and at+jwt tokens, are taken', async () => {
+    const v = validator({ mode: 'jwt' })
+    const refused = { active: false, reason: 'not an access token (ID token)' }
+    const clientId = `${weather.resource}/clients/agent.json`
+    for (const typ of [undefined, 'JWT', 'jwt', 'application/JWT']) {
+      const es = { alg: 'ES256', kid: 'k1', ...(typ && { typ }) }
+      const idTokens = {
+        'code flow with nonce': { aud: clientId, azp: clientId, nonce: 'n-0S6_WzA2Mj' },
+        'azp, no nonce': { aud: clientId, azp: clientId },
+        'client id the App itself': { aud: weather.resource, azp: weather.resource },
+        'client_id claim': { aud: [clientId, 'https://api.other.example'], client_id: clientId },
+        'at_hash alone, audience the App': { at_hash: '77QmUPtjPfzWtF2AnpK9RQ' },
+        'c_hash alone': { c_hash: 'LDktKdoQak3Pk0cnXxCltA' },
+        's_hash alone': { s_hash: 'x6mBGlvPxuCgHFzIcZFuSw' },
+        'nonce alone': { nonce: 'n-0S6_WzA2Mj' },
+      }
+      for (const [name, extra] of Object.entries(idTokens)) {
+        expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${name}, typ ${typ}`).toEqual(refused)
+      }
+      // An ID token refused by its claims is refused before any signature check: an attacker's
+      // key gets the same answer, and the JWKS is not asked again.
+      expect(await v.validate(await signed(idTokens['azp, no nonce'], { ...es, kid: 'nope' }, attacker.privateKey), weather)).toEqual(refused)
+      // Access tokens that name their client: taken.
+      for (const extra of [{ azp: 'client-1' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
+        expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${JSON.stringify(extra)}, typ ${typ}`).toMatchObject({ active: true, info: { subject: 'user_alice' } })
+      }
+    }
+    expect(fake.count('/jwks')).toBe(1)
+    // Typed at+jwt (RFC 9068), the token says what it is: taken, its client_id under the App or not.
+    const at = { alg: 'ES256', kid: 'k1', typ: 'at+jwt' }
+    expect(await v.validate(await signed({ aud: clientId, client_id: clientId, jti: 'j1' }, at, ec.privateKey), weather)).toMatchObject({ active: true })
+    // With any audience accepted (`audience: false`), an ID token's own claims still refuse it.
+    const anyAudience = validator({ mode: 'jwt', audience: false })
+    expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1', nonce: 'n' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toEqual(refused)
+    expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
   })
 
   it('a token differing from an accepted one only in case, or by whitespace around it, is not served its cached answer (jwt and userinfo modes)', async () => {
