@@ -1131,7 +1131,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       const answered = typeof body.exp === 'number' ? body.exp * 1000 : undefined
       const own = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
       const expiresAt = answered === undefined ? own : own === undefined ? answered : Math.min(answered, own)
-      const audience = audienceList(body.aud)
+      // An ID token some servers answer active (its claims, `nonce` and the like, copied into the
+      // answer) is refused as in `jwt` mode; the client's own id in its audience names the
+      // client, never an App (an ID token's audience is its client), so it is no match.
+      if (idTokenSigns(body, undefined)) return { active: false, reason: 'not an access token (ID token)' }
+      const clientIds = [body.client_id, body.azp]
+      const audience = audienceList(body.aud)?.filter((a) => !clientIds.includes(a))
       const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
       return {
         active: true,

@@ -255,6 +255,22 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
     const anyAudience = validator({ mode: 'jwt', audience: false })
     expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1', nonce: 'n' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toEqual(refused)
     expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
+
+    // Introspection: a server that answers an ID token active (Keycloak's, with `typ: "ID"` and
+    // the token's claims) gets it refused the same way.
+    const base = { active: true, sub: 'user_alice', iss: fake.url, token_type: 'Bearer', exp: Math.floor(clock() / 1000) + 600 }
+    const answers: Record<string, Record<string, unknown>> = {
+      'id-nonce': { ...base, typ: 'ID', aud: clientId, azp: clientId, nonce: 'n-0S6_WzA2Mj' },
+      'id-azp': { ...base, typ: 'ID', aud: clientId, azp: clientId },
+      'id-client': { ...base, aud: [clientId], client_id: clientId },
+      access: { ...base, aud: weather.resource, client_id: clientId },
+      'access-both': { ...base, aud: [clientId, `${weather.resource}/v1`], client_id: clientId },
+    }
+    fake.route('/introspect', (req) => ({ status: 200, body: answers[new URLSearchParams(req.body).get('token')!]! }))
+    const introspection = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's3cret' } })
+    expect(await introspection.validate('id-nonce', weather)).toEqual(refused)
+    for (const token of ['id-azp', 'id-client']) expect(await introspection.validate(token, weather), token).toEqual({ active: false, reason: 'audience mismatch' })
+    for (const token of ['access', 'access-both']) expect(await introspection.validate(token, weather), token).toMatchObject({ active: true, info: { subject: 'user_alice', clientId } })
   })
 
   it('a token differing from an accepted one only in case, or by whitespace around it, is not served its cached answer (jwt and userinfo modes)', async () => {
