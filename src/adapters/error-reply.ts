@@ -6,6 +6,7 @@
  */
 import { optionNames, refuseUnknownOptions, reporterOption, ConfigurationError } from '../errors.js'
 import { jsonRpcErrorReply, type Reply } from '../core/reply.js'
+import { INTERNAL_ERROR } from './shared.js'
 
 /** Options of `jsonRpcErrors` (Express, Fastify). */
 export interface JsonRpcErrorsOptions {
@@ -53,7 +54,6 @@ function factsOf(error: unknown): ErrorFacts {
 
 const PARSE_ERROR = jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON' })
 const UNSUPPORTED = jsonRpcErrorReply(415, { code: -32000, message: 'Unsupported Media Type: Content-Type must be application/json' })
-const INTERNAL = jsonRpcErrorReply(500, { code: -32603, message: 'Internal error' })
 
 /** Kinds of error that say the body is not JSON (body-parser's, Fastify's). */
 const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_JSON_BODY', 'FST_ERR_CTP_EMPTY_JSON_BODY'])
@@ -69,7 +69,7 @@ const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_J
  */
 export function errorReply(error: unknown, routeLimit?: unknown): { reply: Reply; serverFault: boolean } {
   const { status, kind, limit, syntax } = factsOf(error)
-  if (status === undefined || status >= 500) return { reply: INTERNAL, serverFault: true }
+  if (status === undefined || status >= 500) return { reply: INTERNAL_ERROR, serverFault: true }
   if (NOT_JSON.has(kind) || (syntax && status === 400)) return { reply: PARSE_ERROR, serverFault: false }
   if (status === 413) {
     const bytes = isLimit(limit) ? limit : isLimit(routeLimit) ? routeLimit : undefined

@@ -92,6 +92,13 @@ export const HANDLER_FAILED: Reply = jsonRpcErrorReply(502, {
 })
 
 /**
+ * Answer for the server's own fault: a failure of the platform's code or wiring (a route that
+ * threw, a runtime's object where the adapter takes a string). 500, never a 503 a client would
+ * retry: nothing comes of retrying until the platform is mended. No detail of the failure.
+ */
+export const INTERNAL_ERROR: Reply = jsonRpcErrorReply(500, { code: RpcCode.InternalError, message: 'Internal error' })
+
+/**
  * Splits an absolute URL into origin (`scheme://host`) and path (no query, no fragment). The
  * host ends at the first `/`, `?` or `#`; a URL without a path (`http://host?q`) has the path `/`.
  */

@@ -228,7 +228,7 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     expect((errors[0] as Error).message).toMatch(/request body was read before the handler/)
   })
 
-  it('an info.host or info.clientAddress that is no string is the platform\'s wiring: 503, reported, never a runtime\'s 500 (regression: rejected, or 503 unreported)', async () => {
+  it('an info.host or info.clientAddress that is no string is the platform\'s wiring: 500 -32603 in JSON-RPC words, no Retry-After, reported, never a runtime\'s page (regression: rejected, or 503 unreported; then a 503 with Retry-After: 1, which a client retries for ever)', async () => {
     const fixture = createFixture()
     const errors: Array<[string, string]> = []
     const handle = mcpDispatch({
@@ -239,8 +239,8 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     const post = () => new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
     for (const info of [{ host: 123 }, { clientAddress: { address: '127.0.0.1', port: 1, family: 'IPv4' } }]) {
       const res = await handle(post(), info as never)
-      expect(res.status, JSON.stringify(info)).toBe(503)
-      expect(await res.json()).toMatchObject({ error: { data: { error: 'temporarily_unavailable' } } })
+      expect([res.status, res.headers.get('retry-after'), res.headers.get('content-type')], JSON.stringify(info)).toEqual([500, null, 'application/json'])
+      expect(await res.json()).toEqual({ jsonrpc: '2.0', id: null, error: { code: -32603, message: 'Internal error' } })
     }
     expect(errors).toEqual([
       ['adapter', 'mcp-dispatch: info.host must be a string, got number'],
@@ -251,7 +251,7 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     expect((await handle(post(), { clientAddress: '' })).status).toBe(200)
   })
 
-  it('a handler given to the runtime as it is (the runtime\'s own second argument as info, naming no client address) is the platform\'s wiring: 503, reported with the wiring to write, never served as from no known peer', async () => {
+  it('a handler given to the runtime as it is (the runtime\'s own second argument as info, naming no client address) is the platform\'s wiring: 500, reported with the wiring to write, never served as from no known peer', async () => {
     const fixture = createFixture()
     const errors: Array<[string, string]> = []
     let handled = 0
@@ -269,8 +269,8 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     try {
       const { port } = server.address() as import('node:net').AddressInfo
       const res = await fetch(`http://127.0.0.1:${port}/v1`, { method: 'POST', headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' })
-      expect(res.status).toBe(503)
-      expect(await res.json()).toMatchObject({ error: { data: { error: 'temporarily_unavailable' } } })
+      expect([res.status, res.headers.get('retry-after')]).toEqual([500, null])
+      expect(await res.json()).toMatchObject({ error: { code: -32603, message: 'Internal error' } })
     } finally {
       server.closeAllConnections()
       await new Promise((resolve) => server.close(resolve))
@@ -278,12 +278,12 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     // A Hono Context in place of info (`app.post('/*', (c) => handle(c.req.raw, c))`), for real.
     const app = new Hono()
     app.post('/*', (c) => handle(c.req.raw, c as never))
-    expect((await app.fetch(post())).status).toBe(503)
+    expect((await app.fetch(post())).status).toBe(500)
     // Bun's Server and Deno's ServeHandlerInfo, as those runtimes pass them (test/runtimes runs
     // the adapter under both, wired as documented).
     const bunServer = { port: 3000, hostname: '127.0.0.1', requestIP: () => ({ address: '127.0.0.1', family: 'IPv4', port: 5000 }), upgrade: () => false }
     const denoInfo = { remoteAddr: { transport: 'tcp', hostname: '127.0.0.1', port: 5000 }, completed: Promise.resolve() }
-    for (const info of [bunServer, denoInfo, null, 'x']) expect((await handle(post(), info as never)).status, JSON.stringify(info)).toBe(503)
+    for (const info of [bunServer, denoInfo, null, 'x']) expect((await handle(post(), info as never)).status, JSON.stringify(info)).toBe(500)
     expect(handled).toBe(0)
     expect(errors).toEqual([
       ['adapter', "mcp-dispatch: info is @hono/node-server's env, which names no client address: pass fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress, outgoing: env.outgoing })"],

@@ -19,7 +19,7 @@
  */
 import { forwardedProtocol, resolveClientAddress, schemeOf } from '../../core/client-address.js'
 import { isFieldName } from '../../core/cors.js'
-import { type Reply, serviceUnavailableReply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError } from '../../errors.js'
 import { type DispatchContext, type DispatchOutcome } from '../../pipeline/dispatcher.js'
 import { isForeignThenable } from '../../core/thenable.js'
@@ -35,7 +35,7 @@ import {
   mergeExposeHeaders,
   mergeVary,
 } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, canonicalHost, isEventStream, setupAdapter, splitUrl } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INTERNAL_ERROR, INVALID_HOST, canonicalHost, isEventStream, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 /**
@@ -57,7 +57,7 @@ export interface WebDispatchOptions extends AdapterOptions {
  * a handler given to the runtime as it is (`fetch: handle`) gets the runtime's own second
  * argument here, which names no client address. Bun's `Server`, Deno's `ServeHandlerInfo`,
  * `@hono/node-server`'s `{ incoming, outgoing }` and a Hono `Context` are told apart, answered
- * 503 and reported to `onError` (context `adapter`, naming the wiring to write); a Workers
+ * 500 (-32603) and reported to `onError` (context `adapter`, naming the wiring to write); a Workers
  * `env` cannot be, and is served as an `info` without a client address.
  */
 export interface WebRequestInfo {
@@ -66,7 +66,7 @@ export interface WebRequestInfo {
    * `null` or `''` (a header lookup that found none, such as `cf-connecting-ip` off Cloudflare)
    * names no peer, as `undefined` does: `X-Forwarded-For` is then not read, an IP allowlist
    * refuses, and client budgets do not count the request. Anything else that is no string
-   * (Bun's `server.requestIP(request)` object) is answered 503 and reported to `onError`
+   * (Bun's `server.requestIP(request)` object) is answered 500 (-32603) and reported to `onError`
    * (context `adapter`).
    */
   clientAddress?: string | null | undefined
@@ -79,7 +79,7 @@ export interface WebRequestInfo {
    * `Host`: one no URL can hold, or a list (`a, b`), is answered 400 `Invalid Host header`, and
    * `null` or `''` names no host (404 `not_found`). The URL's scheme and path are kept, and the
    * handler gets `request` as it came. Omitted (`undefined`), the URL's host, as elsewhere.
-   * Anything else that is no string is answered 503 and reported to `onError` (context `adapter`).
+   * Anything else that is no string is answered 500 (-32603) and reported to `onError` (context `adapter`).
    */
   host?: string | null | undefined
   /**
@@ -145,9 +145,10 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const misread = misreadInfo(info)
     if (misread !== undefined) {
       // The platform's wiring (a runtime's object where its string belongs): said to onError, and
-      // answered as the dispatch layer answers what it cannot serve, never a runtime's 500.
+      // answered 500 in JSON-RPC words, never a runtime's page, nor a 503 a client would retry
+      // (nothing changes until the platform is rewired).
       onError(misread, 'adapter')
-      return toResponse(serviceUnavailableReply())
+      return toResponse(INTERNAL_ERROR)
     }
     const url = splitUrl(request.url)
     const schemeEnd = url.origin.indexOf('://')
