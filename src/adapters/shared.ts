@@ -8,7 +8,7 @@ import { type CompiledTrustProxy, type TrustProxy, compileTrustProxy } from '../
 import type { TokenApi } from '../tokens/token-api.js'
 import { type Reply, RpcCode, invalidHostReply, jsonRpcErrorReply } from '../core/reply.js'
 import { ConfigurationError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
-import { DISPATCHER_OPTIONS, type Dispatcher, type DispatcherOptions, createDispatcher } from '../pipeline/dispatcher.js'
+import { DISPATCHER_OPTIONS, type Dispatcher, type DispatcherOptions, createDispatcher, dispatcherReporter } from '../pipeline/dispatcher.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../core/metadata.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 import { parseVersionPath } from '../core/versions.js'
@@ -25,7 +25,11 @@ export interface AdapterOptions {
    * `req.protocol`, which follows their own `trust proxy` and `trustProxy` settings.
    */
   trustProxy?: TrustProxy | undefined
-  /** Called with handler failures and other errors the client only sees as a status. Default `logError` (stderr). */
+  /**
+   * Called with handler failures and other errors the client only sees as a status. Default:
+   * the `onError` of a `dispatcher` made by `createDispatcher` (which reports there its own
+   * failures too), else `logError` (stderr).
+   */
   onError?: ((error: unknown, context: string) => void) | undefined
 }
 
@@ -64,13 +68,16 @@ export function setupAdapter(
   const given: unknown = options.dispatcher
   if (given == null) throw new ConfigurationError('dispatcher', 'is required')
   if (typeof given !== 'object') throw new ConfigurationError('dispatcher', 'must be a Dispatcher (createDispatcher) or the options of one')
-  const onError = reporterOption(options.onError)
+  let onError = reporterOption(options.onError)
   // Built here from options: the dispatcher's own failures (stores, session pins) go to the
-  // adapter's `onError` too, unless the options name a reporter of their own.
+  // adapter's `onError` too, unless the options name a reporter of their own. A dispatcher
+  // given made lends its own `onError` to an adapter given none: a platform that set it on
+  // `createDispatcher` hears its handlers' failures there too, not on stderr.
   let dispatcher: Dispatcher
   if ('decide' in given) {
     requireMethods('dispatcher', given, 'a Dispatcher (createDispatcher)', ['decide'])
     dispatcher = given as Dispatcher
+    if (options.onError === undefined) onError = dispatcherReporter(dispatcher) ?? onError
   } else dispatcher = createDispatcher({ ...(options.onError && { onError: options.onError }), ...(given as DispatcherOptions) })
   let trust: CompiledTrustProxy
   try {

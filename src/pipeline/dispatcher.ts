@@ -1815,7 +1815,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return new Dispatch(context, headers, request, origin)
   }
 
-  return {
+  const dispatcher: Dispatcher = {
     basePath,
     metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata {
       // The address as the dispatcher's own document would name it, checked as a `baseUrl`
@@ -1828,6 +1828,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     },
     decide,
   }
+  reporters.set(dispatcher, onError)
+  return dispatcher
+}
+
+/** Each dispatcher's `onError`, for the adapters wrapped around it that have none of their own. */
+const reporters = new WeakMap<Dispatcher, (error: unknown, context: string) => void>()
+
+/**
+ * @internal The `onError` of a dispatcher made by {@link createDispatcher} (its default
+ * `logError` when none was given), or `undefined` for a `Dispatcher` made otherwise.
+ */
+export function dispatcherReporter(dispatcher: Dispatcher): ((error: unknown, context: string) => void) | undefined {
+  return reporters.get(dispatcher)
 }
 
 /** An absolute http(s) URL with a host, and no query, fragment or white space: an App address. */
