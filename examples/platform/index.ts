@@ -232,13 +232,29 @@ export interface Platform {
 
 const DAY_MS = 86_400_000
 
+/** Every option of {@link createPlatform}: typed so that one added to `PlatformOptions` must be named here. */
+const PLATFORM_OPTIONS = Object.keys({
+  seed: true,
+  now: true,
+  domain: true,
+  authorizationServer: true,
+  oauth: true,
+  trustProxy: true,
+  allowedOrigins: true,
+  onError: true,
+  identityKey: true,
+  sweepEveryMs: true,
+  reauthorizeEveryMs: true,
+} satisfies Record<keyof PlatformOptions, true>)
+
 /** A host name in lower case: DNS labels joined by dots, none empty (no port, no trailing dot). */
 const HOST_NAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?)*$/
 
 /**
  * Creates the reference platform from a seed. Synchronous: seeded tokens are minted at once.
- * Throws a `TypeError` naming what is wrong: a bad seed (its field), a `now` or `onError` that
- * is not a function, a `domain` that is no host name (`localhost:8787`, `.example.com`).
+ * Throws a `TypeError` naming what is wrong: an option it does not have (a misspelt name), a
+ * bad seed (its field), a `now` or `onError` that is not a function, a `domain` that is no host
+ * name (`localhost:8787`, `.example.com`).
  *
  * @example
  * ```ts
@@ -247,6 +263,10 @@ const HOST_NAME = /^(?=.{1,253}$)[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?(?:\.[a-z0-
  * ```
  */
 export function createPlatform(options: PlatformOptions): Platform {
+  if (options === null || typeof options !== 'object') throw new TypeError('options: must be an object with a seed')
+  // A misspelt option (`sweepEverMs`) would leave its default in silence.
+  const unknown = Object.keys(options).filter((key) => !(PLATFORM_OPTIONS as readonly string[]).includes(key))
+  if (unknown.length > 0) throw new TypeError(`${unknown.map((key) => JSON.stringify(key)).join(', ')}: not an option of createPlatform (${PLATFORM_OPTIONS.join(', ')})`)
   const seed = parseSeed(options.seed)
   if (options.now !== undefined && typeof options.now !== 'function') throw new TypeError('now: must be a function answering epoch milliseconds')
   const now = options.now ?? Date.now

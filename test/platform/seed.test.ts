@@ -52,12 +52,15 @@ describe('reference platform seed validation', () => {
     expect(() => createPlatform({ seed: { ...base, apps: 5 } as never })).toThrow(/^seed apps: /)
   })
 
-  it('refuses a domain that is no host name, a now or onError that is no function, naming the option (regression: every request a 404, or a raw TypeError)', async () => {
+  it('refuses a domain that is no host name, a now or onError that is no function, an option it does not have, naming the option (regression: every request a 404, or a raw TypeError; a misspelt option taken)', async () => {
     for (const domain of ['', 'localhost:8787', '.localhost', 'localhost.', 'http://example.com', 'a..b', 123]) {
       expect(() => createPlatform({ seed: base, domain: domain as string }), String(domain)).toThrow(/^domain: must be a host name without port or scheme/)
     }
     expect(() => createPlatform({ seed: base, now: 5 as never })).toThrow(new TypeError('now: must be a function answering epoch milliseconds'))
     expect(() => createPlatform({ seed: base, onError: 'log' as never })).toThrow(new TypeError('onError: must be a function'))
+    // A misspelt option, which would leave its default in silence (regression: taken).
+    expect(() => createPlatform({ seed: base, sweepEverMs: 5, trustproxy: 1 } as never)).toThrow(/^"sweepEverMs", "trustproxy": not an option of createPlatform \(seed, now, domain, .*reauthorizeEveryMs\)$/)
+    expect(() => createPlatform(null as never)).toThrow(new TypeError('options: must be an object with a seed'))
     // Any case is taken, as a Host header's.
     const platform = createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 }] }, domain: 'Apps.Example.COM' })
     try {
