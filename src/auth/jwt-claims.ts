@@ -117,33 +117,41 @@ function isPathInside(candidate: string, base: string): boolean {
 }
 
 /**
- * The claims only an OpenID Connect ID token carries (OpenID Connect Core 1.0, sections 2,
- * 3.1.3.6, 3.3.2.11; `s_hash` of FAPI): none is an access token's (RFC 9068 section 2.2).
+ * The claims only an OpenID Connect ID token carries (OpenID Connect Core 1.0, sections
+ * 3.1.3.6, 3.3.2.11; `s_hash` of FAPI): hashes of what was issued beside it, never an access
+ * token's (RFC 9068 section 2.2).
  */
-const ID_TOKEN_CLAIMS = ['nonce', 'at_hash', 'c_hash', 's_hash'] as const
+const ID_TOKEN_HASHES = ['at_hash', 'c_hash', 's_hash'] as const
 
 /**
  * Whether a JWT not typed `at+jwt` shows itself an OpenID Connect ID token, which an
- * authorization server issues to the client, about the user: it carries a claim only an ID
- * token has (`nonce`, `at_hash`, `c_hash`, `s_hash`), or, when there is an audience to check,
- * its audience names an expected resource only through the client's own id (`azp` or
- * `client_id`): an ID token's audience is its client, and a client whose id is a URL at or under
- * an App's address (a Client ID Metadata Document hosted there) would have its ID tokens
- * taken for access tokens to that App. A token typed `at+jwt` says what it is and is not
- * judged here.
+ * authorization server issues to the client, about the user:
+ * - it carries a hash only an ID token has (`at_hash`, `c_hash`, `s_hash`), or Keycloak's
+ *   `typ` claim of an ID token (`"ID"`; its access tokens say `"Bearer"`);
+ * - it carries a `nonce` and names no client (`azp`, `client_id`): an ID token's `nonce` is
+ *   the client's, and Keycloak before version 24 copied it into access tokens too, which
+ *   always name their client in `azp`, so `nonce` alone refuses nothing;
+ * - when there is an audience to check, its audience names an expected resource only through
+ *   the client's own id (`azp` or `client_id`): an ID token's audience is its client, and a
+ *   client whose id is a URL at or under an App's address (a Client ID Metadata Document
+ *   hosted there) would have its ID tokens taken for access tokens to that App.
+ *
+ * A token typed `at+jwt` says what it is and is not judged here.
  *
  * @example
  * ```ts
  * idTokenSigns({ aud: 'https://app.example/c.json', azp: 'https://app.example/c.json' }, ['https://app.example'])  // true
- * idTokenSigns({ aud: 'https://app.example', azp: 'client-1' }, ['https://app.example'])                        // false
+ * idTokenSigns({ aud: 'https://app.example', azp: 'client-1', nonce: 'n' }, ['https://app.example'])            // false
  * ```
  */
 export function idTokenSigns(claims: JWTPayload, audience: readonly string[] | undefined): boolean {
-  if (ID_TOKEN_CLAIMS.some((name) => claims[name] !== undefined)) return true
+  if (ID_TOKEN_HASHES.some((name) => claims[name] !== undefined)) return true
+  if (typeof claims.typ === 'string' && claims.typ.toLowerCase() === 'id') return true
+  const own = [claims.azp, claims.client_id].filter((id): id is string => typeof id === 'string')
+  if (own.length === 0) return claims.nonce !== undefined
   if (!audience) return false
   const aud = audienceList(claims.aud)
-  const own = [claims.azp, claims.client_id].filter((id): id is string => typeof id === 'string')
-  if (!aud || own.length === 0) return false
+  if (!aud) return false
   const others = aud.filter((a) => !own.includes(a))
   return audienceMatches(aud, audience) && !(others.length > 0 && audienceMatches(others, audience))
 }

@@ -234,7 +234,8 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
         'at_hash alone, audience the App': { at_hash: '77QmUPtjPfzWtF2AnpK9RQ' },
         'c_hash alone': { c_hash: 'LDktKdoQak3Pk0cnXxCltA' },
         's_hash alone': { s_hash: 'x6mBGlvPxuCgHFzIcZFuSw' },
-        'nonce alone': { nonce: 'n-0S6_WzA2Mj' },
+        'nonce, no client named': { nonce: 'n-0S6_WzA2Mj' },
+        "Keycloak's ID token (typ claim ID)": { typ: 'ID', azp: 'client-1', aud: [weather.resource, 'client-1'] },
       }
       for (const [name, extra] of Object.entries(idTokens)) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${name}, typ ${typ}`).toEqual(refused)
@@ -243,7 +244,8 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
       // key gets the same answer, and the JWKS is not asked again.
       expect(await v.validate(await signed(idTokens['azp, no nonce'], { ...es, kid: 'nope' }, attacker.privateKey), weather)).toEqual(refused)
       // Access tokens that name their client: taken.
-      for (const extra of [{ azp: 'client-1' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
+      // Keycloak before 24 copies the nonce into its access tokens, which name their client in azp.
+      for (const extra of [{ azp: 'client-1' }, { azp: 'client-1', nonce: 'n-0S6_WzA2Mj', typ: 'Bearer' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${JSON.stringify(extra)}, typ ${typ}`).toMatchObject({ active: true, info: { subject: 'user_alice' } })
       }
     }
@@ -253,8 +255,11 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
     expect(await v.validate(await signed({ aud: clientId, client_id: clientId, jti: 'j1' }, at, ec.privateKey), weather)).toMatchObject({ active: true })
     // With any audience accepted (`audience: false`), an ID token's own claims still refuse it.
     const anyAudience = validator({ mode: 'jwt', audience: false })
-    expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1', nonce: 'n' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toEqual(refused)
-    expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
+    for (const extra of [{ at_hash: 'x' }, { nonce: 'n' }, { typ: 'ID', azp: 'client-1' }]) {
+      expect(await anyAudience.validate(await signed({ aud: 'client-1', ...extra }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather), JSON.stringify(extra)).toEqual(refused)
+    }
+    // Nothing tells this one from an access token for the client (documented).
+    expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1', nonce: 'n' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
 
     // Introspection: a server that answers an ID token active (Keycloak's, with `typ: "ID"` and
     // the token's claims) gets it refused the same way.
@@ -262,15 +267,17 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
     const answers: Record<string, Record<string, unknown>> = {
       'id-nonce': { ...base, typ: 'ID', aud: clientId, azp: clientId, nonce: 'n-0S6_WzA2Mj' },
       'id-azp': { ...base, typ: 'ID', aud: clientId, azp: clientId },
+      'id-azp-untyped': { ...base, aud: clientId, azp: clientId },
       'id-client': { ...base, aud: [clientId], client_id: clientId },
       access: { ...base, aud: weather.resource, client_id: clientId },
+      'keycloak-access': { ...base, typ: 'Bearer', aud: weather.resource, azp: 'client-1', client_id: clientId, nonce: 'n-0S6_WzA2Mj' },
       'access-both': { ...base, aud: [clientId, `${weather.resource}/v1`], client_id: clientId },
     }
     fake.route('/introspect', (req) => ({ status: 200, body: answers[new URLSearchParams(req.body).get('token')!]! }))
     const introspection = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's3cret' } })
-    expect(await introspection.validate('id-nonce', weather)).toEqual(refused)
-    for (const token of ['id-azp', 'id-client']) expect(await introspection.validate(token, weather), token).toEqual({ active: false, reason: 'audience mismatch' })
-    for (const token of ['access', 'access-both']) expect(await introspection.validate(token, weather), token).toMatchObject({ active: true, info: { subject: 'user_alice', clientId } })
+    for (const token of ['id-nonce', 'id-azp']) expect(await introspection.validate(token, weather), token).toEqual(refused)
+    for (const token of ['id-azp-untyped', 'id-client']) expect(await introspection.validate(token, weather), token).toEqual({ active: false, reason: 'audience mismatch' })
+    for (const token of ['access', 'access-both', 'keycloak-access']) expect(await introspection.validate(token, weather), token).toMatchObject({ active: true, info: { subject: 'user_alice', clientId } })
   })
 
   it('a token differing from an accepted one only in case, or by whitespace around it, is not served its cached answer (jwt and userinfo modes)', async () => {
