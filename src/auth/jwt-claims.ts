@@ -126,8 +126,9 @@ const ID_TOKEN_HASHES = ['at_hash', 'c_hash', 's_hash'] as const
 /**
  * Whether a JWT not typed `at+jwt` shows itself an OpenID Connect ID token, which an
  * authorization server issues to the client, about the user:
- * - it carries a hash only an ID token has (`at_hash`, `c_hash`, `s_hash`), or Keycloak's
- *   `typ` claim of an ID token (`"ID"`; its access tokens say `"Bearer"`);
+ * - it carries a hash only an ID token has (`at_hash`, `c_hash`, `s_hash`), Keycloak's
+ *   `typ` claim of an ID token (`"ID"`; its access tokens say `"Bearer"`), or Cognito's
+ *   `token_use` of one (`"id"`; its access tokens say `"access"`);
  * - it carries a `nonce` and names no client (`azp`, `client_id`): an ID token's `nonce` is
  *   the client's, and Keycloak before version 24 copied it into access tokens too, which
  *   always name their client in `azp`, so `nonce` alone refuses nothing;
@@ -147,6 +148,7 @@ const ID_TOKEN_HASHES = ['at_hash', 'c_hash', 's_hash'] as const
 export function idTokenSigns(claims: JWTPayload, audience: readonly string[] | undefined): boolean {
   if (ID_TOKEN_HASHES.some((name) => claims[name] !== undefined)) return true
   if (typeof claims.typ === 'string' && claims.typ.toLowerCase() === 'id') return true
+  if (claims.token_use === 'id') return true
   const own = [claims.azp, claims.client_id].filter((id): id is string => typeof id === 'string')
   if (own.length === 0) return claims.nonce !== undefined
   if (!audience) return false

@@ -236,6 +236,7 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
         's_hash alone': { s_hash: 'x6mBGlvPxuCgHFzIcZFuSw' },
         'nonce, no client named': { nonce: 'n-0S6_WzA2Mj' },
         "Keycloak's ID token (typ claim ID)": { typ: 'ID', azp: 'client-1', aud: [weather.resource, 'client-1'] },
+        "Cognito's ID token (token_use id)": { token_use: 'id' },
       }
       for (const [name, extra] of Object.entries(idTokens)) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${name}, typ ${typ}`).toEqual(refused)
@@ -245,7 +246,7 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
       expect(await v.validate(await signed(idTokens['azp, no nonce'], { ...es, kid: 'nope' }, attacker.privateKey), weather)).toEqual(refused)
       // Access tokens that name their client: taken.
       // Keycloak before 24 copies the nonce into its access tokens, which name their client in azp.
-      for (const extra of [{ azp: 'client-1' }, { azp: 'client-1', nonce: 'n-0S6_WzA2Mj', typ: 'Bearer' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
+      for (const extra of [{ azp: 'client-1' }, { azp: 'client-1', nonce: 'n-0S6_WzA2Mj', typ: 'Bearer' }, { client_id: 'client-1', token_use: 'access' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${JSON.stringify(extra)}, typ ${typ}`).toMatchObject({ active: true, info: { subject: 'user_alice' } })
       }
     }
