@@ -71,14 +71,15 @@ export function setupAdapter(
   let onError = reporterOption(options.onError)
   // Built here from options: the dispatcher's own failures (stores, session pins) go to the
   // adapter's `onError` too, unless the options name a reporter of their own. A dispatcher
-  // given made lends its own `onError` to an adapter given none: a platform that set it on
-  // `createDispatcher` hears its handlers' failures there too, not on stderr.
+  // lends its own `onError` to an adapter given none: a platform that set it on
+  // `createDispatcher`, or in the dispatcher's options, hears its handlers' failures there
+  // too, not on stderr.
   let dispatcher: Dispatcher
   if ('decide' in given) {
     requireMethods('dispatcher', given, 'a Dispatcher (createDispatcher)', ['decide'])
     dispatcher = given as Dispatcher
-    if (options.onError === undefined) onError = dispatcherReporter(dispatcher) ?? onError
   } else dispatcher = createDispatcher({ ...(options.onError && { onError: options.onError }), ...(given as DispatcherOptions) })
+  if (options.onError === undefined) onError = dispatcherReporter(dispatcher) ?? onError
   let trust: CompiledTrustProxy
   try {
     trust = compileTrustProxy(options.trustProxy)

@@ -124,38 +124,54 @@ function isPathInside(candidate: string, base: string): boolean {
 const ID_TOKEN_HASHES = ['at_hash', 'c_hash', 's_hash'] as const
 
 /**
- * Whether a JWT not typed `at+jwt` shows itself an OpenID Connect ID token, which an
- * authorization server issues to the client, about the user:
+ * Whether a JWT not typed `at+jwt` (or an introspection answer) shows itself an OpenID Connect
+ * ID token, which an authorization server issues to the client, about the user, whatever its
+ * audience:
  * - it carries a hash only an ID token has (`at_hash`, `c_hash`, `s_hash`), Keycloak's
  *   `typ` claim of an ID token (`"ID"`; its access tokens say `"Bearer"`), or Cognito's
  *   `token_use` of one (`"id"`; its access tokens say `"access"`);
  * - it carries a `nonce` and names no client (`azp`, `client_id`): an ID token's `nonce` is
  *   the client's, and Keycloak before version 24 copied it into access tokens too, which
- *   always name their client in `azp`, so `nonce` alone refuses nothing;
- * - when there is an audience to check, its audience names an expected resource only through
- *   the client's own id (`azp` or `client_id`): an ID token's audience is its client, and a
- *   client whose id is a URL at or under an App's address (a Client ID Metadata Document
- *   hosted there) would have its ID tokens taken for access tokens to that App.
+ *   always name their client in `azp`, so `nonce` alone refuses nothing.
  *
- * A token typed `at+jwt` says what it is and is not judged here.
+ * A token typed `at+jwt` says what it is and is not judged here. An ID token's audience is its
+ * client: {@link resourceAudience} keeps a client's own id from naming an App.
  *
  * @example
  * ```ts
- * idTokenSigns({ aud: 'https://app.example/c.json', azp: 'https://app.example/c.json' }, ['https://app.example'])  // true
- * idTokenSigns({ aud: 'https://app.example', azp: 'client-1', nonce: 'n' }, ['https://app.example'])            // false
+ * idTokenSigns({ aud: 'client-1', at_hash: 'x6mBGlvPxuCgHFzIcZFuSw' })  // true
+ * idTokenSigns({ aud: 'https://app.example', azp: 'client-1', nonce: 'n' }) // false
  * ```
  */
-export function idTokenSigns(claims: JWTPayload, audience: readonly string[] | undefined): boolean {
+export function idTokenSigns(claims: JWTPayload): boolean {
   if (ID_TOKEN_HASHES.some((name) => claims[name] !== undefined)) return true
   if (typeof claims.typ === 'string' && claims.typ.toLowerCase() === 'id') return true
   if (claims.token_use === 'id') return true
-  const own = [claims.azp, claims.client_id].filter((id): id is string => typeof id === 'string')
-  if (own.length === 0) return claims.nonce !== undefined
-  if (!audience) return false
+  return claims.nonce !== undefined && typeof claims.azp !== 'string' && typeof claims.client_id !== 'string'
+}
+
+/**
+ * The audience of a token (its `aud` claim, or an introspection answer's) as far as it names
+ * resources: less any value that is the client's own id (`azp`, `client_id`) where that id is
+ * an http(s) URL, compared after {@link normalizeResource}. A client id names the client, never
+ * an App; but an ID token's audience is its client, and a client whose id is a URL at or under
+ * an App's address (a Client ID Metadata Document hosted there) would otherwise have its ID
+ * tokens taken there as access tokens. Client ids that are no URL (`client-1`, a GUID: Entra,
+ * where an API may be its own client) are no App address, and are left. `undefined` when the
+ * audience is absent or malformed; `[]` when it named only the client.
+ *
+ * @example
+ * ```ts
+ * resourceAudience({ aud: ['https://app.example/c.json', 'https://api.example'], azp: 'https://app.example/c.json' }) // ['https://api.example']
+ * resourceAudience({ aud: 'b8c1…', azp: 'b8c1…' })                                                                     // ['b8c1…']
+ * ```
+ */
+export function resourceAudience(claims: { readonly aud?: unknown; readonly azp?: unknown; readonly client_id?: unknown }): string[] | undefined {
   const aud = audienceList(claims.aud)
-  if (!aud) return false
-  const others = aud.filter((a) => !own.includes(a))
-  return audienceMatches(aud, audience) && !(others.length > 0 && audienceMatches(others, audience))
+  if (!aud) return undefined
+  const own: string[] = []
+  for (const id of [claims.azp, claims.client_id]) if (typeof id === 'string' && /^https?:\/\//i.test(id)) own.push(normalizeResource(id))
+  return own.length === 0 ? aud : aud.filter((a) => !own.includes(normalizeResource(a)))
 }
 
 /** What {@link checkAccessTokenClaims} checks against. */

@@ -53,7 +53,7 @@ import {
   isHttpUrl,
   issuerProblem,
 } from './discovery.js'
-import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, issuedSince, peekJwtClaims } from './jwt-claims.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, issuedSince, peekJwtClaims, resourceAudience } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
@@ -1131,12 +1131,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       const answered = typeof body.exp === 'number' ? body.exp * 1000 : undefined
       const own = typeof claims?.exp === 'number' ? claims.exp * 1000 : undefined
       const expiresAt = answered === undefined ? own : own === undefined ? answered : Math.min(answered, own)
-      // An ID token some servers answer active (its claims, `nonce` and the like, copied into the
-      // answer) is refused as in `jwt` mode; the client's own id in its audience names the
-      // client, never an App (an ID token's audience is its client), so it is no match.
-      if (idTokenSigns(body, undefined)) return { active: false, reason: 'not an access token (ID token)' }
-      const clientIds = [body.client_id, body.azp]
-      const audience = audienceList(body.aud)?.filter((a) => !clientIds.includes(a))
+      // An ID token some servers answer active (Keycloak: `typ: "ID"` and the token's claims
+      // copied into the answer) is refused as in `jwt` mode; the client's own id in its audience
+      // names the client, never an App (an ID token's audience is its client), so it is no match.
+      if (idTokenSigns(body)) return { active: false, reason: 'not an access token (ID token)' }
+      const audience = resourceAudience(body)
       const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
       return {
         active: true,
@@ -1291,7 +1290,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (typ !== undefined && typ !== 'at+jwt' && typ !== 'jwt') return { active: false, reason: 'not an access token (typ)' }
     // An ID token untyped or typed plain `JWT` (as most providers issue them) says what it is by
     // its claims: refused whatever its audience, before any key is looked for.
-    if (typ !== 'at+jwt' && idTokenSigns(claims, audience)) return { active: false, reason: 'not an access token (ID token)' }
+    if (typ !== 'at+jwt' && idTokenSigns(claims)) return { active: false, reason: 'not an access token (ID token)' }
     // An expired token is refused whatever its signature, so without checking it: a client
     // that keeps sending its token past `exp` (refused ones are not cached in this mode by
     // default) costs a decode, not a signature check each time. The boundary is `jose`'s, which
@@ -1412,7 +1411,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     if (typeof sub !== 'string' || sub === '') return { active: false, reason: 'token has no subject' }
     if (unusableSubject(sub)) return { active: false, reason: SUBJECT_NOT_WELL_FORMED }
     const expiresAt = typeof payload.exp === 'number' ? payload.exp * 1000 : undefined
-    const tokenAudience = audienceList(payload.aud)
+    // What is cached, and checked against each App it is presented to: never the client's own id.
+    const tokenAudience = resourceAudience(payload)
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined
     const scopes = typeof payload.scope === 'string' ? payload.scope.split(' ').filter(Boolean) : undefined
     return {

@@ -1828,19 +1828,24 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     },
     decide,
   }
-  reporters.set(dispatcher, onError)
+  Object.defineProperty(dispatcher, kReporter, { value: onError })
   return dispatcher
 }
 
-/** Each dispatcher's `onError`, for the adapters wrapped around it that have none of their own. */
-const reporters = new WeakMap<Dispatcher, (error: unknown, context: string) => void>()
+/**
+ * Where a dispatcher keeps its `onError`, for the adapters wrapped around it that have none of
+ * their own: a registered symbol, so that a dispatcher made by the CommonJS build is read by an
+ * adapter of the ES module build in the same process (a module-local key would not be).
+ */
+const kReporter = Symbol.for('mcp-dispatch.dispatcher.onError')
 
 /**
  * @internal The `onError` of a dispatcher made by {@link createDispatcher} (its default
  * `logError` when none was given), or `undefined` for a `Dispatcher` made otherwise.
  */
 export function dispatcherReporter(dispatcher: Dispatcher): ((error: unknown, context: string) => void) | undefined {
-  return reporters.get(dispatcher)
+  const reporter: unknown = (dispatcher as { [kReporter]?: unknown })[kReporter]
+  return typeof reporter === 'function' ? (reporter as (error: unknown, context: string) => void) : undefined
 }
 
 /** An absolute http(s) URL with a host, and no query, fragment or white space: an App address. */

@@ -9,7 +9,7 @@
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import Fastify, { type FastifyInstance } from 'fastify'
-import { type Dispatcher, createDispatcher } from 'mcp-dispatch'
+import { type Dispatcher, type DispatcherOptions, createDispatcher } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
@@ -25,7 +25,7 @@ afterEach(() => {
 })
 
 /** The Web adapter whose handler throws `boom`: one POST to `/v1` as alice; its status. */
-async function webFailure(dispatcher: Dispatcher, token: string, onError?: Reporter): Promise<number> {
+async function webFailure(dispatcher: Dispatcher | DispatcherOptions, token: string, onError?: Reporter): Promise<number> {
   const handle = webDispatch({
     dispatcher,
     handler: () => {
@@ -49,6 +49,16 @@ describe('an adapter given no onError', () => {
     expect(await webFailure(fixture.dispatcher, fixture.tokens.alice, (error, context) => own.push({ error, context }))).toBe(502)
     expect(told(own)).toEqual([['handler', 'Error', 'boom']])
     expect(fixture.errors).toHaveLength(1)
+    expect(stderr).not.toHaveBeenCalled()
+  })
+
+  it("Web: dispatcher given as options with an onError of their own: the adapter reports there too (regression: to stderr)", async () => {
+    const fixture = createFixture()
+    const stderr = vi.spyOn(console, 'error').mockImplementation(() => {})
+    const heard: Array<{ error: unknown; context: string }> = []
+    const options = { ...fixture.dispatcherOptions, onError: (error: unknown, context: string) => void heard.push({ error, context }) }
+    expect(await webFailure(options, fixture.tokens.alice)).toBe(502)
+    expect(told(heard)).toEqual([['handler', 'Error', 'boom']])
     expect(stderr).not.toHaveBeenCalled()
   })
 

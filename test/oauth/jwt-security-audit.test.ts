@@ -220,20 +220,17 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
     expect(await v.validate(await signed({ aud: 'client-1', azp: 'client-1' }, es, ec.privateKey), weather)).toEqual({ active: false, reason: 'audience mismatch' })
   })
 
-  it('an ID token of a client whose id is a URL at or under the App (a Client ID Metadata Document hosted there) is refused by its claims, untyped or typed JWT (regression: taken as an access token, its audience a path inside the App); access tokens naming their client beside the App, and at+jwt tokens, are taken', async () => {
+  it('an ID token is refused by its claims (untyped or typed JWT), and a client id that is a URL at or under the App (a Client ID Metadata Document hosted there) never names the App, whichever App saw the token first (regression: its ID tokens were taken as access tokens, the path-inside audience match taking its client id); access tokens of Keycloak, Cognito, Entra and those naming their client beside the App are taken', async () => {
     const v = validator({ mode: 'jwt' })
     const refused = { active: false, reason: 'not an access token (ID token)' }
+    const mismatch = { active: false, reason: 'audience mismatch' }
     const clientId = `${weather.resource}/clients/agent.json`
     for (const typ of [undefined, 'JWT', 'jwt', 'application/JWT']) {
       const es = { alg: 'ES256', kid: 'k1', ...(typ && { typ }) }
       const idTokens = {
-        'code flow with nonce': { aud: clientId, azp: clientId, nonce: 'n-0S6_WzA2Mj' },
-        'azp, no nonce': { aud: clientId, azp: clientId },
-        'client id the App itself': { aud: weather.resource, azp: weather.resource },
-        'client_id claim': { aud: [clientId, 'https://api.other.example'], client_id: clientId },
-        'at_hash alone, audience the App': { at_hash: '77QmUPtjPfzWtF2AnpK9RQ' },
-        'c_hash alone': { c_hash: 'LDktKdoQak3Pk0cnXxCltA' },
-        's_hash alone': { s_hash: 'x6mBGlvPxuCgHFzIcZFuSw' },
+        'at_hash, audience the App': { at_hash: '77QmUPtjPfzWtF2AnpK9RQ' },
+        c_hash: { c_hash: 'LDktKdoQak3Pk0cnXxCltA' },
+        s_hash: { s_hash: 'x6mBGlvPxuCgHFzIcZFuSw' },
         'nonce, no client named': { nonce: 'n-0S6_WzA2Mj' },
         "Keycloak's ID token (typ claim ID)": { typ: 'ID', azp: 'client-1', aud: [weather.resource, 'client-1'] },
         "Cognito's ID token (token_use id)": { token_use: 'id' },
@@ -241,19 +238,42 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
       for (const [name, extra] of Object.entries(idTokens)) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${name}, typ ${typ}`).toEqual(refused)
       }
-      // An ID token refused by its claims is refused before any signature check: an attacker's
-      // key gets the same answer, and the JWKS is not asked again.
-      expect(await v.validate(await signed(idTokens['azp, no nonce'], { ...es, kid: 'nope' }, attacker.privateKey), weather)).toEqual(refused)
-      // Access tokens that name their client: taken.
-      // Keycloak before 24 copies the nonce into its access tokens, which name their client in azp.
+      // Refused before any signature check: an attacker's key gets the same answer, and the
+      // JWKS is not asked again.
+      expect(await v.validate(await signed(idTokens.c_hash, { ...es, kid: 'nope' }, attacker.privateKey), weather)).toEqual(refused)
+      // An audience naming the App only through the client's own id (a URL): no match.
+      const ownId = {
+        'code flow, nonce': { aud: clientId, azp: clientId, nonce: 'n-0S6_WzA2Mj' },
+        'azp, no nonce': { aud: clientId, azp: clientId },
+        'client id the App itself, spelt otherwise': { aud: weather.resource, azp: `${weather.resource.toUpperCase()}/` },
+        'client_id claim': { aud: [clientId, 'https://api.other.example'], client_id: clientId },
+      }
+      for (const [name, extra] of Object.entries(ownId)) {
+        expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${name}, typ ${typ}`).toEqual(mismatch)
+      }
+      // Access tokens that name their client: taken. Keycloak before 24 copies the nonce into
+      // its access tokens, which name their client in azp; Cognito's say token_use access.
       for (const extra of [{ azp: 'client-1' }, { azp: 'client-1', nonce: 'n-0S6_WzA2Mj', typ: 'Bearer' }, { client_id: 'client-1', token_use: 'access' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${JSON.stringify(extra)}, typ ${typ}`).toMatchObject({ active: true, info: { subject: 'user_alice' } })
       }
     }
     expect(fake.count('/jwks')).toBe(1)
-    // Typed at+jwt (RFC 9068), the token says what it is: taken, its client_id under the App or not.
+    // Whichever App sees it first: accepted where it names another App, never at the App its
+    // client id lies under (the cached entry keeps no client id as an audience).
+    const other = { resource: 'https://api.other.example', appId: 'app_other' }
+    const both = await signed({ aud: [clientId, other.resource], azp: clientId }, { alg: 'ES256', kid: 'k1' }, ec.privateKey)
+    expect(await v.validate(both, other)).toMatchObject({ active: true })
+    expect(await v.validate(both, weather)).toEqual(mismatch)
+    expect(await v.validate(both, other)).toMatchObject({ active: true })
+    // A client id that is no URL names no App address: an Entra API that is its own client
+    // (aud and azp the same GUID) is taken where that GUID is the audience expected.
+    const guid = '6e74172b-be56-4843-9ff4-e66a39bb12e3'
+    const entra = validator({ mode: 'jwt', audience: guid })
+    expect(await entra.validate(await signed({ aud: guid, azp: guid, ver: '2.0' }, { alg: 'ES256', kid: 'k1', typ: 'JWT' }, ec.privateKey), weather)).toMatchObject({ active: true })
+    // Typed at+jwt (RFC 9068), no claim makes it an ID token, but its client id still names no App.
     const at = { alg: 'ES256', kid: 'k1', typ: 'at+jwt' }
-    expect(await v.validate(await signed({ aud: clientId, client_id: clientId, jti: 'j1' }, at, ec.privateKey), weather)).toMatchObject({ active: true })
+    expect(await v.validate(await signed({ client_id: clientId, jti: 'j1', nonce: 'n', at_hash: 'x' }, at, ec.privateKey), weather)).toMatchObject({ active: true })
+    expect(await v.validate(await signed({ aud: clientId, client_id: clientId, jti: 'j2' }, at, ec.privateKey), weather)).toEqual(mismatch)
     // With any audience accepted (`audience: false`), an ID token's own claims still refuse it.
     const anyAudience = validator({ mode: 'jwt', audience: false })
     for (const extra of [{ at_hash: 'x' }, { nonce: 'n' }, { typ: 'ID', azp: 'client-1' }]) {
@@ -269,6 +289,7 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
       'id-nonce': { ...base, typ: 'ID', aud: clientId, azp: clientId, nonce: 'n-0S6_WzA2Mj' },
       'id-azp': { ...base, typ: 'ID', aud: clientId, azp: clientId },
       'id-azp-untyped': { ...base, aud: clientId, azp: clientId },
+      'id-azp-spelt-otherwise': { ...base, aud: `${clientId}`.replace('http:', 'HTTP:'), azp: clientId },
       'id-client': { ...base, aud: [clientId], client_id: clientId },
       access: { ...base, aud: weather.resource, client_id: clientId },
       'keycloak-access': { ...base, typ: 'Bearer', aud: weather.resource, azp: 'client-1', client_id: clientId, nonce: 'n-0S6_WzA2Mj' },
@@ -277,7 +298,7 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
     fake.route('/introspect', (req) => ({ status: 200, body: answers[new URLSearchParams(req.body).get('token')!]! }))
     const introspection = validator({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 's3cret' } })
     for (const token of ['id-nonce', 'id-azp']) expect(await introspection.validate(token, weather), token).toEqual(refused)
-    for (const token of ['id-azp-untyped', 'id-client']) expect(await introspection.validate(token, weather), token).toEqual({ active: false, reason: 'audience mismatch' })
+    for (const token of ['id-azp-untyped', 'id-azp-spelt-otherwise', 'id-client']) expect(await introspection.validate(token, weather), token).toEqual({ active: false, reason: 'audience mismatch' })
     for (const token of ['access', 'access-both', 'keycloak-access']) expect(await introspection.validate(token, weather), token).toMatchObject({ active: true, info: { subject: 'user_alice', clientId } })
   })
 
