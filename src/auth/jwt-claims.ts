@@ -174,6 +174,15 @@ export function resourceAudience(claims: { readonly aud?: unknown; readonly azp?
   return own.length === 0 ? aud : aud.filter((a) => !own.includes(normalizeResource(a)))
 }
 
+/**
+ * `claims` with the audience {@link resourceAudience} gives, for checking: the claims
+ * themselves when they name no client id that is a URL (no copy made).
+ */
+export function withResourceAudience(claims: JWTPayload): JWTPayload {
+  const urlId = (id: unknown) => typeof id === 'string' && /^https?:\/\//i.test(id)
+  return urlId(claims.azp) || urlId(claims.client_id) ? { ...claims, aud: resourceAudience(claims) ?? claims.aud } : claims
+}
+
 /** What {@link checkAccessTokenClaims} checks against. */
 export interface ClaimExpectations {
   /** The configured issuer; `iss` must equal it when `requireIssuer` or when present. */

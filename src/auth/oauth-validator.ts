@@ -53,7 +53,7 @@ import {
   isHttpUrl,
   issuerProblem,
 } from './discovery.js'
-import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, issuedSince, peekJwtClaims, resourceAudience } from './jwt-claims.js'
+import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, issuedSince, peekJwtClaims, resourceAudience, withResourceAudience } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
@@ -1670,10 +1670,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       }
       let claims: JWTPayload | undefined
       if (mode !== 'jwt') {
-        // Unverified claims can only refuse a token early, never accept it.
+        // Unverified claims can only refuse a token early, never accept it. The client's own id
+        // names no App here either (userinfo mode has no other audience check).
         claims = peekJwtClaims(token)
         if (claims) {
-          const reason = checkAccessTokenClaims(claims, {
+          const reason = checkAccessTokenClaims(withResourceAudience(claims), {
             issuer,
             requireIssuer: false,
             now: now(),

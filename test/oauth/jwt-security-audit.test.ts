@@ -282,6 +282,15 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
     // Nothing tells this one from an access token for the client (documented).
     expect(await anyAudience.validate(await signed({ aud: 'client-1', azp: 'client-1', nonce: 'n' }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
 
+    // Userinfo mode with an audience to check: the only audience check there is the early one
+    // on the token's own claims, and the client's own id names no App in it either.
+    fake.route('/me', { status: 200, body: { sub: 'user_alice' } })
+    const userinfo = validator({ audience: ({ resource }) => resource })
+    expect(await userinfo.validate(await signed({ aud: clientId, azp: clientId }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toEqual(mismatch)
+    expect(fake.count('/me')).toBe(0)
+    expect(await userinfo.validate(await signed({ azp: clientId }, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
+    expect(fake.count('/me')).toBe(1)
+
     // Introspection: a server that answers an ID token active (Keycloak's, with `typ: "ID"` and
     // the token's claims) gets it refused the same way.
     const base = { active: true, sub: 'user_alice', iss: fake.url, token_type: 'Bearer', exp: Math.floor(clock() / 1000) + 600 }
