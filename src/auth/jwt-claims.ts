@@ -130,9 +130,10 @@ const ID_TOKEN_HASHES = ['at_hash', 'c_hash', 's_hash'] as const
  * - it carries a hash only an ID token has (`at_hash`, `c_hash`, `s_hash`), Keycloak's
  *   `typ` claim of an ID token (`"ID"`; its access tokens say `"Bearer"`), or Cognito's
  *   `token_use` of one (`"id"`; its access tokens say `"access"`);
- * - it carries a `nonce` and names no client (`azp`, `client_id`): an ID token's `nonce` is
- *   the client's, and Keycloak before version 24 copied it into access tokens too, which
- *   always name their client in `azp`, so `nonce` alone refuses nothing.
+ * - it carries a `nonce` and names no client (`azp`, `client_id`, or a provider's own claim
+ *   for it: `cid`, `appid`, `applicationId`): an ID token's `nonce` is the client's, and
+ *   Keycloak before version 24 copied it into access tokens too, which always name their
+ *   client in `azp`, so `nonce` alone refuses nothing.
  *
  * A token typed `at+jwt` says what it is and is not judged here. An ID token's audience is its
  * client: {@link resourceAudience} keeps a client's own id from naming an App.
@@ -147,8 +148,14 @@ export function idTokenSigns(claims: JWTPayload): boolean {
   if (ID_TOKEN_HASHES.some((name) => claims[name] !== undefined)) return true
   if (typeof claims.typ === 'string' && claims.typ.toLowerCase() === 'id') return true
   if (claims.token_use === 'id') return true
-  return claims.nonce !== undefined && typeof claims.azp !== 'string' && typeof claims.client_id !== 'string'
+  return claims.nonce !== undefined && !CLIENT_CLAIMS.some((name) => typeof claims[name] === 'string')
 }
+
+/**
+ * Claims by which access tokens name their client: `azp` and RFC 9068's `client_id`, and the
+ * providers' own (Okta `cid`, Entra v1 `appid`, FusionAuth `applicationId`).
+ */
+const CLIENT_CLAIMS = ['azp', 'client_id', 'cid', 'appid', 'applicationId'] as const
 
 /**
  * The audience of a token (its `aud` claim, or an introspection answer's) as far as it names

@@ -253,7 +253,7 @@ describe('jwt mode: audiences, ID tokens and the cache key', () => {
       }
       // Access tokens that name their client: taken. Keycloak before 24 copies the nonce into
       // its access tokens, which name their client in azp; Cognito's say token_use access.
-      for (const extra of [{ azp: 'client-1' }, { azp: 'client-1', nonce: 'n-0S6_WzA2Mj', typ: 'Bearer' }, { client_id: 'client-1', token_use: 'access' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
+      for (const extra of [{ azp: 'client-1' }, { azp: 'client-1', nonce: 'n-0S6_WzA2Mj', typ: 'Bearer' }, { cid: 'client-1', nonce: 'n' }, { appid: 'client-1', nonce: 'n' }, { applicationId: 'client-1', nonce: 'n' }, { client_id: 'client-1', token_use: 'access' }, { client_id: clientId }, { aud: [weather.resource, clientId], azp: clientId }, { azp: clientId, aud: `${weather.resource}/v1` }]) {
         expect(await v.validate(await signed(extra, es, ec.privateKey), weather), `${JSON.stringify(extra)}, typ ${typ}`).toMatchObject({ active: true, info: { subject: 'user_alice' } })
       }
     }
