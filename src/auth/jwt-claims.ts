@@ -40,6 +40,9 @@ export function issuedSince(iat: unknown, at: number, toleranceMs: number): bool
   return typeof iat === 'number' && iat * 1000 + 1000 + toleranceMs > at
 }
 
+/** The start of an http(s) URL, any case: what is parsed as an address and normalized. */
+const HTTP_URL = /^https?:\/\//i
+
 /**
  * A resource indicator in comparable form: absolute http(s) URLs are normalized by the WHATWG
  * URL parser (lower-case scheme and host, default port dropped, `/` for an empty path), so
@@ -53,7 +56,7 @@ export function issuedSince(iat: unknown, at: number, toleranceMs: number): bool
  * ```
  */
 export function normalizeResource(value: string): string {
-  const url = /^https?:\/\//i.test(value) ? parseUrl(value) : undefined
+  const url = HTTP_URL.test(value) ? parseUrl(value) : undefined
   return url === undefined ? value : url.href
 }
 
@@ -103,7 +106,7 @@ const URI_TEXT = /^[A-Za-z0-9\-._~:/?#[\]@!$&'()*+,;=%\u00a1-\uffff]*$/
 function isPathInside(candidate: string, base: string): boolean {
   // An `aud` is the token's to say, before any signature is checked: one that looks like a URL
   // and is none (`https://[::1`) names no resource, and must refuse the token, not throw.
-  if (!/^https?:\/\//i.test(base) || !/^https?:\/\//i.test(candidate)) return false
+  if (!HTTP_URL.test(base) || !HTTP_URL.test(candidate)) return false
   const c = parseUrl(candidate)
   const b = parseUrl(base)
   if (c === undefined || b === undefined) return false
@@ -176,9 +179,13 @@ const CLIENT_CLAIMS = ['azp', 'client_id', 'cid', 'appid', 'applicationId'] as c
 export function resourceAudience(claims: { readonly aud?: unknown; readonly azp?: unknown; readonly client_id?: unknown }): string[] | undefined {
   const aud = audienceList(claims.aud)
   if (!aud) return undefined
-  const own: string[] = []
-  for (const id of [claims.azp, claims.client_id]) if (typeof id === 'string' && /^https?:\/\//i.test(id)) own.push(normalizeResource(id))
+  const own = [claims.azp, claims.client_id].filter(isUrlClientId).map(normalizeResource)
   return own.length === 0 ? aud : aud.filter((a) => !own.includes(normalizeResource(a)))
+}
+
+/** Whether a client id claim is an http(s) URL, which {@link resourceAudience} keeps from naming an App. */
+function isUrlClientId(id: unknown): id is string {
+  return typeof id === 'string' && HTTP_URL.test(id)
 }
 
 /**
@@ -186,8 +193,7 @@ export function resourceAudience(claims: { readonly aud?: unknown; readonly azp?
  * themselves when they name no client id that is a URL (no copy made).
  */
 export function withResourceAudience(claims: JWTPayload): JWTPayload {
-  const urlId = (id: unknown) => typeof id === 'string' && /^https?:\/\//i.test(id)
-  return urlId(claims.azp) || urlId(claims.client_id) ? { ...claims, aud: resourceAudience(claims) ?? claims.aud } : claims
+  return isUrlClientId(claims.azp) || isUrlClientId(claims.client_id) ? { ...claims, aud: resourceAudience(claims) ?? claims.aud } : claims
 }
 
 /** What {@link checkAccessTokenClaims} checks against. */
