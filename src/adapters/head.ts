@@ -77,12 +77,20 @@ function ignore(): void {}
  * 500 ms or 64 MB): said so, a keep-alive client sends its next request on a new connection,
  * not on the one about to close (undici's failed with `UND_ERR_SOCKET`). RFC 9112 section 9.6.
  * Only before the head; HTTP/2 streams end on their own.
+ *
+ * Node parses the bytes that follow a head in the same packet only once the head's callbacks,
+ * and their microtasks, have run: an answer given at once (the SDK transport's 406, without
+ * reading the body) sees an incomplete request whose body has in fact all arrived, and which
+ * `@hono/node-server` drains, keeping the connection. So an incomplete request is judged one turn
+ * of the event loop later (a promise, the only case that returns one).
  */
-export function closeIfBodyInFlight(res: unknown): void {
+export function closeIfBodyInFlight(res: unknown): Promise<void> | undefined {
   const req = (res as { req?: { complete?: unknown; httpVersionMajor?: unknown } }).req
-  if (req === undefined || req.complete !== false || req.httpVersionMajor !== 1) return
-  const response = res as { headersSent?: unknown; shouldKeepAlive?: boolean }
-  if (response.headersSent === false) response.shouldKeepAlive = false
+  if (req === undefined || req.complete !== false || req.httpVersionMajor !== 1) return undefined
+  return new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
+    const response = res as { headersSent?: unknown; shouldKeepAlive?: boolean }
+    if (req.complete === false && response.headersSent === false) response.shouldKeepAlive = false
+  })
 }
 
 /**

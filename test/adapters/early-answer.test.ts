@@ -9,6 +9,7 @@
  * a timeout, and the client's next request on it failed (`ECONNRESET`, 5 of 15 through Express;
  * `UND_ERR_SOCKET` on `@hono/node-server`).
  */
+import { connect } from 'node:net'
 import { generateKeyPair } from 'jose'
 import { createDispatcher } from 'mcp-dispatch'
 import { createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
@@ -81,6 +82,50 @@ describe('a proxied App that answers before taking the whole body', () => {
       } finally {
         await served.close()
         await upstream.close()
+      }
+    })
+  }
+})
+
+/**
+ * An answer given without reading a body that has all arrived (the SDK transport's 406 for an
+ * `Accept` it does not serve, its 415 for a `Content-Type`), its bytes in the packet of the
+ * request's head: `@hono/node-server` drains that body and keeps the connection, so the Web
+ * adapter given `outgoing` says `keep-alive`, as every other adapter, and the next request
+ * pipelined on the connection is answered. Found by an adapter parity audit: the body was taken
+ * as still in flight (Node parses the bytes after a head once the head's callbacks have run),
+ * and the answer said `Connection: close` and closed a connection that could go on.
+ */
+describe('an early answer to a request whose small body has all arrived', () => {
+  for (const kind of ADAPTER_KINDS) {
+    it(`${kind}: the connection is kept, and the pipelined next request answered`, async () => {
+      const base = createFixture()
+      const app = base.apps.getAppBySlug('weather')
+      const fixture = { ...base, dispatcher: createDispatcher({ ...base.dispatcherOptions, resolveApp: () => app }) }
+      // Answers 406 without reading the body, as the SDK transport does for `Accept: text/html`.
+      const served = await serveWebHandler(kind, fixture, () => new Response('{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Not Acceptable"}}', { status: 406, headers: { 'content-type': 'application/json' } }))
+      const body = '{"jsonrpc":"2.0","id":1,"method":"ping"}'
+      const request = `POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nAccept: text/html\r\nContent-Length: ${body.length}\r\n\r\n${body}`
+      try {
+        // Both requests in one write: the second is read only if the connection goes on.
+        const received = await new Promise<string>((resolve, reject) => {
+          let text = ''
+          const socket = connect(served.port, '127.0.0.1', () => socket.write(request + request))
+          socket.setEncoding('latin1')
+          socket.on('data', (chunk: string) => {
+            text += chunk
+            if ((text.match(/HTTP\/1\.1 406/g) ?? []).length === 2) socket.end()
+          })
+          socket.on('error', reject)
+          socket.on('close', () => resolve(text))
+          socket.setTimeout(5_000, () => socket.destroy())
+        })
+        const heads = [...received.matchAll(/HTTP\/1\.1 [^\r]*\r\n[\s\S]*?\r\n\r\n/g)].map((match) => match[0])
+        expect(heads.map((head) => head.split('\r\n')[0])).toEqual(['HTTP/1.1 406 Not Acceptable', 'HTTP/1.1 406 Not Acceptable'])
+        for (const head of heads) expect(head.toLowerCase()).toContain('connection: keep-alive')
+        expect(fixture.errors).toEqual([])
+      } finally {
+        await served.close()
       }
     })
   }

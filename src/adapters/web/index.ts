@@ -256,7 +256,10 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       response = usableResponse(answered instanceof Promise || isForeignThenable(answered) ? await answered : answered)
       // An answer given before the request's body has all arrived (a proxied App's early 413),
       // whose connection @hono/node-server closes after it: said so (`Connection: close`).
-      if (outgoing !== undefined) closeIfBodyInFlight(outgoing)
+      if (outgoing !== undefined) {
+        const judged = closeIfBodyInFlight(outgoing)
+        if (judged !== undefined) await judged
+      }
       // Stamped before the pin is stored: an answer the headers cannot go on is no answer.
       if (!atHead) response = stampHeaders(response, decision.headers, outgoing !== undefined && isHttp2Response(outgoing))
     } catch (error) {
