@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { absoluteForm } from './node-http.js'
+import { absoluteForm, lowerTargetScheme } from './node-http.js'
 import { canonicalHost } from './shared.js'
 import { parseUrl } from '../core/url.js'
 
@@ -106,6 +106,30 @@ describe('absoluteForm (absolute-form request targets), property-based', () => {
         const absolute = absoluteForm(url)
         expect(absolute !== undefined).toBe(/^https?:\/\//i.test(url))
         if (url.startsWith('/')) expect(absolute).toBeUndefined()
+      }),
+      RUNS,
+    )
+  })
+
+  it('lowerTargetScheme: an absolute-form target gets its scheme in lower case and nothing else changed (the same absoluteForm reading); any other target, and originalUrl of another target, untouched', () => {
+    fc.assert(
+      fc.property(anyTarget, anyTarget, (url, other) => {
+        const req = { url, originalUrl: url }
+        lowerTargetScheme(req)
+        const absolute = absoluteForm(url)
+        if (absolute === undefined) {
+          expect(req).toEqual({ url, originalUrl: url })
+          return
+        }
+        const expected = absolute.scheme + url.slice(absolute.scheme.length)
+        expect(req).toEqual({ url: expected, originalUrl: expected })
+        expect(absoluteForm(expected)).toEqual(absolute)
+        // Under an Express mount, `originalUrl` may be another target: only its same scheme is lowered.
+        const mounted = { url, originalUrl: other }
+        lowerTargetScheme(mounted)
+        expect(mounted.url).toBe(expected)
+        const written = url.slice(0, absolute.scheme.length)
+        expect(mounted.originalUrl).toBe(written !== absolute.scheme && other.startsWith(written) ? absolute.scheme + other.slice(written.length) : other)
       }),
       RUNS,
     )

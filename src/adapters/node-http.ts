@@ -142,6 +142,26 @@ export function absoluteForm(url: string): { scheme: 'http' | 'https'; host: str
 const ABSOLUTE_FORM = /^(https?):\/\//i
 
 /**
+ * Writes the scheme of an absolute-form target in lower case in `req.url` (and Express's
+ * `req.originalUrl`), the rest as sent: `POST HTTP://weather.example.com/v1` goes on as
+ * `http://weather.example.com/v1`. A scheme is case-insensitive, lower case its canonical form
+ * (RFC 3986 section 3.1), and the dispatch layer reads it so; the handler must too, but
+ * `@hono/node-server`, which the MCP SDK's Node transport builds its `Request` with, takes only
+ * `http://` and `https://` as absolute-form, and answered an upper-case one an empty 400 after
+ * the caller had been authenticated and charged. An origin-form target (almost every request)
+ * is told by its first character, and left alone.
+ * @internal
+ */
+export function lowerTargetScheme(req: { url?: string; originalUrl?: string }): void {
+  const url = req.url
+  if (url === undefined || url.charCodeAt(0) === 47 /* / */) return
+  const scheme = ABSOLUTE_FORM.exec(url)?.[1]
+  if (scheme === undefined || scheme === 'http' || scheme === 'https') return
+  req.url = scheme.toLowerCase() + url.slice(scheme.length)
+  if (req.originalUrl?.startsWith(scheme)) req.originalUrl = scheme.toLowerCase() + req.originalUrl.slice(scheme.length)
+}
+
+/**
  * Whether `url` is an absolute-form target (`http://host/v1`) whose host no URL can hold
  * (`host:99999`, `[zz]`): what the adapters answer 400 `Invalid Host header`, for the Fastify
  * adapter's `frameworkErrors`, where Fastify refused the target before any hook ran.

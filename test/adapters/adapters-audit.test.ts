@@ -68,8 +68,8 @@ function heads(text: string): Array<{ status: number; fields: string[] }> {
 const named = (fields: string[], name: string) => fields.filter((line) => line.startsWith(`${name}:`))
 
 /** A POST head on HTTP/1.1. */
-function post(options: { token?: string; host?: string; length?: number; chunked?: boolean; extra?: Record<string, string>; close?: boolean }): string {
-  const lines = [`POST /v1 HTTP/1.1`, `Host: ${options.host ?? HOST}`, 'Content-Type: application/json', 'Accept: application/json, text/event-stream']
+function post(options: { token?: string; host?: string; target?: string; length?: number; chunked?: boolean; extra?: Record<string, string>; close?: boolean }): string {
+  const lines = [`POST ${options.target ?? '/v1'} HTTP/1.1`, `Host: ${options.host ?? HOST}`, 'Content-Type: application/json', 'Accept: application/json, text/event-stream']
   if (options.token) lines.push(`Authorization: Bearer ${options.token}`)
   for (const [name, value] of Object.entries(options.extra ?? {})) lines.push(`${name}: ${value}`)
   lines.push(options.chunked ? 'Transfer-Encoding: chunked' : `Content-Length: ${options.length ?? 0}`)
@@ -91,6 +91,15 @@ async function expectConnectionReusedAfterRefusal(port: number): Promise<void> {
     expect(heads(text).map((h) => h.status)).toEqual([401, 200])
     // The second answer is the metadata document, not a parse of the first request's body.
     expect(text).toContain(`"resource":"http://${HOST}"`)
+  }
+}
+
+/** `initialize` at an absolute-form target of an upper- or mixed-case scheme is served (200). */
+async function expectServedUnderUpperCaseScheme(port: number, token: string): Promise<void> {
+  for (const scheme of ['HTTP', 'Https']) {
+    const text = await exchange(port, [post({ token, target: `${scheme}://${HOST}/v1`, length: INIT.length, close: true }), INIT], INITIALIZED)
+    expect(heads(text)[0]!.status, scheme).toBe(200)
+    expect(text, scheme).toContain('"protocolVersion":"2025-06-18"')
   }
 }
 
@@ -210,6 +219,19 @@ describe.each(EXPRESS_KINDS)('%s adapter, audit', (kind) => {
       await sessions.close()
     }
   })
+  it('an absolute-form target whose scheme is not lower case (HTTP://, Https://) reaches the SDK transport as http(s)://, and is served (regression: @hono/node-server under the transport answered an empty 400, after the caller was authenticated and charged)', async () => {
+    const fixture = createFixture()
+    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+    const app = express()
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(expressRoute(() => (req, res) => sessions.handle(req, res)))
+    const port = await serve(app)
+    try {
+      await expectServedUnderUpperCaseScheme(port, fixture.tokens.alice)
+    } finally {
+      await sessions.close()
+    }
+  })
 })
 
 describe('fastify adapter, audit', () => {
@@ -320,6 +342,27 @@ describe('fastify adapter, audit', () => {
       expect(heads(thrown)[0]!.status).toBe(502)
       expect(named(heads(thrown)[0]!.fields, 'x-mcp-version')).toEqual(['x-mcp-version: 1.0.0'])
       expect(heard).toEqual(['handler: thrown after hijack'])
+    } finally {
+      await sessions.close()
+    }
+  })
+  it('an absolute-form target whose scheme is not lower case (HTTP://, Https://) reaches the SDK transport as http(s)://, and is served (regression: an empty 400 after the caller was authenticated and charged)', async () => {
+    const fixture = createFixture()
+    const sessions = createNodeMcpHandler(() => buildScenarioServer('weather', '1.0.0'))
+    const app = Fastify()
+    app.removeAllContentTypeParsers()
+    app.addContentTypeParser('*', (_request, _payload, done) => done(null))
+    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+    app.all(
+      '/*',
+      fastifyRoute(() => async (request, reply) => {
+        reply.hijack()
+        await sessions.handle(request.raw, reply.raw)
+      }),
+    )
+    const port = await start(app)
+    try {
+      await expectServedUnderUpperCaseScheme(port, fixture.tokens.alice)
     } finally {
       await sessions.close()
     }

@@ -46,6 +46,7 @@ import {
   requireContext,
   requestProtocol,
   setHeaders,
+  lowerTargetScheme,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
@@ -296,6 +297,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       }
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
       // by default it is the socket's scheme.
+      lowerTargetScheme(req)
       const request = toDispatchRequest(req, req.originalUrl ?? req.url, expressProtocol(req), trust)
       if (request === undefined) {
         writeOwn(res, INVALID_HOST)

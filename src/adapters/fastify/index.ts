@@ -58,6 +58,7 @@ import {
   requestProtocol,
   requireContext,
   setHeaders,
+  lowerTargetScheme,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
@@ -310,6 +311,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
         done()
         return
       }
+      lowerTargetScheme(raw)
       const dispatchRequest = toDispatchRequest(raw, dispatchTarget(raw), requestProtocol(raw, request.protocol), trust)
       if (dispatchRequest === undefined) {
         sendReply(reply, INVALID_HOST)
