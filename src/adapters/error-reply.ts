@@ -53,6 +53,8 @@ function factsOf(error: unknown): ErrorFacts {
 }
 
 const PARSE_ERROR = jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON' })
+/** The SDK transport's answer to a body that is JSON but no JSON-RPC message (`42`, `null`). */
+const NOT_JSON_RPC = jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON-RPC message' })
 const UNSUPPORTED = jsonRpcErrorReply(415, { code: -32000, message: 'Unsupported Media Type: Content-Type must be application/json' })
 
 /** Kinds of error that say the body is not JSON (body-parser's, Fastify's). */
@@ -62,7 +64,8 @@ const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_J
  * @internal The answer to `error`, in the words of the MCP SDK transport (which reads the body
  * itself where no framework parser runs): a body that is not JSON (body-parser's
  * `entity.parse.failed`, Fastify's invalid or empty JSON body, a `SyntaxError` with status 400)
- * 400 -32700; past the limit 413 -32000 naming `limit` (the framework's, in bytes) when known;
+ * 400 -32700 `Parse error: Invalid JSON`, one that body-parser's strict mode refused though it
+ * is JSON (`42`) 400 -32700 `Parse error: Invalid JSON-RPC message`; past the limit 413 -32000 naming `limit` (the framework's, in bytes) when known;
  * 415 as the SDK's; another client error (4xx) its own status with -32600 `Invalid Request`;
  * anything else, the server's fault, 500 -32603 (`serverFault`). The error's own text is never
  * sent: a parser's message quotes the body, a route's may name anything.
@@ -70,7 +73,9 @@ const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_J
 export function errorReply(error: unknown, routeLimit?: unknown): { reply: Reply; serverFault: boolean } {
   const { status, kind, limit, syntax } = factsOf(error)
   if (status === undefined || status >= 500) return { reply: INTERNAL_ERROR, serverFault: true }
-  if (NOT_JSON.has(kind) || (syntax && status === 400)) return { reply: PARSE_ERROR, serverFault: false }
+  if (NOT_JSON.has(kind) || (syntax && status === 400)) {
+    return { reply: kind === 'entity.parse.failed' && isJsonText(bodyOf(error)) ? NOT_JSON_RPC : PARSE_ERROR, serverFault: false }
+  }
   if (status === 413) {
     const bytes = isLimit(limit) ? limit : isLimit(routeLimit) ? routeLimit : undefined
     const message = bytes === undefined ? 'Payload Too Large' : `Payload Too Large: Request body must not exceed ${bytes} bytes`
@@ -78,6 +83,29 @@ export function errorReply(error: unknown, routeLimit?: unknown): { reply: Reply
   }
   if (status === 415) return { reply: UNSUPPORTED, serverFault: false }
   return { reply: jsonRpcErrorReply(status, { code: -32600, message: 'Invalid Request' }), serverFault: false }
+}
+
+/**
+ * The text body-parser failed to parse (`err.body`): under its strict mode (the default) JSON
+ * that is no object or array (`42`, `"x"`, `null`) is refused too, where the SDK transport,
+ * reading the body itself, parses it and answers that it is no JSON-RPC message.
+ */
+function bodyOf(error: unknown): unknown {
+  try {
+    return (error as { body?: unknown }).body
+  } catch {
+    return undefined
+  }
+}
+
+function isJsonText(text: unknown): boolean {
+  if (typeof text !== 'string') return false
+  try {
+    JSON.parse(text)
+    return true
+  } catch {
+    return false
+  }
 }
 
 function isLimit(value: unknown): value is number {

@@ -89,6 +89,9 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
       expect(garbled.headers['x-mcp-version']).toBe('1.0.0')
       expectAnswer(await post(port, token, `"${'x'.repeat(1000)}"`), 413, body(-32000, 'Payload Too Large: Request body must not exceed 1000 bytes'))
       expectAnswer(await post(port, token, INITIALIZE, { 'content-type': 'application/json; charset=koi8-r' }), 415, UNSUPPORTED)
+      // JSON that strict mode refuses (no object or array): the SDK transport's words for it,
+      // which a platform without a parser gives (regression: "Invalid JSON").
+      for (const scalar of ['42', '"x"', 'null', ' true ']) expectAnswer(await post(port, token, scalar), 400, body(-32700, 'Parse error: Invalid JSON-RPC message'))
       expect(reported).toEqual([])
       await expectSdkServes(port, token)
     } finally {
