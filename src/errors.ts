@@ -99,10 +99,14 @@ export class CsrfError extends DispatchError {
   }
 }
 
-/** The token is expired or revoked, so it cannot be changed any more: 409. */
+/**
+ * The token is expired or revoked, so it cannot be changed any more: 409. `expiring`: it is
+ * still active, but so close to its expiry (within `storeTimeoutMs`) that an edit of the expiry
+ * could land after it, and is refused as one made after it would be.
+ */
 export class TokenInactiveError extends DispatchError {
-  constructor(state: 'expired' | 'revoked') {
-    super('ERR_TOKEN_INACTIVE', 409, -32600, `Token is ${state}`)
+  constructor(state: 'expired' | 'revoked' | 'expiring') {
+    super('ERR_TOKEN_INACTIVE', 409, -32600, state === 'expiring' ? 'Token is about to expire: its expiry can no longer be changed' : `Token is ${state}`)
   }
 }
 

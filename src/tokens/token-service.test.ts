@@ -1206,7 +1206,7 @@ describe('update (spec 2.1, 3)', () => {
     const editing = setup({ store: { ...inner, update: (...args) => (writes++, inner.update(...args)) }, now: clock.now, storeTimeoutMs: 1_000 }).service
     clock.advance(7 * DAY - 1_000)
     const refused = await refusal(editing.update('alice', token.id, { expiresAt: T0 + 30 * DAY }), TokenInactiveError)
-    expect([refused.status, refused.message]).toEqual([409, 'Token is expired'])
+    expect([refused.status, refused.message]).toEqual([409, 'Token is about to expire: its expiry can no longer be changed'])
     expect(writes).toBe(0)
     // Other edits are no risk: a name lands, the expiry is untouched.
     expect((await editing.update('alice', token.id, { name: 'late' })).name).toBe('late')

@@ -1507,8 +1507,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         // A write of the expiry may land up to `storeTimeoutMs` after it is sent (a row held by
         // another write, a busy pool): within that of the old expiry, it could land once the
         // token has expired and bring it back (spec 3: it never returns to active) until it is
-        // undone. Refused as expired instead, before anything is written.
-        if (record.expiresAt <= now() + storeTimeoutMs) throw new TokenInactiveError('expired')
+        // undone. Refused as an edit after the expiry would be (409), before anything is written.
+        if (record.expiresAt <= now() + storeTimeoutMs) throw new TokenInactiveError('expiring')
         patch.expiresAt = at
       }
       /**
