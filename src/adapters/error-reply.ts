@@ -65,10 +65,11 @@ const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_J
  * itself where no framework parser runs): a body that is not JSON (body-parser's
  * `entity.parse.failed`, Fastify's invalid or empty JSON body, a `SyntaxError` with status 400)
  * 400 -32700 `Parse error: Invalid JSON`, one that body-parser's strict mode refused though it
- * is JSON (`42`) 400 -32700 `Parse error: Invalid JSON-RPC message`; past the limit 413 -32000 naming `limit` (the framework's, in bytes) when known;
- * 415 as the SDK's; another client error (4xx) its own status with -32600 `Invalid Request`;
- * anything else, the server's fault, 500 -32603 (`serverFault`). The error's own text is never
- * sent: a parser's message quotes the body, a route's may name anything.
+ * is JSON (`42`) 400 -32700 `Parse error: Invalid JSON-RPC message`; past the limit 413 -32000
+ * naming `limit` (the framework's, in bytes) when known; 415 as the SDK's; another client
+ * error (4xx) its own status with -32600 `Invalid Request`; anything else, the server's fault,
+ * 500 -32603 (`serverFault`). The error's own text is never sent: a parser's message quotes
+ * the body, a route's may name anything.
  */
 export function errorReply(error: unknown, routeLimit?: unknown): { reply: Reply; serverFault: boolean } {
   const { status, kind, limit, syntax } = factsOf(error)

@@ -295,9 +295,9 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
           onError(missed, 'configuration')
         } else mountSeen = mount
       }
+      lowerTargetScheme(req)
       // `req.protocol` follows Express's `trust proxy` only where the platform configured it;
       // by default it is the socket's scheme.
-      lowerTargetScheme(req)
       const request = toDispatchRequest(req, req.originalUrl ?? req.url, expressProtocol(req), trust)
       if (request === undefined) {
         writeOwn(res, INVALID_HOST)
