@@ -206,13 +206,13 @@ export function redisServerMissing(): string | undefined {
  * (a `SCRIPT FLUSH` there costs every test file running alongside a NOSCRIPT and an EVAL
  * within its deadlines): `redis-server` started as a child process on a Unix socket in a
  * temporary directory (no port to collide with), without persistence, listening once this
- * resolves. Connect to it with the ioredis option `path`; `stop` ends it and removes the
- * directory.
+ * resolves, given `args` besides (`--rename-command GETEX ""`). Connect to it with the ioredis
+ * option `path`; `stop` ends it and removes the directory.
  */
-export async function startPrivateRedis(): Promise<{ readonly path: string; stop(): Promise<void> }> {
+export async function startPrivateRedis(args: readonly string[] = []): Promise<{ readonly path: string; stop(): Promise<void> }> {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-redis-'))
   const path = join(dir, 'redis.sock')
-  const child = spawn('redis-server', ['--port', '0', '--unixsocket', path, '--dir', dir, '--save', '', '--appendonly', 'no'], {
+  const child = spawn('redis-server', ['--port', '0', '--unixsocket', path, '--dir', dir, '--save', '', '--appendonly', 'no', ...args], {
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''

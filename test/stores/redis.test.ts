@@ -628,6 +628,45 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
+    it('an error reply that quotes the command\'s arguments (a command the server lacks: below 6.2, renamed away) reaches the caller and onError without them: no session id, no token hash in its message, stack or anything logged (regression: Redis\'s "with args beginning with:" was printed whole)', async (context) => {
+      if (noRedisServer !== undefined) {
+        if (underProjectCI()) throw new Error(`redis-server is required under .ci/run (MCP_DISPATCH_CI): ${noRedisServer}`)
+        console.warn(`[redis tests] the renamed-commands test is skipped: ${noRedisServer}; install Redis (apt-get install redis-server)`)
+        context.skip()
+      }
+      const server = await startPrivateRedis(['--rename-command', 'GETEX', '', '--rename-command', 'PUBLISH', ''])
+      const connection = new IOREDIS[redis.kind]({ path: server.path })
+      const sessionId = 'session-canary-5c1e4b7d9a2f'
+      const tokenHash = 'feedc0ffee1234567890abcdef0123456789abcdef0123456789abcdef012345'
+      const reports: unknown[] = []
+      const bus = createRedisInvalidationBus({ client: connection, prefix: redis.prefix(), heartbeatMs: false, onError: (error) => void reports.push(error) })
+      try {
+        await connection.ping()
+        const sessions = createRedisSessionStore({ client: connection, prefix: redis.prefix() })
+        const failures = await Promise.all(
+          [(): unknown => sessions.get(sessionId, 60_000), (): unknown => bus.publish({ kind: 'token', tokenHash })].map((call) =>
+            Promise.resolve()
+              .then(call)
+              .then(
+                () => undefined,
+                (error: unknown) => error,
+              ),
+          ),
+        )
+        for (const error of failures) {
+          expect((error as Error).message).toMatch(/^ERR unknown command '(GETEX|PUBLISH)', with args beginning with: \(dropped by mcp-dispatch\)$/)
+          expect((error as Error).stack).toContain('(dropped by mcp-dispatch)')
+        }
+        const logged = inspect([failures, reports], { depth: Infinity, showHidden: true })
+        expect(logged).not.toContain('canary')
+        expect(logged).not.toContain(tokenHash.slice(0, 12))
+      } finally {
+        await bus.close()
+        connection.disconnect()
+        await server.stop()
+      }
+    })
+
     it('a subscriber connection refused at its handshake (a wrong or rotated password) is reported without the handshake’s arguments: the password never reaches onError (regression: error.command.args held it)', async () => {
       const upstream = new URL(REDIS_URL)
       const refused = `redis://nobody:canary-password-7Qx@${upstream.hostname}:${upstream.port || 6379}`

@@ -352,12 +352,26 @@ function isErrorReply(error: unknown): boolean {
  * Drops the arguments ioredis attaches to a failed command's error (`error.command.args`):
  * keys and values that hold token hashes (the cache's keys, an invalidation's message), which
  * an `onError` or `onEvent` that logs errors whole would write out, and the password of a
- * connection's handshake (`HELLO 3 AUTH user password`, `AUTH password`). The command's name stays.
+ * connection's handshake (`HELLO 3 AUTH user password`, `AUTH password`). The command's name
+ * stays. Redis quotes the arguments itself in the reply to a command it does not know (`ERR
+ * unknown command 'GETEX', with args beginning with: 'mcp-dispatch:session:…'`: a server below
+ * 6.2, one with the command renamed away, a Redis-compatible one that lacks it), on either
+ * client: that part of the message, and of the stack that repeats it, is dropped too.
  *
  * @internal
  */
 export function withoutArguments(error: unknown): void {
-  const command = (error as { command?: unknown } | null)?.command
+  if (error === null || typeof error !== 'object') return
+  try {
+    const { message, stack } = error as { message?: unknown; stack?: unknown }
+    if (typeof message === 'string' && QUOTED_ARGUMENTS.test(message)) {
+      ;(error as { message: string }).message = message.replace(QUOTED_ARGUMENTS, ARGUMENTS_DROPPED)
+      if (typeof stack === 'string') (error as { stack: string }).stack = stack.replace(QUOTED_ARGUMENTS_IN_STACK, ARGUMENTS_DROPPED)
+    }
+  } catch {
+    // A frozen error keeps what it has: nothing of ours can change it.
+  }
+  const command = (error as { command?: unknown }).command
   if (command === null || typeof command !== 'object' || !('args' in command)) return
   try {
     ;(error as { command: unknown }).command = { name: (command as { name?: unknown }).name }
@@ -365,6 +379,12 @@ export function withoutArguments(error: unknown): void {
     // A frozen error keeps what it has: nothing of ours can change it.
   }
 }
+
+/** Redis's quotation of a command's arguments in an error reply, to the end of the message. */
+const QUOTED_ARGUMENTS = /with args beginning with:[^]*$/
+/** The same in a stack, to the end of its first line (the message's lines, up to `    at …`). */
+const QUOTED_ARGUMENTS_IN_STACK = /with args beginning with:[^]*?(?=\n {4}at |$)/
+const ARGUMENTS_DROPPED = 'with args beginning with: (dropped by mcp-dispatch)'
 
 const REDIS_STORE_OPTIONS = optionNames<RedisStoreOptions>({ client: true, prefix: true, timeoutMs: true })
 
