@@ -18,20 +18,38 @@ export function hasLoneSurrogate(text: string): boolean {
 
 /** A run of ASCII letters and digits as long as a secret's: see {@link looksSecret}. */
 const LONG_RUN = /[A-Za-z0-9]{20,}/g
+/** The same, allowing the `-` and `_` of base64url: see {@link looksSecret}. */
+const LONG_RUN_URL_SAFE = /[A-Za-z0-9_-]{24,}/g
+/** A URL whose authority names a user (`https://user:password@host`, `redis://:password@host`). */
+const URL_CREDENTIALS = /:\/\/[^/?#\s@]*@/
 
 /**
- * Whether `text` holds what looks like a secret: a run of 20 or more ASCII letters and digits
- * with upper case, lower case and digits all in it, as an API token or a JWT's parts have (a
- * hex or single-case secret does not match). Addresses, CIDR ranges, most versions and field names
- * have none (a long camelCase name with a digit, as `allowedIpAddressesV4`, does), so an error
- * message that would quote such a `text` (a token pasted into the wrong field) leaves it out:
- * error bodies end up in logs.
+ * Whether `text` holds what looks like a secret:
+ * - a run of 20 or more ASCII letters and digits with upper case, lower case and digits all in
+ *   it, as an API token or a JWT's parts have;
+ * - such a run of 24 or more that also holds `-` or `_` (base64url);
+ * - a run of 32 or more ASCII letters and digits with a letter and a digit, in one case or both
+ *   (a hex digest, a lower-case key);
+ * - a URL with credentials (`https://user:password@host`).
+ *
+ * Addresses, CIDR ranges, most versions and field names match none of these (a long camelCase
+ * or snake_case name with a digit, as `allowedIpAddressesV4`, does), so an error message that
+ * would quote such a `text` (a token pasted into the wrong field) leaves it out: error bodies
+ * end up in logs.
  */
 export function looksSecret(text: string): boolean {
+  if (URL_CREDENTIALS.test(text)) return true
+  for (const [run] of text.matchAll(LONG_RUN_URL_SAFE)) {
+    if (hasAllClasses(run)) return true
+  }
   for (const [run] of text.matchAll(LONG_RUN)) {
-    if (/[0-9]/.test(run) && /[a-z]/.test(run) && /[A-Z]/.test(run)) return true
+    if (run.length >= 32 ? /[0-9]/.test(run) && /[A-Za-z]/.test(run) : hasAllClasses(run)) return true
   }
   return false
+}
+
+function hasAllClasses(run: string): boolean {
+  return /[0-9]/.test(run) && /[a-z]/.test(run) && /[A-Z]/.test(run)
 }
 
 /** What an error message says in place of input that {@link looksSecret}. */

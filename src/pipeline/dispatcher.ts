@@ -12,6 +12,7 @@ import { parseBearerToken, presentsBearer } from '../core/authorization-header.j
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkScope } from '../core/scope.js'
 import { checkIpAllowlist } from '../core/ip.js'
+import { quoted } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
@@ -282,8 +283,9 @@ export interface DispatcherOptions {
    * (section 3.1): `/.well-known/oauth-protected-resource/mcp`, and with a path the App serves
    * after it (`…/mcp/v1`), the same document. A callback
    * that answers anything but an http(s) URL without query, fragment or spaces (RFC 8707: a
-   * resource identifier has none) fails the request (503, reported to `onError` as `callback
-   * failed`).
+   * resource identifier has none), or one with credentials (`https://user:password@…`, which
+   * every caller would be shown), fails the request (503, reported to `onError` as `callback
+   * failed`, the URL not quoted).
    */
   baseUrl?: ((request: DispatchRequest, app: AppRecord) => string) | undefined
   /**
@@ -407,8 +409,8 @@ export interface Dispatcher {
    * dispatch layer does not see the requests (a `baseUrl` outside a framework mount, RFC 9728's
    * `/.well-known/oauth-protected-resource/mcp` when the platform routes it elsewhere). `baseUrl` is the App address (`resource`), as the
    * `baseUrl` option gives it: trailing slashes are dropped.
-   * @throws {TypeError} when `baseUrl` is no http(s) URL without query, fragment or spaces, or
-   *   when an `authorizationServers` function answers anything but an array
+   * @throws {TypeError} when `baseUrl` is no http(s) URL without query, fragment, credentials
+   *   or spaces, or when an `authorizationServers` function answers anything but an array
    *   of URLs for `app` (the dispatcher's own document is then a 503), or whatever it throws.
    */
   metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata
@@ -461,11 +463,11 @@ export function originEntry(entry: string, option: string): string {
   try {
     url = new URL(entry)
   } catch {
-    throw new ConfigurationError(option, `must be an origin such as "https://app.example" (got ${JSON.stringify(entry.slice(0, 100))})`)
+    throw new ConfigurationError(option, `must be an origin such as "https://app.example" (got ${quoted(entry, 100)})`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return entry
   if (url.pathname !== '/' || url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '' || entry.endsWith('?') || entry.endsWith('#')) {
-    throw new ConfigurationError(option, `must be an origin, scheme, host and port only: ${JSON.stringify(url.origin)}, not ${JSON.stringify(entry.slice(0, 100))}`)
+    throw new ConfigurationError(option, `must be an origin, scheme, host and port only: ${JSON.stringify(url.origin)}, not ${quoted(entry, 100)}`)
   }
   return url.origin
 }
@@ -761,7 +763,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         // Nor one with a query or fragment: RFC 8707 and 9728 resource identifiers have none, and
         // the metadata URL put after it would land in them.
         if (!APP_ADDRESS.test(url)) {
-          throw new StoreFailure('callback', new TypeError('mcp-dispatch: the baseUrl option answered a string that is no http(s) URL without query, fragment or spaces'))
+          throw new StoreFailure('callback', new TypeError('mcp-dispatch: the baseUrl option answered a string that is no http(s) URL without query, fragment, credentials or spaces'))
         }
         return withoutTrailingSlashes(url)
       }
@@ -1253,15 +1255,24 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     ) {}
   }
 
-  /** A dispatched request: the decision the adapters act on. */
+  /**
+   * A dispatched request: the decision the adapters act on. The request and its `Origin` are
+   * held in private fields (`#`), which `util.inspect` and a logger of the decision do not show:
+   * the request's headers hold the caller's credential.
+   */
   class Dispatch {
     readonly type = 'dispatch' as const
+    readonly #request: DispatchRequest
+    readonly #origin: string | null | undefined
     constructor(
       readonly context: DispatchContext,
       readonly headers: Readonly<Record<string, string>>,
-      private readonly request: DispatchRequest,
-      private readonly origin: string | null | undefined,
-    ) {}
+      request: DispatchRequest,
+      origin: string | null | undefined,
+    ) {
+      this.#request = request
+      this.#origin = origin
+    }
 
     readonly synchronousPins = synchronousPins
 
@@ -1271,8 +1282,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       try {
         // A response that may stay open is checked again while it is (`reauthorizeEveryMs`).
         const { close, whenClosed } = outcome
-        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.request.method !== 'DELETE') {
-          watchWhileOpen(this.context, this.request, whenClosed, close)
+        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.#request.method !== 'DELETE') {
+          watchWhileOpen(this.context, this.#request, whenClosed, close)
         }
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
@@ -1293,11 +1304,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
               stored(pending)
             }
           }
-        } else if (outcome.sessionId && outcome.sessionId !== sessionId && outcome.status < 300 && this.request.method !== 'DELETE') {
+        } else if (outcome.sessionId && outcome.sessionId !== sessionId && outcome.status < 300 && this.#request.method !== 'DELETE') {
           // A session opened on a request of another: not pinned (the Node adapters hold no
           // answer of a request in a session for a pin), and said so rather than left to 404s.
           newSessionInSession()
-        } else if ((this.request.method === 'DELETE' && outcome.status < 300) || (outcome.status === 404 && handlerForgot(outcome.contentType))) {
+        } else if ((this.#request.method === 'DELETE' && outcome.status < 300) || (outcome.status === 404 && handlerForgot(outcome.contentType))) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))
         } else if (outcome.whenClosed && outcome.status < 300) {
@@ -1323,7 +1334,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     private unpinned(error: unknown): Reply {
       pinFailed(error)
       // The request was counted: its `RateLimit` fields, as every answer after the count.
-      return withCors(withRateLimitFields(serviceUnavailableReply(), this.headers['ratelimit-policy'], this.headers.ratelimit), this.origin)
+      return withCors(withRateLimitFields(serviceUnavailableReply(), this.headers['ratelimit-policy'], this.headers.ratelimit), this.#origin)
     }
   }
 
@@ -1822,7 +1833,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       // answer is: never `weather.example.com` without its scheme, a query, or a trailing `/`
       // that makes `resource` another string than the one the 401's link leads to.
       if (typeof baseUrl !== 'string' || !APP_ADDRESS.test(baseUrl)) {
-        throw new TypeError('mcp-dispatch: metadata(app, baseUrl) takes the App address as an http(s) URL without query, fragment or spaces, such as https://weather.example.com/mcp')
+        throw new TypeError('mcp-dispatch: metadata(app, baseUrl) takes the App address as an http(s) URL without query, fragment, credentials or spaces, such as https://weather.example.com/mcp')
       }
       return metadata(app, withoutTrailingSlashes(baseUrl))
     },
@@ -1848,8 +1859,12 @@ export function dispatcherReporter(dispatcher: Dispatcher): ((error: unknown, co
   return typeof reporter === 'function' ? (reporter as (error: unknown, context: string) => void) : undefined
 }
 
-/** An absolute http(s) URL with a host, and no query, fragment or white space: an App address. */
-const APP_ADDRESS = /^https?:\/\/[^/?#\s][^?#\s]*$/i
+/**
+ * An absolute http(s) URL with a host, and no query, fragment, white space or credentials
+ * (`https://user:password@…`, which the 401's `resource_metadata` and the metadata's `resource`
+ * would publish to every caller; RFC 9110 section 4.2.4 deprecates them): an App address.
+ */
+const APP_ADDRESS = /^https?:\/\/[^/?#\s@]+(?:\/[^?#\s]*)?$/i
 
 /** `host` (a `Host` value, port included) names its host with a trailing dot (`a.example.`, `a.example.:8080`). */
 function endsWithDot(host: string): boolean {

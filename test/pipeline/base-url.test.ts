@@ -103,7 +103,7 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
       [{ tokens: asyncTokens }, bearer(generateApiToken())],
       [{ oauth: refusing }, bearer('an-oauth-access-token')],
     ]
-    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws', 'weather.apps.example.com', 'javascript:alert(1)', 'https:///x', 'https://weather.apps.example.com/#f', 'https://weather.apps.example.com?tenant=1', 'https://weather.apps.example.com/a b']) {
+    for (const answer of [undefined, null, new URL('https://weather.apps.example.com/'), 'throws', 'weather.apps.example.com', 'javascript:alert(1)', 'https:///x', 'https://weather.apps.example.com/#f', 'https://weather.apps.example.com?tenant=1', 'https://weather.apps.example.com/a b', 'https://u:Sup3rSecretPw@weather.apps.example.com']) {
       const baseUrl = () => {
         if (answer === 'throws') throw new Error('no address for this App')
         return answer as unknown as string
@@ -120,6 +120,9 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
               ? 'the baseUrl option answered a string that is no http(s) URL'
               : `the baseUrl option answered ${answer === null ? 'null' : typeof answer}, not a string`,
         )
+        // Credentials in an address are neither published nor quoted (regression: served in `resource_metadata`).
+        expect(String(errors[0]!.error)).not.toContain('Sup3rSecretPw')
+        expect(response.headers.get('www-authenticate') ?? '').not.toContain('Sup3rSecretPw')
       }
     }
   })
@@ -205,11 +208,11 @@ describe('dispatcher.metadata(app, baseUrl), the document to serve elsewhere', (
     expect(dispatcher.metadata(app, 'https://weather.example.com').resource).toBe('https://weather.example.com')
   })
 
-  it.each([['weather.example.com/mcp'], ['https://weather.example.com/?x=1'], ['https://weather.example.com/#f'], ['https://weather.example.com/a b'], ['javascript:alert(1)'], [''], [undefined], [new URL('https://weather.example.com')]])(
+  it.each([['weather.example.com/mcp'], ['https://weather.example.com/?x=1'], ['https://weather.example.com/#f'], ['https://weather.example.com/a b'], ['https://u:Sup3rSecretPw@weather.example.com'], ['https://token@weather.example.com/mcp'], ['javascript:alert(1)'], [''], [undefined], [new URL('https://weather.example.com')]])(
     'refuses %j, which is no App address, with a TypeError saying what it takes (regression: published as given)',
     (baseUrl) => {
       expect(() => dispatcher.metadata(app, baseUrl as string)).toThrow(
-        expect.objectContaining({ name: 'TypeError', message: expect.stringContaining('http(s) URL without query, fragment or spaces') }),
+        expect.objectContaining({ name: 'TypeError', message: expect.stringContaining('http(s) URL without query, fragment, credentials or spaces') }),
       )
     },
   )

@@ -297,6 +297,19 @@ describe('options checked at creation', () => {
     for (const good of ['https://app.example', 'http://localhost:5173', 'https://app.example/', 'null', 'chrome-extension://abcdefghijklmnop']) {
       expect(refusedOption(dispatcher([good])), good).toBeUndefined()
     }
+    // An entry with credentials is refused without quoting them (regression: the message held the password).
+    for (const secret of ['https://u:Sup3rSecretPw@app.example', 'https://u:Sup3rSecretPw@app.example/x', 'ht tp://u:Sup3rSecretPw@app.example']) {
+      const message = (() => {
+        try {
+          dispatcher([secret])()
+        } catch (error) {
+          return String((error as Error).message)
+        }
+        return 'accepted'
+      })()
+      expect(message, secret).toContain('allowedOrigins')
+      expect(message, secret).not.toContain('Sup3rSecretPw')
+    }
   })
 })
 

@@ -132,6 +132,23 @@ describe('no secret in logs, errors or answers', () => {
     expect(leaksOf(texts, secrets)).toEqual([])
   })
 
+  it('a dispatch decision, inspected or serialized as a logger would, shows no credential: the request it holds is private (regression: util.inspect printed its Authorization header)', async () => {
+    const fixture = await createFixture()
+    const token = fixture.tokens.valid
+    const decision = await fixture.dispatcher.decide({
+      method: 'POST',
+      path: '/v1',
+      host: HOSTNAME,
+      origin: `http://${HOSTNAME}`,
+      headers: new Headers({ authorization: `Bearer ${token}` }),
+      clientAddress: '127.0.0.1',
+    })
+    if (decision.type !== 'dispatch') throw new Error(`expected a dispatch, got ${JSON.stringify(decision.reply)}`)
+    const shown = [inspect(decision, { depth: Infinity, showHidden: true }), JSON.stringify(decision), String(decision), inspect(decision.context, { depth: Infinity })]
+    expect(shown.filter((text) => text.includes(token.slice(4, 20)))).toEqual([])
+    await fixture.close()
+  })
+
   it('with no onError anywhere, the default logger prints no secret to stderr', async () => {
     const oauthTokens = Array.from({ length: 4 }, (_, i) => `oauth.${crypto.randomBytes(24).toString('base64url')}.${i}`)
     const oauth: AccessTokenValidator = {

@@ -63,6 +63,7 @@
  */
 import { isFieldName } from '../../core/cors.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
+import { quoted } from '../../core/text.js'
 import { type Reply, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
@@ -522,7 +523,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
   if (!Array.isArray(extra)) throw new ConfigurationError('forwardHeaders', 'must be an array of header names')
   for (const name of extra) {
     if (typeof name !== 'string' || !isFieldName(name)) {
-      throw new ConfigurationError('forwardHeaders', `${JSON.stringify(name)} is not a header field name`)
+      throw new ConfigurationError('forwardHeaders', `${typeof name === 'string' ? quoted(name) : JSON.stringify(name)} is not a header field name`)
     }
     const lower = name.toLowerCase()
     if (NEVER_FORWARDED.has(lower) || lower.startsWith(NEVER_FORWARDED_PREFIX) || lower === identityName) {

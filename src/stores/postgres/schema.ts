@@ -4,6 +4,7 @@
  * @module
  */
 import { createHash } from 'node:crypto'
+import { quoted } from '../../core/text.js'
 import { ConfigurationError, optionNames, refuseUnknownOptions } from '../../errors.js'
 
 /** Default schema of the token table. */
@@ -32,7 +33,7 @@ function checkIdentifier(option: string, value: unknown, maxLength: number): str
   if (typeof value !== 'string' || !IDENTIFIER.test(value)) {
     throw new ConfigurationError(
       option,
-      `must be a lower-case SQL identifier (letters a-z, digits, "_", not starting with a digit), got ${JSON.stringify(value)}`,
+      `must be a lower-case SQL identifier (letters a-z, digits, "_", not starting with a digit), got ${typeof value === 'string' ? quoted(value) : JSON.stringify(value)}`,
     )
   }
   if (value.length > maxLength) throw new ConfigurationError(option, `must be at most ${maxLength} characters`)
