@@ -26,7 +26,7 @@ import {
 import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
 import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
-import { hasLoneSurrogate } from '../core/text.js'
+import { NOT_SHOWN, hasLoneSurrogate, looksSecret, quoted } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions, requireMethods } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
@@ -572,6 +572,11 @@ function parseJsonObject(body: string): Record<string, unknown> | undefined {
 }
 
 /** RFC 7662 section 2.2 (and RFC 6839 for the `+json` suffix): a JSON media type. */
+/** An answer's media type as a message names it: quoted, `untyped` for none, or not shown. */
+function typeShown(contentType: string): string {
+  return contentType === '' ? 'untyped' : contentType === NOT_SHOWN ? NOT_SHOWN : quoted(contentType)
+}
+
 function isJsonType(contentType: string): boolean {
   return contentType === 'application/json' || /^application\/[!#$&^_.+\w-]+\+json$/.test(contentType)
 }
@@ -884,7 +889,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: elapsed() - started, error: message })
         throw new UpstreamFailure(message, false, undefined, undefined, aboutToken)
       }
-      const contentType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase()
+      // Lower case for the checks; one that looks like a secret (an answer echoing the token) is
+      // not kept, so no message quotes it, lower-cased or not.
+      const mediaType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim()
+      const contentType = looksSecret(mediaType) ? NOT_SHOWN : mediaType.toLowerCase()
       response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
@@ -1050,7 +1058,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // `{issuer}/userinfo`, a firewall's block page served with 200 for one client's token)
       // is taken as one without `sub`, below: a token can provoke it, so it must not open the
       // breaker for everyone, and the client's budget unit is kept.
-      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${res.contentType || 'untyped'})`, false)
+      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${typeShown(res.contentType)})`, false)
       // An answer that names its issuer names the one that issued the token (OIDC Core section
       // 5.3.2 for a signed one); another issuer's token (a userinfo endpoint several tenants or
       // issuers share, which takes each one's tokens) is not a token of this issuer (spec 5.1
@@ -1105,7 +1113,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false, res.status >= 400 && !SETUP_STATUSES.has(res.status))
       // RFC 7662 section 2.2: the answer is `application/json`. Anything else (an HTML page a
       // proxy or login front end put there, whatever it holds) is no introspection answer.
-      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${res.contentType || 'untyped'}, not JSON`, true)
+      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${typeShown(res.contentType)}, not JSON`, true)
       const body = parseJsonObject(res.body)
       if (!body || typeof body.active !== 'boolean') throw new BadAnswer('answer has no boolean active', true)
       if (!body.active) return { active: false, reason: 'inactive token' }

@@ -6,6 +6,7 @@
 import * as http from 'node:http'
 import { getEventListeners } from 'node:events'
 import * as net from 'node:net'
+import { inspect } from 'node:util'
 import { generateKeyPairSync } from 'node:crypto'
 import { gunzipSync, gzipSync } from 'node:zlib'
 import { type JWK, SignJWT, exportJWK, generateKeyPair, importJWK } from 'jose'
@@ -1090,6 +1091,8 @@ describe('proxy: upstreams and clients that misbehave', () => {
       ['zstd', Buffer.from('ENCODED'), 502], // decoded by newer Node's fetch only
       ['x-custom', Buffer.from('ENCODED'), 502],
       ['gzip, ', gzipped, 502], // an empty entry: undici decodes nothing
+      // An upstream that echoes the identity JWT there: not quoted in the report (leak audit).
+      ['x-eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9', Buffer.from('ENCODED'), 502],
     ] as const) {
       upstream.handle = (_req, res) => {
         res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': coding, 'content-length': payload.length }).end(payload)
@@ -1108,6 +1111,7 @@ describe('proxy: upstreams and clients that misbehave', () => {
       } else {
         expect(await response.text()).toBe(UNAVAILABLE)
         expect(String((errors[0]!.error as Error).message)).toContain('Content-Encoding')
+        expect(inspect(errors, { depth: Infinity })).not.toContain('eyJhbGciOiJFUzI1NiJ9')
       }
     }
   })

@@ -3,6 +3,7 @@
  * the three modes, JWT claim checks, cache bounds, single flight, retries, and secrecy of
  * the token. Time is a manual clock; nothing sleeps.
  */
+import { inspect } from 'node:util'
 import { createHash } from 'node:crypto'
 import { type JWK, SignJWT, exportJWK, generateKeyPair } from 'jose'
 import {
@@ -1406,6 +1407,15 @@ describe('introspection mode (RFC 7662)', () => {
     fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'text/html' } })
     await unavailable(v.validate('html'))
     expect(v.breakerState).toBe('open') // the server's failure, counted as other bad answers
+  })
+
+  it('an answer whose Content-Type echoes the token is refused without quoting it: no event or error holds the token (from the leak audit: the type went into the event whole)', async () => {
+    const token = 'eyJhbGciOi.Jk3mQ9xZp2LrT8vWb4NcYs7Ha1'
+    const v = validator({ mode: 'introspection', introspection, audience: false })
+    fake.route('/introspect', (req) => ({ status: 200, body: { active: true, sub: 'u' }, headers: { 'content-type': `text/x-${new URLSearchParams(req.body).get('token')}` } }))
+    const error = await thrown(v.validate(token), AuthorizationServerUnavailableError)
+    expect(inspect([error, events], { depth: Infinity }).toLowerCase()).not.toContain('jk3mq9xzp2lrt8vwb4ncys7ha1')
+    expect(JSON.stringify(events)).toContain('introspection: answer is [not shown: it looks like a secret], not JSON')
   })
 
   it('a present but malformed exp, nbf or iat refuses the token, rather than leaving it unchecked and cached (regression)', async () => {

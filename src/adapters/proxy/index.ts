@@ -721,7 +721,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
       clearTimeout(timer)
       release()
       void upstream.body?.cancel().catch(() => {})
-      return failed(undefined, `Upstream answered Content-Encoding ${JSON.stringify(upstream.headers.get('content-encoding'))}`)
+      return failed(undefined, `Upstream answered Content-Encoding ${quoted(upstream.headers.get('content-encoding') ?? '')}`)
     }
     const decoded = coding === 'decoded'
     const out = new Headers()
