@@ -81,12 +81,16 @@ function ignore(): void {}
  * Node parses the bytes that follow a head in the same packet only once the head's callbacks,
  * and their microtasks, have run: an answer given at once (the SDK transport's 406, without
  * reading the body) sees an incomplete request whose body has in fact all arrived, and which
- * `@hono/node-server` drains, keeping the connection. So an incomplete request is judged one turn
- * of the event loop later (a promise, the only case that returns one).
+ * `@hono/node-server` drains, keeping the connection. So an incomplete request with a body is
+ * judged one turn of the event loop later (a promise, the only case that returns one); a body
+ * still on its way then (a later packet) closes the connection, as before.
  */
 export function closeIfBodyInFlight(res: unknown): Promise<void> | undefined {
-  const req = (res as { req?: { complete?: unknown; httpVersionMajor?: unknown } }).req
+  const req = (res as { req?: { complete?: unknown; httpVersionMajor?: unknown; headers?: Record<string, unknown> } }).req
   if (req === undefined || req.complete !== false || req.httpVersionMajor !== 1) return undefined
+  // A request framed with no body (a GET, a DELETE) has none in flight, and waits for nothing.
+  const length = req.headers?.['content-length']
+  if (req.headers?.['transfer-encoding'] === undefined && (length === undefined || length === '0')) return undefined
   return new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
     const response = res as { headersSent?: unknown; shouldKeepAlive?: boolean }
     if (req.complete === false && response.headersSent === false) response.shouldKeepAlive = false

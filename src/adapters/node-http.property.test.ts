@@ -111,7 +111,7 @@ describe('absoluteForm (absolute-form request targets), property-based', () => {
     )
   })
 
-  it('lowerTargetScheme: an absolute-form target gets its scheme in lower case and nothing else changed (the same absoluteForm reading); any other target, and originalUrl of another target, untouched', () => {
+  it('lowerTargetScheme: an absolute-form target gets its scheme in lower case and nothing else changed (the same absoluteForm reading), in url, originalUrl and every later write of url; any other target untouched', () => {
     fc.assert(
       fc.property(anyTarget, anyTarget, (url, other) => {
         const req = { url, originalUrl: url }
@@ -124,12 +124,19 @@ describe('absoluteForm (absolute-form request targets), property-based', () => {
         const expected = absolute.scheme + url.slice(absolute.scheme.length)
         expect(req).toEqual({ url: expected, originalUrl: expected })
         expect(absoluteForm(expected)).toEqual(absolute)
-        // Under an Express mount, `originalUrl` may be another target: only its same scheme is lowered.
+        // Under an Express mount, `originalUrl` may be another target: its scheme is lowered too.
         const mounted = { url, originalUrl: other }
         lowerTargetScheme(mounted)
         expect(mounted.url).toBe(expected)
-        const written = url.slice(0, absolute.scheme.length)
-        expect(mounted.originalUrl).toBe(written !== absolute.scheme && other.startsWith(written) ? absolute.scheme + other.slice(written.length) : other)
+        const otherAbsolute = absoluteForm(other)
+        const otherLowered = otherAbsolute ? otherAbsolute.scheme + other.slice(otherAbsolute.scheme.length) : other
+        // Only a request whose own target needed it is touched.
+        expect(mounted.originalUrl).toBe(expected !== url ? otherLowered : other)
+        // What the router writes later (leaving or entering a mount) is lowered as well.
+        if (expected !== url) {
+          ;(req as { url: string }).url = other
+          expect(req.url).toBe(mounted.originalUrl)
+        }
       }),
       RUNS,
     )

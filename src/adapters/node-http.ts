@@ -148,17 +148,32 @@ const ABSOLUTE_FORM = /^(https?):\/\//i
  * (RFC 3986 section 3.1), and the dispatch layer reads it so; the handler must too, but
  * `@hono/node-server`, which the MCP SDK's Node transport builds its `Request` with, takes only
  * `http://` and `https://` as absolute-form, and answered an upper-case one an empty 400 after
- * the caller had been authenticated and charged. An origin-form target (almost every request)
- * is told by its first character, and left alone.
+ * the caller had been authenticated and charged. Express's router writes `req.url` again as it
+ * leaves and enters a mount (`app.use('/mcp', mcpDispatch(…), handler)`), from the scheme and
+ * host it read before the adapter ran: so such a request's `url` becomes an accessor that
+ * lowers the scheme of every later write too. An origin-form target (almost every request) is
+ * told by its first character, and left alone.
  * @internal
  */
 export function lowerTargetScheme(req: { url?: string; originalUrl?: string }): void {
   const url = req.url
   if (url === undefined || url.charCodeAt(0) === 47 /* / */) return
+  let current = lowerScheme(url)
+  if (current === url) return
+  Object.defineProperty(req, 'url', {
+    configurable: true,
+    enumerable: true,
+    get: () => current,
+    set: (value: string) => void (current = typeof value === 'string' ? lowerScheme(value) : value),
+  })
+  if (typeof req.originalUrl === 'string') req.originalUrl = lowerScheme(req.originalUrl)
+}
+
+/** `url` with the scheme of an absolute-form `http` or `https` target in lower case. */
+function lowerScheme(url: string): string {
+  if (url.charCodeAt(0) === 47 /* / */) return url
   const scheme = ABSOLUTE_FORM.exec(url)?.[1]
-  if (scheme === undefined || scheme === 'http' || scheme === 'https') return
-  req.url = scheme.toLowerCase() + url.slice(scheme.length)
-  if (req.originalUrl?.startsWith(scheme)) req.originalUrl = scheme.toLowerCase() + req.originalUrl.slice(scheme.length)
+  return scheme === undefined || scheme === 'http' || scheme === 'https' ? url : scheme.toLowerCase() + url.slice(scheme.length)
 }
 
 /**

@@ -357,6 +357,8 @@ interface UpstreamResponse {
   readonly body: string
   /** `Content-Type`, lower case, without parameters (`''` when absent). */
   readonly contentType: string
+  /** The same as sent (its case kept), for messages: see {@link typeShown}. */
+  readonly mediaType: string
   /** `WWW-Authenticate`, where the answer has one (`null` otherwise). */
   readonly challenge: string | null
 }
@@ -571,12 +573,16 @@ function parseJsonObject(body: string): Record<string, unknown> | undefined {
   }
 }
 
-/** RFC 7662 section 2.2 (and RFC 6839 for the `+json` suffix): a JSON media type. */
-/** An answer's media type as a message names it: quoted, `untyped` for none, or not shown. */
-function typeShown(contentType: string): string {
-  return contentType === '' ? 'untyped' : contentType === NOT_SHOWN ? NOT_SHOWN : quoted(contentType)
+/**
+ * An answer's media type as a message names it: quoted (lower case), `untyped` for none, or not
+ * shown where the type as sent looks like a secret (an answer echoing the token), so that no
+ * message quotes it, lower-cased or not.
+ */
+function typeShown(mediaType: string): string {
+  return mediaType === '' ? 'untyped' : looksSecret(mediaType) ? NOT_SHOWN : quoted(mediaType.toLowerCase())
 }
 
+/** RFC 7662 section 2.2 (and RFC 6839 for the `+json` suffix): a JSON media type. */
 function isJsonType(contentType: string): boolean {
   return contentType === 'application/json' || /^application\/[!#$&^_.+\w-]+\+json$/.test(contentType)
 }
@@ -889,11 +895,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         emit({ type: 'upstream', endpoint, outcome: 'failure', status: res.status, durationMs: elapsed() - started, error: message })
         throw new UpstreamFailure(message, false, undefined, undefined, aboutToken)
       }
-      // Lower case for the checks; one that looks like a secret (an answer echoing the token) is
-      // not kept, so no message quotes it, lower-cased or not.
       const mediaType = (res.headers.get('content-type') ?? '').split(';')[0]!.trim()
-      const contentType = looksSecret(mediaType) ? NOT_SHOWN : mediaType.toLowerCase()
-      response = { status: res.status, body, contentType, challenge: res.headers.get('www-authenticate') }
+      response = { status: res.status, body, contentType: mediaType.toLowerCase(), mediaType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
       const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describeCallFailure(error)}`
@@ -1058,7 +1061,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // `{issuer}/userinfo`, a firewall's block page served with 200 for one client's token)
       // is taken as one without `sub`, below: a token can provoke it, so it must not open the
       // breaker for everyone, and the client's budget unit is kept.
-      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${typeShown(res.contentType)})`, false)
+      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${typeShown(res.mediaType)})`, false)
       // An answer that names its issuer names the one that issued the token (OIDC Core section
       // 5.3.2 for a signed one); another issuer's token (a userinfo endpoint several tenants or
       // issuers share, which takes each one's tokens) is not a token of this issuer (spec 5.1
@@ -1113,7 +1116,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false, res.status >= 400 && !SETUP_STATUSES.has(res.status))
       // RFC 7662 section 2.2: the answer is `application/json`. Anything else (an HTML page a
       // proxy or login front end put there, whatever it holds) is no introspection answer.
-      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${typeShown(res.contentType)}, not JSON`, true)
+      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${typeShown(res.mediaType)}, not JSON`, true)
       const body = parseJsonObject(res.body)
       if (!body || typeof body.active !== 'boolean') throw new BadAnswer('answer has no boolean active', true)
       if (!body.active) return { active: false, reason: 'inactive token' }

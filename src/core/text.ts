@@ -28,8 +28,9 @@ const URL_CREDENTIALS = /:\/\/[^/?#\s@]*@/
  * - a run of 20 or more ASCII letters and digits with upper case, lower case and digits all in
  *   it, as an API token or a JWT's parts have;
  * - such a run of 24 or more that also holds `-` or `_` (base64url);
- * - a run of 32 or more ASCII letters and digits with a letter and a digit, in one case or both
- *   (a hex digest, a lower-case key);
+ * - a run of 64 or more ASCII letters and digits with a letter and a digit, in one case or both
+ *   (a SHA-256 hex digest, as the stores keep; a git commit's 40 hex digits in a version's build
+ *   metadata are quoted, as the part a caller must see);
  * - a URL with credentials (`https://user:password@host`).
  *
  * Addresses, CIDR ranges, most versions and field names match none of these (a long camelCase
@@ -43,7 +44,7 @@ export function looksSecret(text: string): boolean {
     if (hasAllClasses(run)) return true
   }
   for (const [run] of text.matchAll(LONG_RUN)) {
-    if (run.length >= 32 ? /[0-9]/.test(run) && /[A-Za-z]/.test(run) : hasAllClasses(run)) return true
+    if (run.length >= 64 ? /[0-9]/.test(run) && /[A-Za-z]/.test(run) : hasAllClasses(run)) return true
   }
   return false
 }

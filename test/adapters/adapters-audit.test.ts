@@ -9,6 +9,7 @@
 import type * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
 import Fastify, { type FastifyInstance } from 'fastify'
+import { createDispatcher } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch, routeByVersion as expressRoute } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoute } from 'mcp-dispatch/fastify'
 import { afterAll, describe, expect, it } from 'vitest'
@@ -95,9 +96,9 @@ async function expectConnectionReusedAfterRefusal(port: number): Promise<void> {
 }
 
 /** `initialize` at an absolute-form target of an upper- or mixed-case scheme is served (200). */
-async function expectServedUnderUpperCaseScheme(port: number, token: string): Promise<void> {
+async function expectServedUnderUpperCaseScheme(port: number, token: string, path = '/v1'): Promise<void> {
   for (const scheme of ['HTTP', 'Https']) {
-    const text = await exchange(port, [post({ token, target: `${scheme}://${HOST}/v1`, length: INIT.length, close: true }), INIT], INITIALIZED)
+    const text = await exchange(port, [post({ token, target: `${scheme}://${HOST}${path}`, length: INIT.length, close: true }), INIT], INITIALIZED)
     expect(heads(text)[0]!.status, scheme).toBe(200)
     expect(text, scheme).toContain('"protocolVersion":"2025-06-18"')
   }
@@ -225,9 +226,14 @@ describe.each(EXPRESS_KINDS)('%s adapter, audit', (kind) => {
     const app = express()
     app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
     app.use(expressRoute(() => (req, res) => sessions.handle(req, res)))
-    const port = await serve(app)
+    // Mounted as docs/adapters.md shows: Express's router writes the target again, from the
+    // scheme it read before the adapter, as it leaves and enters the mount (regression: the
+    // handler got HTTP:// back).
+    const mounted = express()
+    mounted.use('/mcp', expressDispatch({ dispatcher: createDispatcher({ ...fixture.dispatcherOptions, basePath: '/mcp' }) }), expressRoute(() => (req, res) => sessions.handle(req, res)))
     try {
-      await expectServedUnderUpperCaseScheme(port, fixture.tokens.alice)
+      await expectServedUnderUpperCaseScheme(await serve(app), fixture.tokens.alice)
+      await expectServedUnderUpperCaseScheme(await serve(mounted), fixture.tokens.alice, '/mcp/v1')
     } finally {
       await sessions.close()
     }

@@ -1410,11 +1410,12 @@ describe('introspection mode (RFC 7662)', () => {
   })
 
   it('an answer whose Content-Type echoes the token is refused without quoting it: no event or error holds the token (from the leak audit: the type went into the event whole)', async () => {
-    const token = 'eyJhbGciOi.Jk3mQ9xZp2LrT8vWb4NcYs7Ha1'
+    // Pieces no longer than 8 (base64url): only the rule for such runs finds it.
+    const token = 'aBcD3fGh-iJkL5mNo_pQrS7tUv'
     const v = validator({ mode: 'introspection', introspection, audience: false })
     fake.route('/introspect', (req) => ({ status: 200, body: { active: true, sub: 'u' }, headers: { 'content-type': `text/x-${new URLSearchParams(req.body).get('token')}` } }))
     const error = await thrown(v.validate(token), AuthorizationServerUnavailableError)
-    expect(inspect([error, events], { depth: Infinity }).toLowerCase()).not.toContain('jk3mq9xzp2lrt8vwb4ncys7ha1')
+    expect(inspect([error, events], { depth: Infinity }).toLowerCase()).not.toContain('ijkl5mno')
     expect(JSON.stringify(events)).toContain('introspection: answer is [not shown: it looks like a secret], not JSON')
   })
 
