@@ -1404,6 +1404,9 @@ describe('introspection mode (RFC 7662)', () => {
     expect(await v.validate('json')).toMatchObject({ active: true })
     fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'application/token-introspection+json' } })
     expect(await v.validate('plus-json')).toMatchObject({ active: true })
+    // A vendor type that looks like a secret to the messages' check is still JSON (review: refused).
+    fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'application/vnd.MyCorpIntrospection-Response2+json' } })
+    expect(await v.validate('vendor-json')).toMatchObject({ active: true })
     fake.route('/introspect', { status: 200, body: answer, headers: { 'content-type': 'text/html' } })
     await unavailable(v.validate('html'))
     expect(v.breakerState).toBe('open') // the server's failure, counted as other bad answers
