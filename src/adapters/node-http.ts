@@ -157,7 +157,7 @@ const ABSOLUTE_FORM = /^(https?):\/\//i
  */
 export function lowerTargetScheme(req: { url?: string; originalUrl?: string }): void {
   const url = req.url
-  if (url === undefined || url.charCodeAt(0) === 47 /* / */) return
+  if (url === undefined) return
   let current = lowerScheme(url)
   if (current === url) return
   Object.defineProperty(req, 'url', {

@@ -26,7 +26,7 @@ import {
 import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
 import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
-import { NOT_SHOWN, hasLoneSurrogate, looksSecret, quoted } from '../core/text.js'
+import { hasLoneSurrogate, quoted } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
 import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions, requireMethods } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
@@ -574,12 +574,12 @@ function parseJsonObject(body: string): Record<string, unknown> | undefined {
 }
 
 /**
- * An answer's media type as a message names it: quoted (lower case), `untyped` for none, or not
- * shown where the type as sent looks like a secret (an answer echoing the token), so that no
- * message quotes it, lower-cased or not.
+ * An answer's media type as a message names it: as sent, quoted (so not shown where it looks
+ * like a secret: an answer echoing the token), or `untyped` for none. Not the lower-cased type
+ * the checks read, whose token would no longer look like one.
  */
 function typeShown(mediaType: string): string {
-  return mediaType === '' ? 'untyped' : looksSecret(mediaType) ? NOT_SHOWN : quoted(mediaType.toLowerCase())
+  return mediaType === '' ? 'untyped' : quoted(mediaType)
 }
 
 /** RFC 7662 section 2.2 (and RFC 6839 for the `+json` suffix): a JSON media type. */
