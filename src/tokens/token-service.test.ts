@@ -392,7 +392,8 @@ describe('create (spec 2.1, 3)', () => {
     expect(context).toBe('token store')
     expect(error.message).toContain(`token ${stored!.id} `)
     expect(error.message).toContain('409')
-    expect(error.message).not.toContain('503')
+    // The token's id is random and may hold the digits: read without it.
+    expect(error.message.replace(stored!.id, '')).not.toContain('503')
   })
 
   it('creations of one user queued behind a store that stopped answering fail within about twice storeTimeoutMs, not one bound after another', async () => {
