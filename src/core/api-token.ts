@@ -88,8 +88,8 @@ export type RandomBytes = (size: number) => Uint8Array
  *
  * @example
  * ```ts
- * const token = generateApiToken()          // 'svc_3xK…' (48 characters)
- * parseApiToken(token)?.displayPrefix        // first 12 characters
+ * const token = generateApiToken()                           // 'svc_3xK…': 48 characters
+ * parseApiToken(token)?.displayPrefix === token.slice(0, 12) // true: what the dashboard shows
  * ```
  *
  * @throws TypeError when `prefix` is not a lowercase letter, up to 14 lowercase letters or
@@ -178,7 +178,14 @@ export function parseApiToken(token: string, prefix: string = DEFAULT_TOKEN_PREF
   return { token, prefix, displayPrefix: token.slice(0, DISPLAY_PREFIX_LENGTH) }
 }
 
-/** First 12 characters of a token, the part shown in the dashboard (spec 2.1). */
+/**
+ * First 12 characters of a token, the part shown in the dashboard (spec 2.1).
+ *
+ * @example
+ * ```ts
+ * displayPrefix('svc_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefgh') // 'svc_AbCdEfGh'
+ * ```
+ */
 export function displayPrefix(token: string): string {
   return token.slice(0, DISPLAY_PREFIX_LENGTH)
 }
@@ -189,8 +196,8 @@ export function displayPrefix(token: string): string {
  *
  * @example
  * ```ts
- * hashApiToken(token)                    // sha256 hex
- * hashApiToken(token, process.env.PEPPER) // hmac-sha256 hex
+ * hashApiToken('svc_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefgh')          // SHA-256, 64 hex digits
+ * hashApiToken('svc_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefgh', pepper) // HMAC-SHA-256 with the pepper
  * ```
  */
 export function hashApiToken(token: string, pepper?: string | Uint8Array): string {
@@ -203,6 +210,13 @@ export function hashApiToken(token: string, pepper?: string | Uint8Array): strin
  * first difference (different lengths are unequal at once, which reveals only the length).
  * Full code units, not bytes: '\u0161' and 'a' differ. Allocates nothing, unlike
  * `timingSafeEqual` on fresh buffers, because it runs on every authenticated request.
+ *
+ * @example
+ * ```ts
+ * const token = generateApiToken()
+ * hashesEqual(hashApiToken(token), hashApiToken(token)) // true
+ * hashesEqual('ab', 'ac')                               // false, after comparing every character
+ * ```
  */
 export function hashesEqual(a: string, b: string): boolean {
   if (a.length !== b.length) return false

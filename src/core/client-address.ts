@@ -24,6 +24,15 @@ export type CompiledTrustProxy = false | number | readonly IpRange[]
  * or ranges that alone or together trust every IPv4 peer, or every global IPv6 peer
  * (`2000::/3`), as `true` would (`0.0.0.0/0`, `::/0`, `0.0.0.0/1` with `128.0.0.0/1`, an IPv6
  * range holding `::ffff:0:0/96`, the block IPv4 peers are matched in).
+ *
+ * @example
+ * ```ts
+ * compileTrustProxy(undefined)      // false: X-Forwarded-For ignored
+ * compileTrustProxy(1)              // 1: the socket peer is the one trusted proxy
+ * compileTrustProxy(['10.0.0.0/8']) // [{ words: [0, 0, 65535, 167772160], bits: 104 }]
+ * compileTrustProxy(['0.0.0.0/0'])
+ * // throws TypeError: trustProxy: entry 0 ("0.0.0.0/0") trusts every IPv4 peer, so any client could choose its address: …
+ * ```
  */
 export function compileTrustProxy(trust: TrustProxy | undefined): CompiledTrustProxy {
   if (trust === undefined || trust === false) return false

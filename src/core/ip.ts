@@ -55,7 +55,10 @@ function parseIpv4Word(text: string): number | null {
  *
  * @example
  * ```ts
- * parseIp('::ffff:192.0.2.1') // same words as parseIp('192.0.2.1')
+ * parseIp('192.0.2.1')        // [0, 0, 65535, 3221225985]
+ * parseIp('::ffff:192.0.2.1') // parseIp('192.0.2.1'): the same words
+ * parseIp('[2001:db8::1]')    // [536939960, 0, 0, 1]
+ * parseIp('192.0.2.256')      // null
  * ```
  */
 export function parseIp(input: string): IpWords | null {
@@ -122,6 +125,14 @@ export type CidrError = 'address' | 'prefix' | 'host-bits'
  * range's `/`, are tolerated here, so an entry stored before {@link validateAllowlist} refused
  * them still matches (spaces after a prefix length never were: `10.0.0.0/8 ` is `'prefix'`);
  * {@link validateAllowlist} refuses them all.
+ *
+ * @example
+ * ```ts
+ * parseCidr('192.0.2.0/24')   // { words: [0, 0, 65535, 3221225984], bits: 120 } (IPv4 as ::ffff:0:0/96)
+ * parseCidr('192.0.2.1/24')   // 'host-bits'
+ * parseCidr('2001:db8::/129') // 'prefix'
+ * parseCidr('example.com')    // 'address'
+ * ```
  */
 export function parseCidr(entry: string): IpRange | CidrError {
   const slash = entry.indexOf('/')
@@ -142,7 +153,18 @@ export function parseCidr(entry: string): IpRange | CidrError {
   return { words, bits: total }
 }
 
-/** True when `address` lies in `range`. */
+/**
+ * True when `address` lies in `range`. An IPv4 address and its IPv4-mapped IPv6 form
+ * (`::ffff:10.1.2.3`) are the same address.
+ *
+ * @example
+ * ```ts
+ * const range = parseCidr('10.0.0.0/8') as IpRange
+ * ipInRange(parseIp('10.1.2.3')!, range)        // true
+ * ipInRange(parseIp('::ffff:10.1.2.3')!, range) // true
+ * ipInRange(parseIp('11.0.0.1')!, range)        // false
+ * ```
+ */
 export function ipInRange(address: IpWords, range: IpRange): boolean {
   for (let i = 0; i < 4; i++) {
     const mask = maskWord(range.bits, i)
@@ -157,6 +179,13 @@ export type CompiledAllowlist = readonly IpRange[] | null
 /**
  * Compiles allowlist entries, throwing a `RangeError` naming the first bad entry and its
  * index. Use {@link validateAllowlist} to get the error as a value.
+ *
+ * @example
+ * ```ts
+ * compileAllowlist(null)                           // null: every address allowed
+ * compileAllowlist(['10.0.0.0/8', '192.0.2.1/24'])
+ * // throws RangeError: entry 1 ("192.0.2.1/24") has host bits set after the prefix
+ * ```
  */
 export function compileAllowlist(entries: readonly string[] | null | undefined): CompiledAllowlist {
   if (entries == null) return null
@@ -181,6 +210,15 @@ const MAX_ALLOWLIST_ENTRY_LENGTH = 64
  * refused, not dropped, so the entry stored is the entry matched. Takes any value, as a record
  * read from a seed or an import holds it: `null` or `undefined` is no allowlist (acceptable);
  * anything but an array of strings is refused, never thrown on.
+ *
+ * @example
+ * ```ts
+ * validateAllowlist(['10.0.0.0/8'])               // null
+ * validateAllowlist([])
+ * // { index: null, message: 'must name at least one address or CIDR range (null removes the allowlist)' }
+ * validateAllowlist(['10.0.0.0/8', ' 192.0.2.7'])
+ * // { index: 1, message: 'entry 1 (" 192.0.2.7") has spaces around it' }
+ * ```
  */
 export function validateAllowlist(entries: unknown): { index: number | null; message: string } | null {
   if (entries == null) return null

@@ -23,7 +23,15 @@ export interface RateLimitPolicy {
   readonly windowType: WindowType
 }
 
-/** Start (ms) of the fixed window that contains `now`. */
+/**
+ * Start (ms) of the fixed window that contains `now`: windows are aligned to the epoch, so
+ * every instance computes the same one.
+ *
+ * @example
+ * ```ts
+ * windowStart(1_700_000_123_456, WINDOWS.minute) // 1_700_000_100_000
+ * ```
+ */
 export function windowStart(now: number, windowMs: number): number {
   return now - (((now % windowMs) + windowMs) % windowMs)
 }
@@ -49,9 +57,11 @@ export interface RateLimitResult {
  *
  * @example
  * ```ts
- * const start = windowStart(now, WINDOWS.minute)
+ * const now = 1_700_000_129_500
+ * const start = windowStart(now, WINDOWS.minute) // 1_700_000_100_000
  * rateLimitDecision(61, { limit: 60, windowType: 'minute' }, start + 60_000, now)
- * // { success: false, remaining: 0, retryAfter: …, … }
+ * // { success: false, limit: 60, remaining: 0, reset: 1_700_000_160_000, resetAt: 1_700_000_160,
+ * //   retryAfter: 31, windowType: 'minute' }
  * ```
  */
 export function rateLimitDecision(
@@ -75,6 +85,13 @@ export function rateLimitDecision(
 /**
  * IETF `RateLimit` and `RateLimit-Policy` header fields
  * (draft-ietf-httpapi-ratelimit-headers): `"minute";q=60;w=60` and `"minute";r=12;t=31`.
+ *
+ * @example
+ * ```ts
+ * const result = rateLimitDecision(13, { limit: 60, windowType: 'minute' }, 1_700_000_160_000, 1_700_000_129_500)
+ * rateLimitHeaders(result)
+ * // { 'ratelimit-policy': '"minute";q=60;w=60', ratelimit: '"minute";r=47;t=31' }
+ * ```
  */
 export function rateLimitHeaders(result: RateLimitResult): Record<string, string> {
   return { 'ratelimit-policy': rateLimitPolicyValue(result), ratelimit: rateLimitValue(result) }

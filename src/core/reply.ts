@@ -95,6 +95,9 @@ export interface UnauthorizedReplyOptions {
  * @example
  * ```ts
  * unauthorizedReply({ resourceMetadataUrl: 'https://w.example/.well-known/oauth-protected-resource' })
+ * // { status: 401, headers: { 'content-type': 'application/json',
+ * //   'www-authenticate': 'Bearer resource_metadata="https://w.example/.well-known/oauth-protected-resource"' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Unauthorized","data":{"error":"unauthorized","description":"Authentication required: send Authorization: Bearer <token>"}}}' }
  * ```
  */
 export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
@@ -148,7 +151,16 @@ function percentEncoded(character: string): string {
   }
 }
 
-/** 402 of spec section 7: identity verified, no active subscription. */
+/**
+ * 402 of spec section 7: identity verified, no active subscription.
+ *
+ * @example
+ * ```ts
+ * paymentRequiredReply()
+ * // { status: 402, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32002,"message":"Payment Required","data":{"error":"payment_required","description":"An active subscription to this App is required"}}}' }
+ * ```
+ */
 export function paymentRequiredReply(): Reply {
   return PAYMENT_REQUIRED
 }
@@ -158,13 +170,31 @@ const PAYMENT_REQUIRED = shared(jsonRpcErrorReply(402, {
   data: { error: 'payment_required', description: 'An active subscription to this App is required' },
 }))
 
-/** 403 of spec section 7: API token valid but not scoped to the App (no data). */
+/**
+ * 403 of spec section 7: API token valid but not scoped to the App (no data).
+ *
+ * @example
+ * ```ts
+ * forbiddenReply()
+ * // { status: 403, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32003,"message":"Forbidden"}}' }
+ * ```
+ */
 export function forbiddenReply(): Reply {
   return FORBIDDEN
 }
 const FORBIDDEN = shared(jsonRpcErrorReply(403, { code: RpcCode.Forbidden, message: 'Forbidden' }))
 
-/** 403 of DESIGN.md: request from an address outside the token's IP allowlist. */
+/**
+ * 403 of DESIGN.md: request from an address outside the token's IP allowlist.
+ *
+ * @example
+ * ```ts
+ * ipNotAllowedReply()
+ * // { status: 403, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32003,"message":"Forbidden","data":{"error":"ip_not_allowed"}}}' }
+ * ```
+ */
 export function ipNotAllowedReply(): Reply {
   return IP_NOT_ALLOWED
 }
@@ -174,7 +204,16 @@ const IP_NOT_ALLOWED = shared(jsonRpcErrorReply(403, {
   data: { error: 'ip_not_allowed' },
 }))
 
-/** 403: the request's `Origin` is not an allowed origin (MCP transport, DNS rebinding). */
+/**
+ * 403: the request's `Origin` is not an allowed origin (MCP transport, DNS rebinding).
+ *
+ * @example
+ * ```ts
+ * originNotAllowedReply()
+ * // { status: 403, headers: { 'content-type': 'application/json', vary: 'Origin' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32003,"message":"Forbidden","data":{"error":"origin_not_allowed"}}}' }
+ * ```
+ */
 export function originNotAllowedReply(): Reply {
   return ORIGIN_NOT_ALLOWED
 }
@@ -185,7 +224,16 @@ const ORIGIN_NOT_ALLOWED = shared(jsonRpcErrorReply(403, {
   data: { error: 'origin_not_allowed' },
 }, { vary: 'Origin' }))
 
-/** 404 of DESIGN.md: exact version requested is not live. */
+/**
+ * 404 of DESIGN.md: exact version requested is not live.
+ *
+ * @example
+ * ```ts
+ * versionNotFoundReply('1.2.3', '1.4.0')
+ * // { status: 404, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32004,"message":"Version not found","data":{"error":"version_not_found","requested":"1.2.3","latest":"1.4.0"}}}' }
+ * ```
+ */
 export function versionNotFoundReply(requested: string, latest: string | null): Reply {
   return jsonRpcErrorReply(404, {
     code: RpcCode.NotFound,
@@ -194,7 +242,16 @@ export function versionNotFoundReply(requested: string, latest: string | null): 
   })
 }
 
-/** 404 of DESIGN.md: unknown App or path. */
+/**
+ * 404 of DESIGN.md: unknown App or path.
+ *
+ * @example
+ * ```ts
+ * notFoundReply()
+ * // { status: 404, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32004,"message":"Not found","data":{"error":"not_found"}}}' }
+ * ```
+ */
 export function notFoundReply(): Reply {
   return NOT_FOUND
 }
@@ -203,6 +260,13 @@ const NOT_FOUND = shared(jsonRpcErrorReply(404, { code: RpcCode.NotFound, messag
 /**
  * 404 for an `Mcp-Session-Id` that is unknown, expired, or pinned to another identity or App
  * (MCP Streamable HTTP transport: the client must start a new session).
+ *
+ * @example
+ * ```ts
+ * sessionNotFoundReply()
+ * // { status: 404, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32004,"message":"Session not found","data":{"error":"session_not_found"}}}' }
+ * ```
  */
 export function sessionNotFoundReply(): Reply {
   return SESSION_NOT_FOUND
@@ -213,7 +277,16 @@ const SESSION_NOT_FOUND = shared(jsonRpcErrorReply(404, {
   data: { error: 'session_not_found' },
 }))
 
-/** 405 for methods the MCP endpoint does not serve; `Allow` lists the ones it does. */
+/**
+ * 405 for methods the MCP endpoint does not serve; `Allow` lists the ones it does.
+ *
+ * @example
+ * ```ts
+ * methodNotAllowedReply('GET, POST, DELETE')
+ * // { status: 405, headers: { 'content-type': 'application/json', allow: 'GET, POST, DELETE' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Method not allowed","data":{"error":"method_not_allowed"}}}' }
+ * ```
+ */
 export function methodNotAllowedReply(allow: string): Reply {
   return jsonRpcErrorReply(
     405,
@@ -237,6 +310,13 @@ export interface RateLimitedInfo {
 /**
  * 429 of spec section 7, with `Retry-After`; `info.retryAfter` goes out rounded up to a whole
  * number of seconds, at least 1 (1 for no positive number or one past 2^53 - 1).
+ *
+ * @example
+ * ```ts
+ * rateLimitedReply({ limit: 60, resetAt: 1_700_000_160, retryAfter: 31, windowType: 'minute' })
+ * // { status: 429, headers: { 'content-type': 'application/json', 'retry-after': '31' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32000,"message":"Rate limit exceeded","data":{"limit":60,"resetAt":1700000160,"retryAfter":31,"windowType":"minute"}}}' }
+ * ```
  */
 export function rateLimitedReply(info: RateLimitedInfo, headers?: Readonly<Record<string, string>>): Reply {
   const retryAfter = wholeSeconds(info.retryAfter)
@@ -254,6 +334,13 @@ export function rateLimitedReply(info: RateLimitedInfo, headers?: Readonly<Recor
 /**
  * 503 of DESIGN.md: authorization server unavailable (breaker open, retries spent), with
  * `Retry-After` and `data.retryAfter`: `seconds` rounded up to a whole number, at least 1.
+ *
+ * @example
+ * ```ts
+ * authorizationServerUnavailableReply(12.5)
+ * // { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '13' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"Authorization server unavailable","data":{"error":"temporarily_unavailable","retryAfter":13}}}' }
+ * ```
  */
 export function authorizationServerUnavailableReply(seconds: number): Reply {
   const retryAfter = wholeSeconds(seconds)
@@ -272,6 +359,13 @@ export function authorizationServerUnavailableReply(seconds: number): Reply {
  * 503 when a store the decision depends on cannot answer (never a silent allow), with
  * `Retry-After` and `data.retryAfter`: `seconds` rounded up to a whole number, at least 1
  * (default 1).
+ *
+ * @example
+ * ```ts
+ * serviceUnavailableReply()
+ * // { status: 503, headers: { 'content-type': 'application/json', 'retry-after': '1' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32005,"message":"Service unavailable","data":{"error":"temporarily_unavailable","retryAfter":1}}}' }
+ * ```
  */
 export function serviceUnavailableReply(seconds = 1): Reply {
   const retryAfter = wholeSeconds(seconds)
@@ -294,6 +388,13 @@ export const VARY_ORIGIN: Readonly<Record<string, string>> = Object.freeze({ var
  * Carries the version headers, since the version was resolved, and `Vary: Origin` as the
  * dispatch layer's other 404s do (a shared cache may keep a 404: RFC 9111 section 4.2.2); the
  * router does not know whether CORS is on, and the header costs a cache nothing where it is off.
+ *
+ * @example
+ * ```ts
+ * versionNotServedReply('1.2.3')
+ * // { status: 404, headers: { 'content-type': 'application/json', vary: 'Origin' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32004,"message":"Version not served","data":{"error":"version_not_served","version":"1.2.3"}}}' }
+ * ```
  */
 export function versionNotServedReply(version: string): Reply {
   return jsonRpcErrorReply(
@@ -311,6 +412,13 @@ export function versionNotServedReply(version: string): Reply {
  * 400: the request's `Host` (or the host of an absolute-form target) is not an authority a URL
  * can hold, so no App address can be built from it (the Express and Fastify adapters; a Web
  * server's own error handler may answer the same).
+ *
+ * @example
+ * ```ts
+ * invalidHostReply()
+ * // { status: 400, headers: { 'content-type': 'application/json' },
+ * //   body: '{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Invalid Host header","data":{"error":"invalid_request","field":"host"}}}' }
+ * ```
  */
 export function invalidHostReply(): Reply {
   return jsonRpcErrorReply(400, {

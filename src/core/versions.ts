@@ -67,7 +67,15 @@ function decodeUnreserved(path: string): string {
   })
 }
 
-/** Text of a selector as it appeared in the URL, without the `v` (`'1.2'`, `'latest'`). */
+/**
+ * Text of a selector as it appeared in the URL, without the `v` (`'1.2'`, `'latest'`).
+ *
+ * @example
+ * ```ts
+ * formatSelector(parseVersionPath('/v1.2')!) // '1.2'
+ * formatSelector({ kind: 'latest' })          // 'latest'
+ * ```
+ */
 export function formatSelector(selector: VersionSelector): string {
   switch (selector.kind) {
     case 'latest':
@@ -179,7 +187,17 @@ export function compileVersions(live: readonly string[]): VersionIndex {
  * Resolves a selector against a compiled live set (spec 9.1, 9.2): exact → that version only
  * (never another); minor → highest live patch of the minor; major → highest live version of
  * the major; latest → highest live version. Pre-releases are reached only by exact URL.
- * `null` when nothing live matches (404).
+ * `null` when nothing live matches (404). Constant time in the number of live versions.
+ *
+ * @example
+ * ```ts
+ * const index = compileVersions(['1.0.3', '1.1.2', '2.0.0-rc.1'])
+ * resolveVersion(index, parseVersionPath('/')!)            // '1.1.2'
+ * resolveVersion(index, parseVersionPath('/v1.0')!)        // '1.0.3'
+ * resolveVersion(index, parseVersionPath('/v1.1.0')!)      // null: 404 version_not_found
+ * resolveVersion(index, parseVersionPath('/v2')!)          // null: a pre-release only by its exact URL
+ * resolveVersion(index, parseVersionPath('/v2.0.0-rc.1')!) // '2.0.0-rc.1'
+ * ```
  */
 export function resolveVersion(index: VersionIndex, selector: VersionSelector): string | null {
   switch (selector.kind) {
