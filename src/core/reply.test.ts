@@ -96,6 +96,15 @@ describe('401 Unauthorized (spec 7, 5.1 step 1)', () => {
     expect(header).toBe(`Bearer resource_metadata="${new URL('https://x.example/"evil\\').href}"`)
   })
 
+  it('buildWwwAuthenticate names a scope list, and refuses one that would need escaping or names no scope', () => {
+    expect(buildWwwAuthenticate({ resourceMetadataUrl: METADATA_URL, scope: 'openid mcp:tools', invalidToken: true })).toBe(
+      `Bearer resource_metadata="${METADATA_URL}", scope="openid mcp:tools", error="invalid_token"`,
+    )
+    for (const scope of ['', ' openid', 'openid ', 'openid  profile', 'a"b', 'a\\b', 'a\tb', 'caf\u00e9', 42]) {
+      expect(() => buildWwwAuthenticate({ resourceMetadataUrl: METADATA_URL, scope: scope as string }), String(scope)).toThrow(RangeError)
+    }
+  })
+
   it('invalidToken false is the same as absent', () => {
     expect(unauthorizedReply({ resourceMetadataUrl: METADATA_URL, invalidToken: false })).toEqual(
       unauthorizedReply({ resourceMetadataUrl: METADATA_URL }),

@@ -87,6 +87,15 @@ export interface UnauthorizedReplyOptions {
    * challenge (RFC 6750 section 3.1) so clients know to refresh or re-authorize.
    */
   invalidToken?: boolean | undefined
+  /**
+   * Scopes the challenge names (`scope="openid mcp:tools"`, RFC 6750 section 3): scope names
+   * (RFC 6749 section 3.3) separated by single spaces. The MCP authorization specification
+   * (2025-11-25) asks servers to name the scopes a resource needs, and clients to ask for these
+   * before the metadata's `scopes_supported`. Left out by default: spec 5.1's challenge names
+   * the metadata alone.
+   * @throws {RangeError} from {@link buildWwwAuthenticate} for a value that is not such a list.
+   */
+  scope?: string | undefined
 }
 
 /**
@@ -131,6 +140,8 @@ export function unauthorizedReply(options: UnauthorizedReplyOptions): Reply {
  * ```ts
  * buildWwwAuthenticate({ resourceMetadataUrl: 'https://w.example/.well-known/oauth-protected-resource', invalidToken: true })
  * // 'Bearer resource_metadata="https://w.example/.well-known/oauth-protected-resource", error="invalid_token"'
+ * buildWwwAuthenticate({ resourceMetadataUrl: 'https://w.example/.well-known/oauth-protected-resource', scope: 'openid mcp:tools' })
+ * // 'Bearer resource_metadata="https://w.example/.well-known/oauth-protected-resource", scope="openid mcp:tools"'
  * ```
  */
 export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string {
@@ -138,9 +149,21 @@ export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string 
   // parser writes it (`%22`), a backslash as it reads one in an http(s) URL (`/`). Dropped, they
   // named another path (`https://a.example/p"q\r` as `/pqr`, served at `/p%22q/r`).
   const url = options.resourceMetadataUrl.replace(/"/g, '%22').replace(/\\/g, '/').replace(/[^\t\x20-\x7e]/gu, percentEncoded)
-  const base = `Bearer resource_metadata="${url}"`
-  return options.invalidToken ? `${base}, error="invalid_token"` : base
+  let challenge = `Bearer resource_metadata="${url}"`
+  const scope = options.scope
+  if (scope !== undefined) {
+    // Checked, not escaped: a scope-token holds no `"` or `\`, so a value that needs escaping
+    // names no scope a client could ask for.
+    if (typeof scope !== 'string' || !SCOPE_LIST.test(scope)) {
+      throw new RangeError('scope must be scope names (RFC 6749 section 3.3: printable ASCII, no double quotes or backslashes) separated by single spaces')
+    }
+    challenge += `, scope="${scope}"`
+  }
+  return options.invalidToken ? `${challenge}, error="invalid_token"` : challenge
 }
+
+/** RFC 6749 section 3.3's `scope`: scope-tokens separated by single spaces. @internal */
+export const SCOPE_LIST = /^[\x21\x23-\x5B\x5D-\x7E]+(?: [\x21\x23-\x5B\x5D-\x7E]+)*$/
 
 /** One character as UTF-8 percent-escapes; a lone surrogate as U+FFFD's. */
 function percentEncoded(character: string): string {

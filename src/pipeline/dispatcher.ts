@@ -260,6 +260,16 @@ export interface DispatcherOptions {
    */
   scopesSupported?: readonly string[] | undefined
   /**
+   * Scopes the 401's challenge names: `WWW-Authenticate: Bearer resource_metadata="…",
+   * scope="openid mcp:tools"` (RFC 6750 section 3). The MCP authorization specification
+   * (2025-11-25) asks servers to name the scopes a resource needs there (SHOULD), and clients
+   * to ask for those, before the metadata's `scopes_supported`, so a client asks for no more
+   * than it needs. Default none (`null` too): the challenge of spec 5.1, naming the metadata
+   * alone. At least one scope name, as for `scopesSupported` (`ConfigurationError` otherwise);
+   * copied when the dispatcher is created.
+   */
+  challengeScope?: readonly string[] | null | undefined
+  /**
    * Finds the App of a request. Default: the first label of the host is the App slug
    * (`weather.example.com` → `weather`), whatever the rest of the host; a host of one label
    * (`weather`, `localhost:8080`) is no App (404): in development, use `weather.localhost`. A
@@ -418,6 +428,8 @@ export interface Dispatcher {
   readonly basePath: string
 }
 
+/** A scope name (RFC 6749 section 3.3's scope-token). */
+const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/
 const SCOPES_REFUSED = 'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or backslashes), such as ["openid", "mcp:tools"]'
 
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
@@ -559,6 +571,7 @@ export const DISPATCHER_OPTIONS = optionNames<DispatcherOptions>({
   oauth: true,
   authorizationServers: true,
   scopesSupported: true,
+  challengeScope: true,
   resolveApp: true,
   baseUrl: true,
   basePath: true,
@@ -603,7 +616,7 @@ function adapterOption(key: string): string | undefined {
  * ```
  *
  * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
- * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an issuer identifier (an http(s) URL with no query, fragment, credentials, space or control character), a `scopesSupported` that is not an array of scope names, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an issuer identifier (an http(s) URL with no query, fragment, credentials, space or control character), a `scopesSupported` that is not an array of scope names, a `challengeScope` that is not a non-empty one, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
@@ -691,8 +704,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   const givenScopes: unknown = options.scopesSupported
   if (givenScopes !== undefined && !Array.isArray(givenScopes)) throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
   const scopesSupported = givenScopes === undefined ? undefined : Object.freeze(Array.from(givenScopes as unknown[]))
-  if (scopesSupported?.some((scope) => typeof scope !== 'string' || !/^[\x21\x23-\x5B\x5D-\x7E]+$/.test(scope))) {
+  if (scopesSupported?.some((scope) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope))) {
     throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
+  }
+  const givenChallengeScope: unknown = options.challengeScope
+  let challengeScope: string | undefined
+  // `null` (a config loader's unset value) is none, the default.
+  if (givenChallengeScope !== undefined && givenChallengeScope !== null) {
+    const scopes: unknown[] = Array.isArray(givenChallengeScope) ? Array.from(givenChallengeScope as unknown[]) : []
+    if (scopes.length === 0 || scopes.some((scope) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope))) {
+      throw new ConfigurationError('challengeScope', `${SCOPES_REFUSED}, at least one (leave the option out for none)`)
+    }
+    challengeScope = scopes.join(' ')
   }
   // `createOAuthValidator`'s keep a deadline of their own; a platform's own is timed here.
   const timedValidator = oauth !== undefined && !keepsOwnDeadline(oauth)
@@ -956,7 +979,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (outcome === undefined) {
       // Built from the copy, so the reply kept (its header holds the URL) holds nothing of the request.
       const url = keyOf(resourceMetadataUrl)
-      const built = unauthorizedReply({ resourceMetadataUrl: url ?? resourceMetadataUrl, invalidToken })
+      const built = unauthorizedReply({ resourceMetadataUrl: url ?? resourceMetadataUrl, invalidToken, scope: challengeScope })
       // Shared between requests: frozen, so no adapter can write into it.
       outcome = Object.freeze({ reply: Object.freeze({ ...built, headers: Object.freeze({ ...built.headers }) }) })
       if (url !== undefined) remember(challenges, invalidToken ? `1${url}` : `0${url}`, outcome)

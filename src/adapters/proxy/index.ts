@@ -64,7 +64,7 @@
 import { isFieldName } from '../../core/cors.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
 import { quoted } from '../../core/text.js'
-import { type Reply, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, SCOPE_LIST, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
@@ -175,8 +175,6 @@ const NEVER_RELAYED = new Set([
   'alt-svc',
 ])
 
-/** A `scope` value: scope-tokens separated by single spaces (RFC 6749 section 3.3). */
-const SCOPE_VALUE = /^[\x21\x23-\x5b\x5d-\x7e]+(?: [\x21\x23-\x5b\x5d-\x7e]+)*$/
 /** An `error_description` value (RFC 6750 section 3). */
 const DESCRIPTION_VALUE = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,500}$/
 /** One auth-param of a challenge (RFC 9110 section 11.2): a token name, a token or quoted value. */
@@ -207,7 +205,7 @@ function scopeChallenge(status: number, header: string | null, context: Dispatch
   if (params.get('error') !== 'insufficient_scope') return undefined
   let challenge = `${buildWwwAuthenticate({ resourceMetadataUrl: context.baseUrl + PROTECTED_RESOURCE_METADATA_PATH })}, error="insufficient_scope"`
   const scope = params.get('scope')
-  if (scope !== undefined && SCOPE_VALUE.test(scope)) challenge += `, scope="${scope}"`
+  if (scope !== undefined && SCOPE_LIST.test(scope)) challenge += `, scope="${scope}"`
   const description = params.get('error_description')
   if (description !== undefined && DESCRIPTION_VALUE.test(description)) challenge += `, error_description="${description}"`
   return challenge
