@@ -5,17 +5,21 @@
  * clients each (a single transport per version would refuse the second) and an unknown session.
  * The Express wiring is the Express section's (no body parser: a malformed body is JSON-RPC
  * -32700, not Express's HTML error page). The `errorHandler` for `@hono/node-server` is taken
- * from the page too (regression: it answered a backslash path "Invalid Host header").
+ * from the page too (regression: it answered a backslash path "Invalid Host header"). The
+ * Fastify section's sample runs as printed too, beside a platform route of its own (the root
+ * context's form answered such a route with the dispatch layer's 404).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
 import * as http from 'node:http'
-import { connect } from 'node:net'
+import { type AddressInfo, connect } from 'node:net'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import { getRequestListener } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import type { FastifyInstance } from 'fastify'
+import type { AppRecord } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
@@ -235,6 +239,78 @@ describe("README's integration sample, as printed", () => {
       expect((await gone.json()).error.data).toMatchObject({ error: 'version_not_found' })
     } finally {
       await close(server)
+    }
+  })
+})
+
+/** The Fastify section's sample of docs/adapters.md, as a function of what it leaves to the reader. */
+async function loadFastifySample(): Promise<(
+  dispatcher: unknown,
+  nodeSessions: Samples['nodeSessions'],
+  buildServer: (app: AppRecord, version: string) => McpServer,
+) => Promise<FastifyInstance>> {
+  const page = readFileSync(new URL('docs/adapters.md', root), 'utf8')
+  const section = page.slice(page.indexOf('## Fastify'))
+  const block = /```ts\n([\s\S]*?)```/.exec(section)![1]!
+  const lines = block.split('\n')
+  const imports = lines.filter((line) => line.startsWith('import '))
+  const body = lines.filter((line) => !line.startsWith('import '))
+  const source = `${imports.join('\n')}\nexport async function build(dispatcher: any, nodeSessions: any, buildServer: any) {\n${body.join('\n')}\nreturn app\n}\n`
+  const dir = fileURLToPath(new URL('test/.generated/', root))
+  mkdirSync(dir, { recursive: true })
+  const file = `${dir}adapters-fastify.ts`
+  writeFileSync(file, source)
+  return ((await import(/* @vite-ignore */ file)) as { build: never }).build
+}
+
+describe('docs/adapters.md: the Fastify sample, as printed', () => {
+  it('serves the Apps from its context and leaves the platform\'s own route alone; Fastify\'s body errors are JSON-RPC errors, and an empty JSON DELETE ends its session', async () => {
+    const { nodeSessions } = await loadSamples()
+    const build = await loadFastifySample()
+    const demo = await createDemo()
+    const app = await build(demo.dispatcher, nodeSessions, (appRecord, version) => buildAppServer(appRecord, version))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const base = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+    try {
+      expect(await twoSessions(`${base}/v1`, demo.token)).toEqual(['1.0.0', '1.0.0'])
+      expect(await twoSessions(`${base}/`, demo.token)).toEqual(['2.0.0', '2.0.0'])
+      // The platform's route: its own answer, no dispatch layer (no 401, no version headers).
+      const health = await fetch(`${base}/health`)
+      expect(health.status).toBe(200)
+      expect(await health.json()).toEqual({ ok: true })
+      expect(health.headers.get('x-mcp-latest-version')).toBeNull()
+      // Every other path is the dispatch layer's: the metadata, and its 404 for an unknown path.
+      expect((await fetch(`${base}/.well-known/oauth-protected-resource`)).status).toBe(200)
+      const unknown = await fetch(`${base}/nope`, { method: 'POST' })
+      expect(unknown.status).toBe(404)
+      expect((await unknown.json()).error.data).toEqual({ error: 'not_found' })
+      const headers = { authorization: `Bearer ${demo.token}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
+      // Bad JSON: JSON-RPC -32700, not Fastify's error object.
+      const garbled = await fetch(`${base}/v1`, { method: 'POST', headers, body: '{"jsonrpc":' })
+      expect(garbled.status).toBe(400)
+      expect(await garbled.json()).toMatchObject({ jsonrpc: '2.0', error: { code: -32700 } })
+      // No Content-Type: the SDK transport's 415, as on the other adapters.
+      const untyped = await fetch(`${base}/v1`, { method: 'POST', headers: { authorization: headers.authorization, accept: headers.accept }, body: 'x' })
+      expect(untyped.status).toBe(415)
+      // A DELETE with the JSON type and no body (one header set for every request) ends the session.
+      const opened = await fetch(`${base}/v1`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '1' } } }),
+      })
+      expect(opened.status).toBe(200)
+      const session = opened.headers.get('mcp-session-id')!
+      await opened.body?.cancel()
+      const ended = await fetch(`${base}/v1`, { method: 'DELETE', headers: { ...headers, 'mcp-session-id': session } })
+      expect(ended.status).toBe(200)
+      const after = await fetch(`${base}/v1`, {
+        method: 'POST',
+        headers: { ...headers, 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' },
+        body: JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }),
+      })
+      expect(after.status).toBe(404)
+    } finally {
+      await app.close()
     }
   })
 })
