@@ -15,7 +15,7 @@ describe('logError, the default onError', () => {
   it('names the error and the class and code of its causes, so an operator tells a missing migration from an outage', () => {
     const pg = Object.assign(new Error('relation "public.mcp_dispatch_api_tokens" does not exist'), { name: 'error', code: '42P01' })
     expect(logged(new StoreUnavailableError('token', { cause: pg }), 'token')).toBe(
-      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01)',
+      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01: PostgreSQL undefined_table: run the token store\'s migrate() (docs/stores.md, "Migration"))',
     )
     const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' })
     const chain = new Error('fetch failed', { cause: new TypeError('wrapped', { cause: refused }) })

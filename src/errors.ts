@@ -293,8 +293,9 @@ function spelledAlike(given: string, name: string): boolean {
  * the proxy and the Redis invalidation bus: one line on stderr, `[mcp-dispatch] <context>:
  * <name>: <message>`, so a failure that clients see only as a status (a store outage, a rate
  * limit served open, a failed broadcast) is never silent. The causes it wraps are named by
- * their class and code (`(cause: error 42P01)`: a PostgreSQL table that was never migrated;
- * `(cause: Error ECONNREFUSED)`), never by their message, which a database driver or a
+ * their class and code (`(cause: error 42P01: PostgreSQL undefined_table: run the token
+ * store's migrate() …)`: a PostgreSQL table that was never migrated, with what to do about
+ * it; `(cause: Error ECONNREFUSED)`), never by their message, which a database driver or a
  * parser may fill with what it read. The library never puts a secret in an error it makes;
  * pass an `onError` of your own to send these, causes whole, to your logger instead.
  */
@@ -348,8 +349,20 @@ function causes(error: Error): string {
   for (let depth = 0; depth < 3 && cause instanceof Error; depth++) {
     const code = (cause as { code?: unknown }).code
     const shown = typeof code === 'string' || typeof code === 'number' ? ` ${String(code).slice(0, 40)}` : ''
-    text += ` (cause: ${cause.name.slice(0, 60)}${shown})`
+    const hint = typeof code === 'string' && Object.hasOwn(SQLSTATE_HINTS, code) ? `: ${SQLSTATE_HINTS[code]}` : ''
+    text += ` (cause: ${cause.name.slice(0, 60)}${shown}${hint})`
     cause = cause.cause
   }
   return text
 }
+
+/**
+ * What an operator does about a PostgreSQL error of the token store's making (SQLSTATE,
+ * PostgreSQL's appendix A), said beside its code, since the message (which names the table)
+ * is not printed: a store never migrated, or a run-time role without its grants.
+ */
+const SQLSTATE_HINTS: Readonly<Record<string, string>> = Object.freeze({
+  '42P01': 'PostgreSQL undefined_table: run the token store\'s migrate() (docs/stores.md, "Migration")',
+  '42703': 'PostgreSQL undefined_column: run the token store\'s migrate() (docs/stores.md, "Migration")',
+  '42501': 'PostgreSQL insufficient_privilege: grant the pool\'s role what docs/stores.md, "Migration", lists',
+})

@@ -13,6 +13,7 @@ import {
   type TokenStore,
   createMemoryAppStore,
   createMemoryInvalidationBus,
+  createTokenApi,
   createTokenService,
   hashApiToken,
 } from 'mcp-dispatch'
@@ -567,6 +568,33 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
         expect(error).toMatchObject({ code: 'ECONNREFUSED' })
       }
     })
+  })
+
+  it('a store never migrated: the token service answers 503, and the default log line says to run migrate() (the message, which names the table, is not printed)', async () => {
+    const schema = randomSchemaName()
+    const lines: string[] = []
+    const spy = vi.spyOn(console, 'error').mockImplementation((line: string) => void lines.push(line))
+    try {
+      for (const store of [
+        // `public` is there, the table is not; then neither the schema nor the table.
+        createPostgresTokenStore({ pool: postgres.pool, table: schema.replace('mcpd_test_', 'never_') }),
+        createPostgresTokenStore({ pool: postgres.pool, schema }),
+      ]) {
+        const apps = createMemoryAppStore([{ id: 'app_1', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+        const tokens = createTokenService({ store, apps, canUseServer: () => true })
+        await expect(tokens.list('user_1')).rejects.toBeInstanceOf(StoreUnavailableError)
+        // The token API's answer and its default log line, as an operator meets them.
+        const api = createTokenApi({ tokens, authenticateSession: () => ({ userId: 'user_1' }), verifyCsrf: false })
+        const answer = await api(new Request('http://platform.example/api/tokens'))
+        expect(answer?.status).toBe(503)
+      }
+    } finally {
+      spy.mockRestore()
+    }
+    // PostgreSQL answers a table of a missing schema as a missing table too (42P01).
+    expect(lines).toHaveLength(2)
+    for (const line of lines) expect(line).toContain(`(cause: error 42P01: PostgreSQL undefined_table: run the token store's migrate()`)
+    expect(lines.join('\n')).not.toContain(DEFAULT_POSTGRES_TOKEN_TABLE)
   })
 
   it('at run time the store needs only SELECT, INSERT and UPDATE on its two tables (and USAGE on the schema)', async () => {
