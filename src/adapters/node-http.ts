@@ -298,20 +298,22 @@ const UNAVAILABLE = JSON.stringify({ error: 'temporarily_unavailable', message: 
 
 /**
  * Answers a request under the token API's `basePath` (see {@link isTokenApiPath}), always:
- * the body may be spent. The client address is the socket peer, through `trust`. A failure
+ * the body may be spent. The client address is the socket peer, through `trust`;
+ * `frameworkRequest` (Express's `req`, Fastify's `request`) goes to the API's
+ * `authenticateSession` as `info.frameworkRequest`. A failure
  * under the answer (the socket) ends the response: 503 as the API answers its own failures,
  * or the connection closed when the head is out.
  */
-export async function answerTokenApi(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy): Promise<void> {
+export async function answerTokenApi(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy, frameworkRequest: unknown): Promise<void> {
   try {
-    await answer(api, source, trust)
+    await answer(api, source, trust, frameworkRequest)
   } catch {
     if (source.res.headersSent) cutResponse(source.res)
     else writeJson(source.res, 503, UNAVAILABLE, { 'retry-after': '1' })
   }
 }
 
-async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy): Promise<void> {
+async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTrustProxy, frameworkRequest: unknown): Promise<void> {
   const { req } = source
   // The API reads every body it is sent: `100 Continue` at once, where `checkContinue` was handed here.
   continueIfExpected(source.res)
@@ -346,7 +348,7 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     writeJson(source.res, refusal.status, JSON.stringify(refusal.body), refusal.allow === undefined ? undefined : { allow: refusal.allow })
     return
   }
-  const response = await api(request, clientAddress === undefined ? {} : { clientAddress })
+  const response = await api(request, clientAddress === undefined ? { frameworkRequest } : { clientAddress, frameworkRequest })
   // Not the API's after all (a host outside its `hosts`, or a Host that moved the path):
   // answered as the API answers an unknown path, since the body may be spent.
   if (!response) {

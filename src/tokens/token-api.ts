@@ -30,25 +30,35 @@ import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } fro
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 import { parseUrl } from '../core/url.js'
 
-/** The dashboard user of a request with a session cookie. */
+/**
+ * The dashboard user of a request with a session cookie. `authenticateSession` may answer more
+ * (a type of its own with `userId`: the CSRF token the session holds, say), and `verifyCsrf`
+ * is handed that same object, typed as answered.
+ */
 export interface TokenApiSession {
   readonly userId: string
 }
 
-/** Options of {@link createTokenApi}. */
-export interface TokenApiOptions {
+/** Options of {@link createTokenApi}; `S` is what `authenticateSession` answers. */
+export interface TokenApiOptions<S extends TokenApiSession = TokenApiSession> {
   /** The token service whose tokens the API manages. */
   tokens: TokenService
   /** Path prefix of the API; default `/api/tokens`. */
   basePath?: string | undefined
-  /** Resolves the dashboard session of a request (from its cookie), or `null`. */
-  authenticateSession: (request: Request) => MaybePromise<TokenApiSession | null>
+  /**
+   * Resolves the dashboard session of a request (from its cookie), or `null`. `info` is what
+   * the caller passed beside the request: from `serveTokenApi` of `mcp-dispatch/express` and
+   * `mcp-dispatch/fastify`, the framework's own request as `info.frameworkRequest`, where a
+   * session middleware left its session (`express-session`'s `req.session`,
+   * `@fastify/session`'s `request.session`).
+   */
+  authenticateSession: (request: Request, info: TokenApiRequestInfo) => MaybePromise<S | null>
   /**
    * CSRF check for cookie-authenticated writes (POST, PATCH, DELETE). Required; pass `false`
    * only when the session mechanism is immune by construction (e.g. not cookie-based).
    * Bearer callers (rotate only) never need it.
    */
-  verifyCsrf: ((request: Request, session: TokenApiSession) => MaybePromise<boolean>) | false
+  verifyCsrf: ((request: Request, session: S) => MaybePromise<boolean>) | false
   /**
    * Client address of a request, for the allowlist of a Bearer rotation, when the caller does
    * not pass it as `info.clientAddress` (the Express and Fastify `serveTokenApi` do). Without
@@ -71,6 +81,8 @@ export interface TokenApiOptions {
 }
 
 const MAX_BODY_BYTES = 16_384
+/** The `info` of a request the API was handed without one. */
+const NO_INFO: TokenApiRequestInfo = Object.freeze({})
 const createBody = z
   .object({
     name: z.unknown(),
@@ -220,6 +232,12 @@ export interface TokenApiRequestInfo {
    * `null` or `''` names none, as `undefined` does.
    */
   clientAddress?: string | null | undefined
+  /**
+   * The request as the framework that served it has it, handed to `authenticateSession`:
+   * Express's `req` from the Express `serveTokenApi`, Fastify's `request` from the Fastify one.
+   * `undefined` when the API is called with a `Request` alone.
+   */
+  frameworkRequest?: unknown
 }
 
 /**
@@ -248,7 +266,7 @@ const TOKEN_API_OPTIONS = optionNames<TokenApiOptions>({ tokens: true, basePath:
  * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
  * @throws {ConfigurationError} without `tokens` (or with one lacking the service's methods) or `authenticateSession`, with a `clientAddress` that is not a function, with a `verifyCsrf` that is neither a function nor `false`, a `basePath` that does not start with `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), `hosts` that are not a non-empty array of host names (naming `hosts` or the entry, `hosts.1`), or an `onError` that is not a function.
  */
-export function createTokenApi(options: TokenApiOptions): TokenApi {
+export function createTokenApi<S extends TokenApiSession = TokenApiSession>(options: TokenApiOptions<S>): TokenApi {
   if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
   refuseUnknownOptions(options, TOKEN_API_OPTIONS, 'createTokenApi', (key) =>
     key === 'trustProxy' ? "the token API takes the client address from clientAddress (a function of the request); serveTokenApi's trustProxy (Express, Fastify) reads X-Forwarded-For" : undefined,
@@ -281,8 +299,8 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
   const onError = reporterOption(options.onError)
   const hosts = hostsOption(options.hosts)
 
-  async function session(request: Request, write: boolean): Promise<TokenApiSession> {
-    const s = await options.authenticateSession(request)
+  async function session(request: Request, write: boolean, info: TokenApiRequestInfo | undefined): Promise<S> {
+    const s = await options.authenticateSession(request, info ?? NO_INFO)
     if (!s) throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'A dashboard session is required')
     if (write && options.verifyCsrf && !(await options.verifyCsrf(request, s))) {
       throw new CsrfError()
@@ -321,7 +339,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
         return json(200, result)
       }
       if (bearer.kind === 'invalid') throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'Unauthorized')
-      const s = await session(request, true)
+      const s = await session(request, true, info)
       await readNoBody(request, 'a rotation')
       return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
     }
@@ -333,9 +351,9 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       throw new DispatchError('ERR_FORBIDDEN', 403, -32003, 'A Bearer token may only rotate itself (POST {id}/rotate); the rest of the token API needs a dashboard session')
     }
     if (id === undefined) {
-      if (method === 'GET') return json(200, { tokens: await tokens.list((await session(request, false)).userId) })
+      if (method === 'GET') return json(200, { tokens: await tokens.list((await session(request, false, info)).userId) })
       if (method === 'POST') {
-        const s = await session(request, true)
+        const s = await session(request, true, info)
         const body = parseInput(createBody, await readJson(request))
         const created = await inApiNames(tokens.create({
           userId: s.userId,
@@ -348,9 +366,9 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       }
       return notServed(served)
     }
-    if (method === 'GET') return json(200, await tokens.get((await session(request, false)).userId, id))
+    if (method === 'GET') return json(200, await tokens.get((await session(request, false, info)).userId, id))
     if (method === 'PATCH') {
-      const s = await session(request, true)
+      const s = await session(request, true, info)
       const raw = await readJson(request)
       if (raw && typeof raw === 'object' && ('servers' in raw || 'scopes' in raw)) {
         throw new InvalidInputError('servers' in raw ? 'servers' : 'scopes', 'cannot be changed after creation')
@@ -372,7 +390,7 @@ export function createTokenApi(options: TokenApiOptions): TokenApi {
       )
     }
     if (method === 'DELETE') {
-      const s = await session(request, true)
+      const s = await session(request, true, info)
       await readNoBody(request, 'a revocation')
       return json(200, await tokens.revoke(s.userId, id))
     }

@@ -11,7 +11,7 @@ import { gzipSync } from 'node:zlib'
 import express from 'express'
 import fc from 'fast-check'
 import Fastify from 'fastify'
-import { ConfigurationError, type TokenApi, type TokenService, createTokenApi } from 'mcp-dispatch'
+import { ConfigurationError, type TokenApi, type TokenService, createTokenApi, hashesEqual } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
@@ -203,6 +203,94 @@ for (const [name, start] of Object.entries(targets)) {
     })
   })
 }
+
+/** A session a framework's middleware left on its request, as express-session and @fastify/session do. */
+interface DashboardSession {
+  readonly userId: string
+  readonly csrfToken: string
+}
+
+describe('serveTokenApi: the framework request reaches authenticateSession, and its session verifyCsrf', () => {
+  const sessions = new Map<string, DashboardSession>([['sid-alice', { userId: 'alice', csrfToken: 'csrf-of-alice' }]])
+  const sessionOf = (cookie: string | undefined) => sessions.get(/(?:^|;\s*)sid=([^;]+)/.exec(cookie ?? '')?.[1] ?? '')
+  // Typed: verifyCsrf gets the DashboardSession authenticateSession answered, not just { userId }.
+  const api = (tokens: TokenService, seen: unknown[]) =>
+    createTokenApi<DashboardSession>({
+      tokens,
+      authenticateSession: (_request, info) => {
+        seen.push(info.frameworkRequest)
+        return (info.frameworkRequest as { session?: DashboardSession } | undefined)?.session ?? null
+      },
+      verifyCsrf: (request, session) => hashesEqual(request.headers.get('x-csrf-token') ?? '', session.csrfToken),
+    })
+  const starts: Record<string, (tokens: TokenService, seen: unknown[]) => Promise<{ port: number; close(): Promise<void> }>> = {
+    ...Object.fromEntries(
+      EXPRESS_KINDS.map((kind) => [
+        kind,
+        async (tokens: TokenService, seen: unknown[]) => {
+          const app = EXPRESS[kind]()
+          // A session middleware, as express-session is: it leaves req.session.
+          app.use((req, _res, next) => {
+            ;(req as { session?: DashboardSession }).session = sessionOf(req.headers.cookie)
+            next()
+          })
+          app.use(expressAdapter.serveTokenApi(api(tokens, seen)))
+          const server = http.createServer(app)
+          const port = await listen(server)
+          return { port, close: () => close(server) }
+        },
+      ]),
+    ),
+    async fastify(tokens, seen) {
+      const app = Fastify()
+      // As @fastify/session is: an onRequest hook that leaves request.session.
+      app.decorateRequest('session', null)
+      app.addHook('onRequest', async (request) => {
+        ;(request as unknown as { session?: DashboardSession }).session = sessionOf(request.headers.cookie)
+      })
+      await app.register(fastifyAdapter.serveTokenApi(api(tokens, seen)))
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+    },
+  }
+  for (const [name, start] of Object.entries(starts)) {
+    it(name, async () => {
+      const fixture = createFixture()
+      const seen: unknown[] = []
+      const server = await start(fixture.dispatcherOptions.tokens as TokenService, seen)
+      try {
+        const body = JSON.stringify({ name: 'CI', servers: ['app_weather'], expires_in_days: 7 })
+        const created = await rawRequest(server.port, {
+          path: '/api/tokens',
+          headers: { cookie: 'theme=dark; sid=sid-alice', 'x-csrf-token': 'csrf-of-alice', 'content-type': 'application/json' },
+          body,
+        })
+        expect(created.status).toBe(201)
+        // The session's own CSRF token, not another's; no session, 401.
+        const forged = await rawRequest(server.port, { path: '/api/tokens', headers: { cookie: 'sid=sid-alice', 'x-csrf-token': 'csrf-123', 'content-type': 'application/json' }, body })
+        expect(forged.status).toBe(403)
+        expect((await rawRequest(server.port, { method: 'GET', path: '/api/tokens', headers: { cookie: 'sid=unknown' } })).status).toBe(401)
+        const listed = await rawRequest(server.port, { method: 'GET', path: '/api/tokens', headers: { cookie: 'sid=sid-alice' } })
+        expect(JSON.parse(listed.body).tokens.map((t: { id: string }) => t.id)).toContain(JSON.parse(created.body).id)
+        // The framework's own request: Express's req, Fastify's request (not the raw one).
+        expect(seen).toHaveLength(4)
+        for (const request of seen) {
+          if (name === 'fastify') expect(request).toHaveProperty('raw')
+          else expect(request).toBeInstanceOf(http.IncomingMessage)
+        }
+      } finally {
+        await server.close()
+      }
+    })
+  }
+  it('called with a Request alone, authenticateSession gets an info without frameworkRequest', async () => {
+    const fixture = createFixture()
+    const seen: unknown[] = []
+    const answer = await api(fixture.dispatcherOptions.tokens as TokenService, seen)(new Request('http://dash.example/api/tokens'))
+    expect(answer?.status).toBe(401)
+    expect(seen).toEqual([undefined])
+  })
+})
 
 describe('serveTokenApi on Fastify: the platform\'s hooks', () => {
   it('keeps the headers an earlier onRequest hook set on the reply (@fastify/cors\'s), as the MCP routes do', async () => {

@@ -515,7 +515,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
     const protocol = expressProtocol(req)
     // The API's answers byte for byte the other adapters', as `writeOwn`'s.
     if (res.getHeader('x-powered-by') === 'Express') res.removeHeader('x-powered-by')
-    void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust)
+    void answerTokenApi(api, { req, res, url, protocol, parsedBody: (req as { body?: unknown }).body }, trust, req)
   }
 }
 

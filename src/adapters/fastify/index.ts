@@ -576,7 +576,7 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Fa
       // Hijacked, the headers the platform's earlier hooks set on the reply (`@fastify/cors`'s)
       // would not be written: they go on the raw head, as on the MCP routes.
       setHeaders(reply.raw, platformHeaders(reply.getHeaders()), tokenApiReporter(api))
-      void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: requestProtocol(raw, request.protocol) }, trust)
+      void answerTokenApi(api, { req: raw, res: reply.raw, url, protocol: requestProtocol(raw, request.protocol) }, trust, request)
     })
   }
   return unencapsulated(plugin as FastifyPluginAsync, 'mcp-dispatch-token-api')
