@@ -15,11 +15,19 @@ describe('logError, the default onError', () => {
   it('names the error and the class and code of its causes, so an operator tells a missing migration from an outage', () => {
     const pg = Object.assign(new Error('relation "public.mcp_dispatch_api_tokens" does not exist'), { name: 'error', code: '42P01' })
     expect(logged(new StoreUnavailableError('token', { cause: pg }), 'token')).toBe(
-      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01: PostgreSQL undefined_table: run the token store\'s migrate() (docs/stores.md, "Migration"))',
+      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01: PostgreSQL undefined_table: a table is missing (the token store\'s: run its migrate(), docs/stores.md "Migration"))',
     )
     const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' })
     const chain = new Error('fetch failed', { cause: new TypeError('wrapped', { cause: refused }) })
     expect(logged(chain, 'userinfo')).toBe('[mcp-dispatch] userinfo: Error: fetch failed (cause: TypeError) (cause: Error ECONNREFUSED)')
+    // A missing column, a role without its grants: what to do, beside the code.
+    const column = Object.assign(new Error('column "x" does not exist'), { name: 'error', code: '42703' })
+    expect(logged(new StoreUnavailableError('token', { cause: column }), 'token')).toContain('(cause: error 42703: PostgreSQL undefined_column: a column is missing')
+    const grant = Object.assign(new Error('permission denied for table t'), { name: 'error', code: '42501' })
+    expect(logged(new StoreUnavailableError('app', { cause: grant }), 'token service')).toContain('(cause: error 42501: PostgreSQL insufficient_privilege: the role lacks a grant')
+    // Codes with no advice stay bare.
+    const other = Object.assign(new Error('x'), { name: 'error', code: '23505' })
+    expect(logged(new Error('w', { cause: other }), 'x')).toBe('[mcp-dispatch] x: Error: w (cause: error 23505)')
   })
 
   it("never prints a cause's message, which a driver or a parser may fill with what it read", () => {

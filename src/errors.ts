@@ -293,9 +293,9 @@ function spelledAlike(given: string, name: string): boolean {
  * the proxy and the Redis invalidation bus: one line on stderr, `[mcp-dispatch] <context>:
  * <name>: <message>`, so a failure that clients see only as a status (a store outage, a rate
  * limit served open, a failed broadcast) is never silent. The causes it wraps are named by
- * their class and code (`(cause: error 42P01: PostgreSQL undefined_table: run the token
- * store's migrate() …)`: a PostgreSQL table that was never migrated, with what to do about
- * it; `(cause: Error ECONNREFUSED)`), never by their message, which a database driver or a
+ * their class and code (`(cause: error 42P01: PostgreSQL undefined_table: a table is missing
+ * (the token store's: run its migrate() …))`: a PostgreSQL table that was never migrated, with
+ * what to do about it; `(cause: Error ECONNREFUSED)`), never by their message, which a database driver or a
  * parser may fill with what it read. The library never puts a secret in an error it makes;
  * pass an `onError` of your own to send these, causes whole, to your logger instead.
  */
@@ -357,12 +357,13 @@ function causes(error: Error): string {
 }
 
 /**
- * What an operator does about a PostgreSQL error of the token store's making (SQLSTATE,
- * PostgreSQL's appendix A), said beside its code, since the message (which names the table)
- * is not printed: a store never migrated, or a run-time role without its grants.
+ * What an operator does about the PostgreSQL errors a store meets first (SQLSTATE, PostgreSQL's
+ * appendix A), said beside the code, since the message (which names the table) is not
+ * printed: a store never migrated, or a role without its grants. Worded for any store on
+ * PostgreSQL (a platform's own app or subscription store too), with the token store's remedy.
  */
 const SQLSTATE_HINTS: Readonly<Record<string, string>> = Object.freeze({
-  '42P01': 'PostgreSQL undefined_table: run the token store\'s migrate() (docs/stores.md, "Migration")',
-  '42703': 'PostgreSQL undefined_column: run the token store\'s migrate() (docs/stores.md, "Migration")',
-  '42501': 'PostgreSQL insufficient_privilege: grant the pool\'s role what docs/stores.md, "Migration", lists',
+  '42P01': 'PostgreSQL undefined_table: a table is missing (the token store\'s: run its migrate(), docs/stores.md "Migration")',
+  '42703': 'PostgreSQL undefined_column: a column is missing (the token store\'s: run its migrate(), docs/stores.md "Migration")',
+  '42501': 'PostgreSQL insufficient_privilege: the role lacks a grant (the token store\'s: docs/stores.md "Migration" lists them)',
 })

@@ -100,6 +100,8 @@ describe('401 Unauthorized (spec 7, 5.1 step 1)', () => {
     expect(buildWwwAuthenticate({ resourceMetadataUrl: METADATA_URL, scope: 'openid mcp:tools', invalidToken: true })).toBe(
       `Bearer resource_metadata="${METADATA_URL}", scope="openid mcp:tools", error="invalid_token"`,
     )
+    // `null` is none, as `undefined` is.
+    expect(buildWwwAuthenticate({ resourceMetadataUrl: METADATA_URL, scope: null })).toBe(`Bearer resource_metadata="${METADATA_URL}"`)
     for (const scope of ['', ' openid', 'openid ', 'openid  profile', 'a"b', 'a\\b', 'a\tb', 'caf\u00e9', 42]) {
       expect(() => buildWwwAuthenticate({ resourceMetadataUrl: METADATA_URL, scope: scope as string }), String(scope)).toThrow(RangeError)
     }

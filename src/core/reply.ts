@@ -91,11 +91,11 @@ export interface UnauthorizedReplyOptions {
    * Scopes the challenge names (`scope="openid mcp:tools"`, RFC 6750 section 3): scope names
    * (RFC 6749 section 3.3) separated by single spaces. The MCP authorization specification
    * (2025-11-25) asks servers to name the scopes a resource needs, and clients to ask for these
-   * before the metadata's `scopes_supported`. Left out by default: spec 5.1's challenge names
-   * the metadata alone.
+   * before the metadata's `scopes_supported`. Left out by default (`null` too): spec 5.1's
+   * challenge names the metadata alone.
    * @throws {RangeError} from {@link buildWwwAuthenticate} for a value that is not such a list.
    */
-  scope?: string | undefined
+  scope?: string | null | undefined
 }
 
 /**
@@ -151,7 +151,7 @@ export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string 
   const url = options.resourceMetadataUrl.replace(/"/g, '%22').replace(/\\/g, '/').replace(/[^\t\x20-\x7e]/gu, percentEncoded)
   let challenge = `Bearer resource_metadata="${url}"`
   const scope = options.scope
-  if (scope !== undefined) {
+  if (scope !== undefined && scope !== null) {
     // Checked, not escaped: a scope-token holds no `"` or `\`, so a value that needs escaping
     // names no scope a client could ask for.
     if (typeof scope !== 'string' || !SCOPE_LIST.test(scope)) {

@@ -264,9 +264,12 @@ export interface DispatcherOptions {
    * scope="openid mcp:tools"` (RFC 6750 section 3). The MCP authorization specification
    * (2025-11-25) asks servers to name the scopes a resource needs there (SHOULD), and clients
    * to ask for those, before the metadata's `scopes_supported`, so a client asks for no more
-   * than it needs. Default none (`null` too): the challenge of spec 5.1, naming the metadata
-   * alone. At least one scope name, as for `scopesSupported` (`ConfigurationError` otherwise);
-   * copied when the dispatcher is created.
+   * than it needs. One list for every App the dispatcher serves. Default none (`null` too):
+   * the challenge of spec 5.1, naming the metadata alone. At least one scope name, as for
+   * `scopesSupported`, and `openid` among them with a `createOAuthValidator` in `userinfo`
+   * mode (the userinfo endpoint refuses tokens granted without it) (`ConfigurationError`
+   * otherwise); copied when the dispatcher is created. Name scopes the authorization server
+   * issues: one that does not know a scope may refuse the client's registration.
    */
   challengeScope?: readonly string[] | null | undefined
   /**
@@ -715,7 +718,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (scopes.length === 0 || scopes.some((scope) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope))) {
       throw new ConfigurationError('challengeScope', `${SCOPES_REFUSED}, at least one (leave the option out for none)`)
     }
-    challengeScope = scopes.join(' ')
+    // Once each: a client asks for the list as given, and a name twice is no more scope.
+    challengeScope = [...new Set(scopes as string[])].join(' ')
+    // The userinfo endpoint answers only tokens granted `openid` (OpenID Connect Core 5.3), and
+    // a client asks for the challenge's scopes alone: without it, every token it gets is
+    // refused there, and it signs in again for ever.
+    if (oauth !== undefined && keepsOwnDeadline(oauth) && (oauth as { mode?: unknown }).mode === 'userinfo' && !scopes.includes('openid')) {
+      throw new ConfigurationError(
+        'challengeScope',
+        'must name "openid" with a validator in userinfo mode: clients ask for these scopes alone, and the userinfo endpoint refuses a token granted without it',
+      )
+    }
   }
   // `createOAuthValidator`'s keep a deadline of their own; a platform's own is timed here.
   const timedValidator = oauth !== undefined && !keepsOwnDeadline(oauth)

@@ -3,12 +3,15 @@
  * Express 5 and 4, and `mcp-dispatch/fastify`), beside the MCP dispatch layer, over loopback HTTP: a dashboard
  * session creates and lists tokens, a token rotates itself under its IP allowlist with the
  * socket address, other paths reach the MCP layer; and a request with two `Authorization`
- * fields is refused by every adapter, never served with the first.
+ * fields is refused by every adapter, never served with the first. `authenticateSession` reads
+ * the session a middleware left on the framework's request (express-session itself on Express;
+ * a hook of its shape on Fastify), and `verifyCsrf` gets that session.
  */
 import * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
 import { gzipSync } from 'node:zlib'
 import express from 'express'
+import session from 'express-session'
 import fc from 'fast-check'
 import Fastify from 'fastify'
 import { ConfigurationError, type TokenApi, type TokenService, createTokenApi, hashesEqual } from 'mcp-dispatch'
@@ -204,53 +207,63 @@ for (const [name, start] of Object.entries(targets)) {
   })
 }
 
-/** A session a framework's middleware left on its request, as express-session and @fastify/session do. */
+/** The dashboard session of these tests: the user, and the CSRF token the session holds. */
 interface DashboardSession {
   readonly userId: string
   readonly csrfToken: string
 }
 
 describe('serveTokenApi: the framework request reaches authenticateSession, and its session verifyCsrf', () => {
-  const sessions = new Map<string, DashboardSession>([['sid-alice', { userId: 'alice', csrfToken: 'csrf-of-alice' }]])
-  const sessionOf = (cookie: string | undefined) => sessions.get(/(?:^|;\s*)sid=([^;]+)/.exec(cookie ?? '')?.[1] ?? '')
   // Typed: verifyCsrf gets the DashboardSession authenticateSession answered, not just { userId }.
   const api = (tokens: TokenService, seen: unknown[]) =>
     createTokenApi<DashboardSession>({
       tokens,
       authenticateSession: (_request, info) => {
         seen.push(info.frameworkRequest)
-        return (info.frameworkRequest as { session?: DashboardSession } | undefined)?.session ?? null
+        const session = (info.frameworkRequest as { session?: Partial<DashboardSession> | null } | undefined)?.session
+        return session?.userId && session.csrfToken ? { userId: session.userId, csrfToken: session.csrfToken } : null
       },
       verifyCsrf: (request, session) => hashesEqual(request.headers.get('x-csrf-token') ?? '', session.csrfToken),
     })
-  const starts: Record<string, (tokens: TokenService, seen: unknown[]) => Promise<{ port: number; close(): Promise<void> }>> = {
+  type Served = { port: number; close(): Promise<void>; signIn(): Promise<string> }
+  const starts: Record<string, (tokens: TokenService, seen: unknown[]) => Promise<Served>> = {
     ...Object.fromEntries(
       EXPRESS_KINDS.map((kind) => [
         kind,
-        async (tokens: TokenService, seen: unknown[]) => {
+        async (tokens: TokenService, seen: unknown[]): Promise<Served> => {
           const app = EXPRESS[kind]()
-          // A session middleware, as express-session is: it leaves req.session.
-          app.use((req, _res, next) => {
-            ;(req as { session?: DashboardSession }).session = sessionOf(req.headers.cookie)
-            next()
+          // express-session itself, in front of the API, as docs/api-tokens.md shows it.
+          app.use(session({ secret: 'test-secret', resave: false, saveUninitialized: false }))
+          app.post('/login', (req, res) => {
+            Object.assign(req.session, { userId: 'alice', csrfToken: 'csrf-of-alice' })
+            res.end()
           })
           app.use(expressAdapter.serveTokenApi(api(tokens, seen)))
           const server = http.createServer(app)
           const port = await listen(server)
-          return { port, close: () => close(server) }
+          const signIn = async () => (await rawRequest(port, { path: '/login' })).headers['set-cookie']!.split(';')[0]!
+          return { port, close: () => close(server), signIn }
         },
       ]),
     ),
     async fastify(tokens, seen) {
+      const sessions = new Map<string, DashboardSession>()
       const app = Fastify()
-      // As @fastify/session is: an onRequest hook that leaves request.session.
+      // As @fastify/session is: an onRequest hook, registered first, that leaves request.session.
       app.decorateRequest('session', null)
       app.addHook('onRequest', async (request) => {
-        ;(request as unknown as { session?: DashboardSession }).session = sessionOf(request.headers.cookie)
+        const sid = /(?:^|;\s*)sid=([^;]+)/.exec(request.headers.cookie ?? '')?.[1]
+        ;(request as unknown as { session?: DashboardSession }).session = sid === undefined ? undefined : sessions.get(sid)
+      })
+      app.post('/login', async (_request, reply) => {
+        sessions.set('sid-alice', { userId: 'alice', csrfToken: 'csrf-of-alice' })
+        return reply.header('set-cookie', 'sid=sid-alice; HttpOnly').send()
       })
       await app.register(fastifyAdapter.serveTokenApi(api(tokens, seen)))
       await app.listen({ port: 0, host: '127.0.0.1' })
-      return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+      const port = (app.server.address() as AddressInfo).port
+      const signIn = async () => (await rawRequest(port, { path: '/login' })).headers['set-cookie']!.split(';')[0]!
+      return { port, close: () => app.close(), signIn }
     },
   }
   for (const [name, start] of Object.entries(starts)) {
@@ -259,18 +272,19 @@ describe('serveTokenApi: the framework request reaches authenticateSession, and 
       const seen: unknown[] = []
       const server = await start(fixture.dispatcherOptions.tokens as TokenService, seen)
       try {
+        const cookie = `theme=dark; ${await server.signIn()}`
         const body = JSON.stringify({ name: 'CI', servers: ['app_weather'], expires_in_days: 7 })
         const created = await rawRequest(server.port, {
           path: '/api/tokens',
-          headers: { cookie: 'theme=dark; sid=sid-alice', 'x-csrf-token': 'csrf-of-alice', 'content-type': 'application/json' },
+          headers: { cookie, 'x-csrf-token': 'csrf-of-alice', 'content-type': 'application/json' },
           body,
         })
         expect(created.status).toBe(201)
         // The session's own CSRF token, not another's; no session, 401.
-        const forged = await rawRequest(server.port, { path: '/api/tokens', headers: { cookie: 'sid=sid-alice', 'x-csrf-token': 'csrf-123', 'content-type': 'application/json' }, body })
+        const forged = await rawRequest(server.port, { path: '/api/tokens', headers: { cookie, 'x-csrf-token': 'csrf-123', 'content-type': 'application/json' }, body })
         expect(forged.status).toBe(403)
-        expect((await rawRequest(server.port, { method: 'GET', path: '/api/tokens', headers: { cookie: 'sid=unknown' } })).status).toBe(401)
-        const listed = await rawRequest(server.port, { method: 'GET', path: '/api/tokens', headers: { cookie: 'sid=sid-alice' } })
+        expect((await rawRequest(server.port, { method: 'GET', path: '/api/tokens', headers: { cookie: 'theme=dark' } })).status).toBe(401)
+        const listed = await rawRequest(server.port, { method: 'GET', path: '/api/tokens', headers: { cookie } })
         expect(JSON.parse(listed.body).tokens.map((t: { id: string }) => t.id)).toContain(JSON.parse(created.body).id)
         // The framework's own request: Express's req, Fastify's request (not the raw one).
         expect(seen).toHaveLength(4)

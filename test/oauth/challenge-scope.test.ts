@@ -59,8 +59,15 @@ describe('challengeScope', () => {
       expect(() => createDispatcher({ ...stores(), challengeScope: challengeScope as never }), JSON.stringify(challengeScope)).toThrow(ConfigurationError)
       expect(() => createDispatcher({ ...stores(), challengeScope: challengeScope as never })).toThrow(/challengeScope/)
     }
+    // With a validator in userinfo mode (the spec's), `openid` must be among them: clients ask for
+    // these alone, and the userinfo endpoint refuses a token granted without it.
+    const userinfo = createOAuthValidator({ issuer: 'https://auth.example.com' })
+    expect(() => createDispatcher({ ...stores(), oauth: userinfo, challengeScope: ['mcp:tools'] })).toThrow(/challengeScope.*openid/)
+    expect(() => createDispatcher({ ...stores(), oauth: userinfo, challengeScope: ['openid', 'mcp:tools'] })).not.toThrow()
+    const jwt = createOAuthValidator({ issuer: 'https://auth.example.com', mode: 'jwt', jwks: 'https://auth.example.com/jwks', audience: false })
+    expect(() => createDispatcher({ ...stores(), oauth: jwt, challengeScope: ['mcp:tools'] })).not.toThrow()
     // A copy is taken: changing the array later changes nothing.
-    const scopes = ['openid']
+    const scopes = ['openid', 'openid'] // a name twice is named once
     const handle = mcpDispatch({ dispatcher: { ...stores(), challengeScope: scopes }, handler: () => new Response('{}') })
     scopes.push('a"b')
     return handle(new Request('http://weather.localhost/', { method: 'POST' })).then((res) => {

@@ -150,7 +150,7 @@ declare const subscriptions: SubscriptionStore
 declare const mcpHandlers: Record<string, WebMcpHandler>`,
   },
   { file: 'docs/adapters.md', marker: "app.disable('x-powered-by')", prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
-  { file: 'docs/adapters.md', marker: 'await app.register(mcpDispatch({ dispatcher }))', prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
+  { file: 'docs/adapters.md', marker: 'await mcp.register(mcpDispatch({ dispatcher }))', prelude: `${DISPATCHER}\n${BUILD_SERVER}\n${NODE_SESSIONS}` },
   {
     file: 'docs/adapters.md',
     marker: 'frameworkErrors: (error: FastifyError',
@@ -159,7 +159,7 @@ declare const api: TokenApi`,
   },
   {
     file: 'docs/adapters.md',
-    marker: 'getDefaultJsonParser',
+    marker: 'app.getDefaultJsonParser',
     prelude: `import type { FastifyInstance } from 'fastify'
 declare const app: FastifyInstance`,
   },
@@ -225,6 +225,16 @@ declare const newKey: IdentityKey
 declare const oldPublicKey: CryptoKey`,
   },
   { file: 'docs/api-tokens.md', marker: 'generateApiToken()', prelude: 'declare const pepper: string' },
+  {
+    // express-session in front of serveTokenApi.
+    file: 'docs/api-tokens.md',
+    marker: "import session from 'express-session'",
+    prelude: `import type { Express } from 'express'
+import type { TokenService } from 'mcp-dispatch'
+declare const app: Express
+declare const secret: string
+declare const tokens: TokenService`,
+  },
   {
     file: 'docs/api-tokens.md',
     marker: "console.log(created.token)",
@@ -320,6 +330,12 @@ declare const subscriptions: SubscriptionStore
 declare const issuer: string
 declare function policy(identity: Identity, app: AppRecord): RateLimitPolicy | undefined
 declare const log: { warn(message: string, error: unknown): void }`,
+  },
+  {
+    file: 'docs/stores.md',
+    marker: 'scanBufferStream',
+    prelude: `import type { Redis } from 'ioredis'
+declare const redis: Redis`,
   },
   {
     file: 'docs/stores.md',
