@@ -162,8 +162,10 @@ export function buildWwwAuthenticate(options: UnauthorizedReplyOptions): string 
   return options.invalidToken ? `${challenge}, error="invalid_token"` : challenge
 }
 
+/** A scope name (RFC 6749 section 3.3's scope-token). @internal */
+export const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/
 /** RFC 6749 section 3.3's `scope`: scope-tokens separated by single spaces. @internal */
-export const SCOPE_LIST = /^[\x21\x23-\x5B\x5D-\x7E]+(?: [\x21\x23-\x5B\x5D-\x7E]+)*$/
+export const SCOPE_LIST = new RegExp(`^${SCOPE_TOKEN.source.slice(1, -1)}(?: ${SCOPE_TOKEN.source.slice(1, -1)})*$`)
 
 /** One character as UTF-8 percent-escapes; a lone surrogate as U+FFFD's. */
 function percentEncoded(character: string): string {

@@ -33,6 +33,7 @@ import {
 } from '../core/rate-limit.js'
 import {
   type Reply,
+  SCOPE_TOKEN,
   VARY_ORIGIN,
   authorizationServerUnavailableReply,
   forbiddenReply,
@@ -431,8 +432,6 @@ export interface Dispatcher {
   readonly basePath: string
 }
 
-/** A scope name (RFC 6749 section 3.3's scope-token). */
-const SCOPE_TOKEN = /^[\x21\x23-\x5B\x5D-\x7E]+$/
 const SCOPES_REFUSED = 'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or backslashes), such as ["openid", "mcp:tools"]'
 
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */

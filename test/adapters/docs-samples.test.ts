@@ -36,6 +36,15 @@ interface Samples {
 
 const root = new URL('../../', import.meta.url)
 
+/** `source` written to test/.generated/`name`.ts and imported: a sample as a module of its own, as a reader copies it. */
+async function importGenerated<T>(name: string, source: string): Promise<T> {
+  const dir = fileURLToPath(new URL('test/.generated/', root))
+  mkdirSync(dir, { recursive: true })
+  const file = `${dir}${name}.ts`
+  writeFileSync(file, source)
+  return (await import(/* @vite-ignore */ file)) as T
+}
+
 /** The `ts` code blocks of docs/adapters.md's section on MCP handlers, as one module. */
 async function loadSamples(): Promise<Samples> {
   const page = readFileSync(new URL('docs/adapters.md', root), 'utf8')
@@ -45,15 +54,7 @@ async function loadSamples(): Promise<Samples> {
   expect(blocks[0]).toContain('export function webSessions')
   expect(blocks[1]).toContain('export function nodeSessions')
   // Each block is a module of its own, with its imports, as a reader copies it.
-  const dir = fileURLToPath(new URL('test/.generated/', root))
-  mkdirSync(dir, { recursive: true })
-  const modules = await Promise.all(
-    blocks.map((block, i) => {
-      const file = `${dir}adapters-sessions-${i}.ts`
-      writeFileSync(file, block)
-      return import(/* @vite-ignore */ file) as Promise<Partial<Samples>>
-    }),
-  )
+  const modules = await Promise.all(blocks.map((block, i) => importGenerated<Partial<Samples>>(`adapters-sessions-${i}`, block)))
   return Object.assign({}, ...modules) as Samples
 }
 
@@ -144,11 +145,7 @@ async function loadErrorHandlerSample(): Promise<{ listener: http.RequestListene
   const block = [...page.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!.replace(/^ {2}/gm, '')).find((b) => b.includes('errorHandler'))
   expect(block).toBeDefined()
   const source = `${block}\nexport { listener }\n`.replace('getRequestListener(app.fetch', 'getRequestListener((globalThis as unknown as { docsApp: { fetch: (r: Request) => Promise<Response> } }).docsApp.fetch')
-  const dir = fileURLToPath(new URL('test/.generated/', root))
-  mkdirSync(dir, { recursive: true })
-  const file = `${dir}adapters-error-handler.ts`
-  writeFileSync(file, source)
-  return (await import(/* @vite-ignore */ file)) as { listener: http.RequestListener }
+  return importGenerated<{ listener: http.RequestListener }>('adapters-error-handler', source)
 }
 
 describe('docs/adapters.md: the @hono/node-server errorHandler, as printed', () => {
@@ -210,12 +207,11 @@ describe("README's integration sample, as printed", () => {
     const readme = readFileSync(new URL('README.md', root), 'utf8')
     const section = readme.slice(readme.indexOf('## Integration in 20 lines'))
     const block = /```ts\n([\s\S]*?)```/.exec(section)![1]!
-    const dir = fileURLToPath(new URL('test/.generated/', root))
-    mkdirSync(dir, { recursive: true })
     // The block as a module, plus what a reader's server adds: a token to call it with.
-    const file = `${dir}readme-integration.ts`
-    writeFileSync(file, `${block}\nexport { tokens }\n`)
-    const sample = (await import(/* @vite-ignore */ file)) as { fetch: (request: Request) => Promise<Response>; tokens: import('mcp-dispatch').TokenService }
+    const sample = await importGenerated<{ fetch: (request: Request) => Promise<Response>; tokens: import('mcp-dispatch').TokenService }>(
+      'readme-integration',
+      `${block}\nexport { tokens }\n`,
+    )
     const made = await sample.tokens.create({ userId: 'u1', name: 'ci', servers: ['app_1'], expiresInDays: 7 })
     const server = http.createServer(getRequestListener((request) => sample.fetch(request)))
     const port = await listen(server)
@@ -256,11 +252,7 @@ async function loadFastifySample(): Promise<(
   const imports = lines.filter((line) => line.startsWith('import '))
   const body = lines.filter((line) => !line.startsWith('import '))
   const source = `${imports.join('\n')}\nexport async function build(dispatcher: any, nodeSessions: any, buildServer: any) {\n${body.join('\n')}\nreturn app\n}\n`
-  const dir = fileURLToPath(new URL('test/.generated/', root))
-  mkdirSync(dir, { recursive: true })
-  const file = `${dir}adapters-fastify.ts`
-  writeFileSync(file, source)
-  return ((await import(/* @vite-ignore */ file)) as { build: never }).build
+  return (await importGenerated<{ build: never }>('adapters-fastify', source)).build
 }
 
 describe('docs/adapters.md: the Fastify sample, as printed', () => {
