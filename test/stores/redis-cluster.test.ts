@@ -2,7 +2,8 @@
  * The Redis stores on a real Redis Cluster (three masters on loopback, started by this file:
  * test/helpers/redis-cluster.ts), through ioredis `Cluster` clients of ioredis 6 and 5: the
  * shared conformance suites, what a cluster changes (keys on every master, scripts by SHA on
- * nodes that never saw them, pub/sub across nodes, a slot that migrates under the counters),
+ * nodes that never saw them, pub/sub across nodes, a slot that migrates under the counters, a
+ * write refused READONLY sent once more),
  * the two-instances pipeline of test/stores/redis-instances.test.ts; and a master that goes
  * down (killed, on clusters of their own, one per ioredis major): the stores on the other
  * masters keep serving, the calls of the dead one fail within one deadline and then at once
@@ -20,6 +21,7 @@ import {
   createRedisRateLimitStore,
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
+import { ReplyError } from 'ioredis'
 import { describe, expect, it, vi } from 'vitest'
 import { type RedisClusterTestContext, type TestRedisCluster, describeRedisCluster, prefixOn, startRedisClusters } from '../helpers/redis-cluster.js'
 import { nextInvalidation } from '../helpers/redis.js'
@@ -212,6 +214,66 @@ describeRedisCluster('Redis stores on a Redis Cluster', shared, (redis) => {
       expect(await counters.increment('k', START, W)).toBe(1)
       expect(client.status).toBe('ready')
       expect(await counters.increment('k', START, W)).toBe(2)
+    })
+
+    it('a write refused READONLY (sent to a master in the instant a failover demotes it, not applied) is sent once more, the slot map read again: counted once, the pin found; past its deadline it is not sent again', async () => {
+      const prefix = redis.prefix()
+      // The Cluster client, with the READONLY a demoted master answers given to the first
+      // `refuse` calls of each command named (nothing of them sent); everything else is the
+      // client's own.
+      const sent: string[] = []
+      let rereads = 0
+      const refuse = new Map<string, number>()
+      const demoting = new Proxy(redis.clusterClient, {
+        get(target, name) {
+          if (name === 'refreshSlotsCache') {
+            return () => {
+              rereads++
+              return target.refreshSlotsCache()
+            }
+          }
+          if (name === 'call') {
+            return (command: string, ...args: unknown[]) => {
+              sent.push(command)
+              const left = refuse.get(command) ?? 0
+              if (left > 0) {
+                refuse.set(command, left - 1)
+                return Promise.reject(new ReplyError("READONLY You can't write against a read only replica."))
+              }
+              return target.call(command, ...(args as string[]))
+            }
+          }
+          const value: unknown = Reflect.get(target, name, target)
+          return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+        },
+      })
+      const counters = createRedisRateLimitStore({ client: demoting, prefix })
+      const sessions = createRedisSessionStore({ client: demoting, prefix })
+      expect(await counters.increment('k', START, W)).toBe(1)
+      expect(await sessions.set('s', PIN, 60_000)).toBe(true)
+      sent.length = 0
+
+      refuse.set('EVALSHA', 1).set('GETEX', 1)
+      expect(await counters.increment('k', START, W)).toBe(2)
+      expect(await sessions.get('s', 60_000)).toEqual(PIN)
+      expect(sent).toEqual(['EVALSHA', 'EVALSHA', 'GETEX', 'GETEX'])
+      expect(rereads).toBe(2)
+
+      // Refused twice: the second refusal is the call's.
+      sent.length = 0
+      refuse.set('EVALSHA', 2)
+      await expect(counters.increment('k', START, W)).rejects.toThrow(/^READONLY /)
+      expect(sent).toEqual(['EVALSHA', 'EVALSHA'])
+
+      // A deadline shorter than the wait (25 ms): the call fails at its deadline, and nothing is
+      // sent after it.
+      const hasty = createRedisRateLimitStore({ client: demoting, prefix, timeoutMs: 5 })
+      sent.length = 0
+      refuse.set('EVALSHA', 1)
+      await expect(hasty.increment('k', START, W)).rejects.toThrow(/did not answer within 5 ms|^READONLY /)
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      expect(sent).toEqual(['EVALSHA'])
+      expect(await counters.increment('k', START, W)).toBe(3)
     })
 
     it('a slot that migrates under a counter and a session (ASK, then MOVED): counts go on, the pin is found', async () => {

@@ -262,6 +262,35 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     })
   })
 
+  it('a single Redis that is a replica refuses each write READONLY: the call fails with it, sent once (a cluster sends it again: test/stores/redis-cluster.test.ts)', async (context) => {
+    if (noRedisServer !== undefined) {
+      if (underProjectCI()) throw new Error(`redis-server is required under .ci/run (MCP_DISPATCH_CI): ${noRedisServer}`)
+      console.warn(`[redis tests] the READONLY test is skipped: ${noRedisServer}; install Redis (apt-get install redis-server)`)
+      context.skip()
+    }
+    // A replica of a master that is not there: it answers reads, and refuses writes READONLY.
+    const closed = createNetServer()
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve))
+    const { port } = closed.address() as AddressInfo
+    await new Promise<void>((resolve) => closed.close(() => resolve()))
+    const server = await startPrivateRedis(['--replicaof', '127.0.0.1', String(port)])
+    const connection = new IOREDIS[redis.kind]({ path: server.path })
+    try {
+      await connection.ping()
+      const client = recording(connection)
+      const counters = createRedisRateLimitStore({ client, prefix: redis.prefix() })
+      const sessions = createRedisSessionStore({ client, prefix: redis.prefix() })
+      await expect(counters.increment('k', START, W)).rejects.toThrow(/^READONLY You can't write against a read only replica/)
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(/^READONLY /)
+      // Each sent once: EVALSHA (which Redis runs until its first write), EVAL (the script
+      // was never loaded there), and the GETEX.
+      expect(client.commands).toEqual(['EVALSHA', 'EVAL', 'GETEX'])
+    } finally {
+      connection.disconnect()
+      await server.stop()
+    }
+  })
+
   describe('rate-limit counters', () => {
     it('stores created before their client is ready add one ready listener between them, gone once it was heard (regression: one each, MaxListenersExceededWarning at twelve)', async () => {
       const client = redis.connect({ lazyConnect: true })

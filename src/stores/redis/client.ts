@@ -348,6 +348,18 @@ function isErrorReply(error: unknown): boolean {
   return ERROR_REPLIES.has((error as Error).name) || ERROR_REPLIES.has((error as object).constructor?.name)
 }
 
+/** Whether a rejection is Redis's `READONLY` reply: a write sent to a replica, not applied. */
+function isReadonly(error: unknown): boolean {
+  return isErrorReply(error) && String((error as Error).message).startsWith('READONLY')
+}
+
+/**
+ * How long a cluster call refused `READONLY` waits before it is sent once more (see
+ * {@link connectRedis}): long enough for a master demoted by a failover to answer `MOVED`
+ * instead, short beside any deadline.
+ */
+const READONLY_RETRY_MS = 25
+
 /**
  * Drops the arguments ioredis attaches to a failed command's error (`error.command.args`):
  * keys and values that hold token hashes (the cache's keys, an invalidation's message), which
@@ -457,6 +469,11 @@ function redisConnectionOption(key: string): string | undefined {
  * would stay on its breaker, refused, for as long as it hangs, while its promoted replica
  * serves them.
  *
+ * On a cluster, a call refused `READONLY` (a master demoted by a failover in the instant the
+ * call reached it: the write was not applied) is sent once more 25 ms later, within its
+ * deadline and never after it, the slot map read again meanwhile; a second refusal is the
+ * call's error. A single Redis that refuses `READONLY` is a replica, and its call fails at once.
+ *
  * @example
  * ```ts
  * const redis = connectRedis({ client, prefix: 'app:', timeoutMs: 500 })
@@ -522,6 +539,23 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     let settled = false
     let expired = false
     let probe = false
+    // On a cluster, a write that reaches a master in the instant a failover demotes it is
+    // refused READONLY, which means it was not applied: it is sent once more, READONLY_RETRY_MS
+    // later and within its deadline, the slot map read again meanwhile; by then the old master
+    // answers MOVED, which the client follows. (A single Redis that answers READONLY is a
+    // replica the client is connected to, which no wait changes: its error is the call's.)
+    const send = !clustered
+      ? attempt
+      : (breaker: StallBreaker) =>
+          attempt(breaker).catch((error: unknown) => {
+            if (expired || !isReadonly(error)) throw error
+            rereadSlots(client)
+            return new Promise<unknown>((resolve) => setTimeout(resolve, READONLY_RETRY_MS)).then(() => {
+              // Past the deadline meanwhile: sent now, it would only run late, for no one.
+              if (expired) throw error
+              return attempt(breaker)
+            })
+          })
     // The answers counted when the command was sent: any more by the deadline, and Redis is
     // answering, if slowly (or another store's deadline is the tighter one): no stall.
     let seen = breaker.answers
@@ -540,7 +574,7 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     // deadline is tighter than Redis's pace (a rate-limit store at 100 ms on a Redis answering
     // in 150 ms) leaves the calls of stores with longer ones sent (a session store at 1,000 ms
     // on the same client), those that follow its own timed-out call included.
-    if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = attempt(breaker)
+    if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = send(breaker)
     else if (performance.now() < breaker.probeAt || down || CONNECTING.has(client.status as string)) {
       // A client that says its connection is down (reconnecting) would only queue the probe's
       // PING in its offline queue, one more each `timeoutMs` for as long as the outage lasts
@@ -565,7 +599,7 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
         if (expired) throw new Error(`${what} not sent: Redis answered the probe after the deadline`)
         // Counted from the command, not the PING: the PING's answer says nothing of it.
         seen = breaker.answers
-        return attempt(breaker)
+        return send(breaker)
       })
     }
     const sentAt = performance.now()
