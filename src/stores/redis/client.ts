@@ -582,9 +582,14 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
       // once it is ready again is the probe. So too before it was ever ready, while it says it
       // is on its way there (a Redis not there when the process started): only states a `ready`
       // follows, so that a client whose `status` never says `ready` still has its probes.
+      // Named for what the client says of its connection when it says it is down: the command
+      // that opened the breaker may never have left its offline queue (a Redis restarted, a
+      // Sentinel failover), so "no answer" would send an operator looking for a hung server.
       return Promise.reject(
         new Error(
-          `${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`,
+          down || CONNECTING.has(client.status as string)
+            ? `${what} not sent: the Redis connection is not ready (${client.status})`
+            : `${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`,
         ),
       )
     } else {
