@@ -20,9 +20,9 @@
  * ({@link TestRedisCluster.awaitMaster}); {@link TestRedisCluster.restore} then puts every
  * node back in its first role, so the next test starts from the same layout.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { mkdtempSync, rmSync } from 'node:fs'
+import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Cluster, Redis, type RedisOptions } from 'ioredis'
@@ -30,6 +30,7 @@ import { Cluster as Cluster5 } from 'ioredis5'
 import { afterAll, describe } from 'vitest'
 import { underProjectCI } from './ci.js'
 import { IOREDIS_KINDS, type IoredisKind, type RedisTestContext } from './redis.js'
+import { redisProcesses, until as untilAs } from './redis-processes.js'
 
 /** Why `redis-server` cannot start a cluster here, or `undefined` when it can. */
 function redisServerMissing(): string | undefined {
@@ -134,15 +135,8 @@ export interface TestRedisCluster {
   stop(): Promise<void>
 }
 
-/** Answers once `check` is true, polling every 20 ms; rejects after `ms` with `what`. */
-async function until(what: string | (() => string), ms: number, check: () => Promise<boolean>): Promise<void> {
-  const deadline = performance.now() + ms
-  for (;;) {
-    if (await check().catch(() => false)) return
-    if (performance.now() > deadline) throw new Error(`Redis Cluster: ${typeof what === 'string' ? what : what()} within ${ms} ms`)
-    await new Promise((resolve) => setTimeout(resolve, 20))
-  }
-}
+/** {@link untilAs} for the clusters' messages. */
+const until = (what: string | (() => string), ms: number, check: () => Promise<boolean>) => untilAs('Redis Cluster', what, ms, check)
 
 /** The master of each slot range, as `CLUSTER SLOTS` answers: `[[from, to, [host, port, id], …replicas], …]`. */
 type SlotRanges = Array<[number, number, ...Array<[string, number, string]>]>
@@ -159,86 +153,30 @@ export async function startRedisCluster(
   const replicas = replicaPorts ?? []
   const everyPort = [...ports, ...replicas]
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-cluster-'))
-  const processes = new Map<number, ChildProcess>()
+  const { processes, node, running: start, kill, stop: stopAll } = redisProcesses('Redis Cluster', dir)
   // Nodes stopped by `hang`: running, but they answer nothing, so none is asked anything.
   const hung = new Set<number>()
   const answering = (port: number) => processes.has(port) && !hung.has(port)
-  const output = new Map<number, string>()
-  const connections = new Map<number, Redis>()
-  // One plain connection per node, reconnecting every 50 ms (a restarted node is found again);
-  // its commands fail at once while it is down.
-  const node = (port: number) => {
-    let connection = connections.get(port)
-    if (!connection) {
-      connection = new Redis({ host: '127.0.0.1', port, maxRetriesPerRequest: 0, retryStrategy: () => 50 })
-      connection.on('error', () => {})
-      connections.set(port, connection)
-    }
-    return connection
-  }
-  const exited = (child: ChildProcess) =>
-    child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  const stopAll = async () => {
-    for (const connection of connections.values()) connection.disconnect()
-    connections.clear()
-    await Promise.all(
-      [...processes.values()].map((child) => {
-        child.kill('SIGKILL')
-        return exited(child)
-      }),
-    )
-    processes.clear()
-    rmSync(dir, { recursive: true, force: true })
-  }
-  /** Starts the node of `port` (again: it keeps its node id and slots in its config file). */
-  const launch = (port: number) => {
-    const child = spawn(
-      'redis-server',
-      [
-        '--port', String(port),
-        '--bind', '127.0.0.1',
-        '--cluster-enabled', 'yes',
-        '--cluster-config-file', join(dir, `nodes-${port}.conf`),
-        '--cluster-node-timeout', String(nodeTimeoutMs),
-        '--dir', dir,
-        '--save', '',
-        '--appendonly', 'no',
-        // A replica (re)joining is sent the master's data at once, not after Redis's default 5 s
-        // wait for more replicas to join the same transfer.
-        '--repl-diskless-sync-delay', '0',
-        '--daemonize', 'no',
-      ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
-    )
-    output.set(port, '')
-    const keep = (chunk: Buffer) => output.set(port, (output.get(port)! + chunk.toString()).slice(-2_000))
-    child.stdout!.on('data', keep)
-    child.stderr!.on('data', keep)
-    processes.set(port, child)
-    return child
-  }
   /**
-   * Starts the node of `port` and waits until it answers. The tests' ports (17201–17229) and their
-   * cluster bus ports (10,000 above) lie below Linux's ephemeral range (32768–60999), so no client
-   * socket of this machine takes them; a node that could not listen all the same (another program
-   * on the port, one of a previous run still closing) is started again, every 250 ms for up to 15 s.
+   * Starts the node of `port` (again: it keeps its node id and slots in its config file) and
+   * waits until it answers. The cluster bus ports (10,000 above the tests' 17201–17229) lie
+   * below Linux's ephemeral range too.
    */
-  const running = async (port: number) => {
-    for (let attempt = 1; ; attempt++) {
-      const child = launch(port)
-      const gone = exited(child).then(() => true)
-      const answering = until(() => `node ${port} did not answer (${lastLine(port)})`, 5_000, async () => {
-        if (child.exitCode !== null) return true
-        return (await node(port).ping()) === 'PONG'
-      })
-      await Promise.race([gone, answering])
-      if (child.exitCode === null && child.signalCode === null) return
-      processes.delete(port)
-      if (attempt === 60) throw new Error(`Redis Cluster: node ${port} could not start (${lastLine(port)})`)
-      await new Promise((resolve) => setTimeout(resolve, 250))
-    }
-  }
-  const lastLine = (port: number) => output.get(port)?.trim().split('\n').pop() ?? 'no output'
+  const running = (port: number) =>
+    start(port, () => [
+      '--port', String(port),
+      '--bind', '127.0.0.1',
+      '--cluster-enabled', 'yes',
+      '--cluster-config-file', join(dir, `nodes-${port}.conf`),
+      '--cluster-node-timeout', String(nodeTimeoutMs),
+      '--dir', dir,
+      '--save', '',
+      '--appendonly', 'no',
+      // A replica (re)joining is sent the master's data at once, not after Redis's default 5 s
+      // wait for more replicas to join the same transfer.
+      '--repl-diskless-sync-delay', '0',
+      '--daemonize', 'no',
+    ])
   /** Waits until every node knows every other. */
   const met = async () => {
     for (const port of everyPort) {
@@ -310,10 +248,6 @@ export async function startRedisCluster(
     await until(`node ${port} did not take the master role`, ms, async () => ((await node(port).call('ROLE')) as [string])[0] === 'master')
     return performance.now() - started
   }
-  // A test process that ends without its afterAll (a crash) does not leave servers behind.
-  const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
-  process.once('exit', killOnExit)
-
   try {
     await Promise.all(everyPort.map((port) => running(port)))
     const admins = ports.map((port) => node(port))
@@ -335,7 +269,6 @@ export async function startRedisCluster(
     await formed()
   } catch (error) {
     await stopAll()
-    process.removeListener('exit', killOnExit)
     throw error
   }
 
@@ -363,11 +296,7 @@ export async function startRedisCluster(
       })
     },
     async kill(port) {
-      const child = processes.get(port)
-      if (!child) return
-      child.kill('SIGKILL')
-      await exited(child)
-      processes.delete(port)
+      await kill(port)
       hung.delete(port)
     },
     hang(port) {
@@ -409,10 +338,7 @@ export async function startRedisCluster(
       }
       await formed()
     },
-    async stop() {
-      process.removeListener('exit', killOnExit)
-      await stopAll()
-    },
+    stop: stopAll,
   }
 }
 

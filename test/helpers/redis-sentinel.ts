@@ -1,0 +1,289 @@
+/**
+ * A real Redis Sentinel deployment for the tests of `mcp-dispatch/redis`: a primary, one
+ * replica and three sentinels (quorum 2) on loopback, started by the test file itself from
+ * `redis-server` (6.2 or later, for `GETEX`; `redis-server --sentinel` runs the sentinels),
+ * each a child process of the test process with its files in a temporary directory, and
+ * stopped (the directory removed) after the file, so the process exits on its own. Without
+ * `redis-server` on the `PATH`: under `.ci/run` (`MCP_DISPATCH_CI=1`) the importing test file
+ * fails (CI must provide it, as for the Redis Clusters: test/helpers/redis-cluster.ts);
+ * elsewhere the suites declared with {@link describeRedisSentinel} are skipped, and the
+ * reason is printed.
+ *
+ * The deployment is awaited until every sentinel names the same primary, lists its replica
+ * (not flagged down) and knows the two other sentinels, and the replica's link to the primary
+ * is up ({@link TestRedisSentinel.settled}): only then can the sentinels agree on a failover.
+ * The sentinels mark a primary down after `downAfterMs` (1 s here, 30 s by default) and fail
+ * it over by themselves once two agree; {@link TestRedisSentinel.failover} asks them to at
+ * once (`SENTINEL FAILOVER`, which, unlike Redis's own `FAILOVER`, does not stop the writes
+ * on the old primary first: Sentinel promotes the replica, then turns the old primary into its
+ * replica).
+ */
+import { spawnSync } from 'node:child_process'
+import { mkdtempSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Redis } from 'ioredis'
+import { afterAll, describe } from 'vitest'
+import { underProjectCI } from './ci.js'
+import type { IoredisKind } from './redis.js'
+import { redisProcesses, until as untilAs } from './redis-processes.js'
+
+const HOST = '127.0.0.1'
+
+/** Why `redis-server` cannot start a Sentinel deployment here, or `undefined` when it can. */
+function redisServerMissing(): string | undefined {
+  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
+  if (version.error) return `redis-server is not installed (${version.error.message})`
+  const [, major, minor] = /v=(\d+)\.(\d+)\./.exec(version.stdout) ?? []
+  if (major === undefined || Number(major) < 6 || (Number(major) === 6 && Number(minor) < 2)) {
+    return `redis-server ${version.stdout.trim()} is too old: the session store needs GETEX (6.2+)`
+  }
+  return undefined
+}
+
+const missing = redisServerMissing()
+if (missing !== undefined && underProjectCI()) throw new Error(`Redis Sentinel is required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
+if (missing !== undefined) console.warn(`[redis sentinel tests] skipped: ${missing}; install Redis 6.2 or later (apt-get install redis-server)`)
+
+/** `true` when this machine can start a Redis Sentinel deployment. */
+export const redisSentinelAvailable = missing === undefined
+
+/** Where {@link startRedisSentinel} starts its processes, and how fast its sentinels act. */
+export interface TestRedisSentinelOptions {
+  /** The first primary's port. */
+  primary: number
+  /** Its replica's port. */
+  replica: number
+  /** The three sentinels' ports. */
+  sentinels: readonly [number, number, number]
+  /** The name the sentinels monitor the primary under. Default `primary`. */
+  name?: string
+  /** `sentinel down-after-milliseconds`: how long a primary may not answer before a sentinel marks it down. Default 1,000. */
+  downAfterMs?: number
+  /**
+   * `sentinel failover-timeout`: how long a failover may take; a sentinel that voted for
+   * another's failover starts none of its own within twice this. Default 2,000.
+   */
+  failoverTimeoutMs?: number
+}
+
+/** A primary, its replica and three sentinels, started by {@link startRedisSentinel}. */
+export interface TestRedisSentinel {
+  /** The name the sentinels monitor the primary under (ioredis' `name`). */
+  readonly name: string
+  /** The sentinels, for ioredis' `sentinels`. */
+  readonly sentinels: ReadonlyArray<{ host: string; port: number }>
+  /** The two data nodes' ports: the first primary's, then its replica's. */
+  readonly ports: readonly [number, number]
+  /** A plain connection to one process (data node or sentinel), disconnected on {@link stop}. */
+  node(port: number): Redis
+  /** The primary's port as the first sentinel that answers names it (`SENTINEL GET-MASTER-ADDR-BY-NAME`). */
+  primary(): Promise<number>
+  /**
+   * Waits until every sentinel names the same primary, lists the other data node (when it runs)
+   * as its replica, not flagged down, and knows the two other sentinels, and that node reports
+   * its link to the primary up.
+   * Answers the primary's port.
+   */
+  settled(ms?: number): Promise<number>
+  /** `SENTINEL FAILOVER <name>`, on the first sentinel: a failover now, without agreement. */
+  failover(): Promise<void>
+  /**
+   * Watches for the node on `port` to become the primary, from now: `promoted`, when it
+   * reports the master role itself (`ROLE`), and `named`, when a sentinel first names it as
+   * the primary (when clients asking that sentinel are sent to it), each `performance.now()`.
+   */
+  watchPromotion(port: number, ms?: number): { promoted: Promise<number>; named: Promise<number> }
+  /** Ends the data node on `port` at once (`SIGKILL`), as a crashed server ends. */
+  kill(port: number): Promise<void>
+  /**
+   * Puts the deployment back in order after a test, with the primary Sentinel names now: a data
+   * node killed is started again as its replica, and one still acting as a primary beside it
+   * (the old primary after a `SENTINEL FAILOVER`) is made its replica at once (Sentinel itself
+   * does so only 8 s after the switch: it waits four of its 2 s publish periods, a constant);
+   * then waits until {@link settled}. Answers the primary's port.
+   */
+  restore(): Promise<number>
+  /** Ends every process still running and removes their directory. */
+  stop(): Promise<void>
+}
+
+/** {@link untilAs} for the deployments' messages. */
+const until = (what: string | (() => string), ms: number, check: () => Promise<boolean>) => untilAs('Redis Sentinel', what, ms, check)
+
+/** `SENTINEL REPLICAS|SENTINELS|MASTER` answers a flat `[field, value, …]` list per instance. */
+const fields = (flat: unknown): Record<string, string> => {
+  const list = flat as string[]
+  const record: Record<string, string> = {}
+  for (let i = 0; i + 1 < list.length; i += 2) record[list[i]!] = list[i + 1]!
+  return record
+}
+
+/**
+ * Starts the primary, its replica and the three sentinels (127.0.0.1, no persistence) and
+ * waits until they are settled ({@link TestRedisSentinel.settled}).
+ */
+export async function startRedisSentinel({
+  primary,
+  replica,
+  sentinels,
+  name = 'primary',
+  downAfterMs = 1_000,
+  failoverTimeoutMs = 2_000,
+}: TestRedisSentinelOptions): Promise<TestRedisSentinel> {
+  const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-sentinel-'))
+  const { processes, node, running, kill, stop: stopAll } = redisProcesses('Redis Sentinel', dir)
+  const dataNode = (port: number, replicaOf?: number) => [
+    '--port', String(port),
+    '--bind', HOST,
+    '--dir', dir,
+    '--save', '',
+    '--appendonly', 'no',
+    // A replica (re)joining is sent the primary's data at once, not after a 5 s wait for others.
+    '--repl-diskless-sync-delay', '0',
+    '--daemonize', 'no',
+    ...(replicaOf === undefined ? [] : ['--replicaof', HOST, String(replicaOf)]),
+  ]
+  // Sentinel rewrites its config file (what it learns, epochs): one writable file each, written
+  // afresh before each start.
+  const sentinelConfig = (port: number) => {
+    const file = join(dir, `sentinel-${port}.conf`)
+    writeFileSync(
+      file,
+      [
+        `port ${port}`,
+        `bind ${HOST}`,
+        `dir ${dir}`,
+        `sentinel monitor ${name} ${HOST} ${primary} 2`,
+        `sentinel down-after-milliseconds ${name} ${downAfterMs}`,
+        `sentinel failover-timeout ${name} ${failoverTimeoutMs}`,
+        `sentinel parallel-syncs ${name} 1`,
+        '',
+      ].join('\n'),
+    )
+    return [file, '--sentinel']
+  }
+
+  const ports = [primary, replica] as const
+  const primaryPort = async () => {
+    let lastError: unknown
+    for (const { port } of sentinelNodes) {
+      try {
+        const address = (await node(port).call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name)) as [string, string] | null
+        if (address) return Number(address[1])
+      } catch (error) {
+        lastError = error
+      }
+    }
+    throw new Error(`Redis Sentinel: no sentinel names a primary for ${name} (${String(lastError)})`)
+  }
+  const sentinelNodes = sentinels.map((port) => ({ host: HOST, port }))
+  const settled = async (ms = 20_000) => {
+    let seen = ''
+    let settledOn = 0
+    await until(() => `the deployment did not settle (${seen})`, ms, async () => {
+      const named = new Set<number>()
+      for (const port of sentinels) {
+        const sentinel = node(port)
+        const master = fields(await sentinel.call('SENTINEL', 'MASTER', name))
+        const replicas = ((await sentinel.call('SENTINEL', 'REPLICAS', name)) as unknown[]).map(fields)
+        const peers = ((await sentinel.call('SENTINEL', 'SENTINELS', name)) as unknown[]).map(fields)
+        const at = Number(master.port)
+        const other = ports.find((p) => p !== at)!
+        const expected = processes.has(other) ? [other] : []
+        const known = replicas.filter((r) => r.flags === 'slave').map((r) => Number(r.port))
+        seen = `sentinel ${port}: primary ${at} (${master.flags}), replicas not flagged down [${known.join(',')}], ${peers.length} peers`
+        if (master.flags !== 'master' || peers.length !== 2 || expected.some((p) => !known.includes(p))) return false
+        named.add(at)
+      }
+      if (named.size !== 1) return false
+      const at = [...named][0]!
+      const other = ports.find((p) => p !== at)!
+      if (((await node(at).call('ROLE')) as [string])[0] !== 'master') return false
+      // The replica's own view of its link (the sentinels read it by INFO only every 10 s).
+      if (processes.has(other)) {
+        const [role, , of, state] = (await node(other).call('ROLE')) as [string, string, number, string]
+        seen = `${other}: ${role} of ${of}, ${state}`
+        if (role !== 'slave' || of !== at || state !== 'connected') return false
+      }
+      settledOn = at
+      return true
+    })
+    return settledOn
+  }
+
+  try {
+    await running(primary, () => dataNode(primary))
+    await running(replica, () => dataNode(replica, primary))
+    await until('the replica did not sync', 10_000, async () => String(await node(replica).call('INFO', 'replication')).includes('master_link_status:up'))
+    await Promise.all(sentinels.map((port) => running(port, () => sentinelConfig(port))))
+    await settled()
+  } catch (error) {
+    await stopAll()
+    throw error
+  }
+
+  return {
+    name,
+    sentinels: sentinelNodes,
+    ports,
+    node,
+    primary: primaryPort,
+    settled,
+    async failover() {
+      await node(sentinels[0]).call('SENTINEL', 'FAILOVER', name)
+    },
+    watchPromotion(port, ms = 15_000) {
+      const promoted = until(`${port} did not take the master role`, ms, async () => ((await node(port).call('ROLE')) as [string])[0] === 'master').then(() =>
+        performance.now(),
+      )
+      const named = until(`no sentinel named ${port} the primary`, ms, async () => {
+        const answers = await Promise.all(
+          sentinels.map((sentinel) => (node(sentinel).call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name) as Promise<[string, string]>).catch(() => null)),
+        )
+        return answers.some((address) => address !== null && Number(address[1]) === port)
+      }).then(() => performance.now())
+      promoted.catch(() => {})
+      named.catch(() => {})
+      return { promoted, named }
+    },
+    kill,
+    async restore() {
+      const at = await primaryPort()
+      for (const port of ports) {
+        if (port === at) continue
+        if (!processes.has(port)) await running(port, () => dataNode(port, at))
+        else {
+          const [role, , of] = (await node(port).call('ROLE')) as [string, string?, number?]
+          if (role !== 'slave' || of !== at) await node(port).call('REPLICAOF', HOST, String(at))
+        }
+      }
+      return settled()
+    },
+    stop: stopAll,
+  }
+}
+
+/**
+ * Starts a Sentinel deployment for each set of options, all at once, and stops them after the
+ * test file (an `afterAll` of the file): call it at the top level of the file, before its
+ * tests open connections. `undefined` when `redis-server` is missing (the suites skip, see
+ * above).
+ */
+export async function startRedisSentinels(specs: readonly TestRedisSentinelOptions[]): Promise<TestRedisSentinel[] | undefined> {
+  if (!redisSentinelAvailable) return undefined
+  const started = await Promise.allSettled(specs.map((spec) => startRedisSentinel(spec)))
+  const deployments = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []))
+  afterAll(() => Promise.all(deployments.map((deployment) => deployment.stop())))
+  const failed = started.find((result) => result.status === 'rejected')
+  if (failed) throw failed.reason
+  return deployments
+}
+
+/**
+ * A `describe` on `deployment` (skipped when it is `undefined`: no `redis-server`) named for
+ * the ioredis major `kind` (`name (ioredis 6)`, `name (ioredis 5)`).
+ */
+export function describeRedisSentinel(name: string, kind: IoredisKind, deployment: TestRedisSentinel | undefined, body: (sentinel: TestRedisSentinel) => void): void {
+  describe.runIf(deployment !== undefined)(`${name} (ioredis ${kind === 'ioredis5' ? 5 : 6})`, () => body(deployment!))
+}
