@@ -20,7 +20,6 @@
  * ({@link TestRedisCluster.awaitMaster}); {@link TestRedisCluster.restore} then puts every
  * node back in its first role, so the next test starts from the same layout.
  */
-import { spawnSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -30,18 +29,9 @@ import { Cluster as Cluster5 } from 'ioredis5'
 import { afterAll, describe } from 'vitest'
 import { underProjectCI } from './ci.js'
 import { IOREDIS_KINDS, type IoredisKind, type RedisTestContext } from './redis.js'
-import { redisProcesses, until as untilAs } from './redis-processes.js'
+import { redisProcesses, redisServerMissing, startAll } from './redis-processes.js'
 
-/** Why `redis-server` cannot start a cluster here, or `undefined` when it can. */
-function redisServerMissing(): string | undefined {
-  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
-  if (version.error) return `redis-server is not installed (${version.error.message})`
-  const major = /v=(\d+)\./.exec(version.stdout)?.[1]
-  if (major === undefined || Number(major) < 7) return `redis-server ${version.stdout.trim()} is too old: the cluster helper needs 7.0 (CLUSTER ADDSLOTSRANGE)`
-  return undefined
-}
-
-const missing = redisServerMissing()
+const missing = redisServerMissing([7, 0], 'the cluster helper needs 7.0 (CLUSTER ADDSLOTSRANGE)')
 if (missing !== undefined && underProjectCI()) throw new Error(`A Redis Cluster is required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
 if (missing !== undefined) console.warn(`[redis cluster tests] skipped: ${missing}; install Redis 7 (apt-get install redis-server)`)
 
@@ -135,8 +125,6 @@ export interface TestRedisCluster {
   stop(): Promise<void>
 }
 
-/** {@link untilAs} for the clusters' messages. */
-const until = (what: string | (() => string), ms: number, check: () => Promise<boolean>) => untilAs('Redis Cluster', what, ms, check)
 
 /** The master of each slot range, as `CLUSTER SLOTS` answers: `[[from, to, [host, port, id], …replicas], …]`. */
 type SlotRanges = Array<[number, number, ...Array<[string, number, string]>]>
@@ -153,7 +141,7 @@ export async function startRedisCluster(
   const replicas = replicaPorts ?? []
   const everyPort = [...ports, ...replicas]
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-cluster-'))
-  const { processes, node, running: start, kill, stop: stopAll } = redisProcesses('Redis Cluster', dir)
+  const { until, processes, node, running: start, kill, stop: stopAll } = redisProcesses('Redis Cluster', dir)
   // Nodes stopped by `hang`: running, but they answer nothing, so none is asked anything.
   const hung = new Set<number>()
   const answering = (port: number) => processes.has(port) && !hung.has(port)
@@ -387,12 +375,7 @@ export async function startRedisClusters(
   specs: ReadonlyArray<readonly [number, number, number] | ({ ports: readonly [number, number, number] } & TestRedisClusterOptions)>,
 ): Promise<TestRedisCluster[] | undefined> {
   if (!redisClusterAvailable) return undefined
-  const started = await Promise.allSettled(specs.map((spec) => ('ports' in spec ? startRedisCluster(spec.ports, spec) : startRedisCluster(spec))))
-  const clusters = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []))
-  afterAll(() => Promise.all(clusters.map((cluster) => cluster.stop())))
-  const failed = started.find((result) => result.status === 'rejected')
-  if (failed) throw failed.reason
-  return clusters
+  return startAll(specs, (spec) => ('ports' in spec ? startRedisCluster(spec.ports, spec) : startRedisCluster(spec)))
 }
 
 /**

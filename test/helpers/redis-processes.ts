@@ -5,9 +5,38 @@
  * port for the helpers' own commands, all ended (`SIGKILL`) and their directory removed by
  * `stop`, and ended too when the test process exits without it (a crash).
  */
-import { type ChildProcess, spawn } from 'node:child_process'
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { rmSync } from 'node:fs'
 import { Redis } from 'ioredis'
+import { afterAll } from 'vitest'
+
+/**
+ * Why `redis-server` cannot serve a helper here (not installed, or older than `minimum`, a
+ * `[major, minor]`, for `why`), or `undefined` when it can.
+ */
+export function redisServerMissing(minimum: readonly [number, number], why: string): string | undefined {
+  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
+  if (version.error) return `redis-server is not installed (${version.error.message})`
+  const [, major, minor] = /v=(\d+)\.(\d+)\./.exec(version.stdout) ?? []
+  if (major === undefined || Number(major) < minimum[0] || (Number(major) === minimum[0] && Number(minor) < minimum[1])) {
+    return `redis-server ${version.stdout.trim()} is too old: ${why}`
+  }
+  return undefined
+}
+
+/**
+ * Starts one of a helper's setups for each spec, all at once, and stops them after the test
+ * file (an `afterAll` of the file); the first failure to start is thrown, once every setup
+ * that did start will be stopped.
+ */
+export async function startAll<Spec, Setup extends { stop(): Promise<void> }>(specs: readonly Spec[], start: (spec: Spec) => Promise<Setup>): Promise<Setup[]> {
+  const started = await Promise.allSettled(specs.map(start))
+  const setups = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []))
+  afterAll(() => Promise.all(setups.map((setup) => setup.stop())))
+  const failed = started.find((result) => result.status === 'rejected')
+  if (failed) throw failed.reason
+  return setups
+}
 
 /**
  * Answers once `check` is true (a check that throws is false), polling every 20 ms; rejects
@@ -29,6 +58,8 @@ function exited(child: ChildProcess): Promise<void> {
 
 /** The processes of one test helper (see the file's comment). */
 export interface RedisProcesses {
+  /** {@link until}, its messages starting with the helper's label. */
+  until(what: string | (() => string), ms: number, check: () => Promise<boolean>): Promise<void>
   /** The running processes by port; a port a test ended is removed. */
   readonly processes: Map<number, ChildProcess>
   /**
@@ -78,20 +109,21 @@ export function redisProcesses(label: string, dir: string): RedisProcesses {
   const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
   process.once('exit', killOnExit)
   return {
+    until: (what, ms, check) => until(label, what, ms, check),
     processes,
     node,
     async running(port, args) {
       for (let attempt = 1; ; attempt++) {
         const child = launch(port, args())
         const gone = exited(child).then(() => true)
-        const answering = until(label, () => `${port} did not answer (${lastLine(port)})`, 5_000, async () => {
+        const answering = until(label, () => `node ${port} did not answer (${lastLine(port)})`, 5_000, async () => {
           if (child.exitCode !== null) return true
           return (await node(port).ping()) === 'PONG'
         })
         await Promise.race([gone, answering])
         if (child.exitCode === null && child.signalCode === null) return
         processes.delete(port)
-        if (attempt === 60) throw new Error(`${label}: ${port} could not start (${lastLine(port)})`)
+        if (attempt === 60) throw new Error(`${label}: node ${port} could not start (${lastLine(port)})`)
         await new Promise((resolve) => setTimeout(resolve, 250))
       }
     },

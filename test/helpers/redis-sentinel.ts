@@ -18,30 +18,18 @@
  * on the old primary first: Sentinel promotes the replica, then turns the old primary into its
  * replica).
  */
-import { spawnSync } from 'node:child_process'
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
-import { afterAll, describe } from 'vitest'
+import { describe } from 'vitest'
 import { underProjectCI } from './ci.js'
 import type { IoredisKind } from './redis.js'
-import { redisProcesses, until as untilAs } from './redis-processes.js'
+import { redisProcesses, redisServerMissing, startAll } from './redis-processes.js'
 
 const HOST = '127.0.0.1'
 
-/** Why `redis-server` cannot start a Sentinel deployment here, or `undefined` when it can. */
-function redisServerMissing(): string | undefined {
-  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
-  if (version.error) return `redis-server is not installed (${version.error.message})`
-  const [, major, minor] = /v=(\d+)\.(\d+)\./.exec(version.stdout) ?? []
-  if (major === undefined || Number(major) < 6 || (Number(major) === 6 && Number(minor) < 2)) {
-    return `redis-server ${version.stdout.trim()} is too old: the session store needs GETEX (6.2+)`
-  }
-  return undefined
-}
-
-const missing = redisServerMissing()
+const missing = redisServerMissing([6, 2], 'the session store needs GETEX (6.2 or later)')
 if (missing !== undefined && underProjectCI()) throw new Error(`Redis Sentinel is required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
 if (missing !== undefined) console.warn(`[redis sentinel tests] skipped: ${missing}; install Redis 6.2 or later (apt-get install redis-server)`)
 
@@ -108,8 +96,6 @@ export interface TestRedisSentinel {
   stop(): Promise<void>
 }
 
-/** {@link untilAs} for the deployments' messages. */
-const until = (what: string | (() => string), ms: number, check: () => Promise<boolean>) => untilAs('Redis Sentinel', what, ms, check)
 
 /** `SENTINEL REPLICAS|SENTINELS|MASTER` answers a flat `[field, value, …]` list per instance. */
 const fields = (flat: unknown): Record<string, string> => {
@@ -132,7 +118,7 @@ export async function startRedisSentinel({
   failoverTimeoutMs = 2_000,
 }: TestRedisSentinelOptions): Promise<TestRedisSentinel> {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-sentinel-'))
-  const { processes, node, running, kill, stop: stopAll } = redisProcesses('Redis Sentinel', dir)
+  const { until, processes, node, running, kill, stop: stopAll } = redisProcesses('Redis Sentinel', dir)
   const dataNode = (port: number, replicaOf?: number) => [
     '--port', String(port),
     '--bind', HOST,
@@ -165,6 +151,7 @@ export async function startRedisSentinel({
   }
 
   const ports = [primary, replica] as const
+  const sentinelNodes = sentinels.map((port) => ({ host: HOST, port }))
   const primaryPort = async () => {
     let lastError: unknown
     for (const { port } of sentinelNodes) {
@@ -177,7 +164,6 @@ export async function startRedisSentinel({
     }
     throw new Error(`Redis Sentinel: no sentinel names a primary for ${name} (${String(lastError)})`)
   }
-  const sentinelNodes = sentinels.map((port) => ({ host: HOST, port }))
   const settled = async (ms = 20_000) => {
     let seen = ''
     let settledOn = 0
@@ -272,12 +258,7 @@ export async function startRedisSentinel({
  */
 export async function startRedisSentinels(specs: readonly TestRedisSentinelOptions[]): Promise<TestRedisSentinel[] | undefined> {
   if (!redisSentinelAvailable) return undefined
-  const started = await Promise.allSettled(specs.map((spec) => startRedisSentinel(spec)))
-  const deployments = started.flatMap((result) => (result.status === 'fulfilled' ? [result.value] : []))
-  afterAll(() => Promise.all(deployments.map((deployment) => deployment.stop())))
-  const failed = started.find((result) => result.status === 'rejected')
-  if (failed) throw failed.reason
-  return deployments
+  return startAll(specs, startRedisSentinel)
 }
 
 /**

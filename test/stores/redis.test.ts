@@ -280,10 +280,11 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const client = recording(connection)
       const counters = createRedisRateLimitStore({ client, prefix: redis.prefix() })
       const sessions = createRedisSessionStore({ client, prefix: redis.prefix() })
-      await expect(counters.increment('k', START, W)).rejects.toThrow(/^READONLY You can't write against a read only replica/)
+      // (A script's refusal starts with READONLY on Redis 7; Redis 6.2 puts it inside its ERR.)
+      await expect(counters.increment('k', START, W)).rejects.toThrow(/READONLY You can't write against a read only replica/)
       await expect(sessions.get('s', 60_000)).rejects.toThrow(/^READONLY /)
-      // Each sent once: EVALSHA (which Redis runs until its first write), EVAL (the script
-      // was never loaded there), and the GETEX.
+      // Each sent once: EVALSHA (refused NOSCRIPT: the script was never loaded there), EVAL
+      // (run until its first write, refused there), and the GETEX.
       expect(client.commands).toEqual(['EVALSHA', 'EVAL', 'GETEX'])
     } finally {
       connection.disconnect()
@@ -1625,6 +1626,18 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         // Nothing else in flight between two requests.
         await new Promise((resolve) => setTimeout(resolve, 450))
       }
+    })
+
+    it('a breaker opened while the client says its connection is down refuses in those words, not as a stalled Redis (regression: a command that never left the offline queue was reported as one Redis had not answered)', async () => {
+      const client: RedisCommandClient & { status: string } = { status: 'ready', call: () => new Promise(() => {}) }
+      const sessions = createRedisSessionStore({ client, prefix: redis.prefix(), timeoutMs: 1_000 })
+      await expect(sessions.get('s1', 60_000)).rejects.toThrow('Redis GETEX did not answer within 1000 ms')
+      await nextTurn()
+      client.status = 'reconnecting'
+      await expect(sessions.get('s2', 60_000)).rejects.toThrow(/^Redis GETEX not sent: the Redis connection is not ready \(reconnecting\)$/)
+      // Up again, before the next probe is due: the breaker's own words.
+      client.status = 'ready'
+      await expect(sessions.get('s3', 60_000)).rejects.toThrow('Redis GETEX not sent: Redis is stalled (a command got no answer within 1000 ms')
     })
 
     it('a client that never answers (as a hung Redis; a real one is held in test/robustness/redis-faults.test.ts) is still noticed: each store refuses without sending once it has been silent for its own deadline, a store with a longer one still sends', async () => {

@@ -348,16 +348,16 @@ function isErrorReply(error: unknown): boolean {
   return ERROR_REPLIES.has((error as Error).name) || ERROR_REPLIES.has((error as object).constructor?.name)
 }
 
-/** Whether a rejection is Redis's `READONLY` reply: a write sent to a replica, not applied. */
+/**
+ * Whether a rejection is Redis's `READONLY` reply (a write sent to a replica, not applied): as
+ * a command's reply, or a script's on Redis 7 (`READONLY …`), or on Redis 6.2 (`ERR Error
+ * running script … -READONLY …`).
+ */
 function isReadonly(error: unknown): boolean {
-  return isErrorReply(error) && String((error as Error).message).startsWith('READONLY')
+  return isErrorReply(error) && /(?:^|-)READONLY /.test(String((error as Error).message))
 }
 
-/**
- * How long a cluster call refused `READONLY` waits before it is sent once more (see
- * {@link connectRedis}): long enough for a master demoted by a failover to answer `MOVED`
- * instead, short beside any deadline.
- */
+/** How long a cluster call refused `READONLY` waits before it is sent once more (see {@link connectRedis}). */
 const READONLY_RETRY_MS = 25
 
 /**
@@ -470,9 +470,11 @@ function redisConnectionOption(key: string): string | undefined {
  * serves them.
  *
  * On a cluster, a call refused `READONLY` (a master demoted by a failover in the instant the
- * call reached it: the write was not applied) is sent once more 25 ms later, within its
- * deadline and never after it, the slot map read again meanwhile; a second refusal is the
- * call's error. A single Redis that refuses `READONLY` is a replica, and its call fails at once.
+ * call reached it: the write was not applied) is sent once more 25 ms later, the slot map read
+ * again meanwhile, by then answered `MOVED`, which the client follows: only when the wait ends
+ * 25 ms or more before its deadline, and with the connection still up; a second refusal is the
+ * call's error. A single Redis that refuses `READONLY` is a replica the client is connected to,
+ * which no wait changes: its call fails at once.
  *
  * @example
  * ```ts
@@ -539,23 +541,6 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     let settled = false
     let expired = false
     let probe = false
-    // On a cluster, a write that reaches a master in the instant a failover demotes it is
-    // refused READONLY, which means it was not applied: it is sent once more, READONLY_RETRY_MS
-    // later and within its deadline, the slot map read again meanwhile; by then the old master
-    // answers MOVED, which the client follows. (A single Redis that answers READONLY is a
-    // replica the client is connected to, which no wait changes: its error is the call's.)
-    const send = !clustered
-      ? attempt
-      : (breaker: StallBreaker) =>
-          attempt(breaker).catch((error: unknown) => {
-            if (expired || !isReadonly(error)) throw error
-            rereadSlots(client)
-            return new Promise<unknown>((resolve) => setTimeout(resolve, READONLY_RETRY_MS)).then(() => {
-              // Past the deadline meanwhile: sent now, it would only run late, for no one.
-              if (expired) throw error
-              return attempt(breaker)
-            })
-          })
     // The answers counted when the command was sent: any more by the deadline, and Redis is
     // answering, if slowly (or another store's deadline is the tighter one): no stall.
     let seen = breaker.answers
@@ -567,15 +552,39 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     // matters: a client that emits no `ready` (the node-redis adapter) is seen ready only by a
     // call made while it is.
     const down = lost()
+    const connecting = CONNECTING.has(client.status as string)
+    const notReadyError = () => new Error(`${what} not sent: the Redis connection is not ready (${client.status})`)
     // Before the client was ever ready, only once a command went unanswered (Redis not there
     // when the process started): a `PUBLISH` made while it connects as usual is sent on connect.
-    if (anyway && (down || (breaker.stalled && CONNECTING.has(client.status as string)))) return Promise.reject(new Error(`${what} not sent: the Redis connection is not ready (${client.status})`))
+    if (anyway && (down || (breaker.stalled && connecting))) return Promise.reject(notReadyError())
+    // A cluster call refused READONLY is sent once more (see connectRedis), the slot map read
+    // again meanwhile: only when the wait ends well within its deadline (a retry sent at the
+    // deadline would be applied, its call failed) and the connection is still up (else the
+    // retry would wait in the offline queue, to count late).
+    const send = !clustered
+      ? attempt
+      : (breaker: StallBreaker) => {
+          const sentAt = performance.now()
+          return attempt(breaker).catch((error: unknown) => {
+            if (!isReadonly(error) || performance.now() - sentAt + 2 * READONLY_RETRY_MS > timeoutMs) throw error
+            rereadSlots(client)
+            return new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, READONLY_RETRY_MS)
+              ;(timer as { unref?: () => void }).unref?.()
+            }).then(() => {
+              if (expired || lost()) throw error
+              // Counted from the command sent again, as for a probe's.
+              seen = breaker.answers
+              return attempt(breaker)
+            })
+          })
+        }
     // Refused only once Redis has been silent for as long as this store waits: a store whose
     // deadline is tighter than Redis's pace (a rate-limit store at 100 ms on a Redis answering
     // in 150 ms) leaves the calls of stores with longer ones sent (a session store at 1,000 ms
     // on the same client), those that follow its own timed-out call included.
     if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = send(breaker)
-    else if (performance.now() < breaker.probeAt || down || CONNECTING.has(client.status as string)) {
+    else if (performance.now() < breaker.probeAt || down || connecting) {
       // A client that says its connection is down (reconnecting) would only queue the probe's
       // PING in its offline queue, one more each `timeoutMs` for as long as the outage lasts
       // (for ever with ioredis' `maxRetriesPerRequest: null): none is sent, and the first call
@@ -586,11 +595,9 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
       // that opened the breaker may never have left its offline queue (a Redis restarted, a
       // Sentinel failover), so "no answer" would send an operator looking for a hung server.
       return Promise.reject(
-        new Error(
-          down || CONNECTING.has(client.status as string)
-            ? `${what} not sent: the Redis connection is not ready (${client.status})`
-            : `${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`,
-        ),
+        down || connecting
+          ? notReadyError()
+          : new Error(`${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`),
       )
     } else {
       // One probe at a time; the next no sooner than timeoutMs after this one gave up. On a
