@@ -40,11 +40,13 @@ export async function startAll<Spec, Setup extends { stop(): Promise<void> }>(sp
 
 /**
  * Answers once `check` is true (a check that throws is false), polling every 20 ms; rejects
- * after `ms` with `<label>: <what> within <ms> ms`.
+ * after `ms` with `<label>: <what> within <ms> ms`, or, polling no more, once `signal` is
+ * aborted.
  */
-export async function until(label: string, what: string | (() => string), ms: number, check: () => Promise<boolean>): Promise<void> {
+export async function until(label: string, what: string | (() => string), ms: number, check: () => Promise<boolean>, signal?: AbortSignal): Promise<void> {
   const deadline = performance.now() + ms
   for (;;) {
+    if (signal?.aborted) throw new Error(`${label}: ${typeof what === 'string' ? what : what()}: stopped`)
     if (await check().catch(() => false)) return
     if (performance.now() > deadline) throw new Error(`${label}: ${typeof what === 'string' ? what : what()} within ${ms} ms`)
     await new Promise((resolve) => setTimeout(resolve, 20))
@@ -59,7 +61,7 @@ function exited(child: ChildProcess): Promise<void> {
 /** The processes of one test helper (see the file's comment). */
 export interface RedisProcesses {
   /** {@link until}, its messages starting with the helper's label. */
-  until(what: string | (() => string), ms: number, check: () => Promise<boolean>): Promise<void>
+  until(what: string | (() => string), ms: number, check: () => Promise<boolean>, signal?: AbortSignal): Promise<void>
   /** The running processes by port; a port a test ended is removed. */
   readonly processes: Map<number, ChildProcess>
   /**
@@ -109,7 +111,7 @@ export function redisProcesses(label: string, dir: string): RedisProcesses {
   const killOnExit = () => processes.forEach((child) => child.kill('SIGKILL'))
   process.once('exit', killOnExit)
   return {
-    until: (what, ms, check) => until(label, what, ms, check),
+    until: (what, ms, check, signal) => until(label, what, ms, check, signal),
     processes,
     node,
     async running(port, args) {

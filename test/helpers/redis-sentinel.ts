@@ -80,16 +80,22 @@ export interface TestRedisSentinel {
    * Watches for the node on `port` to become the primary, from now: `promoted`, when it
    * reports the master role itself (`ROLE`), and `named`, when a sentinel first names it as
    * the primary (when clients asking that sentinel are sent to it), each `performance.now()`.
+   * Its polling ends (both rejected) on {@link restore} or {@link stop}: a test that failed
+   * leaves none behind.
    */
   watchPromotion(port: number, ms?: number): { promoted: Promise<number>; named: Promise<number> }
   /** Ends the data node on `port` at once (`SIGKILL`), as a crashed server ends. */
   kill(port: number): Promise<void>
+  /** Stops the data node on `port` (`SIGSTOP`), as a hung server stops: its connections stay up, unanswered. */
+  hang(port: number): void
+  /** Lets a node {@link hang} stopped go on (`SIGCONT`). */
+  resume(port: number): void
   /**
    * Puts the deployment back in order after a test, with the primary Sentinel names now: a data
-   * node killed is started again as its replica, and one still acting as a primary beside it
-   * (the old primary after a `SENTINEL FAILOVER`) is made its replica at once (Sentinel itself
-   * does so only 8 s after the switch: it waits four of its 2 s publish periods, a constant);
-   * then waits until {@link settled}. Answers the primary's port.
+   * node hung is resumed first (`SIGCONT`), a data node killed is started again as its replica,
+   * and one still acting as a primary beside it (the old primary after a `SENTINEL FAILOVER` or
+   * a hang) is made its replica at once (Sentinel itself does so only 8 s after the switch: it
+   * waits four of its 2 s publish periods, a constant); then waits until {@link settled}. Answers the primary's port.
    */
   restore(): Promise<number>
   /** Ends every process still running and removes their directory. */
@@ -151,6 +157,14 @@ export async function startRedisSentinel({
   }
 
   const ports = [primary, replica] as const
+  /** The data nodes {@link TestRedisSentinel.hang} stopped. */
+  const hung = new Set<number>()
+  /** Aborted (and replaced) by restore and stop: ends the polling of watchPromotion. */
+  let watching = new AbortController()
+  const endWatches = () => {
+    watching.abort()
+    watching = new AbortController()
+  }
   const sentinelNodes = sentinels.map((port) => ({ host: HOST, port }))
   const primaryPort = async () => {
     let lastError: unknown
@@ -220,21 +234,41 @@ export async function startRedisSentinel({
       await node(sentinels[0]).call('SENTINEL', 'FAILOVER', name)
     },
     watchPromotion(port, ms = 15_000) {
-      const promoted = until(`${port} did not take the master role`, ms, async () => ((await node(port).call('ROLE')) as [string])[0] === 'master').then(() =>
-        performance.now(),
-      )
-      const named = until(`no sentinel named ${port} the primary`, ms, async () => {
-        const answers = await Promise.all(
-          sentinels.map((sentinel) => (node(sentinel).call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name) as Promise<[string, string]>).catch(() => null)),
-        )
-        return answers.some((address) => address !== null && Number(address[1]) === port)
-      }).then(() => performance.now())
+      const { signal } = watching
+      const promoted = until(
+        `${port} did not take the master role`,
+        ms,
+        async () => ((await node(port).call('ROLE')) as [string])[0] === 'master',
+        signal,
+      ).then(() => performance.now())
+      const named = until(
+        `no sentinel named ${port} the primary`,
+        ms,
+        async () => {
+          const answers = await Promise.all(
+            sentinels.map((sentinel) => (node(sentinel).call('SENTINEL', 'GET-MASTER-ADDR-BY-NAME', name) as Promise<[string, string]>).catch(() => null)),
+          )
+          return answers.some((address) => address !== null && Number(address[1]) === port)
+        },
+        signal,
+      ).then(() => performance.now())
       promoted.catch(() => {})
       named.catch(() => {})
       return { promoted, named }
     },
     kill,
+    hang(port) {
+      processes.get(port)!.kill('SIGSTOP')
+      hung.add(port)
+    },
+    resume(port) {
+      processes.get(port)?.kill('SIGCONT')
+      hung.delete(port)
+    },
     async restore() {
+      endWatches()
+      for (const port of hung) processes.get(port)?.kill('SIGCONT')
+      hung.clear()
       const at = await primaryPort()
       for (const port of ports) {
         if (port === at) continue
@@ -246,7 +280,10 @@ export async function startRedisSentinel({
       }
       return settled()
     },
-    stop: stopAll,
+    async stop() {
+      endWatches()
+      await stopAll()
+    },
   }
 }
 

@@ -19,8 +19,14 @@
  * - The primary killed (`SIGKILL`): the calls fail, each within its deadline, while there is no
  *   primary, and are served by the promoted replica without restarting anything; what was
  *   written (and replicated) before is found, and the counts go on from it.
+ * - The primary hung (`SIGSTOP`, its connections up): the calls fail at their deadline, none
+ *   later, until the client, told by the sentinels' `+switch-master` (`failoverDetector`),
+ *   drops the unanswering connection (`disconnectTimeout`) and is on the promoted replica,
+ *   within 5 s of a sentinel naming it (ioredis 5 too, without `socketTimeout`), and is served
+ *   there at once (the client's `ready` closes the stall breaker); what was written (and
+ *   replicated) before is found, and the counts go on from it, never double-counted.
  *
- * Both tests run on the same deployment, one after the other, each from whichever node is the
+ * The tests run on the same deployment, one after the other, each from whichever node is the
  * primary then; after each the deployment is put back in order (`restore`: the old primary made
  * or started again as the new one's replica).
  */
@@ -66,7 +72,7 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
  * detector, destroyed after 200 ms, not 2 s). On ioredis 5 without `socketTimeout`: up to
  * 5.11.1 a timer it armed on a connection that then closed can destroy the next one (ioredis
  * issue 2147, seen twice in 26 failovers by hand), which these tests would take for a failure
- * of the stores; neither test hangs a primary.
+ * of the stores; the hung primary is left by `failoverDetector` and `disconnectTimeout` there.
  */
 function recommended(kind: IoredisKind, sentinel: TestRedisSentinel): RedisOptions {
   return {
@@ -206,6 +212,19 @@ function expectCountsRiseOneByOne(rounds: Round[]): number {
   return last!
 }
 
+/**
+ * On the new primary (`admin`): what {@link writeBefore} wrote is found, its counter going on
+ * from it there; the counts of `counted` rise one by one to the new primary's count, which is
+ * no more than the `answered` increments (none counted twice).
+ */
+async function expectCarriedOver(stores: Stores, admin: Redis, prefix: string, counted: Round[], answered: number) {
+  await expectWrittenBefore(stores)
+  expect(await admin.hget(`${prefix}rl:pre`, 'c')).toBe(String(BEFORE + 1))
+  const last = expectCountsRiseOneByOne(counted)
+  expect(await admin.hget(`${prefix}rl:live`, 'c')).toBe(String(last))
+  expect(last).toBeLessThanOrEqual(answered)
+}
+
 const failures = (rounds: Round[]) => rounds.flatMap((round) => round.calls.filter((call) => !call.ok))
 /** The distinct failure messages with how often, for the log line. */
 const messages = (rounds: Round[]) => {
@@ -238,18 +257,25 @@ function describeSentinel(kind: IoredisKind, sentinel: TestRedisSentinel | undef
       return { client, readies, errors, prefix, stores: storesOn(client, prefix) }
     }
 
-    it('SENTINEL FAILOVER: the client moves to the new primary within 5 s of a sentinel naming it, the calls go on (a call fails only around the switch, none hangs), what was written before is found, and every later write lands on the new primary, the counts rising one by one, never double-counted', async () => {
+    /**
+     * A client on the primary, what {@link writeBefore} writes there and on the replica too
+     * (`WAIT`: Redis replicates asynchronously, and a write the primary alone has is lost with
+     * it), then calls under way for 300 ms, and the other node watched for its promotion.
+     */
+    async function underTraffic() {
       const before = await deployment.settled()
       const after = deployment.ports.find((port) => port !== before)!
-      const { client, readies, errors, prefix, stores } = await connect()
-      expect(readies.at(-1)?.port).toBe(before)
-      await writeBefore(stores)
-      // On the replica too before the failover (WAIT: the writes of this connection acknowledged by one replica).
-      expect(await client.call('WAIT', '1', '2000')).toBe(1)
-
-      const traffic = drive(stores)
+      const connected = await connect()
+      expect(connected.readies.at(-1)?.port).toBe(before)
+      await writeBefore(connected.stores)
+      expect(await connected.client.call('WAIT', '1', '2000')).toBe(1)
+      const traffic = drive(connected.stores)
       await sleep(300)
-      const promotion = deployment.watchPromotion(after)
+      return { ...connected, before, after, traffic, promotion: deployment.watchPromotion(after) }
+    }
+
+    it('SENTINEL FAILOVER: the client moves to the new primary within 5 s of a sentinel naming it, the calls go on (a call fails only around the switch, none hangs), what was written before is found, and every later write lands on the new primary, the counts rising one by one, never double-counted', async () => {
+      const { before, after, client, readies, errors, prefix, stores, traffic, promotion } = await underTraffic()
       const triggeredAt = performance.now()
       await deployment.failover()
       const namedAt = await promotion.named
@@ -289,15 +315,9 @@ function describeSentinel(kind: IoredisKind, sentinel: TestRedisSentinel | undef
       expectNoHang(rounds)
       expect(failures(rounds.filter((round) => round.end < triggeredAt || round.at > movedAt + 1_000))).toEqual([])
       expectReadsFound(rounds)
-      // What was written before the failover is found (its counter goes on from 20).
-      await expectWrittenBefore(stores)
-      expect(await admin.hget(`${prefix}rl:pre`, 'c')).toBe(String(BEFORE + 1))
-      // After the move every write lands on the new primary: each count one higher than the one
-      // before, the last the new primary's count, which is no more than the increments answered
-      // (none counted twice); every pin and cache value set is there.
-      const last = expectCountsRiseOneByOne(moved)
-      expect(await admin.hget(`${prefix}rl:live`, 'c')).toBe(String(last))
-      expect(last).toBeLessThanOrEqual(okIncrements)
+      // What was written before is found; after the move every write lands on the new primary,
+      // counted once; every pin and cache value set is there.
+      await expectCarriedOver(stores, admin, prefix, moved, okIncrements)
       const missing = await Promise.all(
         moved.flatMap((round) => [
           admin.exists(`${prefix}session:live${round.n}`).then((found) => (found === 1 ? [] : [`pin live${round.n}`])),
@@ -309,16 +329,7 @@ function describeSentinel(kind: IoredisKind, sentinel: TestRedisSentinel | undef
     })
 
     it('the primary killed (SIGKILL): the calls fail, each within its deadline, while there is no primary, and are served by the promoted replica without restarting anything; what was written before is found and the counts go on from it', async () => {
-      const before = await deployment.settled()
-      const after = deployment.ports.find((port) => port !== before)!
-      const { client, readies, errors, prefix, stores } = await connect()
-      await writeBefore(stores)
-      // Replicated before the kill (Redis replicates asynchronously: an unreplicated write dies with the primary).
-      expect(await client.call('WAIT', '1', '2000')).toBe(1)
-
-      const traffic = drive(stores)
-      await sleep(300)
-      const promotion = deployment.watchPromotion(after)
+      const { before, after, client, readies, errors, prefix, stores, traffic, promotion } = await underTraffic()
       await deployment.kill(before)
       const killedAt = performance.now()
       const namedAt = await promotion.named
@@ -360,10 +371,57 @@ function describeSentinel(kind: IoredisKind, sentinel: TestRedisSentinel | undef
       expect(((await deployment.node(after).call('ROLE')) as [string])[0]).toBe('master')
       expectReadsFound(rounds)
       // What was written (and replicated) before is found; the counts go on one by one.
-      await expectWrittenBefore(stores)
-      const last = expectCountsRiseOneByOne(rounds.filter((round) => round.at >= recovered.at))
-      expect(await deployment.node(after).hget(`${prefix}rl:live`, 'c')).toBe(String(last))
-      expect(last).toBeLessThanOrEqual(okIncrements)
+      await expectCarriedOver(stores, deployment.node(after), prefix, rounds.filter((round) => round.at >= recovered.at), okIncrements)
+    })
+
+    it('the primary hung (SIGSTOP, its connections up): no call outlasts its deadline, the client leaves the hung primary for the promoted replica within 5 s of a sentinel naming it and is served there at once, the stall breaker closed by its ready (regression: refused up to two deadlines more, until the next probe); what was written before is found and the counts go on one by one, never double-counted', async () => {
+      const { before, after, client, readies, errors, prefix, stores, traffic, promotion } = await underTraffic()
+      deployment.hang(before)
+      const hungAt = performance.now()
+      const namedAt = await promotion.named
+      const promotedAt = await promotion.promoted
+      await vi.waitFor(() => expect(readies.some((ready) => ready.at > hungAt && ready.port === after)).toBe(true), { timeout: 15_000, interval: 20 })
+      const movedAt = readies.find((ready) => ready.at > hungAt && ready.port === after)!.at
+      // Served in full again, then 20 rounds more at least, over 1.5 s after the move at least.
+      const servedSince = () => traffic.rounds.find((round) => round.at > movedAt && round.calls.every((call) => call.ok))
+      await vi.waitFor(
+        () => {
+          const served = servedSince()
+          expect(served).toBeDefined()
+          expect(traffic.rounds.filter((round) => round.at > served!.end).length).toBeGreaterThanOrEqual(20)
+          expect(performance.now() - movedAt).toBeGreaterThan(1_500)
+        },
+        { timeout: 15_000, interval: 20 },
+      )
+      const rounds = await traffic.stop()
+
+      const admin = deployment.node(after)
+      const moved = rounds.filter((round) => round.at > movedAt)
+      const recovered = servedSince()!
+      const okIncrements = rounds.filter((round) => round.calls[0]!.ok).length
+      const slowest = Math.max(...rounds.flatMap((round) => round.calls.map((call) => call.end - call.at)))
+      console.info(
+        `[${kind}] primary ${before} hung: ${after} promoted after ${(promotedAt - hungAt).toFixed(0)} ms, named by a sentinel after ${(namedAt - hungAt).toFixed(0)} ms; ` +
+          `the client on it ${(movedAt - namedAt).toFixed(0)} ms after that (${(movedAt - hungAt).toFixed(0)} ms after the hang), first round served in full ${(recovered.end - movedAt).toFixed(0)} ms after the move; slowest call ${slowest.toFixed(0)} ms; ` +
+          `${rounds.length} rounds, ${failures(rounds).length} calls failed (${messages(rounds)}); client errors: ${errors.length}; ready since the hang on ${readies.filter((ready) => ready.at > hungAt).map((ready) => ready.port).join(', ')}`,
+      )
+
+      // Never a hang of a call: each failed or was answered within its deadline and some slack.
+      expectNoHang(rounds)
+      // Left the hung primary in bounded time, for the promoted replica, and served there at
+      // once: the client's ready closes the stall breaker the hang opened. (Before, the calls
+      // were refused unsent, "Redis is stalled", until the breaker's next probe, a deadline
+      // after the last one gave up on the hung connection: 1.0 to 1.4 s after the move.) A
+      // round begun before the move may still fail; none begun after it.
+      expect(movedAt - namedAt).toBeLessThan(MOVED_WITHIN_MS)
+      expect((client as unknown as { stream?: Socket }).stream?.remotePort).toBe(after)
+      expect(recovered.end - movedAt).toBeLessThan(TIMEOUT_MS)
+      expect(failures(rounds.filter((round) => round.at > movedAt))).toEqual([])
+      expect(((await admin.call('ROLE')) as [string])[0]).toBe('master')
+      expectReadsFound(rounds)
+      // What was written (and replicated) before the hang is found; after the move the counts
+      // rise one by one, none counted twice, none sent again.
+      await expectCarriedOver(stores, admin, prefix, moved, okIncrements)
     })
   })
 }

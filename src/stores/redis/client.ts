@@ -84,12 +84,18 @@ function readinessOf(client: RedisCommandClient): { seen: boolean } {
   readinessByClient.set(client, (readiness = created))
   // Told by the client itself where it can (ioredis emits `ready`), so an outage before the
   // store's first call is covered too: one listener for every store on the client (one each
-  // piled up past Node's warning of eleven), gone once it has heard.
-  const events = client as { on?: (event: 'ready', listener: () => void) => unknown; once?: (event: 'ready', listener: () => void) => unknown }
-  if (!created.seen) {
-    const heard = () => void (created.seen = true)
-    if (typeof events.once === 'function') events.once('ready', heard)
-    else if (typeof events.on === 'function') events.on('ready', heard)
+  // piled up past Node's warning of eleven), kept for as long as the client lives. A single
+  // Redis client ready again (after a reconnect, its handshake answered) has been answered:
+  // its stall breaker closes then, not only at its next probe, up to two deadlines later (a
+  // Sentinel client moved off a hung primary was refused for a second more). Not a
+  // cluster's `ready`, which is the whole client's, not a master's.
+  const events = client as { on?: (event: 'ready', listener: () => void) => unknown; isCluster?: unknown }
+  if (typeof events.on === 'function') {
+    const single = events.isCluster !== true
+    events.on('ready', () => {
+      created.seen = true
+      if (single) breakers.get(client)?.get('')?.answered()
+    })
   }
   return readiness
 }
