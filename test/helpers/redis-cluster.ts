@@ -29,9 +29,9 @@ import { Cluster as Cluster5 } from 'ioredis5'
 import { afterAll, describe } from 'vitest'
 import { underProjectCI } from './ci.js'
 import { IOREDIS_KINDS, type IoredisKind, type RedisTestContext } from './redis.js'
-import { redisProcesses, redisServerMissing, startAll } from './redis-processes.js'
+import { redisProcesses, redisServerLacking, startAll } from './redis-processes.js'
 
-const missing = redisServerMissing([7, 0], 'the cluster helper needs 7.0 (CLUSTER ADDSLOTSRANGE)')
+const missing = redisServerLacking([7, 0], 'the cluster helper needs 7.0 (CLUSTER ADDSLOTSRANGE)')
 if (missing !== undefined && underProjectCI()) throw new Error(`A Redis Cluster is required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
 if (missing !== undefined) console.warn(`[redis cluster tests] skipped: ${missing}; install Redis 7 (apt-get install redis-server)`)
 

@@ -14,7 +14,7 @@ import { afterAll } from 'vitest'
  * Why `redis-server` cannot serve a helper here (not installed, or older than `minimum`, a
  * `[major, minor]`, for `why`), or `undefined` when it can.
  */
-export function redisServerMissing(minimum: readonly [number, number], why: string): string | undefined {
+export function redisServerLacking(minimum: readonly [number, number], why: string): string | undefined {
   const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
   if (version.error) return `redis-server is not installed (${version.error.message})`
   const [, major, minor] = /v=(\d+)\.(\d+)\./.exec(version.stdout) ?? []

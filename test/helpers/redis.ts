@@ -9,7 +9,7 @@
  * random key prefixes; after the suite, every key under those prefixes is deleted and every
  * client is disconnected, so the process exits on its own.
  */
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync, mkdtempSync, rmSync } from 'node:fs'
 import { createServer } from 'node:net'
@@ -21,6 +21,7 @@ import type { InvalidationMessage } from 'mcp-dispatch'
 import type { RedisInvalidationBus } from 'mcp-dispatch/redis'
 import { afterAll, describe } from 'vitest'
 import { underCI } from './ci.js'
+import { redisServerLacking } from './redis-processes.js'
 
 /**
  * The ioredis majors the Redis stores are tested on: the peer dependency takes
@@ -195,10 +196,12 @@ export function holdConnection(client: Redis, other: Redis, key: string): { rele
   }
 }
 
-/** Why `redis-server` cannot be started here, or `undefined` when it can (for {@link startPrivateRedis}). */
+/**
+ * Why `redis-server` cannot be started here (missing, or older than 6.2, which the stores
+ * need), or `undefined` when it can (for {@link startPrivateRedis} and the Sentinel helper).
+ */
 export function redisServerMissing(): string | undefined {
-  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
-  return version.error ? `redis-server is not installed (${version.error.message})` : undefined
+  return redisServerLacking([6, 2], 'the stores need GETEX (6.2 or later)')
 }
 
 /**

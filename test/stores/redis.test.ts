@@ -47,6 +47,17 @@ import {
 const baseline = activeResources()
 /** Why the test of a server that lost its scripts cannot start a Redis of its own, or `undefined`. */
 const noRedisServer = redisServerMissing()
+
+/**
+ * For a test that starts a Redis of its own (startPrivateRedis): skipped, saying so, without
+ * `redis-server`; failed instead under .ci/run, which provides it.
+ */
+function needsRedisServer(context: { skip(): void }, test: string): void {
+  if (noRedisServer === undefined) return
+  if (underProjectCI()) throw new Error(`redis-server is required under .ci/run (MCP_DISPATCH_CI): ${noRedisServer}`)
+  console.warn(`[redis tests] the ${test} test is skipped: ${noRedisServer}; install Redis (apt-get install redis-server)`)
+  context.skip()
+}
 const PIN: SessionPin = { appId: 'app_1', version: '1.2.3', subject: 'user_1' }
 const W = 60_000
 const START = 1_700_000_040_000 - (1_700_000_040_000 % W)
@@ -263,11 +274,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
   })
 
   it('a single Redis that is a replica refuses each write READONLY: the call fails with it, sent once (a cluster sends it again: test/stores/redis-cluster.test.ts)', async (context) => {
-    if (noRedisServer !== undefined) {
-      if (underProjectCI()) throw new Error(`redis-server is required under .ci/run (MCP_DISPATCH_CI): ${noRedisServer}`)
-      console.warn(`[redis tests] the READONLY test is skipped: ${noRedisServer}; install Redis (apt-get install redis-server)`)
-      context.skip()
-    }
+    needsRedisServer(context, 'READONLY')
     // A replica of a master that is not there: it answers reads, and refuses writes READONLY.
     const closed = createNetServer()
     await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve))
@@ -317,11 +324,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     it('one round trip per increment: EVALSHA, and EVAL once more when the server lost its scripts', async (context) => {
       // The scripts are flushed on a Redis of this test's own: a SCRIPT FLUSH on the shared one
       // would cost the test files running alongside a NOSCRIPT and an EVAL within their deadlines.
-      if (noRedisServer !== undefined) {
-        if (underProjectCI()) throw new Error(`redis-server is required under .ci/run (MCP_DISPATCH_CI): ${noRedisServer}`)
-        console.warn(`[redis tests] the script-cache test is skipped: ${noRedisServer}; install Redis (apt-get install redis-server)`)
-        context.skip()
-      }
+      needsRedisServer(context, 'script-cache')
       const server = await startPrivateRedis()
       // Not one of the suite's clients: disconnected here, before its server ends.
       const connection = new IOREDIS[redis.kind]({ path: server.path })
@@ -659,11 +662,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     })
 
     it('an error reply that quotes the command\'s arguments (a command the server lacks: below 6.2, renamed away) reaches the caller and onError without them: no session id, no token hash in its message, stack or anything logged (regression: Redis\'s "with args beginning with:" was printed whole)', async (context) => {
-      if (noRedisServer !== undefined) {
-        if (underProjectCI()) throw new Error(`redis-server is required under .ci/run (MCP_DISPATCH_CI): ${noRedisServer}`)
-        console.warn(`[redis tests] the renamed-commands test is skipped: ${noRedisServer}; install Redis (apt-get install redis-server)`)
-        context.skip()
-      }
+      needsRedisServer(context, 'renamed-commands')
       const server = await startPrivateRedis(['--rename-command', 'GETEX', '', '--rename-command', 'PUBLISH', ''])
       const connection = new IOREDIS[redis.kind]({ path: server.path })
       const sessionId = 'session-canary-5c1e4b7d9a2f'

@@ -363,6 +363,11 @@ function isReadonly(error: unknown): boolean {
   return isErrorReply(error) && /(?:^|-)READONLY /.test(String((error as Error).message))
 }
 
+/** The refusal of a call unsent because `client` says its connection is not ready. */
+function notReadyError(what: string, client: RedisCommandClient): Error {
+  return new Error(`${what} not sent: the Redis connection is not ready (${client.status})`)
+}
+
 /** How long a cluster call refused `READONLY` waits before it is sent once more (see {@link connectRedis}). */
 const READONLY_RETRY_MS = 25
 
@@ -559,10 +564,9 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     // call made while it is.
     const down = lost()
     const connecting = CONNECTING.has(client.status as string)
-    const notReadyError = () => new Error(`${what} not sent: the Redis connection is not ready (${client.status})`)
     // Before the client was ever ready, only once a command went unanswered (Redis not there
     // when the process started): a `PUBLISH` made while it connects as usual is sent on connect.
-    if (anyway && (down || (breaker.stalled && connecting))) return Promise.reject(notReadyError())
+    if (anyway && (down || (breaker.stalled && connecting))) return Promise.reject(notReadyError(what, client))
     // A cluster call refused READONLY is sent once more (see connectRedis), the slot map read
     // again meanwhile: only when the wait ends well within its deadline (a retry sent at the
     // deadline would be applied, its call failed) and the connection is still up (else the
@@ -602,7 +606,7 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
       // Sentinel failover), so "no answer" would send an operator looking for a hung server.
       return Promise.reject(
         down || connecting
-          ? notReadyError()
+          ? notReadyError(what, client)
           : new Error(`${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`),
       )
     } else {
