@@ -239,7 +239,11 @@ const messages = (rounds: Round[]) => {
 function describeSentinel(kind: IoredisKind, sentinel: TestRedisSentinel | undefined) {
   describeRedisSentinel('the Redis stores through a Sentinel client, when the primary fails over', kind, sentinel, (deployment) => {
     const clients: Redis[] = []
+    const traffics: Array<ReturnType<typeof drive>> = []
     afterEach(async () => {
+      // A case that failed before its own stop() leaves its calls going: stopped here, before
+      // their client is closed.
+      for (const traffic of traffics.splice(0)) await traffic.stop()
       for (const client of clients.splice(0)) client.disconnect()
       await deployment.restore()
     })
@@ -270,6 +274,7 @@ function describeSentinel(kind: IoredisKind, sentinel: TestRedisSentinel | undef
       await writeBefore(connected.stores)
       expect(await connected.client.call('WAIT', '1', '2000')).toBe(1)
       const traffic = drive(connected.stores)
+      traffics.push(traffic)
       await sleep(300)
       return { ...connected, before, after, traffic, promotion: deployment.watchPromotion(after) }
     }

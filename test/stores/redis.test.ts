@@ -1644,6 +1644,19 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(await sessions.get('s3', 60_000)).toBeUndefined()
     })
 
+    it("the ready of a client made with ioredis' enableReadyCheck: false (ready once its socket connects, nothing answered) leaves the breaker open until its probe", async () => {
+      // A real ioredis client (never connected) with its command path replaced by one Redis
+      // never answers: the option is read where ioredis keeps it.
+      const client = new IOREDIS[redis.kind]({ lazyConnect: true, enableReadyCheck: false })
+      Object.assign(client, { status: 'ready', call: () => new Promise(() => {}) })
+      const sessions = createRedisSessionStore({ client, prefix: redis.prefix(), timeoutMs: 1_000 })
+      await expect(sessions.get('s1', 60_000)).rejects.toThrow('Redis GETEX did not answer within 1000 ms')
+      await nextTurn()
+      // Reconnected to the same hung Redis: the next call is still refused, not left to wait.
+      client.emit('ready')
+      await expect(sessions.get('s2', 60_000)).rejects.toThrow('Redis GETEX not sent: Redis is stalled')
+    })
+
     it('a breaker opened while the client says its connection is down refuses in those words, not as a stalled Redis (regression: a command that never left the offline queue was reported as one Redis had not answered)', async () => {
       const client: RedisCommandClient & { status: string } = { status: 'ready', call: () => new Promise(() => {}) }
       const sessions = createRedisSessionStore({ client, prefix: redis.prefix(), timeoutMs: 1_000 })

@@ -88,13 +88,20 @@ function readinessOf(client: RedisCommandClient): { seen: boolean } {
   // Redis client ready again (after a reconnect, its handshake answered) has been answered:
   // its stall breaker closes then, not only at its next probe, up to two deadlines later (a
   // Sentinel client moved off a hung primary was refused for a second more). Not a
-  // cluster's `ready`, which is the whole client's, not a master's.
-  const events = client as { on?: (event: 'ready', listener: () => void) => unknown; isCluster?: unknown }
+  // cluster's `ready`, which is the whole client's, not a master's, nor that of a client
+  // made with ioredis' `enableReadyCheck: false`, which is ready as soon as its socket
+  // connects, nothing answered (a hung Redis that accepts connections would have each
+  // reconnect let one more deadline's worth of calls wait on it).
+  const events = client as {
+    on?: (event: 'ready', listener: () => void) => unknown
+    isCluster?: unknown
+    options?: { enableReadyCheck?: unknown }
+  }
   if (typeof events.on === 'function') {
-    const single = events.isCluster !== true
+    const answeredWhenReady = events.isCluster !== true && events.options?.enableReadyCheck !== false
     events.on('ready', () => {
       created.seen = true
-      if (single) breakers.get(client)?.get('')?.answered()
+      if (answeredWhenReady) breakers.get(client)?.get('')?.answered()
     })
   }
   return readiness
