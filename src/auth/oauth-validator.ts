@@ -77,7 +77,9 @@ export type UpstreamEndpoint = 'discovery' | 'userinfo' | 'introspection' | 'jwk
 
 /** Timers the validator uses for per-call timeouts (injectable, so tests fire them by hand). */
 export interface OAuthTimers {
+  /** Calls `callback` once after `ms` milliseconds, as the global `setTimeout`; answers a handle for {@link clearTimeout}. */
   setTimeout(callback: () => void, ms: number): unknown
+  /** Cancels the timer `handle` names, as the global `clearTimeout`. */
   clearTimeout(handle: unknown): void
 }
 

@@ -5,10 +5,15 @@
 
 /** The protected-resource metadata document (spec 2.2). */
 export interface ProtectedResourceMetadata {
+  /** The App address, `{base_url}`: the resource the tokens are for (RFC 9728 section 2). */
   resource: string
+  /** Issuer identifiers of the authorization servers that issue tokens for the App. */
   authorization_servers: string[]
+  /** How a token is sent: `["header"]` only (the `Authorization` header, RFC 6750 section 2.1). */
   bearer_methods_supported: string[]
+  /** The scopes clients may ask for (spec 2.2: `openid`, `profile`, `email` by default). */
   scopes_supported: string[]
+  /** Human-readable name of the App, when it has one. */
   resource_name?: string
 }
 

@@ -10,6 +10,7 @@ import { wholeSeconds } from './rate-limit.js'
 
 /** A complete HTTP answer decided by the dispatch layer. */
 export interface Reply {
+  /** HTTP status code. */
   readonly status: number
   /** Header names in lower case. */
   readonly headers: Readonly<Record<string, string>>
@@ -19,8 +20,11 @@ export interface Reply {
 
 /** JSON-RPC error object as it appears in an error body. */
 export interface JsonRpcErrorObject {
+  /** JSON-RPC error code ({@link RpcCode}). */
   code: number
+  /** Short description (spec section 7: `Unauthorized`, `Forbidden`, …). */
   message: string
+  /** Details a client can act on (`{ error: "ip_not_allowed" }`, …); absent where the spec shows none. */
   data?: Record<string, unknown>
 }
 

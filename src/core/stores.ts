@@ -52,8 +52,11 @@ export interface SubscriptionStore {
 
 /** An API token as stored. Holds the hash of the secret, never the secret. */
 export interface ApiTokenRecord {
+  /** The token's id, kept through rotations (not secret). */
   readonly id: string
+  /** The user who owns the token. */
   readonly userId: string
+  /** The owner's label for it: 1 to 100 characters, trimmed (docs/api-tokens.md). */
   readonly name: string
   /** SHA-256 (or HMAC-SHA-256) hex of the secret. */
   readonly tokenHash: string
@@ -75,8 +78,11 @@ export interface ApiTokenRecord {
 
 /** The fields an edit may change (spec 2.1: name, expiration, IP allowlist). */
 export interface ApiTokenPatch {
+  /** A new name, validated as at creation. */
   name?: string
+  /** A new expiry, epoch milliseconds: in the future, at most 90 days after creation. */
   expiresAt?: number
+  /** A new IP allowlist (addresses and CIDR ranges), or `null` to remove it. */
   allowedIps?: readonly string[] | null
 }
 

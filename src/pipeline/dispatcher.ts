@@ -231,7 +231,9 @@ export type Decision =
  * responses' credentials (`DispatcherOptions.timers`).
  */
 export interface DispatcherTimers {
+  /** Calls `callback` every `ms` milliseconds, as the global `setInterval`; answers a handle for {@link clearInterval}. */
   setInterval(callback: () => void, ms: number): unknown
+  /** Stops the interval `handle` names, as the global `clearInterval`. */
   clearInterval(handle: unknown): void
 }
 
@@ -618,7 +620,7 @@ function adapterOption(key: string): string | undefined {
  * ```
  *
  * @throws {ConfigurationError} with an option it does not have (a misspelt name, or another function's), naming it and where it belongs.
- * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an issuer identifier (an http(s) URL with no query, fragment, credentials, space or control character), a `scopesSupported` that is not an array of scope names, a `challengeScope` that is not a non-empty one, `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
+ * @throws {ConfigurationError} when an option cannot work: a missing store, or an `apps`, `subscriptions`, `tokens` or `oauth` without the methods the dispatcher calls, a `basePath` without a leading `/` or that no request's path can be (not percent-encoded, or with a dot segment, backslash, query or fragment), an `authorizationServers` entry that is not an issuer identifier (an http(s) URL with no query, fragment, credentials, space or control character), a `scopesSupported` that is not an array of scope names, a `challengeScope` that is not a non-empty one (or, with a `userinfo`-mode `createOAuthValidator` as `oauth`, one without `openid`), `oauth` with no authorization server to name (no `authorizationServers`, and no `issuer` on the validator), `allowedOrigins` that is neither an array nor a function or an entry of it that is no origin, a validator whose audience follows the `Host` without `baseUrl`, a `sessionTtlMs` that is not a whole number of milliseconds (`Infinity`), a `storeTimeoutMs` out of range, a `now`, `onError`, `resolveApp` or `baseUrl` that is not a function, `sessions` that is no session store, a `cors` or `rateLimit.failOpen` that is not a boolean, a `rateLimit.store` without `increment`…
  */
 export function createDispatcher(options: DispatcherOptions): Dispatcher {
   if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')

@@ -36,6 +36,7 @@ import { parseUrl } from '../core/url.js'
  * is handed that same object, typed as answered.
  */
 export interface TokenApiSession {
+  /** The signed-in user: the owner of the tokens the request lists, creates or changes. */
   readonly userId: string
 }
 

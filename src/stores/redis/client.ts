@@ -35,6 +35,7 @@ export type RedisArgument = string | number
  * and its subclasses (node-redis).
  */
 export interface RedisCommandClient {
+  /** Sends `command` with `args`, answering its reply (see above); an error reply rejects. */
   call(command: string, ...args: RedisArgument[]): Promise<unknown>
   /**
    * The connection's state, where the client tells it (`ioredis`: `ready`, `reconnecting`,
@@ -118,18 +119,25 @@ export interface RedisSubscriberClient {
    * (`connect`) is subscribed once it is `ready`.
    */
   readonly status?: string
+  /** Subscribes to `channel`; settles once Redis confirmed it. */
   subscribe(channel: string): Promise<unknown>
+  /** Unsubscribes from `channel`. */
   unsubscribe(channel: string): Promise<unknown>
+  /** `message`: a message published on a subscribed channel. */
   on(event: 'message', listener: (channel: string, message: string) => void): unknown
   /** `ready`: connected (again); `close` / `end`: the connection is lost / given up. */
   on(event: 'ready' | 'close' | 'end', listener: () => void): unknown
+  /** `error`: a connection error (ioredis then reconnects by itself). */
   on(event: 'error', listener: (error: Error) => void): unknown
+  /** Removes a listener added with `on`. */
   removeListener(event: 'message' | 'ready' | 'close' | 'end' | 'error', listener: (...args: any[]) => void): unknown
+  /** Closes the connection (ioredis' `disconnect`). */
   disconnect(): void
 }
 
 /** A command client that can open a second connection like itself (`ioredis`' `duplicate`). */
 export interface RedisClient extends RedisCommandClient {
+  /** A new connection to the same Redis with the same options, for the invalidation bus to subscribe on. */
   duplicate(): RedisSubscriberClient
 }
 
