@@ -21,11 +21,17 @@ export const RUNNER = join(PREFIX, 'node_modules/@modelcontextprotocol/conforman
  * installed beside the stable one as `conformance-next`.
  */
 export const RUNNER_NEXT = join(PREFIX, 'node_modules/@modelcontextprotocol/conformance-next/dist/index.js')
+/**
+ * The MCP Inspector 2.x's CLI (`mcp-inspector --cli`, run here as its own entry point), which
+ * asks for Node 22.19 or later: installed beside the runners, run on {@link NODE_22}
+ * (test/platform/third-party-clients.test.ts; the root package has the 1.x line, for Node 20).
+ */
+export const INSPECTOR_2_CLI = join(PREFIX, 'node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js')
 export const INSTALL_COMMAND = 'npm ci --prefix test/conformance'
 
-/** `true` when the nested package of test/conformance is installed (both runners and Node 22). */
+/** `true` when the nested package of test/conformance is installed (both runners, the Inspector 2.x and Node 22). */
 export function conformanceInstalled(): boolean {
-  return existsSync(NODE_22) && existsSync(RUNNER) && existsSync(RUNNER_NEXT)
+  return existsSync(NODE_22) && existsSync(RUNNER) && existsSync(RUNNER_NEXT) && existsSync(INSPECTOR_2_CLI)
 }
 
 /**

@@ -7,7 +7,9 @@
  *   handshake (`protocolVersionDiscovery: false`: a session, its GET stream, `DELETE` on close);
  *   with an API token in a header, and signed in through its own OAuth `authProvider`.
  * - the MCP Inspector's CLI mode (`@modelcontextprotocol/inspector` 1.x `--cli`), one process
- *   per call, as scripts and CI jobs use it.
+ *   per call, as scripts and CI jobs use it; and the 2.x line's (on Node 22, from
+ *   test/conformance), whose client is the SDK 2.x's: the 2025 handshake by default, MCP
+ *   2026-07-28 with `--protocol-era modern`, and signing in with OAuth through a headless browser.
  * - `mcp-remote`, the stdio-to-HTTP bridge desktop hosts run, with `--header`, and signing in
  *   with OAuth through a headless browser (`test/helpers/headless-browser.mjs` as `BROWSER`),
  *   driven here by the SDK's stdio client as a host would.
@@ -32,7 +34,8 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, createPlatform } from '../../examples/platform/index.js'
 import { TestOAuthClient } from '../oauth/helpers/oauth-client.js'
-import { INSPECTOR_CLI, MCP_REMOTE, RESOLVE_LOCALHOST, connectMcpRemoteOAuth } from '../helpers/audit-shared.js'
+import { HEADLESS_BROWSER, INSPECTOR_CLI, MCP_REMOTE, RESOLVE_LOCALHOST, connectMcpRemoteOAuth } from '../helpers/audit-shared.js'
+import { INSPECTOR_2_CLI, NODE_22, conformanceAvailable } from '../helpers/conformance.js'
 import {
   APP_TOOLS,
   MODERN_APP_TOOLS,
@@ -117,6 +120,37 @@ function serveLogged(): Promise<ServedFetch> {
     })
     return response
   })
+}
+
+/**
+ * A fresh platform whose Apps take access tokens of the authorization server at `issuer`, served
+ * and logged as {@link start}'s (with the test seed as it is).
+ */
+async function startSigningInAt(issuer: string): Promise<void> {
+  errors = []
+  log = []
+  platform = createPlatform({ seed: testSeed(), authorizationServer: { issuer }, onError: (error, context) => errors.push({ error, context }) })
+  server = await serveLogged()
+}
+
+/**
+ * For the tests of the describe it is called in: the development authorization server, signing
+ * in `user_alice` at once, and the requests it served (`POST /reg`, `GET /interaction/…`),
+ * from the describe's start.
+ */
+function devAuthServerOfSuite(): { issuer(): string; readonly requests: string[] } {
+  let authServer: DevAuthServer | undefined
+  const requests: string[] = []
+  beforeAll(async () => {
+    authServer = await startDevAuthServer({
+      accounts: ['user_alice'],
+      onRequest: ({ method, path }) => requests.push(`${method} ${path.replace(/^\/(interaction|auth)\/.+/, '/$1/…')}`),
+    })
+  })
+  afterAll(async () => {
+    await authServer?.close()
+  })
+  return { issuer: () => authServer!.issuer, requests }
 }
 
 async function stop(): Promise<void> {
@@ -304,9 +338,9 @@ interface Finished {
  * against a hang, not a measure: the Inspector's two processes take about a second here, and
  * once took 15 s on a machine also running the conformance runner and a type check.
  */
-function runNode(args: string[], timeoutMs = 25_000): Promise<Finished> {
-  const child = spawn(process.execPath, args, {
-    env: { ...process.env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}` },
+function runNode(args: string[], { node = process.execPath, env = {}, timeoutMs = 25_000 }: { node?: string; env?: Record<string, string>; timeoutMs?: number } = {}): Promise<Finished> {
+  const child = spawn(node, args, {
+    env: { ...process.env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let stdout = ''
@@ -362,6 +396,107 @@ describe('the MCP Inspector CLI (@modelcontextprotocol/inspector --cli)', () => 
     expect(refused.code).toBe(1)
     const body = /\{"jsonrpc".*\}/.exec(refused.stderr + refused.stdout)?.[0]
     expect(JSON.parse(body ?? 'null')).toMatchObject({ id: null, error: { code } })
+  })
+})
+
+/**
+ * The MCP Inspector 2.x's CLI: one process per call, on Node 22 (it asks for 22.19 or later),
+ * with `--format json` (a result, or an error object, as one JSON document). Its client is the
+ * SDK 2.x's: the 2025 handshake unless told `--protocol-era modern` (MCP 2026-07-28:
+ * `server/discover`, no session). Without `--stored-auth-only`, a 401 starts an OAuth sign-in in
+ * a browser. A home of its own and its secrets in memory, so nothing is written outside it.
+ */
+describe.skipIf(!conformanceAvailable('the MCP Inspector 2.x CLI'))('the MCP Inspector 2.x CLI (on Node 22)', () => {
+  let home: string
+  beforeAll(async () => {
+    home = await mkdtemp(join(tmpdir(), 'mcp-inspector-'))
+  })
+  afterAll(async () => {
+    await rm(home, { recursive: true, force: true })
+  })
+
+  /** `mcp-inspector --cli <url> --transport http --format json …`, on Node 22. */
+  const inspector = (url: string, args: string[], env: Record<string, string> = {}) =>
+    runNode([INSPECTOR_2_CLI, url, '--transport', 'http', '--format', 'json', ...args], {
+      node: NODE_22,
+      env: { HOME: home, MCP_INSPECTOR_SECRET_STORE: 'memory', ...env },
+    })
+  /** With `Authorization: Bearer <secret>`, and no OAuth sign-in. */
+  const withToken = (secret: string) => ['--header', `Authorization: Bearer ${secret}`, '--stored-auth-only']
+
+  /** The JSON document the CLI printed: `{ result }` on stdout, `{ error }` on stderr. */
+  const printed = (text: string) => JSON.parse(text) as { result?: Record<string, unknown>; error?: { code: string; message: string; status?: number } }
+
+  describe('with an API token', () => {
+    beforeAll(start)
+    afterAll(stop)
+
+    it('lists tools at /v1 and calls one at an exact version, over the 2025 handshake (a session)', async () => {
+      const listed = await inspector(`${origin()}/v1`, [...withToken(token('alice')), '--method', 'tools/list'])
+      expect(listed.code, listed.stderr).toBe(0)
+      expect((printed(listed.stdout).result!.tools as Array<{ name: string }>).map((t) => t.name).sort()).toEqual(APP_TOOLS)
+
+      const called = await inspector(`${origin()}/v1.0.0`, [...withToken(token('alice')), '--method', 'tools/call', '--tool-name', 'get_version'])
+      expect(called.code, called.stderr).toBe(0)
+      expect(printed(called.stdout).result).toMatchObject({ structuredContent: { app: 'weather', version: '1.0.0' } })
+      const exact = mcpRequests().filter((r) => r.path === '/v1.0.0')
+      expect(exact.some((r) => r.method === 'POST' && r.status === 200 && r.session !== null)).toBe(true)
+      expect(exact.filter((r) => r.status < 300).every((r) => r.version === '1.0.0')).toBe(true)
+    })
+
+    it('MCP 2026-07-28 (--protocol-era modern): calls a tool at /v1 without a session, served by the version the path names', async () => {
+      log = []
+      const called = await inspector(`${origin()}/v1`, [...withToken(token('alice')), '--protocol-era', 'modern', '--method', 'tools/call', '--tool-name', 'echo', '--tool-arg', 'text=modern'])
+      expect(called.code, called.stderr).toBe(0)
+      expect(printed(called.stdout).result).toMatchObject({ content: [{ type: 'text', text: 'modern (from weather 1.1.1)' }] })
+      const requests = mcpRequests()
+      expect(requests.length).toBeGreaterThan(0)
+      expect(requests.every((r) => r.protocol === '2026-07-28' && r.session === null && r.status === 200 && r.version === '1.1.1')).toBe(true)
+    })
+
+    it.each([
+      ['no token', '/v1', undefined, -32001, 3, 401],
+      ['a made-up token', '/v1', 'svc_notatoken', -32001, 3, 401],
+      ['an inactive subscription', '/v1', 'bob', -32002, 1, 402],
+      ['an exact version that is not live', '/v1.1.0', 'alice', -32004, 1, 404],
+    ])('%s: refused, the JSON-RPC error body in what it prints', async (_case, path, caller, code, exit, status) => {
+      const credential = caller === undefined ? ['--stored-auth-only'] : withToken(caller.startsWith('svc_') ? caller : token(caller))
+      const refused = await inspector(`${origin()}${path}`, [...credential, '--method', 'tools/list'])
+      expect(refused.code, refused.stderr).toBe(exit)
+      const error = printed(refused.stderr).error!
+      const body = /\{"jsonrpc".*\}/.exec(error.message)?.[0]
+      expect(JSON.parse(body ?? 'null'), error.message).toMatchObject({ id: null, error: { code } })
+      expect(mcpRequests().at(-1)).toMatchObject({ path, status })
+    })
+  })
+
+  // As mcp-remote's below: `$BROWSER` steers `xdg-open` on Linux only.
+  describe.skipIf(process.platform !== 'linux')('signing in with OAuth', () => {
+    const authServer = devAuthServerOfSuite()
+
+    it('registers, signs in through the browser and calls a tool', async () => {
+      await startSigningInAt(authServer.issuer())
+      try {
+        // No desktop: `open` runs `xdg-open`, which runs `$BROWSER <url>`. Under vitest (`VITEST`
+        // set) the CLI opens no browser unless told to.
+        const desktop = { DISPLAY: '', WAYLAND_DISPLAY: '', XDG_CURRENT_DESKTOP: '' }
+        const callback = `http://127.0.0.1:${await freePort()}/oauth/callback`
+        const called = await inspector(`${origin()}/v1`, ['--callback-url', callback, '--method', 'tools/call', '--tool-name', 'echo', '--tool-arg', 'text=signed in'], {
+          ...desktop,
+          BROWSER: HEADLESS_BROWSER,
+          MCP_AUTO_OPEN_ENABLED: 'true',
+        })
+        expect(called.code, called.stderr).toBe(0)
+        expect(printed(called.stdout).result).toMatchObject({ content: [{ type: 'text', text: 'signed in (from weather 1.1.1)' }] })
+        expect(authServer.requests).toEqual(expect.arrayContaining(['POST /reg', 'GET /auth', 'GET /interaction/…', 'POST /token']))
+        // Its first request met the 401 challenge; signed in, it was served.
+        const requests = mcpRequests()
+        expect(requests[0]).toMatchObject({ status: 401 })
+        expect(requests.at(-1)).toMatchObject({ method: 'POST', status: 200, version: '1.1.1' })
+      } finally {
+        await stop()
+      }
+    })
   })
 })
 
@@ -431,29 +566,10 @@ describe('mcp-remote (stdio bridge) with --header, driven by the SDK stdio clien
  */
 // `$BROWSER` is how `xdg-open` is steered; on macOS and Windows `open` would start a real browser.
 describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing in with OAuth, driven by the SDK stdio client', () => {
-  let authServer: DevAuthServer
-  let authRequests: string[]
-
-  beforeAll(async () => {
-    authServer = await startDevAuthServer({
-      accounts: ['user_alice'],
-      onRequest: ({ method, path }) => authRequests.push(`${method} ${path.replace(/^\/(interaction|auth)\/.+/, '/$1/…')}`),
-    })
-  })
-  afterAll(async () => {
-    await authServer?.close()
-  })
+  const authServer = devAuthServerOfSuite()
 
   it('registers, signs in through the browser, calls tools and stays pinned across a deploy', async () => {
-    errors = []
-    authRequests = []
-    log = []
-    platform = createPlatform({
-      seed: testSeed(),
-      authorizationServer: { issuer: authServer.issuer },
-      onError: (error, context) => errors.push({ error, context }),
-    })
-    server = await serveLogged()
+    await startSigningInAt(authServer.issuer())
     // The callback port (mcp-remote's second argument).
     const remote = await connectMcpRemoteOAuth(`${origin()}/v1`, await freePort()).catch(async (error: unknown) => {
       await stop()
@@ -462,7 +578,7 @@ describe.skipIf(process.platform !== 'linux')('mcp-remote (stdio bridge) signing
     const client = remote.client
     try {
       expect(remote.stderr()).toContain('Browser opened automatically')
-      expect(authRequests).toEqual(
+      expect(authServer.requests).toEqual(
         expect.arrayContaining(['POST /reg', 'GET /auth', 'GET /interaction/…', 'POST /token', 'GET /me']),
       )
       expect(client.getServerVersion()).toMatchObject({ name: 'weather', version: '1.1.1' })
