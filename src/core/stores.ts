@@ -56,7 +56,7 @@ export interface ApiTokenRecord {
   readonly id: string
   /** The user who owns the token. */
   readonly userId: string
-  /** The owner's label for it: 1 to 100 characters, trimmed (docs/api-tokens.md). */
+  /** The owner's label for it (the token service takes 1 to 100 characters, trimmed: docs/api-tokens.md). */
   readonly name: string
   /** SHA-256 (or HMAC-SHA-256) hex of the secret. */
   readonly tokenHash: string
@@ -78,11 +78,15 @@ export interface ApiTokenRecord {
 
 /** The fields an edit may change (spec 2.1: name, expiration, IP allowlist). */
 export interface ApiTokenPatch {
-  /** A new name, validated as at creation. */
+  /** A new name. Absent: unchanged. */
   name?: string
-  /** A new expiry, epoch milliseconds: in the future, at most 90 days after creation. */
+  /**
+   * A new expiry, epoch milliseconds. Absent: unchanged. The token service checks a user's edit
+   * (in the future, at most 90 days after creation); the store writes the value as given: an
+   * edit that landed after the old expiry is undone by writing that past expiry back.
+   */
   expiresAt?: number
-  /** A new IP allowlist (addresses and CIDR ranges), or `null` to remove it. */
+  /** A new IP allowlist (addresses and CIDR ranges), or `null` to remove it. Absent: unchanged. */
   allowedIps?: readonly string[] | null
 }
 

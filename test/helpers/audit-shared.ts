@@ -21,6 +21,28 @@ export const MCP_REMOTE = here('../../node_modules/mcp-remote/dist/proxy.js')
 /** The MCP Inspector's CLI (`mcp-inspector --cli`). */
 export const INSPECTOR_CLI = here('../../node_modules/@modelcontextprotocol/inspector/cli/build/cli.js')
 
+/**
+ * What `xdg-open` reads to find a desktop session (and, finding one, opens the real browser
+ * instead of `$BROWSER`): left out of the environment of a client signing in headless.
+ */
+const DESKTOP_VARIABLES = new Set([
+  'DISPLAY',
+  'WAYLAND_DISPLAY',
+  'XDG_CURRENT_DESKTOP',
+  'XDG_SESSION_DESKTOP',
+  'DESKTOP_SESSION',
+  'KDE_FULL_SESSION',
+  'KDE_SESSION_VERSION',
+  'GNOME_DESKTOP_SESSION_ID',
+  'MATE_DESKTOP_SESSION_ID',
+  'DBUS_SESSION_BUS_ADDRESS',
+])
+
+/** `env` without a desktop session, so `xdg-open` turns to `$BROWSER` ({@link HEADLESS_BROWSER}). */
+export function withoutDesktop(env: NodeJS.ProcessEnv, drop: (name: string) => boolean = () => false): Record<string, string> {
+  return Object.fromEntries(Object.entries(env).filter((entry): entry is [string, string] => entry[1] !== undefined && !DESKTOP_VARIABLES.has(entry[0]) && !drop(entry[0])))
+}
+
 /** An SDK stdio client connected through mcp-remote signing in with OAuth: see {@link connectMcpRemoteOAuth}. */
 export interface McpRemoteOAuth {
   readonly client: Client
@@ -39,11 +61,10 @@ export interface McpRemoteOAuth {
  */
 export async function connectMcpRemoteOAuth(url: string, callbackPort: number): Promise<McpRemoteOAuth> {
   const configDir = await mkdtemp(join(tmpdir(), 'mcp-remote-oauth-'))
-  const { DISPLAY: _d, WAYLAND_DISPLAY: _w, XDG_CURRENT_DESKTOP: _x, ...env } = process.env as Record<string, string>
   const transport = new StdioClientTransport({
     command: process.execPath,
     args: [MCP_REMOTE, url, String(callbackPort), '--transport', 'http-only', '--allow-http'],
-    env: { ...env, NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, MCP_REMOTE_CONFIG_DIR: configDir, BROWSER: HEADLESS_BROWSER },
+    env: { ...withoutDesktop(process.env), NODE_OPTIONS: `--import ${RESOLVE_LOCALHOST}`, MCP_REMOTE_CONFIG_DIR: configDir, BROWSER: HEADLESS_BROWSER },
     stderr: 'pipe',
   })
   let stderr = ''

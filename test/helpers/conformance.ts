@@ -29,9 +29,9 @@ export const RUNNER_NEXT = join(PREFIX, 'node_modules/@modelcontextprotocol/conf
 export const INSPECTOR_2_CLI = join(PREFIX, 'node_modules/@modelcontextprotocol/inspector/clients/cli/build/index.js')
 export const INSTALL_COMMAND = 'npm ci --prefix test/conformance'
 
-/** `true` when the nested package of test/conformance is installed (both runners, the Inspector 2.x and Node 22). */
+/** `true` when the nested package of test/conformance is installed (both runners and Node 22). */
 export function conformanceInstalled(): boolean {
-  return existsSync(NODE_22) && existsSync(RUNNER) && existsSync(RUNNER_NEXT) && existsSync(INSPECTOR_2_CLI)
+  return existsSync(NODE_22) && existsSync(RUNNER) && existsSync(RUNNER_NEXT)
 }
 
 /**
@@ -40,10 +40,23 @@ export function conformanceInstalled(): boolean {
  * returns `false` (the suite is skipped on a machine without them).
  */
 export function conformanceAvailable(suite: string): boolean {
-  if (conformanceInstalled()) return true
-  const missing = `the MCP conformance runners are not installed: run \`${INSTALL_COMMAND}\``
-  if (underProjectCI()) throw new Error(`${missing} (under .ci/run, MCP_DISPATCH_CI, so this suite fails instead of skipping)`)
-  console.warn(`[${suite}] ${missing}; suite skipped`)
+  return conformanceInstalled() || missing(suite, 'the MCP conformance runners are')
+}
+
+/**
+ * Whether the MCP Inspector 2.x's CLI ({@link INSPECTOR_2_CLI}) can run on {@link NODE_22}:
+ * otherwise as {@link conformanceAvailable} (an install of test/conformance made before the
+ * Inspector was added to it has the runners, not the Inspector).
+ */
+export function inspector2Available(suite: string): boolean {
+  return (existsSync(NODE_22) && existsSync(INSPECTOR_2_CLI)) || missing(suite, 'the MCP Inspector 2.x or Node 22 is')
+}
+
+/** Throws under `.ci/run`, else warns that `suite` is skipped and answers `false`. */
+function missing(suite: string, what: string): false {
+  const message = `${what} not installed: run \`${INSTALL_COMMAND}\``
+  if (underProjectCI()) throw new Error(`${message} (under .ci/run, MCP_DISPATCH_CI, so this suite fails instead of skipping)`)
+  console.warn(`[${suite}] ${message}; suite skipped`)
   return false
 }
 

@@ -1627,10 +1627,13 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
-    it('a client ready again (reconnected, its handshake answered) closes the breaker at once, not at the next probe (regression: a Sentinel client moved off a hung primary was refused a second more)', async () => {
+    it.each([
+      // A real one (never connected, its command path replaced): its options as ioredis keeps them.
+      ['an ioredis client with its default options', () => new IOREDIS[redis.kind]({ lazyConnect: true })],
+      ['a client with a ready event and no options', () => new EventEmitter()],
+    ])('%s, ready again (reconnected, its handshake answered), closes the breaker at once, not at the next probe (regression: a Sentinel client moved off a hung primary was refused a second more)', async (_kind, made) => {
       let answer = false
-      const events = new EventEmitter()
-      const client = Object.assign(events, {
+      const client = Object.assign(made(), {
         status: 'ready',
         call: () => (answer ? Promise.resolve(null) : new Promise(() => {})),
       })
@@ -1644,7 +1647,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(await sessions.get('s3', 60_000)).toBeUndefined()
     })
 
-    it("the ready of a client made with ioredis' enableReadyCheck: false (ready once its socket connects, nothing answered) leaves the breaker open until its probe", async () => {
+    it("the ready of a client made with ioredis' enableReadyCheck: false (which can come with nothing answered: its setup commands' failures are ignored) leaves the breaker open until its probe", async () => {
       // A real ioredis client (never connected) with its command path replaced by one Redis
       // never answers: the option is read where ioredis keeps it.
       const client = new IOREDIS[redis.kind]({ lazyConnect: true, enableReadyCheck: false })

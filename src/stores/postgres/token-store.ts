@@ -39,7 +39,7 @@ export interface PostgresQueryResult {
  * `bigint` columns may come back as strings, numbers or bigints.
  */
 export interface PostgresQueryable {
-  /** Runs one parameterized statement (`{ text, values }`) and answers its rows (node-postgres' `query`). */
+  /** Runs one parameterized statement (`{ text, values }`, prepared once per connection when it has a `name`) and answers its rows (node-postgres' `query`). */
   query(query: PostgresQuery): Promise<PostgresQueryResult>
 }
 

@@ -90,9 +90,10 @@ function readinessOf(client: RedisCommandClient): { seen: boolean } {
   // its stall breaker closes then, not only at its next probe, up to two deadlines later (a
   // Sentinel client moved off a hung primary was refused for a second more). Not a
   // cluster's `ready`, which is the whole client's, not a master's, nor that of a client
-  // made with ioredis' `enableReadyCheck: false`, which is ready as soon as its socket
-  // connects, nothing answered (a hung Redis that accepts connections would have each
-  // reconnect let one more deadline's worth of calls wait on it).
+  // made with ioredis' `enableReadyCheck: false`, whose `ready` waits only on its setup
+  // commands, ignoring their failures (a `commandTimeout`), and with `disableClientInfo` on
+  // RESP2 on nothing: it can come with nothing answered (a hung Redis that accepts
+  // connections would then have each reconnect let one more deadline's worth of calls wait on it).
   const events = client as {
     on?: (event: 'ready', listener: () => void) => unknown
     isCluster?: unknown
