@@ -413,6 +413,16 @@ function hostOf(request: RawRequest): string {
 }
 
 /** The origin-form target of a request: its path and query (those of an absolute-form target). */
+/** Whether find-my-way refuses `target`'s path (before its query or fragment) as a bad URL: `decodeURI` throws on it. */
+function badlyEscaped(target: string): boolean {
+  try {
+    decodeURI(target.split(/[?#]/, 1)[0]!)
+    return false
+  } catch {
+    return true
+  }
+}
+
 function pathOf(request: RawRequest): string {
   return ABSOLUTE_FORM.exec(request.path)?.[2] ?? request.path
 }
@@ -509,6 +519,9 @@ function expectedAnswer(f: Fixture, target: AdapterTarget, request: RawRequest):
   // RFC 9112's absolute-form has none) before any hook, as it does a bad escape; the adapter's
   // `frameworkErrors` answers it 404 (docs/adapters.md). Express and Web runtimes drop the fragment.
   if (target.name === 'fastify' && ABSOLUTE_FORM.test(request.path) && request.path.includes('#')) return NOT_FOUND
+  // Its answer to a bad escape in the path (`%zz`, `%ff`: no `decodeURI`) is that 404 for a
+  // CORS preflight too: no decision is made, so none of the preflight's 204 or 403 (docs/adapters.md).
+  if (target.name === 'fastify' && badlyEscaped(pathOf(request))) return NOT_FOUND
   // The default `resolveApp`: the first label of the host.
   const slug = /^([^.]+)\./.exec(hostOf(request))?.[1]
   const app = slug === APP.slug ? 'fuzz' : slug === OTHER_APP.slug ? 'other' : undefined

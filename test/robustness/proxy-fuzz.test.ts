@@ -147,7 +147,9 @@ async function judge(c: UpstreamCase, response: Response): Promise<string | unde
   }
   // A head with neither Content-Type nor length is answered only once the first byte of its
   // body has come (to tell an empty answer): cut before that byte could be read, it is a 502.
-  if (c.cut === 'after-head' && c.type === null && response.status === 502 && c.status !== 502) {
+  // (The upstream's own 502, passed through, is told from it by the upstream's header, which
+  // the proxy's answer never has: regression, a cut 502 of the upstream was judged a pass-through.)
+  if (c.cut === 'after-head' && c.type === null && response.status === 502 && (c.status !== 502 || response.headers.get('x-app-custom') === null)) {
     const body = await response.json().catch(() => undefined)
     return JSON.stringify(body) === JSON.stringify(UNAVAILABLE) ? undefined : `502 body ${JSON.stringify(body)}`
   }

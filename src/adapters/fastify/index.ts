@@ -359,8 +359,9 @@ const OTHER_SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i
  * answer such a path, the JSON-RPC 404 `not_found`, instead of Fastify's own 400 error object;
  * an absolute-form target whose host no URL can hold (`POST http://weather.example.com:99999/v1`)
  * as the plugin answers such a `Host`, 400 `Invalid Host header`.
- * No dispatch decision was made for it, so the answer carries no CORS headers. Any other
- * error goes on to Fastify's error handling as before.
+ * No dispatch decision was made for it, so the answer carries no CORS headers (a CORS
+ * preflight gets the same 404, not the dispatcher's 204 or 403). Any other error goes on to
+ * Fastify's error handling as before.
  *
  * @example
  * ```ts
