@@ -379,6 +379,11 @@ function isReadonly(error: unknown): boolean {
   return isErrorReply(error) && /(?:^|-)READONLY /.test(String((error as Error).message))
 }
 
+/** Whether `client` says it is on its way to a connection (connecting, its handshake, reconnecting). */
+function connecting(client: RedisCommandClient): boolean {
+  return CONNECTING.has(client.status as string)
+}
+
 /** The refusal of a call unsent because `client` says its connection is not ready. */
 function notReadyError(what: string, client: RedisCommandClient): Error {
   return new Error(`${what} not sent: the Redis connection is not ready (${client.status})`)
@@ -579,19 +584,18 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     // matters: a client that emits no `ready` (the node-redis adapter) is seen ready only by a
     // call made while it is.
     const down = lost()
-    const connecting = CONNECTING.has(client.status as string)
     // Before the client was ever ready, only once a command went unanswered (Redis not there
     // when the process started): a `PUBLISH` made while it connects as usual is sent on connect.
-    if (anyway && (down || (breaker.stalled && connecting))) return Promise.reject(notReadyError(what, client))
+    if (anyway && (down || (breaker.stalled && connecting(client)))) return Promise.reject(notReadyError(what, client))
     // A cluster call refused READONLY is sent once more (see connectRedis), the slot map read
     // again meanwhile: only when the wait ends well within its deadline (a retry sent at the
     // deadline would be applied, its call failed) and the connection is still up (else the
     // retry would wait in the offline queue, to count late).
     const send = !clustered
       ? attempt
-      : (breaker: StallBreaker) => {
-          const sentAt = performance.now()
-          return attempt(breaker).catch((error: unknown) => {
+      : (breaker: StallBreaker) =>
+          attempt(breaker).catch((error: unknown) => {
+            // The deadline runs from `sentAt` (below), a probe's PING included.
             if (!isReadonly(error) || performance.now() - sentAt + 2 * READONLY_RETRY_MS > timeoutMs) throw error
             rereadSlots(client)
             return new Promise<void>((resolve) => {
@@ -604,13 +608,14 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
               return attempt(breaker)
             })
           })
-        }
+    // When the deadline starts.
+    const sentAt = performance.now()
     // Refused only once Redis has been silent for as long as this store waits: a store whose
     // deadline is tighter than Redis's pace (a rate-limit store at 100 ms on a Redis answering
     // in 150 ms) leaves the calls of stores with longer ones sent (a session store at 1,000 ms
     // on the same client), those that follow its own timed-out call included.
-    if (!breaker.stalled || anyway || performance.now() - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = send(breaker)
-    else if (performance.now() < breaker.probeAt || down || connecting) {
+    if (!breaker.stalled || anyway || sentAt - breaker.silentSince + DEADLINE_SLACK_MS < timeoutMs) pending = send(breaker)
+    else if (sentAt < breaker.probeAt || down || connecting(client)) {
       // A client that says its connection is down (reconnecting) would only queue the probe's
       // PING in its offline queue, one more each `timeoutMs` for as long as the outage lasts
       // (for ever with ioredis' `maxRetriesPerRequest: null): none is sent, and the first call
@@ -621,7 +626,7 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
       // that opened the breaker may never have left its offline queue (a Redis restarted, a
       // Sentinel failover), so "no answer" would send an operator looking for a hung server.
       return Promise.reject(
-        down || connecting
+        down || connecting(client)
           ? notReadyError(what, client)
           : new Error(`${what} not sent: Redis${master && ` ${master}`} is stalled (a command got no answer within ${breaker.missedMs} ms, and nothing has answered since)`),
       )
@@ -640,7 +645,6 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
         return send(breaker)
       })
     }
-    const sentAt = performance.now()
     const settle = () => void (settled = true)
     pending.then(settle, settle)
     return withTimeout(pending, timeoutMs, what).catch((error: unknown) => {
