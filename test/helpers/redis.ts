@@ -1,9 +1,10 @@
 /**
  * Real Redis for the tests of `mcp-dispatch/redis`, at `REDIS_URL` (default
- * `redis://127.0.0.1:6379`). Importing this module checks, once per test file, that Redis
- * answers. When it does not: under `CI` the importing test file fails (CI must provide Redis);
+ * `redis://127.0.0.1:6379`). Importing this module checks that Redis answers, once per
+ * process: per test file in vitest.config.ts's `isolated` project, per worker in its `shared`
+ * one. When it does not: under `CI` the importing test file fails (CI must provide Redis);
  * elsewhere the suites declared with {@link describeRedis} are skipped, and the reason is
- * printed.
+ * printed once per process.
  *
  * Every suite runs once per ioredis major ({@link IOREDIS_KINDS}), with its own clients and
  * random key prefixes; after the suite, every key under those prefixes is deleted and every
