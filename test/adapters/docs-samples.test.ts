@@ -9,11 +9,10 @@
  * Fastify section's sample runs as printed too, beside a platform route of its own (the root
  * context's form answered such a route with the dispatch layer's 404).
  */
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
 import type { IncomingMessage, ServerResponse } from 'node:http'
-import { fileURLToPath } from 'node:url'
 import { getRequestListener } from '@hono/node-server'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
@@ -27,6 +26,7 @@ import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { createDemo } from '../../examples/shared/demo.js'
 import { close, listen } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
+import { importGenerated } from '../helpers/generated-module.js'
 import { localhostFetch } from '../helpers/platform.js'
 
 interface Samples {
@@ -36,19 +36,10 @@ interface Samples {
 
 const root = new URL('../../', import.meta.url)
 
-/** `source` written to test/.generated/`name`.ts and imported: a sample as a module of its own, as a reader copies it. */
-async function importGenerated<T>(name: string, source: string): Promise<T> {
-  const dir = fileURLToPath(new URL('test/.generated/', root))
-  mkdirSync(dir, { recursive: true })
-  const file = `${dir}${name}.ts`
-  writeFileSync(file, source)
-  return (await import(/* @vite-ignore */ file)) as T
-}
-
 /** The `ts` code blocks of docs/adapters.md's section on MCP handlers, as one module. */
 async function loadSamples(): Promise<Samples> {
   const page = readFileSync(new URL('docs/adapters.md', root), 'utf8')
-  const section = page.slice(page.indexOf('## Your MCP handler'), page.indexOf('## Web ('))
+  const section = page.slice(page.indexOf('## Your MCP handler'), page.indexOf('### The caller in your tools'))
   const blocks = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!)
   expect(blocks).toHaveLength(2)
   expect(blocks[0]).toContain('export function webSessions')

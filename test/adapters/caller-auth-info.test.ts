@@ -1,0 +1,175 @@
+/**
+ * The caller reaches the App's tools as the MCP SDK's `extra.authInfo`, handed to the SDK
+ * transport with each request from the dispatch context (docs/adapters.md, "The caller in your
+ * tools"): through the Express and Fastify adapters on the SDK's Node transport (`req.auth`),
+ * and through the Web adapter on its web-standard transport (`handleRequest`'s `authInfo`).
+ * The section's code block is taken from the page and run as printed. Two users' sessions call
+ * at once, interleaved: each call sees its own caller, and never a credential.
+ */
+import { randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import * as http from 'node:http'
+import type { IncomingMessage } from 'node:http'
+import type { AddressInfo } from 'node:net'
+import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js'
+import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
+import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
+import express from 'express'
+import Fastify from 'fastify'
+import type { DispatchContext } from 'mcp-dispatch'
+import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { getDispatchContext as fastifyContext, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { afterEach, describe, expect, it } from 'vitest'
+import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
+import { importGenerated } from '../helpers/generated-module.js'
+import { serveFetch } from '../helpers/platform.js'
+
+/** docs/adapters.md's sample of this section, taken from the page and run as printed. */
+interface CallerSample {
+  callerAuthInfo(context: DispatchContext): AuthInfo
+  serveNode(transport: StreamableHTTPServerTransport, req: express.Request, res: express.Response): Promise<void>
+  serveWeb(transport: WebStandardStreamableHTTPServerTransport, request: Request, context: DispatchContext): Promise<Response>
+  addWhoami(server: McpServer): void
+}
+
+async function loadSample(): Promise<CallerSample> {
+  const page = readFileSync(new URL('../../docs/adapters.md', import.meta.url), 'utf8')
+  const section = page.slice(page.indexOf('### The caller in your tools'), page.indexOf('## Web ('))
+  const blocks = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!)
+  expect(blocks).toHaveLength(1)
+  return importGenerated<CallerSample>('adapters-caller-auth-info', blocks[0]!)
+}
+
+const sample = await loadSample()
+
+/**
+ * An App with the sample's `whoami` and `authinfo`, which answers the whole `authInfo` its call
+ * was handed; both pause first, so that calls of both callers interleave.
+ */
+function buildServer(): McpServer {
+  const server = new McpServer({ name: 'notes', version: '1.0.0' })
+  sample.addWhoami(server)
+  server.registerTool('authinfo', { description: 'The authInfo of this call' }, async (extra) => {
+    await new Promise((resolve) => setTimeout(resolve, 5))
+    return { content: [{ type: 'text', text: JSON.stringify(extra.authInfo ?? null) }] }
+  })
+  return server
+}
+
+/** One SDK transport per session (opened by a request without a known session id). */
+function sessionsOf<T extends { close(): Promise<void> }>(open: (onSession: (sid: string, transport: T) => void) => T) {
+  const sessions = new Map<string, T>()
+  return {
+    async find(id: string | null | undefined | string[]): Promise<T> {
+      const known = typeof id === 'string' ? sessions.get(id) : undefined
+      if (known) return known
+      const transport = open((sid, opened) => void sessions.set(sid, opened))
+      await buildServer().connect(transport as unknown as Parameters<McpServer['connect']>[0])
+      return transport
+    },
+    close: () => Promise.all([...sessions.values()].map((transport) => transport.close())),
+  }
+}
+
+const nodeSessions = () =>
+  sessionsOf<StreamableHTTPServerTransport>((onSession) => {
+    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (sid) => onSession(sid, transport) })
+    return transport
+  })
+
+const webSessions = () =>
+  sessionsOf<WebStandardStreamableHTTPServerTransport>((onSession) => {
+    const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (sid) => onSession(sid, transport) })
+    return transport
+  })
+
+interface Served {
+  port: number
+  close(): Promise<void>
+}
+
+const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise<Served>> = {
+  async express(fixture) {
+    const sessions = nodeSessions()
+    const app = express()
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(express.json())
+    app.use((req, res, next) => {
+      sessions.find(req.headers['mcp-session-id']).then((transport) => sample.serveNode(transport, req, res)).catch(next)
+    })
+    const server = http.createServer(app)
+    const port = await listen(server)
+    return { port, close: async () => (await sessions.close(), await close(server)) }
+  },
+  async fastify(fixture) {
+    const sessions = nodeSessions()
+    const app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+    app.all('/*', async (request, reply) => {
+      const transport = await sessions.find(request.headers['mcp-session-id'])
+      reply.hijack()
+      // The sample's serveNode, on Fastify: request.raw and getDispatchContext(request).
+      ;(request.raw as IncomingMessage & { auth?: AuthInfo }).auth = sample.callerAuthInfo(fastifyContext(request))
+      await transport.handleRequest(request.raw, reply.raw, request.body)
+    })
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as AddressInfo).port, close: async () => (await sessions.close(), await app.close()) }
+  },
+  async web(fixture) {
+    const sessions = webSessions()
+    const handle = webDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: async (request, context) => sample.serveWeb(await sessions.find(request.headers.get('mcp-session-id')), request, context),
+    })
+    const served = await serveFetch((request, info) => handle(request, { clientAddress: info.clientAddress }))
+    return { port: served.port, close: async () => (await sessions.close(), await served.close()) }
+  },
+}
+
+describe.each(Object.keys(SERVE) as Array<keyof typeof SERVE>)('the caller in the tools, through the %s adapter', (kind) => {
+  const opened: Array<{ close(): Promise<void> }> = []
+  afterEach(async () => {
+    await Promise.all(opened.splice(0).map((item) => item.close()))
+  })
+
+  it("each call's tool sees its own caller as authInfo, two users' sessions calling at once, and no credential", async () => {
+    const fixture = createFixture()
+    const served = await SERVE[kind](fixture)
+    opened.push(served)
+    const connect = async (token: string) => {
+      const client = new Client({ name: 'caller-test', version: '1.0.0' })
+      const transport = new StreamableHTTPClientTransport(new URL(`http://notes.localhost:${served.port}/v1`), {
+        fetch: loopbackFetch,
+        requestInit: { headers: { authorization: `Bearer ${token}` } },
+      })
+      await client.connect(transport)
+      opened.push(client)
+      return client
+    }
+    const callers = { alice: await connect(fixture.tokens.alice), carol: await connect(fixture.tokens.carol) }
+    const calls = Array.from({ length: 10 }, (_, i) => {
+      const subject = i % 2 === 0 ? 'alice' : 'carol'
+      const tool = i % 4 < 2 ? 'authinfo' : 'whoami'
+      return callers[subject].callTool({ name: tool }).then((result) => ({ subject, tool, text: (result.content as Array<{ text: string }>)[0]!.text }))
+    })
+    const answers = await Promise.all(calls)
+    for (const { subject, tool, text } of answers) {
+      for (const secret of Object.values(fixture.tokens)) expect(text).not.toContain(secret)
+      if (tool === 'whoami') {
+        expect(text).toBe(subject)
+        continue
+      }
+      expect(JSON.parse(text)).toEqual({
+        token: '',
+        clientId: '',
+        scopes: [],
+        extra: { subject, method: 'api_token', appId: 'app_notes', version: '1.0.0' },
+      })
+    }
+    expect(fixture.errors).toEqual([])
+  })
+})
