@@ -23,6 +23,14 @@ const ISOLATED = [
   'test/adapters/proxy.test.ts',
   'test/oauth/oauth-validator.test.ts',
   'test/pipeline/observability-audit.test.ts',
+  // What the process logs (console.error), counted exactly across awaits: a timer a file run
+  // before them left behind could print into it.
+  'test/adapters/fastify.test.ts',
+  'test/adapters/on-error-default.test.ts',
+  'test/adapters/token-api-node.test.ts',
+  'test/pipeline/options.test.ts',
+  'test/pipeline/rate-limit-audit.test.ts',
+  'test/platform/forwarder.test.ts',
 ]
 
 export default defineConfig({
@@ -43,13 +51,13 @@ export default defineConfig({
     // One test file more than the cores, three at least: most files wait on sockets, timers and
     // child processes more than they compute. On a 2-core machine the suite took 441 s with one
     // file at a time, 390 s with two and 316 s with three (2026-12-04), which keeps CI within its
-    // 15 minutes with room to spare. Files share nothing but the services, under random Redis key
-    // prefixes and PostgreSQL schemas, and ports of their own (test/helpers/redis.ts,
+    // 15 minutes with room to spare. Files share no state but the services, under random Redis
+    // key prefixes and PostgreSQL schemas, and ports of their own (test/helpers/redis.ts,
     // postgres.ts, the cluster tests).
     maxWorkers: Math.max(3, availableParallelism() + 1),
     // Most files share their worker process, and its modules, with the files it ran before
     // (isolate: false): each no longer imports vitest, the frameworks, the MCP SDK and the
-    // package afresh in a process of its own, which took 207 s of the suite's CPU (72 s so).
+    // package afresh in a process of its own, which took 207 s of the suite's CPU (72 s shared).
     // On 2 cores the suite went from 460 s to 367 and 380 s, the Node 24 leg from 141 s to
     // 84 s (2026-12-06). Each stops everything it starts, as every network test must. The
     // ISOLATED files run each in a process of its own, as before: they mock a module

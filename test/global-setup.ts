@@ -1,11 +1,12 @@
 /**
- * Runs once before any test file: builds `dist/` when it is missing (a clean clone) or older
- * than a source file of the package (a change to `src/` since the last build), so that
- * `npm ci && npm test` runs the suites that check the package as it is published (its exports,
- * its declarations, the docs' samples against them, the runtimes and the reference platform
- * that import it) on the code as it is, instead of skipping them or testing an earlier build
- * (regression: a fix in `src/` passed its unit test while the platform, importing `dist/`, still
- * ran the code before it). The build goes to a directory of its own and is renamed into place
+ * Runs before the test files, once per vitest project, one after another (the root's and the
+ * two of vitest.config.ts: the later runs find `dist/` fresh and return): builds `dist/` when
+ * it is missing (a clean clone) or older than a source file of the package (a change to `src/`
+ * since the last build), so that `npm ci && npm test` runs the suites that check the package
+ * as it is published (its exports, its declarations, the docs' samples against them, the
+ * runtimes and the reference platform that import it) on the code as it is, instead of
+ * skipping them or testing an earlier build (regression: a fix in `src/` passed its unit test
+ * while the platform, importing `dist/`, still ran the code before it). The build goes to a directory of its own and is renamed into place
  * whole, so a test never reads a `dist/` half written, and two runs started at once each build
  * their own and the first in keeps its. `.ci/run` builds first, so there it is used as it is.
  */

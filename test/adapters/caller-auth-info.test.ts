@@ -4,24 +4,25 @@
  * tools"): through the Express and Fastify adapters on the SDK's Node transport (`req.auth`),
  * and through the Web adapter on its web-standard transport (`handleRequest`'s `authInfo`).
  * The section's code block is taken from the page and run as printed. Two users' sessions call
- * at once, interleaved: each call sees its own caller, and never a credential.
+ * at once, both calls in their tools together: each sees its own caller, and never a credential.
  */
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import * as http from 'node:http'
-import type { IncomingMessage } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
+import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js'
+import type { CallToolResult, ServerNotification, ServerRequest } from '@modelcontextprotocol/sdk/types.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
 import express from 'express'
-import Fastify from 'fastify'
+import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
 import type { DispatchContext } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
-import { getDispatchContext as fastifyContext, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterEach, describe, expect, it } from 'vitest'
 import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
@@ -32,6 +33,7 @@ import { serveFetch } from '../helpers/platform.js'
 interface CallerSample {
   callerAuthInfo(context: DispatchContext): AuthInfo
   serveNode(transport: StreamableHTTPServerTransport, req: express.Request, res: express.Response): Promise<void>
+  serveFastify(transport: StreamableHTTPServerTransport, request: FastifyRequest, reply: FastifyReply): Promise<void>
   serveWeb(transport: WebStandardStreamableHTTPServerTransport, request: Request, context: DispatchContext): Promise<Response>
   addWhoami(server: McpServer): void
 }
@@ -47,16 +49,36 @@ async function loadSample(): Promise<CallerSample> {
 const sample = await loadSample()
 
 /**
- * An App with the sample's `whoami` and `authinfo`, which answers the whole `authInfo` its call
- * was handed; both pause first, so that calls of both callers interleave.
+ * Resolves for each call once `size` calls wait at it, then starts again: each round's calls of
+ * both callers are in their tools at once, so a caller kept anywhere but in the request's own
+ * `authInfo` (a variable the handler sets) would be the other's for one of them.
+ */
+function meeting(size: number): () => Promise<void> {
+  const waiting: Array<() => void> = []
+  return () =>
+    new Promise<void>((resolve) => {
+      waiting.push(resolve)
+      if (waiting.length === size) for (const go of waiting.splice(0)) go()
+    })
+}
+const bothIn = meeting(2)
+
+type ToolCallback = (extra: RequestHandlerExtra<ServerRequest, ServerNotification>) => CallToolResult | Promise<CallToolResult>
+
+/**
+ * An App with the sample's `whoami`, and `authinfo`, which answers the whole `authInfo` its call
+ * was handed; each runs once both callers' calls of the round are in (`bothIn`).
  */
 function buildServer(): McpServer {
   const server = new McpServer({ name: 'notes', version: '1.0.0' })
-  sample.addWhoami(server)
-  server.registerTool('authinfo', { description: 'The authInfo of this call' }, async (extra) => {
-    await new Promise((resolve) => setTimeout(resolve, 5))
-    return { content: [{ type: 'text', text: JSON.stringify(extra.authInfo ?? null) }] }
-  })
+  const meetFirst = (callback: ToolCallback): ToolCallback => async (extra) => (await bothIn(), callback(extra))
+  const registering = {
+    registerTool: (name: string, config: { description?: string }, callback: ToolCallback) => server.registerTool(name, config, meetFirst(callback)),
+  }
+  sample.addWhoami(registering as unknown as McpServer)
+  registering.registerTool('authinfo', { description: 'The authInfo of this call' }, (extra) => ({
+    content: [{ type: 'text', text: JSON.stringify(extra.authInfo ?? null) }],
+  }))
   return server
 }
 
@@ -109,13 +131,7 @@ const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise
     const sessions = nodeSessions()
     const app = Fastify({ forceCloseConnections: true })
     await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
-    app.all('/*', async (request, reply) => {
-      const transport = await sessions.find(request.headers['mcp-session-id'])
-      reply.hijack()
-      // The sample's serveNode, on Fastify: request.raw and getDispatchContext(request).
-      ;(request.raw as IncomingMessage & { auth?: AuthInfo }).auth = sample.callerAuthInfo(fastifyContext(request))
-      await transport.handleRequest(request.raw, reply.raw, request.body)
-    })
+    app.all('/*', async (request, reply) => sample.serveFastify(await sessions.find(request.headers['mcp-session-id']), request, reply))
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { port: (app.server.address() as AddressInfo).port, close: async () => (await sessions.close(), await app.close()) }
   },
@@ -151,12 +167,15 @@ describe.each(Object.keys(SERVE) as Array<keyof typeof SERVE>)('the caller in th
       return client
     }
     const callers = { alice: await connect(fixture.tokens.alice), carol: await connect(fixture.tokens.carol) }
-    const calls = Array.from({ length: 10 }, (_, i) => {
-      const subject = i % 2 === 0 ? 'alice' : 'carol'
-      const tool = i % 4 < 2 ? 'authinfo' : 'whoami'
-      return callers[subject].callTool({ name: tool }).then((result) => ({ subject, tool, text: (result.content as Array<{ text: string }>)[0]!.text }))
-    })
-    const answers = await Promise.all(calls)
+    const answers: Array<{ subject: 'alice' | 'carol'; tool: string; text: string }> = []
+    for (const tool of ['whoami', 'authinfo', 'whoami', 'authinfo']) {
+      // alice's request, then carol's, both in their tools at once (bothIn).
+      const round = (['alice', 'carol'] as const).map((subject) =>
+        callers[subject].callTool({ name: tool }).then((result) => ({ subject, tool, text: (result.content as Array<{ text: string }>)[0]!.text })),
+      )
+      answers.push(...(await Promise.all(round)))
+    }
+    expect(answers).toHaveLength(8)
     for (const { subject, tool, text } of answers) {
       for (const secret of Object.values(fixture.tokens)) expect(text).not.toContain(secret)
       if (tool === 'whoami') {
