@@ -7,7 +7,6 @@
  * at once, both calls in their tools together: each sees its own caller, and never a credential.
  */
 import { randomUUID } from 'node:crypto'
-import { readFileSync } from 'node:fs'
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { Client } from '@modelcontextprotocol/sdk/client/index.js'
@@ -15,6 +14,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js'
 import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js'
 import type { RequestHandlerExtra } from '@modelcontextprotocol/sdk/shared/protocol.js'
+import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js'
 import type { CallToolResult, ServerNotification, ServerRequest } from '@modelcontextprotocol/sdk/types.js'
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js'
 import { WebStandardStreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/webStandardStreamableHttp.js'
@@ -26,7 +26,7 @@ import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterEach, describe, expect, it } from 'vitest'
 import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
-import { importGenerated } from '../helpers/generated-module.js'
+import { importGenerated, tsBlocks } from '../helpers/docs-samples.js'
 import { serveFetch } from '../helpers/platform.js'
 
 /** docs/adapters.md's sample of this section, taken from the page and run as printed. */
@@ -39,9 +39,7 @@ interface CallerSample {
 }
 
 async function loadSample(): Promise<CallerSample> {
-  const page = readFileSync(new URL('../../docs/adapters.md', import.meta.url), 'utf8')
-  const section = page.slice(page.indexOf('### The caller in your tools'), page.indexOf('## Web ('))
-  const blocks = [...section.matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!)
+  const blocks = tsBlocks('docs/adapters.md', '### The caller in your tools', '## Web (')
   expect(blocks).toHaveLength(1)
   return importGenerated<CallerSample>('adapters-caller-auth-info', blocks[0]!)
 }
@@ -83,14 +81,14 @@ function buildServer(): McpServer {
 }
 
 /** One SDK transport per session (opened by a request without a known session id). */
-function sessionsOf<T extends { close(): Promise<void> }>(open: (onSession: (sid: string, transport: T) => void) => T) {
+function sessionsOf<T extends Transport>(open: (onSession: (sid: string, transport: T) => void) => T) {
   const sessions = new Map<string, T>()
   return {
     async find(id: string | null | undefined | string[]): Promise<T> {
       const known = typeof id === 'string' ? sessions.get(id) : undefined
       if (known) return known
       const transport = open((sid, opened) => void sessions.set(sid, opened))
-      await buildServer().connect(transport as unknown as Parameters<McpServer['connect']>[0])
+      await buildServer().connect(transport)
       return transport
     },
     close: () => Promise.all([...sessions.values()].map((transport) => transport.close())),
@@ -118,7 +116,7 @@ const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise
   async express(fixture) {
     const sessions = nodeSessions()
     const app = express()
-    app.use(expressDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
     app.use(express.json())
     app.use((req, res, next) => {
       sessions.find(req.headers['mcp-session-id']).then((transport) => sample.serveNode(transport, req, res)).catch(next)
@@ -130,7 +128,7 @@ const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise
   async fastify(fixture) {
     const sessions = nodeSessions()
     const app = Fastify({ forceCloseConnections: true })
-    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+    await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
     app.all('/*', async (request, reply) => sample.serveFastify(await sessions.find(request.headers['mcp-session-id']), request, reply))
     await app.listen({ port: 0, host: '127.0.0.1' })
     return { port: (app.server.address() as AddressInfo).port, close: async () => (await sessions.close(), await app.close()) }
@@ -139,6 +137,7 @@ const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise
     const sessions = webSessions()
     const handle = webDispatch({
       dispatcher: fixture.dispatcher,
+      onError: fixture.onError,
       handler: async (request, context) => sample.serveWeb(await sessions.find(request.headers.get('mcp-session-id')), request, context),
     })
     const served = await serveFetch((request, info) => handle(request, { clientAddress: info.clientAddress }))

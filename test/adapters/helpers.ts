@@ -50,6 +50,8 @@ export interface Fixture {
   apps: MemoryAppStore
   tokens: Record<TokenName, string>
   errors: Array<{ error: unknown; context: string }>
+  /** Puts a failure in `errors`: the dispatcher's `onError`, for an adapter's too. */
+  onError(error: unknown, context: string): void
 }
 
 /**
@@ -115,7 +117,7 @@ export function createFixture(options: { sessions?: SessionStore } = {}): Fixtur
     now,
     onError,
   }
-  return { dispatcher: createDispatcher(dispatcherOptions), dispatcherOptions, apps, tokens, errors }
+  return { dispatcher: createDispatcher(dispatcherOptions), dispatcherOptions, apps, tokens, errors, onError }
 }
 
 /**
@@ -254,7 +256,7 @@ export interface Served {
  * over h2c: `@hono/node-server` on `http2.createServer`, or `Fastify({ http2: true })`.
  */
 export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handler: WebMcpHandler, options: { http2?: boolean } = {}): Promise<Served> {
-  const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
+  const { onError } = fixture
   if (kind === 'web') {
     const handle = webDispatch({ dispatcher: fixture.dispatcher, onError, handler })
     if (!options.http2) {
@@ -289,7 +291,7 @@ export async function serveWebHandler(kind: AdapterKind, fixture: Fixture, handl
 
 /** The Web adapter on a runtime without Node's response (`outgoing` not given): the body is relayed. */
 export async function serveWebWithoutOutgoing(fixture: Fixture, handler: WebMcpHandler): Promise<Served> {
-  const dispatch = webDispatch({ dispatcher: fixture.dispatcher, handler, onError: (error, context) => fixture.errors.push({ error, context }) })
+  const dispatch = webDispatch({ dispatcher: fixture.dispatcher, handler, onError: fixture.onError })
   const served = await serveFetch((request, info) => dispatch(request, { clientAddress: info.clientAddress }))
   return { port: served.port, close: served.close }
 }

@@ -412,7 +412,6 @@ function hostOf(request: RawRequest): string {
   return entries.find(([name]) => name.toLowerCase() === 'host')?.[1]?.toLowerCase() ?? ''
 }
 
-/** The origin-form target of a request: its path and query (those of an absolute-form target). */
 /** Whether find-my-way refuses `target`'s path (before its query or fragment) as a bad URL: `decodeURI` throws on it. */
 function badlyEscaped(target: string): boolean {
   try {
@@ -423,6 +422,7 @@ function badlyEscaped(target: string): boolean {
   }
 }
 
+/** The origin-form target of a request: its path and query (those of an absolute-form target). */
 function pathOf(request: RawRequest): string {
   return ABSOLUTE_FORM.exec(request.path)?.[2] ?? request.path
 }
