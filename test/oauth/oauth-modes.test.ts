@@ -8,7 +8,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js'
 import { UnauthorizedError } from '@modelcontextprotocol/sdk/client/auth.js'
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
 import { decodeJwt } from 'jose'
-import { createOAuthValidator } from 'mcp-dispatch'
+import { type OAuthValidatorEvent, createOAuthValidator } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, type PlatformOptions, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
@@ -185,12 +185,17 @@ describe('introspection mode (RFC 7662)', () => {
 })
 
 describe('userinfo mode and resource indicators (the caveat in docs/oauth.md)', () => {
-  it('gets 401 for audience-bound tokens (the provider refuses them at userinfo), 200 without a resource', async () => {
-    const platform = platformWith({ issuer: opaqueServer.issuer })
+  it('gets 401 for audience-bound tokens (the provider refuses them at userinfo), 200 without a resource; onEvent shows it as the page says', async () => {
+    const events: OAuthValidatorEvent[] = []
+    const platform = platformWith({ issuer: opaqueServer.issuer, onEvent: (event) => void events.push(event) })
     const fetchFn = inProcessFetch(platform.fetch)
     const bound = await obtainAccessToken('http://weather.localhost/v1', fetchFn)
     const reply = await listTools(platform, 'weather', bound.accessToken)
     expect(reply.status).toBe(401)
+    // "How it shows" in docs/oauth.md: the fresh token's userinfo call answered, with 401.
+    expect(events.filter((e) => e.type === 'upstream' && e.endpoint === 'userinfo')).toEqual([
+      { type: 'upstream', endpoint: 'userinfo', outcome: 'ok', status: 401, durationMs: expect.any(Number) },
+    ])
     const unbound = await obtainAccessToken('http://weather.localhost/v1', fetchFn, { omitResource: true })
     expect((await listTools(platform, 'weather', unbound.accessToken)).status).toBe(200)
   })

@@ -5,7 +5,7 @@
  */
 import { execFile, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { mkdtempSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -109,6 +109,39 @@ describe('npm start (README quick start)', () => {
     expect(stdout).toMatch(/^x-mcp-latest-version: 2\.0\.0\r?$/im)
     const json = JSON.parse(stdout.slice(stdout.indexOf('\r\n\r\n') + 4)) as { result: { tools: Array<{ name: string }> } }
     expect(json.result.tools.map((t) => t.name)).toContain('get_version')
+  })
+
+  it('the README\'s resolver, preloaded into Node, lets the MCP SDK client reach an App at *.localhost; it is the one the third-party client tests preload', async () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
+    const printed = /\n```js\n(import dns from 'node:dns'[\s\S]*?)```/.exec(readme)?.[1]
+    expect(printed, 'README.md prints the resolver').toBeDefined()
+    // The repository's copy is the printed module under its doc comment.
+    const copy = readFileSync(join(ROOT, 'test/helpers/resolve-localhost.mjs'), 'utf8')
+    expect(copy.slice(copy.indexOf('import dns'))).toBe(printed)
+    const dir = mkdtempSync(join(tmpdir(), 'resolve-localhost-'))
+    writeFileSync(join(dir, 'resolve-localhost.mjs'), printed!)
+    const token = /Bearer (svc_\w{44})/.exec(/^curl .*$/m.exec(output())![0])![1]!
+    // A client as a reader writes one: the SDK's transport on Node's own fetch, nothing else.
+    const client = `
+      import { Client } from '@modelcontextprotocol/sdk/client/index.js'
+      import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js'
+      const transport = new StreamableHTTPClientTransport(new URL('http://weather.localhost:${port}/v1'), {
+        requestInit: { headers: { authorization: 'Bearer ${token}' } },
+      })
+      const client = new Client({ name: 'readme-client', version: '1.0.0' })
+      await client.connect(transport)
+      const { tools } = await client.listTools()
+      console.log(JSON.stringify({ session: transport.sessionId !== undefined, tools: tools.map((t) => t.name) }))
+      await transport.terminateSession()
+      await client.close()
+    `
+    const { stdout } = await promisify(execFile)(process.execPath, ['--import', join(dir, 'resolve-localhost.mjs'), '--input-type=module', '-e', client], {
+      cwd: ROOT,
+      timeout: 20_000,
+    })
+    const seen = JSON.parse(stdout) as { session: boolean; tools: string[] }
+    expect(seen.session).toBe(true)
+    expect(seen.tools).toContain('get_version')
   })
 
   it('refuses made-up OAuth tokens from one address with 401, a hundred in a row, not 429: the development server is in process (clientBudget 600)', async () => {
