@@ -4,8 +4,9 @@
  * App's tools with the version headers. PORT=0 lets the system choose the ports.
  */
 import { execFile, spawn } from 'node:child_process'
+import { lookup } from 'node:dns/promises'
 import { once } from 'node:events'
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -118,8 +119,9 @@ describe('npm start (README quick start)', () => {
     // The repository's copy is the printed module under its doc comment.
     const copy = readFileSync(join(ROOT, 'test/helpers/resolve-localhost.mjs'), 'utf8')
     expect(copy.slice(copy.indexOf('import dns'))).toBe(printed)
-    const dir = mkdtempSync(join(tmpdir(), 'resolve-localhost-'))
-    writeFileSync(join(dir, 'resolve-localhost.mjs'), printed!)
+    const dir = mkdtempSync(join(tmpdir(), 'mcpd-resolve-localhost-'))
+    const preload = join(dir, 'resolve-localhost.mjs')
+    writeFileSync(preload, printed!)
     const token = /Bearer (svc_\w{44})/.exec(/^curl .*$/m.exec(output())![0])![1]!
     // A client as a reader writes one: the SDK's transport on Node's own fetch, nothing else.
     const client = `
@@ -135,13 +137,19 @@ describe('npm start (README quick start)', () => {
       await transport.terminateSession()
       await client.close()
     `
-    const { stdout } = await promisify(execFile)(process.execPath, ['--import', join(dir, 'resolve-localhost.mjs'), '--input-type=module', '-e', client], {
-      cwd: ROOT,
-      timeout: 20_000,
-    })
-    const seen = JSON.parse(stdout) as { session: boolean; tools: string[] }
-    expect(seen.session).toBe(true)
-    expect(seen.tools).toContain('get_version')
+    const run = (...flags: string[]) => promisify(execFile)(process.execPath, [...flags, '--input-type=module', '-e', client], { cwd: ROOT, timeout: 20_000 })
+    try {
+      const { stdout } = await run('--import', preload)
+      const seen = JSON.parse(stdout) as { session: boolean; tools: string[] }
+      expect(seen.session).toBe(true)
+      expect(seen.tools).toContain('get_version')
+      // Where the system resolver does not answer for *.localhost (as here: no nss-myhostname),
+      // the preload is what made the difference.
+      const resolved = await lookup('weather.localhost').then(() => true, () => false)
+      if (!resolved) await expect(run()).rejects.toThrow(/ENOTFOUND/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 
   it('refuses made-up OAuth tokens from one address with 401, a hundred in a row, not 429: the development server is in process (clientBudget 600)', async () => {

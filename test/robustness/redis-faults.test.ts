@@ -344,6 +344,7 @@ describeRedis('Redis gone and back', (redis) => {
       const after = (await send()).response
       expect(after.status).toBe(200)
       expect(after.headers.get('ratelimit')).toBe('"minute";r=999;t=30')
+      expect(clientErrors.has('ECONNREFUSED')).toBe(true)
       expect([...clientErrors].filter((code) => code !== 'ECONNREFUSED' && code !== 'ECONNRESET')).toEqual([])
     } finally {
       await fixture.close()
