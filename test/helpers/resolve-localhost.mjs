@@ -12,14 +12,20 @@ import process from 'node:process'
 
 const systemLookup = dns.lookup
 
-/** @type {typeof dns.lookup} */
+/**
+ * `dns.lookup`, answering 127.0.0.1 for `localhost` and `*.localhost`.
+ * @param {string} hostname
+ * @param {any} options a family, an options object, or the callback
+ * @param {any} [callback]
+ * @returns {void}
+ */
 function lookup(hostname, options, callback) {
   if (typeof options === 'function') return lookup(hostname, {}, options)
   const opts = typeof options === 'number' ? { family: options } : (options ?? {})
   const name = String(hostname).toLowerCase().replace(/\.$/, '')
-  if (name !== 'localhost' && !name.endsWith('.localhost')) return systemLookup.call(dns, hostname, options, callback)
+  if (name !== 'localhost' && !name.endsWith('.localhost')) return systemLookup(hostname, options, callback)
   if (opts.all) process.nextTick(callback, null, [{ address: '127.0.0.1', family: 4 }])
   else process.nextTick(callback, null, '127.0.0.1', 4)
 }
 
-dns.lookup = lookup
+dns.lookup = /** @type {typeof dns.lookup} */ (lookup)
