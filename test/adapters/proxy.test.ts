@@ -1374,11 +1374,19 @@ describe('proxy: nothing of an exchange is kept after it', () => {
       try {
         await round(200)
         const heap = () => (collectGarbage(), collectGarbage(), process.memoryUsage().heapUsed)
-        const atN = heap()
-        await round(400)
-        const grown = heap() - atN
-        // About 16 KB per request when the listener stayed: 6 MB for these 400.
-        expect(grown, `heap grew by ${(grown / 2 ** 20).toFixed(2)} MiB over 400 proxied POSTs`).toBeLessThan(1.5 * 2 ** 20)
+        // A leak grows the heap in every round; what the runtime keeps once (code it compiled
+        // late, caches filling) grows one round only, and was seen to pass 1.5 MiB: the least
+        // of two rounds' growth is the leak's.
+        const grown: number[] = []
+        for (let r = 0; r < 2; r++) {
+          const at = heap()
+          await round(400)
+          grown.push(heap() - at)
+        }
+        const least = Math.min(...grown)
+        // About 16 KB per request when the listener stayed: 6 MB for each 400.
+        const said = grown.map((g) => `${(g / 2 ** 20).toFixed(2)} MiB`).join(', then ')
+        expect(least, `heap grew by ${said} over two rounds of 400 proxied POSTs`).toBeLessThan(1.5 * 2 ** 20)
       } finally {
         agent.destroy()
         await stop()
