@@ -199,6 +199,20 @@ describe('userinfo mode and resource indicators (the caveat in docs/oauth.md)', 
     const unbound = await obtainAccessToken('http://weather.localhost/v1', fetchFn, { omitResource: true })
     expect((await listTools(platform, 'weather', unbound.accessToken)).status).toBe(200)
   })
+
+  it('turns the SDK client\'s sign-in into the 401 loop the page describes: refused after it signed in and refreshed', async () => {
+    const platform = platformWith({ issuer: opaqueServer.issuer })
+    const server = await servePlatform(platform.fetch)
+    try {
+      const provider = new TestOAuthClient()
+      const signIn = connectWithOAuth(`http://weather.localhost:${server.port}/v1`, provider, recordingFetch(loopbackFetch))
+      await expect(signIn).rejects.toThrow('Server returned 401 after successful authentication')
+      // It signed in (a code redeemed), then got a fresh token by refreshing, and both were refused.
+      expect(provider.savedTokens).toHaveLength(2)
+    } finally {
+      await server.close()
+    }
+  })
 })
 
 describe('the reference platform given a validator of its own (`oauth`)', () => {
