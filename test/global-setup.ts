@@ -6,9 +6,10 @@
  * as it is published (its exports, its declarations, the docs' samples against them, the
  * runtimes and the reference platform that import it) on the code as it is, instead of
  * skipping them or testing an earlier build (regression: a fix in `src/` passed its unit test
- * while the platform, importing `dist/`, still ran the code before it). The build goes to a directory of its own and is renamed into place
- * whole, so a test never reads a `dist/` half written, and two runs started at once each build
- * their own and the first in keeps its. `.ci/run` builds first, so there it is used as it is.
+ * while the platform, importing `dist/`, still ran the code before it). The build goes to a
+ * directory of its own and is renamed into place whole, so a test never reads a `dist/` half
+ * written, and two runs started at once each build their own and the first in keeps its.
+ * `.ci/run` builds first, so there it is used as it is.
  */
 import { execFileSync } from 'node:child_process'
 import { existsSync, readdirSync, renameSync, rmSync, statSync } from 'node:fs'

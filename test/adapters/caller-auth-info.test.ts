@@ -26,7 +26,7 @@ import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterEach, describe, expect, it } from 'vitest'
 import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
-import { importGenerated, tsBlocks } from '../helpers/docs-samples.js'
+import { importGenerated, codeBlocks } from '../helpers/docs-samples.js'
 import { serveFetch } from '../helpers/platform.js'
 
 /** docs/adapters.md's sample of this section, taken from the page and run as printed. */
@@ -39,7 +39,7 @@ interface CallerSample {
 }
 
 async function loadSample(): Promise<CallerSample> {
-  const blocks = tsBlocks('docs/adapters.md', '### The caller in your tools', '## Web (')
+  const blocks = codeBlocks('docs/adapters.md', '### The caller in your tools', '## Web (')
   expect(blocks).toHaveLength(1)
   return importGenerated<CallerSample>('adapters-caller-auth-info', blocks[0]!)
 }
@@ -80,32 +80,23 @@ function buildServer(): McpServer {
   return server
 }
 
-/** One SDK transport per session (opened by a request without a known session id). */
-function sessionsOf<T extends Transport>(open: (onSession: (sid: string, transport: T) => void) => T) {
+/**
+ * One SDK transport of `Kind` (the Node one or the web-standard one) per session, opened by a
+ * request without a known session id.
+ */
+function sessionsOf<T extends Transport>(Kind: new (options: { sessionIdGenerator: () => string; onsessioninitialized: (sid: string) => void }) => T) {
   const sessions = new Map<string, T>()
   return {
     async find(id: string | null | undefined | string[]): Promise<T> {
       const known = typeof id === 'string' ? sessions.get(id) : undefined
       if (known) return known
-      const transport = open((sid, opened) => void sessions.set(sid, opened))
+      const transport = new Kind({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (sid) => void sessions.set(sid, transport) })
       await buildServer().connect(transport)
       return transport
     },
     close: () => Promise.all([...sessions.values()].map((transport) => transport.close())),
   }
 }
-
-const nodeSessions = () =>
-  sessionsOf<StreamableHTTPServerTransport>((onSession) => {
-    const transport: StreamableHTTPServerTransport = new StreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (sid) => onSession(sid, transport) })
-    return transport
-  })
-
-const webSessions = () =>
-  sessionsOf<WebStandardStreamableHTTPServerTransport>((onSession) => {
-    const transport: WebStandardStreamableHTTPServerTransport = new WebStandardStreamableHTTPServerTransport({ sessionIdGenerator: () => randomUUID(), onsessioninitialized: (sid) => onSession(sid, transport) })
-    return transport
-  })
 
 interface Served {
   port: number
@@ -114,7 +105,7 @@ interface Served {
 
 const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise<Served>> = {
   async express(fixture) {
-    const sessions = nodeSessions()
+    const sessions = sessionsOf(StreamableHTTPServerTransport)
     const app = express()
     app.use(expressDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
     app.use(express.json())
@@ -126,7 +117,7 @@ const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise
     return { port, close: async () => (await sessions.close(), await close(server)) }
   },
   async fastify(fixture) {
-    const sessions = nodeSessions()
+    const sessions = sessionsOf(StreamableHTTPServerTransport)
     const app = Fastify({ forceCloseConnections: true })
     await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
     app.all('/*', async (request, reply) => sample.serveFastify(await sessions.find(request.headers['mcp-session-id']), request, reply))
@@ -134,7 +125,7 @@ const SERVE: Record<'express' | 'fastify' | 'web', (fixture: Fixture) => Promise
     return { port: (app.server.address() as AddressInfo).port, close: async () => (await sessions.close(), await app.close()) }
   },
   async web(fixture) {
-    const sessions = webSessions()
+    const sessions = sessionsOf(WebStandardStreamableHTTPServerTransport)
     const handle = webDispatch({
       dispatcher: fixture.dispatcher,
       onError: fixture.onError,

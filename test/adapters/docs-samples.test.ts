@@ -26,7 +26,7 @@ import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { createDemo } from '../../examples/shared/demo.js'
 import { close, listen } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
-import { importGenerated, tsBlocks } from '../helpers/docs-samples.js'
+import { importGenerated, codeBlocks } from '../helpers/docs-samples.js'
 import { localhostFetch } from '../helpers/platform.js'
 
 interface Samples {
@@ -38,7 +38,7 @@ const root = new URL('../../', import.meta.url)
 
 /** The `ts` code blocks of docs/adapters.md's section on MCP handlers, as one module. */
 async function loadSamples(): Promise<Samples> {
-  const blocks = tsBlocks('docs/adapters.md', '## Your MCP handler', '### The caller in your tools')
+  const blocks = codeBlocks('docs/adapters.md', '## Your MCP handler', '### The caller in your tools')
   expect(blocks).toHaveLength(2)
   expect(blocks[0]).toContain('export function webSessions')
   expect(blocks[1]).toContain('export function nodeSessions')

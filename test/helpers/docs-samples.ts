@@ -5,16 +5,17 @@ const root = new URL('../../', import.meta.url)
 const dir = fileURLToPath(new URL('test/.generated/', root))
 
 /**
- * The ```ts blocks of the project's Markdown `file` (`docs/adapters.md`) from the line `from` to
- * the line `to` (the next heading, say; the end of the page without it); a heading not on the
- * page throws, so a renamed section fails its test instead of testing nothing.
+ * The code blocks tagged `language` (```ts by default) of the project's Markdown `file`
+ * (`docs/adapters.md`) from the line `from` to the line `to` (the next heading, say; the end of
+ * the page without it); a heading not on the page throws, so a renamed section fails its test
+ * instead of testing nothing.
  */
-export function tsBlocks(file: string, from: string, to?: string): string[] {
+export function codeBlocks(file: string, from: string, to?: string, language = 'ts'): string[] {
   const page = readFileSync(new URL(file, root), 'utf8')
   const start = page.indexOf(from)
   const end = to === undefined ? page.length : page.indexOf(to, start)
   if (start < 0 || end < 0) throw new Error(`${file} has no ${start < 0 ? from : to}`)
-  return [...page.slice(start, end).matchAll(/```ts\n([\s\S]*?)```/g)].map((m) => m[1]!)
+  return [...page.slice(start, end).matchAll(new RegExp('```' + language + '\\n([\\s\\S]*?)```', 'g'))].map((m) => m[1]!)
 }
 
 /**

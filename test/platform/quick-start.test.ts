@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { rawRequest } from '../adapters/helpers.js'
+import { codeBlocks } from '../helpers/docs-samples.js'
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 
@@ -113,15 +114,15 @@ describe('npm start (README quick start)', () => {
   })
 
   it('the README\'s resolver, preloaded into Node, lets the MCP SDK client reach an App at *.localhost; it is the one the third-party client tests preload', async () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-    const printed = /\n```js\n(import dns from 'node:dns'[\s\S]*?)```/.exec(readme)?.[1]
-    expect(printed, 'README.md prints the resolver').toBeDefined()
+    const blocks = codeBlocks('README.md', '## Quick start', '## Integration in 20 lines', 'js')
+    expect(blocks, 'README.md prints the resolver').toHaveLength(1)
+    const printed = blocks[0]!
     // The repository's copy is the printed module under its doc comment.
     const copy = readFileSync(join(ROOT, 'test/helpers/resolve-localhost.mjs'), 'utf8')
     expect(copy.slice(copy.indexOf('import dns'))).toBe(printed)
     const dir = mkdtempSync(join(tmpdir(), 'mcpd-resolve-localhost-'))
     const preload = join(dir, 'resolve-localhost.mjs')
-    writeFileSync(preload, printed!)
+    writeFileSync(preload, printed)
     const token = /Bearer (svc_\w{44})/.exec(/^curl .*$/m.exec(output())![0])![1]!
     // A client as a reader writes one: the SDK's transport on Node's own fetch, nothing else.
     const client = `
