@@ -732,16 +732,16 @@ function holdUntilPinned(
     for (const [name, args] of dropped) drop(name, args)
   }
 
-  /**
-   * A call of the handler's dropped once its answer was replaced. Its callback is not left
-   * waiting: a `write`'s gets the error of a stream destroyed (as Node gives it when the client
-   * has gone), an `end`'s is called once the 503 has been written.
-   */
   /** What the real methods answer: `write` true (no back-pressure while held), `flushHeaders` nothing, others `res`. */
   function heldAnswer(name: HeldMethod): unknown {
     return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
   }
 
+  /**
+   * A call of the handler's dropped once its answer was replaced. Its callback is not left
+   * waiting: a `write`'s gets the error of a stream destroyed (as Node gives it when the client
+   * has gone), an `end`'s is called once the 503 has been written.
+   */
   function drop(name: HeldMethod, args: unknown[]): unknown {
     const callback = args[args.length - 1]
     if (typeof callback === 'function') {

@@ -28,7 +28,6 @@ const EXPECTATION_FAILED = {
   error: { code: -32600, message: 'Expectation failed', data: { error: 'invalid_request', field: 'expect' } },
 }
 
-/** Writes `data` (pieces `ms` apart where a number stands between them) and reads until the server closes or `timeoutMs`. */
 /**
  * Writes `data` on a new connection to `port`, piece by piece: a string is written, a number is
  * a pause of that many milliseconds, `{ seen }` waits until what came back holds `seen`.

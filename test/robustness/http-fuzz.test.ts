@@ -59,13 +59,13 @@ afterAll(() => authServer.close())
 /** What a credential earns: the handler's answer, or the status of its refusal. */
 type CredentialOutcome = 'serve' | 401 | 402 | 403
 
+/** The fixture's `allowedOrigins`: a request with any other `Origin` to an App's version path is 403. */
+const ALLOWED_ORIGINS = ['https://allowed.example', 'http://localhost:3000'] as const
+
 /**
  * The App addresses (`baseUrl`): what a token's `aud` must name (the validator's default
  * audience). Without the port: the App address must not follow the `Host` a caller sends.
  */
-/** The fixture's `allowedOrigins`: a request with any other `Origin` to an App's version path is 403. */
-const ALLOWED_ORIGINS = ['https://allowed.example', 'http://localhost:3000'] as const
-
 const ADDRESS = { fuzz: `http://${APP.slug}.localhost`, other: `http://${OTHER_APP.slug}.localhost` }
 
 /**

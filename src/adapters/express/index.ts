@@ -123,7 +123,6 @@ function sharedWeakMap<V>(key: symbol): WeakMap<object, V> {
 /** Prototypes that have the `dispatchContext` accessor. */
 const accessorOn = new WeakSet<object>()
 
-/** Whether the mount's `req.params` holds any parameter (Express 5's has no prototype). */
 /**
  * The path `handler` serves under as one of `route`'s handlers: the mount (`baseUrl`) and the
  * route's path, when that path is a literal one and `handler` is in the route's stack (a route
@@ -136,6 +135,7 @@ function routeMount(baseUrl: string, route: unknown, handler: unknown): string |
   return stack.some((layer: { handle?: unknown } | null) => layer?.handle === handler) ? baseUrl + path : undefined
 }
 
+/** Whether the mount's `req.params` holds any parameter (Express 5's has no prototype). */
 function hasParams(params: object | undefined): boolean {
   for (const key in params) if (Object.prototype.hasOwnProperty.call(params, key)) return true
   return false

@@ -185,11 +185,6 @@ function isJwk(key: unknown): key is JWK {
 }
 
 /**
- * The public members of `jwk` (those of its type's thumbprint) with its `kid`, `alg` and `use`:
- * nothing else of a key given to the signer reaches the published JWKS, neither a private member
- * nor one of the platform's own (a note, a vault path, a certificate chain).
- */
-/**
  * Refuses a JWK meant for another use than signatures: published with its own `use`, it would
  * verify none of the tokens it signed.
  */
@@ -199,6 +194,11 @@ function refuseOtherUse(jwk: JWK, option: string): void {
   }
 }
 
+/**
+ * The public members of `jwk` (those of its type's thumbprint) with its `kid`, `alg` and `use`:
+ * nothing else of a key given to the signer reaches the published JWKS, neither a private member
+ * nor one of the platform's own (a note, a vault path, a certificate chain).
+ */
 function publicPart(jwk: JWK): JWK {
   const source = jwk as Record<string, unknown>
   const out: Record<string, unknown> = {}
