@@ -34,7 +34,7 @@ const ANSWERS: ReadonlyMap<string, string> = new Map([
     'HPE_CHUNK_EXTENSIONS_OVERFLOW',
     rawReply(413, 'Content Too Large', { code: RpcCode.InvalidRequest, message: 'Chunk extensions too large', data: { error: 'invalid_request', field: 'body' } }),
   ],
-  ['ERR_HTTP_REQUEST_TIMEOUT', rawReply(408, 'Request Timeout', { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } })],
+  ['ERR_HTTP_REQUEST_TIMEOUT', rawReply(408, 'Request Timeout', { code: RpcCode.ServerError, message: 'Request timeout', data: { error: 'request_timeout' } })],
 ])
 
 /** A whole HTTP/1.1 message of the JSON-RPC error reply; the connection closes after it. */

@@ -5,7 +5,7 @@
  * @internal
  */
 import { optionNames, refuseUnknownOptions, reporterOption, ConfigurationError } from '../errors.js'
-import { jsonRpcErrorReply, type Reply } from '../core/reply.js'
+import { RpcCode, jsonRpcErrorReply, type Reply } from '../core/reply.js'
 import { INTERNAL_ERROR } from './shared.js'
 
 /** Options of `jsonRpcErrors` (Express, Fastify). */
@@ -52,10 +52,10 @@ function factsOf(error: unknown): ErrorFacts {
   }
 }
 
-const PARSE_ERROR = jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON' })
+const PARSE_ERROR = jsonRpcErrorReply(400, { code: RpcCode.ParseError, message: 'Parse error: Invalid JSON' })
 /** The SDK transport's answer to a body that is JSON but no JSON-RPC message (`42`, `null`). */
-const NOT_JSON_RPC = jsonRpcErrorReply(400, { code: -32700, message: 'Parse error: Invalid JSON-RPC message' })
-const UNSUPPORTED = jsonRpcErrorReply(415, { code: -32000, message: 'Unsupported Media Type: Content-Type must be application/json' })
+const NOT_JSON_RPC = jsonRpcErrorReply(400, { code: RpcCode.ParseError, message: 'Parse error: Invalid JSON-RPC message' })
+const UNSUPPORTED = jsonRpcErrorReply(415, { code: RpcCode.ServerError, message: 'Unsupported Media Type: Content-Type must be application/json' })
 
 /** Kinds of error that say the body is not JSON (body-parser's, Fastify's). */
 const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_JSON_BODY', 'FST_ERR_CTP_EMPTY_JSON_BODY'])
@@ -80,10 +80,10 @@ export function errorReply(error: unknown, routeLimit?: unknown): { reply: Reply
   if (status === 413) {
     const bytes = isLimit(limit) ? limit : isLimit(routeLimit) ? routeLimit : undefined
     const message = bytes === undefined ? 'Payload Too Large' : `Payload Too Large: Request body must not exceed ${bytes} bytes`
-    return { reply: jsonRpcErrorReply(413, { code: -32000, message }), serverFault: false }
+    return { reply: jsonRpcErrorReply(413, { code: RpcCode.ServerError, message }), serverFault: false }
   }
   if (status === 415) return { reply: UNSUPPORTED, serverFault: false }
-  return { reply: jsonRpcErrorReply(status, { code: -32600, message: 'Invalid Request' }), serverFault: false }
+  return { reply: jsonRpcErrorReply(status, { code: RpcCode.InvalidRequest, message: 'Invalid Request' }), serverFault: false }
 }
 
 /**

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import { errorReply } from '../adapters/error-reply.js'
 import {
   type Reply,
   RpcCode,
@@ -237,6 +238,7 @@ describe('RpcCode', () => {
       RateLimited: -32000,
       InvalidRequest: -32600,
       InternalError: -32603,
+      ParseError: -32700,
     })
   })
 
@@ -258,6 +260,9 @@ describe('RpcCode', () => {
       versionNotServedReply('1.0.0'),
       invalidHostReply(),
       contentLengthMismatchReply(),
+      // What `jsonRpcErrors()` answers for a framework's body parser: not JSON, too large, another
+      // media type, another client error, the server's own fault.
+      ...[{ status: 400, type: 'entity.parse.failed' }, { statusCode: 413 }, { statusCode: 415 }, { statusCode: 404 }, new Error('x')].map((e) => errorReply(e).reply),
     ]
     for (const reply of replies) {
       const { code } = (JSON.parse(reply.body!) as { error: { code: number } }).error

@@ -30,7 +30,11 @@ export interface JsonRpcErrorObject {
 
 /** JSON-RPC codes of the dispatch layer's answers (spec section 7, DESIGN.md, README "What the pipeline answers"). */
 export const RpcCode = {
-  /** Generic server error; used for 429 (spec section 7), 405 (as the MCP SDK does), the 408s and the proxy's 502 and 504. */
+  /**
+   * Generic server error; used for 429 (spec section 7), 405 (as the MCP SDK does), the 408s, the
+   * proxy's 502 and 504, and, in the MCP SDK's words, the 413 and 415 of a framework's body parser
+   * (`jsonRpcErrors()` of the Express and Fastify adapters).
+   */
   ServerError: -32000,
   /** 429: the caller's rate limit is spent (spec section 7). */
   RateLimited: -32000,
@@ -44,10 +48,24 @@ export const RpcCode = {
   NotFound: -32004,
   /** 503: the authorization server or a store cannot answer now. */
   Unavailable: -32005,
-  /** 400, 413, 417, 431 and 501 of malformed requests: an invalid `Host`, a body that does not match its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than `100-continue`, a request body in a transfer coding the proxy cannot pass on. */
+  /**
+   * 400, 413, 417, 431 and 501 of malformed requests: an invalid `Host`, a body that does not match
+   * its `Content-Length`, what Node's parser refuses (`answerClientError`), an `Expect` other than
+   * `100-continue`, a request body in a transfer coding the proxy cannot pass on; and any other
+   * client error (4xx) of a framework's body parser (`jsonRpcErrors()`).
+   */
   InvalidRequest: -32600,
-  /** 502: the MCP handler threw or failed before its response head (`handler_error`). */
+  /**
+   * 502: the MCP handler threw or failed before its response head (`handler_error`); 500: a fault
+   * of the server's own (an error of a framework that is no client's, a Web adapter `info` member
+   * that is no string).
+   */
   InternalError: -32603,
+  /**
+   * 400 of a framework's body parser, in the MCP SDK transport's words (`jsonRpcErrors()`): a body
+   * that is not JSON, or JSON that is no JSON-RPC message.
+   */
+  ParseError: -32700,
 } as const
 
 const JSON_HEADERS: Readonly<Record<string, string>> = Object.freeze({ 'content-type': 'application/json' })
@@ -429,7 +447,7 @@ export function versionNotServedReply(version: string): Reply {
   return jsonRpcErrorReply(
     404,
     {
-      code: -32004,
+      code: RpcCode.NotFound,
       message: 'Version not served',
       data: { error: 'version_not_served', version },
     },

@@ -64,7 +64,7 @@
 import { isFieldName } from '../../core/cors.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
 import { quoted } from '../../core/text.js'
-import { type Reply, SCOPE_LIST, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
+import { type Reply, RpcCode, SCOPE_LIST, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
@@ -327,7 +327,7 @@ const TIMED_OUT = 'Upstream App timed out'
  */
 const REQUEST_TIMEOUT = jsonRpcErrorReply(
   408,
-  { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } },
+  { code: RpcCode.ServerError, message: 'Request timeout', data: { error: 'request_timeout' } },
   { connection: 'close' },
 )
 
@@ -948,7 +948,7 @@ const ONLY_CHUNKED = /^[ \t,]*chunked[ \t,]*$/i
 /** 501 for a request body in a transfer coding other than `chunked` (RFC 9112 section 6.1). */
 const TRANSFER_CODING_NOT_SUPPORTED = jsonRpcErrorReply(
   501,
-  { code: -32600, message: 'Transfer coding not supported', data: { error: 'invalid_request', field: 'transfer-encoding' } },
+  { code: RpcCode.InvalidRequest, message: 'Transfer coding not supported', data: { error: 'invalid_request', field: 'transfer-encoding' } },
   // The body is left unread: the connection is not used again.
   { connection: 'close' },
 )
