@@ -1051,9 +1051,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /** Step 3 for API tokens: state, then IP allowlist, then scope. */
   function judgeApiToken(request: DispatchRequest, app: AppRecord, auth: TokenAuthResult): AuthOutcome {
     if (!auth.ok) return challenge(request, app, true)
+    const refused = apiTokenRefusal(auth, request.clientAddress, app.id)
+    if (refused !== undefined) return refused
     const record = auth.record
-    if (!checkIpAllowlist(request.clientAddress, auth.allowlist)) return IP_NOT_ALLOWED
-    if (!checkScope(record.servers, app.id)) return FORBIDDEN
     let outcome = identities.get(record)
     if (outcome === undefined) {
       outcome = new Accepted(Object.freeze({ subject: record.userId, method: 'api_token', tokenId: record.id }))
@@ -1062,19 +1062,36 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return outcome
   }
 
+  /**
+   * Step 3's refusal of a live API token at `appId` from `clientAddress`, the IP allowlist
+   * first, then the scope; `undefined` when it may be used. The request path and the re-check of
+   * open streams (`stillAllowed`) both judge by it.
+   */
+  function apiTokenRefusal(auth: Extract<TokenAuthResult, { ok: true }>, clientAddress: string | undefined, appId: string): AuthOutcome | undefined {
+    if (!checkIpAllowlist(clientAddress, auth.allowlist)) return IP_NOT_ALLOWED
+    if (!checkScope(auth.record.servers, appId)) return FORBIDDEN
+    return undefined
+  }
+
+  /**
+   * `validator`'s verdict on an OAuth `token` for `appId` at `resource`, from `clientAddress`; a
+   * validator of the platform's own gets `FOREIGN_VALIDATOR_DEADLINE_MS`, so one that never
+   * settles cannot hold a request or a re-check for ever. The request path and `stillAllowed`
+   * both ask through it.
+   */
+  function validateOAuth(validator: AccessTokenValidator, token: string, resource: string, appId: string, clientAddress: string | undefined) {
+    const context = clientAddress === undefined ? { resource, appId } : { resource, appId, clientAddress }
+    const validating = adoptThenable(validator.validate(token, context))
+    return timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating
+  }
+
   async function authenticateOAuth(request: DispatchRequest, app: AppRecord, token: string): Promise<AuthOutcome> {
     if (!oauth) return challenge(request, app, true)
     let result
     // Outside the `try`: a failing `baseUrl` is the platform's callback, not the validator.
     const resource = baseUrlOf(request, app)
     try {
-      const context =
-        request.clientAddress === undefined
-          ? { resource, appId: app.id }
-          : { resource, appId: app.id, clientAddress: request.clientAddress }
-      const validating = adoptThenable(oauth.validate(token, context))
-      // A validator of the platform's own that never settles would hold the request for ever.
-      result = await (timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating)
+      result = await validateOAuth(oauth, token, resource, app.id, request.clientAddress)
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
@@ -1625,16 +1642,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const { app, clientAddress, subject } = group
     if (token.startsWith(tokens.prefix)) {
       return then(settle(tokens.authenticate(token, clientAddress), 'token'), (auth) => {
-        if (!auth.ok || auth.record.userId !== subject) return false
-        if (!checkIpAllowlist(clientAddress, auth.allowlist) || !checkScope(auth.record.servers, app.id)) return false
+        if (!auth.ok || auth.record.userId !== subject || apiTokenRefusal(auth, clientAddress, app.id) !== undefined) return false
         return subscribed(subject, app.id)
       })
     }
     if (!oauth) return false
-    const context = clientAddress === undefined ? { resource: group.resource, appId: app.id } : { resource: group.resource, appId: app.id, clientAddress }
-    const validating = adoptThenable(oauth.validate(token, context))
-    const result = timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating
-    return then(result, (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
+    return then(validateOAuth(oauth, token, group.resource, app.id, clientAddress), (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
   }
 
   function subscribed(subject: string, appId: string): MaybePromise<boolean> {
