@@ -1074,24 +1074,26 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   /**
-   * `validator`'s verdict on an OAuth `token` for `appId` at `resource`, from `clientAddress`; a
-   * validator of the platform's own gets `FOREIGN_VALIDATOR_DEADLINE_MS`, so one that never
-   * settles cannot hold a request or a re-check for ever. The request path and `stillAllowed`
-   * both ask through it.
+   * The `oauth` validator's verdict on a `token` for `appId` at `resource`, from
+   * `clientAddress` (`undefined` without `oauth`); a validator of the platform's own gets
+   * `FOREIGN_VALIDATOR_DEADLINE_MS`, so one that never settles cannot hold a request or a
+   * re-check for ever. The request path and `stillAllowed` both ask through it.
    */
-  function validateOAuth(validator: AccessTokenValidator, token: string, resource: string, appId: string, clientAddress: string | undefined) {
-    const context = clientAddress === undefined ? { resource, appId } : { resource, appId, clientAddress }
-    const validating = adoptThenable(validator.validate(token, context))
-    return timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating
-  }
+  const validateOAuth =
+    oauth &&
+    ((token: string, resource: string, appId: string, clientAddress: string | undefined) => {
+      const context = clientAddress === undefined ? { resource, appId } : { resource, appId, clientAddress }
+      const validating = adoptThenable(oauth.validate(token, context))
+      return timedValidator && validating instanceof Promise ? withTimeout(validating, FOREIGN_VALIDATOR_DEADLINE_MS, 'the OAuth validator') : validating
+    })
 
   async function authenticateOAuth(request: DispatchRequest, app: AppRecord, token: string): Promise<AuthOutcome> {
-    if (!oauth) return challenge(request, app, true)
+    if (!validateOAuth) return challenge(request, app, true)
     let result
     // Outside the `try`: a failing `baseUrl` is the platform's callback, not the validator.
     const resource = baseUrlOf(request, app)
     try {
-      result = await validateOAuth(oauth, token, resource, app.id, request.clientAddress)
+      result = await validateOAuth(token, resource, app.id, request.clientAddress)
     } catch (error) {
       if (error instanceof AuthorizationServerUnavailableError) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
@@ -1646,8 +1648,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         return subscribed(subject, app.id)
       })
     }
-    if (!oauth) return false
-    return then(validateOAuth(oauth, token, group.resource, app.id, clientAddress), (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
+    if (!validateOAuth) return false
+    return then(validateOAuth(token, group.resource, app.id, clientAddress), (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
   }
 
   function subscribed(subject: string, appId: string): MaybePromise<boolean> {

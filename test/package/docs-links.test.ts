@@ -11,13 +11,16 @@ import { describe, expect, it } from 'vitest'
 const root = resolve(import.meta.dirname, '../..')
 const pages = ['README.md', ...readdirSync(join(root, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]
 
-/** The page's lines outside fenced code blocks (a `# comment` in a shell sample is no heading). */
-function prose(text: string): string[] {
+/** The page's lines outside fenced code blocks (a `# comment` in a shell sample is no heading), numbered from 1. */
+function prose(text: string): { line: string; number: number }[] {
   let fenced = false
-  return text.split('\n').filter((line) => {
-    if (line.startsWith('```')) fenced = !fenced
-    return !fenced && !line.startsWith('```')
+  const lines: { line: string; number: number }[] = []
+  text.split('\n').forEach((line, i) => {
+    // Fences indented in a list item count too.
+    if (/^\s*```/.test(line)) fenced = !fenced
+    else if (!fenced) lines.push({ line, number: i + 1 })
   })
+  return lines
 }
 
 /**
@@ -27,10 +30,11 @@ function prose(text: string): string[] {
  */
 export function anchorsOf(text: string): Set<string> {
   const anchors = new Set<string>()
-  for (const line of prose(text)) {
+  for (const { line } of prose(text)) {
     const heading = /^#{1,6} +(.*?)[ #]*$/.exec(line)
     if (!heading) continue
-    const base = heading[1]!.toLowerCase().replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '').replace(/ /g, '-')
+    // A link in a heading gives its text only.
+    const base = heading[1]!.replace(/\[([^\]]*)\]\([^)]*\)/g, '$1').toLowerCase().replace(/[^\p{L}\p{M}\p{N}\p{Pc} -]/gu, '').replace(/ /g, '-')
     let anchor = base
     for (let n = 1; anchors.has(anchor); n++) anchor = `${base}-${n}`
     anchors.add(anchor)
@@ -38,27 +42,48 @@ export function anchorsOf(text: string): Set<string> {
   return anchors
 }
 
-/** The relative links of a page's prose (`[text](target)`), with their line numbers. */
-function linksOf(text: string): { target: string; line: number }[] {
+/**
+ * The relative links of a page's prose, with their line numbers: `[text](target)`, with or
+ * without a title or angle brackets, and reference definitions (`[ref]: target`). A `](` left
+ * over, a link written some other way, is returned as unreadable rather than skipped.
+ */
+export function linksOf(text: string): { target: string; line: number }[] {
   const links: { target: string; line: number }[] = []
-  let fenced = false
-  text.split('\n').forEach((line, i) => {
-    if (line.startsWith('```')) fenced = !fenced
-    if (fenced) return
+  for (const { line, number } of prose(text)) {
     // Inline code is no link (`[x](y)` in backticks is text).
-    for (const m of line.replace(/`[^`]*`/g, '').matchAll(/\]\(([^)\s]+)\)/g)) {
-      if (!/^[a-z][a-z0-9+.-]*:/i.test(m[1]!)) links.push({ target: m[1]!, line: i + 1 })
-    }
-  })
+    const code = line.replace(/`[^`]*`/g, '')
+    const definition = /^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?/.exec(code)
+    const targets = [...code.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g)].map((m) => m[1]!)
+    if (definition) targets.push(definition[1]!)
+    if (code.split('](').length - 1 > targets.length - (definition ? 1 : 0)) links.push({ target: `unreadable link: ${line.trim()}`, line: number })
+    for (const target of targets) if (!/^[a-z][a-z0-9+.-]*:/i.test(target)) links.push({ target, line: number })
+  }
   return links
 }
 
 describe('docs links', () => {
   it('finds headings by GitHub anchors, code blocks and repeats included', () => {
     const anchors = anchorsOf(
-      "# Title\n## Web (Hono, Next.js, Bun)\n### What Node's parser refuses: `answerClientError`\n```sh\n# not a heading\n```\n## Web (Hono, Next.js, Bun)\n",
+      "# Title\n## Web (Hono, Next.js, Bun)\n### What Node's parser refuses: `answerClientError`\n```sh\n# not a heading\n```\n## Web (Hono, Next.js, Bun)\n## See [stores](stores.md)\n",
     )
-    expect([...anchors]).toEqual(['title', 'web-hono-nextjs-bun', 'what-nodes-parser-refuses-answerclienterror', 'web-hono-nextjs-bun-1'])
+    expect([...anchors]).toEqual(['title', 'web-hono-nextjs-bun', 'what-nodes-parser-refuses-answerclienterror', 'web-hono-nextjs-bun-1', 'see-stores'])
+  })
+
+  it('reads links with titles, angle brackets and reference definitions, skips code and absolute URLs, and reports a link it cannot read', () => {
+    const page = [
+      'See [a](a.md "A") and [b](<b.md#x>), not `[c](c.md)` nor [d](https://example.com/d).',
+      '[ref]: ref.md#y',
+      '  ```ts',
+      '  [e](e.md)',
+      '  ```',
+      'Odd [f]( g.md h) here.',
+    ].join('\n')
+    expect(linksOf(page)).toEqual([
+      { target: 'a.md', line: 1 },
+      { target: 'b.md#x', line: 1 },
+      { target: 'ref.md#y', line: 2 },
+      { target: 'unreadable link: Odd [f]( g.md h) here.', line: 6 },
+    ])
   })
 
   it.each(pages)('%s: every relative link names a file that exists and a heading it has', (page) => {
