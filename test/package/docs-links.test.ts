@@ -28,7 +28,7 @@ function prose(text: string): { line: string; number: number }[] {
  * without punctuation (letters, marks, digits, `_`, `-` and spaces stay), spaces as `-`; a
  * repeated one gets `-1`, `-2`, ….
  */
-export function anchorsOf(text: string): Set<string> {
+function anchorsOf(text: string): Set<string> {
   const anchors = new Set<string>()
   for (const { line } of prose(text)) {
     const heading = /^#{1,6} +(.*?)[ #]*$/.exec(line)
@@ -47,7 +47,7 @@ export function anchorsOf(text: string): Set<string> {
  * without a title or angle brackets, and reference definitions (`[ref]: target`). A `](` left
  * over, a link written some other way, is returned as unreadable rather than skipped.
  */
-export function linksOf(text: string): { target: string; line: number }[] {
+function linksOf(text: string): { target: string; line: number }[] {
   const links: { target: string; line: number }[] = []
   for (const { line, number } of prose(text)) {
     // Inline code is no link (`[x](y)` in backticks is text).
