@@ -604,6 +604,21 @@ export function answerEnded(res: ServerResponse): boolean {
 }
 
 /**
+ * Settles the answer of a handler that failed, when it has one: an answer the handler ended
+ * goes out whole, whatever it did after (Node may still be writing it: a destroy would cut it);
+ * one begun and not ended is cut, so the client does not take it for whole. A held head reports
+ * `headersSent` too, and an `end` behind it is an end (see {@link holdUntilPinned}). `false`
+ * when nothing of an answer went out: the 502 is the caller's to write.
+ * @internal
+ */
+export function settleFailedAnswer(res: ServerResponse): boolean {
+  if (answerEnded(res)) return true
+  if (!res.headersSent) return false
+  cutResponse(res)
+  return true
+}
+
+/**
  * Notes each call of `res.end` from now on, for {@link answerEnded}, where `end` is not Node's
  * own (a wrapper such as `compression`'s, which calls it later): a handler's `end` then counts
  * as made once it returns (one that throws, such as a head Node refuses, ended nothing). Nothing

@@ -46,13 +46,14 @@ import {
   requireContext,
   requestProtocol,
   setHeaders,
+  settleFailedAnswer,
   lowerTargetScheme,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { continueIfExpected, cutResponse } from '../head.js'
+import { continueIfExpected } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, mountMissed, setupAdapter, setupTokenApi } from '../shared.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { isForeignThenable } from '../../core/thenable.js'
@@ -337,15 +338,7 @@ function fail(req: Request, res: ServerResponse, error: unknown, before: Outgoin
   // A request dispatched by another copy of the package (its ESM build beside its CommonJS one)
   // has no record here: told to the default logger, never swallowed.
   ;(dispatchedRequests.get(req)?.onError ?? logError)(error, 'handler')
-  // An answer the handler ended goes out whole, whatever it did after (Node may still be
-  // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
-  // take it for whole. A held head reports `headersSent` too, and an `end` behind it is an end
-  // (see node-http's `holdUntilPinned`).
-  if (answerEnded(res)) return
-  if (res.headersSent) {
-    cutResponse(res)
-    return
-  }
+  if (settleFailedAnswer(res)) return
   // The 502 is the Web adapter's: none of the headers the handler set before it failed (a
   // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), but those the
   // platform's middleware set before the handler ran (`cors()`, `helmet()`), as they would be

@@ -46,7 +46,6 @@ import type { TokenApi } from '../../tokens/token-api.js'
 import { type JsonRpcErrorsOptions, errorReply, setupJsonRpcErrors } from '../error-reply.js'
 import { tokenApiReporter } from '../../tokens/token-api-paths.js'
 import {
-  answerEnded,
   answerTokenApi,
   clearHeaders,
   hasInvalidAbsoluteFormHost,
@@ -58,13 +57,14 @@ import {
   requestProtocol,
   requireContext,
   setHeaders,
+  settleFailedAnswer,
   lowerTargetScheme,
   toDispatchRequest,
   toHandlerRequest,
   writeReply,
   writeWebResponse,
 } from '../node-http.js'
-import { continueIfExpected, cutResponse, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
+import { continueIfExpected, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, mountMissed, setupAdapter, setupTokenApi } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
@@ -400,15 +400,7 @@ export function getDispatchContext(request: AnyFastifyRequest): DispatchContext 
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown, before: OutgoingHttpHeaders | undefined): FastifyReply | undefined {
   ;((request as ReportingRequest)[kReporter] ?? logError)(error, 'handler')
   const raw = reply.raw
-  // An answer the handler ended goes out whole, whatever it did after (Node may still be
-  // writing it: a destroy would cut it). One begun and not ended is cut: the client must not
-  // take it for whole. A held head reports `headersSent` too, and an `end` behind it is an end
-  // (see node-http's `holdUntilPinned`).
-  if (answerEnded(raw)) return undefined
-  if (raw.headersSent) {
-    cutResponse(raw)
-    return undefined
-  }
+  if (settleFailedAnswer(raw)) return undefined
   // The 502 is the Web adapter's: none of the headers the handler set before it failed (a
   // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), on the reply or on
   // `reply.raw`, but those the platform's hooks set before the handler ran (`@fastify/cors`,
