@@ -52,11 +52,10 @@ function linksOf(text: string): { target: string; line: number }[] {
   for (const { line, number } of prose(text)) {
     // Inline code is no link (`[x](y)` in backticks is text).
     const code = line.replace(/`[^`]*`/g, '')
+    const inline = [...code.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g)].map((m) => m[1]!)
+    if (code.split('](').length - 1 > inline.length) links.push({ target: `unreadable link: ${line.trim()}`, line: number })
     const definition = /^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)>?/.exec(code)
-    const targets = [...code.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g)].map((m) => m[1]!)
-    if (definition) targets.push(definition[1]!)
-    if (code.split('](').length - 1 > targets.length - (definition ? 1 : 0)) links.push({ target: `unreadable link: ${line.trim()}`, line: number })
-    for (const target of targets) if (!/^[a-z][a-z0-9+.-]*:/i.test(target)) links.push({ target, line: number })
+    for (const target of definition ? [...inline, definition[1]!] : inline) if (!/^[a-z][a-z0-9+.-]*:/i.test(target)) links.push({ target, line: number })
   }
   return links
 }
@@ -86,6 +85,10 @@ describe('docs links', () => {
     ])
   })
 
+  /** Each linked page's anchors, read once. */
+  const anchorsByFile = new Map<string, Set<string>>()
+  const anchorsIn = (file: string) => anchorsByFile.get(file) ?? anchorsByFile.set(file, anchorsOf(readFileSync(file, 'utf8'))).get(file)!
+
   it.each(pages)('%s: every relative link names a file that exists and a heading it has', (page) => {
     const text = readFileSync(join(root, page), 'utf8')
     const broken: string[] = []
@@ -96,7 +99,7 @@ describe('docs links', () => {
         broken.push(`${page}:${line}: ${target} (no ${relative(root, file)})`)
         continue
       }
-      if (anchor !== undefined && !anchorsOf(readFileSync(file, 'utf8')).has(decodeURIComponent(anchor))) {
+      if (anchor !== undefined && !anchorsIn(file).has(decodeURIComponent(anchor))) {
         broken.push(`${page}:${line}: ${target} (no such heading in ${relative(root, file)})`)
       }
     }
