@@ -165,18 +165,48 @@ export interface DispatchOutcome {
 /** A JSON media type (`application/json`, `application/problem+json`), parameters aside. */
 const JSON_MEDIA_TYPE = /^\s*application\/(?:[!#$%&'*.^`|~\w-]+\+)?json\s*(?:;|$)/i
 
-/** A session with responses open on this instance (the dispatcher's keep-alive). */
-interface KeptSession {
-  count: number
-  restarted: number
-  /** A restart sent and not yet answered. */
+/**
+ * A store or validator call made for open responses, by a timer: none is sent beside one still
+ * unanswered, unless that one was lost ({@link waitsFor}).
+ */
+interface InFlight {
+  /** A call sent and not yet answered. */
   pending: boolean
-  /** When that restart was sent (`now()`). */
+  /** When (`now()`) that call was sent. */
   pendingSince: number
 }
 
+/**
+ * Whether a call still unanswered at `at` holds back another. One unanswered a whole interval
+ * (`everyMs`) after it was sent was lost with the request that sent it (Workers: its I/O and its
+ * timeout's timer end with that request, so it never settles): another is sent, or the other
+ * open responses it stands for would never be served by the timer again.
+ */
+function waitsFor(call: InFlight, at: number, everyMs: number): boolean {
+  return call.pending && at - call.pendingSince < everyMs
+}
+
+/** Marks `call` pending from `at` until `settled` settles, unless a later call was sent since. */
+function pendingUntil(call: InFlight, at: number, settled: Promise<unknown>): void {
+  call.pending = true
+  call.pendingSince = at
+  settled.finally(() => {
+    // A call taken for lost that ends late leaves the one sent after it pending.
+    if (call.pendingSince === at) call.pending = false
+  })
+}
+
+/** A session with responses open on this instance (the dispatcher's keep-alive). */
+interface KeptSession extends InFlight {
+  readonly id: string
+  /** How many of its responses are open here. */
+  count: number
+  /** When (`now()`) its pin's idle TTL was last restarted. */
+  restarted: number
+}
+
 /** Open responses that share a credential, App and client address (`reauthorizeEveryMs`). */
-interface Watched {
+interface Watched extends InFlight {
   readonly key: string
   /** The `Authorization` field they were opened with. Never logged. */
   readonly header: string
@@ -188,10 +218,6 @@ interface Watched {
   readonly resource: string
   /** How to end each of them. */
   readonly closes: Set<() => void>
-  /** A check still unanswered: none is sent beside it. */
-  checking: boolean
-  /** When (`now`) the check still unanswered was sent. */
-  checkingSince: number
 }
 
 /** `value`, or its promise's, through `next`, without a microtask for a synchronous one. */
@@ -1436,77 +1462,78 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     )
   }
 
+  const perResponse = timersEndWithRequest()
+
+  /**
+   * Works on every open response of a kind (`items`) every `everyMs`. By one timer for all of
+   * them, started by the first and stopped by the first tick that finds none, never what keeps a
+   * process alive (the open responses' sockets are). Where a timer ends with the request that set
+   * it (Workers), one for all would stop with the first response that ends (often a short POST's
+   * event stream): each open response gets a timer of its own, from its own request, instead. A
+   * failure is reported to `onError` under `context`: at most once a tick of the timer for all (a
+   * store that is down fails every response's call of a tick at once), every time from a
+   * response's own. Answers how to start the work on an item (put in `items` first), which
+   * answers what stops that response's own timer.
+   */
+  function everyOpenResponse<T>(everyMs: number, context: string, items: ReadonlyMap<string, T>, work: (item: T, report: (error: unknown) => void) => void) {
+    let shared: unknown
+    let failed = false
+    const once = (error: unknown) => {
+      if (failed) return
+      failed = true
+      onError(error, context)
+    }
+    const each = (error: unknown) => onError(error, context)
+    function tick(): void {
+      if (items.size === 0) {
+        timers.clearInterval(shared)
+        shared = undefined
+        return
+      }
+      failed = false
+      for (const item of items.values()) work(item, once)
+    }
+    return (item: T): (() => void) | undefined => {
+      if (perResponse) {
+        const own = timers.setInterval(() => work(item, each), everyMs)
+        return () => timers.clearInterval(own)
+      }
+      if (shared === undefined) {
+        shared = timers.setInterval(tick, everyMs)
+        ;(shared as { unref?: () => void }).unref?.()
+      }
+      return undefined
+    }
+  }
+
   // Sessions with a response open on this instance, by id: how many, and when their pin's idle
-  // TTL was last restarted. One timer for all of them, every third of the TTL (a restart that
-  // fails is retried at the next tick, still in time), stopped by the first tick that finds none.
+  // TTL was last restarted, kept every third of the TTL (a restart that fails is retried at the
+  // next tick, still in time).
   const open = new Map<string, KeptSession>()
   const keepEveryMs = Math.min(Math.max(Math.floor(sessionTtlMs / 3), 1), MAX_TIMER_MS)
   // A response that ends within this of the last restart (every short POST) costs no store call.
   const closeSlackMs = Math.min(sessionTtlMs / 10, 60_000)
-  let keeper: unknown
-  const keepFailed = tickReporter('session store (keeping the pins of open responses)')
-  // Where a timer ends with the request that set it (Workers), one for all would stop with the
-  // first response that ends (often a short POST's event stream): each open response keeps its
-  // session from its own request instead, for as long as that response is open.
-  const keepPerResponse = timersEndWithRequest()
-
-  function keepTick(): void {
-    if (open.size === 0) {
-      timers.clearInterval(keeper)
-      keeper = undefined
-      return
-    }
-    keepFailed.tick()
-    for (const [id, kept] of open) restartTtl(id, kept, keepFailed.once)
-  }
+  const keepSession = everyOpenResponse(keepEveryMs, 'session store (keeping the pins of open responses)', open, restartTtl)
 
   /**
    * Restarts the idle TTL of a pin (a `get` does); a pin already gone is not kept any more. A
    * restart still pending (a slow store) is not sent again within a keep-alive interval. `report` tells of a failure.
    */
-  function restartTtl(sessionId: string, kept: KeptSession, report: (error: unknown) => void): void {
+  function restartTtl(kept: KeptSession, report: (error: unknown) => void): void {
     const at = now()
-    // One still unanswered a whole keep-alive interval later was lost with the request that sent
-    // it (Workers: its timeout's timer never fires once that request has ended, so it never
-    // settles); sent again, or the session's other open responses would never restart it.
-    if (kept.pending && at - kept.pendingSince < keepEveryMs) return
+    if (waitsFor(kept, at, keepEveryMs)) return
     const done = (pin: SessionPin | undefined) => {
       if (pin === undefined) {
-        if (open.get(sessionId) === kept) open.delete(sessionId)
+        if (open.get(kept.id) === kept) open.delete(kept.id)
       } else if (at > kept.restarted) kept.restarted = at
     }
     try {
       // A store's own promise or thenable (a lazy query) is adopted, as on the request path.
-      const pin = adoptThenable(sessions.get(sessionId, sessionTtlMs) as MaybePromise<SessionPin | undefined>)
+      const pin = adoptThenable(sessions.get(kept.id, sessionTtlMs) as MaybePromise<SessionPin | undefined>)
       if (!(pin instanceof Promise)) return done(pin)
-      kept.pending = true
-      kept.pendingSince = at
-      bounded(pin, 'sessions')
-        .then(done, report)
-        .finally(() => {
-          // A restart taken for lost that ends late leaves the one sent after it pending.
-          if (kept.pendingSince === at) kept.pending = false
-        })
+      pendingUntil(kept, at, bounded(pin, 'sessions').then(done, report))
     } catch (error) {
       report(error)
-    }
-  }
-
-  /**
-   * Reports to `onError` under `context`: `once` at most once between two `tick()`s (a store
-   * that is down fails every open response's call of a tick at once), `each` every time (a
-   * timer of one response, where timers end with their request).
-   */
-  function tickReporter(context: string) {
-    let failed = false
-    return {
-      tick: () => void (failed = false),
-      once: (error: unknown) => {
-        if (failed) return
-        failed = true
-        onError(error, context)
-      },
-      each: (error: unknown) => onError(error, context),
     }
   }
 
@@ -1516,36 +1543,28 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void): void {
     let kept = open.get(sessionId)
-    if (kept === undefined) open.set(sessionId, (kept = { count: 0, restarted: now(), pending: false, pendingSince: 0 }))
+    if (kept === undefined) open.set(sessionId, (kept = { id: sessionId, count: 0, restarted: now(), pending: false, pendingSince: 0 }))
     kept.count++
     const held = kept
-    let own: unknown
-    if (keepPerResponse) own = timers.setInterval(() => restartTtl(sessionId, held, keepFailed.each), keepEveryMs)
-    else if (keeper === undefined) {
-      keeper = timers.setInterval(keepTick, keepEveryMs)
-      // Never what keeps a process alive: the open responses' sockets are.
-      ;(keeper as { unref?: () => void }).unref?.()
-    }
+    const stop = keepSession(held)
     let ended = false
     whenClosed(() => {
       if (ended) return
       ended = true
-      if (own !== undefined) timers.clearInterval(own)
+      stop?.()
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
-      if (now() - held.restarted >= closeSlackMs) restartTtl(sessionId, held, failedAtEnd)
+      if (now() - held.restarted >= closeSlackMs) restartTtl(held, failedAtEnd)
     })
   }
 
   // Open responses by credential (App, client address, `Authorization`), each group checked
-  // once per `reauthorizeEveryMs` by one timer for all (per response where timers end with
-  // their request), stopped by the first tick that finds none, as the keep-alive's is.
+  // once per `reauthorizeEveryMs`.
   const watched = new Map<string, Watched>()
-  let watcher: unknown
-  const checkFailed = tickReporter('re-checking the credential of open responses')
+  const watchGroup = reauthorizeEveryMs === false ? undefined : everyOpenResponse(reauthorizeEveryMs, 're-checking the credential of open responses', watched, recheck)
 
   function watchWhileOpen(context: DispatchContext, request: DispatchRequest, whenClosed: (listener: () => void) => void, close: () => void): void {
-    if (reauthorizeEveryMs === false) return
+    if (watchGroup === undefined) return
     const header = request.headers.get('authorization')
     if (!header) return
     const clientAddress = request.clientAddress
@@ -1553,35 +1572,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const key = `${app.id}\u0000${clientAddress ?? ''}\u0000${header}`
     let group = watched.get(key)
     if (group === undefined) {
-      group = { key, header, clientAddress, app, subject: context.identity.subject, resource: context.baseUrl, closes: new Set(), checking: false, checkingSince: 0 }
+      group = { key, header, clientAddress, app, subject: context.identity.subject, resource: context.baseUrl, closes: new Set(), pending: false, pendingSince: 0 }
       watched.set(key, group)
     }
     // One entry per response, even when an adapter hands the same function to two.
     const member = () => close()
     group.closes.add(member)
     const held = group
-    let own: unknown
-    if (keepPerResponse) own = timers.setInterval(() => recheck(held, checkFailed.each), reauthorizeEveryMs)
-    else if (watcher === undefined) {
-      watcher = timers.setInterval(watchTick, reauthorizeEveryMs)
-      // Never what keeps a process alive: the open responses' sockets are.
-      ;(watcher as { unref?: () => void }).unref?.()
-    }
+    const stop = watchGroup(held)
     whenClosed(() => {
-      if (own !== undefined) timers.clearInterval(own)
+      stop?.()
       if (!held.closes.delete(member) || held.closes.size > 0) return
       if (watched.get(held.key) === held) watched.delete(held.key)
     })
-  }
-
-  function watchTick(): void {
-    if (watched.size === 0) {
-      timers.clearInterval(watcher)
-      watcher = undefined
-      return
-    }
-    checkFailed.tick()
-    for (const group of watched.values()) recheck(group, checkFailed.once)
   }
 
   /**
@@ -1598,10 +1601,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       report(error)
       return
     }
-    // A check still unanswered a whole interval later was lost with the request that sent it
-    // (Workers: its I/O and its timeout's timer end with that request): sent again, as the
-    // keep-alive's restart is, or the group's other responses would never be checked again.
-    if (group.checking && at - group.checkingSince < (reauthorizeEveryMs as number)) return
+    if (waitsFor(group, at, reauthorizeEveryMs as number)) return
     // Only the responses open when the check is sent are judged by it: one opened since was
     // authorized after this read, and is judged by the next check.
     const members = [...group.closes]
@@ -1620,12 +1620,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     try {
       const verdict = stillAllowed(group)
       if (!(verdict instanceof Promise)) return judged(verdict)
-      group.checking = true
-      group.checkingSince = at
-      verdict.then(judged, report).finally(() => {
-        // A check taken for lost that ends late leaves the one sent after it pending.
-        if (group.checkingSince === at) group.checking = false
-      })
+      pendingUntil(group, at, verdict.then(judged, report))
     } catch (error) {
       report(error)
     }

@@ -162,6 +162,32 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     expect(b.closedBy()).toBe('dispatcher')
   })
 
+  it('Workers: the responses of a group, each with a timer of its own, send one check at a time, not one each; each failure is reported', async () => {
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    const s = await setup()
+    const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
+    const a = await openWith(dispatcher, s.first.token, 's-1')
+    const b = await openWith(dispatcher, s.first.token, 's-2')
+    s.resetLookups()
+    // Both timers fire in the same interval: the second finds the first one's check unanswered.
+    s.hangNextLookup()
+    await s.m.tick()
+    expect(s.lookups()).toBe(1)
+    // A timer of one response is not the timer for all: every failure of it is reported, not the
+    // first only.
+    const authenticate = s.tokens.authenticate
+    s.tokens.authenticate = () => {
+      throw new Error('token store down')
+    }
+    await s.m.tick()
+    await s.m.tick()
+    s.tokens.authenticate = authenticate
+    expect(s.errors.filter((e) => e.context === 're-checking the credential of open responses')).toHaveLength(4)
+    expect([a.closedBy(), b.closedBy()]).toEqual([undefined, undefined])
+    a.end()
+    b.end()
+  })
+
   it('a verdict read before a newer stream was authorized does not end that stream', async () => {
     let holdNext = false
     let release: (() => void) | undefined

@@ -368,6 +368,42 @@ describe('the keep-alive, in the dispatcher', () => {
     }
   })
 
+  it('where timers end with their request (Workers), the responses of a session send one restart at a time, and every failure of their timers is reported', async () => {
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    try {
+      let mode: 'fast' | 'slow' | 'failing' = 'fast'
+      let restarts = 0
+      const { fixture, decide, dispatched, openWithStream } = setup((store) => ({
+        ...store,
+        get: (id, ttl) => {
+          restarts++
+          if (mode === 'failing') throw new Error('session store down')
+          // A store across a network: it answers a little later (a real timer; these are not faked).
+          return mode === 'slow' ? new Promise((resolve) => setTimeout(() => resolve(store.get(id, ttl)), 20)) : store.get(id, ttl)
+        },
+      }))
+      const first = await openWithStream('s-9')
+      const second = response()
+      ;(await dispatched('s-9', 'GET')).complete({ status: 200, sessionId: undefined, whenClosed: second.whenClosed })
+      mode = 'slow'
+      restarts = 0
+      // Both responses' timers fire together: the second finds the first one's restart unanswered.
+      await vi.advanceTimersByTimeAsync(HOUR / 3)
+      expect(restarts).toBe(1)
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      mode = 'failing'
+      await vi.advanceTimersByTimeAsync(HOUR / 3)
+      await vi.advanceTimersByTimeAsync(HOUR / 3)
+      mode = 'fast'
+      expect(fixture.errors.map((e) => e.context)).toEqual(Array(4).fill('session store (keeping the pins of open responses)'))
+      expect((await decide('s-9')).type).toBe('dispatch')
+      first.end()
+      second.end()
+    } finally {
+      vi.unstubAllGlobals()
+    }
+  })
+
   it('a response already ended when it is reported keeps nothing', async () => {
     const { decide, dispatched } = setup()
     ;(await dispatched()).complete({ status: 200, sessionId: 's-4' })
