@@ -126,6 +126,22 @@ describe('generateApiToken', () => {
     expect(calls).toBe(2)
   })
 
+  it('rejects byte 248 and keeps 247, the highest byte that maps to a base62 digit without bias', () => {
+    const edge = (size: number) => Uint8Array.from({ length: size }, (_, i) => (i % 2 === 0 ? 248 : 247))
+    // 247 = 3 * 62 + 61: the last digit, 'z'; 248 would be a fifth '0' among 0..247's four.
+    expect(generateApiToken('svc_', edge).slice(4, 42)).toBe('z'.repeat(38))
+  })
+
+  it('waits out up to 63 draws of unusable bytes, and calls the source broken after 64', () => {
+    let calls = 0
+    const badFor = (n: number) => (size: number) => new Uint8Array(size).fill(++calls <= n ? 255 : 1)
+    expect(generateApiToken('svc_', badFor(63)).slice(4, 42)).toBe('1'.repeat(38))
+    expect(calls).toBe(64)
+    calls = 0
+    expect(() => generateApiToken('svc_', badFor(64))).toThrow('the random source gave no usable bytes')
+    expect(calls).toBe(64)
+  })
+
   it('refuses a broken random source with a TypeError instead of waiting on it for ever', () => {
     // Fewer bytes than asked (none at all), the wrong type, or bytes that are all rejected.
     for (const broken of [
@@ -173,6 +189,10 @@ describe('checkApiTokenFormat / parseApiToken', () => {
     }
     // A bad character inside the checksum part.
     expect(checkApiTokenFormat(token.slice(0, 47) + '!')).toBe('charset')
+    // Outside ASCII too, inside the checksum part: the alphabet, not the checksum, refuses it.
+    for (const bad of ['é', '\u0100', '\u{1F600}'.slice(0, 1)]) {
+      expect(checkApiTokenFormat(token.slice(0, 45) + bad + token.slice(46)), JSON.stringify(bad)).toBe('charset')
+    }
   })
 
   it('refuses a checksum that does not match', () => {

@@ -44,6 +44,29 @@ describe('compileTrustProxy', () => {
     expect(compileTrustProxy(['2000::/4', '3000::/5'])).toHaveLength(2)
   })
 
+  it('refuses ranges that together trust every peer of a family in whatever order they are listed', () => {
+    expect(() => compileTrustProxy(['128.0.0.0/1', '0.0.0.0/1'])).toThrow(
+      /trustProxy: entry 0 \("128\.0\.0\.0\/1"\), entry 1 \("0\.0\.0\.0\/1"\) together trust every IPv4 peer/,
+    )
+    expect(() => compileTrustProxy(['::ffff:192.0.0.0/98', '128.0.0.0/2', '64.0.0.0/2', '0.0.0.0/2'])).toThrow(/together trust every IPv4 peer/)
+    expect(() => compileTrustProxy(['3000::/4', '10.0.0.0/8', '2000::/4'])).toThrow(/entry 0 .*, entry 2 .* together trust every global IPv6 peer/)
+  })
+
+  it('names only the ranges that meet the block they together cover, not the others of the list', () => {
+    expect(() => compileTrustProxy(['::1', '0.0.0.0/1', 'fe80::/10', '128.0.0.0/1'])).toThrow(
+      'trustProxy: entry 1 ("0.0.0.0/1"), entry 3 ("128.0.0.0/1") together trust every IPv4 peer',
+    )
+  })
+
+  it('accepts ranges that leave a single IPv4 address untrusted, and refuses them once it is listed too', () => {
+    const ipv4 = (n: number) => [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join('.')
+    // 0.0.0.0/1, 128.0.0.0/2, …, 255.255.255.254/32: every IPv4 address but 255.255.255.255.
+    const allButLast = Array.from({ length: 32 }, (_, i) => `${ipv4(2 ** 32 - 2 ** (32 - i))}/${i + 1}`)
+    expect(allButLast.at(-1)).toBe('255.255.255.254/32')
+    expect(compileTrustProxy(allButLast)).toHaveLength(32)
+    expect(() => compileTrustProxy([...allButLast, '255.255.255.255'])).toThrow(/together trust every IPv4 peer/)
+  })
+
   it('compiles a list of addresses and ranges, refusing a bad entry with a TypeError', () => {
     expect(compileTrustProxy(['10.0.0.0/8', '::1'])).toHaveLength(2)
     expect(() => compileTrustProxy(['10.0.0.0/8', 'proxy.internal'])).toThrow(TypeError)
@@ -137,6 +160,12 @@ describe('X-Forwarded-For hops written with a port', () => {
     const trust = compileTrustProxy(['10.0.0.0/8'])
     expect(resolveClientAddress('10.0.0.2', '203.0.113.9:51000', trust)).toBe('203.0.113.9')
     expect(resolveClientAddress('10.0.0.2', '[2001:db8::7]:443', trust)).toBe('2001:db8::7')
+  })
+
+  it('keeps a hop whose "port" has more than 5 digits whole: it is no address:port', () => {
+    const trust = compileTrustProxy(['10.0.0.0/8'])
+    expect(resolveClientAddress('10.0.0.2', '203.0.113.9:65535', trust)).toBe('203.0.113.9')
+    expect(resolveClientAddress('10.0.0.2', '203.0.113.9:123456', trust)).toBe('203.0.113.9:123456')
   })
 })
 

@@ -1,6 +1,6 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { ALLOW_HEADERS, MAX_PARAM_HEADERS, preflightAllowHeaders, requestedParamHeaders } from './cors.js'
+import { ALLOW_HEADERS, MAX_PARAM_HEADERS, isFieldName, preflightAllowHeaders, requestedParamHeaders } from './cors.js'
 
 const TCHAR = "!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 const PARAM_NAME = /^mcp-param-[!#$%&'*+\-.^_`|~0-9a-z]+$/
@@ -75,5 +75,39 @@ describe('requestedParamHeaders / preflightAllowHeaders', () => {
     const names = requestedParamHeaders(many)
     expect(names).toHaveLength(MAX_PARAM_HEADERS)
     expect(names[63]).toBe('mcp-param-p63')
+  })
+
+  it('allows a name of 128 characters, the prefix included, and no longer one', () => {
+    const name = (length: number) => `mcp-param-${'a'.repeat(length - 10)}`
+    expect(requestedParamHeaders(`${name(128)}, ${name(129)}`)).toEqual([name(128)])
+  })
+})
+
+describe('isFieldName (RFC 9110 section 5.1), what a header name the platform configures must be', () => {
+  const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+  const tchars = fc.string({ unit: fc.constantFrom(...TCHAR), maxLength: 12 })
+
+  it('is one or more tchar, for any string', () => {
+    fc.assert(
+      fc.property(
+        fc.oneof(
+          tchars,
+          fc.string({ unit: 'binary', maxLength: 12 }),
+          // One character that is no tchar, anywhere: first, last or inside.
+          fc.tuple(tchars, fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }), tchars).map(([a, c, b]) => a + c + b),
+        ),
+        (name) => {
+          expect(isFieldName(name), JSON.stringify(name)).toBe(TOKEN.test(name))
+        },
+      ),
+      { numRuns: 1000 },
+    )
+  })
+
+  it('takes every tchar, first or last, and refuses the empty name and a space or colon in front', () => {
+    expect(isFieldName(TCHAR)).toBe(true)
+    expect(isFieldName('X-Zone')).toBe(true)
+    expect(isFieldName('Z')).toBe(true)
+    for (const bad of ['', ' X-Id', ':authority', 'X-Id ', 'X Id', 'X-Id:']) expect(isFieldName(bad), JSON.stringify(bad)).toBe(false)
   })
 })

@@ -34,6 +34,7 @@ describe('parseIp: IPv4', () => {
       '1.2.3.04',
       '1..3.4',
       '1.2.3.4.',
+      '1.2.3.',
       '.1.2.3.4',
       '1.2.3.a',
       '0x1.2.3.4',
@@ -84,6 +85,13 @@ describe('parseIp: IPv6', () => {
     expect(parseIp('[fe80::1%25en0]')).toEqual([0xfe800000, 0, 0, 1])
   })
 
+  it('refuses a text longer than 64 characters once trimmed, whatever it holds (a long zone id too)', () => {
+    const zoned = (length: number) => `fe80::1%${'e'.repeat(length - 8)}`
+    expect(parseIp(zoned(64))).toEqual([0xfe800000, 0, 0, 1])
+    expect(parseIp(` ${zoned(64)} `)).toEqual([0xfe800000, 0, 0, 1])
+    expect(parseIp(zoned(65))).toBeNull()
+  })
+
   it('IPv4-mapped IPv6 equals the IPv4 address, in every spelling', () => {
     const v4 = parseIp('10.0.0.1')
     expect(parseIp('::ffff:10.0.0.1')).toEqual(v4)
@@ -109,6 +117,7 @@ describe('parseIp: IPv6', () => {
       'g::1',
       '::ffff:1.2.3',
       '::ffff:256.1.1.1',
+      '::ffff:1.2.3.',
       '1.2.3.4::',
       '::1.2.3.4:5',
       '1:2:3:4:5:6:7:1.2.3.4',
@@ -252,6 +261,7 @@ describe('compileAllowlist / validateAllowlist', () => {
     expect(validateAllowlist(Array(101).fill('10.0.0.1'))).toEqual({ index: null, message: 'at most 100 entries' })
     expect(validateAllowlist(Array(100).fill('10.0.0.1'))).toBeNull()
     expect(validateAllowlist(['1'.repeat(65)])).toEqual({ index: 0, message: expect.stringMatching(/is longer than 64 characters$/) })
+    expect(validateAllowlist(['1'.repeat(64)])).toEqual({ index: 0, message: expect.stringMatching(/is not an IPv4\/IPv6 address or CIDR range$/) })
     expect(validateAllowlist(['10.0.0.0/8', 'x', 'y'])).toEqual({ index: 1, message: expect.stringMatching(/^entry 1/) })
   })
 

@@ -176,6 +176,23 @@ describe('looksSecret, quotable and quoted, property-based', () => {
   })
 })
 
+describe('looksSecret at the edges of its rule', () => {
+  it('a base64url run counts from 24 characters, however short its runs of letters and digits alone', () => {
+    const run24 = 'aB3_'.repeat(6)
+    expect(looksSecret(run24)).toBe(true)
+    expect(looksSecret(`id ${'Ab-9'.repeat(6)} seen`)).toBe(true)
+    expect(looksSecret(run24.slice(1))).toBe(false) // 23 characters
+    expect(looksSecret('Ab-9'.repeat(6).slice(0, 23))).toBe(false)
+  })
+
+  it('a URL names credentials only with an @ in its authority, not in its path', () => {
+    expect(looksSecret('https://user:pw@example.com/')).toBe(true)
+    expect(looksSecret('redis://:pw@cache:6379')).toBe(true)
+    expect(looksSecret('https://example.com/@weather')).toBe(false)
+    expect(quotable('https://example.com/users/@alice')).toBe('https://example.com/users/@alice')
+  })
+})
+
 describe('messages that quote input never hold a pasted token, and quote the rest faithfully', () => {
   it('validateAllowlist and compileAllowlist: a token in any position of an entry is not shown', () => {
     fc.assert(

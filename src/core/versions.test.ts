@@ -59,6 +59,13 @@ describe('parseVersionPath (spec 4.1, 9.1)', () => {
     expect(parseVersionPath('/v99999999999999999999')).toBeNull()
   })
 
+  it('refuses a path longer than 128 characters, even a well-formed one', () => {
+    const version = `1.1.0-${'a'.repeat(120)}` // 126 characters: one past MAX_VERSION_LENGTH
+    expect(parseVersionPath(`/v${version}`)).toEqual(exact(version)) // 128 characters
+    expect(parseVersionPath(`/v${version}/`)).toBeNull() // 129 characters
+    expect(parseVersionPath(`/v1.2.3-${'a'.repeat(121)}`)).toBeNull() // 129 characters, no trailing slash
+  })
+
   it('refuses everything else', () => {
     for (const bad of [
       '/v',
@@ -267,6 +274,9 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     }
     expect(applyDeploy([], '9007199254740991.0.0')).toEqual(['9007199254740991.0.0'])
     expect(() => applyDeploy([], '01.2.3')).toThrow('is not a semantic version')
+    // A leading zero is what refuses it, however large the number: not said to be too large.
+    expect(() => applyDeploy([], '09007199254740992.0.0')).toThrow('is not a semantic version')
+    expect(() => applyDeploy([], '1.2.09007199254740992-rc.1')).toThrow('is not a semantic version')
   })
 
   it('a new minor or major coexists with the others', () => {
