@@ -920,6 +920,29 @@ describe('rotate (spec 3, 4.3)', () => {
     expect(response.headers.get('allow')).toBe('POST')
   })
 
+  it('a path past {id}/rotate, or with an empty id, names nothing: 404 not_found, and the token is not rotated', async () => {
+    const alice = await signIn('user_alice')
+    const id = await seededId('user_alice', 'alice')
+    const secret = token('alice')
+    for (const path of [`/${id}/rotate/x`, `/${id}/rotate/rotate`, '//rotate']) {
+      for (const credential of [{ bearer: secret }, { session: alice }]) {
+        const response = await call('POST', path, credential)
+        expect(response.status, path).toBe(404)
+        expect(await json(response)).toEqual({ error: 'not_found', message: 'Not found' })
+      }
+    }
+    expect(await appStatus(secret)).toBe(200)
+  })
+
+  it('an id longer than 64 characters names no token, whoever asks: 404 for a Bearer rotation too, where an id of 64 is another token\'s (403)', async () => {
+    const secret = token('alice')
+    const long = await call('POST', `/${'a'.repeat(65)}/rotate`, { bearer: secret })
+    expect(long.status).toBe(404)
+    expect(await json(long)).toEqual({ error: 'not_found', message: 'Token not found' })
+    expect((await call('POST', `/${'a'.repeat(64)}/rotate`, { bearer: secret })).status).toBe(403)
+    expect(await appStatus(secret)).toBe(200)
+  })
+
   it('a 405 message names the methods of its Allow header (HEAD included)', async () => {
     const alice = await signIn('user_alice')
     const id = await seededId('user_alice', 'alice')

@@ -142,6 +142,13 @@ describe('computeBackoff, property-based', () => {
     )
   })
 
+  it('a draw above 1 counts as 1 and one below 0 as 0, below the cap too (examples: the generated draws outside [0, 1] reach this case only now and then)', () => {
+    const policy = { baseDelayMs: 100, maxDelayMs: 2000 }
+    for (const draw of [1.5, 5, Number.POSITIVE_INFINITY]) expect(computeBackoff(1, policy, () => draw), String(draw)).toBe(100)
+    for (const draw of [-0.5, -5, Number.NEGATIVE_INFINITY]) expect(computeBackoff(1, policy, () => draw), String(draw)).toBe(50)
+    expect(computeBackoff(3, policy, () => 2)).toBe(400)
+  })
+
   it('with the defaults: the doc examples, and every delay from 50 to 2,000 ms', () => {
     expect(computeBackoff(1, { baseDelayMs: 100, maxDelayMs: 2000 }, () => 0)).toBe(50)
     expect(computeBackoff(3, { baseDelayMs: 100, maxDelayMs: 2000 }, () => 1)).toBe(400)

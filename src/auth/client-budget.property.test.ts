@@ -51,4 +51,11 @@ describe('budgetKey', () => {
       }),
     )
   })
+
+  it('only the IPv4-mapped prefix (::ffff:0:0/96) counts as IPv4: the rest of ::/64 (the IPv4-compatible ::a.b.c.d, ::1) counts as the IPv6 /64 it is', () => {
+    expect(budgetKey('::192.0.2.7')).not.toBe(budgetKey('192.0.2.7'))
+    expect(budgetKey('::1')).toBe(budgetKey('::2'))
+    expect(budgetKey('::1')).toBe(budgetKey('::192.0.2.7'))
+    expect(budgetKey('::1')).not.toBe(budgetKey('0.0.0.1'))
+  })
 })

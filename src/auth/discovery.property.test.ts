@@ -230,6 +230,11 @@ describe('checkAuthorizationServerMetadata, property-based', () => {
     }
   })
 
+  it('an array is no discovery document, whatever it holds: refused as such, not as another issuer', () => {
+    const issuer = 'https://auth.example.com'
+    for (const doc of [[], [{ issuer }]]) expect(checkAuthorizationServerMetadata(doc, issuer)).toBe('discovery document is not a JSON object')
+  })
+
   it('never throws on any JSON value, whatever issuer it is checked against', () => {
     fc.assert(
       fc.property(fc.jsonValue({ maxDepth: 3 }), fc.string({ unit: anyChar, maxLength: 20 }), (doc, issuer) => {

@@ -351,6 +351,18 @@ describe('create (spec 2.1, 3)', () => {
     }
   })
 
+  it('a token expiring at this very millisecond no longer counts against maxActiveTokensPerUser, with countActiveByUser or counted from listByUser', async () => {
+    for (const counting of [true, false]) {
+      const memory = createMemoryTokenStore()
+      const { service, clock } = setup({ store: { ...memory, countActiveByUser: counting ? memory.countActiveByUser!.bind(memory) : undefined }, maxActiveTokensPerUser: 1 })
+      await createToken(service, { expiresInDays: 7 })
+      clock.advance(7 * DAY - 1)
+      await refusal(createToken(service), ConflictError)
+      clock.advance(1)
+      expect((await createToken(service)).name, String(counting)).toBe('CI')
+    }
+  })
+
   it('a creation whose count after its insert fails (rejects, or does not answer within storeTimeoutMs) is 503, and the token it stored is revoked: nobody holds its secret', async () => {
     for (const failure of ['rejects', 'hangs'] as const) {
       const memory = createMemoryTokenStore()
@@ -1454,6 +1466,39 @@ describe('rotate (spec 3, 4.3)', () => {
     await refusal(service.rotate(expiring.id, { kind: 'session', userId: 'alice' }), TokenInactiveError)
   })
 
+  it('by session: an expired token is not rotated: 409, nothing is written, and its prefix stays (spec 3: expired is an end state)', async () => {
+    const memory = createMemoryTokenStore()
+    const rotations = vi.fn(memory.rotate.bind(memory))
+    const { service, clock } = setup({ store: { ...memory, rotate: rotations } })
+    const expiring = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY)
+    const error = await refusal(service.rotate(expiring.id, { kind: 'session', userId: 'alice' }), TokenInactiveError)
+    expect(error.status).toBe(409)
+    expect(rotations).not.toHaveBeenCalled()
+    expect(await service.get('alice', expiring.id)).toMatchObject({ prefix: expiring.prefix, status: 'expired' })
+  })
+
+  it('a rotation whose write lands once the token has expired hands out no secret: 401 by token, 409 by session', async () => {
+    for (const caller of ['token', 'session'] as const) {
+      const memory = createMemoryTokenStore()
+      let advance = (_ms: number) => {}
+      // The write lands at the expiry (a row held by another write until then).
+      const slow: TokenStore = {
+        ...memory,
+        rotate: (id, next, expectedHash) => {
+          advance(7 * DAY)
+          return memory.rotate(id, next, expectedHash)
+        },
+      }
+      const { service, clock } = setup({ store: slow })
+      advance = clock.advance
+      const created = await createToken(service, { expiresInDays: 7 })
+      const rotation = service.rotate(created.id, caller === 'token' ? { kind: 'token', token: created.token } : { kind: 'session', userId: 'alice' })
+      if (caller === 'token') await refusal(rotation, UnauthorizedError)
+      else expect((await refusal(rotation, TokenInactiveError)).status).toBe(409)
+    }
+  })
+
   it('by token from outside its allowlist: 403, and nothing changes', async () => {
     const { service } = setup()
     const created = await createToken(service, { allowedIps: ['10.0.0.0/8'] })
@@ -1749,6 +1794,23 @@ describe('authenticate (spec 5.2)', () => {
       expect(await service.authenticate(token), token.slice(0, 8)).toEqual({ ok: false, reason: 'malformed' })
     }
     expect(calls.findByHash).toBe(0)
+  })
+
+  it('a record the store answers for another hash is no match: unknown, never that token (the store is trusted with the lookup, not with the match)', async () => {
+    const memory = createMemoryTokenStore()
+    // A store that matches loosely: any hash finds alice's first token.
+    const loose: TokenStore = { ...memory, findByHash: (hash) => memory.findByHash(hash) ?? (memory.listByUser('alice') as readonly ApiTokenRecord[])[0] }
+    const { service } = setup({ store: loose })
+    const created = await createToken(service)
+    expect(await service.authenticate(generateApiToken())).toEqual({ ok: false, reason: 'unknown' })
+    expect((await service.authenticate(created.token)).ok).toBe(true)
+  })
+
+  it('a token revoked at a time ahead of this instance\'s clock (another instance\'s clock runs ahead) is revoked already', async () => {
+    const { service, store } = setup()
+    const created = await createToken(service)
+    await store.revoke(created.id, T0 + 60_000)
+    expect(await service.authenticate(created.token)).toEqual({ ok: false, reason: 'revoked' })
   })
 
   it('a well-formed token that was never issued is unknown', async () => {
@@ -2063,6 +2125,32 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     expect(() => setup({ unknownTokenBudget: { limit: 999_999_999_999_999 } })).not.toThrow()
     expect(() => setup({ unknownTokenBudget: { windowType: 'week' as never } })).toThrow(/unknownTokenBudget\.windowType/)
     expect(() => setup({ unknownTokenBudget: 5 as never })).toThrow(ConfigurationError)
+  })
+
+  it('a limit that is no whole number, a windowType that is only a name every object has, and null are ConfigurationErrors naming the option', () => {
+    expect(() => setup({ unknownTokenBudget: { limit: 2.5 } })).toThrow(/unknownTokenBudget\.limit/)
+    for (const windowType of ['constructor', 'toString', '__proto__']) {
+      expect(() => setup({ unknownTokenBudget: { windowType: windowType as never } }), windowType).toThrow(/unknownTokenBudget\.windowType/)
+    }
+    expect(() => setup({ unknownTokenBudget: null as never })).toThrow(ConfigurationError)
+    expect(() => setup({ unknownTokenBudget: null as never })).toThrow(/unknownTokenBudget/)
+  })
+
+  it('the 429 says when the window ends: retryAfter is the seconds left of it, resetAt its end in Unix seconds', async () => {
+    // T0 is the start of a minute; the budget is spent 20.5 s into it.
+    const { service, clock } = setup({ unknownTokenBudget: { limit: 1 } })
+    clock.advance(20_500)
+    await service.authenticate(generateApiToken(), CLIENT)
+    const spent = await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    expect(spent).toMatchObject({ limit: 1, windowType: 'minute', retryAfter: 40, resetAt: T0 / 1000 + 60 })
+  })
+
+  it('a call whose client address is null or empty (what a header lookup gave) is not counted, as one without an address', async () => {
+    const { service, calls } = setup({ unknownTokenBudget: { limit: 1 } })
+    for (const address of [null, '', null, '']) {
+      expect(await service.authenticate(generateApiToken(), address as never)).toEqual({ ok: false, reason: 'unknown' })
+    }
+    expect(calls.findByHash).toBe(4)
   })
 })
 

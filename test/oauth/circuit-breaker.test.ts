@@ -2,7 +2,7 @@
 import { type BreakerStateChange, ConfigurationError, createCircuitBreaker } from 'mcp-dispatch'
 import { computeBackoff } from '../../src/auth/backoff.js'
 import { createSingleFlight } from '../../src/auth/single-flight.js'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { createManualClock } from './helpers/clock.js'
 
 describe('createCircuitBreaker', () => {
@@ -121,6 +121,61 @@ describe('createCircuitBreaker', () => {
     expect(breaker.acquire()).toEqual({ allowed: false, retryAfterMs: 10_000 })
   })
 
+  it('after a failed probe and another cool-down, the next caller gets a new probe: the failed one is no longer out', () => {
+    const { breaker, clock } = setup(1)
+    breaker.acquire()
+    breaker.failure()
+    for (let round = 0; round < 3; round++) {
+      clock.advance(10_000)
+      expect(breaker.acquire(), `round ${round}`).toEqual({ allowed: true, probe: true })
+      breaker.failure()
+      expect(breaker.state).toBe('open')
+    }
+    clock.advance(10_000)
+    breaker.success(breaker.acquire())
+    expect(breaker.state).toBe('closed')
+  })
+
+  it('while the probe is out, the others are told to come back in a second', () => {
+    const { breaker, clock } = setup(1)
+    breaker.acquire()
+    breaker.failure()
+    clock.advance(10_000)
+    breaker.acquire()
+    expect(breaker.acquire()).toEqual({ allowed: false, retryAfterMs: 1_000 })
+  })
+
+  it('failures reported while it is open (without a permit) do not count: the cool-down is not pushed back, and no new count runs', () => {
+    const { breaker, clock, changes } = setup(2, 10_000)
+    for (let i = 0; i < 2; i++) breaker.failure(breaker.acquire())
+    clock.advance(6_000)
+    for (let i = 0; i < 4; i++) breaker.failure()
+    expect(breaker.retryAfterMs()).toBe(4_000)
+    clock.advance(4_000)
+    expect(breaker.acquire()).toEqual({ allowed: true, probe: true })
+    expect(changes.map((c) => c.to)).toEqual(['open', 'half-open'])
+  })
+
+  it('a success resets the count: threshold - 1 failures, a success, threshold - 1 failures again never open it', () => {
+    const { breaker, changes } = setup(3)
+    for (let round = 0; round < 3; round++) {
+      for (let i = 0; i < 2; i++) breaker.failure(breaker.acquire())
+      breaker.success(breaker.acquire())
+    }
+    expect(breaker.acquire()).toEqual({ allowed: true, probe: false })
+    expect(changes).toEqual([])
+  })
+
+  it('retryAfterMs is 0 when not open: a breaker never opened, and one closed again', () => {
+    const { breaker, clock } = setup(1)
+    expect(breaker.retryAfterMs()).toBe(0)
+    breaker.failure(breaker.acquire())
+    expect(breaker.retryAfterMs()).toBe(10_000)
+    clock.advance(10_000)
+    breaker.success(breaker.acquire())
+    expect(breaker.retryAfterMs()).toBe(0)
+  })
+
   it('survives a throwing listener and refuses bad options', () => {
     const breaker = createCircuitBreaker({
       failureThreshold: 1,
@@ -133,6 +188,9 @@ describe('createCircuitBreaker', () => {
     expect(breaker.state).toBe('open')
     expect(() => createCircuitBreaker({ failureThreshold: 1.5 })).toThrow(ConfigurationError)
     expect(() => createCircuitBreaker({ coolDownMs: -1 })).toThrow(ConfigurationError)
+    for (const coolDownMs of [Number.POSITIVE_INFINITY, Number.NaN]) {
+      expect(() => createCircuitBreaker({ coolDownMs }), String(coolDownMs)).toThrow(/breaker\.coolDownMs/)
+    }
   })
 })
 
@@ -189,6 +247,78 @@ describe('createSingleFlight', () => {
     expect(flights.size).toBe(1)
     flights.prune()
     expect(flights.size).toBe(0)
+  })
+
+  it('a call exactly maxAgeMs old is not yet lost (only an older one is): has, prune and run agree, and agree again a millisecond later', async () => {
+    let at = 0
+    const flights = createSingleFlight<string>({ now: () => at, maxAgeMs: 1_000 })
+    const lost = flights.run('k', () => new Promise<string>(() => {}))
+    at = 1_000
+    expect(flights.has('k')).toBe(true)
+    flights.prune()
+    expect(flights.size).toBe(1)
+    const joined = flights.run('k', () => Promise.resolve('done by the joiner'))
+    expect(joined.joined).toBe(true)
+    at = 1_001
+    expect(flights.has('k')).toBe(false)
+    flights.prune()
+    expect(flights.size).toBe(0)
+    void lost.promise
+    expect(await joined.promise).toBe('done by the joiner')
+  })
+
+  it('a call taken for lost that still ends leaves the call that replaced it in flight: later callers join that one', async () => {
+    let at = 0
+    const flights = createSingleFlight<string>({ now: () => at, maxAgeMs: 1_000 })
+    let endLost!: (value: string) => void
+    const lost = flights.run('k', () => new Promise<string>((resolve) => (endLost = resolve)))
+    at = 1_001
+    let runs = 0
+    let endNext!: (value: string) => void
+    const next = flights.run('k', () => {
+      runs++
+      return new Promise<string>((resolve) => (endNext = resolve))
+    })
+    expect(next.joined).toBe(false)
+    endLost('late')
+    expect(await lost.promise).toBe('late')
+    expect(flights.has('k')).toBe(true)
+    const later = flights.run('k', () => {
+      runs++
+      return Promise.resolve('never')
+    })
+    expect(later.joined).toBe(true)
+    endNext('done')
+    expect(await later.promise).toBe('done')
+    expect(runs).toBe(1)
+  })
+
+  it('callers that joined a lost call take it over once it is older than maxAgeMs, not sooner, and one of them does the work: the others join it', async () => {
+    vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+    try {
+      let at = 0
+      const flights = createSingleFlight<string>({ now: () => at, maxAgeMs: 1_000 })
+      void flights.run('k', () => new Promise<string>(() => {})).promise
+      let runs = 0
+      let end!: (value: string) => void
+      const work = () => {
+        runs++
+        return new Promise<string>((resolve) => (end = resolve))
+      }
+      const callers = [flights.run('k', work), flights.run('k', work), flights.run('k', work)]
+      expect(callers.map((c) => c.joined)).toEqual([true, true, true])
+      at = 1_000
+      await vi.advanceTimersByTimeAsync(1_000)
+      expect(runs).toBe(0)
+      at = 1_001
+      await vi.advanceTimersByTimeAsync(1)
+      expect(runs).toBe(1)
+      end('done once')
+      expect(await Promise.all(callers.map((c) => c.promise))).toEqual(['done once', 'done once', 'done once'])
+      expect(flights.size).toBe(0)
+    } finally {
+      vi.useRealTimers()
+    }
   })
 
   it('a caller that joined a call left pending for ever (its request ended, on a runtime that never settles it) does the work itself once maxAgeMs have passed, on its own timer', async () => {

@@ -315,6 +315,19 @@ describe('userinfo mode (the default)', () => {
     expect(v.breakerState).toBe('closed')
   })
 
+  it.each([
+    [403, 'Basic realm="corporate gateway"'],
+    [400, 'Bearer realm="as"'],
+    [403, 'Bearer error="server_error"'],
+    [403, 'DPoP error="insufficient_scope"'],
+  ])('a %i whose challenge (%s) holds no Bearer error about the token is not about the token either: 503, not remembered as a refusal', async (status, challenge) => {
+    fake.route('/oidc/me', { status, headers: { 'www-authenticate': challenge }, body: { error: 'forbidden' } })
+    const v = validator({ breaker: { failureThreshold: 2 } })
+    for (let i = 0; i < 3; i++) await unavailable(v.validate('some-token'))
+    expect(fake.count('/oidc/me')).toBe(3)
+    expect(v.breakerState).toBe('closed')
+  })
+
   it('answers 503 when a 2xx carries no sub, and does not count it: one user’s answer must not open the breaker for everyone', async () => {
     fake.route('/oidc/me', (req) =>
       req.headers.authorization === 'Bearer odd-token' ? { status: 200, body: { name: 'no subject' } } : { status: 200, body: { sub: 'user_alice' } },
