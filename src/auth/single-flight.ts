@@ -13,7 +13,7 @@ export interface SingleFlight<T> {
    * shared. `joined` tells the caller which happened.
    */
   run(key: string, work: () => Promise<T>): { promise: Promise<T>; joined: boolean }
-  /** Whether a call with this key is in flight (and younger than `maxAgeMs`). */
+  /** Whether a call with this key is in flight (and not older than `maxAgeMs`). */
   has(key: string): boolean
   /** Keys in flight now, those past `maxAgeMs` included until {@link SingleFlight.prune}. */
   readonly size: number
