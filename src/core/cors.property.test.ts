@@ -94,7 +94,7 @@ describe('isFieldName (RFC 9110 section 5.1), what a header name the platform co
           tchars,
           fc.string({ unit: 'binary', maxLength: 12 }),
           // One character that is no tchar, anywhere: first, last or inside.
-          fc.tuple(tchars, fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }), tchars).map(([a, c, b]) => a + c + b),
+          fc.tuple(tchars, fc.string({ unit: 'binary', minLength: 1, maxLength: 1 }).filter((c) => !TCHAR.includes(c)), tchars).map(([a, c, b]) => a + c + b),
         ),
         (name) => {
           expect(isFieldName(name), JSON.stringify(name)).toBe(TOKEN.test(name))

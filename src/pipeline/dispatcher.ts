@@ -166,8 +166,8 @@ export interface DispatchOutcome {
 const JSON_MEDIA_TYPE = /^\s*application\/(?:[!#$%&'*.^`|~\w-]+\+)?json\s*(?:;|$)/i
 
 /**
- * A store or validator call made for open responses, by a timer: none is sent beside one still
- * unanswered, unless that one was lost ({@link waitsFor}).
+ * A store or validator call made for open responses: none is sent beside one still unanswered,
+ * unless that one was lost ({@link waitsFor}).
  */
 interface InFlight {
   /** A call sent and not yet answered. */
@@ -1472,8 +1472,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * event stream): each open response gets a timer of its own, from its own request, instead. A
    * failure is reported to `onError` under `context`: at most once a tick of the timer for all (a
    * store that is down fails every response's call of a tick at once), every time from a
-   * response's own. Answers how to start the work on an item (put in `items` first), which
-   * answers what stops that response's own timer.
+   * response's own. Returns a function to call once an item is in `items`; it returns the
+   * function that stops that response's own timer, or `undefined` where the timer for all
+   * serves it.
    */
   function everyOpenResponse<T>(everyMs: number, context: string, items: ReadonlyMap<string, T>, work: (item: T, report: (error: unknown) => void) => void) {
     let shared: unknown

@@ -373,13 +373,15 @@ describe('the keep-alive, in the dispatcher', () => {
     try {
       let mode: 'fast' | 'slow' | 'failing' = 'fast'
       let restarts = 0
+      // What a slow store has not answered yet: it answers when the test says so.
+      const unanswered: Array<() => void> = []
       const { fixture, decide, dispatched, openWithStream } = setup((store) => ({
         ...store,
         get: (id, ttl) => {
           restarts++
           if (mode === 'failing') throw new Error('session store down')
-          // A store across a network: it answers a little later (a real timer; these are not faked).
-          return mode === 'slow' ? new Promise((resolve) => setTimeout(() => resolve(store.get(id, ttl)), 20)) : store.get(id, ttl)
+          if (mode === 'fast') return store.get(id, ttl)
+          return new Promise((resolve) => void unanswered.push(() => resolve(store.get(id, ttl))))
         },
       }))
       const first = await openWithStream('s-9')
@@ -390,7 +392,7 @@ describe('the keep-alive, in the dispatcher', () => {
       // Both responses' timers fire together: the second finds the first one's restart unanswered.
       await vi.advanceTimersByTimeAsync(HOUR / 3)
       expect(restarts).toBe(1)
-      await new Promise((resolve) => setTimeout(resolve, 50))
+      for (const answer of unanswered.splice(0)) answer()
       mode = 'failing'
       await vi.advanceTimersByTimeAsync(HOUR / 3)
       await vi.advanceTimersByTimeAsync(HOUR / 3)
