@@ -116,6 +116,14 @@ function pinned(ids: string[]): SessionStore {
   return sessions
 }
 
+/** On Workers (a timer per response): two session streams `a` and `b` opened with one token, one group. */
+async function twoStreamsOnWorkers() {
+  vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+  const s = await setup()
+  const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
+  return { s, a: await openWith(dispatcher, s.first.token, 's-1'), b: await openWith(dispatcher, s.first.token, 's-2') }
+}
+
 afterEach(() => {
   vi.unstubAllGlobals()
   vi.useRealTimers()
@@ -147,11 +155,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
   })
 
   it('Workers: a check lost with the request that sent it is never retried; the other response of its group is never checked again', async () => {
-    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
-    const s = await setup()
-    const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
-    const a = await openWith(dispatcher, s.first.token, 's-1')
-    const b = await openWith(dispatcher, s.first.token, 's-2')
+    const { s, a, b } = await twoStreamsOnWorkers()
     // a's timer fires first; its check's lookup is lost when a's request ends.
     s.hangNextLookup()
     await s.m.tick()
@@ -163,11 +167,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
   })
 
   it('Workers: the responses of a group, each with a timer of its own, send one check at a time, not one each; each failure is reported', async () => {
-    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
-    const s = await setup()
-    const dispatcher = createDispatcher({ ...s.options, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
-    const a = await openWith(dispatcher, s.first.token, 's-1')
-    const b = await openWith(dispatcher, s.first.token, 's-2')
+    const { s, a, b } = await twoStreamsOnWorkers()
     // A timer of one response is not the timer for all: every failure of it is reported, not the
     // first only.
     const authenticate = s.tokens.authenticate
