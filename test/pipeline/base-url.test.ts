@@ -85,6 +85,41 @@ describe('baseUrl: where the 401 sends a client is where the document is', () =>
     expect(errors).toEqual([])
   })
 
+  it('a path that only begins with the basePath (/mcpx, /mcp.v1) is outside the mount, on a segment boundary: 404, asking no store', async () => {
+    const fixture = createFixture()
+    let lookups = 0
+    const apps = { ...fixture.apps, getAppBySlug: (slug: string) => (lookups++, fixture.apps.getAppBySlug(slug)) }
+    const { fetch, errors } = serve({ basePath: '/mcp', apps })
+    for (const path of ['/mcpx', '/mcpx/v1', '/mcp.v1', `/mcpx${METADATA}`]) {
+      const response = await fetch(`http://${HOST}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS_LIST })
+      expect(response.status, path).toBe(404)
+    }
+    expect(lookups).toBe(0)
+    expect((await fetch(`http://${HOST}/mcp/v1`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: TOOLS_LIST })).status).toBe(401)
+    expect(lookups).toBe(1)
+    expect(errors).toEqual([])
+  })
+
+  it("the handler is told the App address the 401 and the metadata name: origin + basePath, or baseUrl's answer without its trailing slash", async () => {
+    for (const [options, path, address] of [
+      [{}, '/v1', `http://${HOST}`],
+      [{ basePath: '/mcp' }, '/mcp/v1', `http://${HOST}/mcp`],
+      [{ basePath: '/mcp', baseUrl: () => 'https://weather.apps.example.com/' }, '/mcp/v1', 'https://weather.apps.example.com'],
+    ] as const) {
+      const fixture = createFixture()
+      const handle = mcpDispatch({
+        dispatcher: createDispatcher({ ...fixture.dispatcherOptions, ...options }),
+        handler: (_request, context) => Response.json({ baseUrl: context.baseUrl }),
+      })
+      const response = await handle(
+        new Request(`http://${HOST}${path}`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' }, body: TOOLS_LIST }),
+        { clientAddress: '127.0.0.1' },
+      )
+      expect(await response.json(), path).toEqual({ baseUrl: address })
+      expect(fixture.errors).toEqual([])
+    }
+  })
+
   it('a baseUrl that answers no string, or throws, fails the request as a callback, saying what it answered', async () => {
     const fixture = createFixture()
     // A token store that answers with promises (the lookup goes on asynchronously), and an

@@ -35,9 +35,9 @@ async function outcome(decision: ReturnType<ReturnType<typeof createDispatcher>[
 }
 
 describe('the default resolveApp', () => {
-  it('serves the App named by the first label of the Host, port or not', async () => {
+  it('serves the App named by the first label of the Host, port or not, in any case (host names are case-insensitive)', async () => {
     const { dispatcher, token } = await setup()
-    for (const host of ['weather.example.com', 'weather.example.com:8443', 'weather.localhost']) {
+    for (const host of ['weather.example.com', 'weather.example.com:8443', 'weather.localhost', 'WEATHER.example.com', 'Weather.Localhost:8787']) {
       expect(await outcome(dispatcher.decide(request(host, '/v1', token))), host).toEqual({ status: 'dispatch', version: '1.0.0' })
     }
   })

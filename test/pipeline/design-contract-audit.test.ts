@@ -17,6 +17,7 @@ import {
   type AccessTokenValidator,
   type Decision,
   type DispatchRequest,
+  type Reply,
   createDispatcher,
   createMemoryAppStore,
   createMemoryRateLimitStore,
@@ -439,6 +440,26 @@ describe('a token that starts with the API-token prefix is an API token; anythin
     }
     expect(asked).toEqual([`SVC_${live.slice(4)}`, `svc-${live.slice(4)}`, `Svc_${live.slice(4)}`, `xsvc_${live.slice(4)}`])
   })
+
+  it('the handler is told who called: an OAuth token\'s subject, client and scopes; an API token\'s owner and token id', async () => {
+    const apps = createMemoryAppStore([WEATHER])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'u1', appId: WEATHER.id, active: true }])
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, now: () => T0 })
+    const live = await tokens.create({ userId: 'u1', name: 'live', servers: [WEATHER.id], expiresInDays: 7 })
+    const oauth: AccessTokenValidator = {
+      validate: (token) =>
+        Promise.resolve(token === 'with-client' ? { active: true, info: { subject: 'u1', clientId: 'agent-1', scopes: ['openid', 'mcp:tools'] } } : { active: true, info: { subject: 'u1' } }),
+    }
+    const dispatcher = createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['https://auth.example.com'], now: () => T0 })
+    const identity = async (credential: string) => {
+      const decision = await dispatcher.decide(dispatchRequest('/', { authorization: `Bearer ${credential}` }))
+      if (decision.type !== 'dispatch') throw new Error(`refused: ${decision.reply.status}`)
+      return decision.context.identity
+    }
+    expect(await identity('with-client')).toEqual({ subject: 'u1', method: 'oauth', clientId: 'agent-1', scopes: ['openid', 'mcp:tools'] })
+    expect(await identity('without-client')).toEqual({ subject: 'u1', method: 'oauth' })
+    expect(await identity(live.token)).toEqual({ subject: 'u1', method: 'api_token', tokenId: live.id })
+  })
 })
 
 describe('a store that fails answers 503 at its own step, never before an earlier step has refused (DESIGN.md "Stores", failure policy)', () => {
@@ -520,5 +541,31 @@ describe('a store that fails answers 503 at its own step, never before an earlie
       down[which] = false
     }
     expect(got).toEqual(cases.map(([which, request, want]) => `${which} down, ${JSON.stringify(request)}: ${want} (want ${want})`))
+  })
+
+  it('the 503 that replaces the answer of a session whose pin could not be stored is readable by the browser page that opened it (CORS)', async () => {
+    const apps = createMemoryAppStore([WEATHER])
+    const subscriptions = createMemorySubscriptionStore([{ userId: 'u1', appId: WEATHER.id, active: true }])
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, now: () => T0 })
+    const { token } = await tokens.create({ userId: 'u1', name: 't', servers: [WEATHER.id], expiresInDays: 7 })
+    const origin = 'https://inspector.example'
+    for (const allowedOrigins of [undefined, [origin]]) {
+      const dispatcher = createDispatcher({
+        apps,
+        subscriptions,
+        tokens,
+        now: () => T0,
+        sessions: { get: () => Promise.resolve(undefined), set: () => Promise.reject(new Error('pins down')), delete: () => Promise.resolve() },
+        ...(allowedOrigins && { allowedOrigins }),
+        onError: () => {},
+      })
+      const opened = await dispatcher.decide(dispatchRequest('/v1', { authorization: `Bearer ${token}`, origin }))
+      if (opened.type !== 'dispatch') throw new Error('not dispatched')
+      const replaced = (await opened.complete({ status: 200, sessionId: 's1' })) as Reply
+      expect(replaced.status).toBe(503)
+      expect(replaced.headers['access-control-allow-origin']).toBe(opened.headers['access-control-allow-origin'])
+      expect(replaced.headers['access-control-allow-origin']).toBe(allowedOrigins ? origin : '*')
+      expect(exposedBy(replaced.headers)).toContain('retry-after')
+    }
   })
 })

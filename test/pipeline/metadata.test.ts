@@ -149,8 +149,12 @@ describe('CORS for browser-based MCP clients (DESIGN.md "Adapters")', () => {
       expect(request.headers.get('access-control-allow-origin')).toBe(origin)
       expect(await json(request)).toEqual(bodies.notFound)
     }
-    // A plain OPTIONS (no preflight) is still a 404 there.
+    // A plain OPTIONS (no preflight: no Access-Control-Request-Method), with an Origin or without, is still a 404 there.
     expect((await get('http://weather.localhost/foo', { method: 'OPTIONS' })).status).toBe(404)
+    const plain = await get('http://weather.localhost/foo', { method: 'OPTIONS', headers: { origin } })
+    expect(plain.status).toBe(404)
+    expect(plain.headers.get('access-control-allow-origin')).toBe(origin)
+    expect(await json(plain)).toEqual(bodies.notFound)
   })
 
   it('a 405 is readable by a browser: Allow is exposed, with the headers every other error answer exposes', async () => {

@@ -358,6 +358,25 @@ describe('allowedOrigins as a function', () => {
     expect(errors).toHaveLength(1)
   })
 
+  it('only an answer of true allows: an async predicate (a promise) or another truthy answer refuses (403)', async () => {
+    const fixture = createFixture()
+    for (const allowedOrigins of [async () => false, () => 'yes', () => 1]) {
+      const handle = mcpDispatch({
+        dispatcher: createDispatcher({ ...fixture.dispatcherOptions, allowedOrigins: allowedOrigins as unknown as (origin: string) => boolean }),
+        handler: () => new Response('{}', { headers: { 'content-type': 'application/json' } }),
+      })
+      const response = await handle(
+        new Request(`http://${HOST}/v1`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', origin: 'https://evil.example' },
+          body: '{}',
+        }),
+      )
+      expect(response.status, String(allowedOrigins)).toBe(403)
+      expect(response.headers.get('access-control-allow-origin')).toBeNull()
+    }
+  })
+
   it('an array entry written with capitals, the default port or a trailing slash allows the origin as a browser sends it', async () => {
     const fixture = createFixture()
     const handle = mcpDispatch({
