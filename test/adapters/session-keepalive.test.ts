@@ -301,6 +301,43 @@ describe('the keep-alive, in the dispatcher', () => {
     expect((await decide('s-1')).type).toBe('reply')
   })
 
+  it('a response that ends a minute or more after the pin was last kept restarts its TTL; one that ends sooner costs no store call', async () => {
+    const { calls, openWithStream } = setup()
+    const sooner = await openWithStream('s-soon')
+    await vi.advanceTimersByTimeAsync(60_000 - 1)
+    let before = calls.get
+    sooner.end()
+    expect(calls.get).toBe(before)
+    const later = await openWithStream('s-later')
+    await vi.advanceTimersByTimeAsync(60_000)
+    before = calls.get
+    later.end()
+    expect(calls.get).toBe(before + 1)
+  })
+
+  it("an adapter that tells of a response's end twice ends it once: the session's other open response still keeps the pin", async () => {
+    const { decide, dispatched, openWithStream } = setup()
+    const long = await openWithStream('s-twice')
+    const listeners: Array<() => void> = []
+    ;(await dispatched('s-twice', 'GET')).complete({ status: 200, sessionId: undefined, whenClosed: (listener) => void listeners.push(listener) })
+    for (const listener of listeners) {
+      listener()
+      listener()
+    }
+    await vi.advanceTimersByTimeAsync(2 * HOUR)
+    expect((await decide('s-twice')).type).toBe('dispatch')
+    long.end()
+  })
+
+  it('the answer that opens a session keeps its new pin while it stays open (an initialize answered as a long event stream)', async () => {
+    const { decide, dispatched } = setup()
+    const opening = response()
+    await (await dispatched()).complete({ status: 200, sessionId: 's-init', whenClosed: opening.whenClosed })
+    await vi.advanceTimersByTimeAsync(2 * HOUR)
+    expect((await decide('s-init')).type).toBe('dispatch')
+    opening.end()
+  })
+
   it('keeps the pin while any response of the session is open; a short one costs no store call', async () => {
     const { calls, decide, dispatched, openWithStream } = setup()
     const long = await openWithStream('s-2')
@@ -484,5 +521,18 @@ describe('the keep-alive, in the dispatcher', () => {
     stream.end()
     await vi.advanceTimersByTimeAsync(HOUR / 3)
     expect(vi.getTimerCount()).toBe(0)
+  })
+
+  it('a pin found gone at a tick is kept no more: no store call for it at the next ticks, and the timer stops, though its stream is still open', async () => {
+    const { calls, dispatched, openWithStream } = setup()
+    const stream = await openWithStream('s-gone')
+    ;(await dispatched('s-gone', 'DELETE')).complete({ status: 200, sessionId: undefined })
+    const before = calls.get
+    await vi.advanceTimersByTimeAsync(HOUR / 3)
+    expect(calls.get).toBe(before + 1)
+    await vi.advanceTimersByTimeAsync(HOUR)
+    expect(calls.get).toBe(before + 1)
+    expect(vi.getTimerCount()).toBe(0)
+    stream.end()
   })
 })

@@ -76,3 +76,29 @@ describe("the default session store's clock", () => {
     }
   })
 })
+
+describe('sessionTtlMs', () => {
+  const request = (token: string, sessionId?: string): DispatchRequest => {
+    const headers = new Headers({ authorization: `Bearer ${token}`, ...(sessionId && { 'mcp-session-id': sessionId }) })
+    return { method: 'POST', path: '/v1', host: 'weather.localhost', origin: 'http://weather.localhost', headers, clientAddress: '127.0.0.1' }
+  }
+
+  it("is a new session's idle lifetime from the answer that opened it: served within it, 404 session_not_found past it", async () => {
+    const fixture = createFixture()
+    let at = Date.now()
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, now: () => at, sessionTtlMs: 10 * 60_000 })
+    for (const [idle, expected] of [
+      [10 * 60_000 - 1, 'dispatch'],
+      [10 * 60_000 + 1, 'reply'],
+    ] as const) {
+      const id = `s-${idle}`
+      const opened = await dispatcher.decide(request(fixture.tokens.alice))
+      if (opened.type !== 'dispatch') throw new Error('not dispatched')
+      await opened.complete({ status: 200, sessionId: id })
+      at += idle
+      const later = await dispatcher.decide(request(fixture.tokens.alice, id))
+      expect(later.type, String(idle)).toBe(expected)
+      if (later.type === 'reply') expect(JSON.parse(String(later.reply.body)).error.data).toEqual({ error: 'session_not_found' })
+    }
+  })
+})

@@ -53,6 +53,20 @@ describe('a session id assigned twice', () => {
     })
   })
 
+  it("a session's id sent by its owner to another App is 404 session_not_found there: the pin binds the App", async () => {
+    const { fixture, call, assign } = serve()
+    assign('weather-session')
+    expect((await call('weather.localhost', '/v1', fixture.tokens.alice)).version).toBe('1.0.0')
+    // alice's token reaches notes too, which also has a live 1.0.0.
+    expect(await call('notes.localhost', '/', fixture.tokens.alice, 'weather-session')).toMatchObject({
+      status: 404,
+      version: null,
+      body: { error: { data: { error: 'session_not_found' } } },
+    })
+    expect(await call('weather.localhost', '/', fixture.tokens.alice, 'weather-session')).toMatchObject({ status: 200, version: '1.0.0' })
+    expect(fixture.errors).toEqual([])
+  })
+
   it('to the same user at another version line: the open session does not move to it', async () => {
     const { fixture, call, assign } = serve()
     assign('same-id')
