@@ -433,6 +433,17 @@ describe('the dispatcher, as an adapter of its own drives it', () => {
     expect(inside.closedBy()).toBeUndefined()
   })
 
+  it('a subscription store that answers anything but true at a check ends the responses, as it refuses a request (402)', async () => {
+    const { dispatcher, first, subscriptions } = await withSessions()
+    let answer: unknown = true
+    const isActive = subscriptions.isActive.bind(subscriptions)
+    subscriptions.isActive = (userId, appId) => (answer === true ? isActive(userId, appId) : (answer as boolean))
+    const response = await openWith(dispatcher, first.token, 's-1')
+    answer = 'true'
+    await vi.advanceTimersByTimeAsync(MINUTE)
+    expect(response.closedBy()).toBe('dispatcher')
+  })
+
   it('where timers end with their request (Workers), each open response is checked by a timer of its own', async () => {
     vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
     try {
@@ -463,6 +474,20 @@ describe('reauthorizeEveryMs', () => {
     }
     expect(() => createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: false })).not.toThrow()
     expect(() => createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: 1 })).not.toThrow()
+  })
+
+  it('defaults to a minute: a revoked token\'s response ends at the first check, a minute after it opened', async () => {
+    const { fixture, tokens, first } = await createSetup()
+    const { reauthorizeEveryMs: _given, ...options } = fixture.dispatcherOptions
+    const sessions = createMemorySessionStore({ now: () => Date.now() })
+    sessions.set('s-1', { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
+    const dispatcher = createDispatcher({ ...options, sessions })
+    const response = await openWith(dispatcher, first.token, 's-1')
+    await tokens.revoke('alice', first.id)
+    await vi.advanceTimersByTimeAsync(MINUTE - 1)
+    expect(response.closedBy()).toBeUndefined()
+    await vi.advanceTimersByTimeAsync(1)
+    expect(response.closedBy()).toBe('dispatcher')
   })
 
   it('the check\'s timer stops once no response is open', async () => {

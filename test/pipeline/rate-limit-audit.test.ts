@@ -71,6 +71,9 @@ async function platform(options: PlatformOptions) {
       apps,
       subscriptions,
       tokens,
+      // OAuth access tokens `oauth-<user>`, accepted for that user.
+      oauth: { validate: (token) => Promise.resolve(token.startsWith('oauth-') ? { active: true as const, info: { subject: token.slice(6) } } : { active: false as const, reason: 'unknown token' }) },
+      authorizationServers: ['https://auth.example.com'],
       ...(options.now && { now: options.now }),
       rateLimit: {
         ...(store && { store }),
@@ -171,6 +174,16 @@ describe('rate limit: whose budget a request spends', () => {
     expect((await decide(WEATHER, tokens.otherUser)).status).toBe(200)
     expect((await decide(WEATHER, tokens.weatherOnly)).status).toBe(429)
     expect((await decide(NEWS)).status).toBe(429)
+  })
+
+  it('the same for OAuth callers: their budget is per App and per user', async () => {
+    const { instance } = await platform({ policy: () => perMinute(1), now: () => T })
+    const decide = instance()
+    expect((await decide(WEATHER, 'oauth-user_1')).status).toBe(200)
+    expect((await decide(WEATHER, 'oauth-user_1')).status).toBe(429)
+    expect((await decide(NEWS, 'oauth-user_1')).status).toBe(200)
+    expect((await decide(WEATHER, 'oauth-user_2')).status).toBe(200)
+    expect((await decide(NEWS, 'oauth-user_1')).status).toBe(429)
   })
 })
 

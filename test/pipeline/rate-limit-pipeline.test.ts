@@ -146,6 +146,23 @@ describe('rate limit: the policy', () => {
     expect(errors.map((e) => e.context)).toEqual(['rate-limit policy failed'])
   })
 
+  it("a caller whose policy changes window (a plan changed) is counted on that window's counter: one per window, each kept", async () => {
+    const keys: string[] = []
+    const counters = createMemoryRateLimitStore()
+    const store: RateLimitStore = { increment: (key, start, windowMs) => (keys.push(key), counters.increment(key, start, windowMs)) }
+    const plans = [MINUTE, MINUTE, Object.freeze({ limit: 50, windowType: 'hour' as const }), MINUTE]
+    let asked = 0
+    const { decide, errors } = await setup({ store, policy: () => plans[asked++]!, now: midMinute() })
+    const remaining = []
+    for (let i = 0; i < plans.length; i++) remaining.push((await decide()).headers.ratelimit?.split(';')[1])
+    // The hour's count starts at 1; the minute's goes on at 3.
+    expect(remaining).toEqual(['r=4', 'r=3', 'r=49', 'r=2'])
+    expect(new Set(keys).size).toBe(2)
+    expect(keys[0]).toBe(keys[3])
+    expect(keys[2]).not.toBe(keys[0])
+    expect(errors).toEqual([])
+  })
+
   it('a limit past 15 digits cannot be written as a structured-field integer: refused as a broken policy (503)', async () => {
     const { decide, errors } = await setup({ policy: () => ({ limit: 1e15, windowType: 'minute' }) })
     expect((await decide()).status).toBe(503)
@@ -199,6 +216,15 @@ describe('rate limit: answers that are no policy, and options that cannot work',
     expect(() => createDispatcher({ ...base, rateLimit: { policy, failOpen: 'false' as never } })).toThrow(/rateLimit\.failOpen.*true or false/)
     expect(() => createDispatcher({ ...base, now: 5 as never })).toThrow(/"now" must be a function/)
     expect(() => createDispatcher({ ...base, rateLimit: { policy, store: createMemoryRateLimitStore(), failOpen: false } })).not.toThrow()
+  })
+
+  it('refuses when created a rateLimit whose policy is no function (not a 503 on every request)', () => {
+    const apps = createMemoryAppStore([APP])
+    const subscriptions = createMemorySubscriptionStore([])
+    const base = { apps, subscriptions, tokens: createTokenService({ store: createMemoryTokenStore(), apps, subscriptions }) }
+    for (const policy of [undefined, MINUTE, 'minute']) {
+      expect(() => createDispatcher({ ...base, rateLimit: { policy } as never }), String(policy)).toThrow(/rateLimit\.policy.*must be a function/)
+    }
   })
 })
 
