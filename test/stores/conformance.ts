@@ -593,6 +593,51 @@ export function describeTokenStoreConformance(
       })
     })
 
+    describe('password resets and a token\'s own revocation', () => {
+      it('a reset older than the one recorded (instances whose clocks differ) does not move the recorded reset back', async () => {
+        const { store } = await open()
+        const later = 1_700_000_002_000
+        await store.revokeAllForUser('u1', later)
+        await store.revokeAllForUser('u1', later - 1_000)
+        // Created between the two resets, inserted after both: the later reset revokes it.
+        const raced = makeTokenRecord({ userId: 'u1', createdAt: later - 500 })
+        await store.insert(raced)
+        expect((await store.get(raced.id))?.revokedAt).toBe(later)
+      })
+
+      it('a token revoked before a reset keeps its own revocation time: read, revoked again, or inserted revoked', async () => {
+        const { store } = await open()
+        const own = 1_700_000_000_500
+        const record = makeTokenRecord({ userId: 'u1' })
+        await store.insert(record)
+        await store.revoke(record.id, own)
+        await store.revokeAllForUser('u1', own + 1_000)
+        expect((await store.get(record.id))?.revokedAt).toBe(own)
+        expect((await store.revoke(record.id, own + 2_000))?.revokedAt).toBe(own)
+        expect((await store.get(record.id))?.revokedAt).toBe(own)
+        // A record inserted already revoked, created before that reset, keeps its time too.
+        const inserted = makeTokenRecord({ userId: 'u1', revokedAt: own })
+        await store.insert(inserted)
+        expect((await store.get(inserted.id))?.revokedAt).toBe(own)
+      })
+    })
+
+    describe('ids no record can have', () => {
+      it('an id with a NUL or a lone surrogate names no token (not the one whose id has U+FFFD in its place): get, update, rotate and revoke answer undefined and change nothing', async () => {
+        const { store } = await open()
+        const record = makeTokenRecord({ id: `${randomUUID()}-\uFFFD` })
+        await store.insert(record)
+        for (const id of [record.id.replace('\uFFFD', '\uD800'), `${record.id}\u0000`, 'a\u0000b']) {
+          const label = JSON.stringify(id)
+          expect(await store.get(id), label).toBeUndefined()
+          expect(await store.update(id, { name: 'renamed' }), label).toBeUndefined()
+          expect(await store.rotate(id, newSecretHash()), label).toBeUndefined()
+          expect(await store.revoke(id, 1_700_000_000_500), label).toBeUndefined()
+        }
+        expect(await store.get(record.id)).toEqual(record)
+      })
+    })
+
     describe('touch', () => {
       it('records last-used times in one batch', async () => {
         const { store } = await open()
@@ -821,6 +866,17 @@ export function describeRateLimitStoreConformance(
         expect(await store.increment('k', start + W, W)).toBe(5)
       })
     }
+
+    it('a counter started again in a new window lives one window from then: a request of an older window still counts against it', async () => {
+      const { store, clock } = await open()
+      clock.set(start + W + 10)
+      expect(await store.increment('k', start + W, W)).toBe(1)
+      clock.set(start + 2 * W + 10)
+      expect(await store.increment('k', start + 2 * W, W)).toBe(1)
+      // An instance two windows behind (not the window just replaced), a moment later.
+      clock.set(start + 2 * W + 20)
+      expect(await store.increment('k', start, W)).toEqual({ count: 2, windowStart: start + 2 * W })
+    })
 
     it('is atomic: concurrent increments give every count exactly once', async () => {
       const { store } = await open()
