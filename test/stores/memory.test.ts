@@ -130,6 +130,17 @@ describe('memory stores: what only they do', () => {
     expect(['live', 'new-1', 'new-2', 'new-3'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([true, false, true, true])
   })
 
+  it('past maxPerSubject, a user’s expired pin goes before a live one it was used after', () => {
+    const clock = createTestClock()
+    const sessions = createMemorySessionStore({ maxPerSubject: 2, now: clock.now })
+    const pin: SessionPin = { appId: 'a', version: '1.0.0', subject: 'alice' }
+    sessions.set('live', pin, 60_000)
+    sessions.set('short', pin, 1_000) // used after 'live': 'live' is the least recently used
+    clock.advance(2_000)
+    sessions.set('new', pin, 60_000)
+    expect(['live', 'short', 'new'].map((id) => sessions.get(id, 60_000) !== undefined)).toEqual([true, false, true])
+  })
+
   it('without a clock given, a rate-limit counter lives one window of the monotonic clock (as the Redis store judges its age, by its PTTL): no step of the wall clock ends it or stretches it', async () => {
     const W = 60_000
     const wall = vi.spyOn(Date, 'now')
@@ -185,6 +196,29 @@ describe('memory stores: what only they do', () => {
     expect(counters.increment('heavy', midnight, day)).toBe(1001)
   })
 
+  it('the rate-limit store sweeps a window that ends at this very millisecond (its end is not in it)', () => {
+    const clock = createTestClock(1_000_000)
+    const counters = createMemoryRateLimitStore({ max: 2, now: clock.now })
+    counters.increment('busy', clock.now(), 60_000)
+    counters.increment('ended', clock.now() - 1_000, 1_000) // [now - 1 s, now): ended now
+    // Full: the ended counter goes, not the least recently used one.
+    counters.increment('new', clock.now(), 60_000)
+    expect(counters.increment('busy', clock.now(), 60_000)).toBe(2)
+  })
+
+  it('the rate-limit store sweeps a counter started again in a new window only once that window has ended: a busy caller keeps its count', () => {
+    const W = 60_000
+    const clock = createTestClock(10)
+    const counters = createMemoryRateLimitStore({ max: 2, now: clock.now })
+    counters.increment('busy', 0, W)
+    clock.set(W + 10)
+    expect(counters.increment('busy', W, W)).toBe(1) // started again: [W, 2W)
+    counters.increment('other', W, W)
+    expect(counters.increment('busy', W, W)).toBe(2) // used last: 'other' is the least recently used
+    counters.increment('new', W, W) // full: nothing has ended, 'other' goes
+    expect(counters.increment('busy', W, W)).toBe(3)
+  })
+
   it('the rate-limit store makes room for a batch of new counters at once, least recently used first', () => {
     const now = () => 10
     const counters = createMemoryRateLimitStore({ max: 200, now }) // room is made for 2 at a time
@@ -196,6 +230,36 @@ describe('memory stores: what only they do', () => {
     expect(counters.increment('new', 0, 60_000)).toBe(2)
     expect(counters.increment('k1', 0, 60_000)).toBe(1) // gone, and back without evicting anyone
     expect(counters.increment('k3', 0, 60_000)).toBe(3)
+  })
+
+  it('the cache store is bounded by max (least recently used go first)', () => {
+    const cache = createMemoryCacheStore<{ v: number }>({ max: 2, now: createTestClock().now })
+    cache.set('a', { v: 1 }, 60_000)
+    cache.set('b', { v: 2 }, 60_000)
+    cache.get('a')
+    cache.set('c', { v: 3 }, 60_000)
+    expect([cache.get('a'), cache.get('b'), cache.get('c')]).toEqual([{ v: 1 }, undefined, { v: 3 }])
+  })
+
+  it('the invalidation bus leaves no rejection of an async listener unhandled (which ends a Node process)', async () => {
+    const unhandled: unknown[] = []
+    const record = (reason: unknown) => void unhandled.push(reason)
+    process.on('unhandledRejection', record)
+    try {
+      const bus = createMemoryInvalidationBus()
+      const heard: string[] = []
+      bus.subscribe(async () => {
+        throw new Error('listener failed')
+      })
+      bus.subscribe((message) => void heard.push(message.kind))
+      bus.publish({ kind: 'token', tokenHash: 'h' })
+      await new Promise((resolve) => setImmediate(resolve))
+      await new Promise((resolve) => setImmediate(resolve))
+      expect(heard).toEqual(['token'])
+      expect(unhandled).toEqual([])
+    } finally {
+      process.off('unhandledRejection', record)
+    }
   })
 
   it('regression: a clock that starts at 0 still expires sessions and cache entries (lru-cache start time 0)', () => {
