@@ -202,8 +202,12 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const prefix = redis.prefix()
       await redis.client.set(`${prefix}session:s1`, '{"appId":"app_1"}')
       await redis.client.set(`${prefix}session:s2`, 'not json')
+      await redis.client.set(`${prefix}session:s3`, '{"appId":"app_1","version":"1.0.0"}')
+      await redis.client.set(`${prefix}session:s4`, '{"appId":"app_1","subject":"user_1"}')
       const sessions = createRedisSessionStore({ client: redis.client, prefix })
       await expect(sessions.get('s1', 60_000)).rejects.toThrow(/not a session pin/)
+      await expect(sessions.get('s3', 60_000), 'no subject').rejects.toThrow(/not a session pin/)
+      await expect(sessions.get('s4', 60_000), 'no version').rejects.toThrow(/not a session pin/)
       await expect(sessions.get('s2', 60_000)).rejects.toThrow(SyntaxError)
     })
 
@@ -434,6 +438,18 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(client.commands).toEqual([])
     })
 
+    it('a counter something else wrote under its key (a count below 1 or past 2^53, a window that is no whole ms) rejects the call: never taken as a count', async () => {
+      const prefix = redis.prefix()
+      const counters = createRedisRateLimitStore({ client: redis.client, prefix })
+      await redis.client.hset(`${prefix}rl:low`, { w: String(START), c: '-5' })
+      await redis.client.hset(`${prefix}rl:high`, { w: String(START), c: '9007199254740993' })
+      await redis.client.hset(`${prefix}rl:window`, { w: '1e300', c: '1' })
+      await redis.client.pexpire(`${prefix}rl:window`, 3_600_000)
+      await expect(counters.increment('low', START, W)).rejects.toThrow('Redis rate-limit script answered -4')
+      await expect(counters.increment('high', START, W)).rejects.toThrow(/^Redis rate-limit script answered 900719925474099\d$/)
+      await expect(counters.increment('window', START, W)).rejects.toThrow('Redis rate-limit script answered window 1e300')
+    })
+
     it('instances sharing a prefix share the budget; another prefix has its own', async () => {
       const prefix = redis.prefix()
       const a = createRedisRateLimitStore({ client: redis.client, prefix })
@@ -543,6 +559,59 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await cache.delete('k')
       expect(await reading).toEqual({ n: 1 })
       expect(await cache.get('k')).toBeUndefined()
+    })
+
+    it('a read made while a set of its key is in flight does not answer the value that set replaces', async () => {
+      const cache = createRedisCacheStore<{ n: number }>({ client: redis.client, prefix: redis.prefix() })
+      await cache.set('k', { n: 1 }, 60_000)
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      const writing = cache.set('k', { n: 2 }, 60_000)
+      // Sent after the SET, on the same connection.
+      expect(await cache.get('k')).toEqual({ n: 2 })
+      await writing
+    })
+
+    it('a value Redis holds without a TTL (written by something else) is kept locally for localTtlMs', async () => {
+      const prefix = redis.prefix()
+      const clock = createTestClock()
+      const client = recording(redis.client)
+      const cache = createRedisCacheStore<{ n: number }>({ client, prefix, now: clock.now, localTtlMs: 5_000 })
+      await cache.get('warm')
+      await redis.client.set(`${prefix}cache:k`, '{"n":1}')
+      client.commands.length = 0
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(client.commands).toEqual(['EVALSHA'])
+      clock.advance(5_001)
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(client.commands).toEqual(['EVALSHA', 'EVALSHA'])
+    })
+
+    it('a value Redis answers with no time left (PTTL 0) is not kept locally: lru-cache would keep a TTL of 0 for ever', async () => {
+      const commands: string[] = []
+      const client: RedisCommandClient = {
+        call: async (command) => {
+          commands.push(command)
+          return ['{"n":1}', 0]
+        },
+      }
+      const cache = createRedisCacheStore<{ n: number }>({ client, prefix: redis.prefix() })
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(await cache.get('k')).toEqual({ n: 1 })
+      expect(commands).toEqual(['EVALSHA', 'EVALSHA'])
+    })
+
+    it('keeps at most localMax values locally, the least recently used going first', async () => {
+      const client = recording(redis.client)
+      const cache = createRedisCacheStore<{ n: number }>({ client, prefix: redis.prefix(), localMax: 1 })
+      await cache.get('warm')
+      await cache.set('a', { n: 1 }, 60_000)
+      await cache.set('b', { n: 2 }, 60_000)
+      client.commands.length = 0
+      expect(await cache.get('b')).toEqual({ n: 2 })
+      expect(client.commands).toEqual([])
+      expect(await cache.get('a')).toEqual({ n: 1 })
+      expect(client.commands).toEqual(['EVALSHA'])
     })
   })
 
