@@ -253,6 +253,30 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       }
     })
 
+    it('a token table made by hand without what the store relies on (a primary key on id alone; a unique index on token_hash alone, for every row) makes migrate fail loudly', async () => {
+      const { schema } = await postgres.tokenStore()
+      const columns = `id text NOT NULL, user_id text NOT NULL, name text NOT NULL, token_hash text NOT NULL,
+        display_prefix text NOT NULL, servers text[] NOT NULL, allowed_ips text[], expires_at bigint NOT NULL,
+        created_at bigint NOT NULL, last_used_at bigint, revoked_at bigint`
+      const client = await postgres.pool.connect()
+      try {
+        await client.query(`CREATE TABLE "${schema}"."nokey" (${columns})`)
+        await client.query(`CREATE TABLE "${schema}"."widekey" (${columns}, PRIMARY KEY (id, user_id))`)
+        await client.query(`CREATE TABLE "${schema}"."partial" (${columns}, PRIMARY KEY (id))`)
+        await client.query(`CREATE UNIQUE INDEX "partial_token_hash_key" ON "${schema}"."partial" (token_hash) WHERE revoked_at IS NULL`)
+        await client.query(`CREATE TABLE "${schema}"."widehash" (${columns}, PRIMARY KEY (id))`)
+        await client.query(`CREATE UNIQUE INDEX "widehash_token_hash_key" ON "${schema}"."widehash" (token_hash, user_id)`)
+      } finally {
+        client.release()
+      }
+      for (const table of ['nokey', 'widekey']) {
+        await expect(createPostgresTokenStore({ pool: postgres.pool, schema, table }).migrate(), table).rejects.toThrow(`table "${schema}"."${table}" has no primary key on id`)
+      }
+      for (const table of ['partial', 'widehash']) {
+        await expect(createPostgresTokenStore({ pool: postgres.pool, schema, table }).migrate(), table).rejects.toThrow(/has no unique index on token_hash/)
+      }
+    })
+
     it('a second run waits for no table lock: an open write elsewhere does not hold up a start (regression)', async () => {
       const store = await postgres.tokenStore()
       const writer = await postgres.pool.connect()
@@ -296,6 +320,7 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       ['schema', '1tokens'],
       ['schema', ''],
       ['schema', 'pg_catalog'],
+      ['schema', 'information_schema'],
       ['schema', 'a'.repeat(64)],
       ['table', 'tokens; DROP TABLE users'],
       ['table', 'my-tokens'],
