@@ -359,7 +359,7 @@ export function createMemorySessionStore(options: MemorySessionStoreOptions = {}
 /**
  * In-memory fixed-window counters, bounded by `max` keys. A plain `Map` (one lookup per
  * request): once it holds `max` keys, counters of windows that have ended are swept, then
- * the least recently used keys go first. Past half of `max`, a counter that is used moves to
+ * the least recently used keys go first. From half of `max` on, a counter that is used moves to
  * the end of the map's order, so a busy caller's counter is the last to go (dropping it would
  * reset its count); below that, nothing is reordered and a request costs one lookup.
  *
