@@ -10,7 +10,9 @@
  *
  * Also the regressions of the two leaks this found: keys of 16 kB (or short ones cut from a
  * 16 kB URL) in the dispatcher's maps of hosts, paths and challenges, and a token store that
- * stopped answering, on which every made-up token held a lookup for ever.
+ * stopped answering, on which every made-up token held a lookup for ever. And the Redis cache
+ * store's own bookkeeping: what it tracks per key of a call in flight (every made-up token is a
+ * key of the OAuth validator's cache) ends with the key's last call.
  */
 import { generateKeyPairSync, randomBytes } from 'node:crypto'
 import {
@@ -28,6 +30,7 @@ import {
   generateApiToken,
   resolveClientAddress,
 } from 'mcp-dispatch'
+import { type RedisCommandClient, createRedisCacheStore } from 'mcp-dispatch/redis'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { beforeAll, describe, expect, it } from 'vitest'
 import { createClientBudget } from '../../src/auth/client-budget.js'
@@ -284,5 +287,25 @@ describe('bounded memory: regressions', { timeout: SLOW_MS }, () => {
     expect(lookups).toBe(1_000)
     expect(errors()).toBe(30_000)
     expect(kept, `${kept.toFixed(2)} MiB kept`).toBeLessThan(4)
+  })
+})
+
+describe('bounded memory: a store of the package', { timeout: SLOW_MS }, () => {
+  it('the Redis cache store keeps no more than its local bound of 100,000 keys read and written once each: what it tracks of a call in flight ends with the call', async () => {
+    // A client that answers at once (Redis holds none of these keys): what is measured is the
+    // store's own bookkeeping, not Redis's.
+    let calls = 0
+    const client: RedisCommandClient = { call: async (command) => (calls++, command === 'SET' ? 'OK' : null) }
+    const cache = createRedisCacheStore<{ n: number }>({ client, prefix: 'bounded:', localMax: 1_000 })
+    const { atN, more, statuses } = await growth(100_000, async (i) => {
+      // The OAuth validator's pattern: a miss, then the answer stored under the same key.
+      if ((await cache.get(`made-up-${i}`)) !== undefined) return 500
+      await cache.set(`made-up-${i}`, { n: i }, 30_000)
+      return 200
+    })
+    expect(statuses).toEqual({ 200: 200_000 })
+    expect(calls).toBe(400_000)
+    expect(atN, `${atN.toFixed(2)} MiB kept after 100,000`).toBeLessThan(1)
+    expect(more, `${more.toFixed(2)} MiB more after 200,000`).toBeLessThan(0.5)
   })
 })
