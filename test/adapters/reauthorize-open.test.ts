@@ -398,15 +398,16 @@ describe('the official MCP SDK, client and server (its Node transport behind Exp
   })
 })
 
-describe('the dispatcher, as an adapter of its own drives it', () => {
-  async function withSessions(extra: Partial<DispatcherOptions> = {}) {
-    const setup = await createSetup()
-    const sessions = createMemorySessionStore({ now: () => Date.now() })
-    for (const id of ['s-1', 's-2', 's-3']) sessions.set(id, { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
-    const dispatcher = createDispatcher({ ...setup.fixture.dispatcherOptions, sessions, ...extra })
-    return { ...setup, dispatcher }
-  }
+/** A dispatcher, with `extra` options, whose sessions s-1, s-2 and s-3 of alice are pinned to 1.0.0 of Weather. */
+async function withSessions(extra: Partial<DispatcherOptions> = {}) {
+  const setup = await createSetup()
+  const sessions = createMemorySessionStore({ now: () => Date.now() })
+  for (const id of ['s-1', 's-2', 's-3']) sessions.set(id, { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
+  const dispatcher = createDispatcher({ ...setup.fixture.dispatcherOptions, sessions, ...extra })
+  return { ...setup, dispatcher }
+}
 
+describe('the dispatcher, as an adapter of its own drives it', () => {
   it('responses that share a credential and address are checked once per interval, and end together', async () => {
     const { dispatcher, store, tokens, first } = await withSessions()
     const a = await openWith(dispatcher, first.token, 's-1')
@@ -433,7 +434,7 @@ describe('the dispatcher, as an adapter of its own drives it', () => {
     expect(inside.closedBy()).toBeUndefined()
   })
 
-  it('a subscription store that answers anything but true at a check ends the responses, as it refuses a request (402)', async () => {
+  it('a subscription store that answers a truthy value other than true (the string "true") at a check ends the responses: only true keeps them', async () => {
     const { dispatcher, first, subscriptions } = await withSessions()
     let answer: unknown = true
     const isActive = subscriptions.isActive.bind(subscriptions)
@@ -477,11 +478,8 @@ describe('reauthorizeEveryMs', () => {
   })
 
   it('defaults to a minute: a revoked token\'s response ends at the first check, a minute after it opened', async () => {
-    const { fixture, tokens, first } = await createSetup()
-    const { reauthorizeEveryMs: _given, ...options } = fixture.dispatcherOptions
-    const sessions = createMemorySessionStore({ now: () => Date.now() })
-    sessions.set('s-1', { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
-    const dispatcher = createDispatcher({ ...options, sessions })
+    // The fixture's interval taken out: the dispatcher's own default.
+    const { dispatcher, tokens, first } = await withSessions({ reauthorizeEveryMs: undefined })
     const response = await openWith(dispatcher, first.token, 's-1')
     await tokens.revoke('alice', first.id)
     await vi.advanceTimersByTimeAsync(MINUTE - 1)

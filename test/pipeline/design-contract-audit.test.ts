@@ -400,8 +400,9 @@ describe('the metadata document answers GET before every check but the App (DESI
 })
 
 describe('a token that starts with the API-token prefix is an API token; anything else an OAuth access token (DESIGN.md step 2)', () => {
-  // A validator that accepts every token it is asked about: whatever reaches it is served.
-  async function setup() {
+  // A validator that accepts every token it is asked about (or answers as `validate` does):
+  // whatever reaches it is served.
+  async function setup(validate: AccessTokenValidator['validate'] = () => Promise.resolve({ active: true, info: { subject: 'u1' } })) {
     const apps = createMemoryAppStore([WEATHER])
     const subscriptions = createMemorySubscriptionStore([{ userId: 'u1', appId: WEATHER.id, active: true }])
     const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, now: () => T0 })
@@ -410,9 +411,9 @@ describe('a token that starts with the API-token prefix is an API token; anythin
     await tokens.revoke('u1', revoked.id)
     const asked: string[] = []
     const oauth: AccessTokenValidator = {
-      validate(token) {
+      validate(token, context) {
         asked.push(token)
-        return Promise.resolve({ active: true, info: { subject: 'u1' } })
+        return validate(token, context)
       },
     }
     const dispatcher = createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['https://auth.example.com'], now: () => T0 })
@@ -420,7 +421,7 @@ describe('a token that starts with the API-token prefix is an API token; anythin
       const decision = await dispatcher.decide(dispatchRequest('/', { authorization: `Bearer ${credential}` }))
       return decision.type === 'dispatch' ? 200 : decision.reply.status
     }
-    return { live: live.token, revoked: revoked.token, asked, send }
+    return { live: live.token, liveId: live.id, revoked: revoked.token, asked, send, dispatcher }
   }
 
   it('an svc_ token that is malformed (checksum, length, alphabet), unknown or revoked is 401, and never asked of the authorization server', async () => {
@@ -442,15 +443,9 @@ describe('a token that starts with the API-token prefix is an API token; anythin
   })
 
   it('the handler is told who called: an OAuth token\'s subject, client and scopes; an API token\'s owner and token id', async () => {
-    const apps = createMemoryAppStore([WEATHER])
-    const subscriptions = createMemorySubscriptionStore([{ userId: 'u1', appId: WEATHER.id, active: true }])
-    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, now: () => T0 })
-    const live = await tokens.create({ userId: 'u1', name: 'live', servers: [WEATHER.id], expiresInDays: 7 })
-    const oauth: AccessTokenValidator = {
-      validate: (token) =>
-        Promise.resolve(token === 'with-client' ? { active: true, info: { subject: 'u1', clientId: 'agent-1', scopes: ['openid', 'mcp:tools'] } } : { active: true, info: { subject: 'u1' } }),
-    }
-    const dispatcher = createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['https://auth.example.com'], now: () => T0 })
+    const { dispatcher, live, liveId } = await setup((token) =>
+      Promise.resolve(token === 'with-client' ? { active: true, info: { subject: 'u1', clientId: 'agent-1', scopes: ['openid', 'mcp:tools'] } } : { active: true, info: { subject: 'u1' } }),
+    )
     const identity = async (credential: string) => {
       const decision = await dispatcher.decide(dispatchRequest('/', { authorization: `Bearer ${credential}` }))
       if (decision.type !== 'dispatch') throw new Error(`refused: ${decision.reply.status}`)
@@ -458,7 +453,7 @@ describe('a token that starts with the API-token prefix is an API token; anythin
     }
     expect(await identity('with-client')).toEqual({ subject: 'u1', method: 'oauth', clientId: 'agent-1', scopes: ['openid', 'mcp:tools'] })
     expect(await identity('without-client')).toEqual({ subject: 'u1', method: 'oauth' })
-    expect(await identity(live.token)).toEqual({ subject: 'u1', method: 'api_token', tokenId: live.id })
+    expect(await identity(live)).toEqual({ subject: 'u1', method: 'api_token', tokenId: liveId })
   })
 })
 

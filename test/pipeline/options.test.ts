@@ -360,7 +360,7 @@ describe('allowedOrigins as a function', () => {
 
   it('only an answer of true allows: an async predicate (a promise) or another truthy answer refuses (403)', async () => {
     const fixture = createFixture()
-    for (const allowedOrigins of [async () => false, () => 'yes', () => 1]) {
+    for (const allowedOrigins of [async () => true, () => 'yes', () => 1]) {
       const handle = mcpDispatch({
         dispatcher: createDispatcher({ ...fixture.dispatcherOptions, allowedOrigins: allowedOrigins as unknown as (origin: string) => boolean }),
         handler: () => new Response('{}', { headers: { 'content-type': 'application/json' } }),

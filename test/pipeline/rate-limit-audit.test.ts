@@ -71,8 +71,8 @@ async function platform(options: PlatformOptions) {
       apps,
       subscriptions,
       tokens,
-      // OAuth access tokens `oauth-<user>`, accepted for that user.
-      oauth: { validate: (token) => Promise.resolve(token.startsWith('oauth-') ? { active: true as const, info: { subject: token.slice(6) } } : { active: false as const, reason: 'unknown token' }) },
+      // OAuth access tokens `oauth-<user>` and `oauth-<user>.<n>` (another token of the same user), accepted for that user.
+      oauth: { validate: (token) => Promise.resolve(token.startsWith('oauth-') ? { active: true as const, info: { subject: token.slice(6).split('.')[0]! } } : { active: false as const, reason: 'unknown token' }) },
       authorizationServers: ['https://auth.example.com'],
       ...(options.now && { now: options.now }),
       rateLimit: {
@@ -181,6 +181,8 @@ describe('rate limit: whose budget a request spends', () => {
     const decide = instance()
     expect((await decide(WEATHER, 'oauth-user_1')).status).toBe(200)
     expect((await decide(WEATHER, 'oauth-user_1')).status).toBe(429)
+    // Another access token of the same user: the same budget.
+    expect((await decide(WEATHER, 'oauth-user_1.2')).status).toBe(429)
     expect((await decide(NEWS, 'oauth-user_1')).status).toBe(200)
     expect((await decide(WEATHER, 'oauth-user_2')).status).toBe(200)
     expect((await decide(NEWS, 'oauth-user_1')).status).toBe(429)

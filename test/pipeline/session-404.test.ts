@@ -9,12 +9,13 @@ import { type DispatchOutcome, type DispatchRequest, createDispatcher } from 'mc
 import { describe, expect, it, vi } from 'vitest'
 import { createFixture } from '../adapters/helpers.js'
 
-describe('a 404 in a session, by its Content-Type', () => {
-  const request = (token: string, sessionId?: string): DispatchRequest => {
-    const headers = new Headers({ authorization: `Bearer ${token}`, ...(sessionId && { 'mcp-session-id': sessionId }) })
-    return { method: 'POST', path: '/v1', host: 'weather.localhost', origin: 'http://weather.localhost', headers, clientAddress: '127.0.0.1' }
-  }
+/** A POST to /v1 of weather.localhost with `token`, in session `sessionId` if given. */
+function request(token: string, sessionId?: string): DispatchRequest {
+  const headers = new Headers({ authorization: `Bearer ${token}`, ...(sessionId && { 'mcp-session-id': sessionId }) })
+  return { method: 'POST', path: '/v1', host: 'weather.localhost', origin: 'http://weather.localhost', headers, clientAddress: '127.0.0.1' }
+}
 
+describe('a 404 in a session, by its Content-Type', () => {
   /** Opens a session `id`, answers a request of it with `outcome`, then answers whether the pin is still there. */
   async function pinAfter(id: string, outcome: Omit<DispatchOutcome, 'sessionId'>): Promise<boolean> {
     const fixture = createFixture()
@@ -53,11 +54,6 @@ describe('a 404 in a session, by its Content-Type', () => {
 })
 
 describe("the default session store's clock", () => {
-  const request = (token: string, sessionId?: string): DispatchRequest => {
-    const headers = new Headers({ authorization: `Bearer ${token}`, ...(sessionId && { 'mcp-session-id': sessionId }) })
-    return { method: 'POST', path: '/v1', host: 'weather.localhost', origin: 'http://weather.localhost', headers, clientAddress: '127.0.0.1' }
-  }
-
   it('times the idle TTL on the monotonic clock: a wall clock stepped forward past sessionTtlMs ends no pin (regression: every pin ended)', async () => {
     vi.useFakeTimers({ toFake: ['Date'] })
     try {
@@ -78,11 +74,6 @@ describe("the default session store's clock", () => {
 })
 
 describe('sessionTtlMs', () => {
-  const request = (token: string, sessionId?: string): DispatchRequest => {
-    const headers = new Headers({ authorization: `Bearer ${token}`, ...(sessionId && { 'mcp-session-id': sessionId }) })
-    return { method: 'POST', path: '/v1', host: 'weather.localhost', origin: 'http://weather.localhost', headers, clientAddress: '127.0.0.1' }
-  }
-
   it("is a new session's idle lifetime from the answer that opened it: served within it, 404 session_not_found past it", async () => {
     const fixture = createFixture()
     let at = Date.now()
@@ -98,7 +89,10 @@ describe('sessionTtlMs', () => {
       at += idle
       const later = await dispatcher.decide(request(fixture.tokens.alice, id))
       expect(later.type, String(idle)).toBe(expected)
-      if (later.type === 'reply') expect(JSON.parse(String(later.reply.body)).error.data).toEqual({ error: 'session_not_found' })
+      if (later.type === 'reply') {
+        expect(later.reply.status).toBe(404)
+        expect(JSON.parse(String(later.reply.body)).error.data).toEqual({ error: 'session_not_found' })
+      }
     }
   })
 })

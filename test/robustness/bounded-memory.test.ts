@@ -291,7 +291,7 @@ describe('bounded memory: regressions', { timeout: SLOW_MS }, () => {
 })
 
 describe('bounded memory: a store of the package', { timeout: SLOW_MS }, () => {
-  it('the Redis cache store keeps no more than its local bound of 100,000 keys read and written once each: what it tracks of a call in flight ends with the call', async () => {
+  it('the Redis cache store read and written once under each of 200,000 keys keeps no more than its local copy (localMax 1,000): what it tracks of a call in flight ends with the call', async () => {
     // A client that answers at once (Redis holds none of these keys): what is measured is the
     // store's own bookkeeping, not Redis's.
     let calls = 0
@@ -305,7 +305,7 @@ describe('bounded memory: a store of the package', { timeout: SLOW_MS }, () => {
     })
     expect(statuses).toEqual({ 200: 200_000 })
     expect(calls).toBe(400_000)
-    expect(atN, `${atN.toFixed(2)} MiB kept after 100,000`).toBeLessThan(1)
+    expect(atN, `${atN.toFixed(2)} MiB kept after 100,000`).toBeLessThan(2)
     expect(more, `${more.toFixed(2)} MiB more after 200,000`).toBeLessThan(0.5)
   })
 })

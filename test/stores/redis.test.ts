@@ -603,14 +603,19 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
     it('keeps at most localMax values locally, the least recently used going first', async () => {
       const client = recording(redis.client)
-      const cache = createRedisCacheStore<{ n: number }>({ client, prefix: redis.prefix(), localMax: 1 })
+      const cache = createRedisCacheStore<{ n: number }>({ client, prefix: redis.prefix(), localMax: 2 })
       await cache.get('warm')
       await cache.set('a', { n: 1 }, 60_000)
       await cache.set('b', { n: 2 }, 60_000)
       client.commands.length = 0
-      expect(await cache.get('b')).toEqual({ n: 2 })
+      expect(await cache.get('a')).toEqual({ n: 1 }) // from the local copy: 'b' is now the least recently used
       expect(client.commands).toEqual([])
+      await cache.set('c', { n: 3 }, 60_000)
+      client.commands.length = 0
       expect(await cache.get('a')).toEqual({ n: 1 })
+      expect(await cache.get('c')).toEqual({ n: 3 })
+      expect(client.commands).toEqual([])
+      expect(await cache.get('b')).toEqual({ n: 2 })
       expect(client.commands).toEqual(['EVALSHA'])
     })
   })
