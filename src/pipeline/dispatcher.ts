@@ -1562,7 +1562,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // Open responses by credential (App, client address, `Authorization`), each group checked
   // once per `reauthorizeEveryMs`.
   const watched = new Map<string, Watched>()
-  const watchGroup = reauthorizeEveryMs === false ? undefined : everyOpenResponse(reauthorizeEveryMs, 're-checking the credential of open responses', watched, recheck)
+  const watchGroup =
+    reauthorizeEveryMs === false
+      ? undefined
+      : everyOpenResponse(reauthorizeEveryMs, 're-checking the credential of open responses', watched, (group, report) => recheck(group, report, reauthorizeEveryMs))
 
   function watchWhileOpen(context: DispatchContext, request: DispatchRequest, whenClosed: (listener: () => void) => void, close: () => void): void {
     if (watchGroup === undefined) return
@@ -1591,9 +1594,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   /**
    * Checks a group's credential again; one that no longer passes ends its responses. One that
    * cannot be checked (a store or the authorization server failing) leaves them open and is
-   * reported: an outage must not end every stream at once.
+   * reported: an outage must not end every stream at once. A check still pending after less
+   * than `everyMs` (`reauthorizeEveryMs`) is not sent again.
    */
-  function recheck(group: Watched, report: (error: unknown) => void): void {
+  function recheck(group: Watched, report: (error: unknown) => void, everyMs: number): void {
     if (group.closes.size === 0) return
     let at: number
     try {
@@ -1602,7 +1606,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       report(error)
       return
     }
-    if (waitsFor(group, at, reauthorizeEveryMs as number)) return
+    if (waitsFor(group, at, everyMs)) return
     // Only the responses open when the check is sent are judged by it: one opened since was
     // authorized after this read, and is judged by the next check.
     const members = [...group.closes]
