@@ -257,7 +257,10 @@ export type Decision =
  * responses' credentials (`DispatcherOptions.timers`).
  */
 export interface DispatcherTimers {
-  /** Calls `callback` every `ms` milliseconds, as the global `setInterval`; answers a handle for {@link clearInterval}. */
+  /**
+   * Calls `callback` every `ms` milliseconds, as the global `setInterval`; answers a handle for
+   * {@link clearInterval} (any value, `undefined` included; one with an `unref` method is unref'd).
+   */
   setInterval(callback: () => void, ms: number): unknown
   /** Stops the interval `handle` names, as the global `clearInterval`. */
   clearInterval(handle: unknown): void
@@ -1477,7 +1480,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * serves it.
    */
   function everyOpenResponse<T>(everyMs: number, context: string, items: ReadonlyMap<string, T>, work: (item: T, report: (error: unknown) => void) => void) {
+    // The shared interval's handle, and whether it runs (a custom timer's handle may be anything,
+    // `undefined` included).
     let shared: unknown
+    let running = false
     let failed = false
     const once = (error: unknown) => {
       if (failed) return
@@ -1489,6 +1495,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (items.size === 0) {
         timers.clearInterval(shared)
         shared = undefined
+        running = false
         return
       }
       failed = false
@@ -1499,9 +1506,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         const own = timers.setInterval(() => work(item, each), everyMs)
         return () => timers.clearInterval(own)
       }
-      if (shared === undefined) {
+      if (!running) {
         shared = timers.setInterval(tick, everyMs)
-        ;(shared as { unref?: () => void }).unref?.()
+        running = true
+        ;(shared as { unref?: () => void } | undefined)?.unref?.()
       }
       return undefined
     }

@@ -154,6 +154,38 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     expect(s.m.active.size).toBe(0)
   })
 
+  it('custom timers whose handle is undefined: one shared interval per kind while responses are open, stopped once none is, set again by the next', async () => {
+    const s = await setup()
+    // A scheduler keyed by its callbacks, answering no handle.
+    const callbacks = new Set<() => void>()
+    const cleared: unknown[] = []
+    const timers: DispatcherTimers = {
+      setInterval: (callback) => void callbacks.add(callback),
+      clearInterval: (handle) => void cleared.push(handle),
+    }
+    const fire = async () => {
+      for (const callback of [...callbacks]) callback()
+      for (let i = 0; i < 5; i++) await turn()
+    }
+    const dispatcher = createDispatcher({ ...s.options, timers, sessions: pinned(['s-1', 's-2', 's-3']) })
+    const a = await openWith(dispatcher, s.first.token, 's-1')
+    const b = await openWith(dispatcher, s.first.token, 's-2')
+    // The sessions' keep-alive and the credential checks: two intervals, not one per response.
+    expect(callbacks.size).toBe(2)
+    a.end()
+    b.end()
+    await fire()
+    // Nothing open: each interval stopped itself (their handle was undefined).
+    expect(cleared).toEqual([undefined, undefined])
+    callbacks.clear()
+    const c = await openWith(dispatcher, s.first.token, 's-3')
+    expect(callbacks.size).toBe(2)
+    // The new interval checks c's credential: revoked, c is ended.
+    await s.tokens.revoke('alice', s.first.id)
+    await fire()
+    expect(c.closedBy()).toBe('dispatcher')
+  })
+
   it('Workers: a check lost with the request that sent it is never retried; the other response of its group is never checked again', async () => {
     const { s, a, b } = await twoStreamsOnWorkers()
     // a's timer fires first; its check's lookup is lost when a's request ends.
