@@ -163,6 +163,20 @@ describe('memory stores: what only they do', () => {
     }
   })
 
+  it('with a clock given, a rate-limit counter its clock has since stepped back by less than a window still counts; by exactly a window or more, it starts again', () => {
+    const W = 60_000
+    const clock = createTestClock(W + 10)
+    const counters = createMemoryRateLimitStore({ now: clock.now })
+    expect(counters.increment('a', W, W)).toBe(1)
+    expect(counters.increment('b', W, W)).toBe(1)
+    // One millisecond short of a window back: still the counter of [W, 2W).
+    clock.set(11)
+    expect(counters.increment('a', 0, W)).toEqual({ count: 2, windowStart: W })
+    // Exactly a window back: the step is as long as the counter's life, it starts again.
+    clock.set(10)
+    expect(counters.increment('b', 0, W)).toBe(1)
+  })
+
   it('the rate-limit store is bounded by max', () => {
     const counters = createMemoryRateLimitStore({ max: 2, now: () => 10 })
     counters.increment('a', 0, 60_000)

@@ -181,6 +181,22 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       }
     })
 
+    it('instances that migrate one table of the public schema at the same moment all succeed (the table\'s advisory lock: public takes no schema lock)', async () => {
+      const table = randomSchemaName().replace('mcpd_test_', 'mcpd_public_')
+      const pool = postgres.openPool({ max: 6 })
+      const drop = () => postgres.pool.query(`DROP TABLE IF EXISTS public."${table}", public."${table}_resets"`)
+      try {
+        for (let round = 0; round < 3; round++) {
+          const stores = Array.from({ length: 6 }, () => createPostgresTokenStore({ pool, table }))
+          const results = await Promise.allSettled(stores.map((s) => s.migrate()))
+          expect(results.filter((r) => r.status === 'rejected')).toEqual([])
+          await drop()
+        }
+      } finally {
+        await drop()
+      }
+    })
+
     it('tables of one new schema migrated at the same moment all succeed (the schema is created once)', async () => {
       const schema = randomSchemaName()
       const pool = postgres.openPool({ max: 8 })
