@@ -3,7 +3,7 @@
  * objects, over loopback HTTP (`@hono/node-server`) for streaming.
  */
 import * as vm from 'node:vm'
-import { type TrustProxy, createTokenApi } from 'mcp-dispatch'
+import { type TrustProxy, createMemoryAppStore, createTokenApi } from 'mcp-dispatch'
 import { getDispatchContext, mcpDispatch, whenBodyEnds } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
 import { serveFetch } from '../helpers/platform.js'
@@ -54,6 +54,19 @@ describe('web adapter specifics', () => {
     expect(seen).toEqual(['1.0.0 true', '1.0.0 true'])
     expect(Object.keys(open)).toEqual(keys)
     expect(JSON.stringify(open)).toBe(JSON.stringify(post()))
+  })
+
+  it('answers HEAD of the metadata of an App with a name out of ASCII with the Content-Length of its GET body in bytes, not in characters', async () => {
+    const fixture = createFixture()
+    const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Météo ☀', versions: ['1.0.0'] }])
+    const handle = mcpDispatch({ dispatcher: { ...fixture.dispatcherOptions, apps }, handler: () => new Response('unreached') })
+    const metadata = (method: string) => handle(new Request(`http://${HOST}/.well-known/oauth-protected-resource`, { method }))
+    const body = Buffer.from(await (await metadata('GET')).arrayBuffer())
+    expect(JSON.parse(body.toString()).resource_name).toBe('Météo ☀')
+    expect(body.byteLength).toBeGreaterThan(body.toString().length)
+    const head = await metadata('HEAD')
+    expect(head.status).toBe(200)
+    expect(head.headers.get('content-length')).toBe(String(body.byteLength))
   })
 
   describe('info.outgoing (@hono/node-server)', () => {
@@ -166,6 +179,9 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
       fetched.body!.getReader()
       return fetched
     },
+    // A Response of another realm (by its shape and methods) with an informational status,
+    // which is no final answer (a runtime's WebSocket upgrade, 101).
+    'a Response of another realm of status 101': () => ({ status: 101, headers: new Headers(), body: null, bodyUsed: false, arrayBuffer: async () => new ArrayBuffer(0) }),
     'foreign promise of nothing': () => vm.runInNewContext('Promise.resolve(undefined)'),
     'foreign promise of a Response': () => vm.runInNewContext('Promise.resolve(r)', { r: Response.json({ ok: true }) }),
   }
@@ -193,7 +209,7 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
         return { status: response.status, headers: Object.fromEntries(response.headers), body: await response.text() }
       }
       try {
-        const failing = ['nothing', 'object', 'Response.error()', 'shaped like a Response', 'a fetched Response already read', 'a fetched Response locked', 'foreign promise of nothing']
+        const failing = ['nothing', 'object', 'Response.error()', 'shaped like a Response', 'a fetched Response already read', 'a fetched Response locked', 'a Response of another realm of status 101', 'foreign promise of nothing']
         for (const answer of failing) {
           const res = await send(answer)
           expect(res.status, answer).toBe(502)
@@ -301,6 +317,17 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     expect(handled).toBe(5)
   })
 
+  it('a Workers env given as info (fetch: handle), which cannot be told apart, is served as an info without a client address, a binding named req or incoming of no object included', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const handle = mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error), handler: () => new Response('{}') })
+    // A KV namespace bound as `req`, a variable bound as `incoming`, beside the usual bindings.
+    const env = { req: { get: async () => null, put: async () => {} }, incoming: 'queue-name', API_KEY: 'secret' }
+    const res = await handle(new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' }), env as never)
+    expect(res.status).toBe(200)
+    expect(errors).toEqual([])
+  })
+
   it('on @hono/node-server, a lower-case Host that is no host (weather.1, 1.2.3.999, 0x7f.1) is the JSON-RPC 400, not an App address', async () => {
     const fixture = createFixture()
     let handled = 0
@@ -400,7 +427,7 @@ describe('web adapter: info.host, for runtimes whose request.url does not carry 
     return { fixture, seen, handle, post }
   }
 
-  it('finds the App by the host given, and makes the App address of it; the handler gets the request as it came', async () => {
+  it('finds the App by the host given, and makes the App address of it (as the URL parser reads the host); the handler gets the request as it came', async () => {
     const { seen, handle, post } = setup()
     const served = await post('weather.localhost:8080')
     expect(served.status).toBe(200)
@@ -409,6 +436,9 @@ describe('web adapter: info.host, for runtimes whose request.url does not carry 
     // Read as the URL parser reads it: lower case, no default port.
     expect((await post('NOTES.localhost:80')).status).toBe(200)
     expect(seen[1]).toBe(`notes http://notes.localhost ${NEXT_URL}/v1`)
+    // A port with a leading zero, in the parser's form.
+    expect((await post('weather.localhost:08080')).status).toBe(200)
+    expect(seen[2]).toBe(`weather http://weather.localhost:8080 ${NEXT_URL}/v1`)
 
     const refused = await handle(new Request(`${NEXT_URL}/v1`, { method: 'POST', body: '{}' }), { host: 'weather.localhost:8080' })
     expect(refused.status).toBe(401)
@@ -556,6 +586,30 @@ describe('web adapter: a clientAddress of null or \'\' (a header lookup in a pla
       expect(fixture.errors).toEqual([])
     }
   })
+
+  it('as undefined does: an OAuth validator is given a context without clientAddress, where a peer address is passed on', async () => {
+    const fixture = createFixture()
+    const contexts: object[] = []
+    const handle = mcpDispatch({
+      dispatcher: {
+        ...fixture.dispatcherOptions,
+        oauth: {
+          validate: async (_token: string, context?: object) => {
+            contexts.push(context!)
+            return { active: false as const, reason: 'refused' }
+          },
+        },
+      },
+      handler: () => Response.json({ ok: true }),
+    })
+    for (const clientAddress of [undefined, null, '', '203.0.113.9']) {
+      const res = await handle(new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: 'Bearer an-oauth-access-token' }, body: '{}' }), { clientAddress })
+      expect(res.status).toBe(401)
+    }
+    const resource = { resource: `http://${HOST}`, appId: 'app_weather' }
+    expect(contexts).toEqual([resource, resource, resource, { ...resource, clientAddress: '203.0.113.9' }])
+    for (const context of contexts.slice(0, 3)) expect(Object.keys(context)).not.toContain('clientAddress')
+  })
 })
 
 describe('whenBodyEnds', () => {
@@ -569,11 +623,12 @@ describe('whenBodyEnds', () => {
       },
     })
 
-  it('calls back once the body is read to the end, and passes status, headers and bytes through', async () => {
+  it('calls back once the body is read to the end, and passes status, reason phrase, headers and bytes through', async () => {
     let ended = 0
-    const response = whenBodyEnds(new Response(streamOf(['a', 'b']), { status: 201, headers: { 'x-kept': 'yes' } }), () => ended++)
+    const response = whenBodyEnds(new Response(streamOf(['a', 'b']), { status: 201, statusText: 'Made', headers: { 'x-kept': 'yes' } }), () => ended++)
     expect(ended).toBe(0)
     expect(response.status).toBe(201)
+    expect(response.statusText).toBe('Made')
     expect(response.headers.get('x-kept')).toBe('yes')
     expect(await response.text()).toBe('ab')
     expect(ended).toBe(1)
@@ -616,5 +671,54 @@ describe('web adapter: an App routed for POST only (a Hono app as the handler)',
       await sessions.close()
       await served.close()
     }
+  })
+})
+
+describe('web adapter without info.outgoing: a new session whose pin cannot be stored', () => {
+  it('answers the store\'s 503 in place of the handler\'s event stream, and cancels that stream\'s body, which no client will read', async () => {
+    const fixture = createFixture({
+      sessions: { get: () => Promise.resolve(undefined), set: () => Promise.reject(new Error('pin store down')), delete: () => Promise.resolve() },
+    })
+    let cancelled = false
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      onError: () => {},
+      handler: () =>
+        new Response(new ReadableStream({ pull: (controller) => controller.enqueue(new TextEncoder().encode('data: {}\n\n')), cancel: () => void (cancelled = true) }), {
+          headers: { 'content-type': 'text/event-stream', 'mcp-session-id': 'never-pinned' },
+        }),
+    })
+    const res = await handle(new Request(`http://${HOST}/v1`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}` }, body: '{}' }))
+    expect(res.status).toBe(503)
+    expect(res.headers.get('mcp-session-id')).toBeNull()
+    expect(((await res.json()) as { error: { data: { error: string } } }).error.data.error).toBe('temporarily_unavailable')
+    expect(cancelled).toBe(true)
+  })
+})
+
+describe('web adapter without info.outgoing (Workers, Deno, Bun): a 404 of the handler to a session', () => {
+  it('a text 404 to a session\'s GET leaves the pin alone, and the session\'s next POST reaches the handler; a JSON 404 ends the pin (404 session_not_found)', async () => {
+    const fixture = createFixture()
+    const handle = mcpDispatch({
+      dispatcher: fixture.dispatcher,
+      handler: (request) => {
+        if (request.method === 'GET') return new Response('404 Not Found', { status: 404, headers: { 'content-type': 'text/plain; charset=UTF-8' } })
+        if (request.headers.get('x-forget') !== null) return Response.json({ jsonrpc: '2.0', id: null, error: { code: -32001, message: 'Session not found' } }, { status: 404 })
+        return Response.json({ ok: true }, { headers: { 'mcp-session-id': 's-1' } })
+      },
+    })
+    const ask = (method: string, path: string, headers: Record<string, string> = {}) =>
+      handle(new Request(`http://${HOST}${path}`, { method, headers: { authorization: `Bearer ${fixture.tokens.alice}`, ...headers }, ...(method === 'POST' && { body: '{}' }) }))
+    expect((await ask('POST', '/v1')).headers.get('mcp-session-id')).toBe('s-1')
+    const stream = await ask('GET', '/', { 'mcp-session-id': 's-1', accept: 'text/event-stream' })
+    expect(stream.status).toBe(404)
+    expect(await stream.text()).toBe('404 Not Found')
+    const next = await ask('POST', '/', { 'mcp-session-id': 's-1' })
+    expect(next.status).toBe(200)
+    expect(await next.json()).toEqual({ ok: true })
+    expect((await ask('POST', '/', { 'mcp-session-id': 's-1', 'x-forget': '1' })).status).toBe(404)
+    const gone = await ask('POST', '/', { 'mcp-session-id': 's-1' })
+    expect(gone.status).toBe(404)
+    expect(((await gone.json()) as { error: { data: { error: string } } }).error.data.error).toBe('session_not_found')
   })
 })
