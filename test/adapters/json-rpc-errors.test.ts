@@ -69,6 +69,9 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
       const method = req.body?.method
       if (method === 'throw') throw new Error(`the database said no to ${SECRET}`)
       if (method === 'forbidden') return next(Object.assign(new Error(SECRET), { status: 403 }))
+      if (method === 'unavailable') return next(Object.assign(new Error(SECRET), { status: 500 }))
+      // Another body parser's refusal: a SyntaxError with status 400 and no type express.json() names.
+      if (method === 'syntax') return next(Object.assign(new SyntaxError(SECRET), { status: 400 }))
       if (method === 'half') {
         res.writeHead(200, { 'content-type': 'text/plain' })
         res.write('partial ')
@@ -99,7 +102,7 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
     }
   })
 
-  it('a route that fails is 500 -32603 without its text, told to onError; one with a client status gets that status with -32600; one after the head was sent ends the connection', async () => {
+  it('a route that fails is 500 -32603 without its text, told to onError, with a status of 500 too; one with a client status gets that status with -32600, a SyntaxError of status 400 the parse error, neither told; one after the head was sent ends the connection, passed on to Express untold', async () => {
     const { port, token, reported, close } = await start()
     try {
       expectAnswer(await post(port, token, '{"method":"throw"}'), 500, INTERNAL)
@@ -108,8 +111,16 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
       expect(String(reported[0]!.error)).toContain('the database said no')
       expectAnswer(await post(port, token, '{"method":"forbidden"}'), 403, body(-32600, 'Invalid Request'))
       expect(reported).toHaveLength(1)
+      // An error of status 500 is the server's too: the same 500, told to onError.
+      expectAnswer(await post(port, token, '{"method":"unavailable"}'), 500, INTERNAL)
+      expect(reported).toHaveLength(2)
+      // A SyntaxError of status 400 is a body no parser could read: the parse error, not told.
+      expectAnswer(await post(port, token, '{"method":"syntax"}'), 400, PARSE_ERROR)
+      expect(reported).toHaveLength(2)
       // Express's own handling of an error after the head: the connection is destroyed.
       await expect(post(port, token, '{"method":"half"}')).rejects.toThrow()
+      // Passed on to Express (next(error)), not answered nor told by jsonRpcErrors.
+      expect(reported).toHaveLength(2)
     } finally {
       await close()
     }

@@ -705,15 +705,18 @@ describe('a mount the dispatcher basePath does not hold (every request would be 
         option: 'basePath',
         message: expect.stringContaining('under the Express route path "/mcp" give the dispatcher basePath: "/mcp"'),
       })
-      // With the basePath, served and quiet; and a route path with a wildcard or a list is not judged.
+      // With the basePath, served and quiet; and a route path with a pattern (an optional
+      // character, which leaves no parameter) or a list is not judged.
       const quiet: unknown[] = []
       const right = express()
       right.post('/mcp', expressDispatch({ dispatcher: withBase('/mcp'), onError: (error) => quiet.push(error) }), served)
       right.post(['/a', '/b'], expressDispatch({ dispatcher: withBase(''), onError: (error) => quiet.push(error) }), served)
+      right.post(kind === 'express4' ? '/ab?c' : '/ab{c}', expressDispatch({ dispatcher: withBase(''), onError: (error) => quiet.push(error) }), served)
       const port3 = await serveExpress(right, 0)
       const answer = await rawRequest(port3, post('/mcp', alice()))
       expect([answer.status, answer.headers['x-mcp-version']]).toEqual([200, '2.0.0'])
       expect((await rawRequest(port3, post('/a', alice()))).status).toBe(404)
+      expect((await rawRequest(port3, post('/abc', alice()))).status).toBe(404)
       expect(quiet).toEqual([])
     },
   )

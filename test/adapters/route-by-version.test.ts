@@ -97,6 +97,29 @@ async function serveFailingFactory(kind: AdapterKind, fixture: Fixture, onError:
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
 }
 
+/** A factory whose handler answers with the App, the version and the how-manieth handler it built. */
+async function serveNamingFactory(kind: AdapterKind, fixture: Fixture): Promise<Served> {
+  let built = 0
+  const factory = <H>(handler: (name: string) => H) => (app: { id: string }, version: string) => handler(`${app.id} ${version} #${++built}`)
+  if (kind === 'web') {
+    const handler = webAdapter.routeByVersion(factory((name) => () => new Response(name)))
+    const served = await serveFetch(webAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, handler }))
+    return { port: served.port, close: served.close }
+  }
+  if (isExpress(kind)) {
+    const app = EXPRESS[kind]()
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.use(expressAdapter.routeByVersion(factory((name) => (_req: http.IncomingMessage, res: http.ServerResponse) => res.end(name))))
+    const server = http.createServer(app)
+    return { port: await listen(server), close: () => close(server) }
+  }
+  const app = Fastify({ forceCloseConnections: true })
+  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
+  app.all('/*', fastifyAdapter.routeByVersion(factory((name) => async () => name)))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+}
+
 describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => {
   const call = (served: Served, fixture: Fixture, host: string) =>
     rawRequest(served.port, {
@@ -136,6 +159,19 @@ describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => 
     try {
       expect(await call(served, fixture, 'notes.localhost')).toMatchObject({ status: 200, body: 'notes 1.0.0' })
       expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'weather, qualified' })
+    } finally {
+      await served.close()
+    }
+  })
+
+  it('a factory builds one handler per App and version, kept: two Apps at the same version each get their own, never the other\'s', async () => {
+    const fixture = createFixture()
+    const served = await serveNamingFactory(kind, fixture)
+    try {
+      expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'app_weather 1.0.0 #1' })
+      expect(await call(served, fixture, 'notes.localhost')).toMatchObject({ status: 200, body: 'app_notes 1.0.0 #2' })
+      expect(await call(served, fixture, 'weather.localhost')).toMatchObject({ status: 200, body: 'app_weather 1.0.0 #1' })
+      expect(await call(served, fixture, 'notes.localhost')).toMatchObject({ status: 200, body: 'app_notes 1.0.0 #2' })
     } finally {
       await served.close()
     }
@@ -310,6 +346,25 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
       expect([answer.status, answer.headers['mcp-session-id'], answer.body]).toEqual([200, 'session-held', body])
       expect(errors.map((error) => (error as Error).message)).toEqual(['failed after the answer'])
       expect(await memory.get('session-held', 60_000)).toMatchObject({ appId: 'app_weather', version: '1.0.0' })
+    } finally {
+      await served.close()
+    }
+  })
+
+  it.runIf(isExpress(kind))('a handler that calls next(error) before answering passes the error on to Express (its 500), and onError does not hear it', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const served = await serveHandler(fixture, (error) => errors.push(error), (_res, next) => next!(new Error('failed before the answer')))
+    try {
+      const answer = await rawRequest(served.port, {
+        host: 'weather.localhost',
+        path: '/v1',
+        headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
+        body: tools,
+      })
+      expect(answer.status).toBe(500)
+      expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+      expect(errors).toEqual([])
     } finally {
       await served.close()
     }
