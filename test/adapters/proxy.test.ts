@@ -92,7 +92,7 @@ describe('proxy handler', () => {
   afterAll(() => close(upstream.server))
 
   describe('what crosses to the upstream', () => {
-    it('forwards the MCP headers, the method and the body; never the credential, cookies or hop-by-hop headers', async () => {
+    it('forwards the MCP headers, the method and the body; never the credential, cookies or hop-by-hop headers; asks the upstream for no content coding, whatever the client accepts', async () => {
       let seen: { headers: http.IncomingHttpHeaders; method?: string; url?: string; body: string } | undefined
       upstream.handle = async (req, res) => {
         seen = { headers: req.headers, method: req.method, url: req.url, body: await readBody(req) }
@@ -120,6 +120,7 @@ describe('proxy handler', () => {
             'Mcp-Param-Region': 'eu-west-3',
             'mcp-param-tenant_id': '=?base64?dMOpbmFudA==?=',
             'x-unlisted': 'not forwarded either',
+            'accept-encoding': 'gzip, br',
           },
           body,
         }),
@@ -142,6 +143,8 @@ describe('proxy handler', () => {
         'mcp-name': 'forecast',
         'mcp-param-region': 'eu-west-3',
         'mcp-param-tenant_id': '=?base64?dMOpbmFudA==?=',
+        // The proxy's own, not the client's: it asks for no coding, which fetch would decode.
+        'accept-encoding': 'identity',
       })
       for (const name of ['authorization', 'cookie', 'x-private', 'keep-alive', 'te', 'proxy-authorization', 'x-unlisted']) {
         expect(h[name], name).toBeUndefined()
@@ -687,6 +690,25 @@ describe('proxy handler', () => {
       expect((reported as UpstreamError).status).toBe(502)
     })
 
+    it('answers 502 (JSON-RPC) when an upstream function throws or answers no http(s) URL, reported to onError as proxy upstream, without the URL', async () => {
+      const reported: Array<{ error: unknown; context: string }> = []
+      let answer: () => string = () => {
+        throw new Error('no upstream for you')
+      }
+      const failing = createProxyHandler({ upstream: () => answer(), identity: signer, onError: (error, where) => reported.push({ error, context: where }) })
+      const call = () => failing(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+      let response = await call()
+      expect(response.status).toBe(502)
+      expect(await response.text()).toBe(UNAVAILABLE)
+      expect(reported).toEqual([{ error: new Error('no upstream for you'), context: 'proxy upstream' }])
+      answer = () => 'ftp://svc:S3CRET@upstream.internal/mcp'
+      response = await call()
+      expect(response.status).toBe(502)
+      expect(await response.text()).toBe(UNAVAILABLE)
+      expect(reported[1]).toEqual({ error: expect.any(ConfigurationError), context: 'proxy upstream' })
+      expect(String(reported[1]!.error)).not.toContain('S3CRET')
+    })
+
     it('answers 504 (JSON-RPC) when the upstream does not answer in time', async () => {
       const aborted: Gate = createGate()
       const stalled = createProxyHandler({
@@ -707,6 +729,41 @@ describe('proxy handler', () => {
       await aborted.wait()
       expect(response.status).toBe(504)
       expect(await response.text()).toBe(TIMED_OUT)
+    })
+
+    it('without timeoutMs, waits 30 s for the upstream head: still waiting at 29,999 ms, 504 at 30,000', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const called: Gate = createGate()
+        let aborted = false
+        const stalled = createProxyHandler({
+          upstream: { '2.0.0': 'http://upstream.invalid/mcp' },
+          appId: 'app_weather',
+          identity: signer,
+          onError: () => {},
+          // Never answers; only the proxy's timeout ends it.
+          fetch: (_url, init) =>
+            new Promise<Response>((_resolve, reject) => {
+              called.open()
+              init.signal!.addEventListener('abort', () => {
+                aborted = true
+                reject(new DOMException('aborted', 'AbortError'))
+              })
+            }),
+        })
+        const answer = stalled(new Request('http://weather.localhost/v2', { method: 'GET' }), context)
+        // The deadline is set before the upstream is called.
+        await called.wait()
+        await vi.advanceTimersByTimeAsync(29_999)
+        expect(aborted).toBe(false)
+        await vi.advanceTimersByTimeAsync(1)
+        const response = await answer
+        expect(aborted).toBe(true)
+        expect(response.status).toBe(504)
+        expect(await response.text()).toBe(TIMED_OUT)
+      } finally {
+        vi.useRealTimers()
+      }
     })
 
     it("relays an upstream 403 asking an OAuth caller for more scope, rebuilt: error, scope and description, and this App's resource_metadata (MCP step-up authorization); to an API-token caller, and any other challenge, nothing", async () => {
@@ -735,18 +792,36 @@ describe('proxy handler', () => {
       }
     })
 
-    it('answers 502 when the upstream refuses the identity (401) or redirects', async () => {
+    it('of a parameter an upstream challenge repeats, the first counts: a later error or scope neither makes nor widens the relayed challenge', async () => {
+      const answer = (challenge: string) =>
+        (upstream.handle = (_req, res) => res.writeHead(403, { 'content-type': 'application/json', 'www-authenticate': challenge }).end('{}'))
+      const call = async () => (await proxy(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)).headers.get('www-authenticate')
+      answer('Bearer error="insufficient_scope", scope="files:read", Scope="admin"')
+      expect(await call()).toBe('Bearer resource_metadata="http://weather.localhost/.well-known/oauth-protected-resource", error="insufficient_scope", scope="files:read"')
+      answer('Bearer error="invalid_token", error="insufficient_scope", scope="admin"')
+      expect(await call()).toBeNull()
+    })
+
+    it('answers 502 when the upstream refuses the identity (401) or redirects, never following the redirect (to a place that would answer)', async () => {
+      let followed = false
       for (const answer of [
         { status: 401, headers: { 'www-authenticate': 'Bearer error="invalid_token"' } },
-        { status: 302, headers: { location: 'http://elsewhere.example/' } },
+        // Followed, a 302 or 303 would be a GET there (a 307 cannot send a streamed body again).
+        { status: 302, headers: { location: `${upstream.origin}/elsewhere` } },
+        { status: 303, headers: { location: `${upstream.origin}/elsewhere` } },
       ]) {
-        upstream.handle = (_req, res) => res.writeHead(answer.status, answer.headers).end()
+        upstream.handle = (req, res) => {
+          if (req.url !== '/elsewhere') return void res.writeHead(answer.status, answer.headers).end()
+          followed = true
+          res.writeHead(200, { 'content-type': 'application/json' }).end('{}')
+        }
         const response = await proxy(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
         expect(response.status).toBe(502)
         expect(await response.text()).toBe(UNAVAILABLE)
         expect(response.headers.get('www-authenticate')).toBeNull()
         expect(response.headers.get('location')).toBeNull()
       }
+      expect(followed).toBe(false)
     })
 
     it('answers 502 to a 407 and lets its connection go (Node\'s fetch fails on a 407 and left the socket paused, open for good)', async () => {
@@ -763,6 +838,20 @@ describe('proxy handler', () => {
       own.server.closeAllConnections()
       await new Promise((resolve) => own.server.close(resolve))
       expect(await leakedHandles(baseline)).toEqual({})
+    })
+
+    it('answers 502 to a 407 from a fetch of its own that hands it back (Node\'s fails on one): the upstream\'s proxy challenge never reaches the caller', async () => {
+      const own = createProxyHandler({
+        upstream: { '2.0.0': 'http://upstream.invalid/mcp' },
+        appId: 'app_weather',
+        identity: signer,
+        onError: () => {},
+        fetch: async () => new Response('x', { status: 407, headers: { 'proxy-authenticate': 'Basic realm="proxy"', 'content-type': 'text/plain' } }),
+      })
+      const response = await own(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}' }), context)
+      expect(response.status).toBe(502)
+      expect(await response.text()).toBe(UNAVAILABLE)
+      expect(response.headers.get('proxy-authenticate')).toBeNull()
     })
 
     it('passes a 205 on without a body, and lets its connection go (fetch gives a 205 no body, and left what the upstream sent with it unread)', async () => {
@@ -873,6 +962,38 @@ describe('proxy handler', () => {
     } finally {
       await close(server)
     }
+  })
+
+  describe('a client that goes away is no upstream failure', () => {
+    it('gone before the upstream answered: nothing is reported to onError', async () => {
+      const reported: unknown[] = []
+      const requested = createGate()
+      upstream.handle = () => requested.open() // never answers
+      const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, onError: (error) => void reported.push(error) })
+      const client = new AbortController()
+      const answer = handler(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}', signal: client.signal }), context)
+      await requested.wait()
+      client.abort()
+      expect((await answer).status).toBe(502)
+      expect(reported).toEqual([])
+    })
+
+    it('gone while the answer streams: the body ends quietly (no error), and nothing is reported to onError', async () => {
+      const reported: unknown[] = []
+      upstream.handle = (_req, res) => {
+        res.writeHead(200, { 'content-type': 'text/event-stream' })
+        res.write('data: one\n\n')
+      }
+      const handler = createProxyHandler({ upstream: () => `${upstream.origin}/mcp`, identity: signer, onError: (error) => void reported.push(error) })
+      const client = new AbortController()
+      const response = await handler(new Request('http://weather.localhost/v2', { method: 'POST', body: '{}', signal: client.signal }), context)
+      const reader = response.body!.getReader()
+      expect(new TextDecoder().decode((await reader.read()).value)).toBe('data: one\n\n')
+      const next = reader.read()
+      client.abort()
+      expect(await next).toEqual({ done: true, value: undefined })
+      expect(reported).toEqual([])
+    })
   })
 
   describe('client disconnects propagate through every adapter', () => {
@@ -1083,10 +1204,14 @@ describe('proxy: upstreams and clients that misbehave', () => {
   })
 
   it('a body fetch decoded loses its coding labels; a coding it may not have decoded is a 502, never bytes labelled wrong', async () => {
-    const { gzipSync } = await import('node:zlib')
+    const { brotliCompressSync, deflateSync, gzipSync } = await import('node:zlib')
     const gzipped = gzipSync('{"ok":true}')
     for (const [coding, payload, expected] of [
       ['gzip', gzipped, 200],
+      // Every coding Node's fetch decodes, since Node 20.
+      ['x-gzip', gzipped, 200],
+      ['deflate', deflateSync('{"ok":true}'), 200],
+      ['br', brotliCompressSync('{"ok":true}'), 200],
       ['identity', Buffer.from('{"ok":true}'), 200],
       ['zstd', Buffer.from('ENCODED'), 502], // decoded by newer Node's fetch only
       ['x-custom', Buffer.from('ENCODED'), 502],
@@ -1525,7 +1650,11 @@ describe('identity tokens', () => {
     expect(() => createProxyHandler({ upstream: { '1.0.0': 'http://svc:S3CRET@127.0.0.1:99999/?key=K3Y' }, identity })).toThrow(
       /^(?!.*(S3CRET|K3Y)).*upstream\.1\.0\.0.*not an absolute URL/,
     )
-    expect(() => createProxyHandler({ upstream: { '1.0.0': 'ftp://x/' }, identity })).toThrow(ConfigurationError)
+    // App-qualified keys: a bare version without appId would be refused for that alone.
+    expect(() => createProxyHandler({ upstream: { 'app_weather@1.0.0': 'ftp://x/' }, identity })).toThrow(/upstream\.app_weather@1\.0\.0.*must be an http\(s\) URL/)
+    expect(() => createProxyHandler({ upstream: { 'app_weather@1.0.0': 'http://svc:S3CRET@127.0.0.1:9/mcp' }, identity })).toThrow(
+      /^(?!.*S3CRET).*upstream\.app_weather@1\.0\.0.*must not carry credentials/,
+    )
     // Past Node's timer range a timeout would fire at once: every request a 504.
     expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, timeoutMs: 3_000_000_000 })).toThrow(ConfigurationError)
     expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, forwardHeaders: ['Authorization'] })).toThrow(ConfigurationError)
@@ -1535,6 +1664,11 @@ describe('identity tokens', () => {
     for (const name of ['X-Forwarded-For', 'x-forwarded-host', 'Forwarded', 'X-Real-IP', 'True-Client-IP', 'CF-Connecting-IP', 'X-Client-IP', 'Client-IP', 'X-Cluster-Client-IP', 'via', 'Expect']) {
       expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, forwardHeaders: [name] }), name).toThrow(ConfigurationError)
     }
+    // The identity header is the proxy's own to set: never one taken from the client.
+    expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, forwardHeaders: ['X-MCP-Identity'] })).toThrow(/forwardHeaders.*"x-mcp-identity"/)
+    expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, identityHeader: 'X-Platform-Identity', forwardHeaders: ['x-platform-identity'] })).toThrow(
+      /forwardHeaders.*"x-platform-identity"/,
+    )
     expect(() => createProxyHandler({ upstream: ONE_UPSTREAM, identity, identityHeader: 'authorization' })).toThrow(ConfigurationError)
     // A header the client sends and the proxy forwards (MCP 2026-07-28) cannot carry the identity.
     for (const name of ['mcp-method', 'Mcp-Name', 'mcp-param-region']) {
