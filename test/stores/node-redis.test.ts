@@ -62,6 +62,7 @@ async function until(condition: () => boolean, what: string): Promise<void> {
 describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md', () => {
   const WINDOW_MS = 60_000
   const prefix = `mcp-dispatch-test:node-redis:${process.pid}:${Date.now()}:`
+  const REDIS_PORT = Number(new URL(REDIS_URL).port || 6379)
 
   async function connected(port: number) {
     const client = createClient({ url: `redis://127.0.0.1:${port}`, socket: { reconnectStrategy: () => 20 } })
@@ -118,6 +119,32 @@ describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md'
     } finally {
       client.destroy()
       await proxy.close()
+    }
+  })
+
+  it('an error reply through it (node-redis\'s ErrorReply) closes the stall breaker as a reply does: the next call is sent, with no probe', async () => {
+    const client = await connected(REDIS_PORT)
+    const other = await connected(REDIS_PORT)
+    const sent: string[] = []
+    const redis = { call: (...args: RedisArgument[]) => (sent.push(String(args[0])), client.sendCommand(args.map(String))) }
+    const T = 300
+    const sessions = createRedisSessionStore({ client: redis, prefix, timeoutMs: T })
+    try {
+      await other.sendCommand(['RPUSH', `${prefix}session:list`, 'x']) // GETEX on a list: WRONGTYPE
+      // The connection held by a BLPOP: what follows it waits, unanswered.
+      const held = client.sendCommand(['BLPOP', `${prefix}hold`, '0'])
+      await expect(sessions.get('list', 60_000)).rejects.toThrow(/did not answer within/)
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(new RegExp(`not sent: Redis is stalled \\(a command got no answer within ${T} ms`))
+      await other.sendCommand(['RPUSH', `${prefix}hold`, 'go'])
+      await held
+      await client.sendCommand(['PING']) // the late answer, WRONGTYPE, is in
+      sent.length = 0
+      expect(await sessions.get('s', 60_000)).toBeUndefined()
+      expect(sent).toEqual(['GETEX'])
+    } finally {
+      await other.sendCommand(['DEL', `${prefix}session:list`, `${prefix}hold`])
+      client.destroy()
+      other.destroy()
     }
   })
 })

@@ -690,15 +690,23 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([busA.close(), busB.close()])
     })
 
-    it('a subscriber connection dropped without a reset (a NAT or load balancer that forgot it) while Redis answers the heartbeats is replaced: the bus hears again within seconds, not at TCP keepalive (regression: deaf, the token cache off, for minutes to hours)', async () => {
+    /**
+     * A proxy to Redis whose connections, once dropped, stay open and pass nothing either way
+     * (a NAT or load balancer that forgot them); new connections pass as before. `client`: a
+     * client whose duplicate (a bus's own subscriber) goes through it, while its own commands,
+     * the heartbeats among them, reach Redis directly.
+     */
+    /** A message published on a channel, as Redis pushes it to a subscriber (RESP2, RESP3). */
+    const PUBLISHED = /[*>]3\r\n\$7\r\nmessage\r\n\$\d+\r\n[^\r]*\r\n\$\d+\r\n[^\r]*\r\n/g
+
+    async function forgettingProxy() {
       const upstream = new URL(REDIS_URL)
       const sockets = new Set<Socket>()
-      const connections: Array<{ dropped: boolean }> = []
-      // A proxy whose connections, once dropped, stay open and pass nothing either way; new
-      // connections pass as before.
+      const connections: Array<{ dropped: boolean; deaf: boolean }> = []
+      let deafNew = false
       const proxy = createNetServer((downstream) => {
         const toRedis = connect(Number(upstream.port || 6379), upstream.hostname)
-        const connection = { dropped: false }
+        const connection = { dropped: false, deaf: deafNew }
         connections.push(connection)
         for (const socket of [downstream, toRedis]) {
           sockets.add(socket)
@@ -706,21 +714,39 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
           socket.on('close', () => (sockets.delete(socket), downstream.destroy(), toRedis.destroy()))
         }
         downstream.on('data', (chunk: Buffer) => void (connection.dropped || toRedis.write(chunk)))
-        toRedis.on('data', (chunk: Buffer) => void (connection.dropped || downstream.write(chunk)))
+        toRedis.on('data', (chunk: Buffer) => {
+          if (connection.dropped) return
+          // A deaf connection passes Redis's replies, and no published message.
+          downstream.write(connection.deaf ? Buffer.from(chunk.toString('latin1').replace(PUBLISHED, ''), 'latin1') : chunk)
+        })
       })
       await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
+      const proxied = `redis://127.0.0.1:${(proxy.address() as AddressInfo).port}`
+      return {
+        connections,
+        client: () => Object.assign(redis.connect(), { duplicate: () => redis.connect({ retryStrategy: () => 10, disconnectTimeout: 10 }, proxied) }),
+        /** Forgets every connection made so far. */
+        drop: () => void connections.forEach((connection) => (connection.dropped = true)),
+        /** From now on, each new connection passes no published message: a bus's replacements of a forgotten one hear nothing either. */
+        deafenNew: () => void (deafNew = true),
+        close: async () => {
+          for (const socket of sockets) socket.destroy()
+          await new Promise<void>((resolve) => proxy.close(() => resolve()))
+        },
+      }
+    }
+
+    it('a subscriber connection dropped without a reset (a NAT or load balancer that forgot it) while Redis answers the heartbeats is replaced: the bus hears again within seconds, not at TCP keepalive (regression: deaf, the token cache off, for minutes to hours)', async () => {
+      const { connections, client: proxiedClient, drop, close } = await forgettingProxy()
       try {
         const prefix = redis.prefix()
-        const proxied = `redis://127.0.0.1:${(proxy.address() as AddressInfo).port}`
-        // The bus's own subscriber (its duplicate of the client) goes through the proxy; the
-        // client's commands, the heartbeats among them, reach Redis directly.
-        const client = Object.assign(redis.connect(), { duplicate: () => redis.connect({ retryStrategy: () => 10, disconnectTimeout: 10 }, proxied) })
+        const client = proxiedClient()
         const errors: string[] = []
         const bus = createRedisInvalidationBus({ client, prefix, heartbeatMs: 100, timeoutMs: 200, onError: (error, context) => void errors.push(`${context}: ${(error as Error).message}`) })
         const other = createRedisInvalidationBus({ client: redis.connect(), prefix })
         await Promise.all([bus.ready(5_000), other.ready(5_000)])
         expect(bus.listening).toBe(true)
-        for (const connection of connections) connection.dropped = true
+        drop()
         await vi.waitFor(() => expect(bus.listening).toBe(false), { timeout: 5_000 })
         await vi.waitFor(() => expect(bus.listening).toBe(true), { timeout: 10_000 })
         expect(errors).toContainEqual(expect.stringMatching(/^invalidation subscriber: Nothing arrived on .* the subscriber connection is replaced$/))
@@ -730,8 +756,99 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         expect(await heard).toEqual({ kind: 'token', tokenHash: 'h-after' })
         await Promise.all([bus.close(), other.close()])
       } finally {
-        for (const socket of sockets) socket.destroy()
-        await new Promise<void>((resolve) => proxy.close(() => resolve()))
+        await close()
+      }
+    })
+
+    it('a publish waiting for confirmations when its channels go silent stops waiting once the silence is judged (none could reach it), reported as such', async () => {
+      const { client, drop, close } = await forgettingProxy()
+      const T = 2_000
+      const reports: string[] = []
+      const bus = createRedisInvalidationBus({ client: client(), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: T, onError: (error, context) => void reports.push(`${context}: ${(error as Error).message}`) })
+      try {
+        await bus.ready(5_000)
+        drop()
+        // Silent for 1.5 s of the 2.1 s (heartbeatMs + timeoutMs) past which it is judged so.
+        await new Promise((resolve) => setTimeout(resolve, 1_500))
+        expect(bus.listening).toBe(true)
+        // Redis counts its subscriber connection, whose copy never comes back.
+        const began = performance.now()
+        await bus.publish({ kind: 'token', tokenHash: 'h1' })
+        expect(performance.now() - began).toBeLessThan(T - 500)
+        expect(bus.listening).toBe(false)
+        expect(reports).toContainEqual(expect.stringMatching(/^invalidation publish: Stopped waiting for 1 of 1 receivers of .* to confirm an invalidation: nothing arrived on its channels/))
+      } finally {
+        await bus.close()
+        await close()
+      }
+    })
+
+    it('a subscriber connection that stays deaf however often it is replaced is replaced again, less and less often: 2 or 3 replacements in the 4 s after the first (600 ms, 1.2 s, 2.4 s apart at the least)', async () => {
+      const { client, drop, deafenNew, close } = await forgettingProxy()
+      const replaced: number[] = []
+      const bus = createRedisInvalidationBus({
+        client: client(),
+        prefix: redis.prefix(),
+        heartbeatMs: 100,
+        timeoutMs: 200,
+        onError: (error) => void ((error as Error).message.endsWith('the subscriber connection is replaced') && replaced.push(performance.now())),
+      })
+      try {
+        await bus.ready(5_000)
+        deafenNew()
+        drop()
+        await vi.waitFor(() => expect(replaced).toHaveLength(1), { timeout: 5_000 })
+        await new Promise((resolve) => setTimeout(resolve, 4_000))
+        const inWindow = replaced.filter((at) => at - replaced[0]! < 4_000).length
+        expect(inWindow).toBeGreaterThanOrEqual(2)
+        expect(inWindow).toBeLessThanOrEqual(3)
+      } finally {
+        await bus.close()
+        await close()
+      }
+    })
+
+    it('a subscriber connection of your own that goes deaf is never replaced (it is the application\'s): the bus only stops listening', async () => {
+      const { connections, client, drop, close } = await forgettingProxy()
+      const errors: string[] = []
+      const subscriber = client().duplicate()
+      const bus = createRedisInvalidationBus({ client: redis.connect(), subscriber, prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: (error) => void errors.push((error as Error).message) })
+      try {
+        await bus.ready(5_000)
+        drop()
+        await vi.waitFor(() => expect(bus.listening).toBe(false), { timeout: 5_000 })
+        // A connection of its own would have been replaced twice by now (after 600 ms, then 1.2 s).
+        await new Promise((resolve) => setTimeout(resolve, 2_500))
+        expect(connections).toHaveLength(1)
+        expect(errors.filter((message) => message.endsWith('the subscriber connection is replaced'))).toEqual([])
+        expect(bus.listening).toBe(false)
+      } finally {
+        await bus.close()
+        subscriber.disconnect()
+        await close()
+      }
+    })
+
+    it('a replaced subscriber that hears again starts its next deaf spell\'s replacements afresh: the sixth spell in a row is over as soon as the first (the backoff between replacements does not carry over)', async () => {
+      const { client, drop, close } = await forgettingProxy()
+      // With heartbeatMs 100 and timeoutMs 200, a replacement comes 600 ms after the last at the
+      // earliest, and each one more in one spell doubles that wait: carried over, the sixth
+      // spell's would wait 9.6 s.
+      const bus = createRedisInvalidationBus({ client: client(), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: () => {} })
+      try {
+        await bus.ready(5_000)
+        for (let spell = 1; spell <= 6; spell++) {
+          // Something heard on the connection (its own heartbeats come back) before it is dropped.
+          await new Promise((resolve) => setTimeout(resolve, 300))
+          drop()
+          const began = performance.now()
+          await vi.waitFor(() => expect(bus.listening).toBe(false), { timeout: 5_000 })
+          await vi.waitFor(() => expect(bus.listening).toBe(true), { timeout: 10_000 })
+          expect(performance.now() - began, `spell ${spell}`).toBeLessThan(4_000)
+        }
+      } finally {
+        await bus.close()
+        await close()
       }
     })
 
@@ -1018,7 +1135,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await a.close()
     })
 
-    it('under Redis ACLs: without the confirmation channels a bus still listens and waits for no confirmation; without the channel, ready() fails and nothing waits; a receiver that may not confirm is reported', async () => {
+    it('under Redis ACLs: without the confirmation channels a bus still listens and waits for no confirmation; without the channel, ready() fails and nothing waits; a receiver that may not confirm is reported, once for two confirmations', async () => {
       const prefix = redis.prefix()
       const T = 3_000
       const channel = `${prefix}invalidations`
@@ -1071,8 +1188,12 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         // D hears but may not publish its confirmations: reported by D, and B waits T for it.
         const d = createRedisInvalidationBus({ client: as(users.old), prefix, timeoutMs: T, onError: onError('d') })
         await d.ready(5_000)
-        await b.publish({ kind: 'token', tokenHash: 'h4' })
-        await vi.waitFor(() => expect(reports.d).toContainEqual(expect.stringMatching(/^invalidation confirm: A confirmation on .*:ack:\* could not be sent \(NOPERM/)), { timeout: 2_000, interval: 5 })
+        // Two invalidations: D reports the first confirmation it could not send, not the second
+        // (at most once a minute); B, the receiver that did not confirm, once too.
+        await Promise.all([b.publish({ kind: 'token', tokenHash: 'h4' }), b.publish({ kind: 'token', tokenHash: 'h5' })])
+        expect(reports.d.filter((report) => report.startsWith('invalidation confirm'))).toEqual([
+          expect.stringMatching(/^invalidation confirm: A confirmation on .*:ack:\* could not be sent \(NOPERM/),
+        ])
         expect(reports.b).toEqual([expect.stringMatching(/^invalidation publish: 1 receiver of .* did not confirm/)])
         await Promise.all([a.close(), b.close(), c.close(), d.close()])
       } finally {
@@ -1198,6 +1319,55 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(subscriber.status).toBe('ready')
     })
 
+    it('a subscriber connection of your own that is closed when the bus closes: its failed UNSUBSCRIBE is reported (invalidation unsubscribe), close() resolves', async () => {
+      const reports: string[] = []
+      const subscriber = redis.connect({ retryStrategy: () => null, disconnectTimeout: 10 })
+      const bus = createRedisInvalidationBus({ client: redis.client, subscriber, prefix: redis.prefix(), onError: (error, context) => void reports.push(`${context}: ${(error as Error).message}`) })
+      await bus.ready(5_000)
+      subscriber.disconnect()
+      await vi.waitFor(() => expect(subscriber.status).toBe('end'), { timeout: 2_000, interval: 5 })
+      await expect(bus.close()).resolves.toBeUndefined()
+      expect(reports.filter((report) => report.startsWith('invalidation unsubscribe'))).toEqual([expect.stringMatching(/^invalidation unsubscribe: Connection is closed/)])
+    })
+
+    it('without timeoutMs, its deadline is 1 s: publishTimeoutMs, which the token service reads, is 1,000', async () => {
+      const bus = createRedisInvalidationBus({ client: redis.client, prefix: redis.prefix() })
+      expect(bus.publishTimeoutMs).toBe(1_000)
+      await bus.close()
+    })
+
+    it('once closed: a listener subscribed then hears nothing, and a publish waits for no confirmation', async () => {
+      const T = 3_000
+      const bus = createRedisInvalidationBus({ client: redis.connect(), prefix: redis.prefix(), timeoutMs: T })
+      await bus.ready(5_000)
+      await bus.close()
+      const heard: InvalidationMessage[] = []
+      bus.subscribe((message) => void heard.push(message))
+      const began = performance.now()
+      await bus.publish({ kind: 'token', tokenHash: 'h1' })
+      expect(performance.now() - began).toBeLessThan(T / 2)
+      expect(heard).toEqual([])
+    })
+
+    it('publishes a message of kind all to its own listeners only: nothing goes over the channel', async () => {
+      const client = redis.connect()
+      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: false })
+      await bus.ready(5_000)
+      const watcher = redis.connect()
+      const published: string[] = []
+      watcher.on('message', (from: string) => published.push(from))
+      await watcher.subscribe(bus.channel, `${bus.channel}:marker`)
+      const heard = nextInvalidation(bus, 'all')
+      await bus.publish({ kind: 'all' })
+      expect(await heard).toEqual({ kind: 'all' })
+      // A PUBLISH would have gone out on the bus's client before this marker (one connection
+      // keeps its commands in order), so it would have arrived before it.
+      await client.publish(`${bus.channel}:marker`, 'm')
+      await vi.waitFor(() => expect(published).toContain(`${bus.channel}:marker`), { timeout: 2_000, interval: 5 })
+      expect(published).toEqual([`${bus.channel}:marker`])
+      await bus.close()
+    })
+
     it('a subscriber connection of your own, handed over during its handshake, is subscribed once ready, not thrown out of it (regression: ioredis 5)', async () => {
       // ioredis 5 writes a SUBSCRIBE at once while the connection is in its handshake
       // (`connect`); the connection, then in subscriber mode, has its ready check (INFO)
@@ -1237,6 +1407,32 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         expect(errors, JSON.stringify(options)).toEqual([])
         await given.close()
       }
+    })
+
+    it('on a lazyConnect client nothing has used yet, its heartbeats go out all the same (connecting it): a bus alone on its channel keeps hearing itself and listening, nothing reported', async () => {
+      const client = redis.connect({ lazyConnect: true })
+      const errors: string[] = []
+      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`) })
+      await bus.ready(5_000)
+      // Three times the 300 ms a silence may last.
+      await new Promise((resolve) => setTimeout(resolve, 900))
+      expect(client.status).toBe('ready')
+      expect(bus.listening).toBe(true)
+      expect(errors).toEqual([])
+      await bus.close()
+    })
+
+    it('an invalidation published while its client is still connecting at the start is sent once connected, not refused: another bus hears it', async () => {
+      const prefix = redis.prefix()
+      const other = createRedisInvalidationBus({ client: redis.client, prefix })
+      await other.ready(5_000)
+      const client = redis.connect()
+      const bus = createRedisInvalidationBus({ client, prefix, heartbeatMs: false })
+      expect(client.status).toBe('connecting')
+      const heard = nextInvalidation(other)
+      await expect(bus.publish({ kind: 'token', tokenHash: 'h-early' })).resolves.toBeUndefined()
+      expect(await heard).toEqual({ kind: 'token', tokenHash: 'h-early' })
+      await Promise.all([bus.close(), other.close()])
     })
 
     it('refuses its own client as its subscriber: a subscribed connection cannot send the stores\' commands (ioredis 5; RESP2), so every store on it would fail (regression)', () => {
@@ -1791,6 +1987,18 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await expect(bus.publish({ kind: 'token', tokenHash: 'h' })).rejects.toThrow(/PUBLISH not sent: the Redis connection is not ready/)
       expect(seen).toEqual([{ kind: 'token', tokenHash: 'h' }])
       await bus.close()
+      client.disconnect()
+    })
+
+    it('a client never ready, on its way to a Redis that is not there, gets no probe once its stall showed: a call timeoutMs later is refused at once, unsent, naming the connection\'s state', async () => {
+      const client = await redis.connectUnreachable()
+      const sessions = createRedisSessionStore({ client, prefix: redis.prefix(), timeoutMs: 50 })
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(/did not answer within 50 ms/)
+      // Past the time of the next probe: its PING would only wait in the offline queue.
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      const began = performance.now()
+      await expect(sessions.get('s', 60_000)).rejects.toThrow(/^Redis GETEX not sent: the Redis connection is not ready \((connecting|reconnecting)\)$/)
+      expect(performance.now() - began).toBeLessThan(50)
       client.disconnect()
     })
 
