@@ -1621,6 +1621,8 @@ describe('identity tokens', () => {
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { ...privateJwk, d: undefined } })).toThrow(ConfigurationError)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: nonExtractable })).toThrow(ConfigurationError)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk, ttlSeconds: 0 })).toThrow(ConfigurationError)
+    // An identity token lives an hour at most (a verifier's maxTokenAgeSeconds default would refuse a longer one).
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: privateJwk, ttlSeconds: 3_601 })).toThrow(/identity\.ttlSeconds.*from 1 to 3600/)
     // A key no algorithm here signs with, or an algorithm that does not fit the key: at
     // creation, not as a 502 on every request.
     const rsa = generateKeyPairSync('rsa', { modulusLength: 2048 }).privateKey
