@@ -258,8 +258,10 @@ export type Decision =
  */
 export interface DispatcherTimers {
   /**
-   * Calls `callback` every `ms` milliseconds, as the global `setInterval`; answers a handle for
-   * {@link clearInterval} (any value, `undefined` included; one with an `unref` method is unref'd).
+   * Calls `callback` every `ms` milliseconds, as the global `setInterval`; answers a handle, which
+   * {@link clearInterval} is given to stop it (any value; one with an `unref` method is unref'd).
+   * An interval once stopped does nothing more when called, even where its handle cannot tell
+   * `clearInterval` which interval to stop (`undefined`).
    */
   setInterval(callback: () => void, ms: number): unknown
   /** Stops the interval `handle` names, as the global `clearInterval`. */
@@ -1480,10 +1482,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * serves it.
    */
   function everyOpenResponse<T>(everyMs: number, context: string, items: ReadonlyMap<string, T>, work: (item: T, report: (error: unknown) => void) => void) {
-    // The shared interval's handle, and whether it runs (a custom timer's handle may be anything,
-    // `undefined` included).
-    let shared: unknown
-    let running = false
+    // The interval for all while it runs, with its handle. An interval stopped does nothing
+    // more, even where `clearInterval` cannot stop it (a custom timer's handle may be anything).
+    let shared: { handle: unknown } | undefined
     let failed = false
     const once = (error: unknown) => {
       if (failed) return
@@ -1493,9 +1494,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const each = (error: unknown) => onError(error, context)
     function tick(): void {
       if (items.size === 0) {
-        timers.clearInterval(shared)
+        timers.clearInterval(shared!.handle)
         shared = undefined
-        running = false
         return
       }
       failed = false
@@ -1503,13 +1503,22 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
     return (item: T): (() => void) | undefined => {
       if (perResponse) {
-        const own = timers.setInterval(() => work(item, each), everyMs)
-        return () => timers.clearInterval(own)
+        let stopped = false
+        const own = timers.setInterval(() => {
+          if (!stopped) work(item, each)
+        }, everyMs)
+        return () => {
+          stopped = true
+          timers.clearInterval(own)
+        }
       }
-      if (!running) {
-        shared = timers.setInterval(tick, everyMs)
-        running = true
-        ;(shared as { unref?: () => void } | undefined)?.unref?.()
+      if (shared === undefined) {
+        const started: { handle: unknown } = { handle: undefined }
+        started.handle = timers.setInterval(() => {
+          if (shared === started) tick()
+        }, everyMs)
+        shared = started
+        ;(started.handle as { unref?: () => void } | undefined)?.unref?.()
       }
       return undefined
     }

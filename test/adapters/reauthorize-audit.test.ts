@@ -154,36 +154,58 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     expect(s.m.active.size).toBe(0)
   })
 
-  it('custom timers whose handle is undefined: one shared interval per kind while responses are open, stopped once none is, set again by the next', async () => {
+  it('custom timers whose handle is undefined (clearInterval cannot stop them): one interval per kind while responses are open, and those stopped do nothing more; one token check per tick', async () => {
     const s = await setup()
-    // A scheduler keyed by its callbacks, answering no handle.
-    const callbacks = new Set<() => void>()
+    // A scheduler that answers no handle: every interval it was given keeps being called.
+    const callbacks: Array<() => void> = []
     const cleared: unknown[] = []
     const timers: DispatcherTimers = {
-      setInterval: (callback) => void callbacks.add(callback),
+      setInterval: (callback) => void callbacks.push(callback),
       clearInterval: (handle) => void cleared.push(handle),
     }
     const fire = async () => {
-      for (const callback of [...callbacks]) callback()
+      for (const callback of callbacks) callback()
       for (let i = 0; i < 5; i++) await turn()
     }
     const dispatcher = createDispatcher({ ...s.options, timers, sessions: pinned(['s-1', 's-2', 's-3']) })
     const a = await openWith(dispatcher, s.first.token, 's-1')
     const b = await openWith(dispatcher, s.first.token, 's-2')
     // The sessions' keep-alive and the credential checks: two intervals, not one per response.
-    expect(callbacks.size).toBe(2)
+    expect(callbacks).toHaveLength(2)
+    s.resetLookups()
+    await fire()
+    expect(s.lookups()).toBe(1)
     a.end()
     b.end()
     await fire()
-    // Nothing open: each interval stopped itself (their handle was undefined).
+    // Nothing open: each interval stopped itself.
     expect(cleared).toEqual([undefined, undefined])
-    callbacks.clear()
     const c = await openWith(dispatcher, s.first.token, 's-3')
-    expect(callbacks.size).toBe(2)
-    // The new interval checks c's credential: revoked, c is ended.
+    expect(callbacks).toHaveLength(4)
+    // The stopped intervals, still called, do nothing: c's token is looked up once a tick.
+    s.resetLookups()
+    await fire()
+    expect(s.lookups()).toBe(1)
     await s.tokens.revoke('alice', s.first.id)
     await fire()
     expect(c.closedBy()).toBe('dispatcher')
+  })
+
+  it('Workers, custom timers whose handle is undefined: the timer of a response that has ended does nothing more when called', async () => {
+    vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
+    const s = await setup()
+    const callbacks: Array<() => void> = []
+    const timers: DispatcherTimers = { setInterval: (callback) => void callbacks.push(callback), clearInterval: () => {} }
+    const dispatcher = createDispatcher({ ...s.options, timers, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
+    const a = await openWith(dispatcher, s.first.token, 's-1')
+    const b = await openWith(dispatcher, s.first.token, 's-2')
+    a.end()
+    s.resetLookups()
+    for (const callback of callbacks) callback()
+    for (let i = 0; i < 5; i++) await turn()
+    // b's own check only (a's timer, still called, is stopped).
+    expect(s.lookups()).toBe(1)
+    b.end()
   })
 
   it('Workers: a check lost with the request that sent it is never retried; the other response of its group is never checked again', async () => {
