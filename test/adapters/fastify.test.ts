@@ -190,7 +190,8 @@ describe('fastify adapter specifics', () => {
         expect(res.body, path).toBe(expected.body)
         expect(res.headers['x-mcp-version'], path).toBeUndefined()
       }
-      // A path parameter over the router's limit (Fastify's own answer: 414 FST_ERR_MAX_PARAM_LENGTH).
+      // A path parameter over the router's limit: without frameworkErrors, Fastify's 414
+      // FST_ERR_MAX_PARAM_LENGTH; with it, the 404 of a bad path.
       const long = await rawRequest(port(app), { method: 'GET', path: `/p/${'x'.repeat(20)}` })
       expect(long.status).toBe(404)
       expect(long.body).toBe(expected.body)

@@ -80,8 +80,14 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
       return sessions.handle(req, res, req.body)
     })
     app.use(expressErrors({ onError: (error, context) => reported.push({ error, context }) }))
+    // What jsonRpcErrors passes on, to Express's own handling.
+    const passedOn: unknown[] = []
+    app.use((error: unknown, _req: http.IncomingMessage, _res: http.ServerResponse, next: (error?: unknown) => void) => {
+      passedOn.push(error)
+      next(error)
+    })
     const port = await serve(app)
-    return { port, token: fixture.tokens.alice, reported, close: () => sessions.close() }
+    return { port, token: fixture.tokens.alice, reported, passedOn, close: () => sessions.close() }
   }
 
   it('answers a body express.json() refused as the SDK transport would (bad JSON 400 -32700, past the limit 413 naming it, an unsupported charset 415), after the dispatch layer let it through; a good body reaches the SDK', async () => {
@@ -103,7 +109,7 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
   })
 
   it('a route that fails is 500 -32603 without its text, told to onError, with a status of 500 too; one with a client status gets that status with -32600, a SyntaxError of status 400 the parse error, neither told; one after the head was sent ends the connection, passed on to Express untold', async () => {
-    const { port, token, reported, close } = await start()
+    const { port, token, reported, passedOn, close } = await start()
     try {
       expectAnswer(await post(port, token, '{"method":"throw"}'), 500, INTERNAL)
       expect(reported).toHaveLength(1)
@@ -119,8 +125,10 @@ describe.each(EXPRESS_KINDS)('%s: jsonRpcErrors', (kind) => {
       expect(reported).toHaveLength(2)
       // Express's own handling of an error after the head: the connection is destroyed.
       await expect(post(port, token, '{"method":"half"}')).rejects.toThrow()
-      // Passed on to Express (next(error)), not answered nor told by jsonRpcErrors.
+      // Passed on to Express (next(error)), not answered nor told by jsonRpcErrors; the errors
+      // it answered were not.
       expect(reported).toHaveLength(2)
+      expect(passedOn).toEqual([new Error(SECRET)])
     } finally {
       await close()
     }

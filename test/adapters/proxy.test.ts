@@ -706,7 +706,7 @@ describe('proxy handler', () => {
       expect(response.status).toBe(502)
       expect(await response.text()).toBe(UNAVAILABLE)
       expect(reported[1]).toEqual({ error: expect.any(ConfigurationError), context: 'proxy upstream' })
-      expect(String(reported[1]!.error)).not.toContain('S3CRET')
+      expect(String(reported[1]!.error)).not.toMatch(/S3CRET|upstream\.internal|ftp:/)
     })
 
     it('answers 504 (JSON-RPC) when the upstream does not answer in time', async () => {
@@ -757,8 +757,8 @@ describe('proxy handler', () => {
         await vi.advanceTimersByTimeAsync(29_999)
         expect(aborted).toBe(false)
         await vi.advanceTimersByTimeAsync(1)
-        const response = await answer
         expect(aborted).toBe(true)
+        const response = await answer
         expect(response.status).toBe(504)
         expect(await response.text()).toBe(TIMED_OUT)
       } finally {
@@ -965,7 +965,7 @@ describe('proxy handler', () => {
   })
 
   describe('a client that goes away is no upstream failure', () => {
-    it('gone before the upstream answered: nothing is reported to onError', async () => {
+    it('gone before the upstream answered: answered 502 (which no one reads), and nothing is reported to onError', async () => {
       const reported: unknown[] = []
       const requested = createGate()
       upstream.handle = () => requested.open() // never answers
@@ -1208,7 +1208,7 @@ describe('proxy: upstreams and clients that misbehave', () => {
     const gzipped = gzipSync('{"ok":true}')
     for (const [coding, payload, expected] of [
       ['gzip', gzipped, 200],
-      // Every coding Node's fetch decodes, since Node 20.
+      // Every coding Node's fetch decodes (checked on Node 20 and 24).
       ['x-gzip', gzipped, 200],
       ['deflate', deflateSync('{"ok":true}'), 200],
       ['br', brotliCompressSync('{"ok":true}'), 200],

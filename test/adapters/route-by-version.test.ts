@@ -72,52 +72,48 @@ const callV1 = (served: Served, fixture: Fixture) =>
     body: tools,
   })
 
-/** A factory that fails for the App `app_notes` and serves the others. */
-async function serveFailingFactory(kind: AdapterKind, fixture: Fixture, onError: (error: unknown) => void): Promise<Served> {
-  const factory = <H>(handler: H) => (app: { id: string }) => {
-    if (app.id === 'app_notes') throw new Error('cannot build the notes handler')
-    return handler
-  }
+/**
+ * A factory whose handlers answer the text `build` gives for their App and version, asked once
+ * per handler built (a throw fails the build).
+ */
+async function serveFactory(kind: AdapterKind, fixture: Fixture, build: (app: { id: string }, version: string) => string, onError?: (error: unknown) => void): Promise<Served> {
+  const factory = <H>(handler: (text: string) => H) => (app: { id: string }, version: string) => handler(build(app, version))
+  const options = { dispatcher: fixture.dispatcher, ...(onError && { onError }) }
   if (kind === 'web') {
-    const handler = webAdapter.routeByVersion(factory(() => new Response('built')))
-    const served = await serveFetch(webAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, handler, onError }))
+    const handler = webAdapter.routeByVersion(factory((text) => () => new Response(text)))
+    const served = await serveFetch(webAdapter.mcpDispatch({ ...options, handler }))
     return { port: served.port, close: served.close }
   }
   if (isExpress(kind)) {
     const app = EXPRESS[kind]()
-    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-    app.use(expressAdapter.routeByVersion(factory((_req: http.IncomingMessage, res: http.ServerResponse) => res.end('built'))))
+    app.use(expressAdapter.mcpDispatch(options))
+    app.use(expressAdapter.routeByVersion(factory((text) => (_req: http.IncomingMessage, res: http.ServerResponse) => res.end(text))))
     const server = http.createServer(app)
     return { port: await listen(server), close: () => close(server) }
   }
   const app = Fastify({ forceCloseConnections: true })
-  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-  app.all('/*', fastifyAdapter.routeByVersion(factory(async () => 'built')))
+  await app.register(fastifyAdapter.mcpDispatch(options))
+  app.all('/*', fastifyAdapter.routeByVersion(factory((text) => async () => text)))
   await app.listen({ port: 0, host: '127.0.0.1' })
   return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
 }
 
+/** A factory that fails for the App `app_notes` and serves the others. */
+const serveFailingFactory = (kind: AdapterKind, fixture: Fixture, onError: (error: unknown) => void) =>
+  serveFactory(
+    kind,
+    fixture,
+    (app) => {
+      if (app.id === 'app_notes') throw new Error('cannot build the notes handler')
+      return 'built'
+    },
+    onError,
+  )
+
 /** A factory whose handler answers with the App, the version and the how-manieth handler it built. */
-async function serveNamingFactory(kind: AdapterKind, fixture: Fixture): Promise<Served> {
+function serveNamingFactory(kind: AdapterKind, fixture: Fixture): Promise<Served> {
   let built = 0
-  const factory = <H>(handler: (name: string) => H) => (app: { id: string }, version: string) => handler(`${app.id} ${version} #${++built}`)
-  if (kind === 'web') {
-    const handler = webAdapter.routeByVersion(factory((name) => () => new Response(name)))
-    const served = await serveFetch(webAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, handler }))
-    return { port: served.port, close: served.close }
-  }
-  if (isExpress(kind)) {
-    const app = EXPRESS[kind]()
-    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
-    app.use(expressAdapter.routeByVersion(factory((name) => (_req: http.IncomingMessage, res: http.ServerResponse) => res.end(name))))
-    const server = http.createServer(app)
-    return { port: await listen(server), close: () => close(server) }
-  }
-  const app = Fastify({ forceCloseConnections: true })
-  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher }))
-  app.all('/*', fastifyAdapter.routeByVersion(factory((name) => async () => name)))
-  await app.listen({ port: 0, host: '127.0.0.1' })
-  return { port: (app.server.address() as AddressInfo).port, close: () => app.close() }
+  return serveFactory(kind, fixture, (app, version) => `${app.id} ${version} #${++built}`)
 }
 
 describe.each(ADAPTER_KINDS)('routeByVersion through the %s adapter', (kind) => {
@@ -362,7 +358,9 @@ describe.each(ADAPTER_KINDS.filter((kind) => kind !== 'web'))('routeByVersion th
         headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json' },
         body: tools,
       })
+      // Express's own 500 (its final handler's HTML page), not one of the adapter's.
       expect(answer.status).toBe(500)
+      expect(answer.headers['content-type']).toMatch(/^text\/html/)
       expect(answer.headers['x-mcp-version']).toBe('1.0.0')
       expect(errors).toEqual([])
     } finally {

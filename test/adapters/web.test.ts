@@ -317,7 +317,7 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
     expect(handled).toBe(5)
   })
 
-  it('a Workers env given as info (fetch: handle), which cannot be told apart, is served as an info without a client address, a binding named req or incoming of no object included', async () => {
+  it('a Workers env given as info (fetch: handle), which cannot be told apart from one, is served (200, nothing reported), a binding named req or incoming of no object included', async () => {
     const fixture = createFixture()
     const errors: unknown[] = []
     const handle = mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error), handler: () => new Response('{}') })

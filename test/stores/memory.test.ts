@@ -167,14 +167,16 @@ describe('memory stores: what only they do', () => {
     const W = 60_000
     const clock = createTestClock(W + 10)
     const counters = createMemoryRateLimitStore({ now: clock.now })
-    expect(counters.increment('a', W, W)).toBe(1)
-    expect(counters.increment('b', W, W)).toBe(1)
+    for (const key of ['a', 'b', 'c']) expect(counters.increment(key, W, W)).toBe(1)
     // One millisecond short of a window back: still the counter of [W, 2W).
     clock.set(11)
     expect(counters.increment('a', 0, W)).toEqual({ count: 2, windowStart: W })
     // Exactly a window back: the step is as long as the counter's life, it starts again.
     clock.set(10)
     expect(counters.increment('b', 0, W)).toBe(1)
+    // Further back.
+    clock.set(9)
+    expect(counters.increment('c', 0, W)).toBe(1)
   })
 
   it('the rate-limit store is bounded by max', () => {
