@@ -21,6 +21,8 @@ const ISOLATED = [
   'test/adapters/express.test.ts',
   'test/adapters/held-head.test.ts',
   'test/adapters/proxy.test.ts',
+  // The global Response as the runtime has it: no server of another file replaced it.
+  'test/adapters/web-runtime-response.test.ts',
   'test/oauth/oauth-validator.test.ts',
   'test/pipeline/observability-audit.test.ts',
   // What the process logs (console.error), counted exactly across awaits: a timer a file run
