@@ -62,7 +62,6 @@ async function until(condition: () => boolean, what: string): Promise<void> {
 describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md', () => {
   const WINDOW_MS = 60_000
   const prefix = `mcp-dispatch-test:node-redis:${process.pid}:${Date.now()}:`
-  const REDIS_PORT = Number(new URL(REDIS_URL).port || 6379)
 
   async function connected(port: number) {
     const client = createClient({ url: `redis://127.0.0.1:${port}`, socket: { reconnectStrategy: () => 20 } })
@@ -123,16 +122,28 @@ describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md'
   })
 
   it('an error reply through it (node-redis\'s ErrorReply) closes the stall breaker as a reply does: the next call is sent, with no probe', async () => {
-    const client = await connected(REDIS_PORT)
-    const other = await connected(REDIS_PORT)
-    const sent: string[] = []
-    const redis = { call: (...args: RedisArgument[]) => (sent.push(String(args[0])), client.sendCommand(args.map(String))) }
-    const T = 300
-    const sessions = createRedisSessionStore({ client: redis, prefix, timeoutMs: T })
+    // Straight to REDIS_URL (its host, password, database), as the cleanup above connects.
+    const direct = async () => {
+      const client = createClient({ url: REDIS_URL })
+      client.on('error', () => {})
+      await client.connect()
+      return client
+    }
+    let client: Awaited<ReturnType<typeof direct>> | undefined
+    let other: Awaited<ReturnType<typeof direct>> | undefined
     try {
+      client = await direct()
+      other = await direct()
+      const commands = client
+      const sent: string[] = []
+      const redis = { call: (...args: RedisArgument[]) => (sent.push(String(args[0])), commands.sendCommand(args.map(String))) }
+      const T = 1_000
+      const sessions = createRedisSessionStore({ client: redis, prefix, timeoutMs: T })
       await other.sendCommand(['RPUSH', `${prefix}session:list`, 'x']) // GETEX on a list: WRONGTYPE
       // The connection held by a BLPOP: what follows it waits, unanswered.
       const held = client.sendCommand(['BLPOP', `${prefix}hold`, '0'])
+      // Awaited below; a failure before then leaves no unhandled rejection.
+      held.catch(() => {})
       await expect(sessions.get('list', 60_000)).rejects.toThrow(/did not answer within/)
       await expect(sessions.get('s', 60_000)).rejects.toThrow(new RegExp(`not sent: Redis is stalled \\(a command got no answer within ${T} ms`))
       await other.sendCommand(['RPUSH', `${prefix}hold`, 'go'])
@@ -142,9 +153,12 @@ describe.runIf(redisAvailable)('node-redis behind the adapter of docs/stores.md'
       expect(await sessions.get('s', 60_000)).toBeUndefined()
       expect(sent).toEqual(['GETEX'])
     } finally {
-      await other.sendCommand(['DEL', `${prefix}session:list`, `${prefix}hold`])
-      client.destroy()
-      other.destroy()
+      try {
+        await other?.sendCommand(['DEL', `${prefix}session:list`, `${prefix}hold`])
+      } finally {
+        client?.destroy()
+        other?.destroy()
+      }
     }
   })
 })

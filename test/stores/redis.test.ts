@@ -690,15 +690,15 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([busA.close(), busB.close()])
     })
 
+    /** A message published on a channel, as Redis pushes it to a subscriber (RESP2, RESP3). */
+    const PUBLISHED = /[*>]3\r\n\$7\r\nmessage\r\n\$\d+\r\n[^\r]*\r\n\$\d+\r\n[^\r]*\r\n/g
+
     /**
      * A proxy to Redis whose connections, once dropped, stay open and pass nothing either way
      * (a NAT or load balancer that forgot them); new connections pass as before. `client`: a
      * client whose duplicate (a bus's own subscriber) goes through it, while its own commands,
      * the heartbeats among them, reach Redis directly.
      */
-    /** A message published on a channel, as Redis pushes it to a subscriber (RESP2, RESP3). */
-    const PUBLISHED = /[*>]3\r\n\$7\r\nmessage\r\n\$\d+\r\n[^\r]*\r\n\$\d+\r\n[^\r]*\r\n/g
-
     async function forgettingProxy() {
       const upstream = new URL(REDIS_URL)
       const sockets = new Set<Socket>()
@@ -762,19 +762,31 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
     it('a publish waiting for confirmations when its channels go silent stops waiting once the silence is judged (none could reach it), reported as such', async () => {
       const { client, drop, close } = await forgettingProxy()
-      const T = 2_000
+      const T = 4_000
       const reports: string[] = []
-      const bus = createRedisInvalidationBus({ client: client(), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: T, onError: (error, context) => void reports.push(`${context}: ${(error as Error).message}`) })
+      // When the silence was judged (its report), by the monotonic clock.
+      let judgedAt: number | undefined
+      const onError = (error: unknown, context: string) => {
+        const message = (error as Error).message
+        if (/^Nothing arrived on .*: the cache is off until something does$/.test(message)) judgedAt ??= performance.now()
+        reports.push(`${context}: ${message}`)
+      }
+      const bus = createRedisInvalidationBus({ client: client(), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: T, onError })
       try {
         await bus.ready(5_000)
         drop()
-        // Silent for 1.5 s of the 2.1 s (heartbeatMs + timeoutMs) past which it is judged so.
-        await new Promise((resolve) => setTimeout(resolve, 1_500))
+        // Silent for 2 s of the 4.1 s (heartbeatMs + timeoutMs) past which it is judged so: the
+        // publish below waits while the bus still listens, its own deadline about 2 s past the
+        // judgement.
+        await new Promise((resolve) => setTimeout(resolve, 2_000))
         expect(bus.listening).toBe(true)
         // Redis counts its subscriber connection, whose copy never comes back.
         const began = performance.now()
         await bus.publish({ kind: 'token', tokenHash: 'h1' })
-        expect(performance.now() - began).toBeLessThan(T - 500)
+        const finished = performance.now()
+        // Ended by the judgement (in the same turn), not by its deadline, T after it began.
+        expect(judgedAt).toBeGreaterThan(began)
+        expect(finished - judgedAt!).toBeLessThan(500)
         expect(bus.listening).toBe(false)
         expect(reports).toContainEqual(expect.stringMatching(/^invalidation publish: Stopped waiting for 1 of 1 receivers of .* to confirm an invalidation: nothing arrived on its channels/))
       } finally {
@@ -783,7 +795,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
-    it('a subscriber connection that stays deaf however often it is replaced is replaced again, less and less often: 2 or 3 replacements in the 4 s after the first (600 ms, 1.2 s, 2.4 s apart at the least)', async () => {
+    it('a subscriber connection that stays deaf however often it is replaced is replaced again and again, the gaps between replacements doubling: more than 600 ms, 1.2 s, then 2.4 s', async () => {
       const { client, drop, deafenNew, close } = await forgettingProxy()
       const replaced: number[] = []
       const bus = createRedisInvalidationBus({
@@ -797,11 +809,14 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         await bus.ready(5_000)
         deafenNew()
         drop()
-        await vi.waitFor(() => expect(replaced).toHaveLength(1), { timeout: 5_000 })
-        await new Promise((resolve) => setTimeout(resolve, 4_000))
-        const inWindow = replaced.filter((at) => at - replaced[0]! < 4_000).length
-        expect(inWindow).toBeGreaterThanOrEqual(2)
-        expect(inWindow).toBeLessThanOrEqual(3)
+        // Each gap is longer than the bus's wait between replacements: 2 × (heartbeatMs +
+        // timeoutMs) = 600 ms at first, doubled at each replacement (up to a minute). Times read
+        // here a few microseconds after the bus's own: 10 ms of slack.
+        await vi.waitFor(() => expect(replaced.length).toBeGreaterThanOrEqual(4), { timeout: 15_000 })
+        const gaps = replaced.slice(1, 4).map((at, i) => at - replaced[i]!)
+        expect(gaps[0]).toBeGreaterThan(600 - 10)
+        expect(gaps[1]).toBeGreaterThan(1_200 - 10)
+        expect(gaps[2]).toBeGreaterThan(2_400 - 10)
       } finally {
         await bus.close()
         await close()
@@ -829,22 +844,30 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
-    it('a replaced subscriber that hears again starts its next deaf spell\'s replacements afresh: the sixth spell in a row is over as soon as the first (the backoff between replacements does not carry over)', async () => {
+    it('each of six deaf spells in a row ends within 4 s: once its replaced subscriber hears again, the backoff between replacements starts afresh', async () => {
       const { client, drop, close } = await forgettingProxy()
       // With heartbeatMs 100 and timeoutMs 200, a replacement comes 600 ms after the last at the
-      // earliest, and each one more in one spell doubles that wait: carried over, the sixth
-      // spell's would wait 9.6 s.
-      const bus = createRedisInvalidationBus({ client: client(), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: () => {} })
+      // earliest, and each one more doubles that wait until something arrives: carried over
+      // from spell to spell, the fifth spell's would wait 4.8 s, the sixth's 9.6 s.
+      const commands = client()
+      let subscriber: Redis | undefined
+      const duplicate = commands.duplicate
+      const bus = createRedisInvalidationBus({ client: Object.assign(commands, { duplicate: () => (subscriber = duplicate()) }), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: () => {} })
+      // Messages the bus's subscriber connection delivered (its own heartbeats coming back).
+      let messages = 0
+      subscriber!.on('message', () => void messages++)
       try {
         await bus.ready(5_000)
         for (let spell = 1; spell <= 6; spell++) {
-          // Something heard on the connection (its own heartbeats come back) before it is dropped.
-          await new Promise((resolve) => setTimeout(resolve, 300))
           drop()
           const began = performance.now()
           await vi.waitFor(() => expect(bus.listening).toBe(false), { timeout: 5_000 })
+          const before = messages
           await vi.waitFor(() => expect(bus.listening).toBe(true), { timeout: 10_000 })
           expect(performance.now() - began, `spell ${spell}`).toBeLessThan(4_000)
+          // Listening again once the replacement is subscribed; the backoff starts afresh only
+          // once something arrives on it: the next spell begins after that.
+          await vi.waitFor(() => expect(messages).toBeGreaterThan(before), { timeout: 5_000 })
         }
       } finally {
         await bus.close()
@@ -1330,10 +1353,13 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       expect(reports.filter((report) => report.startsWith('invalidation unsubscribe'))).toEqual([expect.stringMatching(/^invalidation unsubscribe: Connection is closed/)])
     })
 
-    it('without timeoutMs, its deadline is 1 s: publishTimeoutMs, which the token service reads, is 1,000', async () => {
+    it('without timeoutMs, its publishTimeoutMs, which the token service reads, is 1,000', async () => {
       const bus = createRedisInvalidationBus({ client: redis.client, prefix: redis.prefix() })
-      expect(bus.publishTimeoutMs).toBe(1_000)
-      await bus.close()
+      try {
+        expect(bus.publishTimeoutMs).toBe(1_000)
+      } finally {
+        await bus.close()
+      }
     })
 
     it('once closed: a listener subscribed then hears nothing, and a publish waits for no confirmation', async () => {
@@ -1351,21 +1377,26 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
     it('publishes a message of kind all to its own listeners only: nothing goes over the channel', async () => {
       const client = redis.connect()
-      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: false })
-      await bus.ready(5_000)
       const watcher = redis.connect()
-      const published: string[] = []
-      watcher.on('message', (from: string) => published.push(from))
-      await watcher.subscribe(bus.channel, `${bus.channel}:marker`)
-      const heard = nextInvalidation(bus, 'all')
-      await bus.publish({ kind: 'all' })
-      expect(await heard).toEqual({ kind: 'all' })
-      // A PUBLISH would have gone out on the bus's client before this marker (one connection
-      // keeps its commands in order), so it would have arrived before it.
-      await client.publish(`${bus.channel}:marker`, 'm')
-      await vi.waitFor(() => expect(published).toContain(`${bus.channel}:marker`), { timeout: 2_000, interval: 5 })
-      expect(published).toEqual([`${bus.channel}:marker`])
-      await bus.close()
+      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: false })
+      try {
+        await bus.ready(5_000)
+        const published: string[] = []
+        watcher.on('message', (from: string) => published.push(from))
+        await watcher.subscribe(bus.channel, `${bus.channel}:marker`)
+        const heard = nextInvalidation(bus, 'all')
+        await bus.publish({ kind: 'all' })
+        expect(await heard).toEqual({ kind: 'all' })
+        // A PUBLISH would have gone out on the bus's client before this marker (one connection
+        // keeps its commands in order), so it would have arrived before it.
+        await client.publish(`${bus.channel}:marker`, 'm')
+        await vi.waitFor(() => expect(published).toContain(`${bus.channel}:marker`), { timeout: 2_000, interval: 5 })
+        expect(published).toEqual([`${bus.channel}:marker`])
+      } finally {
+        await bus.close()
+        client.disconnect()
+        watcher.disconnect()
+      }
     })
 
     it('a subscriber connection of your own, handed over during its handshake, is subscribed once ready, not thrown out of it (regression: ioredis 5)', async () => {
@@ -1411,28 +1442,43 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
     it('on a lazyConnect client nothing has used yet, its heartbeats go out all the same (connecting it): a bus alone on its channel keeps hearing itself and listening, nothing reported', async () => {
       const client = redis.connect({ lazyConnect: true })
+      const watcher = redis.connect()
       const errors: string[] = []
-      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`) })
-      await bus.ready(5_000)
-      // Three times the 300 ms a silence may last.
-      await new Promise((resolve) => setTimeout(resolve, 900))
-      expect(client.status).toBe('ready')
-      expect(bus.listening).toBe(true)
-      expect(errors).toEqual([])
-      await bus.close()
+      // A timeoutMs a lazy connection makes on a loaded machine: the heartbeats themselves are watched.
+      const bus = createRedisInvalidationBus({ client, prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 1_000, onError: (error, context) => errors.push(`${context}: ${(error as Error).message}`) })
+      try {
+        let heartbeats = 0
+        watcher.on('message', () => void heartbeats++)
+        await watcher.subscribe(`${bus.channel}:heartbeat`)
+        await bus.ready(5_000)
+        await vi.waitFor(() => expect(heartbeats).toBeGreaterThanOrEqual(3), { timeout: 5_000 })
+        expect(client.status).toBe('ready')
+        expect(bus.listening).toBe(true)
+        expect(errors).toEqual([])
+      } finally {
+        await bus.close()
+        client.disconnect()
+        watcher.disconnect()
+      }
     })
 
     it('an invalidation published while its client is still connecting at the start is sent once connected, not refused: another bus hears it', async () => {
       const prefix = redis.prefix()
       const other = createRedisInvalidationBus({ client: redis.client, prefix })
-      await other.ready(5_000)
-      const client = redis.connect()
-      const bus = createRedisInvalidationBus({ client, prefix, heartbeatMs: false })
-      expect(client.status).toBe('connecting')
-      const heard = nextInvalidation(other)
-      await expect(bus.publish({ kind: 'token', tokenHash: 'h-early' })).resolves.toBeUndefined()
-      expect(await heard).toEqual({ kind: 'token', tokenHash: 'h-early' })
-      await Promise.all([bus.close(), other.close()])
+      let client: Redis | undefined
+      let bus: RedisInvalidationBus | undefined
+      try {
+        await other.ready(5_000)
+        client = redis.connect()
+        bus = createRedisInvalidationBus({ client, prefix, heartbeatMs: false })
+        expect(client.status).toBe('connecting')
+        const heard = nextInvalidation(other)
+        await expect(bus.publish({ kind: 'token', tokenHash: 'h-early' })).resolves.toBeUndefined()
+        expect(await heard).toEqual({ kind: 'token', tokenHash: 'h-early' })
+      } finally {
+        await Promise.all([bus?.close(), other.close()])
+        client?.disconnect()
+      }
     })
 
     it('refuses its own client as its subscriber: a subscribed connection cannot send the stores\' commands (ioredis 5; RESP2), so every store on it would fail (regression)', () => {
@@ -1992,14 +2038,21 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
 
     it('a client never ready, on its way to a Redis that is not there, gets no probe once its stall showed: a call timeoutMs later is refused at once, unsent, naming the connection\'s state', async () => {
       const client = await redis.connectUnreachable()
-      const sessions = createRedisSessionStore({ client, prefix: redis.prefix(), timeoutMs: 50 })
-      await expect(sessions.get('s', 60_000)).rejects.toThrow(/did not answer within 50 ms/)
-      // Past the time of the next probe: its PING would only wait in the offline queue.
-      await new Promise((resolve) => setTimeout(resolve, 100))
-      const began = performance.now()
-      await expect(sessions.get('s', 60_000)).rejects.toThrow(/^Redis GETEX not sent: the Redis connection is not ready \((connecting|reconnecting)\)$/)
-      expect(performance.now() - began).toBeLessThan(50)
-      client.disconnect()
+      try {
+        // The commands the store hands the client.
+        const sent: string[] = []
+        const call = client.call.bind(client) as (...args: RedisArgument[]) => Promise<unknown>
+        Object.assign(client, { call: (...args: RedisArgument[]) => (sent.push(String(args[0])), call(...args)) })
+        const sessions = createRedisSessionStore({ client, prefix: redis.prefix(), timeoutMs: 50 })
+        await expect(sessions.get('s', 60_000)).rejects.toThrow(/did not answer within 50 ms/)
+        expect(sent).toEqual(['GETEX'])
+        // Past the time of the next probe: its PING would only wait in the offline queue.
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        await expect(sessions.get('s', 60_000)).rejects.toThrow(/^Redis GETEX not sent: the Redis connection is not ready \((connecting|reconnecting)\)$/)
+        expect(sent).toEqual(['GETEX'])
+      } finally {
+        client.disconnect()
+      }
     })
 
     it('ready() on a bus closed while it waits, or after, rejects at once naming the channel (regression: it waited out its deadline, the process held by nothing that could come)', async () => {
