@@ -138,11 +138,13 @@ describe('identity verifier', () => {
     const url = 'https://platform.test/.well-known/jwks.json'
     const remote = (fetch: typeof globalThis.fetch) => verifier({ jwks: url, fetch })
 
-    it('network failure, an answer other than 200, an answer that is not JSON or not a JWKS', async () => {
+    it('network failure, an answer other than 200 (its keys unused, though it carries a key set), an answer that is not JSON or not a JWKS', async () => {
       const token = await craft()
       const failures: Array<[string, typeof fetch]> = [
         ['network', async () => Promise.reject(new TypeError('fetch failed'))],
         ['503', async () => new Response('down', { status: 503 })],
+        // A partial answer, an error page of a cache holding a copy.
+        ...[206, 404, 500].map((status): [string, typeof fetch] => [`${status} with a key set`, async () => Response.json(jwks, { status })]),
         ['not JSON', async () => new Response('<html>', { status: 200 })],
         ['not a JWKS', async () => Response.json({ keys: 'none' })],
       ]
@@ -694,6 +696,15 @@ describe('identity signer: keys that cannot sign are refused when created, not a
     expect(keys).toHaveLength(2)
     for (const key of keys) expect(Object.keys(key).sort()).toEqual(['alg', 'crv', 'kid', 'kty', 'use', 'x', 'y'])
     expect(keys[1]).toMatchObject({ kid: 'old', use: 'sig', x: oldJwk.x })
+  })
+
+  it('answers each caller a JWKS of its own: one changed by its caller (a key added, a kid rewritten) leaves the next answer as it was', async () => {
+    const signer = create({ privateKey: ecJwk })
+    const first = await signer.jwks()
+    const published = structuredClone(first)
+    first.keys[0]!.kid = 'rewritten'
+    ;(first.keys as JWK[]).push({ kty: 'oct', k: 'c2VjcmV0' })
+    expect(await signer.jwks()).toEqual(published)
   })
 })
 
