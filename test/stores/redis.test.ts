@@ -1462,6 +1462,37 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
+    it('a closed bus sends no more heartbeats and stops its heartbeat timer, though its client stays connected', async () => {
+      const watcher = redis.connect()
+      // The intervals the bus sets when created (its heartbeat's).
+      const setInterval = vi.spyOn(globalThis, 'setInterval')
+      const clearInterval = vi.spyOn(globalThis, 'clearInterval')
+      let bus: RedisInvalidationBus | undefined
+      try {
+        bus = createRedisInvalidationBus({ client: redis.client, prefix: redis.prefix(), heartbeatMs: 50, onError: () => {} })
+        const intervals = setInterval.mock.results.map((result) => result.value as unknown)
+        setInterval.mockRestore()
+        expect(intervals).toHaveLength(1)
+        let heartbeats = 0
+        watcher.on('message', () => void heartbeats++)
+        await watcher.subscribe(`${bus.channel}:heartbeat`)
+        await vi.waitFor(() => expect(heartbeats).toBeGreaterThanOrEqual(2), { timeout: 5_000 })
+        await bus.close()
+        expect(clearInterval).toHaveBeenCalledWith(intervals[0])
+        // One sent just before the close may still be on its way.
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        const atClose = heartbeats
+        await new Promise((resolve) => setTimeout(resolve, 500))
+        expect(heartbeats).toBe(atClose)
+        expect(redis.client.status).toBe('ready')
+      } finally {
+        setInterval.mockRestore()
+        clearInterval.mockRestore()
+        await bus?.close()
+        watcher.disconnect()
+      }
+    })
+
     it('an invalidation published while its client is still connecting at the start is sent once connected, not refused: another bus hears it', async () => {
       const prefix = redis.prefix()
       const other = createRedisInvalidationBus({ client: redis.client, prefix })
