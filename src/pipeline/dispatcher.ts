@@ -259,9 +259,10 @@ export type Decision =
 export interface DispatcherTimers {
   /**
    * Calls `callback` every `ms` milliseconds, as the global `setInterval`; answers a handle, which
-   * {@link clearInterval} is given to stop it (any value; one with an `unref` method is unref'd).
-   * An interval once stopped does nothing more when called, even where its handle cannot tell
-   * `clearInterval` which interval to stop (`undefined`).
+   * {@link clearInterval} is given to stop it: any value (the interval shared by open responses
+   * is unref'd when its handle has an `unref` method). The dispatcher ignores the calls of an
+   * interval it has stopped: a timer whose handle cannot name the interval (`undefined`) may
+   * keep calling it, at the cost of a call.
    */
   setInterval(callback: () => void, ms: number): unknown
   /** Stops the interval `handle` names, as the global `clearInterval`. */
@@ -1494,8 +1495,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const each = (error: unknown) => onError(error, context)
     function tick(): void {
       if (items.size === 0) {
-        timers.clearInterval(shared!.handle)
+        const { handle } = shared!
         shared = undefined
+        timers.clearInterval(handle)
         return
       }
       failed = false
@@ -1503,12 +1505,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     }
     return (item: T): (() => void) | undefined => {
       if (perResponse) {
-        let stopped = false
+        // Let go of once stopped: a timer that cannot be stopped keeps no response alive.
+        let current: T | undefined = item
         const own = timers.setInterval(() => {
-          if (!stopped) work(item, each)
+          if (current !== undefined) work(current, each)
         }, everyMs)
         return () => {
-          stopped = true
+          current = undefined
           timers.clearInterval(own)
         }
       }

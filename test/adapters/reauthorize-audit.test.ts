@@ -110,6 +110,17 @@ async function setup(subscriptionsOverride?: (base: ReturnType<typeof createMemo
   }
 }
 
+/** `sessions`, counting its reads (a keep-alive restarts a pin's idle TTL with one). */
+function countingReads(sessions: SessionStore) {
+  let reads = 0
+  const store: SessionStore = {
+    get: (id, ttlMs) => (reads++, sessions.get(id, ttlMs)),
+    set: (id, pin, ttlMs) => sessions.set(id, pin, ttlMs),
+    delete: (id) => sessions.delete(id),
+  }
+  return { store, reads: () => reads, resetReads: () => void (reads = 0) }
+}
+
 function pinned(ids: string[]): SessionStore {
   const sessions = createMemorySessionStore()
   for (const id of ids) sessions.set(id, { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
@@ -154,7 +165,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     expect(s.m.active.size).toBe(0)
   })
 
-  it('custom timers whose handle is undefined (clearInterval cannot stop them): one interval per kind while responses are open, and those stopped do nothing more; one token check per tick', async () => {
+  it('custom timers whose handle is undefined (clearInterval cannot stop them): one interval per kind while responses are open, and those stopped do nothing more; one token check and one pin read per tick', async () => {
     const s = await setup()
     // A scheduler that answers no handle: every interval it was given keeps being called.
     const callbacks: Array<() => void> = []
@@ -163,18 +174,23 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
       setInterval: (callback) => void callbacks.push(callback),
       clearInterval: (handle) => void cleared.push(handle),
     }
+    // The stores answer at once, and the clock stands still: a stopped interval that still
+    // worked would send a second check (or read) in the same tick, not find the first pending.
     const fire = async () => {
       for (const callback of callbacks) callback()
       for (let i = 0; i < 5; i++) await turn()
     }
-    const dispatcher = createDispatcher({ ...s.options, timers, sessions: pinned(['s-1', 's-2', 's-3']) })
+    const sessions = countingReads(pinned(['s-1', 's-2', 's-3']))
+    const dispatcher = createDispatcher({ ...s.options, timers, sessions: sessions.store })
     const a = await openWith(dispatcher, s.first.token, 's-1')
     const b = await openWith(dispatcher, s.first.token, 's-2')
     // The sessions' keep-alive and the credential checks: two intervals, not one per response.
     expect(callbacks).toHaveLength(2)
     s.resetLookups()
+    sessions.resetReads()
     await fire()
     expect(s.lookups()).toBe(1)
+    expect(sessions.reads()).toBe(2)
     a.end()
     b.end()
     await fire()
@@ -182,29 +198,38 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     expect(cleared).toEqual([undefined, undefined])
     const c = await openWith(dispatcher, s.first.token, 's-3')
     expect(callbacks).toHaveLength(4)
-    // The stopped intervals, still called, do nothing: c's token is looked up once a tick.
+    // The stopped intervals, still called, do nothing: c's token is looked up, and its pin
+    // read, once a tick.
     s.resetLookups()
+    sessions.resetReads()
     await fire()
     expect(s.lookups()).toBe(1)
+    expect(sessions.reads()).toBe(1)
     await s.tokens.revoke('alice', s.first.id)
     await fire()
     expect(c.closedBy()).toBe('dispatcher')
   })
 
-  it('Workers, custom timers whose handle is undefined: the timer of a response that has ended does nothing more when called', async () => {
+  it('Workers, custom timers whose handle is undefined: the timers of a response that has ended do nothing more when called', async () => {
     vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
     const s = await setup()
     const callbacks: Array<() => void> = []
     const timers: DispatcherTimers = { setInterval: (callback) => void callbacks.push(callback), clearInterval: () => {} }
-    const dispatcher = createDispatcher({ ...s.options, timers, sessions: pinned(['s-1', 's-2']), sessionTtlMs: 100 * 86_400_000 })
+    const sessions = countingReads(pinned(['s-1', 's-2']))
+    // A keep-alive every 20 ms of a clock that stands still: no restart is skipped as recent.
+    const dispatcher = createDispatcher({ ...s.options, timers, sessions: sessions.store, sessionTtlMs: 60 })
     const a = await openWith(dispatcher, s.first.token, 's-1')
     const b = await openWith(dispatcher, s.first.token, 's-2')
+    // Each response's keep-alive and credential check.
+    expect(callbacks).toHaveLength(4)
     a.end()
     s.resetLookups()
+    sessions.resetReads()
     for (const callback of callbacks) callback()
     for (let i = 0; i < 5; i++) await turn()
-    // b's own check only (a's timer, still called, is stopped).
+    // b's own check and pin read only (a's timers, still called, are stopped).
     expect(s.lookups()).toBe(1)
+    expect(sessions.reads()).toBe(1)
     b.end()
   })
 

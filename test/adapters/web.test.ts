@@ -218,6 +218,7 @@ describe('web adapter: answers no runtime can send, and hosts no URL parser read
         }
         expect(errors).toHaveLength(failing.length)
         for (const error of errors) expect((error as Error).message).toMatch(/^mcp-dispatch: the handler answered with/)
+        expect((errors[failing.indexOf('a Response of another realm of status 101')] as Error).message).toMatch(/a Response of status 101, which cannot be sent/)
         const foreign = await send('foreign promise of a Response')
         expect(foreign.status).toBe(200)
         expect(foreign.headers['x-mcp-version']).toBe('1.0.0')
