@@ -110,6 +110,27 @@ async function setup(subscriptionsOverride?: (base: ReturnType<typeof createMemo
   }
 }
 
+/**
+ * A scheduler that answers no handle (`undefined`): `clearInterval` cannot tell which interval
+ * to stop, so every interval it was given keeps being called by `fire`, which then lets
+ * promises settle. The stores answer at once and the clock stands still: a stopped interval
+ * that still worked would send a second check (or read) in the same tick, not find the first
+ * pending.
+ */
+function unstoppableTimers() {
+  const callbacks: Array<() => void> = []
+  const cleared: unknown[] = []
+  const timers: DispatcherTimers = {
+    setInterval: (callback) => void callbacks.push(callback),
+    clearInterval: (handle) => void cleared.push(handle),
+  }
+  const fire = async () => {
+    for (const callback of callbacks) callback()
+    for (let i = 0; i < 5; i++) await turn()
+  }
+  return { timers, callbacks, cleared, fire }
+}
+
 /** `sessions`, counting its reads (a keep-alive restarts a pin's idle TTL with one). */
 function countingReads(sessions: SessionStore) {
   let reads = 0
@@ -167,19 +188,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
 
   it('custom timers whose handle is undefined (clearInterval cannot stop them): one interval per kind while responses are open, and those stopped do nothing more; one token check and one pin read per tick', async () => {
     const s = await setup()
-    // A scheduler that answers no handle: every interval it was given keeps being called.
-    const callbacks: Array<() => void> = []
-    const cleared: unknown[] = []
-    const timers: DispatcherTimers = {
-      setInterval: (callback) => void callbacks.push(callback),
-      clearInterval: (handle) => void cleared.push(handle),
-    }
-    // The stores answer at once, and the clock stands still: a stopped interval that still
-    // worked would send a second check (or read) in the same tick, not find the first pending.
-    const fire = async () => {
-      for (const callback of callbacks) callback()
-      for (let i = 0; i < 5; i++) await turn()
-    }
+    const { timers, callbacks, cleared, fire } = unstoppableTimers()
     const sessions = countingReads(pinned(['s-1', 's-2', 's-3']))
     const dispatcher = createDispatcher({ ...s.options, timers, sessions: sessions.store })
     const a = await openWith(dispatcher, s.first.token, 's-1')
@@ -213,8 +222,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
   it('Workers, custom timers whose handle is undefined: the timers of a response that has ended do nothing more when called', async () => {
     vi.stubGlobal('navigator', { userAgent: 'Cloudflare-Workers' })
     const s = await setup()
-    const callbacks: Array<() => void> = []
-    const timers: DispatcherTimers = { setInterval: (callback) => void callbacks.push(callback), clearInterval: () => {} }
+    const { timers, callbacks, fire } = unstoppableTimers()
     const sessions = countingReads(pinned(['s-1', 's-2']))
     // A keep-alive every 20 ms of a clock that stands still: no restart is skipped as recent.
     const dispatcher = createDispatcher({ ...s.options, timers, sessions: sessions.store, sessionTtlMs: 60 })
@@ -225,8 +233,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     a.end()
     s.resetLookups()
     sessions.resetReads()
-    for (const callback of callbacks) callback()
-    for (let i = 0; i < 5; i++) await turn()
+    await fire()
     // b's own check and pin read only (a's timers, still called, are stopped).
     expect(s.lookups()).toBe(1)
     expect(sessions.reads()).toBe(1)

@@ -819,6 +819,8 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
         expect(gaps[0]).toBeGreaterThan(600 - 10)
         expect(gaps[1]).toBeGreaterThan(1_200 - 10)
         expect(gaps[2]).toBeGreaterThan(2_400 - 10)
+        // And the wait grew: the first gap (600 ms and a beat) is shorter than the third.
+        expect(gaps[0]).toBeLessThan(gaps[2]!)
       } finally {
         await bus.close()
         await close()
