@@ -19,7 +19,7 @@ import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, describe, expect, it, vi } from 'vitest'
-import { close, createFixture, listen, rawRequest } from './helpers.js'
+import { askH2, close, createFixture, listen, rawRequest } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS, type ExpressModule } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
 
@@ -473,6 +473,161 @@ describe('serveTokenApi: what is not the API\'s', () => {
     } finally {
       await close(server)
       await fastifyApp.close()
+    }
+  })
+})
+
+describe('serveTokenApi: paths that only begin like basePath', () => {
+  it('a path that only starts with the basePath\'s letters (/api/tokens-old, /api/tokensx) is not the API\'s: it goes on to the next handler on Express and Fastify', async () => {
+    const fixture = createFixture()
+    const api = tokenApi(fixture.dispatcherOptions.tokens as TokenService)
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(api))
+    app.use((req, res) => res.json({ path: req.path }))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    const fastifyApp = Fastify()
+    await fastifyApp.register(fastifyAdapter.serveTokenApi(api))
+    fastifyApp.all('/*', async (request) => ({ path: request.url }))
+    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      for (const target of [port, (fastifyApp.server.address() as AddressInfo).port]) {
+        for (const path of ['/api/tokens-old', '/api/tokensx', '/api/tokens.json']) {
+          const answer = await rawRequest(target, { method: 'GET', path, headers: { cookie: COOKIE } })
+          expect([answer.status, JSON.parse(answer.body)], `${path} on ${target}`).toEqual([200, { path }])
+        }
+      }
+    } finally {
+      await close(server)
+      await fastifyApp.close()
+    }
+  })
+})
+
+describe('serveTokenApi: an absolute-form target', () => {
+  it('is the API\'s on the host the target names, whatever the Host field says (RFC 9112 section 3.2.2): the API\'s hosts read that host', async () => {
+    const fixture = createFixture()
+    const api = createTokenApi({
+      tokens: fixture.dispatcherOptions.tokens as TokenService,
+      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+      verifyCsrf: false,
+      hosts: ['dash.example.com'],
+    })
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(api))
+    app.use((_req, res) => res.status(418).json({ served: 'elsewhere' }))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const named = await rawRequest(port, { method: 'GET', path: 'http://dash.example.com/api/tokens', host: 'other.example.com', headers: { cookie: COOKIE } })
+      expect([named.status, Array.isArray(JSON.parse(named.body).tokens)]).toEqual([200, true])
+      // And the other way round: a target naming another host is not the API's, whatever the Host says.
+      const other = await rawRequest(port, { method: 'GET', path: 'http://other.example.com/api/tokens', host: 'dash.example.com', headers: { cookie: COOKIE } })
+      expect(other.status).toBe(404)
+    } finally {
+      await close(server)
+    }
+  })
+})
+
+describe('serveTokenApi: an API that fails under the answer', () => {
+  it('an API that throws is answered 503 temporarily_unavailable with Retry-After: 1 and Cache-Control: no-store, as the API answers its own failures, and the server serves on', async () => {
+    const fixture = createFixture()
+    const inner = tokenApi(fixture.dispatcherOptions.tokens as TokenService)
+    let fail = true
+    const flaky: TokenApi = Object.assign(
+      async (request: Request, info?: Parameters<TokenApi>[1]) => {
+        if (fail) throw new Error('store down')
+        return inner(request, info)
+      },
+      { basePath: inner.basePath },
+    )
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(flaky))
+    const server = http.createServer(app)
+    const port = await listen(server)
+    const fastifyApp = Fastify()
+    await fastifyApp.register(fastifyAdapter.serveTokenApi(flaky))
+    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      for (const target of [port, (fastifyApp.server.address() as AddressInfo).port]) {
+        fail = true
+        const failed = await rawRequest(target, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE } })
+        expect([failed.status, failed.headers['retry-after'], failed.headers['cache-control'], JSON.parse(failed.body)], `on ${target}`).toEqual([
+          503,
+          '1',
+          'no-store',
+          { error: 'temporarily_unavailable', message: 'Service unavailable' },
+        ])
+        fail = false
+        expect((await rawRequest(target, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE } })).status, `on ${target}`).toBe(200)
+      }
+    } finally {
+      await close(server)
+      await fastifyApp.close()
+    }
+  })
+})
+
+describe('serveTokenApi: Expect: 100-continue', () => {
+  it('invites the body at once where the server hands checkContinue to the app (the API reads every body it is sent): the client is never left waiting', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(expressAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)))
+    const server = http.createServer(app)
+    server.on('checkContinue', (req, res) => server.emit('request', req, res))
+    const port = await listen(server)
+    const body = JSON.stringify({ name: 'CI', servers: ['app_weather'], expires_in_days: 7 })
+    const socket = connect(port, '127.0.0.1')
+    try {
+      let received = ''
+      const seen = (text: string) =>
+        new Promise<boolean>((resolve) => {
+          const timer = setTimeout(() => resolve(false), 5_000)
+          const check = () => {
+            if (!received.includes(text)) return
+            clearTimeout(timer)
+            socket.off('data', onData)
+            resolve(true)
+          }
+          const onData = (chunk: Buffer) => {
+            received += chunk.toString('latin1')
+            check()
+          }
+          socket.on('data', onData)
+          check()
+        })
+      socket.on('error', () => {})
+      socket.write(
+        `POST /api/tokens HTTP/1.1\r\nHost: weather.localhost\r\nCookie: ${COOKIE}\r\nX-CSRF-Token: ${CSRF}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-continue\r\n\r\n`,
+      )
+      expect(await seen('HTTP/1.1 100 Continue\r\n\r\n'), received).toBe(true)
+      socket.write(body)
+      expect(await seen('HTTP/1.1 201 '), received).toBe(true)
+    } finally {
+      socket.destroy()
+      await close(server)
+    }
+  })
+})
+
+describe('serveTokenApi over HTTP/2 (Fastify)', () => {
+  it('refuses a Host beside :authority that names another host, 400 naming host (RFC 9113 section 8.3.1: malformed), as mcpDispatch does; the API is never asked for the :authority host', async () => {
+    const fixture = createFixture()
+    const app = Fastify({ http2: true })
+    await app.register(fastifyAdapter.serveTokenApi(tokenApi(fixture.dispatcherOptions.tokens as TokenService)))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    try {
+      const port = (app.server.address() as AddressInfo).port
+      const ask = (host?: string) =>
+        askH2(port, { ':method': 'GET', ':path': '/api/tokens', ':authority': 'weather.localhost', cookie: COOKIE, ...(host === undefined ? {} : { host }) })
+      const conflicting = await ask('other.localhost')
+      expect([conflicting.status, JSON.parse(conflicting.body)]).toEqual([400, expect.objectContaining({ error: 'invalid_request', field: 'host' })])
+      // The same host, spelt otherwise (case, default port), is no conflict.
+      expect((await ask('WEATHER.localhost:80')).status).toBe(200)
+      expect((await ask()).status).toBe(200)
+    } finally {
+      await app.close()
     }
   })
 })
