@@ -240,6 +240,37 @@ describe('behind compression(), a routeByVersion handler that fails after its he
   }
 })
 
+describe('behind compression(), a routeByVersion handler that fails after ending its answer', () => {
+  // `compression()`'s `end` ends its zlib stream, and Node's `end` is made a turn later: the
+  // answer is whole once the handler's `end` returned, and goes out whole, the failure reported.
+  for (const kind of EXPRESS_KINDS) {
+    it(`${kind}: the answer goes out whole (its last chunk), never cut and never a 502, and the failure is reported`, async () => {
+      const fixture = createFixture()
+      const errors: unknown[] = []
+      const app = EXPRESS[kind]()
+      app.use(compression({ threshold: 0 }))
+      app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+      app.use(
+        expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => {
+          res.writeHead(200, { 'content-type': 'application/json' })
+          res.end('{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}')
+          throw new Error('failed after its answer')
+        }),
+      )
+      const server = http.createServer(app)
+      try {
+        const received = await askH1(await listen(server), fixture, 'Accept-Encoding: gzip\r\nConnection: close\r\n')
+        expect(received.head).toMatch(/^HTTP\/1\.1 200 /)
+        expect(received.head.toLowerCase()).toContain('content-encoding: gzip')
+        expect(received.body.endsWith('0\r\n\r\n'), 'the last chunk').toBe(true)
+        expect(messages(errors)).toEqual(['failed after its answer'])
+      } finally {
+        await close(server)
+      }
+    })
+  }
+})
+
 describe('a Web handler whose Response body errors mid-way, on @hono/node-server', () => {
   // `@hono/node-server` logs the failed body with `console.error`: kept out of the test output.
   const logged = vi.spyOn(console, 'error').mockImplementation(() => {})

@@ -6,7 +6,7 @@ import * as http from 'node:http'
 import { createGunzip, gunzipSync, gzipSync } from 'node:zlib'
 import compression from 'compression'
 import type express from 'express'
-import { ConfigurationError, jsonRpcErrorReply } from 'mcp-dispatch'
+import { ConfigurationError, createDispatcher, createMemoryAppStore, jsonRpcErrorReply } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
 import { ALLOWED_ORIGIN, HOST, createFixture, createGate, expressServers, goneClientProbe, listen, loopbackFetch, rawRequest } from './helpers.js'
@@ -363,6 +363,34 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     }
     const posted = await rawRequest(port, { path: '/v2', headers, body: tools })
     expect(JSON.parse(posted.body)).toEqual({ body: tools })
+  })
+
+  it('an answer of the dispatch layer with characters past ASCII (the metadata of an App named Météo ☀) goes out whole: its Content-Length counts bytes, not characters', async () => {
+    const fixture = createFixture()
+    const dispatcher = createDispatcher({
+      ...fixture.dispatcherOptions,
+      apps: createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Météo ☀', versions: ['1.0.0'] }]),
+    })
+    const app = express()
+    app.use(mcpDispatch({ dispatcher }))
+    const port = await serveApp(app)
+    const res = await rawRequest(port, { method: 'GET', path: '/.well-known/oauth-protected-resource' })
+    expect(res.status).toBe(200)
+    expect(res.headers['content-length']).toBe(String(Buffer.byteLength(res.body)))
+    expect(JSON.parse(res.body)).toMatchObject({ resource: `http://${HOST}`, resource_name: 'Météo ☀' })
+  })
+
+  it('fromWebHandler passes a body express.text() or express.raw() read on as the bytes sent, never as a JSON string or a JSON Buffer', async () => {
+    const fixture = createFixture()
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }), express.text({ type: 'text/plain' }), express.raw({ type: 'application/octet-stream' }))
+    app.use(fromWebHandler(async (request) => new Response(JSON.stringify({ body: await request.text() }))))
+    const port = await serveApp(app)
+    for (const type of ['text/plain', 'application/octet-stream']) {
+      const res = await rawRequest(port, { path: '/v2', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': type }, body: tools })
+      expect(res.status, type).toBe(200)
+      expect(JSON.parse(res.body), type).toEqual({ body: tools })
+    }
   })
 
   it('fromWebHandler behind compression(): a stream reaches the client chunk by chunk, not at its end', async () => {

@@ -13,7 +13,7 @@
 import * as http from 'node:http'
 import * as net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import { HOST, type Served, createFixture, serveWebHandler } from './helpers.js'
+import { HOST, type Served, createFixture, createGate, serveWebHandler } from './helpers.js'
 
 const BODY = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"${'x'.repeat(1024 * 1024)}"}}`
 
@@ -92,6 +92,104 @@ describe.each(['express', 'express4', 'fastify'] as const)('fromWebHandler on %s
     } finally {
       agent.destroy()
     }
+  })
+
+  it('the Request\'s signal is not aborted once the answer went out whole and the response closed (only a client gone before the end aborts it)', async () => {
+    const fixture = createFixture()
+    const signals: AbortSignal[] = []
+    served = await serveWebHandler(kind, fixture, async (request) => {
+      signals.push(request.signal)
+      return Response.json({ jsonrpc: '2.0', id: 1, result: {} })
+    })
+    const agent = new http.Agent({ keepAlive: false })
+    try {
+      const answer = await ask(served.port, agent, { method: 'POST', path: '/v1', token: fixture.tokens.alice, body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' })
+      expect(answer.status).toBe(200)
+    } finally {
+      agent.destroy()
+    }
+    // The response's `close` comes after its `finish`, and after the client read the answer.
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(signals.length).toBe(1)
+    expect(signals[0]!.aborted).toBe(false)
+  })
+
+  it('the head of a stream that stays quiet goes out at once, before its first chunk (an SSE client sees its 200 and its session id without waiting for an event)', async () => {
+    const fixture = createFixture()
+    const gate = createGate()
+    served = await serveWebHandler(kind, fixture, async () => {
+      const body = new ReadableStream<Uint8Array>({
+        async start(controller) {
+          await gate.wait()
+          controller.enqueue(new TextEncoder().encode('data: {}\n\n'))
+          controller.close()
+        },
+      })
+      return new Response(body, { headers: { 'content-type': 'text/event-stream', 'x-quiet': '1' } })
+    })
+    const body = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+    let response: http.IncomingMessage | undefined
+    const request = http.request({
+      host: '127.0.0.1',
+      port: served.port,
+      method: 'POST',
+      path: '/v1',
+      agent: false,
+      headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'content-length': body.length },
+    })
+    try {
+      const head = await Promise.race([
+        new Promise<http.IncomingMessage>((resolve, reject) => {
+          request.on('response', resolve)
+          request.on('error', reject)
+          request.end(body)
+        }),
+        new Promise<undefined>((resolve) => setTimeout(resolve, 5_000)),
+      ])
+      expect(head?.statusCode, 'the head, before any chunk').toBe(200)
+      expect(head!.headers['x-quiet']).toBe('1')
+      response = head
+      gate.open()
+      let text = ''
+      response!.setEncoding('utf8')
+      response!.on('data', (chunk: string) => (text += chunk))
+      await new Promise<void>((resolve) => response!.on('end', () => resolve()))
+      expect(text).toBe('data: {}\n\n')
+    } finally {
+      gate.open()
+      request.destroy()
+    }
+  })
+
+  it('a Response with a reason phrase goes out with it, and each Set-Cookie as a field of its own', async () => {
+    const fixture = createFixture()
+    served = await serveWebHandler(kind, fixture, async () => {
+      const headers = new Headers({ 'content-type': 'application/json' })
+      headers.append('set-cookie', 'a=1; Path=/')
+      headers.append('set-cookie', 'b=2; Path=/, c')
+      return new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { status: 202, statusText: 'Accepted For Later', headers })
+    })
+    const answer = await new Promise<{ status: number; reason: string; cookies: string[] | undefined }>((resolve, reject) => {
+      const body = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
+      const request = http.request(
+        {
+          host: '127.0.0.1',
+          port: served!.port,
+          method: 'POST',
+          path: '/v1',
+          agent: false,
+          headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream', 'content-length': body.length },
+        },
+        (response) => {
+          response.resume()
+          response.on('end', () => resolve({ status: response.statusCode!, reason: response.statusMessage!, cookies: response.headers['set-cookie'] }))
+          response.on('error', reject)
+        },
+      )
+      request.on('error', reject)
+      request.end(body)
+    })
+    expect(answer).toEqual({ status: 202, reason: 'Accepted For Later', cookies: ['a=1; Path=/', 'b=2; Path=/, c'] })
   })
 
   it('a header value past ASCII goes out byte for byte (Latin-1), the body streamed after it', async () => {

@@ -262,6 +262,51 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       expect(answer.headers['x-mcp-version']).toBe('1.0.0')
     })
 
+    it(`${store} store: a status past 599, which Node writes (it takes 100 to 999), is answered as written, with the dispatch headers, never refused as out of range`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use(routeByVersion(() => (_req, res) => void res.writeHead(799, { 'content-type': 'application/json', 'mcp-session-id': `s799-${store}-${kind}` }).end('{"ok":true}')))
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 799, body: '{"ok":true}' })
+      expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
+    it(`${store} store: a reason phrase set after the first write is too late, as without a hold: the head has the phrase of that write`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.statusMessage = 'Fine'
+          res.setHeader('content-type', 'application/json')
+          res.setHeader('mcp-session-id', `late-reason-${store}-${kind}`)
+          res.write('{"ok":')
+          res.statusMessage = 'Changed Later'
+          res.end('true}')
+        }),
+      )
+      const port = await serve(app)
+      const answer = await new Promise<{ status: number; reason: string; body: string }>((resolve, reject) => {
+        const body = Buffer.from(tools)
+        const request = http.request(
+          { host: '127.0.0.1', port, method: 'POST', path: '/v1', agent: false, headers: { host: HOST, ...json, ...bearer(fixture), 'content-length': body.length } },
+          (response) => {
+            let text = ''
+            response.setEncoding('utf8')
+            response.on('data', (chunk: string) => (text += chunk))
+            response.on('end', () => resolve({ status: response.statusCode!, reason: response.statusMessage!, body: text }))
+            response.on('error', reject)
+          },
+        )
+        request.on('error', reject)
+        request.end(body)
+      })
+      expect(answer).toEqual({ status: 200, reason: 'Fine', body: '{"ok":true}' })
+    })
+
     it(`${store} store: an end wrapper after mcpDispatch that makes the head Node's way when _header is unset (express-session's): answered whole and pinned`, async () => {
       const fixture = fixtureFor()
       const app = express()
@@ -508,6 +553,24 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
       })
     }
 
+    it.each(EXPRESS_KINDS)(`${store} store, %s, a reason phrase with CR LF (it would split the head): routeByVersion's 502, never the phrase, never a connection cut after the pin`, async (kind) => {
+      const fixture = fixtureFor()
+      const app = EXPRESS[kind]()
+      app.use(dispatchOf(fixture))
+      app.use(
+        routeByVersion(() => (req, res) => {
+          res.writeHead(200, 'OK\r\nX-Injected: 1', { 'content-type': 'application/json', 'mcp-session-id': String(req.headers['x-test-session']) }).end('{}')
+        }),
+      )
+      const port = await serve(app)
+      const failed = await rawRequest(port, { path: '/v1', headers: { ...browser(fixture), 'x-test-session': `reason-${store}` }, body: tools })
+      expect(failed.status).toBe(502)
+      expect(JSON.parse(failed.body).error.message).toBe('App handler failed')
+      expect(failed.headers['x-injected']).toBeUndefined()
+      expectDispatchHeaders(failed)
+      await expectNotPinned(port, fixture, `reason-${store}`)
+    })
+
     it.each(EXPRESS_KINDS)(`${store} store, %s, a status out of range set before an implicit head (end first): routeByVersion's 502, never a connection left without an answer`, async (kind) => {
       const fixture = fixtureFor()
       const app = EXPRESS[kind]()
@@ -580,6 +643,45 @@ describe('a head Node refuses: the answer that follows carries the dispatch head
   }
 })
 
+describe('an end wrapper of a later middleware that throws', () => {
+  it.each(EXPRESS_KINDS)('%s: an end that threw ended nothing: routeByVersion\'s 502 goes out, never a connection left without an answer', async (kind) => {
+    const fixture = createFixture()
+    const app = EXPRESS[kind]()
+    app.use(dispatchOf(fixture))
+    app.use((_req: http.IncomingMessage, res: http.ServerResponse, next: () => void) => {
+      // Fails once (the handler's end), then passes on (the 502's).
+      const end = res.end
+      let failed = false
+      res.end = function failingOnce(this: http.ServerResponse, ...args: unknown[]) {
+        if (!failed) {
+          failed = true
+          throw new Error('end wrapper failed')
+        }
+        return (end as (...rest: unknown[]) => http.ServerResponse).apply(this, args)
+      } as typeof res.end
+      next()
+    })
+    app.use(
+      routeByVersion(() => (_req, res) => {
+        res.setHeader('content-type', 'application/json')
+        res.end('{"ok":true}')
+      }),
+    )
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const answer = await Promise.race([
+        rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools }),
+        new Promise<undefined>((resolve) => setTimeout(resolve, 5_000)),
+      ])
+      expect(answer?.status, 'an answer').toBe(502)
+      expect(JSON.parse(answer!.body).error.message).toBe('App handler failed')
+    } finally {
+      await closeServer(server)
+    }
+  })
+})
+
 describe('a new session whose pin cannot be stored: the store\'s 503 instead of the answer that opened it (an asynchronous store), or the answer and a report (a store declared synchronous)', () => {
   const INITIALIZE = JSON.stringify({
     jsonrpc: '2.0',
@@ -643,6 +745,31 @@ describe('a new session whose pin cannot be stored: the store\'s 503 instead of 
     const port = await listen(server)
     return { port, close: async () => (await sessions.close(), await closeServer(server)) }
   }
+
+  it.each(EXPRESS_KINDS)('%s, a store whose write rejects, the head taken past mcpDispatch\'s wrapper by a writeHead hook that does not chain: Node has the head, so the answer goes out whole and onError is told, never a connection cut', async (kind) => {
+    const fixture = createFixture({ sessions: failingSessions('rejects') })
+    const app = EXPRESS[kind]()
+    app.use(dispatchOf(fixture))
+    app.use(writesHeadItself)
+    app.use(
+      routeByVersion(() => (_req, res) => {
+        res.setHeader('content-type', 'application/json')
+        res.setHeader('mcp-session-id', `past-${kind}`)
+        res.end('{"ok":true}')
+      }),
+    )
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers).toMatchObject({ 'x-after': '1', 'x-mcp-version': '1.0.0' })
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(errorsOf(fixture)).toEqual(['session store: pin store down'])
+    } finally {
+      await closeServer(server)
+    }
+  })
 
   it.each([
     ...EXPRESS_KINDS.map((kind) => [kind, false, 'rejects'] as const),

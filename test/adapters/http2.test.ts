@@ -11,7 +11,7 @@ import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
 import compression from 'compression'
 import Fastify from 'fastify'
 import type { SessionStore } from 'mcp-dispatch'
-import { fromWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import { fromWebHandler, mcpDispatch as fastifyDispatch, routeByVersion } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type Fixture, HOST, askH2 as ask, createFixture, decidingOnRelease } from './helpers.js'
@@ -146,6 +146,57 @@ describe('HTTP/2: a new session whose pin cannot be stored', () => {
       expect(refused.headers['retry-after']).toBe('1')
     } finally {
       await close()
+    }
+  })
+})
+
+describe('HTTP/2 through Fastify: connection-specific fields in the head of a routeByVersion handler', () => {
+  it('one set on the response before its writeHead (Transfer-Encoding), which Node\'s HTTP/2 refuses, is routeByVersion\'s 502 with the dispatch headers; TE: trailers, which HTTP/2 takes, is served', async () => {
+    const local = createFixture()
+    const app = Fastify({ http2: true })
+    await app.register(fastifyDispatch({ dispatcher: local.dispatcher, onError: () => {} }))
+    app.all(
+      '/*',
+      routeByVersion(() => (request, reply) => {
+        const raw = reply.raw as unknown as http2.Http2ServerResponse
+        if (request.headers['x-test'] === 'te') raw.writeHead(200, { 'content-type': 'application/json', te: 'trailers' })
+        else {
+          raw.setHeader('transfer-encoding', 'chunked')
+          raw.writeHead(200, { 'content-type': 'application/json' })
+        }
+        raw.end('{"jsonrpc":"2.0","id":1,"result":{"tools":[]}}')
+      }),
+    )
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (app.server.address() as AddressInfo).port
+    try {
+      const refused = await ask(port, post(local.tokens.alice, { ':authority': `${HOST}:${port}` }), TOOLS_LIST)
+      expect(refused.status, refused.body).toBe(502)
+      expect(JSON.parse(refused.body).error.message).toBe('App handler failed')
+      expect(refused.headers['x-mcp-version']).toBe('1.0.0')
+      const served = await ask(port, post(local.tokens.alice, { ':authority': `${HOST}:${port}`, 'x-test': 'te' }), TOOLS_LIST)
+      expect(served.status, served.body).toBe(200)
+      expect(served.headers['x-mcp-version']).toBe('1.0.0')
+    } finally {
+      await app.close()
+    }
+  })
+})
+
+describe('HTTP/2 through Fastify: a body Fastify parsed', () => {
+  it('goes on to fromWebHandler though the request named no length (HTTP/2 frames its body: no Content-Length is no empty body)', async () => {
+    const local = createFixture()
+    const app = Fastify({ http2: true })
+    await app.register(fastifyDispatch({ dispatcher: local.dispatcher, onError: () => {} }))
+    app.all('/*', fromWebHandler(async (request) => Response.json({ jsonrpc: '2.0', id: 1, result: { received: await request.text() } })))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    const port = (app.server.address() as AddressInfo).port
+    try {
+      const served = await ask(port, post(local.tokens.alice, { ':authority': `${HOST}:${port}` }), TOOLS_LIST)
+      expect(served.status, served.body).toBe(200)
+      expect(JSON.parse(JSON.parse(served.body).result.received)).toEqual(JSON.parse(TOOLS_LIST))
+    } finally {
+      await app.close()
     }
   })
 })

@@ -379,6 +379,14 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
       expect(challenged.answers[0]?.headers['www-authenticate']).toBe(`Bearer resource_metadata="https://${edge.app}:${edge.port}/.well-known/oauth-protected-resource"`)
     })
 
+    it('refuses a Host field no URL holds beside the host the target names, 400 Invalid Host header (RFC 9112 section 3.2: the field is ignored, not its validity), as a Web runtime refuses it', async () => {
+      const edge = edgeOf(name)
+      for (const host of ['a b', '[zz]', `${edge.app}:99999`]) {
+        const { answers } = await exchange(edge.port, request(edge, { target: `http://${edge.app}:${edge.port}/v1`, host }))
+        expectRefused(answers[0], 400, edge.webRuntime ? undefined : INVALID_HOST)
+      }
+    })
+
     it('serves no target of another scheme (regression: ftp://… was served on Express and Fastify)', async () => {
       const edge = edgeOf(name)
       const { answers } = await exchange(edge.port, request(edge, { target: `ftp://${edge.app}:${edge.port}/v1` }))
@@ -390,7 +398,8 @@ describe.each(NAMES)('%s: HTTP edge cases on raw sockets', (name) => {
   describe('version paths', () => {
     it('serves the spellings of a version path and refuses the look-alikes', async () => {
       const edge = edgeOf(name)
-      for (const target of ['/v1', '/v%31', '/%761', '/v1/', '/v1?x=1', '/v1?', '/v1#x']) {
+      // A fragment after a query ends nothing before it: the path is still /v1.
+      for (const target of ['/v1', '/v%31', '/%761', '/v1/', '/v1?x=1', '/v1?', '/v1#x', '/v1?x=1#y', '/v1?#']) {
         const { answers } = await exchange(edge.port, request(edge, { target }))
         expectServed(answers[0], edge.v1)
       }
