@@ -13,7 +13,7 @@ import { type Reply, RpcCode, jsonRpcErrorReply } from '../core/reply.js'
 import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { refusalAt, tokenApiMethods } from '../tokens/token-api-paths.js'
+import { refusalAt, tokenApiMethods, tokenApiServesHost } from '../tokens/token-api-paths.js'
 import {
   CONNECTION_SPECIFIC_FIELDS,
   type Dispatched,
@@ -344,6 +344,11 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     return
   }
   if (forbidden) {
+    // On a host outside the API's `hosts`, no API is there: its 404, as for any method.
+    if (!tokenApiServesHost(api, request)) {
+      writeJson(source.res, 404, NOT_FOUND)
+      return
+    }
     const refusal = refusalAt(tokenApiMethods(api, new URL(request.url).pathname))
     writeJson(source.res, refusal.status, JSON.stringify(refusal.body), refusal.allow === undefined ? undefined : { allow: refusal.allow })
     return
@@ -1061,10 +1066,14 @@ const UNSERIALIZABLE_BODY: Reply = jsonRpcErrorReply(400, {
 /** Thrown by {@link toWebRequest} for a parsed body `JSON.stringify` cannot write. */
 class UnserializableBody extends Error {}
 
-/** Whether an HTTP/1.x request says it has no body (RFC 9112 section 6.3): no length, or 0. */
+/**
+ * Whether an HTTP/1.x request says it has no body (RFC 9112 section 6.3): no length, or 0
+ * (`00` too, which Node reads as 0; regression: a bodiless DELETE with it reached a
+ * `fromWebHandler` handler behind `express.json()` with the body `{}`).
+ */
 function sentNoBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length']
-  if (length !== undefined) return length === '0'
+  if (length !== undefined) return /^0+$/.test(length)
   return req.headers['transfer-encoding'] === undefined && req.httpVersionMajor < 2
 }
 

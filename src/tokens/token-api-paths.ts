@@ -7,17 +7,34 @@
  */
 import type { TokenApi } from './token-api.js'
 
-/** Each API's `onError`, for what a Node adapter's hook reports on its behalf. */
-const reporters = new WeakMap<TokenApi, (error: unknown, context: string) => void>()
+/** What a Node adapter needs of an API `createTokenApi` made, beside the API itself. @internal */
+export interface TokenApiTraits {
+  /** Its `onError`, for what a Node adapter's hook reports on its behalf. */
+  readonly report: (error: unknown, context: string) => void
+  /** Whether it answers on `request`'s host (its `hosts`). */
+  readonly servesHost: (request: Request) => boolean
+}
 
-/** Records `api`'s `onError` (at its creation). @internal */
-export function setTokenApiReporter(api: TokenApi, report: (error: unknown, context: string) => void): void {
-  reporters.set(api, report)
+const traits = new WeakMap<TokenApi, TokenApiTraits>()
+
+/** Records what the Node adapters need of `api` (at its creation). @internal */
+export function setTokenApiTraits(api: TokenApi, of: TokenApiTraits): void {
+  traits.set(api, of)
 }
 
 /** `api`'s `onError`, or `undefined` for a handler `createTokenApi` did not make. @internal */
 export function tokenApiReporter(api: TokenApi): ((error: unknown, context: string) => void) | undefined {
-  return reporters.get(api)
+  return traits.get(api)?.report
+}
+
+/**
+ * Whether `api` answers on `request`'s host, for a method the Node adapters answer without
+ * asking it (`TRACE`): outside its `hosts`, the API is not there, whatever the method. `true`
+ * for a handler `createTokenApi` did not make, which cannot be asked without being served.
+ * @internal
+ */
+export function tokenApiServesHost(api: TokenApi, request: Request): boolean {
+  return traits.get(api)?.servesHost(request) ?? true
 }
 
 /** A path segment with its percent-encoding undone; as it is when that is not valid. */

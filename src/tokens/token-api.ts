@@ -26,7 +26,7 @@ import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
 import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
-import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiReporter } from './token-api-paths.js'
+import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiTraits } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 import { parseUrl } from '../core/url.js'
 
@@ -299,6 +299,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
   }
   const onError = reporterOption(options.onError)
   const hosts = hostsOption(options.hosts)
+  const servesHost = (request: Request): boolean => hosts === undefined || hosts.has(hostnameOf(request) ?? '')
 
   async function session(request: Request, write: boolean, info: TokenApiRequestInfo | undefined): Promise<S> {
     const s = await options.authenticateSession(request, info ?? NO_INFO)
@@ -425,7 +426,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
       hostRefused = true
     }
     if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return null
-    if (hosts !== undefined && !hosts.has(hostnameOf(request) ?? '')) return null
+    if (!servesHost(request)) return null
     const head = request.method === 'HEAD'
     if (hostRefused) {
       const refused = json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
@@ -444,7 +445,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
     return withoutBody(await answer(new Request(request.url, asGet), rest, info))
   }
   const made = Object.assign(api, { basePath }) as TokenApi
-  setTokenApiReporter(made, onError)
+  setTokenApiTraits(made, { report: onError, servesHost })
   return made
 }
 /**

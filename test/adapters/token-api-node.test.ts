@@ -480,39 +480,56 @@ describe('serveTokenApi: what is not the API\'s', () => {
 describe('serveTokenApi: paths that only begin like basePath', () => {
   it('a path that only starts with the basePath\'s letters (/api/tokens-old, /api/tokensx) is not the API\'s: it goes on to the next handler on Express and Fastify', async () => {
     const fixture = createFixture()
-    const api = tokenApi(fixture.dispatcherOptions.tokens as TokenService)
-    const app = express()
-    app.use(expressAdapter.serveTokenApi(api))
-    app.use((req, res) => res.json({ path: req.path }))
-    const server = http.createServer(app)
-    const port = await listen(server)
-    const fastifyApp = Fastify()
-    await fastifyApp.register(fastifyAdapter.serveTokenApi(api))
-    fastifyApp.all('/*', async (request) => ({ path: request.url }))
-    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+    const served = await servedOnBoth(tokenApi(fixture.dispatcherOptions.tokens as TokenService), { fallback: true })
     try {
-      for (const target of [port, (fastifyApp.server.address() as AddressInfo).port]) {
+      for (const target of served.ports) {
         for (const path of ['/api/tokens-old', '/api/tokensx', '/api/tokens.json']) {
           const answer = await rawRequest(target, { method: 'GET', path, headers: { cookie: COOKIE } })
           expect([answer.status, JSON.parse(answer.body)], `${path} on ${target}`).toEqual([200, { path }])
         }
       }
     } finally {
-      await close(server)
-      await fastifyApp.close()
+      await served.close()
     }
   })
 })
 
+/**
+ * `api` served by `serveTokenApi` on Express and on Fastify, each on a port of its own (`ports`);
+ * with `fallback`, a request that is not the API's goes on to a route answering its `{ path }`.
+ */
+async function servedOnBoth(api: TokenApi, { fallback = false } = {}): Promise<{ ports: number[]; close(): Promise<void> }> {
+  const app = express()
+  app.use(expressAdapter.serveTokenApi(api))
+  if (fallback) app.use((req, res) => res.json({ path: req.path }))
+  const server = http.createServer(app)
+  const port = await listen(server)
+  const fastifyApp = Fastify()
+  await fastifyApp.register(fastifyAdapter.serveTokenApi(api))
+  if (fallback) fastifyApp.all('/*', async (request) => ({ path: request.url }))
+  await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+  return {
+    ports: [port, (fastifyApp.server.address() as AddressInfo).port],
+    close: async () => {
+      await close(server)
+      await fastifyApp.close()
+    },
+  }
+}
+
+/** An API answering on dash.example.com only, the session the one COOKIE opens. */
+function dashboardApi(): TokenApi {
+  return createTokenApi({
+    tokens: createFixture().dispatcherOptions.tokens as TokenService,
+    authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
+    verifyCsrf: false,
+    hosts: ['dash.example.com'],
+  })
+}
+
 describe('serveTokenApi: an absolute-form target', () => {
   it('is the API\'s on the host the target names, whatever the Host field says (RFC 9112 section 3.2.2): the API\'s hosts read that host', async () => {
-    const fixture = createFixture()
-    const api = createTokenApi({
-      tokens: fixture.dispatcherOptions.tokens as TokenService,
-      authenticateSession: (request) => (request.headers.get('cookie') === COOKIE ? { userId: 'alice' } : null),
-      verifyCsrf: false,
-      hosts: ['dash.example.com'],
-    })
+    const api = dashboardApi()
     const app = express()
     app.use(expressAdapter.serveTokenApi(api))
     app.use((_req, res) => res.status(418).json({ served: 'elsewhere' }))
@@ -542,15 +559,9 @@ describe('serveTokenApi: an API that fails under the answer', () => {
       },
       { basePath: inner.basePath },
     )
-    const app = express()
-    app.use(expressAdapter.serveTokenApi(flaky))
-    const server = http.createServer(app)
-    const port = await listen(server)
-    const fastifyApp = Fastify()
-    await fastifyApp.register(fastifyAdapter.serveTokenApi(flaky))
-    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+    const served = await servedOnBoth(flaky)
     try {
-      for (const target of [port, (fastifyApp.server.address() as AddressInfo).port]) {
+      for (const target of served.ports) {
         fail = true
         const failed = await rawRequest(target, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE } })
         expect([failed.status, failed.headers['retry-after'], failed.headers['cache-control'], JSON.parse(failed.body)], `on ${target}`).toEqual([
@@ -563,8 +574,7 @@ describe('serveTokenApi: an API that fails under the answer', () => {
         expect((await rawRequest(target, { method: 'GET', path: '/api/tokens', headers: { cookie: COOKIE } })).status, `on ${target}`).toBe(200)
       }
     } finally {
-      await close(server)
-      await fastifyApp.close()
+      await served.close()
     }
   })
 })
@@ -735,6 +745,26 @@ describe('serveTokenApi: a TRACE with the API wrapped', () => {
       expect([traced.status, traced.headers.allow, traced.headers['access-control-allow-origin']]).toEqual([405, 'GET, HEAD, POST', undefined])
     } finally {
       await close(server)
+    }
+  })
+})
+
+describe('serveTokenApi: a TRACE on a host outside the API\'s hosts', () => {
+  it('is the 404 any method gets there, not the path\'s 405 with Allow: the API is not on that host (regression: the 405 told it was), through Express and Fastify', async () => {
+    const served = await servedOnBoth(dashboardApi())
+    try {
+      for (const target of served.ports) {
+        const seen = async (method: string, host: string) => {
+          const answer = await rawRequest(target, { method, path: '/api/tokens', host, headers: { cookie: COOKIE } })
+          return [answer.status, answer.headers.allow, JSON.parse(answer.body).error]
+        }
+        expect(await seen('GET', 'other.example.com'), `on ${target}`).toEqual([404, undefined, 'not_found'])
+        expect(await seen('TRACE', 'other.example.com'), `on ${target}`).toEqual([404, undefined, 'not_found'])
+        // On its host, the path's 405 as before.
+        expect(await seen('TRACE', 'dash.example.com'), `on ${target}`).toEqual([405, 'GET, HEAD, POST', 'method_not_allowed'])
+      }
+    } finally {
+      await served.close()
     }
   })
 })
