@@ -274,6 +274,24 @@ describe.each(EXPRESS_KINDS)('%s: compression() and on-headers around mcpDispatc
       expect(errorsOf(fixture)).toEqual([])
     })
 
+    it(`${store} store: a head with a field of no name, given to writeHead after setHeader (Node skips it there), is answered as Node writes it, never refused`, async () => {
+      const fixture = fixtureFor()
+      const app = express()
+      app.use(dispatchOf(fixture))
+      app.use(
+        routeByVersion(() => (_req, res) => {
+          res.setHeader('content-type', 'application/json')
+          res.writeHead(200, { '': 'nameless', 'mcp-session-id': `nameless-${store}-${kind}` }).end('{"ok":true}')
+        }),
+      )
+      const port = await serve(app)
+      const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
+      expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
+      expect(answer.headers['x-mcp-version']).toBe('1.0.0')
+      expect(Object.values(answer.headers)).not.toContain('nameless')
+      expect(errorsOf(fixture)).toEqual([])
+    })
+
     it(`${store} store: a reason phrase set after the first write is too late, as without a hold: the head has the phrase of that write`, async () => {
       const fixture = fixtureFor()
       const app = express()
