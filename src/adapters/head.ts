@@ -384,9 +384,10 @@ function recordHead(
   sessionId: string | undefined,
   headers: unknown,
 ): void {
-  // A request that already belongs to a session can only end its pin (DELETE, or a 404 of a
-  // handler that forgot the session), which needs no answer before the response goes out.
-  if (sessionId === undefined && decision.context.sessionId === undefined) sessionId = headerValue(getHeader.call(res, 'mcp-session-id'))
+  // The id `writeHead` named, else the one set before, in a session too: a handler that opens
+  // another session there is reported, whichever way it set the id (regression: set with
+  // `setHeader`, the new session went unpinned and unreported on a synchronous store).
+  sessionId ??= headerValue(getHeader.call(res, 'mcp-session-id'))
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those
   // responses to another path (node-http's hold, or the Web adapter's own await).

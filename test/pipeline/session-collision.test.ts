@@ -4,10 +4,16 @@
  * for the whole connection, and the pin binds its owner. The existing pin is kept, the new
  * session gets none (its next request is 404 `session_not_found`), and `onError` says why.
  */
+import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
+import express from 'express'
+import Fastify from 'fastify'
 import { type SessionStore, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
+import * as expressAdapter from 'mcp-dispatch/express'
+import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { mcpDispatch } from 'mcp-dispatch/web'
 import { describe, expect, it } from 'vitest'
-import { createFixture } from '../adapters/helpers.js'
+import { close, createFixture, listen, rawRequest } from '../adapters/helpers.js'
 
 describe('a session id assigned twice', () => {
   function serve() {
@@ -187,4 +193,57 @@ describe('a session id assigned twice, on an asynchronous session store', () => 
     expect(await memory.get('dup', 60_000)).toEqual({ appId: 'app_notes', version: '1.0.0', subject: 'carol' })
   })
 
+})
+
+describe('a new session opened in another, on the Node adapters (a synchronous store: the pin is written as Node takes the head)', () => {
+  for (const framework of ['express', 'fastify'] as const) {
+    for (const how of ['in writeHead\'s headers', 'with setHeader before writeHead'] as const) {
+      it(`${framework}, its id set ${how}: no pin, and onError says so (regression: set with setHeader, it went unreported and its 404s unexplained)`, async () => {
+        const fixture = createFixture()
+        let opened = 0
+        // Every request opens a session here, whatever id it carries.
+        const open = (res: http.ServerResponse) => {
+          const id = `s${++opened}`
+          if (how === 'with setHeader before writeHead') res.setHeader('mcp-session-id', id).writeHead(200, { 'content-type': 'application/json' })
+          else res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
+          res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
+        }
+        let port: number
+        let stop: () => Promise<void>
+        if (framework === 'express') {
+          const app = express()
+          app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
+          app.use(expressAdapter.routeByVersion(() => (_req, res) => open(res)))
+          const server = http.createServer(app)
+          port = await listen(server)
+          stop = () => close(server)
+        } else {
+          const app = Fastify()
+          await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
+          app.all('/*', fastifyAdapter.routeByVersion(() => (_request, reply) => open(reply.raw)))
+          await app.listen({ port: 0, host: '127.0.0.1' })
+          port = (app.server.address() as AddressInfo).port
+          stop = () => app.close()
+        }
+        const post = (sessionId?: string) =>
+          rawRequest(port, {
+            path: '/v1',
+            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(sessionId && { 'mcp-session-id': sessionId }) },
+            body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}',
+          })
+        try {
+          expect((await post()).status).toBe(200)
+          expect((await post('s1')).status).toBe(200)
+          expect(fixture.errors.map((e) => [e.context, String(e.error)])).toEqual([
+            ['session store', expect.stringContaining('opened a session on a request that carries the id of another')],
+          ])
+          // The new session has no pin; the old one keeps its own.
+          expect((await post('s2')).status).toBe(404)
+          expect((await post('s1')).headers['x-mcp-version']).toBe('1.0.0')
+        } finally {
+          await stop()
+        }
+      })
+    }
+  }
 })
