@@ -90,11 +90,19 @@ export function closeIfBodyInFlight(res: unknown): Promise<void> | undefined {
   if (req === undefined || req.complete !== false || req.httpVersionMajor !== 1) return undefined
   // A request framed with no body (a GET, a DELETE) has none in flight, and waits for nothing.
   const length = req.headers?.['content-length']
-  if (req.headers?.['transfer-encoding'] === undefined && (length === undefined || length === '0')) return undefined
+  if (req.headers?.['transfer-encoding'] === undefined && (length === undefined || isZeroLength(length))) return undefined
   return new Promise<void>((resolve) => setImmediate(resolve)).then(() => {
     const response = res as { headersSent?: unknown; shouldKeepAlive?: boolean }
     if (req.complete === false && response.headersSent === false) response.shouldKeepAlive = false
   })
+}
+
+/**
+ * Whether a request's `Content-Length` is 0, in any number of zeros (`00`: Node takes only
+ * digits, and reads those as 0). @internal
+ */
+export function isZeroLength(length: unknown): boolean {
+  return typeof length === 'string' && /^0+$/.test(length)
 }
 
 /**
@@ -386,7 +394,7 @@ function recordHead(
 ): void {
   // The id `writeHead` named, else the one set before, in a session too: a handler that opens
   // another session there is reported, whichever way it set the id (regression: set with
-  // `setHeader`, the new session went unpinned and unreported on a synchronous store).
+  // `setHeader`, the new session went unpinned and unreported).
   sessionId ??= headerValue(getHeader.call(res, 'mcp-session-id'))
   // Synchronous here, or a promise that never rejects, awaited by no one: only an
   // asynchronous pin of a new session must be stored first, and `attachToHead` leaves those

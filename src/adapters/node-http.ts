@@ -13,7 +13,7 @@ import { type Reply, RpcCode, jsonRpcErrorReply } from '../core/reply.js'
 import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { refusalAt, tokenApiMethods, tokenApiServesHost } from '../tokens/token-api-paths.js'
+import { refusalAt, tokenApiMethods, tokenApiOwns } from '../tokens/token-api-paths.js'
 import {
   CONNECTION_SPECIFIC_FIELDS,
   type Dispatched,
@@ -25,6 +25,7 @@ import {
   headerValue,
   installHeadInterception as installOn,
   isHttp2Response,
+  isZeroLength,
   mergeExposeHeaders,
   mergeVary,
   sameName,
@@ -344,8 +345,9 @@ async function answer(api: TokenApi, source: WebRequestSource, trust: CompiledTr
     return
   }
   if (forbidden) {
-    // On a host outside the API's `hosts`, no API is there: its 404, as for any method.
-    if (!tokenApiServesHost(api, request)) {
+    // Not the API's (a host outside its `hosts`, a Host that moved the path): the 404 any
+    // method gets there.
+    if (!tokenApiOwns(api, request)) {
       writeJson(source.res, 404, NOT_FOUND)
       return
     }
@@ -1073,7 +1075,7 @@ class UnserializableBody extends Error {}
  */
 function sentNoBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length']
-  if (length !== undefined) return /^0+$/.test(length)
+  if (length !== undefined) return isZeroLength(length)
   return req.headers['transfer-encoding'] === undefined && req.httpVersionMajor < 2
 }
 

@@ -11,8 +11,8 @@ import type { TokenApi } from './token-api.js'
 export interface TokenApiTraits {
   /** Its `onError`, for what a Node adapter's hook reports on its behalf. */
   readonly report: (error: unknown, context: string) => void
-  /** Whether it answers on `request`'s host (its `hosts`). */
-  readonly servesHost: (request: Request) => boolean
+  /** Whether `request` is its own (under its `basePath`, on its `hosts`): whether it answers other than `null`. */
+  readonly owns: (request: Request) => boolean
 }
 
 const traits = new WeakMap<TokenApi, TokenApiTraits>()
@@ -28,13 +28,17 @@ export function tokenApiReporter(api: TokenApi): ((error: unknown, context: stri
 }
 
 /**
- * Whether `api` answers on `request`'s host, for a method the Node adapters answer without
- * asking it (`TRACE`): outside its `hosts`, the API is not there, whatever the method. `true`
- * for a handler `createTokenApi` did not make, which cannot be asked without being served.
+ * Whether `request` is `api`'s, for a method the Node adapters answer without asking it
+ * (`TRACE`): a request the API would answer `null` (a host outside its `hosts`, or a Host that
+ * moved the path) is not, whatever the method. For a handler `createTokenApi` did not make,
+ * which cannot be asked without being served, its path alone decides.
  * @internal
  */
-export function tokenApiServesHost(api: TokenApi, request: Request): boolean {
-  return traits.get(api)?.servesHost(request) ?? true
+export function tokenApiOwns(api: TokenApi, request: Request): boolean {
+  const owns = traits.get(api)?.owns
+  if (owns !== undefined) return owns(request)
+  const path = new URL(request.url).pathname
+  return path === api.basePath || path.startsWith(`${api.basePath}/`)
 }
 
 /** A path segment with its percent-encoding undone; as it is when that is not valid. */

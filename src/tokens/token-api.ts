@@ -299,7 +299,6 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
   }
   const onError = reporterOption(options.onError)
   const hosts = hostsOption(options.hosts)
-  const servesHost = (request: Request): boolean => hosts === undefined || hosts.has(hostnameOf(request) ?? '')
 
   async function session(request: Request, write: boolean, info: TokenApiRequestInfo | undefined): Promise<S> {
     const s = await options.authenticateSession(request, info ?? NO_INFO)
@@ -412,7 +411,11 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
     }
   }
 
-  const api = async function tokenApi(request: Request, info?: TokenApiRequestInfo): Promise<Response | null> {
+  /**
+   * The path of a request the API answers (under `basePath`, on its `hosts`), and whether its
+   * Host is one the URL parser refused; `undefined` for a request that is not the API's.
+   */
+  function ownPath(request: Request): { path: string; hostRefused: boolean } | undefined {
     let path: string | undefined
     let hostRefused = false
     try {
@@ -425,8 +428,15 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
       path = pathAfterRefusedHost(request.url)
       hostRefused = true
     }
-    if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return null
-    if (!servesHost(request)) return null
+    if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return undefined
+    if (hosts !== undefined && !hosts.has(hostnameOf(request) ?? '')) return undefined
+    return { path, hostRefused }
+  }
+
+  const api = async function tokenApi(request: Request, info?: TokenApiRequestInfo): Promise<Response | null> {
+    const own = ownPath(request)
+    if (own === undefined) return null
+    const { path, hostRefused } = own
     const head = request.method === 'HEAD'
     if (hostRefused) {
       const refused = json(400, { error: 'invalid_request', message: 'host: is not a valid Host header', field: 'host' })
@@ -445,7 +455,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
     return withoutBody(await answer(new Request(request.url, asGet), rest, info))
   }
   const made = Object.assign(api, { basePath }) as TokenApi
-  setTokenApiTraits(made, { report: onError, servesHost })
+  setTokenApiTraits(made, { report: onError, owns: (request) => ownPath(request) !== undefined })
   return made
 }
 /**

@@ -749,19 +749,59 @@ describe('serveTokenApi: a TRACE with the API wrapped', () => {
   })
 })
 
-describe('serveTokenApi: a TRACE on a host outside the API\'s hosts', () => {
-  it('is the 404 any method gets there, not the path\'s 405 with Allow: the API is not on that host (regression: the 405 told it was), through Express and Fastify', async () => {
-    const served = await servedOnBoth(dashboardApi())
+describe('serveTokenApi: a TRACE where the API is not', () => {
+  it('on a host outside its hosts, or with a Host that moves the path, is the 404 any method gets there, never a 405 with Allow telling the API is there (regression: it was, with the Allow of another path for a moved one); over HTTP/1 on Express and Fastify, in absolute form, and over HTTP/2', async () => {
+    const dashboard = await servedOnBoth(dashboardApi())
+    const everywhere = await servedOnBoth(tokenApi(createFixture().dispatcherOptions.tokens as TokenService))
+    const overHttp2 = Fastify({ http2: true })
+    await overHttp2.register(fastifyAdapter.serveTokenApi(dashboardApi()))
+    await overHttp2.listen({ port: 0, host: '127.0.0.1' })
+    const seen = async (target: number, method: string, host: string, path = '/api/tokens') => {
+      const answer = await rawRequest(target, { method, path, host, headers: { cookie: COOKIE } })
+      return [answer.status, answer.headers.allow, JSON.parse(answer.body).error]
+    }
+    const notThere = [404, undefined, 'not_found']
+    try {
+      for (const target of dashboard.ports) {
+        expect(await seen(target, 'GET', 'other.example.com'), `on ${target}`).toEqual(notThere)
+        expect(await seen(target, 'TRACE', 'other.example.com'), `on ${target}`).toEqual(notThere)
+        // On its host, the path's 405 as before.
+        expect(await seen(target, 'TRACE', 'dash.example.com'), `on ${target}`).toEqual([405, 'GET, HEAD, POST', 'method_not_allowed'])
+        // In absolute form, the target's host decides (RFC 9112 section 3.2.2).
+        expect(await seen(target, 'TRACE', 'dash.example.com', 'http://other.example.com/api/tokens'), `on ${target}`).toEqual(notThere)
+        expect(await seen(target, 'TRACE', 'other.example.com', 'http://dash.example.com/api/tokens/tok-1'), `on ${target}`).toEqual([405, 'GET, HEAD, PATCH, DELETE', 'method_not_allowed'])
+      }
+      // A Host that moves the path (`a/b`: the URL's path is /b/api/tokens), on an API of every host.
+      for (const target of everywhere.ports) {
+        expect(await seen(target, 'GET', 'a/b'), `on ${target}`).toEqual(notThere)
+        expect(await seen(target, 'TRACE', 'a/b'), `on ${target}`).toEqual(notThere)
+      }
+      const port = (overHttp2.server.address() as AddressInfo).port
+      const traced = async (authority: string) => {
+        const answer = await askH2(port, { ':method': 'TRACE', ':path': '/api/tokens', ':authority': authority, cookie: COOKIE })
+        return [answer.status, answer.headers.allow, JSON.parse(answer.body).error]
+      }
+      expect(await traced('other.example.com')).toEqual(notThere)
+      expect(await traced('dash.example.com')).toEqual([405, 'GET, HEAD, POST', 'method_not_allowed'])
+    } finally {
+      await dashboard.close()
+      await everywhere.close()
+      await overHttp2.close()
+    }
+  })
+
+  it('of a wrapper of the API, whose hosts the adapter cannot read, is the path\'s 405 on every host (as documented), and the 404 where a Host moves the path', async () => {
+    const inner = dashboardApi()
+    const wrapper: TokenApi = Object.assign(async (request: Request, info?: Parameters<TokenApi>[1]) => inner(request, info), { basePath: inner.basePath })
+    const served = await servedOnBoth(wrapper)
     try {
       for (const target of served.ports) {
-        const seen = async (method: string, host: string) => {
-          const answer = await rawRequest(target, { method, path: '/api/tokens', host, headers: { cookie: COOKIE } })
-          return [answer.status, answer.headers.allow, JSON.parse(answer.body).error]
+        for (const host of ['dash.example.com', 'other.example.com']) {
+          const answer = await rawRequest(target, { method: 'TRACE', path: '/api/tokens', host })
+          expect([answer.status, answer.headers.allow], `${host} on ${target}`).toEqual([405, 'GET, HEAD, POST'])
         }
-        expect(await seen('GET', 'other.example.com'), `on ${target}`).toEqual([404, undefined, 'not_found'])
-        expect(await seen('TRACE', 'other.example.com'), `on ${target}`).toEqual([404, undefined, 'not_found'])
-        // On its host, the path's 405 as before.
-        expect(await seen('TRACE', 'dash.example.com'), `on ${target}`).toEqual([405, 'GET, HEAD, POST', 'method_not_allowed'])
+        const moved = await rawRequest(target, { method: 'TRACE', path: '/api/tokens', host: 'a/b' })
+        expect([moved.status, JSON.parse(moved.body).error], `on ${target}`).toEqual([404, 'not_found'])
       }
     } finally {
       await served.close()

@@ -195,55 +195,82 @@ describe('a session id assigned twice, on an asynchronous session store', () => 
 
 })
 
-describe('a new session opened in another, on the Node adapters (a synchronous store: the pin is written as Node takes the head)', () => {
-  for (const framework of ['express', 'fastify'] as const) {
-    for (const how of ['in writeHead\'s headers', 'with setHeader before writeHead'] as const) {
-      it(`${framework}, its id set ${how}: no pin, and onError says so (regression: set with setHeader, it went unreported and its 404s unexplained)`, async () => {
-        const fixture = createFixture()
-        let opened = 0
-        // Every request opens a session here, whatever id it carries.
-        const open = (res: http.ServerResponse) => {
-          const id = `s${++opened}`
-          if (how === 'with setHeader before writeHead') res.setHeader('mcp-session-id', id).writeHead(200, { 'content-type': 'application/json' })
-          else res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
-          res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
-        }
-        let port: number
-        let stop: () => Promise<void>
-        if (framework === 'express') {
-          const app = express()
-          app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
-          app.use(expressAdapter.routeByVersion(() => (_req, res) => open(res)))
-          const server = http.createServer(app)
-          port = await listen(server)
-          stop = () => close(server)
-        } else {
-          const app = Fastify()
-          await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
-          app.all('/*', fastifyAdapter.routeByVersion(() => (_request, reply) => open(reply.raw)))
-          await app.listen({ port: 0, host: '127.0.0.1' })
-          port = (app.server.address() as AddressInfo).port
-          stop = () => app.close()
-        }
-        const post = (sessionId?: string) =>
-          rawRequest(port, {
-            path: '/v1',
-            headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', ...(sessionId && { 'mcp-session-id': sessionId }) },
-            body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}',
-          })
-        try {
-          expect((await post()).status).toBe(200)
-          expect((await post('s1')).status).toBe(200)
-          expect(fixture.errors.map((e) => [e.context, String(e.error)])).toEqual([
-            ['session store', expect.stringContaining('opened a session on a request that carries the id of another')],
-          ])
-          // The new session has no pin; the old one keeps its own.
-          expect((await post('s2')).status).toBe(404)
-          expect((await post('s1')).headers['x-mcp-version']).toBe('1.0.0')
-        } finally {
-          await stop()
-        }
-      })
+/** The memory store answering with promises, a turn later (as Redis does): where a new session's head waits for its pin. */
+function asynchronousSessions(): SessionStore {
+  const memory = createMemorySessionStore()
+  const later = <T>(value: T) => new Promise<T>((resolve) => setImmediate(() => resolve(value)))
+  return {
+    get: (id, ttl) => later(memory.get(id, ttl) as never),
+    set: (id, pin, ttl) => later(memory.set(id, pin, ttl) as never),
+    delete: (id) => later(memory.delete(id) as never),
+  }
+}
+
+describe('a session id the handler sets on the Node adapters, in writeHead\'s headers or with setHeader', () => {
+  const stores = { 'the memory store': () => createFixture(), 'a store answering with promises': () => createFixture({ sessions: asynchronousSessions() }) }
+  for (const store of ['the memory store', 'a store answering with promises'] as const) {
+    for (const framework of ['express', 'fastify'] as const) {
+      for (const how of ['in writeHead\'s headers', 'with setHeader before writeHead'] as const) {
+        it(`${framework}, ${store}, the id set ${how}: a new session opened in another gets no pin, and onError says so (regression: set with setHeader, it went unreported and its 404s unexplained); the session's own id given back is no new session, and its DELETE ends its pin`, async () => {
+          const fixture = stores[store]()
+          let opened = 0
+          // Every request opens a session here, whatever id it carries, but a DELETE and a
+          // request that asks for its own id back (x-echo), as the MCP SDK gives it on each answer.
+          const answer = (req: http.IncomingMessage, res: http.ServerResponse) => {
+            const carried = req.headers['mcp-session-id'] as string | undefined
+            const id = carried !== undefined && (req.method === 'DELETE' || req.headers['x-echo'] !== undefined) ? carried : `s${++opened}`
+            if (how === 'with setHeader before writeHead') res.setHeader('mcp-session-id', id).writeHead(200, { 'content-type': 'application/json' })
+            else res.writeHead(200, { 'content-type': 'application/json', 'mcp-session-id': id })
+            res.end('{"jsonrpc":"2.0","id":1,"result":{}}')
+          }
+          let port: number
+          let stop: () => Promise<void>
+          if (framework === 'express') {
+            const app = express()
+            app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
+            app.use(expressAdapter.routeByVersion(() => (req, res) => answer(req, res)))
+            const server = http.createServer(app)
+            port = await listen(server)
+            stop = () => close(server)
+          } else {
+            const app = Fastify()
+            await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: fixture.onError }))
+            app.all('/*', fastifyAdapter.routeByVersion(() => (request, reply) => answer(request.raw, reply.raw)))
+            await app.listen({ port: 0, host: '127.0.0.1' })
+            port = (app.server.address() as AddressInfo).port
+            stop = () => app.close()
+          }
+          const ask = (sessionId?: string, { method = 'POST', echo = false } = {}) =>
+            rawRequest(port, {
+              method,
+              path: '/v1',
+              headers: {
+                authorization: `Bearer ${fixture.tokens.alice}`,
+                ...(method === 'POST' && { 'content-type': 'application/json' }),
+                ...(sessionId && { 'mcp-session-id': sessionId }),
+                ...(echo && { 'x-echo': '1' }),
+              },
+              ...(method === 'POST' && { body: '{"jsonrpc":"2.0","id":1,"method":"initialize"}' }),
+            })
+          const reported = () => fixture.errors.map((e) => [e.context, String(e.error)])
+          try {
+            expect((await ask()).status).toBe(200)
+            expect((await ask('s1')).status).toBe(200)
+            expect(reported()).toEqual([['session store', expect.stringContaining('opened a session on a request that carries the id of another')]])
+            // The new session has no pin; the old one keeps its own.
+            expect((await ask('s2')).status).toBe(404)
+            expect((await ask('s1', { echo: true })).headers['x-mcp-version']).toBe('1.0.0')
+            // Its own id given back (every answer of the SDK's transport carries it) reports nothing.
+            expect(reported()).toHaveLength(1)
+            // Its DELETE, answered with its id, ends its pin.
+            expect((await ask('s1', { method: 'DELETE' })).status).toBe(200)
+            expect((await ask('s1', { echo: true })).status).toBe(404)
+            expect(reported()).toHaveLength(1)
+          } finally {
+            await stop()
+          }
+        })
+      }
     }
   }
 })
