@@ -505,9 +505,14 @@ async function servedOnBoth(api: TokenApi, { fallback = false } = {}): Promise<{
   const server = http.createServer(app)
   const port = await listen(server)
   const fastifyApp = Fastify()
-  await fastifyApp.register(fastifyAdapter.serveTokenApi(api))
-  if (fallback) fastifyApp.all('/*', async (request) => ({ path: request.url }))
-  await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+  try {
+    await fastifyApp.register(fastifyAdapter.serveTokenApi(api))
+    if (fallback) fastifyApp.all('/*', async (request) => ({ path: request.url }))
+    await fastifyApp.listen({ port: 0, host: '127.0.0.1' })
+  } catch (error) {
+    await Promise.all([close(server), fastifyApp.close()])
+    throw error
+  }
   return {
     ports: [port, (fastifyApp.server.address() as AddressInfo).port],
     close: async () => {
