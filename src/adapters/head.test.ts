@@ -64,6 +64,18 @@ function decisionWith(headers: Record<string, string>, outcomes: DispatchOutcome
   } as unknown as Dispatched
 }
 
+/** Listens on 127.0.0.1, on a port of its own, and answers the port. */
+async function listenLocal(server: net.Server): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return (server.address() as AddressInfo).port
+}
+
+/** Closes `server` and every connection it still holds. */
+async function closeLocal(server: http.Server): Promise<void> {
+  server.closeAllConnections()
+  await new Promise((resolve) => server.close(resolve))
+}
+
 const STAMPED = { 'x-mcp-version': '1.2.3', 'x-mcp-latest-version': '2.0.0', 'ratelimit-policy': '"minute";q=60;w=60', ratelimit: '"minute";r=59;t=30' }
 
 describe('the dispatch headers as head lines', () => {
@@ -258,10 +270,9 @@ describe('ending an open stream whose credential no longer passes (headOutcome c
         written = new Promise((resolve) => res.write('data: late\n\n', resolve))
       })
     })
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const port = await listenLocal(server)
     const agent = new http.Agent({ keepAlive: true })
     try {
-      const { port } = server.address() as AddressInfo
       const get = () =>
         new Promise<{ complete: boolean; body: string; reusedSocket: boolean }>((resolve, reject) => {
           const request = http.get({ host: '127.0.0.1', port, path: '/', agent }, (response) => {
@@ -280,8 +291,7 @@ describe('ending an open stream whose credential no longer passes (headOutcome c
       expect(await get()).toEqual({ complete: true, body: 'event: message\ndata: {}\n\n', reusedSocket: true })
     } finally {
       agent.destroy()
-      server.closeAllConnections()
-      await new Promise((resolve) => server.close(resolve))
+      await closeLocal(server)
     }
   })
 })
@@ -334,8 +344,7 @@ describe('whenClosed', () => {
         res.end('done')
       })
     })
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    const client = http2.connect(`http://127.0.0.1:${(server.address() as AddressInfo).port}`)
+    const client = http2.connect(`http://127.0.0.1:${await listenLocal(server)}`)
     try {
       const request = client.request({ ':path': '/' })
       request.resume()
@@ -353,10 +362,10 @@ describe('whenClosed', () => {
 describe('continueIfExpected', () => {
   /** The raw answer to a POST that expects 100-continue, its body sent once invited. */
   async function exchangeExpecting(server: http.Server): Promise<string> {
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const port = await listenLocal(server)
     try {
       return await new Promise<string>((resolve, reject) => {
-        const socket = net.connect((server.address() as AddressInfo).port, '127.0.0.1')
+        const socket = net.connect(port, '127.0.0.1')
         let raw = ''
         socket.setEncoding('latin1')
         socket.on('data', (chunk: string) => {
@@ -369,8 +378,7 @@ describe('continueIfExpected', () => {
         socket.write('POST / HTTP/1.1\r\nHost: localhost\r\nExpect: 100-continue\r\nContent-Length: 2\r\nConnection: close\r\n\r\n')
       })
     } finally {
-      server.closeAllConnections()
-      await new Promise((resolve) => server.close(resolve))
+      await closeLocal(server)
     }
   }
 
@@ -434,19 +442,24 @@ it('isHttp2Response tells the HTTP/2 compatibility response by its stream, and t
 })
 
 describe('the head of a Node response a decision is attached to', () => {
-  const proto = http.ServerResponse.prototype as unknown as NodeResponse
+  // Node's own ServerResponse, through a subclass whose prototype takes the interception: this
+  // file shares its worker with others (isolate: false), and http.ServerResponse.prototype
+  // itself would stay patched for them.
+  class DispatchedResponse extends http.ServerResponse {}
+  const proto = DispatchedResponse.prototype as unknown as NodeResponse
   installHeadInterception(proto)
 
   /** What a client reads of one answer of `answer`, the decision attached to its response; and the outcomes told. */
   async function answered(answer: (res: http.ServerResponse) => void, stamped: Record<string, string> = STAMPED) {
     const outcomes: DispatchOutcome[] = []
-    const server = http.createServer((_req, res) => {
-      expect(attachToHead(res as unknown as NodeResponse, proto, decisionWith(stamped, outcomes))).toBe(true)
+    // Asserted once the answer is read: a throw in the listener would leave the client waiting.
+    const attached: boolean[] = []
+    const server = http.createServer({ ServerResponse: DispatchedResponse }, (_req, res) => {
+      attached.push(attachToHead(res as unknown as NodeResponse, proto, decisionWith(stamped, outcomes)))
       answer(res)
     })
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const port = await listenLocal(server)
     try {
-      const { port } = server.address() as AddressInfo
       const response = await new Promise<{ status: number; headers: string[] }>((resolve, reject) => {
         http
           .get({ host: '127.0.0.1', port, path: '/', agent: false }, (incoming) => {
@@ -455,10 +468,10 @@ describe('the head of a Node response a decision is attached to', () => {
           })
           .on('error', reject)
       })
+      expect(attached, 'the decision attached to the response').toEqual([true])
       return { ...response, outcomes }
     } finally {
-      server.closeAllConnections()
-      await new Promise((resolve) => server.close(resolve))
+      await closeLocal(server)
     }
   }
 

@@ -29,6 +29,19 @@ import { ALLOWED_ORIGIN, type Fixture, HOST, close as closeServer, createFixture
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
 
+/**
+ * `promise`, or a rejection naming `what` when it has not settled within `ms`; the timer is
+ * cleared either way, so no timer of a test outlives it.
+ */
+async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  try {
+    return await Promise.race([promise, new Promise<never>((_resolve, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** `on-headers` (installed with `compression`; it has no types of its own). */
 const onHeaders = createRequire(import.meta.url)('on-headers') as (res: http.ServerResponse, listener: () => void) => void
 
@@ -688,12 +701,9 @@ describe('an end wrapper of a later middleware that throws', () => {
     const server = http.createServer(app)
     const port = await listen(server)
     try {
-      const answer = await Promise.race([
-        rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools }),
-        new Promise<undefined>((resolve) => setTimeout(resolve, 5_000)),
-      ])
-      expect(answer?.status, 'an answer').toBe(502)
-      expect(JSON.parse(answer!.body).error.message).toBe('App handler failed')
+      const answer = await within(rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools }), 5_000, 'an answer')
+      expect(answer.status).toBe(502)
+      expect(JSON.parse(answer.body).error.message).toBe('App handler failed')
     } finally {
       await closeServer(server)
     }
@@ -782,7 +792,8 @@ describe('a new session whose pin cannot be stored: the store\'s 503 instead of 
       const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
       expect(answer).toMatchObject({ status: 200, body: '{"ok":true}' })
       expect(answer.headers).toMatchObject({ 'x-after': '1', 'x-mcp-version': '1.0.0' })
-      await new Promise((resolve) => setTimeout(resolve, 50))
+      // No wait: the end of the answer is held until the pin's write settled, and its failure
+      // is told (pinFailed) before the answer is released.
       expect(errorsOf(fixture)).toEqual(['session store: pin store down'])
     } finally {
       await closeServer(server)
@@ -845,6 +856,6 @@ describe('a new session whose pin cannot be stored: the store\'s 503 instead of 
     const port = await serve(app)
     const answer = await rawRequest(port, { path: '/v1', headers: { ...json, ...bearer(fixture) }, body: tools })
     expect(answer.status).toBe(503)
-    expect(await Promise.race([handlerDone, new Promise((resolve) => setTimeout(resolve, 2_000, 'left waiting'))])).toBe('ERR_STREAM_DESTROYED')
+    expect(await within(handlerDone, 2_000, 'the handler, left waiting')).toBe('ERR_STREAM_DESTROYED')
   })
 })
