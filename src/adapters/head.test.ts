@@ -302,6 +302,8 @@ describe('closeIfBodyInFlight', () => {
   it('waits for nothing where no body can be in flight: a request framed with no body, a complete one, an HTTP/2 one', () => {
     expect(closeIfBodyInFlight(response({ complete: false, httpVersionMajor: 1, headers: {} }))).toBeUndefined()
     expect(closeIfBodyInFlight(response({ complete: false, httpVersionMajor: 1, headers: { 'content-length': '0' } }))).toBeUndefined()
+    // Zeros alike: Node reads `00` as 0.
+    expect(closeIfBodyInFlight(response({ complete: false, httpVersionMajor: 1, headers: { 'content-length': '00' } }))).toBeUndefined()
     expect(closeIfBodyInFlight(response({ complete: true, httpVersionMajor: 1, headers: { 'content-length': '10' } }))).toBeUndefined()
     expect(closeIfBodyInFlight(response({ complete: false, httpVersionMajor: 2, headers: { 'content-length': '10' } }))).toBeUndefined()
   })
