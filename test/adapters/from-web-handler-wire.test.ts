@@ -14,7 +14,7 @@ import * as diagnostics from 'node:diagnostics_channel'
 import * as http from 'node:http'
 import * as net from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import { HOST, type Served, createFixture, createGate, serveWebHandler } from './helpers.js'
+import { HOST, type Served, createFixture, createGate, serveWebHandler, within } from './helpers.js'
 
 const TOOLS_LIST = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
 const BODY = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"pad":"${'x'.repeat(1024 * 1024)}"}}`
@@ -66,16 +66,6 @@ function ask(port: number, agent: http.Agent | false, options: Asked): Promise<A
     request.on('error', reject)
     request.end(options.body)
   })
-}
-
-/** `promise`, or a rejection naming `what` when it has not settled within `ms`; the timer is cleared either way. */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  try {
-    return await Promise.race([promise, new Promise<never>((_resolve, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))])
-  } finally {
-    clearTimeout(timer)
-  }
 }
 
 /**

@@ -25,22 +25,9 @@ import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch, routeByVersion as fastifyRoutes } from 'mcp-dispatch/fastify'
 import { afterAll, describe, expect, it } from 'vitest'
-import { ALLOWED_ORIGIN, type Fixture, HOST, close as closeServer, createFixture, expressServers, listen, loopbackFetch, rawRequest } from './helpers.js'
+import { ALLOWED_ORIGIN, type Fixture, HOST, close as closeServer, createFixture, expressServers, listen, loopbackFetch, rawRequest, within } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler, readVersion } from './mcp.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
-
-/**
- * `promise`, or a rejection naming `what` when it has not settled within `ms`; the timer is
- * cleared either way, so no timer of a test outlives it.
- */
-async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  try {
-    return await Promise.race([promise, new Promise<never>((_resolve, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))])
-  } finally {
-    clearTimeout(timer)
-  }
-}
 
 /** `on-headers` (installed with `compression`; it has no types of its own). */
 const onHeaders = createRequire(import.meta.url)('on-headers') as (res: http.ServerResponse, listener: () => void) => void

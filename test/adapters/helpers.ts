@@ -184,6 +184,19 @@ export function rawRequest(port: number, request: TestRequest): Promise<HttpReco
   })
 }
 
+/**
+ * `promise`, or a rejection naming `what` when it has not settled within `ms`; the timer is
+ * cleared either way, so no timer of a test outlives it.
+ */
+export async function within<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  try {
+    return await Promise.race([promise, new Promise<never>((_resolve, reject) => (timer = setTimeout(() => reject(new Error(`${what}: not within ${ms} ms`)), ms)))])
+  } finally {
+    clearTimeout(timer)
+  }
+}
+
 /** Reads a web `Response` into an {@link HttpRecord}. */
 export async function recordResponse(response: Response): Promise<HttpRecord> {
   const headers: Record<string, string> = {}
