@@ -13,7 +13,7 @@ import { type Reply, RpcCode, jsonRpcErrorReply } from '../core/reply.js'
 import { logError } from '../errors.js'
 import type { DispatchContext, DispatchRequest } from '../pipeline/dispatcher.js'
 import type { TokenApi } from '../tokens/token-api.js'
-import { refusalAt, tokenApiMethods, tokenApiOwns } from '../tokens/token-api-paths.js'
+import { isUnderBasePath, refusalAt, tokenApiMethods, tokenApiOwns } from '../tokens/token-api-paths.js'
 import {
   CONNECTION_SPECIFIC_FIELDS,
   type Dispatched,
@@ -261,7 +261,7 @@ export function toDispatchRequest(
  */
 export function isTokenApiPath(api: TokenApi, url: string): boolean {
   const path = tokenApiPathname(url)
-  return path !== undefined && (path === api.basePath || path.startsWith(`${api.basePath}/`))
+  return path !== undefined && isUnderBasePath(path, api.basePath)
 }
 
 /** The path of a request target as the token API reads it (dot segments resolved); `undefined` for none. */

@@ -36,9 +36,12 @@ export function tokenApiReporter(api: TokenApi): ((error: unknown, context: stri
  */
 export function tokenApiOwns(api: TokenApi, request: Request): boolean {
   const owns = traits.get(api)?.owns
-  if (owns !== undefined) return owns(request)
-  const path = new URL(request.url).pathname
-  return path === api.basePath || path.startsWith(`${api.basePath}/`)
+  return owns !== undefined ? owns(request) : isUnderBasePath(new URL(request.url).pathname, api.basePath)
+}
+
+/** Whether a URL path is `basePath` or under it (`/api/tokens/x`, not `/api/tokens-old`). @internal */
+export function isUnderBasePath(path: string, basePath: string): boolean {
+  return path === basePath || path.startsWith(`${basePath}/`)
 }
 
 /** A path segment with its percent-encoding undone; as it is when that is not valid. */

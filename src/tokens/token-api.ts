@@ -26,7 +26,7 @@ import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
 import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from '../read-text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
-import { type Served, refusalAt, segmentsOf, servedAt, setTokenApiTraits } from './token-api-paths.js'
+import { type Served, isUnderBasePath, refusalAt, segmentsOf, servedAt, setTokenApiTraits } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
 import { parseUrl } from '../core/url.js'
 
@@ -428,7 +428,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
       path = pathAfterRefusedHost(request.url)
       hostRefused = true
     }
-    if (path === undefined || (path !== basePath && !path.startsWith(`${basePath}/`))) return undefined
+    if (path === undefined || !isUnderBasePath(path, basePath)) return undefined
     if (hosts !== undefined && !hosts.has(hostnameOf(request) ?? '')) return undefined
     return { path, hostRefused }
   }

@@ -142,6 +142,14 @@ function countingReads(sessions: SessionStore) {
   return { store, reads: () => reads, resetReads: () => void (reads = 0) }
 }
 
+/** The token lookups and pin reads of one firing of every interval `fire` holds. */
+async function countsOfATick(s: { resetLookups(): void; lookups(): number }, sessions: ReturnType<typeof countingReads>, fire: () => Promise<void>) {
+  s.resetLookups()
+  sessions.resetReads()
+  await fire()
+  return { lookups: s.lookups(), reads: sessions.reads() }
+}
+
 function pinned(ids: string[]): SessionStore {
   const sessions = createMemorySessionStore()
   for (const id of ids) sessions.set(id, { appId: 'app_weather', version: '1.0.0', subject: 'alice' }, 3_600_000)
@@ -195,11 +203,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     const b = await openWith(dispatcher, s.first.token, 's-2')
     // The sessions' keep-alive and the credential checks: two intervals, not one per response.
     expect(callbacks).toHaveLength(2)
-    s.resetLookups()
-    sessions.resetReads()
-    await fire()
-    expect(s.lookups()).toBe(1)
-    expect(sessions.reads()).toBe(2)
+    expect(await countsOfATick(s, sessions, fire)).toEqual({ lookups: 1, reads: 2 })
     a.end()
     b.end()
     await fire()
@@ -209,11 +213,7 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     expect(callbacks).toHaveLength(4)
     // The stopped intervals, still called, do nothing: c's token is looked up, and its pin
     // read, once a tick.
-    s.resetLookups()
-    sessions.resetReads()
-    await fire()
-    expect(s.lookups()).toBe(1)
-    expect(sessions.reads()).toBe(1)
+    expect(await countsOfATick(s, sessions, fire)).toEqual({ lookups: 1, reads: 1 })
     await s.tokens.revoke('alice', s.first.id)
     await fire()
     expect(c.closedBy()).toBe('dispatcher')
@@ -231,12 +231,8 @@ describe('the open-response checks (reauthorizeEveryMs), audited', () => {
     // Each response's keep-alive and credential check.
     expect(callbacks).toHaveLength(4)
     a.end()
-    s.resetLookups()
-    sessions.resetReads()
-    await fire()
     // b's own check and pin read only (a's timers, still called, are stopped).
-    expect(s.lookups()).toBe(1)
-    expect(sessions.reads()).toBe(1)
+    expect(await countsOfATick(s, sessions, fire)).toEqual({ lookups: 1, reads: 1 })
     b.end()
   })
 
