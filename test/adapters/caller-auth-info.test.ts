@@ -26,7 +26,7 @@ import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterEach, describe, expect, it } from 'vitest'
 import { type Fixture, close, createFixture, listen, loopbackFetch } from './helpers.js'
-import { importGenerated, codeBlocks } from '../helpers/docs-samples.js'
+import { importBlock } from '../helpers/docs-samples.js'
 import { serveFetch } from '../helpers/platform.js'
 
 /** docs/adapters.md's sample of this section, taken from the page and run as printed. */
@@ -38,13 +38,7 @@ interface CallerSample {
   addWhoami(server: McpServer): void
 }
 
-async function loadSample(): Promise<CallerSample> {
-  const blocks = codeBlocks('docs/adapters.md', '### The caller in your tools', '## Web (')
-  expect(blocks).toHaveLength(1)
-  return importGenerated<CallerSample>('adapters-caller-auth-info', blocks[0]!)
-}
-
-const sample = await loadSample()
+const sample = await importBlock<CallerSample>('adapters-caller-auth-info', 'docs/adapters.md', '### The caller in your tools', '## Web (')
 
 /**
  * Resolves for each call once `size` calls wait at it, then starts again: each round's calls of

@@ -7,7 +7,9 @@
  * -32700, not Express's HTML error page). The `errorHandler` for `@hono/node-server` is taken
  * from the page too (regression: it answered a backslash path "Invalid Host header"). The
  * Fastify section's sample runs as printed too, beside a platform route of its own (the root
- * context's form answered such a route with the dispatch layer's 404).
+ * context's form answered such a route with the dispatch layer's 404). The one-shot sample runs
+ * in front of the session samples on the Web adapter, Express and Fastify: a bare `tools/list`
+ * (spec 4.1) is answered without a session.
  */
 import { readFileSync } from 'node:fs'
 import * as http from 'node:http'
@@ -26,7 +28,7 @@ import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { createDemo } from '../../examples/shared/demo.js'
 import { close, listen } from './helpers.js'
 import { EXPRESS, EXPRESS_KINDS } from '../helpers/express.js'
-import { importGenerated, codeBlocks } from '../helpers/docs-samples.js'
+import { codeBlocks, importBlock, importGenerated } from '../helpers/docs-samples.js'
 import { localhostFetch } from '../helpers/platform.js'
 
 interface Samples {
@@ -38,7 +40,7 @@ const root = new URL('../../', import.meta.url)
 
 /** The `ts` code blocks of docs/adapters.md's section on MCP handlers, as one module. */
 async function loadSamples(): Promise<Samples> {
-  const blocks = codeBlocks('docs/adapters.md', '## Your MCP handler', '### The caller in your tools')
+  const blocks = codeBlocks('docs/adapters.md', '## Your MCP handler', '### One-shot requests')
   expect(blocks).toHaveLength(2)
   expect(blocks[0]).toContain('export function webSessions')
   expect(blocks[1]).toContain('export function nodeSessions')
@@ -124,6 +126,99 @@ describe('docs/adapters.md: the MCP handler samples, as printed', () => {
     } finally {
       await close(web)
       for (const node of nodes) await close(node)
+    }
+  })
+})
+
+type NodeHandler = (req: IncomingMessage, res: ServerResponse, body?: unknown) => Promise<void>
+
+/** The one-shot sample of docs/adapters.md ("One-shot requests: a bare `tools/list`"). */
+interface OneShotSample {
+  webOneShot(build: () => McpServer, sessions: (request: Request) => Promise<Response>): (request: Request) => Promise<Response>
+  nodeOneShot(build: () => McpServer, sessions: NodeHandler): NodeHandler
+}
+
+describe('docs/adapters.md: the one-shot sample, as printed', () => {
+  it('in front of webSessions (Web adapter), nodeSessions on Express 5 and 4 (express.json) and on Fastify: a bare tools/list is answered in JSON without a session, whatever Accept takes JSON; sessions still open', async () => {
+    const { webSessions, nodeSessions } = await loadSamples()
+    const { webOneShot, nodeOneShot } = await importBlock<OneShotSample>('adapters-one-shot', 'docs/adapters.md', '### One-shot requests', '### The caller in your tools')
+    const demo = await createDemo()
+    const handle = mcpDispatch({
+      dispatcher: demo.dispatcher,
+      handler: routeByVersion((app, version) => {
+        const build = () => buildAppServer(app, version)
+        return webOneShot(build, webSessions(build))
+      }),
+    })
+    const web = http.createServer(getRequestListener((request) => handle(request, { clientAddress: '127.0.0.1' })))
+    // As the page says: express.json() after mcpDispatch, req.body handed on, jsonRpcErrors() last.
+    const nodes = EXPRESS_KINDS.map((kind) => {
+      const app = EXPRESS[kind]()
+      app.use(expressAdapter.mcpDispatch({ dispatcher: demo.dispatcher }))
+      app.use(EXPRESS[kind].json())
+      app.use(
+        expressAdapter.routeByVersion((appRecord, version) => {
+          const build = () => buildAppServer(appRecord, version)
+          const serve = nodeOneShot(build, nodeSessions(build))
+          return (req, res) => serve(req, res, req.body)
+        }),
+      )
+      app.use(expressAdapter.jsonRpcErrors())
+      return http.createServer(app)
+    })
+    // The Fastify section's sample, its nodeSessions wrapped.
+    const fastify = await (await loadFastifySample())(
+      demo.dispatcher,
+      (build) => nodeOneShot(build, nodeSessions(build)),
+      (appRecord, version) => buildAppServer(appRecord, version),
+    )
+    await fastify.listen({ port: 0, host: '127.0.0.1' })
+    const ports = [await listen(web), ...(await Promise.all(nodes.map((node) => listen(node)))), (fastify.server.address() as AddressInfo).port]
+    const post = (port: number, body: string, accept?: string) =>
+      fetch(`http://127.0.0.1:${port}/v1`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${demo.token}`, 'content-type': 'application/json', ...(accept !== undefined && { accept }) },
+        body,
+      })
+    const toolsList = (id: number) => ({ jsonrpc: '2.0', id, method: 'tools/list' })
+    try {
+      for (const [i, port] of ports.entries()) {
+        const server = ['web', ...EXPRESS_KINDS, 'fastify'][i]
+        // undici's fetch sends `Accept: */*` unless told: the README's curl, and no Accept at all.
+        for (const accept of [undefined, '*/*', 'application/json', 'application/*', 'text/html, application/json;q=0.5']) {
+          const answer = await post(port, JSON.stringify(toolsList(7)), accept)
+          expect(answer.status, `${server}, Accept ${accept}`).toBe(200)
+          expect(answer.headers.get('content-type')).toContain('application/json')
+          expect(answer.headers.get('mcp-session-id')).toBeNull()
+          expect(answer.headers.get('x-mcp-version')).toBe('1.0.0')
+          expect(answer.headers.get('x-mcp-latest-version')).toBe('2.0.0')
+          const body = await answer.json()
+          expect(body).toMatchObject({ jsonrpc: '2.0', id: 7 })
+          expect(body.result.tools.map((tool: { name: string }) => tool.name)).toContain('get_version')
+        }
+        // A call of a tool, and a batch of two: answered in JSON, the batch in an array.
+        const called = await post(port, JSON.stringify({ jsonrpc: '2.0', id: 'c', method: 'tools/call', params: { name: 'get_version', arguments: {} } }))
+        expect(await called.json(), server).toMatchObject({ id: 'c', result: { content: [{ type: 'text', text: '1.0.0' }] } })
+        const batch = await post(port, JSON.stringify([toolsList(1), toolsList(2)]))
+        expect(batch.status).toBe(200)
+        expect((await batch.json()).map((m: { id: number }) => m.id).sort()).toEqual([1, 2])
+        // A notification alone is accepted with no body.
+        const notified = await post(port, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }))
+        expect(notified.status, server).toBe(202)
+        // A client that takes no JSON goes to the sessions: the SDK's 406.
+        const html = await post(port, JSON.stringify(toolsList(3)), 'text/html')
+        expect(html.status, server).toBe(406)
+        // Bad JSON: JSON-RPC -32700 (the SDK transport's, or jsonRpcErrors' behind a parser).
+        const garbled = await post(port, '{"jsonrpc":', 'application/json')
+        expect(garbled.status, server).toBe(400)
+        expect(await garbled.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32700 } })
+        // initialize still opens a session, one per client.
+        expect(await twoSessions(`http://127.0.0.1:${port}/v1`, demo.token), server).toEqual(['1.0.0', '1.0.0'])
+      }
+    } finally {
+      await close(web)
+      for (const node of nodes) await close(node)
+      await fastify.close()
     }
   })
 })

@@ -28,3 +28,13 @@ export async function importGenerated<T>(name: string, source: string): Promise<
   writeFileSync(file, source)
   return (await import(/* @vite-ignore */ file)) as T
 }
+
+/**
+ * The one ```ts block of `file` from `from` to `to` (as {@link codeBlocks} takes them), imported
+ * as the module `name`; throws unless there is exactly one, so a sample split or gone fails.
+ */
+export async function importBlock<T>(name: string, file: string, from: string, to?: string): Promise<T> {
+  const blocks = codeBlocks(file, from, to)
+  if (blocks.length !== 1) throw new Error(`${file} has ${blocks.length} ts blocks from "${from}", not one`)
+  return importGenerated<T>(name, blocks[0]!)
+}
