@@ -18,7 +18,7 @@ import { resolve as resolvePath } from 'node:path'
 import { type IncomingMessage, type ServerResponse, createServer } from 'node:http'
 import { fileURLToPath } from 'node:url'
 import type { Duplex } from 'node:stream'
-import { RequestError, getRequestListener } from '@hono/node-server'
+import { getRequestListener } from '@hono/node-server'
 import {
   ConfigurationError,
   type OAuthValidationMode,
@@ -31,10 +31,8 @@ import {
   methodNotAllowedReply,
   parseVersionPath,
   resolveVersion,
-  serviceUnavailableReply,
 } from 'mcp-dispatch'
-import { answerClientError, answerExpectationFailed, toResponse } from 'mcp-dispatch/web'
-import { targetAtFault } from '../shared/serve-node.js'
+import { answerClientError, answerExpectationFailed, nodeServerErrorHandler, nodeServerFault, toResponse } from 'mcp-dispatch/web'
 import { portOption, readOptions, refuse } from './cli.js'
 import { createPlatform, parseSeed } from './index.js'
 
@@ -155,6 +153,8 @@ const platform = (() => {
 })()
 
 const hostname = process.env.HOST ?? '127.0.0.1'
+/** The 400 for a request target @hono/node-server could not build a `Request` of (`nodeServerFault`). */
+const INVALID_TARGET = jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
 const listener = getRequestListener(
   (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
     platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
@@ -163,21 +163,11 @@ const listener = getRequestListener(
     hostname,
     // A request no `Request` can be built from: a JSON answer naming what is wrong, the Host
     // (`a@b`, `b:99999`, `b/x`) as the Express and Fastify adapters name it, or the request
-    // target (a backslash in the path), instead of @hono/node-server's empty 400.
-    // platform.fetch itself never throws.
-    errorHandler: (error) => toResponse(error instanceof RequestError ? badRequest(error) : serviceUnavailableReply()),
+    // target (a backslash in the path; the adapters' 404), instead of @hono/node-server's
+    // empty 400. platform.fetch itself never throws.
+    errorHandler: (error) => (nodeServerFault(error) === 'target' ? toResponse(INVALID_TARGET) : nodeServerErrorHandler(error)),
   },
 )
-
-/**
- * The 400 for a request @hono/node-server could not build: naming the request target (a
- * backslash in the path, `OPTIONS *`) or the Host (`b:99999`), as `targetAtFault` tells them.
- */
-function badRequest(error: RequestError): ReturnType<typeof jsonRpcErrorReply> {
-  return !targetAtFault(error)
-    ? invalidHostReply()
-    : jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
-}
 // A client has 20 s for its headers and 60 s for its whole request (Node: 60 s and 300 s), so
 // a trickle holds a connection for about a minute, not five (responses, SSE streams
 // included, are not limited by these). Node checks them every `connectionsCheckingInterval`

@@ -37,6 +37,7 @@ import {
 } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INTERNAL_ERROR, INVALID_HOST, canonicalHost, isEventStream, setupAdapter, splitUrl } from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
+import { toResponse } from './response.js'
 
 /**
  * A web-standard MCP handler for one dispatched request. It returns a new `Response` for every
@@ -97,23 +98,6 @@ export interface WebRequestInfo {
 
 /** The fetch-style handler returned by {@link mcpDispatch}. */
 export type WebDispatchHandler = (request: Request, info?: WebRequestInfo) => Promise<Response>
-
-/**
- * Writes a dispatch-layer {@link Reply} as a `Response`, byte for byte as the adapters send it:
- * for answers of your own in the dispatch layer's form (`sessionNotFoundReply()` of an MCP
- * handler that lost a session, `invalidHostReply()` of a server that could not parse a `Host`).
- *
- * @example
- * ```ts
- * import { sessionNotFoundReply } from 'mcp-dispatch'
- * import { toResponse } from 'mcp-dispatch/web'
- *
- * return transport ? transport.handleRequest(request) : toResponse(sessionNotFoundReply())
- * ```
- */
-export function toResponse(reply: Reply): Response {
-  return new Response(reply.body, { status: reply.status, headers: reply.headers })
-}
 
 const utf8 = new TextEncoder()
 
@@ -621,6 +605,8 @@ export function routeByVersion(routes: VersionRoutes<WebMcpHandler>, options?: R
 }
 
 export { answerClientError, answerExpectationFailed } from '../client-error.js'
+export { toResponse } from './response.js'
+export { type NodeServerFault, nodeServerErrorHandler, nodeServerFault } from './node-server.js'
 export type { ClientError, ClientErrorSocket, ExpectationResponse } from '../client-error.js'
 export type { RouteByVersionOptions, VersionRoutes } from '../version-router.js'
 export type { DispatchContext } from '../../pipeline/dispatcher.js'
