@@ -152,7 +152,8 @@ const platform = (() => {
   }
 })()
 
-const hostname = process.env.HOST ?? '127.0.0.1'
+// An empty HOST is none: loopback, as unset (and the host of a request without `Host`).
+const hostname = process.env.HOST || '127.0.0.1'
 /** The 400 for a request target @hono/node-server could not build a `Request` of (`nodeServerFault`). */
 const INVALID_TARGET = jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
 const listener = getRequestListener(
@@ -163,8 +164,8 @@ const listener = getRequestListener(
     hostname,
     // A request no `Request` can be built from: a JSON answer naming what is wrong, the Host
     // (`a@b`, `b:99999`, `b/x`) as the Express and Fastify adapters name it, or the request
-    // target (a backslash in the path; the adapters' 404), instead of @hono/node-server's
-    // empty 400. platform.fetch itself never throws.
+    // target (a backslash in the path, where the Node adapters answer 404), instead of
+    // @hono/node-server's empty 400. platform.fetch itself never throws.
     errorHandler: (error) => (nodeServerFault(error) === 'target' ? toResponse(INVALID_TARGET) : nodeServerErrorHandler(error)),
   },
 )

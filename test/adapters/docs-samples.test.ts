@@ -23,7 +23,7 @@ import type { FastifyInstance } from 'fastify'
 import type { AppRecord } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { buildAppServer } from '../../examples/platform/mcp-app.js'
 import { createDemo } from '../../examples/shared/demo.js'
 import { close, listen } from './helpers.js'
@@ -138,27 +138,47 @@ interface OneShotSample {
   nodeOneShot(build: () => McpServer, sessions: NodeHandler): NodeHandler
 }
 
+/**
+ * An App version's server as the reference platform builds it, with one tool more, `wait`, which
+ * answers only once its call is cancelled, and records that in `cancelled`.
+ */
+function withWait(build: () => McpServer, cancelled: { count: number; started: () => void }): () => McpServer {
+  return () => {
+    const server = build()
+    server.registerTool('wait', { description: 'Answers once cancelled' }, async (extra) => {
+      cancelled.started()
+      await new Promise((resolve) => extra.signal.addEventListener('abort', resolve))
+      cancelled.count++
+      return { content: [] }
+    })
+    return server
+  }
+}
+
 describe('docs/adapters.md: the one-shot sample, as printed', () => {
-  it('in front of webSessions (Web adapter), nodeSessions on Express 5 and 4 (express.json) and on Fastify: a bare tools/list is answered in JSON without a session, whatever Accept takes JSON; sessions still open', async () => {
+  it('in front of webSessions (Web adapter), nodeSessions on Express 5 and 4 (express.json) and on Fastify: a bare tools/list is answered in JSON without a session, whatever Accept takes JSON; sessions still open; a body past 4 MiB is 413; a client gone cancels its tools', async () => {
     const { webSessions, nodeSessions } = await loadSamples()
     const { webOneShot, nodeOneShot } = await importBlock<OneShotSample>('adapters-one-shot', 'docs/adapters.md', '### One-shot requests', '### The caller in your tools')
     const demo = await createDemo()
+    let started = () => {}
+    const cancelled = { count: 0, started: () => started() }
     const handle = mcpDispatch({
       dispatcher: demo.dispatcher,
       handler: routeByVersion((app, version) => {
-        const build = () => buildAppServer(app, version)
+        const build = withWait(() => buildAppServer(app, version), cancelled)
         return webOneShot(build, webSessions(build))
       }),
     })
     const web = http.createServer(getRequestListener((request) => handle(request, { clientAddress: '127.0.0.1' })))
-    // As the page says: express.json() after mcpDispatch, req.body handed on, jsonRpcErrors() last.
+    // As the page says: express.json({ limit: '4mb' }) after mcpDispatch, req.body handed on,
+    // jsonRpcErrors() last.
     const nodes = EXPRESS_KINDS.map((kind) => {
       const app = EXPRESS[kind]()
       app.use(expressAdapter.mcpDispatch({ dispatcher: demo.dispatcher }))
-      app.use(EXPRESS[kind].json())
+      app.use(EXPRESS[kind].json({ limit: '4mb' }))
       app.use(
         expressAdapter.routeByVersion((appRecord, version) => {
-          const build = () => buildAppServer(appRecord, version)
+          const build = withWait(() => buildAppServer(appRecord, version), cancelled)
           const serve = nodeOneShot(build, nodeSessions(build))
           return (req, res) => serve(req, res, req.body)
         }),
@@ -170,22 +190,24 @@ describe('docs/adapters.md: the one-shot sample, as printed', () => {
     const fastify = await (await loadFastifySample())(
       demo.dispatcher,
       (build) => nodeOneShot(build, nodeSessions(build)),
-      (appRecord, version) => buildAppServer(appRecord, version),
+      (appRecord, version) => withWait(() => buildAppServer(appRecord, version), cancelled)(),
     )
     await fastify.listen({ port: 0, host: '127.0.0.1' })
     const ports = [await listen(web), ...(await Promise.all(nodes.map((node) => listen(node)))), (fastify.server.address() as AddressInfo).port]
-    const post = (port: number, body: string, accept?: string) =>
+    const post = (port: number, body: string, accept?: string, signal?: AbortSignal) =>
       fetch(`http://127.0.0.1:${port}/v1`, {
         method: 'POST',
         headers: { authorization: `Bearer ${demo.token}`, 'content-type': 'application/json', ...(accept !== undefined && { accept }) },
         body,
+        ...(signal && { signal }),
       })
-    const toolsList = (id: number) => ({ jsonrpc: '2.0', id, method: 'tools/list' })
+    const toolsList = (id: number, params?: object) => ({ jsonrpc: '2.0', id, method: 'tools/list', ...(params && { params }) })
+    const initialize = { jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'curl', version: '1' } } }
     try {
       for (const [i, port] of ports.entries()) {
         const server = ['web', ...EXPRESS_KINDS, 'fastify'][i]
         // undici's fetch sends `Accept: */*` unless told: the README's curl, and no Accept at all.
-        for (const accept of [undefined, '*/*', 'application/json', 'application/*', 'text/html, application/json;q=0.5']) {
+        for (const accept of [undefined, '*/*', 'application/json', 'application/*', 'text/html, application/json;q=0.5', 'APPLICATION/JSON ; charset=utf-8']) {
           const answer = await post(port, JSON.stringify(toolsList(7)), accept)
           expect(answer.status, `${server}, Accept ${accept}`).toBe(200)
           expect(answer.headers.get('content-type')).toContain('application/json')
@@ -205,15 +227,38 @@ describe('docs/adapters.md: the one-shot sample, as printed', () => {
         // A notification alone is accepted with no body.
         const notified = await post(port, JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }))
         expect(notified.status, server).toBe(202)
-        // A client that takes no JSON goes to the sessions: the SDK's 406.
-        const html = await post(port, JSON.stringify(toolsList(3)), 'text/html')
-        expect(html.status, server).toBe(406)
+        // Past Express's default parser limit (100 kB), within the SDK's: served.
+        const large = await post(port, JSON.stringify(toolsList(4, { _meta: { pad: 'x'.repeat(200_000) } })))
+        expect(large.status, server).toBe(200)
+        // Past the SDK's 4 MiB: 413, never read whole into memory by the sample.
+        const tooLarge = await post(port, JSON.stringify(toolsList(5, { _meta: { pad: 'x'.repeat(4 * 1024 * 1024) } })))
+        expect(tooLarge.status, server).toBe(413)
+        expect(await tooLarge.json()).toMatchObject({ jsonrpc: '2.0', error: {} })
+        // A client that takes no JSON goes to the sessions: the SDK's 406 (a type that only
+        // begins like JSON's too).
+        for (const accept of ['text/html', 'application/json-seq']) {
+          const refused = await post(port, JSON.stringify(toolsList(3)), accept)
+          expect(refused.status, `${server}, Accept ${accept}`).toBe(406)
+        }
         // Bad JSON: JSON-RPC -32700 (the SDK transport's, or jsonRpcErrors' behind a parser).
         const garbled = await post(port, '{"jsonrpc":', 'application/json')
         expect(garbled.status, server).toBe(400)
         expect(await garbled.json()).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32700 } })
-        // initialize still opens a session, one per client.
+        // initialize, alone or in a batch, opens a session; one per client.
+        const opened = await post(port, JSON.stringify([initialize]), 'application/json, text/event-stream')
+        expect(opened.status, server).toBe(200)
+        expect(opened.headers.get('mcp-session-id'), server).toBeTruthy()
+        await opened.body?.cancel()
         expect(await twoSessions(`http://127.0.0.1:${port}/v1`, demo.token), server).toEqual(['1.0.0', '1.0.0'])
+        // A client gone before its answer: its tool's call is cancelled (the one-shot server closed).
+        const before = cancelled.count
+        const inTool = new Promise<void>((resolve) => (started = resolve))
+        const leaving = new AbortController()
+        const call = post(port, JSON.stringify({ jsonrpc: '2.0', id: 'w', method: 'tools/call', params: { name: 'wait', arguments: {} } }), undefined, leaving.signal)
+        await inTool
+        leaving.abort()
+        await expect(call).rejects.toThrow()
+        await vi.waitFor(() => expect(cancelled.count, server).toBe(before + 1), { timeout: 3000 })
       }
     } finally {
       await close(web)

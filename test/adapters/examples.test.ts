@@ -651,7 +651,7 @@ describe('adapter examples, as documented: npx tsx examples/<x>/server.ts', () =
       expect(response.headers.get('mcp-session-id')).toBeTruthy()
       expect(await response.text()).toContain('"serverInfo"')
       // A Host no URL can hold: the JSON-RPC 400 on every example (the Hono and fetch ones give
-      // @hono/node-server the errorHandler of docs/adapters.md), never an empty body.
+      // @hono/node-server the Web adapter's nodeServerErrorHandler), never an empty body.
       const badHost = await rawRequest(Number(started.port), { path: '/v1', host: 'we ather', headers: { authorization: `Bearer ${started.token}` } })
       expect([badHost.status, badHost.body]).toEqual([400, invalidHostReply().body])
       // What Node refuses itself, answered in JSON-RPC (regression: Node's empty 400 and 417):

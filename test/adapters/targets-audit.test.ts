@@ -24,7 +24,7 @@ import { type AddressInfo, connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { RequestError, getRequestListener } from '@hono/node-server'
+import { getRequestListener } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
 import * as lib from 'mcp-dispatch'
@@ -152,19 +152,9 @@ function webServe(dispatch: typeof lib, adapter: typeof web, secret: string) {
 
 async function startHono(): Promise<Running> {
   const serve = webServe(lib, web, SECRET)
-  // The errorHandler of docs/adapters.md, for what @hono/node-server cannot make a Request of.
+  // The Web adapter's errorHandler, for what @hono/node-server cannot make a Request of.
   const listener = getRequestListener((request, env: { incoming?: { socket?: { remoteAddress?: string } } }) => serve(request, env.incoming?.socket?.remoteAddress), {
-    errorHandler: (error) => {
-      if (!(error instanceof RequestError)) return web.toResponse(lib.serviceUnavailableReply())
-      if (error.message === 'Missing host header') return web.toResponse(lib.notFoundReply())
-      const cause = error.cause as { message?: unknown; input?: unknown } | undefined
-      const noPath = (input: unknown) => typeof input === 'string' && !input.slice(input.indexOf('//') + 2).includes('/')
-      const path =
-        error.message === 'Backslash in request path' ||
-        (error.message === 'Invalid absolute URL' && cause?.message === 'Backslash in request path') ||
-        (error.message === 'Invalid URL' && (cause === undefined || noPath(cause.input)))
-      return web.toResponse(path ? lib.notFoundReply() : lib.invalidHostReply())
-    },
+    errorHandler: web.nodeServerErrorHandler,
   })
   const server = http.createServer(listener)
   return { port: await listen(server), stop: () => stopServer(server) }

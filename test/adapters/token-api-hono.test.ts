@@ -31,7 +31,8 @@ describe('docs/api-tokens.md: the token API on Hono, as printed', () => {
     const server = http.createServer(getRequestListener(app.fetch))
     const port = await listen(server)
     const base = `http://127.0.0.1:${port}`
-    const rotate = (id: string, secret: string) => fetch(`${base}/api/tokens/${id}/rotate`, { method: 'POST', headers: { authorization: `Bearer ${secret}` } })
+    const rotate = (id: string, secret: string, headers: Record<string, string> = {}) =>
+      fetch(`${base}/api/tokens/${id}/rotate`, { method: 'POST', headers: { ...headers, authorization: `Bearer ${secret}` } })
     const toolsList = (secret: string) =>
       loopbackFetch(`http://weather.localhost:${port}/v1`, {
         method: 'POST',
@@ -53,9 +54,9 @@ describe('docs/api-tokens.md: the token API on Hono, as printed', () => {
         expect(served.headers.get('x-mcp-version')).toBe('1.0.0')
         expect((await toolsList(made.token)).status).toBe(401)
       }
-      // Out of its allowlist: the socket's address is what the API judged.
+      // Out of its allowlist: the socket's address is what the API judged, never X-Forwarded-For.
       const elsewhere = await tokens.create({ userId: 'alice', name: 'hono', servers: ['app_weather'], expiresInDays: 7, allowedIps: ['10.0.0.0/8'] })
-      const refused = await rotate(elsewhere.id, elsewhere.token)
+      const refused = await rotate(elsewhere.id, elsewhere.token, { 'x-forwarded-for': '10.1.2.3' })
       expect(refused.status).toBe(403)
       expect(await refused.json()).toMatchObject({ error: 'forbidden', message: expect.stringMatching(/allowlist|address/i) })
       // Its other paths are its own (no dashboard session: 401 in its format), not the Apps' JSON-RPC 404.

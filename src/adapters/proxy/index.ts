@@ -71,6 +71,7 @@ import { fetchLettingGo } from '../../fetch-let-go.js'
 import { contentCodings } from '../../read-text.js'
 import { afterThisTurn, timerOption } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
+import { toResponse } from '../web/response.js'
 import {
   IDENTITY_HEADER,
   type IdentitySigner,
@@ -370,10 +371,6 @@ function optionalFunction<F>(value: F | undefined, option: string): F | undefine
 
 /** At most this many upstream URLs of a function `upstream` are kept parsed. */
 const MAX_PARSED_UPSTREAMS = 1_000
-
-function toResponse(reply: Reply): Response {
-  return new Response(reply.body, { status: reply.status, headers: reply.headers })
-}
 
 function parseUpstream(value: string | URL, option: string): URL {
   let url: URL

@@ -96,19 +96,23 @@ describe('nodeServerErrorHandler on @hono/node-server', () => {
 })
 
 describe('nodeServerFault', () => {
-  it('is undefined for anything but a RequestError: another error, a string, null', () => {
+  it('is undefined for anything but a RequestError of @hono/node-server: another error, a string, null, a message it does not know (another library\'s RequestError)', () => {
     expect(nodeServerFault(new Error('Backslash in request path'))).toBeUndefined()
     expect(nodeServerFault(new TypeError('Invalid URL'))).toBeUndefined()
     expect(nodeServerFault('RequestError')).toBeUndefined()
     expect(nodeServerFault(null)).toBeUndefined()
     expect(nodeServerFault({ name: 'RequestError', message: 'Backslash in request path' })).toBeUndefined()
+    expect(nodeServerFault(Object.assign(new Error('connect ECONNREFUSED'), { name: 'RequestError' }))).toBeUndefined()
+    expect(nodeServerErrorHandler(new RequestError('Timeout awaiting response')).status).toBe(503)
   })
 
-  it('takes a RequestError it does not know the message of for the Host\'s (400, never a silent 200)', () => {
-    expect(nodeServerFault(new RequestError('Unsupported scheme'))).toBe('host')
-    expect(nodeServerFault(new RequestError('Invalid host header'))).toBe('host')
+  it('over HTTP/2, an absolute-form :path and a :scheme other than http and https are the target\'s', () => {
+    expect(nodeServerFault(new RequestError('Absolute URL for :path is not allowed in HTTP/2'))).toBe('target')
+    expect(nodeServerFault(new RequestError('Unsupported scheme'))).toBe('target')
+  })
+
+  it('an "Invalid absolute URL" for another cause than a backslash, and an "Invalid URL" from the parser of an input with a path (or of none), are the Host\'s', () => {
     expect(nodeServerFault(new RequestError('Invalid absolute URL', { cause: new TypeError('Invalid URL') }))).toBe('host')
-    // An "Invalid URL" whose cause has no input, or an input with a path: the Host's.
     expect(nodeServerFault(new RequestError('Invalid URL', { cause: null }))).toBe('host')
     expect(nodeServerFault(new RequestError('Invalid URL', { cause: Object.assign(new TypeError('Invalid URL'), { input: 'http://a@b:99999/v1' }) }))).toBe('host')
     expect(nodeServerFault(new RequestError('Invalid URL', { cause: Object.assign(new TypeError('Invalid URL'), { input: 'http://b:80*' }) }))).toBe('target')

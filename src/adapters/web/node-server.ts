@@ -17,16 +17,19 @@ export type NodeServerFault = 'host' | 'no-host' | 'target'
 
 /**
  * Which part of a request `@hono/node-server` refused, read from the `RequestError` its
- * listener hands the `errorHandler`; `undefined` for any other error (the fetch handler's own
- * rejection). A backslash in the path (an absolute-form target's too) and an "Invalid URL" that
- * is no path (with no cause, or from the URL parser of an input holding no `/` after
- * `scheme://`: `OPTIONS *` behind `Host: weather.example.com:80`) are the target's; every other
- * refusal is the Host's (`OPTIONS *` behind an upper-case `Host` is reported as an invalid host
- * header, which tells nothing of the target).
+ * listener hands the `errorHandler` (by the messages of its 2.x line); `undefined` for any other
+ * error (the fetch handler's own rejection, a message it does not know). A backslash in the
+ * path (an absolute-form target's too), an "Invalid URL" that is no path (with no cause, or from
+ * the URL parser of an input holding no `/` after `scheme://`: `OPTIONS *` behind
+ * `Host: weather.example.com:80`), and over HTTP/2 an absolute-form `:path` or a `:scheme` other
+ * than `http` and `https` are the target's; an invalid host header, a `scheme://host/path` the
+ * URL parser refuses and an absolute-form target whose host no URL holds are the Host's
+ * (`OPTIONS *` behind an upper-case `Host` is reported as an invalid host header, which tells
+ * nothing of the target).
  *
  * @example
  * ```ts
- * import { RequestError, getRequestListener } from '@hono/node-server'
+ * import { getRequestListener } from '@hono/node-server'
  * import { jsonRpcErrorReply } from 'mcp-dispatch'
  * import { nodeServerErrorHandler, nodeServerFault, toResponse } from 'mcp-dispatch/web'
  *
@@ -45,7 +48,11 @@ export function nodeServerFault(error: unknown): NodeServerFault | undefined {
   switch (error.message) {
     case 'Missing host header':
       return 'no-host'
+    case 'Invalid host header':
+      return 'host'
     case 'Backslash in request path':
+    case 'Absolute URL for :path is not allowed in HTTP/2':
+    case 'Unsupported scheme':
       return 'target'
     case 'Invalid absolute URL':
       return cause instanceof Error && cause.message === 'Backslash in request path' ? 'target' : 'host'
@@ -55,7 +62,7 @@ export function nodeServerFault(error: unknown): NodeServerFault | undefined {
       return typeof input === 'string' && !input.slice(input.indexOf('//') + 2).includes('/') ? 'target' : 'host'
     }
     default:
-      return 'host'
+      return undefined
   }
 }
 
@@ -65,8 +72,8 @@ export function nodeServerFault(error: unknown): NodeServerFault | undefined {
  * of an empty 400. A `Host` the URL parser refuses or rewrites is 400 `Invalid Host header`
  * (`field: 'host'`); a target that is no path or has a backslash in it, and a request without
  * `Host` (HTTP/1.0, with no `hostname` option to fall back on), are 404 `not_found`: they name
- * no App. Any other error (a fetch handler that rejected: the Web adapter's never does) is 503
- * `temporarily_unavailable`. These answers are built without the dispatcher, which never saw
+ * no App. Any other error (a fetch handler that rejected: the Web adapter's never does; a
+ * refusal {@link nodeServerFault} does not know) is 503 `temporarily_unavailable`. These answers are built without the dispatcher, which never saw
  * the request: no `Vary: Origin`, no CORS headers. `serve()` of `@hono/node-server` takes no
  * `errorHandler`: build the listener and the server yourself.
  *
