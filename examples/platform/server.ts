@@ -138,10 +138,8 @@ const platform = (() => {
             ? devIntrospectionClient
             : { clientId: process.env.AUTH_CLIENT_ID ?? '', clientSecret: process.env.AUTH_CLIENT_SECRET ?? '' },
         }),
-        onEvent: (event) => {
-          if (event.type === 'breaker') console.warn(`[oauth] circuit breaker ${event.from} -> ${event.to}`)
-          if (event.type === 'unavailable') console.warn(`[oauth] authorization server unavailable: ${event.error}`)
-        },
+        // No onEvent: the validator's own log writes what an operator must act on (a 503, the
+        // breaker opening and closing), at most a line of each kind per 10 s.
       },
     })
   } catch (error) {

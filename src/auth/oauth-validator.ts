@@ -28,7 +28,7 @@ import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import { hasLoneSurrogate, quoted } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
-import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions, requireMethods } from '../errors.js'
+import { AuthorizationServerUnavailableError, ConfigurationError, TooManyValidationsError, logError, optionNames, refuseUnknownOptions, requireMethods } from '../errors.js'
 import { fetchLettingGo } from '../fetch-let-go.js'
 import { readTextUpTo } from '../read-text.js'
 import { adoptThenable, ignoreRejection } from '../core/thenable.js'
@@ -258,7 +258,12 @@ export interface OAuthValidatorOptions {
   /**
    * Observes the validator (metrics, logs), synchronously, in the request's path: keep it
    * cheap. Exceptions it throws are ignored, and so is the rejection of a promise it returns
-   * (an `async` function sending to a metrics sink that is down).
+   * (an `async` function sending to a metrics sink that is down). Default: the events an
+   * operator must act on written by `logError` (one line on stderr), at most one line of each
+   * kind per 10 s: `unavailable` (context `oauth unavailable`, naming what failed: a server
+   * down, a discovery document naming another issuer), the breaker opening and closing
+   * (`oauth breaker`), and the cache store's failures (`oauth cache store`); a 503 is never
+   * silent. Given, it receives every event, and nothing is written.
    */
   onEvent?: ((event: OAuthValidatorEvent) => void) | undefined
   /**
@@ -315,6 +320,43 @@ const REDISCOVERY_INTERVAL_MS = 300_000
 const ISSUER_CLOCK_AHEAD_MS = 5 * 60_000
 
 /** Why an upstream exchange failed. Messages name the endpoint and status, never a token. */
+/** How often the default `onEvent` writes a line of one kind at most (ms). */
+const OPERATOR_LOG_INTERVAL_MS = 10_000
+
+/**
+ * The default `onEvent`: the events an operator must act on, through `logError`, at most one
+ * line of each kind per {@link OPERATOR_LOG_INTERVAL_MS} on `now` (a 503 for every uncached
+ * token while the authorization server is down is one line, not one per request); the first
+ * line after a quiet interval is written at once, and names how many of its kind came since
+ * the line before.
+ */
+function operatorLog(now: () => number): (event: OAuthValidatorEvent) => void {
+  const last = new Map<string, { at: number; unlogged: number }>()
+  /** Writes `error` under `context`, unless a line of `kind` went out less than the interval ago. */
+  const write = (kind: string, context: string, error: unknown) => {
+    const at = now()
+    const before = last.get(kind)
+    if (before !== undefined && at - before.at < OPERATOR_LOG_INTERVAL_MS) {
+      before.unlogged++
+      return
+    }
+    const unlogged = before?.unlogged ?? 0
+    last.set(kind, { at, unlogged: 0 })
+    logError(error, unlogged === 0 ? context : `${context}; ${unlogged} more since the last line`)
+  }
+  return (event) => {
+    if (event.type === 'unavailable') {
+      write(event.type, 'oauth unavailable', new Error(`a token was answered 503 (retry after ${event.retryAfter} s): ${event.error}`))
+    } else if (event.type === 'breaker' && event.to === 'open') {
+      write('breaker open', 'oauth breaker', new Error('the circuit breaker opened: uncached tokens get 503 until a probe of the authorization server succeeds'))
+    } else if (event.type === 'breaker' && event.to === 'closed') {
+      write('breaker closed', 'oauth breaker', new Error('the circuit breaker closed: the authorization server answers again'))
+    } else if (event.type === 'store-error') {
+      write(event.type, 'oauth cache store', event.error)
+    }
+  }
+}
+
 class UpstreamFailure extends Error {
   constructor(
     message: string,
@@ -820,7 +862,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)))
   const random = options.random ?? Math.random
-  const onEvent = options.onEvent
+  const onEvent = options.onEvent ?? operatorLog(elapsed)
   const emit = (event: OAuthValidatorEvent) => {
     if (!onEvent) return
     try {

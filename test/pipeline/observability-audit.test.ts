@@ -25,7 +25,7 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { type IdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 
 const ISSUER = 'https://auth.example.com'
 const RESOURCE = 'https://weather.example.com'
@@ -139,6 +139,96 @@ describe('OAuth validator events, as docs/oauth.md names them', () => {
     events.length = 0
     await expect(validator.validate('third-token', { resource: RESOURCE, appId: 'app_weather' })).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
     expect(events.map((e) => e.type)).toEqual(['cache-miss', 'fail-fast'])
+  })
+})
+
+describe('OAuth validator without onEvent: what an operator must act on goes to stderr', () => {
+  /** The lines `logError` wrote while `run` ran. */
+  async function written(run: () => Promise<void>): Promise<string[]> {
+    const lines: string[] = []
+    const spy = vi.spyOn(console, 'error').mockImplementation((line: unknown) => void lines.push(String(line)))
+    try {
+      await run()
+    } finally {
+      spy.mockRestore()
+    }
+    return lines
+  }
+  const context = { resource: RESOURCE, appId: 'app_weather' }
+
+  it('a server down: the 503 and the breaker opening, once each; fail-fast writes nothing; the breaker closing when it answers again', async () => {
+    const state = { down: true }
+    let at = Date.UTC(2030, 0, 1)
+    const validator = createOAuthValidator({
+      issuer: ISSUER,
+      userinfoEndpoint: `${ISSUER}/userinfo`,
+      fetch: userinfo(state),
+      now: () => at,
+      retry: { attempts: 1 },
+      breaker: { failureThreshold: 1, coolDownMs: 30_000 },
+    })
+    expect(
+      await written(async () => {
+        await expect(validator.validate('other-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+        await expect(validator.validate('third-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+      }),
+    ).toEqual([
+      '[mcp-dispatch] oauth breaker: Error: the circuit breaker opened: uncached tokens get 503 until a probe of the authorization server succeeds',
+      expect.stringMatching(/^\[mcp-dispatch\] oauth unavailable: Error: a token was answered 503 \(retry after \d+ s\): userinfo: HTTP 503$/),
+    ])
+    state.down = false
+    at += 31_000
+    expect(
+      await written(async () => {
+        expect(await validator.validate('good-token', context)).toMatchObject({ active: true })
+      }),
+    ).toEqual(['[mcp-dispatch] oauth breaker: Error: the circuit breaker closed: the authorization server answers again'])
+  })
+
+  it('a discovery document naming another issuer (an issuer configured with a trailing slash) is named, not a silent 503', async () => {
+    const validator = createOAuthValidator({
+      issuer: `${ISSUER}/`,
+      fetch: async (input) =>
+        String(input).includes('/.well-known/') ? Response.json({ issuer: ISSUER, userinfo_endpoint: `${ISSUER}/userinfo` }) : new Response('unexpected', { status: 500 }),
+      retry: { attempts: 1 },
+    })
+    const lines = await written(async () => {
+      await expect(validator.validate('some-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toMatch(/^\[mcp-dispatch\] oauth unavailable: Error: a token was answered 503 .*issuer mismatch/)
+    expect(lines[0]).not.toContain('some-token')
+  })
+
+  it('at most one line of a kind per 10 s: the next names how many came meanwhile; an onEvent given hears every event and nothing is written', async () => {
+    let at = 0
+    const options = {
+      issuer: ISSUER,
+      userinfoEndpoint: `${ISSUER}/userinfo`,
+      fetch: userinfo({ down: true }),
+      now: () => at,
+      retry: { attempts: 1 },
+      breaker: { failureThreshold: 1_000 },
+    }
+    const validator = createOAuthValidator(options)
+    const fail = (token: string) => expect(validator.validate(token, context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    const lines = await written(async () => {
+      await fail('t1')
+      at += 5_000
+      await fail('t2')
+      await fail('t3')
+      at += 5_000
+      await fail('t4')
+    })
+    expect(lines.map((line) => line.slice(0, line.indexOf(': Error')))).toEqual(['[mcp-dispatch] oauth unavailable', '[mcp-dispatch] oauth unavailable; 2 more since the last line'])
+    const events: string[] = []
+    const observed = createOAuthValidator({ ...options, onEvent: (event) => void events.push(event.type) })
+    expect(
+      await written(async () => {
+        await expect(observed.validate('t5', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+      }),
+    ).toEqual([])
+    expect(events).toContain('unavailable')
   })
 })
 
