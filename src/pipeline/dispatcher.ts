@@ -283,9 +283,11 @@ export interface DispatcherOptions {
    * Authorization servers named in the metadata (spec 2.2). Default: the `issuer` of `oauth`
    * (as `createOAuthValidator` sets it), else none. With `oauth`, at least one is required
    * (`ConfigurationError`): MCP clients sign in where the metadata sends them. Each is an
-   * http(s) URL (an issuer is one, RFC 8414). A function is asked for each document; one that
-   * answers anything but an array of http(s) URLs, or an empty one with `oauth`, fails it
-   * (503, `callback failed` to `onError`).
+   * http(s) URL (an issuer is one, RFC 8414). An array without the `issuer` of `oauth` is
+   * served, and told to `onError` once at creation (context `configuration`): clients would
+   * sign in where the validator's tokens do not come from. A function is asked for each
+   * document; one that answers anything but an array of http(s) URLs, or an empty one with
+   * `oauth`, fails it (503, `callback failed` to `onError`).
    */
   authorizationServers?: readonly string[] | ((app: AppRecord) => readonly string[]) | undefined
   /**
@@ -786,6 +788,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       // secret (a URL with a port past 65535 does not parse, password and all).
       const refused = issuerProblem(url)
       if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
+    }
+    // MCP clients sign in where the metadata sends them: at a server whose tokens the validator
+    // refuses, every sign-in ends in a 401 loop. Told once (a platform may mean it: a validator
+    // of its own that takes another issuer's tokens too), not refused.
+    if (oauth?.issuer !== undefined && authServers.length > 0 && !authServers.includes(oauth.issuer)) {
+      onError(
+        new ConfigurationError(
+          'authorizationServers',
+          `does not name the issuer of oauth, ${JSON.stringify(oauth.issuer)}: MCP clients sign in where the metadata sends them, and the validator refuses tokens of any other issuer (identifiers compare exactly, RFC 8414 section 3.3: a trailing slash makes another one)`,
+        ),
+        'configuration',
+      )
     }
   }
   // Per-request parsing that depends only on a short string repeats for every request of a

@@ -277,9 +277,23 @@ describe('options checked at creation', () => {
       return (await answer.json()).authorization_servers
     }
     expect(await metadata(createDispatcher({ apps, subscriptions, tokens, oauth }))).toEqual([issuer])
-    expect(await metadata(createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: ['https://other.example.com'] }))).toEqual([
+    // Another server than the validator's: served as given, and told once (clients signing in
+    // there get tokens the validator refuses).
+    const told: Array<{ error: unknown; context: string }> = []
+    const onError = (error: unknown, context: string) => void told.push({ error, context })
+    expect(await metadata(createDispatcher({ apps, subscriptions, tokens, oauth, onError, authorizationServers: ['https://other.example.com'] }))).toEqual([
       'https://other.example.com',
     ])
+    expect(told).toHaveLength(1)
+    expect(told[0]!.context).toBe('configuration')
+    expect(told[0]!.error).toBeInstanceOf(ConfigurationError)
+    expect((told[0]!.error as ConfigurationError).option).toBe('authorizationServers')
+    expect(String(told[0]!.error)).toContain('"https://auth.example.com"')
+    // A trailing slash is another issuer; the issuer among others is as meant.
+    createDispatcher({ apps, subscriptions, tokens, oauth, onError, authorizationServers: [`${issuer}/`] })
+    expect(told).toHaveLength(2)
+    createDispatcher({ apps, subscriptions, tokens, oauth, onError, authorizationServers: ['https://other.example.com', issuer] })
+    expect(told).toHaveLength(2)
     // Without oauth, API tokens only: nothing to name.
     expect(await metadata(createDispatcher({ apps, subscriptions, tokens }))).toEqual([])
     const custom = { validate: async () => ({ active: false as const, reason: 'refused' }) }

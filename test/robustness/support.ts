@@ -206,7 +206,8 @@ export async function createFixture(options: FixtureOptions = {}): Promise<Fixtu
       store: wrap<RateLimitStore>('rateLimit', counters),
       policy: () => ({ limit: limit ?? 1_000_000_000, windowType: 'minute' }),
     },
-    authorizationServers: ['https://auth.example.com'],
+    // The validator's issuer when there is one (the dispatcher tells a metadata naming another).
+    authorizationServers: [options.oauth?.issuer ?? 'https://auth.example.com'],
     ...(options.oauth && { oauth: options.oauth }),
     now,
     ...(!options.defaultLogger && { onError }),
