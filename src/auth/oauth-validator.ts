@@ -1298,7 +1298,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         ? 'no matching key'
         : undefined)
     if (reason === undefined) return undefined
-    emit({ type: 'rejected-locally', reason })
     // The audience depends on the App it was presented to, `nbf` and `iat` pass: not remembered.
     const uncacheable = reason === 'audience mismatch' || reason === 'token not yet valid' || reason === 'no matching key'
     return { active: false, reason, ...(uncacheable && { uncacheable }) }
@@ -1352,7 +1351,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // would refuse it after the signature: `exp` at or before now (whole seconds, rounded down)
     // less the tolerance. (Its reason is then `token expired` even for a forged signature.)
     if (typeof claims.exp === 'number' && claims.exp <= Math.floor(now() / 1000) - clockToleranceMs / 1000) {
-      emit({ type: 'rejected-locally', reason: 'token expired' })
       return { active: false, reason: 'token expired' }
     }
     // No keys in hand yet (none fetched since start, every fetch so far failed): a token its own
@@ -1798,7 +1796,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         throw error
       }
       if (entry.active) charge?.refund()
-      return answer(entry, audience)
+      const result = answer(entry, audience)
+      // In `jwt` mode a token is refused here, from itself and the keys (its signature, its key,
+      // its claims, its audience), never upstream: told as such, once, by the request that led.
+      if (mode === 'jwt' && !result.active && !flight.joined) emit({ type: 'rejected-locally', reason: result.reason })
+      return result
     },
   })
 }

@@ -777,6 +777,18 @@ describe('jwt mode (local verification)', () => {
     expect(await v.validate(await sign({ iss: 'https://evil.example' }), weather)).toMatchObject({ active: false, reason: 'claim check failed: iss' })
     expect(await v.validate(await sign({}, { expiresInS: -1 }), weather)).toMatchObject({ active: false, reason: 'token expired' })
     expect(await v.validate('opaque-token', weather)).toMatchObject({ active: false, reason: 'not a JWT access token' })
+    // Each told as a local refusal with its reason, once (regression: only cache-miss).
+    expect(events.filter((e) => e.type === 'rejected-locally').map((e) => (e as { reason: string }).reason)).toEqual([
+      'invalid signature or token',
+      'claim check failed: iss',
+      'token expired',
+      'not a JWT access token',
+    ])
+    // Another App's token: an audience mismatch.
+    events = []
+    const forNotes = await sign({ aud: 'https://notes.example.com' })
+    expect(await v.validate(forNotes, weather)).toMatchObject({ active: false, reason: 'audience mismatch' })
+    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch' }])
   })
 
   it('refuses an expired token from its claims, before any signature check: a client resending it costs a decode (regression)', async () => {
