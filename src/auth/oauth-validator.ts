@@ -261,9 +261,10 @@ export interface OAuthValidatorOptions {
    * (an `async` function sending to a metrics sink that is down). Default: the events an
    * operator must act on written by `logError` (one line on stderr), at most one line of each
    * kind per 10 s: `unavailable` (context `oauth unavailable`, naming what failed: a server
-   * down, a discovery document naming another issuer), the breaker opening and closing
-   * (`oauth breaker`), and the cache store's failures (`oauth cache store`); a 503 is never
-   * silent. Given, it receives every event, and nothing is written.
+   * down, a discovery document naming another issuer), `pending-limit` (`oauth pending
+   * limit`), the breaker opening and closing (`oauth breaker`, which stands for the 503s it
+   * answers while open), and the cache store's failures (`oauth cache store`): no 503 of the
+   * validator goes untold. Given, it receives every event, and nothing is written.
    */
   onEvent?: ((event: OAuthValidatorEvent) => void) | undefined
   /**
@@ -319,7 +320,6 @@ const REDISCOVERY_INTERVAL_MS = 300_000
  */
 const ISSUER_CLOCK_AHEAD_MS = 5 * 60_000
 
-/** Why an upstream exchange failed. Messages name the endpoint and status, never a token. */
 /** How often the default `onEvent` writes a line of one kind at most (ms). */
 const OPERATOR_LOG_INTERVAL_MS = 10_000
 
@@ -328,15 +328,17 @@ const OPERATOR_LOG_INTERVAL_MS = 10_000
  * line of each kind per {@link OPERATOR_LOG_INTERVAL_MS} on `now` (a 503 for every uncached
  * token while the authorization server is down is one line, not one per request); the first
  * line after a quiet interval is written at once, and names how many of its kind came since
- * the line before.
+ * the line before. A clock stepped back counts as a quiet interval. The breaker's changes are
+ * written whenever it goes the other way than the last line said: only repeats wait.
  */
 function operatorLog(now: () => number): (event: OAuthValidatorEvent) => void {
   const last = new Map<string, { at: number; unlogged: number }>()
+  let breakerSaid: BreakerState | undefined
   /** Writes `error` under `context`, unless a line of `kind` went out less than the interval ago. */
-  const write = (kind: string, context: string, error: unknown) => {
+  const write = (kind: string, context: string, error: unknown, always = false) => {
     const at = now()
     const before = last.get(kind)
-    if (before !== undefined && at - before.at < OPERATOR_LOG_INTERVAL_MS) {
+    if (!always && before !== undefined && at >= before.at && at - before.at < OPERATOR_LOG_INTERVAL_MS) {
       before.unlogged++
       return
     }
@@ -347,16 +349,23 @@ function operatorLog(now: () => number): (event: OAuthValidatorEvent) => void {
   return (event) => {
     if (event.type === 'unavailable') {
       write(event.type, 'oauth unavailable', new Error(`a token was answered 503 (retry after ${event.retryAfter} s): ${event.error}`))
-    } else if (event.type === 'breaker' && event.to === 'open') {
-      write('breaker open', 'oauth breaker', new Error('the circuit breaker opened: uncached tokens get 503 until a probe of the authorization server succeeds'))
-    } else if (event.type === 'breaker' && event.to === 'closed') {
-      write('breaker closed', 'oauth breaker', new Error('the circuit breaker closed: the authorization server answers again'))
+    } else if (event.type === 'pending-limit') {
+      write(event.type, 'oauth pending limit', new Error(`${event.pending} validations were already waiting for the authorization server (maxPendingValidations): an uncached token was answered 503`))
+    } else if (event.type === 'breaker' && event.to !== 'half-open') {
+      const turned = event.to !== breakerSaid
+      breakerSaid = event.to
+      const message =
+        event.to === 'open'
+          ? 'the circuit breaker opened: uncached tokens get 503 until a probe of the authorization server succeeds'
+          : 'the circuit breaker closed: the authorization server answers again'
+      write(`breaker ${event.to}`, 'oauth breaker', new Error(message), turned)
     } else if (event.type === 'store-error') {
       write(event.type, 'oauth cache store', event.error)
     }
   }
 }
 
+/** Why an upstream exchange failed. Messages name the endpoint and status, never a token. */
 class UpstreamFailure extends Error {
   constructor(
     message: string,
@@ -864,7 +873,6 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const random = options.random ?? Math.random
   const onEvent = options.onEvent ?? operatorLog(elapsed)
   const emit = (event: OAuthValidatorEvent) => {
-    if (!onEvent) return
     try {
       // An async observer's rejection too: ignored, not left unhandled (which ends a Node process).
       ignoreRejection(onEvent(event))

@@ -792,11 +792,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // MCP clients sign in where the metadata sends them: at a server whose tokens the validator
     // refuses, every sign-in ends in a 401 loop. Told once (a platform may mean it: a validator
     // of its own that takes another issuer's tokens too), not refused.
-    if (oauth?.issuer !== undefined && authServers.length > 0 && !authServers.includes(oauth.issuer)) {
+    const issuer = oauth?.issuer
+    if (issuer !== undefined && authServers.length > 0 && !authServers.includes(issuer)) {
+      // Quoted only as an issuer identifier (a validator of the platform's own is not checked:
+      // a password or a query in it is not printed).
+      const named = typeof issuer === 'string' && issuerProblem(issuer) === undefined ? `, ${JSON.stringify(issuer)}` : ''
       onError(
         new ConfigurationError(
           'authorizationServers',
-          `does not name the issuer of oauth, ${JSON.stringify(oauth.issuer)}: MCP clients sign in where the metadata sends them, and the validator refuses tokens of any other issuer (identifiers compare exactly, RFC 8414 section 3.3: a trailing slash makes another one)`,
+          `does not name the issuer of oauth${named}: MCP clients sign in where the metadata sends them, and the validator refuses tokens of any other issuer (identifiers compare exactly, RFC 8414 section 3.3: a trailing slash makes another one)`,
         ),
         'configuration',
       )

@@ -791,6 +791,21 @@ describe('jwt mode (local verification)', () => {
     expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch' }])
   })
 
+  it('a refusal with no keys in hand (the JWKS endpoint failing) is told once; so is one validation that many requests share (joined)', async () => {
+    fake.route('/jwks', { status: 500 })
+    const v = validator({ mode: 'jwt' })
+    events = []
+    expect(await v.validate(await sign({ aud: 'https://notes.example.com' }), weather)).toMatchObject({ active: false, reason: 'audience mismatch' })
+    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch' }])
+    const local = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    events = []
+    const forged = await sign({}, { key: (await generateKeyPair('ES256')).privateKey })
+    const answers = await Promise.all(Array.from({ length: 5 }, () => local.validate(forged, weather)))
+    for (const answer of answers) expect(answer).toEqual({ active: false, reason: 'invalid signature or token' })
+    expect(events.filter((e) => e.type === 'rejected-locally')).toHaveLength(1)
+    expect(events.filter((e) => e.type === 'joined')).toHaveLength(4)
+  })
+
   it('refuses an expired token from its claims, before any signature check: a client resending it costs a decode (regression)', async () => {
     fake.route('/jwks', { status: 200, body: { keys: [publicJwk] } })
     const v = validator({ mode: 'jwt', clockToleranceMs: 30_000 })

@@ -15,6 +15,7 @@ import {
   TooManyValidationsError,
   type DispatchRequest,
   type OAuthValidatorEvent,
+  type OAuthValidatorOptions,
   createCircuitBreaker,
   createDispatcher,
   createMemoryAppStore,
@@ -54,6 +55,14 @@ function userinfo(state: { down: boolean }): typeof fetch {
       ? Response.json({ sub: 'user_alice' })
       : Response.json({ error: 'invalid_token' }, { status: 401 })
   }
+}
+
+/**
+ * A validator of that endpoint, with one attempt per validation, on the clock `clock.at`
+ * (epoch ms), and `options` beside.
+ */
+function stubValidator(state: { down: boolean }, clock: { at: number }, options: Partial<OAuthValidatorOptions> = {}) {
+  return createOAuthValidator({ issuer: ISSUER, userinfoEndpoint: `${ISSUER}/userinfo`, fetch: userinfo(state), now: () => clock.at, retry: { attempts: 1 }, ...options })
 }
 
 describe('an async observer that rejects', () => {
@@ -114,14 +123,9 @@ describe('OAuth validator events, as docs/oauth.md names them', () => {
   it('upstream carries endpoint, outcome, status, durationMs (and error on a failure); breaker from, to, at', async () => {
     const events: OAuthValidatorEvent[] = []
     const state = { down: false }
-    let at = Date.UTC(2030, 0, 1)
-    const validator = createOAuthValidator({
-      issuer: ISSUER,
-      userinfoEndpoint: `${ISSUER}/userinfo`,
-      fetch: userinfo(state),
-      now: () => at,
-      sleep: async (ms) => void (at += ms),
-      retry: { attempts: 1 },
+    const clock = { at: Date.UTC(2030, 0, 1) }
+    const validator = stubValidator(state, clock, {
+      sleep: async (ms) => void (clock.at += ms),
       breaker: { failureThreshold: 1 },
       onEvent: (event) => void events.push(event),
     })
@@ -132,7 +136,7 @@ describe('OAuth validator events, as docs/oauth.md names them', () => {
     await expect(validator.validate('other-token', { resource: RESOURCE, appId: 'app_weather' })).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
     // The breaker counts the failed call before it is reported.
     expect(events.map((e) => e.type)).toEqual(['cache-miss', 'breaker', 'upstream', 'unavailable'])
-    expect(events[1]).toEqual({ type: 'breaker', from: 'closed', to: 'open', at })
+    expect(events[1]).toEqual({ type: 'breaker', from: 'closed', to: 'open', at: clock.at })
     expect(events[2]).toEqual({ type: 'upstream', endpoint: 'userinfo', outcome: 'failure', status: 503, durationMs: 0, error: 'userinfo: HTTP 503' })
     expect(events[3]).toMatchObject({ type: 'unavailable', retryAfter: expect.any(Number), error: 'userinfo: HTTP 503' })
     // The breaker open: refused at once.
@@ -158,15 +162,8 @@ describe('OAuth validator without onEvent: what an operator must act on goes to 
 
   it('a server down: the 503 and the breaker opening, once each; fail-fast writes nothing; the breaker closing when it answers again', async () => {
     const state = { down: true }
-    let at = Date.UTC(2030, 0, 1)
-    const validator = createOAuthValidator({
-      issuer: ISSUER,
-      userinfoEndpoint: `${ISSUER}/userinfo`,
-      fetch: userinfo(state),
-      now: () => at,
-      retry: { attempts: 1 },
-      breaker: { failureThreshold: 1, coolDownMs: 30_000 },
-    })
+    const clock = { at: Date.UTC(2030, 0, 1) }
+    const validator = stubValidator(state, clock, { breaker: { failureThreshold: 1, coolDownMs: 30_000 } })
     expect(
       await written(async () => {
         await expect(validator.validate('other-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
@@ -177,7 +174,7 @@ describe('OAuth validator without onEvent: what an operator must act on goes to 
       expect.stringMatching(/^\[mcp-dispatch\] oauth unavailable: Error: a token was answered 503 \(retry after \d+ s\): userinfo: HTTP 503$/),
     ])
     state.down = false
-    at += 31_000
+    clock.at += 31_000
     expect(
       await written(async () => {
         expect(await validator.validate('good-token', context)).toMatchObject({ active: true })
@@ -197,35 +194,74 @@ describe('OAuth validator without onEvent: what an operator must act on goes to 
     })
     expect(lines).toHaveLength(1)
     expect(lines[0]).toMatch(/^\[mcp-dispatch\] oauth unavailable: Error: a token was answered 503 .*issuer mismatch/)
-    expect(lines[0]).not.toContain('some-token')
   })
 
-  it('at most one line of a kind per 10 s: the next names how many came meanwhile; an onEvent given hears every event and nothing is written', async () => {
-    let at = 0
-    const options = {
+  it('the breaker turning back within 10 s is written each time (only repeats wait)', async () => {
+    const state = { down: true }
+    const clock = { at: 1_000_000 }
+    const validator = stubValidator(state, clock, { breaker: { failureThreshold: 1, coolDownMs: 1_000 } })
+    const lines = await written(async () => {
+      await expect(validator.validate('t1', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+      clock.at += 1_001
+      state.down = false
+      await validator.validate('good-token', context)
+      state.down = true
+      await expect(validator.validate('t2', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    expect(lines.map((line) => line.replace(/ \(retry after \d+ s\)/, '').replace(/^\[mcp-dispatch\] /, ''))).toEqual([
+      'oauth breaker: Error: the circuit breaker opened: uncached tokens get 503 until a probe of the authorization server succeeds',
+      'oauth unavailable: Error: a token was answered 503: userinfo: HTTP 503',
+      'oauth breaker: Error: the circuit breaker closed: the authorization server answers again',
+      'oauth breaker: Error: the circuit breaker opened: uncached tokens get 503 until a probe of the authorization server succeeds',
+    ])
+  })
+
+  it('validations past maxPendingValidations: their 503 is written too', async () => {
+    let release = () => {}
+    const held = new Promise<void>((resolve) => (release = resolve))
+    const validator = createOAuthValidator({
       issuer: ISSUER,
       userinfoEndpoint: `${ISSUER}/userinfo`,
-      fetch: userinfo({ down: true }),
-      now: () => at,
-      retry: { attempts: 1 },
-      breaker: { failureThreshold: 1_000 },
-    }
-    const validator = createOAuthValidator(options)
+      fetch: async () => (await held, Response.json({ sub: 'user_alice' })),
+      maxPendingValidations: 1,
+    })
+    const first = validator.validate('waiting-token', context)
+    const lines = await written(async () => {
+      await expect(validator.validate('second-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    release()
+    expect(await first).toMatchObject({ active: true })
+    expect(lines).toEqual([
+      '[mcp-dispatch] oauth pending limit: Error: 1 validations were already waiting for the authorization server (maxPendingValidations): an uncached token was answered 503',
+    ])
+  })
+
+  it('at most one line of a kind per 10 s: the next names how many came meanwhile; a clock stepped back is a quiet interval; an onEvent given hears every event and nothing is written', async () => {
+    const clock = { at: 0 }
+    const validator = stubValidator({ down: true }, clock, { breaker: { failureThreshold: 1_000 } })
     const fail = (token: string) => expect(validator.validate(token, context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
     const lines = await written(async () => {
       await fail('t1')
-      at += 5_000
+      clock.at += 5_000
       await fail('t2')
       await fail('t3')
-      at += 5_000
+      clock.at += 5_000
       await fail('t4')
+      // A clock stepped back a minute (a wall clock given as now): a quiet interval, not a minute
+      // of silence.
+      clock.at -= 60_000
+      await fail('t5')
     })
-    expect(lines.map((line) => line.slice(0, line.indexOf(': Error')))).toEqual(['[mcp-dispatch] oauth unavailable', '[mcp-dispatch] oauth unavailable; 2 more since the last line'])
+    expect(lines.map((line) => line.slice(0, line.indexOf(': Error')))).toEqual([
+      '[mcp-dispatch] oauth unavailable',
+      '[mcp-dispatch] oauth unavailable; 2 more since the last line',
+      '[mcp-dispatch] oauth unavailable',
+    ])
     const events: string[] = []
-    const observed = createOAuthValidator({ ...options, onEvent: (event) => void events.push(event.type) })
+    const observed = stubValidator({ down: true }, clock, { breaker: { failureThreshold: 1_000 }, onEvent: (event) => void events.push(event.type) })
     expect(
       await written(async () => {
-        await expect(observed.validate('t5', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+        await expect(observed.validate('t6', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
       }),
     ).toEqual([])
     expect(events).toContain('unavailable')
