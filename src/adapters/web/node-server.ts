@@ -73,9 +73,10 @@ export function nodeServerFault(error: unknown): NodeServerFault | undefined {
  * (`field: 'host'`); a target that is no path or has a backslash in it, and a request without
  * `Host` (HTTP/1.0, with no `hostname` option to fall back on), are 404 `not_found`: they name
  * no App. Any other error (a fetch handler that rejected: the Web adapter's never does; a
- * refusal {@link nodeServerFault} does not know) is 503 `temporarily_unavailable`. These answers are built without the dispatcher, which never saw
- * the request: no `Vary: Origin`, no CORS headers. `serve()` of `@hono/node-server` takes no
- * `errorHandler`: build the listener and the server yourself.
+ * refusal {@link nodeServerFault} does not know) is 503 `temporarily_unavailable`. These
+ * answers are built without the dispatcher, which never saw the request: no `Vary: Origin`, no
+ * CORS headers. `serve()` of `@hono/node-server` takes no `errorHandler`: build the listener
+ * and the server yourself.
  *
  * @example
  * ```ts
