@@ -2179,6 +2179,40 @@ describe('Redis stores: options', () => {
   })
 })
 
+describe('Redis invalidation bus: its subscriber connection failing again and again (a Redis that is down)', () => {
+  /** A port nothing listens on: every connection is refused at once. */
+  async function closedPort(): Promise<number> {
+    const server = createNetServer()
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    const { port } = server.address() as AddressInfo
+    await new Promise((resolve) => server.close(resolve))
+    return port
+  }
+
+  it('the default logger writes one line per 10 s, the next naming how many came meanwhile; an onError of yours hears every refusal', async () => {
+    const port = await closedPort()
+    const lines: string[] = []
+    const spy = vi.spyOn(console, 'error').mockImplementation((line: unknown) => void lines.push(String(line)))
+    const heard: string[] = []
+    // Reconnecting every 20 ms: dozens of refusals in the second below.
+    const clients = [0, 1].map(() => new IOREDIS.ioredis({ host: '127.0.0.1', port, retryStrategy: () => 20, maxRetriesPerRequest: 0, lazyConnect: true }))
+    const silent = createRedisInvalidationBus({ client: clients[0]!, prefix: 'bus-log-default' })
+    const told = createRedisInvalidationBus({ client: clients[1]!, prefix: 'bus-log-own', onError: (_error, context) => void heard.push(context) })
+    try {
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      const subscriberLines = lines.filter((line) => line.startsWith('[mcp-dispatch] invalidation subscriber'))
+      expect(subscriberLines).toHaveLength(1)
+      expect(subscriberLines[0]).toMatch(/^\[mcp-dispatch\] invalidation subscriber: Error: connect ECONNREFUSED/)
+      expect(heard.filter((context) => context === 'invalidation subscriber').length).toBeGreaterThan(5)
+    } finally {
+      spy.mockRestore()
+      await silent.close().catch(() => {})
+      await told.close().catch(() => {})
+      for (const client of clients) client.disconnect()
+    }
+  })
+})
+
 describe.runIf(redisAvailable)('node-redis (the adapter of docs/stores.md): a process held past a deadline', () => {
   // As the ioredis case above: Redis must answer within the 20 ms the call waits (a starved
   // Redis may not: tried again, under a prefix of its own).

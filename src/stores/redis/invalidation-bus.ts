@@ -139,6 +139,9 @@ function onceAMinute(): () => boolean {
   }
 }
 
+/** How often the default logger writes the subscriber connection's errors at most (ms). */
+const CONNECTION_ERROR_LOG_INTERVAL_MS = 10_000
+
 /** Connection states (ioredis) a `ready` follows, where a command would be queued or refused. */
 const UNREADY = new Set(['connecting', 'connect', 'reconnecting'])
 
@@ -410,11 +413,28 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
       'invalidation publish',
     )
   }
+  // The default logger's account of the subscriber connection's errors: a Redis that is down
+  // fails every reconnection (ioredis tries again every 2 s at most), so at most one line per
+  // 10 s, the next naming how many came meanwhile. An `onError` of yours hears every one.
+  const everyConnectionError = options.onError !== undefined
+  let connectionErrorAt = -Infinity
+  let connectionErrorsUnlogged = 0
   function onConnectionError(error: Error): void {
     // A failed handshake of the connection the bus opened carries its arguments, the password
     // among them (`HELLO 3 AUTH default <password>`): dropped, as from every store's command.
     withoutArguments(error)
-    if (!closed) onError(error, 'invalidation subscriber')
+    if (closed) return
+    if (!everyConnectionError) {
+      const at = performance.now()
+      if (at - connectionErrorAt < CONNECTION_ERROR_LOG_INTERVAL_MS) {
+        connectionErrorsUnlogged++
+        return
+      }
+      connectionErrorAt = at
+    }
+    const unlogged = connectionErrorsUnlogged
+    connectionErrorsUnlogged = 0
+    onError(error, unlogged === 0 ? 'invalidation subscriber' : `invalidation subscriber; ${unlogged} more since the last line`)
   }
   // Whether messages from other instances can arrive now: false from creation until Redis
   // confirms the subscription, from a lost connection until it confirms it again, and while
