@@ -57,6 +57,7 @@ import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, is
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
 import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
+import { heldBack, lineGate } from '../line-gate.js'
 
 // A subject holding a lone surrogate is refused: two such subjects would be one user's
 // rate-limit counters, subscriptions and sessions (`hasLoneSurrogate`). So is one holding a
@@ -332,19 +333,12 @@ const OPERATOR_LOG_INTERVAL_MS = 10_000
  * written whenever it goes the other way than the last line said: only repeats wait.
  */
 function operatorLog(now: () => number): (event: OAuthValidatorEvent) => void {
-  const last = new Map<string, { at: number; unlogged: number }>()
+  const gate = lineGate(OPERATOR_LOG_INTERVAL_MS, now)
   let breakerSaid: BreakerState | undefined
   /** Writes `error` under `context`, unless a line of `kind` went out less than the interval ago. */
   const write = (kind: string, context: string, error: unknown, always = false) => {
-    const at = now()
-    const before = last.get(kind)
-    if (!always && before !== undefined && at >= before.at && at - before.at < OPERATOR_LOG_INTERVAL_MS) {
-      before.unlogged++
-      return
-    }
-    const unlogged = before?.unlogged ?? 0
-    last.set(kind, { at, unlogged: 0 })
-    logError(error, unlogged === 0 ? context : `${context}; ${unlogged} more since the last line`)
+    const held = gate(kind, always)
+    if (held !== undefined) logError(error, heldBack(context, held))
   }
   return (event) => {
     if (event.type === 'unavailable') {

@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto'
 import type { InvalidationBus, InvalidationMessage } from '../../core/stores.js'
 import { ConfigurationError, optionNames, reporterOption } from '../../errors.js'
+import { heldBack, lineGate } from '../../line-gate.js'
 import { MAX_TIMER_MS, afterThisTurn, withTimeout } from '../../timeout.js'
 import { type RedisCommandClient, type RedisStoreOptions, type RedisSubscriberClient, connectRedis, notReady, rereadSlots, withoutArguments } from './client.js'
 
@@ -130,13 +131,8 @@ interface Awaiting {
  * (monotonic clock).
  */
 function onceAMinute(): () => boolean {
-  let last = -Infinity
-  return () => {
-    const at = performance.now()
-    if (at - last < 60_000) return false
-    last = at
-    return true
-  }
+  const gate = lineGate(60_000)
+  return () => gate('report') !== undefined
 }
 
 /** How often the default logger writes the subscriber connection's errors at most (ms). */
@@ -416,25 +412,14 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   // The default logger's account of the subscriber connection's errors: a Redis that is down
   // fails every reconnection (ioredis tries again every 2 s at most), so at most one line per
   // 10 s, the next naming how many came meanwhile. An `onError` of yours hears every one.
-  const everyConnectionError = options.onError !== undefined
-  let connectionErrorAt = -Infinity
-  let connectionErrorsUnlogged = 0
+  const connectionErrorGate = options.onError === undefined ? lineGate(CONNECTION_ERROR_LOG_INTERVAL_MS) : undefined
   function onConnectionError(error: Error): void {
     // A failed handshake of the connection the bus opened carries its arguments, the password
     // among them (`HELLO 3 AUTH default <password>`): dropped, as from every store's command.
     withoutArguments(error)
     if (closed) return
-    if (!everyConnectionError) {
-      const at = performance.now()
-      if (at - connectionErrorAt < CONNECTION_ERROR_LOG_INTERVAL_MS) {
-        connectionErrorsUnlogged++
-        return
-      }
-      connectionErrorAt = at
-    }
-    const unlogged = connectionErrorsUnlogged
-    connectionErrorsUnlogged = 0
-    onError(error, unlogged === 0 ? 'invalidation subscriber' : `invalidation subscriber; ${unlogged} more since the last line`)
+    const held = connectionErrorGate ? connectionErrorGate('subscriber') : 0
+    if (held !== undefined) onError(error, heldBack('invalidation subscriber', held))
   }
   // Whether messages from other instances can arrive now: false from creation until Redis
   // confirms the subscription, from a lost connection until it confirms it again, and while
