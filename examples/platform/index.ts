@@ -226,6 +226,12 @@ export interface Platform {
   servedVersions(appId: string): string[]
   /** The token service (create, rotate, revoke, revoke-all). */
   readonly tokenService: ReturnType<typeof createTokenService>
+  /**
+   * Ends the open 2026-07-28 `subscriptions/listen` streams of every App version. They never end
+   * on their own; a stop ends them first, so that waiting for the answers in flight does not
+   * wait for them (their clients listen again elsewhere).
+   */
+  endStreams(): void
   /** Closes every open MCP session. */
   close(): Promise<void>
 }
@@ -677,6 +683,9 @@ export function createPlatform(options: PlatformOptions): Platform {
       const app = appSeeds.get(appId)!
       ensureHandler({ id: app.id, slug: app.slug, name: app.name }, version)
       return live
+    },
+    endStreams() {
+      for (const handler of handlers.values()) handler.endListens()
     },
     async close() {
       clearInterval(pruner)

@@ -317,6 +317,11 @@ export interface McpAppHandler {
    * still holds.
    */
   readonly idle: () => boolean
+  /**
+   * Ends the open 2026-07-28 `subscriptions/listen` streams, which never end on their own (their
+   * client listens again, elsewhere): what a stop does first, as it does with GET streams.
+   */
+  endListens(): void
   /** Closes every session. */
   close(): Promise<void>
 }
@@ -433,12 +438,22 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     void session.transport.close()
   }
 
+  /** The `subscriptions/listen` requests whose streams are open, each with what ends it. */
+  const listenEnders = new Set<AbortController>()
+  const listenEnded = new WeakMap<Request, AbortController>()
+  /** A `subscriptions/listen` stream ended (or its request failed): no longer counted, nor ended. */
+  function endedListen(request: Request, subject: string): void {
+    addTo(listensOf, subject, -1)
+    const ender = listenEnded.get(request)
+    if (ender !== undefined) listenEnders.delete(ender)
+  }
+
   /**
    * A `subscriptions/listen` answer, counted against its caller while its stream is open; the
    * count goes back when the stream ends or the client leaves.
    */
-  function countedListen(subject: string, response: Response): Response {
-    const release = () => addTo(listensOf, subject, -1)
+  function countedListen(request: Request, subject: string, response: Response): Response {
+    const release = () => endedListen(request, subject)
     // The slot was taken before the request went to the SDK; an answer that is no stream gives it back.
     if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
       release()
@@ -535,10 +550,19 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
             error: { code: -32603, message: `Subscription limit reached for this caller (${maxListensPerCaller})` },
           })
         }
-        if (listen) addTo(listensOf, caller.subject, 1)
+        let served = request
+        if (listen) {
+          addTo(listensOf, caller.subject, 1)
+          // Its stream never ends on its own: `endListens` ends it through the request's signal,
+          // as a client that leaves does (the body was read above, and is handed over parsed).
+          const ender = new AbortController()
+          listenEnders.add(ender)
+          served = new Request(request.url, { method: 'POST', headers: request.headers, signal: AbortSignal.any([request.signal, ender.signal]) })
+          listenEnded.set(served, ender)
+        }
         let answer: Response
         try {
-          answer = await modern.fetch(request, {
+          answer = await modern.fetch(served, {
             parsedBody: body,
             ...(caller && {
               authInfo: {
@@ -550,10 +574,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
             }),
           })
         } catch (error) {
-          if (listen) addTo(listensOf, caller.subject, -1)
+          if (listen) endedListen(served, caller.subject)
           throw error
         }
-        return listen ? countedListen(caller.subject, answer) : answer
+        return listen ? countedListen(served, caller.subject, answer) : answer
       }
     }
     // JSON-RPC batches left MCP in 2025-06-18: a batch is served only under a revision older
@@ -683,6 +707,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
       notify.resourcesChanged()
     },
     idle: () => inFlight === 0 && sessions.size === 0 && openingAll === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
+    endListens() {
+      for (const ender of listenEnders) ender.abort()
+    },
     async close() {
       closed = true
       clearInterval(sweeper)

@@ -31,6 +31,7 @@ import {
   methodNotAllowedReply,
   parseVersionPath,
   resolveVersion,
+  serviceUnavailableReply,
 } from 'mcp-dispatch'
 import { answerClientError, answerExpectationFailed, nodeServerErrorHandler, nodeServerFault, toResponse } from 'mcp-dispatch/web'
 import { portOption, readOptions, refuse } from './cli.js'
@@ -184,10 +185,20 @@ const answering = new WeakMap<Duplex, Set<ServerResponse>>()
 // lets them finish (see `stop`). A GET on an MCP path is a session's stream, which lasts until
 // the session closes, and a client resumes it elsewhere.
 const inFlight = new Set<ServerResponse>()
+/** Set by a stop (SIGTERM, SIGINT): see `stop`. */
+let stopping = false
 const serve = (req: IncomingMessage, res: ServerResponse) => {
   let open = answering.get(req.socket)
   if (open === undefined) answering.set(req.socket, (open = new Set()))
   open.add(res)
+  if (stopping) {
+    // A request on a connection kept alive after the stop began (none can open now): 503 and the
+    // connection closes, so its client goes elsewhere. It is not waited for, so it is never
+    // taken in to be cut with no answer when the drain ends.
+    const reply = serviceUnavailableReply()
+    res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
+    return
+  }
   if (req.method !== 'GET') inFlight.add(res)
   res.once('close', () => {
     open.delete(res)
@@ -322,18 +333,26 @@ if (seed.apps.length > 0) {
 const DRAIN_MS = 10_000
 
 /**
- * SIGTERM or SIGINT: no new connections (and idle kept-alive ones closed), then the answers in
- * flight to requests other than GET finish, for up to {@link DRAIN_MS}, each on a connection
- * that closes after it (`Connection: close`): a client whose tool call was cut cannot tell
- * whether it ran. Then the sessions close (their GET streams end), and the process exits 0. A
- * second signal while it drains changes nothing.
+ * SIGTERM or SIGINT: no new connections (and idle kept-alive ones closed), the
+ * `subscriptions/listen` streams ended, then the answers in flight to requests other than GET
+ * finish, for up to {@link DRAIN_MS}, each on a connection that closes after it: a client whose
+ * tool call was cut cannot tell whether it ran. A request sent meanwhile on a connection still
+ * open gets 503 (see `serve`). Then the sessions close (their GET streams end), and the process
+ * exits 0. A second signal while it drains changes nothing.
  */
-let stopping = false
 const stop = () => {
   if (stopping) return
   stopping = true
   server.close()
-  for (const res of inFlight) if (!res.headersSent) res.setHeader('connection', 'close')
+  // `subscriptions/listen` streams (POSTs of MCP 2026-07-28) never end on their own: ended now,
+  // as the GET streams are at the end, so the drain does not wait for them.
+  platform.endStreams()
+  for (const res of inFlight) {
+    if (!res.headersSent) res.setHeader('connection', 'close')
+    // An event stream's own `Connection: keep-alive` (the SDK's answer in a session) takes the
+    // place of that: its connection is closed once the answer has ended and it is idle.
+    res.once('close', () => setImmediate(() => server.closeIdleConnections()))
+  }
   const drained = Promise.all([...inFlight].map((res) => once(res, 'close').catch(() => {})))
   const deadline = new Promise<void>((resolve) => setTimeout(resolve, DRAIN_MS).unref())
   void Promise.race([drained, deadline])

@@ -197,6 +197,19 @@ describe('what one caller may hold of an App version', () => {
     for (const response of [carol, again, ...open.slice(1)]) await response.body!.cancel()
   })
 
+  it('endStreams (what a stop does first) ends the open subscriptions/listen streams, freeing their slots, and nothing else: sessions go on, and new streams open', async () => {
+    const session = (await initialize(token('alice'))).headers.get('mcp-session-id')!
+    const open = await Promise.all(Array.from({ length: 16 }, () => listen(token('alice'))))
+    for (const response of open) expect(response.headers.get('content-type')).toContain('text/event-stream')
+    platform.endStreams()
+    // Each body ends (text() settles), after the acknowledgement it had.
+    for (const response of open) expect(await response.text()).toContain('notifications/subscriptions/acknowledged')
+    expect((await ping(token('alice'), session)).status).toBe(200)
+    const again = await Promise.all(Array.from({ length: 16 }, () => listen(token('alice'))))
+    for (const response of again) expect(response.headers.get('content-type')).toContain('text/event-stream')
+    for (const response of again) await response.body!.cancel()
+  })
+
   it('at most 100 open sessions per caller: one more closes that caller\'s least recently used, and no one else\'s', async () => {
     const carolSession = (await initialize(token('carol'))).headers.get('mcp-session-id')!
     const alice: string[] = []

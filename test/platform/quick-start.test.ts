@@ -10,7 +10,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer as createHttpServer } from 'node:http'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { type AddressInfo, connect, createServer } from 'node:net'
+import { type AddressInfo, type Socket, connect, createServer } from 'node:net'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -100,6 +100,102 @@ function rawExchange(data: string, timeoutMs: number): Promise<string> {
 afterAll(async () => {
   await platform?.stop()
 })
+
+/** Whether the server on `port` takes a new connection. */
+function accepts(port: number): Promise<boolean> {
+  return new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1')
+    socket.once('connect', () => (socket.destroy(), resolve(true)))
+    socket.once('error', () => resolve(false))
+  })
+}
+
+/**
+ * `npm start` on a port of its own, for a test that stops it: its demo App's address and token
+ * (from the `curl` line it prints), raw requests to it, and `stop()`, which sends SIGTERM to
+ * npm's own process (as a container runtime stops it) and waits until no connection is taken.
+ */
+async function startToStop() {
+  const child = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  let printed = ''
+  child.stdout!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+  child.stderr!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+  const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
+  const sockets: Socket[] = []
+  const inFlightTaken: Promise<void>[] = []
+  const kill = () => {
+    for (const socket of sockets) socket.destroy()
+    try {
+      process.kill(-child.pid!, 'SIGKILL')
+    } catch {
+      // already gone
+    }
+  }
+  try {
+    await expect.poll(() => /^curl /m.test(printed), { timeout: 30_000, interval: 50 }).toBe(true)
+  } catch (error) {
+    kill()
+    throw new Error(`npm start: not ready within 30 s:\n${printed}`, { cause: error })
+  }
+  const [, slug, listening, path, token] = /^curl -s http:\/\/(\w+)\.localhost:(\d+)(\S*) -H 'Authorization: Bearer (svc_\w+)'/m.exec(printed)!
+  const port = Number(listening)
+  const host = `${slug}.localhost`
+  const headers = (extra: Record<string, string> = {}) => ({
+    authorization: `Bearer ${token}`,
+    'content-type': 'application/json',
+    accept: 'application/json, text/event-stream',
+    'mcp-protocol-version': '2025-06-18',
+    ...extra,
+  })
+  /** A POST of `payload` to the App, as written on the wire. */
+  const raw = (payload: unknown, extra?: Record<string, string>) => {
+    const body = JSON.stringify(payload)
+    const head = Object.entries({ host: `${host}:${port}`, ...headers(extra), 'content-length': String(Buffer.byteLength(body)) })
+    return `POST ${path} HTTP/1.1\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`
+  }
+  return {
+    child,
+    exited,
+    port,
+    host,
+    path: path!,
+    sockets,
+    headers,
+    raw,
+    kill,
+    /**
+     * A connection whose request is in flight: all of it sent but the last bytes of its body
+     * (`rest`), the body once the dispatch layer took the request in (its `100 Continue`, which
+     * `closed`'s answers leave out).
+     */
+    inFlight(payload: unknown, extra?: Record<string, string>) {
+      const socket = connect(port, '127.0.0.1')
+      sockets.push(socket)
+      const whole = raw(payload, { ...extra, expect: '100-continue' })
+      const split = whole.indexOf('\r\n\r\n') + 4
+      const CONTINUE = 'HTTP/1.1 100 Continue\r\n\r\n'
+      let seen = ''
+      socket.on('error', () => {})
+      socket.write(whole.slice(0, split))
+      const taken = new Promise<void>((resolve) => {
+        socket.on('data', (chunk: Buffer) => {
+          seen += chunk.toString('latin1')
+          if (!seen.startsWith(CONTINUE)) return
+          seen = seen.slice(CONTINUE.length)
+          socket.write(whole.slice(split, -5))
+          resolve()
+        })
+      })
+      inFlightTaken.push(taken)
+      return { socket, rest: whole.slice(-5), closed: once(socket, 'close').then(() => seen) }
+    },
+    async stop() {
+      await Promise.all(inFlightTaken)
+      process.kill(child.pid!, 'SIGTERM')
+      await expect.poll(() => accepts(port), { timeout: 10_000, interval: 50 }).toBe(false)
+    },
+  }
+}
 
 describe('npm start (README quick start)', () => {
   it('prints a curl command that gets the tools of the App, with the version headers', async () => {
@@ -440,13 +536,7 @@ describe('npm start (README quick start)', () => {
       const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
       process.kill(child.pid!, 'SIGTERM') // npm's own process, as a container runtime stops it
       // No new connection while the call is in flight.
-      const accepts = () =>
-        new Promise<boolean>((resolve) => {
-          const socket = connect(listening, '127.0.0.1')
-          socket.once('connect', () => (socket.destroy(), resolve(true)))
-          socket.once('error', () => resolve(false))
-        })
-      await expect.poll(accepts, { timeout: 10_000, interval: 50 }).toBe(false)
+      await expect.poll(() => accepts(listening), { timeout: 10_000, interval: 50 }).toBe(false)
       // A second signal (an impatient Ctrl-C, a supervisor repeating itself) changes nothing.
       process.kill(child.pid!, 'SIGINT')
       await new Promise((resolve) => setTimeout(resolve, 300))
@@ -464,6 +554,77 @@ describe('npm start (README quick start)', () => {
       } catch {
         // already gone
       }
+    }
+  }, 60_000)
+
+  it('a stop closes the connection of a session tool call answered in the drain (its event stream says keep-alive), and answers 503 with Connection: close a request sent on it meanwhile, never taking it in to cut it', async () => {
+    // Regression: the SDK's event-stream answer in a session carries its own `Connection:
+    // keep-alive`, so the connection stayed open; a request sent on it during the drain was
+    // served (a new session opened while stopping), and, not waited for, cut with no answer.
+    const stopped = await startToStop()
+    try {
+      const initialize = { jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'stop', version: '1' } } }
+      const opened = await rawRequest(stopped.port, { host: stopped.host, path: stopped.path, headers: stopped.headers(), body: JSON.stringify(initialize) })
+      const session = opened.headers['mcp-session-id'] as string
+      expect(session).toBeTruthy()
+      const call = (id: number) => ({ jsonrpc: '2.0', id, method: 'tools/call', params: { name: 'echo', arguments: { text: `call ${id}` } } })
+      const a = stopped.inFlight(call(2), { 'mcp-session-id': session })
+      const b = stopped.inFlight(call(3), { 'mcp-session-id': session }) // keeps the drain going
+      await stopped.stop()
+      // The rest of call 2, and a new session's initialize behind it on the same connection.
+      a.socket.write(a.rest + stopped.raw(initialize))
+      const answered = await a.closed
+      expect(stopped.child.exitCode, 'the server closed the connection while draining, not by exiting').toBeNull()
+      const [first, second] = answered.split(/(?=HTTP\/1\.1 )/)
+      expect(first).toMatch(/^HTTP\/1\.1 200 /)
+      expect(first).toMatch(/^content-type: text\/event-stream/im)
+      expect(first).toContain('call 2')
+      expect(second).toMatch(/^HTTP\/1\.1 503 /)
+      expect(second).toMatch(/^connection: close/im)
+      expect(second).toMatch(/^retry-after: 1/im)
+      expect(second).not.toMatch(/^mcp-session-id:/im)
+      expect(JSON.parse(second!.slice(second!.indexOf('\r\n\r\n') + 4))).toMatchObject({ jsonrpc: '2.0', id: null, error: { code: -32005, data: { error: 'temporarily_unavailable' } } })
+      // The call still in flight finishes; then the process exits 0.
+      b.socket.write(b.rest)
+      expect(await b.closed).toContain('call 3')
+      expect(await stopped.exited).toEqual([0, null])
+    } finally {
+      stopped.kill()
+    }
+  }, 60_000)
+
+  it('a stop ends the open subscriptions/listen streams of MCP 2026-07-28 at once, rather than waiting for them as for answers in flight', async () => {
+    // Regression: such a stream is a POST's answer that never ends on its own; the drain waited
+    // for it as for a tool call, up to its 10 s deadline, and then cut the calls in flight.
+    const stopped = await startToStop()
+    try {
+      const modern = '2026-07-28'
+      const listen = {
+        jsonrpc: '2.0',
+        id: 1,
+        method: 'subscriptions/listen',
+        params: {
+          notifications: { toolsListChanged: true },
+          _meta: { 'io.modelcontextprotocol/protocolVersion': modern, 'io.modelcontextprotocol/clientInfo': { name: 'stop', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} },
+        },
+      }
+      const socket = connect(stopped.port, '127.0.0.1')
+      stopped.sockets.push(socket)
+      let seen = ''
+      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+      socket.on('error', () => {})
+      socket.write(stopped.raw(listen, { 'mcp-protocol-version': modern, 'mcp-method': 'subscriptions/listen' }))
+      await expect.poll(() => seen, { timeout: 10_000 }).toContain('notifications/subscriptions/acknowledged')
+      const inFlight = stopped.inFlight({ jsonrpc: '2.0', id: 3, method: 'tools/list' }) // a call in flight, keeping the drain going
+      await stopped.stop()
+      // The stream's chunked body ends while the call is still in flight.
+      await expect.poll(() => seen.endsWith('\r\n0\r\n\r\n'), { timeout: 10_000 }).toBe(true)
+      expect(stopped.child.exitCode).toBeNull()
+      inFlight.socket.write(inFlight.rest)
+      expect(await inFlight.closed).toMatch(/^HTTP\/1\.1 200 [^]*"tools"/)
+      expect(await stopped.exited).toEqual([0, null])
+    } finally {
+      stopped.kill()
     }
   }, 60_000)
 
