@@ -9,11 +9,11 @@ export interface AccessTokenInfo {
   /** The user the token belongs to (OIDC `sub`); the identity used for 402 and rate limits. */
   readonly subject: string
   /** OAuth client the token was issued to, when known. */
-  readonly clientId?: string
+  readonly clientId?: string | undefined
   /** Scopes granted, when known. */
-  readonly scopes?: readonly string[]
+  readonly scopes?: readonly string[] | undefined
   /** Expiry, epoch ms, when known. */
-  readonly expiresAt?: number
+  readonly expiresAt?: number | undefined
 }
 
 /** Result of {@link AccessTokenValidator.validate}: refusals are values. */
@@ -34,7 +34,7 @@ export interface AccessTokenContext {
    * The client's address as the dispatcher resolved it (`trustProxy`), when known: what a
    * per-client budget of upstream validations counts by.
    */
-  readonly clientAddress?: string
+  readonly clientAddress?: string | undefined
 }
 
 /**
@@ -47,6 +47,10 @@ export interface AccessTokenContext {
  * 30 seconds; `createOAuthValidator`'s keep their own deadline and are not timed.
  */
 export interface AccessTokenValidator {
+  /**
+   * Whether `token` is active, and whose: `{ active: true, info }`, or `{ active: false,
+   * reason }` for a token that is not (401). Throws only when it cannot decide (see above).
+   */
   validate(token: string, context?: AccessTokenContext): Promise<AccessTokenResult>
   /**
    * `true` when the validator checks tokens' audiences against `context.resource`, the App
@@ -58,13 +62,13 @@ export interface AccessTokenValidator {
    * the `Host` header a caller chooses (a token issued to `weather.evil.example` would pass at
    * the weather App when sent with that `Host`).
    */
-  readonly checksAppAddress?: boolean
+  readonly checksAppAddress?: boolean | undefined
   /**
    * The authorization server whose tokens it accepts (`createOAuthValidator`'s `issuer`):
    * what the dispatcher names in the metadata's `authorization_servers` when given no
    * `authorizationServers` of its own.
    */
-  readonly issuer?: string
+  readonly issuer?: string | undefined
 }
 
 /**

@@ -21,7 +21,9 @@ export type BreakerState = 'closed' | 'open' | 'half-open'
 
 /** A state change, as reported to `onStateChange`. */
 export interface BreakerStateChange {
+  /** The state it left. */
   readonly from: BreakerState
+  /** The state it is in now. */
   readonly to: BreakerState
   /** When it happened, epoch ms (the injected clock). */
   readonly at: number
@@ -105,8 +107,9 @@ const BREAKER_OPTIONS = optionNames<CircuitBreakerOptions>({ failureThreshold: t
  * ```
  *
  * @throws {ConfigurationError} with a `failureThreshold` that is not a positive integer, a
- * negative `coolDownMs`, or a `probeMaxAgeMs` that is not positive (named `breaker.…`, as the
- * OAuth validator's `breaker` option passes them).
+ * negative `coolDownMs`, a `probeMaxAgeMs` that is not positive, or a `now` or `onStateChange`
+ * that is not a function (named `breaker.…`, as the OAuth validator's `breaker` option passes
+ * them).
  */
 export function createCircuitBreaker(options: CircuitBreakerOptions = {}): CircuitBreaker {
   if (options === null || typeof options !== 'object') throw new ConfigurationError('breaker', 'must be an object')
@@ -116,8 +119,11 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
   if (!Number.isInteger(threshold) || threshold < 1) {
     throw new ConfigurationError('breaker.failureThreshold', 'must be a positive integer')
   }
-  if (!(coolDownMs >= 0) || !Number.isFinite(coolDownMs)) {
+  if (typeof coolDownMs !== 'number' || !(coolDownMs >= 0) || !Number.isFinite(coolDownMs)) {
     throw new ConfigurationError('breaker.coolDownMs', 'must be a non-negative number of milliseconds')
+  }
+  for (const fn of ['now', 'onStateChange'] as const) {
+    if (options[fn] !== undefined && typeof options[fn] !== 'function') throw new ConfigurationError(`breaker.${fn}`, 'must be a function')
   }
   const now = options.now ?? (() => performance.now())
   const wallClock = options.now ?? Date.now
@@ -129,7 +135,7 @@ export function createCircuitBreaker(options: CircuitBreakerOptions = {}): Circu
   let probing = false
   let probeAt = 0
   const probeMaxAgeMs = options.probeMaxAgeMs ?? Infinity
-  if (!(probeMaxAgeMs > 0)) throw new ConfigurationError('breaker.probeMaxAgeMs', 'must be a positive number of milliseconds')
+  if (typeof probeMaxAgeMs !== 'number' || !(probeMaxAgeMs > 0)) throw new ConfigurationError('breaker.probeMaxAgeMs', 'must be a positive number of milliseconds')
 
   // Counts the state changes: a permit carries the count at which it was given (`issued`).
   let generation = 0

@@ -772,6 +772,11 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   checkHttpUrl('userinfoEndpoint', options.userinfoEndpoint)
   const intro = options.introspection
   if (intro != null && typeof intro === 'object') refuseUnknownOptions(intro, INTROSPECTION_OPTIONS, 'createOAuthValidator', undefined, 'introspection.')
+  // Credentials given with another mode would be ignored: the default mode is userinfo, so a
+  // platform that set them and forgot `mode` would validate tokens another way, unawares.
+  if (intro != null && mode !== 'introspection') {
+    throw new ConfigurationError('introspection', `is used in introspection mode only (mode is ${mode}): give mode: 'introspection' too, or leave it out`)
+  }
   if (mode === 'introspection') {
     // An empty secret too (`CLIENT_SECRET=` unset in the environment): every introspection
     // would be refused, and every token answered 503, where the start could have failed.

@@ -1,8 +1,12 @@
 /**
  * Properties of `buildProtectedResourceMetadata` (RFC 9728 document), over generated options:
  *
- * - It never throws, and the document survives JSON: `JSON.parse(JSON.stringify(doc))` equals it
- *   (any strings, lone surrogates included, come back unchanged).
+ * - Given an App address, issuer URLs and scope names, it never throws, and the document survives
+ *   JSON: `JSON.parse(JSON.stringify(doc))` equals it (any name, lone surrogates included, comes
+ *   back unchanged).
+ * - Given any strings, it either builds that document or throws a `ConfigurationError` naming
+ *   the option at fault (`resource`, `authorizationServers.<i>`, `scopesSupported`): never
+ *   another error, never a document publishing what is no URL.
  * - `resource` and `authorization_servers` are exactly the ones given, in order;
  *   `bearer_methods_supported` is `["header"]`; `scopes_supported` is the list given or the
  *   default `openid profile email`; `resource_name` is there exactly when a name is given.
@@ -11,6 +15,7 @@
  */
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { ConfigurationError } from '../errors.js'
 import { buildProtectedResourceMetadata } from './metadata.js'
 
 const RUNS = { numRuns: 500 }
@@ -25,16 +30,26 @@ const anyChar = fc.oneof(
   fc.integer({ min: 0x10000, max: 0x10ffff }).map((c) => String.fromCodePoint(c)),
 )
 const anyString = fc.string({ unit: anyChar, maxLength: 30 })
-const urlLike = fc.oneof(
-  anyString,
-  fc.tuple(fc.constantFrom('https://', 'http://'), fc.stringMatching(/^[a-z0-9.-]{1,20}$/), fc.stringMatching(/^(\/[a-z0-9%]{0,6}){0,3}$/)).map((parts) => parts.join('')),
-)
+const url = fc
+  .tuple(fc.constantFrom('https://', 'http://'), fc.stringMatching(/^[a-z][a-z0-9-]{0,8}(\.[a-z][a-z0-9-]{0,8}){0,2}$/), fc.stringMatching(/^(\/[a-z0-9]{0,6}){0,3}$/))
+  .map((parts) => parts.join(''))
+const scope = fc.oneof(fc.constantFrom('openid', 'mcp:tools', 'email'), fc.stringMatching(/^[\x21\x23-\x5B\x5D-\x7E]{1,12}$/))
+/** Options a platform means: an App address, issuer URLs, scope names, and any name. */
 const options = fc.record(
   {
-    resource: urlLike,
-    authorizationServers: fc.array(urlLike, { maxLength: 4 }),
-    scopesSupported: fc.array(fc.oneof(fc.constantFrom('openid', 'mcp:tools', 'email'), anyString), { maxLength: 4 }),
+    resource: url,
+    authorizationServers: fc.array(url, { maxLength: 4 }),
+    scopesSupported: fc.array(scope, { maxLength: 4 }),
     resourceName: anyString,
+  },
+  { requiredKeys: ['resource', 'authorizationServers'] },
+)
+/** Options of any strings, among them what the meant ones are. */
+const anyOptions = fc.record(
+  {
+    resource: fc.oneof(anyString, url),
+    authorizationServers: fc.array(fc.oneof(anyString, url), { maxLength: 4 }),
+    scopesSupported: fc.array(fc.oneof(anyString, scope), { maxLength: 4 }),
   },
   { requiredKeys: ['resource', 'authorizationServers'] },
 )
@@ -66,8 +81,39 @@ describe('buildProtectedResourceMetadata, property-based', () => {
       }),
       RUNS,
     )
-    // About 80 with default scopes (420 given), 80 unnamed (420 named), 110 without servers, 80 with lone surrogates.
-    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(30)
+    // About 80 with default scopes (420 given), 80 unnamed (420 named), 110 without servers, 16
+    // with lone surrogates (in the name).
+    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(name === 'loneSurrogate' ? 4 : 30)
+  })
+
+  it('given any strings: the document of them, or a ConfigurationError naming the option at fault', () => {
+    const seen = { built: 0, resource: 0, authorizationServers: 0, scopesSupported: 0 }
+    fc.assert(
+      fc.property(anyOptions, (given) => {
+        let doc
+        try {
+          doc = buildProtectedResourceMetadata(given)
+        } catch (error) {
+          expect(error).toBeInstanceOf(ConfigurationError)
+          const option = (error as ConfigurationError).option
+          expect(option).toMatch(/^(resource|authorizationServers\.\d|scopesSupported)$/)
+          seen[option.split('.')[0] as 'resource']++
+          // What it names is at fault: the same options with it replaced by a meant value build.
+          const mended = option === 'resource' ? { ...given, resource: 'https://a.example' } : option === 'scopesSupported' ? { ...given, scopesSupported: ['openid'] } : { ...given, authorizationServers: given.authorizationServers.map((server, i) => (String(i) === option.split('.')[1] ? 'https://a.example' : server)) }
+          expect(() => buildProtectedResourceMetadata(mended), option).not.toThrow(new RegExp(option.replace('.', '\\.')))
+          return
+        }
+        seen.built++
+        // Built: an address that parses as http(s), with no fragment; the servers and scopes given.
+        expect(new URL(doc.resource).protocol).toMatch(/^https?:$/)
+        expect(doc.resource).not.toContain('#')
+        expect(doc.authorization_servers).toEqual(given.authorizationServers)
+        for (const server of doc.authorization_servers) expect(server).toMatch(/^https?:\/\/[^?#\s]+$/i)
+        expect(doc.scopes_supported).toEqual(given.scopesSupported ?? ['openid', 'profile', 'email'])
+      }),
+      RUNS,
+    )
+    for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(10)
   })
 
   it('holds copies: changing the option arrays afterwards changes nothing, and documents share no array', () => {

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import { ConfigurationError } from '../errors.js'
 import {
   DEFAULT_SCOPES_SUPPORTED,
   PROTECTED_RESOURCE_METADATA_PATH,
@@ -45,6 +46,29 @@ describe('buildProtectedResourceMetadata (spec 2.2, RFC 9728)', () => {
     doc.scopes_supported.push('admin')
     expect(servers).toEqual(['https://a.example'])
     expect(DEFAULT_SCOPES_SUPPORTED).toEqual(['openid', 'profile', 'email'])
+  })
+
+  it('refuses, naming the option, what would publish a document clients cannot use: a string for an array (published letter by letter), no resource, a resource or server that is no URL', () => {
+    const base = { resource: 'https://weather.example.com', authorizationServers: ['https://auth.example.com'] }
+    const refused = (options: unknown) => {
+      try {
+        buildProtectedResourceMetadata(options as never)
+      } catch (error) {
+        expect(error).toBeInstanceOf(ConfigurationError)
+        return (error as ConfigurationError).option
+      }
+      return undefined
+    }
+    expect(refused({ ...base, authorizationServers: 'https://auth.example.com' })).toBe('authorizationServers')
+    expect(refused({ ...base, scopesSupported: 'openid' })).toBe('scopesSupported')
+    expect(refused({ ...base, scopesSupported: ['open id'] })).toBe('scopesSupported')
+    expect(refused({ authorizationServers: base.authorizationServers })).toBe('resource')
+    expect(refused({ ...base, resource: 'nope' })).toBe('resource')
+    expect(refused({ ...base, resource: 'https://weather.example.com/#x' })).toBe('resource')
+    expect(refused({ ...base, authorizationServers: ['https://auth.example.com', 'https://user:pw@auth.example.com'] })).toBe('authorizationServers.1')
+    expect(refused({ ...base, authorizationServers: ['https://auth.example.com?tenant=1'] })).toBe('authorizationServers.0')
+    expect(refused(null)).toBe('options')
+    expect(refused(base)).toBeUndefined()
   })
 
   it('is served at /.well-known/oauth-protected-resource (spec 4.2)', () => {

@@ -2,6 +2,9 @@
  * OAuth 2.0 protected-resource metadata (RFC 9728; spec 2.2 and 4.2).
  * @module
  */
+import { isHttpUrl, issuerProblem } from '../auth/discovery.js'
+import { ConfigurationError } from '../errors.js'
+import { SCOPE_TOKEN } from './reply.js'
 
 /** The protected-resource metadata document (spec 2.2). */
 export interface ProtectedResourceMetadata {
@@ -34,6 +37,10 @@ export interface ProtectedResourceMetadataOptions {
   resourceName?: string | undefined
 }
 
+/** Why a `scopesSupported` is refused. @internal */
+export const SCOPES_REFUSED =
+  'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or backslashes), such as ["openid", "mcp:tools"]'
+
 /** Scopes listed when the platform configures none (spec 2.2). */
 export const DEFAULT_SCOPES_SUPPORTED = Object.freeze(['openid', 'profile', 'email'])
 
@@ -46,8 +53,37 @@ export const DEFAULT_SCOPES_SUPPORTED = Object.freeze(['openid', 'profile', 'ema
  * // { resource: 'https://weather.example.com', authorization_servers: ['https://auth.example.com'],
  * //   bearer_methods_supported: ['header'], scopes_supported: ['openid', 'profile', 'email'] }
  * ```
+ *
+ * @throws {ConfigurationError} naming the option, for a `resource` that is not an absolute
+ * http(s) URL without a fragment (RFC 9728 section 1.2), an `authorizationServers` that is not
+ * an array of issuer identifiers (RFC 8414 section 2: http(s) URLs with no query, fragment,
+ * credentials, space or control character), or a `scopesSupported` that is not an array of
+ * scope names (RFC 6749 section 3.3). A string given for an array would otherwise be published
+ * letter by letter, and clients would be sent to sign in nowhere.
  */
 export function buildProtectedResourceMetadata(options: ProtectedResourceMetadataOptions): ProtectedResourceMetadata {
+  if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
+  const { resource, authorizationServers, scopesSupported } = options
+  if (!isHttpUrl(resource) || resource.includes('#')) {
+    throw new ConfigurationError('resource', 'must be an absolute http(s) URL without a fragment (RFC 9728 section 1.2): the App address')
+  }
+  if (!Array.isArray(authorizationServers)) throw new ConfigurationError('authorizationServers', 'must be an array of issuer URLs')
+  for (const [i, url] of (authorizationServers as readonly unknown[]).entries()) {
+    // Named by index, never quoted: what is wrong with it may be a password or a query's secret.
+    const refused = issuerProblem(url)
+    if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
+  }
+  if (scopesSupported !== undefined && (!Array.isArray(scopesSupported) || scopesSupported.some((scope: unknown) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope)))) {
+    throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
+  }
+  return metadataDocument(options)
+}
+
+/**
+ * {@link buildProtectedResourceMetadata} without its checks, for the dispatcher, whose options
+ * were checked when it was made. @internal
+ */
+export function metadataDocument(options: ProtectedResourceMetadataOptions): ProtectedResourceMetadata {
   const doc: ProtectedResourceMetadata = {
     resource: options.resource,
     authorization_servers: [...options.authorizationServers],

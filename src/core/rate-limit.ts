@@ -40,6 +40,7 @@ export function windowStart(now: number, windowMs: number): number {
 export interface RateLimitResult {
   /** `true` when the request may proceed. */
   readonly success: boolean
+  /** Requests allowed per window (the policy's `limit`): the 429 body's `limit`. */
   readonly limit: number
   /** Requests left in the window after this one (never below 0). */
   readonly remaining: number
@@ -49,6 +50,7 @@ export interface RateLimitResult {
   readonly resetAt: number
   /** Whole seconds until the window ends, at least 1: the 429 body's `retryAfter`. */
   readonly retryAfter: number
+  /** The window counted in (the policy's): the 429 body's `windowType`. */
   readonly windowType: WindowType
 }
 

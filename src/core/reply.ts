@@ -25,7 +25,7 @@ export interface JsonRpcErrorObject {
   /** Short description (spec section 7: `Unauthorized`, `Forbidden`, …). */
   message: string
   /** Details a client can act on (`{ error: "ip_not_allowed" }`, …); absent where the spec shows none. */
-  data?: Record<string, unknown>
+  data?: Record<string, unknown> | undefined
 }
 
 /** JSON-RPC codes of the dispatch layer's answers (spec section 7, DESIGN.md, README "What the pipeline answers"). */

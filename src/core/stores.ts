@@ -10,6 +10,12 @@
 /** A value or a promise of it. */
 export type MaybePromise<T> = T | Promise<T>
 
+/**
+ * An App's slug as the dispatcher's default `resolveApp` reads it from the `Host`: a DNS label
+ * in lower case (1 to 63 letters, digits and inner hyphens). @internal
+ */
+export const APP_SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
+
 /** An App record: only what the spec shows (2.3). */
 export interface AppRecord {
   /** Stable App identifier (`scopes[].server_id`). */
@@ -181,7 +187,7 @@ export interface SessionStore {
    * the answer that opened the session still goes out (an asynchronous store's failure replaces
    * it with a 503).
    */
-  readonly synchronous?: boolean
+  readonly synchronous?: boolean | undefined
   /** Returns the pin and restarts its idle TTL. */
   get(sessionId: string, ttlMs: number): MaybePromise<SessionPin | undefined>
   /**
@@ -220,6 +226,7 @@ export interface RateLimitStore {
 
 /** A count in another window than the one asked for: see {@link RateLimitStore.increment}. */
 export interface RateLimitCount {
+  /** Requests counted in the window, this one included. */
   readonly count: number
   /** Start of the window counted, epoch ms. */
   readonly windowStart: number
@@ -264,7 +271,7 @@ export interface InvalidationBus {
    * service then waits for a publish at least this plus a second before it takes it for failed
    * (reported, sent again), whatever its `storeTimeoutMs`. Absent: `storeTimeoutMs` bounds it.
    */
-  readonly publishTimeoutMs?: number
+  readonly publishTimeoutMs?: number | undefined
   /**
    * `false` while messages published elsewhere cannot reach this bus (its connection is down
    * or not yet subscribed): the token service then neither reads nor fills its cache, so a
@@ -273,5 +280,5 @@ export interface InvalidationBus {
    * listeners on each change of it; on one to `true` the token service also sends at once the
    * invalidations it could not publish meanwhile.
    */
-  readonly listening?: boolean
+  readonly listening?: boolean | undefined
 }

@@ -17,7 +17,8 @@ import { adoptThenable } from '../core/thenable.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
   type ProtectedResourceMetadata,
-  buildProtectedResourceMetadata,
+  SCOPES_REFUSED,
+  metadataDocument,
 } from '../core/metadata.js'
 import {
   type RateLimitPolicy,
@@ -48,16 +49,17 @@ import {
   unauthorizedReply,
   versionNotFoundReply,
 } from '../core/reply.js'
-import type {
-  ApiTokenRecord,
-  AppRecord,
-  AppStore,
-  MaybePromise,
-  RateLimitCount,
-  RateLimitStore,
-  SessionPin,
-  SessionStore,
-  SubscriptionStore,
+import {
+  APP_SLUG,
+  type ApiTokenRecord,
+  type AppRecord,
+  type AppStore,
+  type MaybePromise,
+  type RateLimitCount,
+  type RateLimitStore,
+  type SessionPin,
+  type SessionStore,
+  type SubscriptionStore,
 } from '../core/stores.js'
 import {
   type VersionIndex,
@@ -100,11 +102,11 @@ export interface Identity {
   /** How the caller authenticated. */
   readonly method: 'api_token' | 'oauth'
   /** API-token id, for `method: 'api_token'`. */
-  readonly tokenId?: string
+  readonly tokenId?: string | undefined
   /** OAuth client id, when known. */
-  readonly clientId?: string
+  readonly clientId?: string | undefined
   /** OAuth scopes, when known. */
-  readonly scopes?: readonly string[]
+  readonly scopes?: readonly string[] | undefined
 }
 
 /** What the handler of a dispatched request is told. */
@@ -140,7 +142,7 @@ export interface DispatchOutcome {
    * the answer is open, and once more when it ends after a while, so the pin lasts as long as the
    * App's session does. Without it, only requests restart the TTL.
    */
-  readonly whenClosed?: (listener: () => void) => void
+  readonly whenClosed?: ((listener: () => void) => void) | undefined
   /**
    * Ends the response before its time (a Node response: `end()`ed, with an `error` listener so
    * the handler's later writes fail quietly, its connection left usable; a Web body: closed, the
@@ -150,7 +152,7 @@ export interface DispatchOutcome {
    * address taken off the token's allowlist), so that an event stream does not outlive the
    * access that opened it. Must not throw; without it, open responses are not checked again.
    */
-  readonly close?: () => void
+  readonly close?: (() => void) | undefined
   /**
    * For a 404 of a request in a session: the `Content-Type` of the answer (`null` when it has
    * none, or when it is not the MCP handler's: a framework's not-found for a method no route
@@ -159,7 +161,7 @@ export interface DispatchOutcome {
    * lose the session to the client's `GET` stream). Left out (an adapter of your own), any 404
    * ends the pin.
    */
-  readonly contentType?: string | null
+  readonly contentType?: string | null | undefined
 }
 
 /** A JSON media type (`application/json`, `application/problem+json`), parameters aside. */
@@ -468,7 +470,6 @@ export interface Dispatcher {
   readonly basePath: string
 }
 
-const SCOPES_REFUSED = 'must be an array of scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or backslashes), such as ["openid", "mcp:tools"]'
 
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
@@ -534,7 +535,6 @@ const EXPOSE_HEADERS = 'WWW-Authenticate, Mcp-Session-Id, X-MCP-Version, X-MCP-L
  */
 const METADATA_CORS = { 'access-control-allow-origin': '*', 'access-control-expose-headers': EXPOSE_HEADERS } as const
 const SESSION_ID = /^[\x21-\x7e]{1,256}$/
-const SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 
 // Refusals that carry nothing of the request: one frozen object each.
 const IP_NOT_ALLOWED = Object.freeze({ reply: Object.freeze(ipNotAllowedReply()) })
@@ -822,7 +822,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         const name = key ?? host
         const dot = name.indexOf('.')
         const label = dot <= 0 || endsWithDot(name) ? '' : name.slice(0, dot).toLowerCase()
-        slug = SLUG.test(label) ? label : null
+        slug = APP_SLUG.test(label) ? label : null
         if (key !== undefined) remember(slugs, key, slug)
       }
       return slug === null ? undefined : apps.getAppBySlug(slug)
@@ -902,7 +902,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function metadata(app: AppRecord, baseUrl: string): ProtectedResourceMetadata {
-    return buildProtectedResourceMetadata({
+    return metadataDocument({
       resource: baseUrl,
       authorizationServers: typeof authServers === 'function' ? authServersOf(app, authServers) : authServers,
       resourceName: app.name,

@@ -134,17 +134,17 @@ export interface CreateTokenInput {
   /** Lifetime: 7, 30 or 90 days (spec 2.1); no token lives longer. */
   expiresInDays: 7 | 30 | 90
   /** IP addresses or CIDR ranges allowed to use the token (one or more), or `null` / absent for any. */
-  allowedIps?: readonly string[] | null
+  allowedIps?: readonly string[] | null | undefined
 }
 
 /** Input of {@link TokenService.update} (spec 2.1: name, expiration, IP allowlist). */
 export interface UpdateTokenInput {
   /** New name (as at creation); absent: unchanged. */
-  name?: string
+  name?: string | undefined
   /** New expiry (epoch ms or ISO 8601): in the future, at most 90 days after creation. */
-  expiresAt?: number | string
+  expiresAt?: number | string | undefined
   /** New allowlist (IPs and CIDR ranges, one or more); `null` removes it; absent: unchanged. */
-  allowedIps?: readonly string[] | null
+  allowedIps?: readonly string[] | null | undefined
 }
 
 /** Who asks for a rotation (spec 4.3). */

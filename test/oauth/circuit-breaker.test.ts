@@ -76,7 +76,7 @@ describe('createCircuitBreaker', () => {
     expect(breaker.acquire()).toMatchObject({ allowed: false })
     breaker.success()
     expect(breaker.state).toBe('closed')
-    for (const probeMaxAgeMs of [0, -1, Number.NaN]) {
+    for (const probeMaxAgeMs of [0, -1, Number.NaN, '5' as never]) {
       expect(() => createCircuitBreaker({ probeMaxAgeMs }), String(probeMaxAgeMs)).toThrow(/probeMaxAgeMs/)
     }
   })
@@ -191,6 +191,14 @@ describe('createCircuitBreaker', () => {
     for (const coolDownMs of [Number.POSITIVE_INFINITY, Number.NaN]) {
       expect(() => createCircuitBreaker({ coolDownMs }), String(coolDownMs)).toThrow(/breaker\.coolDownMs/)
     }
+    expect(() => createCircuitBreaker({ coolDownMs: '10' as never })).toThrow(/breaker\.coolDownMs/)
+  })
+
+  it('refuses a clock or an observer that is not a function when it is made, not at the first failure', () => {
+    // Else `now: 5` threw "now is not a function" from failure() on a request, naming no option,
+    // and `onStateChange: 5` was silently never called.
+    expect(() => createCircuitBreaker({ now: 5 as never, failureThreshold: 1 })).toThrow(new ConfigurationError('breaker.now', 'must be a function'))
+    expect(() => createCircuitBreaker({ onStateChange: 5 as never })).toThrow(new ConfigurationError('breaker.onStateChange', 'must be a function'))
   })
 })
 

@@ -83,6 +83,9 @@ describe('options', () => {
     [{ issuer: 'https://auth.example.com', mode: 'jwt' as const, jwks: 'https://rs@auth.example.com/jwks' }, 'jwks'],
     [{ issuer: 'https://auth.example.com', mode: 'magic' as never }, 'mode'],
     [{ issuer: 'https://auth.example.com', mode: 'introspection' as const }, 'introspection'],
+    // Credentials with the default mode (userinfo), or jwt: ignored, tokens checked another way.
+    [{ issuer: 'https://auth.example.com', introspection: { clientId: 'rs', clientSecret: 's' } }, 'introspection'],
+    [{ issuer: 'https://auth.example.com', mode: 'jwt' as const, introspection: 'x' as never }, 'introspection'],
     [{ issuer: 'https://auth.example.com', audience: [] as string[] }, 'audience'],
     [{ issuer: 'https://auth.example.com', timeoutMs: -1 }, 'timeoutMs'],
     // Past 2^31 - 1 ms a timer fires at once: every validation would time out.

@@ -443,6 +443,32 @@ describe.runIf(built)('README and docs samples', () => {
     expect(typecheck(samples, undefined, true), 'a sample that does not typecheck in a project this strict: options must take `undefined` where they may be left out').toEqual([])
   })
 
+  it('under exactOptionalPropertyTypes, what a platform builds (token inputs, App seeds, error bodies, outcomes) and implements (buses, session stores, validators) takes undefined where a field may be left out', { timeout: 60_000 }, () => {
+    // Regression: these refused `{ name: body.name }` with `body.name: string | undefined`
+    // (TS2375), though the library treats undefined as left out.
+    const code = `
+import type { AccessTokenContext, AccessTokenInfo, AccessTokenValidator, CreateTokenInput, DispatchOutcome, Identity, InvalidationBus, JsonRpcErrorObject, MemoryAppSeed, SessionStore, TokenApiRequestInfo, UpdateTokenInput } from 'mcp-dispatch'
+declare function maybe<T>(): T | undefined
+declare const store: SessionStore
+declare const bus: InvalidationBus
+declare const validator: AccessTokenValidator
+const update: UpdateTokenInput = { name: maybe<string>(), expiresAt: maybe<number>(), allowedIps: maybe<string[]>() }
+const create: CreateTokenInput = { userId: 'u', name: 'n', servers: ['a'], expiresInDays: 30, allowedIps: maybe<string[]>() }
+const seed: MemoryAppSeed = { id: 'a', slug: 's', name: 'n', versions: maybe<string[]>() }
+const mine: SessionStore = { ...store, synchronous: maybe<boolean>() }
+const myBus: InvalidationBus = { ...bus, listening: maybe<boolean>(), publishTimeoutMs: maybe<number>() }
+const myValidator: AccessTokenValidator = { validate: validator.validate, issuer: maybe<string>(), checksAppAddress: maybe<boolean>() }
+const info: AccessTokenInfo = { subject: 's', clientId: maybe<string>(), scopes: maybe<string[]>(), expiresAt: maybe<number>() }
+const context: AccessTokenContext = { resource: 'https://a.example', appId: 'a', clientAddress: maybe<string>() }
+const identity: Identity = { subject: 's', method: 'oauth', tokenId: maybe<string>(), clientId: maybe<string>(), scopes: maybe<string[]>() }
+const outcome: DispatchOutcome = { status: 200, sessionId: undefined, whenClosed: maybe<(listener: () => void) => void>(), close: maybe<() => void>(), contentType: maybe<string>() }
+const error: JsonRpcErrorObject = { code: -32000, message: 'm', data: maybe<Record<string, unknown>>() }
+const requestInfo: TokenApiRequestInfo = { frameworkRequest: maybe<object>() }
+export { update, create, seed, mine, myBus, myValidator, info, context, identity, outcome, error, requestInfo }
+`
+    expect(typecheck([{ file: 'exact-optional', line: 1, language: 'ts', code }], undefined, true)).toEqual([])
+  })
+
   it('typechecks the samples that import ioredis against ioredis 5 too (the dev dependency ioredis5)', { timeout: 60_000 }, () => {
     const onIoredis = samples.filter((sample) => sample.code.includes("from 'ioredis'"))
     expect(onIoredis.length).toBeGreaterThan(0)

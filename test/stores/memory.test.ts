@@ -69,6 +69,30 @@ describe('memory stores: what only they do', () => {
     expect(apps.getAppBySlug('notes')).toEqual({ id: 'a2', slug: 'notes', name: 'Notes' })
   })
 
+  it('addApp refuses, naming what is wrong, an App the dispatcher could never serve: a slug no Host leads to (upper case, an underscore: every request a 404, nothing said), no id, no name (regression: accepted)', () => {
+    const apps = createMemoryAppStore()
+    for (const slug of ['Notes_App', 'Weather', 'notes_app', '-notes', 'notes-', '', 'a'.repeat(64), 'wea.ther']) {
+      expect(() => apps.addApp({ id: 'a1', slug, name: 'N' }), slug).toThrow(/slug must be a DNS label in lower case/)
+    }
+    expect(() => apps.addApp({ id: '', slug: 'notes', name: 'N' })).toThrow(/id must be a non-empty string/)
+    expect(() => apps.addApp({ id: 'a1', slug: 'notes', name: null as never })).toThrow(/name must be a string/)
+    expect(() => apps.addApp({ id: 'a1', slug: 'notes', name: 'N', versions: '1.0.0' as never })).toThrow(/versions must be an array/)
+    expect(() => createMemoryAppStore(null as never)).toThrow('createMemoryAppStore takes an array of Apps, got null')
+    // Nothing refused was added; a slug of 63 characters with inner hyphens is one.
+    apps.addApp({ id: 'a1', slug: `n-${'a'.repeat(61)}`, name: 'N' })
+    expect(apps.getAppBySlug(`n-${'a'.repeat(61)}`)).toMatchObject({ id: 'a1' })
+  })
+
+  it('setActive refuses what is no subscription: active not a boolean (a JavaScript "false" was taken for active), an empty user or App (regression: accepted)', () => {
+    const subscriptions = createMemorySubscriptionStore()
+    expect(() => subscriptions.setActive('u1', 'a1', 'false' as never)).toThrow(/active must be a boolean/)
+    expect(() => subscriptions.setActive('', 'a1', true)).toThrow(/non-empty string/)
+    expect(() => createMemorySubscriptionStore([{ userId: 'u1', appId: 'a1', active: 'false' as never }])).toThrow(/active must be a boolean/)
+    expect(() => createMemorySubscriptionStore([null as never])).toThrow(/must be an object/)
+    expect(() => createMemorySubscriptionStore({} as never)).toThrow('createMemorySubscriptionStore takes an array of subscriptions, got object')
+    expect(subscriptions.isActive('u1', 'a1')).toBe(false)
+  })
+
   it('setActive turns a subscription on and off', () => {
     const subscriptions = createMemorySubscriptionStore()
     subscriptions.setActive('u1', 'a1', true)

@@ -100,8 +100,9 @@ export type FastifyWebHandler = (request: Request, context: DispatchContext) => 
  * compatibility API: `http2: true`), whatever its type provider and logger: the adapter reads
  * only what all of them have.
  */
-type AnyFastifyRequest = FastifyRequest<any, any, any, any, any, any, any>
-type AnyFastifyReply = FastifyReply<any, any, any, any, any, any, any>
+export type AnyFastifyRequest = FastifyRequest<any, any, any, any, any, any, any>
+/** A reply of a Fastify server of any kind (see {@link AnyFastifyRequest}). */
+export type AnyFastifyReply = FastifyReply<any, any, any, any, any, any, any>
 
 /**
  * The route handler returned by {@link routeByVersion} and {@link fromWebHandler}, for a Fastify

@@ -59,6 +59,7 @@ export type IdentityKey = CryptoKey | KeyObject | JWK
 
 /** A JWKS document (RFC 7517 section 5) holding public keys only. */
 export interface IdentityJwks {
+  /** The public keys (JWKs). */
   keys: JWK[]
 }
 
@@ -108,7 +109,11 @@ export interface IdentityPreviousKey {
 
 /** Options of {@link createIdentitySigner}. */
 export interface IdentitySignerOptions {
-  /** The platform's identifier, the `iss` of every token (a URL, e.g. `https://platform.example`). */
+  /**
+   * The platform's identifier, the `iss` of every token: a non-empty string (RFC 7519
+   * StringOrURI), by convention the platform's URL (`https://platform.example`). The verifier
+   * compares it exactly.
+   */
   issuer: string
   /**
    * The private key that signs. Asymmetric only: EC (P-256, P-384, P-521), Ed25519, or RSA of

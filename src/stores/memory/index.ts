@@ -9,19 +9,20 @@ import { LRUCache } from 'lru-cache'
 import { ignoreRejection } from '../../core/thenable.js'
 import { applyDeploy } from '../../core/versions.js'
 import { ConfigurationError, NotFoundError, optionNames, refuseUnknownOptions } from '../../errors.js'
-import type {
-  ApiTokenPatch,
-  ApiTokenRecord,
-  AppRecord,
-  AppStore,
-  CacheStore,
-  InvalidationBus,
-  InvalidationMessage,
-  RateLimitStore,
-  SessionPin,
-  SessionStore,
-  SubscriptionStore,
-  TokenStore,
+import {
+  APP_SLUG,
+  type ApiTokenPatch,
+  type ApiTokenRecord,
+  type AppRecord,
+  type AppStore,
+  type CacheStore,
+  type InvalidationBus,
+  type InvalidationMessage,
+  type RateLimitStore,
+  type SessionPin,
+  type SessionStore,
+  type SubscriptionStore,
+  type TokenStore,
 } from '../../core/stores.js'
 import { clockOption, entriesOption, lruClock } from '../lru-clock.js'
 
@@ -31,7 +32,7 @@ export type Clock = () => number
 /** An App with its initial live versions, for {@link createMemoryAppStore}. */
 export interface MemoryAppSeed extends AppRecord {
   /** Versions deployed in this order through the versions rule. */
-  readonly versions?: readonly string[]
+  readonly versions?: readonly string[] | undefined
 }
 
 /** The in-memory App store, with `addApp` for platforms that seed it. */
@@ -62,6 +63,7 @@ export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): Memor
   const EMPTY: readonly string[] = Object.freeze([])
   const store: MemoryAppStore = {
     addApp(app) {
+      checkApp(app)
       if (byId.has(app.id)) throw new TypeError(`mcp-dispatch: duplicate App id ${JSON.stringify(app.id)}`)
       if (bySlug.has(app.slug)) throw new TypeError(`mcp-dispatch: duplicate App slug ${JSON.stringify(app.slug)}`)
       // Every version deployed before the App is added: a refused one adds nothing.
@@ -82,8 +84,29 @@ export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): Memor
       return next
     },
   }
-  for (const app of seed) store.addApp(app)
+  for (const app of seedOf<MemoryAppSeed>(seed, 'createMemoryAppStore', 'Apps')) store.addApp(app)
   return store
+}
+
+/** A seed as an array, or a `TypeError` naming the function (not `seed is not iterable`). */
+function seedOf<T>(seed: unknown, fn: string, what: string): readonly T[] {
+  if (!Array.isArray(seed)) throw new TypeError(`mcp-dispatch: ${fn} takes an array of ${what}, got ${seed === null ? 'null' : typeof seed}`)
+  return seed as readonly T[]
+}
+
+/**
+ * An App the dispatcher can serve, or a `TypeError` naming what is wrong: a slug the default
+ * `resolveApp` never reads from a `Host` (`Notes_App`, upper case) would leave the App
+ * answering 404 with nothing told.
+ */
+function checkApp(app: MemoryAppSeed): void {
+  if (app === null || typeof app !== 'object') throw new TypeError('mcp-dispatch: an App must be an object { id, slug, name, versions? }')
+  if (typeof app.id !== 'string' || app.id === '') throw new TypeError('mcp-dispatch: an App id must be a non-empty string')
+  if (typeof app.slug !== 'string' || !APP_SLUG.test(app.slug)) {
+    throw new TypeError(`mcp-dispatch: App ${JSON.stringify(app.id)}: slug must be a DNS label in lower case (1 to 63 letters, digits and inner hyphens), as the App's host name starts with it`)
+  }
+  if (typeof app.name !== 'string') throw new TypeError(`mcp-dispatch: App ${JSON.stringify(app.id)}: name must be a string`)
+  if (app.versions !== undefined && !Array.isArray(app.versions)) throw new TypeError(`mcp-dispatch: App ${JSON.stringify(app.id)}: versions must be an array of versions`)
 }
 
 /** The in-memory subscription store, with `setActive` for platforms that seed it. */
@@ -110,6 +133,11 @@ export function createMemorySubscriptionStore(
   const active = new Map<string, Set<string>>()
   const store: MemorySubscriptionStore = {
     setActive(userId, appId, isActive) {
+      if (typeof userId !== 'string' || userId === '' || typeof appId !== 'string' || appId === '') {
+        throw new TypeError('mcp-dispatch: a subscription takes a userId and an appId, each a non-empty string')
+      }
+      // A JavaScript caller's `'false'` would otherwise be taken for an active subscription.
+      if (typeof isActive !== 'boolean') throw new TypeError(`mcp-dispatch: the subscription of ${JSON.stringify(userId)} to ${JSON.stringify(appId)}: active must be a boolean`)
       let apps = active.get(userId)
       if (isActive) {
         if (!apps) active.set(userId, (apps = new Set()))
@@ -118,7 +146,10 @@ export function createMemorySubscriptionStore(
     },
     isActive: (userId, appId) => active.get(userId)?.has(appId) === true,
   }
-  for (const s of seed) store.setActive(s.userId, s.appId, s.active)
+  for (const s of seedOf<{ userId: string; appId: string; active: boolean }>(seed, 'createMemorySubscriptionStore', 'subscriptions')) {
+    if (s === null || typeof s !== 'object') throw new TypeError('mcp-dispatch: a subscription must be an object { userId, appId, active }')
+    store.setActive(s.userId, s.appId, s.active)
+  }
   return store
 }
 
