@@ -318,8 +318,9 @@ export interface McpAppHandler {
    */
   readonly idle: () => boolean
   /**
-   * Ends the open 2026-07-28 `subscriptions/listen` streams, which never end on their own (their
-   * client listens again, elsewhere): what a stop does first, as it does with GET streams.
+   * Ends the open 2026-07-28 `subscriptions/listen` streams, which never end on their own, as a
+   * dropped connection ends them (no final `complete` result; the client listens again, elsewhere):
+   * what a stop does first, while the answers in flight finish (GET streams end last).
    */
   endListens(): void
   /** Closes every session. */
@@ -438,22 +439,20 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     void session.transport.close()
   }
 
-  /** The `subscriptions/listen` requests whose streams are open, each with what ends it. */
+  /** What ends each open `subscriptions/listen` stream (see `endListens`). */
   const listenEnders = new Set<AbortController>()
-  const listenEnded = new WeakMap<Request, AbortController>()
   /** A `subscriptions/listen` stream ended (or its request failed): no longer counted, nor ended. */
-  function endedListen(request: Request, subject: string): void {
+  function endedListen(ender: AbortController, subject: string): void {
     addTo(listensOf, subject, -1)
-    const ender = listenEnded.get(request)
-    if (ender !== undefined) listenEnders.delete(ender)
+    listenEnders.delete(ender)
   }
 
   /**
    * A `subscriptions/listen` answer, counted against its caller while its stream is open; the
    * count goes back when the stream ends or the client leaves.
    */
-  function countedListen(request: Request, subject: string, response: Response): Response {
-    const release = () => endedListen(request, subject)
+  function countedListen(ender: AbortController, subject: string, response: Response): Response {
+    const release = () => endedListen(ender, subject)
     // The slot was taken before the request went to the SDK; an answer that is no stream gives it back.
     if (!(response.headers.get('content-type') ?? '').includes('text/event-stream')) {
       release()
@@ -550,19 +549,17 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
             error: { code: -32603, message: `Subscription limit reached for this caller (${maxListensPerCaller})` },
           })
         }
-        let served = request
-        if (listen) {
-          addTo(listensOf, caller.subject, 1)
-          // Its stream never ends on its own: `endListens` ends it through the request's signal,
-          // as a client that leaves does (the body was read above, and is handed over parsed).
-          const ender = new AbortController()
-          listenEnders.add(ender)
-          served = new Request(request.url, { method: 'POST', headers: request.headers, signal: AbortSignal.any([request.signal, ender.signal]) })
-          listenEnded.set(served, ender)
-        }
+        // Its stream never ends on its own: `endListens` ends it through the request's signal, as
+        // a client that leaves does (the body was read above, and is handed over parsed).
+        const ender = listen ? new AbortController() : undefined
         let answer: Response
         try {
-          answer = await modern.fetch(served, {
+          if (ender !== undefined) {
+            addTo(listensOf, caller!.subject, 1)
+            listenEnders.add(ender)
+            request = new Request(request.url, { method: 'POST', headers: request.headers, signal: AbortSignal.any([request.signal, ender.signal]) })
+          }
+          answer = await modern.fetch(request, {
             parsedBody: body,
             ...(caller && {
               authInfo: {
@@ -574,10 +571,10 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
             }),
           })
         } catch (error) {
-          if (listen) endedListen(served, caller.subject)
+          if (ender !== undefined) endedListen(ender, caller!.subject)
           throw error
         }
-        return listen ? countedListen(served, caller.subject, answer) : answer
+        return ender !== undefined ? countedListen(ender, caller!.subject, answer) : answer
       }
     }
     // JSON-RPC batches left MCP in 2025-06-18: a batch is served only under a revision older
@@ -708,7 +705,9 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     },
     idle: () => inFlight === 0 && sessions.size === 0 && openingAll === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
     endListens() {
+      // Each stream's end gives its caller's slot back (`countedListen`), once its body is read.
       for (const ender of listenEnders) ender.abort()
+      listenEnders.clear()
     },
     async close() {
       closed = true

@@ -22,6 +22,7 @@ import { getRequestListener } from '@hono/node-server'
 import {
   ConfigurationError,
   type OAuthValidationMode,
+  type Reply,
   applyDeploy,
   checkIpAllowlist,
   compileAllowlist,
@@ -155,9 +156,15 @@ const platform = (() => {
 const hostname = process.env.HOST || '127.0.0.1'
 /** The 400 for a request target @hono/node-server could not build a `Request` of (`nodeServerFault`). */
 const INVALID_TARGET = jsonRpcErrorReply(400, { code: -32600, message: 'Invalid request target', data: { error: 'invalid_request', field: 'path' } })
+/** Set by a stop (SIGTERM, SIGINT): see `stop`. */
+let stopping = false
 const listener = getRequestListener(
-  (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) =>
-    platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing }),
+  async (request, env: { incoming?: { socket?: { remoteAddress?: string } }; outgoing?: unknown }) => {
+    const response = await platform.fetch(request, { clientAddress: env.incoming?.socket?.remoteAddress, outgoing: env.outgoing })
+    // A `subscriptions/listen` taken in before a stop, whose stream opened after it: ended too.
+    if (stopping) platform.endStreams()
+    return response
+  },
   {
     // The host of a request without `Host` (HTTP/1.0): answered as any unknown host is (404).
     hostname,
@@ -185,31 +192,29 @@ const answering = new WeakMap<Duplex, Set<ServerResponse>>()
 // lets them finish (see `stop`). A GET on an MCP path is a session's stream, which lasts until
 // the session closes, and a client resumes it elsewhere.
 const inFlight = new Set<ServerResponse>()
-/** Set by a stop (SIGTERM, SIGINT): see `stop`. */
-let stopping = false
 const serve = (req: IncomingMessage, res: ServerResponse) => {
-  let open = answering.get(req.socket)
-  if (open === undefined) answering.set(req.socket, (open = new Set()))
+  const socket = req.socket
+  let open = answering.get(socket)
+  if (open === undefined) answering.set(socket, (open = new Set()))
   open.add(res)
-  if (stopping) {
-    // A request on a connection kept alive after the stop began (none can open now): 503 and the
-    // connection closes, so its client goes elsewhere. It is not waited for, so it is never
-    // taken in to be cut with no answer when the drain ends.
-    const reply = serviceUnavailableReply()
-    res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
-    return
-  }
-  if (req.method !== 'GET') inFlight.add(res)
+  if (req.method !== 'GET' && !stopping) inFlight.add(res)
   res.once('close', () => {
     open.delete(res)
     inFlight.delete(res)
+    // Once stopping, a connection ends when its last answer has been written: an event stream
+    // says `Connection: keep-alive` itself (the SDK's, in a session), which would keep it open.
+    if (stopping && open.size === 0) socket.end()
   })
-  if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) {
-    const reply = invalidHostReply()
-    res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
-    return
-  }
+  // A request on a connection kept alive after the stop began (none can open now): 503 and the
+  // connection closes, so its client goes elsewhere. It is not waited for, so it is never taken
+  // in to be cut with no answer when the drain ends.
+  if (stopping) return answerAndClose(res, serviceUnavailableReply())
+  if (req.headers.host === undefined && req.httpVersionMajor === 1 && req.httpVersionMinor >= 1) return answerAndClose(res, invalidHostReply())
   return listener(req, res)
+}
+/** Writes a refusal of the server's own, and closes the connection after it. */
+function answerAndClose(res: ServerResponse, reply: Reply): void {
+  res.writeHead(reply.status, { ...reply.headers, 'content-length': Buffer.byteLength(reply.body!), connection: 'close' }).end(reply.body)
 }
 const server = createServer(
   { requestTimeout: 60_000, headersTimeout: 20_000, connectionsCheckingInterval: 2_000, requireHostHeader: false },
@@ -347,12 +352,9 @@ const stop = () => {
   // `subscriptions/listen` streams (POSTs of MCP 2026-07-28) never end on their own: ended now,
   // as the GET streams are at the end, so the drain does not wait for them.
   platform.endStreams()
-  for (const res of inFlight) {
-    if (!res.headersSent) res.setHeader('connection', 'close')
-    // An event stream's own `Connection: keep-alive` (the SDK's answer in a session) takes the
-    // place of that: its connection is closed once the answer has ended and it is idle.
-    res.once('close', () => setImmediate(() => server.closeIdleConnections()))
-  }
+  // Said to the client where the answer lets it; an answer that says otherwise (an event stream)
+  // has its connection ended once written all the same (see `serve`).
+  for (const res of inFlight) if (!res.headersSent) res.setHeader('connection', 'close')
   const drained = Promise.all([...inFlight].map((res) => once(res, 'close').catch(() => {})))
   const deadline = new Promise<void>((resolve) => setTimeout(resolve, DRAIN_MS).unref())
   void Promise.race([drained, deadline])

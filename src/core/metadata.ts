@@ -68,15 +68,33 @@ export function buildProtectedResourceMetadata(options: ProtectedResourceMetadat
     throw new ConfigurationError('resource', 'must be an absolute http(s) URL without a fragment (RFC 9728 section 1.2): the App address')
   }
   if (!Array.isArray(authorizationServers)) throw new ConfigurationError('authorizationServers', 'must be an array of issuer URLs')
-  for (const [i, url] of (authorizationServers as readonly unknown[]).entries()) {
-    // Named by index, never quoted: what is wrong with it may be a password or a query's secret.
+  checkIssuers(authorizationServers)
+  if (scopesSupported !== undefined) checkedScopes(scopesSupported)
+  return metadataDocument(options)
+}
+
+/**
+ * Refuses an entry of `authorizationServers` that is no issuer identifier (RFC 8414 section 2),
+ * named by index, never quoted: what is wrong with it may be a password or a query's secret (a
+ * URL with a port past 65535 does not parse, password and all).
+ * @internal
+ */
+export function checkIssuers(servers: readonly unknown[]): void {
+  for (const [i, url] of servers.entries()) {
     const refused = issuerProblem(url)
     if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
   }
-  if (scopesSupported !== undefined && (!Array.isArray(scopesSupported) || scopesSupported.some((scope: unknown) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope)))) {
-    throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
-  }
-  return metadataDocument(options)
+}
+
+/**
+ * A copy of a `scopesSupported`, checked (RFC 6749 section 3.3: each a scope-token): what was
+ * checked is what is served, whatever the caller does with its array later. @internal
+ */
+export function checkedScopes(given: unknown): string[] {
+  if (!Array.isArray(given)) throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
+  const scopes = Array.from(given as unknown[])
+  if (scopes.some((scope) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope))) throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
+  return scopes as string[]
 }
 
 /**

@@ -20,7 +20,10 @@ export const APP_SLUG = /^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$/
 export interface AppRecord {
   /** Stable App identifier (`scopes[].server_id`). */
   readonly id: string
-  /** Slug used in the App address (`scopes[].server_slug`). */
+  /**
+   * Slug used in the App address (`scopes[].server_slug`), the first label of its host name: a
+   * DNS label in lower case (the memory store refuses another).
+   */
   readonly slug: string
   /** Display name (`scopes[].server_name`). */
   readonly name: string

@@ -18,6 +18,8 @@ import {
   PROTECTED_RESOURCE_METADATA_PATH,
   type ProtectedResourceMetadata,
   SCOPES_REFUSED,
+  checkIssuers,
+  checkedScopes,
   metadataDocument,
 } from '../core/metadata.js'
 import {
@@ -737,14 +739,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   // An MCP client signs in where the metadata sends it (spec 5.1 step 2): with `oauth`, the
   // metadata must name a server, by default the validator's issuer. Without one a client takes
   // the App's own origin for the authorization server and fails there, with no hint why.
-  // Copied, checked and frozen: what was checked is what every document serves, whatever the
-  // caller does with its array later. RFC 6749 section 3.3: a scope is a scope-token.
-  const givenScopes: unknown = options.scopesSupported
-  if (givenScopes !== undefined && !Array.isArray(givenScopes)) throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
-  const scopesSupported = givenScopes === undefined ? undefined : Object.freeze(Array.from(givenScopes as unknown[]))
-  if (scopesSupported?.some((scope) => typeof scope !== 'string' || !SCOPE_TOKEN.test(scope))) {
-    throw new ConfigurationError('scopesSupported', SCOPES_REFUSED)
-  }
+  // Copied, checked and frozen: what was checked is what every document serves.
+  const scopesSupported = options.scopesSupported === undefined ? undefined : Object.freeze(checkedScopes(options.scopesSupported))
   const givenChallengeScope: unknown = options.challengeScope
   let challengeScope: string | undefined
   // `null` (a config loader's unset value) is none, the default.
@@ -783,12 +779,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // Issuer identifiers (RFC 9728 section 2, RFC 8414 section 2), as the validator's `issuer`
     // is checked: a trailing newline from a secret file, a query or a password in one would be
     // published as given.
-    for (const [i, url] of authServers.entries()) {
-      // Named by index, never quoted: what is wrong with it may be a password or a query's
-      // secret (a URL with a port past 65535 does not parse, password and all).
-      const refused = issuerProblem(url)
-      if (refused !== undefined) throw new ConfigurationError(`authorizationServers.${i}`, `is no issuer identifier (RFC 8414 section 2): it ${refused}`)
-    }
+    checkIssuers(authServers)
     // MCP clients sign in where the metadata sends them: at a server whose tokens the validator
     // refuses, every sign-in ends in a 401 loop. Told once (a platform may mean it: a validator
     // of its own that takes another issuer's tokens too), not refused.

@@ -613,12 +613,19 @@ describe('npm start (README quick start)', () => {
       let seen = ''
       socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
       socket.on('error', () => {})
-      socket.write(stopped.raw(listen, { 'mcp-protocol-version': modern, 'mcp-method': 'subscriptions/listen' }))
+      const modernHeaders = { 'mcp-protocol-version': modern, 'mcp-method': 'subscriptions/listen' }
+      socket.write(stopped.raw(listen, modernHeaders))
       await expect.poll(() => seen, { timeout: 10_000 }).toContain('notifications/subscriptions/acknowledged')
+      // Another taken in before the stop, whose stream opens only after it.
+      const late = stopped.inFlight({ ...listen, id: 2 }, modernHeaders)
       const inFlight = stopped.inFlight({ jsonrpc: '2.0', id: 3, method: 'tools/list' }) // a call in flight, keeping the drain going
       await stopped.stop()
       // The stream's chunked body ends while the call is still in flight.
       await expect.poll(() => seen.endsWith('\r\n0\r\n\r\n'), { timeout: 10_000 }).toBe(true)
+      late.socket.write(late.rest)
+      const lateAnswer = await late.closed
+      expect(lateAnswer).toMatch(/^HTTP\/1\.1 200 /)
+      expect(lateAnswer.endsWith('\r\n0\r\n\r\n'), lateAnswer).toBe(true)
       expect(stopped.child.exitCode).toBeNull()
       inFlight.socket.write(inFlight.rest)
       expect(await inFlight.closed).toMatch(/^HTTP\/1\.1 200 [^]*"tools"/)
@@ -681,7 +688,9 @@ describe('npm start -- --seed FILE', () => {
 describe('npm start and npm run forward: bad settings', () => {
   /** Runs an npm script to its end; its exit code and stderr. */
   async function run(args: readonly string[], env: NodeJS.ProcessEnv = {}, cwd = ROOT): Promise<{ code: number; stderr: string }> {
-    return promisify(execFile)('npm', ['--silent', ...args], { cwd, env: { ...process.env, PORT: '0', ...env }, timeout: 30_000 }).then(
+    // A bound for a hang, not a measure: a start that fails after the development authorization
+    // server came up took over 30 s under a full suite's load on two cores.
+    return promisify(execFile)('npm', ['--silent', ...args], { cwd, env: { ...process.env, PORT: '0', ...env }, timeout: 45_000 }).then(
       ({ stderr }) => ({ code: 0, stderr }),
       (error: { code?: number; stderr?: string }) => ({ code: error.code ?? -1, stderr: error.stderr ?? '' }),
     )
@@ -744,7 +753,7 @@ describe('npm start and npm run forward: bad settings', () => {
       // One line per problem, whatever the problem quotes.
       if (args.includes(brokenLines)) expect(stderr.trim().split('\n'), what).toHaveLength(2)
     }
-  }, 240_000)
+  }, 300_000)
 
   it('reads a relative --seed from where npm was started, and names it in full', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'mcpd-relative-seed-'))

@@ -78,6 +78,8 @@ describe('memory stores: what only they do', () => {
     expect(() => apps.addApp({ id: 'a1', slug: 'notes', name: null as never })).toThrow(/name must be a string/)
     expect(() => apps.addApp({ id: 'a1', slug: 'notes', name: 'N', versions: '1.0.0' as never })).toThrow(/versions must be an array/)
     expect(() => createMemoryAppStore(null as never)).toThrow('createMemoryAppStore takes an array of Apps, got null')
+    // Any iterable seeds it, as before.
+    expect(createMemoryAppStore(new Set([{ id: 'a9', slug: 'set', name: 'S' }]) as never).getAppBySlug('set')).toMatchObject({ id: 'a9' })
     // Nothing refused was added; a slug of 63 characters with inner hyphens is one.
     apps.addApp({ id: 'a1', slug: `n-${'a'.repeat(61)}`, name: 'N' })
     expect(apps.getAppBySlug(`n-${'a'.repeat(61)}`)).toMatchObject({ id: 'a1' })

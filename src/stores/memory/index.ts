@@ -39,7 +39,9 @@ export interface MemoryAppSeed extends AppRecord {
 export interface MemoryAppStore extends AppStore {
   /**
    * Adds an App, deploying its `versions` in order by the versions rule (a refused one throws
-   * `DeployRefusedError`, and the App is not added); a duplicate id or slug is a `TypeError`.
+   * `DeployRefusedError`, and the App is not added); a duplicate id or slug is a `TypeError`, as
+   * is an empty id, a name that is no string, or a slug that is no DNS label in lower case (the
+   * App's host name starts with it: the dispatcher's default `resolveApp` would never find it).
    */
   addApp(app: MemoryAppSeed): void
 }
@@ -54,7 +56,9 @@ export interface MemoryAppStore extends AppStore {
  * apps.deploy('app_1', '1.0.1') // ['1.0.1']
  * ```
  *
- * @throws {TypeError} when two seeded Apps share an id or a slug; {@link DeployRefusedError} when a seeded App's versions break the versions rule.
+ * @throws {TypeError} when `seed` is not iterable, or a seeded App is refused by `addApp` (two
+ * sharing an id or a slug, a slug that is no DNS label in lower case…); {@link DeployRefusedError}
+ * when a seeded App's versions break the versions rule.
  */
 export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): MemoryAppStore {
   const byId = new Map<string, AppRecord>()
@@ -88,10 +92,12 @@ export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): Memor
   return store
 }
 
-/** A seed as an array, or a `TypeError` naming the function (not `seed is not iterable`). */
-function seedOf<T>(seed: unknown, fn: string, what: string): readonly T[] {
-  if (!Array.isArray(seed)) throw new TypeError(`mcp-dispatch: ${fn} takes an array of ${what}, got ${seed === null ? 'null' : typeof seed}`)
-  return seed as readonly T[]
+/** A seed's entries, or a `TypeError` naming the function (not `seed is not iterable`). */
+function seedOf<T>(seed: unknown, fn: string, what: string): Iterable<T> {
+  if (seed === null || typeof seed !== 'object' || typeof (seed as Iterable<T>)[Symbol.iterator] !== 'function') {
+    throw new TypeError(`mcp-dispatch: ${fn} takes an array of ${what}, got ${seed === null ? 'null' : typeof seed}`)
+  }
+  return seed as Iterable<T>
 }
 
 /**
@@ -111,7 +117,11 @@ function checkApp(app: MemoryAppSeed): void {
 
 /** The in-memory subscription store, with `setActive` for platforms that seed it. */
 export interface MemorySubscriptionStore extends SubscriptionStore {
-  /** Sets whether the user's subscription to the App is active (402 when not). */
+  /**
+   * Sets whether the user's subscription to the App is active (402 when not). A `TypeError` for
+   * an `active` that is no boolean (a JavaScript `'false'` is not taken for `true`), or an empty
+   * user or App id.
+   */
   setActive(userId: string, appId: string, active: boolean): void
 }
 
@@ -126,6 +136,8 @@ export interface MemorySubscriptionStore extends SubscriptionStore {
  * const subscriptions = createMemorySubscriptionStore([{ userId: 'user_alice', appId: 'app_weather', active: true }])
  * subscriptions.setActive('user_alice', 'app_notes', true)
  * ```
+ *
+ * @throws {TypeError} when `seed` is not iterable, or an entry of it is refused by `setActive`.
  */
 export function createMemorySubscriptionStore(
   seed: readonly { userId: string; appId: string; active: boolean }[] = [],
