@@ -439,8 +439,13 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     void session.transport.close()
   }
 
-  /** What ends each open `subscriptions/listen` stream (see `endListens`). */
-  const listenEnders = new Set<AbortController>()
+  /**
+   * What ends each open `subscriptions/listen` stream (see `endListens`), with the request the
+   * SDK was handed: it holds the signal the SDK listens to, which follows the ender's only while
+   * the request lives (Node's `Request` links them through a weak reference), and the SDK keeps
+   * the signal alone.
+   */
+  const listenEnders = new Map<AbortController, Request>()
   /** A `subscriptions/listen` stream ended (or its request failed): no longer counted, nor ended. */
   function endedListen(ender: AbortController, subject: string): void {
     addTo(listensOf, subject, -1)
@@ -556,8 +561,8 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
         try {
           if (ender !== undefined) {
             addTo(listensOf, caller!.subject, 1)
-            listenEnders.add(ender)
             request = new Request(request.url, { method: 'POST', headers: request.headers, signal: AbortSignal.any([request.signal, ender.signal]) })
+            listenEnders.set(ender, request)
           }
           answer = await modern.fetch(request, {
             parsedBody: body,
@@ -706,7 +711,7 @@ export function createMcpAppHandler(build: () => McpServer, options: McpAppHandl
     idle: () => inFlight === 0 && sessions.size === 0 && openingAll === 0 && listensOf.size === 0 && now() - lastRequest >= idleMs,
     endListens() {
       // Each stream's end gives its caller's slot back (`countedListen`), once its body is read.
-      for (const ender of listenEnders) ender.abort()
+      for (const ender of listenEnders.keys()) ender.abort()
       listenEnders.clear()
     },
     async close() {

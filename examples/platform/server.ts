@@ -190,20 +190,22 @@ const listener = getRequestListener(
 const answering = new WeakMap<Duplex, Set<ServerResponse>>()
 // The answers being written to requests other than GET (a tool call, a token API call): a stop
 // lets them finish (see `stop`). A GET on an MCP path is a session's stream, which lasts until
-// the session closes, and a client resumes it elsewhere.
-const inFlight = new Set<ServerResponse>()
+// the session closes, and a client resumes it elsewhere. Each with the answers of its connection.
+const inFlight = new Map<ServerResponse, Set<ServerResponse>>()
+// The connections a CONNECT was sent on: its 405 ends them (see below), not a stop.
+const connecting = new WeakSet<Duplex>()
 const serve = (req: IncomingMessage, res: ServerResponse) => {
   const socket = req.socket
   let open = answering.get(socket)
   if (open === undefined) answering.set(socket, (open = new Set()))
   open.add(res)
-  if (req.method !== 'GET' && !stopping) inFlight.add(res)
+  if (req.method !== 'GET' && !stopping) inFlight.set(res, open)
   res.once('close', () => {
     open.delete(res)
     inFlight.delete(res)
     // Once stopping, a connection ends when its last answer has been written: an event stream
     // says `Connection: keep-alive` itself (the SDK's, in a session), which would keep it open.
-    if (stopping && open.size === 0) socket.end()
+    if (stopping && open.size === 0 && !connecting.has(socket)) socket.end()
   })
   // A request on a connection kept alive after the stop began (none can open now): 503 and the
   // connection closes, so its client goes elsewhere. It is not waited for, so it is never taken
@@ -229,8 +231,9 @@ server.on('connect', async (_req: IncomingMessage, socket: Duplex) => {
   const reply = methodNotAllowedReply('GET, POST, DELETE, OPTIONS')
   const head = Object.entries({ ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body!)), connection: 'close' })
   socket.on('error', () => {})
+  connecting.add(socket)
   await Promise.all([...(answering.get(socket) ?? [])].map((res) => once(res, 'close')))
-  if (socket.destroyed) return
+  if (socket.destroyed || socket.writableEnded) return
   socket.end(`HTTP/1.1 ${reply.status} Method Not Allowed\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${reply.body}`)
 })
 // `Expect: 100-continue` (docs/adapters.md): the dispatch layer sends `100 Continue` once it let
@@ -352,10 +355,12 @@ const stop = () => {
   // `subscriptions/listen` streams (POSTs of MCP 2026-07-28) never end on their own: ended now,
   // as the GET streams are at the end, so the drain does not wait for them.
   platform.endStreams()
-  // Said to the client where the answer lets it; an answer that says otherwise (an event stream)
-  // has its connection ended once written all the same (see `serve`).
-  for (const res of inFlight) if (!res.headersSent) res.setHeader('connection', 'close')
-  const drained = Promise.all([...inFlight].map((res) => once(res, 'close').catch(() => {})))
+  // Said to the client where the answer lets it, on the last answer of its connection only: Node
+  // closes a connection after an answer that says so, and a pipelined request's answer queued
+  // behind it would never be written. An answer that says otherwise (an event stream) has its
+  // connection ended once written all the same (see `serve`).
+  for (const [res, open] of inFlight) if (!res.headersSent && [...open].at(-1) === res) res.setHeader('connection', 'close')
+  const drained = Promise.all([...inFlight.keys()].map((res) => once(res, 'close').catch(() => {})))
   const deadline = new Promise<void>((resolve) => setTimeout(resolve, DRAIN_MS).unref())
   void Promise.race([drained, deadline])
     .then(() => Promise.allSettled([platform.close(), devAuth?.close()]))

@@ -3,6 +3,8 @@
  * conformance-features-modern.ts) in process, request by request: what its multi-round-trip
  * state is bound to, logging on request, what reaches which leg, and the end of an App version.
  */
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import type { Platform } from '../../examples/platform/index.js'
 import { createSessionEventStore } from '../../examples/platform/event-store.js'
@@ -208,6 +210,23 @@ describe('what one caller may hold of an App version', () => {
     const again = await Promise.all(Array.from({ length: 16 }, () => listen(token('alice'))))
     for (const response of again) expect(response.headers.get('content-type')).toContain('text/event-stream')
     for (const response of again) await response.body!.cancel()
+  })
+
+  it('endStreams ends a listen stream that lived through a full garbage collection (regression: the request handed to the SDK, which links the ender to the signal the SDK keeps through a weak reference, was collected, and the stream never ended)', async () => {
+    setFlagsFromString('--expose_gc')
+    const gc = runInNewContext('gc') as () => void
+    const open = await listen(token('alice'))
+    expect(open.headers.get('content-type')).toContain('text/event-stream')
+    // Weak references hold until the turn that made them ends: collected from a later one.
+    for (let i = 0; i < 3; i++) {
+      await new Promise((resolve) => setImmediate(resolve))
+      gc()
+    }
+    platform.endStreams()
+    let timer: NodeJS.Timeout | undefined
+    const ended = await Promise.race([open.text(), new Promise<null>((resolve) => (timer = setTimeout(resolve, 5_000, null)))])
+    clearTimeout(timer)
+    expect(ended, 'the stream did not end').toContain('notifications/subscriptions/acknowledged')
   })
 
   it('at most 100 open sessions per caller: one more closes that caller\'s least recently used, and no one else\'s', async () => {

@@ -156,6 +156,8 @@ async function startToStop() {
   return {
     child,
     exited,
+    /** What it printed so far. */
+    output: () => printed,
     port,
     host,
     path: path!,
@@ -589,6 +591,62 @@ describe('npm start (README quick start)', () => {
       expect(await b.closed).toContain('call 3')
       expect(await stopped.exited).toEqual([0, null])
     } finally {
+      stopped.kill()
+    }
+  }, 60_000)
+
+  it('a stop answers every request pipelined on a connection before it, not only the first (regression: the first answer said Connection: close, and Node closed the connection with the second unwritten)', async () => {
+    // An upstream App version that holds its answers until the test releases them.
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let arrived = 0
+    const upstream = createHttpServer((req, res) => {
+      let body = ''
+      req.on('data', (chunk: Buffer) => (body += chunk.toString()))
+      req.on('end', () => {
+        arrived++
+        void released.then(() => {
+          const { id } = JSON.parse(body) as { id: number }
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: { tools: [{ name: `tool${id}`, inputSchema: { type: 'object' } }] } }))
+        })
+      })
+    })
+    upstream.listen(0, '127.0.0.1')
+    await once(upstream, 'listening')
+    const stopped = await startToStop()
+    try {
+      const deployed = await rawRequest(stopped.port, {
+        host: 'api.localhost',
+        path: '/dev/deploy',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ app: 'notes', version: '2.0.0', upstream: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp` }),
+      })
+      expect(deployed.status).toBe(200)
+      const token = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(stopped.output())![1]!
+      const post = (id: number) => {
+        const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list' })
+        const head = [`POST /v2 HTTP/1.1`, `Host: notes.localhost:${stopped.port}`, `Authorization: Bearer ${token}`, 'Content-Type: application/json', 'Accept: application/json, text/event-stream', `Content-Length: ${body.length}`]
+        return `${head.join('\r\n')}\r\n\r\n${body}`
+      }
+      const socket = connect(stopped.port, '127.0.0.1')
+      stopped.sockets.push(socket)
+      let seen = ''
+      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+      socket.on('error', () => {})
+      socket.write(post(1) + post(2))
+      await expect.poll(() => arrived, { timeout: 10_000 }).toBe(2)
+      await stopped.stop()
+      release()
+      await once(socket, 'close')
+      const answers = seen.split(/(?=HTTP\/1\.1 )/)
+      expect(answers.map((answer) => answer.slice(0, 15))).toEqual(['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK'])
+      expect(answers[0]).toContain('"tool1"')
+      expect(answers[1]).toContain('"tool2"')
+      expect(answers[1]).toMatch(/^connection: close/im)
+      expect(await stopped.exited).toEqual([0, null])
+    } finally {
+      release()
+      upstream.close()
       stopped.kill()
     }
   }, 60_000)

@@ -77,9 +77,9 @@ describe('memory stores: what only they do', () => {
     expect(() => apps.addApp({ id: '', slug: 'notes', name: 'N' })).toThrow(/id must be a non-empty string/)
     expect(() => apps.addApp({ id: 'a1', slug: 'notes', name: null as never })).toThrow(/name must be a string/)
     expect(() => apps.addApp({ id: 'a1', slug: 'notes', name: 'N', versions: '1.0.0' as never })).toThrow(/versions must be an array/)
-    expect(() => createMemoryAppStore(null as never)).toThrow('createMemoryAppStore takes an array of Apps, got null')
+    expect(() => createMemoryAppStore(null as never)).toThrow('createMemoryAppStore takes an iterable of Apps (an array), got null')
     // Any iterable seeds it, as before.
-    expect(createMemoryAppStore(new Set([{ id: 'a9', slug: 'set', name: 'S' }]) as never).getAppBySlug('set')).toMatchObject({ id: 'a9' })
+    expect(createMemoryAppStore(new Set([{ id: 'a9', slug: 'set', name: 'S' }])).getAppBySlug('set')).toMatchObject({ id: 'a9' })
     // Nothing refused was added; a slug of 63 characters with inner hyphens is one.
     apps.addApp({ id: 'a1', slug: `n-${'a'.repeat(61)}`, name: 'N' })
     expect(apps.getAppBySlug(`n-${'a'.repeat(61)}`)).toMatchObject({ id: 'a1' })
@@ -91,7 +91,7 @@ describe('memory stores: what only they do', () => {
     expect(() => subscriptions.setActive('', 'a1', true)).toThrow(/non-empty string/)
     expect(() => createMemorySubscriptionStore([{ userId: 'u1', appId: 'a1', active: 'false' as never }])).toThrow(/active must be a boolean/)
     expect(() => createMemorySubscriptionStore([null as never])).toThrow(/must be an object/)
-    expect(() => createMemorySubscriptionStore({} as never)).toThrow('createMemorySubscriptionStore takes an array of subscriptions, got object')
+    expect(() => createMemorySubscriptionStore({} as never)).toThrow('createMemorySubscriptionStore takes an iterable of subscriptions (an array), got object')
     expect(subscriptions.isActive('u1', 'a1')).toBe(false)
   })
 

@@ -60,7 +60,7 @@ export interface MemoryAppStore extends AppStore {
  * sharing an id or a slug, a slug that is no DNS label in lower case…); {@link DeployRefusedError}
  * when a seeded App's versions break the versions rule.
  */
-export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): MemoryAppStore {
+export function createMemoryAppStore(seed: Iterable<MemoryAppSeed> = []): MemoryAppStore {
   const byId = new Map<string, AppRecord>()
   const bySlug = new Map<string, AppRecord>()
   const live = new Map<string, readonly string[]>()
@@ -95,7 +95,7 @@ export function createMemoryAppStore(seed: readonly MemoryAppSeed[] = []): Memor
 /** A seed's entries, or a `TypeError` naming the function (not `seed is not iterable`). */
 function seedOf<T>(seed: unknown, fn: string, what: string): Iterable<T> {
   if (seed === null || typeof seed !== 'object' || typeof (seed as Iterable<T>)[Symbol.iterator] !== 'function') {
-    throw new TypeError(`mcp-dispatch: ${fn} takes an array of ${what}, got ${seed === null ? 'null' : typeof seed}`)
+    throw new TypeError(`mcp-dispatch: ${fn} takes an iterable of ${what} (an array), got ${seed === null ? 'null' : typeof seed}`)
   }
   return seed as Iterable<T>
 }
@@ -140,7 +140,7 @@ export interface MemorySubscriptionStore extends SubscriptionStore {
  * @throws {TypeError} when `seed` is not iterable, or an entry of it is refused by `setActive`.
  */
 export function createMemorySubscriptionStore(
-  seed: readonly { userId: string; appId: string; active: boolean }[] = [],
+  seed: Iterable<{ userId: string; appId: string; active: boolean }> = [],
 ): MemorySubscriptionStore {
   const active = new Map<string, Set<string>>()
   const store: MemorySubscriptionStore = {
