@@ -31,7 +31,7 @@ const anyChar = fc.oneof(
 )
 const anyString = fc.string({ unit: anyChar, maxLength: 30 })
 const url = fc
-  .tuple(fc.constantFrom('https://', 'http://'), fc.stringMatching(/^[a-z][a-z0-9-]{0,8}(\.[a-z][a-z0-9-]{0,8}){0,2}$/), fc.stringMatching(/^(\/[a-z0-9]{0,6}){0,3}$/))
+  .tuple(fc.constantFrom('https://', 'http://'), fc.stringMatching(/^[a-z][a-z0-9]{0,8}(\.[a-z][a-z0-9]{0,8}){0,2}$/), fc.stringMatching(/^(\/[a-z0-9]{0,6}){0,3}$/))
   .map((parts) => parts.join(''))
 const scope = fc.oneof(fc.constantFrom('openid', 'mcp:tools', 'email'), fc.stringMatching(/^[\x21\x23-\x5B\x5D-\x7E]{1,12}$/))
 /** Options a platform means: an App address, issuer URLs, scope names, and any name. */

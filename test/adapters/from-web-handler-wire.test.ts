@@ -13,6 +13,8 @@
 import * as diagnostics from 'node:diagnostics_channel'
 import * as http from 'node:http'
 import * as net from 'node:net'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { afterEach, describe, expect, it } from 'vitest'
 import { HOST, type Served, createFixture, createGate, serveWebHandler, within } from './helpers.js'
 
@@ -154,6 +156,37 @@ describe.each(['express', 'express4', 'fastify'] as const)('fromWebHandler on %s
     }
     expect(signals.length).toBe(1)
     expect(signals[0]!.aborted).toBe(false)
+  })
+
+  it('the Request\'s signal aborts when the client leaves an event stream, for a handler that kept the signal alone, after a full garbage collection too (Node\'s Request links its signal to the adapter\'s through a weak reference: the adapter must keep the Request while the answer is open)', async () => {
+    setFlagsFromString('--expose_gc')
+    const gc = runInNewContext('gc') as () => void
+    const fixture = createFixture()
+    const signals: AbortSignal[] = []
+    // An event stream that ends on the signal alone. Not `async`: a suspended async handler
+    // would hold its `request` in its frame.
+    served = await serveWebHandler(kind, fixture, (request) => {
+      const signal = request.signal
+      signals.push(signal)
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode(': open\n\n'))
+          signal.addEventListener('abort', () => controller.close(), { once: true })
+        },
+      })
+      return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+    })
+    const socket = net.connect(served.port, '127.0.0.1')
+    socket.on('error', () => {})
+    socket.write(`POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: ${TOOLS_LIST.length}\r\n\r\n${TOOLS_LIST}`)
+    await expect.poll(() => signals.length, { timeout: 5_000 }).toBe(1)
+    // Weak references hold until the turn that made them ends: collected from a later one.
+    for (let i = 0; i < 3; i++) {
+      await new Promise((resolve) => setImmediate(resolve))
+      gc()
+    }
+    socket.destroy()
+    await expect.poll(() => signals[0]!.aborted, { timeout: 5_000 }).toBe(true)
   })
 
   it('the head of a stream that stays quiet goes out at once, before its first chunk (an SSE client sees its 200 and its session id without waiting for an event)', async () => {
