@@ -293,6 +293,24 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
       }
     })
 
+    it('a table of that name short of the store\'s columns (another relation, one made by hand) makes migrate fail naming the columns it lacks, not the first statement that met the gap (regression: column "user_id" does not exist, from the index step)', async () => {
+      const { schema } = await postgres.tokenStore()
+      const client = await postgres.pool.connect()
+      try {
+        await client.query(`CREATE TABLE "${schema}"."older" (id text PRIMARY KEY, token_hash text NOT NULL)`)
+        await client.query(`ALTER TABLE "${schema}"."older" ADD COLUMN name text, ADD COLUMN servers text[]`)
+        await client.query(`ALTER TABLE "${schema}"."older" DROP COLUMN servers`)
+      } finally {
+        client.release()
+      }
+      await expect(createPostgresTokenStore({ pool: postgres.pool, schema, table: 'older' }).migrate()).rejects.toThrow(
+        `table "${schema}"."older" has no column user_id, display_prefix, servers, allowed_ips, expires_at, created_at, last_used_at, revoked_at: it is not the token store's`,
+      )
+      // Nothing was created in it.
+      const indexes = await postgres.pool.query(`SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = 'older'`, [schema])
+      expect(indexes.rows.map((row: { indexname: string }) => row.indexname)).toEqual(['older_pkey'])
+    })
+
     it('a second run waits for no table lock: an open write elsewhere does not hold up a start (regression)', async () => {
       const store = await postgres.tokenStore()
       const writer = await postgres.pool.connect()

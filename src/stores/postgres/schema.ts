@@ -152,7 +152,15 @@ DO $$
 DECLARE
   tbl oid := '${qualified}'::regclass;
   resets oid := '${names.resets}'::regclass;
+  missing text;
 BEGIN
+  -- A table of that name made for something else (or by hand, short of a column): named here,
+  -- rather than by the first statement that meets the gap ("column user_id does not exist").
+  SELECT string_agg(c, ', ' ORDER BY n) INTO missing FROM unnest(ARRAY[${COLUMNS.map((c) => `'${c}'`).join(', ')}]) WITH ORDINALITY AS t(c, n)
+  WHERE NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = c AND attnum > 0 AND NOT attisdropped);
+  IF missing IS NOT NULL THEN
+    RAISE EXCEPTION 'mcp-dispatch: table % has no column %: it is not the token store''s (another relation of that name, or one made by hand)', '${qualified}', missing;
+  END IF;
   -- Only when missing: CREATE INDEX, even IF NOT EXISTS, takes a SHARE lock on the table, and
   -- waiting for it behind an open write would queue every write of every instance on start.
   IF to_regclass('"${schema}"."${names.hashIndex}"') IS NULL THEN
