@@ -916,6 +916,41 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       }
     })
 
+    it('the bus closed while its own subscriber connection subscribes again after a reconnect leaves nothing unhandled (regression, ioredis 5: its own resubscription, sent with no handler, was rejected unhandled when the connection closed before the reply, which ends a Node process)', async () => {
+      const commands = redis.connect()
+      let subscriber: Redis | undefined
+      const duplicate = commands.duplicate
+      const bus = createRedisInvalidationBus({
+        client: Object.assign(commands, { duplicate: (...args: Parameters<Redis['duplicate']>) => (subscriber = duplicate.apply(commands, args)) }),
+        prefix: redis.prefix(),
+        onError: () => {},
+      })
+      const unhandled: unknown[] = []
+      const onUnhandled = (reason: unknown) => void unhandled.push(reason)
+      process.on('unhandledRejection', onUnhandled)
+      try {
+        await bus.ready(5_000)
+        const stream = () => (subscriber as unknown as { stream: Socket }).stream
+        // Ready again after the connection dropped: ioredis emits it a tick after it sent its
+        // own resubscription, if it sends one; the bus closes, and the connection is gone before
+        // any reply.
+        const reconnected = new Promise<void>((resolve) =>
+          subscriber!.once('ready', () => {
+            void bus.close()
+            stream().destroy()
+            resolve()
+          }),
+        )
+        stream().destroy()
+        await reconnected
+        await new Promise((resolve) => setTimeout(resolve, 200))
+        expect(unhandled).toEqual([])
+      } finally {
+        process.off('unhandledRejection', onUnhandled)
+        await bus.close()
+      }
+    })
+
     it('an error reply that quotes the command\'s arguments (a command the server lacks: below 6.2, renamed away) reaches the caller and onError without them: no session id, no token hash in its message, stack or anything logged (regression: Redis\'s "with args beginning with:" was printed whole)', async (context) => {
       needsRedisServer(context, 'renamed-commands')
       const server = await startPrivateRedis(['--rename-command', 'GETEX', '', '--rename-command', 'PUBLISH', ''])

@@ -16,7 +16,10 @@ export interface RedisInvalidationBusOptions extends RedisStoreOptions {
   /**
    * Publishes invalidations. Unless `subscriber` is given, the bus also opens its subscriber
    * connection with `client.duplicate()` (a connection in subscriber mode cannot send other
-   * commands), and closes it in {@link RedisInvalidationBus.close}.
+   * commands), and closes it in {@link RedisInvalidationBus.close}. An ioredis `Redis` client is
+   * duplicated with `{ autoResubscribe: false }`: the bus subscribes again itself whenever the
+   * connection is ready, and ioredis 5's own resubscription, sent with no handler, ended the
+   * process (an unhandled rejection) when the connection closed before its reply.
    */
   client: RedisCommandClient & { duplicate?(): RedisSubscriberClient }
   /**
@@ -112,6 +115,18 @@ function subscribedConnection(cluster: ClusterSubscription): EndingConnection | 
 /** Whether Redis refused a command for the user's rights (`NOPERM`), not for a lost connection. */
 function refusedReason(error: unknown): boolean {
   return error instanceof Error && error.message.startsWith('NOPERM')
+}
+
+/**
+ * The bus's own subscriber connection: a duplicate of `client`. An ioredis `Redis` (not a
+ * `Cluster`, whose `duplicate` takes startup nodes first) is duplicated without its own
+ * resubscription on reconnect: the bus subscribes again on `ready` itself, and ioredis 5 sends
+ * that SUBSCRIBE with no handler, so a connection closed before its reply (the bus closed, the
+ * connection lost again) rejected it unhandled, which ends a Node process.
+ */
+function ownSubscriber(client: RedisInvalidationBusOptions['client']): RedisSubscriberClient {
+  const duplicate = client.duplicate as (this: unknown, override?: { autoResubscribe: boolean }) => RedisSubscriberClient
+  return (client as ClusterSubscription).isCluster === true ? duplicate.call(client) : duplicate.call(client, { autoResubscribe: false })
 }
 
 /** A publish waiting for the other buses to confirm it. */
@@ -276,7 +291,7 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   if (given !== undefined && channelsOf(given).has(channel)) {
     throw new ConfigurationError('subscriber', `already carries a bus on ${channel}: give each bus of one prefix a connection of its own`)
   }
-  const subscriber = given ?? options.client.duplicate!()
+  const subscriber = given ?? ownSubscriber(options.client)
   if (given !== undefined) channelsOf(given).add(channel)
   // Heartbeats go apart, so buses of a version before the heartbeat never see them.
   const heartbeatChannel = `${channel}:heartbeat`
