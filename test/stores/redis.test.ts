@@ -8,7 +8,7 @@
 import { EventEmitter, once } from 'node:events'
 import { inspect } from 'node:util'
 import { type AddressInfo, type Socket, connect, createServer as createNetServer } from 'node:net'
-import type { Cluster, Redis } from 'ioredis'
+import type { Cluster, Redis, RedisOptions } from 'ioredis'
 import type { Cluster as Cluster5, Redis as Redis5 } from 'ioredis5'
 import {
   ConfigurationError,
@@ -756,8 +756,8 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       })
       await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve))
       const proxied = `redis://127.0.0.1:${(proxy.address() as AddressInfo).port}`
-      /** A connection through the proxy. */
-      const subscriber = () => redis.connect({ retryStrategy: () => 10, disconnectTimeout: 10 }, proxied)
+      /** A connection through the proxy; as a bus's duplicate, with the options the bus gives it. */
+      const subscriber = (override?: RedisOptions) => redis.connect({ retryStrategy: () => 10, disconnectTimeout: 10, ...override }, proxied)
       return {
         connections,
         subscriber,
@@ -867,7 +867,7 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
     it('a subscriber connection of your own that goes deaf is never replaced (it is the application\'s): the bus only stops listening', async () => {
       const { connections, subscriber: through, drop, close } = await forgettingProxy()
       const errors: string[] = []
-      const subscriber = through()
+      const subscriber = through({ autoResubscribe: false })
       const bus = createRedisInvalidationBus({ client: redis.connect(), subscriber, prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: (error) => void errors.push((error as Error).message) })
       try {
         await bus.ready(5_000)
@@ -893,7 +893,13 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       const commands = client()
       let subscriber: Redis | undefined
       const duplicate = commands.duplicate
-      const bus = createRedisInvalidationBus({ client: Object.assign(commands, { duplicate: () => (subscriber = duplicate()) }), prefix: redis.prefix(), heartbeatMs: 100, timeoutMs: 200, onError: () => {} })
+      const bus = createRedisInvalidationBus({
+        client: Object.assign(commands, { duplicate: (...args: Parameters<Redis['duplicate']>) => (subscriber = duplicate.apply(commands, args)) }),
+        prefix: redis.prefix(),
+        heartbeatMs: 100,
+        timeoutMs: 200,
+        onError: () => {},
+      })
       // Messages the bus's subscriber connection delivered (its own heartbeats coming back).
       let messages = 0
       subscriber!.on('message', () => void messages++)

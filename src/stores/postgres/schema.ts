@@ -83,7 +83,8 @@ export function tokenTableNames(options: PostgresTableOptions = {}): TokenTableN
  * The SQL that creates the token table and its indexes, and `<table>_resets` (each user's last
  * password reset: a token of the user created before it reads as revoked): idempotent (each
  * created only when missing, and what the store relies on checked, failing loudly otherwise: the
- * token table's primary key on `id` and unique index on `token_hash`, and the resets table's
+ * token table a table with every column of the store, its primary key on `id` and unique index
+ * on `token_hash`, and the resets table's
  * primary key on `user_id` (text) and `reset_at` (bigint), so another store's token table of
  * that name is refused), one transaction when sent as one query, and serialized by an advisory lock so
  * instances that start together do not race on the catalog. Creates the schema too, unless
@@ -154,12 +155,16 @@ DECLARE
   resets oid := '${names.resets}'::regclass;
   missing text;
 BEGIN
-  -- A table of that name made for something else (or by hand, short of a column): named here,
-  -- rather than by the first statement that meets the gap ("column user_id does not exist").
+  -- A relation of that name made for something else (a view, or a table short of a column, made
+  -- by hand): named here, rather than by the first statement that meets the gap ("column
+  -- user_id does not exist", "cannot create index on relation").
+  IF (SELECT relkind FROM pg_class WHERE oid = tbl) NOT IN ('r', 'p') THEN
+    RAISE EXCEPTION 'mcp-dispatch: % is not a table: it is not the token store''s', '${qualified}';
+  END IF;
   SELECT string_agg(c, ', ' ORDER BY n) INTO missing FROM unnest(ARRAY[${COLUMNS.map((c) => `'${c}'`).join(', ')}]) WITH ORDINALITY AS t(c, n)
   WHERE NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = tbl AND attname = c AND attnum > 0 AND NOT attisdropped);
   IF missing IS NOT NULL THEN
-    RAISE EXCEPTION 'mcp-dispatch: table % has no column %: it is not the token store''s (another relation of that name, or one made by hand)', '${qualified}', missing;
+    RAISE EXCEPTION 'mcp-dispatch: table % lacks columns %: it is not the token store''s (another table of that name, or one made by hand)', '${qualified}', missing;
   END IF;
   -- Only when missing: CREATE INDEX, even IF NOT EXISTS, takes a SHARE lock on the table, and
   -- waiting for it behind an open write would queue every write of every instance on start.
