@@ -3,7 +3,7 @@
  * `curl` command, and that command (run by curl, which resolves `*.localhost` itself) gets the
  * App's tools with the version headers. PORT=0 lets the system choose the ports.
  */
-import { execFile, spawn } from 'node:child_process'
+import { type ChildProcess, execFile, spawn } from 'node:child_process'
 import { lookup } from 'node:dns/promises'
 import { once } from 'node:events'
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
@@ -23,6 +23,8 @@ const ROOT = fileURLToPath(new URL('../../', import.meta.url))
 interface Script {
   /** What it printed so far, stdout and stderr. */
   readonly output: string
+  /** npm's own process. */
+  readonly child: ChildProcess
   /** Stops it (at once if it has already exited). */
   stop(): Promise<void>
 }
@@ -39,6 +41,7 @@ function startScript<T>(args: readonly string[], env: NodeJS.ProcessEnv, ready: 
     get output() {
       return output
     },
+    child,
     async stop() {
       if (child.pid === undefined || child.exitCode !== null || child.signalCode !== null) return
       const exited = once(child, 'exit')
@@ -111,15 +114,44 @@ function accepts(port: number): Promise<boolean> {
 }
 
 /**
+ * An upstream App version (a plain MCP endpoint on 127.0.0.1) that holds every answer until
+ * `release()`: to each `tools/list` it lists one tool, `tool<id>` of the request's id.
+ */
+async function holdingUpstream() {
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  let arrived = 0
+  const server = createHttpServer((req, res) => {
+    let body = ''
+    req.on('data', (chunk: Buffer) => (body += chunk.toString()))
+    req.on('end', () => {
+      arrived++
+      void released.then(() => {
+        const { id } = JSON.parse(body) as { id: number }
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: { tools: [{ name: `tool${id}`, inputSchema: { type: 'object' } }] } }))
+      })
+    })
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}/mcp`,
+    /** Requests that reached it. */
+    arrived: () => arrived,
+    release,
+    close: () => void server.close(),
+  }
+}
+
+/**
  * `npm start` on a port of its own, for a test that stops it: its demo App's address and token
  * (from the `curl` line it prints), raw requests to it, and `stop()`, which sends SIGTERM to
  * npm's own process (as a container runtime stops it) and waits until no connection is taken.
  */
 async function startToStop() {
-  const child = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-  let printed = ''
-  child.stdout!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
-  child.stderr!.on('data', (chunk: Buffer) => (printed += chunk.toString()))
+  const CURL = /^curl -s http:\/\/(\w+)\.localhost:(\d+)(\S*) -H 'Authorization: Bearer (svc_\w+)'/m
+  const { script, found } = await startScript(['start'], { PORT: '0' }, (printed) => CURL.exec(printed) ?? undefined)
+  const { child } = script
   const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
   const sockets: Socket[] = []
   const inFlightTaken: Promise<void>[] = []
@@ -131,36 +163,44 @@ async function startToStop() {
       // already gone
     }
   }
-  try {
-    await expect.poll(() => /^curl /m.test(printed), { timeout: 30_000, interval: 50 }).toBe(true)
-  } catch (error) {
-    kill()
-    throw new Error(`npm start: not ready within 30 s:\n${printed}`, { cause: error })
-  }
-  const [, slug, listening, path, token] = /^curl -s http:\/\/(\w+)\.localhost:(\d+)(\S*) -H 'Authorization: Bearer (svc_\w+)'/m.exec(printed)!
+  const [, slug, listening, path, token] = found
   const port = Number(listening)
-  const host = `${slug}.localhost`
-  const headers = (extra: Record<string, string> = {}) => ({
-    authorization: `Bearer ${token}`,
+  /** Where `raw` sends: the demo App, or another. */
+  interface Target {
+    readonly host: string
+    readonly path: string
+    readonly token: string
+  }
+  const demo: Target = { host: `${slug}.localhost`, path: path!, token: token! }
+  const headers = (extra: Record<string, string> = {}, to = demo) => ({
+    authorization: `Bearer ${to.token}`,
     'content-type': 'application/json',
     accept: 'application/json, text/event-stream',
     'mcp-protocol-version': '2025-06-18',
     ...extra,
   })
   /** A POST of `payload` to the App, as written on the wire. */
-  const raw = (payload: unknown, extra?: Record<string, string>) => {
+  const raw = (payload: unknown, extra?: Record<string, string>, to = demo) => {
     const body = JSON.stringify(payload)
-    const head = Object.entries({ host: `${host}:${port}`, ...headers(extra), 'content-length': String(Buffer.byteLength(body)) })
-    return `POST ${path} HTTP/1.1\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`
+    const head = Object.entries({ host: `${to.host}:${port}`, ...headers(extra, to), 'content-length': String(Buffer.byteLength(body)) })
+    return `POST ${to.path} HTTP/1.1\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${body}`
+  }
+  /**
+   * Deploys the notes App's 2.0.0 proxied to `upstream`: where `raw` sends with the target
+   * answered (`/v2`, the seeded `notes-only` token).
+   */
+  const deployNotes = async (upstream: string): Promise<Target> => {
+    const deployed = await rawRequest(port, { host: 'api.localhost', path: '/dev/deploy', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ app: 'notes', version: '2.0.0', upstream }) })
+    expect(deployed.status).toBe(200)
+    return { host: 'notes.localhost', path: '/v2', token: /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(script.output)![1]! }
   }
   return {
     child,
     exited,
-    /** What it printed so far. */
-    output: () => printed,
     port,
-    host,
-    path: path!,
+    host: demo.host,
+    path: demo.path,
+    deployNotes,
     sockets,
     headers,
     raw,
@@ -493,69 +533,27 @@ describe('npm start (README quick start)', () => {
   }, 120_000)
 
   it('a stop lets a tool call in flight finish (its answer says Connection: close), takes no new connection meanwhile, then exits 0', async () => {
-    // An App version proxied to an upstream that holds its answer until the test releases it.
-    let arrived!: () => void
-    const arrival = new Promise<void>((resolve) => (arrived = resolve))
-    let release!: () => void
-    const released = new Promise<void>((resolve) => (release = resolve))
-    const upstream = createHttpServer((req, res) => {
-      let body = ''
-      req.on('data', (chunk: Buffer) => (body += chunk.toString()))
-      req.on('end', () => {
-        arrived()
-        void released.then(() => {
-          const { id } = JSON.parse(body) as { id: number }
-          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: { tools: [{ name: 'slow', inputSchema: { type: 'object' } }] } }))
-        })
-      })
-    })
-    upstream.listen(0, '127.0.0.1')
-    await once(upstream, 'listening')
-    const upstreamPort = (upstream.address() as AddressInfo).port
-    const child = spawn('npm', ['start'], { cwd: ROOT, env: { ...process.env, PORT: '0' }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-    let printed = ''
+    const upstream = await holdingUpstream()
+    const stopped = await startToStop()
     try {
-      const listening = await new Promise<number>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error(`npm start: not ready within 30 s:\n${printed}`)), 30_000)
-        const read = (chunk: Buffer) => {
-          printed += chunk.toString()
-          const found = /reference platform on http:\/\/127\.0\.0\.1:(\d+)/.exec(printed)
-          if (found && /^curl .*$/m.test(printed)) {
-            clearTimeout(timer)
-            resolve(Number(found[1]))
-          }
-        }
-        child.stdout!.on('data', read)
-        child.stderr!.on('data', read)
-      })
-      const post = (host: string, path: string, payload: unknown, headers: Record<string, string> = {}) =>
-        rawRequest(listening, { host, path, headers: { 'content-type': 'application/json', accept: 'application/json, text/event-stream', ...headers }, body: JSON.stringify(payload) })
-      const deployed = await post('api.localhost', '/dev/deploy', { app: 'notes', version: '2.0.0', upstream: `http://127.0.0.1:${upstreamPort}/mcp` })
-      expect(deployed.status).toBe(200)
-      const notesToken = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(printed)![1]!
-      const call = post('notes.localhost', '/v2', { jsonrpc: '2.0', id: 7, method: 'tools/list' }, { authorization: `Bearer ${notesToken}` })
-      await arrival
-      const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>
-      process.kill(child.pid!, 'SIGTERM') // npm's own process, as a container runtime stops it
+      const notes = await stopped.deployNotes(upstream.url)
+      const call = rawRequest(stopped.port, { host: notes.host, path: notes.path, headers: stopped.headers({}, notes), body: JSON.stringify({ jsonrpc: '2.0', id: 7, method: 'tools/list' }) })
+      await expect.poll(upstream.arrived, { timeout: 10_000 }).toBe(1)
       // No new connection while the call is in flight.
-      await expect.poll(() => accepts(listening), { timeout: 10_000, interval: 50 }).toBe(false)
+      await stopped.stop()
       // A second signal (an impatient Ctrl-C, a supervisor repeating itself) changes nothing.
-      process.kill(child.pid!, 'SIGINT')
+      process.kill(stopped.child.pid!, 'SIGINT')
       await new Promise((resolve) => setTimeout(resolve, 300))
-      expect(child.exitCode).toBeNull()
-      release()
+      expect(stopped.child.exitCode).toBeNull()
+      upstream.release()
       const answer = await call
       expect([answer.status, answer.headers['x-mcp-version'], answer.headers.connection]).toEqual([200, '2.0.0', 'close'])
-      expect(JSON.parse(answer.body)).toEqual({ jsonrpc: '2.0', id: 7, result: { tools: [{ name: 'slow', inputSchema: { type: 'object' } }] } })
-      expect(await exited).toEqual([0, null])
+      expect(JSON.parse(answer.body)).toEqual({ jsonrpc: '2.0', id: 7, result: { tools: [{ name: 'tool7', inputSchema: { type: 'object' } }] } })
+      expect(await stopped.exited).toEqual([0, null])
     } finally {
-      release()
+      upstream.release()
       upstream.close()
-      try {
-        process.kill(-child.pid!, 'SIGKILL')
-      } catch {
-        // already gone
-      }
+      stopped.kill()
     }
   }, 60_000)
 
@@ -596,47 +594,20 @@ describe('npm start (README quick start)', () => {
   }, 60_000)
 
   it('a stop answers every request pipelined on a connection before it, not only the first (regression: the first answer said Connection: close, and Node closed the connection with the second unwritten)', async () => {
-    // An upstream App version that holds its answers until the test releases them.
-    let release!: () => void
-    const released = new Promise<void>((resolve) => (release = resolve))
-    let arrived = 0
-    const upstream = createHttpServer((req, res) => {
-      let body = ''
-      req.on('data', (chunk: Buffer) => (body += chunk.toString()))
-      req.on('end', () => {
-        arrived++
-        void released.then(() => {
-          const { id } = JSON.parse(body) as { id: number }
-          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ jsonrpc: '2.0', id, result: { tools: [{ name: `tool${id}`, inputSchema: { type: 'object' } }] } }))
-        })
-      })
-    })
-    upstream.listen(0, '127.0.0.1')
-    await once(upstream, 'listening')
+    const upstream = await holdingUpstream()
     const stopped = await startToStop()
     try {
-      const deployed = await rawRequest(stopped.port, {
-        host: 'api.localhost',
-        path: '/dev/deploy',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ app: 'notes', version: '2.0.0', upstream: `http://127.0.0.1:${(upstream.address() as AddressInfo).port}/mcp` }),
-      })
-      expect(deployed.status).toBe(200)
-      const token = /^ {4}notes-only \(.*\): (svc_\w{44})$/m.exec(stopped.output())![1]!
-      const post = (id: number) => {
-        const body = JSON.stringify({ jsonrpc: '2.0', id, method: 'tools/list' })
-        const head = [`POST /v2 HTTP/1.1`, `Host: notes.localhost:${stopped.port}`, `Authorization: Bearer ${token}`, 'Content-Type: application/json', 'Accept: application/json, text/event-stream', `Content-Length: ${body.length}`]
-        return `${head.join('\r\n')}\r\n\r\n${body}`
-      }
+      const notes = await stopped.deployNotes(upstream.url)
       const socket = connect(stopped.port, '127.0.0.1')
       stopped.sockets.push(socket)
       let seen = ''
       socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
       socket.on('error', () => {})
-      socket.write(post(1) + post(2))
-      await expect.poll(() => arrived, { timeout: 10_000 }).toBe(2)
+      const list = (id: number) => stopped.raw({ jsonrpc: '2.0', id, method: 'tools/list' }, {}, notes)
+      socket.write(list(1) + list(2))
+      await expect.poll(upstream.arrived, { timeout: 10_000 }).toBe(2)
       await stopped.stop()
-      release()
+      upstream.release()
       await once(socket, 'close')
       const answers = seen.split(/(?=HTTP\/1\.1 )/)
       expect(answers.map((answer) => answer.slice(0, 15))).toEqual(['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK'])
@@ -645,7 +616,7 @@ describe('npm start (README quick start)', () => {
       expect(answers[1]).toMatch(/^connection: close/im)
       expect(await stopped.exited).toEqual([0, null])
     } finally {
-      release()
+      upstream.release()
       upstream.close()
       stopped.kill()
     }
