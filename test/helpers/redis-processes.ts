@@ -78,6 +78,8 @@ export interface RedisProcesses {
   running(port: number, args: () => string[]): Promise<void>
   /** Ends the process on `port` at once (`SIGKILL`), as a crashed server ends; nothing if none runs there. */
   kill(port: number): Promise<void>
+  /** The last `n` lines the process on `port` printed (its log), for error messages. */
+  lastLines(port: number, n: number): string
   /** Ends every process, closes the connections, removes `dir`. */
   stop(): Promise<void>
 }
@@ -96,7 +98,8 @@ export function redisProcesses(label: string, dir: string): RedisProcesses {
     }
     return connection
   }
-  const lastLine = (port: number) => output.get(port)?.trim().split('\n').pop() ?? 'no output'
+  const lastLines = (port: number, n: number) => output.get(port)?.trim().split('\n').slice(-n).join('\n') || 'no output'
+  const lastLine = (port: number) => lastLines(port, 1)
   const launch = (port: number, args: string[]) => {
     const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'], cwd: dir })
     output.set(port, '')
@@ -129,6 +132,7 @@ export function redisProcesses(label: string, dir: string): RedisProcesses {
         await new Promise((resolve) => setTimeout(resolve, 250))
       }
     },
+    lastLines,
     async kill(port) {
       const child = processes.get(port)
       if (!child) return

@@ -17,6 +17,13 @@
  * once (`SENTINEL FAILOVER`, which, unlike Redis's own `FAILOVER`, does not stop the writes
  * on the old primary first: Sentinel promotes the replica, then turns the old primary into its
  * replica).
+ *
+ * A sentinel whose own timer was held up more than 2 s (a loaded machine, a clock that jumped)
+ * enters TILT mode: it keeps pinging but acts on nothing, its flags frozen (a node it saw
+ * down stays flagged down though it answers again), for 30 s by default. Here TILT lasts
+ * {@link TILT_MS} (`SENTINEL DEBUG tilt-period`, Redis 7.0 or later), so one stall of the CI
+ * machine costs the tests a few seconds, not a deployment that does not settle in time; and a
+ * deployment that does not settle names each sentinel's TILT state and last log lines.
  */
 import { mkdtempSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -28,6 +35,8 @@ import { type IoredisKind, redisServerMissing } from './redis.js'
 import { redisProcesses, startAll } from './redis-processes.js'
 
 const HOST = '127.0.0.1'
+/** How long a sentinel stays in TILT mode here (see the file's comment): two of its 1 s pings. */
+const TILT_MS = 2_000
 
 const missing = redisServerMissing()
 if (missing !== undefined && underProjectCI()) throw new Error(`Redis Sentinel is required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
@@ -112,6 +121,18 @@ const fields = (flat: unknown): Record<string, string> => {
 }
 
 /**
+ * Shortens the sentinel's TILT mode to {@link TILT_MS} (see the file's comment); nothing on
+ * Redis 6.2, which has no `SENTINEL DEBUG`.
+ */
+async function shortTilt(sentinel: Redis): Promise<void> {
+  try {
+    await sentinel.call('SENTINEL', 'DEBUG', 'tilt-period', String(TILT_MS))
+  } catch (error) {
+    if (!/unknown (sentinel )?subcommand/i.test(String(error))) throw error
+  }
+}
+
+/**
  * Starts the primary, its replica and the three sentinels (127.0.0.1, no persistence) and
  * waits until they are settled ({@link TestRedisSentinel.settled}).
  */
@@ -124,7 +145,7 @@ export async function startRedisSentinel({
   failoverTimeoutMs = 2_000,
 }: TestRedisSentinelOptions): Promise<TestRedisSentinel> {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-sentinel-'))
-  const { until, processes, node, running, kill, stop: stopAll } = redisProcesses('Redis Sentinel', dir)
+  const { until, processes, node, running, kill, lastLines, stop: stopAll } = redisProcesses('Redis Sentinel', dir)
   const dataNode = (port: number, replicaOf?: number) => [
     '--port', String(port),
     '--bind', HOST,
@@ -178,13 +199,20 @@ export async function startRedisSentinel({
     }
     throw new Error(`Redis Sentinel: no sentinel names a primary for ${name} (${String(lastError)})`)
   }
+  /** `, in TILT mode` when the sentinel on `port` is in it (see the file's comment). */
+  const tilt = async (port: number) => (/^sentinel_tilt:1\b/m.test(String(await node(port).call('INFO', 'sentinel'))) ? ', in TILT mode' : '')
   const settled = async (ms = 20_000) => {
     let seen = ''
+    /** The sentinel `seen` is about, for its log lines in the error. */
+    let seenOn: number | undefined
     let settledOn = 0
-    await until(() => `the deployment did not settle (${seen})`, ms, async () => {
+    const why = () => `the deployment did not settle (${seen})${seenOn === undefined ? '' : `; the last lines sentinel ${seenOn} logged:\n${lastLines(seenOn, 8)}\n`}`
+    await until(why, ms, async () => {
+      seenOn = undefined
       const named = new Set<number>()
       for (const port of sentinels) {
         const sentinel = node(port)
+        seenOn = port
         const master = fields(await sentinel.call('SENTINEL', 'MASTER', name))
         const replicas = ((await sentinel.call('SENTINEL', 'REPLICAS', name)) as unknown[]).map(fields)
         const peers = ((await sentinel.call('SENTINEL', 'SENTINELS', name)) as unknown[]).map(fields)
@@ -192,10 +220,11 @@ export async function startRedisSentinel({
         const other = ports.find((p) => p !== at)!
         const expected = processes.has(other) ? [other] : []
         const known = replicas.filter((r) => r.flags === 'slave').map((r) => Number(r.port))
-        seen = `sentinel ${port}: primary ${at} (${master.flags}), replicas not flagged down [${known.join(',')}], ${peers.length} peers`
+        seen = `sentinel ${port}: primary ${at} (${master.flags}), replicas not flagged down [${known.join(',')}], ${peers.length} peers${await tilt(port)}`
         if (master.flags !== 'master' || peers.length !== 2 || expected.some((p) => !known.includes(p))) return false
         named.add(at)
       }
+      seenOn = undefined
       if (named.size !== 1) return false
       const at = [...named][0]!
       const other = ports.find((p) => p !== at)!
@@ -217,6 +246,7 @@ export async function startRedisSentinel({
     await running(replica, () => dataNode(replica, primary))
     await until('the replica did not sync', 10_000, async () => String(await node(replica).call('INFO', 'replication')).includes('master_link_status:up'))
     await Promise.all(sentinels.map((port) => running(port, () => sentinelConfig(port))))
+    await Promise.all(sentinels.map((port) => shortTilt(node(port))))
     await settled()
   } catch (error) {
     await stopAll()
