@@ -39,6 +39,8 @@ if (missing !== undefined) console.warn(`[redis cluster tests] skipped: ${missin
 export const redisClusterAvailable = missing === undefined
 
 const HASH_SLOTS = 16_384
+/** `cluster-node-timeout` while {@link TestRedisCluster.holdFailovers} holds failovers off. */
+const HELD_NODE_TIMEOUT_MS = 60_000
 
 /** Options of {@link startRedisCluster}. */
 export interface TestRedisClusterOptions {
@@ -90,6 +92,14 @@ export interface TestRedisCluster {
   hang(port: number): void
   /** Lets the node on `port` run again after {@link hang} (`SIGCONT`). */
   resume(port: number): void
+  /**
+   * Raises `cluster-node-timeout` on every running node to 60 s, until {@link releaseFailovers}
+   * or {@link restore}: a node {@link hang} stops for a moment is then not failed over, however
+   * far a loaded machine stretches the moment past the configured timeout.
+   */
+  holdFailovers(): Promise<void>
+  /** Puts `cluster-node-timeout` back on every running node after {@link holdFailovers}. */
+  releaseFailovers(): Promise<void>
   /**
    * Starts the node on `port` again after {@link kill}, empty (no persistence) but with its node
    * id and slots (a master whose replica was promoted meanwhile comes back as that one's
@@ -231,6 +241,12 @@ export async function startRedisCluster(
     votedAt = performance.now()
     return performance.now() - started
   }
+  /** Whether {@link TestRedisCluster.holdFailovers} raised the node timeout (put back on restore). */
+  let failoversHeld = false
+  const nodeTimeout = async (ms: number) => {
+    failoversHeld = ms !== nodeTimeoutMs
+    await Promise.all(everyPort.filter((port) => processes.has(port) && !hung.has(port)).map((port) => node(port).call('CONFIG', 'SET', 'cluster-node-timeout', String(ms))))
+  }
   const awaitSelfPromoted = async (port: number, ms = 15_000) => {
     const started = performance.now()
     await until(`node ${port} did not take the master role`, ms, async () => ((await node(port).call('ROLE')) as [string])[0] === 'master')
@@ -294,6 +310,8 @@ export async function startRedisCluster(
       processes.get(port)?.kill('SIGCONT')
       hung.delete(port)
     },
+    holdFailovers: () => nodeTimeout(HELD_NODE_TIMEOUT_MS),
+    releaseFailovers: () => nodeTimeout(nodeTimeoutMs),
     async restart(port) {
       if (processes.has(port)) return
       await running(port)
@@ -312,6 +330,7 @@ export async function startRedisCluster(
     async restore() {
       for (const port of hung) processes.get(port)?.kill('SIGCONT')
       hung.clear()
+      if (failoversHeld) await nodeTimeout(nodeTimeoutMs)
       for (const port of everyPort) if (!processes.has(port)) await running(port)
       await formed()
       const now = await mastersAsSeenBy(ports[0]!)

@@ -404,13 +404,15 @@ describe('a session (official SDK client) keeps its version', () => {
 })
 
 describeRedis('pins shared through Redis', (redis) => {
+  /** The instances' `sessionTtlMs`, on real time. */
+  const IDLE_TTL_MS = 3_000
   it('a session opened on one instance keeps its version on another after deploys; other users, DELETE and the idle TTL as on one', async () => {
     const t = await setup({ notes: ['1.0.0', '2.0.0'] })
     const prefix = redis.prefix()
     /** An instance: its own dispatcher on the shared Redis; a stateless handler that answers its version. */
     const instance = () =>
       mcpDispatch({
-        dispatcher: createDispatcher({ ...t.dispatcherOptions, sessions: createRedisSessionStore({ client: redis.client, prefix }), sessionTtlMs: 1_500 }),
+        dispatcher: createDispatcher({ ...t.dispatcherOptions, sessions: createRedisSessionStore({ client: redis.client, prefix }), sessionTtlMs: IDLE_TTL_MS }),
         handler: (request, context) =>
           Response.json(
             { jsonrpc: '2.0', id: 7, result: { content: [{ type: 'text', text: context.version }] } },
@@ -434,14 +436,15 @@ describeRedis('pins shared through Redis', (redis) => {
     // DELETE on B ends it on A.
     expect((await onB('/v1', t.alice, 'DELETE')).status).toBe(200)
     expectRefusal(await send(on(a), 'http://notes.localhost/v1', { token: t.alice, sessionId, body: GET_VERSION }), 404, SESSION_NOT_FOUND)
-    // The idle TTL (1.5 s, kept by Redis; long enough that a loaded host's next request comes
-    // within it): restarted by a request on A, ended past it.
+    // The idle TTL (kept by Redis): restarted by a request on A (the request on B comes past the
+    // first TTL), ended past it. Each next request comes 0.6 of it later: a loaded host's stall
+    // of over a second still leaves it within the TTL.
     const other = (await send(on(b), 'http://notes.localhost/v1', { token: t.alice })).sessionId!
-    await new Promise((resolve) => setTimeout(resolve, 900))
+    await new Promise((resolve) => setTimeout(resolve, 0.6 * IDLE_TTL_MS))
     expect((await send(on(a), 'http://notes.localhost/v1', { token: t.alice, sessionId: other, body: GET_VERSION })).status).toBe(200)
-    await new Promise((resolve) => setTimeout(resolve, 900))
+    await new Promise((resolve) => setTimeout(resolve, 0.6 * IDLE_TTL_MS))
     expect((await send(on(b), 'http://notes.localhost/v1', { token: t.alice, sessionId: other, body: GET_VERSION })).status).toBe(200)
-    await new Promise((resolve) => setTimeout(resolve, 2_000))
+    await new Promise((resolve) => setTimeout(resolve, IDLE_TTL_MS + 1_000))
     expectRefusal(await send(on(a), 'http://notes.localhost/v1', { token: t.alice, sessionId: other, body: GET_VERSION }), 404, SESSION_NOT_FOUND)
     expect(t.errors).toEqual([])
   })
