@@ -159,7 +159,10 @@ export function parseSeed(seed: unknown): z.output<typeof seedSchema> {
 /** Options of {@link createPlatform}. */
 export interface PlatformOptions {
   seed: PlatformSeed
-  /** Clock, epoch milliseconds. Default `Date.now`. */
+  /**
+   * Clock, epoch milliseconds. Default `Date.now`; when not given, spans (session TTLs, idle
+   * sessions, caches, the breaker's cool-down) are timed on a monotonic clock.
+   */
   now?: () => number
   /** Domain the Apps live under: `{slug}.{domain}`. Default `localhost`. */
   domain?: string
@@ -189,7 +192,7 @@ export interface PlatformOptions {
    */
   identityKey?: IdentitySignerOptions['privateKey']
   /**
-   * How often (by the clock `now`) idle MCP sessions are closed, and the handler of a version a
+   * How often (by the clock `now` when given, else a monotonic one) idle MCP sessions are closed, and the handler of a version a
    * deploy replaced is dropped once nothing uses it: no session, no stream, no request for the
    * sessions' idle time (30 minutes). Runs on a timer that keeps no process alive. Default 60 s.
    */
@@ -276,6 +279,10 @@ export function createPlatform(options: PlatformOptions): Platform {
   const seed = parseSeed(options.seed)
   if (options.now !== undefined && typeof options.now !== 'function') throw new TypeError('now: must be a function answering epoch milliseconds')
   const now = options.now ?? Date.now
+  // The library's components get the clock only when one is given: by default they time spans
+  // (sessions' idle TTL, caches, the breaker's cool-down) on a monotonic clock, which a wall
+  // clock stepped by NTP does not move.
+  const clock = options.now === undefined ? {} : { now: options.now }
   // A port, a scheme or a stray dot would leave every host unmatched: each request a 404.
   if (options.domain !== undefined && (typeof options.domain !== 'string' || !HOST_NAME.test(options.domain.toLowerCase()))) {
     throw new TypeError(`domain: must be a host name without port or scheme (example.com, localhost), got ${JSON.stringify(String(options.domain))}`)
@@ -299,7 +306,7 @@ export function createPlatform(options: PlatformOptions): Platform {
     if (!handlers.has(key) && !upstreams.has(key)) {
       handlers.set(
         key,
-        createMcpAppHandler(() => buildAppServer(app, version), { modern: (notify) => buildModernAppServer(app, version, notify), now, sweepEveryMs }),
+        createMcpAppHandler(() => buildAppServer(app, version), { modern: (notify) => buildModernAppServer(app, version, notify), ...clock, sweepEveryMs }),
       )
     }
   }
@@ -376,7 +383,7 @@ export function createPlatform(options: PlatformOptions): Platform {
   }
   const subscriptions = createMemorySubscriptionStore(seed.subscriptions)
   const tokenStore = createMemoryTokenStore()
-  const tokenService = createTokenService({ store: tokenStore, apps, subscriptions, now, onError })
+  const tokenService = createTokenService({ store: tokenStore, apps, subscriptions, ...clock, onError })
 
   // Seeded tokens are minted synchronously with the public primitives, so createPlatform
   // stays synchronous; they follow the same rules as tokens created through the API.
@@ -421,7 +428,7 @@ export function createPlatform(options: PlatformOptions): Platform {
   }
 
   const oauth =
-    options.oauth ?? (options.authorizationServer && createOAuthValidator({ ...options.authorizationServer, now }))
+    options.oauth ?? (options.authorizationServer && createOAuthValidator({ ...options.authorizationServer, ...clock }))
   const dispatcher = createDispatcher({
     apps,
     subscriptions,
@@ -438,7 +445,7 @@ export function createPlatform(options: PlatformOptions): Platform {
       const slug = host.slice(0, -domain.length - 1)
       return slug.includes('.') ? undefined : apps.getAppBySlug(slug)
     },
-    now,
+    ...clock,
     onError,
     ...(options.reauthorizeEveryMs !== undefined && { reauthorizeEveryMs: options.reauthorizeEveryMs }),
   })
@@ -451,7 +458,7 @@ export function createPlatform(options: PlatformOptions): Platform {
   const signer = createIdentitySigner({
     issuer: `http://api.${domain}`,
     privateKey: options.identityKey ?? generateKeyPairSync('ec', { namedCurve: 'P-256' }).privateKey,
-    now,
+    ...clock,
   })
   const proxy = createProxyHandler({
     upstream: (context) => upstreams.get(`${context.app.id}@${context.version}`),

@@ -254,7 +254,11 @@ export interface McpAppHandlerOptions {
    * streaming (an open GET stream or a long tool call keeps a session). Default 30 minutes.
    */
   idleMs?: number
-  /** Clock, epoch ms, for idleness. Default `Date.now`. */
+  /**
+   * Clock for idleness, in ms (only spans are read from it). Default `performance.now()`: a
+   * monotonic clock, which a wall clock stepped forward (NTP, a resumed VM) does not move, so
+   * the step closes no session.
+   */
   now?: () => number
   /**
    * At most this many open sessions, those being opened included; opening one more closes the
@@ -285,7 +289,7 @@ export interface McpAppHandlerOptions {
    */
   maxEventChars?: number
   /**
-   * Idle sessions are closed this often (by the clock `now`): by a timer, which keeps no
+   * Idle sessions are closed this often (by the clock `now`, default monotonic): by a timer, which keeps no
    * process alive, so that a version no request reaches any more (one a deploy replaced)
    * still lets its abandoned sessions go, and by the requests that come. Default 60 s.
    */
@@ -330,7 +334,7 @@ export interface McpAppHandler {
 /** Serves one App version: stateful sessions for `initialize`, stateless JSON otherwise. */
 export function createMcpAppHandler(build: () => McpServer, options: McpAppHandlerOptions = {}): McpAppHandler {
   const idleMs = options.idleMs ?? 30 * 60_000
-  const now = options.now ?? Date.now
+  const now = options.now ?? (() => performance.now())
   const maxSessions = options.maxSessions ?? 10_000
   const maxSessionsPerCaller = options.maxSessionsPerCaller ?? 100
   const maxListensPerCaller = options.maxListensPerCaller ?? 16

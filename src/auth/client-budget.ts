@@ -50,6 +50,8 @@ export interface ClientBudget {
 interface Window {
   start: number
   used: number
+  /** When it began, on the life clock (see {@link createClientBudget}). */
+  began: number
 }
 
 const NO_CHARGE: BudgetCharge = Object.freeze({ refund() {} })
@@ -73,13 +75,18 @@ const BUDGET_OPTIONS = optionNames<ClientBudgetOptions>({ limit: true, windowTyp
 
 /**
  * Creates a client budget; `false` creates one that never refuses. `name`: the option, for
- * errors; `defaultLimit`: the limit when the options name none.
+ * errors; `defaultLimit`: the limit when the options name none. Windows start on `now` (the
+ * wall clock's minutes, hours, days); how long one has lived is read on `lifeClock` (monotonic
+ * unless the caller injected a clock), so a wall clock stepped back across a window's start
+ * keeps counting against the window it left, as the rate-limit stores do (a step back of half
+ * a second once gave a fresh budget, and another when the clock caught up).
  */
 export function createClientBudget(
   options: ClientBudgetOptions | false | undefined,
   now: () => number,
   name = 'clientBudget',
   defaultLimit = 60,
+  lifeClock: () => number = () => performance.now(),
 ): ClientBudget {
   if (options === false) return { charge: () => NO_CHARGE }
   if (options !== undefined && (options === null || typeof options !== 'object')) {
@@ -98,6 +105,16 @@ export function createClientBudget(
   const maxClients = entriesOption(options?.maxClients, 10_000, `${name}.maxClients`)
   const windowMs = WINDOWS[windowType]
   const windows = new LRUCache<string, Window>({ max: maxClients })
+  /**
+   * A window later than the clock's (it stepped back across the window's start) that began
+   * less than a window ago: still the client's window. Stepped back further, a new one starts
+   * rather than refusing for the size of the step.
+   */
+  const steppedBack = (window: Window, start: number) => {
+    if (window.start < start) return false
+    const lived = lifeClock() - window.began
+    return lived < windowMs && lived > -windowMs
+  }
 
   return {
     charge(clientAddress) {
@@ -107,12 +124,12 @@ export function createClientBudget(
       const at = now()
       const start = windowStart(at, windowMs)
       let window = windows.get(key)
-      if (window === undefined || window.start !== start) {
-        window = { start, used: 0 }
+      if (window === undefined || (window.start !== start && !steppedBack(window, start))) {
+        window = { start, used: 0, began: lifeClock() }
         windows.set(key, window)
       }
       if (window.used >= limit) {
-        const reset = start + windowMs
+        const reset = window.start + windowMs
         throw new TooManyValidationsError({
           limit,
           resetAt: Math.ceil(reset / 1000),

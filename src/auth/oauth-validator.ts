@@ -889,7 +889,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const flightOptions = { now: options.now, maxAgeMs: retry.deadlineMs + timeoutMs }
   const flights = createSingleFlight<CachedValidation>(flightOptions)
   // `jwt` mode calls nothing per token; the budget is checked at creation all the same.
-  const clientBudget = createClientBudget(options.clientBudget, now)
+  const clientBudget = createClientBudget(options.clientBudget, now, undefined, undefined, elapsed)
   const budgeted = mode !== 'jwt'
   // Results depend on the issuer and the mode, so validators that share a store never read
   // each other's entries.

@@ -664,6 +664,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // Whole milliseconds, as stores keep them (PostgreSQL: bigint), whatever clock is injected.
   const injectedNow = clockOption(options.now)
   const now = injectedNow ? () => clockReading(injectedNow()) : Date.now
+  // Spans (deadlines, a budget window's life) on a monotonic clock unless one is injected.
+  const monotonic = injectedNow ?? (() => performance.now())
   const random = options.random ?? randomBytes
   const pepper = options.pepper
   // An empty variable of the environment (`PEPPER=`) must not quietly switch the hash scheme
@@ -688,6 +690,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     injectedNow ?? Date.now,
     'unknownTokenBudget',
     DEFAULT_UNKNOWN_TOKEN_LOOKUPS,
+    monotonic,
   )
   // Both become timers' delays (past 2^31 - 1 ms one fires at once: every use would write).
   const flushEvery = timerOption('lastUsedFlushMs', options.lastUsedFlushMs ?? 60_000)
@@ -726,7 +729,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // read, since it may have read the record before the change (a revoked token would then be
   // trusted for the rest of the cache TTL).
   let invalidationCount = 0
-  const monotonic = options.now ?? (() => performance.now())
   const sender = createInvalidationSender({
     send: (tokenHash) => invalidations.publish({ kind: 'token', tokenHash }),
     report: onError,

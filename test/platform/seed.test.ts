@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { createPlatform } from '../../examples/platform/index.js'
 
 const base = {
@@ -67,6 +67,39 @@ describe('reference platform seed validation', () => {
       const response = await asToken(platform, 'http://weather.apps.example.com/', '127.0.0.1')
       expect([response.status, response.headers.get('x-mcp-version')]).toEqual([200, '1.0.0'])
     } finally {
+      await platform.close()
+    }
+  })
+
+  it('without now, a wall clock stepped forward past the session TTL (NTP, a resumed VM) ends no session: the library times its spans on a monotonic clock (regression: the platform gave it Date.now, and the pin expired)', async () => {
+    // The wall clock (Date) is the test's from here, the monotonic one (performance.now) real.
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() })
+    const platform = createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 }] } })
+    const send = (body: unknown, session?: string) =>
+      platform.fetch(
+        new Request('http://weather.localhost/v1', {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${platform.tokens.t}`,
+            'content-type': 'application/json',
+            accept: 'application/json, text/event-stream',
+            ...(session && { 'mcp-session-id': session, 'mcp-protocol-version': '2025-06-18' }),
+          },
+          body: JSON.stringify(body),
+        }),
+        { clientAddress: '127.0.0.1' },
+      )
+    try {
+      const opened = await send({ jsonrpc: '2.0', id: 0, method: 'initialize', params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'clock', version: '0.0.0' } } })
+      expect(opened.status).toBe(200)
+      await opened.text()
+      const session = opened.headers.get('mcp-session-id')!
+      vi.setSystemTime(Date.now() + 2 * 3_600_000) // past the dispatcher's default idle TTL of an hour
+      const answer = await send({ jsonrpc: '2.0', id: 1, method: 'ping' }, session)
+      expect([answer.status, answer.headers.get('x-mcp-version')]).toEqual([200, '1.0.0'])
+      expect(await answer.text()).toContain('"result":{}')
+    } finally {
+      vi.useRealTimers()
       await platform.close()
     }
   })
