@@ -169,7 +169,8 @@ export interface PlatformOptions {
   /**
    * Validate OAuth access tokens against this authorization server: `sub` is the seed user's
    * id. Any option of `createOAuthValidator` may be given (mode, audience, timeouts, breaker…);
-   * its clock is the platform's `now`. The issuer is listed in the protected-resource metadata.
+   * its clock is the platform's `now` when given (its own defaults otherwise; an
+   * `authorizationServer.now` is not taken). The issuer is listed in the protected-resource metadata.
    */
   authorizationServer?: Omit<OAuthValidatorOptions, 'now'>
   /** An OAuth validator to use instead of the default one (tests, custom providers). */
@@ -428,7 +429,7 @@ export function createPlatform(options: PlatformOptions): Platform {
   }
 
   const oauth =
-    options.oauth ?? (options.authorizationServer && createOAuthValidator({ ...options.authorizationServer, ...clock }))
+    options.oauth ?? (options.authorizationServer && createOAuthValidator({ ...options.authorizationServer, now: options.now }))
   const dispatcher = createDispatcher({
     apps,
     subscriptions,

@@ -17,7 +17,7 @@ import { LRUCache } from 'lru-cache'
 import { entriesOption } from '../stores/lru-clock.js'
 import { type IpWords, parseIp } from '../core/ip.js'
 import { sha256 } from '../core/sha256.js'
-import { MAX_RATE_LIMIT, WINDOWS, type WindowType, windowStart } from '../core/rate-limit.js'
+import { MAX_RATE_LIMIT, WINDOWS, type WindowType, windowStart, windowStillCounts } from '../core/rate-limit.js'
 import { ConfigurationError, TooManyValidationsError, optionNames, refuseUnknownOptions } from '../errors.js'
 
 /** Options of the client budget. */
@@ -50,7 +50,7 @@ export interface ClientBudget {
 interface Window {
   start: number
   used: number
-  /** When it began, on the life clock (see {@link createClientBudget}). */
+  /** When it began, on the `elapsed` clock ({@link BudgetClocks}). */
   began: number
 }
 
@@ -74,19 +74,26 @@ export function budgetKey(address: string): string {
 const BUDGET_OPTIONS = optionNames<ClientBudgetOptions>({ limit: true, windowType: true, maxClients: true })
 
 /**
+ * The clocks of a budget: `now`, the wall clock its windows start on (minutes, hours, days);
+ * `elapsed`, the one how long a window has lived is read on (monotonic, unless the caller's
+ * clock is injected), so a wall clock stepped back across a window's start keeps counting
+ * against the window it left ({@link windowStillCounts}; a step back of half a second once
+ * gave a fresh budget, and another when the clock caught up).
+ */
+export interface BudgetClocks {
+  readonly now: () => number
+  readonly elapsed: () => number
+}
+
+/**
  * Creates a client budget; `false` creates one that never refuses. `name`: the option, for
- * errors; `defaultLimit`: the limit when the options name none. Windows start on `now` (the
- * wall clock's minutes, hours, days); how long one has lived is read on `lifeClock` (monotonic
- * unless the caller injected a clock), so a wall clock stepped back across a window's start
- * keeps counting against the window it left, as the rate-limit stores do (a step back of half
- * a second once gave a fresh budget, and another when the clock caught up).
+ * errors; `defaultLimit`: the limit when the options name none.
  */
 export function createClientBudget(
   options: ClientBudgetOptions | false | undefined,
-  now: () => number,
+  { now, elapsed }: BudgetClocks,
   name = 'clientBudget',
   defaultLimit = 60,
-  lifeClock: () => number = () => performance.now(),
 ): ClientBudget {
   if (options === false) return { charge: () => NO_CHARGE }
   if (options !== undefined && (options === null || typeof options !== 'object')) {
@@ -105,16 +112,8 @@ export function createClientBudget(
   const maxClients = entriesOption(options?.maxClients, 10_000, `${name}.maxClients`)
   const windowMs = WINDOWS[windowType]
   const windows = new LRUCache<string, Window>({ max: maxClients })
-  /**
-   * A window later than the clock's (it stepped back across the window's start) that began
-   * less than a window ago: still the client's window. Stepped back further, a new one starts
-   * rather than refusing for the size of the step.
-   */
-  const steppedBack = (window: Window, start: number) => {
-    if (window.start < start) return false
-    const lived = lifeClock() - window.began
-    return lived < windowMs && lived > -windowMs
-  }
+  /** A window later than the clock's (it stepped back across the window's start) that still counts. */
+  const steppedBack = (window: Window, start: number) => window.start > start && windowStillCounts(elapsed() - window.began, windowMs)
 
   return {
     charge(clientAddress) {
@@ -125,7 +124,7 @@ export function createClientBudget(
       const start = windowStart(at, windowMs)
       let window = windows.get(key)
       if (window === undefined || (window.start !== start && !steppedBack(window, start))) {
-        window = { start, used: 0, began: lifeClock() }
+        window = { start, used: 0, began: elapsed() }
         windows.set(key, window)
       }
       if (window.used >= limit) {

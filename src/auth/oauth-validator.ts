@@ -889,7 +889,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const flightOptions = { now: options.now, maxAgeMs: retry.deadlineMs + timeoutMs }
   const flights = createSingleFlight<CachedValidation>(flightOptions)
   // `jwt` mode calls nothing per token; the budget is checked at creation all the same.
-  const clientBudget = createClientBudget(options.clientBudget, now, undefined, undefined, elapsed)
+  const clientBudget = createClientBudget(options.clientBudget, { now, elapsed })
   const budgeted = mode !== 'jwt'
   // Results depend on the issuer and the mode, so validators that share a store never read
   // each other's entries.
@@ -1505,7 +1505,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return forgets.get(key)?.generation ?? 0
   }
   function noteForget(key: string, forMs: number): void {
-    const at = now()
+    // A span: on the monotonic clock, so a wall clock stepped forward prunes no record early
+    // (the cache's mark, on the wall clock, would then have passed too, and a validation in
+    // flight would cache an answer from before the revocation).
+    const at = elapsed()
     forgets.delete(key)
     forgets.set(key, { generation: ++forgetSequence, until: at + forMs })
     for (const [k, entry] of forgets) {

@@ -36,6 +36,19 @@ export function windowStart(now: number, windowMs: number): number {
   return now - (((now % windowMs) + windowMs) % windowMs)
 }
 
+/**
+ * Whether a window whose counting began `livedMs` ago (on a monotonic clock, or an injected
+ * one) still takes what a wall clock stepped back across its start stamps with an earlier
+ * window: for one window of that time, so a step back does not give a fresh limit (and another
+ * when the clock catches up); after that, or for a step back of more than a window, a new
+ * window starts, rather than refusing for the size of the step. The memory rate-limit store and
+ * the per-address budgets share it.
+ * @internal
+ */
+export function windowStillCounts(livedMs: number, windowMs: number): boolean {
+  return livedMs < windowMs && livedMs > -windowMs
+}
+
 /** Result of one rate-limit decision. A value, never an exception. */
 export interface RateLimitResult {
   /** `true` when the request may proceed. */

@@ -1875,6 +1875,19 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     expect(await service.authenticate(generateApiToken(), CLIENT)).toEqual({ ok: false, reason: 'unknown' })
   })
 
+  it('a clock stepped back across the window\'s start (NTP) keeps the spent window, and so does its catching up (regression: a fresh budget each time)', async () => {
+    const { service, calls, clock } = setup({ unknownTokenBudget: { limit: 2 } })
+    clock.advance(200) // T0 starts a minute
+    for (let i = 0; i < 2; i++) await service.authenticate(generateApiToken(), CLIENT)
+    await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    clock.advance(-500)
+    const stepped = await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    expect(stepped.resetAt).toBe((T0 + 60_000) / 1000) // the window it kept
+    clock.advance(600)
+    await refusal(Promise.resolve().then(() => service.authenticate(generateApiToken(), CLIENT)), TooManyValidationsError)
+    expect(calls.findByHash).toBe(2)
+  })
+
   it('real tokens are not held up: a live token found gives its unit back; one known here is not counted', async () => {
     // Issued by one instance, presented to another over the same store, which has seen none of
     // them: each first use is looked up and charged, and each found token must give its unit back.

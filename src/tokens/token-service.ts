@@ -687,10 +687,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
   const unknownTokenBudget = createClientBudget(
     options.unknownTokenBudget,
-    injectedNow ?? Date.now,
+    { now: injectedNow ?? Date.now, elapsed: monotonic },
     'unknownTokenBudget',
     DEFAULT_UNKNOWN_TOKEN_LOOKUPS,
-    monotonic,
   )
   // Both become timers' delays (past 2^31 - 1 ms one fires at once: every use would write).
   const flushEvery = timerOption('lastUsedFlushMs', options.lastUsedFlushMs ?? 60_000)

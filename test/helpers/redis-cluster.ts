@@ -98,7 +98,11 @@ export interface TestRedisCluster {
    * far a loaded machine stretches the moment past the configured timeout.
    */
   holdFailovers(): Promise<void>
-  /** Puts `cluster-node-timeout` back on every running node after {@link holdFailovers}. */
+  /**
+   * Puts `cluster-node-timeout` back on every running node after {@link holdFailovers}: call it
+   * once the node hung meanwhile is resumed (a node still hung is skipped; {@link restore}
+   * puts it back on every node in any case).
+   */
   releaseFailovers(): Promise<void>
   /**
    * Starts the node on `port` again after {@link kill}, empty (no persistence) but with its node
@@ -241,10 +245,8 @@ export async function startRedisCluster(
     votedAt = performance.now()
     return performance.now() - started
   }
-  /** Whether {@link TestRedisCluster.holdFailovers} raised the node timeout (put back on restore). */
-  let failoversHeld = false
+  /** Sets `cluster-node-timeout` on every node running and not hung. */
   const nodeTimeout = async (ms: number) => {
-    failoversHeld = ms !== nodeTimeoutMs
     await Promise.all(everyPort.filter((port) => processes.has(port) && !hung.has(port)).map((port) => node(port).call('CONFIG', 'SET', 'cluster-node-timeout', String(ms))))
   }
   const awaitSelfPromoted = async (port: number, ms = 15_000) => {
@@ -330,7 +332,8 @@ export async function startRedisCluster(
     async restore() {
       for (const port of hung) processes.get(port)?.kill('SIGCONT')
       hung.clear()
-      if (failoversHeld) await nodeTimeout(nodeTimeoutMs)
+      // After holdFailovers in a test that failed before releaseFailovers; cheap otherwise.
+      await nodeTimeout(nodeTimeoutMs)
       for (const port of everyPort) if (!processes.has(port)) await running(port)
       await formed()
       const now = await mastersAsSeenBy(ports[0]!)

@@ -213,9 +213,15 @@ export async function startRedisSentinel({
       for (const port of sentinels) {
         const sentinel = node(port)
         seenOn = port
-        const master = fields(await sentinel.call('SENTINEL', 'MASTER', name))
-        const replicas = ((await sentinel.call('SENTINEL', 'REPLICAS', name)) as unknown[]).map(fields)
-        const peers = ((await sentinel.call('SENTINEL', 'SENTINELS', name)) as unknown[]).map(fields)
+        let master: Record<string, string>, replicas: Array<Record<string, string>>, peers: unknown[]
+        try {
+          master = fields(await sentinel.call('SENTINEL', 'MASTER', name))
+          replicas = ((await sentinel.call('SENTINEL', 'REPLICAS', name)) as unknown[]).map(fields)
+          peers = (await sentinel.call('SENTINEL', 'SENTINELS', name)) as unknown[]
+        } catch (error) {
+          seen = `sentinel ${port}: ${String(error)}`
+          return false
+        }
         const at = Number(master.port)
         const other = ports.find((p) => p !== at)!
         const expected = processes.has(other) ? [other] : []

@@ -17,7 +17,7 @@ import {
   createMemoryCacheStore,
   createOAuthValidator,
 } from 'mcp-dispatch'
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest'
 import { type ManualClock, createManualClock, createManualTimers, createRecordingSleep } from './helpers/clock.js'
 import { type FakeUpstream, startFakeUpstream } from './helpers/fake-upstream.js'
 import { activeResources, leakedHandles } from '../robustness/support.js'
@@ -1837,6 +1837,23 @@ describe('single flight, cache store and secrecy', () => {
     const inFlight = v.validate('good-token')
     while (upstream.calls() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
     await v.forget('good-token')
+    upstream.release()
+    expect(await inFlight).toMatchObject({ active: true })
+    expect(await v.validate('good-token')).toMatchObject({ active: false })
+    expect(upstream.calls()).toBe(2)
+  })
+
+  it('forget during a validation in flight, then the wall clock stepped forward (NTP) and another forget: its answer is still not cached (regression: the record of the forget was pruned by the wall clock, and the cache\'s mark had passed on it)', async () => {
+    // The wall clock (Date) is the test's, the monotonic one real; the validator has no clock injected.
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.UTC(2030, 0, 1) })
+    onTestFinished(() => void vi.useRealTimers())
+    const upstream = revokedAfterFirstCall()
+    const v = validator({ now: undefined })
+    const inFlight = v.validate('good-token')
+    while (upstream.calls() === 0) await new Promise((resolve) => setTimeout(resolve, 5))
+    await v.forget('good-token')
+    vi.setSystemTime(Date.now() + 3_600_000)
+    await v.forget('another-token') // prunes the records of forgets past their life
     upstream.release()
     expect(await inFlight).toMatchObject({ active: true })
     expect(await v.validate('good-token')).toMatchObject({ active: false })

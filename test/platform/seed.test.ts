@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from 'vitest'
+import { describe, expect, it, onTestFinished, vi } from 'vitest'
 import { createPlatform } from '../../examples/platform/index.js'
 
 const base = {
@@ -74,6 +74,7 @@ describe('reference platform seed validation', () => {
   it('without now, a wall clock stepped forward past the session TTL (NTP, a resumed VM) ends no session: the library times its spans on a monotonic clock (regression: the platform gave it Date.now, and the pin expired)', async () => {
     // The wall clock (Date) is the test's from here, the monotonic one (performance.now) real.
     vi.useFakeTimers({ toFake: ['Date'], now: Date.now() })
+    onTestFinished(() => void vi.useRealTimers())
     const platform = createPlatform({ seed: { ...base, tokens: [{ name: 't', userId: 'u1', servers: ['app_w'], expiresInDays: 7 }] } })
     const send = (body: unknown, session?: string) =>
       platform.fetch(
@@ -99,7 +100,6 @@ describe('reference platform seed validation', () => {
       expect([answer.status, answer.headers.get('x-mcp-version')]).toEqual([200, '1.0.0'])
       expect(await answer.text()).toContain('"result":{}')
     } finally {
-      vi.useRealTimers()
       await platform.close()
     }
   })

@@ -8,6 +8,7 @@
 import { LRUCache } from 'lru-cache'
 import { ignoreRejection } from '../../core/thenable.js'
 import { applyDeploy } from '../../core/versions.js'
+import { windowStillCounts } from '../../core/rate-limit.js'
 import { ConfigurationError, NotFoundError, optionNames, refuseUnknownOptions } from '../../errors.js'
 import {
   APP_SLUG,
@@ -455,8 +456,7 @@ export function createMemoryRateLimitStore(options: MemoryTtlStoreOptions = {}):
         // stepped back by less than a window still counts against it (a step of a second across
         // a window's start once gave a fresh limit, and another when the clock caught up); by
         // more, the counter starts again rather than refusing for the size of the step.
-        const elapsed = lifeClock() - entry.started
-        if (elapsed < windowMs && elapsed > -windowMs) return { count: ++entry.count, windowStart: entry.windowStart }
+        if (windowStillCounts(lifeClock() - entry.started, windowMs)) return { count: ++entry.count, windowStart: entry.windowStart }
       }
       if (entry) entry.windowStart = windowStart
       else if (counters.size >= max) makeRoom()
