@@ -185,22 +185,31 @@ const listener = getRequestListener(
 // every other refusal. What Node's parser refuses before any handler (a malformed request line,
 // an unknown method, a head past 16 KiB, a head or request past its time) gets the same kind of
 // body from `answerClientError`.
-// The answers still being written on each connection: a CONNECT pipelined behind a request
-// waits for them, so its 405 is never read as that request's answer.
-const answering = new WeakMap<Duplex, Set<ServerResponse>>()
+// The answers still being written on each connection, and its close: a CONNECT pipelined behind
+// a request waits for them, so its 405 is never read as that request's answer.
+const answering = new WeakMap<Duplex, { open: Set<ServerResponse>; closed: Promise<void> }>()
+// Each answer's end: written, or its connection closed. An answer queued behind one that closed
+// its connection (a request pipelined behind a refusal with `Connection: close`) is given no
+// socket by Node and never emits 'close' itself (regression: it was waited for by a stop's whole
+// drain, and kept for the life of the process).
+const endOf = new WeakMap<ServerResponse, Promise<void>>()
 // The answers being written to requests other than GET (a tool call, a token API call): a stop
 // lets them finish (see `stop`). A GET on an MCP path is a session's stream, which lasts until
 // the session closes, and a client resumes it elsewhere. Each with the answers of its connection.
 const inFlight = new Map<ServerResponse, Set<ServerResponse>>()
+const settled = (promise: Promise<unknown>) => promise.then(() => {}, () => {})
 // The connections a CONNECT was sent on: its 405 ends them (see below), not a stop.
 const connecting = new WeakSet<Duplex>()
 const serve = (req: IncomingMessage, res: ServerResponse) => {
   const socket = req.socket
-  let open = answering.get(socket)
-  if (open === undefined) answering.set(socket, (open = new Set()))
+  let connection = answering.get(socket)
+  if (connection === undefined) answering.set(socket, (connection = { open: new Set(), closed: settled(once(socket, 'close')) }))
+  const { open } = connection
   open.add(res)
   if (req.method !== 'GET' && !stopping) inFlight.set(res, open)
-  res.once('close', () => {
+  const ended = Promise.race([settled(once(res, 'close')), connection.closed])
+  endOf.set(res, ended)
+  void ended.then(() => {
     open.delete(res)
     inFlight.delete(res)
     // Once stopping, a connection ends when its last answer has been written: an event stream
@@ -232,7 +241,7 @@ server.on('connect', async (_req: IncomingMessage, socket: Duplex) => {
   const head = Object.entries({ ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body!)), connection: 'close' })
   socket.on('error', () => {})
   connecting.add(socket)
-  await Promise.all([...(answering.get(socket) ?? [])].map((res) => once(res, 'close')))
+  await Promise.all([...(answering.get(socket)?.open ?? [])].map((res) => endOf.get(res)))
   if (socket.destroyed || socket.writableEnded) return
   socket.end(`HTTP/1.1 ${reply.status} Method Not Allowed\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${reply.body}`)
 })
@@ -360,7 +369,7 @@ const stop = () => {
   // behind it would never be written. An answer that says otherwise (an event stream) has its
   // connection ended once written all the same (see `serve`).
   for (const [res, open] of inFlight) if (!res.headersSent && [...open].at(-1) === res) res.setHeader('connection', 'close')
-  const drained = Promise.all([...inFlight.keys()].map((res) => once(res, 'close').catch(() => {})))
+  const drained = Promise.all([...inFlight.keys()].map((res) => endOf.get(res)))
   const deadline = new Promise<void>((resolve) => setTimeout(resolve, DRAIN_MS).unref())
   void Promise.race([drained, deadline])
     .then(() => Promise.allSettled([platform.close(), devAuth?.close()]))

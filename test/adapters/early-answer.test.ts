@@ -130,3 +130,65 @@ describe('an early answer to a request whose small body has all arrived', () => 
     })
   }
 })
+
+/**
+ * A refusal of the dispatch layer (a 401) given while the request's body is still on its way:
+ * the answer tells the truth about the connection. `@hono/node-server` closes it once the unread
+ * body has waited 500 ms, so the Web adapter says `Connection: close`; Express and Fastify (Node
+ * drains the rest) keep it, and the next request on it is answered. Found by an audit of the
+ * reference platform: the 401 said `keep-alive`, the connection closed 500 ms later, and the
+ * client's next request on it was lost with no answer (only a handler's answer was judged).
+ */
+describe('a refusal given before the request body has all arrived', () => {
+  for (const kind of ADAPTER_KINDS) {
+    it(`${kind}: its Connection field is what happens to the connection, and a request sent next on a kept one is answered`, async () => {
+      const base = createFixture()
+      const app = base.apps.getAppBySlug('weather')
+      const fixture = { ...base, dispatcher: createDispatcher({ ...base.dispatcherOptions, resolveApp: () => app }) }
+      const served = await serveWebHandler(kind, fixture, () => Response.json({ jsonrpc: '2.0', id: 1, result: {} }))
+      const body = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'ping', params: { pad: 'x'.repeat(2_000) } })
+      const head = (token: string, length: number) =>
+        `POST /v1 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: ${length}\r\n\r\n`
+      try {
+        let text = ''
+        const socket = connect(served.port, '127.0.0.1')
+        socket.setEncoding('latin1')
+        socket.on('error', () => {})
+        const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()))
+        socket.on('data', (chunk: string) => (text += chunk))
+        socket.write(head('svc_made_up', body.length) + body.slice(0, 10))
+        await expect.poll(() => text, { timeout: 5_000 }).toMatch(/^HTTP\/1\.1 401 [^]*\r\n\r\n/)
+        const refusal = text.slice(0, text.indexOf('\r\n\r\n')).toLowerCase()
+        // The rest of the body comes late (past @hono/node-server's 500 ms), then the next request.
+        await new Promise((resolve) => setTimeout(resolve, 700))
+        if (!socket.destroyed) socket.write(body.slice(10) + head(fixture.tokens.alice, body.length) + body)
+        // A refusal whose body came whole with its head, the next request behind it: kept, and answered.
+        const pipelined = await new Promise<string>((resolve) => {
+          let seen = ''
+          const other = connect(served.port, '127.0.0.1', () => other.write(head('svc_made_up', body.length) + body + head(fixture.tokens.alice, body.length) + body))
+          other.setEncoding('latin1')
+          other.on('error', () => {})
+          other.on('data', (chunk: string) => {
+            seen += chunk
+            if ((seen.match(/HTTP\/1\.1 /g) ?? []).length === 2 && /HTTP\/1\.1 200 [^]*\r\n\r\n[^]*"result"/.test(seen)) other.end()
+          })
+          other.on('close', () => resolve(seen))
+          other.setTimeout(5_000, () => other.destroy())
+        })
+        expect(pipelined).toMatch(/^HTTP\/1\.1 401 [^]*connection: keep-alive[^]*HTTP\/1\.1 200 /i)
+        if (kind === 'web') {
+          expect(refusal).toContain('connection: close')
+          await closed
+        } else {
+          expect(refusal).toContain('connection: keep-alive')
+          await expect.poll(() => text.match(/HTTP\/1\.1 /g)?.length, { timeout: 5_000 }).toBe(2)
+          expect(text.slice(text.lastIndexOf('HTTP/1.1 '))).toMatch(/^HTTP\/1\.1 200 /)
+          socket.end()
+        }
+        expect(fixture.errors).toEqual([])
+      } finally {
+        await served.close()
+      }
+    })
+  }
+})

@@ -622,6 +622,34 @@ describe('npm start (README quick start)', () => {
     }
   }, 60_000)
 
+  it('a request pipelined behind a refusal that closed its connection is not waited for by a stop (regression: Node never closed its answer, and the stop took its whole 10 s drain)', async () => {
+    const stopped = await startToStop()
+    try {
+      // Refused (401, Connection: close) while the next request is already read: Node queues
+      // the second's answer behind the first's and gives it no connection.
+      const socket = connect(stopped.port, '127.0.0.1')
+      stopped.sockets.push(socket)
+      let seen = ''
+      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+      socket.on('error', () => {})
+      const host = `${stopped.host}:${stopped.port}`
+      socket.write(
+        `POST ${stopped.path} HTTP/1.1\r\nHost: ${host}\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n` +
+          `POST ${stopped.path} HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 0\r\n\r\n`,
+      )
+      await once(socket, 'close')
+      expect(seen).toMatch(/^HTTP\/1\.1 401 /)
+      expect(seen.match(/HTTP\/1\.1 /g)).toHaveLength(1)
+      const stoppedAt = performance.now()
+      await stopped.stop()
+      expect(await stopped.exited).toEqual([0, null])
+      // Nothing was in flight: no drain to wait for (it lasts 10 s).
+      expect(performance.now() - stoppedAt).toBeLessThan(5_000)
+    } finally {
+      stopped.kill()
+    }
+  }, 60_000)
+
   it('a stop ends the open subscriptions/listen streams of MCP 2026-07-28 at once, rather than waiting for them as for answers in flight', async () => {
     // Regression: such a stream is a POST's answer that never ends on its own; the drain waited
     // for it as for a tool call, up to its 10 s deadline, and then cut the calls in flight.
