@@ -11,7 +11,6 @@
  * A bad option, variable or seed is named on stderr (exit 2), before the platform serves.
  */
 import { randomBytes } from 'node:crypto'
-import { once } from 'node:events'
 import { lookup } from 'node:dns/promises'
 import { readFileSync } from 'node:fs'
 import { resolve as resolvePath } from 'node:path'
@@ -185,37 +184,47 @@ const listener = getRequestListener(
 // every other refusal. What Node's parser refuses before any handler (a malformed request line,
 // an unknown method, a head past 16 KiB, a head or request past its time) gets the same kind of
 // body from `answerClientError`.
-// The answers still being written on each connection, and its close: a CONNECT pipelined behind
-// a request waits for them, so its 405 is never read as that request's answer.
-const answering = new WeakMap<Duplex, { open: Set<ServerResponse>; closed: Promise<void> }>()
-// Each answer's end: written, or its connection closed. An answer queued behind one that closed
-// its connection (a request pipelined behind a refusal with `Connection: close`) is given no
-// socket by Node and never emits 'close' itself (regression: it was waited for by a stop's whole
-// drain, and kept for the life of the process).
+// The answers still being written on each connection, each with what ends it (see `serve`): a
+// CONNECT pipelined behind a request waits for them, so its 405 is never read as that request's
+// answer.
+type Answers = Map<ServerResponse, () => void>
+const answering = new WeakMap<Duplex, Answers>()
+// Each answer's end: written, or its connection closed.
 const endOf = new WeakMap<ServerResponse, Promise<void>>()
 // The answers being written to requests other than GET (a tool call, a token API call): a stop
 // lets them finish (see `stop`). A GET on an MCP path is a session's stream, which lasts until
 // the session closes, and a client resumes it elsewhere. Each with the answers of its connection.
-const inFlight = new Map<ServerResponse, Set<ServerResponse>>()
-const settled = (promise: Promise<unknown>) => promise.then(() => {}, () => {})
+const inFlight = new Map<ServerResponse, Answers>()
 // The connections a CONNECT was sent on: its 405 ends them (see below), not a stop.
 const connecting = new WeakSet<Duplex>()
 const serve = (req: IncomingMessage, res: ServerResponse) => {
   const socket = req.socket
-  let connection = answering.get(socket)
-  if (connection === undefined) answering.set(socket, (connection = { open: new Set(), closed: settled(once(socket, 'close')) }))
-  const { open } = connection
-  open.add(res)
-  if (req.method !== 'GET' && !stopping) inFlight.set(res, open)
-  const ended = Promise.race([settled(once(res, 'close')), connection.closed])
-  endOf.set(res, ended)
-  void ended.then(() => {
-    open.delete(res)
+  let open = answering.get(socket)
+  if (open === undefined) {
+    const answers: Answers = new Map()
+    answering.set(socket, (open = answers))
+    // An answer queued behind one that closed the connection (a request pipelined behind a
+    // refusal with `Connection: close`) is given no socket by Node and never emits 'close'
+    // itself: the connection's close ends it (regression: a stop waited its whole drain for it,
+    // and it was kept for the life of the process).
+    socket.once('close', () => {
+      for (const end of [...answers.values()]) end()
+    })
+  }
+  let resolve!: () => void
+  endOf.set(res, new Promise<void>((done) => (resolve = done)))
+  const answers = open
+  const end = () => {
+    if (!answers.delete(res)) return
     inFlight.delete(res)
+    resolve()
     // Once stopping, a connection ends when its last answer has been written: an event stream
     // says `Connection: keep-alive` itself (the SDK's, in a session), which would keep it open.
-    if (stopping && open.size === 0 && !connecting.has(socket)) socket.end()
-  })
+    if (stopping && answers.size === 0 && !connecting.has(socket)) socket.end()
+  }
+  answers.set(res, end)
+  if (req.method !== 'GET' && !stopping) inFlight.set(res, answers)
+  res.once('close', end)
   // A request on a connection kept alive after the stop began (none can open now): 503 and the
   // connection closes, so its client goes elsewhere. It is not waited for, so it is never taken
   // in to be cut with no answer when the drain ends.
@@ -241,7 +250,7 @@ server.on('connect', async (_req: IncomingMessage, socket: Duplex) => {
   const head = Object.entries({ ...reply.headers, 'content-length': String(Buffer.byteLength(reply.body!)), connection: 'close' })
   socket.on('error', () => {})
   connecting.add(socket)
-  await Promise.all([...(answering.get(socket)?.open ?? [])].map((res) => endOf.get(res)))
+  await Promise.all([...(answering.get(socket)?.keys() ?? [])].map((res) => endOf.get(res)))
   if (socket.destroyed || socket.writableEnded) return
   socket.end(`HTTP/1.1 ${reply.status} Method Not Allowed\r\n${head.map(([name, value]) => `${name}: ${value}\r\n`).join('')}\r\n${reply.body}`)
 })
@@ -368,7 +377,7 @@ const stop = () => {
   // closes a connection after an answer that says so, and a pipelined request's answer queued
   // behind it would never be written. An answer that says otherwise (an event stream) has its
   // connection ended once written all the same (see `serve`).
-  for (const [res, open] of inFlight) if (!res.headersSent && [...open].at(-1) === res) res.setHeader('connection', 'close')
+  for (const [res, open] of inFlight) if (!res.headersSent && [...open.keys()].at(-1) === res) res.setHeader('connection', 'close')
   const drained = Promise.all([...inFlight.keys()].map((res) => endOf.get(res)))
   const deadline = new Promise<void>((resolve) => setTimeout(resolve, DRAIN_MS).unref())
   void Promise.race([drained, deadline])

@@ -86,8 +86,11 @@ function ignore(): void {}
  * still on its way then (a later packet) closes the connection, as before.
  */
 export function closeIfBodyInFlight(res: unknown): Promise<void> | undefined {
-  const req = (res as { req?: { complete?: unknown; httpVersionMajor?: unknown; headers?: Record<string, unknown> } }).req
+  const req = (res as { req?: { complete?: unknown; httpVersionMajor?: unknown; method?: unknown; headers?: Record<string, unknown> } }).req
   if (req === undefined || req.complete !== false || req.httpVersionMajor !== 1) return undefined
+  // @hono/node-server leaves the body of a GET or HEAD to Node, which drops it and keeps the
+  // connection.
+  if (req.method === 'GET' || req.method === 'HEAD') return undefined
   // A request framed with no body (a GET, a DELETE) has none in flight, and waits for nothing.
   const length = req.headers?.['content-length']
   if (req.headers?.['transfer-encoding'] === undefined && (length === undefined || isZeroLength(length))) return undefined

@@ -220,12 +220,6 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
     const decision = decided instanceof Promise ? await decided : decided
     if (decision.type === 'reply') {
       const { reply } = decision
-      // A refusal given before the request's body has all arrived, whose connection
-      // @hono/node-server closes after it: said so (`Connection: close`), as for a handler's
-      // early answer below (regression: it said keep-alive, and the client's next request on
-      // the connection was lost).
-      const judged = info?.outgoing === undefined ? undefined : closeIfBodyInFlight(info.outgoing)
-      if (judged !== undefined) await judged
       return request.method === 'HEAD' ? headResponse(reply) : toResponse(reply)
     }
     setContext(request, decision.context)
