@@ -472,7 +472,6 @@ export interface Dispatcher {
   readonly basePath: string
 }
 
-
 /** The MCP path's methods (`HEAD` is answered after authentication: see `withApp`). */
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
 /**

@@ -205,6 +205,15 @@ async function startToStop() {
     headers,
     raw,
     kill,
+    /** A raw connection to the platform, closed by `kill`; `seen()`: what it has received so far. */
+    connection() {
+      const socket = connect(port, '127.0.0.1')
+      sockets.push(socket)
+      let seen = ''
+      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
+      socket.on('error', () => {})
+      return { socket, seen: () => seen }
+    },
     /**
      * A connection whose request is in flight: all of it sent but the last bytes of its body
      * (`rest`), the body once the dispatch layer took the request in (its `100 Continue`, which
@@ -598,18 +607,14 @@ describe('npm start (README quick start)', () => {
     const stopped = await startToStop()
     try {
       const notes = await stopped.deployNotes(upstream.url)
-      const socket = connect(stopped.port, '127.0.0.1')
-      stopped.sockets.push(socket)
-      let seen = ''
-      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
-      socket.on('error', () => {})
+      const { socket, seen } = stopped.connection()
       const list = (id: number) => stopped.raw({ jsonrpc: '2.0', id, method: 'tools/list' }, {}, notes)
       socket.write(list(1) + list(2))
       await expect.poll(upstream.arrived, { timeout: 10_000 }).toBe(2)
       await stopped.stop()
       upstream.release()
       await once(socket, 'close')
-      const answers = seen.split(/(?=HTTP\/1\.1 )/)
+      const answers = seen().split(/(?=HTTP\/1\.1 )/)
       expect(answers.map((answer) => answer.slice(0, 15))).toEqual(['HTTP/1.1 200 OK', 'HTTP/1.1 200 OK'])
       expect(answers[0]).toContain('"tool1"')
       expect(answers[1]).toContain('"tool2"')
@@ -627,19 +632,15 @@ describe('npm start (README quick start)', () => {
     try {
       // Refused (401, Connection: close) while the next request is already read: Node queues
       // the second's answer behind the first's and gives it no connection.
-      const socket = connect(stopped.port, '127.0.0.1')
-      stopped.sockets.push(socket)
-      let seen = ''
-      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
-      socket.on('error', () => {})
+      const { socket, seen } = stopped.connection()
       const host = `${stopped.host}:${stopped.port}`
       socket.write(
         `POST ${stopped.path} HTTP/1.1\r\nHost: ${host}\r\nExpect: 100-continue\r\nContent-Length: 0\r\n\r\n` +
           `POST ${stopped.path} HTTP/1.1\r\nHost: ${host}\r\nContent-Length: 0\r\n\r\n`,
       )
       await once(socket, 'close')
-      expect(seen).toMatch(/^HTTP\/1\.1 401 /)
-      expect(seen.match(/HTTP\/1\.1 /g)).toHaveLength(1)
+      expect(seen()).toMatch(/^HTTP\/1\.1 401 /)
+      expect(seen().match(/HTTP\/1\.1 /g)).toHaveLength(1)
       const stoppedAt = performance.now()
       await stopped.stop()
       expect(await stopped.exited).toEqual([0, null])
@@ -665,20 +666,16 @@ describe('npm start (README quick start)', () => {
           _meta: { 'io.modelcontextprotocol/protocolVersion': modern, 'io.modelcontextprotocol/clientInfo': { name: 'stop', version: '1' }, 'io.modelcontextprotocol/clientCapabilities': {} },
         },
       }
-      const socket = connect(stopped.port, '127.0.0.1')
-      stopped.sockets.push(socket)
-      let seen = ''
-      socket.on('data', (chunk: Buffer) => (seen += chunk.toString('latin1')))
-      socket.on('error', () => {})
+      const { socket, seen } = stopped.connection()
       const modernHeaders = { 'mcp-protocol-version': modern, 'mcp-method': 'subscriptions/listen' }
       socket.write(stopped.raw(listen, modernHeaders))
-      await expect.poll(() => seen, { timeout: 10_000 }).toContain('notifications/subscriptions/acknowledged')
+      await expect.poll(seen, { timeout: 10_000 }).toContain('notifications/subscriptions/acknowledged')
       // Another taken in before the stop, whose stream opens only after it.
       const late = stopped.inFlight({ ...listen, id: 2 }, modernHeaders)
       const inFlight = stopped.inFlight({ jsonrpc: '2.0', id: 3, method: 'tools/list' }) // a call in flight, keeping the drain going
       await stopped.stop()
       // The stream's chunked body ends while the call is still in flight.
-      await expect.poll(() => seen.endsWith('\r\n0\r\n\r\n'), { timeout: 10_000 }).toBe(true)
+      await expect.poll(() => seen().endsWith('\r\n0\r\n\r\n'), { timeout: 10_000 }).toBe(true)
       late.socket.write(late.rest)
       const lateAnswer = await late.closed
       expect(lateAnswer).toMatch(/^HTTP\/1\.1 200 /)
