@@ -54,9 +54,13 @@ function rawReply(status: number, reason: string, error: JsonRpcErrorObject): st
  * `Content-Type: application/json`) as every other refusal of the dispatch layer, instead of
  * Node's bare status line with no body. The connection is then closed, as Node does.
  *
- * Nothing is written where a response of the connection has already started (a pipelined
- * request after it), nor to a socket reset or no longer writable; the socket is destroyed
- * either way. Nothing of the request is echoed.
+ * A malformed request pipelined behind requests whose answers are still under way is answered
+ * after them, in order, as HTTP/1.1 requires: each of those answers goes out whole first (Node's
+ * own listener destroys the connection at once, so the client lost them, or read the 400 as the
+ * answer to a request that was served). Where the malformed part is the body of the request
+ * being answered, that answer is abandoned: nothing is written behind a head already sent,
+ * and the socket is destroyed. Nothing is written to a socket reset or no longer writable.
+ * Nothing of the request is echoed.
  *
  * @example
  * ```ts
@@ -68,9 +72,30 @@ function rawReply(status: number, reason: string, error: JsonRpcErrorObject): st
  * ```
  */
 export function answerClientError(error: ClientError, socket: ClientErrorSocket): void {
-  // A reset connection has no one left to answer; a response already started on it (a pipelined
-  // request behind it) would be corrupted by another head.
-  const inFlight = (socket as { _httpMessage?: { headersSent?: boolean } | null })._httpMessage
+  // Node calls again with each piece of the request that still arrives (its parser stays in
+  // error): the first call answers.
+  if (waiting.has(socket)) return
+  const inFlight = (socket as { _httpMessage?: InFlightResponse | null })._httpMessage
+  if (inFlight && inFlight.req?.complete === true && !socket.destroyed && error?.code !== 'ECONNRESET') {
+    // An answer to a request that came whole, still under way (Node detaches an answer from its
+    // socket as it finishes, before any other listener hears it): the refusal comes after it,
+    // and after the answers Node has queued behind it, which it hands the socket in turn. (Not
+    // `writableFinished`: a queued answer that had ended is flushed whole as it gets the socket,
+    // and reads finished before its 'finish'.)
+    waiting.add(socket)
+    let answered = false
+    const after = () => {
+      if (answered) return
+      answered = true
+      waiting.delete(socket)
+      answerClientError(error, socket)
+    }
+    inFlight.once('finish', after)
+    inFlight.once('close', after)
+    return
+  }
+  // A reset connection has no one left to answer; a response already started on it (to the
+  // request whose body was malformed) would be corrupted by another head.
   if (error?.code !== 'ECONNRESET' && !socket.destroyed && socket.writable && !inFlight?.headersSent) {
     try {
       socket.write(ANSWERS.get(error?.code ?? '') ?? BAD_REQUEST)
@@ -80,6 +105,16 @@ export function answerClientError(error: ClientError, socket: ClientErrorSocket)
   }
   socket.destroy()
 }
+
+/** What {@link answerClientError} reads of the response a socket is answering (Node's `_httpMessage`). */
+interface InFlightResponse {
+  readonly headersSent?: boolean
+  readonly req?: { readonly complete?: boolean }
+  once(event: 'finish' | 'close', listener: () => void): unknown
+}
+
+/** Sockets whose refusal waits for the answers ahead of it. */
+const waiting = new WeakSet<object>()
 
 /** The part of a Node `ServerResponse` that {@link answerExpectationFailed} uses. */
 export interface ExpectationResponse {

@@ -4,6 +4,7 @@
  * (`server.on('clientError', …)` for Express and `@hono/node-server`, Fastify's
  * `clientErrorHandler` option), written byte for byte on raw sockets.
  */
+import { EventEmitter } from 'node:events'
 import * as http from 'node:http'
 import { type AddressInfo, connect } from 'node:net'
 import { getRequestListener } from '@hono/node-server'
@@ -30,10 +31,11 @@ const EXPECTATION_FAILED = {
 
 /**
  * Writes `data` on a new connection to `port`, piece by piece: a string is written, a number is
- * a pause of that many milliseconds, `{ seen }` waits until what came back holds `seen`.
+ * a pause of that many milliseconds, `{ seen }` waits until what came back holds `seen`, a
+ * function is called.
  * Resolves with what came back once the connection closed, or after `timeoutMs`.
  */
-function exchange(port: number, data: Array<string | number | { seen: string }>, timeoutMs = 3_000): Promise<{ raw: string; closed: boolean }> {
+function exchange(port: number, data: Array<string | number | { seen: string } | (() => void)>, timeoutMs = 3_000): Promise<{ raw: string; closed: boolean }> {
   return new Promise((resolve) => {
     const socket = connect(port, '127.0.0.1')
     let raw = ''
@@ -52,7 +54,8 @@ function exchange(port: number, data: Array<string | number | { seen: string }>,
     })
     void (async () => {
       for (const piece of data) {
-        if (typeof piece === 'number') await new Promise((r) => setTimeout(r, piece))
+        if (typeof piece === 'function') piece()
+        else if (typeof piece === 'number') await new Promise((r) => setTimeout(r, piece))
         else if (typeof piece === 'object') while (!raw.includes(piece.seen) && !socket.destroyed) await new Promise((r) => setTimeout(r, 5))
         else if (!socket.destroyed) socket.write(piece)
       }
@@ -207,12 +210,16 @@ for (const [name, start] of Object.entries(targets)) {
       expect(raw).not.toContain(fixture.tokens.alice)
     })
 
-    it('writes no head into a response already under way: a malformed request pipelined behind it closes the connection', async () => {
+    // The last test of each target: it opens `streaming`, which ends every answer from then on.
+    it('answers a malformed request pipelined behind answers under way after them, in order, and closes', async () => {
       const good = `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`
-      const { raw, closed } = await exchange(target.port, [good, { seen: 'data: one' }, 'GARBAGE\r\n\r\n'])
-      expect(raw).toMatch(/^HTTP\/1\.1 200 /)
-      expect(raw).toContain('data: one')
-      expect(raw.match(/HTTP\/1\.1 /g)).toHaveLength(1)
+      // The garbage arrives in two pieces, so Node's parser refuses it twice.
+      const { raw, closed } = await exchange(target.port, [good, good, { seen: 'data: one' }, 'GARBAGE\r\n\r\n', 100, 'more\r\n', 100, () => streaming.open()])
+      const answers = raw.split(/(?=HTTP\/1\.1 \d{3} )/)
+      expect(answers.map((a) => a.slice(0, 12))).toEqual(['HTTP/1.1 200', 'HTTP/1.1 200', 'HTTP/1.1 400'])
+      // Both streams went out whole (chunked to their last chunk) before the refusal.
+      for (const served of answers.slice(0, 2)) expect(served).toMatch(/data: one\n\n\r\n0\r\n\r\n$/)
+      expect(answer(answers[2]!).body).toEqual(BAD_REQUEST)
       expect(closed).toBe(true)
       // The server served on.
       const next = await exchange(target.port, [`FOO / HTTP/1.1\r\nHost: ${HOST}\r\n\r\n`])
@@ -266,6 +273,46 @@ describe('answerClientError on a socket', () => {
       expect(answer(done.written[0]!).body).toEqual(BAD_REQUEST)
       expect(done.destroyed).toBe(1)
     }
+  })
+
+  it('answers after the answers ahead of it end, once, and not at all where the connection closed first', () => {
+    // A response to a request that came whole, under way; Node hands the socket the next one on finish.
+    const response = () => Object.assign(new EventEmitter(), { headersSent: true, req: { complete: true } })
+    const first = response()
+    const second = response()
+    const { socket: s, done } = socket()
+    Object.assign(s, { _httpMessage: first })
+    answerClientError(error('HPE_INVALID_METHOD'), s)
+    answerClientError(error('HPE_INVALID_METHOD'), s) // the rest of the request, refused again
+    expect(done).toEqual({ written: [], destroyed: 0 })
+    Object.assign(s, { _httpMessage: second })
+    first.emit('finish')
+    first.emit('close')
+    expect(done).toEqual({ written: [], destroyed: 0 })
+    Object.assign(s, { _httpMessage: null })
+    second.emit('finish')
+    expect(done.written).toHaveLength(1)
+    expect(answer(done.written[0]!).body).toEqual(BAD_REQUEST)
+    expect(done.destroyed).toBe(1)
+    second.emit('close')
+    expect(done.written).toHaveLength(1)
+
+    // The client went away: the response closes, the socket with it.
+    const third = response()
+    const gone = socket({ destroyed: true })
+    Object.assign(gone.socket, { _httpMessage: third })
+    gone.socket.destroyed = false
+    answerClientError(error('HPE_INVALID_METHOD'), gone.socket)
+    gone.socket.destroyed = true
+    third.emit('close')
+    expect(gone.done).toEqual({ written: [], destroyed: 1 })
+  })
+
+  it('abandons an answer whose own request was malformed: nothing behind its head, and the socket destroyed', () => {
+    const { socket: s, done } = socket()
+    Object.assign(s, { _httpMessage: Object.assign(new EventEmitter(), { headersSent: true, req: { complete: false } }) })
+    answerClientError(error('HPE_INVALID_CHUNK_SIZE'), s)
+    expect(done).toEqual({ written: [], destroyed: 1 })
   })
 
   it('the chunk-extension limit answers 413', () => {
