@@ -305,8 +305,13 @@ export function logError(error: unknown, context: string): void {
     text = error instanceof Error ? `${error.name}: ${error.message}${causes(error)}` : String(error)
   } catch {
     // What a store rejected with may have no string form (`Object.create(null)`, a getter that
-    // throws): its kind, rather than a throw where an error is being reported.
-    text = Object.prototype.toString.call(error)
+    // throws): its kind, rather than a throw where an error is being reported; not even that of
+    // a Proxy whose traps throw, or one revoked.
+    try {
+      text = Object.prototype.toString.call(error)
+    } catch {
+      text = `a thrown ${typeof error} that cannot be read`
+    }
   }
   console.error(`[mcp-dispatch] ${context}: ${text}`)
 }

@@ -602,6 +602,15 @@ class StoreFailure {
   ) {}
 }
 
+/** `error instanceof StoreFailure`; false for what has no prototype to read (a Proxy whose trap throws). */
+function isStoreFailure(error: unknown): error is StoreFailure {
+  try {
+    return error instanceof StoreFailure
+  } catch {
+    return false
+  }
+}
+
 /** {@link DispatcherOptions}' names, and `rateLimit`'s. @internal */
 export const DISPATCHER_OPTIONS = optionNames<DispatcherOptions>({
   apps: true,
@@ -851,14 +860,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   function indexOf(live: readonly string[], appId: string): VersionIndex {
     let index = indexes.get(live)
-    if (!index) {
+    // A new array after each deploy is the contract (docs/stores.md); an array the store changed
+    // in place is compiled again when its length changed (a version pushed, or spliced out).
+    if (!index || index.live.length !== live.length) {
       // Named, so the row to mend is found: one bad version fails every request to the App.
       const answered = `mcp-dispatch: the App store's getLiveVersions(${JSON.stringify(appId.slice(0, 64))}) answered`
       if (!Array.isArray(live)) throw new TypeError(`${answered} ${live === null ? 'null' : typeof live}, not an array of versions`)
       try {
         index = compileVersions(live)
       } catch (error) {
-        if (!(error instanceof RangeError)) throw error
+        // Anything else is an array no version can be read from at all (one with holes).
+        if (!(error instanceof RangeError)) throw new TypeError(`${answered} an array that holds something other than version strings (a hole)`, { cause: error })
         throw new RangeError(`${answered} ${error.message.slice(0, 200)}`, { cause: error })
       }
       indexes.set(live, index)
@@ -954,7 +966,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       doc = metadata(app, baseUrlOf(request, app))
     } catch (error) {
       // The platform's `authorizationServers` function (or `baseUrl`): the callback's failure.
-      throw error instanceof StoreFailure ? error : new StoreFailure('callback', error)
+      throw isStoreFailure(error) ? error : new StoreFailure('callback', error)
     }
     // Its URLs and scopes are strings, checked: only the App store's record could fail here.
     const body = JSON.stringify(doc)
@@ -1066,7 +1078,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           (auth) => judgeApiToken(request, app, auth),
           // A token service of the platform's own may reject with it instead of throwing.
           (failure: unknown) => {
-            const error = failure instanceof StoreFailure ? failure.error : failure
+            const error = isStoreFailure(failure) ? failure.error : failure
             if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
             throw failure
           },
@@ -1160,7 +1172,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return bounded(policy, 'rate-limit policy')
       .then((p) => countRequest(flow, p))
       .catch((error: unknown) => {
-        throw error instanceof StoreFailure ? error : new StoreFailure('rate-limit policy', error)
+        throw isStoreFailure(error) ? error : new StoreFailure('rate-limit policy', error)
       })
   }
 
@@ -1234,9 +1246,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // on that instance's clock: never told as more than one window from now (a counter counts
     // requests of older windows no longer than that), nor as past.
     if (typeof answer === 'object' && answer !== null) {
-      count = answer.count
-      if (!Number.isSafeInteger(answer.windowStart)) count = Number.NaN
-      reset = Math.min(Math.max(answer.windowStart + windowMs, at), at + windowMs)
+      let windowStart: number
+      try {
+        count = answer.count
+        windowStart = answer.windowStart
+      } catch (error) {
+        // An answer that cannot be read (a getter that throws) is the store's failure.
+        return rateLimitStoreFailed(error)
+      }
+      if (!Number.isSafeInteger(windowStart)) count = Number.NaN
+      reset = Math.min(Math.max(windowStart + windowMs, at), at + windowMs)
     }
     // A count is a whole number from 1 (this request): anything else is a broken store,
     // which fails open (or not) like a store that threw, never a 429 for everyone.
@@ -1304,7 +1323,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /** The 503 for a failed store or callback (named in `onError`). */
   function failed(error: unknown, store: string, flow: Flow | undefined, origin = flow?.origin): Decision {
-    const failure = error instanceof StoreFailure ? error : new StoreFailure(store, error)
+    const failure = isStoreFailure(error) ? error : new StoreFailure(store, error)
     onError(failure.error, `${failure.store} failed`)
     // Once counted (step 6's stores and callbacks), with the `RateLimit` fields of the unit it spent.
     return flow === undefined ? reply(serviceUnavailableReply(), origin) : counted(flow, serviceUnavailableReply())
@@ -1680,8 +1699,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return then(validateOAuth(token, group.resource, app.id, clientAddress), (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
   }
 
+  /** Reports a subscription store's answer that is no boolean; false: it refuses. */
+  function notBoolean(active: unknown): false {
+    onError(new TypeError(`mcp-dispatch: the subscription store's isActive answered ${describe(active)}, not a boolean: refused (402)`), 'subscriptions answer')
+    return false
+  }
+
   function subscribed(subject: string, appId: string): MaybePromise<boolean> {
-    return then(settle(subscriptions.isActive(subject, appId), 'subscriptions'), (active) => active === true)
+    return then(settle(subscriptions.isActive(subject, appId), 'subscriptions'), (active) => active === true || (active !== false && notBoolean(active)))
   }
 
   function decide(request: DispatchRequest): MaybePromise<Decision> {
@@ -1819,8 +1844,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withSubscription(flow: Flow, active: boolean): MaybePromise<Decision> {
-    // Only `true` is an active subscription: any other answer of a store refuses (402).
-    if (active !== true) return reply(paymentRequiredReply(), flow.origin)
+    // Only `true` is an active subscription: any other answer of a store refuses (402), and
+    // one that is no boolean is reported (paying users refused, with nothing in the logs).
+    if (active !== true) {
+      if (active !== false) notBoolean(active)
+      return reply(paymentRequiredReply(), flow.origin)
+    }
     // Step 5: rate limit.
     stage = 'rate-limit policy'
     return proceed(flow, applyRateLimit(flow), 'rate-limit policy', withRateLimit)

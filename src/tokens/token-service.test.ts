@@ -194,6 +194,18 @@ describe('createTokenService: configuration', () => {
     expect(() => createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: createMemoryInvalidationBus() })).not.toThrow()
   })
 
+  it('refuses a bus whose subscribe returns no function to unsubscribe: found at creation, not at close, where it would stop the last last_used_at write', () => {
+    const store = createMemoryTokenStore()
+    const apps = createMemoryAppStore([])
+    const subscriptions = createMemorySubscriptionStore([])
+    for (const [answer, named] of [[undefined, 'a value of type undefined'], [null, 'null'], [Promise.resolve(), 'a value of type object']] as const) {
+      const invalidations = { publish() {}, subscribe: () => answer as never }
+      expect(() => createTokenService({ store, apps, subscriptions, invalidations }), named).toThrow(
+        new ConfigurationError('invalidations', `subscribe answered ${named}: it must return the function that unsubscribes`),
+      )
+    }
+  })
+
   it('refuses a flush interval or a store deadline that is not a positive timer delay (a string of digits included)', () => {
     for (const bad of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 3_000_000_000, '5000']) {
       expect(() => setup({ lastUsedFlushMs: bad as number }), String(bad)).toThrow(/lastUsedFlushMs/)

@@ -752,6 +752,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (invalidations.listening !== false) sender.resend()
     }
   })
+  // Found now, not at `close`, where it would stop the shutdown before its last write.
+  if (typeof unsubscribe !== 'function') {
+    throw new ConfigurationError('invalidations', `subscribe answered ${unsubscribe === null ? 'null' : `a value of type ${typeof unsubscribe}`}: it must return the function that unsubscribes`)
+  }
   // Hashes that matched a live stored token: their tokens are well formed, so the checksum
   // need not be computed again, and their lookups are not charged to `unknownTokenBudget`
   // (hashes only, never a secret). Bounded in two generations: when `wellFormed` holds half
@@ -1294,13 +1298,37 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (record.revokedAt !== null) return REVOKED
     const at = now()
     if (at >= record.expiresAt) return EXPIRED
-    recordUse(record.id, at)
     let result = accepted.get(record)
     if (result === undefined) {
+      checkStoredShape(record)
       result = Object.freeze({ ok: true, record, allowlist: storedAllowlist(record) })
       accepted.set(record, result)
     }
+    recordUse(record.id, at)
     return result
+  }
+
+  /**
+   * Throws `StoreUnavailableError` (503, reported) for a live record whose expiry, scope or
+   * allowlist is not of the type `ApiTokenRecord` says: a store of the platform's own that maps
+   * a column as text (`"2027-01-01T00:00:00Z"`, `'["app_1"]'`) or leaves one out (`undefined`).
+   * Taken as it came, such a record never expires (`at >= NaN` is false), is scoped to every App
+   * whose id is part of the text (a string's `includes`), or has no allowlist (`undefined` reads as
+   * none): never an access the stored token does not grant.
+   */
+  function checkStoredShape(record: ApiTokenRecord): void {
+    const { expiresAt, servers, allowedIps } = record as { expiresAt: unknown; servers: unknown; allowedIps: unknown }
+    const wrong =
+      typeof expiresAt !== 'number' || !Number.isFinite(expiresAt)
+        ? `expiresAt is ${describeStored(expiresAt)}, not a finite number of epoch milliseconds`
+        : !Array.isArray(servers) || servers.some((server) => typeof server !== 'string')
+          ? `servers is ${describeStored(servers)}, not an array of App ids`
+          : allowedIps !== null && !Array.isArray(allowedIps)
+            ? `allowedIps is ${describeStored(allowedIps)}, neither null (no allowlist) nor an array`
+            : undefined
+    if (wrong !== undefined) {
+      throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store answered a record for token ${record.id} whose ${wrong}`) })
+    }
   }
 
   // Tokens whose stored allowlist holds an entry that cannot be read, already reported.
@@ -1953,3 +1981,10 @@ const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed
 const UNKNOWN: TokenAuthResult = Object.freeze({ ok: false, reason: 'unknown' })
 const REVOKED: TokenAuthResult = Object.freeze({ ok: false, reason: 'revoked' })
 const EXPIRED: TokenAuthResult = Object.freeze({ ok: false, reason: 'expired' })
+
+/** A stored field's value named in an error message: never its text, which may be anything. */
+function describeStored(value: unknown): string {
+  if (typeof value === 'number') return String(value)
+  if (value === null) return 'null'
+  return Array.isArray(value) ? 'an array with an entry that is no string' : `of type ${typeof value}`
+}

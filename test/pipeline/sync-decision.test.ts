@@ -4,6 +4,7 @@
  * decision. Failures, synchronous or not, are a 503 naming the store, never a throw.
  */
 import {
+  type ApiTokenRecord,
   type AppStore,
   type DispatchRequest,
   type RateLimitStore,
@@ -17,8 +18,9 @@ import {
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createTokenService,
+  logError,
 } from 'mcp-dispatch'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, onTestFinished, vi } from 'vitest'
 import { midMinute } from '../helpers/clock.js'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
 
@@ -176,11 +178,88 @@ describe('decide on asynchronous stores', () => {
     expect(second).toMatchObject({ type: 'dispatch', headers: { ratelimit: expect.stringContaining('r=98;') } })
   })
 
-  it('a subscription store answering anything but true refuses (402)', async () => {
-    for (const odd of [1, 'yes', {}, null, undefined]) {
-      const { dispatcher, token } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => odd as never }) })
+  it('a subscription store answering anything but true refuses (402); an answer that is no boolean is reported, named by its type', async () => {
+    for (const [odd, named] of [[1, '1'], ['true', 'string'], [{}, 'object'], [null, 'null'], [undefined, 'undefined']] as const) {
+      const { dispatcher, token, errors } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => odd as never }) })
       expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 402 } })
+      expect(errors.map((e) => [e.context, (e.error as Error).message])).toEqual([
+        ['subscriptions answer', `mcp-dispatch: the subscription store's isActive answered ${named}, not a boolean: refused (402)`],
+      ])
     }
+    const { dispatcher, token, errors } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => false }) })
+    expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 402 } })
+    expect(errors).toEqual([])
+  })
+
+  it('a live record of a type ApiTokenRecord does not allow is a 503 naming the token and the field, never an access the stored token does not grant', async () => {
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ expiresAt: Number.NaN }, 'expiresAt is NaN, not a finite number of epoch milliseconds'],
+      [{ expiresAt: '2001-01-01T00:00:00Z' }, 'expiresAt is of type string, not a finite number of epoch milliseconds'],
+      [{ expiresAt: undefined }, 'expiresAt is of type undefined, not a finite number of epoch milliseconds'],
+      [{ servers: '["app_weather_pro"]' }, 'servers is of type string, not an array of App ids'],
+      [{ servers: [1] }, 'servers is an array with an entry that is no string, not an array of App ids'],
+      [{ allowedIps: undefined }, 'allowedIps is of type undefined, neither null (no allowlist) nor an array'],
+      [{ allowedIps: '203.0.113.7' }, 'allowedIps is of type string, neither null (no allowlist) nor an array'],
+    ]
+    for (const [odd, wrong] of cases) {
+      const { dispatcher, token, errors, tokens } = await setup({
+        tokens: (s) => ({ ...s, findByHash: (hash) => {
+          const found = s.findByHash(hash) as ApiTokenRecord | undefined
+          return found && ({ ...found, ...odd } as ApiTokenRecord)
+        } }),
+      })
+      const { id } = (await tokens.list('user_1'))[0]!
+      expect(await dispatcher.decide(request(token)), JSON.stringify(odd)).toMatchObject({ type: 'reply', reply: { status: 503 } })
+      expect(errors.map((e) => e.context)).toEqual(['token failed'])
+      expect(((errors[0]!.error as Error).cause as Error).message).toBe(`mcp-dispatch: the token store answered a record for token ${id} whose ${wrong}`)
+      expect(String((errors[0]!.error as Error).cause)).not.toContain('app_weather_pro')
+    }
+    // Expired as stored (a Date a store left unmapped compares as its time): refused, not a failure.
+    const { dispatcher, token, errors } = await setup({
+      tokens: (s) => ({ ...s, findByHash: (hash) => {
+        const found = s.findByHash(hash) as ApiTokenRecord | undefined
+        return found && ({ ...found, expiresAt: new Date(0) } as unknown as ApiTokenRecord)
+      } }),
+    })
+    expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 401 } })
+    expect(errors).toEqual([])
+  })
+
+  it('a rate-limit answer that cannot be read is the store\'s failure: served (failOpen) and reported as such', async () => {
+    const { dispatcher, token, errors } = await setup({
+      rateLimit: (s) => ({ ...s, increment: () => ({ get count(): number { throw new Error('unreadable') }, windowStart: 0 }) }),
+    })
+    expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'dispatch' })
+    expect(errors.map((e) => [e.context, (e.error as Error).message])).toEqual([['rate-limit store failed; serving (failOpen)', 'unreadable']])
+  })
+
+  it('a store that throws a value whose prototype cannot be read (a revoked Proxy) is a 503, reported; the default logger writes it too', async () => {
+    const revoked = Proxy.revocable({}, {})
+    revoked.revoke()
+    const { dispatcher, token, errors } = await setup({ subscriptions: (s) => ({ ...s, isActive: () => { throw revoked.proxy } }) })
+    expect(await dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect(errors.map((e) => e.context)).toEqual(['subscriptions failed'])
+    const written = vi.spyOn(console, 'error').mockImplementation(() => {})
+    onTestFinished(() => void written.mockRestore())
+    logError(revoked.proxy, 'subscriptions failed')
+    expect(written.mock.calls).toEqual([['[mcp-dispatch] subscriptions failed: a thrown object that cannot be read']])
+  })
+
+  it('an App store that changes its live array in place is compiled again when the length changed (a version pushed, or spliced out)', async () => {
+    const live = ['1.0.0', '1.2.3']
+    const { dispatcher, token } = await setup({ apps: (s) => ({ ...s, getLiveVersions: () => live }) })
+    expect(dispatcher.decide(request(token, '/'))).toMatchObject({ type: 'dispatch', context: { version: '1.2.3' } })
+    live.push('2.0.0')
+    expect(dispatcher.decide(request(token, '/'))).toMatchObject({ type: 'dispatch', context: { version: '2.0.0' } })
+    live.splice(live.indexOf('2.0.0'), 1)
+    expect(dispatcher.decide(request(token, '/v2'))).toMatchObject({ type: 'reply', reply: { status: 404 } })
+  })
+
+  it('an App store answering an array with a hole is a 503 naming the store', async () => {
+    // eslint-disable-next-line no-sparse-arrays
+    const { dispatcher, token, errors } = await setup({ apps: (s) => ({ ...s, getLiveVersions: () => ['1.0.0', , '1.2.3'] as string[] }) })
+    expect(dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+    expect((errors[0]!.error as Error).message).toBe('mcp-dispatch: the App store\'s getLiveVersions("app_weather") answered an array that holds something other than version strings (a hole)')
   })
 
   it('turns a rejecting store into a 503 that names it, never a rejection', async () => {
