@@ -625,9 +625,30 @@ function parseJsonObject(body: string): Record<string, unknown> | undefined {
  * like a secret: an answer echoing the token), or `untyped` for none. Not the lower-cased type
  * the checks read, whose token would no longer look like one.
  */
-function typeShown(mediaType: string): string {
-  return mediaType === '' ? 'untyped' : quoted(mediaType)
+function typeShown(mediaType: string, token: string): string {
+  if (mediaType === '') return 'untyped'
+  // Quoted only when it is a media type of a registered top-level type that does not hold the
+  // token: an upstream (or a proxy before it) that echoes the request's Authorization into the
+  // header would have the token quoted into a log line, and a UUID or a hex token does not
+  // look like a secret (`looksSecret`).
+  return MEDIA_TYPE.test(mediaType) && !mediaType.toLowerCase().includes(token.toLowerCase())
+    ? quoted(mediaType)
+    : 'of a type not shown'
 }
+
+/**
+ * The scopes a token's claims grant: `scope`, space-separated (RFC 9068 section 2.2.3, RFC 7662
+ * section 2.2), else `scp`, as Okta (an array) and Entra ID (space-separated) name them;
+ * `undefined` when neither is readable.
+ */
+function scopesOf(claims: Record<string, unknown>): string[] | undefined {
+  const granted = typeof claims.scope === 'string' ? claims.scope : claims.scp
+  if (typeof granted === 'string') return granted.split(' ').filter(Boolean)
+  return Array.isArray(granted) && granted.every((scope) => typeof scope === 'string') ? granted.filter(Boolean) : undefined
+}
+
+/** `type/subtype` of a registered top-level type (RFC 6838 section 4.2), any case. */
+const MEDIA_TYPE = /^(?:application|audio|font|haptics|image|message|model|multipart|text|video)\/[a-z0-9!#$&^_.+-]{1,127}$/i
 
 /** RFC 7662 section 2.2 (and RFC 6839 for the `+json` suffix): a JSON media type. */
 function isJsonType(contentType: string): boolean {
@@ -950,7 +971,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       response = { status: res.status, body, contentType: mediaType.toLowerCase(), mediaType, challenge: res.headers.get('www-authenticate') }
     } catch (error) {
       if (error instanceof UpstreamFailure) throw error
-      const message = timedOut ? `${endpoint}: timed out after ${budget} ms` : `${endpoint}: ${describeCallFailure(error)}`
+      const message = timedOut ? `${endpoint}: timed out after ${Math.round(budget)} ms` : `${endpoint}: ${describeCallFailure(error)}`
       breaker.failure(permit)
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: elapsed() - started, error: message })
       throw new UpstreamFailure(message, true)
@@ -1112,7 +1133,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // `{issuer}/userinfo`, a firewall's block page served with 200 for one client's token)
       // is taken as one without `sub`, below: a token can provoke it, so it must not open the
       // breaker for everyone, and the client's budget unit is kept.
-      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${typeShown(res.mediaType)})`, false)
+      if (!signed && body === undefined) throw new BadAnswer(`answer is not a JSON object (${typeShown(res.mediaType, token)})`, false)
       // An answer that names its issuer names the one that issued the token (OIDC Core section
       // 5.3.2 for a signed one); another issuer's token (a userinfo endpoint several tenants or
       // issuers share, which takes each one's tokens) is not a token of this issuer (spec 5.1
@@ -1167,7 +1188,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false, res.status >= 400 && !SETUP_STATUSES.has(res.status))
       // RFC 7662 section 2.2: the answer is `application/json`. Anything else (an HTML page a
       // proxy or login front end put there, whatever it holds) is no introspection answer.
-      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${typeShown(res.mediaType)}, not JSON`, true)
+      if (!isJsonType(res.contentType)) throw new BadAnswer(`answer is ${typeShown(res.mediaType, token)}, not JSON`, true)
       const body = parseJsonObject(res.body)
       if (!body || typeof body.active !== 'boolean') throw new BadAnswer('answer has no boolean active', true)
       if (!body.active) return { active: false, reason: 'inactive token' }
@@ -1198,7 +1219,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // names the client, never an App (an ID token's audience is its client), so it is no match.
       if (idTokenSigns(body)) return { active: false, reason: 'not an access token (ID token)' }
       const audience = resourceAudience(body)
-      const scopes = typeof body.scope === 'string' ? body.scope.split(' ').filter(Boolean) : undefined
+      const scopes = scopesOf(body)
       return {
         active: true,
         info: {
@@ -1474,7 +1495,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     // What is cached, and checked against each App it is presented to: never the client's own id.
     const tokenAudience = resourceAudience(payload)
     const clientId = typeof payload.client_id === 'string' ? payload.client_id : typeof payload.azp === 'string' ? payload.azp : undefined
-    const scopes = typeof payload.scope === 'string' ? payload.scope.split(' ').filter(Boolean) : undefined
+    const scopes = scopesOf(payload)
     return {
       active: true,
       info: {

@@ -721,6 +721,21 @@ describe('jwt mode (local verification)', () => {
     expect(await v.validate(await sign({ aud: 'http://p.localhost/weather-2' }), atPath)).toEqual({ active: false, reason: 'audience mismatch' })
   })
 
+  it('reads the scopes from scope, else from scp as Okta (an array) and Entra ID (space-separated) name them (from the OAuth audit: scp was ignored)', async () => {
+    const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
+    const scopes = async (claims: Record<string, unknown>) => {
+      const result = await v.validate(await sign({ scope: undefined, ...claims }), weather)
+      return result.active ? result.info.scopes : result
+    }
+    expect(await scopes({ scope: 'openid mcp:tools' })).toEqual(['openid', 'mcp:tools'])
+    expect(await scopes({ scp: ['openid', 'mcp:tools'] })).toEqual(['openid', 'mcp:tools'])
+    expect(await scopes({ scp: 'openid  mcp:tools' })).toEqual(['openid', 'mcp:tools'])
+    expect(await scopes({ scope: 'openid', scp: ['mcp:tools'] })).toEqual(['openid'])
+    // Neither readable: none known, not an empty grant.
+    expect(await scopes({ scp: ['openid', 1] })).toBeUndefined()
+    expect(await scopes({})).toBeUndefined()
+  })
+
   it('verifies with a local key set and makes no upstream call at all', async () => {
     const v = validator({ mode: 'jwt', jwks: { keys: [publicJwk] }, audience: ({ resource }) => resource })
     const token = await sign({})
@@ -1462,7 +1477,25 @@ describe('introspection mode (RFC 7662)', () => {
     fake.route('/introspect', (req) => ({ status: 200, body: { active: true, sub: 'u' }, headers: { 'content-type': `text/x-${new URLSearchParams(req.body).get('token')}` } }))
     const error = await thrown(v.validate(token), AuthorizationServerUnavailableError)
     expect(inspect([error, events], { depth: Infinity }).toLowerCase()).not.toContain('ijkl5mno')
-    expect(JSON.stringify(events)).toContain('introspection: answer is [not shown: it looks like a secret], not JSON')
+    expect(JSON.stringify(events)).toContain('introspection: answer is of a type not shown, not JSON')
+  })
+
+  it('a Content-Type that echoes a token no check takes for a secret (a UUID, lower-case hex) is not quoted either; a media type is (from the OAuth audit: the UUID went into the default log)', async () => {
+    const v = validator()
+    for (const [token, echoed] of [
+      ['91cc8741-e9aa-418e-ab9c-012723118277', (t: string) => t],
+      ['0123456789abcdef0123456789abcdef', (t: string) => `text/x-${t}`],
+      ['0123456789abcdef0123456789abcdee', (t: string) => `Bearer ${t}`],
+    ] as const) {
+      fake.route('/oidc/me', () => ({ status: 200, body: 'not json', headers: { 'content-type': echoed(token) } }))
+      const error = await thrown(v.validate(token), AuthorizationServerUnavailableError)
+      expect(inspect([error, events], { depth: Infinity }).toLowerCase()).not.toContain(token.slice(4, 20))
+      expect(JSON.stringify(events)).toContain('answer is not a JSON object (of a type not shown)')
+    }
+    events.length = 0
+    fake.route('/oidc/me', { status: 200, body: 'sign in', headers: { 'content-type': 'Text/HTML; charset=utf-8' } })
+    await thrown(v.validate('another-token'), AuthorizationServerUnavailableError)
+    expect(JSON.stringify(events)).toContain('answer is not a JSON object (\\"Text/HTML\\")')
   })
 
   it('a present but malformed exp, nbf or iat refuses the token, rather than leaving it unchecked and cached (regression)', async () => {
