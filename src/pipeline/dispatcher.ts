@@ -1790,6 +1790,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   function withApp(flow: Flow, app: AppRecord | undefined): MaybePromise<Decision> {
     const { request, origin, path } = flow
     if (!app) return notFound(request, origin)
+    // The id keys the scope, the subscription, the rate limit and the pins: a record without one
+    // (a column left out, a number) is the store's failure, never an App every scope misses.
+    if (typeof app.id !== 'string' || app.id === '') {
+      throw new StoreFailure('apps', new TypeError(`mcp-dispatch: ${options.resolveApp == null ? 'the App store' : 'resolveApp'} answered an App record whose id is ${app.id === '' ? 'empty' : describe(app.id)}, not a non-empty string`))
+    }
     if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
       // One protected resource per App, its address (spec 2.2), at every version path. No
       // path-suffixed document (RFC 9728 section 3.1) for `/v1`: one naming `{base_url}/v1`

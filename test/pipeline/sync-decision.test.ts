@@ -255,6 +255,16 @@ describe('decide on asynchronous stores', () => {
     expect(dispatcher.decide(request(token, '/v2'))).toMatchObject({ type: 'reply', reply: { status: 404 } })
   })
 
+  it('an App record without a string id is a 503 reported as apps failed, never an App every scope misses (403) or served', async () => {
+    for (const [id, named] of [[undefined, 'undefined'], [7, '7'], ['', 'empty']] as const) {
+      const { dispatcher, token, errors } = await setup({ apps: (s) => ({ ...s, getAppBySlug: (slug) => ({ ...s.getAppBySlug(slug), id }) as never }) })
+      expect(dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
+      expect(errors.map((e) => [e.context, (e.error as Error).message])).toEqual([
+        ['apps failed', `mcp-dispatch: the App store answered an App record whose id is ${named}, not a non-empty string`],
+      ])
+    }
+  })
+
   it('an App store answering an array with a hole is a 503 naming the store', async () => {
     // eslint-disable-next-line no-sparse-arrays
     const { dispatcher, token, errors } = await setup({ apps: (s) => ({ ...s, getLiveVersions: () => ['1.0.0', , '1.2.3'] as string[] }) })
