@@ -57,7 +57,8 @@ function rawReply(status: number, reason: string, error: JsonRpcErrorObject): st
  * A malformed request pipelined behind requests whose answers are still under way is answered
  * after them, in order, as HTTP/1.1 requires: each of those answers goes out whole first (Node's
  * own listener destroys the connection at once, so the client lost them, or read the 400 as the
- * answer to a request that was served). Where the malformed part is the body of the request
+ * answer to a request that was served). What the client sends meanwhile is read and dropped.
+ * A request timeout (408) is answered at once, as Node answers it. Where the malformed part is the body of the request
  * being answered, that answer is abandoned: nothing is written behind a head already sent,
  * and the socket is destroyed. Nothing is written to a socket reset or no longer writable.
  * Nothing of the request is echoed.
@@ -76,7 +77,10 @@ export function answerClientError(error: ClientError, socket: ClientErrorSocket)
   // error): the first call answers.
   if (waiting.has(socket)) return
   const inFlight = (socket as { _httpMessage?: InFlightResponse | null })._httpMessage
-  if (inFlight && inFlight.req?.complete === true && !socket.destroyed && error?.code !== 'ECONNRESET') {
+  // Parser errors only: the parser stops for good at one. A request timeout is no parser error:
+  // Node's parser reads on, and a request it had refused as timed out would be served while the
+  // 408 waited, then refused after its own answer; it is answered at once, as Node answers it.
+  if (inFlight && inFlight.req?.complete === true && !socket.destroyed && error?.code?.startsWith('HPE_') === true) {
     // An answer to a request that came whole, still under way (Node detaches an answer from its
     // socket as it finishes, before any other listener hears it): the refusal comes after it,
     // and after the answers Node has queued behind it, which it hands the socket in turn. (Not

@@ -621,19 +621,23 @@ function parseJsonObject(body: string): Record<string, unknown> | undefined {
 }
 
 /**
- * An answer's media type as a message names it: as sent, quoted (so not shown where it looks
- * like a secret: an answer echoing the token), or `untyped` for none. Not the lower-cased type
- * the checks read, whose token would no longer look like one.
+ * An answer's media type as a message names it: `untyped` for none; as sent, quoted, when it is
+ * a media type of a registered top-level type that shares no 8 characters in a row with the
+ * token (and `quoted` hides it still where it looks like a secret); else `of a type not shown`.
+ * An upstream (or a proxy before it) that echoes the request's Authorization into the header
+ * would otherwise have the token, or most of it, in a log line: a UUID or a hex token does not
+ * look like a secret (`looksSecret`).
  */
 function typeShown(mediaType: string, token: string): string {
   if (mediaType === '') return 'untyped'
-  // Quoted only when it is a media type of a registered top-level type that does not hold the
-  // token: an upstream (or a proxy before it) that echoes the request's Authorization into the
-  // header would have the token quoted into a log line, and a UUID or a hex token does not
-  // look like a secret (`looksSecret`).
-  return MEDIA_TYPE.test(mediaType) && !mediaType.toLowerCase().includes(token.toLowerCase())
-    ? quoted(mediaType)
-    : 'of a type not shown'
+  return MEDIA_TYPE.test(mediaType) && !sharesRun(mediaType.toLowerCase(), token.toLowerCase(), 8) ? quoted(mediaType) : 'of a type not shown'
+}
+
+/** Whether `text` holds `length` characters in a row of `secret` (all of it, when shorter). */
+function sharesRun(text: string, secret: string, length: number): boolean {
+  if (secret.length <= length) return text.includes(secret)
+  for (let i = 0; i + length <= secret.length; i++) if (text.includes(secret.slice(i, i + length))) return true
+  return false
 }
 
 /**
@@ -644,7 +648,8 @@ function typeShown(mediaType: string, token: string): string {
 function scopesOf(claims: Record<string, unknown>): string[] | undefined {
   const granted = typeof claims.scope === 'string' ? claims.scope : claims.scp
   if (typeof granted === 'string') return granted.split(' ').filter(Boolean)
-  return Array.isArray(granted) && granted.every((scope) => typeof scope === 'string') ? granted.filter(Boolean) : undefined
+  // An entry holding spaces is a list of its own (RFC 6749 section 3.3), never one scope.
+  return Array.isArray(granted) && granted.every((scope) => typeof scope === 'string') ? granted.flatMap((scope) => scope.split(' ')).filter(Boolean) : undefined
 }
 
 /** `type/subtype` of a registered top-level type (RFC 6838 section 4.2), any case. */

@@ -104,3 +104,14 @@ export function quoted(text: string, max = 64): string {
 export function named(text: string, max = 64): string {
   return /^[\x21-\x7e]+$/.test(text) ? quotable(text, max) : quoted(text, max)
 }
+
+/**
+ * A value named in an error message without its text, which may be anything: a number as it
+ * is (`NaN`, `7`), `null`, `array`, else its type (`string`, `undefined`, `object`).
+ * @internal
+ */
+export function kindOf(value: unknown): string {
+  if (typeof value === 'number') return String(value)
+  if (value === null) return 'null'
+  return Array.isArray(value) ? 'array' : typeof value
+}

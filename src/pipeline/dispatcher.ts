@@ -12,7 +12,7 @@ import { parseBearerToken, presentsBearer } from '../core/authorization-header.j
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
 import { checkScope } from '../core/scope.js'
 import { checkIpAllowlist } from '../core/ip.js'
-import { quoted } from '../core/text.js'
+import { kindOf, quoted } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import {
   PROTECTED_RESOURCE_METADATA_PATH,
@@ -590,10 +590,6 @@ function isDataProperty(object: object, key: string): boolean {
   return descriptor !== undefined && 'value' in descriptor
 }
 
-/** A value named for an error message: numbers as they are, anything else by its type. */
-function describe(value: unknown): string {
-  return typeof value === 'number' ? String(value) : value === null ? 'null' : typeof value
-}
 
 class StoreFailure {
   constructor(
@@ -602,10 +598,13 @@ class StoreFailure {
   ) {}
 }
 
-/** `error instanceof StoreFailure`; false for what has no prototype to read (a Proxy whose trap throws). */
-function isStoreFailure(error: unknown): error is StoreFailure {
+/**
+ * `value instanceof type`; false for what has no prototype to read (a Proxy whose trap throws,
+ * one revoked), which a store or validator of the platform's may throw.
+ */
+function isInstance<T>(value: unknown, type: abstract new (...args: never[]) => T): value is T {
   try {
-    return error instanceof StoreFailure
+    return value instanceof type
   } catch {
     return false
   }
@@ -870,7 +869,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         index = compileVersions(live)
       } catch (error) {
         // Anything else is an array no version can be read from at all (one with holes).
-        if (!(error instanceof RangeError)) throw new TypeError(`${answered} an array that holds something other than version strings (a hole)`, { cause: error })
+        if (!(error instanceof RangeError)) throw new TypeError(`${answered} an array that holds something other than version strings (such as a hole)`, { cause: error })
         throw new RangeError(`${answered} ${error.message.slice(0, 200)}`, { cause: error })
       }
       indexes.set(live, index)
@@ -966,7 +965,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       doc = metadata(app, baseUrlOf(request, app))
     } catch (error) {
       // The platform's `authorizationServers` function (or `baseUrl`): the callback's failure.
-      throw isStoreFailure(error) ? error : new StoreFailure('callback', error)
+      throw isInstance(error, StoreFailure) ? error : new StoreFailure('callback', error)
     }
     // Its URLs and scopes are strings, checked: only the App store's record could fail here.
     const body = JSON.stringify(doc)
@@ -1070,7 +1069,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       pending = settle(tokens.authenticate(token, request.clientAddress), 'token')
     } catch (error) {
       // The client's lookups of tokens that are not stored are spent (`unknownTokenBudget`).
-      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
+      if (isInstance(error, TooManyValidationsError)) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
       throw error
     }
     return pending instanceof Promise
@@ -1078,8 +1077,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           (auth) => judgeApiToken(request, app, auth),
           // A token service of the platform's own may reject with it instead of throwing.
           (failure: unknown) => {
-            const error = isStoreFailure(failure) ? failure.error : failure
-            if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
+            const error = isInstance(failure, StoreFailure) ? failure.error : failure
+            if (isInstance(error, TooManyValidationsError)) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
             throw failure
           },
         )
@@ -1147,10 +1146,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     try {
       result = await validateOAuth(token, resource, app.id, request.clientAddress)
     } catch (error) {
-      if (error instanceof AuthorizationServerUnavailableError) {
+      if (isInstance(error, AuthorizationServerUnavailableError)) {
         return { reply: authorizationServerUnavailableReply(error.retryAfter) }
       }
-      if (error instanceof TooManyValidationsError) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
+      if (isInstance(error, TooManyValidationsError)) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
       throw new StoreFailure('oauth', error)
     }
     if (!result.active) return challenge(request, app, true)
@@ -1172,7 +1171,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return bounded(policy, 'rate-limit policy')
       .then((p) => countRequest(flow, p))
       .catch((error: unknown) => {
-        throw isStoreFailure(error) ? error : new StoreFailure('rate-limit policy', error)
+        throw isInstance(error, StoreFailure) ? error : new StoreFailure('rate-limit policy', error)
       })
   }
 
@@ -1196,7 +1195,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    */
   function checkPolicy(policy: RateLimitPolicy): CheckedPolicy {
     if (typeof policy !== 'object') {
-      throw new TypeError(`mcp-dispatch: rateLimit.policy result must be an object { limit, windowType }, or undefined or null for no limit; got ${describe(policy)}`)
+      throw new TypeError(`mcp-dispatch: rateLimit.policy result must be an object { limit, windowType }, or undefined or null for no limit; got ${kindOf(policy)}`)
     }
     let checked = checkedPolicies.get(policy)
     if (checked !== undefined) return checked
@@ -1220,7 +1219,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const at = now()
     // A clock that answers no time would start a window of NaN (every request counted alone,
     // and `t=NaN` in the header): a failure of the counting, as a store's.
-    if (!Number.isFinite(at)) return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the dispatcher's now() answered ${describe(at)}, not epoch ms: not counted`))
+    if (!Number.isFinite(at)) return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the dispatcher's now() answered ${kindOf(at)}, not epoch ms: not counted`))
     const start = windowStart(at, windowMs)
     let count: MaybePromise<number | RateLimitCount>
     try {
@@ -1260,7 +1259,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // A count is a whole number from 1 (this request): anything else is a broken store,
     // which fails open (or not) like a store that threw, never a 429 for everyone.
     if (!Number.isSafeInteger(count) || count < 1) {
-      return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${describe(answer)}, not a count >= 1`))
+      return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${kindOf(answer)}, not a count >= 1`))
     }
     if (failOpenLogged !== undefined && failOpenLogged.unlogged > 0) failOpenEnded(failOpenLogged)
     const result = rateLimitDecision(count, policy, reset, at)
@@ -1323,7 +1322,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /** The 503 for a failed store or callback (named in `onError`). */
   function failed(error: unknown, store: string, flow: Flow | undefined, origin = flow?.origin): Decision {
-    const failure = isStoreFailure(error) ? error : new StoreFailure(store, error)
+    const failure = isInstance(error, StoreFailure) ? error : new StoreFailure(store, error)
     onError(failure.error, `${failure.store} failed`)
     // Once counted (step 6's stores and callbacks), with the `RateLimit` fields of the unit it spent.
     return flow === undefined ? reply(serviceUnavailableReply(), origin) : counted(flow, serviceUnavailableReply())
@@ -1701,7 +1700,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /** Reports a subscription store's answer that is no boolean; false: it refuses. */
   function notBoolean(active: unknown): false {
-    onError(new TypeError(`mcp-dispatch: the subscription store's isActive answered ${describe(active)}, not a boolean: refused (402)`), 'subscriptions answer')
+    onError(new TypeError(`mcp-dispatch: the subscription store's isActive answered ${kindOf(active)}, not a boolean: refused (402)`), 'subscriptions answer')
     return false
   }
 
@@ -1793,7 +1792,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // The id keys the scope, the subscription, the rate limit and the pins: a record without one
     // (a column left out, a number) is the store's failure, never an App every scope misses.
     if (typeof app.id !== 'string' || app.id === '') {
-      throw new StoreFailure('apps', new TypeError(`mcp-dispatch: ${options.resolveApp == null ? 'the App store' : 'resolveApp'} answered an App record whose id is ${app.id === '' ? 'empty' : describe(app.id)}, not a non-empty string`))
+      throw new StoreFailure('apps', new TypeError(`mcp-dispatch: ${options.resolveApp == null ? 'the App store' : 'resolveApp'} answered an App record whose id is ${app.id === '' ? 'empty' : kindOf(app.id)}, not a non-empty string`))
     }
     if (path.startsWith(PROTECTED_RESOURCE_METADATA_PATH)) {
       // One protected resource per App, its address (spec 2.2), at every version path. No

@@ -93,7 +93,9 @@ export function servedAt(segments: readonly string[]): Served | string {
   return id === undefined ? COLLECTION : action === undefined ? ITEM : ROTATION
 }
 
-const TOKEN_ID = /^[A-Za-z0-9-]{1,64}$/
+// 1 to 64 unreserved URL characters (RFC 3986 section 2.3), so an id a platform imported
+// (`tok_imported_1`) is reached as the service's methods reach it; not `.` or `..`.
+const TOKEN_ID = /^(?!\.\.?$)[A-Za-z0-9._~-]{1,64}$/
 
 /** The API's answer to a method a path does not serve, or at a path naming nothing. */
 export interface PathRefusal {

@@ -18,7 +18,7 @@ import {
   checkApiTokenFormat,
 } from '../core/api-token.js'
 import { type CompiledAllowlist, type IpRange, compileAllowlist, checkIpAllowlist, parseCidr, validateAllowlist } from '../core/ip.js'
-import { hasLoneSurrogate, named, quoted } from '../core/text.js'
+import { hasLoneSurrogate, kindOf, named, quoted } from '../core/text.js'
 import { adoptThenable } from '../core/thenable.js'
 import type {
   ApiTokenPatch,
@@ -752,7 +752,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (invalidations.listening !== false) sender.resend()
     }
   })
-  // Found now, not at `close`, where it would stop the shutdown before its last write.
+  // Found now, not at `close`, where it would stop the shutdown before its last write. (The
+  // listener stays on that bus: there is nothing to remove it with.)
   if (typeof unsubscribe !== 'function') {
     throw new ConfigurationError('invalidations', `subscribe answered ${unsubscribe === null ? 'null' : `a value of type ${typeof unsubscribe}`}: it must return the function that unsubscribes`)
   }
@@ -1311,23 +1312,26 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   /**
    * Throws `StoreUnavailableError` (503, reported) for a live record whose expiry, scope or
    * allowlist is not of the type `ApiTokenRecord` says: a store of the platform's own that maps
-   * a column as text (`"2027-01-01T00:00:00Z"`, `'["app_1"]'`) or leaves one out (`undefined`).
-   * Taken as it came, such a record never expires (`at >= NaN` is false), is scoped to every App
-   * whose id is part of the text (a string's `includes`), or has no allowlist (`undefined` reads as
-   * none): never an access the stored token does not grant.
+   * a column as text (`"2027-01-01T00:00:00Z"`, `'["app_1"]'`, node-postgres's string for a
+   * `bigint`) or leaves one out (`undefined`). Taken as it came, such a record never expires
+   * (`at >= NaN` is false), is scoped to every App whose id is part of the text (a string's
+   * `includes`), or has no allowlist (`undefined` read as none): never an access the stored
+   * token does not grant. (An entry of `servers` that is no string, a SQL array's NULL, grants
+   * nothing, and is let be.)
    */
   function checkStoredShape(record: ApiTokenRecord): void {
     const { expiresAt, servers, allowedIps } = record as { expiresAt: unknown; servers: unknown; allowedIps: unknown }
     const wrong =
       typeof expiresAt !== 'number' || !Number.isFinite(expiresAt)
-        ? `expiresAt is ${describeStored(expiresAt)}, not a finite number of epoch milliseconds`
-        : !Array.isArray(servers) || servers.some((server) => typeof server !== 'string')
-          ? `servers is ${describeStored(servers)}, not an array of App ids`
+        ? `expiresAt (${kindOf(expiresAt)}) is no finite number of epoch milliseconds (read a bigint column with Number())`
+        : !Array.isArray(servers)
+          ? `servers (${kindOf(servers)}) is no array of App ids`
           : allowedIps !== null && !Array.isArray(allowedIps)
-            ? `allowedIps is ${describeStored(allowedIps)}, neither null (no allowlist) nor an array`
+            ? `allowedIps (${kindOf(allowedIps)}) is neither null (no allowlist) nor an array (give null for a missing one)`
             : undefined
     if (wrong !== undefined) {
-      throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store answered a record for token ${record.id} whose ${wrong}`) })
+      // The id as stored: quoted where it holds anything that could forge a log line.
+      throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store answered a record for token ${named(String(record.id))} whose ${wrong}`) })
     }
   }
 
@@ -1981,10 +1985,3 @@ const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed
 const UNKNOWN: TokenAuthResult = Object.freeze({ ok: false, reason: 'unknown' })
 const REVOKED: TokenAuthResult = Object.freeze({ ok: false, reason: 'revoked' })
 const EXPIRED: TokenAuthResult = Object.freeze({ ok: false, reason: 'expired' })
-
-/** A stored field's value named in an error message: never its text, which may be anything. */
-function describeStored(value: unknown): string {
-  if (typeof value === 'number') return String(value)
-  if (value === null) return 'null'
-  return Array.isArray(value) ? 'an array with an entry that is no string' : `of type ${typeof value}`
-}

@@ -210,6 +210,16 @@ for (const [name, start] of Object.entries(targets)) {
       expect(raw).not.toContain(fixture.tokens.alice)
     })
 
+    it('answers a request that timed out behind an answer under way at once, as Node does: it is never served after that answer', async () => {
+      const good = `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`
+      // The second head never ends: past headersTimeout (300 ms) Node refuses it. Its answer
+      // cannot go behind the stream's head, so the connection closes with the stream cut.
+      const { raw, closed } = await exchange(target.port, [good, { seen: 'data: one' }, `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\n`], 2_000)
+      expect(closed).toBe(true)
+      expect(raw.match(/HTTP\/1\.1 /g)).toHaveLength(1)
+      expect(raw).toMatch(/^HTTP\/1\.1 200 /)
+    })
+
     // The last test of each target: it opens `streaming`, which ends every answer from then on.
     it('answers a malformed request pipelined behind answers under way after them, in order, and closes', async () => {
       const good = `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`

@@ -731,6 +731,8 @@ describe('jwt mode (local verification)', () => {
     expect(await scopes({ scp: ['openid', 'mcp:tools'] })).toEqual(['openid', 'mcp:tools'])
     expect(await scopes({ scp: 'openid  mcp:tools' })).toEqual(['openid', 'mcp:tools'])
     expect(await scopes({ scope: 'openid', scp: ['mcp:tools'] })).toEqual(['openid'])
+    // An entry holding a space is a list of its own, never one scope.
+    expect(await scopes({ scp: ['openid mcp:tools', 'email'] })).toEqual(['openid', 'mcp:tools', 'email'])
     // Neither readable: none known, not an empty grant.
     expect(await scopes({ scp: ['openid', 1] })).toBeUndefined()
     expect(await scopes({})).toBeUndefined()
@@ -1486,6 +1488,8 @@ describe('introspection mode (RFC 7662)', () => {
       ['91cc8741-e9aa-418e-ab9c-012723118277', (t: string) => t],
       ['0123456789abcdef0123456789abcdef', (t: string) => `text/x-${t}`],
       ['0123456789abcdef0123456789abcdee', (t: string) => `Bearer ${t}`],
+      // Part of it: 20 of its 32 characters.
+      ['fedcba9876543210fedcba9876543210', (t: string) => `text/x-${t.slice(2, 22)}`],
     ] as const) {
       fake.route('/oidc/me', () => ({ status: 200, body: 'not json', headers: { 'content-type': echoed(token) } }))
       const error = await thrown(v.validate(token), AuthorizationServerUnavailableError)

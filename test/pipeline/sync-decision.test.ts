@@ -192,14 +192,15 @@ describe('decide on asynchronous stores', () => {
   })
 
   it('a live record of a type ApiTokenRecord does not allow is a 503 naming the token and the field, never an access the stored token does not grant', async () => {
+    const expiry = 'is no finite number of epoch milliseconds (read a bigint column with Number())'
     const cases: Array<[Record<string, unknown>, string]> = [
-      [{ expiresAt: Number.NaN }, 'expiresAt is NaN, not a finite number of epoch milliseconds'],
-      [{ expiresAt: '2001-01-01T00:00:00Z' }, 'expiresAt is of type string, not a finite number of epoch milliseconds'],
-      [{ expiresAt: undefined }, 'expiresAt is of type undefined, not a finite number of epoch milliseconds'],
-      [{ servers: '["app_weather_pro"]' }, 'servers is of type string, not an array of App ids'],
-      [{ servers: [1] }, 'servers is an array with an entry that is no string, not an array of App ids'],
-      [{ allowedIps: undefined }, 'allowedIps is of type undefined, neither null (no allowlist) nor an array'],
-      [{ allowedIps: '203.0.113.7' }, 'allowedIps is of type string, neither null (no allowlist) nor an array'],
+      [{ expiresAt: Number.NaN }, `expiresAt (NaN) ${expiry}`],
+      [{ expiresAt: '2001-01-01T00:00:00Z' }, `expiresAt (string) ${expiry}`],
+      [{ expiresAt: '1800000000000' }, `expiresAt (string) ${expiry}`],
+      [{ expiresAt: undefined }, `expiresAt (undefined) ${expiry}`],
+      [{ servers: '["app_weather_pro"]' }, 'servers (string) is no array of App ids'],
+      [{ allowedIps: undefined }, 'allowedIps (undefined) is neither null (no allowlist) nor an array (give null for a missing one)'],
+      [{ allowedIps: '203.0.113.7' }, 'allowedIps (string) is neither null (no allowlist) nor an array (give null for a missing one)'],
     ]
     for (const [odd, wrong] of cases) {
       const { dispatcher, token, errors, tokens } = await setup({
@@ -214,6 +215,15 @@ describe('decide on asynchronous stores', () => {
       expect(((errors[0]!.error as Error).cause as Error).message).toBe(`mcp-dispatch: the token store answered a record for token ${id} whose ${wrong}`)
       expect(String((errors[0]!.error as Error).cause)).not.toContain('app_weather_pro')
     }
+    // An entry of servers that is no string (a SQL array's NULL) grants nothing: the App is out of scope.
+    const holed = await setup({
+      tokens: (s) => ({ ...s, findByHash: (hash) => {
+        const found = s.findByHash(hash) as ApiTokenRecord | undefined
+        return found && ({ ...found, servers: [null, 1] } as unknown as ApiTokenRecord)
+      } }),
+    })
+    expect(await holed.dispatcher.decide(request(holed.token))).toMatchObject({ type: 'reply', reply: { status: 403 } })
+    expect(holed.errors).toEqual([])
     // Expired as stored (a Date a store left unmapped compares as its time): refused, not a failure.
     const { dispatcher, token, errors } = await setup({
       tokens: (s) => ({ ...s, findByHash: (hash) => {
@@ -269,7 +279,7 @@ describe('decide on asynchronous stores', () => {
     // eslint-disable-next-line no-sparse-arrays
     const { dispatcher, token, errors } = await setup({ apps: (s) => ({ ...s, getLiveVersions: () => ['1.0.0', , '1.2.3'] as string[] }) })
     expect(dispatcher.decide(request(token))).toMatchObject({ type: 'reply', reply: { status: 503 } })
-    expect((errors[0]!.error as Error).message).toBe('mcp-dispatch: the App store\'s getLiveVersions("app_weather") answered an array that holds something other than version strings (a hole)')
+    expect((errors[0]!.error as Error).message).toBe('mcp-dispatch: the App store\'s getLiveVersions("app_weather") answered an array that holds something other than version strings (such as a hole)')
   })
 
   it('turns a rejecting store into a 503 that names it, never a rejection', async () => {
