@@ -1513,12 +1513,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // more, even where `clearInterval` cannot stop it (a custom timer's handle may be anything).
     let shared: { handle: unknown } | undefined
     let failed = false
+    // What failed, not the wrapper a store's failure travels in (`settle`'s), which no logger reads.
+    const told = (error: unknown) => onError(isInstance(error, StoreFailure) ? error.error : error, context)
     const once = (error: unknown) => {
       if (failed) return
       failed = true
-      onError(error, context)
+      told(error)
     }
-    const each = (error: unknown) => onError(error, context)
+    const each = told
     function tick(): void {
       if (items.size === 0) {
         const { handle } = shared!

@@ -16,6 +16,7 @@ import {
   type AccessTokenResult,
   type AccessTokenValidator,
   ConfigurationError,
+  StoreUnavailableError,
   type DispatcherOptions,
   createDispatcher,
   createMemoryAppStore,
@@ -262,13 +263,18 @@ describe('an open stream whose credential no longer passes is ended', () => {
     try {
       const opened = await openStream(served.port, first.token)
       const findByHash = store.findByHash.bind(store)
-      store.findByHash = () => {
-        throw new Error('token store down')
-      }
+      // Rejected, as a database's client does (a promise of the store: the path a wrapper took).
+      store.findByHash = () => Promise.reject(new Error('token store down'))
       await vi.advanceTimersByTimeAsync(2 * MINUTE)
       await settle()
       expect(opened.stream.isEnded()).toBe(false)
       expect(errors.map((e) => e.context)).toEqual(['re-checking the credential of open responses', 're-checking the credential of open responses'])
+      // What failed, as a logger reads it: the store's error, not the wrapper it travelled in
+      // (the default logger wrote `[object Object]`).
+      for (const { error } of errors) {
+        expect(error).toBeInstanceOf(StoreUnavailableError)
+        expect(((error as Error).cause as Error).message).toBe('token store down')
+      }
       // Nothing of the token in what is reported.
       expect(JSON.stringify(errors.map((e) => String(e.error)))).not.toContain(first.token)
       store.findByHash = findByHash

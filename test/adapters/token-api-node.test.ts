@@ -195,7 +195,7 @@ for (const [name, start] of Object.entries(targets)) {
           // The 404s of the paths the API names nothing at, with their messages, and a bad Host's 400, as for any method.
           const nothing = await rawRequest(server.port, { method, path: '/api/tokens/a/b/c' })
           expect([nothing.status, JSON.parse(nothing.body)], method).toEqual([404, { error: 'not_found', message: 'Not found' }])
-          const noToken = await rawRequest(server.port, { method, path: '/api/tokens/a_b' })
+          const noToken = await rawRequest(server.port, { method, path: '/api/tokens/a:b' })
           expect([noToken.status, JSON.parse(noToken.body)], method).toEqual([404, { error: 'not_found', message: 'Token not found' }])
           const badHost = await rawRequest(server.port, { method, path: '/api/tokens', host: 'a b' })
           expect([badHost.status, JSON.parse(badHost.body).field], method).toEqual([400, 'host'])
