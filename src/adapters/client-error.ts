@@ -58,10 +58,10 @@ function rawReply(status: number, reason: string, error: JsonRpcErrorObject): st
  * after them, in order, as HTTP/1.1 requires: each of those answers goes out whole first (Node's
  * own listener destroys the connection at once, so the client lost them, or read the 400 as the
  * answer to a request that was served). What the client sends meanwhile is read and dropped.
- * A request timeout (408) is answered at once, as Node answers it. Where the malformed part is the body of the request
- * being answered, that answer is abandoned: nothing is written behind a head already sent,
- * and the socket is destroyed. Nothing is written to a socket reset or no longer writable.
- * Nothing of the request is echoed.
+ * A request timeout (408) is answered at once, as Node answers it. Where the malformed part is
+ * the body of the request being answered, that answer is abandoned: nothing is written behind a
+ * head already sent, and the socket is destroyed. Nothing is written to a socket reset or no
+ * longer writable. Nothing of the request is echoed.
  *
  * @example
  * ```ts

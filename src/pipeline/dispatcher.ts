@@ -590,7 +590,6 @@ function isDataProperty(object: object, key: string): boolean {
   return descriptor !== undefined && 'value' in descriptor
 }
 
-
 class StoreFailure {
   constructor(
     readonly store: string,
