@@ -1361,6 +1361,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     policyHeader = ''
     index!: VersionIndex
     sessionId: string | undefined = undefined
+    /** When (`now()`) step 6 asked for the session's pin, which restarts its idle TTL. */
+    lookedUpAt = 0
     constructor(
       readonly request: DispatchRequest,
       readonly origin: string | null | undefined,
@@ -1377,14 +1379,17 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     readonly type = 'dispatch' as const
     readonly #request: DispatchRequest
     readonly #origin: string | null | undefined
+    readonly #lookedUpAt: number
     constructor(
       readonly context: DispatchContext,
       readonly headers: Readonly<Record<string, string>>,
       request: DispatchRequest,
       origin: string | null | undefined,
+      lookedUpAt: number,
     ) {
       this.#request = request
       this.#origin = origin
+      this.#lookedUpAt = lookedUpAt
     }
 
     readonly synchronousPins = synchronousPins
@@ -1425,7 +1430,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))
         } else if (outcome.whenClosed && outcome.status < 300) {
-          keepWhileOpen(sessionId, outcome.whenClosed)
+          keepWhileOpen(sessionId, outcome.whenClosed, this.#lookedUpAt)
         }
         // Synchronous stores finish here: the adapter then writes the response at once.
         if (pending instanceof Promise) return bounded(pending, 'sessions').then(undefined, pinFailed)
@@ -1589,12 +1594,25 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     onError(error, 'session store (keeping the pin of a response that ended)')
   }
 
-  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void): void {
+  function keepOpenFailed(error: unknown): void {
+    onError(error, 'session store (keeping the pins of open responses)')
+  }
+
+  /**
+   * Keeps the pin of `sessionId` alive while the response is open. `restartedAt`: when its TTL
+   * was last restarted for this response (the lookup of step 6; the pin's writing, for a new
+   * session), not when its head came, which may be long after (a tool call answered as JSON).
+   */
+  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void, restartedAt = now()): void {
     let kept = open.get(sessionId)
-    if (kept === undefined) open.set(sessionId, (kept = { id: sessionId, count: 0, restarted: now(), pending: false, pendingSince: 0 }))
+    if (kept === undefined) open.set(sessionId, (kept = { id: sessionId, count: 0, restarted: restartedAt, pending: false, pendingSince: 0 }))
+    else if (restartedAt > kept.restarted) kept.restarted = restartedAt
     kept.count++
     const held = kept
     const stop = keepSession(held)
+    // A head that came a keep-alive interval or more after the lookup: the TTL may run out
+    // before the next tick (every third of it), so it is restarted now.
+    if (now() - held.restarted >= keepEveryMs) restartTtl(held, keepOpenFailed)
     let ended = false
     whenClosed(() => {
       if (ended) return
@@ -1879,6 +1897,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     if (!SESSION_ID.test(sessionId)) return counted(flow, sessionNotFoundReply())
     flow.index = index
     flow.sessionId = sessionId
+    flow.lookedUpAt = now()
     stage = 'sessions'
     return proceed(flow, settle(sessions.get(sessionId, sessionTtlMs), 'sessions'), 'sessions', withPin)
   }
@@ -1937,7 +1956,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       baseUrl: baseUrlOf(request, app),
       rateLimit: limited,
     }
-    return new Dispatch(context, headers, request, origin)
+    return new Dispatch(context, headers, request, origin, flow.lookedUpAt)
   }
 
   const dispatcher: Dispatcher = {
