@@ -306,35 +306,28 @@ describe('the keep-alive, in the dispatcher', () => {
     await openWithStream('s-other') // the keep-alive's timer runs: its ticks come every 20 minutes
     ;(await dispatched()).complete({ status: 200, sessionId: 's-late' })
     // Looked up now; its answer's head comes 50 minutes later, and stays open.
-    const looked = await dispatched('s-late')
+    const late = await dispatched('s-late')
     await vi.advanceTimersByTimeAsync(50 * 60_000)
     const open = response()
-    looked.complete({ status: 200, sessionId: undefined, whenClosed: open.whenClosed })
+    late.complete({ status: 200, sessionId: undefined, whenClosed: open.whenClosed })
     // 15 minutes on (65 after the lookup, a tick between): the pin is there, the stream open.
     await vi.advanceTimersByTimeAsync(15 * 60_000)
     expect((await decide('s-late')).type).toBe('dispatch')
     open.end()
 
-    // A JSON answer: its head and its end come together, 50 minutes after the lookup. The TTL
-    // runs from its end, not from the lookup.
-    ;(await dispatched()).complete({ status: 200, sessionId: 's-json' })
-    const json = await dispatched('s-json')
-    await vi.advanceTimersByTimeAsync(50 * 60_000)
-    const answered = response()
-    json.complete({ status: 200, sessionId: undefined, whenClosed: answered.whenClosed })
-    answered.end()
-    await vi.advanceTimersByTimeAsync(58 * 60_000)
-    expect((await decide('s-json')).type).toBe('dispatch')
-
-    // Sooner than a third of the TTL (15 minutes): kept from the lookup, restarted at its end.
-    ;(await dispatched()).complete({ status: 200, sessionId: 's-soon-json' })
-    const soon = await dispatched('s-soon-json')
-    await vi.advanceTimersByTimeAsync(15 * 60_000)
-    const soonAnswered = response()
-    soon.complete({ status: 200, sessionId: undefined, whenClosed: soonAnswered.whenClosed })
-    soonAnswered.end()
-    await vi.advanceTimersByTimeAsync(58 * 60_000)
-    expect((await decide('s-soon-json')).type).toBe('dispatch')
+    // JSON answers: head and end together, 50 minutes after the lookup (past a third of the
+    // TTL: restarted at the head) or 15 (kept from the lookup, restarted at the end). The TTL
+    // runs from the end, not from the lookup.
+    for (const [id, minutes] of [['s-json', 50], ['s-soon-json', 15]] as const) {
+      ;(await dispatched()).complete({ status: 200, sessionId: id })
+      const looked = await dispatched(id)
+      await vi.advanceTimersByTimeAsync(minutes * 60_000)
+      const answered = response()
+      looked.complete({ status: 200, sessionId: undefined, whenClosed: answered.whenClosed })
+      answered.end()
+      await vi.advanceTimersByTimeAsync(58 * 60_000)
+      expect((await decide(id)).type, id).toBe('dispatch')
+    }
   })
 
   it('a response that ends a minute or more after the pin was last kept restarts its TTL; one that ends sooner costs no store call', async () => {
