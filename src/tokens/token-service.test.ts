@@ -194,6 +194,16 @@ describe('createTokenService: configuration', () => {
     expect(() => createTokenService({ store, apps, subscriptions, cacheTtlMs: 60_000, invalidations: createMemoryInvalidationBus() })).not.toThrow()
   })
 
+  it('refuses a random source that answers no bytes (Math.random) at creation, not at every create', () => {
+    const store = createMemoryTokenStore()
+    const apps = createMemoryAppStore([])
+    const subscriptions = createMemorySubscriptionStore([])
+    for (const random of [Math.random, () => new Uint8Array(0), () => [1] as never]) {
+      expect(() => createTokenService({ store, apps, subscriptions, random: random as never })).toThrow(/option "random" must answer a Uint8Array of the size asked for/)
+    }
+    expect(() => createTokenService({ store, apps, subscriptions, random: (size) => new Uint8Array(size) })).not.toThrow()
+  })
+
   it('refuses a bus whose subscribe returns no function to unsubscribe: found at creation, not at close, where it would stop the last last_used_at write', () => {
     const store = createMemoryTokenStore()
     const apps = createMemoryAppStore([])

@@ -79,7 +79,11 @@ export interface TokenScopeView {
 
 /** A token as the token API shows it, without its secret (spec 2.1 plus list fields). */
 export interface ApiTokenView {
-  /** The token's id (a UUID): stable across rotations, the `{id}` of the token API's routes. */
+  /**
+   * The token's id: stable across rotations, the `{id}` of the token API's routes. A UUID in
+   * lower case for the tokens the service creates; a record the platform imported keeps its own
+   * (the token API reaches ids of 1 to 64 unreserved URL characters, docs/api-tokens.md).
+   */
   id: string
   /** Its label. */
   name: string
@@ -273,7 +277,10 @@ export interface TokenServiceOptions {
    * `now`, thrown at creation or by the call that reads it, before any store call.
    */
   now?: (() => number) | undefined
-  /** Random source for secrets. Default `crypto.randomBytes`. */
+  /**
+   * Random source for secrets: `(size) => bytes`, as `crypto.randomBytes` (the default). Not
+   * `Math.random`, which answers a number: that is a `ConfigurationError` at creation.
+   */
   random?: RandomBytes | undefined
   /**
    * Called with errors that must not fail a request: a failed `last_used_at` write (context
@@ -667,6 +674,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // Spans (deadlines, a budget window's life) on a monotonic clock unless one is injected.
   const monotonic = injectedNow ?? (() => performance.now())
   const random = options.random ?? randomBytes
+  // Drawn once now, so a source of another kind (`Math.random`) fails here, not at every create.
+  if (options.random != null) {
+    const drawn: unknown = random(1)
+    if (!(drawn instanceof Uint8Array) || drawn.length !== 1) {
+      throw new ConfigurationError('random', `must answer a Uint8Array of the size asked for, as crypto.randomBytes does; random(1) answered ${kindOf(drawn)}`)
+    }
+  }
   const pepper = options.pepper
   // An empty variable of the environment (`PEPPER=`) must not quietly switch the hash scheme
   // (an unset one gives none): a pepper is a non-empty string, or absent.
