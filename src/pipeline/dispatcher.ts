@@ -140,9 +140,10 @@ export interface DispatchOutcome {
    * stream): registers `listener`, to be called exactly once when the response ends (written
    * to the end, or its client gone), or at once when it already has. The adapters pass it for
    * responses of MCP sessions. With it, a session whose answer stays open (a GET stream, a long
-   * tool call) is not idle: its pin's idle TTL is restarted every third of `sessionTtlMs` while
-   * the answer is open, and once more when it ends after a while, so the pin lasts as long as the
-   * App's session does. Without it, only requests restart the TTL.
+   * tool call) is not idle: its pin's idle TTL is restarted when its head comes a while after the
+   * request looked the pin up, every third of `sessionTtlMs` while the answer is open, and once
+   * more when it ends after a while, so the pin lasts as long as the App's session does. Without
+   * it, only requests restart the TTL.
    */
   readonly whenClosed?: ((listener: () => void) => void) | undefined
   /**
@@ -1603,16 +1604,18 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * was last restarted for this response (the lookup of step 6; the pin's writing, for a new
    * session), not when its head came, which may be long after (a tool call answered as JSON).
    */
-  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void, restartedAt = now()): void {
+  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void, restartedAt?: number): void {
+    const at = now()
+    const since = restartedAt ?? at
     let kept = open.get(sessionId)
-    if (kept === undefined) open.set(sessionId, (kept = { id: sessionId, count: 0, restarted: restartedAt, pending: false, pendingSince: 0 }))
-    else if (restartedAt > kept.restarted) kept.restarted = restartedAt
+    if (kept === undefined) open.set(sessionId, (kept = { id: sessionId, count: 0, restarted: since, pending: false, pendingSince: 0 }))
+    else if (since > kept.restarted) kept.restarted = since
     kept.count++
     const held = kept
     const stop = keepSession(held)
-    // A head that came a keep-alive interval or more after the lookup: the TTL may run out
-    // before the next tick (every third of it), so it is restarted now.
-    if (now() - held.restarted >= keepEveryMs) restartTtl(held, keepOpenFailed)
+    // A head that came the slack or more after the lookup (a slow answer) is restarted now: the
+    // first tick may come a third of the TTL on, and its retry another third, past the TTL.
+    if (due(at, held)) restartTtl(held, keepOpenFailed)
     let ended = false
     whenClosed(() => {
       if (ended) return
@@ -1620,8 +1623,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       stop?.()
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
-      if (now() - held.restarted >= closeSlackMs) restartTtl(held, failedAtEnd)
+      if (due(now(), held)) restartTtl(held, failedAtEnd)
     })
+  }
+
+  /**
+   * Whether `kept`'s pin was last restarted the slack or more before `at`: a clock that went
+   * back, or answered no time, is taken as due (a store call too many, never a pin lost).
+   */
+  function due(at: number, kept: KeptSession): boolean {
+    return !(at - kept.restarted < closeSlackMs)
   }
 
   // Open responses by credential (App, client address, `Authorization`), each group checked

@@ -201,6 +201,7 @@ describe('createTokenService: configuration', () => {
     for (const random of [Math.random, () => new Uint8Array(0), () => [1] as never]) {
       expect(() => createTokenService({ store, apps, subscriptions, random: random as never })).toThrow(/option "random" must answer a Uint8Array of the size asked for/)
     }
+    expect(() => createTokenService({ store, apps, subscriptions, random: () => { throw new Error('no entropy') } })).toThrow(/option "random" threw when asked for one byte/)
     expect(() => createTokenService({ store, apps, subscriptions, random: (size) => new Uint8Array(size) })).not.toThrow()
   })
 

@@ -676,7 +676,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const random = options.random ?? randomBytes
   // Drawn once now, so a source of another kind (`Math.random`) fails here, not at every create.
   if (options.random != null) {
-    const drawn: unknown = random(1)
+    let drawn: unknown
+    try {
+      drawn = random(1)
+    } catch (error) {
+      throw new ConfigurationError('random', 'threw when asked for one byte', { cause: error })
+    }
     if (!(drawn instanceof Uint8Array) || drawn.length !== 1) {
       throw new ConfigurationError('random', `must answer a Uint8Array of the size asked for, as crypto.randomBytes does; random(1) answered ${kindOf(drawn)}`)
     }

@@ -302,22 +302,25 @@ describe('the keep-alive, in the dispatcher', () => {
   })
 
   it('a head that comes late after the lookup (a long tool call) keeps the pin from the lookup: restarted at once past a third of the TTL, and at its end (from a race audit: the pin was lost)', async () => {
-    const { decide, dispatched, openWithStream } = setup()
+    const { calls, decide, dispatched, openWithStream } = setup()
     await openWithStream('s-other') // the keep-alive's timer runs: its ticks come every 20 minutes
     ;(await dispatched()).complete({ status: 200, sessionId: 's-late' })
+    // Out of step with the ticks (at 20, 40, 60… minutes), so none restarts the pin in time by chance.
+    await vi.advanceTimersByTimeAsync(15 * 60_000)
     // Looked up now; its answer's head comes 50 minutes later, and stays open.
     const late = await dispatched('s-late')
     await vi.advanceTimersByTimeAsync(50 * 60_000)
     const open = response()
     late.complete({ status: 200, sessionId: undefined, whenClosed: open.whenClosed })
     // 15 minutes on (65 after the lookup, a tick between): the pin is there, the stream open.
+    // (Counted from the head, or with no restart at it, the pin went at 60.)
     await vi.advanceTimersByTimeAsync(15 * 60_000)
     expect((await decide('s-late')).type).toBe('dispatch')
     open.end()
 
-    // JSON answers: head and end together, 50 minutes after the lookup (past a third of the
-    // TTL: restarted at the head) or 15 (kept from the lookup, restarted at the end). The TTL
-    // runs from the end, not from the lookup.
+    // JSON answers: head and end together, 50 or 15 minutes after the lookup, or 30 seconds
+    // (within the slack, a minute: no store call, the pin kept from the lookup). The TTL runs
+    // from the head, not from the lookup.
     for (const [id, minutes] of [['s-json', 50], ['s-soon-json', 15]] as const) {
       ;(await dispatched()).complete({ status: 200, sessionId: id })
       const looked = await dispatched(id)
@@ -328,6 +331,14 @@ describe('the keep-alive, in the dispatcher', () => {
       await vi.advanceTimersByTimeAsync(58 * 60_000)
       expect((await decide(id)).type, id).toBe('dispatch')
     }
+    ;(await dispatched()).complete({ status: 200, sessionId: 's-quick' })
+    const quick = await dispatched('s-quick')
+    await vi.advanceTimersByTimeAsync(30_000)
+    const before = calls.get
+    const quickAnswered = response()
+    quick.complete({ status: 200, sessionId: undefined, whenClosed: quickAnswered.whenClosed })
+    quickAnswered.end()
+    expect(calls.get).toBe(before)
   })
 
   it('a response that ends a minute or more after the pin was last kept restarts its TTL; one that ends sooner costs no store call', async () => {
