@@ -541,6 +541,16 @@ describe('npm start (README quick start)', () => {
     }
   }, 120_000)
 
+  it('npm start runs the server as npm\'s own child, with no tsx relay between them (tsx SIGKILLs a child that has not told it of a signal within 30 ms: on a busy machine a stop cut every call in flight; CI saw it)', async () => {
+    const stopped = await startToStop()
+    try {
+      const { stdout } = await promisify(execFile)('ps', ['-o', 'args=', '--ppid', String(stopped.child.pid)])
+      expect(stdout.trim().split('\n')).toEqual([expect.stringMatching(/^\S*node --import tsx examples\/platform\/server\.ts$/)])
+    } finally {
+      stopped.kill()
+    }
+  })
+
   it('a stop lets a tool call in flight finish (its answer says Connection: close), takes no new connection meanwhile, then exits 0', async () => {
     const upstream = await holdingUpstream()
     const stopped = await startToStop()
