@@ -1728,14 +1728,19 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     return then(validateOAuth(token, group.resource, app.id, clientAddress), (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
   }
 
-  /** Reports a subscription store's answer that is no boolean; false: it refuses. */
-  function notBoolean(active: unknown): false {
-    onError(new TypeError(`mcp-dispatch: the subscription store's isActive answered ${kindOf(active)}, not a boolean: refused (402)`), 'subscriptions answer')
+  /**
+   * Whether a subscription store's answer is an active subscription: only `true` is. Any other
+   * answer refuses (402); one that is no boolean is reported too (paying users refused, with
+   * nothing in the logs otherwise).
+   */
+  function isSubscribed(active: unknown): boolean {
+    if (active === true) return true
+    if (active !== false) onError(new TypeError(`mcp-dispatch: the subscription store's isActive answered ${kindOf(active)}, not a boolean: refused (402)`), 'subscriptions answer')
     return false
   }
 
   function subscribed(subject: string, appId: string): MaybePromise<boolean> {
-    return then(settle(subscriptions.isActive(subject, appId), 'subscriptions'), (active) => active === true || (active !== false && notBoolean(active)))
+    return then(settle(subscriptions.isActive(subject, appId), 'subscriptions'), isSubscribed)
   }
 
   function decide(request: DispatchRequest): MaybePromise<Decision> {
@@ -1878,12 +1883,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withSubscription(flow: Flow, active: boolean): MaybePromise<Decision> {
-    // Only `true` is an active subscription: any other answer of a store refuses (402), and
-    // one that is no boolean is reported (paying users refused, with nothing in the logs).
-    if (active !== true) {
-      if (active !== false) notBoolean(active)
-      return reply(paymentRequiredReply(), flow.origin)
-    }
+    if (!isSubscribed(active)) return reply(paymentRequiredReply(), flow.origin)
     // Step 5: rate limit.
     stage = 'rate-limit policy'
     return proceed(flow, applyRateLimit(flow), 'rate-limit policy', withRateLimit)

@@ -209,7 +209,7 @@ describe('createTokenService: configuration', () => {
     const store = createMemoryTokenStore()
     const apps = createMemoryAppStore([])
     const subscriptions = createMemorySubscriptionStore([])
-    for (const [answer, named] of [[undefined, 'a value of type undefined'], [null, 'null'], [Promise.resolve(), 'a value of type object']] as const) {
+    for (const [answer, named] of [[undefined, 'undefined'], [null, 'null'], [Promise.resolve(), 'object']] as const) {
       const invalidations = { publish() {}, subscribe: () => answer as never }
       expect(() => createTokenService({ store, apps, subscriptions, invalidations }), named).toThrow(
         new ConfigurationError('invalidations', `subscribe answered ${named}: it must return the function that unsubscribes`),

@@ -774,7 +774,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   // Found now, not at `close`, where it would stop the shutdown before its last write. (The
   // listener stays on that bus: there is nothing to remove it with.)
   if (typeof unsubscribe !== 'function') {
-    throw new ConfigurationError('invalidations', `subscribe answered ${unsubscribe === null ? 'null' : `a value of type ${typeof unsubscribe}`}: it must return the function that unsubscribes`)
+    throw new ConfigurationError('invalidations', `subscribe answered ${kindOf(unsubscribe)}: it must return the function that unsubscribes`)
   }
   // Hashes that matched a live stored token: their tokens are well formed, so the checksum
   // need not be computed again, and their lookups are not charged to `unknownTokenBudget`
