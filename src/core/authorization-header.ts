@@ -61,10 +61,44 @@ export function parseBearerToken(header: string | null | undefined): BearerParse
  * @internal
  */
 export function presentsBearer(header: string | null | undefined): boolean {
-  return header != null && headerListElements(header).some((element) => BEARER_ELEMENT.test(element))
+  if (header == null) return false
+  // One pass, no piece cut out: a header of 16,000 commas, an unauthenticated caller's, cost
+  // 2 ms of CPU split into 16,000 trimmed strings (a denial-of-service audit).
+  const end = header.length
+  for (let i = 0; i <= end; i++) {
+    while (i < end && isWhitespace(header.charCodeAt(i))) i++
+    if (startsBearer(header, i)) return true
+    let quoted = false
+    for (; i < end; i++) {
+      const c = header.charCodeAt(i)
+      if (quoted) {
+        if (c === 0x5c) i++ // a quoted-pair
+        else if (c === 0x22) quoted = false
+      } else if (c === 0x22) quoted = true
+      else if (c === 0x2c) break
+    }
+  }
+  return false
 }
 
-const BEARER_ELEMENT = /^bearer(?:\s|$)/i
+/** Whether `bearer`, in any ASCII case, stands at `i`, then whitespace, a comma or the end. */
+function startsBearer(header: string, i: number): boolean {
+  if (i + 6 > header.length) return false
+  for (let k = 0; k < 6; k++) {
+    // `| 0x20` lowers an ASCII capital; of the other characters only the lower-case letter itself gives it.
+    if ((header.charCodeAt(i + k) | 0x20) !== BEARER_CODES[k]) return false
+  }
+  const next = header.charCodeAt(i + 6)
+  return i + 6 === header.length || next === 0x2c || isWhitespace(next)
+}
+
+const BEARER_CODES = [...'bearer'].map((c) => c.charCodeAt(0))
+const WHITESPACE = /\s/
+
+/** ECMAScript's white space and line terminators, what `\s` and `trim` know. */
+function isWhitespace(c: number): boolean {
+  return c === 0x20 || (c >= 0x09 && c <= 0x0d) || (c >= 0x80 && WHITESPACE.test(String.fromCharCode(c)))
+}
 
 /**
  * The elements of a header's comma-separated list (RFC 9110 section 5.6.1), trimmed: split at
