@@ -1554,7 +1554,7 @@ describe('rotate (spec 3, 4.3)', () => {
     expect(await service.authenticate(rotated.token)).toEqual({ ok: false, reason: 'expired' })
   })
 
-  it('two concurrent rotations by the same secret: exactly one succeeds, and its secret is the live one', async () => {
+  it('two concurrent rotations by the same secret: exactly one succeeds, and its secret is the live one; the others get 409 conflict, as an owner\'s that lost', async () => {
     const { service } = setup()
     const created = await createToken(service)
     const results = await Promise.allSettled([
@@ -1566,7 +1566,7 @@ describe('rotate (spec 3, 4.3)', () => {
     const lost = results.filter((r) => r.status === 'rejected')
     expect(won).toHaveLength(1)
     expect(lost).toHaveLength(2)
-    for (const r of lost) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(UnauthorizedError)
+    for (const r of lost) expect((r as PromiseRejectedResult).reason).toBeInstanceOf(ConflictError)
     const winner = (won[0] as PromiseFulfilledResult<{ token: string }>).value
     expect((await service.authenticate(winner.token)).ok).toBe(true)
     expect((await service.authenticate(created.token)).ok).toBe(false)
@@ -1617,6 +1617,49 @@ describe('rotate (spec 3, 4.3)', () => {
     // Not for ever: a store that never lets it swap is a 409 after a few reads.
     lose = Infinity
     await expect(service.rotate(created.id, { kind: 'session', userId: 'alice' })).rejects.toBeInstanceOf(ConflictError)
+  })
+
+  it('a rotation by the token that lost to its own earlier rotation, answered 503 and landed since, is 409 or swaps again once that one is undone, never 401 invalid_token (regression: the retry, on another instance, was told to drop a token whose secret worked again a moment later)', async () => {
+    const inner = createMemoryTokenStore()
+    let release!: () => void
+    const gate = new Promise<void>((resolve) => {
+      release = resolve
+    })
+    let stall = false
+    const calls: Promise<ApiTokenRecord | undefined>[] = []
+    const { service } = setup({
+      store: {
+        ...inner,
+        rotate(id, secret, expected) {
+          const write = () => inner.rotate(id, secret, expected)
+          // The first: held past storeTimeoutMs, then written. The next (the client's retry):
+          // queued behind it, as behind a row lock, so it finds that one's secret in place.
+          const call = stall ? gate.then(write) : calls.length === 1 ? calls[0]!.then(write) : Promise.resolve(write())
+          stall = false
+          calls.push(call)
+          return call
+        },
+      },
+      storeTimeoutMs: 50,
+      onError: () => {},
+    })
+    const created = await createToken(service)
+    const caller = { kind: 'token', token: created.token } as const
+    stall = true
+    await refusal(service.rotate(created.id, caller), StoreUnavailableError)
+    const retry = service.rotate(created.id, caller).then(
+      (rotated) => rotated,
+      (error: unknown) => error,
+    )
+    release()
+    const outcome = await retry
+    expect(outcome).not.toBeInstanceOf(UnauthorizedError)
+    // The late rotation undone (a third swap), the secret the client holds works: the one its
+    // retry was handed, or after a 409 the one it presented.
+    await vi.waitFor(() => expect(calls.length).toBeGreaterThanOrEqual(3))
+    await Promise.all(calls)
+    const live = outcome instanceof ConflictError ? created.token : (outcome as { token: string }).token
+    expect((await service.authenticate(live)).ok).toBe(true)
   })
 
   it('the token rotating itself and its owner at once: whichever loses gets no secret (401 or 409), the winner keeps a live one', async () => {

@@ -1669,21 +1669,35 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         record = auth.record
         id = record.id
         expectedHash = auth.record.tokenHash
-        const secret = await newSecret()
-        const replaced = record.tokenHash
         const previous = { tokenHash: record.tokenHash, displayPrefix: record.displayPrefix }
-        const undo = () => undoRotation(id, previous, secret.stored.tokenHash, replaced)
-        const rotated = await storeCall(() => store.rotate(id, secret.stored, expectedHash), {
-          landed: (late) => late && undo(),
-          unknown: undo,
-        })
-        // Lost a race with another rotation or a revocation: the presented secret is gone.
-        if (!rotated) throw new UnauthorizedError()
-        await invalidate(record.tokenHash)
-        // Its write landed once the token had expired: no dead secret is handed out (the
-        // token itself is refused as any expired token is).
-        if (statusOf(rotated) === 'expired') throw new UnauthorizedError()
-        return secretView(rotated, secret.token)
+        for (let attempt = 1; ; attempt++) {
+          const secret = await newSecret()
+          const undo = () => undoRotation(id, previous, secret.stored.tokenHash, previous.tokenHash)
+          const rotated = await storeCall(() => store.rotate(id, secret.stored, expectedHash), {
+            landed: (late) => late && undo(),
+            unknown: undo,
+          })
+          if (rotated) {
+            await invalidate(previous.tokenHash)
+            // Its write landed once the token had expired: no dead secret is handed out (the
+            // token itself is refused as any expired token is).
+            if (statusOf(rotated) === 'expired') throw new UnauthorizedError()
+            return secretView(rotated, secret.token)
+          }
+          // Lost to a revocation or an expiry: the presented secret is refused as any inactive
+          // token's. Lost to another rotation: 409, as an owner's rotation that lost, and not
+          // 401 `invalid_token`, which tells a client to drop a token. The winner may be this
+          // client's own earlier rotation, answered 503 when its store call timed out and
+          // landed since, about to be undone (regression: its retry on another instance was
+          // told `invalid_token`, and the secret worked again a moment later). The presented
+          // secret back in place (that rotation undone): it swaps again, as the owner's does.
+          const current = await storeCall(() => store.get(id))
+          if (current === undefined || statusOf(current) !== 'active') throw new UnauthorizedError()
+          if (current.tokenHash !== expectedHash) {
+            throw new ConflictError('Token was rotated by another request meanwhile; if this secret still works, rotate again')
+          }
+          if (attempt === MAX_ROTATE_ATTEMPTS) throw new ConflictError('Token is being rotated concurrently; try again')
+        }
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
