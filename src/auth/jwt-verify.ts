@@ -7,7 +7,7 @@
 import { type JWTPayload, type JWTVerifyGetKey, type JWTVerifyOptions, errors, jwtVerify } from 'jose'
 
 /** The most keys a token naming none is tried against (a rotation holds two or three of an algorithm). */
-export const MAX_CANDIDATE_KEYS = 8
+const MAX_CANDIDATE_KEYS = 8
 
 /**
  * `jwtVerify` against a key set, trying in turn every key that matches the token's header when

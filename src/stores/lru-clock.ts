@@ -10,9 +10,8 @@ import { ConfigurationError } from '../errors.js'
  * The most entries an in-process bound (`max`, `maxPerSubject`, `maxClients`, `localMax`) may
  * name: `lru-cache` allocates its index for all of them up front, so `1e12` threw its own
  * `RangeError` and `1e9` would take gigabytes before the first entry.
- * @internal
  */
-export const MAX_LRU_ENTRIES = 16_777_216
+const MAX_LRU_ENTRIES = 16_777_216
 
 /**
  * An in-process bound (`max`, `maxClients`…): an integer from 1 to {@link MAX_LRU_ENTRIES} (0

@@ -47,7 +47,7 @@ export interface InvalidationSender {
 }
 
 /** How long after the change an invalidation is still sent again: the longest `cacheTtlMs`. */
-export const RESEND_WINDOW_MS = 600_000
+const RESEND_WINDOW_MS = 600_000
 /** Most invalidations waiting to be sent again at once; past it, the oldest is given up. */
 export const MAX_UNSENT_INVALIDATIONS = 10_000
 /**

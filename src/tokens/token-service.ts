@@ -62,7 +62,7 @@ export const TOKEN_LIFETIMES_DAYS = [7, 30, 90] as const
 /** Longest lifetime of a token (spec 8). */
 export const MAX_TOKEN_LIFETIME_MS = 90 * DAY_MS
 /** Longest a cached token record may be trusted (spec 3: revocation within 10 minutes). */
-export const MAX_TOKEN_CACHE_TTL_MS = 600_000
+const MAX_TOKEN_CACHE_TTL_MS = 600_000
 
 /** State of a token (spec 3). */
 export type ApiTokenStatus = 'active' | 'expired' | 'revoked'

@@ -315,6 +315,25 @@ describe('an open stream whose credential no longer passes is ended', () => {
     }
   })
 
+  it('an OAuth token the validator still accepts keeps its stream open, check after check, until its subscription ends', async () => {
+    const oauth: AccessTokenValidator = { validate: async () => ({ active: true, info: { subject: 'alice' } }) }
+    const { fixture, subscriptions, errors } = await createSetup({ oauth, authorizationServers: ['https://auth.example.com'] })
+    const { served, open } = await serveVariant('express', fixture)
+    try {
+      const opened = await openStream(served.port, 'oauth-access-token')
+      await vi.advanceTimersByTimeAsync(3 * MINUTE)
+      await settle()
+      expect(opened.stream.isEnded()).toBe(false)
+      subscriptions.setActive('alice', 'app_weather', false)
+      await vi.advanceTimersByTimeAsync(MINUTE)
+      await opened.stream.ended
+      await vi.waitFor(() => expect(open()).toBe(0))
+      expect(errors).toEqual([])
+    } finally {
+      await served.close()
+    }
+  })
+
   it('reauthorizeEveryMs: false checks nothing again', async () => {
     const { fixture, tokens, first } = await createSetup({ reauthorizeEveryMs: false })
     const { served } = await serveVariant('web', fixture)

@@ -807,8 +807,9 @@ describe.runIf(redisAvailable)('session pins under concurrent initialize across 
         expect(x.status).toBe(200)
         expect(x.headers.ratelimit).toMatch(/^"minute";r=\d+;t=\d+$/)
       }
-      expect(await scanKeys(clients[0], `${prefix}session:*`)).toEqual([])
+      // The errors first: a pin whose delete failed (a store timeout on a loaded host) is named there.
       expect(p.errors).toEqual([])
+      expect(await scanKeys(clients[0], `${prefix}session:*`)).toEqual([])
     } finally {
       await p.close()
       await cleanUp()
