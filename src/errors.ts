@@ -111,9 +111,9 @@ export class TokenInactiveError extends DispatchError {
 }
 
 /**
- * A change that conflicts with the state of the user's tokens: an owner's rotation that lost to another
- * rotation of the token made at the same time (rotate again), or a creation past
- * `maxActiveTokensPerUser` (revoke one first): 409.
+ * A change that conflicts with the state of the user's tokens: a rotation that lost to another
+ * rotation of the token made at the same time (the owner's: rotate again; the token's own: try
+ * again in a few seconds), or a creation past `maxActiveTokensPerUser` (revoke one first): 409.
  */
 export class ConflictError extends DispatchError {
   constructor(message: string) {

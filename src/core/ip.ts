@@ -196,8 +196,10 @@ export function compileAllowlist(entries: readonly string[] | null | undefined):
   })
 }
 
-/** Entries an allowlist holds at most (spec 2.1 sets none; a bound on what each request compares). */
-/** @internal */
+/**
+ * Entries an allowlist holds at most (spec 2.1 sets none; a bound on what each request compares).
+ * @internal
+ */
 export const MAX_ALLOWLIST_ENTRIES = 100
 /** Characters an allowlist entry holds at most (the longest IPv6 CIDR range is 43). */
 const MAX_ALLOWLIST_ENTRY_LENGTH = 64

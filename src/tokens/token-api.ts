@@ -13,8 +13,8 @@
  *
  * Errors are JSON `{ error, message, field? }`: 400 `invalid_request` (bad input, naming the
  * field), 401 `unauthorized`, 403 `forbidden` / `csrf_failed`, 404 `not_found`, 409
- * `token_inactive` (or `conflict`: an owner's rotation that lost to another rotation of the token,
- * or a creation past `maxActiveTokensPerUser`), 429 `rate_limited` (`Retry-After`: a Bearer
+ * `token_inactive` (or `conflict`: a rotation that lost to another rotation of the token, or a
+ * creation past `maxActiveTokensPerUser`), 429 `rate_limited` (`Retry-After`: a Bearer
  * rotation by a token not stored, from an address that spent its `unknownTokenBudget`), 503
  * `temporarily_unavailable`.
  * @module

@@ -1619,50 +1619,61 @@ describe('rotate (spec 3, 4.3)', () => {
     await expect(service.rotate(created.id, { kind: 'session', userId: 'alice' })).rejects.toBeInstanceOf(ConflictError)
   })
 
-  it('a rotation by the token that lost to its own earlier rotation, answered 503 and landed since, is 409 or swaps again once that one is undone, never 401 invalid_token (regression: the retry, on another instance, was told to drop a token whose secret worked again a moment later)', async () => {
-    const inner = createMemoryTokenStore()
-    let release!: () => void
-    const gate = new Promise<void>((resolve) => {
-      release = resolve
-    })
-    let stall = false
-    const calls: Promise<ApiTokenRecord | undefined>[] = []
-    const { service } = setup({
-      store: {
-        ...inner,
-        rotate(id, secret, expected) {
-          const write = () => inner.rotate(id, secret, expected)
-          // The first: held past storeTimeoutMs, then written. The next (the client's retry):
-          // queued behind it, as behind a row lock, so it finds that one's secret in place.
-          const call = stall ? gate.then(write) : calls.length === 1 ? calls[0]!.then(write) : Promise.resolve(write())
-          stall = false
-          calls.push(call)
-          return call
+  it('a rotation by the token that lost to its own earlier rotation, answered 503 and landed since, swaps again once that one is undone, or is 409 while it is not, never 401 invalid_token (regression: the retry, on another instance, was told to drop a token whose secret worked again a moment later)', async () => {
+    for (const undoHeld of [false, true]) {
+      const inner = createMemoryTokenStore()
+      let release!: () => void
+      const gate = new Promise<void>((resolve) => {
+        release = resolve
+      })
+      let releaseUndo!: () => void
+      const undoGate = new Promise<void>((resolve) => {
+        releaseUndo = resolve
+      })
+      const calls: Promise<ApiTokenRecord | undefined>[] = []
+      const { service } = setup({
+        store: {
+          ...inner,
+          rotate(id, secret, expected) {
+            const write = () => inner.rotate(id, secret, expected)
+            // The first: held past storeTimeoutMs, then written. The second, the client's retry:
+            // queued behind it, as behind a row lock, so its swap finds that one's secret. The
+            // third, the first one's undo once it landed: held, or not, while the retry reads.
+            const waits = [gate, calls[0], undoHeld ? undoGate : undefined][calls.length]
+            const call = waits === undefined ? Promise.resolve(write()) : waits.then(write)
+            calls.push(call)
+            return call
+          },
         },
-      },
-      storeTimeoutMs: 50,
-      onError: () => {},
-    })
-    const created = await createToken(service)
-    const caller = { kind: 'token', token: created.token } as const
-    stall = true
-    await refusal(service.rotate(created.id, caller), StoreUnavailableError)
-    const retry = service.rotate(created.id, caller).then(
-      (rotated) => rotated,
-      (error: unknown) => error,
-    )
-    release()
-    const outcome = await retry
-    expect(outcome).not.toBeInstanceOf(UnauthorizedError)
-    // The late rotation undone (a third swap), the secret the client holds works: the one its
-    // retry was handed, or after a 409 the one it presented.
-    await vi.waitFor(() => expect(calls.length).toBeGreaterThanOrEqual(3))
-    await Promise.all(calls)
-    const live = outcome instanceof ConflictError ? created.token : (outcome as { token: string }).token
-    expect((await service.authenticate(live)).ok).toBe(true)
+        storeTimeoutMs: 50,
+        onError: () => {},
+      })
+      const created = await createToken(service)
+      const caller = { kind: 'token', token: created.token } as const
+      await refusal(service.rotate(created.id, caller), StoreUnavailableError)
+      const retry = service.rotate(created.id, caller).then(
+        (rotated) => rotated,
+        (error: unknown) => error,
+      )
+      release()
+      const outcome = await retry
+      releaseUndo()
+      await vi.waitFor(() => expect(calls.length).toBeGreaterThanOrEqual(3))
+      await Promise.all(calls)
+      if (undoHeld) {
+        // The secret the client presented is refused until the undo lands: told to try again.
+        expect(outcome).toBeInstanceOf(ConflictError)
+        expect((outcome as Error).message).toMatch(/try again in a few seconds/)
+        expect((await service.authenticate(created.token)).ok).toBe(true)
+      } else {
+        // The undo landed before the retry read the token again: it swapped from the secret back in place.
+        expect((await service.authenticate((outcome as { token: string }).token)).ok).toBe(true)
+        expect((await service.authenticate(created.token)).ok).toBe(false)
+      }
+    }
   })
 
-  it('the token rotating itself and its owner at once: whichever loses gets no secret (401 or 409), the winner keeps a live one', async () => {
+  it('the token rotating itself and its owner at once: whichever loses gets no secret (409), the winner keeps a live one', async () => {
     const { service } = setup()
     for (const ownerFirst of [false, true]) {
       const created = await createToken(service)
@@ -1672,8 +1683,7 @@ describe('rotate (spec 3, 4.3)', () => {
       const won = results.filter((r) => r.status === 'fulfilled')
       expect(won).toHaveLength(1)
       const lost = (results.find((r) => r.status === 'rejected') as PromiseRejectedResult).reason
-      expect(lost).toBeInstanceOf(DispatchError)
-      expect([401, 409]).toContain((lost as DispatchError).status)
+      expect(lost).toBeInstanceOf(ConflictError)
       expect((await service.authenticate((won[0] as PromiseFulfilledResult<{ token: string }>).value.token)).ok).toBe(true)
     }
   })

@@ -378,15 +378,16 @@ export interface TokenService {
    * prefix, and the old secret refused at once.
    *
    * @throws {UnauthorizedError} (401) when the caller is a token that is not valid (unknown,
-   * expired, revoked), or lost a race with another rotation or a revocation of itself.
+   * expired, revoked), or lost a race with a revocation or the expiry of itself.
    * @throws {ForbiddenError} (403) when a token rotates another token, or calls from an address
    * outside its allowlist (or from none, with an allowlist).
    * @throws {TooManyValidationsError} (429) when a token caller's `clientAddress` has spent its `unknownTokenBudget`.
    * @throws {InvalidInputError} (400) naming `userId` when a session caller's is no user id.
    * @throws {NotFoundError} (404) when the owner's session names no token of theirs.
    * @throws {TokenInactiveError} (409) when the owner rotates an expired or revoked token.
-   * @throws {ConflictError} (409) when the owner's rotation lost a race with another rotation of
-   * the token (a second tab, or the token rotating itself): no secret is handed out twice.
+   * @throws {ConflictError} (409) when the rotation lost a race with another rotation of the
+   * token (a second tab, the token rotating itself, or the caller's own earlier rotation, answered
+   * 503 and being undone): no secret is handed out twice.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
   rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
@@ -860,6 +861,46 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * client would otherwise be locked out with an active token. Either way, both secrets'
    * cached records are dropped.
    */
+  /**
+   * A rotation's compare-and-swap from the secret of `read`, the record as its caller found it:
+   * the new secret, or no secret at all. Lost to a revocation or an expiry, which a read shows:
+   * `inactive`. Lost to another rotation: 409 `lost`, and no swap again: that rotation's caller
+   * (a second tab, the token rotating itself) was handed the new secret, which another swap would
+   * kill at once. The secret read back in place (no rotation won: one whose store failed was
+   * undone, and its caller, answered 503, holds that secret): it swaps again, from that read, up
+   * to MAX_ROTATE_ATTEMPTS times.
+   */
+  async function swapSecret(
+    id: string,
+    read: ApiTokenRecord,
+    on: { reread: () => Promise<ApiTokenRecord>; inactive: (state: 'expired' | 'revoked') => Error; lost: string },
+  ): Promise<ApiTokenSecretView> {
+    for (let attempt = 1; ; attempt++) {
+      const state = statusOf(read)
+      if (state !== 'active') throw on.inactive(state)
+      const secret = await newSecret()
+      const current = read
+      const undo = () =>
+        undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
+      const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
+        landed: (late) => late && undo(),
+        unknown: undo,
+      })
+      if (rotated) {
+        await invalidate(current.tokenHash)
+        // Its write landed once the token had expired (spec 3: only an active token is rotated):
+        // no dead secret is handed out.
+        if (statusOf(rotated) === 'expired') throw on.inactive('expired')
+        return secretView(rotated, secret.token)
+      }
+      read = await on.reread()
+      const after = statusOf(read)
+      if (after !== 'active') throw on.inactive(after)
+      if (read.tokenHash !== current.tokenHash) throw new ConflictError(on.lost)
+      if (attempt === MAX_ROTATE_ATTEMPTS) throw new ConflictError('Token is being rotated concurrently; try again')
+    }
+  }
+
   async function undoRotation(
     id: string,
     previous: { tokenHash: string; displayPrefix: string },
@@ -1652,10 +1693,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     },
 
     async rotate(tokenId, caller) {
-      // The id as stored, once the token is found (`namesToken`, `ownedRecord`).
-      let id = tokenId
-      let record: ApiTokenRecord | undefined
-      let expectedHash: string | undefined
+      // Each swaps at the id as stored, once the token is found (`namesToken`, `ownedRecord`).
       if (caller.kind === 'token') {
         const checking = service.authenticate(caller.token, caller.clientAddress)
         // Its lookup is bounded here: on this path no dispatcher deadline applies.
@@ -1666,76 +1704,31 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           throw new ForbiddenError('Request from an address outside the token allowlist')
         }
         if (!namesToken(tokenId, auth.record.id)) throw new ForbiddenError('An API token can rotate only itself')
-        record = auth.record
-        id = record.id
-        expectedHash = auth.record.tokenHash
-        const previous = { tokenHash: record.tokenHash, displayPrefix: record.displayPrefix }
-        for (let attempt = 1; ; attempt++) {
-          const secret = await newSecret()
-          const undo = () => undoRotation(id, previous, secret.stored.tokenHash, previous.tokenHash)
-          const rotated = await storeCall(() => store.rotate(id, secret.stored, expectedHash), {
-            landed: (late) => late && undo(),
-            unknown: undo,
-          })
-          if (rotated) {
-            await invalidate(previous.tokenHash)
-            // Its write landed once the token had expired: no dead secret is handed out (the
-            // token itself is refused as any expired token is).
-            if (statusOf(rotated) === 'expired') throw new UnauthorizedError()
-            return secretView(rotated, secret.token)
-          }
-          // Lost to a revocation or an expiry: the presented secret is refused as any inactive
-          // token's. Lost to another rotation: 409, as an owner's rotation that lost, and not
-          // 401 `invalid_token`, which tells a client to drop a token. The winner may be this
-          // client's own earlier rotation, answered 503 when its store call timed out and
-          // landed since, about to be undone (regression: its retry on another instance was
-          // told `invalid_token`, and the secret worked again a moment later). The presented
-          // secret back in place (that rotation undone): it swaps again, as the owner's does.
-          const current = await storeCall(() => store.get(id))
-          if (current === undefined || statusOf(current) !== 'active') throw new UnauthorizedError()
-          if (current.tokenHash !== expectedHash) {
-            throw new ConflictError('Token was rotated by another request meanwhile; if this secret still works, rotate again')
-          }
-          if (attempt === MAX_ROTATE_ATTEMPTS) throw new ConflictError('Token is being rotated concurrently; try again')
-        }
+        const id = auth.record.id
+        // Lost to another rotation: 409, and not 401 `invalid_token`, which tells a client to drop
+        // a token. The winner may be this client's own earlier rotation, answered 503 when its
+        // store call timed out and landed since, about to be undone (regression: its retry on
+        // another instance was told `invalid_token`, and the secret worked again a moment later).
+        return swapSecret(id, auth.record, {
+          reread: async () => {
+            const current = await storeCall(() => store.get(id))
+            if (current === undefined) throw new UnauthorizedError()
+            return current
+          },
+          // The presented secret is refused as any inactive token's.
+          inactive: () => new UnauthorizedError(),
+          lost: 'Token was rotated by another request meanwhile; try again in a few seconds (a 401 then means this secret was rotated away)',
+        })
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
-      // another instance) is not left cached anywhere. When it loses to another rotation it
-      // does not swap again: that rotation's caller (a second tab, or the token rotating itself)
-      // was handed the new secret, which another swap would kill at once. It swaps again only
-      // when no rotation won (below).
-      record = await ownedRecord(caller.userId, tokenId)
-      id = record.id
-      for (let attempt = 1; ; attempt++) {
-        const state = statusOf(record)
-        if (state !== 'active') throw new TokenInactiveError(state)
-        const secret = await newSecret()
-        const current = record
-        const undo = () =>
-          undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
-        const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
-          landed: (late) => late && undo(),
-          unknown: undo,
-        })
-        if (rotated) {
-          await invalidate(current.tokenHash)
-          // Its write landed once the token had expired (spec 3: only an active token is
-          // rotated): the owner is told, rather than handed a dead secret.
-          if (statusOf(rotated) === 'expired') throw new TokenInactiveError('expired')
-          return secretView(rotated, secret.token)
-        }
-        // Lost to a revocation (or an expiry), which a read shows, or to another rotation.
-        record = await ownedRecord(caller.userId, id)
-        const afterState = statusOf(record)
-        if (afterState !== 'active') throw new TokenInactiveError(afterState)
-        // The secret it read is back: no rotation won, one whose store failed was undone (its
-        // caller was answered 503 and holds the old secret). It swaps again, from this read.
-        if (record.tokenHash !== current.tokenHash) {
-          throw new ConflictError('Token was rotated by another request meanwhile; rotate again to replace that secret')
-        }
-        if (attempt === MAX_ROTATE_ATTEMPTS) throw new ConflictError('Token is being rotated concurrently; try again')
-      }
+      // another instance) is not left cached anywhere.
+      const record = await ownedRecord(caller.userId, tokenId)
+      return swapSecret(record.id, record, {
+        reread: () => ownedRecord(caller.userId, record.id),
+        inactive: (state) => new TokenInactiveError(state),
+        lost: 'Token was rotated by another request meanwhile; rotate again to replace that secret',
+      })
     },
 
     async revoke(userId, tokenId) {
@@ -2016,7 +2009,7 @@ const MAX_KNOWN_HASHES = 50_000
 
 const orUnknown = (found: TokenAuthResult | undefined): TokenAuthResult => found ?? UNKNOWN
 
-/** Swaps an owner's rotation tries while a read finds the secret it read back in place. */
+/** Swaps a rotation tries while a read finds the secret it read back in place. */
 const MAX_ROTATE_ATTEMPTS = 4
 
 const MALFORMED: TokenAuthResult = Object.freeze({ ok: false, reason: 'malformed' })

@@ -316,14 +316,22 @@ describe('an open stream whose credential no longer passes is ended', () => {
   })
 
   it('an OAuth token the validator still accepts keeps its stream open, check after check, until its subscription ends', async () => {
-    const oauth: AccessTokenValidator = { validate: async () => ({ active: true, info: { subject: 'alice' } }) }
+    let checks = 0
+    const oauth: AccessTokenValidator = {
+      validate: async () => {
+        checks++
+        return { active: true, info: { subject: 'alice' } }
+      },
+    }
     const { fixture, subscriptions, errors } = await createSetup({ oauth, authorizationServers: ['https://auth.example.com'] })
     const { served, open } = await serveVariant('express', fixture)
     try {
       const opened = await openStream(served.port, 'oauth-access-token')
+      const opening = checks
       await vi.advanceTimersByTimeAsync(3 * MINUTE)
       await settle()
       expect(opened.stream.isEnded()).toBe(false)
+      expect(checks - opening).toBe(3)
       subscriptions.setActive('alice', 'app_weather', false)
       await vi.advanceTimersByTimeAsync(MINUTE)
       await opened.stream.ended

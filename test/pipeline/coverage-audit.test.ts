@@ -82,7 +82,7 @@ describe('rate-limit store answers', () => {
     const served = await decide()
     expect(served.status).toBe(200)
     expect(served.headers.ratelimit).toBeUndefined()
-    expect(errors.length).toBe(1)
+    expect(errors.map((e) => e.context)).toEqual(['rate-limit store failed; serving (failOpen)'])
   })
 })
 
@@ -106,13 +106,14 @@ describe('CORS preflight of a path that is not found', () => {
 
 describe('options', () => {
   it('a basePath without a leading slash is a ConfigurationError', async () => {
-    await expect(setup({ basePath: 'mcp' })).rejects.toThrow(ConfigurationError)
-    await expect(setup({ basePath: 'mcp' })).rejects.toThrow(/basePath/)
+    const refused = await setup({ basePath: 'mcp' }).catch((error: unknown) => error)
+    expect(refused).toBeInstanceOf(ConfigurationError)
+    expect((refused as Error).message).toMatch(/basePath/)
   })
 })
 
 describe('a password reset whose listing of the tokens to invalidate fails', () => {
-  it('still revokes them and answers their count; the failure is reported, and neither secret works', async () => {
+  it('still revokes them and answers their count, and the failure is reported', async () => {
     const apps = createMemoryAppStore([APP])
     const subscriptions = createMemorySubscriptionStore([{ userId: 'user_1', appId: APP.id, active: true }])
     const inner = createMemoryTokenStore()
