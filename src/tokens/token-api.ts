@@ -318,10 +318,9 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
     return bearer.kind === 'invalid' && !presentsBearer(authorization) ? NO_BEARER : bearer
   }
 
-  async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
+  async function route(request: Request, rest: string, info: TokenApiRequestInfo | undefined, bearer: BearerParseResult): Promise<Response> {
     const method = request.method
     const segments = segmentsOf(rest)
-    const bearer = apiTokenOf(request.headers.get('authorization'))
     const [id, action] = segments
     const served = servedAt(segments)
     if (typeof served === 'string') return notServed(served)
@@ -399,12 +398,14 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
   }
 
   async function answer(request: Request, rest: string, info: TokenApiRequestInfo | undefined): Promise<Response> {
+    // Read once: the refusal below needs it too (a header of 16,000 commas cost its scan twice).
+    const bearer = apiTokenOf(request.headers.get('authorization'))
     try {
-      return await route(request, rest, info)
+      return await route(request, rest, info, bearer)
     } catch (error) {
-      if (error instanceof DispatchError && error.status < 500) {
-        return errorResponse(error, presentsBearer(request.headers.get('authorization')))
-      }
+      // A refusal of a request that presented a Bearer credential, well formed or not, says
+      // `invalid_token` (`apiTokenOf`: only another scheme, or none, presents none).
+      if (error instanceof DispatchError && error.status < 500) return errorResponse(error, bearer.kind !== 'missing')
       // A client that left mid-body is no failure worth a log line (any client can cause one).
       if (!request.signal?.aborted) onError(error, 'token api')
       return json(503, { error: 'temporarily_unavailable', message: 'Service unavailable' }, { 'retry-after': '1' })
