@@ -854,14 +854,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     r.revokedAt !== null ? 'revoked' : at >= r.expiresAt ? 'expired' : 'active'
 
   /**
-   * A rotation whose caller was told 503 may have landed (it answered after the deadline, or
-   * the store failed once the statement may have been sent): nobody holds its secret, so the
-   * old one is put back (compare-and-swap on the new hash: nothing happens if it never landed,
-   * and a rotation or revocation since keeps its own), as the caller believes; a headless
-   * client would otherwise be locked out with an active token. Either way, both secrets'
-   * cached records are dropped.
-   */
-  /**
    * A rotation's compare-and-swap from the secret of `read`, the record as its caller found it:
    * the new secret, or no secret at all. Lost to a revocation or an expiry, which a read shows:
    * `inactive`. Lost to another rotation: 409 `lost`, and no swap again: that rotation's caller
@@ -901,6 +893,14 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     }
   }
 
+  /**
+   * A rotation whose caller was told 503 may have landed (it answered after the deadline, or
+   * the store failed once the statement may have been sent): nobody holds its secret, so the
+   * old one is put back (compare-and-swap on the new hash: nothing happens if it never landed,
+   * and a rotation or revocation since keeps its own), as the caller believes; a headless
+   * client would otherwise be locked out with an active token. Either way, both secrets'
+   * cached records are dropped.
+   */
   async function undoRotation(
     id: string,
     previous: { tokenHash: string; displayPrefix: string },

@@ -250,9 +250,9 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   const read = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${resetAt}) AS revoked_at` : `t.${c}`)).join(', ')
   const live = `t.revoked_at IS NULL AND ${resetAt} IS NULL`
   // The same, in a statement over the rows of one user ($1): the reset is read by a subquery
-  // that names no row (an InitPlan, run once per use), not once per row. Per row, a password reset of a user with 50,000 revoked tokens
-  // (a create-and-revoke loop) took 2 s on a million rows, past a 2 s statement_timeout, and the
-  // live token stayed active (a storage audit).
+  // that names no row (an InitPlan, run once per use), not once per row. Per row, a password
+  // reset of a user with 50,000 revoked tokens (a create-and-revoke loop) took 2 s on a million
+  // rows, past a 2 s statement_timeout, and the live token stayed active (a storage audit).
   const userReset = `(SELECT r.reset_at FROM ${names.resets} AS r WHERE r.user_id = $1)`
   const userResetAt = `(CASE WHEN ${userReset} >= t.created_at AND ${userReset} < t.expires_at THEN ${userReset} END)`
   const userRead = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${userResetAt}) AS revoked_at` : `t.${c}`)).join(', ')
