@@ -56,6 +56,8 @@ const PARSE_ERROR = jsonRpcErrorReply(400, { code: RpcCode.ParseError, message: 
 /** The SDK transport's answer to a body that is JSON but no JSON-RPC message (`42`, `null`). */
 const NOT_JSON_RPC = jsonRpcErrorReply(400, { code: RpcCode.ParseError, message: 'Parse error: Invalid JSON-RPC message' })
 const UNSUPPORTED = jsonRpcErrorReply(415, { code: RpcCode.ServerError, message: 'Unsupported Media Type: Content-Type must be application/json' })
+/** A rate limiter's refusal (`@fastify/rate-limit`'s): the dispatch layer's own 429 words. */
+const RATE_LIMITED = jsonRpcErrorReply(429, { code: RpcCode.RateLimited, message: 'Rate limit exceeded' })
 
 /** Kinds of error that say the body is not JSON (body-parser's, Fastify's). */
 const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_JSON_BODY', 'FST_ERR_CTP_EMPTY_JSON_BODY'])
@@ -66,8 +68,9 @@ const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_J
  * `entity.parse.failed`, Fastify's invalid or empty JSON body, a `SyntaxError` with status 400)
  * 400 -32700 `Parse error: Invalid JSON`, one that body-parser's strict mode refused though it
  * is JSON (`42`) 400 -32700 `Parse error: Invalid JSON-RPC message`; past the limit 413 -32000
- * naming `limit` (the framework's, in bytes) when known; 415 as the SDK's; another client
- * error (4xx) its own status with -32600 `Invalid Request`; anything else, the server's fault,
+ * naming `limit` (the framework's, in bytes) when known; 415 as the SDK's; 429 (a rate limiter
+ * in front) -32000 `Rate limit exceeded`, as the dispatch layer's own; another client error
+ * (4xx) its own status with -32600 `Invalid Request`; anything else, the server's fault,
  * 500 -32603 (`serverFault`). The error's own text is never sent: a parser's message quotes
  * the body, a route's may name anything.
  */
@@ -83,6 +86,7 @@ export function errorReply(error: unknown, routeLimit?: unknown): { reply: Reply
     return { reply: jsonRpcErrorReply(413, { code: RpcCode.ServerError, message }), serverFault: false }
   }
   if (status === 415) return { reply: UNSUPPORTED, serverFault: false }
+  if (status === 429) return { reply: RATE_LIMITED, serverFault: false }
   return { reply: jsonRpcErrorReply(status, { code: RpcCode.InvalidRequest, message: 'Invalid Request' }), serverFault: false }
 }
 

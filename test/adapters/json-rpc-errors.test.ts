@@ -6,6 +6,7 @@
  * Fastify, the dispatch layer in front and the SDK's Node transport behind, over loopback.
  */
 import * as http from 'node:http'
+import fastifyRateLimit from '@fastify/rate-limit'
 import Fastify from 'fastify'
 import { ConfigurationError } from 'mcp-dispatch'
 import { jsonRpcErrors as expressErrors, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
@@ -201,6 +202,29 @@ describe('fastify: jsonRpcErrors', () => {
       expect(reported).toHaveLength(1)
     } finally {
       await close()
+    }
+  })
+})
+
+describe('fastify: @fastify/rate-limit in front, as docs/adapters.md runs it', () => {
+  it('a hook of the context, added before the plugin, counts the requests the dispatch layer refuses; its 429 keeps Retry-After and reads as the dispatcher\'s own (regression: -32600 Invalid Request)', async () => {
+    const fixture = createFixture()
+    const app = Fastify()
+    try {
+      await app.register(fastifyRateLimit, { global: false })
+      app.addHook('onRequest', app.rateLimit({ max: 2, timeWindow: 60_000 }))
+      await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher }))
+      app.setErrorHandler(fastifyErrors())
+      app.post('/*', async () => ({ jsonrpc: '2.0', id: 1, result: {} }))
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      const port = (app.server.address() as { port: number }).port
+      const anonymous = () => rawRequest(port, { path: '/v1', headers: { 'content-type': 'application/json', accept: ACCEPT }, body: INITIALIZE })
+      for (let i = 0; i < 2; i++) expect((await anonymous()).status).toBe(401)
+      const limited = await anonymous()
+      expectAnswer(limited, 429, body(-32000, 'Rate limit exceeded'))
+      expect(Number(limited.headers['retry-after'])).toBeGreaterThan(0)
+    } finally {
+      await app.close()
     }
   })
 })
