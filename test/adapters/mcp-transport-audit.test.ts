@@ -21,7 +21,7 @@
  *   the 202 carries the version and rate-limit headers;
  * - `Accept` on POST and GET: the SDK's own answers, never pre-empted.
  *
- * Servers listen on 127.0.0.1, ports 18800 to 18849, each closed after its test.
+ * Servers listen on 127.0.0.1, on ports the system picks, each closed after its test.
  */
 import { randomUUID } from 'node:crypto'
 import * as http from 'node:http'
@@ -45,13 +45,8 @@ import { EXPRESS } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
 import { ADAPTER_KINDS, ALLOWED_ORIGIN, type AdapterKind, type Fixture, HOST, close, createFixture, isExpress, loopbackFetch } from './helpers.js'
 
-/** The ports of this file: 18800 to 18849, handed out in turn (each server closes before the range wraps). */
-let nextPort = 18800
-function port(): number {
-  const chosen = nextPort
-  nextPort = nextPort === 18849 ? 18800 : nextPort + 1
-  return chosen
-}
+/** Where `server` listens, once it does. */
+const portOf = (server: http.Server): number => (server.address() as AddressInfo).port
 
 const SESSION_NOT_FOUND = '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}'
 
@@ -176,18 +171,17 @@ async function start(kind: StackKind, overrides: Partial<Parameters<typeof creat
   const forgets: Array<() => void> = []
   const seen: Seen = { requests: [], protocolVersions: [], forget: () => forgets.forEach((f) => f()) }
   const onError = (error: unknown, context: string) => fixture.errors.push({ error, context })
-  const chosen = port()
-  const done = (close: () => Promise<void>): Stack => ({ port: chosen, origin: `http://${HOST}:${chosen}`, fixture, pins, seen, close })
+  const done = (port: number, close: () => Promise<void>): Stack => ({ port, origin: `http://${HOST}:${port}`, fixture, pins, seen, close })
   if (kind === 'direct') {
     const serve = nodeSessions('2.0.0', seen, forgets)
     const server = http.createServer((req, res) => void serve(req, res))
-    await new Promise<void>((resolve) => server.listen(chosen, '127.0.0.1', resolve))
-    return done(() => close(server))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    return done(portOf(server), () => close(server))
   }
   if (kind === 'web') {
     const dispatch = webDispatch({ dispatcher: fixture.dispatcher, onError, handler: webRoutes((_app, version) => webSessions(version, seen, forgets)) })
-    const served = await serveFetch(dispatch, chosen)
-    return done(served.close)
+    const served = await serveFetch(dispatch)
+    return done(served.port, served.close)
   }
   if (isExpress(kind)) {
     const app = EXPRESS[kind]()
@@ -199,8 +193,8 @@ async function start(kind: StackKind, overrides: Partial<Parameters<typeof creat
       }),
     )
     const server = http.createServer(app)
-    await new Promise<void>((resolve) => server.listen(chosen, '127.0.0.1', resolve))
-    return done(() => close(server))
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+    return done(portOf(server), () => close(server))
   }
   const app = Fastify({ forceCloseConnections: true })
   await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
@@ -214,9 +208,8 @@ async function start(kind: StackKind, overrides: Partial<Parameters<typeof creat
       }
     }),
   )
-  await app.listen({ port: chosen, host: '127.0.0.1' })
-  expect((app.server.address() as AddressInfo).port).toBe(chosen)
-  return done(() => app.close())
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return done(portOf(app.server), () => app.close())
 }
 
 const BOTH = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }

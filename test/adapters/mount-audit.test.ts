@@ -5,7 +5,7 @@
  * the version path is read after the mount, the handler sees the full path, paths outside the
  * mount are not the App's, and the metadata document, its `resource`, the 401's
  * `resource_metadata` and what the MCP SDK client discovers agree; an SDK client session with
- * an `svc_` token works through the mount. Real sockets on 127.0.0.1, ports 18750-18799.
+ * an `svc_` token works through the mount. Real sockets on 127.0.0.1, on ports the system picks.
  */
 import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
@@ -31,19 +31,12 @@ import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/
 import { TestOAuthClient, connectWithOAuth, recordingFetch } from '../oauth/helpers/oauth-client.js'
 
 const METADATA = '/.well-known/oauth-protected-resource'
-let nextPort = 18750
 const closers: Array<() => Promise<void>> = []
 afterAll(async () => {
   for (const close of closers.splice(0)) await close()
 })
 
-/** The next port of this file's range (18750-18799). */
-function takePort(): number {
-  if (nextPort > 18799) throw new Error('out of the port range 18750-18799')
-  return nextPort++
-}
-
-function listenOn(server: http.Server, port = takePort()): Promise<number> {
+function listenOn(server: http.Server, port = 0): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject)
     server.listen(port, '127.0.0.1', () => resolve((server.address() as AddressInfo).port))
@@ -55,7 +48,7 @@ function closeServer(server: http.Server): Promise<void> {
   return new Promise((resolve) => server.close(() => resolve()))
 }
 
-/** Serves `app` (an Express app) at `port`, by default the next of this file's range, closed after the file. */
+/** Serves `app` (an Express app) at `port`, by default one the system picks, closed after the file. */
 function serveExpress(app: http.RequestListener, port?: number): Promise<number> {
   const server = http.createServer(app)
   closers.push(() => closeServer(server))
@@ -206,21 +199,19 @@ function fastifyMcp(dispatcher: DispatcherOptions, seen: string[]) {
   }
 }
 
-/** `app` listening on a port of this file's range on 127.0.0.1, closed after the file. */
+/** `app` listening on 127.0.0.1, closed after the file. */
 async function serveFastify(app: FastifyInstance): Promise<number> {
-  const port = takePort()
-  await app.listen({ port, host: '127.0.0.1' })
+  await app.listen({ port: 0, host: '127.0.0.1' })
   closers.push(() => app.close())
-  return port
+  return (app.server.address() as AddressInfo).port
 }
 
 async function serveHono(fetch: (request: Request) => Response | Promise<Response>): Promise<number> {
-  const port = takePort()
   const server = await new Promise<http.Server>((resolve) => {
-    const s = serve({ fetch, port, hostname: '127.0.0.1' }, () => resolve(s as unknown as http.Server)) as unknown as http.Server
+    const s = serve({ fetch, port: 0, hostname: '127.0.0.1' }, () => resolve(s as unknown as http.Server)) as unknown as http.Server
   })
   closers.push(() => closeServer(server))
-  return port
+  return (server.address() as AddressInfo).port
 }
 
 const alice = () => ({ authorization: `Bearer ${fixture.tokens.alice}` })
@@ -594,7 +585,7 @@ describe('OAuth sign-in of the SDK client from a bare 401, through each mount (o
   let auth: DevAuthServer
   it.each(MOUNTS)('$name', async ({ mount, start }) => {
     if (!auth) {
-      auth = await startDevAuthServer({ accounts: ['alice'], port: takePort() })
+      auth = await startDevAuthServer({ accounts: ['alice'] })
       const started = auth
       closers.push(() => started.close())
     }
@@ -623,7 +614,7 @@ describe('OAuth with audience-bound JWTs (RFC 8707 resource = the metadata resou
   let auth: DevAuthServer
   it.each(MOUNTS)('$name', async ({ mount, start }) => {
     if (!auth) {
-      auth = await startDevAuthServer({ accounts: ['alice'], port: takePort(), resourceIndicators: { accessTokenFormat: 'jwt' } })
+      auth = await startDevAuthServer({ accounts: ['alice'], resourceIndicators: { accessTokenFormat: 'jwt' } })
       const started = auth
       closers.push(() => started.close())
     }
@@ -880,12 +871,7 @@ describe("the token API's basePath variants", () => {
 })
 
 describe('mounts the basePath check must not refuse (review of the mount check)', () => {
-  // Ports of the review's own range (18990-18999), apart from this file's.
-  let reviewPort = 18990
-  function listenReview(app: http.RequestListener): Promise<number> {
-    if (reviewPort > 18999) throw new Error('out of the port range 18990-18999')
-    return serveExpress(app, reviewPort++)
-  }
+  const listenReview = (app: http.RequestListener): Promise<number> => serveExpress(app)
   const served = (answer: { headers: Record<string, unknown> }) => answer.headers['x-mcp-version']
 
   it.each(EXPRESS_KINDS)(

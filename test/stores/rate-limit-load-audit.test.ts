@@ -25,6 +25,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import * as http from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -56,11 +57,6 @@ import { REDIS_URL, holdConnection, redisAvailable, redisServerMissing, scanKeys
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }
 const NEWS = { id: 'app_news', slug: 'news', name: 'News', versions: ['1.0.0'] }
 const PRIVATE_REDIS_PORT = 18450
-let nextPort = 18451
-const port = () => {
-  if (nextPort > 18499) throw new Error('out of ports')
-  return nextPort++
-}
 
 interface Answer {
   status: number
@@ -230,8 +226,8 @@ async function platform() {
       app.use(expressDispatch({ dispatcher, onError, ...trust }))
       app.all('/{*path}', (_req, res) => void res.json({ jsonrpc: '2.0', id: 1, result: {} }))
       const server = http.createServer(app)
-      const listening = port()
-      await new Promise<void>((resolve) => server.listen(listening, '127.0.0.1', resolve))
+      await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+      const listening = (server.address() as AddressInfo).port
       closers.push(() => new Promise<void>((resolve) => {
         server.closeAllConnections()
         server.close(() => resolve())
@@ -242,8 +238,8 @@ async function platform() {
       const app = Fastify()
       await app.register(fastifyDispatch({ dispatcher, onError, ...trust }))
       app.route({ method: ['GET', 'POST', 'DELETE'], url: '/*', handler: async () => ({ jsonrpc: '2.0', id: 1, result: {} }) })
-      const listening = port()
-      await app.listen({ port: listening, host: '127.0.0.1' })
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      const listening = (app.server.address() as AddressInfo).port
       closers.push(() => app.close())
       return listening
     }
@@ -253,7 +249,7 @@ async function platform() {
       ...trust,
       handler: options.handler ?? (() => Response.json({ jsonrpc: '2.0', id: 1, result: {} })),
     })
-    const server = await serveFetch(handle, port())
+    const server = await serveFetch(handle)
     closers.push(() => server.close())
     return server.port
   }
