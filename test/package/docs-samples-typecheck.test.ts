@@ -38,6 +38,7 @@ const SKIPPED_LANGUAGES: Readonly<Record<string, string>> = {
   sh: 'shell commands',
   json: 'data (the platform seed), not code',
   sql: 'SQL for PostgreSQL: the retention DELETE of docs/stores.md is run as written by test/stores/postgres.test.ts',
+  nginx: 'configuration of a reverse proxy in front (docs/adapters.md), not code',
 }
 
 interface Sample {
