@@ -4,6 +4,7 @@
  *   npm start                       # examples/platform/seed.json
  *   npm start -- --seed my-seed.json
  *   npm start -- --port 9000
+ *   npm start -- --trust-proxy 127.0.0.1   # behind a reverse proxy (or TRUST_PROXY)
  *   AUTH_ISSUER=https://auth.example.com npm start   # a real OAuth provider (docs/oauth.md)
  *
  * Without AUTH_ISSUER a development authorization server (dev-auth-server.ts) listens on
@@ -25,6 +26,7 @@ import {
   applyDeploy,
   checkIpAllowlist,
   compileAllowlist,
+  compileTrustProxy,
   compileVersions,
   invalidHostReply,
   jsonRpcErrorReply,
@@ -39,7 +41,7 @@ import { createPlatform, parseSeed } from './index.js'
 
 // Every setting is checked before the platform serves: each bad one is named on stderr (exit 2).
 const problems: string[] = []
-const values = readOptions(['seed', 'port'], problems)
+const values = readOptions(['seed', 'port', 'trust-proxy'], problems)
 // A relative `--seed` is read from where `npm start` was typed (npm runs the script from the
 // package root, and says where it was started in INIT_CWD; an INIT_CWD inherited by a run of
 // another kind is not this one's), and named in full.
@@ -47,6 +49,20 @@ const typedIn = process.env.npm_lifecycle_event === 'start' ? process.env.INIT_C
 const seedPath = values.seed === undefined ? fileURLToPath(new URL('./seed.json', import.meta.url)) : resolvePath(typedIn ?? process.cwd(), values.seed)
 // PORT=0: any free port (the tests' way), and the authorization server's too.
 const port = portOption('--port (or PORT)', values.port ?? process.env.PORT ?? '8787', true, problems)
+// The reverse proxy in front, if any (docs/adapters.md, "Behind a reverse proxy"): a hop count,
+// or the proxies' addresses and CIDR ranges separated by commas. Without it, X-Forwarded-For
+// and X-Forwarded-Proto are ignored, and every client of a proxy has the proxy's address.
+const trustProxy = ((raw: string | undefined): number | string[] | undefined => {
+  if (raw === undefined || raw.trim() === '') return undefined
+  const setting = /^\s*\d+\s*$/.test(raw) ? Number(raw) : raw.split(',').map((entry) => entry.trim())
+  try {
+    compileTrustProxy(setting)
+    return setting
+  } catch (error) {
+    problems.push(`--trust-proxy (or TRUST_PROXY): ${(error as Error).message}`)
+    return undefined
+  }
+})(values['trust-proxy'] ?? process.env.TRUST_PROXY)
 const seed = (() => {
   try {
     return JSON.parse(readFileSync(seedPath, 'utf8'))
@@ -122,6 +138,7 @@ const platform = (() => {
   try {
     return createPlatform({
       seed,
+      ...(trustProxy !== undefined && { trustProxy }),
       authorizationServer: {
         issuer: process.env.AUTH_ISSUER || devAuth!.issuer, // unset or empty: the development server
         mode: authMode,

@@ -749,6 +749,32 @@ describe('npm start -- --seed FILE', () => {
   }, 60_000)
 })
 
+describe('npm start -- --trust-proxy', () => {
+  it('names the reverse proxy in front: a request through it takes the scheme its X-Forwarded-Proto says for the App address; without it the header is ignored', async () => {
+    const { script: started, found: listening } = await startScript(['start', '--', '--trust-proxy', '127.0.0.1'], { PORT: '0' }, (printed) => {
+      const at = /reference platform on http:\/\/127\.0\.0\.1:(\d+)/.exec(printed)
+      return at && /^curl .*$/m.test(printed) ? Number(at[1]) : undefined
+    })
+    try {
+      const resourceOf = async (on: number) => {
+        const answer = await rawRequest(on, {
+          method: 'GET',
+          host: `weather.localhost:${on}`,
+          path: '/.well-known/oauth-protected-resource',
+          headers: { 'x-forwarded-proto': 'https' },
+        })
+        expect(answer.status).toBe(200)
+        return (JSON.parse(answer.body) as { resource: string }).resource
+      }
+      expect(await resourceOf(listening)).toBe(`https://weather.localhost:${listening}`)
+      // The platform of the quick start trusts no proxy.
+      expect(await resourceOf(port)).toBe(`http://weather.localhost:${port}`)
+    } finally {
+      await started.stop()
+    }
+  }, 60_000)
+})
+
 describe('npm start and npm run forward: bad settings', () => {
   /** Runs an npm script to its end; its exit code and stderr. */
   async function run(args: readonly string[], env: NodeJS.ProcessEnv = {}, cwd = ROOT): Promise<{ code: number; stderr: string }> {
@@ -792,6 +818,9 @@ describe('npm start and npm run forward: bad settings', () => {
       [['start'], { PORT: '0', AUTH_PORT: '0', AUTH_MODE: 'jwt', AUTH_AUDIENCE: 'http://weather.localhost:8787, ,http://notes.localhost:8787' }, ['AUTH_AUDIENCE: mcp-dispatch: option "audience" must be a non-empty string']],
       // Both servers on one port: a bad pair of settings (regression: exit 1, "PORT: EADDRINUSE").
       [['start'], { PORT: '47388', AUTH_PORT: '47388' }, ['AUTH_PORT: must differ from PORT (both 47388)']],
+      // A proxy setting that would let any client choose its address.
+      [['start', '--', '--trust-proxy', '0.0.0.0/0'], {}, ['--trust-proxy (or TRUST_PROXY): trustProxy: entry 0 ("0.0.0.0/0") trusts every IPv4 peer']],
+      [['start'], { TRUST_PROXY: '10.0.0.1, nginx' }, ['--trust-proxy (or TRUST_PROXY): trustProxy: entry 1 ("nginx") is not an IPv4/IPv6 address or CIDR range']],
       // An unknown option hides nothing else.
       [['start', '--', '--prot', '1'], { PORT: 'abc' }, ["Unknown option '--prot'", '--port (or PORT): must be a port number (0: any free port), got "abc"']],
       [['start', '--', '--bogus', '--port', '70000', '--seed'], {}, ["Unknown option '--bogus'", '--port (or PORT): must be a port number (0: any free port), got "70000"', "Option '--seed <value>' argument missing"]],
