@@ -510,8 +510,8 @@ export function createPlatform(options: PlatformOptions): Platform {
     onError,
   })
   const apiClientAddresses = new WeakMap<Request, string | undefined>()
-  // The port each request of the api host reached this server on (none in process).
-  const apiLocalPorts = new WeakMap<Request, number>()
+  // The socket peer of each request of the api host, before any proxy is trusted (none in process).
+  const apiPeers = new WeakMap<Request, string>()
   const apiTrust = compileTrustProxy(options.trustProxy ?? false)
 
   async function api(request: Request): Promise<Response> {
@@ -587,27 +587,24 @@ export function createPlatform(options: PlatformOptions): Platform {
 
   /**
    * The 403 of a development endpoint for a client that is not on this machine (an in-process
-   * call has no address). Every address the request names must be this machine's: the client's
-   * (the peer's, or the one a trusted proxy forwards) and each hop of `X-Forwarded-For`, to which
-   * a proxy on this machine, trusted or not, appends its client; a `Forwarded` header, which the
-   * platform does not read, refuses. A reverse proxy on this machine would otherwise make every
-   * client of it loopback. One that appends nothing (nginx without `proxy_add_x_forwarded_for`,
-   * HAProxy without `option forwardfor`) passes on the `Host` its client named: one naming
-   * another port than the one the request reached this server on refuses too (regression:
-   * through such an nginx, a remote client signed in as any user and deployed a version
-   * proxied to its host). A `Host` without a port is not judged: clients on this machine that
-   * connect to 127.0.0.1 and name `api.localhost` send one.
+   * call has no address). Every address the request names must be this machine's: the socket
+   * peer, the client (the one a trusted proxy forwards), and each hop of `X-Forwarded-For`, to
+   * which a proxy on this machine, trusted or not, appends its client; a `Forwarded` header,
+   * which the platform does not read, refuses. A reverse proxy on this machine would otherwise
+   * make every client of it loopback; one that appends nothing still does (docs/platform.md).
+   * The peer is checked beside the client: trusting a hop count, or a proxy that appends
+   * nothing, a remote client's own `X-Forwarded-For: 127.0.0.1` made it the loopback client.
    */
   function notThisMachine(request: Request): Response | undefined {
     const address = apiClientAddresses.get(request)
     if (address === undefined) return undefined
+    const peer = apiPeers.get(request)
     const hops = request.headers.get('x-forwarded-for')?.split(',') ?? []
-    const localPort = apiLocalPorts.get(request)
     if (
       isLoopback(address) &&
+      (peer === undefined || isLoopback(peer)) &&
       !request.headers.has('forwarded') &&
-      hops.every((hop) => isLoopback(hop.trim())) &&
-      (localPort === undefined || explicitPort(request.url) === undefined || explicitPort(request.url) === localPort)
+      hops.every((hop) => isLoopback(hop.trim()))
     ) {
       return undefined
     }
@@ -682,8 +679,7 @@ export function createPlatform(options: PlatformOptions): Platform {
         continueNow(info?.outgoing)
         const address = resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), apiTrust)
         apiClientAddresses.set(request, address)
-        const localPort = (info?.outgoing as { socket?: { localPort?: unknown } | null } | undefined)?.socket?.localPort
-        if (typeof localPort === 'number') apiLocalPorts.set(request, localPort)
+        if (info?.clientAddress) apiPeers.set(request, info.clientAddress)
         return api(request)
       }
       return mcp(request, info)
@@ -725,12 +721,6 @@ export function createPlatform(options: PlatformOptions): Platform {
 function keyParts(key: string): [appId: string, version: string] {
   const at = key.lastIndexOf('@')
   return [key.slice(0, at), key.slice(at + 1)]
-}
-
-/** The port a URL names, if it names one other than its scheme's default. */
-function explicitPort(url: string): number | undefined {
-  const port = new URL(url).port
-  return port === '' ? undefined : Number(port)
 }
 
 /** 405 for a path of the api host asked with another method than `methods`, which `Allow` lists. */

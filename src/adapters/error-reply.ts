@@ -56,7 +56,7 @@ const PARSE_ERROR = jsonRpcErrorReply(400, { code: RpcCode.ParseError, message: 
 /** The SDK transport's answer to a body that is JSON but no JSON-RPC message (`42`, `null`). */
 const NOT_JSON_RPC = jsonRpcErrorReply(400, { code: RpcCode.ParseError, message: 'Parse error: Invalid JSON-RPC message' })
 const UNSUPPORTED = jsonRpcErrorReply(415, { code: RpcCode.ServerError, message: 'Unsupported Media Type: Content-Type must be application/json' })
-/** A rate limiter's refusal (`@fastify/rate-limit`'s): the dispatch layer's own 429 words. */
+/** A rate limiter's refusal (`@fastify/rate-limit`'s): the code and message of the dispatcher's own 429. */
 const RATE_LIMITED = jsonRpcErrorReply(429, { code: RpcCode.RateLimited, message: 'Rate limit exceeded' })
 
 /** Kinds of error that say the body is not JSON (body-parser's, Fastify's). */
@@ -69,7 +69,7 @@ const NOT_JSON = new Set<unknown>(['entity.parse.failed', 'FST_ERR_CTP_INVALID_J
  * 400 -32700 `Parse error: Invalid JSON`, one that body-parser's strict mode refused though it
  * is JSON (`42`) 400 -32700 `Parse error: Invalid JSON-RPC message`; past the limit 413 -32000
  * naming `limit` (the framework's, in bytes) when known; 415 as the SDK's; 429 (a rate limiter
- * in front) -32000 `Rate limit exceeded`, as the dispatch layer's own; another client error
+ * in front) -32000 `Rate limit exceeded`, as the dispatcher's own says; another client error
  * (4xx) its own status with -32600 `Invalid Request`; anything else, the server's fault,
  * 500 -32603 (`serverFault`). The error's own text is never sent: a parser's message quotes
  * the body, a route's may name anything.

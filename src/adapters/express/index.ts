@@ -519,8 +519,9 @@ export function serveTokenApi(api: TokenApi, options?: ServeTokenApiOptions): Re
  * the routes. A body `express.json()` refused: not JSON 400 -32700 `Parse error: Invalid
  * JSON`, past its `limit` 413 -32000 `Payload Too Large: Request body must not exceed <limit>
  * bytes`, an unsupported charset or encoding 415 -32000 as the SDK's; an error of status 429
- * (a rate limiter's) -32000 `Rate limit exceeded`, as the dispatch layer's own; another error
- * with a client status (4xx, `status` or `statusCode`) that status with -32600 `Invalid Request`;
+ * (a rate limiter's) -32000 `Rate limit exceeded`, as the dispatcher's own says; another
+ * error with a client status (4xx, `status` or `statusCode`) that status with -32600
+ * `Invalid Request`;
  * anything else 500 -32603 `Internal error`, reported to `onError`. The error's own text is
  * never sent. An error after the response has begun goes on to `next(error)`, which ends the
  * connection, as Express does.

@@ -600,10 +600,10 @@ function unencapsulated(plugin: FastifyPluginAsync, name: string): FastifyPlugin
  * `Content-Type: application/json`) 400 -32700 `Parse error: Invalid JSON`, past the route's
  * `bodyLimit` 413 -32000 `Payload Too Large: Request body must not exceed <bodyLimit> bytes`,
  * a content type no parser takes 415 -32000 as the SDK's; a rate limiter's 429
- * (`@fastify/rate-limit`) -32000 `Rate limit exceeded`, as the dispatch layer's own; another
- * error with a client status (4xx `statusCode`) that status with -32600 `Invalid Request`; anything else 500 -32603
- * `Internal error`, reported to `onError` (Fastify's own handler would log it). The error's
- * own text is never sent.
+ * (`@fastify/rate-limit`) -32000 `Rate limit exceeded`, as the dispatcher's own says; another
+ * error with a client status (4xx `statusCode`) that status with -32600 `Invalid Request`;
+ * anything else 500 -32603 `Internal error`, reported to `onError` (Fastify's own handler would
+ * log it). The error's own text is never sent.
  *
  * @example
  * ```ts
