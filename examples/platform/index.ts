@@ -598,16 +598,9 @@ export function createPlatform(options: PlatformOptions): Platform {
   function notThisMachine(request: Request): Response | undefined {
     const address = apiClientAddresses.get(request)
     if (address === undefined) return undefined
-    const peer = apiPeers.get(request)
     const hops = request.headers.get('x-forwarded-for')?.split(',') ?? []
-    if (
-      isLoopback(address) &&
-      (peer === undefined || isLoopback(peer)) &&
-      !request.headers.has('forwarded') &&
-      hops.every((hop) => isLoopback(hop.trim()))
-    ) {
-      return undefined
-    }
+    const peer = apiPeers.get(request) ?? address
+    if (isLoopback(address) && isLoopback(peer) && !request.headers.has('forwarded') && hops.every((hop) => isLoopback(hop.trim()))) return undefined
     return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
   }
 
