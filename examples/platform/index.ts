@@ -506,12 +506,12 @@ export function createPlatform(options: PlatformOptions): Platform {
       return !!s && csrfMatches(request.headers.get('x-csrf-token'), s.csrf)
     },
     // A token rotating itself is held to its IP allowlist, like any other use of it.
-    clientAddress: (request) => apiClientAddresses.get(request),
+    clientAddress: (request) => apiClients.get(request)?.address,
     onError,
   })
-  const apiClientAddresses = new WeakMap<Request, string | undefined>()
-  // The socket peer of each request of the api host, before any proxy is trusted (none in process).
-  const apiPeers = new WeakMap<Request, string>()
+  // Each request of the api host's socket peer, and its client (the peer, or the one a trusted
+  // proxy names); neither for an in-process call.
+  const apiClients = new WeakMap<Request, { peer: string | undefined; address: string | undefined }>()
   const apiTrust = compileTrustProxy(options.trustProxy ?? false)
 
   async function api(request: Request): Promise<Response> {
@@ -596,10 +596,9 @@ export function createPlatform(options: PlatformOptions): Platform {
    * nothing, a remote client's own `X-Forwarded-For: 127.0.0.1` made it the loopback client.
    */
   function notThisMachine(request: Request): Response | undefined {
-    const address = apiClientAddresses.get(request)
-    if (address === undefined) return undefined
+    const { peer, address } = apiClients.get(request) ?? {}
+    if (peer === undefined || address === undefined) return undefined
     const hops = request.headers.get('x-forwarded-for')?.split(',') ?? []
-    const peer = apiPeers.get(request) ?? address
     if (isLoopback(address) && isLoopback(peer) && !request.headers.has('forwarded') && hops.every((hop) => isLoopback(hop.trim()))) return undefined
     return Response.json({ error: 'forbidden', message: 'The development endpoints answer loopback clients only' }, { status: 403 })
   }
@@ -670,9 +669,8 @@ export function createPlatform(options: PlatformOptions): Platform {
         // client waiting for it (`checkContinue`, as `npm start` wires it), decided by the host
         // routed by here (an absolute-form target's, not the `Host` header's).
         continueNow(info?.outgoing)
-        const address = resolveClientAddress(info?.clientAddress, request.headers.get('x-forwarded-for'), apiTrust)
-        apiClientAddresses.set(request, address)
-        if (info?.clientAddress) apiPeers.set(request, info.clientAddress)
+        const peer = info?.clientAddress || undefined
+        apiClients.set(request, { peer, address: resolveClientAddress(peer, request.headers.get('x-forwarded-for'), apiTrust) })
         return api(request)
       }
       return mcp(request, info)

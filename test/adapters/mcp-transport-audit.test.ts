@@ -43,10 +43,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { createSessionEventStore } from '../../examples/platform/event-store.js'
 import { EXPRESS } from '../helpers/express.js'
 import { serveFetch } from '../helpers/platform.js'
-import { ADAPTER_KINDS, ALLOWED_ORIGIN, type AdapterKind, type Fixture, HOST, close, createFixture, isExpress, loopbackFetch } from './helpers.js'
-
-/** Where `server` listens, once it does. */
-const portOf = (server: http.Server): number => (server.address() as AddressInfo).port
+import { ADAPTER_KINDS, ALLOWED_ORIGIN, type AdapterKind, type Fixture, HOST, close, createFixture, isExpress, listen, loopbackFetch } from './helpers.js'
 
 const SESSION_NOT_FOUND = '{"jsonrpc":"2.0","id":null,"error":{"code":-32001,"message":"Session not found"}}'
 
@@ -175,8 +172,7 @@ async function start(kind: StackKind, overrides: Partial<Parameters<typeof creat
   if (kind === 'direct') {
     const serve = nodeSessions('2.0.0', seen, forgets)
     const server = http.createServer((req, res) => void serve(req, res))
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    return done(portOf(server), () => close(server))
+    return done(await listen(server), () => close(server))
   }
   if (kind === 'web') {
     const dispatch = webDispatch({ dispatcher: fixture.dispatcher, onError, handler: webRoutes((_app, version) => webSessions(version, seen, forgets)) })
@@ -193,8 +189,7 @@ async function start(kind: StackKind, overrides: Partial<Parameters<typeof creat
       }),
     )
     const server = http.createServer(app)
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-    return done(portOf(server), () => close(server))
+    return done(await listen(server), () => close(server))
   }
   const app = Fastify({ forceCloseConnections: true })
   await app.register(fastifyDispatch({ dispatcher: fixture.dispatcher, onError }))
@@ -209,7 +204,7 @@ async function start(kind: StackKind, overrides: Partial<Parameters<typeof creat
     }),
   )
   await app.listen({ port: 0, host: '127.0.0.1' })
-  return done(portOf(app.server), () => app.close())
+  return done((app.server.address() as AddressInfo).port, () => app.close())
 }
 
 const BOTH = { 'content-type': 'application/json', accept: 'application/json, text/event-stream' }
