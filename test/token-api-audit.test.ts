@@ -371,11 +371,11 @@ describe('a request body whose stream fails while it is read', () => {
     for (const [platform, serve] of Object.entries(servers)) {
       const { api, errors, tokens } = setup()
       const server = await serve(api)
-      await new Promise<void>((resolve) => server.listen(18930, '127.0.0.1', resolve))
+      const port = await listen(server)
       try {
         for (const [name, bytes, end] of cuts) {
           await new Promise<void>((resolve) => {
-            const socket = connect(18930, '127.0.0.1', () => {
+            const socket = connect(port, '127.0.0.1', () => {
               socket.write(bytes)
               setTimeout(() => (end === 'half' ? socket.end() : socket.resetAndDestroy()), 100)
             })

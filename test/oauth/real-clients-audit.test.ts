@@ -31,6 +31,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type DevAuthServer, startDevAuthServer } from '../../examples/platform/dev-auth-server.js'
 import { type Platform, type PlatformSeed, createPlatform } from '../../examples/platform/index.js'
 import { INSPECTOR_CLI, RESOLVE_LOCALHOST, connectMcpRemoteOAuth } from '../helpers/audit-shared.js'
+import { freePort } from '../helpers/free-port.js'
 import { type ServedFetch, localhostFetch, mcpRequest, serveFetch } from '../helpers/platform.js'
 import { type ManualClock, createManualClock } from './helpers/clock.js'
 import {
@@ -42,16 +43,6 @@ import {
   obtainAccessToken,
   recordingFetch,
 } from './helpers/oauth-client.js'
-
-// Ports of this file (the audit's range 18600-18649).
-const AUTH_JWT_PORT = 18600
-const AUTH_USERINFO_PORT = 18601
-const PLATFORM_JWT_PORT = 18610
-const PLATFORM_USERINFO_PORT = 18611
-const PLATFORM_OWN_KEYS_PORT = 18612
-const AUTH_OPAQUE_PORT = 18602
-const PLATFORM_INTROSPECTION_PORT = 18613
-const MCP_REMOTE_CALLBACK_PORT = 18620
 
 const seed: PlatformSeed = {
   apps: [
@@ -87,30 +78,30 @@ let opaqueAuth: DevAuthServer
 let introspectionPlatform: Platform
 let introspectionServed: ServedFetch
 
-/** A development authorization server on `port` for user_alice, on the shared clock, its access tokens living TTL_S. */
-const startAuthServer = (port: number, options: Partial<Parameters<typeof startDevAuthServer>[0]> = {}) =>
-  startDevAuthServer({ accounts: ['user_alice'], port, now: clock, accessTokenTtlSeconds: TTL_S, ...options })
+/** A development authorization server for user_alice, on the shared clock, its access tokens living TTL_S. */
+const startAuthServer = (options: Partial<Parameters<typeof startDevAuthServer>[0]> = {}) =>
+  startDevAuthServer({ accounts: ['user_alice'], now: clock, accessTokenTtlSeconds: TTL_S, ...options })
 
-/** Serves `platform` on 127.0.0.1:`port`. */
-const serve = (platform: Platform, port: number) => serveFetch((request, info) => platform.fetch(request, info), port)
+/** Serves `platform` on 127.0.0.1, on a port of the system's choosing. */
+const serve = (platform: Platform) => serveFetch((request, info) => platform.fetch(request, info))
 
 beforeAll(async () => {
   clock = createManualClock()
-  jwtAuth = await startAuthServer(AUTH_JWT_PORT, { resourceIndicators: { accessTokenFormat: 'jwt' } })
-  userinfoAuth = await startAuthServer(AUTH_USERINFO_PORT)
+  jwtAuth = await startAuthServer({ resourceIndicators: { accessTokenFormat: 'jwt' } })
+  userinfoAuth = await startAuthServer()
   // jwt mode as `npm start` runs it with AUTH_MODE=jwt: each App's own address is the audience.
   jwtPlatform = createPlatform({ seed, now: clock, authorizationServer: { issuer: jwtAuth.issuer, mode: 'jwt' } })
   userinfoPlatform = createPlatform({ seed, now: clock, authorizationServer: { issuer: userinfoAuth.issuer } })
-  jwtServed = await serve(jwtPlatform, PLATFORM_JWT_PORT)
-  userinfoServed = await serve(userinfoPlatform, PLATFORM_USERINFO_PORT)
+  jwtServed = await serve(jwtPlatform)
+  userinfoServed = await serve(userinfoPlatform)
   const introspection = { clientId: 'mcp-dispatch', clientSecret: 'audit-introspection-secret' }
-  opaqueAuth = await startAuthServer(AUTH_OPAQUE_PORT, { resourceIndicators: { accessTokenFormat: 'opaque' }, introspectionClient: introspection })
+  opaqueAuth = await startAuthServer({ resourceIndicators: { accessTokenFormat: 'opaque' }, introspectionClient: introspection })
   introspectionPlatform = createPlatform({
     seed,
     now: clock,
     authorizationServer: { issuer: opaqueAuth.issuer, mode: 'introspection', introspection },
   })
-  introspectionServed = await serve(introspectionPlatform, PLATFORM_INTROSPECTION_PORT)
+  introspectionServed = await serve(introspectionPlatform)
 })
 
 afterAll(async () => {
@@ -123,8 +114,8 @@ afterAll(async () => {
 const appFetch: FetchLike = (input, init) =>
   new URL(String(input)).hostname.endsWith('.localhost') ? localhostFetch(input, init) : fetch(input, init)
 
-const jwtApp = () => `http://weather.localhost:${PLATFORM_JWT_PORT}`
-const userinfoApp = () => `http://weather.localhost:${PLATFORM_USERINFO_PORT}`
+const jwtApp = () => `http://weather.localhost:${jwtServed.port}`
+const userinfoApp = () => `http://weather.localhost:${userinfoServed.port}`
 
 /** The challenge of a 401 to a token presented and refused, at the App `app` (its origin). */
 const invalidTokenChallenge = (app: string) => `Bearer resource_metadata="${app}/.well-known/oauth-protected-resource", error="invalid_token"`
@@ -219,7 +210,7 @@ describe('an access token that expires in the middle of a session', () => {
   it.each([
     ['userinfo', (): string => userinfoApp(), (): Platform => userinfoPlatform, '1.2.0'],
     ['jwt', (): string => jwtApp(), (): Platform => jwtPlatform, '1.3.0'],
-    ['introspection', (): string => `http://weather.localhost:${PLATFORM_INTROSPECTION_PORT}`, (): Platform => introspectionPlatform, '1.4.0'],
+    ['introspection', (): string => `http://weather.localhost:${introspectionServed.port}`, (): Platform => introspectionPlatform, '1.4.0'],
   ] as const)('%s mode: the client refreshes and retries in the same session, whose pin holds across a deploy', async (_mode, app, platform, deployed) => {
     const provider = new RecordingOAuthClient({ loginHint: 'user_alice' })
     const fetchFn = recordingFetch(appFetch)
@@ -264,7 +255,7 @@ describe('tokens the jwt-mode validator must refuse: 401 with the challenge, nev
   let privateKey: CryptoKey
   let publicJwk: JWK
   let publicPem: string
-  const origin = () => `http://weather.localhost:${PLATFORM_OWN_KEYS_PORT}`
+  const origin = () => `http://weather.localhost:${served.port}`
 
   beforeAll(async () => {
     const pair = await generateKeyPair('RS256', { extractable: true })
@@ -272,7 +263,7 @@ describe('tokens the jwt-mode validator must refuse: 401 with the challenge, nev
     publicJwk = { ...(await exportJWK(pair.publicKey)), kid: 'k1', alg: 'RS256', use: 'sig' }
     publicPem = await exportSPKI(pair.publicKey)
     platform = createPlatform({ seed, now: clock, authorizationServer: { issuer: ISSUER, mode: 'jwt', jwks: { keys: [publicJwk] } } })
-    served = await serve(platform, PLATFORM_OWN_KEYS_PORT)
+    served = await serve(platform)
   })
   afterAll(async () => {
     await served?.close()
@@ -311,7 +302,7 @@ describe('tokens the jwt-mode validator must refuse: 401 with the challenge, nev
   })
 
   it.each([
-    ['another App of the platform', () => sign({ ...base(), aud: `http://notes.localhost:${PLATFORM_OWN_KEYS_PORT}` })],
+    ['another App of the platform', () => sign({ ...base(), aud: `http://notes.localhost:${served.port}` })],
     ['another service', () => sign({ ...base(), aud: 'https://api.example.test' })],
     ['no audience', () => sign({ ...base(), aud: undefined })],
     ['the App at another port', () => sign({ ...base(), aud: `http://weather.localhost:1` })],
@@ -455,7 +446,7 @@ describe('other installed clients against the jwt-mode platform', () => {
     expect(withAccessToken.code).toBe(0)
     expectAppTools((JSON.parse(withAccessToken.stdout) as { tools: Array<{ name: string }> }).tools)
 
-    const elsewhere = await inspectorToolsList(`http://notes.localhost:${PLATFORM_JWT_PORT}/v1`, accessToken)
+    const elsewhere = await inspectorToolsList(`http://notes.localhost:${jwtServed.port}/v1`, accessToken)
     expect(elsewhere.code).toBe(1)
     const body = /\{"jsonrpc".*\}/.exec(elsewhere.stderr + elsewhere.stdout)?.[0]
     expect(JSON.parse(body ?? 'null')).toMatchObject({ id: null, error: { code: -32001 } })
@@ -522,7 +513,7 @@ describe("another authorization server's tokens, and tokens that are no access t
   it('are refused 401 invalid_token in every mode, never 500', async () => {
     const jwtIssued = await obtainAccessToken(`${jwtApp()}/v1`, appFetch, { loginHint: 'user_alice' })
     const userinfoIssued = await obtainAccessToken(`${userinfoApp()}/v1`, appFetch, { loginHint: 'user_alice' })
-    const introspectionApp = `http://weather.localhost:${PLATFORM_INTROSPECTION_PORT}`
+    const introspectionApp = `http://weather.localhost:${introspectionServed.port}`
     const opaqueIssued = await obtainAccessToken(`${introspectionApp}/v1`, appFetch, { loginHint: 'user_alice' })
     const refreshOf = (issued: { provider: TestOAuthClient }) => issued.provider.tokens()!.refresh_token!
     const cases: Array<[string, string, string]> = [
@@ -549,7 +540,7 @@ describe("another authorization server's tokens, and tokens that are no access t
 
 describe('mcp-remote in OAuth mode against audience-bound tokens (jwt mode)', () => {
   it('signs in through the headless browser at /v1 and calls a tool with a token the App accepts', async () => {
-    const remote = await connectMcpRemoteOAuth(`${jwtApp()}/v1`, MCP_REMOTE_CALLBACK_PORT)
+    const remote = await connectMcpRemoteOAuth(`${jwtApp()}/v1`, await freePort())
     try {
       expect(remote.stderr()).toContain('Browser opened automatically')
       const echoed = await remote.client.callTool({ name: 'echo', arguments: { text: 'bound' } })

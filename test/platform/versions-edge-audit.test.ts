@@ -56,11 +56,7 @@ function seed(): PlatformSeed {
 beforeAll(async () => {
   platform = createPlatform({ seed: seed(), now: createClock().now, onError: (error, context) => void errors.push({ error, context }) })
   edge = platform.tokens.edge!
-  // The ports this audit may use: the first free one.
-  for (let port = 18402; port < 18450 && served === undefined; port++) {
-    served = await serveFetch((request, info) => platform.fetch(request, info), port).catch(() => undefined as unknown as ServedFetch)
-  }
-  if (served === undefined) throw new Error('no free port in 18402-18449')
+  served = await serveFetch((request, info) => platform.fetch(request, info))
 })
 afterAll(async () => {
   await served?.close()

@@ -21,7 +21,7 @@
  * - `X-Forwarded-For`: ignored without `trustProxy`, so the per-address budgets
  *   (`unknownTokenBudget`) count the socket's address; with it, the right hop's.
  *
- * Ports: 18450 to 18499 (this file's own; the Redis it restarts listens on 18450).
+ * The Redis it kills and starts again listens on a Unix socket of its own (no port to collide with).
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import * as http from 'node:http'
@@ -56,7 +56,6 @@ import { REDIS_URL, holdConnection, redisAvailable, redisServerMissing, scanKeys
 
 const WEATHER = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }
 const NEWS = { id: 'app_news', slug: 'news', name: 'News', versions: ['1.0.0'] }
-const PRIVATE_REDIS_PORT = 18450
 
 interface Answer {
   status: number
@@ -475,16 +474,21 @@ describe.runIf(redisAvailable)('rate limit on Redis under concurrent load, two i
   })
 })
 
-/** A Redis of this file's own on 127.0.0.1:18450, without persistence: killed and started again by the tests. */
+/**
+ * A Redis of this file's own, without persistence, on a Unix socket in a temporary directory
+ * (`path`, the same every time it starts again): killed and started again by the tests.
+ */
 function privateRedis() {
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-rlload-'))
+  const path = join(dir, 'redis.sock')
   let child: ChildProcess | undefined
   const kill = () => child?.kill('SIGKILL')
   process.once('exit', kill)
   return {
+    path,
     async start() {
-      child = spawn('redis-server', ['--port', String(PRIVATE_REDIS_PORT), '--bind', '127.0.0.1', '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
-      const probe = new Redis(PRIVATE_REDIS_PORT, '127.0.0.1', { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+      child = spawn('redis-server', ['--port', '0', '--unixsocket', path, '--dir', dir, '--save', '', '--appendonly', 'no'], { stdio: 'ignore' })
+      const probe = new Redis({ path, lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
       probe.on('error', () => {})
       for (let tries = 0; ; tries++) {
         try {
@@ -512,9 +516,9 @@ function privateRedis() {
   }
 }
 
-/** A client of the private Redis: one retry, nothing resent after a reconnection, its errors (Redis killed) ignored. */
-function privateClient(): Redis {
-  const client = new Redis(PRIVATE_REDIS_PORT, '127.0.0.1', { maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
+/** A client of the private Redis at `path`: one retry, nothing resent after a reconnection, its errors (Redis killed) ignored. */
+function privateClient(path: string): Redis {
+  const client = new Redis({ path, maxRetriesPerRequest: 1, autoResendUnfulfilledCommands: false })
   client.on('error', () => {})
   return client
 }
@@ -591,7 +595,7 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
     const p = await platform()
     const time = clock(W + 20_000)
     const policy = perMinute(1_000_000)
-    const clients = [privateClient(), privateClient()] as const
+    const clients = [privateClient(redis.path), privateClient(redis.path)] as const
     const [a, b] = await Promise.all(clients.map((client) => p.instance({ redis: client, prefix, policy: () => policy, now: time.now, rateLimitTimeoutMs: 200, ...extra(client) })))
     const close = async () => {
       await p.close()
@@ -636,7 +640,7 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
       const afterReady = answers.filter((x) => x.at > readyAt + 100)
       expect(afterReady.length).toBeGreaterThan(20)
       for (const x of afterReady) expect(x.headers.ratelimit).toBeDefined()
-      const checker = privateClient()
+      const checker = privateClient(redis.path)
       const stored = await checker.hgetall(`${prefix}rl:${WEATHER.id}\u0000u1\u0000minute`)
       checker.disconnect()
       expect(Number(stored.c)).toBe(countedAfter.length)
@@ -711,7 +715,7 @@ describe.runIf(missing === undefined)('rate limit while Redis fails under load (
   it('hung on one instance\'s connection mid-load: that instance serves (fail open) after one deadline, the other counts on; once it answers, counting goes on from the shared counter', { timeout: 30_000 }, async () => {
     const prefix = 'rlload-hang:'
     const { p, clients, a, b, close } = await onPrivateRedis(prefix)
-    const other = privateClient()
+    const other = privateClient(redis.path)
     try {
       let done = false
       const running = Promise.all([a, b].map((port) => load(port, p.tokens.t1, 8, () => done)))

@@ -4,13 +4,16 @@
  * local cache in front, and the invalidation bus, on both ioredis majors. Every key the stores
  * write has a TTL and is gone once it passes; the heap does not grow from N to 2N requests; the
  * clients' listeners stay as they were. Then a Redis of the test's own (`redis-server` on
- * 127.0.0.1:18350) killed mid-run and started again: the documented failure policy holds while
+ * a Unix socket of its own) killed mid-run and started again: the documented failure policy holds while
  * it is down (the rate limit fails open, sessions 503, the token cache off while the bus cannot
  * hear), nothing piles up in the client's offline queue however long the outage lasts, and all
  * is served again once it is back; the same on node-redis behind the documented adapter (with a
  * session store alone too), and for a client whose Redis is not there when it starts.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import {
   type DispatchRequest,
   type Dispatcher,
@@ -220,14 +223,26 @@ describeRedis('a long run on the Redis stores', (redis) => {
   })
 })
 
-const PORT = 18350
+let socketDir: string | undefined
 
-/** `redis-server` on 127.0.0.1:18350, without persistence, answering once this resolves. */
+/**
+ * The Unix socket of the test's own Redis (no port to collide with): the same path every time
+ * it starts again, in a temporary directory removed once the file's tests end.
+ */
+function socketPath(): string {
+  socketDir ??= mkdtempSync(join(tmpdir(), 'mcp-dispatch-soak-'))
+  return join(socketDir, 'redis.sock')
+}
+afterAll(() => {
+  if (socketDir !== undefined) rmSync(socketDir, { recursive: true, force: true })
+})
+
+/** `redis-server` on {@link socketPath}, without persistence, answering once this resolves. */
 async function startRedis(): Promise<ChildProcess> {
-  const child = spawn('redis-server', ['--port', String(PORT), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], {
+  const child = spawn('redis-server', ['--port', '0', '--unixsocket', socketPath(), '--save', '', '--appendonly', 'no', '--daemonize', 'no'], {
     stdio: 'ignore',
   })
-  const probe = new IOREDIS.ioredis({ port: PORT, host: '127.0.0.1', lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
+  const probe = new IOREDIS.ioredis({ path: socketPath(), lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 })
   probe.on('error', () => {})
   try {
     for (const deadline = performance.now() + 5_000; ; ) {
@@ -276,7 +291,7 @@ for (const kind of IOREDIS_KINDS) {
       const Redis = IOREDIS[kind]
       // Commands queued for ever while Redis is down (maxRetriesPerRequest: null), and a quick
       // reconnect, so the test waits on the stores, not on ioredis' backoff.
-      const options = { port: PORT, host: '127.0.0.1', maxRetriesPerRequest: null, retryStrategy: () => 50 }
+      const options = { path: socketPath(), maxRetriesPerRequest: null, retryStrategy: () => 50 }
       const client = new Redis(options)
       const other = new Redis(options)
       for (const c of [client, other]) c.on('error', () => {})
@@ -378,7 +393,7 @@ for (const kind of IOREDIS_KINDS) {
  * written, and those awaiting replies).
  */
 function nodeRedisAdapter() {
-  const nodeRedis = createClient({ url: `redis://127.0.0.1:${PORT}`, socket: { reconnectStrategy: () => 50 } })
+  const nodeRedis = createClient({ socket: { path: socketPath(), reconnectStrategy: () => 50 } })
   nodeRedis.on('error', () => {})
   const client = {
     call: (...args: RedisArgument[]) => nodeRedis.sendCommand(args.map(String)),
@@ -480,7 +495,7 @@ describe.runIf(missing === undefined)('Redis killed mid-run and started again (n
 
 describe.runIf(missing === undefined)('Redis down when the client starts (ioredis 6)', () => {
   it('its offline queue stays put however long Redis is not there, and all is served once it is (regression: the probe PING was queued each deadline while the client had never been ready)', { timeout: 30_000 }, async () => {
-    const client = new IOREDIS.ioredis({ port: PORT, host: '127.0.0.1', maxRetriesPerRequest: null, retryStrategy: () => 50 })
+    const client = new IOREDIS.ioredis({ path: socketPath(), maxRetriesPerRequest: null, retryStrategy: () => 50 })
     client.on('error', () => {})
     let server: ChildProcess | undefined
     try {
