@@ -22,6 +22,12 @@ describe('compileTrustProxy', () => {
     }
   })
 
+  it('names an entry that is no string (a list read from JSON), not a TypeError of its own reading', () => {
+    // Before: "entry.indexOf is not a function", "Cannot read properties of null".
+    expect(() => compileTrustProxy(['10.0.0.1', 5] as never)).toThrow(new TypeError('trustProxy: entry 1 is a number, not an address or CIDR range'))
+    expect(() => compileTrustProxy([null] as never)).toThrow(new TypeError('trustProxy: entry 0 is null, not an address or CIDR range'))
+  })
+
   it('refuses a range that trusts every IPv4 peer, as true would, naming the entry', () => {
     // IPv4 peers are matched as ::ffff:0:0/96: an IPv6 range holding that block holds them all.
     for (const range of ['0.0.0.0/0', '::/0', '::ffff:0:0/96', '::/64', '::ffff:0.0.0.0/96']) {

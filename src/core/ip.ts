@@ -189,7 +189,9 @@ export type CompiledAllowlist = readonly IpRange[] | null
  */
 export function compileAllowlist(entries: readonly string[] | null | undefined): CompiledAllowlist {
   if (entries == null) return null
-  return entries.map((entry, index) => {
+  return entries.map((entry: unknown, index) => {
+    // A list read from JSON or an environment variable may hold a number or null.
+    if (typeof entry !== 'string') throw new RangeError(`entry ${index} is ${kindOf(entry)}, not an address or CIDR range`)
     const range = parseCidr(entry)
     if (typeof range === 'string') throw new RangeError(describeCidrError(entry, index, range))
     return range

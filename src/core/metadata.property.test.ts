@@ -116,6 +116,15 @@ describe('buildProtectedResourceMetadata, property-based', () => {
     for (const [name, count] of Object.entries(seen)) expect(count, name).toBeGreaterThanOrEqual(10)
   })
 
+  it('refuses an option it does not know (the document\'s own names) and a resourceName that is no string; null leaves the name out', () => {
+    const base = { resource: 'https://weather.example.com', authorizationServers: ['https://auth.example.com'] }
+    // Before: ignored, and the default scopes published instead of the platform's.
+    expect(() => buildProtectedResourceMetadata({ ...base, scopes_supported: ['mcp:tools'] } as never)).toThrow(/scopes_supported.*buildProtectedResourceMetadata|buildProtectedResourceMetadata.*scopes_supported/)
+    expect(() => buildProtectedResourceMetadata({ ...base, resourceName: 5 } as never)).toThrow(new ConfigurationError('resourceName', "must be a string (the App's name), or absent"))
+    expect(buildProtectedResourceMetadata({ ...base, resourceName: null } as never)).not.toHaveProperty('resource_name')
+    expect(buildProtectedResourceMetadata({ ...base, resourceName: 'Weather' }).resource_name).toBe('Weather')
+  })
+
   it('holds copies: changing the option arrays afterwards changes nothing, and documents share no array', () => {
     fc.assert(
       fc.property(options, anyString, (given, extra) => {

@@ -3,7 +3,7 @@
  * @module
  */
 import { isHttpUrl, issuerProblem } from '../auth/discovery.js'
-import { ConfigurationError } from '../errors.js'
+import { ConfigurationError, optionNames, refuseUnknownOptions } from '../errors.js'
 import { SCOPE_TOKEN } from './reply.js'
 
 /** The protected-resource metadata document (spec 2.2). */
@@ -29,13 +29,16 @@ export interface ProtectedResourceMetadataOptions {
   /** Defaults to `['openid', 'profile', 'email']` (spec 2.2). */
   scopesSupported?: readonly string[] | undefined
   /**
-   * Human-readable name of the App (RFC 9728 `resource_name`, a string). Anything but a string
-   * (a `null` name from an App store's nullable column) is left out of the document: a
+   * Human-readable name of the App (RFC 9728 `resource_name`, a string). `null` (a name from an
+   * App store's nullable column) is left out of the document, and so is anything but a string
+   * the dispatcher reads from an App record (`buildProtectedResourceMetadata` refuses it): a
    * `"resource_name": null` makes MCP clients refuse the whole document (the MCP SDK's schema
    * takes a string or nothing), so none of them could sign in to the App.
    */
   resourceName?: string | undefined
 }
+
+const METADATA_OPTIONS = optionNames<ProtectedResourceMetadataOptions>({ resource: true, authorizationServers: true, scopesSupported: true, resourceName: true })
 
 /** Why a `scopesSupported` is refused. @internal */
 export const SCOPES_REFUSED =
@@ -58,18 +61,23 @@ export const DEFAULT_SCOPES_SUPPORTED = Object.freeze(['openid', 'profile', 'ema
  * http(s) URL without a fragment (RFC 9728 section 1.2), an `authorizationServers` that is not
  * an array of issuer identifiers (RFC 8414 section 2: http(s) URLs with no query, fragment,
  * credentials, space or control character), or a `scopesSupported` that is not an array of
- * scope names (RFC 6749 section 3.3). A string given for an array would otherwise be published
- * letter by letter, and clients would be sent to sign in nowhere.
+ * scope names (RFC 6749 section 3.3), a `resourceName` that is neither a string nor absent, or an
+ * option it does not know (`scopes_supported`, the document's own name, would be ignored). A
+ * string given for an array would otherwise be published letter by letter, and clients would be
+ * sent to sign in nowhere.
  */
 export function buildProtectedResourceMetadata(options: ProtectedResourceMetadataOptions): ProtectedResourceMetadata {
   if (options === null || typeof options !== 'object') throw new ConfigurationError('options', 'must be an object')
-  const { resource, authorizationServers, scopesSupported } = options
+  // `scopes_supported` or `resource_name` (the document's names) would be dropped without a word.
+  refuseUnknownOptions(options, METADATA_OPTIONS, 'buildProtectedResourceMetadata')
+  const { resource, authorizationServers, scopesSupported, resourceName } = options
   if (!isHttpUrl(resource) || resource.includes('#')) {
     throw new ConfigurationError('resource', 'must be an absolute http(s) URL without a fragment (RFC 9728 section 1.2): the App address')
   }
   if (!Array.isArray(authorizationServers)) throw new ConfigurationError('authorizationServers', 'must be an array of issuer URLs')
   checkIssuers(authorizationServers)
   if (scopesSupported !== undefined) checkedScopes(scopesSupported)
+  if (resourceName != null && typeof resourceName !== 'string') throw new ConfigurationError('resourceName', 'must be a string (the App\'s name), or absent')
   return metadataDocument(options)
 }
 

@@ -245,6 +245,11 @@ describe('applyDeploy (DESIGN.md "Versions")', () => {
     expect(applyDeploy(['1.2.3'], '1.2.9')).toEqual(['1.2.9'])
   })
 
+  it('a version that is no string (a number read from JSON) is refused with DeployRefusedError naming it, not a TypeError of semver\'s', () => {
+    expect(() => applyDeploy(['1.0.0'], 1 as never)).toThrow(new DeployRefusedError('1', 'a version must be a string <major>.<minor>.<patch>, not 1'))
+    expect(() => applyDeploy(['1.0.0'], null as never)).toThrow(DeployRefusedError)
+  })
+
   it('a lower or equal patch is refused with DeployRefusedError', () => {
     expect(() => applyDeploy(['1.2.3'], '1.2.2')).toThrow(DeployRefusedError)
     expect(() => applyDeploy(['1.2.3'], '1.2.3')).toThrow(DeployRefusedError)

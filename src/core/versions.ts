@@ -8,7 +8,7 @@
  */
 import semver from 'semver'
 import { DeployRefusedError } from '../errors.js'
-import { quoted } from './text.js'
+import { kindOf, quoted } from './text.js'
 
 /** What a request path asks for (spec 9.1). */
 export type VersionSelector =
@@ -245,6 +245,8 @@ export const MAX_VERSION_LENGTH = 125
  * ```
  */
 export function applyDeploy(live: readonly string[], version: string): string[] {
+  // A version read from JSON may be a number (`1`, `1.2`): named, not a TypeError of semver's.
+  if (typeof version !== 'string') throw new DeployRefusedError(kindOf(version), `a version must be a string <major>.<minor>.<patch>, not ${kindOf(version)}`)
   const next = semver.parse(version)
   // semver refuses a major, minor or patch past 2^53 - 1 as no version at all: said as it is.
   const numbers = /^(\d+)\.(\d+)\.(\d+)(?:-[0-9A-Za-z.-]+)?$/.exec(version)

@@ -147,14 +147,14 @@ describe('originEntry (allowedOrigins entries), property-based', () => {
     )
     // The documented rule, stated on the parser's serialization: `*` refused, `null` kept, no URL
     // refused, other schemes kept, an http(s) URL that is its origin and nothing more (no `?` or
-    // `#`, even empty) gives its origin, any other refused.
+    // `#`, even empty) and has no wildcard in its host gives its origin, any other refused.
     const model = (entry: string): string | null => {
       if (entry === '*') return null
       if (entry === 'null') return entry
       if (parseUrl(entry) === undefined) return null
       const url = new URL(entry)
       if (url.protocol !== 'http:' && url.protocol !== 'https:') return entry
-      return url.href === `${url.origin}/` ? url.origin : null
+      return url.href === `${url.origin}/` && !url.hostname.includes('*') ? url.origin : null
     }
     // The parser drops leading and trailing spaces and controls, and tabs and newlines anywhere:
     // the model reads `https://a/? ` as having a query, the function as having none (harmless:

@@ -6,7 +6,7 @@
  * with, plus the headers to stamp on the handler's response. Adapters only translate.
  * @module
  */
-import { type AccessTokenValidator, FOREIGN_VALIDATOR_DEADLINE_MS, keepsOwnDeadline } from '../auth/access-token-validator.js'
+import { type AccessTokenResult, type AccessTokenValidator, FOREIGN_VALIDATOR_DEADLINE_MS, keepsOwnDeadline } from '../auth/access-token-validator.js'
 import { isHttpUrl, issuerProblem } from '../auth/discovery.js'
 import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
@@ -505,7 +505,8 @@ function originCheck(
  * An `allowedOrigins` entry as a browser serializes the origin in `Origin` (compared as a
  * string): an http(s) entry loses its case, a default port and a lone `/`
  * (`https://App.Example:443/` is `https://app.example`); one with a path, query, fragment or
- * credentials, or `*`, could never match and is refused. Other schemes
+ * credentials, or `*`, or a wildcard host (`https://*.example.com`), could never match and is
+ * refused. Other schemes
  * (`chrome-extension://…`) and `null` are kept as written.
  * @internal
  */
@@ -519,6 +520,10 @@ export function originEntry(entry: string, option: string): string {
     throw new ConfigurationError(option, `must be an origin such as "https://app.example" (got ${quoted(entry, 100)})`)
   }
   if (url.protocol !== 'http:' && url.protocol !== 'https:') return entry
+  // Browsers send no `*` in a host: `https://*.example.com` matches no origin, silently.
+  if (url.hostname.includes('*')) {
+    throw new ConfigurationError(option, `cannot hold a wildcard (${quoted(entry, 100)}): list each origin, or give allowedOrigins as a function (origin) => boolean`)
+  }
   if (url.pathname !== '/' || url.search !== '' || url.hash !== '' || url.username !== '' || url.password !== '' || entry.endsWith('?') || entry.endsWith('#')) {
     throw new ConfigurationError(option, `must be an origin, scheme, host and port only: ${JSON.stringify(url.origin)}, not ${quoted(entry, 100)}`)
   }
@@ -596,6 +601,32 @@ class StoreFailure {
     readonly store: string,
     readonly error: unknown,
   ) {}
+}
+
+/**
+ * Whether a token service's answer accepts the token: `ok: true` does, `ok: false` refuses
+ * (401). Any other answer (a token service of the platform's own answering `ok: 'false'`)
+ * decides nothing: it throws, a 503 reported to `onError`, never a caller let in.
+ */
+function tokenAccepted(auth: TokenAuthResult): auth is Extract<TokenAuthResult, { ok: true }> {
+  const ok: unknown = auth?.ok
+  if (ok === true || ok === false) return ok
+  throw new StoreFailure('token', new TypeError(`mcp-dispatch: the token service's authenticate answered ok: ${kindOf(ok)}, not a boolean`))
+}
+
+/**
+ * The user an OAuth validator's answer accepts: its `info.subject` when `active` is `true`;
+ * `undefined` when `active` is `false` (401). Any other answer (`active: 'false'` or `1`, or a
+ * token accepted without a subject, from a validator of the platform's own) decides nothing:
+ * it throws, a 503 reported to `onError`, never a caller let in.
+ */
+function acceptedSubject(result: AccessTokenResult): string | undefined {
+  const active: unknown = result?.active
+  if (active === false) return undefined
+  if (active !== true) throw new StoreFailure('oauth', new TypeError(`mcp-dispatch: the OAuth validator answered active: ${kindOf(active)}, not a boolean`))
+  const subject: unknown = (result as Extract<AccessTokenResult, { active: true }>).info?.subject
+  if (typeof subject === 'string' && subject !== '') return subject
+  throw new StoreFailure('oauth', new TypeError(`mcp-dispatch: the OAuth validator accepted a token whose info.subject is ${subject === '' ? 'empty' : kindOf(subject)}, not a non-empty string`))
 }
 
 /**
@@ -1101,7 +1132,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
   /** Step 3 for API tokens: state, then IP allowlist, then scope. */
   function judgeApiToken(request: DispatchRequest, app: AppRecord, auth: TokenAuthResult): AuthOutcome {
-    if (!auth.ok) return challenge(request, app, true)
+    if (!tokenAccepted(auth)) return challenge(request, app, true)
     const refused = apiTokenRefusal(auth, request.clientAddress, app.id)
     if (refused !== undefined) return refused
     const record = auth.record
@@ -1152,8 +1183,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (isInstance(error, TooManyValidationsError)) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
       throw new StoreFailure('oauth', error)
     }
-    if (!result.active) return challenge(request, app, true)
-    const info = result.info
+    if (acceptedSubject(result) === undefined) return challenge(request, app, true)
+    const info = (result as Extract<AccessTokenResult, { active: true }>).info
     return {
       identity: {
         subject: info.subject,
@@ -1720,12 +1751,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     const { app, clientAddress, subject } = group
     if (token.startsWith(tokens.prefix)) {
       return then(settle(tokens.authenticate(token, clientAddress), 'token'), (auth) => {
-        if (!auth.ok || auth.record.userId !== subject || apiTokenRefusal(auth, clientAddress, app.id) !== undefined) return false
+        if (!tokenAccepted(auth) || auth.record.userId !== subject || apiTokenRefusal(auth, clientAddress, app.id) !== undefined) return false
         return subscribed(subject, app.id)
       })
     }
     if (!validateOAuth) return false
-    return then(validateOAuth(token, group.resource, app.id, clientAddress), (validated) => (validated.active && validated.info.subject === subject ? subscribed(subject, app.id) : false))
+    return then(validateOAuth(token, group.resource, app.id, clientAddress), (validated) => (acceptedSubject(validated) === subject ? subscribed(subject, app.id) : false))
   }
 
   /**

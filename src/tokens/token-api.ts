@@ -25,6 +25,7 @@ import type { MaybePromise } from '../core/stores.js'
 import { unverifiedBudgetHeaders } from '../core/rate-limit.js'
 import { ConfigurationError, CsrfError, DispatchError, InvalidInputError, TooManyValidationsError, optionNames, refuseUnknownOptions, reporterOption, requireMethods } from '../errors.js'
 import { BodyCutError, NotUtf8Error, contentCodings, readRequestTextUpTo } from '../read-text.js'
+import { kindOf } from '../core/text.js'
 import { type TokenService, parseInput, renamed } from './token-service.js'
 import { type Served, isUnderBasePath, refusalAt, segmentsOf, servedAt, setTokenApiTraits } from './token-api-paths.js'
 import { withoutTrailingSlashes } from '../core/trailing-slash.js'
@@ -303,8 +304,20 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
   async function session(request: Request, write: boolean, info: TokenApiRequestInfo | undefined): Promise<S> {
     const s = await options.authenticateSession(request, info ?? NO_INFO)
     if (!s) throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'A dashboard session is required')
-    if (write && options.verifyCsrf && !(await options.verifyCsrf(request, s))) {
-      throw new CsrfError()
+    // A session of another shape (`'u1'`, `{ id }`) is the platform's mistake, not the
+    // client's: a 503 reported to `onError`, not a 400 about a field the client never sent.
+    const userId: unknown = (s as Partial<TokenApiSession>).userId
+    if (typeof userId !== 'string' || userId === '') {
+      throw new TypeError(`mcp-dispatch: authenticateSession answered a session whose userId is ${userId === '' ? 'empty' : kindOf(userId)}, not a non-empty string`)
+    }
+    if (write && options.verifyCsrf) {
+      const verified: unknown = await options.verifyCsrf(request, s)
+      // Only `true` passes; any other answer than a boolean (`'false'`, a header's value) is a
+      // 503 reported to `onError`, never a write let through.
+      if (verified !== true) {
+        if (verified === false) throw new CsrfError()
+        throw new TypeError(`mcp-dispatch: verifyCsrf answered ${kindOf(verified)}, not a boolean`)
+      }
     }
     return s
   }

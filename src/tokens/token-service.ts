@@ -1037,6 +1037,20 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
+   * Whether `userId` may put `appId` in a token's scope: `canUseServer` (the subscription
+   * store's `isActive`) answering `true`. Any other answer than a boolean (`'false'`, `'f'` as a
+   * text column reads, `1`) decides nothing: `StoreUnavailableError` (503), never a scope the
+   * user may not have.
+   */
+  async function mayUse(userId: string, appId: string): Promise<boolean> {
+    const answer: unknown = await askStore('subscription', () => canUseServer(userId, appId))
+    if (typeof answer === 'boolean') return answer
+    throw new StoreUnavailableError('subscription', {
+      cause: new TypeError(`mcp-dispatch: ${options.canUseServer ? 'canUseServer' : "the subscription store's isActive"} answered ${kindOf(answer)}, not a boolean`),
+    })
+  }
+
+  /**
    * The `scopes` of a view: each App's name and slug, from `known` (what a creation looked up)
    * or the App store. After a write (`written`), the answer is owed whatever the App store
    * does, since the write has landed (a rotated secret refused, a token created): an App the
@@ -1551,7 +1565,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const known = new Map<string, AppRecord>()
       for (const appId of new Set(data.servers)) {
         const app = await askStore('app', () => apps.getApp(appId))
-        if (!app || !(await askStore('subscription', () => canUseServer(data.userId, app.id)))) {
+        if (!app || !(await mayUse(data.userId, app.id))) {
           // Name the position in the input, which is what the caller sees (duplicates included).
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
         }

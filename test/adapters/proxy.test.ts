@@ -1617,6 +1617,8 @@ describe('identity tokens', () => {
   it('refuses misconfiguration when created', async () => {
     const { privateKey: nonExtractable } = await generateKeyPair('ES256')
     expect(() => createIdentitySigner({ issuer: '', privateKey: privateJwk })).toThrow(ConfigurationError)
+    // A PEM (or a JWK's JSON) from an environment variable is a key given, not one missing.
+    expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: '-----BEGIN PRIVATE KEY-----\nMC4CAQAw\n-----END PRIVATE KEY-----' as never })).toThrow(/identity\.privateKey.*must be a key, not a string: import a PEM first/)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { kty: 'oct', k: 'c2VjcmV0' } })).toThrow(ConfigurationError)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: { ...privateJwk, d: undefined } })).toThrow(ConfigurationError)
     expect(() => createIdentitySigner({ issuer: ISSUER, privateKey: nonExtractable })).toThrow(ConfigurationError)

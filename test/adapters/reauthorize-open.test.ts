@@ -305,6 +305,13 @@ describe('an open stream whose credential no longer passes is ended', () => {
       await settle()
       expect(opened.stream.isEnded()).toBe(false)
       expect(errors.map((e) => e.context)).toEqual(['re-checking the credential of open responses'])
+      // An answer that is no verdict (`active` no boolean) cannot tell either: kept, and
+      // reported (regression: `active: 'false'` counted as accepted, unreported).
+      answer = { active: 'false', info: { subject: 'alice' } } as never
+      await vi.advanceTimersByTimeAsync(MINUTE)
+      await settle()
+      expect(opened.stream.isEnded()).toBe(false)
+      expect(errors.map((e) => (e.error as Error).message).at(-1)).toBe("mcp-dispatch: the OAuth validator answered active: string, not a boolean")
       // The token, answered for another user, is no longer this stream's.
       answer = { active: true, info: { subject: 'mallory' } }
       await vi.advanceTimersByTimeAsync(MINUTE)

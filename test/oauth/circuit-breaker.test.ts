@@ -1,5 +1,5 @@
 /** The circuit breaker, the backoff and the single flight on their own, on a manual clock. */
-import { type BreakerStateChange, ConfigurationError, createCircuitBreaker } from 'mcp-dispatch'
+import { type BreakerStateChange, ConfigurationError, createCircuitBreaker, createOAuthValidator } from 'mcp-dispatch'
 import { computeBackoff } from '../../src/auth/backoff.js'
 import { createSingleFlight } from '../../src/auth/single-flight.js'
 import { describe, expect, it, vi } from 'vitest'
@@ -188,9 +188,14 @@ describe('createCircuitBreaker', () => {
     expect(breaker.state).toBe('open')
     expect(() => createCircuitBreaker({ failureThreshold: 1.5 })).toThrow(ConfigurationError)
     expect(() => createCircuitBreaker({ coolDownMs: -1 })).toThrow(ConfigurationError)
-    for (const coolDownMs of [Number.POSITIVE_INFINITY, Number.NaN]) {
+    // Past an hour (1e15: one outage, and every OAuth request 503 until a restart), refused.
+    for (const coolDownMs of [Number.POSITIVE_INFINITY, Number.NaN, 3_600_001, 1e15]) {
       expect(() => createCircuitBreaker({ coolDownMs }), String(coolDownMs)).toThrow(/breaker\.coolDownMs/)
     }
+    expect(() => createCircuitBreaker({ coolDownMs: 3_600_000 })).not.toThrow()
+    expect(() => createOAuthValidator({ issuer: 'https://auth.example.com', breaker: { coolDownMs: 1e15 } })).toThrow(
+      new ConfigurationError('breaker.coolDownMs', 'must be a number of milliseconds from 0 to 3600000 (an hour)'),
+    )
     expect(() => createCircuitBreaker({ coolDownMs: '10' as never })).toThrow(/breaker\.coolDownMs/)
   })
 

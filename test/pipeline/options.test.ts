@@ -305,7 +305,8 @@ describe('options checked at creation', () => {
 
   it("the dispatcher's allowedOrigins entries are origins: ones that could never match are refused, naming the entry", () => {
     const dispatcher = (allowedOrigins: string[]) => () => createDispatcher({ apps, subscriptions, tokens, allowedOrigins })
-    for (const bad of ['*', 'app.example', 'https://app.example/mcp', 'https://app.example?x=1', 'https://app.example#top', 'https://user@app.example', '']) {
+    // A wildcard host too: no browser sends one, so it matched nothing (regression: accepted).
+    for (const bad of ['*', 'app.example', 'https://app.example/mcp', 'https://app.example?x=1', 'https://app.example#top', 'https://user@app.example', '', 'https://*.example.com', 'http://*:3000']) {
       expect(refusedOption(dispatcher(['https://ok.example', bad])), bad).toBe('allowedOrigins.1')
     }
     for (const good of ['https://app.example', 'http://localhost:5173', 'https://app.example/', 'null', 'chrome-extension://abcdefghijklmnop']) {

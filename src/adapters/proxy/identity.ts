@@ -523,6 +523,10 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
     throw new ConfigurationError('identity.issuer', 'must be a non-empty string')
   }
   const { issuer, privateKey } = options
+  if (typeof privateKey === 'string') {
+    // A PEM or a JWK's JSON straight from an environment variable: not "missing".
+    throw new ConfigurationError('identity.privateKey', "must be a key, not a string: import a PEM first (jose's importPKCS8, or createPrivateKey of node:crypto), or JSON.parse a JWK")
+  }
   if (!privateKey || typeof privateKey !== 'object') throw new ConfigurationError('identity.privateKey', 'is required')
   const facts = factsOf(privateKey)
   if (facts === undefined) throw new ConfigurationError('identity.privateKey', 'must be a CryptoKey, a KeyObject or a private JWK')
