@@ -226,7 +226,7 @@ export interface OAuthValidatorOptions {
    * integer; default 1,000.
    */
   maxPendingValidations?: number | undefined
-  /** Circuit breaker (counts each failed upstream call). */
+  /** Circuit breaker (counts each failed upstream call); its `coolDownMs` at most an hour. */
   breaker?: Pick<CircuitBreakerOptions, 'failureThreshold' | 'coolDownMs'> | undefined
   /** `jwt` mode with a JWKS URL: keys are refetched after this age. Default 10 minutes. */
   jwksMaxAgeMs?: number | undefined
@@ -296,6 +296,8 @@ export interface OAuthValidator extends AccessTokenValidator {
 export const DEFAULT_OAUTH_CACHE_TTL_MS = 300_000
 /** Default lifetime of a cached rejection. */
 export const DEFAULT_OAUTH_REJECTION_TTL_MS = 30_000
+/** The longest `breaker.coolDownMs` of a validator: an hour. */
+const MAX_OAUTH_COOL_DOWN_MS = 3_600_000
 /** Default timeout of one upstream call. */
 export const DEFAULT_OAUTH_TIMEOUT_MS = 5_000
 
@@ -908,6 +910,12 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   const cache = options.cache ?? createMemoryCacheStore<CachedValidation>({ now: options.now })
   // A probe lasts at most a validation (a call within the deadline, bounded by the timeout); one
   // older was cut short with its request (Workers) and would never report.
+  // Longer than an hour, and one outage of the authorization server would answer every OAuth
+  // request 503 for that long (`1e15`: until a restart).
+  const coolDownMs: unknown = options.breaker?.coolDownMs
+  if (typeof coolDownMs === 'number' && coolDownMs > MAX_OAUTH_COOL_DOWN_MS) {
+    throw new ConfigurationError('breaker.coolDownMs', `must be at most ${MAX_OAUTH_COOL_DOWN_MS} milliseconds (an hour)`)
+  }
   const breaker = createCircuitBreaker({ probeMaxAgeMs: retry.deadlineMs + timeoutMs, ...options.breaker, now: options.now, onStateChange: (change) => emit({ type: 'breaker', ...change }) })
   const waitUntil = options.waitUntil
   // The longest a validation lasts: calls within the deadline, each bounded by the timeout. One

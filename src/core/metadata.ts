@@ -35,7 +35,7 @@ export interface ProtectedResourceMetadataOptions {
    * `"resource_name": null` makes MCP clients refuse the whole document (the MCP SDK's schema
    * takes a string or nothing), so none of them could sign in to the App.
    */
-  resourceName?: string | undefined
+  resourceName?: string | null | undefined
 }
 
 const METADATA_OPTIONS = optionNames<ProtectedResourceMetadataOptions>({ resource: true, authorizationServers: true, scopesSupported: true, resourceName: true })

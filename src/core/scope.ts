@@ -7,7 +7,9 @@
 /**
  * Whether a token scoped to `servers` (the App ids fixed at its creation) may reach the App
  * `appId`: exactly one of them, compared as given (ids are opaque: no case folding, no
- * trimming). A refusal is the dispatcher's 403 -32003 with no data (spec 7).
+ * trimming). A refusal is the dispatcher's 403 -32003 with no data (spec 7). `servers` that
+ * are no array (a scope left as JSON text, `'["app_weather_admin"]'`) reach nothing: a string's
+ * own `includes` would let in every App whose id is part of it.
  *
  * @example
  * ```ts
@@ -16,5 +18,5 @@
  * ```
  */
 export function checkScope(servers: readonly string[], appId: string): boolean {
-  return servers.includes(appId)
+  return Array.isArray(servers) && servers.includes(appId)
 }

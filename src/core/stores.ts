@@ -197,8 +197,9 @@ export interface SessionStore {
    * Stores the pin of a new session, only if no pin is stored under `sessionId`: answers
    * `false`, changing nothing, when one is (a handler that assigned an id already in use, by
    * a bug or by an App behind the proxy choosing its own ids): the session already pinned
-   * keeps its version and its owner (spec 9.2.1). `true` or nothing: stored. A store that
-   * cannot tell (an older implementation) may answer nothing, and overwrites.
+   * keeps its version and its owner (spec 9.2.1). `true` or nothing: stored. (`null` and `0`,
+   * what Redis's `SET … NX` and `SETNX` answer for a key already there, are read as `false`.) A
+   * store that cannot tell (an older implementation) may answer nothing, and overwrites.
    */
   set(sessionId: string, pin: SessionPin, ttlMs: number): MaybePromise<void | boolean>
   /** Ends the pin (the session's `DELETE`, or the App no longer knows it); none there: nothing. */
@@ -209,7 +210,9 @@ export interface SessionStore {
 export interface RateLimitStore {
   /**
    * Adds one to the counter of `key` for the window that starts at `windowStart` and returns
-   * the new count. The counter must last until its window ends, and a networked store should
+   * the new count (a `bigint` or a decimal string, as a database's driver hands one back, is
+   * read as its number; any other answer that is no whole number from 1 is a failure of the
+   * store). The counter must last until its window ends, and a networked store should
    * keep it a while longer for the requests stamped in the window that reach it late (the
    * Redis store: a TTL of one window and a minute from the window's first request).
    *

@@ -6,7 +6,7 @@
  * with, plus the headers to stamp on the handler's response. Adapters only translate.
  * @module
  */
-import { type AccessTokenResult, type AccessTokenValidator, FOREIGN_VALIDATOR_DEADLINE_MS, keepsOwnDeadline } from '../auth/access-token-validator.js'
+import { type AccessTokenInfo, type AccessTokenResult, type AccessTokenValidator, FOREIGN_VALIDATOR_DEADLINE_MS, keepsOwnDeadline } from '../auth/access-token-validator.js'
 import { isHttpUrl, issuerProblem } from '../auth/discovery.js'
 import { parseBearerToken, presentsBearer } from '../core/authorization-header.js'
 import { ALLOW_HEADERS, preflightAllowHeaders } from '../core/cors.js'
@@ -387,7 +387,8 @@ export interface DispatcherOptions {
    * set, a request whose `Origin` is not allowed gets 403 (MCP transport, DNS rebinding).
    * Requests without `Origin` are not browser requests and pass. List entries are compared as
    * browsers send `Origin`: an http(s) entry without case, default port or a lone trailing `/`;
-   * `*`, a path, query, fragment or credentials, or what is no URL, is a `ConfigurationError`.
+   * `*`, a wildcard host (`https://*.app.example`: give a function), a path, query, fragment or
+   * credentials, or what is no URL, is a `ConfigurationError`.
    */
   allowedOrigins?: readonly string[] | ((origin: string) => boolean) | undefined
   /**
@@ -604,29 +605,54 @@ class StoreFailure {
 }
 
 /**
- * Whether a token service's answer accepts the token: `ok: true` does, `ok: false` refuses
- * (401). Any other answer (a token service of the platform's own answering `ok: 'false'`)
- * decides nothing: it throws, a 503 reported to `onError`, never a caller let in.
+ * Throws (a 503 reported to `onError`) for an accepted token's record whose owner is no
+ * non-empty string or whose scope is no array, as a token service of the platform's own may
+ * answer (a column mapped as `user_id`, a scope left as JSON text): an owner of `undefined`
+ * would be every such token's, sharing sessions and counters across users, and a scope of text
+ * would let in every App whose id is part of it. `createTokenService` checks its records so.
  */
-function tokenAccepted(auth: TokenAuthResult): auth is Extract<TokenAuthResult, { ok: true }> {
-  const ok: unknown = auth?.ok
-  if (ok === true || ok === false) return ok
-  throw new StoreFailure('token', new TypeError(`mcp-dispatch: the token service's authenticate answered ok: ${kindOf(ok)}, not a boolean`))
+function checkAcceptedRecord(record: ApiTokenRecord): void {
+  const userId: unknown = record?.userId
+  const servers: unknown = record?.servers
+  const wrong =
+    typeof userId !== 'string' || userId === ''
+      ? `userId is ${userId === '' ? 'empty' : kindOf(userId)}, not a non-empty string`
+      : !Array.isArray(servers)
+        ? `servers is ${kindOf(servers)}, not an array of App ids`
+        : undefined
+  if (wrong !== undefined) throw new StoreFailure('token', new TypeError(`mcp-dispatch: the token service accepted a token whose record's ${wrong}`))
 }
 
 /**
- * The user an OAuth validator's answer accepts: its `info.subject` when `active` is `true`;
- * `undefined` when `active` is `false` (401). Any other answer (`active: 'false'` or `1`, or a
- * token accepted without a subject, from a validator of the platform's own) decides nothing:
- * it throws, a 503 reported to `onError`, never a caller let in.
+ * What is wrong with an OAuth validator's answer, or `undefined` when it is one of the two it
+ * may give: `{ active: false }`, or `{ active: true, info }` with an `info.subject` that is a
+ * non-empty string, a `clientId` that is a string or absent, and `scopes` that are an array of
+ * strings or absent (the identity handed to the App).
  */
-function acceptedSubject(result: AccessTokenResult): string | undefined {
+function oauthAnswerProblem(result: AccessTokenResult): string | undefined {
   const active: unknown = result?.active
   if (active === false) return undefined
-  if (active !== true) throw new StoreFailure('oauth', new TypeError(`mcp-dispatch: the OAuth validator answered active: ${kindOf(active)}, not a boolean`))
-  const subject: unknown = (result as Extract<AccessTokenResult, { active: true }>).info?.subject
-  if (typeof subject === 'string' && subject !== '') return subject
-  throw new StoreFailure('oauth', new TypeError(`mcp-dispatch: the OAuth validator accepted a token whose info.subject is ${subject === '' ? 'empty' : kindOf(subject)}, not a non-empty string`))
+  if (active !== true) return `answered active: ${kindOf(active)}, not a boolean`
+  const info: Partial<Record<keyof AccessTokenInfo, unknown>> | undefined = (result as Extract<AccessTokenResult, { active: true }>).info
+  const subject = info?.subject
+  if (typeof subject !== 'string' || subject === '') return `accepted a token whose info.subject is ${subject === '' ? 'empty' : kindOf(subject)}, not a non-empty string`
+  const { clientId, scopes } = info!
+  if (clientId !== undefined && typeof clientId !== 'string') return `accepted a token whose info.clientId is ${kindOf(clientId)}, not a string`
+  if (scopes !== undefined && !(Array.isArray(scopes) && scopes.every((scope) => typeof scope === 'string'))) {
+    return `accepted a token whose info.scopes are ${kindOf(scopes)}, not an array of strings (split a space-separated scope claim)`
+  }
+  return undefined
+}
+
+/**
+ * A whole number as a database's driver may hand one back: a number as it is, a `bigint` or a
+ * decimal string of digits (`'3'`, node-postgres's `bigint`, a Redis reply) as its number;
+ * anything else `NaN`.
+ */
+function wholeNumber(value: unknown): number {
+  if (typeof value === 'number') return value
+  if (typeof value === 'bigint') return Number(value)
+  return typeof value === 'string' && /^(?:0|[1-9]\d{0,15})$/.test(value) ? Number(value) : Number.NaN
 }
 
 /**
@@ -1130,17 +1156,46 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
   const identities = new WeakMap<ApiTokenRecord, Accepted>()
 
+  /**
+   * Whether a token service's answer accepts the token: only `ok: true` does. Any other answer
+   * refuses (401; an open stream is ended), and one that is no boolean (`'false'`, `0`, from a
+   * token service of the platform's own) is reported to `onError` too: never a caller let in.
+   */
+  function tokenAccepted(auth: TokenAuthResult): auth is Extract<TokenAuthResult, { ok: true }> {
+    const ok: unknown = auth?.ok
+    if (ok === true) return true
+    if (ok !== false) onError(new TypeError(`mcp-dispatch: the token service's authenticate answered ok: ${kindOf(ok)}, not a boolean: refused (401)`), 'token answer')
+    return false
+  }
+
+  /**
+   * The user an OAuth validator's answer accepts: its `info.subject` when `active` is `true`
+   * and the `info` is as documented; else `undefined`, a refusal (401; an open stream is
+   * ended). An answer other than the two a validator may give (`active: 'false'` or `0`, a
+   * token accepted without a subject, from a validator of the platform's own) is reported to
+   * `onError` too: never a caller let in.
+   */
+  function acceptedSubject(result: AccessTokenResult): string | undefined {
+    const problem = oauthAnswerProblem(result)
+    if (problem !== undefined) {
+      onError(new TypeError(`mcp-dispatch: the OAuth validator ${problem}: refused (401)`), 'oauth answer')
+      return undefined
+    }
+    return result.active ? result.info.subject : undefined
+  }
+
   /** Step 3 for API tokens: state, then IP allowlist, then scope. */
   function judgeApiToken(request: DispatchRequest, app: AppRecord, auth: TokenAuthResult): AuthOutcome {
     if (!tokenAccepted(auth)) return challenge(request, app, true)
-    const refused = apiTokenRefusal(auth, request.clientAddress, app.id)
-    if (refused !== undefined) return refused
     const record = auth.record
     let outcome = identities.get(record)
     if (outcome === undefined) {
+      checkAcceptedRecord(record)
       outcome = new Accepted(Object.freeze({ subject: record.userId, method: 'api_token', tokenId: record.id }))
       identities.set(record, outcome)
     }
+    const refused = apiTokenRefusal(auth, request.clientAddress, app.id)
+    if (refused !== undefined) return refused
     return outcome
   }
 
@@ -1183,11 +1238,12 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (isInstance(error, TooManyValidationsError)) return { reply: rateLimitedReply(error, unverifiedBudgetHeaders(error)) }
       throw new StoreFailure('oauth', error)
     }
-    if (acceptedSubject(result) === undefined) return challenge(request, app, true)
+    const subject = acceptedSubject(result)
+    if (subject === undefined) return challenge(request, app, true)
     const info = (result as Extract<AccessTokenResult, { active: true }>).info
     return {
       identity: {
-        subject: info.subject,
+        subject,
         method: 'oauth',
         ...(info.clientId !== undefined && { clientId: info.clientId }),
         ...(info.scopes !== undefined && { scopes: info.scopes }),
@@ -1279,7 +1335,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       let windowStart: number
       try {
         count = answer.count
-        windowStart = answer.windowStart
+        windowStart = wholeNumber(answer.windowStart)
       } catch (error) {
         // An answer that cannot be read (a getter that throws) is the store's failure.
         return rateLimitStoreFailed(error)
@@ -1287,8 +1343,10 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       if (!Number.isSafeInteger(windowStart)) count = Number.NaN
       reset = Math.min(Math.max(windowStart + windowMs, at), at + windowMs)
     }
-    // A count is a whole number from 1 (this request): anything else is a broken store,
-    // which fails open (or not) like a store that threw, never a 429 for everyone.
+    // A count is a whole number from 1 (this request), as a database's driver may hand it back
+    // too (`'3'`, `3n`): anything else is a broken store, which fails open (or not) like a store
+    // that threw, never a 429 for everyone.
+    if (typeof count !== 'number') count = wholeNumber(count)
     if (!Number.isSafeInteger(count) || count < 1) {
       return rateLimitStoreFailed(new TypeError(`mcp-dispatch: the rate-limit store answered ${kindOf(answer)}, not a count >= 1`))
     }
@@ -1446,8 +1504,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
               const whenClosed = outcome.whenClosed
               // Kept alive only once the pin is this session's: a live pin of another session
               // under the id must not be kept by this one's stream.
+              // `null` and `0` too: what Redis's `SET … NX` and `SETNX` answer when the key is there.
               const stored = (answer: void | boolean) => {
-                if (answer === false) pinTaken()
+                if (answer === false || (answer as unknown) === null || (answer as unknown) === 0) pinTaken()
                 else if (whenClosed) keepWhileOpen(assigned, whenClosed)
               }
               if (pending instanceof Promise) return bounded(pending, 'sessions').then(stored, (error: unknown) => this.unpinned(error))

@@ -52,13 +52,15 @@ export interface TokenApiOptions<S extends TokenApiSession = TokenApiSession> {
    * the caller passed beside the request: from `serveTokenApi` of `mcp-dispatch/express` and
    * `mcp-dispatch/fastify`, the framework's own request as `info.frameworkRequest`, where a
    * session middleware left its session (`express-session`'s `req.session`,
-   * `@fastify/session`'s `request.session`).
+   * `@fastify/session`'s `request.session`). `null`, `undefined` or `false`: no session (401).
+   * A session whose `userId` is no non-empty string is the platform's mistake: 503, reported.
    */
   authenticateSession: (request: Request, info: TokenApiRequestInfo) => MaybePromise<S | null>
   /**
    * CSRF check for cookie-authenticated writes (POST, PATCH, DELETE). Required; pass `false`
    * only when the session mechanism is immune by construction (e.g. not cookie-based).
-   * Bearer callers (rotate only) never need it.
+   * Bearer callers (rotate only) never need it. Only an answer of `true` lets the write through;
+   * any other is a 403, and a truthy one that is not `true` (a string) is reported too.
    */
   verifyCsrf: ((request: Request, session: S) => MaybePromise<boolean>) | false
   /**
@@ -312,11 +314,12 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
     }
     if (write && options.verifyCsrf) {
       const verified: unknown = await options.verifyCsrf(request, s)
-      // Only `true` passes; any other answer than a boolean (`'false'`, a header's value) is a
-      // 503 reported to `onError`, never a write let through.
+      // Only `true` passes: any other answer is a 403, never a write let through. A truthy one
+      // (`'false'`, the header's value) is a bug of the check, reported; a falsy one (`null`,
+      // `''`, what `header && header === expected` gives a forged request) is not.
       if (verified !== true) {
-        if (verified === false) throw new CsrfError()
-        throw new TypeError(`mcp-dispatch: verifyCsrf answered ${kindOf(verified)}, not a boolean`)
+        if (verified) onError(new TypeError(`mcp-dispatch: verifyCsrf answered ${kindOf(verified)}, not a boolean: refused (403)`), 'token api')
+        throw new CsrfError()
       }
     }
     return s

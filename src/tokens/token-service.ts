@@ -174,7 +174,8 @@ export interface TokenServiceOptions {
   apps: AppStore
   /**
    * Whether `userId` may put `appId` in a new token ("Apps the creator owns or subscribes
-   * to", spec 2.1). Default: an active subscription in `subscriptions`.
+   * to", spec 2.1). Default: an active subscription in `subscriptions`. Only `true` lets it; an
+   * answer that is no boolean refuses, as `false` does, and is reported to `onError`.
    */
   canUseServer?: ((userId: string, appId: string) => MaybePromise<boolean>) | undefined
   /** Used by the default `canUseServer`. */
@@ -1037,17 +1038,19 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   }
 
   /**
-   * Whether `userId` may put `appId` in a token's scope: `canUseServer` (the subscription
-   * store's `isActive`) answering `true`. Any other answer than a boolean (`'false'`, `'f'` as a
-   * text column reads, `1`) decides nothing: `StoreUnavailableError` (503), never a scope the
-   * user may not have.
+   * Whether `userId` may put `appId` in a token's scope: only `canUseServer` (the subscription
+   * store's `isActive`) answering `true` lets it, as the dispatcher lets a request through. Any
+   * other answer refuses, and one that is no boolean (`'false'`, `'f'` as a text column reads,
+   * `1`) is reported to `onError` too: never a scope the user may not have.
    */
   async function mayUse(userId: string, appId: string): Promise<boolean> {
     const answer: unknown = await askStore('subscription', () => canUseServer(userId, appId))
-    if (typeof answer === 'boolean') return answer
-    throw new StoreUnavailableError('subscription', {
-      cause: new TypeError(`mcp-dispatch: ${options.canUseServer ? 'canUseServer' : "the subscription store's isActive"} answered ${kindOf(answer)}, not a boolean`),
-    })
+    if (answer === true) return true
+    if (answer !== false) {
+      const asked = options.canUseServer ? 'canUseServer' : "the subscription store's isActive"
+      onError(new TypeError(`mcp-dispatch: ${asked} answered ${kindOf(answer)}, not a boolean: the App refused for the new token`), 'subscriptions answer')
+    }
+    return false
   }
 
   /**
@@ -1293,6 +1296,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * the read, however late its answer came.
    */
   function remember(record: ApiTokenRecord | undefined, tokenHash: string, known: boolean, asked: number, askedAt: number): TokenAuthResult | undefined {
+    // A bytea column read as a Buffer would match no hash: every token refused (401, telling
+    // clients to drop it), with nothing reported.
+    if (record && typeof record.tokenHash !== 'string') throw wrongShape(record, `tokenHash (${kindOf(record.tokenHash)}) is no string (read a bytea column as hex text)`)
     // A store is trusted with the lookup, not with the match: compared in constant time.
     const auth = record && hashesEqual(record.tokenHash, tokenHash) ? judge(record) : undefined
     if (auth === undefined || !auth.ok) {
@@ -1375,7 +1381,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
   function judge(record: ApiTokenRecord | undefined): TokenAuthResult {
     if (!record) return UNKNOWN
-    if (record.revokedAt !== null) return REVOKED
+    if (record.revokedAt !== null) {
+      // Left out (a column mapped under another name): every token would read as revoked, 401.
+      if (record.revokedAt === undefined) throw wrongShape(record, 'revokedAt (undefined) is neither null (live) nor the time of the revocation')
+      return REVOKED
+    }
     const at = now()
     if (at >= record.expiresAt) return EXPIRED
     let result = accepted.get(record)
@@ -1394,24 +1404,34 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * a column as text (`"2027-01-01T00:00:00Z"`, `'["app_1"]'`, node-postgres's string for a
    * `bigint`) or leaves one out (`undefined`). Taken as it came, such a record never expires
    * (`at >= NaN` is false), is scoped to every App whose id is part of the text (a string's
-   * `includes`), or has no allowlist (`undefined` read as none): never an access the stored
-   * token does not grant. (An entry of `servers` that is no string, a SQL array's NULL, grants
+   * `includes`), has no allowlist (`undefined` read as none), or has an owner no user has
+   * (`userId` mapped under another name): never an access the stored token does not grant. (An entry of `servers` that is no string, a SQL array's NULL, grants
    * nothing, and is let be.)
    */
   function checkStoredShape(record: ApiTokenRecord): void {
-    const { expiresAt, servers, allowedIps } = record as { expiresAt: unknown; servers: unknown; allowedIps: unknown }
+    const { expiresAt, servers, allowedIps, userId } = record as { expiresAt: unknown; servers: unknown; allowedIps: unknown; userId: unknown }
     const wrong =
       typeof expiresAt !== 'number' || !Number.isFinite(expiresAt)
         ? `expiresAt (${kindOf(expiresAt)}) is no finite number of epoch milliseconds (read a bigint column with Number())`
-        : !Array.isArray(servers)
+        : typeof userId !== 'string' || userId === ''
+          ? `userId (${userId === '' ? 'empty' : kindOf(userId)}) is no non-empty string (the owner: every token without one would be one user's, sharing sessions and counters)`
+          : !Array.isArray(servers)
           ? `servers (${kindOf(servers)}) is no array of App ids`
           : allowedIps !== null && !Array.isArray(allowedIps)
             ? `allowedIps (${kindOf(allowedIps)}) is neither null (no allowlist) nor an array (give null for a missing one)`
             : undefined
-    if (wrong !== undefined) {
-      // The id as stored: quoted where it holds anything that could forge a log line.
-      throw new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store answered a record for token ${named(String(record.id))} whose ${wrong}`) })
-    }
+    if (wrong !== undefined) throw wrongShape(record, wrong)
+  }
+
+  /** The `StoreUnavailableError` (503, reported) for a store method's answer that is not `expected`. */
+  function wrongAnswer(method: string, answer: unknown, expected: string): StoreUnavailableError {
+    return new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store's ${method} answered ${kindOf(answer)}, not ${expected}`) })
+  }
+
+  /** The `StoreUnavailableError` (503, reported) for a record whose field is `wrong`. */
+  function wrongShape(record: ApiTokenRecord, wrong: string): StoreUnavailableError {
+    // The id as stored: quoted where it holds anything that could forge a log line.
+    return new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store answered a record for token ${named(String(record.id))} whose ${wrong}`) })
   }
 
   // Tokens whose stored allowlist holds an entry that cannot be read, already reported.
@@ -1758,6 +1778,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         unknown: () => invalidateReadAndCurrent(id, record.tokenHash),
       })
       if (!revoked) throw new NotFoundError('Token not found')
+      if (typeof revoked !== 'object') {
+        // `true`, a count: the row may be revoked, its record unknown. Invalidated as when the
+        // store's answer is lost, and the platform hears the store is wrong.
+        await invalidateReadAndCurrent(id, record.tokenHash)
+        throw wrongAnswer('revoke', revoked, 'the revoked record, or undefined')
+      }
       // The revoked record's hash, not the one read before: a rotation may have landed between.
       await Promise.all([invalidate(revoked.tokenHash), revoked.tokenHash !== record.tokenHash && invalidate(record.tokenHash)])
       return view(revoked, true)
@@ -1778,12 +1804,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // `storeTimeoutMs` later: that is allowed for too.)
       const since = at - MAX_TOKEN_CACHE_TTL_MS - Math.max(CLOCK_SLACK_MS, storeTimeoutMs)
       const mayBeCachedActive = (r: ApiTokenRecord) => r.expiresAt > since && (r.revokedAt === null || r.revokedAt >= since)
-      const invalidateAll = (records: readonly ApiTokenRecord[]) => Promise.all(records.map((r) => invalidate(r.tokenHash)))
-      const revoked = await storeCall(() => store.revokeAllForUser(userId, at), {
-        landed: invalidateAll,
-        // Which tokens it revoked is not known: every token of the user it may have ended is invalidated.
-        unknown: async () => invalidateAll((await storeCall(() => store.listByUser(userId))).filter(mayBeCachedActive)),
-      })
+      // Which tokens it revoked is not known: every token of the user it may have ended is invalidated.
+      const invalidateListed = async () => invalidateAll((await storeCall(() => store.listByUser(userId))).filter(mayBeCachedActive))
+      // An answer that is no array (a count, `true`: what an UPDATE's driver answers) names none.
+      const invalidateAll = (records: readonly ApiTokenRecord[]): Promise<unknown> =>
+        Array.isArray(records) ? Promise.all(records.map((r) => invalidate(r.tokenHash))) : invalidateListed()
+      const answered: unknown = await storeCall(() => store.revokeAllForUser(userId, at), { landed: invalidateAll, unknown: invalidateListed })
+      const revoked = Array.isArray(answered) ? (answered as readonly ApiTokenRecord[]) : []
       const first = Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
       // Every token of the user, not only those the reset's own statement revoked: one whose
       // creation committed while that statement ran (READ COMMITTED: not in its snapshot) is
@@ -1798,6 +1825,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         return [] as readonly ApiTokenRecord[]
       })
       await Promise.all([first, invalidateOthers(all)])
+      if (!Array.isArray(answered)) {
+        // Every token the listing names was invalidated above; the platform hears the store is wrong.
+        throw wrongAnswer('revokeAllForUser', answered, 'the array of the records it revoked')
+      }
       return revoked.length
     },
 

@@ -922,7 +922,11 @@ describe('proxy handler', () => {
       })
     }
 
-    it('answers 404 version_not_served for a version without an upstream', async () => {
+    it('answers 404 version_not_served for a version without an upstream, and for an upstream function answering null (a lookup that found no row; regression: 502 "not an absolute URL")', async () => {
+      const byFunction = createProxyHandler({ upstream: () => null, identity: signer })
+      const none = await byFunction(new Request('http://weather.localhost/v1', { method: 'POST', body: '{}' }), { ...context, version: '1.0.0' })
+      expect(none.status).toBe(404)
+      expect(await none.json()).toMatchObject({ error: { data: { error: 'version_not_served', version: '1.0.0' } } })
       const response = await proxy(new Request('http://weather.localhost/v1', { method: 'POST', body: '{}' }), {
         ...context,
         version: '1.0.0',

@@ -305,13 +305,6 @@ describe('an open stream whose credential no longer passes is ended', () => {
       await settle()
       expect(opened.stream.isEnded()).toBe(false)
       expect(errors.map((e) => e.context)).toEqual(['re-checking the credential of open responses'])
-      // An answer that is no verdict (`active` no boolean) cannot tell either: kept, and
-      // reported (regression: `active: 'false'` counted as accepted, unreported).
-      answer = { active: 'false', info: { subject: 'alice' } } as never
-      await vi.advanceTimersByTimeAsync(MINUTE)
-      await settle()
-      expect(opened.stream.isEnded()).toBe(false)
-      expect(errors.map((e) => (e.error as Error).message).at(-1)).toBe("mcp-dispatch: the OAuth validator answered active: string, not a boolean")
       // The token, answered for another user, is no longer this stream's.
       answer = { active: true, info: { subject: 'mallory' } }
       await vi.advanceTimersByTimeAsync(MINUTE)
@@ -319,6 +312,48 @@ describe('an open stream whose credential no longer passes is ended', () => {
       expect(seen.at(-1)).toBe('oauth-access-token http://weather.localhost')
     } finally {
       await served.close()
+    }
+  })
+
+  it('an answer that is neither of a validator\'s two, or of a token service\'s, ends the stream and is reported (regression: active: \'false\' kept it open as accepted; a falsy one, if thrown on, kept it open for ever)', async () => {
+    for (const odd of [{ active: 'false', info: { subject: 'alice' } }, { active: 0 }, { active: true, info: { subject: '' } }]) {
+      let answer: unknown = { active: true, info: { subject: 'alice' } }
+      const oauth: AccessTokenValidator = { validate: async () => answer as AccessTokenResult }
+      const { fixture, errors } = await createSetup({ oauth, authorizationServers: ['https://auth.example.com'] })
+      const { served } = await serveVariant('web', fixture)
+      try {
+        const opened = await openStream(served.port, 'oauth-access-token')
+        answer = odd
+        await vi.advanceTimersByTimeAsync(MINUTE)
+        await opened.stream.ended
+        expect(errors.map((e) => e.context), JSON.stringify(odd)).toEqual(['oauth answer'])
+      } finally {
+        await served.close()
+      }
+    }
+    for (const ok of ['false', 0]) {
+      let odd = false
+      const { fixture, tokens, first, errors } = await createSetup()
+      // A token service of the platform's own around the library's, whose verdict turns odd.
+      const wrapped = {
+        ...tokens,
+        prefix: tokens.prefix,
+        authenticate: (token: string, address?: string) => {
+          const auth = tokens.authenticate(token, address)
+          return odd ? ({ ...(auth as object), ok } as never) : auth
+        },
+      }
+      const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, tokens: wrapped })
+      const { served } = await serveVariant('web', { ...fixture, dispatcher } as Fixture)
+      try {
+        const opened = await openStream(served.port, first.token)
+        odd = true
+        await vi.advanceTimersByTimeAsync(MINUTE)
+        await opened.stream.ended
+        expect(errors.map((e) => e.context), String(ok)).toEqual(['token answer'])
+      } finally {
+        await served.close()
+      }
     }
   })
 

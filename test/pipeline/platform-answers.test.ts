@@ -1,18 +1,20 @@
 /**
- * What the platform's own callbacks answer decides access only when it is the answer they are
- * documented to give: `true` or `false`, a subject that is a string. Anything else (a platform
- * written in plain JavaScript answering `'false'`, `1`, PostgreSQL's text `'f'`, a session of
- * another shape) is the platform's mistake: a 503 reported to `onError`, never a caller let in
- * and never a 400 blamed on the client. Found by an audit of misconfigurations: each case below
- * let the request through before.
+ * What the platform's own callbacks answer lets a caller in only when it is the answer they are
+ * documented to give: `true`, a subject that is a string. Any other answer refuses, as `false`
+ * does, and one that is not of the documented type (a platform written in plain JavaScript
+ * answering `'false'`, `1`, PostgreSQL's text `'f'`) is reported to `onError` too; a session of
+ * another shape is the platform's mistake, a 503 reported, never a 400 blamed on the client.
+ * Found by audits of misconfigurations: each `'false'` below let the request through before.
  */
 import {
   type AccessTokenResult,
   type AccessTokenValidator,
   StoreUnavailableError,
+  type TokenStore,
   type TokenService,
   createDispatcher,
   createMemoryAppStore,
+  createMemoryInvalidationBus,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createTokenApi,
@@ -76,30 +78,33 @@ describe('an OAuth validator of the platform\'s own', () => {
     expect([...accepted.errors, ...refused.errors]).toEqual([])
   })
 
-  it('answering an active that is no boolean, or accepting a token without a subject, is a 503 reported to onError, the handler never reached (regression: active: \'false\' was a 200 as alice)', async () => {
+  it('any other answer refuses (401) and is reported, the handler never reached (regression: active: \'false\' was a 200 as alice)', async () => {
     const cases: Array<[unknown, string]> = [
-      [{ active: 'false', info: { subject: 'alice' } }, 'the OAuth validator answered active: string, not a boolean'],
-      [{ active: 1, info: { subject: 'alice' } }, 'the OAuth validator answered active: 1, not a boolean'],
-      [{ info: { subject: 'alice' } }, 'the OAuth validator answered active: undefined, not a boolean'],
-      [undefined, 'the OAuth validator answered active: undefined, not a boolean'],
-      [{ active: true, info: { subject: '' } }, 'the OAuth validator accepted a token whose info.subject is empty, not a non-empty string'],
-      [{ active: true, info: { subject: 5 } }, 'the OAuth validator accepted a token whose info.subject is 5, not a non-empty string'],
-      [{ active: true }, 'the OAuth validator accepted a token whose info.subject is undefined, not a non-empty string'],
+      [{ active: 'false', info: { subject: 'alice' } }, 'answered active: string, not a boolean'],
+      [{ active: 1, info: { subject: 'alice' } }, 'answered active: 1, not a boolean'],
+      [{ active: 0, info: { subject: 'alice' } }, 'answered active: 0, not a boolean'],
+      [{ info: { subject: 'alice' } }, 'answered active: undefined, not a boolean'],
+      [undefined, 'answered active: undefined, not a boolean'],
+      [{ active: true, info: { subject: '' } }, 'accepted a token whose info.subject is empty, not a non-empty string'],
+      [{ active: true, info: { subject: 5 } }, 'accepted a token whose info.subject is 5, not a non-empty string'],
+      [{ active: true }, 'accepted a token whose info.subject is undefined, not a non-empty string'],
+      [{ active: true, info: { subject: 'alice', clientId: 7 } }, 'accepted a token whose info.clientId is 7, not a string'],
+      [{ active: true, info: { subject: 'alice', scopes: 'openid mcp' } }, 'accepted a token whose info.scopes are string, not an array of strings (split a space-separated scope claim)'],
     ]
-    for (const [answer, message] of cases) {
+    for (const [answer, problem] of cases) {
       const { send, errors, reached } = serve({ oauth: answering(answer) })
       const answered = await send('access-token')
-      expect(answered.status, JSON.stringify(answer)).toBe(503)
-      expect(JSON.parse(answered.body).error.data).toMatchObject({ error: 'temporarily_unavailable' })
-      expect(errors).toEqual([{ context: 'oauth failed', message: `mcp-dispatch: ${message}` }])
+      expect(answered.status, JSON.stringify(answer)).toBe(401)
+      expect(JSON.parse(answered.body).error.code).toBe(-32001)
+      expect(errors).toEqual([{ context: 'oauth answer', message: `mcp-dispatch: the OAuth validator ${problem}: refused (401)` }])
       expect(reached()).toBe(0)
     }
   })
 })
 
 describe('a token service of the platform\'s own', () => {
-  it('answering an ok that is no boolean is a 503 reported to onError, never the record it names let in', async () => {
-    for (const ok of ['false', 1, undefined]) {
+  it('answering an ok that is no boolean refuses (401) and is reported, never the record it names let in', async () => {
+    for (const ok of ['false', 1, 0, undefined]) {
       const { send, errors, reached, own } = serve({
         tokens: (service) => ({
           ...service,
@@ -108,32 +113,61 @@ describe('a token service of the platform\'s own', () => {
         }),
       })
       const { token } = await own.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 7 })
-      expect((await send(token)).status, String(ok)).toBe(503)
-      expect(errors).toEqual([{ context: 'token failed', message: `mcp-dispatch: the token service's authenticate answered ok: ${ok === 1 ? '1' : typeof ok}, not a boolean` }])
+      expect((await send(token)).status, String(ok)).toBe(401)
+      expect(errors).toEqual([{ context: 'token answer', message: `mcp-dispatch: the token service's authenticate answered ok: ${typeof ok === 'number' ? ok : typeof ok}, not a boolean: refused (401)` }])
+      expect(reached()).toBe(0)
+    }
+  })
+
+  it('accepting a token whose record has no string owner, or a scope that is no array, is a 503 reported, never a caller of no one or of every App', async () => {
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ userId: undefined }, 'userId is undefined, not a non-empty string'],
+      [{ userId: '' }, 'userId is empty, not a non-empty string'],
+      [{ userId: 42 }, 'userId is 42, not a non-empty string'],
+      // JSON text of a scope: a string's includes would match app_weather inside app_weather_admin.
+      [{ servers: '["app_weather_admin"]' }, 'servers is string, not an array of App ids'],
+    ]
+    for (const [patch, problem] of cases) {
+      const { send, errors, reached, own } = serve({
+        tokens: (service) => ({
+          ...service,
+          authenticate: async (token, clientAddress) => {
+            const auth = await service.authenticate(token, clientAddress)
+            return (auth.ok ? { ...auth, record: { ...auth.record, ...patch } } : auth) as never
+          },
+        }),
+      })
+      const { token } = await own.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 7 })
+      expect((await send(token)).status, JSON.stringify(patch)).toBe(503)
+      expect(errors).toEqual([{ context: 'token failed', message: `mcp-dispatch: the token service accepted a token whose record's ${problem}` }])
       expect(reached()).toBe(0)
     }
   })
 })
 
 describe('createTokenService: canUseServer and the subscription store at creation', () => {
-  it('an answer that is no boolean is StoreUnavailableError naming the subscription store, never a scope the user may not have (regression: \'false\' and \'f\' made a token for an App alice does not subscribe to)', async () => {
-    const { apps, subscriptions } = stores()
+  it('only true puts an App in the scope; an answer that is no boolean refuses it as false does, and is reported (regression: \'false\' and \'f\' made a token for an App alice does not subscribe to)', async () => {
+    const { apps, subscriptions, errors, onError } = stores()
     for (const answer of ['false', 'f', 1, null, Promise.resolve('no')]) {
       for (const options of [{ canUseServer: () => answer as never }, { subscriptions: { isActive: () => answer as never } }]) {
-        const store = createMemoryTokenStore()
-        const tokens = createTokenService({ store, apps, subscriptions, ...options })
-        const creating = tokens.create({ userId: 'alice', name: 'ci', servers: ['app_notes'], expiresInDays: 7 })
-        const error = await creating.then(() => undefined, (e: unknown) => e as StoreUnavailableError)
-        expect(error).toBeInstanceOf(StoreUnavailableError)
-        expect(error!.status).toBe(503)
-        expect((error!.cause as Error).message).toMatch(/^mcp-dispatch: (canUseServer|the subscription store's isActive) answered (string|1|null), not a boolean$/)
+        errors.length = 0
+        const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, onError, ...options })
+        await expect(tokens.create({ userId: 'alice', name: 'ci', servers: ['app_notes'], expiresInDays: 7 })).rejects.toMatchObject({ status: 400, field: 'servers.0' })
+        expect(errors).toEqual([
+          {
+            context: 'subscriptions answer',
+            message: expect.stringMatching(/^mcp-dispatch: (canUseServer|the subscription store's isActive) answered (string|1|null), not a boolean: the App refused for the new token$/),
+          },
+        ])
         expect(await tokens.list('alice')).toEqual([])
       }
     }
-    // A boolean decides as before.
-    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+    // A boolean decides as before, unreported.
+    errors.length = 0
+    const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, onError })
     await expect(tokens.create({ userId: 'alice', name: 'ci', servers: ['app_notes'], expiresInDays: 7 })).rejects.toMatchObject({ status: 400 })
     await expect(tokens.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 7 })).resolves.toMatchObject({ name: 'ci' })
+    expect(errors).toEqual([])
   })
 })
 
@@ -155,18 +189,24 @@ describe('createTokenApi: authenticateSession and verifyCsrf', () => {
     return { send, errors, tokens, made }
   }
 
-  it('a write passes only on verifyCsrf answering true; false is a 403; another answer a 503 reported, the token still active (regression: \'false\' revoked it)', async () => {
-    for (const csrf of ['false', 'x-csrf-token-value', 1, undefined]) {
+  it('a write passes only on verifyCsrf answering true; any other answer is a 403, a truthy one reported, the token still active (regression: \'false\' revoked it)', async () => {
+    for (const csrf of ['false', 'x-csrf-token-value', 1, {}]) {
       const { send, errors, tokens, made } = await api({ csrf })
-      expect((await send('DELETE', `/${made.id}`)).status, String(csrf)).toBe(503)
-      expect(errors).toEqual([{ context: 'token api', message: `mcp-dispatch: verifyCsrf answered ${csrf === 1 ? '1' : typeof csrf}, not a boolean` }])
+      expect((await send('DELETE', `/${made.id}`)).status, String(csrf)).toBe(403)
+      expect(errors).toEqual([{ context: 'token api', message: `mcp-dispatch: verifyCsrf answered ${csrf === 1 ? '1' : typeof csrf}, not a boolean: refused (403)` }])
       expect((await tokens.list('alice'))[0]).toMatchObject({ id: made.id, status: 'active' })
     }
-    const refused = await api({ csrf: false })
-    expect((await refused.send('DELETE', `/${refused.made.id}`)).status).toBe(403)
+    // What `header && header === expected` answers a forged request without the header: a
+    // 403, not reported (every forged request would be a line).
+    for (const csrf of [false, null, undefined, '', 0]) {
+      const { send, errors, tokens, made } = await api({ csrf })
+      expect((await send('DELETE', `/${made.id}`)).status, String(csrf)).toBe(403)
+      expect(errors).toEqual([])
+      expect((await tokens.list('alice'))[0]).toMatchObject({ id: made.id, status: 'active' })
+    }
     const passed = await api({ csrf: true })
     expect((await passed.send('DELETE', `/${passed.made.id}`)).status).toBe(200)
-    expect([...refused.errors, ...passed.errors]).toEqual([])
+    expect(passed.errors).toEqual([])
   })
 
   it('a session whose userId is no non-empty string is a 503 reported, not a 400 blamed on the client; no session is a 401', async () => {
@@ -178,6 +218,81 @@ describe('createTokenApi: authenticateSession and verifyCsrf', () => {
     for (const session of [null, undefined, false]) {
       const { send, errors } = await api({ session })
       expect((await send('GET')).status).toBe(401)
+      expect(errors).toEqual([])
+    }
+  })
+})
+
+describe('a token store of the platform\'s own answering a write as its driver does', () => {
+  /** Alice's token, cached by a token service over `store` (10 minutes, a bus to invalidate on), seen live once. */
+  async function cachedToken(answer: { revoke?: unknown; revokeAllForUser?: unknown }) {
+    const { apps, subscriptions, errors, onError } = stores()
+    const raw = createMemoryTokenStore()
+    const store: TokenStore = {
+      ...raw,
+      // The rows are written; the answer is what an UPDATE's driver gives (`true`, a row count).
+      revoke: (id, at) => (raw.revoke(id, at), answer.revoke as never),
+      revokeAllForUser: (userId, at) => (raw.revokeAllForUser(userId, at), answer.revokeAllForUser as never),
+    }
+    const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: createMemoryInvalidationBus(), onError })
+    const made = await tokens.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 7 })
+    expect((tokens.authenticate(made.token) as { ok: boolean }).ok).toBe(true)
+    return { tokens, made, raw, errors }
+  }
+
+  it('a password reset whose store answers no array still ends every cached token of the user, and tells the platform the store is wrong (regression: a TypeError, nothing invalidated, the token served from the cache)', async () => {
+    for (const answer of [1, true]) {
+      const { tokens, made } = await cachedToken({ revokeAllForUser: answer })
+      const resetting = tokens.revokeAllForUser('alice')
+      await expect(resetting).rejects.toBeInstanceOf(StoreUnavailableError)
+      await expect(resetting).rejects.toMatchObject({ cause: { message: `mcp-dispatch: the token store's revokeAllForUser answered ${answer === 1 ? '1' : 'boolean'}, not the array of the records it revoked` } })
+      expect(tokens.authenticate(made.token)).toMatchObject({ ok: false })
+    }
+  })
+
+  it('a revocation whose store answers no record ends the cached token and is a 503 naming the store (regression: "Invalid time value")', async () => {
+    for (const answer of [1, true]) {
+      const { tokens, made } = await cachedToken({ revoke: answer })
+      const revoking = tokens.revoke('alice', made.id)
+      await expect(revoking).rejects.toMatchObject({ status: 503, cause: { message: `mcp-dispatch: the token store's revoke answered ${answer === 1 ? '1' : 'boolean'}, not the revoked record, or undefined` } })
+      expect(await Promise.resolve(tokens.authenticate(made.token))).toMatchObject({ ok: false })
+    }
+  })
+})
+
+describe('a rate-limit store of the platform\'s own answering its count as a driver does', () => {
+  it('a bigint or a decimal string is the count it names: the limit holds (regression: served without a count, every request)', async () => {
+    const answers = [(n: number) => BigInt(n), (n: number) => String(n), (n: number, windowStart: number) => ({ count: String(n), windowStart: String(windowStart) })]
+    for (const as of answers) {
+      const { apps, subscriptions, errors, onError } = stores()
+      const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+      const { token } = await tokens.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 7 })
+      const counts = new Map<string, number>()
+      const fetch = mcpDispatch({
+        dispatcher: createDispatcher({
+          apps,
+          subscriptions,
+          tokens,
+          onError,
+          rateLimit: {
+            store: {
+              increment: (key, windowStart) => {
+                const count = (counts.get(key) ?? 0) + 1
+                counts.set(key, count)
+                return as(count, windowStart) as never
+              },
+            },
+            policy: () => ({ limit: 2, windowType: 'minute' }),
+          },
+        }),
+        handler: () => Response.json({ jsonrpc: '2.0', id: 1, result: {} }),
+      })
+      const statuses: number[] = []
+      for (let i = 0; i < 4; i++) {
+        const response = await fetch(new Request('http://weather.localhost/v1', { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{}' }))
+        statuses.push(response.status)
+      }
+      expect(statuses).toEqual([200, 200, 429, 429])
       expect(errors).toEqual([])
     }
   })

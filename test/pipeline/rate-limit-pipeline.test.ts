@@ -66,7 +66,11 @@ describe('rate limit: what the store answers', () => {
     ['0', 0],
     ['-3', -3],
     ['1.5', 1.5],
-    ['a string', '2'],
+    // A decimal string or a bigint is a count (a driver's); other text and numbers are not.
+    ['a string that is no decimal count', '2.0'],
+    ['a string with a sign', '+2'],
+    ['an empty string', ''],
+    ['a bigint 0', 0n],
     ['Infinity', Number.POSITIVE_INFINITY],
   ]
 

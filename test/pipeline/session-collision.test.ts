@@ -59,6 +59,25 @@ describe('a session id assigned twice', () => {
     })
   })
 
+  it('a store answering its set as Redis does (null for SET NX on a key already there, 0 for SETNX) is read as taken: the report is the same', async () => {
+    for (const taken of [null, 0]) {
+      const memory = createMemorySessionStore()
+      // A store of the platform's own over raw SET NX: 'OK' when stored, null (or 0) when not.
+      const sessions: SessionStore = { ...memory, synchronous: true, set: (id, pin, ttl) => (memory.set(id, pin, ttl) === false ? taken : 'OK') as never }
+      const fixture = createFixture()
+      const handle = mcpDispatch({
+        dispatcher: createDispatcher({ ...fixture.dispatcherOptions, sessions }),
+        handler: () => new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'mcp-session-id': 'shared-id' } }),
+      })
+      for (const [host, token] of [['weather.localhost', fixture.tokens.alice], ['notes.localhost', fixture.tokens.carol]] as const) {
+        const response = await handle(new Request(`http://${host}/`, { method: 'POST', headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' }, body: '{}' }), { clientAddress: '127.0.0.1' })
+        expect(response.status).toBe(200)
+      }
+      // Before: taken for stored, unreported, and the new session's stream kept the other's pin.
+      expect(fixture.errors.map((e) => String(e.error)), String(taken)).toEqual([expect.stringContaining('already pinned to a live session')])
+    }
+  })
+
   it("a session's id sent by its owner to another App is 404 session_not_found there: the pin binds the App", async () => {
     const { fixture, call, assign } = serve()
     assign('weather-session')

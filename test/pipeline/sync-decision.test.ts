@@ -201,6 +201,14 @@ describe('decide on asynchronous stores', () => {
       [{ servers: '["app_weather_pro"]' }, 'servers (string) is no array of App ids'],
       [{ allowedIps: undefined }, 'allowedIps (undefined) is neither null (no allowlist) nor an array (give null for a missing one)'],
       [{ allowedIps: '203.0.113.7' }, 'allowedIps (string) is neither null (no allowlist) nor an array (give null for a missing one)'],
+      // An owner mapped under another name: every such token would be one user's (regression:
+      // one user's token used another's session, unreported).
+      [{ userId: undefined }, 'userId (undefined) is no non-empty string (the owner: every token without one would be one user\'s, sharing sessions and counters)'],
+      [{ userId: 42 }, 'userId (42) is no non-empty string (the owner: every token without one would be one user\'s, sharing sessions and counters)'],
+      // A bytea column read as a Buffer matched no hash, and a revokedAt left out read as
+      // revoked: 401s telling clients to drop their tokens, unreported.
+      [{ tokenHash: Buffer.from('00', 'hex') }, 'tokenHash (object) is no string (read a bytea column as hex text)'],
+      [{ revokedAt: undefined }, 'revokedAt (undefined) is neither null (live) nor the time of the revocation'],
     ]
     for (const [odd, wrong] of cases) {
       const { dispatcher, token, errors, tokens } = await setup({

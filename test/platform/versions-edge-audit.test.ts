@@ -1,6 +1,6 @@
 /**
  * The unusual cases of version resolution, pinning and the version headers, through the
- * reference platform over real HTTP on 127.0.0.1 (a port of 18402-18449), with the official MCP
+ * reference platform over real HTTP on 127.0.0.1 (a port of the system's choosing), with the official MCP
  * SDK client where a session is needed; checked against spec section 9, DESIGN.md ("Versions",
  * pipeline steps 1, 6 and 7) and docs/versions.md.
  *

@@ -523,7 +523,7 @@ export function createIdentitySigner(options: IdentitySignerOptions): IdentitySi
     throw new ConfigurationError('identity.issuer', 'must be a non-empty string')
   }
   const { issuer, privateKey } = options
-  if (typeof privateKey === 'string') {
+  if (typeof privateKey === 'string' && privateKey !== '') {
     // A PEM or a JWK's JSON straight from an environment variable: not "missing".
     throw new ConfigurationError('identity.privateKey', "must be a key, not a string: import a PEM first (jose's importPKCS8, or createPrivateKey of node:crypto), or JSON.parse a JWK")
   }

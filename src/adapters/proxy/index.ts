@@ -218,15 +218,15 @@ const VIA = '1.1 mcp-dispatch'
 /** Where each version lives: see {@link ProxyHandlerOptions.upstream}. */
 export type UpstreamMap =
   | Readonly<Record<string, string | URL>>
-  | ((context: DispatchContext) => string | URL | undefined)
+  | ((context: DispatchContext) => string | URL | null | undefined)
 
 /** Options of {@link createProxyHandler}. */
 export interface ProxyHandlerOptions {
   /**
    * The upstream MCP endpoint of each version: an object keyed by `'<appId>@<version>'`, or
    * by version (`'1.4.2'`) for the App named by `appId` (an App-qualified key wins), or a
-   * function of the dispatch context. A version without an upstream gets a JSON-RPC 404
-   * (`version_not_served`).
+   * function of the dispatch context (`undefined` or `null`: none). A version without an
+   * upstream gets a JSON-RPC 404 (`version_not_served`).
    */
   upstream: UpstreamMap
   /**
@@ -536,8 +536,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
     // Bounded: a function may answer a URL per request (a query naming the caller).
     const parsed = new Map<string, URL>()
     upstreamOf = (context) => {
-      const value = source(context)
-      if (value === undefined) return undefined
+      const value = source(context) as string | URL | null | undefined
+      // `null` names none too, as `routeByVersion` takes it (a lookup that found no row).
+      if (value == null) return undefined
       const key = String(value)
       let url = parsed.get(key)
       if (!url) {
