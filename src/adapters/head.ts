@@ -70,6 +70,17 @@ function closeResponse(res: NodeResponse): void {
 function ignore(): void {}
 
 /**
+ * Has the dispatcher watch the response to a GET from now, before its head
+ * (`watchFromStart`): a handler may hold the head of an event stream back until its first event
+ * (Fastify's `reply.send(stream)`, a stream piped to the response), and the credential is
+ * checked again, and the session's pin kept, meanwhile too. A credential that no longer passes
+ * ends the response at once, empty, before anything the App sends later.
+ */
+export function watchFromStart(res: NodeResponse, decision: Dispatched): void {
+  decision.watchFromStart?.((listener) => whenClosed(res, listener), () => closeResponse(res))
+}
+
+/**
  * Has Node close the connection after `res` (`Connection: close`) when its head goes out before
  * its HTTP/1 request's body has all arrived (a handler, or a proxied App, that answered a large
  * body early: a 413 past its limit). For `@hono/node-server`, which closes such a connection

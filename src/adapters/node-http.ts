@@ -18,6 +18,7 @@ import {
   CONNECTION_SPECIFIC_FIELDS,
   type Dispatched,
   attachToHead,
+  watchFromStart,
   continueIfExpected,
   cutResponse,
   dispatchHeadersFor,
@@ -529,6 +530,8 @@ export function holdResponseHead(
   platform?: HeaderSource,
 ): void {
   if (!attachToHead(res, ServerResponse.prototype, decision)) holdUntilPinned(res, decision, onError, platform ?? res)
+  // A GET's event stream may wait for its first event to send its head: watched from now.
+  if (res.req?.method === 'GET') watchFromStart(res, decision)
 }
 
 /** Where the headers the platform set before the handler are read (a Fastify reply, or the response). */

@@ -251,6 +251,17 @@ export type Decision =
        */
       complete(outcome: DispatchOutcome): void | Promise<Reply | void>
       /**
+       * For adapters whose handlers write the head themselves, later (Node's `writeHead`): for a
+       * GET, starts checking the request's credential again (`reauthorizeEveryMs`) and keeping
+       * its session's pin from now, not from the head, which a handler may hold back until its
+       * first event (Fastify's `reply.send(stream)`, a stream piped to the response): a
+       * credential revoked meanwhile ends the response (`close`) before anything the App sends
+       * later reaches the client, and an idle stream's pin does not expire under it. `complete`
+       * then does neither again. Other methods: nothing. Absent on decisions of dispatchers not
+       * made by `createDispatcher`.
+       */
+      watchFromStart?(whenClosed: (listener: () => void) => void, close: () => void): void
+      /**
        * `true` when the session store is synchronous (`SessionStore.synchronous`): `complete`
        * then never returns a promise, and adapters need not hold the response for it.
        */
@@ -1470,6 +1481,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     readonly #request: DispatchRequest
     readonly #origin: string | null | undefined
     readonly #lookedUpAt: number
+    /** Watched from before its head (`watchFromStart`): `complete` does not watch again. */
+    #watching = false
     constructor(
       readonly context: DispatchContext,
       readonly headers: Readonly<Record<string, string>>,
@@ -1484,13 +1497,21 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
 
     readonly synchronousPins = synchronousPins
 
+    watchFromStart(whenClosed: (listener: () => void) => void, close: () => void): void {
+      if (this.#request.method !== 'GET' || this.#watching) return
+      this.#watching = true
+      watchWhileOpen(this.context, this.#request, whenClosed, close)
+      const sessionId = this.context.sessionId
+      if (sessionId !== undefined) keepWhileOpen(sessionId, whenClosed, this.#lookedUpAt)
+    }
+
     complete(outcome: DispatchOutcome): void | Promise<Reply | void> {
       const { sessionId, app, identity, version } = this.context
       let pinning = false
       try {
         // A response that may stay open is checked again while it is (`reauthorizeEveryMs`).
         const { close, whenClosed } = outcome
-        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.#request.method !== 'DELETE') {
+        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.#request.method !== 'DELETE' && !this.#watching) {
           watchWhileOpen(this.context, this.#request, whenClosed, close)
         }
         let pending: MaybePromise<void | boolean> | undefined
@@ -1520,7 +1541,7 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
         } else if ((this.#request.method === 'DELETE' && outcome.status < 300) || (outcome.status === 404 && handlerForgot(outcome.contentType))) {
           // DELETE ended the session, or the handler no longer knows it: end the pin too.
           pending = adoptThenable(sessions.delete(sessionId))
-        } else if (outcome.whenClosed && outcome.status < 300) {
+        } else if (outcome.whenClosed && outcome.status < 300 && !this.#watching) {
           keepWhileOpen(sessionId, outcome.whenClosed, this.#lookedUpAt)
         }
         // Synchronous stores finish here: the adapter then writes the response at once.

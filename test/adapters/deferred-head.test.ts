@@ -1,0 +1,148 @@
+/**
+ * A GET event stream whose head the App holds back until its first event: Fastify's
+ * `reply.send(stream)` writes no head before the stream's first chunk, nor does a stream piped
+ * to an Express response. The dispatcher watches such a response from its dispatch, not from
+ * its head: a subscription that ends (or a token revoked) while the stream idles ends the
+ * response at the next check, so nothing the App sends afterwards reaches the client (spec 3:
+ * revocation takes effect within 10 minutes), and an idle stream keeps its session's pin.
+ * Found by an audit of Fastify-based Apps: the event sent after the subscription ended arrived,
+ * and a pin of a stream idle past the TTL expired under it.
+ */
+import { randomUUID } from 'node:crypto'
+import * as http from 'node:http'
+import { PassThrough } from 'node:stream'
+import { createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
+import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
+import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
+import express from 'express'
+import Fastify from 'fastify'
+import { describe, expect, it } from 'vitest'
+import { close, createFixture, listen } from './helpers.js'
+
+const CHECK_MS = 100
+const EVENT = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":"after"}}\n\n'
+
+/** An App of each framework that opens a session on POST and answers GET with a stream it writes nothing to yet. */
+const apps = {
+  async fastify(dispatcher: ReturnType<typeof createDispatcher>, streams: Set<PassThrough>) {
+    const app = Fastify()
+    await app.register(fastifyDispatch({ dispatcher }))
+    app.route({
+      method: ['GET', 'POST'],
+      url: '/*',
+      handler: async (request, reply) => {
+        if (request.method === 'GET') {
+          const stream = new PassThrough()
+          streams.add(stream)
+          request.raw.on('close', () => void (streams.delete(stream), stream.end()))
+          return reply.header('content-type', 'text/event-stream').send(stream)
+        }
+        return reply.header('mcp-session-id', randomUUID()).send({ jsonrpc: '2.0', id: 1, result: {} })
+      },
+    })
+    await app.ready()
+    return app.server
+  },
+  async express(dispatcher: ReturnType<typeof createDispatcher>, streams: Set<PassThrough>) {
+    const app = express()
+    app.use(expressDispatch({ dispatcher }))
+    app.all(/.*/, (req, res) => {
+      if (req.method === 'GET') {
+        const stream = new PassThrough()
+        streams.add(stream)
+        req.on('close', () => void (streams.delete(stream), stream.end()))
+        res.setHeader('content-type', 'text/event-stream')
+        stream.pipe(res)
+        return
+      }
+      res.setHeader('mcp-session-id', randomUUID())
+      res.json({ jsonrpc: '2.0', id: 1, result: {} })
+    })
+    return http.createServer(app)
+  },
+}
+
+function request(port: number, token: string, method: 'GET' | 'POST', sessionId?: string) {
+  return new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Promise<string> }>((resolve, reject) => {
+    const outgoing = http.request(
+      {
+        host: '127.0.0.1',
+        port,
+        method,
+        path: '/',
+        headers: {
+          host: 'weather.localhost',
+          authorization: `Bearer ${token}`,
+          accept: 'application/json, text/event-stream',
+          'content-type': 'application/json',
+          ...(sessionId && { 'mcp-session-id': sessionId }),
+        },
+      },
+      (response) => {
+        let body = ''
+        response.on('data', (chunk: Buffer) => (body += chunk.toString()))
+        const ended = new Promise<string>((done) => {
+          response.on('end', () => done(body))
+          response.on('close', () => done(body))
+        })
+        resolve({ status: response.statusCode!, headers: response.headers, body: ended })
+      },
+    )
+    outgoing.on('error', reject)
+    outgoing.end(method === 'POST' ? '{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}' : undefined)
+  })
+}
+
+/** Opens a session (the App's initialize) with `token`: its id. */
+async function openSession(port: number, token: string): Promise<string> {
+  const opened = await request(port, token, 'POST')
+  await opened.body
+  return opened.headers['mcp-session-id'] as string
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream whose head waits for its first event', (framework) => {
+  it('is ended once its subscription ends, before the event the App sends afterwards reaches the client', async () => {
+    const fixture = createFixture()
+    const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS })
+    const streams = new Set<PassThrough>()
+    const server = await apps[framework](dispatcher, streams)
+    const port = await listen(server)
+    try {
+      const sessionId = await openSession(port, fixture.tokens.alice)
+      const get = request(port, fixture.tokens.alice, 'GET', sessionId)
+      await expect.poll(() => streams.size).toBe(1)
+      subscriptions.setActive('alice', 'app_weather', false)
+      await sleep(4 * CHECK_MS)
+      for (const stream of streams) stream.write(EVENT)
+      const answered = await get
+      expect(await answered.body).not.toContain('after')
+      expect(fixture.errors).toEqual([])
+    } finally {
+      await close(server)
+    }
+  })
+
+  it('keeps its session\'s pin while it idles past the pin\'s TTL: the next request of the session is served', async () => {
+    const fixture = createFixture()
+    const TTL_MS = 300
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions: createMemorySessionStore(), sessionTtlMs: TTL_MS, now: Date.now })
+    const streams = new Set<PassThrough>()
+    const server = await apps[framework](dispatcher, streams)
+    const port = await listen(server)
+    try {
+      const sessionId = await openSession(port, fixture.tokens.alice)
+      void request(port, fixture.tokens.alice, 'GET', sessionId).catch(() => {})
+      await expect.poll(() => streams.size).toBe(1)
+      await sleep(3 * TTL_MS)
+      const next = await request(port, fixture.tokens.alice, 'POST', sessionId)
+      await next.body
+      expect(next.status).toBe(200)
+      expect(next.headers['x-mcp-version']).toBe('2.0.0')
+    } finally {
+      await close(server)
+    }
+  })
+})
