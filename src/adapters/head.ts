@@ -74,10 +74,25 @@ function ignore(): void {}
  * (`watchFromStart`): a handler may hold the head of an event stream back until its first event
  * (Fastify's `reply.send(stream)`, a stream piped to the response), and the credential is
  * checked again, and the session's pin kept, meanwhile too. A credential that no longer passes
- * ends the response at once, empty, before anything the App sends later.
+ * ends the response before anything the App sends later: once its head is out, as any open
+ * response; before, by closing its connection (HTTP/2: its stream), so the handler's later head
+ * and writes fail quietly instead of throwing (`end()` would send a head of its own, and the
+ * App's `writeHead` then throws), and its request's signal aborts (a proxied upstream is let
+ * go). The client reconnects, and is refused then.
  */
 export function watchFromStart(res: NodeResponse, decision: Dispatched): void {
-  decision.watchFromStart?.((listener) => whenClosed(res, listener), () => closeResponse(res))
+  decision.watchFromStart?.(
+    (listener) => whenClosed(res, listener),
+    () => ((res as { headersSent?: boolean }).headersSent === true ? closeResponse(res) : cutBeforeHead(res)),
+  )
+}
+
+/** Closes the connection of a response whose head has not gone out; later writes fail quietly. */
+function cutBeforeHead(res: NodeResponse): void {
+  const response = res as NodeResponse & { on(event: 'error', listener: () => void): unknown; destroy(): unknown }
+  if (response.destroyed === true) return
+  response.on('error', ignore)
+  cutResponse(response)
 }
 
 /**

@@ -647,12 +647,18 @@ function oauthAnswerProblem(result: AccessTokenResult): string | undefined {
   const info: Partial<Record<keyof AccessTokenInfo, unknown>> | undefined = (result as Extract<AccessTokenResult, { active: true }>).info
   const subject = info?.subject
   if (typeof subject !== 'string' || subject === '') return `accepted a token whose info.subject is ${subject === '' ? 'empty' : kindOf(subject)}, not a non-empty string`
+  // `null` is absent (`clientId: claims.azp ?? null`): neither field grants anything.
   const { clientId, scopes } = info!
-  if (clientId !== undefined && typeof clientId !== 'string') return `accepted a token whose info.clientId is ${kindOf(clientId)}, not a string`
-  if (scopes !== undefined && !(Array.isArray(scopes) && scopes.every((scope) => typeof scope === 'string'))) {
-    return `accepted a token whose info.scopes are ${kindOf(scopes)}, not an array of strings (split a space-separated scope claim)`
-  }
+  if (clientId != null && typeof clientId !== 'string') return `accepted a token whose info.clientId is ${kindOf(clientId)}, not a string`
+  if (scopes != null && !isStringArray(scopes)) return `accepted a token whose info.scopes are ${kindOf(scopes)}, not an array of strings (split a space-separated scope claim)`
   return undefined
+}
+
+/** Whether `value` is an array of strings, holes counted as what they are (`every` skips them). */
+function isStringArray(value: unknown): boolean {
+  if (!Array.isArray(value)) return false
+  for (let i = 0; i < value.length; i++) if (typeof value[i] !== 'string') return false
+  return true
 }
 
 /**
@@ -1256,8 +1262,8 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       identity: {
         subject,
         method: 'oauth',
-        ...(info.clientId !== undefined && { clientId: info.clientId }),
-        ...(info.scopes !== undefined && { scopes: info.scopes }),
+        ...(info.clientId != null && { clientId: info.clientId }),
+        ...(info.scopes != null && { scopes: info.scopes }),
       },
     }
   }
@@ -1481,8 +1487,13 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     readonly #request: DispatchRequest
     readonly #origin: string | null | undefined
     readonly #lookedUpAt: number
-    /** Watched from before its head (`watchFromStart`): `complete` does not watch again. */
+    /**
+     * Watched from before its head (`watchFromStart`): `complete` does not watch again, and ends
+     * what is not needed once the head is known (`#unwatch`, `#unkeep`).
+     */
     #watching = false
+    #unwatch: (() => void) | undefined = undefined
+    #unkeep: (() => void) | undefined = undefined
     constructor(
       readonly context: DispatchContext,
       readonly headers: Readonly<Record<string, string>>,
@@ -1500,9 +1511,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     watchFromStart(whenClosed: (listener: () => void) => void, close: () => void): void {
       if (this.#request.method !== 'GET' || this.#watching) return
       this.#watching = true
-      watchWhileOpen(this.context, this.#request, whenClosed, close)
+      this.#unwatch = watchWhileOpen(this.context, this.#request, whenClosed, close)
       const sessionId = this.context.sessionId
-      if (sessionId !== undefined) keepWhileOpen(sessionId, whenClosed, this.#lookedUpAt)
+      if (sessionId !== undefined) this.#unkeep = keepWhileOpen(sessionId, whenClosed, this.#lookedUpAt)
     }
 
     complete(outcome: DispatchOutcome): void | Promise<Reply | void> {
@@ -1511,9 +1522,14 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       try {
         // A response that may stay open is checked again while it is (`reauthorizeEveryMs`).
         const { close, whenClosed } = outcome
-        if (close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.#request.method !== 'DELETE' && !this.#watching) {
-          watchWhileOpen(this.context, this.#request, whenClosed, close)
-        }
+        const stays = close !== undefined && whenClosed !== undefined && outcome.status < 300 && this.#request.method !== 'DELETE'
+        if (this.#watching) {
+          // Watched from its dispatch: a head that is no event stream (a body of a declared
+          // length, never cut short; a refusal of the App's) is not watched any more, nor is
+          // the pin of an answer that is no 2xx kept by it.
+          if (!stays) this.#unwatch?.()
+          if (!(outcome.whenClosed && outcome.status < 300)) this.#unkeep?.()
+        } else if (stays) watchWhileOpen(this.context, this.#request, whenClosed!, close!)
         let pending: MaybePromise<void | boolean> | undefined
         if (sessionId === undefined) {
           const assigned = outcome.sessionId
@@ -1714,8 +1730,9 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
    * Keeps the pin of `sessionId` alive while the response is open. `restartedAt`: when its TTL
    * was last restarted for this response (the lookup of step 6; the pin's writing, for a new
    * session), not when its head came, which may be long after (a tool call answered as JSON).
+   * Answers what ends it, as the response's end does (once, whichever comes first).
    */
-  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void, restartedAt?: number): void {
+  function keepWhileOpen(sessionId: string, whenClosed: (listener: () => void) => void, restartedAt?: number): () => void {
     const at = now()
     const since = restartedAt ?? at
     let kept = open.get(sessionId)
@@ -1728,14 +1745,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     // first tick may come a third of the TTL on, and its retry another third, past the TTL.
     if (due(at, held)) restartTtl(held, keepOpenFailed)
     let ended = false
-    whenClosed(() => {
+    const release = () => {
       if (ended) return
       ended = true
       stop?.()
       if (--held.count > 0) return
       if (open.get(sessionId) === held) open.delete(sessionId)
       if (due(now(), held)) restartTtl(held, failedAtEnd)
-    })
+    }
+    whenClosed(release)
+    return release
   }
 
   /**
@@ -1754,10 +1773,11 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       ? undefined
       : everyOpenResponse(reauthorizeEveryMs, 're-checking the credential of open responses', watched, (group, report) => recheck(group, report, reauthorizeEveryMs))
 
-  function watchWhileOpen(context: DispatchContext, request: DispatchRequest, whenClosed: (listener: () => void) => void, close: () => void): void {
-    if (watchGroup === undefined) return
+  /** Checks the credential of a response again while it is open; answers what stops that, as its end does. */
+  function watchWhileOpen(context: DispatchContext, request: DispatchRequest, whenClosed: (listener: () => void) => void, close: () => void): (() => void) | undefined {
+    if (watchGroup === undefined) return undefined
     const header = request.headers.get('authorization')
-    if (!header) return
+    if (!header) return undefined
     const clientAddress = request.clientAddress
     const app = context.app
     const key = `${app.id}\u0000${clientAddress ?? ''}\u0000${header}`
@@ -1771,11 +1791,16 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
     group.closes.add(member)
     const held = group
     const stop = watchGroup(held)
-    whenClosed(() => {
+    let ended = false
+    const release = () => {
+      if (ended) return
+      ended = true
       stop?.()
       if (!held.closes.delete(member) || held.closes.size > 0) return
       if (watched.get(held.key) === held) watched.delete(held.key)
-    })
+    }
+    whenClosed(release)
+    return release
   }
 
   /**

@@ -1774,7 +1774,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // before that rule cannot move it to revoked.
       if (statusOf(record, at) === 'expired') return view(record)
       const revoked = await storeCall(() => store.revoke(id, at), {
-        landed: (late) => late && Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]),
+        // A late answer that is no record (`true`, a row count) names no hash: the read one and the current one.
+        landed: (late) => late && (typeof late === 'object' ? Promise.all([invalidate(late.tokenHash), invalidate(record.tokenHash)]) : invalidateReadAndCurrent(id, record.tokenHash)),
         unknown: () => invalidateReadAndCurrent(id, record.tokenHash),
       })
       if (!revoked) throw new NotFoundError('Token not found')

@@ -102,6 +102,75 @@ async function openSession(port: number, token: string): Promise<string> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
+describe('express: a GET watched from its dispatch', () => {
+  it('whose handler writes its head after the cut fails quietly (no throw, no unhandled rejection), and reports nothing', async () => {
+    const fixture = createFixture()
+    const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS })
+    const rejections: unknown[] = []
+    const onRejection = (reason: unknown) => void rejections.push(reason)
+    process.on('unhandledRejection', onRejection)
+    let wrote: Promise<string> | undefined
+    const app = express()
+    app.use(expressDispatch({ dispatcher }))
+    app.all(/.*/, async (req, res) => {
+      if (req.method === 'POST') return void res.setHeader('mcp-session-id', randomUUID()).json({ jsonrpc: '2.0', id: 1, result: {} })
+      // An async handler that answers late: its head comes after the check ended the response.
+      wrote = sleep(4 * CHECK_MS).then(() => {
+        res.setHeader('content-type', 'text/event-stream')
+        res.writeHead(200)
+        res.write(EVENT)
+        return 'wrote'
+      })
+      await wrote
+    })
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const sessionId = await openSession(port, fixture.tokens.alice)
+      const get = request(port, fixture.tokens.alice, 'GET', sessionId).then(
+        async (answered) => `${answered.status} ${await answered.body}`,
+        (error: NodeJS.ErrnoException) => `cut: ${error.code}`,
+      )
+      await expect.poll(() => wrote !== undefined).toBe(true)
+      subscriptions.setActive('alice', 'app_weather', false)
+      expect(await get).toBe('cut: ECONNRESET')
+      expect(await wrote).toBe('wrote')
+      await sleep(50)
+      expect(rejections).toEqual([])
+      expect(fixture.errors).toEqual([])
+    } finally {
+      process.off('unhandledRejection', onRejection)
+      await close(server)
+    }
+  })
+
+  it('whose answer turns out to be no event stream (a body of a declared length) is not cut short', async () => {
+    const fixture = createFixture()
+    const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS })
+    const app = express()
+    app.use(expressDispatch({ dispatcher }))
+    app.all(/.*/, (req, res) => {
+      if (req.method === 'POST') return void res.setHeader('mcp-session-id', randomUUID()).json({ jsonrpc: '2.0', id: 1, result: {} })
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': '20' })
+      res.write('0123456789')
+      setTimeout(() => res.end('abcdefghij'), 4 * CHECK_MS)
+    })
+    const server = http.createServer(app)
+    const port = await listen(server)
+    try {
+      const sessionId = await openSession(port, fixture.tokens.alice)
+      const get = await request(port, fixture.tokens.alice, 'GET', sessionId)
+      subscriptions.setActive('alice', 'app_weather', false)
+      expect(await get.body).toBe('0123456789abcdefghij')
+      expect(fixture.errors).toEqual([])
+    } finally {
+      await close(server)
+    }
+  })
+})
+
 describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream whose head waits for its first event', (framework) => {
   it('is ended once its subscription ends, before the event the App sends afterwards reaches the client', async () => {
     const fixture = createFixture()
@@ -112,14 +181,20 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
     const port = await listen(server)
     try {
       const sessionId = await openSession(port, fixture.tokens.alice)
-      const get = request(port, fixture.tokens.alice, 'GET', sessionId)
+      // What the client received: the connection is closed before any head (it reconnects, and
+      // is refused then), never the event sent after the subscription ended.
+      const get = request(port, fixture.tokens.alice, 'GET', sessionId).then(
+        async (answered) => `${answered.status} ${await answered.body}`,
+        (error: NodeJS.ErrnoException) => `cut: ${error.code}`,
+      )
       await expect.poll(() => streams.size).toBe(1)
       subscriptions.setActive('alice', 'app_weather', false)
       await sleep(4 * CHECK_MS)
       for (const stream of streams) stream.write(EVENT)
-      const answered = await get
-      expect(await answered.body).not.toContain('after')
+      expect(await get).toBe('cut: ECONNRESET')
       expect(fixture.errors).toEqual([])
+      // The client's next attempt is refused with the reason.
+      expect((await request(port, fixture.tokens.alice, 'GET', sessionId)).status).toBe(402)
     } finally {
       await close(server)
     }

@@ -73,6 +73,11 @@ describe('an OAuth validator of the platform\'s own', () => {
   it('lets a caller in only on active: true with a subject; active: false is a 401', async () => {
     const accepted = serve({ oauth: answering({ active: true, info: { subject: 'alice' } }) })
     expect((await accepted.send('access-token')).status).toBe(200)
+    // `null` for the fields that grant nothing is absent (`clientId: claims.azp ?? null`), not a
+    // refusal of every user.
+    const nulls = serve({ oauth: answering({ active: true, info: { subject: 'alice', clientId: null, scopes: null } }) })
+    expect((await nulls.send('access-token')).status).toBe(200)
+    expect(nulls.errors).toEqual([])
     const refused = serve({ oauth: answering({ active: false, reason: 'expired' }) })
     expect((await refused.send('access-token')).status).toBe(401)
     expect([...accepted.errors, ...refused.errors]).toEqual([])
@@ -90,6 +95,9 @@ describe('an OAuth validator of the platform\'s own', () => {
       [{ active: true }, 'accepted a token whose info.subject is undefined, not a non-empty string'],
       [{ active: true, info: { subject: 'alice', clientId: 7 } }, 'accepted a token whose info.clientId is 7, not a string'],
       [{ active: true, info: { subject: 'alice', scopes: 'openid mcp' } }, 'accepted a token whose info.scopes are string, not an array of strings (split a space-separated scope claim)'],
+      // A hole is no scope (`every` skips holes: it passed, and the App got [null, 'a']).
+      // eslint-disable-next-line no-sparse-arrays
+      [{ active: true, info: { subject: 'alice', scopes: [, 'a'] } }, 'accepted a token whose info.scopes are array, not an array of strings (split a space-separated scope claim)'],
     ]
     for (const [answer, problem] of cases) {
       const { send, errors, reached } = serve({ oauth: answering(answer) })
