@@ -1405,8 +1405,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * `bigint`) or leaves one out (`undefined`). Taken as it came, such a record never expires
    * (`at >= NaN` is false), is scoped to every App whose id is part of the text (a string's
    * `includes`), has no allowlist (`undefined` read as none), or has an owner no user has
-   * (`userId` mapped under another name): never an access the stored token does not grant. (An entry of `servers` that is no string, a SQL array's NULL, grants
-   * nothing, and is let be.)
+   * (`userId` mapped under another name): never an access the stored token does not grant.
+   * (An entry of `servers` that is no string, a SQL array's NULL, grants nothing, and is let
+   * be.)
    */
   function checkStoredShape(record: ApiTokenRecord): void {
     const { expiresAt, servers, allowedIps, userId } = record as { expiresAt: unknown; servers: unknown; allowedIps: unknown; userId: unknown }

@@ -93,6 +93,14 @@ function request(port: number, token: string, method: 'GET' | 'POST', sessionId?
   })
 }
 
+/** What the client of a GET in the session received: the status and body, or how it was cut. */
+function received(port: number, token: string, sessionId: string): Promise<string> {
+  return request(port, token, 'GET', sessionId).then(
+    async (answered) => `${answered.status} ${await answered.body}`,
+    (error: NodeJS.ErrnoException) => `cut: ${error.code}`,
+  )
+}
+
 /** Opens a session (the App's initialize) with `token`: its id. */
 async function openSession(port: number, token: string): Promise<string> {
   const opened = await request(port, token, 'POST')
@@ -128,10 +136,7 @@ describe('express: a GET watched from its dispatch', () => {
     const port = await listen(server)
     try {
       const sessionId = await openSession(port, fixture.tokens.alice)
-      const get = request(port, fixture.tokens.alice, 'GET', sessionId).then(
-        async (answered) => `${answered.status} ${await answered.body}`,
-        (error: NodeJS.ErrnoException) => `cut: ${error.code}`,
-      )
+      const get = received(port, fixture.tokens.alice, sessionId)
       await expect.poll(() => wrote !== undefined).toBe(true)
       subscriptions.setActive('alice', 'app_weather', false)
       expect(await get).toBe('cut: ECONNRESET')
@@ -183,10 +188,7 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
       const sessionId = await openSession(port, fixture.tokens.alice)
       // What the client received: the connection is closed before any head (it reconnects, and
       // is refused then), never the event sent after the subscription ended.
-      const get = request(port, fixture.tokens.alice, 'GET', sessionId).then(
-        async (answered) => `${answered.status} ${await answered.body}`,
-        (error: NodeJS.ErrnoException) => `cut: ${error.code}`,
-      )
+      const get = received(port, fixture.tokens.alice, sessionId)
       await expect.poll(() => streams.size).toBe(1)
       subscriptions.setActive('alice', 'app_weather', false)
       await sleep(4 * CHECK_MS)
