@@ -233,7 +233,7 @@ describe('createTokenApi: authenticateSession and verifyCsrf', () => {
 
 describe('a token store of the platform\'s own answering a write as its driver does', () => {
   /** Alice's token, cached by a token service over `store` (10 minutes, a bus to invalidate on), seen live once. */
-  async function cachedToken(answer: { revoke?: unknown; revokeAllForUser?: unknown }) {
+  async function cachedToken(answer: { revoke?: unknown; revokeAllForUser?: unknown }, options: { storeTimeoutMs?: number } = {}) {
     const { apps, subscriptions, errors, onError } = stores()
     const raw = createMemoryTokenStore()
     const store: TokenStore = {
@@ -242,11 +242,23 @@ describe('a token store of the platform\'s own answering a write as its driver d
       revoke: (id, at) => (raw.revoke(id, at), answer.revoke as never),
       revokeAllForUser: (userId, at) => (raw.revokeAllForUser(userId, at), answer.revokeAllForUser as never),
     }
-    const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: createMemoryInvalidationBus(), onError })
+    const tokens = createTokenService({ store, apps, subscriptions, cacheTtlMs: 600_000, invalidations: createMemoryInvalidationBus(), onError, ...options })
     const made = await tokens.create({ userId: 'alice', name: 'ci', servers: ['app_weather'], expiresInDays: 7 })
     expect((tokens.authenticate(made.token) as { ok: boolean }).ok).toBe(true)
     return { tokens, made, raw, errors }
   }
+
+  it('a revocation whose store answers true past its deadline (its caller told 503) ends the cached token when the answer lands', async () => {
+    let land!: () => void
+    const landed = new Promise<void>((resolve) => (land = resolve))
+    // The row is written at once; the driver's answer comes after the deadline.
+    const late = { then: (resolve: (value: unknown) => void) => void setTimeout(() => (resolve(true), land()), 150) }
+    const { tokens, made, errors } = await cachedToken({ revoke: late }, { storeTimeoutMs: 50 })
+    await expect(tokens.revoke('alice', made.id)).rejects.toBeInstanceOf(StoreUnavailableError)
+    await landed
+    await expect.poll(() => (tokens.authenticate(made.token) as { ok: boolean }).ok).toBe(false)
+    expect(errors).toEqual([])
+  })
 
   it('a password reset whose store answers no array still ends every cached token of the user, and tells the platform the store is wrong (regression: a TypeError, nothing invalidated, the token served from the cache)', async () => {
     for (const answer of [1, true]) {
