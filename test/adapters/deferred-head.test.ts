@@ -17,7 +17,7 @@ import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import express from 'express'
 import Fastify from 'fastify'
 import { describe, expect, it } from 'vitest'
-import { close, createFixture, listen } from './helpers.js'
+import { close, createFixture, listen, mcpClientHeaders } from './helpers.js'
 
 const CHECK_MS = 100
 const EVENT = 'event: message\ndata: {"jsonrpc":"2.0","method":"notifications/message","params":{"data":"after"}}\n\n'
@@ -70,13 +70,7 @@ function request(port: number, token: string, method: 'GET' | 'POST', sessionId?
         port,
         method,
         path: '/',
-        headers: {
-          host: 'weather.localhost',
-          authorization: `Bearer ${token}`,
-          accept: 'application/json, text/event-stream',
-          'content-type': 'application/json',
-          ...(sessionId && { 'mcp-session-id': sessionId }),
-        },
+        headers: mcpClientHeaders(token, sessionId),
       },
       (response) => {
         let body = ''

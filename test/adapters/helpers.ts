@@ -40,6 +40,17 @@ const DAY = 86_400_000
 export const HOST = 'weather.localhost'
 export const ALLOWED_ORIGIN = 'https://allowed.example'
 
+/** The headers of an MCP client's request to the weather App with `token`, in `sessionId` when given. */
+export function mcpClientHeaders(token: string, sessionId?: string): http.OutgoingHttpHeaders {
+  return {
+    host: HOST,
+    authorization: `Bearer ${token}`,
+    accept: 'application/json, text/event-stream',
+    'content-type': 'application/json',
+    ...(sessionId && { 'mcp-session-id': sessionId }),
+  }
+}
+
 export type TokenName = 'alice' | 'aliceOther' | 'aliceBusy' | 'bob' | 'carol' | 'ipLimited'
 
 /** A dispatcher on in-memory stores, with seeded tokens. */

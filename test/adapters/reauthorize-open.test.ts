@@ -33,7 +33,7 @@ import { ToolListChangedNotificationSchema } from '@modelcontextprotocol/sdk/typ
 import express from 'express'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { openWith } from './open-response.js'
-import { ADAPTER_KINDS, type Fixture, T0, close, listen, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
+import { ADAPTER_KINDS, type Fixture, T0, close, listen, mcpClientHeaders, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
 import { buildScenarioServer, createNodeMcpHandler } from './mcp.js'
 
 const MINUTE = 60_000
@@ -112,13 +112,7 @@ function send(port: number, token: string, method: 'GET' | 'POST', sessionId?: s
         port,
         method,
         path: '/',
-        headers: {
-          host: 'weather.localhost',
-          authorization: `Bearer ${token}`,
-          accept: 'application/json, text/event-stream',
-          'content-type': 'application/json',
-          ...(sessionId && { 'mcp-session-id': sessionId }),
-        },
+        headers: mcpClientHeaders(token, sessionId),
       },
       (response) => {
         let done = false

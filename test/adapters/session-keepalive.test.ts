@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto'
 import * as http from 'node:http'
 import { type Decision, type DispatchRequest, type SessionStore, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
-import { ADAPTER_KINDS, createFixture, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
+import { ADAPTER_KINDS, createFixture, mcpClientHeaders, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
 
 const HOUR = 3_600_000
 const encoder = new TextEncoder()
@@ -69,13 +69,7 @@ function send(port: number, token: string, method: 'GET' | 'POST', sessionId?: s
           port,
           method,
           path,
-          headers: {
-            host: 'weather.localhost',
-            authorization: `Bearer ${token}`,
-            accept: 'application/json, text/event-stream',
-            'content-type': 'application/json',
-            ...(sessionId && { 'mcp-session-id': sessionId }),
-          },
+          headers: mcpClientHeaders(token, sessionId),
         },
         (response) => {
           if (method === 'GET' && response.statusCode === 200) {

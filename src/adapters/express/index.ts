@@ -238,7 +238,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     }
     dispatchedRequests.set(req, { context: decision.context, onError, decided: true })
     if (!exposeContext(req)) req.dispatchContext = decision.context
-    holdResponseHead(res, decision, onError)
+    holdResponseHead(res, req.method, decision, onError)
     // Node marks the response only for a request with `Expect`: the header is read first, as
     // each property read on Express's response costs V8 a cache miss (see `expressProtocol`).
     if (req.headers.expect !== undefined) continueIfExpected(res)

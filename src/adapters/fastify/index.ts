@@ -252,7 +252,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
     request.dispatchContext = decision.context
     ;(request as ReportingRequest)[kReporter] = onError
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
-    holdResponseHead(reply.raw, decision, onError, reply)
+    holdResponseHead(reply.raw, request.raw.method, decision, onError, reply)
     // A request no route takes (a GET where only POST is routed) is answered by Fastify's
     // not-found handler: its 404 (JSON too) is taken as no MCP handler's, and does not end the
     // session's pin (an MCP handler served as the not-found handler leaves its pins to the TTL).
