@@ -8,7 +8,7 @@
  * @module
  */
 import type { Decision, DispatchOutcome } from '../pipeline/dispatcher.js'
-import { isEventStream } from './shared.js'
+import { isEventStream } from '../core/text.js'
 
 /** A dispatched decision. */
 export type Dispatched = Extract<Decision, { type: 'dispatch' }>
@@ -55,17 +55,46 @@ export function headOutcome(
  * fail its next request). What the handler writes later fails on its own call (Node answers a
  * write after the end with an `error` event, which nothing else listens for on a response, and
  * which would otherwise end the process); the response's `close` tells the handler it is gone.
+ *
+ * An end reaches only a client that reads: one that stopped (its socket's buffers full) would
+ * never take it, and the response would neither finish nor close, its handler (a proxied
+ * upstream, the App's stream) and the session's pin kept for as long as the client kept its
+ * connection. So a response with bytes still waiting to go out is cut instead (the client
+ * reconnects, and is refused then, as after an end), and one whose end has not gone out
+ * `END_GRACE_MS` later is cut then.
  */
 function closeResponse(res: NodeResponse): void {
-  const response = res as NodeResponse & { writableEnded?: boolean; end(): unknown; destroy(): unknown; on(event: 'error', listener: () => void): unknown }
+  const response = res as NodeResponse & {
+    writableEnded?: boolean
+    writableFinished?: boolean
+    writableLength?: number
+    end(): unknown
+    destroy(): unknown
+    on(event: 'error', listener: () => void): unknown
+    once(event: 'close' | 'finish', listener: () => void): unknown
+  }
   if (response.destroyed === true || response.writableEnded === true) return
+  response.on('error', ignore)
+  if ((response.writableLength ?? 0) > 0) {
+    cutResponse(response)
+    return
+  }
   try {
-    response.on('error', ignore)
     response.end()
   } catch {
     response.destroy()
+    return
   }
+  if (response.writableFinished === true) return
+  const timer = setTimeout(() => cutResponse(response), END_GRACE_MS)
+  timer.unref?.()
+  const settle = () => clearTimeout(timer)
+  response.once('finish', settle)
+  whenClosed(response, settle)
 }
+
+/** How long an ended stream's end may wait for its client to read it before its connection is cut. */
+const END_GRACE_MS = 10_000
 
 function ignore(): void {}
 

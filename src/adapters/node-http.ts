@@ -504,6 +504,14 @@ function headersSentError(action: string): Error {
   return Object.assign(new Error(`Cannot ${action} headers after they are sent to the client`), { code: 'ERR_HTTP_HEADERS_SENT' })
 }
 
+/** Node's default high-water mark of a writable stream, for a response that tells none. */
+const DEFAULT_HIGH_WATER_MARK = 16_384
+
+/** A written chunk's length: bytes, or a string's UTF-16 code units (close enough for back-pressure). */
+function chunkLength(chunk: unknown): number {
+  return typeof chunk === 'string' ? chunk.length : ArrayBuffer.isView(chunk) ? chunk.byteLength : 0
+}
+
 /**
  * Puts the dispatch headers on a raw response and makes sure the dispatcher records the
  * outcome (`decision.complete`) before the client can see the answer: the status and the
@@ -700,6 +708,11 @@ function holdUntilPinned(
   let implicitGuard: Method | undefined
   let state = IDLE
   let queue: Array<[HeldMethod, unknown[]]> | undefined
+  // The bytes of the held writes, answered with back-pressure past the response's high-water
+  // mark as Node would: a writer that waits for `drain` (a proxied upstream's body) is not read
+  // into memory for as long as the store takes, whether or not the client reads.
+  let heldBytes = 0
+  let owesDrain = false
   // What the platform had set when the dispatch layer let the request through (its CORS, a
   // request id), kept on the 503 that may replace the answer of a new session on an
   // asynchronous store (the only answer that can be replaced).
@@ -757,11 +770,28 @@ function holdUntilPinned(
       cutResponse(res)
     }
     for (const [name, args] of dropped) drop(name, args)
+    payDrain()
   }
 
-  /** What the real methods answer: `write` true (no back-pressure while held), `flushHeaders` nothing, others `res`. */
+  /** What the real methods answer: `write` true, `flushHeaders` nothing, others `res`. */
   function heldAnswer(name: HeldMethod): unknown {
     return name === 'write' ? true : name === 'flushHeaders' ? undefined : res
+  }
+
+  /** Holds a call until the pin is stored; a `write` past the high-water mark answers `false`, and `drain` follows the replay. */
+  function enqueue(name: HeldMethod, args: unknown[]): unknown {
+    if (name === 'end') endCalled.add(res)
+    queue!.push([name, args])
+    if (name !== 'write') return heldAnswer(name)
+    heldBytes += chunkLength(args[0])
+    if (heldBytes < (res.writableHighWaterMark || DEFAULT_HIGH_WATER_MARK)) return true
+    owesDrain = true
+    return false
+  }
+
+  /** Tells a writer held back by `enqueue` to go on, once its calls are replayed or dropped and Node owes it no `drain` of its own. */
+  function payDrain(): void {
+    if (owesDrain && !res.destroyed && res.writableNeedDrain !== true) res.emit('drain')
   }
 
   /**
@@ -828,11 +858,7 @@ function holdUntilPinned(
       // at once when nothing is held. The dispatch headers are set first, whatever the hook does.
       stampImplicitHead()
       ;(target.writeHead as Method).call(res, res.statusCode)
-      if (state === HOLDING) {
-        if (first === 'end') endCalled.add(res)
-        queue!.push([first, args])
-        return heldAnswer(first)
-      }
+      if (state === HOLDING) return enqueue(first, args)
       if (state === DONE) return replay(first, args)
       // The hook wrote the head itself, past this wrapper, with the dispatch headers in it. On
       // HTTP/1 Node has only stored it: it leaves with the first `write`, `end` or
@@ -873,9 +899,9 @@ function holdUntilPinned(
       finish()
       return replay(first, args)
     }
-    if (first === 'end') endCalled.add(res)
     hold()
-    queue = [[first, args]]
+    queue = []
+    const answer = enqueue(first, args)
     void pending.then((failure) => {
       // Replaced where Node does not have the head yet (a hook that wrote it past this wrapper
       // has it: that answer goes out, the failure reported).
@@ -896,8 +922,9 @@ function holdUntilPinned(
         cutResponse(res)
       }
       queue = undefined
+      payDrain()
     })
-    return heldAnswer(first)
+    return answer
   }
 
   for (let i = 0; i < HELD.length; i++) {
@@ -907,9 +934,7 @@ function holdUntilPinned(
       if (state === IDLE) return begin(name, args)
       if (state === REPLACED) return drop(name, args)
       if (name === 'writeHead') throw headersSentError('write')
-      if (name === 'end') endCalled.add(res)
-      queue!.push([name, args])
-      return heldAnswer(name)
+      return enqueue(name, args)
     }
     wrappers.push(wrapper)
     target[name] = wrapper

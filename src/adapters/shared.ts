@@ -106,11 +106,6 @@ export const HANDLER_FAILED: Reply = jsonRpcErrorReply(502, {
  */
 export const INTERNAL_ERROR: Reply = jsonRpcErrorReply(500, { code: RpcCode.InternalError, message: 'Internal error' })
 
-/** Whether a `Content-Type` names an event stream (`text/event-stream`, any case, parameters or not). */
-export function isEventStream(contentType: string | null | undefined): boolean {
-  return contentType != null && /^[ \t]*text\/event-stream/i.test(contentType)
-}
-
 /**
  * Splits an absolute URL into origin (`scheme://host`) and path (no query, no fragment). The
  * host ends at the first `/`, `?` or `#`; a URL without a path (`http://host?q`) has the path `/`.

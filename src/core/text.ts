@@ -115,3 +115,8 @@ export function kindOf(value: unknown): string {
   if (value === null) return 'null'
   return Array.isArray(value) ? 'array' : typeof value
 }
+
+/** Whether a `Content-Type` names an event stream (`text/event-stream`, any case, parameters or not). */
+export function isEventStream(contentType: string | null | undefined): boolean {
+  return contentType != null && /^[ \t]*text\/event-stream/i.test(contentType)
+}

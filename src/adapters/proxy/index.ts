@@ -38,7 +38,8 @@
  * end to the head). A client that sends no chunk of its body for `timeoutMs` while the proxy
  * waits on it for the next gets 408 (`request_timeout`, `Connection: close`): the stall is its
  * own. A failure after the head ends the response's body with an error (the client sees a cut
- * stream) and is reported to `onError`. A request body in a transfer coding besides `chunked`
+ * stream) and is reported to `onError`; so does an answer that is no event stream whose
+ * upstream sends nothing more of its body for `timeoutMs`. A request body in a transfer coding besides `chunked`
  * (`Transfer-Encoding: gzip, chunked`) gets 501 (`Connection: close`), and nothing is sent
  * upstream.
  *
@@ -63,7 +64,7 @@
  */
 import { isFieldName } from '../../core/cors.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
-import { quoted } from '../../core/text.js'
+import { isEventStream, quoted } from '../../core/text.js'
 import { type Reply, RpcCode, SCOPE_LIST, buildWwwAuthenticate, contentLengthMismatchReply, jsonRpcErrorReply, versionNotServedReply } from '../../core/reply.js'
 import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, reporterOption } from '../../errors.js'
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
@@ -250,12 +251,15 @@ export interface ProxyHandlerOptions {
    * the time between two chunks of the request body it takes, and from the body's end (or the
    * request's start, without a body) to the head. A slow upload that keeps moving is no
    * timeout; one the client stops while the proxy waits on it for the next chunk is the
-   * client's (408). The response may then stream for as long as it lasts. An App that answers in
-   * JSON (`enableJsonResponse` of the SDK's transport) sends its head only with the result,
-   * so there this must cover its longest tool call; an App that answers with SSE sends the
-   * head at once. Default 30 s. With the default `fetch` on Node, undici's own limits (300 s
-   * for the head, 300 s between two body chunks) are off, so this is the only deadline and a
-   * quiet SSE stream is never cut; a `fetch` of your own keeps whatever limits it has.
+   * client's (408). An event stream may then stay quiet for as long as both ends keep it; the
+   * body of any other answer must keep coming: the proxy waits on the upstream at most this
+   * long for each next chunk of it (the client's own pace is not counted), then ends it cut and
+   * reports a 504 `UpstreamError` to `onError`. An App that answers in JSON
+   * (`enableJsonResponse` of the SDK's transport) sends its head only with the result, so there
+   * this must cover its longest tool call; an App that answers with SSE sends the head at once.
+   * Default 30 s. With the default `fetch` on Node, undici's own limits (300 s for the head,
+   * 300 s between two body chunks) are off, so these are the only deadlines and a quiet SSE
+   * stream is never cut; a `fetch` of your own keeps whatever limits it has.
    */
   timeoutMs?: number | undefined
   /**
@@ -394,12 +398,18 @@ function parseUpstream(value: string | URL, option: string): URL {
  * (`gone` aborted), the upstream is aborted and the body ends quietly instead of failing, so
  * runtimes do not log a disconnect as an error. `ended` is called once the stream it returns
  * has ended, failed or been cancelled (not for `null`: the caller knows).
+ *
+ * A body that is no event stream fails once the upstream has sent none of it for `idleMs`
+ * while the proxy waits on it (the client's own pace is not counted: a chunk is asked for only
+ * when the client takes one): an App that stalls mid-answer would otherwise hold the client,
+ * the connection to it and the session's pin for ever. An event stream may stay quiet.
  */
 async function relayBody(
   upstream: Response,
   method: string,
   gone: AbortSignal,
   deadline: AbortSignal,
+  idleMs: number,
   onFailure: (error: unknown) => void,
   ended: () => void,
 ): Promise<ReadableStream<Uint8Array> | null> {
@@ -418,6 +428,7 @@ async function relayBody(
     if (peeked.done) return null
     first = peeked.value
   }
+  const stallAfterMs = isEventStream(upstream.headers.get('content-type')) ? undefined : idleMs
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
@@ -425,7 +436,7 @@ async function relayBody(
       },
       async pull(controller) {
         try {
-          const next = await reader.read()
+          const next = stallAfterMs === undefined ? await reader.read() : await readWithin(reader, stallAfterMs)
           if (next.done) {
             controller.close()
             ended()
@@ -448,6 +459,26 @@ async function relayBody(
     },
     { highWaterMark: 0 },
   )
+}
+
+/** `reader.read()`, rejected (and the body cancelled) when nothing came of it for `ms`. */
+function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number): Promise<ReadableStreamReadResult<Uint8Array>> {
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      reject(new UpstreamError(504, `Upstream App sent nothing of its answer's body for ${ms} ms`))
+      void reader.cancel().catch(() => {})
+    }, ms)
+    reader.read().then(
+      (result) => {
+        clearTimeout(timer)
+        resolve(result)
+      },
+      (error: unknown) => {
+        clearTimeout(timer)
+        reject(error)
+      },
+    )
+  })
 }
 
 /**
@@ -750,6 +781,7 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         method,
         request.signal,
         controller.signal,
+        timeoutMs,
         (error) => onError(new UpstreamError(502, 'Upstream App failed after its response head', { cause: error }), `proxy ${target!.origin}`),
         release,
       )

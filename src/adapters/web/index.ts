@@ -35,7 +35,8 @@ import {
   mergeExposeHeaders,
   mergeVary,
 } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INTERNAL_ERROR, INVALID_HOST, canonicalHost, isEventStream, setupAdapter, splitUrl } from '../shared.js'
+import { type AdapterOptions, HANDLER_FAILED, INTERNAL_ERROR, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
+import { isEventStream } from '../../core/text.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 import { toResponse } from './response.js'
 
