@@ -1594,12 +1594,16 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   /**
    * Whether `forget` marked the key (on any instance sharing the cache) since a validation
-   * started: the mark lives as long as a validation can. A cache that cannot answer says no.
+   * started: the mark lives as long as a validation can, by the cache's own TTL. Its
+   * `validUntil` is not compared with this instance's clock: it is the forgetting instance's
+   * time, and a clock ahead of that one by more than the mark's life read a live mark as
+   * expired, cached the answer it had from before the revocation, and every instance served
+   * the revoked token from the shared cache for `cacheTtlMs`. A cache that cannot answer says no.
    */
   async function forgottenMeanwhile(key: string): Promise<boolean> {
     try {
       const value = (await cacheCall(() => cache.get(markKey(key)))) as Partial<CachedValidation> | undefined
-      return value?.active === false && value.forgotten === true && value.validUntil! > now()
+      return value?.active === false && value.forgotten === true
     } catch {
       return false
     }

@@ -499,12 +499,18 @@ function hostsOption(hosts: unknown): ReadonlySet<string> | undefined {
 
 /**
  * The host name a request is for, as the URL parser writes it: its `Host` header's (only a
- * host and a port), else, with none (HTTP/2), its URL's.
+ * host and a port), else, with none (HTTP/2), its URL's. A name the parser would rewrite beyond
+ * its case (`d%61sh.example.com`, `0x7f.1`, `2130706433`; an IPv6 literal excepted) is none: it
+ * is not the listed host as written, and `mcpDispatch` answers such a Host 400 (the Web adapter on
+ * `@hono/node-server` refused some of them before the API ran, Express and Fastify none).
  */
 function hostnameOf(request: Request): string | undefined {
   const host = request.headers.get('host')
   if (host === null) return parseUrl(request.url)?.hostname
-  return /[/\\@?#]/.test(host) ? undefined : parseUrl(`http://${host}`)?.hostname
+  if (/[/\\@?#]/.test(host)) return undefined
+  const hostname = parseUrl(`http://${host}`)?.hostname
+  // An IPv6 literal is one address however written (`[0:0::1]` is `[::1]`).
+  return host.startsWith('[') || hostname === host.replace(/:\d+$/, '').toLowerCase() ? hostname : undefined
 }
 
 /**

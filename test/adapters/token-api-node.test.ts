@@ -830,8 +830,13 @@ describe('createTokenApi: hosts', () => {
     // No Host header (HTTP/2): the URL's.
     expect((await get('https://dash.example.com/api/tokens'))?.status).toBe(200)
     expect(await get('https://weather.example.com/api/tokens')).toBeNull()
-    // A Host that is more than a host and a port is none.
+    // A Host that is more than a host and a port is none; so is one the URL parser would rewrite
+    // (mcpDispatch answers it 400 on every adapter). Before, it was the host it was rewritten to.
     expect(await get('http://localhost/api/tokens', { host: 'evil@dash.example.com' })).toBeNull()
+    for (const host of ['dash%2Eexample.com', 'd%61sh.example.com', 'dash.example.com.']) expect(await get('http://localhost/api/tokens', { host }), host).toBeNull()
+    const onLoopback = createTokenApi({ tokens: fixture.dispatcherOptions.tokens as TokenService, authenticateSession: () => ({ userId: 'alice' }), verifyCsrf: false, hosts: ['127.0.0.1'] })
+    for (const host of ['0x7f.1', '2130706433', '127.1:8080']) expect(await onLoopback(new Request('http://x/api/tokens', { headers: { host } })), host).toBeNull()
+    expect((await onLoopback(new Request('http://x/api/tokens', { headers: { host: '127.0.0.1:8080' } })))?.status).toBe(200)
     // An IPv6 address named bare, an IDN by its Unicode name: matched as the parser writes them.
     const named = createTokenApi({ tokens: fixture.dispatcherOptions.tokens as TokenService, authenticateSession: () => ({ userId: 'alice' }), verifyCsrf: false, hosts: ['::1', 'bücher.example'] })
     expect((await named(new Request('http://x/api/tokens', { headers: { host: '[0:0::1]:8080' } })))?.status).toBe(200)

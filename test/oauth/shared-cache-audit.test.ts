@@ -393,6 +393,48 @@ describeRedis('OAuth validation shared by two instances through Redis', (redis) 
     }
   })
 
+  for (const [title, skewMs] of [
+    ['on one clock', 0],
+    ['on an instance whose clock is 30 s ahead of the forgetting one', 30_000],
+  ] as const) {
+    it(`forget on one instance, a validation in flight on the other ${title}: its answer from before the revocation is not left in the shared cache (regression: served for 5 minutes past 15 s of skew)`, async () => {
+      let revoked = false
+      let releaseFirst!: () => void
+      const firstHeld = new Promise<void>((resolve) => (releaseFirst = resolve))
+      let calls = 0
+      // The provider's userinfo: the call made before the revocation is answered late, with the
+      // user; every call after it is refused.
+      const fetch = async (): Promise<Response> => {
+        calls++
+        if (calls === 1) await firstHeld
+        else if (revoked) return new Response('', { status: 401 })
+        return Response.json({ sub: 'user_alice' })
+      }
+      const prefix = redis.prefix()
+      const validator = (now: () => number) =>
+        createOAuthValidator({
+          issuer: 'https://auth.example.com',
+          userinfoEndpoint: 'https://auth.example.com/userinfo',
+          fetch,
+          now,
+          cache: createRedisCacheStore<CachedValidation>({ client: redis.client, prefix, localTtlMs: 0 }),
+        })
+      const forgetting = validator(() => clock())
+      const validating = validator(() => clock() + skewMs)
+      const token = `opaque-${createHash('sha256').update(String(skewMs)).digest('hex').slice(0, 16)}`
+      const inFlight = validating.validate(token)
+      await expect.poll(() => calls).toBe(1)
+      revoked = true
+      await forgetting.forget(token)
+      releaseFirst()
+      // The validation in flight answers its caller with what it got (docs/oauth.md)...
+      expect(await inFlight).toMatchObject({ active: true })
+      // ...and caches nothing: the next one is asked upstream, and refused.
+      expect(await forgetting.validate(token)).toMatchObject({ active: false })
+      expect(calls).toBe(2)
+    })
+  }
+
   it('introspection answers: active false is 401 invalid_token (and shared as a refusal); wrong types are refused or 503, never taken', async () => {
     const cases: Array<[string, Record<string, unknown>, number]> = [
       ['inactive', { active: false }, 401],
