@@ -6,7 +6,7 @@ import * as http from 'node:http'
 import { createGunzip, gunzipSync, gzipSync } from 'node:zlib'
 import compression from 'compression'
 import type express from 'express'
-import { ConfigurationError, createDispatcher, createMemoryAppStore, jsonRpcErrorReply } from 'mcp-dispatch'
+import { ConfigurationError, createDispatcher, createMemoryAppStore, createMemorySubscriptionStore, jsonRpcErrorReply } from 'mcp-dispatch'
 import { fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion } from 'mcp-dispatch/express'
 import { afterAll, describe, expect, it, vi } from 'vitest'
 import { ALLOWED_ORIGIN, HOST, createFixture, createGate, expressServers, goneClientProbe, listen, loopbackFetch, rawRequest } from './helpers.js'
@@ -53,6 +53,20 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     const first = await post()
     expect([first.status, first.headers.get('ratelimit'), await first.json()]).toEqual([200, '"minute";r=0;t=30', { version: '1.0.0' }])
     expect((await post()).status).toBe(429)
+  })
+
+  it('met by the middleware of a second dispatcher after one decided it: 500, told to onError, never passed on unchecked by the second (regression: a subscription the second dispatcher\'s store refuses was served)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    // The second dispatcher's stores know no subscription: alone, it answers 402.
+    const second = createDispatcher({ ...fixture.dispatcherOptions, subscriptions: createMemorySubscriptionStore([]) })
+    const app = express()
+    app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    app.post('/', mcpDispatch({ dispatcher: second, onError: (error) => void errors.push(error) }), (_req, res) => void res.json({ served: true }))
+    const port = await serveApp(app)
+    const answer = await loopbackFetch(`http://weather.localhost:${port}/`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: tools })
+    expect([answer.status, (await answer.json()).error.code]).toEqual([500, -32603])
+    expect(errors).toEqual([expect.objectContaining({ name: 'ConfigurationError', message: expect.stringMatching(/a request may meet one dispatcher only/) })])
   })
 
   it('refuses misconfiguration when the middleware is created', () => {

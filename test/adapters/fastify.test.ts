@@ -4,7 +4,7 @@
  */
 import type { AddressInfo } from 'node:net'
 import Fastify, { type FastifyReply, type FastifyRequest } from 'fastify'
-import { ConfigurationError, createTokenApi, invalidHostReply, notFoundReply } from 'mcp-dispatch'
+import { ConfigurationError, createDispatcher, createMemorySubscriptionStore, createTokenApi, invalidHostReply, notFoundReply } from 'mcp-dispatch'
 import { frameworkErrors, fromWebHandler, getDispatchContext, mcpDispatch, routeByVersion, serveTokenApi } from 'mcp-dispatch/fastify'
 import { describe, expect, it, vi } from 'vitest'
 import { HOST, createFixture, goneClientProbe, loopbackFetch, rawRequest } from './helpers.js'
@@ -57,6 +57,25 @@ describe('fastify adapter specifics', () => {
       const first = await post()
       expect([first.statusCode, first.headers.ratelimit, first.json()]).toEqual([200, '"minute";r=0;t=30', { version: '1.0.0' }])
       expect((await post()).statusCode).toBe(429)
+    } finally {
+      await app.close()
+    }
+  })
+
+  it('met by the plugin of a second dispatcher after one decided it: 500, told to onError, never passed on unchecked by the second (regression: a subscription the second dispatcher\'s store refuses was served)', async () => {
+    const fixture = createFixture()
+    const errors: unknown[] = []
+    const second = createDispatcher({ ...fixture.dispatcherOptions, subscriptions: createMemorySubscriptionStore([]) })
+    const app = Fastify()
+    await app.register(mcpDispatch({ dispatcher: fixture.dispatcher }))
+    await app.register(async (child) => {
+      await child.register(mcpDispatch({ dispatcher: second, onError: (error) => void errors.push(error) }))
+      child.post('/', async () => ({ served: true }))
+    })
+    try {
+      const answer = await app.inject({ method: 'POST', url: '/', headers: { host: HOST, authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, payload: tools })
+      expect([answer.statusCode, answer.json().error.code]).toEqual([500, -32603])
+      expect(errors).toEqual([expect.objectContaining({ name: 'ConfigurationError', message: expect.stringMatching(/a request may meet one dispatcher only/) })])
     } finally {
       await app.close()
     }

@@ -54,7 +54,17 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { continueIfExpected } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, mountMissed, setupAdapter, setupTokenApi } from '../shared.js'
+import {
+  type AdapterOptions,
+  HANDLER_FAILED,
+  INTERNAL_ERROR,
+  INVALID_HOST,
+  type ServeTokenApiOptions,
+  mountMissed,
+  secondDispatcherError,
+  setupAdapter,
+  setupTokenApi,
+} from '../shared.js'
 import { type Reply, versionNotServedReply } from '../../core/reply.js'
 import { isForeignThenable } from '../../core/thenable.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
@@ -91,6 +101,8 @@ interface DispatchedRequest {
   readonly onError: (error: unknown, context: string) => void
   /** Decided by a dispatch middleware (not only given a context by the platform's code). */
   readonly decided: boolean
+  /** The dispatcher that decided it, where one did. */
+  readonly decidedBy?: object | undefined
 }
 
 /**
@@ -165,7 +177,7 @@ function exposeContext(req: object): boolean {
       },
       set(this: object, context: DispatchContext) {
         const before = dispatchedRequests.get(this)
-        dispatchedRequests.set(this, { context, onError: before?.onError ?? logError, decided: before?.decided ?? false })
+        dispatchedRequests.set(this, { context, onError: before?.onError ?? logError, decided: before?.decided ?? false, decidedBy: before?.decidedBy })
       },
     })
     accessorOn.add(proto)
@@ -236,7 +248,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       writeOwn(res, decision.reply)
       return
     }
-    dispatchedRequests.set(req, { context: decision.context, onError, decided: true })
+    dispatchedRequests.set(req, { context: decision.context, onError, decided: true, decidedBy: dispatcher })
     if (!exposeContext(req)) req.dispatchContext = decision.context
     holdResponseHead(res, req.method, decision, onError)
     // Node marks the response only for a request with `Expect`: the header is read first, as
@@ -260,8 +272,13 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     if (req.socket?.destroyed) return
     // Mounted twice on its way (`app.use(mw)` and the route's own `mw`): decided once, so it is
     // authenticated and counted once (a second decision spent a second unit of its limit).
-    if (dispatchedRequests.get(req)?.decided === true) {
-      next()
+    const seen = dispatchedRequests.get(req)
+    if (seen?.decided === true) {
+      if (seen.decidedBy === dispatcher) next()
+      else {
+        onError(secondDispatcherError("the Express middleware"), 'configuration')
+        writeOwn(res, INTERNAL_ERROR)
+      }
       return
     }
     let decision: ReturnType<typeof dispatcher.decide>

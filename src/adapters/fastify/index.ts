@@ -65,7 +65,17 @@ import {
   writeWebResponse,
 } from '../node-http.js'
 import { continueIfExpected, markUnrouted, mergeExposeHeaders, mergeVary } from '../head.js'
-import { type AdapterOptions, HANDLER_FAILED, INVALID_HOST, type ServeTokenApiOptions, mountMissed, setupAdapter, setupTokenApi } from '../shared.js'
+import {
+  type AdapterOptions,
+  HANDLER_FAILED,
+  INTERNAL_ERROR,
+  INVALID_HOST,
+  type ServeTokenApiOptions,
+  mountMissed,
+  secondDispatcherError,
+  setupAdapter,
+  setupTokenApi,
+} from '../shared.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 
 declare module 'fastify' {
@@ -118,7 +128,9 @@ export type FastifyRouteHandler = (request: AnyFastifyRequest, reply: AnyFastify
 // its CommonJS one) reports there, and is not decided again.
 const kReporter = Symbol.for('mcp-dispatch.onError')
 type Reporter = (error: unknown, context: string) => void
-type ReportingRequest = FastifyRequest & { [kReporter]?: Reporter | null }
+/** The dispatcher that decided a request, beside its reporter (a registered symbol, as that one). */
+const kDecider = Symbol.for('mcp-dispatch.fastify.decider')
+type ReportingRequest = FastifyRequest & { [kReporter]?: Reporter | null; [kDecider]?: object | null }
 
 /**
  * Sends a dispatch-layer {@link Reply} through Fastify, byte for byte; its `Vary` and
@@ -251,6 +263,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
     }
     request.dispatchContext = decision.context
     ;(request as ReportingRequest)[kReporter] = onError
+    ;(request as ReportingRequest)[kDecider] = dispatcher
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
     holdResponseHead(reply.raw, request.raw.method, decision, onError, reply)
     // A request no route takes (a GET where only POST is routed) is answered by Fastify's
@@ -296,6 +309,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
     }
     if (!fastify.hasRequestDecorator('dispatchContext')) fastify.decorateRequest('dispatchContext', undefined)
     if (!fastify.hasRequestDecorator(kReporter as unknown as string)) fastify.decorateRequest(kReporter as unknown as string, null)
+    if (!fastify.hasRequestDecorator(kDecider as unknown as string)) fastify.decorateRequest(kDecider as unknown as string, null)
     // A callback hook, not an async one: with synchronous stores the decision is made and
     // the request goes on in the same call, with no promise and no microtask.
     fastify.addHook('onRequest', function mcpDispatchHook(request, reply, done) {
@@ -309,7 +323,11 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
       // Registered twice on its way (in a context and again in a child of it): decided once, so
       // it is authenticated and counted once (a second decision spent a second unit of its limit).
       if ((request as ReportingRequest)[kReporter] != null) {
-        done()
+        if ((request as ReportingRequest)[kDecider] === dispatcher) done()
+        else {
+          onError(secondDispatcherError('the Fastify plugin'), 'configuration')
+          sendReply(reply, INTERNAL_ERROR)
+        }
         return
       }
       lowerTargetScheme(raw)
