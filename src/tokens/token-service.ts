@@ -767,6 +767,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       cache?.delete(message.tokenHash)
       dropRefusal(message.tokenHash)
       charged.delete(message.tokenHash)
+      forget(message.tokenHash)
     } else if (message.kind === 'all') {
       invalidationCount++
       cache?.clear()
@@ -1155,6 +1156,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     cache?.delete(tokenHash)
     dropRefusal(tokenHash)
     charged.delete(tokenHash)
+    // No longer known either (see `wellFormed`): the secret of a token rotated away or revoked
+    // would otherwise stay known until presented again, so that one user rotating or
+    // revoking in a loop pushed every other token out of the known hashes (each then charged
+    // to its client's `unknownTokenBudget`, and held by `maxPendingLookups`). A token still
+    // live (an edit of its name) is known again at its next lookup.
+    forget(tokenHash)
     // Never rejects: a bus that fails, throws or does not answer within `publishDeadlineMs` is
     // reported, and the invalidation sent again (invalidation-resend.ts), never thrown to a
     // caller whose write is done, nor left unhandled behind a 503.
