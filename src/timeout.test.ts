@@ -1,3 +1,5 @@
+import { spawn } from 'node:child_process'
+import * as net from 'node:net'
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { withTimeout } from './timeout.js'
 
@@ -37,4 +39,46 @@ describe('withTimeout', () => {
     }
     expect(unhandled).not.toHaveBeenCalled()
   })
+})
+
+describe('withTimeout, on real timers and a real socket', () => {
+  /**
+   * An answer from a loopback server in another process (one in this process would not read the
+   * question while this process is held), read only when this process gets round to its sockets.
+   */
+  async function echo(): Promise<{ ask(): Promise<string>; close(): Promise<void> }> {
+    const code = "const s=require('net').createServer(c=>c.on('data',d=>c.write(d))).listen(0,'127.0.0.1',()=>console.log(s.address().port))"
+    const child = spawn(process.execPath, ['-e', code], { stdio: ['ignore', 'pipe', 'inherit'] })
+    const port = await new Promise<number>((resolve) => child.stdout.once('data', (data) => resolve(Number(String(data).trim()))))
+    const client = net.connect(port, '127.0.0.1')
+    await new Promise((resolve) => client.once('connect', resolve))
+    return {
+      ask: () => new Promise<string>((resolve) => (client.once('data', (data) => resolve(String(data))), client.write('pong'))),
+      close: async () => {
+        client.destroy()
+        child.kill()
+        await new Promise((resolve) => child.once('exit', resolve))
+      },
+    }
+  }
+  const hold = (ms: number) => {
+    const end = performance.now() + ms
+    while (performance.now() < end) {
+      // busy: a long garbage collection, a synchronous parse
+    }
+  }
+
+  for (const heldPastMs of [5, 200]) {
+    it(`an answer that came while the event loop was held ${heldPastMs} ms past the deadline is the call's (regression: judged before the socket was read, it failed)`, async () => {
+      const peer = await echo()
+      try {
+        const timed = withTimeout(peer.ask(), 100, 'the store')
+        // The server answers at once; this process reads nothing until the hold is over.
+        hold(100 + heldPastMs)
+        await expect(timed).resolves.toBe('pong')
+      } finally {
+        await peer.close()
+      }
+    })
+  }
 })

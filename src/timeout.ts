@@ -14,6 +14,33 @@ import { ConfigurationError } from './errors.js'
 export const afterThisTurn: (callback: () => void) => void =
   typeof setImmediate === 'function' ? (callback) => void setImmediate(callback) : (callback) => void setTimeout(callback, 0)
 
+/**
+ * How late past its deadline a timer may fire and still count as noticed on time (the event
+ * loop was free): later, this process was busy, and an answer may be waiting unread (or a
+ * command its client held back until the next turn has only just gone out).
+ */
+export const NOTICED_LATE_MS = 20
+
+/**
+ * Calls `expire` for a deadline whose timer fired `lateMs` after it was due, once this process
+ * has read its sockets. Node runs the timers that are due before it reads what came meanwhile,
+ * so after its event loop was held (a GC pause, a synchronous parse of a large body, a resumed
+ * VM) an answer that came in time may be waiting unread: judged at once, the deadline failed a
+ * call that had its answer (a store answered in 1 ms, a request answered 503; five OAuth calls
+ * so failed opened the breaker for its cool-down). Noticed on time, `expire` runs after one turn
+ * ({@link afterThisTurn}); noticed late, {@link NOTICED_LATE_MS} later and after a turn, the
+ * slack a deadline noticed on time has. `expire` itself tells whether the answer came meanwhile
+ * (a promise settled before it is not rejected by it).
+ */
+export function expireOnceRead(lateMs: number, expire: () => void): void {
+  if (!(lateMs >= NOTICED_LATE_MS)) {
+    afterThisTurn(expire)
+    return
+  }
+  const timer = setTimeout(() => afterThisTurn(expire), NOTICED_LATE_MS)
+  ;(timer as { unref?: () => void }).unref?.()
+}
+
 /** Longest delay a timer takes (2^31 - 1 ms, about 24.8 days); past it Node fires at once. */
 export const MAX_TIMER_MS = 2_147_483_647
 
@@ -40,9 +67,11 @@ export function timersEndWithRequest(): boolean {
 
 /**
  * Settles as `pending` does, or rejects with `Error("<what> did not answer within <ms> ms")`
- * once `ms` have passed, whichever comes first. The timer is cleared as soon as `pending`
- * settles and never keeps a process alive on its own; a late answer after the deadline goes
- * nowhere (a late rejection is not reported as unhandled).
+ * once `ms` have passed, whichever comes first: judged once this process has read its sockets
+ * ({@link expireOnceRead}), so an answer that came in time while the event loop was held still
+ * counts. The timer is cleared as soon as `pending` settles and never keeps a process alive on
+ * its own; a late answer after the deadline goes nowhere (a late rejection is not reported as
+ * unhandled).
  *
  * @example
  * ```ts
@@ -51,7 +80,8 @@ export function timersEndWithRequest(): boolean {
  */
 export function withTimeout<T>(pending: Promise<T>, ms: number, what: string): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms)
+    const due = performance.now() + ms
+    const timer = setTimeout(() => expireOnceRead(performance.now() - due, () => reject(new Error(`${what} did not answer within ${ms} ms`))), ms)
     // Node's, Bun's and Deno 2's timers have `unref`; Workers' are numbers, and a Worker's
     // timers never keep anything alive.
     ;(timer as { unref?: () => void }).unref?.()

@@ -56,7 +56,7 @@ import {
 import { audienceList, audienceMatches, checkAccessTokenClaims, idTokenSigns, issuedSince, peekJwtClaims, resourceAudience, withResourceAudience } from './jwt-claims.js'
 import { jwtVerifyWithKeySet } from './jwt-verify.js'
 import { createSingleFlight } from './single-flight.js'
-import { MAX_TIMER_MS, withTimeout } from '../timeout.js'
+import { MAX_TIMER_MS, expireOnceRead, withTimeout } from '../timeout.js'
 import { heldBack, lineGate } from '../line-gate.js'
 
 // A subject holding a lone surrogate is refused: two such subjects would be one user's
@@ -956,9 +956,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     const controller = new AbortController()
     const budget = Math.max(1, Math.min(timeoutMs, deadline - started))
     let timedOut = false
+    let done = false
+    // Judged once this process has read its sockets (see `expireOnceRead`): after a hold of its
+    // event loop, the answer may be there unread, and a call so failed counted against the server.
     const timer = timers.setTimeout(() => {
-      timedOut = true
-      controller.abort()
+      expireOnceRead(elapsed() - started - budget, () => {
+        if (done) return
+        timedOut = true
+        controller.abort()
+      })
     }, budget)
     let response: UpstreamResponse
     let waitMs: number | undefined
@@ -989,6 +995,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       emit({ type: 'upstream', endpoint, outcome: 'failure', durationMs: elapsed() - started, error: message })
       throw new UpstreamFailure(message, true)
     } finally {
+      done = true
       timers.clearTimeout(timer)
     }
     const durationMs = elapsed() - started

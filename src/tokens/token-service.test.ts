@@ -438,8 +438,9 @@ describe('create (spec 2.1, 3)', () => {
       const { service } = setup({ store: hung, storeTimeoutMs: 200 })
       const settled: unknown[] = []
       for (let i = 0; i < 5; i++) void createToken(service).then(() => settled.push('created'), (error: unknown) => settled.push(error))
-      // Each waits at most one bound for the one before it, then makes its own calls.
-      await vi.advanceTimersByTimeAsync(401)
+      // Each waits at most one bound for the one before it, then makes its own calls (a bound is
+      // judged a turn of the event loop after its timer: a fake `setImmediate` runs 1 ms later).
+      await vi.advanceTimersByTimeAsync(403)
       expect(settled).toHaveLength(5)
       for (const outcome of settled) expect(outcome).toBeInstanceOf(StoreUnavailableError)
     } finally {

@@ -9,7 +9,7 @@
  */
 import { createHash } from 'node:crypto'
 import { ConfigurationError, optionNames, refuseUnknownOptions } from '../../errors.js'
-import { afterThisTurn, timerOption, withTimeout } from '../../timeout.js'
+import { timerOption, withTimeout } from '../../timeout.js'
 
 /** An argument of a Redis command. */
 export type RedisArgument = string | number
@@ -235,13 +235,6 @@ interface StallBreaker {
   readonly answered: () => void
 }
 
-/**
- * How late past its deadline a call's timer may fire and still count as noticed on time (the
- * event loop was free): later, this process was busy, and an answer may be waiting unread (or
- * the command, held back by the client until the next turn, has only just gone out): the call
- * then waits up to this long more for its answer.
- */
-const NOTICED_LATE_MS = 20
 
 /**
  * How much longer than Redis's silence a store's deadline must be for its calls to be sent
@@ -662,33 +655,17 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
         return failed(reason)
       }
       if (settled) return failed(error)
-      // Past the deadline: a probe's PING answered from now on sends nothing more.
+      // Past the deadline, as `withTimeout` judged it once this process had read its sockets,
+      // and NOTICED_LATE_MS more when its timer fired late: a process whose event loop was held
+      // may have had the answer waiting unread, or have sent the command itself only once the
+      // hold was over (node-redis, and ioredis with `enableAutoPipelining`, write in a
+      // `setImmediate`: a process held right after the call held its command back, and its
+      // answer comes a round trip later). An answer by then was the call's, so a stall of this
+      // process is neither a stall of Redis nor a failed call (a rate-limit count that Redis
+      // made, failed here, served its request past the limit, fail open). None came: a probe's
+      // PING answered from now on sends nothing more.
       expired = true
-      // On time: Redis has not answered within it.
-      if (performance.now() - sentAt - timeoutMs < NOTICED_LATE_MS) return gaveUp(error)
-      // A deadline noticed late means this process was busy (its event loop held): the
-      // answer may be waiting, unread, on the socket, or the command itself may have gone out
-      // only once the hold was over (node-redis, and ioredis with `enableAutoPipelining`, write
-      // in a `setImmediate`: a process held right after the call held its command back, and
-      // its answer comes a round trip after this). So the call waits up to NOTICED_LATE_MS
-      // more (the slack a deadline noticed on time has), no longer than its answer takes: an
-      // answer by then is the call's, so a stall of this process is neither a stall of Redis
-      // nor a failed call (a rate-limit count that Redis made, failed here, served its request
-      // past the limit, fail open). One turn of the event loop was not enough for a command
-      // held back: it was judged before Redis could answer it. Judged once the wait is over
-      // and this process has read its sockets (`afterThisTurn`, as the invalidation bus judges
-      // its silence): a process busy again past the wait (the work that piled up during the
-      // hold) would otherwise run the wait's timer before reading the answer that came
-      // meanwhile.
-      return new Promise<void>((resolve) => {
-        const timer = setTimeout(() => afterThisTurn(resolve), NOTICED_LATE_MS)
-        ;(timer as { unref?: () => void }).unref?.()
-        const answered = () => {
-          clearTimeout(timer)
-          resolve()
-        }
-        pending.then(answered, answered)
-      }).then(() => (settled ? pending.catch(failed) : gaveUp(error)))
+      return gaveUp(error)
     })
   }
   const open = (breaker: StallBreaker, silentSince: number) => {
