@@ -624,6 +624,16 @@ export function answerEnded(res: ServerResponse): boolean {
 }
 
 /**
+ * Whether the client of `res` left before its answer was whole (its connection closed, on
+ * HTTP/2 its stream reset): a handler's failure then is most likely the leaving itself (a body
+ * read cut short: `aborted`), which any client can cause on every request, and is not reported.
+ * @internal
+ */
+export function clientLeft(res: ServerResponse): boolean {
+  return res.destroyed && !res.writableFinished
+}
+
+/**
  * Settles the answer of a handler that failed, when it has one: an answer the handler ended
  * goes out whole, whatever it did after (Node may still be writing it: a destroy would cut it);
  * one begun and not ended is cut, so the client does not take it for whole. A held head reports

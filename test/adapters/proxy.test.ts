@@ -323,9 +323,9 @@ describe('proxy handler', () => {
         id: null,
         error: { code: -32000, message: 'Request timeout', data: { error: 'request_timeout' } },
       })
-      expect(reported).toHaveLength(1)
-      expect(reported[0]).not.toBeInstanceOf(UpstreamError)
-      expect((reported[0] as Error).message).toBe(`Request body stalled: the client sent nothing for ${TIMEOUT_MS} ms`)
+      // Nor is it reported: the stall is the client's, and a client could send them unbounded
+      // (regression: one report per stalled upload).
+      expect(reported).toEqual([])
       // After the 408, nothing more of the client's body is taken: it is cancelled (so a chunk
       // it sends late starts no timer of the proxy's, and is read by no one).
       let cancelled: unknown

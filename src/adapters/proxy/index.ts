@@ -296,9 +296,10 @@ export interface ProxyHandlerOptions {
    */
   fetch?: ((input: URL, init: RequestInit) => Promise<Response>) | undefined
   /**
-   * Upstream failures (the client only sees 502 / 504), and the request's own: a body that does
-   * not match its `Content-Length` (a `RangeError`), one the client stopped sending (an `Error`,
-   * `Request body stalled`). Context `proxy <origin>`, the upstream's origin; `proxy upstream`
+   * Upstream failures (the client only sees 502 / 504), and a request body that does not match
+   * its `Content-Length` (a `RangeError`: on the wire, the runtime frames a body by it, so most
+   * likely a middleware of the platform's rewrote the body). Not a body the client stopped
+   * sending (its 408): that is the client's, and any client could send them unbounded. Context `proxy <origin>`, the upstream's origin; `proxy upstream`
    * for an `upstream` function that threw. Default `logError` (stderr).
    */
   onError?: ((error: unknown, context: string) => void) | undefined
@@ -715,12 +716,9 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
      * client's, not the upstream's.
      */
     function failed(error: unknown, message = UNAVAILABLE): Response {
-      if (clientStalled) {
-        if (!request.signal.aborted) {
-          onError(new Error(`Request body stalled: the client sent nothing for ${timeoutMs} ms`, { cause: error }), `proxy ${target!.origin}`)
-        }
-        return toResponse(REQUEST_TIMEOUT)
-      }
+      // Not reported: the stall is the client's, no failure of the platform or the upstream, and
+      // any client could send one per connection it holds, as often as it likes.
+      if (clientStalled) return toResponse(REQUEST_TIMEOUT)
       const failure = timedOut
         ? new UpstreamError(504, TIMED_OUT, { cause: error })
         : new UpstreamError(502, message, { cause: error })
