@@ -136,6 +136,13 @@ export type OAuthValidatorEvent =
    * `pending-limit`.
    */
   | { readonly type: 'unavailable'; readonly retryAfter: number; readonly error: string }
+  /**
+   * (`jwt` mode) A 503 for a token naming a key the keys in hand do not have, issued (its `iat`)
+   * since they were fetched: a key the issuer may have rotated in since, asked again once a
+   * refetch is allowed. Judged by the token's own claims, so any client can cause it (a made-up
+   * `kid`): not written by the default logger, unlike `unavailable`.
+   */
+  | { readonly type: 'unknown-key'; readonly retryAfter: number; readonly error: string }
   | { readonly type: 'store-error'; readonly operation: 'get' | 'set'; readonly error: unknown }
 
 /** Options of {@link createOAuthValidator}. */
@@ -1364,13 +1371,17 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
 
   /**
-   * The 503 for a token whose `kid` the keys in hand cannot verify yet, for a reason of the
-   * server's (reported as `unavailable`): asked again once a JWKS refetch is allowed.
+   * The 503 for a token whose `kid` the keys in hand cannot verify yet: asked again once a JWKS
+   * refetch is allowed. For a reason of the server's (a key it publishes unusable, a refetch
+   * that failed) it is `unavailable`; judged by the token's own `iat` alone (issued since the
+   * keys were fetched: a key the issuer may have rotated in since), `unknown-key`, which no
+   * operator can act on and any client can cause (a made-up `kid` and a fresh `iat`), so the
+   * default logger writes nothing of it.
    */
-  function keyNotYetUsable(kid: string | undefined, why: string): AuthorizationServerUnavailableError {
+  function keyNotYetUsable(kid: string | undefined, why: string, serversOwn: boolean): AuthorizationServerUnavailableError {
     const retryAfter = seconds(Math.max(jwksRefetchIntervalMs - (elapsed() - jwksAskedAt), 1000))
     const named = kid === undefined ? 'no kid' : `kid ${JSON.stringify(kid.slice(0, 64))}`
-    emit({ type: 'unavailable', retryAfter, error: `jwks: the set ${why} (${named})` })
+    emit(serversOwn ? { type: 'unavailable', retryAfter, error: `jwks: the set ${why} (${named})` } : { type: 'unknown-key', retryAfter, error: `jwks: the set ${why} (${named})` })
     return new AuthorizationServerUnavailableError(retryAfter)
   }
 
@@ -1448,14 +1459,14 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // hold then (an issuer publishes a key before it signs with it): refused, not cached. A
         // key the set publishes unusable is the server's failure whatever the `iat`. `iat` is in
         // whole seconds: a token of the fetch's own second may be the later.
-        const serversFault = (set: KeySet & { readonly fetchedAt: number }) =>
-          (kid !== undefined && set.unusableKids.has(kid)) || issuedSince(claims.iat, set.fetchedAt, clockToleranceMs)
+        const unusable = (set: KeySet) => kid !== undefined && set.unusableKids.has(kid)
+        const serversFault = (set: KeySet & { readonly fetchedAt: number }) => unusable(set) || issuedSince(claims.iat, set.fetchedAt, clockToleranceMs)
         // A refetch in flight (of keys past their age, maybe started by this very request) is
         // waited for rather than refused: it may bring the key. Where a refetch in the background
         // ends with the request that started it (Workers without `waitUntil`), the refetch a
         // request waits for is the only one that gets an answer.
         if (elapsed() - jwksAskedAt < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
-          if (serversFault(remoteKeys)) throw keyNotYetUsable(kid, 'holds no usable key for it')
+          if (serversFault(remoteKeys)) throw keyNotYetUsable(kid, 'holds no usable key for it', unusable(remoteKeys))
           throw error
         }
         try {
@@ -1467,8 +1478,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
           const kept = remoteKeys
           if (kept && mayBeRotatedIn(refetched, kid, kept)) {
             const failed = kept.fetchedSince < jwksAskedAt
-            if (failed ? serversFault(kept) : kid !== undefined && kept.unusableKids.has(kid)) {
-              throw keyNotYetUsable(kid, failed ? 'could not be refetched' : 'holds no usable key for it')
+            if (failed ? serversFault(kept) : unusable(kept)) {
+              throw keyNotYetUsable(kid, failed ? 'could not be refetched' : 'holds no usable key for it', failed || unusable(kept))
             }
           }
           throw refetched

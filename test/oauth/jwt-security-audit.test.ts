@@ -15,7 +15,7 @@ import {
   type OAuthValidatorOptions,
   createOAuthValidator,
 } from 'mcp-dispatch'
-import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { afterEach, beforeAll, beforeEach, describe, expect, it, onTestFinished, vi } from 'vitest'
 import { type ManualClock, createManualClock, createRecordingSleep } from './helpers/clock.js'
 import { type FakeUpstream, startFakeUpstream } from './helpers/fake-upstream.js'
 
@@ -175,6 +175,21 @@ describe('jwt mode: what a token says of its own key and algorithm', () => {
     expect(new Set(fake.requests.map((r) => r.path))).toEqual(new Set(['/.well-known/openid-configuration', '/jwks']))
     for (const event of events) expect(JSON.stringify(event).length).toBeLessThan(300)
     expect(v.breakerState).toBe('closed')
+    // Judged by the token's own claims, which anyone can make: told as `unknown-key`, never as the
+    // server `unavailable` (regression: a scanner's made-up kids paged on-call as an outage).
+    expect(events.filter((e) => e.type === 'unknown-key')).toHaveLength(10)
+    expect(events.filter((e) => e.type === 'unavailable')).toEqual([])
+  })
+
+  it('with no onEvent, the 503s of made-up kids with a fresh iat write nothing (the default logger writes `unavailable`: a server to see to)', async () => {
+    const written = vi.spyOn(console, 'error').mockImplementation(() => {})
+    onTestFinished(() => written.mockRestore())
+    const v = validator({ mode: 'jwt', onEvent: undefined })
+    expect(await v.validate(await signed({}, { alg: 'ES256', kid: 'k1' }, ec.privateKey), weather)).toMatchObject({ active: true })
+    for (let i = 0; i < 20; i++) {
+      expect(await outcome(v.validate(await signed({}, { alg: 'ES256', kid: `scan-${i}` }, attacker.privateKey), weather))).toBe('AuthorizationServerUnavailableError')
+    }
+    expect(written).not.toHaveBeenCalled()
   })
 
   it('a JWKS key this runtime cannot import (an ML-DSA key, kty AKP) counts against the breaker once per fetched set, not per token: junk naming it cannot open the breaker for everyone (regression: 5 requests did)', async () => {
@@ -191,6 +206,8 @@ describe('jwt mode: what a token says of its own key and algorithm', () => {
       const error = await v.validate(junk(n), weather).catch((e: unknown) => e)
       expect(error).toBeInstanceOf(AuthorizationServerUnavailableError)
     }
+    // A key the server publishes and this runtime cannot use is the server's to see to.
+    expect(events.filter((e) => e.type === 'unavailable')).toHaveLength(10)
     expect(v.breakerState).toBe('closed')
     const counted = () => events.filter((e) => e.type === 'upstream' && e.endpoint === 'jwks' && e.outcome === 'failure').length
     expect(counted()).toBe(1)
