@@ -127,6 +127,7 @@ export type {
   ApiTokenView,
   CreateTokenInput,
   RotateCaller,
+  SecretCallOptions,
   TokenAuthResult,
   TokenScopeView,
   TokenService,

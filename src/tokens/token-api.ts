@@ -351,13 +351,13 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
           kind: 'token',
           token: bearer.token,
           ...(clientAddress !== undefined && { clientAddress }),
-        })
+        }, { signal: request.signal })
         return json(200, result)
       }
       if (bearer.kind === 'invalid') throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'Unauthorized')
       const s = await session(request, true, info)
       await readNoBody(request, 'a rotation')
-      return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }))
+      return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }, { signal: request.signal }))
     }
     // A method the path does not serve is 405 whoever asks, a Bearer caller too (as a `TRACE`,
     // which the Node adapters answer without the API, is): its `Allow` is the path's.
@@ -377,7 +377,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
           servers: body.servers as string[],
           expiresInDays: body.expires_in_days as 7,
           ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
-        }))
+        }, { signal: request.signal }))
         return json(201, created, { location: `${basePath}/${created.id}` })
       }
       return notServed(served)

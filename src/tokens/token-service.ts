@@ -151,6 +151,21 @@ export interface UpdateTokenInput {
   allowedIps?: readonly string[] | null | undefined
 }
 
+/**
+ * Options of a call that hands out a secret ({@link TokenService.create},
+ * {@link TokenService.rotate}).
+ */
+export interface SecretCallOptions {
+  /**
+   * The caller's request signal (the token API passes `request.signal`): a secret whose caller
+   * has left by the time it is stored (a client's own timeout, a proxy's 504) reaches nobody, so
+   * a token created is revoked and a rotation undone, as when the caller was answered 503, and
+   * the call rejects with the signal's reason. A headless client that retries a rotation with
+   * the secret it holds is then not locked out of an active token whose new secret nobody got.
+   */
+  readonly signal?: AbortSignal | undefined
+}
+
 /** Who asks for a rotation (spec 4.3). */
 export type RotateCaller =
   | { readonly kind: 'session'; readonly userId: string }
@@ -344,7 +359,7 @@ export interface TokenService {
    * ran while the token was being created: it was stored revoked.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
-  create(input: CreateTokenInput): Promise<ApiTokenSecretView>
+  create(input: CreateTokenInput, options?: SecretCallOptions): Promise<ApiTokenSecretView>
   /**
    * Tokens of a user, newest first, without secrets (dashboard list, spec 2.1).
    *
@@ -391,7 +406,7 @@ export interface TokenService {
    * 503 and being undone): no secret is handed out twice.
    * @throws {StoreUnavailableError} (503) when a store fails or does not answer within `storeTimeoutMs`.
    */
-  rotate(id: string, caller: RotateCaller): Promise<ApiTokenSecretView>
+  rotate(id: string, caller: RotateCaller, options?: SecretCallOptions): Promise<ApiTokenSecretView>
   /**
    * Revokes a token of `userId`, permanently (spec 3). Idempotent. An expired token is left as
    * it is (spec 3: only an active token can be revoked) and answered with `status: 'expired'`.
@@ -868,6 +883,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     id: string,
     read: ApiTokenRecord,
     on: { reread: () => Promise<ApiTokenRecord>; inactive: (state: 'expired' | 'revoked') => Error; lost: string },
+    signal: AbortSignal | undefined,
   ): Promise<ApiTokenSecretView> {
     for (let attempt = 1; ; attempt++) {
       const state = statusOf(read)
@@ -882,6 +898,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       })
       if (rotated) {
         await invalidate(current.tokenHash)
+        // Its caller left meanwhile: nobody holds the new secret (see `SecretCallOptions`).
+        if (signal?.aborted) {
+          await undo()
+          throw signal.reason ?? new Error('The caller left')
+        }
         // Its write landed once the token had expired (spec 3: only an active token is rotated):
         // no dead secret is handed out.
         if (statusOf(rotated) === 'expired') throw on.inactive('expired')
@@ -1514,6 +1535,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     data: z.infer<typeof createSchema>,
     servers: string[],
     createdAt: number,
+    signal: AbortSignal | undefined,
   ): Promise<{ record: ApiTokenRecord; token: string }> {
     const tooMany = () => new ConflictError(`At most ${maxActiveTokens} active tokens per user: revoke one before creating another`)
     if ((await countActive(data.userId)) >= maxActiveTokens) throw tooMany()
@@ -1558,6 +1580,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       await revokeRefused('was created past maxActiveTokensPerUser (its caller was refused 409)').catch((e: unknown) => onError(e, 'token store'))
       throw tooMany()
     }
+    // Its caller left meanwhile: nobody holds its secret (see `SecretCallOptions`).
+    if (signal?.aborted) {
+      await revokeRefused('was created though its caller had left').catch((e: unknown) => onError(e, 'token store'))
+      throw signal.reason ?? new Error('The caller left')
+    }
     return { record, token: secret.token }
   }
 
@@ -1584,7 +1611,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const service: TokenService = {
     prefix,
 
-    async create(input) {
+    async create(input, options) {
       // When the creation began: a password reset from then on (its millisecond included, as
       // the stores count it) revokes the token, however its awaits interleave with the reset's.
       const createdAt = now()
@@ -1605,7 +1632,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const servers = [...known.keys()]
       // One user's creations, from the count to the insert, one at a time on this instance: the
       // count each checks holds the tokens the ones before it made.
-      const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt))
+      const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt, options?.signal))
       return secretView(record, token, known)
     },
 
@@ -1734,7 +1761,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       return view(updated, true)
     },
 
-    async rotate(tokenId, caller) {
+    async rotate(tokenId, caller, options) {
       // Each swaps at the id as stored, once the token is found (`namesToken`, `ownedRecord`).
       if (caller.kind === 'token') {
         const checking = service.authenticate(caller.token, caller.clientAddress)
@@ -1760,7 +1787,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           // The presented secret is refused as any inactive token's.
           inactive: () => new UnauthorizedError(),
           lost: 'Token was rotated by another request meanwhile; try again in a few seconds (a 401 then means this secret was rotated away)',
-        })
+        }, options?.signal)
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
@@ -1770,7 +1797,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         reread: () => ownedRecord(caller.userId, record.id),
         inactive: (state) => new TokenInactiveError(state),
         lost: 'Token was rotated by another request meanwhile; rotate again to replace that secret',
-      })
+      }, options?.signal)
     },
 
     async revoke(userId, tokenId) {
