@@ -155,3 +155,26 @@ export function answerExpectationFailed(_request: unknown, response: Expectation
   response.writeHead(417, EXPECTATION_FAILED_HEADERS)
   response.end(EXPECTATION_FAILED.body ?? '')
 }
+
+/** Error codes of a connection its peer left: a reset, a stream closed early, undici's abort. */
+const DISCONNECT_CODES: ReadonlySet<string> = new Set(['ECONNRESET', 'ECONNABORTED', 'EPIPE', 'ERR_STREAM_PREMATURE_CLOSE', 'UND_ERR_ABORTED', 'UND_ERR_SOCKET'])
+
+/**
+ * Whether `error`, a handler's failure, is its client's leaving: a read of the request body cut
+ * short (Node's `aborted`, undici's `terminated`, raw-body's `request.aborted`), a reset, an
+ * abort (`AbortError`, or `reason`: the request signal's). Looked for in its `cause` too, a few
+ * deep. Only such a failure of a request whose client has gone goes unreported (any client
+ * causes one at will); any other, client gone or not, is the platform's to hear.
+ * @internal
+ */
+export function isClientDisconnect(error: unknown, reason?: unknown): boolean {
+  let current = error
+  for (let depth = 0; depth < 4 && current !== null && typeof current === 'object'; depth++) {
+    if (current === reason) return true
+    const { code, name, message, type } = current as { code?: unknown; name?: unknown; message?: unknown; type?: unknown }
+    if (name === 'AbortError' || message === 'aborted' || message === 'terminated' || type === 'request.aborted') return true
+    if (typeof code === 'string' && DISCONNECT_CODES.has(code)) return true
+    current = (current as { cause?: unknown }).cause
+  }
+  return current !== undefined && current === reason
+}

@@ -34,6 +34,7 @@ import {
   whenClosed,
 } from './head.js'
 import { INVALID_HOST, canonicalHost, splitUrl } from './shared.js'
+import { isClientDisconnect } from './client-error.js'
 
 /**
  * The neutral request over a Node request: one object per request, which is also its own
@@ -624,13 +625,14 @@ export function answerEnded(res: ServerResponse): boolean {
 }
 
 /**
- * Whether the client of `res` left before its answer was whole (its connection closed, on
- * HTTP/2 its stream reset): a handler's failure then is most likely the leaving itself (a body
- * read cut short: `aborted`), which any client can cause on every request, and is not reported.
+ * Whether a handler's `error` is its client's leaving and the client of `res` has gone (its
+ * connection closed; on HTTP/2, whose compatibility response has no `destroyed`, its stream):
+ * not reported, since any client causes one at will (see {@link isClientDisconnect}).
  * @internal
  */
-export function clientLeft(res: ServerResponse): boolean {
-  return res.destroyed && !res.writableFinished
+export function clientLeft(res: ServerResponse, error: unknown): boolean {
+  const gone = res.destroyed === true || (res as { stream?: { destroyed?: boolean } }).stream?.destroyed === true
+  return gone && isClientDisconnect(error)
 }
 
 /**

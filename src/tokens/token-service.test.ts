@@ -1999,6 +1999,8 @@ describe('made-up tokens: the client budget of store lookups (unknownTokenBudget
     const looping = await createToken(service, { userId: 'bob', name: 'looping' })
     for (let i = 0; i < 50_000; i++) await service.rotate(looping.id, { kind: 'session', userId: 'bob' })
     for (let i = 0; i < 200; i++) await service.revoke('bob', (await createToken(service, { userId: 'bob', name: `t${i}` })).id)
+    // An edit of a live token leaves it known.
+    await service.update('alice', other.id, { name: 'renamed' })
     // Someone at the address spends its budget; the token seen live is still served.
     await service.authenticate(generateApiToken(), CLIENT)
     await service.authenticate(generateApiToken(), CLIENT)

@@ -782,7 +782,6 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       cache?.delete(message.tokenHash)
       dropRefusal(message.tokenHash)
       charged.delete(message.tokenHash)
-      forget(message.tokenHash)
     } else if (message.kind === 'all') {
       invalidationCount++
       cache?.clear()
@@ -897,7 +896,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         unknown: undo,
       })
       if (rotated) {
-        await invalidate(current.tokenHash)
+        await invalidate(current.tokenHash, true)
         // Its caller left meanwhile: nobody holds the new secret (see `SecretCallOptions`).
         if (signal?.aborted) {
           await undo()
@@ -935,7 +934,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     } catch (error) {
       onError(new Error(`token ${id}: a rotation whose caller was told 503 (it may have landed) could not be undone`, { cause: error }), 'token store')
     } finally {
-      await Promise.all([invalidate(landedHash), invalidate(replacedHash)])
+      await Promise.all([invalidate(landedHash, true), invalidate(replacedHash)])
     }
   }
 
@@ -1172,17 +1171,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     return given === id || (typeof given === 'string' && ANY_CASE_UUID.test(given) && given.toLowerCase() === id.toLowerCase())
   }
 
-  function invalidate(tokenHash: string): Promise<void> {
+  function invalidate(tokenHash: string, gone = false): Promise<void> {
     invalidationCount++
     cache?.delete(tokenHash)
     dropRefusal(tokenHash)
     charged.delete(tokenHash)
-    // No longer known either (see `wellFormed`): the secret of a token rotated away or revoked
-    // would otherwise stay known until presented again, so that one user rotating or
-    // revoking in a loop pushed every other token out of the known hashes (each then charged
-    // to its client's `unknownTokenBudget`, and held by `maxPendingLookups`). A token still
-    // live (an edit of its name) is known again at its next lookup.
-    forget(tokenHash)
+    // A secret gone for good (rotated away, revoked) is no longer known either (see
+    // `wellFormed`): kept until presented again, one user rotating or revoking in a loop pushed
+    // every other token out of the known hashes (each then charged to its client's
+    // `unknownTokenBudget`, and held by `maxPendingLookups`). One still live (an edit) stays.
+    if (gone) forget(tokenHash)
     // Never rejects: a bus that fails, throws or does not answer within `publishDeadlineMs` is
     // reported, and the invalidation sent again (invalidation-resend.ts), never thrown to a
     // caller whose write is done, nor left unhandled behind a 503.
@@ -1821,7 +1819,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         throw wrongAnswer('revoke', revoked, 'the revoked record, or undefined')
       }
       // The revoked record's hash, not the one read before: a rotation may have landed between.
-      await Promise.all([invalidate(revoked.tokenHash), revoked.tokenHash !== record.tokenHash && invalidate(record.tokenHash)])
+      await Promise.all([invalidate(revoked.tokenHash, true), revoked.tokenHash !== record.tokenHash && invalidate(record.tokenHash, true)])
       return view(revoked, true)
     },
 
@@ -1847,7 +1845,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         Array.isArray(records) ? Promise.all(records.map((r) => invalidate(r.tokenHash))) : invalidateListed()
       const answered: unknown = await storeCall(() => store.revokeAllForUser(userId, at), { landed: invalidateAll, unknown: invalidateListed })
       const revoked = Array.isArray(answered) ? (answered as readonly ApiTokenRecord[]) : []
-      const first = Promise.all(revoked.map((r) => invalidate(r.tokenHash)))
+      const first = Promise.all(revoked.map((r) => invalidate(r.tokenHash, true)))
       // Every token of the user, not only those the reset's own statement revoked: one whose
       // creation committed while that statement ran (READ COMMITTED: not in its snapshot) is
       // revoked by the recorded reset when read, but may already sit in another instance's

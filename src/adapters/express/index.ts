@@ -356,7 +356,7 @@ function fail(req: Request, res: ServerResponse, error: unknown, before: Outgoin
   // A request dispatched by another copy of the package (its ESM build beside its CommonJS one)
   // has no record here: told to the default logger, never swallowed. Not a client that left
   // (its body cut short), which any client causes at will.
-  if (!clientLeft(res)) (dispatchedRequests.get(req)?.onError ?? logError)(error, 'handler')
+  if (!clientLeft(res, error)) (dispatchedRequests.get(req)?.onError ?? logError)(error, 'handler')
   if (settleFailedAnswer(res)) return
   // The 502 is the Web adapter's: none of the headers the handler set before it failed (a
   // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), but those the

@@ -420,7 +420,7 @@ export function getDispatchContext(request: AnyFastifyRequest): DispatchContext 
 function fail(request: FastifyRequest, reply: FastifyReply, error: unknown, before: OutgoingHttpHeaders | undefined): FastifyReply | undefined {
   const raw = reply.raw
   // Not a client that left (its body cut short), which any client causes at will.
-  if (!clientLeft(raw)) ((request as ReportingRequest)[kReporter] ?? logError)(error, 'handler')
+  if (!clientLeft(raw, error)) ((request as ReportingRequest)[kReporter] ?? logError)(error, 'handler')
   if (settleFailedAnswer(raw)) return undefined
   // The 502 is the Web adapter's: none of the headers the handler set before it failed (a
   // `Content-Encoding` over the JSON body, an `Mcp-Session-Id` never pinned), on the reply or on

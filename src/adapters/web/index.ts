@@ -36,6 +36,7 @@ import {
   mergeVary,
 } from '../head.js'
 import { type AdapterOptions, HANDLER_FAILED, INTERNAL_ERROR, INVALID_HOST, canonicalHost, setupAdapter, splitUrl } from '../shared.js'
+import { isClientDisconnect } from '../client-error.js'
 import { isEventStream } from '../../core/text.js'
 import { type RouteByVersionOptions, type VersionRoutes, createVersionRouter } from '../version-router.js'
 import { toResponse } from './response.js'
@@ -248,9 +249,9 @@ export function mcpDispatch(options: WebDispatchOptions): WebDispatchHandler {
       // Stamped before the pin is stored: an answer the headers cannot go on is no answer.
       if (!atHead) response = stampHeaders(response, decision.headers, outgoing !== undefined && isHttp2Response(outgoing))
     } catch (error) {
-      // Not a client that left (a body read cut short: `aborted`), which any client causes at
-      // will; the request's signal tells it, on runtimes that abort it then (@hono/node-server).
-      if (!request.signal.aborted) onError(error, 'handler')
+      // Not a client that left (a body read cut short: `terminated`), which any client causes at
+      // will; the request's signal tells it has, on runtimes that abort it then (@hono/node-server).
+      if (!(request.signal.aborted && isClientDisconnect(error, request.signal.reason))) onError(error, 'handler')
       // The 502 carries the dispatch headers (version, rate limit, CORS) as on Express and
       // Fastify: on Node the head, still holding the decision, stamps them.
       return atHead ? toResponse(HANDLER_FAILED) : stampHeaders(toResponse(HANDLER_FAILED), decision.headers)
