@@ -59,9 +59,10 @@ export function headOutcome(
  * An end reaches only a client that reads: one that stopped (its socket's buffers full) would
  * never take it, and the response would neither finish nor close, its handler (a proxied
  * upstream, the App's stream) and the session's pin kept for as long as the client kept its
- * connection. So a response with bytes still waiting to go out is cut instead (the client
- * reconnects, and is refused then, as after an end), and one whose end has not gone out
- * `END_GRACE_MS` later is cut then.
+ * connection. So a response whose end has not gone out is watched: cut (the client reconnects,
+ * and is refused then, as after an end) once a second passes in which none of what waits to go
+ * out was taken, or `END_GRACE_MS` after the end whatever the pace. A client that reads, however
+ * slowly, gets its end.
  */
 function closeResponse(res: NodeResponse): void {
   const response = res as NodeResponse & {
@@ -75,10 +76,6 @@ function closeResponse(res: NodeResponse): void {
   }
   if (response.destroyed === true || response.writableEnded === true) return
   response.on('error', ignore)
-  if ((response.writableLength ?? 0) > 0) {
-    cutResponse(response)
-    return
-  }
   try {
     response.end()
   } catch {
@@ -86,14 +83,28 @@ function closeResponse(res: NodeResponse): void {
     return
   }
   if (response.writableFinished === true) return
-  const timer = setTimeout(() => cutResponse(response), END_GRACE_MS)
+  let waiting = response.writableLength ?? 0
+  let waitedMs = 0
+  const timer = setInterval(() => {
+    waitedMs += END_PROGRESS_MS
+    const now = response.writableLength ?? 0
+    if (now < waiting && waitedMs < END_GRACE_MS) {
+      waiting = now
+      return
+    }
+    clearInterval(timer)
+    cutResponse(response)
+  }, END_PROGRESS_MS)
   timer.unref?.()
-  const settle = () => clearTimeout(timer)
+  const settle = () => clearInterval(timer)
   response.once('finish', settle)
   whenClosed(response, settle)
 }
 
-/** How long an ended stream's end may wait for its client to read it before its connection is cut. */
+/** How often an ended stream whose end has not gone out is looked at for progress. */
+const END_PROGRESS_MS = 1_000
+
+/** How long an ended stream's end may take to go out, however slowly its client reads, before its connection is cut. */
 const END_GRACE_MS = 10_000
 
 function ignore(): void {}

@@ -136,7 +136,8 @@ const servers = {
     const app = express()
     app.use((req, _res, next) => void (req.socket.once('close', () => closed.count++), next()))
     app.use(expressDispatch({ dispatcher }), expressWebHandler(handler))
-    return serve(http.createServer(app))
+    // Kept alive past the slow reader's last byte (Node's default closes 5 s after the end was written).
+    return serve(http.createServer({ keepAliveTimeout: 60_000 }, app))
   },
   async fastify(dispatcher: ReturnType<typeof createDispatcher>, handler: Awaited<ReturnType<typeof proxyTo>>, closed: { count: number }) {
     const app = Fastify()
@@ -183,6 +184,28 @@ describe('a GET stream whose token is revoked, of a client that stopped reading'
     await fixture.tokens.revoke('alice', fixture.created.id)
     await until(() => tail.endsWith('\r\n0\r\n\r\n') || tail === '0\r\n\r\n', 'the chunked body ended')
     await until(() => app.state.open === 0, 'the upstream let go')
+    expect({ destroyed: client.socket.destroyed, closed: closed.count }).toEqual({ destroyed: false, closed: 0 })
+  })
+})
+
+describe('a GET stream whose token is revoked, of a client that reads slowly', () => {
+  it('gets the end of its stream behind the bytes still on their way, on a connection it keeps', async () => {
+    const fixture = await setup({ reauthorizeEveryMs: 100 })
+    const app = await floodingApp(4 * 1024 * 1024)
+    const closed = { count: 0 }
+    const port = await servers.express(fixture.dispatcher, await proxyTo(app.origin, []), closed)
+    const client = rawClient(port, `GET / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: text/event-stream\r\n\r\n`)
+    let tail = ''
+    client.socket.on('data', (data: Buffer) => void (tail = (tail + data.toString('latin1')).slice(-16)))
+    // Reads what it has buffered (a socket buffers 64 KiB at most) every 50 ms: slower than the
+    // App writes, never stopped.
+    client.socket.pause()
+    const pace = setInterval(() => void client.socket.read(), 50)
+    cleanups.push(() => clearInterval(pace))
+    await until(() => app.state.written >= 4 * 1024 * 1024, 'the App done writing')
+    expect(client.state.received).toBeLessThan(app.state.written)
+    await fixture.tokens.revoke('alice', fixture.created.id)
+    await until(() => tail.endsWith('\r\n0\r\n\r\n') || tail === '0\r\n\r\n', 'the chunked body ended', 15_000)
     expect({ destroyed: client.socket.destroyed, closed: closed.count }).toEqual({ destroyed: false, closed: 0 })
   })
 })
