@@ -803,7 +803,11 @@ function holdUntilPinned(
 
   /** Tells a writer held back by `enqueue` to go on, once its calls are replayed or dropped and Node owes it no `drain` of its own. */
   function payDrain(): void {
-    if (owesDrain && !res.destroyed && res.writableNeedDrain !== true) res.emit('drain')
+    if (!owesDrain) return
+    // HTTP/2's compatibility response has neither `destroyed` nor `writableNeedDrain`: its stream's.
+    const stream = (res as { stream?: { destroyed?: boolean; writableNeedDrain?: boolean } }).stream
+    const writable = stream ?? res
+    if (writable.destroyed !== true && writable.writableNeedDrain !== true) res.emit('drain')
   }
 
   /**

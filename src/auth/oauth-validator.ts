@@ -1466,7 +1466,8 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
         // ends with the request that started it (Workers without `waitUntil`), the refetch a
         // request waits for is the only one that gets an answer.
         if (elapsed() - jwksAskedAt < jwksRefetchIntervalMs && !fetchingKeys.has('jwks')) {
-          if (serversFault(remoteKeys)) throw keyNotYetUsable(kid, 'holds no usable key for it', unusable(remoteKeys))
+          // The server's own when it publishes the key unusable, or its last refetch failed.
+          if (serversFault(remoteKeys)) throw keyNotYetUsable(kid, 'holds no usable key for it', unusable(remoteKeys) || remoteKeys.fetchedSince < jwksAskedAt)
           throw error
         }
         try {

@@ -64,9 +64,20 @@ describe.each(EXPRESS_KINDS)('%s adapter specifics', (kind) => {
     app.use(mcpDispatch({ dispatcher: fixture.dispatcher }))
     app.post('/', mcpDispatch({ dispatcher: second, onError: (error) => void errors.push(error) }), (_req, res) => void res.json({ served: true }))
     const port = await serveApp(app)
-    const answer = await loopbackFetch(`http://weather.localhost:${port}/`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: tools })
-    expect([answer.status, (await answer.json()).error.code]).toEqual([500, -32603])
+    for (let i = 0; i < 2; i++) {
+      const answer = await loopbackFetch(`http://weather.localhost:${port}/`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: tools })
+      expect([answer.status, (await answer.json()).error.code]).toEqual([500, -32603])
+    }
+    // Told once, not once per request.
     expect(errors).toEqual([expect.objectContaining({ name: 'ConfigurationError', message: expect.stringMatching(/a request may meet one dispatcher only/) })])
+    // Middleware made from one options object are one dispatcher's: decided once, as before.
+    const options = fixture.dispatcherOptions
+    const same = express()
+    same.use(mcpDispatch({ dispatcher: options }))
+    same.post('/', mcpDispatch({ dispatcher: options }), (_req, res) => void res.json({ served: true }))
+    const samePort = await serveApp(same)
+    const served = await loopbackFetch(`http://weather.localhost:${samePort}/`, { method: 'POST', headers: { authorization: `Bearer ${fixture.tokens.alice}`, 'content-type': 'application/json', accept: 'application/json, text/event-stream' }, body: tools })
+    expect([served.status, await served.json()]).toEqual([200, { served: true }])
   })
 
   it('refuses misconfiguration when the middleware is created', () => {

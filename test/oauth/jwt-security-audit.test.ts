@@ -189,7 +189,8 @@ describe('jwt mode: what a token says of its own key and algorithm', () => {
     for (let i = 0; i < 20; i++) {
       expect(await outcome(v.validate(await signed({}, { alg: 'ES256', kid: `scan-${i}` }, attacker.privateKey), weather))).toBe('AuthorizationServerUnavailableError')
     }
-    expect(written).not.toHaveBeenCalled()
+    // Only this validator's lines: a timer another file left behind may print into a shared worker.
+    expect(written.mock.calls.map((args) => String(args[0])).filter((line) => line.startsWith('[mcp-dispatch] oauth'))).toEqual([])
   })
 
   it('a JWKS key this runtime cannot import (an ML-DSA key, kty AKP) counts against the breaker once per fetched set, not per token: junk naming it cannot open the breaker for everyone (regression: 5 requests did)', async () => {

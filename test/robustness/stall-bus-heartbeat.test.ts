@@ -9,13 +9,8 @@ import { Redis } from 'ioredis'
 import { createRedisInvalidationBus } from 'mcp-dispatch/redis'
 import { afterAll, expect, it } from 'vitest'
 import { REDIS_URL, redisAvailable } from '../helpers/redis.js'
+import { holdEventLoop } from '../helpers/hold.js'
 
-const hold = (ms: number) => {
-  const end = performance.now() + ms
-  while (performance.now() < end) {
-    // busy
-  }
-}
 const clients: Redis[] = []
 afterAll(() => {
   for (const c of clients) c.disconnect()
@@ -34,7 +29,7 @@ it.runIf(redisAvailable)('a 2.5 s stall right after a heartbeat was sent leaves 
         stallOnHeartbeat = false
         // The heartbeat is on the wire: held right after, within this turn.
         queueMicrotask(() => {
-          hold(2_500)
+          holdEventLoop(2_500)
           stalled = true
         })
       }

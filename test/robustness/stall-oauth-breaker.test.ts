@@ -11,6 +11,7 @@ import * as http from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createOAuthValidator } from 'mcp-dispatch'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { holdEventLoop } from '../helpers/hold.js'
 
 let server: http.Server
 let base = ''
@@ -37,12 +38,6 @@ afterAll(async () => {
   await new Promise((resolve) => server.close(resolve))
 })
 
-function hold(ms: number): void {
-  const end = performance.now() + ms
-  while (performance.now() < end) {
-    // busy
-  }
-}
 
 function validator(timeoutMs = 1_000) {
   const events: string[] = []
@@ -62,7 +57,7 @@ async function fiveAtOnce(holdMs: number, timeoutMs = 1_000) {
   served = 0
   // The stall starts right after the fifth answer went out: all five answers are on the sockets.
   onServed = (n) => {
-    if (n === 5 && holdMs > 0) hold(holdMs)
+    if (n === 5 && holdMs > 0) holdEventLoop(holdMs)
   }
   const results = await Promise.allSettled(
     ['tok1', 'tok2', 'tok3', 'tok4', 'tok5'].map((t) => v.validate(`${t}-${holdMs}`, { resource: 'https://weather.example.com', appId: 'app_weather', clientAddress: `203.0.113.${t.at(-1)}` })),

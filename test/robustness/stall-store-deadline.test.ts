@@ -9,15 +9,11 @@
 import { createDispatcher, createMemoryAppStore, createMemorySubscriptionStore, createTokenService } from 'mcp-dispatch'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
 import { describe, expect, it } from 'vitest'
-import { usePostgres } from '../helpers/postgres.js'
+import { postgresUnavailable, usePostgres } from '../helpers/postgres.js'
+import { holdEventLoop } from '../helpers/hold.js'
 
+const unavailable = await postgresUnavailable()
 const pg = usePostgres()
-const hold = (ms: number) => {
-  const end = performance.now() + ms
-  while (performance.now() < end) {
-    // busy
-  }
-}
 
 async function world(storeTimeoutMs?: number) {
   const store = await pg.tokenStore()
@@ -48,16 +44,18 @@ async function authenticateWithStall(storeTimeoutMs: number | undefined, stallMs
     if (!held) {
       held = true
       // Sent (the extended protocol ends with Sync): held within the same turn, so nothing is read meanwhile.
-      queueMicrotask(() => hold(stallMs))
+      queueMicrotask(() => holdEventLoop(stallMs))
     }
     return r
   }
   const pending = Promise.resolve(dispatcher.decide(dispatchRequest('/v1', { authorization: `Bearer ${token}` }))).finally(() => (proto.sync = sync))
   const decision = await pending
+  // The hold happened, right after the lookup went out: otherwise the test proves nothing.
+  expect(held).toBe(true)
   return decision.type === 'reply' ? `reply ${decision.reply.status}` : 'dispatch'
 }
 
-describe('token service on PostgreSQL, a stall right after the lookup went out', () => {
+describe.skipIf(unavailable !== undefined)('token service on PostgreSQL, a stall right after the lookup went out', () => {
   it('default storeTimeoutMs 5 s, a 1.5 s stall: the token is accepted', async () => {
     const outcome = await authenticateWithStall(undefined, 1_500)
     expect(outcome).toBe('dispatch')

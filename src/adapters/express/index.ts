@@ -242,6 +242,10 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
         : undefined,
   })
   installHeadInterception()
+  // Which dispatcher decides, as given: middleware made from one options object (each making a
+  // dispatcher of its own) count as one, as they did before a second dispatcher was refused.
+  const decidedBy: object = options.dispatcher as object
+  let secondToldOf = false
 
   /** Acts on a decision: answers a refusal, or lets the request through to the next handler. */
   function act(req: Request, res: Response, next: NextFunction, decision: Decision): void {
@@ -249,7 +253,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
       writeOwn(res, decision.reply)
       return
     }
-    dispatchedRequests.set(req, { context: decision.context, onError, decided: true, decidedBy: dispatcher })
+    dispatchedRequests.set(req, { context: decision.context, onError, decided: true, decidedBy })
     if (!exposeContext(req)) req.dispatchContext = decision.context
     holdResponseHead(res, req.method, decision, onError)
     // Node marks the response only for a request with `Expect`: the header is read first, as
@@ -275,9 +279,11 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     // authenticated and counted once (a second decision spent a second unit of its limit).
     const seen = dispatchedRequests.get(req)
     if (seen?.decided === true) {
-      if (seen.decidedBy === dispatcher) next()
+      if (seen.decidedBy === decidedBy) next()
       else {
-        onError(secondDispatcherError("the Express middleware"), 'configuration')
+        // Told once: every request of the route would repeat it.
+        if (!secondToldOf) onError(secondDispatcherError('the Express middleware'), 'configuration')
+        secondToldOf = true
         writeOwn(res, INTERNAL_ERROR)
       }
       return

@@ -254,6 +254,10 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
     },
   })
   installHeadInterception()
+  // Which dispatcher decides, as given: plugins made from one options object (each making a
+  // dispatcher of its own) count as one.
+  const decidedBy: object = options.dispatcher as object
+  let secondToldOf = false
 
   /** Acts on a decision: answers a refusal, or lets the request through to its route. */
   function act(request: FastifyRequest, reply: FastifyReply, decision: Decision, done: (error?: Error) => void): void {
@@ -264,7 +268,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
     }
     request.dispatchContext = decision.context
     ;(request as ReportingRequest)[kReporter] = onError
-    ;(request as ReportingRequest)[kDecider] = dispatcher
+    ;(request as ReportingRequest)[kDecider] = decidedBy
     // On the raw response: a hijacked reply (the SDK transport) never writes Fastify's headers.
     holdResponseHead(reply.raw, request.raw.method, decision, onError, reply)
     // A request no route takes (a GET where only POST is routed) is answered by Fastify's
@@ -324,9 +328,11 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
       // Registered twice on its way (in a context and again in a child of it): decided once, so
       // it is authenticated and counted once (a second decision spent a second unit of its limit).
       if ((request as ReportingRequest)[kReporter] != null) {
-        if ((request as ReportingRequest)[kDecider] === dispatcher) done()
+        if ((request as ReportingRequest)[kDecider] === decidedBy) done()
         else {
-          onError(secondDispatcherError('the Fastify plugin'), 'configuration')
+          // Told once: every request of the context would repeat it.
+          if (!secondToldOf) onError(secondDispatcherError('the Fastify plugin'), 'configuration')
+          secondToldOf = true
           sendReply(reply, INTERNAL_ERROR)
         }
         return

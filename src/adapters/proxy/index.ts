@@ -70,7 +70,7 @@ import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, r
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { contentCodings } from '../../read-text.js'
-import { afterThisTurn, timerOption } from '../../timeout.js'
+import { afterThisTurn, expireOnceRead, timerOption } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
 import { toResponse } from '../web/response.js'
 import {
@@ -462,19 +462,33 @@ async function relayBody(
   )
 }
 
-/** `reader.read()`, rejected (and the body cancelled) when nothing came of it for `ms`. */
+/**
+ * `reader.read()`, rejected (and the body cancelled) when nothing came of it for `ms`, judged
+ * once this process has read its sockets (`expireOnceRead`: a chunk that came while the event
+ * loop was held is not taken for a stall).
+ */
 function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number): Promise<ReadableStreamReadResult<Uint8Array>> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
-      reject(new UpstreamError(504, `Upstream App sent nothing of its answer's body for ${ms} ms`))
-      void reader.cancel().catch(() => {})
-    }, ms)
+    let settled = false
+    const due = performance.now() + ms
+    const timer = setTimeout(
+      () =>
+        expireOnceRead(performance.now() - due, () => {
+          if (settled) return
+          settled = true
+          reject(new UpstreamError(504, `Upstream App sent nothing of its answer's body for ${ms} ms`))
+          void reader.cancel().catch(() => {})
+        }),
+      ms,
+    )
     reader.read().then(
       (result) => {
+        settled = true
         clearTimeout(timer)
         resolve(result)
       },
       (error: unknown) => {
+        settled = true
         clearTimeout(timer)
         reject(error)
       },

@@ -446,7 +446,10 @@ function redisConnectionOption(key: string): string | undefined {
  *   client (a reply or an error reply) has arrived since the call's command was sent. An
  *   answer meanwhile shows a Redis that is slow, not hung: a store's tight deadline then fails
  *   only its own call. (When nothing at all answered within a whole deadline, a slow Redis
- *   looks hung: the breaker opens until the first late answer closes it.) When this process noticed the
+ *   looks hung: the breaker opens until the first late answer closes it.) A deadline is judged
+ *   once this process has read its sockets (`withTimeout`, `expireOnceRead`): on time, a turn of
+ *   the event loop after its timer, since Node runs due timers before it reads what came meanwhile.
+ *   When this process noticed the
  *   deadline late (its event loop was held, more than 20 ms past it), answers may be waiting
  *   unread, or its command may have gone out only after the hold (a client that writes on the
  *   next turn: node-redis, ioredis' `enableAutoPipelining`): the call waits up to 20 ms more for
