@@ -351,13 +351,13 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
           kind: 'token',
           token: bearer.token,
           ...(clientAddress !== undefined && { clientAddress }),
-        }, { signal: request.signal })
+        }, { signal: callerSignal(request) })
         return json(200, result)
       }
       if (bearer.kind === 'invalid') throw new DispatchError('ERR_UNAUTHORIZED', 401, -32001, 'Unauthorized')
       const s = await session(request, true, info)
       await readNoBody(request, 'a rotation')
-      return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }, { signal: request.signal }))
+      return json(200, await tokens.rotate(id!, { kind: 'session', userId: s.userId }, { signal: callerSignal(request) }))
     }
     // A method the path does not serve is 405 whoever asks, a Bearer caller too (as a `TRACE`,
     // which the Node adapters answer without the API, is): its `Allow` is the path's.
@@ -377,7 +377,7 @@ export function createTokenApi<S extends TokenApiSession = TokenApiSession>(opti
           servers: body.servers as string[],
           expiresInDays: body.expires_in_days as 7,
           ...(body.allowed_ips !== undefined && { allowedIps: body.allowed_ips as string[] | null }),
-        }, { signal: request.signal }))
+        }, { signal: callerSignal(request) }))
         return json(201, created, { location: `${basePath}/${created.id}` })
       }
       return notServed(served)
@@ -495,6 +495,18 @@ function hostsOption(hosts: unknown): ReadonlySet<string> | undefined {
     names.add(url.hostname)
   }
   return names
+}
+
+/** Whether this is Deno, whose `Deno.serve` writes a warning on stderr when a request's `signal` is read. */
+const ON_DENO = typeof (globalThis as { Deno?: unknown }).Deno === 'object'
+
+/**
+ * The request's signal, for a call that hands out a secret (`SecretCallOptions`): none on Deno,
+ * whose `Deno.serve` warns on stderr when it is read (its signal aborts once the answer is sent,
+ * its legacy behaviour), so a platform there hears nothing it cannot act on.
+ */
+function callerSignal(request: Request): AbortSignal | undefined {
+  return ON_DENO ? undefined : request.signal
 }
 
 /**
