@@ -1609,7 +1609,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   const service: TokenService = {
     prefix,
 
-    async create(input, options) {
+    async create(input, call) {
       // When the creation began: a password reset from then on (its millisecond included, as
       // the stores count it) revokes the token, however its awaits interleave with the reset's.
       const createdAt = now()
@@ -1630,7 +1630,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const servers = [...known.keys()]
       // One user's creations, from the count to the insert, one at a time on this instance: the
       // count each checks holds the tokens the ones before it made.
-      const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt, options?.signal))
+      const { record, token } = await oneCreationAtATime(data.userId, () => insertCounted(data, servers, createdAt, call?.signal))
       return secretView(record, token, known)
     },
 
@@ -1759,7 +1759,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       return view(updated, true)
     },
 
-    async rotate(tokenId, caller, options) {
+    async rotate(tokenId, caller, call) {
       // Each swaps at the id as stored, once the token is found (`namesToken`, `ownedRecord`).
       if (caller.kind === 'token') {
         const checking = service.authenticate(caller.token, caller.clientAddress)
@@ -1785,7 +1785,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           // The presented secret is refused as any inactive token's.
           inactive: () => new UnauthorizedError(),
           lost: 'Token was rotated by another request meanwhile; try again in a few seconds (a 401 then means this secret was rotated away)',
-        }, options?.signal)
+        }, call?.signal)
       }
       // The owner's rotation replaces the secret it read, compare-and-swap, so the secret it
       // invalidates is the one it replaced: one the token rotated to meanwhile (by Bearer, on
@@ -1795,7 +1795,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         reread: () => ownedRecord(caller.userId, record.id),
         inactive: (state) => new TokenInactiveError(state),
         lost: 'Token was rotated by another request meanwhile; rotate again to replace that secret',
-      }, options?.signal)
+      }, call?.signal)
     },
 
     async revoke(userId, tokenId) {
