@@ -107,16 +107,27 @@ export const HANDLER_FAILED: Reply = jsonRpcErrorReply(502, {
 export const INTERNAL_ERROR: Reply = jsonRpcErrorReply(500, { code: RpcCode.InternalError, message: 'Internal error' })
 
 /**
- * What a request met by the middleware of a second dispatcher, after one dispatcher decided it
- * already, is told to `onError` (context `configuration`) before its 500: the second would
- * otherwise pass it on unchecked by its own stores (a subscription there refused, a limit there
- * spent), nor can it decide again over the first's pin and headers.
+ * Tells `onError` (context `configuration`), once, that a request decided by one dispatcher met
+ * `where` (the middleware of another), and answers what the request gets: a 500. The second
+ * would otherwise pass it on unchecked by its own stores (a subscription there refused, a limit
+ * there spent), nor can it decide again over the first's pin and headers. Once: every request
+ * of the route would repeat it.
  */
-export function secondDispatcherError(where: string): ConfigurationError {
-  return new ConfigurationError(
-    'dispatcher',
-    `a request decided by one dispatcher met ${where} of another: a request may meet one dispatcher only (give each its own paths or hosts, or use one whose stores answer for both); answered 500`,
-  )
+export function secondDispatcherRefusal(onError: (error: unknown, context: string) => void, where: string): () => Reply {
+  let told = false
+  return () => {
+    if (!told) {
+      told = true
+      onError(
+        new ConfigurationError(
+          'dispatcher',
+          `a request decided by one dispatcher met ${where} of another: a request may meet one dispatcher only (give each its own paths or hosts, or use one whose stores answer for both); answered 500`,
+        ),
+        'configuration',
+      )
+    }
+    return INTERNAL_ERROR
+  }
 }
 
 /**

@@ -9,41 +9,20 @@
 import * as http from 'node:http'
 import * as http2 from 'node:http2'
 import * as net from 'node:net'
-import {
-  createDispatcher,
-  createMemoryAppStore,
-  createMemorySessionStore,
-  createMemorySubscriptionStore,
-  createMemoryTokenStore,
-  createTokenService,
-} from 'mcp-dispatch'
 import { fromWebHandler as expressWebHandler, jsonRpcErrors as expressErrors, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { fromWebHandler as fastifyWebHandler, jsonRpcErrors as fastifyErrors, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
-import { createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import { serve as honoServe } from '@hono/node-server'
 import express from 'express'
 import Fastify from 'fastify'
-import { generateKeyPair } from 'jose'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { close, listen } from '../adapters/helpers.js'
+import { aliceOnWeather, close, listen, signedProxy } from './helpers.js'
 
 const HOST = 'weather.localhost'
 const cleanups: Array<() => Promise<void> | void> = []
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
 })
-
-async function setup() {
-  const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
-  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-  const errors: Array<{ error: unknown; context: string }> = []
-  const onError = (error: unknown, context: string) => void errors.push({ error, context })
-  const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, onError })
-  const created = await tokens.create({ userId: 'alice', name: 'laptop', servers: ['app_weather'], expiresInDays: 7 })
-  const dispatcher = createDispatcher({ apps, subscriptions, tokens, sessions: createMemorySessionStore(), onError })
-  return { dispatcher, token: created.token, errors, onError }
-}
 
 async function serveNode(server: http.Server): Promise<number> {
   const port = await listen(server)
@@ -62,12 +41,6 @@ async function echoApp(): Promise<string> {
     })
   })
   return `http://127.0.0.1:${await serveNode(server)}`
-}
-
-async function proxyTo(origin: string, timeoutMs: number, onError: (e: unknown, c: string) => void) {
-  const { privateKey } = await generateKeyPair('ES256', { extractable: true })
-  const identity = createIdentitySigner({ issuer: 'https://platform.test', privateKey })
-  return createProxyHandler({ upstream: () => `${origin}/mcp`, identity, onError, timeoutMs })
 }
 
 /** Raw HTTP/1.1: head and part of a declared body, then silence until the server answers. */
@@ -103,8 +76,8 @@ async function inParallel(n: number, width: number, one: () => Promise<unknown>)
 
 describe('proxy: a client that stalls its upload', () => {
   it('is answered 408 without paging the platform (onError stays silent): 200 stalled uploads, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
-    const proxy = await proxyTo(await echoApp(), 100, onError)
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
+    const proxy = await signedProxy(await echoApp(), onError, 100)
     const app = express()
     app.use(expressDispatch({ dispatcher, onError }))
     app.use(expressWebHandler(proxy))
@@ -133,34 +106,35 @@ describe('a client that resets its connection mid-upload is not the platform\'s 
   const noReports = (errors: ReadonlyArray<{ error: unknown; context: string }>) => {
     expect({ reports: errors.length, contexts: [...new Set(errors.map((e) => `${e.context}: ${String(e.error)}`))] }).toEqual({ reports: 0, contexts: [] })
   }
+  /** 200 clients reset mid-upload: the handler failed for some (they reached it), and nothing was reported. */
+  async function resetsReportNothing(port: number, token: string, errors: ReadonlyArray<{ error: unknown; context: string }>) {
+    await inParallel(200, 20, () => abortMidBody(port, token))
+    await new Promise((r) => setTimeout(r, 100))
+    noReports(errors)
+    expect(failures).toBeGreaterThan(0)
+  }
 
   it('Web adapter (@hono/node-server): 200 resets, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
     const handle = webDispatch({ dispatcher, onError, handler: webHandler })
     const server = honoServe({ fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress ?? null, outgoing: env.outgoing as http.ServerResponse }), port: 0, hostname: '127.0.0.1' }) as http.Server
     await new Promise<void>((r) => server.once('listening', r))
     cleanups.push(() => close(server))
     const port = (server.address() as net.AddressInfo).port
-    await inParallel(200, 20, () => abortMidBody(port, token))
-    await new Promise((r) => setTimeout(r, 100))
-    noReports(errors)
-    expect(failures).toBeGreaterThan(0)
+    await resetsReportNothing(port, token, errors)
   })
 
   it('Express fromWebHandler: 200 resets, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
     const app = express()
     app.use(expressDispatch({ dispatcher, onError }))
     app.use(expressWebHandler(webHandler))
     const port = await serveNode(http.createServer(app))
-    await inParallel(200, 20, () => abortMidBody(port, token))
-    await new Promise((r) => setTimeout(r, 100))
-    noReports(errors)
-    expect(failures).toBeGreaterThan(0)
+    await resetsReportNothing(port, token, errors)
   })
 
   it('Fastify fromWebHandler: 200 resets, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
     const app = Fastify()
     await app.register(fastifyDispatch({ dispatcher, onError }))
     app.removeAllContentTypeParsers()
@@ -169,14 +143,11 @@ describe('a client that resets its connection mid-upload is not the platform\'s 
     await app.listen({ port: 0, host: '127.0.0.1' })
     cleanups.push(() => app.close())
     const port = (app.server.address() as net.AddressInfo).port
-    await inParallel(200, 20, () => abortMidBody(port, token))
-    await new Promise((r) => setTimeout(r, 100))
-    noReports(errors)
-    expect(failures).toBeGreaterThan(0)
+    await resetsReportNothing(port, token, errors)
   })
 
   it('a failure of the handler\'s own, after its client left, is still reported (a store that timed out is the platform\'s to hear)', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
     const app = express()
     app.use(expressDispatch({ dispatcher, onError }))
     app.use(
@@ -191,7 +162,7 @@ describe('a client that resets its connection mid-upload is not the platform\'s 
   })
 
   it('Express with express.json() and jsonRpcErrors: 200 resets, and corrupt gzip bodies, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
     const app = express()
     app.use(expressDispatch({ dispatcher, onError }))
     app.use(express.json())
@@ -212,7 +183,7 @@ describe('a client that resets its connection mid-upload is not the platform\'s 
   })
 
   it('Fastify with its JSON parser and jsonRpcErrors: 200 resets, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
     const app = Fastify()
     await app.register(fastifyDispatch({ dispatcher, onError }))
     app.setErrorHandler(fastifyErrors({ onError }))
@@ -226,8 +197,8 @@ describe('a client that resets its connection mid-upload is not the platform\'s 
   })
 
   it('proxy over HTTP/2 (Web adapter): a client that resets its stream mid-upload, 0 reports', async () => {
-    const { dispatcher, token, errors, onError } = await setup()
-    const proxy = await proxyTo(await echoApp(), 5000, onError)
+    const { dispatcher, token, errors, onError } = await aliceOnWeather()
+    const proxy = await signedProxy(await echoApp(), onError, 5000)
     const handle = webDispatch({ dispatcher, onError, handler: proxy })
     const server = honoServe({ fetch: (request, env) => handle(request, { clientAddress: env.incoming.socket.remoteAddress ?? null, outgoing: env.outgoing as never }), port: 0, hostname: '127.0.0.1', createServer: http2.createServer }) as unknown as http2.Http2Server
     await new Promise<void>((r) => server.once('listening', r))

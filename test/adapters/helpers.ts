@@ -19,6 +19,7 @@ import {
   type SessionStore,
   createDispatcher,
   createMemoryAppStore,
+  createMemorySessionStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
   createTokenService,
@@ -29,6 +30,8 @@ import {
 import { fromWebHandler as expressFromWeb, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { fromWebHandler as fastifyFromWeb, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import { type WebMcpHandler, mcpDispatch as webDispatch } from 'mcp-dispatch/web'
+import { createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
+import { generateKeyPair } from 'jose'
 import { EXPRESS, type ExpressKind } from '../helpers/express.js'
 import { localhostFetch, serveFetch } from '../helpers/platform.js'
 
@@ -424,4 +427,27 @@ export function askH2(port: number, headers: http2.OutgoingHttpHeaders, body?: s
     })
     stream.end(body)
   })
+}
+
+/**
+ * The smallest platform on real time: one App (weather, 1.0.0), alice subscribed to it with an
+ * API token of hers (`token`), memory stores (sessions too, unless `extra` names others), every
+ * failure recorded in `errors`.
+ */
+export async function aliceOnWeather(extra: Partial<DispatcherOptions> = {}) {
+  const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+  const errors: Array<{ error: unknown; context: string }> = []
+  const onError = (error: unknown, context: string) => void errors.push({ error, context })
+  const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, onError })
+  const created = await tokens.create({ userId: 'alice', name: 'laptop', servers: ['app_weather'], expiresInDays: 7 })
+  const dispatcher = createDispatcher({ apps, subscriptions, tokens, sessions: createMemorySessionStore(), onError, ...extra })
+  return { dispatcher, tokens, created, token: created.token, errors, onError }
+}
+
+/** The proxy to `origin`'s `/mcp`, the platform's identity signed with a key made for it. */
+export async function signedProxy(origin: string, onError: (error: unknown, context: string) => void, timeoutMs?: number): Promise<WebMcpHandler> {
+  const { privateKey } = await generateKeyPair('ES256', { extractable: true })
+  const identity = createIdentitySigner({ issuer: 'https://platform.test', privateKey })
+  return createProxyHandler({ upstream: () => `${origin}/mcp`, identity, onError, ...(timeoutMs !== undefined && { timeoutMs }) })
 }

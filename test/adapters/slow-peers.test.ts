@@ -14,25 +14,14 @@
  */
 import * as http from 'node:http'
 import * as net from 'node:net'
-import {
-  type DispatcherOptions,
-  type SessionStore,
-  UpstreamError,
-  createDispatcher,
-  createMemoryAppStore,
-  createMemorySessionStore,
-  createMemorySubscriptionStore,
-  createMemoryTokenStore,
-  createTokenService,
-} from 'mcp-dispatch'
+import { type Dispatcher, type SessionStore, UpstreamError, createMemorySessionStore } from 'mcp-dispatch'
+import type { WebMcpHandler } from 'mcp-dispatch/web'
 import { fromWebHandler as expressWebHandler, mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { fromWebHandler as fastifyWebHandler, mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
-import { createIdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
 import express from 'express'
 import Fastify from 'fastify'
-import { generateKeyPair } from 'jose'
 import { afterEach, describe, expect, it } from 'vitest'
-import { HOST, close, listen } from './helpers.js'
+import { HOST, aliceOnWeather, close, listen, signedProxy } from './helpers.js'
 
 const cleanups: Array<() => Promise<void> | void> = []
 afterEach(async () => {
@@ -46,25 +35,6 @@ const INITIALIZE = JSON.stringify({
   method: 'initialize',
   params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'slow', version: '1' } },
 })
-
-/** A dispatcher on memory stores (a session store of the test's choosing), and alice's API token. */
-async function setup(extra: Partial<DispatcherOptions> = {}) {
-  const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
-  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-  const errors: Array<{ error: unknown; context: string }> = []
-  const onError = (error: unknown, context: string) => void errors.push({ error, context })
-  const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions, onError })
-  const created = await tokens.create({ userId: 'alice', name: 'laptop', servers: ['app_weather'], expiresInDays: 7 })
-  const dispatcher = createDispatcher({ apps, subscriptions, tokens, sessions: createMemorySessionStore(), onError, ...extra })
-  return { dispatcher, tokens, created, errors }
-}
-
-/** The proxy to `origin`, its failures in `errors`. */
-async function proxyTo(origin: string, errors: unknown[], timeoutMs?: number) {
-  const { privateKey } = await generateKeyPair('ES256', { extractable: true })
-  const identity = createIdentitySigner({ issuer: 'https://platform.test', privateKey })
-  return createProxyHandler({ upstream: () => `${origin}/mcp`, identity, onError: (error) => void errors.push(error), ...(timeoutMs && { timeoutMs }) })
-}
 
 async function serve(server: http.Server): Promise<number> {
   const port = await listen(server)
@@ -132,14 +102,14 @@ async function settled(value: () => number, quietMs = 300): Promise<number> {
 }
 
 const servers = {
-  async express(dispatcher: ReturnType<typeof createDispatcher>, handler: Awaited<ReturnType<typeof proxyTo>>, closed: { count: number }) {
+  async express(dispatcher: Dispatcher, handler: WebMcpHandler, closed: { count: number }) {
     const app = express()
     app.use((req, _res, next) => void (req.socket.once('close', () => closed.count++), next()))
     app.use(expressDispatch({ dispatcher }), expressWebHandler(handler))
     // Kept alive past the slow reader's last byte (Node's default closes 5 s after the end was written).
     return serve(http.createServer({ keepAliveTimeout: 60_000 }, app))
   },
-  async fastify(dispatcher: ReturnType<typeof createDispatcher>, handler: Awaited<ReturnType<typeof proxyTo>>, closed: { count: number }) {
+  async fastify(dispatcher: Dispatcher, handler: WebMcpHandler, closed: { count: number }) {
     const app = Fastify()
     app.addHook('onRequest', async (request) => void request.raw.socket.once('close', () => closed.count++))
     await app.register(fastifyDispatch({ dispatcher }))
@@ -153,10 +123,10 @@ const servers = {
 describe('a GET stream whose token is revoked, of a client that stopped reading', () => {
   for (const kind of ['express', 'fastify'] as const) {
     it(`${kind}: is cut, and its proxied upstream let go`, async () => {
-      const fixture = await setup({ reauthorizeEveryMs: 100 })
+      const fixture = await aliceOnWeather({ reauthorizeEveryMs: 100 })
       const app = await floodingApp()
       const closed = { count: 0 }
-      const port = await servers[kind](fixture.dispatcher, await proxyTo(app.origin, []), closed)
+      const port = await servers[kind](fixture.dispatcher, await signedProxy(app.origin, () => {}), closed)
       const client = rawClient(port, `GET / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: text/event-stream\r\n\r\n`)
       await until(() => client.state.received > 0, 'the first events')
       expect(client.state.text).toMatch(/^HTTP\/1\.1 200 /)
@@ -173,10 +143,10 @@ describe('a GET stream whose token is revoked, of a client that stopped reading'
   }
 
   it('a client that reads gets the end of its stream, on a connection it keeps', async () => {
-    const fixture = await setup({ reauthorizeEveryMs: 100 })
+    const fixture = await aliceOnWeather({ reauthorizeEveryMs: 100 })
     const app = await floodingApp(1024 * 1024)
     const closed = { count: 0 }
-    const port = await servers.express(fixture.dispatcher, await proxyTo(app.origin, []), closed)
+    const port = await servers.express(fixture.dispatcher, await signedProxy(app.origin, () => {}), closed)
     const client = rawClient(port, `GET / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: text/event-stream\r\n\r\n`)
     await until(() => app.state.written >= 1024 * 1024 && client.state.received > 1024 * 1024, 'the App done writing, and read')
     let tail = ''
@@ -190,10 +160,10 @@ describe('a GET stream whose token is revoked, of a client that stopped reading'
 
 describe('a GET stream whose token is revoked, of a client that reads slowly', () => {
   it('gets the end of its stream behind the bytes still on their way, on a connection it keeps', async () => {
-    const fixture = await setup({ reauthorizeEveryMs: 100 })
+    const fixture = await aliceOnWeather({ reauthorizeEveryMs: 100 })
     const app = await floodingApp(4 * 1024 * 1024)
     const closed = { count: 0 }
-    const port = await servers.express(fixture.dispatcher, await proxyTo(app.origin, []), closed)
+    const port = await servers.express(fixture.dispatcher, await signedProxy(app.origin, () => {}), closed)
     const client = rawClient(port, `GET / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: text/event-stream\r\n\r\n`)
     let tail = ''
     client.socket.on('data', (data: Buffer) => void (tail = (tail + data.toString('latin1')).slice(-16)))
@@ -227,9 +197,9 @@ describe('a new session answer held for its pin, to a client that reads nothing'
         },
         delete: async (id) => memory.delete(id),
       }
-      const fixture = await setup({ sessions })
+      const fixture = await aliceOnWeather({ sessions })
       const app = await floodingApp(CAP, { 'mcp-session-id': SESSION_ID })
-      const port = await servers.express(fixture.dispatcher, await proxyTo(app.origin, []), { count: 0 })
+      const port = await servers.express(fixture.dispatcher, await signedProxy(app.origin, () => {}), { count: 0 })
       const client = rawClient(
         port,
         `POST / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: application/json, text/event-stream\r\n` +
@@ -262,10 +232,10 @@ describe('an App that stalls mid-answer, after its head', () => {
   }
 
   it('a JSON body: the client is cut after timeoutMs without a chunk, the upstream let go, and a 504 reported', async () => {
-    const fixture = await setup()
+    const fixture = await aliceOnWeather()
     const app = await stallingApp({ 'content-type': 'application/json', 'content-length': '100' }, '{"jsonrpc":')
     const errors: unknown[] = []
-    const port = await servers.express(fixture.dispatcher, await proxyTo(app.origin, errors, 200), { count: 0 })
+    const port = await servers.express(fixture.dispatcher, await signedProxy(app.origin, (error) => void errors.push(error), 200), { count: 0 })
     const body = '{"jsonrpc":"2.0","id":1,"method":"tools/list"}'
     const client = rawClient(
       port,
@@ -285,10 +255,10 @@ describe('an App that stalls mid-answer, after its head', () => {
   })
 
   it('an event stream may stay quiet past timeoutMs', async () => {
-    const fixture = await setup()
+    const fixture = await aliceOnWeather()
     const app = await stallingApp({ 'content-type': 'text/event-stream' }, ': open\n\n')
     const errors: unknown[] = []
-    const port = await servers.express(fixture.dispatcher, await proxyTo(app.origin, errors, 200), { count: 0 })
+    const port = await servers.express(fixture.dispatcher, await signedProxy(app.origin, (error) => void errors.push(error), 200), { count: 0 })
     const client = rawClient(port, `GET / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: text/event-stream\r\n\r\n`)
     await until(() => client.state.text.includes(': open'), 'the first event')
     await new Promise((resolve) => setTimeout(resolve, 1_000))

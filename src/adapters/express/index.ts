@@ -58,11 +58,10 @@ import { continueIfExpected } from '../head.js'
 import {
   type AdapterOptions,
   HANDLER_FAILED,
-  INTERNAL_ERROR,
   INVALID_HOST,
   type ServeTokenApiOptions,
   mountMissed,
-  secondDispatcherError,
+  secondDispatcherRefusal,
   setupAdapter,
   setupTokenApi,
 } from '../shared.js'
@@ -245,7 +244,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
   // Which dispatcher decides, as given: middleware made from one options object (each making a
   // dispatcher of its own) count as one, as they did before a second dispatcher was refused.
   const decidedBy: object = options.dispatcher as object
-  let secondToldOf = false
+  const refuseSecond = secondDispatcherRefusal(onError, 'the Express middleware')
 
   /** Acts on a decision: answers a refusal, or lets the request through to the next handler. */
   function act(req: Request, res: Response, next: NextFunction, decision: Decision): void {
@@ -280,12 +279,7 @@ export function mcpDispatch(options: ExpressDispatchOptions): RequestHandler {
     const seen = dispatchedRequests.get(req)
     if (seen?.decided === true) {
       if (seen.decidedBy === decidedBy) next()
-      else {
-        // Told once: every request of the route would repeat it.
-        if (!secondToldOf) onError(secondDispatcherError('the Express middleware'), 'configuration')
-        secondToldOf = true
-        writeOwn(res, INTERNAL_ERROR)
-      }
+      else writeOwn(res, refuseSecond())
       return
     }
     let decision: ReturnType<typeof dispatcher.decide>

@@ -69,11 +69,10 @@ import { continueIfExpected, markUnrouted, mergeExposeHeaders, mergeVary } from 
 import {
   type AdapterOptions,
   HANDLER_FAILED,
-  INTERNAL_ERROR,
   INVALID_HOST,
   type ServeTokenApiOptions,
   mountMissed,
-  secondDispatcherError,
+  secondDispatcherRefusal,
   setupAdapter,
   setupTokenApi,
 } from '../shared.js'
@@ -257,7 +256,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
   // Which dispatcher decides, as given: plugins made from one options object (each making a
   // dispatcher of its own) count as one.
   const decidedBy: object = options.dispatcher as object
-  let secondToldOf = false
+  const refuseSecond = secondDispatcherRefusal(onError, 'the Fastify plugin')
 
   /** Acts on a decision: answers a refusal, or lets the request through to its route. */
   function act(request: FastifyRequest, reply: FastifyReply, decision: Decision, done: (error?: Error) => void): void {
@@ -329,12 +328,7 @@ function dispatchPlugin(options: FastifyDispatchOptions, registered: boolean): F
       // it is authenticated and counted once (a second decision spent a second unit of its limit).
       if ((request as ReportingRequest)[kReporter] != null) {
         if ((request as ReportingRequest)[kDecider] === decidedBy) done()
-        else {
-          // Told once: every request of the context would repeat it.
-          if (!secondToldOf) onError(secondDispatcherError('the Fastify plugin'), 'configuration')
-          secondToldOf = true
-          sendReply(reply, INTERNAL_ERROR)
-        }
+        else sendReply(reply, refuseSecond())
         return
       }
       lowerTargetScheme(raw)

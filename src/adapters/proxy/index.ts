@@ -70,7 +70,7 @@ import { ConfigurationError, UpstreamError, optionNames, refuseUnknownOptions, r
 import type { DispatchContext } from '../../pipeline/dispatcher.js'
 import { fetchLettingGo } from '../../fetch-let-go.js'
 import { contentCodings } from '../../read-text.js'
-import { afterThisTurn, expireOnceRead, timerOption } from '../../timeout.js'
+import { afterThisTurn, timerOption, withTimeout } from '../../timeout.js'
 import { versionTable } from '../version-router.js'
 import { toResponse } from '../web/response.js'
 import {
@@ -463,36 +463,21 @@ async function relayBody(
 }
 
 /**
- * `reader.read()`, rejected (and the body cancelled) when nothing came of it for `ms`, judged
- * once this process has read its sockets (`expireOnceRead`: a chunk that came while the event
- * loop was held is not taken for a stall).
+ * `reader.read()`, rejected with a 504 `UpstreamError` (and the body cancelled) when nothing came
+ * of it for `ms`: `withTimeout`'s deadline, so a chunk that came while the event loop was held is
+ * not taken for a stall.
  */
 function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number): Promise<ReadableStreamReadResult<Uint8Array>> {
-  return new Promise((resolve, reject) => {
-    let settled = false
-    const due = performance.now() + ms
-    const timer = setTimeout(
-      () =>
-        expireOnceRead(performance.now() - due, () => {
-          if (settled) return
-          settled = true
-          reject(new UpstreamError(504, `Upstream App sent nothing of its answer's body for ${ms} ms`))
-          void reader.cancel().catch(() => {})
-        }),
-      ms,
-    )
-    reader.read().then(
-      (result) => {
-        settled = true
-        clearTimeout(timer)
-        resolve(result)
-      },
-      (error: unknown) => {
-        settled = true
-        clearTimeout(timer)
-        reject(error)
-      },
-    )
+  let answered = false
+  const reading = reader.read()
+  reading.then(
+    () => (answered = true),
+    () => (answered = true),
+  )
+  return withTimeout(reading, ms, 'the upstream App').catch((error: unknown) => {
+    if (answered) throw error
+    void reader.cancel().catch(() => {})
+    throw new UpstreamError(504, `Upstream App sent nothing of its answer's body for ${ms} ms`, { cause: error })
   })
 }
 
