@@ -63,12 +63,20 @@ describe('buildProtectedResourceMetadata, property-based', () => {
         const json = JSON.stringify(doc)
         expect(JSON.parse(json)).toEqual(doc)
         expect(doc.resource).toBe(given.resource)
-        expect(doc.authorization_servers).toEqual(given.authorizationServers)
+        // A list with no entries is left out (RFC 9728 section 3.2).
+        const scopes = given.scopesSupported ?? ['openid', 'profile', 'email']
+        expect(doc.authorization_servers).toEqual(given.authorizationServers.length > 0 ? given.authorizationServers : undefined)
         expect(doc.bearer_methods_supported).toEqual(['header'])
-        expect(doc.scopes_supported).toEqual(given.scopesSupported ?? ['openid', 'profile', 'email'])
+        expect(doc.scopes_supported).toEqual(scopes.length > 0 ? scopes : undefined)
         expect('resource_name' in doc).toBe(given.resourceName !== undefined)
         if (given.resourceName !== undefined) expect(doc.resource_name).toBe(given.resourceName)
-        const keys = ['resource', 'authorization_servers', 'bearer_methods_supported', 'scopes_supported', ...(given.resourceName === undefined ? [] : ['resource_name'])]
+        const keys = [
+          'resource',
+          ...(given.authorizationServers.length > 0 ? ['authorization_servers'] : []),
+          'bearer_methods_supported',
+          ...(scopes.length > 0 ? ['scopes_supported'] : []),
+          ...(given.resourceName === undefined ? [] : ['resource_name']),
+        ]
         expect(Object.keys(doc).sort()).toEqual(keys.sort())
 
         if (given.scopesSupported === undefined) seen.defaultScopes++
@@ -107,9 +115,10 @@ describe('buildProtectedResourceMetadata, property-based', () => {
         // Built: an address that parses as http(s), with no fragment; the servers and scopes given.
         expect(new URL(doc.resource).protocol).toMatch(/^https?:$/)
         expect(doc.resource).not.toContain('#')
-        expect(doc.authorization_servers).toEqual(given.authorizationServers)
-        for (const server of doc.authorization_servers) expect(server).toMatch(/^https?:\/\/[^?#\s]+$/i)
-        expect(doc.scopes_supported).toEqual(given.scopesSupported ?? ['openid', 'profile', 'email'])
+        const scopes = given.scopesSupported ?? ['openid', 'profile', 'email']
+        expect(doc.authorization_servers).toEqual(given.authorizationServers.length > 0 ? given.authorizationServers : undefined)
+        for (const server of doc.authorization_servers ?? []) expect(server).toMatch(/^https?:\/\/[^?#\s]+$/i)
+        expect(doc.scopes_supported).toEqual(scopes.length > 0 ? scopes : undefined)
       }),
       RUNS,
     )
@@ -135,8 +144,8 @@ describe('buildProtectedResourceMetadata, property-based', () => {
         const before = JSON.stringify(doc)
         servers.push(extra)
         scopes?.push(extra)
-        other.authorization_servers.push(extra)
-        other.scopes_supported.push(extra)
+        other.authorization_servers?.push(extra)
+        other.scopes_supported?.push(extra)
         other.bearer_methods_supported.push(extra)
         expect(JSON.stringify(doc)).toBe(before)
         // The defaults too: another document still gets them whole.

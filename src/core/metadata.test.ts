@@ -39,11 +39,20 @@ describe('buildProtectedResourceMetadata (spec 2.2, RFC 9728)', () => {
     expect(JSON.parse(JSON.stringify(doc))).toEqual(doc)
   })
 
+  it('omits a list with no entries (RFC 9728 section 3.2: "Parameters with zero values MUST be omitted from the response")', () => {
+    // An API-tokens-only platform names no authorization server; a platform may list no scope.
+    // A present but empty array is a malformed document to strict RFC 9728 clients.
+    const doc = buildProtectedResourceMetadata({ resource: 'https://w.example', authorizationServers: [], scopesSupported: [] })
+    expect(doc).toEqual({ resource: 'https://w.example', bearer_methods_supported: ['header'] })
+    expect('authorization_servers' in doc).toBe(false)
+    expect('scopes_supported' in doc).toBe(false)
+  })
+
   it('copies its inputs: changing a document changes neither the options nor the defaults', () => {
     const servers = ['https://a.example']
     const doc = buildProtectedResourceMetadata({ resource: 'https://w.example', authorizationServers: servers })
-    doc.authorization_servers.push('https://evil.example')
-    doc.scopes_supported.push('admin')
+    doc.authorization_servers!.push('https://evil.example')
+    doc.scopes_supported!.push('admin')
     expect(servers).toEqual(['https://a.example'])
     expect(DEFAULT_SCOPES_SUPPORTED).toEqual(['openid', 'profile', 'email'])
   })

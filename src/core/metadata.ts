@@ -10,12 +10,19 @@ import { SCOPE_TOKEN } from './reply.js'
 export interface ProtectedResourceMetadata {
   /** The App address, `{base_url}`: the resource the tokens are for (RFC 9728 section 2). */
   resource: string
-  /** Issuer identifiers of the authorization servers that issue tokens for the App. */
-  authorization_servers: string[]
+  /**
+   * Issuer identifiers of the authorization servers that issue tokens for the App. Absent when
+   * there is none (API tokens only): RFC 9728 section 3.2 has parameters with zero values
+   * omitted, and strict clients refuse a document with an empty list.
+   */
+  authorization_servers?: string[]
   /** How a token is sent: `["header"]` only (the `Authorization` header, RFC 6750 section 2.1). */
   bearer_methods_supported: string[]
-  /** The scopes clients may ask for (spec 2.2: `openid`, `profile`, `email` by default). */
-  scopes_supported: string[]
+  /**
+   * The scopes clients may ask for (spec 2.2: `openid`, `profile`, `email` by default). Absent
+   * for a `scopesSupported` of `[]` (RFC 9728 section 3.2, as `authorization_servers`).
+   */
+  scopes_supported?: string[]
   /** Human-readable name of the App, when it has one. */
   resource_name?: string
 }
@@ -110,11 +117,16 @@ export function checkedScopes(given: unknown): string[] {
  * were checked when it was made. @internal
  */
 export function metadataDocument(options: ProtectedResourceMetadataOptions): ProtectedResourceMetadata {
+  // RFC 9728 section 3.2: "Parameters with zero values MUST be omitted from the response"; a
+  // present but empty list makes strict clients refuse the whole document. Members keep the
+  // document's order either way.
+  const servers = options.authorizationServers
+  const scopes = options.scopesSupported ?? DEFAULT_SCOPES_SUPPORTED
   const doc: ProtectedResourceMetadata = {
     resource: options.resource,
-    authorization_servers: [...options.authorizationServers],
+    ...(servers.length > 0 && { authorization_servers: [...servers] }),
     bearer_methods_supported: ['header'],
-    scopes_supported: [...(options.scopesSupported ?? DEFAULT_SCOPES_SUPPORTED)],
+    ...(scopes.length > 0 && { scopes_supported: [...scopes] }),
   }
   // A string only: the dispatcher passes the App record's `name` as the store answered it.
   if (typeof options.resourceName === 'string') doc.resource_name = options.resourceName

@@ -87,11 +87,12 @@ describe('GET /.well-known/oauth-protected-resource (spec 4.2)', () => {
     expect(await json(response)).toEqual(bodies.notFound)
   })
 
-  it('without a configured authorization server the list is empty, not missing', async () => {
+  it('without a configured authorization server the list is left out, not empty (RFC 9728 section 3.2: "Parameters with zero values MUST be omitted")', async () => {
     const bare = createTestPlatform()
     try {
       const doc = await json(await bare.platform.fetch(new Request(metadataUrl('weather'))))
-      expect(doc.authorization_servers).toEqual([])
+      expect(doc).not.toHaveProperty('authorization_servers')
+      expect(doc.resource).toBe('http://weather.localhost')
     } finally {
       await bare.platform.close()
     }

@@ -294,8 +294,8 @@ describe('options checked at creation', () => {
     expect(told).toHaveLength(2)
     createDispatcher({ apps, subscriptions, tokens, oauth, onError, authorizationServers: ['https://other.example.com', issuer] })
     expect(told).toHaveLength(2)
-    // Without oauth, API tokens only: nothing to name.
-    expect(await metadata(createDispatcher({ apps, subscriptions, tokens }))).toEqual([])
+    // Without oauth, API tokens only: nothing to name, and the list is left out (RFC 9728 section 3.2).
+    expect(await metadata(createDispatcher({ apps, subscriptions, tokens }))).toBeUndefined()
     const custom = { validate: async () => ({ active: false as const, reason: 'refused' }) }
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom }))).toBe('authorizationServers')
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth, authorizationServers: [] }))).toBe('authorizationServers')
