@@ -297,7 +297,8 @@ export interface DispatcherOptions {
   oauth?: AccessTokenValidator | undefined
   /**
    * Authorization servers named in the metadata (spec 2.2). Default: the `issuer` of `oauth`
-   * (as `createOAuthValidator` sets it), else none. With `oauth`, at least one is required
+   * (as `createOAuthValidator` sets it), else none (the document then leaves
+   * `authorization_servers` out, RFC 9728 section 3.2). With `oauth`, at least one is required
    * (`ConfigurationError`): MCP clients sign in where the metadata sends them. Each is an
    * http(s) URL (an issuer is one, RFC 8414). An array without the `issuer` of `oauth` is
    * served, and told to `onError` once at creation (context `configuration`): clients would
@@ -309,7 +310,8 @@ export interface DispatcherOptions {
   /**
    * `scopes_supported` of the metadata; default `['openid', 'profile', 'email']`. An array of
    * scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or
-   * backslashes; `ConfigurationError` otherwise), copied when the dispatcher is created.
+   * backslashes; `ConfigurationError` otherwise), copied when the dispatcher is created. `[]`
+   * leaves `scopes_supported` out of the document (RFC 9728 section 3.2).
    */
   scopesSupported?: readonly string[] | undefined
   /**
