@@ -1,7 +1,8 @@
 /**
  * Properties of `retryAfterMs`, the reading of an authorization server's `Retry-After` (a 429 or
  * 503, docs/oauth.md "Retries"): RFC 9110 section 10.2.3 makes it delay-seconds or an HTTP-date
- * (section 5.6.7: IMF-fixdate, and the obsolete rfc850-date a recipient must also accept), and
+ * (section 5.6.7: IMF-fixdate, and the obsolete rfc850-date and asctime-date a recipient must also
+ * accept, all three in GMT whatever the process's time zone, `TZ`), and
  * the validator waits that long, at most an hour, before asking again. Whatever the server sends,
  * the wait is `undefined` or a whole, finite number of milliseconds from 0 to an hour: a timer
  * is set from it.
@@ -25,9 +26,10 @@ const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', '
 const two = (n: number) => String(n).padStart(2, '0')
 
 /** An HTTP-date of `ms` (whole seconds), written by hand from the grammar of RFC 9110 section 5.6.7. */
-function httpDate(ms: number, format: 'imf' | 'rfc850'): string {
+function httpDate(ms: number, format: 'imf' | 'rfc850' | 'asctime'): string {
   const d = new Date(ms)
   const time = `${two(d.getUTCHours())}:${two(d.getUTCMinutes())}:${two(d.getUTCSeconds())}`
+  if (format === 'asctime') return `${DAYS[d.getUTCDay()]} ${MONTHS[d.getUTCMonth()]} ${String(d.getUTCDate()).padStart(2, ' ')} ${time} ${d.getUTCFullYear()}`
   return format === 'imf'
     ? `${DAYS[d.getUTCDay()]}, ${two(d.getUTCDate())} ${MONTHS[d.getUTCMonth()]} ${d.getUTCFullYear()} ${time} GMT`
     : `${LONG_DAYS[d.getUTCDay()]}, ${two(d.getUTCDate())}-${MONTHS[d.getUTCMonth()]}-${two(d.getUTCFullYear() % 100)} ${time} GMT`
@@ -70,13 +72,41 @@ describe('retryAfterMs (Retry-After of the authorization server), property-based
     // Dates near the clock (a server's wait is seconds to minutes) and far on either side.
     const offset = fc.oneof(fc.integer({ min: -7_200_000, max: 7_200_000 }), fc.integer({ min: -3 * 86_400_000, max: 3 * 86_400_000 }))
     fc.assert(
-      fc.property(at, offset, fc.constantFrom('imf' as const, 'rfc850' as const), ows, ows, (now, delta, format, before, after) => {
+      fc.property(at, offset, fc.constantFrom('imf' as const, 'rfc850' as const, 'asctime' as const), ows, ows, (now, delta, format, before, after) => {
         const when = Math.floor((now + delta) / 1000) * 1000
         const value = `${before}${httpDate(when, format)}${after}`
         expect(retryAfterMs(value, now)).toBe(clamp(when - now))
       }),
       RUNS,
     )
+  })
+
+  it('an asctime-date (GMT, though it names no zone): the time until it, in any time zone of the process (TZ)', () => {
+    const zone = process.env.TZ
+    try {
+      // Zones west and east of GMT, one of them +13:45 and one -03:30, and one a day ahead.
+      for (const tz of ['UTC', 'America/St_Johns', 'Pacific/Chatham', 'Etc/GMT-14']) {
+        process.env.TZ = tz
+        fc.assert(
+          fc.property(at, fc.integer({ min: -7_200_000, max: 7_200_000 }), ows, ows, (now, delta, before, after) => {
+            const when = Math.floor((now + delta) / 1000) * 1000
+            expect(retryAfterMs(`${before}${httpDate(when, 'asctime')}${after}`, now), tz).toBe(clamp(when - now))
+          }),
+          { numRuns: 300 },
+        )
+        // Nor is any form of the date read in the process's zone: the wait is the same in every one.
+        expect(retryAfterMs('Sun Nov  6 08:49:37 1994', Date.UTC(1994, 10, 6, 8, 49, 7)), tz).toBe(30_000)
+      }
+    } finally {
+      if (zone === undefined) delete process.env.TZ
+      else process.env.TZ = zone
+    }
+  })
+
+  it('a date that is no HTTP-date (ISO 8601, a zone-less date Date.parse reads in the process\'s time zone) is undefined, as any other value that is neither', () => {
+    for (const value of ['2026-01-01T00:00:30', '2026-01-01T00:00:30Z', '2026/01/01 00:00:30', 'Jan 1 2026 00:00:30', 'Thu, 01 Jan 2026 00:00:30']) {
+      expect(retryAfterMs(value, Date.UTC(2026, 0, 1)), value).toBeUndefined()
+    }
   })
 
   it('the same HTTP-date read later never asks for a longer wait', () => {

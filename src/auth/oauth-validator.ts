@@ -481,14 +481,26 @@ function isServerError(status: number): boolean {
 }
 
 /**
+ * The three forms of an HTTP-date (RFC 9110 section 5.6.7), all in GMT: IMF-fixdate
+ * (`Sun, 06 Nov 1994 08:49:37 GMT`), rfc850-date (`Sunday, 06-Nov-94 08:49:37 GMT`), and
+ * asctime-date (`Sun Nov  6 08:49:37 1994`), which names no zone: `Date.parse` reads that one,
+ * and any other date without a zone, in the process's time zone (`TZ`), so under
+ * `TZ=America/St_Johns` a wait of 30 s became the hour's cap, and east of GMT none.
+ */
+const IMF_OR_RFC850_DATE = /^[A-Za-z]{3,9}, \d{2}[ -][A-Za-z]{3}[ -]\d{2,4} \d{2}:\d{2}:\d{2} GMT$/
+const ASCTIME_DATE = /^[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d{2}:\d{2}:\d{2} \d{4}$/
+
+/**
  * Milliseconds of a `Retry-After` value (delta-seconds or an HTTP date, RFC 9110 section
- * 10.2.3), at most an hour; `undefined` when absent or not one of those.
+ * 10.2.3), at most an hour; `undefined` when absent or not one of those. The same in every
+ * time zone: only the HTTP-date forms are read, as GMT ({@link IMF_OR_RFC850_DATE}).
  * @internal
  */
 export function retryAfterMs(value: string | null, at: number): number | undefined {
   if (value === null) return undefined
   const text = value.trim()
-  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : Date.parse(text) - at
+  const date = IMF_OR_RFC850_DATE.test(text) ? text : ASCTIME_DATE.test(text) ? `${text} GMT` : undefined
+  const ms = /^\d+$/.test(text) ? Number(text) * 1000 : date === undefined ? Number.NaN : Date.parse(date) - at
   return Number.isFinite(ms) ? Math.min(Math.max(ms, 0), 3_600_000) : undefined
 }
 
