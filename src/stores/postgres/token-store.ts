@@ -146,6 +146,23 @@ function sharedConnectionError(error: unknown, statement: Statement): unknown {
   )
 }
 
+/**
+ * Whether PostgreSQL rolled the statement back for a concurrent one: a serialization failure
+ * (40001) or a deadlock (40P01). Every statement of the store is a transaction of its own, so one
+ * so rolled back changed nothing and is sent again. Under `default_transaction_isolation` at
+ * `repeatable read` or `serializable` (a platform's setting, on the role or the database), a
+ * statement that meets a row another committed since its snapshot (a revocation racing a
+ * rotation or a `last_used_at` flush) fails with 40001 where READ COMMITTED waits and re-reads;
+ * sent once, the revocation was answered 503 and a rotation that lost 503 rather than 409.
+ */
+function rolledBackForAnother(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code
+  return code === '40001' || code === '40P01'
+}
+
+/** Tries of a statement PostgreSQL rolls back for a concurrent one ({@link rolledBackForAnother}). */
+const SERIALIZATION_ATTEMPTS = 5
+
 const POSTGRES_TOKEN_STORE_OPTIONS = optionNames<PostgresTokenStoreOptions>({ pool: true, schema: true, table: true, preparedStatements: true })
 
 /**
@@ -200,12 +217,24 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
   const statements = tokenStatements(names)
   const migration = migrationSql(names)
 
-  const run = async (statement: Statement, values: unknown[]) => {
+  const send = async (statement: Statement, values: unknown[]) => {
     if (!prepared) return pool.query({ text: statement.text, values })
     try {
       return await pool.query({ name: statement.name, text: statement.text, values })
     } catch (error) {
       throw sharedConnectionError(error, statement)
+    }
+  }
+  const run = async (statement: Statement, values: unknown[]) => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await send(statement, values)
+      } catch (error) {
+        if (attempt >= SERIALIZATION_ATTEMPTS || !rolledBackForAnother(error)) throw error
+        // A pause of a few milliseconds, random, so that statements that met once (a password
+        // reset among a user's creations) do not meet again in step.
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt))
+      }
     }
   }
   const one = async (statement: Statement, values: unknown[]) => {
