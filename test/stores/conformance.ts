@@ -591,6 +591,28 @@ export function describeTokenStoreConformance(
         expect((await store.findByHash(raced.tokenHash))?.revokedAt).toBe(first)
         expect((await store.listByUser('u1')).find((r) => r.id === raced.id)?.revokedAt).toBe(first)
       })
+      it('an update that moves the expiry of a token the reset left expired past the reset: it reads as revoked at the reset from then on, and update answers it so', async () => {
+        // A token the reset found expired stays so; an edit of its expiry that lands after the
+        // reset (one sent before the old expiry, landing late, which the token service then
+        // undoes) makes it a token created before the reset and expiring after it: revoked,
+        // whenever it is updated or read (the reset's doc comment), not active until the undo.
+        const { store } = await open()
+        const created = 1_700_000_000_000
+        const reset = created + 10
+        const token = makeTokenRecord({ userId: 'u1', createdAt: created, expiresAt: reset })
+        await store.insert(token)
+        expect(await store.revokeAllForUser('u1', reset)).toEqual([])
+        const updated = await store.update(token.id, { expiresAt: reset + 5 }, reset)
+        expect(updated?.revokedAt).toBe(reset)
+        expect((await store.get(token.id))?.revokedAt).toBe(reset)
+        expect((await store.findByHash(token.tokenHash))?.revokedAt).toBe(reset)
+        expect((await store.listByUser('u1')).find((r) => r.id === token.id)?.revokedAt).toBe(reset)
+        if (store.countActiveByUser) expect(await store.countActiveByUser('u1', reset + 1)).toBe(0)
+        // Revoked, it can no longer be edited (the token service's undo is refused) nor rotated.
+        expect(await store.update(token.id, { expiresAt: reset }, reset + 5)).toBeUndefined()
+        expect(await store.rotate(token.id, newSecretHash())).toBeUndefined()
+        expect((await store.revoke(token.id, reset + 20))?.revokedAt).toBe(reset)
+      })
     })
 
     describe('password resets and a token\'s own revocation', () => {

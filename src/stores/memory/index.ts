@@ -178,6 +178,15 @@ export function createMemoryTokenStore(): TokenStore {
   // Each user's last password reset: a token created before it or in its millisecond, and not
   // yet expired at it, is inserted revoked.
   const resets = new Map<string, number>()
+  // Created before the user's last password reset or in its millisecond (the reset ran while
+  // it was being made), unless it had expired by then: expired is an end state (spec 3). Judged
+  // on the expiry the record has: an edit of the expiry that lands after a reset that found the
+  // token expired (late, before the token service undoes it) makes it a token of the old
+  // password expiring after the reset, revoked as PostgreSQL reads it, not active until the undo.
+  const revokedByReset = (record: ApiTokenRecord) => {
+    const reset = resets.get(record.userId)
+    return reset !== undefined && record.revokedAt === null && reset >= record.createdAt && reset < record.expiresAt ? reset : undefined
+  }
   const put = (record: ApiTokenRecord) => {
     const frozen = Object.freeze({
       ...record,
@@ -191,11 +200,8 @@ export function createMemoryTokenStore(): TokenStore {
     insert(record) {
       if (byId.has(record.id)) throw new TypeError(`duplicate token id ${record.id}`)
       if (idByHash.has(record.tokenHash)) throw new TypeError('duplicate token hash')
-      // Created before the user's last password reset or in its millisecond (the reset ran while
-      // it was being made), unless it had expired by then: expired is an end state (spec 3).
-      const reset = resets.get(record.userId)
-      const revokedByReset = reset !== undefined && record.revokedAt === null && reset >= record.createdAt && reset < record.expiresAt
-      const stored = put(revokedByReset ? { ...record, revokedAt: reset } : record)
+      const reset = revokedByReset(record)
+      const stored = put(reset !== undefined ? { ...record, revokedAt: reset } : record)
       idByHash.set(record.tokenHash, record.id)
       let ids = idsByUser.get(record.userId)
       if (!ids) idsByUser.set(record.userId, (ids = new Set()))
@@ -223,12 +229,14 @@ export function createMemoryTokenStore(): TokenStore {
       const current = byId.get(id)
       if (!current || current.revokedAt !== null) return undefined
       if (expectedExpiresAt !== undefined && current.expiresAt !== expectedExpiresAt) return undefined
-      return put({
+      const next: ApiTokenRecord = {
         ...current,
         ...(patch.name !== undefined && { name: patch.name }),
         ...(patch.expiresAt !== undefined && { expiresAt: patch.expiresAt }),
         ...(patch.allowedIps !== undefined && { allowedIps: patch.allowedIps && Object.freeze([...patch.allowedIps]) }),
-      })
+      }
+      const reset = revokedByReset(next)
+      return put(reset !== undefined ? { ...next, revokedAt: reset } : next)
     },
     rotate(id, next, expectedHash) {
       const current = byId.get(id)

@@ -277,7 +277,9 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
       `SELECT count(*)::int AS n FROM ${t} AS t WHERE t.user_id = $1 AND t.expires_at > $2 AND t.revoked_at IS NULL AND ${userResetAt} IS NULL`,
     ),
     // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist"). $6, when
-    // set, is the expiry the row must still have (compare-and-swap, as `rotate`).
+    // set, is the expiry the row must still have (compare-and-swap, as `rotate`). Answered as
+    // it reads from then on: a new expiry past a reset that found the token expired (an edit
+    // landing late, which the token service undoes) makes it revoked by that reset.
     update: statement(
       'update',
       `UPDATE ${t} AS t
@@ -285,7 +287,7 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
            expires_at = COALESCE($3, t.expires_at),
            allowed_ips = CASE WHEN $4::boolean THEN $5::text[] ELSE t.allowed_ips END
        WHERE t.id = $1 AND ${live} AND ($6::bigint IS NULL OR t.expires_at = $6)
-       RETURNING ${returning}`,
+       RETURNING ${read}`,
     ),
     // Compare-and-swap in one statement: under READ COMMITTED a concurrent rotation waits for
     // the row lock, then re-checks the WHERE clause against the committed row and finds the
