@@ -22,7 +22,7 @@ import {
   createMemorySessionStore,
 } from 'mcp-dispatch'
 import { createRedisCacheStore, createRedisRateLimitStore, createRedisSessionStore } from 'mcp-dispatch/redis'
-import { expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { describeRedis } from '../helpers/redis.js'
 
 const T0 = 1_700_000_040_000
@@ -166,6 +166,49 @@ async function compare<O>(stores: Record<string, (o: O) => Promise<Outcome>>, op
     }
   }
 }
+
+/**
+ * The memory counters with the store's clock moving (forward, and back as a stepped clock does):
+ * a request of an older window counts against a counter only while the counter is younger
+ * than one window of the store's time (and a clock stepped back by a window or more ends it);
+ * otherwise it starts the counter again in its own window (docs/stores.md, "Rate limit").
+ */
+describe('rate-limit counters, differential: model and memory, with the store\'s clock moving', () => {
+  type Step = { key: number; window: number } | { advance: number }
+  const step: fc.Arbitrary<Step> = fc.oneof(
+    { weight: 4, arbitrary: rlOp },
+    { weight: 1, arbitrary: fc.record({ advance: fc.constantFrom(1, 999, 1_000, 9_999, 10_000, 10_001, 60_000, -1, -10_000, -60_000) }) },
+  )
+  it('answer the same', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.array(step, { minLength: 20, maxLength: 40 }), async (steps) => {
+        let clock = T0
+        const memory = createMemoryRateLimitStore({ now: () => clock })
+        const counters = new Map<string, { w: number; c: number; started: number }>()
+        for (const [n, s] of steps.entries()) {
+          if ('advance' in s) {
+            clock += s.advance
+            continue
+          }
+          const key = RL_KEYS[s.key]!
+          const windowMs = RL_WINDOWS[s.key]!
+          const windowStart = T0 + s.window * windowMs
+          const entry = counters.get(key)
+          let expected: number | RateLimitCount
+          if (entry?.w === windowStart) expected = ++entry.c
+          else if (entry && entry.w > windowStart && clock - entry.started < windowMs && clock - entry.started > -windowMs) {
+            expected = { count: ++entry.c, windowStart: entry.w }
+          } else {
+            counters.set(key, { w: windowStart, c: 1, started: clock })
+            expected = 1
+          }
+          expect(plainCount(await memory.increment(key, windowStart, windowMs)), `step ${n} ${JSON.stringify(s)}`).toEqual(expected)
+        }
+      }),
+      { numRuns: RUNS * 10 },
+    )
+  })
+})
 
 describeRedis('stores, differential: model, memory and Redis', (redis) => {
   it('rate-limit counters: the same counts and windows, across windows, older windows and odd keys', async () => {
