@@ -1370,6 +1370,26 @@ describe('update (spec 2.1, 3)', () => {
     expect((await editing.update('alice', other.id, { expiresAt: T0 + 60 * DAY })).expires_at).toBe(new Date(T0 + 60 * DAY).toISOString())
   })
 
+  it('an edit of the expiry that lands after the old expiry and after a password reset that found the token expired: 409 revoked, never a 200 showing a revoked token', async () => {
+    const inner = createMemoryTokenStore()
+    const { service, clock } = setup({ store: inner })
+    const token = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY - 5_001)
+    // While the write is on its way the old expiry passes and the user resets their password:
+    // the reset finds the token expired; the edit, landing after it, moves the expiry past the
+    // reset, and the store answers the token revoked by it (docs/stores.md).
+    const update: TokenStore['update'] = async (id, patch, expected) => {
+      clock.advance(5_002)
+      await service.revokeAllForUser('alice')
+      return inner.update(id, patch, expected)
+    }
+    const editing = setup({ store: { ...inner, update }, now: clock.now }).service
+    const refused = await refusal(editing.update('alice', token.id, { expiresAt: T0 + 30 * DAY, name: 'late' }), TokenInactiveError)
+    expect(refused.message).toBe('Token is revoked')
+    expect(await service.get('alice', token.id)).toMatchObject({ status: 'revoked' })
+    expect(await service.authenticate(token.token)).toMatchObject({ ok: false })
+  })
+
   it('that undo has the store deadline, and a failed one is a 503 (with onError), never a 409 for a token that may be active', async () => {
     for (const failure of ['hangs', 'throws'] as const) {
       const inner = createMemoryTokenStore()

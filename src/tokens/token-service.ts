@@ -1730,6 +1730,13 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         }
       }
       if (!updated) throw new TokenInactiveError('revoked')
+      if (updated.revokedAt !== null) {
+        // Landed revoked: a password reset that found the token expired ran while this edit of
+        // its expiry was on its way, and the new expiry, past the reset, makes it a token of the
+        // old password (docs/stores.md). Revoked is an end state; nothing is left to undo.
+        await invalidate(updated.tokenHash)
+        throw new TokenInactiveError('revoked')
+      }
       if (expiryPassed()) {
         // Answered in time, but the old expiry passed while the write was on its way: requests
         // in between may have been refused as expired, so the token stays so, and the caller
