@@ -5,7 +5,7 @@
  */
 import type { Request as ExpressRequest, RequestHandler } from 'express'
 import type { Http2Server, Http2ServerRequest, Http2ServerResponse } from 'node:http2'
-import type { FastifyInstance, FastifyPluginAsync, FastifyReply, FastifyRequest, RouteGenericInterface } from 'fastify'
+import Fastify, { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, type RouteGenericInterface } from 'fastify'
 import type { DispatchContext, Identity } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
@@ -72,6 +72,16 @@ describe('request decorations', () => {
     // A handler of something else is still refused.
     // @ts-expect-error not a route handler
     fastifyAdapter.routeByVersion(() => 'not a handler')
+  })
+
+  it('Fastify over HTTP/2 (`http2: true`): frameworkErrors is a frameworkErrors option of that server (regression: typed for HTTP/1 only, TS2769)', () => {
+    // Checked by the compiler only (never called).
+    const servers = () => [
+      Fastify({ frameworkErrors: fastifyAdapter.frameworkErrors }),
+      Fastify({ http2: true, frameworkErrors: fastifyAdapter.frameworkErrors }),
+      Fastify({ http2: true, https: { allowHTTP1: true }, frameworkErrors: fastifyAdapter.frameworkErrors }),
+    ]
+    expectTypeOf(servers).toBeFunction()
   })
 })
 

@@ -29,6 +29,7 @@
  * @module
  */
 import type { OutgoingHttpHeaders } from 'node:http'
+import type { Http2SecureServer, Http2Server, Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import type {
   FastifyError,
   FastifyInstance,
@@ -36,6 +37,7 @@ import type {
   FastifyReply,
   FastifyRequest,
   RawServerDefault,
+  RouteGenericInterface,
 } from 'fastify'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
 import { type Reply, notFoundReply, versionNotServedReply } from '../../core/reply.js'
@@ -391,16 +393,35 @@ const OTHER_SCHEME = /^[a-z][a-z0-9+.-]*:\/\//i
  * const app = Fastify({ frameworkErrors })
  * await app.register(mcpDispatch({ dispatcher }))
  * ```
+ *
+ * Typed for HTTP/1, HTTPS and HTTP/2 servers (`Fastify({ http2: true, frameworkErrors })`):
+ * Fastify types this option with the request and reply of the server it makes.
  */
-export function frameworkErrors(error: FastifyError, request: FastifyRequest, reply: FastifyReply): void {
+export function frameworkErrors(error: FastifyError, request: FrameworkErrorsRequest, reply: FrameworkErrorsReply): void {
+  const anyReply: AnyFastifyReply = reply
   if (error.code === 'FST_ERR_BAD_URL' || error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
     // An absolute-form target whose host no URL can hold is the Host's fault, as its Host-field
     // form is (the plugin's 400); Fastify finds it unparsable before any hook runs.
-    sendReply(reply, hasInvalidAbsoluteFormHost(request.raw?.url ?? '') ? INVALID_HOST : notFoundReply())
+    sendReply(anyReply, hasInvalidAbsoluteFormHost(request.raw?.url ?? '') ? INVALID_HOST : notFoundReply())
     return
   }
-  reply.send(error)
+  anyReply.send(error)
 }
+
+/**
+ * The requests and replies {@link frameworkErrors} takes: of an HTTP/1 or HTTPS server, or an
+ * HTTP/2 one. Named server by server rather than as {@link AnyFastifyRequest}: Fastify infers
+ * the server `Fastify(options)` makes from its options, and an `any` server there would be
+ * inferred as that server (a `serverFactory` beside it would lose its types).
+ */
+type FrameworkErrorsRequest =
+  | FastifyRequest
+  | FastifyRequest<RouteGenericInterface, Http2Server, Http2ServerRequest>
+  | FastifyRequest<RouteGenericInterface, Http2SecureServer, Http2ServerRequest>
+type FrameworkErrorsReply =
+  | FastifyReply
+  | FastifyReply<RouteGenericInterface, Http2Server, Http2ServerRequest, Http2ServerResponse>
+  | FastifyReply<RouteGenericInterface, Http2SecureServer, Http2ServerRequest, Http2ServerResponse>
 
 /**
  * The dispatch context of a request the plugin dispatched.
