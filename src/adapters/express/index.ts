@@ -84,8 +84,13 @@ declare global {
   }
 }
 
-/** Options of {@link mcpDispatch} (Express). */
-export type ExpressDispatchOptions = AdapterOptions
+/**
+ * Options of {@link mcpDispatch} (Express). An interface of its own, not an alias: the options
+ * every adapter shares are of no entry point, so a project emitting declarations could not name
+ * them in a type it infers (TS2742).
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- see above
+export interface ExpressDispatchOptions extends AdapterOptions {}
 
 /** A version's MCP handler: any Express handler; `req.dispatchContext` is set. */
 export type ExpressMcpHandler = (req: Request, res: Response, next: NextFunction) => unknown

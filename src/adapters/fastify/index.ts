@@ -91,8 +91,13 @@ declare module 'fastify' {
   }
 }
 
-/** Options of {@link mcpDispatch} (Fastify). */
-export type FastifyDispatchOptions = AdapterOptions
+/**
+ * Options of {@link mcpDispatch} (Fastify). An interface of its own, not an alias: the options
+ * every adapter shares are of no entry point, so a project emitting declarations could not name
+ * them in a type it infers (TS2742).
+ */
+// eslint-disable-next-line @typescript-eslint/no-empty-object-type -- see above
+export interface FastifyDispatchOptions extends AdapterOptions {}
 
 /**
  * A version's MCP handler: a Fastify route handler; `request.dispatchContext` is set. Typed for
