@@ -55,7 +55,7 @@ export interface TokenApiOptions<S extends TokenApiSession = TokenApiSession> {
    * `@fastify/session`'s `request.session`). `null`, `undefined` or `false`: no session (401).
    * A session whose `userId` is no non-empty string is the platform's mistake: 503, reported.
    */
-  authenticateSession: (request: Request, info: TokenApiRequestInfo) => MaybePromise<S | null>
+  authenticateSession: (request: Request, info: TokenApiRequestInfo) => MaybePromise<S | null | undefined | false>
   /**
    * CSRF check for cookie-authenticated writes (POST, PATCH, DELETE). Required; pass `false`
    * only when the session mechanism is immune by construction (e.g. not cookie-based).

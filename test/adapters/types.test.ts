@@ -6,7 +6,7 @@
 import type { Request as ExpressRequest, RequestHandler } from 'express'
 import type { Http2Server, Http2ServerRequest, Http2ServerResponse } from 'node:http2'
 import Fastify, { type FastifyInstance, type FastifyPluginAsync, type FastifyReply, type FastifyRequest, type RouteGenericInterface } from 'fastify'
-import type { DispatchContext, Identity } from 'mcp-dispatch'
+import { type DispatchContext, type Identity, type TokenApi, type TokenService, createTokenApi } from 'mcp-dispatch'
 import * as expressAdapter from 'mcp-dispatch/express'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { type ProxyHandler, createProxyHandler } from 'mcp-dispatch/proxy'
@@ -111,5 +111,21 @@ describe('every adapter exports the same names', () => {
     expectTypeOf(proxy).toMatchTypeOf<webAdapter.WebMcpHandler>()
     expectTypeOf(proxy).toMatchTypeOf<expressAdapter.ExpressWebHandler>()
     expectTypeOf(proxy).toMatchTypeOf<fastifyAdapter.FastifyWebHandler>()
+  })
+})
+
+describe('token API', () => {
+  it('authenticateSession may answer null, undefined or false for no session, as docs/api-tokens.md says (regression: only null type-checked, TS2322)', () => {
+    // Checked by the compiler only (never called).
+    const make = (tokens: TokenService, sessions: Map<string, { userId: string; csrf: string }>) => [
+      createTokenApi({ tokens, authenticateSession: (request) => sessions.get(request.headers.get('cookie') ?? ''), verifyCsrf: (_request, session) => session.csrf !== '' }),
+      createTokenApi({ tokens, authenticateSession: async () => undefined, verifyCsrf: false }),
+      createTokenApi({ tokens, authenticateSession: (request) => request.headers.has('cookie') && { userId: 'u1' }, verifyCsrf: false }),
+      createTokenApi({ tokens, authenticateSession: () => null, verifyCsrf: false }),
+      // A session without its user is still refused.
+      // @ts-expect-error no userId
+      createTokenApi({ tokens, authenticateSession: () => ({ id: 'u1' }), verifyCsrf: false }),
+    ]
+    expectTypeOf(make).returns.items.toEqualTypeOf<TokenApi>()
   })
 })
