@@ -20,7 +20,7 @@ import type { DispatchContext } from '../pipeline/dispatcher.js'
  */
 export type VersionRoutes<H> =
   | Readonly<Record<string, H>>
-  | ((app: AppRecord, version: string) => H | undefined)
+  | ((app: AppRecord, version: string) => H | null | undefined)
 
 /** Options of every adapter's `routeByVersion`. */
 export interface RouteByVersionOptions {

@@ -114,6 +114,19 @@ describe('every adapter exports the same names', () => {
   })
 })
 
+describe('routeByVersion factories', () => {
+  it('a factory may answer null or undefined for a version without a handler yet, as docs/adapters.md says (regression: null was TS2322)', () => {
+    // Checked by the compiler only (never called).
+    const wire = (web: Map<string, webAdapter.WebMcpHandler>, express: Map<string, expressAdapter.ExpressMcpHandler>, fastify: Map<string, fastifyAdapter.FastifyMcpHandler>) => [
+      webAdapter.routeByVersion((_app, version) => web.get(version) ?? null),
+      expressAdapter.routeByVersion((_app, version) => express.get(version) ?? null),
+      fastifyAdapter.routeByVersion((_app, version) => fastify.get(version) ?? null),
+      webAdapter.routeByVersion((_app, version) => web.get(version)),
+    ]
+    expectTypeOf(wire).toBeFunction()
+  })
+})
+
 describe('token API', () => {
   it('authenticateSession may answer null, undefined or false for no session, as docs/api-tokens.md says (regression: only null type-checked, TS2322)', () => {
     // Checked by the compiler only (never called).
