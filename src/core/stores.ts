@@ -126,7 +126,7 @@ export interface TokenStore {
    * `bigint`); any other answer that is not a whole number from 0 (a row, `undefined`) fails the
    * creation as the store's failure (503), never a cap turned off.
    */
-  countActiveByUser?(userId: string, now: number): MaybePromise<number>
+  countActiveByUser?: ((userId: string, now: number) => MaybePromise<number>) | undefined
   /**
    * Applies `patch` unless the token is revoked; `undefined` when absent or revoked. When
    * `expectedExpiresAt` is given, applies it only if the token's current `expiresAt` equals it

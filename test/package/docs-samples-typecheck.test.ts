@@ -444,15 +444,19 @@ describe.runIf(built)('README and docs samples', () => {
     expect(typecheck(samples, undefined, true), 'a sample that does not typecheck in a project this strict: options must take `undefined` where they may be left out').toEqual([])
   })
 
-  it('under exactOptionalPropertyTypes, what a platform builds (token inputs, App seeds, error bodies, outcomes) and implements (buses, session stores, validators) takes undefined where a field may be left out', { timeout: 60_000 }, () => {
+  it('under exactOptionalPropertyTypes, what a platform builds (token inputs, App seeds, error bodies, outcomes) and implements (buses, session stores, validators, token stores, Redis clients) takes undefined where a field may be left out', { timeout: 60_000 }, () => {
     // Regression: these refused `{ name: body.name }` with `body.name: string | undefined`
     // (TS2375), though the library treats undefined as left out.
     const code = `
-import type { AccessTokenContext, AccessTokenInfo, AccessTokenValidator, CreateTokenInput, DispatchOutcome, Identity, InvalidationBus, JsonRpcErrorObject, MemoryAppSeed, SessionStore, TokenApiRequestInfo, UpdateTokenInput } from 'mcp-dispatch'
+import type { AccessTokenContext, AccessTokenInfo, AccessTokenValidator, CreateTokenInput, DispatchOutcome, Identity, InvalidationBus, JsonRpcErrorObject, MemoryAppSeed, SessionStore, TokenApiRequestInfo, TokenStore, UpdateTokenInput } from 'mcp-dispatch'
+import type { RedisCommandClient, RedisSubscriberClient } from 'mcp-dispatch/redis'
 declare function maybe<T>(): T | undefined
 declare const store: SessionStore
 declare const bus: InvalidationBus
 declare const validator: AccessTokenValidator
+declare const tokenStore: TokenStore
+declare const redis: RedisCommandClient
+declare const redisSubscriber: RedisSubscriberClient
 const update: UpdateTokenInput = { name: maybe<string>(), expiresAt: maybe<number>(), allowedIps: maybe<string[]>() }
 const create: CreateTokenInput = { userId: 'u', name: 'n', servers: ['a'], expiresInDays: 30, allowedIps: maybe<string[]>() }
 const seed: MemoryAppSeed = { id: 'a', slug: 's', name: 'n', versions: maybe<string[]>() }
@@ -465,7 +469,11 @@ const identity: Identity = { subject: 's', method: 'oauth', tokenId: maybe<strin
 const outcome: DispatchOutcome = { status: 200, sessionId: undefined, whenClosed: maybe<(listener: () => void) => void>(), close: maybe<() => void>(), contentType: maybe<string>() }
 const error: JsonRpcErrorObject = { code: -32000, message: 'm', data: maybe<Record<string, unknown>>() }
 const requestInfo: TokenApiRequestInfo = { frameworkRequest: maybe<object>() }
-export { update, create, seed, mine, myBus, myValidator, info, context, identity, outcome, error, requestInfo }
+// A store wrapping another (metrics, deadlines) passes its optional method on as it finds it.
+const wrapped: TokenStore = { ...tokenStore, countActiveByUser: tokenStore.countActiveByUser }
+const redisClient: RedisCommandClient = { call: redis.call, status: maybe<string>() }
+const subscriber: RedisSubscriberClient = { ...redisSubscriber, status: maybe<string>() }
+export { update, create, seed, mine, myBus, myValidator, info, context, identity, outcome, error, requestInfo, wrapped, redisClient, subscriber }
 `
     expect(typecheck([{ file: 'exact-optional', line: 1, language: 'ts', code }], undefined, true)).toEqual([])
   })

@@ -42,7 +42,7 @@ export interface RedisCommandClient {
    * …). A store whose calls must not wait in an offline queue (the rate-limit counters) fails
    * at once once the connection was ready and no longer is (docs/stores.md, Redis).
    */
-  readonly status?: string
+  readonly status?: string | undefined
 }
 
 /**
@@ -119,7 +119,7 @@ export interface RedisSubscriberClient {
    * The connection's state, where the client tells it (`ioredis`): one in its handshake
    * (`connect`) is subscribed once it is `ready`.
    */
-  readonly status?: string
+  readonly status?: string | undefined
   /** Subscribes to `channel`; settles once Redis confirmed it. */
   subscribe(channel: string): Promise<unknown>
   /** Unsubscribes from `channel`. */
