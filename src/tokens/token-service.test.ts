@@ -2650,6 +2650,25 @@ describe('a store that stops answering', () => {
     expect(onError.mock.calls[0]![0].message).toMatch(/^token [0-9a-f-]{36} may have been created though its caller got 503, and could not be revoked: revoke it$/)
   })
 
+  it('a create whose token was stored but whose second count failed (the database gone between the statements) and whose revocation cannot be made is reported under the context docs/pipeline.md names for it (regression: `token store`, which names undos of edits and rotations)', async () => {
+    // Seen with PostgreSQL stopped (pg_ctl stop -m immediate) during a burst of creations:
+    // the INSERT committed, the count after it and the revocation failed (test/robustness/restarts-audit.test.ts).
+    const inner = createMemoryTokenStore()
+    const onError = vi.fn()
+    let counts = 0
+    const store: TokenStore = {
+      ...inner,
+      countActiveByUser: (userId, at) => (++counts === 2 ? Promise.reject(new Error('terminating connection due to administrator command')) : inner.countActiveByUser!(userId, at)),
+      revoke: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432')),
+    }
+    const { service } = setup({ store, storeTimeoutMs: 50, onError })
+    await refusal(createToken(service, { name: 'lost' }), StoreUnavailableError)
+    expect(inner.listByUser('alice')).toHaveLength(1)
+    await vi.waitFor(() => expect(onError).toHaveBeenCalledTimes(1))
+    expect(onError.mock.calls[0]![0].message).toMatch(/^token [0-9a-f-]{36} may have been created though its caller got 503, and could not be revoked: revoke it$/)
+    expect(onError.mock.calls[0]![1]).toBe('token store write whose caller was told 503')
+  })
+
   it('a rotation by Bearer token is bounded too (no dispatcher deadline on the token API path)', async () => {
     const inner = createMemoryTokenStore()
     const { service } = setup({ store: inner, storeTimeoutMs: 50 })

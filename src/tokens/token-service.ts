@@ -1571,7 +1571,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     try {
       after = await countActive(data.userId)
     } catch (error) {
-      await revokeUnheld().catch((e: unknown) => onError(e, 'token store'))
+      // Its caller gets 503 with the token stored: reported as every other write put right
+      // after a 503 is (docs/pipeline.md), the context a platform watches for a token to revoke.
+      await revokeUnheld().catch((e: unknown) => onError(e, 'token store write whose caller was told 503'))
       throw error
     }
     if (after > maxActiveTokens) {
