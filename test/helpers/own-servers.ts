@@ -1,0 +1,231 @@
+/**
+ * A `redis-server` and a PostgreSQL cluster of a test file's own, on fixed loopback ports, that
+ * the test may stop, kill, freeze and start again (the shared servers of the other files are
+ * never touched). Each is stopped after the file (`afterAll`) and on the process's exit, even
+ * when a test failed midway.
+ */
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import pg from 'pg'
+import { afterAll } from 'vitest'
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Why `redis-server` cannot be started here, or `undefined`. */
+export function ownRedisMissing(): string | undefined {
+  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
+  return version.error ? `redis-server is not installed (${version.error.message})` : undefined
+}
+
+export interface OwnRedis {
+  readonly port: number
+  readonly url: string
+  /** Starts it (again) on its port, empty (no persistence), and waits until it answers. */
+  start(): Promise<void>
+  /** Sends `signal` and waits for the process to end (not for `SIGSTOP`/`SIGCONT`). */
+  signal(signal: NodeJS.Signals): Promise<void>
+  /** Kills it for good. */
+  stop(): Promise<void>
+}
+
+/** A `redis-server` on `127.0.0.1:port`, without persistence, started now. */
+export async function startOwnRedis(port: number): Promise<OwnRedis> {
+  let child: ChildProcess | undefined
+  let exited: Promise<void> = Promise.resolve()
+  const kill = () => child?.kill('SIGKILL')
+  process.once('exit', kill)
+  const running = () => child !== undefined && child.exitCode === null && child.signalCode === null
+  const own: OwnRedis = {
+    port,
+    url: `redis://127.0.0.1:${port}`,
+    async start() {
+      if (running()) throw new Error(`redis-server on ${port} is already running`)
+      const started = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      })
+      let output = ''
+      started.stdout!.on('data', (chunk: Buffer) => void (output = (output + chunk.toString()).slice(-2_000)))
+      started.stderr!.on('data', (chunk: Buffer) => void (output = (output + chunk.toString()).slice(-2_000)))
+      child = started
+      exited = new Promise<void>((resolve) => started.once('exit', () => resolve()))
+      const deadline = performance.now() + 5_000
+      while (!output.includes('Ready to accept connections')) {
+        if (!running() || performance.now() > deadline) throw new Error(`redis-server did not start on ${port}: ${output.trim().split('\n').pop()}`)
+        await sleep(10)
+      }
+    },
+    async signal(signal) {
+      if (!running()) return
+      child!.kill(signal)
+      if (signal !== 'SIGSTOP' && signal !== 'SIGCONT') await exited
+    },
+    async stop() {
+      if (running()) {
+        child!.kill('SIGCONT')
+        child!.kill('SIGKILL')
+      }
+      await exited
+    },
+  }
+  afterAll(async () => {
+    await own.stop()
+    process.removeListener('exit', kill)
+  })
+  await own.start()
+  return own
+}
+
+/** The directory of PostgreSQL's programs (`initdb`, `pg_ctl`), or `undefined`. */
+function postgresBin(): string | undefined {
+  const root = '/usr/lib/postgresql'
+  if (!existsSync(root)) return undefined
+  const versions = readdirSync(root).sort((a, b) => Number(b) - Number(a))
+  return versions.map((version) => join(root, version, 'bin')).find((bin) => existsSync(join(bin, 'pg_ctl')))
+}
+
+/** Why a PostgreSQL cluster cannot be started here, or `undefined`. */
+export function ownPostgresMissing(): string | undefined {
+  return postgresBin() === undefined ? 'PostgreSQL server programs are not installed (/usr/lib/postgresql/*/bin/pg_ctl)' : undefined
+}
+
+export interface OwnPostgres {
+  readonly port: number
+  /** `postgres://postgres@127.0.0.1:<port>/test` */
+  readonly url: string
+  /** `pg_ctl stop -m <mode>`: waits until the server is down. */
+  stop(mode: 'smart' | 'fast' | 'immediate'): void
+  /** `pg_ctl start`: waits until it accepts connections. */
+  start(): void
+  /** Stops it (immediate) for good and removes its directory. */
+  destroy(): void
+}
+
+/**
+ * A PostgreSQL cluster of its own in a fresh directory, trust auth, listening on
+ * `127.0.0.1:port`, with a database `test`; `settings` are `-c` settings of the server
+ * (`max_connections=…`). Run as the `postgres` user when this process is root (initdb refuses
+ * root).
+ */
+export async function startOwnPostgres(port: number, settings: readonly string[] = []): Promise<OwnPostgres> {
+  const bin = postgresBin()
+  if (bin === undefined) throw new Error(ownPostgresMissing())
+  const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-own-pg-'))
+  const root = process.getuid?.() === 0
+  const as = (args: string[]) => (root ? ['runuser', ['-u', 'postgres', '--', ...args]] as const : [args[0]!, args.slice(1)] as const)
+  const run = (args: string[]) => {
+    const [command, rest] = as(args)
+    const result = spawnSync(command, rest, { encoding: 'utf8', timeout: 30_000 })
+    if (result.status !== 0) throw new Error(`${args.join(' ')} failed: ${result.stderr || result.stdout || result.error?.message}`)
+  }
+  if (root) {
+    const { uid, gid } = userIds('postgres')
+    chownSync(dir, uid, gid)
+  }
+  chmodSync(dir, 0o700)
+  const data = join(dir, 'data')
+  run([join(bin, 'initdb'), '-D', data, '-U', 'postgres', '--auth=trust', '--no-sync'])
+  writeFileSync(join(dir, 'options'), '')
+  const options = ['-p', String(port), '-k', dir, '-c', 'listen_addresses=127.0.0.1', '-c', 'fsync=off', ...settings.flatMap((s) => ['-c', s])].join(' ')
+  let up = false
+  const own: OwnPostgres = {
+    port,
+    url: `postgres://postgres@127.0.0.1:${port}/test`,
+    start() {
+      run([join(bin, 'pg_ctl'), '-D', data, '-l', join(dir, 'log'), '-o', options, '-w', '-t', '20', 'start'])
+      up = true
+    },
+    stop(mode) {
+      run([join(bin, 'pg_ctl'), '-D', data, '-m', mode, '-w', '-t', '20', 'stop'])
+      up = false
+    },
+    destroy() {
+      if (up) {
+        try {
+          own.stop('immediate')
+        } catch {
+          // Already down (stopped by a test that failed before starting it again).
+        }
+      }
+      rmSync(dir, { recursive: true, force: true })
+    },
+  }
+  const onExit = () => own.destroy()
+  process.once('exit', onExit)
+  afterAll(() => {
+    own.destroy()
+    process.removeListener('exit', onExit)
+  })
+  own.start()
+  const client = new pg.Client({ connectionString: `postgres://postgres@127.0.0.1:${port}/postgres` })
+  await client.connect()
+  await client.query('CREATE DATABASE test')
+  await client.end()
+  return own
+}
+
+function userIds(name: string): { uid: number; gid: number } {
+  const line = spawnSync('id', ['-u', name], { encoding: 'utf8' }).stdout.trim()
+  const group = spawnSync('id', ['-g', name], { encoding: 'utf8' }).stdout.trim()
+  return { uid: Number(line), gid: Number(group) }
+}
+
+/** PgBouncer in transaction mode in front of `postgres`, on `port`, with `poolSize` server connections. */
+export async function startOwnPgBouncer(port: number, postgres: OwnPostgres, poolSize: number, settings: readonly string[] = []): Promise<{ url: string; stop(): Promise<void> } | undefined> {
+  const binary = ['/usr/sbin/pgbouncer', '/usr/bin/pgbouncer'].find((path) => existsSync(path))
+  if (binary === undefined) return undefined
+  const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-own-pgbouncer-'))
+  chmodSync(dir, 0o755)
+  const file = (name: string, text: string) => {
+    writeFileSync(join(dir, name), text)
+    chmodSync(join(dir, name), 0o644)
+    return join(dir, name)
+  }
+  const config = file(
+    'pgbouncer.ini',
+    [
+      '[databases]',
+      `test = host=127.0.0.1 port=${postgres.port} dbname=test`,
+      '[pgbouncer]',
+      'listen_addr = 127.0.0.1',
+      `listen_port = ${port}`,
+      'unix_socket_dir =',
+      'auth_type = trust',
+      `auth_file = ${file('userlist.txt', '"postgres" ""\n')}`,
+      'pool_mode = transaction',
+      `default_pool_size = ${poolSize}`,
+      'max_client_conn = 200',
+      ...settings,
+      '',
+    ].join('\n'),
+  )
+  const root = process.getuid?.() === 0
+  const child = spawn(binary, [...(root ? ['-u', 'postgres'] : []), config], { stdio: ['ignore', 'pipe', 'pipe'] })
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  const kill = () => child.kill('SIGKILL')
+  process.once('exit', kill)
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
+    await exited
+    process.removeListener('exit', kill)
+    rmSync(dir, { recursive: true, force: true })
+  }
+  afterAll(stop)
+  const url = `postgres://postgres@127.0.0.1:${port}/test`
+  const deadline = performance.now() + 5_000
+  for (;;) {
+    const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1_000 })
+    try {
+      await client.connect()
+      await client.query('SELECT 1')
+      break
+    } catch (error) {
+      if (child.exitCode !== null || performance.now() > deadline) throw new Error(`PgBouncer did not start on ${port}: ${(error as Error).message}`)
+      await sleep(50)
+    } finally {
+      await client.end().catch(() => {})
+    }
+  }
+  return { url, stop }
+}
