@@ -11,6 +11,9 @@
  * allowed past what docs/stores.md allows); once the server is back the instance recovers on
  * its own, nothing restarted. Skipped without `redis-server` or PostgreSQL's server programs.
  */
+import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { Redis as Redis5 } from 'ioredis5'
 import pg from 'pg'
@@ -543,3 +546,49 @@ describe.runIf(missing === undefined)('PostgreSQL stopped (immediate) in the mid
   })
 })
 
+
+/**
+ * The pool set up by the lines of a doc comment's `@example` (the `new pg.Pool(…)` line and
+ * any `pool.on(…)` line after it), run in a process of its own against `url`; `alive()` says
+ * whether that process still runs.
+ */
+async function examplePool(file: string, url: string): Promise<{ setup: string; alive(): boolean; kill(): Promise<void> }> {
+  const source = readFileSync(fileURLToPath(new URL(`../../${file}`, import.meta.url)), 'utf8')
+  const example = /@example\n \* ```ts\n([\s\S]*?)\n \* ```/.exec(source.slice(source.indexOf('export function createPostgresTokenStore') - 2_500))
+  const lines = (example?.[1] ?? '').split('\n').map((line) => line.replace(/^ \* ?/, ''))
+  const setup = lines.filter((line) => /^const pool = new pg\.Pool\(|^pool\.on\(/.test(line)).join('\n')
+  expect(setup).toMatch(/new pg\.Pool/)
+  const child = spawn(process.execPath, ['--input-type=module', '-e', `import pg from 'pg'\n${setup}\nawait pool.query('SELECT 1')\nconsole.log('ready')\nsetInterval(() => {}, 1_000)`], {
+    cwd: fileURLToPath(new URL('../..', import.meta.url)),
+    env: { ...process.env, DATABASE_URL: url },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let output = ''
+  child.stdout.on('data', (chunk: Buffer) => void (output += chunk.toString()))
+  child.stderr.on('data', (chunk: Buffer) => void (output += chunk.toString()))
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
+  await vi.waitFor(() => expect(output).toContain('ready'), { timeout: 10_000, interval: 20 })
+  return {
+    setup,
+    alive: () => child.exitCode === null && child.signalCode === null,
+    async kill() {
+      child.kill('SIGKILL')
+      await exited
+    },
+  }
+}
+
+describe.runIf(missing === undefined)('the pool of the doc comments, through a PostgreSQL restart', () => {
+  it("createPostgresTokenStore's @example sets up a pool whose process survives PostgreSQL stopping (regression: no pool.on('error'), so the idle client's error ended the process)", { timeout: 30_000 }, async () => {
+    if (postgres === undefined) throw new Error(missing)
+    const example = await examplePool('src/stores/postgres/token-store.ts', postgres.url)
+    try {
+      postgres.stop('fast')
+      await sleep(1_000)
+      expect(example.alive(), `the process of:\n${example.setup}`).toBe(true)
+    } finally {
+      postgres.start()
+      await example.kill()
+    }
+  })
+})

@@ -187,6 +187,8 @@ const POSTGRES_TOKEN_STORE_OPTIONS = optionNames<PostgresTokenStoreOptions>({ po
  * import { createPostgresTokenStore } from 'mcp-dispatch/postgres'
  *
  * const pool = new pg.Pool({ connectionString: process.env.DATABASE_URL, connectionTimeoutMillis: 2_000 })
+ * // Without a listener, an idle client's error (PostgreSQL restarted) ends the process.
+ * pool.on('error', (error) => console.error('idle PostgreSQL client failed', error))
  * const store = createPostgresTokenStore({ pool })
  * await store.migrate()
  * // Every request reads the table; to cache records (`cacheTtlMs`), also give `invalidations`:
