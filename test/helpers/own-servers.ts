@@ -5,7 +5,7 @@
  * when a test failed midway.
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
+import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
@@ -98,6 +98,8 @@ export interface OwnPostgres {
   stop(mode: 'smart' | 'fast' | 'immediate'): void
   /** `pg_ctl start`: waits until it accepts connections. */
   start(): void
+  /** Sends `signal` to the postmaster and every process it started (`SIGSTOP`: frozen, connections up; `SIGCONT`). */
+  signalAll(signal: 'SIGSTOP' | 'SIGCONT'): void
   /** Stops it (immediate) for good and removes its directory. */
   destroy(): void
 }
@@ -140,8 +142,18 @@ export async function startOwnPostgres(port: number, settings: readonly string[]
       run([join(bin, 'pg_ctl'), '-D', data, '-m', mode, '-w', '-t', '20', 'stop'])
       up = false
     },
+    signalAll(signal) {
+      const postmaster = Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0])
+      const children = spawnSync('pgrep', ['-P', String(postmaster)], { encoding: 'utf8' }).stdout.split('\n').filter(Boolean).map(Number)
+      for (const pid of [postmaster, ...children]) process.kill(pid, signal)
+    },
     destroy() {
       if (up) {
+        try {
+          own.signalAll('SIGCONT')
+        } catch {
+          // Not running.
+        }
         try {
           own.stop('immediate')
         } catch {

@@ -592,3 +592,76 @@ describe.runIf(missing === undefined)('the pool of the doc comments, through a P
     }
   })
 })
+
+describe.runIf(missing === undefined)('PostgreSQL frozen (SIGSTOP on every process of the cluster), then thawed', () => {
+  it('lookups and creations answer 503 within the deadlines while frozen; once thawed, all is served, and a creation that lands late leaves no token active that no caller got, unreported', { timeout: 40_000 }, async () => {
+    if (postgres === undefined) throw new Error(missing)
+    const idleErrors: string[] = []
+    const pool = documentedPool(postgres.url, idleErrors)
+    await createPostgresTokenStore({ pool }).migrate()
+    const instance = await startInstance({ pool })
+    try {
+      const made = await createToken(instance)
+      await Promise.all(Array.from({ length: 4 }, () => initialize(instance, made.token, null)))
+      postgres.signalAll('SIGSTOP')
+      const answers = await Promise.all([
+        initialize(instance, made.token, null),
+        asAlice(instance, 'POST', '', { name: 'frozen-1', servers: ['app_weather'], expires_in_days: 7 }),
+        asAlice(instance, 'POST', '', { name: 'frozen-2', servers: ['app_weather'], expires_in_days: 7 }),
+      ])
+      postgres.signalAll('SIGCONT')
+      // query_timeout (3 s) for the lookup and the first creation; the second waited for the
+      // first (one creation of a user at a time per instance), then its own store deadline.
+      for (const answer of answers) {
+        expect(answer.status).toBe(503)
+        expect(answer.ms).toBeLessThan(7_000)
+      }
+      await vi.waitFor(async () => expect((await initialize(instance, made.token, null)).status).toBe(400), { timeout: 5_000, interval: 50 })
+      // The second pass of what must be put right: storeTimeoutMs (3 s) after each failure.
+      await sleep(4_000)
+      const rows = (await pool.query("SELECT id, name, revoked_at FROM public.mcp_dispatch_api_tokens WHERE user_id = $1 AND name LIKE 'frozen-%'", ['alice'])).rows
+      const reported = instance.errors.filter((e) => /may have been created/.test(e.message))
+      for (const row of rows.filter((row) => row.revoked_at === null)) expect(reported.map((e) => e.message).join('\n')).toContain(row.id)
+      const answersAfter = await Promise.all(Array.from({ length: 8 }, () => initialize(instance, made.token, null)))
+      expect(answersAfter.map((a) => a.status)).toEqual(Array(8).fill(400))
+    } finally {
+      await instance.close()
+      await pool.end()
+    }
+  })
+})
+
+describe.runIf(missing === undefined)('Redis refusing connections (maxclients reached) after the instances lost theirs', () => {
+  it('documented answers while every reconnection is refused, and all works again once Redis takes connections', { timeout: 30_000 }, async () => {
+    const { a, b, close } = await twoInstances()
+    const admin = new Redis(redisServer!.url)
+    admin.on('error', () => {})
+    try {
+      const [t1, t2] = [await createToken(a.instance), await createToken(a.instance)]
+      const opened = await initialize(a.instance, t1.token)
+      for (const t of [t1, t2]) expect((await initialize(a.instance, t.token, null)).status).toBe(400)
+      // Only the admin connection is left, and Redis takes no other.
+      await admin.config('SET', 'maxclients', '1')
+      await admin.client('KILL', 'SKIPME', 'yes')
+      await vi.waitFor(() => expect(a.bus.listening).toBe(false), { timeout: 3_000, interval: 10 })
+      await sleep(500)
+      expect((await asAlice(b.instance, 'DELETE', `/${t2.id}`)).status).toBe(200)
+      const served = await initialize(a.instance, t1.token, null)
+      expect([served.status, served.ratelimit, served.ms < 2_000]).toEqual([400, null, true])
+      expect((await initialize(a.instance, t1.token, opened.session!)).status).toBe(503)
+      expect((await initialize(a.instance, t2.token, null)).status).toBe(401)
+      await admin.config('SET', 'maxclients', '10000')
+      await vi.waitFor(() => expect([a.bus.listening, b.bus.listening, a.client.status, b.client.status]).toEqual([true, true, 'ready', 'ready']), { timeout: 10_000, interval: 10 })
+      expect((await initialize(a.instance, t1.token, null)).ratelimit).toMatch(/r=\d+/)
+      expect((await initialize(a.instance, t1.token, opened.session!)).status).toBe(200)
+      expect((await initialize(a.instance, t2.token, null)).status).toBe(401)
+      expect((await initialize(a.instance, t1.token, null)).status).toBe(400)
+      expect((await asAlice(b.instance, 'DELETE', `/${t1.id}`)).status).toBe(200)
+      expect((await initialize(a.instance, t1.token, null)).status).toBe(401)
+    } finally {
+      await admin.config('SET', 'maxclients', '10000').catch(() => {})
+      admin.disconnect()
+      await close()
+    }
+  })
+})
