@@ -642,7 +642,7 @@ describe.runIf(missing === undefined)('Redis refusing connections (maxclients re
       for (const t of [t1, t2]) expect((await initialize(a.instance, t.token, null)).status).toBe(400)
       // Only the admin connection is left, and Redis takes no other.
       await admin.config('SET', 'maxclients', '1')
-      await admin.client('KILL', 'SKIPME', 'yes')
+      await admin.call('CLIENT', 'KILL', 'SKIPME', 'yes')
       await vi.waitFor(() => expect(a.bus.listening).toBe(false), { timeout: 3_000, interval: 10 })
       await sleep(500)
       expect((await asAlice(b.instance, 'DELETE', `/${t2.id}`)).status).toBe(200)
@@ -662,6 +662,45 @@ describe.runIf(missing === undefined)('Redis refusing connections (maxclients re
       await admin.config('SET', 'maxclients', '10000').catch(() => {})
       admin.disconnect()
       await close()
+    }
+  })
+})
+
+describe.runIf(missing === undefined)("B's command connection back after its subscriber (each reconnects on its own backoff)", () => {
+  it('a token revoked on B while its command connection is away is refused on A as soon as that connection is ready again, not at the next round of the backoff (regression: up to seconds later)', { timeout: 30_000 }, async () => {
+    if (postgres === undefined || redisServer === undefined) throw new Error(missing)
+    const pool = documentedPool(postgres.url, [])
+    await createPostgresTokenStore({ pool }).migrate()
+    // B's command connection reconnects 3.05 s after it is lost, as ioredis' backoff has it
+    // after an outage (up to 2 s on ioredis 5, 5 s on 6); its subscriber stays up. The token
+    // service's rounds come 0.5 to 1 s after the failure, then 1 to 2 s after that one, then 2
+    // to 4 s: the second is before B is ready again, the third at least 0.4 s after.
+    const clientA = new Redis(redisServer.url, { maxRetriesPerRequest: 1 })
+    const clientB = new Redis(redisServer.url, { maxRetriesPerRequest: 1, retryStrategy: () => 3_050 })
+    const admin = new Redis(redisServer.url)
+    for (const client of [clientA, clientB, admin]) client.on('error', () => {})
+    const busA = createRedisInvalidationBus({ client: clientA, prefix: 'restarts-lag:' })
+    const busB = createRedisInvalidationBus({ client: clientB, prefix: 'restarts-lag:' })
+    await Promise.all([busA.ready(5_000), busB.ready(5_000)])
+    const a = await startInstance({ pool, invalidations: busA, cacheTtlMs: 60_000 })
+    const b = await startInstance({ pool, invalidations: busB, cacheTtlMs: 60_000 })
+    try {
+      const made = await createToken(a)
+      expect((await initialize(a, made.token, null)).status).toBe(400) // cached on A
+      await admin.call('CLIENT', 'KILL', 'ID', String(await clientB.call('CLIENT', 'ID')))
+      await vi.waitFor(() => expect(clientB.status).not.toBe('ready'), { timeout: 2_000, interval: 1 })
+      expect((await asAlice(b, 'DELETE', `/${made.id}`)).status).toBe(200)
+      expect(busB.listening).toBe(true)
+      await vi.waitFor(() => expect(clientB.status).toBe('ready'), { timeout: 6_000, interval: 1 })
+      const ready = performance.now()
+      await vi.waitFor(async () => expect((await initialize(a, made.token, null)).status).toBe(401), { timeout: 6_000, interval: 10 })
+      expect(performance.now() - ready).toBeLessThan(250)
+    } finally {
+      await a.close()
+      await b.close()
+      await Promise.all([busA.close(), busB.close()])
+      for (const client of [clientA, clientB, admin]) client.disconnect()
+      await pool.end()
     }
   })
 })

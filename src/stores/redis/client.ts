@@ -75,13 +75,24 @@ export function lostSinceReady(client: RedisCommandClient): () => boolean {
   }
 }
 
-/** Whether each client object was seen `ready`: one entry, and one listener, per client. */
-const readinessByClient = new WeakMap<object, { seen: boolean }>()
+/**
+ * Calls `listener` each time `client` says it is `ready` (ioredis, after every reconnect), through
+ * the client's one listener of the stores; never for a client that emits no `ready` (the
+ * node-redis adapter). Answers the function that stops it.
+ */
+export function onReady(client: RedisCommandClient, listener: () => void): () => void {
+  const { whenReady } = readinessOf(client)
+  whenReady.add(listener)
+  return () => void whenReady.delete(listener)
+}
 
-function readinessOf(client: RedisCommandClient): { seen: boolean } {
+/** Whether each client object was seen `ready`: one entry, and one listener, per client. */
+const readinessByClient = new WeakMap<object, { seen: boolean; readonly whenReady: Set<() => void> }>()
+
+function readinessOf(client: RedisCommandClient): { seen: boolean; readonly whenReady: Set<() => void> } {
   let readiness = readinessByClient.get(client)
   if (readiness !== undefined) return readiness
-  const created = { seen: client.status === 'ready' }
+  const created = { seen: client.status === 'ready', whenReady: new Set<() => void>() }
   readinessByClient.set(client, (readiness = created))
   // Told by the client itself where it can (ioredis emits `ready`), so an outage before the
   // store's first call is covered too: one listener for every store on the client (one each
@@ -104,6 +115,7 @@ function readinessOf(client: RedisCommandClient): { seen: boolean } {
     events.on('ready', () => {
       created.seen = true
       if (answeredWhenReady) breakers.get(client)?.get('')?.answered()
+      for (const listener of created.whenReady) listener()
     })
   }
   return readiness
