@@ -32,6 +32,16 @@ export interface TestPgBouncer {
   readonly url: string
   /** Its version line (`PgBouncer 1.18.0`). */
   readonly version: string
+  /** Stops it now (it is stopped after the test file anyway). */
+  stop(): Promise<void>
+}
+
+/** Where a {@link startPgBouncer} points, and settings of its `[pgbouncer]` section. */
+export interface PgBouncerOptions {
+  /** The PostgreSQL it pools; default `POSTGRES_URL`. */
+  upstream?: string
+  /** Lines added to its `[pgbouncer]` section (`server_login_retry = 1`). */
+  settings?: readonly string[]
 }
 
 /**
@@ -40,14 +50,14 @@ export interface TestPgBouncer {
  * file (an `afterAll` of the file: call this at its top level). `undefined` when PgBouncer is
  * not installed, outside CI.
  */
-export async function startPgBouncer(port: number, poolSize = 4): Promise<TestPgBouncer | undefined> {
+export async function startPgBouncer(port: number, poolSize = 4, options: PgBouncerOptions = {}): Promise<TestPgBouncer | undefined> {
   const found = findPgBouncer()
   if ('missing' in found) {
     if (underProjectCI()) throw new Error(`PgBouncer is required under .ci/run (MCP_DISPATCH_CI): ${found.missing} (apt-get install -y pgbouncer)`)
     console.warn(`[pgbouncer tests] skipped: ${found.missing}; install it (apt-get install pgbouncer)`)
     return undefined
   }
-  const upstream = new URL(POSTGRES_URL)
+  const upstream = new URL(options.upstream ?? POSTGRES_URL)
   const database = upstream.pathname.slice(1)
   const user = decodeURIComponent(upstream.username || 'postgres')
   const dir = mkdtempSync(join(tmpdir(), 'mcp-dispatch-pgbouncer-'))
@@ -73,6 +83,7 @@ export async function startPgBouncer(port: number, poolSize = 4): Promise<TestPg
       'pool_mode = transaction',
       `default_pool_size = ${poolSize}`,
       'max_client_conn = 200',
+      ...(options.settings ?? []),
       '',
     ].join('\n'),
   )
@@ -83,7 +94,9 @@ export async function startPgBouncer(port: number, poolSize = 4): Promise<TestPg
   child.stdout!.on('data', keep)
   child.stderr!.on('data', keep)
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()))
-  const stop = async () => {
+  let stopped: Promise<void> | undefined
+  const stop = () => (stopped ??= stopNow())
+  const stopNow = async () => {
     process.removeListener('exit', killOnExit)
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM')
     await exited
@@ -112,5 +125,5 @@ export async function startPgBouncer(port: number, poolSize = 4): Promise<TestPg
     }
   }
   const version = spawnSync(found.binary, ['--version'], { encoding: 'utf8' }).stdout.split('\n')[0] ?? ''
-  return { url, version }
+  return { url, version, stop }
 }

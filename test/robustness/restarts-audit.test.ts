@@ -38,9 +38,12 @@ import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
 import { afterAll, describe, expect, it, vi } from 'vitest'
 import { buildScenarioServer, createWebMcpHandler } from '../adapters/mcp.js'
 import { INITIALIZE, serveFetch } from '../helpers/platform.js'
-import { type OwnPostgres, type OwnRedis, ownPostgresMissing, ownRedisMissing, startOwnPgBouncer, startOwnPostgres, startOwnRedis } from '../helpers/own-servers.js'
+import { underProjectCI } from '../helpers/ci.js'
+import { type OwnPostgres, type OwnRedis, ownPostgresMissing, ownRedisMissing, startOwnPostgres, startOwnRedis } from '../helpers/own-servers.js'
+import { startPgBouncer } from '../helpers/pgbouncer.js'
 
 const missing = ownPostgresMissing() ?? ownRedisMissing()
+if (missing !== undefined && underProjectCI()) throw new Error(`redis-server and PostgreSQL's server programs are required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
 if (missing !== undefined) console.warn(`[restarts audit] skipped: ${missing}`)
 
 // Started at the top of the file (their afterAll is the file's), stopped after it.
@@ -468,7 +471,7 @@ describe.runIf(missing === undefined)('PostgreSQL restarted behind PgBouncer (tr
   for (const { settings, backWithinMs } of [{ settings: [], backWithinMs: 20_000 }, { settings: ['server_login_retry = 1'], backWithinMs: 2_500 }]) {
     it(`preparedStatements: false, PgBouncer ${settings.join(', ') || 'as installed'}: 503 while PostgreSQL is down, never a hang, and served again within ${backWithinMs / 1000} s once it is back`, { timeout: 40_000 }, async () => {
       if (postgres === undefined) throw new Error(missing)
-      const bouncer = await startOwnPgBouncer(42220, postgres, 2, settings)
+      const bouncer = await startPgBouncer(42220, 2, { upstream: postgres.url, settings })
       if (bouncer === undefined) return
       const idleErrors: string[] = []
       // As docs/stores.md has it behind PgBouncer: no statement_timeout on the pool.
@@ -694,7 +697,8 @@ describe.runIf(missing === undefined)("B's command connection back after its sub
       await vi.waitFor(() => expect(clientB.status).toBe('ready'), { timeout: 6_000, interval: 1 })
       const ready = performance.now()
       await vi.waitFor(async () => expect((await initialize(a, made.token, null)).status).toBe(401), { timeout: 6_000, interval: 10 })
-      expect(performance.now() - ready).toBeLessThan(250)
+      // Under 1.5 s however loaded the machine: the next round came 1.9 to 2.7 s after it.
+      expect(performance.now() - ready).toBeLessThan(1_500)
     } finally {
       await a.close()
       await b.close()
