@@ -1145,8 +1145,28 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     }
   }
 
+  /**
+   * Why the endpoint `field` of discovery (`jwks_uri`, `introspection_endpoint`) is not known:
+   * the document lacks it, or there is no document at all (404 or 410 at both discovery
+   * addresses), most often an `issuer` that is not the server's (a realm or tenant path left
+   * out, a typo). The second names the addresses asked: "publishes no jwks_uri" alone sent the
+   * operator to the server's document, which does publish one, at the right issuer.
+   */
+  function noEndpoint(endpoint: UpstreamEndpoint, field: string, doc: AuthorizationServerMetadata | null | undefined): string {
+    return doc ? `${endpoint}: the issuer publishes no ${field}` : `${endpoint}: ${undiscovered()}`
+  }
+
+  /** That discovery found no document, where it asked, and the option to check. */
+  function undiscovered(): string {
+    return `no discovery document at ${discoveryUrls(issuer).map((url) => JSON.stringify(url)).join(' or ')} (HTTP 404 or 410): is the issuer ${JSON.stringify(issuer)} the server's own?`
+  }
+
   async function validateAtUserinfo(token: string, claims: JWTPayload | undefined, deadline: number): Promise<Outcome> {
-    const discovered = options.userinfoEndpoint === undefined ? (await discover(deadline))?.userinfo_endpoint : undefined
+    const doc = options.userinfoEndpoint === undefined ? await discover(deadline) : undefined
+    const discovered = doc?.userinfo_endpoint
+    // With no discovery document, the endpoint is a guess (`{issuer}/userinfo`): one that is not
+    // there says so, rather than a bare `userinfo: HTTP 404` at an address no one configured.
+    const guessed = options.userinfoEndpoint === undefined && discovered === undefined && doc === null
     const endpoint = options.userinfoEndpoint ?? discovered ?? fallbackUserinfoEndpoint(issuer)
     const headers = { authorization: `Bearer ${token}`, accept: 'application/json' }
     return call('userinfo', endpoint, { method: 'GET', headers }, deadline, (res): Outcome => {
@@ -1162,6 +1182,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // Not counted against the server, which answered. A 4xx may be about the token (one a
       // made-up string provokes, 431 for an oversized header): the client's budget unit is
       // kept. A redirect or an endpoint that is not there (404, 405, 410) is the setup's: given back.
+      if (guessed && SETUP_STATUSES.has(res.status)) {
+        throw new BadAnswer(`HTTP ${res.status} at ${JSON.stringify(endpoint)}, tried for want of a discovery document; ${undiscovered()}`, false, false)
+      }
       if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, false, res.status >= 400 && !SETUP_STATUSES.has(res.status))
       // OIDC Core section 5.3.2: the claims as JSON, or as a signed JWT (`application/jwt`) when
       // the client registered `userinfo_signed_response_alg`. The answer comes straight from the
@@ -1197,9 +1220,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
 
   async function validateByIntrospection(token: string, claims: JWTPayload | undefined, deadline: number): Promise<Outcome> {
     const client = intro!
-    const discovered = client.endpoint === undefined ? (await discover(deadline))?.introspection_endpoint : undefined
-    const endpoint = client.endpoint ?? discovered
-    if (!endpoint) throw new UpstreamFailure('introspection: the issuer publishes no introspection_endpoint', false)
+    const doc = client.endpoint === undefined ? await discover(deadline) : undefined
+    const endpoint = client.endpoint ?? doc?.introspection_endpoint
+    if (!endpoint) throw new UpstreamFailure(noEndpoint('introspection', 'introspection_endpoint', doc), false)
     const credentials = Buffer.from(`${formEncode(client.clientId)}:${formEncode(client.clientSecret)}`).toString('base64')
     const init: RequestInit = {
       method: 'POST',
@@ -1211,7 +1234,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       body: new URLSearchParams({ token, token_type_hint: 'access_token' }).toString(),
     }
     return call('introspection', endpoint, init, deadline, (res): Outcome => {
-      if (discovered !== undefined) discoveredEndpointGone(res.status)
+      if (client.endpoint === undefined) discoveredEndpointGone(res.status)
       // The server is up (not counted) but refused the resource server, whatever the token:
       // not an answer about the token, so the client's budget unit goes back.
       if (res.status === 401 || res.status === 403) {
@@ -1307,8 +1330,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
     return fetchingKeys.run('jwks', async () => {
       jwksAskedAt = elapsed()
       try {
-        const url = typeof jwksOption === 'string' ? jwksOption : (await discover(deadline))?.jwks_uri
-        if (!url) throw new UpstreamFailure('jwks: the issuer publishes no jwks_uri', false)
+        const doc = typeof jwksOption === 'string' ? undefined : await discover(deadline)
+        const url = typeof jwksOption === 'string' ? jwksOption : doc?.jwks_uri
+        if (!url) throw new UpstreamFailure(noEndpoint('jwks', 'jwks_uri', doc), false)
         const loaded = await call('jwks', url, { headers: { accept: 'application/json' } }, deadline, (res) => {
           if (typeof jwksOption !== 'string') discoveredEndpointGone(res.status)
           if (res.status < 200 || res.status >= 300) throw new BadAnswer(`HTTP ${res.status}`, true)

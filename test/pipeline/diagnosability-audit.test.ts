@@ -1,0 +1,74 @@
+/**
+ * From an audit of what an operator sees when a deployment is wrong (a misconfiguration that
+ * only shows at run time): the client's answer and the default logger's line, which must name
+ * the cause without the library's source at hand. Stub `fetch` for the authorization server.
+ */
+import { AuthorizationServerUnavailableError, type OAuthValidatorOptions, createOAuthValidator } from 'mcp-dispatch'
+import { describe, expect, it, vi } from 'vitest'
+
+const ISSUER = 'https://auth.example.com/realms/prod'
+const RESOURCE = 'https://weather.example.com'
+const context = { resource: RESOURCE, appId: 'app_weather' }
+
+/** The lines `logError` wrote while `run` ran. */
+async function written(run: () => Promise<void>): Promise<string[]> {
+  const lines: string[] = []
+  const spy = vi.spyOn(console, 'error').mockImplementation((line: unknown) => void lines.push(String(line)))
+  try {
+    await run()
+  } finally {
+    spy.mockRestore()
+  }
+  return lines
+}
+
+describe('an issuer whose discovery documents are not there (an issuer URL missing its realm path, a typo)', () => {
+  /** A server that answers 404 to everything: no discovery document, no `{issuer}/userinfo`. */
+  const nothingThere: typeof fetch = async () => new Response('not found', { status: 404 })
+  const validatorOf = (options: Partial<OAuthValidatorOptions>) =>
+    createOAuthValidator({ issuer: ISSUER, fetch: nothingThere, retry: { attempts: 1 }, ...options } as OAuthValidatorOptions)
+  const discoveryNamed =
+    'no discovery document at "https://auth.example.com/realms/prod/.well-known/openid-configuration" or ' +
+    '"https://auth.example.com/.well-known/oauth-authorization-server/realms/prod" (HTTP 404 or 410): ' +
+    'is the issuer "https://auth.example.com/realms/prod" the server\'s own?'
+  /** A JWT its own claims do not refuse (its signature is never checked: no key can be had). */
+  const b64 = (value: object) => Buffer.from(JSON.stringify(value)).toString('base64url')
+  const jwt = `${b64({ alg: 'RS256', kid: 'k1', typ: 'at+jwt' })}.${b64({ iss: ISSUER, sub: 'u1', aud: RESOURCE, exp: 4_000_000_000 })}.${'A'.repeat(342)}`
+
+  it('jwt mode: the line names the missing document and the issuer, not "the issuer publishes no jwks_uri"', async () => {
+    const lines = await written(async () => {
+      await expect(validatorOf({ mode: 'jwt' }).validate(jwt, context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    expect(lines).toEqual([expect.stringMatching(/^\[mcp-dispatch\] oauth unavailable: Error: a token was answered 503 \(retry after \d+ s\): jwks: (.*)$/)])
+    expect(lines[0]).toContain(`jwks: ${discoveryNamed}`)
+  })
+
+  it('introspection mode: the same, not "the issuer publishes no introspection_endpoint"', async () => {
+    const lines = await written(async () => {
+      const validator = validatorOf({ mode: 'introspection', introspection: { clientId: 'rs', clientSecret: 'rs-secret' } })
+      await expect(validator.validate('opaque-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain(`introspection: ${discoveryNamed}`)
+    expect(lines[0]).not.toContain('rs-secret')
+  })
+
+  it('userinfo mode: the 404 of the guessed {issuer}/userinfo says it was a guess for want of a document, not a bare "userinfo: HTTP 404"', async () => {
+    const lines = await written(async () => {
+      await expect(validatorOf({}).validate('opaque-token', context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    expect(lines).toHaveLength(1)
+    expect(lines[0]).toContain(`userinfo: HTTP 404 at "${ISSUER}/userinfo", tried for want of a discovery document; ${discoveryNamed}`)
+  })
+
+  it('a document without the endpoint is still told as such', async () => {
+    const validator = validatorOf({
+      mode: 'jwt',
+      fetch: async (input) => (String(input).includes('openid-configuration') ? Response.json({ issuer: ISSUER }) : new Response('', { status: 404 })),
+    })
+    const lines = await written(async () => {
+      await expect(validator.validate(jwt, context)).rejects.toBeInstanceOf(AuthorizationServerUnavailableError)
+    })
+    expect(lines).toEqual([expect.stringMatching(/: jwks: the issuer publishes no jwks_uri$/)])
+  })
+})
