@@ -112,8 +112,11 @@ export type OAuthValidatorEvent =
   | { readonly type: 'cache-miss' }
   /** A request joined a validation already in flight for the same token. */
   | { readonly type: 'joined' }
-  /** Refused from the token's own claims, with no upstream call. */
-  | { readonly type: 'rejected-locally'; readonly reason: string }
+  /**
+   * Refused from the token's own claims, with no upstream call. `expected`: for an `audience
+   * mismatch`, the audience the token was to name (the App address, by default).
+   */
+  | { readonly type: 'rejected-locally'; readonly reason: string; readonly expected?: readonly string[] }
   | {
       readonly type: 'upstream'
       readonly endpoint: UpstreamEndpoint
@@ -330,6 +333,20 @@ const REDISCOVERY_INTERVAL_MS = 300_000
  */
 const ISSUER_CLOCK_AHEAD_MS = 5 * 60_000
 
+/**
+ * The refusals of a token (401) that, when no token is accepted, are the deployment's, not the
+ * clients': what each tells the operator to check. Every token refused for its audience is the
+ * App address the platform computes (`baseUrl` answering `http://` behind a proxy that ends TLS),
+ * for its `nbf` this host's clock, for its issuer the `issuer` option.
+ */
+const REFUSALS_TOLD: Readonly<Record<string, string>> = Object.freeze({
+  'audience mismatch': 'the App address every token must name (baseUrl, its scheme behind a proxy that ends TLS), the audience option, and the resource clients ask the authorization server for',
+  'token not yet valid': 'this host\'s clock against the authorization server\'s (nbf to come)',
+  'claim check failed: nbf': 'this host\'s clock against the authorization server\'s (nbf to come)',
+  'issuer mismatch': 'the issuer option against the iss of the tokens',
+  'claim check failed: iss': 'the issuer option against the iss of the tokens',
+})
+
 /** How often the default `onEvent` writes a line of one kind at most (ms). */
 const OPERATOR_LOG_INTERVAL_MS = 10_000
 
@@ -341,8 +358,10 @@ const OPERATOR_LOG_INTERVAL_MS = 10_000
  * the line before. A clock stepped back counts as a quiet interval. The breaker's changes are
  * written whenever it goes the other way than the last line said: only repeats wait.
  */
-function operatorLog(now: () => number): (event: OAuthValidatorEvent) => void {
+function operatorLog(now: () => number, accepted: { count: number }): (event: OAuthValidatorEvent) => void {
   const gate = lineGate(OPERATOR_LOG_INTERVAL_MS, now)
+  // Tokens accepted when a line of each refusal's kind was last let through.
+  const acceptedAt = new Map<string, number>()
   let breakerSaid: BreakerState | undefined
   /** Writes `error` under `context`, unless a line of `kind` went out less than the interval ago. */
   const write = (kind: string, context: string, error: unknown, always = false) => {
@@ -364,6 +383,22 @@ function operatorLog(now: () => number): (event: OAuthValidatorEvent) => void {
       write(`breaker ${event.to}`, 'oauth breaker', new Error(message), turned)
     } else if (event.type === 'store-error') {
       write(event.type, 'oauth cache store', event.error)
+    } else if (event.type === 'rejected-locally' && Object.hasOwn(REFUSALS_TOLD, event.reason)) {
+      // A client can send such a token at will, so one refused so is nothing to act on while
+      // others are accepted; with none accepted since the last line (or the start), every token
+      // may be (a deployment wrong for all: an App address of the wrong scheme, a clock an hour
+      // off), which a 401 for each told no one.
+      const kind = `refused ${event.reason}`
+      const held = gate(kind)
+      if (held === undefined) return
+      const none = accepted.count === (acceptedAt.get(kind) ?? 0)
+      acceptedAt.set(kind, accepted.count)
+      if (!none) return
+      const expected = event.expected ? ` (expected ${event.expected.slice(0, 3).map((value) => JSON.stringify(value.slice(0, 200))).join(' or ')})` : ''
+      logError(
+        new Error(`a token was refused (401): ${event.reason}${expected}, and no token was accepted since the last such line (or the start): if every token is refused so, check ${REFUSALS_TOLD[event.reason]}`),
+        heldBack('oauth refused', held),
+      )
     }
   }
 }
@@ -917,7 +952,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   }
   const sleep = options.sleep ?? ((ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms)))
   const random = options.random ?? Math.random
-  const onEvent = options.onEvent ?? operatorLog(elapsed)
+  // Tokens accepted, for the default logger: a refusal of every token is told, one client's is not.
+  const accepted = { count: 0 }
+  const onEvent = options.onEvent ?? operatorLog(elapsed, accepted)
   const emit = (event: OAuthValidatorEvent) => {
     try {
       // An async observer's rejection too: ignored, not left unhandled (which ends a Node process).
@@ -1838,7 +1875,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             audience,
           })
           if (reason) {
-            emit({ type: 'rejected-locally', reason })
+            emit({ type: 'rejected-locally', reason, ...(reason === 'audience mismatch' && audience && { expected: audience }) })
             return { active: false, reason }
           }
         } else if (mode === 'userinfo' && audience && disguisedJws(token)) {
@@ -1855,7 +1892,9 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       if (cached instanceof Promise) cached = await cached
       if (cached) {
         emit({ type: 'cache-hit', active: cached.active })
-        return answer(cached, audience)
+        const result = answer(cached, audience)
+        if (result.active) accepted.count++
+        return result
       }
       // Nothing else can be sent as `Bearer <token>`: refused before any request is built (a
       // header value with a newline would fail in `fetch`, whose message repeats the value).
@@ -1902,7 +1941,10 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       const result = answer(entry, audience)
       // In `jwt` mode a token is refused here, from itself and the keys (its signature, its key,
       // its claims, its audience), never upstream: told as such, once, by the request that led.
-      if (mode === 'jwt' && !result.active && !flight.joined) emit({ type: 'rejected-locally', reason: result.reason })
+      if (mode === 'jwt' && !result.active && !flight.joined) {
+        emit({ type: 'rejected-locally', reason: result.reason, ...(result.reason === 'audience mismatch' && audience && { expected: audience }) })
+      }
+      if (result.active) accepted.count++
       return result
     },
   })

@@ -808,7 +808,7 @@ describe('jwt mode (local verification)', () => {
     events = []
     const forNotes = await sign({ aud: 'https://notes.example.com' })
     expect(await v.validate(forNotes, weather)).toMatchObject({ active: false, reason: 'audience mismatch' })
-    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch' }])
+    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch', expected: [weather.resource] }])
   })
 
   it('a refusal with no keys in hand (the JWKS endpoint failing) is told once; so is one validation that many requests share (joined)', async () => {
@@ -816,7 +816,7 @@ describe('jwt mode (local verification)', () => {
     const v = validator({ mode: 'jwt' })
     events = []
     expect(await v.validate(await sign({ aud: 'https://notes.example.com' }), weather)).toMatchObject({ active: false, reason: 'audience mismatch' })
-    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch' }])
+    expect(events.filter((e) => e.type === 'rejected-locally')).toEqual([{ type: 'rejected-locally', reason: 'audience mismatch', expected: [weather.resource] }])
     const local = validator({ mode: 'jwt', jwks: { keys: [publicJwk] } })
     events = []
     const forged = await sign({}, { key: (await generateKeyPair('ES256')).privateKey })

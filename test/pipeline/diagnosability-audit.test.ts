@@ -72,3 +72,73 @@ describe('an issuer whose discovery documents are not there (an issuer URL missi
     expect(lines).toEqual([expect.stringMatching(/: jwks: the issuer publishes no jwks_uri$/)])
   })
 })
+
+describe('every token refused for a reason of the deployment (its audience, its nbf, its issuer): told, where one client\'s is not', async () => {
+  const { SignJWT, exportJWK, generateKeyPair } = await import('jose')
+  const { privateKey, publicKey } = await generateKeyPair('ES256')
+  const jwks = { keys: [{ ...(await exportJWK(publicKey)), kid: 'k1', alg: 'ES256' }] }
+  const AT = Date.UTC(2030, 0, 1)
+  const sign = (claims: { aud?: string; nbf?: number; iss?: string } = {}) =>
+    new SignJWT({ client_id: 'c1' })
+      .setProtectedHeader({ alg: 'ES256', kid: 'k1', typ: 'at+jwt' })
+      .setIssuer(claims.iss ?? ISSUER)
+      .setSubject('u1')
+      .setAudience(claims.aud ?? RESOURCE)
+      .setIssuedAt(AT / 1000)
+      .setNotBefore(claims.nbf ?? AT / 1000)
+      .setExpirationTime(AT / 1000 + 3600)
+      .sign(privateKey)
+  const validatorOn = (clock: { at: number }) => createOAuthValidator({ issuer: ISSUER, mode: 'jwt', jwks, now: () => clock.at })
+  const hint = 'check the App address every token must name (baseUrl, its scheme behind a proxy that ends TLS)'
+
+  it('tokens for https://… at an App whose address is http:// (baseUrl behind a proxy that ends TLS): a line per 10 s naming the expected audience', async () => {
+    const clock = { at: AT }
+    const validator = validatorOn(clock)
+    const httpApp = { resource: 'http://weather.example.com', appId: 'app_weather' }
+    const lines = await written(async () => {
+      expect(await validator.validate(await sign(), httpApp)).toEqual({ active: false, reason: 'audience mismatch' })
+      expect(await validator.validate(await sign({ aud: `${RESOURCE}/` }), httpApp)).toMatchObject({ active: false })
+      clock.at += 10_000
+      expect(await validator.validate(await sign(), httpApp)).toMatchObject({ active: false })
+    })
+    expect(lines).toEqual([
+      expect.stringMatching(/^\[mcp-dispatch\] oauth refused: Error: a token was refused \(401\): audience mismatch \(expected "http:\/\/weather\.example\.com"\), and no token was accepted/),
+      expect.stringMatching(/^\[mcp-dispatch\] oauth refused; 1 more since the last line: Error: a token was refused \(401\): audience mismatch/),
+    ])
+    expect(lines[0]).toContain(hint)
+  })
+
+  it('a clock an hour behind the issuer\'s (every nbf to come), and an issuer option the tokens do not name: each named', async () => {
+    const clock = { at: AT }
+    const validator = validatorOn(clock)
+    const lines = await written(async () => {
+      expect(await validator.validate(await sign({ nbf: AT / 1000 + 3600 }), context)).toMatchObject({ active: false })
+      expect(await validator.validate(await sign({ iss: 'https://auth.example.com/realms/test' }), context)).toMatchObject({ active: false })
+    })
+    expect(lines).toEqual([
+      expect.stringMatching(/^\[mcp-dispatch\] oauth refused: .*: (token not yet valid|claim check failed: nbf), .*check this host's clock against the authorization server's/),
+      expect.stringMatching(/^\[mcp-dispatch\] oauth refused: .*: (issuer mismatch|claim check failed: iss), .*check the issuer option/),
+    ])
+  })
+
+  it('one client\'s token for another audience while others are accepted: no line (any client can send one)', async () => {
+    const clock = { at: AT }
+    const validator = validatorOn(clock)
+    const lines = await written(async () => {
+      expect(await validator.validate(await sign(), context)).toMatchObject({ active: true })
+      for (let i = 0; i < 3; i++) {
+        expect(await validator.validate(await sign({ aud: 'https://other.example.com' }), context)).toMatchObject({ active: false })
+        clock.at += 10_000
+        expect(await validator.validate(await sign(), context)).toMatchObject({ active: true })
+      }
+    })
+    expect(lines).toEqual([])
+  })
+
+  it('given onEvent, the rejected-locally event of an audience mismatch carries the expected audience', async () => {
+    const events: unknown[] = []
+    const validator = createOAuthValidator({ issuer: ISSUER, mode: 'jwt', jwks, now: () => AT, onEvent: (event) => void events.push(event) })
+    await validator.validate(await sign({ aud: 'https://other.example.com' }), context)
+    expect(events).toContainEqual({ type: 'rejected-locally', reason: 'audience mismatch', expected: [RESOURCE] })
+  })
+})
