@@ -2036,7 +2036,15 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
   }
 
   function withLiveVersions(flow: Flow, live: readonly string[]): MaybePromise<Decision> {
-    const index = indexOf(live, flow.app.id)
+    let index: VersionIndex
+    try {
+      index = indexOf(live, flow.app.id)
+    } catch (error) {
+      // The App store's answer, not a callback: reported as `apps failed`, with the store's other
+      // failures, on an asynchronous store too (whose answer reaches here in a continuation that
+      // took any throw for a callback's: `callback failed`, which points at `baseUrl`).
+      throw new StoreFailure('apps', error)
+    }
     const sessionId = flow.request.headers.get('mcp-session-id') ?? undefined
     if (sessionId === undefined) {
       const version = resolveVersion(index, flow.selector)

@@ -5,6 +5,7 @@
  */
 import { AuthorizationServerUnavailableError, type OAuthValidatorOptions, createOAuthValidator } from 'mcp-dispatch'
 import { describe, expect, it, vi } from 'vitest'
+import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const ISSUER = 'https://auth.example.com/realms/prod'
 const RESOURCE = 'https://weather.example.com'
@@ -141,4 +142,33 @@ describe('every token refused for a reason of the deployment (its audience, its 
     await validator.validate(await sign({ aud: 'https://other.example.com' }), context)
     expect(events).toContainEqual({ type: 'rejected-locally', reason: 'audience mismatch', expected: [RESOURCE] })
   })
+})
+
+describe('an App store whose getLiveVersions answers what is no list of versions (a column read as text, NULL, a bad row)', async () => {
+  const { createDispatcher, createMemoryAppStore, createMemorySubscriptionStore, createMemoryTokenStore, createTokenService } = await import('mcp-dispatch')
+  const answers: Record<string, unknown> = {
+    'a string': '1.0.0,1.1.0',
+    null: null,
+    'a version that is none': ['1.0.0', 'v1.2.0'],
+    // eslint-disable-next-line no-sparse-arrays
+    'an array with a hole': ['1.0.0', , '1.2.3'],
+  }
+  for (const [what, answer, async] of Object.entries(answers).flatMap(([what, answer]) => [[what, answer, false], [`${what}, from an async store`, answer, true]] as const)) {
+    it(`${what}: 503, reported as "apps failed" (the App store's), not "callback failed"`, async () => {
+      const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+      const subscriptions = createMemorySubscriptionStore([{ userId: 'u1', appId: 'app_weather', active: true }])
+      const tokens = createTokenService({ store: createMemoryTokenStore(), apps, subscriptions })
+      const { token } = await tokens.create({ userId: 'u1', name: 'CI', servers: ['app_weather'], expiresInDays: 30 })
+      const reports: string[] = []
+      const dispatcher = createDispatcher({
+        apps: { ...apps, getAppBySlug: apps.getAppBySlug.bind(apps), getLiveVersions: () => (async ? Promise.resolve(answer as string[]) : (answer as string[])) },
+        subscriptions,
+        tokens,
+        onError: (error, context) => void reports.push(`${context}: ${(error as Error).message}`),
+      })
+      const decision = await dispatcher.decide(dispatchRequest('/', { authorization: `Bearer ${token}` }))
+      expect(decision).toMatchObject({ type: 'reply', reply: { status: 503 } })
+      expect(reports).toEqual([expect.stringMatching(/^apps failed: mcp-dispatch: the App store's getLiveVersions\("app_weather"\) answered /)])
+    })
+  }
 })
