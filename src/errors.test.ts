@@ -15,8 +15,12 @@ describe('logError, the default onError', () => {
   it('names the error and the class and code of its causes, so an operator tells a missing migration from an outage', () => {
     const pg = Object.assign(new Error('relation "public.mcp_dispatch_api_tokens" does not exist'), { name: 'error', code: '42P01' })
     expect(logged(new StoreUnavailableError('token', { cause: pg }), 'token')).toBe(
-      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01: PostgreSQL undefined_table: a table is missing (the token store\'s: run its migrate(), docs/stores.md "Migration"))',
+      '[mcp-dispatch] token: StoreUnavailableError: token store unavailable (cause: error 42P01: PostgreSQL undefined_table: a table is missing (the token store\'s: run its migrate(), docs/stores.md "Migration"); looked for: "public.mcp_dispatch_api_tokens")',
     )
+    // The table looked for is said only from PostgreSQL's own wording of a missing relation: the
+    // name is the store's SQL's. Any other message of the code stays unsaid.
+    const odd = Object.assign(new Error('relation "a" does not exist, near "secret"'), { name: 'error', code: '42P01' })
+    expect(logged(new StoreUnavailableError('token', { cause: odd }), 'token')).not.toContain('looked for')
     const refused = Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:6379'), { code: 'ECONNREFUSED' })
     const chain = new Error('fetch failed', { cause: new TypeError('wrapped', { cause: refused }) })
     expect(logged(chain, 'userinfo')).toBe('[mcp-dispatch] userinfo: Error: fetch failed (cause: TypeError) (cause: Error ECONNREFUSED)')

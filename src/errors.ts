@@ -354,11 +354,23 @@ function causes(error: Error): string {
   for (let depth = 0; depth < 3 && cause instanceof Error; depth++) {
     const code = (cause as { code?: unknown }).code
     const shown = typeof code === 'string' || typeof code === 'number' ? ` ${String(code).slice(0, 40)}` : ''
-    const hint = typeof code === 'string' && Object.hasOwn(SQLSTATE_HINTS, code) ? `: ${SQLSTATE_HINTS[code]}` : ''
+    const hint = typeof code === 'string' && Object.hasOwn(SQLSTATE_HINTS, code) ? `: ${SQLSTATE_HINTS[code]}${missingRelation(code, cause.message)}` : ''
     text += ` (cause: ${cause.name.slice(0, 60)}${shown}${hint})`
     cause = cause.cause
   }
   return text
+}
+
+/**
+ * The table a 42P01 names (`relation "public.mcp_dispatch_api_tokens" does not exist`): a name
+ * from the store's own SQL, not from anything it read, so it is said, and an operator who runs
+ * `migrate()` on a store given the wrong `schema` sees which table was looked for. Nothing for any
+ * other message.
+ */
+function missingRelation(code: string, message: string): string {
+  if (code !== '42P01') return ''
+  const named = /^relation ("[^"\n]{1,128}") does not exist$/.exec(message)
+  return named ? `; looked for: ${named[1]!}` : ''
 }
 
 /**

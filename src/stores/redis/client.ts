@@ -588,7 +588,8 @@ export function connectRedis(options: RedisStoreOptions, store: { name: string; 
     // Not even a command that must land however late is put in an offline queue: each call of
     // its caller (the token service's rounds of an invalidation) would add one more there for
     // as long as the connection is down, all sent at once when it is back. Refused, it is sent
-    // again by its caller once the client is ready. Read on every call, not only when it
+    // again by its caller: the bus tells the token service once the client is ready again
+    // (`onReady`), which starts a round at once. Read on every call, not only when it
     // matters: a client that emits no `ready` (the node-redis adapter) is seen ready only by a
     // call made while it is.
     const down = lost()

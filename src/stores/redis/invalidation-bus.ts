@@ -368,8 +368,10 @@ export function createRedisInvalidationBus(options: RedisInvalidationBusOptions)
   function unsentConfirmation(error: unknown): void {
     if (closed || !unsentReport()) return
     const reason = error instanceof Error ? error.message : String(error)
+    // The ACL advice only for a refusal of Redis's (NOPERM): a connection that is down says so itself.
+    const acl = /NOPERM/.test(reason) ? ` (with Redis ACLs, this client's user needs that channel: docs/stores.md, "Redis")` : ''
     onError(
-      new Error(`A confirmation on ${ackPrefix}* could not be sent (${reason}): its sender waits its timeoutMs for it (with Redis ACLs, this client's user needs that channel: docs/stores.md, "Redis")`, { cause: error }),
+      new Error(`A confirmation on ${ackPrefix}* could not be sent (${reason}): its sender waits its timeoutMs for it${acl}`, { cause: error }),
       'invalidation confirm',
     )
   }
