@@ -720,15 +720,18 @@ function seconds(ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
 }
 
+/** The default `fetch`'s failure on a runtime without a global one (Node 20 run with `--no-experimental-fetch`). */
+const NO_GLOBAL_FETCH = 'this runtime has no global fetch: give createOAuthValidator a fetch option'
+
 /**
  * Messages of failed calls that name nothing of the request, kept as they are: Node's `fetch`
  * (`fetch failed`; `terminated`, a reset mid-body), workerd's (`Network connection lost.`), and
  * the abort messages of `AbortController` (`This operation was aborted`, `The operation was
- * aborted.`). Any other message may quote the request (a `fetch` of the platform's, or one
+ * aborted.`), and the default `fetch`'s when the runtime has none. Any other message may quote the request (a `fetch` of the platform's, or one
  * that replaced the global, may build its message from its arguments, the token and the client
  * secret included), and is left out.
  */
-const SAFE_CALL_MESSAGES: ReadonlySet<string> = new Set(['fetch failed', 'terminated', 'Network connection lost.', 'The operation was aborted.', 'This operation was aborted'])
+const SAFE_CALL_MESSAGES: ReadonlySet<string> = new Set(['fetch failed', 'terminated', 'Network connection lost.', 'The operation was aborted.', 'This operation was aborted', NO_GLOBAL_FETCH])
 
 /**
  * A failed call in words that hold nothing of the request: the error's name, or its message
@@ -945,7 +948,15 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
   // a result is never trusted past `cacheTtlMs` of real time.
   const now = options.now ?? Date.now
   const elapsed = options.now ?? (() => performance.now())
-  const fetchImpl = options.fetch ?? ((input, init) => globalThis.fetch(input, init))
+  // The global one read at each call (a polyfill installed after creation is used). A runtime
+  // without one (Node 20 run with `--no-experimental-fetch`) says so: its TypeError, reported by
+  // name alone, told the operator only `discovery: TypeError`.
+  const fetchImpl: typeof fetch =
+    options.fetch ??
+    ((input, init) => {
+      if (typeof globalThis.fetch !== 'function') throw new TypeError(NO_GLOBAL_FETCH)
+      return globalThis.fetch(input, init)
+    })
   const timers: OAuthTimers = options.timers ?? {
     setTimeout: (callback, ms) => setTimeout(callback, ms),
     clearTimeout: (handle) => clearTimeout(handle as ReturnType<typeof setTimeout>),

@@ -558,6 +558,14 @@ describe('userinfo mode (the default)', () => {
     const own = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, retry: { attempts: 1 } })
     await unavailable(own.validate(token))
     expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: 'userinfo: fetch failed (ECONNREFUSED)' }))
+    // A runtime with no global fetch (Node 20 run with --no-experimental-fetch) is named as such,
+    // not as a bare `TypeError`; one installed after creation is used.
+    events = []
+    const lacking = validator({ mode: 'userinfo', userinfoEndpoint: `${fake.url}/oidc/me`, retry: { attempts: 1 } })
+    vi.stubGlobal('fetch', undefined)
+    onTestFinished(() => void vi.unstubAllGlobals())
+    await unavailable(lacking.validate(token))
+    expect(events).toContainEqual(expect.objectContaining({ type: 'unavailable', error: 'userinfo: this runtime has no global fetch: give createOAuthValidator a fetch option' }))
   })
 
   it('treats a 407 (which Node\'s fetch fails on) as transient, and leaves no socket behind', async () => {
