@@ -4,24 +4,13 @@
  * the cause without the library's source at hand. Stub `fetch` for the authorization server.
  */
 import { AuthorizationServerUnavailableError, type OAuthValidatorOptions, createOAuthValidator } from 'mcp-dispatch'
-import { describe, expect, it, vi } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
+import { written } from '../helpers/stderr.js'
 
 const ISSUER = 'https://auth.example.com/realms/prod'
 const RESOURCE = 'https://weather.example.com'
 const context = { resource: RESOURCE, appId: 'app_weather' }
-
-/** The lines `logError` wrote while `run` ran. */
-async function written(run: () => Promise<void>): Promise<string[]> {
-  const lines: string[] = []
-  const spy = vi.spyOn(console, 'error').mockImplementation((line: unknown) => void lines.push(String(line)))
-  try {
-    await run()
-  } finally {
-    spy.mockRestore()
-  }
-  return lines
-}
 
 describe('an issuer whose discovery documents are not there (an issuer URL missing its realm path, a typo)', () => {
   /** A server that answers 404 to everything: no discovery document, no `{issuer}/userinfo`. */

@@ -26,7 +26,8 @@ import {
   createTokenService,
 } from 'mcp-dispatch'
 import { type IdentitySigner, createProxyHandler } from 'mcp-dispatch/proxy'
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it } from 'vitest'
+import { written } from '../helpers/stderr.js'
 
 const ISSUER = 'https://auth.example.com'
 const RESOURCE = 'https://weather.example.com'
@@ -147,17 +148,6 @@ describe('OAuth validator events, as docs/oauth.md names them', () => {
 })
 
 describe('OAuth validator without onEvent: what an operator must act on goes to stderr', () => {
-  /** The lines `logError` wrote while `run` ran. */
-  async function written(run: () => Promise<void>): Promise<string[]> {
-    const lines: string[] = []
-    const spy = vi.spyOn(console, 'error').mockImplementation((line: unknown) => void lines.push(String(line)))
-    try {
-      await run()
-    } finally {
-      spy.mockRestore()
-    }
-    return lines
-  }
   const context = { resource: RESOURCE, appId: 'app_weather' }
 
   it('a server down: the 503 and the breaker opening, once each; fail-fast writes nothing; the breaker closing when it answers again', async () => {
