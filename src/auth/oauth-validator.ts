@@ -114,7 +114,8 @@ export type OAuthValidatorEvent =
   | { readonly type: 'joined' }
   /**
    * Refused from the token's own claims, with no upstream call. `expected`: for an `audience
-   * mismatch`, the audience the token was to name (the App address, by default).
+   * mismatch`, the audience the token was to name (the App address, by default), a copy of the
+   * validator's own.
    */
   | { readonly type: 'rejected-locally'; readonly reason: string; readonly expected?: readonly string[] }
   | {
@@ -275,7 +276,10 @@ export interface OAuthValidatorOptions {
    * down, a discovery document naming another issuer), `pending-limit` (`oauth pending
    * limit`), the breaker opening and closing (`oauth breaker`, which stands for the 503s it
    * answers while open), and the cache store's failures (`oauth cache store`): no 503 of the
-   * validator goes untold. Given, it receives every event, and nothing is written.
+   * validator goes untold; and, while no token was accepted since its last line (or the start),
+   * a token refused for its audience, its `nbf` or its issuer (`oauth refused`: a deployment that
+   * refuses every token so, `baseUrl`'s scheme behind a proxy that ends TLS, a clock an hour
+   * off). Given, it receives every event, and nothing is written.
    */
   onEvent?: ((event: OAuthValidatorEvent) => void) | undefined
   /**
@@ -356,7 +360,10 @@ const OPERATOR_LOG_INTERVAL_MS = 10_000
  * token while the authorization server is down is one line, not one per request); the first
  * line after a quiet interval is written at once, and names how many of its kind came since
  * the line before. A clock stepped back counts as a quiet interval. The breaker's changes are
- * written whenever it goes the other way than the last line said: only repeats wait.
+ * written whenever it goes the other way than the last line said: only repeats wait. A refusal
+ * of {@link REFUSALS_TOLD} is written only when `accepted` (tokens accepted) did not move since
+ * the last line of its kind: any client can send such a token; a deployment that refuses every
+ * token so tells no one otherwise.
  */
 function operatorLog(now: () => number, accepted: { count: number }): (event: OAuthValidatorEvent) => void {
   const gate = lineGate(OPERATOR_LOG_INTERVAL_MS, now)
@@ -1886,7 +1893,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             audience,
           })
           if (reason) {
-            emit({ type: 'rejected-locally', reason, ...(reason === 'audience mismatch' && audience && { expected: audience }) })
+            emit({ type: 'rejected-locally', reason, ...(reason === 'audience mismatch' && audience && { expected: [...audience] }) })
             return { active: false, reason }
           }
         } else if (mode === 'userinfo' && audience && disguisedJws(token)) {
@@ -1953,7 +1960,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // In `jwt` mode a token is refused here, from itself and the keys (its signature, its key,
       // its claims, its audience), never upstream: told as such, once, by the request that led.
       if (mode === 'jwt' && !result.active && !flight.joined) {
-        emit({ type: 'rejected-locally', reason: result.reason, ...(result.reason === 'audience mismatch' && audience && { expected: audience }) })
+        emit({ type: 'rejected-locally', reason: result.reason, ...(result.reason === 'audience mismatch' && audience && { expected: [...audience] }) })
       }
       if (result.active) accepted.count++
       return result

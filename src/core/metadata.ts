@@ -31,9 +31,9 @@ export interface ProtectedResourceMetadata {
 export interface ProtectedResourceMetadataOptions {
   /** The App address, `{base_url}` (spec 2.2 `resource`). */
   resource: string
-  /** Issuer URLs of the authorization servers for the App. */
+  /** Issuer URLs of the authorization servers for the App; `[]` leaves `authorization_servers` out (RFC 9728 section 3.2). */
   authorizationServers: readonly string[]
-  /** Defaults to `['openid', 'profile', 'email']` (spec 2.2). */
+  /** Defaults to `['openid', 'profile', 'email']` (spec 2.2); `[]` leaves `scopes_supported` out. */
   scopesSupported?: readonly string[] | undefined
   /**
    * Human-readable name of the App (RFC 9728 `resource_name`, a string). `null` (a name from an

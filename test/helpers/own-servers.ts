@@ -1,23 +1,16 @@
 /**
  * A `redis-server` and a PostgreSQL cluster of a test file's own, on fixed loopback ports, that
  * the test may stop, kill, freeze and start again (the shared servers of the other files are
- * never touched). Each is stopped after the file (`afterAll`) and on the process's exit, even
+ * never touched), below Linux's ephemeral port range. Each is stopped after the file (`afterAll`) and on the process's exit, even
  * when a test failed midway.
  */
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import pg from 'pg'
 import { afterAll } from 'vitest'
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** Why `redis-server` cannot be started here, or `undefined`. */
-export function ownRedisMissing(): string | undefined {
-  const version = spawnSync('redis-server', ['--version'], { encoding: 'utf8' })
-  return version.error ? `redis-server is not installed (${version.error.message})` : undefined
-}
+import { exited, redisProcesses } from './redis-processes.js'
 
 export interface OwnRedis {
   readonly port: number
@@ -26,53 +19,32 @@ export interface OwnRedis {
   start(): Promise<void>
   /** Sends `signal` and waits for the process to end (not for `SIGSTOP`/`SIGCONT`). */
   signal(signal: NodeJS.Signals): Promise<void>
-  /** Kills it for good. */
-  stop(): Promise<void>
 }
 
-/** A `redis-server` on `127.0.0.1:port`, without persistence, started now. */
+/**
+ * A `redis-server` on `127.0.0.1:port` (below Linux's ephemeral range), without persistence,
+ * started now and ended after the test file: one of {@link redisProcesses}, which starts it
+ * again while the port is still taken. Check {@link redisServerMissing} first.
+ */
 export async function startOwnRedis(port: number): Promise<OwnRedis> {
-  let child: ChildProcess | undefined
-  let exited: Promise<void> = Promise.resolve()
-  const kill = () => child?.kill('SIGKILL')
-  process.once('exit', kill)
-  const running = () => child !== undefined && child.exitCode === null && child.signalCode === null
+  const redis = redisProcesses('restart suite Redis', mkdtempSync(join(tmpdir(), 'mcp-dispatch-own-redis-')))
+  afterAll(() => redis.stop())
   const own: OwnRedis = {
     port,
     url: `redis://127.0.0.1:${port}`,
     async start() {
-      if (running()) throw new Error(`redis-server on ${port} is already running`)
-      const started = spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'], {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      })
-      let output = ''
-      started.stdout!.on('data', (chunk: Buffer) => void (output = (output + chunk.toString()).slice(-2_000)))
-      started.stderr!.on('data', (chunk: Buffer) => void (output = (output + chunk.toString()).slice(-2_000)))
-      child = started
-      exited = new Promise<void>((resolve) => started.once('exit', () => resolve()))
-      const deadline = performance.now() + 5_000
-      while (!output.includes('Ready to accept connections')) {
-        if (!running() || performance.now() > deadline) throw new Error(`redis-server did not start on ${port}: ${output.trim().split('\n').pop()}`)
-        await sleep(10)
-      }
+      if (redis.processes.has(port)) throw new Error(`redis-server on ${port} is already running`)
+      await redis.running(port, () => ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'])
     },
     async signal(signal) {
-      if (!running()) return
-      child!.kill(signal)
-      if (signal !== 'SIGSTOP' && signal !== 'SIGCONT') await exited
-    },
-    async stop() {
-      if (running()) {
-        child!.kill('SIGCONT')
-        child!.kill('SIGKILL')
-      }
-      await exited
+      const child = redis.processes.get(port)
+      if (child === undefined) return
+      child.kill(signal)
+      if (signal === 'SIGSTOP' || signal === 'SIGCONT') return
+      await exited(child)
+      redis.processes.delete(port)
     },
   }
-  afterAll(async () => {
-    await own.stop()
-    process.removeListener('exit', kill)
-  })
   await own.start()
   return own
 }

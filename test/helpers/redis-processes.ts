@@ -54,7 +54,7 @@ export async function until(label: string, what: string | (() => string), ms: nu
 }
 
 /** Resolves once `child` has exited (at once when it has). */
-function exited(child: ChildProcess): Promise<void> {
+export function exited(child: ChildProcess): Promise<void> {
   return child.exitCode !== null || child.signalCode !== null ? Promise.resolve() : new Promise<void>((resolve) => child.once('exit', () => resolve()))
 }
 

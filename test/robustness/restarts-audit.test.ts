@@ -1,7 +1,7 @@
 /**
  * Real infrastructure failures and recovery: a `redis-server` and PostgreSQL clusters of this
- * file's own (test/helpers/own-servers.ts: Redis on 127.0.0.1:42201, PostgreSQL on 42210 and,
- * with `max_connections=4`, 42211, PgBouncer in transaction mode on 42220) are stopped
+ * file's own (test/helpers/own-servers.ts: Redis on 127.0.0.1:19201, PostgreSQL on 19210 and,
+ * with `max_connections=4`, 19211, PgBouncer in transaction mode on 19220) are stopped
  * (`SIGTERM`, `pg_ctl stop -m fast`), killed (`SIGKILL`, `-m immediate`), frozen (`SIGSTOP`)
  * and started again (Redis empty: no persistence) while traffic flows through the real pipeline
  * (the Web adapter served over HTTP, the token API, the MCP SDK's servers) on the Redis stores
@@ -39,15 +39,16 @@ import { afterAll, describe, expect, it, vi } from 'vitest'
 import { buildScenarioServer, createWebMcpHandler } from '../adapters/mcp.js'
 import { INITIALIZE, serveFetch } from '../helpers/platform.js'
 import { underProjectCI } from '../helpers/ci.js'
-import { type OwnPostgres, type OwnRedis, ownPostgresMissing, ownRedisMissing, startOwnPostgres, startOwnRedis } from '../helpers/own-servers.js'
+import { type OwnPostgres, type OwnRedis, ownPostgresMissing, startOwnPostgres, startOwnRedis } from '../helpers/own-servers.js'
+import { redisServerMissing } from '../helpers/redis.js'
 import { startPgBouncer } from '../helpers/pgbouncer.js'
 
-const missing = ownPostgresMissing() ?? ownRedisMissing()
+const missing = ownPostgresMissing() ?? redisServerMissing()
 if (missing !== undefined && underProjectCI()) throw new Error(`redis-server and PostgreSQL's server programs are required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
 if (missing !== undefined) console.warn(`[restarts audit] skipped: ${missing}`)
 
 // Started at the top of the file (their afterAll is the file's), stopped after it.
-const postgres: OwnPostgres | undefined = missing === undefined ? await startOwnPostgres(42210) : undefined
+const postgres: OwnPostgres | undefined = missing === undefined ? await startOwnPostgres(19210) : undefined
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -228,7 +229,7 @@ describe.runIf(missing === undefined)('PostgreSQL restarted under traffic', () =
   }
 })
 
-const redisServer: OwnRedis | undefined = missing === undefined ? await startOwnRedis(42201) : undefined
+const redisServer: OwnRedis | undefined = missing === undefined ? await startOwnRedis(19201) : undefined
 
 /** Two instances (A, B) on the own Redis and PostgreSQL, each with its client and bus, as docs/stores.md sets them up. */
 /** Both majors the peer dependency takes (ioredis 5 typed as 6, as test/helpers/redis.ts does). */
@@ -421,7 +422,7 @@ describe.runIf(missing === undefined)('PostgreSQL down while tokens are cached (
 
 describe.runIf(missing === undefined)('PostgreSQL out of connections (max_connections reached)', () => {
   it('every lookup and creation answers 503 at once while the server refuses connections, and all is served once one is free', { timeout: 30_000 }, async () => {
-    const small = await startOwnPostgres(42211, ['max_connections=4', 'superuser_reserved_connections=0'])
+    const small = await startOwnPostgres(19211, ['max_connections=4', 'superuser_reserved_connections=0'])
     const idleErrors: string[] = []
     const setup = new pg.Pool({ connectionString: small.url, max: 1 })
     await createPostgresTokenStore({ pool: setup }).migrate()
@@ -471,7 +472,7 @@ describe.runIf(missing === undefined)('PostgreSQL restarted behind PgBouncer (tr
   for (const { settings, backWithinMs } of [{ settings: [], backWithinMs: 20_000 }, { settings: ['server_login_retry = 1'], backWithinMs: 2_500 }]) {
     it(`preparedStatements: false, PgBouncer ${settings.join(', ') || 'as installed'}: 503 while PostgreSQL is down, never a hang, and served again within ${backWithinMs / 1000} s once it is back`, { timeout: 40_000 }, async () => {
       if (postgres === undefined) throw new Error(missing)
-      const bouncer = await startPgBouncer(42220, 2, { upstream: postgres.url, settings })
+      const bouncer = await startPgBouncer(19220, 2, { upstream: postgres.url, settings })
       if (bouncer === undefined) return
       const idleErrors: string[] = []
       // As docs/stores.md has it behind PgBouncer: no statement_timeout on the pool.

@@ -616,6 +616,33 @@ describe.skipIf(unavailable !== undefined)('PostgreSQL token store', () => {
   })
 
   describe('errors', () => {
+    it('a statement rolled back for a concurrent one (40001, 40P01) is sent again, up to 5 times; any other failure at once; a retry refused as in an aborted transaction (25P02: a pool that is one client inside a transaction of the platform\'s) rejects with the first failure', async () => {
+      const failure = (code: string) => Object.assign(new Error(`failure ${code}`), { code })
+      const answering = (...failures: string[]) => {
+        const sent: string[] = []
+        const pool = {
+          query: async () => {
+            const code = failures[sent.length]
+            sent.push(code ?? 'answered')
+            if (code !== undefined) throw failure(code)
+            return { rows: [] }
+          },
+        }
+        return { store: createPostgresTokenStore({ pool }), sent }
+      }
+      const retried = answering('40001', '40P01')
+      expect(await retried.store.get('t')).toBeUndefined()
+      expect(retried.sent).toEqual(['40001', '40P01', 'answered'])
+      const lost = answering('40001', '40001', '40001', '40001', '40001', '40001')
+      await expect(lost.store.get('t')).rejects.toMatchObject({ code: '40001' })
+      expect(lost.sent).toHaveLength(5)
+      const other = answering('23505')
+      await expect(other.store.get('t')).rejects.toMatchObject({ code: '23505' })
+      expect(other.sent).toEqual(['23505'])
+      const aborted = answering('40001', '25P02')
+      await expect(aborted.store.get('t')).rejects.toMatchObject({ message: 'failure 40001' })
+    })
+
     it('a duplicate id or hash is a TypeError naming it, with the PostgreSQL error as its cause', async () => {
       const store = await postgres.tokenStore()
       const record = makeTokenRecord()

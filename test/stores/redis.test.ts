@@ -656,6 +656,41 @@ describeRedis('Redis stores: what only Redis does', (redis) => {
       await Promise.all([a.close(), b.close(), other.close()])
     })
 
+    it('a publish refused while its command connection was down: once that client is ready again, the bus tells its listeners at once ({ kind: "all" }, which starts the token service\'s round of resends), once; nothing when it refused nothing; each bus on a shared client keeps its own watch when another closes', async () => {
+      const prefix = redis.prefix()
+      // The stores' client as ioredis is one: a `status`, and a `ready` event after each reconnect.
+      const client = Object.assign(new EventEmitter(), { status: 'ready', call: (command: string, ...args: string[]) => redis.client.call(command, ...args) })
+      const a = createRedisInvalidationBus({ client, subscriber: redis.connect(), prefix, heartbeatMs: false })
+      const b = createRedisInvalidationBus({ client, subscriber: redis.connect(), prefix, heartbeatMs: false })
+      await Promise.all([a.ready(5_000), b.ready(5_000)])
+      const heard: Record<'a' | 'b', InvalidationMessage[]> = { a: [], b: [] }
+      a.subscribe((message) => void heard.a.push(message))
+      b.subscribe((message) => void heard.b.push(message))
+      const refused = async (bus: typeof a) => {
+        client.status = 'reconnecting'
+        await expect(bus.publish({ kind: 'token', tokenHash: 'h1' })).rejects.toThrow('the Redis connection is not ready (reconnecting)')
+      }
+      const readyAgain = () => {
+        client.status = 'ready'
+        client.emit('ready')
+      }
+      readyAgain()
+      expect(heard).toEqual({ a: [], b: [] })
+      // A bus delivers its own message to its instance's listeners at once, sent or not.
+      const own = { kind: 'token', tokenHash: 'h1' }
+      await refused(a)
+      expect(heard).toEqual({ a: [own], b: [] })
+      readyAgain()
+      expect(heard).toEqual({ a: [own, { kind: 'all' }], b: [] })
+      readyAgain()
+      expect(heard).toEqual({ a: [own, { kind: 'all' }], b: [] })
+      await refused(b)
+      await a.close()
+      readyAgain()
+      expect(heard).toEqual({ a: [own, { kind: 'all' }], b: [own, { kind: 'all' }] })
+      await b.close()
+    })
+
     it('an invalidation its instance could not publish (its own connection lost, the others listening) is sent again once it can be: the others refuse the token well inside their cache TTL', async () => {
       const prefix = redis.prefix()
       const { apps, subscriptions, store, errors, onError } = tokenWorld()

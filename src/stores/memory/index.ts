@@ -181,8 +181,8 @@ export function createMemoryTokenStore(): TokenStore {
   // Created before the user's last password reset or in its millisecond (the reset ran while
   // it was being made), unless it had expired by then: expired is an end state (spec 3). Judged
   // on the expiry the record has: an edit of the expiry that lands after a reset that found the
-  // token expired (late, before the token service undoes it) makes it a token of the old
-  // password expiring after the reset, revoked as PostgreSQL reads it, not active until the undo.
+  // token expired (late, after the old expiry) makes it a token of the old password expiring
+  // after the reset, revoked as PostgreSQL reads it, not active.
   const revokedByReset = (record: ApiTokenRecord) => {
     const reset = resets.get(record.userId)
     return reset !== undefined && record.revokedAt === null && reset >= record.createdAt && reset < record.expiresAt ? reset : undefined

@@ -279,7 +279,7 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
     // $4 says whether the allowlist changes: NULL is a value of it ("no allowlist"). $6, when
     // set, is the expiry the row must still have (compare-and-swap, as `rotate`). Answered as
     // it reads from then on: a new expiry past a reset that found the token expired (an edit
-    // landing late, which the token service undoes) makes it revoked by that reset.
+    // landing late, after the old expiry) makes it revoked by that reset.
     update: statement(
       'update',
       `UPDATE ${t} AS t

@@ -228,11 +228,16 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
     }
   }
   const run = async (statement: Statement, values: unknown[]) => {
+    let rolledBack: unknown
     for (let attempt = 1; ; attempt++) {
       try {
         return await send(statement, values)
       } catch (error) {
+        // A `pool` that is one client inside a transaction of the platform's: the transaction
+        // is aborted (25P02) once a statement failed, and the first failure is the one to tell.
+        if (rolledBack !== undefined && (error as { code?: unknown } | null)?.code === '25P02') throw rolledBack
         if (attempt >= SERIALIZATION_ATTEMPTS || !rolledBackForAnother(error)) throw error
+        rolledBack ??= error
         // A pause of a few milliseconds, random, so that statements that met once (a password
         // reset among a user's creations) do not meet again in step.
         await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt))
