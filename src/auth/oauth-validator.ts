@@ -727,6 +727,14 @@ function seconds(ms: number): number {
   return Math.max(1, Math.ceil(ms / 1000))
 }
 
+/**
+ * The `rejected-locally` event of a refusal for `reason`; for an `audience mismatch`, with the
+ * audience the token was to name (a copy: an observer may keep or change it).
+ */
+function rejectedLocally(reason: string, audience: readonly string[] | undefined): OAuthValidatorEvent {
+  return { type: 'rejected-locally', reason, ...(reason === 'audience mismatch' && audience && { expected: [...audience] }) }
+}
+
 /** The default `fetch`'s failure on a runtime without a global one (Node 20 run with `--no-experimental-fetch`). */
 const NO_GLOBAL_FETCH = 'this runtime has no global fetch: give createOAuthValidator a fetch option'
 
@@ -734,9 +742,9 @@ const NO_GLOBAL_FETCH = 'this runtime has no global fetch: give createOAuthValid
  * Messages of failed calls that name nothing of the request, kept as they are: Node's `fetch`
  * (`fetch failed`; `terminated`, a reset mid-body), workerd's (`Network connection lost.`), and
  * the abort messages of `AbortController` (`This operation was aborted`, `The operation was
- * aborted.`), and the default `fetch`'s when the runtime has none. Any other message may quote the request (a `fetch` of the platform's, or one
- * that replaced the global, may build its message from its arguments, the token and the client
- * secret included), and is left out.
+ * aborted.`), and the default `fetch`'s when the runtime has none. Any other message may quote
+ * the request (a `fetch` of the platform's, or one that replaced the global, may build its
+ * message from its arguments, the token and the client secret included), and is left out.
  */
 const SAFE_CALL_MESSAGES: ReadonlySet<string> = new Set(['fetch failed', 'terminated', 'Network connection lost.', 'The operation was aborted.', 'This operation was aborted', NO_GLOBAL_FETCH])
 
@@ -1893,7 +1901,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
             audience,
           })
           if (reason) {
-            emit({ type: 'rejected-locally', reason, ...(reason === 'audience mismatch' && audience && { expected: [...audience] }) })
+            emit(rejectedLocally(reason, audience))
             return { active: false, reason }
           }
         } else if (mode === 'userinfo' && audience && disguisedJws(token)) {
@@ -1960,7 +1968,7 @@ export function createOAuthValidator(options: OAuthValidatorOptions): OAuthValid
       // In `jwt` mode a token is refused here, from itself and the keys (its signature, its key,
       // its claims, its audience), never upstream: told as such, once, by the request that led.
       if (mode === 'jwt' && !result.active && !flight.joined) {
-        emit({ type: 'rejected-locally', reason: result.reason, ...(result.reason === 'audience mismatch' && audience && { expected: [...audience] }) })
+        emit(rejectedLocally(result.reason, audience))
       }
       if (result.active) accepted.count++
       return result
