@@ -24,7 +24,7 @@ import {
   errors as joseErrors,
 } from 'jose'
 import { type JsonWebKeyInput, createPublicKey } from 'node:crypto'
-import { B64TOKEN, headerListElements } from '../core/authorization-header.js'
+import { B64TOKEN, bearerChallenges } from '../core/authorization-header.js'
 import { sha256 } from '../core/sha256.js'
 import { hasLoneSurrogate, quoted } from '../core/text.js'
 import type { CacheStore, MaybePromise } from '../core/stores.js'
@@ -463,13 +463,6 @@ interface UpstreamResponse {
 
 /** RFC 6750 section 3.1's errors about the token. */
 const TOKEN_ERRORS: ReadonlySet<string> = new Set(['invalid_request', 'invalid_token', 'insufficient_scope'])
-// One element of a `WWW-Authenticate` list (RFC 9110 section 11.6.1): `scheme`, `scheme param…`,
-// `scheme token68`, or a further `param=value` of the challenge before it.
-const CHALLENGE_START = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]+(.*))?$/s
-// No whitespace after the value: elements come trimmed, and a run there beside the one after
-// `=` (an empty value between them) backtracked quadratically over the authorization server's
-// header (`error=` and 16,000 spaces before a stray `"`: 128 ms of a blocked event loop).
-const AUTH_PARAM = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*=[ \t]*(?:"((?:[^"\\]|\\.)*)"|([!#$%&'*+.^_`|~0-9A-Za-z-]*))$/s
 
 /**
  * Whether a `WWW-Authenticate` value (one field, or several joined with `, `) holds a Bearer
@@ -479,26 +472,7 @@ const AUTH_PARAM = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*=[ \t]*(?:"((?:[^"\\]|\\
  * does not count.
  */
 export function bearerTokenError(header: string): boolean {
-  let bearer = false
-  for (const element of headerListElements(header)) {
-    if (element === '') continue
-    const param = AUTH_PARAM.exec(element)
-    // A `name=value` element continues the challenge before it; anything else starts one.
-    const start = param === null ? CHALLENGE_START.exec(element) : null
-    if (start !== null) {
-      bearer = start[1]!.toLowerCase() === 'bearer'
-      const first = start[2] === undefined ? null : AUTH_PARAM.exec(start[2])
-      if (bearer && first !== null && isTokenError(first)) return true
-    } else if (param !== null && bearer && isTokenError(param)) return true
-    else if (param === null) bearer = false
-  }
-  return false
-}
-
-function isTokenError(param: RegExpExecArray): boolean {
-  if (param[1]!.toLowerCase() !== 'error') return false
-  const value = param[2] !== undefined ? param[2].replace(/\\(.)/gs, '$1') : param[3]!
-  return TOKEN_ERRORS.has(value)
+  return bearerChallenges(header).some((params) => params.some(([name, value]) => name === 'error' && TOKEN_ERRORS.has(value)))
 }
 
 /**

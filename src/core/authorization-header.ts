@@ -125,3 +125,42 @@ export function headerListElements(header: string): string[] {
   return elements
 }
 
+// One element of a `WWW-Authenticate` list (RFC 9110 section 11.6.1): `scheme`, `scheme param…`,
+// `scheme token68`, or a further `param=value` of the challenge before it.
+const CHALLENGE_START = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)(?:[ \t]+(.*))?$/s
+// No whitespace after the value: elements come trimmed, and a run there beside the one after
+// `=` (an empty value between them) backtracked quadratically over an authorization server's
+// header (`error=` and 16,000 spaces before a stray `"`: 128 ms of a blocked event loop).
+const AUTH_PARAM = /^([!#$%&'*+.^_`|~0-9A-Za-z-]+)[ \t]*=[ \t]*(?:"((?:[^"\\]|\\.)*)"|([!#$%&'*+.^_`|~0-9A-Za-z-]*))$/s
+
+/** An auth-param of a challenge: its name in lower case, and its value (a quoted one unescaped). */
+export type AuthParam = readonly [name: string, value: string]
+
+/**
+ * The auth-params of each `Bearer` challenge of a `WWW-Authenticate` value (one field, or several
+ * joined with `, `), in order, wherever the challenge stands among other schemes' challenges
+ * (`DPoP …, Bearer error="insufficient_scope"`); a repeated name is kept each time (what to make
+ * of it is the caller's). Commas inside quoted strings do not split; a parameter of another
+ * scheme's challenge, or inside a quoted value, is none of a Bearer challenge's.
+ * @internal
+ */
+export function bearerChallenges(header: string): AuthParam[][] {
+  const challenges: AuthParam[][] = []
+  let current: AuthParam[] | undefined
+  const param = (match: RegExpExecArray): AuthParam => [match[1]!.toLowerCase(), match[2] !== undefined ? match[2].replace(/\\(.)/gs, '$1') : match[3]!]
+  for (const element of headerListElements(header)) {
+    if (element === '') continue
+    const continued = AUTH_PARAM.exec(element)
+    // A `name=value` element continues the challenge before it; anything else starts one.
+    const start = continued === null ? CHALLENGE_START.exec(element) : null
+    if (start !== null) {
+      current = start[1]!.toLowerCase() === 'bearer' ? [] : undefined
+      if (current === undefined) continue
+      challenges.push(current)
+      const first = start[2] === undefined ? null : AUTH_PARAM.exec(start[2])
+      if (first !== null) current.push(param(first))
+    } else if (continued !== null) current?.push(param(continued))
+    else current = undefined
+  }
+  return challenges
+}

@@ -777,6 +777,12 @@ describe('proxy handler', () => {
       // Tokens for values, parameter names in any case, another challenge after it.
       answer('bearer Error=insufficient_scope, SCOPE="files:read", Basic realm="x"')
       expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope", scope="files:read"`)
+      // Wherever the Bearer challenge stands among the upstream's (regression: only a first one
+      // was read); another scheme's parameters are not its own.
+      answer('DPoP algs="ES256", error="insufficient_scope", scope="admin", Bearer error="insufficient_scope", scope="files:read"')
+      expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope", scope="files:read"`)
+      answer('Basic realm="x", Bearer realm="y", Bearer error="insufficient_scope", scope="files:write"')
+      expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope", scope="files:write"`)
       // A scope or description that cannot be written back as it came is left out.
       answer('Bearer error="insufficient_scope", scope="a\\"b", error_description="a\tb"')
       expect(await call()).toBe(`Bearer ${metadata}, error="insufficient_scope"`)
@@ -785,6 +791,7 @@ describe('proxy handler', () => {
         ['Bearer error="invalid_token"', 403, context],
         ['Bearer error="insufficient_scope", scope="x"', 404, context],
         ['Basic error="insufficient_scope"', 403, context],
+        ['DPoP error="insufficient_scope", scope="x", Bearer realm="y"', 403, context],
         ['Bearer error="insufficient_scope", scope="x"', 403, { ...context, identity: { subject: 'alice', method: 'api_token', tokenId: 't1' } }],
       ] as const) {
         answer(challenge, status)

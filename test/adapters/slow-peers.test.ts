@@ -167,10 +167,12 @@ describe('a GET stream whose token is revoked, of a client that reads slowly', (
     const client = rawClient(port, `GET / HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.created.token}\r\nAccept: text/event-stream\r\n\r\n`)
     let tail = ''
     client.socket.on('data', (data: Buffer) => void (tail = (tail + data.toString('latin1')).slice(-16)))
-    // Reads what it has buffered (a socket buffers 64 KiB at most) every 50 ms: slower than the
-    // App writes, never stopped.
+    // Reads what it has buffered (a socket buffers 64 KiB at most) every 20 ms: slower than the
+    // App writes, never stopped, and fast enough that what is on its way drains well within the
+    // stream's 10 s grace on a loaded machine (at every 50 ms, a CI run with other work beside
+    // it was cut at the grace).
     client.socket.pause()
-    const pace = setInterval(() => void client.socket.read(), 50)
+    const pace = setInterval(() => void client.socket.read(), 20)
     cleanups.push(() => clearInterval(pace))
     await until(() => app.state.written >= 4 * 1024 * 1024, 'the App done writing')
     expect(client.state.received).toBeLessThan(app.state.written)

@@ -62,6 +62,7 @@
  * ```
  * @module
  */
+import { bearerChallenges } from '../../core/authorization-header.js'
 import { isFieldName } from '../../core/cors.js'
 import { PROTECTED_RESOURCE_METADATA_PATH } from '../../core/metadata.js'
 import { isEventStream, quoted } from '../../core/text.js'
@@ -179,8 +180,6 @@ const NEVER_RELAYED = new Set([
 
 /** An `error_description` value (RFC 6750 section 3). */
 const DESCRIPTION_VALUE = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,500}$/
-/** One auth-param of a challenge (RFC 9110 section 11.2): a token name, a token or quoted value. */
-const AUTH_PARAM = /[\t ]*([!#$%&'*+.^_`|~0-9A-Za-z-]+)[\t ]*=[\t ]*(?:([!#$%&'*+.^_`|~0-9A-Za-z-]+)|"((?:[^"\\]|\\.)*)")[\t ]*(?:,|$)/y
 
 /**
  * The challenge relayed for an upstream's 403 that asks for more scope (MCP authorization,
@@ -195,16 +194,12 @@ const AUTH_PARAM = /[\t ]*([!#$%&'*+.^_`|~0-9A-Za-z-]+)[\t ]*=[\t ]*(?:([!#$%&'*
  */
 function scopeChallenge(status: number, header: string | null, context: DispatchContext): string | undefined {
   if (status !== 403 || header === null || context.identity.method !== 'oauth') return undefined
-  const scheme = /^[\t ]*Bearer[\t ]+/i.exec(header)
-  if (scheme === null) return undefined
-  const params = new Map<string, string>()
-  AUTH_PARAM.lastIndex = scheme[0].length
-  for (let match = AUTH_PARAM.exec(header); match !== null; match = AUTH_PARAM.exec(header)) {
-    const name = match[1]!.toLowerCase()
-    // The first of a name counts (a repeated one is not to be trusted either way).
-    if (!params.has(name)) params.set(name, match[2] ?? match[3]!.replace(/\\(.)/g, '$1'))
-  }
-  if (params.get('error') !== 'insufficient_scope') return undefined
+  // The Bearer challenge asking for scope, wherever it stands among the upstream's challenges
+  // (`DPoP …, Bearer error="insufficient_scope"`: regression, only a first one was read).
+  // Of a name it repeats, the first counts (a repeated one is not to be trusted either way).
+  const firsts = bearerChallenges(header).map((challenge) => new Map([...challenge].reverse()))
+  const params = firsts.find((challenge) => challenge.get('error') === 'insufficient_scope')
+  if (params === undefined) return undefined
   let challenge = `${buildWwwAuthenticate({ resourceMetadataUrl: context.baseUrl + PROTECTED_RESOURCE_METADATA_PATH })}, error="insufficient_scope"`
   const scope = params.get('scope')
   if (scope !== undefined && SCOPE_LIST.test(scope)) challenge += `, scope="${scope}"`
