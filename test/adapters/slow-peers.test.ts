@@ -22,6 +22,7 @@ import express from 'express'
 import Fastify from 'fastify'
 import { afterEach, describe, expect, it } from 'vitest'
 import { HOST, aliceOnWeather, close, listen, signedProxy } from './helpers.js'
+import { INITIALIZE as INITIALIZE_MESSAGE } from '../helpers/platform.js'
 
 const cleanups: Array<() => Promise<void> | void> = []
 afterEach(async () => {
@@ -29,12 +30,7 @@ afterEach(async () => {
 })
 
 const SESSION_ID = 'f5c5bfa4-6f0e-4c36-9d0e-8e2f3a1b2c3d'
-const INITIALIZE = JSON.stringify({
-  jsonrpc: '2.0',
-  id: 1,
-  method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'slow', version: '1' } },
-})
+const INITIALIZE = JSON.stringify(INITIALIZE_MESSAGE)
 
 async function serve(server: http.Server): Promise<number> {
   const port = await listen(server)

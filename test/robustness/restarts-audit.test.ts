@@ -17,16 +17,7 @@ import { fileURLToPath } from 'node:url'
 import { Redis } from 'ioredis'
 import { Redis as Redis5 } from 'ioredis5'
 import pg from 'pg'
-import {
-  type TokenService,
-  createDispatcher,
-  createMemoryAppStore,
-  createMemoryInvalidationBus,
-  createMemorySubscriptionStore,
-  createTokenApi,
-  createTokenService,
-  type InvalidationBus,
-} from 'mcp-dispatch'
+import type { InvalidationBus } from 'mcp-dispatch'
 import { createPostgresTokenStore } from 'mcp-dispatch/postgres'
 import {
   type RedisInvalidationBus,
@@ -34,14 +25,13 @@ import {
   createRedisRateLimitStore,
   createRedisSessionStore,
 } from 'mcp-dispatch/redis'
-import { mcpDispatch, routeByVersion } from 'mcp-dispatch/web'
 import { afterAll, describe, expect, it, vi } from 'vitest'
-import { buildScenarioServer, createWebMcpHandler } from '../adapters/mcp.js'
-import { INITIALIZE, serveFetch } from '../helpers/platform.js'
+import { INITIALIZE } from '../helpers/platform.js'
 import { underProjectCI } from '../helpers/ci.js'
 import { type OwnPostgres, type OwnRedis, ownPostgresMissing, startOwnPostgres, startOwnRedis } from '../helpers/own-servers.js'
 import { redisServerMissing } from '../helpers/redis.js'
 import { startPgBouncer } from '../helpers/pgbouncer.js'
+import { type Instance, startInstance as startPipelineInstance } from '../stores/postgres-pipeline-suite.js'
 
 const missing = ownPostgresMissing() ?? redisServerMissing()
 if (missing !== undefined && underProjectCI()) throw new Error(`redis-server and PostgreSQL's server programs are required under .ci/run (MCP_DISPATCH_CI): ${missing}`)
@@ -51,13 +41,6 @@ if (missing !== undefined) console.warn(`[restarts audit] skipped: ${missing}`)
 const postgres: OwnPostgres | undefined = missing === undefined ? await startOwnPostgres(19210) : undefined
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-interface Instance {
-  readonly origin: string
-  readonly tokens: TokenService
-  readonly errors: Array<{ context: string; message: string }>
-  close(): Promise<void>
-}
 
 interface InstanceOptions {
   pool: pg.Pool
@@ -70,67 +53,29 @@ interface InstanceOptions {
   lastUsedFlushMs?: number
 }
 
-async function startInstance(options: InstanceOptions): Promise<Instance> {
-  const errors: Instance['errors'] = []
-  const onError = (error: unknown, context: string) => void errors.push({ context, message: error instanceof Error ? error.message : String(error) })
-  const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0'] }])
-  const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
-  const store = createPostgresTokenStore({ pool: options.pool, ...(options.preparedStatements !== undefined && { preparedStatements: options.preparedStatements }) })
-  const tokens = createTokenService({
-    store,
-    apps,
-    subscriptions,
-    cacheTtlMs: options.cacheTtlMs ?? 0,
-    invalidations: options.invalidations ?? createMemoryInvalidationBus(),
-    storeTimeoutMs: 3_000,
-    ...(options.lastUsedFlushMs !== undefined && { lastUsedFlushMs: options.lastUsedFlushMs }),
-    onError,
-  })
-  const dispatcher = createDispatcher({
-    apps,
-    subscriptions,
-    tokens,
-    resolveApp: () => apps.getApp('app_weather'),
-    onError,
+/** The pipeline suite's instance (token API and the weather App's MCP), on the real clock, with Redis stores when given a client. */
+function startInstance(options: InstanceOptions): Promise<Instance> {
+  return startPipelineInstance({
+    pool: options.pool,
+    now: Date.now,
+    ...(options.cacheTtlMs !== undefined && { cacheTtlMs: options.cacheTtlMs }),
+    ...(options.invalidations !== undefined && { invalidations: options.invalidations }),
+    ...(options.preparedStatements !== undefined && { preparedStatements: options.preparedStatements }),
+    service: { storeTimeoutMs: 3_000, ...(options.lastUsedFlushMs !== undefined && { lastUsedFlushMs: options.lastUsedFlushMs }) },
     ...(options.redis !== undefined && {
-      sessions: createRedisSessionStore({ client: options.redis, prefix: 'restarts:', timeoutMs: 500 }),
-      rateLimit: {
-        store: createRedisRateLimitStore({ client: options.redis, prefix: 'restarts:', timeoutMs: 500 }),
-        policy: () => ({ limit: options.rateLimit ?? 1_000, windowType: 'minute' as const }),
+      dispatcher: {
+        sessions: createRedisSessionStore({ client: options.redis, prefix: 'restarts:', timeoutMs: 500 }),
+        rateLimit: {
+          store: createRedisRateLimitStore({ client: options.redis, prefix: 'restarts:', timeoutMs: 500 }),
+          policy: () => ({ limit: options.rateLimit ?? 1_000, windowType: 'minute' as const }),
+        },
       },
     }),
   })
-  const handlers: Array<{ close(): Promise<void> }> = []
-  const mcp = mcpDispatch({
-    dispatcher,
-    onError,
-    handler: routeByVersion((app, version) => {
-      const handler = createWebMcpHandler(() => buildScenarioServer(app.slug, version))
-      handlers.push(handler)
-      return (request) => handler.handle(request)
-    }),
-  })
-  const api = createTokenApi({
-    tokens,
-    authenticateSession: (request) => (request.headers.get('cookie') === 'session=alice' ? { userId: 'alice' } : null),
-    verifyCsrf: (request) => request.headers.get('x-csrf-token') === 'csrf-alice',
-    onError,
-  })
-  const served = await serveFetch(async (request, info) => {
-    if (new URL(request.url).pathname.startsWith('/api/tokens')) return (await api(request)) ?? new Response('not found', { status: 404 })
-    return mcp(request, info)
-  }, 0)
-  return {
-    origin: `http://127.0.0.1:${served.port}`,
-    tokens,
-    errors,
-    async close() {
-      await Promise.all(handlers.map((h) => h.close()))
-      await tokens.close()
-      await served.close()
-    },
-  }
 }
+
+/** The message of a reported error. */
+const said = (error: unknown) => (error instanceof Error ? error.message : String(error))
 
 /** A call of the token API as alice, bounded: a hung request fails the test, it is not waited for. */
 async function asAlice(instance: Instance, method: string, path: string, body?: unknown): Promise<{ status: number; json: any; ms: number }> {
@@ -540,9 +485,9 @@ describe.runIf(missing === undefined)('PostgreSQL stopped (immediate) in the mid
       expect(new Set(statuses.filter((s) => ![201, 400, 503].includes(s)))).toEqual(new Set())
       // A token stored for a caller told 503 is revoked (or was never stored), or reported
       // naming it under the context docs/pipeline.md gives for a token to revoke.
-      const reported = instance.errors.filter((e) => /may have been created/.test(e.message))
+      const reported = instance.errors.filter((e) => /may have been created/.test(said(e.error)))
       for (const e of reported) expect(e.context).toBe('token store write whose caller was told 503')
-      for (const id of orphans) expect(reported.map((e) => e.message).join('\n')).toContain(id)
+      for (const id of orphans) expect(reported.map((e) => said(e.error)).join('\n')).toContain(id)
     } finally {
       await instance.close()
       await pool.end()
@@ -624,8 +569,8 @@ describe.runIf(missing === undefined)('PostgreSQL frozen (SIGSTOP on every proce
       // The second pass of what must be put right: storeTimeoutMs (3 s) after each failure.
       await sleep(4_000)
       const rows = (await pool.query("SELECT id, name, revoked_at FROM public.mcp_dispatch_api_tokens WHERE user_id = $1 AND name LIKE 'frozen-%'", ['alice'])).rows
-      const reported = instance.errors.filter((e) => /may have been created/.test(e.message))
-      for (const row of rows.filter((row) => row.revoked_at === null)) expect(reported.map((e) => e.message).join('\n')).toContain(row.id)
+      const reported = instance.errors.filter((e) => /may have been created/.test(said(e.error)))
+      for (const row of rows.filter((row) => row.revoked_at === null)) expect(reported.map((e) => said(e.error)).join('\n')).toContain(row.id)
       const answersAfter = await Promise.all(Array.from({ length: 8 }, () => initialize(instance, made.token, null)))
       expect(answersAfter.map((a) => a.status)).toEqual(Array(8).fill(400))
     } finally {

@@ -10,7 +10,9 @@
  * PostgreSQL gives 503, never a 200, and never a hung request.
  */
 import {
+  type DispatcherOptions,
   type TokenService,
+  type TokenServiceOptions,
   type InvalidationBus,
   createDispatcher,
   createMemoryAppStore,
@@ -55,6 +57,12 @@ export async function startInstance(options: {
   storeTimeoutMs?: number
   pepper?: string
   previousPeppers?: readonly (string | null)[]
+  /** The clock of the service and the dispatcher; default the instance's `clock`, which stands still until advanced. */
+  now?: () => number
+  /** More options of the token service (`storeTimeoutMs`, `lastUsedFlushMs`…). */
+  service?: Partial<TokenServiceOptions>
+  /** More options of the dispatcher (`sessions`, `rateLimit`…). */
+  dispatcher?: Partial<DispatcherOptions>
 }): Promise<Instance> {
   const queries: PostgresQuery[] = []
   const pool: PostgresQueryable = {
@@ -71,6 +79,7 @@ export async function startInstance(options: {
   // Unnamed statements are told by their text.
   const named = new Map(Object.values(tokenStatements(tokenTableNames({ schema: options.schema }))).map((s) => [s.text, s.name]))
   const clock = createClock()
+  const now = options.now ?? clock.now
   const errors: Instance['errors'] = []
   const onError = (error: unknown, context: string) => errors.push({ error, context })
   const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '1.1.0'] }])
@@ -81,10 +90,11 @@ export async function startInstance(options: {
     subscriptions,
     cacheTtlMs: options.cacheTtlMs ?? 0,
     invalidations: options.invalidations ?? createMemoryInvalidationBus(),
-    now: clock.now,
+    now,
     onError,
     ...(options.pepper !== undefined && { pepper: options.pepper }),
     ...(options.previousPeppers !== undefined && { previousPeppers: options.previousPeppers }),
+    ...options.service,
   })
   const dispatcher = createDispatcher({
     apps,
@@ -92,8 +102,9 @@ export async function startInstance(options: {
     tokens,
     resolveApp: () => apps.getApp('app_weather'),
     ...(options.storeTimeoutMs !== undefined && { storeTimeoutMs: options.storeTimeoutMs }),
-    now: clock.now,
+    now,
     onError,
+    ...options.dispatcher,
   })
   const sessions: Array<{ close(): Promise<void> }> = []
   const mcp = mcpDispatch({
