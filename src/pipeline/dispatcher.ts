@@ -311,7 +311,9 @@ export interface DispatcherOptions {
    * `scopes_supported` of the metadata; default `['openid', 'profile', 'email']`. An array of
    * scope names (RFC 6749 section 3.3: printable ASCII, no spaces, double quotes or
    * backslashes; `ConfigurationError` otherwise), copied when the dispatcher is created. `[]`
-   * leaves `scopes_supported` out of the document (RFC 9728 section 3.2).
+   * leaves `scopes_supported` out of the document (RFC 9728 section 3.2). `offline_access` among
+   * them is served, and told to `onError` once at creation (context `configuration`): MCP
+   * servers should not name it (SEP-2207, MCP 2026-07-28), clients ask for it themselves.
    */
   scopesSupported?: readonly string[] | undefined
   /**
@@ -325,6 +327,7 @@ export interface DispatcherOptions {
    * mode (the userinfo endpoint refuses tokens granted without it) (`ConfigurationError`
    * otherwise); copied when the dispatcher is created. Name scopes the authorization server
    * issues: one that does not know a scope may refuse the client's registration.
+   * `offline_access` is told to `onError` once at creation, as in `scopesSupported`.
    */
   challengeScope?: readonly string[] | null | undefined
   /**
@@ -841,6 +844,24 @@ export function createDispatcher(options: DispatcherOptions): Dispatcher {
       throw new ConfigurationError(
         'challengeScope',
         'must name "openid" with a validator in userinfo mode: clients ask for these scopes alone, and the userinfo endpoint refuses a token granted without it',
+      )
+    }
+  }
+  // A refresh token is the client's business with its authorization server (it asks for
+  // `offline_access` there when that server lists it): resource servers SHOULD NOT name it in
+  // the metadata or the challenge (MCP 2026-07-28, SEP-2207). Told once, not refused: an
+  // authorization server that grants it only when asked for alongside the rest may need it.
+  for (const [option, scopes] of [
+    ['scopesSupported', scopesSupported ?? []],
+    ['challengeScope', challengeScope?.split(' ') ?? []],
+  ] as const) {
+    if (scopes.includes('offline_access')) {
+      onError(
+        new ConfigurationError(
+          option,
+          'names "offline_access", which MCP servers should not (SEP-2207, MCP 2026-07-28): a client that wants refresh tokens asks its authorization server for that scope itself',
+        ),
+        'configuration',
       )
     }
   }

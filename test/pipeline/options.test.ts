@@ -303,6 +303,23 @@ describe('options checked at creation', () => {
     expect(refusedOption(() => createDispatcher({ apps, subscriptions, tokens, oauth: custom, authorizationServers: [issuer] }))).toBeUndefined()
   })
 
+  it('offline_access in scopesSupported or challengeScope is served as given, and told once at creation (SEP-2207)', async () => {
+    const told: Array<[unknown, string]> = []
+    const onError = (error: unknown, context: string) => void told.push([error, context])
+    const dispatcher = createDispatcher({ apps, subscriptions, tokens, onError, scopesSupported: ['openid', 'offline_access'], challengeScope: ['openid', 'offline_access'] })
+    expect(told.map(([error, context]) => [(error as ConfigurationError).option, context])).toEqual([
+      ['scopesSupported', 'configuration'],
+      ['challengeScope', 'configuration'],
+    ])
+    expect(told.every(([error]) => error instanceof ConfigurationError && /offline_access.*SEP-2207/.test(error.message))).toBe(true)
+    const answer = await mcpDispatch({ dispatcher, handler: () => new Response('{}') })(new Request(`http://${HOST}/.well-known/oauth-protected-resource`))
+    expect((await answer.json()).scopes_supported).toEqual(['openid', 'offline_access'])
+    // Nothing said of lists without it, nor of the defaults.
+    createDispatcher({ apps, subscriptions, tokens, onError, scopesSupported: ['openid', 'offline'], challengeScope: ['mcp:offline_access'] })
+    createDispatcher({ apps, subscriptions, tokens, onError })
+    expect(told).toHaveLength(2)
+  })
+
   it("the dispatcher's allowedOrigins entries are origins: ones that could never match are refused, naming the entry", () => {
     const dispatcher = (allowedOrigins: string[]) => () => createDispatcher({ apps, subscriptions, tokens, allowedOrigins })
     // A wildcard host too: no browser sends one, so it matched nothing (regression: accepted).
