@@ -50,6 +50,7 @@ import { clockOption, lruClock } from '../stores/lru-clock.js'
 import { MAX_TIMER_MS, timerOption, timersEndWithRequest, withTimeout } from '../timeout.js'
 import { createMemoryInvalidationBus } from '../stores/memory/index.js'
 import { createInvalidationSender } from './invalidation-resend.js'
+import { computeBackoff } from '../auth/backoff.js'
 
 const DAY_MS = 86_400_000
 /**
@@ -63,6 +64,12 @@ export const TOKEN_LIFETIMES_DAYS = [7, 30, 90] as const
 export const MAX_TOKEN_LIFETIME_MS = 90 * DAY_MS
 /** Longest a cached token record may be trusted (spec 3: revocation within 10 minutes). */
 const MAX_TOKEN_CACHE_TTL_MS = 600_000
+/** How long a pass putting right a write whose caller was told 503 is tried again while it fails. */
+const PUT_RIGHT_RETRY_MS = 600_000
+/** The waits between those tries: 0.5–1 s first, then a ceiling doubling to 30 s (half jittered). */
+const PUT_RIGHT_BACKOFF = { baseDelayMs: 1_000, maxDelayMs: 30_000 }
+/** Most passes waiting to be tried again at once; past it, the oldest is given up (reported). */
+const MAX_PUT_RIGHT_RETRIES = 10_000
 
 /** State of a token (spec 3). */
 export type ApiTokenStatus = 'active' | 'expired' | 'revoked'
@@ -448,8 +455,9 @@ export interface TokenService {
    * `close`, keep their timer: written when it fires, or reported to `onError` if the store is
    * closed by then, provided the process still runs, which the timer does not keep); waits for
    * the second passes over writes whose caller was told 503 that are still to
-   * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), stops listening for
-   * invalidations, and gives the invalidations whose publish failed and that are still being
+   * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), gives those passes that
+   * failed and wait to be tried again their last try (reporting to `onError` those it gives
+   * up), stops listening for invalidations, and gives the invalidations whose publish failed and that are still being
    * sent again one last try (under `storeTimeoutMs`, or the bus's `publishTimeoutMs` and a
    * second when longer), reporting to `onError` how many it could not send. Safe to call again:
    * a second call writes the uses recorded since (reported to `onError` if the store is closed
@@ -899,7 +907,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         await invalidate(current.tokenHash, true)
         // Its caller left meanwhile: nobody holds the new secret (see `SecretCallOptions`).
         if (signal?.aborted) {
-          await undo()
+          await putRight(undo, 'token store')
           throw signal.reason ?? new Error('The caller left')
         }
         // Its write landed once the token had expired (spec 3: only an active token is rotated):
@@ -932,7 +940,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     try {
       await storeCall(() => store.rotate(id, previous, landedHash))
     } catch (error) {
-      onError(new Error(`token ${id}: a rotation whose caller was told 503 (it may have landed) could not be undone`, { cause: error }), 'token store')
+      throw new Error(`token ${id}: a rotation whose caller was told 503 (it may have landed) could not be undone`, { cause: error })
     } finally {
       await Promise.all([invalidate(landedHash, true), invalidate(replacedHash)])
     }
@@ -982,6 +990,72 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     waitUntil?.(done)
   }
 
+  // Passes putting right a write that failed and wait to be tried again, oldest first: each
+  // one's timer, what tries it now (the timer cleared) and what gives it up; and those being
+  // tried again. `close` tries the first at once and waits for both.
+  const retriesDue = new Map<ReturnType<typeof setTimeout>, { readonly now: () => Promise<void>; readonly giveUp: () => void }>()
+  const retriesRunning = new Set<Promise<void>>()
+
+  /**
+   * Runs `run`, a pass putting right a write (harmless when nothing is to be put right, and
+   * when repeated), and answers whether it succeeded; never rejects. When it fails (the store
+   * still down), the failure is reported under `context`, naming the token, and the pass is
+   * tried again, silently, 0.5–1 s later and then with waits doubling to 30 s, for
+   * {@link PUT_RIGHT_RETRY_MS} while the service is open, and once more at `close`; when none
+   * of those succeeds, its last failure is reported as given up (so is the oldest waiting when
+   * {@link MAX_PUT_RIGHT_RETRIES} wait). `succeeded` runs after a try that succeeds. After
+   * `close`, a failure is reported and not tried again. `failed`: the pass has just been made
+   * and failed so; it is not made again at once.
+   */
+  function putRight(run: () => unknown, context: string, succeeded?: () => void, failed?: { readonly error: unknown }): Promise<boolean> {
+    const since = monotonic()
+    let tries = 0
+    let failure: unknown
+    const giveUp = () => onError(givenUp(failure, tries), context)
+    const failedWith = (error: unknown): false => {
+      failure = error
+      const last = closed || monotonic() - since >= PUT_RIGHT_RETRY_MS
+      if (tries === 1) onError(error, context)
+      else if (last) giveUp()
+      if (!last) retryLater()
+      return false
+    }
+    const attempt = async (): Promise<boolean> => {
+      tries++
+      try {
+        await run()
+      } catch (error) {
+        return failedWith(error)
+      }
+      succeeded?.()
+      return true
+    }
+    const retryLater = () => {
+      if (retriesDue.size >= MAX_PUT_RIGHT_RETRIES) {
+        const [oldest, retry] = retriesDue.entries().next().value!
+        clearTimeout(oldest)
+        retriesDue.delete(oldest)
+        retry.giveUp()
+      }
+      let release: (() => void) | undefined
+      const now = (): Promise<void> => {
+        clearTimeout(timer)
+        retriesDue.delete(timer)
+        const running = attempt().then(() => release?.())
+        retriesRunning.add(running)
+        void running.finally(() => retriesRunning.delete(running))
+        return running
+      }
+      const timer = setTimeout(now, computeBackoff(tries, PUT_RIGHT_BACKOFF))
+      timer.unref?.()
+      retriesDue.set(timer, { now, giveUp: () => (giveUp(), release?.()) })
+      waitUntil?.(new Promise<void>((resolve) => (release = resolve)))
+    }
+    if (failed === undefined) return attempt()
+    tries = 1
+    return Promise.resolve(failedWith(failed.error))
+  }
+
   /**
    * A store call under `storeTimeoutMs`. A write whose caller is told 503 may still have
    * landed, and `reconcile` puts that right (invalidates, or undoes, what it changed, as it
@@ -1013,21 +1087,12 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (error instanceof InvalidInputError || error instanceof NotFoundError) throw error
       if (reconcile && answer instanceof Promise) {
         const unknown = reconcile.unknown ?? (() => undefined)
-        // Run as promise reactions, so nothing a reconciler throws escapes unreported.
-        const report = (e: unknown) => onError(e, 'token store write whose caller was told 503')
-        const runUnknown = () =>
-          Promise.resolve()
-            .then(unknown)
-            .then(
-              () => true,
-              (e: unknown) => (report(e), false),
-            )
-        // Once more later when it succeeded; one that failed was reported, telling the platform
-        // what to put right.
-        const reconcileUnknown = () => runUnknown().then((done) => done && runAgainLater(() => runUnknown().then(() => {})))
+        const context = 'token store write whose caller was told 503'
+        // Once more `storeTimeoutMs` after it succeeded (at its first try or a later one).
+        const reconcileUnknown = () => putRight(unknown, context, () => runAgainLater(() => putRight(unknown, context).then(() => {})))
         if (!settled) {
           answer.then(
-            (value) => void Promise.resolve(value).then(reconcile.landed).catch(report),
+            (value) => void putRight(() => reconcile.landed(value), context),
             () => void reconcileUnknown(),
           )
         } else {
@@ -1571,18 +1636,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     try {
       after = await countActive(data.userId)
     } catch (error) {
-      // Its caller gets 503 with the token stored: reported as every other write put right
-      // after a 503 is (docs/pipeline.md), the context a platform watches for a token to revoke.
-      await revokeUnheld().catch((e: unknown) => onError(e, 'token store write whose caller was told 503'))
+      // Its caller gets 503 with the token stored: put right (and reported, if it cannot be) as
+      // every other write whose caller got 503 is (docs/pipeline.md).
+      await putRight(revokeUnheld, 'token store write whose caller was told 503')
       throw error
     }
     if (after > maxActiveTokens) {
-      await revokeRefused('was created past maxActiveTokensPerUser (its caller was refused 409)').catch((e: unknown) => onError(e, 'token store'))
+      await putRight(() => revokeRefused('was created past maxActiveTokensPerUser (its caller was refused 409)'), 'token store')
       throw tooMany()
     }
     // Its caller left meanwhile: nobody holds its secret (see `SecretCallOptions`).
     if (signal?.aborted) {
-      await revokeRefused('was created though its caller had left').catch((e: unknown) => onError(e, 'token store'))
+      await putRight(() => revokeRefused('was created though its caller had left'), 'token store')
       throw signal.reason ?? new Error('The caller left')
     }
     return { record, token: secret.token }
@@ -1751,9 +1816,10 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         try {
           undone = await undoIfExpired(before)
         } catch (error) {
-          // Nothing is known for sure: the caller is told the store failed, and the platform
-          // hears which token may have come back.
-          onError(error, 'token store')
+          // Nothing is known for sure: the caller is told the store failed, the platform hears
+          // which token may have come back, and the undo is tried again while it fails, as
+          // what puts right a write whose caller got 503 is.
+          void putRight(() => undoIfExpired(before), 'token store', undefined, { error })
           await invalidate(updated.tokenHash)
           throw new StoreUnavailableError('token', { cause: error })
         }
@@ -2033,11 +2099,23 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         releaseFlushTimer?.()
         releaseFlushTimer = undefined
       }
+      // Passes putting right a write that wait to be tried again get their last try now (what
+      // fails it is reported as given up), beside those being tried.
+      await Promise.all([...[...retriesDue.values()].map((retry) => retry.now()), ...retriesRunning])
       // Nor sent again: invalidations still waiting get one last try, and what fails it is reported.
       await sender.close()
     },
   }
   return service
+}
+
+/**
+ * The report of a pass putting right a write that was tried again for a while and given up:
+ * its last failure (which names the token), saying so.
+ */
+function givenUp(error: unknown, tries: number): Error {
+  const message = error instanceof Error ? error.message : String(error)
+  return new Error(`${message} (tried ${tries} times, given up)`, { cause: error })
 }
 
 /** `previousPeppers`, checked: non-empty strings or `null`, each once, none `pepper`'s own scheme. */
