@@ -230,9 +230,12 @@ export type TokenStatements = Record<
 >
 
 /**
- * Every statement the store runs, for one table. Statement names carry a digest of the table
- * name, so stores on different tables can share a pool (a prepared statement is per
- * connection and per name). Writes that lock several rows (`touch`, `revokeAllForUser`) lock
+ * Every statement the store runs, for one table. Statement names carry a digest of the
+ * statement's text (the table's name in it), so stores on different tables can share a pool (a
+ * prepared statement is per connection and per name), and so can the stores of two versions of
+ * this library on one table (a process holding two copies of the package), whose statements of
+ * one operation differ: under one name, node-postgres refused the second text on a connection
+ * that had prepared the first ("Prepared statements must be unique"), every such call 503. Writes that lock several rows (`touch`, `revokeAllForUser`) lock
  * them in id order, so two of them running at once on other instances cannot deadlock.
  * @internal
  */
@@ -256,11 +259,11 @@ export function tokenStatements(names: TokenTableNames): TokenStatements {
   const userReset = `(SELECT r.reset_at FROM ${names.resets} AS r WHERE r.user_id = $1)`
   const userResetAt = `(CASE WHEN ${userReset} >= t.created_at AND ${userReset} < t.expires_at THEN ${userReset} END)`
   const userRead = COLUMNS.map((c) => (c === 'revoked_at' ? `COALESCE(t.revoked_at, ${userResetAt}) AS revoked_at` : `t.${c}`)).join(', ')
-  const digest = createHash('sha256').update(t).digest('hex').slice(0, 12)
-  const statement = (operation: string, text: string): Statement => ({
-    name: `mcp_dispatch_${digest}_${operation}`,
-    text: text.replace(/\s+/g, ' ').trim(),
-  })
+  const statement = (operation: string, text: string): Statement => {
+    const normalized = text.replace(/\s+/g, ' ').trim()
+    const digest = createHash('sha256').update(normalized).digest('hex').slice(0, 12)
+    return { name: `mcp_dispatch_${digest}_${operation}`, text: normalized }
+  }
   return {
     insert: statement(
       'insert',
