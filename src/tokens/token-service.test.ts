@@ -994,6 +994,32 @@ describe('list and get (spec 2.1)', () => {
     expect(foreign.status).toBe(404)
   })
 
+  it('a list asks the App store once per App, not once per token and App (regression: 100,000 lookups at once for 1,000 tokens of 100 Apps, a 503 from a pooled App store)', async () => {
+    const base = createMemoryAppStore([
+      { id: 'app_weather', slug: 'weather', name: 'Weather' },
+      { id: 'app_notes', slug: 'notes', name: 'Notes' },
+    ])
+    const asked: string[] = []
+    // An App store over a database: each lookup a query answered a moment later.
+    const apps = { ...base, getApp: async (id: string) => (asked.push(id), await Promise.resolve(), base.getApp(id)) }
+    const { service } = setup({ apps })
+    for (let i = 0; i < 20; i++) await createToken(service, { name: `t${i}`, servers: ['app_weather', 'app_notes'] })
+    asked.length = 0
+    const list = await service.list('alice')
+    expect(list).toHaveLength(20)
+    expect(asked.sort()).toEqual(['app_notes', 'app_weather'])
+    for (const token of list) {
+      expect(token.scopes).toEqual([
+        { server_id: 'app_weather', server_name: 'Weather', server_slug: 'weather' },
+        { server_id: 'app_notes', server_name: 'Notes', server_slug: 'notes' },
+      ])
+    }
+    // Each list asks again: an App renamed since shows its new name.
+    asked.length = 0
+    await service.list('alice')
+    expect(asked).toHaveLength(2)
+  })
+
   it('an App that no longer exists still shows its id', async () => {
     const base = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
     const gone = new Set<string>()

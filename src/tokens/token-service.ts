@@ -320,7 +320,7 @@ export interface TokenServiceOptions {
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
    * never holds a dashboard request or `close()`. The App store's `getApp` (asked for each
-   * view's `scopes`) and `canUseServer` (or the subscription store, at creation) are bounded
+   * view's `scopes`, by a list once per App) and `canUseServer` (or the subscription store, at creation) are bounded
    * alike, their failures `StoreUnavailableError` naming the `app` or `subscription` store;
    * except after a write that landed (an edit, a revocation, a rotation), whose answer then
    * names the Apps `null` (the failure goes to `onError`): the secret of a rotation is never
@@ -1139,19 +1139,43 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     return false
   }
 
+  /** The App of this id, as the App store answers it (bounded as every call of it). */
+  const askApp = (id: string): Promise<AppRecord | undefined> => askStore('app', () => apps.getApp(id))
+
+  /**
+   * An App lookup that asks the App store once per App, for the views of one list: a user's
+   * thousand tokens name a few Apps, and one question per token and App (100,000 for 1,000
+   * tokens of 100 Apps each, all at once) took a pooled App store past `storeTimeoutMs`, and
+   * the list was a 503 (a listing audit).
+   */
+  function onceEachApp(): (id: string) => Promise<AppRecord | undefined> {
+    const asked = new Map<string, Promise<AppRecord | undefined>>()
+    return (id) => {
+      let app = asked.get(id)
+      if (app === undefined) asked.set(id, (app = askApp(id)))
+      return app
+    }
+  }
+
   /**
    * The `scopes` of a view: each App's name and slug, from `known` (what a creation looked up)
-   * or the App store. After a write (`written`), the answer is owed whatever the App store
-   * does, since the write has landed (a rotated secret refused, a token created): an App the
-   * store fails to name is named `null`, as one it no longer knows, and the failure reported.
+   * or the App store (through `lookUp`). After a write (`written`), the answer is owed whatever
+   * the App store does, since the write has landed (a rotated secret refused, a token created):
+   * an App the store fails to name is named `null`, as one it no longer knows, and the failure
+   * reported.
    */
-  async function scopesOf(record: ApiTokenRecord, written: boolean, known?: ReadonlyMap<string, AppRecord>): Promise<TokenScopeView[]> {
+  async function scopesOf(
+    record: ApiTokenRecord,
+    written: boolean,
+    known?: ReadonlyMap<string, AppRecord>,
+    lookUp: (id: string) => Promise<AppRecord | undefined> = askApp,
+  ): Promise<TokenScopeView[]> {
     return Promise.all(
       record.servers.map(async (id) => {
         let app = known?.get(id)
         if (app === undefined) {
           try {
-            app = await askStore('app', () => apps.getApp(id))
+            app = await lookUp(id)
           } catch (error) {
             if (!written) throw error
             onError(error, 'app store (the names of a token\'s Apps, after its write: answered without them)')
@@ -1162,15 +1186,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     )
   }
 
-  /** A token's view; `written`: after a write that has landed (see {@link scopesOf}). */
-  async function view(record: ApiTokenRecord, written = false): Promise<ApiTokenView> {
+  /**
+   * A token's view; `written`: after a write that has landed (see {@link scopesOf}); `lookUp`:
+   * how its Apps are looked up (a list's asks once per App).
+   */
+  async function view(record: ApiTokenRecord, written = false, lookUp?: (id: string) => Promise<AppRecord | undefined>): Promise<ApiTokenView> {
     return {
       id: record.id,
       name: record.name,
       prefix: record.displayPrefix,
       expires_at: iso(record.expiresAt),
       allowed_ips: record.allowedIps ? [...record.allowedIps] : null,
-      scopes: await scopesOf(record, written),
+      scopes: await scopesOf(record, written, undefined, lookUp),
       created_at: iso(record.createdAt),
       last_used_at: lastUsedAt(record),
       status: statusOf(record),
@@ -1684,7 +1711,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       checkAllowlist(data.allowedIps, 'allowedIps')
       const known = new Map<string, AppRecord>()
       for (const appId of new Set(data.servers)) {
-        const app = await askStore('app', () => apps.getApp(appId))
+        const app = await askApp(appId)
         if (!app || !(await mayUse(data.userId, app.id))) {
           // Name the position in the input, which is what the caller sees (duplicates included).
           throw new InvalidInputError(`servers.${data.servers.indexOf(appId)}`, 'is not an App you own or subscribe to')
@@ -1705,7 +1732,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       checkUserId(userId)
       const records = await storeCall(() => store.listByUser(userId))
       const sorted = [...records].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1))
-      return Promise.all(sorted.map((record) => view(record)))
+      const lookUp = onceEachApp()
+      return Promise.all(sorted.map((record) => view(record, false, lookUp)))
     },
 
     async get(userId, id) {
