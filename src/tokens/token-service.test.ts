@@ -1020,6 +1020,24 @@ describe('list and get (spec 2.1)', () => {
     expect(asked).toHaveLength(2)
   })
 
+  it('a listByUser that answers no array (a driver\'s { rows } handed on whole) is the store\'s failure, 503 naming it, not a TypeError of the reader (regression: "records is not iterable")', async () => {
+    const memory = createMemoryTokenStore()
+    const made = await createToken(setup({ store: memory }).service)
+    const errors: Array<[unknown, string]> = []
+    const store: TokenStore = { ...memory, countActiveByUser: undefined, listByUser: () => ({ rows: [] }) as unknown as ApiTokenRecord[] }
+    const { service } = setup({ store, onError: (error, context) => errors.push([error, context]) })
+    const said = (error: StoreUnavailableError) => (error.cause as Error).message
+    expect(said(await refusal(service.list('alice'), StoreUnavailableError))).toBe("mcp-dispatch: the token store's listByUser answered object, not an array of records")
+    // Counting the active tokens from the list, without countActiveByUser: a creation is refused alike.
+    expect(said(await refusal(createToken(service), StoreUnavailableError))).toContain('listByUser answered object')
+    // A password reset revokes (its own statement answered), and reports the listing.
+    expect(await service.revokeAllForUser('alice')).toBe(1)
+    expect((await memory.get(made.id))!.revokedAt).not.toBeNull()
+    expect(errors.map(([error, context]) => [context, (error as Error).cause && said(error as StoreUnavailableError)])).toEqual([
+      ['password reset: listing the tokens to invalidate', "mcp-dispatch: the token store's listByUser answered object, not an array of records"],
+    ])
+  })
+
   it('an App that no longer exists still shows its id', async () => {
     const base = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }])
     const gone = new Set<string>()

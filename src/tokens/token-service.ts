@@ -1542,6 +1542,18 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     if (wrong !== undefined) throw wrongShape(record, wrong)
   }
 
+  /**
+   * Every token of `userId`, as the store lists them (one store call). An answer that is no
+   * array (a driver's result, `{ rows }`, handed on whole; `undefined` for a user with none) is
+   * the store's failure, told as one (503 naming `listByUser`), not a `TypeError` of the code
+   * reading it (`records is not iterable`).
+   */
+  async function listed(userId: string): Promise<readonly ApiTokenRecord[]> {
+    const records: unknown = await storeCall(() => store.listByUser(userId))
+    if (!Array.isArray(records)) throw wrongAnswer('listByUser', records, 'an array of records')
+    return records as readonly ApiTokenRecord[]
+  }
+
   /** The `StoreUnavailableError` (503, reported) for a store method's answer that is not `expected`. */
   function wrongAnswer(method: string, answer: unknown, expected: string): StoreUnavailableError {
     return new StoreUnavailableError('token', { cause: new TypeError(`mcp-dispatch: the token store's ${method} answered ${kindOf(answer)}, not ${expected}`) })
@@ -1685,7 +1697,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     const at = now()
     if (typeof store.countActiveByUser !== 'function') {
       let active = 0
-      const owned = await storeCall(() => store.listByUser(userId))
+      const owned = await listed(userId)
       for (const token of owned) if (token.revokedAt === null && token.expiresAt > at) active++
       return active
     }
@@ -1730,7 +1742,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
 
     async list(userId) {
       checkUserId(userId)
-      const records = await storeCall(() => store.listByUser(userId))
+      const records = await listed(userId)
       const sorted = [...records].sort((a, b) => b.createdAt - a.createdAt || (a.id < b.id ? -1 : 1))
       const lookUp = onceEachApp()
       return Promise.all(sorted.map((record) => view(record, false, lookUp)))
@@ -1942,7 +1954,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const since = at - MAX_TOKEN_CACHE_TTL_MS - Math.max(CLOCK_SLACK_MS, storeTimeoutMs)
       const mayBeCachedActive = (r: ApiTokenRecord) => r.expiresAt > since && (r.revokedAt === null || r.revokedAt >= since)
       // Which tokens it revoked is not known: every token of the user it may have ended is invalidated.
-      const invalidateListed = async () => invalidateAll((await storeCall(() => store.listByUser(userId))).filter(mayBeCachedActive))
+      const invalidateListed = async () => invalidateAll((await listed(userId)).filter(mayBeCachedActive))
       // An answer that is no array (a count, `true`: what an UPDATE's driver answers) names none.
       const invalidateAll = (records: readonly ApiTokenRecord[]): Promise<unknown> =>
         Array.isArray(records) ? Promise.all(records.map((r) => invalidate(r.tokenHash))) : invalidateListed()
@@ -1954,14 +1966,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // revoked by the recorded reset when read, but may already sit in another instance's
       // cache, where only an invalidation reaches it.
       const done = new Set(revoked.map((r) => r.tokenHash))
-      const invalidateOthers = (records: readonly ApiTokenRecord[]) =>
-        Promise.all(records.filter((r) => !done.has(r.tokenHash) && mayBeCachedActive(r)).map((r) => invalidate(r.tokenHash)))
+      // A listing that is no array names none, and is reported: the reset itself has landed.
+      const invalidateOthers = async (records: readonly ApiTokenRecord[]) => {
+        if (!Array.isArray(records)) throw wrongAnswer('listByUser', records, 'an array of records')
+        await Promise.all(records.filter((r) => !done.has(r.tokenHash) && mayBeCachedActive(r)).map((r) => invalidate(r.tokenHash)))
+      }
       // A listing that answers late still invalidates what it lists.
-      const all = await storeCall(() => store.listByUser(userId), { landed: invalidateOthers }).catch((error: unknown) => {
-        onError(error, 'password reset: listing the tokens to invalidate')
-        return [] as readonly ApiTokenRecord[]
-      })
-      await Promise.all([first, invalidateOthers(all)])
+      const others = storeCall(() => store.listByUser(userId), { landed: invalidateOthers })
+        .then(invalidateOthers)
+        .catch((error: unknown) => onError(error, 'password reset: listing the tokens to invalidate'))
+      await Promise.all([first, others])
       if (!Array.isArray(answered)) {
         // Every token the listing names was invalidated above; the platform hears the store is wrong.
         throw wrongAnswer('revokeAllForUser', answered, 'the array of the records it revoked')
