@@ -897,9 +897,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (state !== 'active') throw on.inactive(state)
       const secret = await newSecret()
       const current = read
-      const undo = () =>
-        undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, secret.stored.tokenHash, current.tokenHash)
-      const rotated = await storeCall(() => store.rotate(id, secret.stored, current.tokenHash), {
+      // No closure here names `secret`, so none holds the clear secret: the undo may wait to be
+      // tried again for minutes (`putRight`).
+      const stored = secret.stored
+      const undo = () => undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, stored.tokenHash, current.tokenHash)
+      const rotated = await storeCall(() => store.rotate(id, stored, current.tokenHash), {
         landed: (late) => late && undo(),
         unknown: undo,
       })
