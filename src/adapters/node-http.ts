@@ -1152,8 +1152,11 @@ function nextTurn(): Promise<typeof NOT_READY> {
  * Writes a web `Response` on a raw Node response, streaming its body with back-pressure
  * (SSE included, no buffering); a client that goes away cancels the body, which cancels the
  * upstream of a proxied response. Its `Vary` joins one the platform set on the response before.
+ * A body that fails mid-way (the handler's stream errors) cuts the response, and the failure
+ * goes to `report` (the adapter's `onError`), as a Node handler's throw after its head does:
+ * not a client's leaving, nor the proxy's `UpstreamError`, which the proxy has told already.
  */
-export async function writeWebResponse(res: ServerResponse, response: Response): Promise<void> {
+export async function writeWebResponse(res: ServerResponse, response: Response, report: (error: unknown, context: string) => void = logError): Promise<void> {
   const headers = webHead(res, response)
   if (response.statusText) res.writeHead(response.status, response.statusText, headers)
   else res.writeHead(response.status, headers)
@@ -1206,15 +1209,29 @@ export async function writeWebResponse(res: ServerResponse, response: Response):
         wake = undefined
       }
     }
-  } catch {
-    // The body failed mid-stream (upstream gone): end the response where it stands.
-    if (!closed) cutResponse(res)
+  } catch (error) {
+    // The body failed mid-stream (the handler's stream, an upstream gone): end the response
+    // where it stands, and say why (never heard before: the client saw a cut answer, and no log
+    // line anywhere told of it).
+    if (!closed) {
+      cutResponse(res)
+      if (!toldByProxy(error) && !clientLeft(res, error)) report(error, 'handler')
+    }
     return
   } finally {
     res.off('close', onClose)
     if (drainHeard) res.off('drain', onDrain)
   }
   if (!closed) res.end()
+}
+
+/**
+ * Whether a body's failure is the proxy's `UpstreamError`, told to its own `onError` when it
+ * failed the body (by its code: a copy of the package in the other module format has a class
+ * of its own).
+ */
+function toldByProxy(error: unknown): boolean {
+  return (error as { code?: unknown } | null)?.code === 'ERR_UPSTREAM'
 }
 
 /** `response`'s headers for Node's `writeHead`: each `Set-Cookie` its own, `Vary` joined with the platform's. */

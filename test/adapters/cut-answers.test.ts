@@ -271,6 +271,95 @@ describe('behind compression(), a routeByVersion handler that fails after ending
   }
 })
 
+describe('fromWebHandler, a Web handler whose Response body errors mid-way', () => {
+  // The handler's failure reaches `onError`, as a routeByVersion handler's throw after its head
+  // does (regression: the answer was cut and nothing anywhere told why, not even a log line).
+  async function serveFromWeb(kind: 'fastify' | (typeof EXPRESS_KINDS)[number], fixture: Fixture, framing: Framing, errors: unknown[]): Promise<Served> {
+    const onError = (error: unknown) => void errors.push(error)
+    const handler = () => erroringResponse(framing)
+    if (kind !== 'fastify') {
+      const app = EXPRESS[kind]()
+      app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+      app.use(expressAdapter.fromWebHandler(handler))
+      const server = http.createServer(app)
+      return { port: await listen(server), close: () => close(server) }
+    }
+    const app = Fastify({ forceCloseConnections: true })
+    await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.all('/*', fastifyAdapter.fromWebHandler(handler))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    return { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
+  }
+
+  for (const kind of [...EXPRESS_KINDS, 'fastify'] as const) {
+    it(`${kind} over HTTP/1.1: the connection closes with no last chunk, or short of its length, and onError hears why`, async () => {
+      for (const framing of ['chunked', 'length'] as const) {
+        const fixture = createFixture()
+        const errors: unknown[] = []
+        const served = await serveFromWeb(kind, fixture, framing, errors)
+        try {
+          expectCutH1(await askH1(served.port, fixture), framing)
+          expect(messages(errors), framing).toEqual(['body failed mid-answer'])
+        } finally {
+          await served.close()
+        }
+      }
+    })
+  }
+
+  for (const kind of [...EXPRESS_KINDS, 'fastify'] as const) {
+    it(`${kind}: a body that fails because its client left (the request's signal) is not told`, async () => {
+      const fixture = createFixture()
+      const errors: unknown[] = []
+      let failed!: () => void
+      const bodyFailed = new Promise<void>((resolve) => (failed = resolve))
+      const handler = (request: Request) =>
+        new Response(
+          new ReadableStream<Uint8Array>({
+            start(controller) {
+              controller.enqueue(new TextEncoder().encode('event: message\ndata: {}\n\n'))
+              request.signal.addEventListener('abort', () => {
+                controller.error(request.signal.reason)
+                failed()
+              })
+            },
+          }),
+          { headers: { 'content-type': 'text/event-stream' } },
+        )
+      const onError = (error: unknown) => void errors.push(error)
+      let served: Served
+      if (kind !== 'fastify') {
+        const app = EXPRESS[kind]()
+        app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+        app.use(expressAdapter.fromWebHandler(handler))
+        const server = http.createServer(app)
+        served = { port: await listen(server), close: () => close(server) }
+      } else {
+        const app = Fastify({ forceCloseConnections: true })
+        await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+        app.all('/*', fastifyAdapter.fromWebHandler(handler))
+        await app.listen({ port: 0, host: '127.0.0.1' })
+        served = { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
+      }
+      try {
+        const socket = net.connect(served.port, '127.0.0.1')
+        socket.on('error', () => {})
+        socket.write(
+          `POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\n` +
+            `Accept: application/json, text/event-stream\r\nContent-Length: ${tools.length}\r\n\r\n${tools}`,
+        )
+        await new Promise<void>((resolve) => socket.once('data', () => resolve()))
+        socket.resetAndDestroy()
+        await bodyFailed
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        expect(errors).toEqual([])
+      } finally {
+        await served.close()
+      }
+    })
+  }
+})
+
 describe('a Web handler whose Response body errors mid-way, on @hono/node-server', () => {
   // `@hono/node-server` logs the failed body with `console.error`: kept out of the test output.
   const logged = vi.spyOn(console, 'error').mockImplementation(() => {})

@@ -399,6 +399,8 @@ describe('an upstream that dies mid-answer, on the wire', () => {
           if (framing === 'chunked') expect(body).toBe('7\r\ndata: 1\r\n')
           else expect(body).toBe('{"jsonrpc":')
           expect(errors.map((error) => (error as Error).message)).toEqual(['Upstream App failed after its response head'])
+          // Told once, by the proxy: the adapter, which sees the body fail, does not tell it again.
+          expect(fixture.errors).toEqual([])
         } finally {
           await served.close()
           await upstream.close()

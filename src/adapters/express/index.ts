@@ -445,7 +445,8 @@ export function routeByVersion(routes: VersionRoutes<ExpressMcpHandler>, options
  * the response streams back unbuffered, and a client that goes away aborts `request.signal`.
  * A handler that throws or rejects, or answers what Node cannot write (a header value Node
  * refuses, `Response.error()`), gets the JSON-RPC 502 and the middleware's `onError`, mounted
- * with `app.use` or through `routeByVersion`, on Express 5 and 4 alike.
+ * with `app.use` or through `routeByVersion`, on Express 5 and 4 alike. A body that fails
+ * mid-way is cut, and its error goes to `onError` too (not the proxy's, told by the proxy).
  *
  * @example
  * ```ts
@@ -483,7 +484,7 @@ export function fromWebHandler(handler: ExpressWebHandler): ExpressMcpHandler {
     // cannot write (a header value it refuses, `Response.error()`'s status 0, no `Response`)
     // fails before any byte of it goes out: the handler failed.
     try {
-      await writeWebResponse(res, await handler(request, context))
+      await writeWebResponse(res, await handler(request, context), dispatchedRequests.get(req)?.onError)
     } catch (error) {
       fail(req, res, error, before)
     }

@@ -529,7 +529,8 @@ export function routeByVersion<Handler extends FastifyMcpHandler<any, any> = Fas
  * `app.removeAllContentTypeParsers(); app.addContentTypeParser('*', (_req, _payload, done) => done(null))`;
  * otherwise the parsed body is re-serialized. A handler that throws or rejects, or answers what
  * Node cannot write (a header value Node refuses, `Response.error()`), gets the JSON-RPC 502
- * and the plugin's `onError`.
+ * and the plugin's `onError`. A body that fails mid-way is cut, and its error goes to `onError`
+ * too (not the proxy's, told by the proxy).
  *
  * @example
  * ```ts
@@ -568,7 +569,7 @@ export function fromWebHandler(handler: FastifyWebHandler): FastifyRouteHandler 
     // no `Response`) fails before any byte of it goes out: the handler failed. Hijacked, the
     // reply is no longer Fastify's to answer, so a rejection here would leave the client waiting.
     try {
-      await writeWebResponse(reply.raw, await handler(webRequest, context))
+      await writeWebResponse(reply.raw, await handler(webRequest, context), (request as ReportingRequest)[kReporter] ?? undefined)
     } catch (error) {
       return fail(request, reply, error, before)
     }

@@ -393,7 +393,8 @@ function parseUpstream(value: string | URL, option: string): URL {
  * peeked at for that, so a stream's head is never held back. When the client goes away
  * (`gone` aborted), the upstream is aborted and the body ends quietly instead of failing, so
  * runtimes do not log a disconnect as an error. `ended` is called once the stream it returns
- * has ended, failed or been cancelled (not for `null`: the caller knows).
+ * has ended, failed or been cancelled (not for `null`: the caller knows). `onFailure` hears an
+ * upstream that fails mid-body and answers the error the stream fails with (the one it told).
  *
  * A body that is no event stream fails once the upstream has sent none of it for `idleMs`
  * while the proxy waits on it (the client's own pace is not counted: a chunk is asked for only
@@ -406,7 +407,7 @@ async function relayBody(
   gone: AbortSignal,
   deadline: AbortSignal,
   idleMs: number,
-  onFailure: (error: unknown) => void,
+  onFailure: (error: unknown) => unknown,
   ended: () => void,
 ): Promise<ReadableStream<Uint8Array> | null> {
   const body = upstream.body
@@ -442,8 +443,9 @@ async function relayBody(
           if (gone.aborted) controller.close()
           else {
             // The head is out: the client can only see the stream cut; the platform hears why.
-            onFailure(error)
-            controller.error(error)
+            // The body fails with what was told (an `UpstreamError`), which `fromWebHandler`
+            // does not tell again.
+            controller.error(onFailure(error))
           }
         }
       },
@@ -774,7 +776,11 @@ export function createProxyHandler(options: ProxyHandlerOptions): ProxyHandler {
         request.signal,
         controller.signal,
         timeoutMs,
-        (error) => onError(new UpstreamError(502, 'Upstream App failed after its response head', { cause: error }), `proxy ${target!.origin}`),
+        (error) => {
+          const failure = new UpstreamError(502, 'Upstream App failed after its response head', { cause: error })
+          onError(failure, `proxy ${target!.origin}`)
+          return failure
+        },
         release,
       )
     } catch (error) {
