@@ -311,6 +311,14 @@ const HTTP2_INTERNAL_ERROR = 2
  * @internal
  */
 export function cutResponse(res: { destroy(): unknown }): void {
+  // A head a hold keeps back (node-http's `holdUntilPinned`, a new session's pin on an
+  // asynchronous store) is cut once it has gone out, with what was written after it, as it is
+  // when nothing is held: cut now, the client would see no byte (see above).
+  const deferred = deferredCuts.get(res)
+  if (deferred !== undefined) {
+    deferred()
+    return
+  }
   const stream = (res as { stream?: { close?: (code: number) => void; destroyed?: boolean } }).stream
   if (typeof stream === 'object' && stream !== null && typeof stream.close === 'function') {
     if (stream.destroyed !== true) stream.close(HTTP2_INTERNAL_ERROR)
@@ -327,6 +335,19 @@ export function cutResponse(res: { destroy(): unknown }): void {
     if (typeof node._header === 'string' && node._headerSent === false && typeof node._send === 'function') node._send('', 'latin1')
   }
   res.destroy()
+}
+
+/** Responses whose head a hold keeps back, and what cuts them once it is out (see {@link cutResponse}). */
+const deferredCuts = new WeakMap<object, () => void>()
+
+/**
+ * While `cut` is given, {@link cutResponse} of `res` calls it instead of cutting: `res` has a
+ * head held back, which must go out first. `undefined` ends that.
+ * @internal
+ */
+export function deferCuts(res: object, cut: (() => void) | undefined): void {
+  if (cut === undefined) deferredCuts.delete(res)
+  else deferredCuts.set(res, cut)
 }
 
 /**

@@ -21,6 +21,7 @@ import {
   watchFromStart,
   continueIfExpected,
   cutResponse,
+  deferCuts,
   dispatchHeadersFor,
   headOutcome,
   headerValue,
@@ -720,6 +721,8 @@ function holdUntilPinned(
   let implicitGuard: Method | undefined
   let state = IDLE
   let queue: Array<[HeldMethod, unknown[]]> | undefined
+  // A cut asked for while the head was held (see `hold`).
+  let cutOnRelease = false
   // The bytes of the held writes, answered with back-pressure past the response's high-water
   // mark as Node would: a writer that waits for `drain` (a proxied upstream's body) is not read
   // into memory for as long as the store takes, whether or not the client reads.
@@ -749,6 +752,7 @@ function holdUntilPinned(
   /** Passes every call through from now on; gives back the slots no one wrapped since. */
   function finish(): void {
     state = DONE
+    deferCuts(res, undefined)
     for (let i = 0; i < HELD.length; i++) if (target[HELD[i]!] === wrappers[i]) target[HELD[i]!] = originals[i]!
     if (guards === undefined) return
     for (let i = 0; i < GUARDED.length; i++) if (target[GUARDED[i]![0]] === guards[i]) target[GUARDED[i]![0]] = guarded![i]!
@@ -768,6 +772,8 @@ function holdUntilPinned(
     const dropped = queue!
     queue = undefined
     state = REPLACED
+    // The 503 is a whole answer in place of the held one: not cut, whatever the handler did.
+    deferCuts(res, undefined)
     try {
       clearHeaders(res)
       setHeaders(res, before, onError)
@@ -832,6 +838,9 @@ function holdUntilPinned(
   /** From the held head on, the response behaves as one whose head is out. */
   function hold(): void {
     state = HOLDING
+    // A cut asked for meanwhile (the handler failed after its head) waits for the head to go
+    // out, with what the handler wrote after it, as it would with nothing held.
+    deferCuts(res, () => void (cutOnRelease = true))
     // An own accessor, left in place when done (a `delete` would cost what it costs above): it
     // then reads the response's own `headersSent`.
     Object.defineProperty(res, 'headersSent', {
@@ -935,9 +944,13 @@ function holdUntilPinned(
       } catch (error) {
         // A call the real response refuses (a head Node cannot write): the answer is broken; end it.
         onError(error, 'handler')
-        cutResponse(res)
+        cutOnRelease = true
       }
       queue = undefined
+      if (cutOnRelease) {
+        cutResponse(res)
+        return
+      }
       payDrain()
     })
     return answer

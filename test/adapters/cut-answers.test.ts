@@ -15,6 +15,7 @@ import { type Http2Bindings, type HttpBindings, serve } from '@hono/node-server'
 import compression from 'compression'
 import Fastify, { type FastifyInstance } from 'fastify'
 import * as expressAdapter from 'mcp-dispatch/express'
+import { type SessionStore, createMemorySessionStore } from 'mcp-dispatch'
 import * as fastifyAdapter from 'mcp-dispatch/fastify'
 import { mcpDispatch as webDispatch } from 'mcp-dispatch/web'
 import { afterAll, describe, expect, it, vi } from 'vitest'
@@ -32,10 +33,10 @@ type Failing = 'throws' | 'rejects'
 const headOf = (framing: Framing): http.OutgoingHttpHeaders =>
   framing === 'length' ? { 'content-type': 'application/json', 'content-length': 100 } : { 'content-type': 'application/json' }
 
-/** A Node handler (`res` is the raw response) that writes its head and `PART`, then fails as `failing` says. */
-function failingAfterHead(framing: Framing, failing: Failing) {
+/** A Node handler (`res` is the raw response) that writes its head (with `extra`) and `PART`, then fails as `failing` says. */
+function failingAfterHead(framing: Framing, failing: Failing, extra: http.OutgoingHttpHeaders = {}) {
   return (res: { writeHead(status: number, headers: http.OutgoingHttpHeaders): unknown; write(chunk: string): unknown }) => {
-    res.writeHead(200, headOf(framing))
+    res.writeHead(200, { ...headOf(framing), ...extra })
     res.write(PART)
     if (failing === 'throws') throw new Error('failed mid-answer')
     return Promise.resolve().then(() => {
@@ -199,6 +200,81 @@ describe('a routeByVersion handler that fails after its head', () => {
           try {
             expectCutH1(await askH1(await listen(server), fixture), framing)
             expect(messages(errors)).toEqual(['failed mid-answer'])
+          } finally {
+            await close(server)
+          }
+        }
+      })
+    }
+  }
+})
+
+describe('a routeByVersion handler that opens a session on an asynchronous session store and fails after its head', () => {
+  // Its head is held until the new session's pin is stored (node-http's holdUntilPinned). The
+  // cut waits for it: the client sees the head and the part, then the cut, as on a synchronous
+  // store (regression: the connection closed with no byte, which clients take for a request
+  // never answered and send again).
+  const opening = (framing: Framing, failing: Failing) => failingAfterHead(framing, failing, { 'mcp-session-id': 'held-session' })
+  /** A memory session store answering with promises, a few milliseconds late. */
+  const slowSessions = () => {
+    const inner = createMemorySessionStore()
+    const later = () => new Promise((resolve) => setTimeout(resolve, 20))
+    const sessions: SessionStore = {
+      get: async (id, ttl) => (await later(), inner.get(id, ttl)),
+      set: async (id, pin, ttl) => (await later(), inner.set(id, pin, ttl)),
+      delete: async (id) => (await later(), inner.delete(id)),
+    }
+    return { inner, sessions }
+  }
+
+  for (const failing of ['throws', 'rejects'] as const) {
+    it(`Fastify over HTTP/2, a handler that ${failing}: the stream is reset with INTERNAL_ERROR after the head and the part`, async () => {
+      for (const framing of ['chunked', 'length'] as const) {
+        const { inner, sessions } = slowSessions()
+        const fixture = createFixture({ sessions })
+        const errors: unknown[] = []
+        const served = await serveFastify(fixture, true, opening(framing, failing), errors)
+        try {
+          expect(await askH2(served.port, fixture), framing).toEqual(CUT_H2)
+          expect(messages(errors)).toEqual(['failed mid-answer'])
+          expect(await inner.get('held-session', 60_000)).toBeDefined()
+        } finally {
+          await served.close()
+        }
+      }
+    })
+
+    it(`Fastify over HTTP/1.1, a handler that ${failing}: the head and the part go out, then the connection closes`, async () => {
+      for (const framing of ['chunked', 'length'] as const) {
+        const { inner, sessions } = slowSessions()
+        const fixture = createFixture({ sessions })
+        const errors: unknown[] = []
+        const served = await serveFastify(fixture, false, opening(framing, failing), errors)
+        try {
+          expectCutH1(await askH1(served.port, fixture), framing)
+          expect(messages(errors)).toEqual(['failed mid-answer'])
+          expect(await inner.get('held-session', 60_000)).toBeDefined()
+        } finally {
+          await served.close()
+        }
+      }
+    })
+
+    for (const kind of EXPRESS_KINDS) {
+      it(`${kind} over HTTP/1.1, a handler that ${failing}: the head and the part go out, then the connection closes`, async () => {
+        for (const framing of ['chunked', 'length'] as const) {
+          const { inner, sessions } = slowSessions()
+          const fixture = createFixture({ sessions })
+          const errors: unknown[] = []
+          const app = EXPRESS[kind]()
+          app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+          const handler = opening(framing, failing)
+          app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+          const server = http.createServer(app)
+          try {
+            expectCutH1(await askH1(await listen(server), fixture), framing)
+            expect(messages(errors)).toEqual(['failed mid-answer'])
+            expect(await inner.get('held-session', 60_000)).toBeDefined()
           } finally {
             await close(server)
           }
