@@ -284,6 +284,46 @@ describe('a routeByVersion handler that opens a session on an asynchronous sessi
   }
 })
 
+describe('a routeByVersion handler that opens a session, fails after its head, and whose pin the session store fails to store', () => {
+  // Its held answer is replaced by the store's 503, whole, as when the handler does not fail
+  // (regression: the cut came first, and the client saw its connection closed with no byte).
+  const failingStore = (): SessionStore => {
+    const inner = createMemorySessionStore()
+    return {
+      get: async (id, ttl) => inner.get(id, ttl),
+      set: () => new Promise((_resolve, reject) => setTimeout(() => reject(new Error('store down')), 20)),
+      delete: async (id) => inner.delete(id),
+    }
+  }
+  const expect503 = (received: H1Received) => {
+    expect(received.head).toMatch(/^HTTP\/1\.1 503 /)
+    expect(JSON.parse(received.body)).toMatchObject({ error: { data: { error: 'temporarily_unavailable' } } })
+  }
+  for (const kind of [...EXPRESS_KINDS, 'fastify'] as const) {
+    it(`${kind}: the 503 goes out whole; the handler's failure and the store's are reported`, async () => {
+      const fixture = createFixture({ sessions: failingStore() })
+      const errors: unknown[] = []
+      const handler = failingAfterHead('chunked', 'throws', { 'mcp-session-id': 'held-session' })
+      let served: Served
+      if (kind === 'fastify') served = await serveFastify(fixture, false, handler, errors)
+      else {
+        const app = EXPRESS[kind]()
+        app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+        app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+        const server = http.createServer(app)
+        served = { port: await listen(server), close: () => close(server) }
+      }
+      try {
+        expect503(await askH1(served.port, fixture, 'Connection: close\r\n'))
+        expect(messages(errors)).toEqual(['failed mid-answer'])
+        expect(fixture.errors.map(({ error, context }) => [context, (error as Error).message])).toEqual([['session store', 'store down']])
+      } finally {
+        await served.close()
+      }
+    })
+  }
+})
+
 describe('behind compression(), a routeByVersion handler that fails after its head', () => {
   // `compression()` takes the handler's writes into its zlib stream, whose output reaches the
   // response a turn later: when the cut comes, Node holds the head stored and has sent no byte.
