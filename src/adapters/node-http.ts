@@ -1227,8 +1227,11 @@ export async function writeWebResponse(res: ServerResponse, response: Response, 
     // where it stands, and say why (never heard before: the client saw a cut answer, and no log
     // line anywhere told of it).
     if (!closed) {
+      // Judged before the cut, which destroys the response (a failure that reads as a
+      // disconnect, its own upstream's reset, would then pass for its client's leaving).
+      const told = toldByProxy(error) || clientLeft(res, error)
       cutResponse(res)
-      if (!toldByProxy(error) && !clientLeft(res, error)) report(error, 'handler')
+      if (!told) report(error, 'handler')
     }
     return
   } finally {

@@ -45,12 +45,12 @@ function failingAfterHead(framing: Framing, failing: Failing, extra: http.Outgoi
   }
 }
 
-/** A Web `Response` whose body gives `PART` and then errors. */
-function erroringResponse(framing: Framing): Response {
+/** A Web `Response` whose body gives `PART` and then errors (with `failure`, default `body failed mid-answer`). */
+function erroringResponse(framing: Framing, failure: Error = new Error('body failed mid-answer')): Response {
   let sent = false
   const body = new ReadableStream<Uint8Array>({
     pull(controller) {
-      if (sent) controller.error(new Error('body failed mid-answer'))
+      if (sent) controller.error(failure)
       else controller.enqueue(new TextEncoder().encode(PART))
       sent = true
     },
@@ -390,9 +390,9 @@ describe('behind compression(), a routeByVersion handler that fails after ending
 describe('fromWebHandler, a Web handler whose Response body errors mid-way', () => {
   // The handler's failure reaches `onError`, as a routeByVersion handler's throw after its head
   // does (regression: the answer was cut and nothing anywhere told why, not even a log line).
-  async function serveFromWeb(kind: 'fastify' | (typeof EXPRESS_KINDS)[number], fixture: Fixture, framing: Framing, errors: unknown[]): Promise<Served> {
+  async function serveFromWeb(kind: 'fastify' | (typeof EXPRESS_KINDS)[number], fixture: Fixture, framing: Framing, errors: unknown[], failure?: Error): Promise<Served> {
     const onError = (error: unknown) => void errors.push(error)
-    const handler = () => erroringResponse(framing)
+    const handler = () => erroringResponse(framing, failure)
     if (kind !== 'fastify') {
       const app = EXPRESS[kind]()
       app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
@@ -419,6 +419,19 @@ describe('fromWebHandler, a Web handler whose Response body errors mid-way', () 
         } finally {
           await served.close()
         }
+      }
+    })
+
+    it(`${kind}: a body that fails with a reset of its own (its client still there) is told too`, async () => {
+      const fixture = createFixture()
+      const errors: unknown[] = []
+      const reset = Object.assign(new Error('upstream reset'), { code: 'ECONNRESET' })
+      const served = await serveFromWeb(kind, fixture, 'chunked', errors, reset)
+      try {
+        expectCutH1(await askH1(served.port, fixture), 'chunked')
+        expect(errors).toEqual([reset])
+      } finally {
+        await served.close()
       }
     })
   }
