@@ -165,9 +165,9 @@ export interface UpdateTokenInput {
 export interface SecretCallOptions {
   /**
    * The caller's request signal (the token API passes `request.signal`): a secret whose caller
-   * has left by the time it is stored (a client's own timeout, a proxy's 504) reaches nobody, so
-   * a token created is revoked and a rotation undone, as when the caller was answered 503, and
-   * the call rejects with the signal's reason. A headless client that retries a rotation with
+   * has left by the time it is stored, or before the call answers (a client's own timeout, a
+   * proxy's 504) reaches nobody, so a token created is revoked and a rotation undone, as when
+   * the caller was answered 503, and the call rejects with the signal's reason. A headless client that retries a rotation with
    * the secret it holds is then not locked out of an active token whose new secret nobody got.
    */
   readonly signal?: AbortSignal | undefined
@@ -908,14 +908,20 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       if (rotated) {
         await invalidate(current.tokenHash, true)
         // Its caller left meanwhile: nobody holds the new secret (see `SecretCallOptions`).
-        if (signal?.aborted) {
+        const left = async (): Promise<never> => {
           await putRight(undo, 'token store')
-          throw signal.reason ?? new Error('The caller left')
+          throw signal!.reason ?? new Error('The caller left')
         }
+        if (signal?.aborted) return left()
         // Its write landed once the token had expired (spec 3: only an active token is rotated):
         // no dead secret is handed out.
         if (statusOf(rotated) === 'expired') throw on.inactive('expired')
-        return secretView(rotated, secret.token)
+        const view = await secretView(rotated, secret.token)
+        // Or while the App store named the token's Apps (up to `storeTimeoutMs`): the secret
+        // would reach nobody all the same (regression: the rotation stood, and the client that
+        // retried with the secret it held was told 401 invalid_token).
+        if (signal?.aborted) return left()
+        return view
       }
       read = await on.reread()
       const after = statusOf(read)
