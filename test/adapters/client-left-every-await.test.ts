@@ -1,0 +1,266 @@
+/**
+ * A client that leaves (its connection reset) while the dispatch layer waits on any one of its
+ * stores: the App store, the token store, the subscription store, the rate-limit store, the
+ * session store (step 6's lookup, a new session's pin). Each store call is held until the test
+ * lets it go, and the client resets while the k-th one waits, for every k, on the Web adapter
+ * (@hono/node-server) and on Express and Fastify (fromWebHandler). Afterwards nothing is
+ * reported, no stream is left open for nobody, the dispatcher's intervals (session keep-alive,
+ * credential re-checks) stop at their next tick without a store call, and the same request
+ * sent again is served.
+ */
+import { connect } from 'node:net'
+import {
+  type AppRecord,
+  type Dispatcher,
+  type RateLimitStore,
+  type SessionStore,
+  createDispatcher,
+  createMemoryAppStore,
+  createMemoryRateLimitStore,
+  createMemorySessionStore,
+  createMemorySubscriptionStore,
+  createMemoryTokenStore,
+  createTokenService,
+  displayPrefix,
+  generateApiToken,
+  hashApiToken,
+} from 'mcp-dispatch'
+import type { WebMcpHandler } from 'mcp-dispatch/web'
+import { afterEach, describe, expect, it } from 'vitest'
+import { type Fixture, HOST, serveWebHandler } from './helpers.js'
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const cleanups: Array<() => Promise<unknown> | void> = []
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+})
+
+/** Store calls held until let go while `armed`; each call's name is recorded. */
+function gates() {
+  const waiting: Array<{ name: string; go: () => void }> = []
+  const calls: string[] = []
+  let armed = false
+  const gate = <A extends unknown[], R>(name: string, call: (...args: A) => R) =>
+    (async (...args: A) => {
+      calls.push(name)
+      if (armed) await new Promise<void>((go) => waiting.push({ name, go }))
+      return call(...args)
+    }) as unknown as (...args: A) => R
+  return { gate, waiting, calls, arm: (on: boolean) => void (armed = on) }
+}
+
+/** Interval timers the test fires itself: `live` those not cleared. */
+function manualTimers() {
+  const live = new Map<number, () => void>()
+  let next = 1
+  return {
+    live,
+    setInterval: (callback: () => void) => {
+      const handle = next++
+      live.set(handle, callback)
+      return handle
+    },
+    clearInterval: (handle: unknown) => void live.delete(handle as number),
+    tickAll: () => {
+      for (const callback of [...live.values()]) callback()
+    },
+  }
+}
+
+const SESSION = 'a'.repeat(32)
+
+function fixture() {
+  const g = gates()
+  const timers = manualTimers()
+  const innerApps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '2.0.0'] }])
+  const apps = {
+    ...innerApps,
+    getAppBySlug: g.gate('apps.getAppBySlug', innerApps.getAppBySlug),
+    getLiveVersions: g.gate('apps.getLiveVersions', innerApps.getLiveVersions),
+  }
+  const innerSubscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+  const subscriptions = { isActive: g.gate('subscriptions.isActive', innerSubscriptions.isActive) }
+  const innerTokens = createMemoryTokenStore()
+  const secret = generateApiToken()
+  void innerTokens.insert({
+    id: crypto.randomUUID(),
+    userId: 'alice',
+    name: 'CI',
+    tokenHash: hashApiToken(secret),
+    displayPrefix: displayPrefix(secret),
+    servers: ['app_weather'],
+    allowedIps: null,
+    expiresAt: Date.now() + 86_400_000,
+    createdAt: Date.now(),
+    lastUsedAt: null,
+    revokedAt: null,
+  })
+  const errors: Array<{ error: unknown; context: string }> = []
+  const onError = (error: unknown, context: string) => void errors.push({ error, context })
+  const tokenStore = { ...innerTokens, findByHash: g.gate('tokens.findByHash', innerTokens.findByHash) }
+  const tokens = createTokenService({ store: tokenStore, apps: innerApps, subscriptions: innerSubscriptions, onError })
+  const innerLimits = createMemoryRateLimitStore()
+  const limits: RateLimitStore = { increment: g.gate('rateLimit.increment', innerLimits.increment.bind(innerLimits)) }
+  const innerSessions = createMemorySessionStore()
+  void innerSessions.set(SESSION, { appId: 'app_weather', version: '2.0.0', subject: 'alice' }, 3_600_000)
+  const sessions: SessionStore = {
+    get: g.gate('sessions.get', innerSessions.get.bind(innerSessions)),
+    set: g.gate('sessions.set', innerSessions.set.bind(innerSessions)),
+    delete: g.gate('sessions.delete', innerSessions.delete.bind(innerSessions)),
+  }
+  const dispatcher: Dispatcher = createDispatcher({
+    apps,
+    subscriptions,
+    tokens,
+    sessions,
+    rateLimit: { policy: (_identity, _app: AppRecord) => ({ limit: 1000, windowType: 'minute' }), store: limits },
+    timers,
+    onError,
+  })
+  cleanups.push(() => tokens.close())
+  return { g, timers, dispatcher, errors, onError, secret, innerSessions }
+}
+
+/** The MCP handler: a GET stream open until its client goes, a POST that opens a session. */
+function mcpHandler() {
+  let open = 0
+  let served = 0
+  const handler: WebMcpHandler = (request) => {
+    served++
+    if (request.method === 'POST') {
+      return new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'mcp-session-id': crypto.randomUUID().replaceAll('-', '') } })
+    }
+    let counted = true
+    open++
+    const stop = () => {
+      if (counted) open--
+      counted = false
+    }
+    const body = new ReadableStream<Uint8Array>({
+      start(controller) {
+        controller.enqueue(new TextEncoder().encode(': open\n\n'))
+      },
+      cancel: stop,
+    })
+    request.signal.addEventListener('abort', stop)
+    if (request.signal.aborted) stop()
+    return new Response(body, { headers: { 'content-type': 'text/event-stream', 'mcp-session-id': SESSION } })
+  }
+  return { handler, open: () => open, served: () => served }
+}
+
+type Kind = 'web' | 'express' | 'fastify'
+const KINDS: readonly Kind[] = ['web', 'express', 'fastify']
+
+const REQUESTS = {
+  'a GET stream of a session': (secret: string) =>
+    `GET /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${secret}\r\nAccept: text/event-stream\r\nMcp-Session-Id: ${SESSION}\r\n\r\n`,
+  'a POST that opens a session': (secret: string) =>
+    `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${secret}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`,
+} as const
+
+/** Sends `raw`; resolves with what came back once `until` is in it (or the connection ended). */
+function send(port: number, raw: string, until: string, leaveWhen?: () => boolean) {
+  const socket = connect(port, '127.0.0.1')
+  socket.on('error', () => {})
+  socket.write(raw)
+  let text = ''
+  socket.on('data', (chunk: Buffer) => (text += chunk.toString('latin1')))
+  const answered = new Promise<string>((resolve) => {
+    socket.on('data', () => text.includes(until) && resolve(text))
+    socket.on('close', () => resolve(text))
+  })
+  return { socket, answered, leaveWhen }
+}
+
+/** Lets every held call go until nothing more is asked for a while; answers how many were held. */
+async function drain(g: ReturnType<typeof gates>, quietMs = 150): Promise<number> {
+  let held = 0
+  let quietSince = Date.now()
+  while (Date.now() - quietSince < quietMs) {
+    const next = g.waiting.shift()
+    if (next === undefined) {
+      await sleep(5)
+      continue
+    }
+    held++
+    next.go()
+    quietSince = Date.now()
+  }
+  return held
+}
+
+async function leaveAt(kind: Kind, what: keyof typeof REQUESTS, k: number): Promise<{ held: number; left: boolean }> {
+  const f = fixture()
+  const mcp = mcpHandler()
+  const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+  cleanups.push(() => served.close())
+  f.g.arm(true)
+  const client = send(served.port, REQUESTS[what](f.secret), what.startsWith('a GET') ? ': open' : '"result"')
+  let seen = 0
+  let left = false
+  const deadline = Date.now() + 5_000
+  // Held calls let go one by one; the client resets while the k-th waits.
+  while (Date.now() < deadline) {
+    const next = f.g.waiting.shift()
+    if (next === undefined) {
+      if (seen > k) break
+      const done = await Promise.race([client.answered.then(() => true), sleep(5).then(() => false)])
+      if (done) break
+      continue
+    }
+    if (seen++ === k) {
+      client.socket.resetAndDestroy()
+      left = true
+      // The server sees the reset before the store answers.
+      await sleep(30)
+    }
+    next.go()
+  }
+  await drain(f.g)
+  await client.answered
+  if (!left) client.socket.destroy()
+  await sleep(50)
+  // No stream left open for nobody.
+  expect(mcp.open(), `${kind}, k=${k}: open streams`).toBe(0)
+  // The intervals stop at their next tick, asking no store.
+  f.g.arm(false)
+  const callsBefore = f.g.calls.length
+  f.timers.tickAll()
+  await sleep(20)
+  f.timers.tickAll()
+  await sleep(20)
+  expect(f.timers.live.size, `${kind}, k=${k}: intervals left running`).toBe(0)
+  expect(f.g.calls.slice(callsBefore), `${kind}, k=${k}: store calls for a client gone`).toEqual([])
+  expect(f.errors, `${kind}, k=${k}: reported`).toEqual([])
+  // The same request again is served.
+  const again = send(served.port, REQUESTS[what](f.secret), what.startsWith('a GET') ? ': open' : '"result"')
+  const text = await again.answered
+  expect(text, `${kind}, k=${k}: the request sent again`).toMatch(/^HTTP\/1\.1 200 /)
+  again.socket.destroy()
+  await sleep(50)
+  expect(mcp.open(), `${kind}, k=${k}: open streams after the retry`).toBe(0)
+  f.timers.tickAll()
+  f.timers.tickAll()
+  expect(f.timers.live.size).toBe(0)
+  expect(f.errors, `${kind}, k=${k}: reported`).toEqual([])
+  return { held: seen, left }
+}
+
+describe('a client that leaves while the dispatch layer waits on any one store call', () => {
+  for (const kind of KINDS) {
+    for (const what of Object.keys(REQUESTS) as Array<keyof typeof REQUESTS>) {
+      it(`${kind}: ${what}`, async () => {
+        // Every k until the request completes with no call left to leave at.
+        let k = 0
+        for (;;) {
+          const { left } = await leaveAt(kind, what, k)
+          if (!left) break
+          for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+          k++
+        }
+        expect(k).toBeGreaterThanOrEqual(5)
+      })
+    }
+  }
+})
