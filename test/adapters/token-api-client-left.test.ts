@@ -21,6 +21,7 @@ import { serveTokenApi } from 'mcp-dispatch/express'
 import express from 'express'
 import { afterEach, describe, expect, it } from 'vitest'
 import { close, listen } from './helpers.js'
+import { serveFetch } from '../helpers/platform.js'
 
 const WRITE_MS = 300
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -29,17 +30,34 @@ afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
 })
 
-/** The token API on Express, over a memory store whose `slow` write takes WRITE_MS. */
-async function serve(slow: 'rotate' | 'insert') {
+/**
+ * The token API on Express (or the Web adapter's runtime, @hono/node-server: `web`), over a
+ * memory store whose `slow` write takes WRITE_MS; `getApp`: the App store's lookups take it
+ * once a token exists (those that name a rotated token's Apps, after its write).
+ */
+async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'web' = 'express') {
   const inner = createMemoryTokenStore()
-  const store: TokenStore = {
-    ...inner,
-    [slow]: async (...args: unknown[]) => {
-      await sleep(WRITE_MS)
-      return (inner[slow] as (...a: unknown[]) => unknown)(...args)
-    },
-  }
-  const apps = createMemoryAppStore([{ id: 'app_1', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+  const store: TokenStore =
+    slow === 'getApp'
+      ? inner
+      : {
+          ...inner,
+          [slow]: async (...args: unknown[]) => {
+            await sleep(WRITE_MS)
+            return (inner[slow] as (...a: unknown[]) => unknown)(...args)
+          },
+        }
+  const appStore = createMemoryAppStore([{ id: 'app_1', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
+  const apps: typeof appStore =
+    slow === 'getApp'
+      ? {
+          ...appStore,
+          getApp: async (id) => {
+            if ((await inner.listByUser('alice')).length > 0) await sleep(WRITE_MS)
+            return appStore.getApp(id)
+          },
+        }
+      : appStore
   const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
   const errors: unknown[] = []
   const tokens = createTokenService({ store, apps, subscriptions, onError: (error) => void errors.push(error) })
@@ -48,6 +66,11 @@ async function serve(slow: 'rotate' | 'insert') {
     authenticateSession: (request) => (request.headers.get('cookie') === 'dash=alice' ? { userId: 'alice' } : null),
     verifyCsrf: (request) => request.headers.get('x-csrf-token') === 'csrf',
   })
+  if (on === 'web') {
+    const served = await serveFetch(async (request) => (await api(request)) ?? new Response(null, { status: 404 }))
+    cleanups.push(() => tokens.close(), () => served.close())
+    return { port: served.port, tokens, errors }
+  }
   const app = express()
   app.use(serveTokenApi(api))
   const server = http.createServer(app)
@@ -89,6 +112,20 @@ describe('the token API, a caller that left before its secret was stored', () =>
     expect((await tokens.authenticate(created.token)).ok).toBe(false)
     expect(errors).toEqual([])
   })
+
+  for (const on of ['express', 'web'] as const) {
+    it(`a rotation whose client leaves once it landed, while the App store names the token's Apps, is undone too (${on}; regression: it stood, and the retry was 401 invalid_token)`, async () => {
+      const { port, tokens, errors } = await serve('getApp', on)
+      const created = await tokens.create({ userId: 'alice', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
+      const path = `/api/tokens/${created.id}/rotate`
+      expect(await post(port, path, { authorization: `Bearer ${created.token}` }, '', WRITE_MS / 2)).toBe('left')
+      await sleep(WRITE_MS + 100)
+      expect((await tokens.authenticate(created.token)).ok).toBe(true)
+      const retried = await post(port, path, { authorization: `Bearer ${created.token}` })
+      expect(retried !== 'left' && retried.status).toBe(200)
+      expect(errors).toEqual([])
+    })
+  }
 
   it('a rotation by the dashboard is undone too', async () => {
     const { port, tokens } = await serve('rotate')
