@@ -10,6 +10,7 @@
  */
 import { connect } from 'node:net'
 import {
+  type AccessTokenValidator,
   type AppRecord,
   type Dispatcher,
   type RateLimitStore,
@@ -20,6 +21,7 @@ import {
   createMemorySessionStore,
   createMemorySubscriptionStore,
   createMemoryTokenStore,
+  createOAuthValidator,
   createTokenService,
   displayPrefix,
   generateApiToken,
@@ -69,7 +71,7 @@ function manualTimers() {
 
 const SESSION = 'a'.repeat(32)
 
-function fixture() {
+function fixture(oauth?: AccessTokenValidator) {
   const g = gates()
   const timers = manualTimers()
   const innerApps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0', '2.0.0'] }])
@@ -78,7 +80,10 @@ function fixture() {
     getAppBySlug: g.gate('apps.getAppBySlug', innerApps.getAppBySlug),
     getLiveVersions: g.gate('apps.getLiveVersions', innerApps.getLiveVersions),
   }
-  const innerSubscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
+  const innerSubscriptions = createMemorySubscriptionStore([
+    { userId: 'alice', appId: 'app_weather', active: true },
+    { userId: 'user_alice', appId: 'app_weather', active: true },
+  ])
   const subscriptions = { isActive: g.gate('subscriptions.isActive', innerSubscriptions.isActive) }
   const innerTokens = createMemoryTokenStore()
   const secret = generateApiToken()
@@ -116,6 +121,7 @@ function fixture() {
     rateLimit: { policy: (_identity, _app: AppRecord) => ({ limit: 1000, windowType: 'minute' }), store: limits },
     timers,
     onError,
+    ...(oauth && { oauth }),
   })
   cleanups.push(() => tokens.close())
   return { g, timers, dispatcher, errors, onError, secret, innerSessions }
@@ -127,7 +133,7 @@ function mcpHandler() {
   let served = 0
   const handler: WebMcpHandler = (request) => {
     served++
-    if (request.method === 'POST') {
+    if (request.method === 'POST' && request.headers.get('x-stream') === null) {
       return new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'mcp-session-id': crypto.randomUUID().replaceAll('-', '') } })
     }
     let counted = true
@@ -144,7 +150,8 @@ function mcpHandler() {
     })
     request.signal.addEventListener('abort', stop)
     if (request.signal.aborted) stop()
-    return new Response(body, { headers: { 'content-type': 'text/event-stream', 'mcp-session-id': SESSION } })
+    const sessionId = request.method === 'POST' ? crypto.randomUUID().replaceAll('-', '') : SESSION
+    return new Response(body, { headers: { 'content-type': 'text/event-stream', 'mcp-session-id': sessionId } })
   }
   return { handler, open: () => open, served: () => served }
 }
@@ -157,6 +164,8 @@ const REQUESTS = {
     `GET /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${secret}\r\nAccept: text/event-stream\r\nMcp-Session-Id: ${SESSION}\r\n\r\n`,
   'a POST that opens a session': (secret: string) =>
     `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${secret}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`,
+  'a POST answered with a stream that opens a session': (secret: string) =>
+    `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${secret}\r\nAccept: application/json, text/event-stream\r\nX-Stream: 1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`,
 } as const
 
 /** Sends `raw`; resolves with what came back once `until` is in it (or the connection ended). */
@@ -196,7 +205,7 @@ async function leaveAt(kind: Kind, what: keyof typeof REQUESTS, k: number): Prom
   const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
   cleanups.push(() => served.close())
   f.g.arm(true)
-  const client = send(served.port, REQUESTS[what](f.secret), what.startsWith('a GET') ? ': open' : '"result"')
+  const client = send(served.port, REQUESTS[what](f.secret), what === 'a POST that opens a session' ? '"result"' : ': open')
   let seen = 0
   let left = false
   const deadline = Date.now() + 5_000
@@ -234,7 +243,7 @@ async function leaveAt(kind: Kind, what: keyof typeof REQUESTS, k: number): Prom
   expect(f.g.calls.slice(callsBefore), `${kind}, k=${k}: store calls for a client gone`).toEqual([])
   expect(f.errors, `${kind}, k=${k}: reported`).toEqual([])
   // The same request again is served.
-  const again = send(served.port, REQUESTS[what](f.secret), what.startsWith('a GET') ? ': open' : '"result"')
+  const again = send(served.port, REQUESTS[what](f.secret), what === 'a POST that opens a session' ? '"result"' : ': open')
   const text = await again.answered
   expect(text, `${kind}, k=${k}: the request sent again`).toMatch(/^HTTP\/1\.1 200 /)
   again.socket.destroy()
@@ -260,6 +269,68 @@ describe('a client that leaves while the dispatch layer waits on any one store c
           k++
         }
         expect(k).toBeGreaterThanOrEqual(5)
+      })
+    }
+  }
+})
+
+describe('an OAuth validation shared by requests whose clients leave (single flight)', () => {
+  const ISSUER = 'https://auth.example.com'
+  /** An authorization server whose every answer waits for the test; `asked` lists the paths. */
+  function upstream() {
+    const g = gates()
+    g.arm(true)
+    const asked: string[] = []
+    const answer = g.gate('fetch', (url: string) => {
+      if (url.endsWith('/.well-known/openid-configuration')) return Response.json({ issuer: ISSUER, userinfo_endpoint: `${ISSUER}/userinfo` })
+      if (url.endsWith('/userinfo')) return Response.json({ sub: 'user_alice' })
+      return new Response('not found', { status: 404 })
+    })
+    const fetch = ((input: string | URL | Request) => {
+      const url = String(input instanceof Request ? input.url : input)
+      asked.push(new URL(url).pathname)
+      return answer(url)
+    }) as unknown as typeof globalThis.fetch
+    return { g, fetch, asked }
+  }
+  const request = `POST /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer opaque-access-token\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`
+
+  for (const kind of KINDS) {
+    for (const leaving of ['one of two', 'both'] as const) {
+      it(`${kind}: ${leaving} leave while it waits on discovery, then on userinfo: the call goes on, once, and its answer serves the one left and the next`, async () => {
+        for (const stage of ['openid-configuration', 'userinfo']) {
+          const server = upstream()
+          const f = fixture(createOAuthValidator({ issuer: ISSUER, fetch: server.fetch, retry: { attempts: 1 } }))
+          const mcp = mcpHandler()
+          const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+          cleanups.push(() => served.close())
+          const a = send(served.port, request, '"result"')
+          const b = send(served.port, request, '"result"')
+          // Let the discovery through when the userinfo call is the one to leave at.
+          for (;;) {
+            await sleep(5)
+            const next = server.g.waiting[0]
+            if (next === undefined) continue
+            if (server.asked.at(-1)!.endsWith(stage)) break
+            server.g.waiting.shift()!.go()
+          }
+          a.socket.resetAndDestroy()
+          if (leaving === 'both') b.socket.resetAndDestroy()
+          await sleep(30)
+          await drain(server.g)
+          const kept = await (leaving === 'both' ? Promise.resolve('') : b.answered)
+          if (leaving === 'one of two') expect(kept, `${kind}, ${stage}`).toMatch(/^HTTP\/1\.1 200 /)
+          await a.answered
+          b.socket.destroy()
+          // One discovery and one userinfo call, whoever left; the next request is served from the cache.
+          expect(server.asked).toEqual(['/.well-known/openid-configuration', '/userinfo'])
+          const c = send(served.port, request, '"result"')
+          expect(await c.answered).toMatch(/^HTTP\/1\.1 200 /)
+          c.socket.destroy()
+          expect(server.asked).toEqual(['/.well-known/openid-configuration', '/userinfo'])
+          expect(f.errors).toEqual([])
+          for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+        }
       })
     }
   }
