@@ -44,7 +44,7 @@ function setup() {
     get: g.gate('tokens.get', innerStore.get),
     listByUser: g.gate('tokens.listByUser', innerStore.listByUser),
     countActiveByUser: g.gate('tokens.countActiveByUser', innerStore.countActiveByUser!),
-    rotate: g.gate('tokens.rotate', innerStore.rotate),
+    rotate: g.gate('tokens.rotate', (...args: Parameters<TokenStore['rotate']>) => innerStore.rotate(...args)),
     revoke: g.gate('tokens.revoke', innerStore.revoke),
     touch: g.gate('tokens.touch', innerStore.touch),
   }
@@ -98,6 +98,27 @@ async function awaitsOf(call: (s: ReturnType<typeof setup>, signal: AbortSignal)
 const input = { userId: 'alice', name: 'CI', servers: ['app_weather'], expiresInDays: 30 as const }
 
 describe('a caller that leaves at any await of a creation or a rotation', () => {
+  it('a rotation undone for a caller that left, whose undo fails, is reported as such (not as one whose caller was told 503)', async () => {
+    const s = setup()
+    const made = await s.tokens.create(input)
+    const controller = new AbortController()
+    let rotations = 0
+    const rotate = s.innerStore.rotate
+    s.innerStore.rotate = (...args) => {
+      // The rotation lands, its caller leaves; the undo that follows fails.
+      if (++rotations === 1) {
+        controller.abort(new Error('the caller left'))
+        return rotate(...args)
+      }
+      throw new Error('connection lost')
+    }
+    await expect(s.tokens.rotate(made.id, { kind: 'session', userId: 'alice' }, { signal: controller.signal })).rejects.toThrow('the caller left')
+    expect(s.reports.map((r) => [r.context, (r.error as Error).message])).toEqual([
+      ['token store', `token ${made.id}: a rotation that landed though its caller had left could not be undone`],
+    ])
+    await s.tokens.close()
+  })
+
   it('create: no active token is left for a caller who left, and none is handed to it', async () => {
     const total = await awaitsOf((s, signal) => s.tokens.create(input, { signal }))
     expect(total).toBeGreaterThanOrEqual(4)

@@ -900,16 +900,17 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       // No closure here names `secret`, so none holds the clear secret: the undo may wait to be
       // tried again for minutes (`putRight`).
       const stored = secret.stored
-      const undo = () => undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, stored.tokenHash, current.tokenHash)
+      const undo = (why = 'whose caller was told 503 (it may have landed)') =>
+        undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, stored.tokenHash, current.tokenHash, why)
       const rotated = await storeCall(() => store.rotate(id, stored, current.tokenHash), {
         landed: (late) => late && undo(),
-        unknown: undo,
+        unknown: () => undo(),
       })
       if (rotated) {
         await invalidate(current.tokenHash, true)
         // Its caller left meanwhile: nobody holds the new secret (see `SecretCallOptions`).
         const left = async (): Promise<never> => {
-          await putRight(undo, 'token store')
+          await putRight(() => undo('that landed though its caller had left'), 'token store')
           throw signal!.reason ?? new Error('The caller left')
         }
         if (signal?.aborted) return left()
@@ -936,19 +937,21 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
    * the store failed once the statement may have been sent): nobody holds its secret, so the
    * old one is put back (compare-and-swap on the new hash: nothing happens if it never landed,
    * and a rotation or revocation since keeps its own), as the caller believes; a headless
-   * client would otherwise be locked out with an active token. Either way, both secrets'
-   * cached records are dropped.
+   * client would otherwise be locked out with an active token. So is one whose caller left
+   * (`SecretCallOptions`). Either way, both secrets' cached records are dropped. `why`: what the
+   * report of an undo that fails says of the rotation and its caller.
    */
   async function undoRotation(
     id: string,
     previous: { tokenHash: string; displayPrefix: string },
     landedHash: string,
     replacedHash: string,
+    why: string,
   ): Promise<void> {
     try {
       await storeCall(() => store.rotate(id, previous, landedHash))
     } catch (error) {
-      throw new Error(`token ${id}: a rotation whose caller was told 503 (it may have landed) could not be undone`, { cause: error })
+      throw new Error(`token ${id}: a rotation ${why} could not be undone`, { cause: error })
     } finally {
       await Promise.all([invalidate(landedHash, true), invalidate(replacedHash)])
     }
