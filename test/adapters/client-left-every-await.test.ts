@@ -84,7 +84,8 @@ function fixture(oauth?: AccessTokenValidator) {
     { userId: 'alice', appId: 'app_weather', active: true },
     { userId: 'user_alice', appId: 'app_weather', active: true },
   ])
-  const subscriptions = { isActive: g.gate('subscriptions.isActive', innerSubscriptions.isActive) }
+  const ended = { subscription: false }
+  const subscriptions = { isActive: g.gate('subscriptions.isActive', (userId: string, appId: string) => !ended.subscription && innerSubscriptions.isActive(userId, appId)) }
   const innerTokens = createMemoryTokenStore()
   const secret = generateApiToken()
   void innerTokens.insert({
@@ -124,7 +125,7 @@ function fixture(oauth?: AccessTokenValidator) {
     ...(oauth && { oauth }),
   })
   cleanups.push(() => tokens.close())
-  return { g, timers, dispatcher, errors, onError, secret, innerSessions }
+  return { g, timers, dispatcher, errors, onError, secret, innerSessions, ended }
 }
 
 /** The MCP handler: a GET stream open until its client goes, a POST that opens a session. */
@@ -271,6 +272,42 @@ describe('a client that leaves while the dispatch layer waits on any one store c
         expect(k).toBeGreaterThanOrEqual(5)
       })
     }
+  }
+})
+
+describe('a client that leaves while the re-check of its open stream waits on a store', () => {
+  for (const kind of KINDS) {
+    it(`${kind}: the verdict that comes after (the subscription ended) closes nothing that throws, reports nothing, and stops the interval`, async () => {
+      const f = fixture()
+      const mcp = mcpHandler()
+      const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+      cleanups.push(() => served.close())
+      const client = send(served.port, REQUESTS['a GET stream of a session'](f.secret), ': open')
+      expect(await client.answered).toMatch(/^HTTP\/1\.1 200 /)
+      expect(mcp.open()).toBe(1)
+      // The re-check (and the keep-alive) sent, each held.
+      f.g.arm(true)
+      f.timers.tickAll()
+      // Its token lookup answered; its subscription lookup held.
+      while (!f.g.waiting.some((w) => w.name === 'subscriptions.isActive')) {
+        await sleep(5)
+        const i = f.g.waiting.findIndex((w) => w.name === 'tokens.findByHash')
+        if (i !== -1) f.g.waiting.splice(i, 1)[0]!.go()
+      }
+      client.socket.resetAndDestroy()
+      await sleep(30)
+      f.ended.subscription = true
+      await drain(f.g)
+      expect(mcp.open()).toBe(0)
+      f.g.arm(false)
+      const callsBefore = f.g.calls.length
+      f.timers.tickAll()
+      f.timers.tickAll()
+      await sleep(20)
+      expect(f.timers.live.size).toBe(0)
+      expect(f.g.calls.slice(callsBefore)).toEqual([])
+      expect(f.errors).toEqual([])
+    })
   }
 })
 
