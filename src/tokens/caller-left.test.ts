@@ -2,9 +2,9 @@
  * A caller that leaves at any await of a creation or a rotation (`SecretCallOptions.signal`):
  * each store, App store, subscription store and bus call of the operation is held until the
  * test lets it go, and the caller's signal aborts while the k-th one waits, for every k. Whatever
- * the point, a secret is never handed to a caller that left before the call answered, and the
- * store ends as that caller believes it to be: no active token made for it, the old secret of a
- * rotation working and the new one not.
+ * the point, a secret is never handed to a caller that left before the call answered, nothing is
+ * written once it has left, and the store ends as that caller believes it to be: no active token
+ * made for it, the old secret of a rotation working and the new one not.
  */
 import { describe, expect, it } from 'vitest'
 import type { AppStore, InvalidationBus, SubscriptionStore, TokenStore } from '../core/stores.js'
@@ -127,6 +127,9 @@ describe('a caller that leaves at any await of a creation or a rotation', () => 
       const { settled, left } = await leaveAt(s.g, k, (signal) => s.tokens.create(input, { signal }))
       expect(left, `k=${k}`).toBe(true)
       expect(settled.ok, `k=${k}: a secret handed to a caller that left`).toBe(false)
+      // Nothing is written once its caller has left (the insert held at k is already on its way).
+      const inserted = s.g.passed.indexOf('tokens.insert')
+      expect(inserted === -1 || inserted <= k, `k=${k}: an insert for a caller that left (${s.g.passed.join(', ')})`).toBe(true)
       const active = (await s.innerStore.listByUser('alice')).filter((t) => t.revokedAt === null)
       expect(active, `k=${k}`).toEqual([])
       expect(s.reports, `k=${k}`).toEqual([])
@@ -153,6 +156,10 @@ describe('a caller that leaves at any await of a creation or a rotation', () => 
         const { settled, left } = await leaveAt(s.g, k, (signal) => rotate(s, made, signal))
         expect(left, `k=${k}`).toBe(true)
         expect(settled.ok, `k=${k}: a new secret handed to a caller that left`).toBe(false)
+        // Nothing is written once its caller has left (the rotation held at k is already on
+        // its way): the old secret is never refused meanwhile.
+        const rotated = s.g.passed.indexOf('tokens.rotate')
+        expect(rotated === -1 || rotated <= k, `k=${k}: a rotation for a caller that left (${s.g.passed.join(', ')})`).toBe(true)
         expect((await s.tokens.authenticate(made.token)).ok, `k=${k}: the old secret`).toBe(true)
         expect(s.reports, `k=${k}`).toEqual([])
         // The same rotation sent again works, and its secret does.

@@ -167,7 +167,8 @@ export interface SecretCallOptions {
    * The caller's request signal (the token API passes `request.signal`): a secret whose caller
    * has left by the time it is stored, or before the call answers (a client's own timeout, a
    * proxy's 504) reaches nobody, so a token created is revoked and a rotation undone, as when
-   * the caller was answered 503, and the call rejects with the signal's reason. A headless client that retries a rotation with
+   * the caller was answered 503, and the call rejects with the signal's reason. One that left
+   * before the write was sent writes nothing. A headless client that retries a rotation with
    * the secret it holds is then not locked out of an active token whose new secret nobody got.
    */
   readonly signal?: AbortSignal | undefined
@@ -874,6 +875,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
   let lastWriteFailed = false
 
   const hash = (token: string) => hashApiToken(token, pepper)
+  /** What a call whose caller left rejects with: its signal's reason. */
+  const callerLeft = (signal: AbortSignal): unknown => signal.reason ?? new Error('The caller left')
   const statusOf = (r: ApiTokenRecord, at = now()): ApiTokenStatus =>
     r.revokedAt !== null ? 'revoked' : at >= r.expiresAt ? 'expired' : 'active'
 
@@ -902,6 +905,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       const stored = secret.stored
       const undo = (why = 'whose caller was told 503 (it may have landed)') =>
         undoRotation(id, { tokenHash: current.tokenHash, displayPrefix: current.displayPrefix }, stored.tokenHash, current.tokenHash, why)
+      // Its caller left before the write: nothing is written (written, then undone, the new
+      // secret stood meanwhile, and the old one, which the caller still holds, was refused).
+      if (signal?.aborted) throw callerLeft(signal)
       const rotated = await storeCall(() => store.rotate(id, stored, current.tokenHash), {
         landed: (late) => late && undo(),
         unknown: () => undo(),
@@ -911,7 +917,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         // Its caller left meanwhile: nobody holds the new secret (see `SecretCallOptions`).
         const left = async (): Promise<never> => {
           await putRight(() => undo('that landed though its caller had left'), 'token store')
-          throw signal!.reason ?? new Error('The caller left')
+          throw callerLeft(signal!)
         }
         if (signal?.aborted) return left()
         // Its write landed once the token had expired (spec 3: only an active token is rotated):
@@ -1673,6 +1679,8 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         throw new Error(`token ${record.id} ${what}, and could not be revoked: revoke it`, { cause: error })
       })
     const revokeUnheld = () => revokeRefused('may have been created though its caller got 503')
+    // Its caller left before the insert: nothing is written (see `SecretCallOptions`).
+    if (signal?.aborted) throw callerLeft(signal)
     const stored = await storeCall(() => store.insert(record), { landed: revokeUnheld, unknown: revokeUnheld })
     // A password reset of the owner that ran while this token was being made revokes it
     // (the store keeps the reset): the caller is told, rather than handed a dead secret.
@@ -1698,7 +1706,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
     // Its caller left meanwhile: nobody holds its secret (see `SecretCallOptions`).
     if (signal?.aborted) {
       await putRight(() => revokeRefused('was created though its caller had left'), 'token store')
-      throw signal.reason ?? new Error('The caller left')
+      throw callerLeft(signal)
     }
     return { record, token: secret.token }
   }
