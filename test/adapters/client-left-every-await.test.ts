@@ -134,6 +134,7 @@ function mcpHandler() {
   let served = 0
   const handler: WebMcpHandler = (request) => {
     served++
+    if (request.method === 'DELETE') return new Response(null, { status: 200 })
     if (request.method === 'POST' && request.headers.get('x-stream') === null) {
       return new Response('{"jsonrpc":"2.0","id":1,"result":{}}', { headers: { 'content-type': 'application/json', 'mcp-session-id': crypto.randomUUID().replaceAll('-', '') } })
     }
@@ -307,6 +308,51 @@ describe('a client that leaves while the re-check of its open stream waits on a 
       expect(f.timers.live.size).toBe(0)
       expect(f.g.calls.slice(callsBefore)).toEqual([])
       expect(f.errors).toEqual([])
+    })
+  }
+})
+
+describe('a client that leaves its DELETE of a session at any store call', () => {
+  const request = (secret: string) => `DELETE /v2 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${secret}\r\nMcp-Session-Id: ${SESSION}\r\n\r\n`
+  for (const kind of KINDS) {
+    it(`${kind}: the pin ends when the handler ended the session, and stays when it did not; nothing reported`, async () => {
+      for (let k = 0; ; k++) {
+        const f = fixture()
+        const mcp = mcpHandler()
+        const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+        cleanups.push(() => served.close())
+        f.g.arm(true)
+        const client = send(served.port, request(f.secret), '\r\n\r\n')
+        let seen = 0
+        let left = false
+        for (const deadline = Date.now() + 5_000; Date.now() < deadline; ) {
+          const next = f.g.waiting.shift()
+          if (next === undefined) {
+            if (seen > k) break
+            if (await Promise.race([client.answered.then(() => true), sleep(5).then(() => false)])) break
+            continue
+          }
+          if (seen++ === k) {
+            client.socket.resetAndDestroy()
+            left = true
+            await sleep(30)
+          }
+          next.go()
+        }
+        await drain(f.g)
+        await client.answered
+        client.socket.destroy()
+        await sleep(30)
+        const pin = await f.innerSessions.get(SESSION, 3_600_000)
+        expect(pin === undefined, `${kind}, k=${k}: pin ended (served ${mcp.served()})`).toBe(mcp.served() > 0)
+        expect(f.errors, `${kind}, k=${k}`).toEqual([])
+        f.g.arm(false)
+        f.timers.tickAll()
+        f.timers.tickAll()
+        expect(f.timers.live.size).toBe(0)
+        for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+        if (!left) break
+      }
     })
   }
 })
