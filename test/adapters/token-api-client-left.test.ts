@@ -17,7 +17,10 @@ import {
   createTokenApi,
   createTokenService,
 } from 'mcp-dispatch'
+import type { AddressInfo } from 'node:net'
 import { serveTokenApi } from 'mcp-dispatch/express'
+import { serveTokenApi as serveTokenApiOnFastify } from 'mcp-dispatch/fastify'
+import Fastify from 'fastify'
 import express from 'express'
 import { afterEach, describe, expect, it } from 'vitest'
 import { close, listen } from './helpers.js'
@@ -31,11 +34,11 @@ afterEach(async () => {
 })
 
 /**
- * The token API on Express (or the Web adapter's runtime, @hono/node-server: `web`), over a
+ * The token API on Express (or Fastify, or the Web adapter's runtime, @hono/node-server: `web`), over a
  * memory store whose `slow` write takes WRITE_MS; `getApp`: the App store's lookups take it
  * once a token exists (those that name a rotated token's Apps, after its write).
  */
-async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'web' = 'express') {
+async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'fastify' | 'web' = 'express') {
   const inner = createMemoryTokenStore()
   const store: TokenStore =
     slow === 'getApp'
@@ -66,6 +69,13 @@ async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'web'
     authenticateSession: (request) => (request.headers.get('cookie') === 'dash=alice' ? { userId: 'alice' } : null),
     verifyCsrf: (request) => request.headers.get('x-csrf-token') === 'csrf',
   })
+  if (on === 'fastify') {
+    const app = Fastify({ forceCloseConnections: true })
+    await app.register(serveTokenApiOnFastify(api))
+    await app.listen({ port: 0, host: '127.0.0.1' })
+    cleanups.push(() => tokens.close(), () => app.close())
+    return { port: (app.server.address() as AddressInfo).port, tokens, errors }
+  }
   if (on === 'web') {
     const served = await serveFetch(async (request) => (await api(request)) ?? new Response(null, { status: 404 }))
     cleanups.push(() => tokens.close(), () => served.close())
@@ -113,7 +123,7 @@ describe('the token API, a caller that left before its secret was stored', () =>
     expect(errors).toEqual([])
   })
 
-  for (const on of ['express', 'web'] as const) {
+  for (const on of ['express', 'fastify', 'web'] as const) {
     it(`a rotation whose client leaves once it landed, while the App store names the token's Apps, is undone too (${on}; regression: it stood, and the retry was 401 invalid_token)`, async () => {
       const { port, tokens, errors } = await serve('getApp', on)
       const created = await tokens.create({ userId: 'alice', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
