@@ -29,7 +29,7 @@ import {
 } from 'mcp-dispatch'
 import type { WebMcpHandler } from 'mcp-dispatch/web'
 import { afterEach, describe, expect, it } from 'vitest'
-import { type Fixture, HOST, serveWebHandler } from './helpers.js'
+import { type Fixture, HOST, serveWebHandler, serveWebWithoutOutgoing } from './helpers.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const cleanups: Array<() => Promise<unknown> | void> = []
@@ -158,8 +158,15 @@ function mcpHandler() {
   return { handler, open: () => open, served: () => served }
 }
 
-type Kind = 'web' | 'express' | 'fastify'
-const KINDS: readonly Kind[] = ['web', 'express', 'fastify']
+/** `web relayed`: the Web adapter without Node's response (Bun, Deno, Workers), its body relayed. */
+type Kind = 'web' | 'web relayed' | 'express' | 'fastify'
+const KINDS: readonly Kind[] = ['web', 'web relayed', 'express', 'fastify']
+
+/** The dispatch layer of `kind` in front of `handler`, over `f`'s dispatcher. */
+function serveKind(kind: Kind, f: { dispatcher: Dispatcher; onError: (error: unknown, context: string) => void; errors: unknown[] }, handler: WebMcpHandler) {
+  const fixture = { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture
+  return kind === 'web relayed' ? serveWebWithoutOutgoing(fixture, handler) : serveWebHandler(kind, fixture, handler)
+}
 
 const REQUESTS = {
   'a GET stream of a session': (secret: string) =>
@@ -204,7 +211,7 @@ async function drain(g: ReturnType<typeof gates>, quietMs = 150): Promise<number
 async function leaveAt(kind: Kind, what: keyof typeof REQUESTS, k: number): Promise<{ held: number; left: boolean }> {
   const f = fixture()
   const mcp = mcpHandler()
-  const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+  const served = await serveKind(kind, f, mcp.handler)
   cleanups.push(() => served.close())
   f.g.arm(true)
   const client = send(served.port, REQUESTS[what](f.secret), what === 'a POST that opens a session' ? '"result"' : ': open')
@@ -281,7 +288,7 @@ describe('a client that leaves while the re-check of its open stream waits on a 
     it(`${kind}: the verdict that comes after (the subscription ended) closes nothing that throws, reports nothing, and stops the interval`, async () => {
       const f = fixture()
       const mcp = mcpHandler()
-      const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+      const served = await serveKind(kind, f, mcp.handler)
       cleanups.push(() => served.close())
       const client = send(served.port, REQUESTS['a GET stream of a session'](f.secret), ': open')
       expect(await client.answered).toMatch(/^HTTP\/1\.1 200 /)
@@ -319,7 +326,7 @@ describe('a client that leaves its DELETE of a session at any store call', () =>
       for (let k = 0; ; k++) {
         const f = fixture()
         const mcp = mcpHandler()
-        const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+        const served = await serveKind(kind, f, mcp.handler)
         cleanups.push(() => served.close())
         f.g.arm(true)
         const client = send(served.port, request(f.secret), '\r\n\r\n')
@@ -385,7 +392,7 @@ describe('an OAuth validation shared by requests whose clients leave (single fli
           const server = upstream()
           const f = fixture(createOAuthValidator({ issuer: ISSUER, fetch: server.fetch, retry: { attempts: 1 } }))
           const mcp = mcpHandler()
-          const served = await serveWebHandler(kind, { dispatcher: f.dispatcher, onError: f.onError, errors: f.errors } as unknown as Fixture, mcp.handler)
+          const served = await serveKind(kind, f, mcp.handler)
           cleanups.push(() => served.close())
           const a = send(served.port, request, '"result"')
           const b = send(served.port, request, '"result"')
