@@ -1459,6 +1459,39 @@ describe('update (spec 2.1, 3)', () => {
     }
   })
 
+  it('that undo, failed and tried again later, does not put the old expiry back over the same edit sent again and answered 200, and invalidates the caches once it lands (regression: the later try undid the edit the caller had been told succeeded)', async () => {
+    const inner = createMemoryTokenStore()
+    const errors: unknown[] = []
+    const { service, clock } = setup({ store: inner })
+    const token = await createToken(service, { expiresInDays: 7 })
+    clock.advance(7 * DAY - 251)
+    let reads = 0
+    let slow = true
+    const store: TokenStore = {
+      ...inner,
+      // The edit's own read works; its undo's read fails once (the store blinks).
+      get: (id) => (++reads === 2 ? Promise.reject(new Error('store down')) : inner.get(id)),
+      update: async (id, patch, expected) => {
+        const written = inner.update(id, patch, expected)
+        if (slow) clock.advance(252) // the old expiry passes while the first edit is written
+        return written
+      },
+    }
+    const editing = setup({ store, now: clock.now, storeTimeoutMs: 200, onError: (error) => errors.push(error) }).service
+    const expiresAt = T0 + 30 * DAY
+    await refusal(editing.update('alice', token.id, { expiresAt }), StoreUnavailableError)
+    expect(errors).toHaveLength(1)
+    // The caller, told 503, sends the edit again: in place already, it is answered 200.
+    slow = false
+    expect((await editing.update('alice', token.id, { expiresAt })).expires_at).toBe(new Date(expiresAt).toISOString())
+    // The undo's next try (0.5 to 1 s later) finds that edit and leaves it.
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    expect((await inner.get(token.id))?.expiresAt).toBe(expiresAt)
+    expect((await editing.authenticate(token.token)).ok).toBe(true)
+    await editing.close()
+    expect(errors).toHaveLength(1)
+  })
+
   it('someone else’s token: 404', async () => {
     const { service } = setup()
     const created = await createToken(service)

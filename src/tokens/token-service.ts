@@ -1878,7 +1878,16 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
           // Nothing is known for sure: the caller is told the store failed, the platform hears
           // which token may have come back, and the undo is tried again while it fails, as
           // what puts right a write whose caller got 503 is.
-          void putRight(() => undoIfExpired(before), 'token store', undefined, { error })
+          // Each later try as `reconcileEdit`'s: not over the same edit answered 200 since, and
+          // the caches invalidated once it has run.
+          const tryAgain = async () => {
+            try {
+              if (!sentAgain()) await undoIfExpired(before)
+            } finally {
+              await invalidate(updated.tokenHash)
+            }
+          }
+          void putRight(tryAgain, 'token store', undefined, { error })
           await invalidate(updated.tokenHash)
           throw new StoreUnavailableError('token', { cause: error })
         }
