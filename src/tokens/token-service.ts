@@ -321,8 +321,9 @@ export interface TokenServiceOptions {
    * write, when the store answers with a promise; past it the call fails with
    * `StoreUnavailableError` (the token API answers 503), so a database that stopped answering
    * never holds a dashboard request or `close()`. The App store's `getApp` (asked for each
-   * view's `scopes`, by a list once per App) and `canUseServer` (or the subscription store, at creation) are bounded
-   * alike, their failures `StoreUnavailableError` naming the `app` or `subscription` store;
+   * view's `scopes`, by a list once per App) and `canUseServer` (or the subscription store,
+   * at creation) are bounded alike, their failures `StoreUnavailableError` naming the `app` or
+   * `subscription` store;
    * except after a write that landed (an edit, a revocation, a rotation), whose answer then
    * names the Apps `null` (the failure goes to `onError`): the secret of a rotation is never
    * lost to the App store (a creation names them from its own lookups). The write may still land later: a write
@@ -458,9 +459,9 @@ export interface TokenService {
    * the second passes over writes whose caller was told 503 that are still to
    * come (each at most `storeTimeoutMs` away; see docs/api-tokens.md), gives those passes that
    * failed and wait to be tried again their last try (reporting to `onError` those it gives
-   * up), stops listening for invalidations, and gives the invalidations whose publish failed and that are still being
-   * sent again one last try (under `storeTimeoutMs`, or the bus's `publishTimeoutMs` and a
-   * second when longer), reporting to `onError` how many it could not send. Safe to call again:
+   * up), stops listening for invalidations, and gives the invalidations whose publish failed
+   * and that are still being sent again one last try (under `storeTimeoutMs`, or the bus's
+   * `publishTimeoutMs` and a second when longer), reporting to `onError` how many it could not send. Safe to call again:
    * a second call writes the uses recorded since (reported to `onError` if the store is closed
    * by then) and resolves; the invalidations are not sent again.
    */
