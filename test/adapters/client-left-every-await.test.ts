@@ -208,6 +208,31 @@ async function drain(g: ReturnType<typeof gates>, quietMs = 150): Promise<number
   return held
 }
 
+/**
+ * Lets the held store calls go one by one; the client resets its connection while the k-th
+ * waits (the server sees the reset before that call answers). Answers how many calls it saw and
+ * whether it reset (a request that makes fewer calls is answered first).
+ */
+async function resetWhileKthWaits(g: ReturnType<typeof gates>, client: ReturnType<typeof send>, k: number): Promise<{ seen: number; left: boolean }> {
+  let seen = 0
+  let left = false
+  for (const deadline = Date.now() + 5_000; Date.now() < deadline; ) {
+    const next = g.waiting.shift()
+    if (next === undefined) {
+      if (seen > k) break
+      if (await Promise.race([client.answered.then(() => true), sleep(5).then(() => false)])) break
+      continue
+    }
+    if (seen++ === k) {
+      client.socket.resetAndDestroy()
+      left = true
+      await sleep(30)
+    }
+    next.go()
+  }
+  return { seen, left }
+}
+
 async function leaveAt(kind: Kind, what: keyof typeof REQUESTS, k: number): Promise<{ held: number; left: boolean }> {
   const f = fixture()
   const mcp = mcpHandler()
@@ -215,26 +240,7 @@ async function leaveAt(kind: Kind, what: keyof typeof REQUESTS, k: number): Prom
   cleanups.push(() => served.close())
   f.g.arm(true)
   const client = send(served.port, REQUESTS[what](f.secret), what === 'a POST that opens a session' ? '"result"' : ': open')
-  let seen = 0
-  let left = false
-  const deadline = Date.now() + 5_000
-  // Held calls let go one by one; the client resets while the k-th waits.
-  while (Date.now() < deadline) {
-    const next = f.g.waiting.shift()
-    if (next === undefined) {
-      if (seen > k) break
-      const done = await Promise.race([client.answered.then(() => true), sleep(5).then(() => false)])
-      if (done) break
-      continue
-    }
-    if (seen++ === k) {
-      client.socket.resetAndDestroy()
-      left = true
-      // The server sees the reset before the store answers.
-      await sleep(30)
-    }
-    next.go()
-  }
+  const { seen, left } = await resetWhileKthWaits(f.g, client, k)
   await drain(f.g)
   await client.answered
   if (!left) client.socket.destroy()
@@ -330,22 +336,7 @@ describe('a client that leaves its DELETE of a session at any store call', () =>
         cleanups.push(() => served.close())
         f.g.arm(true)
         const client = send(served.port, request(f.secret), '\r\n\r\n')
-        let seen = 0
-        let left = false
-        for (const deadline = Date.now() + 5_000; Date.now() < deadline; ) {
-          const next = f.g.waiting.shift()
-          if (next === undefined) {
-            if (seen > k) break
-            if (await Promise.race([client.answered.then(() => true), sleep(5).then(() => false)])) break
-            continue
-          }
-          if (seen++ === k) {
-            client.socket.resetAndDestroy()
-            left = true
-            await sleep(30)
-          }
-          next.go()
-        }
+        const { left } = await resetWhileKthWaits(f.g, client, k)
         await drain(f.g)
         await client.answered
         client.socket.destroy()
