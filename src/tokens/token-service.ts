@@ -1830,10 +1830,11 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
       }
       // Its caller was told 503, so nobody expects this edit any more: only what would break
       // spec 3, the expiry, is put back (compare-and-swap: nothing happens if it never landed),
-      // unless an edit that succeeded here since set the same expiry.
-      const reconcileEdit = async (tokenHash: string) => {
+      // unless an edit that succeeded here since set the same expiry. `fields`: what is put
+      // back (an edit answered in time whose undo failed puts back all of it).
+      const reconcileEdit = async (tokenHash: string, fields: ApiTokenPatch = { expiresAt: record.expiresAt }) => {
         try {
-          if (expiryPassed() && !sentAgain()) await undoIfExpired({ expiresAt: record.expiresAt })
+          if (expiryPassed() && !sentAgain()) await undoIfExpired(fields)
         } finally {
           await invalidate(tokenHash)
         }
@@ -1878,17 +1879,9 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
         } catch (error) {
           // Nothing is known for sure: the caller is told the store failed, the platform hears
           // which token may have come back, and the undo is tried again while it fails, as
-          // what puts right a write whose caller got 503 is.
-          // Each later try as `reconcileEdit`'s: not over the same edit answered 200 since, and
-          // the caches invalidated once it has run.
-          const tryAgain = async () => {
-            try {
-              if (!sentAgain()) await undoIfExpired(before)
-            } finally {
-              await invalidate(updated.tokenHash)
-            }
-          }
-          void putRight(tryAgain, 'token store', undefined, { error })
+          // what puts right a write whose caller got 503 is (not over the same edit answered
+          // 200 since, and the caches invalidated once it has run).
+          void putRight(() => reconcileEdit(updated.tokenHash, before), 'token store', undefined, { error })
           await invalidate(updated.tokenHash)
           throw new StoreUnavailableError('token', { cause: error })
         }

@@ -157,6 +157,32 @@ async function serveFastify(fixture: Fixture, overHttp2: boolean, handler: Retur
   return { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
 }
 
+/** Express (5 or 4) with the middleware and a `routeByVersion` handler writing the raw response. */
+async function serveExpress(kind: (typeof EXPRESS_KINDS)[number], fixture: Fixture, handler: ReturnType<typeof failingAfterHead>, errors: unknown[]): Promise<Served> {
+  const app = EXPRESS[kind]()
+  app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
+  app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
+  const server = http.createServer(app)
+  return { port: await listen(server), close: () => close(server) }
+}
+
+/** Express (5 or 4) or Fastify (HTTP/1.1) with the middleware and a Web handler through `fromWebHandler`. */
+async function serveFromWeb(kind: 'fastify' | (typeof EXPRESS_KINDS)[number], fixture: Fixture, handler: (request: Request) => Response, errors: unknown[]): Promise<Served> {
+  const onError = (error: unknown) => void errors.push(error)
+  if (kind !== 'fastify') {
+    const app = EXPRESS[kind]()
+    app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+    app.use(expressAdapter.fromWebHandler(handler))
+    const server = http.createServer(app)
+    return { port: await listen(server), close: () => close(server) }
+  }
+  const app = Fastify({ forceCloseConnections: true })
+  await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
+  app.all('/*', fastifyAdapter.fromWebHandler(handler))
+  await app.listen({ port: 0, host: '127.0.0.1' })
+  return { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
+}
+
 describe('a routeByVersion handler that fails after its head', () => {
   for (const failing of ['throws', 'rejects'] as const) {
     it(`Fastify over HTTP/2, a handler that ${failing}: the stream is reset with INTERNAL_ERROR, never ended as whole`, async () => {
@@ -192,16 +218,12 @@ describe('a routeByVersion handler that fails after its head', () => {
         for (const framing of ['chunked', 'length'] as const) {
           const fixture = createFixture()
           const errors: unknown[] = []
-          const app = EXPRESS[kind]()
-          app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
-          const handler = failingAfterHead(framing, failing)
-          app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
-          const server = http.createServer(app)
+          const served = await serveExpress(kind, fixture, failingAfterHead(framing, failing), errors)
           try {
-            expectCutH1(await askH1(await listen(server), fixture), framing)
+            expectCutH1(await askH1(served.port, fixture), framing)
             expect(messages(errors)).toEqual(['failed mid-answer'])
           } finally {
-            await close(server)
+            await served.close()
           }
         }
       })
@@ -266,17 +288,13 @@ describe('a routeByVersion handler that opens a session on an asynchronous sessi
           const { inner, sessions } = slowSessions()
           const fixture = createFixture({ sessions })
           const errors: unknown[] = []
-          const app = EXPRESS[kind]()
-          app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
-          const handler = opening(framing, failing)
-          app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
-          const server = http.createServer(app)
+          const served = await serveExpress(kind, fixture, opening(framing, failing), errors)
           try {
-            expectCutH1(await askH1(await listen(server), fixture), framing)
+            expectCutH1(await askH1(served.port, fixture), framing)
             expect(messages(errors)).toEqual(['failed mid-answer'])
             expect(await inner.get('held-session', 60_000)).toBeDefined()
           } finally {
-            await close(server)
+            await served.close()
           }
         }
       })
@@ -304,15 +322,7 @@ describe('a routeByVersion handler that opens a session, fails after its head, a
       const fixture = createFixture({ sessions: failingStore() })
       const errors: unknown[] = []
       const handler = failingAfterHead('chunked', 'throws', { 'mcp-session-id': 'held-session' })
-      let served: Served
-      if (kind === 'fastify') served = await serveFastify(fixture, false, handler, errors)
-      else {
-        const app = EXPRESS[kind]()
-        app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError: (error) => errors.push(error) }))
-        app.use(expressAdapter.routeByVersion(() => (_req: http.IncomingMessage, res: http.ServerResponse) => handler(res)))
-        const server = http.createServer(app)
-        served = { port: await listen(server), close: () => close(server) }
-      }
+      const served = kind === 'fastify' ? await serveFastify(fixture, false, handler, errors) : await serveExpress(kind, fixture, handler, errors)
       try {
         expect503(await askH1(served.port, fixture, 'Connection: close\r\n'))
         expect(messages(errors)).toEqual(['failed mid-answer'])
@@ -390,29 +400,12 @@ describe('behind compression(), a routeByVersion handler that fails after ending
 describe('fromWebHandler, a Web handler whose Response body errors mid-way', () => {
   // The handler's failure reaches `onError`, as a routeByVersion handler's throw after its head
   // does (regression: the answer was cut and nothing anywhere told why, not even a log line).
-  async function serveFromWeb(kind: 'fastify' | (typeof EXPRESS_KINDS)[number], fixture: Fixture, framing: Framing, errors: unknown[], failure?: Error): Promise<Served> {
-    const onError = (error: unknown) => void errors.push(error)
-    const handler = () => erroringResponse(framing, failure)
-    if (kind !== 'fastify') {
-      const app = EXPRESS[kind]()
-      app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-      app.use(expressAdapter.fromWebHandler(handler))
-      const server = http.createServer(app)
-      return { port: await listen(server), close: () => close(server) }
-    }
-    const app = Fastify({ forceCloseConnections: true })
-    await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-    app.all('/*', fastifyAdapter.fromWebHandler(handler))
-    await app.listen({ port: 0, host: '127.0.0.1' })
-    return { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
-  }
-
   for (const kind of [...EXPRESS_KINDS, 'fastify'] as const) {
     it(`${kind} over HTTP/1.1: the connection closes with no last chunk, or short of its length, and onError hears why`, async () => {
       for (const framing of ['chunked', 'length'] as const) {
         const fixture = createFixture()
         const errors: unknown[] = []
-        const served = await serveFromWeb(kind, fixture, framing, errors)
+        const served = await serveFromWeb(kind, fixture, () => erroringResponse(framing), errors)
         try {
           expectCutH1(await askH1(served.port, fixture), framing)
           expect(messages(errors), framing).toEqual(['body failed mid-answer'])
@@ -426,7 +419,7 @@ describe('fromWebHandler, a Web handler whose Response body errors mid-way', () 
       const fixture = createFixture()
       const errors: unknown[] = []
       const reset = Object.assign(new Error('upstream reset'), { code: 'ECONNRESET' })
-      const served = await serveFromWeb(kind, fixture, 'chunked', errors, reset)
+      const served = await serveFromWeb(kind, fixture, () => erroringResponse('chunked', reset), errors)
       try {
         expectCutH1(await askH1(served.port, fixture), 'chunked')
         expect(errors).toEqual([reset])
@@ -455,21 +448,7 @@ describe('fromWebHandler, a Web handler whose Response body errors mid-way', () 
           }),
           { headers: { 'content-type': 'text/event-stream' } },
         )
-      const onError = (error: unknown) => void errors.push(error)
-      let served: Served
-      if (kind !== 'fastify') {
-        const app = EXPRESS[kind]()
-        app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-        app.use(expressAdapter.fromWebHandler(handler))
-        const server = http.createServer(app)
-        served = { port: await listen(server), close: () => close(server) }
-      } else {
-        const app = Fastify({ forceCloseConnections: true })
-        await app.register(fastifyAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
-        app.all('/*', fastifyAdapter.fromWebHandler(handler))
-        await app.listen({ port: 0, host: '127.0.0.1' })
-        served = { port: (app.server.address() as net.AddressInfo).port, close: () => app.close() }
-      }
+      const served = await serveFromWeb(kind, fixture, handler, errors)
       try {
         const socket = net.connect(served.port, '127.0.0.1')
         socket.on('error', () => {})
