@@ -997,9 +997,16 @@ export function toWebRequest(source: WebRequestSource): Request {
   // response before this listener: aborted at once, or the upstream would be asked, and a
   // stream kept, for nobody.
   let abandonBody: (() => void) | undefined
+  // Node's Request follows `controller.signal` through a weak reference to a controller of its
+  // own, which lives as long as the Request: a handler that kept `request.signal` alone (an
+  // event stream ending on abort) and let the Request go never heard the client leave once a
+  // garbage collection took it (the adapters' frames drop it once optimized). This listener
+  // holds the Request until the response closes.
+  let request: Request | undefined
   whenClosed(res, () => {
     if (!res.writableEnded) controller.abort()
     abandonBody?.()
+    request = undefined
   })
   const headers = new Headers()
   const raw = req.rawHeaders
@@ -1028,7 +1035,8 @@ export function toWebRequest(source: WebRequestSource): Request {
   // then ignored): the handler, and the token API's `hosts`, read the one the dispatcher read.
   if (absolute !== undefined) headers.set('host', absolute.host)
   const host = absolute?.host ?? authorityOf(req.headers) ?? 'localhost'
-  return new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
+  request = new Request(`${absolute?.scheme ?? source.protocol}://${host}${absolute?.target ?? source.url}`, init)
+  return request
 }
 
 /** Bytes of a request body queued in {@link bodyStream} before the socket is paused. */
