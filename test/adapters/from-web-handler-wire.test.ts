@@ -191,16 +191,19 @@ describe.each(['express', 'express4', 'fastify'] as const)('fromWebHandler on %s
       agent.destroy()
     }
     warming = false
-    const socket = net.connect(served.port, '127.0.0.1')
-    socket.on('error', () => {})
-    socket.write(`POST /v1 HTTP/1.1\r\nHost: ${HOST}\r\nAuthorization: Bearer ${fixture.tokens.alice}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: ${TOOLS_LIST.length}\r\n\r\n${TOOLS_LIST}`)
+    // Asked as the warm-up asked (the same client, the same header fields), by a client that
+    // then leaves. A request written by hand on a raw socket, unlike those the adapter was
+    // optimized on, left the first of these tests in a process (Express 5) passing on the old
+    // code on Node 20: the Request outlived the collection there.
+    const leaving = new http.Agent({ keepAlive: true })
+    void ask(served.port, leaving, { method: 'POST', path: '/v1', token: fixture.tokens.alice, body: TOOLS_LIST }).catch(() => {})
     await expect.poll(() => signals.length, { timeout: 5_000 }).toBe(1)
     // Weak references hold until the turn that made them ends: collected from a later one.
     for (let i = 0; i < 3; i++) {
       await new Promise((resolve) => setImmediate(resolve))
       gc()
     }
-    socket.destroy()
+    leaving.destroy()
     await expect.poll(() => signals[0]!.aborted, { timeout: 5_000 }).toBe(true)
   }, 30_000)
 
