@@ -17,6 +17,7 @@ import {
   type TokenStore,
 } from 'mcp-dispatch'
 import { describe, expect, it } from 'vitest'
+import { midMinute } from '../helpers/clock.js'
 import { dispatchRequest } from '../helpers/dispatch-request.js'
 
 const APP = { id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.2.3'] }
@@ -40,7 +41,8 @@ async function setup(extra: Partial<DispatcherOptions> = {}) {
 describe('rateLimit.policy answering with a promise', () => {
   it('a resolved policy counts: RateLimit fields, then 429 past the limit', async () => {
     const policy: RateLimitPolicy = { limit: 2, windowType: 'minute' }
-    const { decide, errors } = await setup({ rateLimit: { policy: async () => policy } })
+    // Three requests counted in one window: on the wall clock a minute could turn between two.
+    const { decide, errors } = await setup({ rateLimit: { policy: async () => policy }, now: midMinute() })
     const first = await decide()
     expect(first.status).toBe(200)
     expect(first.headers['ratelimit-policy']).toBe('"minute";q=2;w=60')
