@@ -11,7 +11,7 @@
 import { randomUUID } from 'node:crypto'
 import * as http from 'node:http'
 import { PassThrough } from 'node:stream'
-import { createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
+import { type DispatcherTimers, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import express from 'express'
@@ -104,21 +104,53 @@ async function openSession(port: number, token: string): Promise<string> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
+/**
+ * The dispatcher's interval timers (its checks of open responses, its pins' keep-alive) fired by
+ * hand, its clock moved with them: a check runs when the test says, before what the App does
+ * next. On real timers a check due in 100 ms, or a keep-alive due every 100 ms against a 300 ms
+ * TTL, could come after the App's event or past the TTL on a loaded machine.
+ */
+function manualTimers(start: number) {
+  let clock = start
+  const active = new Map<number, () => void>()
+  let next = 1
+  const timers: DispatcherTimers = {
+    setInterval(callback) {
+      const id = next++
+      active.set(id, callback)
+      return id
+    },
+    clearInterval(handle) {
+      active.delete(handle as number)
+    },
+  }
+  /** `ms` pass: every interval fires once, then what it started settles. */
+  const tick = async (ms: number) => {
+    clock += ms
+    for (const [id, callback] of [...active]) if (active.has(id)) callback()
+    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
+  }
+  return { timers, tick, now: () => clock }
+}
+
 describe('express: a GET watched from its dispatch', () => {
   it('whose handler writes its head after the cut fails quietly (no throw, no unhandled rejection), and reports nothing', async () => {
     const fixture = createFixture()
     const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
-    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS })
+    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS, timers: m.timers, now: m.now })
     const rejections: unknown[] = []
     const onRejection = (reason: unknown) => void rejections.push(reason)
     process.on('unhandledRejection', onRejection)
     let wrote: Promise<string> | undefined
+    let answer!: () => void
+    const answering = new Promise<void>((resolve) => (answer = resolve))
     const app = express()
     app.use(expressDispatch({ dispatcher }))
     app.all(/.*/, async (req, res) => {
       if (req.method === 'POST') return void res.setHeader('mcp-session-id', randomUUID()).json({ jsonrpc: '2.0', id: 1, result: {} })
       // An async handler that answers late: its head comes after the check ended the response.
-      wrote = sleep(4 * CHECK_MS).then(() => {
+      wrote = answering.then(() => {
         res.setHeader('content-type', 'text/event-stream')
         res.writeHead(200)
         res.write(EVENT)
@@ -133,7 +165,9 @@ describe('express: a GET watched from its dispatch', () => {
       const get = received(port, fixture.tokens.alice, sessionId)
       await expect.poll(() => wrote !== undefined).toBe(true)
       subscriptions.setActive('alice', 'app_weather', false)
+      await m.tick(CHECK_MS)
       expect(await get).toBe('cut: ECONNRESET')
+      answer()
       expect(await wrote).toBe('wrote')
       await sleep(50)
       expect(rejections).toEqual([])
@@ -147,14 +181,16 @@ describe('express: a GET watched from its dispatch', () => {
   it('whose answer turns out to be no event stream (a body of a declared length) is not cut short', async () => {
     const fixture = createFixture()
     const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
-    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS })
+    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS, timers: m.timers, now: m.now })
+    let end!: () => void
     const app = express()
     app.use(expressDispatch({ dispatcher }))
     app.all(/.*/, (req, res) => {
       if (req.method === 'POST') return void res.setHeader('mcp-session-id', randomUUID()).json({ jsonrpc: '2.0', id: 1, result: {} })
       res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': '20' })
       res.write('0123456789')
-      setTimeout(() => res.end('abcdefghij'), 4 * CHECK_MS)
+      end = () => res.end('abcdefghij')
     })
     const server = http.createServer(app)
     const port = await listen(server)
@@ -162,6 +198,9 @@ describe('express: a GET watched from its dispatch', () => {
       const sessionId = await openSession(port, fixture.tokens.alice)
       const get = await request(port, fixture.tokens.alice, 'GET', sessionId)
       subscriptions.setActive('alice', 'app_weather', false)
+      // A check comes while the body is under way; the rest of it comes after.
+      await m.tick(CHECK_MS)
+      end()
       expect(await get.body).toBe('0123456789abcdefghij')
       expect(fixture.errors).toEqual([])
     } finally {
@@ -174,7 +213,8 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
   it('is ended once its subscription ends, before the event the App sends afterwards reaches the client', async () => {
     const fixture = createFixture()
     const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
-    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS })
+    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS, timers: m.timers, now: m.now })
     const streams = new Set<PassThrough>()
     const server = await apps[framework](dispatcher, streams)
     const port = await listen(server)
@@ -185,7 +225,8 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
       const get = received(port, fixture.tokens.alice, sessionId)
       await expect.poll(() => streams.size).toBe(1)
       subscriptions.setActive('alice', 'app_weather', false)
-      await sleep(4 * CHECK_MS)
+      // The next check, then the App's event.
+      await m.tick(CHECK_MS)
       for (const stream of streams) stream.write(EVENT)
       expect(await get).toBe('cut: ECONNRESET')
       expect(fixture.errors).toEqual([])
@@ -199,7 +240,8 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
   it('keeps its session\'s pin while it idles past the pin\'s TTL: the next request of the session is served', async () => {
     const fixture = createFixture()
     const TTL_MS = 300
-    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions: createMemorySessionStore(), sessionTtlMs: TTL_MS, now: Date.now })
+    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions: createMemorySessionStore({ now: m.now }), sessionTtlMs: TTL_MS, now: m.now, timers: m.timers })
     const streams = new Set<PassThrough>()
     const server = await apps[framework](dispatcher, streams)
     const port = await listen(server)
@@ -207,7 +249,8 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
       const sessionId = await openSession(port, fixture.tokens.alice)
       void request(port, fixture.tokens.alice, 'GET', sessionId).catch(() => {})
       await expect.poll(() => streams.size).toBe(1)
-      await sleep(3 * TTL_MS)
+      // Three TTLs with the stream idle, the keep-alive firing every third of the TTL.
+      for (let i = 0; i < 9; i++) await m.tick(TTL_MS / 3)
       const next = await request(port, fixture.tokens.alice, 'POST', sessionId)
       await next.body
       expect(next.status).toBe(200)
