@@ -6,7 +6,10 @@
  * token nobody held. A creation whose dashboard request was abandoned left an active token
  * nobody held, counted against the user's limit. Now the rotation is undone and the token
  * revoked, as when the caller was answered 503. Express's `serveTokenApi`, real sockets on
- * 127.0.0.1, a store that takes 300 ms to write.
+ * 127.0.0.1, a store whose write (or an App lookup after it) is under way when the client leaves,
+ * and lands once the server has seen it leave. Each step waits for the one before (no fixed
+ * wait: on a loaded host, 150 ms for the client to leave and 700 ms for a write and its undo of
+ * 300 ms each left the outcome to the scheduler).
  */
 import * as http from 'node:http'
 import {
@@ -26,8 +29,6 @@ import { afterEach, describe, expect, it } from 'vitest'
 import { close, listen } from './helpers.js'
 import { serveFetch } from '../helpers/platform.js'
 
-const WRITE_MS = 300
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 const cleanups: Array<() => Promise<unknown> | void> = []
 afterEach(async () => {
   for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
@@ -35,18 +36,36 @@ afterEach(async () => {
 
 /**
  * The token API on Express (or Fastify, or the Web adapter's runtime, @hono/node-server: `web`), over a
- * memory store whose `slow` write takes WRITE_MS; `getApp`: the App store's lookups take it
- * once a token exists (those that name a rotated token's Apps, after its write).
+ * memory store whose first `slow` write is held; `getApp`: the App store's first lookup after a
+ * rotation landed is (one that names the rotated token's Apps). The held step tells it began
+ * (`begun`), then lands once the signal the token API gave the service call has aborted: the
+ * client left while it ran, and the server has seen it leave. `settled` waits for the service
+ * calls that hand out a secret to settle (one whose caller left rejects once the token was put
+ * right).
  */
 async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'fastify' | 'web' = 'express') {
+  let signal: AbortSignal | undefined
+  let held = false
+  let begin!: () => void
+  const begun = new Promise<void>((resolve) => (begin = resolve))
+  /** The held step, once: it lands once the caller's signal has aborted. */
+  const hold = async () => {
+    if (held) return
+    held = true
+    const caller = signal
+    if (caller === undefined) throw new Error('the token API gave the service call no signal')
+    begin()
+    if (!caller.aborted) await new Promise((resolve) => caller.addEventListener('abort', resolve, { once: true }))
+  }
   const inner = createMemoryTokenStore()
+  let rotated = false
   const store: TokenStore =
     slow === 'getApp'
-      ? inner
+      ? { ...inner, rotate: async (...args) => ((rotated = true), inner.rotate(...args)) }
       : {
           ...inner,
           [slow]: async (...args: unknown[]) => {
-            await sleep(WRITE_MS)
+            await hold()
             return (inner[slow] as (...a: unknown[]) => unknown)(...args)
           },
         }
@@ -56,7 +75,7 @@ async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'fast
       ? {
           ...appStore,
           getApp: async (id) => {
-            if ((await inner.listByUser('alice')).length > 0) await sleep(WRITE_MS)
+            if (rotated) await hold()
             return appStore.getApp(id)
           },
         }
@@ -64,8 +83,20 @@ async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'fast
   const subscriptions = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_1', active: true }])
   const errors: unknown[] = []
   const tokens = createTokenService({ store, apps, subscriptions, onError: (error) => void errors.push(error) })
+  const calls: Array<Promise<unknown>> = []
+  const handOut = <T>(call: { signal?: AbortSignal | undefined } | undefined, made: () => Promise<T>): Promise<T> => {
+    signal = call?.signal
+    const answer = made()
+    calls.push(answer.catch(() => {}))
+    return answer
+  }
+  const settled = async () => void (await Promise.all(calls))
   const api = createTokenApi({
-    tokens,
+    tokens: {
+      ...tokens,
+      rotate: (id, caller, call) => handOut(call, () => tokens.rotate(id, caller, call)),
+      create: (input, call) => handOut(call, () => tokens.create(input, call)),
+    },
     authenticateSession: (request) => (request.headers.get('cookie') === 'dash=alice' ? { userId: 'alice' } : null),
     verifyCsrf: (request) => request.headers.get('x-csrf-token') === 'csrf',
   })
@@ -74,23 +105,23 @@ async function serve(slow: 'rotate' | 'insert' | 'getApp', on: 'express' | 'fast
     await app.register(serveTokenApiOnFastify(api))
     await app.listen({ port: 0, host: '127.0.0.1' })
     cleanups.push(() => tokens.close(), () => app.close())
-    return { port: (app.server.address() as AddressInfo).port, tokens, errors }
+    return { port: (app.server.address() as AddressInfo).port, tokens, errors, begun, settled }
   }
   if (on === 'web') {
     const served = await serveFetch(async (request) => (await api(request)) ?? new Response(null, { status: 404 }))
     cleanups.push(() => tokens.close(), () => served.close())
-    return { port: served.port, tokens, errors }
+    return { port: served.port, tokens, errors, begun, settled }
   }
   const app = express()
   app.use(serveTokenApi(api))
   const server = http.createServer(app)
   const port = await listen(server)
   cleanups.push(() => tokens.close(), () => close(server))
-  return { port, tokens, errors }
+  return { port, tokens, errors, begun, settled }
 }
 
-/** A POST whose client gives up after `leaveAfterMs` (then `'left'`), or its answer. */
-function post(port: number, path: string, headers: http.OutgoingHttpHeaders, body = '', leaveAfterMs?: number) {
+/** A POST whose client gives up once `leaveWhen` settles (then `'left'`), or its answer. */
+function post(port: number, path: string, headers: http.OutgoingHttpHeaders, body = '', leaveWhen?: Promise<unknown>) {
   return new Promise<{ status: number; body: string } | 'left'>((resolve, reject) => {
     const request = http.request(
       { host: '127.0.0.1', port, method: 'POST', path, agent: false, headers: { host: 'dash.localhost', 'content-length': Buffer.byteLength(body), ...headers } },
@@ -100,20 +131,20 @@ function post(port: number, path: string, headers: http.OutgoingHttpHeaders, bod
         response.on('end', () => resolve({ status: response.statusCode!, body: text }))
       },
     )
-    request.on('error', (error) => (leaveAfterMs !== undefined ? resolve('left') : reject(error)))
-    if (leaveAfterMs !== undefined) setTimeout(() => request.destroy(), leaveAfterMs)
+    request.on('error', (error) => (leaveWhen !== undefined ? resolve('left') : reject(error)))
+    void leaveWhen?.then(() => request.destroy())
     request.end(body)
   })
 }
 
 describe('the token API, a caller that left before its secret was stored', () => {
   it('a Bearer rotation is undone: the client retries with the secret it holds, and gets a new one', async () => {
-    const { port, tokens, errors } = await serve('rotate')
+    const { port, tokens, errors, begun, settled } = await serve('rotate')
     const created = await tokens.create({ userId: 'alice', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
     const path = `/api/tokens/${created.id}/rotate`
-    expect(await post(port, path, { authorization: `Bearer ${created.token}` }, '', WRITE_MS / 2)).toBe('left')
+    expect(await post(port, path, { authorization: `Bearer ${created.token}` }, '', begun)).toBe('left')
     // The rotation lands meanwhile, and is undone.
-    await sleep(WRITE_MS * 2 + 100)
+    await settled()
     expect((await tokens.authenticate(created.token)).ok).toBe(true)
     const retried = await post(port, path, { authorization: `Bearer ${created.token}` })
     expect(retried !== 'left' && retried.status).toBe(200)
@@ -125,11 +156,11 @@ describe('the token API, a caller that left before its secret was stored', () =>
 
   for (const on of ['express', 'fastify', 'web'] as const) {
     it(`a rotation whose client leaves once it landed, while the App store names the token's Apps, is undone too (${on}; regression: it stood, and the retry was 401 invalid_token)`, async () => {
-      const { port, tokens, errors } = await serve('getApp', on)
+      const { port, tokens, errors, begun, settled } = await serve('getApp', on)
       const created = await tokens.create({ userId: 'alice', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
       const path = `/api/tokens/${created.id}/rotate`
-      expect(await post(port, path, { authorization: `Bearer ${created.token}` }, '', WRITE_MS / 2)).toBe('left')
-      await sleep(WRITE_MS + 100)
+      expect(await post(port, path, { authorization: `Bearer ${created.token}` }, '', begun)).toBe('left')
+      await settled()
       expect((await tokens.authenticate(created.token)).ok).toBe(true)
       const retried = await post(port, path, { authorization: `Bearer ${created.token}` })
       expect(retried !== 'left' && retried.status).toBe(200)
@@ -138,19 +169,19 @@ describe('the token API, a caller that left before its secret was stored', () =>
   }
 
   it('a rotation by the dashboard is undone too', async () => {
-    const { port, tokens } = await serve('rotate')
+    const { port, tokens, begun, settled } = await serve('rotate')
     const created = await tokens.create({ userId: 'alice', name: 'CI', servers: ['app_1'], expiresInDays: 30 })
-    expect(await post(port, `/api/tokens/${created.id}/rotate`, { cookie: 'dash=alice', 'x-csrf-token': 'csrf' }, '', WRITE_MS / 2)).toBe('left')
-    await sleep(WRITE_MS * 2 + 100)
+    expect(await post(port, `/api/tokens/${created.id}/rotate`, { cookie: 'dash=alice', 'x-csrf-token': 'csrf' }, '', begun)).toBe('left')
+    await settled()
     expect((await tokens.authenticate(created.token)).ok).toBe(true)
   })
 
   it('a creation is revoked: the retry leaves one active token, the one whose secret the client holds', async () => {
-    const { port, tokens } = await serve('insert')
+    const { port, tokens, begun, settled } = await serve('insert')
     const headers = { cookie: 'dash=alice', 'x-csrf-token': 'csrf', 'content-type': 'application/json' }
     const body = JSON.stringify({ name: 'CI', servers: ['app_1'], expires_in_days: 30 })
-    expect(await post(port, '/api/tokens', headers, body, WRITE_MS / 2)).toBe('left')
-    await sleep(WRITE_MS * 2 + 100)
+    expect(await post(port, '/api/tokens', headers, body, begun)).toBe('left')
+    await settled()
     const retried = await post(port, '/api/tokens', headers, body)
     expect(retried !== 'left' && retried.status).toBe(201)
     const active = (await tokens.list('alice')).filter((token) => token.status === 'active')
