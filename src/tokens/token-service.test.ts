@@ -2789,6 +2789,151 @@ describe('a store that stops answering', () => {
     expect(onError).toHaveBeenCalledTimes(2)
   })
 
+  describe('a pass putting right a write, tried again (fake timers, the clock moved with them)', () => {
+    /** A store whose insert lands and answers a failure, and whose revocations fail until `up`. */
+    function downStore() {
+      const inner = createMemoryTokenStore()
+      const state = { up: false, revokes: 0, hold: undefined as (() => Promise<never>) | undefined }
+      const store: TokenStore = {
+        ...inner,
+        insert: (record) => (inner.insert(record), Promise.reject(new Error('Connection terminated unexpectedly'))),
+        revoke: (...args) => {
+          state.revokes++
+          if (state.hold) return state.hold()
+          return state.up ? inner.revoke(...args) : Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+        },
+      }
+      return { inner, store, state }
+    }
+    const passing = (clock: { advance: (ms: number) => void }) => async (ms: number) => {
+      for (let elapsed = 0; elapsed < ms; elapsed += 1_000) {
+        clock.advance(1_000)
+        await vi.advanceTimersByTimeAsync(1_000)
+      }
+    }
+
+    it('waits doubling from 0.5–1 s to a 30 s ceiling: about 25 tries in its 10 minutes, none reported until it is given up, and none after', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { store, state } = downStore()
+        const onError = vi.fn()
+        const { service, clock } = setup({ store, storeTimeoutMs: 200, onError })
+        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
+        expect(onError).toHaveBeenCalledTimes(1)
+        const pass = passing(clock)
+        // Five minutes in, it is still tried, and nothing more is reported.
+        await pass(300_000)
+        expect(onError).toHaveBeenCalledTimes(1)
+        expect(state.revokes).toBeGreaterThan(10)
+        // Its last try comes up to 30 s after the 10 minutes.
+        await pass(331_000)
+        expect(onError).toHaveBeenCalledTimes(2)
+        const tries = Number(/could not be revoked: revoke it \(tried (\d+) times, given up\)$/.exec(onError.mock.calls[1]![0].message)?.[1])
+        expect(tries).toBe(state.revokes)
+        expect(tries).toBeGreaterThanOrEqual(20)
+        expect(tries).toBeLessThanOrEqual(50)
+        await pass(120_000)
+        expect(state.revokes).toBe(tries)
+        await service.close()
+        expect(onError).toHaveBeenCalledTimes(2)
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+
+    it('one still failing five minutes in is done once the store answers again, with nothing more reported', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { inner, store, state } = downStore()
+        const onError = vi.fn()
+        const { service, clock } = setup({ store, storeTimeoutMs: 200, onError })
+        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
+        const orphan = (await inner.listByUser('alice'))[0]!
+        await passing(clock)(300_000)
+        expect((await inner.get(orphan.id))?.revokedAt).toBeNull()
+        state.up = true
+        await passing(clock)(31_000)
+        expect((await inner.get(orphan.id))?.revokedAt).not.toBeNull()
+        await service.close()
+        expect(onError).toHaveBeenCalledTimes(1)
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+
+    it('close() gives a waiting pass its last try, and nothing tries it again afterwards', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { store, state } = downStore()
+        const onError = vi.fn()
+        const { service } = setup({ store, storeTimeoutMs: 200, onError })
+        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
+        await service.close()
+        expect(state.revokes).toBe(2)
+        expect(onError).toHaveBeenCalledTimes(2)
+        expect(onError.mock.calls[1]![0].message).toMatch(/\(tried 2 times, given up\)$/)
+        await vi.advanceTimersByTimeAsync(120_000)
+        expect(state.revokes).toBe(2)
+        expect(onError).toHaveBeenCalledTimes(2)
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+
+    it('close() waits for a pass being tried again when it begins, and reports it given up when that try fails', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { store, state } = downStore()
+        const onError = vi.fn()
+        const { service } = setup({ store, storeTimeoutMs: 60_000, onError })
+        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
+        let fail!: (error: Error) => void
+        state.hold = () => new Promise<never>((_, reject) => (fail = reject))
+        await vi.advanceTimersByTimeAsync(1_000) // its second try is sent, and hangs
+        expect(state.revokes).toBe(2)
+        let closed = false
+        const closing = service.close().then(() => (closed = true))
+        await vi.advanceTimersByTimeAsync(0)
+        expect(closed).toBe(false)
+        fail(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+        await closing
+        expect(onError).toHaveBeenCalledTimes(2)
+        expect(onError.mock.calls[1]![0].message).toMatch(/could not be revoked: revoke it \(tried 2 times, given up\)$/)
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+
+    it('is handed to waitUntil while it waits, and what was handed settles once it is done (the platform keeps the request no longer)', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        const { inner, store, state } = downStore()
+        const handed: Array<{ settled: boolean }> = []
+        const waitUntil = (promise: Promise<unknown>) => {
+          const entry = { settled: false }
+          handed.push(entry)
+          void promise.then(
+            () => (entry.settled = true),
+            () => (entry.settled = true),
+          )
+        }
+        const { service } = setup({ store, storeTimeoutMs: 200, onError: () => {}, waitUntil })
+        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
+        await vi.advanceTimersByTimeAsync(0)
+        expect(handed.filter((entry) => !entry.settled).length).toBeGreaterThan(0)
+        state.up = true
+        await vi.advanceTimersByTimeAsync(1_000)
+        expect((await inner.listByUser('alice'))[0]!.revokedAt).not.toBeNull()
+        // (Its invalidation, published once it is done, is handed too.)
+        await vi.advanceTimersByTimeAsync(1_000)
+        expect(handed.filter((entry) => !entry.settled)).toEqual([])
+        await service.close()
+      } finally {
+        vi.useRealTimers()
+      }
+    })
+  })
+
   it('a create whose token was stored but whose second count failed (the database gone between the statements) and whose revocation cannot be made is reported under the context docs/pipeline.md names for it (regression: `token store`, which names undos of edits and rotations)', async () => {
     // Seen with PostgreSQL stopped (pg_ctl stop -m immediate) during a burst of creations:
     // the INSERT committed, the count after it and the revocation failed (test/robustness/restarts-audit.test.ts).
