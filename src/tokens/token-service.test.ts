@@ -1492,6 +1492,35 @@ describe('update (spec 2.1, 3)', () => {
     expect(errors).toHaveLength(1)
   })
 
+  it('that undo, failed and tried again later, puts the whole edit back (its name too), as a first undo that succeeds does', async () => {
+    const inner = createMemoryTokenStore()
+    const { service, clock } = setup({ store: inner })
+    const token = await createToken(service, { expiresInDays: 7, name: 'CI' })
+    clock.advance(7 * DAY - 251)
+    let reads = 0
+    let slow = true
+    const store: TokenStore = {
+      ...inner,
+      // The edit's own read works; its undo's read fails once (the store blinks).
+      get: (id) => (++reads === 2 ? Promise.reject(new Error('store down')) : inner.get(id)),
+      update: async (id, patch, expected) => {
+        const written = inner.update(id, patch, expected)
+        if (slow) clock.advance(252) // the old expiry passes while the edit is written
+        slow = false
+        return written
+      },
+    }
+    const errors: unknown[] = []
+    const editing = setup({ store, now: clock.now, storeTimeoutMs: 200, onError: (error) => errors.push(error) }).service
+    await refusal(editing.update('alice', token.id, { name: 'renamed', expiresAt: T0 + 30 * DAY }), StoreUnavailableError)
+    expect((await inner.get(token.id))?.name).toBe('renamed')
+    // Its next try (0.5 to 1 s later) puts back the expiry and the name.
+    await vi.waitFor(async () => expect((await inner.get(token.id))?.expiresAt).toBe(T0 + 7 * DAY), { timeout: 3_000, interval: 50 })
+    expect((await inner.get(token.id))?.name).toBe('CI')
+    await editing.close()
+    expect(errors).toHaveLength(1)
+  })
+
   it('someone else’s token: 404', async () => {
     const { service } = setup()
     const created = await createToken(service)
