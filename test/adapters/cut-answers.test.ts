@@ -167,8 +167,14 @@ async function serveExpress(kind: (typeof EXPRESS_KINDS)[number], fixture: Fixtu
 }
 
 /** Express (5 or 4) or Fastify (HTTP/1.1) with the middleware and a Web handler through `fromWebHandler`. */
-async function serveFromWeb(kind: 'fastify' | (typeof EXPRESS_KINDS)[number], fixture: Fixture, handler: (request: Request) => Response, errors: unknown[]): Promise<Served> {
-  const onError = (error: unknown) => void errors.push(error)
+async function serveFromWeb(
+  kind: 'fastify' | (typeof EXPRESS_KINDS)[number],
+  fixture: Fixture,
+  handler: (request: Request) => Response,
+  errors: unknown[],
+  contexts: string[] = [],
+): Promise<Served> {
+  const onError = (error: unknown, context: string) => void (errors.push(error), contexts.push(context))
   if (kind !== 'fastify') {
     const app = EXPRESS[kind]()
     app.use(expressAdapter.mcpDispatch({ dispatcher: fixture.dispatcher, onError }))
@@ -405,10 +411,13 @@ describe('fromWebHandler, a Web handler whose Response body errors mid-way', () 
       for (const framing of ['chunked', 'length'] as const) {
         const fixture = createFixture()
         const errors: unknown[] = []
-        const served = await serveFromWeb(kind, fixture, () => erroringResponse(framing), errors)
+        const contexts: string[] = []
+        const served = await serveFromWeb(kind, fixture, () => erroringResponse(framing), errors, contexts)
         try {
           expectCutH1(await askH1(served.port, fixture), framing)
           expect(messages(errors), framing).toEqual(['body failed mid-answer'])
+          // Under the context docs/adapters.md names for a handler's failure.
+          expect(contexts, framing).toEqual(['handler'])
         } finally {
           await served.close()
         }
