@@ -2933,6 +2933,60 @@ describe('a store that stops answering', () => {
       }
     })
 
+    it('at most 10,000 wait: the 10,001st gives up the oldest, reported as given up at once (its hold on waitUntil let go), never tried again; the others go on', async () => {
+      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
+      try {
+        // Nothing lands (a memory store holding 10,000 tokens of one user counts them on every
+        // creation): each creation fails, and its revocation, of a token nobody holds, waits.
+        const tries = new Map<string, number>()
+        const store: TokenStore = {
+          ...createMemoryTokenStore(),
+          insert: () => Promise.reject(new Error('Connection terminated unexpectedly')),
+          revoke: (id) => {
+            tries.set(id, (tries.get(id) ?? 0) + 1)
+            return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+          },
+        }
+        const onError = vi.fn()
+        const handed: Array<{ settled: boolean }> = []
+        const waitUntil = (promise: Promise<unknown>) => {
+          const entry = { settled: false }
+          handed.push(entry)
+          void promise.then(() => (entry.settled = true))
+        }
+        const { service } = setup({ store, storeTimeoutMs: 200, onError, waitUntil })
+        // (Refusals counted by hand: an `expect` each took seconds over 10,000.)
+        let unavailable = 0
+        for (let i = 0; i < 10_000; i++) await createToken(service, { name: `t${i}` }).catch((error) => void (error instanceof StoreUnavailableError && unavailable++))
+        expect(unavailable).toBe(10_000)
+        await vi.advanceTimersByTimeAsync(0)
+        // One report each, none given up, all 10,000 held on waitUntil.
+        expect(onError).toHaveBeenCalledTimes(10_000)
+        expect(handed.filter((entry) => !entry.settled)).toHaveLength(10_000)
+        const [oldest] = tries.keys()
+        await refusal(createToken(service, { name: 'one more' }), StoreUnavailableError)
+        await vi.advanceTimersByTimeAsync(0)
+        expect(onError).toHaveBeenCalledTimes(10_002)
+        expect(onError.mock.calls[10_001]![0].message).toBe(`token ${oldest} may have been created though its caller got 503, and could not be revoked: revoke it (tried once, given up)`)
+        expect(handed.filter((entry) => !entry.settled)).toHaveLength(10_000)
+        expect(handed[0]!.settled).toBe(true)
+        // close() gives the 10,000 waiting their last try at once (each reported given up), and
+        // not the oldest; nor does its timer, once due, try it (fake timers fire one by one, a
+        // turn each: the 10,000 are tried by close() rather than by the clock).
+        await service.close()
+        expect(tries.get(oldest!)).toBe(1)
+        expect([...tries.values()].filter((count) => count === 2)).toHaveLength(10_000)
+        expect(onError).toHaveBeenCalledTimes(20_002)
+        expect(onError.mock.calls.slice(10_002).every(([error]) => / \(tried 2 times, given up\)$/.test(error.message))).toBe(true)
+        expect(handed.filter((entry) => !entry.settled)).toEqual([])
+        await vi.advanceTimersByTimeAsync(2_000)
+        expect(tries.get(oldest!)).toBe(1)
+        expect(onError).toHaveBeenCalledTimes(20_002)
+      } finally {
+        vi.useRealTimers()
+      }
+    }, 30_000)
+
     it('is handed to waitUntil while it waits, and what was handed settles once it is done (the platform keeps the request no longer)', async () => {
       vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
       try {

@@ -2179,7 +2179,7 @@ export function createTokenService(options: TokenServiceOptions): TokenService {
  */
 function givenUp(error: unknown, tries: number): Error {
   const message = error instanceof Error ? error.message : String(error)
-  return new Error(`${message} (tried ${tries} times, given up)`, { cause: error })
+  return new Error(`${message} (tried ${tries === 1 ? 'once' : `${tries} times`}, given up)`, { cause: error })
 }
 
 /** `previousPeppers`, checked: non-empty strings or `null`, each once, none `pepper`'s own scheme. */
