@@ -53,3 +53,45 @@ it('after the faults on every adapter (a store that hangs or throws, a handler t
   if (underCI()) expect(Object.keys(results)).toEqual(['web', 'express', 'express4', 'fastify'])
   for (const [adapter, answers] of Object.entries(results)) expect(answers, adapter).toEqual(expected)
 }, RUN_WITHIN_MS + EXIT_WITHIN_MS + 10_000)
+
+it('a token service with a write to put right still waiting (its creation refused 503, the revocation of its token failing), never closed, keeps no process alive: the process ends on its own at once, not 10 minutes on', async () => {
+  const script = `
+    import { createMemoryAppStore, createMemoryInvalidationBus, createMemorySubscriptionStore, createMemoryTokenStore, createTokenService } from 'mcp-dispatch'
+    const reports = []
+    const service = createTokenService({
+      apps: createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather' }]),
+      subscriptions: createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }]),
+      store: {
+        ...createMemoryTokenStore(),
+        insert: () => Promise.reject(new Error('Connection terminated unexpectedly')),
+        revoke: () => Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432')),
+      },
+      invalidations: createMemoryInvalidationBus(),
+      storeTimeoutMs: 200,
+      onError: (error) => reports.push(error.message),
+    })
+    const refused = await service.create({ userId: 'alice', name: 'for nobody', servers: ['app_weather'], expiresInDays: 30 }).then(() => 'created', (error) => error.name)
+    console.log(JSON.stringify({ refused, reports }))
+  `
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('../../', import.meta.url)),
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
+  let stdout = ''
+  let stderr = ''
+  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')))
+  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
+  let held = false
+  // Its first try again comes 0.5 to 1 s on, the next ones up to 10 minutes later.
+  const deadline = setTimeout(() => {
+    held = true
+    child.kill('SIGKILL')
+  }, EXIT_WITHIN_MS)
+  const [code] = (await once(child, 'close')) as [number | null]
+  clearTimeout(deadline)
+  expect(held, `still running ${EXIT_WITHIN_MS / 1000} s on: something holds the process open\nstdout: ${stdout}\nstderr: ${stderr}`).toBe(false)
+  expect(code, stderr).toBe(0)
+  const { refused, reports } = JSON.parse(stdout) as { refused: string; reports: string[] }
+  expect(refused).toBe('StoreUnavailableError')
+  expect(reports).toEqual([expect.stringMatching(/^token [0-9a-f-]{36} may have been created though its caller got 503, and could not be revoked: revoke it$/)])
+}, EXIT_WITHIN_MS + 10_000)
