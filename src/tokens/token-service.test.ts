@@ -1,4 +1,4 @@
-import { describe, expect, it, vi } from 'vitest'
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest'
 import { generateApiToken, hashApiToken } from '../core/api-token.js'
 import type { ApiTokenRecord, InvalidationBus, InvalidationMessage, TokenStore } from '../core/stores.js'
 import {
@@ -2834,6 +2834,30 @@ describe('a store that stops answering', () => {
       }
       return { inner, store, state }
     }
+    beforeEach(() => void vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] }))
+    afterEach(() => {
+      vi.useRealTimers()
+      vi.restoreAllMocks()
+    })
+    /** A service over {@link downStore} whose creation was refused 503: its revocation waits. */
+    async function orphaned(options: Partial<TokenServiceOptions> = {}) {
+      const down = downStore()
+      const onError = vi.fn()
+      const made = setup({ store: down.store, storeTimeoutMs: 200, onError, ...options })
+      await refusal(createToken(made.service, { name: 'for nobody' }), StoreUnavailableError)
+      return { ...down, ...made, onError }
+    }
+    /** A `waitUntil` recording whether each promise it was handed has settled. */
+    function handedTo() {
+      const handed: Array<{ settled: boolean }> = []
+      const waitUntil = (promise: Promise<unknown>) => {
+        const entry = { settled: false }
+        handed.push(entry)
+        const settle = () => void (entry.settled = true)
+        void promise.then(settle, settle)
+      }
+      return { handed, waitUntil }
+    }
     const passing = (clock: { advance: (ms: number) => void }) => async (ms: number) => {
       for (let elapsed = 0; elapsed < ms; elapsed += 1_000) {
         clock.advance(1_000)
@@ -2841,179 +2865,126 @@ describe('a store that stops answering', () => {
       }
     }
 
-    it('waits doubling from 0.5–1 s to a 30 s ceiling: about 25 tries in its 10 minutes, none reported until it is given up, and none after', async () => {
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
-      try {
-        const { store, state } = downStore()
-        const onError = vi.fn()
-        const { service, clock } = setup({ store, storeTimeoutMs: 200, onError })
-        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
-        expect(onError).toHaveBeenCalledTimes(1)
-        const pass = passing(clock)
-        // Five minutes in, it is still tried, and nothing more is reported.
-        await pass(300_000)
-        expect(onError).toHaveBeenCalledTimes(1)
-        expect(state.revokes).toBeGreaterThan(10)
-        // Its last try comes up to 30 s after the 10 minutes.
-        await pass(331_000)
-        expect(onError).toHaveBeenCalledTimes(2)
-        const tries = Number(/could not be revoked: revoke it \(tried (\d+) times, given up\)$/.exec(onError.mock.calls[1]![0].message)?.[1])
-        expect(tries).toBe(state.revokes)
-        expect(tries).toBeGreaterThanOrEqual(20)
-        expect(tries).toBeLessThanOrEqual(50)
-        await pass(120_000)
-        expect(state.revokes).toBe(tries)
-        await service.close()
-        expect(onError).toHaveBeenCalledTimes(2)
-      } finally {
-        vi.useRealTimers()
-      }
+    it('waits doubling from 1 s to a 30 s ceiling (each wait at the top of its jitter): 25 tries, the last the first made past its 10 minutes, none reported until it is given up, and none after', async () => {
+      // The waits' jitter drawn at its top: 1, 2, 4, 8 and 16 s, then 30 s each (tries at 0,
+      // 1, 3, 7, 15, 31 s, then every 30 s to 601 s).
+      vi.spyOn(Math, 'random').mockReturnValue(1)
+      const { service, clock, state, onError } = await orphaned()
+      expect(onError).toHaveBeenCalledTimes(1)
+      const pass = passing(clock)
+      await pass(31_000)
+      expect(state.revokes).toBe(6)
+      await pass(30_000)
+      expect(state.revokes).toBe(7)
+      // Ten minutes in, it is still tried, and nothing more is reported.
+      await pass(539_000)
+      expect(state.revokes).toBe(24)
+      expect(onError).toHaveBeenCalledTimes(1)
+      await pass(1_000)
+      expect(state.revokes).toBe(25)
+      expect(onError).toHaveBeenCalledTimes(2)
+      expect(onError.mock.calls[1]![0].message).toMatch(/could not be revoked: revoke it \(tried 25 times, given up\)$/)
+      await pass(120_000)
+      expect(state.revokes).toBe(25)
+      await service.close()
+      expect(onError).toHaveBeenCalledTimes(2)
     })
 
     it('one still failing five minutes in is done once the store answers again, with nothing more reported', async () => {
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
-      try {
-        const { inner, store, state } = downStore()
-        const onError = vi.fn()
-        const { service, clock } = setup({ store, storeTimeoutMs: 200, onError })
-        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
-        const orphan = (await inner.listByUser('alice'))[0]!
-        await passing(clock)(300_000)
-        expect((await inner.get(orphan.id))?.revokedAt).toBeNull()
-        state.up = true
-        await passing(clock)(31_000)
-        expect((await inner.get(orphan.id))?.revokedAt).not.toBeNull()
-        await service.close()
-        expect(onError).toHaveBeenCalledTimes(1)
-      } finally {
-        vi.useRealTimers()
-      }
+      const { inner, service, clock, state, onError } = await orphaned()
+      const orphan = (await inner.listByUser('alice'))[0]!
+      await passing(clock)(300_000)
+      expect((await inner.get(orphan.id))?.revokedAt).toBeNull()
+      state.up = true
+      await passing(clock)(31_000)
+      expect((await inner.get(orphan.id))?.revokedAt).not.toBeNull()
+      await service.close()
+      expect(onError).toHaveBeenCalledTimes(1)
     })
 
     it('close() gives a waiting pass its last try, and nothing tries it again afterwards', async () => {
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
-      try {
-        const { store, state } = downStore()
-        const onError = vi.fn()
-        const { service } = setup({ store, storeTimeoutMs: 200, onError })
-        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
-        await service.close()
-        expect(state.revokes).toBe(2)
-        expect(onError).toHaveBeenCalledTimes(2)
-        expect(onError.mock.calls[1]![0].message).toMatch(/\(tried 2 times, given up\)$/)
-        await vi.advanceTimersByTimeAsync(120_000)
-        expect(state.revokes).toBe(2)
-        expect(onError).toHaveBeenCalledTimes(2)
-      } finally {
-        vi.useRealTimers()
-      }
+      const { service, state, onError } = await orphaned()
+      await service.close()
+      expect(state.revokes).toBe(2)
+      expect(onError).toHaveBeenCalledTimes(2)
+      expect(onError.mock.calls[1]![0].message).toMatch(/\(tried 2 times, given up\)$/)
+      await vi.advanceTimersByTimeAsync(120_000)
+      expect(state.revokes).toBe(2)
+      expect(onError).toHaveBeenCalledTimes(2)
     })
 
     it('close() waits for a pass being tried again when it begins, and reports it given up when that try fails', async () => {
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
-      try {
-        const { store, state } = downStore()
-        const onError = vi.fn()
-        const { service } = setup({ store, storeTimeoutMs: 60_000, onError })
-        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
-        let fail!: (error: Error) => void
-        state.hold = () => new Promise<never>((_, reject) => (fail = reject))
-        await vi.advanceTimersByTimeAsync(1_000) // its second try is sent, and hangs
-        expect(state.revokes).toBe(2)
-        let closed = false
-        const closing = service.close().then(() => (closed = true))
-        await vi.advanceTimersByTimeAsync(0)
-        expect(closed).toBe(false)
-        fail(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
-        await closing
-        expect(onError).toHaveBeenCalledTimes(2)
-        expect(onError.mock.calls[1]![0].message).toMatch(/could not be revoked: revoke it \(tried 2 times, given up\)$/)
-      } finally {
-        vi.useRealTimers()
-      }
+      const { service, state, onError } = await orphaned({ storeTimeoutMs: 60_000 })
+      let fail!: (error: Error) => void
+      state.hold = () => new Promise<never>((_, reject) => (fail = reject))
+      await vi.advanceTimersByTimeAsync(1_000) // its second try is sent, and hangs
+      expect(state.revokes).toBe(2)
+      let closed = false
+      const closing = service.close().then(() => (closed = true))
+      await vi.advanceTimersByTimeAsync(0)
+      expect(closed).toBe(false)
+      fail(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+      await closing
+      expect(onError).toHaveBeenCalledTimes(2)
+      expect(onError.mock.calls[1]![0].message).toMatch(/could not be revoked: revoke it \(tried 2 times, given up\)$/)
     })
 
     it('at most 10,000 wait: the 10,001st gives up the oldest, reported as given up at once (its hold on waitUntil let go), never tried again; the others go on', async () => {
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
-      try {
-        // Nothing lands (a memory store holding 10,000 tokens of one user counts them on every
-        // creation): each creation fails, and its revocation, of a token nobody holds, waits.
-        const tries = new Map<string, number>()
-        const store: TokenStore = {
-          ...createMemoryTokenStore(),
-          insert: () => Promise.reject(new Error('Connection terminated unexpectedly')),
-          revoke: (id) => {
-            tries.set(id, (tries.get(id) ?? 0) + 1)
-            return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
-          },
-        }
-        const onError = vi.fn()
-        const handed: Array<{ settled: boolean }> = []
-        const waitUntil = (promise: Promise<unknown>) => {
-          const entry = { settled: false }
-          handed.push(entry)
-          void promise.then(() => (entry.settled = true))
-        }
-        const { service } = setup({ store, storeTimeoutMs: 200, onError, waitUntil })
-        // (Refusals counted by hand: an `expect` each took seconds over 10,000.)
-        let unavailable = 0
-        for (let i = 0; i < 10_000; i++) await createToken(service, { name: `t${i}` }).catch((error) => void (error instanceof StoreUnavailableError && unavailable++))
-        expect(unavailable).toBe(10_000)
-        await vi.advanceTimersByTimeAsync(0)
-        // One report each, none given up, all 10,000 held on waitUntil.
-        expect(onError).toHaveBeenCalledTimes(10_000)
-        expect(handed.filter((entry) => !entry.settled)).toHaveLength(10_000)
-        const [oldest] = tries.keys()
-        await refusal(createToken(service, { name: 'one more' }), StoreUnavailableError)
-        await vi.advanceTimersByTimeAsync(0)
-        expect(onError).toHaveBeenCalledTimes(10_002)
-        expect(onError.mock.calls[10_001]![0].message).toBe(`token ${oldest} may have been created though its caller got 503, and could not be revoked: revoke it (tried once, given up)`)
-        expect(handed.filter((entry) => !entry.settled)).toHaveLength(10_000)
-        expect(handed[0]!.settled).toBe(true)
-        // close() gives the 10,000 waiting their last try at once (each reported given up), and
-        // not the oldest; nor does its timer, once due, try it (fake timers fire one by one, a
-        // turn each: the 10,000 are tried by close() rather than by the clock).
-        await service.close()
-        expect(tries.get(oldest!)).toBe(1)
-        expect([...tries.values()].filter((count) => count === 2)).toHaveLength(10_000)
-        expect(onError).toHaveBeenCalledTimes(20_002)
-        expect(onError.mock.calls.slice(10_002).every(([error]) => / \(tried 2 times, given up\)$/.test(error.message))).toBe(true)
-        expect(handed.filter((entry) => !entry.settled)).toEqual([])
-        await vi.advanceTimersByTimeAsync(2_000)
-        expect(tries.get(oldest!)).toBe(1)
-        expect(onError).toHaveBeenCalledTimes(20_002)
-      } finally {
-        vi.useRealTimers()
+      // Nothing lands (a memory store holding 10,000 tokens of one user counts them on every
+      // creation): each creation fails, and its revocation, of a token nobody holds, waits.
+      const tries = new Map<string, number>()
+      const store: TokenStore = {
+        ...createMemoryTokenStore(),
+        insert: () => Promise.reject(new Error('Connection terminated unexpectedly')),
+        revoke: (id) => {
+          tries.set(id, (tries.get(id) ?? 0) + 1)
+          return Promise.reject(new Error('connect ECONNREFUSED 127.0.0.1:5432'))
+        },
       }
+      const onError = vi.fn()
+      const { handed, waitUntil } = handedTo()
+      const { service } = setup({ store, storeTimeoutMs: 200, onError, waitUntil })
+      // (Refusals counted by hand: an `expect` each took seconds over 10,000.)
+      let unavailable = 0
+      for (let i = 0; i < 10_000; i++) await createToken(service, { name: `t${i}` }).catch((error) => void (error instanceof StoreUnavailableError && unavailable++))
+      expect(unavailable).toBe(10_000)
+      await vi.advanceTimersByTimeAsync(0)
+      // One report each, none given up, all 10,000 held on waitUntil.
+      expect(onError).toHaveBeenCalledTimes(10_000)
+      expect(handed.filter((entry) => !entry.settled)).toHaveLength(10_000)
+      const [oldest] = tries.keys()
+      await refusal(createToken(service, { name: 'one more' }), StoreUnavailableError)
+      await vi.advanceTimersByTimeAsync(0)
+      expect(onError).toHaveBeenCalledTimes(10_002)
+      expect(onError.mock.calls[10_001]![0].message).toBe(`token ${oldest} may have been created though its caller got 503, and could not be revoked: revoke it (tried once, given up)`)
+      expect(handed.filter((entry) => !entry.settled)).toHaveLength(10_000)
+      expect(handed[0]!.settled).toBe(true)
+      // close() gives the 10,000 waiting their last try at once (each reported given up), and
+      // not the oldest; nor does its timer, once due, try it (fake timers fire one by one, a
+      // turn each: the 10,000 are tried by close() rather than by the clock).
+      await service.close()
+      expect(tries.get(oldest!)).toBe(1)
+      expect([...tries.values()].filter((count) => count === 2)).toHaveLength(10_000)
+      expect(onError).toHaveBeenCalledTimes(20_002)
+      expect(onError.mock.calls.slice(10_002).every(([error]) => / \(tried 2 times, given up\)$/.test(error.message))).toBe(true)
+      expect(handed.filter((entry) => !entry.settled)).toEqual([])
+      await vi.advanceTimersByTimeAsync(2_000)
+      expect(tries.get(oldest!)).toBe(1)
+      expect(onError).toHaveBeenCalledTimes(20_002)
     }, 30_000)
 
     it('is handed to waitUntil while it waits, and what was handed settles once it is done (the platform keeps the request no longer)', async () => {
-      vi.useFakeTimers({ toFake: ['setTimeout', 'clearTimeout'] })
-      try {
-        const { inner, store, state } = downStore()
-        const handed: Array<{ settled: boolean }> = []
-        const waitUntil = (promise: Promise<unknown>) => {
-          const entry = { settled: false }
-          handed.push(entry)
-          void promise.then(
-            () => (entry.settled = true),
-            () => (entry.settled = true),
-          )
-        }
-        const { service } = setup({ store, storeTimeoutMs: 200, onError: () => {}, waitUntil })
-        await refusal(createToken(service, { name: 'for nobody' }), StoreUnavailableError)
-        await vi.advanceTimersByTimeAsync(0)
-        expect(handed.filter((entry) => !entry.settled).length).toBeGreaterThan(0)
-        state.up = true
-        await vi.advanceTimersByTimeAsync(1_000)
-        expect((await inner.listByUser('alice'))[0]!.revokedAt).not.toBeNull()
-        // (Its invalidation, published once it is done, is handed too.)
-        await vi.advanceTimersByTimeAsync(1_000)
-        expect(handed.filter((entry) => !entry.settled)).toEqual([])
-        await service.close()
-      } finally {
-        vi.useRealTimers()
-      }
+      const { handed, waitUntil } = handedTo()
+      const { inner, service, state } = await orphaned({ waitUntil })
+      await vi.advanceTimersByTimeAsync(0)
+      expect(handed.filter((entry) => !entry.settled).length).toBeGreaterThan(0)
+      state.up = true
+      await vi.advanceTimersByTimeAsync(1_000)
+      expect((await inner.listByUser('alice'))[0]!.revokedAt).not.toBeNull()
+      // (Its invalidation, published once it is done, is handed too.)
+      await vi.advanceTimersByTimeAsync(1_000)
+      expect(handed.filter((entry) => !entry.settled)).toEqual([])
+      await service.close()
     })
   })
 
