@@ -1459,30 +1459,39 @@ describe('update (spec 2.1, 3)', () => {
     }
   })
 
-  it('that undo, failed and tried again later, does not put the old expiry back over the same edit sent again and answered 200, and invalidates the caches once it lands (regression: the later try undid the edit the caller had been told succeeded)', async () => {
+  /**
+   * A token expiring 251 ms on, and a service editing it over a store in which that expiry
+   * passes while the first edit is written (so the edit is undone) and whose read for the undo
+   * fails once (the store blinks): the undo waits to be tried again.
+   */
+  async function editUndoneLater(created: Record<string, unknown> = {}) {
     const inner = createMemoryTokenStore()
-    const errors: unknown[] = []
     const { service, clock } = setup({ store: inner })
-    const token = await createToken(service, { expiresInDays: 7 })
+    const token = await createToken(service, { expiresInDays: 7, ...created })
     clock.advance(7 * DAY - 251)
     let reads = 0
     let slow = true
     const store: TokenStore = {
       ...inner,
-      // The edit's own read works; its undo's read fails once (the store blinks).
       get: (id) => (++reads === 2 ? Promise.reject(new Error('store down')) : inner.get(id)),
       update: async (id, patch, expected) => {
         const written = inner.update(id, patch, expected)
-        if (slow) clock.advance(252) // the old expiry passes while the first edit is written
+        if (slow) clock.advance(252)
+        slow = false
         return written
       },
     }
+    const errors: unknown[] = []
     const editing = setup({ store, now: clock.now, storeTimeoutMs: 200, onError: (error) => errors.push(error) }).service
+    return { inner, token, editing, errors }
+  }
+
+  it('that undo, failed and tried again later, does not put the old expiry back over the same edit sent again and answered 200, and invalidates the caches once it lands (regression: the later try undid the edit the caller had been told succeeded)', async () => {
+    const { inner, token, editing, errors } = await editUndoneLater()
     const expiresAt = T0 + 30 * DAY
     await refusal(editing.update('alice', token.id, { expiresAt }), StoreUnavailableError)
     expect(errors).toHaveLength(1)
     // The caller, told 503, sends the edit again: in place already, it is answered 200.
-    slow = false
     expect((await editing.update('alice', token.id, { expiresAt })).expires_at).toBe(new Date(expiresAt).toISOString())
     // The undo's next try (0.5 to 1 s later) finds that edit and leaves it.
     await new Promise((resolve) => setTimeout(resolve, 1_500))
@@ -1493,25 +1502,7 @@ describe('update (spec 2.1, 3)', () => {
   })
 
   it('that undo, failed and tried again later, puts the whole edit back (its name too), as a first undo that succeeds does', async () => {
-    const inner = createMemoryTokenStore()
-    const { service, clock } = setup({ store: inner })
-    const token = await createToken(service, { expiresInDays: 7, name: 'CI' })
-    clock.advance(7 * DAY - 251)
-    let reads = 0
-    let slow = true
-    const store: TokenStore = {
-      ...inner,
-      // The edit's own read works; its undo's read fails once (the store blinks).
-      get: (id) => (++reads === 2 ? Promise.reject(new Error('store down')) : inner.get(id)),
-      update: async (id, patch, expected) => {
-        const written = inner.update(id, patch, expected)
-        if (slow) clock.advance(252) // the old expiry passes while the edit is written
-        slow = false
-        return written
-      },
-    }
-    const errors: unknown[] = []
-    const editing = setup({ store, now: clock.now, storeTimeoutMs: 200, onError: (error) => errors.push(error) }).service
+    const { inner, token, editing, errors } = await editUndoneLater({ name: 'CI' })
     await refusal(editing.update('alice', token.id, { name: 'renamed', expiresAt: T0 + 30 * DAY }), StoreUnavailableError)
     expect((await inner.get(token.id))?.name).toBe('renamed')
     // Its next try (0.5 to 1 s later) puts back the expiry and the name.

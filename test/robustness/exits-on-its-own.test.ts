@@ -20,15 +20,20 @@ const RUN_WITHIN_MS = 90_000
  */
 const EXIT_WITHIN_MS = 10_000
 
-it('after the faults on every adapter (a store that hangs or throws, a handler that throws, a client gone mid-stream, an authorization server down) and closing what it opened, a process ends on its own', async () => {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'test/robustness/exit-scenarios.ts'], {
+/** `node` with `args`, from the project's root, its output collected. */
+function spawnNode(args: string[]) {
+  const child = spawn(process.execPath, args, {
     cwd: fileURLToPath(new URL('../../', import.meta.url)),
     stdio: ['ignore', 'pipe', 'pipe'],
   })
-  let stdout = ''
-  let stderr = ''
-  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')))
-  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
+  const output = { stdout: '', stderr: '' }
+  child.stdout!.on('data', (chunk: Buffer) => (output.stdout += chunk.toString('utf8')))
+  child.stderr!.on('data', (chunk: Buffer) => (output.stderr += chunk.toString('utf8')))
+  return { child, output }
+}
+
+it('after the faults on every adapter (a store that hangs or throws, a handler that throws, a client gone mid-stream, an authorization server down) and closing what it opened, a process ends on its own', async () => {
+  const { child, output } = spawnNode(['--import', 'tsx', 'test/robustness/exit-scenarios.ts'])
   let held: string | undefined
   const kill = (why: string) => {
     held = why
@@ -36,15 +41,15 @@ it('after the faults on every adapter (a store that hangs or throws, a handler t
   }
   let deadline = setTimeout(() => kill(`no results within ${RUN_WITHIN_MS / 1000} s`), RUN_WITHIN_MS)
   child.stdout!.on('data', () => {
-    if (!stdout.includes('\n')) return
+    if (!output.stdout.includes('\n')) return
     clearTimeout(deadline)
     deadline = setTimeout(() => kill(`still running ${EXIT_WITHIN_MS / 1000} s after its results: something holds the process open`), EXIT_WITHIN_MS)
   })
   const [code] = (await once(child, 'close')) as [number | null]
   clearTimeout(deadline)
-  expect(held, `stdout: ${stdout}\nstderr: ${stderr}`).toBeUndefined()
-  expect(code, stderr).toBe(0)
-  const results = JSON.parse(stdout.trim().split('\n').at(-1)!) as Record<string, unknown[]>
+  expect(held, `stdout: ${output.stdout}\nstderr: ${output.stderr}`).toBeUndefined()
+  expect(code, output.stderr).toBe(0)
+  const results = JSON.parse(output.stdout.trim().split('\n').at(-1)!) as Record<string, unknown[]>
   // Served; 503 for the store that hangs (past storeTimeoutMs), throws and rejects; 502 for
   // the handler that throws; 503 for the authorization server that is down; the stream's first
   // event, then the stream closed once its client left, without a session and opening one
@@ -73,14 +78,7 @@ it('a token service with a write to put right still waiting (its creation refuse
     const refused = await service.create({ userId: 'alice', name: 'for nobody', servers: ['app_weather'], expiresInDays: 30 }).then(() => 'created', (error) => error.name)
     console.log(JSON.stringify({ refused, reports }))
   `
-  const child = spawn(process.execPath, ['--input-type=module', '-e', script], {
-    cwd: fileURLToPath(new URL('../../', import.meta.url)),
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
-  let stdout = ''
-  let stderr = ''
-  child.stdout!.on('data', (chunk: Buffer) => (stdout += chunk.toString('utf8')))
-  child.stderr!.on('data', (chunk: Buffer) => (stderr += chunk.toString('utf8')))
+  const { child, output } = spawnNode(['--input-type=module', '-e', script])
   let held = false
   // Its first try again comes 0.5 to 1 s on, the next ones up to 10 minutes later.
   const deadline = setTimeout(() => {
@@ -89,9 +87,9 @@ it('a token service with a write to put right still waiting (its creation refuse
   }, EXIT_WITHIN_MS)
   const [code] = (await once(child, 'close')) as [number | null]
   clearTimeout(deadline)
-  expect(held, `still running ${EXIT_WITHIN_MS / 1000} s on: something holds the process open\nstdout: ${stdout}\nstderr: ${stderr}`).toBe(false)
-  expect(code, stderr).toBe(0)
-  const { refused, reports } = JSON.parse(stdout) as { refused: string; reports: string[] }
+  expect(held, `still running ${EXIT_WITHIN_MS / 1000} s on: something holds the process open\nstdout: ${output.stdout}\nstderr: ${output.stderr}`).toBe(false)
+  expect(code, output.stderr).toBe(0)
+  const { refused, reports } = JSON.parse(output.stdout) as { refused: string; reports: string[] }
   expect(refused).toBe('StoreUnavailableError')
   expect(reports).toEqual([expect.stringMatching(/^token [0-9a-f-]{36} may have been created though its caller got 503, and could not be revoked: revoke it$/)])
 }, EXIT_WITHIN_MS + 10_000)
