@@ -11,12 +11,13 @@
 import { randomUUID } from 'node:crypto'
 import * as http from 'node:http'
 import { PassThrough } from 'node:stream'
-import { type DispatcherTimers, createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
+import { createDispatcher, createMemorySessionStore } from 'mcp-dispatch'
 import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import { mcpDispatch as fastifyDispatch } from 'mcp-dispatch/fastify'
 import express from 'express'
 import Fastify from 'fastify'
 import { describe, expect, it } from 'vitest'
+import { manualTimers } from '../helpers/manual-timers.js'
 import { close, createFixture, listen, mcpClientHeaders } from './helpers.js'
 
 const CHECK_MS = 100
@@ -104,40 +105,11 @@ async function openSession(port: number, token: string): Promise<string> {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
-/**
- * The dispatcher's interval timers (its checks of open responses, its pins' keep-alive) fired by
- * hand, its clock moved with them: a check runs when the test says, before what the App does
- * next. On real timers a check due in 100 ms, or a keep-alive due every 100 ms against a 300 ms
- * TTL, could come after the App's event or past the TTL on a loaded machine.
- */
-function manualTimers(start: number) {
-  let clock = start
-  const active = new Map<number, () => void>()
-  let next = 1
-  const timers: DispatcherTimers = {
-    setInterval(callback) {
-      const id = next++
-      active.set(id, callback)
-      return id
-    },
-    clearInterval(handle) {
-      active.delete(handle as number)
-    },
-  }
-  /** `ms` pass: every interval fires once, then what it started settles. */
-  const tick = async (ms: number) => {
-    clock += ms
-    for (const [id, callback] of [...active]) if (active.has(id)) callback()
-    for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve))
-  }
-  return { timers, tick, now: () => clock }
-}
-
 describe('express: a GET watched from its dispatch', () => {
   it('whose handler writes its head after the cut fails quietly (no throw, no unhandled rejection), and reports nothing', async () => {
     const fixture = createFixture()
     const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
-    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const m = manualTimers({ start: fixture.dispatcherOptions.now!(), tickMs: CHECK_MS })
     const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS, timers: m.timers, now: m.now })
     const rejections: unknown[] = []
     const onRejection = (reason: unknown) => void rejections.push(reason)
@@ -181,7 +153,7 @@ describe('express: a GET watched from its dispatch', () => {
   it('whose answer turns out to be no event stream (a body of a declared length) is not cut short', async () => {
     const fixture = createFixture()
     const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
-    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const m = manualTimers({ start: fixture.dispatcherOptions.now!(), tickMs: CHECK_MS })
     const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS, timers: m.timers, now: m.now })
     let end!: () => void
     const app = express()
@@ -213,7 +185,7 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
   it('is ended once its subscription ends, before the event the App sends afterwards reaches the client', async () => {
     const fixture = createFixture()
     const subscriptions = fixture.dispatcherOptions.subscriptions as unknown as { setActive(userId: string, appId: string, active: boolean): void }
-    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const m = manualTimers({ start: fixture.dispatcherOptions.now!(), tickMs: CHECK_MS })
     const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, reauthorizeEveryMs: CHECK_MS, timers: m.timers, now: m.now })
     const streams = new Set<PassThrough>()
     const server = await apps[framework](dispatcher, streams)
@@ -240,7 +212,7 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
   it('keeps its session\'s pin while it idles past the pin\'s TTL: the next request of the session is served', async () => {
     const fixture = createFixture()
     const TTL_MS = 300
-    const m = manualTimers(fixture.dispatcherOptions.now!())
+    const m = manualTimers({ start: fixture.dispatcherOptions.now!(), tickMs: CHECK_MS })
     const dispatcher = createDispatcher({ ...fixture.dispatcherOptions, sessions: createMemorySessionStore({ now: m.now }), sessionTtlMs: TTL_MS, now: m.now, timers: m.timers })
     const streams = new Set<PassThrough>()
     const server = await apps[framework](dispatcher, streams)
@@ -249,7 +221,8 @@ describe.each(Object.keys(apps) as Array<keyof typeof apps>)('%s: a GET stream w
       const sessionId = await openSession(port, fixture.tokens.alice)
       void request(port, fixture.tokens.alice, 'GET', sessionId).catch(() => {})
       await expect.poll(() => streams.size).toBe(1)
-      // Three TTLs with the stream idle, the keep-alive firing every third of the TTL.
+      // Three TTLs with the stream idle: the pin lives only if the dispatcher's keep-alive comes
+      // within each TTL (the timers fire each interval at the period it was set with).
       for (let i = 0; i < 9; i++) await m.tick(TTL_MS / 3)
       const next = await request(port, fixture.tokens.alice, 'POST', sessionId)
       await next.body

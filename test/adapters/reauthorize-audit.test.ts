@@ -18,6 +18,7 @@ import { mcpDispatch as expressDispatch } from 'mcp-dispatch/express'
 import express from 'express'
 import * as http from 'node:http'
 import { afterEach, describe, expect, it, vi } from 'vitest'
+import { manualTimers } from '../helpers/manual-timers.js'
 import { close, listen } from './helpers.js'
 import { openWith } from './open-response.js'
 
@@ -41,30 +42,6 @@ function post(token: string, method: string, params: object = {}): Request {
   })
 }
 
-/** Interval timers fired by hand. */
-function manualTimers() {
-  let clock = Date.now()
-  const active = new Map<number, () => void>()
-  let next = 1
-  const timers: DispatcherTimers = {
-    setInterval(callback) {
-      const id = next++
-      active.set(id, callback)
-      return id
-    },
-    clearInterval(handle) {
-      active.delete(handle as number)
-    },
-  }
-  /** Fires every interval once (one period passes), then lets promises settle. */
-  const tick = async () => {
-    clock += 60_000
-    for (const [id, callback] of [...active]) if (active.has(id)) callback()
-    for (let i = 0; i < 5; i++) await turn()
-  }
-  return { timers, active, tick, now: () => clock }
-}
-
 async function setup(subscriptionsOverride?: (base: ReturnType<typeof createMemorySubscriptionStore>) => DispatcherOptions['subscriptions']) {
   const apps = createMemoryAppStore([{ id: 'app_weather', slug: 'weather', name: 'Weather', versions: ['1.0.0'] }])
   const subs = createMemorySubscriptionStore([{ userId: 'alice', appId: 'app_weather', active: true }])
@@ -86,14 +63,14 @@ async function setup(subscriptionsOverride?: (base: ReturnType<typeof createMemo
     }
     return findByHash(hash)
   }
-  const m = manualTimers()
+  const m = manualTimers({ tickMs: 60_000 })
   const options: DispatcherOptions = {
     apps,
     subscriptions: subscriptionsOverride ? subscriptionsOverride(subs) : subs,
     tokens,
     onError,
     timers: m.timers,
-    // The dispatcher's clock moves with the injected timers (one interval per tick).
+    // The dispatcher's clock moves with the injected timers: a tick is one re-check period.
     now: m.now,
     reauthorizeEveryMs: 60_000,
   }
