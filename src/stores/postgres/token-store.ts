@@ -160,8 +160,15 @@ function rolledBackForAnother(error: unknown): boolean {
   return code === '40001' || code === '40P01'
 }
 
-/** Tries of a statement PostgreSQL rolls back for a concurrent one ({@link rolledBackForAnother}). */
-const SERIALIZATION_ATTEMPTS = 5
+/**
+ * Tries of a statement PostgreSQL rolls back for a concurrent one ({@link rolledBackForAnother}).
+ * Five, a few milliseconds apart, were not always enough: a password reset among two dozen
+ * creations of its user under `serializable` was rolled back five times in a row on a loaded
+ * machine, and answered 503.
+ */
+const SERIALIZATION_ATTEMPTS = 10
+/** Most milliseconds of the random pause before a statement is sent again. */
+const SERIALIZATION_PAUSE_MAX_MS = 100
 
 const POSTGRES_TOKEN_STORE_OPTIONS = optionNames<PostgresTokenStoreOptions>({ pool: true, schema: true, table: true, preparedStatements: true })
 
@@ -238,9 +245,11 @@ export function createPostgresTokenStore(options: PostgresTokenStoreOptions): Po
         if (rolledBack !== undefined && (error as { code?: unknown } | null)?.code === '25P02') throw rolledBack
         if (attempt >= SERIALIZATION_ATTEMPTS || !rolledBackForAnother(error)) throw error
         rolledBack ??= error
-        // A pause of a few milliseconds, random, so that statements that met once (a password
-        // reset among a user's creations) do not meet again in step.
-        await new Promise((resolve) => setTimeout(resolve, Math.random() * 5 * attempt))
+        // A pause, random, so that statements that met once (a password reset among a user's
+        // creations) do not meet again in step; its ceiling doubles from 5 ms to 100 ms, so a
+        // statement that keeps meeting others waits for them to end (the token service's
+        // deadline bounds it all).
+        await new Promise((resolve) => setTimeout(resolve, Math.random() * Math.min(SERIALIZATION_PAUSE_MAX_MS, 5 * 2 ** (attempt - 1))))
       }
     }
   }
